@@ -1,0 +1,1 @@
+"""Parsers: pure functions from a source's text to typed dataclasses."""

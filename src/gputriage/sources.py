@@ -1,0 +1,173 @@
+"""Every source gputriage reads, declared once.
+
+A source has a stable name (its key in the snapshot manifest), a kind, what
+it reads (a path, a glob tree, or an argv), a timeout and a size cap, and the
+file it is stored as in a snapshot. Collection, the snapshot reader, the
+bug-report splitter and the content detector all refer to sources by name.
+
+Kinds:
+  file      one file, stored as text
+  command   an argv run without a shell; ``fallback`` argvs are tried in turn
+            when the program is absent
+  tree      files matched by globs under a root, stored as one JSON document
+            ``{"files": {rel: text}, "links": {rel: target}, "errors": {rel: kind}}``
+  devnodes  character devices matching a glob, stored as JSON
+            ``[{"path", "major", "minor", "mode"}]``
+  nvml      readings through NVML (nvidia-ml-py), stored as JSON, taken in a
+            child process so that a wedged driver cannot hang the collector
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_CAP_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    kind: str
+    description: str
+    path: str | None = None  # file path, tree root, or devnode glob
+    globs: tuple[str, ...] = ()  # tree: patterns relative to path
+    argv: tuple[str, ...] = ()
+    fallback: tuple[tuple[str, ...], ...] = ()
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    cap_bytes: int = DEFAULT_CAP_BYTES
+    suffix: str = ".txt"
+    select: str | None = None  # tree: name of a filter in collect.trees
+    collect: bool = True  # False: read from pasted outputs and bug reports only
+
+    @property
+    def filename(self) -> str:
+        return f"sources/{self.name}{self.suffix}"
+
+    @property
+    def target(self) -> str | list[str]:
+        if self.kind == "command":
+            return list(self.argv)
+        if self.kind == "tree":
+            return [f"{self.path}/{g}" for g in self.globs]
+        return self.path or ""
+
+
+_PCI_ATTRS = (
+    "vendor", "device", "class", "subsystem_vendor", "subsystem_device", "numa_node",
+    "local_cpulist", "current_link_speed", "current_link_width", "max_link_speed",
+    "max_link_width", "driver", "enable", "aer_dev_correctable", "aer_dev_fatal",
+    "aer_dev_nonfatal", "physfn", "iommu_group", "power_state",
+)
+_HUGEPAGE_ATTRS = ("nr_hugepages", "free_hugepages", "resv_hugepages", "surplus_hugepages",
+                   "nr_overcommit_hugepages")
+_IB_PORT_ATTRS = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid")
+
+
+def _cmd(name: str, argv: tuple[str, ...], description: str, **kw) -> Source:
+    return Source(name=name, kind="command", argv=argv, description=description, **kw)
+
+
+def _file(name: str, path: str, description: str, **kw) -> Source:
+    return Source(name=name, kind="file", path=path, description=description, **kw)
+
+
+SOURCES: tuple[Source, ...] = (
+    # --- NVIDIA driver and tools
+    _cmd("nvidia_smi_q_xml", ("nvidia-smi", "-q", "-x"), "full GPU state as XML", suffix=".xml",
+         timeout_s=30.0),
+    _cmd("nvidia_smi_q", ("nvidia-smi", "-q"), "full GPU state as text (input only: live "
+         "collection takes the XML)", collect=False),
+    _cmd("nvidia_smi", ("nvidia-smi",), "the nvidia-smi summary table"),
+    _cmd("nvidia_smi_topo", ("nvidia-smi", "topo", "-m"), "GPU/NIC/CPU topology matrix"),
+    _cmd("nvidia_smi_nvlink_status", ("nvidia-smi", "nvlink", "-s"), "NVLink link state"),
+    _cmd("nvidia_smi_nvlink_errors", ("nvidia-smi", "nvlink", "-e"), "NVLink error counters"),
+    Source(name="nvml", kind="nvml", description="NVML readings (or the init error text)",
+           suffix=".json", timeout_s=20.0),
+    _file("proc_driver_nvidia_version", "/proc/driver/nvidia/version",
+          "loaded NVIDIA kernel module version"),
+    Source(name="proc_driver_nvidia_gpus", kind="tree", path="/proc/driver/nvidia/gpus",
+           globs=("*/information",), suffix=".json",
+           description="per-GPU information as the kernel module sees it"),
+    _file("proc_modules", "/proc/modules", "loaded kernel modules"),
+    _file("proc_devices", "/proc/devices", "character device majors (nvidia-uvm is dynamic)"),
+    Source(name="sys_module_nvidia", kind="tree", path="/sys/module",
+           globs=("nvidia*/version", "nvidia*/initstate"), suffix=".json",
+           description="version of each loaded nvidia* module"),
+    Source(name="dev_nvidia", kind="devnodes", path="/dev/nvidia*", suffix=".json",
+           description="NVIDIA device nodes with major:minor"),
+    Source(name="dev_nvidia_caps", kind="devnodes", path="/dev/nvidia-caps/*", suffix=".json",
+           description="NVIDIA capability device nodes (MIG)"),
+    Source(name="nvidia_libs", kind="tree", path="/",
+           globs=("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*", "usr/lib64/libnvidia-ml.so.*",
+                  "usr/lib/aarch64-linux-gnu/libnvidia-ml.so.*", "usr/lib/libnvidia-ml.so.*",
+                  "usr/lib/x86_64-linux-gnu/libcuda.so.*", "usr/lib64/libcuda.so.*",
+                  "usr/lib/aarch64-linux-gnu/libcuda.so.*", "usr/lib/libcuda.so.*"),
+           select="names_only", suffix=".json",
+           description="userspace driver libraries (their file names carry the version)"),
+    # --- PCI
+    Source(name="pci_devices", kind="tree", path="/sys/bus/pci/devices",
+           globs=tuple(f"*/{a}" for a in _PCI_ATTRS), select="gpu_and_nic_functions",
+           suffix=".json",
+           description="NVIDIA and network PCI functions: ids, class, NUMA, link speed/width"),
+    _cmd("lspci_nvidia", ("lspci", "-vvv", "-nn", "-D", "-d", "10de:"),
+         "lspci detail of NVIDIA functions"),
+    _cmd("lspci_mellanox", ("lspci", "-vvv", "-nn", "-D", "-d", "15b3:"),
+         "lspci detail of Mellanox/NVIDIA networking functions"),
+    # --- memory, kernel, OS
+    _file("proc_meminfo", "/proc/meminfo", "memory and hugepage totals"),
+    Source(name="hugepages", kind="tree", path="/sys/kernel/mm/hugepages",
+           globs=tuple(f"*/{a}" for a in _HUGEPAGE_ATTRS), suffix=".json",
+           description="hugepage pools per page size"),
+    Source(name="hugepages_per_node", kind="tree", path="/sys/devices/system/node",
+           globs=tuple(f"node*/hugepages/*/{a}" for a in _HUGEPAGE_ATTRS) + ("node*/cpulist",),
+           suffix=".json", description="hugepage pools and CPUs per NUMA node"),
+    _file("thp_enabled", "/sys/kernel/mm/transparent_hugepage/enabled",
+          "transparent hugepage mode"),
+    _file("thp_defrag", "/sys/kernel/mm/transparent_hugepage/defrag",
+          "transparent hugepage defrag mode"),
+    _file("numa_balancing", "/proc/sys/kernel/numa_balancing", "automatic NUMA balancing"),
+    _file("proc_cmdline", "/proc/cmdline", "kernel command line"),
+    _file("cgroup_controllers", "/sys/fs/cgroup/cgroup.controllers",
+          "cgroup v2 controllers (absent on cgroup v1)"),
+    _file("proc_self_cgroup", "/proc/self/cgroup", "cgroup membership (container detection)"),
+    _cmd("numactl", ("numactl", "--hardware"), "NUMA nodes, CPUs, memory, distances"),
+    _file("os_release", "/etc/os-release", "distribution"),
+    _cmd("uname", ("uname", "-a"), "kernel release and architecture"),
+    _file("boot_id", "/proc/sys/kernel/random/boot_id", "boot id"),
+    _file("hostname", "/proc/sys/kernel/hostname", "host name"),
+    _file("uptime", "/proc/uptime", "seconds since boot"),
+    # --- logs and services
+    _cmd("kernel_log", ("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager"),
+         "kernel log of the current boot", fallback=(("dmesg", "--time-format", "iso"),
+                                                      ("dmesg",)),
+         timeout_s=30.0, cap_bytes=64 * 1024 * 1024),
+    _cmd("systemctl_persistenced", ("systemctl", "show", "nvidia-persistenced", "--no-pager"),
+         "nvidia-persistenced unit state"),
+    _cmd("systemctl_fabricmanager", ("systemctl", "show", "nvidia-fabricmanager", "--no-pager"),
+         "nvidia-fabricmanager unit state"),
+    _cmd("fabricmanager_journal",
+         ("journalctl", "-u", "nvidia-fabricmanager", "-b", "-o", "short-iso", "--no-pager"),
+         "fabric manager journal of the current boot"),
+    # --- InfiniBand / RoCE
+    Source(name="infiniband", kind="tree", path="/sys/class/infiniband",
+           globs=tuple(f"*/ports/*/{a}" for a in _IB_PORT_ATTRS)
+           + ("*/ports/*/counters/*", "*/fw_ver", "*/hca_type", "*/node_desc"),
+           suffix=".json", description="HCA ports: state, rate, link layer, counters"),
+    _cmd("ibstat", ("ibstat",), "InfiniBand HCA and port status"),
+    # --- containers
+    _file("container_toolkit_config", "/etc/nvidia-container-runtime/config.toml",
+          "NVIDIA container runtime configuration"),
+    Source(name="cdi_specs", kind="tree", path="/",
+           globs=("etc/cdi/*", "var/run/cdi/*"), suffix=".json",
+           description="Container Device Interface specs"),
+    _cmd("nvidia_ctk_version", ("nvidia-ctk", "--version"), "container toolkit version"),
+    _cmd("nvidia_container_cli_info", ("nvidia-container-cli", "info"),
+         "what libnvidia-container sees"),
+)
+
+BY_NAME: dict[str, Source] = {s.name: s for s in SOURCES}
+
+
+def get(name: str) -> Source:
+    return BY_NAME[name]
