@@ -8,7 +8,7 @@ bug-report splitter and the content detector all refer to sources by name.
 Kinds:
   file      one file, stored as text
   command   an argv run without a shell; ``fallback`` argvs are tried in turn
-            when the program is absent
+            when the program is absent, fails, or finds no entries
   tree      files matched by globs under a root, stored as one JSON document
             ``{"files": {rel: text}, "links": {rel: target}, "errors": {rel: kind}}``
   devnodes  character devices matching a glob, stored as JSON

@@ -1,0 +1,3 @@
+from gputriage.cli import run
+
+run()

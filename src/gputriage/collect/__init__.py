@@ -1,0 +1,155 @@
+"""Collection: the only code that touches the live host.
+
+``collect(host, out)`` captures every declared source into a snapshot. Each
+source runs in its own daemon thread under its timeout and the run's global
+deadline, so one hung read or command cannot hold up the others, and an
+unkillable one is abandoned (and recorded as a timeout) rather than waited on.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import gputriage
+from gputriage import snapshot, sources
+from gputriage.collect import readers
+from gputriage.collect.host import Host
+from gputriage.sources import Source
+
+DEFAULT_DEADLINE_S = 90.0
+MAX_PARALLEL = 6
+
+
+@dataclass
+class CollectOptions:
+    timeout_s: float | None = None  # per-command override
+    deadline_s: float = DEFAULT_DEADLINE_S
+    only: tuple[str, ...] = ()  # source names; empty = all collectable
+
+
+def _collect_command(host: Host, spec: Source, timeout_s: float) -> tuple[bytes | None, dict]:
+    candidates = [host.nvml_argv()] if spec.kind == "nvml" else [list(spec.argv)]
+    candidates += [list(a) for a in spec.fallback]
+    outcome = None
+    for argv in candidates:
+        outcome = host.run(argv, timeout_s, spec.cap_bytes)
+        if not outcome.not_found and not _worth_fallback(outcome):
+            break
+    assert outcome is not None
+    rec: dict = {"argv": outcome.argv, "rc": outcome.rc, "duration_s": outcome.duration_s,
+                 "truncated": outcome.truncated}
+    if outcome.not_found:
+        rec.update(error="absent", error_detail=f"{outcome.argv[0]}: command not found", rc=None)
+        return None, rec
+    if outcome.timed_out:
+        rec.update(error="timeout", error_detail=f"killed after {timeout_s:.0f} s")
+        return outcome.output, rec
+    if outcome.error:
+        rec.update(error="failed", error_detail=outcome.error, rc=None)
+        return None, rec
+    if outcome.rc not in (0, None):
+        rec.update(error="failed", error_detail=f"exit status {outcome.rc}")
+    return outcome.output, rec
+
+
+_NO_ENTRIES = (b"No journal files were found", b"-- No entries --",
+               b"System has not been booted with systemd")
+
+
+def _worth_fallback(outcome) -> bool:
+    """journalctl without a journal (containers, minimal hosts): try dmesg."""
+    if outcome.timed_out:
+        return False
+    if outcome.rc not in (0, None):
+        return True
+    lines = [ln for ln in outcome.output.splitlines() if ln.strip()]
+    return all(ln.startswith(_NO_ENTRIES) for ln in lines)
+
+
+def _collect_one(host: Host, spec: Source, timeout_s: float) -> tuple[bytes | None, dict]:
+    if spec.kind in ("command", "nvml"):
+        return _collect_command(host, spec, timeout_s)
+    if spec.kind == "file":
+        return readers.read_file(host.root, spec)
+    if spec.kind == "tree":
+        return readers.read_tree(host.root, spec)
+    if spec.kind == "devnodes":
+        return readers.read_devnodes(host.root, spec)
+    raise ValueError(f"unknown source kind {spec.kind}")
+
+
+class _Job(threading.Thread):
+    def __init__(self, host: Host, spec: Source, timeout_s: float,
+                 slots: threading.Semaphore) -> None:
+        super().__init__(daemon=True, name=f"collect-{spec.name}")
+        self.host, self.spec, self.timeout_s, self.slots = host, spec, timeout_s, slots
+        self.result: tuple[bytes | None, dict] | None = None
+        self.started_at = 0.0
+        self.duration = 0.0
+
+    def run(self) -> None:
+        with self.slots:
+            self.started_at = time.monotonic()
+            try:
+                self.result = _collect_one(self.host, self.spec, self.timeout_s)
+            except Exception as exc:  # noqa: BLE001 - an outcome is data, never a crash
+                self.result = (None, {"error": "failed", "error_detail": repr(exc)})
+            self.duration = time.monotonic() - self.started_at
+
+
+def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None = None) -> Path:
+    """Capture the host into a snapshot directory or ``.tar.gz``."""
+    opts = options or CollectOptions()
+    specs = [s for s in sources.SOURCES if s.collect and (not opts.only or s.name in opts.only)]
+    start = time.monotonic()
+    deadline = start + opts.deadline_s
+    slots = threading.Semaphore(MAX_PARALLEL)
+    jobs = []
+    for spec in specs:
+        timeout = opts.timeout_s if opts.timeout_s and spec.kind == "command" else spec.timeout_s
+        job = _Job(host, spec, min(timeout, opts.deadline_s), slots)
+        job.start()
+        jobs.append(job)
+    payloads: dict[str, bytes] = {}
+    records: dict[str, dict] = {}
+    for job in jobs:
+        # a job's own command timeout fires first; this bound covers hung reads
+        job.join(timeout=max(0.0, deadline - time.monotonic()) + 0.5)
+        name = job.spec.name
+        if job.result is None:
+            detail = ("global deadline reached" if job.started_at
+                      else "global deadline reached before it could start")
+            records[name] = snapshot.source_record(
+                name, rc=None, duration_s=time.monotonic() - (job.started_at or start),
+                error="timeout", error_detail=detail, with_file=False)
+            continue
+        data, fields = job.result
+        argv = fields.pop("argv", None)
+        rec = snapshot.source_record(name, argv=argv, with_file=data is not None,
+                                     nbytes=len(data or b""), duration_s=job.duration)
+        rec.update(fields)
+        records[name] = rec
+        if data is not None:
+            payloads[name] = data
+    manifest = snapshot.new_manifest(
+        host=_text(payloads.get("hostname")) or socket.gethostname(),
+        created=host.now().isoformat(timespec="seconds"),
+        boot_id=_text(payloads.get("boot_id")),
+        tool_version=gputriage.__version__,
+        extra={"collector": {"deadline_s": opts.deadline_s, "timeout_s": opts.timeout_s,
+                             "euid": os.geteuid() if hasattr(os, "geteuid") else None,
+                             "duration_s": round(time.monotonic() - start, 3)}},
+    )
+    manifest["sources"] = records
+    return snapshot.write_snapshot(out, manifest, payloads)
+
+
+def _text(data: bytes | None) -> str | None:
+    if not data:
+        return None
+    return data.decode("utf-8", errors="replace").strip() or None

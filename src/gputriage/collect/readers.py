@@ -1,0 +1,139 @@
+"""Read-only readers for file, tree and devnode sources under a host root.
+
+Each returns ``(payload bytes | None, record fields)``; an outcome is always
+data (absent / permission / failed), never an exception.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from pathlib import Path
+
+from gputriage.sources import Source
+
+TREE_FILE_CAP = 256 * 1024
+_NIC_VENDORS = {"0x15b3"}  # Mellanox / NVIDIA networking
+
+
+def under_root(root: Path, path: str) -> Path:
+    return root / path.lstrip("/")
+
+
+def error_kind(exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError) or exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return "absent"
+    if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission"
+    return "failed"
+
+
+def read_capped(path: Path, cap: int) -> tuple[bytes, bool]:
+    """Read a file keeping at most ``cap`` bytes of its tail (procfs reports size 0)."""
+    with path.open("rb") as fh:
+        data = bytearray()
+        truncated = False
+        while chunk := fh.read(64 * 1024):
+            data += chunk
+            if len(data) > cap:
+                del data[: len(data) - cap]
+                truncated = True
+        return bytes(data), truncated
+
+
+def read_file(root: Path, spec: Source) -> tuple[bytes | None, dict]:
+    path = under_root(root, spec.path or "")
+    try:
+        data, truncated = read_capped(path, spec.cap_bytes)
+    except OSError as exc:
+        return None, {"error": error_kind(exc), "error_detail": exc.strerror or str(exc)}
+    return data, {"truncated": truncated}
+
+
+# -- trees ---------------------------------------------------------------------
+
+def _gpu_and_nic_functions(base: Path, device_dir: str) -> bool:
+    """Keep NVIDIA functions, Mellanox functions and any network-class function."""
+    try:
+        vendor = (base / device_dir / "vendor").read_text().strip().lower()
+        klass = (base / device_dir / "class").read_text().strip().lower()
+    except OSError:
+        return False
+    return vendor == "0x10de" or vendor in _NIC_VENDORS or klass.startswith("0x02")
+
+
+_SELECTORS = {"gpu_and_nic_functions": _gpu_and_nic_functions}
+
+
+def read_tree(root: Path, spec: Source) -> tuple[bytes | None, dict]:
+    """Files matched by the source's globs, as one JSON document."""
+    base = under_root(root, spec.path or "/")
+    if not base.is_dir():
+        return None, {"error": "absent", "error_detail": f"{spec.path} does not exist"}
+    select = _SELECTORS.get(spec.select or "")
+    names_only = spec.select == "names_only"
+    files: dict[str, str] = {}
+    links: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    keep: dict[str, bool] = {}
+    budget = spec.cap_bytes
+    truncated = False
+    for pattern in spec.globs:
+        for path in sorted(base.glob(pattern)):
+            rel = path.relative_to(base).as_posix()
+            if select is not None:
+                top = rel.split("/", 1)[0]
+                if top not in keep:
+                    keep[top] = select(base, top)
+                if not keep[top]:
+                    continue
+            if path.is_symlink():
+                try:
+                    links[rel] = os.readlink(path)
+                except OSError as exc:
+                    errors[rel] = error_kind(exc)
+                if not names_only:
+                    continue
+            if names_only:
+                files.setdefault(rel, "")
+                continue
+            if path.is_dir():
+                continue
+            try:
+                data, _ = read_capped(path, min(TREE_FILE_CAP, max(budget, 0)))
+            except OSError as exc:
+                errors[rel] = error_kind(exc)
+                continue
+            budget -= len(data)
+            if budget <= 0:
+                truncated = True
+                break
+            files[rel] = data.decode("utf-8", errors="replace")
+    doc = {"files": files, "links": links, "errors": errors}
+    return json.dumps(doc, indent=1, sort_keys=True).encode(), {"truncated": truncated}
+
+
+# -- device nodes --------------------------------------------------------------
+
+def read_devnodes(root: Path, spec: Source) -> tuple[bytes | None, dict]:
+    pattern = (spec.path or "").lstrip("/")
+    nodes = []
+    for path in sorted(root.glob(pattern)):
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        entry: dict = {"path": "/" + path.relative_to(root).as_posix(),
+                       "mode": stat.filemode(st.st_mode)}
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+            entry["kind"] = "char" if stat.S_ISCHR(st.st_mode) else "block"
+            entry["major"] = os.major(st.st_rdev)
+            entry["minor"] = os.minor(st.st_rdev)
+        elif stat.S_ISDIR(st.st_mode):
+            entry["kind"] = "dir"
+        else:
+            entry["kind"] = "other"
+        nodes.append(entry)
+    return json.dumps(nodes, indent=1).encode(), {}

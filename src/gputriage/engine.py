@@ -1,0 +1,124 @@
+"""Analyse a snapshot: facts -> rules -> one Result for the views."""
+
+from __future__ import annotations
+
+from gputriage.facts import Facts, Missing
+from gputriage.model import Result, Severity, Skipped
+from gputriage.rules import all_rules
+from gputriage.rules.base import Rule
+from gputriage.snapshot import Snapshot
+
+
+def _skip_reason(facts: Facts, rule: Rule) -> str | None:
+    for name in rule.requires:
+        try:
+            facts.get(name)
+        except Missing as exc:
+            return f"needs {name}: {exc}"
+    if rule.any_of and not any(facts.has(name) for name in rule.any_of):
+        return f"needs one of {', '.join(rule.any_of)}"
+    return None
+
+
+def analyze(snapshot: Snapshot) -> Result:
+    """Run every rule whose inputs are present over one host's snapshot."""
+    facts = Facts(snapshot)
+    result = Result(manifest=snapshot.manifest)
+    ran = 0
+    for rule in all_rules():
+        reason = _skip_reason(facts, rule)
+        if reason:
+            result.skipped.append(Skipped(rule.id, reason))
+            continue
+        ran += 1
+        try:
+            result.findings.extend(rule.func(facts))
+        except Missing as exc:
+            result.skipped.append(Skipped(rule.id, f"needs {exc}"))
+            ran -= 1
+    result.unreadable = list(snapshot.problems) + facts.problems
+    result.inputs = _inputs(snapshot)
+    result.gpus = _gpus(facts, result)
+    result.host = _host(facts, result, ran)
+    return result
+
+
+def _inputs(snapshot: Snapshot) -> list[dict]:
+    by_origin: dict[str, list[str]] = {}
+    for name, cap in sorted(snapshot.captures.items()):
+        if cap.text is None:
+            continue
+        origin = cap.origin.split(":sources/")[0] if snapshot.manifest else cap.origin
+        by_origin.setdefault(origin or snapshot.origin, []).append(name)
+    return [{"origin": o, "sources": names} for o, names in by_origin.items()]
+
+
+def _gpus(facts: Facts, result: Result) -> list[dict]:
+    visible = facts.maybe("visible_gpus")
+    rows: dict[str, dict] = {}
+    order: list[str] = []
+    if visible:
+        for i, g in enumerate(visible[1]):
+            key = g.bus_id or f"#{i}"
+            order.append(key)
+            rows[key] = {"index": g.index, "pci_bus_id": g.bus_id, "name": g.name,
+                         "uuid": g.uuid, "persistence_mode": g.persistence_mode,
+                         "visible": True}
+    lost = facts.maybe("lost_gpus", {})
+    for f in facts.maybe("pci_gpus", []):
+        if f.address not in rows:
+            order.append(f.address)
+            rows[f.address] = {"index": None, "pci_bus_id": f.address, "name": None,
+                               "uuid": None, "visible": False}
+        if f.address in lost:
+            rows[f.address]["visible"] = False
+    for key in order:
+        row = rows[key]
+        sev = [x.severity for x in result.findings if x.scope.kind == "gpu"
+               and x.scope.pci_bus_id and x.scope.pci_bus_id == row["pci_bus_id"]]
+        row["severity"] = max(sev, key=lambda s: s.rank, default=Severity.OK).value
+    return [rows[k] for k in order]
+
+
+def _first_line(facts: Facts, source: str) -> str | None:
+    text = facts.snapshot.text(source)
+    return text.strip().splitlines()[0] if text and text.strip() else None
+
+
+def _os_name(facts: Facts) -> str | None:
+    for line in facts.lines("os_release"):
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip().strip('"')
+    return None
+
+
+def _host(facts: Facts, result: Result, ran: int) -> dict:
+    manifest = facts.snapshot.manifest or {}
+    uname = (_first_line(facts, "uname") or "").split()
+    km = facts.maybe("kernel_module")
+    cuda = None
+    userspace = None
+    for _, report in facts.maybe("smi", []):
+        cuda = cuda or report.cuda_version
+        userspace = userspace or report.driver_version
+    reading = facts.maybe("nvml")
+    if reading is not None and reading.available:
+        userspace = reading.library_driver_version or userspace
+    visible = facts.maybe("visible_gpus")
+    pci_gpus = facts.maybe("pci_gpus")
+    worst = result.worst
+    verdict = worst.value if worst.rank >= Severity.WARNING.rank else "ok"
+    if ran == 0 or (not result.findings and not facts.snapshot.captures):
+        verdict = "unknown"
+    return {
+        "hostname": manifest.get("host") or _first_line(facts, "hostname"),
+        "kernel": uname[2] if len(uname) > 2 else None,
+        "os": _os_name(facts),
+        "boot_id": manifest.get("boot_id") or _first_line(facts, "boot_id"),
+        "driver": {"kernel_module": km.version if km else None, "userspace": userspace,
+                   "cuda": cuda},
+        "gpus_on_pci": len(pci_gpus) if pci_gpus is not None else None,
+        "gpus_visible": len(visible[1]) if visible else None,
+        "rules_run": ran,
+        "verdict": verdict,
+    }

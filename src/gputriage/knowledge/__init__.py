@@ -1,0 +1,83 @@
+"""Knowledge as data: GPU model profiles (and, later, Xid/SXid catalogs).
+
+Tables are CSV files in this package, written from the facts in the
+project's reference material, loaded once on first use.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """What a GPU model should look like."""
+
+    model: str
+    pci_device_ids: frozenset[int]
+    name_pattern: re.Pattern[str]
+    form: str  # sxm | pcie | superchip
+    datacenter: bool
+    memory_gb: int | None
+    nvlink_gen: int | None
+    nvlink_links: int
+    pcie_gen: int | None
+    baseboard_gpus: tuple[int, ...]  # GPU counts a baseboard of this model carries
+
+
+def _rows(name: str) -> list[dict[str, str]]:
+    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    return list(csv.DictReader(lines))
+
+
+def _int(raw: str) -> int | None:
+    return int(raw) if raw.strip().isdigit() else None
+
+
+@functools.cache
+def gpu_profiles() -> tuple[GpuProfile, ...]:
+    profiles = []
+    for row in _rows("gpu_models.csv"):
+        profiles.append(GpuProfile(
+            model=row["model"],
+            pci_device_ids=frozenset(int(x, 16) for x in row["pci_device_ids"].split()),
+            name_pattern=re.compile(row["name_pattern"], re.IGNORECASE),
+            form=row["form"],
+            datacenter=row["datacenter"] == "yes",
+            memory_gb=_int(row["memory_gb"]),
+            nvlink_gen=_int(row["nvlink_gen"]),
+            nvlink_links=_int(row["nvlink_links"]) or 0,
+            pcie_gen=_int(row["pcie_gen"]),
+            baseboard_gpus=tuple(int(x) for x in row["baseboard_gpus"].split()),
+        ))
+    return tuple(profiles)
+
+
+def gpu_profile(name: str | None = None, device_id: int | None = None) -> GpuProfile | None:
+    """The profile of a GPU by PCI device id (preferred) or product name."""
+    if device_id is not None:
+        for p in gpu_profiles():
+            if device_id in p.pci_device_ids:
+                return p
+    if name:
+        for p in gpu_profiles():
+            if p.name_pattern.search(name):
+                return p
+    return None
+
+
+_DATACENTER_NAME = re.compile(
+    r"Tesla|\b[ABHLT]\d{1,3}[A-Z]?\b|GH200|GB[23]00|B[123]00|RTX PRO 6000|DGX|HGX", re.IGNORECASE)
+
+
+def is_datacenter(name: str | None, device_id: int | None = None) -> bool:
+    """A datacenter part (persistence mode expected on), by profile or name."""
+    profile = gpu_profile(name, device_id)
+    if profile is not None:
+        return profile.datacenter
+    return bool(name and _DATACENTER_NAME.search(name) and "GeForce" not in name)

@@ -1,0 +1,74 @@
+"""The rule registry and small helpers for writing findings.
+
+A rule is a pure function of :class:`~gputriage.facts.Facts` that yields
+findings. It declares the facts it needs (``requires``: all of them;
+``any_of``: at least one); the engine skips it, with the reason, when they
+are missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Scope, Severity
+
+RuleFunc = Callable[..., Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    func: RuleFunc
+    requires: tuple[str, ...]
+    any_of: tuple[str, ...]
+    produces: tuple[str, ...]
+
+    @property
+    def doc(self) -> str:
+        return (self.func.__doc__ or "").strip()
+
+
+REGISTRY: list[Rule] = []
+
+
+def rule(rule_id: str, *, requires: Sequence[str] = (), any_of: Sequence[str] = (),
+         produces: Sequence[str] = ()) -> Callable[[RuleFunc], RuleFunc]:
+    """Register a rule function under ``rule_id``."""
+
+    def register(func: RuleFunc) -> RuleFunc:
+        if any(r.id == rule_id for r in REGISTRY):
+            raise ValueError(f"duplicate rule id {rule_id}")
+        REGISTRY.append(Rule(rule_id, func, tuple(requires), tuple(any_of), tuple(produces)))
+        return func
+
+    return register
+
+
+def evidence(source: str, lines: Iterable[str], note: str | None = None,
+             limit: int = 40) -> Evidence:
+    """Evidence from one source; long runs of lines are cut to ``limit``."""
+    kept = [ln.rstrip("\n") for ln in lines if ln is not None]
+    if len(kept) > limit:
+        extra = len(kept) - limit
+        kept = kept[:limit] + [f"... ({extra} more lines)"]
+    return Evidence(source, tuple(kept), note)
+
+
+def finding(fid: str, severity: Severity, title: str, explanation: str, action: Action,
+            blame: Blame, scope: Scope = NODE, evidence: Iterable[Evidence] = (),
+            references: Iterable[str] = ()) -> Finding:
+    return Finding(fid, severity, title, explanation, action, blame, scope,
+                   tuple(e for e in evidence if e.lines or e.note), tuple(references))
+
+
+def gpu_scope(bus_id: str | None, index: int | None = None, uuid: str | None = None) -> Scope:
+    return Scope(kind="gpu", gpu_index=index, uuid=uuid, pci_bus_id=bus_id)
+
+
+def versions_agree(a: str, b: str) -> bool:
+    """Two driver versions agree when one is a component-wise prefix of the other
+    ("550.54" and "550.54.15" agree, "550.54.14" and "550.54.15" do not)."""
+    pa, pb = a.strip().split("."), b.strip().split(".")
+    n = min(len(pa), len(pb))
+    return pa[:n] == pb[:n]

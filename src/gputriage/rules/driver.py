@@ -1,0 +1,312 @@
+"""Rules on the driver stack: loaded or not, versions in agreement, a wedged
+driver, the errors nvidia-smi prints instead of output, GPU init failures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gputriage.facts import Facts
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.rules.base import evidence, finding, gpu_scope, rule, versions_agree
+
+SMI_COMMANDS = ("nvidia_smi_q_xml", "nvidia_smi", "nvidia_smi_topo", "nvml")
+DOC_XID = "https://docs.nvidia.com/deploy/xid-errors/index.html"
+
+
+def _pci_line(f) -> str:
+    return (f"{f.address} [{(f.vendor or 0):04x}:{(f.device or 0):04x}] class "
+            f"{(f.class_code or 0):06x} driver={f.driver or 'none'}")
+
+
+@rule("driver.presence", requires=("pci",),
+      produces=("driver.not-loaded", "host.not-gpu-host", "driver.no-gpus-on-pci"))
+def driver_presence(facts: Facts) -> Iterator[Finding]:
+    """NVIDIA GPUs on the PCI bus need the nvidia kernel module; a host with
+    neither is simply not a GPU host."""
+    gpus = facts.get("pci_gpus")
+    loaded = facts.maybe("driver_loaded")
+    if not gpus:
+        if loaded:
+            yield finding(
+                "driver.no-gpus-on-pci", Severity.WARNING,
+                "nvidia kernel module loaded but no NVIDIA GPU on the PCI bus",
+                "The driver is loaded yet the PCI bus shows no NVIDIA GPU function: GPUs "
+                "that fell off the bus hard disappear from PCI too. Check lspci and the "
+                "kernel log; a power cycle brings back a GPU that dropped off.",
+                Action.DRAIN_AND_REPAIR, Blame.NODE)
+            return
+        yield finding(
+            "host.not-gpu-host", Severity.INFO,
+            "no NVIDIA driver loaded and no NVIDIA PCI devices: not a GPU host",
+            "Nothing on this host calls for NVIDIA checks.", Action.NONE, Blame.UNKNOWN,
+            evidence=[evidence("pci_devices", [f"{len(facts.get('pci'))} PCI functions "
+                                               "of interest, none an NVIDIA GPU"])])
+        return
+    if loaded is False:
+        ev = [evidence("pci_devices", [_pci_line(f) for f in gpus])]
+        mods = facts.maybe("modules") or {}
+        if "nouveau" in mods:
+            ev.append(evidence("proc_modules", [mods["nouveau"].line],
+                               "the open-source nouveau driver holds the GPUs"))
+        events = [e for e in facts.maybe("driver_events", [])
+                  if e.kind in ("no-adapter-probed", "module-load-failed",
+                                "rm-init-adapter-failed", "api-mismatch")]
+        if events:
+            ev.append(evidence("kernel_log", [e.line for e in events]))
+        yield finding(
+            "driver.not-loaded", Severity.CRITICAL,
+            f"{len(gpus)} NVIDIA GPU(s) on the PCI bus but the nvidia kernel module is not "
+            "loaded",
+            "Without the nvidia module no CUDA job can run here. Usual causes: a kernel "
+            "update without a rebuilt DKMS module, Secure Boot refusing an unsigned module, "
+            "nouveau claiming the GPUs, or a failed driver install. The kernel log says "
+            "which.", Action.FIX_SOFTWARE, Blame.NODE, evidence=ev)
+
+
+def _version_evidence(facts: Facts) -> tuple[dict[str, list[Evidence]], dict[str, list[Evidence]],
+                                             list[Evidence]]:
+    """Kernel-side and userspace versions, each with its evidence; plus flags."""
+    kernel: dict[str, list[Evidence]] = {}
+    user: dict[str, list[Evidence]] = {}
+    flags: list[Evidence] = []
+    km = facts.maybe("kernel_module")
+    if km is not None and km.version:
+        kernel.setdefault(km.version, []).append(
+            evidence("proc_driver_nvidia_version", [km.line]))
+    mv = facts.maybe("module_versions")
+    if mv is not None and mv.versions.get("nvidia"):
+        kernel.setdefault(mv.versions["nvidia"], []).append(
+            evidence("sys_module_nvidia", [f"/sys/module/nvidia/version: {mv.versions['nvidia']}"]))
+    mismatch_events = [e for e in facts.maybe("driver_events", []) if e.kind == "api-mismatch"]
+    for ev in mismatch_events[:1]:
+        line = ev.line.splitlines()
+        if ev.details.get("kernel_version"):
+            kernel.setdefault(ev.details["kernel_version"], []).append(
+                evidence("kernel_log", line))
+        if ev.details.get("client_version"):
+            user.setdefault(ev.details["client_version"], []).append(
+                evidence("kernel_log", line))
+    if mismatch_events:
+        flags.append(evidence("kernel_log", mismatch_events[0].line.splitlines(),
+                              f"API mismatch reported {len(mismatch_events)} time(s)"))
+    for lib in _active_libs(facts):
+        user.setdefault(lib.version, []).append(evidence("nvidia_libs", [lib.path]))
+    reading = facts.maybe("nvml")
+    if reading is not None:
+        if reading.available and reading.library_driver_version:
+            user.setdefault(reading.library_driver_version, []).append(
+                evidence("nvml", [f"NVML library version {reading.library_version}"]))
+        if reading.version_mismatch:
+            flags.append(evidence("nvml", [f"nvmlInit: {reading.error}"]))
+    for source, report in facts.maybe("smi", []):
+        for err in report.errors:
+            if err.kind == "version-mismatch":
+                lines = [err.line]
+                if err.nvml_library_version:
+                    user.setdefault(err.nvml_library_version, []).append(
+                        evidence(source, [f"NVML library version: {err.nvml_library_version}"]))
+                flags.append(evidence(source, lines))
+    return kernel, user, flags
+
+
+def _active_libs(facts: Facts):
+    """The libnvidia-ml the loader would pick: the one .so.1 points to, else all."""
+    libs = [lib for lib in facts.maybe("libs", []) if lib.version
+            and lib.library == "libnvidia-ml"]
+    if len({lib.version for lib in libs}) <= 1:
+        return libs
+    cap = facts.snapshot.get("nvidia_libs")
+    links = cap.json().get("links", {}) if cap is not None else {}
+    targets = {t.rsplit("/", 1)[-1] for k, t in links.items()
+               if k.endswith("libnvidia-ml.so.1")}
+    chosen = [lib for lib in libs if lib.path.rsplit("/", 1)[-1] in targets]
+    return chosen or libs
+
+
+@rule("driver.version-mismatch",
+      any_of=("kernel_module", "module_versions", "driver_events", "libs", "nvml", "smi"),
+      produces=("driver.version-mismatch", "driver.versions-consistent"))
+def version_mismatch(facts: Facts) -> Iterator[Finding]:
+    """The loaded kernel module and the userspace driver must be one release;
+    after an upgrade without a reboot they are not, and NVML and CUDA refuse to
+    work."""
+    kernel, user, flags = _version_evidence(facts)
+    disagree = [(k, u) for k in kernel for u in user if not versions_agree(k, u)]
+    if disagree or flags:
+        k_txt = " / ".join(sorted(kernel)) or "unknown"
+        u_txt = " / ".join(sorted(user)) or "unknown"
+        ev = [e for v in kernel.values() for e in v] + [e for v in user.values() for e in v]
+        ev += [e for e in flags if e not in ev]
+        yield finding(
+            "driver.version-mismatch", Severity.CRITICAL,
+            f"driver version mismatch: kernel module {k_txt}, userspace {u_txt}",
+            "The loaded nvidia kernel module is not the release of the installed userspace "
+            "driver (libnvidia-ml, libcuda): the driver was upgraded under a running system. "
+            "nvidia-smi, NVML and CUDA fail until they agree. Drain the node, then reboot it "
+            "(or stop every GPU user and reload the nvidia modules).",
+            Action.REBOOT_NODE, Blame.NODE, evidence=_dedupe(ev))
+        return
+    if kernel and user:
+        version = sorted(kernel)[0]
+        yield finding(
+            "driver.versions-consistent", Severity.OK,
+            f"kernel module and userspace driver agree ({version})",
+            "The loaded module and the installed libraries are the same release.",
+            Action.NONE, Blame.UNKNOWN,
+            evidence=_dedupe([e for v in kernel.values() for e in v][:1]
+                             + [e for v in user.values() for e in v][:1]))
+
+
+def _dedupe(items: list[Evidence]) -> list[Evidence]:
+    seen, out = set(), []
+    for e in items:
+        key = (e.source, e.lines)
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return out
+
+
+@rule("driver.wedged", produces=("driver.wedged",))
+def driver_wedged(facts: Facts) -> Iterator[Finding]:
+    """A driver query that never returns (nvidia-smi, NVML killed at their
+    timeout) means the driver is wedged: that is a finding, not a hung tool."""
+    hung = []
+    for source in SMI_COMMANDS:
+        rec = facts.snapshot.record(source) or {}
+        if rec.get("error") == "timeout":
+            target = rec.get("target")
+            cmd = " ".join(target) if isinstance(target, list) else str(target or source)
+            hung.append(evidence(source, [f"{cmd}: {rec.get('error_detail') or 'timed out'}"]))
+    if hung:
+        yield finding(
+            "driver.wedged", Severity.CRITICAL,
+            f"{len(hung)} driver quer{'y' if len(hung) == 1 else 'ies'} hung: the NVIDIA "
+            "driver is not answering",
+            "nvidia-smi or NVML did not return before its timeout. A wedged driver usually "
+            "follows a GPU fault (see the kernel log for Xid errors); jobs on this node will "
+            "hang. Drain the node and reboot it; if a GPU fell off the bus, repair it.",
+            Action.REBOOT_NODE, Blame.NODE, evidence=hung)
+
+
+_SMI_ERRORS = {
+    "driver-communication": (
+        "nvidia-smi.cannot-communicate", "nvidia-smi cannot communicate with the NVIDIA driver",
+        "The nvidia kernel module is not loaded or not working. Look at the kernel log for "
+        "why it failed to load (kernel updated without a DKMS rebuild, Secure Boot, nouveau) "
+        "and reinstall or rebuild the driver.", Action.FIX_SOFTWARE, Blame.NODE),
+    "no-devices": (
+        "nvidia-smi.no-devices", "nvidia-smi found no devices",
+        "The driver is loaded but initialised no GPU. The kernel log's RmInitAdapter lines "
+        "tell why: a BIOS setting (Resizable BAR / Above 4G decoding), GPU firmware that did "
+        "not boot, or failing hardware. Reboot once; if it persists, repair.",
+        Action.REBOOT_NODE, Blame.NODE),
+    "device-handle": (
+        "nvidia-smi.gpu-lost", "nvidia-smi cannot open a GPU: it is lost",
+        "NVML cannot get a handle to this GPU: it fell off the bus or stopped responding "
+        "(usually after Xid 79). Processes using it hang; a GPU reset rarely brings it back. "
+        "Drain the node, power-cycle it, and reseat or RMA the GPU if it recurs.",
+        Action.DRAIN_AND_REPAIR, Blame.NODE),
+    "gpu-lost": (
+        "nvidia-smi.gpu-lost", "nvidia-smi reports a GPU as lost",
+        "The GPU stopped responding to the driver. Drain the node, power-cycle it, and "
+        "reseat or RMA the GPU if it recurs.", Action.DRAIN_AND_REPAIR, Blame.NODE),
+    "insufficient-permissions": (
+        "nvidia-smi.no-permission", "nvidia-smi lacks permission to open the GPU devices",
+        "The user or container cannot open /dev/nvidia*: check the device node modes and "
+        "the container's device access.", Action.FIX_CONFIG, Blame.CONFIG),
+}
+
+
+@rule("nvidia-smi.errors", requires=("smi",),
+      produces=("nvidia-smi.cannot-communicate", "nvidia-smi.no-devices", "nvidia-smi.gpu-lost",
+                "nvidia-smi.no-permission", "nvidia-smi.nvml-init-failed", "nvidia-smi.error"))
+def smi_errors(facts: Facts) -> Iterator[Finding]:
+    """nvidia-smi prints an error instead of output: each message has a meaning
+    and a next step (a version mismatch is the driver.version-mismatch rule's)."""
+    seen: set[tuple[str, str | None]] = set()
+    for source, report in facts.get("smi"):
+        for err in report.errors:
+            if err.kind == "version-mismatch" or (err.kind, err.bus_id) in seen:
+                continue
+            seen.add((err.kind, err.bus_id))
+            ev = [evidence(source, err.line.splitlines())]
+            if err.kind in _SMI_ERRORS:
+                fid, title, why, action, blame = _SMI_ERRORS[err.kind]
+                scope = gpu_scope(err.bus_id) if err.bus_id else Scope()
+                if err.bus_id:
+                    title = f"{title} ({err.bus_id})"
+                yield finding(fid, Severity.CRITICAL if fid != "nvidia-smi.no-permission"
+                              else Severity.WARNING, title, why, action, blame, scope, ev)
+            elif err.kind == "nvml-init":
+                yield _nvml_init_failed(facts, err, ev)
+            else:
+                yield finding("nvidia-smi.error", Severity.WARNING,
+                              f"nvidia-smi failed: {err.reason or err.line.strip()[:80]}",
+                              "nvidia-smi printed an error instead of its output.",
+                              Action.NONE, Blame.UNKNOWN, evidence=ev)
+
+
+def _nvml_init_failed(facts: Facts, err, ev: list[Evidence]) -> Finding:
+    reason = err.reason or "unknown error"
+    if facts.maybe("in_container"):
+        return finding(
+            "nvidia-smi.nvml-init-failed", Severity.CRITICAL,
+            f"NVML cannot initialise inside this container: {reason}",
+            "Inside a container this usually means the container lost access to the "
+            "/dev/nvidia* devices (a systemd daemon-reload on the host rewrote the device "
+            "cgroup) or the NVIDIA runtime hook did not run. Recreate the pod; fix the host "
+            "with /dev/char symlinks (nvidia-ctk system create-dev-char-symlinks) or the "
+            "cgroupfs driver.", Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
+    return finding(
+        "nvidia-smi.nvml-init-failed", Severity.CRITICAL,
+        f"NVML cannot initialise: {reason}",
+        "The management library cannot talk to the driver, so monitoring and most CUDA "
+        "jobs fail. On a host this follows a GPU or driver fault; in a container, lost "
+        "device access. Check the kernel log; drain and reboot if the host is affected.",
+        Action.REBOOT_NODE, Blame.UNKNOWN, evidence=ev)
+
+
+_INIT_EVENTS = {
+    "rm-init-adapter-failed": ("driver.gpu-init-failed", "the driver failed to initialise a GPU",
+                               Action.DRAIN_AND_REPAIR, Blame.NODE),
+    "no-adapter-probed": ("driver.no-adapter-probed",
+                          "the nvidia module probed no GPU (another driver holds them?)",
+                          Action.FIX_CONFIG, Blame.CONFIG),
+    "gsp-firmware-missing": ("driver.gsp-firmware-missing",
+                             "GSP firmware for the loaded module is missing",
+                             Action.FIX_SOFTWARE, Blame.NODE),
+}
+_INIT_WHY = {
+    "driver.gpu-init-failed": "RmInitAdapter failed: the GPU did not come up (firmware that "
+    "did not boot, a BAR that could not be mapped, or failing hardware). It is unusable "
+    "until fixed; power-cycle the node, then repair if it persists.",
+    "driver.no-adapter-probed": "The nvidia module loaded but bound no GPU: nouveau or "
+    "another driver claimed them, or the GPUs are not visible. Blacklist nouveau, rebuild "
+    "the initramfs and reboot.",
+    "driver.gsp-firmware-missing": "The kernel module's GSP firmware file is not installed: a "
+    "half-applied driver update. Reinstall the matching driver packages (module and "
+    "firmware) and reboot.",
+}
+
+
+@rule("driver.init-events", requires=("driver_events",),
+      produces=tuple(v[0] for v in _INIT_EVENTS.values()))
+def init_events(facts: Facts) -> Iterator[Finding]:
+    """Kernel log lines showing that the driver could not bring a GPU up."""
+    groups: dict[tuple[str, str | None], list] = {}
+    for ev in facts.get("driver_events"):
+        if ev.kind in _INIT_EVENTS:
+            groups.setdefault((ev.kind, ev.bus_id), []).append(ev)
+    for (kind, bus_id), events in groups.items():
+        fid, title, action, blame = _INIT_EVENTS[kind]
+        codes = sorted({e.details.get("code") for e in events if e.details.get("code")})
+        if codes:
+            title += f" ({', '.join(codes)})"
+        if bus_id:
+            title += f" at {bus_id}"
+        yield finding(fid, Severity.CRITICAL, title, _INIT_WHY[fid], action, blame,
+                      gpu_scope(bus_id) if bus_id else Scope(),
+                      [evidence("kernel_log", [ln for e in events for ln in e.line.splitlines()],
+                                f"{len(events)} occurrence(s)" if len(events) > 1 else None,
+                                limit=12)])

@@ -1,0 +1,70 @@
+"""Rules on the NVIDIA kernel modules: the ones CUDA needs, the one GPUDirect
+RDMA needs, and all of them at one version."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gputriage.facts import Facts
+from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.rules.base import evidence, finding, rule
+
+PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+
+
+def _nvidia_lines(mods: dict) -> list[str]:
+    return [m.line for name, m in sorted(mods.items()) if name.startswith(("nvidia", "nv_"))]
+
+
+@rule("module.required", requires=("modules",),
+      produces=("module.nvidia-uvm-missing", "module.display-modules-absent",
+                "module.peermem-missing"))
+def required_modules(facts: Facts) -> Iterator[Finding]:
+    """nvidia_uvm is required for CUDA; nvidia_peermem for GPUDirect RDMA when
+    InfiniBand/RoCE HCAs are present; nvidia_modeset/nvidia_drm are optional."""
+    mods = facts.get("modules")
+    if "nvidia" not in mods:
+        return  # driver.presence reports a driver that is not loaded
+    loaded = evidence("proc_modules", _nvidia_lines(mods), "NVIDIA modules loaded")
+    if "nvidia_uvm" not in mods:
+        yield finding(
+            "module.nvidia-uvm-missing", Severity.CRITICAL,
+            "nvidia_uvm is not loaded: CUDA cannot run",
+            "CUDA needs the unified memory module: without it every CUDA program fails "
+            "(cudaErrorNoDevice / 'no CUDA-capable device') while nvidia-smi looks fine. "
+            "Load it (modprobe nvidia-uvm, or nvidia-modprobe -u -c=0) and make it load at "
+            "boot.", Action.FIX_CONFIG, Blame.NODE, Scope("module", name="nvidia_uvm"),
+            [loaded])
+    absent_display = [m for m in ("nvidia_modeset", "nvidia_drm") if m not in mods]
+    if absent_display:
+        yield finding(
+            "module.display-modules-absent", Severity.INFO,
+            f"{' and '.join(absent_display)} not loaded",
+            "Only display, some container setups and GB200/GH200 power management need "
+            "them; compute jobs do not.", Action.NONE, Blame.UNKNOWN,
+            Scope("module", name=absent_display[0]))
+    if facts.maybe("has_infiniband") and not any(m in mods for m in PEERMEM_MODULES):
+        ib = [m.line for name, m in sorted(mods.items())
+              if name.startswith(("mlx5", "ib_", "rdma"))][:6]
+        yield finding(
+            "module.peermem-missing", Severity.WARNING,
+            "InfiniBand/RoCE HCAs present but nvidia_peermem is not loaded",
+            "Without it GPUDirect RDMA is off: NCCL stages every inter-node transfer through "
+            "host memory and multi-node jobs run slower. Load nvidia_peermem (and load it "
+            "at boot).", Action.FIX_CONFIG, Blame.CONFIG,
+            Scope("module", name="nvidia_peermem"),
+            [loaded, evidence("proc_modules", ib, "RDMA stack loaded")])
+
+
+@rule("module.version-skew", requires=("module_versions",), produces=("module.version-skew",))
+def version_skew(facts: Facts) -> Iterator[Finding]:
+    """All loaded nvidia* modules must come from one driver release."""
+    versions = facts.get("module_versions").versions
+    if len(set(versions.values())) > 1:
+        lines = [f"/sys/module/{m}/version: {v}" for m, v in sorted(versions.items())]
+        yield finding(
+            "module.version-skew", Severity.CRITICAL,
+            "loaded NVIDIA modules come from different driver releases",
+            "A partial module reload or upgrade left modules of two releases loaded; they "
+            "cannot work together. Drain and reboot the node.", Action.REBOOT_NODE,
+            Blame.NODE, evidence=[evidence("sys_module_nvidia", lines)])

@@ -1,0 +1,8 @@
+"""Views: thin renderings of one analysed :class:`gputriage.model.Result`.
+
+- :mod:`gputriage.views.terminal` — the human report (rich, imported lazily).
+- :mod:`gputriage.views.jsonview` — the versioned JSON result (``gputriage/result/v1``).
+- :mod:`gputriage.views.status` — the process exit status (Nagios convention).
+
+This package imports nothing heavy so that the CLI starts fast.
+"""

@@ -1,0 +1,53 @@
+"""Exit status of a triage run, in the Nagios convention.
+
+0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (could not tell), so Slurm prolog /
+epilog scripts, NHC, cron and Kubernetes probes can act on it. Usage errors
+and unreadable input use the BSD ``sysexits`` codes so they never read as a
+health verdict.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from gputriage.model import Result, Severity
+
+
+class ExitStatus(IntEnum):
+    """Process exit codes of the ``gputriage`` commands."""
+
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+    UNKNOWN = 3
+    USAGE = 64  # EX_USAGE: bad command line
+    INPUT_ERROR = 66  # EX_NOINPUT: an input could not be read at all
+
+
+VERDICTS = ("ok", "warning", "critical", "unknown")
+
+_BY_SEVERITY = {
+    Severity.OK: ExitStatus.OK,
+    Severity.INFO: ExitStatus.OK,
+    Severity.WARNING: ExitStatus.WARNING,
+    Severity.CRITICAL: ExitStatus.CRITICAL,
+}
+
+
+def exit_status(result: Result) -> ExitStatus:
+    """The exit status of ``result``: UNKNOWN when the engine could not tell
+    (``host["verdict"] == "unknown"``), else its worst finding's severity."""
+    host = result.host if isinstance(result.host, dict) else {}
+    if host.get("verdict") == "unknown":
+        return ExitStatus.UNKNOWN
+    return _BY_SEVERITY[result.worst]
+
+
+def verdict(result: Result) -> str:
+    """The overall verdict word (``ok`` / ``warning`` / ``critical`` /
+    ``unknown``), always consistent with :func:`exit_status`."""
+    return {
+        ExitStatus.OK: "ok",
+        ExitStatus.WARNING: "warning",
+        ExitStatus.CRITICAL: "critical",
+    }.get(exit_status(result), "unknown")

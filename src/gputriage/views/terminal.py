@@ -1,0 +1,306 @@
+"""The terminal report: what a senior SRE wants to read at 3 a.m.
+
+Header (host, kernel, driver, GPU counts, verdict), one line per GPU, the
+findings worst first with their evidence, then skipped rules, unreadable
+inputs and provenance. rich is imported inside :func:`render_terminal` only,
+so importing this module keeps the CLI fast. Every piece of host text goes
+into rich ``Text`` objects (never markup), so evidence such as
+``[ 1234.5678] NVRM: Xid ...`` is printed verbatim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import TYPE_CHECKING, Any
+
+from gputriage.model import Finding, Result, Severity
+from gputriage.parsers.base import normalize_bus_id
+from gputriage.views.status import verdict
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
+EVIDENCE_CAP = 8  # lines per evidence block outside verbose mode
+
+STYLES = {
+    "ok": "bold green",
+    "info": "bold cyan",
+    "warning": "bold yellow",
+    "critical": "bold red",
+    "unknown": "bold magenta",
+    "missing": "bold red",
+}
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+Segment = tuple[str, str]  # (text, rich style; "" for none)
+
+
+class _Out:
+    """Turns plain strings into safe rich output on one console."""
+
+    def __init__(self, console: Console, verbose: bool) -> None:
+        from rich.padding import Padding
+        from rich.text import Text
+
+        self.console = console
+        self.verbose = verbose
+        self._text = Text
+        self._padding = Padding
+        encoding = (getattr(console, "encoding", None) or "utf-8").lower()
+        self.encoding = encoding
+        self.unicode = encoding.replace("-", "").startswith("utf")
+        self.dot = " · " if self.unicode else " | "
+
+    def clean(self, value: Any) -> str:
+        """``value`` as a printable string: control characters shown as
+        ``\\xNN``, characters the console cannot encode replaced."""
+        text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
+        if not self.unicode:
+            try:
+                text = text.encode(self.encoding, errors="replace").decode(self.encoding)
+            except LookupError:
+                text = text.encode("ascii", errors="replace").decode("ascii")
+        return text
+
+    def text(self, *segments: Segment) -> Any:
+        """A rich ``Text`` from (string, style) segments (no markup parsing)."""
+        out = self._text(overflow="fold")
+        for value, style in segments:
+            out.append(self.clean(value), style=style or None)
+        return out
+
+    def line(self, *segments: Segment, indent: int = 0) -> None:
+        """Print one logical line; wrapped continuations keep the indent."""
+        body = self.text(*segments)
+        if indent:
+            self.console.print(self._padding(body, (0, 0, 0, indent), expand=False),
+                               highlight=False)
+        else:
+            self.console.print(body, highlight=False)
+
+
+def _word(severity: str) -> str:
+    return severity.upper()
+
+
+def _header(out: _Out, result: Result) -> None:
+    host = result.host if isinstance(result.host, dict) else {}
+    word = verdict(result)
+    segs: list[Segment] = [(f"{_word(word):<8}", STYLES.get(word, "")), ("  ", ""),
+                           (str(host.get("hostname") or "unknown host"), "bold")]
+    if host.get("kernel"):
+        segs += [(out.dot, ""), (f"kernel {host['kernel']}", "")]
+    driver = host.get("driver")
+    if isinstance(driver, dict) and driver:
+        module = driver.get("kernel_module") or "?"
+        user = driver.get("userspace") or "?"
+        cuda = driver.get("cuda") or "?"
+        if module == user:  # the usual case: say it once
+            segs += [(out.dot, ""), (f"driver {module} / CUDA {cuda}", "")]
+        else:  # a module / userspace mismatch breaks NVML: make it stand out
+            style = "bold red" if "?" not in (module, user) else ""
+            segs += [(out.dot, ""),
+                     (f"driver {module} module / {user} userspace / CUDA {cuda}", style)]
+    elif driver:
+        segs += [(out.dot, ""), (f"driver {driver}", "")]
+    on_pci, visible = host.get("gpus_on_pci"), host.get("gpus_visible")
+    if on_pci is not None or visible is not None:
+        bad = on_pci is not None and visible is not None and on_pci != visible
+        segs += [(out.dot, ""),
+                 (f"GPUs {_or_q(on_pci)} on PCI / {_or_q(visible)} visible",
+                  "bold red" if bad else "")]
+    out.line(*segs)
+    second: list[Segment] = []
+    if host.get("os"):
+        second.append((str(host["os"]), "dim"))
+    counts = [(f"{n} {sev}", STYLES[sev]) for sev, n in _counts(result)]
+    second += counts or [("no findings", "")]
+    out.line(*_join(out, second), indent=10)
+    if word == "unknown":
+        out.line(("could not tell: no rule could decide; see skipped rules and "
+                  "unreadable inputs below", STYLES["unknown"]), indent=10)
+
+
+def _or_q(value: Any) -> str:
+    return "?" if value is None else str(value)
+
+
+def _join(out: _Out, segs: list[Segment]) -> list[Segment]:
+    joined: list[Segment] = []
+    for i, seg in enumerate(segs):
+        if i:
+            joined.append((out.dot, ""))
+        joined.append(seg)
+    return joined
+
+
+def _counts(result: Result) -> list[tuple[str, int]]:
+    order = [Severity.CRITICAL, Severity.WARNING, Severity.INFO, Severity.OK]
+    return [(sev.value, n) for sev in order
+            if (n := sum(1 for f in result.findings if f.severity is sev))]
+
+
+def _bus(value: Any) -> str | None:
+    if not value:
+        return None
+    return normalize_bus_id(str(value)) or str(value).strip().lower()
+
+
+def _gpu_findings(result: Result, gpu: dict) -> list[Finding]:
+    """Findings scoped to ``gpu`` (by index, UUID or PCI bus id)."""
+    bus, uuid, index = _bus(gpu.get("pci_bus_id")), gpu.get("uuid"), gpu.get("index")
+    hits = []
+    for f in result.findings:
+        s = f.scope
+        if s.kind != "gpu":
+            continue
+        if ((uuid and s.uuid and s.uuid == uuid)
+                or (bus and s.pci_bus_id and _bus(s.pci_bus_id) == bus)
+                or (index is not None and s.gpu_index is not None and s.gpu_index == index
+                    and not (s.uuid and uuid) and not (s.pci_bus_id and bus))):
+            hits.append(f)
+    return hits
+
+
+def _gpu_status(result: Result, gpu: dict) -> str:
+    if gpu.get("visible") is False:
+        return "missing"
+    ranks = [f.severity.rank for f in _gpu_findings(result, gpu)]
+    with contextlib.suppress(ValueError):
+        ranks.append(Severity(str(gpu.get("severity") or "ok").lower()).rank)
+    worst = max(ranks, default=0)
+    return {3: "critical", 2: "warning"}.get(worst, "ok")
+
+
+def _short_uuid(uuid: Any) -> str:
+    if not uuid:
+        return "-"
+    text = str(uuid)
+    head, _, rest = text.partition("-")
+    return f"{head}-{rest[:8]}" if rest and head.upper() in ("GPU", "MIG") else text[:12]
+
+
+def _gpus(out: _Out, result: Result) -> None:
+    from rich.cells import cell_len
+
+    rows: list[list[Segment]] = []
+    for gpu in result.gpus:
+        if not isinstance(gpu, dict):
+            continue
+        status = _gpu_status(result, gpu)
+        pm = gpu.get("persistence_mode")
+        persistence = "persistence ?" if pm is None else f"persistence {'on' if pm else 'off'}"
+        index = gpu.get("index")
+        rows.append([
+            (f"GPU {'?' if index is None else index}", "bold"),
+            (str(gpu.get("pci_bus_id") or "-"), ""),
+            (str(gpu.get("name") or "-"), ""),
+            (_short_uuid(gpu.get("uuid")), "dim"),
+            (persistence, "yellow" if pm is False else ""),
+            (_word(status), STYLES[status]),
+        ])
+    if not rows:
+        return
+    rows = [[(out.clean(v), style) for v, style in row] for row in rows]
+    widths = [max(cell_len(row[i][0]) for row in rows) for i in range(len(rows[0]))]
+    out.console.print()
+    for row in rows:
+        segs: list[Segment] = []
+        for i, (value, style) in enumerate(row):
+            segs.append((value, style))
+            if i < len(row) - 1:
+                segs.append((" " * (widths[i] - cell_len(value) + 2), ""))
+        out.line(*segs)
+
+
+def _finding_head(out: _Out, f: Finding) -> list[Segment]:
+    sev = f.severity.value
+    return [(f"{_word(sev):<8}", STYLES[sev]), ("  ", ""), (f.title, "bold"),
+            ("  [", "dim"), (f.scope.label(), "cyan"), ("]  ", "dim"), (f.id, "dim")]
+
+
+def _finding_full(out: _Out, f: Finding) -> None:
+    out.console.print()
+    out.line(*_finding_head(out, f))
+    out.line(("blame: ", "dim"), (f.blame.value, "bold"), (out.dot, "dim"),
+             ("action: ", "dim"), (f.action.value, "bold"), indent=10)
+    if f.explanation:
+        out.line((f.explanation, ""), indent=10)
+    for ev in f.evidence:
+        head: list[Segment] = [("source: ", "dim"), (ev.source, "bold")]
+        if ev.note:
+            head += [(out.dot, "dim"), (ev.note, "italic")]
+        out.line(*head, indent=10)
+        lines = [part for line in ev.lines for part in str(line).splitlines() or [""]]
+        shown = lines if out.verbose else lines[:EVIDENCE_CAP]
+        for line in shown:
+            out.line((line, ""), indent=12)
+        if len(lines) > len(shown):
+            out.line((f"(+{len(lines) - len(shown)} more lines)", "dim"), indent=12)
+    if f.references:
+        out.line(("refs: ", "dim"), (", ".join(map(str, f.references)), "dim"), indent=10)
+
+
+def _findings(out: _Out, result: Result) -> None:
+    ordered = result.sorted_findings()
+    serious = [f for f in ordered if f.severity.rank >= Severity.WARNING.rank]
+    minor = [f for f in ordered if f.severity.rank < Severity.WARNING.rank]
+    if not ordered:
+        out.console.print()
+        out.line(("No findings.", STYLES["ok"] if verdict(result) == "ok" else ""))
+        return
+    for f in serious:
+        _finding_full(out, f)
+    if not minor:
+        return
+    if out.verbose:
+        for f in minor:
+            _finding_full(out, f)
+        return
+    out.console.print()
+    for f in minor:
+        out.line(*_finding_head(out, f))
+
+
+def _tail(out: _Out, result: Result) -> None:
+    if result.skipped or result.unreadable or result.inputs:
+        out.console.print()
+    if result.skipped:
+        n = len(result.skipped)
+        hint = "" if out.verbose else "; verbose mode lists them"
+        out.line((f"{n} rule{'s' if n != 1 else ''} skipped (missing inputs){hint}", "dim"))
+        if out.verbose:
+            for s in result.skipped:
+                out.line((s.rule, "bold"), (": ", "dim"), (s.reason, "dim"), indent=2)
+    if result.unreadable:
+        out.line(("Unreadable inputs:", STYLES["warning"]))
+        for problem in result.unreadable:
+            out.line((problem, "yellow"), indent=2)
+    for item in result.inputs:
+        if not isinstance(item, dict):
+            continue
+        names = [str(n) for n in item.get("sources") or []]
+        segs: list[Segment] = [("input: ", "dim"), (str(item.get("origin") or "?"), ""),
+                               (f" ({len(names)} source{'s' if len(names) != 1 else ''})",
+                                "dim")]
+        if out.verbose and names:
+            segs.append((": " + ", ".join(names), "dim"))
+        out.line(*segs)
+
+
+def render_terminal(result: Result, console: Console | None = None, *,
+                    verbose: bool = False) -> None:
+    """Print the report of ``result`` on ``console`` (default: a stdout
+    console that drops colour when not a TTY or when ``NO_COLOR`` is set).
+    ``verbose`` lists skipped rules, input sources and all evidence lines."""
+    if console is None:
+        from rich.console import Console
+
+        console = Console(highlight=False)
+    out = _Out(console, verbose)
+    _header(out, result)
+    _gpus(out, result)
+    _findings(out, result)
+    _tail(out, result)
