@@ -1,1 +1,37 @@
-"""Parsers: pure functions from a source's text to typed dataclasses."""
+"""Parsers: pure functions from a source's text (or JSON document) to typed
+dataclasses. ``PARSERS`` maps each source name to its parser, for the
+conformance test and for anyone who wants one source parsed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["PARSERS", "parser_for"]
+
+# source name -> (module, function name, takes decoded JSON)
+PARSERS: dict[str, tuple[str, str, bool]] = {
+    "nvidia_smi_q_xml": ("nvsmi_xml", "parse_nvsmi_xml", False),
+    "nvidia_smi_q": ("nvsmi_text", "parse_nvsmi_text", False),
+    "nvidia_smi": ("nvsmi_table", "parse_nvsmi_table", False),
+    "nvml": ("nvml", "parse_nvml", True),
+    "proc_driver_nvidia_version": ("driver", "parse_proc_driver_version", False),
+    "proc_driver_nvidia_gpus": ("driver", "parse_gpus_information", True),
+    "sys_module_nvidia": ("driver", "parse_sys_module_versions", True),
+    "nvidia_libs": ("driver", "parse_nvidia_libs", True),
+    "proc_modules": ("modules", "parse_modules", False),
+    "proc_devices": ("devices", "parse_proc_devices", False),
+    "dev_nvidia": ("devices", "parse_devnodes", True),
+    "pci_devices": ("pci", "parse_pci_tree", True),
+    "systemctl_persistenced": ("systemd", "parse_systemctl_show", False),
+    "systemctl_fabricmanager": ("systemd", "parse_systemctl_show", False),
+    "kernel_log": ("kernel_events", "scan_driver_events", False),
+}
+
+
+def parser_for(source: str) -> tuple[Callable[[Any], Any], bool]:
+    """The parser of a source and whether it takes a decoded JSON document."""
+    import importlib
+
+    module, func, as_json = PARSERS[source]
+    return getattr(importlib.import_module(f"gputriage.parsers.{module}"), func), as_json

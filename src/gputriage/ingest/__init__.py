@@ -1,0 +1,288 @@
+"""Turn what the user names on the command line into one :class:`Snapshot`.
+
+An input is a snapshot directory or tarball, an nvidia-bug-report.log (plain
+or gzip), or a pasted output recognised by its content, or ``-`` for stdin.
+Reading is bounded: at most :data:`CAP_BYTES` of each input is kept (the
+tail, where the current boot is), NUL padding is skipped, and a truncated
+gzip gives a partial analysis when anything came out of it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import sys
+import tarfile
+import zlib
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from gputriage.errors import InputError
+from gputriage.ingest.bugreport import is_bug_report, split_with_headers
+from gputriage.ingest.detect import EXPECTED, detect, kernel_lines
+from gputriage.snapshot import READ_CAP_BYTES, Captured, Snapshot, decode
+
+__all__ = ["CAP_BYTES", "EXPECTED", "load_input", "load_inputs", "load_text"]
+
+CAP_BYTES = READ_CAP_BYTES  # most bytes kept per input (the tail)
+DETECT_BYTES = 1 << 20  # detection looks at this much text of a large input
+_SNIFF = 64 * 1024
+_CHUNK = 1 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
+_CONTROL = bytes(b for b in range(1, 32) if b not in (9, 10, 11, 12, 13, 27)) + b"\x7f"
+
+
+@dataclass
+class _Raw:
+    """Bytes kept from one input and what happened while reading it."""
+
+    data: bytes
+    total: int  # bytes seen (after decompression, NULs included)
+    truncated: bool = False
+    problems: list[str] = field(default_factory=list)
+
+
+def _human(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _blocks(fh: BinaryIO) -> Iterator[bytes]:
+    return iter(lambda: fh.read(_CHUNK), b"")
+
+
+def _gunzip(fh: BinaryIO) -> Iterator[bytes]:
+    """Decompress gzip members as they come (bounded output per step); a stream
+    that stops inside a member raises EOFError after what could be decoded."""
+    dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    for comp in _blocks(fh):
+        data = comp
+        while data:
+            out = dec.decompress(data, _CHUNK)
+            if out:
+                yield out
+            data = dec.unconsumed_tail
+            if dec.eof:
+                data = dec.unused_data
+                if not data.startswith(_GZIP_MAGIC):
+                    return  # trailing padding after the last member
+                dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if not dec.eof:
+        while out := dec.decompress(dec.unconsumed_tail, _CHUNK):
+            yield out
+        if dec.unconsumed_tail or not dec.eof:
+            raise EOFError("compressed stream ended before the end-of-stream marker")
+
+
+def _read_stream(stream: Iterable[bytes], origin: str, cap: int) -> _Raw:
+    """Read to the end keeping only the last ``cap`` bytes (NULs dropped)."""
+    chunks: deque[bytes] = deque()
+    kept = total = 0
+    dropped = False
+    try:
+        for chunk in stream:
+            total += len(chunk)
+            chunk = chunk.replace(b"\0", b"")
+            chunks.append(chunk)
+            kept += len(chunk)
+            while chunks and kept - len(chunks[0]) >= cap:
+                kept -= len(chunks.popleft())
+                dropped = True
+    except (EOFError, zlib.error) as exc:
+        if not kept:
+            raise InputError(f"{origin}: truncated or corrupt gzip") from None
+        raw = _Raw(b"".join(chunks), total, dropped)
+        raw.problems.append(f"{origin}: truncated or corrupt gzip ({exc}); analysing the "
+                            f"{_human(total)} that could be decompressed")
+        return _trim(raw, cap, origin)
+    return _trim(_Raw(b"".join(chunks), total, dropped), cap, origin)
+
+
+def _trim(raw: _Raw, cap: int, origin: str) -> _Raw:
+    if len(raw.data) > cap:
+        raw.data = raw.data[-cap:]
+        raw.truncated = True
+    if raw.truncated:
+        raw.problems.append(f"{origin}: {_human(raw.total)}, only the last {_human(cap)} read")
+    return raw
+
+
+def _read_file(path: str, fh: BinaryIO, size: int, cap: int) -> _Raw:
+    """A regular file: seek to its last ``cap`` bytes instead of reading it all."""
+    start = max(0, size - cap)
+    fh.seek(start)
+    parts: list[bytes] = []
+    left = cap
+    while left > 0:
+        here = fh.tell()
+        data_at = _next_data(fh, here)
+        if data_at is None:
+            break
+        left -= data_at - here  # a hole (sparse file) reads as NULs: skip it
+        fh.seek(data_at)
+        chunk = fh.read(max(0, min(_CHUNK, left)))
+        if not chunk:
+            break
+        left -= len(chunk)
+        parts.append(chunk.replace(b"\0", b""))
+    raw = _Raw(b"".join(parts), size, truncated=start > 0)
+    if start:
+        raw.problems.append(f"{path}: {_human(size)}, only the last {_human(cap)} read")
+    return raw
+
+
+def _next_data(fh: BinaryIO, pos: int) -> int | None:
+    """Where data resumes at or after ``pos`` (None: only a hole is left)."""
+    try:
+        return os.lseek(fh.fileno(), pos, os.SEEK_DATA)
+    except OSError as exc:
+        return None if exc.errno == errno.ENXIO else pos
+    except (AttributeError, ValueError):
+        return pos
+
+
+def _read_path(path: str) -> _Raw | Snapshot:
+    """Read one named input; a snapshot directory or tarball loads directly."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file or directory") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        return Snapshot.load(path)
+    regular = stat.S_ISREG(st.st_mode)
+    if regular and _is_tar(path):
+        return Snapshot.load(path)
+    try:
+        with open(path, "rb") as fh:
+            if not regular:
+                return _read_stream(_blocks(fh), path, CAP_BYTES)
+            if fh.read(2) == _GZIP_MAGIC:
+                fh.seek(0)
+                return _read_stream(_gunzip(fh), path, CAP_BYTES)
+            return _read_file(path, fh, st.st_size, CAP_BYTES)
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _is_tar(path: str) -> bool:
+    """A tarball (plain, gzip, bzip2 or xz), recognised from its first bytes only."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1024)
+        if head.startswith(_GZIP_MAGIC):
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 512)
+        elif head.startswith((b"BZh", b"\xfd7zXZ")):
+            return tarfile.is_tarfile(path)
+    except (OSError, EOFError, zlib.error, tarfile.TarError, ValueError):
+        return False
+    return head[257:262] == b"ustar"
+
+
+def _is_binary(sample: bytes) -> bool:
+    if not sample:
+        return False
+    ctrl = sum(sample.count(bytes([c])) for c in _CONTROL)
+    return ctrl > max(8, len(sample) // 20)
+
+
+def _record(origin: str, text: str, kind: str, truncated: bool) -> dict:
+    return {"kind": kind, "origin": origin, "target": None, "rc": None, "duration_s": None,
+            "bytes": len(text.encode("utf-8", errors="replace")), "truncated": truncated,
+            "error": None, "error_detail": None, "file": None}
+
+
+def _pieces(text: str) -> list[tuple[str, str]]:
+    """Detected pieces; a large input is classified on its head, its log lines on all."""
+    if len(text) <= DETECT_BYTES:
+        return detect(text)
+    cut = text.rfind("\n", 0, DETECT_BYTES)
+    pieces = [p for p in detect(text[: cut if cut > 0 else DETECT_BYTES]) if p[0] != "kernel_log"]
+    kern = kernel_lines(text)
+    return pieces + ([("kernel_log", kern)] if kern else [])
+
+
+def _from_bug_report(text: str, origin: str, problems: list[str], truncated: bool) -> Snapshot:
+    caps: dict[str, Captured] = {}
+    for name, (header, body, error) in split_with_headers(text).items():
+        rec = _record(origin, body or "", "bug-report", truncated)
+        if error:
+            rec.update(error=error, error_detail=f"{header}: {error} on the reporting host")
+        caps[name] = Captured(name, body, rec, f"{origin}#{header}")
+    if not any(c.text is not None for c in caps.values()):
+        problems.append(f"{origin}: an nvidia-bug-report log with no section gputriage reads")
+    return Snapshot(caps, None, origin, problems)
+
+
+def load_text(text: str, origin: str, problems: Sequence[str] = (),
+              truncated: bool = False) -> Snapshot:
+    """A snapshot from already-decoded text: a bug report or a pasted output."""
+    probs = list(problems)
+    if is_bug_report(text):
+        return _from_bug_report(text, origin, probs, truncated)
+    pieces = _pieces(text)
+    if not pieces:
+        raise InputError(f"{origin}: unrecognised content; {EXPECTED}")
+    caps = {name: Captured(name, body, _record(origin, body, "pasted", truncated), origin)
+            for name, body in pieces}
+    return Snapshot(caps, None, origin, probs)
+
+
+def load_input(path: str) -> Snapshot:
+    """One input (a path, or ``-`` for stdin) as a snapshot; InputError with one line if not."""
+    if path == "-":
+        origin = "<stdin>"
+        raw: _Raw | Snapshot = _read_stream(_blocks(sys.stdin.buffer), origin, CAP_BYTES)
+    else:
+        origin = path
+        raw = _read_path(path)
+    if isinstance(raw, Snapshot):
+        return raw
+    if raw.total == 0:
+        raise InputError(f"{origin}: empty file")
+    if _is_binary(raw.data[:_SNIFF]) or not raw.data:
+        raise InputError(f"{origin}: binary data, not a text output")
+    text = decode(raw.data)
+    if raw.truncated and "\n" in text:
+        text = text[text.index("\n") + 1:]  # the first line was cut in the middle
+    if not text.strip():
+        raise InputError(f"{origin}: empty file")
+    return load_text(text, origin, raw.problems, raw.truncated)
+
+
+def load_inputs(paths: Sequence[str]) -> Snapshot:
+    """All inputs combined into one host view.
+
+    Inputs that fail are reported in ``problems`` as long as one succeeds; when
+    none can be read, one InputError says why.
+    """
+    if not paths:
+        raise InputError(f"no input given; {EXPECTED}")
+    good: list[Snapshot] = []
+    failed: list[str] = []
+    for path in paths:
+        try:
+            good.append(load_input(path))
+        except InputError as exc:
+            failed.append(str(exc))
+    if not good:
+        if len(failed) == 1:
+            raise InputError(failed[0])
+        raise InputError("no input could be read: " + "; ".join(failed))
+    snap = good[0]
+    for other in good[1:]:
+        snap.merge(other)
+    snap.problems.extend(failed)
+    return snap

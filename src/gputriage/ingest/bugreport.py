@@ -1,0 +1,155 @@
+"""Split an nvidia-bug-report.log into the sources gputriage knows.
+
+``nvidia-bug-report.sh`` writes a prologue, then sections separated by a line
+of underscores. A file section starts ``*** /path`` (followed by an
+``*** ls: ...`` metadata line, or reads ``*** /path does not exist`` / ``is
+not readable``); a command section starts with the command line
+(``/usr/bin/nvidia-smi --query``) and may hold several commands; the kernel
+sections start ``dmesg:`` and ``Scanning kernel log files for NVIDIA kernel
+messages:``.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from dataclasses import dataclass
+
+from gputriage import sources
+from gputriage.ingest.detect import kernel_lines, source_for_command
+
+__all__ = ["Section", "is_bug_report", "sections", "split_bug_report", "split_with_headers"]
+
+_SEP = re.compile(r"^_{20,}\s*$")
+_CMD_LINE = re.compile(r"^/\S*/(?:nvidia-smi|lspci|nvidia-debugdump|modinfo|journalctl|systemctl"
+                       r"|nvidia-container-cli|ibstat|numactl|lsmod|dmesg)\b.*$")
+_GPU_INFO = re.compile(r"^/proc/driver/nvidia/gpus/(?P<bus>[^/]+)/information$")
+_FILE_SOURCES = {s.path: s.name for s in sources.SOURCES if s.kind == "file" and s.path}
+_MARKERS = ("Start of NVIDIA bug report log file", "nvidia-bug-report.sh Version:")
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section (or one command of a section) of a bug report."""
+
+    header: str
+    body: str
+    error: str | None = None  # absent | permission, for "*** path does not exist" etc.
+
+
+def is_bug_report(text: str) -> bool:
+    """Whether a text is (the start or a part of) an nvidia-bug-report.log."""
+    head = text[: 1 << 20]
+    if any(m in head for m in _MARKERS):
+        return True
+    seps = sum(1 for ln in head.splitlines() if _SEP.match(ln))
+    return seps >= 3 and re.search(r"^\*\*\* /(?:proc|etc|var|sys)/", head, re.M) is not None
+
+
+def sections(text: str) -> list[Section]:
+    """The report's sections in order, commands of one section split apart."""
+    out: list[Section] = []
+    chunk: list[str] = []
+    for ln in text.splitlines() + ["_" * 44]:
+        if not _SEP.match(ln):
+            chunk.append(ln)
+            continue
+        while chunk and not chunk[0].strip():
+            chunk.pop(0)
+        if chunk:
+            out.extend(_split_chunk(chunk))
+        chunk = []
+    return out
+
+
+def _split_chunk(lines: list[str]) -> list[Section]:
+    head = lines[0].strip()
+    if head.startswith("*** "):
+        path = head[4:].strip()
+        for suffix, err in ((" does not exist", "absent"), (" is not readable", "permission")):
+            if path.endswith(suffix):
+                gone = path[: -len(suffix)]
+                return [Section(posixpath.normpath(gone) if gone.startswith("/") else gone,
+                                "", err)]
+        body = lines[1:]
+        if body and body[0].startswith("*** ls:"):
+            body = body[1:]
+        norm = posixpath.normpath(path) if path.startswith("/") else path
+        return [Section(norm, "\n".join(body).strip("\n"))]
+    out: list[Section] = []
+    start = 0
+    for i in range(1, len(lines) + 1):
+        if i == len(lines) or _CMD_LINE.match(lines[i]):
+            out.append(Section(lines[start].strip(), "\n".join(lines[start + 1:i]).strip("\n")))
+            start = i
+    return out
+
+
+def _kernel_from_scan(body: str) -> str:
+    """Kernel lines of the "Scanning kernel log files" section, current boot preferred."""
+    parts = re.split(r"^\s{2}(\S.*):\s*$", body, flags=re.M)
+    named = dict(zip(parts[1::2], parts[2::2], strict=True))
+    for key in ("journalctl -b -0", "journalctl -b 0"):
+        if key in named:
+            return kernel_lines(named[key])
+    return kernel_lines(body)
+
+
+def _name_for(sec: Section) -> str | None:
+    h = sec.header
+    if h.startswith("/") and not _CMD_LINE.match(h):
+        if h in _FILE_SOURCES:
+            return _FILE_SOURCES[h]
+        if _GPU_INFO.match(h):
+            return "proc_driver_nvidia_gpus"
+        return "fabricmanager_journal" if "fabricmanager" in h and ".log" in h else None
+    if h.startswith("dmesg"):
+        return "kernel_log"
+    return source_for_command(h)
+
+
+def split_with_headers(text: str) -> dict[str, tuple[str, str | None, str | None]]:
+    """Source name -> ``(section header, text or None, error kind or None)``."""
+    out: dict[str, tuple[str, str | None, str | None]] = {}
+    gpus: dict[str, str] = {}
+    scan: Section | None = None
+    for sec in sections(text):
+        if sec.header.startswith("Scanning kernel log files"):
+            scan = sec
+            continue
+        if sec.header.startswith("uname:"):
+            out.setdefault("uname", (sec.header, sec.header[6:].strip() + "\n", None))
+            continue
+        for ln in sec.body.splitlines():
+            if ln.startswith("uname:"):
+                out.setdefault("uname", ("uname", ln[6:].strip() + "\n", None))
+        name = _name_for(sec)
+        if name is None:
+            continue
+        if name == "proc_driver_nvidia_gpus":
+            m = _GPU_INFO.match(sec.header)
+            if m and sec.error is None:
+                gpus[f"{m.group('bus')}/information"] = sec.body + "\n"
+            continue
+        body: str | None = sec.body + "\n" if sec.error is None else None
+        prev = out.get(name)
+        if prev and prev[1] is not None and body is not None:
+            out[name] = (f"{prev[0]}, {sec.header}", prev[1] + body, None)
+        elif prev is None or prev[1] is None:
+            out[name] = (sec.header, body, sec.error)
+    if gpus:
+        doc = {"files": gpus, "links": {}, "errors": {}}
+        out["proc_driver_nvidia_gpus"] = ("/proc/driver/nvidia/gpus/*/information",
+                                          json.dumps(doc, indent=1, sort_keys=True), None)
+    if scan is not None and (out.get("kernel_log") or ("", None, None))[1] is None:
+        body = _kernel_from_scan(scan.body)
+        if body:
+            out["kernel_log"] = (scan.header, body, None)
+    return out
+
+
+def split_bug_report(text: str) -> dict[str, str]:
+    """Map the report's sections onto source names: ``{name: text}`` (readable ones only)."""
+    return {name: body for name, (_, body, _) in split_with_headers(text).items()
+            if body is not None}

@@ -1,0 +1,407 @@
+"""Recognise pasted command outputs by their content (never by file name).
+
+A paste may hold one output or a shell session with several: prompt lines
+(``$ cmd``, ``# cmd``, ``user@host:~$ cmd``) and markdown fences act as
+barriers, and each block found is claimed by one source. Lines nobody
+claims are ignored. A segment whose content is not recognised falls back on
+the command in its prompt line (``$ nvidia-smi -q | grep Fabric``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+
+from gputriage import sources
+
+__all__ = ["EXPECTED", "detect", "is_kernel_line", "kernel_lines", "source_for_command"]
+
+EXPECTED = (
+    "expected a gputriage snapshot (dir or .tar.gz), an nvidia-bug-report.log(.gz), or a "
+    "pasted output: nvidia-smi -q -x XML, nvidia-smi -q text, the nvidia-smi table or its "
+    "error message, nvidia-smi -L, nvidia-smi topo -m, nvidia-smi nvlink -s, "
+    "/proc/driver/nvidia/version, lsmod or /proc/modules, a kernel log "
+    "(dmesg/journalctl/syslog), ibstat, numactl -H, lspci -vvv, systemctl show/status of "
+    "nvidia-persistenced or nvidia-fabricmanager, a fabric manager log, "
+    "nvidia-container-cli info"
+)
+
+_BARRIER = "#barrier"
+_PROMPT = re.compile(
+    r"^\s*(?:\([^)]*\)\s*)?"
+    r"(?:[\w.-]+@[\w.-]+(?::[^\s$#]*)?\s*[$#]|\[[^\]\s]+@[^\]]+\]\s*[$#]|[$#])"
+    r"\s+(?P<cmd>\S.*)$")
+_BARE_CMD = re.compile(
+    r"^\s*(?P<cmd>(?:sudo\s+)?(?:nvidia-smi|dmesg|journalctl|lsmod|ibstat|numactl|lspci"
+    r"|systemctl|nvidia-container-cli)(?:\s+(?:[-|]|topo\b|nvlink\b|show\b|status\b|info\b)"
+    r".*)?)\s*$")
+_FENCE = re.compile(r"^\s*```")
+
+# --- kernel log lines -----------------------------------------------------------
+_KERNEL_START = re.compile("|".join(f"(?:{p})" for p in (
+    r"\s*(?:>\s*)?\[\s*\d+\.\d+\]",  # dmesg raw
+    r"\s*(?:>\s*)?\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\]",
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d+[+-]\d\d:?\d\d\s",  # dmesg --time-format iso
+    r"\s*kernel:\s",
+    r"\{.*\"(?:_TRANSPORT|SYSLOG_IDENTIFIER)\"\s*:\s*\"kernel\"",  # journalctl -o json
+    r"\s*(?:nvidia(?:-(?:modeset|nvlink|uvm|drm|peermem|nvswitch\d*))?|nvidia_uvm|nvidia_drm)"
+    r"(?::|\s+[0-9a-f]{4}:[0-9a-f]{2}:)",
+)))
+_SYSLOG_KERNEL = re.compile(r"\d\d:\d\d:\d\d\S*\s+\S+\s+kernel(?:\[\d+\])?:\s")
+_TALOS_KERNEL = re.compile(r"\bkern:\s*\w+:\s*\[")
+_BOOT_MARK = re.compile(r"^-- (?:Boot [0-9a-f]+|Logs begin|Journal begins|No entries|Reboot)")
+
+
+def is_kernel_line(line: str) -> bool:
+    """Whether one line looks like a kernel log record (any common format)."""
+    if "NVRM:" in line or _KERNEL_START.match(line):
+        return True
+    if "kernel" in line and _SYSLOG_KERNEL.search(line):
+        return True
+    return "kern:" in line and _TALOS_KERNEL.search(line) is not None
+
+
+def kernel_lines(text: str) -> str:
+    """The kernel log records (and journal boot markers) of a text, in order."""
+    kept = [ln for ln in text.splitlines() if is_kernel_line(ln) or _BOOT_MARK.match(ln)]
+    return "\n".join(kept) + "\n" if any(is_kernel_line(ln) for ln in kept) else ""
+
+
+# --- command hints ---------------------------------------------------------------
+_FILE_SOURCES = {s.path: s.name for s in sources.SOURCES if s.kind == "file" and s.path}
+_LOG_FILES = re.compile(r"/var/log/(?:syslog|messages|kern\.log|dmesg)")
+
+
+def source_for_command(cmd: str) -> str | None:
+    """The source a command line (``sudo nvidia-smi -q | grep X``) produces, if known."""
+    first = cmd.split("|")[0].split()
+    while first and (first[0] in ("sudo", "env", "command") or "=" in first[0]):
+        first = first[1:]
+    if not first:
+        return None
+    prog, args = os.path.basename(first[0]), [a.strip("'\"") for a in first[1:]]
+    a = set(args)
+    if prog == "nvidia-smi":
+        if "topo" in a:
+            return "nvidia_smi_topo" if a & {"-m", "--matrix"} else None
+        if "nvlink" in a:
+            if a & {"-e", "--errorcounters"}:
+                return "nvidia_smi_nvlink_errors"
+            return "nvidia_smi_nvlink_status" if a & {"-s", "--status"} else None
+        if a & {"-q", "--query", "-a"} or any(x.startswith("--query") and "=" not in x
+                                              for x in a):
+            if a & {"-u", "--unit"}:
+                return None
+            return "nvidia_smi_q_xml" if a & {"-x", "--xml-format"} else "nvidia_smi_q"
+        rest = [x for x in args if not re.fullmatch(r"-i|--id(=\S+)?|\d+|-L|--list-gpus", x)]
+        return None if rest else "nvidia_smi"
+    if prog == "dmesg":
+        return "kernel_log"
+    if prog == "journalctl":
+        if a & {"-k", "--dmesg"} or "_TRANSPORT=kernel" in a:
+            return "kernel_log"
+        return "fabricmanager_journal" if "fabricmanager" in cmd else None
+    if prog in ("cat", "tail", "head", "less", "more", "zcat", "grep"):
+        for arg in args:
+            if arg in _FILE_SOURCES:
+                return _FILE_SOURCES[arg]
+            if _LOG_FILES.match(arg):
+                return "kernel_log"
+            if "fabricmanager" in arg and arg.endswith(".log"):
+                return "fabricmanager_journal"
+        return None
+    if prog == "systemctl" and a & {"show", "status"}:
+        if "persistenced" in cmd:
+            return "systemctl_persistenced"
+        return "systemctl_fabricmanager" if "fabricmanager" in cmd else None
+    if prog == "lspci":
+        return "lspci_nvidia" if "10de" in cmd or "nvidia" in cmd.lower() else None
+    if prog == "nvidia-container-cli":
+        return "nvidia_container_cli_info" if "info" in a else None
+    return {"lsmod": "proc_modules", "ibstat": "ibstat",
+            "numactl": "numactl" if a & {"-H", "--hardware"} else None}.get(prog)
+
+
+# --- block detectors ---------------------------------------------------------------
+class _Doc:
+    """Lines of a paste and which source claimed each one."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+        self.owner: list[str | None] = [None] * len(self.lines)
+
+    def free(self, i: int) -> bool:
+        return 0 <= i < len(self.lines) and self.owner[i] is None
+
+    def extend(self, i: int, pred: Callable[[str], bool]) -> int:
+        """First index >= i that is claimed or fails ``pred``."""
+        while self.free(i) and pred(self.lines[i]):
+            i += 1
+        return i
+
+    def claim(self, name: str, start: int, end: int) -> None:
+        while end > start and not self.lines[end - 1].strip():
+            end -= 1
+        for j in range(start, end):
+            if self.owner[j] is None:
+                self.owner[j] = name
+
+    def next_nonblank(self, i: int) -> int:
+        while self.free(i) and not self.lines[i].strip():
+            i += 1
+        return i
+
+
+def _blocks(doc: _Doc, name: str, start: re.Pattern[str], cont: Callable[[str], bool],
+            confirm: Callable[[_Doc, int], bool] | None = None) -> None:
+    """Claim every block that begins at a ``start`` line and goes on while ``cont``."""
+    i = 0
+    while i < len(doc.lines):
+        if doc.free(i) and start.search(doc.lines[i]) and (confirm is None or confirm(doc, i)):
+            end = doc.extend(i + 1, cont)
+            doc.claim(name, i, end)
+            i = max(end, i + 1)
+        else:
+            i += 1
+
+
+def _lines(doc: _Doc, name: str, pat: re.Pattern[str]) -> None:
+    for i, ln in enumerate(doc.lines):
+        if doc.owner[i] is None and pat.search(ln):
+            doc.owner[i] = name
+
+
+_XML_END = re.compile(r"</nvidia_smi_log>")
+
+
+def _xml(doc: _Doc) -> None:
+    for i, ln in enumerate(doc.lines):
+        if doc.free(i) and ("<nvidia_smi_log" in ln or (
+                "<?xml" in ln and any("nvidia_smi_log" in x for x in doc.lines[i + 1:i + 4]))):
+            end = doc.extend(i, lambda s: not _XML_END.search(s))
+            doc.claim("nvidia_smi_q_xml", i, min(end + 1, len(doc.lines)))
+            return
+
+
+_Q_START = re.compile(r"^=+\s*NVSMI LOG\s*=+\s*$|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+                      r"[0-9A-Fa-f]{2}\.[0-7]\s*$")
+_Q_CONT = re.compile(r"^\s*$|^\s|^[A-Z][\w ()/.,-]{0,80}\s:(?:\s|$)")
+
+
+def _q_confirm(doc: _Doc, i: int) -> bool:
+    j = doc.next_nonblank(i + 1)
+    return "NVSMI" in doc.lines[i] or (doc.free(j) and bool(re.match(r"^\s+\S", doc.lines[j])))
+
+
+_TABLE_HEAD = re.compile(r"^\s*\|\s*NVIDIA-SMI\s+\S")
+_TABLE_LINE = re.compile(r"^\s*[+|]")
+_CLOCK = re.compile(r"^\s*[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d \d{4}\s*$")
+
+
+def _table(doc: _Doc) -> None:
+    for i, ln in enumerate(doc.lines):
+        if not (doc.free(i) and _TABLE_HEAD.match(ln)):
+            continue
+        s = i
+        while doc.free(s - 1) and _TABLE_LINE.match(doc.lines[s - 1]):
+            s -= 1
+        if doc.free(s - 1) and _CLOCK.match(doc.lines[s - 1]):
+            s -= 1
+        e = i + 1
+        while doc.free(e):
+            if _TABLE_LINE.match(doc.lines[e]):
+                e += 1
+            elif not doc.lines[e].strip() and _TABLE_LINE.match(
+                    doc.lines[doc.next_nonblank(e)] if doc.free(doc.next_nonblank(e)) else ""):
+                e = doc.next_nonblank(e)
+            else:
+                break
+        doc.claim("nvidia_smi", s, e)
+
+
+_SMI_ERR = re.compile(r"^\s*(?:NVIDIA-SMI has failed|NVIDIA-SMI couldn't find|No devices were "
+                      r"found|Unable to determine the device handle|Failed to initialize NVML:"
+                      r"|NVML library version:)")
+_SMI_L = re.compile(r"^\s*(?:GPU \d+: .+\(UUID: GPU-[^)]*\)\s*$|MIG .+Device\s+\d+: \(UUID: MIG-)")
+_GPU_UUID = re.compile(r"^GPU \d+: .*\(UUID: ")
+_LINK = re.compile(r"^\s+Link \d+: |^NVML: Unable to retrieve NVLink")
+
+
+def _nvlink(doc: _Doc) -> None:
+    for i, ln in enumerate(doc.lines):
+        if doc.free(i) and _GPU_UUID.match(ln) and doc.free(i + 1) and _LINK.match(
+                doc.lines[i + 1]):
+            end = doc.extend(i + 1, lambda s: bool(_LINK.match(s) or s.strip() in ("", "...")
+                                                   or set(s.strip()) == {"."}))
+            body = "\n".join(doc.lines[i:end])
+            errors = re.search(r"Link \d+: .*(?:Errors?|Replay|Recovery|CRC)", body)
+            doc.claim("nvidia_smi_nvlink_errors" if errors else "nvidia_smi_nvlink_status",
+                      i, end)
+
+
+_TOPO_HEAD = re.compile(r"^\s*GPU0(?:\s+(?:GPU\d+|NIC\d+|mlx\S+|CPU|NUMA|Affinity|ID|GPU))*\s*$")
+_TOPO_ROW = re.compile(r"^\s*(?:GPU\d+|NIC\d+|mlx\S+)\s")
+
+
+def _topo(doc: _Doc) -> None:
+    for i, ln in enumerate(doc.lines):
+        if not (doc.free(i) and _TOPO_HEAD.match(ln)):
+            continue
+        j = doc.next_nonblank(i + 1)
+        if not (doc.free(j) and re.match(r"^\s*GPU0\s+X\b", doc.lines[j])):
+            continue
+        e = doc.extend(j, lambda s: bool(_TOPO_ROW.match(s)))
+        k = doc.next_nonblank(e)
+        while doc.free(k) and re.match(r"^\s*(?:NIC )?Legend:\s*$", doc.lines[k]):
+            e = doc.extend(k + 1, lambda s: not s.strip() or s[0].isspace())
+            k = doc.next_nonblank(e)
+        doc.claim("nvidia_smi_topo", i, e)
+
+
+_INDENTED = re.compile(r"^(?:\s*$|\s)")
+_LSPCI_HEAD = re.compile(r"^\s*(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [^:]+:")
+
+
+def _lspci(doc: _Doc) -> None:
+    for i, ln in enumerate(doc.lines):
+        if not (doc.free(i) and _LSPCI_HEAD.match(ln)):
+            continue
+        e = doc.extend(i + 1, lambda s: bool(re.match(r"^\s+\S|^\s*$", s))
+                       and not _LSPCI_HEAD.match(s))
+        if re.search(r"NVIDIA|\[10de:", ln):
+            doc.claim("lspci_nvidia", i, e)
+        elif re.search(r"Mellanox|\[15b3:", ln):
+            doc.claim("lspci_mellanox", i, e)
+
+
+_SHOW = re.compile(r"^[A-Z][A-Za-z]+=")
+_STATUS_HEAD = re.compile(r"^\s*[●○×*]?\s*(?P<unit>nvidia-(?:persistenced|fabricmanager))"
+                          r"(?:\.service)?\s+-\s")
+_JOURNAL = re.compile(r"^(?:\S+\s+\d{1,2}|\d{4}-\d\d-\d\dT\S+)\s+\d\d:\d\d:\d\d\S*\s+\S+\s+\S+:|"
+                      r"^\S+\s+\d{1,2} \d\d:\d\d:\d\d \S+ \S+:")
+
+
+def _unit_source(text: str) -> str | None:
+    if "persistenced" in text:
+        return "systemctl_persistenced"
+    return "systemctl_fabricmanager" if "fabricmanager" in text else None
+
+
+def _systemctl(doc: _Doc) -> None:
+    for i, ln in enumerate(doc.lines):
+        m = _STATUS_HEAD.match(ln) if doc.free(i) else None
+        if m and any("Loaded:" in x for x in doc.lines[i + 1:i + 4]):
+            e = doc.extend(i + 1, lambda s: bool(_INDENTED.match(s) or _JOURNAL.match(s)))
+            doc.claim(_unit_source(m.group("unit")) or "", i, e)
+        elif doc.free(i) and re.match(r"^Unit nvidia-(?:persistenced|fabricmanager)\S* could "
+                                      r"not be found", ln):
+            doc.claim(_unit_source(ln) or "", i, i + 1)
+        elif doc.free(i) and _SHOW.match(ln) and not (i and doc.free(i - 1)
+                                                      and _SHOW.match(doc.lines[i - 1])):
+            e = doc.extend(i, lambda s: bool(_SHOW.match(s)))
+            block = "\n".join(doc.lines[i:e])
+            name = _unit_source("\n".join(x for x in doc.lines[i:e]
+                                          if x.startswith(("Id=", "Names=", "Description="))))
+            if e - i >= 4 and name and re.search(r"^(?:ActiveState|LoadState)=", block, re.M):
+                doc.claim(name, i, e)
+
+
+_FM_LOG = re.compile(r"^\[[A-Z][a-z]{2} \d{1,2} \d{4} \d\d:\d\d:\d\d\] \[[A-Z]+\] \[tid \d+\]")
+_FM_JOURNAL = re.compile(r"(?:^|\s)(?:nv-fabricmanager|nvidia-fabricmanager-start\.sh)(?:\[\d+\])?:"
+                         r"|systemd\[1\]: .*(?:nvidia-fabricmanager|NVIDIA fabric manager)")
+
+
+def _fabricmanager(doc: _Doc) -> None:
+    hits = [i for i, ln in enumerate(doc.lines) if doc.free(i) and _FM_LOG.match(ln)]
+    if hits:
+        end = doc.extend(hits[-1] + 1, lambda s: bool(s.strip()) and not s.startswith("["))
+        doc.claim("fabricmanager_journal", hits[0], end)
+    for i, ln in enumerate(doc.lines):
+        if doc.owner[i] is None and _FM_JOURNAL.search(ln):
+            doc.owner[i] = "fabricmanager_journal"
+            j = i + 1
+            while doc.free(j) and re.match(r"^\s+\S", doc.lines[j]):
+                doc.owner[j] = "fabricmanager_journal"
+                j += 1
+
+
+def _kernel(doc: _Doc) -> None:
+    if not any(doc.owner[i] is None and is_kernel_line(ln) for i, ln in enumerate(doc.lines)):
+        return
+    for i, ln in enumerate(doc.lines):
+        if doc.owner[i] is None and (is_kernel_line(ln) or _BOOT_MARK.match(ln)):
+            doc.owner[i] = "kernel_log"
+
+
+def _container_cli(doc: _Doc) -> None:
+    text = "\n".join(x for i, x in enumerate(doc.lines) if doc.owner[i] is None)
+    if not (re.search(r"^NVRM version:", text, re.M) and re.search(r"^Device Index:", text, re.M)):
+        return
+    field = re.compile(r"^(?:NVRM|CUDA) version:|^(?:Device (?:Index|Minor)|Model|Brand|GPU UUID|"
+                       r"Bus Location|Architecture):|^\s*$|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ ")
+    _blocks(doc, "nvidia_container_cli_info", re.compile(r"^[IWEF]\d{4} |^NVRM version:"),
+            lambda s: bool(field.match(s)))
+
+
+_DETECTORS: tuple[Callable[[_Doc], None], ...] = (
+    _xml,
+    lambda d: _blocks(d, "nvidia_smi_q", _Q_START, lambda s: bool(_Q_CONT.match(s)), _q_confirm),
+    _systemctl,
+    _container_cli,
+    lambda d: _blocks(d, "proc_driver_nvidia_version", re.compile(r"^NVRM version: NVIDIA "),
+                      lambda s: s.startswith("GCC version:")),
+    _topo,
+    _nvlink,
+    _table,
+    lambda d: _lines(d, "nvidia_smi", _SMI_ERR),
+    lambda d: _lines(d, "nvidia_smi", _SMI_L),
+    lambda d: _blocks(d, "ibstat", re.compile(r"^CA '[^']+'\s*$"),
+                      lambda s: bool(_INDENTED.match(s))),
+    lambda d: _blocks(d, "numactl", re.compile(r"^available: \d+ nodes? \("),
+                      lambda s: bool(re.match(r"^(?:node\b|\s*\d+:|\s*$|No distance)", s))),
+    _lspci,
+    lambda d: _blocks(d, "proc_modules", re.compile(r"^Module\s+Size\s+Used by"),
+                      lambda s: bool(re.match(r"^\w+\s+\d+\s+\d+", s))),
+    lambda d: _lines(d, "proc_modules", re.compile(
+        r"^\w+ \d+ \d+ \S+ (?:Live|Loading|Unloading)\b|^nvidia\w*\s+\d+\s+\d+(?:\s+\S+)?\s*$")),
+    _fabricmanager,
+    _kernel,
+)
+
+
+def detect(text: str) -> list[tuple[str, str]]:
+    """The ``(source_name, text)`` pieces found in a pasted text; ``[]`` when unrecognised.
+
+    Pieces are in the order they appear; several blocks of one source are joined.
+    """
+    doc = _Doc(text)
+    segments: list[tuple[int, str | None]] = [(0, None)]
+    i = 0
+    while i < len(doc.lines):
+        ln = doc.lines[i]
+        m = _PROMPT.match(ln) or _BARE_CMD.match(ln)
+        if m or _FENCE.match(ln):
+            cmd = m.group("cmd").strip() if m else None
+            doc.owner[i] = _BARRIER
+            while cmd and cmd.endswith("\\") and i + 1 < len(doc.lines):
+                i += 1
+                doc.owner[i] = _BARRIER
+                cmd = cmd[:-1] + " " + doc.lines[i].strip()
+            segments.append((i + 1, cmd))
+        i += 1
+    for det in _DETECTORS:
+        det(doc)
+    nexts = [s for s, _ in segments[1:]] + [len(doc.lines)]
+    for (start, cmd), nxt in zip(segments, nexts, strict=True):
+        body = [j for j in range(start, nxt) if doc.owner[j] != _BARRIER]
+        hint = source_for_command(cmd) if cmd else None
+        if hint and all(doc.owner[j] is None for j in body) and any(
+                doc.lines[j].strip() for j in body):
+            for j in body:
+                doc.owner[j] = hint
+    found: dict[str, list[str]] = {}
+    for ln, owner in zip(doc.lines, doc.owner, strict=True):
+        if owner and owner != _BARRIER:
+            found.setdefault(owner, []).append(ln)
+    return [(name, "\n".join(lns).strip("\n") + "\n") for name, lns in found.items()]

@@ -1,0 +1,85 @@
+"""Loaded kernel modules, from ``/proc/modules`` or ``lsmod`` output.
+
+``/proc/modules``: ``name size refcount used_by state offset [taints]``
+(``used_by`` is ``-`` or ``a,b,``). ``lsmod``: a ``Module  Size  Used by``
+header, then ``name size refcount [a,b]`` (no state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gputriage.parsers.base import ParseError
+
+__all__ = ["Module", "parse_modules"]
+
+_STATES = {"Live", "Loading", "Unloading"}
+
+
+@dataclass
+class Module:
+    """One loaded kernel module."""
+
+    name: str
+    size: int | None
+    refcount: int | None
+    used_by: tuple[str, ...]
+    state: str | None  # "Live" | "Loading" | "Unloading" (``/proc/modules`` only)
+    line: str
+
+
+def _isnum(token: str) -> bool:
+    return token.isascii() and token.isdigit()
+
+
+def _int(token: str | None) -> int | None:
+    return int(token) if token is not None and _isnum(token) else None
+
+
+def _users(token: str | None) -> tuple[str, ...]:
+    if not token or token in {"-", "[permanent]"}:
+        return ()
+    return tuple(u for u in token.split(",") if u and u != "[permanent]")
+
+
+def _parse_line(line: str) -> Module | None:
+    tokens = line.split()
+    if len(tokens) < 2 or not _isnum(tokens[1]):
+        return None
+    name = tokens[0]
+    if not all(c.isalnum() or c in "_-" for c in name):
+        return None
+    refcount = _int(tokens[2]) if len(tokens) > 2 else None
+    rest = tokens[3:]
+    state = None
+    if len(rest) >= 2 and rest[1] in _STATES:  # /proc/modules
+        used_by = _users(rest[0])
+        state = rest[1]
+    else:  # lsmod: the Used-by list, possibly followed by "[permanent]"
+        used_by = _users(rest[0]) if rest else ()
+    return Module(name=name, size=int(tokens[1]), refcount=refcount, used_by=used_by,
+                  state=state, line=line.rstrip())
+
+
+def parse_modules(text: str) -> list[Module]:
+    """Parse ``/proc/modules`` or ``lsmod`` output into modules, in file order.
+
+    Empty text gives ``[]``; text with lines but no module line raises ParseError.
+    Unparseable lines among module lines are skipped.
+    """
+    modules: list[Module] = []
+    other = 0
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("Module") and "Size" in stripped:
+            continue  # lsmod header
+        mod = _parse_line(stripped)
+        if mod is None:
+            other += 1
+        else:
+            modules.append(mod)
+    if not modules and other:
+        raise ParseError("not /proc/modules or lsmod output: no 'name size refcount' line")
+    return modules

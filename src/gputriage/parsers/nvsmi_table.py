@@ -1,0 +1,204 @@
+"""Parser for plain ``nvidia-smi`` (the boxed table), ``nvidia-smi -L`` and their errors.
+
+Both table layouts are understood: the pre-530 one (narrow name column,
+``Persistence-M|`` without a space) and the >=530 one, including the R6xx
+header that says ``KMD Version`` / ``CUDA UMD Version``. Each GPU block is
+two or three rows whose second cell holds the bus id; the Processes box may
+be present, absent, empty, or say "No running processes found", with or
+without the GI/CI columns. ``nvidia-smi -L`` lines
+(``GPU 0: NAME (UUID: GPU-...)``) give a ``format="list"`` report.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gputriage.errors import ParseError
+from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.nvsmi import (
+    SmiGpu,
+    SmiProcess,
+    SmiReport,
+    parse_float,
+    parse_int,
+    parse_str,
+    scan_smi_errors,
+)
+
+__all__ = ["parse_nvsmi_table"]
+
+_HEADER_RE = re.compile(
+    r"NVIDIA-SMI\s+(?P<smi>\S+)\s+(?P<dkind>Driver|KMD)\s+Version:\s*(?P<driver>\S+)"
+    r"(?:\s+CUDA(?:\s+UMD)?\s+Version:\s*(?P<cuda>\S+))?"
+)
+_BUS_CELL_RE = re.compile(
+    r"^\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*(?P<disp>\S+)?\s*$"
+)
+_NAME_CELL_RE = re.compile(
+    r"^\s*(?P<idx>\d{1,6})\s+(?P<name>.*?)(?:\s+(?P<pm>On|Off|WDDM|TCC))?\s*$"
+)
+_TEMP_RE = re.compile(r"(?<!\d)(-?\d{1,6})C\b")
+_PERF_RE = re.compile(r"\b(P\d{1,2})\b")
+_POWER_RE = re.compile(r"(?P<draw>\S+)\s*/\s*(?P<cap>\S+)\s*$")
+_MEM_RE = re.compile(r"(?<!\d)(?P<used>\d{1,18})\s*MiB\s*/\s*(?P<total>\d{1,18})\s*MiB")
+_UTIL_RE = re.compile(r"^\s*(?P<util>\d+%|N/A|ERR!)\s*(?P<mode>.*?)\s*$")
+_LIST_RE = re.compile(
+    r"^\s*GPU\s+(?P<idx>\d{1,6}):\s*(?P<name>.*?)\s*\(UUID:\s*(?P<uuid>[^)\s]+)\)\s*$"
+)
+_PROC_RE = re.compile(
+    r"^\s*(?P<gpu>\d{1,6}|N/A)\s+(?:(?P<gi>\d{1,6}|N/A)\s+(?P<ci>\d{1,6}|N/A)\s+)?(?P<pid>\d{1,18})\s+"
+    r"(?P<type>[A-Z+]{1,5})\s+(?P<name>.*?)\s*(?P<mem>\d+\s*MiB|N/A)?\s*$"
+)
+
+
+def _cells(line: str) -> list[str] | None:
+    """The cells of a ``| a | b | c |`` row, or None when the line is not a row."""
+    stripped = line.strip()
+    if not stripped.startswith("|") or not stripped.endswith("|") or len(stripped) < 2:
+        return None
+    return stripped[1:-1].split("|")
+
+
+def parse_nvsmi_table(text: str) -> SmiReport:
+    """Parse plain ``nvidia-smi`` / ``nvidia-smi -L`` output (or its error) into an SmiReport.
+
+    Empty input gives an empty ``format="table"`` report; an error message
+    alone gives ``format="error"``; text with neither a table, ``-L`` lines
+    nor a known error raises :class:`ParseError`.
+    """
+    report = SmiReport(format="table")
+    if not text or not text.strip():
+        return report
+    report.errors = scan_smi_errors(text)
+    lines = [ln.replace("\r", "").expandtabs(8) for ln in text.splitlines()]
+    seen_header = False
+    in_processes = False
+    gpu: SmiGpu | None = None
+    row_in_block = 0
+    listed: list[SmiGpu] = []
+    for line in lines:
+        m = _HEADER_RE.search(line)
+        if m:
+            seen_header = True
+            report.driver_version = m.group("driver")
+            if m.group("dkind") == "KMD":
+                report.kmd_version = m.group("driver")
+            report.cuda_version = parse_str(m.group("cuda"))
+            continue
+        lm = _LIST_RE.match(line)
+        if lm:
+            listed.append(SmiGpu(index=int(lm.group("idx")), pci_bus_id=None,
+                                 name=parse_str(lm.group("name")), uuid=lm.group("uuid")))
+            continue
+        stripped = line.strip()
+        if stripped.startswith("+") or stripped.startswith("|=") or not stripped:
+            gpu, row_in_block = None, 0
+            continue
+        cells = _cells(line)
+        if cells is None:
+            continue
+        joined = " ".join(c.strip() for c in cells)
+        if joined.startswith("Processes:"):
+            in_processes = True
+            continue
+        if joined.startswith("MIG devices:"):
+            in_processes = False
+            continue
+        if in_processes:
+            proc = _process_row(joined)
+            if proc is not None:
+                report.processes.append(proc)
+            continue
+        if len(cells) >= 3 and _BUS_CELL_RE.match(cells[1]):
+            gpu = _first_row(cells, len(report.gpus))
+            if gpu is not None:
+                report.gpus.append(gpu)
+                row_in_block = 1
+            continue
+        if gpu is not None and len(cells) >= 3:
+            row_in_block += 1
+            if row_in_block == 2:
+                _second_row(gpu, cells)
+            elif row_in_block == 3:
+                gpu.mig_mode_current = parse_str(cells[2])
+    if report.gpus or seen_header:
+        by_index = {g.index: g for g in report.gpus}
+        for item in listed:
+            target = by_index.get(item.index)
+            if target is not None and target.uuid is None:
+                target.uuid = item.uuid
+        return report
+    if listed:
+        return SmiReport(format="list", gpus=listed, errors=report.errors)
+    if report.errors:
+        return SmiReport(format="error", errors=report.errors)
+    raise ParseError("not nvidia-smi table output: no header, GPU row, -L line or known error")
+
+
+def _first_row(cells: list[str], position: int) -> SmiGpu | None:
+    """``| idx name persistence | bus-id disp | ecc |`` -> a new GPU."""
+    nm = _NAME_CELL_RE.match(cells[0])
+    bm = _BUS_CELL_RE.match(cells[1])
+    if nm is None or bm is None:
+        return None
+    gpu = SmiGpu(index=int(nm.group("idx")), pci_bus_id=normalize_bus_id(bm.group("bus")),
+                 name=parse_str(nm.group("name")))
+    pm = nm.group("pm")
+    if pm in {"On", "Off"}:
+        gpu.persistence_mode = pm == "On"
+    elif pm:
+        gpu.raw["driver_model"] = pm
+    if gpu.name and gpu.name.endswith("..."):
+        gpu.raw["name_truncated"] = "yes"
+    disp = parse_str(bm.group("disp"))
+    if disp:
+        gpu.raw["display_active"] = disp
+    ecc = cells[2].strip()
+    gpu.raw["volatile_uncorr_ecc"] = ecc
+    gpu.ecc_volatile_uncorrected = parse_int(ecc) if re.fullmatch(r"\d+", ecc) else None
+    gpu.raw["position"] = str(position)
+    return gpu
+
+
+def _second_row(gpu: SmiGpu, cells: list[str]) -> None:
+    """``| fan temp perf draw / cap | used / total | util compute-mode |``."""
+    first = cells[0]
+    gpu.raw["fan_temp_perf_power"] = " ".join(first.split())
+    tm = _TEMP_RE.search(first)
+    if tm:
+        gpu.temperature_c = int(tm.group(1))
+    pm = _PERF_RE.search(first)
+    if pm:
+        gpu.performance_state = pm.group(1)
+    fan = first.split()[0] if first.split() else ""
+    if fan.endswith("%"):
+        gpu.raw["fan"] = fan
+    wm = _POWER_RE.search(first)
+    if wm:
+        gpu.power_draw_w = parse_float(wm.group("draw").rstrip("W"))
+        gpu.power_limit_w = parse_float(wm.group("cap").rstrip("W"))
+    mm = _MEM_RE.search(cells[1])
+    if mm:
+        gpu.memory_used_mib = int(mm.group("used"))
+        gpu.memory_total_mib = int(mm.group("total"))
+    um = _UTIL_RE.match(cells[2])
+    if um:
+        gpu.utilization_gpu_pct = parse_int(um.group("util"))
+        if um.group("mode"):
+            gpu.raw["compute_mode"] = um.group("mode")
+
+
+def _process_row(joined: str) -> SmiProcess | None:
+    """One row of the Processes box, or None for headers and "No running processes"."""
+    m = _PROC_RE.match(joined)
+    if m is None:
+        return None
+    return SmiProcess(
+        gpu_index=parse_int(m.group("gpu")),
+        pid=int(m.group("pid")),
+        type=m.group("type"),
+        name=parse_str(m.group("name")),
+        used_memory_mib=parse_int(m.group("mem")),
+        gpu_instance_id=parse_str(m.group("gi")),
+        compute_instance_id=parse_str(m.group("ci")),
+    )

@@ -1,0 +1,172 @@
+"""PCI functions from the ``pci_devices`` sysfs tree (``/sys/bus/pci/devices``).
+
+The tree holds ``<address>/<attribute>`` files (``vendor``, ``class``,
+``numa_node``, link speed and width, AER counters) and ``<address>/driver``
+links whose target's basename is the bound driver.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.driver import split_tree
+
+__all__ = ["PciFunction", "parse_aer", "parse_link_speed", "parse_pci_tree"]
+
+NVIDIA_VENDOR = 0x10DE
+MELLANOX_VENDOR = 0x15B3
+_GPU_CLASSES = (0x0300, 0x0302)  # VGA compatible, 3D controller
+_BRIDGE_OTHER = 0x0680  # NVSwitch
+_INFINIBAND = 0x0207
+_NETWORK_BASE = 0x02
+
+_ADDRESS = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+_SPEED = re.compile(r"^\s*(\d{1,4}(?:\.\d{1,4})?)\s*GT/s")
+
+
+def parse_link_speed(text: str | None) -> float | None:
+    """``"32.0 GT/s PCIe"`` or ``"8 GT/s"`` -> GT/s as float; None when unknown."""
+    if not text:
+        return None
+    m = _SPEED.match(text)
+    return float(m.group(1)) if m else None
+
+
+def parse_aer(text: str) -> dict[str, int]:
+    """An ``aer_dev_*`` file (``Name count`` lines) -> {name: count}; bad lines skipped."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isascii() and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+@dataclass
+class PciFunction:
+    """One PCI function and the sysfs attributes gputriage reads."""
+
+    address: str  # normalised, e.g. "0000:18:00.0"
+    vendor: int | None = None
+    device: int | None = None
+    class_code: int | None = None  # 24-bit, e.g. 0x030200
+    subsystem_vendor: int | None = None
+    subsystem_device: int | None = None
+    numa_node: int | None = None  # -1 as printed when the platform gives no affinity
+    local_cpulist: str | None = None
+    current_link_speed: str | None = None  # "32.0 GT/s PCIe"
+    max_link_speed: str | None = None
+    current_link_width: int | None = None
+    max_link_width: int | None = None
+    driver: str | None = None  # "nvidia", "mlx5_core", "vfio-pci", "nouveau"
+    aer: dict[str, dict[str, int]] = field(default_factory=dict)
+    raw: dict[str, str] = field(default_factory=dict)  # every attribute text / link target
+
+    @property
+    def is_nvidia(self) -> bool:
+        """Vendor is NVIDIA (0x10de)."""
+        return self.vendor == NVIDIA_VENDOR
+
+    @property
+    def is_gpu(self) -> bool:
+        """An NVIDIA VGA or 3D controller (not its audio function, not an NVSwitch)."""
+        return self.is_nvidia and self.class_code is not None and (
+            self.class_code >> 8) in _GPU_CLASSES
+
+    @property
+    def is_nvswitch(self) -> bool:
+        """An NVIDIA 'other bridge' function: an NVSwitch."""
+        return self.is_nvidia and self.class_code is not None and (
+            self.class_code >> 8) == _BRIDGE_OTHER
+
+    @property
+    def is_network(self) -> bool:
+        """Any network controller (Ethernet, InfiniBand, ...)."""
+        return self.class_code is not None and (self.class_code >> 16) == _NETWORK_BASE
+
+    @property
+    def is_infiniband(self) -> bool:
+        """An InfiniBand controller, or a Mellanox network function."""
+        if self.class_code is None:
+            return False
+        return (self.class_code >> 8) == _INFINIBAND or (
+            self.vendor == MELLANOX_VENDOR and self.is_network)
+
+    def link_speed_gts(self, which: str = "current") -> float | None:
+        """Link speed in GT/s: ``which`` is "current" or "max"."""
+        if which not in ("current", "max"):
+            raise ValueError(f"which must be 'current' or 'max', not {which!r}")
+        return parse_link_speed(self.current_link_speed if which == "current"
+                                else self.max_link_speed)
+
+
+def _hex(text: str | None) -> int | None:
+    if not text:
+        return None
+    v = text.strip().lower().removeprefix("0x")
+    if not v or len(v) > 8 or any(c not in "0123456789abcdef" for c in v):
+        return None
+    return int(v, 16)
+
+
+def _dec(text: str | None) -> int | None:
+    if text is None:
+        return None
+    v = text.strip()
+    neg = v.startswith("-")
+    digits = v[1:] if neg else v
+    if not digits or len(digits) > 9 or not (digits.isascii() and digits.isdigit()):
+        return None
+    return -int(digits) if neg else int(digits)
+
+
+def _text(text: str | None) -> str | None:
+    if text is None:
+        return None
+    v = text.strip()
+    return v or None
+
+
+def _build(address: str, attrs: dict[str, str], links: dict[str, str]) -> PciFunction:
+    fn = PciFunction(address=address, raw={k: v.strip() for k, v in {**attrs, **links}.items()})
+    fn.vendor = _hex(attrs.get("vendor"))
+    fn.device = _hex(attrs.get("device"))
+    fn.class_code = _hex(attrs.get("class"))
+    fn.subsystem_vendor = _hex(attrs.get("subsystem_vendor"))
+    fn.subsystem_device = _hex(attrs.get("subsystem_device"))
+    fn.numa_node = _dec(attrs.get("numa_node"))
+    fn.local_cpulist = _text(attrs.get("local_cpulist"))
+    fn.current_link_speed = _text(attrs.get("current_link_speed"))
+    fn.max_link_speed = _text(attrs.get("max_link_speed"))
+    fn.current_link_width = _dec(attrs.get("current_link_width"))
+    fn.max_link_width = _dec(attrs.get("max_link_width"))
+    target = links.get("driver")
+    if target is not None:
+        fn.driver = target.rstrip("/").rpartition("/")[2] or None
+    for name, text in attrs.items():
+        if name.startswith("aer_dev_"):
+            fn.aer[name] = parse_aer(text)
+    return fn
+
+
+def parse_pci_tree(tree: dict) -> list[PciFunction]:
+    """Parse the ``pci_devices`` tree into functions sorted by address.
+
+    Entries whose first path component is not a full sysfs PCI address
+    (``dddd:bb:dd.f``) are ignored;
+    raises ParseError only when the document is not a tree.
+    """
+    files, links, _errors = split_tree(tree)
+    attrs: dict[str, dict[str, str]] = {}
+    link_attrs: dict[str, dict[str, str]] = {}
+    for source, dest in ((files, attrs), (links, link_attrs)):
+        for rel, value in source.items():
+            head, sep, attr = rel.strip("/").partition("/")
+            address = normalize_bus_id(head) if sep and attr and _ADDRESS.match(head) else None
+            if address is None:
+                continue
+            dest.setdefault(address, {})[attr] = value
+    addresses = sorted(set(attrs) | set(link_attrs))
+    return [_build(a, attrs.get(a, {}), link_attrs.get(a, {})) for a in addresses]

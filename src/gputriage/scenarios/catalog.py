@@ -1,0 +1,122 @@
+"""The named situations: each is the healthy host plus one mutation.
+
+To add a scenario, write ``def _my_case() -> Host`` that starts from
+:func:`healthy_hgx_h100`, changes what the situation changes (a GPU's link
+width, an NIC's state, a unit inactive, kernel events, a failing command),
+and register it in :data:`CATALOG` with the finding ids it must produce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gputriage.scenarios.model import Host, Outcome, healthy_hgx_h100
+
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+# pynvml's NVMLError str() for these codes
+NVML_STR_RM_VERSION_MISMATCH = "RM has detected an NVML/RM version mismatch."
+
+NVSMI_COMMANDS = ("nvidia_smi", "nvidia_smi_q_xml", "nvidia_smi_topo",
+                  "nvidia_smi_nvlink_status", "nvidia_smi_nvlink_errors")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A catalog row: how to build the host and what analysis must conclude."""
+
+    name: str
+    title: str
+    description: str
+    expected: tuple[str, ...]
+    make_host: Callable[[], Host]
+
+
+def _healthy() -> Host:
+    return healthy_hgx_h100()
+
+
+def _driver_mismatch() -> Host:
+    host = healthy_hgx_h100()
+    old = "535.161.07"
+    host.kernel_module_version = old  # still loaded since boot
+    # userspace was upgraded under the running system (libs, nvidia-smi, NVML)
+    failure = ("Failed to initialize NVML: Driver/library version mismatch\n"
+               f"NVML library version: {'.'.join(host.userspace_version.split('.')[:2])}\n")
+    for name in NVSMI_COMMANDS:
+        host.command_overrides[name] = Outcome(failure, NVML_ERROR_LIB_RM_VERSION_MISMATCH)
+    host.command_overrides["nvidia_container_cli_info"] = Outcome(
+        "nvidia-container-cli: initialization error: nvml error: driver/library version "
+        "mismatch\n", 1)
+    host.nvml_init_error = (NVML_ERROR_LIB_RM_VERSION_MISMATCH, NVML_STR_RM_VERSION_MISMATCH)
+    mismatch = (f"NVRM: API mismatch: the client has the version {host.userspace_version}, but\n"
+                f"NVRM: this kernel module has the version {old}.  Please\n"
+                "NVRM: make sure that this kernel module and all NVIDIA driver\n"
+                "NVRM: components have the same version.")
+    for seconds in (38_411.207, 38_411.958, 38_702.331, 41_066.019):
+        host.kernel_events.append((seconds, mismatch))
+    return host
+
+
+LOST_INDEX = 4  # 0000:9a:00.0
+
+
+def _gpu_fallen_off_bus() -> Host:
+    host = healthy_hgx_h100()
+    g = host.gpus[LOST_INDEX]
+    g.lost = True
+    g.in_driver = False
+    handle = f"Unable to determine the device handle for GPU{g.bus.upper()}: Unknown Error\n"
+    for name in NVSMI_COMMANDS:
+        host.command_overrides[name] = Outcome(handle, 255)
+    host.command_overrides["nvidia_container_cli_info"] = Outcome(
+        "nvidia-container-cli: detection error: nvml error: unknown error\n", 1)
+    short = g.bus[:-2]  # 0000:9a:00
+    t = 40_917.552
+    host.kernel_events += [
+        (t, f"NVRM: GPU at PCI:{short}: {g.uuid}"),
+        (t, f"NVRM: GPU Board Serial Number: {g.serial}"),
+        (t, f"NVRM: Xid (PCI:{short}): 79, pid='<unknown>', name=<unknown>, "
+            "GPU has fallen off the bus."),
+        (t + 0.0001, f"NVRM: GPU {g.bus}: GPU has fallen off the bus."),
+        (t + 0.0001, f"NVRM: GPU {g.bus}: GPU serial number is {g.serial}."),
+        (t + 0.0004, "NVRM: A GPU crash dump has been created. If possible, please run\n"
+                     "NVRM: nvidia-bug-report.sh as root to collect this data before\n"
+                     "NVRM: the NVIDIA kernel module is unloaded."),
+    ]
+    return host
+
+
+def _uvm_not_loaded() -> Host:
+    host = healthy_hgx_h100()
+    host.nvidia_modules = [m for m in host.nvidia_modules if m != "nvidia_uvm"]
+    return host
+
+
+CATALOG: tuple[Entry, ...] = (
+    Entry("healthy-8xh100", "Healthy HGX H100 node (8 GPUs, 4 NVSwitches, 8 NDR HCAs)",
+          "A freshly booted 8x H100 SXM node on driver 550.54.15 / CUDA 12.4 with fabric "
+          "manager and persistence daemon running and all InfiniBand ports active. Every "
+          "source agrees; the on-call should conclude there is nothing to do.",
+          (), _healthy),
+    Entry("driver-mismatch",
+          "Driver upgraded under a running system: kernel module 535, userspace 550",
+          "The 550.54.15 userspace driver was installed while the 535.161.07 kernel module "
+          "stayed loaded, so NVML and nvidia-smi fail with 'Driver/library version mismatch' "
+          "and the kernel logs API mismatch lines. The GPUs are fine: reboot the node (or "
+          "reload the modules) so the new kernel module loads.",
+          ("driver.version-mismatch",), _driver_mismatch),
+    Entry("gpu-fallen-off-bus", "GPU 4 (0000:9a:00.0) fell off the bus (Xid 79)",
+          "GPU 4 at 0000:9a:00.0 stopped responding and the driver logged Xid 79: it is "
+          "still a PCI function but the driver and NVML have lost it, and nvidia-smi aborts "
+          "on its device handle. Drain the node; a reboot may bring it back, a repeat means "
+          "hardware repair.",
+          ("gpu.missing", "nvidia-smi.gpu-lost"), _gpu_fallen_off_bus),
+    Entry("uvm-not-loaded", "nvidia_uvm kernel module not loaded",
+          "The nvidia, nvidia_modeset, nvidia_drm and nvidia_peermem modules are loaded but "
+          "nvidia_uvm is not: there is no nvidia-uvm device, so CUDA applications fail to "
+          "initialise although nvidia-smi looks healthy. Load it (modprobe nvidia-uvm / "
+          "nvidia-modprobe -u -c=0) and find out why it was not loaded at boot.",
+          ("module.nvidia-uvm-missing",), _uvm_not_loaded),
+)

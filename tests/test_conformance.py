@@ -1,0 +1,54 @@
+"""Every source, parser and rule is declared properly and has a test."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from test_rules import RULE_CASES
+
+from gputriage import sources
+from gputriage.parsers import PARSERS, parser_for
+from gputriage.rules import all_rules
+
+TESTS = Path(__file__).parent
+ALL_TEST_TEXT = "\n".join(p.read_text() for p in TESTS.glob("test_*.py"))
+
+
+def test_sources_are_unique_and_described():
+    names = [s.name for s in sources.SOURCES]
+    assert len(names) == len(set(names))
+    files = [s.filename for s in sources.SOURCES]
+    assert len(files) == len(set(files))
+    for s in sources.SOURCES:
+        assert s.kind in {"file", "command", "tree", "devnodes", "nvml"}, s.name
+        assert s.description, s.name
+        assert s.timeout_s > 0 and s.cap_bytes > 0
+        if s.kind == "command":
+            assert s.argv and all(isinstance(a, str) for a in s.argv), s.name
+        if s.kind in ("file", "tree", "devnodes"):
+            assert s.path and s.path.startswith("/"), s.name
+
+
+def test_every_parser_names_a_source_has_a_docstring_and_a_test():
+    for source, (module, func, _) in PARSERS.items():
+        assert source in sources.BY_NAME, source
+        fn, _ = parser_for(source)
+        assert inspect.getdoc(fn), f"{module}.{func} has no docstring"
+        assert func in ALL_TEST_TEXT, f"no test calls {module}.{func}"
+
+
+def test_every_rule_is_unique_documented_and_exercised():
+    rules = all_rules()
+    ids = [r.id for r in rules]
+    assert len(ids) == len(set(ids))
+    produced = [p for r in rules for p in r.produces]
+    assert len(produced) == len(set(produced)), "two rules claim one finding id"
+    for r in rules:
+        assert r.doc, f"rule {r.id} has no docstring"
+        assert r.produces, f"rule {r.id} declares no finding ids"
+        assert RULE_CASES.get(r.id), f"rule {r.id} has no case in tests/test_rules.py"
+        for _, expected in RULE_CASES[r.id]:
+            assert expected in r.produces, f"{r.id} does not declare {expected}"
+        for name in r.requires + r.any_of:
+            assert hasattr(__import__("gputriage.facts").facts.Facts, f"_fact_{name}"), name

@@ -1,0 +1,206 @@
+"""Driver-stack and inventory rules on small simulated hosts.
+
+``RULE_CASES`` holds, for every registered rule, at least one host that makes
+it fire; the conformance test checks that no rule is left without one.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hostkit import MODULES_FULL, VERSION_FILE, ids, nvml_doc, pci_tree, run, snap
+
+from gputriage.engine import analyze
+from gputriage.model import Action, Blame, Severity
+
+BUSES = [f"0000:{b}:00.0" for b in ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")]
+HEALTHY = {
+    "pci_devices": pci_tree(dict.fromkeys(BUSES, "nvidia"), nics=("0000:19:00.0",)),
+    "nvml": nvml_doc(BUSES),
+    "proc_modules": MODULES_FULL,
+    "proc_driver_nvidia_version": VERSION_FILE.format(v="550.54.15"),
+    "sys_module_nvidia": {"files": {"nvidia/version": "550.54.15\n",
+                                    "nvidia_uvm/version": "550.54.15\n"}, "links": {}},
+    "nvidia_libs": {"files": {"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15": ""},
+                    "links": {"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1":
+                              "libnvidia-ml.so.550.54.15"}},
+    "proc_devices": "Character devices:\n195 nvidia-frontend\n508 nvidia-uvm\n\nBlock devices:\n",
+    "dev_nvidia": [{"path": "/dev/nvidiactl", "kind": "char", "major": 195, "minor": 255},
+                   {"path": "/dev/nvidia-uvm", "kind": "char", "major": 508, "minor": 0}]
+    + [{"path": f"/dev/nvidia{i}", "kind": "char", "major": 195, "minor": i} for i in range(8)],
+}
+
+
+def host(**changes):
+    sources = {**HEALTHY, **changes}
+    return {k: v for k, v in sources.items() if v is not None}
+
+
+RULE_CASES = {
+    "driver.presence": [
+        (host(proc_modules="ext4 1 0 - Live 0x0\nnouveau 2 0 - Live 0x0\n", nvml=None,
+              proc_driver_nvidia_version=None, sys_module_nvidia=None), "driver.not-loaded"),
+        ({"pci_devices": pci_tree({}, nics=()), "proc_modules": "ext4 1 0 - Live 0x0\n"},
+         "host.not-gpu-host"),
+    ],
+    "driver.version-mismatch": [
+        (host(proc_driver_nvidia_version=VERSION_FILE.format(v="535.161.07"),
+              nvml={"schema": "gputriage/nvml/v1", "available": False, "error_code": 18,
+                    "error": "RM has detected an NVML/RM version mismatch."}),
+         "driver.version-mismatch"),
+        (host(), "driver.versions-consistent"),
+    ],
+    "driver.wedged": [({"failed": {"nvidia_smi_q_xml": "timeout"}}, "driver.wedged")],
+    "nvidia-smi.errors": [
+        ({"nvidia_smi": "Unable to determine the device handle for GPU0000:9A:00.0: "
+                        "Unknown Error\n"}, "nvidia-smi.gpu-lost"),
+        ({"nvidia_smi": "NVIDIA-SMI has failed because it couldn't communicate with the "
+                        "NVIDIA driver. Make sure that the latest NVIDIA driver is installed "
+                        "and running.\n"}, "nvidia-smi.cannot-communicate"),
+        ({"nvidia_smi": "No devices were found\n"}, "nvidia-smi.no-devices"),
+        ({"nvidia_smi": "Failed to initialize NVML: Unknown Error\n"},
+         "nvidia-smi.nvml-init-failed"),
+    ],
+    "driver.init-events": [
+        ({"kernel_log": "[   12.345678] NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! "
+                        "(0x24:0x72:1568)\n"}, "driver.gpu-init-failed"),
+    ],
+    "gpu.count": [
+        (host(nvml=nvml_doc(BUSES[:4] + BUSES[5:])), "gpu.missing"),
+        (host(), "gpu.count-ok"),
+    ],
+    "gpu.count-unexpected": [
+        ({"nvml": nvml_doc(BUSES[:7])}, "gpu.count-unexpected"),
+    ],
+    "module.required": [
+        (host(proc_modules=MODULES_FULL.replace("nvidia_uvm 1437696 4 - Live 0x0 (POE)\n", "")),
+         "module.nvidia-uvm-missing"),
+        (host(proc_modules=MODULES_FULL.replace("nvidia_peermem 16384 0 - Live 0x0 (POE)\n",
+                                                "")), "module.peermem-missing"),
+    ],
+    "module.version-skew": [
+        (host(sys_module_nvidia={"files": {"nvidia/version": "550.54.15\n",
+                                           "nvidia_uvm/version": "550.54.14\n"}}),
+         "module.version-skew"),
+    ],
+    "devnode.check": [
+        (host(dev_nvidia=HEALTHY["dev_nvidia"][:1] + HEALTHY["dev_nvidia"][2:]),
+         "devnode.missing"),
+        (host(dev_nvidia=[{**n, "major": 507} if n["path"] == "/dev/nvidia-uvm" else n
+                          for n in HEALTHY["dev_nvidia"]]), "devnode.wrong-number"),
+    ],
+    "persistence.mode": [
+        (host(nvml=nvml_doc(BUSES, persistence=False)), "persistence.off"),
+    ],
+    "persistence.daemon": [
+        ({"systemctl_persistenced": "Id=nvidia-persistenced.service\nLoadState=loaded\n"
+                                    "ActiveState=failed\nSubState=failed\nResult=exit-code\n"
+                                    "ExecMainStatus=1\n"}, "persistence.daemon-inactive"),
+    ],
+}
+
+CASES = [(rule_id, sources, expected) for rule_id, cases in RULE_CASES.items()
+         for sources, expected in cases]
+
+
+@pytest.mark.parametrize(("rule_id", "sources", "expected"), CASES,
+                         ids=[f"{r}->{e}" for r, _, e in CASES])
+def test_rule_fires(rule_id, sources, expected):
+    result = run(**sources)
+    assert expected in ids(result), [f.id for f in result.findings]
+
+
+def test_healthy_host_has_no_warnings():
+    result = run(**host())
+    bad = [f for f in result.findings if f.severity.rank >= Severity.WARNING.rank]
+    assert not bad, [(f.id, f.title) for f in bad]
+    assert {"gpu.count-ok", "driver.versions-consistent"} <= ids(result)
+    assert result.host["verdict"] == "ok"
+    assert result.host["gpus_on_pci"] == 8 and result.host["gpus_visible"] == 8
+
+
+def test_mismatch_names_both_versions_and_says_reboot():
+    result = run(**host(proc_driver_nvidia_version=VERSION_FILE.format(v="535.161.07")))
+    f = next(f for f in result.findings if f.id == "driver.version-mismatch")
+    assert "535.161.07" in f.title and "550.54.15" in f.title
+    assert f.action is Action.REBOOT_NODE and f.blame is Blame.NODE
+    sources = {e.source for e in f.evidence}
+    assert {"proc_driver_nvidia_version", "nvidia_libs"} <= sources
+
+
+def test_mismatch_from_the_kernel_log_alone():
+    log = ("[ 2391.113455] NVRM: API mismatch: the client has the version 550.54.15, but\n"
+           "               NVRM: this kernel module has the version 535.161.07.  Please\n"
+           "               NVRM: make sure that this kernel module and all NVIDIA driver\n"
+           "               NVRM: components have the same version.\n")
+    result = analyze(snap(live=False, kernel_log=log))
+    f = next(f for f in result.findings if f.id == "driver.version-mismatch")
+    assert "535.161.07" in f.title and "550.54.15" in f.title
+
+
+def test_no_mismatch_when_versions_agree_by_prefix():
+    smi = ("Failed to initialize NVML: Driver/library version mismatch\n"
+           "NVML library version: 550.54\n")
+    result = run(**host(nvidia_smi=smi))  # the error itself is a flag
+    assert "driver.version-mismatch" in ids(result)
+    result = run(**host())
+    assert "driver.version-mismatch" not in ids(result)
+
+
+def test_missing_gpu_is_named_by_bus_id_with_the_lost_lines():
+    result = run(**host(nvml=nvml_doc(BUSES[:4] + BUSES[5:]),
+                        kernel_log="[ 100.1] NVRM: Xid (PCI:0000:9a:00): 79, pid=1234, "
+                                   "name=python, GPU has fallen off the bus.\n"))
+    missing = [f for f in result.findings if f.id == "gpu.missing"]
+    assert len(missing) == 1
+    f = missing[0]
+    assert f.scope.pci_bus_id == "0000:9a:00.0"
+    assert f.action is Action.DRAIN_AND_REPAIR and f.severity is Severity.CRITICAL
+    assert any("fallen off the bus" in line for e in f.evidence for line in e.lines)
+    row = next(g for g in result.gpus if g["pci_bus_id"] == "0000:9a:00.0")
+    assert row["visible"] is False and row["severity"] == "critical"
+
+
+def test_passthrough_gpus_are_not_missing():
+    tree = pci_tree({**dict.fromkeys(BUSES[:4], "nvidia"), **dict.fromkeys(BUSES[4:], "vfio-pci")})
+    result = run(**host(pci_devices=tree, nvml=nvml_doc(BUSES[:4])))
+    assert "gpu.missing" not in ids(result)
+    assert "gpu.passthrough" in ids(result)
+
+
+def test_peermem_not_demanded_without_infiniband():
+    mods = MODULES_FULL.replace("nvidia_peermem 16384 0 - Live 0x0 (POE)\n", "")
+    result = run(**host(proc_modules=mods, pci_devices=pci_tree(dict.fromkeys(BUSES, "nvidia"))))
+    assert "module.peermem-missing" not in ids(result)
+
+
+def test_persistence_not_demanded_on_geforce():
+    result = run(**host(nvml=nvml_doc(BUSES, persistence=False,
+                                      name="NVIDIA GeForce RTX 4090")))
+    assert "persistence.off" not in ids(result)
+
+
+def test_container_gpu_nodes_are_info_only():
+    nodes = HEALTHY["dev_nvidia"][:2] + HEALTHY["dev_nvidia"][2:4]
+    result = run(**host(dev_nvidia=nodes, proc_self_cgroup="0::/kubepods/burstable/pod1/abc\n"))
+    sev = {f.severity for f in result.findings if f.id == "devnode.missing"}
+    assert sev == {Severity.INFO}
+
+
+def test_wedged_driver():
+    s = snap(failed={"nvidia_smi_q_xml": "timeout", "nvml": "timeout"},
+             **host(nvml=None))
+    result = analyze(s)
+    f = next(f for f in result.findings if f.id == "driver.wedged")
+    assert f.severity is Severity.CRITICAL and f.action is Action.REBOOT_NODE
+
+
+def test_missing_inputs_are_skipped_with_reasons():
+    result = analyze(snap(live=False, nvidia_smi="No devices were found\n"))
+    skipped = {s.rule: s.reason for s in result.skipped}
+    assert "gpu.count" in skipped and "pci" in skipped["gpu.count"]
+    assert "module.required" in skipped
+
+
+def test_nothing_known_is_unknown():
+    result = analyze(snap(live=False))
+    assert result.host["verdict"] == "unknown"
