@@ -104,6 +104,13 @@ def _host(facts: Facts, result: Result, ran: int) -> dict:
     reading = facts.maybe("nvml")
     if reading is not None and reading.available:
         userspace = reading.library_driver_version or userspace
+        if reading.cuda_driver_version and not cuda:
+            major, minor = divmod(reading.cuda_driver_version, 1000)
+            cuda = f"{major}.{minor // 10}"
+    libs = sorted({lib.version for lib in facts.maybe("libs", [])
+                   if lib.library == "libnvidia-ml" and lib.version})
+    if libs and (userspace is None or len(libs) == 1):
+        userspace = libs[-1]
     visible = facts.maybe("visible_gpus")
     pci_gpus = facts.maybe("pci_gpus")
     worst = result.worst

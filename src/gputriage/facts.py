@@ -18,6 +18,7 @@ from gputriage.parsers import (
     devices,
     driver,
     kernel_events,
+    lspci,
     modules,
     nvml,
     nvsmi_table,
@@ -168,7 +169,20 @@ class Facts:
 
     # -- hardware --------------------------------------------------------------------
     def _fact_pci(self) -> list[pci.PciFunction]:
-        return self._parse("pci_devices", pci.parse_pci_tree, as_json=True)
+        """PCI functions from sysfs; lspci output (bug reports, pastes) otherwise."""
+        try:
+            return self._parse("pci_devices", pci.parse_pci_tree, as_json=True)
+        except Missing as first:
+            found: dict[str, pci.PciFunction] = {}
+            for source in ("lspci_nvidia", "lspci_mellanox"):
+                try:
+                    functions = self._parse(source, lspci.parse_lspci)
+                except Missing:
+                    continue
+                found.update((f.address, f) for f in functions if f.address)
+            if not found:
+                raise first from None
+            return sorted(found.values(), key=lambda f: f.address)
 
     def _fact_pci_gpus(self) -> list[pci.PciFunction]:
         return [f for f in self.get("pci") if f.is_gpu]

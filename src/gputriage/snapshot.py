@@ -111,8 +111,12 @@ class Snapshot:
         p = Path(path)
         if p.is_dir():
             return cls._from_files(_DirReader(p), str(p))
-        if tarfile.is_tarfile(p):
-            return cls._from_files(_TarReader(p), str(p))
+        if _looks_like_tar(p):
+            reader = _TarReader(p)
+            try:
+                return cls._from_files(reader, str(p))
+            finally:
+                reader.tar.close()
         raise InputError(f"{p}: not a snapshot directory or tarball")
 
     @classmethod
@@ -152,6 +156,16 @@ class Snapshot:
         return cls(captures, manifest, origin, problems)
 
 
+def _looks_like_tar(path: Path) -> bool:
+    """gzip magic, or a ustar header: cheap, and never scans a huge file."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(512)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return head[:2] == b"\x1f\x8b" or head[257:262] == b"ustar"
+
+
 class _Reader:
     def read(self, name: str) -> bytes | None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -182,7 +196,7 @@ class _TarReader(_Reader):
 
     def __init__(self, path: Path) -> None:
         try:
-            self.tar = tarfile.open(path, "r:*")
+            self.tar = tarfile.open(path, "r:*")  # noqa: SIM115 - closed by Snapshot.load
             members = self.tar.getmembers()
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise InputError(f"{path}: corrupt or truncated tarball ({exc})") from None

@@ -10,6 +10,7 @@ timeout, we never hang with it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -96,10 +97,9 @@ def run_bounded(argv: list[str], timeout_s: float, cap_bytes: int,
     except subprocess.TimeoutExpired:
         timed_out = True
         _kill_group(proc)
-        try:
+        # unkillable (D state): abandon it rather than hang
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass  # unkillable (D state): abandon it rather than hang
     reader.join(timeout=KILL_GRACE_S if timed_out else timeout_s + KILL_GRACE_S)
     return CommandOutcome(
         argv, output=bytes(buf.data), rc=None if timed_out else proc.returncode,
@@ -111,10 +111,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        try:
+        with contextlib.suppress(OSError):
             proc.kill()
-        except OSError:
-            pass
 
 
 class LiveHost:

@@ -115,19 +115,20 @@ def _trim(raw: _Raw, cap: int, origin: str) -> _Raw:
 def _read_file(path: str, fh: BinaryIO, size: int, cap: int) -> _Raw:
     """A regular file: seek to its last ``cap`` bytes instead of reading it all."""
     start = max(0, size - cap)
-    fh.seek(start)
     parts: list[bytes] = []
     left = cap
+    here = start
+    fd = fh.fileno()
     while left > 0:
-        here = fh.tell()
         data_at = _next_data(fh, here)
         if data_at is None:
             break
         left -= data_at - here  # a hole (sparse file) reads as NULs: skip it
-        fh.seek(data_at)
-        chunk = fh.read(max(0, min(_CHUNK, left)))
+        # pread: positioned reads, immune to the buffered reader's idea of the offset
+        chunk = os.pread(fd, max(0, min(_CHUNK, left)), data_at)
         if not chunk:
             break
+        here = data_at + len(chunk)
         left -= len(chunk)
         parts.append(chunk.replace(b"\0", b""))
     raw = _Raw(b"".join(parts), size, truncated=start > 0)

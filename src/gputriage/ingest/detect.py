@@ -62,10 +62,35 @@ def is_kernel_line(line: str) -> bool:
     return "kern:" in line and _TALOS_KERNEL.search(line) is not None
 
 
+# a syslog / journal record of any program: "May 31 05:33:40 host prog[123]: ..."
+_SYSTEM_LOG = re.compile(
+    r"^\s*(?:[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S*)"
+    r"\s+\S+\s+[^\s:\[]+(?:\[\d+\])?:\s")
+
+
+def is_system_log_line(line: str) -> bool:
+    """A syslog/journal record of any program (kept with the kernel's: the system log)."""
+    return _SYSTEM_LOG.match(line) is not None
+
+
+def _is_log(lines: list[str]) -> bool:
+    """Kernel records present, or mostly system-log records."""
+    if any(is_kernel_line(ln) for ln in lines):
+        return True
+    content = [ln for ln in lines if ln.strip()]
+    syslog = sum(1 for ln in content if is_system_log_line(ln))
+    return syslog > 0 and syslog * 2 >= len(content)
+
+
 def kernel_lines(text: str) -> str:
-    """The kernel log records (and journal boot markers) of a text, in order."""
-    kept = [ln for ln in text.splitlines() if is_kernel_line(ln) or _BOOT_MARK.match(ln)]
-    return "\n".join(kept) + "\n" if any(is_kernel_line(ln) for ln in kept) else ""
+    """The system log records (kernel first of all, and journal boot markers) of a
+    text, in order."""
+    lines = text.splitlines()
+    if not _is_log(lines):
+        return ""
+    kept = [ln for ln in lines
+            if is_kernel_line(ln) or is_system_log_line(ln) or _BOOT_MARK.match(ln)]
+    return "\n".join(kept) + "\n" if kept else ""
 
 
 # --- command hints ---------------------------------------------------------------
@@ -327,10 +352,12 @@ def _fabricmanager(doc: _Doc) -> None:
 
 
 def _kernel(doc: _Doc) -> None:
-    if not any(doc.owner[i] is None and is_kernel_line(ln) for i, ln in enumerate(doc.lines)):
+    free = [ln for i, ln in enumerate(doc.lines) if doc.owner[i] is None]
+    if not _is_log(free):
         return
     for i, ln in enumerate(doc.lines):
-        if doc.owner[i] is None and (is_kernel_line(ln) or _BOOT_MARK.match(ln)):
+        if doc.owner[i] is None and (is_kernel_line(ln) or is_system_log_line(ln)
+                                     or _BOOT_MARK.match(ln)):
             doc.owner[i] = "kernel_log"
 
 

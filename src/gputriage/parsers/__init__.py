@@ -23,6 +23,8 @@ PARSERS: dict[str, tuple[str, str, bool]] = {
     "proc_devices": ("devices", "parse_proc_devices", False),
     "dev_nvidia": ("devices", "parse_devnodes", True),
     "pci_devices": ("pci", "parse_pci_tree", True),
+    "lspci_nvidia": ("lspci", "parse_lspci", False),
+    "lspci_mellanox": ("lspci", "parse_lspci", False),
     "systemctl_persistenced": ("systemd", "parse_systemctl_show", False),
     "systemctl_fabricmanager": ("systemd", "parse_systemctl_show", False),
     "kernel_log": ("kernel_events", "scan_driver_events", False),

@@ -48,5 +48,5 @@ def parse_int(raw: str | None) -> int | None:
     """An integer, or None for N/A, [N/A], empty or garbage."""
     if raw is None:
         return None
-    m = re.match(r"^\s*(-?\d+)", raw)
+    m = re.match(r"^\s*(-?\d{1,18})(?!\d)", raw)
     return int(m.group(1)) if m else None

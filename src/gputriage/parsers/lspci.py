@@ -65,8 +65,8 @@ _FENCE = re.compile(r"^(?:```|~~~)")
 _KEYED = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9 _#/.-]{0,40}?):(?:\s+|$)(?P<val>.*)$")
 _IDS = re.compile(r"\[(?P<v>[0-9a-fA-F]{4}):(?P<d>[0-9a-fA-F]{4})\]\s*$")
 _DEVICE_WORD = re.compile(r"(?:^|\s)Device (?P<d>[0-9a-fA-F]{4})\s*$")
-_REV = re.compile(r"\s*\(rev (?P<rev>[0-9a-fA-F]{2})\)")
-_PROGIF = re.compile(r"\s*\(prog-if (?P<pi>[0-9a-fA-F]{2})(?: \[[^\]]*\])?\)")
+_REV = re.compile(r"\(rev (?P<rev>[0-9a-fA-F]{2})\)")
+_PROGIF = re.compile(r"\(prog-if (?P<pi>[0-9a-fA-F]{2})(?: \[[^\]]*\])?\)")
 _SPEED = re.compile(r"Speed (?P<v>[0-9]{1,3}(?:\.[0-9]{1,3})?)\s*GT/s(?:\s*\((?P<tag>[a-z]+)\))?")
 _WIDTH = re.compile(r"Width x(?P<v>[0-9]{1,2})(?:\s*\((?P<tag>[a-z]+)\))?")
 _NUMA_FLAG = re.compile(r"NUMA node (?P<n>-?[0-9]{1,4})")
@@ -82,6 +82,7 @@ _DETAIL = _STRONG | {"Subsystem", "NUMA node", "Kernel modules", "Physical Slot"
                      "IOMMU group", "Flags", "Capabilities"}
 # Keys whose value continues on deeper-indented lines.
 _CONTINUED = frozenset({"LnkCap", "LnkSta", "UESta", "CESta", "UEMsk", "CEMsk", "UESvrt"})
+_MAX_CONTINUATION = 8  # real AER status lines wrap over at most a few lines
 _RAW_KEYS = {"LnkCap": "lnkcap", "LnkSta": "lnksta", "LnkCap2": "lnkcap2", "UESta": "uesta",
              "CESta": "cesta", "Subsystem": "subsystem", "Kernel modules": "kernel_modules",
              "Physical Slot": "physical_slot", "DevSta": "devsta"}
@@ -98,11 +99,14 @@ class _Block:
     config: dict[int, int] = field(default_factory=dict)
     cont_key: str | None = None
     cont_indent: int = 0
+    cont_lines: int = 0
 
     def add(self, indent: int, text: str) -> None:
         """Record one detail line (a ``Key: value`` or a continuation)."""
         if self.cont_key is not None and indent > self.cont_indent:
-            self.values[self.cont_key] += " " + text
+            if self.cont_lines < _MAX_CONTINUATION:
+                self.values[self.cont_key] += " " + text
+                self.cont_lines += 1
             return
         self.cont_key = None
         m = _KEYED.match(text)
@@ -116,7 +120,7 @@ class _Block:
             return
         self.values[key] = val
         if key in _CONTINUED:
-            self.cont_key, self.cont_indent = key, indent
+            self.cont_key, self.cont_indent, self.cont_lines = key, indent, 0
 
     def add_hex(self, m: re.Match[str]) -> None:
         """Record one config-space hex dump line."""

@@ -305,11 +305,13 @@ _GPU_BUS_RE = re.compile(rf"GPU\s*(?P<bus>{_BUS})")
 
 
 def _clean_reason(reason: str) -> str | None:
+    """The reason text without trailing dots; None when empty."""
     text = reason.strip().rstrip(".").strip()
     return text or None
 
 
 def _kind_for_reason(reason: str | None, default: str) -> str:
+    """A more specific error kind implied by the reason text, else ``default``."""
     low = (reason or "").lower()
     if "gpu is lost" in low:
         return "gpu-lost"
@@ -321,6 +323,7 @@ def _kind_for_reason(reason: str | None, default: str) -> str:
 
 
 def _match_line(line: str) -> SmiError | None:
+    """The error one line reports, or None."""
     stripped = line.strip()
     m = _HANDLE_RE.search(stripped)
     if m:

@@ -115,6 +115,7 @@ class _GpuBuilder:
             self._process_line(parts[-1], value)
 
     def _process_line(self, key: str, value: str | None) -> None:
+        """Apply one line of the Processes section (a new ``Process ID`` starts a process)."""
         if key in {"gpu instance id", "compute instance id"}:
             self.pending_ids[key] = parse_str(value)
         elif key == "process id":

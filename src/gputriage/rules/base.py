@@ -59,7 +59,21 @@ def finding(fid: str, severity: Severity, title: str, explanation: str, action: 
             blame: Blame, scope: Scope = NODE, evidence: Iterable[Evidence] = (),
             references: Iterable[str] = ()) -> Finding:
     return Finding(fid, severity, title, explanation, action, blame, scope,
-                   tuple(e for e in evidence if e.lines or e.note), tuple(references))
+                   merge_evidence(evidence), tuple(references))
+
+
+def merge_evidence(items: Iterable[Evidence]) -> tuple[Evidence, ...]:
+    """One block per source (in first-seen order), each line once."""
+    merged: dict[str, tuple[list[str], list[str]]] = {}
+    for e in items:
+        if not (e.lines or e.note):
+            continue
+        lines, notes = merged.setdefault(e.source, ([], []))
+        lines.extend(ln for ln in e.lines if ln not in lines)
+        if e.note and e.note not in notes:
+            notes.append(e.note)
+    return tuple(Evidence(src, tuple(lines), "; ".join(notes) or None)
+                 for src, (lines, notes) in merged.items())
 
 
 def gpu_scope(bus_id: str | None, index: int | None = None, uuid: str | None = None) -> Scope:

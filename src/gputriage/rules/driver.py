@@ -133,10 +133,10 @@ def version_mismatch(facts: Facts) -> Iterator[Finding]:
     kernel, user, flags = _version_evidence(facts)
     disagree = [(k, u) for k in kernel for u in user if not versions_agree(k, u)]
     if disagree or flags:
-        k_txt = " / ".join(sorted(kernel)) or "unknown"
-        u_txt = " / ".join(sorted(user)) or "unknown"
+        k_txt = " / ".join(_most_specific(kernel)) or "unknown"
+        u_txt = " / ".join(_most_specific(user)) or "unknown"
         ev = [e for v in kernel.values() for e in v] + [e for v in user.values() for e in v]
-        ev += [e for e in flags if e not in ev]
+        ev += flags
         yield finding(
             "driver.version-mismatch", Severity.CRITICAL,
             f"driver version mismatch: kernel module {k_txt}, userspace {u_txt}",
@@ -144,7 +144,7 @@ def version_mismatch(facts: Facts) -> Iterator[Finding]:
             "driver (libnvidia-ml, libcuda): the driver was upgraded under a running system. "
             "nvidia-smi, NVML and CUDA fail until they agree. Drain the node, then reboot it "
             "(or stop every GPU user and reload the nvidia modules).",
-            Action.REBOOT_NODE, Blame.NODE, evidence=_dedupe(ev))
+            Action.REBOOT_NODE, Blame.NODE, evidence=ev)
         return
     if kernel and user:
         version = sorted(kernel)[0]
@@ -153,18 +153,15 @@ def version_mismatch(facts: Facts) -> Iterator[Finding]:
             f"kernel module and userspace driver agree ({version})",
             "The loaded module and the installed libraries are the same release.",
             Action.NONE, Blame.UNKNOWN,
-            evidence=_dedupe([e for v in kernel.values() for e in v][:1]
-                             + [e for v in user.values() for e in v][:1]))
+            evidence=[e for v in kernel.values() for e in v][:1]
+            + [e for v in user.values() for e in v][:1])
 
 
-def _dedupe(items: list[Evidence]) -> list[Evidence]:
-    seen, out = set(), []
-    for e in items:
-        key = (e.source, e.lines)
-        if key not in seen:
-            seen.add(key)
-            out.append(e)
-    return out
+def _most_specific(versions) -> list[str]:
+    """Drop versions that another one extends ("550.54" when "550.54.15" is known)."""
+    names = sorted(versions)
+    return [v for v in names
+            if not any(o != v and o.startswith(v + ".") for o in names)]
 
 
 @rule("driver.wedged", produces=("driver.wedged",))
@@ -276,6 +273,8 @@ _INIT_EVENTS = {
     "gsp-firmware-missing": ("driver.gsp-firmware-missing",
                              "GSP firmware for the loaded module is missing",
                              Action.FIX_SOFTWARE, Blame.NODE),
+    "module-load-failed": ("driver.module-load-failed", "an NVIDIA kernel module failed to load",
+                           Action.FIX_SOFTWARE, Blame.NODE),
 }
 _INIT_WHY = {
     "driver.gpu-init-failed": "RmInitAdapter failed: the GPU did not come up (firmware that "
@@ -287,6 +286,10 @@ _INIT_WHY = {
     "driver.gsp-firmware-missing": "The kernel module's GSP firmware file is not installed: a "
     "half-applied driver update. Reinstall the matching driver packages (module and "
     "firmware) and reboot.",
+    "driver.module-load-failed": "modprobe could not insert an NVIDIA module: nvidia.ko is "
+    "missing for this kernel (no DKMS rebuild after a kernel update), unsigned under Secure "
+    "Boot, or built for another release. Everything above it (uvm, drm, persistenced) fails "
+    "in turn. Rebuild or reinstall the driver for the running kernel.",
 }
 
 
@@ -300,7 +303,8 @@ def init_events(facts: Facts) -> Iterator[Finding]:
             groups.setdefault((ev.kind, ev.bus_id), []).append(ev)
     for (kind, bus_id), events in groups.items():
         fid, title, action, blame = _INIT_EVENTS[kind]
-        codes = sorted({e.details.get("code") for e in events if e.details.get("code")})
+        codes = sorted({e.details.get("code") or e.details.get("module") or ""
+                        for e in events} - {""})
         if codes:
             title += f" ({', '.join(codes)})"
         if bus_id:

@@ -67,6 +67,15 @@ def gpu_count(facts: Facts) -> Iterator[Finding]:
             f"Compared the PCI bus with {source}.", Action.NONE, Blame.UNKNOWN)
 
 
+def _in_vm(facts: Facts) -> bool:
+    """GPUs passed through to a VM (nvidia-smi's virtualization mode says so)."""
+    for _, report in facts.maybe("smi", []):
+        for g in report.gpus:
+            if g.virtualization_mode and g.virtualization_mode.lower() not in ("none", "n/a"):
+                return True
+    return False
+
+
 _MISSING_WHY = (
     "The GPU is on the PCI bus but the driver cannot use it: it fell off the bus, failed "
     "to initialise, or stopped responding. Jobs here see fewer GPUs or hang. A GPU reset "
@@ -92,6 +101,8 @@ def gpu_count_unexpected(facts: Facts) -> Iterator[Finding]:
     profile = profiles.pop()
     if profile is None or not profile.baseboard_gpus or len(visible) in profile.baseboard_gpus:
         return
+    if len(visible) * 2 <= max(profile.baseboard_gpus) or _in_vm(facts):
+        return  # VMs and partitions get subsets of a board; only "one short" is telling
     sizes = " or ".join(str(n) for n in profile.baseboard_gpus)
     yield finding(
         "gpu.count-unexpected", Severity.WARNING,

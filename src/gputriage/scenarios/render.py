@@ -93,8 +93,12 @@ def render_all(host: Host) -> dict[str, Rendered]:
             continue
         override = host.command_overrides.get(name)
         if override is not None:
-            # the command ran: its error output is the capture, its rc says it failed
-            out[name] = Rendered(override.text.encode(), rc=override.rc)
+            # the command ran: its error output is the capture, its rc says it
+            # failed (recorded as the collector records a non-zero exit)
+            failed = override.rc not in (0, None)
+            out[name] = Rendered(override.text.encode(), rc=override.rc,
+                                 error="failed" if failed else None,
+                                 error_detail=f"exit status {override.rc}" if failed else None)
             continue
         out[name] = Rendered(RENDERERS[name](host).encode(), rc=0 if is_command else None)
     return out
