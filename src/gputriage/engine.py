@@ -30,12 +30,13 @@ def analyze(snapshot: Snapshot) -> Result:
         if reason:
             result.skipped.append(Skipped(rule.id, reason))
             continue
-        ran += 1
         try:
             result.findings.extend(rule.func(facts))
         except Missing as exc:
             result.skipped.append(Skipped(rule.id, f"needs {exc}"))
-            ran -= 1
+            continue
+        if rule.requires or rule.any_of:  # a rule that needs no input tells nothing
+            ran += 1
     result.unreadable = list(snapshot.problems) + facts.problems
     result.inputs = _inputs(snapshot)
     result.gpus = _gpus(facts, result)
@@ -48,7 +49,8 @@ def _inputs(snapshot: Snapshot) -> list[dict]:
     for name, cap in sorted(snapshot.captures.items()):
         if cap.text is None:
             continue
-        origin = cap.origin.split(":sources/")[0] if snapshot.manifest else cap.origin
+        origin = (cap.origin.split(":sources/")[0] if snapshot.manifest
+                  else cap.origin.split("#")[0])
         by_origin.setdefault(origin or snapshot.origin, []).append(name)
     return [{"origin": o, "sources": names} for o, names in by_origin.items()]
 
@@ -115,8 +117,8 @@ def _host(facts: Facts, result: Result, ran: int) -> dict:
     pci_gpus = facts.maybe("pci_gpus")
     worst = result.worst
     verdict = worst.value if worst.rank >= Severity.WARNING.rank else "ok"
-    if ran == 0 or (not result.findings and not facts.snapshot.captures):
-        verdict = "unknown"
+    if not result.findings and (ran == 0 or not facts.snapshot.captures):
+        verdict = "unknown"  # nothing could be checked: say so, never "OK"
     return {
         "hostname": manifest.get("host") or _first_line(facts, "hostname"),
         "kernel": uname[2] if len(uname) > 2 else None,

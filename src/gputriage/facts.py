@@ -171,7 +171,9 @@ class Facts:
     def _fact_pci(self) -> list[pci.PciFunction]:
         """PCI functions from sysfs; lspci output (bug reports, pastes) otherwise."""
         try:
-            return self._parse("pci_devices", pci.parse_pci_tree, as_json=True)
+            functions = self._parse("pci_devices", pci.parse_pci_tree, as_json=True)
+            self._cache["pci_source"] = "pci_devices"
+            return functions
         except Missing as first:
             found: dict[str, pci.PciFunction] = {}
             for source in ("lspci_nvidia", "lspci_mellanox"):
@@ -182,7 +184,13 @@ class Facts:
                 found.update((f.address, f) for f in functions if f.address)
             if not found:
                 raise first from None
+            self._cache["pci_source"] = "lspci_nvidia"
             return sorted(found.values(), key=lambda f: f.address)
+
+    def _fact_pci_source(self) -> str:
+        """Which source the PCI functions came from (for evidence labels)."""
+        self.get("pci")
+        return self._cache.get("pci_source", "pci_devices")
 
     def _fact_pci_gpus(self) -> list[pci.PciFunction]:
         return [f for f in self.get("pci") if f.is_gpu]

@@ -39,11 +39,11 @@ def driver_presence(facts: Facts) -> Iterator[Finding]:
             "host.not-gpu-host", Severity.INFO,
             "no NVIDIA driver loaded and no NVIDIA PCI devices: not a GPU host",
             "Nothing on this host calls for NVIDIA checks.", Action.NONE, Blame.UNKNOWN,
-            evidence=[evidence("pci_devices", [f"{len(facts.get('pci'))} PCI functions "
+            evidence=[evidence(facts.get("pci_source"), [f"{len(facts.get('pci'))} PCI functions "
                                                "of interest, none an NVIDIA GPU"])])
         return
     if loaded is False:
-        ev = [evidence("pci_devices", [_pci_line(f) for f in gpus])]
+        ev = [evidence(facts.get("pci_source"), [_pci_line(f) for f in gpus])]
         mods = facts.maybe("modules") or {}
         if "nouveau" in mods:
             ev.append(evidence("proc_modules", [mods["nouveau"].line],

@@ -30,7 +30,7 @@ def gpu_count(facts: Facts) -> Iterator[Finding]:
             f"{len(passthrough)} GPU(s) bound to {passthrough[0].driver} for passthrough",
             "GPUs given to virtual machines are not expected to be visible to this host's "
             "driver.", Action.NONE, Blame.CONFIG,
-            evidence=[evidence("pci_devices", [f"{f.address} driver={f.driver}"
+            evidence=[evidence(facts.get("pci_source"), [f"{f.address} driver={f.driver}"
                                                for f in passthrough])])
     expected = [f for f in pci_gpus if f.driver not in PASSTHROUGH_DRIVERS]
     seen = {g.bus_id for g in visible if g.bus_id and g.bus_id not in lost}
@@ -41,12 +41,13 @@ def gpu_count(facts: Facts) -> Iterator[Finding]:
                 "gpu.missing", Severity.CRITICAL,
                 f"{len(expected) - len(visible)} GPU(s) on PCI not visible to the driver "
                 f"({len(visible)} of {len(expected)})", _MISSING_WHY, Action.DRAIN_AND_REPAIR,
-                Blame.NODE, evidence=[evidence("pci_devices", [_line(f) for f in expected]),
-                                      evidence(source, [g.line for g in visible])])
+                Blame.NODE,
+                evidence=[evidence(facts.get("pci_source"), [_line(f) for f in expected]),
+                          evidence(source, [g.line for g in visible])])
         return
     missing = [f for f in expected if f.address not in seen]
     for f in missing:
-        ev = [evidence("pci_devices", [_line(f)], "on the PCI bus"),
+        ev = [evidence(facts.get("pci_source"), [_line(f)], "on the PCI bus"),
               evidence(source, [f"{f.address} is not among the {len(seen)} GPUs listed"])]
         for lost_source, line in lost.get(f.address, []):
             ev.append(evidence(lost_source, [line]))
