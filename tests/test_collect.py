@@ -123,3 +123,19 @@ def test_tarball_snapshot_round_trips(tmp_path):
     assert out.name == "snap.tar.gz"
     snap = Snapshot.load(out)
     assert snap.text("proc_modules").startswith("nvidia ")
+
+
+def test_tools_for_absent_hardware_are_not_applicable(tmp_path):
+    host = FakeHost(tmp_path / "root")
+    host.write("/sys/bus/pci/devices/0000:00:03.0/vendor", "0x1af4\n")
+    host.write("/sys/bus/pci/devices/0000:00:03.0/class", "0x020000\n")
+    rec = Snapshot.load(collect(host, tmp_path / "snap")).manifest["sources"]
+    assert rec["nvidia_smi_q_xml"]["error"] == "not-applicable"
+    assert rec["ibstat"]["error"] == "not-applicable"
+    assert rec["numactl"]["error"] == "absent"  # not tied to GPU or HCA hardware
+
+
+def test_tools_for_present_hardware_stay_absent(tmp_path):
+    host = _host(tmp_path)  # has an NVIDIA GPU on PCI
+    rec = Snapshot.load(collect(host, tmp_path / "snap")).manifest["sources"]
+    assert rec["nvidia_smi_q_xml"]["error"] == "absent"

@@ -39,6 +39,7 @@ class Source:
     suffix: str = ".txt"
     select: str | None = None  # tree: name of a filter in collect.trees
     collect: bool = True  # False: read from pasted outputs and bug reports only
+    applies: str | None = None  # "nvidia" | "infiniband": hardware the source is about
 
     @property
     def filename(self) -> str:
@@ -75,29 +76,32 @@ def _file(name: str, path: str, description: str, **kw) -> Source:
 SOURCES: tuple[Source, ...] = (
     # --- NVIDIA driver and tools
     _cmd("nvidia_smi_q_xml", ("nvidia-smi", "-q", "-x"), "full GPU state as XML", suffix=".xml",
-         timeout_s=30.0),
+         timeout_s=30.0, applies="nvidia"),
     _cmd("nvidia_smi_q", ("nvidia-smi", "-q"), "full GPU state as text (input only: live "
          "collection takes the XML)", collect=False),
-    _cmd("nvidia_smi", ("nvidia-smi",), "the nvidia-smi summary table"),
-    _cmd("nvidia_smi_topo", ("nvidia-smi", "topo", "-m"), "GPU/NIC/CPU topology matrix"),
-    _cmd("nvidia_smi_nvlink_status", ("nvidia-smi", "nvlink", "-s"), "NVLink link state"),
-    _cmd("nvidia_smi_nvlink_errors", ("nvidia-smi", "nvlink", "-e"), "NVLink error counters"),
+    _cmd("nvidia_smi", ("nvidia-smi",), "the nvidia-smi summary table", applies="nvidia"),
+    _cmd("nvidia_smi_topo", ("nvidia-smi", "topo", "-m"), "GPU/NIC/CPU topology matrix",
+         applies="nvidia"),
+    _cmd("nvidia_smi_nvlink_status", ("nvidia-smi", "nvlink", "-s"), "NVLink link state",
+         applies="nvidia"),
+    _cmd("nvidia_smi_nvlink_errors", ("nvidia-smi", "nvlink", "-e"), "NVLink error counters",
+         applies="nvidia"),
     Source(name="nvml", kind="nvml", description="NVML readings (or the init error text)",
            suffix=".json", timeout_s=20.0),
     _file("proc_driver_nvidia_version", "/proc/driver/nvidia/version",
-          "loaded NVIDIA kernel module version"),
+          "loaded NVIDIA kernel module version", applies="nvidia"),
     Source(name="proc_driver_nvidia_gpus", kind="tree", path="/proc/driver/nvidia/gpus",
            globs=("*/information",), suffix=".json",
-           description="per-GPU information as the kernel module sees it"),
+           description="per-GPU information as the kernel module sees it", applies="nvidia"),
     _file("proc_modules", "/proc/modules", "loaded kernel modules"),
     _file("proc_devices", "/proc/devices", "character device majors (nvidia-uvm is dynamic)"),
     Source(name="sys_module_nvidia", kind="tree", path="/sys/module",
            globs=("nvidia*/version", "nvidia*/initstate"), suffix=".json",
-           description="version of each loaded nvidia* module"),
+           description="version of each loaded nvidia* module", applies="nvidia"),
     Source(name="dev_nvidia", kind="devnodes", path="/dev/nvidia*", suffix=".json",
-           description="NVIDIA device nodes with major:minor"),
+           description="NVIDIA device nodes with major:minor", applies="nvidia"),
     Source(name="dev_nvidia_caps", kind="devnodes", path="/dev/nvidia-caps/*", suffix=".json",
-           description="NVIDIA capability device nodes (MIG)"),
+           description="NVIDIA capability device nodes (MIG)", applies="nvidia"),
     Source(name="nvidia_libs", kind="tree", path="/",
            globs=("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*", "usr/lib64/libnvidia-ml.so.*",
                   "usr/lib/aarch64-linux-gnu/libnvidia-ml.so.*", "usr/lib/libnvidia-ml.so.*",
@@ -111,9 +115,9 @@ SOURCES: tuple[Source, ...] = (
            suffix=".json",
            description="NVIDIA and network PCI functions: ids, class, NUMA, link speed/width"),
     _cmd("lspci_nvidia", ("lspci", "-vvv", "-nn", "-D", "-d", "10de:"),
-         "lspci detail of NVIDIA functions"),
+         "lspci detail of NVIDIA functions", applies="nvidia"),
     _cmd("lspci_mellanox", ("lspci", "-vvv", "-nn", "-D", "-d", "15b3:"),
-         "lspci detail of Mellanox/NVIDIA networking functions"),
+         "lspci detail of Mellanox/NVIDIA networking functions", applies="infiniband"),
     # --- memory, kernel, OS
     _file("proc_meminfo", "/proc/meminfo", "memory and hugepage totals"),
     Source(name="hugepages", kind="tree", path="/sys/kernel/mm/hugepages",
@@ -153,8 +157,9 @@ SOURCES: tuple[Source, ...] = (
     Source(name="infiniband", kind="tree", path="/sys/class/infiniband",
            globs=tuple(f"*/ports/*/{a}" for a in _IB_PORT_ATTRS)
            + ("*/ports/*/counters/*", "*/fw_ver", "*/hca_type", "*/node_desc"),
-           suffix=".json", description="HCA ports: state, rate, link layer, counters"),
-    _cmd("ibstat", ("ibstat",), "InfiniBand HCA and port status"),
+           suffix=".json", description="HCA ports: state, rate, link layer, counters",
+           applies="infiniband"),
+    _cmd("ibstat", ("ibstat",), "InfiniBand HCA and port status", applies="infiniband"),
     # --- containers
     _file("container_toolkit_config", "/etc/nvidia-container-runtime/config.toml",
           "NVIDIA container runtime configuration"),

@@ -8,6 +8,7 @@ unkillable one is abandoned (and recorded as a timeout) rather than waited on.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -136,6 +137,7 @@ def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None =
         records[name] = rec
         if data is not None:
             payloads[name] = data
+    _mark_not_applicable(records, payloads.get("pci_devices"))
     manifest = snapshot.new_manifest(
         host=_text(payloads.get("hostname")) or socket.gethostname(),
         created=host.now().isoformat(timespec="seconds"),
@@ -147,6 +149,39 @@ def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None =
     )
     manifest["sources"] = records
     return snapshot.write_snapshot(out, manifest, payloads)
+
+
+def _hardware(pci_tree: bytes | None) -> set[str] | None:
+    """Which kinds of hardware the PCI tree shows (None: unknown)."""
+    if pci_tree is None:
+        return None
+    try:
+        files = json.loads(pci_tree).get("files", {})
+    except (ValueError, AttributeError):
+        return None
+    found: set[str] = set()
+    for key, value in files.items():
+        device, _, attr = key.rpartition("/")
+        if attr != "vendor":
+            continue
+        klass = str(files.get(f"{device}/class", "")).strip().lower()
+        if value.strip().lower() == "0x10de":
+            found.add("nvidia")
+        if klass.startswith("0x0207") or value.strip().lower() == "0x15b3":
+            found.add("infiniband")
+    return found
+
+
+def _mark_not_applicable(records: dict[str, dict], pci_tree: bytes | None) -> None:
+    """An absent tool for hardware the host does not have is not-applicable, not missing."""
+    present = _hardware(pci_tree)
+    if present is None:
+        return
+    for name, rec in records.items():
+        spec = sources.get(name)
+        if rec.get("error") == "absent" and spec.applies and spec.applies not in present:
+            rec["error"] = "not-applicable"
+            rec["error_detail"] = f"no {spec.applies} PCI function on this host"
 
 
 def _text(data: bytes | None) -> str | None:
