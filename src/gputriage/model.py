@@ -81,6 +81,16 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class Occurrences:
+    """How often and when an event-based finding happened (log findings)."""
+
+    count: int
+    first: str | None = None  # time as ISO 8601 when known, else as printed
+    last: str | None = None
+    current_boot: bool = True  # False: history from an earlier boot, not a current failure
+
+
+@dataclass(frozen=True)
 class Finding:
     id: str
     severity: Severity
@@ -91,6 +101,7 @@ class Finding:
     scope: Scope = NODE
     evidence: tuple[Evidence, ...] = ()
     references: tuple[str, ...] = ()
+    occurrences: Occurrences | None = None
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -104,6 +115,8 @@ class Finding:
             for e in self.evidence
         ]
         data["references"] = list(self.references)
+        if self.occurrences is None:
+            data.pop("occurrences", None)
         return data
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from gputriage.model import NODE, Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
 
 RuleFunc = Callable[..., Iterable[Finding]]
 
@@ -57,9 +57,9 @@ def evidence(source: str, lines: Iterable[str], note: str | None = None,
 
 def finding(fid: str, severity: Severity, title: str, explanation: str, action: Action,
             blame: Blame, scope: Scope = NODE, evidence: Iterable[Evidence] = (),
-            references: Iterable[str] = ()) -> Finding:
+            references: Iterable[str] = (), occurrences: Occurrences | None = None) -> Finding:
     return Finding(fid, severity, title, explanation, action, blame, scope,
-                   merge_evidence(evidence), tuple(references))
+                   merge_evidence(evidence), tuple(references), occurrences)
 
 
 def merge_evidence(items: Iterable[Evidence]) -> tuple[Evidence, ...]:
