@@ -204,3 +204,13 @@ def test_missing_inputs_are_skipped_with_reasons():
 def test_nothing_known_is_unknown():
     result = analyze(snap(live=False))
     assert result.host["verdict"] == "unknown"
+
+
+def test_the_library_the_loader_picks_decides_among_leftovers():
+    libs = {"files": {"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.161.07": "",
+                      "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15": ""},
+            "links": {"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1":
+                      "libnvidia-ml.so.550.54.15"}}
+    assert "driver.version-mismatch" not in ids(run(**host(nvidia_libs=libs)))
+    libs["links"]["usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"] = "libnvidia-ml.so.535.161.07"
+    assert "driver.version-mismatch" in ids(run(**host(nvidia_libs=libs)))

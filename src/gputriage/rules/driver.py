@@ -116,8 +116,9 @@ def _active_libs(facts: Facts):
     if len({lib.version for lib in libs}) <= 1:
         return libs
     cap = facts.snapshot.get("nvidia_libs")
-    links = cap.json().get("links", {}) if cap is not None else {}
-    targets = {t.rsplit("/", 1)[-1] for k, t in links.items()
+    doc = cap.json() if cap is not None else None  # already parsed once by the libs fact
+    links = doc.get("links") if isinstance(doc, dict) else None
+    targets = {str(t).rsplit("/", 1)[-1] for k, t in (links or {}).items()
                if k.endswith("libnvidia-ml.so.1")}
     chosen = [lib for lib in libs if lib.path.rsplit("/", 1)[-1] in targets]
     return chosen or libs
