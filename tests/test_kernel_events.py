@@ -258,3 +258,36 @@ def test_module_load_failed_from_corpus(corpus):
     events = only(scan_driver_events(corpus.sample("ollama11932").text()), "module-load-failed")
     assert [e.details["module"] for e in events] == ["nvidia-drm", "nvidia-uvm"]
     assert events[0].timestamp == "2025-08-16T00:03:04.070671-04:00"
+
+
+# --- the extractor on its own (streaming, no reader) --------------------------------------
+
+def test_iter_gives_line_numbers_and_joins_sxid_continuations():
+    lines = [
+        "[ 10.0] usb 1-1: new device\n",
+        "[ 11.0] nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20009, Non-fatal, Link 12 RX Short Error Rate\n",
+        "[ 11.0] nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20009, Severity 0 Engine instance 12 Sub-engine instance 00\n",
+        "[ 11.0] nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20009, Data {0x00000000, 0x00000001}\n",
+        "[ 12.0] NVRM: Xid (PCI:0000:18:00): 45, pid=7, name=python, Ch 00000010 caused by previous Xid 74\n",
+    ]
+    sxid, xid = iter_driver_events(lines)
+    assert (sxid.kind, sxid.lineno, sxid.bus_id) == ("sxid", 2, "0000:06:00.0")
+    assert sxid.details["severity"] == "Non-fatal" and sxid.details["engine_instance"] == "12"
+    assert sxid.line.count("\n") == 2
+    assert (xid.lineno, xid.details["caused_by"], xid.details["channel"]) == (5, "74", "00000010")
+    assert xid.time is None and xid.boot == 0
+
+
+def test_hung_task_trace_outside_window_is_not_nvidia():
+    head = "[ 5.0] INFO: task python:42 blocked for more than 122 seconds.\n"
+    filler = ["[ 5.0]  schedule+0x69/0x110\n"] * 31
+    (ev,) = scan_driver_events(head + "".join(filler) + "[ 5.0]  nv_wait+0x1/0x2 [nvidia]\n")
+    assert ev.details["in_nvidia"] == "no"
+    (ev,) = scan_driver_events(head + "".join(filler[:5]) + "[ 5.0]  nv_wait+0x1/0x2 [nvidia]\n")
+    assert ev.details["in_nvidia"] == "yes"
+
+
+def test_xid_with_other_pci_domain_and_double_spaces():
+    (ev,) = scan_driver_events("NVRM: Xid (PCI:0018:01:00): 144, NETIR_LINK_EVT  Nonfatal   XC0 i0 Link 03 (0x02300100 0x0 0x0 0x0 0x0 0x0)\n")
+    assert ev.bus_id == "0018:01:00.0"
+    assert (ev.details["link"], ev.details["severity"], ev.details["subcode"]) == ("3", "Nonfatal", "35")

@@ -91,6 +91,19 @@ RULE_CASES = {
     "persistence.mode": [
         (host(nvml=nvml_doc(BUSES, persistence=False)), "persistence.off"),
     ],
+    "kernel.xid": [
+        ({"kernel_log": "[  100.1] NVRM: Xid (PCI:0000:9a:00): 79, pid=1234, name=python, GPU "
+                        "has fallen off the bus.\n"}, "xid.79"),
+    ],
+    "kernel.sxid": [
+        ({"kernel_log": "[  100.1] nvidia-nvswitch3: SXid (PCI:0000:07:00.0): 20034, Fatal, "
+                        "Link 28 LTSSM Fault Up\n"}, "sxid.20034"),
+    ],
+    "kernel.events": [
+        ({"kernel_log": "[  200.5] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset "
+                        "required [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ "
+                        "kernel_channel.c:2874\n"}, "kernel.gpu-reset-required"),
+    ],
     "persistence.daemon": [
         ({"systemctl_persistenced": "Id=nvidia-persistenced.service\nLoadState=loaded\n"
                                     "ActiveState=failed\nSubState=failed\nResult=exit-code\n"

@@ -38,7 +38,7 @@ def test_catalog_has_the_four_scenarios_with_expectations() -> None:
     assert get_scenario("healthy-8xh100").expected == ()
     assert get_scenario("driver-mismatch").expected == ("driver.version-mismatch",)
     assert get_scenario("gpu-fallen-off-bus").expected == ("gpu.missing",
-                                                           "nvidia-smi.gpu-lost")
+                                                           "nvidia-smi.gpu-lost", "xid.79")
     assert get_scenario("uvm-not-loaded").expected == ("module.nvidia-uvm-missing",)
     for s in list_scenarios():
         assert s.title and "\n" not in s.title

@@ -47,6 +47,17 @@ def _env() -> Environment:
     return click.get_current_context().obj
 
 
+def _window(since: str | None, boot: str | None) -> Any:
+    """The kernel-log window of ``--since`` / ``--boot`` (usage error when malformed)."""
+    from gputriage.rules.kernel_log import LogWindow, parse_boot, parse_since
+
+    try:
+        return LogWindow(boot=parse_boot(boot) if boot is not None else None,
+                         since=parse_since(since) if since is not None else None)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since/--boot") from None
+
+
 def _report(result: Any, as_json: bool, verbose: bool) -> None:
     from gputriage.views.status import exit_status
 
@@ -71,6 +82,13 @@ _verbose_opt = click.option("-v", "--verbose", is_flag=True,
 _timeout_opt = click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
                             help="Per-command timeout in seconds (default 10, 30 for "
                                  "nvidia-smi -q and the kernel log).")
+_since_opt = click.option("--since", default=None, metavar="TIME",
+                          help="Judge only kernel-log events at or after TIME: ISO 8601 (UTC "
+                               "unless an offset is given) or an age such as 2h, 30m, 1d.")
+_boot_opt = click.option("--boot", default=None, metavar="N|all",
+                         help="Judge the kernel-log events of one boot: 0 the current (last) "
+                              "boot, -1 the one before...; default all, where only boot 0 "
+                              "counts as current and earlier boots are history.")
 _deadline_opt = click.option("--deadline", type=click.FloatRange(min=1), default=90.0,
                              show_default=True, help="Global collection deadline in seconds.")
 
@@ -85,6 +103,8 @@ def cli() -> None:
     gputriage check                 collect this host and analyse it
     gputriage analyze PATH...       analyse a snapshot, a bug report, or pasted outputs
     gputriage collect -o FILE       save a snapshot of this host
+    gputriage logs FILE...          per-GPU timeline and findings of kernel logs
+    gputriage xid CODE...           explain Xid (or --sxid SXid) codes
     gputriage scenario list         simulated hosts to try it on
 
     Exit status: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; 64 usage, 66 unreadable input.
@@ -120,21 +140,26 @@ def collect(output: str | None, timeout: float | None, deadline: float) -> None:
 @_deadline_opt
 @click.option("--keep", type=click.Path(file_okay=True), default=None,
               help="Also keep the snapshot (directory or .tar.gz) for later.")
+@_since_opt
+@_boot_opt
 def check(as_json: bool, verbose: bool, timeout: float | None, deadline: float,
-          keep: str | None) -> None:
+          keep: str | None, since: str | None, boot: str | None) -> None:
     """Collect this host into a temporary snapshot, analyse it, report."""
     import tempfile
 
     from gputriage.collect import CollectOptions
     from gputriage.collect import collect as do_collect
     from gputriage.engine import analyze
+    from gputriage.rules.kernel_log import log_window
     from gputriage.snapshot import Snapshot
 
     env = _env()
+    window = _window(since, boot)
     opts = CollectOptions(timeout_s=timeout, deadline_s=deadline)
     with tempfile.TemporaryDirectory(prefix="gputriage-") as tmp:
         path = do_collect(env.live_host(), keep or f"{tmp}/snapshot", opts)
-        result = analyze(Snapshot.load(path))
+        with log_window(window):
+            result = analyze(Snapshot.load(path))
     _report(result, as_json, verbose)
 
 
@@ -142,14 +167,115 @@ def check(as_json: bool, verbose: bool, timeout: float | None, deadline: float,
 @click.argument("paths", nargs=-1, required=True)
 @_json_opt
 @_verbose_opt
-def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool) -> None:
+@_since_opt
+@_boot_opt
+def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None,
+            boot: str | None) -> None:
     """Analyse what you have: snapshots (dir or .tar.gz), an nvidia-bug-report.log(.gz),
     or pasted outputs (nvidia-smi -q/-x/table, /proc/driver/nvidia/version, lsmod,
     a kernel log...). Several paths combine into one host view; - reads stdin."""
     from gputriage.engine import analyze as do_analyze
     from gputriage.ingest import load_inputs
+    from gputriage.rules.kernel_log import log_window
 
-    _report(do_analyze(load_inputs(list(paths))), as_json, verbose)
+    window = _window(since, boot)
+    snapshot = load_inputs(list(paths))
+    with log_window(window):
+        result = do_analyze(snapshot)
+    _report(result, as_json, verbose)
+
+
+def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
+    """Run every rule that the kernel log alone can feed over an already scanned log
+    (no second decoding): the Facts' ``log_scan`` is pre-filled."""
+    from gputriage.facts import Facts, Missing
+    from gputriage.model import Result, Severity
+    from gputriage.rules import all_rules
+    from gputriage.snapshot import Snapshot
+
+    facts = Facts(Snapshot({}, None, "logs"), _cache={"log_scan": scan, "log_window": window})
+    result = Result()
+    for r in all_rules():
+        if not (r.requires or r.any_of) or not all(facts.has(n) for n in r.requires):
+            continue
+        if r.any_of and not any(facts.has(n) for n in r.any_of):
+            continue
+        try:
+            result.findings.extend(r.func(facts))
+        except Missing:
+            continue
+    worst = result.worst.value if result.worst.rank >= Severity.WARNING.rank else "ok"
+    result.host = {"verdict": "unknown" if not scan.lines else worst}
+    return result, facts.get("log_events")
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the timeline and findings as JSON (schema gputriage/logs/v1).")
+@_verbose_opt
+@_since_opt
+@_boot_opt
+def logs(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None,
+         boot: str | None) -> None:
+    """Read kernel logs (dmesg, journalctl -k, syslog / kern.log, rotated .gz / .xz;
+    - reads stdin) and print each GPU's timeline of NVIDIA events, then the findings.
+    Several files make one timeline. Exit status as for analyze."""
+    from gputriage.logscan import scan_paths
+    from gputriage.views.status import exit_status
+    from gputriage.views.timeline import build_timeline, logs_document, render_logs
+
+    env = _env()
+    window = _window(since, boot)
+    scan = scan_paths(list(paths))
+    result, events = _judge_scan(scan, window)
+    lanes = build_timeline(events)
+    if as_json:
+        import json
+
+        doc = logs_document(scan, lanes, result, {
+            "boot": window.boot, "since": window.since.isoformat() if window.since else None})
+        env.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        from rich.console import Console
+
+        render_logs(scan, lanes, result, Console(file=env.stdout, highlight=False),
+                    verbose=verbose)
+    raise _Exit(int(exit_status(result)))
+
+
+@cli.command("xid")
+@click.argument("codes", nargs=-1, required=True)
+@click.option("--sxid", is_flag=True, help="Explain NVSwitch SXid codes instead of Xid codes.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the catalog entries as JSON (schema gputriage/xid/v1).")
+def xid(codes: tuple[str, ...], sxid: bool, as_json: bool) -> None:
+    """Explain Xid (or --sxid SXid) CODEs: meaning, likely origin, node or job, what
+    to do, NVIDIA's resolution bucket. A code not in the catalog gets a "not in the
+    catalog" line (JSON: "known": false) and the exit status stays 0."""
+    numbers = []
+    for raw in codes:
+        text = raw.strip().lower().removeprefix("sxid").removeprefix("xid").strip(" :,")
+        if not text.isdigit():
+            raise click.BadParameter(f"{raw!r} is not an Xid code (a number such as 79)",
+                                     param_hint="CODE")
+        numbers.append(int(text))
+    env = _env()
+    if as_json:
+        import json
+
+        from gputriage.views.xidview import xids_json
+
+        doc = {"schema": "gputriage/xid/v1", "catalog": "sxid" if sxid else "xid",
+               "entries": xids_json(numbers, sxid=sxid)}
+        env.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        from rich.console import Console
+
+        from gputriage.views.xidview import render_xids
+
+        render_xids(numbers, Console(file=env.stdout, highlight=False), sxid=sxid)
+    raise _Exit(0)
 
 
 @cli.group()

@@ -146,7 +146,30 @@ class Facts:
         return reports
 
     def _fact_driver_events(self) -> list[kernel_events.DriverEvent]:
-        return self._parse("kernel_log", kernel_events.scan_driver_events)
+        """Driver events of the current boot inside the log window (earlier boots are
+        history: they never make a GPU lost or the driver broken now)."""
+        return [ev for ev in self.get("log_events") if ev.boot == 0]
+
+    def _fact_log_scan(self) -> Any:
+        """The kernel log scanned once (a ``gputriage.logscan.LogScan``); callers that
+        scanned files themselves (``gputriage logs``) pre-fill this fact."""
+        from gputriage.logscan import scan_text
+
+        cap = self.snapshot.get("kernel_log")
+        if cap is None:
+            raise Missing(self.snapshot.missing_reason("kernel_log"))
+        return scan_text(cap.text or "", cap.origin or "kernel_log")
+
+    def _fact_log_window(self) -> Any:
+        """The selected window of kernel-log events (``--boot`` / ``--since``)."""
+        from gputriage.rules.kernel_log import current_window
+
+        return current_window()
+
+    def _fact_log_events(self) -> list[kernel_events.DriverEvent]:
+        """Kernel-log events inside the log window, in log order."""
+        window = self.get("log_window")
+        return [ev for ev in self.get("log_scan").events if window.admits(ev)]
 
     def _fact_proc_gpus(self) -> list[driver.ProcGpu]:
         return self._parse("proc_driver_nvidia_gpus", driver.parse_gpus_information,

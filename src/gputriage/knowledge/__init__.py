@@ -1,4 +1,4 @@
-"""Knowledge as data: GPU model profiles (and, later, Xid/SXid catalogs).
+"""Knowledge as data: GPU model profiles here; the Xid and SXid catalogs in ``xid``.
 
 Tables are CSV files in this package, written from the facts in the
 project's reference material, loaded once on first use.

@@ -1,52 +1,86 @@
-"""Driver-stack events in a kernel log: API mismatch, GPU fallen off the bus,
-RmInitAdapter failures, no adapter probed, missing GSP firmware, module load
-failures and Xid lines.
+"""NVIDIA-relevant events in kernel log lines: Xid and SXid, the driver stack
+(API mismatch, fallen off the bus, RmInitAdapter, no adapter probed, GSP
+firmware, GSP RPC timeouts and errors, reset required, module load failures),
+NVLink, nvidia-peermem, PCIe AER and bandwidth, mlx5 link state, segfaults in
+GPU libraries, hung tasks and soft lockups.
 
 Accepted line shapes (each prefix optional, stripped in this order): a
-markdown ``> `` quote; Talos ``<ip>: kern: <level>: [ts]: ``; dmesg -x
-``kern  :warn  : ``; syslog ``Mon dd hh:mm:ss host kernel: `` or ISO
-``2024-05-01T10:00:00+0000 host kernel: ``; a bare ``kernel: ``; dmesg
-``[ 1234.567890] `` or dmesg -T ``[Fri Aug 30 11:11:22 2024] `` (optionally
-followed by ``host kernel: `` as journalctl -o short-monotonic prints).
-rsyslog ``#012`` escapes are split into lines. Multi-line messages (API
-mismatch, "The NVIDIA GPU ... has fallen off the bus") are joined from
-their continuation lines: lines without a timestamp, or with the head's own
-timestamp, whose text starts with ``NVRM:``.
+markdown ``> `` quote; a ``<6>`` printk level; Talos ``<ip>: kern: <level>:
+[ts]: ``; dmesg -x ``kern  :warn  : ``; syslog ``Mon dd hh:mm:ss[.us] host
+kernel: `` or ISO ``2024-05-01T10:00:00+0000 host kernel: ``; a bare
+``kernel: ``; dmesg ``[ 1234.567890] `` or dmesg -T ``[Fri Aug 30 11:11:22
+2024] `` (optionally followed by ``host kernel: ``). rsyslog ``#012`` escapes
+are split into lines. Multi-line messages (API mismatch, "The NVIDIA GPU ...
+has fallen off the bus") are joined from their continuation lines; SXid
+"Severity ... Engine instance" / "Data" lines join their SXid; a GSP falcon
+core dump is one event; a hung task or soft lockup is marked
+``in_nvidia="yes"`` when a call-trace line within 30 lines names nvidia code.
 
-The scan streams: it holds at most one pending multi-line message, uses
-only bounded regular expressions, and keeps nothing but the events found.
+This module is pure: lines in, events out. Reading files, formats, absolute
+times and boots are :mod:`gputriage.logscan`'s job; :func:`scan_driver_events`
+delegates to it. The extractor streams: it holds at most one multi-line
+message and a few open events, uses bounded regular expressions only, and
+keeps nothing but the events found.
 """
 
 from __future__ import annotations
 
-import io
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from gputriage.parsers.base import normalize_bus_id
 
-__all__ = ["DriverEvent", "iter_driver_events", "scan_driver_events"]
+__all__ = ["DriverEvent", "EventExtractor", "LogLine", "iter_driver_events",
+           "scan_driver_events", "split_escaped", "split_prefix"]
 
 MAX_LINE = 8192  # longer lines are cut before matching
 MAX_CONTINUATION = 8
+TRACE_WINDOW = 30  # lines after a hung task / soft lockup searched for nvidia frames
+MAX_GROUP = 64  # lines joined into one GSP core-dump event
 
 
 @dataclass
 class DriverEvent:
-    """One driver-stack event with the raw line(s) that prove it."""
+    """One NVIDIA-relevant event with the raw line(s) that prove it."""
 
     kind: str  # api-mismatch | fallen-off-bus | rm-init-adapter-failed | no-adapter-probed
-    #            | gsp-firmware-missing | module-load-failed | xid
+    #   | gsp-firmware-missing | module-load-failed | xid | sxid | gsp-rpc-timeout | gsp-error
+    #   | gpu-reset-required | peermem-invalid-context | nvlink-error | pcie-aer
+    #   | pcie-bandwidth-limited | mlx5-link | segfault | hung-task | soft-lockup
     line: str  # raw line(s); continuation lines joined with "\n"
     bus_id: str | None = None
     timestamp: str | None = None  # as printed; None when absent
     details: dict[str, str] = field(default_factory=dict)
+    time: datetime | None = None  # absolute, timezone-aware, when derivable
+    uptime_s: float | None = None  # seconds since boot when printed
+    boot: int = 0  # 0 = the last boot in the input, -1 the one before, ...
+    lineno: int | None = None  # 1-based line number in its input
+    origin: str | None = None  # the file or input the line came from
+
+
+@dataclass
+class LogLine:
+    """One physical log line as the extractor sees it, with what the reader knows."""
+
+    text: str  # the raw line (evidence)
+    msg: str  # the message, prefixes stripped
+    stamps: tuple[str, ...] = ()  # printed timestamps, outermost first
+    lineno: int | None = None
+    time: datetime | None = None
+    uptime_s: float | None = None
+    boot: int = 0
+    origin: str | None = None
+    bus_hint: str | None = None  # e.g. a /dev/kmsg DEVICE=+pci:... record
+    escaped: bool = False  # a piece split off at an rsyslog #012 escape
 
 
 # --- line prefixes ----------------------------------------------------------------------
 
 _QUOTE = re.compile(r"^\s{0,8}(?:>\s?){1,8}")
+_LEVEL = re.compile(r"^<\d{1,3}>")
 _TALOS = re.compile(r"^\S{1,255}: kern:\s{1,4}[a-z]{1,10}: \[(?P<ts>[^\]]{1,64})\]:?\s?")
 _FACILITY = re.compile(r"^[a-z]{2,8}\s{0,3}:[a-z]{2,7}\s{0,3}: ")  # dmesg -x
 _SYSLOG = re.compile(
@@ -57,36 +91,69 @@ _KERNEL_TAG = re.compile(r"^kernel: ?")
 _BRACKET = re.compile(r"^\[(?P<ts>\s{0,12}\d{1,12}\.\d{1,9}|[A-Z][a-z]{2} [A-Z][a-z]{2}"
                       r" [ \d]?\d \d\d:\d\d:\d\d \d{4})\]\s?")
 
+_PREFIXES = (("level", _LEVEL), ("talos", _TALOS), ("facility", _FACILITY),
+             ("syslog", _SYSLOG), ("host", _HOST_KERNEL), ("kernel", _KERNEL_TAG),
+             ("bracket", _BRACKET), ("host", _HOST_KERNEL))
 
-_PREFIXES = (_TALOS, _FACILITY, _SYSLOG, _HOST_KERNEL, _KERNEL_TAG, _BRACKET, _HOST_KERNEL)
 
-
-def _split_prefix(raw: str) -> tuple[tuple[str, ...], str]:
-    """A line's printed timestamps (outermost first) and its message text."""
+def split_prefix(raw: str) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
+    """A line's printed timestamps (outermost first), its message text, and the
+    names of the prefixes found (``talos``, ``syslog``, ``host``, ``bracket`` ...)."""
     text = raw.strip()
     m = _QUOTE.match(text)
     if m:
         text = text[m.end():].lstrip()
     stamps: list[str] = []
-    for pattern in _PREFIXES:
+    tags: list[str] = []
+    for name, pattern in _PREFIXES:
         m = pattern.match(text)
         if m:
             ts = m.groupdict().get("ts")
             if ts:
                 stamps.append(ts.strip())
+            tags.append(name)
             text = text[m.end():]
-    return tuple(stamps), text.strip()
+    return tuple(stamps), text.strip(), tuple(tags)
+
+
+def split_escaped(line: str) -> list[tuple[str, bool]]:
+    """A line cut to MAX_LINE and split at rsyslog ``#012`` escapes; the flag
+    marks split-off pieces."""
+    line = line.rstrip("\r\n")[:MAX_LINE]
+    if "#012" not in line:
+        return [(line, False)]
+    return [(piece, i > 0) for i, piece in enumerate(line.split("#012"))]
 
 
 # --- event patterns ---------------------------------------------------------------------
 
-_XID = re.compile(r"NVRM: Xid \(PCI:(?P<bus>[^)]{0,32})\): (?P<code>\d{1,5}),\s?(?P<rest>.*)")
+_BUS = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
+_XID = re.compile(r"(?<![A-Za-z])Xid\s{0,4}\((?:PCI:)?(?P<bus>[^)]{0,40})\):\s{0,4}"
+                  r"(?P<code>\d{1,5})\b,?\s{0,4}(?P<rest>.*)")
+_SXID = re.compile(r"SXid\s{0,4}\((?:PCI:)?(?P<bus>[^)]{0,40})\):\s{0,4}(?P<code>\d{1,6})\b,?"
+                   r"\s{0,4}(?P<rest>.*)")
+_SWITCH = re.compile(r"(?P<sw>nvidia-nvswitch(?P<num>\d{1,3}))")
+_SXID_SEV = re.compile(r"^(?P<sev>Fatal|Non-?fatal|NonFatal)\b,?\s{0,4}(?:Link\s{1,4}"
+                       r"(?P<link>\d{1,4}))?", re.IGNORECASE)
+_SXID_CONT = re.compile(r"^(?:Severity\s{1,4}(?P<lvl>\d{1,3})\s{1,4}Engine instance\s{1,4}"
+                        r"(?P<eng>\d{1,4})(?:\s{1,4}Sub-engine instance\s{1,4}(?P<sub>\d{1,4}))?"
+                        r"|Data\s{0,4}(?P<data>\{[^}]{0,400}\}?))")
 _XID_PID = re.compile(r"^pid=(?P<pid>'?[^,']{0,32}'?),\s?")
 _XID_NAME = re.compile(r"^name=(?P<name>[^,]{0,64}),\s?")
-_GPU_BUS = re.compile(r"\bGPU (?:at PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
-                      r"(?:\.[0-7])?)")
-_DEV_BUS = re.compile(r"^[\w\-]{1,32} (?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
-                      r"\.[0-7]): ")
+_CHANNEL = re.compile(r"(?:\bChId|\bCh|\bchannel|\bChannel ID)\s{1,4}(?P<ch>0x[0-9a-fA-F]{1,8}"
+                      r"|[0-9a-fA-F]{4,8})\b")
+_CAUSED_BY = re.compile(r"caused by previous Xid\s{0,4}(?P<code>\d{1,5})")
+_RECOVERY = re.compile(r"recovery action changed from\s{0,4}(?P<from_code>0x[0-9a-fA-F]{1,8})"
+                       r"\s{0,4}\((?P<from>[^)]{0,64})\)\s{0,4}to\s{0,4}"
+                       r"(?P<to_code>0x[0-9a-fA-F]{1,8})\s{0,4}\((?P<to>[^)]{0,64})\)")
+_NVLINK5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]{1,40})\s{1,8}(?P<sev>Fatal|Non-?fatal|NonFatal)"
+                      r"\s{1,8}(?P<xc>XC\d{1,3})\s{1,8}(?P<inst>i\d{1,3})\s{1,8}Link\s{1,8}"
+                      r"(?P<link>-?\d{1,4})\s{0,8}\((?P<intr>0x[0-9a-fA-F]{1,8})?", re.IGNORECASE)
+_LINK = re.compile(r"\b[Ll]ink\s{1,4}(?P<link>-?\d{1,4})\b")
+_GPU_INDEX = re.compile(r"\bGPU(?P<idx>\d{1,3})\b")
+_GPU_BUS = re.compile(r"\bGPU (?:at PCI:)?(?P<bus>" + _BUS + ")")
+_AT_PCI = re.compile(r"\bat PCI:(?P<bus>" + _BUS + ")")
+_DEV_BUS = re.compile(r"^[\w\-]{1,32} (?P<bus>" + _BUS + r")(?::| [\w.\-]{1,32}:) ")
 _RMINIT = re.compile(r"RmInitAdapter failed! \((?P<code>0x[0-9a-fA-F]{1,8}:0x[0-9a-fA-F]{1,8}"
                      r":\d{1,6})\)")
 _FW_LOAD = re.compile(r"Direct firmware load for (?P<file>nvidia/(?:(?P<ver>[\d.]{1,20})/)?"
@@ -95,8 +162,7 @@ _VER = r"(\d{1,4}(?:\.\d{1,4}){0,3})"
 _MISMATCH_CLIENT = re.compile(r"API mismatch: the client '([^']{0,64})'(?: \(pid (\d{1,10})\))?")
 _MISMATCH_CLIENT_VERSION = re.compile(r"has the version " + _VER + r",? but")
 _MISMATCH_KERNEL_VERSION = re.compile(r"kernel module has the version " + _VER)
-_FALLEN_HEAD = re.compile(r"NVRM: The NVIDIA GPU (?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:"
-                          r"[0-9a-fA-F]{2}(?:\.[0-7])?)")
+_FALLEN_HEAD = re.compile(r"NVRM: The NVIDIA GPU (?P<bus>" + _BUS + ")")
 _PCI_ID = re.compile(r"\(PCI ID: (?P<id>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)")
 _MODPROBE = re.compile(r"could not insert '(?P<module>nvidia[\w\-]{0,32})': ?(?P<reason>.{0,200})")
 _UDEV_MODPROBE = re.compile(r"Process '\S{0,64}modprobe (?P<module>nvidia[\w\-]{0,32})' failed "
@@ -104,16 +170,43 @@ _UDEV_MODPROBE = re.compile(r"Process '\S{0,64}modprobe (?P<module>nvidia[\w\-]{
 _SYMBOL = re.compile(r"^(?P<module>nvidia[\w\-]{0,32}): (?P<reason>Unknown symbol .{0,200}|"
                      r"disagrees about version of symbol .{0,200})")
 _NVRM_TEXT = re.compile(r"^NVRM:\s?")
+_FUNCTION = re.compile(r"^(?:NVRM:\s{0,4})?(?:GPU\d{1,3}\s{1,4})?(?P<fn>[A-Za-z_]\w{2,80}):")
+_RPC_TIMEOUT = re.compile(r"Timeout after (?P<secs>\d{1,6})s of waiting for RPC response")
+_RPC_FUNCTION = re.compile(r"Expected function (?P<num>\d{1,6}) \((?P<name>\w{1,64})\)")
+_GSP_FAILURE = re.compile(r"fail|error|exception|crash|fault|assert|cannot|health ?check",
+                          re.IGNORECASE)
+_NVLINK_FAILURE = re.compile(r"error|fatal|fail|\bdown\b", re.IGNORECASE)
+_AER_RECEIVED = re.compile(
+    r"(?P<sev>(?:Multiple )?(?:Corrected|Uncorrected \((?:Non-)?Fatal\))) error received:?"
+    r"\s{0,4}(?:(?P<bus>" + _BUS + r")|id=(?P<id>[0-9a-fA-F]{4}))?")
+_AER_BUS_ERROR = re.compile(r"PCIe Bus Error: severity=(?P<sev>[^,]{1,40}),\s{0,4}"
+                            r"type=(?P<type>[^,]{1,40})(?:,\s{0,4}\(?(?P<agent>[^)]{1,40})\)?)?")
+_BANDWIDTH = re.compile(r"(?P<avail>[\d.]{1,12} [GM]b/s) available PCIe bandwidth, limited by "
+                        r"(?P<limit>[\d.]{1,8} GT/s PCIe x\d{1,2}) link at (?P<at>" + _BUS + r")"
+                        r"(?: \(capable of (?P<cap>[^)]{1,80})\))?")
+_MLX5_LINK = re.compile(r"mlx5_core (?P<bus>" + _BUS + r")(?: (?P<ifname>[\w.\-]{1,32}))?: "
+                        r"Link (?P<state>up|down)", re.IGNORECASE)
+_SEGFAULT = re.compile(r"(?P<proc>[^\s\[\]]{1,64})\[(?P<pid>\d{1,10})\]: segfault at "
+                       r"(?P<addr>[0-9a-fA-F]{1,16}) ip (?P<ip>[0-9a-fA-F]{1,16})(?:.{0,120}? in "
+                       r"(?P<lib>[^\s\[]{1,128})\[)?")
+_GPU_LIB = re.compile(r"libcuda|libnccl|libnvidia|libcudnn|libcublas|libcudart|libnvrtc|"
+                      r"libnvJitLink|libcufft|libcusparse|libcusolver|libcurand|libtorch_cuda|"
+                      r"libnvinfer|libdcgm|libnvrm|nvidia", re.IGNORECASE)
+_HUNG = re.compile(r"INFO: task (?P<proc>.{1,64}?):(?P<pid>\d{1,10}) blocked for more than "
+                   r"(?P<secs>\d{1,8}) seconds")
+_LOCKUP = re.compile(r"soft lockup - CPU#(?P<cpu>\d{1,5}) stuck for (?P<secs>\d{1,8})s! "
+                     r"\[(?P<proc>.{1,64}?):(?P<pid>\d{1,10})\]")
+_NV_FRAME = re.compile(r"\[nvidia[\w\-]{0,16}\]|\bnv_\w|\bos_\w|\b_nv\d{3,8}rm\b|\bnvidia\w{0,16}"
+                       r"\+0x|\buvm_\w|\brm_\w")
 
 
-def _bus_near(msg: str) -> str | None:
-    m = _GPU_BUS.search(msg) or _DEV_BUS.match(msg)
-    return normalize_bus_id(m.group("bus")) if m else None
+def _bus_near(msg: str, hint: str | None = None) -> str | None:
+    m = _GPU_BUS.search(msg) or _AT_PCI.search(msg) or _DEV_BUS.match(msg)
+    return normalize_bus_id(m.group("bus")) if m else hint
 
 
-def _xid_event(line: str, stamp: str | None, m: re.Match[str]) -> DriverEvent:
-    rest = m.group("rest")
-    details = {"code": m.group("code")}
+def _xid_details(code: str, rest: str) -> dict[str, str]:
+    details = {"code": code}
     p = _XID_PID.match(rest)
     if p:
         details["pid"] = p.group("pid").strip("'")
@@ -122,82 +215,103 @@ def _xid_event(line: str, stamp: str | None, m: re.Match[str]) -> DriverEvent:
     if n:
         details["process"] = n.group("name")
         rest = rest[n.end():]
-    details["message"] = rest.strip()
-    return DriverEvent("xid", line, normalize_bus_id(m.group("bus")), stamp, details)
+    msg = rest.strip()
+    details["message"] = msg
+    ch = _CHANNEL.search(msg)
+    if ch:
+        details["channel"] = ch.group("ch")
+    c = _CAUSED_BY.search(msg)
+    if c:
+        details["caused_by"] = c.group("code")
+    r = _RECOVERY.search(msg)
+    if r:
+        details.update(recovery_action=r.group("to").strip(),
+                       recovery_action_code=r.group("to_code"),
+                       recovery_action_from=r.group("from").strip())
+    v = _NVLINK5.match(msg)
+    if v:
+        details.update(unit=v.group("unit"), severity=v.group("sev"),
+                       link=str(int(v.group("link"))))
+        if v.group("intr"):
+            details["intrinfo"] = v.group("intr")
+            if 144 <= int(code) <= 150:
+                details["subcode"] = str((int(v.group("intr"), 16) >> 20) & 0x3F)
+    elif "link" not in details:
+        lk = _LINK.search(msg)
+        if lk:
+            details["link"] = str(int(lk.group("link")))
+    return details
 
 
-def _single_line_events(line: str, stamp: str | None, msg: str) -> Iterator[DriverEvent]:
-    """Events that a single line proves."""
-    if "Xid" in msg:
-        m = _XID.search(msg)
-        if m:
-            yield _xid_event(line, stamp, m)
-    if "fallen off the bus" in msg:
-        m = _XID.search(msg)
-        bus = normalize_bus_id(m.group("bus")) if m else _bus_near(msg)
-        yield DriverEvent("fallen-off-bus", line, bus, stamp)
-    if "RmInitAdapter failed!" in msg:
-        m = _RMINIT.search(msg)
-        details = {"code": m.group("code")} if m else {}
-        yield DriverEvent("rm-init-adapter-failed", line, _bus_near(msg), stamp, details)
-    if "No NVIDIA graphics adapter probed" in msg:
-        yield DriverEvent("no-adapter-probed", line, None, stamp)
-    if "Direct firmware load for nvidia/" in msg:
-        m = _FW_LOAD.search(msg)
-        if m:
-            details = {"file": m.group("file"), "error": m.group("err")}
-            if m.group("ver"):
-                details["driver_version"] = m.group("ver")
-            yield DriverEvent("gsp-firmware-missing", line, _bus_near(msg), stamp, details)
-    if "No firmware image found" in msg:
-        fn = msg.removeprefix("NVRM:").strip().partition(":")[0]
-        details = {"function": fn} if fn and " " not in fn else {}
-        yield DriverEvent("gsp-firmware-missing", line, _bus_near(msg), stamp, details)
-    if "nvidia" in msg:
-        m = _MODPROBE.search(msg) or _UDEV_MODPROBE.search(msg) or _SYMBOL.match(msg)
-        if m:
-            details = {k: v.strip() for k, v in m.groupdict().items() if v}
-            yield DriverEvent("module-load-failed", line, None, stamp, details)
+def _sxid_details(msg: str, m: re.Match[str]) -> dict[str, str]:
+    details = {"code": m.group("code")}
+    sw = _SWITCH.search(msg, 0, m.start() + 1)
+    if sw:
+        details["switch"] = sw.group("sw")
+    rest = m.group("rest").strip()
+    s = _SXID_SEV.match(rest)
+    if s:
+        details["severity"] = "Fatal" if s.group("sev").lower() == "fatal" else "Non-fatal"
+        if s.group("link"):
+            details["link"] = str(int(s.group("link")))
+    details["message"] = rest
+    return details
 
 
-# --- multi-line messages ----------------------------------------------------------------
+def _gpu_details(msg: str) -> dict[str, str]:
+    details: dict[str, str] = {}
+    f = _FUNCTION.match(msg)
+    if f and f.group("fn") not in {"NVRM", "GPU"}:
+        details["function"] = f.group("fn")
+    g = _GPU_INDEX.search(msg)
+    if g:
+        details["gpu"] = g.group("idx")
+    return details
+
+
+# --- the extractor ----------------------------------------------------------------------
 
 class _Pending:
     """A multi-line message being assembled from its continuation lines."""
 
-    def __init__(self, kind: str, line: str, stamps: tuple[str, ...], msg: str) -> None:
+    def __init__(self, kind: str, line: LogLine) -> None:
         self.kind = kind
-        self.lines = [line]
-        self.stamps = stamps
-        self.texts = [msg]
+        self.head = line
+        self.lines = [line.text]
+        self.stamps = line.stamps
+        self.texts = [line.msg]
+        self.last_lineno = line.lineno
 
-    def accepts(self, stamps: tuple[str, ...], msg: str) -> bool:
+    def accepts(self, line: LogLine) -> bool:
+        msg = line.msg
         if len(self.lines) >= MAX_CONTINUATION or not msg.startswith("NVRM:"):
             return False
         if _is_head(msg):
             return False
-        return not stamps or stamps == self.stamps
+        if (line.lineno is not None and self.last_lineno is not None
+                and line.lineno - self.last_lineno > 1):
+            return False
+        return not line.stamps or line.stamps == self.stamps
 
-    def add(self, line: str, msg: str) -> None:
-        self.lines.append(line)
-        self.texts.append(msg)
+    def add(self, line: LogLine) -> None:
+        self.lines.append(line.text)
+        self.texts.append(line.msg)
+        self.last_lineno = line.lineno
 
     def joined(self) -> str:
         return " ".join(_NVRM_TEXT.sub("", t).strip() for t in self.texts)
 
     @property
     def complete(self) -> bool:
-        text = self.texts[-1]
         if self.kind == "api-mismatch":
-            return "same version" in text
+            return "same version" in self.texts[-1]
         return "fallen off the bus" in self.joined()
 
     def event(self) -> DriverEvent | None:
         joined = " ".join(self.joined().split())
         line = "\n".join(self.lines)
-        stamp = self.stamps[0] if self.stamps else None
         if self.kind == "api-mismatch":
-            return DriverEvent("api-mismatch", line, None, stamp, _mismatch_details(joined))
+            return _make("api-mismatch", self.head, None, _mismatch_details(joined), line)
         if "fallen off the bus" not in joined:
             return None
         m = _FALLEN_HEAD.search(self.texts[0])
@@ -205,8 +319,8 @@ class _Pending:
         pci = _PCI_ID.search(joined)
         if pci:
             details["pci_id"] = pci.group("id").lower()
-        return DriverEvent("fallen-off-bus", line, normalize_bus_id(m.group("bus")) if m else None,
-                           stamp, details)
+        return _make("fallen-off-bus", self.head,
+                     normalize_bus_id(m.group("bus")) if m else None, details, line)
 
 
 def _mismatch_details(joined: str) -> dict[str, str]:
@@ -237,57 +351,309 @@ def _head_kind(msg: str) -> str | None:
     return None
 
 
-def _physical_lines(lines: Iterable[str]) -> Iterator[tuple[str, bool]]:
-    """Lines with rsyslog ``#012`` escapes split; the flag marks split-off pieces."""
-    for raw in lines:
-        line = raw.rstrip("\r\n")[:MAX_LINE]
-        if "#012" not in line:
-            yield line, False
-            continue
-        for i, piece in enumerate(line.split("#012")):
-            yield piece, i > 0
+def _make(kind: str, line: LogLine, bus: str | None, details: dict[str, str] | None = None,
+          text: str | None = None) -> DriverEvent:
+    return DriverEvent(kind, line.text if text is None else text, bus,
+                       line.stamps[0] if line.stamps else None, details or {}, line.time,
+                       line.uptime_s, line.boot, line.lineno, line.origin)
+
+
+class _Open:
+    """An emitted event that later lines may still complete (kept in log order)."""
+
+    def __init__(self, event: DriverEvent, mode: str, until: int, key: str = "") -> None:
+        self.event = event
+        self.mode = mode  # "trace" | "sxid" | "group"
+        self.until = until
+        self.key = key
+        self.last = event.lineno or 0
+        self.count = 1
+
+
+class EventExtractor:
+    """Turns a stream of :class:`LogLine` into events, in log order.
+
+    ``feed`` returns the events that are final; ``finish`` returns the rest.
+    """
+
+    def __init__(self) -> None:
+        self._pending: _Pending | None = None
+        self._open: list[_Open] = []
+        self._queue: deque[DriverEvent] = deque()
+        self._seq = 0
+
+    def feed(self, line: LogLine) -> list[DriverEvent]:
+        """Consume one line; return the events that no later line can change."""
+        self._seq += 1
+        if line.lineno is None:
+            line.lineno = self._seq
+        if not self._continue_open(line):
+            self._feed_pending(line)
+        return self._release()
+
+    def finish(self) -> list[DriverEvent]:
+        """Flush the multi-line message and the open events at the end of input."""
+        if self._pending is not None:
+            self._push(self._pending.event())
+            self._pending = None
+        self._open.clear()
+        return self._release()
+
+    # -- internals ----------------------------------------------------------------------
+    def _push(self, ev: DriverEvent | None) -> None:
+        if ev is not None:
+            self._queue.append(ev)
+
+    def _release(self) -> list[DriverEvent]:
+        held = {id(o.event) for o in self._open}
+        out = []
+        while self._queue and id(self._queue[0]) not in held:
+            out.append(self._queue.popleft())
+        return out
+
+    def _continue_open(self, line: LogLine) -> bool:
+        """Offer a line to the open events; True when one consumed it."""
+        lineno = line.lineno or 0
+        self._open = [o for o in self._open if lineno <= o.until]
+        consumed = False
+        for o in list(self._open):
+            if o.mode == "trace":
+                if "Modules linked in" not in line.msg and _NV_FRAME.search(line.msg):
+                    o.event.details["in_nvidia"] = "yes"
+                    self._open.remove(o)
+            elif o.mode == "group" and not consumed:
+                if line.msg.startswith(o.key) and lineno - o.last <= 1 and o.count < MAX_GROUP:
+                    o.event.line += "\n" + line.text
+                    o.count += 1
+                    o.last = lineno
+                    o.until = lineno + 1
+                    o.event.details["lines"] = str(o.count)
+                    consumed = True
+                else:
+                    self._open.remove(o)
+            elif o.mode == "sxid" and not consumed:
+                m = _SXID.search(line.msg) if "SXid" in line.msg else None
+                cont = _SXID_CONT.match(m.group("rest").strip()) if m else None
+                if (m and cont and normalize_bus_id(m.group("bus")) == o.event.bus_id
+                        and m.group("code") == o.event.details.get("code")):
+                    o.event.line += "\n" + line.text
+                    for key, group in (("severity_level", "lvl"), ("engine_instance", "eng"),
+                                       ("subengine_instance", "sub"), ("data", "data")):
+                        if cont.group(group):
+                            o.event.details[key] = cont.group(group)
+                    consumed = True
+        return consumed
+
+    def _feed_pending(self, line: LogLine) -> None:
+        if self._pending is not None:
+            if self._pending.accepts(line):
+                self._pending.add(line)
+                if self._pending.complete:
+                    self._push(self._pending.event())
+                    self._pending = None
+                return
+            self._push(self._pending.event())
+            self._pending = None
+        if not line.msg:
+            return
+        kind = _head_kind(line.msg)
+        if kind is not None:
+            self._pending = _Pending(kind, line)
+            if self._pending.complete:
+                self._push(self._pending.event())
+                self._pending = None
+            return
+        for ev in _single_line_events(line):
+            self._push(ev)
+            lineno = line.lineno or 0
+            if ev.kind in ("hung-task", "soft-lockup"):
+                self._open = [o for o in self._open if o.mode != "trace"]
+                self._open.append(_Open(ev, "trace", lineno + TRACE_WINDOW))
+            elif ev.kind == "sxid" and "severity" in ev.details:
+                self._open.append(_Open(ev, "sxid", lineno + 4))
+            elif ev.kind == "gsp-error" and "kflcnCoreDump" in line.msg:
+                key = line.msg.partition(":")[0] + ":" + line.msg.partition(":")[2].partition(
+                    ":")[0]
+                self._open.append(_Open(ev, "group", lineno + 1, key))
+
+
+def _single_line_events(line: LogLine) -> list[DriverEvent]:
+    """Events that a single line proves (at most one kind per line, except that an
+    Xid 79 line is also a fallen-off-bus event)."""
+    msg = line.msg
+    out: list[DriverEvent] = []
+    if "Xid" in msg:
+        m = _SXID.search(msg)
+        if m:
+            rest = m.group("rest").strip()
+            if not rest.startswith("Data"):  # a lone data dump proves nothing new
+                details = _sxid_details(msg, m)
+                cont = _SXID_CONT.match(rest)
+                if cont and cont.group("lvl"):
+                    details.update(severity_level=cont.group("lvl"),
+                                   engine_instance=cont.group("eng"))
+                out.append(_make("sxid", line, normalize_bus_id(m.group("bus")), details))
+            return out
+        m = _XID.search(msg)
+        if m:
+            out.append(_make("xid", line, normalize_bus_id(m.group("bus")),
+                             _xid_details(m.group("code"), m.group("rest"))))
+            if "fallen off the bus" in msg:
+                out.append(_make("fallen-off-bus", line, out[0].bus_id))
+            return out
+    ev = _other_event(line, msg)
+    if ev is not None:
+        out.append(ev)
+    return out
+
+
+def _other_event(line: LogLine, msg: str) -> DriverEvent | None:  # noqa: C901 - a dispatch table
+    """The one non-Xid event a line proves, if any."""
+    hint = line.bus_hint
+    if "fallen off the bus" in msg:
+        return _make("fallen-off-bus", line, _bus_near(msg, hint))
+    if "RmInitAdapter failed!" in msg:
+        m = _RMINIT.search(msg)
+        return _make("rm-init-adapter-failed", line, _bus_near(msg, hint),
+                     {"code": m.group("code")} if m else {})
+    if "No NVIDIA graphics adapter probed" in msg:
+        return _make("no-adapter-probed", line, None)
+    if "Direct firmware load for nvidia/" in msg:
+        m = _FW_LOAD.search(msg)
+        if m:
+            details = {"file": m.group("file"), "error": m.group("err")}
+            if m.group("ver"):
+                details["driver_version"] = m.group("ver")
+            return _make("gsp-firmware-missing", line, _bus_near(msg, hint), details)
+    if "No firmware image found" in msg:
+        fn = msg.removeprefix("NVRM:").strip().partition(":")[0]
+        return _make("gsp-firmware-missing", line, _bus_near(msg, hint),
+                     {"function": fn} if fn and " " not in fn else {})
+    if "nvidia" in msg:
+        m = _MODPROBE.search(msg) or _UDEV_MODPROBE.search(msg) or _SYMBOL.match(msg)
+        if m:
+            return _make("module-load-failed", line, None,
+                         {k: v.strip() for k, v in m.groupdict().items() if v})
+    if "_kgspLogXid119" in msg:  # banner around an Xid 119 line: the Xid is the event
+        return None
+    low = msg.lower()
+    if "gsp" in low or "rpc" in low or "kflcn" in low:
+        ev = _gsp_event(line, msg, low, hint)
+        if ev is not None:
+            return ev
+    if "NV_ERR_RESET_REQUIRED" in msg or "gpu reset required" in low:
+        return _make("gpu-reset-required", line, _bus_near(msg, hint), _gpu_details(msg))
+    if "peermem" in msg and "invalid context" in msg:
+        return _make("peermem-invalid-context", line, _bus_near(msg, hint), _gpu_details(msg))
+    if "nvlink" in low and _NVLINK_FAILURE.search(msg):
+        details = _gpu_details(msg)
+        lk = _LINK.search(msg)
+        if lk:
+            details["link"] = str(int(lk.group("link")))
+        return _make("nvlink-error", line, _bus_near(msg, hint), details)
+    if "error received" in msg or "PCIe Bus Error" in msg:
+        return _aer_event(line, msg, hint)
+    if "PCIe bandwidth" in msg:
+        m = _BANDWIDTH.search(msg)
+        if m or "PCIe bandwidth limited" in msg:
+            details = {k: v for k, v in (m.groupdict() if m else {}).items() if v}
+            if "at" in details:
+                details["limiting_link"] = normalize_bus_id(details.pop("at")) or ""
+            return _make("pcie-bandwidth-limited", line, _bus_near(msg, hint), details)
+    if "mlx5_core" in msg:
+        m = _MLX5_LINK.search(msg)
+        if m:
+            details = {"state": m.group("state").lower()}
+            if m.group("ifname"):
+                details["interface"] = m.group("ifname")
+            return _make("mlx5-link", line, normalize_bus_id(m.group("bus")), details)
+    if "segfault at" in msg:
+        m = _SEGFAULT.search(msg)
+        if m and (_GPU_LIB.search(m.group("lib") or "") or _GPU_LIB.search(m.group("proc"))):
+            details = {"process": m.group("proc"), "pid": m.group("pid"),
+                       "address": m.group("addr")}
+            if m.group("lib"):
+                details["library"] = m.group("lib")
+            return _make("segfault", line, None, details)
+    if "blocked for more than" in msg:
+        m = _HUNG.search(msg)
+        if m:
+            return _make("hung-task", line, None, {
+                "process": m.group("proc"), "pid": m.group("pid"), "seconds": m.group("secs"),
+                "in_nvidia": "no"})
+    if "soft lockup" in msg:
+        m = _LOCKUP.search(msg)
+        if m:
+            return _make("soft-lockup", line, None, {
+                "process": m.group("proc"), "pid": m.group("pid"), "cpu": m.group("cpu"),
+                "seconds": m.group("secs"), "in_nvidia": "no"})
+    return None
+
+
+def _gsp_event(line: LogLine, msg: str, low: str, hint: str | None) -> DriverEvent | None:
+    """GSP RPC timeouts and GSP errors (lines that are not Xid lines)."""
+    t = _RPC_TIMEOUT.search(msg)
+    if t or "gsp rpc timeout" in low or "_kgsprpcrecvpoll" in low \
+            or "timeout waiting for rpc from gsp" in low or "rate limiting gsp rpc" in low:
+        details = _gpu_details(msg)
+        if t:
+            details["timeout_s"] = t.group("secs")
+        f = _RPC_FUNCTION.search(msg)
+        if f:
+            details["rpc_function"] = f.group("name")
+        if "rate limiting" in low:
+            details["rate_limited"] = "yes"
+        return _make("gsp-rpc-timeout", line, _bus_near(msg, hint), details)
+    if "kflcncoredump" in low:  # a GSP falcon core dump, one event per dump
+        return _make("gsp-error", line, _bus_near(msg, hint), {**_gpu_details(msg), "lines": "1"})
+    if "gsp" not in low or "rpc history" in low or "rpc event history" in low \
+            or "rpc buffer contains" in low:
+        return None
+    if _GSP_FAILURE.search(msg):
+        return _make("gsp-error", line, _bus_near(msg, hint), _gpu_details(msg))
+    return None
+
+
+def _aer_event(line: LogLine, msg: str, hint: str | None) -> DriverEvent | None:
+    m = _AER_RECEIVED.search(msg)
+    if m:
+        bus = normalize_bus_id(m.group("bus")) if m.group("bus") else None
+        if bus is None and m.group("id"):
+            rid = int(m.group("id"), 16)
+            bus = f"0000:{rid >> 8:02x}:{(rid >> 3) & 0x1F:02x}.{rid & 7}"
+        details = {"severity": m.group("sev")}
+        reporter = _DEV_BUS.match(msg)
+        if reporter:
+            details["reported_by"] = normalize_bus_id(reporter.group("bus")) or ""
+        return _make("pcie-aer", line, bus or _bus_near(msg, hint), details)
+    m = _AER_BUS_ERROR.search(msg)
+    if m:
+        details = {"severity": m.group("sev").strip(), "type": m.group("type").strip()}
+        if m.group("agent"):
+            details["agent"] = m.group("agent").strip()
+        return _make("pcie-aer", line, _bus_near(msg, hint), details)
+    return None
 
 
 def iter_driver_events(lines: Iterable[str]) -> Iterator[DriverEvent]:
-    """Stream driver events from an iterable of log lines (e.g. an open file)."""
-    pending: _Pending | None = None
-    for line, escaped in _physical_lines(lines):
-        stamps, msg = _split_prefix(line)
-        if escaped:
-            stamps = ()
-        if pending is not None:
-            if pending.accepts(stamps, msg):
-                pending.add(line, msg)
-                if pending.complete:
-                    ev = pending.event()
-                    pending = None
-                    if ev is not None:
-                        yield ev
-                continue
-            ev = pending.event()
-            pending = None
-            if ev is not None:
-                yield ev
-        if not msg:
-            continue
-        kind = _head_kind(msg)
-        if kind is not None:
-            pending = _Pending(kind, line, stamps, msg)
-            if pending.complete:
-                ev = pending.event()
-                pending = None
-                if ev is not None:
-                    yield ev
-            continue
-        yield from _single_line_events(line, stamps[0] if stamps else None, msg)
-    if pending is not None:
-        ev = pending.event()
-        if ev is not None:
-            yield ev
+    """Stream driver events from an iterable of log lines (e.g. an open file).
+
+    Events carry the printed timestamp and the line number; absolute times and
+    boots need :func:`gputriage.logscan.scan_text` / ``scan_paths``."""
+    ex = EventExtractor()
+    for lineno, raw in enumerate(lines, 1):
+        for piece, escaped in split_escaped(raw):
+            stamps, msg, _ = split_prefix(piece)
+            yield from ex.feed(LogLine(piece, msg, () if escaped else stamps, lineno,
+                                       escaped=escaped))
+    yield from ex.finish()
 
 
 def scan_driver_events(text: str) -> list[DriverEvent]:
-    """All driver events in a kernel log's text, in log order; never raises."""
+    """All events in a kernel log's text, in log order, with times and boots;
+    never raises (same as ``gputriage.logscan.scan_text(text).events``)."""
     if not text:
         return []
-    return list(iter_driver_events(io.StringIO(text)))
+    from gputriage.logscan import scan_text
+
+    return scan_text(text).events

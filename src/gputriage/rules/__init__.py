@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from gputriage.rules import devnodes, driver, inventory, modules, persistence  # noqa: F401
+from gputriage.rules import (  # noqa: F401
+    devnodes,
+    driver,
+    inventory,
+    kernel_log,
+    kernel_xid,
+    modules,
+    persistence,
+)
 from gputriage.rules.base import REGISTRY, Rule
 
 __all__ = ["REGISTRY", "Rule", "all_rules"]

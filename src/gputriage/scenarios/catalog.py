@@ -88,6 +88,60 @@ def _gpu_fallen_off_bus() -> Host:
     return host
 
 
+def _short(bus: str) -> str:
+    """The address as Xid lines print it: ``0000:9a:00`` (no function)."""
+    return bus[:-2]
+
+
+def _xid31_one_job() -> Host:
+    host = healthy_hgx_h100()
+    g = host.gpus[2]
+    t = 31_406.118
+    for i, (gpc, addr) in enumerate(((2, "0x7f3a_1c000000"), (2, "0x7f3a_1c200000"),
+                                     (5, "0x7f3a_1c400000"))):
+        host.kernel_events.append((
+            t + i * 0.0021,
+            f"NVRM: Xid (PCI:{_short(g.bus)}): 31, pid=48211, name=python3, Ch 00000008, "
+            f"intr 00000000. MMU Fault: ENGINE GRAPHICS GPC{gpc} GPCCLIENT_T1_{i} faulted @ "
+            f"{addr}. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ"))
+    return host
+
+
+def _xid48_row_remap() -> Host:
+    host = healthy_hgx_h100()
+    g = host.gpus[5]
+    t = 27_733.904
+    host.kernel_events += [
+        (t, f"NVRM: GPU at PCI:{_short(g.bus)}: {g.uuid}"),
+        (t, f"NVRM: GPU Board Serial Number: {g.serial}"),
+        (t, f"NVRM: Xid (PCI:{_short(g.bus)}): 48, pid='<unknown>', name=<unknown>, An "
+            "uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
+            "at physAddr 0x3c1f0a5e0 partition 5, subpartition 1."),
+        (t + 0.0004, f"NVRM: Xid (PCI:{_short(g.bus)}): 48, pid=77120, name=python, channel "
+                     "0x00000011"),
+        (t + 0.0011, f"NVRM: Xid (PCI:{_short(g.bus)}): 63, pid=77120, name=python, Row "
+                     "Remapper: New row (0x00000003c1f0a5e0) marked for remapping, reset gpu "
+                     "to activate."),
+    ]
+    return host
+
+
+def _xid119_repeated() -> Host:
+    host = healthy_hgx_h100()
+    g = host.gpus[3]
+    calls = (("nvidia-smi", 90112, "103 (GSP_RM_ALLOC) (0x2081 0x4)"),
+             ("python", 90377, "76 (GSP_RM_CONTROL) (0x20800a4c 0x4)"),
+             ("nv-hostengine", 3120, "76 (GSP_RM_CONTROL) (0x2080014b 0x5)"),
+             ("nvidia-smi", 91544, "10 (FREE) (0xa55a0090 0x0)"))
+    t = 39_115.271
+    for i, (name, pid, call) in enumerate(calls):
+        host.kernel_events.append((
+            t + i * 417.3,
+            f"NVRM: Xid (PCI:{_short(g.bus)}): 119, pid={pid}, name={name}, Timeout after 6s "
+            f"of waiting for RPC response from GPU{g.index} GSP! Expected function {call}."))
+    return host
+
+
 def _uvm_not_loaded() -> Host:
     host = healthy_hgx_h100()
     host.nvidia_modules = [m for m in host.nvidia_modules if m != "nvidia_uvm"]
@@ -112,11 +166,33 @@ CATALOG: tuple[Entry, ...] = (
           "still a PCI function but the driver and NVML have lost it, and nvidia-smi aborts "
           "on its device handle. Drain the node; a reboot may bring it back, a repeat means "
           "hardware repair.",
-          ("gpu.missing", "nvidia-smi.gpu-lost"), _gpu_fallen_off_bus),
+          ("gpu.missing", "nvidia-smi.gpu-lost", "xid.79"), _gpu_fallen_off_bus),
     Entry("uvm-not-loaded", "nvidia_uvm kernel module not loaded",
           "The nvidia, nvidia_modeset, nvidia_drm and nvidia_peermem modules are loaded but "
           "nvidia_uvm is not: there is no nvidia-uvm device, so CUDA applications fail to "
           "initialise although nvidia-smi looks healthy. Load it (modprobe nvidia-uvm / "
           "nvidia-modprobe -u -c=0) and find out why it was not loaded at boot.",
           ("module.nvidia-uvm-missing",), _uvm_not_loaded),
+    Entry("xid79-gpu-lost", "Xid 79: GPU 4 (0000:9a:00.0) fell off the bus",
+          "The kernel log's Xid 79 is the first sign: GPU 4 stopped answering on PCIe, the "
+          "driver and NVML lost it and nvidia-smi aborts on its device handle. The log rule "
+          "and the inventory agree on the GPU. Cordon and drain the node, power-cycle it, and "
+          "repair the GPU if it happens again.",
+          ("xid.79", "gpu.missing", "nvidia-smi.gpu-lost"), _gpu_fallen_off_bus),
+    Entry("xid31-one-job", "Xid 31 MMU faults from one process on GPU 2",
+          "One python3 process (pid 48211) hit three GPU page faults (Xid 31) on GPU 2 within "
+          "a few milliseconds and died. A single process on a single GPU is an application "
+          "bug: restart or debug the job; the node needs no action.",
+          ("xid.31",), _xid31_one_job),
+    Entry("xid48-row-remap", "Xid 48 double-bit ECC error then Xid 63 row remap on GPU 5",
+          "GPU 5 reported an uncorrectable double-bit ECC error (Xid 48) that killed the job "
+          "on it, then the row remapper reserved a spare row (Xid 63), pending until the GPU "
+          "is reset. Drain the GPU and reset it to apply the remap; repair only if remapping "
+          "fails or errors recur.",
+          ("xid.48", "xid.63"), _xid48_row_remap),
+    Entry("xid119-repeated", "Repeated Xid 119 GSP RPC timeouts on GPU 3",
+          "The GPU System Processor of GPU 3 stopped answering RPCs four times in half an hour, "
+          "for different callers (nvidia-smi, a job, DCGM). A GSP timeout needs a GPU reset; "
+          "one that keeps coming back means draining the node and repairing the GPU.",
+          ("xid.119",), _xid119_repeated),
 )

@@ -14,7 +14,7 @@ import contextlib
 import re
 from typing import TYPE_CHECKING, Any
 
-from gputriage.model import Finding, Result, Severity
+from gputriage.model import Finding, Occurrences, Result, Severity
 from gputriage.parsers.base import normalize_bus_id
 from gputriage.views.status import verdict
 
@@ -224,6 +224,8 @@ def _finding_head(out: _Out, f: Finding) -> list[Segment]:
 def _finding_full(out: _Out, f: Finding) -> None:
     out.console.print()
     out.line(*_finding_head(out, f))
+    if f.occurrences is not None:
+        out.line(*_occurrences(out, f.occurrences), indent=10)
     out.line(("blame: ", "dim"), (f.blame.value, "bold"), (out.dot, "dim"),
              ("action: ", "dim"), (f.action.value, "bold"), indent=10)
     if f.explanation:
@@ -241,6 +243,19 @@ def _finding_full(out: _Out, f: Finding) -> None:
             out.line((f"(+{len(lines) - len(shown)} more lines)", "dim"), indent=12)
     if f.references:
         out.line(("refs: ", "dim"), (", ".join(map(str, f.references)), "dim"), indent=10)
+
+
+def _occurrences(out: _Out, occ: Occurrences) -> list[Segment]:
+    """``3 events · first … · last …`` and, for history, ``earlier boot``."""
+    segs: list[Segment] = [(f"{occ.count} event{'s' if occ.count != 1 else ''}", "bold")]
+    if occ.first:
+        segs += [(out.dot, "dim"), ("first ", "dim"), (occ.first, "")]
+    if occ.last and (occ.last != occ.first or occ.count > 1):
+        segs += [(out.dot, "dim"), ("last ", "dim"), (occ.last, "")]
+    if not occ.current_boot:
+        segs += [(out.dot, "dim"), ("earlier boot (history, not a current failure)",
+                                    "magenta")]
+    return segs
 
 
 def _findings(out: _Out, result: Result) -> None:

@@ -1,0 +1,479 @@
+"""Judging kernel-log events: Xid, SXid and the other driver-stack messages.
+
+One finding per GPU (or switch, or device) and cause: events are grouped by
+(code or kind, bus id), counted and dated (``occurrences``). The catalog in
+:mod:`gputriage.knowledge.xid` gives each code its severity, action and
+blame; the log's context then refines it: an Xid 45 that follows another
+Xid is a consequence, not a cause; 13 / 31 / 43 from several processes on
+one GPU point at the GPU, not the job; 48 with 63 / 64 is the row-remapping
+flow; a 119 that keeps coming back escalates; 154 names its own action.
+Events of earlier boots are history: same ids, severity info, never a
+current failure. The events judged are the fact ``log_events``: the kernel
+log's events inside the selected :class:`LogWindow` (``--boot``, ``--since``).
+
+This module holds the window, the helpers shared with :mod:`.kernel_xid`
+(the Xid judgement), the SXid rule and the rule on the other event kinds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from gputriage.facts import Facts
+from gputriage.knowledge import xid as catalog
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
+from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.rules.base import finding, gpu_scope, rule
+
+DOC_XID = "https://docs.nvidia.com/deploy/xid-errors/index.html"
+DOC_SXID = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html"
+EVIDENCE_HEAD, EVIDENCE_TAIL = 7, 2  # events whose lines are kept: the first few, the last
+EVENT_LINES = 6  # lines kept of one multi-line message (a GSP core dump runs to dozens)
+GSP_REPEAT = 3  # Xid 119 this often in one log: it survives resets, repair the GPU
+PEERMEM_BURST = 10
+AER_BURST = 10
+GPU_LIBS = re.compile(r"lib(?:cuda|nccl|nvidia|cudnn|cublas|nvrtc|nvJitLink|cufft|cusparse|"
+                      r"cusolver|curand|torch_cuda|nvinfer|dcgm)", re.IGNORECASE)
+
+# --- the time window -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LogWindow:
+    """Which kernel-log events to judge: one boot (0 current, -1 the one before...)
+    or all (``boot=None``), and only those at or after ``since`` when given.
+    Events without a known time are kept (their age cannot be told)."""
+
+    boot: int | None = None
+    since: datetime | None = None
+
+    def admits(self, ev: DriverEvent) -> bool:
+        """Whether ``ev`` falls inside the window."""
+        if self.boot is not None and ev.boot != self.boot:
+            return False
+        when = getattr(ev, "time", None)
+        if self.since is not None and when is not None:
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            return when >= self.since
+        return True
+
+
+_WINDOW: ContextVar[LogWindow | None] = ContextVar("gputriage_log_window", default=None)
+
+
+def current_window() -> LogWindow:
+    """The window set by :func:`log_window` (default: every event)."""
+    return _WINDOW.get() or LogWindow()
+
+
+@contextmanager
+def log_window(window: LogWindow) -> Iterator[None]:
+    """Judge kernel logs inside ``window`` for the duration of the block."""
+    token = _WINDOW.set(window)
+    try:
+        yield
+    finally:
+        _WINDOW.reset(token)
+
+
+_RELATIVE = re.compile(r"^\s*(\d{1,9}(?:\.\d{1,6})?)\s*(s|sec|m|min|h|hr|d|day|w|week)s?"
+                       r"(?:\s+ago)?\s*$", re.IGNORECASE)
+_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400,
+          "day": 86400, "w": 604800, "week": 604800}
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """``--since``: an ISO time (``2024-05-14T09:00``, UTC when no offset) or a
+    relative age (``90s``, ``30m``, ``2h``, ``1d``, ``2h ago``). ValueError otherwise."""
+    m = _RELATIVE.match(text)
+    if m:
+        now = now or datetime.now(timezone.utc)
+        return now - timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2).lower()])
+    raw = text.strip()
+    if raw.endswith(("Z", "z")):
+        raw = raw[:-1] + "+00:00"
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ValueError(f"not a time: {text!r} (use ISO 8601 or an age like 2h, 30m, 1d)"
+                         ) from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def parse_boot(text: str) -> int | None:
+    """``--boot``: ``all`` (None), ``0`` (the current boot), ``-1`` (the one before)..."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"not a boot: {text!r} (use 0, -1, -2... or all)") from None
+    if value > 0:
+        raise ValueError(f"boot {value}: boots count back from 0 (current), -1, -2...")
+    return value
+
+
+# --- shared helpers -------------------------------------------------------------------------
+
+GpuMap = dict[str, tuple[int | None, str | None]]  # bus id -> (index, uuid)
+
+
+def gpu_map(facts: Facts) -> GpuMap:
+    """Bus id -> (index, UUID) of the GPUs the inventory knows."""
+    visible = facts.maybe("visible_gpus")
+    if not visible:
+        return {}
+    return {g.bus_id: (g.index, g.uuid) for g in visible[1] if g.bus_id}
+
+
+def when(ev: DriverEvent) -> str | None:
+    """An event's time: ISO 8601 when known, else as printed."""
+    t = getattr(ev, "time", None)
+    return t.isoformat() if t is not None else ev.timestamp
+
+
+def xid_code(ev: DriverEvent) -> int | None:
+    """The numeric code of an Xid / SXid event."""
+    try:
+        return int(ev.details.get("code", ""))
+    except ValueError:
+        return None
+
+
+def scope_of(bus: str | None, gpus: GpuMap, *, device: bool = False,
+             name: str | None = None) -> Scope:
+    """The GPU at ``bus`` (index / UUID filled from the inventory); with ``device``,
+    a device (NIC, bridge, ``name`` e.g. its interface) unless the bus is a known
+    GPU; the node when there is no address."""
+    if not bus:
+        return NODE
+    if device and bus not in gpus:
+        return Scope(kind="device", pci_bus_id=bus, name=name)
+    index, uuid = gpus.get(bus, (None, None))
+    return gpu_scope(bus, index, uuid)
+
+
+def gpu_label(bus: str | None, gpus: GpuMap) -> str:
+    """``GPU 4 (0000:9a:00.0)`` when the index is known, else ``GPU 0000:9a:00.0``."""
+    if not bus:
+        return "a GPU (address not logged)"
+    index = gpus.get(bus, (None, None))[0]
+    return f"GPU {index} ({bus})" if index is not None else f"GPU {bus}"
+
+
+def _evidence(events: Sequence[DriverEvent]) -> Evidence:
+    """The first few and the last raw lines, with the count noted."""
+    n = len(events)
+    picked: list[DriverEvent | None] = list(events)
+    if n > EVIDENCE_HEAD + EVIDENCE_TAIL:
+        picked = [*events[:EVIDENCE_HEAD], None, *events[-EVIDENCE_TAIL:]]
+    lines: list[str] = []
+    for ev in picked:
+        if ev is None:
+            lines.append(f"... ({n - EVIDENCE_HEAD - EVIDENCE_TAIL} more occurrences)")
+        else:
+            own = ev.line.splitlines() or [""]
+            lines.extend(own[:EVENT_LINES])
+            if len(own) > EVENT_LINES:
+                lines.append(f"... ({len(own) - EVENT_LINES} more lines of this message)")
+    return Evidence("kernel_log", tuple(lines), f"{n} occurrences" if n > 1 else None)
+
+
+def _occurrences(events: Sequence[DriverEvent], current: bool) -> Occurrences:
+    return Occurrences(len(events), when(events[0]), when(events[-1]), current)
+
+
+def count_text(n: int) -> str:
+    """``1 event`` / ``3 events``."""
+    return f"{n} event{'s' if n != 1 else ''}"
+
+
+@dataclass
+class Judged:
+    """The verdict on one group of events, before it becomes a finding."""
+
+    severity: Severity
+    action: Action
+    blame: Blame
+    title: str
+    explanation: str
+    notes: list[str] = field(default_factory=list)
+
+
+def history(fid: str, judged: Judged, events: Sequence[DriverEvent], scope: Scope,
+             refs: Iterable[str]) -> Finding:
+    """The finding for an earlier boot's events: shown, never a current failure."""
+    boots = sorted({ev.boot for ev in events})
+    which = ", ".join(str(b) for b in boots)
+    why = (f"History from an earlier boot (boot {which}), not a current failure. "
+           + judged.explanation)
+    return finding(fid, Severity.INFO, "earlier boot: " + judged.title, why, Action.NONE,
+                   judged.blame, scope, [_evidence(events)], refs,
+                   _occurrences(events, False))
+
+
+def emit(fid: str, judged: Judged, events: Sequence[DriverEvent], scope: Scope,
+          refs: Iterable[str]) -> Finding:
+    """The finding for a current-boot group of events."""
+    why = " ".join([judged.explanation, *judged.notes]).strip()
+    return finding(fid, judged.severity, judged.title, why, judged.action, judged.blame,
+                   scope, [_evidence(events)], refs, _occurrences(events, True))
+
+
+def split_boots(events: Iterable[DriverEvent]) -> tuple[list[DriverEvent], list[DriverEvent]]:
+    """(events of the current boot, events of earlier boots)."""
+    current, earlier = [], []
+    for ev in events:
+        (current if ev.boot == 0 else earlier).append(ev)
+    return current, earlier
+
+
+def group(events: Iterable, key: Callable[[Any], Any]) -> dict:
+    """Items by ``key(item)``, keeping first-seen order (log order inside a group)."""
+    groups: dict = {}
+    for ev in events:
+        groups.setdefault(key(ev), []).append(ev)
+    return groups
+
+
+def worse(a: Severity, b: Severity) -> Severity:
+    """The worse of two severities."""
+    return a if a.rank >= b.rank else b
+
+
+def cap_severity(severity: Severity, ceiling: Severity) -> Severity:
+    """``severity``, but no worse than ``ceiling``."""
+    return severity if severity.rank <= ceiling.rank else ceiling
+
+
+def xid_events(events: Iterable[DriverEvent]) -> list[tuple[int, DriverEvent]]:
+    """(code, event) for Xid lines in log order, plus "fallen off the bus" messages
+    as Xid 79 on GPUs (of the same boot) whose Xid 79 line is not in the log."""
+    events = list(events)
+    has79 = {(ev.bus_id, ev.boot) for ev in events
+             if ev.kind == "xid" and xid_code(ev) == 79}
+    out: list[tuple[int, DriverEvent]] = []
+    for ev in events:
+        code = xid_code(ev) if ev.kind == "xid" else None
+        if code is not None:
+            out.append((code, ev))
+        elif ev.kind == "fallen-off-bus" and (ev.bus_id, ev.boot) not in has79:
+            out.append((79, ev))
+    return out
+
+
+SXID_IDS = tuple(f"sxid.{x.code}" for x in catalog.all_sxids())
+
+
+# --- SXid -----------------------------------------------------------------------------------
+
+@rule("kernel.sxid", requires=("log_events",), produces=SXID_IDS)
+def sxid_findings(facts: Facts) -> Iterator[Finding]:
+    """NVSwitch SXid errors: one finding per switch and code; fatal ones are critical,
+    non-fatal ones a warning when they repeat."""
+    yield from judge_sxids(facts.get("log_events"))
+
+
+def _sxid_judged(code: int, events: list[DriverEvent]) -> Judged:
+    info = catalog.sxid_info(code)
+    switch = events[0].details.get("switch") or events[0].bus_id or "?"
+    if switch.isdigit():
+        switch = f"nvidia-nvswitch{switch}"
+    links = sorted({ev.details["link"] for ev in events if ev.details.get("link")},
+                   key=lambda s: (len(s), s))
+    where = f" link{'s' if len(links) > 1 else ''} {', '.join(links)}" if links else ""
+    fatal = any((ev.details.get("severity") or "").lower() == "fatal" for ev in events)
+    meaning = info.meaning if info else "not in the catalog"
+    title = f"SXid {code} on {switch}{where}: {meaning} ({count_text(len(events))})"
+    if info is not None:
+        fatal = fatal or info.fatal
+        action, blame, why = info.action, info.blame, info.explanation
+    else:
+        action, blame = Action.NONE, Blame.UNKNOWN
+        why = f"SXid {code} is not in gputriage's catalog; see the Fabric Manager guide."
+    if fatal:
+        severity = Severity.CRITICAL
+        if action is Action.NONE:
+            action = Action.RESET_GPU
+    else:
+        severity = Severity.WARNING if len(events) > 1 else Severity.INFO
+    return Judged(severity, action, blame if fatal or blame is not Blame.UNKNOWN else Blame.NODE,
+                  title, why)
+
+
+def judge_sxids(events: Iterable[DriverEvent]) -> Iterator[Finding]:
+    """Findings for the SXid events in ``events``."""
+    sx = [ev for ev in events if ev.kind == "sxid" and xid_code(ev) is not None]
+    current, earlier = split_boots(sx)
+    for part, make in ((current, emit), (earlier, history)):
+        for (code, _), evs in group(part, _switch_key).items():
+            judged = _sxid_judged(code, evs)
+            first = evs[0]
+            scope = (Scope(kind="device", pci_bus_id=first.bus_id,
+                           name=first.details.get("switch"))
+                     if first.bus_id or first.details.get("switch") else NODE)
+            yield make(f"sxid.{code}", judged, evs, scope, (DOC_SXID,))
+
+
+def _switch_key(ev: DriverEvent) -> tuple[int | None, str | None]:
+    return xid_code(ev), ev.bus_id or ev.details.get("switch")
+
+
+# --- other kernel events --------------------------------------------------------------------
+
+EVENT_IDS = {
+    "gsp-rpc-timeout": "kernel.gsp-rpc-timeout",
+    "gsp-error": "kernel.gsp-error",
+    "peermem-invalid-context": "kernel.peermem-invalid-context",
+    "nvlink-error": "kernel.nvlink-error",
+    "pcie-aer": "kernel.pcie-aer",
+    "pcie-bandwidth-limited": "kernel.pcie-bandwidth-limited",
+    "mlx5-link": "kernel.mlx5-link-down",
+    "segfault": "kernel.segfault-in-gpu-library",
+    "hung-task": "kernel.hung-task-in-nvidia",
+    "soft-lockup": "kernel.soft-lockup-in-nvidia",
+    "gpu-reset-required": "kernel.gpu-reset-required",
+}
+# a GSP error beside one of these (same GPU, same boot) is its detail, not a second finding
+COVERED_GSP = frozenset({"rm-init-adapter-failed", "gpu-reset-required"})
+GPU_KINDS = frozenset({"gsp-rpc-timeout", "gsp-error", "gpu-reset-required", "nvlink-error"})
+_NVIDIA_CODE = re.compile(r"nvidia|nvrm|nv_|_nv\w|\bos_|uvm|nvkms", re.IGNORECASE)
+
+
+def _text(events: Sequence[DriverEvent]) -> str:
+    return "\n".join(ev.line + " " + " ".join(ev.details.values()) for ev in events)
+
+
+def _aer(events: list[DriverEvent], label: str, on_gpu: bool) -> Judged:
+    text = _text(events).lower()
+    n = len(events)
+    if "uncorrect" in text or "fatal" in text.replace("non-fatal", ""):
+        sev = Severity.CRITICAL if on_gpu else Severity.WARNING
+        return Judged(sev, Action.DRAIN_AND_REPAIR, Blame.NODE,
+                      f"uncorrected PCIe errors (AER) at {label} ({count_text(n)})",
+                      "The PCIe link dropped or corrupted transactions it could not correct: "
+                      "on a GPU this precedes Xid 79 and lost GPUs. Drain the node; check "
+                      "seating, risers, retimers and power, and repair.")
+    sev = Severity.WARNING if n >= AER_BURST else Severity.INFO
+    return Judged(sev, Action.DRAIN_AND_REPAIR if n >= AER_BURST else Action.NONE, Blame.NODE,
+                  f"corrected PCIe errors (AER) at {label} ({count_text(n)})",
+                  "Corrected errors cost only retries; a steady stream points at a marginal "
+                  "link (seating, riser, retimer) to fix at the next maintenance.")
+
+
+def judge_event_group(kind: str, events: list[DriverEvent], label: str, on_gpu: bool,
+                      xid_codes: set[int]) -> Judged | None:
+    """The verdict on one (kind, bus) group of non-Xid events; None: nothing to report."""
+    n = len(events)
+    text = _text(events)
+    if kind == "gsp-rpc-timeout":
+        if 119 in xid_codes:
+            return None  # the xid.119 finding covers it
+        return Judged(Severity.CRITICAL, Action.DRAIN_AND_REPAIR if n >= GSP_REPEAT
+                      else Action.RESET_GPU, Blame.NODE,
+                      f"GPU firmware (GSP) RPC timeouts on {label} ({count_text(n)})",
+                      "The GPU System Processor stopped answering the driver: the GPU is hung. "
+                      "Reset it (or reboot the node); if it keeps timing out, repair the GPU.")
+    if kind == "gsp-error":
+        if 120 in xid_codes:
+            return None
+        return Judged(Severity.CRITICAL, Action.RESET_GPU, Blame.NODE,
+                      f"GPU firmware (GSP) error on {label} ({count_text(n)})",
+                      "The GPU System Processor firmware reported an error or crashed; the GPU "
+                      "needs a reset (or the node a reboot) before new work.")
+    if kind == "gpu-reset-required":
+        return Judged(Severity.CRITICAL, Action.RESET_GPU, Blame.NODE,
+                      f"the driver says {label} must be reset ({count_text(n)})",
+                      "The driver refuses new work on this GPU until it is reset "
+                      "(NV_ERR_RESET_REQUIRED); CUDA reports the device busy or unavailable. "
+                      "Drain it and reset the GPU, or reboot the node.")
+    if kind == "peermem-invalid-context":
+        burst = n >= PEERMEM_BURST
+        return Judged(Severity.WARNING if burst else Severity.INFO,
+                      Action.FIX_SOFTWARE if burst else Action.NONE, Blame.UNKNOWN,
+                      f"nvidia-peermem: invalid context on free ({count_text(n)})",
+                      "nvidia-peermem was asked to release GPUDirect RDMA memory whose CUDA "
+                      "context was already gone, typically as a job exits; a few are harmless. "
+                      "Bursts of them point at an RDMA stack (driver / MOFED / peermem) "
+                      "problem worth an upgrade.")
+    if kind == "nvlink-error":
+        return Judged(Severity.WARNING, Action.RESET_GPU, Blame.NODE,
+                      f"NVLink errors on {label} ({count_text(n)})",
+                      "The driver reported NVLink errors: multi-GPU jobs may hang or slow "
+                      "down. Reset the GPU; if the same link keeps failing, repair it.")
+    if kind == "pcie-aer":
+        return _aer(events, label, on_gpu)
+    if kind == "pcie-bandwidth-limited":
+        return Judged(Severity.WARNING, Action.DRAIN_AND_REPAIR, Blame.NODE,
+                      f"PCIe link of {label} trained below its capability ({count_text(n)})",
+                      "The device reports less PCIe bandwidth than it is capable of (a narrower "
+                      "or slower link): transfers are slower. Reseat the card or fix the "
+                      "riser / slot at the next maintenance.")
+    if kind == "mlx5-link":
+        last = (events[-1].details.get("state") or events[-1].line).lower()
+        if "down" not in last:
+            return None  # the link came back up
+        return Judged(Severity.WARNING, Action.DRAIN_AND_REPAIR, Blame.NODE,
+                      f"network link down on {label} ({count_text(n)})",
+                      "A ConnectX port lost its link: multi-node jobs over it fail or hang. "
+                      "Check the cable, transceiver and switch port.")
+    if kind == "segfault":
+        if not GPU_LIBS.search(text):
+            return None
+        procs = sorted({ev.details.get("process") or "" for ev in events} - {""})
+        who = f" ({', '.join(procs[:3])})" if procs else ""
+        return Judged(Severity.WARNING, Action.RESTART_JOB, Blame.JOB,
+                      f"process crashed inside a GPU library{who} ({count_text(n)})",
+                      "A segfault in libcuda / libnccl / libnvidia-* is usually the application "
+                      "or a library mismatch in its container, not the node: look at the job.")
+    if kind in ("hung-task", "soft-lockup"):
+        flags = {ev.details.get("in_nvidia") for ev in events}
+        if "yes" not in flags and (flags != {None} or not _NVIDIA_CODE.search(text)):
+            return None  # the stack shows no nvidia frame (or the scanner could not tell)
+        what = "hung tasks" if kind == "hung-task" else "CPU soft lockups"
+        return Judged(Severity.CRITICAL, Action.REBOOT_NODE, Blame.NODE,
+                      f"{what} in NVIDIA driver code ({count_text(n)})",
+                      "Kernel threads are stuck inside the NVIDIA driver: the driver is wedged "
+                      "and GPU processes will not finish. Drain the node and reboot it.")
+    return None
+
+
+@rule("kernel.events", requires=("log_events",), produces=tuple(EVENT_IDS.values()))
+def event_findings(facts: Facts) -> Iterator[Finding]:
+    """Other driver-stack kernel events: GSP timeouts, peermem, NVLink, PCIe AER and
+    bandwidth, mlx5 links, crashes in GPU libraries, hangs in nvidia code."""
+    yield from judge_events(facts.get("log_events"), gpu_map(facts))
+
+
+def judge_events(events: Iterable[DriverEvent], gpus: GpuMap) -> Iterator[Finding]:
+    """Findings for the non-Xid events in ``events`` (driver-rule kinds left out)."""
+    events = list(events)
+    xid_buses: dict[tuple[str | None, bool], set[int]] = {}
+    for code, ev in xid_events(events):
+        xid_buses.setdefault((ev.bus_id, ev.boot == 0), set()).add(code)
+    kinds: dict[tuple[str | None, bool], set[str]] = {}
+    for ev in events:
+        kinds.setdefault((ev.bus_id, ev.boot == 0), set()).add(ev.kind)
+    picked = [ev for ev in events if ev.kind in EVENT_IDS]
+    for (kind, bus, current), evs in group(
+            picked, lambda ev: (ev.kind, ev.bus_id, ev.boot == 0)).items():
+        on_gpu = (kind in GPU_KINDS or bus in gpus or (bus, current) in xid_buses
+                  or (bus, not current) in xid_buses)
+        label = gpu_label(bus, gpus) if on_gpu else (bus or "the node")
+        near = kinds.get((bus, current), set()) if bus else {
+            k for (_, cur), ks in kinds.items() if cur == current for k in ks}
+        if kind == "gsp-error" and near & COVERED_GSP:
+            continue  # the GPU-init or reset-required finding already tells it
+        judged = judge_event_group(kind, evs, label, on_gpu, xid_buses.get((bus, current), set()))
+        if judged is None:
+            continue
+        scope = scope_of(bus, gpus, device=not on_gpu,
+                         name=evs[0].details.get("interface") or evs[0].details.get("device"))
+        fid = EVENT_IDS[kind]
+        yield (emit if current else history)(fid, judged, evs, scope, ())

@@ -1,0 +1,254 @@
+"""Judging Xid errors: the catalog's verdict per code, refined by the GPU's context.
+
+An Xid 45 that follows another Xid on its GPU (or says "caused by previous
+Xid N") is a consequence, not a cause; 13 / 31 / 43 from several processes on
+one GPU point at the GPU, one process at its job; 48 with 63 / 64 is the
+row-remapping flow; 94 is contained, 95 is not; 79 drains the node; 119 / 120
+reset the GPU and a 119 that keeps coming back repairs it; 154 names its own
+action. "Fallen off the bus" messages without their Xid line count as Xid 79.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from gputriage.facts import Facts
+from gputriage.knowledge import xid as catalog
+from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.rules.base import rule
+from gputriage.rules.kernel_log import (
+    DOC_XID,
+    GSP_REPEAT,
+    GpuMap,
+    Judged,
+    cap_severity,
+    count_text,
+    emit,
+    gpu_label,
+    gpu_map,
+    group,
+    history,
+    scope_of,
+    split_boots,
+    worse,
+    xid_events,
+)
+
+FOLLOW_ON_S = 30.0  # an Xid 45 this soon after another Xid on its GPU is its consequence
+APP_FAULTS = (13, 31, 43)
+LOOKBACK = 64  # earlier Xids on the GPU examined for an Xid 45's cause
+
+# --- Xid ------------------------------------------------------------------------------------
+
+def _seconds(ev: DriverEvent) -> float | None:
+    t = getattr(ev, "time", None)
+    if t is not None:
+        return t.timestamp()
+    return getattr(ev, "uptime_s", None)
+
+
+def _follow_on_causes(ev: DriverEvent, earlier_on_gpu: Sequence[tuple[int, DriverEvent]]
+                      ) -> set[int]:
+    """The Xids an Xid 45 is a consequence of (empty when it stands alone)."""
+    causes: set[int] = set()
+    named = ev.details.get("caused_by")
+    if named and named.isdigit():
+        causes.add(int(named))
+    t = _seconds(ev)
+    for code, prev in reversed(earlier_on_gpu[-LOOKBACK:]):
+        if code == 45:
+            continue
+        pt = _seconds(prev)
+        if t is None or pt is None or 0 <= t - pt <= FOLLOW_ON_S:
+            causes.add(code)
+            break
+    return causes
+
+
+def _processes(events: Iterable[DriverEvent]) -> set[str]:
+    """Distinct processes named by Xid lines (pid when printed, else name)."""
+    seen = set()
+    for ev in events:
+        pid = (ev.details.get("pid") or "").strip("'")
+        name = ev.details.get("process") or ""
+        if pid and pid.isdigit():
+            seen.add(pid)
+        elif name and not name.startswith("<"):
+            seen.add(name)
+    return seen
+
+
+def recovery_target(ev: DriverEvent) -> tuple[str, Action]:
+    """Xid 154: the recovery action the driver now asks for (its name as printed,
+    e.g. "Drain and Reset") and our action for it."""
+    text = ev.details.get("recovery_action") or ev.details.get("message") or ev.line
+    m = re.search(r"\bto\s+(.{1,80}?)\s*\.?\s*$", text.strip())
+    target = (m.group(1) if m else text).strip()
+    inner = re.search(r"\(([^()]{1,64})\)", target)
+    action = catalog.recovery_action(text) or catalog.recovery_action(target)
+    return (inner.group(1) if inner else target), action or Action.RESET_GPU
+
+
+@dataclass
+class _GpuContext:
+    """Everything one GPU logged this boot, for judging each of its groups."""
+
+    events: list[tuple[int, DriverEvent]]
+    codes: set[int]
+    app_processes: set[str]
+    follow_ons: dict[int, int]  # cause code -> number of Xid 45 it triggered
+
+
+def _gpu_contexts(xids: list[tuple[int, DriverEvent]]) -> tuple[dict, dict]:
+    """Per-GPU context and, per Xid 45 event id, the causes it follows."""
+    per_gpu = group(xids, lambda item: item[1].bus_id)
+    contexts: dict[str | None, _GpuContext] = {}
+    causes_of: dict[int, set[int]] = {}
+    for bus, items in per_gpu.items():
+        follow: dict[int, int] = {}
+        for i, (code, ev) in enumerate(items):
+            if code == 45:
+                causes = _follow_on_causes(ev, items[:i])
+                causes_of[id(ev)] = causes
+                for c in causes - {45}:
+                    follow[c] = follow.get(c, 0) + 1
+        contexts[bus] = _GpuContext(
+            items, {c for c, _ in items},
+            _processes(ev for c, ev in items if c in APP_FAULTS), follow)
+    return contexts, causes_of
+
+
+def _catalog_judged(code: int, n: int, gpu: str) -> Judged:
+    info = catalog.xid_info(code)
+    if info is None:
+        return Judged(Severity.WARNING, Action.NONE, Blame.UNKNOWN,
+                      f"Xid {code} on {gpu}: not in the catalog ({count_text(n)})",
+                      f"Xid {code} is not in gputriage's catalog; look it up in NVIDIA's "
+                      "Xid documentation and capture nvidia-bug-report.sh output.")
+    return Judged(info.severity, info.action, info.blame,
+                  f"Xid {code} on {gpu}: {info.meaning} ({count_text(n)})", info.explanation)
+
+
+def judge_xid_group(code: int, events: list[DriverEvent], ctx: _GpuContext,
+                    causes_of: dict[int, set[int]], gpu: str) -> Judged:
+    """Catalog judgement of one (code, GPU) group, refined by the GPU's context."""
+    j = _catalog_judged(code, len(events), gpu)
+    if code == 45:
+        _judge_45(j, events, ctx, causes_of, gpu)
+    elif code in APP_FAULTS:
+        n = len(ctx.app_processes)
+        if n >= 2:
+            j.severity = Severity.CRITICAL if n >= 3 else worse(j.severity, Severity.WARNING)
+            j.action = Action.DRAIN_AND_REPAIR if n >= 3 else Action.RESET_GPU
+            j.blame = Blame.NODE
+            j.notes.append(f"Application faults (Xid 13/31/43) on this GPU come from {n} "
+                           "different processes: suspect the GPU, not the jobs; drain it and "
+                           "run DCGM diagnostics.")
+        else:
+            j.severity = cap_severity(j.severity, Severity.WARNING)
+            j.action, j.blame = Action.RESTART_JOB, Blame.JOB
+            j.notes.append("Only one process faulted on this GPU: no node action.")
+    elif code == 48:
+        if 64 in ctx.codes:
+            j.severity, j.action, j.blame = Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE
+            j.notes.append("Xid 64 follows: the row remap / page retirement failed, so the "
+                           "bad memory stays in use: drain the node and repair the GPU.")
+        elif 63 in ctx.codes:
+            j.severity, j.action, j.blame = Severity.CRITICAL, Action.RESET_GPU, Blame.NODE
+            j.notes.append("Xid 63 follows: a row remap is pending; drain the GPU and reset it "
+                           "to apply the remap, then check that no remap failed.")
+    elif code == 63:
+        j.severity = Severity.CRITICAL if 64 in ctx.codes else Severity.WARNING
+        j.action, j.blame = Action.RESET_GPU, Blame.NODE
+    elif code == 64:
+        j.severity, j.action, j.blame = Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE
+    elif code == 94:
+        j.severity = cap_severity(worse(j.severity, Severity.WARNING), Severity.WARNING)
+        j.action = Action.RESTART_JOB
+    elif code == 95:
+        j.severity, j.action, j.blame = Severity.CRITICAL, Action.RESET_GPU, Blame.NODE
+    elif code == 79:
+        j.severity, j.action, j.blame = Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE
+    elif code in (119, 120):
+        j.severity, j.action, j.blame = Severity.CRITICAL, Action.RESET_GPU, Blame.NODE
+        n119 = sum(1 for c, _ in ctx.events if c == 119)
+        if code == 119 and n119 >= GSP_REPEAT:
+            j.action = Action.DRAIN_AND_REPAIR
+            count = count_text(len(events))
+            j.title = j.title.replace(f" ({count})", f", repeating ({count})")
+            j.notes.append(f"The GSP timed out {n119} times on this GPU: it keeps coming back, "
+                           "so drain the node and repair the GPU if a reset does not hold.")
+    elif code == 154:
+        target, action = recovery_target(events[-1])
+        j.action = action
+        j.severity = Severity.INFO if action is Action.NONE else Severity.CRITICAL
+        j.blame = Blame.UNKNOWN if action is Action.NONE else Blame.NODE
+        j.title = f"Xid 154 on {gpu}: the driver asks for: {target} ({count_text(len(events))})"
+        j.notes.append(f"Latest recovery action: {target}; do exactly that.")
+    followed = ctx.follow_ons.get(code, 0)
+    if code != 45 and followed:
+        j.notes.append(f"It was followed by {followed} Xid 45 channel teardown(s), its "
+                       "consequence rather than a separate cause.")
+    return j
+
+
+def _judge_45(j: Judged, events: list[DriverEvent], ctx: _GpuContext,
+              causes_of: dict[int, set[int]], gpu: str) -> None:
+    causes = [causes_of.get(id(ev), set()) for ev in events]
+    if not all(causes):
+        if any(causes):
+            j.notes.append(f"{sum(1 for c in causes if c)} of them follow another Xid.")
+        return
+    named = set().union(*causes) - {45}
+    absent = sorted(c for c in named if c not in ctx.codes)
+    what = ", ".join(f"Xid {c}" for c in sorted(named)) or "earlier Xid 45"
+    j.title = f"Xid 45 on {gpu}: follow-on of {what} ({count_text(len(events))})"
+    j.explanation = ("Xid 45 is the driver tearing down channels after another error; it "
+                     "is a consequence, not a cause of its own.")
+    if absent:
+        worst = None
+        for c in absent:
+            info = catalog.xid_info(c)
+            if info is not None and (worst is None or info.severity.rank > worst.severity.rank):
+                worst = info
+        if worst is not None:
+            j.severity, j.action, j.blame = worst.severity, worst.action, worst.blame
+        j.notes.append(f"Channels were torn down because of {what}, which this log does not "
+                       "show (look earlier): act on that cause. "
+                       + (worst.explanation if worst is not None else ""))
+        return
+    j.severity, j.action = Severity.INFO, Action.NONE
+    j.notes.append(f"These teardowns are the consequence of {what} on this GPU (see that "
+                   "finding), not a separate cause.")
+
+
+XID_IDS = tuple(f"xid.{x.code}" for x in catalog.all_xids())
+
+
+@rule("kernel.xid", requires=("log_events",), produces=XID_IDS)
+def xid_findings(facts: Facts) -> Iterator[Finding]:
+    """Xid errors in the kernel log: one finding per GPU and code with its count and
+    first/last time, judged from the Xid catalog and the GPU's other Xids."""
+    gpus = gpu_map(facts)
+    yield from judge_xids(facts.get("log_events"), gpus)
+
+
+def judge_xids(events: Iterable[DriverEvent], gpus: GpuMap) -> Iterator[Finding]:
+    """Findings for the Xid events (and Xid-less "fallen off the bus") in ``events``."""
+    current, earlier = split_boots(events)
+    xids = xid_events(current)
+    contexts, causes_of = _gpu_contexts(xids)
+    for (code, bus), items in group(xids, lambda it: (it[0], it[1].bus_id)).items():
+        evs = [ev for _, ev in items]
+        judged = judge_xid_group(code, evs, contexts[bus], causes_of, gpu_label(bus, gpus))
+        yield emit(f"xid.{code}", judged, evs, scope_of(bus, gpus), (DOC_XID,))
+    for (code, bus), items in group(xid_events(earlier),
+                                     lambda it: (it[0], it[1].bus_id)).items():
+        evs = [ev for _, ev in items]
+        judged = _catalog_judged(code, len(evs), gpu_label(bus, gpus))
+        yield history(f"xid.{code}", judged, evs, scope_of(bus, gpus), (DOC_XID,))
+
+

@@ -1,0 +1,229 @@
+"""The per-GPU timeline of ``gputriage logs``: each GPU (or switch, or device)
+with its kernel events in time order, bursts folded into one row, earlier
+boots marked; plus the ``gputriage/logs/v1`` JSON document.
+
+rich is imported only inside :func:`render_logs`; host text goes through
+rich ``Text`` objects (never markup), so raw kernel lines print verbatim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gputriage import __version__
+from gputriage.model import Result
+from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.views.status import exit_status, verdict
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
+SCHEMA = "gputriage/logs/v1"
+ROWS_SHOWN = 40  # rows per lane in the terminal outside verbose mode
+
+KIND_MEANING = {
+    "fallen-off-bus": "GPU has fallen off the bus",
+    "rm-init-adapter-failed": "driver failed to initialise the GPU (RmInitAdapter)",
+    "no-adapter-probed": "nvidia module probed no GPU",
+    "gsp-firmware-missing": "GSP firmware file missing",
+    "module-load-failed": "NVIDIA kernel module failed to load",
+    "api-mismatch": "kernel module / userspace driver version mismatch",
+    "gsp-rpc-timeout": "GSP firmware RPC timeout",
+    "gsp-error": "GSP firmware error",
+    "peermem-invalid-context": "nvidia-peermem invalid context",
+    "nvlink-error": "NVLink error",
+    "pcie-aer": "PCIe AER error",
+    "pcie-bandwidth-limited": "PCIe link below capability",
+    "mlx5-link": "mlx5 link state change",
+    "segfault": "process segfault",
+    "hung-task": "hung task",
+    "soft-lockup": "CPU soft lockup",
+    "gpu-reset-required": "GPU reset required",
+}
+
+
+@dataclass
+class Row:
+    """One event, or a burst of identical consecutive events, on a lane."""
+
+    kind: str
+    code: int | None
+    meaning: str
+    boot: int
+    first: str | None
+    last: str | None
+    count: int
+    line: str
+
+    def to_json(self) -> dict:
+        """The row as plain JSON data."""
+        return {"kind": self.kind, "code": self.code, "meaning": self.meaning,
+                "boot": self.boot, "first": self.first, "last": self.last,
+                "count": self.count, "line": self.line}
+
+
+@dataclass
+class Lane:
+    """The events of one GPU, switch, device, or of the node (no PCI address)."""
+
+    label: str
+    pci_bus_id: str | None = None
+    gpu_index: int | None = None
+    rows: list[Row] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """The lane as plain JSON data."""
+        return {"label": self.label, "pci_bus_id": self.pci_bus_id,
+                "gpu_index": self.gpu_index, "events": [r.to_json() for r in self.rows]}
+
+
+def _meaning(ev: DriverEvent, code: int | None) -> str:
+    from gputriage.knowledge import xid as catalog
+
+    if code is not None and ev.kind in ("xid", "sxid"):
+        info = catalog.xid_info(code) if ev.kind == "xid" else catalog.sxid_info(code)
+        if info is not None:
+            return info.meaning
+        return "not in the catalog"
+    return KIND_MEANING.get(ev.kind, ev.kind)
+
+
+def _code(ev: DriverEvent) -> int | None:
+    raw = ev.details.get("code", "") if ev.kind in ("xid", "sxid") else ""
+    return int(raw) if raw.isdigit() else None
+
+
+def _when(ev: DriverEvent) -> str | None:
+    t = getattr(ev, "time", None)
+    return t.isoformat() if t is not None else ev.timestamp
+
+
+def build_timeline(events: Iterable[DriverEvent],
+                   gpus: dict[str, tuple[int | None, str | None]] | None = None) -> list[Lane]:
+    """Lanes of events by PCI address, GPUs first (by index, then address), then
+    other devices, then the node; consecutive identical events fold into one row."""
+    gpus = gpus or {}
+    lanes: dict[str | None, Lane] = {}
+    for ev in events:
+        bus = ev.bus_id
+        lane = lanes.get(bus)
+        if lane is None:
+            lane = Lane(_label(ev, gpus), bus, gpus.get(bus or "", (None, None))[0])
+            lanes[bus] = lane
+        code = _code(ev)
+        last = lane.rows[-1] if lane.rows else None
+        if last is not None and (last.kind, last.code, last.boot) == (ev.kind, code, ev.boot):
+            last.count += 1
+            last.last = _when(ev)
+            continue
+        first_line = ev.line.splitlines()[0] if ev.line else ""
+        lane.rows.append(Row(ev.kind, code, _meaning(ev, code), ev.boot, _when(ev), _when(ev),
+                             1, first_line))
+
+    def order(lane: Lane) -> tuple:
+        known_gpu = lane.pci_bus_id in gpus or any(r.kind == "xid" for r in lane.rows)
+        rank = 0 if known_gpu else (2 if lane.pci_bus_id is None else 1)
+        index = lane.gpu_index if lane.gpu_index is not None else 1 << 16
+        return (rank, index, lane.pci_bus_id or "")
+
+    return sorted(lanes.values(), key=order)
+
+
+def _label(ev: DriverEvent, gpus: dict[str, tuple[int | None, str | None]]) -> str:
+    bus = ev.bus_id
+    if bus is None:
+        return "node (no PCI address)"
+    if ev.kind == "sxid":
+        switch = ev.details.get("switch") or ""
+        switch = f"nvidia-nvswitch{switch}" if switch.isdigit() else switch
+        return f"NVSwitch {switch} {bus}".replace("  ", " ")
+    index = gpus.get(bus, (None, None))[0]
+    if index is not None:
+        return f"GPU {index} {bus}"
+    if ev.kind in ("mlx5-link", "pcie-aer", "pcie-bandwidth-limited"):
+        return f"device {bus}"
+    return f"GPU {bus}"
+
+
+def scan_summary(scan: Any) -> dict:
+    """The scan's counters as plain JSON data."""
+    boots = []
+    for b in getattr(scan, "boots", []) or []:
+        boots.append({"index": b.index, "boot_id": b.boot_id,
+                      "first": b.first.isoformat() if b.first else None,
+                      "last": b.last.isoformat() if b.last else None})
+    return {"lines": scan.lines, "skipped": scan.skipped, "bytes": scan.bytes,
+            "formats": list(scan.formats), "problems": list(scan.problems),
+            "events": len(scan.events), "boots": boots}
+
+
+def logs_document(scan: Any, lanes: list[Lane], result: Result,
+                  window: dict | None = None) -> dict:
+    """The ``gputriage/logs/v1`` document: scan counters, window, timeline, findings."""
+    return {
+        "schema": SCHEMA,
+        "tool_version": __version__,
+        "verdict": verdict(result),
+        "exit_status": int(exit_status(result)),
+        "scan": scan_summary(scan),
+        "window": window or {"boot": None, "since": None},
+        "timeline": [lane.to_json() for lane in lanes],
+        "findings": [f.to_json() for f in result.sorted_findings()],
+    }
+
+
+def _rows_shown(rows: list[Row], verbose: bool) -> list[Row | None]:
+    if verbose or len(rows) <= ROWS_SHOWN:
+        return list(rows)
+    half = ROWS_SHOWN // 2
+    return [*rows[:half], None, *rows[-half:]]
+
+
+def render_logs(scan: Any, lanes: list[Lane], result: Result, console: Console | None = None,
+                *, verbose: bool = False) -> None:
+    """Print the timeline, then the findings (the terminal report's own layout),
+    then one line of scan counters."""
+    from rich.console import Console as RichConsole
+
+    from gputriage.views import terminal
+
+    console = console or RichConsole(highlight=False)
+    out = terminal._Out(console, verbose)
+    word = verdict(result)
+    out.line((f"{word.upper():<8}", terminal.STYLES.get(word, "")), ("  ", ""),
+             ("kernel log timeline", "bold"), (out.dot, ""),
+             (f"{len(scan.events)} events on {len(lanes)} GPU(s)/device(s)", ""))
+    if not lanes:
+        out.line(("No NVIDIA-relevant events in the log.", "dim"), indent=10)
+    for lane in lanes:
+        console.print()
+        out.line((lane.label, "bold cyan"))
+        for row in _rows_shown(lane.rows, verbose):
+            if row is None:
+                out.line((f"... {len(lane.rows) - ROWS_SHOWN} more rows (-v shows all)", "dim"),
+                         indent=2)
+                continue
+            what = f"Xid {row.code}" if row.kind == "xid" else (
+                f"SXid {row.code}" if row.kind == "sxid" else row.kind)
+            stamp = row.first or "-"
+            if row.count > 1 and row.last and row.last != row.first:
+                stamp += f" .. {row.last}"
+            segs: list[tuple[str, str]] = [(stamp, "dim"), ("  ", ""), (what, "bold"),
+                                           ("  ", ""), (row.meaning, "")]
+            if row.count > 1:
+                segs.append((f"  x{row.count}", "bold"))
+            if row.boot != 0:
+                segs.append((f"  [earlier boot {row.boot}]", "magenta"))
+            out.line(*segs, indent=2)
+            if verbose:
+                out.line((row.line, "dim"), indent=6)
+    terminal._findings(out, result)
+    console.print()
+    summary = (f"read {scan.lines} lines ({scan.skipped} skipped), {scan.bytes} bytes; "
+               f"formats: {', '.join(scan.formats) or 'none recognised'}; "
+               f"boots: {len(getattr(scan, 'boots', []) or []) or 1}")
+    out.line((summary, "dim"))
+    for problem in scan.problems:
+        out.line((problem, "yellow"), indent=2)
