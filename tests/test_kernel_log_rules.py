@@ -14,18 +14,10 @@ from test_rules import HEALTHY
 
 from gputriage.engine import analyze
 from gputriage.ingest import load_input
+from gputriage.logwindow import LogWindow, parse_boot, parse_since
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.kernel_events import DriverEvent
-from gputriage.rules.kernel_log import (
-    EVIDENCE_HEAD,
-    EVIDENCE_TAIL,
-    LogWindow,
-    judge_events,
-    judge_sxids,
-    log_window,
-    parse_boot,
-    parse_since,
-)
+from gputriage.rules.kernel_log import EVIDENCE_HEAD, EVIDENCE_TAIL, judge_events, judge_sxids
 from gputriage.rules.kernel_xid import judge_xids
 from gputriage.scenarios import build_scenario, get_scenario
 from gputriage.snapshot import Snapshot
@@ -263,19 +255,17 @@ def test_earlier_boot_xid79_does_not_make_the_verdict_critical():
 def test_boot_window_selects_one_boot():
     log = BOOTS_LOG + ("2024-05-14T07:00:00+0000 gpu-node-017 kernel: NVRM: Xid "
                        "(PCI:0000:18:00): 31, pid=77, name=python, MMU Fault\n")
-    with log_window(LogWindow(boot=0)):
-        result = analyze(snap(live=False, kernel_log=log))
+    result = analyze(snap(live=False, kernel_log=log), LogWindow(boot=0))
     assert {f.id for f in result.findings if f.id.startswith("xid.")} == {"xid.31"}
-    with log_window(LogWindow(boot=-1)):
-        result = analyze(snap(live=False, kernel_log=log))
+    result = analyze(snap(live=False, kernel_log=log), LogWindow(boot=-1))
     assert {f.id for f in result.findings if f.id.startswith("xid.")} == {"xid.79"}
 
 
 def test_since_window_drops_older_events():
     log = BOOTS_LOG + ("2024-05-14T07:00:00+0000 gpu-node-017 kernel: NVRM: Xid "
                        "(PCI:0000:18:00): 31, pid=77, name=python, MMU Fault\n")
-    with log_window(LogWindow(since=datetime(2024, 5, 14, 6, 30, tzinfo=timezone.utc))):
-        result = analyze(snap(live=False, kernel_log=log))
+    result = analyze(snap(live=False, kernel_log=log),
+                     LogWindow(since=datetime(2024, 5, 14, 6, 30, tzinfo=timezone.utc)))
     assert {f.id for f in result.findings if f.id.startswith("xid.")} == {"xid.31"}
 
 

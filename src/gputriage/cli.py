@@ -49,7 +49,7 @@ def _env() -> Environment:
 
 def _window(since: str | None, boot: str | None) -> Any:
     """The kernel-log window of ``--since`` / ``--boot`` (usage error when malformed)."""
-    from gputriage.rules.kernel_log import LogWindow, parse_boot, parse_since
+    from gputriage.logwindow import LogWindow, parse_boot, parse_since
 
     try:
         return LogWindow(boot=parse_boot(boot) if boot is not None else None,
@@ -150,7 +150,6 @@ def check(as_json: bool, verbose: bool, timeout: float | None, deadline: float,
     from gputriage.collect import CollectOptions
     from gputriage.collect import collect as do_collect
     from gputriage.engine import analyze
-    from gputriage.rules.kernel_log import log_window
     from gputriage.snapshot import Snapshot
 
     env = _env()
@@ -158,8 +157,7 @@ def check(as_json: bool, verbose: bool, timeout: float | None, deadline: float,
     opts = CollectOptions(timeout_s=timeout, deadline_s=deadline)
     with tempfile.TemporaryDirectory(prefix="gputriage-") as tmp:
         path = do_collect(env.live_host(), keep or f"{tmp}/snapshot", opts)
-        with log_window(window):
-            result = analyze(Snapshot.load(path))
+        result = analyze(Snapshot.load(path), window)
     _report(result, as_json, verbose)
 
 
@@ -176,36 +174,24 @@ def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | N
     a kernel log...). Several paths combine into one host view; - reads stdin."""
     from gputriage.engine import analyze as do_analyze
     from gputriage.ingest import load_inputs
-    from gputriage.rules.kernel_log import log_window
 
     window = _window(since, boot)
-    snapshot = load_inputs(list(paths))
-    with log_window(window):
-        result = do_analyze(snapshot)
+    result = do_analyze(load_inputs(list(paths)), window)
     _report(result, as_json, verbose)
 
 
 def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
-    """Run every rule that the kernel log alone can feed over an already scanned log
-    (no second decoding): the Facts' ``log_scan`` is pre-filled."""
-    from gputriage.facts import Facts, Missing
-    from gputriage.model import Result, Severity
-    from gputriage.rules import all_rules
+    """The engine over an already scanned log (no second decoding): the facts'
+    ``log_scan`` is pre-filled; every rule the kernel log alone can feed runs."""
+    from gputriage.engine import analyze_facts
+    from gputriage.facts import Facts
     from gputriage.snapshot import Snapshot
 
-    facts = Facts(Snapshot({}, None, "logs"), _cache={"log_scan": scan, "log_window": window})
-    result = Result()
-    for r in all_rules():
-        if not (r.requires or r.any_of) or not all(facts.has(n) for n in r.requires):
-            continue
-        if r.any_of and not any(facts.has(n) for n in r.any_of):
-            continue
-        try:
-            result.findings.extend(r.func(facts))
-        except Missing:
-            continue
-    worst = result.worst.value if result.worst.rank >= Severity.WARNING.rank else "ok"
-    result.host = {"verdict": "unknown" if not scan.lines else worst}
+    facts = Facts(Snapshot({}, None, "logs"), window=window)
+    facts.prefill("log_scan", scan)
+    result = analyze_facts(facts)
+    if not scan.lines:
+        result.host["verdict"] = "unknown"
     return result, facts.get("log_events")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gputriage.facts import Facts, Missing
+from gputriage.logwindow import LogWindow
 from gputriage.model import Result, Severity, Skipped
 from gputriage.rules import all_rules
 from gputriage.rules.base import Rule
@@ -20,9 +21,15 @@ def _skip_reason(facts: Facts, rule: Rule) -> str | None:
     return None
 
 
-def analyze(snapshot: Snapshot) -> Result:
-    """Run every rule whose inputs are present over one host's snapshot."""
-    facts = Facts(snapshot)
+def analyze(snapshot: Snapshot, window: LogWindow | None = None) -> Result:
+    """Run every rule whose inputs are present over one host's snapshot; kernel-log
+    events are judged inside ``window`` (default: all boots, only the last current)."""
+    return analyze_facts(Facts(snapshot, window=window or LogWindow()))
+
+
+def analyze_facts(facts: Facts) -> Result:
+    """Run every rule whose inputs are present over prepared facts."""
+    snapshot = facts.snapshot
     result = Result(manifest=snapshot.manifest)
     ran = 0
     for rule in all_rules():
@@ -117,7 +124,7 @@ def _host(facts: Facts, result: Result, ran: int) -> dict:
     pci_gpus = facts.maybe("pci_gpus")
     worst = result.worst
     verdict = worst.value if worst.rank >= Severity.WARNING.rank else "ok"
-    if not result.findings and (ran == 0 or not facts.snapshot.captures):
+    if not result.findings and ran == 0:
         verdict = "unknown"  # nothing could be checked: say so, never "OK"
     return {
         "hostname": manifest.get("host") or _first_line(facts, "hostname"),

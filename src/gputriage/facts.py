@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputriage.errors import InputError, ParseError
+from gputriage.logwindow import LogWindow
 from gputriage.parsers import (
     devices,
     driver,
@@ -63,8 +64,13 @@ class Facts:
     """Lazily parsed facts of one host."""
 
     snapshot: Snapshot
+    window: LogWindow = field(default_factory=LogWindow)
     problems: list[str] = field(default_factory=list)
     _cache: dict[str, Any] = field(default_factory=dict)
+
+    def prefill(self, name: str, value: Any) -> None:
+        """Supply a fact computed elsewhere (``gputriage logs`` scans files itself)."""
+        self._cache[name] = value
 
     # -- machinery ---------------------------------------------------------------
     def get(self, name: str) -> Any:
@@ -160,16 +166,9 @@ class Facts:
             raise Missing(self.snapshot.missing_reason("kernel_log"))
         return scan_text(cap.text or "", cap.origin or "kernel_log")
 
-    def _fact_log_window(self) -> Any:
-        """The selected window of kernel-log events (``--boot`` / ``--since``)."""
-        from gputriage.rules.kernel_log import current_window
-
-        return current_window()
-
     def _fact_log_events(self) -> list[kernel_events.DriverEvent]:
         """Kernel-log events inside the log window, in log order."""
-        window = self.get("log_window")
-        return [ev for ev in self.get("log_scan").events if window.admits(ev)]
+        return [ev for ev in self.get("log_scan").events if self.window.admits(ev)]
 
     def _fact_proc_gpus(self) -> list[driver.ProcGpu]:
         return self._parse("proc_driver_nvidia_gpus", driver.parse_gpus_information,

@@ -9,9 +9,9 @@ one GPU point at the GPU, not the job; 48 with 63 / 64 is the row-remapping
 flow; a 119 that keeps coming back escalates; 154 names its own action.
 Events of earlier boots are history: same ids, severity info, never a
 current failure. The events judged are the fact ``log_events``: the kernel
-log's events inside the selected :class:`LogWindow` (``--boot``, ``--since``).
+log's events inside the selected :class:`gputriage.logwindow.LogWindow`.
 
-This module holds the window, the helpers shared with :mod:`.kernel_xid`
+This module holds the helpers shared with :mod:`.kernel_xid`
 (the Xid judgement), the SXid rule and the rule on the other event kinds.
 """
 
@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from gputriage.facts import Facts
@@ -40,84 +37,6 @@ PEERMEM_BURST = 10
 AER_BURST = 10
 GPU_LIBS = re.compile(r"lib(?:cuda|nccl|nvidia|cudnn|cublas|nvrtc|nvJitLink|cufft|cusparse|"
                       r"cusolver|curand|torch_cuda|nvinfer|dcgm)", re.IGNORECASE)
-
-# --- the time window -----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class LogWindow:
-    """Which kernel-log events to judge: one boot (0 current, -1 the one before...)
-    or all (``boot=None``), and only those at or after ``since`` when given.
-    Events without a known time are kept (their age cannot be told)."""
-
-    boot: int | None = None
-    since: datetime | None = None
-
-    def admits(self, ev: DriverEvent) -> bool:
-        """Whether ``ev`` falls inside the window."""
-        if self.boot is not None and ev.boot != self.boot:
-            return False
-        when = getattr(ev, "time", None)
-        if self.since is not None and when is not None:
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=timezone.utc)
-            return when >= self.since
-        return True
-
-
-_WINDOW: ContextVar[LogWindow | None] = ContextVar("gputriage_log_window", default=None)
-
-
-def current_window() -> LogWindow:
-    """The window set by :func:`log_window` (default: every event)."""
-    return _WINDOW.get() or LogWindow()
-
-
-@contextmanager
-def log_window(window: LogWindow) -> Iterator[None]:
-    """Judge kernel logs inside ``window`` for the duration of the block."""
-    token = _WINDOW.set(window)
-    try:
-        yield
-    finally:
-        _WINDOW.reset(token)
-
-
-_RELATIVE = re.compile(r"^\s*(\d{1,9}(?:\.\d{1,6})?)\s*(s|sec|m|min|h|hr|d|day|w|week)s?"
-                       r"(?:\s+ago)?\s*$", re.IGNORECASE)
-_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400,
-          "day": 86400, "w": 604800, "week": 604800}
-
-
-def parse_since(text: str, now: datetime | None = None) -> datetime:
-    """``--since``: an ISO time (``2024-05-14T09:00``, UTC when no offset) or a
-    relative age (``90s``, ``30m``, ``2h``, ``1d``, ``2h ago``). ValueError otherwise."""
-    m = _RELATIVE.match(text)
-    if m:
-        now = now or datetime.now(timezone.utc)
-        return now - timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2).lower()])
-    raw = text.strip()
-    if raw.endswith(("Z", "z")):
-        raw = raw[:-1] + "+00:00"
-    try:
-        when = datetime.fromisoformat(raw)
-    except ValueError:
-        raise ValueError(f"not a time: {text!r} (use ISO 8601 or an age like 2h, 30m, 1d)"
-                         ) from None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-
-
-def parse_boot(text: str) -> int | None:
-    """``--boot``: ``all`` (None), ``0`` (the current boot), ``-1`` (the one before)..."""
-    if text.strip().lower() == "all":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"not a boot: {text!r} (use 0, -1, -2... or all)") from None
-    if value > 0:
-        raise ValueError(f"boot {value}: boots count back from 0 (current), -1, -2...")
-    return value
-
 
 # --- shared helpers -------------------------------------------------------------------------
 
