@@ -5,14 +5,28 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from test_rules import RULE_CASES
+import importlib
 
 from gputriage import sources
+from gputriage.facts import is_fact
 from gputriage.parsers import PARSERS, parser_for
 from gputriage.rules import all_rules
 
 TESTS = Path(__file__).parent
 ALL_TEST_TEXT = "\n".join(p.read_text() for p in TESTS.glob("test_*.py"))
+
+
+def _rule_cases() -> dict:
+    """RULE_CASES of tests/test_rules.py and of every tests/test_rules_*.py."""
+    cases: dict = {}
+    for path in sorted(TESTS.glob("test_rules*.py")):
+        module = importlib.import_module(path.stem)
+        for rule_id, items in getattr(module, "RULE_CASES", {}).items():
+            cases.setdefault(rule_id, []).extend(items)
+    return cases
+
+
+RULE_CASES = _rule_cases()
 
 
 def test_sources_are_unique_and_described():
@@ -51,4 +65,4 @@ def test_every_rule_is_unique_documented_and_exercised():
         for _, expected in RULE_CASES[r.id]:
             assert expected in r.produces, f"{r.id} does not declare {expected}"
         for name in r.requires + r.any_of:
-            assert hasattr(__import__("gputriage.facts").facts.Facts, f"_fact_{name}"), name
+            assert is_fact(name), f"rule {r.id} needs an unknown fact {name}"

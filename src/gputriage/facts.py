@@ -37,6 +37,27 @@ class Missing(Exception):
     """A fact cannot be established from the inputs."""
 
 
+# Facts defined outside this class (next to the rules of one area), by name.
+FACT_PROVIDERS: dict[str, Callable[[Facts], Any]] = {}
+
+
+def fact(name: str) -> Callable[[Callable[[Facts], Any]], Callable[[Facts], Any]]:
+    """Register ``func(facts) -> value`` (raising Missing) as the fact ``name``."""
+
+    def register(func: Callable[[Facts], Any]) -> Callable[[Facts], Any]:
+        if name in FACT_PROVIDERS or hasattr(Facts, f"_fact_{name}"):
+            raise ValueError(f"duplicate fact {name}")
+        FACT_PROVIDERS[name] = func
+        return func
+
+    return register
+
+
+def is_fact(name: str) -> bool:
+    """Whether a fact of that name exists (for the conformance test)."""
+    return hasattr(Facts, f"_fact_{name}") or name in FACT_PROVIDERS
+
+
 SMI_SOURCES = (("nvidia_smi_q_xml", nvsmi_xml.parse_nvsmi_xml),
                ("nvidia_smi_q", nvsmi_text.parse_nvsmi_text),
                ("nvidia_smi", nvsmi_table.parse_nvsmi_table))
@@ -76,8 +97,10 @@ class Facts:
     def get(self, name: str) -> Any:
         """The fact ``name``, or raise Missing."""
         if name not in self._cache:
+            method = getattr(self, f"_fact_{name}", None)
+            provider = method or (lambda: FACT_PROVIDERS[name](self))
             try:
-                self._cache[name] = getattr(self, f"_fact_{name}")()
+                self._cache[name] = provider()
             except Missing as exc:
                 self._cache[name] = exc
         value = self._cache[name]

@@ -5,11 +5,18 @@ from __future__ import annotations
 from gputriage.rules import (  # noqa: F401
     devnodes,
     driver,
+    fabric,
+    hostcfg,
+    infiniband,
     inventory,
     kernel_log,
     kernel_xid,
+    memory,
     modules,
+    pcie,
     persistence,
+    thermal,
+    topology,
 )
 from gputriage.rules.base import REGISTRY, Rule
 

@@ -1,0 +1,1 @@
+"""Rules on fabric (being written)."""

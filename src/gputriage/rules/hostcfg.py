@@ -1,0 +1,1 @@
+"""Rules on hostcfg (being written)."""

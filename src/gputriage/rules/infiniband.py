@@ -1,0 +1,1 @@
+"""Rules on infiniband (being written)."""

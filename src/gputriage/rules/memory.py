@@ -1,0 +1,1 @@
+"""Rules on memory (being written)."""

@@ -1,0 +1,1 @@
+"""Rules on pcie (being written)."""

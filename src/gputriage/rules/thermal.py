@@ -1,0 +1,1 @@
+"""Rules on thermal (being written)."""

@@ -1,0 +1,1 @@
+"""Rules on topology (being written)."""
