@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from pathlib import Path
-
-import importlib
 
 from gputriage import sources
 from gputriage.facts import is_fact

@@ -293,3 +293,10 @@ def test_xids_json() -> None:
     assert unknown == {"code": 12345, "kind": "xid", "known": False}
     sx = xids_json([20034], sxid=True)[0]
     assert sx["fatal"] is True and sx["kind"] == "sxid" and sx["category"] == "fatal"
+
+
+def test_recovery_action_reads_numbers_with_leading_zeros():
+    from gputriage.knowledge.xid import recovery_action
+
+    assert recovery_action("01") == recovery_action("1") is not None
+    assert recovery_action("0x1") == recovery_action("1")

@@ -22,7 +22,8 @@ EXPECTED = (
     "pasted output: nvidia-smi -q -x XML, nvidia-smi -q text, the nvidia-smi table or its "
     "error message, nvidia-smi -L, nvidia-smi topo -m, nvidia-smi nvlink -s, "
     "/proc/driver/nvidia/version, lsmod or /proc/modules, a kernel log "
-    "(dmesg/journalctl/syslog), ibstat, numactl -H, lspci -vvv, systemctl show/status of "
+    "(dmesg/journalctl/syslog), ibstat, ibstatus, ibv_devinfo, ibdev2netdev, show_gids, "
+    "numactl -H, lscpu, lspci -vvv, systemctl show/status of "
     "nvidia-persistenced or nvidia-fabricmanager, a fabric manager log, "
     "nvidia-container-cli info"
 )
@@ -33,7 +34,8 @@ _PROMPT = re.compile(
     r"(?:[\w.-]+@[\w.-]+(?::[^\s$#]*)?\s*[$#]|\[[^\]\s]+@[^\]]+\]\s*[$#]|[$#])"
     r"\s+(?P<cmd>\S.*)$")
 _BARE_CMD = re.compile(
-    r"^\s*(?P<cmd>(?:sudo\s+)?(?:nvidia-smi|dmesg|journalctl|lsmod|ibstat|numactl|lspci"
+    r"^\s*(?P<cmd>(?:sudo\s+)?(?:nvidia-smi|dmesg|journalctl|lsmod|ibstat|ibstatus|ibv_devinfo"
+    r"|ibdev2netdev|show_gids|lscpu|numactl|lspci"
     r"|systemctl|nvidia-container-cli)(?:\s+(?:[-|]|topo\b|nvlink\b|show\b|status\b|info\b)"
     r".*)?)\s*$")
 _FENCE = re.compile(r"^\s*```")
@@ -144,8 +146,13 @@ def source_for_command(cmd: str) -> str | None:
         return "lspci_nvidia" if "10de" in cmd or "nvidia" in cmd.lower() else None
     if prog == "nvidia-container-cli":
         return "nvidia_container_cli_info" if "info" in a else None
-    return {"lsmod": "proc_modules", "ibstat": "ibstat",
+    if prog in _IB_TOOLS:
+        return "ibstat"
+    return {"lsmod": "proc_modules", "lscpu": "numactl",
             "numactl": "numactl" if a & {"-H", "--hardware"} else None}.get(prog)
+
+
+_IB_TOOLS = frozenset({"ibstat", "ibstatus", "ibv_devinfo", "ibdev2netdev", "show_gids"})
 
 
 # --- block detectors ---------------------------------------------------------------
@@ -371,6 +378,45 @@ def _container_cli(doc: _Doc) -> None:
             lambda s: bool(field.match(s)))
 
 
+_IBSTATUS = re.compile(r"^Infiniband device '[^']+' port \d+ status:\s*$")
+_HCA_ID = re.compile(r"^hca_id:\s*\S+\s*$")
+_IBDEV2NETDEV = re.compile(
+    r"^\s*(?:(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\s+)?[A-Za-z][\w.-]*\s"
+    r"[^=]*?\bport \d+(?:\s+\(\s*[A-Z_]+\s*\))?\s+<?=+>\s+\S+\s+"
+    r"\((?:Up|Down|up|down|UP|DOWN)\)\s*$")
+_GIDS_HEAD = re.compile(r"^\s*DEV\s+PORT\s+INDEX\s+GID\b")
+_GIDS_ROW = re.compile(r"^\s*(?:-{2,}\s+)+-{2,}\s*$|^\s*[A-Za-z][\w.-]*\s+\d+\s+\d+\s+"
+                       r"[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7}\s|^n_gids_found=\d+")
+
+
+def _ib_tools(doc: _Doc) -> None:
+    """ibstatus, ibv_devinfo, ibdev2netdev and show_gids outputs: the ``ibstat`` source."""
+    _blocks(doc, "ibstat", _IBSTATUS, lambda s: bool(_INDENTED.match(s)))
+    _blocks(doc, "ibstat", _HCA_ID, lambda s: bool(_INDENTED.match(s)))
+    _lines(doc, "ibstat", _IBDEV2NETDEV)
+    _blocks(doc, "ibstat", _GIDS_HEAD, lambda s: bool(_GIDS_ROW.match(s)))
+
+
+_LSCPU_START = re.compile(r"^\s*(?:Architecture:\s+\S|NUMA:\s*$|NUMA node\(s\):\s+\d)")
+_LSCPU_LINE = re.compile(r"^\s*[A-Za-z][\w()/.,+ -]*[\w)]:(?:\s|$)")
+_LSCPU_KEY = re.compile(r"^\s*(?:NUMA node\d*(?:\(s\))? ?(?:CPU\(s\))?|Socket\(s\)|CPU\(s\)"
+                        r"|Model name):")
+
+
+def _lscpu(doc: _Doc) -> None:
+    """``lscpu`` output (NUMA nodes and their CPUs): the ``numactl`` source."""
+    i = 0
+    while i < len(doc.lines):
+        if not (doc.free(i) and _LSCPU_START.match(doc.lines[i])):
+            i += 1
+            continue
+        end = doc.extend(i + 1, lambda s: bool(_LSCPU_LINE.match(s)))
+        keys = sum(1 for ln in doc.lines[i:end] if _LSCPU_KEY.match(ln))
+        if keys >= 2 or (keys >= 1 and "NUMA" in doc.lines[i]):
+            doc.claim("numactl", i, end)
+        i = max(end, i + 1)
+
+
 _DETECTORS: tuple[Callable[[_Doc], None], ...] = (
     _xml,
     lambda d: _blocks(d, "nvidia_smi_q", _Q_START, lambda s: bool(_Q_CONT.match(s)), _q_confirm),
@@ -385,8 +431,10 @@ _DETECTORS: tuple[Callable[[_Doc], None], ...] = (
     lambda d: _lines(d, "nvidia_smi", _SMI_L),
     lambda d: _blocks(d, "ibstat", re.compile(r"^CA '[^']+'\s*$"),
                       lambda s: bool(_INDENTED.match(s))),
+    _ib_tools,
     lambda d: _blocks(d, "numactl", re.compile(r"^available: \d+ nodes? \("),
                       lambda s: bool(re.match(r"^(?:node\b|\s*\d+:|\s*$|No distance)", s))),
+    _lscpu,
     _lspci,
     lambda d: _blocks(d, "proc_modules", re.compile(r"^Module\s+Size\s+Used by"),
                       lambda s: bool(re.match(r"^\w+\s+\d+\s+\d+", s))),

@@ -27,20 +27,43 @@ class GpuProfile:
     nvlink_links: int
     pcie_gen: int | None
     baseboard_gpus: tuple[int, ...]  # GPU counts a baseboard of this model carries
+    tdp_w: int | None = None  # maximum board power
+    mem_bandwidth_tbs: float | None = None  # memory bandwidth, TB/s
+    temp_shutdown_c: int | None = None  # limits as nvidia-smi printed them on this model
+    temp_slowdown_c: int | None = None
+    temp_max_operating_c: int | None = None
+    temp_memory_max_c: int | None = None
+
+    @property
+    def temperature_limits_known(self) -> bool:
+        """Whether the table records this model's slowdown temperature."""
+        return self.temp_slowdown_c is not None
 
 
 def _rows(name: str) -> list[dict[str, str]]:
+    """The data rows of one CSV table of this package (``#`` lines are comments)."""
     text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     return list(csv.DictReader(lines))
 
 
-def _int(raw: str) -> int | None:
-    return int(raw) if raw.strip().isdigit() else None
+def _int(raw: str | None) -> int | None:
+    """A non-negative integer cell; None when empty."""
+    raw = (raw or "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def _float(raw: str | None) -> float | None:
+    """A decimal cell; None when empty or not a number."""
+    try:
+        return float((raw or "").strip())
+    except ValueError:
+        return None
 
 
 @functools.cache
 def gpu_profiles() -> tuple[GpuProfile, ...]:
+    """Every GPU model profile of ``gpu_models.csv``, in table order."""
     profiles = []
     for row in _rows("gpu_models.csv"):
         profiles.append(GpuProfile(
@@ -54,6 +77,12 @@ def gpu_profiles() -> tuple[GpuProfile, ...]:
             nvlink_links=_int(row["nvlink_links"]) or 0,
             pcie_gen=_int(row["pcie_gen"]),
             baseboard_gpus=tuple(int(x) for x in row["baseboard_gpus"].split()),
+            tdp_w=_int(row.get("tdp_w")),
+            mem_bandwidth_tbs=_float(row.get("mem_bandwidth_tbs")),
+            temp_shutdown_c=_int(row.get("temp_shutdown_c")),
+            temp_slowdown_c=_int(row.get("temp_slowdown_c")),
+            temp_max_operating_c=_int(row.get("temp_max_operating_c")),
+            temp_memory_max_c=_int(row.get("temp_memory_max_c")),
         ))
     return tuple(profiles)
 

@@ -195,5 +195,10 @@ def recovery_action(text: str) -> Action | None:
                 return action
     number = _NUMBER.match(lowered)
     if number:
-        return _RECOVERY_CODES.get(int(number.group(1), 0))
+        raw = number.group(1)
+        base = 16 if raw[:2] in ("0x", "0X") else 10  # "01" is not valid with base 0
+        try:
+            return _RECOVERY_CODES.get(int(raw, base))
+        except ValueError:
+            return None
     return None

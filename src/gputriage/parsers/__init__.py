@@ -28,6 +28,20 @@ PARSERS: dict[str, tuple[str, str, bool]] = {
     "systemctl_persistenced": ("systemd", "parse_systemctl_show", False),
     "systemctl_fabricmanager": ("systemd", "parse_systemctl_show", False),
     "kernel_log": ("kernel_events", "scan_driver_events", False),
+    "nvidia_smi_topo": ("topo", "parse_topo", False),
+    "numactl": ("numactl", "parse_numactl", False),
+    "nvidia_smi_nvlink_status": ("nvlink", "parse_nvlink_status", False),
+    "nvidia_smi_nvlink_errors": ("nvlink", "parse_nvlink_errors", False),
+    "fabricmanager_journal": ("fabricmanager", "parse_fabricmanager_log", False),
+    "infiniband": ("infiniband", "parse_ib_tree", True),
+    "ibstat": ("infiniband", "parse_ibstat", False),
+    "proc_meminfo": ("memory", "parse_meminfo", False),
+    "hugepages": ("memory", "parse_hugepages", True),
+    "hugepages_per_node": ("memory", "parse_hugepages_per_node", True),
+    "proc_cmdline": ("hostcfg", "parse_cmdline", False),
+    "thp_enabled": ("hostcfg", "parse_thp", False),
+    "numa_balancing": ("hostcfg", "parse_numa_balancing", False),
+    "cgroup_controllers": ("hostcfg", "parse_cgroup_controllers", False),
 }
 
 

@@ -1,1 +1,212 @@
-"""Rules on pcie (being written)."""
+"""Rules on PCIe link health of GPUs and NICs: a link trained narrower or slower
+than it can run, replay counters, and AER error reports.
+
+An idle NVIDIA GPU drops its link to Gen1 to save power, so a slow link is
+only a fault while the GPU works; a VM's reported width follows the
+platform's wiring, so there it is only worth knowing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gputriage.facts import Facts
+from gputriage.hostfacts.pcie import IDLE_GTS, PcieLink, aer_total
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.rules.base import evidence, finding, gpu_scope, rule
+
+REPLAYS_WARN = 1000  # replays since reset: a link that keeps retrying packets
+AER_CORRECTABLE_WARN = 100  # corrected errors since boot before it is worth a look
+BENIGN_UNCORRECTABLE = frozenset({"UnsupReq"})  # config-space probing sets it routinely
+BENIGN_CORRECTABLE = frozenset({"AdvNonFatalErr"})  # mirrors an advisory UnsupReq
+
+
+def _scope(link: PcieLink) -> Scope:
+    if link.kind == "gpu":
+        return gpu_scope(link.bus_id, link.index, link.uuid)
+    if link.kind == "nic":
+        return Scope(kind="nic", pci_bus_id=link.bus_id, name=link.bus_id)
+    return Scope(kind="device", pci_bus_id=link.bus_id or None, name=link.label)
+
+
+def _evidence(link: PcieLink, *sources: str | None) -> list[Evidence]:
+    """The link lines of the named sources (or of all), in that order."""
+    wanted = [s for s in sources if s] or list(link.evidence)
+    return [evidence(s, link.evidence[s]) for s in dict.fromkeys(wanted) if link.evidence.get(s)]
+
+
+def _aer_evidence(link: PcieLink) -> list[Evidence]:
+    return [evidence(s, lines) for s, lines in link.aer_evidence.items() if lines]
+
+
+def _model(link: PcieLink) -> str:
+    if link.profile is not None:
+        gen = f", a PCIe Gen{link.profile.pcie_gen} part" if link.profile.pcie_gen else ""
+        return f"{link.profile.model}{gen}"
+    return f"{link.name or 'unknown model'} (no profile: generic check)"
+
+
+def _gts(v: float | None) -> str:
+    return f"{v:g} GT/s" if v is not None else "? GT/s"
+
+
+@rule("pcie.width", requires=("pcie_links",), produces=("pcie.width-degraded",))
+def link_width(facts: Facts) -> Iterator[Finding]:
+    """A PCIe link trained with fewer lanes than the device and slot support cuts
+    host<->device bandwidth in proportion: a riser, slot or seating fault on a
+    server, the instance's wiring inside a VM."""
+    for link in facts.get("pcie_links"):
+        cur, mx = link.cur_width, link.max_width
+        if cur is None or cur <= 0:  # unknown, or x0: a suspended link, not a narrow one
+            continue
+        narrow = (mx is not None and cur < mx) or (mx is None and "width" in link.downgraded)
+        if not narrow:
+            continue
+        of = f"x{mx}" if mx else "its maximum (not in the input)"
+        title = f"{link.label}: PCIe link width x{cur} of {of}"
+        ev = _evidence(link)
+        if link.is_virtualized:
+            yield finding(
+                "pcie.width-degraded", Severity.INFO,
+                f"{title} inside a VM ({link.virtualization})",
+                "In a virtual machine the width the guest sees follows how the cloud instance "
+                "type wires the GPU, not a fault on this host. Compare it with the width "
+                "expected for this instance type before acting.",
+                Action.NONE, Blame.UNKNOWN, _scope(link), ev)
+            continue
+        severe = cur <= 2 if mx is None else cur * 4 <= mx
+        slot = ("; a NIC in a narrower slot also shows this: check the slot width "
+                "(dmidecode -t slot) first" if link.kind == "nic" else "")
+        yield finding(
+            "pcie.width-degraded", Severity.CRITICAL if severe else Severity.WARNING, title,
+            f"The link runs on {cur} lane(s) where {mx or 'more'} are possible, so every "
+            f"transfer to and from the device is that much slower ({_model(link)}). On a "
+            f"server this is a riser, cable or slot fault or a badly seated card{slot}. Drain "
+            "the node and reseat or repair it.",
+            Action.DRAIN_AND_REPAIR, Blame.NODE, _scope(link), ev)
+
+
+@rule("pcie.speed", requires=("pcie_links",), produces=("pcie.speed-degraded",))
+def link_speed(facts: Facts) -> Iterator[Finding]:
+    """A PCIe link slower than it can run. GPUs slow their link to Gen1 when idle,
+    so for a GPU this counts only while it works; when the load is unknown it is
+    reported with that caveat."""
+    for link in facts.get("pcie_links"):
+        cur, mx = link.cur_gts, link.max_gts
+        slow = (cur is not None and mx is not None and cur < mx) or (
+            cur is not None and mx is None and "speed" in link.downgraded)
+        if not slow:
+            continue
+        title = f"{link.label}: PCIe link at {_gts(cur)} of " + (
+            _gts(mx) if mx is not None else "its maximum (not in the input)")
+        ev = _evidence(link)
+        if link.kind == "nic":
+            yield finding(
+                "pcie.speed-degraded", Severity.WARNING, title,
+                "A network adapter does not slow its link to save power: it trained at a "
+                "lower speed, from a slot of an older generation or a signal problem on the "
+                "riser. RDMA traffic through it is capped. Check the slot, then reseat.",
+                Action.DRAIN_AND_REPAIR, Blame.NODE, _scope(link), ev)
+            continue
+        if link.load == "idle":
+            continue  # idle power saving: the link speeds up as soon as work arrives
+        if link.load == "busy":
+            yield finding(
+                "pcie.speed-degraded", Severity.WARNING, f"{title} while busy ({link.load_reason})",
+                f"The GPU is working yet its link did not come up to full speed ({_model(link)}):"
+                " host<->GPU copies are slowed in proportion. Usually a riser or slot signal "
+                "problem, or a BIOS limit on the slot's generation. Check the BIOS PCIe "
+                "setting, then reseat or replace the riser.",
+                Action.DRAIN_AND_REPAIR, Blame.NODE, _scope(link), ev)
+            continue
+        if link.kind == "gpu" and link.driver == "nvidia" and cur == IDLE_GTS:
+            yield finding(
+                "pcie.speed-degraded", Severity.INFO,
+                f"{title}: likely idle power saving (load unknown)",
+                "The nvidia driver drops an idle GPU's link to 2.5 GT/s (Gen1) and raises it "
+                "under load, so this alone is not a fault. Re-check while a job runs "
+                "(nvidia-smi -q -d PCIE); if it stays at Gen1, suspect the riser or slot.",
+                Action.NONE, Blame.UNKNOWN, _scope(link), ev)
+            continue
+        yield finding(
+            "pcie.speed-degraded", Severity.WARNING,
+            f"{title}: speed below max; cannot tell if idle",
+            "An idle GPU lowers its link speed to save power, but a riser or slot with signal "
+            "problems also forces a lower speed; the input does not show whether the GPU was "
+            "working. Re-check under load: if it stays low, replace the riser or set the slot's "
+            "PCIe generation in the BIOS.",
+            Action.NONE, Blame.UNKNOWN, _scope(link), ev)
+
+
+@rule("pcie.replays", requires=("pcie_links",), produces=("pcie.replays",))
+def replays(facts: Facts) -> Iterator[Finding]:
+    """PCIe replays are packets the link had to resend. A few since the last reset
+    are normal; thousands mean a marginal link (riser, slot, cable)."""
+    small = []
+    for link in facts.get("pcie_links"):
+        n = link.replays
+        if not n:
+            continue
+        if n < REPLAYS_WARN:
+            small.append(link)
+            continue
+        yield finding(
+            "pcie.replays", Severity.WARNING,
+            f"{link.label}: {n} PCIe replays since reset",
+            "The link keeps resending packets: a marginal riser, slot or cable. It slows "
+            "transfers and often comes before the GPU falls off the bus. Watch whether the "
+            "count keeps rising; if it does, drain the node and reseat or repair.",
+            Action.DRAIN_AND_REPAIR, Blame.NODE, _scope(link), _evidence(link, link.smi_source))
+    if small:
+        counts = ", ".join(f"{x.label} {x.replays}" for x in small)
+        yield finding(
+            "pcie.replays", Severity.INFO,
+            f"small PCIe replay counts on {len(small)} GPU(s): {counts}",
+            f"A few replays since reset are normal (below {REPLAYS_WARN} here). Worth tracking: "
+            "a count that keeps rising between checks points at a riser or slot.",
+            Action.NONE, Blame.UNKNOWN,
+            evidence=[e for x in small for e in _evidence(x, x.smi_source)])
+
+
+def _nonzero(counts: dict[str, int]) -> set[str]:
+    return {k for k, v in counts.items() if v and not k.startswith("TOTAL_")}
+
+
+@rule("pcie.aer", requires=("pcie_links",), produces=("pcie.aer-errors",))
+def aer_errors(facts: Facts) -> Iterator[Finding]:
+    """PCIe Advanced Error Reporting: uncorrectable (fatal or not) errors mean the
+    device or its link failed a transaction; many corrected ones mean a marginal
+    link."""
+    for link in facts.get("pcie_links"):
+        fatal, nonfatal = aer_total(link, "fatal"), aer_total(link, "nonfatal")
+        corr = aer_total(link, "correctable")
+        nonfatal_names = _nonzero(link.aer.get("aer_dev_nonfatal", {}))
+        benign_only = bool(nonfatal_names) and nonfatal_names <= BENIGN_UNCORRECTABLE
+        ue_flags = set(link.uesta) - BENIGN_UNCORRECTABLE
+        ce_flags = set(link.cesta) - BENIGN_CORRECTABLE
+        scope, ev = _scope(link), _aer_evidence(link)
+        if fatal or (nonfatal and not benign_only) or ue_flags:
+            what = (f"{fatal} fatal, {nonfatal} non-fatal uncorrectable AER error(s)"
+                    if link.aer else
+                    f"uncorrectable error status set ({', '.join(sorted(ue_flags))})")
+            yield finding(
+                "pcie.aer-errors", Severity.CRITICAL, f"{link.label}: {what}",
+                "The device or its link failed PCIe transactions that hardware could not "
+                "correct; data may have been lost and the GPU or NIC can drop off the bus. "
+                "Drain the node; reseat, and repair if the errors return.",
+                Action.DRAIN_AND_REPAIR, Blame.NODE, scope, ev)
+        elif corr >= AER_CORRECTABLE_WARN or (benign_only and nonfatal >= AER_CORRECTABLE_WARN):
+            yield finding(
+                "pcie.aer-errors", Severity.WARNING,
+                f"{link.label}: {corr} corrected AER error(s) since boot",
+                "The link corrects many errors: it works, but it is marginal (riser, slot, "
+                "signal integrity) and replays slow transfers. Plan a reseat; drain if the "
+                "count keeps climbing or uncorrectable errors appear.",
+                Action.DRAIN_AND_REPAIR, Blame.NODE, scope, ev)
+        elif ce_flags and not link.aer:
+            yield finding(
+                "pcie.aer-errors", Severity.INFO,
+                f"{link.label}: corrected PCIe error status set ({', '.join(sorted(ce_flags))})",
+                "lspci shows that the link corrected errors since the status was last cleared, "
+                "without counts. Worth watching; the sysfs aer_dev_correctable counters tell "
+                "how many.", Action.NONE, Blame.UNKNOWN, scope, ev)

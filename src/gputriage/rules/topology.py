@@ -1,1 +1,166 @@
-"""Rules on topology (being written)."""
+"""Rules on topology and NUMA: which NIC and NUMA node each GPU is close to, GPUs
+whose network path crosses the CPU socket, devices without NUMA affinity on a
+multi-socket host, and automatic NUMA balancing on a GPU host."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from gputriage.facts import Facts
+from gputriage.hostfacts.topology import GpuPlacement, multi_node_evidence
+from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.parsers.topo import TopoMatrix, distance, nvlink_count
+from gputriage.rules.base import evidence, finding, gpu_scope, rule
+
+TOPO = "nvidia_smi_topo"
+
+
+def _gpu_links(matrix: TopoMatrix) -> tuple[Counter, list[str]]:
+    """GPU-to-GPU cells: a count per link kind and one line per pair."""
+    gpus = matrix.gpus
+    counts: Counter = Counter()
+    pairs = []
+    for i, a in enumerate(gpus):
+        for b in gpus[i + 1:]:
+            cell = matrix.link(a, b)
+            if cell:
+                counts[cell] += 1
+                pairs.append(f"{a}-{b} {cell}")
+    return counts, pairs
+
+
+def _map_line(p: GpuPlacement) -> str:
+    where = f"{p.gpu}" + (f" [{p.bus_id}]" if p.bus_id else "")
+    numa = f"NUMA {p.numa_node}" if p.numa_node is not None else "NUMA unknown"
+    cpus = f", CPUs {p.cpu_affinity}" if p.cpu_affinity else ""
+    if p.nearest_link:
+        nics = f"nearest NIC {', '.join(p.nearest_names)} ({p.nearest_link})"
+    else:
+        nics = "no NIC in the matrix"
+    return f"{where}: {numa}{cpus}; {nics}"
+
+
+@rule("topology.map", requires=("gpu_nic_map",), produces=("topology.map",))
+def topology_map(facts: Facts) -> Iterator[Finding]:
+    """The GPU <-> NIC <-> NUMA map read from the topology matrix, with how the
+    GPUs are linked to each other (all NVLink, partly NVLink, or PCIe only)."""
+    placements: list[GpuPlacement] = facts.get("gpu_nic_map")
+    matrix: TopoMatrix = facts.get("topology")
+    counts, pairs = _gpu_links(matrix)
+    numas = sorted({p.numa_node for p in placements if p.numa_node is not None})
+    lines = [_map_line(p) for p in placements]
+    title = (f"topology: {len(placements)} GPU(s), {len(matrix.nics)} NIC(s), "
+             f"{len(numas) or 'unknown'} NUMA node(s)")
+    why = ("Which NUMA node and NIC each GPU is closest to: pin each rank's CPU threads "
+           "and memory to its GPU's NUMA node and give it the nearest NIC.")
+    if counts:
+        kinds = ", ".join(f"{k} x{n}" for k, n in sorted(
+            counts.items(), key=lambda kv: (distance(kv[0]), -(nvlink_count(kv[0]) or 0))))
+        title += f"; GPU-GPU links {kinds}"
+        lines.append(f"GPU-GPU links: {kinds}")
+        nv = {k for k in counts if nvlink_count(k)}
+        if nv and len(nv) < len(counts):
+            lines.append("NVLink pairs: " + ", ".join(
+                [pr for pr in pairs if nvlink_count(pr.rsplit(" ", 1)[1])][:16]))
+            why += (" Only some GPU pairs are joined by NVLink; the others talk over PCIe, "
+                    "so collectives over all GPUs run at PCIe speed.")
+        if len(nv) > 1:
+            why += (" NVLink pairs differ in link count "
+                    f"({', '.join(sorted(nv, key=nvlink_count, reverse=True))}): "
+                    "check nvidia-smi nvlink -s for links that are down.")
+    if not matrix.nics:
+        why += " The matrix shows no NIC, so GPU-to-network placement cannot be judged."
+    yield finding("topology.map", Severity.INFO, title, why, Action.NONE, Blame.UNKNOWN,
+                  evidence=[evidence(TOPO, lines, "derived from the topology matrix "
+                                     "(NIC legend, CPU and NUMA affinity columns)")])
+
+
+@rule("topology.nic-far", requires=("gpu_nic_map",), produces=("topology.nic-far",))
+def nic_far(facts: Facts) -> Iterator[Finding]:
+    """On a rail-per-GPU host (GPUi <-> NICi), a GPU whose rail NIC sits across
+    the CPU socket (SYS) while another NIC is NODE or closer to it: its
+    GPUDirect RDMA traffic crosses the inter-socket link. Silent without NIC
+    columns or without a rail design."""
+    matrix: TopoMatrix = facts.get("topology")
+    for p in facts.get("gpu_nic_map"):
+        if not (p.rail_link and distance(p.rail_link) >= distance("SYS")
+                and p.nearest_link and distance(p.nearest_link) <= distance("NODE")):
+            continue
+        rail = p.rail_nic if p.rail_name in (None, p.rail_nic) else (
+            f"{p.rail_nic} ({p.rail_name})")
+        shown = (p.gpu, p.rail_nic, *p.nearest_nics)
+        lines = [matrix.header] + [matrix.rows[d] for d in shown if d in matrix.rows]
+        lines += [f"{n}: {matrix.nic_name(n)}" for n in shown[1:] if n in matrix.nic_names]
+        yield finding(
+            "topology.nic-far", Severity.WARNING,
+            f"{p.gpu}: its rail NIC {rail} is across the CPU socket "
+            f"({p.rail_link}) while {', '.join(p.nearest_names)} is {p.nearest_link}",
+            "Network traffic of this GPU's rail crosses the inter-socket link: NCCL may "
+            "turn GPUDirect RDMA off for it and its bandwidth drops. Move the HCA to the slot "
+            "beside the GPU, or fix the GPU-to-NIC rail mapping (NCCL_IB_HCA, cabling).",
+            Action.FIX_CONFIG, Blame.CONFIG, gpu_scope(p.bus_id, p.index),
+            [evidence(TOPO, lines)])
+
+
+@rule("topology.numa-unknown", requires=("pci",), any_of=("numa", "topology"),
+      produces=("topology.numa-unknown",))
+def numa_unknown(facts: Facts) -> Iterator[Finding]:
+    """GPUs and NICs whose sysfs numa_node is -1 on a host with more than one
+    NUMA node: nothing can place their CPU threads and memory locally."""
+    multi, shown = multi_node_evidence(facts)
+    if not multi:
+        return
+    source = facts.get("pci_source")
+    for f in facts.get("pci"):
+        if f.numa_node != -1 or not (f.is_gpu or f.is_network):
+            continue
+        what = f"GPU {f.address}" if f.is_gpu else f"NIC {f.address}" + (
+            f" ({f.driver})" if f.driver else "")
+        ev = [evidence(source, [f"{f.address}/numa_node: -1"])]
+        ev += [evidence(src, [ln]) for src, ln in shown]
+        yield finding(
+            "topology.numa-unknown", Severity.WARNING,
+            f"{what} reports no NUMA node (numa_node -1) on a multi-NUMA host",
+            "The firmware gives this device no NUMA affinity, so the driver, NCCL and "
+            "CPU pinning cannot keep its host threads and buffers on the local socket. "
+            "Enable the BIOS/firmware proximity (SRAT/_PXM) information or update the "
+            "firmware; in a VM, expose the guest NUMA layout of passed-through devices.",
+            Action.FIX_CONFIG, Blame.CONFIG,
+            gpu_scope(f.address) if f.is_gpu else Scope(kind="nic", pci_bus_id=f.address,
+                                                         name=f.address), ev)
+
+
+def _has_gpus(facts: Facts) -> str | None:
+    """The source that shows GPUs on this host, if any."""
+    if facts.maybe("pci_gpus"):
+        return facts.maybe("pci_source") or "pci_devices"
+    matrix = facts.maybe("topology")
+    if matrix is not None and matrix.gpus:
+        return TOPO
+    visible = facts.maybe("visible_gpus")
+    if visible and visible[1]:
+        return visible[0]
+    return None
+
+
+@rule("topology.numa-balancing", requires=("numa_balancing",),
+      any_of=("pci_gpus", "topology", "visible_gpus"), produces=("topology.numa-balancing",))
+def numa_balancing(facts: Facts) -> Iterator[Finding]:
+    """Automatic NUMA balancing switched on on a GPU host (silent when the host is
+    known to have a single NUMA node, where it does nothing)."""
+    value = facts.get("numa_balancing")
+    if value != "1" or not _has_gpus(facts):
+        return
+    hw = facts.maybe("numa")
+    if hw is not None and hw.node_count == 1:
+        return
+    yield finding(
+        "topology.numa-balancing", Severity.WARNING,
+        "automatic NUMA balancing is on (kernel.numa_balancing=1) on a GPU host",
+        "The kernel periodically unmaps pages to find where they are used; the resulting "
+        "faults and page migrations stall the CPU threads that feed the GPUs and add "
+        "latency jitter. Set kernel.numa_balancing=0 (sysctl) and pin processes to their "
+        "GPU's NUMA node instead.",
+        Action.FIX_CONFIG, Blame.CONFIG,
+        evidence=[evidence("numa_balancing", [f"kernel.numa_balancing = {value}"])])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gputriage.scenarios.model import Host, Outcome, healthy_hgx_h100
+from gputriage.scenarios.model import Gpu, GpuProcess, Host, Outcome, healthy_hgx_h100
 
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
@@ -148,6 +148,93 @@ def _uvm_not_loaded() -> Host:
     return host
 
 
+# -- hardware health and topology (issue 4) ---------------------------------------
+
+def _busy(g: Gpu, util: int, used_mib: int, power_w: float, temp_c: int, pid: int,
+          sm_clock_mhz: int = 1980) -> None:
+    """Put a training process on ``g``: P0 at boost clock, memory used, no idle reason."""
+    g.utilization_pct, g.memory_util_pct = util, util * 2 // 3
+    g.perf_state, g.sm_clock_mhz = "P0", sm_clock_mhz
+    g.clock_events = frozenset()
+    g.memory_used_mib, g.power_w, g.temp_c = used_mib + 3, power_w, temp_c
+    g.processes = [GpuProcess(pid, "python3", used_mib)]
+
+
+def _pcie_x8_gpu3() -> Host:
+    host = healthy_hgx_h100()
+    g = host.gpus[3]
+    g.pcie_width = 8  # trained at x8 of x16 (Gen5 kept): half the host bandwidth
+    _busy(g, 95, 66_120, 612.37, 61, 52_907)
+    return host
+
+
+def _nic_far_socket() -> Host:
+    host = healthy_hgx_h100()
+    nic = host.nics[0]
+    # rail 0's HCA sits in a slot behind socket 1's root port, not beside GPU 0
+    nic.bus, nic.numa, nic.switch = "0000:ca:00.0", 1, None
+    return host
+
+
+HUGEPAGES_2M_KB = 2048
+
+
+def _hugepages_not_reserved() -> Host:
+    host = healthy_hgx_h100()
+    host.cmdline_extra = ["default_hugepagesz=2M", "hugepagesz=2M", "hugepages=32768"]
+    host.hugepages_requested = {HUGEPAGES_2M_KB: 32768}
+    host.hugepages_nr = {HUGEPAGES_2M_KB: (4608, 4608)}  # 9216 of 32768
+    return host
+
+
+FM_VERSION = "550.90.07"
+
+
+def _fabric_manager_down() -> Host:
+    host = healthy_hgx_h100()
+    host.fabricmanager_active = False
+    host.fabricmanager_failure = (
+        f"fabric manager NVIDIA GPU driver interface version {FM_VERSION} don't match with "
+        f"driver version {host.kernel_module_version}. Please update with matching NVIDIA "
+        "driver package.")
+    for g in host.gpus:
+        g.fabric_state, g.fabric_status = "In Progress", "N/A"
+    return host
+
+
+def _ib_port_polling() -> Host:
+    host = healthy_hgx_h100()
+    nic = host.nics[3]
+    nic.state, nic.phys_state = "DOWN", "Polling"
+    return host
+
+
+def _remap_failure() -> Host:
+    host = healthy_hgx_h100()
+    g = host.gpus[6]
+    g.remapped_unc = 3
+    g.remap_failure = True
+    g.ecc_aggregate = {"dram_uncorrectable": 3}
+    g.remap_histogram = (2558, 0, 0, 1, 1)  # one bank has no spare row left
+    t = 35_208.417
+    host.kernel_events += [
+        (t, f"NVRM: GPU at PCI:{_short(g.bus)}: {g.uuid}"),
+        (t, f"NVRM: GPU Board Serial Number: {g.serial}"),
+        (t, f"NVRM: Xid (PCI:{_short(g.bus)}): 64, pid='<unknown>', name=<unknown>, Row "
+            "Remapper Error: failed to remap row (0x00000005a3e17c40), no spare row left in "
+            "the bank."),
+    ]
+    return host
+
+
+def _hw_slowdown() -> Host:
+    host = healthy_hgx_h100()
+    g = host.gpus[2]
+    _busy(g, 98, 71_438, 241.06, 49, 61_344, sm_clock_mhz=690)
+    g.clock_events = frozenset({"hw_slowdown", "hw_power_brake_slowdown"})
+    return host
+
+
 CATALOG: tuple[Entry, ...] = (
     Entry("healthy-8xh100", "Healthy HGX H100 node (8 GPUs, 4 NVSwitches, 8 NDR HCAs)",
           "A freshly booted 8x H100 SXM node on driver 550.54.15 / CUDA 12.4 with fabric "
@@ -195,4 +282,48 @@ CATALOG: tuple[Entry, ...] = (
           "for different callers (nvidia-smi, a job, DCGM). A GSP timeout needs a GPU reset; "
           "one that keeps coming back means draining the node and repairing the GPU.",
           ("xid.119",), _xid119_repeated),
+    Entry("pcie-x8-gpu3", "GPU 3 (0000:5d:00.0) trained at PCIe Gen5 x8 of x16 while busy",
+          "GPU 3 runs a job at 95 % utilisation in P0, but its PCIe link came up at x8 of the "
+          "x16 it supports (still Gen5), so host transfers get half the bandwidth; the kernel "
+          "noted it at boot and sysfs, lspci and nvidia-smi agree. Drain the node and reseat or "
+          "repair the GPU's riser, cable or slot; it will not retrain by itself.",
+          ("pcie.width-degraded", "kernel.pcie-bandwidth-limited"), _pcie_x8_gpu3),
+    Entry("nic-far-socket", "HCA mlx5_0 for GPU 0's rail sits on the far socket (SYS)",
+          "The ConnectX-7 serving rail 0 (mlx5_0) is installed behind socket 1 (NUMA 1) while "
+          "GPU 0 is on socket 0, so topo -m shows SYS from GPU0 to NIC0 and GPUDirect RDMA "
+          "traffic crosses the socket interconnect, while the other NICs on GPU 0's socket are "
+          "NODE. Move the HCA to the slot beside GPU 0 (or fix the rail mapping) before "
+          "blaming the network for slow collectives.",
+          ("topology.nic-far",), _nic_far_socket),
+    Entry("hugepages-not-reserved", "Boot asked for 32768 2 MiB hugepages, got 9216",
+          "The kernel command line reserves 32768 hugepages of 2 MiB (64 GiB) but the kernel "
+          "could allocate only 9216 at boot and says so in its log; /proc/meminfo and sysfs "
+          "show the short pool. Jobs that expect the full pool fail or fall back to small "
+          "pages: find what claimed the memory first, then reserve the pool again (or reboot).",
+          ("hugepages.not-reserved",), _hugepages_not_reserved),
+    Entry("fabric-manager-down", "HGX H100 with nvidia-fabricmanager failed: fabric In Progress",
+          f"nvidia-fabricmanager failed at boot because its package ({FM_VERSION}) does not "
+          "match the driver (550.54.15), so no GPU finished registering with the NVLink fabric "
+          "(Fabric State In Progress, Status N/A) and CUDA fails with error 802 (system not yet "
+          "initialized). Install the fabric manager matching the driver and start the unit; the "
+          "GPUs themselves are fine.",
+          ("fabric.manager-inactive", "fabric.state-not-completed"), _fabric_manager_down),
+    Entry("ib-port-polling", "InfiniBand mlx5_3 port 1 Down, physical state Polling",
+          "The HCA beside GPU 3 (mlx5_3) has port 1 Down with its physical layer Polling: it "
+          "sees no link partner, which points at the cable, transceiver or switch port. GPU 3's "
+          "rail carries no traffic, so multi-node jobs fail or slow down: drain the node and "
+          "have the cable and switch port checked.",
+          ("ib.port-not-active",), _ib_port_polling),
+    Entry("remap-failure", "GPU 6 (0000:ba:00.0) row remapping failed (Xid 64)",
+          "GPU 6 logged Xid 64: the row remapper could not replace a failing memory row because "
+          "its bank has no spare row left, and nvidia-smi shows Remapping Failure Occurred: Yes "
+          "with 3 rows already remapped for uncorrectable errors. A reset does not fix this: "
+          "drain the node and send the GPU for repair (RMA).",
+          ("memory.remap-failed", "xid.64"), _remap_failure),
+    Entry("hw-slowdown", "GPU 2 busy with HW Slowdown and HW Power Brake active",
+          "GPU 2 runs a job at 98 % utilisation but its clocks are held at 690 MHz by HW "
+          "Slowdown and HW Power Brake Slowdown while its temperature is a normal 49 C: the "
+          "baseboard is asserting the power brake, typically a power supply or power delivery "
+          "fault, not heat. Drain the node and have the power supplies and baseboard checked.",
+          ("clocks.hw-power-brake",), _hw_slowdown),
 )

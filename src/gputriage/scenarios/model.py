@@ -25,6 +25,15 @@ BUILDS: dict[str, tuple[str, str]] = {
 }
 
 
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process holding GPU memory."""
+
+    pid: int
+    name: str
+    used_mib: int
+
+
 @dataclass
 class Gpu:
     """One H100 SXM5 GPU as the host sees it."""
@@ -46,6 +55,24 @@ class Gpu:
     nvlinks_up: int = 18
     fabric_state: str = "Completed"
     fabric_status: str = "Success"
+    # load: an idle GPU in persistence mode sits in P0 at the idle clock
+    utilization_pct: int = 0
+    memory_util_pct: int = 0
+    perf_state: str = "P0"
+    sm_clock_mhz: int = 345
+    # active clock event reasons, nvidia-smi XML keys without the prefix
+    clock_events: frozenset[str] = frozenset({"gpu_idle"})
+    processes: list[GpuProcess] = field(default_factory=list)
+    # ECC counters that are not zero, by XML key ("dram_uncorrectable", ...)
+    ecc_volatile: dict[str, int] = field(default_factory=dict)
+    ecc_aggregate: dict[str, int] = field(default_factory=dict)
+    # row remapper: rows remapped for correctable / uncorrectable errors, flags,
+    # and the bank availability histogram (max, high, partial, low, none)
+    remapped_corr: int = 0
+    remapped_unc: int = 0
+    remap_pending: bool = False
+    remap_failure: bool = False
+    remap_histogram: tuple[int, int, int, int, int] = (2560, 0, 0, 0, 0)
     # failure states
     in_driver: bool = True  # listed under /proc/driver/nvidia/gpus
     lost: bool = False  # fell off the bus: NVML/nvidia-smi cannot get a handle
@@ -77,6 +104,11 @@ class Nic:
     state: str = "ACTIVE"  # sysfs word: DOWN / INIT / ARMED / ACTIVE
     phys_state: str = "LinkUp"  # Polling / LinkUp / Disabled ...
     rate_gbps: int = 400
+    # index of the GPU whose PCIe switch the HCA shares (PIX); None: the HCA
+    # hangs off a root port of its socket on its own
+    switch: int | None = None
+    # port error counters that are not zero ("symbol_error", "link_downed", ...)
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,7 +142,17 @@ class Host:
     majors: dict[str, int] = field(default_factory=lambda: {
         "nvidia-nvlink": 511, "nvidia-nvswitch": 510, "nvidia-caps": 509, "nvidia-uvm": 508})
     fabricmanager_active: bool = True
+    # the fabric manager's own failure message: the unit then ends "failed"
+    # (Result=exit-code) and its journal shows the failed start
+    fabricmanager_failure: str | None = None
     persistenced_active: bool = True
+    # extra kernel command line words ("hugepagesz=2M", "hugepages=32768")
+    cmdline_extra: list[str] = field(default_factory=list)
+    # hugepage pools: page size in kB -> pages per NUMA node (allocated, free),
+    # and what the command line asked for (size kB -> pages) when it asked
+    hugepages_nr: dict[int, tuple[int, int]] = field(default_factory=dict)
+    hugepages_free: dict[int, tuple[int, int]] = field(default_factory=dict)
+    hugepages_requested: dict[int, int] = field(default_factory=dict)
     # (seconds after boot, message) kernel lines added by a scenario
     kernel_events: list[tuple[float, str]] = field(default_factory=list)
     # command sources whose whole output is replaced (e.g. nvidia-smi failing)
@@ -125,6 +167,30 @@ class Host:
     def uvm_loaded(self) -> bool:
         """Whether nvidia_uvm is among the loaded modules."""
         return "nvidia_uvm" in self.nvidia_modules
+
+    @property
+    def cmdline(self) -> str:
+        """The kernel command line (without the trailing newline)."""
+        words = [f"BOOT_IMAGE=/vmlinuz-{self.kernel_release}", "root=/dev/md0", "ro",
+                 "console=tty0", "console=ttyS0,115200n8", "iommu=pt", "pci=realloc=off",
+                 "init_on_alloc=0", *self.cmdline_extra]
+        return " ".join(words)
+
+    @property
+    def default_hugepage_kb(self) -> int:
+        """The default hugepage size in kB (``default_hugepagesz=`` or 2 MiB)."""
+        for word in self.cmdline_extra:
+            if word.startswith("default_hugepagesz="):
+                return {"1G": 1048576, "2M": 2048}.get(word.split("=", 1)[1], 2048)
+        return 2048
+
+    def hugepages_total(self, size_kb: int) -> int:
+        """Pages of ``size_kb`` allocated over all nodes."""
+        return sum(self.hugepages_nr.get(size_kb, (0, 0)))
+
+    def hugepages_free_total(self, size_kb: int) -> int:
+        """Free pages of ``size_kb`` over all nodes."""
+        return sum(self.hugepages_free.get(size_kb, self.hugepages_nr.get(size_kb, (0, 0))))
 
     @property
     def driver_gpus(self) -> list[Gpu]:
@@ -189,5 +255,5 @@ def healthy_hgx_h100(hostname: str = "gpu-node-017",
     for i, bus in enumerate(NIC_SLOTS):
         host.nics.append(Nic(name=f"mlx5_{i}", bus=bus, numa=0 if i < 4 else 1,
                              node_guid=0xA088C20300000000 | rng.getrandbits(24),
-                             lid=rng.randint(100, 4000)))
+                             lid=rng.randint(100, 4000), switch=i))
     return host

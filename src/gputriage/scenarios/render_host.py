@@ -216,9 +216,12 @@ def _aer(names: tuple[str, ...], total: str) -> str:
 
 
 def proc_meminfo(host: Host) -> str:
-    """/proc/meminfo of a 2 TiB host without hugepages reserved."""
+    """/proc/meminfo of a 2 TiB host; the default-size hugepage pool as the host holds it."""
     total = host.mem_total_kb
-    rows = [("MemTotal", total), ("MemFree", total - 61234876), ("MemAvailable", total - 38872104),
+    size = host.default_hugepage_kb
+    pool_kb = sum(host.hugepages_total(s) * s for s in host.hugepages_nr)
+    rows = [("MemTotal", total), ("MemFree", total - 61234876 - pool_kb),
+            ("MemAvailable", total - 38872104 - pool_kb),
             ("Buffers", 1843212), ("Cached", 24511960), ("SwapCached", 0),
             ("Active", 9456320), ("Inactive", 19023744), ("SwapTotal", 0), ("SwapFree", 0),
             ("Dirty", 212), ("Writeback", 0), ("AnonPages", 2096784), ("Mapped", 1423052),
@@ -228,9 +231,10 @@ def proc_meminfo(host: Host) -> str:
             ("VmallocTotal", 34359738367), ("VmallocUsed", 1204556), ("HardwareCorrupted", 0),
             ("AnonHugePages", 393216)]
     lines = [f"{k + ':':<16}{v:>8} kB" for k, v in rows]
-    lines += ["HugePages_Total:       0", "HugePages_Free:        0", "HugePages_Rsvd:        0",
-              "HugePages_Surp:        0", "Hugepagesize:       2048 kB",
-              "Hugetlb:               0 kB"]
+    lines += [f"HugePages_Total:   {host.hugepages_total(size):>5}",
+              f"HugePages_Free:    {host.hugepages_free_total(size):>5}",
+              "HugePages_Rsvd:        0", "HugePages_Surp:        0",
+              f"Hugepagesize:   {size:>8} kB", f"Hugetlb:        {pool_kb:>8} kB"]
     return "\n".join(lines) + "\n"
 
 
@@ -238,28 +242,40 @@ _HP_ATTRS = ("nr_hugepages", "free_hugepages", "resv_hugepages", "surplus_hugepa
              "nr_overcommit_hugepages")
 
 
+def _pool(host: Host, size: int, node: int | None = None) -> dict[str, int]:
+    """Counters of one hugepage pool, host-wide or on one NUMA node."""
+    nr = host.hugepages_nr.get(size, (0, 0))
+    free = host.hugepages_free.get(size, nr)
+    if node is None:
+        return {"nr_hugepages": sum(nr), "free_hugepages": sum(free)}
+    return {"nr_hugepages": nr[node], "free_hugepages": free[node]}
+
+
 def hugepages(host: Host) -> str:
-    """/sys/kernel/mm/hugepages: both pools empty."""
-    return tree({f"hugepages-{size}kB/{a}": "0\n" for size in (2048, 1048576)
-                 for a in _HP_ATTRS})
+    """/sys/kernel/mm/hugepages: the 2 MiB and 1 GiB pools (empty unless reserved)."""
+    files = {}
+    for size in (2048, 1048576):
+        pool = _pool(host, size)
+        for a in _HP_ATTRS:
+            files[f"hugepages-{size}kB/{a}"] = f"{pool.get(a, 0)}\n"
+    return tree(files)
 
 
 def hugepages_per_node(host: Host) -> str:
-    """/sys/devices/system/node: per-node pools (empty) and CPU lists."""
+    """/sys/devices/system/node: per-node pools and CPU lists."""
     files = {}
     for node in (0, 1):
         files[f"node{node}/cpulist"] = host.cpulist(node) + "\n"
         for size in (2048, 1048576):
+            pool = _pool(host, size, node)
             for a in ("nr_hugepages", "free_hugepages", "surplus_hugepages"):
-                files[f"node{node}/hugepages/hugepages-{size}kB/{a}"] = "0\n"
+                files[f"node{node}/hugepages/hugepages-{size}kB/{a}"] = f"{pool.get(a, 0)}\n"
     return tree(files)
 
 
 def proc_cmdline(host: Host) -> str:
     """/proc/cmdline of the booted kernel."""
-    return (f"BOOT_IMAGE=/vmlinuz-{host.kernel_release} root=/dev/md0 ro "
-            "console=tty0 console=ttyS0,115200n8 iommu=pt pci=realloc=off "
-            "init_on_alloc=0\n")
+    return host.cmdline + "\n"
 
 
 def os_release(host: Host) -> str:

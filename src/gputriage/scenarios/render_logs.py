@@ -41,9 +41,7 @@ def _boot_messages(host: Host) -> list[tuple[float, str]]:
         (0.0, f"Linux version {host.kernel_release} (buildd@lcy02-amd64-051) (gcc (Ubuntu "
               "11.4.0-1ubuntu1~22.04) 11.4.0, GNU ld (GNU Binutils for Ubuntu) 2.38) "
               f"{KERNEL_BUILD} (Ubuntu 5.15.0-105.115-generic 5.15.148)"),
-        (0.0, "Command line: BOOT_IMAGE=/vmlinuz-" + host.kernel_release
-         + " root=/dev/md0 ro console=tty0 console=ttyS0,115200n8 iommu=pt pci=realloc=off"
-         " init_on_alloc=0"),
+        (0.0, "Command line: " + host.cmdline),
         (0.0, "DMI: Supermicro SYS-821GE-TNHR/X13DEG-OAD, BIOS 2.1 01/22/2024"),
         (0.512, "smpboot: CPU0: Intel(R) Xeon(R) Platinum 8480+ (family: 0x6, model: 0x8f, "
                 "stepping: 0x8)"),
@@ -58,7 +56,11 @@ def _boot_messages(host: Host) -> list[tuple[float, str]]:
         t += 0.0003
     for g in host.gpus:
         ev.append((t, f"pci {g.bus}: [10de:2330] type 00 class 0x030200"))
+        if (g.pcie_gen, g.pcie_width) != (g.pcie_gen_max, g.pcie_width_max):
+            ev.append((t + 0.0001, _downtrained(g.bus, g.pcie_gen, g.pcie_width,
+                                                g.pcie_gen_max, g.pcie_width_max)))
         t += 0.0003
+    ev += _hugetlb_messages(host)
     ev.append((6.913, "EXT4-fs (md0): mounted filesystem with ordered data mode. Opts: (null). "
                       "Quota mode: none."))
     t = 8.201
@@ -99,6 +101,39 @@ def _boot_messages(host: Host) -> list[tuple[float, str]]:
     return ev
 
 
+# usable Mb/s per lane after line encoding, as the kernel computes it
+_LANE_MBS = {1: 2000, 2: 4000, 3: 7876, 4: 15753, 5: 31507}
+_GTS = {1: "2.5", 2: "5.0", 3: "8.0", 4: "16.0", 5: "32.0"}
+
+
+def _downtrained(bus: str, gen: int, width: int, gen_max: int, width_max: int) -> str:
+    """The kernel's boot-time note about a PCIe link trained below its capability."""
+    have, could = _LANE_MBS[gen] * width, _LANE_MBS[gen_max] * width_max
+    return (f"pci {bus}: {have // 1000}.{have % 1000:03d} Gb/s available PCIe bandwidth, "
+            f"limited by {_GTS[gen]} GT/s PCIe x{width} link at {bus} (capable of "
+            f"{could // 1000}.{could % 1000:03d} Gb/s with {_GTS[gen_max]} GT/s PCIe "
+            f"x{width_max} link)")
+
+
+def _page_size(size_kb: int) -> str:
+    return "1.00 GiB" if size_kb == 1048576 else f"{size_kb / 1024:.2f} MiB"
+
+
+def _hugetlb_messages(host: Host) -> list[tuple[float, str]]:
+    """HugeTLB boot lines, printed when the command line reserves pools."""
+    ev: list[tuple[float, str]] = []
+    for size, wanted in sorted(host.hugepages_requested.items()):
+        got = host.hugepages_total(size)
+        if got < wanted:
+            ev.append((1.204, f"HugeTLB: allocating {wanted} of page size {_page_size(size)} "
+                              f"failed.  Only allocated {got} hugepages."))
+    if host.hugepages_requested:
+        for size in (1048576, 2048):
+            ev.append((1.206, f"HugeTLB registered {_page_size(size)} page size, "
+                              f"pre-allocated {host.hugepages_total(size)} pages"))
+    return ev
+
+
 def kernel_log(host: Host) -> str:
     """``journalctl -k -b -o short-iso``: boot messages plus the scenario's events."""
     lines = [_journal_header(host)]
@@ -107,18 +142,20 @@ def kernel_log(host: Host) -> str:
 
 
 def _systemctl_show(host: Host, unit: str, description: str, exec_path: str, pid: int,
-                    started: float, active: bool) -> str:
+                    started: float, active: bool, failed: bool = False) -> str:
+    """``systemctl show UNIT``; ``failed``: the start's control process exited 1."""
     ts = host.at(started).strftime("%a %Y-%m-%d %H:%M:%S UTC")
     props = [
         ("Type", "forking"), ("Restart", "no"), ("NotifyAccess", "none"),
         ("MainPID", str(pid if active else 0)), ("ControlPID", "0"),
-        ("Result", "success"), ("ExecMainStartTimestamp", ts),
-        ("ExecMainPID", str(pid)), ("ExecMainCode", "0"), ("ExecMainStatus", "0"),
+        ("Result", "exit-code" if failed else "success"), ("ExecMainStartTimestamp", ts),
+        ("ExecMainPID", str(pid)), ("ExecMainCode", "1" if failed else "0"),
+        ("ExecMainStatus", "1" if failed else "0"),
         ("ExecStart", f"{{ path={exec_path} ; argv[]={exec_path} ; ignore_errors=no }}"),
         ("Id", unit), ("Names", unit), ("Description", description),
         ("LoadState", "loaded"),
-        ("ActiveState", "active" if active else "inactive"),
-        ("SubState", "running" if active else "dead"),
+        ("ActiveState", "failed" if failed else "active" if active else "inactive"),
+        ("SubState", "failed" if failed else "running" if active else "dead"),
         ("FragmentPath", f"/lib/systemd/system/{unit}"),
         ("UnitFileState", "enabled"), ("UnitFilePreset", "enabled"),
         ("ActiveEnterTimestamp", ts if active else ""),
@@ -128,22 +165,37 @@ def _systemctl_show(host: Host, unit: str, description: str, exec_path: str, pid
 
 
 def systemctl_persistenced(host: Host) -> str:
+    """``systemctl show nvidia-persistenced``."""
     return _systemctl_show(host, "nvidia-persistenced.service",
                            "NVIDIA Persistence Daemon", "/usr/bin/nvidia-persistenced",
                            2214, 21.734, host.persistenced_active)
 
 
+FM_UNIT = "nvidia-fabricmanager.service"
+
+
 def systemctl_fabricmanager(host: Host) -> str:
-    return _systemctl_show(host, "nvidia-fabricmanager.service",
-                           "NVIDIA fabric manager service",
-                           "/usr/bin/nvidia-fabricmanager-start.sh", 2871, 29.511,
-                           host.fabricmanager_active)
+    """``systemctl show nvidia-fabricmanager`` (active, inactive or failed)."""
+    failed = host.fabricmanager_failure is not None
+    return _systemctl_show(host, FM_UNIT, "NVIDIA fabric manager service",
+                           "/usr/bin/nvidia-fabricmanager-start.sh", 2871,
+                           21.902 if failed else 29.511,
+                           host.fabricmanager_active and not failed, failed)
 
 
 def fabricmanager_journal(host: Host) -> str:
-    """``journalctl -u nvidia-fabricmanager -b -o short-iso``."""
+    """``journalctl -u nvidia-fabricmanager -b -o short-iso``: a clean start, or the
+    failed one with the fabric manager's complaint and systemd's verdict."""
     lines = [_journal_header(host)]
     lines += _entries(host, "systemd[1]", [(21.902, "Starting NVIDIA fabric manager service...")])
+    if host.fabricmanager_failure is not None:
+        lines += _entries(host, "nv-fabricmanager[2871]", [(21.968, host.fabricmanager_failure)])
+        lines += _entries(host, "systemd[1]", [
+            (21.971, f"{FM_UNIT}: Control process exited, code=exited, status=1/FAILURE"),
+            (21.971, f"{FM_UNIT}: Failed with result 'exit-code'."),
+            (21.972, "Failed to start NVIDIA fabric manager service."),
+        ])
+        return "\n".join(lines) + "\n"
     lines += _entries(host, "nv-fabricmanager[2871]", [
         (27.140, "Connected to 1 node."),
         (29.498, "Successfully configured all the available NVSwitches to route GPU NVLink "
@@ -156,6 +208,9 @@ def fabricmanager_journal(host: Host) -> str:
 
 _IB_STATE = {"DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4}
 _IB_PHYS = {"Sleep": 1, "Polling": 2, "Disabled": 3, "LinkUp": 5, "LinkErrorRecovery": 6}
+# 4X port rate in Gb/s -> the IB speed name sysfs prints after it
+_IB_SPEED = {10: "SDR", 20: "DDR", 40: "QDR", 56: "FDR", 100: "EDR", 200: "HDR", 400: "NDR",
+             800: "XDR"}
 _IB_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
                 "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors",
                 "port_xmit_discards", "port_xmit_constraint_errors",
@@ -171,13 +226,13 @@ def infiniband(host: Host) -> str:
         port = f"{n.name}/ports/1"
         files[f"{port}/state"] = f"{_IB_STATE[n.state]}: {n.state}\n"
         files[f"{port}/phys_state"] = f"{_IB_PHYS[n.phys_state]}: {n.phys_state}\n"
-        files[f"{port}/rate"] = (f"{n.rate_gbps} Gb/sec (4X NDR)\n" if n.state == "ACTIVE"
-                                 else "10 Gb/sec (4X SDR)\n")
+        files[f"{port}/rate"] = (f"{n.rate_gbps} Gb/sec (4X {_IB_SPEED[n.rate_gbps]})\n"
+                                 if n.state == "ACTIVE" else "10 Gb/sec (4X SDR)\n")
         files[f"{port}/link_layer"] = "InfiniBand\n"
-        files[f"{port}/lid"] = f"0x{n.lid if n.state == 'ACTIVE' else 0xffff:x}\n"
+        files[f"{port}/lid"] = f"0x{n.lid if n.state == 'ACTIVE' else 0:x}\n"
         files[f"{port}/sm_lid"] = "0x1\n" if n.state == "ACTIVE" else "0x0\n"
         for c in _IB_COUNTERS:
-            files[f"{port}/counters/{c}"] = "0\n"
+            files[f"{port}/counters/{c}"] = f"{n.counters.get(c, 0)}\n"
         for c in ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"):
             files[f"{port}/counters/{c}"] = f"{rng.randint(10**9, 10**11)}\n"
         files[f"{n.name}/fw_ver"] = IB_FW + "\n"
@@ -198,7 +253,7 @@ def ibstat(host: Host) -> str:
                 f"\t\tState: {n.state.capitalize()}",
                 f"\t\tPhysical state: {n.phys_state}",
                 f"\t\tRate: {n.rate_gbps if active else 10}",
-                f"\t\tBase lid: {n.lid if active else 65535}", "\t\tLMC: 0",
+                f"\t\tBase lid: {n.lid if active else 0}", "\t\tLMC: 0",
                 f"\t\tSM lid: {1 if active else 0}", "\t\tCapability mask: 0xa751e848",
                 f"\t\tPort GUID: 0x{n.node_guid:016x}", "\t\tLink layer: InfiniBand"]
     return "\n".join(out) + "\n"

@@ -10,14 +10,19 @@ from __future__ import annotations
 import json
 from xml.sax.saxutils import escape
 
-from gputriage.scenarios.model import Gpu, Host
+from gputriage.scenarios.model import Gpu, GpuProcess, Host
 
 PRODUCT = "NVIDIA H100 80GB HBM3"
 VBIOS = "96.00.74.00.01"
 MEM_TOTAL_MIB = 81559
 NVLINK_COUNT = 18
 NVLINK_GBPS = "26.562 GB/s"
+ECC_KEYS = ("sram_correctable", "sram_uncorrectable_parity", "sram_uncorrectable_secded",
+            "dram_correctable", "dram_uncorrectable")
 
+
+def _yes(flag: bool) -> str:
+    return "Yes" if flag else "No"
 
 
 def _xml(name: str, value: str | list, depth: int, out: list[str]) -> None:
@@ -36,9 +41,10 @@ def _gpu_xml(host: Host, g: Gpu) -> list:
     reasons = ["gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown",
                "hw_thermal_slowdown", "hw_power_brake_slowdown", "sync_boost",
                "sw_thermal_slowdown", "display_clocks_setting"]
-    ecc = [("sram_correctable", "0"), ("sram_uncorrectable_parity", "0"),
-           ("sram_uncorrectable_secded", "0"), ("dram_correctable", "0"),
-           ("dram_uncorrectable", "0")]
+    volatile = [(k, str(g.ecc_volatile.get(k, 0))) for k in ECC_KEYS]
+    aggregate = [(k, str(g.ecc_aggregate.get(k, 0))) for k in ECC_KEYS]
+    hist = dict(zip(("max", "high", "partial", "low", "none"), g.remap_histogram, strict=True))
+    registered = g.fabric_state == "Completed"
     bus = g.bus_upper
     return [
         ("product_name", PRODUCT), ("product_brand", "NVIDIA"),
@@ -86,9 +92,9 @@ def _gpu_xml(host: Host, g: Gpu) -> list:
             ("tx_util", "0 KB/s"), ("rx_util", "0 KB/s"),
             ("atomic_caps_inbound", "N/A"), ("atomic_caps_outbound", "N/A"),
         ]),
-        ("fan_speed", "N/A"), ("performance_state", "P0"),
+        ("fan_speed", "N/A"), ("performance_state", g.perf_state),
         ("clocks_event_reasons", [
-            (f"clocks_event_reason_{r}", "Active" if r == "gpu_idle" else "Not Active")
+            (f"clocks_event_reason_{r}", "Active" if r in g.clock_events else "Not Active")
             for r in reasons]),
         ("sparse_operation_mode", "Disabled"),
         ("fb_memory_usage", [("total", f"{MEM_TOTAL_MIB} MiB"), ("reserved", "454 MiB"),
@@ -99,7 +105,8 @@ def _gpu_xml(host: Host, g: Gpu) -> list:
         ("cc_protected_memory_usage", [("total", "0 MiB"), ("used", "0 MiB"),
                                        ("free", "0 MiB")]),
         ("compute_mode", "Default"),
-        ("utilization", [("gpu_util", "0 %"), ("memory_util", "0 %"),
+        ("utilization", [("gpu_util", f"{g.utilization_pct} %"),
+                         ("memory_util", f"{g.memory_util_pct} %"),
                          ("encoder_util", "0 %"), ("decoder_util", "0 %"),
                          ("jpeg_util", "0 %"), ("ofa_util", "0 %")]),
         ("encoder_stats", [("session_count", "0"), ("average_fps", "0"),
@@ -108,8 +115,8 @@ def _gpu_xml(host: Host, g: Gpu) -> list:
                        ("average_latency", "0")]),
         ("ecc_mode", [("current_ecc", "Enabled"), ("pending_ecc", "Enabled")]),
         ("ecc_errors", [
-            ("volatile", list(ecc)),
-            ("aggregate", [*ecc, ("sram_threshold_exceeded", "No")]),
+            ("volatile", volatile),
+            ("aggregate", [*aggregate, ("sram_threshold_exceeded", "No")]),
             ("aggregate_uncorrectable_sram_sources", [
                 ("sram_l2", "0"), ("sram_sm", "0"), ("sram_microcontroller", "0"),
                 ("sram_pcie", "0"), ("sram_other", "0")]),
@@ -122,14 +129,12 @@ def _gpu_xml(host: Host, g: Gpu) -> list:
             ("pending_blacklist", "N/A"), ("pending_retirement", "N/A"),
         ]),
         ("remapped_rows", [
-            ("remapped_row_corr", "0"), ("remapped_row_unc", "0"),
-            ("remapped_row_pending", "No"), ("remapped_row_failure", "No"),
+            ("remapped_row_corr", str(g.remapped_corr)),
+            ("remapped_row_unc", str(g.remapped_unc)),
+            ("remapped_row_pending", _yes(g.remap_pending)),
+            ("remapped_row_failure", _yes(g.remap_failure)),
             ("row_remapper_histogram", [
-                ("row_remapper_histogram_max", "2560 bank(s)"),
-                ("row_remapper_histogram_high", "0 bank(s)"),
-                ("row_remapper_histogram_partial", "0 bank(s)"),
-                ("row_remapper_histogram_low", "0 bank(s)"),
-                ("row_remapper_histogram_none", "0 bank(s)")]),
+                (f"row_remapper_histogram_{k}", f"{n} bank(s)") for k, n in hist.items()]),
         ]),
         # Hopper on R550 reports temperatures relative to T.Limit
         ("temperature", [
@@ -142,16 +147,18 @@ def _gpu_xml(host: Host, g: Gpu) -> list:
         ("supported_gpu_target_temp", [("gpu_target_temp_min", "N/A"),
                                        ("gpu_target_temp_max", "N/A")]),
         ("gpu_power_readings", [
-            ("power_state", "P0"), ("power_draw", f"{g.power_w:.2f} W"),
+            ("power_state", g.perf_state), ("power_draw", f"{g.power_w:.2f} W"),
             ("current_power_limit", "700.00 W"), ("requested_power_limit", "700.00 W"),
             ("default_power_limit", "700.00 W"), ("min_power_limit", "200.00 W"),
             ("max_power_limit", "700.00 W")]),
         ("gpu_memory_power_readings", [("power_draw", f"{g.power_w * 0.66:.2f} W")]),
         ("module_power_readings", [
-            ("power_state", "P0"), ("power_draw", "N/A"), ("current_power_limit", "N/A"),
+            ("power_state", g.perf_state), ("power_draw", "N/A"),
+            ("current_power_limit", "N/A"),
             ("requested_power_limit", "N/A"), ("default_power_limit", "N/A"),
             ("min_power_limit", "N/A"), ("max_power_limit", "N/A")]),
-        ("clocks", [("graphics_clock", "345 MHz"), ("sm_clock", "345 MHz"),
+        ("clocks", [("graphics_clock", f"{g.sm_clock_mhz} MHz"),
+                    ("sm_clock", f"{g.sm_clock_mhz} MHz"),
                     ("mem_clock", "2619 MHz"), ("video_clock", "765 MHz")]),
         ("applications_clocks", [("graphics_clock", "1980 MHz"), ("mem_clock", "2619 MHz")]),
         ("default_applications_clocks", [("graphics_clock", "1980 MHz"),
@@ -163,13 +170,17 @@ def _gpu_xml(host: Host, g: Gpu) -> list:
         ("clock_policy", [("auto_boost", "N/A"), ("auto_boost_default", "N/A")]),
         ("voltage", [("graphics_volt", "670.000 mV")]),
         ("fabric", [("state", g.fabric_state), ("status", g.fabric_status),
-                    ("cliqueId", "0"),
-                    ("clusterUuid", "00000000-0000-0000-0000-000000000000"),
+                    ("cliqueId", "0" if registered else "N/A"),
+                    ("clusterUuid", "00000000-0000-0000-0000-000000000000" if registered
+                     else "N/A"),
                     ("health", [("bandwidth", "N/A")])]),
         ("supported_clocks", [("supported_mem_clock", [
             ("value", "2619 MHz"), ("supported_graphics_clock", "1980 MHz"),
             ("supported_graphics_clock", "1965 MHz"), ("supported_graphics_clock", "345 MHz")])]),
-        ("processes", []),
+        ("processes", [("process_info", [
+            ("gpu_instance_id", "N/A"), ("compute_instance_id", "N/A"),
+            ("pid", str(p.pid)), ("type", "C"), ("process_name", p.name),
+            ("used_memory", f"{p.used_mib} MiB")]) for p in g.processes]),
         ("accounted_processes", []),
     ]
 
@@ -235,9 +246,12 @@ def nvidia_smi_table(host: Host) -> str:
     for g in host.gpus:
         power = f"{round(g.power_w)}W /  700W"
         memory = f"{g.memory_used_mib}MiB /  {MEM_TOTAL_MIB}MiB"
+        ecc = str(sum(g.ecc_volatile.get(k, 0) for k in ECC_KEYS if "uncorrectable" in k))
+        util = f"{g.utilization_pct}%"
         lines += [
-            f"| {g.index:>3}  {PRODUCT:<26}{pm:>7}  |   {g.bus_upper} Off | {'0':>20} |",
-            f"| N/A   {g.temp_c:>2}C    P0 {power:>23} | {memory:>22} | {'0%':>7}      Default |",
+            f"| {g.index:>3}  {PRODUCT:<26}{pm:>7}  |   {g.bus_upper} Off | {ecc:>20} |",
+            f"| N/A   {g.temp_c:>2}C    {g.perf_state:<2} {power:>23} | {memory:>22} | "
+            f"{util:>7}      Default |",
             f"|{'':41}|{'':24}| {'Disabled':>20} |",
             _RULE,
         ]
@@ -249,10 +263,17 @@ def nvidia_smi_table(host: Host) -> str:
         _wide("        ID   ID                                                               "
               "Usage"),
         "|" + "=" * 89 + "|",
-        _wide("  No running processes found"),
-        _WIDE,
     ]
+    rows = [_process_row(g.index, proc) for g in host.gpus for proc in g.processes]
+    lines += rows or [_wide("  No running processes found")]
+    lines.append(_WIDE)
     return "\n".join(lines) + "\n"
+
+
+def _process_row(index: int, proc: GpuProcess) -> str:
+    """One row of the Processes box, aligned under its header."""
+    return _wide(f"  {index:>3}   N/A  N/A  {proc.pid:>9}      C   {proc.name:<38}"
+                 f"{proc.used_mib:>10}MiB")
 
 
 def time_line(host: Host) -> str:
@@ -261,17 +282,20 @@ def time_line(host: Host) -> str:
 
 
 def nvidia_smi_topo(host: Host) -> str:
-    """``nvidia-smi topo -m``: NV18 mesh, one PIX NIC per GPU, NUMA split."""
+    """``nvidia-smi topo -m``: NV18 mesh, a PIX NIC beside each GPU that shares its
+    PCIe switch with one, NODE within a socket and SYS across sockets."""
     gpus, nics = host.gpus, host.nics
     names = [f"GPU{g.index}" for g in gpus] + [f"NIC{i}" for i in range(len(nics))]
     numa = [g.numa for g in gpus] + [n.numa for n in nics]
+    # the PCIe switch (named by its GPU's index) each device sits behind
+    switch = [g.index for g in gpus] + [n.switch for n in nics]
 
     def link(a: int, b: int) -> str:
         if a == b:
             return " X "
         if a < len(gpus) and b < len(gpus):
             return "NV18"
-        if a % len(gpus) == b % len(gpus):
+        if switch[a] is not None and switch[a] == switch[b]:
             return "PIX"
         return "NODE" if numa[a] == numa[b] else "SYS"
 

@@ -1,0 +1,484 @@
+"""InfiniBand / RoCE HCA ports from sysfs and from the RDMA tools' text outputs.
+
+Two entry points, one result type (a list of :class:`IbPort`):
+
+* :func:`parse_ib_tree` reads the ``infiniband`` sysfs tree source
+  (``mlx5_0/ports/1/state`` = ``4: ACTIVE``, ``rate`` = ``400 Gb/sec (4X NDR)``,
+  ``counters/symbol_error``, ``mlx5_0/fw_ver``, ``hca_type``, ...).
+* :func:`parse_ibstat` reads pasted text from ``ibstat``, ``ibstatus``,
+  ``ibv_devinfo [-v]``, ``ibdev2netdev [-v]`` and ``show_gids``, in any mix;
+  what several outputs say about one port is merged into one record.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+
+from gputriage.errors import ParseError
+from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.driver import split_tree
+
+__all__ = ["IbGid", "IbPort", "normalize_phys_state", "normalize_state", "parse_ib_tree",
+           "parse_ibstat", "parse_rate"]
+
+_STATES = {1: "Down", 2: "Init", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
+_PHYS_STATES = {1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining",
+                5: "LinkUp", 6: "LinkErrorRecovery", 7: "PhyTest"}
+_STATE_WORDS = {v.lower(): v for v in _STATES.values()}
+_PHYS_WORDS = {v.lower(): v for v in _PHYS_STATES.values()}
+_PHYS_WORDS.update({"configtraining": "PortConfigurationTraining",
+                    "portconfigtraining": "PortConfigurationTraining"})
+_WIDTHS = {"1X": 1, "2X": 2, "4X": 4, "8X": 8, "12X": 12}
+
+# "400 Gb/sec (4X NDR)", "200", "56", "2.5 Gbps (1)"
+_RATE = re.compile(r"^\s*(\d{1,5}(?:\.\d{1,4})?)\s*(?:Gb/sec|Gbps|Gb/s)?\s*(?:\((?P<w>\d{1,2}X)"
+                   r"\s*(?P<s>[A-Za-z0-9.]+)?\))?", re.IGNORECASE)
+
+
+@dataclass
+class IbGid:
+    """One row of ``show_gids`` (or a ``GID[n]`` line of ``ibv_devinfo -v``)."""
+
+    index: int
+    gid: str
+    ipv4: str | None = None
+    version: str | None = None  # "v1" (RoCE v1 / IB) or "v2" (routable RoCE v2)
+    netdev: str | None = None
+
+
+@dataclass
+class IbPort:
+    """One port of an InfiniBand or RoCE HCA, as far as the inputs tell."""
+
+    device: str  # "mlx5_0", "rocep1s0f0"
+    port: int
+    state: str | None = None  # Down | Init | Armed | Active | ActiveDefer (or as printed)
+    phys_state: str | None = None  # LinkUp | Polling | Disabled | Sleep | ... (or as printed)
+    rate_gbps: float | None = None
+    width: str | None = None  # "4X"
+    speed: str | None = None  # "NDR", "HDR" or a per-lane "50.0 Gbps"
+    link_layer: str | None = None  # "InfiniBand" | "Ethernet"
+    lid: int | None = None
+    sm_lid: int | None = None
+    counters: dict[str, int] = field(default_factory=dict)
+    fw_ver: str | None = None
+    hca_type: str | None = None  # "MT4129"
+    node_desc: str | None = None
+    netdev: str | None = None  # "ib0", "enp1s0f0np0"
+    netdev_state: str | None = None  # "Up" | "Down" (ibdev2netdev)
+    pci_address: str | None = None  # "0000:18:00.0"
+    gids: list[IbGid] = field(default_factory=list)
+    source: str = "ibstat"  # the snapshot source the record came from
+    fmt: str = ""  # sysfs | ibstat | ibstatus | ibv_devinfo | ibdev2netdev | show_gids
+    lines: list[str] = field(default_factory=list)  # the lines that describe the port
+
+    @property
+    def key(self) -> str:
+        """``device/port``, e.g. ``mlx5_0/1``."""
+        return f"{self.device}/{self.port}"
+
+    @property
+    def is_active(self) -> bool:
+        """Logical state Active (or ActiveDefer)."""
+        return self.state in ("Active", "ActiveDefer")
+
+    @property
+    def is_down(self) -> bool:
+        """Known not to pass traffic: state Down, Init or Armed, or a Down netdev
+        when the port state itself is unknown (``ibdev2netdev`` alone)."""
+        if self.state is not None:
+            return self.state in ("Down", "Init", "Armed")
+        return self.netdev_state is not None and self.netdev_state.lower() == "down"
+
+
+def _clean(raw: str) -> str:
+    """``4: ACTIVE``, ``PORT_ACTIVE (4)``, ``LINK_UP`` -> ``port active`` / ``linkup``."""
+    text = re.sub(r"\(\s*\d+\s*\)", "", raw.strip())
+    text = re.sub(r"^\d+\s*:\s*", "", text)
+    return re.sub(r"[\s_]", "", text).lower()
+
+
+def _code(raw: str) -> int | None:
+    m = re.match(r"^\s*(\d{1,2})\s*:", raw) or re.search(r"\(\s*(\d{1,2})\s*\)\s*$", raw)
+    return int(m.group(1)) if m else None
+
+
+def normalize_state(raw: str | None) -> str | None:
+    """A port's logical state in any tool's spelling -> ``Active``, ``Down``, ...;
+    unknown spellings are kept as printed, empty gives None."""
+    if raw is None or not raw.strip():
+        return None
+    word = _clean(raw).removeprefix("port")
+    if word in _STATE_WORDS:
+        return _STATE_WORDS[word]
+    code = _code(raw)
+    return _STATES.get(code, raw.strip()) if code is not None else raw.strip()
+
+
+def normalize_phys_state(raw: str | None) -> str | None:
+    """A port's physical state in any spelling -> ``LinkUp``, ``Polling``, ...;
+    unknown spellings are kept as printed, empty gives None."""
+    if raw is None or not raw.strip():
+        return None
+    word = _clean(raw)
+    if word in _PHYS_WORDS:
+        return _PHYS_WORDS[word]
+    code = _code(raw)
+    return _PHYS_STATES.get(code, raw.strip()) if code is not None else raw.strip()
+
+
+def parse_rate(raw: str | None) -> tuple[float | None, str | None, str | None]:
+    """``400 Gb/sec (4X NDR)`` -> (400.0, "4X", "NDR"); ``200`` -> (200.0, None, None)."""
+    if not raw:
+        return None, None, None
+    m = _RATE.match(raw)
+    if not m:
+        return None, None, None
+    return float(m.group(1)), m.group("w"), m.group("s")
+
+
+def _lane_rate(width: str | None, speed: str | None) -> float | None:
+    """``ibv_devinfo`` active_width ``4X (2)`` x active_speed ``50.0 Gbps (64)`` -> 200."""
+    if not width or not speed:
+        return None
+    w = re.match(r"^\s*(\d{1,2}X)", width)
+    s = re.match(r"^\s*(\d{1,4}(?:\.\d{1,4})?)\s*Gbps", speed)
+    if not (w and s) or w.group(1) not in _WIDTHS:
+        return None
+    return round(_WIDTHS[w.group(1)] * float(s.group(1)), 1)
+
+
+def _int(raw: str | None) -> int | None:
+    """Decimal or 0x-hex integer; None when it is neither."""
+    if raw is None:
+        return None
+    text = raw.strip()
+    m = re.fullmatch(r"0x([0-9a-fA-F]{1,16})", text)
+    if m:
+        return int(m.group(1), 16)
+    m = re.fullmatch(r"(\d{1,19})", text)
+    return int(m.group(1)) if m else None
+
+
+def _text(raw: str | None) -> str | None:
+    text = (raw or "").strip()
+    return text or None
+
+
+def _natural(key: str) -> list[object]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", key)]
+
+
+def _sorted(ports: dict[tuple[str, int], IbPort]) -> list[IbPort]:
+    return sorted(ports.values(), key=lambda p: (_natural(p.device), p.port))
+
+
+# --- sysfs tree ------------------------------------------------------------------
+
+_TREE_KEY = re.compile(r"^(?P<dev>[^/]+)/(?:ports/(?P<port>\d{1,3})/(?P<attr>.+)|"
+                       r"(?P<devattr>fw_ver|hca_type|node_desc|board_id|node_guid))$")
+_PCI_IN_PATH = re.compile(r"(?:^|/)((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
+                          r"(?=/|$)")
+
+
+def _pci_from_link(target: str) -> str | None:
+    """The last PCI address in a sysfs link target (``../../../0000:18:00.0``)."""
+    found = _PCI_IN_PATH.findall(target)
+    return normalize_bus_id(found[-1]) if found else None
+
+
+def parse_ib_tree(tree: object) -> list[IbPort]:
+    """The ``infiniband`` sysfs tree (``/sys/class/infiniband``) -> ports.
+
+    An empty tree gives ``[]``; a tree with files but none laid out as
+    ``<hca>/ports/<n>/...`` or ``<hca>/fw_ver`` raises ParseError.
+    """
+    files, links, _errors = split_tree(tree)
+    ports: dict[tuple[str, int], IbPort] = {}
+    devattrs: dict[str, dict[str, str]] = {}
+    matched = 0
+    for rel in sorted(files):
+        m = _TREE_KEY.match(rel)
+        if not m:
+            continue
+        matched += 1
+        value = files[rel].strip()
+        dev = m.group("dev")
+        if m.group("devattr"):
+            devattrs.setdefault(dev, {})[m.group("devattr")] = value
+            continue
+        num = int(m.group("port"))
+        port = ports.setdefault((dev, num), IbPort(dev, num, source="infiniband", fmt="sysfs"))
+        attr = m.group("attr")
+        if value:
+            port.lines.append(f"{dev}/ports/{num}/{attr}: {value}")
+        _tree_attr(port, attr, value)
+    if files and not matched:
+        raise ParseError("not an InfiniBand sysfs tree: no <hca>/ports/<n>/... files")
+    pci: dict[str, str] = {}
+    for rel, target in links.items():
+        parts = rel.split("/")
+        if len(parts) == 1 or (len(parts) == 2 and parts[1] == "device"):
+            addr = _pci_from_link(target)
+            if addr:
+                pci[parts[0]] = addr
+    for (dev, _), port in ports.items():
+        port.lines.sort(key=_line_order)
+        attrs = devattrs.get(dev, {})
+        port.fw_ver = _text(attrs.get("fw_ver"))
+        port.hca_type = _text(attrs.get("hca_type"))
+        port.node_desc = _text(attrs.get("node_desc"))
+        port.pci_address = pci.get(dev)
+    return _sorted(ports)
+
+
+_ATTR_ORDER = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid")
+
+
+def _line_order(line: str) -> tuple[int, str]:
+    """State lines first, then the other port attributes, then counters."""
+    attr = line.split(": ", 1)[0].split("/", 3)[-1]
+    return (_ATTR_ORDER.index(attr) if attr in _ATTR_ORDER else len(_ATTR_ORDER), line)
+
+
+def _tree_attr(port: IbPort, attr: str, value: str) -> None:
+    if attr.startswith(("counters/", "hw_counters/")):
+        name = attr.split("/", 1)[1]
+        number = _int(value)
+        if "/" not in name and number is not None:
+            port.counters[name] = number
+    elif attr == "state":
+        port.state = normalize_state(value)
+    elif attr == "phys_state":
+        port.phys_state = normalize_phys_state(value)
+    elif attr == "rate":
+        port.rate_gbps, port.width, port.speed = parse_rate(value)
+    elif attr == "link_layer":
+        port.link_layer = _text(value)
+    elif attr == "lid":
+        port.lid = _int(value)
+    elif attr == "sm_lid":
+        port.sm_lid = _int(value)
+
+
+# --- text outputs ----------------------------------------------------------------
+
+_CA = re.compile(r"^\s*CA '(?P<dev>[^']+)'\s*$")
+_IBSTAT_PORT = re.compile(r"^\s*Port (?P<port>\d{1,3}):\s*$")
+_IBSTATUS = re.compile(r"^\s*Infiniband device '(?P<dev>[^']+)' port (?P<port>\d{1,3}) status:")
+_HCA_ID = re.compile(r"^\s*hca_id:\s*(?P<dev>\S+)\s*$")
+_DEVINFO_PORT = re.compile(r"^\s*port:\s*(?P<port>\d{1,3})\s*$")
+_NETDEV = re.compile(
+    r"^\s*(?:(?P<pci>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+)?"
+    r"(?P<dev>[A-Za-z][\w.-]*)\s+(?:\((?P<pci2>[0-9a-fA-F:.]+)\)\s+)?(?P<rest>[^=]*?)"
+    r"\bport (?P<port>\d{1,3})(?:\s+\(\s*(?P<state>[A-Z_]+)\s*\))?\s+<?=+>\s+(?P<netdev>\S+)"
+    r"\s+\((?P<up>[A-Za-z]+)\)\s*$")
+_GID_HEAD = re.compile(r"^\s*DEV\s+PORT\s+INDEX\s+GID\b")
+_GID_ROW = re.compile(r"^\s*(?P<dev>[A-Za-z][\w.-]*)\s+(?P<port>\d{1,3})\s+(?P<idx>\d{1,5})\s+"
+                      r"(?P<gid>[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7})\s+"
+                      r"(?:(?P<ipv4>\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F:]*:[0-9a-fA-F:]*)\s+)?"
+                      r"(?P<ver>v\d)(?:\s+(?P<netdev>\S+))?\s*$")
+_NO_DEVICES = re.compile(r"No IB devices found|ibpanic:|Failed to get IB devices|"
+                         r"can't find any IB device|No such file or directory", re.IGNORECASE)
+_KV = re.compile(r"^\s*(?P<key>[A-Za-z][\w ]*?|GID\[\s*\d+\])\s*:\s*(?P<value>.*?)\s*$")
+# keys whose lines are kept as evidence
+_EVIDENCE_KEYS = {"state", "physical state", "phys state", "phys_state", "rate", "link layer",
+                  "link_layer", "active_width", "active_speed", "ca type", "base lid", "sm lid",
+                  "sm_lid", "port_lid"}
+
+
+class _Reader:
+    """Line-by-line reader of the RDMA tools' outputs, merging what it learns."""
+
+    def __init__(self) -> None:
+        self.ports: dict[tuple[str, int], IbPort] = {}
+        self.device: str | None = None
+        self.devinfo: dict[str, str] = {}
+        self.dev_lines: list[str] = []
+        self.port: IbPort | None = None
+        self.fmt = ""
+        self.recognised = False
+
+    def get(self, dev: str, num: int, fmt: str) -> IbPort:
+        port = self.ports.get((dev, num))
+        if port is None:
+            port = self.ports[(dev, num)] = IbPort(dev, num, fmt=fmt)
+        return port
+
+    def start_device(self, dev: str, fmt: str, line: str) -> None:
+        self.recognised = True
+        self.device, self.fmt, self.port = dev, fmt, None
+        self.devinfo = {}
+        self.dev_lines = [line.strip()]
+
+    def start_port(self, num: int, line: str) -> None:
+        assert self.device is not None
+        self.port = self.get(self.device, num, self.fmt)
+        self.port.lines.extend(ln for ln in self.dev_lines if ln not in self.port.lines)
+        self.port.lines.append(line.strip())
+        _fill(self.port, self.fmt, self.devinfo)
+
+    def feed(self, line: str) -> None:
+        m = _CA.match(line)
+        if m:
+            self.start_device(m.group("dev"), "ibstat", line)
+            return
+        m = _IBSTATUS.match(line)
+        if m:
+            self.start_device(m.group("dev"), "ibstatus", line)
+            self.dev_lines = []
+            self.start_port(int(m.group("port")), line)
+            return
+        m = _HCA_ID.match(line)
+        if m:
+            self.start_device(m.group("dev"), "ibv_devinfo", line)
+            return
+        m = _NETDEV.match(line) if "port" in line and "=>" in line else None
+        if m:
+            self.netdev(m, line)
+            return
+        if _GID_HEAD.match(line):
+            self.recognised = True
+            self.device = self.port = None
+            return
+        m = _GID_ROW.match(line)
+        if m and self.device is None:
+            self.gid(m, line)
+            return
+        if self.device is None:
+            return
+        if self.fmt == "ibstat":
+            pm = _IBSTAT_PORT.match(line)
+            if pm:
+                self.start_port(int(pm.group(1)), line)
+                return
+        elif self.fmt == "ibv_devinfo":
+            pm = _DEVINFO_PORT.match(line)
+            if pm:
+                self.start_port(int(pm.group(1)), line)
+                return
+        if line.strip() and not line[:1].isspace():
+            self.device = self.port = None  # an unindented line ends the block
+            return
+        kv = _KV.match(line)
+        if not kv:
+            return
+        key, value = kv.group("key").strip(), kv.group("value")
+        if self.port is None:
+            self.devinfo[key.lower()] = value
+            if key.lower() in _EVIDENCE_KEYS:
+                self.dev_lines.append(line.strip())
+            return
+        if key.lower() in _EVIDENCE_KEYS:
+            self.port.lines.append(line.strip())
+        _port_field(self.port, self.fmt, key, value)
+
+    def netdev(self, m: re.Match[str], line: str) -> None:
+        self.recognised = True
+        self.device = self.port = None
+        port = self.get(m.group("dev"), int(m.group("port")), "ibdev2netdev")
+        port.netdev = port.netdev or m.group("netdev")
+        port.netdev_state = m.group("up").capitalize()
+        if m.group("state") and port.state is None:
+            port.state = normalize_state(m.group("state"))
+        pci = normalize_bus_id(m.group("pci") or m.group("pci2"))
+        port.pci_address = port.pci_address or pci
+        fw = re.search(r"\bfw\s+(\d+\.\d+\.\d+)", m.group("rest") or "")
+        if fw and port.fw_ver is None:
+            port.fw_ver = fw.group(1)
+        hca = re.search(r"\((MT\d+)\b", m.group("rest") or "")
+        if hca and port.hca_type is None:
+            port.hca_type = hca.group(1)
+        port.lines.append(line.strip())
+
+    def gid(self, m: re.Match[str], line: str) -> None:
+        self.recognised = True
+        port = self.get(m.group("dev"), int(m.group("port")), "show_gids")
+        ipv4 = m.group("ipv4") if m.group("ipv4") and "." in m.group("ipv4") else None
+        port.gids.append(IbGid(int(m.group("idx")), m.group("gid"), ipv4, m.group("ver"),
+                               m.group("netdev")))
+        if m.group("netdev") and port.netdev is None:
+            port.netdev = m.group("netdev")
+        port.lines.append(line.strip())
+
+
+def _fill(port: IbPort, fmt: str, devinfo: dict[str, str]) -> None:
+    """Device-level fields (CA type, firmware) onto a port."""
+    if fmt == "ibstat":
+        port.hca_type = port.hca_type or _text(devinfo.get("ca type"))
+        port.fw_ver = port.fw_ver or _text(devinfo.get("firmware version"))
+    elif fmt == "ibv_devinfo":
+        port.fw_ver = port.fw_ver or _text(devinfo.get("fw_ver"))
+        part = _int(devinfo.get("vendor_part_id"))
+        if part is not None and port.hca_type is None:
+            port.hca_type = f"MT{part}"
+
+
+def _port_field(port: IbPort, fmt: str, key: str, value: str) -> None:
+    k = key.lower()
+    if k == "state":
+        port.state = normalize_state(value) or port.state
+    elif k in ("physical state", "phys state", "phys_state"):
+        port.phys_state = normalize_phys_state(value) or port.phys_state
+    elif k == "rate":
+        rate, width, speed = parse_rate(value)
+        port.rate_gbps = rate if rate is not None else port.rate_gbps
+        port.width, port.speed = width or port.width, speed or port.speed
+    elif k in ("link layer", "link_layer"):
+        port.link_layer = _text(value) or port.link_layer
+    elif k in ("base lid", "port_lid"):
+        port.lid = _int(value) if _int(value) is not None else port.lid
+    elif k in ("sm lid", "sm_lid"):
+        port.sm_lid = _int(value) if _int(value) is not None else port.sm_lid
+    elif k == "active_width":
+        width = re.match(r"^\s*(\d{1,2}X)\b", value)
+        port.width = width.group(1) if width else port.width
+    elif k == "active_speed":
+        port.speed = re.sub(r"\s*\(\s*\d+\s*\)\s*$", "", value).strip() or port.speed
+    elif k.startswith("gid["):
+        idx = _int(re.sub(r"\D", "", key))
+        gid = value.strip()
+        if idx is not None and gid and not any(g.index == idx for g in port.gids):
+            port.gids.append(IbGid(idx, gid))
+    if fmt == "ibv_devinfo" and k in ("active_width", "active_speed"):
+        rate = _lane_rate(port.width, port.speed)
+        if rate is not None:
+            port.rate_gbps = rate
+
+
+def parse_ibstat(text: str) -> list[IbPort]:
+    """``ibstat``, ``ibstatus``, ``ibv_devinfo [-v]``, ``ibdev2netdev [-v]`` and
+    ``show_gids`` outputs (alone or mixed) -> ports, one record per HCA port.
+
+    Empty text, or only a "no devices" complaint, gives ``[]``; text in none of
+    these formats raises ParseError. Partial output (``ibstat`` aborting with
+    ``ibpanic`` after some HCAs) keeps what was printed.
+    """
+    if not text or not text.strip():
+        return []
+    reader = _Reader()
+    for line in text.splitlines():
+        reader.feed(line.replace("\x00", ""))
+    if not reader.recognised:
+        if _NO_DEVICES.search(text):
+            return []
+        raise ParseError("not ibstat, ibstatus, ibv_devinfo, ibdev2netdev or show_gids output")
+    return _sorted(reader.ports)
+
+
+def merge_ports(primary: list[IbPort], extra: list[IbPort]) -> list[IbPort]:
+    """Fill fields ``primary`` lacks from ``extra`` (same device and port); ports only
+    ``extra`` knows are not added (the primary source is authoritative)."""
+    by_key = {(p.device, p.port): p for p in extra}
+    for port in primary:
+        other = by_key.get((port.device, port.port))
+        if other is None:
+            continue
+        for f in fields(IbPort):
+            if f.name in ("device", "port", "source", "fmt", "lines"):
+                continue
+            mine = getattr(port, f.name)
+            if mine is None or mine == [] or mine == {}:
+                setattr(port, f.name, getattr(other, f.name))
+    return primary

@@ -1,0 +1,317 @@
+"""GPU memory health rules (ECC, page retirement, row remapping) on hand-written
+nvidia-smi outputs, the nvsmi fixtures and the real captures of category 1.
+
+The small XML builder here (:func:`smi_xml`, :func:`gpu`) writes ``nvidia-smi
+-q -x`` documents from nested dicts; the thermal tests reuse it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hostkit import ids, run
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gputriage.engine import analyze
+from gputriage.ingest import load_input
+from gputriage.model import Action, Blame, Severity
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nvsmi"
+AREAS = ("memory.", "clocks.", "thermal.", "power.")
+
+
+# -- a tiny nvidia-smi -q -x writer ------------------------------------------------------------
+
+def _elem(tag: str, value: Any, depth: int) -> str:
+    pad = "\t" * depth
+    if isinstance(value, dict):
+        inner = "".join(_elem(k, v, depth + 1) for k, v in value.items())
+        return f"{pad}<{tag}>\n{inner}{pad}</{tag}>\n"
+    return f"{pad}<{tag}>{value}</{tag}>\n"
+
+
+def gpu(bus: str = "00000000:18:00.0", name: str = "NVIDIA H100 80GB HBM3",
+        **sections: Any) -> str:
+    """One ``<gpu>`` element: the product name plus the given sections (dicts nest)."""
+    body = _elem("product_name", name, 2) + "".join(
+        _elem(tag, value, 2) for tag, value in sections.items())
+    return f'\t<gpu id="{bus}">\n{body}\t</gpu>\n'
+
+
+def smi_xml(*gpus: str, driver: str = "550.54.15") -> str:
+    """A whole ``nvidia-smi -q -x`` document holding the given ``<gpu>`` elements."""
+    return ('<?xml version="1.0" ?>\n'
+            '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n<nvidia_smi_log>\n'
+            f"\t<driver_version>{driver}</driver_version>\n"
+            f"\t<attached_gpus>{len(gpus)}</attached_gpus>\n" + "".join(gpus)
+            + "</nvidia_smi_log>\n")
+
+
+ECC_ON = {"current_ecc": "Enabled", "pending_ecc": "Enabled"}
+
+
+def ecc(vol_unc: int = 0, agg_unc: int = 0, vol_cor: int = 0, agg_cor: int = 0) -> dict:
+    """An ``<ecc_errors>`` block in the SRAM/DRAM schema."""
+    def scope(cor: int, unc: int) -> dict:
+        return {"sram_correctable": 0, "sram_uncorrectable_parity": 0,
+                "sram_uncorrectable_secded": 0, "dram_correctable": cor,
+                "dram_uncorrectable": unc}
+    return {"volatile": scope(vol_cor, vol_unc), "aggregate": scope(agg_cor, agg_unc)}
+
+
+def remap(pending: str = "No", failure: str = "No", unc: int = 0, corr: int = 0) -> dict:
+    return {"remapped_row_corr": corr, "remapped_row_unc": unc,
+            "remapped_row_pending": pending, "remapped_row_failure": failure}
+
+
+def retired(pending: str = "No", sbe: int = 0, dbe: int = 0) -> dict:
+    return {"multiple_single_bit_retirement": {"retired_count": sbe},
+            "double_bit_retirement": {"retired_count": dbe},
+            "pending_blacklist": pending, "pending_retirement": pending}
+
+
+def healthy_gpu(bus: str = "00000000:18:00.0", **changes: Any) -> str:
+    sections = {"ecc_mode": ECC_ON, "ecc_errors": ecc(), "retired_pages": retired(),
+                "remapped_rows": remap()}
+    sections.update(changes)
+    return gpu(bus, **{k: v for k, v in sections.items() if v is not None})
+
+
+def xml_host(*gpus: str) -> dict:
+    return {"nvidia_smi_q_xml": smi_xml(*gpus)}
+
+
+RULE_CASES = {
+    "memory.ecc-mode": [
+        (xml_host(healthy_gpu(ecc_mode={"current_ecc": "Disabled", "pending_ecc": "Disabled"})),
+         "memory.ecc-disabled"),
+    ],
+    "memory.ecc-errors": [
+        (xml_host(healthy_gpu(ecc_errors=ecc(vol_unc=2, agg_unc=2))), "memory.uncorrectable"),
+        (xml_host(healthy_gpu(ecc_errors=ecc(vol_cor=1500, agg_cor=4000))),
+         "memory.correctable-high"),
+    ],
+    "memory.page-retirement": [
+        (xml_host(healthy_gpu(retired_pages=retired("Yes", dbe=1))),
+         "memory.retired-pages-pending"),
+    ],
+    "memory.row-remapping": [
+        (xml_host(healthy_gpu(remapped_rows=remap("Yes", unc=1))), "memory.remap-pending"),
+        (xml_host(healthy_gpu(remapped_rows=remap("No", "Yes", unc=3))), "memory.remap-failed"),
+    ],
+}
+
+CASES = [(rule_id, sources, expected) for rule_id, cases in RULE_CASES.items()
+         for sources, expected in cases]
+
+
+@pytest.mark.parametrize(("rule_id", "sources", "expected"), CASES,
+                         ids=[f"{r}->{e}" for r, _, e in CASES])
+def test_rule_fires(rule_id, sources, expected):
+    result = run(**sources)
+    assert expected in ids(result), [f.id for f in result.findings]
+
+
+def mine(result, prefixes=AREAS):
+    return [f for f in result.findings if f.id.startswith(prefixes)]
+
+
+def one(result, fid):
+    found = [f for f in result.findings if f.id == fid]
+    assert len(found) == 1, [(f.id, f.title) for f in result.findings]
+    return found[0]
+
+
+def test_healthy_gpus_give_nothing():
+    result = run(**xml_host(healthy_gpu(), healthy_gpu("00000000:2A:00.0")))
+    assert not mine(result)
+    assert not [s for s in result.skipped if s.rule.startswith("memory.")]
+
+
+def test_remap_pending_is_reset_not_rma_with_exact_lines():
+    f = one(run(**xml_host(healthy_gpu(), healthy_gpu("00000000:2A:00.0",
+                                                      remapped_rows=remap("Yes", unc=1)))),
+            "memory.remap-pending")
+    assert (f.severity, f.action, f.blame) == (Severity.WARNING, Action.RESET_GPU, Blame.NODE)
+    assert f.scope.kind == "gpu" and f.scope.pci_bus_id == "0000:2a:00.0"
+    assert f.scope.gpu_index == 1
+    assert "GPU 1 0000:2a:00.0" in f.title and "1 uncorrectable" in f.title
+    lines = [ln.strip() for e in f.evidence for ln in e.lines]
+    assert "<remapped_row_pending>Yes</remapped_row_pending>" in lines
+    assert f.evidence[0].source == "nvidia_smi_q_xml"
+    assert "reset" in f.explanation
+
+
+def test_remap_failure_is_drain_and_repair_only():
+    result = run(**xml_host(healthy_gpu(remapped_rows=remap("Yes", "Yes", unc=3))))
+    f = one(result, "memory.remap-failed")
+    assert (f.severity, f.action) == (Severity.CRITICAL, Action.DRAIN_AND_REPAIR)
+    assert "memory.remap-pending" not in ids(result)
+
+
+def test_volatile_uncorrectable_is_critical_reset():
+    f = one(run(**xml_host(healthy_gpu(ecc_errors=ecc(vol_unc=2, agg_unc=5)))),
+            "memory.uncorrectable")
+    assert (f.severity, f.action, f.blame) == (Severity.CRITICAL, Action.RESET_GPU, Blame.NODE)
+    assert "2 uncorrectable" in f.title
+    lines = [ln.strip() for e in f.evidence for ln in e.lines]
+    assert "<dram_uncorrectable>2</dram_uncorrectable>" in lines
+    assert "<sram_correctable>0</sram_correctable>" not in lines  # zero counters left out
+
+
+def test_lifetime_uncorrectable_alone_is_info():
+    f = one(run(**xml_host(healthy_gpu(ecc_errors=ecc(agg_unc=1)))), "memory.uncorrectable")
+    assert f.severity == Severity.INFO and f.action == Action.NONE
+
+
+@pytest.mark.parametrize(("vol", "agg", "expected"), [
+    (0, 3, None), (0, 999, None), (0, 1000, Severity.INFO), (4, 2000, Severity.WARNING),
+    (1200, 1200, Severity.WARNING)])
+def test_corrected_thresholds(vol, agg, expected):
+    result = run(**xml_host(healthy_gpu(ecc_errors=ecc(vol_cor=vol, agg_cor=agg))))
+    found = [f for f in result.findings if f.id == "memory.correctable-high"]
+    assert [f.severity for f in found] == ([expected] if expected else [])
+
+
+def test_ecc_disabled_only_on_datacenter_gpus():
+    off = {"current_ecc": "Disabled", "pending_ecc": "Disabled"}
+    f = one(run(**xml_host(healthy_gpu(ecc_mode=off))), "memory.ecc-disabled")
+    assert (f.severity, f.action, f.blame) == (Severity.WARNING, Action.FIX_CONFIG, Blame.CONFIG)
+    geforce = gpu("00000000:01:00.0", "NVIDIA GeForce RTX 4090", ecc_mode=off)
+    assert "memory.ecc-disabled" not in ids(run(**xml_host(geforce)))
+    unsupported = healthy_gpu(ecc_mode={"current_ecc": "N/A", "pending_ecc": "N/A"})
+    assert "memory.ecc-disabled" not in ids(run(**xml_host(unsupported)))
+
+
+def test_ecc_enabled_at_next_reset_says_reset():
+    f = one(run(**xml_host(healthy_gpu(ecc_mode={"current_ecc": "Disabled",
+                                                 "pending_ecc": "Enabled"}))),
+            "memory.ecc-disabled")
+    assert f.action == Action.RESET_GPU and "next reset" in f.title
+
+
+def test_retired_pages_pending():
+    f = one(run(**xml_host(healthy_gpu(retired_pages=retired("Yes", sbe=1, dbe=2)))),
+            "memory.retired-pages-pending")
+    assert (f.severity, f.action) == (Severity.WARNING, Action.RESET_GPU)
+    assert "2 double-bit" in f.title
+
+
+Q_TEXT = """==============NVSMI LOG==============
+
+Attached GPUs                             : 2
+GPU 00000000:18:00.0
+    Product Name                          : NVIDIA A100-SXM4-80GB
+    Remapped Rows
+        Correctable Error                 : 0
+        Uncorrectable Error               : 0
+        Pending                           : No
+        Remapping Failure Occurred        : No
+
+GPU 00000000:2A:00.0
+    Product Name                          : NVIDIA A100-SXM4-80GB
+    Remapped Rows
+        Correctable Error                 : 2
+        Uncorrectable Error               : 0
+        Pending                           : Yes
+        Remapping Failure Occurred        : No
+"""
+
+
+def test_text_output_quotes_the_right_gpu_section():
+    f = one(run(nvidia_smi_q=Q_TEXT), "memory.remap-pending")
+    assert f.scope.pci_bus_id == "0000:2a:00.0" and f.scope.gpu_index == 1
+    lines = f.evidence[0].lines
+    assert lines[0].strip() == "Remapped Rows"
+    assert any(ln.strip().startswith("Correctable Error") and ln.endswith(": 2") for ln in lines)
+    assert "2 correctable" in f.title
+
+
+TABLE = """+-----------------------------------------------------------------------------+
+| NVIDIA-SMI 470.82.01    Driver Version: 470.82.01    CUDA Version: 11.4     |
+|-------------------------------+----------------------+----------------------+
+| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |
+|                               |                      |               MIG M. |
+|===============================+======================+======================|
+|   0  NVIDIA A100-SXM...  On   | 00000000:18:00.0 Off |                    3 |
+| N/A   40C    P0    90W / 400W |   1000MiB / 81251MiB |     40%      Default |
+|                               |                      |             Disabled |
++-------------------------------+----------------------+----------------------+
+"""
+
+
+def test_table_ecc_column_and_no_double_finding_with_xml():
+    f = one(run(nvidia_smi=TABLE), "memory.uncorrectable")
+    assert f.evidence[0].source == "nvidia_smi"
+    assert "00000000:18:00.0" in f.evidence[0].lines[0]
+    both = run(nvidia_smi=TABLE,
+               nvidia_smi_q_xml=smi_xml(healthy_gpu(ecc_errors=ecc(vol_unc=3))))
+    f = one(both, "memory.uncorrectable")
+    assert f.evidence[0].source == "nvidia_smi_q_xml"
+
+
+def test_repeated_lines_keep_their_section_path():
+    f = one(analyze(load_input(str(FIXTURES / "q-old-470-throttle-pascal-ecc.txt"))),
+            "memory.uncorrectable")
+    lines = f.evidence[0].lines
+    assert "ECC Errors / Volatile / Double Bit / Total : 2" in lines
+    assert "ECC Errors / Aggregate / Double Bit / Total : 2" in lines
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("xml-565-event-reasons-fabric.xml", {"memory.uncorrectable", "memory.remap-pending"}),
+    ("q-old-470-throttle-pascal-ecc.txt", {"memory.uncorrectable",
+                                           "memory.retired-pages-pending"}),
+    ("table-470-old-layout-processes.txt", {"memory.uncorrectable"}),
+    ("table-418-no-gi-ci.txt", set()),
+    ("list-L.txt", set()),
+])
+def test_nvsmi_fixtures(name, expected):
+    result = analyze(load_input(str(FIXTURES / name)))
+    assert {f.id for f in mine(result, ("memory.",))} == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=400))
+def test_arbitrary_text_never_breaks_the_rules(text):
+    for source in ("nvidia_smi_q", "nvidia_smi", "nvidia_smi_q_xml"):
+        run(**{source: "GPU 00000000:18:00.0\n    Remapped Rows\n" + text})
+
+
+# -- real captures ---------------------------------------------------------------------------
+
+def _analyze(sample):
+    return analyze(load_input(str(sample.path)))
+
+
+def test_corpus_row_remapper_pending_is_drain_and_reset(corpus):
+    result = _analyze(corpus.sample("rtxpro6000-blackwell-q-d-row-remapper"))
+    f = one(result, "memory.remap-pending")
+    assert f.action == Action.RESET_GPU and f.severity == Severity.WARNING
+    assert f.scope.pci_bus_id == "0000:55:00.0"
+    assert not {"memory.remap-failed", "memory.uncorrectable"} & ids(result)
+
+
+def test_corpus_p100_lifetime_sbe_is_at_most_info(corpus):
+    result = _analyze(corpus.sample("netdata-tesla-p100"))
+    assert all(f.severity.rank <= Severity.INFO.rank for f in mine(result))
+
+
+@pytest.mark.parametrize("name", [
+    "azurehpc-nvsmi-q-page-retirement", "thamada-8x-h100-sxm-nvidia-smi-a",
+    "thamada-1x-h200-passthrough",
+    "thamada-l40s", "telegraf-a10g", "aws-p5-h100-fabric-state", "cudackpt22"])
+def test_corpus_healthy_samples_raise_nothing(corpus, name):
+    result = _analyze(corpus.sample(name))
+    bad = [(f.id, f.title) for f in mine(result) if f.severity.rank >= Severity.WARNING.rank]
+    assert not bad
+
+
+def test_every_category_1_sample_is_read_without_error(corpus):
+    for sample in corpus.category("1"):
+        result = _analyze(sample)
+        assert not [s for s in result.skipped if s.rule.startswith("memory.")], sample.name
