@@ -134,7 +134,9 @@ def test_pcie_x8_gpu3() -> None:
 
 def test_nic_far_socket() -> None:
     p = payloads("nic-far-socket")
-    assert changed(p) == {"pci_devices", "lspci_mellanox", "nvidia_smi_topo", "kernel_log"}
+    assert changed(p) == {"pci_devices", "lspci_mellanox", "nvidia_smi_topo", "kernel_log",
+                          "dmidecode_slots"}
+    assert "Bus Address: 0000:ca:00.0" in p["dmidecode_slots"]  # the HCA moved slot
     files = json.loads(p["pci_devices"])["files"]
     assert files["0000:ca:00.0/numa_node"] == "1\n" and "0000:17:00.0/vendor" not in files
     assert files["0000:18:00.0/numa_node"] == "0\n"

@@ -62,7 +62,7 @@ SMI_SOURCES = (("nvidia_smi_q_xml", nvsmi_xml.parse_nvsmi_xml),
                ("nvidia_smi_q", nvsmi_text.parse_nvsmi_text),
                ("nvidia_smi", nvsmi_table.parse_nvsmi_table))
 
-_CONTAINER_CGROUP = re.compile(r"docker|kubepods|containerd|libpod|crio|lxc", re.IGNORECASE)
+CONTAINER_CGROUP = re.compile(r"docker|kubepods|containerd|libpod|crio|lxc", re.IGNORECASE)
 
 
 @dataclass
@@ -98,6 +98,8 @@ class Facts:
         """The fact ``name``, or raise Missing."""
         if name not in self._cache:
             method = getattr(self, f"_fact_{name}", None)
+            if method is None and name not in FACT_PROVIDERS:
+                import gputriage.hostfacts  # noqa: F401 - registers the area facts
             provider = method or (lambda: FACT_PROVIDERS[name](self))
             try:
                 self._cache[name] = provider()
@@ -241,20 +243,13 @@ class Facts:
         return [f for f in self.get("pci") if f.is_gpu]
 
     def _fact_has_infiniband(self) -> bool:
-        ib = self.snapshot.get("infiniband")
-        if ib is not None:
-            try:
-                doc = ib.json()
-            except InputError:
-                doc = None
-            if isinstance(doc, dict) and (doc.get("files") or doc.get("links")):
-                return True
+        """InfiniBand/RoCE HCAs on the host: HCA ports (sysfs or any ib* tool) or
+        an InfiniBand-class PCI function."""
+        if self.maybe("ib_ports"):
+            return True
         if any(f.is_infiniband for f in self.maybe("pci", [])):
             return True
-        text = self.snapshot.text("ibstat")
-        if text and "CA '" in text:
-            return True
-        if self.snapshot.get("infiniband") is None and not self.has("pci") and text is None:
+        if not self.has("pci") and not self.has("ib_ports"):
             raise Missing("no InfiniBand source (sysfs, PCI or ibstat)")
         return False
 
@@ -282,7 +277,7 @@ class Facts:
         text = self.snapshot.text("proc_self_cgroup")
         if text is None:
             raise Missing(self.snapshot.missing_reason("proc_self_cgroup"))
-        return bool(_CONTAINER_CGROUP.search(text))
+        return bool(CONTAINER_CGROUP.search(text))
 
     # -- the GPUs as each layer sees them ---------------------------------------------
     def _fact_visible_gpus(self) -> tuple[str, list[GpuSighting]]:

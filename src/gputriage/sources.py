@@ -116,6 +116,8 @@ SOURCES: tuple[Source, ...] = (
            description="NVIDIA and network PCI functions: ids, class, NUMA, link speed/width"),
     _cmd("lspci_nvidia", ("lspci", "-vvv", "-nn", "-D", "-d", "10de:"),
          "lspci detail of NVIDIA functions", applies="nvidia"),
+    _cmd("dmidecode_slots", ("dmidecode", "-t", "slot"),
+         "physical PCIe slots: type, electrical width, what sits in them"),
     _cmd("lspci_mellanox", ("lspci", "-vvv", "-nn", "-D", "-d", "15b3:"),
          "lspci detail of Mellanox/NVIDIA networking functions", applies="infiniband"),
     # --- memory, kernel, OS
@@ -156,7 +158,7 @@ SOURCES: tuple[Source, ...] = (
     # --- InfiniBand / RoCE
     Source(name="infiniband", kind="tree", path="/sys/class/infiniband",
            globs=tuple(f"*/ports/*/{a}" for a in _IB_PORT_ATTRS)
-           + ("*/ports/*/counters/*", "*/fw_ver", "*/hca_type", "*/node_desc"),
+           + ("*/ports/*/counters/*", "*/fw_ver", "*/hca_type", "*/node_desc", "*/device"),
            suffix=".json", description="HCA ports: state, rate, link layer, counters",
            applies="infiniband"),
     _cmd("ibstat", ("ibstat",), "InfiniBand HCA and port status", applies="infiniband"),

@@ -1,3 +1,6 @@
 """Facts of one hardware area each (topology, PCIe, fabric, InfiniBand, host
-configuration), registered with :func:`gputriage.facts.fact` and imported by
-the rules that use them."""
+configuration), registered with :func:`gputriage.facts.fact`. Importing this
+package registers them all; :meth:`gputriage.facts.Facts.get` does so on
+first need."""
+
+from gputriage.hostfacts import fabric, host, infiniband, pcie, topology  # noqa: F401

@@ -307,6 +307,24 @@ def _lspci(doc: _Doc) -> None:
             doc.claim("lspci_mellanox", i, e)
 
 
+_LSPCI_LINK = re.compile(r"^\s*(?:LnkCap|LnkSta|LnkCtl|DevSta|UESta|CESta)2?:\s")
+
+
+def _lspci_excerpt(doc: _Doc) -> None:
+    """An lspci excerpt without its device header (the LnkCap/LnkSta lines people
+    paste): the indented run around those lines, as ``lspci_nvidia``."""
+    if any(o in ("lspci_nvidia", "lspci_mellanox") for o in doc.owner):
+        return
+    for i, ln in enumerate(doc.lines):
+        if not (doc.free(i) and _LSPCI_LINK.match(ln)):
+            continue
+        start = i
+        while start > 0 and doc.free(start - 1) and doc.lines[start - 1][:1].isspace():
+            start -= 1
+        end = doc.extend(i + 1, lambda s: bool(s.strip()) and s[:1].isspace())
+        doc.claim("lspci_nvidia", start, end)
+
+
 _SHOW = re.compile(r"^[A-Z][A-Za-z]+=")
 _STATUS_HEAD = re.compile(r"^\s*[●○×*]?\s*(?P<unit>nvidia-(?:persistenced|fabricmanager))"
                           r"(?:\.service)?\s+-\s")
@@ -341,7 +359,8 @@ def _systemctl(doc: _Doc) -> None:
 
 _FM_LOG = re.compile(r"^\[[A-Z][a-z]{2} \d{1,2} \d{4} \d\d:\d\d:\d\d\] \[[A-Z]+\] \[tid \d+\]")
 _FM_JOURNAL = re.compile(r"(?:^|\s)(?:nv-fabricmanager|nvidia-fabricmanager-start\.sh)(?:\[\d+\])?:"
-                         r"|systemd\[1\]: .*(?:nvidia-fabricmanager|NVIDIA fabric manager)")
+                         r"|systemd\[1\]: .*(?:nvidia-fabricmanager|NVIDIA fabric manager)"
+                         r"|^Job for nvidia-fabricmanager\S* failed")
 
 
 def _fabricmanager(doc: _Doc) -> None:
@@ -436,6 +455,10 @@ _DETECTORS: tuple[Callable[[_Doc], None], ...] = (
                       lambda s: bool(re.match(r"^(?:node\b|\s*\d+:|\s*$|No distance)", s))),
     _lscpu,
     _lspci,
+    _lspci_excerpt,
+    lambda d: _blocks(d, "dmidecode_slots", re.compile(r"^(?:Handle 0x[0-9A-Fa-f]+, DMI type 9\b"
+                                                      r"|System Slot Information\s*$)"),
+                      lambda s: not s.startswith("Handle ") or "DMI type 9" in s),
     lambda d: _blocks(d, "proc_modules", re.compile(r"^Module\s+Size\s+Used by"),
                       lambda s: bool(re.match(r"^\w+\s+\d+\s+\d+", s))),
     lambda d: _lines(d, "proc_modules", re.compile(

@@ -25,6 +25,7 @@ PARSERS: dict[str, tuple[str, str, bool]] = {
     "pci_devices": ("pci", "parse_pci_tree", True),
     "lspci_nvidia": ("lspci", "parse_lspci", False),
     "lspci_mellanox": ("lspci", "parse_lspci", False),
+    "dmidecode_slots": ("dmidecode", "parse_dmidecode_slots", False),
     "systemctl_persistenced": ("systemd", "parse_systemctl_show", False),
     "systemctl_fabricmanager": ("systemd", "parse_systemctl_show", False),
     "kernel_log": ("kernel_events", "scan_driver_events", False),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.facts import _CONTAINER_CGROUP, Facts
+from gputriage.facts import CONTAINER_CGROUP, Facts
 from gputriage.hostfacts.host import DEFAULT_HUGEPAGE_KB, hugepage_pool_sizes
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.hostcfg import KernelCmdline, parse_size_kb
@@ -207,7 +207,7 @@ def container(facts: Facts) -> Iterator[Finding]:
     and GPU devices are only those the runtime passed in."""
     if not facts.get("in_container"):
         return
-    cgroup_lines = [ln for ln in facts.lines("proc_self_cgroup") if _CONTAINER_CGROUP.search(ln)]
+    cgroup_lines = [ln for ln in facts.lines("proc_self_cgroup") if CONTAINER_CGROUP.search(ln)]
     nodes = facts.maybe("devnodes")
     gpu_nodes = sorted(n.path for n in nodes or [] if n.path.rpartition("/")[2][6:].isdigit()
                        and n.path.rpartition("/")[2].startswith("nvidia"))

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.facts import Facts
+from gputriage.facts import Facts, Missing
 from gputriage.hostfacts.pcie import IDLE_GTS, PcieLink, aer_total
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.parsers.dmidecode import Slot, parse_dmidecode_slots
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
 
 REPLAYS_WARN = 1000  # replays since reset: a link that keeps retrying packets
@@ -50,6 +51,17 @@ def _gts(v: float | None) -> str:
     return f"{v:g} GT/s" if v is not None else "? GT/s"
 
 
+def _slot(facts: Facts, bus_id: str | None) -> Slot | None:
+    """The physical slot (dmidecode) holding a device, when known."""
+    if not bus_id:
+        return None
+    try:
+        slots = facts._parse("dmidecode_slots", parse_dmidecode_slots)
+    except Missing:
+        return None
+    return next((s for s in slots if s.bus_address == bus_id), None)
+
+
 @rule("pcie.width", requires=("pcie_links",), produces=("pcie.width-degraded",))
 def link_width(facts: Facts) -> Iterator[Finding]:
     """A PCIe link trained with fewer lanes than the device and slot support cuts
@@ -73,6 +85,17 @@ def link_width(facts: Facts) -> Iterator[Finding]:
                 "type wires the GPU, not a fault on this host. Compare it with the width "
                 "expected for this instance type before acting.",
                 Action.NONE, Blame.UNKNOWN, _scope(link), ev)
+            continue
+        slot_info = _slot(facts, link.bus_id)
+        if slot_info is not None and slot_info.width is not None and slot_info.width <= cur:
+            yield finding(
+                "pcie.width-degraded", Severity.INFO,
+                f"{title}: slot {slot_info.designation or '?'} is only x{slot_info.width}",
+                f"The card sits in a slot wired for {slot_info.width} lanes ({slot_info.type}): a "
+                "placement limit, not a failing link. If the device needs its full "
+                "bandwidth, move it to a full-width slot.",
+                Action.FIX_CONFIG, Blame.CONFIG, _scope(link),
+                ev + [evidence("dmidecode_slots", slot_info.lines)])
             continue
         severe = cur <= 2 if mx is None else cur * 4 <= mx
         slot = ("; a NIC in a narrower slot also shows this: check the slot width "

@@ -51,6 +51,7 @@ RENDERERS: dict[str, Callable[[Host], str]] = {
     "pci_devices": h.pci_devices,
     "lspci_nvidia": lg.lspci_nvidia,
     "lspci_mellanox": lg.lspci_mellanox,
+    "dmidecode_slots": lg.dmidecode_slots,
     "proc_meminfo": h.proc_meminfo,
     "hugepages": h.hugepages,
     "hugepages_per_node": h.hugepages_per_node,

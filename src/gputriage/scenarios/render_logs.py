@@ -349,3 +349,17 @@ def nvidia_container_cli_info(host: Host) -> str:
                 f"GPU UUID:       {g.uuid}", f"Bus Location:   {g.bus_upper}",
                 "Architecture:   9.0", ""]
     return "\n".join(out)
+
+
+def dmidecode_slots(host: Host) -> str:
+    """``dmidecode -t slot``: one full-width Gen5 slot per GPU baseboard link and NIC."""
+    out = ["# dmidecode 3.3", "Getting SMBIOS data from sysfs.", "SMBIOS 3.5.0 present.", ""]
+    devices = [(f"GPU{g.index}", g.bus, 16) for g in host.gpus]
+    devices += [(f"NIC{i}", n.bus, 16) for i, n in enumerate(host.nics)]
+    for handle, (label, bus, width) in enumerate(devices, start=0x20):
+        out += [f"Handle 0x{handle:04X}, DMI type 9, 24 bytes", "System Slot Information",
+                f"\tDesignation: {label}_SLOT", f"\tType: x{width} PCI Express 5 x{width}",
+                "\tCurrent Usage: In Use", "\tLength: Other", f"\tID: {handle - 0x1f}",
+                "\tCharacteristics:", "\t\t3.3 V is provided", "\t\tPME signal is supported",
+                f"\tBus Address: {bus}", "\tData Bus Width: 16", "\tPeer Devices: 0", ""]
+    return "\n".join(out)

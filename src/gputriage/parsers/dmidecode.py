@@ -1,0 +1,64 @@
+"""Parse ``dmidecode -t slot``: the physical PCIe slots and what sits in them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from gputriage.errors import ParseError
+from gputriage.parsers.base import normalize_bus_id
+
+__all__ = ["Slot", "parse_dmidecode_slots"]
+
+_WIDTH = re.compile(r"\bx(\d{1,2})\b")
+_GEN = re.compile(r"PCI Express (\d)\b", re.IGNORECASE)
+
+
+@dataclass
+class Slot:
+    """One "System Slot Information" record."""
+
+    designation: str | None = None
+    type: str | None = None  # "x8 PCI Express 3 x8"
+    width: int | None = None  # electrical lanes: the last xN of the type
+    gen: int | None = None
+    usage: str | None = None  # "In Use" / "Available"
+    bus_address: str | None = None  # normalised 0000:31:00.0
+    lines: list[str] = field(default_factory=list)
+
+
+def parse_dmidecode_slots(text: str) -> list[Slot]:
+    """Slots from ``dmidecode -t slot`` (or ``-t 9``); [] for empty text, ParseError
+    when the text holds no slot record."""
+    if not text.strip():
+        return []
+    slots: list[Slot] = []
+    current: Slot | None = None
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if line.strip() == "System Slot Information":
+            current = Slot(lines=[line.strip()])
+            slots.append(current)
+            continue
+        if current is None or ":" not in line:
+            continue
+        key, _, value = line.strip().partition(":")
+        value = value.strip()
+        if key == "Designation":
+            current.designation = value
+        elif key == "Type":
+            current.type = value
+            widths = _WIDTH.findall(value)
+            current.width = int(widths[-1]) if widths else None
+            gen = _GEN.search(value)
+            current.gen = int(gen.group(1)) if gen else None
+        elif key == "Current Usage":
+            current.usage = value
+        elif key == "Bus Address":
+            current.bus_address = normalize_bus_id(value)
+        else:
+            continue
+        current.lines.append(line.strip())
+    if not slots:
+        raise ParseError("not dmidecode slot output: no 'System Slot Information' record")
+    return slots
