@@ -334,6 +334,74 @@ def test_small_blocks_threads_and_fallback_agree(monkeypatch, tmp_path, memmem, 
         assert _signature(scan_text(f.read_text())) == exp, f.name
 
 
+
+def _full(scan: LogScan) -> tuple:
+    return (_signature(scan), scan.lines, scan.skipped, scan.bytes, scan.formats,
+            [(b.index, b.boot_id, b.first, b.last) for b in scan.boots])
+
+
+def _awkward_log(tmp_path: Path) -> Path:
+    """Fixtures glued with long lines, NUL runs, CRLF and no final newline."""
+    parts = [(FIX / n).read_bytes() for n in ("all-kinds-short-iso.log", "dmesg-two-boots.txt",
+                                             "kmsg-records.txt")]
+    body = b"".join([
+        parts[0], b"y" * 5000 + b" NVRM: cut\n", b"\x00" * 300 + b"NVRM: " + b"\x00" * 5 + b"\n",
+        b"a\x00b\x00" * 100 + b"nvidia\n", parts[1].replace(b"\n", b"\r\n"), b"z" * 9000,
+        b"\n", parts[2], b"PCIe link up\nError received\n-- Logs begin --\n", parts[0],
+        f"[ 9.0] {XID}".encode()])
+    p = tmp_path / "awkward.log"
+    p.write_bytes(body)
+    return p
+
+
+@pytest.mark.parametrize("block", [257, 4096, 1 << 20])
+def test_worker_processes_agree_with_the_sequential_reader(monkeypatch, tmp_path, block):
+    """Large plain files are searched block by block in worker processes: same events,
+    line numbers, boots and counts as one sequential pass, wherever blocks end."""
+    files = [_awkward_log(tmp_path), FIX / "all-kinds-short-iso.log",
+             FIX / "journal-two-boots.json"]
+    monkeypatch.setattr(logscan, "BLOCK", block)
+    monkeypatch.setattr(logscan, "LONG_LINE", max(block // 2, 64))
+    monkeypatch.setattr(logscan, "_workers", lambda: 1)
+    expected = [_full(scan_paths([str(f)], now=NOW)) for f in files]
+    monkeypatch.setattr(logscan, "_workers", lambda: 2)
+    monkeypatch.setattr(logscan, "PROCESS_MIN", 0)
+    for f, exp in zip(files, expected, strict=True):
+        assert _full(scan_paths([str(f)], now=NOW)) == exp, f.name
+    both = [str(files[1]), str(files[0])]
+    monkeypatch.setattr(logscan, "PROCESS_MIN", 1 << 40)
+    exp_both = _full(scan_paths(both, now=NOW))
+    monkeypatch.setattr(logscan, "PROCESS_MIN", 0)
+    assert _full(scan_paths(both, now=NOW)) == exp_both
+
+
+@pytest.mark.parametrize("strstr", [True, False])
+def test_strstr_and_memmem_find_the_same_lines(monkeypatch, tmp_path, strstr):
+    """The strstr search (NUL-terminated pieces) finds what memmem finds, NULs or not."""
+    data = bytearray(_awkward_log(tmp_path).read_bytes().rstrip(b"x") + b"\n")
+    data += b"\x00nvidia\n" * 100  # more NUL pieces than strstr takes: memmem does it
+    anchors = logscan._anchors_for(b"")
+    expected = logscan._anchor_hits(bytes(data), 0, len(data), anchors)
+    if not strstr:
+        monkeypatch.setattr(logscan, "_STRSTR", None)
+    assert logscan._anchor_hits(data, 0, len(data), anchors) == expected
+    assert data == bytearray(_awkward_log(tmp_path).read_bytes().rstrip(b"x") + b"\n") + \
+        b"\x00nvidia\n" * 100  # the search left the buffer as it was
+
+
+def test_probes_stand_for_exactly_their_anchors():
+    """Each anchor is found through a probe inside it, and a probe hit without one of
+    its anchors is no candidate."""
+    probes = logscan._probes(logscan._anchors_for(b"{"))
+    for a in logscan._anchors_for(b"{"):
+        assert any(p.needle in a and (not p.anchors or a in p.anchors) for p in probes), a
+    near = b"PCIe link up\nError received\n-- Logs begin --\nsegfault in x\nok\n"
+    assert logscan._anchor_hits(bytearray(near), 0, len(near), logscan.ANCHORS) == {}
+    hit = b"x\nINFO: task a:1 blocked for more than 2 seconds.\n-- Reboot --\n"
+    assert logscan._anchor_hits(bytearray(hit), 0, len(hit), logscan.ANCHORS) == {
+        2: 1, hit.index(b"-- Reboot"): 0}
+
+
 def test_empty_inputs(tmp_path):
     empty = scan_text("")
     assert (empty.events, empty.boots, empty.lines, empty.bytes) == ([], [], 0, 0)

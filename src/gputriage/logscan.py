@@ -3,9 +3,15 @@
 ``scan_paths`` reads files (plain, gzip, xz, bzip2, rotated sets) or stdin
 (``-``) in 8 MiB blocks and never decodes a line unless it holds one of a few
 anchor literals (``NVRM: ``, ``nvidia``, ``mlx5_``, ``PCIe Bus Error``,
-``segfault at`` ...; see ``ANCHORS``). Anchors are found with libc ``memmem``
-through ctypes, which releases the GIL, so blocks are searched on several
-threads; where ``memmem`` is unavailable ``bytes.find`` does the same work on
+``segfault at`` ...; see ``ANCHORS``). Anchors are found through libc
+``strstr`` via ctypes (each block's last newline turned into the NUL it needs
+while searching; ``memmem`` where a block has no such newline or many NULs)
+and through "probes" (a rare-led substring standing for one or more anchors,
+checked against them on the line), so a few fast passes cover every anchor.
+Large plain files are read in BLOCK-aligned reads by forked worker processes
+(Linux), which search and count newlines and send back only candidate lines;
+other inputs are searched on threads (the libc calls release the GIL) from
+reused read buffers; where libc is unavailable ``bytes.find`` does the work on
 one thread. Candidate lines (plus the continuation lines after them, and 30
 lines after a hung task or soft lockup for its call trace) are decoded and
 parsed by :class:`gputriage.parsers.kernel_events.EventExtractor`.
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import io
 import json
 import lzma
 import os
@@ -45,7 +52,8 @@ import re
 import sys
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -100,66 +108,211 @@ class LogScan:
 
 # --- finding candidate lines -------------------------------------------------------------
 
-def _load_memmem() -> Callable[..., int | None] | None:
+# Each anchor is searched through a "probe": a substring of it whose first two bytes are
+# rare in kernel logs (glibc's strstr filters on the first two bytes 16 at a time, so a
+# rare pair is what makes a pass fast), and one probe may stand for several anchors; a
+# line a probe finds is a candidate only when it holds one of that probe's anchors, so
+# the candidate lines are exactly the lines holding an anchor.
+_PROBE_OF: dict[bytes, bytes] = {
+    b"error received": b"rror received", b"PCIe Bus Error": b"PCIe ",
+    b"PCIe bandwidth": b"PCIe ", b"segfault at ": b"gfault at ", b"-- Boot ": b"-- ",
+    b"-- Reboot --": b"-- ",
+}
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """One literal searched for, the anchors it stands for, and its context mode."""
+
+    needle: bytes
+    anchors: tuple[bytes, ...]  # () when the needle is itself the only anchor
+
+    @property
+    def mode(self) -> int:
+        return 1 if any(a in _TRACE_ANCHORS for a in self.anchors or (self.needle,)) else 0
+
+
+def _probes(anchors: Sequence[bytes]) -> tuple[_Probe, ...]:
+    """The probes that find every line holding one of ``anchors``."""
+    groups: dict[bytes, list[bytes]] = {}
+    for a in anchors:
+        groups.setdefault(_PROBE_OF.get(a, a), []).append(a)
+    out = []
+    for needle, group in groups.items():
+        exact = group == [needle]
+        modes = {a in _TRACE_ANCHORS for a in group}
+        if len(modes) > 1:  # a probe must not mix context modes: search these one by one
+            out.extend(_Probe(a, ()) for a in group)
+        else:
+            out.append(_Probe(needle, () if exact else tuple(group)))
+    return tuple(out)
+
+
+def _load_libc() -> tuple[Callable[..., int | None] | None, Callable[..., int | None] | None,
+                          Callable[..., int] | None]:
+    """libc ``memmem``, ``strstr`` and ``strlen`` (each None when unusable)."""
     try:
         import ctypes
 
-        fn = ctypes.CDLL(None).memmem
-        fn.restype = ctypes.c_void_p
-        fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
-        probe = b"abcNVRM: x"
-        base = ctypes.cast(ctypes.c_char_p(probe), ctypes.c_void_p).value or 0
-        if fn(base, len(probe), b"NVRM: ", 6) != base + 3:
-            return None
-        return fn
+        libc = ctypes.CDLL(None)
+        memmem, strstr, strlen = libc.memmem, libc.strstr, libc.strlen
+        memmem.restype = strstr.restype = ctypes.c_void_p
+        memmem.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
+        strstr.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
+        strlen.restype = ctypes.c_size_t
+        strlen.argtypes = (ctypes.c_void_p,)
+        probe = bytearray(b"abcNVRM: x\x00")
+        keep = ctypes.c_char.from_buffer(probe)
+        base = ctypes.addressof(keep)
+        ok_memmem = memmem(base, 10, b"NVRM: ", 6) == base + 3
+        ok_str = strstr(base, b"NVRM: ") == base + 3 and strlen(base) == 10
+        del keep
+        return (memmem if ok_memmem else None, strstr if ok_str else None,
+                strlen if ok_str else None)
     except (OSError, AttributeError, TypeError, ValueError):  # pragma: no cover - no libc
-        return None
+        return None, None, None
 
 
-_MEMMEM = _load_memmem()
+_MEMMEM, _STRSTR, _STRLEN = _load_libc()
+_MAX_SEGMENTS = 64  # NUL-separated pieces searched with strstr before memmem takes over
 
 
-def _anchor_hits(buf: bytes, lo: int, hi: int, anchors: Sequence[bytes]) -> dict[int, int]:
+def _anchor_hits(buf: bytes | bytearray, lo: int, hi: int,
+                 anchors: Sequence[bytes]) -> dict[int, int]:
     """Start offsets of the lines in ``buf[lo:hi]`` holding an anchor -> context mode
     (0: continuation lines, 1: a call trace follows)."""
     starts: dict[int, int] = {}
-    rfind, find = buf.rfind, buf.find
+    if hi <= lo or not anchors:
+        return starts
+    probes = _probes(anchors)
+    if (_STRSTR is not None and _MEMMEM is not None and isinstance(buf, bytearray)
+            and buf[hi - 1] == 10):
+        import ctypes
+
+        # strstr needs a NUL-terminated haystack: the span's last newline becomes the
+        # NUL for the search (no anchor holds a newline) and is put back afterwards;
+        # NUL bytes inside the span split it into pieces searched one by one.
+        keep = ctypes.c_char.from_buffer(buf)
+        base = ctypes.addressof(keep)
+        buf[hi - 1] = 0
+        try:
+            pieces = _nul_pieces(base, lo, hi - 1)
+            if pieces is not None:
+                for p in probes:
+                    _strstr_hits(buf, base, lo, pieces, hi, p, starts)
+                return starts
+        finally:
+            buf[hi - 1] = 10
+            del keep
+    for p in probes:
+        _memmem_hits(buf, lo, hi, p, starts)
+    return starts
+
+
+def _nul_pieces(base: int, lo: int, end: int) -> list[tuple[int, int]] | None:
+    """NUL-free pieces of ``[lo, end)`` (a NUL at ``end``); None when there are many."""
+    strlen = _STRLEN
+    assert strlen is not None
+    pieces = []
+    pos = lo
+    while pos < end:
+        n = strlen(base + pos)
+        pieces.append((pos, pos + n))
+        if len(pieces) > _MAX_SEGMENTS:
+            return None
+        pos += n + 1
+    return pieces
+
+
+def _add_hit(buf: bytes | bytearray, lo: int, hi: int, pos: int, p: _Probe,
+             starts: dict[int, int]) -> int:
+    """Record the line holding ``pos`` when it holds one of ``p``'s anchors; returns the
+    offset after that line."""
+    s = buf.rfind(b"\n", lo, pos) + 1 or lo
+    if s < lo:
+        s = lo
+    e = buf.find(b"\n", pos, hi)
+    e = hi if e < 0 else e
+    held = not p.anchors or any(buf.find(a, s, e) >= 0 for a in p.anchors)
+    if held and starts.get(s, -1) < p.mode:
+        starts[s] = p.mode
+    return e + 1
+
+
+def _strstr_hits(buf: bytearray, base: int, lo: int, pieces: list[tuple[int, int]], hi: int,
+                 p: _Probe, starts: dict[int, int]) -> None:
+    strstr = _STRSTR
+    assert strstr is not None
+    off = lo
+    needle = p.needle
+    for start, end in pieces:
+        off = max(off, start)
+        while off < end:
+            r = strstr(base + off, needle)
+            if not r:
+                break
+            off = _add_hit(buf, lo, hi, r - base, p, starts)
+
+
+def _memmem_hits(buf: bytes | bytearray, lo: int, hi: int, p: _Probe,
+                 starts: dict[int, int]) -> None:
     memmem = _MEMMEM
+    find = buf.find
+    needle = p.needle
     if memmem is not None:
         import ctypes
 
-        keep = ctypes.c_char_p(buf)
-        base = ctypes.cast(keep, ctypes.c_void_p).value or 0
-    for anchor in anchors:
-        mode = 1 if anchor in _TRACE_ANCHORS else 0
-        off = lo
+        if isinstance(buf, bytearray):
+            keep: object = ctypes.c_char.from_buffer(buf)
+            base = ctypes.addressof(keep)  # type: ignore[arg-type]
+        else:
+            keep = ctypes.c_char_p(buf)
+            base = ctypes.cast(keep, ctypes.c_void_p).value or 0
+    off = lo
+    try:
         while off < hi:
             if memmem is not None:
-                r = memmem(base + off, hi - off, anchor, len(anchor))
+                r = memmem(base + off, hi - off, needle, len(needle))
                 if not r:
                     break
                 pos = r - base
             else:
-                pos = find(anchor, off, hi)
+                pos = find(needle, off, hi)
                 if pos < 0:
                     break
-            s = rfind(b"\n", lo, pos) + 1 or lo
-            if s < lo:
-                s = lo
-            if starts.get(s, -1) < mode:
-                starts[s] = mode
-            e = find(b"\n", pos, hi)
-            off = hi if e < 0 else e + 1
-    return starts
+            off = _add_hit(buf, lo, hi, pos, p, starts)
+    finally:
+        if memmem is not None:
+            del keep
 
 
 @dataclass
 class _Span:
     """Candidate lines of one block: (newlines before the line, text bytes, cut)."""
 
-    lines: list[tuple[int, bytes, bool]]
+    lines: list[tuple[int, bytes | bytearray, bool]]
     newlines: int
     carry: tuple[int, int] = (0, 0)  # (lines wanted from the next block, mode)
+    head: list[tuple[int, bytes | bytearray, bool]] = field(default_factory=list)
+    head_all: bool = True  # ``head`` holds every line of the block
+
+    def carried(self, carry: tuple[int, int]) -> tuple[list[tuple[int, bytes | bytearray, bool]],
+                                                      tuple[int, int]]:
+        """The block's first lines that a previous block's context ``carry`` takes, and
+        what is still wanted after this block (as :func:`_context` would find them)."""
+        limit, mode = carry
+        out = []
+        for line in self.head:
+            if len(out) >= limit:
+                return out, (0, 0)
+            if mode == 0 and line[1][:1] not in (b" ", b"\t"):
+                return out, (0, 0)
+            out.append(line)
+        left = limit - len(out)
+        return out, ((left, mode) if left and self.head_all else (0, 0))
+
+
+_HEAD = max(TRACE_WINDOW, MAX_CONT)  # lines of a block kept for a previous block's context
 
 
 def _line_end(buf: bytes, s: int, hi: int) -> int:
@@ -191,7 +344,13 @@ def _search_span(buf: bytes, lo: int, hi: int, anchors: Sequence[bytes],
         cut = e - s > MAX_LINE
         out.append((n, buf[s:min(e, s + MAX_LINE)], cut))
     n += count(b"\n", prev, hi)
-    return _Span(out, n, need)
+    head = []
+    pos = lo
+    while pos < hi and len(head) < _HEAD:
+        e = _line_end(buf, pos, hi)
+        head.append((len(head), buf[pos:min(e, pos + MAX_LINE)], e - pos > MAX_LINE))
+        pos = e + 1
+    return _Span(out, n, need, head, pos >= hi)
 
 
 def _context(buf: bytes, s: int, hi: int, mode: int, limit: int, want: dict[int, int],
@@ -222,7 +381,8 @@ class _Input:
         self.nbytes = 0
         self.last_byte = b"\n"
 
-    def spans(self, chunks: Iterator[bytes]) -> Iterator[tuple[bytes, int, int]]:
+    def spans(self, chunks: Iterator[bytes | bytearray]
+              ) -> Iterator[tuple[bytes | bytearray, int, int]]:
         tail = b""
         for chunk in chunks:
             if not chunk:
@@ -252,20 +412,58 @@ class _Input:
             yield tail, 0, len(tail)
 
 
-def _file_chunks(fh, name: str, problems: list[str]) -> Iterator[bytes]:  # noqa: ANN001
-    head = fh.read(BLOCK)
+class _Buffers:
+    """Reusable read buffers: a fresh 8 MiB object per read costs page faults (and an
+    allocation) that reusing one avoids. A buffer is reused only when nothing but the
+    pool refers to it any more (CPython reference counts); else a new one is made."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.ring: list[bytearray] = []
+        self.next = 0
+
+    def get(self) -> bytearray:
+        ring = self.ring
+        counted = hasattr(sys, "getrefcount")
+        for i in range(len(ring)):
+            j = (self.next + i) % len(ring)
+            if counted and sys.getrefcount(ring[j]) <= 2 and len(ring[j]) == self.size:
+                self.next = j + 1
+                return ring[j]
+        buf = bytearray(self.size)
+        if len(ring) < 2 * _workers() + 4:
+            ring.append(buf)
+        else:
+            ring[self.next % len(ring)] = buf
+            self.next += 1
+        return buf
+
+
+def _read_block(fh, bufs: _Buffers) -> bytearray:  # noqa: ANN001
+    """One ``fh.read(BLOCK)``'s bytes, read into a reused buffer."""
+    buf = bufs.get()
+    n = fh.readinto(buf) or 0
+    if n < len(buf):
+        return bytearray(memoryview(buf)[:n])
+    return buf
+
+
+def _file_chunks(fh, name: str, problems: list[str]) -> Iterator[bytes | bytearray]:  # noqa: ANN001
+    bufs = _Buffers(BLOCK)
+    head = _read_block(fh, bufs)
     kind = _compression(head)
     if kind is None:
         chunk = head
         while chunk:
             yield chunk
+            del chunk  # let the pool see the buffer free again once its spans are done
             try:
-                chunk = fh.read(BLOCK)
+                chunk = _read_block(fh, bufs)
             except OSError as exc:
                 problems.append(f"{name}: read error ({exc.strerror or exc}); kept what was read")
                 return
         return
-    yield from _decompressed(kind, head, fh, name, problems)
+    yield from _decompressed(kind, bytes(head), fh, name, problems)
 
 
 def _compression(head: bytes) -> str | None:
@@ -425,6 +623,7 @@ class _Source:
         self.formats: dict[str, None] = {}
         self.skipped = 0
         self.held: LogLine | None = None
+        self.stamps: dict[str, tuple[datetime | None, float | None]] = {}  # parsed stamps
 
     # -- boots --------------------------------------------------------------------------
     def _new_boot(self, boot_id: str | None = None) -> None:
@@ -500,7 +699,12 @@ class _Source:
                 self.formats.setdefault("plain")
             t = up = None
             for st in stamps:
-                a, b = _stamp_time(st, self.now)
+                known = self.stamps.get(st)
+                if known is None:
+                    if len(self.stamps) >= 4096:
+                        self.stamps.clear()
+                    known = self.stamps[st] = _stamp_time(st, self.now)
+                a, b = known
                 t = t or a
                 up = up if up is not None else b
             ll = LogLine(piece, msg, stamps, lineno, t, up, origin=self.name, escaped=escaped)
@@ -566,41 +770,150 @@ def _workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-def _run_input(src: _Source, inp: _Input, chunks: Iterator[bytes],
+class _Lines:
+    """Feeds the candidate lines of consecutive blocks to a source, in order, with line
+    numbers and the context lines that run on into the next block."""
+
+    def __init__(self, src: _Source) -> None:
+        self.src = src
+        self.base = 0
+        self.carry = (0, 0)
+
+    def feed(self, span: _Span) -> None:
+        if self.carry[0]:
+            extra, more = span.carried(self.carry)
+            seen = {n for n, _, _ in span.lines}
+            span.lines = sorted(span.lines + [x for x in extra if x[0] not in seen],
+                                key=lambda x: x[0])
+            if more[0]:
+                span.carry = max(span.carry, more)
+        line = self.src.line
+        for n, raw, cut in span.lines:
+            line(self.base + n + 1, raw, cut)
+        self.base += span.newlines
+        self.carry = span.carry
+
+
+def _run_input(src: _Source, inp: _Input, chunks: Iterator[bytes | bytearray],
                pool: ThreadPoolExecutor | None, anchors: Sequence[bytes]) -> int:
     """Search all spans of one input (in parallel when a pool is given); returns lines."""
-    base = 0
-    carry = (0, 0)
-    inflight: list[tuple[Future[_Span] | _Span, bytes, int, int]] = []
-    limit = 2 * _workers()
-    span_iter = inp.spans(chunks)
-
-    def consume(item: tuple[Future[_Span] | _Span, bytes, int, int]) -> None:
-        nonlocal base, carry
-        res, buf, lo, hi = item
-        span = res.result() if isinstance(res, Future) else res
-        if carry[0]:
-            extra = _search_span(buf, lo, hi, (), carry)
-            seen = {n for n, _, _ in span.lines}
-            span.lines = sorted(span.lines + [x for x in extra.lines if x[0] not in seen],
-                                key=lambda x: x[0])
-            if extra.carry[0]:
-                span.carry = max(span.carry, extra.carry)
-        for n, raw, cut in span.lines:
-            src.line(base + n + 1, raw, cut)
-        base += span.newlines
-        carry = span.carry
-
-    for buf, lo, hi in span_iter:
+    out = _Lines(src)
+    inflight: list[Future[_Span]] = []
+    limit = _workers() + 2
+    for buf, lo, hi in inp.spans(chunks):
         if pool is None:
-            consume((_search_span(buf, lo, hi, anchors), buf, lo, hi))
+            out.feed(_search_span(buf, lo, hi, anchors))
             continue
-        inflight.append((pool.submit(_search_span, buf, lo, hi, anchors), buf, lo, hi))
+        inflight.append(pool.submit(_search_span, buf, lo, hi, anchors))
+        del buf  # the read-buffer pool reuses a buffer once no span refers to it
         if len(inflight) >= limit:
-            consume(inflight.pop(0))
-    for item in inflight:
-        consume(item)
-    return base + (1 if inp.nbytes and inp.last_byte != b"\n" else 0)
+            out.feed(inflight.pop(0).result())
+    for fut in inflight:
+        out.feed(fut.result())
+    return out.base + (1 if inp.nbytes and inp.last_byte != b"\n" else 0)
+
+
+# --- large plain files: blocks searched in worker processes ---------------------------------
+#
+# Counting newlines (for line numbers) holds the GIL, so threads cannot share that work;
+# for a large uncompressed file each worker process reads and searches whole blocks
+# (the same BLOCK-aligned reads as the sequential reader, so long lines are cut at the
+# same places) and sends back only candidate lines, counts and the block's first and
+# last partial lines; the main process stitches those and parses, in file order.
+
+PROCESS_MIN = 64 << 20  # files at least this big are searched in worker processes
+
+
+@dataclass
+class _Block:
+    """What a worker found in one BLOCK-aligned read of a file."""
+
+    size: int
+    raw: bytes | None = None  # the whole block when it holds no newline
+    head: bytes = b""  # up to and with the first newline
+    tail: bytes = b""  # after the last newline
+    inner: _Span | None = None  # the lines between
+
+
+_BLOCK_BUF: list[bytearray] = []
+
+
+def _block_task(path: str, index: int, block: int, anchors: tuple[bytes, ...]) -> _Block:
+    """Read block ``index`` of ``path`` and search it (runs in a worker process)."""
+    if not _BLOCK_BUF or len(_BLOCK_BUF[0]) != block:
+        _BLOCK_BUF[:] = [bytearray(block)]
+    buf = _BLOCK_BUF[0]
+    with open(path, "rb", buffering=0) as fh:
+        fh.seek(index * block)
+        n = fh.readinto(buf) or 0
+    first = buf.find(b"\n", 0, n)
+    if first < 0:
+        return _Block(n, raw=bytes(buf[:n]))
+    last = buf.rfind(b"\n", 0, n) + 1
+    inner = _search_span(buf, first + 1, last, anchors) if first + 1 < last else None
+    return _Block(n, head=bytes(buf[:first + 1]), tail=bytes(buf[last:n]), inner=inner)
+
+
+def _process_pool() -> Executor | None:
+    """A pool of forked worker processes, or None where that is not safe or useful."""
+    import threading
+
+    if _workers() < 2 or not sys.platform.startswith("linux") or threading.active_count() > 1:
+        return None
+    try:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if multiprocessing.current_process().daemon:  # may not have children
+            return None
+        return ProcessPoolExecutor(_workers(), mp_context=multiprocessing.get_context("fork"))
+    except (ImportError, OSError, ValueError):  # pragma: no cover - no fork / semaphores
+        return None
+
+
+def _run_blocks(src: _Source, inp: _Input, path: str, size: int, procs: Executor,
+                anchors: tuple[bytes, ...]) -> int:
+    """Like :func:`_run_input` for a plain file whose blocks workers search."""
+    out = _Lines(src)
+    limit = _workers() + 2
+    block = BLOCK
+    inflight: list[Future[_Block]] = []
+    nxt = 0
+    tail = b""
+
+    def own(data: bytes) -> None:
+        out.feed(_search_span(data, 0, len(data), anchors))
+
+    while True:
+        while len(inflight) < limit and (nxt * block <= size or not inflight):
+            inflight.append(procs.submit(_block_task, path, nxt, block, anchors))
+            nxt += 1
+        try:
+            r = inflight.pop(0).result()
+        except OSError as exc:
+            inp.problems.append(f"{inp.name}: read error ({exc.strerror or exc}); "
+                                "kept what was read")
+            break
+        if r.size:
+            inp.nbytes += r.size
+            inp.last_byte = (r.raw or r.tail or r.head)[-1:]
+        if r.raw is not None:
+            tail += r.raw
+            if len(tail) >= LONG_LINE:
+                own(tail)
+                tail = b""
+        else:
+            own(tail + r.head)
+            if r.inner is not None:
+                out.feed(r.inner)
+            tail = r.tail
+        if r.size < block:
+            break
+    for fut in inflight:
+        fut.cancel()
+    if tail:
+        own(tail)
+    return out.base + (1 if inp.nbytes and inp.last_byte != b"\n" else 0)
 
 
 def _anchors_for(head: bytes) -> tuple[bytes, ...]:
@@ -638,6 +951,35 @@ def _scan_one(name: str, chunks: Iterator[bytes], order: int, now: datetime,
         yield from chunks
 
     lines = _run_input(src, inp, all_chunks(), pool, anchors)
+    src.finish()
+    return _Result(name, order, src, lines, inp.nbytes, problems)
+
+
+def _plain_size(fh) -> int:  # noqa: ANN001
+    """The size of ``fh`` when it is a regular, uncompressed file (else -1)."""
+    try:
+        st = os.fstat(fh.fileno())
+        import stat
+
+        if not stat.S_ISREG(st.st_mode):
+            return -1
+        head = os.pread(fh.fileno(), 8, 0)
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        return -1
+    return st.st_size if _compression(head) is None else -1
+
+
+def _scan_blocks(name: str, fh, size: int, order: int, now: datetime,  # noqa: ANN001
+                 procs: Executor, problems: list[str]) -> _Result:
+    """:func:`_scan_one` for a large plain file, its blocks searched by ``procs``."""
+    src = _Source(name, now)
+    inp = _Input(name, problems)
+    anchors = _anchors_for(os.pread(fh.fileno(), min(4096, BLOCK), 0))
+    # the workers open the file this process has open, even if it was renamed (rotated)
+    # or removed since
+    opened = f"/proc/{os.getpid()}/fd/{fh.fileno()}"
+    lines = _run_blocks(src, inp, opened if os.path.exists(opened) else name, size, procs,
+                        anchors)
     src.finish()
     return _Result(name, order, src, lines, inp.nbytes, problems)
 
@@ -724,6 +1066,7 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None) -> LogScan:
     failures: list[str] = []
     workers = _workers()
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
+    procs: Executor | bool | None = None  # made when a large plain file comes
     try:
         for order, path in enumerate(paths):
             name = "<stdin>" if path == "-" else str(path)
@@ -733,6 +1076,17 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None) -> LogScan:
                 failures.append(f"{name}: cannot read ({exc.strerror or exc})")
                 continue
             try:
+                size = _plain_size(fh) if path != "-" else -1
+                if size >= PROCESS_MIN and procs is None:
+                    procs = _process_pool() or False
+                if size >= PROCESS_MIN and procs:
+                    try:
+                        results.append(_scan_blocks(name, fh, size, order, now, procs,
+                                                    problems))
+                        continue
+                    except BrokenProcessPool:  # a worker died: read this one here
+                        procs.shutdown(wait=False)
+                        procs = False
                 chunks = _file_chunks(fh, name, problems)
                 results.append(_scan_one(name, chunks, order, now, pool, problems))
             except OSError as exc:
@@ -743,6 +1097,8 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None) -> LogScan:
     finally:
         if pool is not None:
             pool.shutdown()
+        if isinstance(procs, Executor):
+            procs.shutdown(cancel_futures=True)
     if not results:
         raise InputError("; ".join(failures) or "no input to scan")
     scan = _merge(results)
