@@ -6,6 +6,9 @@ import importlib
 import inspect
 from pathlib import Path
 
+import pytest
+from hostkit import run
+
 from gputriage import sources
 from gputriage.facts import is_fact
 from gputriage.parsers import PARSERS, parser_for
@@ -26,6 +29,16 @@ def _rule_cases() -> dict:
 
 
 RULE_CASES = _rule_cases()
+CASES = [(rule_id, sources, expected) for rule_id, items in RULE_CASES.items()
+         for sources, expected in items]
+
+
+@pytest.mark.parametrize(("rule_id", "sources", "expected"), CASES,
+                         ids=[f"{r}->{e}" for r, _, e in CASES])
+def test_rule_fires(rule_id, sources, expected):
+    """Every case of every tests/test_rules*.py: the host makes the rule fire."""
+    result = run(**sources)
+    assert expected in {f.id for f in result.findings}, [f.id for f in result.findings]
 
 
 def test_sources_are_unique_and_described():

@@ -122,17 +122,6 @@ RULE_CASES = {
     ],
 }
 
-CASES = [(rule_id, sources, expected) for rule_id, cases in RULE_CASES.items()
-         for sources, expected in cases]
-
-
-@pytest.mark.parametrize(("rule_id", "sources", "expected"), CASES,
-                         ids=[f"{r}->{e}" for r, _, e in CASES])
-def test_rule_fires(rule_id, sources, expected):
-    result = run(**sources)
-    assert expected in ids(result), [f.id for f in result.findings]
-
-
 def _only(result, fid):
     found = [f for f in result.findings if f.id == fid]
     assert len(found) == 1, [(f.id, f.title) for f in result.findings]

@@ -108,17 +108,6 @@ RULE_CASES = {
     ],
 }
 
-CASES = [(rule_id, sources, expected) for rule_id, cases in RULE_CASES.items()
-         for sources, expected in cases]
-
-
-@pytest.mark.parametrize(("rule_id", "sources", "expected"), CASES,
-                         ids=[f"{r}->{e}" for r, _, e in CASES])
-def test_rule_fires(rule_id, sources, expected):
-    result = run(**sources)
-    assert expected in ids(result), [f.id for f in result.findings]
-
-
 def _topology(result) -> list:
     return [f for f in result.findings if f.id.startswith("topology.")]
 
