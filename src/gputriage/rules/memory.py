@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputriage import knowledge
-from gputriage.facts import Facts
+from gputriage.facts import Facts, fact
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.nvsmi import SmiGpu, norm_key, parse_str
@@ -127,7 +127,15 @@ class SmiView:
 
 
 def smi_views(facts: Facts) -> list[SmiView]:
-    """Every GPU nvidia-smi reports, merged across its outputs (best first)."""
+    """Every GPU nvidia-smi reports, merged across its outputs (best first); built
+    once per host (several rules ask)."""
+    cached = facts.maybe("smi_views")
+    return cached if cached is not None else []
+
+
+@fact("smi_views")
+def _build_smi_views(facts: Facts) -> list[SmiView]:
+    """The per-GPU views of every nvidia-smi output (Missing without one)."""
     nvml_index = {}
     visible = facts.maybe("visible_gpus")
     if visible and visible[0] == "nvml":
