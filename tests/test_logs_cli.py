@@ -180,3 +180,14 @@ def test_timeline_folds_bursts_and_orders_gpus():
     assert [lane.gpu_index for lane in lanes] == [0, 4]
     assert [(r.code, r.count) for r in lanes[1].rows] == [(31, 3)]
     assert lanes[0].rows[0].boot == -1 and lanes[0].label == "GPU 0 0000:18:00.0"
+
+
+def test_logs_refuses_binary_input_and_skips_it_beside_a_log(log, tmp_path):
+    junk = tmp_path / "core.bin"
+    junk.write_bytes(bytes(range(256)) * 64)
+    code, _, err = cli("logs", str(junk))
+    assert code == EXIT_INPUT and "binary data" in err and err.count("\n") == 1
+    code, out, _ = cli("logs", "--json", str(junk), log(XID79))
+    doc = json.loads(out)
+    assert code == 2
+    assert any("binary data" in p for p in doc["scan"]["problems"])

@@ -180,6 +180,27 @@ def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | N
     _report(result, as_json, verbose)
 
 
+_COMPRESSED = (b"\x1f\x8b", b"\xfd7zXZ", b"BZh")
+
+
+def _binary_files(paths: tuple[str, ...]) -> list[str]:
+    """Inputs whose first 64 KiB are binary (compressed logs excepted)."""
+    from gputriage.ingest import looks_binary
+
+    found = []
+    for path in paths:
+        if path == "-":
+            continue
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(64 * 1024)
+        except OSError:
+            continue  # the scan reports unreadable inputs
+        if not head.startswith(_COMPRESSED) and looks_binary(head):
+            found.append(path)
+    return found
+
+
 def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
     """The engine over an already scanned log (no second decoding): the facts'
     ``log_scan`` is pre-filled; every rule the kernel log alone can feed runs."""
@@ -213,7 +234,13 @@ def logs(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None
 
     env = _env()
     window = _window(since, boot)
-    scan = scan_paths(list(paths))
+    binary = _binary_files(paths)
+    if binary and len(binary) == len(paths):
+        from gputriage.errors import InputError
+
+        raise InputError(f"{binary[0]}: binary data, not a text log")
+    scan = scan_paths([p for p in paths if p not in binary])
+    scan.problems.extend(f"{p}: binary data, not a text log: skipped" for p in binary)
     result, events = _judge_scan(scan, window)
     lanes = build_timeline(events)
     if as_json:

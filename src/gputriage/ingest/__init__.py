@@ -192,7 +192,8 @@ def _is_tar(path: str) -> bool:
     return head[257:262] == b"ustar"
 
 
-def _is_binary(sample: bytes) -> bool:
+def looks_binary(sample: bytes) -> bool:
+    """Many control bytes in a sample: binary data, not a text output."""
     if not sample:
         return False
     ctrl = sum(sample.count(bytes([c])) for c in _CONTROL)
@@ -253,7 +254,7 @@ def load_input(path: str) -> Snapshot:
         return raw
     if raw.total == 0:
         raise InputError(f"{origin}: empty file")
-    if _is_binary(raw.data[:_SNIFF]) or not raw.data:
+    if looks_binary(raw.data[:_SNIFF]) or not raw.data:
         raise InputError(f"{origin}: binary data, not a text output")
     text = decode(raw.data)
     if raw.truncated and "\n" in text:
