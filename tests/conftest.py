@@ -67,3 +67,9 @@ def corpus() -> Corpus:
         pytest.skip("real-capture corpus not found: expected ../shared/corpus/MANIFEST.tsv "
                     "beside the checkout (or set GPUTRIAGE_CORPUS)")
     return Corpus(root)
+
+
+@pytest.fixture(autouse=True)
+def _history_in_tmp(monkeypatch, tmp_path):
+    """``check`` records history; tests keep it out of the machine's state folder."""
+    monkeypatch.setenv("GPUTRIAGE_STATE_DIR", str(tmp_path / "state"))

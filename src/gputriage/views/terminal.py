@@ -305,6 +305,18 @@ def _tail(out: _Out, result: Result) -> None:
         out.line(*segs)
 
 
+def _changed_since_healthy(out: _Out, result: Result) -> None:
+    """The opening line "changed since the last healthy check (when): ..." when
+    ``result.host["changed_since_healthy"]`` says something changed."""
+    host = result.host if isinstance(result.host, dict) else {}
+    changed = host.get("changed_since_healthy")
+    if not isinstance(changed, dict) or not changed.get("changes"):
+        return
+    items = [str(c) for c in changed["changes"]]
+    out.line((f"changed since the last healthy check ({changed.get('when') or '?'}): ",
+              "bold yellow"), ("; ".join(items), "yellow"))
+
+
 def render_terminal(result: Result, console: Console | None = None, *,
                     verbose: bool = False) -> None:
     """Print the report of ``result`` on ``console`` (default: a stdout
@@ -315,6 +327,7 @@ def render_terminal(result: Result, console: Console | None = None, *,
 
         console = Console(highlight=False)
     out = _Out(console, verbose)
+    _changed_since_healthy(out, result)
     _header(out, result)
     _gpus(out, result)
     _findings(out, result)

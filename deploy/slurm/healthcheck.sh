@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# gputriage node health check for Slurm: HealthCheckProgram, Prolog, Epilog,
+# or any NHC-style caller that reads the exit status.
+#
+#   healthcheck.sh [healthcheck|prolog|epilog|nhc]   (default: healthcheck)
+#
+# It runs `gputriage check --json` under a hard timeout, keeps the result,
+# and maps gputriage's exit status (Nagios convention) to an action:
+#   0 OK        nothing
+#   1 WARNING   log (syslog via logger, and stderr)
+#   2 CRITICAL  drain this node: scontrol update nodename=... state=drain reason=...
+#   3 UNKNOWN   GPUTRIAGE_ON_UNKNOWN: log (default), drain, or ignore
+#   timeout     GPUTRIAGE_ON_TIMEOUT: log (default), drain, or ignore
+#   other       (usage error, gputriage missing or broken) log only: a broken
+#               tool must never drain a fleet.
+#
+# Exit status of this script: 0, except after a drain in prolog/epilog mode,
+# where it exits GPUTRIAGE_FAIL_EXIT (default 1) so that Slurm requeues the
+# job (prolog) or keeps the node out of service (epilog). HealthCheckProgram
+# ignores the exit status, which is why the script drains by itself.
+# nhc mode never calls scontrol: where it would drain, it prints the reason
+# on stdout and exits GPUTRIAGE_FAIL_EXIT, and the caller (LBNL NHC's
+# check_cmd_status, or any monitor) marks the node down its own way.
+#
+# Settings (environment, or a file named by GPUTRIAGE_HEALTHCHECK_CONF, or
+# /etc/default/gputriage-healthcheck when readable; the file is sourced):
+#   GPUTRIAGE            the gputriage command          (default: gputriage)
+#   GPUTRIAGE_ARGS       extra arguments to check       (default: --deadline 60)
+#   GPUTRIAGE_TIMEOUT    seconds before the check is killed        (default: 120)
+#   SCONTROL_TIMEOUT     seconds for each scontrol call            (default: 20)
+#   GPUTRIAGE_RESULT_DIR where <node>.json is kept (default: /var/log/gputriage)
+#   GPUTRIAGE_ON_UNKNOWN log | drain | ignore                      (default: log)
+#   GPUTRIAGE_ON_TIMEOUT log | drain | ignore                      (default: log)
+#   GPUTRIAGE_FAIL_EXIT  exit after a drain: prolog, epilog, nhc    (default: 1)
+#   GPUTRIAGE_DRY_RUN    1: print the scontrol command instead of running it
+
+set -u
+
+conf="${GPUTRIAGE_HEALTHCHECK_CONF:-/etc/default/gputriage-healthcheck}"
+if [ -r "$conf" ]; then
+    # shellcheck disable=SC1090
+    . "$conf"
+fi
+
+# The mode: the argument, else what Slurm says it runs us as (Prolog= and
+# Epilog= in slurm.conf take no arguments), else healthcheck.
+case "${SLURM_SCRIPT_CONTEXT:-}" in
+    prolog_slurmd) default_mode=prolog ;;
+    epilog_slurmd) default_mode=epilog ;;
+    *) default_mode=healthcheck ;;
+esac
+mode="${1:-$default_mode}"
+case "$mode" in
+    healthcheck | prolog | epilog | nhc) ;;
+    *)
+        echo "usage: $0 [healthcheck|prolog|epilog|nhc]" >&2
+        exit 64
+        ;;
+esac
+
+GPUTRIAGE="${GPUTRIAGE:-gputriage}"
+GPUTRIAGE_ARGS="${GPUTRIAGE_ARGS:---deadline 60}"
+GPUTRIAGE_TIMEOUT="${GPUTRIAGE_TIMEOUT:-120}"
+SCONTROL_TIMEOUT="${SCONTROL_TIMEOUT:-20}"
+GPUTRIAGE_RESULT_DIR="${GPUTRIAGE_RESULT_DIR:-/var/log/gputriage}"
+GPUTRIAGE_ON_UNKNOWN="${GPUTRIAGE_ON_UNKNOWN:-log}"
+GPUTRIAGE_ON_TIMEOUT="${GPUTRIAGE_ON_TIMEOUT:-log}"
+GPUTRIAGE_FAIL_EXIT="${GPUTRIAGE_FAIL_EXIT:-1}"
+GPUTRIAGE_DRY_RUN="${GPUTRIAGE_DRY_RUN:-0}"
+
+# Slurm's name for this node (NodeName may differ from the host name).
+node="${SLURMD_NODENAME:-$(hostname -s 2>/dev/null || uname -n)}"
+
+log() {
+    # One line to stderr (slurmd log for prolog/epilog) and to syslog.
+    echo "gputriage-healthcheck[$mode] $node: $*" >&2
+    if command -v logger >/dev/null 2>&1; then
+        timeout 5 logger -t gputriage-healthcheck -- "$node: $*" 2>/dev/null || true
+    fi
+}
+
+# Where the JSON result goes: the result directory, else a private temp file.
+if mkdir -p "$GPUTRIAGE_RESULT_DIR" 2>/dev/null && [ -w "$GPUTRIAGE_RESULT_DIR" ]; then
+    result="$GPUTRIAGE_RESULT_DIR/$node.json"
+else
+    result="$(mktemp "${TMPDIR:-/tmp}/gputriage-$node.XXXXXX")" || result=/dev/null
+fi
+tmp_result="$result.tmp.$$"
+err_file="${result%.json}.stderr"
+if [ "$result" = /dev/null ]; then
+    tmp_result=/dev/null
+    err_file=/dev/null
+fi
+
+# Word splitting of GPUTRIAGE_ARGS is intended (several options).
+# shellcheck disable=SC2086
+timeout -k 10 "$GPUTRIAGE_TIMEOUT" "$GPUTRIAGE" check --json $GPUTRIAGE_ARGS \
+    >"$tmp_result" 2>"$err_file"
+rc=$?
+if [ "$tmp_result" != /dev/null ]; then
+    mv -f "$tmp_result" "$result" 2>/dev/null || true
+fi
+
+# A short reason for the drain: the critical finding ids from the JSON
+# result (python3 when available; a generic reason otherwise).
+summary() {
+    local ids=""
+    if [ -s "$result" ] && command -v python3 >/dev/null 2>&1; then
+        ids="$(timeout 10 python3 - "$result" 2>/dev/null <<'PY'
+import json, sys
+try:
+    with open(sys.argv[1], encoding="utf-8") as fh:
+        doc = json.load(fh)
+    ids = []
+    for f in doc.get("findings", []):
+        if isinstance(f, dict) and f.get("severity") == "critical":
+            fid = str(f.get("id", "?"))
+            if fid not in ids:
+                ids.append(fid)
+    print(",".join(ids)[:120])
+except Exception:
+    pass
+PY
+)"
+    fi
+    echo "${ids:-see $result}"
+}
+
+drain() {
+    local reason="gputriage $1"
+    reason="${reason//[$'\n\r\t']/ }"
+    reason="${reason:0:200}"
+    local cmd=(scontrol update "nodename=$node" state=drain "reason=$reason")
+    if [ "$mode" = nhc ]; then
+        echo "$reason"
+        log "unhealthy: $reason"
+        exit "$GPUTRIAGE_FAIL_EXIT"
+    elif [ "$GPUTRIAGE_DRY_RUN" = 1 ]; then
+        echo "dry run: ${cmd[*]}"
+    elif timeout -k 5 "$SCONTROL_TIMEOUT" "${cmd[@]}"; then
+        log "drained: $reason"
+    else
+        log "could not drain ($reason): scontrol failed or timed out"
+    fi
+    if [ "$mode" != healthcheck ]; then
+        exit "$GPUTRIAGE_FAIL_EXIT"
+    fi
+    exit 0
+}
+
+# Apply a configurable policy (log | drain | ignore) for an outcome.
+apply() {
+    local policy="$1" what="$2"
+    case "$policy" in
+        drain) drain "$what" ;;
+        ignore) ;;
+        *) log "$what" ;;
+    esac
+    exit 0
+}
+
+case "$rc" in
+    0) exit 0 ;;
+    1) log "WARNING: $(summary)"; exit 0 ;;
+    2) drain "CRITICAL: $(summary)" ;;
+    3) apply "$GPUTRIAGE_ON_UNKNOWN" "UNKNOWN: could not tell ($result)" ;;
+    124 | 137) apply "$GPUTRIAGE_ON_TIMEOUT" "timed out after ${GPUTRIAGE_TIMEOUT}s" ;;
+    *) log "gputriage failed to run (exit $rc), node left as is"; exit 0 ;;
+esac

@@ -1,0 +1,461 @@
+"""What changed between two analysed hosts: the facts digest and the findings.
+
+A side of a diff is a :class:`DiffView` — host summary, GPU rows, a flat facts
+digest (stable key -> value) and the findings — so anything that can produce
+those can be diffed: an analysed snapshot, a ``gputriage/result/v1`` JSON
+document, or a stored history entry. :func:`diff_views` is pure.
+
+Digest keys look like ``kernel``, ``driver.module``,
+``gpu[0000:18:00.0].vbios``, ``ib[mlx5_0/1].rate``, ``unit[nvidia-fabricmanager].state``.
+Noise (temperatures, power, utilisation, clocks, counters that only grow) is
+left out unless ``include_noise``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputriage.errors import InputError
+from gputriage.facts import Facts
+from gputriage.model import Finding, Result, Scope
+from gputriage.parsers.base import normalize_bus_id
+
+RESULT_SCHEMA = "gputriage/result/v1"
+DIFF_SCHEMA = "gputriage/diff/v1"
+# Findings that are problems; ok / info confirmations come and go with the inputs.
+PROBLEM_SEVERITIES = ("warning", "critical")
+
+# Per-GPU fields of nvidia-smi (name in SmiGpu -> digest suffix).
+_GPU_FIELDS = (("uuid", "uuid"), ("serial", "serial"), ("name", "name"), ("vbios", "vbios"),
+               ("ecc_mode", "ecc_mode"), ("mig_mode_current", "mig"),
+               ("power_limit_w", "power_limit_w"))
+_GPU_NOISE = (("temperature_c", "temperature_c"), ("power_draw_w", "power_draw_w"),
+              ("utilization_gpu_pct", "utilization_pct"), ("memory_used_mib", "memory_used_mib"),
+              ("performance_state", "pstate"), ("pcie_replays", "pcie.replays"),
+              ("ecc_volatile_corrected", "ecc.volatile_corrected"),
+              ("ecc_aggregate_corrected", "ecc.aggregate_corrected"),
+              ("ecc_volatile_uncorrected", "ecc.volatile_uncorrected"),
+              ("ecc_aggregate_uncorrected", "ecc.aggregate_uncorrected"))
+_BRACKET = re.compile(r"\[[^\]]*\]")
+_CTK_VERSION = re.compile(r"version\s+v?(\d+(?:\.\d+)+\S*)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class FindingRef:
+    """A finding as a diff needs it, from a Finding or its JSON form."""
+
+    id: str
+    scope: str  # Scope.label(): "node", "GPU 3 0000:5d:00.0", "unit nvidia-fabricmanager"
+    severity: str
+    title: str
+    action: str = "none"
+    blame: str = "unknown"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What matches a finding across two sides: (id, scope label)."""
+        return (self.id, self.scope)
+
+    @classmethod
+    def from_finding(cls, f: Finding) -> FindingRef:
+        """The reference of an engine finding."""
+        return cls(f.id, f.scope.label(), f.severity.value, f.title, f.action.value,
+                   f.blame.value)
+
+    @classmethod
+    def from_json(cls, data: dict) -> FindingRef:
+        """The reference of a finding in a result document (tolerant of missing keys)."""
+        raw = data.get("scope") if isinstance(data.get("scope"), dict) else {}
+        known = {k: raw[k] for k in ("kind", "gpu_index", "uuid", "pci_bus_id", "name")
+                 if k in raw}
+        try:
+            label = Scope(**known).label()
+        except TypeError:
+            label = "node"
+        return cls(str(data.get("id", "?")), label, str(data.get("severity", "info")),
+                   str(data.get("title", "")), str(data.get("action", "none")),
+                   str(data.get("blame", "unknown")))
+
+    def to_json(self) -> dict:
+        """Plain JSON form."""
+        return {"id": self.id, "scope": self.scope, "severity": self.severity,
+                "title": self.title, "action": self.action, "blame": self.blame}
+
+
+@dataclass
+class DiffView:
+    """One side of a diff: what a snapshot, a result document or a history entry says."""
+
+    label: str
+    host: dict = field(default_factory=dict)
+    gpus: list[dict] = field(default_factory=list)
+    digest: dict[str, Any] = field(default_factory=dict)
+    findings: list[FindingRef] = field(default_factory=list)
+    kind: str = "snapshot"  # snapshot | result | history
+
+
+@dataclass(frozen=True)
+class FactChange:
+    """One digest key whose value differs (None: absent on that side)."""
+
+    key: str
+    before: Any
+    after: Any
+
+
+@dataclass(frozen=True)
+class GpuChange:
+    """A GPU that appeared, disappeared or moved to another bus id."""
+
+    change: str  # added | removed | moved
+    ident: str  # UUID or serial when known, else the bus id
+    bus_before: str | None = None
+    bus_after: str | None = None
+    name: str | None = None
+    note: str | None = None
+
+
+@dataclass
+class Diff:
+    """Everything that differs from side A to side B."""
+
+    a: str
+    b: str
+    changes: list[FactChange] = field(default_factory=list)
+    gpus: list[GpuChange] = field(default_factory=list)
+    new: list[FindingRef] = field(default_factory=list)
+    resolved: list[FindingRef] = field(default_factory=list)
+    still: list[FindingRef] = field(default_factory=list)
+    not_compared: list[str] = field(default_factory=list)  # key families on one side only
+
+    @property
+    def facts_changed(self) -> bool:
+        """Whether any fact or the GPU set changed."""
+        return bool(self.changes or self.gpus)
+
+    @property
+    def exit_status(self) -> int:
+        """0 when no fact changed and no finding is new; 1 otherwise."""
+        return 1 if self.facts_changed or self.new else 0
+
+
+# -- the facts digest ------------------------------------------------------------------
+def _put(out: dict[str, Any], key: str, value: Any) -> None:
+    if value is not None and value != "":
+        out[key] = value
+
+
+def _bus_of_index(facts: Facts) -> dict[int, str]:
+    visible = facts.maybe("visible_gpus")
+    if not visible:
+        return {}
+    return {g.index: g.bus_id for g in visible[1] if g.index is not None and g.bus_id}
+
+
+def _onoff(value: bool | None) -> str | None:
+    return None if value is None else ("on" if value else "off")
+
+
+def _gpu_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None:
+    fields = _GPU_FIELDS + (_GPU_NOISE if include_noise else ())
+    for _, report in facts.maybe("smi", []) or []:
+        for g in report.gpus:
+            bus = normalize_bus_id(g.pci_bus_id) if g.pci_bus_id else None
+            if not bus:
+                continue
+            for attr, suffix in fields:
+                key = f"gpu[{bus}].{suffix}"
+                if key not in out:
+                    value = getattr(g, attr, None)
+                    _put(out, key, _onoff(value) if isinstance(value, bool) else value)
+            key = f"gpu[{bus}].persistence"
+            if key not in out:
+                _put(out, key, _onoff(g.persistence_mode))
+    reading = facts.maybe("nvml")
+    if reading is not None and reading.available:
+        for d in reading.devices:
+            bus = normalize_bus_id(d.pci_bus_id) if d.pci_bus_id else None
+            if bus and not d.error:
+                for attr in ("uuid", "serial", "name"):
+                    if getattr(d, attr):
+                        out.setdefault(f"gpu[{bus}].{attr}", getattr(d, attr))
+                if d.persistence_mode is not None:
+                    out.setdefault(f"gpu[{bus}].persistence", _onoff(d.persistence_mode))
+
+
+def _pcie_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None:
+    for link in facts.maybe("pcie_links", []) or []:
+        if not link.bus_id or link.kind not in ("gpu", "nic"):
+            continue
+        base = f"{link.kind}[{link.bus_id}].pcie"
+        _put(out, f"{base}.width", f"x{link.cur_width}" if link.cur_width else None)
+        _put(out, f"{base}.max_width", f"x{link.max_width}" if link.max_width else None)
+        _put(out, f"{base}.max_speed", f"{link.max_gts:g} GT/s" if link.max_gts else None)
+        if include_noise:  # GPUs drop their link speed when idle: noise by default
+            _put(out, f"{base}.speed", f"{link.cur_gts:g} GT/s" if link.cur_gts else None)
+
+
+def _nvlink_digest(facts: Facts, out: dict[str, Any]) -> None:
+    status = facts.maybe("nvlink")
+    if status is None:
+        return
+    buses = _bus_of_index(facts)
+    for g in status.gpus:
+        if g.truncated:
+            continue
+        who = buses.get(g.index) if g.index is not None else None
+        who = who or (f"#{g.index}" if g.index is not None else g.uuid)
+        if who:
+            out[f"gpu[{who}].nvlink.active"] = sum(1 for link in g.links if link.active)
+
+
+def _ib_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None:
+    for port in facts.maybe("ib_ports", []) or []:
+        base = f"ib[{port.key}]"
+        _put(out, f"{base}.state", port.state)
+        _put(out, f"{base}.phys_state", port.phys_state)
+        _put(out, f"{base}.rate", f"{port.rate_gbps:g} Gb/s" if port.rate_gbps else None)
+        _put(out, f"{base}.fw", port.fw_ver)
+        if include_noise:
+            for name, value in sorted(port.counters.items()):
+                out[f"{base}.counter.{name}"] = value
+
+
+def _host_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None:
+    for pool in facts.maybe("host_hugepages", []) or []:
+        base = f"hugepages[{pool.size_kb}kB]"
+        _put(out, f"{base}.total", pool.nr)
+        if include_noise:
+            _put(out, f"{base}.free", pool.free)
+    for unit, state in sorted((facts.maybe("units") or {}).items()):
+        active = "/".join(s for s in (state.active_state, state.sub_state) if s)
+        _put(out, f"unit[{unit}].state", active or state.load_state)
+    text = facts.snapshot.text("nvidia_ctk_version")
+    if text is not None:
+        match = _CTK_VERSION.search(text)
+        _put(out, "container.toolkit", match.group(1) if match else None)
+    cap = facts.snapshot.get("cdi_specs")
+    if cap is not None:
+        try:
+            doc = cap.json()
+        except InputError:
+            doc = None
+        files = doc.get("files") if isinstance(doc, dict) else None
+        if isinstance(files, dict):
+            out["container.cdi_specs"] = ", ".join(sorted(files)) or "none"
+
+
+def _stack_digest(facts: Facts, out: dict[str, Any]) -> None:
+    uname = (facts.snapshot.text("uname") or "").split()
+    _put(out, "kernel", uname[2] if len(uname) > 2 else None)
+    km = facts.maybe("kernel_module")
+    _put(out, "driver.module", km.version if km else None)
+    for _, report in facts.maybe("smi", []) or []:
+        if "driver.userspace" not in out:
+            _put(out, "driver.userspace", report.driver_version)
+        if "cuda" not in out:
+            _put(out, "cuda", report.cuda_version)
+    reading = facts.maybe("nvml")
+    if reading is not None and reading.available and reading.library_driver_version:
+        out["driver.userspace"] = reading.library_driver_version
+
+
+def facts_digest(facts: Facts, include_noise: bool = False) -> dict[str, Any]:
+    """A flat dict of stable keys -> values describing what a diff compares.
+
+    Every part is optional: a fact the inputs cannot establish adds no key.
+    Never raises for missing or malformed inputs.
+    """
+    out: dict[str, Any] = {}
+    _stack_digest(facts, out)
+    _gpu_digest(facts, out, include_noise)
+    _pcie_digest(facts, out, include_noise)
+    _nvlink_digest(facts, out)
+    _ib_digest(facts, out, include_noise)
+    _host_digest(facts, out, include_noise)
+    return dict(sorted(out.items()))
+
+
+def host_digest(host: dict, gpus: list[dict]) -> dict[str, Any]:
+    """The digest keys a result's host summary and GPU rows can give (all a
+    ``gputriage/result/v1`` document has)."""
+    out: dict[str, Any] = {}
+    host = host if isinstance(host, dict) else {}
+    driver = host.get("driver") if isinstance(host.get("driver"), dict) else {}
+    _put(out, "kernel", host.get("kernel"))
+    _put(out, "driver.module", driver.get("kernel_module"))
+    _put(out, "driver.userspace", driver.get("userspace"))
+    _put(out, "cuda", driver.get("cuda"))
+    for g in gpus or []:
+        bus = g.get("pci_bus_id") if isinstance(g, dict) else None
+        if not bus or not g.get("visible", True):
+            continue
+        _put(out, f"gpu[{bus}].uuid", g.get("uuid"))
+        _put(out, f"gpu[{bus}].name", g.get("name"))
+        if isinstance(g.get("persistence_mode"), bool):
+            out[f"gpu[{bus}].persistence"] = _onoff(g["persistence_mode"])
+    return out
+
+
+# -- building sides --------------------------------------------------------------------
+def view_from_result(result: Result, facts: Facts | None, label: str,
+                     include_noise: bool = False) -> DiffView:
+    """The side of an analysed snapshot (``facts`` the engine used, when at hand)."""
+    digest = host_digest(result.host, result.gpus)
+    if facts is not None:
+        digest.update(facts_digest(facts, include_noise))
+    return DiffView(label, dict(result.host), [dict(g) for g in result.gpus],
+                    dict(sorted(digest.items())),
+                    [FindingRef.from_finding(f) for f in result.findings], "snapshot")
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def view_from_json(doc: Any, label: str) -> DiffView:
+    """The side of a ``gputriage/result/v1`` document; InputError for another schema."""
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if schema != RESULT_SCHEMA:
+        raise InputError(f"{label}: JSON of schema {schema!r}, expected {RESULT_SCHEMA!r} "
+                         "(the output of check --json or analyze --json)")
+    host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
+    gpus = [{k: v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
+             for k, v in g.items()} for g in _list(doc.get("gpus")) if isinstance(g, dict)]
+    findings = [FindingRef.from_json(f) for f in _list(doc.get("findings"))
+                if isinstance(f, dict)]
+    digest = doc.get("digest") if isinstance(doc.get("digest"), dict) else {}
+    merged = {**host_digest(host, gpus), **digest}
+    return DiffView(label, host, gpus, dict(sorted(merged.items())), findings, "result")
+
+
+def _json_document(path: str) -> Any:
+    """The JSON document in ``path`` when it is one (None otherwise)."""
+    if path == "-":
+        return None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64).lstrip()
+            if not head.startswith(b"{"):
+                return None
+            fh.seek(0)
+            data = fh.read(64 * 1024 * 1024)
+    except (IsADirectoryError, FileNotFoundError, PermissionError):
+        return None  # load_inputs says so in its own words
+    try:
+        doc = json.loads(data.decode("utf-8", errors="replace"))
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and "schema" in doc else None
+
+
+def load_view(path: str, include_noise: bool = False, window: Any = None) -> DiffView:
+    """Load and analyse one side: anything ``analyze`` accepts, or a result JSON."""
+    doc = _json_document(path)
+    if doc is not None:
+        return view_from_json(doc, path)
+    from gputriage.engine import analyze_facts
+    from gputriage.ingest import load_inputs
+    from gputriage.logwindow import LogWindow
+
+    facts = Facts(load_inputs([path]), window=window or LogWindow())
+    result = analyze_facts(facts)
+    return view_from_result(result, facts, path, include_noise)
+
+
+# -- comparing -------------------------------------------------------------------------
+def family(key: str) -> str:
+    """The key with its bracketed part wildcarded: ``gpu[*].vbios``."""
+    return _BRACKET.sub("[*]", key)
+
+
+def _gpu_rows(view: DiffView) -> list[dict]:
+    rows = []
+    for g in view.gpus:
+        bus = g.get("pci_bus_id")
+        if not bus:
+            continue
+        ident = (g.get("uuid") or view.digest.get(f"gpu[{bus}].uuid")
+                 or view.digest.get(f"gpu[{bus}].serial"))
+        rows.append({"bus": bus, "ident": ident, "name": g.get("name"),
+                     "visible": g.get("visible", True) is not False})
+    return rows
+
+
+def _gpu_changes(a: DiffView, b: DiffView) -> tuple[list[GpuChange], set[str]]:
+    """GPU set changes, and the bus ids whose per-GPU keys they already cover."""
+    before = [r for r in _gpu_rows(a) if r["visible"]]
+    after_all = _gpu_rows(b)
+    after = [r for r in after_all if r["visible"]]
+    hidden = {r["bus"] for r in after_all if not r["visible"]}
+    changes: list[GpuChange] = []
+    covered: set[str] = set()
+    matched_after: set[int] = set()
+    by_ident = {r["ident"]: i for i, r in enumerate(after) if r["ident"]}
+    by_bus = {r["bus"]: i for i, r in enumerate(after)}
+    for row in before:
+        i = by_ident.get(row["ident"]) if row["ident"] else None
+        if i is None and row["bus"] in by_bus:
+            other = after[by_bus[row["bus"]]]
+            if not (row["ident"] and other["ident"] and row["ident"] != other["ident"]):
+                i = by_bus[row["bus"]]
+        if i is None or i in matched_after:
+            note = ("on PCI but not visible to the driver" if row["bus"] in hidden
+                    else None)
+            changes.append(GpuChange("removed", row["ident"] or row["bus"], row["bus"], None,
+                                     row["name"], note))
+            covered.add(row["bus"])
+            continue
+        matched_after.add(i)
+        other = after[i]
+        if other["bus"] != row["bus"]:
+            changes.append(GpuChange("moved", row["ident"] or row["bus"], row["bus"],
+                                     other["bus"], other["name"] or row["name"]))
+            covered.update((row["bus"], other["bus"]))
+    for i, row in enumerate(after):
+        if i not in matched_after:
+            changes.append(GpuChange("added", row["ident"] or row["bus"], None, row["bus"],
+                                     row["name"]))
+            covered.add(row["bus"])
+    return changes, covered
+
+
+def _bus_in(key: str) -> str | None:
+    if key.startswith("gpu[") and "]" in key:
+        return key[4:key.index("]")]
+    return None
+
+
+def _sort_key(key: str) -> tuple[int, str]:
+    order = ("kernel", "driver.", "cuda", "container.", "gpu[", "nic[", "ib[", "unit[",
+             "hugepages[")
+    for rank, prefix in enumerate(order):
+        if key.startswith(prefix):
+            return (rank, key)
+    return (len(order), key)
+
+
+def diff_views(a: DiffView, b: DiffView) -> Diff:
+    """Compare side ``a`` (before) with side ``b`` (after)."""
+    out = Diff(a.label, b.label)
+    out.gpus, covered = _gpu_changes(a, b)
+    fam_a = {family(k) for k in a.digest}
+    fam_b = {family(k) for k in b.digest}
+    out.not_compared = sorted(fam_a ^ fam_b, key=_sort_key)
+    for key in sorted(set(a.digest) | set(b.digest), key=_sort_key):
+        if family(key) not in fam_a or family(key) not in fam_b:
+            continue
+        if _bus_in(key) in covered:
+            continue
+        before, after = a.digest.get(key), b.digest.get(key)
+        if before != after:
+            out.changes.append(FactChange(key, before, after))
+    old = {f.key: f for f in a.findings if f.severity in PROBLEM_SEVERITIES}
+    cur = {f.key: f for f in b.findings if f.severity in PROBLEM_SEVERITIES}
+    out.new = [f for k, f in cur.items() if k not in old]
+    out.resolved = [f for k, f in old.items() if k not in cur]
+    out.still = [f for k, f in cur.items() if k in old]
+    return out

@@ -1,0 +1,111 @@
+"""Renderings of a :class:`gputriage.diff.Diff`: terminal lines and JSON.
+
+The terminal view opens with one "changed:" line (``kernel 5.15.0-105 ->
+5.15.0-112; driver module 535.161.07 -> 550.54.15 ...``), then the GPU set
+changes, then the findings that are new, resolved and still there. Host text
+is printed as rich ``Text`` (never markup), so ``gpu[0000:18:00.0]`` keys
+print verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from gputriage import __version__
+from gputriage.diff import DIFF_SCHEMA, Diff, FactChange, FindingRef, GpuChange
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
+# Friendlier names for the top-level keys; the rest print as their key.
+_NAMES = {"driver.module": "driver module", "driver.userspace": "userspace driver",
+          "cuda": "CUDA", "container.toolkit": "container toolkit",
+          "container.cdi_specs": "CDI specs"}
+_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "cyan", "ok": "green"}
+
+
+def _value(value: Any) -> str:
+    return "(none)" if value is None else str(value)
+
+
+def change_text(change: FactChange) -> str:
+    """``kernel 5.15.0-105 -> 5.15.0-112``."""
+    name = _NAMES.get(change.key, change.key)
+    return f"{name} {_value(change.before)} -> {_value(change.after)}"
+
+
+def gpu_change_text(change: GpuChange) -> str:
+    """One GPU set change as a phrase."""
+    what = f"{change.name} " if change.name else ""
+    if change.change == "moved":
+        return f"GPU {what}{change.ident} moved {change.bus_before} -> {change.bus_after}"
+    bus = change.bus_before if change.change == "removed" else change.bus_after
+    ident = "" if change.ident == bus else f" {change.ident}"
+    note = f" ({change.note})" if change.note else ""
+    return f"GPU {change.change}: {what}{bus}{ident}{note}"
+
+
+def changed_line(d: Diff) -> str:
+    """The one-line summary of changed facts and GPUs ("changed: nothing" when none)."""
+    parts = [change_text(c) for c in d.changes] + [gpu_change_text(g) for g in d.gpus]
+    return "changed: " + ("; ".join(parts) if parts else "nothing")
+
+
+def finding_text(f: FindingRef) -> str:
+    """``[critical] xid.79 GPU 4 0000:9a:00.0: title``."""
+    scope = "" if f.scope == "node" else f" ({f.scope})"
+    return f"[{f.severity}] {f.id}{scope}: {f.title}"
+
+
+def render_diff(d: Diff, console: Console, verbose: bool = False) -> None:
+    """Print the diff for a terminal."""
+    from rich.text import Text
+
+    console.print(Text(f"A: {d.a}\nB: {d.b}", style="dim"))
+    console.print(Text(changed_line(d), style="bold" if d.facts_changed else ""))
+    for title, items, style in (("new findings", d.new, "bold red"),
+                                ("resolved findings", d.resolved, "green"),
+                                ("still there", d.still, "")):
+        if not items:
+            continue
+        console.print(Text(f"{title} ({len(items)}):", style=style))
+        for f in items:
+            line = Text("  ")
+            line.append(finding_text(f), style=_STYLE.get(f.severity, "") if style else "")
+            console.print(line)
+    if not (d.new or d.resolved or d.still):
+        console.print(Text("findings: none on either side"))
+    if d.not_compared and verbose:
+        console.print(Text("not compared (only one side shows them): "
+                           + ", ".join(d.not_compared), style="dim"))
+    elif d.not_compared:
+        console.print(Text(f"{len(d.not_compared)} fact families shown by one side only "
+                           "(-v lists them)", style="dim"))
+
+
+def diff_to_json(d: Diff) -> dict:
+    """The ``gputriage/diff/v1`` document of a diff (see docs/json-schema.md)."""
+    def plain(value: Any) -> Any:
+        return value if value is None or isinstance(value, (bool, int, float, str)) \
+            else str(value)
+
+    return {
+        "schema": DIFF_SCHEMA,
+        "tool_version": __version__,
+        "a": d.a,
+        "b": d.b,
+        "exit_status": d.exit_status,
+        "changed": [{"key": c.key, "before": plain(c.before), "after": plain(c.after)}
+                    for c in d.changes],
+        "gpus": [{k: v for k, v in vars(g).items() if v is not None} for g in d.gpus],
+        "findings": {"new": [f.to_json() for f in d.new],
+                     "resolved": [f.to_json() for f in d.resolved],
+                     "still": [f.to_json() for f in d.still]},
+        "not_compared": list(d.not_compared),
+    }
+
+
+def dumps_diff(d: Diff) -> str:
+    """The ``gputriage/diff/v1`` document as indented JSON text."""
+    return json.dumps(diff_to_json(d), indent=2, ensure_ascii=False)

@@ -1,0 +1,100 @@
+"""``gputriage fleet``: the fleet report as a terminal table, JSON or CSV.
+
+The JSON document has the schema ``gputriage/fleet/v1``: ``nodes``,
+``healthy``, ``findings`` (id, severity, count, nodes, blast_radius: attribute,
+value, affected_with, nodes_with, precision, recall, score) and
+``bad_inputs`` (count, listed: path and reason). The CSV has one row per
+finding and separator (a finding without separators gets one row with the
+separator columns empty). rich is imported by the caller; all text goes in as
+``Text`` (never markup).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+from gputriage.fleet import FLEET_SCHEMA, FleetReport
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
+SEVERITY_STYLES = {"critical": "bold red", "warning": "bold yellow", "info": "bold cyan"}
+CSV_COLUMNS = ("finding", "severity", "node_count", "nodes", "rank", "attribute", "value",
+               "affected_with", "nodes_with", "precision", "recall", "score")
+
+
+def fleet_json(report: FleetReport) -> dict:
+    """The ``gputriage/fleet/v1`` document of a report."""
+    return {
+        "schema": FLEET_SCHEMA,
+        "nodes": report.nodes,
+        "healthy": report.healthy,
+        "duplicates": report.duplicates,
+        "findings": [{"id": f.id, "severity": f.severity, "count": f.count,
+                      "nodes": list(f.nodes),
+                      "blast_radius": [asdict(s) for s in f.blast_radius]}
+                     for f in report.findings],
+        "bad_inputs": {"count": report.bad_count,
+                       "listed": [asdict(b) for b in report.bad_inputs]},
+    }
+
+
+def fleet_csv(report: FleetReport) -> str:
+    """The report as CSV text (header row first)."""
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    out.writerow(CSV_COLUMNS)
+    for f in report.findings:
+        head = [f.id, f.severity, f.count, " ".join(f.nodes)]
+        if not f.blast_radius:
+            out.writerow(head + [""] * 8)
+        for rank, s in enumerate(f.blast_radius, 1):
+            out.writerow(head + [rank, s.attribute, s.value, s.affected_with, s.nodes_with,
+                                 f"{s.precision:.4f}", f"{s.recall:.4f}", f"{s.score:.4f}"])
+    return buf.getvalue()
+
+
+def _node_list(nodes: tuple[str, ...], limit: int) -> str:
+    shown = ", ".join(nodes[:limit])
+    return shown + (f" (+{len(nodes) - limit} more)" if len(nodes) > limit else "")
+
+
+def render_fleet(report: FleetReport, console: Console, *, max_nodes: int = 6,
+                 max_bad: int = 5) -> None:
+    """Print the fleet summary, one table row per finding with its best
+    separators, then the first few skipped inputs."""
+    from rich.table import Table
+    from rich.text import Text
+
+    console.print(Text(f"{report.nodes} nodes, {report.healthy} without findings, "
+                       f"{len(report.findings)} distinct findings, "
+                       f"{report.bad_count} inputs skipped", style="bold"))
+    if report.findings:
+        table = Table(show_lines=True)
+        table.add_column("finding")
+        table.add_column("nodes", justify="right")
+        table.add_column("which")
+        table.add_column("blast radius: shared by the affected nodes (F1, prec/recall)")
+        for f in report.findings:
+            name = Text(f.id + "\n")
+            name.append(f.severity, style=SEVERITY_STYLES.get(f.severity, ""))
+            if f.blast_radius:
+                radius = "\n".join(
+                    f"{s.attribute} = {s.value}  ({s.score:.2f}, "
+                    f"{s.affected_with}/{s.nodes_with} · {s.affected_with}/{f.count})"
+                    for s in f.blast_radius)
+            else:
+                radius = "every node has it" if f.count >= report.nodes else "-"
+            table.add_row(name, Text(str(f.count)), Text(_node_list(f.nodes, max_nodes)),
+                          Text(radius))
+        console.print(table)
+    if report.bad_count:
+        console.print(Text(f"skipped {report.bad_count} unusable inputs:", style="yellow"))
+        for bad in report.bad_inputs[:max_bad]:
+            console.print(Text(f"  {bad.path}: {bad.reason}"))
+        if report.bad_count > max_bad:
+            console.print(Text(f"  ... and {report.bad_count - max_bad} more (--json lists "
+                               "them)"))
