@@ -21,7 +21,7 @@ from gputriage.diff import (
 )
 from gputriage.errors import InputError
 from gputriage.facts import Facts
-from gputriage.scenarios import build_scenario
+from gputriage.scenarios import build_scenario, list_scenarios
 from gputriage.snapshot import Snapshot
 from gputriage.views.diffview import changed_line, diff_to_json, gpu_change_text
 
@@ -246,3 +246,20 @@ def test_any_json_gives_a_view_or_input_error(doc, force_schema, gpus, findings)
         assert "\n" not in str(exc)
         return
     diff_views(view, view)
+
+
+FAULTY = [s for s in list_scenarios() if s.expected]
+
+
+@pytest.mark.parametrize("scenario", FAULTY, ids=[s.name for s in FAULTY])
+def test_every_scenario_fault_shows_in_the_diff_against_healthy(scenario, views,
+                                                                tmp_path_factory):
+    """Before (healthy) and after each fault: its findings are new; back, resolved."""
+    path = build_scenario(scenario.name, tmp_path_factory.mktemp("fault") / scenario.name)
+    after = load_view(str(path))
+    d = diff_views(views["healthy-8xh100"], after)
+    new = {f.id for f in d.new}
+    assert new & set(scenario.expected), (scenario.name, sorted(new))
+    assert d.exit_status == 1
+    back = diff_views(after, views["healthy-8xh100"])
+    assert {f.id for f in back.resolved} == new

@@ -355,3 +355,23 @@ def test_any_bytes_give_a_record_or_fleet_input_error(tmp_path_factory, data):
     path.write_bytes(data)
     with contextlib.suppress(FleetInputError):
         load_result(str(path))
+
+
+def test_fleet_scenario_through_the_scenario_command(tmp_path):
+    import io
+
+    from gputriage.cli import Environment, main
+
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["scenario", "list"], Environment(stdout=out, stderr=err)) == 0
+    assert "fleet-64-xid79-driver" in out.getvalue()
+    target = tmp_path / "fleet"
+    code = main(["scenario", "build", "fleet-64-xid79-driver", "-o", str(target)],
+                Environment(stdout=io.StringIO(), stderr=err))
+    assert code == 0 and len(list(target.glob("*.json"))) == 64
+    out = io.StringIO()
+    code = main(["fleet", "--json", str(target)], Environment(stdout=out, stderr=io.StringIO()))
+    doc = __import__("json").loads(out.getvalue())
+    xid79 = next(f for f in doc["findings"] if f["id"] == "xid.79")
+    assert xid79["count"] == 6
+    assert xid79["blast_radius"][0]["attribute"] == "driver.userspace"

@@ -521,6 +521,11 @@ def scenario_list() -> None:
     out = _env().stdout
     for sc in list_scenarios():
         out.write(f"{sc.name:<24} {sc.title}\n")
+    out.write(f"{FLEET_SCENARIO:<24} a fleet of 64 nodes: 6 on one new driver show Xid 79 "
+              "(a directory of results for gputriage fleet)\n")
+
+
+FLEET_SCENARIO = "fleet-64-xid79-driver"
 
 
 @scenario.command("build")
@@ -531,6 +536,13 @@ def scenario_build(name: str, output: str) -> None:
     """Write the snapshot of scenario NAME; then run: gputriage analyze OUTPUT."""
     from gputriage.scenarios import build_scenario, get_scenario
 
+    if name == FLEET_SCENARIO:
+        from gputriage.fleet_scenario import write_demo
+
+        written = write_demo(output)
+        _env().stderr.write(f"scenario {name}: {len(written)} node results written to {output}; "
+                            f"then run: gputriage fleet {output}\n")
+        return
     try:
         get_scenario(name)
     except KeyError as exc:
