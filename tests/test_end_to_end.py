@@ -233,3 +233,12 @@ def test_cli_help_is_fast_to_import():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(src)}, timeout=60)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_results_carry_what_fleet_and_history_compare(built):
+    from gputriage.views.jsonview import to_json
+
+    doc = to_json(analyze(Snapshot.load(built["healthy-8xh100"])))
+    assert doc["host"]["container_toolkit"] and doc["host"]["boot_time"]
+    gpu = doc["gpus"][0]
+    assert gpu["vbios"] and gpu["serial"] and gpu["firmware"]

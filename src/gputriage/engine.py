@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timedelta
+
 from gputriage.facts import Facts, Missing
 from gputriage.logwindow import LogWindow
 from gputriage.model import Result, Severity, Skipped
@@ -81,6 +84,7 @@ def _gpus(facts: Facts, result: Result) -> list[dict]:
                                "uuid": None, "visible": False}
         if f.address in lost:
             rows[f.address]["visible"] = False
+    _add_board_facts(facts, rows, visible)
     for key in order:
         row = rows[key]
         sev = [x.severity for x in result.findings if x.scope.kind == "gpu"
@@ -89,9 +93,56 @@ def _gpus(facts: Facts, result: Result) -> list[dict]:
     return [rows[k] for k in order]
 
 
+def _add_board_facts(facts: Facts, rows: dict[str, dict], visible) -> None:
+    """Serial, VBIOS and GSP firmware per GPU, for diff, history and fleet."""
+    if visible:
+        for g in visible[1]:
+            if g.bus_id in rows and g.serial:
+                rows[g.bus_id]["serial"] = g.serial
+    for _, report in facts.maybe("smi", []):
+        for g in report.gpus:
+            row = rows.get(g.pci_bus_id or "")
+            if row is None:
+                continue
+            if g.vbios and "vbios" not in row:
+                row["vbios"] = g.vbios
+            firmware = g.raw.get("GSP Firmware Version") or g.raw.get("gsp_firmware_version")
+            if firmware and firmware != "N/A" and "firmware" not in row:
+                row["firmware"] = firmware
+    for g in facts.maybe("proc_gpus", []):
+        row = rows.get(g.bus_id or "")
+        if row is not None:
+            if g.vbios and "vbios" not in row:
+                row["vbios"] = g.vbios
+            if g.firmware and "firmware" not in row:
+                row["firmware"] = g.firmware
+
+
+_TOOLKIT_VERSION = re.compile(r"version\s+v?(\d[\w.+~-]*)", re.IGNORECASE)
+
+
+def _boot_time(facts: Facts) -> str | None:
+    """When the host booted: the snapshot's time less its uptime."""
+    created = (facts.snapshot.manifest or {}).get("created")
+    uptime = (facts.snapshot.text("uptime") or "").split()
+    try:
+        when = datetime.fromisoformat(str(created))
+        seconds = float(uptime[0]) if uptime else None
+    except ValueError:
+        return None
+    if seconds is None or not 0 <= seconds < 1e9:
+        return None
+    return (when - timedelta(seconds=seconds)).isoformat(timespec="seconds")
+
+
 def _first_line(facts: Facts, source: str) -> str | None:
     text = facts.snapshot.text(source)
     return text.strip().splitlines()[0] if text and text.strip() else None
+
+
+def _toolkit(facts: Facts) -> str | None:
+    m = _TOOLKIT_VERSION.search(facts.snapshot.text("nvidia_ctk_version") or "")
+    return m.group(1) if m else None
 
 
 def _os_name(facts: Facts) -> str | None:
@@ -136,5 +187,7 @@ def _host(facts: Facts, result: Result, ran: int) -> dict:
         "gpus_on_pci": len(pci_gpus) if pci_gpus is not None else None,
         "gpus_visible": len(visible[1]) if visible else None,
         "rules_run": ran,
+        "boot_time": _boot_time(facts),
+        "container_toolkit": _toolkit(facts),
         "verdict": verdict,
     }
