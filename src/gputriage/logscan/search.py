@@ -1,0 +1,441 @@
+"""Anchor search for :mod:`gputriage.logscan`: candidate lines found through libc
+``strstr`` / ``memmem`` (via ctypes) or ``bytes.find``, their context lines, and the
+threads and forked worker processes that search blocks in parallel."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from gputriage import logscan as _pkg
+from gputriage.logscan.lines import _Source
+from gputriage.logscan.reader import _Input
+from gputriage.parsers.kernel_events import MAX_LINE, TRACE_WINDOW
+
+# The tunables (``BLOCK``, ``LONG_LINE``, ``_workers``, the libc functions) are read
+# through the package at call time, so that setting them on ``gputriage.logscan``
+# (the tests do) takes effect here as it did when this was one module.
+
+MAX_CONT = 8  # whitespace-led continuation lines taken after a candidate
+ANCHORS: tuple[bytes, ...] = (
+    b"NVRM: ", b"nvidia", b"mlx5_core ", b"error received", b"PCIe Bus Error", b"PCIe bandwidth",
+    b"segfault at ", b"soft lockup", b"blocked for more than", b"-- Boot ", b"-- Reboot --",
+    b"Linux version ",
+)
+_TRACE_ANCHORS = frozenset({b"soft lockup", b"blocked for more than"})
+_JSON_ANCHOR = b'"MESSAGE":['  # journal JSON prints non-UTF-8 messages as byte arrays
+
+
+# --- finding candidate lines -------------------------------------------------------------
+
+# Each anchor is searched through a "probe": a substring of it whose first two bytes are
+# rare in kernel logs (glibc's strstr filters on the first two bytes 16 at a time, so a
+# rare pair is what makes a pass fast), and one probe may stand for several anchors; a
+# line a probe finds is a candidate only when it holds one of that probe's anchors, so
+# the candidate lines are exactly the lines holding an anchor.
+_PROBE_OF: dict[bytes, bytes] = {
+    b"error received": b"rror received", b"PCIe Bus Error": b"PCIe ",
+    b"PCIe bandwidth": b"PCIe ", b"segfault at ": b"gfault at ", b"-- Boot ": b"-- ",
+    b"-- Reboot --": b"-- ",
+}
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """One literal searched for, the anchors it stands for, and its context mode."""
+
+    needle: bytes
+    anchors: tuple[bytes, ...]  # () when the needle is itself the only anchor
+
+    @property
+    def mode(self) -> int:
+        return 1 if any(a in _TRACE_ANCHORS for a in self.anchors or (self.needle,)) else 0
+
+
+def _probes(anchors: Sequence[bytes]) -> tuple[_Probe, ...]:
+    """The probes that find every line holding one of ``anchors``."""
+    groups: dict[bytes, list[bytes]] = {}
+    for a in anchors:
+        groups.setdefault(_PROBE_OF.get(a, a), []).append(a)
+    out = []
+    for needle, group in groups.items():
+        exact = group == [needle]
+        modes = {a in _TRACE_ANCHORS for a in group}
+        if len(modes) > 1:  # a probe must not mix context modes: search these one by one
+            out.extend(_Probe(a, ()) for a in group)
+        else:
+            out.append(_Probe(needle, () if exact else tuple(group)))
+    return tuple(out)
+
+
+def _load_libc() -> tuple[Callable[..., int | None] | None, Callable[..., int | None] | None,
+                          Callable[..., int] | None]:
+    """libc ``memmem``, ``strstr`` and ``strlen`` (each None when unusable)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        memmem, strstr, strlen = libc.memmem, libc.strstr, libc.strlen
+        memmem.restype = strstr.restype = ctypes.c_void_p
+        memmem.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
+        strstr.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
+        strlen.restype = ctypes.c_size_t
+        strlen.argtypes = (ctypes.c_void_p,)
+        probe = bytearray(b"abcNVRM: x\x00")
+        keep = ctypes.c_char.from_buffer(probe)
+        base = ctypes.addressof(keep)
+        ok_memmem = memmem(base, 10, b"NVRM: ", 6) == base + 3
+        ok_str = strstr(base, b"NVRM: ") == base + 3 and strlen(base) == 10
+        del keep
+        return (memmem if ok_memmem else None, strstr if ok_str else None,
+                strlen if ok_str else None)
+    except (OSError, AttributeError, TypeError, ValueError):  # pragma: no cover - no libc
+        return None, None, None
+
+
+_MAX_SEGMENTS = 64  # NUL-separated pieces searched with strstr before memmem takes over
+
+
+def _anchor_hits(buf: bytes | bytearray, lo: int, hi: int,
+                 anchors: Sequence[bytes]) -> dict[int, int]:
+    """Start offsets of the lines in ``buf[lo:hi]`` holding an anchor -> context mode
+    (0: continuation lines, 1: a call trace follows)."""
+    starts: dict[int, int] = {}
+    if hi <= lo or not anchors:
+        return starts
+    probes = _probes(anchors)
+    if (_pkg._STRSTR is not None and _pkg._MEMMEM is not None
+            and isinstance(buf, bytearray) and buf[hi - 1] == 10):
+        import ctypes
+
+        # strstr needs a NUL-terminated haystack: the span's last newline becomes the
+        # NUL for the search (no anchor holds a newline) and is put back afterwards;
+        # NUL bytes inside the span split it into pieces searched one by one.
+        keep = ctypes.c_char.from_buffer(buf)
+        base = ctypes.addressof(keep)
+        buf[hi - 1] = 0
+        try:
+            pieces = _nul_pieces(base, lo, hi - 1)
+            if pieces is not None:
+                for p in probes:
+                    _strstr_hits(buf, base, lo, pieces, hi, p, starts)
+                return starts
+        finally:
+            buf[hi - 1] = 10
+            del keep
+    for p in probes:
+        _memmem_hits(buf, lo, hi, p, starts)
+    return starts
+
+
+def _nul_pieces(base: int, lo: int, end: int) -> list[tuple[int, int]] | None:
+    """NUL-free pieces of ``[lo, end)`` (a NUL at ``end``); None when there are many."""
+    strlen = _pkg._STRLEN
+    assert strlen is not None
+    pieces = []
+    pos = lo
+    while pos < end:
+        n = strlen(base + pos)
+        pieces.append((pos, pos + n))
+        if len(pieces) > _MAX_SEGMENTS:
+            return None
+        pos += n + 1
+    return pieces
+
+
+def _add_hit(buf: bytes | bytearray, lo: int, hi: int, pos: int, p: _Probe,
+             starts: dict[int, int]) -> int:
+    """Record the line holding ``pos`` when it holds one of ``p``'s anchors; returns the
+    offset after that line."""
+    s = buf.rfind(b"\n", lo, pos) + 1 or lo
+    if s < lo:
+        s = lo
+    e = buf.find(b"\n", pos, hi)
+    e = hi if e < 0 else e
+    held = not p.anchors or any(buf.find(a, s, e) >= 0 for a in p.anchors)
+    if held and starts.get(s, -1) < p.mode:
+        starts[s] = p.mode
+    return e + 1
+
+
+def _strstr_hits(buf: bytearray, base: int, lo: int, pieces: list[tuple[int, int]], hi: int,
+                 p: _Probe, starts: dict[int, int]) -> None:
+    strstr = _pkg._STRSTR
+    assert strstr is not None
+    off = lo
+    needle = p.needle
+    for start, end in pieces:
+        off = max(off, start)
+        while off < end:
+            r = strstr(base + off, needle)
+            if not r:
+                break
+            off = _add_hit(buf, lo, hi, r - base, p, starts)
+
+
+def _memmem_hits(buf: bytes | bytearray, lo: int, hi: int, p: _Probe,
+                 starts: dict[int, int]) -> None:
+    memmem = _pkg._MEMMEM
+    find = buf.find
+    needle = p.needle
+    if memmem is not None:
+        import ctypes
+
+        if isinstance(buf, bytearray):
+            keep: object = ctypes.c_char.from_buffer(buf)
+            base = ctypes.addressof(keep)  # type: ignore[arg-type]
+        else:
+            keep = ctypes.c_char_p(buf)
+            base = ctypes.cast(keep, ctypes.c_void_p).value or 0
+    off = lo
+    try:
+        while off < hi:
+            if memmem is not None:
+                r = memmem(base + off, hi - off, needle, len(needle))
+                if not r:
+                    break
+                pos = r - base
+            else:
+                pos = find(needle, off, hi)
+                if pos < 0:
+                    break
+            off = _add_hit(buf, lo, hi, pos, p, starts)
+    finally:
+        if memmem is not None:
+            del keep
+
+
+@dataclass
+class _Span:
+    """Candidate lines of one block: (newlines before the line, text bytes, cut)."""
+
+    lines: list[tuple[int, bytes | bytearray, bool]]
+    newlines: int
+    carry: tuple[int, int] = (0, 0)  # (lines wanted from the next block, mode)
+    head: list[tuple[int, bytes | bytearray, bool]] = field(default_factory=list)
+    head_all: bool = True  # ``head`` holds every line of the block
+
+    def carried(self, carry: tuple[int, int]) -> tuple[list[tuple[int, bytes | bytearray, bool]],
+                                                      tuple[int, int]]:
+        """The block's first lines that a previous block's context ``carry`` takes, and
+        what is still wanted after this block (as :func:`_context` would find them)."""
+        limit, mode = carry
+        out = []
+        for line in self.head:
+            if len(out) >= limit:
+                return out, (0, 0)
+            if mode == 0 and line[1][:1] not in (b" ", b"\t"):
+                return out, (0, 0)
+            out.append(line)
+        left = limit - len(out)
+        return out, ((left, mode) if left and self.head_all else (0, 0))
+
+
+_HEAD = max(TRACE_WINDOW, MAX_CONT)  # lines of a block kept for a previous block's context
+
+
+def _line_end(buf: bytes, s: int, hi: int) -> int:
+    e = buf.find(b"\n", s, hi)
+    return hi if e < 0 else e
+
+
+def _search_span(buf: bytes, lo: int, hi: int, anchors: Sequence[bytes],
+                 carry: tuple[int, int] = (0, 0)) -> _Span:
+    """Candidate lines of ``buf[lo:hi]``, their context lines, and line numbers."""
+    starts = _anchor_hits(buf, lo, hi, anchors)
+    want: dict[int, int] = dict.fromkeys(starts, 0)
+    need = (0, 0)
+    if carry[0]:
+        left = _context(buf, lo, hi, carry[1], carry[0], want, include_first=True)
+        need = (left, carry[1]) if left else need
+    for s, mode in starts.items():
+        left = _context(buf, s, hi, mode, TRACE_WINDOW if mode else MAX_CONT, want)
+        if left:
+            need = max(need, (left, mode))
+    out: list[tuple[int, bytes, bool]] = []
+    n = 0
+    prev = lo
+    count = buf.count
+    for s in sorted(want):
+        n += count(b"\n", prev, s)
+        prev = s
+        e = _line_end(buf, s, hi)
+        cut = e - s > MAX_LINE
+        out.append((n, buf[s:min(e, s + MAX_LINE)], cut))
+    n += count(b"\n", prev, hi)
+    head = []
+    pos = lo
+    while pos < hi and len(head) < _HEAD:
+        e = _line_end(buf, pos, hi)
+        head.append((len(head), buf[pos:min(e, pos + MAX_LINE)], e - pos > MAX_LINE))
+        pos = e + 1
+    return _Span(out, n, need, head, pos >= hi)
+
+
+def _context(buf: bytes, s: int, hi: int, mode: int, limit: int, want: dict[int, int],
+             include_first: bool = False) -> int:
+    """Add up to ``limit`` lines after the line at ``s`` (mode 0: only lines that
+    start with a blank, mode 1: any); returns how many are still wanted at ``hi``."""
+    pos = s if include_first else _line_end(buf, s, hi) + 1
+    taken = 0
+    while taken < limit:
+        if pos >= hi:
+            return limit - taken
+        if mode == 0 and buf[pos:pos + 1] not in (b" ", b"\t"):
+            return 0
+        want[pos] = 0
+        taken += 1
+        pos = _line_end(buf, pos, hi) + 1
+    return 0
+
+
+# --- driving -------------------------------------------------------------------------------
+
+class _Lines:
+    """Feeds the candidate lines of consecutive blocks to a source, in order, with line
+    numbers and the context lines that run on into the next block."""
+
+    def __init__(self, src: _Source) -> None:
+        self.src = src
+        self.base = 0
+        self.carry = (0, 0)
+
+    def feed(self, span: _Span) -> None:
+        if self.carry[0]:
+            extra, more = span.carried(self.carry)
+            seen = {n for n, _, _ in span.lines}
+            span.lines = sorted(span.lines + [x for x in extra if x[0] not in seen],
+                                key=lambda x: x[0])
+            if more[0]:
+                span.carry = max(span.carry, more)
+        line = self.src.line
+        for n, raw, cut in span.lines:
+            line(self.base + n + 1, raw, cut)
+        self.base += span.newlines
+        self.carry = span.carry
+
+
+def _run_input(src: _Source, inp: _Input, chunks: Iterator[bytes | bytearray],
+               pool: ThreadPoolExecutor | None, anchors: Sequence[bytes]) -> int:
+    """Search all spans of one input (in parallel when a pool is given); returns lines."""
+    out = _Lines(src)
+    inflight: list[Future[_Span]] = []
+    limit = _pkg._workers() + 2
+    for buf, lo, hi in inp.spans(chunks):
+        if pool is None:
+            out.feed(_search_span(buf, lo, hi, anchors))
+            continue
+        inflight.append(pool.submit(_search_span, buf, lo, hi, anchors))
+        del buf  # the read-buffer pool reuses a buffer once no span refers to it
+        if len(inflight) >= limit:
+            out.feed(inflight.pop(0).result())
+    for fut in inflight:
+        out.feed(fut.result())
+    return out.base + (1 if inp.nbytes and inp.last_byte != b"\n" else 0)
+
+
+# --- large plain files: blocks searched in worker processes ---------------------------------
+#
+# Counting newlines (for line numbers) holds the GIL, so threads cannot share that work;
+# for a large uncompressed file each worker process reads and searches whole blocks
+# (the same BLOCK-aligned reads as the sequential reader, so long lines are cut at the
+# same places) and sends back only candidate lines, counts and the block's first and
+# last partial lines; the main process stitches those and parses, in file order.
+
+
+@dataclass
+class _Block:
+    """What a worker found in one BLOCK-aligned read of a file."""
+
+    size: int
+    raw: bytes | None = None  # the whole block when it holds no newline
+    head: bytes = b""  # up to and with the first newline
+    tail: bytes = b""  # after the last newline
+    inner: _Span | None = None  # the lines between
+
+
+_BLOCK_BUF: list[bytearray] = []
+
+
+def _block_task(path: str, index: int, block: int, anchors: tuple[bytes, ...]) -> _Block:
+    """Read block ``index`` of ``path`` and search it (runs in a worker process)."""
+    if not _BLOCK_BUF or len(_BLOCK_BUF[0]) != block:
+        _BLOCK_BUF[:] = [bytearray(block)]
+    buf = _BLOCK_BUF[0]
+    with open(path, "rb", buffering=0) as fh:
+        fh.seek(index * block)
+        n = fh.readinto(buf) or 0
+    first = buf.find(b"\n", 0, n)
+    if first < 0:
+        return _Block(n, raw=bytes(buf[:n]))
+    last = buf.rfind(b"\n", 0, n) + 1
+    inner = _search_span(buf, first + 1, last, anchors) if first + 1 < last else None
+    return _Block(n, head=bytes(buf[:first + 1]), tail=bytes(buf[last:n]), inner=inner)
+
+
+def _process_pool() -> Executor | None:
+    """A pool of forked worker processes, or None where that is not safe or useful."""
+    import threading
+
+    if (_pkg._workers() < 2 or not sys.platform.startswith("linux")
+            or threading.active_count() > 1):
+        return None
+    try:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if multiprocessing.current_process().daemon:  # may not have children
+            return None
+        return ProcessPoolExecutor(_pkg._workers(),
+                                   mp_context=multiprocessing.get_context("fork"))
+    except (ImportError, OSError, ValueError):  # pragma: no cover - no fork / semaphores
+        return None
+
+
+def _run_blocks(src: _Source, inp: _Input, path: str, size: int, procs: Executor,
+                anchors: tuple[bytes, ...]) -> int:
+    """Like :func:`_run_input` for a plain file whose blocks workers search."""
+    out = _Lines(src)
+    limit = _pkg._workers() + 2
+    block = _pkg.BLOCK
+    inflight: list[Future[_Block]] = []
+    nxt = 0
+    tail = b""
+
+    def own(data: bytes) -> None:
+        out.feed(_search_span(data, 0, len(data), anchors))
+
+    while True:
+        while len(inflight) < limit and (nxt * block <= size or not inflight):
+            inflight.append(procs.submit(_block_task, path, nxt, block, anchors))
+            nxt += 1
+        try:
+            r = inflight.pop(0).result()
+        except OSError as exc:
+            inp.problems.append(f"{inp.name}: read error ({exc.strerror or exc}); "
+                                "kept what was read")
+            break
+        if r.size:
+            inp.nbytes += r.size
+            inp.last_byte = (r.raw or r.tail or r.head)[-1:]
+        if r.raw is not None:
+            tail += r.raw
+            if len(tail) >= _pkg.LONG_LINE:
+                own(tail)
+                tail = b""
+        else:
+            own(tail + r.head)
+            if r.inner is not None:
+                out.feed(r.inner)
+            tail = r.tail
+        if r.size < block:
+            break
+    for fut in inflight:
+        fut.cancel()
+    if tail:
+        own(tail)
+    return out.base + (1 if inp.nbytes and inp.last_byte != b"\n" else 0)
+
+
