@@ -63,22 +63,24 @@ def host_cmdline(facts: Facts) -> hostcfg.KernelCmdline:
     return cmd
 
 
+def _thp_mode(facts: Facts, source: str) -> str:
+    """The bracketed choice of a transparent-hugepage sysfs file."""
+    mode = facts._parse(source, hostcfg.parse_thp)
+    if mode is None:
+        raise Missing(f"{source}: empty")
+    return mode
+
+
 @fact("host_thp")
 def host_thp(facts: Facts) -> str:
     """The transparent hugepage mode (always / madvise / never)."""
-    mode = facts._parse("thp_enabled", hostcfg.parse_thp)
-    if mode is None:
-        raise Missing("thp_enabled: empty")
-    return mode
+    return _thp_mode(facts, "thp_enabled")
 
 
 @fact("host_thp_defrag")
 def host_thp_defrag(facts: Facts) -> str:
     """The transparent hugepage defrag mode."""
-    mode = facts._parse("thp_defrag", hostcfg.parse_thp)
-    if mode is None:
-        raise Missing("thp_defrag: empty")
-    return mode
+    return _thp_mode(facts, "thp_defrag")
 
 
 @fact("host_cgroup")
