@@ -65,8 +65,9 @@ def test_corpus_kernel_logs(corpus) -> None:
     _check(corpus, "4", lambda s, n: "kernel_log" in n)
 
 
-def test_corpus_nccl_is_not_a_kernel_log(corpus) -> None:
-    _check(corpus, "5", lambda s, n: n == [])
+def test_corpus_nccl_is_read_as_nccl_not_as_a_kernel_log(corpus) -> None:
+    _check(corpus, "5", lambda s, n: "kernel_log" not in n
+           and bool({"nccl_log", "nccl_tests"} & set(n)))
 
 
 def test_corpus_ibstat(corpus) -> None:

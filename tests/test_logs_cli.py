@@ -191,3 +191,45 @@ def test_logs_refuses_binary_input_and_skips_it_beside_a_log(log, tmp_path):
     doc = json.loads(out)
     assert code == 2
     assert any("binary data" in p for p in doc["scan"]["problems"])
+
+
+def _log_only_result(text: str):
+    from gputriage.engine import analyze_facts
+    from gputriage.facts import Facts
+    from gputriage.logscan import scan_text
+    from gputriage.snapshot import Snapshot
+
+    facts = Facts(Snapshot({}, None, "logs"))
+    facts.prefill("log_scan", scan_text(text, "test"))
+    return analyze_facts(facts)
+
+
+def test_log_areas_hold_every_rule_a_kernel_log_can_feed(corpus):
+    """``logs`` runs only the LOG_AREAS rules: every other rule must be skipped when a
+    kernel log is all there is (else ``logs`` would miss its findings)."""
+    from gputriage.rules import LOG_AREAS
+
+    texts = [XID79, XID31, BOOTS] + [s.text() for s in corpus.category("4")]
+    log_modules = {f"gputriage.rules.{a}" for a in LOG_AREAS}
+    fed = set()
+    for text in texts:
+        result = _log_only_result(text)
+        skipped = {s.rule for s in result.skipped}
+        from gputriage.rules import all_rules
+
+        for r in all_rules():
+            if r.id not in skipped:
+                fed.add(r.func.__module__)
+    assert fed <= log_modules, fed - log_modules
+    assert fed == log_modules  # each log area has a rule the log feeds
+
+
+def test_logs_runs_the_log_rules_and_finds_what_analyze_finds(log):
+    path = log(XID79 + XID31)
+    code, out, _ = cli("logs", path, "--json")
+    doc = json.loads(out)
+    code2, out2, _ = cli("analyze", path, "--json")
+    logs_ids = {f["id"] for f in doc["findings"]}
+    analyze_ids = {f["id"] for f in json.loads(out2)["findings"]}
+    assert logs_ids == analyze_ids and "xid.79" in logs_ids
+    assert code == code2 == 2

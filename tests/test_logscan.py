@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import gputriage.logscan as logscan
 from gputriage.errors import InputError
 from gputriage.logscan import LogScan, scan_paths, scan_text
+from gputriage.logscan.forkpool import ForkWorkers, WorkerDied
 from gputriage.parsers.kernel_events import scan_driver_events
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "logs"
@@ -335,6 +336,14 @@ def test_small_blocks_threads_and_fallback_agree(monkeypatch, tmp_path, memmem, 
 
 
 
+def _allow_fork(monkeypatch) -> None:
+    """Workers are forked only while the process runs no other thread; a thread an
+    earlier test left behind must not turn these tests into sequential reads."""
+    import threading
+
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+
+
 def _full(scan: LogScan) -> tuple:
     return (_signature(scan), scan.lines, scan.skipped, scan.bytes, scan.formats,
             [(b.index, b.boot_id, b.first, b.last) for b in scan.boots])
@@ -364,6 +373,7 @@ def test_worker_processes_agree_with_the_sequential_reader(monkeypatch, tmp_path
     monkeypatch.setattr(logscan, "LONG_LINE", max(block // 2, 64))
     monkeypatch.setattr(logscan, "_workers", lambda: 1)
     expected = [_full(scan_paths([str(f)], now=NOW)) for f in files]
+    _allow_fork(monkeypatch)
     monkeypatch.setattr(logscan, "_workers", lambda: 2)
     monkeypatch.setattr(logscan, "PROCESS_MIN", 0)
     for f, exp in zip(files, expected, strict=True):
@@ -373,6 +383,51 @@ def test_worker_processes_agree_with_the_sequential_reader(monkeypatch, tmp_path
     exp_both = _full(scan_paths(both, now=NOW))
     monkeypatch.setattr(logscan, "PROCESS_MIN", 0)
     assert _full(scan_paths(both, now=NOW)) == exp_both
+
+
+def _events(scan: LogScan) -> list[tuple]:
+    return [(e.kind, e.boot, e.line, sorted(e.details.items())) for e in scan.events]
+
+
+@pytest.mark.parametrize("gap", [2048, 8192])
+def test_workers_skip_counting_long_gaps_without_changing_events(monkeypatch, tmp_path, gap):
+    """Worker blocks count newlines only across gaps up to GAP_EXACT: the events (and
+    their grouping of continuation and trace lines) are those of the exact sequential
+    pass, positions still rise line by line, and the line total is reported unknown."""
+    import gputriage.logscan.search as search
+
+    filler = b"".join(b"usb 1-%d: new high-speed USB device number %d using xhci_hcd\n"
+                      % (i % 9, i) for i in range(3000))  # about 180 KiB, no anchor
+    parts = [(FIX / n).read_bytes() for n in ("all-kinds-short-iso.log", "dmesg-two-boots.txt")]
+    path = tmp_path / "gappy.log"
+    path.write_bytes(filler + parts[0] + filler + filler + parts[1] + filler)
+    monkeypatch.setattr(logscan, "_workers", lambda: 1)
+    exact = scan_paths([str(path)], now=NOW)
+    code_exact, out_exact, _ = _logs_cli(str(path))
+    monkeypatch.setattr(search, "GAP_EXACT", gap)
+    _allow_fork(monkeypatch)
+    monkeypatch.setattr(logscan, "_workers", lambda: 2)
+    monkeypatch.setattr(logscan, "PROCESS_MIN", 0)
+    monkeypatch.setattr(logscan, "BLOCK", 1 << 16)
+    assert isinstance(logscan._process_pool(), ForkWorkers)
+    fast = scan_paths([str(path)], now=NOW)
+    assert _events(fast) == _events(exact) and len(exact.events) >= 10
+    assert exact.lines == path.read_bytes().count(b"\n") and fast.lines is None
+    assert [(b.index, b.boot_id) for b in fast.boots] == [(b.index, b.boot_id)
+                                                          for b in exact.boots]
+    positions = [e.lineno for e in fast.events]
+    assert positions == sorted(positions)
+    code, out, _ = _logs_cli(str(path))
+    assert "lines not counted" in out and "lines not counted" not in out_exact
+    assert code == code_exact
+
+
+def _logs_cli(*argv: str) -> tuple[int, str, str]:
+    from gputriage.cli import Environment, main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["logs", *argv], Environment(stdout=out, stderr=err))
+    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("strstr", [True, False])
@@ -599,3 +654,57 @@ def test_benchmark_generator_is_importable(tmp_path):
     assert scan.lines == log.read_bytes().count(b"\n") and scan.formats == [
         "journalctl-short-iso"]
     assert os.path.getsize(log) >= 300_000
+
+
+def test_fork_workers_return_results_in_order_and_raise_in_place():
+    pool = ForkWorkers(3)
+    assert list(pool.run(lambda i: i * i, 10)) == [i * i for i in range(10)]
+    assert list(pool.run(lambda i: i, 0)) == []
+
+    def task(i: int) -> int:
+        if i == 4:
+            raise OSError(5, "Input/output error")
+        return i
+
+    got = []
+    with pytest.raises(OSError, match="Input/output"):
+        for r in pool.run(task, 8):
+            got.append(r)
+    assert got == [0, 1, 2, 3]
+
+
+def test_a_worker_that_dies_is_reported_not_waited_for():
+    def task(i: int) -> int:
+        if i == 3:
+            os._exit(9)  # killed mid-run (a signal, a file cut short under a mapping)
+        return i
+
+    got = []
+    with pytest.raises(WorkerDied):
+        for r in ForkWorkers(2).run(task, 6):
+            got.append(r)
+    assert got == [0, 1, 2]
+
+
+def test_a_file_cut_short_under_the_workers_falls_back_to_reading_it_here(monkeypatch,
+                                                                          tmp_path):
+    """A worker that dies on a block (SIGBUS when a mapped file shrinks) is not fatal:
+    the file is read again in this process."""
+    import gputriage.logscan.search as search
+
+    path = tmp_path / "k.log"
+    path.write_bytes((FIX / "all-kinds-short-iso.log").read_bytes() * 40)
+    expected = _events(scan_paths([str(path)], now=NOW))
+    _allow_fork(monkeypatch)
+    monkeypatch.setattr(logscan, "_workers", lambda: 2)
+    monkeypatch.setattr(logscan, "PROCESS_MIN", 0)
+    monkeypatch.setattr(logscan, "BLOCK", 4096)
+    real = search._block_task
+
+    def dying(path: str, index: int, **kw):
+        if index == 2:
+            os._exit(7)
+        return real(path, index, **kw)
+
+    monkeypatch.setattr(search, "_block_task", dying)
+    assert _events(scan_paths([str(path)], now=NOW)) == expected

@@ -16,6 +16,7 @@ from typing import IO, Any
 import click
 
 from gputriage import __version__
+from gputriage.commands.nccl import nccl as nccl_command
 
 EXIT_USAGE = 64
 EXIT_INPUT = 66
@@ -106,6 +107,7 @@ def cli() -> None:
     gputriage triage [PATH...]      incident screen: changes, findings, next actions
     gputriage collect -o FILE       save a snapshot of this host
     gputriage logs FILE...          per-GPU timeline and findings of kernel logs
+    gputriage nccl LOG...           NCCL logs and nccl-tests results (with host outputs)
     gputriage xid CODE...           explain Xid (or --sxid SXid) codes
     gputriage history               the checks recorded on this host
     gputriage scenario list         simulated hosts to try it on
@@ -197,7 +199,7 @@ _COMPRESSED = (b"\x1f\x8b", b"\xfd7zXZ", b"BZh")
 
 def _binary_files(paths: tuple[str, ...]) -> list[str]:
     """Inputs whose first 64 KiB are binary (compressed logs excepted)."""
-    from gputriage.ingest import looks_binary
+    from gputriage.sniff import looks_binary
 
     found = []
     for path in paths:
@@ -218,12 +220,13 @@ def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
     ``log_scan`` is pre-filled; every rule the kernel log alone can feed runs."""
     from gputriage.engine import analyze_facts
     from gputriage.facts import Facts
+    from gputriage.rules import LOG_AREAS, rules_of
     from gputriage.snapshot import Snapshot
 
     facts = Facts(Snapshot({}, None, "logs"), window=window)
     facts.prefill("log_scan", scan)
-    result = analyze_facts(facts)
-    if not scan.lines:
+    result = analyze_facts(facts, rules_of(LOG_AREAS))
+    if scan.lines == 0:
         result.host["verdict"] = "unknown"
     return result, facts.get("log_events")
 
@@ -549,6 +552,9 @@ def scenario_build(name: str, output: str) -> None:
         raise click.UsageError(str(exc.args[0]) if exc.args else str(exc)) from None
     path = build_scenario(name, output)
     _env().stderr.write(f"scenario {name} written to {path}\n")
+
+
+cli.add_command(nccl_command)
 
 
 def main(argv: list[str] | None = None, env: Environment | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from gputriage.facts import Facts, Missing
@@ -30,12 +31,13 @@ def analyze(snapshot: Snapshot, window: LogWindow | None = None) -> Result:
     return analyze_facts(Facts(snapshot, window=window or LogWindow()))
 
 
-def analyze_facts(facts: Facts) -> Result:
-    """Run every rule whose inputs are present over prepared facts."""
+def analyze_facts(facts: Facts, rules: Sequence[Rule] | None = None) -> Result:
+    """Run every rule (or those of ``rules``) whose inputs are present over prepared
+    facts."""
     snapshot = facts.snapshot
     result = Result(manifest=snapshot.manifest)
     ran = 0
-    for rule in all_rules():
+    for rule in all_rules() if rules is None else rules:
         reason = _skip_reason(facts, rule)
         if reason:
             result.skipped.append(Skipped(rule.id, reason))

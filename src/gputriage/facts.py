@@ -11,26 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gputriage.errors import InputError, ParseError
 from gputriage.logwindow import LogWindow
-from gputriage.parsers import (
-    devices,
-    driver,
-    kernel_events,
-    lspci,
-    modules,
-    nvml,
-    nvsmi_table,
-    nvsmi_text,
-    nvsmi_xml,
-    pci,
-    systemd,
-)
 from gputriage.parsers.base import normalize_bus_id
-from gputriage.parsers.nvsmi import SmiReport
 from gputriage.snapshot import Snapshot
+
+if TYPE_CHECKING:  # parsers are imported when a fact first needs them
+    from gputriage.parsers import devices, driver, kernel_events, modules, nvml, pci, systemd
+    from gputriage.parsers.nvsmi import SmiReport
 
 
 class Missing(Exception):
@@ -58,9 +48,17 @@ def is_fact(name: str) -> bool:
     return hasattr(Facts, f"_fact_{name}") or name in FACT_PROVIDERS
 
 
-SMI_SOURCES = (("nvidia_smi_q_xml", nvsmi_xml.parse_nvsmi_xml),
-               ("nvidia_smi_q", nvsmi_text.parse_nvsmi_text),
-               ("nvidia_smi", nvsmi_table.parse_nvsmi_table))
+# nvidia-smi outputs, best first: (source, parser module, parser function)
+SMI_SOURCES = (("nvidia_smi_q_xml", "nvsmi_xml", "parse_nvsmi_xml"),
+               ("nvidia_smi_q", "nvsmi_text", "parse_nvsmi_text"),
+               ("nvidia_smi", "nvsmi_table", "parse_nvsmi_table"))
+
+
+def parser(module: str, func: str) -> Callable[[Any], Any]:
+    """A parser function, its module imported on first use."""
+    import importlib
+
+    return getattr(importlib.import_module(f"gputriage.parsers.{module}"), func)
 
 CONTAINER_CGROUP = re.compile(r"docker|kubepods|containerd|libpod|crio|lxc", re.IGNORECASE)
 
@@ -143,33 +141,35 @@ class Facts:
 
     # -- driver stack ----------------------------------------------------------------
     def _fact_kernel_module(self) -> driver.KernelModuleVersion:
-        value = self._parse("proc_driver_nvidia_version", driver.parse_proc_driver_version)
+        value = self._parse("proc_driver_nvidia_version",
+                            parser("driver", "parse_proc_driver_version"))
         if value is None or not value.version:
             raise Missing("proc_driver_nvidia_version: empty")
         return value
 
     def _fact_module_versions(self) -> driver.ModuleVersions:
-        return self._parse("sys_module_nvidia", driver.parse_sys_module_versions, as_json=True)
+        return self._parse("sys_module_nvidia", parser("driver", "parse_sys_module_versions"),
+                           as_json=True)
 
     def _fact_modules(self) -> dict[str, modules.Module]:
-        parsed = self._parse("proc_modules", modules.parse_modules)
+        parsed = self._parse("proc_modules", parser("modules", "parse_modules"))
         if not parsed:
             raise Missing("proc_modules: empty")
         return {m.name: m for m in parsed}
 
     def _fact_libs(self) -> list[driver.LibFile]:
-        return self._parse("nvidia_libs", driver.parse_nvidia_libs, as_json=True)
+        return self._parse("nvidia_libs", parser("driver", "parse_nvidia_libs"), as_json=True)
 
     def _fact_nvml(self) -> nvml.NvmlReading:
-        return self._parse("nvml", nvml.parse_nvml, as_json=True)
+        return self._parse("nvml", parser("nvml", "parse_nvml"), as_json=True)
 
     def _fact_smi(self) -> list[tuple[str, SmiReport]]:
         """Every nvidia-smi output we have, best first."""
         reports = []
         reasons = []
-        for source, parser in SMI_SOURCES:
+        for source, module, func in SMI_SOURCES:
             try:
-                reports.append((source, self._parse(source, parser)))
+                reports.append((source, self._parse(source, parser(module, func))))
             except Missing as exc:
                 reasons.append(str(exc))
         if not reports:
@@ -196,7 +196,7 @@ class Facts:
         return [ev for ev in self.get("log_scan").events if self.window.admits(ev)]
 
     def _fact_proc_gpus(self) -> list[driver.ProcGpu]:
-        return self._parse("proc_driver_nvidia_gpus", driver.parse_gpus_information,
+        return self._parse("proc_driver_nvidia_gpus", parser("driver", "parse_gpus_information"),
                            as_json=True)
 
     def _fact_driver_loaded(self) -> bool:
@@ -218,14 +218,14 @@ class Facts:
     def _fact_pci(self) -> list[pci.PciFunction]:
         """PCI functions from sysfs; lspci output (bug reports, pastes) otherwise."""
         try:
-            functions = self._parse("pci_devices", pci.parse_pci_tree, as_json=True)
+            functions = self._parse("pci_devices", parser("pci", "parse_pci_tree"), as_json=True)
             self._cache["pci_source"] = "pci_devices"
             return functions
         except Missing as first:
             found: dict[str, pci.PciFunction] = {}
             for source in ("lspci_nvidia", "lspci_mellanox"):
                 try:
-                    functions = self._parse(source, lspci.parse_lspci)
+                    functions = self._parse(source, parser("lspci", "parse_lspci"))
                 except Missing:
                     continue
                 found.update((f.address, f) for f in functions if f.address)
@@ -254,17 +254,17 @@ class Facts:
         return False
 
     def _fact_devnodes(self) -> list[devices.DevNode]:
-        return self._parse("dev_nvidia", devices.parse_devnodes, as_json=True)
+        return self._parse("dev_nvidia", parser("devices", "parse_devnodes"), as_json=True)
 
     def _fact_char_majors(self) -> dict[str, int]:
-        return self._parse("proc_devices", devices.parse_proc_devices)
+        return self._parse("proc_devices", parser("devices", "parse_proc_devices"))
 
     def _fact_units(self) -> dict[str, systemd.UnitState]:
         units = {}
         for source, unit in (("systemctl_persistenced", "nvidia-persistenced"),
                              ("systemctl_fabricmanager", "nvidia-fabricmanager")):
             try:
-                state = self._parse(source, systemd.parse_systemctl_show)
+                state = self._parse(source, parser("systemd", "parse_systemctl_show"))
             except Missing:
                 continue
             if state is not None:

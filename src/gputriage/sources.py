@@ -171,6 +171,13 @@ SOURCES: tuple[Source, ...] = (
     _cmd("nvidia_ctk_version", ("nvidia-ctk", "--version"), "container toolkit version"),
     _cmd("nvidia_container_cli_info", ("nvidia-container-cli", "info"),
          "what libnvidia-container sees"),
+    # --- the job's side (input only: a job's logs, never collected from the host)
+    _cmd("nccl_log", ("env", "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,ENV,NET,GRAPH",
+                      "all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
+         "NCCL_DEBUG=INFO output of a job (input only: one file per rank or all ranks "
+         "interleaved)", collect=False),
+    _cmd("nccl_tests", ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
+         "nccl-tests results table (input only)", collect=False),
 )
 
 BY_NAME: dict[str, Source] = {s.name: s for s in SOURCES}

@@ -3,4 +3,12 @@ configuration), registered with :func:`gputriage.facts.fact`. Importing this
 package registers them all; :meth:`gputriage.facts.Facts.get` does so on
 first need."""
 
-from gputriage.hostfacts import fabric, host, infiniband, pcie, topology  # noqa: F401
+from gputriage.hostfacts import (  # noqa: F401
+    fabric,
+    host,
+    infiniband,
+    nccl,
+    nccl_bandwidth,
+    pcie,
+    topology,
+)

@@ -24,15 +24,15 @@ from gputriage.errors import InputError
 from gputriage.ingest.bugreport import is_bug_report, split_with_headers
 from gputriage.ingest.detect import EXPECTED, detect, kernel_lines
 from gputriage.snapshot import READ_CAP_BYTES, Captured, Snapshot, decode
+from gputriage.sniff import looks_binary
 
-__all__ = ["CAP_BYTES", "EXPECTED", "load_input", "load_inputs", "load_text"]
+__all__ = ["CAP_BYTES", "EXPECTED", "load_input", "load_inputs", "load_text", "looks_binary"]
 
 CAP_BYTES = READ_CAP_BYTES  # most bytes kept per input (the tail)
 DETECT_BYTES = 1 << 20  # detection looks at this much text of a large input
 _SNIFF = 64 * 1024
 _CHUNK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
-_CONTROL = bytes(b for b in range(1, 32) if b not in (9, 10, 11, 12, 13, 27)) + b"\x7f"
 
 
 @dataclass
@@ -190,14 +190,6 @@ def _is_tar(path: str) -> bool:
     except (OSError, EOFError, zlib.error, tarfile.TarError, ValueError):
         return False
     return head[257:262] == b"ustar"
-
-
-def looks_binary(sample: bytes) -> bool:
-    """Many control bytes in a sample: binary data, not a text output."""
-    if not sample:
-        return False
-    ctrl = sum(sample.count(bytes([c])) for c in _CONTROL)
-    return ctrl > max(8, len(sample) // 20)
 
 
 def _record(origin: str, text: str, kind: str, truncated: bool) -> dict:

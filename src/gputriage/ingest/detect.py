@@ -9,11 +9,10 @@ the command in its prompt line (``$ nvidia-smi -q | grep Fabric``).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 
-from gputriage import sources
+from gputriage.ingest.detect_jobs import JOB_DETECTORS, is_tests_prompt, source_for_command
 
 __all__ = ["EXPECTED", "detect", "is_kernel_line", "kernel_lines", "source_for_command"]
 
@@ -25,7 +24,8 @@ EXPECTED = (
     "(dmesg/journalctl/syslog), ibstat, ibstatus, ibv_devinfo, ibdev2netdev, show_gids, "
     "numactl -H, lscpu, lspci -vvv, systemctl show/status of "
     "nvidia-persistenced or nvidia-fabricmanager, a fabric manager log, "
-    "nvidia-container-cli info"
+    "nvidia-container-cli info, an NCCL_DEBUG=INFO log of a job, nccl-tests output "
+    "(all_reduce_perf...)"
 )
 
 _BARRIER = "#barrier"
@@ -93,66 +93,6 @@ def kernel_lines(text: str) -> str:
     kept = [ln for ln in lines
             if is_kernel_line(ln) or is_system_log_line(ln) or _BOOT_MARK.match(ln)]
     return "\n".join(kept) + "\n" if kept else ""
-
-
-# --- command hints ---------------------------------------------------------------
-_FILE_SOURCES = {s.path: s.name for s in sources.SOURCES if s.kind == "file" and s.path}
-_LOG_FILES = re.compile(r"/var/log/(?:syslog|messages|kern\.log|dmesg)")
-
-
-def source_for_command(cmd: str) -> str | None:
-    """The source a command line (``sudo nvidia-smi -q | grep X``) produces, if known."""
-    first = cmd.split("|")[0].split()
-    while first and (first[0] in ("sudo", "env", "command") or "=" in first[0]):
-        first = first[1:]
-    if not first:
-        return None
-    prog, args = os.path.basename(first[0]), [a.strip("'\"") for a in first[1:]]
-    a = set(args)
-    if prog == "nvidia-smi":
-        if "topo" in a:
-            return "nvidia_smi_topo" if a & {"-m", "--matrix"} else None
-        if "nvlink" in a:
-            if a & {"-e", "--errorcounters"}:
-                return "nvidia_smi_nvlink_errors"
-            return "nvidia_smi_nvlink_status" if a & {"-s", "--status"} else None
-        if a & {"-q", "--query", "-a"} or any(x.startswith("--query") and "=" not in x
-                                              for x in a):
-            if a & {"-u", "--unit"}:
-                return None
-            return "nvidia_smi_q_xml" if a & {"-x", "--xml-format"} else "nvidia_smi_q"
-        rest = [x for x in args if not re.fullmatch(r"-i|--id(=\S+)?|\d+|-L|--list-gpus", x)]
-        return None if rest else "nvidia_smi"
-    if prog == "dmesg":
-        return "kernel_log"
-    if prog == "journalctl":
-        if a & {"-k", "--dmesg"} or "_TRANSPORT=kernel" in a:
-            return "kernel_log"
-        return "fabricmanager_journal" if "fabricmanager" in cmd else None
-    if prog in ("cat", "tail", "head", "less", "more", "zcat", "grep"):
-        for arg in args:
-            if arg in _FILE_SOURCES:
-                return _FILE_SOURCES[arg]
-            if _LOG_FILES.match(arg):
-                return "kernel_log"
-            if "fabricmanager" in arg and arg.endswith(".log"):
-                return "fabricmanager_journal"
-        return None
-    if prog == "systemctl" and a & {"show", "status"}:
-        if "persistenced" in cmd:
-            return "systemctl_persistenced"
-        return "systemctl_fabricmanager" if "fabricmanager" in cmd else None
-    if prog == "lspci":
-        return "lspci_nvidia" if "10de" in cmd or "nvidia" in cmd.lower() else None
-    if prog == "nvidia-container-cli":
-        return "nvidia_container_cli_info" if "info" in a else None
-    if prog in _IB_TOOLS:
-        return "ibstat"
-    return {"lsmod": "proc_modules", "lscpu": "numactl",
-            "numactl": "numactl" if a & {"-H", "--hardware"} else None}.get(prog)
-
-
-_IB_TOOLS = frozenset({"ibstat", "ibstatus", "ibv_devinfo", "ibdev2netdev", "show_gids"})
 
 
 # --- block detectors ---------------------------------------------------------------
@@ -437,6 +377,7 @@ def _lscpu(doc: _Doc) -> None:
 
 
 _DETECTORS: tuple[Callable[[_Doc], None], ...] = (
+    *JOB_DETECTORS,  # NCCL records first: the system-log detector would take shipped ones
     _xml,
     lambda d: _blocks(d, "nvidia_smi_q", _Q_START, lambda s: bool(_Q_CONT.match(s)), _q_confirm),
     _systemctl,
@@ -474,29 +415,35 @@ def detect(text: str) -> list[tuple[str, str]]:
     Pieces are in the order they appear; several blocks of one source are joined.
     """
     doc = _Doc(text)
-    segments: list[tuple[int, str | None]] = [(0, None)]
+    segments: list[tuple[int, int, str | None]] = [(0, 0, None)]  # (prompt, body, command)
     i = 0
     while i < len(doc.lines):
         ln = doc.lines[i]
         m = _PROMPT.match(ln) or _BARE_CMD.match(ln)
-        if m or _FENCE.match(ln):
+        if m and is_tests_prompt(doc.lines, i):
+            m = None  # "# nThread 1 nGpus 8 ...": nccl-tests output, not a root prompt
+        elif m or _FENCE.match(ln):
             cmd = m.group("cmd").strip() if m else None
+            first = i
             doc.owner[i] = _BARRIER
             while cmd and cmd.endswith("\\") and i + 1 < len(doc.lines):
                 i += 1
                 doc.owner[i] = _BARRIER
                 cmd = cmd[:-1] + " " + doc.lines[i].strip()
-            segments.append((i + 1, cmd))
+            segments.append((first, i + 1, cmd))
         i += 1
     for det in _DETECTORS:
         det(doc)
-    nexts = [s for s, _ in segments[1:]] + [len(doc.lines)]
-    for (start, cmd), nxt in zip(segments, nexts, strict=True):
+    nexts = [s for s, _, _ in segments[1:]] + [len(doc.lines)]
+    for (prompt, start, cmd), nxt in zip(segments, nexts, strict=True):
         body = [j for j in range(start, nxt) if doc.owner[j] != _BARRIER]
         hint = source_for_command(cmd) if cmd else None
         if hint and all(doc.owner[j] is None for j in body) and any(
                 doc.lines[j].strip() for j in body):
             for j in body:
+                doc.owner[j] = hint
+        if hint == "nccl_tests" and any(doc.owner[j] == hint for j in body):
+            for j in range(prompt, start):  # the command names the test: keep it in the run
                 doc.owner[j] = hint
     found: dict[str, list[str]] = {}
     for ln, owner in zip(doc.lines, doc.owner, strict=True):

@@ -47,12 +47,12 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from gputriage.errors import InputError
+from gputriage.logscan.forkpool import ForkWorkers, WorkerDied
 from gputriage.logscan.lines import _BOOT_MARK as _BOOT_MARK
 from gputriage.logscan.lines import _CTIME as _CTIME
 from gputriage.logscan.lines import _ISO as _ISO
@@ -129,7 +129,7 @@ class LogScan:
 
     events: list[DriverEvent] = field(default_factory=list)
     boots: list[BootInfo] = field(default_factory=list)  # oldest first
-    lines: int = 0  # lines seen
+    lines: int | None = 0  # lines seen (None: a large file whose lines were not counted)
     skipped: int = 0  # candidate lines cut or not cleanly decodable (counted, never fatal)
     bytes: int = 0
     formats: list[str] = field(default_factory=list)
@@ -164,7 +164,7 @@ class _Result:
     name: str
     order: int
     src: _Source
-    lines: int
+    lines: int | None
     nbytes: int
     problems: list[str]
 
@@ -209,7 +209,7 @@ def _plain_size(fh) -> int:  # noqa: ANN001
 
 
 def _scan_blocks(name: str, fh, size: int, order: int, now: datetime,  # noqa: ANN001
-                 procs: Executor, problems: list[str]) -> _Result:
+                 procs: ForkWorkers, problems: list[str]) -> _Result:
     """:func:`_scan_one` for a large plain file, its blocks searched by ``procs``."""
     src = _Source(name, now)
     inp = _Input(name, problems)
@@ -254,7 +254,7 @@ def _merge(results: list[_Result]) -> LogScan:
         for ev in r.src.events:
             ev.boot = mapping[ev.boot] if 0 <= ev.boot < len(mapping) else len(boots) - 1
             scan.events.append(ev)
-        scan.lines += r.lines
+        scan.lines = None if scan.lines is None or r.lines is None else scan.lines + r.lines
         scan.bytes += r.nbytes
         scan.skipped += r.src.skipped
         for f in r.src.formats:
@@ -266,7 +266,7 @@ def _merge(results: list[_Result]) -> LogScan:
         for p in r.problems:
             if p not in scan.problems:
                 scan.problems.append(p)
-    if not scan.lines and not scan.events:
+    if scan.lines == 0 and not scan.events:
         boots = [b for b in boots if b.seen or b.boot_id]
     last = len(boots) - 1
     for ev in scan.events:
@@ -305,7 +305,7 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None) -> LogScan:
     failures: list[str] = []
     workers = _workers()
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
-    procs: Executor | bool | None = None  # made when a large plain file comes
+    procs: ForkWorkers | bool | None = None  # made when a large plain file comes
     try:
         for order, path in enumerate(paths):
             name = "<stdin>" if path == "-" else str(path)
@@ -323,8 +323,7 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None) -> LogScan:
                         results.append(_scan_blocks(name, fh, size, order, now, procs,
                                                     problems))
                         continue
-                    except BrokenProcessPool:  # a worker died: read this one here
-                        procs.shutdown(wait=False)
+                    except WorkerDied:  # a worker died: read this one here
                         procs = False
                 chunks = _file_chunks(fh, name, problems)
                 results.append(_scan_one(name, chunks, order, now, pool, problems))
@@ -336,8 +335,6 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None) -> LogScan:
     finally:
         if pool is not None:
             pool.shutdown()
-        if isinstance(procs, Executor):
-            procs.shutdown(cancel_futures=True)
     if not results:
         raise InputError("; ".join(failures) or "no input to scan")
     scan = _merge(results)

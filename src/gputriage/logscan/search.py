@@ -4,12 +4,15 @@ threads and forked worker processes that search blocks in parallel."""
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from gputriage import logscan as _pkg
+from gputriage.logscan.forkpool import ForkWorkers
 from gputriage.logscan.lines import _Source
 from gputriage.logscan.reader import _Input
 from gputriage.parsers.kernel_events import MAX_LINE, TRACE_WINDOW
@@ -107,7 +110,7 @@ def _anchor_hits(buf: bytes | bytearray, lo: int, hi: int,
         return starts
     probes = _probes(anchors)
     if (_pkg._STRSTR is not None and _pkg._MEMMEM is not None
-            and isinstance(buf, bytearray) and buf[hi - 1] == 10):
+            and not isinstance(buf, bytes) and buf[hi - 1] == 10):
         import ctypes
 
         # strstr needs a NUL-terminated haystack: the span's last newline becomes the
@@ -183,7 +186,7 @@ def _memmem_hits(buf: bytes | bytearray, lo: int, hi: int, p: _Probe,
     if memmem is not None:
         import ctypes
 
-        if isinstance(buf, bytearray):
+        if not isinstance(buf, bytes):  # a bytearray or a writable mapping
             keep: object = ctypes.c_char.from_buffer(buf)
             base = ctypes.addressof(keep)  # type: ignore[arg-type]
         else:
@@ -212,7 +215,8 @@ class _Span:
     """Candidate lines of one block: (newlines before the line, text bytes, cut)."""
 
     lines: list[tuple[int, bytes | bytearray, bool]]
-    newlines: int
+    newlines: int  # exact count, or (``exact`` False) an upper bound from long gaps' sizes
+    exact: bool = True
     carry: tuple[int, int] = (0, 0)  # (lines wanted from the next block, mode)
     head: list[tuple[int, bytes | bytearray, bool]] = field(default_factory=list)
     head_all: bool = True  # ``head`` holds every line of the block
@@ -241,9 +245,27 @@ def _line_end(buf: bytes, s: int, hi: int) -> int:
     return hi if e < 0 else e
 
 
+# Line positions without counting every newline (worker blocks): a gap between wanted
+# lines up to this long is counted, a longer one advances the position by its size in
+# bytes, an upper bound of its lines. Positions then stay exact between nearby lines (all
+# that continuation lines and trace windows need; a gap holds the line before it, so
+# lines longer than this lose their adjacency), and counting, which takes about 40 % of
+# a block's search time, is skipped where it tells nothing.
+GAP_EXACT = 64 << 10
+
+
+def _gap(buf: bytes, a: int, b: int, exact: bool) -> int:
+    if exact or b - a <= GAP_EXACT:
+        if isinstance(buf, (bytes, bytearray)):
+            return buf.count(b"\n", a, b)
+        return buf[a:b].count(b"\n")  # a mapping: no count() of its own
+    return b - a
+
+
 def _search_span(buf: bytes, lo: int, hi: int, anchors: Sequence[bytes],
-                 carry: tuple[int, int] = (0, 0)) -> _Span:
-    """Candidate lines of ``buf[lo:hi]``, their context lines, and line numbers."""
+                 carry: tuple[int, int] = (0, 0), exact: bool = True) -> _Span:
+    """Candidate lines of ``buf[lo:hi]``, their context lines, and line positions
+    (line numbers when ``exact``, see :data:`GAP_EXACT` otherwise)."""
     starts = _anchor_hits(buf, lo, hi, anchors)
     want: dict[int, int] = dict.fromkeys(starts, 0)
     need = (0, 0)
@@ -257,21 +279,23 @@ def _search_span(buf: bytes, lo: int, hi: int, anchors: Sequence[bytes],
     out: list[tuple[int, bytes, bool]] = []
     n = 0
     prev = lo
-    count = buf.count
+    approx = False
     for s in sorted(want):
-        n += count(b"\n", prev, s)
+        approx = approx or (not exact and s - prev > GAP_EXACT)
+        n += _gap(buf, prev, s, exact)
         prev = s
         e = _line_end(buf, s, hi)
         cut = e - s > MAX_LINE
         out.append((n, buf[s:min(e, s + MAX_LINE)], cut))
-    n += count(b"\n", prev, hi)
+    approx = approx or (not exact and hi - prev > GAP_EXACT)
+    n += _gap(buf, prev, hi, exact)
     head = []
     pos = lo
     while pos < hi and len(head) < _HEAD:
         e = _line_end(buf, pos, hi)
         head.append((len(head), buf[pos:min(e, pos + MAX_LINE)], e - pos > MAX_LINE))
         pos = e + 1
-    return _Span(out, n, need, head, pos >= hi)
+    return _Span(out, n, not approx, need, head, pos >= hi)
 
 
 def _context(buf: bytes, s: int, hi: int, mode: int, limit: int, want: dict[int, int],
@@ -301,6 +325,7 @@ class _Lines:
         self.src = src
         self.base = 0
         self.carry = (0, 0)
+        self.exact = True  # ``base`` is the number of lines, not an upper bound
 
     def feed(self, span: _Span) -> None:
         if self.carry[0]:
@@ -314,11 +339,18 @@ class _Lines:
         for n, raw, cut in span.lines:
             line(self.base + n + 1, raw, cut)
         self.base += span.newlines
+        self.exact = self.exact and span.exact
         self.carry = span.carry
+
+    def total(self, inp: _Input) -> int | None:
+        """Lines of the input (None when only positions were kept)."""
+        if not self.exact:
+            return None
+        return self.base + (1 if inp.nbytes and inp.last_byte != b"\n" else 0)
 
 
 def _run_input(src: _Source, inp: _Input, chunks: Iterator[bytes | bytearray],
-               pool: ThreadPoolExecutor | None, anchors: Sequence[bytes]) -> int:
+               pool: ThreadPoolExecutor | None, anchors: Sequence[bytes]) -> int | None:
     """Search all spans of one input (in parallel when a pool is given); returns lines."""
     out = _Lines(src)
     inflight: list[Future[_Span]] = []
@@ -333,13 +365,14 @@ def _run_input(src: _Source, inp: _Input, chunks: Iterator[bytes | bytearray],
             out.feed(inflight.pop(0).result())
     for fut in inflight:
         out.feed(fut.result())
-    return out.base + (1 if inp.nbytes and inp.last_byte != b"\n" else 0)
+    return out.total(inp)
 
 
 # --- large plain files: blocks searched in worker processes ---------------------------------
 #
 # Counting newlines (for line numbers) holds the GIL, so threads cannot share that work;
-# for a large uncompressed file each worker process reads and searches whole blocks
+# and workers count only the short gaps between wanted lines (GAP_EXACT).
+# For a large uncompressed file each worker process reads and searches whole blocks
 # (the same BLOCK-aligned reads as the sequential reader, so long lines are cut at the
 # same places) and sends back only candidate lines, counts and the block's first and
 # last partial lines; the main process stitches those and parses, in file order.
@@ -359,83 +392,110 @@ class _Block:
 _BLOCK_BUF: list[bytearray] = []
 
 
-def _block_task(path: str, index: int, block: int, anchors: tuple[bytes, ...]) -> _Block:
+def _block_task(path: str, index: int, *, block: int,
+                anchors: tuple[bytes, ...]) -> _Block:
     """Read block ``index`` of ``path`` and search it (runs in a worker process)."""
-    if not _BLOCK_BUF or len(_BLOCK_BUF[0]) != block:
-        _BLOCK_BUF[:] = [bytearray(block)]
-    buf = _BLOCK_BUF[0]
     with open(path, "rb", buffering=0) as fh:
+        mapped = _map_block(fh, index * block, block)
+        if mapped is not None:
+            mm, lo, n = mapped
+            try:
+                return _search_block(mm, lo, lo + n, anchors)
+            finally:
+                mm.close()
+        if not _BLOCK_BUF or len(_BLOCK_BUF[0]) != block:
+            _BLOCK_BUF[:] = [bytearray(block)]
+        buf = _BLOCK_BUF[0]
         fh.seek(index * block)
         n = fh.readinto(buf) or 0
-    first = buf.find(b"\n", 0, n)
+    return _search_block(buf, 0, n, anchors)
+
+
+def _map_block(fh, start: int, block: int):  # noqa: ANN001, ANN202
+    """A private, writable mapping of ``block`` bytes at ``start`` (from the page cache,
+    without the copy a read makes; the search writes its NULs into private pages):
+    ``(mmap, offset of start in it, length)``, or None where mapping is not possible."""
+    import mmap
+    import os
+
+    try:
+        size = os.fstat(fh.fileno()).st_size
+        n = min(block, size - start)
+        if n <= 0:
+            return None
+        base = start - start % mmap.ALLOCATIONGRANULARITY
+        mm = mmap.mmap(fh.fileno(), start - base + n, flags=mmap.MAP_PRIVATE,
+                       prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=base)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return mm, start - base, n
+
+
+def _search_block(buf: bytearray, lo: int, hi: int, anchors: tuple[bytes, ...]) -> _Block:
+    """Search the block ``buf[lo:hi]`` (a read buffer or a mapping)."""
+    first = buf.find(b"\n", lo, hi)
     if first < 0:
-        return _Block(n, raw=bytes(buf[:n]))
-    last = buf.rfind(b"\n", 0, n) + 1
-    inner = _search_span(buf, first + 1, last, anchors) if first + 1 < last else None
-    return _Block(n, head=bytes(buf[:first + 1]), tail=bytes(buf[last:n]), inner=inner)
+        return _Block(hi - lo, raw=bytes(buf[lo:hi]))
+    last = buf.rfind(b"\n", lo, hi) + 1
+    inner = _search_span(buf, first + 1, last, anchors, exact=False) if first + 1 < last \
+        else None
+    return _Block(hi - lo, head=bytes(buf[lo:first + 1]), tail=bytes(buf[last:hi]),
+                  inner=inner)
 
 
-def _process_pool() -> Executor | None:
-    """A pool of forked worker processes, or None where that is not safe or useful."""
+def _process_pool() -> ForkWorkers | None:
+    """Forked worker processes, or None where that is not safe or useful (forking a
+    process that runs threads is not)."""
     import threading
 
     if (_pkg._workers() < 2 or not sys.platform.startswith("linux")
-            or threading.active_count() > 1):
+            or threading.active_count() > 1 or not hasattr(os, "fork")):
         return None
-    try:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        if multiprocessing.current_process().daemon:  # may not have children
-            return None
-        return ProcessPoolExecutor(_pkg._workers(),
-                                   mp_context=multiprocessing.get_context("fork"))
-    except (ImportError, OSError, ValueError):  # pragma: no cover - no fork / semaphores
-        return None
+    return ForkWorkers(_pkg._workers())
 
 
-def _run_blocks(src: _Source, inp: _Input, path: str, size: int, procs: Executor,
-                anchors: tuple[bytes, ...]) -> int:
-    """Like :func:`_run_input` for a plain file whose blocks workers search."""
+def _run_blocks(src: _Source, inp: _Input, path: str, size: int, procs: ForkWorkers,
+                anchors: tuple[bytes, ...]) -> int | None:
+    """Like :func:`_run_input` for a plain file whose blocks workers search; the line
+    count is None when long gaps were not counted (see :data:`GAP_EXACT`)."""
     out = _Lines(src)
-    limit = _pkg._workers() + 2
     block = _pkg.BLOCK
-    inflight: list[Future[_Block]] = []
-    nxt = 0
     tail = b""
 
     def own(data: bytes) -> None:
         out.feed(_search_span(data, 0, len(data), anchors))
 
-    while True:
-        while len(inflight) < limit and (nxt * block <= size or not inflight):
-            inflight.append(procs.submit(_block_task, path, nxt, block, anchors))
-            nxt += 1
-        try:
-            r = inflight.pop(0).result()
-        except OSError as exc:
-            inp.problems.append(f"{inp.name}: read error ({exc.strerror or exc}); "
-                                "kept what was read")
-            break
-        if r.size:
-            inp.nbytes += r.size
-            inp.last_byte = (r.raw or r.tail or r.head)[-1:]
-        if r.raw is not None:
-            tail += r.raw
-            if len(tail) >= _pkg.LONG_LINE:
-                own(tail)
-                tail = b""
-        else:
-            own(tail + r.head)
-            if r.inner is not None:
-                out.feed(r.inner)
-            tail = r.tail
-        if r.size < block:
-            break
-    for fut in inflight:
-        fut.cancel()
+    blocks = procs.run(functools.partial(_block_task, path, block=block, anchors=anchors),
+                       size // block + 1)
+    try:
+        while True:
+            try:
+                r = next(blocks, None)
+            except OSError as exc:
+                inp.problems.append(f"{inp.name}: read error ({exc.strerror or exc}); "
+                                    "kept what was read")
+                break
+            if r is None:
+                break
+            if r.size:
+                inp.nbytes += r.size
+                inp.last_byte = (r.raw or r.tail or r.head)[-1:]
+            if r.raw is not None:
+                tail += r.raw
+                if len(tail) >= _pkg.LONG_LINE:
+                    own(tail)
+                    tail = b""
+            else:
+                own(tail + r.head)
+                if r.inner is not None:
+                    out.feed(r.inner)
+                tail = r.tail
+            if r.size < block:
+                break
+    finally:
+        blocks.close()
     if tail:
         own(tail)
-    return out.base + (1 if inp.nbytes and inp.last_byte != b"\n" else 0)
+    return out.total(inp)
 
 

@@ -43,6 +43,8 @@ PARSERS: dict[str, tuple[str, str, bool]] = {
     "thp_enabled": ("hostcfg", "parse_thp", False),
     "numa_balancing": ("hostcfg", "parse_numa_balancing", False),
     "cgroup_controllers": ("hostcfg", "parse_cgroup_controllers", False),
+    "nccl_log": ("nccl_log", "parse_nccl_log", False),
+    "nccl_tests": ("nccl_tests", "parse_nccl_tests", False),
 }
 
 

@@ -1,27 +1,52 @@
-"""All rules, registered explicitly by importing their modules in order."""
+"""All rules, registered by importing their area modules, named here in order.
+
+The modules are imported on first need, so that a command which needs only some
+areas (``gputriage logs``: the kernel log) does not pay for the others.
+"""
 
 from __future__ import annotations
 
-from gputriage.rules import (  # noqa: F401
-    devnodes,
-    driver,
-    fabric,
-    hostcfg,
-    infiniband,
-    inventory,
-    kernel_log,
-    kernel_xid,
-    memory,
-    modules,
-    pcie,
-    persistence,
-    thermal,
-    topology,
-)
+import importlib
+
 from gputriage.rules.base import REGISTRY, Rule
 
-__all__ = ["REGISTRY", "Rule", "all_rules"]
+__all__ = ["AREAS", "LOG_AREAS", "REGISTRY", "Rule", "all_rules", "rules_of"]
+
+AREAS: tuple[str, ...] = (
+    "devnodes",
+    "driver",
+    "fabric",
+    "hostcfg",
+    "infiniband",
+    "inventory",
+    "kernel_log",
+    "kernel_xid",
+    "memory",
+    "modules",
+    "nccl_bandwidth",
+    "nccl_errors",
+    "nccl_job",
+    "nccl_transport",
+    "pcie",
+    "persistence",
+    "thermal",
+    "topology",
+)
+# the areas whose rules a kernel log alone can feed (tests/test_logs_cli.py checks this)
+LOG_AREAS: tuple[str, ...] = ("driver", "kernel_log", "kernel_xid")
+
+
+def rules_of(areas: tuple[str, ...]) -> list[Rule]:
+    """The rules of some areas, in registration order."""
+    modules = {f"{__name__}.{a}" for a in areas}
+    for name in sorted(modules):
+        importlib.import_module(name)
+    return [r for r in REGISTRY if r.func.__module__ in modules]
 
 
 def all_rules() -> list[Rule]:
-    return list(REGISTRY)
+    """Every rule of every area."""
+    order = {f"{__name__}.{a}": i for i, a in enumerate(AREAS)}
+    for name in order:
+        importlib.import_module(name)
+    return sorted(REGISTRY, key=lambda r: order.get(r.func.__module__, len(order)))

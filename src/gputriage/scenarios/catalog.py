@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gputriage.scenarios.model import Gpu, GpuProcess, Host, Outcome, healthy_hgx_h100
+from gputriage.scenarios.render_nccl import NcclJob, nccl_log, nccl_tests
 
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
@@ -235,6 +236,23 @@ def _hw_slowdown() -> Host:
     return host
 
 
+# The job's NCCL output is what the node's owner pastes next to the snapshot:
+# written as the input-only job sources (rc 0), the host itself stays healthy.
+# NCCL_IB_DISABLE=1 left in the job: NCCL runs TCP over the IPoIB interfaces of the eight
+# rails (NCCL_SOCKET_IFNAME=ib), which carries about half of what verbs with GPUDirect give.
+SOCKET_JOB = NcclJob(env=(("NCCL_SOCKET_IFNAME", "ib"), ("NCCL_IB_DISABLE", "1")),
+                     network="Socket", iface="ib0", subnet="192.168.100",
+                     socket_ifaces=tuple(f"ib{i}" for i in range(8)), channels=8,
+                     peak_busbw=183.0, latency_us=118.0)
+
+
+def _nccl_socket_fallback() -> Host:
+    host = healthy_hgx_h100()
+    host.command_overrides["nccl_log"] = Outcome(nccl_log(host, SOCKET_JOB), 0)
+    host.command_overrides["nccl_tests"] = Outcome(nccl_tests(host, SOCKET_JOB), 0)
+    return host
+
+
 CATALOG: tuple[Entry, ...] = (
     Entry("healthy-8xh100", "Healthy HGX H100 node (8 GPUs, 4 NVSwitches, 8 NDR HCAs)",
           "A freshly booted 8x H100 SXM node on driver 550.54.15 / CUDA 12.4 with fabric "
@@ -326,4 +344,13 @@ CATALOG: tuple[Entry, ...] = (
           "baseboard is asserting the power brake, typically a power supply or power delivery "
           "fault, not heat. Drain the node and have the power supplies and baseboard checked.",
           ("clocks.hw-power-brake",), _hw_slowdown),
+    Entry("nccl-socket-fallback",
+          "Two-node all-reduce at half speed: NCCL fell back to TCP sockets",
+          "A 2-node x 8-GPU job on this healthy node (8 active 400G NDR HCAs, nvidia_peermem "
+          "loaded) exported NCCL_IB_DISABLE=1, so NCCL chose 'Using network Socket' and sent "
+          "all inter-node traffic as TCP over the rails' IPoIB interfaces ib0-ib7 while NVLink "
+          "carried the intra-node hops. all_reduce_perf peaks near half the bus bandwidth the "
+          "rails give with verbs and GPUDirect RDMA. The node is fine: unset NCCL_IB_DISABLE "
+          "in the job so NCCL uses NET/IB with GPUDirect RDMA.",
+          ("nccl.socket-transport", "nccl.busbw-low"), _nccl_socket_fallback),
 )

@@ -85,8 +85,8 @@ def render_all(host: Host) -> dict[str, Rendered]:
     out: dict[str, Rendered] = {}
     for spec in sources.SOURCES:
         name = spec.name
-        if name not in RENDERERS:
-            continue
+        if name not in RENDERERS and name not in host.command_overrides:
+            continue  # (a job source is written only when a scenario supplies it)
         is_command = spec.kind == "command"
         if name in host.absent:
             out[name] = Rendered(None, rc=None, error="absent",

@@ -221,8 +221,12 @@ def render_logs(scan: Any, lanes: list[Lane], result: Result, console: Console |
                 out.line((row.line, "dim"), indent=6)
     terminal._findings(out, result)
     console.print()
-    summary = (f"read {scan.lines} lines ({scan.skipped} skipped), {scan.bytes} bytes; "
-               f"formats: {', '.join(scan.formats) or 'none recognised'}; "
+    if scan.lines is not None:
+        read = f"read {scan.lines} lines ({scan.skipped} skipped), {scan.bytes} bytes; "
+    else:
+        read = (f"read {scan.bytes} bytes (lines not counted: searched in parallel), "
+                f"{scan.skipped} lines skipped; ")
+    summary = (read + f"formats: {', '.join(scan.formats) or 'none recognised'}; "
                f"boots: {len(getattr(scan, 'boots', []) or []) or 1}")
     out.line((summary, "dim"))
     for problem in scan.problems:

@@ -1,0 +1,104 @@
+"""Reading a job's NCCL log, side by side with the on-call's grep.
+
+Generates a training job's log (default 1 GB): a PyTorch-style step log with the
+NCCL_DEBUG=INFO output of a 16-rank, two-node job (the ``nccl-socket-fallback``
+scenario's) repeated through it at ``--nccl-percent`` of the lines (default 1 %,
+as when a job re-creates communicators), then times:
+
+  * ``python -m gputriage nccl FILE --json > out`` (streams the file);
+  * ``grep -E 'NCCL (INFO|WARN)|Using network|via NET' FILE > out2``, the lines an
+    on-call would pull out to read transports by eye;
+
+and prints wall times (best of ``--repeat``), throughputs, the ratio and the peak
+RSS of the gputriage run (the target: memory bounded however large the log).
+
+Usage: python benchmarks/nccl_scan.py [--size 1GB] [--nccl-percent 1] [--file LOG]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from log_scan import _parse_size, _timed  # noqa: E402
+
+_STEP = ("2025-03-02 10:{m:02d}:{s:02d},{ms:03d} [rank{r}] INFO train.py:412 step {n} "
+         "loss {loss:.4f} lr 3.0e-04 tokens/s {tok:.1f} mem {mem:.1f}G grad_norm {g:.3f}\n")
+
+
+def _nccl_lines() -> list[str]:
+    from gputriage.scenarios.catalog import SOCKET_JOB
+    from gputriage.scenarios.model import healthy_hgx_h100
+    from gputriage.scenarios.render_nccl import nccl_log
+
+    return nccl_log(healthy_hgx_h100(), SOCKET_JOB).splitlines(keepends=True)
+
+
+def generate(path: Path, size: int, percent: float, seed: int = 11) -> int:
+    rng = random.Random(seed)
+    nccl = _nccl_lines()
+    written = i = 0
+    with path.open("w", encoding="utf-8") as fh:
+        while written < size:
+            out = []
+            for _ in range(5000):
+                if rng.random() * 100 < percent:
+                    out.append(nccl[i % len(nccl)])
+                    i += 1
+                else:
+                    out.append(_STEP.format(m=rng.randint(0, 59), s=rng.randint(0, 59),
+                                            ms=rng.randint(0, 999), r=rng.randint(0, 15),
+                                            n=rng.randint(1, 99999), loss=rng.random() * 3,
+                                            tok=rng.uniform(5e4, 9e4), mem=rng.uniform(60, 79),
+                                            g=rng.random() * 2))
+            chunk = "".join(out)
+            fh.write(chunk)
+            written += len(chunk)
+    return written
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="1GB")
+    parser.add_argument("--nccl-percent", type=float, default=1.0)
+    parser.add_argument("--file", help="time this existing log instead of generating one")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="gt-nccl-"))
+    log = Path(args.file) if args.file else folder / "job.log"
+    if not args.file:
+        start = time.perf_counter()
+        generate(log, _parse_size(args.size), args.nccl_percent)
+        print(f"generated {log.stat().st_size / 1e6:.0f} MB "
+              f"({args.nccl_percent:g} % NCCL lines) in {time.perf_counter() - start:.1f} s")
+    try:
+        size_mb = log.stat().st_size / 1e6
+        subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=False)
+        rep = args.repeat
+        gt = [sys.executable, "-m", "gputriage", "nccl", str(log), "--json"]
+        gt_wall, gt_rss, _, gt_rc = _timed(gt, folder / "out", rep)
+        grep = ["grep", "-E", "NCCL (INFO|WARN)|Using network|via NET", str(log)]
+        grep_wall, _, _, _ = _timed(grep, folder / "out2", rep)
+        print(f"input: {log} ({size_mb:.0f} MB); best of {rep} runs")
+        print(f"gputriage nccl --json: {gt_wall:.2f} s, {size_mb / gt_wall:.0f} MB/s, "
+              f"peak RSS {gt_rss / 1024:.0f} MB, rc {gt_rc}")
+        print(f"grep -E 'NCCL (INFO|WARN)|...': {grep_wall:.2f} s, "
+              f"{size_mb / grep_wall:.0f} MB/s")
+        print(f"ratio gputriage/grep time: {gt_wall / grep_wall:.2f}")
+    finally:
+        for p in folder.iterdir():
+            p.unlink()
+        folder.rmdir()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

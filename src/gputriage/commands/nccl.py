@@ -1,0 +1,78 @@
+"""``gputriage nccl PATH...``: a job's NCCL logs and nccl-tests results, judged
+together with the host's own facts when host outputs are among the inputs.
+
+Job logs of any size stream through the NCCL log reader (1 MiB at a time,
+plain or compressed); host inputs load as ``analyze`` loads them. The facts
+of the one combined host get the job's log and runs pre-filled, every rule
+whose inputs are there runs, and the report shows what NCCL said per host,
+each nccl-tests run against the bandwidth the hardware should give, then the
+findings. Exit status as for ``analyze``; 66 when no input holds anything.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("nccl")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON (schema gputriage/result/v1 plus an \"nccl\" "
+                   "object).")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Every host, every size row, every finding in full and the skipped rules.")
+def nccl(paths: tuple[str, ...], as_json: bool, verbose: bool) -> None:
+    """Read NCCL_DEBUG=INFO logs (one file per rank or all ranks in one; .gz/.xz; -
+    reads stdin) and nccl-tests outputs, with host outputs (snapshot, bug report,
+    pasted nvidia-smi / ibstat / lsmod...) if you have them, and say what NCCL chose
+    (network, HCAs, GPUDirect RDMA, transports per channel), how fast the tests ran
+    against what the hardware should give, and what is wrong."""
+    from gputriage.cli import _env, _Exit
+    from gputriage.views.status import exit_status
+
+    env = _env()
+    result, log, judged, host_given = judge(list(paths))
+    if as_json:
+        import json
+
+        from gputriage.views.jsonview import to_json
+        from gputriage.views.ncclview import nccl_document
+
+        doc = to_json(result)
+        doc["nccl"] = nccl_document(log, judged)
+        env.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    else:
+        from rich.console import Console
+
+        from gputriage.views.ncclview import render_nccl
+
+        render_nccl(result, log, judged, host_given, Console(file=env.stdout, highlight=False),
+                    verbose=verbose)
+    raise _Exit(int(exit_status(result)))
+
+
+def judge(paths: list[str]):  # noqa: ANN201 - (Result, NcclLog, [(run, exp, why)], bool)
+    """Read the inputs, run the engine over the combined facts, and judge each
+    nccl-tests run against its expectation."""
+    from gputriage.commands.nccl_input import read_inputs
+    from gputriage.engine import analyze_facts
+    from gputriage.facts import Facts, Missing
+    from gputriage.hostfacts.nccl_bandwidth import expect_busbw_why
+    from gputriage.snapshot import Snapshot
+
+    found = read_inputs(paths)
+    host_given = found.snapshot is not None and bool(found.snapshot.captures)
+    snap = found.snapshot or Snapshot({}, None, ", ".join(found.job_origins))
+    snap.problems.extend(found.problems)
+    facts = Facts(snap)
+    facts.prefill("nccl_log", found.log if found.has_log
+                  else Missing("nccl_log: no NCCL record in the inputs"))
+    facts.prefill("nccl_tests", found.runs if found.runs
+                  else Missing("nccl_tests: no nccl-tests run in the inputs"))
+    result = analyze_facts(facts)
+    known = {item.get("origin") for item in result.inputs}
+    result.inputs += [{"origin": origin, "sources": names}
+                      for origin, names in found.job_origins.items() if origin not in known]
+    judged = [(run, *expect_busbw_why(run, facts)) for run in found.runs]
+    return result, found.log, judged, host_given
+

@@ -1,0 +1,210 @@
+"""nccl-tests results: runs that failed, runs that moved wrong data, and bus
+bandwidth below what the hardware should give (the expectation is formed in
+:mod:`gputriage.hostfacts.nccl_bandwidth`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from gputriage.facts import Facts
+from gputriage.hostfacts.nccl_bandwidth import Expectation
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity
+from gputriage.parsers.nccl_model import NET_IB, NET_SOCKET, NcclTestRow, NcclTestRun
+from gputriage.rules.base import evidence, finding, rule
+
+TESTS = "nccl_tests"
+LOW = 0.80  # peak busbw below this share of the expectation: a warning
+VERY_LOW = 0.50  # below this (with a verified figure and large sizes): critical
+MIN_BYTES = 64 << 20  # runs whose largest size is smaller are not judged
+FULL_BYTES = 1 << 30  # from here the largest size is taken to show the plateau
+
+_NOT_INIT = re.compile(r"system not yet initialized", re.IGNORECASE)
+_NCCL_FAIL = re.compile(r"Test NCCL failure \S+ '([^']+)'", re.IGNORECASE)
+_CUDA_FAIL = re.compile(r"Test CUDA failure \S+ '([^']+)'", re.IGNORECASE)
+
+# NCCL result strings -> (blame, action, what to look at)
+_NCCL_RESULTS = (
+    ("unhandled system error", Blame.CONFIG, Action.FIX_CONFIG,
+     "NCCL got an error from the operating system or the network stack: /dev/shm size in "
+     "containers, memlock limits, or the IB/RoCE setup (run with NCCL_DEBUG=INFO)."),
+    ("remote process exited", Blame.UNKNOWN, Action.RESTART_JOB,
+     "A peer process died or the network between the ranks failed; look at the other "
+     "ranks' output and the HCA ports."),
+    ("invalid usage", Blame.JOB, Action.FIX_CONFIG,
+     "NCCL rejected how it was called or configured (environment variables, device "
+     "selection, ranks per GPU)."),
+    ("unhandled cuda error", Blame.UNKNOWN, Action.RESTART_JOB,
+     "A CUDA call inside NCCL failed: look for Xids on the GPUs."),
+)
+
+
+def _label(run: NcclTestRun) -> str:
+    return run.test or run.operation or "nccl-tests"
+
+
+def _run_lines(run: NcclTestRun) -> list[str]:
+    return [run.line] + [d.line for d in run.devices[:2]]
+
+
+@rule("nccl.tests-failed", requires=("nccl_tests",), produces=("nccl.tests-failed",))
+def tests_failed(facts: Facts) -> Iterator[Finding]:
+    """An nccl-tests run that stopped on an error. 'system not yet initialized' on an
+    NVSwitch system means the fabric manager has not configured the fabric; a NCCL
+    failure names the NCCL error."""
+    for run in facts.get("nccl_tests"):
+        if not run.errors:
+            continue
+        text = " ".join(run.errors)
+        ev = [evidence(TESTS, _run_lines(run) + run.errors[:4])]
+        if _NOT_INIT.search(text):
+            yield _not_initialized(facts, run, ev)
+            continue
+        m = _NCCL_FAIL.search(text) or _CUDA_FAIL.search(text)
+        what = m.group(1) if m else run.errors[0].strip()[:120]
+        blame, action, why = Blame.UNKNOWN, Action.RESTART_JOB, (
+            "The test aborted before measuring anything; the error names the failing call.")
+        for key, b, a, w in _NCCL_RESULTS:
+            if key in what.lower():
+                blame, action, why = b, a, w
+        kind = "NCCL" if _NCCL_FAIL.search(text) else "CUDA" if _CUDA_FAIL.search(text) else ""
+        yield finding("nccl.tests-failed", Severity.CRITICAL,
+                      f"{_label(run)} failed: {kind + ' ' if kind else ''}error '{what}'",
+                      why, action, blame, NODE, ev)
+
+
+def _not_initialized(facts: Facts, run: NcclTestRun, ev: list[Evidence]) -> Finding:
+    """CUDA error 802: the NVLink fabric is not ready (fabric manager not running)."""
+    need = facts.maybe("needs_fabric_manager")
+    unit = (facts.maybe("units") or {}).get("nvidia-fabricmanager")
+    why = ("CUDA reports 'system not yet initialized' (error 802) when the GPUs of an "
+           "NVSwitch system wait for the NVLink fabric: nvidia-fabricmanager is not running "
+           "(or failed) and no CUDA program can start. Start nvidia-fabricmanager at the "
+           "driver's exact version and check its log.")
+    if unit is not None:
+        state = unit.active_state or "unknown"
+        why += f" Here nvidia-fabricmanager is {state}."
+        ev.append(evidence("systemctl_fabricmanager", [f"ActiveState={state}"]))
+    if need is not None and need.needed:
+        why += f" This host needs it: {need.reason}."
+        ev.extend(need.evidence)
+    elif need is not None:
+        why += (f" This host does not look like an NVSwitch system ({need.reason}): check "
+                "that the GPUs finished initialising (nvidia-smi -q Fabric State).")
+    return finding("nccl.tests-failed", Severity.CRITICAL,
+                   f"{_label(run)} failed: CUDA 'system not yet initialized' (fabric manager "
+                   "not running?)", why, Action.FIX_CONFIG, Blame.NODE, NODE, ev)
+
+
+@rule("nccl.tests-wrong", requires=("nccl_tests",), produces=("nccl.tests-wrong",))
+def tests_wrong(facts: Facts) -> Iterator[Finding]:
+    """nccl-tests checks every result: a #wrong count above 0 (or out-of-bounds
+    values) means a collective delivered corrupt data."""
+    for run in facts.get("nccl_tests"):
+        bad = [r for r in run.rows if (r.oop_wrong or 0) + (r.ip_wrong or 0) > 0]
+        oob = run.out_of_bounds or 0
+        if not bad and oob <= 0:
+            continue
+        lines = _run_lines(run) + [r.line for r in bad[:6]]
+        if oob > 0:
+            lines.append(f"# Out of bounds values : {oob} FAILED")
+        parts = [f"{run.wrong} wrong values in {len(bad)} of {len(run.rows)} sizes"] if bad \
+            else []
+        if oob > 0:
+            parts.append(f"{oob} out-of-bounds values")
+        yield finding(
+            "nccl.tests-wrong", Severity.CRITICAL,
+            f"{_label(run)}: {' and '.join(parts)}: data corruption",
+            "The collective returned results that differ from the expected values. Unless "
+            "the run forced an unsupported protocol (NCCL_PROTO=LL128 where NCCL disables "
+            "it), that is a hardware fault on a GPU, NVLink/NVSwitch or NIC path: drain the "
+            "node(s) and narrow it down with single-node and pairwise runs.",
+            Action.DRAIN_AND_REPAIR, Blame.NODE, NODE, [evidence(TESTS, lines)])
+
+
+def _size(n: int) -> str:
+    """``8 GiB``, ``128 MiB``, ``4 KiB``, ``8 B``."""
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g} {unit}"
+    return f"{n} B"
+
+
+def _peak(run: NcclTestRun) -> tuple[NcclTestRow, float] | None:
+    row = run.peak
+    if row is None:
+        return None
+    return row, max(row.oop_busbw or 0.0, row.ip_busbw or 0.0)
+
+
+def _hints(facts: Facts, exp: Expectation) -> tuple[list[str], Blame, Action]:
+    """Known causes from the job's NCCL log and this host's facts."""
+    hints: list[str] = []
+    blame, action = Blame.UNKNOWN, Action.FIX_CONFIG
+    log = facts.maybe("nccl_log")
+    channels = [c for p in (log.processes if log else []) for c in p.channels]
+    if exp.scope == "inter-node":
+        if any(c.family == NET_SOCKET for c in channels):
+            hints.append("NCCL used NET/Socket (TCP) between nodes: see nccl.socket-transport")
+            blame = Blame.CONFIG
+        ib = [c for c in channels if c.family == NET_IB]
+        no_gdr = [c for c in ib if c.gdr is False]
+        if no_gdr:
+            hints.append(f"{len(no_gdr)} of {len(ib)} NET/IB channels run without GPUDirect "
+                         "RDMA: see nccl.gdr-disabled")
+        if exp.down_rails:
+            hints.append(f"rail port(s) {', '.join(exp.down_rails)} are not active: see "
+                         "ib.port-not-active")
+            blame, action = Blame.NODE, Action.DRAIN_AND_REPAIR
+        mods = facts.maybe("modules")
+        if mods is not None and not any(m in mods for m in ("nvidia_peermem", "nv_peer_mem")):
+            hints.append("nvidia_peermem is not loaded here: see module.peermem-missing")
+    slow = [ln for ln in facts.maybe("pcie_links", []) or []
+            if ln.cur_width and ln.max_width and ln.cur_width < ln.max_width]
+    if slow:
+        hints.append(f"{slow[0].label} runs PCIe x{slow[0].cur_width} of x{slow[0].max_width}: "
+                     "see the pcie.* findings")
+        blame, action = Blame.NODE, Action.DRAIN_AND_REPAIR
+    return hints, blame, action
+
+
+@rule("nccl.busbw-low", requires=("nccl_expectations",), produces=("nccl.busbw-low",))
+def busbw_low(facts: Facts) -> Iterator[Finding]:
+    """Peak bus bandwidth of an nccl-tests run (the best of out-of-place and in-place,
+    normally at the largest sizes; the average is dragged down by small sizes and is not
+    judged) below 80 % of what the GPUs' NVLink/PCIe or the node's NICs should give."""
+    for run, exp in facts.get("nccl_expectations"):
+        peak = _peak(run)
+        if exp is None or peak is None or not run.rows:
+            continue
+        row, busbw = peak
+        largest = max(r.size for r in run.rows)
+        if largest < MIN_BYTES or busbw >= LOW * exp.busbw_gbs:
+            continue
+        plateau = largest >= FULL_BYTES
+        critical = busbw < VERY_LOW * exp.busbw_gbs and exp.verified and plateau
+        hints, blame, action = _hints(facts, exp)
+        why = (f"Expectation: {exp.basis} ({'; '.join(exp.inputs)}). The peak is taken at "
+               f"{_size(row.size)}, best of out-of-place and in-place")
+        if run.avg_busbw is not None:
+            why += f"; the average ({run.avg_busbw:g} GB/s) includes small sizes and is not judged"
+        why += "."
+        if not plateau:
+            why += (f" The largest size was only {_size(largest)}: run up to 8G (-e 8G) "
+                    "before concluding.")
+        if not exp.verified:
+            why += " The expected figure is not a verified reference number."
+        if hints:
+            why += " Known causes here: " + "; ".join(hints) + "."
+        elif exp.scope == "inter-node":
+            why += (" Check the transport in the NCCL log (NCCL_DEBUG=INFO: NET/IB with "
+                    "GDRDMA), every rail port's rate, and run 2-node tests with NCCL_ALGO=Ring.")
+        else:
+            why += (" Check NVLink state (nvidia-smi nvlink -s), that P2P is not disabled "
+                    "and the GPUs' clocks and PCIe links.")
+        ev = [evidence(TESTS, [run.line, row.line] + ([run.avg_line] if run.avg_line else []),
+                       exp.line(busbw))]
+        yield finding(
+            "nccl.busbw-low", Severity.CRITICAL if critical else Severity.WARNING,
+            f"{_label(run)}: {exp.line(busbw)}", why, action, blame, NODE, ev)

@@ -1,0 +1,341 @@
+"""NCCL WARNs from the job's own log: IB completion errors, an RDMA device a rank
+could not open, and the other WARNs. Job-level diagnoses (NCCL versions that
+differ between ranks, an init that never completed, a framework watchdog timeout)
+are in :mod:`.nccl_job`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from gputriage.facts import Facts
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
+from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclWarn
+from gputriage.rules.base import evidence, finding, rule
+
+LOG = "nccl_log"
+SHOWN = 6  # WARN lines kept as evidence per finding
+FLUSH = 5  # IBV_WC_WR_FLUSH_ERR: the queue pair already failed
+
+_STATUS = re.compile(r"(?:status=|with error )(\d{1,3})")
+_PEER = re.compile(r"from peer (\S+?)(?:<\d+>)?(?:,|\s|$)")
+_VENDOR = re.compile(r"vendor err (\d+)")
+_OPEN_FAIL = re.compile(r"could not open (?P<dev>[\w.-]+)|(?:Failed to open|Unable to open|"
+                        r"cannot open) (?P<dev2>/dev/infiniband/\S+|uverbs\d+|(?:mlx5|erdma|"
+                        r"irdma|bnxt_re|efa|rxe)\w*)|ibv_open_device\S* (?:failed|error)",
+                        re.IGNORECASE)
+_ERRNO = re.compile(r"\(([^()]*?),?\s*errno (\d+)\)|errno[ =](\d+)")
+_HANG_NOTE = re.compile(r"no peer here|may hang", re.IGNORECASE)
+_RANK_ON = re.compile(r"Rank (\d+) on (\S+)")
+
+
+def _host(p: NcclProcess) -> str:
+    return p.host or "(no host prefix)"
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _status_name(code: int, warn: NcclWarn | None = None) -> tuple[str, str]:
+    """(IBV_WC_* name, meaning) of an ibv_wc_status code."""
+    if warn is not None and warn.ib_status_name:
+        return warn.ib_status_name, warn.ib_meaning or ""
+    try:
+        from gputriage.knowledge.ib_status import ib_wc_status
+    except ImportError:  # pragma: no cover - the table ships with the parsers
+        return f"status {code}", ""
+    found = ib_wc_status(code)
+    return found if found else (f"status {code}", "")
+
+
+# --- IB completion errors ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One IB completion error of one process, judged against the ones before it."""
+
+    proc: NcclProcess
+    warn: NcclWarn
+    status: int | None
+    peer: str | None  # remote address without the port
+    secondary: bool  # a flush after an earlier error of the same process
+    root: int | None = None  # for a secondary one: the status of that earlier error
+
+
+def completions(log: NcclLog) -> list[Completion]:
+    """Every IB completion error, in log order per process."""
+    out = []
+    for p in log.processes:
+        first: int | None = None  # the process's first non-flush status
+        for w in p.warns:
+            if w.kind != "ib-completion" and "Got completion" not in w.message:
+                continue
+            status = w.ib_status
+            if status is None and (m := _STATUS.search(w.message)):
+                status = int(m.group(1))
+            peer = w.peer or ((m := _PEER.search(w.message)) and m.group(1)) or None
+            peer = re.sub(r"<\d+>$", "", peer) if peer else None
+            secondary = status == FLUSH and first is not None
+            out.append(Completion(p, w, status, peer, secondary, first if secondary else None))
+            if first is None and status is not None and status != FLUSH:
+                first = status
+    return out
+
+
+def _roce(comps: list[Completion], facts: Facts) -> bool:
+    """Whether the errors ran over RoCE (Ethernet) rather than InfiniBand."""
+    if any("::ffff:" in c.warn.line for c in comps):
+        return True
+    if any("/RoCE" in d for c in comps for d in c.proc.ib_devices):
+        return True
+    ports = facts.maybe("ib_ports") or []
+    return bool(ports) and all((p.link_layer or "").lower() == "ethernet" for p in ports)
+
+
+def _where(comps: list[Completion]) -> tuple[str, Scope]:
+    """Where the errors concentrate: one host, one peer, or spread; and the scope."""
+    hosts = Counter(_host(c.proc) for c in comps)
+    peers = Counter(c.peer for c in comps if c.peer)
+    devices = {c.warn.device for c in comps if c.warn.device}
+    top_host, n_host = hosts.most_common(1)[0]
+    text = f"on {top_host}" if len(hosts) == 1 else (
+        f"on {len(hosts)} hosts ({', '.join(sorted(hosts)[:4])})")
+    if len(hosts) > 2 and n_host * 2 > len(comps):
+        text = f"mostly on {top_host} ({n_host} of {len(comps)})"
+    if len(peers) == 1:
+        text += f" toward peer {next(iter(peers))}"
+    elif peers and peers.most_common(1)[0][1] * 2 > len(comps) and len(peers) > 2:
+        text += f", mostly toward peer {peers.most_common(1)[0][0]}"
+    if len(hosts) == 1 and len(devices) == 1:
+        dev = devices.pop()
+        return f"{text} via {dev}", Scope("nic", name=dev)
+    return text, NODE
+
+
+def _gdr_hints(facts: Facts, comps: list[Completion]) -> tuple[list[str], list[Evidence]]:
+    """What this host's facts and the log say about GPUDirect memory registration."""
+    hints: list[str] = []
+    ev: list[Evidence] = []
+    mods = facts.maybe("modules")
+    if mods is not None:
+        peer = [m for name, m in mods.items() if name in ("nvidia_peermem", "nv_peer_mem")]
+        if not peer:
+            hints.append("nvidia_peermem is not loaded on this host")
+            ev.append(evidence("proc_modules", [], "no nvidia_peermem / nv_peer_mem loaded"))
+        else:
+            ev.append(evidence("proc_modules", [peer[0].line], "peer-memory module loaded"))
+    if any(c.proc.dmabuf for c in comps):
+        hints.append("the log shows DMA-BUF in use")
+    cmd = facts.maybe("host_cmdline")
+    if cmd is not None:
+        from gputriage.rules.hostcfg import _iommu_state
+
+        on, pt = _iommu_state(cmd)
+        if on and not pt:
+            hints.append("the IOMMU translates DMA (no iommu=pt on the kernel command line)")
+            ev.append(evidence("host_cmdline", [cmd.text.strip()], "IOMMU on without pt"))
+    return hints, ev
+
+
+def _advice(status: int, roce: bool, facts: Facts,
+            comps: list[Completion]) -> tuple[Action, Blame, str, str, list[Evidence]]:
+    """(action, blame, what the status means when the table has no wording, what to do,
+    host evidence) for a root-cause completion status."""
+    if status == 12:
+        fabric = ("the RoCE path (switch port, cable, PFC/ECN settings of the lossless "
+                  "traffic class)" if roce else "the InfiniBand path (cable, transceiver, "
+                  "switch port)")
+        return (Action.DRAIN_AND_REPAIR, Blame.NODE,
+                "The HCA retried a send until the retry counter ran out: the peer did not "
+                "answer.", f"Here that means {fabric} between this HCA and that peer; see also "
+                "the ib.* port findings and error counters on both ends.", [])
+    if status in (4, 10):
+        hints, ev = _gdr_hints(facts, comps)
+        side = "local" if status == 4 else "remote"
+        todo = ("Disable ACS on the PCIe switches, use iommu=pt, and check nvidia-peermem "
+                "(or DMA-BUF: NCCL_DMABUF_ENABLE) on every node.")
+        if hints:
+            todo += " Here: " + "; ".join(hints) + "."
+        return (Action.FIX_CONFIG, Blame.CONFIG,
+                f"The HCA was refused access to {side} memory: with GPUDirect RDMA, GPU memory "
+                "the NIC cannot reach (PCIe ACS or the IOMMU blocking peer-to-peer, or a "
+                "broken nvidia-peermem / DMA-BUF registration).", todo, ev)
+    if status == 13:
+        return (Action.RESTART_JOB, Blame.UNKNOWN,
+                "The peer stopped posting receives (receiver-not-ready retries ran out).",
+                "The peer process is stuck or gone: look at that rank's log first.", [])
+    return (Action.RESTART_JOB, Blame.UNKNOWN, "The communicator failed on this error.",
+            "The remaining ranks abort or hang; look at the HCA ports and the peer's log.", [])
+
+
+@rule("nccl.ib-completion-error", requires=("nccl_log",), produces=("nccl.ib-completion-error",))
+def ib_completion_error(facts: Facts) -> Iterator[Finding]:
+    """IB completion errors (a WARN with an ibv_wc_status): the first error on a queue
+    pair is the cause, later 'work request flushed' (5) errors are its echo. Grouped by
+    the first status; says whether they concentrate on one host or toward one peer."""
+    comps = completions(facts.get("nccl_log"))
+    roots: dict[int | None, list[Completion]] = {}
+    for c in comps:
+        if not c.secondary:
+            roots.setdefault(c.status, []).append(c)
+    roce = _roce(comps, facts)
+    for status, group in roots.items():
+        procs = {id(c.proc) for c in group}
+        echo = [c for c in comps if c.secondary and c.root == status and id(c.proc) in procs]
+        where, scope = _where(group)
+        vendors = sorted({m.group(1) for c in group if (m := _VENDOR.search(c.warn.message))})
+        vendor = f", vendor err {'/'.join(vendors)}" if vendors else ""
+        if status is None or status == FLUSH:
+            name = "no status" if status is None else _status_name(FLUSH, group[0].warn)[0]
+            yield finding(
+                "nccl.ib-completion-error", Severity.WARNING,
+                f"{_n(len(group), 'IB completion error')} ({name}) {where}: the first error "
+                "is not in this log",
+                "Flush errors only say that a queue pair had already failed; the error that "
+                "broke it was logged by another rank or before this excerpt. Find the first "
+                "non-flush completion error across all ranks.", Action.NONE, Blame.UNKNOWN,
+                scope, [evidence(LOG, [c.warn.line for c in group[:SHOWN]])],
+                occurrences=Occurrences(len(group)))
+            continue
+        name, meaning = _status_name(status, group[0].warn)
+        action, blame, context, todo, extra = _advice(status, roce, facts, group)
+        then = f", then {len(echo)}x status 5 (flushed, secondary)" if echo else ""
+        title = (f"{_n(len(group), 'IB completion error')}: status {status} ({name}{vendor}) "
+                 f"{where}{then}")
+        meaning = meaning.strip().rstrip(".")
+        why = f"{meaning[:1].upper()}{meaning[1:]}. {todo}" if meaning else f"{context} {todo}"
+        if echo:
+            why += (" The later status 5 (work request flushed) errors are consequences of "
+                    "this first error on the queue pair, not separate faults.")
+        lines = [c.warn.line for c in group[:SHOWN]] + [c.warn.line for c in echo[:1]]
+        note = f"{len(group)} with status {status}" + (f", {len(echo)} flushed" if echo else "")
+        yield finding("nccl.ib-completion-error", Severity.CRITICAL, title, why, action, blame,
+                      scope, [evidence(LOG, lines, note), *extra],
+                      occurrences=Occurrences(len(group) + len(echo)))
+
+
+# --- RDMA device that could not be opened ---------------------------------------------------
+
+
+def _open_failures(p: NcclProcess) -> list[NcclWarn]:
+    return [w for w in p.warns if _OPEN_FAIL.search(w.message)
+            and "libibverbs" not in w.message]
+
+
+@rule("nccl.device-open-failed", requires=("nccl_log",), produces=("nccl.device-open-failed",))
+def device_open_failed(facts: Facts) -> Iterator[Finding]:
+    """A rank could not open an RDMA device (verbs device or /dev/infiniband/uverbsN):
+    inside a container that is device access (device cgroup, the /dev/infiniband mount,
+    permissions), whatever errno the message shows."""
+    log: NcclLog = facts.get("nccl_log")
+    host_devs = {p.device for p in facts.maybe("ib_ports") or []}
+    for p in log.processes:
+        fails = _open_failures(p)
+        if not fails:
+            continue
+        devs, errnos, host = [], [], p.host
+        for w in fails:
+            m = _OPEN_FAIL.search(w.message)
+            dev = w.device or (m and (m.group("dev") or m.group("dev2")))
+            if dev and dev not in devs:
+                devs.append(dev)
+            if (e := _ERRNO.search(w.message)) and (e.group(2) or e.group(3)):
+                text = (e.group(1) or "").strip()
+                errnos.append(f"errno {e.group(2) or e.group(3)}" + (f", {text}" if text else ""))
+            if host is None and (r := _RANK_ON.search(w.message)):
+                host = r.group(2)
+        hang = [w for w in p.warns if _HANG_NOTE.search(w.message)]
+        why = ("NCCL was told to use this RDMA device (or found it) but the process could "
+               "not open it. In a container the usual cause is access, not a missing device: "
+               "/dev/infiniband not mounted, the device cgroup or RDMA device plugin not "
+               "granting uverbs, or file permissions; the errno NCCL prints can be clobbered "
+               "by a library fallback, so do not trust it alone. Expose the device to the "
+               "container, or leave it out with NCCL_IB_HCA.")
+        present = [d for d in devs if d in host_devs]
+        if present:
+            why += f" This host's sysfs lists {', '.join(present)}, so the device exists."
+        if hang:
+            why += (" NCCL also warns that the job may hang: other ranks' channels on this "
+                    "device have no peer here.")
+        title = (f"{host or _host(p)}: NCCL could not open RDMA device "
+                 f"{', '.join(devs) or '(unnamed)'}" + (f" ({errnos[0]})" if errnos else ""))
+        yield finding(
+            "nccl.device-open-failed", Severity.CRITICAL if hang else Severity.WARNING, title,
+            why, Action.FIX_CONFIG, Blame.CONFIG,
+            Scope("nic", name=devs[0]) if len(devs) == 1 else NODE,
+            [evidence(LOG, [w.line for w in (fails + hang)[:SHOWN]])],
+            occurrences=Occurrences(len(fails)))
+
+
+# --- every other WARN -------------------------------------------------------------------------
+
+# (class, pattern, severity, title, explanation)
+_WARN_CLASSES = (
+    ("connection", re.compile(r"socket|Connection (?:closed|refused|reset|timed out)|connect|"
+                              r"Connect\b|remote peer", re.IGNORECASE), Severity.WARNING,
+     "connection failures",
+     "A TCP connection between ranks (bootstrap, socket transport or proxy) failed or was "
+     "closed by the peer: that peer usually died first (look at its log), or the network "
+     "between the hosts (firewall, NCCL_SOCKET_IFNAME on an interface the peer cannot "
+     "reach) is at fault."),
+    ("system", re.compile(r"system error|/dev/shm|shared memory|shm_open|No space left|"
+                          r"posix_fallocate|mmap", re.IGNORECASE), Severity.WARNING,
+     "system errors",
+     "NCCL got an error from the operating system. In containers it is usually /dev/shm too "
+     "small for NCCL's shared-memory buffers (Docker's default is 64 MB: use --shm-size or "
+     "--ipc=host), otherwise a resource limit (memlock, open files)."),
+    ("cuda", re.compile(r"Cuda failure|CUDA error|cuda[A-Z]\w+ failed", re.IGNORECASE),
+     Severity.WARNING, "CUDA failures",
+     "A CUDA call inside NCCL failed; the message names the CUDA error. Illegal addresses "
+     "point at the application, ECC and 'unknown error' at the GPU (look for Xids)."),
+    ("setup", re.compile(r"libibverbs|NET/OFI|NET/Plugin|plugin|No device found|provider",
+                         re.IGNORECASE), Severity.INFO, "network setup messages",
+     "The network plugin or the verbs library reported a problem while NCCL chose its "
+     "network; what it fell back to is judged by the transport findings "
+     "(nccl.socket-transport)."),
+    ("limits", re.compile(r"ncclMaxSharedMem|maxSharedMem|exceeds", re.IGNORECASE),
+     Severity.INFO, "resource notes",
+     "NCCL adjusted a setting to what the device allows; harmless unless a failure follows."),
+)
+_OTHER = ("other", None, Severity.WARNING, "warnings",
+          "NCCL reported a problem not recognised here; read the lines in order, the first "
+          "WARN is usually the cause of the rest.")
+
+
+def _warn_class(w: NcclWarn) -> tuple:
+    for cls in _WARN_CLASSES:
+        if cls[1].search(w.message):
+            return cls
+    return _OTHER
+
+
+@rule("nccl.warn", requires=("nccl_log",), produces=("nccl.warn",))
+def other_warns(facts: Facts) -> Iterator[Finding]:
+    """NCCL WARNs not judged by a more specific rule (completion errors and device
+    open failures are): one finding per kind and host, with the count and first lines."""
+    log: NcclLog = facts.get("nccl_log")
+    groups: dict[tuple[str, str], tuple[tuple, list[NcclWarn]]] = {}
+    for p in log.processes:
+        claimed = {id(w) for w in _open_failures(p)}
+        if claimed:
+            claimed |= {id(w) for w in p.warns if _HANG_NOTE.search(w.message)}
+        for w in p.warns:
+            if (id(w) in claimed or w.kind == "ib-completion"
+                    or "Got completion" in w.message):
+                continue
+            cls = _warn_class(w)
+            groups.setdefault((cls[0], _host(p)), (cls, []))[1].append(w)
+    for (_, host), (cls, warns) in groups.items():
+        _, _, sev, what, why = cls
+        first = warns[0].message.strip()
+        yield finding(
+            "nccl.warn", sev, f"{host}: NCCL {what} ({_n(len(warns), 'WARN')}): "
+            f"{first[:140]}", why,
+            Action.NONE if sev is Severity.INFO else Action.RESTART_JOB, Blame.UNKNOWN, NODE,
+            [evidence(LOG, [w.line for w in warns[:SHOWN]])],
+            occurrences=Occurrences(len(warns)))

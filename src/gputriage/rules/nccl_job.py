@@ -1,0 +1,258 @@
+"""Job-level NCCL diagnoses from the job's log: ranks that load different NCCL
+releases, a communicator init that never completed, and a framework watchdog
+timeout (PyTorch ProcessGroupNCCL) with the CUDA error on another rank that
+caused it. The WARN-level rules are in :mod:`.nccl_errors`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+
+from gputriage.facts import Facts
+from gputriage.model import NODE, Action, Blame, Finding, Occurrences, Scope, Severity
+from gputriage.parsers.nccl_model import NcclLog, NcclWarn
+from gputriage.rules.base import evidence, finding, gpu_scope, rule
+
+LOG = "nccl_log"
+SHOWN = 6
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+# --- versions -----------------------------------------------------------------------------
+
+
+@rule("nccl.version-mismatch", requires=("nccl_log",), produces=("nccl.version-mismatch",))
+def version_mismatch(facts: Facts) -> Iterator[Finding]:
+    """Ranks of one job that load different NCCL releases (or one release built for
+    different CUDA versions) speak different protocols: hangs or corrupt results."""
+    log: NcclLog = facts.get("nccl_log")
+    seen: dict[str, list[str]] = {}
+    for p in log.processes:
+        if p.nccl_version:
+            build = f"+cuda{p.cuda_build}" if p.cuda_build else ""
+            seen.setdefault(p.nccl_version + build, []).append(p.label)
+    known = {v.split("+")[0] for v in seen}
+    for v in sorted(log.versions):
+        if v.split("+")[0] not in known and v not in seen:
+            seen.setdefault(v, [])
+    if len(seen) < 2:
+        return
+    releases = {v.split("+")[0] for v in seen}
+    parts = [f"{v} on {', '.join(sorted(set(who))[:4]) or '(unattributed)'}"
+             + (f" +{len(set(who)) - 4} more" if len(set(who)) > 4 else "")
+             for v, who in sorted(seen.items())]
+    lines = [f"{who[0] if who else '(no host prefix)'}: NCCL version {v}"
+             for v, who in sorted(seen.items())]
+    if len(releases) > 1:
+        sev, what = Severity.CRITICAL, f"{len(releases)} NCCL releases in one job"
+    else:
+        sev, what = Severity.WARNING, "one NCCL release built for different CUDA versions"
+    yield finding(
+        "nccl.version-mismatch", sev, f"{what}: {'; '.join(parts)}",
+        "Every rank of a job must load the same NCCL library: different releases can "
+        "disagree on the wire protocol and the algorithms, which shows up as hangs at init "
+        "or in collectives, or as wrong results. Run all ranks from one container image or "
+        "environment (check LD_LIBRARY_PATH and the framework's bundled NCCL).",
+        Action.FIX_SOFTWARE, Blame.JOB, NODE,
+        [evidence(LOG, lines, "the NCCL version each process logged (restated)")])
+
+
+# --- init that did not complete -------------------------------------------------------------
+
+_NETWORK_STEP = re.compile(r"NET/|Bootstrap|OOB|Channel|Connected|via|Socket|network|\bIB\b|"
+                           r"GPU Direct", re.IGNORECASE)
+
+
+@rule("nccl.init-incomplete", requires=("nccl_log",), produces=("nccl.init-incomplete",))
+def init_incomplete(facts: Facts) -> Iterator[Finding]:
+    """A communicator whose init started (Init START, or a log with the version line)
+    but never logged Init COMPLETE: the rank hung (or the log was cut short) at the last
+    step it printed. Excerpts without a START or version line are left alone."""
+    log: NcclLog = facts.get("nccl_log")
+    whole = bool(log.versions) or any(p.nccl_version for p in log.processes)
+    stuck = []
+    for p in log.processes:
+        for c in p.comms:
+            timed = c.init_total_s is not None or bool(c.init_steps_s)  # printed after init
+            if not c.init_complete and not timed and (whole or "Init START" in c.line):
+                stuck.append((p, c))
+    if not stuck:
+        return
+    total = {(p.label, c.comm, c.rank) for p in log.processes for c in p.comms}
+    first_p, first_c = stuck[0]
+    step = first_p.last_step or first_p.last_line or "nothing after the start"
+    ranks = sorted({c.rank for _, c in stuck if c.rank is not None})
+    who = (f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:8]))}"
+           if ranks else _n(len(stuck), "communicator"))
+    warned = sum(len(p.warns) for p, _ in stuck)
+    network = _NETWORK_STEP.search(step) is not None
+    why = ("The rank began creating its communicator and never finished; a log cut short "
+           "looks the same, so check that the log covers the time of the hang. ")
+    why += ("It stopped while setting up the network (bootstrap or connections to peers): a "
+            "peer that never arrived, a firewall or a wrong NCCL_SOCKET_IFNAME / NCCL_IB_HCA, "
+            "or an unreachable HCA path." if network else
+            "Look at what the other ranks logged at that time.")
+    if warned:
+        why += f" These processes logged {_n(warned, 'WARN')} first: see the other nccl.* findings."
+    lines = []
+    for p, c in stuck[:SHOWN]:
+        lines.append(c.line)
+        if p.last_line and p.last_line != c.line:
+            lines.append(p.last_line)
+    yield finding(
+        "nccl.init-incomplete", Severity.WARNING,
+        f"NCCL init did not complete for {who} ({len(stuck)} of {len(total)} communicator "
+        f"records): stuck after '{step.strip()[:120]}'",
+        why, Action.FIX_CONFIG if network else Action.RESTART_JOB, Blame.UNKNOWN, NODE,
+        [evidence(LOG, lines, "each stuck communicator and the last line its process logged")])
+
+
+# --- framework watchdog timeouts and their cause -------------------------------------------
+
+_TIMEOUT = re.compile(r"collective operation timeout|Watchdog caught|timed out", re.IGNORECASE)
+_CUDA = re.compile(r"CUDA error:\s*([^\n]+)|Cuda failure '?([^'\n]+)'?", re.IGNORECASE)
+_RANK = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\bRank (\d+)\b", re.IGNORECASE)
+_SEQ = re.compile(r"SeqNum=(\d+)")
+_OP = re.compile(r"OpType=(\w+)")
+_TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(\d+)")
+_RAN = re.compile(r"ran for (\d+) milliseconds")
+_ECC = re.compile(r"ECC", re.IGNORECASE)
+_APP = re.compile(r"illegal memory access|illegal address|misaligned address|illegal instruction|"
+                  r"invalid argument|device-side assert", re.IGNORECASE)
+GPU_XIDS = frozenset({13, 31, 43, 48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154})
+
+
+def _rank(w: NcclWarn) -> int | None:
+    if w.rank is not None:
+        return w.rank
+    m = _RANK.search(w.line) or _RANK.search(w.message)
+    return int(next(g for g in m.groups() if g)) if m else None
+
+
+def _num(w: NcclWarn, attr: str, pattern: re.Pattern[str]) -> str | None:
+    value = getattr(w, attr)
+    if value is not None:
+        return str(value)
+    m = pattern.search(w.message) or pattern.search(w.line)
+    return m.group(1) if m else None
+
+
+def _cuda_error(w: NcclWarn) -> str | None:
+    m = _CUDA.search(w.message) or _CUDA.search(w.line)
+    return (m.group(1) or m.group(2)).strip().rstrip(".") if m else None
+
+
+def _timeout_text(group: list[NcclWarn]) -> str:
+    """``ALLREDUCE SeqNum 51753, ran 600.1 s (timeout 600 s)`` from one rank's records."""
+    def pick(attr: str, pattern: re.Pattern[str]) -> str | None:
+        return next((v for w in group if (v := _num(w, attr, pattern))), None)
+
+    op, seq = pick("op_type", _OP), pick("seq_num", _SEQ)
+    limit, ran = pick("timeout_ms", _TIMEOUT_MS), pick("elapsed_ms", _RAN)
+    parts = [" ".join(x for x in (op, f"SeqNum {seq}" if seq else None) if x)]
+    if ran:
+        parts.append(f"ran {int(ran) / 1000:g} s")
+    if limit:
+        parts.append(f"timeout {int(limit) / 1000:g} s")
+    return ", ".join(p for p in parts if p) or "collective"
+
+
+def _rank_gpu(log: NcclLog, rank: int | None) -> int | None:
+    """The CUDA device of the process that owns ``rank``, when the log tells."""
+    for p in log.processes:
+        if rank is not None and rank in p.ranks and len(p.cuda_devs) == 1:
+            return next(iter(p.cuda_devs))
+    return None
+
+
+def _xids(facts: Facts) -> tuple[str, list[str], set[str]]:
+    """('Xid 48, Xid 63 (3)', lines, bus ids) of GPU-fault Xids in this host's kernel log."""
+    found = [ev for ev in facts.maybe("driver_events", []) or []
+             if ev.kind == "xid" and str(ev.details.get("code", "")).isdigit()
+             and int(ev.details["code"]) in GPU_XIDS]
+    counts = Counter(int(ev.details["code"]) for ev in found)
+    text = ", ".join(f"Xid {c}" + (f" ({n})" if n > 1 else "") for c, n in sorted(counts.items()))
+    return text, [ev.line.splitlines()[0] for ev in found[:4]], {ev.bus_id for ev in found
+                                                                  if ev.bus_id}
+
+
+@rule("nccl.watchdog-timeout", requires=("nccl_log",), produces=("nccl.watchdog-timeout",))
+def watchdog_timeout(facts: Facts) -> Iterator[Finding]:
+    """A framework's collective timeout (PyTorch ProcessGroupNCCL watchdog). When
+    another rank hit a CUDA error (uncorrectable ECC, illegal address), that rank is
+    the cause and the timeouts are collateral; kernel-log Xids of this host are named."""
+    log: NcclLog = facts.get("nccl_log")
+    timeouts: dict[int | None, list[NcclWarn]] = {}
+    causes: dict[int | None, list[tuple[NcclWarn, str]]] = {}
+    for w in log.framework_errors:
+        err = _cuda_error(w)
+        if err:
+            causes.setdefault(_rank(w), []).append((w, err))
+        elif w.kind == "timeout" or _TIMEOUT.search(w.message) or _SEQ.search(w.message):
+            timeouts.setdefault(_rank(w), []).append(w)
+    if not timeouts and not causes:
+        return
+    if timeouts and not causes:  # NCCL's own CUDA failure WARNs can name the cause
+        for p in log.processes:
+            rank = next(iter(p.ranks)) if len(p.ranks) == 1 else None
+            for w in p.warns:
+                if w.kind == "cuda" and (err := _cuda_error(w)):
+                    causes.setdefault(w.rank if w.rank is not None else rank, []).append(
+                        (w, err))
+    xid_text, xid_lines, xid_buses = _xids(facts)
+    waited = "; ".join(f"rank {r if r is not None else '?'}: {_timeout_text(g)}"
+                       for r, g in sorted(timeouts.items(), key=lambda kv: kv[0] or -1))
+    ev = [evidence(LOG, [w.line for g in causes.values() for w, _ in g[:2]]
+                   + [w.line for g in timeouts.values() for w in g[:3]])]
+    if xid_lines:
+        ev.append(evidence("kernel_log", xid_lines, f"GPU Xids on this host: {xid_text}"))
+    xid_note = f" This host's kernel log shows {xid_text}." if xid_text else ""
+    if not causes:
+        yield finding(
+            "nccl.watchdog-timeout", Severity.WARNING,
+            f"collective timed out ({waited}) with no cause in this log",
+            "A rank waited for a collective that its peers never joined. The cause is on "
+            "another rank: one that crashed, hit a GPU error or is stuck (data loader, "
+            "checkpoint, a different code path). Read the other ranks' logs and their "
+            f"hosts' Xids before blaming the network.{xid_note}",
+            Action.RESTART_JOB, Blame.UNKNOWN, NODE, ev,
+            occurrences=Occurrences(sum(len(g) for g in timeouts.values())))
+        return
+    rank, found = next(iter(causes.items()))
+    err = found[0][1]
+    dev = _rank_gpu(log, rank)
+    who = f"rank {rank}" if rank is not None else "a rank"
+    where = f" (CUDA device {dev})" if dev is not None else ""
+    title = f"{who}{where} hit 'CUDA error: {err}'"
+    if timeouts:
+        title += f"; the timeout on {waited} is collateral"
+    scope = NODE
+    if len(xid_buses) == 1:
+        scope = gpu_scope(next(iter(xid_buses)), dev)
+    elif dev is not None:
+        scope = Scope("gpu", gpu_index=dev)
+    if _ECC.search(err):
+        sev, action, blame = Severity.CRITICAL, Action.RESET_GPU, Blame.NODE
+        why = ("The GPU of that rank returned memory ECC could not correct; its process "
+               "aborted, so the others waited in the collective until the watchdog fired. "
+               "Drain the GPU, reset it (row remapping takes effect on reset) and check its "
+               "Xid 48/63/64/94/95 and remapped rows; repair it if it repeats.")
+    elif _APP.search(err):
+        sev, action, blame = Severity.WARNING, Action.RESTART_JOB, Blame.JOB
+        why = ("The rank's own kernels faulted (an application bug or bad input); its "
+               "process died and the other ranks timed out waiting for it. Debug the "
+               "application (CUDA_LAUNCH_BLOCKING=1, compute-sanitizer).")
+    else:
+        sev, action, blame = Severity.WARNING, Action.RESTART_JOB, Blame.UNKNOWN
+        why = ("That rank's CUDA error ended its process; the other ranks timed out waiting "
+               "for it. The error names the cause: look for Xids on its GPU.")
+    if len(causes) > 1:
+        why += f" {_n(len(causes), 'rank')} reported CUDA errors; the first is shown."
+    yield finding("nccl.watchdog-timeout", sev, title, why + xid_note, action, blame, scope, ev,
+                  occurrences=Occurrences(sum(len(g) for g in causes.values())
+                                          + sum(len(g) for g in timeouts.values())))

@@ -1,0 +1,366 @@
+"""NCCL transport rules: which network a job's NCCL chose and why, the socket
+interfaces it uses, and how it grouped the ranks into nodes.
+
+The first suspects when a job runs at full speed on one node and at half speed
+across nodes: NCCL fell back to TCP sockets although the hosts have IB/RoCE
+HCAs, or GPUDirect RDMA is off (the GPUDirect and shared-memory findings are
+built in :mod:`gputriage.rules.nccl_transport_paths`). Host facts
+(active HCA ports, loaded modules, ``topo -m``) sharpen the verdicts when they
+come with the log.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import gputriage.hostfacts.infiniband  # noqa: F401  (registers ib_ports)
+import gputriage.hostfacts.nccl  # noqa: F401  (registers nccl_log, nccl_job)
+from gputriage.facts import Facts
+from gputriage.hostfacts.nccl import NcclJob, env_value, log_lines, process_network, raw_lines
+from gputriage.model import Action, Blame, Evidence, Finding, Severity
+from gputriage.parsers.nccl_model import NET_SOCKET, NcclProcess
+from gputriage.rules import nccl_transport_paths as paths
+from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.nccl_transport_causes import Cause, socket_causes
+
+SRC = "nccl_log"
+# interface name prefixes of bridges, tunnels, VPNs and container/overlay networks
+VIRTUAL_IFACE = re.compile(
+    r"^(?:lo(?::.*)?$|docker|br-|virbr|veth|cni|flannel|cali|tun|tap|wg|tailscale|"
+    r"cloudflarewarp|vxlan|cilium|weave|kube-|lxcbr|lxdbr|podman|zt)", re.IGNORECASE)
+IPOIB_IFACE = re.compile(r"^ib[a-z]?\d", re.IGNORECASE)  # ib0, ibs85f0, ibp12s0
+
+
+def _plural(n: int, word: str) -> str:
+    if n == 1:
+        return f"1 {word}"
+    return f"{n} {word}{'es' if word.endswith('s') else 's'}"
+
+
+def _hosts_text(procs: list[NcclProcess]) -> str:
+    hosts = sorted({p.host for p in procs if p.host})
+    text = _plural(len(procs), "process")
+    return text + (f" on {_plural(len(hosts), 'host')}" if hosts else "")
+
+
+# --- nccl.socket-transport ----------------------------------------------------------
+
+
+def _ipoib(procs: list[NcclProcess]) -> list[str]:
+    names = [i for p in procs for i in p.socket_ifaces + [p.bootstrap_iface or ""]]
+    return sorted({n for n in names if IPOIB_IFACE.match(n)})
+
+
+def _port_up(port) -> bool:
+    return port.is_active or (port.state is None
+                              and (port.netdev_state or "").lower() == "up")
+
+
+def _host_rdma(facts: Facts) -> tuple[bool | None, list, bool, list[Evidence]]:
+    """(host has HCAs? (None: no host source), its active ports, whether port states
+    are known, host evidence)."""
+    ports = facts.maybe("ib_ports")
+    if ports is None:
+        return facts.maybe("has_infiniband"), [], False, []
+    if not ports:
+        return False, [], True, []
+    active = [p for p in ports if _port_up(p)]
+    ev = [evidence(p.source, [ln for ln in p.lines if "counters/" not in ln][:3])
+          for p in (active or ports)[:2]]
+    return True, active, True, ev
+
+
+def _socket_procs(job: NcclJob) -> list[NcclProcess]:
+    return [p for p in job.log.processes if process_network(p) == "Socket"
+            or any(c.family == NET_SOCKET for c in p.channels)]
+
+
+@rule("nccl.socket-transport", requires=("nccl_job",), produces=("nccl.socket-transport",))
+def socket_transport(facts: Facts) -> Iterator[Finding]:
+    """NCCL moves inter-node traffic over TCP sockets (NET/Socket) instead of IB/RoCE.
+
+    Severity follows the evidence that RDMA hardware exists: active HCA ports on
+    this host (critical on a multi-node job), hints in the log (NCCL_IB_DISABLE,
+    a missing libibverbs, the OFI plugin without EFA, IPoIB interface names:
+    warning), nothing (info: expected on plain Ethernet). A single-node job never
+    fires: its socket network carries nothing."""
+    job: NcclJob = facts.get("nccl_job")
+    procs = _socket_procs(job)
+    if not procs or job.multi_node is False:
+        return
+    has_hcas, active, states_known, host_ev = _host_rdma(facts)
+    causes = socket_causes(facts, procs, bool(has_hcas))
+    ipoib = _ipoib(procs)
+    hint = bool(ipoib) or any(c.hint for c in causes)
+    if job.multi_node is None and not (hint or has_hcas):
+        return  # one host, node count unknown, nothing wrong in sight
+    if has_hcas is False:
+        severity = Severity.INFO
+    elif active and job.multi_node:
+        severity = Severity.CRITICAL
+    elif has_hcas or hint:
+        severity = Severity.WARNING
+    else:
+        severity = Severity.INFO
+    ifaces = sorted({i for p in procs for i in p.socket_ifaces})
+    channels = [(p, c) for p, c in job.net_channels if c.family == NET_SOCKET]
+    lead = "Inter-node traffic runs over TCP sockets" if job.multi_node \
+        else "NCCL chose TCP sockets for its network"
+    figures = [_hosts_text(procs)]
+    if job.nodes_basis:
+        figures.append("job: " + job.describe_nodes())
+    if ifaces:
+        figures.append("interface " + ", ".join(ifaces[:4]))
+    if channels:
+        figures.append(_plural(len(channels), "NET/Socket channel"))
+    if active:
+        figures.append(f"{_plural(len(active), 'active HCA port')} on this host unused")
+    cause = causes[0] if causes else None
+    if cause is None and has_hcas:
+        cause = Cause("unknown", "this host's HCAs go unused and the log does not say why",
+                       "This host has IB/RoCE HCAs, yet NCCL used sockets and the log does not "
+                       "show why (its NET/IB lines are not in it). Usual causes: the RDMA "
+                       "devices are not exposed to the container, libibverbs is missing from "
+                       "the image, or NCCL_IB_DISABLE / NCCL_NET are set in the job.",
+                       Action.FIX_CONFIG, Blame.CONFIG, True)
+    expected = severity is Severity.INFO and (
+        has_hcas is False or (cause is not None and cause.key == "no-device"))
+    if expected:
+        title = f"{lead} ({'; '.join(figures)}): expected on this network; inter-node " \
+                "bandwidth is limited to TCP"
+        why = ((cause.why + " ") if cause else "This host has no IB/RoCE HCA. ") + \
+            ("Inter-node bandwidth is limited to what TCP over these interfaces gives, far "
+             "below IB/RoCE rates. For faster multi-node jobs use RDMA-capable nodes or a "
+             "cloud's own GPU network plugin (e.g. TCPX/TCPXO on GKE, EFA on AWS).")
+        action, blame = Action.NONE, Blame.UNKNOWN
+    elif cause is None:
+        title = f"{lead} ({'; '.join(figures)}); the log does not show why"
+        why = ("NCCL used TCP sockets and the log holds none of the lines that say why "
+               "(NET/IB, NET/Plugin, environment echoes: log with "
+               "NCCL_DEBUG_SUBSYS=INIT,ENV,NET). On a network without RDMA NICs this is "
+               "expected. If the nodes have IB/RoCE HCAs, the usual causes are RDMA devices "
+               "not exposed to the container, libibverbs missing from the image, or "
+               "NCCL_IB_DISABLE / NCCL_NET set in the job.")
+        action, blame = Action.NONE, Blame.UNKNOWN
+    else:
+        title = f"{lead}: {cause.title} ({'; '.join(figures)})"
+        why, action, blame = cause.why, cause.action, cause.blame
+        why += (" Over sockets, inter-node collectives run at TCP speed and without "
+                "GPUDirect RDMA: all-reduce across nodes falls well below the single-node "
+                "rate, often to half or less.")
+    if ipoib:
+        why += (f" The socket interfaces {', '.join(ipoib)} are IPoIB interfaces, so "
+                "InfiniBand is there: NCCL is running TCP over it instead of RDMA.")
+    if has_hcas and states_known and not active:
+        why += " This host's HCA ports are not active: see ib.port-not-active."
+    if job.multi_node is None:
+        why += (" The log does not show how many nodes the job spans; on a single node "
+                "the socket network carries nothing.")
+    others = [c for c in causes if cause is None or c.key != cause.key]
+    if others:
+        why += " Also seen: " + "; ".join(c.title for c in others) + "."
+    mixed = {k: v for k, v in job.networks.items() if k != "Socket"}
+    if mixed:
+        why += (" Other processes use " + ", ".join(
+            f"{k} ({_hosts_text(v)})" for k, v in sorted(mixed.items())) +
+            ": ranks that disagree on the network cannot connect, or connect slowly.")
+    lines = list(cause.lines if cause else [])
+    for c in others:
+        lines += c.lines[:1]
+    lines += log_lines(facts, "Using network Socket", [], 1)
+    lines += log_lines(facts, "NET/Socket : Using", [
+        f"{p.label}: NET/Socket : Using {', '.join(p.socket_ifaces)}" for p in procs
+        if p.socket_ifaces], 1)
+    if job.nodes_line:
+        lines.append(job.nodes_line)
+    lines += [c.line for _, c in channels[:3]]
+    yield finding("nccl.socket-transport", severity, title, why, action, blame,
+                  evidence=[evidence(SRC, lines)] + host_ev)
+
+
+# --- nccl.socket-iface-virtual -------------------------------------------------------
+
+
+@rule("nccl.socket-iface-virtual", requires=("nccl_job",),
+      produces=("nccl.socket-iface-virtual",))
+def socket_iface_virtual(facts: Facts) -> Iterator[Finding]:
+    """NCCL's bootstrap, out-of-band or NET/Socket interface is loopback, a bridge,
+    a container/overlay network, a tunnel or a VPN: traffic between nodes goes
+    through it (slow, or unreachable from the other nodes). A warning on a
+    multi-node job; info when the log does not show more than one node."""
+    job: NcclJob = facts.get("nccl_job")
+    found: dict[str, list[tuple[NcclProcess, str]]] = {}
+    for p in job.log.processes:
+        uses = [("bootstrap", p.bootstrap_iface), ("out-of-band (IB setup)", p.oob_iface)]
+        if process_network(p) == "Socket":
+            uses += [("NET/Socket data", i) for i in p.socket_ifaces]
+        for role, name in uses:
+            if name and VIRTUAL_IFACE.match(name):
+                found.setdefault(name, []).append((p, role))
+    if not found:
+        return
+    procs = sorted({p.label for v in found.values() for p, _ in v})
+    setters = [p for v in found.values() for p, _ in v if env_value(p, "NCCL_SOCKET_IFNAME")]
+    roles = {name: sorted({r for _, r in v}) for name, v in found.items()}
+    names = ", ".join(f"{n} ({'/'.join(r)})" for n, r in sorted(roles.items()))
+    title = f"NCCL uses virtual interface(s) {names} ({_plural(len(procs), 'process')})"
+    why = ("These interfaces are loopback, bridges, container or overlay networks, tunnels "
+           "or VPNs, not the data network: connections between nodes either fail (loopback, "
+           "a bridge private to the host) or crawl through an extra hop.")
+    if setters:
+        value = env_value(setters[0], "NCCL_SOCKET_IFNAME")
+        why += f" The job set NCCL_SOCKET_IFNAME={value}: point it at the data interface."
+        blame = Blame.JOB
+    else:
+        why += (" NCCL picked them itself: set NCCL_SOCKET_IFNAME to the data interface "
+                "(e.g. the IPoIB or the high-speed Ethernet interface), or exclude these "
+                "with a '^' list.")
+        blame = Blame.CONFIG
+    if job.multi_node:
+        severity = Severity.WARNING
+    elif job.multi_node is None:
+        severity = Severity.INFO
+        why += (" The log does not show whether the job spans nodes; on one node this does "
+                "not matter yet, across nodes it does.")
+    else:
+        severity = Severity.INFO
+        why += " This job runs on one node, where it does not matter yet."
+    lines = log_lines(facts, "NCCL_SOCKET_IFNAME set by environment", [], 1)
+    for name in roles:
+        lines += raw_iface_lines(facts, name, found[name])
+    yield finding("nccl.socket-iface-virtual", severity, title, why, Action.FIX_CONFIG,
+                  blame, evidence=[evidence(SRC, lines)])
+
+
+def raw_iface_lines(facts: Facts, name: str, uses: list[tuple[NcclProcess, str]]) -> list[str]:
+    """Log lines that name interface ``name`` (bootstrap, OOB or NET/Socket lines)."""
+    p, role = uses[0]
+    found = raw_lines(facts, f"]{name}:", 2) + raw_lines(facts, f"Using {name}:", 1)
+    return found or [f"{p.label}: {role} interface {name}"]
+
+
+# --- nccl.node-split -----------------------------------------------------------------
+
+
+@rule("nccl.node-split", requires=("nccl_job",), produces=("nccl.node-split",))
+def node_split(facts: Facts) -> Iterator[Finding]:
+    """NCCL counts more nodes than the job has hosts: it treats groups of one
+    host's GPUs (NVLink islands, rails it cannot join) as separate nodes, so
+    same-host traffic goes over the network and rings cross rails (a hang on
+    rail-isolated fabrics). Warning when proven (all ranks logged on fewer hosts,
+    or more ranks of one host than localRanks); info when only the arithmetic of
+    a comm line hints at it."""
+    job: NcclJob = facts.get("nccl_job")
+    groups: dict[object, list] = {}
+    for p, c in job.comms():
+        if c.nnodes and c.nnodes > 1 and c.local_ranks and c.nranks:
+            key = c.comm_id or (c.nranks, c.nnodes, c.local_ranks)
+            groups.setdefault(key, []).append((p, c))
+    host_gpus = _host_gpu_count(facts, job)
+    seen: set[tuple[int, int, int]] = set()
+    for members in groups.values():
+        c0 = members[0][1]
+        shape = (c0.nranks, c0.nnodes, c0.local_ranks)
+        if shape in seen:
+            continue
+        seen.add(shape)
+        yield from _split_finding(job, members, host_gpus)
+
+
+def _host_gpu_count(facts: Facts, job: NcclJob) -> tuple[int, str] | None:
+    """(GPUs on this host, source) when the log's host is this host."""
+    visible = facts.maybe("visible_gpus")
+    if not visible or not visible[1]:
+        return None
+    name = (facts.snapshot.manifest or {}).get("host") or \
+        (facts.snapshot.text("hostname") or "").strip()
+    if name and name not in job.hosts and len(job.hosts) > 0:
+        return None
+    if not name and len(job.hosts) > 1:
+        return None
+    return len(visible[1]), visible[0]
+
+
+def _split_finding(job: NcclJob, members: list, host_gpus) -> Iterator[Finding]:
+    c0 = members[0][1]
+    nranks, nnodes, local = c0.nranks, c0.nnodes, c0.local_ranks
+    ranks = {c.rank for _, c in members if c.rank is not None}
+    hosts = sorted({p.host for p, _ in members if p.host})
+    per_host: dict[str, set[int]] = {}
+    for p, c in members:
+        if p.host and c.rank is not None:
+            per_host.setdefault(p.host, set()).add(c.rank)
+    proofs = []
+    complete = nranks <= len(ranks) and ranks.issuperset(range(nranks))
+    if complete and hosts and len(hosts) < nnodes:
+        proofs.append(f"all {nranks} ranks are in the log and run on "
+                      f"{_plural(len(hosts), 'host')}, not {nnodes}")
+    crowded = {h: r for h, r in per_host.items() if len(r) > local}
+    for h, r in sorted(crowded.items()):
+        proofs.append(f"{h} runs {len(r)} ranks of this communicator, more than "
+                      f"localRanks {local}")
+    notes = []
+    if host_gpus and host_gpus[0] > local:
+        notes.append(f"this host has {host_gpus[0]} GPUs ({host_gpus[1]}) while NCCL counts "
+                     f"{local} per node")
+    verified = complete and len(hosts) == nnodes and not crowded
+    if not proofs and (verified or (not notes and local not in (2, 3))):
+        return
+    arithmetic = f"{nranks} ranks as {nnodes} nodes of {local}"
+    fix = ("Check: NCCL_NET_DISABLE_INTRA=1 keeps traffic between GPUs of one host off the "
+           "network; on rail-isolated fabrics route between the rails or align NCCL_IB_HCA "
+           "per rank so that each rank talks on its own rail (NCCL_CROSS_NIC=0).")
+    lines = [c.line for _, c in members[:2]]
+    if proofs:
+        title = f"NCCL splits hosts into several nodes: {arithmetic}, but {proofs[0]}"
+        why = ("NCCL believes some GPUs of one host are on different nodes (NVLink islands "
+               "it cannot join, or rails it cannot reach from every GPU), so traffic between "
+               "them goes over the network and rings cross from one rail to another; on "
+               "fabrics whose rails are not routed to each other those connections hang, "
+               "elsewhere they are slow. " + fix)
+        if len(proofs) > 1 or notes:
+            why += " Also: " + "; ".join(proofs[1:] + notes) + "."
+        yield finding("nccl.node-split", Severity.WARNING, title, why, Action.FIX_CONFIG,
+                      Blame.CONFIG, evidence=[evidence(SRC, lines)])
+        return
+    title = f"NCCL sees {arithmetic}: check that the job really runs on {nnodes} hosts"
+    why = (f"The communicator counts {nnodes} nodes with {local} local rank(s) each. If the "
+           f"job runs on {nnodes} hosts with {local} GPU(s) each, that is right. If it runs on "
+           "fewer hosts (for example two hosts with twice as many GPUs), NCCL is treating "
+           "groups of a host's GPUs (NVLink islands, separate rails) as separate nodes, "
+           "sending same-host traffic over the network and crossing rails, which hangs on "
+           "rail-isolated fabrics. " + fix)
+    if notes:
+        why += " Note: " + "; ".join(notes) + "."
+    yield finding("nccl.node-split", Severity.INFO, title, why, Action.NONE, Blame.UNKNOWN,
+                  evidence=[evidence(SRC, lines)])
+
+
+# --- data paths (built in nccl_transport_paths) -------------------------------------
+
+
+@rule("nccl.gdr-disabled", requires=("nccl_job",), produces=("nccl.gdr-disabled",))
+def gdr_disabled(facts: Facts) -> Iterator[Finding]:
+    """Network channels without GPUDirect RDMA: transfers are staged through host
+    memory. Three causes: the HCA is too far from the GPU (NCCL's distance
+    exceeds its GDR limit); some channels have GDR and others not (a far NIC);
+    no GDR support at all (nvidia_peermem not loaded, no DMA-BUF). NET/Socket's
+    own "GDR disabled" lines are normal and ignored.
+
+    Distance is blamed on CONFIG, not NODE: nothing on the node is broken, it is
+    how the platform is laid out and which HCA each GPU is given, and the fix is
+    a placement or NCCL setting (NCCL_IB_HCA, rail alignment, NCCL_NET_GDR_LEVEL
+    where the platform allows). Missing peermem is NODE (the host's driver
+    stack, FIX_SOFTWARE)."""
+    yield from paths.gdr_findings(facts)
+
+
+@rule("nccl.shm-transport", requires=("nccl_job",), produces=("nccl.shm-transport",))
+def shm_transport(facts: Facts) -> Iterator[Finding]:
+    """Intra-node channels through host shared memory (SHM) where GPU peer-to-peer
+    should carry them: P2P disabled by the job (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL),
+    NVLink present between the pair yet SHM used (P2P failing in the container),
+    or a topology where only some pairs have NVLink/P2P (the SHM hops pace every
+    ring through them)."""
+    yield from paths.shm_findings(facts)

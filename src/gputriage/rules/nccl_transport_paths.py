@@ -1,0 +1,344 @@
+"""NCCL transport rules on the data paths: network channels without GPUDirect
+RDMA, and GPU pairs that talk through host shared memory instead of P2P.
+
+The rules themselves are registered in :mod:`gputriage.rules.nccl_transport`
+(the rules area); this module builds their findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gputriage.facts import Facts
+from gputriage.hostfacts.nccl import NcclJob, env_value, log_lines, nccl_bus_id
+from gputriage.model import Action, Blame, Evidence, Finding, Severity
+from gputriage.parsers.nccl_model import NET_IB, NET_PLUGIN, P2P, SHM, NcclChannel, NcclGdr
+from gputriage.parsers.nccl_model import NcclProcess as Proc
+from gputriage.parsers.topo import distance, nvlink_count
+from gputriage.rules.base import evidence, finding, gpu_scope
+
+SRC = "nccl_log"
+TOPO = "nvidia_smi_topo"
+PEERMEM = ("nvidia_peermem", "nv_peer_mem")
+# NCCL_P2P_LEVEL values that leave PCIe pairs (or all pairs: LOC, 0) without P2P
+LOW_P2P_LEVELS = ("LOC", "NVL", "PIX", "0", "1")
+
+
+def _hca_name(p: Proc, g: NcclGdr) -> str | None:
+    """The HCA's name: quoted in the line, or the n-th of ``NET/IB : Using``."""
+    if g.hca_name:
+        return g.hca_name
+    if g.hca and g.hca.isdigit() and int(g.hca) < len(p.ib_devices):
+        return p.ib_devices[int(g.hca)].split(":")[0]
+    return None
+
+
+def _is_socket_gdr(p: Proc, g: NcclGdr) -> bool:
+    """NET/Socket prints a GDR line for its interfaces; that is normal."""
+    return (g.net or "").lower() == "socket" or (g.hca_name or "") in p.socket_ifaces
+
+
+def _net_channels(p: Proc) -> list[NcclChannel]:
+    return [c for c in p.channels if c.family in (NET_IB, NET_PLUGIN) and c.gdr is not None]
+
+
+def _dev(c: NcclChannel) -> str:
+    """``NET/IB/1`` from ``NET/IB/1/GDRDMA`` (PXN relay kept off)."""
+    parts = c.transport.split("/")
+    return "/".join(parts[:3]).split("(")[0]
+
+
+def _local_dev(c: NcclChannel) -> str | None:
+    """The logging rank's own GPU: the receiver of a [receive] line, else the sender."""
+    return c.peer_dev if c.direction == "receive" else c.rank_dev
+
+
+def _where(p: Proc, text: str, many_hosts: bool) -> str:
+    return f"{p.host}: {text}" if many_hosts and p.host else text
+
+
+def _topo_note(facts: Facts, gpu_bus: str | None, hca: str | None) -> tuple[str, list]:
+    """How the host's own facts place a GPU (by PCI address) and an HCA."""
+    if not gpu_bus:
+        return "", []
+    placements = facts.maybe("gpu_nic_map") or []
+    place = next((pl for pl in placements if pl.bus_id == gpu_bus), None)
+    if place is not None:
+        matrix = facts.get("topology")
+        cols = [c for c in matrix.nics if hca and matrix.nic_name(c) == hca]
+        cell = matrix.link(place.gpu, cols[0]) if cols else None
+        note = f"topo -m: {place.gpu} [{gpu_bus}]"
+        if cell:
+            note += f" to {hca} is {cell}"
+        if place.nearest_link and (cell is None or distance(place.nearest_link) <
+                                   distance(cell)):
+            note += f"; its nearest NIC is {', '.join(place.nearest_names)} " \
+                    f"({place.nearest_link})"
+        rows = [matrix.header] + [matrix.rows[g] for g in (place.gpu,) if g in matrix.rows]
+        return note, [evidence(TOPO, rows)]
+    pci = {f.address: f for f in facts.maybe("pci") or []}
+    gpu = pci.get(gpu_bus)
+    port = next((pt for pt in facts.maybe("ib_ports") or [] if pt.device == hca
+                 and pt.pci_address), None)
+    nic = pci.get(port.pci_address) if port else None
+    if gpu is not None and nic is not None and gpu.numa_node is not None \
+            and nic.numa_node is not None:
+        same = "the same NUMA node" if gpu.numa_node == nic.numa_node else "different NUMA nodes"
+        return (f"sysfs: GPU {gpu_bus} on NUMA node {gpu.numa_node}, {hca} "
+                f"({nic.address}) on NUMA node {nic.numa_node} ({same})"), []
+    return "", []
+
+
+def gdr_findings(facts: Facts) -> Iterator[Finding]:
+    """The findings of rule ``nccl.gdr-disabled`` (see its docstring)."""
+    job: NcclJob = facts.get("nccl_job")
+    procs = job.log.processes
+    many = len(job.hosts) > 1
+    far = [(p, g) for p in procs for g in p.gdr
+           if not g.enabled and g.distance is not None and not _is_socket_gdr(p, g)]
+    flat = [(p, g) for p in procs for g in p.gdr
+            if not g.enabled and g.distance is None and not _is_socket_gdr(p, g)]
+    chans = [(p, c) for p in procs for c in _net_channels(p)]
+    with_gdr = [(p, c) for p, c in chans if c.gdr]
+    without = [(p, c) for p, c in chans if not c.gdr]
+    if far:
+        yield _far_finding(facts, far, without, many)
+    elif with_gdr and without:
+        yield _mixed_finding(with_gdr, without, many)
+    if flat or (without and not with_gdr and not far):
+        yield _unsupported_finding(facts, flat, without)
+
+
+def _far_finding(facts: Facts, far: list, without: list, many: bool) -> Finding:
+    pairs: dict[tuple, tuple[Proc, NcclGdr]] = {}
+    for p, g in far:
+        pairs.setdefault((p.host, g.gpu, g.hca), (p, g))
+    texts, notes, host_ev = [], [], []
+    for p, g in pairs.values():
+        hca = _hca_name(p, g)
+        texts.append(_where(p, f"GPU {g.gpu} / HCA {g.hca}{f' ({hca})' if hca else ''} at "
+                               f"distance {g.distance}, limit {g.max_distance}", many))
+        note, ev = _topo_note(facts, nccl_bus_id(g.gpu), hca)
+        if note and note not in notes:
+            notes.append(note)
+            host_ev += ev
+    hosts = sorted({p.host for p, _ in pairs.values() if p.host})
+    title = (f"GPUDirect RDMA is off for {len(pairs)} GPU/HCA pair(s)"
+             f"{f' on {len(hosts)} hosts' if len(hosts) > 1 else ''}: the HCA is too far from "
+             f"the GPU ({'; '.join(texts[:3])}{' ...' if len(texts) > 3 else ''})")
+    if without:
+        title += f"; {len(without)} network channel(s) without /GDRDMA"
+    why = ("NCCL measures the PCIe path from each GPU to the HCA it sends through; when the "
+           "path is longer than its GPUDirect limit (NCCL_NET_GDR_LEVEL, by default a shared "
+           "PCIe switch) it turns GPUDirect RDMA off and stages every transfer through host "
+           "memory, which costs inter-node bandwidth and CPU memory traffic. This follows "
+           "from the platform layout (the HCA sits behind another PCIe switch or CPU socket), "
+           "not from a fault: give each GPU an HCA under its own switch (NCCL_IB_HCA per rank, "
+           "rail-aligned placement), or raise NCCL_NET_GDR_LEVEL only where the platform "
+           "supports peer-to-peer through the CPU root complex.")
+    if notes:
+        why += " Host: " + "; ".join(notes) + "."
+    buses = {nccl_bus_id(g.gpu) for _, g in pairs.values()}
+    scope = gpu_scope(buses.pop()) if len(buses) == 1 and None not in buses else None
+    lines = [g.line for _, g in list(pairs.values())[:4]] + [c.line for _, c in without[:2]]
+    kw = {"scope": scope} if scope else {}
+    return finding("nccl.gdr-disabled", Severity.WARNING, title, why, Action.FIX_CONFIG,
+                   Blame.CONFIG, evidence=[evidence(SRC, lines)] + host_ev, **kw)
+
+
+def _mixed_finding(with_gdr: list, without: list, many: bool) -> Finding:
+    good = sorted({_dev(c) for _, c in with_gdr})
+    bad = sorted({_dev(c) for _, c in without})
+    total = len(with_gdr) + len(without)
+    title = (f"{len(without)} of {total} network channels lose GPUDirect RDMA "
+             f"({', '.join(bad)} without it; {', '.join(good)} with it)")
+    gpus_good = {(p.host, _local_dev(c)) for p, c in with_gdr}
+    same = sorted({str(_local_dev(c)) for p, c in without
+                   if _local_dev(c) is not None and (p.host, _local_dev(c)) in gpus_good})
+    why = ("Channels without /GDRDMA stage their data through host memory; with GPUDirect on "
+           "some channels and not on others, the slow ones pace the collective.")
+    if same:
+        why += (f" GPU {', '.join(same)} uses GPUDirect on {', '.join(good)}, so GPUDirect "
+                f"support is there: {', '.join(bad)} is too far from that GPU (a NIC "
+                "behind the other CPU socket), and its traffic also crosses the inter-socket "
+                "link.")
+    why += (" Give each GPU its near NIC (rail-aligned NCCL_IB_HCA per rank, NCCL_CROSS_NIC=0) "
+            "or expect reduced inter-node bandwidth; check nvidia-smi topo -m for where each "
+            "NIC sits.")
+    lines = [c.line for _, c in with_gdr[:2]] + [c.line for _, c in without[:2]]
+    return finding("nccl.gdr-disabled", Severity.WARNING, title, why, Action.FIX_CONFIG,
+                   Blame.CONFIG, evidence=[evidence(SRC, lines)])
+
+
+def _unsupported_finding(facts: Facts, flat: list, without: list) -> Finding:
+    procs = {id(p): p for p, _ in flat + without}.values()
+    level = next((env_value(p, "NCCL_NET_GDR_LEVEL") for p in procs
+                  if env_value(p, "NCCL_NET_GDR_LEVEL")), None)
+    mods = facts.maybe("modules")
+    loaded = None if mods is None else any(m in mods for m in PEERMEM)
+    dmabuf = any(p.dmabuf for p in procs)
+    what = []
+    if flat:
+        names = sorted({f"HCA {g.hca}" + (f" '{g.hca_name}'" if g.hca_name else "")
+                        for _, g in flat})
+        what.append(f"NCCL reports it disabled for {', '.join(names[:4])}")
+    if without:
+        what.append(f"{len(without)} network channel(s) without /GDRDMA")
+    host_ev: list[Evidence] = []
+    if level:
+        reason = f"NCCL_NET_GDR_LEVEL={level} set by the environment"
+        why = (f"The job limits GPUDirect RDMA with NCCL_NET_GDR_LEVEL={level}; transfers "
+               "are staged through host memory. Unset it unless the platform needs it.")
+        action, blame = Action.FIX_CONFIG, Blame.JOB
+    elif loaded is False and not dmabuf:
+        reason = "nvidia_peermem is not loaded on this host"
+        why = ("GPUDirect RDMA needs the nvidia_peermem kernel module (or DMA-BUF support in "
+               "the driver, kernel and NCCL); this host has not loaded nvidia_peermem and the "
+               "log shows no DMA-BUF, so the HCA cannot reach GPU memory and every transfer "
+               "is staged through host memory. Load it (modprobe nvidia_peermem, and at boot) "
+               "or use a driver/kernel/NCCL combination with DMA-BUF.")
+        action, blame = Action.FIX_SOFTWARE, Blame.NODE
+        line = next((m.line for name, m in (mods or {}).items() if name == "nvidia"), None)
+        host_ev.append(evidence("proc_modules", [line] if line else [],
+                                "no nvidia_peermem (or nv_peer_mem) in the module list"))
+    elif loaded or dmabuf:
+        basis = "nvidia_peermem is loaded" if loaded else "DMA-BUF is available"
+        reason = f"GPUDirect RDMA is off although {basis}"
+        why = (f"{basis[0].upper() + basis[1:]}, so GPUDirect support exists; NCCL still "
+               "turned it off, most often because the HCA is too far from the GPU (the log "
+               "does not show the distance: enable NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH), or "
+               "because the container cannot use it. Transfers are staged through host "
+               "memory.")
+        action, blame = Action.FIX_CONFIG, Blame.CONFIG
+        if loaded:
+            line = next(m.line for name, m in mods.items() if name in PEERMEM)
+            host_ev.append(evidence("proc_modules", [line]))
+    else:
+        reason = "no GPUDirect support found (nvidia_peermem not loaded? no DMA-BUF)"
+        why = ("NCCL did not use GPUDirect RDMA and the log shows no DMA-BUF support: the "
+               "usual cause is the nvidia_peermem module not loaded on the host (check "
+               "lsmod), less often an HCA too far from the GPU. Transfers are staged through "
+               "host memory, costing inter-node bandwidth.")
+        action, blame = Action.FIX_SOFTWARE, Blame.NODE
+    title = f"GPUDirect RDMA is off: {reason} ({'; '.join(what)})"
+    lines = [g.line for _, g in flat[:3]] + [c.line for _, c in without[:3]]
+    lines += log_lines(facts, "NCCL_NET_GDR_LEVEL set by environment", [], 1) if level else []
+    return finding("nccl.gdr-disabled", Severity.WARNING, title, why, action, blame,
+                   evidence=[evidence(SRC, lines)] + host_ev)
+
+
+# --- nccl.shm-transport ---------------------------------------------------------------
+
+
+def _pair(p: Proc, c: NcclChannel) -> tuple[str | None, frozenset[str]] | None:
+    if c.rank_dev is None or c.peer_dev is None:
+        return None
+    return p.host, frozenset((c.rank_dev, c.peer_dev))
+
+
+def _pair_text(key: tuple[str | None, frozenset[str]], many: bool) -> str:
+    host, devs = key
+    text = "-".join(sorted(devs, key=lambda d: (len(d), d)))
+    return f"{host}:{text}" if many and host else text
+
+
+def _topo_cells(facts: Facts, pairs: list) -> dict[tuple, str]:
+    """topo -m cell of each (host, {a, b}) pair whose devices are plain GPU indexes
+    (CUDA device numbers are taken as nvidia-smi indexes)."""
+    matrix = facts.maybe("topology")
+    out: dict[tuple, str] = {}
+    if matrix is None or matrix.kind != "matrix":
+        return out
+    for key in pairs:
+        devs = sorted(key[1])
+        if len(devs) == 2 and all(d.isdigit() for d in devs):
+            cell = matrix.link(f"GPU{devs[0]}", f"GPU{devs[1]}")
+            if cell:
+                out[key] = cell
+    return out
+
+
+def shm_findings(facts: Facts) -> Iterator[Finding]:
+    """The findings of rule ``nccl.shm-transport`` (see its docstring)."""
+    job: NcclJob = facts.get("nccl_job")
+    many = len(job.hosts) > 1
+    shm: dict[tuple, NcclChannel] = {}
+    p2p: dict[tuple, NcclChannel] = {}
+    for p in job.log.processes:
+        for c in p.channels:
+            key = _pair(p, c)
+            if key is None:
+                continue
+            if c.family == SHM:
+                shm.setdefault(key, c)
+            elif c.family == P2P:
+                p2p.setdefault(key, c)
+    if not shm:
+        return
+    procs = job.log.processes
+    disabled = next((p for p in procs if (env_value(p, "NCCL_P2P_DISABLE") or "0") != "0"),
+                    None)
+    level = next((env_value(p, "NCCL_P2P_LEVEL") for p in procs
+                  if env_value(p, "NCCL_P2P_LEVEL")), None)
+    cells = _topo_cells(facts, list(shm) + list(p2p))
+    nv_shm = [k for k in shm if nvlink_count(cells.get(k))]
+    shm_text = ", ".join(_pair_text(k, many) for k in list(shm)[:6])
+    p2p_text = ", ".join(_pair_text(k, many) for k in list(p2p)[:6])
+    title_figs = f"{len(shm)} GPU pair(s) via SHM: {shm_text}"
+    if p2p:
+        title_figs += f"; {len(p2p)} pair(s) via P2P: {p2p_text}"
+    host_ev = []
+    if cells:
+        host_ev.append(evidence(TOPO, [f"GPU{'-GPU'.join(sorted(k[1]))} {v}"
+                                       for k, v in cells.items()],
+                                "GPU pairs of the log's channels (CUDA device = GPU index)"))
+    slow = ("SHM copies every transfer through host memory: a fraction of NVLink bandwidth "
+            "and below PCIe peer-to-peer, and a ring runs at the pace of its slowest hop.")
+    if disabled or (level and level.upper() in LOW_P2P_LEVELS):
+        setting = f"NCCL_P2P_DISABLE={env_value(disabled, 'NCCL_P2P_DISABLE')}" if disabled \
+            else f"NCCL_P2P_LEVEL={level}"
+        title = f"Intra-node traffic uses shared memory because {setting} is set ({title_figs})"
+        why = (f"The job turns GPU peer-to-peer off (or limits it to the nearest pairs) with "
+               f"{setting}, so NCCL moves intra-node data through host shared memory. {slow} "
+               "Remove the setting unless it works around a known P2P problem of this "
+               "platform.")
+        severity, action, blame = Severity.WARNING, Action.FIX_CONFIG, Blame.JOB
+    elif nv_shm:
+        title = (f"GPUs joined by NVLink talk through shared memory ({title_figs}; topo -m: "
+                 f"{', '.join(f'{_pair_text(k, many)} {cells[k]}' for k in nv_shm[:4])})")
+        why = ("nvidia-smi topo -m shows NVLink between these GPUs, yet NCCL used SHM: P2P "
+               "failed in the job's environment (containers that do not share the IPC "
+               "namespace or limit IPC, CUDA_VISIBLE_DEVICES splitting the pair across "
+               f"processes that cannot open each other's memory, P2P disabled). {slow}")
+        if level:
+            why += f" The job sets NCCL_P2P_LEVEL={level}."
+        severity, action, blame = Severity.WARNING, Action.FIX_CONFIG, Blame.CONFIG
+    elif p2p:
+        kinds = ", ".join(sorted({f"{_pair_text(k, many)} {v}" for k, v in cells.items()
+                                  if k in shm}))
+        title = f"Some GPU pairs have no peer-to-peer path and use shared memory ({title_figs})"
+        why = ("Only some GPU pairs talk peer-to-peer: the others have no NVLink between them "
+               "or sit behind different CPU sockets, so NCCL routes them through host shared "
+               f"memory. This is the machine's topology, not a software fault. {slow} Pick GPUs "
+               "that are all NVLink-connected (or a host with full NVLink) when bandwidth "
+               "matters.")
+        if kinds:
+            why += f" topo -m for the SHM pairs: {kinds}."
+        if level:
+            why += f" The job sets NCCL_P2P_LEVEL={level}, which may also exclude pairs."
+        severity, action, blame = Severity.WARNING, Action.NONE, Blame.CONFIG
+    else:
+        title = f"No GPU pair uses peer-to-peer; intra-node traffic goes through shared " \
+                f"memory ({title_figs})"
+        why = ("Every intra-node channel goes through host shared memory: the GPUs have no "
+               "NVLink and sit on different PCIe root complexes or CPU sockets, or P2P is "
+               f"unavailable in this environment. {slow} Check nvidia-smi topo -m and "
+               "nvidia-smi topo -p2p r.")
+        if level:
+            why += f" The job sets NCCL_P2P_LEVEL={level}."
+        severity, action, blame = Severity.INFO, Action.NONE, Blame.UNKNOWN
+    lines = log_lines(facts, "NCCL_P2P_DISABLE set by environment", [], 1) if disabled else []
+    lines += log_lines(facts, "NCCL_P2P_LEVEL set by environment", [], 1) if level else []
+    lines += [c.line for c in list(shm.values())[:3]] + [c.line for c in list(p2p.values())[:2]]
+    yield finding("nccl.shm-transport", severity, title, why, action, blame,
+                  evidence=[evidence(SRC, lines)] + host_ev)

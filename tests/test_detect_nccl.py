@@ -1,0 +1,185 @@
+"""Content detection of job outputs: NCCL debug logs and nccl-tests results."""
+
+from __future__ import annotations
+
+import pytest
+
+from gputriage.ingest import load_input, load_text
+from gputriage.ingest.detect import EXPECTED, detect
+from gputriage.ingest.detect_jobs import is_tests_prompt, source_for_command
+from gputriage.parsers.nccl_log import parse_nccl_log
+from gputriage.parsers.nccl_tests import parse_nccl_tests
+
+TESTS_HEAD = """\
+# nThread 1 nGpus 8 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid  20417 on   dgx-a07 device  0 [0x18] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid  20417 on   dgx-a07 device  1 [0x2a] NVIDIA H100 80GB HBM3
+"""  # noqa: E501
+NCCL_INIT = """\
+dgx-a07:20417:20417 [0] NCCL INFO Bootstrap : Using enp86s0f0:10.20.3.7<0>
+dgx-a07:20417:20417 [0] NCCL INFO cudaDriverVersion 12040
+dgx-a07:20417:20417 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+dgx-a07:20417:20431 [0] NCCL INFO Using network IB
+dgx-a07:20417:20431 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read
+"""
+TESTS_TABLE = """\
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+  4294967296    1073741824     float     sum      -1    23301  184.33  322.58      0    23287  184.44  322.77      0
+  8589934592    2147483648     float     sum      -1    46467  184.86  323.51      0    46452  184.92  323.62      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 323.12
+#
+"""  # noqa: E501
+
+
+def names(text: str) -> list[str]:
+    return [n for n, _ in detect(text)]
+
+
+# --- corpus ------------------------------------------------------------------------
+
+
+def test_every_nccl_sample_is_a_job_output(corpus) -> None:
+    samples = corpus.category("5")
+    assert len(samples) >= 20
+    for s in samples:
+        got = names(s.text())
+        assert got and set(got) <= {"nccl_log", "nccl_tests"}, (s.name, got)
+        snap = load_input(str(s.path))
+        assert set(snap.names()) <= {"nccl_log", "nccl_tests"}, s.name
+        assert snap.names(), s.name
+
+
+def test_corpus_pieces_hold_what_the_parsers_need(corpus) -> None:
+    tests = dict(detect(corpus.sample("nccltests264-all-reduce").text()))
+    assert list(tests) == ["nccl_tests"]
+    # the prompt line naming the binary stays with its run; the "# " header lines
+    # are nccl-tests output, not root prompts
+    assert tests["nccl_tests"].startswith("[root@test nccl-tests-master]# ./build/all_reduce_perf")
+    runs = parse_nccl_tests(tests["nccl_tests"])
+    assert [(r.test, r.params["nGpus"]) for r in runs] == [("all_reduce_perf", "8")]
+    assert "system not yet initialized" in runs[0].errors[0]
+
+    watchdog = dict(detect(corpus.sample("rtxpro6000-dbe-rank1").text()))["nccl_log"]
+    assert "ran for 600072 milliseconds before timing out." in watchdog
+    assert "Process group watchdog thread terminated" in watchdog
+    assert "so the stacktrace below might be incorrect." in watchdog
+
+    cloudwatch = corpus.sample("awsofinccl715").text()
+    piece = dict(detect(cloudwatch))["nccl_log"]
+    assert piece.count("NCCL INFO") == 9 and "libfabric" not in piece
+
+    ompi = dict(detect(corpus.sample("nccltests188").text()))["nccl_log"]
+    assert "help-mpi-btl-openib" not in ompi and ompi.count("NCCL INFO") == 11
+
+
+# --- synthetic pastes ------------------------------------------------------------------
+
+
+def test_nccl_tests_with_interleaved_nccl_lines_splits_into_both() -> None:
+    paste = TESTS_HEAD + NCCL_INIT + TESTS_TABLE
+    got = dict(detect(paste))
+    assert list(got) == ["nccl_tests", "nccl_log"]
+    assert got["nccl_log"] == NCCL_INIT
+    assert "NCCL INFO" not in got["nccl_tests"]
+    assert got["nccl_tests"].startswith("# nThread 1 nGpus 8")
+    assert "# Avg bus bandwidth    : 323.12" in got["nccl_tests"]
+    run, = parse_nccl_tests(got["nccl_tests"])
+    assert [r.size for r in run.rows] == [4294967296, 8589934592]
+    assert run.avg_busbw == 323.12 and len(run.devices) == 2
+    log = parse_nccl_log(got["nccl_log"])
+    assert [p.network for p in log.processes] == ["IB"]
+
+
+def test_launcher_prompt_names_the_test() -> None:
+    paste = ("alice@login-1:~/nccl-tests$ mpirun -np 2 -H dgx-a07:2 -x NCCL_DEBUG=INFO \\\n"
+             "    ./build/all_gather_perf -b 8 -e 8G -f 2 -g 1\n" + TESTS_HEAD + TESTS_TABLE)
+    got = dict(detect(paste))
+    assert list(got) == ["nccl_tests"]
+    assert got["nccl_tests"].splitlines()[1].strip().startswith("./build/all_gather_perf")
+    run, = parse_nccl_tests(got["nccl_tests"])
+    assert (run.test, run.operation) == ("all_gather_perf", "allgather")
+
+
+def test_root_prompts_still_split_a_session() -> None:
+    table = ("+-----------------------------------------------------------------------------+\n"
+             "| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4     |\n"
+             "+-----------------------------------------------------------------------------+\n")
+    paste = "# nvidia-smi\n" + table + "# ./build/all_reduce_perf -g 8\n" + TESTS_HEAD
+    got = dict(detect(paste))
+    assert list(got) == ["nvidia_smi", "nccl_tests"]
+    assert got["nvidia_smi"] == table
+    assert got["nccl_tests"].startswith("# ./build/all_reduce_perf -g 8\n# nThread 1")
+    lines = paste.splitlines()
+    assert not is_tests_prompt(lines, 0) and is_tests_prompt(lines, len(lines) - 4)
+
+
+def test_session_with_host_output_and_job_log() -> None:
+    paste = ("$ ibstat mlx5_0\nCA 'mlx5_0'\n\tCA type: MT4129\n\tPort 1:\n\t\tState: Active\n"
+             "$ NCCL_DEBUG=INFO torchrun --nproc-per-node 8 train.py\n" + NCCL_INIT
+             + "epoch 0 step 10 loss 2.3131\n")
+    got = dict(detect(paste))
+    assert list(got) == ["ibstat", "nccl_log"]
+    assert got["nccl_log"] == NCCL_INIT
+
+
+def test_shipped_nccl_lines_are_not_taken_for_the_system_log() -> None:
+    nccl = ("May 31 05:33:40 dgx-a07 python3[20417]: dgx-a07:20417:20431 [0] NCCL INFO "
+            "Using network Socket\n")
+    kern = ("May 31 05:33:41 dgx-a07 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', "
+            "name=<unknown>, GPU has fallen off the bus.\n")
+    got = dict(detect(nccl + kern))
+    assert got == {"nccl_log": nccl, "kernel_log": kern}
+
+
+def test_watchdog_continuation_stops_at_blank_line_and_kernel_record() -> None:
+    torch = ("[rank3]:[E531 05:40:11.104223612 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog "
+             "caught collective operation timeout:\n"
+             "WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000)\n"
+             "ran for 600028 milliseconds before timing out.\n")
+    kern = "[ 8123.441201] NVRM: Xid (PCI:0000:2a:00): 79, GPU has fallen off the bus.\n"
+    got = dict(detect(torch + kern + "\nTraceback (most recent call last):\n"))
+    assert got == {"nccl_log": torch, "kernel_log": kern}
+
+
+def test_a_framework_warning_takes_no_continuation_lines() -> None:
+    warn = ("[rank10]:[W420 17:17:49.001266022 ProcessGroupNCCL.cpp:3436] Warning: "
+            "TORCH_NCCL_AVOID_RECORD_STREAMS=1 has no effect for point-to-point collectives.\n")
+    table = ("+-----------------------------------------------------------------------------+\n"
+             "| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4     |\n"
+             "+-----------------------------------------------------------------------------+\n")
+    got = dict(detect(warn + "epoch 3 step 120 loss 1.982\n" + table))
+    assert got == {"nccl_log": warn, "nvidia_smi": table}
+    error = ("[rank0]:[E531 05:40:11.104223612 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog "
+             "caught collective operation timeout:\n")
+    assert dict(detect(error + table)) == {"nccl_log": error, "nvidia_smi": table}
+
+
+def test_lone_numbers_or_hash_lines_are_not_nccl_tests() -> None:
+    assert names("#\n# a shell comment\n   12   34  apples   56\n") == []
+    assert names("# Avg bus bandwidth    : 48.1\n") == ["nccl_tests"]
+
+
+@pytest.mark.parametrize(("cmd", "source"), [
+    ("./build/all_reduce_perf -b 8 -e 8G -f 2 -g 8", "nccl_tests"),
+    ("mpirun -np 16 -H a:8,b:8 -x NCCL_DEBUG=INFO /opt/nccl-tests/build/all_gather_perf -g 1",
+     "nccl_tests"),
+    ("srun --mpi=pmix -N 2 all_reduce_perf_mpi -b 1G -e 8G", "nccl_tests"),
+    ("NCCL_DEBUG=INFO ./sendrecv_perf -g 2", "nccl_tests"),
+    ("mpirun -np 2 python train.py", None),
+    ("sudo nvidia-smi topo -m", "nvidia_smi_topo"),
+    ("cat /proc/modules", "proc_modules"),
+])
+def test_source_for_command(cmd: str, source: str | None) -> None:
+    assert source_for_command(cmd) == source
+
+
+def test_expected_names_the_job_outputs() -> None:
+    assert "NCCL_DEBUG=INFO log" in EXPECTED and "nccl-tests" in EXPECTED
+    with pytest.raises(Exception, match="unrecognised content"):
+        load_text("just some words\n", "paste")

@@ -1,0 +1,312 @@
+"""``gputriage nccl``, NCCL inputs to ``analyze``, and the nccl-socket-fallback scenario."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+import sys
+import tracemalloc
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gputriage.cli import EXIT_INPUT, EXIT_USAGE, Environment, main
+from gputriage.commands.nccl_input import read_inputs
+from gputriage.engine import analyze
+from gputriage.scenarios import build_scenario, get_scenario
+from gputriage.snapshot import Snapshot
+
+SCENARIO = "nccl-socket-fallback"
+EXIT_STATUSES = {0, 1, 2, 3}
+APP = ("2024-05-14 09:31:{s:02d},{ms:03d} INFO trainer.py:212 step {i} loss 2.{i:04d} lr 3.0e-04 "
+       "tokens/s 181234 grad_norm 0.93\n")
+NCCL = ("dgx-b{h:02d}:{pid}:{tid} [{d}] NCCL INFO Channel {c:02d}/0 : {r}[{d}] -> {n}[{nd}] "
+        "via P2P/CUMEM/read\n")
+TABLE = """\
+# nThread 1 nGpus 1 minBytes 1073741824 maxBytes 2147483648 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid  30001 on    dgx-b01 device  0 [0x18] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid  30002 on    dgx-b01 device  1 [0x2a] NVIDIA H100 80GB HBM3
+#
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+  1073741824     268435456     float     sum      -1   3048.1  352.27  352.27      0   3051.9  351.83  351.83      0
+  2147483648     536870912     float     sum      -1   6071.4  353.70  353.70      0   6069.8  353.80  353.80      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 352.9
+#
+"""  # noqa: E501
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), Environment(stdout=out, stderr=err))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The scenario snapshot, and its two job outputs as separate files."""
+    root = tmp_path_factory.mktemp("nccl")
+    path = build_scenario(SCENARIO, root / "snap")
+    payloads = get_scenario(SCENARIO).build()
+    log, tests = root / "job.log", root / "tests.out"
+    log.write_bytes(payloads["nccl_log"])
+    tests.write_bytes(payloads["nccl_tests"])
+    healthy = build_scenario("healthy-8xh100", root / "healthy")
+    return {"snap": str(path), "log": str(log), "tests": str(tests), "healthy": str(healthy),
+            "payloads": {k: v.decode() for k, v in payloads.items()}}
+
+
+def no_crash(err: str) -> None:
+    assert "Traceback" not in err and "internal error" not in err, err
+
+
+# --- the scenario ----------------------------------------------------------------------
+
+
+def test_scenario_is_listed_and_its_numbers_hold_together(built) -> None:
+    code, out, _ = cli("scenario", "list")
+    assert code == 0 and re.search(r"^nccl-socket-fallback\s+Two-node", out, re.M)
+    p = built["payloads"]
+    assert "NCCL_IB_DISABLE set by environment to 1." in p["nccl_log"]
+    assert p["nccl_log"].count("NCCL INFO Using network Socket") == 16
+    assert ("NET/Socket : Using [0]ib0:192.168.100.17<0> [1]ib1:192.168.101.17<0>"
+            in p["nccl_log"])
+    assert "[send] via NET/Socket/7" in p["nccl_log"]
+    assert "[send] via NET/Socket/0" in p["nccl_log"]
+    assert "via P2P/CUMEM/read" in p["nccl_log"] and "NET/IB" not in p["nccl_log"]
+    rows = [ln.split() for ln in p["nccl_tests"].splitlines() if ln[:1] == " "]
+    assert [int(r[0]) for r in rows] == [8 << k for k in range(31)]  # 8 B .. 8 GiB
+    for r in rows:  # busbw = algbw * 2(n-1)/n with n = 16, both placements
+        for algbw, busbw in ((float(r[6]), float(r[7])), (float(r[10]), float(r[11]))):
+            assert busbw == pytest.approx(algbw * 30 / 16, abs=0.015)  # 2 decimals
+    assert {ln.split()[8] for ln in p["nccl_tests"].splitlines() if "Rank" in ln} == {
+        "gpu-node-017", "gpu-node-018"}
+
+
+def test_analyze_scenario_gives_socket_transport_and_low_busbw(built) -> None:
+    result = analyze(Snapshot.load(built["snap"]))
+    by_id = {f.id: f for f in result.findings}
+    socket = by_id["nccl.socket-transport"]
+    assert socket.severity.value == "critical" and "NCCL_IB_DISABLE" in socket.title
+    low = by_id["nccl.busbw-low"]
+    assert re.search(r"busbw 18\d\.\d+ GB/s = 50 % of the ~368 GB/s expected", low.title)
+    assert not result.unreadable
+
+
+def test_nccl_command_on_the_snapshot_shows_summary_expectation_findings(built) -> None:
+    code, out, err = cli("nccl", built["snap"])
+    assert code == 2, err
+    assert "gpu-node-017" in out and "NCCL job: 16 processes on 2 hosts" in out
+    assert "env NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=ib" in out
+    assert "channels net-socket 32, p2p 112" in out
+    assert "GDR 0 of 32 network channel(s) with GDRDMA" in out
+    assert "all_reduce_perf  16 ranks on 2 hosts (gpu-node-017, gpu-node-018)" in out
+    assert re.search(r"= 50 % of the ~368 GB/s expected for 8x400G NDR per node", out)
+    assert out.index("all_reduce_perf  16 ranks") < out.index("nccl.socket-transport")
+
+
+def test_job_files_alone_and_json_document(built) -> None:
+    code, out, err = cli("nccl", "--json", built["log"], built["tests"])
+    assert code in EXIT_STATUSES and code >= 1, err
+    doc = json.loads(out)
+    assert doc["schema"] == "gputriage/result/v1" and list(doc)[-1] == "nccl"
+    assert doc["exit_status"] == code
+    hosts = doc["nccl"]["hosts"]
+    assert [(h["host"], h["processes"], h["ranks"]) for h in hosts] == [
+        ("gpu-node-017", 8, list(range(8))), ("gpu-node-018", 8, list(range(8, 16)))]
+    assert hosts[0]["env"] == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "ib"}
+    assert hosts[0]["networks"] == ["Socket"] and hosts[0]["nccl_versions"] == [
+        "2.21.5+cuda12.4"]
+    assert hosts[1]["channels"] == {"net-socket": 32, "p2p": 112}
+    assert len(doc["nccl"]["processes"]) == 16
+    run, = doc["nccl"]["tests"]
+    assert (run["test"], run["ranks"], len(run["rows"])) == ("all_reduce_perf", 16, 31)
+    assert run["peak"]["size"] >= 1 << 30 and 180 < run["peak"]["busbw_gbs"] < 186
+    assert run["expectation"] is None and "HCA" in run["no_expectation"]  # no host facts
+    assert {i["origin"]: i["sources"] for i in doc["inputs"]} == {
+        built["log"]: ["nccl_log"], built["tests"]: ["nccl_tests"]}
+    assert "nccl.socket-transport" in {f["id"] for f in doc["findings"]}
+    # streamed, the log is not kept as text: the evidence is still the raw lines
+    socket, = (f for f in doc["findings"] if f["id"] == "nccl.socket-transport")
+    lines = [ln for e in socket["evidence"] for ln in e["lines"]]
+    assert any(ln.endswith("NCCL INFO NCCL_IB_DISABLE set by environment to 1.")
+               and ln.startswith("gpu-node-01") for ln in lines), lines
+
+
+def test_host_snapshot_plus_job_log_combine(built) -> None:
+    code, out, _ = cli("nccl", "--json", built["healthy"], built["log"], built["tests"])
+    assert code == 2
+    doc = json.loads(out)
+    exp = doc["nccl"]["tests"][0]["expectation"]
+    assert (exp["busbw_gbs"], exp["percent"], exp["scope"]) == (368.0, 50, "inter-node")
+    assert exp["line"].startswith("busbw 18") and "8x400G NDR per node" in exp["line"]
+    assert doc["host"]["hostname"] == "gpu-node-017"
+    # analyze takes the same inputs and reaches the same diagnosis
+    code2, out2, _ = cli("analyze", "--json", built["healthy"], built["log"], built["tests"])
+    ids = {f["id"]: f["severity"] for f in json.loads(out2)["findings"]}
+    assert code2 == 2 and ids["nccl.socket-transport"] == "critical"
+    assert ids["nccl.busbw-low"] in ("warning", "critical")
+
+
+# --- the corpus ------------------------------------------------------------------------
+
+
+def test_every_nccl_sample_goes_through_analyze_and_nccl(corpus) -> None:
+    for s in corpus.category("5"):
+        for argv in (("analyze", str(s.path)), ("nccl", str(s.path))):
+            code, out, err = cli(*argv)
+            assert code in EXIT_STATUSES, (s.name, argv[0], code, err)
+            no_crash(err)
+        code, out, err = cli("nccl", "--json", str(s.path))
+        nccl = json.loads(out)["nccl"]
+        assert nccl["processes"] or nccl["tests"] or nccl["log"]["framework_errors"], s.name
+
+
+def test_corpus_nccl_summaries(corpus) -> None:
+    code, out, _ = cli("nccl", "--json", str(corpus.sample("nccltests188").path))
+    hosts = json.loads(out)["nccl"]["hosts"]
+    assert {h["host"] for h in hosts} == {"user"}
+    assert hosts[0]["env"]["NCCL_IB_DISABLE"] == "1"
+    assert hosts[0]["socket_ifaces"] == ["ib0", "ibs85f0"]
+    code, out, _ = cli("nccl", str(corpus.sample("nccltests264-all-reduce").path))
+    assert code == 2 and "system not yet initialized" in out
+
+
+# --- inputs: formats and bad input -----------------------------------------------------
+
+
+def test_gzip_log_reads_like_the_plain_one(built, tmp_path) -> None:
+    gz = tmp_path / "job.log.gz"
+    gz.write_bytes(gzip.compress(built["payloads"]["nccl_log"].encode()))
+    plain, packed = read_inputs([built["log"]]), read_inputs([str(gz)])
+    assert packed.log.nccl_lines == plain.log.nccl_lines == 585
+    assert [p.label for p in packed.log.processes] == [p.label for p in plain.log.processes]
+    assert packed.problems == []
+
+
+def test_truncated_gzip_gives_partial_result_and_a_problem(built, tmp_path) -> None:
+    data = gzip.compress(built["payloads"]["nccl_log"].encode() * 40)
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    code, out, err = cli("nccl", "--json", str(cut))
+    assert code in EXIT_STATUSES, err
+    doc = json.loads(out)
+    assert doc["nccl"]["log"]["nccl_lines"] > 585
+    assert any("truncated gzip" in u for u in doc["unreadable"])
+    stub = tmp_path / "stub.gz"
+    stub.write_bytes(data[:6])
+    code, _, err = cli("nccl", str(stub))
+    assert code == EXIT_INPUT and "truncated gzip" in err and err.count("\n") == 1
+
+
+def test_binary_other_programs_log_empty_and_missing_are_input_errors(tmp_path) -> None:
+    noise = tmp_path / "core.bin"
+    noise.write_bytes(bytes(range(1, 32)) * 4000)
+    syslog = tmp_path / "messages"
+    syslog.write_text(
+        "May 31 05:33:40 web01 sshd[1234]: Accepted publickey for alice from 10.0.0.5\n"
+        "May 31 05:33:41 web01 CRON[2211]: (root) CMD (run-parts /etc/cron.hourly)\n" * 50)
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    for path, words in ((noise, "binary data"), (syslog, "no NCCL record"),
+                        (empty, "empty file"), (tmp_path / "absent.log", "no such file")):
+        code, out, err = cli("nccl", str(path))
+        assert code == EXIT_INPUT and words in err, (path, err)
+        assert err.count("\n") == 1 and out == ""
+    code, _, err = cli("nccl")
+    assert code == EXIT_USAGE and "Missing argument" in err
+
+
+def test_a_bad_input_beside_a_good_one_is_reported_not_fatal(built, tmp_path) -> None:
+    noise = tmp_path / "core.bin"
+    noise.write_bytes(bytes(range(1, 32)) * 4000)
+    code, out, _ = cli("nccl", "--json", built["log"], str(noise))
+    assert code in EXIT_STATUSES
+    assert any("binary data" in u for u in json.loads(out)["unreadable"])
+
+
+def test_stdin_job_log_and_stdin_paste_with_host_output(built, monkeypatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(
+        built["payloads"]["nccl_log"].encode())))
+    code, out, _ = cli("nccl", "-")
+    assert code in EXIT_STATUSES and "NCCL job · 16 processes on 2 hosts" in out
+    table = ("+-----------------------------------------------------------------------------+\n"
+             "| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4     |\n"
+             "+-----------------------------------------------------------------------------+\n")
+    paste = table + built["payloads"]["nccl_log"]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(paste.encode())))
+    code, out, _ = cli("nccl", "--json", "-")
+    doc = json.loads(out)
+    assert doc["host"]["driver"]["cuda"] == "12.4"  # the nvidia-smi table is a host fact
+    assert doc["nccl"]["log"]["nccl_lines"] == 585  # read once, not twice
+
+
+def test_big_mixed_log_streams_with_bounded_memory(tmp_path) -> None:
+    path = tmp_path / "train.log"
+    nccl_lines = 0
+    with path.open("w") as fh:
+        fh.write("dgx-b01:30001:30001 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
+        written, i = 0, 0
+        while written < 50 << 20:
+            chunk = []
+            for _ in range(5000):
+                i += 1
+                if i % 40 == 0:
+                    d = i // 40 % 8
+                    chunk.append(NCCL.format(h=1, pid=30001 + d, tid=30100 + d, d=d, c=i % 32,
+                                             r=d, n=(d + 1) % 8, nd=(d + 1) % 8))
+                    nccl_lines += 1
+                else:
+                    chunk.append(APP.format(s=i % 60, ms=i % 1000, i=i))
+            text = "".join(chunk)
+            fh.write(text)
+            written += len(text)
+        fh.write(TABLE)
+    tracemalloc.start()
+    try:
+        found = read_inputs([str(path)])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 100 << 20, peak
+    assert found.log.nccl_lines == nccl_lines + 1
+    assert [p.label for p in found.log.processes] == [f"dgx-b01:{30001 + d}" for d in range(8)]
+    assert sum(len(p.channels) for p in found.log.processes) == nccl_lines
+    run, = found.runs
+    assert [r.size for r in run.rows] == [1 << 30, 2 << 30] and run.avg_busbw == 352.9
+    assert found.snapshot is None and found.problems == []
+
+
+PIECES = [NCCL.format(h=2, pid=4100, tid=4101, d=0, c=1, r=0, n=1, nd=1), TABLE,
+          "dgx-b02:4100:4101 [0] NCCL WARN NET/IB : Got completion from peer 10.1.1.2<4711> "
+          "with status=12 opcode=0 len=0 vendor err 129 (Recv)\n", "\x00\xff\x1f\x8b", "#\n"]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=80),
+                          st.binary(max_size=80).map(lambda b: b.decode("latin-1"))),
+                max_size=12), st.booleans())
+def test_any_input_gives_a_status_or_one_input_error(tmp_path, parts, packed) -> None:
+    data = "".join(parts).encode("utf-8", errors="surrogateescape")
+    path = tmp_path / "any.log"
+    path.write_bytes(gzip.compress(data)[: max(1, len(data) // 2)] if packed else data)
+    code, out, err = cli("nccl", str(path))
+    no_crash(err)
+    assert code in EXIT_STATUSES | {EXIT_INPUT}, err
+    if code == EXIT_INPUT:
+        assert err.count("\n") == 1 and out == ""
+
+
+def test_help_lists_the_command(capsys) -> None:
+    assert cli("--help")[0] == 0
+    assert "gputriage nccl LOG..." in capsys.readouterr().out
+    assert cli("nccl", "--help")[0] == 0
+    out = capsys.readouterr().out
+    assert "nccl-tests" in out and "--json" in out
