@@ -183,3 +183,21 @@ def test_expected_names_the_job_outputs() -> None:
     assert "NCCL_DEBUG=INFO log" in EXPECTED and "nccl-tests" in EXPECTED
     with pytest.raises(Exception, match="unrecognised content"):
         load_text("just some words\n", "paste")
+
+
+def test_a_large_job_log_keeps_nccl_lines_from_all_of_it_and_the_table_at_its_end(tmp_path):
+    """Past the detector's first MiB: NCCL records come from the whole input, the
+    nccl-tests table from its end (where a job prints it)."""
+    step = "2025-03-02 10:00:00,123 [rank0] INFO train.py:412 step {} loss 0.51 lr 3e-4\n"
+    filler = "".join(step.format(i) for i in range(30000))  # about 2.3 MB
+    late = "dgx-a07:20417:20431 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<4> " \
+           "with status=12 opcode=0 len=0 vendor err 129 (Recv)\n"
+    path = tmp_path / "job.log"
+    path.write_text(TESTS_HEAD + NCCL_INIT + filler + late + filler + TESTS_TABLE)
+    assert path.stat().st_size > 4 << 20
+    snap = load_input(str(path))
+    log = parse_nccl_log(snap.text("nccl_log"))
+    assert log.nccl_lines == 6 and "status=12" in snap.text("nccl_log")
+    (run,) = parse_nccl_tests(snap.text("nccl_tests"))
+    assert run.avg_busbw == 323.12 and len(run.rows) == 2
+    assert "step 1234" not in snap.text("nccl_log") + snap.text("nccl_tests")

@@ -233,3 +233,16 @@ def test_logs_runs_the_log_rules_and_finds_what_analyze_finds(log):
     analyze_ids = {f["id"] for f in json.loads(out2)["findings"]}
     assert logs_ids == analyze_ids and "xid.79" in logs_ids
     assert code == code2 == 2
+
+
+def test_json_is_indented_for_a_terminal_and_compact_when_piped(log):
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    path = log(XID79)
+    piped, tty = io.StringIO(), Tty()
+    assert main(["logs", path, "--json"], Environment(stdout=piped, stderr=io.StringIO())) == 2
+    assert main(["logs", path, "--json"], Environment(stdout=tty, stderr=io.StringIO())) == 2
+    assert piped.getvalue().count("\n") == 1 and '\n  "' in tty.getvalue()
+    assert json.loads(piped.getvalue()) == json.loads(tty.getvalue())

@@ -242,8 +242,17 @@ def test_completion_errors_are_not_repeated_as_warns(corpus) -> None:
     assert not _ours(run(nccl_log=corpus.sample("nccl1814").text()), "nccl.warn")
 
 
-def test_setup_warns_are_info(corpus) -> None:
-    [f] = _ours(run(nccl_log=corpus.sample("detectron4730").text()), "nccl.warn")
+def test_setup_warns_are_info_and_left_to_the_transport_rule_on_sockets(corpus) -> None:
+    """A plugin or verbs WARN of a process that fell back to sockets is the reason
+    nccl.socket-transport gives; alone (the job still found its network) it is info."""
+    result = run(nccl_log=corpus.sample("detectron4730").text())
+    assert not _ours(result, "nccl.warn")
+    assert "libibverbs" in _ours(result, "nccl.socket-transport")[0].title
+    on_ib = ("gpu-a:4100:4190 [0] ib_plugin.c:120 NCCL WARN NET/Plugin : plugin load failed, "
+             "using internal implementation\n"
+             "gpu-a:4100:4190 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>\n"
+             "gpu-a:4100:4190 [0] NCCL INFO Using network IB\n")
+    [f] = _ours(run(nccl_log=on_ib), "nccl.warn")
     assert f.severity is Severity.INFO and "nccl.socket-transport" in f.explanation
 
 

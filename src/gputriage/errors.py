@@ -9,3 +9,14 @@ class InputError(Exception):
 
 class ParseError(ValueError):
     """A source's text is malformed (as opposed to empty)."""
+
+
+def unreadable(path: str, exc: OSError) -> InputError:
+    """The one-line error for an input the system would not let us read."""
+    if isinstance(exc, FileNotFoundError):
+        return InputError(f"{path}: no such file or directory")
+    if isinstance(exc, PermissionError):
+        return InputError(f"{path}: permission denied")
+    if isinstance(exc, IsADirectoryError):
+        return InputError(f"{path}: is a directory")
+    return InputError(f"{path}: cannot read ({exc.strerror or exc})")

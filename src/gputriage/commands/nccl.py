@@ -33,14 +33,12 @@ def nccl(paths: tuple[str, ...], as_json: bool, verbose: bool) -> None:
     env = _env()
     result, log, judged, host_given = judge(list(paths))
     if as_json:
-        import json
-
         from gputriage.views.jsonview import to_json
         from gputriage.views.ncclview import nccl_document
 
         doc = to_json(result)
         doc["nccl"] = nccl_document(log, judged)
-        env.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+        env.write_json(doc, ensure_ascii=False, allow_nan=False)
     else:
         from rich.console import Console
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
-from gputriage.errors import InputError
+from gputriage.errors import InputError, unreadable
 from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -253,12 +253,8 @@ def _read_one(path: str, found: JobInputs) -> None:
     problems: list[str] = []
     try:
         fh = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file or directory") from None
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise unreadable(path, exc) from None
     try:
         head, blocks = _sniff(_blocks(fh, name, problems))
         if not head.strip():

@@ -20,9 +20,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from gputriage.errors import InputError
+from gputriage.errors import InputError, unreadable
 from gputriage.ingest.bugreport import is_bug_report, split_with_headers
 from gputriage.ingest.detect import EXPECTED, detect, kernel_lines
+from gputriage.ingest.detect_jobs import nccl_lines
 from gputriage.snapshot import READ_CAP_BYTES, Captured, Snapshot, decode
 from gputriage.sniff import looks_binary
 
@@ -151,12 +152,8 @@ def _read_path(path: str) -> _Raw | Snapshot:
     """Read one named input; a snapshot directory or tarball loads directly."""
     try:
         st = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file or directory") from None
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise unreadable(path, exc) from None
     if stat.S_ISDIR(st.st_mode):
         return Snapshot.load(path)
     regular = stat.S_ISREG(st.st_mode)
@@ -170,12 +167,8 @@ def _read_path(path: str) -> _Raw | Snapshot:
                 fh.seek(0)
                 return _read_stream(_gunzip(fh), path, CAP_BYTES)
             return _read_file(path, fh, st.st_size, CAP_BYTES)
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise unreadable(path, exc) from None
 
 
 def _is_tar(path: str) -> bool:
@@ -198,14 +191,26 @@ def _record(origin: str, text: str, kind: str, truncated: bool) -> dict:
             "error": None, "error_detail": None, "file": None}
 
 
+_ALL_LINES = ("kernel_log", "nccl_log")  # gathered over the whole of a large input
+
+
 def _pieces(text: str) -> list[tuple[str, str]]:
-    """Detected pieces; a large input is classified on its head, its log lines on all."""
+    """Detected pieces; a large input is classified on its head and its tail (where a
+    job prints its nccl-tests table), its kernel and NCCL log lines on all of it."""
     if len(text) <= DETECT_BYTES:
         return detect(text)
     cut = text.rfind("\n", 0, DETECT_BYTES)
-    pieces = [p for p in detect(text[: cut if cut > 0 else DETECT_BYTES]) if p[0] != "kernel_log"]
-    kern = kernel_lines(text)
-    return pieces + ([("kernel_log", kern)] if kern else [])
+    head = text[: cut if cut > 0 else DETECT_BYTES]
+    start = max(len(head), text.find("\n", len(text) - DETECT_BYTES) + 1)
+    found: dict[str, str] = {}
+    for part in (head, text[start:]):
+        for name, body in detect(part):
+            if name not in _ALL_LINES:
+                found[name] = found.get(name, "") + body
+    for name, body in (("kernel_log", kernel_lines(text)), ("nccl_log", nccl_lines(text))):
+        if body:
+            found[name] = body
+    return list(found.items())
 
 
 def _from_bug_report(text: str, origin: str, problems: list[str], truncated: bool) -> Snapshot:

@@ -23,8 +23,8 @@ from gputriage import sources
 from gputriage.parsers.nccl_log import is_nccl_line
 from gputriage.parsers.nccl_tests import is_nccl_tests_line
 
-__all__ = ["JOB_DETECTORS", "is_tests_prompt", "nccl_record", "source_for_command",
-           "tests_line"]
+__all__ = ["JOB_DETECTORS", "is_tests_prompt", "nccl_lines", "nccl_record",
+           "source_for_command", "tests_line"]
 
 
 class _Doc(Protocol):
@@ -54,6 +54,14 @@ def nccl_record(line: str) -> bool:
     if "NCCL" not in line and "nccl" not in line and "DistBackendError" not in line:
         return False
     return bool(_NCCL_RECORD.search(line) or _FRAMEWORK.search(line)) or is_nccl_line(line)
+
+
+def nccl_lines(text: str) -> str:
+    """The NCCL records of a large text, in order (without the wrapped lines of framework
+    errors: for inputs too large for the full detector)."""
+    kept = [ln for ln in text.splitlines()
+            if ("NCCL" in ln or "nccl" in ln or "DistBackendError" in ln) and nccl_record(ln)]
+    return "\n".join(kept) + "\n" if kept else ""
 
 
 def _nccl(doc: _Doc) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from gputriage.errors import ParseError
@@ -23,6 +24,15 @@ def normalize_bus_id(raw: str | None) -> str | None:
     """
     if not raw:
         return None
+    return _normalized(raw) if len(raw) <= 64 else _normalize(raw)
+
+
+@functools.lru_cache(maxsize=1024)  # a host has few addresses, seen on every event line
+def _normalized(raw: str) -> str | None:
+    return _normalize(raw)
+
+
+def _normalize(raw: str) -> str | None:
     text = raw.strip().removeprefix("PCI:").strip("()")
     m = _BUS_RE.match(text)
     if not m:

@@ -5,6 +5,7 @@ shapes, with the small pure helpers that only apply them."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from gputriage.parsers.base import normalize_bus_id
 
@@ -22,21 +23,30 @@ _KERNEL_TAG = re.compile(r"^kernel: ?")
 _BRACKET = re.compile(r"^\[(?P<ts>\s{0,12}\d{1,12}\.\d{1,9}|[A-Z][a-z]{2} [A-Z][a-z]{2}"
                       r" [ \d]?\d \d\d:\d\d:\d\d \d{4})\]\s?")
 
-_PREFIXES = (("level", _LEVEL), ("talos", _TALOS), ("facility", _FACILITY),
-             ("syslog", _SYSLOG), ("host", _HOST_KERNEL), ("kernel", _KERNEL_TAG),
-             ("bracket", _BRACKET), ("host", _HOST_KERNEL))
+# (name, pattern, a cheap test a line must pass for the pattern to be tried at all)
+_PREFIXES: tuple[tuple[str, re.Pattern[str], Callable[[str], bool]], ...] = (
+    ("level", _LEVEL, lambda t: t[:1] == "<"),
+    ("talos", _TALOS, lambda t: "kern:" in t),
+    ("facility", _FACILITY, lambda t: t[:1].islower() and ":" in t[2:12]),
+    ("syslog", _SYSLOG, lambda t: t[:1].isupper() or t[:1].isdigit()),
+    ("host", _HOST_KERNEL, lambda t: "kernel:" in t),
+    ("kernel", _KERNEL_TAG, lambda t: t[:7] == "kernel:"),
+    ("bracket", _BRACKET, lambda t: t[:1] == "["),
+    ("host", _HOST_KERNEL, lambda t: "kernel:" in t))
 
 
 def split_prefix(raw: str) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
     """A line's printed timestamps (outermost first), its message text, and the
     names of the prefixes found (``talos``, ``syslog``, ``host``, ``bracket`` ...)."""
     text = raw.strip()
-    m = _QUOTE.match(text)
+    m = _QUOTE.match(text) if text[:1] == ">" else None  # stripped: only ">" can lead
     if m:
         text = text[m.end():].lstrip()
     stamps: list[str] = []
     tags: list[str] = []
-    for name, pattern in _PREFIXES:
+    for name, pattern, may in _PREFIXES:
+        if not may(text):
+            continue
         m = pattern.match(text)
         if m:
             ts = m.groupdict().get("ts")

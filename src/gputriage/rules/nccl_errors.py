@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gputriage.facts import Facts
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
-from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclWarn
+from gputriage.parsers.nccl_model import NET_SOCKET, NcclLog, NcclProcess, NcclWarn
 from gputriage.rules.base import evidence, finding, rule
 
 LOG = "nccl_log"
@@ -307,6 +307,12 @@ _OTHER = ("other", None, Severity.WARNING, "warnings",
           "WARN is usually the cause of the rest.")
 
 
+def _on_sockets(p: NcclProcess) -> bool:
+    """Whether the process ended up on the socket transport."""
+    return (p.network or "").lower() == "socket" or any(
+        c.family == NET_SOCKET for c in p.channels)
+
+
 def _warn_class(w: NcclWarn) -> tuple:
     for cls in _WARN_CLASSES:
         if cls[1].search(w.message):
@@ -329,6 +335,8 @@ def other_warns(facts: Facts) -> Iterator[Finding]:
                     or "Got completion" in w.message):
                 continue
             cls = _warn_class(w)
+            if cls[0] == "setup" and _on_sockets(p):
+                continue  # the reason nccl.socket-transport gives for the fallback
             groups.setdefault((cls[0], _host(p)), (cls, []))[1].append(w)
     for (_, host), (cls, warns) in groups.items():
         _, _, sev, what, why = cls

@@ -25,16 +25,9 @@ Judged = tuple[NcclTestRun, Any, str]  # (run, Expectation | None, why none)
 
 def ranges(values: Iterable[int]) -> str:
     """``0-7,12`` from a set of integers."""
-    nums = sorted(set(values))
-    out: list[str] = []
-    i = 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        out.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
-        i = j + 1
-    return ",".join(out)
+    from gputriage.parsers.numactl import format_cpulist
+
+    return format_cpulist(sorted(set(values)))
 
 
 def size_text(n: int) -> str:

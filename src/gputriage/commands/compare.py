@@ -1,0 +1,201 @@
+"""The commands that compare across time or nodes: ``gputriage diff A B``,
+``triage`` (the incident screen), ``history`` (the recorded checks) and
+``fleet`` (many nodes' results with each finding's blast radius)."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from gputriage.commands.common import (
+    _boot_opt,
+    _deadline_opt,
+    _env,
+    _Exit,
+    _since_opt,
+    _state_dir_help,
+    _timeout_opt,
+    _verbose_opt,
+    _window,
+)
+
+
+@click.command("history")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
+              help=_state_dir_help)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the entries as JSON (schema gputriage/history/v1).")
+@click.option("-n", "count", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Show the last N entries.")
+def history(state_dir: str | None, as_json: bool, count: int) -> None:
+    """List the recorded checks, oldest first: time, host, boot id, verdict,
+    critical / warning counts, digest; "changed" marks a digest that differs from
+    the entry before."""
+    from gputriage.errors import InputError
+    from gputriage.history import (
+        HistoryError,
+        db_path,
+        default_state_dir,
+        format_rows,
+        history_rows,
+        list_entries,
+    )
+
+    env = _env()
+    where = state_dir or str(default_state_dir())
+    if not db_path(where).is_file():
+        entries = []
+    else:
+        try:
+            entries = list_entries(where, count + 1)
+        except HistoryError as exc:
+            raise InputError(str(exc)) from None
+    previous = entries[0] if len(entries) > count else None
+    rows = history_rows(entries[-count:], previous)
+    if as_json:
+        doc = {"schema": "gputriage/history/v1", "state_dir": where, "entries": rows}
+        env.write_json(doc)
+    elif not rows:
+        env.stdout.write(f"no checks recorded in {where}\n")
+    else:
+        env.stdout.write("\n".join(format_rows(rows)) + "\n")
+    raise _Exit(0)
+
+
+@click.command("diff")
+@click.argument("a")
+@click.argument("b")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the diff as JSON (schema gputriage/diff/v1).")
+@click.option("--all", "include_noise", is_flag=True,
+              help="Also compare noise: temperatures, power, clocks, counters, idle link speed.")
+@_verbose_opt
+@_since_opt
+@_boot_opt
+def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool,
+         since: str | None, boot: str | None) -> None:
+    """What changed from A to B: each anything analyze accepts, or a JSON result of
+    check/analyze --json. Facts that changed (kernel, driver, CUDA, GPUs, VBIOS, links,
+    NVLinks, IB ports, hugepages, persistence, fabric manager, container toolkit, CDI),
+    then findings new / resolved / still there. Exit status: 0 nothing changed, 1 facts
+    changed or findings are new (resolved ones alone give 0); 64 usage, 66 unreadable."""
+    from gputriage.diff import diff_views, load_view
+
+    env = _env()
+    window = _window(since, boot)
+    result = diff_views(load_view(a, include_noise, window), load_view(b, include_noise, window))
+    if as_json:
+        from gputriage.views.diffview import dumps_diff
+
+        env.stdout.write(dumps_diff(result) + "\n")
+    else:
+        from rich.console import Console
+
+        from gputriage.views.diffview import render_diff
+
+        render_diff(result, Console(file=env.stdout, highlight=False), verbose=verbose)
+    raise _Exit(result.exit_status)
+
+
+@click.command("triage")
+@click.argument("paths", nargs=-1)
+@click.option("--baseline", metavar="PATH", default=None,
+              help="Show what changed since this snapshot, bug report or result JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the triage as JSON (schema gputriage/triage/v1).")
+@_timeout_opt
+@_deadline_opt
+@_since_opt
+@_boot_opt
+def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool,
+           timeout: float | None, deadline: float, since: str | None,
+           boot: str | None) -> None:
+    """The incident screen: what changed (with --baseline), the critical findings with
+    node-or-job blame, the next actions most drastic first. PATHs as for analyze; none:
+    collect this host as check does. Exit status as for check."""
+    from gputriage.views.triage import render_triage, triage_snapshot, triage_to_json
+
+    env = _env()
+    window = _window(since, boot)
+    if paths:
+        from gputriage.ingest import load_inputs
+
+        t = triage_snapshot(load_inputs(list(paths)), window, baseline, ", ".join(paths))
+    else:
+        import tempfile
+
+        from gputriage.collect import CollectOptions
+        from gputriage.collect import collect as do_collect
+        from gputriage.snapshot import Snapshot
+
+        opts = CollectOptions(timeout_s=timeout, deadline_s=deadline)
+        with tempfile.TemporaryDirectory(prefix="gputriage-") as tmp:
+            path = do_collect(env.live_host(), f"{tmp}/snapshot", opts)
+            t = triage_snapshot(Snapshot.load(path), window, baseline, "this host")
+    if as_json:
+        env.write_json(triage_to_json(t), ensure_ascii=False)
+    else:
+        from rich.console import Console
+
+        render_triage(t, Console(file=env.stdout, highlight=False))
+    raise _Exit(t.exit_status)
+
+
+@click.command("fleet")
+@click.argument("paths", nargs=-1)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report as JSON (schema gputriage/fleet/v1).")
+@click.option("--csv", "as_csv", is_flag=True, help="Print one CSV row per finding and "
+              "separating attribute.")
+@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Separating attributes shown per finding.")
+@click.option("--min-severity", type=click.Choice(["info", "warning", "critical"]),
+              default="warning", show_default=True, help="Findings to report.")
+@click.option("--boot-window", type=click.FloatRange(min=0.02), default=1.0,
+              show_default=True, metavar="HOURS", help="Width of the boot time buckets.")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Worker processes reading inputs (0: one per CPU, at most 8).")
+@click.option("--demo", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Write the 64-node demo fleet (6 nodes with Xid 79, all on one new "
+                   "driver) to DIR as result JSON files, then stop.")
+def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, top: int, min_severity: str,
+          boot_window: float, jobs: int, demo: str | None) -> None:
+    """Aggregate many nodes' results (check --json files) or snapshots (dirs,
+    .tar.gz; directories are walked): each finding with its nodes, and its blast
+    radius: the attributes the affected nodes share that the others do not,
+    ranked by F1. Unusable inputs are counted, listed and skipped. Exit status:
+    the worst finding in the fleet."""
+    env = _env()
+    if demo is not None:
+        from gputriage.fleet_scenario import write_demo
+
+        written = write_demo(demo)
+        env.stderr.write(f"{len(written)} node results written to {demo}; "
+                         f"run: gputriage fleet {demo}\n")
+        raise _Exit(0)
+    if not paths:
+        raise click.UsageError("give PATH... (or --demo DIR)")
+    from gputriage.errors import InputError
+    from gputriage.fleet import load_fleet
+    from gputriage.views.fleetview import fleet_csv, fleet_json, render_fleet
+
+    if jobs == 0:
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        jobs = min(len(cpus) if cpus else (os.cpu_count() or 1), 8)
+    report = load_fleet(paths, boot_hours=boot_window, top=top, min_severity=min_severity,
+                        jobs=jobs)
+    if report.nodes == 0:
+        first = report.bad_inputs[0] if report.bad_inputs else None
+        why = f" (first: {first.path}: {first.reason})" if first else ""
+        raise InputError(f"no usable node result or snapshot among the inputs{why}")
+    if as_json:
+        env.write_json(fleet_json(report))
+    elif as_csv:
+        env.stdout.write(fleet_csv(report))
+    else:
+        from rich.console import Console
+
+        render_fleet(report, Console(file=env.stdout, highlight=False, width=160))
+    worst = {f.severity for f in report.findings}
+    raise _Exit(2 if "critical" in worst else 1 if "warning" in worst else 0)

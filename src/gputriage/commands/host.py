@@ -1,0 +1,115 @@
+"""``gputriage collect``, ``check`` and ``analyze``: capture this host, judge it
+(recording the check in the history), or judge what you already have."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from gputriage.commands.common import (
+    _boot_opt,
+    _deadline_opt,
+    _env,
+    _json_opt,
+    _report,
+    _since_opt,
+    _state_dir_help,
+    _timeout_opt,
+    _verbose_opt,
+    _window,
+)
+
+
+@click.command()
+@click.option("-o", "--output", type=click.Path(dir_okay=True, writable=True),
+              help="Snapshot directory or FILE.tar.gz (default: "
+                   "gputriage-HOST-TIME.tar.gz here).")
+@_timeout_opt
+@_deadline_opt
+def collect(output: str | None, timeout: float | None, deadline: float) -> None:
+    """Capture this host into a snapshot (read-only; every command bounded)."""
+    from gputriage.collect import CollectOptions
+    from gputriage.collect import collect as do_collect
+
+    env = _env()
+    host = env.live_host()
+    if output is None:
+        import socket
+
+        stamp = host.now().strftime("%Y%m%dT%H%M%SZ")
+        output = f"gputriage-{socket.gethostname()}-{stamp}.tar.gz"
+    path = do_collect(host, output, CollectOptions(timeout_s=timeout, deadline_s=deadline))
+    env.stderr.write(f"snapshot written to {path}\n")
+
+
+@click.command()
+@_json_opt
+@_verbose_opt
+@_timeout_opt
+@_deadline_opt
+@click.option("--keep", type=click.Path(file_okay=True), default=None,
+              help="Also keep the snapshot (directory or .tar.gz) for later.")
+@_since_opt
+@_boot_opt
+@click.option("--state-dir", type=click.Path(), default=None, help=_state_dir_help)
+@click.option("--no-history", is_flag=True, help="Do not record this check in the history.")
+@click.option("--history-keep", type=click.IntRange(min=0), default=500, show_default=True,
+              help="Keep at least the last N history entries.")
+@click.option("--history-days", type=click.FloatRange(min=0), default=90.0,
+              show_default=True, help="Keep history entries younger than DAYS.")
+def check(as_json: bool, verbose: bool, timeout: float | None, deadline: float,
+          keep: str | None, since: str | None, boot: str | None, **hist: Any) -> None:
+    """Collect this host into a temporary snapshot, analyse it, report."""
+    import tempfile
+
+    from gputriage.collect import CollectOptions
+    from gputriage.collect import collect as do_collect
+    from gputriage.engine import analyze
+    from gputriage.snapshot import Snapshot
+
+    env = _env()
+    window = _window(since, boot)
+    opts = CollectOptions(timeout_s=timeout, deadline_s=deadline)
+    with tempfile.TemporaryDirectory(prefix="gputriage-") as tmp:
+        path = do_collect(env.live_host(), keep or f"{tmp}/snapshot", opts)
+        result = analyze(Snapshot.load(path), window)
+    _record_history(result, **hist)
+    _report(result, as_json, verbose)
+
+
+def _record_history(result: Any, state_dir: str | None, no_history: bool,
+                    history_keep: int, history_days: float) -> None:
+    """Compare ``result`` with the last healthy check and record it; any problem
+    is one stderr line, never a failed check."""
+    if no_history:
+        return
+    env = _env()
+    try:
+        from gputriage.history import Retention, default_state_dir, record_check
+
+        problems = record_check(state_dir or default_state_dir(), result,
+                                env.live_host().now(), Retention(history_keep, history_days))
+    except Exception as exc:  # noqa: BLE001 - history never fails the check
+        problems = [f"{type(exc).__name__}: {exc}"]
+    for problem in problems:
+        env.stderr.write(f"gputriage: history not recorded: {problem}\n")
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@_json_opt
+@_verbose_opt
+@_since_opt
+@_boot_opt
+def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None,
+            boot: str | None) -> None:
+    """Analyse what you have: snapshots (dir or .tar.gz), an nvidia-bug-report.log(.gz),
+    or pasted outputs (nvidia-smi -q/-x/table, /proc/driver/nvidia/version, lsmod,
+    a kernel log...). Several paths combine into one host view; - reads stdin."""
+    from gputriage.engine import analyze as do_analyze
+    from gputriage.ingest import load_inputs
+
+    window = _window(since, boot)
+    result = do_analyze(load_inputs(list(paths)), window)
+    _report(result, as_json, verbose)

@@ -1,0 +1,117 @@
+"""``gputriage logs FILE...`` (per-GPU timeline and findings of kernel logs) and
+``gputriage xid CODE...`` (the Xid / SXid catalog)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from gputriage.commands.common import _boot_opt, _env, _Exit, _since_opt, _verbose_opt, _window
+
+_COMPRESSED = (b"\x1f\x8b", b"\xfd7zXZ", b"BZh")
+
+
+def _binary_files(paths: tuple[str, ...]) -> list[str]:
+    """Inputs whose first 64 KiB are binary (compressed logs excepted)."""
+    from gputriage.sniff import looks_binary
+
+    found = []
+    for path in paths:
+        if path == "-":
+            continue
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(64 * 1024)
+        except OSError:
+            continue  # the scan reports unreadable inputs
+        if not head.startswith(_COMPRESSED) and looks_binary(head):
+            found.append(path)
+    return found
+
+
+def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
+    """The engine over an already scanned log (no second decoding): the facts'
+    ``log_scan`` is pre-filled; every rule the kernel log alone can feed runs."""
+    from gputriage.engine import analyze_facts
+    from gputriage.facts import Facts
+    from gputriage.rules import LOG_AREAS, rules_of
+    from gputriage.snapshot import Snapshot
+
+    facts = Facts(Snapshot({}, None, "logs"), window=window)
+    facts.prefill("log_scan", scan)
+    result = analyze_facts(facts, rules_of(LOG_AREAS))
+    if scan.lines == 0:
+        result.host["verdict"] = "unknown"
+    return result, facts.get("log_events")
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the timeline and findings as JSON (schema gputriage/logs/v1).")
+@_verbose_opt
+@_since_opt
+@_boot_opt
+def logs(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None,
+         boot: str | None) -> None:
+    """Read kernel logs (dmesg, journalctl -k, syslog / kern.log, rotated .gz / .xz;
+    - reads stdin) and print each GPU's timeline of NVIDIA events, then the findings.
+    Several files make one timeline. Exit status as for analyze."""
+    from gputriage.logscan import scan_paths
+    from gputriage.views.status import exit_status
+    from gputriage.views.timeline import build_timeline, logs_document, render_logs
+
+    env = _env()
+    window = _window(since, boot)
+    binary = _binary_files(paths)
+    if binary and len(binary) == len(paths):
+        from gputriage.errors import InputError
+
+        raise InputError(f"{binary[0]}: binary data, not a text log")
+    scan = scan_paths([p for p in paths if p not in binary])
+    scan.problems.extend(f"{p}: binary data, not a text log: skipped" for p in binary)
+    result, events = _judge_scan(scan, window)
+    lanes = build_timeline(events)
+    if as_json:
+        doc = logs_document(scan, lanes, result, {
+            "boot": window.boot, "since": window.since.isoformat() if window.since else None})
+        env.write_json(doc)
+    else:
+        from rich.console import Console
+
+        render_logs(scan, lanes, result, Console(file=env.stdout, highlight=False),
+                    verbose=verbose)
+    raise _Exit(int(exit_status(result)))
+
+
+@click.command("xid")
+@click.argument("codes", nargs=-1, required=True)
+@click.option("--sxid", is_flag=True, help="Explain NVSwitch SXid codes instead of Xid codes.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the catalog entries as JSON (schema gputriage/xid/v1).")
+def xid(codes: tuple[str, ...], sxid: bool, as_json: bool) -> None:
+    """Explain Xid (or --sxid SXid) CODEs: meaning, likely origin, node or job, what
+    to do, NVIDIA's resolution bucket. A code not in the catalog gets a "not in the
+    catalog" line (JSON: "known": false) and the exit status stays 0."""
+    numbers = []
+    for raw in codes:
+        text = raw.strip().lower().removeprefix("sxid").removeprefix("xid").strip(" :,")
+        if not text.isdigit():
+            raise click.BadParameter(f"{raw!r} is not an Xid code (a number such as 79)",
+                                     param_hint="CODE")
+        numbers.append(int(text))
+    env = _env()
+    if as_json:
+        from gputriage.views.xidview import xids_json
+
+        doc = {"schema": "gputriage/xid/v1", "catalog": "sxid" if sxid else "xid",
+               "entries": xids_json(numbers, sxid=sxid)}
+        env.write_json(doc)
+    else:
+        from rich.console import Console
+
+        from gputriage.views.xidview import render_xids
+
+        render_xids(numbers, Console(file=env.stdout, highlight=False), sxid=sxid)
+    raise _Exit(0)

@@ -1,0 +1,386 @@
+"""Applying parsed NCCL records to an :class:`~gputriage.parsers.nccl_model.NcclLog`.
+
+:class:`Builder` takes the lines that :mod:`gputriage.parsers.nccl_log` picked out of a
+file, one at a time: it splits them into records with the grammar of
+:mod:`gputriage.parsers.nccl_lines`, files each under its process (host, pid), merges
+the communicator lines that describe one communicator, and gathers framework errors
+(PyTorch's watchdog, CUDA errors) that wrap over a few lines. Everything it keeps is
+bounded by the storage caps below, so a huge or hostile log stays within memory;
+what does not fit is counted in the ``dropped`` maps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from gputriage.parsers import nccl_lines as g
+from gputriage.parsers.nccl_model import COLLNET, NcclComm, NcclLog, NcclProcess
+
+__all__ = ["CAPS", "MAX_FRAMEWORK", "MAX_PROCESSES", "MAX_SET", "MAX_STORED", "Builder"]
+
+# storage caps: per-process list lengths, then whole-log budgets
+CAPS = {"channels": 4096, "warns": 512, "gdr": 512, "rings": 512, "trees": 512,
+        "comms": 1024, "connected": 256, "net_devices": 64, "ib_devices": 64,
+        "socket_ifaces": 64}
+MAX_PROCESSES = 100_000
+MAX_STORED = 2_000_000  # list items kept over all processes (about 1 GB at most)
+MAX_SET = 65_536  # ranks / devices of one process, distinct versions
+MAX_FRAMEWORK = 512
+_NOTES_MAX = 48
+_ENV_MAX = 256
+
+_ENV = re.compile(r"(?P<k>[A-Z][A-Z0-9_]{1,80}) set by environment to\s?(?P<v>.{0,500})$")
+_TRACE = re.compile(r"[\w./+-]{1,200}:\d{1,7} -> \d{1,4}")
+_COUNTS = re.compile(r"(\d{1,6}) ([a-z0-9]{1,12}) channels( per peer)?")
+_PLUGIN = re.compile(r"Loaded (?:net|collnet|coll) plugin (.{1,120}?)(?:\s\(v\d{1,3}\))?$|"
+                     r"(?:Successfully )?[Ll]oaded external plugin (\S{1,200})")
+_OFI = re.compile(r"Selected [Pp]rovider is (\S{1,40})|"
+                  r"(?:Using|Initializing) (aws-ofi-nccl \S{1,40})")
+
+
+class Builder:
+    """Applies lines to an :class:`NcclLog`; holds the state one file's reading needs.
+
+    While ``want`` is non-zero a framework error is being gathered and the reader
+    must pass every next line to :meth:`feed`, marker or not.
+    """
+
+    def __init__(self, log: NcclLog) -> None:
+        self.log = log
+        self.index = {(p.host, p.pid): p for p in log.processes}
+        self.hosts = {p.host for p in log.processes if p.host}
+        self.stored = sum(len(getattr(p, k)) for p in log.processes for k in CAPS)
+        # communicator indexes: (host, pid, comm pointer) and (host, pid, rank) -> position
+        self.by_ptr: dict[tuple, int] = {}
+        self.by_rank: dict[tuple, int] = {}
+        for p in log.processes:
+            for i, c in enumerate(p.comms):
+                self._index_comm(p, i, c)
+        self.last_prefixed: NcclProcess | None = None
+        self.pending: list[str] = []  # a framework error being gathered over lines
+        self.want = 0
+        self.fw_seen = {g.framework_key(w) for w in log.framework_errors}
+
+    # lines ---------------------------------------------------------------------------
+    def feed(self, text: str) -> None:
+        """One decoded line: NCCL records, a bare version banner or a framework error."""
+        if self.want and self._continue(text):
+            return
+        records = g.split_records(text, self.hosts)
+        if records:
+            self.log.nccl_lines += 1
+            for r in records:
+                self.record(r)
+            return
+        version = g.bare_version(text)
+        if version:
+            self.log.nccl_lines += 1
+            _put(self.log.versions, version[0])
+            p = self.last_prefixed
+            if p is not None and p.nccl_version is None:
+                p.nccl_version, p.cuda_build = version
+            return
+        self._framework(text)
+
+    def finish(self) -> None:
+        """End of the file: close a framework error still being gathered."""
+        if self.pending:
+            self._fw_done()
+
+    # NCCL records --------------------------------------------------------------------
+    def record(self, r: g.Record) -> None:
+        p = self.index.get((r.host, r.pid))
+        if p is None:
+            if len(self.index) >= MAX_PROCESSES:
+                self.log.dropped["processes"] = self.log.dropped.get("processes", 0) + 1
+                return
+            p = self.index[(r.host, r.pid)] = NcclProcess(r.host, r.pid)
+            self.log.processes.append(p)
+        p.lines += 1
+        p.last_line = r.line[:500]
+        if r.dev is not None and r.dev >= 0:
+            _put(p.cuda_devs, r.dev)
+        if r.host is not None:
+            self.last_prefixed = p
+            self.hosts.add(r.host)
+        if r.level == "WARN":
+            w = g.classify_warn(r.msg, r.loc, r.line)
+            if w.kind == "net" and "libibverbs" in w.message:
+                p.ibverbs_missing = True
+                _note(p, "ibverbs", r.line)
+            self.add(p, "warns", w)
+        else:
+            self.info(p, r.msg, r.line)
+
+    def info(self, p: NcclProcess, msg: str, line: str) -> None:
+        head = msg[:8]
+        if head.startswith(("Channel", "Ring ", "CollNet", "NVLS ")):
+            ch = g.parse_channel(msg, line)
+            if ch is not None:
+                self.add(p, "channels", ch)
+                if ch.own_rank is not None:
+                    _put(p.ranks, ch.own_rank)
+                if ch.family == COLLNET:
+                    p.collnet = True
+                p.last_step = "Channel connect"
+            elif g.is_layout(msg):
+                self.add(p, "rings", msg[:g.MAX_KEEP])
+                p.last_step = "Channel layout"
+            elif head.startswith("NVLS "):  # "NVLS multicast support is [not] available"
+                p.nvls = re.search(r"\bnot\b|unavailable|disabled", msg) is None
+            return
+        if head.startswith("NCCL ver"):
+            v = g.parse_version(msg)
+            if v:
+                p.nccl_version, p.cuda_build = v
+                _put(self.log.versions, v[0])
+                _note(p, "version", line)
+                p.last_step = "NCCL version"
+        elif head.startswith("cudaDriv"):
+            num = msg[len("cudaDriverVersion"):].strip()
+            if num.isdigit() and len(num) < 10:
+                p.cuda_driver = int(num)
+        elif head.startswith("Bootstra"):
+            m = re.search(r"Using\s{1,4}(?:\[\d{1,4}\])?([^\s:<]{1,64})", msg)
+            if m:
+                p.bootstrap_iface = m.group(1)
+                p.last_step = "Bootstrap"
+                _note(p, "bootstrap", line)
+        elif "GPU Direct RDMA" in msg:
+            gdr = g.parse_gdr(msg, line)
+            if gdr is not None:
+                self.add(p, "gdr", gdr)
+                if gdr.mechanism and "DMA" in gdr.mechanism.upper():
+                    p.dmabuf = True
+                p.last_step = "GPU Direct RDMA"
+        elif head.startswith("NET/"):
+            self._net(p, msg, line)
+        elif head.startswith("Using ne"):
+            m = re.match(r"Using network (.{1,80}?)\.?$", msg)
+            if m:
+                p.network = m.group(1).strip()
+                p.last_step = "Using network"
+                _note(p, "network", line)
+        elif " set by environment to" in msg:
+            m = _ENV.search(msg)
+            if m and (m.group("k") in p.env or len(p.env) < _ENV_MAX):
+                p.env[m.group("k")] = m.group("v").strip().removesuffix(".").strip()
+                _note(p, f"env:{m.group('k')}", line)
+        elif head.startswith(("Trees", "Tree ")):
+            self.add(p, "trees", msg[:g.MAX_KEEP])
+            p.last_step = "Trees"
+        elif head.startswith("Connecte"):
+            self.add(p, "connected", msg[:g.MAX_KEEP])
+            low = msg.lower()
+            if "nvls" in low:
+                p.nvls = True
+            if "collnet" in low:
+                p.collnet = True
+            p.last_step = msg.split(",")[0][:60]
+        elif head.startswith("Init tim"):
+            self._timings(p, msg, line)
+        elif "comm " in msg and (head.startswith(("ncclComm", "comm ")) or " - Init " in msg):
+            self._comm(p, msg, line)
+        elif "DMA-BUF" in msg or "DMABUF" in msg:
+            p.dmabuf = re.search(r"\bnot\b|unavailable|disabled", msg, re.IGNORECASE) is None
+        elif " channels, " in msg:
+            for n, name, per_peer in _COUNTS.findall(msg):
+                if len(p.channel_counts) < 32:
+                    p.channel_counts[name + (" per peer" if per_peer else "")] = int(n)
+        elif _TRACE.match(msg):
+            p.error_traces += 1
+
+    def _net(self, p: NcclProcess, msg: str, line: str) -> None:
+        m = re.match(r"NET/(?P<name>[^\s:/]{1,64})\s{0,4}:?\s{0,4}(?P<rest>.{0,4000})$", msg)
+        if not m:
+            return
+        name, rest = m.group("name"), m.group("rest")
+        ib_like = name.upper().startswith("IB")
+        if name == "Plugin":
+            pm = _PLUGIN.search(rest)
+            if pm:
+                p.net_plugin = (pm.group(1) or pm.group(2)).strip()
+            p.last_step = "NET/Plugin"
+        elif name == "OFI":
+            om = _OFI.search(rest)
+            if om and om.group(1):
+                p.ofi_provider = om.group(1)
+            elif om:
+                p.net_plugin = om.group(2)
+            p.last_step = "NET/OFI"
+        elif rest.startswith("Using"):
+            items, oob = g.parse_using(rest[5:])
+            if not items and oob is None:
+                return
+            for item in items:
+                self.add_new(p, "net_devices", item)
+                if name == "Socket":
+                    self.add_new(p, "socket_ifaces", item.split(":", 1)[0])
+                elif ib_like:
+                    self.add_new(p, "ib_devices", item)
+            if oob:
+                p.oob_iface = oob
+            p.last_step = f"NET/{name} : Using"
+            _note(p, f"net:{name}", line)
+        elif rest.startswith("No device found"):
+            if ib_like:
+                p.ib_no_device = True
+            p.last_step = f"NET/{name} : No device found"
+            _note(p, f"no-device:{name}", line)
+
+    def _comm(self, p: NcclProcess, msg: str, line: str) -> None:
+        kv = g.parse_comm(msg)
+        rank, nranks, ptr = _int(kv.get("rank")), _int(kv.get("nranks")), kv.get("comm")
+        if rank is None and ptr is None:
+            return
+        new = {"nnodes": _int(kv.get("nnodes")), "local_ranks": _int(kv.get("localranks")),
+               "local_rank": _int(kv.get("localrank")), "cuda_dev": _int(kv.get("cudadev")),
+               "nvml_dev": _int(kv.get("nvmldev")), "bus_id": kv.get("busid"),
+               "comm_id": kv.get("commid"), "nranks": nranks, "rank": rank, "comm": ptr}
+        new = {k: v for k, v in new.items() if v is not None}
+        complete = " - Init COMPLETE" in msg
+        if rank is not None:
+            _put(p.ranks, rank)
+        i = self._find_comm(p, ptr, rank, nranks, kv.get("commid"))
+        if i is None:
+            self._put_comm(p, None, NcclComm(line=line, init_complete=complete, **{
+                "comm": None, "rank": None, "nranks": None, **new}))
+        else:
+            old = p.comms[i]
+            keep_line = old.nnodes is not None and "nNodes" not in msg
+            self._put_comm(p, i, dataclasses.replace(
+                old, **new, line=old.line if keep_line else line,
+                init_complete=old.init_complete or complete))
+        if complete:
+            p.last_step = "Init COMPLETE"
+        elif " - Init START" in msg:
+            p.last_step = "Init START"
+        elif "nNodes" in msg:
+            p.last_step = "comm"
+
+    def _timings(self, p: NcclProcess, msg: str, line: str) -> None:
+        t = g.parse_timings(msg)
+        if t is None:
+            return
+        rank, nranks, total, steps = t
+        _put(p.ranks, rank)
+        i = self.by_rank.get((p.host, p.pid, rank))
+        c = p.comms[i] if i is not None else None
+        if c is not None and c.nranks in (None, nranks) and c.init_total_s is None:
+            self._put_comm(p, i, dataclasses.replace(c, nranks=nranks, init_total_s=total,
+                                                     init_steps_s=steps))
+        else:
+            self._put_comm(p, None, NcclComm(None, rank, nranks, line, init_total_s=total,
+                                             init_steps_s=steps))
+        p.last_step = "Init timings"
+
+    def _find_comm(self, p: NcclProcess, ptr: str | None, rank: int | None,
+                   nranks: int | None, comm_id: str | None) -> int | None:
+        """The position of the communicator a comm line continues, if any."""
+        if ptr is not None:
+            i = self.by_ptr.get((p.host, p.pid, ptr))
+            if i is not None:
+                c = p.comms[i]
+                same = comm_id is None or c.comm_id is None or c.comm_id == comm_id
+                if (rank is None or c.rank in (None, rank)) and same:
+                    return i
+        i = self.by_rank.get((p.host, p.pid, rank)) if rank is not None else None
+        if i is not None and p.comms[i].comm is None and p.comms[i].nranks in (None, nranks):
+            return i
+        return None
+
+    def _put_comm(self, p: NcclProcess, i: int | None, c: NcclComm) -> None:
+        """Store ``c`` at position ``i`` (None: append, within the cap) and index it."""
+        if i is None:
+            if len(p.comms) >= CAPS["comms"] or self.stored >= MAX_STORED:
+                p.dropped["comms"] = p.dropped.get("comms", 0) + 1
+                return
+            p.comms.append(c)
+            self.stored += 1
+            i = len(p.comms) - 1
+        else:
+            p.comms[i] = c
+        self._index_comm(p, i, c)
+
+    def _index_comm(self, p: NcclProcess, i: int, c: NcclComm) -> None:
+        if c.comm is not None:
+            self.by_ptr[(p.host, p.pid, c.comm)] = i
+        if c.rank is not None:
+            self.by_rank[(p.host, p.pid, c.rank)] = i
+
+    # bounded storage -----------------------------------------------------------------
+    def add(self, p: NcclProcess, name: str, item: object) -> None:
+        """Append to one of ``p``'s lists within its cap and the log's budget."""
+        items = getattr(p, name)
+        if len(items) < CAPS[name] and self.stored < MAX_STORED:
+            items.append(item)
+            self.stored += 1
+        else:
+            p.dropped[name] = p.dropped.get(name, 0) + 1
+
+    def add_new(self, p: NcclProcess, name: str, item: str) -> None:
+        if item not in getattr(p, name):
+            self.add(p, name, item)
+
+    # framework errors ----------------------------------------------------------------
+    def _framework(self, text: str) -> None:
+        head = g.FW_HEAD.search(text)
+        kind = g.framework_kind(text)
+        if head is None and kind is None:
+            return
+        if head is not None and head.group("lvl") in "WI" and kind != "timeout":
+            return
+        self.pending = [text]
+        if kind == "timeout" and "ran for" not in text or kind is None:
+            self.want = 3
+        else:
+            self._fw_done()
+
+    def _continue(self, text: str) -> bool:
+        """Take ``text`` as the next line of the pending framework error, if it is one."""
+        if not text.strip():
+            self._fw_done()
+            return True
+        if "NCCL INFO" in text or "NCCL WARN" in text or g.FW_HEAD.search(text):
+            self._fw_done()
+            return False
+        self.pending.append(text)
+        self.want -= 1
+        joined = " ".join(self.pending)
+        kind = g.framework_kind(joined)
+        if not self.want or kind == "cuda" or kind == "timeout" and "ran for" in joined:
+            self._fw_done()
+        return True
+
+    def _fw_done(self) -> None:
+        lines, self.pending, self.want = self.pending, [], 0
+        w = g.framework_error(lines)
+        if w is None:
+            return
+        key = g.framework_key(w)
+        if key in self.fw_seen:
+            return
+        if len(self.log.framework_errors) >= MAX_FRAMEWORK:
+            self.log.dropped["framework_errors"] = self.log.dropped.get("framework_errors", 0) + 1
+            return
+        self.fw_seen.add(key)
+        self.log.framework_errors.append(w)
+
+
+def _note(p: NcclProcess, key: str, line: str) -> None:
+    """Keep the first raw line of a setting (bounded: a few dozen keys per process)."""
+    if key not in p.notes and len(p.notes) < _NOTES_MAX:
+        p.notes[key] = line[:g.MAX_KEEP]
+
+
+def _put(items: set, item: object) -> None:
+    if len(items) < MAX_SET:
+        items.add(item)
+
+
+def _int(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    raw = raw.strip()
+    return int(raw) if raw.lstrip("-").isdigit() and len(raw) < 19 else None
