@@ -242,3 +242,29 @@ def test_results_carry_what_fleet_and_history_compare(built):
     assert doc["host"]["container_toolkit"] and doc["host"]["boot_time"]
     gpu = doc["gpus"][0]
     assert gpu["vbios"] and gpu["serial"] and gpu["firmware"]
+
+
+NCCL_WARN = ("gpu-a:4100:4190 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion "
+             "from peer 10.0.0.2<53249> with error 12, opcode 0, len 0, vendor err 129 (Recv)\n"
+             "gpu-a:4100:4100 [1] NCCL INFO NCCL version 2.21.5+cuda12.4\n")
+
+
+def test_cli_check_judges_a_jobs_nccl_log_with_the_host(tmp_path, monkeypatch):
+    """``check JOB_OUTPUT``: the job's NCCL log beside this host's facts; such a check is
+    not recorded in the history."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("GPUTRIAGE_STATE_DIR", str(state))
+    host = FakeHost(tmp_path / "root")
+    host.write("/proc/modules", "ext4 1 0 - Live 0x0\n")
+    host.write("/sys/bus/pci/devices/0000:00:03.0/vendor", "0x1af4\n")
+    host.write("/sys/bus/pci/devices/0000:00:03.0/class", "0x020000\n")
+    job = tmp_path / "job.log"
+    job.write_text(NCCL_WARN)
+    code, out, _ = _run(["check", "--json", str(job)], host=host)
+    doc = json.loads(out)
+    ids = {f["id"] for f in doc["findings"]}
+    assert {"host.not-gpu-host", "nccl.ib-completion-error"} <= ids and code == 2
+    assert {i["origin"] for i in doc["inputs"]} >= {str(job)}
+    assert not state.exists() or not any(state.iterdir())
+    code, _, err = _run(["check", str(tmp_path / "missing.log")], host=FakeHost(tmp_path / "r2"))
+    assert code == EXIT_INPUT and "missing.log: no such file or directory" in err

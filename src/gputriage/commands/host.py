@@ -44,6 +44,7 @@ def collect(output: str | None, timeout: float | None, deadline: float) -> None:
 
 
 @click.command()
+@click.argument("job_outputs", nargs=-1, metavar="[JOB_OUTPUT]...")
 @_json_opt
 @_verbose_opt
 @_timeout_opt
@@ -58,9 +59,14 @@ def collect(output: str | None, timeout: float | None, deadline: float) -> None:
               help="Keep at least the last N history entries.")
 @click.option("--history-days", type=click.FloatRange(min=0), default=90.0,
               show_default=True, help="Keep history entries younger than DAYS.")
-def check(as_json: bool, verbose: bool, timeout: float | None, deadline: float,
-          keep: str | None, since: str | None, boot: str | None, **hist: Any) -> None:
-    """Collect this host into a temporary snapshot, analyse it, report."""
+def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: float | None,
+          deadline: float, keep: str | None, since: str | None, boot: str | None,
+          **hist: Any) -> None:
+    """Collect this host into a temporary snapshot, analyse it, report.
+
+    JOB_OUTPUT: what a job on this host printed (its NCCL_DEBUG=INFO log, an nccl-tests
+    output, or anything analyze reads), judged together with the host's facts; a check
+    given job outputs is not recorded in the history (it is about one job)."""
     import tempfile
 
     from gputriage.collect import CollectOptions
@@ -70,11 +76,20 @@ def check(as_json: bool, verbose: bool, timeout: float | None, deadline: float,
 
     env = _env()
     window = _window(since, boot)
+    extra = None
+    if job_outputs:
+        from gputriage.ingest import load_inputs
+
+        extra = load_inputs(list(job_outputs))  # before collecting: a bad path fails fast
     opts = CollectOptions(timeout_s=timeout, deadline_s=deadline)
     with tempfile.TemporaryDirectory(prefix="gputriage-") as tmp:
         path = do_collect(env.live_host(), keep or f"{tmp}/snapshot", opts)
-        result = analyze(Snapshot.load(path), window)
-    _record_history(result, **hist)
+        snapshot = Snapshot.load(path)
+        if extra is not None:
+            snapshot.merge(extra)
+        result = analyze(snapshot, window)
+    if extra is None:
+        _record_history(result, **hist)
     _report(result, as_json, verbose)
 
 
