@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gputriage.errors import InputError
 from gputriage.ingest import load_input, load_text
 from gputriage.ingest.detect import EXPECTED, detect
 from gputriage.ingest.detect_jobs import is_tests_prompt, source_for_command
@@ -181,7 +182,7 @@ def test_source_for_command(cmd: str, source: str | None) -> None:
 
 def test_expected_names_the_job_outputs() -> None:
     assert "NCCL_DEBUG=INFO log" in EXPECTED and "nccl-tests" in EXPECTED
-    with pytest.raises(Exception, match="unrecognised content"):
+    with pytest.raises(InputError, match="^paste: unrecognised content; "):
         load_text("just some words\n", "paste")
 
 

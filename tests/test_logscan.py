@@ -708,3 +708,22 @@ def test_a_file_cut_short_under_the_workers_falls_back_to_reading_it_here(monkey
 
     monkeypatch.setattr(search, "_block_task", dying)
     assert _events(scan_paths([str(path)], now=NOW)) == expected
+
+
+def test_a_fork_that_fails_is_a_dead_worker_not_a_read_error(monkeypatch, tmp_path):
+    """No process can be started (EAGAIN): the file is read here, whole, and no
+    'read error' is reported."""
+    path = tmp_path / "k.log"
+    path.write_bytes((FIX / "all-kinds-short-iso.log").read_bytes() * 40)
+    expected = _events(scan_paths([str(path)], now=NOW))
+    _allow_fork(monkeypatch)
+    monkeypatch.setattr(logscan, "_workers", lambda: 2)
+    monkeypatch.setattr(logscan, "PROCESS_MIN", 0)
+    monkeypatch.setattr(logscan, "BLOCK", 4096)
+
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    scan = scan_paths([str(path)], now=NOW)
+    assert _events(scan) == expected and not any("read error" in p for p in scan.problems)

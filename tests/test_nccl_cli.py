@@ -310,3 +310,159 @@ def test_help_lists_the_command(capsys) -> None:
     assert cli("nccl", "--help")[0] == 0
     out = capsys.readouterr().out
     assert "nccl-tests" in out and "--json" in out
+
+
+# --- review fixes: inputs read once, pipes, read errors, sources of mixed inputs ----------
+
+SMI = ("+-----------------------------------------------------------------------------+\n"
+       "| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4     |\n"
+       "+-----------------------------------------------------------------------------+\n")
+
+
+def test_fifo_with_host_output_and_job_log_is_read_once(built, tmp_path) -> None:
+    """A FIFO (or ``<(zcat job.log)``) cannot be opened twice: its host outputs come from
+    what was kept while the NCCL lines streamed."""
+    import os
+    import threading
+
+    fifo = tmp_path / "paste.fifo"
+    os.mkfifo(fifo)
+    data = (SMI + built["payloads"]["nccl_log"]).encode()
+
+    def feed() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(data)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    code, out, err = cli("nccl", "--json", str(fifo))
+    writer.join()
+    assert code in EXIT_STATUSES, err
+    doc = json.loads(out)
+    assert doc["host"]["driver"]["cuda"] == "12.4" and doc["unreadable"] == []
+    assert doc["nccl"]["log"]["nccl_lines"] == 585
+    assert doc["inputs"] == [{"origin": str(fifo), "sources": ["nccl_log", "nvidia_smi"]}]
+
+
+def test_a_mixed_file_lists_its_job_and_host_sources(built, tmp_path) -> None:
+    mixed = tmp_path / "paste.txt"
+    mixed.write_text(SMI + built["payloads"]["nccl_log"])
+    code, out, _ = cli("nccl", "--json", str(mixed))
+    assert json.loads(out)["inputs"] == [{"origin": str(mixed),
+                                          "sources": ["nccl_log", "nvidia_smi"]}]
+
+
+def test_an_input_named_twice_is_read_once(built, monkeypatch) -> None:
+    code, out, _ = cli("nccl", "--json", built["log"], built["log"])
+    assert json.loads(out)["nccl"]["log"]["nccl_lines"] == 585
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(
+        built["payloads"]["nccl_log"].encode())))
+    code, out, _ = cli("nccl", "--json", "-", "-")
+    doc = json.loads(out)
+    assert doc["nccl"]["log"]["nccl_lines"] == 585 and doc["unreadable"] == []
+
+
+def test_a_snapshot_tarball_on_stdin_is_one_clear_error(built, tmp_path, monkeypatch) -> None:
+    tarball = build_scenario(SCENARIO, tmp_path / "snap.tar.gz")
+    with open(tarball, "rb") as fh:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(fh.read())))
+    code, out, err = cli("nccl", "-")
+    assert code == EXIT_INPUT and out == "" and err.count("\n") == 1
+    assert "tarball on a pipe" in err
+
+
+def test_a_read_error_is_one_line_or_a_problem(built, tmp_path, monkeypatch) -> None:
+    import errno
+
+    from gputriage.commands import nccl_input
+
+    good = built["payloads"]["nccl_log"].encode()
+
+    class Failing(io.BytesIO):
+        def read(self, size: int = -1) -> bytes:
+            if self.tell() >= len(self.getvalue()) // 2:
+                raise OSError(errno.EIO, "Input/output error")
+            return super().read(min(size, len(self.getvalue()) // 2 - self.tell()))
+
+    path = tmp_path / "disk.log"
+    path.write_bytes(good)
+    monkeypatch.setattr(nccl_input, "open", lambda *a, **k: Failing(good), raising=False)
+    code, out, err = cli("nccl", "--json", str(path))
+    doc = json.loads(out)
+    assert code in EXIT_STATUSES and 0 < doc["nccl"]["log"]["nccl_lines"] < 585
+    assert doc["unreadable"] == [f"{path}: cannot read (Input/output error)"]
+    monkeypatch.setattr(nccl_input, "open", lambda *a, **k: Failing(b""), raising=False)
+    code, out, err = cli("nccl", str(path))
+    assert code == EXIT_INPUT and err.count("\n") == 1
+    assert err.endswith(f"{path}: cannot read (Input/output error)\n")
+
+
+def test_a_log_of_over_long_nccl_lines_says_so(tmp_path) -> None:
+    path = tmp_path / "one-line.log"
+    path.write_text("h1:1:1 [0] NCCL INFO Channel 00/0 : " + "0 " * 40_000 + "\n")
+    code, out, err = cli("nccl", str(path))
+    assert code == EXIT_INPUT and err.count("\n") == 1
+    assert "(1 NCCL line(s) over 64 KiB skipped)" in err
+
+
+def test_communicators_counted_per_process(tmp_path) -> None:
+    """Two processes may print the same comm pointer and rank (rank 0 of two tensor-parallel
+    groups, each in its own address space)."""
+    text = "".join(
+        f"gpu-a:{pid}:{pid} [{d}] NCCL INFO ncclCommInitRank comm 0x55d0c1a2b3c0 rank 0 "
+        f"nranks 2 cudaDev {d} nvmlDev {d} busId {d}8000 commId 0x7a1f{d} - Init COMPLETE\n"
+        for pid, d in ((4100, 0), (4101, 2)))
+    path = tmp_path / "job.log"
+    path.write_text(text)
+    code, out, _ = cli("nccl", "--json", str(path))
+    (host,) = json.loads(out)["nccl"]["hosts"]
+    assert (host["comms"], host["init_complete"]) == (2, 2)
+    code, out, _ = cli("nccl", str(path))
+    assert "communicators 2 of 2 init complete" in out
+
+
+def test_many_lines_that_only_look_like_nccl_tests_do_not_fill_its_budget(tmp_path) -> None:
+    """A training log full of "failure" and "# ..." lines: only real nccl-tests lines count
+    against the budget, so the table at the end is still read."""
+    path = tmp_path / "train.log"
+    noise = ("2024-05-14 09:31:07,123 WARNING retry after transient failure of shard {i} "
+             "(attempt 1/3)\n# checkpoint {i} saved\n")
+    with path.open("w") as fh:
+        for i in range(80_000):
+            fh.write(noise.format(i=i))
+        fh.write(TABLE)
+    assert path.stat().st_size > 8 << 20
+    found = read_inputs([str(path)])
+    assert found.problems == []
+    run, = found.runs
+    assert [r.size for r in run.rows] == [1 << 30, 2 << 30] and run.avg_busbw == 352.9
+
+
+def test_a_truncated_paste_with_host_output_reports_the_cut_once(built, tmp_path) -> None:
+    data = gzip.compress((SMI + built["payloads"]["nccl_log"] * 40).encode())
+    cut = tmp_path / "paste.txt.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    code, out, err = cli("nccl", "--json", str(cut))
+    doc = json.loads(out)
+    assert code in EXIT_STATUSES, err
+    assert doc["host"]["driver"]["cuda"] == "12.4" and doc["nccl"]["log"]["nccl_lines"] > 585
+    (problem,) = doc["unreadable"]
+    assert problem.startswith(f"{cut}: truncated or corrupt gzip")
+
+
+@pytest.mark.parametrize("prefix", ["[1,0]<stdout>:", "0: ", "  | 2025-03-02T10:15:01.204Z | "])
+def test_shipped_nccl_tests_output_is_read_by_nccl_and_analyze(built, tmp_path, prefix) -> None:
+    """mpirun --tag-output, srun --label and CloudWatch put a prefix before every line of
+    the table: both commands still find the run."""
+    path = tmp_path / "tests.out"
+    path.write_text("".join(prefix + ln for ln in
+                            built["payloads"]["nccl_tests"].splitlines(keepends=True)))
+    code, out, err = cli("nccl", "--json", str(path))
+    assert code in EXIT_STATUSES, err
+    run, = json.loads(out)["nccl"]["tests"]
+    assert (run["test"], run["ranks"], len(run["rows"])) == ("all_reduce_perf", 16, 31)
+    code, out, err = cli("analyze", "--json", built["healthy"], str(path))
+    doc = json.loads(out)
+    assert {"origin": str(path), "sources": ["nccl_tests"]} in doc["inputs"]
+    low, = (f for f in doc["findings"] if f["id"] == "nccl.busbw-low")
+    assert "= 50 % of the ~368 GB/s expected" in low["title"]

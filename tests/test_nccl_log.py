@@ -29,8 +29,9 @@ def test_every_category5_sample_parses(corpus):
     samples = corpus.category("5")
     assert len(samples) >= 20
     for s in samples:
-        log = parse_nccl_log(s.text())
-        assert log.lines_read >= 1, s.name
+        text = s.text()
+        log = parse_nccl_log(text)
+        assert log.lines_read == len(text.splitlines()), s.name
         if "nccltests264" in s.name:  # an nccl-tests run, no NCCL record
             assert not log.processes and not log.framework_errors
         else:
@@ -213,7 +214,8 @@ def test_ofi_only_efa_then_socket(corpus):
     assert len(ofi) == 2 and {(w.kind, w.source_loc) for w in ofi} == {("net", "ofi_init:700")}
     assert {p.pid for p in log.processes if p.ib_no_device} == {8162, 8164, 8166}
     assert {tuple(p.socket_ifaces) for p in log.processes if p.socket_ifaces} == {("ens5",)}
-    assert {p.env.get("NCCL_TREE_THRESHOLD") for p in log.processes} >= {"0"}
+    assert {p.pid for p in log.processes if p.env == {"NCCL_TREE_THRESHOLD": "0"}} == {
+        8159, 8161, 8165, 8537}
 
 
 def test_old_completion_error4_local_protection(corpus):
@@ -633,3 +635,37 @@ def test_first_raw_line_of_each_setting_is_kept_per_process() -> None:
     assert proc.notes == {"bootstrap": lines[0], "version": lines[1],
                           "env:NCCL_IB_DISABLE": lines[2], "net:Socket": lines[4],
                           "network": lines[5]}
+
+
+# --- review fixes ---------------------------------------------------------------------------
+
+def test_newest_completion_warn_names_its_direction_in_req_type():
+    text = ("gpu-b07:5120:5190 [2] transport/net_ib.cc:2401 NCCL WARN NET/IB: Got completion "
+            "from peer 10.12.0.11<53122> with status=transport retry counter exceeded(12) "
+            "opcode=RECV(128) reqSize=0 vendor_err=129 req_type=Recv localGid ::ffff:10.12.0.27 "
+            "remoteGids::ffff:10.12.0.11 hca mlx5_2\n")
+    (w,) = _one(parse_nccl_log(text)).warns
+    assert (w.kind, w.ib_status, w.opcode, w.vendor_err, w.direction, w.device) == (
+        "ib-completion", 12, 128, 129, "Recv", "mlx5_2")
+
+
+def test_elided_comm_pointers_do_not_merge_communicators():
+    """An author's "0x…" is not a pointer: two communicators of one rank stay two."""
+    text = ("NCCL INFO comm 0x… rank 0 nRanks 24 nNodes 3 localRanks 8 localRank 0 MNNVL 0\n"
+            "NCCL INFO comm 0x… rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n")
+    p = _one(parse_nccl_log(text))
+    assert [(c.comm, c.rank, c.nranks, c.nnodes) for c in p.comms] == [
+        (None, 0, 24, 3), (None, 0, 2, 2)]
+
+
+def test_pytorch_nccl_error_names_without_nccl_error_words():
+    """PyTorch raises "DistBackendError: ncclSystemError: ..." and "NCCL communicator was
+    aborted": both are framework errors, streamed or not."""
+    text = ("[rank3]: RuntimeError: NCCL communicator was aborted on rank 3. Original reason for "
+            "failure was: NCCL error: remote process exited or there was a network error\n"
+            "[rank5]: torch.distributed.DistBackendError: ncclSystemError: System call (e.g. "
+            "socket, malloc) or external library call failed or device error.\n")
+    for log in (parse_nccl_log(text), read_nccl_log([text.encode()], "train.log")):
+        assert [(w.kind, w.rank) for w in log.framework_errors] == [("nccl", 3), ("nccl", 5)]
+        assert "ncclSystemError" in log.framework_errors[1].message
+    assert is_nccl_line(text.splitlines()[1])

@@ -218,3 +218,98 @@ def test_is_nccl_tests_line():
           "           8             2     float"]
     assert all(is_nccl_tests_line(x) for x in yes), [x for x in yes if not is_nccl_tests_line(x)]
     assert not any(is_nccl_tests_line(x) for x in no)
+
+
+# --- review fixes: version line placement, %g wrong counts, header-driven columns ----------
+
+ROW = ("  {size:>10d}  {count:>12d}     float     sum      -1  {t:>7}  {a:>6}  {b:>6}  {w:>6}"
+       "  {t2:>7}  {a2:>6}  {b2:>6}  {w2:>6}")
+
+
+def test_version_line_opens_its_own_run_and_wrong_counts_in_g_format():
+    """nccl-tests prints its version line first, before "Collective test starting"; and
+    #wrong with %g, so a large count reads 1.67772e+07."""
+    text = (
+        "# nccl-tests version 2.13.11 nccl-headers=22105 nccl-library=22105\n"
+        "# Collective test starting: all_reduce_perf\n"
+        "# nThread 1 nGpus 8 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20 "
+        "agg iters: 1 validation: 1 graph: 0\n" + NEW_HEAD +
+        ROW.format(size=8, count=2, t="30.51", a="0.00", b="0.00", w="1.67772e+07", t2="30.02",
+                   a2="0.00", b2="0.00", w2="3") + "\n"
+        "# Out of bounds values : 16777219 FAILED\n# Avg bus bandwidth    : 0 \n"
+        "# nccl-tests version 2.13.11 nccl-headers=22105 nccl-library=22203\n"
+        "# Collective test starting: all_gather_perf\n"
+        "# nThread 1 nGpus 8 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20 "
+        "agg iters: 1 validation: 1 graph: 0\n")
+    first, second = parse_nccl_tests(text)
+    assert (first.test, first.nccl_version) == ("all_reduce_perf", "2.21.5")
+    assert (second.test, second.nccl_version, second.rows) == ("all_gather_perf", "2.22.3", [])
+    (row,) = first.rows
+    assert (row.oop_wrong, row.ip_wrong) == (16777200, 3) and first.wrong == 16777203
+    assert first.out_of_bounds == 16777219 and first.avg_busbw == 0.0
+
+
+def test_old_nccl_version_code():
+    (run,) = parse_nccl_tests("# nccl-tests version 2.0.0 nccl-headers=2708 nccl-library=2708\n"
+                              "# nThread 1 nGpus 2 minBytes 8 maxBytes 8 step: 2(factor)\n")
+    assert run.nccl_version == "2.7.8"
+
+
+BITWISE_HEAD = (
+    "#                                                out-of-place + bitwise                   "
+    "        in-place + bitwise          \n"
+    "#       size         count      type   redop    root     time   algbw   busbw  #wrong  "
+    "#bitdiff     time   algbw   busbw  #wrong  #bitdiff timestamp\n"
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)          "
+    "              (us)  (GB/s)  (GB/s)                  %Y-%m-%d %H:%M:%S\n")
+PER_ITER_HEAD = (
+    "#       size         count      type   redop    root  cputime   algbw   busbw  #wrong    "
+    "i_min    i_max    i_p99    i_cv%  cputime   algbw   busbw  #wrong    i_min    i_max    "
+    "i_p99    i_cv% \n")
+
+
+def test_tables_with_more_columns_are_read_by_their_header():
+    """-R (bitwise), per-iteration figures, cputime and a timestamp column: the groups are
+    found by the header's names, not by counting fields."""
+    text = (
+        "# nThread 1 nGpus 8 minBytes 1073741824 maxBytes 2147483648 step: 2(factor) warmup "
+        "iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0\n" + BITWISE_HEAD +
+        "  1073741824     268435456     float     sum      -1   5934.3  180.94  316.64       0"
+        "         0   5921.7  181.32  317.31       2         5  2025-06-01 10:00:00\n"
+        "# Out of bounds values : 2 FAILED\n# Bitwise mismatches   : 5 FAILED\n"
+        "# Avg bus bandwidth    : 316.98 \n"
+        "# nThread 1 nGpus 8 minBytes 2147483648 maxBytes 2147483648 step: 2(factor) warmup "
+        "iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0\n" + PER_ITER_HEAD +
+        "  2147483648     536870912     float     sum      -1  11790.1  182.14  318.74       0"
+        "   11702.5  11891.0  11880.2     0.41  11781.4  182.28  318.99       0  11700.1  "
+        "11890.3  11877.7     0.39\n")
+    bitwise, per_iter = parse_nccl_tests(text)
+    (row,) = bitwise.rows
+    assert (row.oop_time_us, row.oop_algbw, row.oop_busbw, row.oop_wrong) == (
+        5934.3, 180.94, 316.64, 0)
+    assert (row.ip_time_us, row.ip_algbw, row.ip_busbw, row.ip_wrong) == (5921.7, 181.32, 317.31,
+                                                                          2)
+    assert (row.redop, row.root) == ("sum", -1) and bitwise.wrong == 2
+    assert bitwise.params["unalign"] == "0" and bitwise.avg_busbw == 316.98
+    (row,) = per_iter.rows
+    assert (row.oop_time_us, row.oop_busbw, row.ip_time_us, row.ip_busbw, row.ip_wrong) == (
+        11790.1, 318.74, 11781.4, 318.99, 0)
+    assert per_iter.peak is row
+    # line detection takes such rows without their header
+    assert all(is_nccl_tests_line(ln) for ln in text.splitlines() if ln.startswith("  "))
+
+
+def test_timestamp_column_without_header_and_edge_rows():
+    stamped = ROW.format(size=1 << 20, count=1 << 18, t="120.5", a="8.70", b="15.23", w="0",
+                         t2="119.9", a2="8.75", b2="15.31", w2="0") + "  2025-06-01 10:00:00"
+    assert is_nccl_tests_line(stamped)
+    (run,) = parse_nccl_tests(stamped + "\n")
+    assert (run.rows[0].ip_busbw, run.rows[0].ip_wrong) == (15.31, 0)
+    # a time that prints as 0.00 is still a row; a row with one group has only out-of-place
+    zero = "  8  2  float  sum  -1  0.00  0.00  0.00  0  0.00  0.00  0.00  0\n"
+    one = "  16  4  float  sum  -1  31.2  0.00  0.00  0\n"
+    (run,) = parse_nccl_tests(zero + one)
+    assert [r.size for r in run.rows] == [8, 16]
+    assert (run.rows[1].ip_busbw, run.rows[1].ip_wrong) == (None, None)
+    (solo,) = parse_nccl_tests(one)  # a busbw of 0.0 is a figure: the row is the peak
+    assert solo.peak is solo.rows[0]

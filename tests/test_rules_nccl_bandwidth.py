@@ -264,6 +264,17 @@ def test_socket_transport_in_the_log_is_named() -> None:
     assert f.blame is Blame.CONFIG
 
 
+def test_socket_fallback_set_by_the_job_blames_the_job_like_the_transport_rule() -> None:
+    log = NcclLog()
+    p = log.process("node-a", 1)
+    p.env["NCCL_IB_DISABLE"] = "1."
+    p.channels.append(NcclChannel(0, 0, 8, "NET/Socket/0", NET_SOCKET, "Channel 00/0 : 0[0] -> "
+                                  "8[0] [send] via NET/Socket/0", direction="send"))
+    [f] = _analyze([make_run(TWO, 8, 20.0)], log, infiniband=ndr_tree(2))
+    assert "(NCCL_IB_DISABLE=1 set by the environment)" in f.explanation
+    assert (f.blame, f.action) == (Blame.JOB, Action.FIX_CONFIG)
+
+
 def test_missing_gdr_and_down_rail_are_named() -> None:
     log = NcclLog()
     p = log.process("node-a", 1)
@@ -310,6 +321,9 @@ def test_system_not_yet_initialized_points_at_the_fabric_manager(corpus) -> None
     assert "Here nvidia-fabricmanager is inactive." in g.explanation
     assert "This host needs it: 8 H100 SXM5 GPUs" in g.explanation
     assert "systemctl_fabricmanager" in [e.source for e in g.evidence]
+    failed = FM_INACTIVE.replace("ActiveState=inactive", "ActiveState=failed")
+    [h] = _ids(run(nccl_tests=text, systemctl_fabricmanager=failed), "nccl.tests-failed")
+    assert h.action is Action.FIX_SOFTWARE and "is failed" in h.explanation
 
 
 def test_nccl_failure_names_the_error() -> None:

@@ -5,11 +5,13 @@ the real captures and on synthetic logs."""
 
 from __future__ import annotations
 
-from hostkit import MODULES_FULL, run
+from hostkit import MODULES_FULL, run, snap
 
+from gputriage.facts import Facts
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.nccl_log import parse_nccl_log
 from gputriage.rules.nccl_errors import completions
+from gputriage.rules.nccl_ib_advice import roce_path
 
 # A 2-node RoCE job: rank 4 of node-a loses its peer on node-b (retry exceeded), then
 # the queue pair's outstanding work is flushed; node-a's rank 5 sees the same peer.
@@ -90,14 +92,57 @@ def _ours(result, fid: str):
 # --- nccl.ib-completion-error ------------------------------------------------------------------
 
 
+# One host of a RoCE job loses three different peers at once: its own link is the suspect.
+ONE_HOST_MANY_PEERS = "".join(
+    f"node-a:5120:5301 [4] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+    f"10.20.1.{12 + i}<41876> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid "
+    f"::ffff:10.20.1.11 remoteGids::ffff:10.20.1.{12 + i}\n" for i in range(3))
+
+
 def test_retry_exceeded_toward_one_peer(corpus) -> None:
+    """A dead peer and a broken path look the same from one side: no node is blamed."""
     [f] = _ours(run(nccl_log=corpus.sample("nccl1405").text()), "nccl.ib-completion-error")
     assert f.severity is Severity.CRITICAL
-    assert f.blame is Blame.NODE and f.action is Action.DRAIN_AND_REPAIR
+    assert f.blame is Blame.UNKNOWN and f.action is Action.RESTART_JOB
     assert f.title == ("3 IB completion errors: status 12 (IBV_WC_RETRY_EXC_ERR, vendor err 129) "
                        "on kp-ddp-worker-0 toward peer 10.216.210.236")
-    assert "InfiniBand path" in f.explanation or "RoCE path" in f.explanation
+    assert "RoCE path" in f.explanation  # fd00:... GIDs are IPv6 addresses, not IB GIDs
+    assert "peer's process or node died" in f.explanation
     assert len(f.evidence[0].lines) == 3 and f.occurrences.count == 3
+
+
+def test_retry_exceeded_toward_several_peers_blames_this_node() -> None:
+    [f] = _ours(run(nccl_log=ONE_HOST_MANY_PEERS), "nccl.ib-completion-error")
+    assert (f.blame, f.action) == (Blame.NODE, Action.DRAIN_AND_REPAIR)
+    assert "One host lost 3 different peers" in f.explanation
+
+
+def test_retry_exceeded_with_a_down_port_on_this_host() -> None:
+    tree = {"files": {"mlx5_0/hca_type": "MT4129\n", "mlx5_0/ports/1/state": "1: DOWN\n",
+                      "mlx5_0/ports/1/phys_state": "2: Polling\n",
+                      "mlx5_0/ports/1/link_layer": "Ethernet\n"}, "links": {}, "errors": {}}
+    [f] = _ours(run(nccl_log=ROCE_RETRY, infiniband=tree), "nccl.ib-completion-error")
+    assert (f.blame, f.action) == (Blame.NODE, Action.DRAIN_AND_REPAIR)
+    assert "mlx5_0/1 are not active" in f.explanation
+    assert [e.source for e in f.evidence] == ["nccl_log", "infiniband"]
+    assert any("1: DOWN" in ln for ln in f.evidence[1].lines)
+
+
+def test_fabric_is_read_from_gids_devices_and_host() -> None:
+    def comps(text: str):
+        return completions(parse_nccl_log(text))
+
+    fe80 = ("h1:1:2 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+            "fe80::966d:ae03:8b:df78%ib0<53249> with error 12, opcode 1, len 0, vendor err 129 "
+            "(Send)\n")
+    facts = Facts(snap())
+    assert roce_path(comps(fe80), facts) is False  # peer address on an IPoIB interface
+    assert roce_path(comps(FLUSH_ONLY), facts) is True  # ::ffff: GID
+    bare = fe80.replace("%ib0", "")
+    assert roce_path(comps(bare), facts) is None
+    eth = {"files": {"mlx5_0/ports/1/link_layer": "Ethernet\n",
+                     "mlx5_0/ports/1/state": "4: ACTIVE\n"}, "links": {}, "errors": {}}
+    assert roce_path(comps(bare), Facts(snap(infiniband=eth))) is True
 
 
 def test_first_error_is_the_cause_and_flushes_are_secondary(corpus) -> None:
@@ -109,6 +154,7 @@ def test_first_error_is_the_cause_and_flushes_are_secondary(corpus) -> None:
     assert "status 12" in f.title and "then 2x status 5 (flushed, secondary)" in f.title
     assert "toward peer 172.36.143.59" in f.title
     assert "RoCE path" in f.explanation and "PFC/ECN" in f.explanation  # ::ffff: GIDs
+    assert f.blame is Blame.UNKNOWN  # one host, one peer: the peer may simply have died
     assert "consequences of this first error" in f.explanation
     assert f.occurrences.count == 3
 
@@ -159,6 +205,9 @@ def test_mixed_releases_are_critical_and_list_hosts() -> None:
     assert f.action is Action.FIX_SOFTWARE
     assert f.title == ("2 NCCL releases in one job: 2.18.1+cuda12.1 on node-b:2210; "
                        "2.21.5+cuda12.4 on node-a:1201, node-c:3302")
+    assert f.evidence[0].lines == (
+        "node-b:2210:2210 [0] NCCL INFO NCCL version 2.18.1+cuda12.1",
+        "node-a:1201:1201 [0] NCCL INFO NCCL version 2.21.5+cuda12.4")
 
 
 def test_same_release_other_cuda_build_is_a_warning() -> None:
@@ -228,10 +277,14 @@ def test_socket_connect_failure(corpus) -> None:
 
 
 def test_other_warns_by_kind_and_host() -> None:
-    found = {(f.title.split(":")[0], f.severity) for f in
-             _ours(run(nccl_log=OTHER_WARNS), "nccl.warn")}
-    titles = {f.title for f in _ours(run(nccl_log=OTHER_WARNS), "nccl.warn")}
+    warns = _ours(run(nccl_log=OTHER_WARNS), "nccl.warn")
+    found = {(f.title.split(":")[0], f.severity) for f in warns}
+    titles = {f.title for f in warns}
     assert found == {("worker-1", Severity.WARNING), ("worker-2", Severity.WARNING)}
+    [shm] = [f for f in warns if "system errors" in f.title]
+    assert (shm.action, shm.blame) == (Action.FIX_CONFIG, Blame.CONFIG)  # /dev/shm size
+    [conn] = [f for f in warns if "connection failures" in f.title]
+    assert (conn.action, conn.blame) == (Action.RESTART_JOB, Blame.UNKNOWN)
     assert any(t.startswith("worker-1: NCCL system errors (2 WARNs)") for t in titles)
     assert any(t.startswith("worker-1: NCCL CUDA failures (1 WARN): Cuda failure 'out of "
                             "memory'") for t in titles)
@@ -248,6 +301,10 @@ def test_setup_warns_are_info_and_left_to_the_transport_rule_on_sockets(corpus) 
     result = run(nccl_log=corpus.sample("detectron4730").text())
     assert not _ours(result, "nccl.warn")
     assert "libibverbs" in _ours(result, "nccl.socket-transport")[0].title
+    # processes known to be on sockets only from their NET/Socket interface list
+    ofi = run(nccl_log=corpus.sample("nccl398").text())
+    assert not _ours(ofi, "nccl.warn")
+    assert "OFI" in _ours(ofi, "nccl.socket-transport")[0].title
     on_ib = ("gpu-a:4100:4190 [0] ib_plugin.c:120 NCCL WARN NET/Plugin : plugin load failed, "
              "using internal implementation\n"
              "gpu-a:4100:4190 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>\n"
@@ -302,3 +359,19 @@ def test_healthy_logs_raise_no_error_finding(corpus) -> None:
     for part in ("nccl1189", "vllm-k8s", "nccl1412", "nccl1817", "nccl-tp-readme-vastai-4xa100-shm"):
         result = run(nccl_log=corpus.sample(part).text())
         assert not [f.id for f in result.findings if f.id in ours], part
+
+
+def test_status_table_follows_the_verbs_enum() -> None:
+    """Codes 0..21 in the order of enum ibv_wc_status (infiniband/verbs.h): a shifted row
+    would name the wrong error in every completion finding."""
+    from gputriage.knowledge.ib_status import ib_wc_statuses
+
+    names = ["SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
+             "WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR",
+             "REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR",
+             "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR", "INV_EECN_ERR",
+             "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR"]
+    table = ib_wc_statuses()
+    assert [table[code][0] for code in range(22)] == [f"IBV_WC_{n}" for n in names]
+    assert table[12][1] == "transport retry counter exceeded"  # ibv_wc_status_str()
+    assert table[5][1] == "Work Request Flushed Error"

@@ -199,7 +199,8 @@ class _TarReader(_Reader):
             self.tar = tarfile.open(path, "r:*")  # noqa: SIM115 - closed by Snapshot.load
             members = self.tar.getmembers()
         except (tarfile.TarError, OSError, EOFError) as exc:
-            raise InputError(f"{path}: corrupt or truncated tarball ({exc})") from None
+            detail = " ".join(str(exc).split())  # tarfile lists every method it tried
+            raise InputError(f"{path}: corrupt or truncated tarball ({detail[:200]})") from None
         self.path = path
         self.members: dict[str, tarfile.TarInfo] = {}
         prefix = ""

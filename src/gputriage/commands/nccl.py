@@ -68,9 +68,12 @@ def judge(paths: list[str]):  # noqa: ANN201 - (Result, NcclLog, [(run, exp, why
     facts.prefill("nccl_tests", found.runs if found.runs
                   else Missing("nccl_tests: no nccl-tests run in the inputs"))
     result = analyze_facts(facts)
-    known = {item.get("origin") for item in result.inputs}
-    result.inputs += [{"origin": origin, "sources": names}
-                      for origin, names in found.job_origins.items() if origin not in known]
+    known = {item.get("origin"): item for item in result.inputs}
+    for origin, names in found.job_origins.items():
+        if origin in known:  # an input that held host outputs and the job's lines
+            known[origin]["sources"] = sorted({*known[origin]["sources"], *names})
+        else:
+            result.inputs.append({"origin": origin, "sources": names})
     judged = [(run, *expect_busbw_why(run, facts)) for run in found.runs]
     return result, found.log, judged, host_given
 

@@ -15,13 +15,17 @@ import bz2
 import lzma
 import os
 import re
+import stat
 import sys
 import zlib
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
 from gputriage.errors import InputError, unreadable
+from gputriage.ingest import _human
+from gputriage.parsers.nccl_log import LONG_LINE
 from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,11 +39,17 @@ NOT_NCCL = ("no NCCL record, nccl-tests output or host output in it; expected an
             "NCCL_DEBUG=INFO log (one per rank or all ranks in one), nccl-tests output "
             "(all_reduce_perf...), or what analyze reads (snapshot, bug report, pasted outputs)")
 
-# Lines that may belong to nccl-tests output: comment / header lines and table rows
-# (found by one regex anchored on the newline, fast), and lines naming a *_perf
-# binary or a test failure (found with bytes.find). parse_nccl_tests sorts them out.
+# Lines that may belong to nccl-tests output: comment / header lines and table rows at
+# the start of a line (one regex anchored on the newline, fast), and, found with
+# bytes.find, lines naming a *_perf binary or a test failure and comment lines behind a
+# launcher's or log shipper's prefix ("[1,0]<stdout>:", "0: ", "| <ts> |"). Once such a
+# prefixed comment line was an nccl-tests one, rows are also found by their data type.
+# The nccl-tests line test sorts them out.
 _ROWISH = re.compile(rb"\n[ \t]*(?:#|\d+[ \t]+\d+[ \t]+[A-Za-z])[^\n]*")
-_MARKERS = (b"_perf", b"failure")
+_MARKERS = (b"_perf", b"failure", b"#")
+_TYPES = tuple(f" {t} ".encode() for t in (
+    "float", "half", "double", "bfloat16", "int8", "uint8", "int32", "uint32", "int64", "uint64",
+    "f8e4m3", "f8e5m2"))
 _MAGIC = {b"\x1f\x8b": "gzip", b"\xfd7zXZ\x00": "xz", b"BZh": "bzip2"}
 
 
@@ -53,18 +63,23 @@ class JobInputs:
     snapshot: Snapshot | None = None
     job_origins: dict[str, list[str]] = field(default_factory=dict)  # origin -> sources
     problems: list[str] = field(default_factory=list)
-    bytes_read: int = 0
 
     @property
     def has_log(self) -> bool:
         return bool(self.log.processes or self.log.framework_errors)
 
 
-def _human(n: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} bytes"
+def _lines_with(buf: bytes, lo: int, hi: int, markers: Iterable[bytes],
+                found: dict[int, bytes]) -> None:
+    """Add the lines of ``buf[lo:hi]`` that hold one of ``markers`` to ``found`` (by start)."""
+    for marker in markers:
+        pos = buf.find(marker, lo, hi)
+        while pos >= 0:
+            start = buf.rfind(b"\n", lo, pos) + 1
+            end = buf.find(b"\n", pos, hi)
+            end = hi if end < 0 else end
+            found.setdefault(start, buf[start:end])
+            pos = buf.find(marker, end, hi)
 
 
 def _compression(head: bytes) -> str | None:
@@ -77,7 +92,7 @@ def _new(kind: str):  # noqa: ANN202 - a decompressor object of the kind
     return lzma.LZMADecompressor() if kind == "xz" else bz2.BZ2Decompressor()
 
 
-def _inflate(kind: str, first: bytes, fh: BinaryIO, name: str,
+def _inflate(kind: str, first: bytes, fh: _Reader, name: str,
              problems: list[str]) -> Iterator[bytes]:
     """Decompressed blocks of at most BLOCK bytes; concatenated members are read on,
     a stream that stops early or breaks ends with a problem noted."""
@@ -114,16 +129,32 @@ def _inflate(kind: str, first: bytes, fh: BinaryIO, name: str,
                         "that could be decompressed")
 
 
+class _Reader:
+    """Blocks of an open input; a read error (EIO on a bad disk, a vanished mount) ends
+    the input with a problem noted instead of an exception."""
+
+    def __init__(self, fh: BinaryIO, name: str, problems: list[str]) -> None:
+        self.fh, self.name, self.problems = fh, name, problems
+
+    def read(self, size: int) -> bytes:
+        try:
+            return self.fh.read(size)
+        except OSError as exc:
+            self.problems.append(f"{self.name}: cannot read ({exc.strerror or exc})")
+            return b""
+
+
 def _blocks(fh: BinaryIO, name: str, problems: list[str]) -> Iterator[bytes]:
     """An open input as decompressed blocks."""
-    first = fh.read(BLOCK)
+    reader = _Reader(fh, name, problems)
+    first = reader.read(BLOCK)
     kind = _compression(first)
     if kind is not None:
-        yield from _inflate(kind, first, fh, name, problems)
+        yield from _inflate(kind, first, reader, name, problems)
         return
     while first:
         yield first
-        first = fh.read(BLOCK)
+        first = reader.read(BLOCK)
 
 
 def _sniff(blocks: Iterator[bytes]) -> tuple[bytes, Iterator[bytes]]:
@@ -148,15 +179,14 @@ class _TestsTap:
 
     def __init__(self, name: str, problems: list[str]) -> None:
         self.name, self.problems = name, problems
-        self.kept: list[bytes] = []
+        self.kept: list[str] = []
         self.size = 0
-        self.nbytes = 0
         self.full = False
+        self.shipped = False  # nccl-tests lines seen behind a launcher's or shipper's prefix
 
     def tap(self, blocks: Iterable[bytes]) -> Iterator[bytes]:
         carry = b""
         for block in blocks:
-            self.nbytes += len(block)
             first = block.find(b"\n")
             if first < 0:
                 carry = carry + block if len(carry) < BLOCK else b""  # over-long: no table
@@ -169,37 +199,41 @@ class _TestsTap:
         self._scan(b"\n" + carry, 0, len(carry) + 1)
 
     def _scan(self, buf: bytes, lo: int, hi: int) -> None:
-        """Keep the candidate lines of ``buf[lo + 1:hi]`` (``buf[lo]`` is a newline)."""
+        """Keep the nccl-tests lines of ``buf[lo + 1:hi]`` (``buf[lo]`` is a newline)."""
+        from gputriage.ingest.detect_jobs import tests_line
+
         if self.full or hi <= lo + 1:
             return
         found = {m.start() + 1: m.group()[1:] for m in _ROWISH.finditer(buf, lo, hi)}
-        for marker in _MARKERS:
-            pos = buf.find(marker, lo, hi)
-            while pos >= 0:
-                start = buf.rfind(b"\n", lo, pos) + 1
-                end = buf.find(b"\n", pos, hi)
-                end = hi if end < 0 else end
-                found.setdefault(start, buf[start:end])
-                pos = buf.find(marker, end, hi)
-        for start in sorted(found):
-            line = found[start]
-            if b"NCCL INFO" in line or b"NCCL WARN" in line:
-                continue
-            self.size += len(line) + 1
+        _lines_with(buf, lo, hi, _MARKERS, found)
+        lines = {}
+        for start, raw in found.items():
+            if b"NCCL INFO" not in raw and b"NCCL WARN" not in raw:
+                line = raw.decode("utf-8", errors="replace").rstrip("\r")
+                if tests_line(line):
+                    lines[start] = line
+        if not self.shipped and any(not _ROWISH.match(b"\n" + found[k]) for k in lines):
+            self.shipped = True  # a table behind a prefix: its rows are found by data type
+        if self.shipped:
+            rows: dict[int, bytes] = {}
+            _lines_with(buf, lo, hi, _TYPES, rows)
+            for start, raw in rows.items():
+                line = raw.decode("utf-8", errors="replace").rstrip("\r")
+                if start not in lines and tests_line(line):
+                    lines[start] = line
+        for start in sorted(lines):
+            self.size += len(lines[start]) + 1
             if self.size > TESTS_CAP:
                 self.full = True
                 self.problems.append(f"{self.name}: more than {_human(TESTS_CAP)} of "
-                                     "nccl-tests-like lines; the rest were not read")
+                                     "nccl-tests lines; the rest were not read")
                 return
-            self.kept.append(line)
+            self.kept.append(lines[start])
 
     def runs(self) -> list[NcclTestRun]:
-        from gputriage.ingest.detect_jobs import tests_line
         from gputriage.parsers.nccl_tests import parse_nccl_tests
 
-        lines = [x.decode("utf-8", errors="replace").rstrip("\r") for x in self.kept]
-        text = "\n".join(x for x in lines if tests_line(x))
-        return parse_nccl_tests(text + "\n") if text else []
+        return parse_nccl_tests("\n".join(self.kept) + "\n") if self.kept else []
 
 
 def _host_pieces(text: str) -> bool:
@@ -233,7 +267,7 @@ def _add_host(found: JobInputs, snap: Snapshot, streamed: bool = False) -> None:
             read_nccl_log([cap.text.encode()], cap.origin or snap.origin, found.log)
         else:
             found.runs.extend(parse_nccl_tests(cap.text))
-        found.job_origins.setdefault(cap.origin or snap.origin, []).append(name)
+        found.job_origins.setdefault(snap.origin, []).append(name)
     if found.snapshot is None:
         found.snapshot = snap
     else:
@@ -242,47 +276,58 @@ def _add_host(found: JobInputs, snap: Snapshot, streamed: bool = False) -> None:
 
 def _read_one(path: str, found: JobInputs) -> None:
     """One input into ``found``; InputError when nothing at all could be used."""
-    from gputriage.ingest import CAP_BYTES, load_input, load_text, looks_binary
+    from gputriage.ingest import load_input, looks_binary
     from gputriage.parsers.nccl_log import read_nccl_log
     from gputriage.snapshot import decode
 
-    if path != "-" and os.path.isdir(path):
-        _add_host(found, load_input(path))
-        return
     name = "<stdin>" if path == "-" else path
+    once = path == "-"  # stdin, a pipe or a FIFO: read once, it cannot be opened again
+    if not once:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise unreadable(path, exc) from None
+        if stat.S_ISDIR(mode):
+            _add_host(found, load_input(path))
+            return
+        once = not stat.S_ISREG(mode)
+    reading: list[str] = []  # what reading the bytes met (a truncated stream, EIO)
     problems: list[str] = []
     try:
         fh = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
     except OSError as exc:
         raise unreadable(path, exc) from None
     try:
-        head, blocks = _sniff(_blocks(fh, name, problems))
+        head, blocks = _sniff(_blocks(fh, name, reading))
         if not head.strip():
-            raise InputError(f"{name}: empty file" if not problems else problems[-1])
-        if head[257:262] == b"ustar" and path != "-":
+            raise InputError(f"{name}: empty file" if not reading else reading[-1])
+        if head[257:262] == b"ustar":
+            if once:
+                raise InputError(f"{name}: a tarball on a pipe; give a snapshot tarball as "
+                                 "a file path")
             _add_host(found, load_input(path))
             return
         if looks_binary(head[:64 * 1024]):
             raise InputError(f"{name}: binary data, not an NCCL log or a text output")
-        before = (found.log.nccl_lines, len(found.log.framework_errors), len(found.runs))
+        before = (found.log.nccl_lines, len(found.log.framework_errors), len(found.runs),
+                  found.log.skipped)
         host = _host_pieces(decode(head))
-        try:
-            if host and path == "-":  # stdin cannot be read twice: keep it (bounded)
-                kept = b"".join(_tail(blocks, CAP_BYTES))
-                blocks = iter([kept])
-                _add_host(found, load_text(decode(kept), name, problems[:]), streamed=True)
-            elif host:
-                _add_host(found, load_input(path), streamed=True)
-        except InputError as exc:
-            host = False
-            problems.append(str(exc))
+        tail = _Tail() if host and once else None  # what the host loader reads afterwards
         tap = _TestsTap(name, problems)
-        read_nccl_log(tap.tap(blocks), name, found.log)
+        read_nccl_log(tap.tap(tail.keep(blocks) if tail else blocks), name, found.log)
         found.runs.extend(tap.runs())
-        found.bytes_read += tap.nbytes
+        if host:
+            try:
+                _add_host(found, tail.load(name) if tail else load_input(path), streamed=True)
+                if tail is None:
+                    reading = []  # the host loader read the same bytes and said so
+            except InputError as exc:
+                host = False
+                problems.append(str(exc))
     finally:
         if path != "-":
             fh.close()
+    problems = reading + problems
     found.problems.extend(problems)
     gave = [src for src, changed in (
         ("nccl_log", (found.log.nccl_lines, len(found.log.framework_errors)) != before[:2]),
@@ -290,28 +335,59 @@ def _read_one(path: str, found: JobInputs) -> None:
     if gave:
         found.job_origins[name] = gave
     elif not host:
-        why = f" ({problems[-1]})" if problems else ""
-        raise InputError(f"{name}: {NOT_NCCL}{why}")
+        skipped = found.log.skipped - before[3]
+        why = [f"{skipped} NCCL line(s) over {LONG_LINE // 1024} KiB skipped"] if skipped else []
+        why += problems[-1:]
+        raise InputError(f"{name}: {NOT_NCCL}" + (f" ({'; '.join(why)})" if why else ""))
 
 
-def _tail(blocks: Iterable[bytes], cap: int) -> list[bytes]:
-    """The last ``cap`` bytes of a stream, as blocks."""
-    kept: list[bytes] = []
-    size = 0
-    for block in blocks:
-        kept.append(block)
-        size += len(block)
-        while kept and size - len(kept[0]) >= cap:
-            size -= len(kept.pop(0))
-    return kept
+class _Tail:
+    """Passes blocks on and keeps the last ``CAP_BYTES`` of them: the host outputs of an
+    input that can be read only once (as ``analyze`` keeps the tail of a large input)."""
+
+    def __init__(self) -> None:
+        from gputriage.ingest import CAP_BYTES
+
+        self.cap = CAP_BYTES
+        self.kept: deque[bytes] = deque()
+        self.size = 0
+        self.cut = False
+
+    def keep(self, blocks: Iterable[bytes]) -> Iterator[bytes]:
+        for block in blocks:
+            self.kept.append(block)
+            self.size += len(block)
+            while self.size - len(self.kept[0]) >= self.cap:
+                self.size -= len(self.kept.popleft())
+                self.cut = True
+            yield block
+
+    def load(self, name: str) -> Snapshot:
+        """The kept text as a snapshot (InputError when it holds no host output)."""
+        from gputriage.ingest import load_text
+        from gputriage.snapshot import decode
+
+        data = b"".join(self.kept)
+        self.kept.clear()
+        cut = self.cut or len(data) > self.cap
+        text = decode(data[-self.cap:].replace(b"\0", b""))
+        if cut and "\n" in text:
+            text = text[text.index("\n") + 1:]  # the first line was cut in the middle
+        return load_text(text, name, truncated=cut)
 
 
 def read_inputs(paths: Iterable[str]) -> JobInputs:
     """Every input of ``gputriage nccl`` read into one :class:`JobInputs`; inputs that
-    fail are listed in ``problems`` as long as one gave something, else InputError."""
+    fail are listed in ``problems`` as long as one gave something, else InputError.
+    An input named twice (``-`` included) is read once: its lines would count twice."""
     found = JobInputs()
     failed: list[str] = []
+    seen: set[str] = set()
     for path in paths:
+        key = path if path == "-" else os.path.realpath(path)
+        if key in seen:
+            continue
+        seen.add(key)
         try:
             _read_one(path, found)
         except InputError as exc:

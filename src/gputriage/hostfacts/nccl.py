@@ -27,7 +27,7 @@ from gputriage.parsers.nccl_model import (
 )
 
 __all__ = ["NcclJob", "env_value", "nccl_bus_id", "nccl_job", "nccl_log", "nccl_tests",
-           "log_lines", "process_network", "raw_lines"]
+           "log_lines", "on_sockets", "process_network", "raw_lines"]
 
 
 @fact("nccl_log")
@@ -76,6 +76,13 @@ def process_network(proc: NcclProcess) -> str | None:
     if proc.socket_ifaces:
         return "Socket"
     return None
+
+
+def on_sockets(proc: NcclProcess) -> bool:
+    """Whether a process ended up on NCCL's TCP socket transport (its network, or any
+    NET/Socket channel of it)."""
+    return process_network(proc) == "Socket" or any(c.family == NET_SOCKET
+                                                    for c in proc.channels)
 
 
 def nccl_bus_id(value: str | None) -> str | None:

@@ -20,7 +20,7 @@ import re
 from typing import Protocol
 
 from gputriage import sources
-from gputriage.parsers.nccl_log import is_nccl_line
+from gputriage.parsers.nccl_lines import is_nccl_line, strip_shippers
 from gputriage.parsers.nccl_tests import is_nccl_tests_line
 
 __all__ = ["JOB_DETECTORS", "is_tests_prompt", "nccl_lines", "nccl_record",
@@ -103,7 +103,7 @@ _TESTS_STRONG = re.compile(
 
 def tests_line(line: str) -> bool:
     """A line of nccl-tests output (header, table row, footer, failure, command)."""
-    return (is_nccl_tests_line(line) or _TESTS_EXTRA.match(line) is not None
+    return (is_nccl_tests_line(line) or _TESTS_EXTRA.match(strip_shippers(line)) is not None
             or (_PERF_BIN.search(line) is not None and "NCCL" not in line))
 
 
@@ -139,7 +139,7 @@ def _tests(doc: _Doc) -> None:
             else:
                 break
         run = [k for k in range(i, last + 1) if doc.free(k)]
-        if any(_TESTS_STRONG.search(lines[k]) for k in run):
+        if any(_TESTS_STRONG.search(strip_shippers(lines[k])) for k in run):
             for k in run:
                 owner[k] = "nccl_tests"
         i = last + 1

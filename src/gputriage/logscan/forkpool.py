@@ -79,8 +79,11 @@ class ForkWorkers:
         fds: list[int] = []
         try:
             for k in range(n):
-                r, w = os.pipe()
-                pid = os.fork()
+                try:
+                    r, w = os.pipe()
+                    pid = os.fork()
+                except OSError as exc:  # no processes or descriptors left: not a read error
+                    raise WorkerDied(f"cannot start a worker process ({exc})") from None
                 if pid == 0:  # the worker
                     code = 1
                     try:

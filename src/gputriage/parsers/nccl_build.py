@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from gputriage.parsers import nccl_framework as fw
 from gputriage.parsers import nccl_lines as g
 from gputriage.parsers.nccl_model import COLLNET, NcclComm, NcclLog, NcclProcess
 
@@ -31,6 +32,7 @@ _NOTES_MAX = 48
 _ENV_MAX = 256
 
 _ENV = re.compile(r"(?P<k>[A-Z][A-Z0-9_]{1,80}) set by environment to\s?(?P<v>.{0,500})$")
+_POINTER = re.compile(r"0x[0-9a-fA-F]{1,16}")
 _TRACE = re.compile(r"[\w./+-]{1,200}:\d{1,7} -> \d{1,4}")
 _COUNTS = re.compile(r"(\d{1,6}) ([a-z0-9]{1,12}) channels( per peer)?")
 _PLUGIN = re.compile(r"Loaded (?:net|collnet|coll) plugin (.{1,120}?)(?:\s\(v\d{1,3}\))?$|"
@@ -60,7 +62,7 @@ class Builder:
         self.last_prefixed: NcclProcess | None = None
         self.pending: list[str] = []  # a framework error being gathered over lines
         self.want = 0
-        self.fw_seen = {g.framework_key(w) for w in log.framework_errors}
+        self.fw_seen = {fw.framework_key(w) for w in log.framework_errors}
 
     # lines ---------------------------------------------------------------------------
     def feed(self, text: str) -> None:
@@ -232,6 +234,8 @@ class Builder:
     def _comm(self, p: NcclProcess, msg: str, line: str) -> None:
         kv = g.parse_comm(msg)
         rank, nranks, ptr = _int(kv.get("rank")), _int(kv.get("nranks")), kv.get("comm")
+        if ptr is not None and not _POINTER.fullmatch(ptr):
+            ptr = None  # "0x…": elided by the author, not an identity
         if rank is None and ptr is None:
             return
         new = {"nnodes": _int(kv.get("nnodes")), "local_ranks": _int(kv.get("localranks")),
@@ -325,8 +329,8 @@ class Builder:
 
     # framework errors ----------------------------------------------------------------
     def _framework(self, text: str) -> None:
-        head = g.FW_HEAD.search(text)
-        kind = g.framework_kind(text)
+        head = fw.FW_HEAD.search(text)
+        kind = fw.framework_kind(text)
         if head is None and kind is None:
             return
         if head is not None and head.group("lvl") in "WI" and kind != "timeout":
@@ -342,23 +346,23 @@ class Builder:
         if not text.strip():
             self._fw_done()
             return True
-        if "NCCL INFO" in text or "NCCL WARN" in text or g.FW_HEAD.search(text):
+        if "NCCL INFO" in text or "NCCL WARN" in text or fw.FW_HEAD.search(text):
             self._fw_done()
             return False
         self.pending.append(text)
         self.want -= 1
         joined = " ".join(self.pending)
-        kind = g.framework_kind(joined)
+        kind = fw.framework_kind(joined)
         if not self.want or kind == "cuda" or kind == "timeout" and "ran for" in joined:
             self._fw_done()
         return True
 
     def _fw_done(self) -> None:
         lines, self.pending, self.want = self.pending, [], 0
-        w = g.framework_error(lines)
+        w = fw.framework_error(lines)
         if w is None:
             return
-        key = g.framework_key(w)
+        key = fw.framework_key(w)
         if key in self.fw_seen:
             return
         if len(self.log.framework_errors) >= MAX_FRAMEWORK:

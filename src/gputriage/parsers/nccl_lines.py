@@ -15,6 +15,7 @@ from collections.abc import Collection
 from typing import NamedTuple
 
 from gputriage.knowledge.ib_status import ib_wc_status
+from gputriage.parsers.nccl_framework import MAX_KEEP, is_framework_line
 from gputriage.parsers.nccl_model import (
     COLLNET,
     NET_IB,
@@ -29,12 +30,9 @@ from gputriage.parsers.nccl_model import (
     NcclWarn,
 )
 
-__all__ = ["FW_HEAD", "Record", "bare_version", "classify_warn", "framework_error",
-           "framework_key", "framework_kind", "is_nccl_line", "parse_channel",
+__all__ = ["Record", "bare_version", "classify_warn", "is_nccl_line", "parse_channel",
            "parse_comm", "parse_gdr", "parse_timings", "parse_using", "parse_version",
            "split_records", "strip_shippers"]
-
-MAX_KEEP = 2000  # characters of a line kept as evidence
 
 _MARKER = re.compile(r"NCCL (INFO|WARN|TRACE)\b ?")
 _HOST = re.compile(
@@ -302,7 +300,7 @@ _COMPLETION = re.compile(
     r"(?:status=(?:[^()=]{0,80}\()?(?P<st>\d{1,4})\)?|error\s{1,4}(?P<err>\d{1,4}))"
     r"[,\s]{0,4}(?:opcode[=\s]{1,2}(?:[^()=\s]{0,40}\()?(?P<op>\d{1,10})\)?)?"
     r".{0,80}?vendor[ _]err[=\s]{1,2}(?P<vendor>\d{1,10})"
-    r"(?:\s{0,4}\((?P<dir>[A-Za-z ]{1,20})\))?")
+    r"(?:\s{0,4}\((?P<dir>[A-Za-z ]{1,20})\)|\s{1,4}req_type=(?P<req>[A-Za-z]{1,20}))?")
 _HCA = re.compile(r"\bhca\s{1,4}([\w.-]{1,64})|\bcould not open\s{1,4}([\w.-]{1,64})|"
                   r"\b((?:mlx[45]|erdma|bnxt_re|ionic|hns|qedr|rxe|siw|efa|irdma)_?\d{1,4})\b")
 _RANK = re.compile(r"^\[?Rank\s{1,4}(\d{1,7})\b", re.IGNORECASE)
@@ -336,7 +334,8 @@ def classify_warn(msg: str, loc: str | None, line: str) -> NcclWarn:
             ib_status_name=info[0] if info else None, ib_meaning=info[1] if info else None,
             vendor_err=int(m.group("vendor")),
             opcode=int(m.group("op")) if m.group("op") else None, peer=m.group("peer"),
-            device=device, direction=(m.group("dir") or "").strip() or None, rank=rank)
+            device=device, direction=(m.group("dir") or m.group("req") or "").strip() or None,
+            rank=rank)
     base = (loc or "").rsplit("/", 1)[-1]
     if _IBVERBS.search(msg):
         kind = "net"
@@ -354,79 +353,17 @@ def classify_warn(msg: str, loc: str | None, line: str) -> NcclWarn:
         kind = "other"
     return NcclWarn(msg, line, kind, loc, device=device, rank=rank)
 
-# --- framework errors (PyTorch ProcessGroupNCCL, CUDA) ------------------------------------
-
-FW_HEAD = re.compile(r"\[(?P<lvl>[EFWI])(?P<md>\d{3,4})?\s{0,4}"
-                     r"(?P<time>\d\d:\d\d:\d\d[\d.]{0,12})?\s{0,4}ProcessGroupNCCL\.cpp:\d{1,6}\]")
-_FW_RANK = re.compile(r"\[rank(\d{1,7})\]|\bRank\s{1,4}(\d{1,7})\]")
-_FW_CUDA = re.compile(r"CUDA error:\s{0,4}([^\n.]{1,300})")
-_FW_NCCL = re.compile(r"NCCL error(?: in:)?\s{0,4}.{0,400}|DistBackendError: NCCL.{0,400}")
-_FW_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|Timeout at NCCL work"
-                         r"|WorkNCCL\(SeqNum=.{0,300}ran for")
-_FW_TAGS = re.compile(r"^.{0,200}?ProcessGroupNCCL\.cpp:\d{1,6}\]\s{0,4}|^\[rank\d{1,7}\]:\s{0,4}"
-                      r"|\[PG [^\]]{0,120}\]\s{0,4}|\[Rank \d{1,7}\]\s{0,4}")
-_NUMS = {"seq_num": re.compile(r"SeqNum=(\d{1,18})"),
-         "timeout_ms": re.compile(r"Timeout\(ms\)=(\d{1,18})"),
-         "elapsed_ms": re.compile(r"ran for (\d{1,18}) milliseconds")}
-_OPTYPE = re.compile(r"OpType=(\w{1,40})")
-
-
-def framework_kind(text: str) -> str | None:
-    """"timeout" | "cuda" | "nccl" for a framework error text, None for anything else."""
-    if _FW_TIMEOUT.search(text):
-        return "timeout"
-    if _FW_CUDA.search(text):
-        return "cuda"
-    if _FW_NCCL.search(text):
-        return "nccl"
-    return None
-
-
-def framework_error(lines: list[str]) -> NcclWarn | None:
-    """One framework error from its lines (a glog header may wrap onto the next lines)."""
-    text = " ".join(ln.strip() for ln in lines)
-    kind = framework_kind(text)
-    if kind is None:
-        return None
-    head = FW_HEAD.search(text)
-    rm = _FW_RANK.search(text)
-    nums = {k: int(m.group(1)) for k, rx in _NUMS.items() if (m := rx.search(text))}
-    om = _OPTYPE.search(text)
-    message = _FW_TAGS.sub("", text).strip()
-    if kind == "cuda" and (cm := _FW_CUDA.search(text)):
-        message = message if len(message) < 300 else f"CUDA error: {cm.group(1)}"
-    time = None
-    if head is not None and head.group("time"):
-        md = head.group("md") or ""
-        time = (f"{md[:-2].zfill(2)}-{md[-2:]} " if md else "") + head.group("time")
-    return NcclWarn(message[:1000], "\n".join(lines)[:MAX_KEEP], kind,
-                    rank=int(next(x for x in rm.groups() if x)) if rm else None, time=time,
-                    op_type=om.group(1) if om else None, **nums)
-
-
-def framework_key(w: NcclWarn) -> tuple:
-    """What makes two framework errors the same (the log and the exception repeat them)."""
-    core = w.message
-    if w.kind == "cuda" and (m := _FW_CUDA.search(w.message)):
-        core = m.group(1).strip()
-    elif w.kind == "timeout" and w.seq_num is not None:
-        core = ""
-    return w.kind, w.rank, w.seq_num, core[:200]
-
-
 # --- detection -----------------------------------------------------------------------
 
 _IS_RECORD = re.compile(r"(?:^|[\s\]>|:])NCCL (?:INFO|WARN|TRACE)(?:\s|$)")
-_IS_FRAMEWORK = re.compile(r"ProcessGroupNCCL\.cpp:\d{1,6}\]|Watchdog caught collective operation"
-                           r" timeout|NCCL error in:|DistBackendError: NCCL|WorkNCCL\(SeqNum=")
 
 
 def is_nccl_line(line: str) -> bool:
     """Whether a line is an NCCL debug record or a framework's NCCL error line."""
-    if "NCCL" not in line or len(line) > 65536:
+    if "NCCL" not in line and "Error: nccl" not in line or len(line) > 65536:
         return False
     if _IS_RECORD.search(line):
         return True
     if bare_version(line):
         return True
-    return _IS_FRAMEWORK.search(line) is not None
+    return is_framework_line(line)

@@ -1,15 +1,16 @@
 """``NCCL_DEBUG=INFO`` logs: one file per rank or every rank interleaved in one.
 
 :func:`parse_nccl_log` reads a text, :func:`read_nccl_log` streams the byte
-blocks of a big file. Both only look at lines that carry ``NCCL`` or
-``CUDA error`` (found with ``bytes.find``), so a 1 GB training log with a
+blocks of a big file. Both only look at lines that carry ``NCCL``, ``CUDA error``
+or ``Error: nccl`` (found with ``bytes.find``), so a 1 GB training log with a
 few NCCL lines costs about as much as reading it. This module holds that
 byte-level scan; each line it picks goes to the
 :class:`~gputriage.parsers.nccl_build.Builder`, which applies it to the data
 model of :mod:`gputriage.parsers.nccl_model` (the line grammar lives in
 :mod:`gputriage.parsers.nccl_lines`). Framework errors (PyTorch's
-ProcessGroupNCCL watchdog, CUDA errors), possibly wrapped over a few lines,
-go to ``NcclLog.framework_errors``. Junk gives an empty log, never an error.
+ProcessGroupNCCL watchdog, CUDA errors; :mod:`gputriage.parsers.nccl_framework`),
+possibly wrapped over a few lines, go to ``NcclLog.framework_errors``. Junk gives an
+empty log, never an error.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ __all__ = ["is_nccl_line", "parse_nccl_log", "read_nccl_log"]
 
 # scan caps (what is kept per process is capped in nccl_build: CAPS, MAX_STORED, ...)
 LONG_LINE = 64 * 1024  # longer lines are skipped and counted in ``NcclLog.skipped``
-MARKERS = (b"NCCL", b"CUDA error")
+MARKERS = (b"NCCL", b"CUDA error", b"Error: nccl")  # the last: "DistBackendError: ncclSystemError"
 
 
 def parse_nccl_log(text: str) -> NcclLog:

@@ -245,7 +245,7 @@ class NcclTestRun:
     @property
     def peak(self) -> NcclTestRow | None:
         """The row with the highest bus bandwidth (out-of-place or in-place)."""
-        rows = [r for r in self.rows if (r.oop_busbw or r.ip_busbw) is not None]
+        rows = [r for r in self.rows if r.oop_busbw is not None or r.ip_busbw is not None]
         return max(rows, key=lambda r: max(r.oop_busbw or 0.0, r.ip_busbw or 0.0), default=None)
 
     @property

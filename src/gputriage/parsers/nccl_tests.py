@@ -1,18 +1,19 @@
 """nccl-tests output (``all_reduce_perf`` and friends): header, devices, size table, footer.
 
-A run starts at its command line (``./build/all_reduce_perf -b 8 ...``), at
-``# Collective test starting: <name>`` or at a ``# nThread ...`` header; one
-text may hold several runs. Table rows are read by whitespace: newer
-versions print ``size count type redop root`` and two groups of ``time algbw
-busbw #wrong`` (out-of-place, in-place), older ones lack redop/root, print
-``N/A`` for #wrong without validation, or a float max error in its place.
-NCCL's own ``NCCL INFO`` lines interleaved in the output are ignored.
+A run starts at its command line (``./build/all_reduce_perf -b 8 ...``), at its
+``# nccl-tests version ...`` line, at ``# Collective test starting: <name>`` or at a
+``# nThread ...`` header; one text may hold several runs. Table rows are read by
+whitespace: newer versions print ``size count type redop root`` and two groups of
+``time algbw busbw #wrong`` (out-of-place, in-place), older ones lack redop/root,
+print ``N/A`` for #wrong without validation, or a float max error in its place.
+Options that add columns (``#bitdiff``, per-iteration figures, a timestamp) are
+read by the names of the table's column header. NCCL's own ``NCCL INFO`` lines
+interleaved in the output are ignored.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 from gputriage.parsers.nccl_lines import parse_version, split_records, strip_shippers
 from gputriage.parsers.nccl_model import NcclTestDevice, NcclTestRow, NcclTestRun
@@ -31,11 +32,13 @@ _DEVICE = re.compile(
     r"device\s{1,8}(?P<dev>\d{1,5})\s{1,8}\[(?P<bus>[^\]]{0,40})\]\s{0,8}(?P<name>.{0,200}?)\s*$")
 _AVG = re.compile(r"#\s{0,8}Avg bus bandwidth\s{0,8}:\s{0,8}(?P<v>[\d.eE+-]{1,24}|N/A)")
 _OOB = re.compile(r"#\s{0,8}Out of bounds values\s{0,8}:\s{0,8}(?P<v>\d{1,18})")
-_FAILURE = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b|\bTest NCCL failure\b|"
-                      r"\bNCCL failure\b.{0,200}'|\bCUDA failure\b.{0,200}'")
+_FAILURE = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b|\b(?:NCCL|CUDA) failure\b.{0,200}'")
 _TESTS_VERSION = re.compile(r"#\s{0,8}nccl-tests version \S{1,40}.{0,80}?nccl-library=(\d{4,6})")
 _COMMENT = re.compile(r"#\s{0,40}(?:Using devices|size\s{1,40}count|\(B\)\s{1,40}\(elements\)|"
                       r"out-of-place\s{1,80}in-place)")
+_COLUMNS = re.compile(r"#\s{0,40}size\s{1,40}count\s")  # the column header of a table
+_DATE, _CLOCK = re.compile(r"\d{4}-\d\d-\d\d"), re.compile(r"\d\d:\d\d:\d\d")
+_CELL = re.compile(r"-?[\d.]{1,24}(?:e[+-]?\d{1,3})?|N/A|\d{4}-\d\d-\d\d|\d\d:\d\d:\d\d")
 _ROW_START = re.compile(r"\s{0,40}\d{1,20}\s{1,40}\d{1,20}\s{1,40}[A-Za-z]")
 
 
@@ -49,46 +52,90 @@ def operation_of(test: str | None) -> str | None:
 
 def parse_nccl_tests(text: str) -> list[NcclTestRun]:
     """Every nccl-tests run of a text ([] when there is none)."""
-    runs: list[NcclTestRun] = []
-    cur: NcclTestRun | None = None
-
-    def start(name: str | None, line: str) -> NcclTestRun:
-        run = NcclTestRun(test=name, line=line, operation=operation_of(name))
-        runs.append(run)
-        return run
-
+    p = _Parser()
     for raw in text.splitlines():
-        if len(raw) > 65536:
-            continue
-        line = strip_shippers(raw).rstrip()
-        if not line.strip():
-            continue
-        if "NCCL " in line and split_records(line):
-            cur = _nccl_record(cur, line)
-            continue
-        s = line.strip()
-        if s.startswith("#") and not _is_prompt(s):
-            cur = _comment(cur, s, start)
+        if len(raw) <= 65536:
+            p.line(strip_shippers(raw).strip())
+    return [r for r in p.runs if _started(r) or r.test and r.errors]
+
+
+class _Parser:
+    """The runs of one text, line by line; ``cols`` are the column names of the current
+    table's header (None before one)."""
+
+    def __init__(self) -> None:
+        self.runs: list[NcclTestRun] = []
+        self.cur: NcclTestRun | None = None
+        self.cols: tuple[str, ...] | None = None
+
+    def start(self, name: str | None, line: str) -> NcclTestRun:
+        self.cur = NcclTestRun(test=name, line=line, operation=operation_of(name))
+        self.runs.append(self.cur)
+        self.cols = None
+        return self.cur
+
+    def fresh(self, line: str) -> NcclTestRun:
+        """The current run while nothing of it was read yet, else a new one."""
+        return self.cur if self.cur is not None and not _started(self.cur) \
+            else self.start(None, line)
+
+    def line(self, s: str) -> None:
+        if not s:
+            return
+        if "NCCL " in s and (records := split_records(s)):
+            for rec in records:  # interleaved NCCL records: only the version is of use
+                v = parse_version(rec.msg)
+                if v and self.cur is not None:
+                    self.cur.nccl_version = self.cur.nccl_version or v[0]
+        elif s.startswith("#") and not _is_prompt(s):
+            self.comment(s)
         elif _ROW_START.match(s):
-            row = _row(s)
+            row = _row(s, self.cols)
             if row is not None:
-                cur = cur or start(None, s)
-                if len(cur.rows) < 4096:
-                    cur.rows.append(row)
+                run = self.cur or self.start(None, s)
+                if len(run.rows) < 4096:
+                    run.rows.append(row)
         elif _FAILURE.search(s):
-            cur = cur or start(None, s)
-            cur.errors.append(s[:500])
+            (self.cur or self.start(None, s)).errors.append(s[:500])
         elif (m := _COMMAND.search(s)) and len(s) < 2000:
-            if cur is None or _started(cur):
-                cur = start(m.group("name"), s)
-            else:
-                cur.test, cur.operation, cur.line = m.group("name"), \
-                    operation_of(m.group("name")), s
-        else:
-            v = parse_version(s)
-            if v and cur is not None:
-                cur.nccl_version = cur.nccl_version or v[0]
-    return [r for r in runs if _started(r) or r.test and r.errors]
+            run = self.fresh(s)
+            run.test, run.operation, run.line = m.group("name"), operation_of(m.group("name")), s
+        elif (v := parse_version(s)) and self.cur is not None:
+            self.cur.nccl_version = self.cur.nccl_version or v[0]
+
+    def comment(self, s: str) -> None:
+        cur = self.cur
+        if m := _STARTING.match(s):
+            name = m.group("name")
+            if m.group("what") == "starting":
+                if cur is None or _started(cur) or cur.test not in (None, name):
+                    cur = self.start(name, s)
+                cur.test, cur.operation = name, operation_of(name)
+        elif _HEADER.match(s):
+            if cur is None or cur.params or cur.rows:
+                cur = self.start(None, s)
+            cur.params = {m.group("k").strip(): m.group("v")
+                          for m in _PARAM.finditer(s.lstrip("# "))}
+        elif m := _DEVICE.match(s):
+            cur = cur or self.start(None, s)
+            if len(cur.devices) < 65536:
+                cur.devices.append(NcclTestDevice(
+                    rank=int(m.group("rank")), host=m.group("host"),
+                    pid=int(m.group("pid")) if m.group("pid") else None,
+                    device=int(m.group("dev")), bus=m.group("bus").strip() or None,
+                    name=m.group("name").strip(), line=s[:500]))
+        elif _COLUMNS.match(s):
+            self.cols = _layout(s)
+        elif cur is None:
+            if m := _TESTS_VERSION.match(s):  # the first line a run prints
+                self.start(None, s).nccl_version = _version_code(int(m.group(1)))
+        elif m := _AVG.match(s):
+            cur.avg_busbw = _float(m.group("v"))
+            cur.avg_line = s[:500]
+        elif m := _OOB.match(s):
+            cur.out_of_bounds = int(m.group("v"))
+        elif m := _TESTS_VERSION.match(s):
+            self.fresh(s).nccl_version = _version_code(int(m.group(1)))
 
 
 def _is_prompt(s: str) -> bool:
@@ -101,66 +148,42 @@ def _started(run: NcclTestRun) -> bool:
     return bool(run.params or run.rows or run.devices or run.errors or run.avg_busbw is not None)
 
 
-def _nccl_record(cur: NcclTestRun | None, line: str) -> NcclTestRun | None:
-    """An interleaved NCCL record: only its version line is of use here."""
-    for rec in split_records(line):
-        v = parse_version(rec.msg)
-        if v and cur is not None:
-            cur.nccl_version = cur.nccl_version or v[0]
-    return cur
+def _version_code(code: int) -> str:
+    """``22105`` -> ``2.21.5`` (NCCL_VERSION_CODE; before 2.9 it was ``2708`` for 2.7.8)."""
+    if code < 10000:
+        return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+    return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
 
 
-def _comment(cur: NcclTestRun | None, s: str,
-             start: Callable[[str | None, str], NcclTestRun]) -> NcclTestRun | None:
-    if m := _STARTING.match(s):
-        name = m.group("name")
-        if m.group("what") == "concluded":
-            return cur
-        if cur is not None and not _started(cur) and cur.test in (None, name):
-            cur.test, cur.operation = name, operation_of(name)
-            return cur
-        return start(name, s)
-    if _HEADER.match(s):
-        if cur is None or cur.params or cur.rows:
-            cur = start(cur.test if cur is not None and not _started(cur) else None, s)
-        cur.params = {m.group("k").strip(): m.group("v")
-                      for m in _PARAM.finditer(s.lstrip("# "))}
-        return cur
-    if m := _DEVICE.match(s):
-        cur = cur or start(None, s)
-        if len(cur.devices) < 65536:
-            cur.devices.append(NcclTestDevice(
-                rank=int(m.group("rank")), host=m.group("host"),
-                pid=int(m.group("pid")) if m.group("pid") else None, device=int(m.group("dev")),
-                bus=m.group("bus").strip() or None, name=m.group("name").strip(), line=s[:500]))
-        return cur
-    if m := _AVG.match(s):
-        if cur is not None:
-            cur.avg_busbw = _float(m.group("v"))
-            cur.avg_line = s[:500]
-        return cur
-    if m := _OOB.match(s):
-        if cur is not None:
-            cur.out_of_bounds = int(m.group("v"))
-        return cur
-    if m := _TESTS_VERSION.match(s):
-        code = int(m.group(1))
-        if cur is not None:
-            cur.nccl_version = f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
-        return cur
-    return cur
+_TIME_COLS = ("time", "cputime")
 
 
-def _row(s: str) -> NcclTestRow | None:
-    """One size row; None when the columns do not add up."""
+def _layout(s: str) -> tuple[str, ...] | None:
+    """The column names of a ``#  size  count  type  redop  root  time  algbw ...``
+    header (without the ``timestamp`` one, whose values are two tokens), when usable."""
+    cols = tuple(c for c in s.lstrip("#").split() if c != "timestamp")
+    ok = 1 <= sum(c in _TIME_COLS for c in cols) <= 2 and cols[:2] == ("size", "count")
+    return cols if ok else None
+
+
+def _row(s: str, cols: tuple[str, ...] | None = None) -> NcclTestRow | None:
+    """One size row, read by the column names of its table's header when they fit (extra
+    ``#bitdiff`` or per-iteration columns), else by its number of fields; None when the
+    fields do not add up."""
     tok = s.split()
-    if len(tok) < 7 or len(tok) > 14:
+    if len(tok) > 4 and _DATE.fullmatch(tok[-2]) and _CLOCK.fullmatch(tok[-1]):
+        tok = tok[:-2]  # the -report_timestamps column
+    if cols is not None and len(tok) == len(cols):
+        at = [i for i, c in enumerate(cols) if c in _TIME_COLS]
+        middle, groups = tok[3:at[0]], [t for i in at for t in tok[i:i + 4]]
+        counts = cols[at[0] + 3] == "#wrong"  # old versions print a max error instead
+    elif 7 <= len(tok) <= 13:  # 3 + (redop, root) + one or two groups of 4
+        n = 8 if len(tok) >= 11 else 4
+        middle, groups, counts = tok[3:-n], tok[-n:], True
+    else:
         return None
-    size, count, dtype = int(tok[0]), int(tok[1]), tok[2]
-    middle, groups = tok[3:-8], tok[-8:]
-    if len(tok) - 3 < 8:  # one group only (out-of-place)
-        middle, groups = tok[3:-4], tok[-4:] + [""] * 4
-    if len(middle) > 2 or not _float(groups[0]) and groups[0] != "N/A":
+    groups += [""] * (8 - len(groups))
+    if len(middle) > 2 or _float(groups[0]) is None and groups[0] != "N/A":
         return None
     redop, root = "none", -1
     for t in middle:
@@ -171,10 +194,12 @@ def _row(s: str) -> NcclTestRow | None:
     vals = [_float(t) for t in groups]
     if vals[1] is None and vals[2] is None:
         return None
+    oop_wrong, ip_wrong = (_wrong(groups[3]), _wrong(groups[7])) if counts else (None, None)
     return NcclTestRow(
-        size=size, count=count, dtype=dtype, redop=redop, root=root, line=s[:500],
-        oop_time_us=vals[0], oop_algbw=vals[1], oop_busbw=vals[2], oop_wrong=_wrong(groups[3]),
-        ip_time_us=vals[4], ip_algbw=vals[5], ip_busbw=vals[6], ip_wrong=_wrong(groups[7]))
+        size=int(tok[0]), count=int(tok[1]), dtype=tok[2], redop=redop, root=root,
+        line=s[:500], oop_time_us=vals[0], oop_algbw=vals[1], oop_busbw=vals[2],
+        oop_wrong=oop_wrong, ip_time_us=vals[4], ip_algbw=vals[5], ip_busbw=vals[6],
+        ip_wrong=ip_wrong)
 
 
 def _float(raw: str) -> float | None:
@@ -186,8 +211,19 @@ def _float(raw: str) -> float | None:
 
 
 def _wrong(raw: str) -> int | None:
-    """#wrong as a count; None for ``N/A`` and for the float max-error of old versions."""
-    return int(raw) if re.fullmatch(r"\d{1,18}", raw) else None
+    """#wrong as a count (printed ``%g``: ``3``, ``1.67772e+07``); None for ``N/A`` and
+    for the float max-error (``2e-07``) of the oldest versions, which had no header."""
+    if re.fullmatch(r"\d{1,18}", raw):
+        return int(raw)
+    v = _float(raw) if "e+" in raw else None
+    return int(v) if v is not None and v >= 1 and v == int(v) else None
+
+
+def _wide_row(s: str) -> bool:
+    """A row of a table with more columns than the usual two groups (``-R`` bitwise or
+    per-iteration figures): numbers after ``size count type``, one word at most."""
+    tok = s.split()
+    return 14 <= len(tok) <= 40 and sum(not _CELL.fullmatch(t) for t in tok[3:]) <= 1
 
 
 def is_nccl_tests_line(line: str) -> bool:
@@ -199,5 +235,5 @@ def is_nccl_tests_line(line: str) -> bool:
         return bool(_HEADER.match(s) or _COMMENT.match(s) or _DEVICE.match(s) or _AVG.match(s)
                     or _OOB.match(s) or _STARTING.match(s) or _TESTS_VERSION.match(s))
     if _ROW_START.match(s):
-        return _row(s) is not None
+        return _row(s) is not None or _wide_row(s)
     return _FAILURE.search(s) is not None

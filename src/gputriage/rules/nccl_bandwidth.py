@@ -9,10 +9,13 @@ import re
 from collections.abc import Iterator
 
 from gputriage.facts import Facts
+from gputriage.hostfacts.nccl import on_sockets
 from gputriage.hostfacts.nccl_bandwidth import Expectation
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity
-from gputriage.parsers.nccl_model import NET_IB, NET_SOCKET, NcclTestRow, NcclTestRun
+from gputriage.parsers.nccl_model import NET_IB, NcclTestRow, NcclTestRun
 from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.modules import PEERMEM_MODULES
+from gputriage.rules.nccl_transport_causes import socket_causes
 
 TESTS = "nccl_tests"
 LOW = 0.80  # peak busbw below this share of the expectation: a warning
@@ -82,10 +85,13 @@ def _not_initialized(facts: Facts, run: NcclTestRun, ev: list[Evidence]) -> Find
            "NVSwitch system wait for the NVLink fabric: nvidia-fabricmanager is not running "
            "(or failed) and no CUDA program can start. Start nvidia-fabricmanager at the "
            "driver's exact version and check its log.")
+    action = Action.FIX_CONFIG  # start and enable the service
     if unit is not None:
         state = unit.active_state or "unknown"
         why += f" Here nvidia-fabricmanager is {state}."
         ev.append(evidence("systemctl_fabricmanager", [f"ActiveState={state}"]))
+        if state == "failed":  # it crashed: version mismatch or install, as fabric.* says
+            action = Action.FIX_SOFTWARE
     if need is not None and need.needed:
         why += f" This host needs it: {need.reason}."
         ev.extend(need.evidence)
@@ -94,7 +100,7 @@ def _not_initialized(facts: Facts, run: NcclTestRun, ev: list[Evidence]) -> Find
                 "that the GPUs finished initialising (nvidia-smi -q Fabric State).")
     return finding("nccl.tests-failed", Severity.CRITICAL,
                    f"{_label(run)} failed: CUDA 'system not yet initialized' (fabric manager "
-                   "not running?)", why, Action.FIX_CONFIG, Blame.NODE, NODE, ev)
+                   "not running?)", why, action, Blame.NODE, NODE, ev)
 
 
 @rule("nccl.tests-wrong", requires=("nccl_tests",), produces=("nccl.tests-wrong",))
@@ -143,11 +149,19 @@ def _hints(facts: Facts, exp: Expectation) -> tuple[list[str], Blame, Action]:
     hints: list[str] = []
     blame, action = Blame.UNKNOWN, Action.FIX_CONFIG
     log = facts.maybe("nccl_log")
-    channels = [c for p in (log.processes if log else []) for c in p.channels]
+    procs = log.processes if log else []
+    channels = [c for p in procs for c in p.channels]
     if exp.scope == "inter-node":
-        if any(c.family == NET_SOCKET for c in channels):
-            hints.append("NCCL used NET/Socket (TCP) between nodes: see nccl.socket-transport")
-            blame = Blame.CONFIG
+        on_tcp = [p for p in procs if on_sockets(p)]
+        if on_tcp:
+            # the same cause, action and blame as nccl.socket-transport gives
+            hcas = bool(facts.maybe("ib_ports") or facts.maybe("has_infiniband"))
+            causes = socket_causes(facts, on_tcp, hcas)
+            why = f" ({causes[0].title})" if causes else ""
+            hints.append(f"NCCL used NET/Socket (TCP) between nodes{why}: see "
+                         "nccl.socket-transport")
+            blame, action = (causes[0].blame, causes[0].action) if causes else \
+                (Blame.CONFIG, Action.FIX_CONFIG)
         ib = [c for c in channels if c.family == NET_IB]
         no_gdr = [c for c in ib if c.gdr is False]
         if no_gdr:
@@ -158,7 +172,7 @@ def _hints(facts: Facts, exp: Expectation) -> tuple[list[str], Blame, Action]:
                          "ib.port-not-active")
             blame, action = Blame.NODE, Action.DRAIN_AND_REPAIR
         mods = facts.maybe("modules")
-        if mods is not None and not any(m in mods for m in ("nvidia_peermem", "nv_peer_mem")):
+        if mods is not None and not any(m in mods for m in PEERMEM_MODULES):
             hints.append("nvidia_peermem is not loaded here: see module.peermem-missing")
     slow = [ln for ln in facts.maybe("pcie_links", []) or []
             if ln.cur_width and ln.max_width and ln.cur_width < ln.max_width]

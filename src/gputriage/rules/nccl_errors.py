@@ -12,9 +12,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gputriage.facts import Facts
-from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
-from gputriage.parsers.nccl_model import NET_SOCKET, NcclLog, NcclProcess, NcclWarn
+from gputriage.hostfacts.nccl import on_sockets
+from gputriage.knowledge.ib_status import ib_wc_status
+from gputriage.model import NODE, Action, Blame, Finding, Occurrences, Scope, Severity
+from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclWarn
 from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.nccl_ib_advice import advice, roce_path
 
 LOG = "nccl_log"
 SHOWN = 6  # WARN lines kept as evidence per finding
@@ -36,18 +39,17 @@ def _host(p: NcclProcess) -> str:
     return p.host or "(no host prefix)"
 
 
-def _n(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
+def plural(count: int, word: str) -> str:
+    """``1 WARN``, ``3 WARNs``, ``2 processes``."""
+    if count == 1:
+        return f"1 {word}"
+    return f"{count} {word}{'es' if word.endswith('s') else 's'}"
 
 
 def _status_name(code: int, warn: NcclWarn | None = None) -> tuple[str, str]:
     """(IBV_WC_* name, meaning) of an ibv_wc_status code."""
     if warn is not None and warn.ib_status_name:
         return warn.ib_status_name, warn.ib_meaning or ""
-    try:
-        from gputriage.knowledge.ib_status import ib_wc_status
-    except ImportError:  # pragma: no cover - the table ships with the parsers
-        return f"status {code}", ""
     found = ib_wc_status(code)
     return found if found else (f"status {code}", "")
 
@@ -87,16 +89,6 @@ def completions(log: NcclLog) -> list[Completion]:
     return out
 
 
-def _roce(comps: list[Completion], facts: Facts) -> bool:
-    """Whether the errors ran over RoCE (Ethernet) rather than InfiniBand."""
-    if any("::ffff:" in c.warn.line for c in comps):
-        return True
-    if any("/RoCE" in d for c in comps for d in c.proc.ib_devices):
-        return True
-    ports = facts.maybe("ib_ports") or []
-    return bool(ports) and all((p.link_layer or "").lower() == "ethernet" for p in ports)
-
-
 def _where(comps: list[Completion]) -> tuple[str, Scope]:
     """Where the errors concentrate: one host, one peer, or spread; and the scope."""
     hosts = Counter(_host(c.proc) for c in comps)
@@ -117,62 +109,6 @@ def _where(comps: list[Completion]) -> tuple[str, Scope]:
     return text, NODE
 
 
-def _gdr_hints(facts: Facts, comps: list[Completion]) -> tuple[list[str], list[Evidence]]:
-    """What this host's facts and the log say about GPUDirect memory registration."""
-    hints: list[str] = []
-    ev: list[Evidence] = []
-    mods = facts.maybe("modules")
-    if mods is not None:
-        peer = [m for name, m in mods.items() if name in ("nvidia_peermem", "nv_peer_mem")]
-        if not peer:
-            hints.append("nvidia_peermem is not loaded on this host")
-            ev.append(evidence("proc_modules", [], "no nvidia_peermem / nv_peer_mem loaded"))
-        else:
-            ev.append(evidence("proc_modules", [peer[0].line], "peer-memory module loaded"))
-    if any(c.proc.dmabuf for c in comps):
-        hints.append("the log shows DMA-BUF in use")
-    cmd = facts.maybe("host_cmdline")
-    if cmd is not None:
-        from gputriage.rules.hostcfg import _iommu_state
-
-        on, pt = _iommu_state(cmd)
-        if on and not pt:
-            hints.append("the IOMMU translates DMA (no iommu=pt on the kernel command line)")
-            ev.append(evidence("host_cmdline", [cmd.text.strip()], "IOMMU on without pt"))
-    return hints, ev
-
-
-def _advice(status: int, roce: bool, facts: Facts,
-            comps: list[Completion]) -> tuple[Action, Blame, str, str, list[Evidence]]:
-    """(action, blame, what the status means when the table has no wording, what to do,
-    host evidence) for a root-cause completion status."""
-    if status == 12:
-        fabric = ("the RoCE path (switch port, cable, PFC/ECN settings of the lossless "
-                  "traffic class)" if roce else "the InfiniBand path (cable, transceiver, "
-                  "switch port)")
-        return (Action.DRAIN_AND_REPAIR, Blame.NODE,
-                "The HCA retried a send until the retry counter ran out: the peer did not "
-                "answer.", f"Here that means {fabric} between this HCA and that peer; see also "
-                "the ib.* port findings and error counters on both ends.", [])
-    if status in (4, 10):
-        hints, ev = _gdr_hints(facts, comps)
-        side = "local" if status == 4 else "remote"
-        todo = ("Disable ACS on the PCIe switches, use iommu=pt, and check nvidia-peermem "
-                "(or DMA-BUF: NCCL_DMABUF_ENABLE) on every node.")
-        if hints:
-            todo += " Here: " + "; ".join(hints) + "."
-        return (Action.FIX_CONFIG, Blame.CONFIG,
-                f"The HCA was refused access to {side} memory: with GPUDirect RDMA, GPU memory "
-                "the NIC cannot reach (PCIe ACS or the IOMMU blocking peer-to-peer, or a "
-                "broken nvidia-peermem / DMA-BUF registration).", todo, ev)
-    if status == 13:
-        return (Action.RESTART_JOB, Blame.UNKNOWN,
-                "The peer stopped posting receives (receiver-not-ready retries ran out).",
-                "The peer process is stuck or gone: look at that rank's log first.", [])
-    return (Action.RESTART_JOB, Blame.UNKNOWN, "The communicator failed on this error.",
-            "The remaining ranks abort or hang; look at the HCA ports and the peer's log.", [])
-
-
 @rule("nccl.ib-completion-error", requires=("nccl_log",), produces=("nccl.ib-completion-error",))
 def ib_completion_error(facts: Facts) -> Iterator[Finding]:
     """IB completion errors (a WARN with an ibv_wc_status): the first error on a queue
@@ -183,7 +119,7 @@ def ib_completion_error(facts: Facts) -> Iterator[Finding]:
     for c in comps:
         if not c.secondary:
             roots.setdefault(c.status, []).append(c)
-    roce = _roce(comps, facts)
+    roce = roce_path(comps, facts)
     for status, group in roots.items():
         procs = {id(c.proc) for c in group}
         echo = [c for c in comps if c.secondary and c.root == status and id(c.proc) in procs]
@@ -194,7 +130,7 @@ def ib_completion_error(facts: Facts) -> Iterator[Finding]:
             name = "no status" if status is None else _status_name(FLUSH, group[0].warn)[0]
             yield finding(
                 "nccl.ib-completion-error", Severity.WARNING,
-                f"{_n(len(group), 'IB completion error')} ({name}) {where}: the first error "
+                f"{plural(len(group), 'IB completion error')} ({name}) {where}: the first error "
                 "is not in this log",
                 "Flush errors only say that a queue pair had already failed; the error that "
                 "broke it was logged by another rank or before this excerpt. Find the first "
@@ -203,9 +139,9 @@ def ib_completion_error(facts: Facts) -> Iterator[Finding]:
                 occurrences=Occurrences(len(group)))
             continue
         name, meaning = _status_name(status, group[0].warn)
-        action, blame, context, todo, extra = _advice(status, roce, facts, group)
+        action, blame, context, todo, extra = advice(status, roce, facts, group)
         then = f", then {len(echo)}x status 5 (flushed, secondary)" if echo else ""
-        title = (f"{_n(len(group), 'IB completion error')}: status {status} ({name}{vendor}) "
+        title = (f"{plural(len(group), 'IB completion error')}: status {status} ({name}{vendor}) "
                  f"{where}{then}")
         meaning = meaning.strip().rstrip(".")
         why = f"{meaning[:1].upper()}{meaning[1:]}. {todo}" if meaning else f"{context} {todo}"
@@ -274,7 +210,7 @@ def device_open_failed(facts: Facts) -> Iterator[Finding]:
 
 # --- every other WARN -------------------------------------------------------------------------
 
-# (class, pattern, severity, title, explanation)
+# (class, pattern, severity, title, explanation, action, blame)
 _WARN_CLASSES = (
     ("connection", re.compile(r"socket|Connection (?:closed|refused|reset|timed out)|connect|"
                               r"Connect\b|remote peer", re.IGNORECASE), Severity.WARNING,
@@ -282,35 +218,32 @@ _WARN_CLASSES = (
      "A TCP connection between ranks (bootstrap, socket transport or proxy) failed or was "
      "closed by the peer: that peer usually died first (look at its log), or the network "
      "between the hosts (firewall, NCCL_SOCKET_IFNAME on an interface the peer cannot "
-     "reach) is at fault."),
+     "reach) is at fault.", Action.RESTART_JOB, Blame.UNKNOWN),
     ("system", re.compile(r"system error|/dev/shm|shared memory|shm_open|No space left|"
                           r"posix_fallocate|mmap", re.IGNORECASE), Severity.WARNING,
      "system errors",
      "NCCL got an error from the operating system. In containers it is usually /dev/shm too "
      "small for NCCL's shared-memory buffers (Docker's default is 64 MB: use --shm-size or "
-     "--ipc=host), otherwise a resource limit (memlock, open files)."),
+     "--ipc=host), otherwise a resource limit (memlock, open files).", Action.FIX_CONFIG,
+     Blame.CONFIG),
     ("cuda", re.compile(r"Cuda failure|CUDA error|cuda[A-Z]\w+ failed", re.IGNORECASE),
      Severity.WARNING, "CUDA failures",
      "A CUDA call inside NCCL failed; the message names the CUDA error. Illegal addresses "
-     "point at the application, ECC and 'unknown error' at the GPU (look for Xids)."),
+     "point at the application, ECC and 'unknown error' at the GPU (look for Xids).",
+     Action.RESTART_JOB, Blame.UNKNOWN),
     ("setup", re.compile(r"libibverbs|NET/OFI|NET/Plugin|plugin|No device found|provider",
                          re.IGNORECASE), Severity.INFO, "network setup messages",
      "The network plugin or the verbs library reported a problem while NCCL chose its "
      "network; what it fell back to is judged by the transport findings "
-     "(nccl.socket-transport)."),
+     "(nccl.socket-transport).", Action.NONE, Blame.UNKNOWN),
     ("limits", re.compile(r"ncclMaxSharedMem|maxSharedMem|exceeds", re.IGNORECASE),
      Severity.INFO, "resource notes",
-     "NCCL adjusted a setting to what the device allows; harmless unless a failure follows."),
+     "NCCL adjusted a setting to what the device allows; harmless unless a failure follows.",
+     Action.NONE, Blame.UNKNOWN),
 )
 _OTHER = ("other", None, Severity.WARNING, "warnings",
           "NCCL reported a problem not recognised here; read the lines in order, the first "
-          "WARN is usually the cause of the rest.")
-
-
-def _on_sockets(p: NcclProcess) -> bool:
-    """Whether the process ended up on the socket transport."""
-    return (p.network or "").lower() == "socket" or any(
-        c.family == NET_SOCKET for c in p.channels)
+          "WARN is usually the cause of the rest.", Action.RESTART_JOB, Blame.UNKNOWN)
 
 
 def _warn_class(w: NcclWarn) -> tuple:
@@ -335,15 +268,14 @@ def other_warns(facts: Facts) -> Iterator[Finding]:
                     or "Got completion" in w.message):
                 continue
             cls = _warn_class(w)
-            if cls[0] == "setup" and _on_sockets(p):
+            if cls[0] == "setup" and on_sockets(p):
                 continue  # the reason nccl.socket-transport gives for the fallback
             groups.setdefault((cls[0], _host(p)), (cls, []))[1].append(w)
     for (_, host), (cls, warns) in groups.items():
-        _, _, sev, what, why = cls
+        _, _, sev, what, why, action, blame = cls
         first = warns[0].message.strip()
         yield finding(
-            "nccl.warn", sev, f"{host}: NCCL {what} ({_n(len(warns), 'WARN')}): "
-            f"{first[:140]}", why,
-            Action.NONE if sev is Severity.INFO else Action.RESTART_JOB, Blame.UNKNOWN, NODE,
+            "nccl.warn", sev, f"{host}: NCCL {what} ({plural(len(warns), 'WARN')}): "
+            f"{first[:140]}", why, action, blame, NODE,
             [evidence(LOG, [w.line for w in warns[:SHOWN]])],
             occurrences=Occurrences(len(warns)))

@@ -14,13 +14,10 @@ from gputriage.facts import Facts
 from gputriage.model import NODE, Action, Blame, Finding, Occurrences, Scope, Severity
 from gputriage.parsers.nccl_model import NcclLog, NcclWarn
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
+from gputriage.rules.nccl_errors import plural
 
 LOG = "nccl_log"
 SHOWN = 6
-
-
-def _n(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 # --- versions -----------------------------------------------------------------------------
@@ -32,10 +29,13 @@ def version_mismatch(facts: Facts) -> Iterator[Finding]:
     different CUDA versions) speak different protocols: hangs or corrupt results."""
     log: NcclLog = facts.get("nccl_log")
     seen: dict[str, list[str]] = {}
+    raw: dict[str, str] = {}  # the version line as one process of each version printed it
     for p in log.processes:
         if p.nccl_version:
             build = f"+cuda{p.cuda_build}" if p.cuda_build else ""
             seen.setdefault(p.nccl_version + build, []).append(p.label)
+            if "version" in p.notes:
+                raw.setdefault(p.nccl_version + build, p.notes["version"])
     known = {v.split("+")[0] for v in seen}
     for v in sorted(log.versions):
         if v.split("+")[0] not in known and v not in seen:
@@ -46,7 +46,7 @@ def version_mismatch(facts: Facts) -> Iterator[Finding]:
     parts = [f"{v} on {', '.join(sorted(set(who))[:4]) or '(unattributed)'}"
              + (f" +{len(set(who)) - 4} more" if len(set(who)) > 4 else "")
              for v, who in sorted(seen.items())]
-    lines = [f"{who[0] if who else '(no host prefix)'}: NCCL version {v}"
+    lines = [raw.get(v) or f"{who[0] if who else '(no host prefix)'}: NCCL version {v}"
              for v, who in sorted(seen.items())]
     if len(releases) > 1:
         sev, what = Severity.CRITICAL, f"{len(releases)} NCCL releases in one job"
@@ -59,7 +59,7 @@ def version_mismatch(facts: Facts) -> Iterator[Finding]:
         "or in collectives, or as wrong results. Run all ranks from one container image or "
         "environment (check LD_LIBRARY_PATH and the framework's bundled NCCL).",
         Action.FIX_SOFTWARE, Blame.JOB, NODE,
-        [evidence(LOG, lines, "the NCCL version each process logged (restated)")])
+        [evidence(LOG, lines, "the version line of one process per version")])
 
 
 # --- init that did not complete -------------------------------------------------------------
@@ -88,7 +88,7 @@ def init_incomplete(facts: Facts) -> Iterator[Finding]:
     step = first_p.last_step or first_p.last_line or "nothing after the start"
     ranks = sorted({c.rank for _, c in stuck if c.rank is not None})
     who = (f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:8]))}"
-           if ranks else _n(len(stuck), "communicator"))
+           if ranks else plural(len(stuck), "communicator"))
     warned = sum(len(p.warns) for p, _ in stuck)
     network = _NETWORK_STEP.search(step) is not None
     why = ("The rank began creating its communicator and never finished; a log cut short "
@@ -98,7 +98,8 @@ def init_incomplete(facts: Facts) -> Iterator[Finding]:
             "or an unreachable HCA path." if network else
             "Look at what the other ranks logged at that time.")
     if warned:
-        why += f" These processes logged {_n(warned, 'WARN')} first: see the other nccl.* findings."
+        why += (f" These processes logged {plural(warned, 'WARN')} first: see the other "
+                "nccl.* findings.")
     lines = []
     for p, c in stuck[:SHOWN]:
         lines.append(c.line)
@@ -252,7 +253,7 @@ def watchdog_timeout(facts: Facts) -> Iterator[Finding]:
         why = ("That rank's CUDA error ended its process; the other ranks timed out waiting "
                "for it. The error names the cause: look for Xids on its GPU.")
     if len(causes) > 1:
-        why += f" {_n(len(causes), 'rank')} reported CUDA errors; the first is shown."
+        why += f" {plural(len(causes), 'rank')} reported CUDA errors; the first is shown."
     yield finding("nccl.watchdog-timeout", sev, title, why + xid_note, action, blame, scope, ev,
                   occurrences=Occurrences(sum(len(g) for g in causes.values())
                                           + sum(len(g) for g in timeouts.values())))

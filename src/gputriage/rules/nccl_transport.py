@@ -17,11 +17,19 @@ from collections.abc import Iterator
 import gputriage.hostfacts.infiniband  # noqa: F401  (registers ib_ports)
 import gputriage.hostfacts.nccl  # noqa: F401  (registers nccl_log, nccl_job)
 from gputriage.facts import Facts
-from gputriage.hostfacts.nccl import NcclJob, env_value, log_lines, process_network, raw_lines
+from gputriage.hostfacts.nccl import (
+    NcclJob,
+    env_value,
+    log_lines,
+    on_sockets,
+    process_network,
+    raw_lines,
+)
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.nccl_model import NET_SOCKET, NcclProcess
 from gputriage.rules import nccl_transport_paths as paths
 from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.nccl_errors import plural as _plural
 from gputriage.rules.nccl_transport_causes import Cause, socket_causes
 
 SRC = "nccl_log"
@@ -30,12 +38,6 @@ VIRTUAL_IFACE = re.compile(
     r"^(?:lo(?::.*)?$|docker|br-|virbr|veth|cni|flannel|cali|tun|tap|wg|tailscale|"
     r"cloudflarewarp|vxlan|cilium|weave|kube-|lxcbr|lxdbr|podman|zt)", re.IGNORECASE)
 IPOIB_IFACE = re.compile(r"^ib[a-z]?\d", re.IGNORECASE)  # ib0, ibs85f0, ibp12s0
-
-
-def _plural(n: int, word: str) -> str:
-    if n == 1:
-        return f"1 {word}"
-    return f"{n} {word}{'es' if word.endswith('s') else 's'}"
 
 
 def _hosts_text(procs: list[NcclProcess]) -> str:
@@ -71,11 +73,6 @@ def _host_rdma(facts: Facts) -> tuple[bool | None, list, bool, list[Evidence]]:
     return True, active, True, ev
 
 
-def _socket_procs(job: NcclJob) -> list[NcclProcess]:
-    return [p for p in job.log.processes if process_network(p) == "Socket"
-            or any(c.family == NET_SOCKET for c in p.channels)]
-
-
 @rule("nccl.socket-transport", requires=("nccl_job",), produces=("nccl.socket-transport",))
 def socket_transport(facts: Facts) -> Iterator[Finding]:
     """NCCL moves inter-node traffic over TCP sockets (NET/Socket) instead of IB/RoCE.
@@ -86,7 +83,7 @@ def socket_transport(facts: Facts) -> Iterator[Finding]:
     warning), nothing (info: expected on plain Ethernet). A single-node job never
     fires: its socket network carries nothing."""
     job: NcclJob = facts.get("nccl_job")
-    procs = _socket_procs(job)
+    procs = [p for p in job.log.processes if on_sockets(p)]
     if not procs or job.multi_node is False:
         return
     has_hcas, active, states_known, host_ev = _host_rdma(facts)
@@ -346,13 +343,15 @@ def gdr_disabled(facts: Facts) -> Iterator[Finding]:
     memory. Three causes: the HCA is too far from the GPU (NCCL's distance
     exceeds its GDR limit); some channels have GDR and others not (a far NIC);
     no GDR support at all (nvidia_peermem not loaded, no DMA-BUF). NET/Socket's
-    own "GDR disabled" lines are normal and ignored.
+    own "GDR disabled" lines are normal and ignored, and so are [send] channels
+    without /GDRDMA next to receives with it (GDR read off, NCCL's default on
+    PCIe platforms before Ampere).
 
-    Distance is blamed on CONFIG, not NODE: nothing on the node is broken, it is
-    how the platform is laid out and which HCA each GPU is given, and the fix is
-    a placement or NCCL setting (NCCL_IB_HCA, rail alignment, NCCL_NET_GDR_LEVEL
-    where the platform allows). Missing peermem is NODE (the host's driver
-    stack, FIX_SOFTWARE)."""
+    Everything is blamed on CONFIG, not NODE: nothing on the node is broken. A
+    distance is how the platform is laid out and which HCA each GPU is given
+    (fix: NCCL_IB_HCA, rail alignment, NCCL_NET_GDR_LEVEL where the platform
+    allows); a missing nvidia_peermem is the host's setup (FIX_CONFIG, as
+    module.peermem-missing says)."""
     yield from paths.gdr_findings(facts)
 
 

@@ -99,23 +99,17 @@ def socket_causes(facts: Facts, procs: list[NcclProcess], host_hcas: bool) -> li
             log_lines(facts, "NET/Plugin", [f"{p.label}: net plugin {p.net_plugin}"], 2)))
     p = first(lambda p: p.ib_no_device)
     if p:
-        if host_hcas:
-            out.append(Cause(
-                "not-exposed", "NET/IB found no device although this host has HCAs",
-                "NCCL looked for IB/RoCE devices and found none, yet this host has HCAs: the "
-                "RDMA devices are not exposed to the job's container (/dev/infiniband not "
-                "mounted, no RDMA device plugin or shared-device resource requested, missing "
-                "IPC_LOCK / memlock limits). Expose them and NCCL will use NET/IB.",
-                Action.FIX_CONFIG, Blame.CONFIG, True,
-                log_lines(facts, "No device found", [f"{p.label}: NET/IB : No device found."],
-                          2)))
-        else:
-            out.append(Cause(
-                "no-device", "no IB/RoCE device was found",
-                "NCCL looked for IB/RoCE devices and found none, so it used TCP sockets. On a "
-                "network without RDMA NICs (plain Ethernet, gVNIC, ENA) this is expected; if "
-                "the nodes do have HCAs, they are not visible inside the job's container.",
-                Action.NONE, Blame.UNKNOWN, False,
-                log_lines(facts, "No device found", [f"{p.label}: NET/IB : No device found."],
-                          2)))
+        lines = log_lines(facts, "No device found", [f"{p.label}: NET/IB : No device found."], 2)
+        out.append(Cause(
+            "not-exposed", "NET/IB found no device although this host has HCAs",
+            "NCCL looked for IB/RoCE devices and found none, yet this host has HCAs: the "
+            "RDMA devices are not exposed to the job's container (/dev/infiniband not "
+            "mounted, no RDMA device plugin or shared-device resource requested, missing "
+            "IPC_LOCK / memlock limits). Expose them and NCCL will use NET/IB.",
+            Action.FIX_CONFIG, Blame.CONFIG, True, lines) if host_hcas else Cause(
+            "no-device", "no IB/RoCE device was found",
+            "NCCL looked for IB/RoCE devices and found none, so it used TCP sockets. On a "
+            "network without RDMA NICs (plain Ethernet, gVNIC, ENA) this is expected; if "
+            "the nodes do have HCAs, they are not visible inside the job's container.",
+            Action.NONE, Blame.UNKNOWN, False, lines))
     return out

@@ -16,10 +16,10 @@ from gputriage.parsers.nccl_model import NET_IB, NET_PLUGIN, P2P, SHM, NcclChann
 from gputriage.parsers.nccl_model import NcclProcess as Proc
 from gputriage.parsers.topo import distance, nvlink_count
 from gputriage.rules.base import evidence, finding, gpu_scope
+from gputriage.rules.modules import PEERMEM_MODULES as PEERMEM
 
 SRC = "nccl_log"
 TOPO = "nvidia_smi_topo"
-PEERMEM = ("nvidia_peermem", "nv_peer_mem")
 # NCCL_P2P_LEVEL values that leave PCIe pairs (or all pairs: LOC, 0) without P2P
 LOW_P2P_LEVELS = ("LOC", "NVL", "PIX", "0", "1")
 
@@ -100,7 +100,12 @@ def gdr_findings(facts: Facts) -> Iterator[Finding]:
             if not g.enabled and g.distance is None and not _is_socket_gdr(p, g)]
     chans = [(p, c) for p in procs for c in _net_channels(p)]
     with_gdr = [(p, c) for p, c in chans if c.gdr]
-    without = [(p, c) for p, c in chans if not c.gdr]
+    gdr_recv = {(p.host, _dev(c)) for p, c in with_gdr if c.direction == "receive"}
+    # a [send] without /GDRDMA on a NIC whose receives have it: GDR read (the NIC reading
+    # GPU memory) is off, NCCL's default on PCIe platforms before Ampere or with
+    # NCCL_NET_GDR_READ=0; the data path itself has GPUDirect
+    without = [(p, c) for p, c in chans if not c.gdr
+               and not (c.direction == "send" and (p.host, _dev(c)) in gdr_recv)]
     if far:
         yield _far_finding(facts, far, without, many)
     elif with_gdr and without:
@@ -135,15 +140,26 @@ def _far_finding(facts: Facts, far: list, without: list, many: bool) -> Finding:
            "from the platform layout (the HCA sits behind another PCIe switch or CPU socket), "
            "not from a fault: give each GPU an HCA under its own switch (NCCL_IB_HCA per rank, "
            "rail-aligned placement), or raise NCCL_NET_GDR_LEVEL only where the platform "
-           "supports peer-to-peer through the CPU root complex.")
+           "supports peer-to-peer through the CPU root complex. The numbers are NCCL's path "
+           "types, from near to far LOC, NVL, PIX, PXB, PHB, SYS (releases number them "
+           "differently); by default anything through the CPU (PHB) or across sockets (SYS) "
+           "is too far.")
+    level = next((env_value(p, "NCCL_NET_GDR_LEVEL") for p, _ in pairs.values()
+                  if env_value(p, "NCCL_NET_GDR_LEVEL")), None)
+    blame = Blame.CONFIG
+    if level:
+        why += (f" The job sets NCCL_NET_GDR_LEVEL={level}: that is the limit here; unset it "
+                "unless the platform needs it.")
+        blame = Blame.JOB
     if notes:
         why += " Host: " + "; ".join(notes) + "."
     buses = {nccl_bus_id(g.gpu) for _, g in pairs.values()}
     scope = gpu_scope(buses.pop()) if len(buses) == 1 and None not in buses else None
     lines = [g.line for _, g in list(pairs.values())[:4]] + [c.line for _, c in without[:2]]
+    lines += log_lines(facts, "NCCL_NET_GDR_LEVEL set by environment", [], 1) if level else []
     kw = {"scope": scope} if scope else {}
     return finding("nccl.gdr-disabled", Severity.WARNING, title, why, Action.FIX_CONFIG,
-                   Blame.CONFIG, evidence=[evidence(SRC, lines)] + host_ev, **kw)
+                   blame, evidence=[evidence(SRC, lines)] + host_ev, **kw)
 
 
 def _mixed_finding(with_gdr: list, without: list, many: bool) -> Finding:
@@ -159,9 +175,9 @@ def _mixed_finding(with_gdr: list, without: list, many: bool) -> Finding:
            "some channels and not on others, the slow ones pace the collective.")
     if same:
         why += (f" GPU {', '.join(same)} uses GPUDirect on {', '.join(good)}, so GPUDirect "
-                f"support is there: {', '.join(bad)} is too far from that GPU (a NIC "
-                "behind the other CPU socket), and its traffic also crosses the inter-socket "
-                "link.")
+                f"support is there: {', '.join(bad)} is too far from that GPU (a NIC behind "
+                "another PCIe switch or the other CPU socket), and its traffic crosses that "
+                "longer path as well.")
     why += (" Give each GPU its near NIC (rail-aligned NCCL_IB_HCA per rank, NCCL_CROSS_NIC=0) "
             "or expect reduced inter-node bandwidth; check nvidia-smi topo -m for where each "
             "NIC sits.")
@@ -197,7 +213,7 @@ def _unsupported_finding(facts: Facts, flat: list, without: list) -> Finding:
                "log shows no DMA-BUF, so the HCA cannot reach GPU memory and every transfer "
                "is staged through host memory. Load it (modprobe nvidia_peermem, and at boot) "
                "or use a driver/kernel/NCCL combination with DMA-BUF.")
-        action, blame = Action.FIX_SOFTWARE, Blame.NODE
+        action, blame = Action.FIX_CONFIG, Blame.CONFIG
         line = next((m.line for name, m in (mods or {}).items() if name == "nvidia"), None)
         host_ev.append(evidence("proc_modules", [line] if line else [],
                                 "no nvidia_peermem (or nv_peer_mem) in the module list"))
@@ -219,7 +235,7 @@ def _unsupported_finding(facts: Facts, flat: list, without: list) -> Finding:
                "usual cause is the nvidia_peermem module not loaded on the host (check "
                "lsmod), less often an HCA too far from the GPU. Transfers are staged through "
                "host memory, costing inter-node bandwidth.")
-        action, blame = Action.FIX_SOFTWARE, Blame.NODE
+        action, blame = Action.FIX_CONFIG, Blame.CONFIG
     title = f"GPUDirect RDMA is off: {reason} ({'; '.join(what)})"
     lines = [g.line for _, g in flat[:3]] + [c.line for _, c in without[:3]]
     lines += log_lines(facts, "NCCL_NET_GDR_LEVEL set by environment", [], 1) if level else []

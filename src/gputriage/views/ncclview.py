@@ -105,8 +105,9 @@ def _group(host: str | None, procs: list[NcclProcess]) -> dict:
         "channels": dict(sorted(families.items())),
         "env": {k: v[0] if len(v) == 1 else v for k, v in sorted(env.items())},
         "warns": sum(len(p.warns) for p in procs),
-        "init_complete": sum(1 for p in procs for c in p.comms if c.init_complete),
-        "comms": len({(c.comm, c.rank) for p in procs for c in p.comms}),
+        "init_complete": len({(p.pid, c.comm, c.rank) for p in procs for c in p.comms
+                              if c.init_complete}),
+        "comms": len({(p.pid, c.comm, c.rank) for p in procs for c in p.comms}),
     }
 
 

@@ -1,0 +1,131 @@
+"""What an IB completion error asks the on-call to do: the fabric it ran over (RoCE
+or InfiniBand), the host facts that bear on it, and the action and blame per
+``ibv_wc_status``. Used by rule ``nccl.ib-completion-error`` in
+:mod:`gputriage.rules.nccl_errors`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from gputriage.facts import Facts
+from gputriage.model import Action, Blame, Evidence
+from gputriage.rules.base import evidence
+from gputriage.rules.modules import PEERMEM_MODULES
+
+if TYPE_CHECKING:
+    from gputriage.rules.nccl_errors import Completion
+
+__all__ = ["advice", "roce_path"]
+
+_GID = re.compile(r"(?:localGid|remoteGids?)\s*([0-9a-fA-F:.]+)")
+
+
+def roce_path(comps: list[Completion], facts: Facts) -> bool | None:
+    """Whether the errors ran over RoCE (True) or InfiniBand (False); None: cannot tell.
+    RoCE GIDs are made from IP addresses (``::ffff:10.0.0.1``, a global IPv6 address);
+    InfiniBand GIDs start with the subnet prefix, ``fe80::`` unless the site changed it."""
+    devs = [d for c in comps for d in c.proc.ib_devices]
+    gids = [g.lower() for c in comps for g in _GID.findall(c.warn.line)]
+    if any("/RoCE" in d for d in devs) or any("::ffff:" in g for g in gids):
+        return True
+    if any(d.endswith("/IB") or "/IB/" in d for d in devs) or \
+            any("%ib" in (c.peer or "") for c in comps):  # peer address on an IPoIB interface
+        return False
+    if gids and not any(g.startswith("fe80:") for g in gids):
+        return True
+    layers = {(p.link_layer or "").lower() for p in facts.maybe("ib_ports") or []}
+    if layers in ({"ethernet"}, {"infiniband"}):
+        return layers == {"ethernet"}
+    return None
+
+
+def _gdr_hints(facts: Facts, comps: list[Completion]) -> tuple[list[str], list[Evidence]]:
+    """What this host's facts and the log say about GPUDirect memory registration."""
+    hints: list[str] = []
+    ev: list[Evidence] = []
+    mods = facts.maybe("modules")
+    if mods is not None:
+        peer = [m for name, m in mods.items() if name in PEERMEM_MODULES]
+        if not peer:
+            hints.append("nvidia_peermem is not loaded on this host")
+            ev.append(evidence("proc_modules", [], "no nvidia_peermem / nv_peer_mem loaded"))
+        else:
+            ev.append(evidence("proc_modules", [peer[0].line], "peer-memory module loaded"))
+    if any(c.proc.dmabuf for c in comps):
+        hints.append("the log shows DMA-BUF in use")
+    cmd = facts.maybe("host_cmdline")
+    if cmd is not None:
+        from gputriage.rules.hostcfg import _iommu_state
+
+        on, pt = _iommu_state(cmd)
+        if on and not pt:
+            hints.append("the IOMMU translates DMA (no iommu=pt on the kernel command line)")
+            ev.append(evidence("host_cmdline", [cmd.text.strip()], "IOMMU on without pt"))
+    return hints, ev
+
+
+def _fabric(roce: bool | None) -> str:
+    if roce:
+        return "the RoCE path (switch port, cable, PFC/ECN settings of the lossless traffic class)"
+    if roce is False:
+        return "the InfiniBand path (cable, transceiver, switch port)"
+    return "the IB/RoCE path (cable, transceiver, switch port; on RoCE also PFC/ECN)"
+
+
+def _retry_advice(roce: bool | None, facts: Facts,
+                  comps: list[Completion]) -> tuple[Action, Blame, str, str, list[Evidence]]:
+    """Retry exceeded (12): a dead peer and a broken path look the same from this side.
+    The node is blamed only where the errors point at it: this host's own HCA port is
+    down, or one host lost several different peers at once."""
+    fabric = _fabric(roce)
+    context = "The HCA retried a send until the retry counter ran out: the peer did not answer."
+    hosts = {c.proc.host or "(no host prefix)" for c in comps}
+    peers = sorted({c.peer for c in comps if c.peer})
+    down = [p for p in facts.maybe("ib_ports") or [] if p.is_down]
+    if down:
+        keys = ", ".join(p.key for p in down[:4])
+        return (Action.DRAIN_AND_REPAIR, Blame.NODE, context,
+                f"This host's HCA port(s) {keys} are not active (see ib.port-not-active): its "
+                f"own link is the suspect. Drain the node and repair {fabric}.",
+                [evidence(p.source, p.lines[:3]) for p in down[:2]])
+    if len(hosts) == 1 and len(peers) > 1:
+        return (Action.DRAIN_AND_REPAIR, Blame.NODE, context,
+                f"One host lost {len(peers)} different peers, so the element they share is "
+                f"this host's HCA and its link: check {fabric} on this host and its port "
+                "counters (link_downed, symbol errors); drain it if they confirm.", [])
+    todo = ("A dead peer and a broken path look the same from this side: first check whether "
+            "that peer's process or node died before this error (its log, its kernel log). "
+            f"If it was alive, the fault is {fabric} between the two HCAs: read the port "
+            "counters (link_downed, symbol errors) on both ends and the switch ports. If the "
+            "same host or peer fails again, drain it.")
+    if len(hosts) > 1 and len(peers) == 1:
+        todo = (f"Every host lost the same peer {peers[0]}: that node, its process or its link "
+                f"failed first. Look at its log and its HCA port, and at {fabric} towards it.")
+    return Action.RESTART_JOB, Blame.UNKNOWN, context, todo, []
+
+
+def advice(status: int, roce: bool | None, facts: Facts,
+            comps: list[Completion]) -> tuple[Action, Blame, str, str, list[Evidence]]:
+    """(action, blame, what the status means when the table has no wording, what to do,
+    host evidence) for a root-cause completion status."""
+    if status == 12:
+        return _retry_advice(roce, facts, comps)
+    if status in (4, 10):
+        hints, ev = _gdr_hints(facts, comps)
+        side = "local" if status == 4 else "remote"
+        todo = ("Disable ACS on the PCIe switches, use iommu=pt, and check nvidia-peermem "
+                "(or DMA-BUF: NCCL_DMABUF_ENABLE) on every node.")
+        if hints:
+            todo += " Here: " + "; ".join(hints) + "."
+        return (Action.FIX_CONFIG, Blame.CONFIG,
+                f"The HCA was refused access to {side} memory: with GPUDirect RDMA, GPU memory "
+                "the NIC cannot reach (PCIe ACS or the IOMMU blocking peer-to-peer, or a "
+                "broken nvidia-peermem / DMA-BUF registration).", todo, ev)
+    if status == 13:
+        return (Action.RESTART_JOB, Blame.UNKNOWN,
+                "The peer stopped posting receives (receiver-not-ready retries ran out).",
+                "The peer process is stuck or gone: look at that rank's log first.", [])
+    return (Action.RESTART_JOB, Blame.UNKNOWN, "The communicator failed on this error.",
+            "The remaining ranks abort or hang; look at the HCA ports and the peer's log.", [])
