@@ -686,12 +686,9 @@ def test_a_worker_that_dies_is_reported_not_waited_for():
     assert got == [0, 1, 2]
 
 
-def test_a_file_cut_short_under_the_workers_falls_back_to_reading_it_here(monkeypatch,
-                                                                          tmp_path):
-    """A worker that dies on a block (SIGBUS when a mapped file shrinks) is not fatal:
-    the file is read again in this process."""
-    import gputriage.logscan.search as search
-
+def _small_blocks_in_workers(monkeypatch, tmp_path) -> tuple[Path, list[tuple]]:
+    """A log, its events read here, and the scanner set to search it in 4 KiB blocks
+    by two forked workers."""
     path = tmp_path / "k.log"
     path.write_bytes((FIX / "all-kinds-short-iso.log").read_bytes() * 40)
     expected = _events(scan_paths([str(path)], now=NOW))
@@ -699,6 +696,16 @@ def test_a_file_cut_short_under_the_workers_falls_back_to_reading_it_here(monkey
     monkeypatch.setattr(logscan, "_workers", lambda: 2)
     monkeypatch.setattr(logscan, "PROCESS_MIN", 0)
     monkeypatch.setattr(logscan, "BLOCK", 4096)
+    return path, expected
+
+
+def test_a_file_cut_short_under_the_workers_falls_back_to_reading_it_here(monkeypatch,
+                                                                          tmp_path):
+    """A worker that dies on a block (SIGBUS when a mapped file shrinks) is not fatal:
+    the file is read again in this process."""
+    import gputriage.logscan.search as search
+
+    path, expected = _small_blocks_in_workers(monkeypatch, tmp_path)
     real = search._block_task
 
     def dying(path: str, index: int, **kw):
@@ -713,13 +720,7 @@ def test_a_file_cut_short_under_the_workers_falls_back_to_reading_it_here(monkey
 def test_a_fork_that_fails_is_a_dead_worker_not_a_read_error(monkeypatch, tmp_path):
     """No process can be started (EAGAIN): the file is read here, whole, and no
     'read error' is reported."""
-    path = tmp_path / "k.log"
-    path.write_bytes((FIX / "all-kinds-short-iso.log").read_bytes() * 40)
-    expected = _events(scan_paths([str(path)], now=NOW))
-    _allow_fork(monkeypatch)
-    monkeypatch.setattr(logscan, "_workers", lambda: 2)
-    monkeypatch.setattr(logscan, "PROCESS_MIN", 0)
-    monkeypatch.setattr(logscan, "BLOCK", 4096)
+    path, expected = _small_blocks_in_workers(monkeypatch, tmp_path)
 
     def no_fork() -> int:
         raise BlockingIOError(11, "Resource temporarily unavailable")
