@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gputriage
-from gputriage import snapshot, sources
+from gputriage import snapshot_writer, sources
 from gputriage.collect import readers
 from gputriage.collect.host import Host
 from gputriage.sources import Source
@@ -125,20 +125,20 @@ def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None =
         if job.result is None:
             detail = ("global deadline reached" if job.started_at
                       else "global deadline reached before it could start")
-            records[name] = snapshot.source_record(
+            records[name] = snapshot_writer.source_record(
                 name, rc=None, duration_s=time.monotonic() - (job.started_at or start),
                 error="timeout", error_detail=detail, with_file=False)
             continue
         data, fields = job.result
         argv = fields.pop("argv", None)
-        rec = snapshot.source_record(name, argv=argv, with_file=data is not None,
+        rec = snapshot_writer.source_record(name, argv=argv, with_file=data is not None,
                                      nbytes=len(data or b""), duration_s=job.duration)
         rec.update(fields)
         records[name] = rec
         if data is not None:
             payloads[name] = data
     _mark_not_applicable(records, payloads.get("pci_devices"))
-    manifest = snapshot.new_manifest(
+    manifest = snapshot_writer.new_manifest(
         host=_text(payloads.get("hostname")) or socket.gethostname(),
         created=host.now().isoformat(timespec="seconds"),
         boot_id=_text(payloads.get("boot_id")),
@@ -148,7 +148,7 @@ def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None =
                              "duration_s": round(time.monotonic() - start, 3)}},
     )
     manifest["sources"] = records
-    return snapshot.write_snapshot(out, manifest, payloads)
+    return snapshot_writer.write_snapshot(out, manifest, payloads)
 
 
 def _hardware(pci_tree: bytes | None) -> set[str] | None:

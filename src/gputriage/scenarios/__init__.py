@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gputriage
-from gputriage import snapshot
+from gputriage import snapshot_writer
 from gputriage.scenarios.catalog import CATALOG, Entry
 from gputriage.scenarios.model import Host
 from gputriage.scenarios.render import Rendered, render_all
@@ -80,15 +80,15 @@ def build_scenario(name: str, out: str | os.PathLike, created: str | None = None
 def write_host(host: Host, out: str | os.PathLike, created: str | None = None,
                scenario: str | None = None) -> Path:
     """Render ``host`` and write it as a snapshot (absent sources get a record, no file)."""
-    manifest = snapshot.new_manifest(
+    manifest = snapshot_writer.new_manifest(
         host=host.hostname, created=created or host.now.isoformat(),
         boot_id=host.boot_id, tool_version=gputriage.__version__,
         extra={"scenario": scenario} if scenario else None)
     payloads: dict[str, bytes] = {}
     for source, r in render_all(host).items():
-        manifest["sources"][source] = snapshot.source_record(
+        manifest["sources"][source] = snapshot_writer.source_record(
             source, rc=r.rc, nbytes=len(r.data or b""), error=r.error,
             error_detail=r.error_detail, with_file=r.data is not None)
         if r.data is not None:
             payloads[source] = r.data
-    return snapshot.write_snapshot(out, manifest, payloads)
+    return snapshot_writer.write_snapshot(out, manifest, payloads)
