@@ -30,17 +30,42 @@ def error_kind(exc: OSError) -> str:
     return "failed"
 
 
+class NotRegularFile(OSError):
+    """A collected path that is a FIFO, device or socket: never read (a FIFO blocks)."""
+
+
 def read_capped(path: Path, cap: int) -> tuple[bytes, bool]:
-    """Read a file keeping at most ``cap`` bytes of its tail (procfs reports size 0)."""
-    with path.open("rb") as fh:
+    """Read a regular file keeping at most ``cap`` bytes of its tail.
+
+    Opened non-blocking, so a FIFO planted where a file is expected cannot stall a
+    collector thread, and refused unless it is a regular file. A file with a known
+    size is read from its last ``cap`` bytes; procfs and sysfs report size 0 and are
+    read to the end (they are small)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"not a regular file ({_kind(st.st_mode)})")
+        skipped = st.st_size > cap
+        if skipped:
+            fh.seek(st.st_size - cap)
         data = bytearray()
-        truncated = False
+        truncated = skipped
         while chunk := fh.read(64 * 1024):
             data += chunk
             if len(data) > cap:
                 del data[: len(data) - cap]
                 truncated = True
         return bytes(data), truncated
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a file"
 
 
 def read_file(root: Path, spec: Source) -> tuple[bytes | None, dict]:
