@@ -1,8 +1,10 @@
 """Read NVML through nvidia-ml-py and print one JSON document.
 
-Run as a child process (``python -m gputriage.collect.nvml_probe``) so that
-the collector can kill it when a wedged driver makes NVML hang. An init
-failure is data: its error text and code go into the document.
+Run as a child process (``python -I .../nvml_probe.py``, see
+``LiveHost.nvml_argv``) so that the collector can kill it when a wedged driver
+makes NVML hang. An init failure is data: its error text and code go into the
+document. It runs as a plain file in isolated mode, so it imports only the
+standard library and nvidia-ml-py, never gputriage itself.
 """
 
 from __future__ import annotations
