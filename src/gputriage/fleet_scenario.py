@@ -122,24 +122,31 @@ def demo_results(nodes: int = NODES) -> Iterator[tuple[str, dict]]:
 
 
 def write_demo(out_dir: str | os.PathLike, *, nodes: int = NODES,
-               snapshots: bool = False) -> list[Path]:
-    """Write the demo fleet under ``out_dir`` (created): one ``HOST.json`` result
-    per node, or one snapshot directory per node with ``snapshots=True``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    if snapshots:
-        from gputriage.scenarios import write_host
+               snapshots: bool = False, force: bool = False) -> list[Path]:
+    """Write the demo fleet as the new directory ``out_dir``: one ``HOST.json``
+    result per node, or one snapshot directory per node with ``snapshots=True``.
+    An existing non-empty ``out_dir`` is refused unless ``force``; a ``.tar.gz``
+    name is refused (the demo is a directory)."""
+    from gputriage.snapshot_writer import OutputError, output_kind, staged_directory, write_new
 
-        for i, node in enumerate(demo_plan(nodes)):
-            host = _host_model(node)
-            host.hostname = node.hostname  # type: ignore[attr-defined]
-            host.boot_id = _node_uuid(node.hostname, "boot")  # type: ignore[attr-defined]
-            host.now = CREATED + timedelta(seconds=7 * i)  # type: ignore[attr-defined]
-            written.append(write_host(host, out / node.hostname, scenario="fleet-demo"))
-        return written
-    for hostname, doc in demo_results(nodes):
-        path = out / f"{hostname}.json"
-        path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        written.append(path)
-    return written
+    out = Path(out_dir)
+    if output_kind(out) != "dir":
+        raise OutputError(f"{out}: the fleet demo is a directory of {nodes} node results; "
+                          "give a directory name, not a .tar.gz")
+    names: list[str] = []
+    with staged_directory(out, force) as tmp:
+        if snapshots:
+            from gputriage.scenarios import write_host
+
+            for i, node in enumerate(demo_plan(nodes)):
+                host = _host_model(node)
+                host.hostname = node.hostname  # type: ignore[attr-defined]
+                host.boot_id = _node_uuid(node.hostname, "boot")  # type: ignore[attr-defined]
+                host.now = CREATED + timedelta(seconds=7 * i)  # type: ignore[attr-defined]
+                names.append(write_host(host, tmp / node.hostname, scenario="fleet-demo").name)
+        else:
+            for hostname, doc in demo_results(nodes):
+                write_new(tmp / f"{hostname}.json",
+                          (json.dumps(doc, indent=2) + "\n").encode("utf-8"))
+                names.append(f"{hostname}.json")
+    return [out / name for name in names]

@@ -1,16 +1,51 @@
 """Writing snapshots: the manifest records and the payloads of a collection (or a
-scenario) written to a directory or a ``.tar.gz`` (read back by :mod:`gputriage.snapshot`)."""
+scenario) written to a directory or a ``.tar.gz`` (read back by :mod:`gputriage.snapshot`).
+
+The writer runs as root on hosts where others may plant files, so an output is
+never opened in place: it is built in a private temporary (``mkstemp`` /
+``mkdtemp``: created exclusively, 0o600 / 0o700) next to the destination, its
+files created with ``O_CREAT|O_EXCL|O_NOFOLLOW``, then renamed into place. An
+existing output is refused unless ``force``; the temporary is removed on any
+failure. Snapshots hold kernel logs and configuration: they are not
+world-readable (files 0o600, directories 0o700).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import json
 import os
+import shutil
+import stat
 import tarfile
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
 
 from gputriage import sources
 from gputriage.snapshot import MANIFEST, SNAPSHOT_SCHEMA
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gputriage.redact import Redactor
+
+TARBALL_SUFFIXES = (".tar.gz", ".tgz")
+# names that look like an archive the writer does not make
+_OTHER_ARCHIVES = (".zip", ".tar", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tbz", ".tar.zst",
+                   ".gz", ".xz", ".bz2", ".zst", ".7z", ".rar")
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+class OutputError(click.ClickException):
+    """An output path the writer refuses (exit 64, one line)."""
+
+    exit_code = 64
 
 
 def new_manifest(host: str, created: str, boot_id: str | None, tool_version: str,
@@ -48,34 +83,182 @@ def source_record(name: str, *, rc: int | None = 0, duration_s: float = 0.0,
     }
 
 
-def write_snapshot(out: str | os.PathLike, manifest: dict,
-                   payloads: dict[str, bytes]) -> Path:
-    """Write payloads (by source name) and the manifest; a ``.tar.gz`` path
-    gives a tarball. The manifest is written last, atomically, with
-    ``complete: true``: a half-written snapshot is recognisable as such."""
+def output_kind(out: str | os.PathLike) -> str:
+    """``"tar"`` for a ``.tar.gz``/``.tgz`` name, ``"dir"`` otherwise; OutputError for
+    a name that looks like another kind of archive (``x.zip``)."""
+    name = Path(out).name.lower()
+    if name.endswith(TARBALL_SUFFIXES):
+        return "tar"
+    if name.endswith(_OTHER_ARCHIVES):
+        raise OutputError(f"{out}: gputriage writes a directory or a .tar.gz/.tgz, "
+                          "not this kind of archive")
+    if not name or name in (".", ".."):
+        raise OutputError(f"{out}: name a new directory or FILE.tar.gz")
+    return "dir"
+
+
+def check_output(out: str | os.PathLike, force: bool = False) -> str:
+    """Validate an output path before any work is done: its kind (see
+    :func:`output_kind`), and OutputError when something is already there
+    (unless ``force``). Returns the kind."""
+    kind = output_kind(out)
+    if not force and _occupied(Path(out)):
+        raise OutputError(f"{out} already exists (use --force to replace it)")
+    return kind
+
+
+def _occupied(path: Path) -> bool:
+    """Whether ``path`` holds something an output would destroy: anything but
+    nothing, an empty regular file or an empty directory (links count)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISREG(st.st_mode):
+        return st.st_size > 0
+    if stat.S_ISDIR(st.st_mode):
+        with os.scandir(path) as entries:
+            return any(True for _ in entries)
+    return True
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """Create ``path`` (never an existing one, never through a link) and write ``data``."""
+    fd = os.open(path, _NEW_FILE, FILE_MODE)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+@contextlib.contextmanager
+def staged_directory(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
+    """A private empty directory next to ``out``; moved into place when the block
+    ends, removed when it raises (anything, KeyboardInterrupt included)."""
     out = Path(out)
+    check_output(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent))
+    try:
+        yield tmp
+        _install(tmp, out, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def staged_file(out: str | os.PathLike, force: bool = False) -> Iterator[io.BufferedWriter]:
+    """A private new file next to ``out`` (0o600), open for writing; renamed into
+    place when the block ends, removed when it raises."""
+    out = Path(out)
+    check_output(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent)
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+        _install(tmp, out, force)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def _install(tmp: Path, out: Path, force: bool) -> None:
+    """Move the finished temporary ``tmp`` to ``out``: into a free place without
+    replacing anything that appeared meanwhile; over an existing output only with
+    ``force``, and then never through a link (rename replaces the link itself)."""
+    if not _occupied(out):
+        try:
+            _rename_no_replace(tmp, out)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                raise
+    if not force:
+        raise OutputError(f"{out} already exists (use --force to replace it)")
+    if tmp.is_dir() or (out.is_dir() and not out.is_symlink()):
+        _swap(tmp, out)
+    else:
+        os.replace(tmp, out)
+
+
+def _rename_no_replace(tmp: Path, out: Path) -> None:
+    """Rename that fails (EEXIST) rather than replace a non-empty thing at ``out``:
+    a file goes in by hard link (atomic, never replaces); a directory's rename only
+    replaces an empty directory."""
+    if tmp.is_dir():
+        os.rename(tmp, out)
+        return
+    if os.path.lexists(out):  # an empty regular file (checked by the caller)
+        os.replace(tmp, out)
+        return
+    try:
+        os.link(tmp, out, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno == errno.EEXIST:
+            raise
+        os.rename(tmp, out)  # a file system without hard links
+        return
+    tmp.unlink()
+
+
+def _swap(tmp: Path, out: Path) -> None:
+    """Put ``tmp`` where ``out`` is: the old one is moved aside, then removed
+    without following any link inside it."""
+    aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+    os.rename(out, aside / "old")
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        os.rename(aside / "old", out)
+        aside.rmdir()
+        raise
+    _remove_tree(aside)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a directory tree we own. ``shutil.rmtree`` works on file descriptors
+    on Linux (``rmtree.avoids_symlink_attacks``): links inside are unlinked, never
+    followed."""
+    try:
+        shutil.rmtree(path)
+    except OSError as exc:
+        raise OutputError(f"the old output was moved to {path} and could not be removed: "
+                          f"{exc.strerror or exc}") from None
+
+
+def write_snapshot(out: str | os.PathLike, manifest: dict, payloads: dict[str, bytes], *,
+                   force: bool = False, redactor: Redactor | None = None) -> Path:
+    """Write payloads (by source name) and the manifest; a ``.tar.gz``/``.tgz``
+    path gives a tarball, any other name a directory. The manifest is written last
+    with ``complete: true``. ``redactor`` rewrites identities first
+    (:mod:`gputriage.redact`)."""
+    out = Path(out)
+    kind = check_output(out, force)
+    if redactor is not None:
+        manifest, payloads = redactor.snapshot(manifest, payloads)
     manifest = {**manifest, "complete": True}
     body = json.dumps(manifest, indent=2, sort_keys=True).encode()
-    if out.name.endswith((".tar.gz", ".tgz")):
-        top = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
-        tmp = out.with_name(out.name + ".part")
-        with tarfile.open(tmp, "w:gz") as tar:
+    if kind == "tar":
+        top = out.name
+        for suffix in TARBALL_SUFFIXES:
+            top = top.removesuffix(suffix)
+        with staged_file(out, force) as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
             for name, data in payloads.items():
                 _add_member(tar, f"{top}/{sources.get(name).filename}", data)
             _add_member(tar, f"{top}/{MANIFEST}", body)
-        os.replace(tmp, out)
         return out
-    (out / "sources").mkdir(parents=True, exist_ok=True)
-    for name, data in payloads.items():
-        (out / sources.get(name).filename).write_bytes(data)
-    tmp = out / (MANIFEST + ".part")
-    tmp.write_bytes(body)
-    os.replace(tmp, out / MANIFEST)
+    with staged_directory(out, force) as tmp:
+        (tmp / "sources").mkdir(mode=DIR_MODE)
+        for name, data in payloads.items():
+            write_new(tmp / sources.get(name).filename, data)
+        write_new(tmp / MANIFEST, body)
     return out
 
 
 def _add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)
-    info.mode = 0o644
+    info.mode = FILE_MODE
     tar.addfile(info, io.BytesIO(data))

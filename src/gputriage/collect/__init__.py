@@ -20,6 +20,7 @@ import gputriage
 from gputriage import snapshot_writer, sources
 from gputriage.collect import readers
 from gputriage.collect.host import Host
+from gputriage.redact import Redactor
 from gputriage.sources import Source
 
 DEFAULT_DEADLINE_S = 90.0
@@ -31,6 +32,8 @@ class CollectOptions:
     timeout_s: float | None = None  # per-command override
     deadline_s: float = DEFAULT_DEADLINE_S
     only: tuple[str, ...] = ()  # source names; empty = all collectable
+    force: bool = False  # replace an existing output
+    redact: bool = False  # replace identities (gputriage.redact) before writing
 
 
 def _collect_command(host: Host, spec: Source, timeout_s: float) -> tuple[bytes | None, dict]:
@@ -106,6 +109,7 @@ class _Job(threading.Thread):
 def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None = None) -> Path:
     """Capture the host into a snapshot directory or ``.tar.gz``."""
     opts = options or CollectOptions()
+    snapshot_writer.check_output(out, opts.force)  # fail before collecting, not after
     specs = [s for s in sources.SOURCES if s.collect and (not opts.only or s.name in opts.only)]
     start = time.monotonic()
     deadline = start + opts.deadline_s
@@ -148,7 +152,22 @@ def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None =
                              "duration_s": round(time.monotonic() - start, 3)}},
     )
     manifest["sources"] = records
-    return snapshot_writer.write_snapshot(out, manifest, payloads)
+    redactor = _redactor(manifest["host"]) if opts.redact else None
+    return snapshot_writer.write_snapshot(out, manifest, payloads, force=opts.force,
+                                          redactor=redactor)
+
+
+def _redactor(host: str) -> Redactor:
+    """A redactor that knows the snapshot's host name (``host-1``), this machine's
+    and the collecting user's (no DNS lookup for the FQDN: it could hang)."""
+    users = [os.environ.get(v) or "" for v in ("SUDO_USER", "USER", "LOGNAME")]
+    try:
+        import pwd
+
+        users.append(pwd.getpwuid(os.geteuid()).pw_name)
+    except (ImportError, KeyError, AttributeError):
+        pass
+    return Redactor(hostnames=[host, socket.gethostname()], users=users)
 
 
 def _hardware(pci_tree: bytes | None) -> set[str] | None:

@@ -20,14 +20,25 @@ from gputriage.commands.common import (
     _window,
 )
 
+_force_opt = click.option("--force", is_flag=True,
+                          help="Replace an existing output (refused otherwise).")
+_redact_opt = click.option(
+    "--redact", is_flag=True,
+    help="Replace host names, IP and MAC addresses, serial numbers, GPU UUIDs and user "
+         "names with consistent tokens (the analysis stays the same) before writing.")
+
 
 @click.command()
-@click.option("-o", "--output", type=click.Path(dir_okay=True, writable=True),
-              help="Snapshot directory or FILE.tar.gz (default: "
-                   "gputriage-HOST-TIME.tar.gz here).")
+@click.option("-o", "--output", type=click.Path(),
+              help="Snapshot directory, or FILE.tar.gz / FILE.tgz (default: "
+                   "gputriage-HOST-TIME.tar.gz here). Written 0600/0700: it holds the "
+                   "kernel log and configuration.")
+@_force_opt
+@_redact_opt
 @_timeout_opt
 @_deadline_opt
-def collect(output: str | None, timeout: float | None, deadline: float) -> None:
+def collect(output: str | None, force: bool, redact: bool, timeout: float | None,
+            deadline: float) -> None:
     """Capture this host into a snapshot (read-only; every command bounded)."""
     from gputriage.collect import CollectOptions
     from gputriage.collect import collect as do_collect
@@ -38,8 +49,10 @@ def collect(output: str | None, timeout: float | None, deadline: float) -> None:
         import socket
 
         stamp = host.now().strftime("%Y%m%dT%H%M%SZ")
-        output = f"gputriage-{socket.gethostname()}-{stamp}.tar.gz"
-    path = do_collect(host, output, CollectOptions(timeout_s=timeout, deadline_s=deadline))
+        name = "redacted" if redact else socket.gethostname()
+        output = f"gputriage-{name}-{stamp}.tar.gz"
+    opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, force=force, redact=redact)
+    path = do_collect(host, output, opts)
     env.stderr.write(f"snapshot written to {path}\n")
 
 
@@ -49,8 +62,10 @@ def collect(output: str | None, timeout: float | None, deadline: float) -> None:
 @_verbose_opt
 @_timeout_opt
 @_deadline_opt
-@click.option("--keep", type=click.Path(file_okay=True), default=None,
-              help="Also keep the snapshot (directory or .tar.gz) for later.")
+@click.option("--keep", type=click.Path(), default=None,
+              help="Also keep the snapshot (directory, or FILE.tar.gz / FILE.tgz) for later.")
+@_force_opt
+@_redact_opt
 @_since_opt
 @_boot_opt
 @click.option("--state-dir", type=click.Path(), default=None, help=_state_dir_help)
@@ -60,13 +75,15 @@ def collect(output: str | None, timeout: float | None, deadline: float) -> None:
 @click.option("--history-days", type=click.FloatRange(min=0), default=90.0,
               show_default=True, help="Keep history entries younger than DAYS.")
 def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: float | None,
-          deadline: float, keep: str | None, since: str | None, boot: str | None,
-          **hist: Any) -> None:
+          deadline: float, keep: str | None, force: bool, redact: bool, since: str | None,
+          boot: str | None, **hist: Any) -> None:
     """Collect this host into a temporary snapshot, analyse it, report.
 
     JOB_OUTPUT: what a job on this host printed (its NCCL_DEBUG=INFO log, an nccl-tests
     output, or anything analyze reads), judged together with the host's facts; a check
-    given job outputs is not recorded in the history (it is about one job)."""
+    given job outputs is not recorded in the history (it is about one job). With --redact
+    the snapshot, and so the report, names no host, address, serial, UUID or user, and the
+    check is not recorded in the history either."""
     import tempfile
 
     from gputriage.collect import CollectOptions
@@ -76,19 +93,23 @@ def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: f
 
     env = _env()
     window = _window(since, boot)
+    if keep is not None:
+        from gputriage.snapshot_writer import check_output
+
+        check_output(keep, force)  # a bad --keep fails now, not after collecting
     extra = None
     if job_outputs:
         from gputriage.ingest import load_inputs
 
         extra = load_inputs(list(job_outputs))  # before collecting: a bad path fails fast
-    opts = CollectOptions(timeout_s=timeout, deadline_s=deadline)
+    opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, force=force, redact=redact)
     with tempfile.TemporaryDirectory(prefix="gputriage-") as tmp:
         path = do_collect(env.live_host(), keep or f"{tmp}/snapshot", opts)
         snapshot = Snapshot.load(path)
         if extra is not None:
             snapshot.merge(extra)
         result = analyze(snapshot, window)
-    if extra is None:
+    if extra is None and not redact:  # tokens would read as changes against the history
         _record_history(result, **hist)
     _report(result, as_json, verbose)
 
@@ -100,13 +121,17 @@ def _record_history(result: Any, state_dir: str | None, no_history: bool,
     if no_history:
         return
     env = _env()
+    notices: list[str] = []  # recorded, but worth a line (e.g. a corrupt file moved aside)
     try:
         from gputriage.history import Retention, default_state_dir, record_check
 
         problems = record_check(state_dir or default_state_dir(), result,
-                                env.live_host().now(), Retention(history_keep, history_days))
+                                env.live_host().now(), Retention(history_keep, history_days),
+                                notices=notices)
     except Exception as exc:  # noqa: BLE001 - history never fails the check
         problems = [f"{type(exc).__name__}: {exc}"]
+    for notice in notices:
+        env.stderr.write(f"gputriage: history: {notice}\n")
     for problem in problems:
         env.stderr.write(f"gputriage: history not recorded: {problem}\n")
 

@@ -29,15 +29,17 @@ def scenario_list() -> None:
 @scenario.command("build")
 @click.argument("name")
 @click.option("-o", "--output", required=True, type=click.Path(),
-              help="Snapshot directory or FILE.tar.gz to write.")
-def scenario_build(name: str, output: str) -> None:
+              help="Snapshot directory, or FILE.tar.gz / FILE.tgz, to write (for "
+                   f"{FLEET_SCENARIO}: a directory).")
+@click.option("--force", is_flag=True, help="Replace an existing output (refused otherwise).")
+def scenario_build(name: str, output: str, force: bool) -> None:
     """Write the snapshot of scenario NAME; then run: gputriage analyze OUTPUT."""
     from gputriage.scenarios import build_scenario, get_scenario
 
     if name == FLEET_SCENARIO:
         from gputriage.fleet_scenario import write_demo
 
-        written = write_demo(output)
+        written = write_demo(output, force=force)
         _env().stderr.write(f"scenario {name}: {len(written)} node results written to {output}; "
                             f"then run: gputriage fleet {output}\n")
         return
@@ -45,5 +47,5 @@ def scenario_build(name: str, output: str) -> None:
         get_scenario(name)
     except KeyError as exc:
         raise click.UsageError(str(exc.args[0]) if exc.args else str(exc)) from None
-    path = build_scenario(name, output)
+    path = build_scenario(name, output, force=force)
     _env().stderr.write(f"scenario {name} written to {path}\n")

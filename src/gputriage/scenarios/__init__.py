@@ -71,14 +71,17 @@ def get_scenario(name: str) -> Scenario:
         raise KeyError(f"unknown scenario {name!r}; known scenarios: {known}") from None
 
 
-def build_scenario(name: str, out: str | os.PathLike, created: str | None = None) -> Path:
+def build_scenario(name: str, out: str | os.PathLike, created: str | None = None,
+                   force: bool = False) -> Path:
     """Write scenario ``name`` as a snapshot directory, or a tarball when ``out``
-    ends in ``.tar.gz``/``.tgz``; returns the path written."""
-    return write_host(get_scenario(name).host(), out, created=created, scenario=name)
+    ends in ``.tar.gz``/``.tgz``; returns the path written. An existing output is
+    refused unless ``force``."""
+    return write_host(get_scenario(name).host(), out, created=created, scenario=name,
+                      force=force)
 
 
 def write_host(host: Host, out: str | os.PathLike, created: str | None = None,
-               scenario: str | None = None) -> Path:
+               scenario: str | None = None, force: bool = False) -> Path:
     """Render ``host`` and write it as a snapshot (absent sources get a record, no file)."""
     manifest = snapshot_writer.new_manifest(
         host=host.hostname, created=created or host.now.isoformat(),
@@ -91,4 +94,4 @@ def write_host(host: Host, out: str | os.PathLike, created: str | None = None,
             error_detail=r.error_detail, with_file=r.data is not None)
         if r.data is not None:
             payloads[source] = r.data
-    return snapshot_writer.write_snapshot(out, manifest, payloads)
+    return snapshot_writer.write_snapshot(out, manifest, payloads, force=force)
