@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from gputriage import history
 from gputriage.cli import EXIT_INPUT, Environment, main
 from gputriage.history import (
-    HistoryError,
     Retention,
     changes,
     db_path,
@@ -257,14 +256,20 @@ def _check_survives(tmp_path: Path, state: Path) -> str:
     return err
 
 
-def test_corrupt_database_does_not_fail_the_check(tmp_path):
+def test_corrupt_database_is_moved_aside_and_the_check_recorded(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
-    db_path(state).write_bytes(os.urandom(64) + b"garbage" * 1000)
-    err = _check_survives(tmp_path, state)
-    assert str(db_path(state)) in err
-    with pytest.raises(HistoryError):
-        list_entries(state)
+    garbage = os.urandom(64) + b"garbage" * 1000
+    db_path(state).write_bytes(garbage)
+    code, _, err = _run(["check", "--state-dir", str(state)],
+                        host=_fake_host(tmp_path / "root", OLD))
+    assert code == 0 and "Traceback" not in err
+    [line] = err.splitlines()
+    assert line.startswith(f"gputriage: history: {db_path(state)}: ")
+    [aside] = state.glob("history.sqlite.corrupt-*")
+    assert f"moved it to {aside}" in line
+    assert aside.read_bytes() == garbage
+    assert len(list_entries(state)) == 1
 
 
 def test_locked_database_does_not_fail_the_check(tmp_path):

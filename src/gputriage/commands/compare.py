@@ -35,7 +35,7 @@ def history(state_dir: str | None, as_json: bool, count: int) -> None:
     from gputriage.errors import InputError
     from gputriage.history import (
         HistoryError,
-        db_path,
+        NoHistory,
         default_state_dir,
         format_rows,
         history_rows,
@@ -44,13 +44,15 @@ def history(state_dir: str | None, as_json: bool, count: int) -> None:
 
     env = _env()
     where = state_dir or str(default_state_dir())
-    if not db_path(where).is_file():
+    notes: list[str] = []
+    try:
+        entries = list_entries(where, count + 1, notes=notes)
+    except NoHistory:
         entries = []
-    else:
-        try:
-            entries = list_entries(where, count + 1)
-        except HistoryError as exc:
-            raise InputError(str(exc)) from None
+    except HistoryError as exc:  # corrupt, unreadable, newer schema: exit 66, one line
+        raise InputError(str(exc)) from None
+    for note in notes:
+        env.stderr.write(f"gputriage: note: {note}\n")
     previous = entries[0] if len(entries) > count else None
     rows = history_rows(entries[-count:], previous)
     if as_json:
