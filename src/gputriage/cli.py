@@ -4,7 +4,9 @@ The commands live in :mod:`gputriage.commands` and are registered on the group
 here. Imports of everything heavier than click happen inside the commands, so
 ``gputriage --help`` answers fast. Exit status follows the Nagios convention
 (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN); usage errors exit 64 and unreadable
-input 66, with one line on stderr, never a traceback.
+input 66, with one line on stderr (control characters escaped), never a traceback.
+A closed stdout (``| head -1``) ends the output, not the command: the exit status
+stays the verdict's.
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ from gputriage.commands.host import analyze, check, collect
 from gputriage.commands.logs import logs, xid
 from gputriage.commands.nccl import nccl as nccl_command
 from gputriage.commands.scenario import scenario
+from gputriage.views.safe import printable
 
 __all__ = [
-    "EXIT_INPUT", "EXIT_INTERNAL", "EXIT_USAGE", "Environment", "cli", "main", "run",
+    "EXIT_INPUT", "EXIT_INTERNAL", "EXIT_USAGE", "Environment", "PipeSafeStdout", "cli",
+    "main", "run",
     # shared with the command modules (gputriage.commands.common), kept importable here
     "_Exit", "_boot_opt", "_deadline_opt", "_env", "_json_opt", "_report", "_since_opt",
     "_timeout_opt", "_verbose_opt", "_window",
@@ -115,33 +119,97 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
         if type(exc).__name__.startswith("NoArgsIsHelp") and exc.ctx is not None:
             env.stdout.write(exc.ctx.get_help() + "\n")
             return 0
-        env.stderr.write(f"gputriage: usage error: {exc.format_message()}\n")
+        _error(env, f"usage error: {exc.format_message()}")
         if exc.ctx is not None:
-            env.stderr.write(f"Try '{exc.ctx.command_path} --help'.\n")
+            env.stderr.write(f"Try '{printable(exc.ctx.command_path)} --help'.\n")
         return EXIT_USAGE
     except click.Abort:
-        env.stderr.write("gputriage: aborted\n")
+        _error(env, "aborted")
         return 130
     except click.ClickException as exc:
-        env.stderr.write(f"gputriage: error: {exc.format_message()}\n")
+        _error(env, f"error: {exc.format_message()}")
         return EXIT_USAGE
     except InputError as exc:
-        env.stderr.write(f"gputriage: input error: {exc}\n")
+        _error(env, f"input error: {exc}")
         return EXIT_INPUT
-    except (BrokenPipeError, KeyboardInterrupt):
+    except BrokenPipeError:  # a stream the guard below does not cover
+        if env.stdout is sys.stdout:
+            _silence(sys.stdout)
+        return 130
+    except KeyboardInterrupt:
         return 130
     except OSError as exc:
-        env.stderr.write(f"gputriage: error: {exc}\n")
+        _error(env, f"error: {exc}")
         return EXIT_INPUT
     except Exception as exc:  # noqa: BLE001 - last resort: one line, not a traceback
         if os.environ.get("GPUTRIAGE_DEBUG"):
             raise
-        env.stderr.write(f"gputriage: internal error: {type(exc).__name__}: {exc} "
-                         "(set GPUTRIAGE_DEBUG=1 for the traceback)\n")
+        _error(env, f"internal error: {type(exc).__name__}: {exc} "
+                    "(set GPUTRIAGE_DEBUG=1 for the traceback)")
         return EXIT_INTERNAL
     return 0
 
 
+def _error(env: Environment, message: str) -> None:
+    """One line on stderr: file names and other input text cannot break it or reach the
+    terminal as escape sequences."""
+    env.stderr.write(f"gputriage: {printable(message)}\n")
+
+
+def _silence(stream: Any) -> None:
+    """Point the file descriptor of ``stream`` (stdout) at /dev/null once its reader is
+    gone, so that flushing it at interpreter exit fails neither loudly nor with another
+    status (the way Python's documentation handles SIGPIPE)."""
+    try:
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except (AttributeError, OSError, ValueError):
+        return
+    try:
+        os.dup2(devnull, fd)
+    except OSError:
+        pass
+    finally:
+        os.close(devnull)
+
+
+class PipeSafeStdout:
+    """Standard output that outlives its reader: ``gputriage analyze | head -1``.
+
+    Once a write or flush meets EPIPE (the reader closed the pipe), output is dropped,
+    stdout is pointed at /dev/null, and the command runs to its end, so its exit status
+    is still the verdict's. Everything else is the wrapped stream's.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self.broken = False
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._broke()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._broke()
+
+    def _broke(self) -> None:
+        self.broken = True
+        _silence(self._stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def run() -> None:
     """Console-script entry point."""
+    if sys.stdout is not None and not isinstance(sys.stdout, PipeSafeStdout):
+        sys.stdout = PipeSafeStdout(sys.stdout)  # type: ignore[assignment]
     sys.exit(main())

@@ -16,6 +16,7 @@ import re
 
 from gputriage.parsers import nccl_framework as fw
 from gputriage.parsers import nccl_lines as g
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.nccl_model import COLLNET, NcclComm, NcclLog, NcclProcess
 
 __all__ = ["CAPS", "MAX_FRAMEWORK", "MAX_PROCESSES", "MAX_SET", "MAX_STORED", "Builder"]
@@ -140,9 +141,9 @@ class Builder:
                 _note(p, "version", line)
                 p.last_step = "NCCL version"
         elif head.startswith("cudaDriv"):
-            num = msg[len("cudaDriverVersion"):].strip()
-            if num.isdigit() and len(num) < 10:
-                p.cuda_driver = int(num)
+            num = strict_int(msg[len("cudaDriverVersion"):].strip())
+            if num is not None and 0 <= num < 10**9:
+                p.cuda_driver = num
         elif head.startswith("Bootstra"):
             m = re.search(r"Using\s{1,4}(?:\[\d{1,4}\])?([^\s:<]{1,64})", msg)
             if m:
@@ -384,7 +385,4 @@ def _put(items: set, item: object) -> None:
 
 
 def _int(raw: str | None) -> int | None:
-    if raw is None:
-        return None
-    raw = raw.strip()
-    return int(raw) if raw.lstrip("-").isdigit() and len(raw) < 19 else None
+    return strict_int(raw.strip()) if raw is not None else None

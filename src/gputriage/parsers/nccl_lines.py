@@ -15,6 +15,7 @@ from collections.abc import Collection
 from typing import NamedTuple
 
 from gputriage.knowledge.ib_status import ib_wc_status
+from gputriage.parsers.base import strict_float
 from gputriage.parsers.nccl_framework import MAX_KEEP, is_framework_line
 from gputriage.parsers.nccl_model import (
     COLLNET,
@@ -278,19 +279,12 @@ def parse_timings(msg: str) -> tuple[int, int, float, dict[str, float]] | None:
     m = _TIMINGS.match(msg)
     if not m:
         return None
-    steps = {k.strip(): float(v) for k, v in _STEP.findall(m.group("steps") or "")
-             if _is_float(v)}
-    if not _is_float(m.group("total")):
+    steps = {k.strip(): v for k, raw in _STEP.findall(m.group("steps") or "")
+             if (v := strict_float(raw)) is not None}
+    total = strict_float(m.group("total"))
+    if total is None:
         return None
-    return int(m.group("rank")), int(m.group("n")), float(m.group("total")), steps
-
-
-def _is_float(raw: str) -> bool:
-    try:
-        float(raw)
-    except ValueError:
-        return False
-    return True
+    return int(m.group("rank")), int(m.group("n")), total, steps
 
 
 # --- WARN ----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from gputriage.parsers.base import strict_float, strict_int
 from gputriage.parsers.nccl_lines import parse_version, split_records, strip_shippers
 from gputriage.parsers.nccl_model import NcclTestDevice, NcclTestRow, NcclTestRun
 
@@ -130,7 +131,7 @@ class _Parser:
             if m := _TESTS_VERSION.match(s):  # the first line a run prints
                 self.start(None, s).nccl_version = _version_code(int(m.group(1)))
         elif m := _AVG.match(s):
-            cur.avg_busbw = _float(m.group("v"))
+            cur.avg_busbw = strict_float(m.group("v"))
             cur.avg_line = s[:500]
         elif m := _OOB.match(s):
             cur.out_of_bounds = int(m.group("v"))
@@ -183,39 +184,32 @@ def _row(s: str, cols: tuple[str, ...] | None = None) -> NcclTestRow | None:
     else:
         return None
     groups += [""] * (8 - len(groups))
-    if len(middle) > 2 or _float(groups[0]) is None and groups[0] != "N/A":
+    if len(middle) > 2 or strict_float(groups[0]) is None and groups[0] != "N/A":
         return None
     redop, root = "none", -1
     for t in middle:
-        if re.fullmatch(r"-?\d{1,7}", t):
+        if re.fullmatch(r"-?[0-9]{1,7}", t):
             root = int(t)
         else:
             redop = t
-    vals = [_float(t) for t in groups]
-    if vals[1] is None and vals[2] is None:
+    vals = [strict_float(t) for t in groups]
+    size, count = strict_int(tok[0]), strict_int(tok[1])
+    if vals[1] is None and vals[2] is None or size is None or count is None:
         return None
     oop_wrong, ip_wrong = (_wrong(groups[3]), _wrong(groups[7])) if counts else (None, None)
     return NcclTestRow(
-        size=int(tok[0]), count=int(tok[1]), dtype=tok[2], redop=redop, root=root,
+        size=size, count=count, dtype=tok[2], redop=redop, root=root,
         line=s[:500], oop_time_us=vals[0], oop_algbw=vals[1], oop_busbw=vals[2],
         oop_wrong=oop_wrong, ip_time_us=vals[4], ip_algbw=vals[5], ip_busbw=vals[6],
         ip_wrong=ip_wrong)
 
 
-def _float(raw: str) -> float | None:
-    try:
-        v = float(raw)
-    except ValueError:
-        return None
-    return v if v == v and abs(v) != float("inf") else None
-
-
 def _wrong(raw: str) -> int | None:
     """#wrong as a count (printed ``%g``: ``3``, ``1.67772e+07``); None for ``N/A`` and
     for the float max-error (``2e-07``) of the oldest versions, which had no header."""
-    if re.fullmatch(r"\d{1,18}", raw):
+    if re.fullmatch(r"[0-9]{1,18}", raw):
         return int(raw)
-    v = _float(raw) if "e+" in raw else None
+    v = strict_float(raw) if "e+" in raw else None
     return int(v) if v is not None and v >= 1 and v == int(v) else None
 
 

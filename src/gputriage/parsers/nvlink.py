@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, strict_float, strict_int
 
 __all__ = [
     "NvlinkErrorGpu",
@@ -29,11 +29,11 @@ __all__ = [
     "parse_nvlink_status",
 ]
 
-_GPU = re.compile(r"^\s{0,8}GPU\s{1,4}(?P<index>\d{1,4})\s{0,4}:\s{0,4}(?P<name>[^()\n]{0,200}?)"
+_GPU = re.compile(r"^\s{0,8}GPU\s{1,4}(?P<index>[0-9]{1,4})\s{0,4}:\s{0,4}(?P<name>[^()\n]{0,200}?)"
                   r"\s{0,4}(?:\(\s{0,4}UUID:\s{0,4}(?P<uuid>[^)\s]{1,128})\s{0,4}\))?\s*$")
-_LINK = re.compile(r"^\s{0,16}Link\s{1,4}(?P<link>\d{1,4})\s{0,4}:\s{0,8}(?P<rest>.{0,400})$")
-_LINKS = re.compile(r"^\s{0,16}Links\s{1,4}(?P<spec>[\d\s,\-]{1,200}):\s{0,8}(?P<rest>.{0,400})$")
-_SPEED = re.compile(r"^(?P<value>\d{1,7}(?:\.\d{1,6})?)\s{0,4}(?P<unit>[GMK]B/s|Gb/s|GT/s)",
+_LINK = re.compile(r"^\s{0,16}Link\s{1,4}(?P<link>[0-9]{1,4})\s{0,4}:\s{0,8}(?P<rest>.{0,400})$")
+_LINKS = re.compile(r"^\s{0,16}Links\s{1,4}(?P<spec>[0-9\s,\-]{1,200}):\s{0,8}(?P<rest>.{0,400})$")
+_SPEED = re.compile(r"^(?P<value>[0-9]{1,7}(?:\.[0-9]{1,6})?)\s{0,4}(?P<unit>[GMK]B/s|Gb/s|GT/s)",
                     re.IGNORECASE)
 _INACTIVE = re.compile(r"<?\s{0,2}(?:inactive|down|disabled|not active)\s{0,2}>?", re.IGNORECASE)
 _ALL_INACTIVE = re.compile(r"all links are inactive|NVLink is not active|"
@@ -42,10 +42,11 @@ _NVML_MSG = re.compile(r"^\s{0,8}(?:NVML|NVIDIA-SMI)\b.{0,300}$|"
                        r"^\s{0,8}(?:Unable|Failed) to .{0,300}$")
 _ELISION = re.compile(r"^\s{0,16}(?:\.{3,}|…+|\[\s{0,2}(?:\.{3}|…)\s{0,2}\]|<snip>|\(snip\))\s*$")
 _COUNTER = re.compile(r"^(?P<name>[A-Za-z][\w ./()+-]{0,80}?)\s{0,4}:\s{0,8}(?P<value>\S.{0,80})$")
-_NUMBER = re.compile(r"^(?P<num>-?\d{1,20}(?:\.\d{1,12})?(?:[eE][-+]?\d{1,3})?)\s{0,4}"
+_NUMBER = re.compile(r"^(?P<num>-?[0-9]{1,20}(?:\.[0-9]{1,12})?(?:[eE][-+]?[0-9]{1,3})?)\s{0,4}"
                      r"(?P<unit>[A-Za-z]{0,8})\s*$")
 
-_THROUGHPUT = re.compile(r"^(?:Data |Raw )?(?:Tx|Rx)\d{0,2}$|throughput|bandwidth", re.IGNORECASE)
+_THROUGHPUT = re.compile(r"^(?:Data |Raw )?(?:Tx|Rx)[0-9]{0,2}$|throughput|bandwidth",
+                         re.IGNORECASE)
 _KINDS = (("crc", re.compile(r"\bCRC\b", re.IGNORECASE)),
           ("replay", re.compile(r"replay", re.IGNORECASE)),
           ("recovery", re.compile(r"recovery", re.IGNORECASE)),
@@ -154,7 +155,9 @@ def _speed(rest: str) -> float | None:
     m = _SPEED.match(rest.strip())
     if not m:
         return None
-    value = float(m.group("value"))
+    value = strict_float(m.group("value"))
+    if value is None:
+        return None
     unit = m.group("unit")
     if unit.upper() == "MB/S":
         return value / 1000.0
@@ -222,11 +225,11 @@ def _link_numbers(spec: str) -> list[int]:
     """``"0-2, 4-5"`` -> [0, 1, 2, 4, 5] (bounded)."""
     out: list[int] = []
     for part in spec.split(","):
-        bounds = [p.strip() for p in part.split("-")]
-        if len(bounds) == 1 and bounds[0].isdigit():
-            out.append(int(bounds[0]))
-        elif len(bounds) == 2 and all(b.isdigit() for b in bounds):
-            lo, hi = int(bounds[0]), int(bounds[1])
+        bounds = [strict_int(p.strip(), signed=False) for p in part.split("-")]
+        if len(bounds) == 1 and bounds[0] is not None:
+            out.append(bounds[0])
+        elif len(bounds) == 2 and bounds[0] is not None and bounds[1] is not None:
+            lo, hi = bounds
             if 0 <= hi - lo <= 64:
                 out.extend(range(lo, hi + 1))
     return out
@@ -237,12 +240,8 @@ def _value(raw: str) -> int | float | None:
     if not m:
         return None
     num = m.group("num")
-    if re.fullmatch(r"-?\d{1,20}", num):
-        return int(num)
-    try:
-        return float(num)
-    except ValueError:  # pragma: no cover - the pattern admits only valid floats
-        return None
+    value = strict_int(num)
+    return value if value is not None else strict_float(num)
 
 
 def _combined_names(name: str) -> list[str]:

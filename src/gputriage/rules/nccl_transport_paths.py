@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from gputriage.facts import Facts
 from gputriage.hostfacts.nccl import NcclJob, env_value, log_lines, nccl_bus_id
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.nccl_model import NET_IB, NET_PLUGIN, P2P, SHM, NcclChannel, NcclGdr
 from gputriage.parsers.nccl_model import NcclProcess as Proc
 from gputriage.parsers.topo import distance, nvlink_count
@@ -28,8 +29,9 @@ def _hca_name(p: Proc, g: NcclGdr) -> str | None:
     """The HCA's name: quoted in the line, or the n-th of ``NET/IB : Using``."""
     if g.hca_name:
         return g.hca_name
-    if g.hca and g.hca.isdigit() and int(g.hca) < len(p.ib_devices):
-        return p.ib_devices[int(g.hca)].split(":")[0]
+    n = strict_int(g.hca, signed=False)
+    if n is not None and n < len(p.ib_devices):
+        return p.ib_devices[n].split(":")[0]
     return None
 
 

@@ -4,7 +4,7 @@ The terminal view opens with one "changed:" line (``kernel 5.15.0-105 ->
 5.15.0-112; driver module 535.161.07 -> 550.54.15 ...``), then the GPU set
 changes, then the findings that are new, resolved and still there. Host text
 is printed as rich ``Text`` (never markup), so ``gpu[0000:18:00.0]`` keys
-print verbatim.
+print verbatim, with control characters escaped (:mod:`gputriage.views.safe`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage import __version__
 from gputriage.diff import DIFF_SCHEMA, Diff, FactChange, FindingRef, GpuChange
+from gputriage.views.safe import printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -59,29 +60,30 @@ def finding_text(f: FindingRef) -> str:
 
 
 def render_diff(d: Diff, console: Console, verbose: bool = False) -> None:
-    """Print the diff for a terminal."""
+    """Print the diff for a terminal; every line goes through :func:`printable`."""
     from rich.text import Text
 
-    console.print(Text(f"A: {d.a}\nB: {d.b}", style="dim"))
-    console.print(Text(changed_line(d), style="bold" if d.facts_changed else ""))
+    def say(text: str, style: str = "") -> None:
+        console.print(Text(printable(text), style=style))
+
+    say(f"A: {d.a}", "dim")
+    say(f"B: {d.b}", "dim")
+    say(changed_line(d), "bold" if d.facts_changed else "")
     for title, items, style in (("new findings", d.new, "bold red"),
                                 ("resolved findings", d.resolved, "green"),
                                 ("still there", d.still, "")):
         if not items:
             continue
-        console.print(Text(f"{title} ({len(items)}):", style=style))
+        say(f"{title} ({len(items)}):", style)
         for f in items:
-            line = Text("  ")
-            line.append(finding_text(f), style=_STYLE.get(f.severity, "") if style else "")
-            console.print(line)
+            say("  " + finding_text(f), _STYLE.get(f.severity, "") if style else "")
     if not (d.new or d.resolved or d.still):
-        console.print(Text("findings: none on either side"))
+        say("findings: none on either side")
     if d.not_compared and verbose:
-        console.print(Text("not compared (only one side shows them): "
-                           + ", ".join(d.not_compared), style="dim"))
+        say("not compared (only one side shows them): " + ", ".join(d.not_compared), "dim")
     elif d.not_compared:
-        console.print(Text(f"{len(d.not_compared)} fact families shown by one side only "
-                           "(-v lists them)", style="dim"))
+        say(f"{len(d.not_compared)} fact families shown by one side only (-v lists them)",
+            "dim")
 
 
 def diff_to_json(d: Diff) -> dict:

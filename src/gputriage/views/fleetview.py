@@ -5,8 +5,9 @@ The JSON document has the schema ``gputriage/fleet/v1``: ``nodes``,
 value, affected_with, nodes_with, precision, recall, score) and
 ``bad_inputs`` (count, listed: path and reason). The CSV has one row per
 finding and separator (a finding without separators gets one row with the
-separator columns empty). rich is imported by the caller; all text goes in as
-``Text`` (never markup).
+separator columns empty), no cell starting like a spreadsheet formula. rich is
+imported by the caller; all text goes in as ``Text`` (never markup, control
+characters escaped).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from gputriage.fleet import FLEET_SCHEMA, FleetReport
+from gputriage.views.safe import csv_cell, printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -43,17 +45,18 @@ def fleet_json(report: FleetReport) -> dict:
 
 
 def fleet_csv(report: FleetReport) -> str:
-    """The report as CSV text (header row first)."""
+    """The report as CSV text (header row first); no cell starts like a formula."""
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
     out.writerow(CSV_COLUMNS)
     for f in report.findings:
         head = [f.id, f.severity, f.count, " ".join(f.nodes)]
         if not f.blast_radius:
-            out.writerow(head + [""] * 8)
+            out.writerow(map(csv_cell, head + [""] * 8))
         for rank, s in enumerate(f.blast_radius, 1):
-            out.writerow(head + [rank, s.attribute, s.value, s.affected_with, s.nodes_with,
-                                 f"{s.precision:.4f}", f"{s.recall:.4f}", f"{s.score:.4f}"])
+            out.writerow(map(csv_cell, head + [
+                rank, s.attribute, s.value, s.affected_with, s.nodes_with,
+                f"{s.precision:.4f}", f"{s.recall:.4f}", f"{s.score:.4f}"]))
     return buf.getvalue()
 
 
@@ -69,9 +72,12 @@ def render_fleet(report: FleetReport, console: Console, *, max_nodes: int = 6,
     from rich.table import Table
     from rich.text import Text
 
-    console.print(Text(f"{report.nodes} nodes, {report.healthy} without findings, "
+    def text(value: str, style: str = "") -> Text:
+        return Text(printable(value, multiline=True), style=style)
+
+    console.print(text(f"{report.nodes} nodes, {report.healthy} without findings, "
                        f"{len(report.findings)} distinct findings, "
-                       f"{report.bad_count} inputs skipped", style="bold"))
+                       f"{report.bad_count} inputs skipped", "bold"))
     if report.findings:
         table = Table(show_lines=True)
         table.add_column("finding")
@@ -79,22 +85,22 @@ def render_fleet(report: FleetReport, console: Console, *, max_nodes: int = 6,
         table.add_column("which")
         table.add_column("blast radius: shared by the affected nodes (F1, prec/recall)")
         for f in report.findings:
-            name = Text(f.id + "\n")
-            name.append(f.severity, style=SEVERITY_STYLES.get(f.severity, ""))
+            name = Text(printable(f.id) + "\n")
+            name.append(printable(f.severity), style=SEVERITY_STYLES.get(f.severity, ""))
             if f.blast_radius:
                 radius = "\n".join(
-                    f"{s.attribute} = {s.value}  ({s.score:.2f}, "
-                    f"{s.affected_with}/{s.nodes_with} · {s.affected_with}/{f.count})"
+                    printable(f"{s.attribute} = {s.value}  ({s.score:.2f}, "
+                              f"{s.affected_with}/{s.nodes_with} · {s.affected_with}/{f.count})")
                     for s in f.blast_radius)
             else:
                 radius = "every node has it" if f.count >= report.nodes else "-"
-            table.add_row(name, Text(str(f.count)), Text(_node_list(f.nodes, max_nodes)),
-                          Text(radius))
+            table.add_row(name, Text(str(f.count)),
+                          Text(printable(_node_list(f.nodes, max_nodes))), text(radius))
         console.print(table)
     if report.bad_count:
-        console.print(Text(f"skipped {report.bad_count} unusable inputs:", style="yellow"))
+        console.print(text(f"skipped {report.bad_count} unusable inputs:", "yellow"))
         for bad in report.bad_inputs[:max_bad]:
-            console.print(Text(f"  {bad.path}: {bad.reason}"))
+            console.print(Text(printable(f"  {bad.path}: {bad.reason}")))
         if report.bad_count > max_bad:
-            console.print(Text(f"  ... and {report.bad_count - max_bad} more (--json lists "
+            console.print(text(f"  ... and {report.bad_count - max_bad} more (--json lists "
                                "them)"))

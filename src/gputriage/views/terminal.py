@@ -11,11 +11,11 @@ into rich ``Text`` objects (never markup), so evidence such as
 from __future__ import annotations
 
 import contextlib
-import re
 from typing import TYPE_CHECKING, Any
 
 from gputriage.model import Finding, Occurrences, Result, Severity
 from gputriage.parsers.base import normalize_bus_id
+from gputriage.views.safe import printable
 from gputriage.views.status import verdict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,8 +31,6 @@ STYLES = {
     "unknown": "bold magenta",
     "missing": "bold red",
 }
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 Segment = tuple[str, str]  # (text, rich style; "" for none)
 
@@ -54,9 +52,9 @@ class _Out:
         self.dot = " · " if self.unicode else " | "
 
     def clean(self, value: Any) -> str:
-        """``value`` as a printable string: control characters shown as
-        ``\\xNN``, characters the console cannot encode replaced."""
-        text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
+        """``value`` as one printable line (:func:`gputriage.views.safe.printable`),
+        characters the console cannot encode replaced."""
+        text = printable(value)
         if not self.unicode:
             try:
                 text = text.encode(self.encoding, errors="replace").decode(self.encoding)

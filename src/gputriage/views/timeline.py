@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage import __version__
 from gputriage.model import Result
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.views.status import exit_status, verdict
 
@@ -92,7 +93,7 @@ def _meaning(ev: DriverEvent, code: int | None) -> str:
 
 def _code(ev: DriverEvent) -> int | None:
     raw = ev.details.get("code", "") if ev.kind in ("xid", "sxid") else ""
-    return int(raw) if raw.isdigit() else None
+    return strict_int(raw, signed=False)
 
 
 def _when(ev: DriverEvent) -> str | None:
@@ -137,7 +138,8 @@ def _label(ev: DriverEvent, gpus: dict[str, tuple[int | None, str | None]]) -> s
         return "node (no PCI address)"
     if ev.kind == "sxid":
         switch = ev.details.get("switch") or ""
-        switch = f"nvidia-nvswitch{switch}" if switch.isdigit() else switch
+        numbered = strict_int(switch, signed=False) is not None
+        switch = f"nvidia-nvswitch{switch}" if numbered else switch
         return f"NVSwitch {switch} {bus}".replace("  ", " ")
     index = gpus.get(bus, (None, None))[0]
     if index is not None:

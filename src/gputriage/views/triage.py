@@ -6,7 +6,7 @@
    units it applies to.
 
 :func:`build_triage` is pure; :func:`render_triage` prints it with rich
-``Text`` only (never markup); :func:`triage_to_json` gives the
+``Text`` only (never markup, control characters escaped); :func:`triage_to_json` gives the
 ``gputriage/triage/v1`` document for tickets.
 """
 
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gputriage.diff import Diff
 from gputriage.model import Action, Finding, Result, Severity
 from gputriage.views.diffview import changed_line, diff_to_json
+from gputriage.views.safe import printable
 from gputriage.views.status import exit_status, verdict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -135,40 +136,42 @@ def _host_line(t: Triage) -> str:
 
 
 def render_triage(t: Triage, console: Console) -> None:
-    """Print the triage screen."""
+    """Print the triage screen; host and input text goes through :func:`printable`."""
     from rich.text import Text
 
-    console.print(Text(_host_line(t), style=_STYLE.get(t.verdict, "bold")))
-    console.print(Text("1. What changed", style="bold"))
+    def say(text: str, style: str = "") -> None:
+        console.print(Text(printable(text), style=style))
+
+    say(_host_line(t), _STYLE.get(t.verdict, "bold"))
+    say("1. What changed", "bold")
     if t.diff is None:
-        console.print(Text("   no baseline (give one with --baseline PATH)", style="dim"))
+        say("   no baseline (give one with --baseline PATH)", "dim")
     else:
-        console.print(Text(f"   since {t.baseline}: {changed_line(t.diff)}"))
+        say(f"   since {t.baseline}: {changed_line(t.diff)}")
         if t.diff.new:
-            console.print(Text("   new findings: " + ", ".join(f.id for f in t.diff.new)))
+            say("   new findings: " + ", ".join(f.id for f in t.diff.new))
         if t.diff.resolved:
-            console.print(Text("   resolved: " + ", ".join(f.id for f in t.diff.resolved)))
+            say("   resolved: " + ", ".join(f.id for f in t.diff.resolved))
     crit = sum(1 for f in t.findings if f.severity == Severity.CRITICAL)
-    console.print(Text(f"2. Findings ({crit} critical, {len(t.findings) - crit} warning)",
-                       style="bold"))
+    say(f"2. Findings ({crit} critical, {len(t.findings) - crit} warning)", "bold")
     if not t.findings:
-        console.print(Text("   none"))
+        say("   none")
     for f in t.findings:
         line = Text("   ")
         line.append(f"{f.severity.value.upper():<8}", style=_STYLE.get(f.severity.value, ""))
         line.append(f" {f.blame.value.upper():<7} ")
         scope = "" if f.scope.kind == "node" else f" ({f.scope.label()})"
-        line.append(f"{f.id}{scope}: {f.title}")
+        line.append(printable(f"{f.id}{scope}: {f.title}"))
         console.print(line)
-    console.print(Text("3. Next actions", style="bold"))
+    say("3. Next actions", "bold")
     if not t.actions:
-        console.print(Text("   none needed"))
+        say("   none needed")
     for i, a in enumerate(t.actions, 1):
-        console.print(Text(f"   {i}. {a.action.value}: {a.text} -> {', '.join(a.targets)} "
-                           f"[{', '.join(a.findings)}]"))
+        say(f"   {i}. {a.action.value}: {a.text} -> {', '.join(a.targets)} "
+            f"[{', '.join(a.findings)}]")
     if t.result.unreadable:
-        console.print(Text(f"({len(t.result.unreadable)} input problem(s); "
-                           "gputriage analyze -v shows them)", style="dim"))
+        say(f"({len(t.result.unreadable)} input problem(s); gputriage analyze -v shows them)",
+            "dim")
 
 
 def triage_to_json(t: Triage) -> dict[str, Any]:

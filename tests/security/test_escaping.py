@@ -1,0 +1,159 @@
+"""Untrusted strings reach no terminal raw (issue 10, item 8): result JSON files and
+file names come from tickets. ``diff``, ``fleet``, ``triage --baseline`` and the terminal
+report escape control characters, print rich markup literally, error lines stay one
+line, and ``fleet --csv`` cells never start like a spreadsheet formula."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from gputriage.cli import EXIT_INPUT, Environment, main
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Result, Severity
+from gputriage.views.safe import csv_cell, printable
+from gputriage.views.terminal import render_terminal
+
+TITLE_SET = "\x1b]0;pwned\x07"
+CLEAR = "\x1b[2J"
+MARKUP = "[bold red]x[/]"
+FAKE = "\nFAKE LINE"
+EVIL = TITLE_SET + CLEAR + MARKUP + FAKE + "\x9b31m\x7f"
+FORMULA = "=cmd|' /C calc'!A0"
+RAW = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # what may not pass, LF aside
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(argv, Environment(stdout=out, stderr=err))
+    return code, out.getvalue(), err.getvalue()
+
+
+def _assert_safe(text: str) -> None:
+    assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
+    assert not RAW.search(text.replace("\n", ""))
+    assert not any(re.match(r"[\s│┃|]*FAKE LINE", line) for line in text.splitlines())
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A snapshot of a critical host, its result JSON and a copy with hostile text."""
+    root = tmp_path_factory.mktemp("escaping")
+    snap = root / "snap"
+    code, _, err = _run(["scenario", "build", "gpu-fallen-off-bus", "-o", str(snap)])
+    assert code == 0, err
+    code, out, err = _run(["analyze", "--json", str(snap)])
+    assert code == 2, err
+    clean = root / "clean.json"
+    clean.write_text(out)
+    doc = json.loads(out)
+    doc["host"]["hostname"] = "n" + EVIL
+    doc["host"]["kernel"] = "k" + EVIL
+    for f in doc["findings"]:
+        f["title"] = "t" + EVIL
+        f["id"] += EVIL
+        for ev in f["evidence"]:
+            ev["lines"] = [line + EVIL for line in ev["lines"]]
+    evil = root / "evil.json"
+    evil.write_text(json.dumps(doc))
+    doc["host"]["hostname"] = FORMULA
+    doc["host"]["kernel"] = "@SUM(1+1)"
+    for f in doc["findings"]:
+        f["id"] = FORMULA
+    formula = root / "formula.json"
+    formula.write_text(json.dumps(doc))
+    return {"snap": snap, "clean": clean, "evil": evil, "formula": formula}
+
+
+@pytest.mark.parametrize("argv", [
+    ["diff", "{clean}", "{evil}"],
+    ["diff", "-v", "{evil}", "{clean}"],
+    ["fleet", "{evil}", "{clean}"],
+    ["fleet", "--csv", "{evil}", "{clean}"],
+    ["triage", "{snap}", "--baseline", "{evil}"],
+])
+def test_hostile_result_text_is_escaped(results: dict[str, Path], argv: list[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")
+    code, out, err = _run([a.format(**results) for a in argv])
+    assert code in (1, 2), err
+    assert "pwned" in out  # the hostile text is shown, escaped
+    _assert_safe(out)
+    if "--csv" not in argv:
+        assert MARKUP in out  # printed as text, not taken as rich markup
+
+
+def test_fleet_csv_cells_never_start_a_formula(results: dict[str, Path]) -> None:
+    code, out, err = _run(["fleet", "--csv", str(results["formula"]), str(results["clean"])])
+    assert code == 2, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    mine = [r for r in rows if "calc" in r["finding"]]
+    assert mine and all(r["finding"] == "'" + FORMULA for r in mine)
+    assert any(r["nodes"].startswith("'=cmd") for r in rows)
+    assert any(r["value"] == "'@SUM(1+1)" for r in rows)
+    for row in rows:
+        assert not any(v.startswith(("=", "+", "-", "@", "\t", "\r")) for v in row.values())
+
+
+@pytest.mark.parametrize("command", ["analyze", "nccl", "logs"])
+def test_hostile_file_name_gives_one_clean_error_line(tmp_path: Path, command: str) -> None:
+    name = str(tmp_path / ("bad" + TITLE_SET + FAKE + "\x9b2J\x1b[31m.txt"))
+    code, out, err = _run([command, name])
+    assert code == EXIT_INPUT and out == ""
+    assert err.count("\n") == 1 and err.startswith("gputriage: input error: ")
+    _assert_safe(err)
+    assert "\\x1b]0;pwned\\x07\\x0aFAKE LINE\\x9b2J" in err
+
+
+def test_terminal_report_escapes_host_and_finding_text() -> None:
+    finding = Finding(id="x.evil", severity=Severity.CRITICAL, title="t" + EVIL,
+                      explanation="e" + EVIL, action=Action.DRAIN_AND_REPAIR,
+                      blame=Blame.NODE, scope=NODE,
+                      evidence=(Evidence(source="s" + EVIL, lines=("l" + EVIL,),
+                                         note="n" + EVIL),))
+    result = Result(host={"hostname": "h" + EVIL, "kernel": "k" + EVIL, "os": "o" + EVIL},
+                    findings=[finding], unreadable=["u" + EVIL],
+                    inputs=[{"origin": "p" + EVIL, "sources": ["x"]}])
+    buf = io.StringIO()
+    render_terminal(result, Console(file=buf, width=400, color_system=None), verbose=True)
+    out = buf.getvalue()
+    # an evidence line holding a newline is shown as two evidence lines, indented as such
+    assert "\x1b" not in out and "\x9b" not in out and "\x07" not in out
+    split = [line for line in out.splitlines() if line.lstrip().startswith("FAKE LINE")]
+    assert split and all(line.startswith(" " * 12 + "FAKE") for line in split)
+    _assert_safe("\n".join(line for line in out.splitlines() if line not in split))
+    assert out.count(MARKUP) >= 6
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("a\x1bb", "a\\x1bb"), ("\x00\x7f\x85\x9b", "\\x00\\x7f\\x85\\x9b"),
+    ("x\ny\r", "x\\x0ay\\x0d"), ("tab\tok", "tab\tok"), ("\u2028\u202e", "\\u2028\\u202e"),
+    ("température · ГПУ 温度 [b]", "température · ГПУ 温度 [b]"),
+])
+def test_printable(text: str, shown: str) -> None:
+    assert printable(text) == shown
+
+
+def test_printable_keeps_newlines_only_when_asked() -> None:
+    assert printable("a\nb\x1b", multiline=True) == "a\nb\\x1b"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40))
+def test_printable_output_has_no_controls(text: str) -> None:
+    assert not re.search("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]", printable(text))
+
+
+@pytest.mark.parametrize("cell, written", [
+    ("=1+1", "'=1+1"), ("+1", "'+1"), ("-2", "'-2"), ("@x", "'@x"), ("\tx", "'\tx"),
+    ("\rx", "'\\x0dx"), ("node-1", "node-1"), (3, 3), ("a\x1b", "a\\x1b"),
+])
+def test_csv_cell(cell: object, written: object) -> None:
+    assert csv_cell(cell) == written
