@@ -19,6 +19,7 @@ from gputriage.commands.common import (
     _verbose_opt,
     _window,
 )
+from gputriage.views.safe import printable
 
 
 @click.command("history")
@@ -52,7 +53,7 @@ def history(state_dir: str | None, as_json: bool, count: int) -> None:
     except HistoryError as exc:  # corrupt, unreadable, newer schema: exit 66, one line
         raise InputError(str(exc)) from None
     for note in notes:
-        env.stderr.write(f"gputriage: note: {note}\n")
+        env.stderr.write(f"gputriage: note: {printable(note)}\n")
     previous = entries[0] if len(entries) > count else None
     rows = history_rows(entries[-count:], previous)
     if as_json:
@@ -173,7 +174,7 @@ def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, top: int, min_sev
         from gputriage.fleet_scenario import write_demo
 
         written = write_demo(demo)
-        env.stderr.write(f"{len(written)} node results written to {demo}; "
+        env.stderr.write(f"{len(written)} node results written to {printable(demo)}; "
                          f"run: gputriage fleet {demo}\n")
         raise _Exit(0)
     if not paths:

@@ -19,6 +19,7 @@ from gputriage.commands.common import (
     _verbose_opt,
     _window,
 )
+from gputriage.views.safe import printable
 
 _force_opt = click.option("--force", is_flag=True,
                           help="Replace an existing output (refused otherwise).")
@@ -53,7 +54,7 @@ def collect(output: str | None, force: bool, redact: bool, timeout: float | None
         output = f"gputriage-{name}-{stamp}.tar.gz"
     opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, force=force, redact=redact)
     path = do_collect(host, output, opts)
-    env.stderr.write(f"snapshot written to {path}\n")
+    env.stderr.write(f"snapshot written to {printable(path)}\n")
 
 
 @click.command()
@@ -131,9 +132,9 @@ def _record_history(result: Any, state_dir: str | None, no_history: bool,
     except Exception as exc:  # noqa: BLE001 - history never fails the check
         problems = [f"{type(exc).__name__}: {exc}"]
     for notice in notices:
-        env.stderr.write(f"gputriage: history: {notice}\n")
+        env.stderr.write(f"gputriage: history: {printable(notice)}\n")
     for problem in problems:
-        env.stderr.write(f"gputriage: history not recorded: {problem}\n")
+        env.stderr.write(f"gputriage: history not recorded: {printable(problem)}\n")
 
 
 @click.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from gputriage.commands.common import _env
+from gputriage.views.safe import printable
 
 FLEET_SCENARIO = "fleet-64-xid79-driver"
 
@@ -40,12 +41,12 @@ def scenario_build(name: str, output: str, force: bool) -> None:
         from gputriage.fleet_scenario import write_demo
 
         written = write_demo(output, force=force)
-        _env().stderr.write(f"scenario {name}: {len(written)} node results written to {output}; "
-                            f"then run: gputriage fleet {output}\n")
+        _env().stderr.write(f"scenario {name}: {len(written)} node results written to "
+                            f"{printable(output)}; then run: gputriage fleet {printable(output)}\n")
         return
     try:
         get_scenario(name)
     except KeyError as exc:
         raise click.UsageError(str(exc.args[0]) if exc.args else str(exc)) from None
     path = build_scenario(name, output, force=force)
-    _env().stderr.write(f"scenario {name} written to {path}\n")
+    _env().stderr.write(f"scenario {name} written to {printable(path)}\n")
