@@ -384,14 +384,19 @@ def test_a_read_error_is_one_line_or_a_problem(built, tmp_path, monkeypatch) -> 
                 raise OSError(errno.EIO, "Input/output error")
             return super().read(min(size, len(self.getvalue()) // 2 - self.tell()))
 
+    from gputriage.inputs import FILE, Input
+
+    def opener(data: bytes):
+        return lambda p, problems=None, budgets=None: Input(p, p, FILE, Failing(data), [])
+
     path = tmp_path / "disk.log"
     path.write_bytes(good)
-    monkeypatch.setattr(nccl_input, "open", lambda *a, **k: Failing(good), raising=False)
+    monkeypatch.setattr(nccl_input, "open_input", opener(good))
     code, out, err = cli("nccl", "--json", str(path))
     doc = json.loads(out)
     assert code in EXIT_STATUSES and 0 < doc["nccl"]["log"]["nccl_lines"] < 585
     assert doc["unreadable"] == [f"{path}: cannot read (Input/output error)"]
-    monkeypatch.setattr(nccl_input, "open", lambda *a, **k: Failing(b""), raising=False)
+    monkeypatch.setattr(nccl_input, "open_input", opener(b""))
     code, out, err = cli("nccl", str(path))
     assert code == EXIT_INPUT and err.count("\n") == 1
     assert err.endswith(f"{path}: cannot read (Input/output error)\n")

@@ -9,26 +9,6 @@ import click
 
 from gputriage.commands.common import _boot_opt, _env, _Exit, _since_opt, _verbose_opt, _window
 
-_COMPRESSED = (b"\x1f\x8b", b"\xfd7zXZ", b"BZh")
-
-
-def _binary_files(paths: tuple[str, ...]) -> list[str]:
-    """Inputs whose first 64 KiB are binary (compressed logs excepted)."""
-    from gputriage.sniff import looks_binary
-
-    found = []
-    for path in paths:
-        if path == "-":
-            continue
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(64 * 1024)
-        except OSError:
-            continue  # the scan reports unreadable inputs
-        if not head.startswith(_COMPRESSED) and looks_binary(head):
-            found.append(path)
-    return found
-
 
 def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
     """The engine over an already scanned log (no second decoding): the facts'
@@ -57,20 +37,15 @@ def logs(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None
          boot: str | None) -> None:
     """Read kernel logs (dmesg, journalctl -k, syslog / kern.log, rotated .gz / .xz;
     - reads stdin) and print each GPU's timeline of NVIDIA events, then the findings.
-    Several files make one timeline. Exit status as for analyze."""
+    Several files make one timeline; pipes and FIFOs are read once. Exit status as for
+    analyze."""
     from gputriage.logscan import scan_paths
     from gputriage.views.status import exit_status
     from gputriage.views.timeline import build_timeline, logs_document, render_logs
 
     env = _env()
     window = _window(since, boot)
-    binary = _binary_files(paths)
-    if binary and len(binary) == len(paths):
-        from gputriage.errors import InputError
-
-        raise InputError(f"{binary[0]}: binary data, not a text log")
-    scan = scan_paths([p for p in paths if p not in binary])
-    scan.problems.extend(f"{p}: binary data, not a text log: skipped" for p in binary)
+    scan = scan_paths(list(paths))  # opens, sniffs and reads each input once
     result, events = _judge_scan(scan, window)
     lanes = build_timeline(events)
     if as_json:
@@ -94,13 +69,16 @@ def xid(codes: tuple[str, ...], sxid: bool, as_json: bool) -> None:
     """Explain Xid (or --sxid SXid) CODEs: meaning, likely origin, node or job, what
     to do, NVIDIA's resolution bucket. A code not in the catalog gets a "not in the
     catalog" line (JSON: "known": false) and the exit status stays 0."""
+    from gputriage.parsers.base import strict_int
+
     numbers = []
     for raw in codes:
         text = raw.strip().lower().removeprefix("sxid").removeprefix("xid").strip(" :,")
-        if not text.isdigit():
+        code = strict_int(text, signed=False)
+        if code is None:
             raise click.BadParameter(f"{raw!r} is not an Xid code (a number such as 79)",
                                      param_hint="CODE")
-        numbers.append(int(text))
+        numbers.append(code)
     env = _env()
     if as_json:
         from gputriage.views.xidview import xids_json

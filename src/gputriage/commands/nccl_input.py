@@ -6,7 +6,9 @@ a bug report...) is loaded as ``analyze`` loads it; every text input is also
 streamed, 1 MiB at a time, through the NCCL log reader, while the lines that
 may belong to nccl-tests output are set aside (bounded) and parsed at the end.
 A file of any size is read with bounded memory; gzip, xz and bzip2 are
-decompressed as they stream, and a truncated stream keeps what came out of it.
+decompressed as they stream (up to the stream budget), and a truncated stream keeps
+what came out of it. Inputs are opened by :func:`gputriage.inputs.open_input`:
+devices are refused, stdin, pipes and FIFOs are read once under its budgets.
 """
 
 from __future__ import annotations
@@ -15,16 +17,15 @@ import bz2
 import lzma
 import os
 import re
-import stat
-import sys
 import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
-from gputriage.errors import InputError, unreadable
+from gputriage.errors import InputError
 from gputriage.ingest import _human
+from gputriage.inputs import DIR, STREAM, is_binary, limit, open_input
 from gputriage.parsers.nccl_log import LONG_LINE
 from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
 
@@ -150,7 +151,7 @@ def _blocks(fh: BinaryIO, name: str, problems: list[str]) -> Iterator[bytes]:
     first = reader.read(BLOCK)
     kind = _compression(first)
     if kind is not None:
-        yield from _inflate(kind, first, reader, name, problems)
+        yield from limit(_inflate(kind, first, reader, name, problems), name, problems)
         return
     while first:
         yield first
@@ -276,29 +277,20 @@ def _add_host(found: JobInputs, snap: Snapshot, streamed: bool = False) -> None:
 
 def _read_one(path: str, found: JobInputs) -> None:
     """One input into ``found``; InputError when nothing at all could be used."""
-    from gputriage.ingest import load_input, looks_binary
+    from gputriage.ingest import load_input
     from gputriage.parsers.nccl_log import read_nccl_log
     from gputriage.snapshot import decode
 
-    name = "<stdin>" if path == "-" else path
-    once = path == "-"  # stdin, a pipe or a FIFO: read once, it cannot be opened again
-    if not once:
-        try:
-            mode = os.stat(path).st_mode
-        except OSError as exc:
-            raise unreadable(path, exc) from None
-        if stat.S_ISDIR(mode):
-            _add_host(found, load_input(path))
-            return
-        once = not stat.S_ISREG(mode)
-    reading: list[str] = []  # what reading the bytes met (a truncated stream, EIO)
+    reading: list[str] = []  # what reading the bytes met (a truncated stream, a budget, EIO)
     problems: list[str] = []
+    inp = open_input(path, reading)
+    name = inp.name
+    if inp.kind == DIR:
+        _add_host(found, load_input(path))
+        return
+    once = inp.kind == STREAM  # stdin, a pipe or a FIFO: read once, never opened again
     try:
-        fh = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
-    except OSError as exc:
-        raise unreadable(path, exc) from None
-    try:
-        head, blocks = _sniff(_blocks(fh, name, reading))
+        head, blocks = _sniff(_blocks(inp.fh, name, reading))
         if not head.strip():
             raise InputError(f"{name}: empty file" if not reading else reading[-1])
         if head[257:262] == b"ustar":
@@ -307,7 +299,7 @@ def _read_one(path: str, found: JobInputs) -> None:
                                  "a file path")
             _add_host(found, load_input(path))
             return
-        if looks_binary(head[:64 * 1024]):
+        if is_binary(head, stream=once):
             raise InputError(f"{name}: binary data, not an NCCL log or a text output")
         before = (found.log.nccl_lines, len(found.log.framework_errors), len(found.runs),
                   found.log.skipped)
@@ -325,8 +317,7 @@ def _read_one(path: str, found: JobInputs) -> None:
                 host = False
                 problems.append(str(exc))
     finally:
-        if path != "-":
-            fh.close()
+        inp.close()
     problems = reading + problems
     found.problems.extend(problems)
     gave = [src for src, changed in (

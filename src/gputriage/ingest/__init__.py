@@ -2,17 +2,17 @@
 
 An input is a snapshot directory or tarball, an nvidia-bug-report.log (plain
 or gzip), or a pasted output recognised by its content, or ``-`` for stdin.
-Reading is bounded: at most :data:`CAP_BYTES` of each input is kept (the
-tail, where the current boot is), NUL padding is skipped, and a truncated
-gzip gives a partial analysis when anything came out of it.
+Inputs are opened under :mod:`gputriage.inputs` (devices refused, pipes and
+FIFOs read once under its byte and time budgets, binary data stopped at its
+first block). At most :data:`CAP_BYTES` of each input is kept (the tail, where
+the current boot is), NUL padding is skipped, and a truncated gzip gives a
+partial analysis when anything came out of it.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import stat
-import sys
 import tarfile
 import zlib
 from collections import deque
@@ -24,10 +24,12 @@ from gputriage.errors import InputError, unreadable
 from gputriage.ingest.bugreport import is_bug_report, split_with_headers
 from gputriage.ingest.detect import EXPECTED, detect, kernel_lines
 from gputriage.ingest.detect_jobs import nccl_lines
+from gputriage.inputs import DIR, STREAM, Input, human, is_binary, limit, open_input
 from gputriage.snapshot import READ_CAP_BYTES, Captured, Snapshot, decode
 from gputriage.sniff import looks_binary
 
-__all__ = ["CAP_BYTES", "EXPECTED", "load_input", "load_inputs", "load_text", "looks_binary"]
+__all__ = ["CAP_BYTES", "EXPECTED", "load_input", "load_inputs", "load_opened", "load_text",
+           "looks_binary"]
 
 CAP_BYTES = READ_CAP_BYTES  # most bytes kept per input (the tail)
 DETECT_BYTES = 1 << 20  # detection looks at this much text of a large input
@@ -46,22 +48,18 @@ class _Raw:
     problems: list[str] = field(default_factory=list)
 
 
-def _human(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} bytes"
+_human = human
 
 
 def _blocks(fh: BinaryIO) -> Iterator[bytes]:
     return iter(lambda: fh.read(_CHUNK), b"")
 
 
-def _gunzip(fh: BinaryIO) -> Iterator[bytes]:
+def _gunzip(blocks: Iterable[bytes]) -> Iterator[bytes]:
     """Decompress gzip members as they come (bounded output per step); a stream
     that stops inside a member raises EOFError after what could be decoded."""
     dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    for comp in _blocks(fh):
+    for comp in blocks:
         data = comp
         while data:
             out = dec.decompress(data, _CHUNK)
@@ -80,13 +78,19 @@ def _gunzip(fh: BinaryIO) -> Iterator[bytes]:
             raise EOFError("compressed stream ended before the end-of-stream marker")
 
 
-def _read_stream(stream: Iterable[bytes], origin: str, cap: int) -> _Raw:
-    """Read to the end keeping only the last ``cap`` bytes (NULs dropped)."""
+def _read_stream(stream: Iterable[bytes], origin: str, cap: int, nuls: bool = True) -> _Raw:
+    """Read to the end keeping only the last ``cap`` bytes (NULs dropped); binary data
+    in the first block (``nuls``: or NULs only) stops the read at once."""
     chunks: deque[bytes] = deque()
     kept = total = 0
     dropped = False
+    head = b""
     try:
         for chunk in stream:
+            if len(head) < _SNIFF:
+                head += chunk[:_SNIFF - len(head)]
+                if (len(head) >= _SNIFF or not total) and is_binary(head, nuls):
+                    raise InputError(f"{origin}: binary data, not a text output")
             total += len(chunk)
             chunk = chunk.replace(b"\0", b"")
             chunks.append(chunk)
@@ -149,37 +153,58 @@ def _next_data(fh: BinaryIO, pos: int) -> int | None:
 
 
 def _read_path(path: str) -> _Raw | Snapshot:
-    """Read one named input; a snapshot directory or tarball loads directly."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise unreadable(path, exc) from None
-    if stat.S_ISDIR(st.st_mode):
+    """Read one named input (``-``: stdin); a snapshot directory or tarball loads
+    directly."""
+    inp = open_input(path)
+    if inp.kind == DIR:
         return Snapshot.load(path)
-    regular = stat.S_ISREG(st.st_mode)
-    if regular and _is_tar(path):
-        return Snapshot.load(path)
-    try:
-        with open(path, "rb") as fh:
-            if not regular:
-                return _read_stream(_blocks(fh), path, CAP_BYTES)
+    with inp:
+        if inp.kind == STREAM:
+            return _read_opened(inp)
+        fh = inp.fh
+        if _is_tar(fh):
+            return Snapshot.load(path)
+        try:
+            fh.seek(0)
             if fh.read(2) == _GZIP_MAGIC:
                 fh.seek(0)
-                return _read_stream(_gunzip(fh), path, CAP_BYTES)
-            return _read_file(path, fh, st.st_size, CAP_BYTES)
-    except OSError as exc:
-        raise unreadable(path, exc) from None
+                raw = _read_stream(limit(_gunzip(_blocks(fh)), path, inp.problems), path,
+                                   CAP_BYTES, nuls=False)
+                raw.problems[:0] = inp.problems
+                return raw
+            return _read_file(path, fh, os.fstat(fh.fileno()).st_size, CAP_BYTES)
+        except OSError as exc:
+            raise unreadable(path, exc) from None
 
 
-def _is_tar(path: str) -> bool:
+def _read_opened(inp: Input, head: bytes = b"") -> _Raw:
+    """A stream read once (``head``: its bytes already read); gzip is decompressed."""
+    blocks = _blocks(inp.fh)
+    first = head + inp.fh.read(_CHUNK) if len(head) < 2 else head
+    if first.startswith(_GZIP_MAGIC):
+        data = limit(_gunzip(_chained(first, blocks)), inp.name, inp.problems)
+    else:
+        data = _chained(first, blocks)
+    raw = _read_stream(data, inp.name, CAP_BYTES)
+    raw.problems[:0] = inp.problems
+    return raw
+
+
+def _chained(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    if first:
+        yield first
+    yield from rest
+
+
+def _is_tar(fh: BinaryIO) -> bool:
     """A tarball (plain, gzip, bzip2 or xz), recognised from its first bytes only."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(1024)
+        head = os.pread(fh.fileno(), 1024, 0)
         if head.startswith(_GZIP_MAGIC):
             head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 512)
         elif head.startswith((b"BZh", b"\xfd7zXZ")):
-            return tarfile.is_tarfile(path)
+            fh.seek(0)
+            return tarfile.is_tarfile(fh)
     except (OSError, EOFError, zlib.error, tarfile.TarError, ValueError):
         return False
     return head[257:262] == b"ustar"
@@ -241,14 +266,20 @@ def load_text(text: str, origin: str, problems: Sequence[str] = (),
 
 def load_input(path: str) -> Snapshot:
     """One input (a path, or ``-`` for stdin) as a snapshot; InputError with one line if not."""
-    if path == "-":
-        origin = "<stdin>"
-        raw: _Raw | Snapshot = _read_stream(_blocks(sys.stdin.buffer), origin, CAP_BYTES)
-    else:
-        origin = path
-        raw = _read_path(path)
+    raw = _read_path(path)
     if isinstance(raw, Snapshot):
         return raw
+    return _snapshot_of(raw, "<stdin>" if path == "-" else path)
+
+
+def load_opened(inp: Input, head: bytes = b"") -> Snapshot:
+    """A stream already opened by :func:`gputriage.inputs.open_input` as a snapshot;
+    ``head`` holds the bytes a caller read from it first (never read twice)."""
+    return _snapshot_of(_read_opened(inp, head), inp.name)
+
+
+def _snapshot_of(raw: _Raw, origin: str) -> Snapshot:
+    """The snapshot of the text read from one input."""
     if raw.total == 0:
         raise InputError(f"{origin}: empty file")
     if looks_binary(raw.data[:_SNIFF]) or not raw.data:

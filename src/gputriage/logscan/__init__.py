@@ -45,13 +45,13 @@ from __future__ import annotations
 import io
 import os
 import re
-import sys
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from gputriage.errors import InputError
+from gputriage.inputs import DIR, FILE, Input, is_binary, open_input
 from gputriage.logscan.forkpool import ForkWorkers, WorkerDied
 from gputriage.logscan.lines import _BOOT_MARK as _BOOT_MARK
 from gputriage.logscan.lines import _CTIME as _CTIME
@@ -295,8 +295,27 @@ def scan_text(text: str, origin: str = "<text>", *, now: datetime | None = None)
     return _merge([result])
 
 
+_SNIFF = 64 << 10  # a large plain file's first bytes tested for binary data
+
+
+def _not_text(name: str) -> InputError:
+    return InputError(f"{name}: binary data, not a text log")
+
+
+def _checked(inp: Input, chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """``chunks`` again, once the first (decompressed) one was found to be text."""
+    first = next(chunks, b"")
+    if is_binary(first, stream=inp.kind != FILE):
+        raise _not_text(inp.name)
+    yield first
+    del first  # let the buffer pool reuse it
+    yield from chunks
+
+
 def scan_paths(paths: Sequence[str], *, now: datetime | None = None) -> LogScan:
-    """Scan kernel-log files (plain, .gz, .xz, .bz2; ``-`` = stdin) as one timeline.
+    """Scan kernel-log files (plain, .gz, .xz, .bz2; ``-`` = stdin, pipes, FIFOs) as one
+    timeline. Inputs are opened by :func:`gputriage.inputs.open_input` (devices refused,
+    streams read under its budgets); one whose first block is binary is not read on.
 
     Raises :class:`InputError` only when no input could be read at all."""
     now = now or datetime.now(timezone.utc)
@@ -310,12 +329,17 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None) -> LogScan:
         for order, path in enumerate(paths):
             name = "<stdin>" if path == "-" else str(path)
             try:
-                fh = sys.stdin.buffer if path == "-" else open(path, "rb", buffering=0)  # noqa: SIM115
-            except OSError as exc:
-                failures.append(f"{name}: cannot read ({exc.strerror or exc})")
+                inp = open_input(path, problems)
+            except InputError as exc:
+                failures.append(str(exc))
                 continue
             try:
-                size = _plain_size(fh) if path != "-" else -1
+                if inp.kind == DIR:
+                    raise InputError(f"{name}: a directory, not a log file")
+                fh = inp.fh
+                size = _plain_size(fh) if inp.kind == FILE else -1
+                if size >= PROCESS_MIN and is_binary(os.pread(fh.fileno(), _SNIFF, 0), False):
+                    raise _not_text(name)
                 if size >= PROCESS_MIN and procs is None:
                     procs = _process_pool() or False
                 if size >= PROCESS_MIN and procs:
@@ -325,13 +349,14 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None) -> LogScan:
                         continue
                     except WorkerDied:  # a worker died: read this one here
                         procs = False
-                chunks = _file_chunks(fh, name, problems)
+                chunks = _checked(inp, _file_chunks(fh, name, problems))
                 results.append(_scan_one(name, chunks, order, now, pool, problems))
             except OSError as exc:
                 failures.append(f"{name}: cannot read ({exc.strerror or exc})")
+            except InputError as exc:
+                failures.append(str(exc))
             finally:
-                if path != "-":
-                    fh.close()
+                inp.close()
     finally:
         if pool is not None:
             pool.shutdown()

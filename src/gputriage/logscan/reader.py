@@ -1,5 +1,6 @@
-"""Opening :mod:`gputriage.logscan` inputs: plain files and stdin read into reused
-buffers, gzip / xz / bzip2 streams decompressed, all cut into line-aligned spans."""
+"""Reading :mod:`gputriage.logscan` inputs: plain files and streams (stdin, pipes, FIFOs,
+opened by :func:`gputriage.inputs.open_input`) read into reused buffers, gzip / xz /
+bzip2 decompressed up to the stream budget, all cut into line-aligned spans."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import zlib
 from collections.abc import Iterator
 
 from gputriage import logscan as _pkg
+from gputriage.inputs import limit
 
 # The tunables (``BLOCK``, ``LONG_LINE``, ``_workers``, the libc functions) are read
 # through the package at call time, so that setting them on ``gputriage.logscan``
@@ -109,7 +111,7 @@ def _file_chunks(fh, name: str, problems: list[str]) -> Iterator[bytes | bytearr
                 problems.append(f"{name}: read error ({exc.strerror or exc}); kept what was read")
                 return
         return
-    yield from _decompressed(kind, bytes(head), fh, name, problems)
+    yield from limit(_decompressed(kind, bytes(head), fh, name, problems), name, problems)
 
 
 def _compression(head: bytes) -> str | None:
