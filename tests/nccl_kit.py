@@ -7,7 +7,7 @@ from __future__ import annotations
 from hostkit import MODULES_FULL
 
 MINE = ("nccl.socket-transport", "nccl.gdr-disabled", "nccl.shm-transport",
-        "nccl.socket-iface-virtual", "nccl.node-split")
+        "nccl.socket-iface-virtual", "nccl.node-split", "nccl.p2p-disabled")
 
 
 def _rec(host: str, rank: int, dev: int, msg: str) -> str:

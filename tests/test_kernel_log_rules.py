@@ -337,8 +337,8 @@ def test_sxid_fatal_is_critical_nonfatal_warns_when_repeated():
            "0000:18:00.0", A, severity="Uncorrected (Fatal)"), "kernel.pcie-aer",
      Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE),
     (other("mlx5-link", "mlx5_core 0000:29:00.0: Port module event: module 0, Cable unplugged;"
-           " link down", "0000:29:00.0", state="down"), "kernel.mlx5-link-down",
-     Severity.WARNING, Action.DRAIN_AND_REPAIR, Blame.NODE),
+           " link down", "0000:29:00.0", state="down"), "kernel.link-down",
+     Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE),
     (other("pcie-bandwidth-limited", "mlx5_core 0000:29:00.0: 126.024 Gb/s available PCIe "
            "bandwidth, limited by 8.0 GT/s PCIe x16 link at 0000:28:01.0 (capable of 252.048 "
            "Gb/s with 16.0 GT/s PCIe x16 link)", "0000:29:00.0"),

@@ -97,7 +97,8 @@ def test_pcie_and_mlx5(all_kinds):
     assert received.details["reported_by"] == "0000:17:01.0"
     assert bus_error.bus_id == "0000:18:00.0"
     assert bus_error.details == {"severity": "Uncorrected (Fatal)", "type": "Transaction Layer",
-                                 "agent": "Requester ID"}
+                                 "agent": "Requester ID", "vendor_device": "10de:2330",
+                                 "status": "00004000"}  # the status line joins its report
     (link,) = only(all_kinds, "mlx5-link")
     assert (link.bus_id, link.details) == ("0000:19:00.0", {"state": "down",
                                                             "interface": "ibp25s0"})
@@ -286,12 +287,14 @@ def test_stdin(monkeypatch):
 
 
 def test_unreadable_inputs(tmp_path):
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(InputError, match="no such file"):
         scan_paths([str(tmp_path / "absent.log")])
     ok = tmp_path / "ok.log"
     ok.write_text(f"[ 1.0] {XID}\n")
     scan = scan_paths([str(tmp_path / "absent.log"), str(ok)])
-    assert xids(scan) == ["48"] and "absent.log: cannot read" in scan.problems[0]
+    assert xids(scan) == ["48"] and "absent.log: no such file" in scan.problems[0]
+    with pytest.raises(InputError, match="a directory, not a log file"):
+        scan_paths([str(tmp_path)])
 
 
 def test_binary_invalid_utf8_and_huge_lines(tmp_path):
@@ -299,8 +302,9 @@ def test_binary_invalid_utf8_and_huge_lines(tmp_path):
     junk = bytes(rng.randrange(256) for _ in range(200_000))
     bad = b"[ 2.0] NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=\xff\xfe, Graphics Exception\n"
     huge = b"[ 3.0] " + XID.encode() + b" " + b"x" * (1 << 20) + b"\n"
-    p = tmp_path / "bad.log"
-    p.write_bytes(junk + b"\n" + bad + huge + b"\x00" * 1000 + b"NVRM: " + b"\n")
+    text = b"".join(b"[ 1.%04d] usb 1-1: new device number %d\n" % (i, i) for i in range(2000))
+    p = tmp_path / "bad.log"  # junk after the first 64 KiB: a first block of it is refused
+    p.write_bytes(text + junk + b"\n" + bad + huge + b"\x00" * 1000 + b"NVRM: " + b"\n")
     scan = scan_paths([str(p)])
     assert {"13", "48"} <= set(xids(scan))
     assert scan.skipped >= 2  # the undecodable line and the cut 1 MB line
@@ -519,7 +523,8 @@ def test_corpus_gpud_xid119(corpus):
     assert len(x119) == 5 and {e.bus_id for e in x119} == {"0000:9b:00.0"}
     assert x119[0].details["process"] == "nvidia-smi"
     assert x119[0].time == datetime(2025, 2, 23, 16, 24, 18, tzinfo=timezone.utc)
-    (rate,) = only(scan, "gsp-rpc-timeout")  # "Rate limiting GSP RPC error prints ..."
+    dump, rate = only(scan, "gsp-rpc-timeout")  # "GPU4 RPC history", "Rate limiting ..."
+    assert dump.details == {"gpu": "4", "dump": "yes"}
     assert rate.bus_id == "0000:9b:00.0" and rate.details["rate_limited"] == "yes"
     assert scan.formats == ["dmesg-ctime"]
 

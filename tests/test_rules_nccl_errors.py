@@ -82,6 +82,9 @@ RULE_CASES = {
     "nccl.device-open-failed": [({"nccl_log": UVERBS}, "nccl.device-open-failed")],
     "nccl.warn": [({"nccl_log": OTHER_WARNS}, "nccl.warn")],
     "nccl.watchdog-timeout": [({"nccl_log": TIMEOUT_ONLY}, "nccl.watchdog-timeout")],
+    "nccl.nvls-failed": [({"nccl_log": "h:1:1 [0] transport/nvls.cc:254 NCCL WARN Cuda failure "
+                                       "401 'the operation cannot be performed in the present "
+                                       "state'\n"}, "nccl.nvls-failed")],
 }
 
 
@@ -375,3 +378,33 @@ def test_status_table_follows_the_verbs_enum() -> None:
     assert [table[code][0] for code in range(22)] == [f"IBV_WC_{n}" for n in names]
     assert table[12][1] == "transport retry counter exceeded"  # ibv_wc_status_str()
     assert table[5][1] == "Work Request Flushed Error"
+
+
+# --- NVLS / MNNVL ---------------------------------------------------------------------------
+
+NVLS_STATE = ("node7:51:51 [3] transport/nvls.cc:254 NCCL WARN Cuda failure 999 'unknown error'\n"
+              "node7:51:51 [3] NCCL INFO transport/nvls.cc:409 -> 1\n")
+NVLS_REFUSED = ("node7:51:51 [3] transport/nvls.cc:251 NCCL WARN Cuda failure 1 'invalid "
+                "argument'\nnode7:51:51 [3] NCCL INFO init.cc:1138 -> 1\n")
+MNNVL = ("tray3:9:9 [0] NCCL WARN MNNVL (cliqueSize 36) is available but not working on this "
+         "system.\ntray3:9:9 [0] NCCL WARN Cuda failure 800 'operation not permitted'\n")
+
+
+def test_nvls_cuda_failure_blames_the_node_fabric() -> None:
+    (f,) = _ours(run(nccl_log=NVLS_STATE), "nccl.nvls-failed")
+    assert (f.severity, f.action, f.blame) == (Severity.CRITICAL, Action.REBOOT_NODE, Blame.NODE)
+    assert "fabric manager" in f.explanation and "NCCL_NVLS_ENABLE=0" in f.explanation
+    assert not _ours(run(nccl_log=NVLS_STATE), "nccl.warn")
+
+
+def test_nvls_refused_by_cuda_is_the_container() -> None:
+    (f,) = _ours(run(nccl_log=NVLS_REFUSED), "nccl.nvls-failed")
+    assert (f.severity, f.blame) == (Severity.WARNING, Blame.CONFIG)
+    assert "/dev/nvidia-caps" in f.explanation
+
+
+def test_mnnvl_failure_names_the_imex_channel() -> None:
+    result = run(nccl_log=MNNVL)
+    (f,) = _ours(result, "nccl.nvls-failed")
+    assert f.action is Action.FIX_CONFIG and "imex-channels" in f.explanation
+    assert len(f.evidence[0].lines) == 2 and not _ours(result, "nccl.warn")

@@ -40,6 +40,10 @@ RULE_CASES = {
     "nccl.node-split": [
         ({"nccl_log": job_log(net="IB", gpus=4, nnodes=4, local_ranks=2)}, "nccl.node-split"),
     ],
+    "nccl.p2p-disabled": [
+        ({"nccl_log": job_log(("gpu-a",), env=("NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1"))},
+         "nccl.p2p-disabled"),
+    ],
 }
 
 
@@ -302,6 +306,8 @@ EXPECTED = {
     "nccl2345-after": {"nccl.gdr-disabled": Severity.WARNING},
     "nccl2345-h200": {"nccl.node-split": Severity.INFO},
     "vastai-4xa100-shm": {"nccl.shm-transport": Severity.WARNING},
+    # one host, P2P and SHM off: the environment is the story, not a missing RDMA stack
+    "nccl2057": {"nccl.p2p-disabled": Severity.WARNING},
 }
 
 
@@ -319,3 +325,37 @@ def test_corpus_sample_transport_findings(corpus) -> None:
     for sample in samples:
         found = {f.id: f.severity for f in mine(run(nccl_log=sample.text()))}
         assert found == expected.get(sample.name, {}), sample.name
+
+
+# --- P2P / SHM disabled by the environment ------------------------------------------------
+
+
+def test_p2p_and_shm_disabled_on_one_host_is_the_story_not_sockets() -> None:
+    log = job_log(("gpu-a",), env=("NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1"))
+    result = run(nccl_log=log, infiniband=hcas(2))
+    f = one(result, "nccl.p2p-disabled")
+    assert (f.severity, f.action, f.blame) == (Severity.WARNING, Action.FIX_CONFIG, Blame.CONFIG)
+    assert "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1" in f.title
+    assert "drop these variables" in f.explanation
+    assert not mine(result, "nccl.socket-transport")
+
+
+def test_p2p_level_loc_alone_is_named() -> None:
+    f = one(run(nccl_log=job_log(("gpu-a",), env=("NCCL_P2P_LEVEL=LOC",), intra="NET/IB/0")),
+            "nccl.p2p-disabled")
+    assert "NCCL_P2P_LEVEL=LOC" in f.title and "shared memory" in f.explanation
+
+
+def test_p2p_disabled_across_nodes_keeps_the_socket_finding() -> None:
+    """Two hosts on sockets with P2P+SHM off: the inter-node socket fallback stays a
+    finding of its own beside the environment's."""
+    log = job_log(env=("NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1", "NCCL_IB_DISABLE=1"))
+    result = run(nccl_log=log)
+    assert mine(result, "nccl.p2p-disabled") and mine(result, "nccl.socket-transport")
+
+
+def test_p2p_disabled_with_shm_channels_is_left_to_shm_transport() -> None:
+    log = job_log(("gpu-a",), env=("NCCL_P2P_DISABLE=1",), intra="SHM/direct/direct")
+    result = run(nccl_log=log)
+    assert mine(result, "nccl.shm-transport") and not mine(result, "nccl.p2p-disabled")
+    assert not mine(run(nccl_log=job_log(("gpu-a",))), "nccl.p2p-disabled")

@@ -18,6 +18,7 @@ from gputriage.parsers.kernel_events import (
     split_escaped,
     split_prefix,
 )
+from gputriage.parsers.kernel_patterns import strip_ansi
 
 # --- lines: formats, times -----------------------------------------------------------------
 
@@ -163,6 +164,8 @@ class _Source:
         if cut:
             self.skipped += 1
         text = text.rstrip("\r")
+        if "\x1b" in text:  # colour escapes (dmesg --color, journalctl in a terminal)
+            text = strip_ansi(text)
         if self.held is not None:
             if _KMSG_DICT.match(text):
                 if text.startswith(" DEVICE=+pci:"):

@@ -23,11 +23,13 @@ from gputriage.parsers.kernel_events import MAX_LINE, TRACE_WINDOW
 
 MAX_CONT = 8  # whitespace-led continuation lines taken after a candidate
 ANCHORS: tuple[bytes, ...] = (
-    b"NVRM: ", b"nvidia", b"mlx5_core ", b"error received", b"PCIe Bus Error", b"PCIe bandwidth",
+    b"NVRM:", b"nvidia", b"mlx5_core ", b"error received", b"PCIe Bus Error", b"PCIe bandwidth",
     b"segfault at ", b"soft lockup", b"blocked for more than", b"-- Boot ", b"-- Reboot --",
-    b"Linux version ",
+    b"Linux version ", b"nv_peer_mem", b"EDAC ", b"Hardware Error", b"Memory failure",
+    b"hardware memory error", b"Lost carrier", b"Gained carrier", b"NETDEV WATCHDOG",
 )
-_TRACE_ANCHORS = frozenset({b"soft lockup", b"blocked for more than"})
+# anchors whose following lines are all taken (call traces; an AER report's error bits)
+_TRACE_ANCHORS = frozenset({b"soft lockup", b"blocked for more than", b"PCIe Bus Error"})
 _JSON_ANCHOR = b'"MESSAGE":['  # journal JSON prints non-UTF-8 messages as byte arrays
 
 

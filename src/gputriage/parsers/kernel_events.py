@@ -31,6 +31,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.kernel_host import (
+    AER_KEY,
+    aer_detail,
+    aer_driver_event,
+    hw_detail,
+    hw_error_event,
+    link_event,
+    peermem_event,
+)
 from gputriage.parsers.kernel_patterns import (
     _AER_BUS_ERROR,
     _AER_RECEIVED,
@@ -74,7 +83,8 @@ __all__ = ["DriverEvent", "EventExtractor", "LogLine", "iter_driver_events",
 MAX_LINE = 8192  # longer lines are cut before matching
 MAX_CONTINUATION = 8
 TRACE_WINDOW = 30  # lines after a hung task / soft lockup searched for nvidia frames
-MAX_GROUP = 64  # lines joined into one GSP core-dump event
+MAX_GROUP = 64  # lines joined into one GSP core-dump event or hardware error record
+AER_LINES = 8  # lines after "PCIe Bus Error" searched for its status and error bits
 
 
 @dataclass
@@ -85,6 +95,7 @@ class DriverEvent:
     #   | gsp-firmware-missing | module-load-failed | xid | sxid | gsp-rpc-timeout | gsp-error
     #   | gpu-reset-required | peermem-invalid-context | nvlink-error | pcie-aer
     #   | pcie-bandwidth-limited | mlx5-link | segfault | hung-task | soft-lockup
+    #   | peermem-load-failed | hw-error | link-state
     line: str  # raw line(s); continuation lines joined with "\n"
     bus_id: str | None = None
     timestamp: str | None = None  # as printed; None when absent
@@ -188,7 +199,7 @@ class _Open:
 
     def __init__(self, event: DriverEvent, mode: str, until: int, key: str = "") -> None:
         self.event = event
-        self.mode = mode  # "trace" | "sxid" | "group"
+        self.mode = mode  # "trace" | "sxid" | "group" | "aer"
         self.until = until
         self.key = key
         self.last = event.lineno or 0
@@ -252,10 +263,20 @@ class EventExtractor:
                     o.count += 1
                     o.last = lineno
                     o.until = lineno + 1
-                    o.event.details["lines"] = str(o.count)
+                    if o.event.kind == "hw-error":
+                        hw_detail(line.msg, o.event.details)
+                    else:
+                        o.event.details["lines"] = str(o.count)
                     consumed = True
                 else:
                     self._open.remove(o)
+            elif o.mode == "aer" and not consumed:
+                if line.msg.startswith(o.key):
+                    if aer_detail(line.msg, o.event.details):
+                        o.event.line += "\n" + line.text
+                        consumed = True
+                    else:  # the device's next message: this report is complete
+                        self._open.remove(o)
             elif o.mode == "sxid" and not consumed:
                 m = _SXID.search(line.msg) if "SXid" in line.msg else None
                 cont = _SXID_CONT.match(m.group("rest").strip()) if m else None
@@ -296,6 +317,12 @@ class EventExtractor:
                 self._open.append(_Open(ev, "trace", lineno + TRACE_WINDOW))
             elif ev.kind == "sxid" and "severity" in ev.details:
                 self._open.append(_Open(ev, "sxid", lineno + 4))
+            elif ev.kind == "pcie-aer" and "PCIe Bus Error" in line.msg:
+                key = AER_KEY.match(line.msg)
+                if key:
+                    self._open.append(_Open(ev, "aer", lineno + AER_LINES, key.group(0)))
+            elif ev.kind == "hw-error" and ev.details.get("key"):
+                self._open.append(_Open(ev, "group", lineno + 1, ev.details.pop("key")))
             elif ev.kind == "gsp-error" and "kflcnCoreDump" in line.msg:
                 key = line.msg.partition(":")[0] + ":" + line.msg.partition(":")[2].partition(
                     ":")[0]
@@ -354,13 +381,17 @@ def _other_event(line: LogLine, msg: str) -> DriverEvent | None:  # noqa: C901 -
         fn = msg.removeprefix("NVRM:").strip().partition(":")[0]
         return _make("gsp-firmware-missing", line, _bus_near(msg, hint),
                      {"function": fn} if fn and " " not in fn else {})
+    if "peer" in msg:
+        found = peermem_event(msg)
+        if found:
+            return _make(found[0], line, found[1], found[2])
     if "nvidia" in msg:
         m = _MODPROBE.search(msg) or _UDEV_MODPROBE.search(msg) or _SYMBOL.match(msg)
         if m:
             return _make("module-load-failed", line, None,
                          {k: v.strip() for k, v in m.groupdict().items() if v})
-    if "_kgspLogXid119" in msg:  # banner around an Xid 119 line: the Xid is the event
-        return None
+    if "_kgspLogXid119" in msg or "RPC history (CPU -> GSP)" in msg:
+        return _gsp_dump(line, msg, hint)
     low = msg.lower()
     if "gsp" in low or "rpc" in low or "kflcn" in low:
         ev = _gsp_event(line, msg, low, hint)
@@ -378,6 +409,10 @@ def _other_event(line: LogLine, msg: str) -> DriverEvent | None:  # noqa: C901 -
         return _make("nvlink-error", line, _bus_near(msg, hint), details)
     if "error received" in msg or "PCIe Bus Error" in msg:
         return _aer_event(line, msg, hint)
+    if "AER" in msg:
+        found = aer_driver_event(msg)
+        if found:
+            return _make(found[0], line, found[1], found[2])
     if "PCIe bandwidth" in msg:
         m = _BANDWIDTH.search(msg)
         if m or "PCIe bandwidth limited" in msg:
@@ -392,6 +427,15 @@ def _other_event(line: LogLine, msg: str) -> DriverEvent | None:  # noqa: C901 -
             if m.group("ifname"):
                 details["interface"] = m.group("ifname")
             return _make("mlx5-link", line, normalize_bus_id(m.group("bus")), details)
+    if "carrier" in msg or "mlx5_core" in msg or "NETDEV WATCHDOG" in msg:
+        found = link_event(msg)
+        if found:
+            return _make(found[0], line, found[1], found[2])
+    if "EDAC" in msg or "Hardware Error" in msg or "Memory failure" in msg \
+            or "hardware memory error" in msg:
+        found = hw_error_event(msg)
+        if found:
+            return _make(found[0], line, found[1], found[2])
     if "segfault at" in msg:
         m = _SEGFAULT.search(msg)
         if m and (_GPU_LIB.search(m.group("lib") or "") or _GPU_LIB.search(m.group("proc"))):
@@ -437,6 +481,15 @@ def _gsp_event(line: LogLine, msg: str, low: str, hint: str | None) -> DriverEve
     if _GSP_FAILURE.search(msg):
         return _make("gsp-error", line, _bus_near(msg, hint), _gpu_details(msg))
     return None
+
+
+def _gsp_dump(line: LogLine, msg: str, hint: str | None) -> DriverEvent | None:
+    """The driver's GSP timeout banner or RPC history dump: one event per dump (its
+    header line), a GSP RPC timeout on the GPU named even without the Xid 119 line."""
+    if "GSP Timeout" not in msg and "RPC history" not in msg:
+        return None  # the banner's other lines
+    return _make("gsp-rpc-timeout", line, _bus_near(msg, hint),
+                 {**_gpu_details(msg), "dump": "yes"})
 
 
 def _aer_event(line: LogLine, msg: str, hint: str | None) -> DriverEvent | None:

@@ -20,8 +20,10 @@ _SYSLOG = re.compile(
     r"(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s{1,4}")
 _HOST_KERNEL = re.compile(r"^\S{1,255} kernel: ?")
 _KERNEL_TAG = re.compile(r"^kernel: ?")
-_BRACKET = re.compile(r"^\[(?P<ts>\s{0,12}\d{1,12}\.\d{1,9}|[A-Z][a-z]{2} [A-Z][a-z]{2}"
-                      r" [ \d]?\d \d\d:\d\d:\d\d \d{4})\]\s?")
+_BRACKET = re.compile(r"^\[(?P<ts>\s{0,12}\+?\d{1,12}\.\d{1,9}|[A-Z][a-z]{2} [A-Z][a-z]{2}"
+                      r" [ \d]?\d \d\d:\d\d:\d\d \d{4}|[A-Z][a-z]{2}\s?\d{1,2} \d\d:\d\d)"
+                      r"\]\s?")  # dmesg, dmesg -T, dmesg -H ("[Feb12 11:47]", "[  +0.000844]")
+_ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]")
 
 # (name, pattern, a cheap test a line must pass for the pattern to be tried at all)
 _PREFIXES: tuple[tuple[str, re.Pattern[str], Callable[[str], bool]], ...] = (
@@ -35,10 +37,17 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str], Callable[[str], bool]], ...] = (
     ("host", _HOST_KERNEL, lambda t: "kernel:" in t))
 
 
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour escapes."""
+    return _ANSI.sub("", text)
+
+
 def split_prefix(raw: str) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
     """A line's printed timestamps (outermost first), its message text, and the
     names of the prefixes found (``talos``, ``syslog``, ``host``, ``bracket`` ...)."""
     text = raw.strip()
+    if "\x1b" in text:  # dmesg --color / journalctl colour escapes
+        text = strip_ansi(text)
     m = _QUOTE.match(text) if text[:1] == ">" else None  # stripped: only ">" can lead
     if m:
         text = text[m.end():].lstrip()
@@ -83,7 +92,7 @@ _NVLINK5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]{1,40})\s{1,8}(?P<sev>Fatal|Non-
                       r"(?P<link>-?\d{1,4})\s{0,8}\((?P<intr>0x[0-9a-fA-F]{1,8})?", re.IGNORECASE)
 _LINK = re.compile(r"\b[Ll]ink\s{1,4}(?P<link>-?\d{1,4})\b")
 _GPU_INDEX = re.compile(r"\bGPU(?P<idx>\d{1,3})\b")
-_GPU_BUS = re.compile(r"\bGPU (?:at PCI:)?(?P<bus>" + _BUS + ")")
+_GPU_BUS = re.compile(r"\bGPU (?:at (?:PCI:)?)?(?P<bus>" + _BUS + ")")
 _AT_PCI = re.compile(r"\bat PCI:(?P<bus>" + _BUS + ")")
 _DEV_BUS = re.compile(r"^[\w\-]{1,32} (?P<bus>" + _BUS + r")(?::| [\w.\-]{1,32}:) ")
 _RMINIT = re.compile(r"RmInitAdapter failed! \((?P<code>0x[0-9a-fA-F]{1,8}:0x[0-9a-fA-F]{1,8}"

@@ -251,9 +251,7 @@ EVENT_IDS = {
     "gsp-error": "kernel.gsp-error",
     "peermem-invalid-context": "kernel.peermem-invalid-context",
     "nvlink-error": "kernel.nvlink-error",
-    "pcie-aer": "kernel.pcie-aer",
     "pcie-bandwidth-limited": "kernel.pcie-bandwidth-limited",
-    "mlx5-link": "kernel.mlx5-link-down",
     "segfault": "kernel.segfault-in-gpu-library",
     "hung-task": "kernel.hung-task-in-nvidia",
     "soft-lockup": "kernel.soft-lockup-in-nvidia",
@@ -269,23 +267,6 @@ def _text(events: Sequence[DriverEvent]) -> str:
     return "\n".join(ev.line + " " + " ".join(ev.details.values()) for ev in events)
 
 
-def _aer(events: list[DriverEvent], label: str, on_gpu: bool) -> Judged:
-    text = _text(events).lower()
-    n = len(events)
-    if "uncorrect" in text or "fatal" in text.replace("non-fatal", ""):
-        sev = Severity.CRITICAL if on_gpu else Severity.WARNING
-        return Judged(sev, Action.DRAIN_AND_REPAIR, Blame.NODE,
-                      f"uncorrected PCIe errors (AER) at {label} ({count_text(n)})",
-                      "The PCIe link dropped or corrupted transactions it could not correct: "
-                      "on a GPU this precedes Xid 79 and lost GPUs. Drain the node; check "
-                      "seating, risers, retimers and power, and repair.")
-    sev = Severity.WARNING if n >= AER_BURST else Severity.INFO
-    return Judged(sev, Action.DRAIN_AND_REPAIR if n >= AER_BURST else Action.NONE, Blame.NODE,
-                  f"corrected PCIe errors (AER) at {label} ({count_text(n)})",
-                  "Corrected errors cost only retries; a steady stream points at a marginal "
-                  "link (seating, riser, retimer) to fix at the next maintenance.")
-
-
 def judge_event_group(kind: str, events: list[DriverEvent], label: str, on_gpu: bool,
                       xid_codes: set[int]) -> Judged | None:
     """The verdict on one (kind, bus) group of non-Xid events; None: nothing to report."""
@@ -294,6 +275,7 @@ def judge_event_group(kind: str, events: list[DriverEvent], label: str, on_gpu: 
     if kind == "gsp-rpc-timeout":
         if 119 in xid_codes:
             return None  # the xid.119 finding covers it
+        n = _incidents(events)
         return Judged(Severity.CRITICAL, Action.DRAIN_AND_REPAIR if n >= GSP_REPEAT
                       else Action.RESET_GPU, Blame.NODE,
                       f"GPU firmware (GSP) RPC timeouts on {label} ({count_text(n)})",
@@ -326,29 +308,21 @@ def judge_event_group(kind: str, events: list[DriverEvent], label: str, on_gpu: 
                       f"NVLink errors on {label} ({count_text(n)})",
                       "The driver reported NVLink errors: multi-GPU jobs may hang or slow "
                       "down. Reset the GPU; if the same link keeps failing, repair it.")
-    if kind == "pcie-aer":
-        return _aer(events, label, on_gpu)
     if kind == "pcie-bandwidth-limited":
         return Judged(Severity.WARNING, Action.DRAIN_AND_REPAIR, Blame.NODE,
                       f"PCIe link of {label} trained below its capability ({count_text(n)})",
                       "The device reports less PCIe bandwidth than it is capable of (a narrower "
                       "or slower link): transfers are slower. Reseat the card or fix the "
                       "riser / slot at the next maintenance.")
-    if kind == "mlx5-link":
-        last = (events[-1].details.get("state") or events[-1].line).lower()
-        if "down" not in last:
-            return None  # the link came back up
-        return Judged(Severity.WARNING, Action.DRAIN_AND_REPAIR, Blame.NODE,
-                      f"network link down on {label} ({count_text(n)})",
-                      "A ConnectX port lost its link: multi-node jobs over it fail or hang. "
-                      "Check the cable, transceiver and switch port.")
     if kind == "segfault":
         if not GPU_LIBS.search(text):
             return None
         procs = sorted({ev.details.get("process") or "" for ev in events} - {""})
+        libs = sorted({ev.details.get("library") or "" for ev in events} - {""})
         who = f" ({', '.join(procs[:3])})" if procs else ""
+        where = ", ".join(libs[:3]) if libs else "a GPU library"
         return Judged(Severity.WARNING, Action.RESTART_JOB, Blame.JOB,
-                      f"process crashed inside a GPU library{who} ({count_text(n)})",
+                      f"process crashed inside {where}{who} ({count_text(n)})",
                       "A segfault in libcuda / libnccl / libnvidia-* is usually the application "
                       "or a library mismatch in its container, not the node: look at the job.")
     if kind in ("hung-task", "soft-lockup"):
@@ -363,10 +337,34 @@ def judge_event_group(kind: str, events: list[DriverEvent], label: str, on_gpu: 
     return None
 
 
-@rule("kernel.events", requires=("log_events",), produces=tuple(EVENT_IDS.values()))
+def _incidents(events: Sequence[DriverEvent]) -> int:
+    """GSP timeouts counted once per incident: a banner or RPC history dump is one."""
+    n, last = 0, None
+    for ev in events:
+        if ev.details.get("dump") != "yes" or last is None or (ev.lineno or 0) - last > 40:
+            n += 1
+        if ev.details.get("dump") == "yes":
+            last = ev.lineno or 0
+    return n
+
+
+def _lost_gpu_before(ev: DriverEvent, lost: dict[bool, int]) -> bool:
+    """Whether a GPU fell off the bus earlier in the same boot (a crash is its echo)."""
+    first = lost.get(ev.boot == 0)
+    return first is not None and (ev.lineno or 0) >= first
+
+
+HOST_FINDING_IDS = ("kernel.pcie-aer", "kernel.peermem-load-failed", "kernel.host-memory-error",
+                    "kernel.hardware-error", "kernel.link-down", "kernel.link-flaps",
+                    "kernel.link-down-at-boot", "kernel.netdev-tx-timeout")
+
+
+@rule("kernel.events", requires=("log_events",),
+      produces=tuple(EVENT_IDS.values()) + HOST_FINDING_IDS)
 def event_findings(facts: Facts) -> Iterator[Finding]:
-    """Other driver-stack kernel events: GSP timeouts, peermem, NVLink, PCIe AER and
-    bandwidth, mlx5 links, crashes in GPU libraries, hangs in nvidia code."""
+    """Other driver-stack and host kernel events: GSP timeouts, peermem, NVLink, PCIe AER
+    and bandwidth, network link flaps, EDAC / MCE / APEI hardware errors, crashes in GPU
+    libraries, hangs in nvidia code."""
     yield from judge_events(facts.get("log_events"), gpu_map(facts))
 
 
@@ -379,7 +377,17 @@ def judge_events(events: Iterable[DriverEvent], gpus: GpuMap) -> Iterator[Findin
     kinds: dict[tuple[str | None, bool], set[str]] = {}
     for ev in events:
         kinds.setdefault((ev.bus_id, ev.boot == 0), set()).add(ev.kind)
-    picked = [ev for ev in events if ev.kind in EVENT_IDS]
+    from gputriage.rules.kernel_host import judge_host  # it builds on this module
+
+    lost: dict[bool, int] = {}
+    for code, ev in xid_events(events):
+        if code == 79:
+            lost.setdefault(ev.boot == 0, ev.lineno or 0)
+    any119 = {cur for (_, cur), codes in xid_buses.items() if 119 in codes}
+    picked = [ev for ev in events if ev.kind in EVENT_IDS
+              and not (ev.kind == "segfault" and _lost_gpu_before(ev, lost))
+              and not (ev.kind == "gsp-rpc-timeout" and ev.bus_id is None
+                       and (ev.boot == 0) in any119)]
     for (kind, bus, current), evs in group(
             picked, lambda ev: (ev.kind, ev.bus_id, ev.boot == 0)).items():
         on_gpu = (kind in GPU_KINDS or bus in gpus or (bus, current) in xid_buses
@@ -396,3 +404,4 @@ def judge_events(events: Iterable[DriverEvent], gpus: GpuMap) -> Iterator[Findin
                          name=evs[0].details.get("interface") or evs[0].details.get("device"))
         fid = EVENT_IDS[kind]
         yield (emit if current else history)(fid, judged, evs, scope, ())
+    yield from judge_host(events, gpus, {bus for bus, _ in xid_buses})

@@ -208,6 +208,90 @@ def device_open_failed(facts: Facts) -> Iterator[Finding]:
             occurrences=Occurrences(len(fails)))
 
 
+# --- NVLS / multi-node NVLink (NVLink fabric) ----------------------------------------------
+
+_CUDA_CODE = re.compile(r"Cuda failure (\d{1,4})|CUDA error (\d{1,4})|cuda error (\d{1,4})",
+                        re.IGNORECASE)
+_MNNVL = re.compile(r"MNNVL|IMEX|nvidia-caps-imex", re.IGNORECASE)
+_NVLS = re.compile(r"nvls|multicast|cuMulticast", re.IGNORECASE)
+# CUDA errors that say the process may not create or import the object (its devices or
+# rights), as opposed to a fabric in a bad state (401, 999, ...)
+_REFUSED = {1: "invalid argument", 800: "operation not permitted", 801: "not supported"}
+
+
+def _fabric_warns(p: NcclProcess) -> tuple[list[NcclWarn], list[NcclWarn]]:
+    """(NVLS warns, MNNVL warns) of a process: the WARN itself names nvls/multicast or
+    MNNVL/IMEX, or is a CUDA failure right after such a WARN."""
+    nvls: list[NcclWarn] = []
+    mnnvl: list[NcclWarn] = []
+    last: list[NcclWarn] | None = None
+    for w in p.warns:
+        where = f"{w.source_loc or ''} {w.message}"
+        if _MNNVL.search(where):
+            last = mnnvl
+        elif _NVLS.search(where):
+            last = nvls
+        elif not (last is not None and _CUDA_CODE.search(w.message)):
+            last = None
+            continue
+        last.append(w)
+    return nvls, mnnvl
+
+
+def _cuda_code(warns: list[NcclWarn]) -> int | None:
+    for w in warns:
+        m = _CUDA_CODE.search(w.message)
+        if m:
+            return int(next(g for g in m.groups() if g))
+    return None
+
+
+def _fabric_verdict(mnnvl: bool, code: int | None) -> tuple[str, str, Severity, Action, Blame]:
+    if mnnvl:
+        return ("multi-node NVLink (MNNVL) is available but not working",
+                "NCCL found an NVLink domain spanning trays but could not import peers' "
+                "memory across it: the IMEX channel device (/dev/nvidia-caps-imex-channels/"
+                "channel0) is missing on this node or not passed into the container, or the "
+                "IMEX service is down. Create the channel on every node (driver parameter "
+                "NVreg_CreateImexChannel0=1, or mknod with the nvidia-caps-imex-channels "
+                "major), expose it to the job and check the IMEX daemon; NCCL_MNNVL_ENABLE=0 "
+                "works around it at the cost of cross-tray NVLink.",
+                Severity.WARNING, Action.FIX_CONFIG, Blame.CONFIG)
+    if code in _REFUSED:
+        return (f"NVLink SHARP (NVLS) setup refused by CUDA ({code}: {_REFUSED[code]})",
+                "CUDA refused the multicast object NVLS needs. The GPUs and NVLink are "
+                "usually fine: the job's container lacks the fabric capability devices "
+                "(/dev/nvidia-caps) or the rights to use them. Expose them to the "
+                "container, or set NCCL_NVLS_ENABLE=0 (all-reduce loses some bandwidth).",
+                Severity.WARNING, Action.FIX_CONFIG, Blame.CONFIG)
+    what = f" (CUDA error {code})" if code is not None else ""
+    return (f"NVLink SHARP (NVLS) multicast setup failed on the node's NVLink fabric{what}",
+            "NCCL believes multicast is available yet CUDA cannot bind GPUs to a multicast "
+            "object: the node's NVLink fabric is in a bad state (fabric manager or IMEX "
+            "not fully registered, NVSwitch errors, stale multicast state from an earlier "
+            "job). This is the node, not the job: check nvidia-smi -q Fabric State/Status "
+            "and the fabric manager log, restart the fabric manager or reboot the node. "
+            "NCCL_NVLS_ENABLE=0 lets jobs run meanwhile at lower all-reduce bandwidth.",
+            Severity.CRITICAL, Action.REBOOT_NODE, Blame.NODE)
+
+
+@rule("nccl.nvls-failed", requires=("nccl_log",), produces=("nccl.nvls-failed",))
+def nvls_failed(facts: Facts) -> Iterator[Finding]:
+    """NVLS (NVLink SHARP multicast) and multi-node NVLink failures: CUDA errors on the
+    NVLS path point at the node's NVLink fabric (fabric manager, NVSwitch, IMEX), unless
+    CUDA refused the object outright (container without the caps devices: config)."""
+    log: NcclLog = facts.get("nccl_log")
+    for p in log.processes:
+        nvls, mnnvl = _fabric_warns(p)
+        for warns, is_mnnvl in ((mnnvl, True), (nvls, False)):
+            if not warns:
+                continue
+            title, why, sev, action, blame = _fabric_verdict(is_mnnvl, _cuda_code(warns))
+            yield finding("nccl.nvls-failed", sev, f"{_host(p)}: {title}", why, action, blame,
+                          NODE, [evidence(LOG, [w.line for w in warns[:SHOWN]])],
+                          occurrences=Occurrences(len(warns)))
+
+
 # --- every other WARN -------------------------------------------------------------------------
 
 # (class, pattern, severity, title, explanation, action, blame)
@@ -263,6 +347,7 @@ def other_warns(facts: Facts) -> Iterator[Finding]:
         claimed = {id(w) for w in _open_failures(p)}
         if claimed:
             claimed |= {id(w) for w in p.warns if _HANG_NOTE.search(w.message)}
+        claimed |= {id(w) for ws in _fabric_warns(p) for w in ws}
         for w in p.warns:
             if (id(w) in claimed or w.kind == "ib-completion"
                     or "Got completion" in w.message):

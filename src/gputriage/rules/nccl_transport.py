@@ -26,7 +26,7 @@ from gputriage.hostfacts.nccl import (
     raw_lines,
 )
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
-from gputriage.parsers.nccl_model import NET_SOCKET, NcclProcess
+from gputriage.parsers.nccl_model import NET_IB, NET_SOCKET, SHM, NcclProcess
 from gputriage.rules import nccl_transport_paths as paths
 from gputriage.rules.base import evidence, finding, rule
 from gputriage.rules.nccl_errors import plural as _plural
@@ -86,6 +86,8 @@ def socket_transport(facts: Facts) -> Iterator[Finding]:
     procs = [p for p in job.log.processes if on_sockets(p)]
     if not procs or job.multi_node is False:
         return
+    if len(job.hosts) <= 1 and {"p2p", "shm"} <= set(disabled_paths(job)):
+        return  # the job pushed its own intra-node traffic onto the network: nccl.p2p-disabled
     has_hcas, active, states_known, host_ev = _host_rdma(facts)
     causes = socket_causes(facts, procs, bool(has_hcas))
     ipoib = _ipoib(procs)
@@ -332,6 +334,68 @@ def _split_finding(job: NcclJob, members: list, host_gpus) -> Iterator[Finding]:
         why += " Note: " + "; ".join(notes) + "."
     yield finding("nccl.node-split", Severity.INFO, title, why, Action.NONE, Blame.UNKNOWN,
                   evidence=[evidence(SRC, lines)])
+
+
+# --- nccl.p2p-disabled ---------------------------------------------------------------
+
+
+def disabled_paths(job: NcclJob) -> dict[str, tuple[NcclProcess, str]]:
+    """Intra-node paths the job's environment turns off: ``p2p`` / ``shm`` -> (a process
+    that says so, the setting)."""
+    out: dict[str, tuple[NcclProcess, str]] = {}
+    for p in job.log.processes:
+        disable = env_value(p, "NCCL_P2P_DISABLE")
+        level = (env_value(p, "NCCL_P2P_LEVEL") or "").upper()
+        shm = env_value(p, "NCCL_SHM_DISABLE")
+        if disable not in (None, "", "0"):
+            out.setdefault("p2p", (p, f"NCCL_P2P_DISABLE={disable}"))
+        elif level in ("LOC", "0"):
+            out.setdefault("p2p", (p, f"NCCL_P2P_LEVEL={level}"))
+        if shm not in (None, "", "0"):
+            out.setdefault("shm", (p, f"NCCL_SHM_DISABLE={shm}"))
+    return out
+
+
+@rule("nccl.p2p-disabled", requires=("nccl_job",), produces=("nccl.p2p-disabled",))
+def p2p_disabled(facts: Facts) -> Iterator[Finding]:
+    """The job's environment turns GPU peer-to-peer and/or shared memory off
+    (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL=LOC, NCCL_SHM_DISABLE): intra-node traffic then
+    goes through host memory or, with both off, through the network (NET/Socket or IB
+    loopback). Blamed on the job's configuration. Left to nccl.shm-transport when that
+    finding already names the setting (SHM channels with P2P disabled)."""
+    job: NcclJob = facts.get("nccl_job")
+    off = disabled_paths(job)
+    if not off:
+        return
+    if "shm" not in off and any(c.family == SHM for p in job.log.processes
+                                for c in p.channels):
+        return  # nccl.shm-transport tells it with the channels
+    settings = [setting for _, setting in off.values()]
+    nets = [(p, c) for p, c in job.net_channels if c.family in (NET_SOCKET, NET_IB)]
+    if len(off) == 2:
+        path = ("through the network transport" + (" (NET/Socket)" if any(
+            c.family == NET_SOCKET for _, c in nets) else "")
+                + ": every transfer between GPUs of one node leaves through a NIC or TCP")
+    elif "p2p" in off:
+        path = "through host shared memory (SHM) instead of NVLink / PCIe peer-to-peer"
+    else:
+        path = ("without host shared memory: pairs with no P2P path fall back to the "
+                "network transport")
+    why = (f"The job sets {' and '.join(settings)}, so NCCL moves intra-node traffic {path}. "
+           "That is a debugging setting, far slower than NVLink or PCIe P2P: drop these "
+           "variables for real runs unless they work around a known P2P problem of this "
+           "platform.")
+    if len(off) == 2 and len(job.hosts) <= 1:
+        why += (" On one node the socket/IB network it ends up on is this setting's doing, "
+                "not a missing RDMA stack.")
+    lines = [ln for key in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE")
+             for ln in log_lines(facts, f"{key} set by environment", [], 1)]
+    lines += [c.line for _, c in nets[:2]]
+    yield finding("nccl.p2p-disabled", Severity.WARNING,
+                  f"{' and '.join(settings)} set by the job: intra-node traffic avoids "
+                  "GPU peer-to-peer", why, Action.FIX_CONFIG, Blame.CONFIG,
+                  evidence=[evidence(SRC, lines or [f"{p.label}: {s}" for p, s in
+                                                    off.values()])])
 
 
 # --- data paths (built in nccl_transport_paths) -------------------------------------

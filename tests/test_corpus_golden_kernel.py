@@ -1,0 +1,118 @@
+"""Golden verdicts on every category-4 (kernel log) and category-5 (NCCL) capture: the
+finding ids that must appear (``id`` or ``id=severity``) and those that must not, read
+from MANIFEST.tsv's expected_diagnosis. A sample this project cannot judge right yet
+is an xfail(strict=True) with the reason, so that fixing it shows."""
+
+from __future__ import annotations
+
+import pytest
+
+from gputriage.engine import analyze
+from gputriage.ingest import load_input
+
+# sample name part -> (must, must not[, reason it is expected to fail])
+GOLDEN: dict[str, tuple] = {
+    # --- 4: kernel logs ---
+    "bazzite2668": (("driver.version-mismatch", "driver.gsp-firmware-missing"), ("xid.79",)),
+    "bumblebee677": (("xid.31", "xid.32"), ("xid.79", "kernel.pcie-aer")),
+    "dalle104": (("driver.version-mismatch=critical",), ("xid.79",)),
+    "dxvk1799": (("xid.31",), ("xid.79", "kernel.pcie-aer")),
+    "gb10-or-grace": (("xid.119", "xid.120"), ()),
+    "gpud-pr1174": (("xid.149=critical", "xid.145"), ()),
+    "gpud-pr46": (("xid.13", "xid.109"), ("xid.79",)),
+    "gpud-xid119": (("xid.119=critical",), ("kernel.gsp-rpc-timeout",)),
+    "gpuop1146": (("driver.gpu-init-failed", "xid.48", "xid.64"), ()),
+    "mattshma133": (("driver.no-adapter-probed",), ("driver.version-mismatch",)),
+    "nccl2241": (("xid.145",), ("xid.79",)),
+    "nolebase-h100-syslog": (("xid.79", "driver.gsp-firmware-missing"), ()),
+    "nolebase-h100-xid79": (("xid.79=critical",), ()),
+    "nvidiaall394": (("driver.version-mismatch",), ()),
+    "nvsentinel-csv": (("xid.149", "xid.74", "xid.13", "xid.69"), ()),
+    "nvsentinel155": (("xid.79",), ()),
+    "ogkm1030": (("xid.31",), ("xid.79", "kernel.pcie-aer")),
+    "ogkm1150": (("xid.45",), ()),
+    "ogkm1151": (("driver.gpu-init-failed",), ()),
+    "ogkm446-talos": (("kernel.gsp-error",), ()),
+    "ogkm789": (("driver.gpu-init-failed",), ()),
+    "rtxpro6000-blackwell-xid48": (("xid.48", "xid.63", "xid.154"), ()),
+    "rviz-p620": (("xid.13", "xid.43"), ("xid.79",)),
+    "sichek51": (("kernel.gpu-reset-required=critical",), ()),
+    "stackhpc287": (("driver.version-mismatch",), ()),
+    "training-chronicles": (("xid.63",), ("xid.79",)),
+    "trtllm15610": (("xid.13",), ("xid.79",)),
+    "vllm40652-8xa100": (("xid.119",), ()),
+    "vllm40652-talos": (("xid.74", "xid.154"), ()),
+    "ikllama485": (("kernel.segfault-in-gpu-library", "xid.31"), ("xid.79", "kernel.pcie-aer")),
+    "ubuntuforums-gts250": (("xid.79=critical", "kernel.pcie-aer=info"),
+                            ("kernel.segfault-in-gpu-library",)),
+    "ikllama381": (("kernel.segfault-in-gpu-library=warning",), ("xid.79",)),
+    "aihub0007": (("kernel.link-down=critical",), ("kernel.link-flaps",)),
+    "cx6-ocp3-200g-boot-dmesg-link-down-then-up": (
+        ("kernel.pcie-bandwidth-limited",),
+        ("kernel.link-down", "kernel.link-flaps", "kernel.link-down-at-boot")),
+    "cx6-ocp3-200g-boot-dmesg-x4-slot": (
+        ("kernel.pcie-bandwidth-limited", "kernel.link-down-at-boot=info"),
+        ("kernel.link-down", "kernel.link-flaps")),
+    "dcgm144": (("xid.119",), ("kernel.gsp-rpc-timeout",)),
+    "ewell-a40": (("xid.119", "driver.gpu-init-failed"), ("kernel.gsp-rpc-timeout",)),
+    "gpuop2868": (("kernel.peermem-load-failed=warning",), ("driver.module-load-failed",)),
+    "nvpeermemory84": (("kernel.peermem-load-failed=warning",), ("driver.module-load-failed",)),
+    "gpuburn1": (("kernel.pcie-aer=critical", "xid.79"), ()),
+    "returnn1500": (("kernel.pcie-aer=critical",), ("kernel.segfault-in-gpu-library",)),
+    "meta-gcm": (("kernel.link-down=critical",), ()),
+    # --- 5: NCCL logs ---
+    "awsofinccl715": ((), ("nccl.socket-transport", "nccl.warn")),
+    "detectron4730": (("nccl.socket-transport",), ()),
+    "gke-gvnic": (("nccl.socket-transport=info",), ()),
+    "vastai-4xa100-shm": (("nccl.shm-transport",), ()),
+    "nccl1189": ((), ("nccl.gdr-disabled", "nccl.socket-transport", "nccl.warn")),
+    "nccl1405": (("nccl.ib-completion-error",), ()),
+    "nccl1412": ((), ("nccl.init-incomplete", "nccl.warn")),
+    "nccl1637": (("nccl.p2p-failed",), ("nccl.socket-transport",),
+                 "no rule recognises a GPU's broken P2P (the RTX 5090 driver bug) from a "
+                 "socket-only log"),
+    "nccl1657": (("nccl.gdr-disabled",), ("nccl.socket-transport",)),
+    "nccl1814": (("nccl.ib-completion-error",), ()),
+    "nccl1817": ((), ("nccl.socket-transport", "nccl.warn")),
+    "nccl2345-after": (("nccl.gdr-disabled",), ()),
+    "nccl2345-h200": (("nccl.node-split",), ()),
+    "nccl2428": (("nccl.device-open-failed",), ()),
+    "nccl398": (("nccl.socket-transport",), ()),
+    "nccl928": (("nccl.ib-completion-error",), ()),
+    "nccl952": (("nccl.socket-transport", "nccl.warn"), ()),
+    "nccltests188": (("nccl.socket-transport",), ()),
+    "nccltests264-all-reduce": (("nccl.tests-failed=critical",), ()),
+    "nvpeermem56": (("nccl.gdr-disabled",), ()),
+    "rtxpro6000-dbe": (("nccl.watchdog-timeout",), ()),
+    "vllm-k8s": ((), ("nccl.gdr-disabled", "nccl.socket-transport")),
+    "gb300-nvl72-72gpu-mnnvl": (("nccl.nvls-failed",), ("nccl.warn",)),
+    "nccl2057": (("nccl.p2p-disabled=warning",), ("nccl.socket-transport",)),
+    "nccl1788": (("nccl.nvls-failed=critical",), ("nccl.warn",)),
+    "pie500": (("nccl.nvls-failed=warning",), ("nccl.warn",)),
+}
+
+
+def _cases():
+    for part, row in GOLDEN.items():
+        marks = [pytest.mark.xfail(strict=True, reason=row[2])] if len(row) > 2 else []
+        yield pytest.param(part, row[0], row[1], id=part, marks=marks)
+
+
+def test_every_category_4_and_5_sample_has_a_golden_row(corpus):
+    names = {corpus.sample(part).name for part in GOLDEN}
+    assert len(names) == len(GOLDEN)
+    wanted = {s.name for s in corpus.category("4") + corpus.category("5")}
+    assert wanted <= names, sorted(wanted - names)
+
+
+@pytest.mark.parametrize(("part", "must", "must_not"), list(_cases()))
+def test_golden_verdict(corpus, part, must, must_not):
+    result = analyze(load_input(str(corpus.sample(part).path)))
+    found: dict[str, set[str]] = {}
+    for f in result.findings:
+        found.setdefault(f.id, set()).add(f.severity.value)
+    for item in must:
+        fid, _, severity = item.partition("=")
+        assert fid in found, (fid, sorted(found))
+        assert not severity or severity in found[fid], (fid, found[fid])
+    assert not set(must_not) & set(found), sorted(set(must_not) & set(found))
