@@ -8,8 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Hypothesis profiles: "ci" (the default: hypothesis's usual 100 examples) and "fuzz"
+# (HYPOTHESIS_PROFILE=fuzz: many more, for tests that leave max_examples to the profile).
+settings.register_profile("ci", max_examples=100)
+settings.register_profile("fuzz", max_examples=5000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @dataclass(frozen=True)

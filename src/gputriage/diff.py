@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gputriage import safejson
 from gputriage.errors import InputError
 from gputriage.facts import Facts
 from gputriage.model import Finding, Result, Scope
@@ -316,54 +317,81 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
+def _scalar(value: Any) -> Any:
+    """A JSON value as a diff can compare, hash and print it: containers become text."""
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
 def view_from_json(doc: Any, label: str) -> DiffView:
-    """The side of a ``gputriage/result/v1`` document; InputError for another schema."""
+    """The side of a ``gputriage/result/v1`` document; InputError for another schema or
+    a document nested deeper than any result (``safejson.MAX_DEPTH``). Values of the
+    GPU rows and the digest are made scalars: they are compared and used as keys."""
+    if safejson.too_deep(doc):
+        raise InputError(f"{label}: JSON nested more than {safejson.MAX_DEPTH} levels deep: "
+                         "not a result")
     schema = doc.get("schema") if isinstance(doc, dict) else None
     if schema != RESULT_SCHEMA:
-        raise InputError(f"{label}: JSON of schema {schema!r}, expected {RESULT_SCHEMA!r} "
-                         "(the output of check --json or analyze --json)")
+        raise InputError(f"{label}: JSON of schema {str(schema)[:80]!r}, expected "
+                         f"{RESULT_SCHEMA!r} (the output of check --json or analyze --json)")
     host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
-    gpus = [{k: v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
-             for k, v in g.items()} for g in _list(doc.get("gpus")) if isinstance(g, dict)]
+    gpus = [{str(k): _scalar(v) for k, v in g.items()}
+            for g in _list(doc.get("gpus")) if isinstance(g, dict)]
     findings = [FindingRef.from_json(f) for f in _list(doc.get("findings"))
                 if isinstance(f, dict)]
     digest = doc.get("digest") if isinstance(doc.get("digest"), dict) else {}
-    merged = {**host_digest(host, gpus), **digest}
+    merged = {k: _scalar(v) for k, v in {**host_digest(host, gpus), **digest}.items()}
     return DiffView(label, host, gpus, dict(sorted(merged.items())), findings, "result")
 
 
-def _json_document(path: str) -> Any:
-    """The JSON document in ``path`` when it is one (None otherwise)."""
-    if path == "-":
+JSON_CAP = 64 << 20  # a result document larger than this is not read as JSON
+_WS = b" \t\r\n"
+
+
+def _json_document(data: bytes) -> Any:
+    """The JSON document ``data`` holds when it is one with a schema (None otherwise)."""
+    if not data.lstrip(_WS).startswith(b"{") or len(data) > JSON_CAP:
         return None
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(64).lstrip()
-            if not head.startswith(b"{"):
-                return None
-            fh.seek(0)
-            data = fh.read(64 * 1024 * 1024)
-    except (IsADirectoryError, FileNotFoundError, PermissionError):
-        return None  # load_inputs says so in its own words
-    try:
         doc = json.loads(data.decode("utf-8", errors="replace"))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
         return None
     return doc if isinstance(doc, dict) and "schema" in doc else None
 
 
+def _head(fh: Any) -> bytes:
+    """The bytes that tell a result JSON from anything else, read once: up to the first
+    non-blank byte, then, when it is ``{``, up to JSON_CAP + 1 bytes."""
+    data = bytearray(fh.read(64 << 10))
+    blank = not data.strip(_WS)
+    while blank and data and len(data) <= JSON_CAP:
+        more = fh.read(64 << 10)
+        if not more:
+            break
+        data += more
+        blank = not more.strip(_WS)
+    if data.lstrip(_WS)[:1] == b"{":
+        data += fh.read(JSON_CAP + 1 - len(data))
+    return bytes(data)
+
+
 def load_view(path: str, include_noise: bool = False, window: Any = None) -> DiffView:
-    """Load and analyse one side: anything ``analyze`` accepts, or a result JSON."""
-    doc = _json_document(path)
-    if doc is not None:
-        return view_from_json(doc, path)
+    """Load and analyse one side: anything ``analyze`` accepts, or a result JSON. A
+    pipe, FIFO or stdin is read once: the bytes that decided go on to the loader."""
+    from gputriage.ingest import load_inputs, load_opened
+    from gputriage.inputs import DIR, STREAM, open_input
+
+    with open_input(path) as inp:
+        data = b"" if inp.kind == DIR else _head(inp.fh)
+        doc = _json_document(data)
+        if doc is not None:
+            return view_from_json(doc, inp.name)
+        snap = load_opened(inp, data) if inp.kind == STREAM else load_inputs([path])
     from gputriage.engine import analyze_facts
-    from gputriage.ingest import load_inputs
     from gputriage.logwindow import LogWindow
 
-    facts = Facts(load_inputs([path]), window=window or LogWindow())
+    facts = Facts(snap, window=window or LogWindow())
     result = analyze_facts(facts)
-    return view_from_result(result, facts, path, include_noise)
+    return view_from_result(result, facts, inp.name, include_noise)
 
 
 # -- comparing -------------------------------------------------------------------------

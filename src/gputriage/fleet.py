@@ -20,7 +20,10 @@ not reward values that describe the healthy majority.
 
 The aggregation above the "inputs" line is pure; below it, :func:`load_fleet`
 reads result JSON files, snapshot directories and tarballs (in worker
-processes for large fleets), reporting and skipping the ones it cannot use.
+processes for large fleets), reporting and skipping the ones it cannot use;
+:mod:`gputriage.fleet_walk` finds them, reads only regular files and bounds the
+walk. Result JSON is read up to 64 MiB; nesting that the JSON decoder refuses
+(RecursionError) is "not valid JSON", and no field is walked recursively.
 Result JSON carries driver, kernel, OS and GPU models; VBIOS, GSP firmware,
 container toolkit and boot time come from snapshots (uptime and the
 manifest time), or from ``gpus[].vbios``, ``gpus[].firmware``,
@@ -37,6 +40,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
+
+from gputriage.fleet_walk import SKIP, discover
 
 RESULT_SCHEMA = "gputriage/result/v1"
 FLEET_SCHEMA = "gputriage/fleet/v1"
@@ -215,7 +220,8 @@ def record_from_result(doc: object, origin: str, *, extra: dict[str, str] | None
     for f in findings if isinstance(findings, list) else ():
         if not isinstance(f, dict):
             continue
-        fid, sev = _text(f.get("id")), str(f.get("severity") or "").lower()
+        sev = f.get("severity")
+        fid, sev = _text(f.get("id")), sev.lower() if isinstance(sev, str) else ""
         if not fid or _SEVERITY_RANK.get(sev, 0) == 0:
             continue  # "ok" findings are passed checks, not problems
         if _SEVERITY_RANK[sev] > _SEVERITY_RANK.get(worst.get(fid, ""), -1):
@@ -341,55 +347,17 @@ def aggregate(records: Iterable[NodeRecord], top: int = 5,
 
 
 # -- inputs ----------------------------------------------------------------------------
-_TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
-
-
-def discover(paths: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """``(path, kind)`` for every input under ``paths``: kind is "result" (a
-    ``*.json``), "snapshot" (a directory with manifest.json, or a tarball) or
-    "missing". Directories are walked, snapshot directories are not entered."""
-    import os
-
-    for top in paths:
-        if os.path.isdir(top):
-            if os.path.isfile(os.path.join(top, "manifest.json")):
-                yield top, "snapshot"
-                continue
-            for root, dirs, files in os.walk(top):
-                dirs.sort()
-                keep = []
-                for d in dirs:
-                    full = os.path.join(root, d)
-                    if os.path.isfile(os.path.join(full, "manifest.json")):
-                        yield full, "snapshot"
-                    else:
-                        keep.append(d)
-                dirs[:] = keep
-                for f in sorted(files):
-                    if f.endswith(".json"):
-                        yield os.path.join(root, f), "result"
-                    elif f.endswith(_TAR_SUFFIXES):
-                        yield os.path.join(root, f), "snapshot"
-        elif os.path.isfile(top):
-            yield top, "snapshot" if top.endswith(_TAR_SUFFIXES) else "result"
-        else:
-            yield top, "missing"
-
-
 _RESULT_CAP = 64 * 1024 * 1024
 _CTK = re.compile(r"version\s+v?(\d[\w.+~-]*)", re.IGNORECASE)
 _GSP = re.compile(r"<gsp_firmware_version>\s*([^<\s]+)\s*<")
 
 
 def load_result(path: str, boot_hours: float = 1.0) -> NodeRecord:
-    """The record of a ``check --json`` result file; FleetInputError when unusable."""
+    """The record of a ``check --json`` result file; FleetInputError when unusable
+    (a FIFO or device is refused without a byte read)."""
     import json
 
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(_RESULT_CAP + 1)
-    except OSError as exc:
-        raise FleetInputError(exc.strerror or type(exc).__name__) from None
+    data = _read_regular(path, _RESULT_CAP + 1)
     if len(data) > _RESULT_CAP:
         raise FleetInputError("larger than 64 MiB: not a result")
     if not data.strip():
@@ -401,6 +369,30 @@ def load_result(path: str, boot_hours: float = 1.0) -> NodeRecord:
         except (ValueError, RecursionError) as exc:
             raise FleetInputError(f"not valid JSON ({str(exc)[:80]})") from None
     return record_from_result(doc, path, boot_hours=boot_hours)
+
+
+def _read_regular(path: str, size: int) -> bytes:
+    """Up to ``size`` bytes of ``path`` when it is a regular file (never waits on a FIFO)."""
+    import os
+    import stat
+
+    from gputriage.snapshot import file_kind
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise FleetInputError(exc.strerror or type(exc).__name__) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FleetInputError(f"{file_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(size)
+    except OSError as exc:
+        raise FleetInputError(exc.strerror or type(exc).__name__) from None
+    finally:
+        os.close(fd)
 
 
 # ``check --json`` writes the top-level keys in a fixed order with indent=2; a key
@@ -483,11 +475,11 @@ def load_snapshot(path: str, boot_hours: float = 1.0) -> NodeRecord:
     return record_from_result(doc, path, extra=extra, boot_hours=boot_hours)
 
 
-def _load_one(item: tuple[str, str, float]) -> tuple[str, NodeRecord | None, str]:
+def _load_one(item: tuple[str, str, str, float]) -> tuple[str, NodeRecord | None, str]:
     """Worker: ``(path, record or None, reason)`` of one discovered input."""
-    path, kind, boot_hours = item
-    if kind == "missing":
-        return path, None, "no such file or directory"
+    path, kind, reason, boot_hours = item
+    if kind == SKIP:
+        return path, None, reason
     loader = load_result if kind == "result" else load_snapshot
     try:
         return path, loader(path, boot_hours), ""
@@ -497,7 +489,7 @@ def _load_one(item: tuple[str, str, float]) -> tuple[str, NodeRecord | None, str
         return path, None, f"could not be analysed: {type(exc).__name__}: {exc}"[:200]
 
 
-def _chunks(items: Iterator[tuple[str, str, float]], size: int) -> Iterator[list]:
+def _chunks(items: Iterator[tuple[str, str, str, float]], size: int) -> Iterator[list]:
     batch: list = []
     for item in items:
         batch.append(item)
@@ -516,7 +508,7 @@ def load_fleet(paths: Iterable[str], *, boot_hours: float = 1.0, top: int = 5,
     256 inputs or more is read by that many worker processes (only the small
     records travel back; input order is kept)."""
     fleet = fleet or Fleet()
-    items = ((path, kind, boot_hours) for path, kind in discover(paths))
+    items = ((path, kind, reason, boot_hours) for path, kind, reason in discover(paths))
     pool = None
     try:
         for batch in _chunks(items, 4096):  # bounded: never all paths in flight

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from gputriage import safejson
 from gputriage.model import Result, Severity
 
 DB_NAME = "history.sqlite"
@@ -441,8 +442,8 @@ def _read_with(path: Path, query: str, sql: str, params: tuple) -> list[tuple]:
 def _entry(row: tuple) -> Entry:
     (id_, _ts, when, host, boot_id, verdict, digest, sha, findings, crit, warn) = row
     try:
-        digest_d = json.loads(digest)
-        found = json.loads(findings)
+        digest_d = safejson.loads(digest)
+        found = safejson.loads(findings)
     except (TypeError, ValueError):
         digest_d, found = {}, []
     return Entry(id=id_, time=when, host=host, boot_id=boot_id, verdict=verdict,

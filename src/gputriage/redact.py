@@ -21,6 +21,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from gputriage import safejson
+
 KINDS = ("hostname", "ip", "mac", "serial", "gpu-uuid", "user")
 
 # names that identify nobody and that ordinary text is full of (a host called
@@ -225,7 +227,7 @@ class Redactor:
         text = _decode(data)
         if is_json:
             try:
-                doc = json.loads(text)
+                doc = safejson.loads(text)
             except ValueError:
                 pass  # NVML's init error text, a broken capture: redact it as text
             else:

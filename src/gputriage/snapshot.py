@@ -4,24 +4,117 @@ captured sources under ``sources/``.
 Everything after collection reads a :class:`Snapshot`. Pasted outputs and
 nvidia-bug-report logs are turned into the same object (see ``ingest``), so
 parsers and rules never know where their text came from.
+
+A snapshot may come from a stranger's ticket, so loading one is bounded. The
+manifest is the ``manifest.json`` at the root (in a tarball: at its root or in
+its single top folder); its shape is checked once (:func:`check_manifest`): a
+record with a wrong-typed field, or a ``file`` that is not a plain relative
+path, is a problem line and its source counts as missing. In a directory only
+regular files inside the snapshot are opened (a FIFO, device, socket or a link
+pointing outside is a problem line, never opened). The budgets (module
+constants, gathered in :data:`BUDGETS`, which tests replace):
+
+======================  =======  ==========================================================
+name                    value    when it is spent
+======================  =======  ==========================================================
+``MANIFEST_CAP_BYTES``  16 MiB   a larger manifest.json: InputError
+``MAX_SOURCES``         4,096    more entries in the manifest: InputError
+``safejson.MAX_DEPTH``  64       a manifest nested deeper: InputError; a JSON source
+                                 (tree, devnodes, NVML): a problem line, source unparsed
+``READ_CAP_BYTES``      256 MiB  one source: only its last 256 MiB are kept (problem line)
+``READ_TOTAL_BYTES``    1 GiB    bytes read for the sources of one snapshot plus, in a
+                                 compressed tarball, the bytes decompressed to reach
+                                 them; the sources left are not read (one problem line
+                                 names them, they count as missing)
+``TAR_MAX_MEMBERS``     4,096    a tarball with more members (a real one has ~60):
+                                 InputError, met while walking, nothing more is read
+``TAR_TOTAL_BYTES``     2 GiB    member sizes the tar headers declare, summed: InputError
+                                 at the header that crosses it, before its data is walked
+``TAR_HEADER_BYTES``    1 MiB    one long-name or pax header record: InputError
+``TAR_SKIP_BYTES``      256 MiB  a member whose kept tail starts further in (larger than
+                                 512 MiB): not read, a problem line
+``LOAD_TIMEOUT_S``      60 s     loading takes longer: InputError
+======================  =======  ==========================================================
+
+Memory: the manifest, and per source at most its kept tail (all together at most
+``READ_TOTAL_BYTES``). A tarball is read in two passes (:mod:`gputriage.snapshot_tar`):
+headers first (compressed, that decompresses it once, at most ``TAR_TOTAL_BYTES``),
+then the named members in archive order.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import tarfile
+import posixpath
+import stat
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gputriage.errors import InputError
+from gputriage import safejson
+from gputriage.errors import InputError, unreadable
+from gputriage.inputs import human
 
 SNAPSHOT_SCHEMA = "gputriage/snapshot/v1"
 MANIFEST = "manifest.json"
-# A single source is never read past this many bytes (the tail is kept).
-READ_CAP_BYTES = 256 * 1024 * 1024
-_TAR_TOTAL_CAP = 2 * 1024 * 1024 * 1024
+
+MANIFEST_CAP_BYTES = 16 << 20
+MAX_SOURCES = 4096
+READ_CAP_BYTES = 256 << 20  # a single source is never read past this (the tail is kept)
+READ_TOTAL_BYTES = 1 << 30
+TAR_MAX_MEMBERS = 4096
+TAR_TOTAL_BYTES = 2 << 30
+TAR_HEADER_BYTES = 1 << 20
+TAR_SKIP_BYTES = 256 << 20
+LOAD_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class LoadBudgets:
+    """The limits one snapshot is loaded under (see the module docstring)."""
+
+    manifest_bytes: int = MANIFEST_CAP_BYTES
+    sources: int = MAX_SOURCES
+    read_cap: int = READ_CAP_BYTES
+    read_total: int = READ_TOTAL_BYTES
+    tar_members: int = TAR_MAX_MEMBERS
+    tar_total: int = TAR_TOTAL_BYTES
+    tar_header: int = TAR_HEADER_BYTES
+    tar_skip: int = TAR_SKIP_BYTES
+    load_s: float = LOAD_TIMEOUT_S
+
+
+BUDGETS = LoadBudgets()  # read at each load: tests set a smaller one here
+
+
+class Budget:
+    """What is left of one load's budgets: the deadline and the bytes to read."""
+
+    def __init__(self, origin: str, limits: LoadBudgets) -> None:
+        self.origin = origin
+        self.limits = limits
+        self.deadline = time.monotonic() + limits.load_s
+        self.left = limits.read_total
+
+    def check_time(self) -> None:
+        """InputError once the load has run past its wall-time budget."""
+        if time.monotonic() > self.deadline:
+            raise InputError(f"{self.origin}: loading took longer than "
+                             f"{self.limits.load_s:g} s (the load budget): stopped")
+
+
+@dataclass(frozen=True)
+class Got:
+    """What a reader got for one file: its (tail) bytes, or why there are none."""
+
+    data: bytes | bytearray | None
+    size: int = 0  # the whole file's size: more than len(data) when only the tail is kept
+    reason: str = ""  # why data is None; empty: the file is not there
+
+
+SPENT = "not read: the read budget was spent"
 
 
 @dataclass
@@ -34,13 +127,15 @@ class Captured:
     origin: str = ""
 
     def json(self) -> Any:
-        """The JSON document of a tree/devnodes/nvml source (InputError if broken)."""
+        """The JSON document of a tree/devnodes/nvml source (InputError if broken or
+        nested deeper than :data:`gputriage.safejson.MAX_DEPTH`)."""
         if self.text is None:
             return None
         try:
-            return json.loads(self.text)
+            return safejson.loads(self.text)
         except ValueError as exc:
-            raise InputError(f"{self.origin or self.name}: not valid JSON ({exc})") from None
+            raise InputError(f"{self.origin or self.name}: not valid JSON "
+                             f"({str(exc)[:120]})") from None
 
 
 def decode(data: bytes) -> str:
@@ -106,124 +201,258 @@ class Snapshot:
     # -- loading ---------------------------------------------------------------
     @classmethod
     def load(cls, path: str | os.PathLike) -> Snapshot:
-        p = Path(path)
-        if p.is_dir():
-            return cls._from_files(_DirReader(p), str(p))
-        if _looks_like_tar(p):
-            reader = _TarReader(p)
-            try:
-                return cls._from_files(reader, str(p))
-            finally:
-                reader.tar.close()
-        raise InputError(f"{p}: not a snapshot directory or tarball")
+        """A snapshot directory or tarball, under :data:`BUDGETS`; InputError if not one."""
+        from gputriage.snapshot_tar import TarReader, looks_like_tar
+
+        origin = str(path)
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise unreadable(origin, exc) from None
+        budget = Budget(origin, BUDGETS)
+        if stat.S_ISDIR(mode):
+            return cls._from_files(_DirReader(Path(path), budget), budget)
+        if not stat.S_ISREG(mode) or not looks_like_tar(origin):
+            what = "" if stat.S_ISREG(mode) else f"{file_kind(mode)}, "
+            raise InputError(f"{origin}: {what}not a snapshot directory or tarball")
+        with TarReader(origin, budget) as reader:
+            return cls._from_files(reader, budget)
 
     @classmethod
-    def _from_files(cls, reader: _Reader, origin: str) -> Snapshot:
-        raw = reader.read(MANIFEST)
+    def _from_files(cls, reader: Any, budget: Budget) -> Snapshot:
+        origin = budget.origin
+        raw = reader.manifest()
         if raw is None:
             raise InputError(f"{origin}: no {MANIFEST}: not a gputriage snapshot "
                              "(a half-written one, or another archive)")
-        try:
-            manifest = json.loads(decode(raw))
-        except ValueError as exc:
-            raise InputError(f"{origin}: {MANIFEST} is corrupt ({exc})") from None
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("sources"), dict):
-            raise InputError(f"{origin}: {MANIFEST} has no 'sources' table")
-        schema = manifest.get("schema", "")
-        if not str(schema).startswith("gputriage/snapshot/"):
-            raise InputError(f"{origin}: unknown snapshot schema {schema!r}")
-        problems: list[str] = []
-        if manifest.get("complete") is False:
-            problems.append(f"{origin}: the snapshot was not finished (collection interrupted)")
+        manifest, problems = check_manifest(raw, origin, budget.limits)
+        records: dict[str, dict] = manifest["sources"]
+        got = reader.read(sorted({r["file"] for r in records.values() if r.get("file")}))
+        texts: dict[str, str] = {}  # by file: decoded once, its bytes dropped at once
         captures: dict[str, Captured] = {}
-        for name, rec in manifest["sources"].items():
-            if not isinstance(rec, dict):
-                problems.append(f"{origin}: manifest entry {name!r} is malformed")
-                continue
-            text = None
+        spent: list[str] = []
+        for name, rec in records.items():
             fname = rec.get("file")
-            if fname:
-                data = reader.read(fname)
-                if data is None:
-                    problems.append(f"{origin}: {fname} listed in the manifest but missing")
-                    rec = {**rec, "error": rec.get("error") or "absent",
-                           "error_detail": "file missing from snapshot"}
+            text = None
+            if fname in texts:
+                text = texts[fname]
+            elif fname:
+                item = got.pop(fname)
+                if item.data is None:
+                    rec = _unread(rec, item, fname, origin, spent, problems)
                 else:
-                    text = decode(data)
+                    text = texts[fname] = decode(item.data)
+                    if item.size > len(item.data):
+                        problems.append(f"{origin}: {fname}: {human(item.size)}, only the "
+                                        f"last {human(len(item.data))} read")
             captures[name] = Captured(name, text, rec, f"{origin}:{fname or name}")
+        if spent:
+            shown = ", ".join(spent[:10]) + (f" and {len(spent) - 10} more" if spent[10:] else "")
+            problems.append(f"{origin}: {len(spent)} source(s) not read, the "
+                            f"{human(budget.limits.read_total)} read budget was spent: {shown}")
+        manifest["sources"] = {name: cap.record for name, cap in captures.items()}
         return cls(captures, manifest, origin, problems)
 
 
-def _looks_like_tar(path: Path) -> bool:
-    """gzip magic, or a ustar header: cheap, and never scans a huge file."""
+def _unread(rec: dict, item: Got, fname: str, origin: str, spent: list[str],
+            problems: list[str]) -> dict:
+    """The record of a source whose file was not read, and the problem line it adds."""
+    if item.reason == SPENT:
+        spent.append(fname)
+        detail = SPENT
+    elif item.reason:
+        problems.append(f"{origin}: {fname}: {item.reason}: not read")
+        detail = item.reason
+    else:
+        problems.append(f"{origin}: {fname} listed in the manifest but missing")
+        detail = "file missing from snapshot"
+    return {**rec, "error": rec.get("error") or "absent", "error_detail": detail}
+
+
+# -- the manifest's shape --------------------------------------------------------------
+_MANIFEST_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "host": ((str,), "a string"), "boot_id": ((str,), "a string"),
+    "created": ((str,), "a string"), "tool_version": ((str,), "a string"),
+    "complete": ((bool,), "true or false"),
+}
+# The record fields the analysis reads; None is always allowed.
+_RECORD_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "kind": ((str,), "a string"), "target": ((str, list), "a string or a list of strings"),
+    "rc": ((int,), "an integer"), "duration_s": ((int, float), "a number"),
+    "bytes": ((int,), "an integer"), "truncated": ((bool,), "true or false"),
+    "error": ((str,), "a string"), "error_detail": ((str,), "a string"),
+    "file": ((str,), "a path in the snapshot"),
+}
+
+
+def _what(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            int: "an integer", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _typed(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:
+        return False  # JSON true is no rc, no byte count
+    return isinstance(value, types)
+
+
+def safe_path(name: str) -> str | None:
+    """``name`` as a normalized relative path inside the snapshot; None when it is
+    absolute, empty or leaves the snapshot (``..``)."""
+    if not name or "\0" in name or name.startswith("/"):
+        return None
+    norm = posixpath.normpath(name)
+    if norm in (".", "..") or norm.startswith("../"):
+        return None
+    return norm
+
+
+def check_record(rec: dict) -> tuple[dict, str]:
+    """A source record with its ``file`` normalized, and what is wrong with it (empty
+    when nothing is); a record with a fault is replaced by a "malformed" one."""
+    fault = ""
+    for key, (types, expected) in _RECORD_FIELDS.items():
+        value = rec.get(key)
+        if value is not None and not _typed(value, types):
+            fault = f"{key!r} is {_what(value)}, expected {expected}"
+            break
+    target = rec.get("target")
+    if not fault and isinstance(target, list) and not all(isinstance(t, str) for t in target):
+        fault = "'target' is a list holding other things than strings"
+    fname = rec.get("file")
+    if not fault and isinstance(fname, str) and fname:
+        norm = safe_path(fname)
+        if norm is None:
+            fault = f"'file' {fname[:80]!r} is not a path inside the snapshot"
+        elif norm != fname:
+            rec = {**rec, "file": norm}
+    if fault:
+        kind = rec.get("kind") if isinstance(rec.get("kind"), str) else None
+        return {"kind": kind, "error": "malformed",
+                "error_detail": f"manifest record: {fault}"}, fault
+    return rec, ""
+
+
+def check_manifest(raw: bytes, origin: str, limits: LoadBudgets) -> tuple[dict, list[str]]:
+    """The manifest with its shape checked, and the problems met: InputError when it is
+    not one; a wrong-typed field is a problem line and is dropped."""
     try:
-        with path.open("rb") as fh:
-            head = fh.read(512)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return head[:2] == b"\x1f\x8b" or head[257:262] == b"ustar"
+        doc = safejson.loads(decode(raw))
+    except ValueError as exc:
+        raise InputError(f"{origin}: {MANIFEST} is corrupt ({str(exc)[:120]})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("sources"), dict):
+        raise InputError(f"{origin}: {MANIFEST} has no 'sources' table")
+    schema = doc.get("schema")
+    if not isinstance(schema, str) or not schema.startswith("gputriage/snapshot/"):
+        raise InputError(f"{origin}: unknown snapshot schema {str(schema)[:80]!r}")
+    if len(doc["sources"]) > limits.sources:
+        raise InputError(f"{origin}: more than {limits.sources} sources in {MANIFEST}: "
+                         "not a gputriage snapshot")
+    problems: list[str] = []
+    manifest = dict(doc)
+    for key, (types, expected) in _MANIFEST_FIELDS.items():
+        value = doc.get(key)
+        if value is not None and not _typed(value, types):
+            problems.append(f"{origin}: {MANIFEST}: {key!r} is {_what(value)}, expected "
+                            f"{expected}: ignored")
+            manifest[key] = None
+    if manifest.get("complete") is False:
+        problems.append(f"{origin}: the snapshot was not finished (collection interrupted)")
+    records: dict[str, dict] = {}
+    for name, rec in doc["sources"].items():
+        if not isinstance(rec, dict):
+            problems.append(f"{origin}: manifest entry {name[:80]!r} is malformed")
+            continue
+        records[name], fault = check_record(rec)
+        if fault:
+            problems.append(f"{origin}: manifest entry {name[:80]!r}: {fault}; counted "
+                            "as missing")
+    manifest["sources"] = records
+    return manifest, problems
 
 
-class _Reader:
-    def read(self, name: str) -> bytes | None:  # pragma: no cover - interface
-        raise NotImplementedError
+# -- reading a directory ---------------------------------------------------------------
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
 
 
-class _DirReader(_Reader):
-    def __init__(self, root: Path) -> None:
-        self.root = root
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
-    def read(self, name: str) -> bytes | None:
-        p = (self.root / name)
+
+def read_tail(fd: int, size: int, keep: int) -> bytearray:
+    """The last ``keep`` bytes of an open file of ``size`` bytes (fewer if it shrank)."""
+    buf = bytearray()
+    pos = size - keep
+    while len(buf) < keep:
+        piece = os.pread(fd, min(keep - len(buf), 1 << 24), pos + len(buf))
+        if not piece:
+            break
+        buf += piece
+    return bytes(buf)
+
+
+class _DirReader:
+    """Reads the regular files of a snapshot directory, never anything else."""
+
+    def __init__(self, root: Path, budget: Budget) -> None:
+        self.root = os.path.realpath(root)
+        self.budget = budget
+
+    def manifest(self) -> bytes | None:
+        cap = self.budget.limits.manifest_bytes
+        got = self._read(MANIFEST, cap)
+        if got.data is None and got.reason:
+            raise InputError(f"{self.budget.origin}: {MANIFEST} is {got.reason}")
+        if got.size > cap:
+            raise InputError(f"{self.budget.origin}: {MANIFEST} is larger than {human(cap)}: "
+                             "not a gputriage snapshot")
+        return got.data
+
+    def read(self, names: Iterable[str]) -> dict[str, Got]:
+        out = {}
+        for name in names:
+            self.budget.check_time()
+            out[name] = self._read(name, self.budget.limits.read_cap, spend=True)
+        return out
+
+    def _read(self, name: str, cap: int, spend: bool = False) -> Got:
+        opened = self._open(name)
+        if isinstance(opened, Got):
+            return opened
+        fd, size = opened
         try:
-            if not p.resolve().is_relative_to(self.root.resolve()):
-                return None
-            with p.open("rb") as fh:
-                size = p.stat().st_size
-                if size > READ_CAP_BYTES:
-                    fh.seek(size - READ_CAP_BYTES)
-                return fh.read(READ_CAP_BYTES)
-        except FileNotFoundError:
-            return None
+            keep = min(size, cap)
+            if spend and keep > self.budget.left:
+                return Got(None, size, SPENT)
+            data = read_tail(fd, size, keep)
         except OSError as exc:
-            raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from None
+            return Got(None, size, f"unreadable ({exc.strerror or exc})")
+        finally:
+            os.close(fd)
+        if spend:
+            self.budget.left -= len(data)
+        return Got(data, size)
 
-
-class _TarReader(_Reader):
-    """Reads members of a snapshot tarball, whatever its top folder is called."""
-
-    def __init__(self, path: Path) -> None:
+    def _open(self, name: str) -> tuple[int, int] | Got:
+        """The open descriptor and size of a regular file inside the snapshot, or why
+        not: a FIFO, device or socket is never opened, a link may not leave the root."""
+        real = os.path.realpath(os.path.join(self.root, name))
+        if os.path.commonpath([real, self.root]) != self.root:
+            return Got(None, reason="a link pointing outside the snapshot")
         try:
-            self.tar = tarfile.open(path, "r:*")  # noqa: SIM115 - closed by Snapshot.load
-            members = self.tar.getmembers()
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            detail = " ".join(str(exc).split())  # tarfile lists every method it tried
-            raise InputError(f"{path}: corrupt or truncated tarball ({detail[:200]})") from None
-        self.path = path
-        self.members: dict[str, tarfile.TarInfo] = {}
-        prefix = ""
-        for m in members:
-            if m.isfile() and m.name.rstrip("/").endswith(MANIFEST):
-                prefix = m.name[: -len(MANIFEST)]
-                break
-        total = 0
-        for m in members:
-            if m.isfile() and m.name.startswith(prefix):
-                total += m.size
-                self.members[m.name[len(prefix):]] = m
-        if total > _TAR_TOTAL_CAP:
-            raise InputError(f"{path}: snapshot tarball unpacks to {total} bytes, too large")
-
-    def read(self, name: str) -> bytes | None:
-        m = self.members.get(name)
-        if m is None:
-            return None
-        try:
-            fh = self.tar.extractfile(m)
-            if fh is None:
-                return None
-            if m.size > READ_CAP_BYTES:
-                fh.seek(m.size - READ_CAP_BYTES)
-            return fh.read(READ_CAP_BYTES)
-        except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
-            raise InputError(f"{self.path}: member {name} is unreadable ({exc})") from None
+            st = os.lstat(real)
+            if not stat.S_ISREG(st.st_mode):
+                return Got(None, reason=f"{file_kind(st.st_mode)}, not a regular file")
+            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return Got(None)
+        except OSError as exc:
+            return Got(None, reason=f"unreadable ({exc.strerror or exc})")
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            os.close(fd)
+            return Got(None, reason="replaced while it was opened")
+        return fd, now.st_size
