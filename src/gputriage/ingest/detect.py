@@ -42,7 +42,11 @@ _FENCE = re.compile(r"^\s*```")
 
 # --- kernel log lines -----------------------------------------------------------
 _KERNEL_START = re.compile("|".join(f"(?:{p})" for p in (
-    r"\s*(?:>\s*)?\[\s*\d+\.\d+\]",  # dmesg raw
+    r"\s*(?:>\s*)?(?:<\d{1,3}>)?\[\s*\+?\d+\.\d+\]",  # dmesg raw, /proc/kmsg, dmesg -H delta
+    r"\s*(?:>\s*)?\[[A-Z][a-z]{2}\s?\d{1,2} \d\d:\d\d\]",  # dmesg -H minute stamp
+    r"\d{1,3},\d{1,20},\d{1,20},[^;]{0,32};",  # /dev/kmsg record
+    r"\s*(?:[\w\-]{1,32} [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]:|nv_peer_mem:"
+    r"|modprobe: (?:ERROR|FATAL): could not insert)\s",  # dmesg -t device / module messages
     r"\s*(?:>\s*)?\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\]",
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d+[+-]\d\d:?\d\d\s",  # dmesg --time-format iso
     r"\s*kernel:\s",
@@ -55,8 +59,14 @@ _TALOS_KERNEL = re.compile(r"\bkern:\s*\w+:\s*\[")
 _BOOT_MARK = re.compile(r"^-- (?:Boot [0-9a-f]+|Logs begin|Journal begins|No entries|Reboot)")
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]")
+
+
 def is_kernel_line(line: str) -> bool:
-    """Whether one line looks like a kernel log record (any common format)."""
+    """Whether one line looks like a kernel log record (any common format, colour
+    escapes of ``dmesg --color`` / ``journalctl`` ignored)."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
     if "NVRM:" in line or _KERNEL_START.match(line):
         return True
     if "kernel" in line and _SYSLOG_KERNEL.search(line):
@@ -72,6 +82,8 @@ _SYSTEM_LOG = re.compile(
 
 def is_system_log_line(line: str) -> bool:
     """A syslog/journal record of any program (kept with the kernel's: the system log)."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
     return _SYSTEM_LOG.match(line) is not None
 
 
