@@ -228,3 +228,12 @@ def test_fleet_scenario_is_a_directory_and_is_not_overwritten(tmp_path):
     assert len(write_demo(out, nodes=3, force=True)) == 3
     assert len(list(out.iterdir())) == 3 and _leftovers(tmp_path) == []
     assert _modes(out) == {0o700, 0o600}
+
+
+def test_fleet_demo_refuses_an_existing_directory_unless_forced(tmp_path):
+    out = tmp_path / "demo"
+    assert _run(["fleet", "--demo", str(out)])[0] == 0
+    code, err = _run(["fleet", "--demo", str(out)])
+    assert code == EXIT_USAGE and "--force" in _one_line_error(err)
+    assert _run(["fleet", "--demo", str(out), "--force"])[0] == 0
+    assert _leftovers(tmp_path) == []

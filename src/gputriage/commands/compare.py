@@ -162,8 +162,9 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool,
 @click.option("--demo", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Write the 64-node demo fleet (6 nodes with Xid 79, all on one new "
                    "driver) to DIR as result JSON files, then stop.")
+@click.option("--force", is_flag=True, help="With --demo: replace an existing DIR.")
 def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, top: int, min_severity: str,
-          boot_window: float, jobs: int, demo: str | None) -> None:
+          boot_window: float, jobs: int, demo: str | None, force: bool) -> None:
     """Aggregate many nodes' results (check --json files) or snapshots (dirs,
     .tar.gz; directories are walked): each finding with its nodes, and its blast
     radius: the attributes the affected nodes share that the others do not,
@@ -173,9 +174,9 @@ def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, top: int, min_sev
     if demo is not None:
         from gputriage.fleet_scenario import write_demo
 
-        written = write_demo(demo)
+        written = write_demo(demo, force=force)
         env.stderr.write(f"{len(written)} node results written to {printable(demo)}; "
-                         f"run: gputriage fleet {demo}\n")
+                         f"run: gputriage fleet {printable(demo)}\n")
         raise _Exit(0)
     if not paths:
         raise click.UsageError("give PATH... (or --demo DIR)")
