@@ -13,23 +13,14 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 from typing import IO, Any
 
 import click
 
 from gputriage import __version__
 from gputriage.commands.common import (
-    _boot_opt,
-    _deadline_opt,
-    _env,
-    _Exit,
-    _json_opt,
-    _report,
-    _since_opt,
-    _timeout_opt,
-    _verbose_opt,
-    _window,
+    CommandExit,
+    Environment,
 )
 from gputriage.commands.compare import diff, fleet, history, triage
 from gputriage.commands.host import analyze, check, collect
@@ -37,43 +28,14 @@ from gputriage.commands.logs import logs, xid
 from gputriage.commands.nccl import nccl as nccl_command
 from gputriage.commands.scenario import scenario
 from gputriage.views.safe import printable
+from gputriage.views.status import ExitStatus
 
-__all__ = [
-    "EXIT_INPUT", "EXIT_INTERNAL", "EXIT_USAGE", "Environment", "PipeSafeStdout", "cli",
-    "main", "run",
-    # shared with the command modules (gputriage.commands.common), kept importable here
-    "_Exit", "_boot_opt", "_deadline_opt", "_env", "_json_opt", "_report", "_since_opt",
-    "_timeout_opt", "_verbose_opt", "_window",
-]
+__all__ = ["EXIT_INPUT", "EXIT_INTERNAL", "EXIT_USAGE", "Environment", "PipeSafeStdout", "cli",
+           "main", "run"]
 
-EXIT_USAGE = 64
-EXIT_INPUT = 66
-EXIT_INTERNAL = 70
-
-
-@dataclass
-class Environment:
-    """What the CLI touches, replaced wholesale in tests."""
-
-    stdout: IO[str] = field(default_factory=lambda: sys.stdout)
-    stderr: IO[str] = field(default_factory=lambda: sys.stderr)
-    host: Any = None  # a collect.host.Host; LiveHost() when None
-
-    def write_json(self, doc: Any, **options: Any) -> None:
-        """A JSON document on stdout: indented for a terminal, compact (one line, the
-        fast C encoder) when piped to a program or a file."""
-        import json
-
-        tty = getattr(self.stdout, "isatty", None)
-        indent = 2 if tty is not None and tty() else None
-        self.stdout.write(json.dumps(doc, indent=indent, **options) + "\n")
-
-    def live_host(self) -> Any:
-        if self.host is None:
-            from gputriage.collect.host import LiveHost
-
-            self.host = LiveHost()
-        return self.host
+EXIT_USAGE = int(ExitStatus.USAGE)
+EXIT_INPUT = int(ExitStatus.INPUT_ERROR)
+EXIT_INTERNAL = int(ExitStatus.INTERNAL)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -113,7 +75,7 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     try:
         cli.main(args=args, prog_name="gputriage", standalone_mode=False, obj=env)
-    except _Exit as done:
+    except CommandExit as done:
         return done.code
     except click.UsageError as exc:
         if type(exc).__name__.startswith("NoArgsIsHelp") and exc.ctx is not None:

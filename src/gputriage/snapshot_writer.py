@@ -29,6 +29,7 @@ import click
 
 from gputriage import sources
 from gputriage.snapshot import MANIFEST, SNAPSHOT_SCHEMA
+from gputriage.views.status import ExitStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from gputriage.redact import Redactor
@@ -45,7 +46,7 @@ DIR_MODE = 0o700
 class OutputError(click.ClickException):
     """An output path the writer refuses (exit 64, one line)."""
 
-    exit_code = 64
+    exit_code = int(ExitStatus.USAGE)
 
 
 def new_manifest(host: str, created: str, boot_id: str | None, tool_version: str,

@@ -9,22 +9,22 @@ import os
 import click
 
 from gputriage.commands.common import (
-    _boot_opt,
-    _deadline_opt,
-    _env,
-    _Exit,
-    _since_opt,
-    _state_dir_help,
-    _timeout_opt,
-    _verbose_opt,
-    _window,
+    STATE_DIR_HELP,
+    CommandExit,
+    boot_option,
+    current_env,
+    deadline_option,
+    log_window,
+    since_option,
+    timeout_option,
+    verbose_option,
 )
 from gputriage.views.safe import printable
 
 
 @click.command("history")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
-              help=_state_dir_help)
+              help=STATE_DIR_HELP)
 @click.option("--json", "as_json", is_flag=True,
               help="Print the entries as JSON (schema gputriage/history/v1).")
 @click.option("-n", "count", type=click.IntRange(min=1), default=20, show_default=True,
@@ -43,7 +43,7 @@ def history(state_dir: str | None, as_json: bool, count: int) -> None:
         list_entries,
     )
 
-    env = _env()
+    env = current_env()
     where = state_dir or str(default_state_dir())
     notes: list[str] = []
     try:
@@ -63,7 +63,7 @@ def history(state_dir: str | None, as_json: bool, count: int) -> None:
         env.stdout.write(f"no checks recorded in {where}\n")
     else:
         env.stdout.write("\n".join(format_rows(rows)) + "\n")
-    raise _Exit(0)
+    raise CommandExit(0)
 
 
 @click.command("diff")
@@ -73,9 +73,9 @@ def history(state_dir: str | None, as_json: bool, count: int) -> None:
               help="Print the diff as JSON (schema gputriage/diff/v1).")
 @click.option("--all", "include_noise", is_flag=True,
               help="Also compare noise: temperatures, power, clocks, counters, idle link speed.")
-@_verbose_opt
-@_since_opt
-@_boot_opt
+@verbose_option
+@since_option
+@boot_option
 def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool,
          since: str | None, boot: str | None) -> None:
     """What changed from A to B: each anything analyze accepts, or a JSON result of
@@ -85,8 +85,8 @@ def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool,
     changed or findings are new (resolved ones alone give 0); 64 usage, 66 unreadable."""
     from gputriage.diff import diff_views, load_view
 
-    env = _env()
-    window = _window(since, boot)
+    env = current_env()
+    window = log_window(since, boot)
     result = diff_views(load_view(a, include_noise, window), load_view(b, include_noise, window))
     if as_json:
         from gputriage.views.diffview import dumps_diff
@@ -98,7 +98,7 @@ def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool,
         from gputriage.views.diffview import render_diff
 
         render_diff(result, Console(file=env.stdout, highlight=False), verbose=verbose)
-    raise _Exit(result.exit_status)
+    raise CommandExit(result.exit_status)
 
 
 @click.command("triage")
@@ -107,10 +107,10 @@ def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool,
               help="Show what changed since this snapshot, bug report or result JSON.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the triage as JSON (schema gputriage/triage/v1).")
-@_timeout_opt
-@_deadline_opt
-@_since_opt
-@_boot_opt
+@timeout_option
+@deadline_option
+@since_option
+@boot_option
 def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool,
            timeout: float | None, deadline: float, since: str | None,
            boot: str | None) -> None:
@@ -119,8 +119,8 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool,
     collect this host as check does. Exit status as for check."""
     from gputriage.views.triage import render_triage, triage_snapshot, triage_to_json
 
-    env = _env()
-    window = _window(since, boot)
+    env = current_env()
+    window = log_window(since, boot)
     if paths:
         from gputriage.ingest import load_inputs
 
@@ -142,7 +142,7 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool,
         from rich.console import Console
 
         render_triage(t, Console(file=env.stdout, highlight=False))
-    raise _Exit(t.exit_status)
+    raise CommandExit(t.exit_status)
 
 
 @click.command("fleet")
@@ -170,14 +170,14 @@ def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, top: int, min_sev
     radius: the attributes the affected nodes share that the others do not,
     ranked by F1. Unusable inputs are counted, listed and skipped. Exit status:
     the worst finding in the fleet."""
-    env = _env()
+    env = current_env()
     if demo is not None:
         from gputriage.fleet_scenario import write_demo
 
         written = write_demo(demo, force=force)
         env.stderr.write(f"{len(written)} node results written to {printable(demo)}; "
                          f"run: gputriage fleet {printable(demo)}\n")
-        raise _Exit(0)
+        raise CommandExit(0)
     if not paths:
         raise click.UsageError("give PATH... (or --demo DIR)")
     from gputriage.errors import InputError
@@ -202,4 +202,4 @@ def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, top: int, min_sev
 
         render_fleet(report, Console(file=env.stdout, highlight=False, width=160))
     worst = {f.severity for f in report.findings}
-    raise _Exit(2 if "critical" in worst else 1 if "warning" in worst else 0)
+    raise CommandExit(2 if "critical" in worst else 1 if "warning" in worst else 0)

@@ -8,16 +8,16 @@ from typing import Any
 import click
 
 from gputriage.commands.common import (
-    _boot_opt,
-    _deadline_opt,
-    _env,
-    _json_opt,
-    _report,
-    _since_opt,
-    _state_dir_help,
-    _timeout_opt,
-    _verbose_opt,
-    _window,
+    STATE_DIR_HELP,
+    boot_option,
+    current_env,
+    deadline_option,
+    json_option,
+    log_window,
+    report_result,
+    since_option,
+    timeout_option,
+    verbose_option,
 )
 from gputriage.views.safe import printable
 
@@ -36,15 +36,15 @@ _redact_opt = click.option(
                    "kernel log and configuration.")
 @_force_opt
 @_redact_opt
-@_timeout_opt
-@_deadline_opt
+@timeout_option
+@deadline_option
 def collect(output: str | None, force: bool, redact: bool, timeout: float | None,
             deadline: float) -> None:
     """Capture this host into a snapshot (read-only; every command bounded)."""
     from gputriage.collect import CollectOptions
     from gputriage.collect import collect as do_collect
 
-    env = _env()
+    env = current_env()
     host = env.live_host()
     if output is None:
         import socket
@@ -59,17 +59,17 @@ def collect(output: str | None, force: bool, redact: bool, timeout: float | None
 
 @click.command()
 @click.argument("job_outputs", nargs=-1, metavar="[JOB_OUTPUT]...")
-@_json_opt
-@_verbose_opt
-@_timeout_opt
-@_deadline_opt
+@json_option
+@verbose_option
+@timeout_option
+@deadline_option
 @click.option("--keep", type=click.Path(), default=None,
               help="Also keep the snapshot (directory, or FILE.tar.gz / FILE.tgz) for later.")
 @_force_opt
 @_redact_opt
-@_since_opt
-@_boot_opt
-@click.option("--state-dir", type=click.Path(), default=None, help=_state_dir_help)
+@since_option
+@boot_option
+@click.option("--state-dir", type=click.Path(), default=None, help=STATE_DIR_HELP)
 @click.option("--no-history", is_flag=True, help="Do not record this check in the history.")
 @click.option("--history-keep", type=click.IntRange(min=0), default=500, show_default=True,
               help="Keep at least the last N history entries.")
@@ -92,8 +92,8 @@ def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: f
     from gputriage.engine import analyze
     from gputriage.snapshot import Snapshot
 
-    env = _env()
-    window = _window(since, boot)
+    env = current_env()
+    window = log_window(since, boot)
     if keep is not None:
         from gputriage.snapshot_writer import check_output
 
@@ -112,7 +112,7 @@ def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: f
         result = analyze(snapshot, window)
     if extra is None and not redact:  # tokens would read as changes against the history
         _record_history(result, **hist)
-    _report(result, as_json, verbose)
+    report_result(result, as_json, verbose)
 
 
 def _record_history(result: Any, state_dir: str | None, no_history: bool,
@@ -121,7 +121,7 @@ def _record_history(result: Any, state_dir: str | None, no_history: bool,
     is one stderr line, never a failed check."""
     if no_history:
         return
-    env = _env()
+    env = current_env()
     notices: list[str] = []  # recorded, but worth a line (e.g. a corrupt file moved aside)
     try:
         from gputriage.history import Retention, default_state_dir, record_check
@@ -139,10 +139,10 @@ def _record_history(result: Any, state_dir: str | None, no_history: bool,
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
-@_json_opt
-@_verbose_opt
-@_since_opt
-@_boot_opt
+@json_option
+@verbose_option
+@since_option
+@boot_option
 def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None,
             boot: str | None) -> None:
     """Analyse what you have: snapshots (dir or .tar.gz), an nvidia-bug-report.log(.gz),
@@ -151,6 +151,6 @@ def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | N
     from gputriage.engine import analyze as do_analyze
     from gputriage.ingest import load_inputs
 
-    window = _window(since, boot)
+    window = log_window(since, boot)
     result = do_analyze(load_inputs(list(paths)), window)
-    _report(result, as_json, verbose)
+    report_result(result, as_json, verbose)

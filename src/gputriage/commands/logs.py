@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from gputriage.commands.common import _boot_opt, _env, _Exit, _since_opt, _verbose_opt, _window
+from gputriage.commands.common import (
+    CommandExit,
+    boot_option,
+    current_env,
+    log_window,
+    since_option,
+    verbose_option,
+)
 
 
 def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
@@ -30,9 +37,9 @@ def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True,
               help="Print the timeline and findings as JSON (schema gputriage/logs/v1).")
-@_verbose_opt
-@_since_opt
-@_boot_opt
+@verbose_option
+@since_option
+@boot_option
 def logs(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None,
          boot: str | None) -> None:
     """Read kernel logs (dmesg, journalctl -k, syslog / kern.log, rotated .gz / .xz;
@@ -43,8 +50,8 @@ def logs(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None
     from gputriage.views.status import exit_status
     from gputriage.views.timeline import build_timeline, logs_document, render_logs
 
-    env = _env()
-    window = _window(since, boot)
+    env = current_env()
+    window = log_window(since, boot)
     scan = scan_paths(list(paths))  # opens, sniffs and reads each input once
     result, events = _judge_scan(scan, window)
     lanes = build_timeline(events)
@@ -57,7 +64,7 @@ def logs(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None
 
         render_logs(scan, lanes, result, Console(file=env.stdout, highlight=False),
                     verbose=verbose)
-    raise _Exit(int(exit_status(result)))
+    raise CommandExit(int(exit_status(result)))
 
 
 @click.command("xid")
@@ -79,7 +86,7 @@ def xid(codes: tuple[str, ...], sxid: bool, as_json: bool) -> None:
             raise click.BadParameter(f"{raw!r} is not an Xid code (a number such as 79)",
                                      param_hint="CODE")
         numbers.append(code)
-    env = _env()
+    env = current_env()
     if as_json:
         from gputriage.views.xidview import xids_json
 
@@ -92,4 +99,4 @@ def xid(codes: tuple[str, ...], sxid: bool, as_json: bool) -> None:
         from gputriage.views.xidview import render_xids
 
         render_xids(numbers, Console(file=env.stdout, highlight=False), sxid=sxid)
-    raise _Exit(0)
+    raise CommandExit(0)

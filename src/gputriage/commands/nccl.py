@@ -27,10 +27,10 @@ def nccl(paths: tuple[str, ...], as_json: bool, verbose: bool) -> None:
     pasted nvidia-smi / ibstat / lsmod...) if you have them, and say what NCCL chose
     (network, HCAs, GPUDirect RDMA, transports per channel), how fast the tests ran
     against what the hardware should give, and what is wrong."""
-    from gputriage.cli import _env, _Exit
+    from gputriage.commands.common import CommandExit, current_env
     from gputriage.views.status import exit_status
 
-    env = _env()
+    env = current_env()
     result, log, judged, host_given = judge(list(paths))
     if as_json:
         from gputriage.views.jsonview import to_json
@@ -46,7 +46,7 @@ def nccl(paths: tuple[str, ...], as_json: bool, verbose: bool) -> None:
 
         render_nccl(result, log, judged, host_given, Console(file=env.stdout, highlight=False),
                     verbose=verbose)
-    raise _Exit(int(exit_status(result)))
+    raise CommandExit(int(exit_status(result)))
 
 
 def judge(paths: list[str]):  # noqa: ANN201 - (Result, NcclLog, [(run, exp, why)], bool)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gputriage.commands.common import _env
+from gputriage.commands.common import current_env
 from gputriage.views.safe import printable
 
 FLEET_SCENARIO = "fleet-64-xid79-driver"
@@ -20,7 +20,7 @@ def scenario_list() -> None:
     """List the scenarios."""
     from gputriage.scenarios import list_scenarios
 
-    out = _env().stdout
+    out = current_env().stdout
     for sc in list_scenarios():
         out.write(f"{sc.name:<24} {sc.title}\n")
     out.write(f"{FLEET_SCENARIO:<24} a fleet of 64 nodes: 6 on one new driver show Xid 79 "
@@ -41,7 +41,7 @@ def scenario_build(name: str, output: str, force: bool) -> None:
         from gputriage.fleet_scenario import write_demo
 
         written = write_demo(output, force=force)
-        _env().stderr.write(f"scenario {name}: {len(written)} node results written to "
+        current_env().stderr.write(f"scenario {name}: {len(written)} node results written to "
                             f"{printable(output)}; then run: gputriage fleet {printable(output)}\n")
         return
     try:
@@ -49,4 +49,4 @@ def scenario_build(name: str, output: str, force: bool) -> None:
     except KeyError as exc:
         raise click.UsageError(str(exc.args[0]) if exc.args else str(exc)) from None
     path = build_scenario(name, output, force=force)
-    _env().stderr.write(f"scenario {name} written to {printable(path)}\n")
+    current_env().stderr.write(f"scenario {name} written to {printable(path)}\n")

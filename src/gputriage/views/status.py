@@ -22,6 +22,7 @@ class ExitStatus(IntEnum):
     UNKNOWN = 3
     USAGE = 64  # EX_USAGE: bad command line
     INPUT_ERROR = 66  # EX_NOINPUT: an input could not be read at all
+    INTERNAL = 70  # EX_SOFTWARE: a bug in gputriage (never for any input)
 
 
 VERDICTS = ("ok", "warning", "critical", "unknown")
