@@ -187,10 +187,10 @@ def record_from_result(doc: object, origin: str, *, extra: dict[str, str] | None
     schema = doc.get("schema")
     if schema != RESULT_SCHEMA:
         raise FleetInputError(f"schema {schema!r}, expected {RESULT_SCHEMA!r}")
-    host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
-    manifest = doc.get("manifest") if isinstance(doc.get("manifest"), dict) else {}
-    gpus = doc.get("gpus") if isinstance(doc.get("gpus"), list) else []
-    driver = host.get("driver") if isinstance(host.get("driver"), dict) else {}
+    host = h if isinstance(h := doc.get("host"), dict) else {}
+    manifest = m if isinstance(m := doc.get("manifest"), dict) else {}
+    gpus = g if isinstance(g := doc.get("gpus"), list) else []
+    driver = d if isinstance(d := host.get("driver"), dict) else {}
     name = _text(host.get("hostname")) or _text(manifest.get("host")) or origin
     model, vbios, firmware = _gpu_sets(gpus)
     attrs: dict[str, str | None] = {
@@ -376,7 +376,7 @@ def _read_regular(path: str, size: int) -> bytes:
     import os
     import stat
 
-    from gputriage.snapshot import file_kind
+    from gputriage.inputs import file_kind
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)

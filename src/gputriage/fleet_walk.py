@@ -22,7 +22,7 @@ import os
 import stat
 from collections.abc import Iterable, Iterator
 
-from gputriage.snapshot import file_kind
+from gputriage.inputs import file_kind
 
 MAX_ENTRIES = 1_000_000
 RESULT, SNAPSHOT, SKIP = "result", "snapshot", "skip"

@@ -55,7 +55,7 @@ from gputriage.errors import InputError, unreadable
 from gputriage.sniff import looks_binary
 
 __all__ = ["BUDGETS", "DIR", "FILE", "IDLE_TIMEOUT_S", "SNIFF_BYTES", "STREAM",
-           "STREAM_MAX_BYTES", "STREAM_MAX_S", "Budgets", "Input", "Stream", "human",
+           "STREAM_MAX_BYTES", "STREAM_MAX_S", "Budgets", "Input", "Stream", "file_kind", "human",
            "is_binary", "limit", "open_input"]
 
 STREAM_MAX_BYTES = 64 << 30
@@ -98,10 +98,17 @@ def is_binary(head: bytes | bytearray, stream: bool = True) -> bool:
 
 _REFUSED = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
             (stat.S_ISSOCK, "a socket"))
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), *_REFUSED,
+          (stat.S_ISLNK, "a symbolic link"))
 
 
 def _refusal(mode: int) -> str | None:
     return next((what for test, what in _REFUSED if test(mode)), None)
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words ("a FIFO", "a socket"...)."""
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
 class Stream:

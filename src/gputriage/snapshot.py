@@ -47,7 +47,6 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,66 +54,22 @@ from typing import Any
 
 from gputriage import safejson
 from gputriage.errors import InputError, unreadable
-from gputriage.inputs import human
+from gputriage.inputs import file_kind, human
+from gputriage.snapshot_budget import (
+    MANIFEST,
+    READ_CAP_BYTES,
+    SNAPSHOT_SCHEMA,
+    SPENT,
+    Budget,
+    Got,
+    LoadBudgets,
+)
 
-SNAPSHOT_SCHEMA = "gputriage/snapshot/v1"
-MANIFEST = "manifest.json"
-
-MANIFEST_CAP_BYTES = 16 << 20
-MAX_SOURCES = 4096
-READ_CAP_BYTES = 256 << 20  # a single source is never read past this (the tail is kept)
-READ_TOTAL_BYTES = 1 << 30
-TAR_MAX_MEMBERS = 4096
-TAR_TOTAL_BYTES = 2 << 30
-TAR_HEADER_BYTES = 1 << 20
-TAR_SKIP_BYTES = 256 << 20
-LOAD_TIMEOUT_S = 60.0
-
-
-@dataclass(frozen=True)
-class LoadBudgets:
-    """The limits one snapshot is loaded under (see the module docstring)."""
-
-    manifest_bytes: int = MANIFEST_CAP_BYTES
-    sources: int = MAX_SOURCES
-    read_cap: int = READ_CAP_BYTES
-    read_total: int = READ_TOTAL_BYTES
-    tar_members: int = TAR_MAX_MEMBERS
-    tar_total: int = TAR_TOTAL_BYTES
-    tar_header: int = TAR_HEADER_BYTES
-    tar_skip: int = TAR_SKIP_BYTES
-    load_s: float = LOAD_TIMEOUT_S
-
+__all__ = ["BUDGETS", "MANIFEST", "READ_CAP_BYTES", "SNAPSHOT_SCHEMA", "Captured", "LoadBudgets",
+           "Snapshot", "decode"]
 
 BUDGETS = LoadBudgets()  # read at each load: tests set a smaller one here
 
-
-class Budget:
-    """What is left of one load's budgets: the deadline and the bytes to read."""
-
-    def __init__(self, origin: str, limits: LoadBudgets) -> None:
-        self.origin = origin
-        self.limits = limits
-        self.deadline = time.monotonic() + limits.load_s
-        self.left = limits.read_total
-
-    def check_time(self) -> None:
-        """InputError once the load has run past its wall-time budget."""
-        if time.monotonic() > self.deadline:
-            raise InputError(f"{self.origin}: loading took longer than "
-                             f"{self.limits.load_s:g} s (the load budget): stopped")
-
-
-@dataclass(frozen=True)
-class Got:
-    """What a reader got for one file: its (tail) bytes, or why there are none."""
-
-    data: bytes | bytearray | None
-    size: int = 0  # the whole file's size: more than len(data) when only the tail is kept
-    reason: str = ""  # why data is None; empty: the file is not there
-
-
-SPENT = "not read: the read budget was spent"
 
 
 @dataclass
@@ -372,16 +327,6 @@ def check_manifest(raw: bytes, origin: str, limits: LoadBudgets) -> tuple[dict, 
 
 
 # -- reading a directory ---------------------------------------------------------------
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
-
-
-def file_kind(mode: int) -> str:
-    """What a non-regular file is, in words."""
-    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
-
-
 def read_tail(fd: int, size: int, keep: int) -> bytearray:
     """The last ``keep`` bytes of an open file of ``size`` bytes (fewer if it shrank)."""
     buf = bytearray()

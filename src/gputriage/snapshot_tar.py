@@ -22,8 +22,8 @@ import zlib
 from typing import IO, Any
 
 from gputriage.errors import InputError, unreadable
-from gputriage.inputs import human
-from gputriage.snapshot import MANIFEST, SPENT, Budget, Got, file_kind
+from gputriage.inputs import file_kind, human
+from gputriage.snapshot_budget import MANIFEST, SPENT, Budget, Got
 
 _PIECE = 1 << 20  # bytes per read while walking
 _OPENERS: tuple[tuple[bytes, Any], ...] = (

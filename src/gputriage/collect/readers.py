@@ -12,6 +12,7 @@ import os
 import stat
 from pathlib import Path
 
+from gputriage.inputs import file_kind
 from gputriage.sources import Source
 
 TREE_FILE_CAP = 256 * 1024
@@ -45,7 +46,7 @@ def read_capped(path: Path, cap: int) -> tuple[bytes, bool]:
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(errno.EINVAL, f"not a regular file ({_kind(st.st_mode)})")
+            raise NotRegularFile(errno.EINVAL, f"not a regular file ({file_kind(st.st_mode)})")
         skipped = st.st_size > cap
         if skipped:
             fh.seek(st.st_size - cap)
@@ -57,15 +58,6 @@ def read_capped(path: Path, cap: int) -> tuple[bytes, bool]:
                 del data[: len(data) - cap]
                 truncated = True
         return bytes(data), truncated
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a file"
 
 
 def read_file(root: Path, spec: Source) -> tuple[bytes | None, dict]:
