@@ -137,7 +137,7 @@ def thp_mode(facts: Facts) -> Iterator[Finding]:
         Action.NONE, Blame.CONFIG, evidence=ev)
 
 
-def _iommu_state(cmd: KernelCmdline) -> tuple[bool, bool]:
+def iommu_state(cmd: KernelCmdline) -> tuple[bool, bool]:
     """(translation enabled on the command line, passthrough mode requested)."""
     on = False
     for key in ("intel_iommu", "amd_iommu"):
@@ -161,7 +161,7 @@ def iommu(facts: Facts) -> Iterator[Finding]:
     traffic is slowed or blocked; passthrough mode (iommu=pt) keeps the IOMMU for
     device assignment without translating host devices."""
     cmd: KernelCmdline = facts.get("host_cmdline")
-    on, pt = _iommu_state(cmd)
+    on, pt = iommu_state(cmd)
     if not on or pt:
         return
     gpus = facts.maybe("pci_gpus") or []

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from gputriage.facts import Facts
 from gputriage.hostfacts.nccl import on_sockets
@@ -17,14 +16,12 @@ from gputriage.knowledge.ib_status import ib_wc_status
 from gputriage.model import NODE, Action, Blame, Finding, Occurrences, Scope, Severity
 from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclWarn
 from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.nccl_completions import FLUSH, Completion, completions
 from gputriage.rules.nccl_ib_advice import advice, roce_path
 
 LOG = "nccl_log"
 SHOWN = 6  # WARN lines kept as evidence per finding
-FLUSH = 5  # IBV_WC_WR_FLUSH_ERR: the queue pair already failed
 
-_STATUS = re.compile(r"(?:status=|with error )(\d{1,3})")
-_PEER = re.compile(r"from peer (\S+?)(?:<\d+>)?(?:,|\s|$)")
 _VENDOR = re.compile(r"vendor err (\d+)")
 _OPEN_FAIL = re.compile(r"could not open (?P<dev>[\w.-]+)|(?:Failed to open|Unable to open|"
                         r"cannot open) (?P<dev2>/dev/infiniband/\S+|uverbs\d+|(?:mlx5|erdma|"
@@ -55,38 +52,6 @@ def _status_name(code: int, warn: NcclWarn | None = None) -> tuple[str, str]:
 
 
 # --- IB completion errors ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One IB completion error of one process, judged against the ones before it."""
-
-    proc: NcclProcess
-    warn: NcclWarn
-    status: int | None
-    peer: str | None  # remote address without the port
-    secondary: bool  # a flush after an earlier error of the same process
-    root: int | None = None  # for a secondary one: the status of that earlier error
-
-
-def completions(log: NcclLog) -> list[Completion]:
-    """Every IB completion error, in log order per process."""
-    out = []
-    for p in log.processes:
-        first: int | None = None  # the process's first non-flush status
-        for w in p.warns:
-            if w.kind != "ib-completion" and "Got completion" not in w.message:
-                continue
-            status = w.ib_status
-            if status is None and (m := _STATUS.search(w.message)):
-                status = int(m.group(1))
-            peer = w.peer or ((m := _PEER.search(w.message)) and m.group(1)) or None
-            peer = re.sub(r"<\d+>$", "", peer) if peer else None
-            secondary = status == FLUSH and first is not None
-            out.append(Completion(p, w, status, peer, secondary, first if secondary else None))
-            if first is None and status is not None and status != FLUSH:
-                first = status
-    return out
 
 
 def _where(comps: list[Completion]) -> tuple[str, Scope]:

@@ -15,7 +15,7 @@ from gputriage.rules.base import evidence
 from gputriage.rules.modules import PEERMEM_MODULES
 
 if TYPE_CHECKING:
-    from gputriage.rules.nccl_errors import Completion
+    from gputriage.rules.nccl_completions import Completion
 
 __all__ = ["advice", "roce_path"]
 
@@ -57,9 +57,9 @@ def _gdr_hints(facts: Facts, comps: list[Completion]) -> tuple[list[str], list[E
         hints.append("the log shows DMA-BUF in use")
     cmd = facts.maybe("host_cmdline")
     if cmd is not None:
-        from gputriage.rules.hostcfg import _iommu_state
+        from gputriage.rules.hostcfg import iommu_state
 
-        on, pt = _iommu_state(cmd)
+        on, pt = iommu_state(cmd)
         if on and not pt:
             hints.append("the IOMMU translates DMA (no iommu=pt on the kernel command line)")
             ev.append(evidence("host_cmdline", [cmd.text.strip()], "IOMMU on without pt"))
