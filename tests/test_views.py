@@ -315,7 +315,7 @@ def test_exit_status_unknown_and_codes() -> None:
     res = Result(findings=[_finding("b", Severity.CRITICAL, "x")], host={"verdict": "unknown"})
     assert exit_status(res) is ExitStatus.UNKNOWN and verdict(res) == "unknown"
     assert exit_status(Result()) is ExitStatus.OK
-    assert [int(s) for s in ExitStatus] == [0, 1, 2, 3, 64, 66]
+    assert [int(s) for s in ExitStatus] == [0, 1, 2, 3, 64, 66, 70]
 
 
 # -- robustness -----------------------------------------------------------------

@@ -173,5 +173,5 @@ class PipeSafeStdout:
 def run() -> None:
     """Console-script entry point."""
     if sys.stdout is not None and not isinstance(sys.stdout, PipeSafeStdout):
-        sys.stdout = PipeSafeStdout(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = PipeSafeStdout(sys.stdout)
     sys.exit(main())

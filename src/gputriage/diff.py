@@ -69,7 +69,7 @@ class FindingRef:
     @classmethod
     def from_json(cls, data: dict) -> FindingRef:
         """The reference of a finding in a result document (tolerant of missing keys)."""
-        raw = data.get("scope") if isinstance(data.get("scope"), dict) else {}
+        raw = s if isinstance(s := data.get("scope"), dict) else {}
         known = {k: raw[k] for k in ("kind", "gpu_index", "uuid", "pci_bus_id", "name")
                  if k in raw}
         try:
@@ -285,7 +285,7 @@ def host_digest(host: dict, gpus: list[dict]) -> dict[str, Any]:
     ``gputriage/result/v1`` document has)."""
     out: dict[str, Any] = {}
     host = host if isinstance(host, dict) else {}
-    driver = host.get("driver") if isinstance(host.get("driver"), dict) else {}
+    driver = d if isinstance(d := host.get("driver"), dict) else {}
     _put(out, "kernel", host.get("kernel"))
     _put(out, "driver.module", driver.get("kernel_module"))
     _put(out, "driver.userspace", driver.get("userspace"))

@@ -26,6 +26,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gputriage.scenarios.model import Host
 
 OLD_DRIVER = "550.54.15"
 NEW_DRIVER = "550.90.07"
@@ -60,7 +64,7 @@ def demo_plan(nodes: int = NODES) -> list[DemoNode]:
     return plan
 
 
-def _host_model(node: DemoNode) -> object:
+def _host_model(node: DemoNode) -> Host:
     """The scenario host model of a node (healthy or xid79-gpu-lost)."""
     from gputriage.scenarios import get_scenario
 
@@ -140,9 +144,9 @@ def write_demo(out_dir: str | os.PathLike, *, nodes: int = NODES,
 
             for i, node in enumerate(demo_plan(nodes)):
                 host = _host_model(node)
-                host.hostname = node.hostname  # type: ignore[attr-defined]
-                host.boot_id = _node_uuid(node.hostname, "boot")  # type: ignore[attr-defined]
-                host.now = CREATED + timedelta(seconds=7 * i)  # type: ignore[attr-defined]
+                host.hostname = node.hostname
+                host.boot_id = _node_uuid(node.hostname, "boot")
+                host.now = CREATED + timedelta(seconds=7 * i)
                 names.append(write_host(host, tmp / node.hostname, scenario="fleet-demo").name)
         else:
             for hostname, doc in demo_results(nodes):

@@ -93,7 +93,7 @@ class Captured:
                              f"({str(exc)[:120]})") from None
 
 
-def decode(data: bytes) -> str:
+def decode(data: bytes | bytearray) -> str:
     """Bytes from a host are not always UTF-8: never fail on them."""
     return data.decode("utf-8", errors="replace")
 
@@ -288,7 +288,8 @@ def check_record(rec: dict) -> tuple[dict, str]:
     return rec, ""
 
 
-def check_manifest(raw: bytes, origin: str, limits: LoadBudgets) -> tuple[dict, list[str]]:
+def check_manifest(raw: bytes | bytearray, origin: str,
+                   limits: LoadBudgets) -> tuple[dict, list[str]]:
     """The manifest with its shape checked, and the problems met: InputError when it is
     not one; a wrong-typed field is a problem line and is dropped."""
     try:
@@ -327,7 +328,7 @@ def check_manifest(raw: bytes, origin: str, limits: LoadBudgets) -> tuple[dict, 
 
 
 # -- reading a directory ---------------------------------------------------------------
-def read_tail(fd: int, size: int, keep: int) -> bytearray:
+def read_tail(fd: int, size: int, keep: int) -> bytes:
     """The last ``keep`` bytes of an open file of ``size`` bytes (fewer if it shrank)."""
     buf = bytearray()
     pos = size - keep
@@ -346,7 +347,7 @@ class _DirReader:
         self.root = os.path.realpath(root)
         self.budget = budget
 
-    def manifest(self) -> bytes | None:
+    def manifest(self) -> bytes | bytearray | None:
         cap = self.budget.limits.manifest_bytes
         got = self._read(MANIFEST, cap)
         if got.data is None and got.reason:

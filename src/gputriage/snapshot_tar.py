@@ -204,7 +204,7 @@ class TarReader:
                 data = bytes(self.fh.take(member.size))
             self.manifests[name] = Got(data, member.size)
 
-    def manifest(self) -> bytes | None:
+    def manifest(self) -> bytes | bytearray | None:
         """The root's manifest.json, else the single top folder's; None: neither."""
         chosen = MANIFEST if MANIFEST in self.manifests else None
         if chosen is None and len(self.folders) == 1:

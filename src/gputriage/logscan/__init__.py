@@ -49,6 +49,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Literal
 
 from gputriage.errors import InputError
 from gputriage.inputs import DIR, FILE, Input, is_binary, open_input
@@ -155,7 +156,7 @@ def _workers() -> int:
 PROCESS_MIN = 64 << 20  # files at least this big are searched in worker processes
 
 
-def _anchors_for(head: bytes) -> tuple[bytes, ...]:
+def _anchors_for(head: bytes | bytearray) -> tuple[bytes, ...]:
     return ANCHORS + ((_JSON_ANCHOR,) if head.lstrip()[:1] == b"{" else ())
 
 
@@ -178,14 +179,14 @@ class _Result:
         return int(m.group(1)) if m else 0
 
 
-def _scan_one(name: str, chunks: Iterator[bytes], order: int, now: datetime,
+def _scan_one(name: str, chunks: Iterator[bytes | bytearray], order: int, now: datetime,
               pool: ThreadPoolExecutor | None, problems: list[str]) -> _Result:
     src = _Source(name, now)
     inp = _Input(name, problems)
     first = next(chunks, b"")
     anchors = _anchors_for(first[:4096])
 
-    def all_chunks() -> Iterator[bytes]:
+    def all_chunks() -> Iterator[bytes | bytearray]:
         yield first
         yield from chunks
 
@@ -302,7 +303,7 @@ def _not_text(name: str) -> InputError:
     return InputError(f"{name}: binary data, not a text log")
 
 
-def _checked(inp: Input, chunks: Iterator[bytes]) -> Iterator[bytes]:
+def _checked(inp: Input, chunks: Iterator[bytes | bytearray]) -> Iterator[bytes | bytearray]:
     """``chunks`` again, once the first (decompressed) one was found to be text."""
     first = next(chunks, b"")
     if is_binary(first, stream=inp.kind != FILE):
@@ -324,7 +325,7 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None) -> LogScan:
     failures: list[str] = []
     workers = _workers()
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
-    procs: ForkWorkers | bool | None = None  # made when a large plain file comes
+    procs: ForkWorkers | Literal[False] | None = None  # made when a large plain file comes
     try:
         for order, path in enumerate(paths):
             name = "<stdin>" if path == "-" else str(path)

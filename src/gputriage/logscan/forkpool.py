@@ -15,7 +15,7 @@ import os
 import pickle
 import signal
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Any
 
 __all__ = ["ForkWorkers", "WorkerDied"]
@@ -71,7 +71,7 @@ class ForkWorkers:
     def __init__(self, workers: int) -> None:
         self.workers = max(1, workers)
 
-    def run(self, task: Callable[[int], Any], count: int) -> Iterator[Any]:
+    def run(self, task: Callable[[int], Any], count: int) -> Generator[Any, None, None]:
         """``task(i)`` for ``i`` in ``range(count)``, in order; an exception a task
         raised is raised here, in its place."""
         n = min(self.workers, max(count, 1))

@@ -154,7 +154,7 @@ class _Source:
         line.boot = len(self.segs) - 1
 
     # -- lines --------------------------------------------------------------------------
-    def line(self, lineno: int, raw: bytes, cut: bool) -> None:
+    def line(self, lineno: int, raw: bytes | bytearray, cut: bool) -> None:
         """Process one candidate or context line."""
         try:
             text = raw.decode("utf-8")

@@ -26,11 +26,11 @@ class _Input:
         self.name = name
         self.problems = problems
         self.nbytes = 0
-        self.last_byte = b"\n"
+        self.last_byte: bytes | bytearray = b"\n"
 
     def spans(self, chunks: Iterator[bytes | bytearray]
               ) -> Iterator[tuple[bytes | bytearray, int, int]]:
-        tail = b""
+        tail: bytes | bytearray = b""
         for chunk in chunks:
             if not chunk:
                 continue
@@ -114,7 +114,7 @@ def _file_chunks(fh, name: str, problems: list[str]) -> Iterator[bytes | bytearr
     yield from limit(_decompressed(kind, bytes(head), fh, name, problems), name, problems)
 
 
-def _compression(head: bytes) -> str | None:
+def _compression(head: bytes | bytearray) -> str | None:
     if head[:2] == b"\x1f\x8b":
         return "gzip"
     if head[:6] == b"\xfd7zXZ\x00":

@@ -64,7 +64,7 @@ def _probes(anchors: Sequence[bytes]) -> tuple[_Probe, ...]:
     groups: dict[bytes, list[bytes]] = {}
     for a in anchors:
         groups.setdefault(_PROBE_OF.get(a, a), []).append(a)
-    out = []
+    out: list[_Probe] = []
     for needle, group in groups.items():
         exact = group == [needle]
         modes = {a in _TRACE_ANCHORS for a in group}
@@ -228,7 +228,7 @@ class _Span:
         """The block's first lines that a previous block's context ``carry`` takes, and
         what is still wanted after this block (as :func:`_context` would find them)."""
         limit, mode = carry
-        out = []
+        out: list[tuple[int, bytes | bytearray, bool]] = []
         for line in self.head:
             if len(out) >= limit:
                 return out, (0, 0)
@@ -242,7 +242,7 @@ class _Span:
 _HEAD = max(TRACE_WINDOW, MAX_CONT)  # lines of a block kept for a previous block's context
 
 
-def _line_end(buf: bytes, s: int, hi: int) -> int:
+def _line_end(buf: bytes | bytearray, s: int, hi: int) -> int:
     e = buf.find(b"\n", s, hi)
     return hi if e < 0 else e
 
@@ -256,7 +256,7 @@ def _line_end(buf: bytes, s: int, hi: int) -> int:
 GAP_EXACT = 64 << 10
 
 
-def _gap(buf: bytes, a: int, b: int, exact: bool) -> int:
+def _gap(buf: bytes | bytearray, a: int, b: int, exact: bool) -> int:
     if exact or b - a <= GAP_EXACT:
         if isinstance(buf, (bytes, bytearray)):
             return buf.count(b"\n", a, b)
@@ -264,7 +264,7 @@ def _gap(buf: bytes, a: int, b: int, exact: bool) -> int:
     return b - a
 
 
-def _search_span(buf: bytes, lo: int, hi: int, anchors: Sequence[bytes],
+def _search_span(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[bytes],
                  carry: tuple[int, int] = (0, 0), exact: bool = True) -> _Span:
     """Candidate lines of ``buf[lo:hi]``, their context lines, and line positions
     (line numbers when ``exact``, see :data:`GAP_EXACT` otherwise)."""
@@ -278,7 +278,7 @@ def _search_span(buf: bytes, lo: int, hi: int, anchors: Sequence[bytes],
         left = _context(buf, s, hi, mode, TRACE_WINDOW if mode else MAX_CONT, want)
         if left:
             need = max(need, (left, mode))
-    out: list[tuple[int, bytes, bool]] = []
+    out: list[tuple[int, bytes | bytearray, bool]] = []
     n = 0
     prev = lo
     approx = False
@@ -291,7 +291,7 @@ def _search_span(buf: bytes, lo: int, hi: int, anchors: Sequence[bytes],
         out.append((n, buf[s:min(e, s + MAX_LINE)], cut))
     approx = approx or (not exact and hi - prev > GAP_EXACT)
     n += _gap(buf, prev, hi, exact)
-    head = []
+    head: list[tuple[int, bytes | bytearray, bool]] = []
     pos = lo
     while pos < hi and len(head) < _HEAD:
         e = _line_end(buf, pos, hi)
@@ -300,8 +300,8 @@ def _search_span(buf: bytes, lo: int, hi: int, anchors: Sequence[bytes],
     return _Span(out, n, not approx, need, head, pos >= hi)
 
 
-def _context(buf: bytes, s: int, hi: int, mode: int, limit: int, want: dict[int, int],
-             include_first: bool = False) -> int:
+def _context(buf: bytes | bytearray, s: int, hi: int, mode: int, limit: int,
+             want: dict[int, int], include_first: bool = False) -> int:
     """Add up to ``limit`` lines after the line at ``s`` (mode 0: only lines that
     start with a blank, mode 1: any); returns how many are still wanted at ``hi``."""
     pos = s if include_first else _line_end(buf, s, hi) + 1

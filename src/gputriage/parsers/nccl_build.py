@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from gputriage.parsers import nccl_framework as fw
 from gputriage.parsers import nccl_lines as g
@@ -239,10 +240,11 @@ class Builder:
             ptr = None  # "0x…": elided by the author, not an identity
         if rank is None and ptr is None:
             return
-        new = {"nnodes": _int(kv.get("nnodes")), "local_ranks": _int(kv.get("localranks")),
-               "local_rank": _int(kv.get("localrank")), "cuda_dev": _int(kv.get("cudadev")),
-               "nvml_dev": _int(kv.get("nvmldev")), "bus_id": kv.get("busid"),
-               "comm_id": kv.get("commid"), "nranks": nranks, "rank": rank, "comm": ptr}
+        new: dict[str, Any] = {
+            "nnodes": _int(kv.get("nnodes")), "local_ranks": _int(kv.get("localranks")),
+            "local_rank": _int(kv.get("localrank")), "cuda_dev": _int(kv.get("cudadev")),
+            "nvml_dev": _int(kv.get("nvmldev")), "bus_id": kv.get("busid"),
+            "comm_id": kv.get("commid"), "nranks": nranks, "rank": rank, "comm": ptr}
         new = {k: v for k, v in new.items() if v is not None}
         complete = " - Init COMPLETE" in msg
         if rank is not None:

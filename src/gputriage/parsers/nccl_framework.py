@@ -51,7 +51,7 @@ def framework_error(lines: list[str]) -> NcclWarn | None:
         return None
     head = FW_HEAD.search(text)
     rm = _FW_RANK.search(text)
-    nums = {k: int(m.group(1)) for k, rx in _NUMS.items() if (m := rx.search(text))}
+    nums = {k: int(m.group(1)) if (m := rx.search(text)) else None for k, rx in _NUMS.items()}
     om = _OPTYPE.search(text)
     message = _FW_TAGS.sub("", text).strip()
     if kind == "cuda" and (cm := _FW_CUDA.search(text)):
@@ -62,7 +62,8 @@ def framework_error(lines: list[str]) -> NcclWarn | None:
         time = (f"{md[:-2].zfill(2)}-{md[-2:]} " if md else "") + head.group("time")
     return NcclWarn(message[:1000], "\n".join(lines)[:MAX_KEEP], kind,
                     rank=int(next(x for x in rm.groups() if x)) if rm else None, time=time,
-                    op_type=om.group(1) if om else None, **nums)
+                    op_type=om.group(1) if om else None, seq_num=nums["seq_num"],
+                    timeout_ms=nums["timeout_ms"], elapsed_ms=nums["elapsed_ms"])
 
 
 def framework_key(w: NcclWarn) -> tuple:

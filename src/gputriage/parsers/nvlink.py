@@ -228,9 +228,9 @@ def _link_numbers(spec: str) -> list[int]:
         bounds = [strict_int(p.strip(), signed=False) for p in part.split("-")]
         if len(bounds) == 1 and bounds[0] is not None:
             out.append(bounds[0])
-        elif len(bounds) == 2 and bounds[0] is not None and bounds[1] is not None:
+        elif len(bounds) == 2:
             lo, hi = bounds
-            if 0 <= hi - lo <= 64:
+            if lo is not None and hi is not None and 0 <= hi - lo <= 64:
                 out.extend(range(lo, hi + 1))
     return out
 
@@ -309,9 +309,10 @@ def parse_nvlink_errors(text: str) -> NvlinkErrors:
             continue
         m = _LINK.match(line)
         multi = None if m else _LINKS.match(line)
-        if m or multi:
-            links = [int(m.group("link"))] if m else _link_numbers(multi.group("spec"))
-            rest = (m or multi).group("rest").strip()
+        hit = m or multi
+        if hit:
+            links = [int(hit.group("link"))] if m else _link_numbers(hit.group("spec"))
+            rest = hit.group("rest").strip()
             c = _COUNTER.match(rest)
             if c and add(links, c.group("name"), c.group("value"), line):
                 recognised = True

@@ -30,8 +30,8 @@ def device_nodes(facts: Facts) -> Iterator[Finding]:
         ("/dev/nvidiactl", NVIDIA_MAJOR, CTL_MINOR, True)]
     if "nvidia_uvm" in mods:
         expected.append(("/dev/nvidia-uvm", majors.get("nvidia-uvm"), 0, True))
-    for minor in _gpu_minors(facts):
-        expected.append((f"/dev/nvidia{minor}", NVIDIA_MAJOR, minor, False))
+    for gpu_minor in _gpu_minors(facts):
+        expected.append((f"/dev/nvidia{gpu_minor}", NVIDIA_MAJOR, gpu_minor, False))
     for path, major, minor, essential in expected:
         node = nodes.get(path)
         if node is None:

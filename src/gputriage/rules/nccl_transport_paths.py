@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from gputriage.facts import Facts
 from gputriage.hostfacts.nccl import NcclJob, env_value, log_lines, nccl_bus_id
-from gputriage.model import Action, Blame, Evidence, Finding, Severity
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.base import strict_int
 from gputriage.parsers.nccl_model import NET_IB, NET_PLUGIN, P2P, SHM, NcclChannel, NcclGdr
 from gputriage.parsers.nccl_model import NcclProcess as Proc
@@ -159,9 +159,8 @@ def _far_finding(facts: Facts, far: list, without: list, many: bool) -> Finding:
     scope = gpu_scope(buses.pop()) if len(buses) == 1 and None not in buses else None
     lines = [g.line for _, g in list(pairs.values())[:4]] + [c.line for _, c in without[:2]]
     lines += log_lines(facts, "NCCL_NET_GDR_LEVEL set by environment", [], 1) if level else []
-    kw = {"scope": scope} if scope else {}
     return finding("nccl.gdr-disabled", Severity.WARNING, title, why, Action.FIX_CONFIG,
-                   blame, evidence=[evidence(SRC, lines)] + host_ev, **kw)
+                   blame, scope or NODE, evidence=[evidence(SRC, lines)] + host_ev)
 
 
 def _mixed_finding(with_gdr: list, without: list, many: bool) -> Finding:

@@ -123,7 +123,7 @@ def triage_snapshot(snapshot: Any, window: Any = None, baseline: str | None = No
 def _host_line(t: Triage) -> str:
     host = t.result.host or {}
     name = host.get("hostname") or "this host"
-    driver = host.get("driver") if isinstance(host.get("driver"), dict) else {}
+    driver = d if isinstance(d := host.get("driver"), dict) else {}
     parts = [f"TRIAGE {name}: {t.verdict.upper()}"]
     if host.get("kernel"):
         parts.append(f"kernel {host['kernel']}")
