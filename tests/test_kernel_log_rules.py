@@ -17,7 +17,8 @@ from gputriage.ingest import load_input
 from gputriage.logwindow import LogWindow, parse_boot, parse_since
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.kernel_events import DriverEvent
-from gputriage.rules.kernel_log import EVIDENCE_HEAD, EVIDENCE_TAIL, judge_events, judge_sxids
+from gputriage.rules.kernel_common import EVIDENCE_HEAD, EVIDENCE_TAIL
+from gputriage.rules.kernel_log import judge_events, judge_sxids
 from gputriage.rules.kernel_xid import judge_xids
 from gputriage.scenarios import build_scenario, get_scenario
 from gputriage.snapshot import Snapshot
@@ -141,6 +142,62 @@ def test_app_faults_across_processes_suspect_the_gpu():
         f = one(findings, fid)
         assert f.severity is Severity.CRITICAL and f.action is Action.DRAIN_AND_REPAIR
         assert "3 different processes" in f.explanation
+
+
+MMU = ("Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_{} faulted @ "
+       "0x7f{}_1c000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ")
+
+
+def test_one_program_restarting_under_new_pids_is_one_job_crash_looping():
+    events = [xid(31, pid=str(4100 + 17 * i), name="python3", t=300 * i,
+                  message=MMU.format(i % 4, 30 + i)) for i in range(7)]
+    events += [xid(43, pid=str(4100 + 17 * i), name="python3", t=300 * i + 1,
+                   message=f"Ch 000000{10 + i}") for i in range(0, 7, 2)]
+    findings = judge(events)
+    for fid in ("xid.31", "xid.43"):
+        f = one(findings, fid)
+        assert f.blame is Blame.JOB and f.action is Action.RESTART_JOB
+        assert f.severity.rank <= Severity.WARNING.rank
+        assert "7 restarts of one program 'python3' (pids 4100, 4117," in f.explanation
+
+
+def test_one_program_name_with_differing_faults_keeps_the_pid_count():
+    kinds = ["FAULT_PDE ACCESS_TYPE_VIRT_READ", "FAULT_PTE ACCESS_TYPE_VIRT_WRITE",
+             "FAULT_PRIV ACCESS_TYPE_VIRT_ATOMIC"]
+    events = [xid(31, pid=str(50 + i), name="python3", t=60 * i,
+                  message=f"MMU Fault: ENGINE CE{i} faulted. Fault is of type {k}")
+              for i, k in enumerate(kinds)]
+    f = one(judge(events), "xid.31")
+    assert f.blame is Blame.NODE and f.severity is Severity.CRITICAL
+
+
+def test_different_programs_on_one_gpu_suspect_it_even_when_one_restarts():
+    events = [xid(31, pid=str(70 + i), name="python3", t=i, message=MMU.format(0, 1))
+              for i in range(4)]
+    events += [xid(13, pid="90", name="cuda_bench", t=50), xid(31, pid="91", name="dcgmi", t=90)]
+    findings = judge(events)
+    f = one(findings, "xid.31")
+    assert f.severity is Severity.CRITICAL and f.action is Action.DRAIN_AND_REPAIR
+    assert f.blame is Blame.NODE
+    assert "of 3 programs (cuda_bench, dcgmi, python3)" in f.explanation
+
+
+def test_unknown_names_keep_the_pid_judgement():
+    events = [xid(31, pid=str(10 + i), name="<unknown>", t=i, message=MMU.format(0, 1))
+              for i in range(3)]
+    f = one(judge(events), "xid.31")
+    assert f.severity is Severity.CRITICAL and f.blame is Blame.NODE
+
+
+def test_a_crash_looping_job_read_from_a_log_is_no_node_fault(tmp_path):
+    lines = [f"[{1000 + 90 * i}.000000] NVRM: Xid (PCI:0000:3b:00): 31, pid={2200 + i}, "
+             f"name=python3, {MMU.format(i, 40 + i)}" for i in range(5)]
+    path = tmp_path / "dmesg.txt"
+    path.write_text("\n".join(lines) + "\n")
+    f = one(analyze(load_input(str(path))).findings, "xid.31")
+    assert f.blame is Blame.JOB and f.action is not Action.DRAIN_AND_REPAIR
+    assert f.severity.rank <= Severity.WARNING.rank
+    assert "5 restarts of one program 'python3' (pids 2200, 2201" in f.explanation
 
 
 def test_unknown_pids_count_as_one_job():

@@ -432,8 +432,8 @@ def _port_field(port: IbPort, fmt: str, key: str, value: str) -> None:
     elif k in ("sm lid", "sm_lid"):
         port.sm_lid = _int(value) if _int(value) is not None else port.sm_lid
     elif k == "active_width":
-        width = re.match(r"^\s*(\d{1,2}X)\b", value)
-        port.width = width.group(1) if width else port.width
+        wm = re.match(r"^\s*(\d{1,2}X)\b", value)
+        port.width = wm.group(1) if wm else port.width
     elif k == "active_speed":
         port.speed = re.sub(r"\s*\(\s*\d+\s*\)\s*$", "", value).strip() or port.speed
     elif k.startswith("gid["):

@@ -318,9 +318,9 @@ class EventExtractor:
             elif ev.kind == "sxid" and "severity" in ev.details:
                 self._open.append(_Open(ev, "sxid", lineno + 4))
             elif ev.kind == "pcie-aer" and "PCIe Bus Error" in line.msg:
-                key = AER_KEY.match(line.msg)
-                if key:
-                    self._open.append(_Open(ev, "aer", lineno + AER_LINES, key.group(0)))
+                aer = AER_KEY.match(line.msg)
+                if aer:
+                    self._open.append(_Open(ev, "aer", lineno + AER_LINES, aer.group(0)))
             elif ev.kind == "hw-error" and ev.details.get("key"):
                 self._open.append(_Open(ev, "group", lineno + 1, ev.details.pop("key")))
             elif ev.kind == "gsp-error" and "kflcnCoreDump" in line.msg:

@@ -192,7 +192,7 @@ def parse_topo(text: str) -> TopoMatrix:
         m = _LEGEND.match(line)
         if m:
             matrix.legend[m.group(1)] = m.group(2)
-    cells = {c for (a, b), c in matrix.links.items() if a != b} - {"X"}
-    if (cells and cells <= P2P_CODES) or ("OK" in matrix.legend and not matrix.columns):
+    codes = {c for (a, b), c in matrix.links.items() if a != b} - {"X"}
+    if (codes and codes <= P2P_CODES) or ("OK" in matrix.legend and not matrix.columns):
         matrix.kind = "p2p"
     return matrix

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from gputriage.model import NODE, Action, Blame, Finding, Scope, Severity
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.kernel_host import pci_class
-from gputriage.rules.kernel_log import (
+from gputriage.rules.kernel_common import (
     AER_BURST,
     GpuMap,
     Judged,

@@ -1,8 +1,9 @@
 """Judging Xid errors: the catalog's verdict per code, refined by the GPU's context.
 
 An Xid 45 that follows another Xid on its GPU (or says "caused by previous
-Xid N") is a consequence, not a cause; 13 / 31 / 43 from several processes on
-one GPU point at the GPU, one process at its job; 48 with 63 / 64 is the
+Xid N") is a consequence, not a cause; 13 / 31 / 43 from several programs on
+one GPU point at the GPU, one program (restarted under new pids, faulting the
+same way) at its job; 48 with 63 / 64 is the
 row-remapping flow; 94 is contained, 95 is not; 79 drains the node; 119 / 120
 reset the GPU and a 119 that keeps coming back repairs it; 154 names its own
 action. "Fallen off the bus" messages without their Xid line count as Xid 79.
@@ -12,14 +13,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gputriage.facts import Facts
 from gputriage.knowledge import xid as catalog
 from gputriage.model import Action, Blame, Finding, Severity
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.rules.base import rule
-from gputriage.rules.kernel_log import (
+from gputriage.rules.kernel_common import (
     DOC_XID,
     GSP_REPEAT,
     GpuMap,
@@ -68,17 +69,79 @@ def _follow_on_causes(ev: DriverEvent, earlier_on_gpu: Sequence[tuple[int, Drive
     return causes
 
 
-def _processes(events: Iterable[DriverEvent]) -> set[str]:
-    """Distinct processes named by Xid lines (pid when printed, else name)."""
-    seen = set()
-    for ev in events:
+_VARIABLE = re.compile(r"0x[0-9a-fA-F_]+|\b[0-9a-fA-F]{8}\b|\d+")
+PIDS_SHOWN = 6
+
+
+def _fault_pattern(code: int, ev: DriverEvent) -> str:
+    """An Xid's code and message with addresses, channels and numbers blanked: what
+    stays the same when one program hits one bug again."""
+    return f"{code}:{_VARIABLE.sub('#', ev.details.get('message') or '')}"
+
+
+@dataclass
+class _AppFaults:
+    """Who raised the application-fault Xids (13 / 31 / 43) on one GPU."""
+
+    processes: set[str] = field(default_factory=set)  # pid when printed, else name
+    programs: dict[str, set[str]] = field(default_factory=dict)  # name -> its pids
+    unnamed: bool = False  # a faulting pid printed no usable name
+    shared_pattern: bool = False  # every process raised one common fault pattern
+
+    def crash_loop(self) -> str | None:
+        """The program's name when several processes are one program restarted and
+        faulting the same way each time; None otherwise."""
+        if (len(self.processes) >= 2 and not self.unnamed and len(self.programs) == 1
+                and self.shared_pattern):
+            return next(iter(self.programs))
+        return None
+
+    def suspects(self) -> int:
+        """How many different sources of faults: programs when every process is
+        named and faults differ, else processes (pids)."""
+        if not self.unnamed and self.programs and self.crash_loop() is None:
+            return len(self.programs) if len(self.programs) >= 2 else len(self.processes)
+        return len(self.processes)
+
+
+def _named(name: str) -> bool:
+    return bool(name) and not name.startswith("<")
+
+
+def _app_faults(items: Iterable[tuple[int, DriverEvent]]) -> _AppFaults:
+    """Processes, program names and fault patterns of Xid 13 / 31 / 43 lines."""
+    out = _AppFaults()
+    names: dict[str, str] = {}
+    patterns: dict[str, set[str]] = {}
+    for code, ev in items:
         pid = (ev.details.get("pid") or "").strip("'")
-        name = ev.details.get("process") or ""
-        if pid and pid.isdigit():
-            seen.add(pid)
-        elif name and not name.startswith("<"):
-            seen.add(name)
-    return seen
+        name = (ev.details.get("process") or "").strip()
+        key = pid if pid.isdigit() else name if _named(name) else ""
+        if not key:
+            continue
+        out.processes.add(key)
+        patterns.setdefault(key, set()).add(_fault_pattern(code, ev))
+        if _named(name):
+            names[key] = name
+    for key in out.processes:
+        if key not in names:
+            out.unnamed = True
+            continue
+        pids = out.programs.setdefault(names[key], set())
+        if key.isdigit():
+            pids.add(key)
+    if patterns:
+        out.shared_pattern = bool(set.intersection(*patterns.values()))
+    return out
+
+
+def _crash_loop_note(app: _AppFaults, name: str) -> str:
+    pids = sorted(app.programs[name], key=int)
+    shown = ", ".join(pids[:PIDS_SHOWN]) + (", ..." if len(pids) > PIDS_SHOWN else "")
+    return (f"{len(app.processes)} restarts of one program '{name}' (pids {shown}) fault "
+            "the same way on this GPU: one job crash-looping, not several programs hitting "
+            "a bad GPU. No node action; restarting it unchanged will fault again, so look at "
+            "the application (its code, inputs, memory use) before resubmitting.")
 
 
 def recovery_target(ev: DriverEvent) -> tuple[str, Action]:
@@ -98,7 +161,7 @@ class _GpuContext:
 
     events: list[tuple[int, DriverEvent]]
     codes: set[int]
-    app_processes: set[str]
+    app: _AppFaults
     follow_ons: dict[int, int]  # cause code -> number of Xid 45 it triggered
 
 
@@ -117,7 +180,7 @@ def _gpu_contexts(xids: list[tuple[int, DriverEvent]]) -> tuple[dict, dict]:
                     follow[c] = follow.get(c, 0) + 1
         contexts[bus] = _GpuContext(
             items, {c for c, _ in items},
-            _processes(ev for c, ev in items if c in APP_FAULTS), follow)
+            _app_faults((c, ev) for c, ev in items if c in APP_FAULTS), follow)
     return contexts, causes_of
 
 
@@ -139,18 +202,7 @@ def judge_xid_group(code: int, events: list[DriverEvent], ctx: _GpuContext,
     if code == 45:
         _judge_45(j, events, ctx, causes_of, gpu)
     elif code in APP_FAULTS:
-        n = len(ctx.app_processes)
-        if n >= 2:
-            j.severity = Severity.CRITICAL if n >= 3 else worse(j.severity, Severity.WARNING)
-            j.action = Action.DRAIN_AND_REPAIR if n >= 3 else Action.RESET_GPU
-            j.blame = Blame.NODE
-            j.notes.append(f"Application faults (Xid 13/31/43) on this GPU come from {n} "
-                           "different processes: suspect the GPU, not the jobs; drain it and "
-                           "run DCGM diagnostics.")
-        else:
-            j.severity = cap_severity(j.severity, Severity.WARNING)
-            j.action, j.blame = Action.RESTART_JOB, Blame.JOB
-            j.notes.append("Only one process faulted on this GPU: no node action.")
+        _judge_app_fault(j, ctx.app)
     elif code == 48:
         if 64 in ctx.codes:
             j.severity, j.action, j.blame = Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE
@@ -193,6 +245,26 @@ def judge_xid_group(code: int, events: list[DriverEvent], ctx: _GpuContext,
         j.notes.append(f"It was followed by {followed} Xid 45 channel teardown(s), its "
                        "consequence rather than a separate cause.")
     return j
+
+
+def _judge_app_fault(j: Judged, app: _AppFaults) -> None:
+    """Xid 13 / 31 / 43: the job's fault unless several programs fault on one GPU."""
+    n = app.suspects()
+    loop = app.crash_loop()
+    if loop is None and n >= 2:
+        who = f"{len(app.processes)} different processes"
+        if len(app.programs) >= 2 and not app.unnamed:
+            who += f" of {n} programs ({', '.join(sorted(app.programs))})"
+        j.severity = Severity.CRITICAL if n >= 3 else worse(j.severity, Severity.WARNING)
+        j.action = Action.DRAIN_AND_REPAIR if n >= 3 else Action.RESET_GPU
+        j.blame = Blame.NODE
+        j.notes.append(f"Application faults (Xid 13/31/43) on this GPU come from {who}: "
+                       "suspect the GPU, not the jobs; drain it and run DCGM diagnostics.")
+        return
+    j.severity = cap_severity(j.severity, Severity.WARNING)
+    j.action, j.blame = Action.RESTART_JOB, Blame.JOB
+    j.notes.append(_crash_loop_note(app, loop) if loop is not None
+                   else "Only one process faulted on this GPU: no node action.")
 
 
 def _judge_45(j: Judged, events: list[DriverEvent], ctx: _GpuContext,

@@ -1,0 +1,174 @@
+"""What the kernel-log rules share (:mod:`.kernel_log`, :mod:`.kernel_xid`,
+:mod:`.kernel_host`): the GPU map, scopes and labels, evidence and occurrences of a
+group of events, the judged outcome of a group, current vs earlier boots."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputriage.facts import Facts
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
+from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.rules.base import finding, gpu_scope
+
+DOC_XID = "https://docs.nvidia.com/deploy/xid-errors/index.html"
+DOC_SXID = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html"
+EVIDENCE_HEAD, EVIDENCE_TAIL = 7, 2  # events whose lines are kept: the first few, the last
+EVENT_LINES = 6  # lines kept of one multi-line message (a GSP core dump runs to dozens)
+GSP_REPEAT = 3  # Xid 119 this often in one log: it survives resets, repair the GPU
+PEERMEM_BURST = 10
+AER_BURST = 10
+GPU_LIBS = re.compile(r"lib(?:cuda|nccl|nvidia|cudnn|cublas|nvrtc|nvJitLink|cufft|cusparse|"
+                      r"cusolver|curand|torch_cuda|nvinfer|dcgm)", re.IGNORECASE)
+
+# --- shared helpers -------------------------------------------------------------------------
+
+GpuMap = dict[str, tuple[int | None, str | None]]  # bus id -> (index, uuid)
+
+
+def gpu_map(facts: Facts) -> GpuMap:
+    """Bus id -> (index, UUID) of the GPUs the inventory knows."""
+    visible = facts.maybe("visible_gpus")
+    if not visible:
+        return {}
+    return {g.bus_id: (g.index, g.uuid) for g in visible[1] if g.bus_id}
+
+
+def when(ev: DriverEvent) -> str | None:
+    """An event's time: ISO 8601 when known, else as printed."""
+    t = getattr(ev, "time", None)
+    return t.isoformat() if t is not None else ev.timestamp
+
+
+def xid_code(ev: DriverEvent) -> int | None:
+    """The numeric code of an Xid / SXid event."""
+    try:
+        return int(ev.details.get("code", ""))
+    except ValueError:
+        return None
+
+
+def scope_of(bus: str | None, gpus: GpuMap, *, device: bool = False,
+             name: str | None = None) -> Scope:
+    """The GPU at ``bus`` (index / UUID filled from the inventory); with ``device``,
+    a device (NIC, bridge, ``name`` e.g. its interface) unless the bus is a known
+    GPU; the node when there is no address."""
+    if not bus:
+        return NODE
+    if device and bus not in gpus:
+        return Scope(kind="device", pci_bus_id=bus, name=name)
+    index, uuid = gpus.get(bus, (None, None))
+    return gpu_scope(bus, index, uuid)
+
+
+def gpu_label(bus: str | None, gpus: GpuMap) -> str:
+    """``GPU 4 (0000:9a:00.0)`` when the index is known, else ``GPU 0000:9a:00.0``."""
+    if not bus:
+        return "a GPU (address not logged)"
+    index = gpus.get(bus, (None, None))[0]
+    return f"GPU {index} ({bus})" if index is not None else f"GPU {bus}"
+
+
+def _evidence(events: Sequence[DriverEvent]) -> Evidence:
+    """The first few and the last raw lines, with the count noted."""
+    n = len(events)
+    picked: list[DriverEvent | None] = list(events)
+    if n > EVIDENCE_HEAD + EVIDENCE_TAIL:
+        picked = [*events[:EVIDENCE_HEAD], None, *events[-EVIDENCE_TAIL:]]
+    lines: list[str] = []
+    for ev in picked:
+        if ev is None:
+            lines.append(f"... ({n - EVIDENCE_HEAD - EVIDENCE_TAIL} more occurrences)")
+        else:
+            own = ev.line.splitlines() or [""]
+            lines.extend(own[:EVENT_LINES])
+            if len(own) > EVENT_LINES:
+                lines.append(f"... ({len(own) - EVENT_LINES} more lines of this message)")
+    return Evidence("kernel_log", tuple(lines), f"{n} occurrences" if n > 1 else None)
+
+
+def _occurrences(events: Sequence[DriverEvent], current: bool) -> Occurrences:
+    return Occurrences(len(events), when(events[0]), when(events[-1]), current)
+
+
+def count_text(n: int) -> str:
+    """``1 event`` / ``3 events``."""
+    return f"{n} event{'s' if n != 1 else ''}"
+
+
+@dataclass
+class Judged:
+    """The verdict on one group of events, before it becomes a finding."""
+
+    severity: Severity
+    action: Action
+    blame: Blame
+    title: str
+    explanation: str
+    notes: list[str] = field(default_factory=list)
+
+
+def history(fid: str, judged: Judged, events: Sequence[DriverEvent], scope: Scope,
+             refs: Iterable[str]) -> Finding:
+    """The finding for an earlier boot's events: shown, never a current failure."""
+    boots = sorted({ev.boot for ev in events})
+    which = ", ".join(str(b) for b in boots)
+    why = (f"History from an earlier boot (boot {which}), not a current failure. "
+           + judged.explanation)
+    return finding(fid, Severity.INFO, "earlier boot: " + judged.title, why, Action.NONE,
+                   judged.blame, scope, [_evidence(events)], refs,
+                   _occurrences(events, False))
+
+
+def emit(fid: str, judged: Judged, events: Sequence[DriverEvent], scope: Scope,
+          refs: Iterable[str]) -> Finding:
+    """The finding for a current-boot group of events."""
+    why = " ".join([judged.explanation, *judged.notes]).strip()
+    return finding(fid, judged.severity, judged.title, why, judged.action, judged.blame,
+                   scope, [_evidence(events)], refs, _occurrences(events, True))
+
+
+def split_boots(events: Iterable[DriverEvent]) -> tuple[list[DriverEvent], list[DriverEvent]]:
+    """(events of the current boot, events of earlier boots)."""
+    current: list[DriverEvent] = []
+    earlier: list[DriverEvent] = []
+    for ev in events:
+        (current if ev.boot == 0 else earlier).append(ev)
+    return current, earlier
+
+
+def group(events: Iterable, key: Callable[[Any], Any]) -> dict:
+    """Items by ``key(item)``, keeping first-seen order (log order inside a group)."""
+    groups: dict = {}
+    for ev in events:
+        groups.setdefault(key(ev), []).append(ev)
+    return groups
+
+
+def worse(a: Severity, b: Severity) -> Severity:
+    """The worse of two severities."""
+    return a if a.rank >= b.rank else b
+
+
+def cap_severity(severity: Severity, ceiling: Severity) -> Severity:
+    """``severity``, but no worse than ``ceiling``."""
+    return severity if severity.rank <= ceiling.rank else ceiling
+
+
+def xid_events(events: Iterable[DriverEvent]) -> list[tuple[int, DriverEvent]]:
+    """(code, event) for Xid lines in log order, plus "fallen off the bus" messages
+    as Xid 79 on GPUs (of the same boot) whose Xid 79 line is not in the log."""
+    events = list(events)
+    has79 = {(ev.bus_id, ev.boot) for ev in events
+             if ev.kind == "xid" and xid_code(ev) == 79}
+    out: list[tuple[int, DriverEvent]] = []
+    for ev in events:
+        code = xid_code(ev) if ev.kind == "xid" else None
+        if code is not None:
+            out.append((code, ev))
+        elif ev.kind == "fallen-off-bus" and (ev.bus_id, ev.boot) not in has79:
+            out.append((79, ev))
+    return out
