@@ -52,7 +52,11 @@ def test_corpus_nvidia_smi_q(corpus) -> None:
 
 
 def test_corpus_nvidia_smi_table_and_errors(corpus) -> None:
-    _check(corpus, "2", lambda s, n: "nvidia_smi" in n)
+    # category 2: the table (or its error), its CSV queries and reset outputs, by content
+    _check(corpus, "2", lambda s, n: bool({"nvidia_smi", "nvidia_smi_csv", "gpu_reset"} & set(n)))
+    table_like = [s for s in corpus.category("2") if "|" in s.text() or "(UUID:" in s.text()
+                  or "Unable to determine" in s.text()]
+    assert table_like and all("nvidia_smi" in names(s.text()) for s in table_like)
     mixed = corpus.sample("ogkm862")
     assert names(mixed.text()) == ["nvidia_smi", "kernel_log"]
 
@@ -190,8 +194,9 @@ def test_unrecognised_and_empty() -> None:
 def test_source_for_command() -> None:
     assert source_for_command("sudo nvidia-smi topo -m") == "nvidia_smi_topo"
     assert source_for_command("nvidia-smi -i 0") == "nvidia_smi"
-    assert source_for_command("nvidia-smi -r -i 0") is None
-    assert source_for_command("nvidia-smi --query-gpu=name --format=csv") is None
+    assert source_for_command("nvidia-smi -r -i 0") == "gpu_reset"
+    assert source_for_command("nvidia-smi --query-gpu=name --format=csv") == "nvidia_smi_csv"
+    assert source_for_command("nvidia-smi -pm 0") is None
     assert source_for_command("journalctl -k -b") == "kernel_log"
     assert source_for_command("systemctl status nvidia-persistenced") == "systemctl_persistenced"
     assert source_for_command("cat /proc/modules") == "proc_modules"

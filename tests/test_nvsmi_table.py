@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gputriage.errors import ParseError
+from gputriage.ingest.detect import detect
 from gputriage.parsers.nvsmi import SmiReport, scan_smi_errors
 from gputriage.parsers.nvsmi_table import parse_nvsmi_table
 
@@ -21,16 +22,24 @@ def _fixture(name: str) -> str:
 
 
 def test_every_category2_sample_parses(corpus) -> None:
-    samples = corpus.category("2")
-    assert samples
-    for sample in samples:
-        report = parse_nvsmi_table(sample.text())
+    """Category 2 holds the table and other pasted nvidia-smi outputs (CSV queries,
+    resets): the pieces detected as the table parse with the table parser."""
+    tables = 0
+    for sample in corpus.category("2"):
+        pieces = dict(detect(sample.text()))
+        if "nvidia_smi" not in pieces:
+            assert {"nvidia_smi_csv", "gpu_reset"} & set(pieces), (sample.name, list(pieces))
+            continue
+        tables += 1
+        report = parse_nvsmi_table(pieces["nvidia_smi"])
         assert report.format in {"table", "list", "error"}, sample.name
         if report.format == "error":
             assert report.errors, sample.name
         else:
             assert report.gpus, sample.name
-            assert report.driver_version, sample.name
+            if "NVIDIA-SMI" in pieces["nvidia_smi"]:  # an excerpt may lack the header
+                assert report.driver_version, sample.name
+    assert tables >= 15
 
 
 def test_b300_kmd_header_two_domains(corpus) -> None:
@@ -255,3 +264,25 @@ def test_hostile_digit_runs_do_not_escape() -> None:
     report = parse_nvsmi_table(text)
     assert report.gpus[0].ecc_volatile_uncorrected is None
     assert report.gpus[0].temperature_c is None
+
+
+ERR_EXCERPT = """\
++-------------------------------+----------------------+----------------------+
+|   0  Tesla V100-SXM2...  On   | 00000000:1B:00.0 Off |                    0 |
+| N/A   38C    P0    52W / 300W |      0MiB / 16384MiB |      0%      Default |
++-------------------------------+----------------------+----------------------+
+|   1  Tesla V100-SXM2...  On   | 00000000:1C:00.0 Off |                 ERR! |
+|ERR!  41C    P0    ERR! / 300W |      0MiB / 16384MiB |      0%      Default |
++-------------------------------+----------------------+----------------------+
+"""
+
+
+def test_err_fields_are_named_and_an_excerpt_without_header_is_detected() -> None:
+    assert [n for n, _ in detect(ERR_EXCERPT)] == ["nvidia_smi"]
+    report = parse_nvsmi_table(ERR_EXCERPT)
+    assert report.driver_version is None
+    ok, bad = report.gpus
+    assert "error_fields" not in ok.raw
+    assert bad.raw["error_fields"].split(",") == ["volatile uncorrectable ECC", "fan",
+                                                  "power draw"]
+    assert bad.temperature_c == 41 and bad.name == "Tesla V100-SXM2..."

@@ -51,7 +51,8 @@ def is_fact(name: str) -> bool:
 # nvidia-smi outputs, best first: (source, parser module, parser function)
 SMI_SOURCES = (("nvidia_smi_q_xml", "nvsmi_xml", "parse_nvsmi_xml"),
                ("nvidia_smi_q", "nvsmi_text", "parse_nvsmi_text"),
-               ("nvidia_smi", "nvsmi_table", "parse_nvsmi_table"))
+               ("nvidia_smi", "nvsmi_table", "parse_nvsmi_table"),
+               ("nvidia_smi_csv", "nvsmi_csv", "parse_nvsmi_csv"))
 
 
 def parser(module: str, func: str) -> Callable[[Any], Any]:
@@ -175,6 +176,20 @@ class Facts:
         if not reports:
             raise Missing("; ".join(reasons))
         return reports
+
+    def _fact_gpu_resets(self) -> Any:
+        """GPU reset attempts pasted (a ``gputriage.parsers.gpu_reset.ResetLog``)."""
+        log = self._parse("gpu_reset", parser("gpu_reset", "parse_gpu_reset"))
+        if not log.attempts:
+            raise Missing("gpu_reset: no reset attempt in it")
+        return log
+
+    def _fact_device_query(self) -> Any:
+        """A deviceQuery run (``gputriage.parsers.device_query.DeviceQuery``)."""
+        dq = self._parse("device_query", parser("device_query", "parse_device_query"))
+        if not dq.lines:
+            raise Missing("device_query: empty")
+        return dq
 
     def _fact_driver_events(self) -> list[kernel_events.DriverEvent]:
         """Driver events of the current boot inside the log window (earlier boots are

@@ -80,6 +80,15 @@ SOURCES: tuple[Source, ...] = (
     _cmd("nvidia_smi_q", ("nvidia-smi", "-q"), "full GPU state as text (input only: live "
          "collection takes the XML)", collect=False),
     _cmd("nvidia_smi", ("nvidia-smi",), "the nvidia-smi summary table", applies="nvidia"),
+    _cmd("nvidia_smi_csv", ("nvidia-smi", "--query-gpu=index,pci.bus_id,name,driver_version,"
+                            "pstate,utilization.gpu,pcie.link.gen.current,pcie.link.gen.max,"
+                            "pcie.link.width.current,pcie.link.width.max", "--format=csv"),
+         "nvidia-smi --query-gpu / --query-remapped-rows / --query-retired-pages / "
+         "--query-compute-apps CSV outputs (input only: live collection takes the XML)",
+         collect=False),
+    _cmd("gpu_reset", ("nvidia-smi", "--gpu-reset"), "what nvidia-smi -r / --gpu-reset and a "
+         "MIG mode change printed, with the device holders around them (fuser -v "
+         "/dev/nvidia*); input only: gputriage never resets a GPU", collect=False),
     _cmd("nvidia_smi_topo", ("nvidia-smi", "topo", "-m"), "GPU/NIC/CPU topology matrix",
          applies="nvidia"),
     _cmd("nvidia_smi_nvlink_status", ("nvidia-smi", "nvlink", "-s"), "NVLink link state",
@@ -176,6 +185,8 @@ SOURCES: tuple[Source, ...] = (
                       "all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
          "NCCL_DEBUG=INFO output of a job (input only: one file per rank or all ranks "
          "interleaved)", collect=False),
+    _cmd("device_query", ("deviceQuery",), "the CUDA sample deviceQuery: devices the CUDA "
+         "runtime sees, or the cudaError it stopped on (input only)", collect=False),
     _cmd("nccl_tests", ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
          "nccl-tests results table (input only)", collect=False),
 )

@@ -154,7 +154,7 @@ def _from_pci(f: PciFunction, kind: str, source: str, text: list[str]) -> PcieLi
 
 def _headerless(facts: Facts) -> list[tuple[str, PciFunction]]:
     """lspci excerpts cut from inside a block (only LnkCap/LnkSta and such)."""
-    out = []
+    out: list[tuple[str, PciFunction]] = []
     for source in _LSPCI_SOURCES:
         try:
             functions = facts._parse(source, lspci.parse_lspci)
@@ -203,6 +203,7 @@ def _smi_line(g: SmiGpu) -> str:
 
 def _merge_smi(link: PcieLink, g: SmiGpu, source: str) -> None:
     link.smi_source = source
+    link.driver = link.driver or "nvidia"  # nvidia-smi lists only GPUs the driver holds
     link.index = g.index if link.index is None else link.index
     link.uuid = link.uuid or g.uuid
     link.name = g.name or link.name
@@ -230,6 +231,17 @@ def _smi_gpus(facts: Facts) -> dict[str, tuple[str, SmiGpu]]:
             if bus and bus not in found:
                 found[bus] = (source, g)
     return found
+
+
+def _busless_smi_gpus(facts: Facts) -> list[tuple[str, SmiGpu]]:
+    """nvidia-smi GPUs known without a bus id (a CSV query of index and link fields, a
+    ``-q`` section) that say something about their PCIe link."""
+    out: list[tuple[str, SmiGpu]] = []
+    for source, report in facts.maybe("smi", []):
+        out.extend((source, g) for g in report.gpus if not g.pci_bus_id and any(
+            v is not None for v in (g.pcie_gen_current, g.pcie_gen_max, g.pcie_width_current,
+                                    g.pcie_width_max)))
+    return out
 
 
 def _skip_sibling(f: PciFunction, kinds: dict[str, str]) -> bool:
@@ -270,6 +282,12 @@ def pcie_links(facts: Facts) -> list[PcieLink]:
         if link is None:
             link = links[bus] = PcieLink(bus_id=bus, kind="gpu")
         _merge_smi(link, g, smi_source)
+    for smi_source, g in _busless_smi_gpus(facts):
+        link = next((x for x in links.values() if x.kind == "gpu" and x.index == g.index), None)
+        if link is None:
+            link = links[f"#{smi_source}:{g.index}"] = PcieLink(bus_id="", kind="gpu")
+        if link.cur_gts is None or link.bus_id == "":
+            _merge_smi(link, g, smi_source)
     out = sorted(links.values(), key=lambda x: (x.kind != "gpu", x.index is None,
                                                 x.index or 0, x.bus_id))
     out += [_from_pci(f, "device", src, _text(facts, src)) for src, f in _headerless(facts)]

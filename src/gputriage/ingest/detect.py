@@ -11,15 +11,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import partial
 
 from gputriage.ingest.detect_jobs import JOB_DETECTORS, is_tests_prompt, source_for_command
+from gputriage.parsers.device_query import is_device_query_line
+from gputriage.parsers.fabricmanager import is_fm_message
+from gputriage.parsers.gpu_reset import is_reset_context, is_reset_line, wraps
+from gputriage.parsers.nvsmi_csv import csv_cells, is_csv_header, is_csv_row
 
 __all__ = ["EXPECTED", "detect", "is_kernel_line", "kernel_lines", "source_for_command"]
 
 EXPECTED = (
     "expected a gputriage snapshot (dir or .tar.gz), an nvidia-bug-report.log(.gz), or a "
-    "pasted output: nvidia-smi -q -x XML, nvidia-smi -q text, the nvidia-smi table or its "
-    "error message, nvidia-smi -L, nvidia-smi topo -m, nvidia-smi nvlink -s, "
+    "pasted output: nvidia-smi -q -x XML, nvidia-smi -q text (or one of its sections), the "
+    "nvidia-smi table (or an excerpt) or its error message, nvidia-smi -L, nvidia-smi "
+    "--query-gpu/--query-remapped-rows/--query-retired-pages/--query-compute-apps CSV, "
+    "nvidia-smi -r (GPU reset), deviceQuery, nvidia-smi topo -m, nvidia-smi nvlink -s, "
     "/proc/driver/nvidia/version, lsmod or /proc/modules, a kernel log "
     "(dmesg/journalctl/syslog), ibstat, ibstatus, ibv_devinfo, ibdev2netdev, show_gids, "
     "numactl -H, lscpu, lspci -vvv, systemctl show/status of "
@@ -204,6 +211,100 @@ def _table(doc: _Doc) -> None:
         doc.claim("nvidia_smi", s, e)
 
 
+_GPU_ROW = re.compile(r"^\s*\|\s*\d{1,3}\s+[^|]*\|\s*(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:"
+                      r"[0-9A-Fa-f]{2}\.[0-7]\s+\S*\s*\|")
+
+
+def _table_excerpt(doc: _Doc) -> None:
+    """Rows of the table without its header (people paste the GPUs that matter)."""
+    for i, ln in enumerate(doc.lines):
+        if not (doc.free(i) and _GPU_ROW.match(ln)):
+            continue
+        s = i
+        while doc.free(s - 1) and _TABLE_LINE.match(doc.lines[s - 1]):
+            s -= 1
+        doc.claim("nvidia_smi", s, doc.extend(i + 1, lambda x: bool(_TABLE_LINE.match(x))))
+
+
+# a section of nvidia-smi -q pasted without its GPU header (-q -d ROW_REMAPPER, a grep)
+_Q_SECTION = re.compile(r"^(?:Remapped Rows|Retired Pages|Page Retirement|ECC Errors|ECC Mode"
+                        r"|Temperature|GPU Power Readings|Power Readings|Clocks Event Reasons"
+                        r"|Clocks Throttle Reasons|PCI|Fabric|FB Memory Usage|Utilization"
+                        r"|Row Remapper)\s*$")
+_Q_VALUE = re.compile(r"^\s+[A-Z][\w ()/.,-]{0,80}\s:\s*\S")
+
+
+def _q_section_confirm(doc: _Doc, i: int) -> bool:
+    return any(_Q_VALUE.match(x) for x in doc.lines[i + 1:i + 4])
+
+
+def _csv_row_of_width(line: str, width: int) -> bool:
+    return is_csv_row(line) and len(csv_cells(line)) == width
+
+
+def _csv_body(line: str, width: int) -> bool:
+    """A data row under a CSV header of ``width`` columns."""
+    if not line.strip() or is_csv_header(line) or is_kernel_line(line):
+        return False
+    if len(csv_cells(line)) != width:
+        return False
+    return width > 1 or re.fullmatch(r"[\w.\[\]/%: -]{1,40}", line.strip()) is not None
+
+
+def _csv(doc: _Doc) -> None:
+    """nvidia-smi --query-* CSV: a header and its rows, or rows that carry a bus id or
+    a GPU UUID (noheader); rows after a query's prompt line come by its command."""
+    i = 0
+    while i < len(doc.lines):
+        ln = doc.lines[i]
+        if doc.free(i) and is_csv_header(ln):
+            width = len(csv_cells(ln))
+            end = doc.extend(i + 1, partial(_csv_body, width=width))
+        elif doc.free(i) and is_csv_row(ln) and not is_kernel_line(ln):
+            width = len(csv_cells(ln))
+            end = doc.extend(i + 1, partial(_csv_row_of_width, width=width))
+        else:
+            i += 1
+            continue
+        doc.claim("nvidia_smi_csv", i, end)
+        i = max(end, i + 1)
+
+
+def _reset(doc: _Doc) -> None:
+    """GPU reset / MIG mode change messages, and what goes with them in a paste."""
+    if not any(doc.free(i) and is_reset_line(ln) for i, ln in enumerate(doc.lines)):
+        return
+    for i, ln in enumerate(doc.lines):
+        if not (doc.free(i) and (is_reset_line(ln) or is_reset_context(ln))):
+            continue
+        doc.owner[i] = "gpu_reset"
+        j = i + 1
+        while wraps(ln) and doc.free(j) and doc.lines[j].strip() and not (
+                is_reset_line(doc.lines[j]) or is_reset_context(doc.lines[j])):
+            doc.owner[j] = "gpu_reset"
+            j += 1
+
+
+_DQ_CONT = re.compile(r"^\s*$|^\s|^(?:cuda\w+ returned|->|Result = |Detected \d+ CUDA|Device \d+: "
+                      r"\"|There (?:is|are) no|deviceQuery, CUDA Driver|> )")
+
+
+def _device_query(doc: _Doc) -> None:
+    """deviceQuery output: from its banner (or its error) to its Result line."""
+    i = 0
+    while i < len(doc.lines):
+        if not (doc.free(i) and is_device_query_line(doc.lines[i])):
+            i += 1
+            continue
+        end = i + 1
+        while doc.free(end) and _DQ_CONT.match(doc.lines[end]):
+            end += 1
+            if doc.lines[end - 1].startswith("Result = "):
+                break
+        doc.claim("device_query", i, end)
+        i = end
+
+
 _SMI_ERR = re.compile(r"^\s*(?:NVIDIA-SMI has failed|NVIDIA-SMI couldn't find|No devices were "
                       r"found|Unable to determine the device handle|Failed to initialize NVML:"
                       r"|NVML library version:)")
@@ -321,7 +422,7 @@ def _fabricmanager(doc: _Doc) -> None:
         end = doc.extend(hits[-1] + 1, lambda s: bool(s.strip()) and not s.startswith("["))
         doc.claim("fabricmanager_journal", hits[0], end)
     for i, ln in enumerate(doc.lines):
-        if doc.owner[i] is None and _FM_JOURNAL.search(ln):
+        if doc.owner[i] is None and (_FM_JOURNAL.search(ln) or is_fm_message(ln)):
             doc.owner[i] = "fabricmanager_journal"
             j = i + 1
             while doc.free(j) and re.match(r"^\s+\S", doc.lines[j]):
@@ -392,6 +493,8 @@ _DETECTORS: tuple[Callable[[_Doc], None], ...] = (
     *JOB_DETECTORS,  # NCCL records first: the system-log detector would take shipped ones
     _xml,
     lambda d: _blocks(d, "nvidia_smi_q", _Q_START, lambda s: bool(_Q_CONT.match(s)), _q_confirm),
+    lambda d: _blocks(d, "nvidia_smi_q", _Q_SECTION, lambda s: bool(_Q_CONT.match(s)),
+                      _q_section_confirm),
     _systemctl,
     _container_cli,
     lambda d: _blocks(d, "proc_driver_nvidia_version", re.compile(r"^NVRM version: NVIDIA "),
@@ -399,6 +502,10 @@ _DETECTORS: tuple[Callable[[_Doc], None], ...] = (
     _topo,
     _nvlink,
     _table,
+    _table_excerpt,
+    _reset,
+    _device_query,
+    _csv,
     lambda d: _lines(d, "nvidia_smi", _SMI_ERR),
     lambda d: _lines(d, "nvidia_smi", _SMI_L),
     lambda d: _blocks(d, "ibstat", re.compile(r"^CA '[^']+'\s*$"),
@@ -419,6 +526,28 @@ _DETECTORS: tuple[Callable[[_Doc], None], ...] = (
     _fabricmanager,
     _kernel,
 )
+
+
+_KEEP_COMMAND = frozenset({"nvidia_smi_csv", "gpu_reset"})
+# commands of a reset session: stopping a GPU's holders, persistence mode, the reset
+_HOLDER_CMD = re.compile(r"\b(?:killall|pkill|kill|fuser|lsof|systemctl\s+(?:stop|disable|mask)"
+                         r"|nvidia-smi\b.*\s(?:-pm|--persistence-mode|-r|--gpu-reset|-mig))\b")
+
+
+def _keeps_command(doc: _Doc, body: list[int], hint: str | None, cmd: str | None) -> str | None:
+    """The source a prompt line belongs to: nccl-tests runs keep their command, and so
+    do CSV queries (the command names the columns) and reset sessions (each command is
+    a step)."""
+    if not cmd:
+        return None
+    owners = {doc.owner[j] for j in body if doc.lines[j].strip()}
+    if hint == "nccl_tests":
+        return hint if hint in owners else None
+    if len(owners) == 1 and owners <= _KEEP_COMMAND:
+        return next(iter(owners))
+    if not owners and "gpu_reset" in doc.owner and _HOLDER_CMD.search(cmd):
+        return "gpu_reset"
+    return None
 
 
 def detect(text: str) -> list[tuple[str, str]]:
@@ -454,9 +583,10 @@ def detect(text: str) -> list[tuple[str, str]]:
                 doc.lines[j].strip() for j in body):
             for j in body:
                 doc.owner[j] = hint
-        if hint == "nccl_tests" and any(doc.owner[j] == hint for j in body):
-            for j in range(prompt, start):  # the command names the test: keep it in the run
-                doc.owner[j] = hint
+        keep = _keeps_command(doc, body, hint, cmd)
+        if keep:
+            for j in range(prompt, start):  # the command says what the output means
+                doc.owner[j] = keep
     found: dict[str, list[str]] = {}
     for ln, owner in zip(doc.lines, doc.owner, strict=True):
         if owner and owner != _BARRIER:

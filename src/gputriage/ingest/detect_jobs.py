@@ -202,6 +202,10 @@ def _nvidia_smi(args: list[str], a: set[str]) -> str | None:
         if a & {"-e", "--errorcounters"}:
             return "nvidia_smi_nvlink_errors"
         return "nvidia_smi_nvlink_status" if a & {"-s", "--status"} else None
+    if any(re.match(r"--query-(?:gpu|remapped-rows|retired-pages|compute-apps)=", x) for x in a):
+        return "nvidia_smi_csv"
+    if a & {"-r", "--gpu-reset"}:
+        return "gpu_reset"
     if a & {"-q", "--query", "-a"} or any(x.startswith("--query") and "=" not in x for x in a):
         if a & {"-u", "--unit"}:
             return None

@@ -9,7 +9,9 @@ Two line formats, possibly mixed in one paste:
   ``Sep 18 03:19:01 host nv-fabricmanager[4177]: message`` (the month may be
   localised, e.g. ``11月 15``; ``short-iso`` times are read too), or bare
   ``nv-fabricmanager: message`` lines as people paste them, with indented
-  continuation lines.
+  continuation lines, or the messages alone (journal prefix stripped) when
+  they are ones only the fabric manager prints (``Detected Pre-NVL5 system``,
+  ``[NV_WARN_NOTHING_TO_DO]``).
 
 Each record becomes an :class:`FmEntry` with a level and, when the message is
 one gputriage knows, an ``event`` (see :data:`EVENTS`). Other lines (shell
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 from gputriage.parsers.base import ParseError, normalize_bus_id
 
-__all__ = ["EVENTS", "FmEntry", "FmLog", "LIFECYCLE", "parse_fabricmanager_log"]
+__all__ = ["EVENTS", "FmEntry", "FmLog", "LIFECYCLE", "is_fm_message", "parse_fabricmanager_log"]
 
 _FM_LINE = re.compile(r"^\s{0,4}\[(?P<time>[^\]\n]{1,40})\]\s{0,4}\[(?P<level>[A-Za-z]{1,12})\]"
                       r"\s{0,4}(?:\[tid\s{0,4}\d{1,12}\]\s{0,4})?(?P<msg>.{0,4000})$")
@@ -33,6 +35,11 @@ _JOURNAL = re.compile(
     r"(?P<prog>[^\s:\[\]]{1,128})(?:\[(?P<pid>\d{1,10})\])?:\s{0,4}(?P<msg>.{0,4000})$")
 _BARE = re.compile(r"^\s{0,4}(?P<prog>nv-fabricmanager|nvidia-fabricmanager(?:-start\.sh)?|"
                    r"nvlsm|systemd)(?:\[(?P<pid>\d{1,10})\])?:\s{0,4}(?P<msg>.{0,4000})$")
+# messages only the fabric manager prints, pasted without their journal prefix
+_FM_MESSAGE = re.compile(r"^(?P<msg>(?:Detected (?:Pre-)?NVL5 system|request to query "
+                         r"NVSwitch device information|Successfully configured all the available "
+                         r"(?:NVSwitches|GPUs)|Fabric ?Manager version|"
+                         r"\S[^\n]{0,200}\[NV_WARN_NOTHING_TO_DO\])[^\n]{0,4000})$", re.IGNORECASE)
 _JOB_FAILED = re.compile(r"^\s{0,4}(?P<msg>Job for nvidia-fabricmanager\S{0,16} failed.{0,400})$")
 _BOOT_MARK = re.compile(r"^-- (?:Boot [0-9a-f]{1,64}|Logs begin|Journal begins|No entries|Reboot)")
 
@@ -123,6 +130,11 @@ class FmLog:
         return [e for e in self.entries if e.is_error]
 
 
+def is_fm_message(line: str) -> bool:
+    """A message only the fabric manager prints, without its journal prefix."""
+    return _FM_MESSAGE.match(line) is not None
+
+
 def _level(raw: str | None, message: str, event: str | None) -> str:
     if raw:
         return _LEVELS.get(raw.upper(), "info")
@@ -210,9 +222,10 @@ def parse_fabricmanager_log(text: str) -> FmLog:
             log.formats.add("journal")
             log.entries.append(last)
             continue
-        b = _BARE.match(line) or _JOB_FAILED.match(line)
+        b = _BARE.match(line) or _JOB_FAILED.match(line) or _FM_MESSAGE.match(line)
         if b:
-            prog = b.groupdict().get("prog") or "systemctl"
+            prog = b.groupdict().get("prog") or (
+                "systemctl" if _JOB_FAILED.match(line) else "nv-fabricmanager")
             last = _entry(None, None, prog, b.group("msg"), line)
             last_kind = "bare"
             log.formats.add("bare")

@@ -1,8 +1,9 @@
 """Shared result types and helpers for the nvidia-smi parsers.
 
-Three parsers fill the same :class:`SmiReport`: ``nvsmi_xml`` (``nvidia-smi
--q -x``), ``nvsmi_text`` (``nvidia-smi -q`` / ``-a``) and ``nvsmi_table``
-(plain ``nvidia-smi`` and ``nvidia-smi -L``). When nvidia-smi prints an error
+Four parsers fill the same :class:`SmiReport`: ``nvsmi_xml`` (``nvidia-smi
+-q -x``), ``nvsmi_text`` (``nvidia-smi -q`` / ``-a``), ``nvsmi_table``
+(plain ``nvidia-smi`` and ``nvidia-smi -L``) and ``nvsmi_csv`` (the
+``--query-*`` CSV outputs). When nvidia-smi prints an error
 message instead of its output, :func:`scan_smi_errors` recognises it and the
 parsers report it in ``SmiReport.errors`` rather than raising.
 """
@@ -60,6 +61,8 @@ class SmiProcess:
     used_memory_mib: int | None
     gpu_instance_id: str | None = None
     compute_instance_id: str | None = None
+    gpu_uuid: str | None = None  # the GPU as a CSV query names it (no index there)
+    gpu_bus_id: str | None = None
 
 
 @dataclass
@@ -94,6 +97,7 @@ class SmiGpu:
     remapped_uncorrectable: int | None = None
     remapping_pending: bool | None = None
     remapping_failure: bool | None = None
+    remap_histogram: dict[str, int] = field(default_factory=dict)  # max/high/partial/low/none
     temperature_c: int | None = None
     temp_slowdown_c: int | None = None
     temp_shutdown_c: int | None = None
@@ -116,8 +120,8 @@ class SmiGpu:
 class SmiReport:
     """What one nvidia-smi output says: header facts, GPUs, processes and errors.
 
-    ``format`` is "xml", "text", "table", "list" (``-L``) or "error" (only an
-    error message was printed). ``processes`` holds the table's Processes box;
+    ``format`` is "xml", "text", "table", "list" (``-L``), "csv" (``--query-*``)
+    or "error" (only an error message was printed). ``processes`` holds the table's Processes box;
     the XML and text parsers attach processes to each GPU instead.
     """
 
@@ -282,6 +286,7 @@ def finish_gpu(gpu: SmiGpu, values: Mapping[str, str], specs: Iterable[FieldSpec
     if any(p is not None for p in pending):
         gpu.retired_pages_pending = any(p for p in pending)
         count += 1
+    count += _remap_histogram(gpu, values)
     for key, raw in values.items():
         section, _, rest = key.partition("/")
         if section in {"clocks event reasons", "clocks throttle reasons"} and rest:
@@ -290,6 +295,24 @@ def finish_gpu(gpu: SmiGpu, values: Mapping[str, str], specs: Iterable[FieldSpec
                 gpu.clock_event_reasons[clock_reason_key(rest.rsplit("/", 1)[-1])] = active
                 count += 1
     return count
+
+
+_HISTOGRAM_BINS = ("max", "high", "partial", "low", "none")
+
+
+def _remap_histogram(gpu: SmiGpu, values: Mapping[str, str]) -> int:
+    """Banks per remap-availability bin (``-q``: ``Bank Remap Availability Histogram/Low``,
+    XML: ``remapped_row_histogram/row_remap_histogram_low``); how many bins were read."""
+    found = 0
+    for key, raw in values.items():
+        if not key.startswith("remapped rows/") or "histogram/" not in key:
+            continue
+        last = key.rsplit("/", 1)[-1].split()[-1]
+        n = parse_int(raw)
+        if last in _HISTOGRAM_BINS and n is not None:
+            gpu.remap_histogram[last] = n
+            found += 1
+    return found
 
 
 # --- error messages ------------------------------------------------------------------------

@@ -37,6 +37,7 @@ _BUS_CELL_RE = re.compile(
 _NAME_CELL_RE = re.compile(
     r"^\s*(?P<idx>\d{1,6})\s+(?P<name>.*?)(?:\s+(?P<pm>On|Off|WDDM|TCC))?\s*$"
 )
+_ERR = "ERR!"  # what nvidia-smi prints for a field it failed to read
 _TEMP_RE = re.compile(r"(?<!\d)(-?\d{1,6})C\b")
 _PERF_RE = re.compile(r"\b(P\d{1,2})\b")
 _POWER_RE = re.compile(r"(?P<draw>\S+)\s*/\s*(?P<cap>\S+)\s*$")
@@ -121,6 +122,9 @@ def parse_nvsmi_table(text: str) -> SmiReport:
                 _second_row(gpu, cells)
             elif row_in_block == 3:
                 gpu.mig_mode_current = parse_str(cells[2])
+                if gpu.mig_mode_current == _ERR:
+                    gpu.mig_mode_current = None
+                    _error_field(gpu, "MIG mode")
     if report.gpus or seen_header:
         by_index = {g.index: g for g in report.gpus}
         for item in listed:
@@ -148,12 +152,17 @@ def _first_row(cells: list[str], position: int) -> SmiGpu | None:
         gpu.persistence_mode = pm == "On"
     elif pm:
         gpu.raw["driver_model"] = pm
+    if gpu.name == _ERR:
+        gpu.name = None
+        _error_field(gpu, "name")
     if gpu.name and gpu.name.endswith("..."):
         gpu.raw["name_truncated"] = "yes"
     disp = parse_str(bm.group("disp"))
     if disp:
         gpu.raw["display_active"] = disp
     ecc = cells[2].strip()
+    if ecc == _ERR:
+        _error_field(gpu, "volatile uncorrectable ECC")
     gpu.raw["volatile_uncorr_ecc"] = ecc
     gpu.ecc_volatile_uncorrected = parse_int(ecc) if re.fullmatch(r"\d+", ecc) else None
     gpu.raw["position"] = str(position)
@@ -181,11 +190,32 @@ def _second_row(gpu: SmiGpu, cells: list[str]) -> None:
     if mm:
         gpu.memory_used_mib = int(mm.group("used"))
         gpu.memory_total_mib = int(mm.group("total"))
+    _errors_in_row(gpu, first, cells)
     um = _UTIL_RE.match(cells[2])
     if um:
         gpu.utilization_gpu_pct = parse_int(um.group("util"))
         if um.group("mode"):
             gpu.raw["compute_mode"] = um.group("mode")
+
+
+def _error_field(gpu: SmiGpu, name: str) -> None:
+    """Note a field nvidia-smi printed as ``ERR!`` (it could not read it from the GPU)."""
+    fields = [f for f in gpu.raw.get("error_fields", "").split(",") if f]
+    gpu.raw["error_fields"] = ",".join(dict.fromkeys([*fields, name]))
+
+
+def _errors_in_row(gpu: SmiGpu, first: str, cells: list[str]) -> None:
+    """``ERR!`` in the second row: fan, temperature, P-state, power; memory; utilisation."""
+    words = first.replace("/", " ").split()
+    if _ERR in words:
+        labels = ("fan", "temperature", "performance state", "power draw", "power cap")
+        for label, word in zip(labels, words, strict=False):
+            if word == _ERR:
+                _error_field(gpu, label)
+    if _ERR in cells[1]:
+        _error_field(gpu, "memory usage")
+    if _ERR in cells[2]:
+        _error_field(gpu, "utilization")
 
 
 def _process_row(joined: str) -> SmiProcess | None:

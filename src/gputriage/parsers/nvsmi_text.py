@@ -34,6 +34,7 @@ _GPU_HEADER_RE = re.compile(
     r"^GPU\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$"
 )
 _BANNER_RE = re.compile(r"^=+\s*NVSMI LOG\s*=+$")
+_SECTION_RE = re.compile(r"^[A-Z][A-Za-z0-9 ()/.-]{1,60}$")  # a bare section name
 _LINK = "pci/gpu link info"
 
 _SPECS: tuple[FieldSpec, ...] = (
@@ -173,6 +174,12 @@ def parse_nvsmi_text(text: str) -> SmiReport:
                 recognised = True
             elif _top_level(report, content):
                 recognised = True
+            elif _SECTION_RE.match(content) and (current is None or current.implicit):
+                # a section pasted without its GPU header (-q -d ROW_REMAPPER, a grep)
+                current = current or _GpuBuilder(len(builders), None, True)
+                if current not in builders:
+                    builders.append(current)
+                current.add(0, content, None)
             continue
         key, sep, value = content.partition(":")
         if current is None:

@@ -16,6 +16,7 @@ AREAS: tuple[str, ...] = (
     "devnodes",
     "driver",
     "fabric",
+    "gpu_state",
     "hostcfg",
     "infiniband",
     "inventory",

@@ -40,8 +40,7 @@ def _label(index: int | None, name: str | None) -> str:
 
 def _fm_lines(entries: list[FmEntry], limit: int = 12) -> list[str]:
     """The printed lines of some records, each record once, in log order."""
-    seen: set[int] = set()
-    unique = [e for e in entries if not (id(e) in seen or seen.add(id(e)))]
+    unique = list({id(e): e for e in entries}.values())
     return [ln for e in unique for ln in e.line.splitlines()][:limit]
 
 
@@ -292,6 +291,10 @@ def fabric_manager(facts: Facts) -> Iterator[Finding]:
         if unit is not None:
             ev.append(evidence("systemctl_fabricmanager", _unit_lines(unit)))
         reason = need.reason if need is not None else "the fabric manager found no NVSwitch"
+        rack = (" On a compute tray of a rack-scale system (NVL72) the NVSwitches sit in "
+                "switch trays managed from there; the GPUs' fabric state comes from that, "
+                "not from this service." if log is not None
+                and log.having("pre-nvl5", "nvl5") else "")
         yield finding(
             "fabric.manager-not-needed", Severity.INFO,
             "nvidia-fabricmanager fails"
@@ -299,8 +302,9 @@ def fabric_manager(facts: Facts) -> Iterator[Finding]:
             + f": not needed here ({reason})",
             "The fabric manager only manages NVSwitches; on a host without them (PCIe "
             "cards, NVLink bridges, 4-GPU boards with direct links) it exits with "
-            "'Nothing to do' and systemd marks it failed. Harmless for CUDA: disable the "
-            "unit (systemctl disable --now nvidia-fabricmanager) so it stops alarming.",
+            "'Nothing to do' and systemd marks it failed. Harmless for CUDA: disable or mask "
+            "the unit (systemctl disable --now nvidia-fabricmanager) so it stops alarming."
+            + rack,
             Action.FIX_CONFIG, Blame.CONFIG, Scope("unit", name=FM_UNIT), ev)
 
 

@@ -24,6 +24,13 @@ from gputriage.rules.base import evidence, finding, gpu_scope, rule
 CORRECTED_AGGREGATE_HIGH = 1000
 #: volatile (since the last reset) corrected ECC errors that make a warning
 CORRECTED_VOLATILE_HIGH = 1000
+#: pages a pre-Ampere GPU can retire (NVIDIA: at most 64 retirements of its frame buffer)
+RETIRED_PAGES_LIMIT = 64
+#: retired pages from which the table counts as nearly full (our threshold, ~90 %)
+RETIRED_PAGES_NEAR = 58
+#: rows remapped for uncorrectable errors from which the GPU is a repair case (our
+#: threshold: a whole bank's worth of spares; A100/H100 banks have 8, 512 remaps per GPU)
+REMAP_UNCORRECTABLE_RMA = 8
 
 _TEXT_GPU = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 _XML_GPU = re.compile(r"<gpu\s+id=\"([^\"]*)\"")
@@ -199,7 +206,8 @@ def _section_lines(lines: list[str], wanted: set[str],
                 body.append(inner.rstrip())
         else:
             key = line.split(":", 1)[0].strip()
-            if not key or norm_key(key) not in wanted or line[:1] not in (" ", "\t"):
+            nested = line[:1] in (" ", "\t") or ":" not in line  # or a headerless excerpt's
+            if not key or norm_key(key) not in wanted or not nested:
                 continue
             indent = _indent(line)
             body = []
@@ -341,16 +349,22 @@ def ecc_errors(facts: Facts) -> Iterator[Finding]:
                                        f"volatile corrected {vol_cor}"]))
 
 
-@rule("memory.page-retirement", requires=("smi",), produces=("memory.retired-pages-pending",))
+@rule("memory.page-retirement", requires=("smi",),
+      produces=("memory.retired-pages-pending", "memory.retired-pages-limit"))
 def page_retirement(facts: Facts) -> Iterator[Finding]:
     """Pages marked for retirement (pre-Ampere GPUs) are only retired when the
-    driver reloads: until then the bad memory stays in use."""
+    driver reloads: until then the bad memory stays in use. A retirement table
+    full or nearly full leaves no room for the next bad page: a repair case."""
     for view in smi_views(facts):
-        if not view.value("retired_pages_pending"):
-            continue
         sbe, dbe = view.value("retired_pages_sbe"), view.value("retired_pages_dbe")
         counts = ", ".join(f"{n} {k}" for n, k in ((sbe, "single-bit"), (dbe, "double-bit"))
                            if n is not None)
+        pending = view.value("retired_pages_pending")
+        if (sbe or 0) + (dbe or 0) >= RETIRED_PAGES_NEAR:
+            yield _retirement_full(view, (sbe or 0) + (dbe or 0), counts, bool(pending))
+            continue
+        if not pending:
+            continue
         yield finding(
             "memory.retired-pages-pending", Severity.WARNING,
             f"{view.label}: memory page retirement pending"
@@ -362,14 +376,48 @@ def page_retirement(facts: Facts) -> Iterator[Finding]:
                          fallback=["retired pages: pending yes"]))
 
 
+def _retirement_full(view: SmiView, total: int, counts: str, pending: bool) -> Finding:
+    full = total >= RETIRED_PAGES_LIMIT
+    stuck = (" Retirements still pending cannot be applied: there is no room left for "
+             "them." if pending and full else "")
+    return finding(
+        "memory.retired-pages-limit", Severity.CRITICAL,
+        f"{view.label}: page retirement table {'full' if full else 'nearly full'} "
+        f"({total} of {RETIRED_PAGES_LIMIT} pages: {counts})"
+        + (", retirement pending" if pending else ""),
+        f"A GPU of this generation can retire at most {RETIRED_PAGES_LIMIT} memory pages; "
+        "with the table (nearly) used up, the next failing page stays in use and keeps "
+        f"corrupting jobs.{stuck} A reset does not help: drain the node and have the GPU "
+        "replaced (RMA).", Action.DRAIN_AND_REPAIR, Blame.NODE, view.scope,
+        view.section(("retired pages",), keep=lambda ln: _yes(ln) or _nonzero(ln),
+                     fallback=[f"retired pages: {counts}, pending {pending}"]))
+
+
+def _remap_worn(view: SmiView) -> str | None:
+    """Why the row remapper is close to its limit, or None."""
+    unc = view.value("remapped_uncorrectable") or 0
+    hist = view.value("remap_histogram") or {}
+    short = {k: hist[k] for k in ("low", "none") if hist.get(k)}
+    why = []
+    if unc >= REMAP_UNCORRECTABLE_RMA:
+        why.append(f"{unc} rows remapped for uncorrectable errors")
+    if short:
+        why.append(", ".join(f"{n} bank(s) at {k.capitalize()} spare-row availability"
+                             for k, n in short.items()))
+    return "; ".join(why) or None
+
+
 @rule("memory.row-remapping", requires=("smi",),
-      produces=("memory.remap-pending", "memory.remap-failed"))
+      produces=("memory.remap-pending", "memory.remap-failed", "memory.remap-exhausting"))
 def row_remapping(facts: Facts) -> Iterator[Finding]:
     """Row remapping (Ampere and later): a pending remap needs a GPU reset to take
-    effect; a failed remap means no spare row was left and the GPU needs repair."""
+    effect; a failed remap means no spare row was left and the GPU needs repair; many
+    uncorrectable remaps, or banks with few or no spare rows left, make it a repair
+    case before the spares run out."""
     for view in smi_views(facts):
         failed, pending = view.value("remapping_failure"), view.value("remapping_pending")
-        if not (failed or pending):
+        worn = None if failed else _remap_worn(view)
+        if not (failed or pending or worn):
             continue
         unc, cor = view.value("remapped_uncorrectable"), view.value("remapped_correctable")
         counts = ", ".join(f"{n} {k}" for n, k in ((unc, "uncorrectable"), (cor, "correctable"))
@@ -386,6 +434,17 @@ def row_remapping(facts: Facts) -> Iterator[Finding]:
                 "left), so the error will keep coming back. Drain the node and have the GPU "
                 "repaired or replaced (RMA).", Action.DRAIN_AND_REPAIR, Blame.NODE,
                 view.scope, ev)
+        elif worn:
+            yield finding(
+                "memory.remap-exhausting", Severity.CRITICAL,
+                f"{view.label}: row remapper near its limit ({worn})"
+                + (", remap pending" if pending else ""),
+                "Each memory bank holds only a few spare rows (8 per bank on A100/H100, at "
+                "most 512 remaps per GPU); the histogram counts banks by the spares they "
+                "have left (Max, High, Partial, Low, None). This many uncorrectable remaps, "
+                "or banks at Low/None, mean memory that keeps failing: the next error may "
+                "find no spare. A reset does not cure it: drain the node and have the GPU "
+                "replaced (RMA).", Action.DRAIN_AND_REPAIR, Blame.NODE, view.scope, ev)
         else:
             yield finding(
                 "memory.remap-pending", Severity.WARNING,

@@ -24,7 +24,7 @@ BENIGN_CORRECTABLE = frozenset({"AdvNonFatalErr"})  # mirrors an advisory UnsupR
 
 def _scope(link: PcieLink) -> Scope:
     if link.kind == "gpu":
-        return gpu_scope(link.bus_id, link.index, link.uuid)
+        return gpu_scope(link.bus_id or None, link.index, link.uuid)
     if link.kind == "nic":
         return Scope(kind="nic", pci_bus_id=link.bus_id, name=link.bus_id)
     return Scope(kind="device", pci_bus_id=link.bus_id or None, name=link.label)
@@ -62,6 +62,15 @@ def _slot(facts: Facts, bus_id: str | None) -> Slot | None:
     return next((s for s in slots if s.bus_address == bus_id), None)
 
 
+def _half_width_card(link: PcieLink, cur: int, mx: int | None) -> bool:
+    """A GPU at half its width where only nvidia-smi tells the width (no sysfs/lspci
+    LnkCap) and the model is not a datacenter part: likely a card wired that way."""
+    smi_only = link.width_source is not None and link.width_source == link.smi_source
+    not_datacenter = link.profile is None or not link.profile.datacenter
+    return (link.kind == "gpu" and smi_only and not_datacenter and mx is not None
+            and cur * 2 >= mx)
+
+
 @rule("pcie.width", requires=("pcie_links",), produces=("pcie.width-degraded",))
 def link_width(facts: Facts) -> Iterator[Finding]:
     """A PCIe link trained with fewer lanes than the device and slot support cuts
@@ -97,6 +106,16 @@ def link_width(facts: Facts) -> Iterator[Finding]:
                 Action.FIX_CONFIG, Blame.CONFIG, _scope(link),
                 ev + [evidence("dmidecode_slots", slot_info.lines)])
             continue
+        if _half_width_card(link, cur, mx):
+            yield finding(
+                "pcie.width-degraded", Severity.INFO,
+                f"{title}: the maximum is the GPU chip's, the card may be wired x{cur}",
+                "Only nvidia-smi describes this link, and its maximum width is what the GPU "
+                f"chip supports; many workstation and consumer cards ({_model(link)}) wire "
+                f"only x{cur} lanes to the slot. Check the card's specification (or lspci "
+                "LnkCap) before suspecting the slot or riser.",
+                Action.NONE, Blame.UNKNOWN, _scope(link), ev)
+            continue
         severe = cur <= 2 if mx is None else cur * 4 <= mx
         slot = ("; a NIC in a narrower slot also shows this: check the slot width "
                 "(dmidecode -t slot) first" if link.kind == "nic" else "")
@@ -107,6 +126,12 @@ def link_width(facts: Facts) -> Iterator[Finding]:
             f"server this is a riser, cable or slot fault or a badly seated card{slot}. Drain "
             "the node and reseat or repair it.",
             Action.DRAIN_AND_REPAIR, Blame.NODE, _scope(link), ev)
+
+
+def _narrow(link: PcieLink) -> bool:
+    """Trained with fewer lanes than it can (or says so)."""
+    cur, mx = link.cur_width, link.max_width
+    return (cur is not None and mx is not None and cur < mx) or "width" in link.downgraded
 
 
 @rule("pcie.speed", requires=("pcie_links",), produces=("pcie.speed-degraded",))
@@ -142,7 +167,8 @@ def link_speed(facts: Facts) -> Iterator[Finding]:
                 "setting, then reseat or replace the riser.",
                 Action.DRAIN_AND_REPAIR, Blame.NODE, _scope(link), ev)
             continue
-        if link.kind == "gpu" and link.driver == "nvidia" and cur == IDLE_GTS:
+        if cur == IDLE_GTS and link.driver in ("nvidia", None) and not _narrow(link):
+            # a GPU's (or an unnamed device's, e.g. an excerpt) full-width Gen1 link
             yield finding(
                 "pcie.speed-degraded", Severity.INFO,
                 f"{title}: likely idle power saving (load unknown)",

@@ -76,8 +76,8 @@ def thermal_state(view: SmiView) -> Thermal:
                                   "temperature/gpu slowdown t.limit temp"))
         maxop_t = _margin(view.raw("temperature/gpu temp max gpu tlimit threshold",
                                    "temperature/gpu max operating t.limit temp"))
-        headroom = tlimit - (slow_t if slow_t is not None and slow_t < 0 else 0)
-        slowdown = temp + headroom if temp is not None else None
+        headroom: int | None = tlimit - (slow_t if slow_t is not None and slow_t < 0 else 0)
+        slowdown: int | None = temp + headroom if temp is not None else None
         over = maxop_t is not None and tlimit <= maxop_t
         return Thermal(temp, slowdown, headroom, over, "t.limit", mem_temp, mem_headroom)
     slowdown = view.value("temp_slowdown_c")

@@ -1,0 +1,147 @@
+"""Golden verdicts on the nvidia-smi family of real captures (corpus categories 1, 2
+and 8, and the deviceQuery samples of 11): the finding ids each one must raise and
+must not raise, drawn from its MANIFEST expected diagnosis.
+
+``never`` ids must not appear at all; ``quiet`` ids may appear only below warning
+(an id ending in "." stands for every id of that area).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pytest
+
+from gputriage.engine import analyze
+from gputriage.ingest import load_input
+from gputriage.model import Action, Severity
+
+
+class Gold(NamedTuple):
+    must: tuple[str, ...] = ()
+    never: tuple[str, ...] = ()
+    quiet: tuple[str, ...] = ()
+
+
+_MINE = ("memory.", "pcie.", "gpu.error-state", "thermal.", "gpu.reset-", "cuda.")
+HEALTHY = Gold(quiet=_MINE)
+
+GOLDEN: dict[str, Gold] = {
+    # category 1: nvidia-smi -q (text and XML, whole or excerpts)
+    "aws-p5-h100-fabric-state-completed": Gold(never=("fabric.state-not-completed",),
+                                               quiet=_MINE),
+    "azurehpc-nvsmi-q-page-retirement": Gold(
+        never=("memory.retired-pages-pending", "memory.retired-pages-limit"), quiet=_MINE),
+    "cudackpt22-nvidia-smi-q-display-pids": HEALTHY,
+    "netdata-tesla-p100-pcie": Gold(never=("memory.retired-pages-pending",), quiet=_MINE),
+    "rtxpro6000-blackwell-q-d-row-remapper": Gold(
+        must=("memory.remap-pending",), never=("memory.remap-exhausting", "memory.remap-failed")),
+    "telegraf-a10g-aws": HEALTHY,
+    "thamada-1x-h200-passthrough": HEALTHY,
+    "thamada-8x-h100-sxm-nvidia-smi-a": HEALTHY,
+    "thamada-l40s-nvidia-smi-a": HEALTHY,
+    "amax-a100-pcie-row-remapper-14": Gold(must=("memory.remap-exhausting",),
+                                           never=("memory.remap-pending",)),
+    # category 2: the table, its errors, CSV queries, resets
+    "aws-p5-rhel9-8x-h100": Gold(never=("gpu.error-state",)),
+    "gpud-sxid-readme-unable-to-determine": Gold(must=("nvidia-smi.gpu-lost",)),
+    "modal-gpu-glossary-8x-h100": HEALTHY,
+    "nolebase-4x-rtx3090": HEALTHY,
+    "nvctk1227-container-failed-to-initialize": Gold(must=("nvidia-smi.nvml-init-failed",)),
+    "nvdocker1553-nvidia-smi-a-i0": Gold(must=("nvidia-smi.gpu-lost",)),
+    "ogkm862-rtx5090-no-devices": Gold(must=("nvidia-smi.no-devices",)),
+    "syno22-tesla-p4": Gold(must=("nvidia-smi.gpu-lost",)),
+    "thamada-1x-h200-550.90.12": HEALTHY,
+    "thamada-4x-a100-sxm4": HEALTHY,
+    "thamada-8x-h100-sxm-565.57.01.txt": HEALTHY,
+    "xe9780-b300-only-7-of-8": Gold(must=("gpu.count-unexpected",)),
+    "xxd3vin19-unable-to-determine": Gold(must=("nvidia-smi.gpu-lost",)),
+    "smc57-query-gpu-csv": HEALTHY,
+    "amax-a100-pcie-query-retired-pages-csv": Gold(
+        never=("memory.retired-pages-pending", "memory.retired-pages-limit")),
+    "dcgmexp94-query-compute-apps": HEALTHY,
+    "gpuop118-a100-mig-disable": Gold(must=("gpu.reset-done",),
+                                      never=("gpu.reset-blocked", "gpu.reset-failed")),
+    "nvsentinel1690-gpu-reset": Gold(must=("gpu.reset-done",),
+                                     never=("gpu.reset-blocked", "gpu.reset-failed")),
+    "ogkm446-8x-a40": Gold(must=("gpu.error-state",), never=("memory.", "thermal.")),
+    "ogkm446-8x-a30": Gold(must=("gpu.error-state",), never=("memory.", "thermal.")),
+    "lambda-docs-a100-sxm-gpu5-err": Gold(must=("gpu.error-state",)),
+    "l40s-8gpu-query-pcie": Gold(never=("pcie.width-degraded",), quiet=_MINE),
+    "jon-x570-rtx5060ti": HEALTHY,
+    # category 8: driver, fabric manager and other single outputs
+    "aws-p5-devicequery-cudagetdevicecount-802": Gold(must=("cuda.device-query-failed",)),
+    "azurehpc-nvlink-status-a100": Gold(must=("nvlink.links-down",)),
+    "cubestudio29-rtx4090": Gold(must=("fabric.manager-not-needed",),
+                                 never=("fabric.manager-inactive",)),
+    "gpud-fabricmanager-log-multicast": Gold(must=("fabric.manager-errors",)),
+    "gpud-nvidia-smi-nvlink-status": Gold(never=("nvlink.links-down",)),
+    "gpuop610-a40-nvlink-bridge": Gold(must=("fabric.manager-not-needed",),
+                                       never=("fabric.manager-inactive",)),
+    "lambda-h100-sxm-vm-passthrough": Gold(must=("fabric.state-not-completed",)),
+    "nccltests228-nvlink-status": Gold(never=("nvlink.links-down",)),
+    "nvdocker1775-nvidia-container-cli-info": Gold(),
+    "nvdocker904-nvidia-container-cli-info": Gold(),
+    "nvtrust128-h20-journalctl-fabricmanager": Gold(must=("fabric.manager-inactive",)),
+    "ollama11932-persistenced-failed": Gold(must=("driver.module-load-failed",)),
+    "persistenced2-journal-started": Gold(),
+    "proc-driver-nvidia-version-proprietary": Gold(),
+    "rtxpro6000-gpu-reset-blocked": Gold(must=("gpu.reset-blocked",),
+                                         never=("gpu.reset-done",)),
+    "xe9780-b300-systemctl-status": Gold(never=("fabric.manager-inactive",)),
+    "gb300-nvl72-compute-tray": Gold(must=("fabric.manager-not-needed",),
+                                     never=("fabric.manager-inactive", "fabric.manager-errors")),
+    # category 11: deviceQuery
+    "devicequery-fail-35": Gold(must=("cuda.device-query-failed",)),
+    "devicequery-pass-gtx770": Gold(must=("cuda.device-query-ok",),
+                                    never=("cuda.device-query-failed",)),
+}
+
+
+def _matches(fid: str, pattern: str) -> bool:
+    return fid.startswith(pattern) if pattern.endswith(".") else fid == pattern
+
+
+@pytest.mark.parametrize("part", sorted(GOLDEN))
+def test_golden_verdict(corpus, part):
+    gold = GOLDEN[part]
+    result = analyze(load_input(str(corpus.sample(part).path)))
+    assert not result.unreadable, result.unreadable
+    ids = {f.id for f in result.findings}
+    assert set(gold.must) <= ids, sorted(ids)
+    assert not [i for i in ids for p in gold.never if _matches(i, p)], sorted(ids)
+    loud = [f.id for f in result.findings if f.severity.rank >= Severity.WARNING.rank
+            and any(_matches(f.id, p) for p in gold.quiet)]
+    assert not loud, loud
+    for f in result.findings:  # whatever says drain is critical (the rules of this family)
+        if f.id.startswith(("memory.", "gpu.error-state", "gpu.reset-", "cuda.")) \
+                and f.action is Action.DRAIN_AND_REPAIR:
+            assert f.severity is Severity.CRITICAL, f
+
+
+def test_every_category_1_2_8_sample_has_a_golden_verdict(corpus):
+    samples = corpus.category("1") + corpus.category("2") + corpus.category("8")
+    missing = [s.name for s in samples if not any(p in s.name for p in GOLDEN)]
+    assert not missing, "add their expected findings to GOLDEN: " + ", ".join(missing)
+
+
+@pytest.mark.parametrize("part", ["lambda-docs-a100-sxm-gpu5-err", "ogkm446-8x-a30"])
+def test_err_gpu_is_named(corpus, part):
+    result = analyze(load_input(str(corpus.sample(part).path)))
+    (f,) = [f for f in result.findings if f.id == "gpu.error-state"]
+    assert f.severity is Severity.CRITICAL and f.scope.pci_bus_id
+    assert "ERR!" in f.title and "temperature" in f.title
+
+
+def test_reset_blocked_names_its_holder(corpus):
+    result = analyze(load_input(str(corpus.sample("rtxpro6000-gpu-reset-blocked").path)))
+    (f,) = [f for f in result.findings if f.id == "gpu.reset-blocked"]
+    assert "nvidia-persistenced" in f.title and f.scope.pci_bus_id == "0000:55:00.0"
+    assert f.action is Action.FIX_CONFIG and f.severity is Severity.WARNING
+
+
+def test_devicequery_802_says_fabric_manager(corpus):
+    part = "aws-p5-devicequery-cudagetdevicecount-802"
+    result = analyze(load_input(str(corpus.sample(part).path)))
+    (f,) = [f for f in result.findings if f.id == "cuda.device-query-failed"]
+    assert "802" in f.title and "fabricmanager" in f.explanation
