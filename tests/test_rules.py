@@ -34,6 +34,22 @@ def host(**changes):
     return {k: v for k, v in sources.items() if v is not None}
 
 
+LSPCI_SWITCHES_4_GPUS = "".join(
+    [f"{b:02x}:00.0 Bridge: NVIDIA Corporation Device 22a3 (rev a1)\n" for b in range(5, 9)]
+    + [f"{b}:00.0 3D controller: NVIDIA Corporation Device 2330 (rev a1)\n"
+       for b in ("18", "2a", "3a", "5d")])
+
+
+def switched_topo(n: int, cell: str = "NV18") -> str:
+    """``nvidia-smi topo -m`` of ``n`` GPUs that all meet with ``cell``."""
+    names = [f"GPU{i}" for i in range(n)]
+    rows = [f"{a}\t" + "\t".join(" X " if a == b else cell for b in names) + "\t0-31\t0"
+            for a in names]
+    return "\t" + "\t".join(names) + "\tCPU Affinity\tNUMA Affinity\n" + "\n".join(rows) + "\n"
+
+
+TOPO_7_SWITCHED = switched_topo(7)
+
 RULE_CASES = {
     "driver.presence": [
         (host(proc_modules="ext4 1 0 - Live 0x0\nnouveau 2 0 - Live 0x0\n", nvml=None,
@@ -69,6 +85,10 @@ RULE_CASES = {
     ],
     "gpu.count-unexpected": [
         ({"nvml": nvml_doc(BUSES[:7])}, "gpu.count-unexpected"),
+    ],
+    "gpu.board-count": [
+        ({"lspci_nvidia": LSPCI_SWITCHES_4_GPUS}, "gpu.board-short"),
+        ({"nvidia_smi_topo": TOPO_7_SWITCHED}, "gpu.board-short"),
     ],
     "module.required": [
         (host(proc_modules=MODULES_FULL.replace("nvidia_uvm 1437696 4 - Live 0x0 (POE)\n", "")),
@@ -215,3 +235,23 @@ def test_the_library_the_loader_picks_decides_among_leftovers():
     assert "driver.version-mismatch" not in ids(run(**host(nvidia_libs=libs)))
     libs["links"]["usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"] = "libnvidia-ml.so.535.161.07"
     assert "driver.version-mismatch" in ids(run(**host(nvidia_libs=libs)))
+
+
+# --- gpu.board-count ---------------------------------------------------------------------
+
+def test_nvswitches_beside_four_gpus_mean_a_board_short_of_eight():
+    [f] = [f for f in run(lspci_nvidia=LSPCI_SWITCHES_4_GPUS).findings
+           if f.id == "gpu.board-short"]
+    assert f.title.startswith("4 GPU(s) on the PCI bus beside 4 NVSwitch(es)")
+    assert f.severity is Severity.WARNING and f.blame is Blame.NODE
+    no_switch = "".join(ln + "\n" for ln in LSPCI_SWITCHES_4_GPUS.splitlines()[4:])
+    assert "gpu.board-short" not in ids(run(lspci_nvidia=no_switch))  # HGX 4-GPU: fine
+
+
+def test_topology_one_gpu_short_of_a_switched_board():
+    [f] = [f for f in run(nvidia_smi_topo=TOPO_7_SWITCHED).findings
+           if f.id == "gpu.board-short"]
+    assert "7 GPUs joined through NVSwitch (NV18 every pair)" in f.title
+    for healthy in (switched_topo(8), switched_topo(4), switched_topo(2),
+                    switched_topo(3, "NV6")):  # 3 x NV6 direct links: no switch implied
+        assert "gpu.board-short" not in ids(run(nvidia_smi_topo=healthy))

@@ -65,6 +65,16 @@ IBSTAT_DISABLED = """CA 'mlx5_0'
 \t\tLink layer: Ethernet
 """
 
+SHOW_GIDS = """\
+DEV     PORT    INDEX   GID                                     IPv4            VER     DEV
+---     ----    -----   ---                                     ------------    ---     ---
+mlx5_3  1       0       fe80:0000:0000:0000:b8ce:f6ff:fe10:2a01                 v1      ens3
+mlx5_3  1       1       fe80:0000:0000:0000:b8ce:f6ff:fe10:2a01                 v2      ens3
+mlx5_3  1       2       0000:0000:0000:0000:0000:ffff:c0a8:0a07 192.168.10.7    v1      ens3
+mlx5_3  1       3       0000:0000:0000:0000:0000:ffff:c0a8:0a07 192.168.10.7    v2      ens3
+n_gids_found=4
+"""
+
 RULE_CASES = {
     "ib.port-not-active": [
         ({"infiniband": ib_tree(rails(4, mlx5_2=POLLING))}, "ib.port-not-active"),
@@ -82,6 +92,7 @@ RULE_CASES = {
         ({"infiniband": ib_tree(rails(2, mlx5_0={**ACTIVE, "counters/link_downed": "3"}))},
          "ib.link-downed"),
     ],
+    "ib.roce-gid": [({"ibstat": SHOW_GIDS}, "ib.roce-gid")],
 }
 def _ib(result, fid: str | None = None):
     return [f for f in result.findings if f.id.startswith("ib.") and (fid is None or f.id == fid)]
@@ -200,6 +211,33 @@ def test_down_netdev_from_ibdev2netdev() -> None:
     assert f.scope.name == "mlx5_1/1" and "netdev ib1 is Down" in f.title
 
 
+def test_down_second_port_beside_an_active_one_is_an_unused_port() -> None:
+    two = {"mlx5_0/1": dict(ACTIVE), "mlx5_0/2": dict(POLLING)}
+    [f] = _ib(run(infiniband=ib_tree(two)))
+    assert f.severity is Severity.INFO and f.action is Action.NONE
+    assert "mlx5_0/1 on the same adapter is up" in f.title
+
+
+def test_down_function_of_a_card_whose_other_function_is_up_is_informational() -> None:
+    paste = ("rocep3s0f0 port 1 ==> enp3s0f0np0 (Up)\nrocep3s0f1 port 1 ==> enp3s0f1np1 (Down)\n"
+             "rocep4s0f0 port 1 ==> enp4s0f0np0 (Down)\n")
+    found = {f.scope.name: f.severity for f in _ib(run(ibstat=paste))}
+    assert found == {"rocep3s0f1/1": Severity.INFO, "rocep4s0f0/1": Severity.WARNING}
+
+
+def test_roce_gid_names_the_v2_index_of_the_ip_address() -> None:
+    [f] = _ib(run(ibstat=SHOW_GIDS))
+    assert f.id == "ib.roce-gid" and f.severity is Severity.INFO
+    assert "RoCE v2 GID index 3 for 192.168.10.7 (index 2 is RoCE v1" in f.title
+
+
+def test_roce_port_without_an_address_has_no_routable_gid() -> None:
+    lines = SHOW_GIDS.splitlines()
+    [f] = _ib(run(ibstat="\n".join(lines[:4]) + "\n"))
+    assert f.severity is Severity.WARNING and f.blame is Blame.CONFIG
+    assert "no routable RoCE v2 GID" in f.title
+
+
 def test_sysfs_wins_over_a_stale_paste_but_takes_its_netdev_names() -> None:
     tree = ib_tree(rails(2))
     result = run(infiniband=tree, ibstat="mlx5_0 port 1 ==> ib0 (Up)\n"
@@ -265,17 +303,18 @@ def test_link_downed_once_is_watched_many_times_repaired() -> None:
 
 # sample -> {port: (severity, action)} of ib.port-not-active; other ib.* findings: none
 EXPECTED = {
-    "doc-ibstat-mt25418": {"mlx4_0/2": (Severity.WARNING, Action.DRAIN_AND_REPAIR)},
+    "doc-ibstat-mt25418": {"mlx4_0/2": (Severity.INFO, Action.NONE)},  # port 1 is up
     "cn-doc-ibv-devinfo": {"mlx4_1/2": (Severity.WARNING, Action.DRAIN_AND_REPAIR)},
     "gpud-ibstat-h100-some-down": {"mlx5_11/1": (Severity.WARNING, Action.DRAIN_AND_REPAIR),
                                    "mlx5_5/1": (Severity.WARNING, Action.FIX_CONFIG)},
-    "cx7-roce-ibdev2netdev": {"rocep1s0f1/1": (Severity.WARNING, Action.DRAIN_AND_REPAIR),
-                              "roceP2p1s0f1/1": (Severity.WARNING, Action.DRAIN_AND_REPAIR)},
+    # the second function of each card is down while the first is up: unused ports
+    "cx7-roce-ibdev2netdev": {"rocep1s0f1/1": (Severity.INFO, Action.NONE),
+                              "roceP2p1s0f1/1": (Severity.INFO, Action.NONE)},
     "gpud-ibstatus-a100-all-active": {},
     "gpud-ibstat-azure": {},
     "bernie-connectx6": {},
     "oyanghd-ibstat-connectx3": {},
-    "nccl1510-show-gids": {},
+    "nccl1510-show-gids": {"mlx5_0/1": (Severity.INFO, Action.NONE)},  # ib.roce-gid: use 5
 }
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
 from hostkit import ids, nvml_doc, pci_tree, run
 
+from gputriage.engine import analyze
+from gputriage.ingest import load_text
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.topo import parse_topo
 
@@ -65,6 +68,13 @@ TOPO_GOOD = topo(4, 4, _rails())
 TOPO_TWO_NICS = topo(4, 2, _nics_on_socket0)
 TOPO_NO_NIC = topo(4, 0, lambda a, b: "NV18")
 TOPO_ALL_SYS = topo(4, 2, lambda a, b: "SYS")
+# GPU3 trained 16 of its 18 links: every cell of its row and column reads NV16
+TOPO_UNEVEN = topo(4, 0, lambda a, b: "NV16" if "GPU3" in (a, b) else "NV18")
+# P2P read across the sockets is refused by the chipset
+TOPO_P2P_CNS = topo(4, 0, lambda a, b: "OK" if _socket(a) == _socket(b) else "CNS")
+# a hybrid cube mesh (DGX-1): pairs differ, but every GPU has 6 links
+TOPO_CUBE = topo(4, 0, lambda a, b: "NV1" if {a, b} in ({"GPU0", "GPU1"}, {"GPU2", "GPU3"})
+                 else ("NV2" if {a, b} in ({"GPU0", "GPU2"}, {"GPU1", "GPU3"}) else "NV3"))
 
 TWO_NODES = """\
 available: 2 nodes (0-1)
@@ -95,6 +105,8 @@ RULE_CASES = {
     "topology.map": [({"nvidia_smi_topo": TOPO_GOOD}, "topology.map"),
                      ({"nvidia_smi_topo": TOPO_NO_NIC}, "topology.map")],
     "topology.nic-far": [({"nvidia_smi_topo": TOPO_FAR}, "topology.nic-far")],
+    "topology.nvlink-uneven": [({"nvidia_smi_topo": TOPO_UNEVEN}, "topology.nvlink-uneven")],
+    "topology.p2p": [({"nvidia_smi_topo": TOPO_P2P_CNS}, "topology.p2p")],
     "topology.numa-unknown": [
         ({"pci_devices": unknown_numa_tree(BUSES[2]), "numactl": TWO_NODES},
          "topology.numa-unknown"),
@@ -161,9 +173,9 @@ def test_map_says_partial_nvlink_and_differing_link_counts():
     assert "NVLink pairs: GPU0-GPU1 NV12, GPU2-GPU3 NV10" in f.evidence[0].lines
 
 
-def test_p2p_matrix_gives_no_topology_findings():
+def test_p2p_matrix_gives_only_its_p2p_verdict():
     text = "\tGPU0\tGPU1\nGPU0\tX\tOK\nGPU1\tOK\tX\n"
-    assert not _topology(run(nvidia_smi_topo=text))
+    assert [f.id for f in _topology(run(nvidia_smi_topo=text))] == ["topology.p2p"]
 
 
 # -- topology.numa-unknown --------------------------------------------------------------
@@ -233,12 +245,56 @@ def test_malformed_numa_balancing_is_reported_not_raised():
     assert any("numa_balancing" in p for p in result.unreadable)
 
 
+# -- topology.nvlink-uneven ----------------------------------------------------------------
+
+def test_gpu_with_fewer_nvlinks_than_its_peers():
+    [f] = _by_id(run(nvidia_smi_topo=TOPO_UNEVEN), "topology.nvlink-uneven")
+    assert f.title == "GPU3 (48): fewer NVLink links than GPU0, GPU1, GPU2 (52)"
+    assert f.severity is Severity.WARNING and f.blame is Blame.NODE
+
+
+def test_pairs_that_differ_by_design_keep_equal_totals():
+    assert not _by_id(run(nvidia_smi_topo=TOPO_CUBE), "topology.nvlink-uneven")
+    assert not _by_id(run(nvidia_smi_topo=TOPO_GOOD), "topology.nvlink-uneven")
+    assert not _by_id(run(nvidia_smi_topo=TOPO_ALL_SYS), "topology.nvlink-uneven")
+
+
+# -- topology.p2p --------------------------------------------------------------------------
+
+def test_p2p_matrix_names_the_pairs_without_peer_access():
+    [f] = _by_id(run(nvidia_smi_topo=TOPO_P2P_CNS), "topology.p2p")
+    assert f.title == ("peer-to-peer unavailable for 4 of 6 GPU pairs: "
+                       "CNS (chipset not supported) x4")
+    assert f.severity is Severity.WARNING and f.blame is Blame.CONFIG
+    ok = _by_id(run(nvidia_smi_topo=topo(4, 0, lambda a, b: "OK")), "topology.p2p")
+    assert [f.severity for f in ok] == [Severity.INFO]
+    assert not _by_id(run(nvidia_smi_topo=TOPO_GOOD), "topology.p2p")
+
+
+# -- pastes from a colour terminal ----------------------------------------------------------
+
+def test_topo_paste_with_colour_escapes_reads_like_the_plain_one(corpus):
+    plain = corpus.sample("sglang30401").text()
+    coloured = "\x1b[1mGPU topology:\x1b[0m\n" + re.sub(
+        r"\b(NV18|PIX|NODE|SYS|X)\b", lambda m: f"\x1b[1;32m{m.group(1)}\x1b[0m", plain)
+    titles = [[(f.id, f.title) for f in analyze(load_text(text, "paste")).findings]
+              for text in (plain, coloured)]
+    assert titles[0] == titles[1]
+    assert any(fid == "topology.map" for fid, _ in titles[1])
+
+
 # -- real captures -------------------------------------------------------------------------
+
+UNEVEN_NVLINK = "vastai-4xa100-partial-nvlink"  # GPU2/3 show NV10 where GPU0/1 show NV12
+
 
 def test_topology_samples_raise_no_warning(corpus):
     for sample in corpus.category("3"):
         result = run(nvidia_smi_topo=sample.text())
         bad = [f for f in _topology(result) if f.severity.rank >= Severity.WARNING.rank]
+        if UNEVEN_NVLINK in sample.name:
+            assert [f.id for f in bad] == ["topology.nvlink-uneven"]
+            continue
         assert not bad, (sample.name, [(f.id, f.title) for f in bad])
         if parse_topo(sample.text()).kind == "matrix":
             assert len(_by_id(result, "topology.map")) == 1, sample.name

@@ -25,6 +25,7 @@ from gputriage.ingest.bugreport import is_bug_report, split_with_headers
 from gputriage.ingest.detect import EXPECTED, detect, kernel_lines
 from gputriage.ingest.detect_jobs import nccl_lines
 from gputriage.inputs import DIR, STREAM, Input, human, is_binary, limit, open_input
+from gputriage.parsers.kernel_patterns import strip_ansi
 from gputriage.snapshot import READ_CAP_BYTES, Captured, Snapshot, decode
 from gputriage.sniff import looks_binary
 
@@ -256,6 +257,8 @@ def load_text(text: str, origin: str, problems: Sequence[str] = (),
     probs = list(problems)
     if is_bug_report(text):
         return _from_bug_report(text, origin, probs, truncated)
+    if "\x1b" in text:  # a paste from a colour terminal: the escapes carry no content
+        text = strip_ansi(text)
     pieces = _pieces(text)
     if not pieces:
         raise InputError(f"{origin}: unrecognised content; {EXPECTED}")

@@ -8,6 +8,7 @@ breaks or slows every multi-node job. Frontend and storage HCAs get warnings.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator
 
@@ -52,11 +53,48 @@ def _affinity(facts: Facts, port: IbPort) -> HcaAffinity | None:
     return (facts.maybe("ib_gpu_affinity") or {}).get(port.device)
 
 
+# PCI location in predictable RDMA / netdev names: roceP2p1s0f1, enp1s0f0np0, ibp24s0f1
+_NAME_PCI = re.compile(r"(?:P(?P<dom>\d{1,4}))?p(?P<bus>\d{1,3})s(?P<slot>\d{1,3})f\d{1,2}")
+
+
+def _adapter(port: IbPort) -> str | None:
+    """The physical adapter a port belongs to (PCI bus:device, without the function),
+    when the address or a predictable name tells it."""
+    if port.pci_address:
+        return port.pci_address.rsplit(".", 1)[0]
+    for name in (port.device, port.netdev or ""):
+        m = _NAME_PCI.search(name)
+        if m:
+            return f"{m.group('dom') or 0}:{m.group('bus')}:{m.group('slot')}"
+    return None
+
+
+def _sibling_up(port: IbPort, ports: list[IbPort]) -> IbPort | None:
+    """An active port on the same adapter: another port of the device, or another
+    PCI function of the same card."""
+    adapter = _adapter(port)
+    for other in ports:
+        if other is port or not _passes_traffic(other):
+            continue
+        if other.device == port.device and other.port != port.port:
+            return other
+        if adapter is not None and other.device != port.device and _adapter(other) == adapter:
+            return other
+    return None
+
+
+def _passes_traffic(port: IbPort) -> bool:
+    if port.state is not None:
+        return port.is_active
+    return (port.netdev_state or "").lower() == "up"
+
+
 @rule("ib.port-not-active", requires=("ib_ports",), produces=("ib.port-not-active",))
 def port_not_active(facts: Facts) -> Iterator[Finding]:
     """An HCA port that is Down, Init or Armed, or whose netdev is down, passes no
     RDMA traffic: critical on a GPU rail, a warning elsewhere."""
-    for port in facts.get("ib_ports"):
+    ports = facts.get("ib_ports")
+    for port in ports:
         if not port.is_down:
             continue
         aff = _affinity(facts, port)
@@ -76,6 +114,18 @@ def port_not_active(facts: Facts) -> Iterator[Finding]:
             why = ("This HCA is a GPU rail, so multi-node NCCL jobs on this node fail or fall "
                    "back to slower paths. " + why)
         note = where if where.endswith(".") else where + "."
+        sibling = None if rail or phys == "Disabled" else _sibling_up(port, ports)
+        if sibling is not None:
+            yield finding(
+                "ib.port-not-active", Severity.INFO, f"{title}; {sibling.key} on the same "
+                "adapter is up (likely an unused port)",
+                f"{sibling.key} on the same adapter passes traffic, so the adapter works; "
+                "a second port that was never cabled looks exactly like this. Nothing to do "
+                "if the port is unused (leave it out of NCCL_IB_HCA / UCX_NET_DEVICES); if it "
+                "should be cabled, check the cable, transceiver and switch port.",
+                Action.NONE, Blame.UNKNOWN, _scope(port),
+                [_evidence(port, note), _evidence(sibling)])
+            continue
         yield finding("ib.port-not-active", Severity.CRITICAL if rail else Severity.WARNING,
                       title, why, action, blame, _scope(port), [_evidence(port, note)])
 
@@ -100,6 +150,41 @@ def _port_advice(port: IbPort) -> tuple[Action, Blame, str]:
             "The port sees no working link. If it is meant to be cabled, reseat or replace "
             "the cable or transceiver and check the switch port; if it is unused, ignore "
             "it or disable it.")
+
+
+@rule("ib.roce-gid", requires=("ib_ports",), produces=("ib.roce-gid",))
+def roce_gid(facts: Facts) -> Iterator[Finding]:
+    """Which GID index a RoCE port's routable (v2, IP-based) address has, for
+    NCCL_IB_GID_INDEX; a RoCE port with no routable GID at all cannot carry routed
+    RoCE traffic."""
+    for port in facts.get("ib_ports"):
+        v2 = [g for g in port.gids if g.version == "v2"]
+        if not v2:
+            continue
+        routable = [g for g in v2 if not g.gid.lower().startswith("fe80")]
+        lines = [ln for ln in port.lines if port.device in ln] or port.lines
+        ev = [evidence(port.source, lines)]
+        if not routable:
+            yield finding(
+                "ib.roce-gid", Severity.WARNING,
+                f"{_what(port)}: no routable RoCE v2 GID (only link-local ones)",
+                f"The port's netdev {port.netdev or ''} has no IP address, so RoCE has only "
+                "link-local GIDs: traffic cannot cross an L3 hop and NCCL may fail to "
+                "connect. Give the interface its address (or fix the CNI / netplan).",
+                Action.FIX_CONFIG, Blame.CONFIG, _scope(port), ev)
+            continue
+        best = routable[0]
+        v1 = [g.index for g in port.gids if g.version == "v1" and g.gid == best.gid]
+        also = f" (index {', '.join(map(str, v1))} is RoCE v1, same address)" if v1 else ""
+        yield finding(
+            "ib.roce-gid", Severity.INFO,
+            f"{_what(port)}: RoCE v2 GID index {best.index} for "
+            f"{best.ipv4 or best.gid}{also}",
+            f"For RoCE NCCL_IB_GID_INDEX should name the RoCE v2 GID of the port's IP "
+            f"address, here {best.index}. A RoCE v1 GID is not routable and link-local "
+            "(fe80) GIDs do not leave the L2 segment, so choosing one of those breaks or "
+            "slows connections across subnets.",
+            Action.NONE, Blame.UNKNOWN, _scope(port), ev)
 
 
 def _rate_groups(ports: list[IbPort]) -> dict[tuple[str | None, str | None], list[IbPort]]:

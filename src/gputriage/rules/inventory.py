@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from gputriage import knowledge
 from gputriage.facts import Facts
 from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.parsers.topo import TopoMatrix, nvlink_count
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
 
 PASSTHROUGH_DRIVERS = {"vfio-pci", "pci-stub"}
@@ -93,17 +94,9 @@ def gpu_count_unexpected(facts: Facts) -> Iterator[Finding]:
     """Baseboard GPUs come in fixed counts (HGX: 4 or 8): seven visible H100 SXM
     means one is gone, even when the PCI bus no longer shows it."""
     source, visible = facts.get("visible_gpus")
-    pci_gpus = facts.maybe("pci_gpus")
-    if not visible or (pci_gpus is not None and len(pci_gpus) > len(visible)):
-        return  # gpu.count names the missing ones
-    profiles = {knowledge.gpu_profile(g.name) for g in visible}
-    if len(profiles) != 1:
+    profile = _unexpected_count_profile(facts)
+    if profile is None:
         return
-    profile = profiles.pop()
-    if profile is None or not profile.baseboard_gpus or len(visible) in profile.baseboard_gpus:
-        return
-    if len(visible) * 2 <= max(profile.baseboard_gpus) or _in_vm(facts):
-        return  # VMs and partitions get subsets of a board; only "one short" is telling
     sizes = " or ".join(str(n) for n in profile.baseboard_gpus)
     yield finding(
         "gpu.count-unexpected", Severity.WARNING,
@@ -112,3 +105,79 @@ def gpu_count_unexpected(facts: Facts) -> Iterator[Finding]:
         "train its link or fell off hard. Check lspci and the kernel log, power-cycle, then "
         "reseat or RMA.", Action.DRAIN_AND_REPAIR, Blame.NODE,
         evidence=[evidence(source, [g.line for g in visible])])
+
+
+def _unexpected_count_profile(facts: Facts) -> knowledge.GpuProfile | None:
+    """The model profile when the driver sees a GPU count its baseboards never carry
+    (and the PCI bus does not already show the missing ones)."""
+    _, visible = facts.maybe("visible_gpus") or (None, [])
+    pci_gpus = facts.maybe("pci_gpus")
+    if not visible or (pci_gpus is not None and len(pci_gpus) > len(visible)):
+        return None  # gpu.count names the missing ones
+    profiles = {knowledge.gpu_profile(g.name) for g in visible}
+    if len(profiles) != 1:
+        return None
+    profile = profiles.pop()
+    if profile is None or not profile.baseboard_gpus or len(visible) in profile.baseboard_gpus:
+        return None
+    if len(visible) * 2 <= max(profile.baseboard_gpus) or _in_vm(facts):
+        return None  # VMs and partitions get subsets of a board; only "one short" is telling
+    return profile
+
+
+SWITCHED_BOARD = 8  # GPUs of a baseboard whose NVSwitches sit on the host's PCI bus
+SWITCHED_SIZES = (4, 8, 16)  # GPUs per NVSwitch-connected board or tray
+MAX_NVLINKS = 18  # links one GPU has at most (NVLink 4 / 5)
+
+
+def _switched_size(matrix: TopoMatrix) -> int | None:
+    """The board size a topology matrix is one GPU short of, when its GPUs all reach
+    each other with the same NVLink count and more links than a GPU has (so through
+    NVSwitches)."""
+    gpus = matrix.gpus
+    cells = {matrix.link(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]}
+    if len(cells) != 1:
+        return None
+    links = nvlink_count(cells.pop())
+    if not links or links * (len(gpus) - 1) <= MAX_NVLINKS:
+        return None
+    return next((n for n in SWITCHED_SIZES if n == len(gpus) + 1), None)
+
+
+@rule("gpu.board-count", any_of=("pci", "topology"), produces=("gpu.board-short",))
+def board_count(facts: Facts) -> Iterator[Finding]:
+    """NVSwitch boards come with a fixed number of GPUs: NVSwitches on the PCI bus
+    beside fewer than 8 GPUs, or a topology whose GPUs all meet through NVSwitches
+    one GPU short of a board (7 of 8), means GPUs are missing altogether."""
+    if _unexpected_count_profile(facts) is not None:
+        return  # gpu.count-unexpected already says it
+    pci = facts.maybe("pci") or []
+    switches = [f for f in pci if f.is_nvswitch]
+    gpus = [f for f in pci if f.is_gpu]
+    if switches and gpus and len(gpus) < SWITCHED_BOARD:
+        yield finding(
+            "gpu.board-short", Severity.WARNING,
+            f"{len(gpus)} GPU(s) on the PCI bus beside {len(switches)} NVSwitch(es): "
+            f"NVSwitch baseboards carry {SWITCHED_BOARD}",
+            "An HGX/DGX board whose NVSwitches are on the PCI bus carries 8 GPUs; the others "
+            "did not enumerate (link training, power, a GPU fallen off hard), unless this "
+            "listing is cut short. Check the full lspci and the kernel log, power-cycle, "
+            "then reseat or RMA. With NVSwitches, nvidia-fabricmanager must run too.",
+            Action.DRAIN_AND_REPAIR, Blame.NODE,
+            evidence=[evidence(facts.get("pci_source"), [_line(f) for f in switches + gpus])])
+        return
+    matrix = facts.maybe("topology")
+    size = _switched_size(matrix) if matrix is not None else None
+    if size is None:
+        return
+    cell = matrix.link(matrix.gpus[0], matrix.gpus[1])
+    yield finding(
+        "gpu.board-short", Severity.WARNING,
+        f"{len(matrix.gpus)} GPUs joined through NVSwitch ({cell} every pair): "
+        f"one short of the {size} GPUs such boards carry",
+        "All GPUs reach each other over more NVLink links than one GPU has, so through "
+        f"NVSwitches, and such boards carry {' or '.join(map(str, SWITCHED_SIZES))} GPUs: "
+        "one is probably missing (not enumerated or fallen off), unless this container or "
+        "VM was given a subset. Check lspci and the kernel log; power-cycle, then reseat "
+        "or RMA.", Action.DRAIN_AND_REPAIR, Blame.NODE,
+        evidence=[evidence("nvidia_smi_topo", [matrix.header] + list(matrix.rows.values()))])

@@ -67,13 +67,84 @@ def topology_map(facts: Facts) -> Iterator[Finding]:
                     "so collectives over all GPUs run at PCIe speed.")
         if len(nv) > 1:
             why += (" NVLink pairs differ in link count "
-                    f"({', '.join(sorted(nv, key=nvlink_count, reverse=True))}): "
+                    f"({', '.join(sorted(nv, key=lambda k: nvlink_count(k) or 0, reverse=True))}): "
                     "check nvidia-smi nvlink -s for links that are down.")
     if not matrix.nics:
         why += " The matrix shows no NIC, so GPU-to-network placement cannot be judged."
     yield finding("topology.map", Severity.INFO, title, why, Action.NONE, Blame.UNKNOWN,
                   evidence=[evidence(TOPO, lines, "derived from the topology matrix "
                                      "(NIC legend, CPU and NUMA affinity columns)")])
+
+
+def nvlink_totals(matrix: TopoMatrix) -> dict[str, int]:
+    """Per GPU, the NVLink links it shows to all its peers together."""
+    return {a: sum(nvlink_count(matrix.link(a, b)) or 0 for b in matrix.gpus if b != a)
+            for a in matrix.gpus}
+
+
+@rule("topology.nvlink-uneven", requires=("topology",), produces=("topology.nvlink-uneven",))
+def nvlink_uneven(facts: Facts) -> Iterator[Finding]:
+    """GPUs that all use NVLink but show different totals of links to their peers:
+    identical GPUs have the same number, so the ones with fewer lost links (down,
+    untrained or a missing bridge). Designs whose pairs differ (cube mesh) keep equal
+    totals and stay silent."""
+    matrix: TopoMatrix = facts.get("topology")
+    totals = nvlink_totals(matrix)
+    if len(totals) < 2 or not all(totals.values()):
+        return  # PCIe-only GPUs, or some without NVLink by design
+    most = max(totals.values())
+    short = [g for g, n in totals.items() if n < most]
+    if not short:
+        return
+    full = [g for g, n in totals.items() if n == most]
+    lines = [matrix.header] + [matrix.rows[g] for g in matrix.gpus if g in matrix.rows]
+    lines.append("NVLink links per GPU: " + ", ".join(f"{g} {n}" for g, n in totals.items()))
+    yield finding(
+        "topology.nvlink-uneven", Severity.WARNING,
+        f"{', '.join(f'{g} ({totals[g]})' for g in short)}: fewer NVLink links than "
+        f"{', '.join(full)} ({most})",
+        "GPUs of one board have the same number of NVLink links; these show fewer, so links "
+        "are down or never trained (or a bridge is missing) and traffic over them runs "
+        "slower or falls back to PCIe. Check nvidia-smi nvlink -s / -e and the kernel log "
+        "for NVLink Xids; a GPU reset may retrain them, links that stay down need repair.",
+        Action.RESET_GPU, Blame.NODE, evidence=[evidence(TOPO, lines)])
+
+
+_P2P_MEANING = {"CNS": "chipset not supported", "GNS": "GPU not supported",
+                "TNS": "topology not supported", "NS": "not supported",
+                "DR": "disabled by regkey", "U": "unknown"}
+
+
+@rule("topology.p2p", requires=("topology",), produces=("topology.p2p",))
+def p2p_matrix(facts: Facts) -> Iterator[Finding]:
+    """``nvidia-smi topo -p2p``: which GPU pairs can use peer-to-peer access. Pairs
+    that cannot make NCCL and CUDA copies go through host memory."""
+    matrix: TopoMatrix = facts.get("topology")
+    if matrix.kind != "p2p":
+        return
+    gpus = matrix.gpus
+    pairs = [(a, b, matrix.link(a, b)) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    bad = [(a, b, c) for a, b, c in pairs if c and c.upper() != "OK"]
+    lines = [matrix.header] + list(matrix.rows.values())
+    if not bad:
+        yield finding(
+            "topology.p2p", Severity.INFO,
+            f"peer-to-peer: all {len(pairs)} pairs of {len(gpus)} GPUs OK",
+            "Every GPU pair supports peer-to-peer access for this operation.",
+            Action.NONE, Blame.UNKNOWN, evidence=[evidence(TOPO, lines)])
+        return
+    codes = Counter(c for _, _, c in bad)
+    what = ", ".join(f"{c} ({_P2P_MEANING.get(c.upper(), c)}) x{n}" for c, n in codes.items())
+    shown = ", ".join(f"{a}-{b} {c}" for a, b, c in bad[:12])
+    yield finding(
+        "topology.p2p", Severity.WARNING,
+        f"peer-to-peer unavailable for {len(bad)} of {len(pairs)} GPU pairs: {what}",
+        f"Pairs {shown}{', ...' if len(bad) > 12 else ''} cannot reach each other directly, "
+        "so NCCL and cudaMemcpyPeer stage through host memory (slower, more CPU). On a "
+        "server this is the platform: PCIe ACS or the IOMMU blocking peer traffic, or a root "
+        "complex that does not forward it; check the BIOS ACS/IOMMU settings and "
+        "NVIDIA's platform support for P2P.", Action.FIX_CONFIG, Blame.CONFIG,
+        evidence=[evidence(TOPO, lines)])
 
 
 @rule("topology.nic-far", requires=("gpu_nic_map",), produces=("topology.nic-far",))
