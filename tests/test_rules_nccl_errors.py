@@ -75,7 +75,13 @@ ILLEGAL = """\
 
 XID79 = "[ 1341.220121] NVRM: Xid (PCI:0000:2a:00): 79, pid='<unknown>', GPU has fallen off the bus."
 
+SHARED_MEM = ("n1:11344:11344 [1] NCCL INFO NCCL version 2.25.1+cuda12.2\n"
+              "n1:11344:11344 [1] NCCL INFO cudaDriverVersion 12080\n"
+              "n1:11344:11344 [1] NCCL INFO ncclMaxSharedMem 82240 exceeds device/fn "
+              "maxSharedMem 79856\n")
+
 RULE_CASES = {
+    "nccl.shared-mem-exceeded": [({"nccl_log": SHARED_MEM}, "nccl.shared-mem-exceeded")],
     "nccl.ib-completion-error": [({"nccl_log": ROCE_RETRY}, "nccl.ib-completion-error")],
     "nccl.version-mismatch": [({"nccl_log": VERSIONS}, "nccl.version-mismatch")],
     "nccl.init-incomplete": [({"nccl_log": INIT_HANG}, "nccl.init-incomplete")],
@@ -408,3 +414,17 @@ def test_mnnvl_failure_names_the_imex_channel() -> None:
     (f,) = _ours(result, "nccl.nvls-failed")
     assert f.action is Action.FIX_CONFIG and "imex-channels" in f.explanation
     assert len(f.evidence[0].lines) == 2 and not _ours(result, "nccl.warn")
+
+
+def test_shared_memory_line_names_the_build_and_blames_the_library():
+    result = run(nccl_log=SHARED_MEM)
+    hit = next(f for f in result.findings if f.id == "nccl.shared-mem-exceeded")
+    assert "NCCL 2.25.1 (built with CUDA 12.2)" in hit.title
+    assert "82240" in hit.title and "79856" in hit.title and "CUDA 12.8" in hit.title
+    assert hit.blame.value == "config" and hit.severity.value == "warning"
+    assert not [f for f in run(nccl_log=VERSIONS).findings if f.id == hit.id]
+
+
+def test_a_malformed_shared_memory_line_is_ignored():
+    bad = SHARED_MEM.replace("82240", "8²240")
+    assert not [f for f in run(nccl_log=bad).findings if f.id == "nccl.shared-mem-exceeded"]

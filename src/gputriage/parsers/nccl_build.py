@@ -31,6 +31,7 @@ MAX_STORED = 2_000_000  # list items kept over all processes (about 1 GB at most
 MAX_SET = 65_536  # ranks / devices of one process, distinct versions
 MAX_FRAMEWORK = 512
 _NOTES_MAX = 48
+_SHARED_MEM = re.compile(r"ncclMaxSharedMem (\d{1,12}) exceeds device/fn maxSharedMem (\d{1,12})")
 _ENV_MAX = 256
 
 _ENV = re.compile(r"(?P<k>[A-Z][A-Z0-9_]{1,80}) set by environment to\s?(?P<v>.{0,500})$")
@@ -141,6 +142,12 @@ class Builder:
                 _put(self.log.versions, v[0])
                 _note(p, "version", line)
                 p.last_step = "NCCL version"
+        elif head.startswith("ncclMaxS"):
+            m = _SHARED_MEM.match(msg)
+            if m and (want := strict_int(m.group(1))) is not None and (
+                    have := strict_int(m.group(2))) is not None:
+                p.shared_mem = (want, have)
+                _note(p, "shared-mem", line)
         elif head.startswith("cudaDriv"):
             num = strict_int(msg[len("cudaDriverVersion"):].strip())
             if num is not None and 0 <= num < 10**9:

@@ -129,6 +129,8 @@ class NcclProcess:
     ib_no_device: bool = False  # "NET/IB : No device found."
     ibverbs_missing: bool = False  # "Failed to open libibverbs.so"
     dmabuf: bool | None = None  # "DMA-BUF is available on GPU device N"
+    # "ncclMaxSharedMem 82240 exceeds device/fn maxSharedMem 79856": (wanted, offered)
+    shared_mem: tuple[int, int] | None = None
     env: dict[str, str] = field(default_factory=dict)  # "NCCL_X set by environment to v"
     gdr: list[NcclGdr] = field(default_factory=list)
     channels: list[NcclChannel] = field(default_factory=list)

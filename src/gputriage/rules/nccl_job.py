@@ -62,6 +62,40 @@ def version_mismatch(facts: Facts) -> Iterator[Finding]:
         [evidence(LOG, lines, "the version line of one process per version")])
 
 
+# --- an NCCL build that does not know the GPU ------------------------------------------------
+
+@rule("nccl.shared-mem-exceeded", requires=("nccl_log",), produces=("nccl.shared-mem-exceeded",))
+def shared_mem_exceeded(facts: Facts) -> Iterator[Finding]:
+    """NCCL printing that its kernels want more shared memory per block than the device
+    offers: the library was built before this GPU's architecture (its tables assume a
+    larger GPU), so collectives may fail to launch or run on a fallback path."""
+    log: NcclLog = facts.get("nccl_log")
+    hit = [p for p in log.processes if p.shared_mem is not None]
+    if not hit:
+        return
+    p = hit[0]
+    assert p.shared_mem is not None
+    wanted, offered = p.shared_mem
+    build = (f"NCCL {p.nccl_version}" if p.nccl_version else "this NCCL") + (
+        f" (built with CUDA {p.cuda_build})" if p.cuda_build else "")
+    driver = (f"; the driver supports CUDA {p.cuda_driver // 1000}.{p.cuda_driver % 1000 // 10}"
+              if p.cuda_driver else "")
+    lines = [p.notes["shared-mem"]] + [p.notes[k] for k in ("version",) if k in p.notes]
+    yield finding(
+        "nccl.shared-mem-exceeded", Severity.WARNING,
+        f"{build} wants {wanted} bytes of shared memory per block, the GPU offers "
+        f"{offered}{driver} ({plural(len(hit), 'process')})",
+        "NCCL sizes its kernels from tables compiled into the library; a GPU newer than "
+        "the build (a new architecture, often a GeForce or workstation part with less "
+        "shared memory than the data-center GPU of its generation) does not match them. "
+        "Failures and hangs in collectives, peer-to-peer included, follow from the "
+        "library, not from the node: use an NCCL release that supports this GPU, built "
+        "with a CUDA version that knows its architecture (the framework's bundled NCCL "
+        "counts: upgrade the wheel or the image).",
+        Action.FIX_SOFTWARE, Blame.CONFIG, NODE,
+        [evidence(LOG, lines, "NCCL's own line, and its version")])
+
+
 # --- init that did not complete -------------------------------------------------------------
 
 _NETWORK_STEP = re.compile(r"NET/|Bootstrap|OOB|Channel|Connected|via|Socket|network|\bIB\b|"
