@@ -6,9 +6,7 @@ is an xfail(strict=True) with the reason, so that fixing it shows."""
 from __future__ import annotations
 
 import pytest
-
-from gputriage.engine import analyze
-from gputriage.ingest import load_input
+from golden import cases, check_verdict, missing_rows
 
 # sample name part -> (must, must not[, reason it is expected to fail])
 GOLDEN: dict[str, tuple] = {
@@ -92,27 +90,10 @@ GOLDEN: dict[str, tuple] = {
 }
 
 
-def _cases():
-    for part, row in GOLDEN.items():
-        marks = [pytest.mark.xfail(strict=True, reason=row[2])] if len(row) > 2 else []
-        yield pytest.param(part, row[0], row[1], id=part, marks=marks)
+@pytest.mark.parametrize(("part", "must", "must_not"), list(cases(GOLDEN)))
+def test_golden_verdict(corpus, part, must, must_not):
+    check_verdict(corpus, part, must, must_not)
 
 
 def test_every_category_4_and_5_sample_has_a_golden_row(corpus):
-    names = {corpus.sample(part).name for part in GOLDEN}
-    assert len(names) == len(GOLDEN)
-    wanted = {s.name for s in corpus.category("4") + corpus.category("5")}
-    assert wanted <= names, sorted(wanted - names)
-
-
-@pytest.mark.parametrize(("part", "must", "must_not"), list(_cases()))
-def test_golden_verdict(corpus, part, must, must_not):
-    result = analyze(load_input(str(corpus.sample(part).path)))
-    found: dict[str, set[str]] = {}
-    for f in result.findings:
-        found.setdefault(f.id, set()).add(f.severity.value)
-    for item in must:
-        fid, _, severity = item.partition("=")
-        assert fid in found, (fid, sorted(found))
-        assert not severity or severity in found[fid], (fid, found[fid])
-    assert not set(must_not) & set(found), sorted(set(must_not) & set(found))
+    assert not missing_rows(corpus, GOLDEN, ("4", "5"))
