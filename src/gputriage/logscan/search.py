@@ -44,6 +44,9 @@ _PROBE_OF: dict[bytes, bytes] = {
     b"error received": b"rror received", b"PCIe Bus Error": b"PCIe ",
     b"PCIe bandwidth": b"PCIe ", b"segfault at ": b"gfault at ", b"-- Boot ": b"-- ",
     b"-- Reboot --": b"-- ",
+    b"nv_peer_mem": b"_peer_mem", b"Hardware Error": b"dware ",
+    b"hardware memory error": b"dware ", b"Memory failure": b"ry failure",
+    b"Lost carrier": b" carrier", b"Gained carrier": b" carrier",
 }
 
 
