@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gputriage.errors import ParseError
-from gputriage.parsers import PARSERS, parser_for
+from gputriage.sources import PARSED, parser_of
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -19,7 +19,7 @@ JSON_VALUES = st.recursive(
 
 
 def _feed(source: str, data: bytes) -> None:
-    parser, as_json = parser_for(source)
+    parser, as_json = parser_of(source)
     text = data.decode("utf-8", errors="replace")
     if as_json:
         try:
@@ -33,17 +33,17 @@ def _feed(source: str, data: bytes) -> None:
         parser(arg)
 
 
-@pytest.mark.parametrize("source", sorted(PARSERS))
+@pytest.mark.parametrize("source", sorted(PARSED))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.binary(max_size=4096))
 def test_arbitrary_bytes(source, data):
     _feed(source, data)
 
 
-@pytest.mark.parametrize("source", sorted(s for s, (_, _, j) in PARSERS.items() if j))
+@pytest.mark.parametrize("source", sorted(s for s in PARSED if parser_of(s)[1]))
 @settings(max_examples=60, deadline=None)
 @given(doc=JSON_VALUES)
 def test_arbitrary_json_documents(source, doc):
-    parser, _ = parser_for(source)
+    parser, _ = parser_of(source)
     with contextlib.suppress(ParseError):
         parser(doc)

@@ -14,6 +14,14 @@ from gputriage.rules.base import Rule
 from gputriage.snapshot import Snapshot
 
 
+def _inputs_of(facts: Facts, rule: Rule) -> dict:
+    """The keyword arguments of a rule: its required facts, then its optional ones."""
+    kwargs = {name: facts.get(name) for name in rule.requires}
+    for name, default in rule.defaults:
+        kwargs[name] = facts.maybe(name, default)
+    return kwargs
+
+
 def _skip_reason(facts: Facts, rule: Rule) -> str | None:
     for name in rule.requires:
         try:
@@ -43,7 +51,8 @@ def analyze_facts(facts: Facts, rules: Sequence[Rule] | None = None) -> Result:
             result.skipped.append(Skipped(rule.id, reason))
             continue
         try:
-            result.findings.extend(rule.func(facts))
+            found = rule.func(facts) if rule.legacy else rule.func(**_inputs_of(facts, rule))
+            result.findings.extend(found)
         except Missing as exc:
             result.skipped.append(Skipped(rule.id, f"needs {exc}"))
             continue

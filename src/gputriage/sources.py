@@ -19,7 +19,10 @@ Kinds:
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_CAP_BYTES = 16 * 1024 * 1024
@@ -40,6 +43,7 @@ class Source:
     select: str | None = None  # tree: name of a filter in collect.trees
     collect: bool = True  # False: read from pasted outputs and bug reports only
     applies: str | None = None  # "nvidia" | "infiniband": hardware the source is about
+    parser: str | None = None  # "module:function" of gputriage.parsers; the source's fact
 
     @property
     def filename(self) -> str:
@@ -76,39 +80,54 @@ def _file(name: str, path: str, description: str, **kw) -> Source:
 SOURCES: tuple[Source, ...] = (
     # --- NVIDIA driver and tools
     _cmd("nvidia_smi_q_xml", ("nvidia-smi", "-q", "-x"), "full GPU state as XML", suffix=".xml",
-         timeout_s=30.0, applies="nvidia"),
+         timeout_s=30.0, applies="nvidia",
+         parser="nvsmi_xml:parse_nvsmi_xml"),
     _cmd("nvidia_smi_q", ("nvidia-smi", "-q"), "full GPU state as text (input only: live "
-         "collection takes the XML)", collect=False),
-    _cmd("nvidia_smi", ("nvidia-smi",), "the nvidia-smi summary table", applies="nvidia"),
+         "collection takes the XML)", collect=False,
+         parser="nvsmi_text:parse_nvsmi_text"),
+    _cmd("nvidia_smi", ("nvidia-smi",), "the nvidia-smi summary table", applies="nvidia",
+         parser="nvsmi_table:parse_nvsmi_table"),
     _cmd("nvidia_smi_csv", ("nvidia-smi", "--query-gpu=index,pci.bus_id,name,driver_version,"
                             "pstate,utilization.gpu,pcie.link.gen.current,pcie.link.gen.max,"
                             "pcie.link.width.current,pcie.link.width.max", "--format=csv"),
          "nvidia-smi --query-gpu / --query-remapped-rows / --query-retired-pages / "
          "--query-compute-apps CSV outputs (input only: live collection takes the XML)",
-         collect=False),
+         collect=False,
+         parser="nvsmi_csv:parse_nvsmi_csv"),
     _cmd("gpu_reset", ("nvidia-smi", "--gpu-reset"), "what nvidia-smi -r / --gpu-reset and a "
          "MIG mode change printed, with the device holders around them (fuser -v "
-         "/dev/nvidia*); input only: gputriage never resets a GPU", collect=False),
+         "/dev/nvidia*); input only: gputriage never resets a GPU", collect=False,
+         parser="gpu_reset:parse_gpu_reset"),
     _cmd("nvidia_smi_topo", ("nvidia-smi", "topo", "-m"), "GPU/NIC/CPU topology matrix",
-         applies="nvidia"),
+         applies="nvidia",
+         parser="topo:parse_topo"),
     _cmd("nvidia_smi_nvlink_status", ("nvidia-smi", "nvlink", "-s"), "NVLink link state",
-         applies="nvidia"),
+         applies="nvidia",
+         parser="nvlink:parse_nvlink_status"),
     _cmd("nvidia_smi_nvlink_errors", ("nvidia-smi", "nvlink", "-e"), "NVLink error counters",
-         applies="nvidia"),
+         applies="nvidia",
+         parser="nvlink:parse_nvlink_errors"),
     Source(name="nvml", kind="nvml", description="NVML readings (or the init error text)",
-           suffix=".json", timeout_s=20.0),
+           suffix=".json", timeout_s=20.0,
+         parser="nvml:parse_nvml"),
     _file("proc_driver_nvidia_version", "/proc/driver/nvidia/version",
-          "loaded NVIDIA kernel module version", applies="nvidia"),
+          "loaded NVIDIA kernel module version", applies="nvidia",
+         parser="driver:parse_proc_driver_version"),
     Source(name="proc_driver_nvidia_gpus", kind="tree", path="/proc/driver/nvidia/gpus",
            globs=("*/information",), suffix=".json",
-           description="per-GPU information as the kernel module sees it", applies="nvidia"),
-    _file("proc_modules", "/proc/modules", "loaded kernel modules"),
-    _file("proc_devices", "/proc/devices", "character device majors (nvidia-uvm is dynamic)"),
+           description="per-GPU information as the kernel module sees it", applies="nvidia",
+         parser="driver:parse_gpus_information"),
+    _file("proc_modules", "/proc/modules", "loaded kernel modules",
+         parser="modules:parse_modules"),
+    _file("proc_devices", "/proc/devices", "character device majors (nvidia-uvm is dynamic)",
+         parser="devices:parse_proc_devices"),
     Source(name="sys_module_nvidia", kind="tree", path="/sys/module",
            globs=("nvidia*/version", "nvidia*/initstate"), suffix=".json",
-           description="version of each loaded nvidia* module", applies="nvidia"),
+           description="version of each loaded nvidia* module", applies="nvidia",
+         parser="driver:parse_sys_module_versions"),
     Source(name="dev_nvidia", kind="devnodes", path="/dev/nvidia*", suffix=".json",
-           description="NVIDIA device nodes with major:minor", applies="nvidia"),
+           description="NVIDIA device nodes with major:minor", applies="nvidia",
+         parser="devices:parse_devnodes"),
     Source(name="dev_nvidia_caps", kind="devnodes", path="/dev/nvidia-caps/*", suffix=".json",
            description="NVIDIA capability device nodes (MIG)", applies="nvidia"),
     Source(name="nvidia_libs", kind="tree", path="/",
@@ -117,36 +136,49 @@ SOURCES: tuple[Source, ...] = (
                   "usr/lib/x86_64-linux-gnu/libcuda.so.*", "usr/lib64/libcuda.so.*",
                   "usr/lib/aarch64-linux-gnu/libcuda.so.*", "usr/lib/libcuda.so.*"),
            select="names_only", suffix=".json",
-           description="userspace driver libraries (their file names carry the version)"),
+           description="userspace driver libraries (their file names carry the version)",
+         parser="driver:parse_nvidia_libs"),
     # --- PCI
     Source(name="pci_devices", kind="tree", path="/sys/bus/pci/devices",
            globs=tuple(f"*/{a}" for a in _PCI_ATTRS), select="gpu_and_nic_functions",
            suffix=".json",
-           description="NVIDIA and network PCI functions: ids, class, NUMA, link speed/width"),
+           description="NVIDIA and network PCI functions: ids, class, NUMA, link speed/width",
+         parser="pci:parse_pci_tree"),
     _cmd("lspci_nvidia", ("lspci", "-vvv", "-nn", "-D", "-d", "10de:"),
-         "lspci detail of NVIDIA functions", applies="nvidia"),
+         "lspci detail of NVIDIA functions", applies="nvidia",
+         parser="lspci:parse_lspci"),
     _cmd("dmidecode_slots", ("dmidecode", "-t", "slot"),
-         "physical PCIe slots: type, electrical width, what sits in them"),
+         "physical PCIe slots: type, electrical width, what sits in them",
+         parser="dmidecode:parse_dmidecode_slots"),
     _cmd("lspci_mellanox", ("lspci", "-vvv", "-nn", "-D", "-d", "15b3:"),
-         "lspci detail of Mellanox/NVIDIA networking functions", applies="infiniband"),
+         "lspci detail of Mellanox/NVIDIA networking functions", applies="infiniband",
+         parser="lspci:parse_lspci"),
     # --- memory, kernel, OS
-    _file("proc_meminfo", "/proc/meminfo", "memory and hugepage totals"),
+    _file("proc_meminfo", "/proc/meminfo", "memory and hugepage totals",
+         parser="memory:parse_meminfo"),
     Source(name="hugepages", kind="tree", path="/sys/kernel/mm/hugepages",
            globs=tuple(f"*/{a}" for a in _HUGEPAGE_ATTRS), suffix=".json",
-           description="hugepage pools per page size"),
+           description="hugepage pools per page size",
+         parser="memory:parse_hugepages"),
     Source(name="hugepages_per_node", kind="tree", path="/sys/devices/system/node",
            globs=tuple(f"node*/hugepages/*/{a}" for a in _HUGEPAGE_ATTRS) + ("node*/cpulist",),
-           suffix=".json", description="hugepage pools and CPUs per NUMA node"),
+           suffix=".json", description="hugepage pools and CPUs per NUMA node",
+         parser="memory:parse_hugepages_per_node"),
     _file("thp_enabled", "/sys/kernel/mm/transparent_hugepage/enabled",
-          "transparent hugepage mode"),
+          "transparent hugepage mode",
+         parser="hostcfg:parse_thp"),
     _file("thp_defrag", "/sys/kernel/mm/transparent_hugepage/defrag",
           "transparent hugepage defrag mode"),
-    _file("numa_balancing", "/proc/sys/kernel/numa_balancing", "automatic NUMA balancing"),
-    _file("proc_cmdline", "/proc/cmdline", "kernel command line"),
+    _file("numa_balancing", "/proc/sys/kernel/numa_balancing", "automatic NUMA balancing",
+         parser="hostcfg:parse_numa_balancing"),
+    _file("proc_cmdline", "/proc/cmdline", "kernel command line",
+         parser="hostcfg:parse_cmdline"),
     _file("cgroup_controllers", "/sys/fs/cgroup/cgroup.controllers",
-          "cgroup v2 controllers (absent on cgroup v1)"),
+          "cgroup v2 controllers (absent on cgroup v1)",
+         parser="hostcfg:parse_cgroup_controllers"),
     _file("proc_self_cgroup", "/proc/self/cgroup", "cgroup membership (container detection)"),
-    _cmd("numactl", ("numactl", "--hardware"), "NUMA nodes, CPUs, memory, distances"),
+    _cmd("numactl", ("numactl", "--hardware"), "NUMA nodes, CPUs, memory, distances",
+         parser="numactl:parse_numactl"),
     _file("os_release", "/etc/os-release", "distribution"),
     _cmd("uname", ("uname", "-a"), "kernel release and architecture"),
     _file("boot_id", "/proc/sys/kernel/random/boot_id", "boot id"),
@@ -156,21 +188,27 @@ SOURCES: tuple[Source, ...] = (
     _cmd("kernel_log", ("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager"),
          "kernel log of the current boot", fallback=(("dmesg", "--time-format", "iso"),
                                                       ("dmesg",)),
-         timeout_s=30.0, cap_bytes=64 * 1024 * 1024),
+         timeout_s=30.0, cap_bytes=64 * 1024 * 1024,
+         parser="kernel_events:scan_driver_events"),
     _cmd("systemctl_persistenced", ("systemctl", "show", "nvidia-persistenced", "--no-pager"),
-         "nvidia-persistenced unit state"),
+         "nvidia-persistenced unit state",
+         parser="systemd:parse_systemctl_show"),
     _cmd("systemctl_fabricmanager", ("systemctl", "show", "nvidia-fabricmanager", "--no-pager"),
-         "nvidia-fabricmanager unit state"),
+         "nvidia-fabricmanager unit state",
+         parser="systemd:parse_systemctl_show"),
     _cmd("fabricmanager_journal",
          ("journalctl", "-u", "nvidia-fabricmanager", "-b", "-o", "short-iso", "--no-pager"),
-         "fabric manager journal of the current boot"),
+         "fabric manager journal of the current boot",
+         parser="fabricmanager:parse_fabricmanager_log"),
     # --- InfiniBand / RoCE
     Source(name="infiniband", kind="tree", path="/sys/class/infiniband",
            globs=tuple(f"*/ports/*/{a}" for a in _IB_PORT_ATTRS)
            + ("*/ports/*/counters/*", "*/fw_ver", "*/hca_type", "*/node_desc", "*/device"),
            suffix=".json", description="HCA ports: state, rate, link layer, counters",
-           applies="infiniband"),
-    _cmd("ibstat", ("ibstat",), "InfiniBand HCA and port status", applies="infiniband"),
+           applies="infiniband",
+         parser="infiniband:parse_ib_tree"),
+    _cmd("ibstat", ("ibstat",), "InfiniBand HCA and port status", applies="infiniband",
+         parser="infiniband:parse_ibstat"),
     # --- containers
     _file("container_toolkit_config", "/etc/nvidia-container-runtime/config.toml",
           "NVIDIA container runtime configuration"),
@@ -184,11 +222,14 @@ SOURCES: tuple[Source, ...] = (
     _cmd("nccl_log", ("env", "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,ENV,NET,GRAPH",
                       "all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
          "NCCL_DEBUG=INFO output of a job (input only: one file per rank or all ranks "
-         "interleaved)", collect=False),
+         "interleaved)", collect=False,
+         parser="nccl_log:parse_nccl_log"),
     _cmd("device_query", ("deviceQuery",), "the CUDA sample deviceQuery: devices the CUDA "
-         "runtime sees, or the cudaError it stopped on (input only)", collect=False),
+         "runtime sees, or the cudaError it stopped on (input only)", collect=False,
+         parser="device_query:parse_device_query"),
     _cmd("nccl_tests", ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
-         "nccl-tests results table (input only)", collect=False),
+         "nccl-tests results table (input only)", collect=False,
+         parser="nccl_tests:parse_nccl_tests"),
 )
 
 BY_NAME: dict[str, Source] = {s.name: s for s in SOURCES}
@@ -196,3 +237,17 @@ BY_NAME: dict[str, Source] = {s.name: s for s in SOURCES}
 
 def get(name: str) -> Source:
     return BY_NAME[name]
+
+
+def parser_of(name: str) -> tuple[Callable[[Any], Any], bool]:
+    """The parser of a source (imported on first use) and whether it takes the decoded
+    JSON document rather than the text; KeyError when the source has none."""
+    src = BY_NAME[name]
+    if not src.parser:
+        raise KeyError(f"source {name} declares no parser")
+    module, _, func = src.parser.partition(":")
+    parse = getattr(importlib.import_module(f"gputriage.parsers.{module}"), func)
+    return parse, src.suffix == ".json"
+
+
+PARSED: tuple[str, ...] = tuple(s.name for s in SOURCES if s.parser)

@@ -1,14 +1,24 @@
-"""Facts of one hardware area each (topology, PCIe, fabric, InfiniBand, host
-configuration), registered with :func:`gputriage.facts.fact`. Importing this
-package registers them all; :meth:`gputriage.facts.Facts.get` does so on
-first need."""
+"""Facts of one area each, listed here once: :data:`REGISTRY` is every fact by name.
 
-from gputriage.hostfacts import (  # noqa: F401
+A fact of a source that only needs parsing needs no entry: a source that declares its
+parser in :mod:`gputriage.sources` is a fact of its own name.
+"""
+
+from gputriage.factbase import Fact, merge
+from gputriage.hostfacts import (
     fabric,
     host,
     infiniband,
     nccl,
     nccl_bandwidth,
     pcie,
+    smi_views,
+    stack,
     topology,
 )
+
+__all__ = ["REGISTRY"]
+
+REGISTRY: dict[str, Fact] = merge(stack.FACTS, host.FACTS, fabric.FACTS, infiniband.FACTS,
+                                  nccl.FACTS, nccl_bandwidth.FACTS, pcie.FACTS,
+                                  topology.FACTS, smi_views.FACTS)

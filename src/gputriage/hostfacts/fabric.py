@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gputriage.facts import Facts, Missing, fact
+from gputriage.factbase import FactTable, Missing
 from gputriage.knowledge import GpuProfile, gpu_profile
 from gputriage.model import Evidence
 from gputriage.parsers import fabricmanager, nvlink
 from gputriage.parsers.pci import PciFunction
+
+if TYPE_CHECKING:
+    from gputriage.facts import Facts
+
+FACTS = FactTable()
 
 __all__ = ["FabricNeed", "FabricState", "NvSwitchSighting", "gpu_profile_for"]
 
@@ -76,22 +82,22 @@ class FabricNeed:
     evidence: tuple[Evidence, ...] = ()
 
 
-@fact("nvlink")
+@FACTS.fact("nvlink")
 def _nvlink(facts: Facts) -> nvlink.NvlinkStatus:
     """NVLink state per GPU (``nvidia-smi nvlink -s``)."""
-    return facts._parse("nvidia_smi_nvlink_status", nvlink.parse_nvlink_status)
+    return facts.parse("nvidia_smi_nvlink_status", nvlink.parse_nvlink_status)
 
 
-@fact("nvlink_errors")
+@FACTS.fact("nvlink_errors")
 def _nvlink_errors(facts: Facts) -> nvlink.NvlinkErrors:
     """NVLink error counters per GPU and link (``nvidia-smi nvlink -e``)."""
-    return facts._parse("nvidia_smi_nvlink_errors", nvlink.parse_nvlink_errors)
+    return facts.parse("nvidia_smi_nvlink_errors", nvlink.parse_nvlink_errors)
 
 
-@fact("fm_log")
+@FACTS.fact("fm_log")
 def _fm_log(facts: Facts) -> fabricmanager.FmLog:
     """The fabric manager's journal or log file."""
-    return facts._parse(FM_SOURCE, fabricmanager.parse_fabricmanager_log)
+    return facts.parse(FM_SOURCE, fabricmanager.parse_fabricmanager_log)
 
 
 def _pci_line(fn: PciFunction) -> str:
@@ -103,7 +109,7 @@ def _pci_line(fn: PciFunction) -> str:
     return f"{fn.address}: vendor 10de device {dev} class {cls} (NVSwitch)"
 
 
-@fact("nvswitches")
+@FACTS.fact("nvswitches")
 def _nvswitches(facts: Facts) -> list[NvSwitchSighting]:
     """NVSwitches seen on PCI, as /dev/nvidia-nvswitchN nodes or by the fabric
     manager; [] when the host's PCI listing shows none (or the fabric manager
@@ -147,7 +153,7 @@ def _fabric_blocks(text: str) -> list[tuple[str, ...]]:
     return blocks
 
 
-@fact("fabric_states")
+@FACTS.fact("fabric_states")
 def _fabric_states(facts: Facts) -> list[FabricState]:
     """Per-GPU Fabric State / Status from the best nvidia-smi output that has them
     ([] when no GPU reports one: pre-Hopper and PCIe parts print N/A)."""
@@ -217,7 +223,7 @@ def _switch_reason(switches: list[NvSwitchSighting]) -> str:
     return "the fabric manager log names NVSwitches"
 
 
-@fact("needs_fabric_manager")
+@FACTS.fact("needs_fabric_manager")
 def _needs_fabric_manager(facts: Facts) -> FabricNeed:
     """Whether nvidia-fabricmanager must run, here or outside this (virtual) machine."""
     switches = facts.maybe("nvswitches")

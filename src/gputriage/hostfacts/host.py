@@ -9,9 +9,15 @@ and ``host_cgroup``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from gputriage.facts import Facts, Missing, fact
+from gputriage.factbase import FactTable, Missing
 from gputriage.parsers import hostcfg, memory
+
+if TYPE_CHECKING:
+    from gputriage.facts import Facts
+
+FACTS = FactTable()
 
 __all__ = ["CgroupHierarchy", "DEFAULT_HUGEPAGE_KB", "hugepage_pool_sizes"]
 
@@ -27,37 +33,37 @@ class CgroupHierarchy:
     evidence: dict[str, list[str]] = field(default_factory=dict)
 
 
-@fact("host_meminfo")
+@FACTS.fact("host_meminfo")
 def host_meminfo(facts: Facts) -> memory.MemInfo:
     """``/proc/meminfo``."""
-    info = facts._parse("proc_meminfo", memory.parse_meminfo)
+    info = facts.parse("proc_meminfo", memory.parse_meminfo)
     if not info.values:
         raise Missing("proc_meminfo: empty")
     return info
 
 
-@fact("host_hugepages")
+@FACTS.fact("host_hugepages")
 def host_hugepages(facts: Facts) -> list[memory.HugePagePool]:
     """Host-wide hugepage pools by size (sysfs)."""
-    pools = facts._parse("hugepages", memory.parse_hugepages, as_json=True)
+    pools = facts.parse("hugepages", memory.parse_hugepages, as_json=True)
     if not pools:
         raise Missing("hugepages: no pool in the tree")
     return pools
 
 
-@fact("host_hugepage_nodes")
+@FACTS.fact("host_hugepage_nodes")
 def host_hugepage_nodes(facts: Facts) -> list[memory.NodeHugePages]:
     """Hugepage pools and CPUs per NUMA node (sysfs)."""
-    nodes = facts._parse("hugepages_per_node", memory.parse_hugepages_per_node, as_json=True)
+    nodes = facts.parse("hugepages_per_node", memory.parse_hugepages_per_node, as_json=True)
     if not nodes:
         raise Missing("hugepages_per_node: no node in the tree")
     return nodes
 
 
-@fact("host_cmdline")
+@FACTS.fact("host_cmdline")
 def host_cmdline(facts: Facts) -> hostcfg.KernelCmdline:
     """The kernel command line."""
-    cmd = facts._parse("proc_cmdline", hostcfg.parse_cmdline)
+    cmd = facts.parse("proc_cmdline", hostcfg.parse_cmdline)
     if not cmd.params:
         raise Missing("proc_cmdline: empty")
     return cmd
@@ -65,25 +71,25 @@ def host_cmdline(facts: Facts) -> hostcfg.KernelCmdline:
 
 def _thp_mode(facts: Facts, source: str) -> str:
     """The bracketed choice of a transparent-hugepage sysfs file."""
-    mode = facts._parse(source, hostcfg.parse_thp)
+    mode = facts.parse(source, hostcfg.parse_thp)
     if mode is None:
         raise Missing(f"{source}: empty")
     return mode
 
 
-@fact("host_thp")
+@FACTS.fact("host_thp")
 def host_thp(facts: Facts) -> str:
     """The transparent hugepage mode (always / madvise / never)."""
     return _thp_mode(facts, "thp_enabled")
 
 
-@fact("host_thp_defrag")
+@FACTS.fact("host_thp_defrag")
 def host_thp_defrag(facts: Facts) -> str:
     """The transparent hugepage defrag mode."""
     return _thp_mode(facts, "thp_defrag")
 
 
-@fact("host_cgroup")
+@FACTS.fact("host_cgroup")
 def host_cgroup(facts: Facts) -> CgroupHierarchy:
     """cgroup v2 when ``cgroup.controllers`` exists at the root; v1 (legacy or
     hybrid) when ``/proc/self/cgroup`` lists controller hierarchies."""
@@ -91,13 +97,13 @@ def host_cgroup(facts: Facts) -> CgroupHierarchy:
     text = facts.snapshot.text("cgroup_controllers")
     if text is not None:
         try:
-            controllers = facts._parse("cgroup_controllers", hostcfg.parse_cgroup_controllers)
+            controllers = facts.parse("cgroup_controllers", hostcfg.parse_cgroup_controllers)
         except Missing:
             controllers = None
     lines: list[hostcfg.CgroupLine] = []
     if facts.snapshot.text("proc_self_cgroup") is not None:
         try:
-            lines = facts._parse("proc_self_cgroup", hostcfg.parse_self_cgroup)
+            lines = facts.parse("proc_self_cgroup", hostcfg.parse_self_cgroup)
         except Missing:
             lines = []
     if controllers is not None:

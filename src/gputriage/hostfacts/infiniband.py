@@ -11,10 +11,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gputriage.facts import Facts, Missing, fact
+from gputriage.factbase import FactTable, Missing
 from gputriage.parsers.infiniband import IbPort, merge_ports, parse_ib_tree, parse_ibstat
+
+if TYPE_CHECKING:
+    from gputriage.facts import Facts
+
+FACTS = FactTable()
 
 __all__ = ["LOCAL_LINKS", "RAIL_GROUP_MIN", "HcaAffinity", "ib_gpu_affinity", "ib_ports"]
 
@@ -58,17 +63,17 @@ class HcaAffinity:
         return f"which GPUs {self.device} serves is unknown (no topo -m, no PCI affinity)"
 
 
-@fact("ib_ports")
+@FACTS.fact("ib_ports")
 def ib_ports(facts: Facts) -> list[IbPort]:
     """HCA ports: sysfs first (enriched by pasted tool outputs), else ``ibstat``."""
     reasons = []
     try:
-        ports = facts._parse("infiniband", parse_ib_tree, as_json=True)
+        ports = facts.parse("infiniband", parse_ib_tree, as_json=True)
     except Missing as exc:
         ports = None
         reasons.append(str(exc))
     try:
-        text_ports = facts._parse("ibstat", parse_ibstat)
+        text_ports = facts.parse("ibstat", parse_ibstat)
     except Missing as exc:
         text_ports = None
         reasons.append(str(exc))
@@ -113,7 +118,7 @@ def _rank(link: str) -> int:
     return order.index(link) if link in order else len(order)
 
 
-@fact("ib_gpu_affinity")
+@FACTS.fact("ib_gpu_affinity")
 def ib_gpu_affinity(facts: Facts) -> dict[str, HcaAffinity]:
     """For every HCA: is it a GPU rail (same PCIe switch or NUMA node as a GPU)?
 

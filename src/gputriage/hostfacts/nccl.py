@@ -13,8 +13,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from gputriage.facts import Facts, Missing, fact
+from gputriage.factbase import FactTable, Missing
 from gputriage.parsers.nccl_model import (
     NET_IB,
     NET_PLUGIN,
@@ -26,25 +27,30 @@ from gputriage.parsers.nccl_model import (
     NcclTestRun,
 )
 
+if TYPE_CHECKING:
+    from gputriage.facts import Facts
+
+FACTS = FactTable()
+
 __all__ = ["NcclJob", "env_value", "nccl_bus_id", "nccl_job", "nccl_log", "nccl_tests",
            "log_lines", "on_sockets", "process_network", "raw_lines"]
 
 
-@fact("nccl_log")
+@FACTS.fact("nccl_log")
 def nccl_log(facts: Facts) -> NcclLog:
     from gputriage.parsers.nccl_log import parse_nccl_log
 
-    log = facts._parse("nccl_log", parse_nccl_log)
+    log = facts.parse("nccl_log", parse_nccl_log)
     if not log.processes and not log.framework_errors:
         raise Missing("nccl_log: no NCCL record in it")
     return log
 
 
-@fact("nccl_tests")
+@FACTS.fact("nccl_tests")
 def nccl_tests(facts: Facts) -> list[NcclTestRun]:
     from gputriage.parsers.nccl_tests import parse_nccl_tests
 
-    runs = facts._parse("nccl_tests", parse_nccl_tests)
+    runs = facts.parse("nccl_tests", parse_nccl_tests)
     if not runs:
         raise Missing("nccl_tests: no nccl-tests run in it")
     return runs
@@ -162,7 +168,7 @@ class NcclJob:
         return "node count unknown"
 
 
-@fact("nccl_job")
+@FACTS.fact("nccl_job")
 def nccl_job(facts: Facts) -> NcclJob:
     """A summary of the NCCL log: hosts, node count, networks and net channels."""
     log: NcclLog = facts.get("nccl_log")

@@ -16,12 +16,18 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gputriage.facts import Facts, fact
+from gputriage.factbase import FactTable
 from gputriage.hostfacts.fabric import gpu_profile_for
 from gputriage.knowledge import GpuProfile, _rows, gpu_profile
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
+
+if TYPE_CHECKING:
+    from gputriage.facts import Facts
+
+FACTS = FactTable()
 
 __all__ = ["BusbwFigure", "Expectation", "busbw_figures", "expect_busbw", "expect_busbw_why",
            "nccl_expectations", "operation", "rail_ports"]
@@ -273,7 +279,7 @@ def expect_busbw(run: NcclTestRun, facts: Facts | None) -> Expectation | None:
     return expect_busbw_why(run, facts)[0]
 
 
-@fact("nccl_expectations")
+@FACTS.fact("nccl_expectations")
 def nccl_expectations(facts: Facts) -> list[tuple[NcclTestRun, Expectation | None]]:
     """Every nccl-tests run with the busbw it should reach (None: cannot tell)."""
     return [(run, expect_busbw(run, facts)) for run in facts.get("nccl_tests")]

@@ -8,14 +8,19 @@ Registers the fact ``pcie_links``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gputriage import knowledge
-from gputriage.facts import Facts, Missing, fact
+from gputriage.factbase import FactTable, Missing
 from gputriage.parsers import lspci
 from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.nvsmi import SmiGpu
 from gputriage.parsers.pci import PciFunction
+
+if TYPE_CHECKING:
+    from gputriage.facts import Facts
+
+FACTS = FactTable()
 
 __all__ = ["GEN_GTS", "PcieLink", "aer_total", "gen_to_gts", "pcie_links"]
 
@@ -157,7 +162,7 @@ def _headerless(facts: Facts) -> list[tuple[str, PciFunction]]:
     out: list[tuple[str, PciFunction]] = []
     for source in _LSPCI_SOURCES:
         try:
-            functions = facts._parse(source, lspci.parse_lspci)
+            functions = facts.parse(source, lspci.parse_lspci)
         except Missing:
             continue
         out.extend((source, f) for f in functions if not f.address and (
@@ -253,7 +258,7 @@ def _skip_sibling(f: PciFunction, kinds: dict[str, str]) -> bool:
 
 
 def _text(facts: Facts, source: str) -> list[str]:
-    return [] if source == "pci_devices" else facts.lines(source)
+    return [] if source == "pci_devices" else (facts.text(source) or "").splitlines()
 
 
 def _evidence_source(facts: Facts, f: PciFunction, kind: str, source: str) -> str:
@@ -265,7 +270,7 @@ def _evidence_source(facts: Facts, f: PciFunction, kind: str, source: str) -> st
     return "lspci_nvidia" if facts.snapshot.get("lspci_nvidia") is not None else source
 
 
-@fact("pcie_links")
+@FACTS.fact("pcie_links")
 def pcie_links(facts: Facts) -> list[PcieLink]:
     """Every GPU and NIC PCIe link the inputs describe (sysfs, lspci, nvidia-smi)."""
     functions: list[PciFunction] = facts.maybe("pci", [])

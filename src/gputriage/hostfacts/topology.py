@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gputriage.errors import ParseError
-from gputriage.facts import Facts, Missing, fact
+from gputriage.factbase import FactTable, Missing
 from gputriage.parsers.numactl import NumaHardware, parse_numactl, parse_sysfs_nodes
 from gputriage.parsers.topo import TopoMatrix, distance, parse_topo
+
+if TYPE_CHECKING:
+    from gputriage.facts import Facts
+
+FACTS = FactTable()
 
 __all__ = ["GpuPlacement", "multi_node_evidence", "parse_balancing_value"]
 
@@ -51,27 +57,27 @@ def parse_balancing_value(text: str) -> str:
     return value
 
 
-@fact("topology")
+@FACTS.fact("topology")
 def topology(facts: Facts) -> TopoMatrix:
     """The ``nvidia-smi topo -m`` matrix (or a pasted ``topo -p2p`` one)."""
-    matrix = facts._parse("nvidia_smi_topo", parse_topo)
+    matrix = facts.parse("nvidia_smi_topo", parse_topo)
     if matrix.is_empty():
         raise Missing("nvidia_smi_topo: empty")
     return matrix
 
 
-@fact("numa")
+@FACTS.fact("numa")
 def numa(facts: Facts) -> NumaHardware:
     """NUMA nodes from numactl (or lscpu pasted as such), else sysfs cpulists."""
     try:
-        hw = facts._parse("numactl", parse_numactl)
+        hw = facts.parse("numactl", parse_numactl)
         if not hw.is_empty():
             return hw
         first = Missing("numactl: empty")
     except Missing as exc:
         first = exc
     try:
-        hw = facts._parse("hugepages_per_node", parse_sysfs_nodes, as_json=True)
+        hw = facts.parse("hugepages_per_node", parse_sysfs_nodes, as_json=True)
     except Missing:
         raise first from None
     if not hw.nodes:
@@ -79,10 +85,10 @@ def numa(facts: Facts) -> NumaHardware:
     return hw
 
 
-@fact("numa_balancing")
+@FACTS.fact("numa_balancing")
 def numa_balancing(facts: Facts) -> str:
     """kernel.numa_balancing as printed ("0" off, "1" on, "2"/"3" tiering modes)."""
-    value = facts._parse("numa_balancing", parse_balancing_value)
+    value = facts.parse("numa_balancing", parse_balancing_value)
     if not value:
         raise Missing("numa_balancing: empty")
     return value
@@ -131,7 +137,7 @@ def _rails(matrix: TopoMatrix, gpus: list[str],
     return rails if agree * 2 > len(gpus) else {}
 
 
-@fact("gpu_nic_map")
+@FACTS.fact("gpu_nic_map")
 def gpu_nic_map(facts: Facts) -> list[GpuPlacement]:
     """For each GPU of the topology matrix: its NUMA node, nearest NIC(s) and
     link, and on rail-per-GPU hosts its rail NIC and that link."""

@@ -1,4 +1,6 @@
-"""All rules, registered by importing their area modules, named here in order.
+"""All rules: each module of this package (an area) registers its rules when
+imported; :data:`AREAS` is found by listing the package, so a new area is one new
+module.
 
 The modules are imported on first need, so that a command which needs only some
 areas (``gputriage logs``: the kernel log) does not pay for the others.
@@ -7,32 +9,19 @@ areas (``gputriage logs``: the kernel log) does not pay for the others.
 from __future__ import annotations
 
 import importlib
+import pkgutil
+from pathlib import Path
 
 from gputriage.rules.base import REGISTRY, Rule
 
 __all__ = ["AREAS", "LOG_AREAS", "REGISTRY", "Rule", "all_rules", "rules_of"]
 
-AREAS: tuple[str, ...] = (
-    "devnodes",
-    "driver",
-    "fabric",
-    "gpu_state",
-    "hostcfg",
-    "infiniband",
-    "inventory",
-    "kernel_log",
-    "kernel_xid",
-    "memory",
-    "modules",
-    "nccl_bandwidth",
-    "nccl_errors",
-    "nccl_job",
-    "nccl_transport",
-    "pcie",
-    "persistence",
-    "thermal",
-    "topology",
-)
+# modules of this package that are helpers, not areas
+_HELPERS = frozenset({"base", "kernel_common", "kernel_host", "nccl_completions",
+                      "nccl_ib_advice", "nccl_transport_causes", "nccl_transport_paths"})
+AREAS: tuple[str, ...] = tuple(sorted(
+    m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)])
+    if m.name not in _HELPERS))
 # the areas whose rules a kernel log alone can feed (tests/test_logs_cli.py checks this)
 LOG_AREAS: tuple[str, ...] = ("driver", "kernel_log", "kernel_xid")
 

@@ -1,15 +1,18 @@
 """The rule registry and small helpers for writing findings.
 
-A rule is a pure function of :class:`~gputriage.facts.Facts` that yields
-findings. It declares the facts it needs (``requires``: all of them;
-``any_of``: at least one); the engine skips it, with the reason, when they
-are missing.
+A rule is a pure function that yields findings. Its parameters are the facts it
+reads, by name: a parameter without a default is required, one with a default
+(``None``) is optional; ``any_of`` names optional facts of which at least one must
+be present. The engine supplies them, and skips the rule with the reason when a
+required fact is missing. A rule never sees the snapshot or the fact store.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
 
@@ -20,13 +23,21 @@ RuleFunc = Callable[..., Iterable[Finding]]
 class Rule:
     id: str
     func: RuleFunc
-    requires: tuple[str, ...]
-    any_of: tuple[str, ...]
+    requires: tuple[str, ...]  # facts that must all be present
+    any_of: tuple[str, ...]  # facts of which one must be present
     produces: tuple[str, ...]
+    optional: tuple[str, ...] = ()  # facts passed as None (or the default) when missing
+    defaults: tuple[tuple[str, Any], ...] = ()
+    legacy: bool = False  # transitional: takes the whole fact store
 
     @property
     def doc(self) -> str:
         return (self.func.__doc__ or "").strip()
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every fact the rule may read."""
+        return self.requires + tuple(n for n in self.optional if n not in self.requires)
 
 
 REGISTRY: list[Rule] = []
@@ -34,12 +45,25 @@ REGISTRY: list[Rule] = []
 
 def rule(rule_id: str, *, requires: Sequence[str] = (), any_of: Sequence[str] = (),
          produces: Sequence[str] = ()) -> Callable[[RuleFunc], RuleFunc]:
-    """Register a rule function under ``rule_id``."""
+    """Register a rule function under ``rule_id``; its parameters name the facts it
+    reads (``requires`` is only for rules that still take the whole store)."""
 
     def register(func: RuleFunc) -> RuleFunc:
         if any(r.id == rule_id for r in REGISTRY):
             raise ValueError(f"duplicate rule id {rule_id}")
-        REGISTRY.append(Rule(rule_id, func, tuple(requires), tuple(any_of), tuple(produces)))
+        params = list(inspect.signature(func).parameters.values())
+        if params and params[0].name == "facts":
+            REGISTRY.append(Rule(rule_id, func, tuple(requires), tuple(any_of),
+                                 tuple(produces), legacy=True))
+            return func
+        needed = tuple(p.name for p in params if p.default is inspect.Parameter.empty)
+        optional = tuple(p.name for p in params if p.default is not inspect.Parameter.empty)
+        unknown = [n for n in (*requires, *any_of) if n not in needed + optional]
+        if unknown:
+            raise ValueError(f"rule {rule_id}: {unknown} are not parameters")
+        REGISTRY.append(Rule(rule_id, func, needed, tuple(any_of), tuple(produces),
+                             optional, tuple((p.name, p.default) for p in params
+                                             if p.name in optional)))
         return func
 
     return register

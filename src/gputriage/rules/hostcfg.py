@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.facts import CONTAINER_CGROUP, Facts
+from gputriage.facts import Facts
 from gputriage.hostfacts.host import DEFAULT_HUGEPAGE_KB, hugepage_pool_sizes
+from gputriage.hostfacts.stack import CONTAINER_CGROUP
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.hostcfg import KernelCmdline, parse_size_kb
 from gputriage.rules.base import evidence, finding, rule

@@ -5,20 +5,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gputriage import knowledge
-from gputriage.facts import Facts
+from gputriage.hostfacts.stack import GpuSighting
 from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.parsers.systemd import UnitState
 from gputriage.rules.base import evidence, finding, rule
 
 
-@rule("persistence.mode", requires=("visible_gpus",), produces=("persistence.off",))
-def persistence_mode(facts: Facts) -> Iterator[Finding]:
+@rule("persistence.mode", produces=("persistence.off",))
+def persistence_mode(visible_gpus: tuple[str, list[GpuSighting]],
+                     units: dict[str, UnitState] | None = None) -> Iterator[Finding]:
     """Persistence mode off on datacenter GPUs: every job pays the driver's
     initialisation, and GPU state (ECC, clocks) resets when the last client exits."""
-    source, gpus = facts.get("visible_gpus")
+    source, gpus = visible_gpus
     off = [g for g in gpus if g.persistence_mode is False and knowledge.is_datacenter(g.name)]
     if not off:
         return
-    unit = (facts.maybe("units") or {}).get("nvidia-persistenced")
+    unit = (units or {}).get("nvidia-persistenced")
     hint = ("nvidia-persistenced is not running" if unit is not None and not unit.active
             else "enable nvidia-persistenced")
     yield finding(
@@ -31,10 +33,10 @@ def persistence_mode(facts: Facts) -> Iterator[Finding]:
                                                   for g in off])])
 
 
-@rule("persistence.daemon", requires=("units",), produces=("persistence.daemon-inactive",))
-def persistence_daemon(facts: Facts) -> Iterator[Finding]:
+@rule("persistence.daemon", produces=("persistence.daemon-inactive",))
+def persistence_daemon(units: dict[str, UnitState]) -> Iterator[Finding]:
     """nvidia-persistenced installed but not running (failed, or killed at boot)."""
-    unit = facts.get("units").get("nvidia-persistenced")
+    unit = units.get("nvidia-persistenced")
     if unit is None or not unit.installed or unit.active:
         return
     lines = [f"{k}={unit.raw[k]}" for k in ("LoadState", "ActiveState", "SubState", "Result",
