@@ -6,17 +6,51 @@ import csv
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Hypothesis profiles: "ci" (the default: hypothesis's usual 100 examples) and "fuzz"
-# (HYPOTHESIS_PROFILE=fuzz: many more, for tests that leave max_examples to the profile).
-settings.register_profile("ci", max_examples=100)
-settings.register_profile("fuzz", max_examples=5000)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+# Hypothesis profiles. "ci" (the default, run by .ci/run): few examples, derandomized so
+# that a CI run is reproducible, no deadline (a loaded machine must not fail a test), no
+# example database. "fuzz" (HYPOTHESIS_PROFILE=fuzz, by hand): many random examples.
+# A test's own max_examples is capped by "ci" and raised by "fuzz" (see below).
+CI_EXAMPLES, FUZZ_EXAMPLES = 20, 5000
+settings.register_profile("ci", max_examples=CI_EXAMPLES, derandomize=True, deadline=None,
+                          database=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("fuzz", max_examples=FUZZ_EXAMPLES, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(PROFILE)
+
+
+def _examples(own: int) -> int:
+    """The profile decides: "ci" caps a test's own count, "fuzz" raises it."""
+    if PROFILE == "ci":
+        return min(own, CI_EXAMPLES)
+    if PROFILE == "fuzz":
+        return max(own, FUZZ_EXAMPLES)
+    return own
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Apply the profile's example count to property tests that set their own (an
+    explicit ``@settings(max_examples=...)`` would otherwise win over any profile)."""
+    done: set[int] = set()
+    for item in items:
+        func: Any = getattr(item, "obj", None)
+        if getattr(func, "hypothesis", None) is None or id(func) in done:
+            continue
+        done.add(id(func))
+        own = getattr(func, "_hypothesis_internal_use_settings", None)
+        if not isinstance(own, settings):  # hypothesis moved it: fail loudly, not slowly
+            raise pytest.UsageError(f"{item.nodeid}: cannot read its hypothesis settings")
+        if _examples(own.max_examples) != own.max_examples:
+            func._hypothesis_internal_use_settings = settings(
+                own, max_examples=_examples(own.max_examples))
 
 
 @dataclass(frozen=True)

@@ -1,35 +1,78 @@
-"""What the golden-verdict tests of the corpus share: a table ``{sample part: (must,
-must_not[, xfail reason])}`` turned into parametrised cases, the check that every sample
-of some categories has a row, and the verdict check.
+"""What the golden-verdict tests of the corpus share: tables ``{sample part: row}`` turned
+into parametrised cases, the check that every sample of some categories has a row, and
+the verdict checks.
 
-``must``: finding ids (``id`` or ``id=severity``) that must appear. ``must_not``: ids
-that must not appear (``id=severity``: not at that severity), or :data:`CALM`: nothing
-at warning or above beyond the ``must`` ids.
+Three kinds of row, each stating what gputriage says of the sample today:
+
+- ``(must, must_not)``: judged as MANIFEST's expected diagnosis says. ``must``: finding
+  ids (``id`` or ``id=severity``) that must appear. ``must_not``: ids that must not
+  appear (``id=severity``: not at that severity; ``area.``: no id of that area), or
+  :data:`CALM`: nothing at warning or above beyond the ``must`` ids.
+- :class:`Partial`: read, but what the diagnosis rests on waits for an issue. Today's
+  verdict is pinned and nothing at warning or above may appear beyond ``must``, so the
+  row fails, naming the issue, when that issue changes the answer.
+- :class:`Refused`: not read yet. ``analyze`` must refuse it cleanly (one "input error:
+  ... unrecognised content" line, exit status 66, no traceback) until the named issue
+  lands; then the row fails, saying so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import io
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
+from gputriage.cli import EXIT_INPUT, Environment, main
 from gputriage.engine import analyze
 from gputriage.ingest import load_input
 from gputriage.model import Severity
 
 CALM = "calm"
 
-Row = tuple  # (must, must_not) or (must, must_not, xfail reason)
+# Findings that put the fault on the GPU hardware: a sample whose diagnosis is a job,
+# configuration or software problem (or a healthy node) must raise none of them.
+GPU_FAULTS = ("gpu.error-state", "gpu.missing", "gpu.count-unexpected", "gpu.board-short",
+              "nvidia-smi.gpu-lost", "driver.gpu-init-failed", "memory.", "pcie.",
+              "thermal.", "nvlink.links-down", "xid.", "sxid.")
+
+Row = tuple  # (must, must_not)
+
+
+class Partial(NamedTuple):
+    """Read in part: the diagnosis waits for ``issues``; ``verdict`` is today's."""
+
+    issues: tuple[int, ...]
+    verdict: str
+    must: tuple[str, ...] = ()
+    must_not: tuple[str, ...] = ()
+
+
+class Refused(NamedTuple):
+    """Not read yet: an input error until one of ``issues`` lands."""
+
+    issues: tuple[int, ...]
+
+
+def partial(*issues: int, verdict: str, must: tuple[str, ...] = (),
+            must_not: tuple[str, ...] = GPU_FAULTS) -> Partial:
+    return Partial(issues, verdict, must, must_not)
+
+
+def refused(*issues: int) -> Refused:
+    return Refused(issues)
 
 
 def cases(golden: dict[str, Row]) -> Iterator:
-    """One pytest param per row; a row with a reason is a strict xfail."""
-    for part, row in golden.items():
-        marks = [pytest.mark.xfail(strict=True, reason=row[2])] if len(row) > 2 else []
-        yield pytest.param(part, row[0], row[1], id=part, marks=marks)
+    """One pytest param ``(part, must, must_not)`` per row."""
+    for part, (must, must_not) in golden.items():
+        yield pytest.param(part, must, must_not, id=part)
 
 
-def missing_rows(corpus, golden: dict[str, Row], categories: Sequence[str]) -> list[str]:
+def missing_rows(corpus, golden: dict, categories: Sequence[str]) -> list[str]:
     """Samples of ``categories`` that no row names (each row names one sample)."""
     names = {corpus.sample(part).name for part in golden}
     assert len(names) == len(golden), "two rows name one sample"
@@ -37,21 +80,88 @@ def missing_rows(corpus, golden: dict[str, Row], categories: Sequence[str]) -> l
     return sorted(wanted - names)
 
 
-def check_verdict(corpus, part: str, must: Sequence[str], must_not: Sequence[str]) -> None:
-    result = analyze(load_input(str(corpus.sample(part).path)))
-    found: dict[str, set[str]] = {}
-    for f in result.findings:
-        found.setdefault(f.id, set()).add(f.severity.value)
+def _matches(fid: str, pattern: str) -> bool:
+    return fid.startswith(pattern) if pattern.endswith(".") else fid == pattern
+
+
+def _loud(found: Iterable[tuple[str, str]], must: Sequence[str]) -> list[str]:
+    """Ids at warning or above that ``must`` does not name."""
+    wanted = {m.partition("=")[0] for m in must}
+    return sorted({fid for fid, sev in found
+                   if fid not in wanted and Severity(sev).rank >= Severity.WARNING.rank})
+
+
+def check_found(found: list[tuple[str, str]], must: Sequence[str],
+                must_not: Sequence[str]) -> None:
+    """``found``: (finding id, severity value) pairs of one result."""
     for item in must:
         fid, _, severity = item.partition("=")
-        assert fid in found, (fid, sorted(found))
-        assert not severity or severity in found[fid], (fid, found[fid])
+        severities = {sev for f, sev in found if f == fid}
+        assert severities, (fid, sorted({f for f, _ in found}))
+        assert not severity or severity in severities, (fid, severities)
     for item in must_not:
-        if item == CALM:
-            wanted = {m.partition("=")[0] for m in must}
-            loud = [f.id for f in result.findings if f.id not in wanted
-                    and f.severity.rank >= Severity.WARNING.rank]
-            assert not loud, loud
-            continue
-        fid, _, severity = item.partition("=")
-        assert fid not in found or (severity and severity not in found[fid]), (item, found)
+        hits = _loud(found, must) if item == CALM else _hits(found, item)
+        assert not hits, (item, hits)
+
+
+def _hits(found: list[tuple[str, str]], item: str) -> list[tuple[str, str]]:
+    """The findings a ``must_not`` item (``id``, ``area.``, with ``=severity``) names."""
+    pattern, _, severity = item.partition("=")
+    return [(fid, sev) for fid, sev in found
+            if _matches(fid, pattern) and (not severity or sev == severity)]
+
+
+def check_verdict(corpus, part: str, must: Sequence[str], must_not: Sequence[str]) -> None:
+    result = analyze(load_input(str(corpus.sample(part).path)))
+    check_found([(f.id, f.severity.value) for f in result.findings], must, must_not)
+
+
+def run_analyze(path: Path) -> tuple[int, str, str]:
+    """``gputriage analyze --json PATH`` in this process: (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["analyze", "--json", str(path)], Environment(stdout=out, stderr=err))
+    return code, out.getvalue(), err.getvalue()
+
+
+def _issues(issues: Sequence[int]) -> str:
+    return " or ".join(f"issue {n}" for n in issues)
+
+
+def check_partial(path: Path, row: Partial) -> None:
+    code, out, err = run_analyze(path)
+    assert code != EXIT_INPUT and not err, (code, err)
+    doc = json.loads(out)
+    found = [(f["id"], f["severity"]) for f in doc["findings"]]
+    check_found(found, row.must, row.must_not)
+    news = f"has {_issues(row.issues)} landed? Judge the sample as MANIFEST says and update"
+    assert doc["verdict"] == row.verdict, \
+        f"verdict {row.verdict} -> {doc['verdict']}: {news} its row"
+    assert not _loud(found, row.must), f"new findings {_loud(found, row.must)}: {news} its row"
+
+
+def check_judged(path: Path, must: Sequence[str], must_not: Sequence[str]) -> None:
+    code, out, err = run_analyze(path)
+    assert code != EXIT_INPUT and not err, (code, err)
+    check_found([(f["id"], f["severity"]) for f in json.loads(out)["findings"]], must,
+                must_not)
+
+
+def check_row(path: Path, row: Row | Partial | Refused) -> None:
+    """Check one row of any kind, through ``gputriage analyze --json``."""
+    if isinstance(row, Refused):
+        check_refused(path, row.issues)
+    elif isinstance(row, Partial):
+        check_partial(path, row)
+    else:
+        check_judged(path, *row)
+
+
+def check_refused(path: Path, issues: Sequence[int]) -> None:
+    code, out, err = run_analyze(path)
+    if code != EXIT_INPUT:
+        pytest.fail(f"{path.name} is read now (exit status {code}): has {_issues(issues)} "
+                    "landed? Replace its refused() row with the findings its MANIFEST "
+                    "diagnosis calls for")
+    lines = err.splitlines()
+    assert not out and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"gputriage: input error: {path}: unrecognised content"), err

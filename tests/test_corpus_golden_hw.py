@@ -2,8 +2,7 @@
 friends) and category-7 (numactl / lscpu / lspci / dmidecode) capture: the finding ids
 that must appear (``id`` or ``id=severity``) and those that must not (``id``, or
 ``id=severity`` for that severity only; CALM: nothing at warning or above beyond the
-must list), read from MANIFEST.tsv's expected_diagnosis. A sample this project cannot
-judge right yet is an xfail(strict=True) with the reason, so that fixing it shows."""
+must list), read from MANIFEST.tsv's expected_diagnosis (row kinds: see golden.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from golden import CALM, cases, check_verdict, missing_rows
 TOPO_FAULTS = ("topology.nic-far", "topology.nvlink-uneven", "gpu.board-short")
 IB_FAULTS = ("ib.port-not-active", "ib.rate-below-peers")
 
-# sample name part -> (must, must not[, reason it is expected to fail])
+# sample name part -> (must, must not)
 GOLDEN: dict[str, tuple] = {
     # --- 3: nvidia-smi topo ---
     "aws-g6e-12xlarge": (("topology.map=info",), (CALM, *TOPO_FAULTS)),

@@ -1,14 +1,13 @@
 """Golden verdicts on every category-4 (kernel log) and category-5 (NCCL) capture: the
 finding ids that must appear (``id`` or ``id=severity``) and those that must not, read
-from MANIFEST.tsv's expected_diagnosis. A sample this project cannot judge right yet
-is an xfail(strict=True) with the reason, so that fixing it shows."""
+from MANIFEST.tsv's expected_diagnosis (see golden.py)."""
 
 from __future__ import annotations
 
 import pytest
 from golden import cases, check_verdict, missing_rows
 
-# sample name part -> (must, must not[, reason it is expected to fail])
+# sample name part -> (must, must not)
 GOLDEN: dict[str, tuple] = {
     # --- 4: kernel logs ---
     "bazzite2668": (("driver.version-mismatch", "driver.gsp-firmware-missing"), ("xid.79",)),

@@ -1,6 +1,6 @@
 """Golden verdicts on the nvidia-smi family of real captures (corpus categories 1, 2
-and 8, and the deviceQuery samples of 11): the finding ids each one must raise and
-must not raise, drawn from its MANIFEST expected diagnosis.
+and 8; category 11's deviceQuery samples are in test_corpus_golden_jobs): the finding
+ids each one must raise and must not raise, drawn from its MANIFEST expected diagnosis.
 
 ``never`` ids must not appear at all; ``quiet`` ids may appear only below warning
 (an id ending in "." stands for every id of that area).
@@ -91,10 +91,6 @@ GOLDEN: dict[str, Gold] = {
     "xe9780-b300-systemctl-status": Gold(never=("fabric.manager-inactive",)),
     "gb300-nvl72-compute-tray": Gold(must=("fabric.manager-not-needed",),
                                      never=("fabric.manager-inactive", "fabric.manager-errors")),
-    # category 11: deviceQuery
-    "devicequery-fail-35": Gold(must=("cuda.device-query-failed",)),
-    "devicequery-pass-gtx770": Gold(must=("cuda.device-query-ok",),
-                                    never=("cuda.device-query-failed",)),
 }
 
 

@@ -34,7 +34,7 @@ def test_scenario_yields_its_diagnosis(name, built):
     serious = {f.id for f in result.findings if f.severity.rank >= Severity.WARNING.rank}
     assert serious <= set(scenario.expected) | {"nvidia-smi.gpu-lost"}, serious
     if not scenario.expected:
-        assert result.host["verdict"] == "ok"
+        assert result.host.verdict == "ok"
     assert not result.unreadable, result.unreadable
 
 
@@ -50,7 +50,7 @@ def test_fallen_off_bus_scenario_names_the_gpu(built):
     result = analyze(Snapshot.load(built["gpu-fallen-off-bus"]))
     missing = [f for f in result.findings if f.id == "gpu.missing"]
     assert [f.scope.pci_bus_id for f in missing] == ["0000:9a:00.0"]
-    assert result.host["gpus_on_pci"] == 8 and result.host["gpus_visible"] == 7
+    assert result.host.gpus_on_pci == 8 and result.host.gpus_visible == 7
 
 
 # --- real captures ------------------------------------------------------------------
@@ -111,7 +111,7 @@ def test_every_sample_of_categories_1_2_8_reads_and_analyses(corpus):
             continue
         result = analyze(snap)
         assert not result.unreadable, (sample.name, result.unreadable)
-        assert result.host["rules_run"] + len(result.skipped) > 0
+        assert result.host.rules_run + len(result.skipped) > 0
 
 
 def test_pasted_inputs_combine_into_one_host(corpus, tmp_path):
@@ -268,3 +268,40 @@ def test_cli_check_judges_a_jobs_nccl_log_with_the_host(tmp_path, monkeypatch):
     assert not state.exists() or not any(state.iterdir())
     code, _, err = _run(["check", str(tmp_path / "missing.log")], host=FakeHost(tmp_path / "r2"))
     assert code == EXIT_INPUT and "missing.log: no such file or directory" in err
+
+
+# --- host identity: one fact for check, diff and fleet --------------------------------
+
+def test_host_identity_is_one_fact_for_check_diff_and_fleet(built):
+    from dataclasses import fields
+
+    from gputriage.diff import facts_digest
+    from gputriage.engine import analyze_facts
+    from gputriage.facts import Facts
+    from gputriage.fleet import snapshot_extras
+    from gputriage.model import HostIdentity
+
+    facts = Facts(Snapshot.load(built["healthy-8xh100"]))
+    identity = facts.get("host_identity")
+    assert identity.kernel and identity.boot_time and identity.container_toolkit
+    assert identity.driver.kernel_module and identity.driver.cuda
+    host = analyze_facts(facts).host
+    assert all(getattr(host, f.name) == getattr(identity, f.name) for f in fields(HostIdentity))
+    digest = facts_digest(facts)
+    assert (digest["kernel"], digest["driver.module"], digest["container.toolkit"]) == (
+        identity.kernel, identity.driver.kernel_module, identity.container_toolkit)
+    extra = snapshot_extras(facts)
+    assert (extra["container_toolkit"], extra["boot_time"]) == (
+        identity.container_toolkit, identity.boot_time)
+
+
+@pytest.mark.parametrize(("text", "version"), [
+    ("NVIDIA Container Toolkit CLI version 1.15.0\ncommit: 7f3ec8a\n", "1.15.0"),
+    ("nvidia-ctk version v1.14.6-rc.1", "1.14.6-rc.1"),
+    ("command not found", None),
+    (None, None),
+])
+def test_container_toolkit_version(text, version):
+    from gputriage.hostfacts.identity import toolkit_version
+
+    assert toolkit_version(text) == version

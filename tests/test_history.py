@@ -7,6 +7,7 @@ import io
 import json
 import os
 import sqlite3
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -29,7 +30,18 @@ from gputriage.history import (
     record,
     record_check,
 )
-from gputriage.model import NODE, Action, Blame, Finding, Result, Severity
+from gputriage.model import (
+    NODE,
+    Action,
+    Blame,
+    DriverVersions,
+    Finding,
+    GpuRow,
+    HealthyChange,
+    HostSummary,
+    Result,
+    Severity,
+)
 
 T0 = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
 OLD = "535.161.07"
@@ -43,16 +55,14 @@ def _result(module: str = OLD, *, host: str = "gpu-node-01", severity: Severity 
         findings.append(Finding(id="test.finding", severity=severity, title="a test finding",
                                 explanation="", action=Action.NONE, blame=Blame.NODE,
                                 scope=NODE))
-    res = Result(findings=findings,
-                 host={"hostname": host, "kernel": "5.15.0-105-generic", "boot_id": "b00t-1",
-                       "driver": {"kernel_module": module, "userspace": module,
-                                  "cuda": "12.4"},
-                       "gpus_on_pci": 1, "gpus_visible": 1, "rules_run": 5},
-                 gpus=[{"index": 0, "pci_bus_id": "0000:18:00.0", "name": "NVIDIA H100",
-                        "uuid": uuid, "persistence_mode": True, "visible": True}])
-    worst = res.worst
-    res.host["verdict"] = worst.value if worst.rank >= Severity.WARNING.rank else "ok"
-    return res
+    worst = max((f.severity for f in findings), key=lambda s: s.rank, default=Severity.OK)
+    return Result(findings=findings,
+                  host=HostSummary(hostname=host, kernel="5.15.0-105-generic", boot_id="b00t-1",
+                                   driver=DriverVersions(module, module, "12.4"),
+                                   gpus_on_pci=1, gpus_visible=1, rules_run=5,
+                                   verdict=worst.value if worst.rank >= Severity.WARNING.rank
+                                   else "ok"),
+                  gpus=[GpuRow(0, "0000:18:00.0", "NVIDIA H100", uuid, persistence_mode=True)])
 
 
 def _run(argv: list[str], host: FakeHost | None = None) -> tuple[int, str, str]:
@@ -97,7 +107,7 @@ def test_digest_is_flat_and_stable():
 
 def test_digest_reads_serial_and_vbios_when_present():
     res = _result()
-    res.gpus[0].update(serial="1650123456789", vbios_version="96.00.74.00.01")
+    res.gpus[0] = replace(res.gpus[0], serial="1650123456789", vbios="96.00.74.00.01")
     digest = facts_digest(res)
     assert digest["gpu[0000:18:00.0].serial"] == "1650123456789"
     assert digest["gpu[0000:18:00.0].vbios"] == "96.00.74.00.01"
@@ -223,16 +233,17 @@ def test_comparison_skips_unhealthy_entries(tmp_path):
     assert record_check(state, _result(), T0) == []
     broken = _result(NEW, severity=Severity.CRITICAL)
     assert record_check(state, broken, T0 + timedelta(hours=1)) == []
-    assert broken.host["changed_since_healthy"]["changes"] == [
-        f"driver.module: {OLD} -> {NEW}", f"driver.userspace: {OLD} -> {NEW}"]
+    assert broken.host.changed_since_healthy is not None
+    assert broken.host.changed_since_healthy.changes == (
+        f"driver.module: {OLD} -> {NEW}", f"driver.userspace: {OLD} -> {NEW}")
     again = _result(NEW, uuid="GPU-bbbb-2222")
     record_check(state, again, T0 + timedelta(hours=2))
-    assert again.host["changed_since_healthy"]["when"] == "2026-12-01T03:00:00+00:00"
-    assert "gpu[0000:18:00.0].uuid: GPU-aaaa-1111 -> GPU-bbbb-2222" in (
-        again.host["changed_since_healthy"]["changes"])
+    changed = again.host.changed_since_healthy
+    assert changed is not None and changed.when == "2026-12-01T03:00:00+00:00"
+    assert "gpu[0000:18:00.0].uuid: GPU-aaaa-1111 -> GPU-bbbb-2222" in changed.changes
     other = _result(NEW, host="gpu-node-02")
     record_check(state, other, T0 + timedelta(hours=3))
-    assert "changed_since_healthy" not in other.host  # other hosts do not count
+    assert other.host.changed_since_healthy is None  # other hosts do not count
 
 
 def test_no_history_records_nothing(tmp_path):
@@ -349,13 +360,13 @@ def test_terminal_opens_with_the_changed_line():
     from gputriage.views.terminal import render_terminal
 
     res = _result()
-    res.host["changed_since_healthy"] = {"when": "2026-12-01T03:00:00+00:00",
-                                         "changes": ["kernel: 5.15 -> 6.2"]}
+    res.host = replace(res.host, changed_since_healthy=HealthyChange(
+        "2026-12-01T03:00:00+00:00", ("kernel: 5.15 -> 6.2",)))
     buf = io.StringIO()
     render_terminal(res, Console(file=buf, width=200, highlight=False))
     assert buf.getvalue().splitlines()[0] == (
         "changed since the last healthy check (2026-12-01T03:00:00+00:00): kernel: 5.15 -> 6.2")
-    res.host["changed_since_healthy"] = {"when": "x", "changes": []}
+    res.host = replace(res.host, changed_since_healthy=HealthyChange("x", ()))
     buf = io.StringIO()
     render_terminal(res, Console(file=buf, width=200, highlight=False))
     assert "changed since" not in buf.getvalue()

@@ -238,7 +238,7 @@ def test_truncated_gzip(tmp_path: Path) -> None:
     part.write_bytes(blob[: len(blob) // 2])
     snap = load_input(str(part))
     assert "NVRM: line 0\n" in snap.text("kernel_log")
-    assert any("truncated or corrupt gzip" in p for p in snap.problems)
+    assert any("truncated gzip data" in p for p in snap.problems)
     stub = tmp_path / "stub.gz"
     stub.write_bytes(blob[:12])
     with pytest.raises(InputError, match="truncated or corrupt gzip"):
@@ -382,3 +382,16 @@ def test_long_lines_stay_linear() -> None:
     for line in ("A" + " " * 200_000 + "b", "$ a" + " " * 200_000 + "b",
                  "GPU 00000000:18:00.0\n    x\nA" + " " * 200_000 + "b", "[" * 200_000):
         detect(line)
+
+
+def test_gzip_members_and_trailing_data_read_as_logs_and_nccl_read_them(tmp_path: Path) -> None:
+    """One stream layer: concatenated members are all read, data after the last member
+    is ignored with a problem noted (as ``gputriage logs`` and ``nccl`` do)."""
+    first = gzip.compress(b"[    1.000000] NVRM: first member\n")
+    second = gzip.compress(b"[    2.000000] NVRM: second member\n")
+    path = tmp_path / "log.gz"
+    path.write_bytes(first + second + b"not gzip")
+    snap = load_input(str(path))
+    text = snap.text("kernel_log") or ""
+    assert "first member" in text and "second member" in text
+    assert any("data after the end of the gzip stream" in p for p in snap.problems)

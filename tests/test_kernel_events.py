@@ -296,11 +296,11 @@ def _split_prefix_unguarded(raw: str):
     from gputriage.parsers import kernel_patterns as kp
 
     text = raw.strip()
-    m = kp._QUOTE.match(text)
+    m = kp.QUOTE.match(text)
     if m:
         text = text[m.end():].lstrip()
     stamps, tags = [], []
-    for name, pattern, _ in kp._PREFIXES:
+    for name, pattern, _ in kp.PREFIXES:
         m = pattern.match(text)
         if m:
             ts = m.groupdict().get("ts")

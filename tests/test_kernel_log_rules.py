@@ -306,7 +306,7 @@ def test_earlier_boot_xid79_does_not_make_the_verdict_critical():
     f = next(f for f in result.findings if f.id == "xid.79")
     assert f.severity is Severity.INFO and f.title.startswith("earlier boot: ")
     assert "gpu.missing" not in {x.id for x in result.findings}
-    assert result.host["verdict"] == "ok"
+    assert result.host.verdict == "ok"
 
 
 def test_boot_window_selects_one_boot():

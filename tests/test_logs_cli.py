@@ -10,7 +10,16 @@ import pytest
 from rich.console import Console
 
 from gputriage.cli import EXIT_INPUT, EXIT_USAGE, Environment, main
-from gputriage.model import Action, Blame, Finding, Occurrences, Result, Scope, Severity
+from gputriage.model import (
+    Action,
+    Blame,
+    Finding,
+    HostSummary,
+    Occurrences,
+    Result,
+    Scope,
+    Severity,
+)
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.views.terminal import render_terminal
 from gputriage.views.timeline import build_timeline
@@ -162,7 +171,7 @@ def test_terminal_shows_occurrences_under_the_title():
     old = Finding("xid.79", Severity.INFO, "earlier boot: Xid 79", "history", Action.NONE,
                   Blame.NODE, occurrences=Occurrences(1, "x", "x", current_boot=False))
     buf = io.StringIO()
-    render_terminal(Result(findings=[f, old], host={"verdict": "warning"}),
+    render_terminal(Result(findings=[f, old], host=HostSummary(verdict="warning")),
                     Console(file=buf, width=120, color_system=None), verbose=True)
     text = buf.getvalue()
     assert "3 events" in text and "first 2024-05-14T08:00:00+00:00" in text

@@ -11,7 +11,9 @@ import os
 import random
 import sys
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -20,8 +22,10 @@ from hypothesis import strategies as st
 
 import gputriage.logscan as logscan
 from gputriage.errors import InputError
-from gputriage.logscan import LogScan, scan_paths, scan_text
+from gputriage.logscan import LogScan, ScanConfig, blocks, scan_paths, scan_text
+from gputriage.logscan.blocks import process_pool
 from gputriage.logscan.forkpool import ForkWorkers, WorkerDied
+from gputriage.logscan.search import ANCHORS, anchor_hits, anchors_for, probes
 from gputriage.parsers.kernel_events import scan_driver_events
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "logs"
@@ -311,11 +315,9 @@ def test_binary_invalid_utf8_and_huge_lines(tmp_path):
     assert scan.bytes == p.stat().st_size
 
 
-def test_line_without_newline_over_long_line_limit(monkeypatch):
-    monkeypatch.setattr(logscan, "LONG_LINE", 4096)
-    monkeypatch.setattr(logscan, "BLOCK", 1024)
+def test_line_without_newline_over_long_line_limit():
     text = f"[ 1.0] {XID}\n" + "y" * 10_000 + f" NVRM: x\n[ 2.0] {XID}"
-    scan = scan_text(text)
+    scan = scan_text(text, config=ScanConfig(block=1024, long_line=4096))
     assert xids(scan) == ["48", "48"] and scan.lines == 3
     assert [e.lineno for e in only(scan, "xid")] == [1, 3]
 
@@ -326,17 +328,14 @@ def _signature(scan: LogScan) -> list[tuple]:
 
 @pytest.mark.parametrize("memmem", [True, False])
 @pytest.mark.parametrize("workers", [1, 3])
-def test_small_blocks_threads_and_fallback_agree(monkeypatch, tmp_path, memmem, workers):
+def test_small_blocks_threads_and_fallback_agree(tmp_path, memmem, workers):
     files = [FIX / "all-kinds-short-iso.log", FIX / "dmesg-two-boots.txt",
              FIX / "kmsg-records.txt"]
     expected = [_signature(scan_paths([str(f)])) for f in files]
-    monkeypatch.setattr(logscan, "BLOCK", 97)
-    monkeypatch.setattr(logscan, "_workers", lambda: workers)
-    if not memmem:
-        monkeypatch.setattr(logscan, "_MEMMEM", None)
+    config = ScanConfig(block=97, workers=workers, libc=memmem)
     for f, exp in zip(files, expected, strict=True):
-        assert _signature(scan_paths([str(f)])) == exp, f.name
-        assert _signature(scan_text(f.read_text())) == exp, f.name
+        assert _signature(scan_paths([str(f)], config=config)) == exp, f.name
+        assert _signature(scan_text(f.read_text(), config=config)) == exp, f.name
 
 
 
@@ -373,20 +372,15 @@ def test_worker_processes_agree_with_the_sequential_reader(monkeypatch, tmp_path
     line numbers, boots and counts as one sequential pass, wherever blocks end."""
     files = [_awkward_log(tmp_path), FIX / "all-kinds-short-iso.log",
              FIX / "journal-two-boots.json"]
-    monkeypatch.setattr(logscan, "BLOCK", block)
-    monkeypatch.setattr(logscan, "LONG_LINE", max(block // 2, 64))
-    monkeypatch.setattr(logscan, "_workers", lambda: 1)
-    expected = [_full(scan_paths([str(f)], now=NOW)) for f in files]
+    one = ScanConfig(block=block, long_line=max(block // 2, 64), workers=1)
+    expected = [_full(scan_paths([str(f)], now=NOW, config=one)) for f in files]
     _allow_fork(monkeypatch)
-    monkeypatch.setattr(logscan, "_workers", lambda: 2)
-    monkeypatch.setattr(logscan, "PROCESS_MIN", 0)
+    forked = replace(one, workers=2, process_min=0)
     for f, exp in zip(files, expected, strict=True):
-        assert _full(scan_paths([str(f)], now=NOW)) == exp, f.name
+        assert _full(scan_paths([str(f)], now=NOW, config=forked)) == exp, f.name
     both = [str(files[1]), str(files[0])]
-    monkeypatch.setattr(logscan, "PROCESS_MIN", 1 << 40)
-    exp_both = _full(scan_paths(both, now=NOW))
-    monkeypatch.setattr(logscan, "PROCESS_MIN", 0)
-    assert _full(scan_paths(both, now=NOW)) == exp_both
+    exp_both = _full(scan_paths(both, now=NOW, config=replace(forked, process_min=1 << 40)))
+    assert _full(scan_paths(both, now=NOW, config=forked)) == exp_both
 
 
 def _events(scan: LogScan) -> list[tuple]:
@@ -395,55 +389,51 @@ def _events(scan: LogScan) -> list[tuple]:
 
 @pytest.mark.parametrize("gap", [2048, 8192])
 def test_workers_skip_counting_long_gaps_without_changing_events(monkeypatch, tmp_path, gap):
-    """Worker blocks count newlines only across gaps up to GAP_EXACT: the events (and
-    their grouping of continuation and trace lines) are those of the exact sequential
-    pass, positions still rise line by line, and the line total is reported unknown."""
-    import gputriage.logscan.search as search
-
+    """Worker blocks count newlines only across gaps up to ``gap_exact``: the events
+    (and their grouping of continuation and trace lines) are those of the exact
+    sequential pass, positions still rise line by line, and the line total is reported
+    unknown."""
     filler = b"".join(b"usb 1-%d: new high-speed USB device number %d using xhci_hcd\n"
                       % (i % 9, i) for i in range(3000))  # about 180 KiB, no anchor
     parts = [(FIX / n).read_bytes() for n in ("all-kinds-short-iso.log", "dmesg-two-boots.txt")]
     path = tmp_path / "gappy.log"
     path.write_bytes(filler + parts[0] + filler + filler + parts[1] + filler)
-    monkeypatch.setattr(logscan, "_workers", lambda: 1)
-    exact = scan_paths([str(path)], now=NOW)
-    code_exact, out_exact, _ = _logs_cli(str(path))
-    monkeypatch.setattr(search, "GAP_EXACT", gap)
+    one = ScanConfig(workers=1)
+    exact = scan_paths([str(path)], now=NOW, config=one)
+    code_exact, out_exact, _ = _logs_cli(monkeypatch, one, str(path))
     _allow_fork(monkeypatch)
-    monkeypatch.setattr(logscan, "_workers", lambda: 2)
-    monkeypatch.setattr(logscan, "PROCESS_MIN", 0)
-    monkeypatch.setattr(logscan, "BLOCK", 1 << 16)
-    assert isinstance(logscan._process_pool(), ForkWorkers)
-    fast = scan_paths([str(path)], now=NOW)
+    forked = ScanConfig(gap_exact=gap, workers=2, process_min=0, block=1 << 16)
+    assert isinstance(process_pool(2), ForkWorkers)
+    fast = scan_paths([str(path)], now=NOW, config=forked)
     assert _events(fast) == _events(exact) and len(exact.events) >= 10
     assert exact.lines == path.read_bytes().count(b"\n") and fast.lines is None
     assert [(b.index, b.boot_id) for b in fast.boots] == [(b.index, b.boot_id)
                                                           for b in exact.boots]
     positions = [e.lineno for e in fast.events]
     assert positions == sorted(positions)
-    code, out, _ = _logs_cli(str(path))
+    code, out, _ = _logs_cli(monkeypatch, forked, str(path))
     assert "lines not counted" in out and "lines not counted" not in out_exact
     assert code == code_exact
 
 
-def _logs_cli(*argv: str) -> tuple[int, str, str]:
+def _logs_cli(monkeypatch, config: ScanConfig, *argv: str) -> tuple[int, str, str]:
+    """``gputriage logs`` with its scan run under ``config``."""
     from gputriage.cli import Environment, main
 
+    monkeypatch.setattr(logscan, "scan_paths", partial(scan_paths, config=config))
     out, err = io.StringIO(), io.StringIO()
     code = main(["logs", *argv], Environment(stdout=out, stderr=err))
     return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("strstr", [True, False])
-def test_strstr_and_memmem_find_the_same_lines(monkeypatch, tmp_path, strstr):
+def test_strstr_and_memmem_find_the_same_lines(tmp_path, strstr):
     """The strstr search (NUL-terminated pieces) finds what memmem finds, NULs or not."""
     data = bytearray(_awkward_log(tmp_path).read_bytes().rstrip(b"x") + b"\n")
     data += b"\x00nvidia\n" * 100  # more NUL pieces than strstr takes: memmem does it
-    anchors = logscan._anchors_for(b"")
-    expected = logscan._anchor_hits(bytes(data), 0, len(data), anchors)
-    if not strstr:
-        monkeypatch.setattr(logscan, "_STRSTR", None)
-    assert logscan._anchor_hits(data, 0, len(data), anchors) == expected
+    anchors = anchors_for(b"")
+    expected = anchor_hits(bytes(data), 0, len(data), anchors, ScanConfig())
+    assert anchor_hits(data, 0, len(data), anchors, ScanConfig(strstr=strstr)) == expected
     assert data == bytearray(_awkward_log(tmp_path).read_bytes().rstrip(b"x") + b"\n") + \
         b"\x00nvidia\n" * 100  # the search left the buffer as it was
 
@@ -451,13 +441,13 @@ def test_strstr_and_memmem_find_the_same_lines(monkeypatch, tmp_path, strstr):
 def test_probes_stand_for_exactly_their_anchors():
     """Each anchor is found through a probe inside it, and a probe hit without one of
     its anchors is no candidate."""
-    probes = logscan._probes(logscan._anchors_for(b"{"))
-    for a in logscan._anchors_for(b"{"):
-        assert any(p.needle in a and (not p.anchors or a in p.anchors) for p in probes), a
+    found = probes(anchors_for(b"{"))
+    for a in anchors_for(b"{"):
+        assert any(p.needle in a and (not p.anchors or a in p.anchors) for p in found), a
     near = b"PCIe link up\nError received\n-- Logs begin --\nsegfault in x\nok\n"
-    assert logscan._anchor_hits(bytearray(near), 0, len(near), logscan.ANCHORS) == {}
+    assert anchor_hits(bytearray(near), 0, len(near), ANCHORS, ScanConfig()) == {}
     hit = b"x\nINFO: task a:1 blocked for more than 2 seconds.\n-- Reboot --\n"
-    assert logscan._anchor_hits(bytearray(hit), 0, len(hit), logscan.ANCHORS) == {
+    assert anchor_hits(bytearray(hit), 0, len(hit), ANCHORS, ScanConfig()) == {
         2: 1, hit.index(b"-- Reboot"): 0}
 
 
@@ -488,7 +478,7 @@ def test_anchors_cover_every_trigger():
                "watchdog: BUG: soft lockup - CPU#1 stuck for 22s! [python:1]",
                "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"]
     for s in samples:
-        assert any(a.decode() in s for a in logscan.ANCHORS), s
+        assert any(a.decode() in s for a in ANCHORS), s
         assert scan_text(s + "\n").events, s
 
 
@@ -622,7 +612,11 @@ def test_property_arbitrary_bytes(tmp_path_factory, data):
     assert isinstance(scan_text(text), LogScan)
     p = tmp_path_factory.mktemp("b") / "x.log"
     p.write_bytes(data)
-    scan = scan_paths([str(p)])
+    try:
+        scan = scan_paths([str(p)])
+    except InputError as exc:  # bytes that look binary are refused, and said so
+        assert "binary data" in str(exc)
+        return
     assert scan.bytes == len(data) or scan.problems  # bytes that look compressed
 
 
@@ -691,16 +685,15 @@ def test_a_worker_that_dies_is_reported_not_waited_for():
     assert got == [0, 1, 2]
 
 
+SMALL_FORKED = ScanConfig(workers=2, process_min=0, block=4096)  # 4 KiB blocks, 2 workers
+
+
 def _small_blocks_in_workers(monkeypatch, tmp_path) -> tuple[Path, list[tuple]]:
-    """A log, its events read here, and the scanner set to search it in 4 KiB blocks
-    by two forked workers."""
+    """A log and its events read here; forking allowed (for :data:`SMALL_FORKED`)."""
     path = tmp_path / "k.log"
     path.write_bytes((FIX / "all-kinds-short-iso.log").read_bytes() * 40)
     expected = _events(scan_paths([str(path)], now=NOW))
     _allow_fork(monkeypatch)
-    monkeypatch.setattr(logscan, "_workers", lambda: 2)
-    monkeypatch.setattr(logscan, "PROCESS_MIN", 0)
-    monkeypatch.setattr(logscan, "BLOCK", 4096)
     return path, expected
 
 
@@ -708,18 +701,16 @@ def test_a_file_cut_short_under_the_workers_falls_back_to_reading_it_here(monkey
                                                                           tmp_path):
     """A worker that dies on a block (SIGBUS when a mapped file shrinks) is not fatal:
     the file is read again in this process."""
-    import gputriage.logscan.search as search
-
     path, expected = _small_blocks_in_workers(monkeypatch, tmp_path)
-    real = search._block_task
+    real = blocks.block_task
 
     def dying(path: str, index: int, **kw):
         if index == 2:
             os._exit(7)
         return real(path, index, **kw)
 
-    monkeypatch.setattr(search, "_block_task", dying)
-    assert _events(scan_paths([str(path)], now=NOW)) == expected
+    monkeypatch.setattr(blocks, "block_task", dying)
+    assert _events(scan_paths([str(path)], now=NOW, config=SMALL_FORKED)) == expected
 
 
 def test_a_fork_that_fails_is_a_dead_worker_not_a_read_error(monkeypatch, tmp_path):
@@ -731,5 +722,5 @@ def test_a_fork_that_fails_is_a_dead_worker_not_a_read_error(monkeypatch, tmp_pa
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(os, "fork", no_fork)
-    scan = scan_paths([str(path)], now=NOW)
+    scan = scan_paths([str(path)], now=NOW, config=SMALL_FORKED)
     assert _events(scan) == expected and not any("read error" in p for p in scan.problems)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from hostkit import MODULES_FULL, VERSION_FILE, ids, nvml_doc, pci_tree, run, snap
 
 from gputriage.engine import analyze
+from gputriage.facts import Facts
 from gputriage.model import Action, Blame, Severity
+from gputriage.rules.driver import driver_wedged
 
 BUSES = [f"0000:{b}:00.0" for b in ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")]
 HEALTHY = {
@@ -135,8 +137,8 @@ def test_healthy_host_has_no_warnings():
     bad = [f for f in result.findings if f.severity.rank >= Severity.WARNING.rank]
     assert not bad, [(f.id, f.title) for f in bad]
     assert {"gpu.count-ok", "driver.versions-consistent"} <= ids(result)
-    assert result.host["verdict"] == "ok"
-    assert result.host["gpus_on_pci"] == 8 and result.host["gpus_visible"] == 8
+    assert result.host.verdict == "ok"
+    assert result.host.gpus_on_pci == 8 and result.host.gpus_visible == 8
 
 
 def test_mismatch_names_both_versions_and_says_reboot():
@@ -177,8 +179,8 @@ def test_missing_gpu_is_named_by_bus_id_with_the_lost_lines():
     assert f.scope.pci_bus_id == "0000:9a:00.0"
     assert f.action is Action.DRAIN_AND_REPAIR and f.severity is Severity.CRITICAL
     assert any("fallen off the bus" in line for e in f.evidence for line in e.lines)
-    row = next(g for g in result.gpus if g["pci_bus_id"] == "0000:9a:00.0")
-    assert row["visible"] is False and row["severity"] == "critical"
+    row = next(g for g in result.gpus if g.pci_bus_id == "0000:9a:00.0")
+    assert row.visible is False and row.severity is Severity.CRITICAL
 
 
 def test_passthrough_gpus_are_not_missing():
@@ -215,6 +217,15 @@ def test_wedged_driver():
     assert f.severity is Severity.CRITICAL and f.action is Action.REBOOT_NODE
 
 
+def test_hung_queries_are_a_fact_in_command_order():
+    s = snap(failed={"nvml": "timeout", "nvidia_smi_q_xml": "timeout", "nvidia_smi": "error"})
+    hung = Facts(s).get("hung_driver_queries")
+    assert list(hung) == ["nvidia_smi_q_xml", "nvml"]
+    [f] = driver_wedged(hung_driver_queries=hung)
+    assert f.title.startswith("2 driver queries hung")
+    assert not list(driver_wedged())  # nothing hung, nothing to say
+
+
 def test_missing_inputs_are_skipped_with_reasons():
     result = analyze(snap(live=False, nvidia_smi="No devices were found\n"))
     skipped = {s.rule: s.reason for s in result.skipped}
@@ -224,7 +235,7 @@ def test_missing_inputs_are_skipped_with_reasons():
 
 def test_nothing_known_is_unknown():
     result = analyze(snap(live=False))
-    assert result.host["verdict"] == "unknown"
+    assert result.host.verdict == "unknown"
 
 
 def test_the_library_the_loader_picks_decides_among_leftovers():
@@ -235,6 +246,8 @@ def test_the_library_the_loader_picks_decides_among_leftovers():
     assert "driver.version-mismatch" not in ids(run(**host(nvidia_libs=libs)))
     libs["links"]["usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"] = "libnvidia-ml.so.535.161.07"
     assert "driver.version-mismatch" in ids(run(**host(nvidia_libs=libs)))
+    assert Facts(snap(nvidia_libs=libs)).get("libnvidia_ml_targets") == {
+        "libnvidia-ml.so.535.161.07"}
 
 
 # --- gpu.board-count ---------------------------------------------------------------------

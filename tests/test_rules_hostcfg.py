@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gputriage.model import Action, Severity
+from gputriage.rules.hostcfg import hugepages_numa, thp_mode
 
 GPUS = {"0000:18:00.0": "nvidia", "0000:9a:00.0": "nvidia"}
 
@@ -162,6 +163,16 @@ def test_thp_only_always_and_info():
         assert "hugepages.thp" not in ids(run(thp_enabled=mode))
 
 
+def test_thp_evidence_quotes_the_sysfs_files_as_read():
+    f = _only(run(thp_enabled="[always] madvise never\n", thp_defrag="always [madvise]\n"),
+              "hugepages.thp")
+    assert [(e.source, e.lines) for e in f.evidence] == [
+        ("thp_enabled", ("[always] madvise never",)), ("thp_defrag", ("always [madvise]",))]
+    # a rule takes its facts as keyword arguments: without the raw text, the mode stands in
+    [g] = thp_mode(host_thp="always")
+    assert g.evidence[0].lines == ("always",)
+
+
 def test_iommu_levels():
     f = _only(run(proc_cmdline=CMD_IOMMU, pci_devices=gpu_tree()), "kernel.iommu")
     assert f.severity is Severity.WARNING and "intel_iommu=on" in f.title
@@ -188,6 +199,15 @@ def test_cgroup_versions():
     assert "host.cgroup-v1" not in ids(run(cgroup_controllers="cpu memory\n"))
     assert "host.cgroup-v1" not in ids(run(cgroup_controllers="\n",
                                            proc_self_cgroup="0::/\n"))
+
+
+def test_numa_imbalance_called_with_values():
+    from gputriage.parsers.memory import parse_hugepages_per_node
+
+    per_node = parse_hugepages_per_node(nodes({0: 1024, 1: 0}))
+    [f] = hugepages_numa(host_hugepage_nodes=per_node)
+    assert f.severity is Severity.WARNING and "node0 1024, node1 0" in f.title
+    assert not list(hugepages_numa(host_hugepage_nodes=per_node[:1]))  # one node: no spread
 
 
 def test_container_lists_gpu_nodes():

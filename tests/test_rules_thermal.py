@@ -237,11 +237,10 @@ def test_corpus_healthy_gpus_raise_nothing(corpus):
 
 def test_corpus_tlimit_temperatures_read_as_margins(corpus):
     from gputriage.facts import Facts
-    from gputriage.rules.memory import smi_views
     from gputriage.rules.thermal import thermal_state
 
     facts = Facts(load_input(str(corpus.sample("thamada-1x-h200-passthrough").path)))
-    (view,) = smi_views(facts)
+    (view,) = facts.get("smi_views")
     state = thermal_state(view)
     assert (state.temp, state.headroom, state.slowdown, state.basis) == (28, 61, 89, "t.limit")
     assert not state.over_max_operating

@@ -262,4 +262,4 @@ def test_healthy_host_has_no_hardware_warnings(analysed) -> None:
     loud = [(f.id, f.title) for f in result.findings
             if f.id.startswith(HW_FAMILIES) and f.severity.rank >= Severity.WARNING.rank]
     assert loud == []
-    assert result.host["verdict"] == "ok"
+    assert result.host.verdict == "ok"

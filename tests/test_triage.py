@@ -10,9 +10,9 @@ from fakehost import FakeHost
 
 from gputriage.cli import EXIT_INPUT, Environment, main
 from gputriage.ingest import load_inputs
-from gputriage.model import NODE, Action, Blame, Finding, Result, Scope, Severity
+from gputriage.model import NODE, Action, Blame, Finding, HostSummary, Result, Scope, Severity
 from gputriage.scenarios import build_scenario
-from gputriage.views.triage import ACTION_ORDER, build_triage, next_actions, triage_snapshot
+from gputriage.triage import ACTION_ORDER, build_triage, next_actions, triage_snapshot
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_only_warning_or_worse_reach_the_screen():
                               _f("note", Action.FIX_CONFIG, Severity.INFO),
                               _f("warn", Action.RESTART_JOB, Severity.WARNING, blame=Blame.JOB),
                               _f("crit", Action.REBOOT_NODE)],
-                    host={"verdict": "critical"})
+                    host=HostSummary(verdict="critical"))
     t = build_triage(result)
     assert [f.id for f in t.findings] == ["crit", "warn"]
     assert [a.action for a in t.actions] == [Action.REBOOT_NODE, Action.RESTART_JOB]

@@ -19,8 +19,12 @@ from gputriage.model import (
     NODE,
     Action,
     Blame,
+    DriverVersions,
     Evidence,
     Finding,
+    GpuRow,
+    HealthyChange,
+    HostSummary,
     Result,
     Scope,
     Severity,
@@ -73,9 +77,8 @@ def _result(**overrides) -> Result:
         _finding("info-mig", Severity.INFO, "MIG disabled", _gpu_scope(0, "0000:18:00.0")),
     ]
     gpus = [
-        {"index": i, "pci_bus_id": bus, "name": "NVIDIA H100 80GB HBM3",
-         "uuid": f"GPU-{i:08d}-aaaa-bbbb-cccc-dddddddddddd", "visible": i != 2,
-         "persistence_mode": i != 1, "severity": "ok"}
+        GpuRow(i, bus, "NVIDIA H100 80GB HBM3", f"GPU-{i:08d}-aaaa-bbbb-cccc-dddddddddddd",
+               visible=i != 2, persistence_mode=i != 1)
         for i, bus in enumerate(["0000:18:00.0", "0000:2a:00.0", "0000:34:00.0",
                                  "0000:3b:00.0"])
     ]
@@ -83,11 +86,10 @@ def _result(**overrides) -> Result:
         findings=findings,
         skipped=[Skipped("ib-link-down", "no ibstat input"),
                  Skipped("nccl-timeouts", "no NCCL log")],
-        host={"hostname": "gpu-node-017", "kernel": "5.15.0-105-generic",
-              "os": "Ubuntu 22.04.4 LTS",
-              "driver": {"kernel_module": "550.54.15", "userspace": "550.54.15",
-                         "cuda": "12.4"},
-              "gpus_on_pci": 4, "gpus_visible": 3, "boot_id": "b00t", "verdict": "critical"},
+        host=HostSummary(hostname="gpu-node-017", kernel="5.15.0-105-generic",
+                         os="Ubuntu 22.04.4 LTS",
+                         driver=DriverVersions("550.54.15", "550.54.15", "12.4"),
+                         gpus_on_pci=4, gpus_visible=3, boot_id="b00t", verdict="critical"),
         gpus=gpus,
         inputs=[{"origin": "snapshot.tar.gz", "sources": ["kmsg", "nvidia-smi-q"]}],
         manifest={"schema": "gputriage/snapshot/v1", "host": "gpu-node-017",
@@ -120,8 +122,8 @@ def test_header_has_host_kernel_driver_counts_and_verdict() -> None:
 
 
 def test_header_driver_mismatch_shows_both() -> None:
-    res = Result(host={"hostname": "n1", "driver": {"kernel_module": "550.54.15",
-                                                    "userspace": "535.161.08"}})
+    res = Result(host=HostSummary(hostname="n1",
+                                  driver=DriverVersions("550.54.15", "535.161.08")))
     first = _render(res).splitlines()[0]
     assert "driver 550.54.15 module / 535.161.08 userspace / CUDA ?" in first
 
@@ -185,7 +187,7 @@ def test_gpu_lines() -> None:
 def test_gpu_matched_by_uuid_or_bus_when_index_differs() -> None:
     scope = Scope(kind="gpu", pci_bus_id="00000000:18:00.0")
     res = Result(findings=[_finding("x", Severity.CRITICAL, "bad", scope)],
-                 gpus=[{"index": 7, "pci_bus_id": "0000:18:00.0", "visible": True}])
+                 gpus=[GpuRow(7, "0000:18:00.0")])
     line = [ln for ln in _render(res).splitlines() if ln.startswith("GPU 7")][0]
     assert line.rstrip().endswith("CRITICAL")
 
@@ -203,8 +205,9 @@ def test_skipped_and_unreadable() -> None:
 def test_sparse_result_renders() -> None:
     out = _render(Result())
     assert "unknown host" in out and "OK" in out and "No findings." in out
-    odd = Result(host={"hostname": "[b]x[/b]", "driver": "550", "verdict": "unknown"},
-                 gpus=[{"index": None}, {}, "junk"])  # type: ignore[list-item]
+    odd = Result(host=HostSummary(hostname="[b]x[/b]", driver=DriverVersions("550", "550"),
+                                  verdict="unknown"),
+                 gpus=[GpuRow(None, None), GpuRow(None, None, visible=False, listed=False)])
     out = _render(odd)
     assert "[b]x[/b]" in out and "UNKNOWN" in out and "driver 550" in out
 
@@ -285,11 +288,30 @@ def test_json_empty_result_and_odd_values() -> None:
     doc = to_json(Result())
     assert doc["verdict"] == "ok" and doc["exit_status"] == 0 and doc["manifest"] is None
     assert doc["generated"].endswith("+00:00")
-    odd = Result(host={"temp": float("nan"), "sev": Severity.WARNING, "tags": {"b", "a"},
-                       1: (1, 2), "path": Path("x") / "y", "raw": b"\xff"})
-    host = json.loads(dumps(odd))["host"]
-    assert host == {"temp": None, "sev": "warning", "tags": ["a", "b"], "1": [1, 2],
+    odd = {"temp": float("nan"), "sev": Severity.WARNING, "tags": {"b", "a"},
+           1: (1, 2), "path": Path("x") / "y", "raw": b"\xff"}
+    assert jsonview.plain(odd) == {"temp": None, "sev": "warning", "tags": ["a", "b"], "1": [1, 2],
                     "path": str(Path("x") / "y"), "raw": "\ufffd"}
+
+
+def test_json_host_and_gpu_rows_keep_the_documented_keys_and_order() -> None:
+    host = HostSummary(hostname="n", driver=DriverVersions(cuda="12.4"), rules_run=3,
+                       verdict="ok", changed_since_healthy=HealthyChange("t", ("a: 1 -> 2",)))
+    assert list(host.to_json()) == [
+        "hostname", "kernel", "os", "boot_id", "driver", "gpus_on_pci", "gpus_visible",
+        "rules_run", "boot_time", "container_toolkit", "verdict", "changed_since_healthy"]
+    assert host.to_json()["driver"] == {"kernel_module": None, "userspace": None,
+                                        "cuda": "12.4"}
+    assert host.to_json()["changed_since_healthy"] == {"when": "t", "changes": ["a: 1 -> 2"]}
+    assert "changed_since_healthy" not in HostSummary().to_json()
+    listed = GpuRow(0, "0000:18:00.0", "H100", "GPU-1", persistence_mode=None, vbios="96",
+                    severity=Severity.WARNING)
+    assert listed.to_json() == {"index": 0, "pci_bus_id": "0000:18:00.0", "name": "H100",
+                                "uuid": "GPU-1", "persistence_mode": None, "visible": True,
+                                "vbios": "96", "severity": "warning"}
+    only_pci = GpuRow(None, "0000:9a:00.0", visible=False, listed=False)
+    assert list(only_pci.to_json()) == ["index", "pci_bus_id", "name", "uuid", "visible",
+                                        "severity"]
 
 
 def test_naive_generated_time_is_utc() -> None:
@@ -312,7 +334,8 @@ def test_exit_status_by_worst_severity(severity: Severity, expected: ExitStatus)
 
 
 def test_exit_status_unknown_and_codes() -> None:
-    res = Result(findings=[_finding("b", Severity.CRITICAL, "x")], host={"verdict": "unknown"})
+    res = Result(findings=[_finding("b", Severity.CRITICAL, "x")],
+                 host=HostSummary(verdict="unknown"))
     assert exit_status(res) is ExitStatus.UNKNOWN and verdict(res) == "unknown"
     assert exit_status(Result()) is ExitStatus.OK
     assert [int(s) for s in ExitStatus] == [0, 1, 2, 3, 64, 66, 70]
@@ -323,16 +346,21 @@ def test_exit_status_unknown_and_codes() -> None:
 _text = st.text(max_size=40)
 
 
+_maybe = st.one_of(_text, st.none())
+_hosts = st.builds(HostSummary, hostname=_maybe, kernel=_maybe, os=_maybe,
+                   driver=st.builds(DriverVersions, _maybe, _maybe, _maybe),
+                   gpus_on_pci=st.one_of(st.integers(), st.none()),
+                   verdict=st.one_of(st.sampled_from(["ok", "critical", "unknown"]), _maybe))
+
+
 @settings(max_examples=60, deadline=None)
-@given(title=_text, lines=st.lists(_text, max_size=12), host=st.dictionaries(
-    st.sampled_from(["hostname", "kernel", "os", "driver", "gpus_on_pci", "verdict"]),
-    st.one_of(_text, st.integers(), st.none())), sev=st.sampled_from(list(Severity)))
-def test_views_never_crash_on_arbitrary_text(title: str, lines: list[str], host: dict,
+@given(title=_text, lines=st.lists(_text, max_size=12), host=_hosts,
+       sev=st.sampled_from(list(Severity)))
+def test_views_never_crash_on_arbitrary_text(title: str, lines: list[str], host: HostSummary,
                                              sev: Severity) -> None:
     res = Result(findings=[_finding(title or "t", sev, title, NODE, tuple(lines),
                                     source=title)],
-                 host=host, gpus=[{"index": 0, "name": title, "uuid": title,
-                                   "pci_bus_id": title}],
+                 host=host, gpus=[GpuRow(0, title, title, title)],
                  unreadable=[title])
     out = _render(res, verbose=True)
     for line in lines:

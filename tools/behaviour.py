@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,7 +28,10 @@ WHEN = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 def corpus_root() -> Path | None:
-    for base in (ROOT.parent / "shared" / "corpus", ROOT / "shared" / "corpus"):
+    """GPUTRIAGE_CORPUS, else ../shared/corpus beside the checkout (as the tests find it)."""
+    env = os.environ.get("GPUTRIAGE_CORPUS")
+    candidates = [Path(env)] if env else []
+    for base in candidates + [ROOT.parent / "shared" / "corpus", ROOT / "shared" / "corpus"]:
         if (base / "MANIFEST.tsv").is_file():
             return base
     return None
@@ -52,41 +56,58 @@ def summary(doc: dict) -> dict:
     }
 
 
-def inputs() -> Iterator[tuple[str, Path]]:
-    """(key, path) of every scenario (built to a temp dir) and corpus sample."""
+def scenario_inputs(tmp: Path) -> Iterator[tuple[str, Path]]:
+    """(key, path) of every scenario, built under ``tmp``."""
     from gputriage.scenarios import build_scenario, list_scenarios
 
-    tmp = Path(tempfile.mkdtemp(prefix="gputriage-behaviour-"))
     for sc in list_scenarios():
         yield f"scenario:{sc.name}", build_scenario(sc.name, tmp / sc.name,
                                                     created="2026-01-01T00:00:00+00:00")
-    corpus = corpus_root()
-    if corpus is None:
-        return
+
+
+def corpus_inputs(corpus: Path) -> Iterator[tuple[str, Path]]:
+    """(key, path) of every sample MANIFEST.tsv names."""
     for line in (corpus / "MANIFEST.tsv").read_text(encoding="utf-8").splitlines()[1:]:
         name = line.split("\t", 1)[0]
         if name:
             yield f"corpus:{name}", corpus / name
 
 
-def measure() -> dict[str, dict]:
+def inputs(tmp: Path) -> Iterator[tuple[str, Path]]:
+    """(key, path) of every scenario (built under ``tmp``) and corpus sample."""
+    yield from scenario_inputs(tmp)
+    corpus = corpus_root()
+    if corpus is not None:
+        yield from corpus_inputs(corpus)
+
+
+def measure_one(path: Path) -> dict:
+    """The summary of what ``check --json`` says of one input (or its input error)."""
     from gputriage.engine import analyze
     from gputriage.errors import InputError, ParseError
     from gputriage.ingest import load_input
     from gputriage.views.jsonview import to_json
 
-    out: dict[str, dict] = {}
-    for key, path in inputs():
-        try:
-            doc = to_json(analyze(load_input(str(path))), generated=WHEN)
-        except (InputError, ParseError) as exc:
-            out[key] = {"error": type(exc).__name__}
-            continue
-        out[key] = summary(json.loads(json.dumps(doc)))
-    return out
+    try:
+        doc = to_json(analyze(load_input(str(path))), generated=WHEN)
+    except (InputError, ParseError) as exc:
+        return {"error": type(exc).__name__}
+    return summary(json.loads(json.dumps(doc)))
 
 
-def differences(before: dict[str, dict], after: dict[str, dict]) -> list[str]:
+def measure(which: Iterable[tuple[str, Path]] | None = None) -> dict[str, dict]:
+    """Summaries of ``which`` (default: every scenario and corpus sample)."""
+    if which is not None:
+        return {key: measure_one(path) for key, path in which}
+    with tempfile.TemporaryDirectory(prefix="gputriage-behaviour-") as tmp:
+        return {key: measure_one(path) for key, path in inputs(Path(tmp))}
+
+
+def differences(before: dict[str, dict], after: dict[str, dict],
+                allowed: Mapping[str, Mapping[str, str]] | None = None) -> list[str]:
+    """One line per input that is new or gone, and per field that changed, except the
+    fields ``allowed`` lists for a key ({key: {field: reason}})."""
+    allowed = allowed or {}
     lines = []
     for key in sorted(set(before) | set(after)):
         a, b = before.get(key), after.get(key)
@@ -96,7 +117,7 @@ def differences(before: dict[str, dict], after: dict[str, dict]) -> list[str]:
             lines.append(f"{key}: {'new' if a is None else 'gone'}")
             continue
         for field in sorted(set(a) | set(b)):
-            if a.get(field) != b.get(field):
+            if a.get(field) != b.get(field) and field not in allowed.get(key, {}):
                 lines.append(f"{key}: {field}: {json.dumps(a.get(field))[:300]} -> "
                              f"{json.dumps(b.get(field))[:300]}")
     return lines
@@ -115,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recorded {len(now)} inputs to {args.baseline.relative_to(ROOT)}")
         return 0
     before = json.loads(args.baseline.read_text(encoding="utf-8"))
+    if corpus_root() is None:
+        print("corpus not found (set GPUTRIAGE_CORPUS): comparing the scenarios only")
+        before = {k: v for k, v in before.items() if not k.startswith("corpus:")}
     diff = differences(before, now)
     print("\n".join(diff) if diff else f"identical on {len(now)} inputs")
     return 1 if diff else 0

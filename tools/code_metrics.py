@@ -1,7 +1,9 @@
 """Structure figures of issue 11, measured on src/gputriage: import cycles (module-
-and function-level imports both count), ``_private`` names imported across modules,
-and functions over a cyclomatic-complexity bound (radon's measure when radon is
-installed, as issue 11 counted it; else ruff's mccabe check, which counts fewer).
+and function-level imports both count; ``if TYPE_CHECKING:`` imports, which never run,
+do not), ``_private`` names imported across modules, functions over a cyclomatic-
+complexity bound (radon's measure when radon is installed, as issue 11 counted it; else
+ruff's mccabe check, which counts fewer), and rules that reach past their declared
+inputs (take the whole fact store, or read the snapshot).
 
     python tools/code_metrics.py [--complexity 25] [--list]
 """
@@ -40,11 +42,15 @@ def _resolve(name: str, level: int, here: str, is_package: bool) -> str:
 
 
 def imports(mods: dict[str, Path]) -> Iterator[tuple[str, str, list[str]]]:
-    """(importer, imported module, names) for every import of the package's own code."""
+    """(importer, imported module, names) for every import of the package's own code
+    that runs (module- or function-level; ``if TYPE_CHECKING:`` imports never run)."""
     for mod, path in mods.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         is_package = path.name == "__init__.py"
+        typing_only = _in_type_checking(tree)
         for node in ast.walk(tree):
+            if getattr(node, "lineno", None) in typing_only:
+                continue
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.startswith(PACKAGE):
@@ -138,6 +144,30 @@ def complex_functions(bound: int) -> list[str]:
     return sorted(found)
 
 
+def _is_rule(func: ast.FunctionDef) -> bool:
+    return any(isinstance(d, ast.Call) and getattr(d.func, "id", "") == "rule"
+               for d in func.decorator_list)
+
+
+def undeclared_reads(mods: dict[str, Path]) -> list[str]:
+    """Rules that take the fact store (``facts``) instead of their facts by name, and
+    rule modules that import gputriage.facts or touch ``.snapshot``."""
+    found = []
+    for mod, path in mods.items():
+        if not mod.startswith(f"{PACKAGE}.rules."):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and _is_rule(node):
+                if any(a.arg == "facts" for a in node.args.args):
+                    found.append(f"{mod}.{node.name} takes the fact store")
+            elif isinstance(node, ast.ImportFrom) and node.module == f"{PACKAGE}.facts":
+                found.append(f"{mod} imports {PACKAGE}.facts")
+            elif isinstance(node, ast.Attribute) and node.attr in ("snapshot", "_parse"):
+                found.append(f"{mod}:{node.lineno} reads .{node.attr}")
+    return sorted(found)
+
+
 def _ruff_complex(bound: int) -> list[str]:
     cmd = [sys.executable, "-m", "ruff", "check", str(SRC), "--select", "C901",
            "--config", f"lint.mccabe.max-complexity={bound}", "--output-format", "json",
@@ -157,7 +187,8 @@ def main() -> int:
     found = {"import cycles": [" <-> ".join(c) for c in cycles(mods)],
              "private names imported across modules": private_imports(mods),
              f"functions with complexity > {args.complexity}":
-                 complex_functions(args.complexity)}
+                 complex_functions(args.complexity),
+             "rules reading past their declared facts": undeclared_reads(mods)}
     for title, items in found.items():
         print(f"{title}: {len(items)}")
         if args.list:

@@ -41,7 +41,6 @@ _GPU_NOISE = (("temperature_c", "temperature_c"), ("power_draw_w", "power_draw_w
               ("ecc_volatile_uncorrected", "ecc.volatile_uncorrected"),
               ("ecc_aggregate_uncorrected", "ecc.aggregate_uncorrected"))
 _BRACKET = re.compile(r"\[[^\]]*\]")
-_CTK_VERSION = re.compile(r"version\s+v?(\d+(?:\.\d+)+\S*)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -234,34 +233,28 @@ def _host_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None
     for unit, state in sorted((facts.maybe("units") or {}).items()):
         active = "/".join(s for s in (state.active_state, state.sub_state) if s)
         _put(out, f"unit[{unit}].state", active or state.load_state)
-    text = facts.snapshot.text("nvidia_ctk_version")
-    if text is not None:
-        match = _CTK_VERSION.search(text)
-        _put(out, "container.toolkit", match.group(1) if match else None)
-    cap = facts.snapshot.get("cdi_specs")
-    if cap is not None:
-        try:
-            doc = cap.json()
-        except InputError:
-            doc = None
-        files = doc.get("files") if isinstance(doc, dict) else None
-        if isinstance(files, dict):
-            out["container.cdi_specs"] = ", ".join(sorted(files)) or "none"
+    _put(out, "container.toolkit", facts.get("host_identity").container_toolkit)
+    files = _cdi_spec_files(facts.text("cdi_specs"))
+    if files is not None:
+        out["container.cdi_specs"] = ", ".join(files) or "none"
+
+
+def _cdi_spec_files(text: str | None) -> list[str] | None:
+    """The CDI spec files of the ``cdi_specs`` tree, sorted (None: no readable tree)."""
+    try:
+        doc = safejson.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    files = doc.get("files") if isinstance(doc, dict) else None
+    return sorted(files) if isinstance(files, dict) else None
 
 
 def _stack_digest(facts: Facts, out: dict[str, Any]) -> None:
-    uname = (facts.snapshot.text("uname") or "").split()
-    _put(out, "kernel", uname[2] if len(uname) > 2 else None)
-    km = facts.maybe("kernel_module")
-    _put(out, "driver.module", km.version if km else None)
-    for _, report in facts.maybe("smi", []) or []:
-        if "driver.userspace" not in out:
-            _put(out, "driver.userspace", report.driver_version)
-        if "cuda" not in out:
-            _put(out, "cuda", report.cuda_version)
-    reading = facts.maybe("nvml")
-    if reading is not None and reading.available and reading.library_driver_version:
-        out["driver.userspace"] = reading.library_driver_version
+    identity = facts.get("host_identity")
+    _put(out, "kernel", identity.kernel)
+    _put(out, "driver.module", identity.driver.kernel_module)
+    _put(out, "driver.userspace", identity.driver.userspace)
+    _put(out, "cuda", identity.driver.cuda)
 
 
 def facts_digest(facts: Facts, include_noise: bool = False) -> dict[str, Any]:
@@ -305,11 +298,11 @@ def host_digest(host: dict, gpus: list[dict]) -> dict[str, Any]:
 def view_from_result(result: Result, facts: Facts | None, label: str,
                      include_noise: bool = False) -> DiffView:
     """The side of an analysed snapshot (``facts`` the engine used, when at hand)."""
-    digest = host_digest(result.host, result.gpus)
+    host, gpus = result.host.to_json(), [g.to_json() for g in result.gpus]
+    digest = host_digest(host, gpus)
     if facts is not None:
         digest.update(facts_digest(facts, include_noise))
-    return DiffView(label, dict(result.host), [dict(g) for g in result.gpus],
-                    dict(sorted(digest.items())),
+    return DiffView(label, host, gpus, dict(sorted(digest.items())),
                     [FindingRef.from_finding(f) for f in result.findings], "snapshot")
 
 
@@ -400,7 +393,21 @@ def family(key: str) -> str:
     return _BRACKET.sub("[*]", key)
 
 
-def _gpu_rows(view: DiffView) -> list[dict]:
+@dataclass(frozen=True)
+class _Gpu:
+    """A GPU of one side as the comparison needs it."""
+
+    bus: Any  # JSON scalars: a result document may hold anything
+    ident: Any  # UUID, else serial
+    name: Any
+    visible: bool
+
+    @property
+    def label(self) -> Any:
+        return self.ident or self.bus
+
+
+def _gpu_rows(view: DiffView) -> list[_Gpu]:
     rows = []
     for g in view.gpus:
         bus = g.get("pci_bus_id")
@@ -408,46 +415,50 @@ def _gpu_rows(view: DiffView) -> list[dict]:
             continue
         ident = (g.get("uuid") or view.digest.get(f"gpu[{bus}].uuid")
                  or view.digest.get(f"gpu[{bus}].serial"))
-        rows.append({"bus": bus, "ident": ident, "name": g.get("name"),
-                     "visible": g.get("visible", True) is not False})
+        rows.append(_Gpu(bus, ident, g.get("name"), g.get("visible", True) is not False))
     return rows
+
+
+def _match(row: _Gpu, after: list[_Gpu], by_ident: dict[Any, int],
+           by_bus: dict[Any, int]) -> int | None:
+    """Where ``row`` is in ``after``: the GPU of the same identity, else the one on the
+    same bus unless both identities are known and differ."""
+    if row.ident and row.ident in by_ident:
+        return by_ident[row.ident]
+    i = by_bus.get(row.bus)
+    if i is None or (row.ident and after[i].ident and after[i].ident != row.ident):
+        return None
+    return i
 
 
 def _gpu_changes(a: DiffView, b: DiffView) -> tuple[list[GpuChange], set[str]]:
     """GPU set changes, and the bus ids whose per-GPU keys they already cover."""
-    before = [r for r in _gpu_rows(a) if r["visible"]]
+    before = [r for r in _gpu_rows(a) if r.visible]
     after_all = _gpu_rows(b)
-    after = [r for r in after_all if r["visible"]]
-    hidden = {r["bus"] for r in after_all if not r["visible"]}
+    after = [r for r in after_all if r.visible]
+    hidden = {r.bus for r in after_all if not r.visible}
     changes: list[GpuChange] = []
     covered: set[str] = set()
-    matched_after: set[int] = set()
-    by_ident = {r["ident"]: i for i, r in enumerate(after) if r["ident"]}
-    by_bus = {r["bus"]: i for i, r in enumerate(after)}
+    matched: set[int] = set()
+    by_ident = {r.ident: i for i, r in enumerate(after) if r.ident}
+    by_bus = {r.bus: i for i, r in enumerate(after)}
     for row in before:
-        i = by_ident.get(row["ident"]) if row["ident"] else None
-        if i is None and row["bus"] in by_bus:
-            other = after[by_bus[row["bus"]]]
-            if not (row["ident"] and other["ident"] and row["ident"] != other["ident"]):
-                i = by_bus[row["bus"]]
-        if i is None or i in matched_after:
-            note = ("on PCI but not visible to the driver" if row["bus"] in hidden
-                    else None)
-            changes.append(GpuChange("removed", row["ident"] or row["bus"], row["bus"], None,
-                                     row["name"], note))
-            covered.add(row["bus"])
+        i = _match(row, after, by_ident, by_bus)
+        if i is None or i in matched:
+            note = "on PCI but not visible to the driver" if row.bus in hidden else None
+            changes.append(GpuChange("removed", row.label, row.bus, None, row.name, note))
+            covered.add(row.bus)
             continue
-        matched_after.add(i)
+        matched.add(i)
         other = after[i]
-        if other["bus"] != row["bus"]:
-            changes.append(GpuChange("moved", row["ident"] or row["bus"], row["bus"],
-                                     other["bus"], other["name"] or row["name"]))
-            covered.update((row["bus"], other["bus"]))
+        if other.bus != row.bus:
+            changes.append(GpuChange("moved", row.label, row.bus, other.bus,
+                                     other.name or row.name))
+            covered.update((row.bus, other.bus))
     for i, row in enumerate(after):
-        if i not in matched_after:
-            changes.append(GpuChange("added", row["ident"] or row["bus"], None, row["bus"],
-                                     row["name"]))
-            covered.add(row["bus"])
+        if i not in matched:
+            changes.append(GpuChange("added", row.label, None, row.bus, row.name))
+            covered.add(row.bus)
     return changes, covered
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from dataclasses import replace
+from typing import Any
 
 from gputriage.facts import Facts, Missing
 from gputriage.logwindow import LogWindow
-from gputriage.model import Result, Severity, Skipped
+from gputriage.model import Finding, GpuRow, HostSummary, Result, Severity, Skipped
 from gputriage.rules import all_rules
 from gputriage.rules.base import Rule
 from gputriage.snapshot import Snapshot
@@ -51,7 +51,7 @@ def analyze_facts(facts: Facts, rules: Sequence[Rule] | None = None) -> Result:
             result.skipped.append(Skipped(rule.id, reason))
             continue
         try:
-            found = rule.func(facts) if rule.legacy else rule.func(**_inputs_of(facts, rule))
+            found = rule.func(**_inputs_of(facts, rule))
             result.findings.extend(found)
         except Missing as exc:
             result.skipped.append(Skipped(rule.id, f"needs {exc}"))
@@ -60,7 +60,7 @@ def analyze_facts(facts: Facts, rules: Sequence[Rule] | None = None) -> Result:
             ran += 1
     result.unreadable = list(snapshot.problems) + facts.problems
     result.inputs = _inputs(snapshot)
-    result.gpus = _gpus(facts, result)
+    result.gpus = _gpus(facts, result.findings)
     result.host = _host(facts, result, ran)
     return result
 
@@ -76,129 +76,83 @@ def _inputs(snapshot: Snapshot) -> list[dict]:
     return [{"origin": o, "sources": names} for o, names in by_origin.items()]
 
 
-def _gpus(facts: Facts, result: Result) -> list[dict]:
+def _gpus(facts: Facts, findings: list[Finding]) -> list[GpuRow]:
+    """One row per GPU the driver lists (in its order), then per GPU only on PCI."""
     visible = facts.maybe("visible_gpus")
-    rows: dict[str, dict] = {}
+    rows: dict[str, GpuRow] = {}
     order: list[str] = []
-    if visible:
-        for i, g in enumerate(visible[1]):
-            key = g.bus_id or f"#{i}"
-            order.append(key)
-            rows[key] = {"index": g.index, "pci_bus_id": g.bus_id, "name": g.name,
-                         "uuid": g.uuid, "persistence_mode": g.persistence_mode,
-                         "visible": True}
+    for i, g in enumerate(visible[1] if visible else ()):
+        key = g.bus_id or f"#{i}"
+        order.append(key)
+        rows[key] = GpuRow(g.index, g.bus_id, g.name, g.uuid,
+                           persistence_mode=g.persistence_mode)
     lost = facts.maybe("lost_gpus", {})
     for f in facts.maybe("pci_gpus", []):
         if f.address not in rows:
             order.append(f.address)
-            rows[f.address] = {"index": None, "pci_bus_id": f.address, "name": None,
-                               "uuid": None, "visible": False}
+            rows[f.address] = GpuRow(None, f.address, visible=False, listed=False)
         if f.address in lost:
-            rows[f.address]["visible"] = False
-    _add_board_facts(facts, rows, visible)
-    for key in order:
-        row = rows[key]
-        sev = [x.severity for x in result.findings if x.scope.kind == "gpu"
-               and x.scope.pci_bus_id and x.scope.pci_bus_id == row["pci_bus_id"]]
-        row["severity"] = max(sev, key=lambda s: s.rank, default=Severity.OK).value
-    return [rows[k] for k in order]
+            rows[f.address] = replace(rows[f.address], visible=False)
+    boards = _board_facts(facts, visible)
+    return [_finish(rows[k], boards.get(rows[k].pci_bus_id or "", {}), findings)
+            for k in order]
 
 
-def _add_board_facts(facts: Facts, rows: dict[str, dict], visible) -> None:
-    """Serial, VBIOS and GSP firmware per GPU, for diff, history and fleet."""
-    if visible:
-        for g in visible[1]:
-            if g.bus_id in rows and g.serial:
-                rows[g.bus_id]["serial"] = g.serial
+def _finish(row: GpuRow, board: dict[str, str], findings: list[Finding]) -> GpuRow:
+    """``row`` with its board facts and the worst severity of its findings."""
+    return replace(row, serial=board.get("serial"), vbios=board.get("vbios"),
+                   firmware=board.get("firmware"),
+                   severity=_gpu_severity(row.pci_bus_id, findings))
+
+
+def _gpu_severity(bus_id: str | None, findings: list[Finding]) -> Severity:
+    """The worst severity of the findings scoped to the GPU at ``bus_id``."""
+    sev = [x.severity for x in findings if x.scope.kind == "gpu"
+           and x.scope.pci_bus_id and x.scope.pci_bus_id == bus_id]
+    return max(sev, key=lambda s: s.rank, default=Severity.OK)
+
+
+def _board_facts(facts: Facts, visible: Any) -> dict[str, dict[str, str]]:
+    """Serial, VBIOS and GSP firmware by bus id, for diff, history and fleet: the
+    driver's listing, then nvidia-smi, then /proc/driver/nvidia/gpus."""
+    boards: dict[str, dict[str, str]] = {}
+    for g in visible[1] if visible else ():
+        if g.bus_id and g.serial:
+            boards.setdefault(g.bus_id, {})["serial"] = g.serial
     for _, report in facts.maybe("smi", []):
         for g in report.gpus:
-            row = rows.get(g.pci_bus_id or "")
-            if row is None:
-                continue
-            if g.vbios and "vbios" not in row:
-                row["vbios"] = g.vbios
             firmware = g.raw.get("GSP Firmware Version") or g.raw.get("gsp_firmware_version")
-            if firmware and firmware != "N/A" and "firmware" not in row:
-                row["firmware"] = firmware
+            _add_board(boards, g.pci_bus_id, g.vbios,
+                       firmware if firmware != "N/A" else None)
     for g in facts.maybe("proc_gpus", []):
-        row = rows.get(g.bus_id or "")
-        if row is not None:
-            if g.vbios and "vbios" not in row:
-                row["vbios"] = g.vbios
-            if g.firmware and "firmware" not in row:
-                row["firmware"] = g.firmware
+        _add_board(boards, g.bus_id, g.vbios, g.firmware)
+    return boards
 
 
-_TOOLKIT_VERSION = re.compile(r"version\s+v?(\d[\w.+~-]*)", re.IGNORECASE)
+def _add_board(boards: dict[str, dict[str, str]], bus_id: str | None, vbios: str | None,
+               firmware: str | None) -> None:
+    """Keep the first VBIOS and firmware versions seen for ``bus_id``."""
+    if not bus_id:
+        return
+    board = boards.setdefault(bus_id, {})
+    if vbios:
+        board.setdefault("vbios", vbios)
+    if firmware:
+        board.setdefault("firmware", firmware)
 
 
-def _boot_time(facts: Facts) -> str | None:
-    """When the host booted: the snapshot's time less its uptime."""
-    created = (facts.snapshot.manifest or {}).get("created")
-    uptime = (facts.snapshot.text("uptime") or "").split()
-    try:
-        when = datetime.fromisoformat(str(created))
-        seconds = float(uptime[0]) if uptime else None
-    except ValueError:
-        return None
-    if seconds is None or not 0 <= seconds < 1e9:
-        return None
-    return (when - timedelta(seconds=seconds)).isoformat(timespec="seconds")
+def _verdict(result: Result, ran: int) -> str:
+    """The engine's verdict; "unknown" when no rule could run and nothing was found."""
+    if not result.findings and ran == 0:
+        return "unknown"  # nothing could be checked: say so, never "OK"
+    worst = result.worst
+    return worst.value if worst.rank >= Severity.WARNING.rank else "ok"
 
 
-def _first_line(facts: Facts, source: str) -> str | None:
-    text = facts.snapshot.text(source)
-    return text.strip().splitlines()[0] if text and text.strip() else None
-
-
-def _toolkit(facts: Facts) -> str | None:
-    m = _TOOLKIT_VERSION.search(facts.snapshot.text("nvidia_ctk_version") or "")
-    return m.group(1) if m else None
-
-
-def _os_name(facts: Facts) -> str | None:
-    for line in facts.lines("os_release"):
-        if line.startswith("PRETTY_NAME="):
-            return line.split("=", 1)[1].strip().strip('"')
-    return None
-
-
-def _host(facts: Facts, result: Result, ran: int) -> dict:
-    manifest = facts.snapshot.manifest or {}
-    uname = (_first_line(facts, "uname") or "").split()
-    km = facts.maybe("kernel_module")
-    cuda = None
-    userspace = None
-    for _, report in facts.maybe("smi", []):
-        cuda = cuda or report.cuda_version
-        userspace = userspace or report.driver_version
-    reading = facts.maybe("nvml")
-    if reading is not None and reading.available:
-        userspace = reading.library_driver_version or userspace
-        if reading.cuda_driver_version and not cuda:
-            major, minor = divmod(reading.cuda_driver_version, 1000)
-            cuda = f"{major}.{minor // 10}"
-    libs = sorted({lib.version for lib in facts.maybe("libs", [])
-                   if lib.library == "libnvidia-ml" and lib.version})
-    if libs and (userspace is None or len(libs) == 1):
-        userspace = libs[-1]
+def _host(facts: Facts, result: Result, ran: int) -> HostSummary:
     visible = facts.maybe("visible_gpus")
     pci_gpus = facts.maybe("pci_gpus")
-    worst = result.worst
-    verdict = worst.value if worst.rank >= Severity.WARNING.rank else "ok"
-    if not result.findings and ran == 0:
-        verdict = "unknown"  # nothing could be checked: say so, never "OK"
-    return {
-        "hostname": manifest.get("host") or _first_line(facts, "hostname"),
-        "kernel": uname[2] if len(uname) > 2 else None,
-        "os": _os_name(facts),
-        "boot_id": manifest.get("boot_id") or _first_line(facts, "boot_id"),
-        "driver": {"kernel_module": km.version if km else None, "userspace": userspace,
-                   "cuda": cuda},
-        "gpus_on_pci": len(pci_gpus) if pci_gpus is not None else None,
-        "gpus_visible": len(visible[1]) if visible else None,
-        "rules_run": ran,
-        "boot_time": _boot_time(facts),
-        "container_toolkit": _toolkit(facts),
-        "verdict": verdict,
-    }
+    return HostSummary.of(facts.get("host_identity"),
+                          gpus_on_pci=len(pci_gpus) if pci_gpus is not None else None,
+                          gpus_visible=len(visible[1]) if visible else None,
+                          rules_run=ran, verdict=_verdict(result, ran))

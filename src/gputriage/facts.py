@@ -120,10 +120,3 @@ class Facts:
     def record(self, source: str) -> dict | None:
         """A source's manifest record, None when it has none."""
         return self.snapshot.record(source)
-
-    # -- transitional (issue 11): removed once no rule reads sources itself ------------
-    def lines(self, source: str) -> list[str]:
-        return (self.text(source) or "").splitlines()
-
-    def _parse(self, source: str, parser: Callable[[Any], Any], *, as_json: bool = False) -> Any:
-        return self.parse(source, parser, as_json=as_json)

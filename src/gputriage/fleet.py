@@ -38,7 +38,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from gputriage.fleet_walk import SKIP, discover
@@ -174,6 +174,43 @@ def _gpu_sets(gpus: list) -> tuple[str | None, str | None, str | None]:
                  for b in sets)  # type: ignore[return-value]
 
 
+def _dict(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _attributes(host: dict, gpus: object) -> dict[str, str | None]:
+    """The attributes a result's host summary and GPU rows give."""
+    driver = _dict(host.get("driver"))
+    model, vbios, firmware = _gpu_sets(gpus if isinstance(gpus, list) else [])
+    return {
+        "driver.userspace": _text(driver.get("userspace")),
+        "driver.kernel_module": _text(driver.get("kernel_module")),
+        "driver.cuda": _text(driver.get("cuda")),
+        "kernel": _text(host.get("kernel")),
+        "vbios": vbios,
+        "gpu.model": model,
+        "firmware": firmware,
+        "container_toolkit": _text(host.get("container_toolkit")),
+        "os": _text(host.get("os")),
+    }
+
+
+def _worst_findings(findings: object) -> tuple[tuple[str, str], ...]:
+    """(finding id, worst severity) of each problem finding, sorted by id ("ok"
+    findings are passed checks, not problems)."""
+    worst: dict[str, str] = {}
+    for f in findings if isinstance(findings, list) else ():
+        if not isinstance(f, dict):
+            continue
+        sev = f.get("severity")
+        fid, sev = _text(f.get("id")), sev.lower() if isinstance(sev, str) else ""
+        if not fid or _SEVERITY_RANK.get(sev, 0) == 0:
+            continue
+        if _SEVERITY_RANK[sev] > _SEVERITY_RANK.get(worst.get(fid, ""), -1):
+            worst[fid] = sys.intern(sev)
+    return tuple(sorted(worst.items()))
+
+
 def record_from_result(doc: object, origin: str, *, extra: dict[str, str] | None = None,
                        boot_hours: float = 1.0) -> NodeRecord:
     """The :class:`NodeRecord` of a ``gputriage/result/v1`` document.
@@ -187,23 +224,9 @@ def record_from_result(doc: object, origin: str, *, extra: dict[str, str] | None
     schema = doc.get("schema")
     if schema != RESULT_SCHEMA:
         raise FleetInputError(f"schema {schema!r}, expected {RESULT_SCHEMA!r}")
-    host = h if isinstance(h := doc.get("host"), dict) else {}
-    manifest = m if isinstance(m := doc.get("manifest"), dict) else {}
-    gpus = g if isinstance(g := doc.get("gpus"), list) else []
-    driver = d if isinstance(d := host.get("driver"), dict) else {}
+    host, manifest = _dict(doc.get("host")), _dict(doc.get("manifest"))
     name = _text(host.get("hostname")) or _text(manifest.get("host")) or origin
-    model, vbios, firmware = _gpu_sets(gpus)
-    attrs: dict[str, str | None] = {
-        "driver.userspace": _text(driver.get("userspace")),
-        "driver.kernel_module": _text(driver.get("kernel_module")),
-        "driver.cuda": _text(driver.get("cuda")),
-        "kernel": _text(host.get("kernel")),
-        "vbios": vbios,
-        "gpu.model": model,
-        "firmware": firmware,
-        "container_toolkit": _text(host.get("container_toolkit")),
-        "os": _text(host.get("os")),
-    }
+    attrs = _attributes(host, doc.get("gpus"))
     boot = _parse_time(host.get("boot_time"))
     for key, value in (extra or {}).items():
         if key == "boot_time":
@@ -215,19 +238,9 @@ def record_from_result(doc: object, origin: str, *, extra: dict[str, str] | None
             attrs["boot_window"] = sys.intern(boot_window(boot, boot_hours))
     pairs = [(k, v) for k, v in attrs.items() if v]
     pairs += [("host.pattern", sys.intern(p)) for p in host_patterns(name)]
-    worst: dict[str, str] = {}
-    findings = doc.get("findings")
-    for f in findings if isinstance(findings, list) else ():
-        if not isinstance(f, dict):
-            continue
-        sev = f.get("severity")
-        fid, sev = _text(f.get("id")), sev.lower() if isinstance(sev, str) else ""
-        if not fid or _SEVERITY_RANK.get(sev, 0) == 0:
-            continue  # "ok" findings are passed checks, not problems
-        if _SEVERITY_RANK[sev] > _SEVERITY_RANK.get(worst.get(fid, ""), -1):
-            worst[fid] = sys.intern(sev)
     created = _text(manifest.get("created")) or _text(doc.get("generated")) or ""
-    return NodeRecord(name, origin, tuple(pairs), tuple(sorted(worst.items())), created)
+    return NodeRecord(name, origin, tuple(pairs), _worst_findings(doc.get("findings")),
+                      created)
 
 
 # -- aggregation -----------------------------------------------------------------------
@@ -348,7 +361,6 @@ def aggregate(records: Iterable[NodeRecord], top: int = 5,
 
 # -- inputs ----------------------------------------------------------------------------
 _RESULT_CAP = 64 * 1024 * 1024
-_CTK = re.compile(r"version\s+v?(\d[\w.+~-]*)", re.IGNORECASE)
 _GSP = re.compile(r"<gsp_firmware_version>\s*([^<\s]+)\s*<")
 
 
@@ -428,30 +440,22 @@ def _result_head(data: bytes) -> dict | None:
     return doc
 
 
-def snapshot_extras(snapshot: Any, facts: Any) -> dict[str, str]:
-    """VBIOS, GSP firmware, container toolkit version and boot time of a snapshot
-    (what a result JSON does not carry)."""
+def snapshot_extras(facts: Any) -> dict[str, str]:
+    """VBIOS, GSP firmware, container toolkit version and boot time of an analysed
+    snapshot's facts (what a result JSON may not carry)."""
     extra: dict[str, str] = {}
     vbios = sorted({g.vbios for _, rep in facts.maybe("smi", []) for g in rep.gpus
                     if getattr(g, "vbios", None)})
     if vbios:
         extra["vbios"] = ",".join(vbios)
-    xml = snapshot.text("nvidia_smi_q_xml") or ""
-    firmware = sorted(set(_GSP.findall(xml)) - {"N/A"})
+    firmware = sorted(set(_GSP.findall(facts.text("nvidia_smi_q_xml") or "")) - {"N/A"})
     if firmware:
         extra["firmware"] = ",".join(firmware)
-    m = _CTK.search(snapshot.text("nvidia_ctk_version") or "")
-    if m:
-        extra["container_toolkit"] = m.group(1)
-    created = _parse_time((snapshot.manifest or {}).get("created"))
-    uptime = (snapshot.text("uptime") or "").split()
-    try:
-        seconds = float(uptime[0]) if uptime else None
-    except ValueError:
-        seconds = None
-    if created is not None and seconds is not None and 0 <= seconds < 1e9:
-        with contextlib.suppress(OverflowError):
-            extra["boot_time"] = (created - timedelta(seconds=seconds)).isoformat()
+    identity = facts.get("host_identity")
+    if identity.container_toolkit:
+        extra["container_toolkit"] = identity.container_toolkit
+    if identity.boot_time:
+        extra["boot_time"] = identity.boot_time
     return extra
 
 
@@ -469,7 +473,7 @@ def load_snapshot(path: str, boot_hours: float = 1.0) -> NodeRecord:
             raise FleetInputError("no manifest.json: not a gputriage snapshot")
         facts = Facts(snap)
         doc = to_json(analyze_facts(facts))
-        extra = snapshot_extras(snap, facts)
+        extra = snapshot_extras(facts)
     except (InputError, OSError, ValueError, EOFError) as exc:
         raise FleetInputError(str(exc).replace(str(path) + ": ", "")[:200]) from None
     return record_from_result(doc, path, extra=extra, boot_hours=boot_hours)

@@ -31,14 +31,14 @@ import stat
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from gputriage import safejson
-from gputriage.model import Result, Severity
+from gputriage.model import HealthyChange, Result, Severity
 
 DB_NAME = "history.sqlite"
 SCHEMA_VERSION = 1
@@ -160,23 +160,21 @@ def facts_digest(result: Result) -> dict[str, Any]:
     each GPU's serial and visibility."""
     from gputriage.diff import host_digest
 
-    out = host_digest(result.host, result.gpus)
-    host = result.host if isinstance(result.host, dict) else {}
-    for key, value in (("os", host.get("os")), ("gpus.on_pci", host.get("gpus_on_pci")),
-                       ("gpus.visible", host.get("gpus_visible"))):
+    host = result.host
+    out = host_digest(host.to_json(), [g.to_json() for g in result.gpus])
+    for key, value in (("os", host.os), ("gpus.on_pci", host.gpus_on_pci),
+                       ("gpus.visible", host.gpus_visible)):
         if value is not None and value != "":
             out[key] = value
     for gpu in result.gpus:
-        bus = gpu.get("pci_bus_id") if isinstance(gpu, dict) else None
+        bus = gpu.pci_bus_id
         if not bus:
             continue
-        if gpu.get("serial"):
-            out[f"gpu[{bus}].serial"] = str(gpu["serial"])
-        vbios = gpu.get("vbios") or gpu.get("vbios_version")
-        if vbios:
-            out[f"gpu[{bus}].vbios"] = str(vbios)
-        if isinstance(gpu.get("visible"), bool):
-            out[f"gpu[{bus}].visible"] = gpu["visible"]
+        if gpu.serial:
+            out[f"gpu[{bus}].serial"] = gpu.serial
+        if gpu.vbios:
+            out[f"gpu[{bus}].vbios"] = gpu.vbios
+        out[f"gpu[{bus}].visible"] = gpu.visible
     return dict(sorted(out.items()))
 
 
@@ -502,9 +500,8 @@ def record(state_dir: Path | str, result: Result, when: datetime,
     retention = retention or Retention()
     when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
     when = when.astimezone(timezone.utc).replace(microsecond=0)
-    host = result.host if isinstance(result.host, dict) else {}
-    name = host.get("hostname")
-    boot_id = host.get("boot_id")
+    name = result.host.hostname
+    boot_id = result.host.boot_id
     digest = facts_digest(result)
     sha = digest_sha256(digest)
     rows = _finding_rows(result)
@@ -651,8 +648,8 @@ def record_check(state_dir: Path | str, result: Result, when: datetime,
                  busy_timeout_s: float = BUSY_TIMEOUT_S,
                  notices: list[str] | None = None) -> list[str]:
     """What ``check`` does: compare ``result`` with the host's last healthy entry,
-    put the differences in ``result.host["changed_since_healthy"]`` (``{"when":
-    ISO, "changes": [...]}``, only when something changed), then record it.
+    put the differences in ``result.host.changed_since_healthy`` (only when something
+    changed), then record it.
 
     Returns why it was not recorded (at most one line; empty when it was).
     ``notices`` gets what the user should know although it was recorded (a
@@ -679,17 +676,17 @@ def record_check(state_dir: Path | str, result: Result, when: datetime,
 def _compare(state_dir: Path | str, result: Result) -> list[str]:
     """Put what changed since the last healthy check in ``result``; the problem
     met, if any (a corrupt database is left to :func:`record`)."""
-    host = result.host if isinstance(result.host, dict) else None
     try:
-        before = last_healthy(state_dir, host.get("hostname") if host else None)
+        before = last_healthy(state_dir, result.host.hostname)
     except CorruptHistory:
         return []  # recording moves it aside, and says so
     except HistoryError as exc:
         return [f"not compared with the last healthy check: {exc}"]
-    if before is not None and host is not None:
+    if before is not None:
         changed = changes(before.digest, facts_digest(result))
         if changed:
-            host["changed_since_healthy"] = {"when": before.time, "changes": changed}
+            result.host = replace(result.host, changed_since_healthy=HealthyChange(
+                before.time, tuple(changed)))
     return []
 
 

@@ -1,4 +1,5 @@
-"""Core result types: findings, their scope and evidence, skipped rules.
+"""Core result types: findings, their scope and evidence, skipped rules, the host
+summary and the GPU rows.
 
 Everything a rule produces and a view renders is defined here, as plain
 frozen dataclasses with a stable JSON form (see docs/json-schema.md).
@@ -6,8 +7,9 @@ frozen dataclasses with a stable JSON form (see docs/json-schema.md).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
+from typing import Any
 
 
 class Severity(str, Enum):
@@ -128,14 +130,110 @@ class Skipped:
     reason: str
 
 
+@dataclass(frozen=True)
+class DriverVersions:
+    """The NVIDIA driver as each layer reports it."""
+
+    kernel_module: str | None = None  # the loaded kernel module
+    userspace: str | None = None  # NVML / nvidia-smi library
+    cuda: str | None = None  # the highest CUDA version the driver supports
+
+    def to_json(self) -> dict:
+        return {"kernel_module": self.kernel_module, "userspace": self.userspace,
+                "cuda": self.cuda}
+
+
+@dataclass(frozen=True)
+class HostIdentity:
+    """Who a host is: its name, boot, kernel, OS and driver stack versions."""
+
+    hostname: str | None = None
+    kernel: str | None = None  # uname -r
+    os: str | None = None  # os-release PRETTY_NAME
+    boot_id: str | None = None
+    boot_time: str | None = None  # ISO 8601: the snapshot's time less the uptime
+    driver: DriverVersions = DriverVersions()
+    container_toolkit: str | None = None  # nvidia-ctk --version
+
+
+@dataclass(frozen=True)
+class HealthyChange:
+    """What changed since the host's last healthy check (``check`` with history)."""
+
+    when: str  # ISO 8601 time of that healthy check
+    changes: tuple[str, ...]  # "key: old -> new"
+
+    def to_json(self) -> dict:
+        return {"when": self.when, "changes": list(self.changes)}
+
+
+@dataclass(frozen=True)
+class HostSummary(HostIdentity):
+    """The ``host`` part of a result: the identity, GPU counts and the verdict."""
+
+    gpus_on_pci: int | None = None
+    gpus_visible: int | None = None
+    rules_run: int = 0  # rules that need inputs and could run
+    verdict: str | None = None  # ok | warning | critical | unknown
+    changed_since_healthy: HealthyChange | None = None
+
+    @classmethod
+    def of(cls, identity: HostIdentity, **summary: Any) -> HostSummary:
+        """The summary of a host of ``identity``."""
+        known = {f.name: getattr(identity, f.name) for f in fields(HostIdentity)}
+        return cls(**known, **summary)
+
+    def to_json(self) -> dict:
+        """The JSON form, keys in the documented order."""
+        data = {"hostname": self.hostname, "kernel": self.kernel, "os": self.os,
+                "boot_id": self.boot_id, "driver": self.driver.to_json(),
+                "gpus_on_pci": self.gpus_on_pci, "gpus_visible": self.gpus_visible,
+                "rules_run": self.rules_run, "boot_time": self.boot_time,
+                "container_toolkit": self.container_toolkit, "verdict": self.verdict}
+        if self.changed_since_healthy is not None:
+            data["changed_since_healthy"] = self.changed_since_healthy.to_json()
+        return data
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    """One GPU of a result: as the driver lists it, or only seen on the PCI bus."""
+
+    index: int | None
+    pci_bus_id: str | None
+    name: str | None = None
+    uuid: str | None = None
+    visible: bool = True  # False: on PCI (or lost) but not usable by the driver
+    listed: bool = True  # listed by the driver (its persistence mode is then reported)
+    persistence_mode: bool | None = None
+    serial: str | None = None
+    vbios: str | None = None
+    firmware: str | None = None  # GSP firmware
+    severity: Severity = Severity.OK  # the worst of the findings scoped to it
+
+    def to_json(self) -> dict:
+        """The JSON form: board facts only when known, persistence only when listed."""
+        data: dict[str, Any] = {"index": self.index, "pci_bus_id": self.pci_bus_id,
+                                "name": self.name, "uuid": self.uuid}
+        if self.listed:
+            data["persistence_mode"] = self.persistence_mode
+        data["visible"] = self.visible
+        for key, value in (("serial", self.serial), ("vbios", self.vbios),
+                           ("firmware", self.firmware)):
+            if value:
+                data[key] = value
+        data["severity"] = self.severity.value
+        return data
+
+
 @dataclass
 class Result:
     """One analysed host: findings, skipped rules, facts summary, provenance."""
 
     findings: list[Finding] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
-    host: dict = field(default_factory=dict)
-    gpus: list[dict] = field(default_factory=list)
+    host: HostSummary = field(default_factory=HostSummary)
+    gpus: list[GpuRow] = field(default_factory=list)
     inputs: list[dict] = field(default_factory=list)
     manifest: dict | None = None
     unreadable: list[str] = field(default_factory=list)

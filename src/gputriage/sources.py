@@ -1,9 +1,11 @@
-"""Every source gputriage reads, declared once.
+"""Every source gputriage reads, declared once, end to end.
 
 A source has a stable name (its key in the snapshot manifest), a kind, what
-it reads (a path, a glob tree, or an argv), a timeout and a size cap, and the
-file it is stored as in a snapshot. Collection, the snapshot reader, the
-bug-report splitter and the content detector all refer to sources by name.
+it reads (a path, a glob tree, or an argv), a timeout and a size cap, the
+file it is stored as in a snapshot, its parser (or why it is kept as text),
+the detector that recognises it in a paste and its aliases. Collection, the
+snapshot reader, the fact store, the bug-report splitter and the paste detector
+all take what they need from here; nothing else lists sources.
 
 Kinds:
   file      one file, stored as text
@@ -15,6 +17,39 @@ Kinds:
             ``[{"path", "major", "minor", "mode"}]``
   nvml      readings through NVML (nvidia-ml-py), stored as JSON, taken in a
             child process so that a wedged driver cannot hang the collector
+  input     a job's output or a command gputriage never runs itself: read from
+            pastes and bug reports only (``argv`` shows what produces it)
+
+Recognition of a paste (:mod:`gputriage.ingest.detect`):
+  detector      ``"module:function"`` under ``gputriage`` taking a
+                :class:`gputriage.ingest.paste.PasteDoc`; it claims the lines of the
+                blocks it recognises. Several sources may name one detector (it runs
+                once, and claims for each of them).
+  detect_order  detectors run in this order, lowest first: an earlier detector
+                wins a line (job logs before the system log, the kernel log last).
+  keeps_prompt  when the prompt line that printed the output belongs to it:
+                ``"alone"``: when the output is all this source's (a CSV query names
+                its columns, each command of a reset session is a step); ``"named"``:
+                when the command names this source and it claimed some of the output
+                (an nccl-tests run and the NCCL log interleaved in it).
+  prompt_step   ``"module:function"``: a predicate on a prompt's command without
+                output of its own that is a step of this source's session.
+
+Aliases (``aliases``) say what produces a source; a file source's own path is
+one implicitly. Each alias is one of:
+  ``/path``       a file (a glob) a reader command prints (``cat``, ``tail``, ``zcat``...)
+  ``*** /path``   a file section of an nvidia-bug-report log (a glob); for a tree
+                  source, each section becomes one file of the tree
+  ``prog word..`` a command line: ``prog`` is a glob on the program's base name
+                  (a bug-report command section is matched the same way); each word
+                  is alternatives ``a|b`` that some argument must match (globs; ``#``
+                  is a number; ``~text``: the line mentions text); ``!word``: no
+                  argument may match; ``?word``: optional, and the alias then allows
+                  no argument that its words do not name. The alias with the most
+                  words wins; on a tie, the one declared first.
+
+The one-line ``description`` of a source with a detector is what the error for an
+unrecognised paste lists.
 """
 
 from __future__ import annotations
@@ -41,9 +76,19 @@ class Source:
     cap_bytes: int = DEFAULT_CAP_BYTES
     suffix: str = ".txt"
     select: str | None = None  # tree: name of a filter in collect.trees
-    collect: bool = True  # False: read from pasted outputs and bug reports only
     applies: str | None = None  # "nvidia" | "infiniband": hardware the source is about
     parser: str | None = None  # "module:function" of gputriage.parsers; the source's fact
+    raw: str | None = None  # why a source without a parser is kept as text
+    detector: str | None = None  # "module:function" of gputriage: claims it in a paste
+    detect_order: int = 0  # detectors run lowest first (see the module's docstring)
+    aliases: tuple[str, ...] = ()  # command lines, files and bug-report sections that give it
+    keeps_prompt: str | None = None  # "alone" | "named": when its prompt line belongs to it
+    prompt_step: str | None = None  # "module:function": commands that are steps of it
+
+    @property
+    def collect(self) -> bool:
+        """Whether collection reads it (job outputs are only ever pasted)."""
+        return self.kind != "input"
 
     @property
     def filename(self) -> str:
@@ -51,7 +96,7 @@ class Source:
 
     @property
     def target(self) -> str | list[str]:
-        if self.kind == "command":
+        if self.kind in ("command", "input"):
             return list(self.argv)
         if self.kind == "tree":
             return [f"{self.path}/{g}" for g in self.globs]
@@ -77,59 +122,90 @@ def _file(name: str, path: str, description: str, **kw) -> Source:
     return Source(name=name, kind="file", path=path, description=description, **kw)
 
 
+def _input(name: str, argv: tuple[str, ...], description: str, **kw) -> Source:
+    return Source(name=name, kind="input", argv=argv, description=description, **kw)
+
+
+_SMI_QUERY = "-q|--query|-a"  # the options that print nvidia-smi's full query (-a: its alias)
+
+
 SOURCES: tuple[Source, ...] = (
     # --- NVIDIA driver and tools
-    _cmd("nvidia_smi_q_xml", ("nvidia-smi", "-q", "-x"), "full GPU state as XML", suffix=".xml",
-         timeout_s=30.0, applies="nvidia",
-         parser="nvsmi_xml:parse_nvsmi_xml"),
-    _cmd("nvidia_smi_q", ("nvidia-smi", "-q"), "full GPU state as text (input only: live "
-         "collection takes the XML)", collect=False,
-         parser="nvsmi_text:parse_nvsmi_text"),
-    _cmd("nvidia_smi", ("nvidia-smi",), "the nvidia-smi summary table", applies="nvidia",
-         parser="nvsmi_table:parse_nvsmi_table"),
-    _cmd("nvidia_smi_csv", ("nvidia-smi", "--query-gpu=index,pci.bus_id,name,driver_version,"
-                            "pstate,utilization.gpu,pcie.link.gen.current,pcie.link.gen.max,"
-                            "pcie.link.width.current,pcie.link.width.max", "--format=csv"),
-         "nvidia-smi --query-gpu / --query-remapped-rows / --query-retired-pages / "
-         "--query-compute-apps CSV outputs (input only: live collection takes the XML)",
-         collect=False,
-         parser="nvsmi_csv:parse_nvsmi_csv"),
-    _cmd("gpu_reset", ("nvidia-smi", "--gpu-reset"), "what nvidia-smi -r / --gpu-reset and a "
-         "MIG mode change printed, with the device holders around them (fuser -v "
-         "/dev/nvidia*); input only: gputriage never resets a GPU", collect=False,
-         parser="gpu_reset:parse_gpu_reset"),
-    _cmd("nvidia_smi_topo", ("nvidia-smi", "topo", "-m"), "GPU/NIC/CPU topology matrix",
-         applies="nvidia",
-         parser="topo:parse_topo"),
-    _cmd("nvidia_smi_nvlink_status", ("nvidia-smi", "nvlink", "-s"), "NVLink link state",
-         applies="nvidia",
-         parser="nvlink:parse_nvlink_status"),
-    _cmd("nvidia_smi_nvlink_errors", ("nvidia-smi", "nvlink", "-e"), "NVLink error counters",
-         applies="nvidia",
-         parser="nvlink:parse_nvlink_errors"),
+    _cmd("nvidia_smi_q_xml", ("nvidia-smi", "-q", "-x"), "nvidia-smi -q -x XML (full GPU state)",
+         suffix=".xml", timeout_s=30.0, applies="nvidia",
+         parser="nvsmi_xml:parse_nvsmi_xml",
+         detector="parsers.nvsmi_xml:claim_nvsmi_xml", detect_order=30,
+         aliases=(f"nvidia-smi {_SMI_QUERY} -x|--xml-format !-u|--unit",)),
+    _input("nvidia_smi_q", ("nvidia-smi", "-q"),
+           "nvidia-smi -q text or one of its sections (full GPU state, live collection "
+           "takes the XML)",
+           parser="nvsmi_text:parse_nvsmi_text",
+           detector="parsers.nvsmi_text:claim_nvsmi_text", detect_order=40,
+           aliases=(f"nvidia-smi {_SMI_QUERY} !-u|--unit",)),
+    _cmd("nvidia_smi", ("nvidia-smi",), "the nvidia-smi table (or an excerpt), its error "
+         "message, nvidia-smi -L", applies="nvidia",
+         parser="nvsmi_table:parse_nvsmi_table",
+         detector="parsers.nvsmi_table:claim_nvsmi_table", detect_order=100,
+         aliases=("nvidia-smi ?-i|--id|--id=*|#|-L|--list-gpus",)),
+    _input("nvidia_smi_csv", ("nvidia-smi", "--query-gpu=index,pci.bus_id,name,driver_version,"
+                              "pstate,utilization.gpu,pcie.link.gen.current,pcie.link.gen.max,"
+                              "pcie.link.width.current,pcie.link.width.max", "--format=csv"),
+           "nvidia-smi --query-gpu/--query-remapped-rows/--query-retired-pages/"
+           "--query-compute-apps CSV (live collection takes the XML)",
+           parser="nvsmi_csv:parse_nvsmi_csv",
+           detector="parsers.nvsmi_csv:claim_nvsmi_csv", detect_order=130, keeps_prompt="alone",
+           aliases=("nvidia-smi --query-gpu=*|--query-remapped-rows=*|--query-retired-pages=*"
+                    "|--query-compute-apps=*",)),
+    _input("gpu_reset", ("nvidia-smi", "--gpu-reset"),
+           "nvidia-smi -r / --gpu-reset or a MIG mode change with the device holders "
+           "around it (fuser -v /dev/nvidia*), which gputriage never does itself",
+           parser="gpu_reset:parse_gpu_reset",
+           detector="parsers.gpu_reset:claim_gpu_reset", detect_order=110, keeps_prompt="alone",
+           prompt_step="parsers.gpu_reset:is_reset_step",
+           aliases=("nvidia-smi -r|--gpu-reset",)),
+    _cmd("nvidia_smi_topo", ("nvidia-smi", "topo", "-m"),
+         "nvidia-smi topo -m (GPU/NIC/CPU topology matrix)", applies="nvidia",
+         parser="topo:parse_topo",
+         detector="parsers.topo:claim_topo", detect_order=80,
+         aliases=("nvidia-smi topo -m|--matrix",)),
+    _cmd("nvidia_smi_nvlink_status", ("nvidia-smi", "nvlink", "-s"),
+         "nvidia-smi nvlink -s (NVLink link state)", applies="nvidia",
+         parser="nvlink:parse_nvlink_status",
+         detector="parsers.nvlink:claim_nvlink", detect_order=90,
+         aliases=("nvidia-smi nvlink -s|--status !-e|--errorcounters",)),
+    _cmd("nvidia_smi_nvlink_errors", ("nvidia-smi", "nvlink", "-e"),
+         "nvidia-smi nvlink -e (NVLink error counters)", applies="nvidia",
+         parser="nvlink:parse_nvlink_errors",
+         detector="parsers.nvlink:claim_nvlink", detect_order=90,
+         aliases=("nvidia-smi nvlink -e|--errorcounters",)),
     Source(name="nvml", kind="nvml", description="NVML readings (or the init error text)",
            suffix=".json", timeout_s=20.0,
-         parser="nvml:parse_nvml"),
+           parser="nvml:parse_nvml"),
     _file("proc_driver_nvidia_version", "/proc/driver/nvidia/version",
-          "loaded NVIDIA kernel module version", applies="nvidia",
-         parser="driver:parse_proc_driver_version"),
+          "/proc/driver/nvidia/version (the loaded NVIDIA kernel module)", applies="nvidia",
+          parser="driver:parse_proc_driver_version",
+          detector="parsers.driver:claim_driver_version", detect_order=70),
     Source(name="proc_driver_nvidia_gpus", kind="tree", path="/proc/driver/nvidia/gpus",
            globs=("*/information",), suffix=".json",
            description="per-GPU information as the kernel module sees it", applies="nvidia",
-         parser="driver:parse_gpus_information"),
-    _file("proc_modules", "/proc/modules", "loaded kernel modules",
-         parser="modules:parse_modules"),
+           parser="driver:parse_gpus_information",
+           aliases=("*** /proc/driver/nvidia/gpus/*/information",)),
+    _file("proc_modules", "/proc/modules", "lsmod or /proc/modules (loaded kernel modules)",
+          parser="modules:parse_modules",
+          detector="parsers.modules:claim_modules", detect_order=190,
+          aliases=("lsmod",)),
     _file("proc_devices", "/proc/devices", "character device majors (nvidia-uvm is dynamic)",
-         parser="devices:parse_proc_devices"),
+          parser="devices:parse_proc_devices"),
     Source(name="sys_module_nvidia", kind="tree", path="/sys/module",
            globs=("nvidia*/version", "nvidia*/initstate"), suffix=".json",
            description="version of each loaded nvidia* module", applies="nvidia",
-         parser="driver:parse_sys_module_versions"),
+           parser="driver:parse_sys_module_versions"),
     Source(name="dev_nvidia", kind="devnodes", path="/dev/nvidia*", suffix=".json",
            description="NVIDIA device nodes with major:minor", applies="nvidia",
-         parser="devices:parse_devnodes"),
+           parser="devices:parse_devnodes"),
     Source(name="dev_nvidia_caps", kind="devnodes", path="/dev/nvidia-caps/*", suffix=".json",
-           description="NVIDIA capability device nodes (MIG)", applies="nvidia"),
+           description="NVIDIA capability device nodes (MIG)", applies="nvidia",
+           raw="kept for the reader of a snapshot: no check reads it yet"),
     Source(name="nvidia_libs", kind="tree", path="/",
            globs=("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*", "usr/lib64/libnvidia-ml.so.*",
                   "usr/lib/aarch64-linux-gnu/libnvidia-ml.so.*", "usr/lib/libnvidia-ml.so.*",
@@ -137,99 +213,135 @@ SOURCES: tuple[Source, ...] = (
                   "usr/lib/aarch64-linux-gnu/libcuda.so.*", "usr/lib/libcuda.so.*"),
            select="names_only", suffix=".json",
            description="userspace driver libraries (their file names carry the version)",
-         parser="driver:parse_nvidia_libs"),
+           parser="driver:parse_nvidia_libs"),
     # --- PCI
     Source(name="pci_devices", kind="tree", path="/sys/bus/pci/devices",
            globs=tuple(f"*/{a}" for a in _PCI_ATTRS), select="gpu_and_nic_functions",
            suffix=".json",
            description="NVIDIA and network PCI functions: ids, class, NUMA, link speed/width",
-         parser="pci:parse_pci_tree"),
+           parser="pci:parse_pci_tree"),
     _cmd("lspci_nvidia", ("lspci", "-vvv", "-nn", "-D", "-d", "10de:"),
-         "lspci detail of NVIDIA functions", applies="nvidia",
-         parser="lspci:parse_lspci"),
+         "lspci -vvv of NVIDIA functions (or its LnkCap/LnkSta lines)", applies="nvidia",
+         parser="lspci:parse_lspci",
+         detector="parsers.lspci:claim_lspci", detect_order=170,
+         aliases=("lspci ~10de|~nvidia",)),
     _cmd("dmidecode_slots", ("dmidecode", "-t", "slot"),
-         "physical PCIe slots: type, electrical width, what sits in them",
-         parser="dmidecode:parse_dmidecode_slots"),
+         "dmidecode -t slot (physical PCIe slots: type, electrical width, what sits in them)",
+         parser="dmidecode:parse_dmidecode_slots",
+         detector="parsers.dmidecode:claim_dmidecode_slots", detect_order=180),
     _cmd("lspci_mellanox", ("lspci", "-vvv", "-nn", "-D", "-d", "15b3:"),
-         "lspci detail of Mellanox/NVIDIA networking functions", applies="infiniband",
-         parser="lspci:parse_lspci"),
+         "lspci -vvv of Mellanox/NVIDIA networking functions", applies="infiniband",
+         parser="lspci:parse_lspci",
+         detector="parsers.lspci:claim_lspci", detect_order=170),
     # --- memory, kernel, OS
     _file("proc_meminfo", "/proc/meminfo", "memory and hugepage totals",
-         parser="memory:parse_meminfo"),
+          parser="memory:parse_meminfo"),
     Source(name="hugepages", kind="tree", path="/sys/kernel/mm/hugepages",
            globs=tuple(f"*/{a}" for a in _HUGEPAGE_ATTRS), suffix=".json",
            description="hugepage pools per page size",
-         parser="memory:parse_hugepages"),
+           parser="memory:parse_hugepages"),
     Source(name="hugepages_per_node", kind="tree", path="/sys/devices/system/node",
            globs=tuple(f"node*/hugepages/*/{a}" for a in _HUGEPAGE_ATTRS) + ("node*/cpulist",),
            suffix=".json", description="hugepage pools and CPUs per NUMA node",
-         parser="memory:parse_hugepages_per_node"),
+           parser="memory:parse_hugepages_per_node"),
     _file("thp_enabled", "/sys/kernel/mm/transparent_hugepage/enabled",
           "transparent hugepage mode",
-         parser="hostcfg:parse_thp"),
+          parser="hostcfg:parse_thp"),
     _file("thp_defrag", "/sys/kernel/mm/transparent_hugepage/defrag",
-          "transparent hugepage defrag mode"),
+          "transparent hugepage defrag mode",
+          raw="one bracketed word, read by the host_thp_defrag fact"),
     _file("numa_balancing", "/proc/sys/kernel/numa_balancing", "automatic NUMA balancing",
-         parser="hostcfg:parse_numa_balancing"),
+          parser="hostcfg:parse_numa_balancing"),
     _file("proc_cmdline", "/proc/cmdline", "kernel command line",
-         parser="hostcfg:parse_cmdline"),
+          parser="hostcfg:parse_cmdline"),
     _file("cgroup_controllers", "/sys/fs/cgroup/cgroup.controllers",
           "cgroup v2 controllers (absent on cgroup v1)",
-         parser="hostcfg:parse_cgroup_controllers"),
-    _file("proc_self_cgroup", "/proc/self/cgroup", "cgroup membership (container detection)"),
-    _cmd("numactl", ("numactl", "--hardware"), "NUMA nodes, CPUs, memory, distances",
-         parser="numactl:parse_numactl"),
-    _file("os_release", "/etc/os-release", "distribution"),
-    _cmd("uname", ("uname", "-a"), "kernel release and architecture"),
-    _file("boot_id", "/proc/sys/kernel/random/boot_id", "boot id"),
-    _file("hostname", "/proc/sys/kernel/hostname", "host name"),
-    _file("uptime", "/proc/uptime", "seconds since boot"),
+          parser="hostcfg:parse_cgroup_controllers"),
+    _file("proc_self_cgroup", "/proc/self/cgroup", "cgroup membership (container detection)",
+          raw="only searched for a container runtime's name"),
+    _cmd("numactl", ("numactl", "--hardware"),
+         "numactl -H or lscpu (NUMA nodes, CPUs, memory, distances)",
+         parser="numactl:parse_numactl",
+         detector="parsers.numactl:claim_numactl", detect_order=160,
+         aliases=("numactl -H|--hardware", "lscpu")),
+    _file("os_release", "/etc/os-release", "distribution",
+          raw="one field (PRETTY_NAME), read by the host identity fact"),
+    _cmd("uname", ("uname", "-a"), "kernel release and architecture",
+         raw="one line, split by the host identity fact"),
+    _file("boot_id", "/proc/sys/kernel/random/boot_id", "boot id",
+          raw="one line: the boot id"),
+    _file("hostname", "/proc/sys/kernel/hostname", "host name", raw="one line: the host name"),
+    _file("uptime", "/proc/uptime", "seconds since boot",
+          raw="one number, read by the host identity fact"),
     # --- logs and services
     _cmd("kernel_log", ("journalctl", "-k", "-b", "-o", "short-iso", "--no-pager"),
-         "kernel log of the current boot", fallback=(("dmesg", "--time-format", "iso"),
-                                                      ("dmesg",)),
+         "a kernel log (dmesg/journalctl/syslog)", fallback=(("dmesg", "--time-format", "iso"),
+                                                             ("dmesg",)),
          timeout_s=30.0, cap_bytes=64 * 1024 * 1024,
-         parser="kernel_events:scan_driver_events"),
+         parser="kernel_events:scan_driver_events",
+         detector="ingest.kernel_log:claim_kernel_log", detect_order=210,
+         aliases=("dmesg", "dmesg:", "journalctl -k|--dmesg|_TRANSPORT=kernel",
+                  "/var/log/syslog*", "/var/log/messages*", "/var/log/kern.log*",
+                  "/var/log/dmesg*")),
     _cmd("systemctl_persistenced", ("systemctl", "show", "nvidia-persistenced", "--no-pager"),
-         "nvidia-persistenced unit state",
-         parser="systemd:parse_systemctl_show"),
+         "systemctl show/status of nvidia-persistenced",
+         parser="systemd:parse_systemctl_show",
+         detector="parsers.systemd:claim_units", detect_order=50,
+         aliases=("systemctl show|status ~persistenced",)),
     _cmd("systemctl_fabricmanager", ("systemctl", "show", "nvidia-fabricmanager", "--no-pager"),
-         "nvidia-fabricmanager unit state",
-         parser="systemd:parse_systemctl_show"),
+         "systemctl show/status of nvidia-fabricmanager",
+         parser="systemd:parse_systemctl_show",
+         detector="parsers.systemd:claim_units", detect_order=50,
+         aliases=("systemctl show|status ~fabricmanager",)),
     _cmd("fabricmanager_journal",
          ("journalctl", "-u", "nvidia-fabricmanager", "-b", "-o", "short-iso", "--no-pager"),
-         "fabric manager journal of the current boot",
-         parser="fabricmanager:parse_fabricmanager_log"),
+         "a fabric manager log or journal",
+         parser="fabricmanager:parse_fabricmanager_log",
+         detector="parsers.fabricmanager:claim_fabricmanager_log", detect_order=200,
+         aliases=("journalctl ~fabricmanager", "/*fabricmanager*.log",
+                  "*** /*fabricmanager*.log*")),
     # --- InfiniBand / RoCE
     Source(name="infiniband", kind="tree", path="/sys/class/infiniband",
            globs=tuple(f"*/ports/*/{a}" for a in _IB_PORT_ATTRS)
            + ("*/ports/*/counters/*", "*/fw_ver", "*/hca_type", "*/node_desc", "*/device"),
            suffix=".json", description="HCA ports: state, rate, link layer, counters",
            applies="infiniband",
-         parser="infiniband:parse_ib_tree"),
-    _cmd("ibstat", ("ibstat",), "InfiniBand HCA and port status", applies="infiniband",
-         parser="infiniband:parse_ibstat"),
+           parser="infiniband:parse_ib_tree"),
+    _cmd("ibstat", ("ibstat",), "ibstat, ibstatus, ibv_devinfo, ibdev2netdev, show_gids "
+         "(InfiniBand HCA and port status)", applies="infiniband",
+         parser="infiniband:parse_ibstat",
+         detector="parsers.infiniband:claim_ib_tools", detect_order=150,
+         aliases=("ibstat", "ibstatus", "ibv_devinfo", "ibdev2netdev", "show_gids")),
     # --- containers
     _file("container_toolkit_config", "/etc/nvidia-container-runtime/config.toml",
-          "NVIDIA container runtime configuration"),
+          "NVIDIA container runtime configuration",
+          raw="kept for the reader of a snapshot: no check reads it yet"),
     Source(name="cdi_specs", kind="tree", path="/",
            globs=("etc/cdi/*", "var/run/cdi/*"), suffix=".json",
-           description="Container Device Interface specs"),
-    _cmd("nvidia_ctk_version", ("nvidia-ctk", "--version"), "container toolkit version"),
+           description="Container Device Interface specs",
+           raw="only its file names are compared (gputriage diff)"),
+    _cmd("nvidia_ctk_version", ("nvidia-ctk", "--version"), "container toolkit version",
+         raw="one version, read by the host identity fact"),
     _cmd("nvidia_container_cli_info", ("nvidia-container-cli", "info"),
-         "what libnvidia-container sees"),
-    # --- the job's side (input only: a job's logs, never collected from the host)
-    _cmd("nccl_log", ("env", "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,ENV,NET,GRAPH",
-                      "all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
-         "NCCL_DEBUG=INFO output of a job (input only: one file per rank or all ranks "
-         "interleaved)", collect=False,
-         parser="nccl_log:parse_nccl_log"),
-    _cmd("device_query", ("deviceQuery",), "the CUDA sample deviceQuery: devices the CUDA "
-         "runtime sees, or the cudaError it stopped on (input only)", collect=False,
-         parser="device_query:parse_device_query"),
-    _cmd("nccl_tests", ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
-         "nccl-tests results table (input only)", collect=False,
-         parser="nccl_tests:parse_nccl_tests"),
+         "nvidia-container-cli info (what libnvidia-container sees)",
+         raw="kept for the reader: no check reads it yet",
+         detector="ingest.container:claim_container_cli_info", detect_order=60,
+         aliases=("nvidia-container-cli info",)),
+    # --- the job's side (never collected from the host)
+    _input("nccl_log", ("env", "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,ENV,NET,GRAPH",
+                        "all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
+           "an NCCL_DEBUG=INFO log of a job (one file per rank or all ranks interleaved)",
+           parser="nccl_log:parse_nccl_log",
+           detector="ingest.detect_jobs:claim_nccl_log", detect_order=10),
+    _input("device_query", ("deviceQuery",), "deviceQuery (the CUDA sample: devices the CUDA "
+           "runtime sees, or the cudaError it stopped on)",
+           parser="device_query:parse_device_query",
+           detector="parsers.device_query:claim_device_query", detect_order=120),
+    _input("nccl_tests", ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
+           "nccl-tests output (all_reduce_perf...)",
+           parser="nccl_tests:parse_nccl_tests",
+           detector="ingest.detect_jobs:claim_nccl_tests", detect_order=20, keeps_prompt="named",
+           aliases=("*_perf", "*_perf_mpi")),
 )
 
 BY_NAME: dict[str, Source] = {s.name: s for s in SOURCES}
@@ -245,9 +357,24 @@ def parser_of(name: str) -> tuple[Callable[[Any], Any], bool]:
     src = BY_NAME[name]
     if not src.parser:
         raise KeyError(f"source {name} declares no parser")
-    module, _, func = src.parser.partition(":")
-    parse = getattr(importlib.import_module(f"gputriage.parsers.{module}"), func)
-    return parse, src.suffix == ".json"
+    return load(f"parsers.{src.parser}"), src.suffix == ".json"
 
 
 PARSED: tuple[str, ...] = tuple(s.name for s in SOURCES if s.parser)
+
+
+def load(ref: str) -> Callable[..., Any]:
+    """The function a ``"module:function"`` reference under ``gputriage`` names."""
+    module, _, func = ref.partition(":")
+    return getattr(importlib.import_module(f"gputriage.{module}"), func)
+
+
+def detectors() -> list[Callable[[Any], None]]:
+    """The paste detectors in the order they run (a detector several sources name,
+    once, at its first place)."""
+    out: list[Callable[[Any], None]] = []
+    for src in sorted((s for s in SOURCES if s.detector), key=lambda s: s.detect_order):
+        fn = load(src.detector or "")
+        if fn not in out:
+            out.append(fn)
+    return out

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from gputriage.cli import EXIT_INPUT, Environment, main
-from gputriage.model import NODE, Action, Blame, Evidence, Finding, Result, Severity
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, HostSummary, Result, Severity
 from gputriage.views.safe import csv_cell, printable
 from gputriage.views.terminal import render_terminal
 
@@ -118,7 +118,7 @@ def test_terminal_report_escapes_host_and_finding_text() -> None:
                       blame=Blame.NODE, scope=NODE,
                       evidence=(Evidence(source="s" + EVIL, lines=("l" + EVIL,),
                                          note="n" + EVIL),))
-    result = Result(host={"hostname": "h" + EVIL, "kernel": "k" + EVIL, "os": "o" + EVIL},
+    result = Result(host=HostSummary(hostname="h" + EVIL, kernel="k" + EVIL, os="o" + EVIL),
                     findings=[finding], unreadable=["u" + EVIL],
                     inputs=[{"origin": "p" + EVIL, "sources": ["x"]}])
     buf = io.StringIO()

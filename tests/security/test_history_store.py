@@ -33,14 +33,14 @@ from gputriage.history import (
     record,
     record_check,
 )
-from gputriage.model import Result
+from gputriage.model import HostSummary, Result
 
 T0 = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
 NOBODY = 65534
 
 
 def _result(host: str = "gpu-node-01") -> Result:
-    return Result(host={"hostname": host, "kernel": "6.8.0-45-generic", "boot_id": "b00t"})
+    return Result(host=HostSummary(hostname=host, kernel="6.8.0-45-generic", boot_id="b00t"))
 
 
 def _history_cli(state: Path) -> tuple[int, str, str]:
@@ -255,9 +255,9 @@ _CHILD = textwrap.dedent("""
     import json, sys, time
     from datetime import datetime, timezone
     from gputriage.history import record_check
-    from gputriage.model import Result
+    from gputriage.model import HostSummary, Result
     state, i, start = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-    res = Result(host={"hostname": f"node-{i:02d}", "kernel": "6.8"})
+    res = Result(host=HostSummary(hostname=f"node-{i:02d}", kernel="6.8"))
     while time.time() < start + i * 0.0015:  # all at once, a hair apart
         pass
     notices = []
@@ -328,10 +328,10 @@ _WRITER = textwrap.dedent("""
     import sys
     from datetime import datetime, timedelta, timezone
     from gputriage.history import record
-    from gputriage.model import Result
+    from gputriage.model import HostSummary, Result
     t0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
     for i in range(100000):
-        record(sys.argv[1], Result(host={"hostname": f"n{i}", "kernel": "x" * 2000}),
+        record(sys.argv[1], Result(host=HostSummary(hostname=f"n{i}", kernel="x" * 2000)),
                t0 + timedelta(seconds=i))
 """)
 

@@ -117,7 +117,8 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool,
     """The incident screen: what changed (with --baseline), the critical findings with
     node-or-job blame, the next actions most drastic first. PATHs as for analyze; none:
     collect this host as check does. Exit status as for check."""
-    from gputriage.views.triage import render_triage, triage_snapshot, triage_to_json
+    from gputriage.triage import triage_snapshot
+    from gputriage.views.triage import render_triage, triage_to_json
 
     env = current_env()
     window = log_window(since, boot)

@@ -20,6 +20,8 @@ from gputriage.commands.common import (
 def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
     """The engine over an already scanned log (no second decoding): the facts'
     ``log_scan`` is pre-filled; every rule the kernel log alone can feed runs."""
+    from dataclasses import replace
+
     from gputriage.engine import analyze_facts
     from gputriage.facts import Facts
     from gputriage.rules import LOG_AREAS, rules_of
@@ -29,7 +31,7 @@ def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
     facts.prefill("log_scan", scan)
     result = analyze_facts(facts, rules_of(LOG_AREAS))
     if scan.lines == 0:
-        result.host["verdict"] = "unknown"
+        result.host = replace(result.host, verdict="unknown")
     return result, facts.get("log_events")
 
 

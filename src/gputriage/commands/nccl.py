@@ -11,7 +11,13 @@ findings. Exit status as for ``analyze``; 66 when no input holds anything.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
+
+if TYPE_CHECKING:
+    from gputriage.model import Result
+    from gputriage.nccl_summary import NcclSummary
 
 
 @click.command("nccl")
@@ -31,31 +37,33 @@ def nccl(paths: tuple[str, ...], as_json: bool, verbose: bool) -> None:
     from gputriage.views.status import exit_status
 
     env = current_env()
-    result, log, judged, host_given = judge(list(paths))
+    result, summary, host_given = judge(list(paths))
     if as_json:
         from gputriage.views.jsonview import to_json
         from gputriage.views.ncclview import nccl_document
 
         doc = to_json(result)
-        doc["nccl"] = nccl_document(log, judged)
+        doc["nccl"] = nccl_document(summary)
         env.write_json(doc, ensure_ascii=False, allow_nan=False)
     else:
         from rich.console import Console
 
         from gputriage.views.ncclview import render_nccl
 
-        render_nccl(result, log, judged, host_given, Console(file=env.stdout, highlight=False),
+        render_nccl(result, summary, host_given, Console(file=env.stdout, highlight=False),
                     verbose=verbose)
     raise CommandExit(int(exit_status(result)))
 
 
-def judge(paths: list[str]):  # noqa: ANN201 - (Result, NcclLog, [(run, exp, why)], bool)
-    """Read the inputs, run the engine over the combined facts, and judge each
-    nccl-tests run against its expectation."""
+def judge(paths: list[str]) -> tuple[Result, NcclSummary, bool]:
+    """Read the inputs, run the engine over the combined facts, judge each nccl-tests
+    run against its expectation, and summarise the job; also whether host outputs
+    were among the inputs."""
     from gputriage.commands.nccl_input import read_inputs
     from gputriage.engine import analyze_facts
     from gputriage.facts import Facts, Missing
     from gputriage.hostfacts.nccl_bandwidth import expect_busbw_why
+    from gputriage.nccl_summary import summarize
     from gputriage.snapshot import Snapshot
 
     found = read_inputs(paths)
@@ -75,5 +83,5 @@ def judge(paths: list[str]):  # noqa: ANN201 - (Result, NcclLog, [(run, exp, why
         else:
             result.inputs.append({"origin": origin, "sources": names})
     judged = [(run, *expect_busbw_why(run, facts)) for run in found.runs]
-    return result, found.log, judged, host_given
+    return result, summarize(found.log, judged), host_given
 

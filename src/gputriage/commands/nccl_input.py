@@ -6,26 +6,25 @@ a bug report...) is loaded as ``analyze`` loads it; every text input is also
 streamed, 1 MiB at a time, through the NCCL log reader, while the lines that
 may belong to nccl-tests output are set aside (bounded) and parsed at the end.
 A file of any size is read with bounded memory; gzip, xz and bzip2 are
-decompressed as they stream (up to the stream budget), and a truncated stream keeps
-what came out of it. Inputs are opened by :func:`gputriage.inputs.open_input`:
-devices are refused, stdin, pipes and FIFOs are read once under its budgets.
+decompressed as they stream (up to the stream budget) by
+:mod:`gputriage.logscan.stream`, as ``gputriage logs`` decompresses them, and a
+truncated stream keeps what came out of it. Inputs are opened by
+:func:`gputriage.inputs.open_input`: devices are refused, stdin, pipes and FIFOs are
+read once under its budgets.
 """
 
 from __future__ import annotations
 
-import bz2
-import lzma
 import os
 import re
-import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
 from gputriage.errors import InputError
-from gputriage.ingest import _human
-from gputriage.inputs import DIR, STREAM, is_binary, limit, open_input
+from gputriage.inputs import DIR, STREAM, human, is_binary, limit, open_input
+from gputriage.logscan.stream import compression, decompressed
 from gputriage.parsers.nccl_log import LONG_LINE
 from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
 
@@ -51,7 +50,6 @@ _MARKERS = (b"_perf", b"failure", b"#")
 _TYPES = tuple(f" {t} ".encode() for t in (
     "float", "half", "double", "bfloat16", "int8", "uint8", "int32", "uint32", "int64", "uint64",
     "f8e4m3", "f8e5m2"))
-_MAGIC = {b"\x1f\x8b": "gzip", b"\xfd7zXZ\x00": "xz", b"BZh": "bzip2"}
 
 
 @dataclass
@@ -83,53 +81,6 @@ def _lines_with(buf: bytes, lo: int, hi: int, markers: Iterable[bytes],
             pos = buf.find(marker, end, hi)
 
 
-def _compression(head: bytes) -> str | None:
-    return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
-
-
-def _new(kind: str):  # noqa: ANN202 - a decompressor object of the kind
-    if kind == "gzip":
-        return zlib.decompressobj(16 + zlib.MAX_WBITS)
-    return lzma.LZMADecompressor() if kind == "xz" else bz2.BZ2Decompressor()
-
-
-def _inflate(kind: str, first: bytes, fh: _Reader, name: str,
-             problems: list[str]) -> Iterator[bytes]:
-    """Decompressed blocks of at most BLOCK bytes; concatenated members are read on,
-    a stream that stops early or breaks ends with a problem noted."""
-    dec, data, total = _new(kind), first, 0
-    try:
-        while True:
-            if dec.eof:
-                data = dec.unused_data + data
-                while not data.strip(b"\0"):
-                    data = fh.read(BLOCK)
-                    if not data:
-                        return
-                data = data.lstrip(b"\0")
-                if _compression(data) != kind:
-                    problems.append(f"{name}: data after the end of the {kind} stream ignored")
-                    return
-                dec = _new(kind)
-            if kind == "gzip" or dec.needs_input:
-                if not data:
-                    data = fh.read(BLOCK)
-                    if not data:
-                        problems.append(f"{name}: truncated {kind} data; read the "
-                                        f"{_human(total)} that could be decompressed")
-                        return
-                out = dec.decompress(data, BLOCK)
-                data = dec.unconsumed_tail if kind == "gzip" else b""
-            else:
-                out = dec.decompress(b"", BLOCK)
-            if out:
-                total += len(out)
-                yield out
-    except (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError) as exc:
-        problems.append(f"{name}: corrupt {kind} data ({exc}); read the {_human(total)} "
-                        "that could be decompressed")
-
-
 class _Reader:
     """Blocks of an open input; a read error (EIO on a bad disk, a vanished mount) ends
     the input with a problem noted instead of an exception."""
@@ -149,9 +100,10 @@ def _blocks(fh: BinaryIO, name: str, problems: list[str]) -> Iterator[bytes]:
     """An open input as decompressed blocks."""
     reader = _Reader(fh, name, problems)
     first = reader.read(BLOCK)
-    kind = _compression(first)
+    kind = compression(first)
     if kind is not None:
-        yield from limit(_inflate(kind, first, reader, name, problems), name, problems)
+        yield from limit(decompressed(kind, first, reader.read, name, problems, BLOCK), name,
+                         problems)
         return
     while first:
         yield first
@@ -226,7 +178,7 @@ class _TestsTap:
             self.size += len(lines[start]) + 1
             if self.size > TESTS_CAP:
                 self.full = True
-                self.problems.append(f"{self.name}: more than {_human(TESTS_CAP)} of "
+                self.problems.append(f"{self.name}: more than {human(TESTS_CAP)} of "
                                      "nccl-tests lines; the rest were not read")
                 return
             self.kept.append(lines[start])

@@ -8,6 +8,7 @@ from gputriage.factbase import Fact, merge
 from gputriage.hostfacts import (
     fabric,
     host,
+    identity,
     infiniband,
     nccl,
     nccl_bandwidth,
@@ -21,4 +22,4 @@ __all__ = ["REGISTRY"]
 
 REGISTRY: dict[str, Fact] = merge(stack.FACTS, host.FACTS, fabric.FACTS, infiniband.FACTS,
                                   nccl.FACTS, nccl_bandwidth.FACTS, pcie.FACTS,
-                                  topology.FACTS, smi_views.FACTS)
+                                  topology.FACTS, smi_views.FACTS, identity.FACTS)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gputriage.factbase import FactTable, Missing
+from gputriage.hostfacts.stack import SMI_SOURCES, GpuSighting
 from gputriage.knowledge import GpuProfile, gpu_profile
 from gputriage.model import Evidence
 from gputriage.parsers import fabricmanager, nvlink
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 FACTS = FactTable()
 
-__all__ = ["FabricNeed", "FabricState", "NvSwitchSighting", "gpu_profile_for"]
+__all__ = ["FM_SOURCE", "FabricNeed", "FabricState", "NvSwitchSighting", "gpu_profile_for",
+           "gpu_profile_of"]
 
 FM_SOURCE = "fabricmanager_journal"
 _NVSWITCH_NODE = re.compile(r"/dev/nvidia-nvswitch\d+$")
@@ -82,19 +84,19 @@ class FabricNeed:
     evidence: tuple[Evidence, ...] = ()
 
 
-@FACTS.fact("nvlink")
+@FACTS.fact("nvlink", sources=("nvidia_smi_nvlink_status",))
 def _nvlink(facts: Facts) -> nvlink.NvlinkStatus:
     """NVLink state per GPU (``nvidia-smi nvlink -s``)."""
     return facts.parse("nvidia_smi_nvlink_status", nvlink.parse_nvlink_status)
 
 
-@FACTS.fact("nvlink_errors")
+@FACTS.fact("nvlink_errors", sources=("nvidia_smi_nvlink_errors",))
 def _nvlink_errors(facts: Facts) -> nvlink.NvlinkErrors:
     """NVLink error counters per GPU and link (``nvidia-smi nvlink -e``)."""
     return facts.parse("nvidia_smi_nvlink_errors", nvlink.parse_nvlink_errors)
 
 
-@FACTS.fact("fm_log")
+@FACTS.fact("fm_log", sources=(FM_SOURCE,))
 def _fm_log(facts: Facts) -> fabricmanager.FmLog:
     """The fabric manager's journal or log file."""
     return facts.parse(FM_SOURCE, fabricmanager.parse_fabricmanager_log)
@@ -153,7 +155,7 @@ def _fabric_blocks(text: str) -> list[tuple[str, ...]]:
     return blocks
 
 
-@FACTS.fact("fabric_states")
+@FACTS.fact("fabric_states", sources=SMI_SOURCES)
 def _fabric_states(facts: Facts) -> list[FabricState]:
     """Per-GPU Fabric State / Status from the best nvidia-smi output that has them
     ([] when no GPU reports one: pre-Hopper and PCIe parts print N/A)."""
@@ -162,7 +164,7 @@ def _fabric_states(facts: Facts) -> list[FabricState]:
                 and g.fabric_state.strip().lower() not in ("n/a", "not supported")]
         if not gpus:
             continue
-        blocks = _fabric_blocks(facts.snapshot.text(source) or "")
+        blocks = _fabric_blocks(facts.text(source) or "")
         aligned = len(blocks) == len(report.gpus)
         states = []
         for pos, g in enumerate(report.gpus):
@@ -178,18 +180,26 @@ def _fabric_states(facts: Facts) -> list[FabricState]:
 
 def gpu_profile_for(facts: Facts, name: str | None = None,
                     bus_id: str | None = None) -> GpuProfile | None:
+    """:func:`gpu_profile_of` with the host's GPUs read from the fact store."""
+    return gpu_profile_of(name, bus_id, facts.maybe("pci_gpus"), facts.maybe("visible_gpus"))
+
+
+def gpu_profile_of(name: str | None, bus_id: str | None = None,
+                   pci_gpus: list[PciFunction] | None = None,
+                   visible_gpus: tuple[str, list[GpuSighting]] | None = None,
+                   ) -> GpuProfile | None:
     """The profile of a GPU from its name, else its PCI function (device id or the
-    lspci description), else the one GPU model on the host's PCI bus."""
+    lspci description), else the one GPU model on the host's PCI bus, else the one
+    model the driver lists."""
     profile = gpu_profile(name) if name else None
     if profile is not None:
         return profile
-    gpus = [f for f in facts.maybe("pci_gpus", []) or []]
+    gpus = list(pci_gpus or [])
     chosen = [f for f in gpus if bus_id and f.address == bus_id] or gpus
     found = {_pci_profile(f) for f in chosen} - {None}
     if len(found) == 1:
         return found.pop()
-    visible = facts.maybe("visible_gpus")
-    names = {g.name for g in visible[1] if g.name} if visible else set()
+    names = {g.name for g in visible_gpus[1] if g.name} if visible_gpus else set()
     found = {gpu_profile(n) for n in names} - {None}
     return found.pop() if len(found) == 1 else None
 
@@ -240,15 +250,25 @@ def _needs_fabric_manager(facts: Facts) -> FabricNeed:
         return FabricNeed(False, "nowhere", "no NVSwitch on this host")
     if pending:
         return FabricNeed(True, "here", "GPUs wait for NVLink fabric registration", state_ev)
-    gpus = _gpu_names(facts)
+    need = _need_from_inventory(_gpu_names(facts))
+    if need is None:
+        raise Missing("cannot tell whether this host has NVSwitches (no PCI listing, no "
+                      "fabric manager log, no 8-GPU SXM inventory)")
+    return need
+
+
+def _need_from_inventory(gpus: list[tuple[str | None, GpuProfile | None]]) -> FabricNeed | None:
+    """What the GPU models alone tell: an 8-GPU SXM baseboard carries NVSwitches, PCIe
+    and GeForce cards have none; None when they cannot tell."""
+    if not gpus:
+        return None
     profiles = [p for _, p in gpus]
     sxm = [p for p in profiles if p is not None and p.form == "sxm"]
-    if gpus and len(sxm) == len(gpus) and len(gpus) >= 8 and 8 in sxm[0].baseboard_gpus:
+    if len(sxm) == len(gpus) and len(gpus) >= 8 and 8 in sxm[0].baseboard_gpus:
         return FabricNeed(True, "here", f"{len(gpus)} {sxm[0].model} GPUs: an 8-GPU baseboard "
                           "carries NVSwitches")
-    if gpus and all(p is not None and p.form == "pcie" for p in profiles):
+    if all(p is not None and p.form == "pcie" for p in profiles):
         return FabricNeed(False, "nowhere", "PCIe cards only: no NVSwitch")
-    if gpus and all(p is None and n and "GeForce" in n for n, p in gpus):
+    if all(p is None and n and "GeForce" in n for n, p in gpus):
         return FabricNeed(False, "nowhere", "GeForce cards: no NVSwitch")
-    raise Missing("cannot tell whether this host has NVSwitches (no PCI listing, no fabric "
-                  "manager log, no 8-GPU SXM inventory)")
+    return None

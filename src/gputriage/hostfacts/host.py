@@ -2,12 +2,13 @@
 transparent hugepages and the cgroup hierarchy.
 
 Registers the facts ``host_meminfo``, ``host_hugepages``,
-``host_hugepage_nodes``, ``host_cmdline``, ``host_thp``, ``host_thp_defrag``
-and ``host_cgroup``.
+``host_hugepage_nodes``, ``host_cmdline``, ``host_thp``, ``host_thp_defrag``,
+``host_thp_text`` and ``host_cgroup``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -89,19 +90,26 @@ def host_thp_defrag(facts: Facts) -> str:
     return _thp_mode(facts, "thp_defrag")
 
 
+@FACTS.fact("host_thp_text", sources=("thp_enabled", "thp_defrag"))
+def host_thp_text(facts: Facts) -> dict[str, str]:
+    """The transparent-hugepage sysfs files as read (source -> text), for evidence."""
+    texts = {source: facts.text(source) for source in ("thp_enabled", "thp_defrag")}
+    return {source: text for source, text in texts.items() if text}
+
+
 @FACTS.fact("host_cgroup")
 def host_cgroup(facts: Facts) -> CgroupHierarchy:
     """cgroup v2 when ``cgroup.controllers`` exists at the root; v1 (legacy or
     hybrid) when ``/proc/self/cgroup`` lists controller hierarchies."""
     controllers = None
-    text = facts.snapshot.text("cgroup_controllers")
+    text = facts.text("cgroup_controllers")
     if text is not None:
         try:
             controllers = facts.parse("cgroup_controllers", hostcfg.parse_cgroup_controllers)
         except Missing:
             controllers = None
     lines: list[hostcfg.CgroupLine] = []
-    if facts.snapshot.text("proc_self_cgroup") is not None:
+    if facts.text("proc_self_cgroup") is not None:
         try:
             lines = facts.parse("proc_self_cgroup", hostcfg.parse_self_cgroup)
         except Missing:
@@ -117,28 +125,36 @@ def host_cgroup(facts: Facts) -> CgroupHierarchy:
     raise Missing("no cgroup_controllers or /proc/self/cgroup")
 
 
-def hugepage_pool_sizes(facts: Facts) -> dict[int, tuple[int, str, list[str]]]:
+def hugepage_pool_sizes(pools: Sequence[memory.HugePagePool] | None,
+                        nodes: Sequence[memory.NodeHugePages] | None,
+                        info: memory.MemInfo | None) -> dict[int, tuple[int, str, list[str]]]:
     """Pages in each pool now: size_kb -> (pages, source, evidence lines), from the
-    sysfs pools, else the per-node pools summed, else ``/proc/meminfo`` (default size)."""
+    sysfs ``pools``, else the per-node pools summed, else ``/proc/meminfo`` (default
+    size)."""
     out: dict[int, tuple[int, str, list[str]]] = {}
-    for pool in facts.maybe("host_hugepages", []):
+    for pool in pools or ():
         if pool.nr is not None:
             out[pool.size_kb] = (pool.nr, "hugepages",
                                  [f"hugepages-{pool.size_kb}kB/nr_hugepages: {pool.nr}"])
     if not out:
-        sums: dict[int, tuple[int, list[str]]] = {}
-        for node in facts.maybe("host_hugepage_nodes", []):
-            for size, pool in node.pools.items():
-                if pool.nr is None:
-                    continue
-                total, lines = sums.get(size, (0, []))
-                lines.append(f"node{node.node}/hugepages/hugepages-{size}kB/nr_hugepages: "
-                             f"{pool.nr}")
-                sums[size] = (total + pool.nr, lines)
-        out = {size: (n, "hugepages_per_node", lines) for size, (n, lines) in sums.items()}
-    info = facts.maybe("host_meminfo")
+        out = _node_pool_sums(nodes or ())
     if info is not None and info.hugepagesize_kb and info.hugepages_total is not None \
             and info.hugepagesize_kb not in out:
         out[info.hugepagesize_kb] = (info.hugepages_total, "proc_meminfo",
                                      [info.lines["HugePages_Total"], info.lines["Hugepagesize"]])
     return out
+
+
+def _node_pool_sums(nodes: Sequence[memory.NodeHugePages]) -> dict[int, tuple[int, str,
+                                                                             list[str]]]:
+    """The per-node pools summed by page size, with one evidence line per node."""
+    sums: dict[int, tuple[int, list[str]]] = {}
+    for node in nodes:
+        for size, pool in node.pools.items():
+            if pool.nr is None:
+                continue
+            total, lines = sums.get(size, (0, []))
+            lines.append(f"node{node.node}/hugepages/hugepages-{size}kB/nr_hugepages: "
+                         f"{pool.nr}")
+            sums[size] = (total + pool.nr, lines)
+    return {size: (n, "hugepages_per_node", lines) for size, (n, lines) in sums.items()}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage.factbase import FactTable, Missing
 from gputriage.parsers.infiniband import IbPort, merge_ports, parse_ib_tree, parse_ibstat
+from gputriage.parsers.pci import PciFunction
 
 if TYPE_CHECKING:
     from gputriage.facts import Facts
@@ -63,7 +64,7 @@ class HcaAffinity:
         return f"which GPUs {self.device} serves is unknown (no topo -m, no PCI affinity)"
 
 
-@FACTS.fact("ib_ports")
+@FACTS.fact("ib_ports", sources=("infiniband", "ibstat"))
 def ib_ports(facts: Facts) -> list[IbPort]:
     """HCA ports: sysfs first (enriched by pasted tool outputs), else ``ibstat``."""
     reasons = []
@@ -134,29 +135,34 @@ def ib_gpu_affinity(facts: Facts) -> dict[str, HcaAffinity]:
     visible = facts.maybe("visible_gpus")
     has_gpus = bool(gpus) or bool(visible and visible[1])
     rail_groups = _rail_groups(ports) if has_gpus else set()
+    gpu_numas = [g for g in gpus if g.numa_node is not None and g.numa_node >= 0]
     out: dict[str, HcaAffinity] = {}
     for port in _one_port_per_device(ports):
         dev = port.device
         addr = next((p.pci_address for p in ports if p.device == dev and p.pci_address), None)
-        fn = pci.get(addr) if addr else None
-        numa = fn.numa_node if fn is not None and fn.numa_node is not None \
-            and fn.numa_node >= 0 else None
-        if topo is not None:
-            rail, local, link = _topo_affinity(topo, dev)
-            if rail is not None:
-                out[dev] = HcaAffinity(dev, rail, "topology", local, link, numa, addr)
-                continue
-        gpu_numas = [g for g in gpus if g.numa_node is not None and g.numa_node >= 0]
-        if numa is not None and gpu_numas:
-            shared = tuple(g.address for g in gpu_numas if g.numa_node == numa)
-            out[dev] = HcaAffinity(dev, bool(shared), "numa", shared, None, numa, addr)
-            continue
-        if rail_groups and port.hca_type:
-            rail = (port.hca_type, port.link_layer) in rail_groups
-            out[dev] = HcaAffinity(dev, rail, "peer-group", (), None, numa, addr)
-            continue
-        out[dev] = HcaAffinity(dev, None, "unknown", (), None, numa, addr)
+        out[dev] = _affinity(port, addr, pci.get(addr) if addr else None, topo, gpu_numas,
+                             rail_groups)
     return out
+
+
+def _affinity(port: IbPort, addr: str | None, fn: PciFunction | None, topo: Any,
+              gpu_numas: list[PciFunction],
+              rail_groups: set[tuple[str | None, str | None]]) -> HcaAffinity:
+    """One HCA's affinity: from the topology matrix, else NUMA nodes, else its peers."""
+    dev = port.device
+    numa = fn.numa_node if fn is not None and fn.numa_node is not None \
+        and fn.numa_node >= 0 else None
+    if topo is not None:
+        rail, local, link = _topo_affinity(topo, dev)
+        if rail is not None:
+            return HcaAffinity(dev, rail, "topology", local, link, numa, addr)
+    if numa is not None and gpu_numas:
+        shared = tuple(g.address for g in gpu_numas if g.numa_node == numa)
+        return HcaAffinity(dev, bool(shared), "numa", shared, None, numa, addr)
+    if rail_groups and port.hca_type:
+        rail = (port.hca_type, port.link_layer) in rail_groups
+        return HcaAffinity(dev, rail, "peer-group", (), None, numa, addr)
+    return HcaAffinity(dev, None, "unknown", (), None, numa, addr)
 
 
 def _rail_groups(ports: list[IbPort]) -> set[tuple[str | None, str | None]]:

@@ -8,6 +8,7 @@
 * ``nccl_job``: :class:`NcclJob`, a summary of the log: hosts, how many nodes
   the job spans and how that is known, which processes use which network, and
   the network channels.
+* ``nccl_log_text``: :class:`NcclLogText`, the log's raw text for quoting its lines.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
 
 FACTS = FactTable()
 
-__all__ = ["NcclJob", "env_value", "nccl_bus_id", "nccl_job", "nccl_log", "nccl_tests",
-           "log_lines", "on_sockets", "process_network", "raw_lines"]
+__all__ = ["NcclJob", "NcclLogText", "env_value", "nccl_bus_id", "nccl_job", "nccl_log",
+           "nccl_log_text", "nccl_tests", "on_sockets", "process_network"]
 
 
 @FACTS.fact("nccl_log")
@@ -104,35 +105,55 @@ def nccl_bus_id(value: str | None) -> str | None:
     return f"{dom:04x}:{bus:02x}:{dev:02x}.{fn}"
 
 
-def raw_lines(facts: Facts, needle: str, limit: int = 3) -> list[str]:
-    """Up to ``limit`` lines of the ``nccl_log`` source text that contain ``needle``;
-    when the log was streamed in rather than held in the snapshot, the first raw line
-    of each setting the parser kept (``NcclProcess.notes``)."""
-    text = facts.snapshot.text("nccl_log") or ""
-    out: list[str] = []
-    if not text:
-        log = facts.maybe("nccl_log")
-        for proc in log.processes if log is not None else ():
+@dataclass(frozen=True)
+class NcclLogText:
+    """The NCCL log's own text, to quote its lines as evidence. When the log was
+    streamed in rather than held in the snapshot the text is empty and the first raw
+    line of each setting the parser kept (``NcclProcess.notes``) stands in."""
+
+    text: str
+    log: NcclLog | None = None
+
+    def find(self, needle: str, limit: int = 3) -> list[str]:
+        """Up to ``limit`` distinct lines that contain ``needle``."""
+        if not self.text:
+            return self._noted(needle, limit)
+        out: list[str] = []
+        text = self.text
+        pos = text.find(needle)
+        while pos >= 0 and len(out) < limit:
+            start = text.rfind("\n", 0, pos) + 1
+            end = text.find("\n", pos)
+            end = len(text) if end < 0 else end
+            line = text[start:end].rstrip("\r")
+            if line not in out and len(line) <= 2000:
+                out.append(line)
+            pos = text.find(needle, end)
+        return out
+
+    def quote(self, needle: str, fallback: list[str], limit: int = 3) -> list[str]:
+        """Lines containing ``needle``, else ``fallback`` (lines rebuilt from the parsed
+        records when the text itself is not at hand)."""
+        return self.find(needle, limit) or fallback[:limit]
+
+    def _noted(self, needle: str, limit: int) -> list[str]:
+        out: list[str] = []
+        for proc in self.log.processes if self.log is not None else ():
             for line in proc.notes.values():
                 if needle in line and line not in out and len(out) < limit:
                     out.append(line)
         return out
-    pos = text.find(needle)
-    while pos >= 0 and len(out) < limit:
-        start = text.rfind("\n", 0, pos) + 1
-        end = text.find("\n", pos)
-        end = len(text) if end < 0 else end
-        line = text[start:end].rstrip("\r")
-        if line not in out and len(line) <= 2000:
-            out.append(line)
-        pos = text.find(needle, end)
-    return out
 
 
-def log_lines(facts: Facts, needle: str, fallback: list[str], limit: int = 3) -> list[str]:
-    """Raw log lines containing ``needle``, else ``fallback`` (lines rebuilt from
-    the parsed records when the text itself is not at hand)."""
-    return raw_lines(facts, needle, limit) or fallback[:limit]
+@FACTS.fact("nccl_log_text", sources=("nccl_log",))
+def nccl_log_text(facts: Facts) -> NcclLogText:
+    """The NCCL log's raw text (empty when it was streamed in), with the parsed log for
+    the lines its records kept."""
+    log = facts.maybe("nccl_log")
+    text = facts.text("nccl_log") or ""
+    if log is None and not text:
+        raise Missing("nccl_log: absent")
+    return NcclLogText(text, log)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from gputriage.factbase import FactTable
 from gputriage.hostfacts.fabric import gpu_profile_for
-from gputriage.knowledge import GpuProfile, _rows, gpu_profile
+from gputriage.knowledge import GpuProfile, csv_rows, gpu_profile
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
 
@@ -55,7 +55,7 @@ class BusbwFigure:
 def busbw_figures() -> tuple[BusbwFigure, ...]:
     """The expected-busbw table, in file order."""
     out = []
-    for row in _rows("nccl_busbw.csv"):
+    for row in csv_rows("nccl_busbw.csv"):
         gen, links = row["generation"].strip(), row["links"].strip()
         out.append(BusbwFigure(row["link"], int(gen) if gen.isdigit() else None,
                                int(links) if links.isdigit() else None, row["algo"],

@@ -265,12 +265,12 @@ def _evidence_source(facts: Facts, f: PciFunction, kind: str, source: str) -> st
     """The source a function's lines came from (lspci input may be split in two)."""
     if source == "pci_devices":
         return source
-    if kind == "nic" and facts.snapshot.get("lspci_mellanox") is not None:
+    if kind == "nic" and facts.text("lspci_mellanox") is not None:
         return "lspci_mellanox"
-    return "lspci_nvidia" if facts.snapshot.get("lspci_nvidia") is not None else source
+    return "lspci_nvidia" if facts.text("lspci_nvidia") is not None else source
 
 
-@FACTS.fact("pcie_links")
+@FACTS.fact("pcie_links", sources=_LSPCI_SOURCES)
 def pcie_links(facts: Facts) -> list[PcieLink]:
     """Every GPU and NIC PCIe link the inputs describe (sysfs, lspci, nvidia-smi)."""
     functions: list[PciFunction] = facts.maybe("pci", [])

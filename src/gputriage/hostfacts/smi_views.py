@@ -125,7 +125,7 @@ class SmiView:
         return []
 
 
-@FACTS.fact("smi_views", sources=tuple(s for s, _, _ in SMI_SOURCES))
+@FACTS.fact("smi_views", sources=SMI_SOURCES)
 def smi_views(facts: Facts) -> list[SmiView]:
     """Every GPU nvidia-smi reports, merged across its outputs (best first): the
     per-GPU views several rules share (Missing without any nvidia-smi output)."""

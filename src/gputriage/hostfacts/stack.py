@@ -5,9 +5,7 @@ events, and the GPUs visible or lost."""
 
 from __future__ import annotations
 
-import importlib
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,25 +14,20 @@ from gputriage.parsers.base import normalize_bus_id
 
 if TYPE_CHECKING:  # parsers are imported when a fact first needs them
     from gputriage.facts import Facts
-    from gputriage.parsers import devices, driver, kernel_events, modules, nvml, pci, systemd
+    from gputriage.parsers import devices, driver, kernel_events, modules, pci, systemd
     from gputriage.parsers.nvsmi import SmiReport
 
-__all__ = ["CONTAINER_CGROUP", "FACTS", "SMI_SOURCES", "GpuSighting", "parser"]
+__all__ = ["CONTAINER_CGROUP", "DRIVER_QUERIES", "FACTS", "SMI_SOURCES", "GpuSighting"]
 
 FACTS = FactTable()
 
-# nvidia-smi outputs, best first: (source, parser module, parser function)
-SMI_SOURCES = (("nvidia_smi_q_xml", "nvsmi_xml", "parse_nvsmi_xml"),
-               ("nvidia_smi_q", "nvsmi_text", "parse_nvsmi_text"),
-               ("nvidia_smi", "nvsmi_table", "parse_nvsmi_table"),
-               ("nvidia_smi_csv", "nvsmi_csv", "parse_nvsmi_csv"))
+# nvidia-smi outputs, best first (each parsed by the parser its source declares)
+SMI_SOURCES = ("nvidia_smi_q_xml", "nvidia_smi_q", "nvidia_smi", "nvidia_smi_csv")
+
+# commands that query the driver: one killed at its timeout means a wedged driver
+DRIVER_QUERIES = ("nvidia_smi_q_xml", "nvidia_smi", "nvidia_smi_topo", "nvml")
 
 CONTAINER_CGROUP = re.compile(r"docker|kubepods|containerd|libpod|crio|lxc", re.IGNORECASE)
-
-
-def parser(module: str, func: str) -> Callable[[Any], Any]:
-    """A parser function, its module imported on first use."""
-    return getattr(importlib.import_module(f"gputriage.parsers.{module}"), func)
 
 
 @dataclass
@@ -79,8 +72,7 @@ def host_name(facts: Facts) -> str:
 @FACTS.fact("kernel_module", sources=("proc_driver_nvidia_version",))
 def kernel_module(facts: Facts) -> driver.KernelModuleVersion:
     """The loaded NVIDIA kernel module's version line."""
-    value = facts.parse("proc_driver_nvidia_version",
-                        parser("driver", "parse_proc_driver_version"))
+    value = facts.get("proc_driver_nvidia_version")
     if value is None or not value.version:
         raise Missing("proc_driver_nvidia_version: empty")
     return value
@@ -89,14 +81,13 @@ def kernel_module(facts: Facts) -> driver.KernelModuleVersion:
 @FACTS.fact("module_versions", sources=("sys_module_nvidia",))
 def module_versions(facts: Facts) -> driver.ModuleVersions:
     """Version and init state of each loaded nvidia* module (/sys/module)."""
-    return facts.parse("sys_module_nvidia", parser("driver", "parse_sys_module_versions"),
-                       as_json=True)
+    return facts.get("sys_module_nvidia")
 
 
 @FACTS.fact("modules", sources=("proc_modules",))
 def loaded_modules(facts: Facts) -> dict[str, modules.Module]:
     """Loaded kernel modules by name."""
-    parsed = facts.parse("proc_modules", parser("modules", "parse_modules"))
+    parsed = facts.get("proc_modules")
     if not parsed:
         raise Missing("proc_modules: empty")
     return {m.name: m for m in parsed}
@@ -105,23 +96,41 @@ def loaded_modules(facts: Facts) -> dict[str, modules.Module]:
 @FACTS.fact("libs", sources=("nvidia_libs",))
 def libs(facts: Facts) -> list[driver.LibFile]:
     """Userspace driver libraries and the versions their file names carry."""
-    return facts.parse("nvidia_libs", parser("driver", "parse_nvidia_libs"), as_json=True)
+    return facts.get("nvidia_libs")
 
 
-@FACTS.fact("nvml", sources=("nvml",))
-def nvml_reading(facts: Facts) -> nvml.NvmlReading:
-    """NVML readings, or the error NVML initialised with."""
-    return facts.parse("nvml", parser("nvml", "parse_nvml"), as_json=True)
+@FACTS.fact("libnvidia_ml_targets", sources=("nvidia_libs",))
+def libnvidia_ml_targets(facts: Facts) -> set[str]:
+    """File names the ``libnvidia-ml.so.1`` links point to: the library the loader
+    picks when several versions are installed."""
+    return facts.parse("nvidia_libs", _nvml_link_targets, as_json=True)
 
 
-@FACTS.fact("smi", sources=tuple(s for s, _, _ in SMI_SOURCES))
+def _nvml_link_targets(doc: Any) -> set[str]:
+    """File names that links called ``libnvidia-ml.so.1`` point to."""
+    links = doc.get("links") if isinstance(doc, dict) else None
+    if not isinstance(links, dict):
+        return set()
+    return {str(t).rsplit("/", 1)[-1] for k, t in links.items()
+            if str(k).endswith("libnvidia-ml.so.1")}
+
+
+@FACTS.fact("hung_driver_queries", sources=DRIVER_QUERIES)
+def hung_driver_queries(facts: Facts) -> dict[str, dict]:
+    """Driver queries (nvidia-smi, NVML) killed at their timeout: source -> its
+    record, in :data:`DRIVER_QUERIES` order; empty when none hung."""
+    records = {source: facts.record(source) or {} for source in DRIVER_QUERIES}
+    return {source: rec for source, rec in records.items() if rec.get("error") == "timeout"}
+
+
+@FACTS.fact("smi", sources=SMI_SOURCES)
 def smi(facts: Facts) -> list[tuple[str, SmiReport]]:
     """Every nvidia-smi output we have, best first."""
     reports = []
     reasons = []
-    for source, module, func in SMI_SOURCES:
+    for source in SMI_SOURCES:
         try:
-            reports.append((source, facts.parse(source, parser(module, func))))
+            reports.append((source, facts.get(source)))
         except Missing as exc:
             reasons.append(str(exc))
     if not reports:
@@ -132,7 +141,7 @@ def smi(facts: Facts) -> list[tuple[str, SmiReport]]:
 @FACTS.fact("gpu_resets", sources=("gpu_reset",))
 def gpu_resets(facts: Facts) -> Any:
     """GPU reset attempts pasted (a ``gputriage.parsers.gpu_reset.ResetLog``)."""
-    log = facts.parse("gpu_reset", parser("gpu_reset", "parse_gpu_reset"))
+    log = facts.get("gpu_reset")
     if not log.attempts:
         raise Missing("gpu_reset: no reset attempt in it")
     return log
@@ -141,7 +150,9 @@ def gpu_resets(facts: Facts) -> Any:
 @FACTS.fact("device_query", sources=("device_query",))
 def device_query(facts: Facts) -> Any:
     """A deviceQuery run (``gputriage.parsers.device_query.DeviceQuery``)."""
-    dq = facts.parse("device_query", parser("device_query", "parse_device_query"))
+    from gputriage.parsers.device_query import parse_device_query
+
+    dq = facts.parse("device_query", parse_device_query)
     if not dq.lines:
         raise Missing("device_query: empty")
     return dq
@@ -175,8 +186,7 @@ def driver_events(facts: Facts) -> list[kernel_events.DriverEvent]:
 @FACTS.fact("proc_gpus", sources=("proc_driver_nvidia_gpus",))
 def proc_gpus(facts: Facts) -> list[driver.ProcGpu]:
     """Each GPU as /proc/driver/nvidia/gpus describes it."""
-    return facts.parse("proc_driver_nvidia_gpus", parser("driver", "parse_gpus_information"),
-                       as_json=True)
+    return facts.get("proc_driver_nvidia_gpus")
 
 
 @FACTS.fact("driver_loaded", sources=("proc_driver_nvidia_version",))
@@ -201,13 +211,12 @@ def driver_loaded(facts: Facts) -> bool:
 def pci_listing(facts: Facts) -> tuple[str, list[pci.PciFunction]]:
     """(source, PCI functions): sysfs, or lspci output (bug reports, pastes) otherwise."""
     try:
-        return "pci_devices", facts.parse("pci_devices", parser("pci", "parse_pci_tree"),
-                                          as_json=True)
+        return "pci_devices", facts.get("pci_devices")
     except Missing as first:
         found: dict[str, pci.PciFunction] = {}
         for source in ("lspci_nvidia", "lspci_mellanox"):
             try:
-                functions = facts.parse(source, parser("lspci", "parse_lspci"))
+                functions = facts.get(source)
             except Missing:
                 continue
             found.update((f.address, f) for f in functions if f.address)
@@ -250,13 +259,13 @@ def has_infiniband(facts: Facts) -> bool:
 @FACTS.fact("devnodes", sources=("dev_nvidia",))
 def devnodes(facts: Facts) -> list[devices.DevNode]:
     """/dev/nvidia* character devices."""
-    return facts.parse("dev_nvidia", parser("devices", "parse_devnodes"), as_json=True)
+    return facts.get("dev_nvidia")
 
 
 @FACTS.fact("char_majors", sources=("proc_devices",))
 def char_majors(facts: Facts) -> dict[str, int]:
     """Character device majors by driver name (/proc/devices)."""
-    return facts.parse("proc_devices", parser("devices", "parse_proc_devices"))
+    return facts.get("proc_devices")
 
 
 @FACTS.fact("units", sources=("systemctl_persistenced", "systemctl_fabricmanager"))
@@ -266,7 +275,7 @@ def units(facts: Facts) -> dict[str, systemd.UnitState]:
     for source, unit in (("systemctl_persistenced", "nvidia-persistenced"),
                          ("systemctl_fabricmanager", "nvidia-fabricmanager")):
         try:
-            state = facts.parse(source, parser("systemd", "parse_systemctl_show"))
+            state = facts.get(source)
         except Missing:
             continue
         if state is not None:
@@ -320,6 +329,10 @@ def visible_gpus(facts: Facts) -> tuple[str, list[GpuSighting]]:
 @FACTS.fact("lost_gpus")
 def lost_gpus(facts: Facts) -> dict[str, list[tuple[str, str]]]:
     """Bus id -> [(source, line)] for GPUs some layer reports as lost."""
+    from gputriage.knowledge.xid import xid_for_event
+
+    fell_off = xid_for_event("fallen-off-bus")
+    lost_code = str(fell_off.code) if fell_off else None
     lost: dict[str, list[tuple[str, str]]] = {}
     for source, report in facts.maybe("smi", []):
         for err in report.errors:
@@ -333,7 +346,7 @@ def lost_gpus(facts: Facts) -> dict[str, list[tuple[str, str]]]:
                     ("nvml", f"device {d.index}: {d.error}"))
     for ev in facts.maybe("driver_events", []):
         if ev.bus_id and (ev.kind == "fallen-off-bus"
-                          or (ev.kind == "xid" and ev.details.get("code") == "79")):
+                          or (ev.kind == "xid" and ev.details.get("code") == lost_code)):
             lost.setdefault(ev.bus_id, []).append(("kernel_log", ev.line))
     return lost
 

@@ -57,7 +57,7 @@ def parse_balancing_value(text: str) -> str:
     return value
 
 
-@FACTS.fact("topology")
+@FACTS.fact("topology", sources=("nvidia_smi_topo",))
 def topology(facts: Facts) -> TopoMatrix:
     """The ``nvidia-smi topo -m`` matrix (or a pasted ``topo -p2p`` one)."""
     matrix = facts.parse("nvidia_smi_topo", parse_topo)
@@ -66,7 +66,7 @@ def topology(facts: Facts) -> TopoMatrix:
     return matrix
 
 
-@FACTS.fact("numa")
+@FACTS.fact("numa", sources=("numactl", "hugepages_per_node"))
 def numa(facts: Facts) -> NumaHardware:
     """NUMA nodes from numactl (or lscpu pasted as such), else sysfs cpulists."""
     try:
@@ -85,7 +85,7 @@ def numa(facts: Facts) -> NumaHardware:
     return hw
 
 
-@FACTS.fact("numa_balancing")
+@FACTS.fact("numa_balancing", sources=("numa_balancing",))
 def numa_balancing(facts: Facts) -> str:
     """kernel.numa_balancing as printed ("0" off, "1" on, "2"/"3" tiering modes)."""
     value = facts.parse("numa_balancing", parse_balancing_value)
@@ -173,11 +173,11 @@ def gpu_nic_map(facts: Facts) -> list[GpuPlacement]:
     return out
 
 
-def multi_node_evidence(facts: Facts) -> tuple[bool | None, list[tuple[str, str]]]:
-    """Whether the host has more than one NUMA node with CPUs, and the (source,
-    line) pairs that show it; None when no source can tell."""
-    hw: NumaHardware | None = facts.maybe("numa")
-    matrix: TopoMatrix | None = facts.maybe("topology")
+def multi_node_evidence(hw: NumaHardware | None, matrix: TopoMatrix | None,
+                        ) -> tuple[bool | None, list[tuple[str, str]]]:
+    """Whether the host has more than one NUMA node with CPUs (from the ``numa`` and
+    ``topology`` facts), and the (source, line) pairs that show it; None when neither
+    can tell."""
     answer: bool | None = None
     lines: list[tuple[str, str]] = []
     if hw is not None:

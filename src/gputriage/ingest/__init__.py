@@ -22,15 +22,16 @@ from typing import BinaryIO
 
 from gputriage.errors import InputError, unreadable
 from gputriage.ingest.bugreport import is_bug_report, split_with_headers
-from gputriage.ingest.detect import EXPECTED, detect, kernel_lines
+from gputriage.ingest.detect import EXPECTED, detect
 from gputriage.ingest.detect_jobs import nccl_lines
+from gputriage.ingest.kernel_log import kernel_lines
 from gputriage.inputs import DIR, STREAM, Input, human, is_binary, limit, open_input
 from gputriage.parsers.kernel_patterns import strip_ansi
 from gputriage.snapshot import READ_CAP_BYTES, Captured, Snapshot, decode
 from gputriage.sniff import looks_binary
 
-__all__ = ["CAP_BYTES", "EXPECTED", "load_input", "load_inputs", "load_opened", "load_text",
-           "looks_binary"]
+__all__ = ["CAP_BYTES", "EXPECTED", "human_size", "load_input", "load_inputs", "load_opened",
+           "load_text", "looks_binary"]
 
 CAP_BYTES = READ_CAP_BYTES  # most bytes kept per input (the tail)
 DETECT_BYTES = 1 << 20  # detection looks at this much text of a large input
@@ -49,34 +50,20 @@ class _Raw:
     problems: list[str] = field(default_factory=list)
 
 
-_human = human
+human_size = human  # a byte count for messages ("1.5 MiB")
 
 
 def _blocks(fh: BinaryIO) -> Iterator[bytes]:
     return iter(lambda: fh.read(_CHUNK), b"")
 
 
-def _gunzip(blocks: Iterable[bytes]) -> Iterator[bytes]:
-    """Decompress gzip members as they come (bounded output per step); a stream
-    that stops inside a member raises EOFError after what could be decoded."""
-    dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    for comp in blocks:
-        data = comp
-        while data:
-            out = dec.decompress(data, _CHUNK)
-            if out:
-                yield out
-            data = dec.unconsumed_tail
-            if dec.eof:
-                data = dec.unused_data
-                if not data.startswith(_GZIP_MAGIC):
-                    return  # trailing padding after the last member
-                dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    if not dec.eof:
-        while out := dec.decompress(dec.unconsumed_tail, _CHUNK):
-            yield out
-        if dec.unconsumed_tail or not dec.eof:
-            raise EOFError("compressed stream ended before the end-of-stream marker")
+def _gunzip(fh: BinaryIO, origin: str, problems: list[str], first: bytes = b"") -> Iterator[bytes]:
+    """The gzip stream of ``fh`` (``first``: its bytes already read) decompressed by the
+    one stream layer gputriage has (:mod:`gputriage.logscan.stream`); a truncated or
+    corrupt stream ends with what came out of it and a problem noted."""
+    from gputriage.logscan.stream import decompressed
+
+    return decompressed("gzip", first or fh.read(_CHUNK), fh.read, origin, problems, _CHUNK)
 
 
 def _read_stream(stream: Iterable[bytes], origin: str, cap: int, nuls: bool = True) -> _Raw:
@@ -104,7 +91,7 @@ def _read_stream(stream: Iterable[bytes], origin: str, cap: int, nuls: bool = Tr
             raise InputError(f"{origin}: truncated or corrupt gzip") from None
         raw = _Raw(b"".join(chunks), total, dropped)
         raw.problems.append(f"{origin}: truncated or corrupt gzip ({exc}); analysing the "
-                            f"{_human(total)} that could be decompressed")
+                            f"{human_size(total)} that could be decompressed")
         return _trim(raw, cap, origin)
     return _trim(_Raw(b"".join(chunks), total, dropped), cap, origin)
 
@@ -114,7 +101,8 @@ def _trim(raw: _Raw, cap: int, origin: str) -> _Raw:
         raw.data = raw.data[-cap:]
         raw.truncated = True
     if raw.truncated:
-        raw.problems.append(f"{origin}: {_human(raw.total)}, only the last {_human(cap)} read")
+        raw.problems.append(f"{origin}: {human_size(raw.total)}, only the last "
+                            f"{human_size(cap)} read")
     return raw
 
 
@@ -139,7 +127,7 @@ def _read_file(path: str, fh: BinaryIO, size: int, cap: int) -> _Raw:
         parts.append(chunk.replace(b"\0", b""))
     raw = _Raw(b"".join(parts), size, truncated=start > 0)
     if start:
-        raw.problems.append(f"{path}: {_human(size)}, only the last {_human(cap)} read")
+        raw.problems.append(f"{path}: {human_size(size)}, only the last {human_size(cap)} read")
     return raw
 
 
@@ -169,8 +157,10 @@ def _read_path(path: str) -> _Raw | Snapshot:
             fh.seek(0)
             if fh.read(2) == _GZIP_MAGIC:
                 fh.seek(0)
-                raw = _read_stream(limit(_gunzip(_blocks(fh)), path, inp.problems), path,
+                gz: list[str] = []
+                raw = _read_stream(limit(_gunzip(fh, path, gz), path, inp.problems), path,
                                    CAP_BYTES, nuls=False)
+                raw = _gzip_problems(raw, gz, path)
                 raw.problems[:0] = inp.problems
                 return raw
             return _read_file(path, fh, os.fstat(fh.fileno()).st_size, CAP_BYTES)
@@ -182,12 +172,22 @@ def _read_opened(inp: Input, head: bytes = b"") -> _Raw:
     """A stream read once (``head``: its bytes already read); gzip is decompressed."""
     blocks = _blocks(inp.fh)
     first = head + inp.fh.read(_CHUNK) if len(head) < 2 else head
+    gz: list[str] = []
     if first.startswith(_GZIP_MAGIC):
-        data = limit(_gunzip(_chained(first, blocks)), inp.name, inp.problems)
+        data = limit(_gunzip(inp.fh, inp.name, gz, first), inp.name, inp.problems)
     else:
         data = _chained(first, blocks)
-    raw = _read_stream(data, inp.name, CAP_BYTES)
+    raw = _gzip_problems(_read_stream(data, inp.name, CAP_BYTES), gz, inp.name)
     raw.problems[:0] = inp.problems
+    return raw
+
+
+def _gzip_problems(raw: _Raw, problems: list[str], origin: str) -> _Raw:
+    """A gzip input that gave nothing is an input error; otherwise what went wrong
+    decompressing it is noted with the partial analysis."""
+    if problems and not raw.data.strip():
+        raise InputError(f"{origin}: truncated or corrupt gzip")
+    raw.problems.extend(problems)
     return raw
 
 

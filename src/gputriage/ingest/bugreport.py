@@ -6,7 +6,9 @@ of underscores. A file section starts ``*** /path`` (followed by an
 not readable``); a command section starts with the command line
 (``/usr/bin/nvidia-smi --query``) and may hold several commands; the kernel
 sections start ``dmesg:`` and ``Scanning kernel log files for NVIDIA kernel
-messages:``.
+messages:``. Which source a section holds comes from the sources' aliases
+(:mod:`gputriage.ingest.commands`): a file section by its path, a command
+section by its command line; a tree source gathers its files' sections.
 """
 
 from __future__ import annotations
@@ -17,15 +19,22 @@ import re
 from dataclasses import dataclass
 
 from gputriage import sources
-from gputriage.ingest.detect import kernel_lines, source_for_command
+from gputriage.ingest.commands import (
+    programs,
+    report_pattern,
+    source_for_command,
+    source_for_section,
+)
+from gputriage.ingest.kernel_log import kernel_lines
 
 __all__ = ["Section", "is_bug_report", "sections", "split_bug_report", "split_with_headers"]
 
 _SEP = re.compile(r"^_{20,}\s*$")
-_CMD_LINE = re.compile(r"^/\S*/(?:nvidia-smi|lspci|nvidia-debugdump|modinfo|journalctl|systemctl"
-                       r"|nvidia-container-cli|ibstat|numactl|lsmod|dmesg)\b.*$")
-_GPU_INFO = re.compile(r"^/proc/driver/nvidia/gpus/(?P<bus>[^/]+)/information$")
-_FILE_SOURCES = {s.path: s.name for s in sources.SOURCES if s.kind == "file" and s.path}
+# commands the report runs whose output no source reads: they still start a new part
+_OTHER_COMMANDS = ("nvidia-debugdump", "modinfo")
+_COMMANDS = "|".join(re.escape(p) for p in sorted({*programs(), *_OTHER_COMMANDS},
+                                                  key=lambda p: (-len(p), p)))
+_CMD_LINE = re.compile(rf"^/\S*/(?:{_COMMANDS})\b.*$")
 _MARKERS = ("Start of NVIDIA bug report log file", "nvidia-bug-report.sh Version:")
 
 
@@ -99,49 +108,59 @@ def _kernel_from_scan(body: str) -> str:
 def _name_for(sec: Section) -> str | None:
     h = sec.header
     if h.startswith("/") and not _CMD_LINE.match(h):
-        if h in _FILE_SOURCES:
-            return _FILE_SOURCES[h]
-        if _GPU_INFO.match(h):
-            return "proc_driver_nvidia_gpus"
-        return "fabricmanager_journal" if "fabricmanager" in h and ".log" in h else None
-    if h.startswith("dmesg"):
-        return "kernel_log"
+        return source_for_section(h)
     return source_for_command(h)
+
+
+def _add(out: dict[str, tuple[str, str | None, str | None]], name: str, sec: Section) -> None:
+    """Record a section under its source (sections of one source are joined)."""
+    body: str | None = sec.body + "\n" if sec.error is None else None
+    prev = out.get(name)
+    if prev and prev[1] is not None and body is not None:
+        out[name] = (f"{prev[0]}, {sec.header}", prev[1] + body, None)
+    elif prev is None or prev[1] is None:
+        out[name] = (sec.header, body, sec.error)
+
+
+def _uname(out: dict[str, tuple[str, str | None, str | None]], sec: Section) -> bool:
+    """Take the ``uname:`` line of the prologue; whether the section is that line."""
+    if sec.header.startswith("uname:"):
+        out.setdefault("uname", (sec.header, sec.header[6:].strip() + "\n", None))
+        return True
+    for ln in sec.body.splitlines():
+        if ln.startswith("uname:"):
+            out.setdefault("uname", ("uname", ln[6:].strip() + "\n", None))
+    return False
+
+
+def _tree_doc(files: dict[str, str]) -> str:
+    return json.dumps({"files": files, "links": {}, "errors": {}}, indent=1, sort_keys=True)
 
 
 def split_with_headers(text: str) -> dict[str, tuple[str, str | None, str | None]]:
     """Source name -> ``(section header, text or None, error kind or None)``."""
     out: dict[str, tuple[str, str | None, str | None]] = {}
-    gpus: dict[str, str] = {}
+    trees: dict[str, tuple[str, dict[str, str]]] = {}  # name -> (glob, files)
     scan: Section | None = None
     for sec in sections(text):
         if sec.header.startswith("Scanning kernel log files"):
             scan = sec
             continue
-        if sec.header.startswith("uname:"):
-            out.setdefault("uname", (sec.header, sec.header[6:].strip() + "\n", None))
+        if _uname(out, sec):
             continue
-        for ln in sec.body.splitlines():
-            if ln.startswith("uname:"):
-                out.setdefault("uname", ("uname", ln[6:].strip() + "\n", None))
         name = _name_for(sec)
         if name is None:
             continue
-        if name == "proc_driver_nvidia_gpus":
-            m = _GPU_INFO.match(sec.header)
-            if m and sec.error is None:
-                gpus[f"{m.group('bus')}/information"] = sec.body + "\n"
+        src = sources.get(name)
+        if src.kind == "tree":
+            files = trees.setdefault(name, (report_pattern(sec.header) or "", {}))[1]
+            if sec.error is None:
+                files[posixpath.relpath(sec.header, src.path or "/")] = sec.body + "\n"
             continue
-        body: str | None = sec.body + "\n" if sec.error is None else None
-        prev = out.get(name)
-        if prev and prev[1] is not None and body is not None:
-            out[name] = (f"{prev[0]}, {sec.header}", prev[1] + body, None)
-        elif prev is None or prev[1] is None:
-            out[name] = (sec.header, body, sec.error)
-    if gpus:
-        doc = {"files": gpus, "links": {}, "errors": {}}
-        out["proc_driver_nvidia_gpus"] = ("/proc/driver/nvidia/gpus/*/information",
-                                          json.dumps(doc, indent=1, sort_keys=True), None)
+        _add(out, name, sec)
+    for name, (pattern, files) in trees.items():
+        if files:
+            out[name] = (pattern, _tree_doc(files), None)
     if scan is not None and (out.get("kernel_log") or ("", None, None))[1] is None:
         body = _kernel_from_scan(scan.body)
         if body:

@@ -9,29 +9,23 @@
   records interleaved in it go to ``nccl_log``; the run is claimed around them.
 
 The header lines of nccl-tests start with ``# `` like a root prompt; the
-detector asks :func:`is_tests_prompt` before it takes such a line for a
-barrier. :func:`source_for_command` maps a prompt's command to a source.
+paste splitter asks :func:`is_tests_prompt` before it takes such a line for a
+barrier. (``source_for_command`` is re-exported from
+:mod:`gputriage.ingest.commands`.)
 """
 
 from __future__ import annotations
 
-import os
 import re
-from typing import Protocol
 
-from gputriage import sources
+from gputriage.ingest.commands import source_for_command
+from gputriage.ingest.kernel_log import is_kernel_line
+from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.nccl_lines import is_nccl_line, strip_shippers
 from gputriage.parsers.nccl_tests import is_nccl_tests_line
 
-__all__ = ["JOB_DETECTORS", "is_tests_prompt", "nccl_lines", "nccl_record",
+__all__ = ["claim_nccl_log", "claim_nccl_tests", "is_tests_prompt", "nccl_lines", "nccl_record",
            "source_for_command", "tests_line"]
-
-
-class _Doc(Protocol):
-    lines: list[str]
-    owner: list[str | None]
-
-    def free(self, i: int) -> bool: ...
 
 
 # --- NCCL log ---------------------------------------------------------------------
@@ -64,11 +58,16 @@ def nccl_lines(text: str) -> str:
     return "\n".join(kept) + "\n" if kept else ""
 
 
-def _nccl(doc: _Doc) -> None:
+def _wrapped(lines: list[str], owner: list[str | None], j: int) -> bool:
+    """Whether line ``j`` may be a wrapped line of a framework error above it."""
+    return (bool(lines[j].strip()) and (owner[j] is None or owner[j] == "nccl_log")
+            and not _FOREIGN.match(lines[j]) and not is_kernel_line(lines[j])
+            and not tests_line(lines[j]))
+
+
+def claim_nccl_log(doc: PasteDoc) -> None:
     """Claim NCCL records, then the wrapped lines that follow a framework error (up to a
     blank line or the start of another kind of record)."""
-    from gputriage.ingest.detect import is_kernel_line
-
     lines, owner = doc.lines, doc.owner
     for i, ln in enumerate(lines):
         if owner[i] is None and nccl_record(ln):
@@ -80,10 +79,7 @@ def _nccl(doc: _Doc) -> None:
             i += 1
             continue
         j = i + 1
-        while (j < len(lines) and j - i <= _CONT_MAX and lines[j].strip()
-               and (owner[j] is None or owner[j] == "nccl_log")
-               and not _FOREIGN.match(lines[j]) and not is_kernel_line(lines[j])
-               and not tests_line(lines[j])):
+        while j < len(lines) and j - i <= _CONT_MAX and _wrapped(lines, owner, j):
             owner[j] = "nccl_log"
             j += 1
         i = j
@@ -120,7 +116,7 @@ def is_tests_prompt(lines: list[str], i: int) -> bool:
                for x in near)
 
 
-def _tests(doc: _Doc) -> None:
+def claim_nccl_tests(doc: PasteDoc) -> None:
     """Claim each run of nccl-tests lines (NCCL records and blank lines may sit in
     between) that holds at least one line only nccl-tests prints."""
     lines, owner = doc.lines, doc.owner
@@ -143,83 +139,3 @@ def _tests(doc: _Doc) -> None:
             for k in run:
                 owner[k] = "nccl_tests"
         i = last + 1
-
-
-JOB_DETECTORS = (_nccl, _tests)
-
-
-# --- command hints ----------------------------------------------------------------
-_FILE_SOURCES = {s.path: s.name for s in sources.SOURCES if s.kind == "file" and s.path}
-_LOG_FILES = re.compile(r"/var/log/(?:syslog|messages|kern\.log|dmesg)")
-_IB_TOOLS = frozenset({"ibstat", "ibstatus", "ibv_devinfo", "ibdev2netdev", "show_gids"})
-_LAUNCHERS = frozenset({"mpirun", "mpiexec", "orterun", "prterun", "srun", "salloc"})
-
-
-def _perf_binary(prog: str) -> bool:
-    return prog.endswith(("_perf", "_perf_mpi"))
-
-
-def source_for_command(cmd: str) -> str | None:
-    """The source a command line (``sudo nvidia-smi -q | grep X``) produces, if known."""
-    first = cmd.split("|")[0].split()
-    while first and (first[0] in ("sudo", "env", "command") or "=" in first[0]):
-        first = first[1:]
-    if not first:
-        return None
-    prog, args = os.path.basename(first[0]), [a.strip("'\"") for a in first[1:]]
-    a = set(args)
-    if _perf_binary(prog) or (prog in _LAUNCHERS
-                              and any(_perf_binary(os.path.basename(x)) for x in args)):
-        return "nccl_tests"
-    if prog == "nvidia-smi":
-        return _nvidia_smi(args, a)
-    if prog == "dmesg":
-        return "kernel_log"
-    if prog == "journalctl":
-        if a & {"-k", "--dmesg"} or "_TRANSPORT=kernel" in a:
-            return "kernel_log"
-        return "fabricmanager_journal" if "fabricmanager" in cmd else None
-    if prog in ("cat", "tail", "head", "less", "more", "zcat", "grep"):
-        return _file_command(args)
-    if prog == "systemctl" and a & {"show", "status"}:
-        if "persistenced" in cmd:
-            return "systemctl_persistenced"
-        return "systemctl_fabricmanager" if "fabricmanager" in cmd else None
-    if prog == "lspci":
-        return "lspci_nvidia" if "10de" in cmd or "nvidia" in cmd.lower() else None
-    if prog == "nvidia-container-cli":
-        return "nvidia_container_cli_info" if "info" in a else None
-    if prog in _IB_TOOLS:
-        return "ibstat"
-    return {"lsmod": "proc_modules", "lscpu": "numactl",
-            "numactl": "numactl" if a & {"-H", "--hardware"} else None}.get(prog)
-
-
-def _nvidia_smi(args: list[str], a: set[str]) -> str | None:
-    if "topo" in a:
-        return "nvidia_smi_topo" if a & {"-m", "--matrix"} else None
-    if "nvlink" in a:
-        if a & {"-e", "--errorcounters"}:
-            return "nvidia_smi_nvlink_errors"
-        return "nvidia_smi_nvlink_status" if a & {"-s", "--status"} else None
-    if any(re.match(r"--query-(?:gpu|remapped-rows|retired-pages|compute-apps)=", x) for x in a):
-        return "nvidia_smi_csv"
-    if a & {"-r", "--gpu-reset"}:
-        return "gpu_reset"
-    if a & {"-q", "--query", "-a"} or any(x.startswith("--query") and "=" not in x for x in a):
-        if a & {"-u", "--unit"}:
-            return None
-        return "nvidia_smi_q_xml" if a & {"-x", "--xml-format"} else "nvidia_smi_q"
-    rest = [x for x in args if not re.fullmatch(r"-i|--id(=\S+)?|\d+|-L|--list-gpus", x)]
-    return None if rest else "nvidia_smi"
-
-
-def _file_command(args: list[str]) -> str | None:
-    for arg in args:
-        if arg in _FILE_SOURCES:
-            return _FILE_SOURCES[arg]
-        if _LOG_FILES.match(arg):
-            return "kernel_log"
-        if "fabricmanager" in arg and arg.endswith(".log"):
-            return "fabricmanager_journal"
-    return None

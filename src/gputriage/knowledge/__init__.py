@@ -40,7 +40,7 @@ class GpuProfile:
         return self.temp_slowdown_c is not None
 
 
-def _rows(name: str) -> list[dict[str, str]]:
+def csv_rows(name: str) -> list[dict[str, str]]:
     """The data rows of one CSV table of this package (``#`` lines are comments)."""
     text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
@@ -65,7 +65,7 @@ def _float(raw: str | None) -> float | None:
 def gpu_profiles() -> tuple[GpuProfile, ...]:
     """Every GPU model profile of ``gpu_models.csv``, in table order."""
     profiles = []
-    for row in _rows("gpu_models.csv"):
+    for row in csv_rows("gpu_models.csv"):
         profiles.append(GpuProfile(
             model=row["model"],
             pci_device_ids=frozenset(int(x, 16) for x in row["pci_device_ids"].split()),

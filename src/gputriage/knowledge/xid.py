@@ -4,8 +4,10 @@ Two CSV tables in this package (``xid.csv``, ``sxid.csv``) hold the facts
 taken from NVIDIA's documentation (code, mnemonic, NVIDIA's resolution
 bucket, Fabric Manager category, fatality) next to this project's own
 judgement in the closed vocabularies of :mod:`gputriage.model` (action,
-severity, blame) and its own short wording. They are loaded once, on
-first use.
+severity, blame) and its own short wording. An Xid's ``kernel_event`` is the
+kernel-log message that reports the same failure without its number (a GPU
+fallen off the bus is Xid 79). They are loaded once, on first use; the
+kernel-log rules read every verdict from here.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from gputriage.model import Action, Blame, Severity
+from gputriage.parsers.kernel_model import EventKind
 
 ORIGINS = frozenset({"hardware", "driver", "application", "memory", "system", "thermal",
                      "nvlink", "firmware", "fabric"})
@@ -37,6 +40,7 @@ class XidInfo:
     blame: Blame
     explanation: str
     legacy: bool
+    kernel_event: str | None = None  # the message kind that reports it without the number
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,11 @@ def _origins(raw: str) -> tuple[str, ...]:
     return found
 
 
+def _event_kind(raw: str) -> str | None:
+    kind = _opt(raw)
+    return None if kind is None else EventKind(kind).value  # ValueError when unknown
+
+
 def _severity(raw: str) -> Severity:
     sev = Severity(raw)
     if sev is Severity.OK:
@@ -101,6 +110,7 @@ def _xids() -> dict[int, XidInfo]:
             blame=Blame(row["blame"]),
             explanation=row["explanation"],
             legacy=row["legacy"] == "yes",
+            kernel_event=_event_kind(row["kernel_event"]),
         )
         table[info.code] = info
     return table
@@ -138,6 +148,12 @@ def xid_info(code: int) -> XidInfo | None:
 def all_xids() -> tuple[XidInfo, ...]:
     """Every catalogued Xid, by code."""
     return tuple(_xids()[c] for c in sorted(_xids()))
+
+
+def xid_for_event(kind: str) -> XidInfo | None:
+    """The Xid whose failure a kernel-log message of ``kind`` reports without the
+    number (``fallen-off-bus``: Xid 79), or None."""
+    return next((x for x in _xids().values() if x.kernel_event == kind), None)
 
 
 def sxid_info(code: int) -> SxidInfo | None:

@@ -2,8 +2,10 @@
 
 ``scan_paths`` reads files (plain, gzip, xz, bzip2, rotated sets) or stdin
 (``-``) in 8 MiB blocks and never decodes a line unless it holds one of a few
-anchor literals (``NVRM: ``, ``nvidia``, ``mlx5_``, ``PCIe Bus Error``,
-``segfault at`` ...; see ``ANCHORS``). Anchors are found through libc
+anchor literals (``NVRM:``, ``nvidia``, ``mlx5_core``, ``PCIe Bus Error``,
+``segfault at`` ...: those of the rows of
+:data:`gputriage.parsers.kernel_table.EVENTS` and the boot markers; see
+``ANCHORS``). Anchors are found through libc
 ``strstr`` via ctypes (each block's last newline turned into the NUL it needs
 while searching; ``memmem`` where a block has no such newline or many NULs)
 and through "probes" (a rare-led substring standing for one or more anchors,
@@ -14,7 +16,8 @@ other inputs are searched on threads (the libc calls release the GIL) from
 reused read buffers; where libc is unavailable ``bytes.find`` does the work on
 one thread. Candidate lines (plus the continuation lines after them, and 30
 lines after a hung task or soft lockup for its call trace) are decoded and
-parsed by :class:`gputriage.parsers.kernel_events.EventExtractor`.
+parsed by :class:`gputriage.parsers.kernel_extractor.EventExtractor`. How blocks
+are read and searched (block size, workers, libc) is a :class:`ScanConfig`.
 
 Formats are recognised line by line: dmesg (raw, ``-T``, ``--time-format
 iso``), journalctl ``-k`` (short, short-iso, short-precise, ``-o json``),
@@ -38,265 +41,104 @@ marker, boot id, uptime or sequence says otherwise. Unreadable, truncated or
 corrupt inputs are noted in ``problems``; only when no input can be read at
 all is :class:`gputriage.errors.InputError` raised. Memory: blocks are
 streamed, a bounded number in flight; only events are kept.
+
+Layout: ``reader`` and ``stream`` (reading and decompressing inputs), ``search``
+(anchor search, threads), ``blocks`` (large files searched by worker processes),
+``lines`` (formats, times, boots), ``timeline`` (inputs joined), ``config``.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import re
+import stat
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from gputriage.errors import InputError
 from gputriage.inputs import DIR, FILE, Input, is_binary, open_input
+from gputriage.logscan.blocks import process_pool, run_blocks
+from gputriage.logscan.config import DEFAULT, ScanConfig
 from gputriage.logscan.forkpool import ForkWorkers, WorkerDied
-from gputriage.logscan.lines import _BOOT_MARK as _BOOT_MARK
-from gputriage.logscan.lines import _CTIME as _CTIME
-from gputriage.logscan.lines import _ISO as _ISO
-from gputriage.logscan.lines import _KMSG as _KMSG
-from gputriage.logscan.lines import _KMSG_DICT as _KMSG_DICT
-from gputriage.logscan.lines import _MONTHS as _MONTHS
-from gputriage.logscan.lines import _SYSLOG_NAMES as _SYSLOG_NAMES
-from gputriage.logscan.lines import _SYSLOG_TS as _SYSLOG_TS
-from gputriage.logscan.lines import _UPTIME as _UPTIME
-from gputriage.logscan.lines import _format_of as _format_of
-from gputriage.logscan.lines import _Seg, _Source
-from gputriage.logscan.lines import _stamp_time as _stamp_time
-from gputriage.logscan.lines import _usec as _usec
-from gputriage.logscan.reader import _Buffers as _Buffers
-from gputriage.logscan.reader import _compression, _file_chunks, _Input
-from gputriage.logscan.reader import _decompressed as _decompressed
-from gputriage.logscan.reader import _decompressor as _decompressor
-from gputriage.logscan.reader import _read_block as _read_block
-from gputriage.logscan.search import _BLOCK_BUF as _BLOCK_BUF
-from gputriage.logscan.search import _HEAD as _HEAD
-from gputriage.logscan.search import (
-    _JSON_ANCHOR,
-    ANCHORS,
-    _load_libc,
-    _process_pool,
-    _run_blocks,
-    _run_input,
-)
-from gputriage.logscan.search import _MAX_SEGMENTS as _MAX_SEGMENTS
-from gputriage.logscan.search import _PROBE_OF as _PROBE_OF
-from gputriage.logscan.search import _TRACE_ANCHORS as _TRACE_ANCHORS
-from gputriage.logscan.search import MAX_CONT as MAX_CONT
-from gputriage.logscan.search import _add_hit as _add_hit
-from gputriage.logscan.search import _anchor_hits as _anchor_hits
-from gputriage.logscan.search import _Block as _Block
-from gputriage.logscan.search import _block_task as _block_task
-from gputriage.logscan.search import _context as _context
-from gputriage.logscan.search import _line_end as _line_end
-from gputriage.logscan.search import _Lines as _Lines
-from gputriage.logscan.search import _memmem_hits as _memmem_hits
-from gputriage.logscan.search import _nul_pieces as _nul_pieces
-from gputriage.logscan.search import _Probe as _Probe
-from gputriage.logscan.search import _probes as _probes
-from gputriage.logscan.search import _search_span as _search_span
-from gputriage.logscan.search import _Span as _Span
-from gputriage.logscan.search import _strstr_hits as _strstr_hits
-from gputriage.parsers.kernel_events import MAX_LINE as MAX_LINE
-from gputriage.parsers.kernel_events import TRACE_WINDOW as TRACE_WINDOW
-from gputriage.parsers.kernel_events import DriverEvent
-from gputriage.parsers.kernel_events import EventExtractor as EventExtractor
-from gputriage.parsers.kernel_events import LogLine as LogLine
-from gputriage.parsers.kernel_events import split_escaped as split_escaped
-from gputriage.parsers.kernel_events import split_prefix as split_prefix
+from gputriage.logscan.lines import LineSource
+from gputriage.logscan.reader import InputSpans, file_chunks
+from gputriage.logscan.search import ANCHORS, LIBC, anchors_for, run_input
+from gputriage.logscan.stream import compression
+from gputriage.logscan.timeline import BootInfo, InputResult, LogScan, merge
 
-__all__ = ["ANCHORS", "BootInfo", "LogScan", "scan_paths", "scan_text"]
+__all__ = ["ANCHORS", "BootInfo", "LogScan", "ScanConfig", "scan_paths", "scan_text"]
 
-BLOCK = 8 << 20
-LONG_LINE = 4 << 20  # a line without a newline for this long is cut into pieces
+_SNIFF = 64 << 10  # a large plain file's first bytes tested for binary data
 
 
-@dataclass
-class BootInfo:
-    """One boot seen in the input."""
-
-    index: int  # 0 = last/current, -1, -2 ...
-    boot_id: str | None  # journal boot id when printed
-    first: datetime | None
-    last: datetime | None
-
-
-@dataclass
-class LogScan:
-    """What a kernel-log scan found, and how much it read."""
-
-    events: list[DriverEvent] = field(default_factory=list)
-    boots: list[BootInfo] = field(default_factory=list)  # oldest first
-    lines: int | None = 0  # lines seen (None: a large file whose lines were not counted)
-    skipped: int = 0  # candidate lines cut or not cleanly decodable (counted, never fatal)
-    bytes: int = 0
-    formats: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-
-# Layout: ``search`` (anchor search, threads, worker processes), ``reader`` (opening
-# inputs), ``lines`` (formats, times, boots); every name of the former single module is
-# imported above so that it stays reachable here. The tunables below (``BLOCK``,
-# ``LONG_LINE``, ``PROCESS_MIN``, ``_workers``, the libc functions) live in this package
-# and the submodules read them from it at call time, so setting one here still works.
-_MEMMEM, _STRSTR, _STRLEN = _load_libc()
-
-
-# --- driving -------------------------------------------------------------------------------
-
-def _workers() -> int:
-    if _MEMMEM is None:
-        return 1
-    return max(1, min(8, os.cpu_count() or 1))
-
-
-PROCESS_MIN = 64 << 20  # files at least this big are searched in worker processes
-
-
-def _anchors_for(head: bytes | bytearray) -> tuple[bytes, ...]:
-    return ANCHORS + ((_JSON_ANCHOR,) if head.lstrip()[:1] == b"{" else ())
-
-
-@dataclass
-class _Result:
-    name: str
-    order: int
-    src: _Source
-    lines: int | None
-    nbytes: int
-    problems: list[str]
-
-    @property
-    def first_time(self) -> datetime | None:
-        return next((s.first for s in self.src.segs if s.first), None)
-
-    @property
-    def rotation(self) -> int:
-        m = re.search(r"\.(\d{1,4})(?:\.(?:gz|xz|bz2|lzma))?$", self.name)
-        return int(m.group(1)) if m else 0
+def _workers(config: ScanConfig) -> int:
+    return config.parallel(LIBC.memmem is not None)
 
 
 def _scan_one(name: str, chunks: Iterator[bytes | bytearray], order: int, now: datetime,
-              pool: ThreadPoolExecutor | None, problems: list[str]) -> _Result:
-    src = _Source(name, now)
-    inp = _Input(name, problems)
+              pool: ThreadPoolExecutor | None, problems: list[str],
+              config: ScanConfig) -> InputResult:
+    src = LineSource(name, now)
+    inp = InputSpans(name, problems, config)
     first = next(chunks, b"")
-    anchors = _anchors_for(first[:4096])
+    anchors = anchors_for(first[:4096])
 
     def all_chunks() -> Iterator[bytes | bytearray]:
         yield first
         yield from chunks
 
-    lines = _run_input(src, inp, all_chunks(), pool, anchors)
+    lines = run_input(src, inp, all_chunks(), pool, anchors, _workers(config))
     src.finish()
-    return _Result(name, order, src, lines, inp.nbytes, problems)
+    return InputResult(name, order, src, lines, inp.nbytes, problems)
 
 
-def _plain_size(fh) -> int:  # noqa: ANN001
+def _plain_size(fh: BinaryIO) -> int:
     """The size of ``fh`` when it is a regular, uncompressed file (else -1)."""
     try:
         st = os.fstat(fh.fileno())
-        import stat
-
         if not stat.S_ISREG(st.st_mode):
             return -1
         head = os.pread(fh.fileno(), 8, 0)
     except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
         return -1
-    return st.st_size if _compression(head) is None else -1
+    return st.st_size if compression(head) is None else -1
 
 
-def _scan_blocks(name: str, fh, size: int, order: int, now: datetime,  # noqa: ANN001
-                 procs: ForkWorkers, problems: list[str]) -> _Result:
+def _scan_blocks(name: str, fh: BinaryIO, size: int, order: int, now: datetime,
+                 procs: ForkWorkers, problems: list[str], config: ScanConfig) -> InputResult:
     """:func:`_scan_one` for a large plain file, its blocks searched by ``procs``."""
-    src = _Source(name, now)
-    inp = _Input(name, problems)
-    anchors = _anchors_for(os.pread(fh.fileno(), min(4096, BLOCK), 0))
+    src = LineSource(name, now)
+    inp = InputSpans(name, problems, config)
+    anchors = anchors_for(os.pread(fh.fileno(), min(4096, config.block), 0))
     # the workers open the file this process has open, even if it was renamed (rotated)
     # or removed since
     opened = f"/proc/{os.getpid()}/fd/{fh.fileno()}"
-    lines = _run_blocks(src, inp, opened if os.path.exists(opened) else name, size, procs,
-                        anchors)
+    lines = run_blocks(src, inp, opened if os.path.exists(opened) else name, size, procs,
+                       anchors)
     src.finish()
-    return _Result(name, order, src, lines, inp.nbytes, problems)
-
-
-def _merge(results: list[_Result]) -> LogScan:
-    """One timeline from several inputs (see the module docstring)."""
-    if all(r.first_time for r in results):
-        results.sort(key=lambda r: (r.first_time, r.order))
-    else:
-        results.sort(key=lambda r: (-r.rotation, r.order))
-    scan = LogScan()
-    boots: list[_Seg] = []
-    for r in results:
-        mapping: list[int] = []
-        for i, seg in enumerate(r.src.segs):
-            prev = boots[-1] if boots else None
-            same = prev is not None and i == 0 and not seg.marked and not (
-                seg.boot_id and prev.boot_id and seg.boot_id != prev.boot_id) and not (
-                seg.first_up is not None and prev.last_up is not None
-                and seg.first_up < prev.last_up - 1.0) and not (
-                seg.first_seq is not None and prev.last_seq is not None
-                and seg.first_seq < prev.last_seq)
-            if same and prev is not None:
-                prev.boot_id = prev.boot_id or seg.boot_id
-                prev.first = prev.first or seg.first
-                prev.last = seg.last or prev.last
-                prev.last_up = seg.last_up if seg.last_up is not None else prev.last_up
-                prev.last_seq = seg.last_seq if seg.last_seq is not None else prev.last_seq
-                prev.seen = prev.seen or seg.seen
-            elif seg.seen or seg.boot_id or seg.marked or not boots:
-                boots.append(seg)
-            mapping.append(len(boots) - 1)
-        for ev in r.src.events:
-            ev.boot = mapping[ev.boot] if 0 <= ev.boot < len(mapping) else len(boots) - 1
-            scan.events.append(ev)
-        scan.lines = None if scan.lines is None or r.lines is None else scan.lines + r.lines
-        scan.bytes += r.nbytes
-        scan.skipped += r.src.skipped
-        for f in r.src.formats:
-            if f not in scan.formats:
-                scan.formats.append(f)
-    if len(scan.formats) > 1 and "plain" in scan.formats:  # unprefixed continuation text
-        scan.formats.remove("plain")
-    for r in results:
-        for p in r.problems:
-            if p not in scan.problems:
-                scan.problems.append(p)
-    if scan.lines == 0 and not scan.events:
-        boots = [b for b in boots if b.seen or b.boot_id]
-    last = len(boots) - 1
-    for ev in scan.events:
-        ev.boot -= last
-    scan.boots = [BootInfo(i - last, b.boot_id, b.first, b.last) for i, b in enumerate(boots)]
-    if len(results) > 1 and scan.events and all(e.time for e in scan.events):
-        scan.events.sort(key=lambda e: e.time)  # type: ignore[arg-type, return-value]
-    return scan
+    return InputResult(name, order, src, lines, inp.nbytes, problems)
 
 
 def _text_chunks(data: bytes) -> Iterator[bytes]:
     yield data
 
 
-def scan_text(text: str, origin: str = "<text>", *, now: datetime | None = None) -> LogScan:
+def scan_text(text: str, origin: str = "<text>", *, now: datetime | None = None,
+              config: ScanConfig = DEFAULT) -> LogScan:
     """Scan a kernel log held in memory (same rules as :func:`scan_paths`); never raises."""
     now = now or datetime.now(timezone.utc)
     data = text.encode("utf-8", errors="surrogatepass")
     problems: list[str] = []
-    pool = ThreadPoolExecutor(_workers()) if len(data) > 2 * BLOCK and _workers() > 1 else None
+    workers = _workers(config)
+    pool = ThreadPoolExecutor(workers) if len(data) > 2 * config.block and workers > 1 else None
     try:
-        result = _scan_one(origin, _text_chunks(data), 0, now, pool, problems)
+        result = _scan_one(origin, _text_chunks(data), 0, now, pool, problems, config)
     finally:
         if pool is not None:
             pool.shutdown()
-    return _merge([result])
-
-
-_SNIFF = 64 << 10  # a large plain file's first bytes tested for binary data
+    return merge([result])
 
 
 def _not_text(name: str) -> InputError:
@@ -313,45 +155,61 @@ def _checked(inp: Input, chunks: Iterator[bytes | bytearray]) -> Iterator[bytes 
     yield from chunks
 
 
-def scan_paths(paths: Sequence[str], *, now: datetime | None = None) -> LogScan:
+class _Scanner:
+    """Scans the inputs of one :func:`scan_paths` call, each into an
+    :class:`InputResult`; worker processes are started when a large plain file comes."""
+
+    def __init__(self, now: datetime, config: ScanConfig, pool: ThreadPoolExecutor | None
+                 ) -> None:
+        self.now = now
+        self.config = config
+        self.pool = pool
+        self.procs: ForkWorkers | Literal[False] | None = None
+        self.problems: list[str] = []
+
+    def scan(self, inp: Input, name: str, order: int) -> InputResult:
+        if inp.kind == DIR:
+            raise InputError(f"{name}: a directory, not a log file")
+        fh = inp.fh
+        size = _plain_size(fh) if inp.kind == FILE else -1
+        if size >= self.config.process_min:
+            if is_binary(os.pread(fh.fileno(), _SNIFF, 0), False):
+                raise _not_text(name)
+            if self.procs is None:
+                self.procs = process_pool(_workers(self.config)) or False
+            if self.procs:
+                try:
+                    return _scan_blocks(name, fh, size, order, self.now, self.procs,
+                                        self.problems, self.config)
+                except WorkerDied:  # a worker died: read this one here
+                    self.procs = False
+        workers = _workers(self.config)
+        chunks = _checked(inp, file_chunks(fh, name, self.problems, self.config, workers))
+        return _scan_one(name, chunks, order, self.now, self.pool, self.problems, self.config)
+
+
+def scan_paths(paths: Sequence[str], *, now: datetime | None = None,
+               config: ScanConfig = DEFAULT) -> LogScan:
     """Scan kernel-log files (plain, .gz, .xz, .bz2; ``-`` = stdin, pipes, FIFOs) as one
     timeline. Inputs are opened by :func:`gputriage.inputs.open_input` (devices refused,
     streams read under its budgets); one whose first block is binary is not read on.
 
     Raises :class:`InputError` only when no input could be read at all."""
-    now = now or datetime.now(timezone.utc)
-    results: list[_Result] = []
-    problems: list[str] = []
+    results: list[InputResult] = []
     failures: list[str] = []
-    workers = _workers()
+    workers = _workers(config)
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
-    procs: ForkWorkers | Literal[False] | None = None  # made when a large plain file comes
+    scanner = _Scanner(now or datetime.now(timezone.utc), config, pool)
     try:
         for order, path in enumerate(paths):
             name = "<stdin>" if path == "-" else str(path)
             try:
-                inp = open_input(path, problems)
+                inp = open_input(path, scanner.problems)
             except InputError as exc:
                 failures.append(str(exc))
                 continue
             try:
-                if inp.kind == DIR:
-                    raise InputError(f"{name}: a directory, not a log file")
-                fh = inp.fh
-                size = _plain_size(fh) if inp.kind == FILE else -1
-                if size >= PROCESS_MIN and is_binary(os.pread(fh.fileno(), _SNIFF, 0), False):
-                    raise _not_text(name)
-                if size >= PROCESS_MIN and procs is None:
-                    procs = _process_pool() or False
-                if size >= PROCESS_MIN and procs:
-                    try:
-                        results.append(_scan_blocks(name, fh, size, order, now, procs,
-                                                    problems))
-                        continue
-                    except WorkerDied:  # a worker died: read this one here
-                        procs = False
-                chunks = _checked(inp, _file_chunks(fh, name, problems))
-                results.append(_scan_one(name, chunks, order, now, pool, problems))
+                results.append(scanner.scan(inp, name, order))
             except OSError as exc:
                 failures.append(f"{name}: cannot read ({exc.strerror or exc})")
             except InputError as exc:
@@ -363,6 +221,6 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None) -> LogScan:
             pool.shutdown()
     if not results:
         raise InputError("; ".join(failures) or "no input to scan")
-    scan = _merge(results)
+    scan = merge(results)
     scan.problems = failures + scan.problems
     return scan

@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from gputriage.parsers.kernel_events import (
-    MAX_LINE,
-    DriverEvent,
-    EventExtractor,
-    LogLine,
-    split_escaped,
-    split_prefix,
-)
-from gputriage.parsers.kernel_patterns import strip_ansi
+from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.kernel_extractor import MAX_LINE, EventExtractor, split_escaped
+from gputriage.parsers.kernel_model import DriverEvent, LogLine
+from gputriage.parsers.kernel_patterns import split_prefix, strip_ansi
+
+__all__ = ["BOOT_ANCHORS", "BootSegment", "LineSource"]
+
+# literals of the lines that start a boot (journalctl markers, the kernel's banner)
+BOOT_ANCHORS = ("-- Boot ", "-- Reboot --", "Linux version ")
 
 # --- lines: formats, times -----------------------------------------------------------------
 
@@ -91,7 +91,7 @@ def _format_of(tags: tuple[str, ...], stamps: tuple[str, ...], syslog_name: bool
 
 
 @dataclass
-class _Seg:
+class BootSegment:
     """One boot as seen within one input."""
 
     boot_id: str | None = None
@@ -105,7 +105,7 @@ class _Seg:
     seen: bool = False
 
 
-class _Source:
+class LineSource:
     """Turns one input's candidate lines into events, boots and formats."""
 
     def __init__(self, name: str, now: datetime) -> None:
@@ -114,7 +114,7 @@ class _Source:
         self.syslog_name = any(k in Path(name).name for k in _SYSLOG_NAMES)
         self.ex = EventExtractor()
         self.events: list[DriverEvent] = []
-        self.segs: list[_Seg] = [_Seg()]
+        self.segs: list[BootSegment] = [BootSegment()]
         self.formats: dict[str, None] = {}
         self.skipped = 0
         self.held: LogLine | None = None
@@ -127,7 +127,7 @@ class _Source:
             cur.marked = True
             cur.boot_id = boot_id or cur.boot_id
             return
-        self.segs.append(_Seg(boot_id=boot_id, marked=True))
+        self.segs.append(BootSegment(boot_id=boot_id, marked=True))
 
     def _note(self, line: LogLine, seq: int | None, boot_id: str | None) -> None:
         cur = self.segs[-1]
@@ -169,8 +169,6 @@ class _Source:
         if self.held is not None:
             if _KMSG_DICT.match(text):
                 if text.startswith(" DEVICE=+pci:"):
-                    from gputriage.parsers.base import normalize_bus_id
-
                     self.held.bus_hint = normalize_bus_id(text[13:].strip())
                 return
             held, self.held = self.held, None

@@ -15,8 +15,10 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.ingest.paste import PasteDoc
 
-__all__ = ["DeviceQuery", "DqDevice", "is_device_query_line", "parse_device_query"]
+__all__ = ["DeviceQuery", "DqDevice", "claim_device_query", "is_device_query_line",
+           "parse_device_query"]
 
 _BANNER = re.compile(r"CUDA Device Query \(Runtime API\)|^\s*\S*(?:deviceQuery|sample) "
                      r"Starting\.\.\.", re.IGNORECASE)
@@ -107,3 +109,24 @@ def parse_device_query(text: str) -> DeviceQuery:
         raise ParseError("not deviceQuery output: no banner, cudaGetDeviceCount error, device "
                          "or Result line")
     return dq
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_DQ_CONT = re.compile(r"^\s*$|^\s|^(?:cuda\w+ returned|->|Result = |Detected \d+ CUDA|Device \d+: "
+                      r"\"|There (?:is|are) no|deviceQuery, CUDA Driver|> )")
+
+
+def claim_device_query(doc: PasteDoc) -> None:
+    """deviceQuery output: from its banner (or its error) to its Result line."""
+    i = 0
+    while i < len(doc.lines):
+        if not (doc.free(i) and is_device_query_line(doc.lines[i])):
+            i += 1
+            continue
+        end = i + 1
+        while doc.free(end) and _DQ_CONT.match(doc.lines[end]):
+            end += 1
+            if doc.lines[end - 1].startswith("Result = "):
+                break
+        doc.claim("device_query", i, end)
+        i = end

@@ -6,9 +6,10 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.ingest.paste import PasteDoc, claim_blocks
 from gputriage.parsers.base import normalize_bus_id
 
-__all__ = ["Slot", "parse_dmidecode_slots"]
+__all__ = ["Slot", "claim_dmidecode_slots", "parse_dmidecode_slots"]
 
 _WIDTH = re.compile(r"\bx(\d{1,2})\b")
 _GEN = re.compile(r"PCI Express (\d)\b", re.IGNORECASE)
@@ -62,3 +63,13 @@ def parse_dmidecode_slots(text: str) -> list[Slot]:
     if not slots:
         raise ParseError("not dmidecode slot output: no 'System Slot Information' record")
     return slots
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_SLOTS_START = re.compile(r"^(?:Handle 0x[0-9A-Fa-f]+, DMI type 9\b|System Slot Information\s*$)")
+
+
+def claim_dmidecode_slots(doc: PasteDoc) -> None:
+    """``dmidecode -t slot`` records (other DMI types stop a block)."""
+    claim_blocks(doc, "dmidecode_slots", _SLOTS_START,
+                 lambda s: not s.startswith("Handle ") or "DMI type 9" in s)

@@ -11,13 +11,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.ingest.paste import PasteDoc, claim_blocks
 from gputriage.parsers.base import ParseError, normalize_bus_id, parse_int
 
-__all__ = [
-    "KernelModuleVersion", "LibFile", "ModuleVersions", "ProcGpu", "parse_gpu_information",
-    "parse_gpus_information", "parse_nvidia_libs", "parse_proc_driver_version",
-    "parse_sys_module_versions", "split_tree",
-]
+__all__ = ["KernelModuleVersion", "LibFile", "ModuleVersions", "ProcGpu", "claim_driver_version",
+           "parse_gpu_information", "parse_gpus_information", "parse_nvidia_libs",
+           "parse_proc_driver_version", "parse_sys_module_versions", "split_tree"]
 
 _TREE_KEYS = ("files", "links", "errors")
 
@@ -217,3 +216,13 @@ def parse_nvidia_libs(tree: dict) -> list[LibFile]:
         path = rel if rel.startswith("/") else "/" + rel
         out[path] = LibFile(path=path, library=m.group("lib"), version=version)
     return [out[p] for p in sorted(out)]
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_NVRM_VERSION = re.compile(r"^NVRM version: NVIDIA ")
+
+
+def claim_driver_version(doc: PasteDoc) -> None:
+    """/proc/driver/nvidia/version: its NVRM line and the GCC line under it."""
+    claim_blocks(doc, "proc_driver_nvidia_version", _NVRM_VERSION,
+                 lambda s: s.startswith("GCC version:"))

@@ -23,9 +23,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import ParseError, normalize_bus_id
 
-__all__ = ["EVENTS", "FmEntry", "FmLog", "LIFECYCLE", "is_fm_message", "parse_fabricmanager_log"]
+__all__ = ["EVENTS", "LIFECYCLE", "FmEntry", "FmLog", "claim_fabricmanager_log", "is_fm_message",
+           "parse_fabricmanager_log"]
 
 _FM_LINE = re.compile(r"^\s{0,4}\[(?P<time>[^\]\n]{1,40})\]\s{0,4}\[(?P<level>[A-Za-z]{1,12})\]"
                       r"\s{0,4}(?:\[tid\s{0,4}\d{1,12}\]\s{0,4})?(?P<msg>.{0,4000})$")
@@ -240,3 +242,27 @@ def parse_fabricmanager_log(text: str) -> FmLog:
         raise ParseError("not a fabric manager log or journal: no '[time] [LEVEL]' line and "
                          "no 'host program[pid]: message' record")
     return log
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_FM_LOG = re.compile(r"^\[[A-Z][a-z]{2} \d{1,2} \d{4} \d\d:\d\d:\d\d\] \[[A-Z]+\] \[tid \d+\]")
+_FM_JOURNAL = re.compile(r"(?:^|\s)(?:nv-fabricmanager|nvidia-fabricmanager-start\.sh)(?:\[\d+\])?:"
+                         r"|systemd\[1\]: .*(?:nvidia-fabricmanager|NVIDIA fabric manager)"
+                         r"|^Job for nvidia-fabricmanager\S* failed")
+_WRAPPED = re.compile(r"^\s+\S")
+
+
+def claim_fabricmanager_log(doc: PasteDoc) -> None:
+    """The fabric manager's own log (from its first to its last record), then its
+    journal lines and fabric-manager messages with their wrapped lines."""
+    hits = [i for i, ln in enumerate(doc.lines) if doc.free(i) and _FM_LOG.match(ln)]
+    if hits:
+        end = doc.extend(hits[-1] + 1, lambda s: bool(s.strip()) and not s.startswith("["))
+        doc.claim("fabricmanager_journal", hits[0], end)
+    for i, ln in enumerate(doc.lines):
+        if doc.owner[i] is None and (_FM_JOURNAL.search(ln) or is_fm_message(ln)):
+            doc.owner[i] = "fabricmanager_journal"
+            j = i + 1
+            while doc.free(j) and _WRAPPED.match(doc.lines[j]):
+                doc.owner[j] = "fabricmanager_journal"
+                j += 1

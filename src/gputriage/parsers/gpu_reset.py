@@ -18,10 +18,11 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import normalize_bus_id
 
-__all__ = ["Holder", "ResetAttempt", "ResetLog", "is_reset_context", "is_reset_line",
-           "parse_gpu_reset", "wraps"]
+__all__ = ["Holder", "ResetAttempt", "ResetLog", "claim_gpu_reset", "is_reset_context",
+           "is_reset_line", "is_reset_step", "parse_gpu_reset", "wraps"]
 
 _BUS = r"(?P<bus>(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])"
 _DONE = re.compile(rf"^\s*GPU {_BUS} was successfully reset\b", re.IGNORECASE)
@@ -223,3 +224,33 @@ def parse_gpu_reset(text: str) -> ResetLog:
         raise ParseError("not a GPU reset output: no 'successfully reset', 'could not be "
                          "reset', 'in use' or MIG pending message")
     return log
+
+
+# --- recognising it in a paste -------------------------------------------------------
+# commands of a reset session: stopping a GPU's holders, persistence mode, the reset
+_STEP_CMD = re.compile(r"\b(?:killall|pkill|kill|fuser|lsof|systemctl\s+(?:stop|disable|mask)"
+                       r"|nvidia-smi\b.*\s(?:-pm|--persistence-mode|-r|--gpu-reset|-mig))\b")
+
+
+def is_reset_step(command: str) -> bool:
+    """A command of a reset session (its prompt line belongs with the reset messages)."""
+    return _STEP_CMD.search(command) is not None
+
+
+def _reset_related(line: str) -> bool:
+    return is_reset_line(line) or is_reset_context(line)
+
+
+def claim_gpu_reset(doc: PasteDoc) -> None:
+    """GPU reset / MIG mode change messages, and what goes with them in a paste."""
+    if not any(doc.free(i) and is_reset_line(ln) for i, ln in enumerate(doc.lines)):
+        return
+    for i, ln in enumerate(doc.lines):
+        if not (doc.free(i) and _reset_related(ln)):
+            continue
+        doc.owner[i] = "gpu_reset"
+        j = i + 1
+        while wraps(ln) and doc.free(j) and doc.lines[j].strip() and not _reset_related(
+                doc.lines[j]):
+            doc.owner[j] = "gpu_reset"
+            j += 1

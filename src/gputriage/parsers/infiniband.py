@@ -13,14 +13,16 @@ Two entry points, one result type (a list of :class:`IbPort`):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from gputriage.errors import ParseError
+from gputriage.ingest.paste import PasteDoc, claim_blocks, claim_lines
 from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.driver import split_tree
 
-__all__ = ["IbGid", "IbPort", "normalize_phys_state", "normalize_state", "parse_ib_tree",
-           "parse_ibstat", "parse_rate"]
+__all__ = ["IbGid", "IbPort", "claim_ib_tools", "normalize_phys_state", "normalize_state",
+           "parse_ib_tree", "parse_ibstat", "parse_rate"]
 
 _STATES = {1: "Down", 2: "Init", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
 _PHYS_STATES = {1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining",
@@ -415,32 +417,66 @@ def _fill(port: IbPort, fmt: str, devinfo: dict[str, str]) -> None:
             port.hca_type = f"MT{part}"
 
 
+def _set_state(port: IbPort, value: str) -> None:
+    port.state = normalize_state(value) or port.state
+
+
+def _set_phys_state(port: IbPort, value: str) -> None:
+    port.phys_state = normalize_phys_state(value) or port.phys_state
+
+
+def _set_rate(port: IbPort, value: str) -> None:
+    rate, width, speed = parse_rate(value)
+    port.rate_gbps = rate if rate is not None else port.rate_gbps
+    port.width, port.speed = width or port.width, speed or port.speed
+
+
+def _set_link_layer(port: IbPort, value: str) -> None:
+    port.link_layer = _text(value) or port.link_layer
+
+
+def _set_lid(port: IbPort, value: str) -> None:
+    port.lid = _int(value) if _int(value) is not None else port.lid
+
+
+def _set_sm_lid(port: IbPort, value: str) -> None:
+    port.sm_lid = _int(value) if _int(value) is not None else port.sm_lid
+
+
+def _set_width(port: IbPort, value: str) -> None:
+    wm = re.match(r"^\s*(\d{1,2}X)\b", value)
+    port.width = wm.group(1) if wm else port.width
+
+
+def _set_speed(port: IbPort, value: str) -> None:
+    port.speed = re.sub(r"\s*\(\s*\d+\s*\)\s*$", "", value).strip() or port.speed
+
+
+# a port's "key: value" fields (ibstat, ibstatus and ibv_devinfo spellings)
+_PORT_FIELDS: dict[str, Callable[[IbPort, str], None]] = {
+    "state": _set_state, "physical state": _set_phys_state, "phys state": _set_phys_state,
+    "phys_state": _set_phys_state, "rate": _set_rate, "link layer": _set_link_layer,
+    "link_layer": _set_link_layer, "base lid": _set_lid, "port_lid": _set_lid,
+    "sm lid": _set_sm_lid, "sm_lid": _set_sm_lid, "active_width": _set_width,
+    "active_speed": _set_speed,
+}
+
+
+def _add_gid(port: IbPort, key: str, value: str) -> None:
+    """A ``GID[ n]: value`` line of ``ibv_devinfo -v``."""
+    idx = _int(re.sub(r"\D", "", key))
+    gid = value.strip()
+    if idx is not None and gid and not any(g.index == idx for g in port.gids):
+        port.gids.append(IbGid(idx, gid))
+
+
 def _port_field(port: IbPort, fmt: str, key: str, value: str) -> None:
     k = key.lower()
-    if k == "state":
-        port.state = normalize_state(value) or port.state
-    elif k in ("physical state", "phys state", "phys_state"):
-        port.phys_state = normalize_phys_state(value) or port.phys_state
-    elif k == "rate":
-        rate, width, speed = parse_rate(value)
-        port.rate_gbps = rate if rate is not None else port.rate_gbps
-        port.width, port.speed = width or port.width, speed or port.speed
-    elif k in ("link layer", "link_layer"):
-        port.link_layer = _text(value) or port.link_layer
-    elif k in ("base lid", "port_lid"):
-        port.lid = _int(value) if _int(value) is not None else port.lid
-    elif k in ("sm lid", "sm_lid"):
-        port.sm_lid = _int(value) if _int(value) is not None else port.sm_lid
-    elif k == "active_width":
-        wm = re.match(r"^\s*(\d{1,2}X)\b", value)
-        port.width = wm.group(1) if wm else port.width
-    elif k == "active_speed":
-        port.speed = re.sub(r"\s*\(\s*\d+\s*\)\s*$", "", value).strip() or port.speed
+    setter = _PORT_FIELDS.get(k)
+    if setter is not None:
+        setter(port, value)
     elif k.startswith("gid["):
-        idx = _int(re.sub(r"\D", "", key))
-        gid = value.strip()
-        if idx is not None and gid and not any(g.index == idx for g in port.gids):
-            port.gids.append(IbGid(idx, gid))
+        _add_gid(port, key, value)
     if fmt == "ibv_devinfo" and k in ("active_width", "active_speed"):
         rate = _lane_rate(port.width, port.speed)
         if rate is not None:
@@ -482,3 +518,31 @@ def merge_ports(primary: list[IbPort], extra: list[IbPort]) -> list[IbPort]:
             if mine is None or mine == [] or mine == {}:
                 setattr(port, f.name, getattr(other, f.name))
     return primary
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_CA_START = re.compile(r"^CA '[^']+'\s*$")
+_IBSTATUS_START = re.compile(r"^Infiniband device '[^']+' port \d+ status:\s*$")
+_HCA_START = re.compile(r"^hca_id:\s*\S+\s*$")
+_IBDEV2NETDEV = re.compile(
+    r"^\s*(?:(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\s+)?[A-Za-z][\w.-]*\s"
+    r"[^=]*?\bport \d+(?:\s+\(\s*[A-Z_]+\s*\))?\s+<?=+>\s+\S+\s+"
+    r"\((?:Up|Down|up|down|UP|DOWN)\)\s*$")
+_GIDS_HEAD = re.compile(r"^\s*DEV\s+PORT\s+INDEX\s+GID\b")
+_GIDS_ROW = re.compile(r"^\s*(?:-{2,}\s+)+-{2,}\s*$|^\s*[A-Za-z][\w.-]*\s+\d+\s+\d+\s+"
+                       r"[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7}\s|^n_gids_found=\d+")
+_INDENTED = re.compile(r"^(?:\s*$|\s)")
+
+
+def _indented(line: str) -> bool:
+    return bool(_INDENTED.match(line))
+
+
+def claim_ib_tools(doc: PasteDoc) -> None:
+    """ibstat, ibstatus, ibv_devinfo, ibdev2netdev and show_gids outputs: the ``ibstat``
+    source."""
+    claim_blocks(doc, "ibstat", _CA_START, _indented)
+    claim_blocks(doc, "ibstat", _IBSTATUS_START, _indented)
+    claim_blocks(doc, "ibstat", _HCA_START, _indented)
+    claim_lines(doc, "ibstat", _IBDEV2NETDEV)
+    claim_blocks(doc, "ibstat", _GIDS_HEAD, lambda s: bool(_GIDS_ROW.match(s)))

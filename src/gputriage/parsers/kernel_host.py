@@ -3,25 +3,26 @@ the drivers' recovery lines, EDAC / MCE / APEI (GHES) hardware errors, nvidia-pe
 and nv_peer_mem load failures, and network link state (mlx5 netdev and IB port
 states, carrier changes, NETDEV WATCHDOG).
 
-Pure helpers for :mod:`gputriage.parsers.kernel_events`: each ``*_event`` takes a
-message (prefixes stripped) and returns ``(kind, bus id, details)`` or None; the
-caller builds the event. Every pattern is bounded and tried only after a literal
-test on the message."""
+The patterns and builders of these kinds' rows in :data:`gputriage.parsers.
+kernel_table.EVENTS` (which tries each pattern only after a literal test on the
+message), and the helpers that add a report's or record's later lines. Every
+pattern is bounded."""
 
 from __future__ import annotations
 
 import re
 
 from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.kernel_model import DriverEvent, EventKind, LogLine, make_event
 
-Found = tuple[str, str | None, dict[str, str]]
+Match = re.Match[str]
 
 _BUS = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 
 # --- PCIe AER --------------------------------------------------------------------------
 # "nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)",
 # "nvidia 0000:02:00.0: device has no AER-aware driver"
-_AER_DRIVER = re.compile(r"^(?P<drv>[\w\-]{1,32}) (?P<bus>" + _BUS + r"): (?:AER: )?"
+AER_DRIVER = re.compile(r"^(?P<drv>[\w\-]{1,32}) (?P<bus>" + _BUS + r"): (?:AER: )?"
                          r"(?P<what>can't recover \(no error_detected callback\)|device has no "
                          r"AER-aware driver|AER: driver reported .{0,40}|device recovery failed)")
 # "pcieport 0000:00:03.0:   device [8086:6f08] error status/mask=00004020/00000000"
@@ -34,13 +35,10 @@ AER_BIT = re.compile(r"^(?P<key>[\w\-]{1,32} " + _BUS + r":)\s{1,8}\[\s?(?P<bit>
 AER_KEY = re.compile(r"^[\w\-]{1,32} " + _BUS + ":")
 
 
-def aer_driver_event(msg: str) -> Found | None:
+def aer_driver(line: LogLine, msg: str, m: Match) -> DriverEvent:
     """A device driver's answer to an AER error (it cannot recover, or has no handler)."""
-    m = _AER_DRIVER.match(msg)
-    if not m:
-        return None
-    return "pcie-aer", normalize_bus_id(m.group("bus")), {
-        "driver": m.group("drv"), "recovery": m.group("what").removeprefix("AER: ")}
+    return make_event(EventKind.PCIE_AER, line, normalize_bus_id(m.group("bus")), {
+        "driver": m.group("drv"), "recovery": m.group("what").removeprefix("AER: ")})
 
 
 def aer_detail(msg: str, details: dict[str, str]) -> bool:
@@ -76,7 +74,7 @@ def pci_class(vendor_device: str | None, driver: str | None) -> str:
 
 
 # --- EDAC / MCE / APEI -----------------------------------------------------------------
-_EDAC = re.compile(r"EDAC (?P<mc>[\w ]{0,24}?MC\d{1,3}): (?:(?P<n>\d{1,9}) )?(?P<kind>CE|UE)\b"
+EDAC = re.compile(r"EDAC (?P<mc>[\w ]{0,24}?MC\d{1,3}): (?:(?P<n>\d{1,9}) )?(?P<kind>CE|UE)\b"
                    r"(?P<rest>.{0,400})")
 _DIMM = re.compile(r"label \"(?P<label>[^\"]{1,64})\"|\bon (?P<loc>[\w#]{0,64}DIMM[\w#]{0,24})"
                    r"|DIMM location: (?P<ghes>[^\n]{1,120})|\b(?P<name>DIMM[_ #-]?[\w#]{1,16})")
@@ -93,30 +91,36 @@ def _dimm(text: str) -> str | None:
     return next(g for g in m.groups() if g).strip()
 
 
-def hw_error_event(msg: str) -> Found | None:
-    """EDAC CE/UE counts, machine checks, memory-failure (hwpoison) and APEI/GHES
-    hardware error records."""
-    if "EDAC" in msg:
-        m = _EDAC.search(msg)
-        if not m:
-            return None
-        details = {"source": "edac", "controller": m.group("mc").strip(),
-                   "severity": "uncorrected" if m.group("kind") == "UE" else "corrected",
-                   "count": m.group("n") or "1", "memory": "yes"}
-        dimm = _dimm(m.group("rest"))
-        if dimm:
-            details["dimm"] = dimm
-        return "hw-error", None, details
-    if msg.startswith("Memory failure:") or "Uncorrected hardware memory error" in msg:
-        return "hw-error", None, {"source": "mce", "severity": "uncorrected", "memory": "yes"}
-    if "[Hardware Error]" not in msg:
-        return None
+MEMORY_FAILURE = re.compile(r"^Memory failure:|Uncorrected hardware memory error")
+HW_RECORD = re.compile(r"\[Hardware Error\]")
+
+
+def edac_error(line: LogLine, msg: str, m: Match) -> DriverEvent:
+    """An EDAC CE/UE count."""
+    details = {"source": "edac", "controller": m.group("mc").strip(),
+               "severity": "uncorrected" if m.group("kind") == "UE" else "corrected",
+               "count": m.group("n") or "1", "memory": "yes"}
+    dimm = _dimm(m.group("rest"))
+    if dimm:
+        details["dimm"] = dimm
+    return make_event(EventKind.HW_ERROR, line, None, details)
+
+
+def memory_failure(line: LogLine, msg: str, m: Match) -> DriverEvent:
+    """A memory failure (hwpoison) or an uncorrected memory error the kernel handled."""
+    return make_event(EventKind.HW_ERROR, line, None,
+                      {"source": "mce", "severity": "uncorrected", "memory": "yes"})
+
+
+def hw_record(line: LogLine, msg: str, m: Match) -> DriverEvent:
+    """The first line of a machine check or APEI/GHES hardware error record; ``key``
+    (the record's line prefix) lets the extractor join the record's later lines."""
     details = {"source": "ghes" if msg.startswith("{") else "mce"}
     key = _HWERR_KEY.match(msg)
     if key:
         details["key"] = key.group(0)
     hw_detail(msg, details)
-    return "hw-error", None, details
+    return make_event(EventKind.HW_ERROR, line, None, details)
 
 
 def hw_detail(msg: str, details: dict[str, str]) -> None:
@@ -150,56 +154,46 @@ def hw_detail(msg: str, details: dict[str, str]) -> None:
 
 # --- nvidia-peermem / nv_peer_mem --------------------------------------------------------
 _PEERMEM = r"(?P<module>nv_peer_mem|nvidia[_\-]peermem)"
-_PEERMEM_SYMBOL = re.compile(r"^" + _PEERMEM + r": (?P<reason>Unknown symbol [\w]{1,64}"
-                             r"(?: \(err -?\d{1,4}\))?|disagrees about version of symbol "
-                             r"[\w]{1,64})")
-_PEERMEM_INSERT = re.compile(r"could not insert '" + _PEERMEM + r"': ?(?P<reason>.{0,160})")
-_PEERMEM_REGISTER = re.compile(r"^" + _PEERMEM + r":? (?P<reason>.{0,80}?(?:register\w{0,16}|"
-                               r"registration)\b.{0,80}?\b(?:fail\w{0,4}|error)\b.{0,60})",
-                               re.IGNORECASE)
+PEERMEM_SYMBOL = re.compile(r"^" + _PEERMEM + r": (?P<reason>Unknown symbol [\w]{1,64}"
+                            r"(?: \(err -?\d{1,4}\))?|disagrees about version of symbol "
+                            r"[\w]{1,64})")
+PEERMEM_INSERT = re.compile(r"could not insert '" + _PEERMEM + r"': ?(?P<reason>.{0,160})")
+PEERMEM_REGISTER = re.compile(r"^" + _PEERMEM + r":? (?P<reason>.{0,80}?(?:register\w{0,16}|"
+                              r"registration)\b.{0,80}?\b(?:fail\w{0,4}|error)\b.{0,60})",
+                              re.IGNORECASE)
 
 
-def peermem_event(msg: str) -> Found | None:
+def peermem_failed(line: LogLine, msg: str, m: Match) -> DriverEvent:
     """nvidia-peermem / nv_peer_mem could not load or register with ib_core."""
-    m = (_PEERMEM_SYMBOL.match(msg) or _PEERMEM_INSERT.search(msg)
-         or _PEERMEM_REGISTER.match(msg))
-    if not m:
-        return None
-    return "peermem-load-failed", None, {"module": m.group("module"),
-                                         "reason": m.group("reason").strip()}
+    return make_event(EventKind.PEERMEM_LOAD_FAILED, line, None,
+                      {"module": m.group("module"), "reason": m.group("reason").strip()})
 
 
 # --- network links ---------------------------------------------------------------------
-_MLX5_PORT = re.compile(r"mlx5_core (?P<bus>" + _BUS + r") (?P<dev>[\w\-]{1,32}): Port: "
-                        r"(?P<port>\d{1,2}) Link (?P<state>ACTIVE|DOWN)\b")
-_CARRIER = re.compile(r"(?:^|\s)(?P<ifname>[\w.\-]{1,32}): (?P<state>Lost|Gained) carrier\b")
-_WATCHDOG = re.compile(r"NETDEV WATCHDOG: (?P<ifname>[\w.\-]{1,32})(?: \((?P<drv>[\w\-]{1,32})"
-                       r"\))?: transmit queue (?P<queue>\d{1,5}) timed out")
+MLX5_PORT = re.compile(r"mlx5_core (?P<bus>" + _BUS + r") (?P<dev>[\w\-]{1,32}): Port: "
+                       r"(?P<port>\d{1,2}) Link (?P<state>ACTIVE|DOWN)\b")
+CARRIER = re.compile(r"(?:^|\s)(?P<ifname>[\w.\-]{1,32}): (?P<state>Lost|Gained) carrier\b")
+WATCHDOG = re.compile(r"NETDEV WATCHDOG: (?P<ifname>[\w.\-]{1,32})(?: \((?P<drv>[\w\-]{1,32})"
+                      r"\))?: transmit queue (?P<queue>\d{1,5}) timed out")
 
 
-def link_event(msg: str) -> Found | None:
-    """An IB port state change, a carrier change or a transmit timeout."""
-    if "NETDEV WATCHDOG" in msg:
-        m = _WATCHDOG.search(msg)
-        if not m:
-            return None
-        details = {"interface": m.group("ifname"), "queue": m.group("queue"),
-                   "state": "tx-timeout"}
-        if m.group("drv"):
-            details["driver"] = m.group("drv")
-        return "link-state", None, details
-    if "mlx5_core" in msg:
-        m = _MLX5_PORT.search(msg)
-        if m:
-            return "mlx5-link", normalize_bus_id(m.group("bus")), {
-                "state": "up" if m.group("state") == "ACTIVE" else "down",
-                "device": m.group("dev"), "port": m.group("port")}
-        return None
-    if "carrier" in msg:
-        m = _CARRIER.search(msg)
-        if m:
-            return "link-state", None, {"interface": m.group("ifname"),
-                                        "state": "up" if m.group("state") == "Gained"
-                                        else "down"}
-        return None
-    return None
+def tx_timeout(line: LogLine, msg: str, m: Match) -> DriverEvent:
+    """A transmit queue timed out (NETDEV WATCHDOG)."""
+    details = {"interface": m.group("ifname"), "queue": m.group("queue"),
+               "state": "tx-timeout"}
+    if m.group("drv"):
+        details["driver"] = m.group("drv")
+    return make_event(EventKind.LINK_STATE, line, None, details)
+
+
+def ib_port_state(line: LogLine, msg: str, m: Match) -> DriverEvent:
+    """An mlx5 IB port's state change."""
+    return make_event(EventKind.MLX5_LINK, line, normalize_bus_id(m.group("bus")), {
+        "state": "up" if m.group("state") == "ACTIVE" else "down",
+        "device": m.group("dev"), "port": m.group("port")})
+
+
+def carrier_change(line: LogLine, msg: str, m: Match) -> DriverEvent:
+    """A network interface lost or gained its carrier."""
+    return make_event(EventKind.LINK_STATE, line, None, {
+        "interface": m.group("ifname"), "state": "up" if m.group("state") == "Gained" else "down"})

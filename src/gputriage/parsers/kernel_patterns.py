@@ -11,7 +11,7 @@ from gputriage.parsers.base import normalize_bus_id
 
 # --- line prefixes ----------------------------------------------------------------------
 
-_QUOTE = re.compile(r"^\s{0,8}(?:>\s?){1,8}")
+QUOTE = re.compile(r"^\s{0,8}(?:>\s?){1,8}")
 _LEVEL = re.compile(r"^<\d{1,3}>")
 _TALOS = re.compile(r"^\S{1,255}: kern:\s{1,4}[a-z]{1,10}: \[(?P<ts>[^\]]{1,64})\]:?\s?")
 _FACILITY = re.compile(r"^[a-z]{2,8}\s{0,3}:[a-z]{2,7}\s{0,3}: ")  # dmesg -x
@@ -26,7 +26,7 @@ _BRACKET = re.compile(r"^\[(?P<ts>\s{0,12}\+?\d{1,12}\.\d{1,9}|[A-Z][a-z]{2} [A-
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]")
 
 # (name, pattern, a cheap test a line must pass for the pattern to be tried at all)
-_PREFIXES: tuple[tuple[str, re.Pattern[str], Callable[[str], bool]], ...] = (
+PREFIXES: tuple[tuple[str, re.Pattern[str], Callable[[str], bool]], ...] = (
     ("level", _LEVEL, lambda t: t[:1] == "<"),
     ("talos", _TALOS, lambda t: "kern:" in t),
     ("facility", _FACILITY, lambda t: t[:1].islower() and ":" in t[2:12]),
@@ -48,12 +48,12 @@ def split_prefix(raw: str) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
     text = raw.strip()
     if "\x1b" in text:  # dmesg --color / journalctl colour escapes
         text = strip_ansi(text)
-    m = _QUOTE.match(text) if text[:1] == ">" else None  # stripped: only ">" can lead
+    m = QUOTE.match(text) if text[:1] == ">" else None  # stripped: only ">" can lead
     if m:
         text = text[m.end():].lstrip()
     stamps: list[str] = []
     tags: list[str] = []
-    for name, pattern, may in _PREFIXES:
+    for name, pattern, may in PREFIXES:
         if not may(text):
             continue
         m = pattern.match(text)
@@ -69,14 +69,14 @@ def split_prefix(raw: str) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
 # --- event patterns ---------------------------------------------------------------------
 
 _BUS = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
-_XID = re.compile(r"(?<![A-Za-z])Xid\s{0,4}\((?:PCI:)?(?P<bus>[^)]{0,40})\):\s{0,4}"
+XID = re.compile(r"(?<![A-Za-z])Xid\s{0,4}\((?:PCI:)?(?P<bus>[^)]{0,40})\):\s{0,4}"
                   r"(?P<code>\d{1,5})\b,?\s{0,4}(?P<rest>.*)")
-_SXID = re.compile(r"SXid\s{0,4}\((?:PCI:)?(?P<bus>[^)]{0,40})\):\s{0,4}(?P<code>\d{1,6})\b,?"
+SXID = re.compile(r"SXid\s{0,4}\((?:PCI:)?(?P<bus>[^)]{0,40})\):\s{0,4}(?P<code>\d{1,6})\b,?"
                    r"\s{0,4}(?P<rest>.*)")
 _SWITCH = re.compile(r"(?P<sw>nvidia-nvswitch(?P<num>\d{1,3}))")
 _SXID_SEV = re.compile(r"^(?P<sev>Fatal|Non-?fatal|NonFatal)\b,?\s{0,4}(?:Link\s{1,4}"
                        r"(?P<link>\d{1,4}))?", re.IGNORECASE)
-_SXID_CONT = re.compile(r"^(?:Severity\s{1,4}(?P<lvl>\d{1,3})\s{1,4}Engine instance\s{1,4}"
+SXID_CONT = re.compile(r"^(?:Severity\s{1,4}(?P<lvl>\d{1,3})\s{1,4}Engine instance\s{1,4}"
                         r"(?P<eng>\d{1,4})(?:\s{1,4}Sub-engine instance\s{1,4}(?P<sub>\d{1,4}))?"
                         r"|Data\s{0,4}(?P<data>\{[^}]{0,400}\}?))")
 _XID_PID = re.compile(r"^pid=(?P<pid>'?[^,']{0,32}'?),\s?")
@@ -90,63 +90,63 @@ _RECOVERY = re.compile(r"recovery action changed from\s{0,4}(?P<from_code>0x[0-9
 _NVLINK5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]{1,40})\s{1,8}(?P<sev>Fatal|Non-?fatal|NonFatal)"
                       r"\s{1,8}(?P<xc>XC\d{1,3})\s{1,8}(?P<inst>i\d{1,3})\s{1,8}Link\s{1,8}"
                       r"(?P<link>-?\d{1,4})\s{0,8}\((?P<intr>0x[0-9a-fA-F]{1,8})?", re.IGNORECASE)
-_LINK = re.compile(r"\b[Ll]ink\s{1,4}(?P<link>-?\d{1,4})\b")
+LINK = re.compile(r"\b[Ll]ink\s{1,4}(?P<link>-?\d{1,4})\b")
 _GPU_INDEX = re.compile(r"\bGPU(?P<idx>\d{1,3})\b")
 _GPU_BUS = re.compile(r"\bGPU (?:at (?:PCI:)?)?(?P<bus>" + _BUS + ")")
 _AT_PCI = re.compile(r"\bat PCI:(?P<bus>" + _BUS + ")")
-_DEV_BUS = re.compile(r"^[\w\-]{1,32} (?P<bus>" + _BUS + r")(?::| [\w.\-]{1,32}:) ")
-_RMINIT = re.compile(r"RmInitAdapter failed! \((?P<code>0x[0-9a-fA-F]{1,8}:0x[0-9a-fA-F]{1,8}"
+DEV_BUS = re.compile(r"^[\w\-]{1,32} (?P<bus>" + _BUS + r")(?::| [\w.\-]{1,32}:) ")
+RMINIT = re.compile(r"RmInitAdapter failed! \((?P<code>0x[0-9a-fA-F]{1,8}:0x[0-9a-fA-F]{1,8}"
                      r":\d{1,6})\)")
-_FW_LOAD = re.compile(r"Direct firmware load for (?P<file>nvidia/(?:(?P<ver>[\d.]{1,20})/)?"
+FW_LOAD = re.compile(r"Direct firmware load for (?P<file>nvidia/(?:(?P<ver>[\d.]{1,20})/)?"
                       r"[\w.\-]{1,64}) failed with error (?P<err>-?\d{1,5})")
 _VER = r"(\d{1,4}(?:\.\d{1,4}){0,3})"
 _MISMATCH_CLIENT = re.compile(r"API mismatch: the client '([^']{0,64})'(?: \(pid (\d{1,10})\))?")
 _MISMATCH_CLIENT_VERSION = re.compile(r"has the version " + _VER + r",? but")
 _MISMATCH_KERNEL_VERSION = re.compile(r"kernel module has the version " + _VER)
-_FALLEN_HEAD = re.compile(r"NVRM: The NVIDIA GPU (?P<bus>" + _BUS + ")")
-_PCI_ID = re.compile(r"\(PCI ID: (?P<id>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)")
-_MODPROBE = re.compile(r"could not insert '(?P<module>nvidia[\w\-]{0,32})': ?(?P<reason>.{0,200})")
-_UDEV_MODPROBE = re.compile(r"Process '\S{0,64}modprobe (?P<module>nvidia[\w\-]{0,32})' failed "
+FALLEN_HEAD = re.compile(r"NVRM: The NVIDIA GPU (?P<bus>" + _BUS + ")")
+PCI_ID = re.compile(r"\(PCI ID: (?P<id>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)")
+MODPROBE = re.compile(r"could not insert '(?P<module>nvidia[\w\-]{0,32})': ?(?P<reason>.{0,200})")
+UDEV_MODPROBE = re.compile(r"Process '\S{0,64}modprobe (?P<module>nvidia[\w\-]{0,32})' failed "
                             r"with exit code (?P<code>\d{1,4})")
-_SYMBOL = re.compile(r"^(?P<module>nvidia[\w\-]{0,32}): (?P<reason>Unknown symbol .{0,200}|"
+SYMBOL = re.compile(r"^(?P<module>nvidia[\w\-]{0,32}): (?P<reason>Unknown symbol .{0,200}|"
                      r"disagrees about version of symbol .{0,200})")
-_NVRM_TEXT = re.compile(r"^NVRM:\s?")
+NVRM_TEXT = re.compile(r"^NVRM:\s?")
 _FUNCTION = re.compile(r"^(?:NVRM:\s{0,4})?(?:GPU\d{1,3}\s{1,4})?(?P<fn>[A-Za-z_]\w{2,80}):")
-_RPC_TIMEOUT = re.compile(r"Timeout after (?P<secs>\d{1,6})s of waiting for RPC response")
-_RPC_FUNCTION = re.compile(r"Expected function (?P<num>\d{1,6}) \((?P<name>\w{1,64})\)")
-_GSP_FAILURE = re.compile(r"fail|error|exception|crash|fault|assert|cannot|health ?check",
+RPC_TIMEOUT = re.compile(r"Timeout after (?P<secs>\d{1,6})s of waiting for RPC response")
+RPC_FUNCTION = re.compile(r"Expected function (?P<num>\d{1,6}) \((?P<name>\w{1,64})\)")
+GSP_FAILURE = re.compile(r"fail|error|exception|crash|fault|assert|cannot|health ?check",
                           re.IGNORECASE)
-_NVLINK_FAILURE = re.compile(r"error|fatal|fail|\bdown\b", re.IGNORECASE)
-_AER_RECEIVED = re.compile(
+NVLINK_FAILURE = re.compile(r"error|fatal|fail|\bdown\b", re.IGNORECASE)
+AER_RECEIVED = re.compile(
     r"(?P<sev>(?:Multiple )?(?:Corrected|Uncorrected \((?:Non-)?Fatal\))) error received:?"
     r"\s{0,4}(?:(?P<bus>" + _BUS + r")|id=(?P<id>[0-9a-fA-F]{4}))?")
-_AER_BUS_ERROR = re.compile(r"PCIe Bus Error: severity=(?P<sev>[^,]{1,40}),\s{0,4}"
+AER_BUS_ERROR = re.compile(r"PCIe Bus Error: severity=(?P<sev>[^,]{1,40}),\s{0,4}"
                             r"type=(?P<type>[^,]{1,40})(?:,\s{0,4}\(?(?P<agent>[^)]{1,40})\)?)?")
-_BANDWIDTH = re.compile(r"(?P<avail>[\d.]{1,12} [GM]b/s) available PCIe bandwidth, limited by "
+BANDWIDTH = re.compile(r"(?P<avail>[\d.]{1,12} [GM]b/s) available PCIe bandwidth, limited by "
                         r"(?P<limit>[\d.]{1,8} GT/s PCIe x\d{1,2}) link at (?P<at>" + _BUS + r")"
                         r"(?: \(capable of (?P<cap>[^)]{1,80})\))?")
-_MLX5_LINK = re.compile(r"mlx5_core (?P<bus>" + _BUS + r")(?: (?P<ifname>[\w.\-]{1,32}))?: "
+MLX5_LINK = re.compile(r"mlx5_core (?P<bus>" + _BUS + r")(?: (?P<ifname>[\w.\-]{1,32}))?: "
                         r"Link (?P<state>up|down)", re.IGNORECASE)
-_SEGFAULT = re.compile(r"(?P<proc>[^\s\[\]]{1,64})\[(?P<pid>\d{1,10})\]: segfault at "
+SEGFAULT = re.compile(r"(?P<proc>[^\s\[\]]{1,64})\[(?P<pid>\d{1,10})\]: segfault at "
                        r"(?P<addr>[0-9a-fA-F]{1,16}) ip (?P<ip>[0-9a-fA-F]{1,16})(?:.{0,120}? in "
                        r"(?P<lib>[^\s\[]{1,128})\[)?")
-_GPU_LIB = re.compile(r"libcuda|libnccl|libnvidia|libcudnn|libcublas|libcudart|libnvrtc|"
+GPU_LIB = re.compile(r"libcuda|libnccl|libnvidia|libcudnn|libcublas|libcudart|libnvrtc|"
                       r"libnvJitLink|libcufft|libcusparse|libcusolver|libcurand|libtorch_cuda|"
                       r"libnvinfer|libdcgm|libnvrm|nvidia", re.IGNORECASE)
-_HUNG = re.compile(r"INFO: task (?P<proc>.{1,64}?):(?P<pid>\d{1,10}) blocked for more than "
+HUNG = re.compile(r"INFO: task (?P<proc>.{1,64}?):(?P<pid>\d{1,10}) blocked for more than "
                    r"(?P<secs>\d{1,8}) seconds")
-_LOCKUP = re.compile(r"soft lockup - CPU#(?P<cpu>\d{1,5}) stuck for (?P<secs>\d{1,8})s! "
+LOCKUP = re.compile(r"soft lockup - CPU#(?P<cpu>\d{1,5}) stuck for (?P<secs>\d{1,8})s! "
                      r"\[(?P<proc>.{1,64}?):(?P<pid>\d{1,10})\]")
-_NV_FRAME = re.compile(r"\[nvidia[\w\-]{0,16}\]|\bnv_\w|\bos_\w|\b_nv\d{3,8}rm\b|\bnvidia\w{0,16}"
+NV_FRAME = re.compile(r"\[nvidia[\w\-]{0,16}\]|\bnv_\w|\bos_\w|\b_nv\d{3,8}rm\b|\bnvidia\w{0,16}"
                        r"\+0x|\buvm_\w|\brm_\w")
 
 
-def _bus_near(msg: str, hint: str | None = None) -> str | None:
-    m = _GPU_BUS.search(msg) or _AT_PCI.search(msg) or _DEV_BUS.match(msg)
+def bus_near(msg: str, hint: str | None = None) -> str | None:
+    m = _GPU_BUS.search(msg) or _AT_PCI.search(msg) or DEV_BUS.match(msg)
     return normalize_bus_id(m.group("bus")) if m else hint
 
 
-def _xid_details(code: str, rest: str) -> dict[str, str]:
+def xid_details(code: str, rest: str) -> dict[str, str]:
     details = {"code": code}
     p = _XID_PID.match(rest)
     if p:
@@ -178,13 +178,13 @@ def _xid_details(code: str, rest: str) -> dict[str, str]:
             if 144 <= int(code) <= 150:
                 details["subcode"] = str((int(v.group("intr"), 16) >> 20) & 0x3F)
     elif "link" not in details:
-        lk = _LINK.search(msg)
+        lk = LINK.search(msg)
         if lk:
             details["link"] = str(int(lk.group("link")))
     return details
 
 
-def _sxid_details(msg: str, m: re.Match[str]) -> dict[str, str]:
+def sxid_details(msg: str, m: re.Match[str]) -> dict[str, str]:
     details = {"code": m.group("code")}
     sw = _SWITCH.search(msg, 0, m.start() + 1)
     if sw:
@@ -199,7 +199,7 @@ def _sxid_details(msg: str, m: re.Match[str]) -> dict[str, str]:
     return details
 
 
-def _gpu_details(msg: str) -> dict[str, str]:
+def gpu_details(msg: str) -> dict[str, str]:
     details: dict[str, str] = {}
     f = _FUNCTION.match(msg)
     if f and f.group("fn") not in {"NVRM", "GPU"}:
@@ -210,7 +210,7 @@ def _gpu_details(msg: str) -> dict[str, str]:
     return details
 
 
-def _mismatch_details(joined: str) -> dict[str, str]:
+def mismatch_details(joined: str) -> dict[str, str]:
     """Versions (and the client, when named) from a joined API-mismatch message."""
     details: dict[str, str] = {}
     c = _MISMATCH_CLIENT.search(joined)
@@ -224,15 +224,3 @@ def _mismatch_details(joined: str) -> dict[str, str]:
         if m:
             details[key] = m.group(1)
     return details
-
-
-def _is_head(msg: str) -> bool:
-    return "NVRM: API mismatch" in msg or msg.startswith("NVRM: The NVIDIA GPU ") or "Xid (" in msg
-
-
-def _head_kind(msg: str) -> str | None:
-    if "NVRM: API mismatch" in msg:
-        return "api-mismatch"
-    if "NVRM: The NVIDIA GPU " in msg and _FALLEN_HEAD.search(msg):
-        return "fallen-off-bus"
-    return None

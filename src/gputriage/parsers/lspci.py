@@ -17,10 +17,11 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.pci import PciFunction
 
-__all__ = ["CLASS_NAMES", "VENDOR_NAMES", "parse_lspci"]
+__all__ = ["CLASS_NAMES", "VENDOR_NAMES", "claim_lspci", "parse_lspci"]
 
 # Vendor names as pci.ids spells them -> vendor id (used when -nn is absent).
 VENDOR_NAMES: dict[str, int] = {
@@ -350,3 +351,48 @@ def parse_lspci(text: str) -> list[PciFunction]:
             seen[fn.address] = fn
         out.append(fn)
     return out
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_HEAD = re.compile(r"^\s*(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [^:]+:")
+_BODY = re.compile(r"^\s+\S|^\s*$")
+_NVIDIA = re.compile(r"NVIDIA|\[10de:")
+_MELLANOX = re.compile(r"Mellanox|\[15b3:")
+_LINK_LINE = re.compile(r"^\s*(?:LnkCap|LnkSta|LnkCtl|DevSta|UESta|CESta)2?:\s")
+
+
+def _body_line(line: str) -> bool:
+    return bool(_BODY.match(line)) and not _HEAD.match(line)
+
+
+def _claim_functions(doc: PasteDoc) -> None:
+    for i, ln in enumerate(doc.lines):
+        if not (doc.free(i) and _HEAD.match(ln)):
+            continue
+        e = doc.extend(i + 1, _body_line)
+        if _NVIDIA.search(ln):
+            doc.claim("lspci_nvidia", i, e)
+        elif _MELLANOX.search(ln):
+            doc.claim("lspci_mellanox", i, e)
+
+
+def _claim_excerpt(doc: PasteDoc) -> None:
+    """An lspci excerpt without its device header (the LnkCap/LnkSta lines people
+    paste): the indented run around those lines, as ``lspci_nvidia``."""
+    if any(o in ("lspci_nvidia", "lspci_mellanox") for o in doc.owner):
+        return
+    for i, ln in enumerate(doc.lines):
+        if not (doc.free(i) and _LINK_LINE.match(ln)):
+            continue
+        start = i
+        while start > 0 and doc.free(start - 1) and doc.lines[start - 1][:1].isspace():
+            start -= 1
+        end = doc.extend(i + 1, lambda s: bool(s.strip()) and s[:1].isspace())
+        doc.claim("lspci_nvidia", start, end)
+
+
+def claim_lspci(doc: PasteDoc) -> None:
+    """``lspci -vvv`` blocks of NVIDIA and Mellanox functions, else an excerpt of their
+    link lines."""
+    _claim_functions(doc)
+    _claim_excerpt(doc)

@@ -7,11 +7,13 @@ header, then ``name size refcount [a,b]`` (no state).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from gputriage.ingest.paste import PasteDoc, claim_blocks, claim_lines
 from gputriage.parsers.base import ParseError
 
-__all__ = ["Module", "parse_modules"]
+__all__ = ["Module", "claim_modules", "parse_modules"]
 
 _STATES = {"Live", "Loading", "Unloading"}
 
@@ -83,3 +85,16 @@ def parse_modules(text: str) -> list[Module]:
     if not modules and other:
         raise ParseError("not /proc/modules or lsmod output: no 'name size refcount' line")
     return modules
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_LSMOD_HEAD = re.compile(r"^Module\s+Size\s+Used by")
+_LSMOD_ROW = re.compile(r"^\w+\s+\d+\s+\d+")
+_PROC_ROW = re.compile(
+    r"^\w+ \d+ \d+ \S+ (?:Live|Loading|Unloading)\b|^nvidia\w*\s+\d+\s+\d+(?:\s+\S+)?\s*$")
+
+
+def claim_modules(doc: PasteDoc) -> None:
+    """``lsmod`` (header and rows) and /proc/modules rows (or nvidia* rows of lsmod)."""
+    claim_blocks(doc, "proc_modules", _LSMOD_HEAD, lambda s: bool(_LSMOD_ROW.match(s)))
+    claim_lines(doc, "proc_modules", _PROC_ROW)

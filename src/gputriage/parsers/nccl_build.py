@@ -42,6 +42,10 @@ _PLUGIN = re.compile(r"Loaded (?:net|collnet|coll) plugin (.{1,120}?)(?:\s\(v\d{
                      r"(?:Successfully )?[Ll]oaded external plugin (\S{1,200})")
 _OFI = re.compile(r"Selected [Pp]rovider is (\S{1,40})|"
                   r"(?:Using|Initializing) (aws-ofi-nccl \S{1,40})")
+_BOOTSTRAP = re.compile(r"Using\s{1,4}(?:\[\d{1,4}\])?([^\s:<]{1,64})")
+_USING_NETWORK = re.compile(r"Using network (.{1,80}?)\.?$")
+_NEGATED = re.compile(r"\bnot\b|unavailable|disabled")
+_NEGATED_ANY_CASE = re.compile(_NEGATED.pattern, re.IGNORECASE)
 
 
 class Builder:
@@ -119,88 +123,79 @@ class Builder:
             self.info(p, r.msg, r.line)
 
     def info(self, p: NcclProcess, msg: str, line: str) -> None:
+        """An INFO message: dispatched on how it starts (one handler per record kind)."""
         head = msg[:8]
         if head.startswith(("Channel", "Ring ", "CollNet", "NVLS ")):
-            ch = g.parse_channel(msg, line)
-            if ch is not None:
-                self.add(p, "channels", ch)
-                if ch.own_rank is not None:
-                    _put(p.ranks, ch.own_rank)
-                if ch.family == COLLNET:
-                    p.collnet = True
-                p.last_step = "Channel connect"
-            elif g.is_layout(msg):
-                self.add(p, "rings", msg[:g.MAX_KEEP])
-                p.last_step = "Channel layout"
-            elif head.startswith("NVLS "):  # "NVLS multicast support is [not] available"
-                p.nvls = re.search(r"\bnot\b|unavailable|disabled", msg) is None
-            return
-        if head.startswith("NCCL ver"):
-            v = g.parse_version(msg)
-            if v:
-                p.nccl_version, p.cuda_build = v
-                _put(self.log.versions, v[0])
-                _note(p, "version", line)
-                p.last_step = "NCCL version"
+            self._channel(p, msg, line, head)
+        elif head.startswith("NCCL ver"):
+            self._version(p, msg, line)
         elif head.startswith("ncclMaxS"):
-            m = _SHARED_MEM.match(msg)
-            if m and (want := strict_int(m.group(1))) is not None and (
-                    have := strict_int(m.group(2))) is not None:
-                p.shared_mem = (want, have)
-                _note(p, "shared-mem", line)
+            _shared_mem(p, msg, line)
         elif head.startswith("cudaDriv"):
-            num = strict_int(msg[len("cudaDriverVersion"):].strip())
-            if num is not None and 0 <= num < 10**9:
-                p.cuda_driver = num
+            _cuda_driver(p, msg)
         elif head.startswith("Bootstra"):
-            m = re.search(r"Using\s{1,4}(?:\[\d{1,4}\])?([^\s:<]{1,64})", msg)
-            if m:
-                p.bootstrap_iface = m.group(1)
-                p.last_step = "Bootstrap"
-                _note(p, "bootstrap", line)
+            _bootstrap(p, msg, line)
         elif "GPU Direct RDMA" in msg:
-            gdr = g.parse_gdr(msg, line)
-            if gdr is not None:
-                self.add(p, "gdr", gdr)
-                if gdr.mechanism and "DMA" in gdr.mechanism.upper():
-                    p.dmabuf = True
-                p.last_step = "GPU Direct RDMA"
+            self._gdr(p, msg, line)
         elif head.startswith("NET/"):
             self._net(p, msg, line)
         elif head.startswith("Using ne"):
-            m = re.match(r"Using network (.{1,80}?)\.?$", msg)
-            if m:
-                p.network = m.group(1).strip()
-                p.last_step = "Using network"
-                _note(p, "network", line)
+            _network(p, msg, line)
         elif " set by environment to" in msg:
-            m = _ENV.search(msg)
-            if m and (m.group("k") in p.env or len(p.env) < _ENV_MAX):
-                p.env[m.group("k")] = m.group("v").strip().removesuffix(".").strip()
-                _note(p, f"env:{m.group('k')}", line)
+            _env(p, msg, line)
         elif head.startswith(("Trees", "Tree ")):
             self.add(p, "trees", msg[:g.MAX_KEEP])
             p.last_step = "Trees"
         elif head.startswith("Connecte"):
-            self.add(p, "connected", msg[:g.MAX_KEEP])
-            low = msg.lower()
-            if "nvls" in low:
-                p.nvls = True
-            if "collnet" in low:
-                p.collnet = True
-            p.last_step = msg.split(",")[0][:60]
+            self._connected(p, msg)
         elif head.startswith("Init tim"):
             self._timings(p, msg, line)
         elif "comm " in msg and (head.startswith(("ncclComm", "comm ")) or " - Init " in msg):
             self._comm(p, msg, line)
-        elif "DMA-BUF" in msg or "DMABUF" in msg:
-            p.dmabuf = re.search(r"\bnot\b|unavailable|disabled", msg, re.IGNORECASE) is None
-        elif " channels, " in msg:
-            for n, name, per_peer in _COUNTS.findall(msg):
-                if len(p.channel_counts) < 32:
-                    p.channel_counts[name + (" per peer" if per_peer else "")] = int(n)
-        elif _TRACE.match(msg):
-            p.error_traces += 1
+        else:
+            _other_info(p, msg)
+
+    def _channel(self, p: NcclProcess, msg: str, line: str, head: str) -> None:
+        """A channel's transport, a ring layout, or NVLS availability."""
+        ch = g.parse_channel(msg, line)
+        if ch is not None:
+            self.add(p, "channels", ch)
+            if ch.own_rank is not None:
+                _put(p.ranks, ch.own_rank)
+            if ch.family == COLLNET:
+                p.collnet = True
+            p.last_step = "Channel connect"
+        elif g.is_layout(msg):
+            self.add(p, "rings", msg[:g.MAX_KEEP])
+            p.last_step = "Channel layout"
+        elif head.startswith("NVLS "):  # "NVLS multicast support is [not] available"
+            p.nvls = _NEGATED.search(msg) is None
+
+    def _version(self, p: NcclProcess, msg: str, line: str) -> None:
+        v = g.parse_version(msg)
+        if v:
+            p.nccl_version, p.cuda_build = v
+            _put(self.log.versions, v[0])
+            _note(p, "version", line)
+            p.last_step = "NCCL version"
+
+    def _gdr(self, p: NcclProcess, msg: str, line: str) -> None:
+        gdr = g.parse_gdr(msg, line)
+        if gdr is not None:
+            self.add(p, "gdr", gdr)
+            if gdr.mechanism and "DMA" in gdr.mechanism.upper():
+                p.dmabuf = True
+            p.last_step = "GPU Direct RDMA"
+
+    def _connected(self, p: NcclProcess, msg: str) -> None:
+        """``Connected all rings``, ``Connected NVLS``, ``Connected CollNet``..."""
+        self.add(p, "connected", msg[:g.MAX_KEEP])
+        low = msg.lower()
+        if "nvls" in low:
+            p.nvls = True
+        if "collnet" in low:
+            p.collnet = True
+        p.last_step = msg.split(",")[0][:60]
 
     def _net(self, p: NcclProcess, msg: str, line: str) -> None:
         m = re.match(r"NET/(?P<name>[^\s:/]{1,64})\s{0,4}:?\s{0,4}(?P<rest>.{0,4000})$", msg)
@@ -380,6 +375,60 @@ class Builder:
             return
         self.fw_seen.add(key)
         self.log.framework_errors.append(w)
+
+
+# INFO records that only set a field of their process ------------------------------
+
+def _shared_mem(p: NcclProcess, msg: str, line: str) -> None:
+    """``ncclMaxSharedMem N exceeds device/fn maxSharedMem M``."""
+    m = _SHARED_MEM.match(msg)
+    if m and (want := strict_int(m.group(1))) is not None and (
+            have := strict_int(m.group(2))) is not None:
+        p.shared_mem = (want, have)
+        _note(p, "shared-mem", line)
+
+
+def _cuda_driver(p: NcclProcess, msg: str) -> None:
+    num = strict_int(msg[len("cudaDriverVersion"):].strip())
+    if num is not None and 0 <= num < 10**9:
+        p.cuda_driver = num
+
+
+def _bootstrap(p: NcclProcess, msg: str, line: str) -> None:
+    m = _BOOTSTRAP.search(msg)
+    if m:
+        p.bootstrap_iface = m.group(1)
+        p.last_step = "Bootstrap"
+        _note(p, "bootstrap", line)
+
+
+def _network(p: NcclProcess, msg: str, line: str) -> None:
+    """``Using network IB``."""
+    m = _USING_NETWORK.match(msg)
+    if m:
+        p.network = m.group(1).strip()
+        p.last_step = "Using network"
+        _note(p, "network", line)
+
+
+def _env(p: NcclProcess, msg: str, line: str) -> None:
+    """``NCCL_X set by environment to V`` (bounded number of variables)."""
+    m = _ENV.search(msg)
+    if m and (m.group("k") in p.env or len(p.env) < _ENV_MAX):
+        p.env[m.group("k")] = m.group("v").strip().removesuffix(".").strip()
+        _note(p, f"env:{m.group('k')}", line)
+
+
+def _other_info(p: NcclProcess, msg: str) -> None:
+    """DMA-BUF support, channel counts, error trace lines."""
+    if "DMA-BUF" in msg or "DMABUF" in msg:
+        p.dmabuf = _NEGATED_ANY_CASE.search(msg) is None
+    elif " channels, " in msg:
+        for n, name, per_peer in _COUNTS.findall(msg):
+            if len(p.channel_counts) < 32:
+                p.channel_counts[name + (" per peer" if per_peer else "")] = int(n)
+    elif _TRACE.match(msg):
+        p.error_traces += 1
 
 
 def _note(p: NcclProcess, key: str, line: str) -> None:

@@ -88,26 +88,44 @@ def split_records(line: str, known_hosts: Collection[str] = ()) -> list[Record]:
     a host already seen (in ``known_hosts`` or earlier on the line) that ends the glued
     word is taken as the host.
     """
-    pm = _PLAIN.match(line)
-    if pm is not None and line.find("NCCL ", pm.end()) < 0 \
-            and not _NOT_HOST.fullmatch(pm.group("host")):
-        return [Record(pm.group("host"), int(pm.group("pid")), int(pm.group("dev")),
-                       pm.group("level"), pm.group("loc"), line[pm.end():].strip(),
-                       line.strip()[:MAX_KEEP])]
+    plain = _plain_record(line)
+    if plain is not None:
+        return [plain]
     first = _MARKER.search(line) if "NCCL " in line else None
     if first is None:
         return []
     # one record is the usual case
     marks = [first] if line.find("NCCL ", first.end()) < 0 else list(_MARKER.finditer(line))
-    # (record start, marker, prefix match or None), a marker without a host prefix after
-    # the first one stays part of the previous record's message
-    starts: list[tuple[int, re.Match[str], re.Match[str] | None, str | None]] = []
+    starts = _record_starts(line, marks, known_hosts)
+    return [_cut_record(line, start, m, hm, host,
+                        starts[j + 1][0] if j + 1 < len(starts) else len(line))
+            for j, (start, m, hm, host) in enumerate(starts)]
+
+
+def _plain_record(line: str) -> Record | None:
+    """The common case: one record with nothing before its host prefix."""
+    pm = _PLAIN.match(line)
+    if pm is None or line.find("NCCL ", pm.end()) >= 0 or _NOT_HOST.fullmatch(pm.group("host")):
+        return None
+    return Record(pm.group("host"), int(pm.group("pid")), int(pm.group("dev")),
+                  pm.group("level"), pm.group("loc"), line[pm.end():].strip(),
+                  line.strip()[:MAX_KEEP])
+
+
+# (record start, marker, host prefix match or None, host)
+_Start = tuple[int, re.Match[str], re.Match[str] | None, str | None]
+
+
+def _record_starts(line: str, marks: list[re.Match[str]],
+                   known_hosts: Collection[str]) -> list[_Start]:
+    """Where each record of the line starts. A marker without a host prefix after the
+    first one stays part of the previous record's message."""
+    starts: list[_Start] = []
     floor = 0
     seen: set[str] = set()
     for i, m in enumerate(marks):
         lo = max(floor, m.start() - _HEAD_MAX)
-        head = line[lo:m.start()]
-        hm = _HOST.search(head)
+        hm = _HOST.search(line[lo:m.start()])
         if hm and _NOT_HOST.fullmatch(hm.group("host")):
             hm = None
         if hm is None and i:
@@ -115,28 +133,36 @@ def split_records(line: str, known_hosts: Collection[str] = ()) -> list[Record]:
         start = lo + hm.start() if hm else 0
         host = hm.group("host") if hm else None
         if host is not None and i and host not in seen and host not in known_hosts:
-            glued = [h for h in (*seen, *known_hosts) if len(h) < len(host) and host.endswith(h)]
-            if glued:
-                start += len(host) - len(max(glued, key=len))
-                host = max(glued, key=len)
+            start, host = _unglue(start, host, (*seen, *known_hosts))
         if host is not None:
             seen.add(host)
         starts.append((start, m, hm, host))
         floor = m.end()
-    out = []
-    for j, (start, m, hm, host) in enumerate(starts):
-        end = starts[j + 1][0] if j + 1 < len(starts) else len(line)
-        msg = line[m.end():end].strip()
-        if hm:
-            dev = hm.group("dev")
-            rec = Record(host, int(hm.group("pid")), int(dev) if dev else None,
-                         m.group(1), hm.group("loc"), msg, line[start:end].strip()[:MAX_KEEP])
-        else:
-            lm = _LOC.search(line[max(0, m.start() - 220):m.start()])
-            rec = Record(None, None, None, m.group(1), lm.group("loc") if lm else None, msg,
-                         line[:end].strip()[:MAX_KEEP])
-        out.append(rec)
-    return out
+    return starts
+
+
+def _unglue(start: int, host: str, hosts: tuple[str, ...]) -> tuple[int, str]:
+    """(start, host) of a host prefix glued to the previous record's last word: the
+    longest known host that ends it."""
+    glued = [h for h in hosts if len(h) < len(host) and host.endswith(h)]
+    if not glued:
+        return start, host
+    known = max(glued, key=len)
+    return start + len(host) - len(known), known
+
+
+def _cut_record(line: str, start: int, m: re.Match[str], hm: re.Match[str] | None,
+                host: str | None, end: int) -> Record:
+    """The record from ``start`` to ``end``; without a host prefix, the source location
+    is looked for just before the marker."""
+    msg = line[m.end():end].strip()
+    if hm:
+        dev = hm.group("dev")
+        return Record(host, int(hm.group("pid")), int(dev) if dev else None,
+                      m.group(1), hm.group("loc"), msg, line[start:end].strip()[:MAX_KEEP])
+    lm = _LOC.search(line[max(0, m.start() - 220):m.start()])
+    return Record(None, None, None, m.group(1), lm.group("loc") if lm else None, msg,
+                  line[:end].strip()[:MAX_KEEP])
 
 
 _VERSION = re.compile(r"NCCL version (\d{1,3}\.\d{1,3}\.\d{1,4})[\w.-]{0,20}"

@@ -14,10 +14,11 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.ingest.paste import PasteDoc, claim_blocks
 from gputriage.parsers.driver import split_tree
 
-__all__ = ["NumaHardware", "NumaNode", "format_cpulist", "parse_cpulist", "parse_lscpu",
-           "parse_numactl", "parse_sysfs_nodes"]
+__all__ = ["NumaHardware", "NumaNode", "claim_numactl", "format_cpulist", "parse_cpulist",
+           "parse_lscpu", "parse_numactl", "parse_sysfs_nodes"]
 
 _MAX_CPUS = 1 << 16
 _MAX_NODE = 1 << 12
@@ -199,3 +200,32 @@ def parse_sysfs_nodes(tree: object) -> NumaHardware:
             node.cpus = parse_cpulist(node.cpulist)
             hw.lines.append(f"node{node.id}/cpulist: {node.cpulist}")
     return hw
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_NUMACTL_START = re.compile(r"^available: \d+ nodes? \(")
+_NUMACTL_LINE = re.compile(r"^(?:node\b|\s*\d+:|\s*$|No distance)")
+_LSCPU_START = re.compile(r"^\s*(?:Architecture:\s+\S|NUMA:\s*$|NUMA node\(s\):\s+\d)")
+_LSCPU_LINE = re.compile(r"^\s*[A-Za-z][\w()/.,+ -]*[\w)]:(?:\s|$)")
+_LSCPU_KEY = re.compile(r"^\s*(?:NUMA node\d*(?:\(s\))? ?(?:CPU\(s\))?|Socket\(s\)|CPU\(s\)"
+                        r"|Model name):")
+
+
+def _claim_lscpu(doc: PasteDoc) -> None:
+    """``lscpu`` output (NUMA nodes and their CPUs)."""
+    i = 0
+    while i < len(doc.lines):
+        if not (doc.free(i) and _LSCPU_START.match(doc.lines[i])):
+            i += 1
+            continue
+        end = doc.extend(i + 1, lambda s: bool(_LSCPU_LINE.match(s)))
+        keys = sum(1 for ln in doc.lines[i:end] if _LSCPU_KEY.match(ln))
+        if keys >= 2 or (keys >= 1 and "NUMA" in doc.lines[i]):
+            doc.claim("numactl", i, end)
+        i = max(end, i + 1)
+
+
+def claim_numactl(doc: PasteDoc) -> None:
+    """``numactl -H`` output, then ``lscpu`` output: the ``numactl`` source."""
+    claim_blocks(doc, "numactl", _NUMACTL_START, lambda s: bool(_NUMACTL_LINE.match(s)))
+    _claim_lscpu(doc)

@@ -16,18 +16,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import ParseError, strict_float, strict_int
 
-__all__ = [
-    "NvlinkErrorGpu",
-    "NvlinkErrors",
-    "NvlinkGpu",
-    "NvlinkLink",
-    "NvlinkStatus",
-    "counter_kind",
-    "parse_nvlink_errors",
-    "parse_nvlink_status",
-]
+__all__ = ["NvlinkErrorGpu", "NvlinkErrors", "NvlinkGpu", "NvlinkLink", "NvlinkStatus",
+           "claim_nvlink", "counter_kind", "parse_nvlink_errors", "parse_nvlink_status"]
 
 _GPU = re.compile(r"^\s{0,8}GPU\s{1,4}(?P<index>[0-9]{1,4})\s{0,4}:\s{0,4}(?P<name>[^()\n]{0,200}?)"
                   r"\s{0,4}(?:\(\s{0,4}UUID:\s{0,4}(?P<uuid>[^)\s]{1,128})\s{0,4}\))?\s*$")
@@ -331,3 +324,25 @@ def parse_nvlink_errors(text: str) -> NvlinkErrors:
         raise ParseError("not nvidia-smi nvlink -e output: no 'GPU N:' header or "
                          "'Link N: <counter>: <value>' line")
     return result
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_GPU_UUID = re.compile(r"^GPU \d+: .*\(UUID: ")
+_LINK_ROW = re.compile(r"^\s+Link \d+: |^NVML: Unable to retrieve NVLink")
+_ERROR_LINK = re.compile(r"Link \d+: .*(?:Errors?|Replay|Recovery|CRC)")
+
+
+def _link_line(line: str) -> bool:
+    return bool(_LINK_ROW.match(line) or line.strip() in ("", "...") or set(line.strip()) == {"."})
+
+
+def claim_nvlink(doc: PasteDoc) -> None:
+    """``nvidia-smi nvlink -s`` / ``-e`` blocks: a GPU line and its links (error
+    counters make it ``nvidia_smi_nvlink_errors``)."""
+    for i, ln in enumerate(doc.lines):
+        if doc.free(i) and _GPU_UUID.match(ln) and doc.free(i + 1) and _LINK_ROW.match(
+                doc.lines[i + 1]):
+            end = doc.extend(i + 1, _link_line)
+            errors = _ERROR_LINK.search("\n".join(doc.lines[i:end]))
+            doc.claim("nvidia_smi_nvlink_errors" if errors else "nvidia_smi_nvlink_status",
+                      i, end)

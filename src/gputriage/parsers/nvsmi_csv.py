@@ -21,8 +21,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 from gputriage.errors import ParseError
+from gputriage.ingest.kernel_log import is_kernel_line
+from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import normalize_bus_id, parse_bool
 from gputriage.parsers.nvsmi import (
     SmiGpu,
@@ -37,8 +40,8 @@ from gputriage.parsers.nvsmi import (
     scan_smi_errors,
 )
 
-__all__ = ["CSV_QUERIES", "csv_cells", "is_csv_header", "is_csv_row", "parse_nvsmi_csv",
-           "query_of_command"]
+__all__ = ["CSV_QUERIES", "claim_nvsmi_csv", "csv_cells", "is_csv_header", "is_csv_row",
+           "parse_nvsmi_csv", "query_of_command"]
 
 CSV_QUERIES = ("gpu", "remapped-rows", "retired-pages", "compute-apps")
 _QUERY = re.compile(r"--query-(?P<kind>gpu|remapped-rows|retired-pages|compute-apps)"
@@ -325,42 +328,98 @@ def parse_nvsmi_csv(text: str) -> SmiReport:
     if not text or not text.strip():
         return report
     report.errors = scan_smi_errors(text)
-    state = _State(report)
-    table: _Table | None = None
-    command: _Table | None = None
-    pending: list[list[str]] = []
-    seen = unmapped = False
+    reader = _CsvReader(_State(report))
     for raw in text.splitlines():
         line = raw.replace("\r", "").strip()
-        if not line:
-            continue
-        query = query_of_command(line)
-        header = query is None and is_csv_header(line)
-        cells = _cells(line)
-        if query is not None or header or (pending and len(cells) != len(pending[0])):
-            if pending and not _headerless(state, pending, command):
-                unmapped = True
-            pending = []
-        if query is not None:
-            kind, fields, target = query
-            command = _Table(kind, list(fields), target)
-            table, seen = None, True
-        elif header:
-            names = _header_names(line)
-            kind = command.kind if command else _kind_of(names)
-            table = _Table(kind, list(names), command.target if command else None)
-            state.readings, seen = 0, True
-        elif table is not None and len(cells) == len(table.fields):
-            _row(state, table, cells)
-        elif len(cells) >= 2 or command is not None:
-            table = None
-            pending.append(cells)
-    if pending and not _headerless(state, pending, command):
-        unmapped = True
-    if not (seen or report.gpus or report.processes):
+        if line:
+            reader.line(line)
+    reader.flush()
+    if not (reader.seen or report.gpus or report.processes):
         if report.errors:
             return SmiReport(format="error", errors=report.errors)
         why = ("rows without a header or a command line, and no column whose meaning is "
-               "certain: cannot map the fields") if unmapped else "no --query command or header"
+               "certain: cannot map the fields") if reader.unmapped else (
+            "no --query command or header")
         raise ParseError(f"not readable as nvidia-smi CSV output: {why}")
     return report
+
+
+class _CsvReader:
+    """Query command lines, headers and rows read in turn; rows without a header wait
+    in ``pending`` until their block ends."""
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+        self.table: _Table | None = None
+        self.command: _Table | None = None
+        self.pending: list[list[str]] = []
+        self.seen = self.unmapped = False
+
+    def flush(self) -> None:
+        """Map the pending headerless rows (by the command's fields or by inference)."""
+        if self.pending and not _headerless(self.state, self.pending, self.command):
+            self.unmapped = True
+        self.pending = []
+
+    def line(self, line: str) -> None:
+        query = query_of_command(line)
+        header = query is None and is_csv_header(line)
+        cells = _cells(line)
+        if query is not None or header or (self.pending and len(cells) != len(self.pending[0])):
+            self.flush()
+        if query is not None:
+            kind, fields, target = query
+            self.command = _Table(kind, list(fields), target)
+            self.table, self.seen = None, True
+        elif header:
+            names = _header_names(line)
+            kind = self.command.kind if self.command else _kind_of(names)
+            self.table = _Table(kind, list(names), self.command.target if self.command else None)
+            self.state.readings, self.seen = 0, True
+        elif self.table is not None and len(cells) == len(self.table.fields):
+            _row(self.state, self.table, cells)
+        elif len(cells) >= 2 or self.command is not None:
+            self.table = None
+            self.pending.append(cells)
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_ONE_CELL = re.compile(r"[\w.\[\]/%: -]{1,40}")
+
+
+def _row_of_width(line: str, width: int) -> bool:
+    return is_csv_row(line) and len(csv_cells(line)) == width
+
+
+def _body_of_width(line: str, width: int) -> bool:
+    """A data row under a CSV header of ``width`` columns."""
+    if not line.strip() or is_csv_header(line) or is_kernel_line(line):
+        return False
+    if len(csv_cells(line)) != width:
+        return False
+    return width > 1 or _ONE_CELL.fullmatch(line.strip()) is not None
+
+
+def _csv_block_end(doc: PasteDoc, i: int) -> int | None:
+    """Where a CSV block starting at line ``i`` ends (None: none starts there)."""
+    ln = doc.lines[i]
+    if not doc.free(i):
+        return None
+    if is_csv_header(ln):
+        return doc.extend(i + 1, partial(_body_of_width, width=len(csv_cells(ln))))
+    if is_csv_row(ln) and not is_kernel_line(ln):
+        return doc.extend(i + 1, partial(_row_of_width, width=len(csv_cells(ln))))
+    return None
+
+
+def claim_nvsmi_csv(doc: PasteDoc) -> None:
+    """nvidia-smi --query-* CSV: a header and its rows, or rows that carry a bus id or
+    a GPU UUID (noheader); rows after a query's prompt line come by its command."""
+    i = 0
+    while i < len(doc.lines):
+        end = _csv_block_end(doc, i)
+        if end is None:
+            i += 1
+            continue
+        doc.claim("nvidia_smi_csv", i, end)
+        i = max(end, i + 1)

@@ -14,8 +14,10 @@ from __future__ import annotations
 import re
 
 from gputriage.errors import ParseError
+from gputriage.ingest.paste import PasteDoc, claim_lines
 from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.nvsmi import (
+    SmiError,
     SmiGpu,
     SmiProcess,
     SmiReport,
@@ -25,7 +27,7 @@ from gputriage.parsers.nvsmi import (
     scan_smi_errors,
 )
 
-__all__ = ["parse_nvsmi_table"]
+__all__ = ["claim_nvsmi_table", "parse_nvsmi_table"]
 
 _HEADER_RE = re.compile(
     r"NVIDIA-SMI\s+(?P<smi>\S+)\s+(?P<dkind>Driver|KMD)\s+Version:\s*(?P<driver>\S+)"
@@ -67,76 +69,97 @@ def parse_nvsmi_table(text: str) -> SmiReport:
     alone gives ``format="error"``; text with neither a table, ``-L`` lines
     nor a known error raises :class:`ParseError`.
     """
-    report = SmiReport(format="table")
     if not text or not text.strip():
-        return report
-    report.errors = scan_smi_errors(text)
-    lines = [ln.replace("\r", "").expandtabs(8) for ln in text.splitlines()]
-    seen_header = False
-    in_processes = False
-    gpu: SmiGpu | None = None
-    row_in_block = 0
-    listed: list[SmiGpu] = []
-    for line in lines:
-        m = _HEADER_RE.search(line)
-        if m:
-            seen_header = True
-            report.driver_version = m.group("driver")
-            if m.group("dkind") == "KMD":
-                report.kmd_version = m.group("driver")
-            report.cuda_version = parse_str(m.group("cuda"))
-            continue
-        lm = _LIST_RE.match(line)
-        if lm:
-            listed.append(SmiGpu(index=int(lm.group("idx")), pci_bus_id=None,
-                                 name=parse_str(lm.group("name")), uuid=lm.group("uuid")))
-            continue
+        return SmiReport(format="table")
+    reader = _TableReader(scan_smi_errors(text))
+    for line in text.splitlines():
+        reader.line(line.replace("\r", "").expandtabs(8))
+    return reader.result()
+
+
+class _TableReader:
+    """The table read line by line: the header, GPU blocks, processes, -L lines."""
+
+    def __init__(self, errors: list[SmiError]) -> None:
+        self.report = SmiReport(format="table", errors=errors)
+        self.seen_header = False
+        self.in_processes = False
+        self.gpu: SmiGpu | None = None
+        self.row_in_block = 0
+        self.listed: list[SmiGpu] = []
+
+    def line(self, line: str) -> None:
+        if self._header(line) or self._list_line(line):
+            return
         stripped = line.strip()
-        if stripped.startswith("+") or stripped.startswith("|=") or not stripped:
-            gpu, row_in_block = None, 0
-            continue
+        if stripped.startswith(("+", "|=")) or not stripped:
+            self.gpu, self.row_in_block = None, 0
+            return
         cells = _cells(line)
-        if cells is None:
-            continue
+        if cells is not None:
+            self._row(cells)
+
+    def _header(self, line: str) -> bool:
+        m = _HEADER_RE.search(line)
+        if m is None:
+            return False
+        self.seen_header = True
+        self.report.driver_version = m.group("driver")
+        if m.group("dkind") == "KMD":
+            self.report.kmd_version = m.group("driver")
+        self.report.cuda_version = parse_str(m.group("cuda"))
+        return True
+
+    def _list_line(self, line: str) -> bool:
+        lm = _LIST_RE.match(line)
+        if lm is None:
+            return False
+        self.listed.append(SmiGpu(index=int(lm.group("idx")), pci_bus_id=None,
+                                  name=parse_str(lm.group("name")), uuid=lm.group("uuid")))
+        return True
+
+    def _row(self, cells: list[str]) -> None:
         joined = " ".join(c.strip() for c in cells)
-        if joined.startswith("Processes:"):
-            in_processes = True
-            continue
-        if joined.startswith("MIG devices:"):
-            in_processes = False
-            continue
-        if in_processes:
+        if joined.startswith(("Processes:", "MIG devices:")):
+            self.in_processes = joined.startswith("Processes:")
+        elif self.in_processes:
             proc = _process_row(joined)
             if proc is not None:
-                report.processes.append(proc)
-            continue
-        if len(cells) >= 3 and _BUS_CELL_RE.match(cells[1]):
-            gpu = _first_row(cells, len(report.gpus))
-            if gpu is not None:
-                report.gpus.append(gpu)
-                row_in_block = 1
-            continue
-        if gpu is not None and len(cells) >= 3:
-            row_in_block += 1
-            if row_in_block == 2:
-                _second_row(gpu, cells)
-            elif row_in_block == 3:
-                gpu.mig_mode_current = parse_str(cells[2])
-                if gpu.mig_mode_current == _ERR:
-                    gpu.mig_mode_current = None
-                    _error_field(gpu, "MIG mode")
-    if report.gpus or seen_header:
-        by_index = {g.index: g for g in report.gpus}
-        for item in listed:
-            target = by_index.get(item.index)
-            if target is not None and target.uuid is None:
-                target.uuid = item.uuid
-        return report
-    if listed:
-        return SmiReport(format="list", gpus=listed, errors=report.errors)
-    if report.errors:
-        return SmiReport(format="error", errors=report.errors)
-    raise ParseError("not nvidia-smi table output: no header, GPU row, -L line or known error")
+                self.report.processes.append(proc)
+        elif len(cells) >= 3 and _BUS_CELL_RE.match(cells[1]):
+            self.gpu = _first_row(cells, len(self.report.gpus))
+            if self.gpu is not None:
+                self.report.gpus.append(self.gpu)
+                self.row_in_block = 1
+        elif self.gpu is not None and len(cells) >= 3:
+            self._next_row(self.gpu, cells)
+
+    def _next_row(self, gpu: SmiGpu, cells: list[str]) -> None:
+        """The second (or third: MIG mode) row of a GPU block."""
+        self.row_in_block += 1
+        if self.row_in_block == 2:
+            _second_row(gpu, cells)
+        elif self.row_in_block == 3:
+            gpu.mig_mode_current = parse_str(cells[2])
+            if gpu.mig_mode_current == _ERR:
+                gpu.mig_mode_current = None
+                _error_field(gpu, "MIG mode")
+
+    def result(self) -> SmiReport:
+        report = self.report
+        if report.gpus or self.seen_header:
+            by_index = {g.index: g for g in report.gpus}
+            for item in self.listed:
+                target = by_index.get(item.index)
+                if target is not None and target.uuid is None:
+                    target.uuid = item.uuid
+            return report
+        if self.listed:
+            return SmiReport(format="list", gpus=self.listed, errors=report.errors)
+        if report.errors:
+            return SmiReport(format="error", errors=report.errors)
+        raise ParseError("not nvidia-smi table output: no header, GPU row, -L line or known "
+                         "error")
 
 
 def _first_row(cells: list[str], position: int) -> SmiGpu | None:
@@ -232,3 +255,64 @@ def _process_row(joined: str) -> SmiProcess | None:
         gpu_instance_id=parse_str(m.group("gi")),
         compute_instance_id=parse_str(m.group("ci")),
     )
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_TABLE_HEAD = re.compile(r"^\s*\|\s*NVIDIA-SMI\s+\S")
+_TABLE_LINE = re.compile(r"^\s*[+|]")
+_CLOCK = re.compile(r"^\s*[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d \d{4}\s*$")
+_GPU_ROW = re.compile(r"^\s*\|\s*\d{1,3}\s+[^|]*\|\s*(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:"
+                      r"[0-9A-Fa-f]{2}\.[0-7]\s+\S*\s*\|")
+_SMI_ERR = re.compile(r"^\s*(?:NVIDIA-SMI has failed|NVIDIA-SMI couldn't find|No devices were "
+                      r"found|Unable to determine the device handle|Failed to initialize NVML:"
+                      r"|NVML library version:)")
+_SMI_L = re.compile(r"^\s*(?:GPU \d+: .+\(UUID: GPU-[^)]*\)\s*$|MIG .+Device\s+\d+: \(UUID: MIG-)")
+
+
+def _table_line(line: str) -> bool:
+    return bool(_TABLE_LINE.match(line))
+
+
+def _table_end(doc: PasteDoc, e: int) -> int:
+    """Where a table that goes on at line ``e`` ends (blank lines inside it kept)."""
+    while doc.free(e):
+        if _TABLE_LINE.match(doc.lines[e]):
+            e += 1
+            continue
+        nxt = doc.next_nonblank(e)
+        if doc.lines[e].strip() or not (doc.free(nxt) and _TABLE_LINE.match(doc.lines[nxt])):
+            break
+        e = nxt
+    return e
+
+
+def _claim_tables(doc: PasteDoc) -> None:
+    for i, ln in enumerate(doc.lines):
+        if not (doc.free(i) and _TABLE_HEAD.match(ln)):
+            continue
+        s = i
+        while doc.free(s - 1) and _TABLE_LINE.match(doc.lines[s - 1]):
+            s -= 1
+        if doc.free(s - 1) and _CLOCK.match(doc.lines[s - 1]):
+            s -= 1
+        doc.claim("nvidia_smi", s, _table_end(doc, i + 1))
+
+
+def _claim_excerpts(doc: PasteDoc) -> None:
+    """Rows of the table without its header (people paste the GPUs that matter)."""
+    for i, ln in enumerate(doc.lines):
+        if not (doc.free(i) and _GPU_ROW.match(ln)):
+            continue
+        s = i
+        while doc.free(s - 1) and _TABLE_LINE.match(doc.lines[s - 1]):
+            s -= 1
+        doc.claim("nvidia_smi", s, doc.extend(i + 1, _table_line))
+
+
+def claim_nvsmi_table(doc: PasteDoc) -> None:
+    """The nvidia-smi table (with the clock line above it), excerpts of its GPU rows,
+    nvidia-smi's error messages and ``nvidia-smi -L`` lines."""
+    _claim_tables(doc)
+    _claim_excerpts(doc)
+    claim_lines(doc, "nvidia_smi", _SMI_ERR)
+    claim_lines(doc, "nvidia_smi", _SMI_L)

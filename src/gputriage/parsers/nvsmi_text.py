@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from gputriage.errors import ParseError
+from gputriage.ingest.paste import PasteDoc, claim_blocks
 from gputriage.parsers.base import normalize_bus_id, parse_bool
 from gputriage.parsers.nvsmi import (
     FieldSpec,
@@ -28,7 +29,7 @@ from gputriage.parsers.nvsmi import (
     scan_smi_errors,
 )
 
-__all__ = ["parse_nvsmi_text"]
+__all__ = ["claim_nvsmi_text", "parse_nvsmi_text"]
 
 _GPU_HEADER_RE = re.compile(
     r"^GPU\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$"
@@ -216,3 +217,35 @@ def _top_level(report: SmiReport, content: str) -> bool:
         return False
     setattr(report, attr, parse_str(value))
     return True
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_Q_START = re.compile(r"^=+\s*NVSMI LOG\s*=+\s*$|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+                      r"[0-9A-Fa-f]{2}\.[0-7]\s*$")
+_Q_CONT = re.compile(r"^\s*$|^\s|^[A-Z][\w ()/.,-]{0,80}\s:(?:\s|$)")
+# a section of nvidia-smi -q pasted without its GPU header (-q -d ROW_REMAPPER, a grep)
+_Q_SECTION = re.compile(r"^(?:Remapped Rows|Retired Pages|Page Retirement|ECC Errors|ECC Mode"
+                        r"|Temperature|GPU Power Readings|Power Readings|Clocks Event Reasons"
+                        r"|Clocks Throttle Reasons|PCI|Fabric|FB Memory Usage|Utilization"
+                        r"|Row Remapper)\s*$")
+_Q_VALUE = re.compile(r"^\s+[A-Z][\w ()/.,-]{0,80}\s:\s*\S")
+
+
+def _q_confirm(doc: PasteDoc, i: int) -> bool:
+    j = doc.next_nonblank(i + 1)
+    return "NVSMI" in doc.lines[i] or (doc.free(j) and bool(re.match(r"^\s+\S", doc.lines[j])))
+
+
+def _q_section_confirm(doc: PasteDoc, i: int) -> bool:
+    return any(_Q_VALUE.match(x) for x in doc.lines[i + 1:i + 4])
+
+
+def _q_line(line: str) -> bool:
+    return bool(_Q_CONT.match(line))
+
+
+def claim_nvsmi_text(doc: PasteDoc) -> None:
+    """Whole ``nvidia-smi -q`` outputs (from the NVSMI LOG banner or a GPU header), then
+    sections of it pasted alone."""
+    claim_blocks(doc, "nvidia_smi_q", _Q_START, _q_line, _q_confirm)
+    claim_blocks(doc, "nvidia_smi_q", _Q_SECTION, _q_line, _q_section_confirm)

@@ -14,6 +14,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from gputriage.errors import ParseError
+from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import normalize_bus_id, parse_bool
 from gputriage.parsers.nvsmi import (
     FieldSpec,
@@ -29,7 +30,7 @@ from gputriage.parsers.nvsmi import (
     scan_smi_errors,
 )
 
-__all__ = ["parse_nvsmi_xml"]
+__all__ = ["claim_nvsmi_xml", "parse_nvsmi_xml"]
 
 _ROOT_TAG = "nvidia_smi_log"
 _DOCTYPE_RE = re.compile(r"<!DOCTYPE\b[^>\[]*(?:\[.*?\])?\s*>", re.IGNORECASE | re.DOTALL)
@@ -168,3 +169,17 @@ def _flatten(elem: ET.Element) -> list[tuple[str, str]]:
         else:
             out.append((path, (node.text or "").strip()))
     return out
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_XML_END = re.compile(r"</nvidia_smi_log>")
+
+
+def claim_nvsmi_xml(doc: PasteDoc) -> None:
+    """The first ``nvidia_smi_log`` document (from its ``<?xml`` line when there is one)."""
+    for i, ln in enumerate(doc.lines):
+        if doc.free(i) and ("<nvidia_smi_log" in ln or (
+                "<?xml" in ln and any("nvidia_smi_log" in x for x in doc.lines[i + 1:i + 4]))):
+            end = doc.extend(i, lambda s: not _XML_END.search(s))
+            doc.claim("nvidia_smi_q_xml", i, min(end + 1, len(doc.lines)))
+            return

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import ParseError, parse_int
 
-__all__ = ["UnitState", "parse_systemctl_show"]
+__all__ = ["UnitState", "claim_units", "parse_systemctl_show"]
 
 
 @dataclass
@@ -148,3 +149,52 @@ def parse_systemctl_show(text: str) -> UnitState | None:
     if state is None:
         raise ParseError("not systemctl show/status output: no 'Key=Value' or 'Active:' line")
     return state
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_SHOW = re.compile(r"^[A-Z][A-Za-z]+=")
+_STATUS_HEAD = re.compile(r"^\s*[●○×*]?\s*(?P<unit>nvidia-(?:persistenced|fabricmanager))"
+                          r"(?:\.service)?\s+-\s")
+_UNIT_NOT_FOUND = re.compile(
+    r"^Unit nvidia-(?:persistenced|fabricmanager)\S* could not be found")
+_INDENTED = re.compile(r"^(?:\s*$|\s)")
+_JOURNAL = re.compile(r"^(?:\S+\s+\d{1,2}|\d{4}-\d\d-\d\dT\S+)\s+\d\d:\d\d:\d\d\S*\s+\S+\s+\S+:|"
+                      r"^\S+\s+\d{1,2} \d\d:\d\d:\d\d \S+ \S+:")
+_STATE_KEY = re.compile(r"^(?:ActiveState|LoadState)=", re.M)
+
+
+def _unit_source(text: str) -> str:
+    if "persistenced" in text:
+        return "systemctl_persistenced"
+    return "systemctl_fabricmanager" if "fabricmanager" in text else ""
+
+
+def _status_line(line: str) -> bool:
+    return bool(_INDENTED.match(line) or _JOURNAL.match(line))
+
+
+def _show_line(line: str) -> bool:
+    return bool(_SHOW.match(line))
+
+
+def _claim_show(doc: PasteDoc, i: int) -> None:
+    """A ``systemctl show`` block starting at line ``i`` (four keys or more, a state)."""
+    e = doc.extend(i, _show_line)
+    name = _unit_source("\n".join(x for x in doc.lines[i:e]
+                                  if x.startswith(("Id=", "Names=", "Description="))))
+    if e - i >= 4 and name and _STATE_KEY.search("\n".join(doc.lines[i:e])):
+        doc.claim(name, i, e)
+
+
+def claim_units(doc: PasteDoc) -> None:
+    """``systemctl status`` / ``show`` of nvidia-persistenced and nvidia-fabricmanager."""
+    for i, ln in enumerate(doc.lines):
+        if not doc.free(i):
+            continue
+        m = _STATUS_HEAD.match(ln)
+        if m and any("Loaded:" in x for x in doc.lines[i + 1:i + 4]):
+            doc.claim(_unit_source(m.group("unit")), i, doc.extend(i + 1, _status_line))
+        elif _UNIT_NOT_FOUND.match(ln):
+            doc.claim(_unit_source(ln), i, i + 1)
+        elif _SHOW.match(ln) and not (i and doc.free(i - 1) and _SHOW.match(doc.lines[i - 1])):
+            _claim_show(doc, i)

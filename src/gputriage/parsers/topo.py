@@ -17,9 +17,10 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.ingest.paste import PasteDoc
 
-__all__ = ["P2P_CODES", "TopoMatrix", "UNKNOWN_DISTANCE", "distance", "nvlink_count",
-           "parse_topo"]
+__all__ = ["P2P_CODES", "UNKNOWN_DISTANCE", "TopoMatrix", "claim_topo", "distance",
+           "nvlink_count", "parse_topo"]
 
 P2P_CODES = frozenset({"OK", "CNS", "GNS", "TNS", "NS", "DR", "U"})
 UNKNOWN_DISTANCE = 9
@@ -196,3 +197,30 @@ def parse_topo(text: str) -> TopoMatrix:
     if (codes and codes <= P2P_CODES) or ("OK" in matrix.legend and not matrix.columns):
         matrix.kind = "p2p"
     return matrix
+
+
+# --- recognising it in a paste -------------------------------------------------------
+_TOPO_HEAD = re.compile(r"^\s*GPU0(?:\s+(?:GPU\d+|NIC\d+|mlx\S+|CPU|NUMA|Affinity|ID|GPU))*\s*$")
+_TOPO_ROW = re.compile(r"^\s*(?:GPU\d+|NIC\d+|mlx\S+)\s")
+_TOPO_FIRST = re.compile(r"^\s*GPU0\s+X\b")
+_LEGEND_HEAD = re.compile(r"^\s*(?:NIC )?Legend:\s*$")
+
+
+def _legend_line(line: str) -> bool:
+    return not line.strip() or line[0].isspace()
+
+
+def claim_topo(doc: PasteDoc) -> None:
+    """The matrix of ``nvidia-smi topo -m`` (header, rows) and its legends."""
+    for i, ln in enumerate(doc.lines):
+        if not (doc.free(i) and _TOPO_HEAD.match(ln)):
+            continue
+        j = doc.next_nonblank(i + 1)
+        if not (doc.free(j) and _TOPO_FIRST.match(doc.lines[j])):
+            continue
+        e = doc.extend(j, lambda s: bool(_TOPO_ROW.match(s)))
+        k = doc.next_nonblank(e)
+        while doc.free(k) and _LEGEND_HEAD.match(doc.lines[k]):
+            e = doc.extend(k + 1, _legend_line)
+            k = doc.next_nonblank(e)
+        doc.claim("nvidia_smi_topo", i, e)

@@ -28,7 +28,6 @@ class Rule:
     produces: tuple[str, ...]
     optional: tuple[str, ...] = ()  # facts passed as None (or the default) when missing
     defaults: tuple[tuple[str, Any], ...] = ()
-    legacy: bool = False  # transitional: takes the whole fact store
 
     @property
     def doc(self) -> str:
@@ -43,24 +42,20 @@ class Rule:
 REGISTRY: list[Rule] = []
 
 
-def rule(rule_id: str, *, requires: Sequence[str] = (), any_of: Sequence[str] = (),
+def rule(rule_id: str, *, any_of: Sequence[str] = (),
          produces: Sequence[str] = ()) -> Callable[[RuleFunc], RuleFunc]:
     """Register a rule function under ``rule_id``; its parameters name the facts it
-    reads (``requires`` is only for rules that still take the whole store)."""
+    reads (see the module docstring)."""
 
     def register(func: RuleFunc) -> RuleFunc:
         if any(r.id == rule_id for r in REGISTRY):
             raise ValueError(f"duplicate rule id {rule_id}")
         params = list(inspect.signature(func).parameters.values())
-        if params and params[0].name == "facts":
-            REGISTRY.append(Rule(rule_id, func, tuple(requires), tuple(any_of),
-                                 tuple(produces), legacy=True))
-            return func
         needed = tuple(p.name for p in params if p.default is inspect.Parameter.empty)
         optional = tuple(p.name for p in params if p.default is not inspect.Parameter.empty)
-        unknown = [n for n in (*requires, *any_of) if n not in needed + optional]
+        unknown = [n for n in any_of if n not in optional]
         if unknown:
-            raise ValueError(f"rule {rule_id}: {unknown} are not parameters")
+            raise ValueError(f"rule {rule_id}: any_of {unknown} are not optional parameters")
         REGISTRY.append(Rule(rule_id, func, needed, tuple(any_of), tuple(produces),
                              optional, tuple((p.name, p.default) for p in params
                                              if p.name in optional)))

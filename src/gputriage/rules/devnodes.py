@@ -4,38 +4,43 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.facts import Facts
+from gputriage.hostfacts.stack import GpuSighting
 from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.parsers.devices import DevNode
+from gputriage.parsers.driver import ProcGpu
+from gputriage.parsers.modules import Module
 from gputriage.rules.base import evidence, finding, rule
 
 NVIDIA_MAJOR = 195
 CTL_MINOR = 255
 
 
-@rule("devnode.check", requires=("devnodes", "modules"),
-      produces=("devnode.missing", "devnode.wrong-number"))
-def device_nodes(facts: Facts) -> Iterator[Finding]:
+@rule("devnode.check", produces=("devnode.missing", "devnode.wrong-number"))
+def device_nodes(devnodes: list[DevNode], modules: dict[str, Module],
+                 char_majors: dict[str, int] | None = None, in_container: bool | None = None,
+                 proc_gpus: list[ProcGpu] | None = None,
+                 visible_gpus: tuple[str, list[GpuSighting]] | None = None
+                 ) -> Iterator[Finding]:
     """/dev/nvidiactl (195:255), /dev/nvidia-uvm (the dynamic major listed in
     /proc/devices) and one /dev/nvidiaN (195:N) per GPU must exist as character
     devices with the right numbers."""
-    mods = facts.get("modules")
+    mods = modules
     if "nvidia" not in mods:
         return
-    nodes = {n.path: n for n in facts.get("devnodes")}
-    majors = facts.maybe("char_majors", {})
-    in_container = bool(facts.maybe("in_container"))
+    nodes = {n.path: n for n in devnodes}
+    majors = char_majors or {}
     listing = evidence("dev_nvidia", [f"{n.path} {n.kind or '?'} {n.major}:{n.minor}"
                                       for n in nodes.values()] or ["(no /dev/nvidia* nodes)"])
     expected: list[tuple[str, int | None, int | None, bool]] = [
         ("/dev/nvidiactl", NVIDIA_MAJOR, CTL_MINOR, True)]
     if "nvidia_uvm" in mods:
         expected.append(("/dev/nvidia-uvm", majors.get("nvidia-uvm"), 0, True))
-    for gpu_minor in _gpu_minors(facts):
+    for gpu_minor in _gpu_minors(proc_gpus, visible_gpus):
         expected.append((f"/dev/nvidia{gpu_minor}", NVIDIA_MAJOR, gpu_minor, False))
     for path, major, minor, essential in expected:
         node = nodes.get(path)
         if node is None:
-            container_gpu = in_container and not essential
+            container_gpu = bool(in_container) and not essential
             yield finding(
                 "devnode.missing", Severity.INFO if container_gpu else Severity.CRITICAL,
                 f"{path} does not exist",
@@ -59,11 +64,10 @@ def device_nodes(facts: Facts) -> Iterator[Finding]:
                 Scope("device", name=path), [listing])
 
 
-def _gpu_minors(facts: Facts) -> list[int]:
-    proc = facts.maybe("proc_gpus")
+def _gpu_minors(proc: list[ProcGpu] | None,
+                visible: tuple[str, list[GpuSighting]] | None) -> list[int]:
     if proc:
         return sorted({g.device_minor for g in proc if g.device_minor is not None})
-    visible = facts.maybe("visible_gpus")
     if visible:
         return sorted({g.minor for g in visible[1] if g.minor is not None})
     return []

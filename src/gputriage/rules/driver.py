@@ -3,28 +3,35 @@ driver, the errors nvidia-smi prints instead of output, GPU init failures."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
-from gputriage.facts import Facts
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.parsers.driver import KernelModuleVersion, LibFile, ModuleVersions
+from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.parsers.modules import Module
+from gputriage.parsers.nvml import NvmlReading
+from gputriage.parsers.nvsmi import SmiError, SmiReport
+from gputriage.parsers.pci import PciFunction
 from gputriage.rules.base import evidence, finding, gpu_scope, rule, versions_agree
 
-SMI_COMMANDS = ("nvidia_smi_q_xml", "nvidia_smi", "nvidia_smi_topo", "nvml")
 DOC_XID = "https://docs.nvidia.com/deploy/xid-errors/index.html"
+Versions = dict[str, list[Evidence]]  # version -> the evidence that shows it
 
 
-def _pci_line(f) -> str:
+def _pci_line(f: PciFunction) -> str:
     return (f"{f.address} [{(f.vendor or 0):04x}:{(f.device or 0):04x}] class "
             f"{(f.class_code or 0):06x} driver={f.driver or 'none'}")
 
 
-@rule("driver.presence", requires=("pci",),
+@rule("driver.presence",
       produces=("driver.not-loaded", "host.not-gpu-host", "driver.no-gpus-on-pci"))
-def driver_presence(facts: Facts) -> Iterator[Finding]:
+def driver_presence(pci: list[PciFunction], pci_gpus: list[PciFunction], pci_source: str,
+                    driver_loaded: bool | None = None, modules: dict[str, Module] | None = None,
+                    driver_events: Sequence[DriverEvent] = ()) -> Iterator[Finding]:
     """NVIDIA GPUs on the PCI bus need the nvidia kernel module; a host with
     neither is simply not a GPU host."""
-    gpus = facts.get("pci_gpus")
-    loaded = facts.maybe("driver_loaded")
+    gpus = pci_gpus
+    loaded = driver_loaded
     if not gpus:
         if loaded:
             yield finding(
@@ -39,16 +46,16 @@ def driver_presence(facts: Facts) -> Iterator[Finding]:
             "host.not-gpu-host", Severity.INFO,
             "no NVIDIA driver loaded and no NVIDIA PCI devices: not a GPU host",
             "Nothing on this host calls for NVIDIA checks.", Action.NONE, Blame.UNKNOWN,
-            evidence=[evidence(facts.get("pci_source"), [f"{len(facts.get('pci'))} PCI functions "
-                                               "of interest, none an NVIDIA GPU"])])
+            evidence=[evidence(pci_source, [f"{len(pci)} PCI functions of interest, none an "
+                                            "NVIDIA GPU"])])
         return
     if loaded is False:
-        ev = [evidence(facts.get("pci_source"), [_pci_line(f) for f in gpus])]
-        mods = facts.maybe("modules") or {}
+        ev = [evidence(pci_source, [_pci_line(f) for f in gpus])]
+        mods = modules or {}
         if "nouveau" in mods:
             ev.append(evidence("proc_modules", [mods["nouveau"].line],
                                "the open-source nouveau driver holds the GPUs"))
-        events = [e for e in facts.maybe("driver_events", [])
+        events = [e for e in driver_events
                   if e.kind in ("no-adapter-probed", "module-load-failed",
                                 "rm-init-adapter-failed", "api-mismatch")]
         if events:
@@ -63,21 +70,22 @@ def driver_presence(facts: Facts) -> Iterator[Finding]:
             "which.", Action.FIX_SOFTWARE, Blame.NODE, evidence=ev)
 
 
-def _version_evidence(facts: Facts) -> tuple[dict[str, list[Evidence]], dict[str, list[Evidence]],
-                                             list[Evidence]]:
-    """Kernel-side and userspace versions, each with its evidence; plus flags."""
-    kernel: dict[str, list[Evidence]] = {}
-    user: dict[str, list[Evidence]] = {}
-    flags: list[Evidence] = []
-    km = facts.maybe("kernel_module")
+def _kernel_versions(km: KernelModuleVersion | None, mv: ModuleVersions | None) -> Versions:
+    """The loaded module's version: /proc/driver/nvidia/version, /sys/module."""
+    kernel: Versions = {}
     if km is not None and km.version:
         kernel.setdefault(km.version, []).append(
             evidence("proc_driver_nvidia_version", [km.line]))
-    mv = facts.maybe("module_versions")
     if mv is not None and mv.versions.get("nvidia"):
         kernel.setdefault(mv.versions["nvidia"], []).append(
             evidence("sys_module_nvidia", [f"/sys/module/nvidia/version: {mv.versions['nvidia']}"]))
-    mismatch_events = [e for e in facts.maybe("driver_events", []) if e.kind == "api-mismatch"]
+    return kernel
+
+
+def _mismatch_events(events: Iterable[DriverEvent], kernel: Versions, user: Versions,
+                     flags: list[Evidence]) -> None:
+    """The kernel log's API-mismatch lines: the versions the first one names, and a flag."""
+    mismatch_events = [e for e in events if e.kind == "api-mismatch"]
     for ev in mismatch_events[:1]:
         line = ev.line.splitlines()
         if ev.details.get("kernel_version"):
@@ -89,49 +97,57 @@ def _version_evidence(facts: Facts) -> tuple[dict[str, list[Evidence]], dict[str
     if mismatch_events:
         flags.append(evidence("kernel_log", mismatch_events[0].line.splitlines(),
                               f"API mismatch reported {len(mismatch_events)} time(s)"))
-    for lib in _active_libs(facts):
-        user.setdefault(lib.version, []).append(evidence("nvidia_libs", [lib.path]))
-    reading = facts.maybe("nvml")
+
+
+def _userspace_versions(libs: Iterable[LibFile], reading: NvmlReading | None,
+                        smi: Iterable[tuple[str, SmiReport]], user: Versions,
+                        flags: list[Evidence]) -> None:
+    """Userspace versions: the libraries' file names, NVML, nvidia-smi's complaint."""
+    for lib in libs:
+        if lib.version:
+            user.setdefault(lib.version, []).append(evidence("nvidia_libs", [lib.path]))
     if reading is not None:
         if reading.available and reading.library_driver_version:
             user.setdefault(reading.library_driver_version, []).append(
                 evidence("nvml", [f"NVML library version {reading.library_version}"]))
         if reading.version_mismatch:
             flags.append(evidence("nvml", [f"nvmlInit: {reading.error}"]))
-    for source, report in facts.maybe("smi", []):
+    for source, report in smi:
         for err in report.errors:
             if err.kind == "version-mismatch":
-                lines = [err.line]
                 if err.nvml_library_version:
                     user.setdefault(err.nvml_library_version, []).append(
                         evidence(source, [f"NVML library version: {err.nvml_library_version}"]))
-                flags.append(evidence(source, lines))
-    return kernel, user, flags
+                flags.append(evidence(source, [err.line]))
 
 
-def _active_libs(facts: Facts):
+def _active_libs(libs: Iterable[LibFile], targets: set[str] | None) -> list[LibFile]:
     """The libnvidia-ml the loader would pick: the one .so.1 points to, else all."""
-    libs = [lib for lib in facts.maybe("libs", []) if lib.version
-            and lib.library == "libnvidia-ml"]
-    if len({lib.version for lib in libs}) <= 1:
-        return libs
-    cap = facts.snapshot.get("nvidia_libs")
-    doc = cap.json() if cap is not None else None  # already parsed once by the libs fact
-    links = doc.get("links") if isinstance(doc, dict) else None
-    targets = {str(t).rsplit("/", 1)[-1] for k, t in (links or {}).items()
-               if k.endswith("libnvidia-ml.so.1")}
-    chosen = [lib for lib in libs if lib.path.rsplit("/", 1)[-1] in targets]
-    return chosen or libs
+    found = [lib for lib in libs if lib.version and lib.library == "libnvidia-ml"]
+    if len({lib.version for lib in found}) <= 1:
+        return found
+    chosen = [lib for lib in found if lib.path.rsplit("/", 1)[-1] in (targets or set())]
+    return chosen or found
 
 
 @rule("driver.version-mismatch",
       any_of=("kernel_module", "module_versions", "driver_events", "libs", "nvml", "smi"),
       produces=("driver.version-mismatch", "driver.versions-consistent"))
-def version_mismatch(facts: Facts) -> Iterator[Finding]:
+def version_mismatch(kernel_module: KernelModuleVersion | None = None,
+                     module_versions: ModuleVersions | None = None,
+                     driver_events: Sequence[DriverEvent] = (),
+                     libs: Sequence[LibFile] = (),
+                     libnvidia_ml_targets: set[str] | None = None,
+                     nvml: NvmlReading | None = None,
+                     smi: Sequence[tuple[str, SmiReport]] = ()) -> Iterator[Finding]:
     """The loaded kernel module and the userspace driver must be one release;
     after an upgrade without a reboot they are not, and NVML and CUDA refuse to
     work."""
-    kernel, user, flags = _version_evidence(facts)
+    kernel = _kernel_versions(kernel_module, module_versions)
+    user: Versions = {}
+    flags: list[Evidence] = []
+    _mismatch_events(driver_events, kernel, user, flags)
+    _userspace_versions(_active_libs(libs, libnvidia_ml_targets), nvml, smi, user, flags)
     disagree = [(k, u) for k in kernel for u in user if not versions_agree(k, u)]
     if disagree or flags:
         k_txt = " / ".join(_most_specific(kernel)) or "unknown"
@@ -158,7 +174,7 @@ def version_mismatch(facts: Facts) -> Iterator[Finding]:
             + [e for v in user.values() for e in v][:1])
 
 
-def _most_specific(versions) -> list[str]:
+def _most_specific(versions: Versions) -> list[str]:
     """Drop versions that another one extends ("550.54" when "550.54.15" is known)."""
     names = sorted(versions)
     return [v for v in names
@@ -166,16 +182,14 @@ def _most_specific(versions) -> list[str]:
 
 
 @rule("driver.wedged", produces=("driver.wedged",))
-def driver_wedged(facts: Facts) -> Iterator[Finding]:
+def driver_wedged(hung_driver_queries: dict[str, dict] | None = None) -> Iterator[Finding]:
     """A driver query that never returns (nvidia-smi, NVML killed at their
     timeout) means the driver is wedged: that is a finding, not a hung tool."""
     hung = []
-    for source in SMI_COMMANDS:
-        rec = facts.snapshot.record(source) or {}
-        if rec.get("error") == "timeout":
-            target = rec.get("target")
-            cmd = " ".join(target) if isinstance(target, list) else str(target or source)
-            hung.append(evidence(source, [f"{cmd}: {rec.get('error_detail') or 'timed out'}"]))
+    for source, rec in (hung_driver_queries or {}).items():
+        target = rec.get("target")
+        cmd = " ".join(target) if isinstance(target, list) else str(target or source)
+        hung.append(evidence(source, [f"{cmd}: {rec.get('error_detail') or 'timed out'}"]))
     if hung:
         yield finding(
             "driver.wedged", Severity.CRITICAL,
@@ -216,14 +230,15 @@ _SMI_ERRORS = {
 }
 
 
-@rule("nvidia-smi.errors", requires=("smi",),
+@rule("nvidia-smi.errors",
       produces=("nvidia-smi.cannot-communicate", "nvidia-smi.no-devices", "nvidia-smi.gpu-lost",
                 "nvidia-smi.no-permission", "nvidia-smi.nvml-init-failed", "nvidia-smi.error"))
-def smi_errors(facts: Facts) -> Iterator[Finding]:
+def smi_errors(smi: Sequence[tuple[str, SmiReport]],
+               in_container: bool | None = None) -> Iterator[Finding]:
     """nvidia-smi prints an error instead of output: each message has a meaning
     and a next step (a version mismatch is the driver.version-mismatch rule's)."""
     seen: set[tuple[str, str | None]] = set()
-    for source, report in facts.get("smi"):
+    for source, report in smi:
         for err in report.errors:
             if err.kind == "version-mismatch" or (err.kind, err.bus_id) in seen:
                 continue
@@ -237,7 +252,7 @@ def smi_errors(facts: Facts) -> Iterator[Finding]:
                 yield finding(fid, Severity.CRITICAL if fid != "nvidia-smi.no-permission"
                               else Severity.WARNING, title, why, action, blame, scope, ev)
             elif err.kind == "nvml-init":
-                yield _nvml_init_failed(facts, err, ev)
+                yield _nvml_init_failed(bool(in_container), err, ev)
             else:
                 yield finding("nvidia-smi.error", Severity.WARNING,
                               f"nvidia-smi failed: {err.reason or err.line.strip()[:80]}",
@@ -245,9 +260,9 @@ def smi_errors(facts: Facts) -> Iterator[Finding]:
                               Action.NONE, Blame.UNKNOWN, evidence=ev)
 
 
-def _nvml_init_failed(facts: Facts, err, ev: list[Evidence]) -> Finding:
+def _nvml_init_failed(in_container: bool, err: SmiError, ev: list[Evidence]) -> Finding:
     reason = err.reason or "unknown error"
-    if facts.maybe("in_container"):
+    if in_container:
         return finding(
             "nvidia-smi.nvml-init-failed", Severity.CRITICAL,
             f"NVML cannot initialise inside this container: {reason}",
@@ -294,12 +309,11 @@ _INIT_WHY = {
 }
 
 
-@rule("driver.init-events", requires=("driver_events",),
-      produces=tuple(v[0] for v in _INIT_EVENTS.values()))
-def init_events(facts: Facts) -> Iterator[Finding]:
+@rule("driver.init-events", produces=tuple(v[0] for v in _INIT_EVENTS.values()))
+def init_events(driver_events: Sequence[DriverEvent]) -> Iterator[Finding]:
     """Kernel log lines showing that the driver could not bring a GPU up."""
-    groups: dict[tuple[str, str | None], list] = {}
-    for ev in facts.get("driver_events"):
+    groups: dict[tuple[str, str | None], list[DriverEvent]] = {}
+    for ev in driver_events:
         if ev.kind in _INIT_EVENTS:
             groups.setdefault((ev.kind, ev.bus_id), []).append(ev)
     for (kind, bus_id), events in groups.items():

@@ -9,11 +9,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.facts import Facts
-from gputriage.hostfacts.fabric import FM_SOURCE, FabricNeed, FabricState, gpu_profile_for
+from gputriage.hostfacts.fabric import (
+    FM_SOURCE,
+    FabricNeed,
+    FabricState,
+    NvSwitchSighting,
+    gpu_profile_of,
+)
+from gputriage.hostfacts.stack import GpuSighting
+from gputriage.knowledge import GpuProfile
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.fabricmanager import FmEntry, FmLog
-from gputriage.parsers.nvlink import NvlinkErrorGpu, NvlinkGpu, NvlinkStatus, counter_kind
+from gputriage.parsers.nvlink import (
+    NvlinkErrorGpu,
+    NvlinkErrors,
+    NvlinkGpu,
+    NvlinkStatus,
+    counter_kind,
+)
+from gputriage.parsers.pci import PciFunction
 from gputriage.parsers.systemd import UnitState
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
 
@@ -24,9 +38,12 @@ SATURATED = 65535  # 16-bit counters of older GPUs stop here
 _LIFECYCLE_DOWN = ("stopped", "stopping", "start-failed", "nothing-to-do")
 
 
-def _locate(facts: Facts, index: int | None, uuid: str | None) -> Scope:
+Visible = tuple[str, list[GpuSighting]]  # the ``visible_gpus`` fact: (source, GPUs)
+Units = dict[str, UnitState]
+
+
+def _locate(visible: Visible | None, index: int | None, uuid: str | None) -> Scope:
     """A GPU scope with the bus id of the GPU of that UUID (or index) when known."""
-    visible = facts.maybe("visible_gpus")
     for g in (visible[1] if visible else []):
         if (uuid and g.uuid == uuid) or (not uuid and index is not None and g.index == index):
             return gpu_scope(g.bus_id, index if index is not None else g.index, uuid or g.uuid)
@@ -46,61 +63,73 @@ def _fm_lines(entries: list[FmEntry], limit: int = 12) -> list[str]:
 
 # --- NVLink state ------------------------------------------------------------------------
 
-def _single_gpu(facts: Facts, status: NvlinkStatus) -> bool:
+def _single_gpu(switches: list[NvSwitchSighting] | None, visible: Visible | None,
+                status: NvlinkStatus) -> bool:
     """Only one GPU on the host and no NVSwitch: its links have no peer to train with."""
-    if facts.maybe("nvswitches"):
+    if switches:
         return False
-    visible = facts.maybe("visible_gpus")
     count = len(visible[1]) if visible else len(status.gpus)
     return count <= 1 and len(status.gpus) <= 1 and all(g.index in (0, None)
                                                         for g in status.gpus)
 
 
-@rule("nvlink.links", requires=("nvlink",), produces=("nvlink.links-down",))
-def nvlink_links(facts: Facts) -> Iterator[Finding]:
+@rule("nvlink.links", produces=("nvlink.links-down",))
+def nvlink_links(nvlink: NvlinkStatus, nvswitches: list[NvSwitchSighting] | None = None,
+                 visible_gpus: Visible | None = None,
+                 pci_gpus: list[PciFunction] | None = None) -> Iterator[Finding]:
     """NVLinks that did not train: fewer active links than the GPU model has
     (SXM and superchip parts), or a partly trained bridge on PCIe cards. PCIe
     cards without links are left alone; unknown models get a generic check."""
-    status = facts.get("nvlink")
-    for gpu in status.gpus:
-        profile = gpu_profile_for(facts, gpu.name)
-        found = _links_finding(facts, status, gpu, profile)
+    for gpu in nvlink.gpus:
+        profile = gpu_profile_of(gpu.name, None, pci_gpus, visible_gpus)
+        scope = _locate(visible_gpus, gpu.index, gpu.uuid)
+        if profile is None or profile.form == "pcie":
+            found = _unprofiled_or_pcie(gpu, profile, scope)
+        else:
+            found = _links_finding(gpu, profile, scope,
+                                   _single_gpu(nvswitches, visible_gpus, nvlink),
+                                   bool(nvswitches))
         if found is not None:
             yield found
 
 
-def _links_finding(facts: Facts, status: NvlinkStatus, gpu: NvlinkGpu,
-                   profile) -> Finding | None:
+def _unprofiled_or_pcie(gpu: NvlinkGpu, profile: GpuProfile | None,
+                        scope: Scope) -> Finding | None:
+    """Links of a GPU without a profile (generic check) or of a PCIe card (bridge)."""
+    active, inactive = gpu.active_links, gpu.inactive_links
+    ev = [evidence("nvidia_smi_nvlink_status", gpu.evidence_lines())]
+    label = _label(gpu.index, gpu.name)
+    if not (inactive and active):
+        return None  # all up, or (on a PCIe card) no bridge fitted: nothing to say
+    if profile is None:
+        return finding(
+            "nvlink.links-down", Severity.WARNING,
+            f"{label}: {len(inactive)} of {len(gpu.links)} NVLinks inactive "
+            f"(links {_numbers(inactive)})",
+            "gputriage has no profile for this GPU model, so it cannot tell how many "
+            "links it should have; but some links are up and others are not, which "
+            "usually means a link that failed to train. Compare with identical nodes; "
+            "reset the GPU, and repair if the same links stay down.",
+            Action.RESET_GPU, Blame.NODE, scope, ev)
+    return finding(
+        "nvlink.links-down", Severity.WARNING,
+        f"{label}: NVLink bridge partly trained, {active} of {len(gpu.links)} links up",
+        f"This {profile.model} card has an NVLink bridge but only some of its links "
+        "are active: a bridge not fully seated or a failing link. Peer traffic falls "
+        "back to PCIe on the missing links. Drain the node and reseat the bridge.",
+        Action.DRAIN_AND_REPAIR, Blame.NODE, scope, ev)
+
+
+def _links_finding(gpu: NvlinkGpu, profile: GpuProfile, scope: Scope, single: bool,
+                   switches: bool) -> Finding | None:
+    """Links of an SXM or superchip GPU against the count its model has."""
     active, inactive = gpu.active_links, gpu.inactive_links
     all_down = gpu.all_inactive or (bool(gpu.links) and active == 0)
     ev = [evidence("nvidia_smi_nvlink_status", gpu.evidence_lines())]
-    scope = _locate(facts, gpu.index, gpu.uuid)
     label = _label(gpu.index, gpu.name)
-    if profile is None:
-        if inactive and active:
-            return finding(
-                "nvlink.links-down", Severity.WARNING,
-                f"{label}: {len(inactive)} of {len(gpu.links)} NVLinks inactive "
-                f"(links {_numbers(inactive)})",
-                "gputriage has no profile for this GPU model, so it cannot tell how many "
-                "links it should have; but some links are up and others are not, which "
-                "usually means a link that failed to train. Compare with identical nodes; "
-                "reset the GPU, and repair if the same links stay down.",
-                Action.RESET_GPU, Blame.NODE, scope, ev)
-        return None
-    if profile.form == "pcie":
-        if inactive and active:
-            return finding(
-                "nvlink.links-down", Severity.WARNING,
-                f"{label}: NVLink bridge partly trained, {active} of {len(gpu.links)} links up",
-                f"This {profile.model} card has an NVLink bridge but only some of its links "
-                "are active: a bridge not fully seated or a failing link. Peer traffic falls "
-                "back to PCIe on the missing links. Drain the node and reseat the bridge.",
-                Action.DRAIN_AND_REPAIR, Blame.NODE, scope, ev)
-        return None  # no bridge fitted: nothing to say
     expected = profile.nvlink_links
     if all_down:
-        if _single_gpu(facts, status):
+        if single:
             if profile.form != "sxm":
                 return None  # a standalone superchip has no GPU peer to link to
             return finding(
@@ -111,14 +140,14 @@ def _links_finding(facts: Facts, status: NvlinkStatus, gpu: NvlinkGpu,
                 "with. Multi-GPU jobs need the whole baseboard; see the fabric state "
                 "findings for whether CUDA can start at all.",
                 Action.FIX_CONFIG, Blame.CONFIG, scope, ev)
-        switches = "; check nvidia-fabricmanager first on an NVSwitch system" \
-            if facts.maybe("nvswitches") or profile.form == "sxm" else ""
+        first = "; check nvidia-fabricmanager first on an NVSwitch system" \
+            if switches or profile.form == "sxm" else ""
         return finding(
             "nvlink.links-down", Severity.CRITICAL,
             f"{label}: all NVLinks inactive (0 of {expected} up)",
             f"A {profile.model} GPU should have {expected} active NVLinks; with none, "
             "NVLink peer-to-peer and NCCL over NVLink fail or fall back to slow paths, so "
-            f"the node is unfit for multi-GPU jobs{switches}. Then reset the GPU; if the "
+            f"the node is unfit for multi-GPU jobs{first}. Then reset the GPU; if the "
             "links stay down, drain the node and repair (RMA) the GPU or baseboard.",
             Action.RESET_GPU, Blame.NODE, scope, ev)
     if inactive:
@@ -148,17 +177,18 @@ def _numbers(links: list[int], limit: int = 12) -> str:
 
 # --- NVLink error counters ---------------------------------------------------------------
 
-@rule("nvlink.errors", requires=("nvlink_errors",), produces=("nvlink.errors",))
-def nvlink_errors(facts: Facts) -> Iterator[Finding]:
+@rule("nvlink.errors", produces=("nvlink.errors",))
+def nvlink_errors(nvlink_errors: NvlinkErrors,
+                  visible_gpus: Visible | None = None) -> Iterator[Finding]:
     """NVLink CRC, replay and recovery counters above zero: signal-integrity trouble
     on a link; warning from a per-counter threshold, information below it."""
-    for gpu in facts.get("nvlink_errors").gpus:
-        found = _errors_finding(facts, gpu)
+    for gpu in nvlink_errors.gpus:
+        found = _errors_finding(visible_gpus, gpu)
         if found is not None:
             yield found
 
 
-def _errors_finding(facts: Facts, gpu: NvlinkErrorGpu) -> Finding | None:
+def _errors_finding(visible: Visible | None, gpu: NvlinkErrorGpu) -> Finding | None:
     errors = gpu.errors()
     if not errors:
         return None
@@ -177,7 +207,7 @@ def _errors_finding(facts: Facts, gpu: NvlinkErrorGpu) -> Finding | None:
     label = _label(gpu.index, gpu.name)
     more = f" and {len(parts) - 4} more" if len(parts) > 4 else ""
     title = f"{label}: NVLink errors on {len(errors)} link(s): {'; '.join(parts[:4])}{more}"
-    scope = _locate(facts, gpu.index, gpu.uuid)
+    scope = _locate(visible, gpu.index, gpu.uuid)
     ev = [evidence("nvidia_smi_nvlink_errors", lines)]
     if not severe:
         return finding(
@@ -242,25 +272,25 @@ def _fm_down(unit: UnitState | None,
     return None
 
 
-def _needed_and_down(facts: Facts) -> tuple[str, Action, list[Evidence]] | None:
+def _needed_and_down(need: FabricNeed | None, units: Units | None,
+                     log: FmLog | None) -> tuple[str, Action, list[Evidence]] | None:
     """Why the fabric manager is not running on a host whose NVSwitches need it here."""
-    need: FabricNeed | None = facts.maybe("needs_fabric_manager")
     if need is None or not need.needed or need.where != "here":
         return None
-    return _fm_down((facts.maybe("units") or {}).get(FM_UNIT), facts.maybe("fm_log"))
+    return _fm_down((units or {}).get(FM_UNIT), log)
 
 
 @rule("fabric.manager", any_of=("units", "fm_log"),
       produces=("fabric.manager-inactive", "fabric.manager-not-needed"))
-def fabric_manager(facts: Facts) -> Iterator[Finding]:
+def fabric_manager(units: Units | None = None, fm_log: FmLog | None = None,
+                   needs_fabric_manager: FabricNeed | None = None) -> Iterator[Finding]:
     """nvidia-fabricmanager must run where NVSwitches are (CUDA fails with 802
     until it has configured them) and is pointless where there are none."""
-    need: FabricNeed | None = facts.maybe("needs_fabric_manager")
-    unit = (facts.maybe("units") or {}).get(FM_UNIT)
-    log: FmLog | None = facts.maybe("fm_log")
+    need, log = needs_fabric_manager, fm_log
+    unit = (units or {}).get(FM_UNIT)
     nothing = log.having("nothing-to-do") if log is not None else []
     if need is not None and need.needed:
-        down = _needed_and_down(facts)
+        down = _needed_and_down(need, units, log)
         if down is None:
             return  # running, or the fabric is managed outside (fabric.state says so)
         why, action, ev = down
@@ -310,21 +340,26 @@ def fabric_manager(facts: Facts) -> Iterator[Finding]:
 
 # --- per-GPU fabric registration ---------------------------------------------------------
 
-@rule("fabric.state", requires=("fabric_states",), produces=("fabric.state-not-completed",))
-def fabric_state(facts: Facts) -> Iterator[Finding]:
+@rule("fabric.state", produces=("fabric.state-not-completed",))
+def fabric_state(fabric_states: list[FabricState],
+                 needs_fabric_manager: FabricNeed | None = None, units: Units | None = None,
+                 fm_log: FmLog | None = None, pci_gpus: list[PciFunction] | None = None,
+                 pci_source: str = "pci_devices",
+                 visible_gpus: Visible | None = None) -> Iterator[Finding]:
     """Hopper and later GPUs on an NVSwitch fabric must finish fabric registration
     (State Completed, Status Success) before CUDA can use them (error 802 until then)."""
-    need: FabricNeed | None = facts.maybe("needs_fabric_manager")
-    unit = (facts.maybe("units") or {}).get(FM_UNIT)
-    log: FmLog | None = facts.maybe("fm_log")
-    for state in facts.get("fabric_states"):
+    unit = (units or {}).get(FM_UNIT)
+    for state in fabric_states:
         if not state.completed:
-            yield _state_finding(facts, state, need, unit, log)
+            profile = gpu_profile_of(state.name, state.bus_id, pci_gpus, visible_gpus)
+            pci = [f.raw.get("header", f.address) for f in pci_gpus or []]
+            yield _state_finding(state, profile, needs_fabric_manager, unit, fm_log,
+                                 evidence(pci_source, pci[:4],
+                                          "no NVSwitch among the PCI functions"))
 
 
-def _state_finding(facts: Facts, state: FabricState, need: FabricNeed | None,
-                   unit: UnitState | None, log: FmLog | None) -> Finding:
-    profile = gpu_profile_for(facts, state.name, state.bus_id)
+def _state_finding(state: FabricState, profile: GpuProfile | None, need: FabricNeed | None,
+                   unit: UnitState | None, log: FmLog | None, pci: Evidence) -> Finding:
     model = profile.model if profile is not None else (state.name or "GPU")
     label = _label(state.index, state.name or (profile.model if profile else None))
     scope = gpu_scope(state.bus_id, state.index, state.uuid)
@@ -334,10 +369,8 @@ def _state_finding(facts: Facts, state: FabricState, need: FabricNeed | None,
     if log is not None:
         ev.append(evidence(FM_SOURCE, _fm_lines(log.having("nothing-to-do", "start-failed"))))
     if need is not None and need.where == "host":
-        pci = [f.raw.get("header", f.address) for f in facts.maybe("pci_gpus", []) or []]
-        if pci:
-            ev.append(evidence(facts.maybe("pci_source", "pci_devices"), pci[:4],
-                               "no NVSwitch among the PCI functions"))
+        if pci.lines:
+            ev.append(pci)
         return finding(
             "fabric.state-not-completed", Severity.CRITICAL,
             title + ": no NVSwitch visible, the fabric cannot complete here",
@@ -384,19 +417,14 @@ _EVENT_TEXT = {
 }
 
 
-@rule("fabric.manager-log", requires=("fm_log",), produces=("fabric.manager-errors",))
-def fabric_manager_log(facts: Facts) -> Iterator[Finding]:
+@rule("fabric.manager-log", produces=("fabric.manager-errors",))
+def fabric_manager_log(fm_log: FmLog, needs_fabric_manager: FabricNeed | None = None,
+                       units: Units | None = None) -> Iterator[Finding]:
     """Errors the fabric manager logged: NVSwitch fatal / non-fatal errors,
     uncorrectable errors, multicast (NVLS) failures, version mismatches. A
     failed start (and a version mismatch that stopped it) is the fabric.manager
     rule's."""
-    log: FmLog = facts.get("fm_log")
-    need: FabricNeed | None = facts.maybe("needs_fabric_manager")
-    errors = [e for e in log.errors if e.event != "start-failed"]
-    if _needed_and_down(facts) is not None:  # the service is down: fabric.manager says why
-        errors = [e for e in errors if e.event != "version-mismatch"]
-    if need is not None and not need.needed:
-        errors = [e for e in errors if e.event != "error"]
+    errors = _logged_errors(fm_log, needs_fabric_manager, units)
     if not errors:
         return
     counts: dict[str, int] = {}
@@ -404,30 +432,49 @@ def fabric_manager_log(facts: Facts) -> Iterator[Finding]:
         counts[e.event or "error"] = counts.get(e.event or "error", 0) + 1
     worst = next((ev for ev in _CRITICAL_EVENTS if ev in counts), None)
     critical = worst is not None or any(e.level == "fatal" for e in errors)
+    why, action = _log_advice(worst, critical)
+    yield finding("fabric.manager-errors",
+                  Severity.CRITICAL if critical else Severity.WARNING,
+                  _log_title(errors, counts), why, action,
+                  Blame.NODE, Scope("unit", name=FM_UNIT),
+                  [evidence(FM_SOURCE, _fm_lines(errors, 20),
+                            f"{len(errors)} error record(s)" if len(errors) > 1 else None)])
+
+
+def _logged_errors(log: FmLog, need: FabricNeed | None, units: Units | None) -> list[FmEntry]:
+    """The error records this rule reports: not failed starts (fabric.manager's), not a
+    version mismatch while the service is down (ditto), and no generic errors where
+    no fabric manager is needed."""
+    errors = [e for e in log.errors if e.event != "start-failed"]
+    if _needed_and_down(need, units, log) is not None:
+        errors = [e for e in errors if e.event != "version-mismatch"]
+    if need is not None and not need.needed:
+        errors = [e for e in errors if e.event != "error"]
+    return errors
+
+
+def _log_title(errors: list[FmEntry], counts: dict[str, int]) -> str:
     summary = ", ".join(f"{n} {_EVENT_TEXT.get(ev, ev)}{'s' if n > 1 else ''}"
                         for ev, n in counts.items())
     details = sorted({f"{e.code or ''} on NVSwitch {e.nvswitch}"
                       + (f" port {e.port}" if e.port is not None else "")
                       for e in errors if e.nvswitch})
-    title = f"fabric manager log: {summary}" + (f" ({'; '.join(details[:3]).strip()})"
-                                                if details else "")
+    return f"fabric manager log: {summary}" + (f" ({'; '.join(details[:3]).strip()})"
+                                               if details else "")
+
+
+def _log_advice(worst: str | None, critical: bool) -> tuple[str, Action]:
+    """What the worst logged event means, and what to do."""
     if worst == "version-mismatch":
-        why, action = ("The fabric manager and the driver are different releases: it refuses "
-                       "to configure the fabric. Install the fabric manager package matching "
-                       "the driver version exactly."), Action.FIX_SOFTWARE
-    elif critical:
-        why, action = ("A fatal or uncorrectable fabric error stops NVLink traffic through "
-                       "the switch or GPU involved: jobs using it fail or hang. Drain the "
-                       "node, reboot it, and repair the baseboard if it comes back; match "
-                       "the time with SXid / Xid lines in the kernel log."),\
-            Action.DRAIN_AND_REPAIR
-    else:
-        why, action = ("The fabric manager logged errors the fabric survived (NVSwitch "
-                       "non-fatal errors, failed multicast setups). Watch for them: if "
-                       "they recur on the same switch or port, match them with SXid lines "
-                       "and NVLink error counters and plan a repair."), Action.NONE
-    yield finding("fabric.manager-errors",
-                  Severity.CRITICAL if critical else Severity.WARNING, title, why, action,
-                  Blame.NODE, Scope("unit", name=FM_UNIT),
-                  [evidence(FM_SOURCE, _fm_lines(errors, 20),
-                            f"{len(errors)} error record(s)" if len(errors) > 1 else None)])
+        return ("The fabric manager and the driver are different releases: it refuses "
+                "to configure the fabric. Install the fabric manager package matching "
+                "the driver version exactly."), Action.FIX_SOFTWARE
+    if critical:
+        return ("A fatal or uncorrectable fabric error stops NVLink traffic through "
+                "the switch or GPU involved: jobs using it fail or hang. Drain the "
+                "node, reboot it, and repair the baseboard if it comes back; match "
+                "the time with SXid / Xid lines in the kernel log."), Action.DRAIN_AND_REPAIR
+    return ("The fabric manager logged errors the fabric survived (NVSwitch "
+            "non-fatal errors, failed multicast setups). Watch for them: if "
+            "they recur on the same switch or port, match them with SXid lines "
+            "and NVLink error counters and plan a repair."), Action.NONE

@@ -4,14 +4,15 @@ sample deviceQuery said."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
-from gputriage.facts import Facts
+from gputriage.hostfacts.fabric import FabricNeed
+from gputriage.hostfacts.smi_views import SmiView
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.device_query import DeviceQuery
 from gputriage.parsers.gpu_reset import ResetAttempt, ResetLog
+from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
-from gputriage.rules.memory import SmiView, smi_views
 
 WHOLE_GPU_FIELDS = 3  # this many unreadable fields (or the name): the GPU, not a sensor
 # daemons and agents that keep a GPU open; anything else holding it is a job
@@ -22,11 +23,11 @@ _SERVICES = ("nvidia-persistenced", "nvidia-persiste", "nv-hostengine", "dcgm", 
 
 # --- ERR! in nvidia-smi ------------------------------------------------------------------
 
-def _xids(facts: Facts, bus: str | None) -> list[tuple[str, str]]:
+def _xids(events: Iterable[DriverEvent], bus: str | None) -> list[tuple[str, str]]:
     """(code, line) of the kernel log's Xid events for one GPU."""
     if not bus:
         return []
-    return [(ev.details.get("code", "?"), ev.line) for ev in facts.maybe("driver_events", [])
+    return [(ev.details.get("code", "?"), ev.line) for ev in events
             if ev.kind == "xid" and ev.bus_id == bus]
 
 
@@ -38,17 +39,18 @@ def _error_evidence(view: SmiView, fields: list[str]) -> list[Evidence]:
     return [evidence(source, [f"{view.label}: unreadable {', '.join(fields)}"], "as parsed")]
 
 
-@rule("gpu.error-state", requires=("smi",), produces=("gpu.error-state",))
-def gpu_error_state(facts: Facts) -> Iterator[Finding]:
+@rule("gpu.error-state", produces=("gpu.error-state",))
+def gpu_error_state(smi_views: list[SmiView],
+                    driver_events: Sequence[DriverEvent] = ()) -> Iterator[Finding]:
     """nvidia-smi prints ERR! (or, in CSV, a bracketed error) where it could not read
     a value from the GPU: the GPU, or one of its sensors, no longer answers."""
-    for view in smi_views(facts):
+    for view in smi_views:
         raw = view.raw("error fields")
         if not raw:
             continue
         fields = [f for f in raw.split(",") if f]
         whole = "name" in fields or len(fields) >= WHOLE_GPU_FIELDS
-        xids = _xids(facts, view.bus_id)
+        xids = _xids(driver_events, view.bus_id)
         codes = sorted({c for c, _ in xids}, key=lambda c: (len(c), c))
         seen = f" The kernel log has Xid {', '.join(codes)} for it." if codes else ""
         ev = _error_evidence(view, fields) + (
@@ -123,13 +125,12 @@ def _done(log: ResetLog, last: ResetAttempt, refused: int, ev: list[Evidence]) -
         gpu_scope(last.bus_id), ev)
 
 
-@rule("gpu.reset", requires=("gpu_resets",),
-      produces=("gpu.reset-done", "gpu.reset-blocked", "gpu.reset-failed"))
-def gpu_reset(facts: Facts) -> Iterator[Finding]:
+@rule("gpu.reset", produces=("gpu.reset-done", "gpu.reset-blocked", "gpu.reset-failed"))
+def gpu_reset(gpu_resets: ResetLog) -> Iterator[Finding]:
     """The last reset attempt of each GPU: done (its earlier errors are history),
     refused because a client holds the GPU (stop it: a configuration matter), or
     refused for another reason (reboot)."""
-    log: ResetLog = facts.get("gpu_resets")
+    log = gpu_resets
     ev = [evidence("gpu_reset", log.lines)]
     for bus, last in log.last_by_gpu().items():
         refused = sum(1 for a in log.attempts if a.bus_id == bus and a.outcome != "reset")
@@ -175,7 +176,7 @@ _CUDA_ERRORS: dict[int, tuple[str, str, Severity, Action, Blame]] = {
 }
 
 
-def _dq_failed(facts: Facts, dq: DeviceQuery, ev: list[Evidence]) -> Finding:
+def _dq_failed(dq: DeviceQuery, need: FabricNeed | None, ev: list[Evidence]) -> Finding:
     code = dq.error_code if dq.error_code is not None else (100 if dq.detected == 0 else None)
     known = _CUDA_ERRORS.get(code) if code is not None else None
     text = f" ({dq.error_text})" if dq.error_text else ""
@@ -189,26 +190,24 @@ def _dq_failed(facts: Facts, dq: DeviceQuery, ev: list[Evidence]) -> Finding:
             "container's GPU access.", Action.NONE, Blame.UNKNOWN, evidence=ev)
     name, why, severity, action, blame = known
     extra = []
-    if code == 802:
-        need = facts.maybe("needs_fabric_manager")
-        if need is not None and need.needed:
-            why += f" This host needs it: {need.reason}."
-            extra = list(need.evidence)
+    if code == 802 and need is not None and need.needed:
+        why += f" This host needs it: {need.reason}."
+        extra = list(need.evidence)
     return finding(
         "cuda.device-query-failed", severity, f"{title}: {name}",
         f"CUDA cannot be used here: {why}", action, blame, evidence=ev + extra)
 
 
-@rule("cuda.device-query", requires=("device_query",),
-      produces=("cuda.device-query-failed", "cuda.device-query-ok"))
-def device_query(facts: Facts) -> Iterator[Finding]:
+@rule("cuda.device-query", produces=("cuda.device-query-failed", "cuda.device-query-ok"))
+def device_query(device_query: DeviceQuery,
+                 needs_fabric_manager: FabricNeed | None = None) -> Iterator[Finding]:
     """deviceQuery is the smallest CUDA program: when it fails, its cudaError number
     says why CUDA cannot start (802: fabric not ready, 35: driver older than the
     runtime, 100: no device); when it passes, CUDA works on the devices it lists."""
-    dq: DeviceQuery = facts.get("device_query")
+    dq = device_query
     ev = [evidence("device_query", dq.lines)]
     if dq.failed:
-        yield _dq_failed(facts, dq, ev)
+        yield _dq_failed(dq, needs_fabric_manager, ev)
         return
     if not dq.devices and dq.result != "PASS":
         return

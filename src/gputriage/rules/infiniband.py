@@ -12,8 +12,6 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
-import gputriage.hostfacts.infiniband  # noqa: F401  (registers ib_ports, ib_gpu_affinity)
-from gputriage.facts import Facts
 from gputriage.hostfacts.infiniband import HcaAffinity
 from gputriage.model import Action, Blame, Finding, Scope, Severity
 from gputriage.parsers.infiniband import IbPort
@@ -49,8 +47,11 @@ def _evidence(port: IbPort, note: str | None = None):
     return evidence(port.source, lines or [f"{port.key}: state {port.state}"], note)
 
 
-def _affinity(facts: Facts, port: IbPort) -> HcaAffinity | None:
-    return (facts.maybe("ib_gpu_affinity") or {}).get(port.device)
+Affinity = dict[str, HcaAffinity]  # the ``ib_gpu_affinity`` fact: HCA name -> affinity
+
+
+def _affinity(affinity: Affinity | None, port: IbPort) -> HcaAffinity | None:
+    return (affinity or {}).get(port.device)
 
 
 # PCI location in predictable RDMA / netdev names: roceP2p1s0f1, enp1s0f0np0, ibp24s0f1
@@ -89,15 +90,15 @@ def _passes_traffic(port: IbPort) -> bool:
     return (port.netdev_state or "").lower() == "up"
 
 
-@rule("ib.port-not-active", requires=("ib_ports",), produces=("ib.port-not-active",))
-def port_not_active(facts: Facts) -> Iterator[Finding]:
+@rule("ib.port-not-active", produces=("ib.port-not-active",))
+def port_not_active(ib_ports: list[IbPort],
+                    ib_gpu_affinity: Affinity | None = None) -> Iterator[Finding]:
     """An HCA port that is Down, Init or Armed, or whose netdev is down, passes no
     RDMA traffic: critical on a GPU rail, a warning elsewhere."""
-    ports = facts.get("ib_ports")
-    for port in ports:
+    for port in ib_ports:
         if not port.is_down:
             continue
-        aff = _affinity(facts, port)
+        aff = _affinity(ib_gpu_affinity, port)
         rail = bool(aff and aff.rail)
         phys = port.phys_state
         if port.state is None:
@@ -114,7 +115,7 @@ def port_not_active(facts: Facts) -> Iterator[Finding]:
             why = ("This HCA is a GPU rail, so multi-node NCCL jobs on this node fail or fall "
                    "back to slower paths. " + why)
         note = where if where.endswith(".") else where + "."
-        sibling = None if rail or phys == "Disabled" else _sibling_up(port, ports)
+        sibling = None if rail or phys == "Disabled" else _sibling_up(port, ib_ports)
         if sibling is not None:
             yield finding(
                 "ib.port-not-active", Severity.INFO, f"{title}; {sibling.key} on the same "
@@ -152,12 +153,12 @@ def _port_advice(port: IbPort) -> tuple[Action, Blame, str]:
             "it or disable it.")
 
 
-@rule("ib.roce-gid", requires=("ib_ports",), produces=("ib.roce-gid",))
-def roce_gid(facts: Facts) -> Iterator[Finding]:
+@rule("ib.roce-gid", produces=("ib.roce-gid",))
+def roce_gid(ib_ports: list[IbPort]) -> Iterator[Finding]:
     """Which GID index a RoCE port's routable (v2, IP-based) address has, for
     NCCL_IB_GID_INDEX; a RoCE port with no routable GID at all cannot carry routed
     RoCE traffic."""
-    for port in facts.get("ib_ports"):
+    for port in ib_ports:
         v2 = [g for g in port.gids if g.version == "v2"]
         if not v2:
             continue
@@ -195,11 +196,12 @@ def _rate_groups(ports: list[IbPort]) -> dict[tuple[str | None, str | None], lis
     return groups
 
 
-@rule("ib.rate-below-peers", requires=("ib_ports",), produces=("ib.rate-below-peers",))
-def rate_below_peers(facts: Facts) -> Iterator[Finding]:
+@rule("ib.rate-below-peers", produces=("ib.rate-below-peers",))
+def rate_below_peers(ib_ports: list[IbPort],
+                     ib_gpu_affinity: Affinity | None = None) -> Iterator[Finding]:
     """An active port running slower than most ports of the same HCA model and link
     layer trained down (bad cable, wrong transceiver, switch port speed)."""
-    for (model, layer), group in _rate_groups(facts.get("ib_ports")).items():
+    for (model, layer), group in _rate_groups(ib_ports).items():
         counts = Counter(p.rate_gbps for p in group)
         usual, n_usual = max(counts.items(), key=lambda kv: (kv[1], kv[0] or 0.0))
         need = 2 if model else 3  # without a model name ask for a clearer majority
@@ -209,7 +211,7 @@ def rate_below_peers(facts: Facts) -> Iterator[Finding]:
             if port.rate_gbps is None or usual is None or port.rate_gbps >= usual:
                 continue
             kind = " ".join(x for x in (model, layer) if x) or "HCA"
-            aff = _affinity(facts, port)
+            aff = _affinity(ib_gpu_affinity, port)
             why = ("A port that trains at a lower rate than its identical peers usually has a "
                    "damaged cable, a wrong or failing transceiver, or a misconfigured switch "
                    "port; traffic over it runs at a fraction of the speed. Reseat or replace "
@@ -245,11 +247,11 @@ def _counter_lines(port: IbPort, names: tuple[str, ...]) -> list[str]:
     return [ln for ln in port.lines if any(f"/counters/{n}:" in ln for n in names)]
 
 
-@rule("ib.symbol-errors", requires=("ib_ports",), produces=("ib.symbol-errors",))
-def symbol_errors(facts: Facts) -> Iterator[Finding]:
+@rule("ib.symbol-errors", produces=("ib.symbol-errors",))
+def symbol_errors(ib_ports: list[IbPort]) -> Iterator[Finding]:
     """Symbol errors and link error recoveries count bit errors and retrains on a
     port's physical link: a marginal cable or transceiver."""
-    for port in facts.get("ib_ports"):
+    for port in ib_ports:
         sym = port.counters.get("symbol_error", 0)
         rec = port.counters.get("link_error_recovery", 0)
         if sym < SYMBOL_ERROR_WARN and rec < LINK_ERROR_RECOVERY_WARN:
@@ -273,11 +275,11 @@ def symbol_errors(facts: Facts) -> Iterator[Finding]:
                       f"link_error_recovery >= {LINK_ERROR_RECOVERY_WARN}")])
 
 
-@rule("ib.link-downed", requires=("ib_ports",), produces=("ib.link-downed",))
-def link_downed(facts: Facts) -> Iterator[Finding]:
+@rule("ib.link-downed", produces=("ib.link-downed",))
+def link_downed(ib_ports: list[IbPort]) -> Iterator[Finding]:
     """link_downed counts the times a port's link failed and went down since the
     counters were cleared: a flapping link kills the jobs using it."""
-    for port in facts.get("ib_ports"):
+    for port in ib_ports:
         downs = port.counters.get("link_downed", 0)
         if downs <= 0:
             continue

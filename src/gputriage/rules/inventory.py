@@ -3,27 +3,31 @@ driver can use, and a baseboard carries a known number of GPUs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from gputriage import knowledge
-from gputriage.facts import Facts
-from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.hostfacts.stack import GpuSighting
+from gputriage.model import Action, Blame, Evidence, Finding, Severity
+from gputriage.parsers.nvsmi import SmiReport
+from gputriage.parsers.pci import PciFunction
 from gputriage.parsers.topo import TopoMatrix, nvlink_count
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
 
 PASSTHROUGH_DRIVERS = {"vfio-pci", "pci-stub"}
+Visible = tuple[str, list[GpuSighting]]  # the visible_gpus fact: (source, GPUs)
+Lost = dict[str, list[tuple[str, str]]]  # the lost_gpus fact: bus id -> [(source, line)]
 
 
-@rule("gpu.count", requires=("pci_gpus", "visible_gpus"),
-      produces=("gpu.missing", "gpu.count-ok", "gpu.passthrough"))
-def gpu_count(facts: Facts) -> Iterator[Finding]:
+@rule("gpu.count", produces=("gpu.missing", "gpu.count-ok", "gpu.passthrough"))
+def gpu_count(pci_gpus: list[PciFunction], visible_gpus: Visible, pci_source: str,
+              driver_loaded: bool | None = None, lost_gpus: Lost | None = None
+              ) -> Iterator[Finding]:
     """Compare NVIDIA GPU functions on the PCI bus (by class, not audio or
     NVSwitch functions) with the GPUs the driver can use; name the missing ones."""
-    pci_gpus = facts.get("pci_gpus")
-    if not pci_gpus or facts.maybe("driver_loaded") is False:
+    if not pci_gpus or driver_loaded is False:
         return  # driver.presence covers these
-    source, visible = facts.get("visible_gpus")
-    lost = facts.maybe("lost_gpus", {})
+    source, visible = visible_gpus
+    lost = lost_gpus or {}
     passthrough = [f for f in pci_gpus if f.driver in PASSTHROUGH_DRIVERS]
     if passthrough:
         yield finding(
@@ -31,7 +35,7 @@ def gpu_count(facts: Facts) -> Iterator[Finding]:
             f"{len(passthrough)} GPU(s) bound to {passthrough[0].driver} for passthrough",
             "GPUs given to virtual machines are not expected to be visible to this host's "
             "driver.", Action.NONE, Blame.CONFIG,
-            evidence=[evidence(facts.get("pci_source"), [f"{f.address} driver={f.driver}"
+            evidence=[evidence(pci_source, [f"{f.address} driver={f.driver}"
                                                for f in passthrough])])
     expected = [f for f in pci_gpus if f.driver not in PASSTHROUGH_DRIVERS]
     seen = {g.bus_id for g in visible if g.bus_id and g.bus_id not in lost}
@@ -43,25 +47,15 @@ def gpu_count(facts: Facts) -> Iterator[Finding]:
                 f"{len(expected) - len(visible)} GPU(s) on PCI not visible to the driver "
                 f"({len(visible)} of {len(expected)})", _MISSING_WHY, Action.DRAIN_AND_REPAIR,
                 Blame.NODE,
-                evidence=[evidence(facts.get("pci_source"), [_line(f) for f in expected]),
+                evidence=[evidence(pci_source, [_line(f) for f in expected]),
                           evidence(source, [g.line for g in visible])])
         return
     missing = [f for f in expected if f.address not in seen]
     for f in missing:
-        ev = [evidence(facts.get("pci_source"), [_line(f)], "on the PCI bus"),
+        ev = [evidence(pci_source, [_line(f)], "on the PCI bus"),
               evidence(source, [f"{f.address} is not among the {len(seen)} GPUs listed"])]
-        for lost_source, line in lost.get(f.address, []):
-            ev.append(evidence(lost_source, [line]))
-        other = f.driver if f.driver and f.driver != "nvidia" else None
-        title = f"GPU {f.address} is on the PCI bus but not usable by the driver"
-        action, blame, why = Action.DRAIN_AND_REPAIR, Blame.NODE, _MISSING_WHY
-        if other == "nouveau":
-            title = f"GPU {f.address} is held by the nouveau driver"
-            action, blame = Action.FIX_CONFIG, Blame.CONFIG
-            why = ("nouveau, not nvidia, drives this GPU. Blacklist nouveau, rebuild the "
-                   "initramfs and reboot.")
-        yield finding("gpu.missing", Severity.CRITICAL, title, why, action, blame,
-                      gpu_scope(f.address), ev)
+        ev += [evidence(lost_source, [line]) for lost_source, line in lost.get(f.address, [])]
+        yield _missing(f, ev)
     if not missing:
         yield finding(
             "gpu.count-ok", Severity.OK,
@@ -69,9 +63,21 @@ def gpu_count(facts: Facts) -> Iterator[Finding]:
             f"Compared the PCI bus with {source}.", Action.NONE, Blame.UNKNOWN)
 
 
-def _in_vm(facts: Facts) -> bool:
+def _missing(f: PciFunction, ev: list[Evidence]) -> Finding:
+    """A GPU on the PCI bus the driver cannot use (or that nouveau holds)."""
+    if f.driver == "nouveau":
+        return finding(
+            "gpu.missing", Severity.CRITICAL, f"GPU {f.address} is held by the nouveau driver",
+            "nouveau, not nvidia, drives this GPU. Blacklist nouveau, rebuild the initramfs "
+            "and reboot.", Action.FIX_CONFIG, Blame.CONFIG, gpu_scope(f.address), ev)
+    return finding("gpu.missing", Severity.CRITICAL,
+                   f"GPU {f.address} is on the PCI bus but not usable by the driver",
+                   _MISSING_WHY, Action.DRAIN_AND_REPAIR, Blame.NODE, gpu_scope(f.address), ev)
+
+
+def _in_vm(smi: Iterable[tuple[str, SmiReport]]) -> bool:
     """GPUs passed through to a VM (nvidia-smi's virtualization mode says so)."""
-    for _, report in facts.maybe("smi", []):
+    for _, report in smi:
         for g in report.gpus:
             if g.virtualization_mode and g.virtualization_mode.lower() not in ("none", "n/a"):
                 return True
@@ -84,17 +90,18 @@ _MISSING_WHY = (
     "rarely helps: drain the node, power-cycle it, and reseat or RMA the GPU if it recurs.")
 
 
-def _line(f) -> str:
+def _line(f: PciFunction) -> str:
     return (f"{f.address} [{(f.vendor or 0):04x}:{(f.device or 0):04x}] "
             f"driver={f.driver or 'none'}")
 
 
-@rule("gpu.count-unexpected", requires=("visible_gpus",), produces=("gpu.count-unexpected",))
-def gpu_count_unexpected(facts: Facts) -> Iterator[Finding]:
+@rule("gpu.count-unexpected", produces=("gpu.count-unexpected",))
+def gpu_count_unexpected(visible_gpus: Visible, pci_gpus: list[PciFunction] | None = None,
+                         smi: Sequence[tuple[str, SmiReport]] = ()) -> Iterator[Finding]:
     """Baseboard GPUs come in fixed counts (HGX: 4 or 8): seven visible H100 SXM
     means one is gone, even when the PCI bus no longer shows it."""
-    source, visible = facts.get("visible_gpus")
-    profile = _unexpected_count_profile(facts)
+    source, visible = visible_gpus
+    profile = _unexpected_count_profile(visible_gpus, pci_gpus, smi)
     if profile is None:
         return
     sizes = " or ".join(str(n) for n in profile.baseboard_gpus)
@@ -107,11 +114,12 @@ def gpu_count_unexpected(facts: Facts) -> Iterator[Finding]:
         evidence=[evidence(source, [g.line for g in visible])])
 
 
-def _unexpected_count_profile(facts: Facts) -> knowledge.GpuProfile | None:
+def _unexpected_count_profile(visible_gpus: Visible | None, pci_gpus: list[PciFunction] | None,
+                              smi: Iterable[tuple[str, SmiReport]]
+                              ) -> knowledge.GpuProfile | None:
     """The model profile when the driver sees a GPU count its baseboards never carry
     (and the PCI bus does not already show the missing ones)."""
-    _, visible = facts.maybe("visible_gpus") or (None, [])
-    pci_gpus = facts.maybe("pci_gpus")
+    visible = visible_gpus[1] if visible_gpus else []
     if not visible or (pci_gpus is not None and len(pci_gpus) > len(visible)):
         return None  # gpu.count names the missing ones
     profiles = {knowledge.gpu_profile(g.name) for g in visible}
@@ -120,7 +128,7 @@ def _unexpected_count_profile(facts: Facts) -> knowledge.GpuProfile | None:
     profile = profiles.pop()
     if profile is None or not profile.baseboard_gpus or len(visible) in profile.baseboard_gpus:
         return None
-    if len(visible) * 2 <= max(profile.baseboard_gpus) or _in_vm(facts):
+    if len(visible) * 2 <= max(profile.baseboard_gpus) or _in_vm(smi):
         return None  # VMs and partitions get subsets of a board; only "one short" is telling
     return profile
 
@@ -145,15 +153,17 @@ def _switched_size(matrix: TopoMatrix) -> int | None:
 
 
 @rule("gpu.board-count", any_of=("pci", "topology"), produces=("gpu.board-short",))
-def board_count(facts: Facts) -> Iterator[Finding]:
+def board_count(pci: list[PciFunction] | None = None, topology: TopoMatrix | None = None,
+                pci_source: str | None = None, visible_gpus: Visible | None = None,
+                pci_gpus: list[PciFunction] | None = None,
+                smi: Sequence[tuple[str, SmiReport]] = ()) -> Iterator[Finding]:
     """NVSwitch boards come with a fixed number of GPUs: NVSwitches on the PCI bus
     beside fewer than 8 GPUs, or a topology whose GPUs all meet through NVSwitches
     one GPU short of a board (7 of 8), means GPUs are missing altogether."""
-    if _unexpected_count_profile(facts) is not None:
+    if _unexpected_count_profile(visible_gpus, pci_gpus, smi) is not None:
         return  # gpu.count-unexpected already says it
-    pci = facts.maybe("pci") or []
-    switches = [f for f in pci if f.is_nvswitch]
-    gpus = [f for f in pci if f.is_gpu]
+    switches = [f for f in pci or () if f.is_nvswitch]
+    gpus = [f for f in pci or () if f.is_gpu]
     if switches and gpus and len(gpus) < SWITCHED_BOARD:
         yield finding(
             "gpu.board-short", Severity.WARNING,
@@ -164,11 +174,12 @@ def board_count(facts: Facts) -> Iterator[Finding]:
             "listing is cut short. Check the full lspci and the kernel log, power-cycle, "
             "then reseat or RMA. With NVSwitches, nvidia-fabricmanager must run too.",
             Action.DRAIN_AND_REPAIR, Blame.NODE,
-            evidence=[evidence(facts.get("pci_source"), [_line(f) for f in switches + gpus])])
+            evidence=[evidence(pci_source or "pci_devices",
+                               [_line(f) for f in switches + gpus])])
         return
-    matrix = facts.maybe("topology")
+    matrix = topology
     size = _switched_size(matrix) if matrix is not None else None
-    if size is None:
+    if matrix is None or size is None:
         return
     cell = matrix.link(matrix.gpus[0], matrix.gpus[1])
     yield finding(

@@ -7,12 +7,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gputriage.facts import Facts
+from gputriage.knowledge import xid as catalog
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
-from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.parsers.kernel_events import DriverEvent, EventKind
 from gputriage.rules.base import finding, gpu_scope
+
+if TYPE_CHECKING:
+    from gputriage.hostfacts.stack import GpuSighting
 
 DOC_XID = "https://docs.nvidia.com/deploy/xid-errors/index.html"
 DOC_SXID = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html"
@@ -29,9 +32,9 @@ GPU_LIBS = re.compile(r"lib(?:cuda|nccl|nvidia|cudnn|cublas|nvrtc|nvJitLink|cuff
 GpuMap = dict[str, tuple[int | None, str | None]]  # bus id -> (index, uuid)
 
 
-def gpu_map(facts: Facts) -> GpuMap:
-    """Bus id -> (index, UUID) of the GPUs the inventory knows."""
-    visible = facts.maybe("visible_gpus")
+def gpu_map(visible: tuple[str, list[GpuSighting]] | None) -> GpuMap:
+    """Bus id -> (index, UUID) of the GPUs the inventory knows (the fact
+    ``visible_gpus``, None when absent)."""
     if not visible:
         return {}
     return {g.bus_id: (g.index, g.uuid) for g in visible[1] if g.bus_id}
@@ -158,17 +161,25 @@ def cap_severity(severity: Severity, ceiling: Severity) -> Severity:
     return severity if severity.rank <= ceiling.rank else ceiling
 
 
+def lost_gpu_xid() -> int | None:
+    """The Xid of a GPU fallen off the bus (the catalog's, 79)."""
+    info = catalog.xid_for_event(EventKind.FALLEN_OFF_BUS)
+    return info.code if info is not None else None
+
+
 def xid_events(events: Iterable[DriverEvent]) -> list[tuple[int, DriverEvent]]:
     """(code, event) for Xid lines in log order, plus "fallen off the bus" messages
-    as Xid 79 on GPUs (of the same boot) whose Xid 79 line is not in the log."""
+    as their Xid (79) on GPUs (of the same boot) whose Xid line is not in the log."""
     events = list(events)
-    has79 = {(ev.bus_id, ev.boot) for ev in events
-             if ev.kind == "xid" and xid_code(ev) == 79}
+    lost = lost_gpu_xid()
+    has_lost = {(ev.bus_id, ev.boot) for ev in events
+                if ev.kind == EventKind.XID and xid_code(ev) == lost}
     out: list[tuple[int, DriverEvent]] = []
     for ev in events:
-        code = xid_code(ev) if ev.kind == "xid" else None
+        code = xid_code(ev) if ev.kind == EventKind.XID else None
         if code is not None:
             out.append((code, ev))
-        elif ev.kind == "fallen-off-bus" and (ev.bus_id, ev.boot) not in has79:
-            out.append((79, ev))
+        elif (lost is not None and ev.kind == EventKind.FALLEN_OFF_BUS
+              and (ev.bus_id, ev.boot) not in has_lost):
+            out.append((lost, ev))
     return out

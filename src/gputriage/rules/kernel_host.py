@@ -70,40 +70,61 @@ def _device(events: Sequence[DriverEvent], bus: str | None, gpus: GpuMap,
     return f"{what} {bus or '(address not logged)'}" + (f" [{ids}]" if ids else "")
 
 
+def _gpu_buses(by_bus: dict, gpus: GpuMap, xid_buses: set[str | None]) -> set[str | None]:
+    """The addresses among ``by_bus`` that are GPUs (inventory, Xids or the report)."""
+    return {bus for bus, evs in by_bus.items()
+            if bus in gpus or bus in xid_buses or any(
+                pci_class(ev.details.get("vendor_device"), ev.details.get("driver")) == "gpu"
+                for ev in evs)}
+
+
+def _link_failure(own: list[DriverEvent], others: list[DriverEvent]
+                  ) -> tuple[list[DriverEvent], list[DriverEvent], bool] | None:
+    """A GPU's fatal link failure: its events with the uncorrected errors of the ports
+    near its unrecoverable ones (and those ports' recovery lines), the ports' errors,
+    and whether the driver could not recover; None when the GPU had no fatal error."""
+    stuck = [ev for ev in own if ev.details.get("recovery")]
+    if not stuck and not any(_uncorrected(ev) for ev in own):
+        return None
+    near = [ev for ev in others if _uncorrected(ev) and any(_close(ev, s) for s in stuck)]
+    port_evs = [ev for ev in others
+                if ev.details.get("recovery") and any(_close(ev, n) for n in near)]
+    joined = sorted(own + near + port_evs, key=lambda ev: ev.lineno or 0)
+    return joined, near, bool(stuck)
+
+
+def _link_failure_judged(label: str, own: list[DriverEvent], near: list[DriverEvent],
+                         stuck: bool) -> Judged:
+    ports = sorted({ev.bus_id for ev in near if ev.bus_id})
+    via = (f" (link through {', '.join(ports)}{_aer_text(near)})" if ports
+           else _aer_text(own))
+    recover = " and the driver cannot recover it" if stuck else ""
+    return Judged(
+        Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE,
+        f"fatal PCIe error on {label}{via}{recover}",
+        "The PCIe link to the GPU failed with an uncorrectable error (completion "
+        "timeout, surprise link down, poisoned or malformed transactions). The NVIDIA "
+        "driver has no AER recovery: the GPU stays lost until the node reboots. Drain the "
+        "node, reboot, then reseat or swap the card, riser or cable and check its power; "
+        "repair the GPU or slot if it recurs.")
+
+
 def _aer(events: list[DriverEvent], gpus: GpuMap, xid_buses: set[str | None],
          make) -> Iterator[Finding]:  # noqa: ANN001
+    """A GPU's fatal link failure as one finding (with the ports' reports that belong to
+    it), then the other devices' AER reports grouped by device."""
     aer = [ev for ev in events if ev.kind == "pcie-aer"]
     by_bus = group(aer, lambda ev: ev.bus_id)
-    gpu_buses = {bus for bus, evs in by_bus.items()
-                 if bus in gpus or bus in xid_buses or any(
-                     pci_class(ev.details.get("vendor_device"), ev.details.get("driver")) == "gpu"
-                     for ev in evs)}
+    gpu_buses = _gpu_buses(by_bus, gpus, xid_buses)
+    others = [ev for bus, evs in by_bus.items() if bus not in gpu_buses for ev in evs]
     taken: set[int] = set()
     for bus in [b for b in by_bus if b in gpu_buses]:
-        own = by_bus[bus]
-        stuck = [ev for ev in own if ev.details.get("recovery")]
-        if not stuck and not any(_uncorrected(ev) for ev in own):
+        failure = _link_failure(by_bus[bus], others)
+        if failure is None:
             continue
-        near = [ev for other, evs in by_bus.items() if other not in gpu_buses for ev in evs
-                if _uncorrected(ev) and any(_close(ev, s) for s in stuck)]
-        port_evs = [ev for other, evs in by_bus.items() if other not in gpu_buses for ev in evs
-                    if ev.details.get("recovery") and any(_close(ev, n) for n in near)]
-        joined = sorted(own + near + port_evs, key=lambda ev: ev.lineno or 0)
-        if not (stuck or near) and not any(_uncorrected(ev) for ev in own):
-            continue
+        joined, near, stuck = failure
         taken.update(id(ev) for ev in joined)
-        ports = sorted({ev.bus_id for ev in near if ev.bus_id})
-        via = f" (link through {', '.join(ports)}{_aer_text(near)})" if ports else \
-            _aer_text(own)
-        recover = " and the driver cannot recover it" if stuck else ""
-        judged = Judged(
-            Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE,
-            f"fatal PCIe error on {gpu_label(bus, gpus)}{via}{recover}",
-            "The PCIe link to the GPU failed with an uncorrectable error (completion "
-            "timeout, surprise link down, poisoned or malformed transactions). The NVIDIA "
-            "driver has no AER recovery: the GPU stays lost until the node reboots. Drain the "
-            "node, reboot, then reseat or swap the card, riser or cable and check its power; "
-            "repair the GPU or slot if it recurs.")
+        judged = _link_failure_judged(gpu_label(bus, gpus), by_bus[bus], near, stuck)
         yield make("kernel.pcie-aer", judged, joined, scope_of(bus, gpus), ())
     rest = [ev for ev in aer if id(ev) not in taken]
     for bus, evs in group(rest, lambda ev: ev.bus_id).items():

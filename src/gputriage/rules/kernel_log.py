@@ -19,10 +19,12 @@ helpers they share :mod:`.kernel_common`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
-from gputriage.facts import Facts
+from gputriage.hostfacts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
+from gputriage.knowledge.xid import XidInfo
 from gputriage.model import NODE, Action, Blame, Finding, Scope, Severity
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.rules.base import rule
@@ -39,6 +41,7 @@ from gputriage.rules.kernel_common import (
     gpu_map,
     group,
     history,
+    lost_gpu_xid,
     scope_of,
     split_boots,
     xid_code,
@@ -51,11 +54,11 @@ SXID_IDS = tuple(f"sxid.{x.code}" for x in catalog.all_sxids())
 
 # --- SXid -----------------------------------------------------------------------------------
 
-@rule("kernel.sxid", requires=("log_events",), produces=SXID_IDS)
-def sxid_findings(facts: Facts) -> Iterator[Finding]:
+@rule("kernel.sxid", produces=SXID_IDS)
+def sxid_findings(log_events: list[DriverEvent]) -> Iterator[Finding]:
     """NVSwitch SXid errors: one finding per switch and code; fatal ones are critical,
     non-fatal ones a warning when they repeat."""
-    yield from judge_sxids(facts.get("log_events"))
+    yield from judge_sxids(log_events)
 
 
 def _sxid_judged(code: int, events: list[DriverEvent]) -> Judged:
@@ -105,95 +108,129 @@ def _switch_key(ev: DriverEvent) -> tuple[int | None, str | None]:
 
 # --- other kernel events --------------------------------------------------------------------
 
-EVENT_IDS = {
-    "gsp-rpc-timeout": "kernel.gsp-rpc-timeout",
-    "gsp-error": "kernel.gsp-error",
-    "peermem-invalid-context": "kernel.peermem-invalid-context",
-    "nvlink-error": "kernel.nvlink-error",
-    "pcie-bandwidth-limited": "kernel.pcie-bandwidth-limited",
-    "segfault": "kernel.segfault-in-gpu-library",
-    "hung-task": "kernel.hung-task-in-nvidia",
-    "soft-lockup": "kernel.soft-lockup-in-nvidia",
-    "gpu-reset-required": "kernel.gpu-reset-required",
-}
 # a GSP error beside one of these (same GPU, same boot) is its detail, not a second finding
 COVERED_GSP = frozenset({"rm-init-adapter-failed", "gpu-reset-required"})
 GPU_KINDS = frozenset({"gsp-rpc-timeout", "gsp-error", "gpu-reset-required", "nvlink-error"})
 _NVIDIA_CODE = re.compile(r"nvidia|nvrm|nv_|_nv\w|\bos_|uvm|nvkms", re.IGNORECASE)
+Judge = Callable[[list[DriverEvent], str, set[int]], "Judged | None"]
 
 
 def _text(events: Sequence[DriverEvent]) -> str:
     return "\n".join(ev.line + " " + " ".join(ev.details.values()) for ev in events)
 
 
-def judge_event_group(kind: str, events: list[DriverEvent], label: str, on_gpu: bool,
+def _as_xid(kind: str, xid_codes: set[int]) -> XidInfo | None:
+    """The catalog's Xid that a ``kind`` message reports without its number; None when
+    that Xid is logged on the GPU too (its finding tells it) or there is none."""
+    info = catalog.xid_for_event(kind)
+    return None if info is None or info.code in xid_codes else info
+
+
+def _gsp_timeouts(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged | None:
+    info = _as_xid("gsp-rpc-timeout", xid_codes)
+    if info is None:
+        return None
+    n = _incidents(events)
+    return Judged(info.severity, Action.DRAIN_AND_REPAIR if n >= GSP_REPEAT else info.action,
+                  info.blame, f"GPU firmware (GSP) RPC timeouts on {label} ({count_text(n)})",
+                  "The GPU System Processor stopped answering the driver: the GPU is hung. "
+                  "Reset it (or reboot the node); if it keeps timing out, repair the GPU.")
+
+
+def _gsp_errors(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged | None:
+    info = _as_xid("gsp-error", xid_codes)
+    if info is None:
+        return None
+    return Judged(info.severity, info.action, info.blame,
+                  f"GPU firmware (GSP) error on {label} ({count_text(len(events))})",
+                  "The GPU System Processor firmware reported an error or crashed; the GPU "
+                  "needs a reset (or the node a reboot) before new work.")
+
+
+def _reset_required(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged:
+    return Judged(Severity.CRITICAL, Action.RESET_GPU, Blame.NODE,
+                  f"the driver says {label} must be reset ({count_text(len(events))})",
+                  "The driver refuses new work on this GPU until it is reset "
+                  "(NV_ERR_RESET_REQUIRED); CUDA reports the device busy or unavailable. "
+                  "Drain it and reset the GPU, or reboot the node.")
+
+
+def _peermem_context(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged:
+    n = len(events)
+    burst = n >= PEERMEM_BURST
+    return Judged(Severity.WARNING if burst else Severity.INFO,
+                  Action.FIX_SOFTWARE if burst else Action.NONE, Blame.UNKNOWN,
+                  f"nvidia-peermem: invalid context on free ({count_text(n)})",
+                  "nvidia-peermem was asked to release GPUDirect RDMA memory whose CUDA "
+                  "context was already gone, typically as a job exits; a few are harmless. "
+                  "Bursts of them point at an RDMA stack (driver / MOFED / peermem) "
+                  "problem worth an upgrade.")
+
+
+def _nvlink(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged:
+    return Judged(Severity.WARNING, Action.RESET_GPU, Blame.NODE,
+                  f"NVLink errors on {label} ({count_text(len(events))})",
+                  "The driver reported NVLink errors: multi-GPU jobs may hang or slow "
+                  "down. Reset the GPU; if the same link keeps failing, repair it.")
+
+
+def _bandwidth(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged:
+    return Judged(Severity.WARNING, Action.DRAIN_AND_REPAIR, Blame.NODE,
+                  f"PCIe link of {label} trained below its capability "
+                  f"({count_text(len(events))})",
+                  "The device reports less PCIe bandwidth than it is capable of (a narrower "
+                  "or slower link): transfers are slower. Reseat the card or fix the "
+                  "riser / slot at the next maintenance.")
+
+
+def _segfaults(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged | None:
+    if not GPU_LIBS.search(_text(events)):
+        return None
+    procs = sorted({ev.details.get("process") or "" for ev in events} - {""})
+    libs = sorted({ev.details.get("library") or "" for ev in events} - {""})
+    who = f" ({', '.join(procs[:3])})" if procs else ""
+    where = ", ".join(libs[:3]) if libs else "a GPU library"
+    return Judged(Severity.WARNING, Action.RESTART_JOB, Blame.JOB,
+                  f"process crashed inside {where}{who} ({count_text(len(events))})",
+                  "A segfault in libcuda / libnccl / libnvidia-* is usually the application "
+                  "or a library mismatch in its container, not the node: look at the job.")
+
+
+def _stuck_in_nvidia(what: str) -> Judge:
+    """Hung tasks or soft lockups, when their call trace runs through nvidia code."""
+
+    def judge(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged | None:
+        flags = {ev.details.get("in_nvidia") for ev in events}
+        if "yes" not in flags and (flags != {None} or not _NVIDIA_CODE.search(_text(events))):
+            return None  # the stack shows no nvidia frame (or the scanner could not tell)
+        return Judged(Severity.CRITICAL, Action.REBOOT_NODE, Blame.NODE,
+                      f"{what} in NVIDIA driver code ({count_text(len(events))})",
+                      "Kernel threads are stuck inside the NVIDIA driver: the driver is "
+                      "wedged and GPU processes will not finish. Drain the node and reboot it.")
+
+    return judge
+
+
+# kind -> (finding id, judge of one (kind, bus) group; None from it: nothing to report)
+EVENT_JUDGES: dict[str, tuple[str, Judge]] = {
+    "gsp-rpc-timeout": ("kernel.gsp-rpc-timeout", _gsp_timeouts),
+    "gsp-error": ("kernel.gsp-error", _gsp_errors),
+    "peermem-invalid-context": ("kernel.peermem-invalid-context", _peermem_context),
+    "nvlink-error": ("kernel.nvlink-error", _nvlink),
+    "pcie-bandwidth-limited": ("kernel.pcie-bandwidth-limited", _bandwidth),
+    "segfault": ("kernel.segfault-in-gpu-library", _segfaults),
+    "hung-task": ("kernel.hung-task-in-nvidia", _stuck_in_nvidia("hung tasks")),
+    "soft-lockup": ("kernel.soft-lockup-in-nvidia", _stuck_in_nvidia("CPU soft lockups")),
+    "gpu-reset-required": ("kernel.gpu-reset-required", _reset_required),
+}
+EVENT_IDS = {kind: fid for kind, (fid, _) in EVENT_JUDGES.items()}
+
+
+def judge_event_group(kind: str, events: list[DriverEvent], label: str,
                       xid_codes: set[int]) -> Judged | None:
     """The verdict on one (kind, bus) group of non-Xid events; None: nothing to report."""
-    n = len(events)
-    text = _text(events)
-    if kind == "gsp-rpc-timeout":
-        if 119 in xid_codes:
-            return None  # the xid.119 finding covers it
-        n = _incidents(events)
-        return Judged(Severity.CRITICAL, Action.DRAIN_AND_REPAIR if n >= GSP_REPEAT
-                      else Action.RESET_GPU, Blame.NODE,
-                      f"GPU firmware (GSP) RPC timeouts on {label} ({count_text(n)})",
-                      "The GPU System Processor stopped answering the driver: the GPU is hung. "
-                      "Reset it (or reboot the node); if it keeps timing out, repair the GPU.")
-    if kind == "gsp-error":
-        if 120 in xid_codes:
-            return None
-        return Judged(Severity.CRITICAL, Action.RESET_GPU, Blame.NODE,
-                      f"GPU firmware (GSP) error on {label} ({count_text(n)})",
-                      "The GPU System Processor firmware reported an error or crashed; the GPU "
-                      "needs a reset (or the node a reboot) before new work.")
-    if kind == "gpu-reset-required":
-        return Judged(Severity.CRITICAL, Action.RESET_GPU, Blame.NODE,
-                      f"the driver says {label} must be reset ({count_text(n)})",
-                      "The driver refuses new work on this GPU until it is reset "
-                      "(NV_ERR_RESET_REQUIRED); CUDA reports the device busy or unavailable. "
-                      "Drain it and reset the GPU, or reboot the node.")
-    if kind == "peermem-invalid-context":
-        burst = n >= PEERMEM_BURST
-        return Judged(Severity.WARNING if burst else Severity.INFO,
-                      Action.FIX_SOFTWARE if burst else Action.NONE, Blame.UNKNOWN,
-                      f"nvidia-peermem: invalid context on free ({count_text(n)})",
-                      "nvidia-peermem was asked to release GPUDirect RDMA memory whose CUDA "
-                      "context was already gone, typically as a job exits; a few are harmless. "
-                      "Bursts of them point at an RDMA stack (driver / MOFED / peermem) "
-                      "problem worth an upgrade.")
-    if kind == "nvlink-error":
-        return Judged(Severity.WARNING, Action.RESET_GPU, Blame.NODE,
-                      f"NVLink errors on {label} ({count_text(n)})",
-                      "The driver reported NVLink errors: multi-GPU jobs may hang or slow "
-                      "down. Reset the GPU; if the same link keeps failing, repair it.")
-    if kind == "pcie-bandwidth-limited":
-        return Judged(Severity.WARNING, Action.DRAIN_AND_REPAIR, Blame.NODE,
-                      f"PCIe link of {label} trained below its capability ({count_text(n)})",
-                      "The device reports less PCIe bandwidth than it is capable of (a narrower "
-                      "or slower link): transfers are slower. Reseat the card or fix the "
-                      "riser / slot at the next maintenance.")
-    if kind == "segfault":
-        if not GPU_LIBS.search(text):
-            return None
-        procs = sorted({ev.details.get("process") or "" for ev in events} - {""})
-        libs = sorted({ev.details.get("library") or "" for ev in events} - {""})
-        who = f" ({', '.join(procs[:3])})" if procs else ""
-        where = ", ".join(libs[:3]) if libs else "a GPU library"
-        return Judged(Severity.WARNING, Action.RESTART_JOB, Blame.JOB,
-                      f"process crashed inside {where}{who} ({count_text(n)})",
-                      "A segfault in libcuda / libnccl / libnvidia-* is usually the application "
-                      "or a library mismatch in its container, not the node: look at the job.")
-    if kind in ("hung-task", "soft-lockup"):
-        flags = {ev.details.get("in_nvidia") for ev in events}
-        if "yes" not in flags and (flags != {None} or not _NVIDIA_CODE.search(text)):
-            return None  # the stack shows no nvidia frame (or the scanner could not tell)
-        what = "hung tasks" if kind == "hung-task" else "CPU soft lockups"
-        return Judged(Severity.CRITICAL, Action.REBOOT_NODE, Blame.NODE,
-                      f"{what} in NVIDIA driver code ({count_text(n)})",
-                      "Kernel threads are stuck inside the NVIDIA driver: the driver is wedged "
-                      "and GPU processes will not finish. Drain the node and reboot it.")
-    return None
+    entry = EVENT_JUDGES.get(kind)
+    return entry[1](events, label, xid_codes) if entry is not None else None
 
 
 def _incidents(events: Sequence[DriverEvent]) -> int:
@@ -207,58 +244,82 @@ def _incidents(events: Sequence[DriverEvent]) -> int:
     return n
 
 
-def _lost_gpu_before(ev: DriverEvent, lost: dict[bool, int]) -> bool:
-    """Whether a GPU fell off the bus earlier in the same boot (a crash is its echo)."""
-    first = lost.get(ev.boot == 0)
-    return first is not None and (ev.lineno or 0) >= first
-
-
 HOST_FINDING_IDS = ("kernel.pcie-aer", "kernel.peermem-load-failed", "kernel.host-memory-error",
                     "kernel.hardware-error", "kernel.link-down", "kernel.link-flaps",
                     "kernel.link-down-at-boot", "kernel.netdev-tx-timeout")
 
 
-@rule("kernel.events", requires=("log_events",),
-      produces=tuple(EVENT_IDS.values()) + HOST_FINDING_IDS)
-def event_findings(facts: Facts) -> Iterator[Finding]:
+@rule("kernel.events", produces=tuple(EVENT_IDS.values()) + HOST_FINDING_IDS)
+def event_findings(log_events: list[DriverEvent],
+                   visible_gpus: tuple[str, list[GpuSighting]] | None = None
+                   ) -> Iterator[Finding]:
     """Other driver-stack and host kernel events: GSP timeouts, peermem, NVLink, PCIe AER
     and bandwidth, network link flaps, EDAC / MCE / APEI hardware errors, crashes in GPU
     libraries, hangs in nvidia code."""
-    yield from judge_events(facts.get("log_events"), gpu_map(facts))
+    yield from judge_events(log_events, gpu_map(visible_gpus))
+
+
+Where = tuple[str | None, bool]  # (bus id, current boot)
+
+
+@dataclass
+class _Seen:
+    """What the log holds per GPU (or device) and boot, for judging each group."""
+
+    xids: dict[Where, set[int]]  # Xid codes
+    kinds: dict[Where, set[str]]  # event kinds
+    lost: dict[bool, int]  # boot -> line number where a GPU first fell off the bus
+
+    @classmethod
+    def of(cls, events: list[DriverEvent]) -> _Seen:
+        xids: dict[Where, set[int]] = {}
+        lost: dict[bool, int] = {}
+        lost_code = lost_gpu_xid()
+        for code, ev in xid_events(events):
+            xids.setdefault((ev.bus_id, ev.boot == 0), set()).add(code)
+            if code == lost_code:
+                lost.setdefault(ev.boot == 0, ev.lineno or 0)
+        kinds: dict[Where, set[str]] = {}
+        for ev in events:
+            kinds.setdefault((ev.bus_id, ev.boot == 0), set()).add(ev.kind)
+        return cls(xids, kinds, lost)
+
+    def echo(self, ev: DriverEvent) -> bool:
+        """Whether ``ev`` only echoes a failure logged before it: a crash after a GPU
+        fell off the bus, a GSP timeout of no GPU beside one that has its Xid."""
+        current = ev.boot == 0
+        if ev.kind == "segfault":
+            first = self.lost.get(current)
+            return first is not None and (ev.lineno or 0) >= first
+        if ev.kind == "gsp-rpc-timeout" and ev.bus_id is None:
+            gsp = catalog.xid_for_event("gsp-rpc-timeout")
+            return gsp is not None and any(
+                cur == current and gsp.code in codes for (_, cur), codes in self.xids.items())
+        return False
+
+    def near(self, bus: str | None, current: bool) -> set[str]:
+        """Kinds logged on ``bus`` (every device's, for events without an address)."""
+        if bus:
+            return self.kinds.get((bus, current), set())
+        return {k for (_, cur), ks in self.kinds.items() if cur == current for k in ks}
 
 
 def judge_events(events: Iterable[DriverEvent], gpus: GpuMap) -> Iterator[Finding]:
     """Findings for the non-Xid events in ``events`` (driver-rule kinds left out)."""
     events = list(events)
-    xid_buses: dict[tuple[str | None, bool], set[int]] = {}
-    for code, ev in xid_events(events):
-        xid_buses.setdefault((ev.bus_id, ev.boot == 0), set()).add(code)
-    kinds: dict[tuple[str | None, bool], set[str]] = {}
-    for ev in events:
-        kinds.setdefault((ev.bus_id, ev.boot == 0), set()).add(ev.kind)
-    lost: dict[bool, int] = {}
-    for code, ev in xid_events(events):
-        if code == 79:
-            lost.setdefault(ev.boot == 0, ev.lineno or 0)
-    any119 = {cur for (_, cur), codes in xid_buses.items() if 119 in codes}
-    picked = [ev for ev in events if ev.kind in EVENT_IDS
-              and not (ev.kind == "segfault" and _lost_gpu_before(ev, lost))
-              and not (ev.kind == "gsp-rpc-timeout" and ev.bus_id is None
-                       and (ev.boot == 0) in any119)]
+    seen = _Seen.of(events)
+    picked = [ev for ev in events if ev.kind in EVENT_JUDGES and not seen.echo(ev)]
     for (kind, bus, current), evs in group(
             picked, lambda ev: (ev.kind, ev.bus_id, ev.boot == 0)).items():
-        on_gpu = (kind in GPU_KINDS or bus in gpus or (bus, current) in xid_buses
-                  or (bus, not current) in xid_buses)
-        label = gpu_label(bus, gpus) if on_gpu else (bus or "the node")
-        near = kinds.get((bus, current), set()) if bus else {
-            k for (_, cur), ks in kinds.items() if cur == current for k in ks}
-        if kind == "gsp-error" and near & COVERED_GSP:
+        on_gpu = (kind in GPU_KINDS or bus in gpus or (bus, current) in seen.xids
+                  or (bus, not current) in seen.xids)
+        if kind == "gsp-error" and seen.near(bus, current) & COVERED_GSP:
             continue  # the GPU-init or reset-required finding already tells it
-        judged = judge_event_group(kind, evs, label, on_gpu, xid_buses.get((bus, current), set()))
+        label = gpu_label(bus, gpus) if on_gpu else (bus or "the node")
+        judged = judge_event_group(kind, evs, label, seen.xids.get((bus, current), set()))
         if judged is None:
             continue
         scope = scope_of(bus, gpus, device=not on_gpu,
                          name=evs[0].details.get("interface") or evs[0].details.get("device"))
-        fid = EVENT_IDS[kind]
-        yield (emit if current else history)(fid, judged, evs, scope, ())
-    yield from judge_host(events, gpus, {bus for bus, _ in xid_buses})
+        yield (emit if current else history)(EVENT_IDS[kind], judged, evs, scope, ())
+    yield from judge_host(events, gpus, {bus for bus, _ in seen.xids})

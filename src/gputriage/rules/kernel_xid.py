@@ -4,18 +4,19 @@ An Xid 45 that follows another Xid on its GPU (or says "caused by previous
 Xid N") is a consequence, not a cause; 13 / 31 / 43 from several programs on
 one GPU point at the GPU, one program (restarted under new pids, faulting the
 same way) at its job; 48 with 63 / 64 is the
-row-remapping flow; 94 is contained, 95 is not; 79 drains the node; 119 / 120
-reset the GPU and a 119 that keeps coming back repairs it; 154 names its own
-action. "Fallen off the bus" messages without their Xid line count as Xid 79.
+row-remapping flow; a 119 that keeps coming back repairs the GPU; 154 names its
+own action. Every other verdict (and the starting point of these) is the catalog's
+(:mod:`gputriage.knowledge.xid`). "Fallen off the bus" messages without their Xid
+line count as the Xid the catalog names for them (79).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from gputriage.facts import Facts
+from gputriage.hostfacts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
 from gputriage.model import Action, Blame, Finding, Severity
 from gputriage.parsers.kernel_events import DriverEvent
@@ -40,6 +41,7 @@ from gputriage.rules.kernel_common import (
 
 FOLLOW_ON_S = 30.0  # an Xid 45 this soon after another Xid on its GPU is its consequence
 APP_FAULTS = (13, 31, 43)
+REMAP_PENDING, REMAP_FAILED = 63, 64  # row remap recorded / failed (after an Xid 48)
 LOOKBACK = 64  # earlier Xids on the GPU examined for an Xid 45's cause
 
 # --- Xid ------------------------------------------------------------------------------------
@@ -195,51 +197,85 @@ def _catalog_judged(code: int, n: int, gpu: str) -> Judged:
                   f"Xid {code} on {gpu}: {info.meaning} ({count_text(n)})", info.explanation)
 
 
+@dataclass
+class _Group:
+    """One (code, GPU) group of Xid events and what its judgement may look at."""
+
+    code: int
+    events: list[DriverEvent]
+    ctx: _GpuContext
+    causes_of: dict[int, set[int]]
+    gpu: str
+
+
+def _take_verdict(j: Judged, code: int) -> None:
+    """Severity, action and blame of Xid ``code`` as the catalog gives them."""
+    info = catalog.xid_info(code)
+    if info is not None:
+        j.severity, j.action, j.blame = info.severity, info.action, info.blame
+
+
+def _judge_48(j: Judged, g: _Group) -> None:
+    """A double-bit ECC error and what the row-remap flow did next."""
+    if REMAP_FAILED in g.ctx.codes:
+        _take_verdict(j, REMAP_FAILED)
+        j.notes.append("Xid 64 follows: the row remap / page retirement failed, so the "
+                       "bad memory stays in use: drain the node and repair the GPU.")
+    elif REMAP_PENDING in g.ctx.codes:
+        j.notes.append("Xid 63 follows: a row remap is pending; drain the GPU and reset it "
+                       "to apply the remap, then check that no remap failed.")
+
+
+def _judge_63(j: Judged, g: _Group) -> None:
+    """A remap recorded is as bad as a remap that failed beside it."""
+    failed = catalog.xid_info(REMAP_FAILED)
+    if REMAP_FAILED in g.ctx.codes and failed is not None:
+        j.severity = worse(j.severity, failed.severity)
+
+
+def _judge_119(j: Judged, g: _Group) -> None:
+    """GSP timeouts that keep coming back on one GPU: repair it."""
+    n119 = sum(1 for c, _ in g.ctx.events if c == g.code)
+    if n119 < GSP_REPEAT:
+        return
+    j.action = Action.DRAIN_AND_REPAIR
+    count = count_text(len(g.events))
+    j.title = j.title.replace(f" ({count})", f", repeating ({count})")
+    j.notes.append(f"The GSP timed out {n119} times on this GPU: it keeps coming back, "
+                   "so drain the node and repair the GPU if a reset does not hold.")
+
+
+def _judge_154(j: Judged, g: _Group) -> None:
+    """The recovery action the driver asks for is the action."""
+    target, action = recovery_target(g.events[-1])
+    j.action = action
+    j.severity = Severity.INFO if action is Action.NONE else Severity.CRITICAL
+    j.blame = Blame.UNKNOWN if action is Action.NONE else Blame.NODE
+    j.title = f"Xid 154 on {g.gpu}: the driver asks for: {target} ({count_text(len(g.events))})"
+    j.notes.append(f"Latest recovery action: {target}; do exactly that.")
+
+
+def _judge_45_group(j: Judged, g: _Group) -> None:
+    _judge_45(j, g.events, g.ctx, g.causes_of, g.gpu)
+
+
+def _judge_app_fault_group(j: Judged, g: _Group) -> None:
+    _judge_app_fault(j, g.ctx.app)
+
+
+# the codes whose verdict the GPU's other events refine (every other code: the catalog's)
+_CONTEXT: dict[int, Callable[[Judged, _Group], None]] = {
+    45: _judge_45_group, **dict.fromkeys(APP_FAULTS, _judge_app_fault_group),
+    48: _judge_48, REMAP_PENDING: _judge_63, 119: _judge_119, 154: _judge_154}
+
+
 def judge_xid_group(code: int, events: list[DriverEvent], ctx: _GpuContext,
                     causes_of: dict[int, set[int]], gpu: str) -> Judged:
     """Catalog judgement of one (code, GPU) group, refined by the GPU's context."""
     j = _catalog_judged(code, len(events), gpu)
-    if code == 45:
-        _judge_45(j, events, ctx, causes_of, gpu)
-    elif code in APP_FAULTS:
-        _judge_app_fault(j, ctx.app)
-    elif code == 48:
-        if 64 in ctx.codes:
-            j.severity, j.action, j.blame = Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE
-            j.notes.append("Xid 64 follows: the row remap / page retirement failed, so the "
-                           "bad memory stays in use: drain the node and repair the GPU.")
-        elif 63 in ctx.codes:
-            j.severity, j.action, j.blame = Severity.CRITICAL, Action.RESET_GPU, Blame.NODE
-            j.notes.append("Xid 63 follows: a row remap is pending; drain the GPU and reset it "
-                           "to apply the remap, then check that no remap failed.")
-    elif code == 63:
-        j.severity = Severity.CRITICAL if 64 in ctx.codes else Severity.WARNING
-        j.action, j.blame = Action.RESET_GPU, Blame.NODE
-    elif code == 64:
-        j.severity, j.action, j.blame = Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE
-    elif code == 94:
-        j.severity = cap_severity(worse(j.severity, Severity.WARNING), Severity.WARNING)
-        j.action = Action.RESTART_JOB
-    elif code == 95:
-        j.severity, j.action, j.blame = Severity.CRITICAL, Action.RESET_GPU, Blame.NODE
-    elif code == 79:
-        j.severity, j.action, j.blame = Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE
-    elif code in (119, 120):
-        j.severity, j.action, j.blame = Severity.CRITICAL, Action.RESET_GPU, Blame.NODE
-        n119 = sum(1 for c, _ in ctx.events if c == 119)
-        if code == 119 and n119 >= GSP_REPEAT:
-            j.action = Action.DRAIN_AND_REPAIR
-            count = count_text(len(events))
-            j.title = j.title.replace(f" ({count})", f", repeating ({count})")
-            j.notes.append(f"The GSP timed out {n119} times on this GPU: it keeps coming back, "
-                           "so drain the node and repair the GPU if a reset does not hold.")
-    elif code == 154:
-        target, action = recovery_target(events[-1])
-        j.action = action
-        j.severity = Severity.INFO if action is Action.NONE else Severity.CRITICAL
-        j.blame = Blame.UNKNOWN if action is Action.NONE else Blame.NODE
-        j.title = f"Xid 154 on {gpu}: the driver asks for: {target} ({count_text(len(events))})"
-        j.notes.append(f"Latest recovery action: {target}; do exactly that.")
+    refine = _CONTEXT.get(code)
+    if refine is not None:
+        refine(j, _Group(code, events, ctx, causes_of, gpu))
     followed = ctx.follow_ons.get(code, 0)
     if code != 45 and followed:
         j.notes.append(f"It was followed by {followed} Xid 45 channel teardown(s), its "
@@ -261,8 +297,7 @@ def _judge_app_fault(j: Judged, app: _AppFaults) -> None:
         j.notes.append(f"Application faults (Xid 13/31/43) on this GPU come from {who}: "
                        "suspect the GPU, not the jobs; drain it and run DCGM diagnostics.")
         return
-    j.severity = cap_severity(j.severity, Severity.WARNING)
-    j.action, j.blame = Action.RESTART_JOB, Blame.JOB
+    j.severity = cap_severity(j.severity, Severity.WARNING)  # the catalog's job verdict
     j.notes.append(_crash_loop_note(app, loop) if loop is not None
                    else "Only one process faulted on this GPU: no node action.")
 
@@ -300,12 +335,13 @@ def _judge_45(j: Judged, events: list[DriverEvent], ctx: _GpuContext,
 XID_IDS = tuple(f"xid.{x.code}" for x in catalog.all_xids())
 
 
-@rule("kernel.xid", requires=("log_events",), produces=XID_IDS)
-def xid_findings(facts: Facts) -> Iterator[Finding]:
+@rule("kernel.xid", produces=XID_IDS)
+def xid_findings(log_events: list[DriverEvent],
+                 visible_gpus: tuple[str, list[GpuSighting]] | None = None
+                 ) -> Iterator[Finding]:
     """Xid errors in the kernel log: one finding per GPU and code with its count and
     first/last time, judged from the Xid catalog and the GPU's other Xids."""
-    gpus = gpu_map(facts)
-    yield from judge_xids(facts.get("log_events"), gpus)
+    yield from judge_xids(log_events, gpu_map(visible_gpus))
 
 
 def judge_xids(events: Iterable[DriverEvent], gpus: GpuMap) -> Iterator[Finding]:

@@ -7,7 +7,6 @@ import re
 from collections.abc import Iterator
 
 from gputriage import knowledge
-from gputriage.facts import Facts
 from gputriage.hostfacts.smi_views import SmiView
 from gputriage.model import Action, Blame, Finding, Severity
 from gputriage.rules.base import evidence, finding, rule
@@ -25,10 +24,6 @@ RETIRED_PAGES_NEAR = 58
 REMAP_UNCORRECTABLE_RMA = 8
 
 
-def smi_views(facts: Facts) -> list[SmiView]:
-    """Transitional: the smi_views fact, [] without one."""
-    return facts.maybe("smi_views", [])
-
 def _nonzero(line: str) -> bool:
     """A counter line whose value is a non-zero number."""
     m = re.search(r"(?::|>)\s*(\d+)\s*(?:<|$)", line)
@@ -41,11 +36,11 @@ def _yes(line: str) -> bool:
 
 # -- rules ------------------------------------------------------------------------------------
 
-@rule("memory.ecc-mode", requires=("smi",), produces=("memory.ecc-disabled",))
-def ecc_mode(facts: Facts) -> Iterator[Finding]:
+@rule("memory.ecc-mode", produces=("memory.ecc-disabled",))
+def ecc_mode(smi_views: list[SmiView]) -> Iterator[Finding]:
     """ECC off on a datacenter GPU: memory errors go undetected and silently
     corrupt results; datacenter parts are meant to run with ECC on."""
-    for view in smi_views(facts):
+    for view in smi_views:
         if view.value("ecc_mode") is not False or not knowledge.is_datacenter(view.name):
             continue
         pending = view.raw("ecc mode/pending ecc", "ecc mode/pending")
@@ -64,12 +59,12 @@ def ecc_mode(facts: Facts) -> Iterator[Finding]:
             view.section(("ecc mode",), fallback=["ECC mode: disabled"]))
 
 
-@rule("memory.ecc-errors", requires=("smi",),
+@rule("memory.ecc-errors",
       produces=("memory.uncorrectable", "memory.correctable-high"))
-def ecc_errors(facts: Facts) -> Iterator[Finding]:
+def ecc_errors(smi_views: list[SmiView]) -> Iterator[Finding]:
     """ECC counters: uncorrectable errors since the last reset corrupted a job's
     memory; a high or still climbing corrected count is a memory wearing out."""
-    for view in smi_views(facts):
+    for view in smi_views:
         vol_unc, part = view.where("ecc_volatile_uncorrected")
         agg_unc = view.value("ecc_aggregate_uncorrected")
         vol_cor = view.value("ecc_volatile_corrected")
@@ -113,13 +108,13 @@ def ecc_errors(facts: Facts) -> Iterator[Finding]:
                                        f"volatile corrected {vol_cor}"]))
 
 
-@rule("memory.page-retirement", requires=("smi",),
+@rule("memory.page-retirement",
       produces=("memory.retired-pages-pending", "memory.retired-pages-limit"))
-def page_retirement(facts: Facts) -> Iterator[Finding]:
+def page_retirement(smi_views: list[SmiView]) -> Iterator[Finding]:
     """Pages marked for retirement (pre-Ampere GPUs) are only retired when the
     driver reloads: until then the bad memory stays in use. A retirement table
     full or nearly full leaves no room for the next bad page: a repair case."""
-    for view in smi_views(facts):
+    for view in smi_views:
         sbe, dbe = view.value("retired_pages_sbe"), view.value("retired_pages_dbe")
         counts = ", ".join(f"{n} {k}" for n, k in ((sbe, "single-bit"), (dbe, "double-bit"))
                            if n is not None)
@@ -171,14 +166,14 @@ def _remap_worn(view: SmiView) -> str | None:
     return "; ".join(why) or None
 
 
-@rule("memory.row-remapping", requires=("smi",),
+@rule("memory.row-remapping",
       produces=("memory.remap-pending", "memory.remap-failed", "memory.remap-exhausting"))
-def row_remapping(facts: Facts) -> Iterator[Finding]:
+def row_remapping(smi_views: list[SmiView]) -> Iterator[Finding]:
     """Row remapping (Ampere and later): a pending remap needs a GPU reset to take
     effect; a failed remap means no spare row was left and the GPU needs repair; many
     uncorrectable remaps, or banks with few or no spare rows left, make it a repair
     case before the spares run out."""
-    for view in smi_views(facts):
+    for view in smi_views:
         failed, pending = view.value("remapping_failure"), view.value("remapping_pending")
         worn = None if failed else _remap_worn(view)
         if not (failed or pending or worn):

@@ -5,24 +5,26 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.facts import Facts
 from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.parsers.driver import ModuleVersions
+from gputriage.parsers.modules import Module
 from gputriage.rules.base import evidence, finding, rule
 
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 
 
-def _nvidia_lines(mods: dict) -> list[str]:
+def _nvidia_lines(mods: dict[str, Module]) -> list[str]:
     return [m.line for name, m in sorted(mods.items()) if name.startswith(("nvidia", "nv_"))]
 
 
-@rule("module.required", requires=("modules",),
+@rule("module.required",
       produces=("module.nvidia-uvm-missing", "module.display-modules-absent",
                 "module.peermem-missing"))
-def required_modules(facts: Facts) -> Iterator[Finding]:
+def required_modules(modules: dict[str, Module],
+                     has_infiniband: bool | None = None) -> Iterator[Finding]:
     """nvidia_uvm is required for CUDA; nvidia_peermem for GPUDirect RDMA when
     InfiniBand/RoCE HCAs are present; nvidia_modeset/nvidia_drm are optional."""
-    mods = facts.get("modules")
+    mods = modules
     if "nvidia" not in mods:
         return  # driver.presence reports a driver that is not loaded
     loaded = evidence("proc_modules", _nvidia_lines(mods), "NVIDIA modules loaded")
@@ -43,7 +45,7 @@ def required_modules(facts: Facts) -> Iterator[Finding]:
             "Only display, some container setups and GB200/GH200 power management need "
             "them; compute jobs do not.", Action.NONE, Blame.UNKNOWN,
             Scope("module", name=absent_display[0]))
-    if facts.maybe("has_infiniband") and not any(m in mods for m in PEERMEM_MODULES):
+    if has_infiniband and not any(m in mods for m in PEERMEM_MODULES):
         ib = [m.line for name, m in sorted(mods.items())
               if name.startswith(("mlx5", "ib_", "rdma"))][:6]
         yield finding(
@@ -56,10 +58,10 @@ def required_modules(facts: Facts) -> Iterator[Finding]:
             [loaded, evidence("proc_modules", ib, "RDMA stack loaded")])
 
 
-@rule("module.version-skew", requires=("module_versions",), produces=("module.version-skew",))
-def version_skew(facts: Facts) -> Iterator[Finding]:
+@rule("module.version-skew", produces=("module.version-skew",))
+def version_skew(module_versions: ModuleVersions) -> Iterator[Finding]:
     """All loaded nvidia* modules must come from one driver release."""
-    versions = facts.get("module_versions").versions
+    versions = module_versions.versions
     if len(set(versions.values())) > 1:
         lines = [f"/sys/module/{m}/version: {v}" for m, v in sorted(versions.items())]
         yield finding(

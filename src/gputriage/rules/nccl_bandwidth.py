@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from gputriage.facts import Facts
-from gputriage.hostfacts.nccl import on_sockets
+from gputriage.hostfacts.fabric import FabricNeed
+from gputriage.hostfacts.nccl import NcclLogText, on_sockets
 from gputriage.hostfacts.nccl_bandwidth import Expectation
+from gputriage.hostfacts.pcie import PcieLink
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity
-from gputriage.parsers.nccl_model import NET_IB, NcclTestRow, NcclTestRun
+from gputriage.parsers.infiniband import IbPort
+from gputriage.parsers.modules import Module
+from gputriage.parsers.nccl_model import NET_IB, NcclLog, NcclProcess, NcclTestRow, NcclTestRun
+from gputriage.parsers.systemd import UnitState
 from gputriage.rules.base import evidence, finding, rule
 from gputriage.rules.modules import PEERMEM_MODULES
 from gputriage.rules.nccl_transport_causes import socket_causes
@@ -51,18 +56,20 @@ def _run_lines(run: NcclTestRun) -> list[str]:
     return [run.line] + [d.line for d in run.devices[:2]]
 
 
-@rule("nccl.tests-failed", requires=("nccl_tests",), produces=("nccl.tests-failed",))
-def tests_failed(facts: Facts) -> Iterator[Finding]:
+@rule("nccl.tests-failed", produces=("nccl.tests-failed",))
+def tests_failed(nccl_tests: list[NcclTestRun], needs_fabric_manager: FabricNeed | None = None,
+                 units: dict[str, UnitState] | None = None) -> Iterator[Finding]:
     """An nccl-tests run that stopped on an error. 'system not yet initialized' on an
     NVSwitch system means the fabric manager has not configured the fabric; a NCCL
     failure names the NCCL error."""
-    for run in facts.get("nccl_tests"):
+    for run in nccl_tests:
         if not run.errors:
             continue
         text = " ".join(run.errors)
         ev = [evidence(TESTS, _run_lines(run) + run.errors[:4])]
         if _NOT_INIT.search(text):
-            yield _not_initialized(facts, run, ev)
+            yield _not_initialized(run, ev, needs_fabric_manager,
+                                   (units or {}).get("nvidia-fabricmanager"))
             continue
         m = _NCCL_FAIL.search(text) or _CUDA_FAIL.search(text)
         what = m.group(1) if m else run.errors[0].strip()[:120]
@@ -77,10 +84,9 @@ def tests_failed(facts: Facts) -> Iterator[Finding]:
                       why, action, blame, NODE, ev)
 
 
-def _not_initialized(facts: Facts, run: NcclTestRun, ev: list[Evidence]) -> Finding:
+def _not_initialized(run: NcclTestRun, ev: list[Evidence], need: FabricNeed | None,
+                     unit: UnitState | None) -> Finding:
     """CUDA error 802: the NVLink fabric is not ready (fabric manager not running)."""
-    need = facts.maybe("needs_fabric_manager")
-    unit = (facts.maybe("units") or {}).get("nvidia-fabricmanager")
     why = ("CUDA reports 'system not yet initialized' (error 802) when the GPUs of an "
            "NVSwitch system wait for the NVLink fabric: nvidia-fabricmanager is not running "
            "(or failed) and no CUDA program can start. Start nvidia-fabricmanager at the "
@@ -103,11 +109,11 @@ def _not_initialized(facts: Facts, run: NcclTestRun, ev: list[Evidence]) -> Find
                    "not running?)", why, action, Blame.NODE, NODE, ev)
 
 
-@rule("nccl.tests-wrong", requires=("nccl_tests",), produces=("nccl.tests-wrong",))
-def tests_wrong(facts: Facts) -> Iterator[Finding]:
+@rule("nccl.tests-wrong", produces=("nccl.tests-wrong",))
+def tests_wrong(nccl_tests: list[NcclTestRun]) -> Iterator[Finding]:
     """nccl-tests checks every result: a #wrong count above 0 (or out-of-bounds
     values) means a collective delivered corrupt data."""
-    for run in facts.get("nccl_tests"):
+    for run in nccl_tests:
         bad = [r for r in run.rows if (r.oop_wrong or 0) + (r.ip_wrong or 0) > 0]
         oob = run.out_of_bounds or 0
         if not bad and oob <= 0:
@@ -144,51 +150,77 @@ def _peak(run: NcclTestRun) -> tuple[NcclTestRow, float] | None:
     return row, max(row.oop_busbw or 0.0, row.ip_busbw or 0.0)
 
 
-def _hints(facts: Facts, exp: Expectation) -> tuple[list[str], Blame, Action]:
+@dataclass(frozen=True)
+class Context:
+    """What the job's NCCL log and this host's facts can say about low bandwidth."""
+
+    log: NcclLog | None = None
+    text: NcclLogText | None = None
+    ib_ports: list[IbPort] | None = None
+    has_infiniband: bool | None = None
+    modules: dict[str, Module] | None = None
+    pcie_links: list[PcieLink] | None = None
+
+
+Hints = tuple[list[str], Blame, Action]
+
+
+def _socket_hint(ctx: Context, on_tcp: list[NcclProcess], hints: list[str]) -> tuple[Blame, Action]:
+    """NCCL on TCP between nodes: the same cause, action and blame as
+    nccl.socket-transport gives."""
+    hcas = bool(ctx.ib_ports or ctx.has_infiniband)
+    causes = socket_causes(on_tcp, hcas, ctx.text or NcclLogText("", ctx.log))
+    why = f" ({causes[0].title})" if causes else ""
+    hints.append(f"NCCL used NET/Socket (TCP) between nodes{why}: see nccl.socket-transport")
+    return (causes[0].blame, causes[0].action) if causes else (Blame.CONFIG, Action.FIX_CONFIG)
+
+
+def _inter_node_hints(ctx: Context, exp: Expectation, hints: Hints) -> Hints:
+    """Sockets, channels without GPUDirect, inactive rail ports, no nvidia_peermem."""
+    found, blame, action = hints
+    procs = ctx.log.processes if ctx.log else []
+    on_tcp = [p for p in procs if on_sockets(p)]
+    if on_tcp:
+        blame, action = _socket_hint(ctx, on_tcp, found)
+    ib = [c for p in procs for c in p.channels if c.family == NET_IB]
+    no_gdr = [c for c in ib if c.gdr is False]
+    if no_gdr:
+        found.append(f"{len(no_gdr)} of {len(ib)} NET/IB channels run without GPUDirect "
+                     "RDMA: see nccl.gdr-disabled")
+    if exp.down_rails:
+        found.append(f"rail port(s) {', '.join(exp.down_rails)} are not active: see "
+                     "ib.port-not-active")
+        blame, action = Blame.NODE, Action.DRAIN_AND_REPAIR
+    if ctx.modules is not None and not any(m in ctx.modules for m in PEERMEM_MODULES):
+        found.append("nvidia_peermem is not loaded here: see module.peermem-missing")
+    return found, blame, action
+
+
+def _hints(ctx: Context, exp: Expectation) -> Hints:
     """Known causes from the job's NCCL log and this host's facts."""
-    hints: list[str] = []
-    blame, action = Blame.UNKNOWN, Action.FIX_CONFIG
-    log = facts.maybe("nccl_log")
-    procs = log.processes if log else []
-    channels = [c for p in procs for c in p.channels]
+    hints: Hints = ([], Blame.UNKNOWN, Action.FIX_CONFIG)
     if exp.scope == "inter-node":
-        on_tcp = [p for p in procs if on_sockets(p)]
-        if on_tcp:
-            # the same cause, action and blame as nccl.socket-transport gives
-            hcas = bool(facts.maybe("ib_ports") or facts.maybe("has_infiniband"))
-            causes = socket_causes(facts, on_tcp, hcas)
-            why = f" ({causes[0].title})" if causes else ""
-            hints.append(f"NCCL used NET/Socket (TCP) between nodes{why}: see "
-                         "nccl.socket-transport")
-            blame, action = (causes[0].blame, causes[0].action) if causes else \
-                (Blame.CONFIG, Action.FIX_CONFIG)
-        ib = [c for c in channels if c.family == NET_IB]
-        no_gdr = [c for c in ib if c.gdr is False]
-        if no_gdr:
-            hints.append(f"{len(no_gdr)} of {len(ib)} NET/IB channels run without GPUDirect "
-                         "RDMA: see nccl.gdr-disabled")
-        if exp.down_rails:
-            hints.append(f"rail port(s) {', '.join(exp.down_rails)} are not active: see "
-                         "ib.port-not-active")
-            blame, action = Blame.NODE, Action.DRAIN_AND_REPAIR
-        mods = facts.maybe("modules")
-        if mods is not None and not any(m in mods for m in PEERMEM_MODULES):
-            hints.append("nvidia_peermem is not loaded here: see module.peermem-missing")
-    slow = [ln for ln in facts.maybe("pcie_links", []) or []
+        hints = _inter_node_hints(ctx, exp, hints)
+    slow = [ln for ln in ctx.pcie_links or []
             if ln.cur_width and ln.max_width and ln.cur_width < ln.max_width]
     if slow:
-        hints.append(f"{slow[0].label} runs PCIe x{slow[0].cur_width} of x{slow[0].max_width}: "
-                     "see the pcie.* findings")
-        blame, action = Blame.NODE, Action.DRAIN_AND_REPAIR
-    return hints, blame, action
+        hints[0].append(f"{slow[0].label} runs PCIe x{slow[0].cur_width} of "
+                        f"x{slow[0].max_width}: see the pcie.* findings")
+        return hints[0], Blame.NODE, Action.DRAIN_AND_REPAIR
+    return hints
 
 
-@rule("nccl.busbw-low", requires=("nccl_expectations",), produces=("nccl.busbw-low",))
-def busbw_low(facts: Facts) -> Iterator[Finding]:
+@rule("nccl.busbw-low", produces=("nccl.busbw-low",))
+def busbw_low(nccl_expectations: list[tuple[NcclTestRun, Expectation | None]],
+              nccl_log: NcclLog | None = None, nccl_log_text: NcclLogText | None = None,
+              ib_ports: list[IbPort] | None = None, has_infiniband: bool | None = None,
+              modules: dict[str, Module] | None = None,
+              pcie_links: list[PcieLink] | None = None) -> Iterator[Finding]:
     """Peak bus bandwidth of an nccl-tests run (the best of out-of-place and in-place,
     normally at the largest sizes; the average is dragged down by small sizes and is not
     judged) below 80 % of what the GPUs' NVLink/PCIe or the node's NICs should give."""
-    for run, exp in facts.get("nccl_expectations"):
+    ctx = Context(nccl_log, nccl_log_text, ib_ports, has_infiniband, modules, pcie_links)
+    for run, exp in nccl_expectations:
         peak = _peak(run)
         if exp is None or peak is None or not run.rows:
             continue
@@ -198,7 +230,7 @@ def busbw_low(facts: Facts) -> Iterator[Finding]:
             continue
         plateau = largest >= FULL_BYTES
         critical = busbw < VERY_LOW * exp.busbw_gbs and exp.verified and plateau
-        hints, blame, action = _hints(facts, exp)
+        hints, blame, action = _hints(ctx, exp)
         why = (f"Expectation: {exp.basis} ({'; '.join(exp.inputs)}). The peak is taken at "
                f"{_size(row.size)}, best of out-of-place and in-place")
         if run.avg_busbw is not None:

@@ -10,14 +10,16 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
-from gputriage.facts import Facts
 from gputriage.hostfacts.nccl import on_sockets
 from gputriage.knowledge.ib_status import ib_wc_status
 from gputriage.model import NODE, Action, Blame, Finding, Occurrences, Scope, Severity
+from gputriage.parsers.hostcfg import KernelCmdline
+from gputriage.parsers.infiniband import IbPort
+from gputriage.parsers.modules import Module
 from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclWarn
 from gputriage.rules.base import evidence, finding, rule
 from gputriage.rules.nccl_completions import FLUSH, Completion, completions
-from gputriage.rules.nccl_ib_advice import advice, roce_path
+from gputriage.rules.nccl_ib_advice import HostRdma, advice, roce_path
 
 LOG = "nccl_log"
 SHOWN = 6  # WARN lines kept as evidence per finding
@@ -74,50 +76,65 @@ def _where(comps: list[Completion]) -> tuple[str, Scope]:
     return text, NODE
 
 
-@rule("nccl.ib-completion-error", requires=("nccl_log",), produces=("nccl.ib-completion-error",))
-def ib_completion_error(facts: Facts) -> Iterator[Finding]:
+def _flush_only(status: int | None, group: list[Completion], where: str,
+                scope: Scope) -> Finding:
+    """Errors without a status, or flushes with no earlier error: the cause is elsewhere."""
+    name = "no status" if status is None else _status_name(FLUSH, group[0].warn)[0]
+    return finding(
+        "nccl.ib-completion-error", Severity.WARNING,
+        f"{plural(len(group), 'IB completion error')} ({name}) {where}: the first error "
+        "is not in this log",
+        "Flush errors only say that a queue pair had already failed; the error that "
+        "broke it was logged by another rank or before this excerpt. Find the first "
+        "non-flush completion error across all ranks.", Action.NONE, Blame.UNKNOWN,
+        scope, [evidence(LOG, [c.warn.line for c in group[:SHOWN]])],
+        occurrences=Occurrences(len(group)))
+
+
+def _root_error(status: int, group: list[Completion], echo: list[Completion],
+                roce: bool | None, host: HostRdma) -> Finding:
+    """The first error of its queue pairs: what it means and what to do."""
+    where, scope = _where(group)
+    vendors = sorted({m.group(1) for c in group if (m := _VENDOR.search(c.warn.message))})
+    vendor = f", vendor err {'/'.join(vendors)}" if vendors else ""
+    name, meaning = _status_name(status, group[0].warn)
+    action, blame, context, todo, extra = advice(status, roce, host, group)
+    then = f", then {len(echo)}x status 5 (flushed, secondary)" if echo else ""
+    title = (f"{plural(len(group), 'IB completion error')}: status {status} ({name}{vendor}) "
+             f"{where}{then}")
+    meaning = meaning.strip().rstrip(".")
+    why = f"{meaning[:1].upper()}{meaning[1:]}. {todo}" if meaning else f"{context} {todo}"
+    if echo:
+        why += (" The later status 5 (work request flushed) errors are consequences of "
+                "this first error on the queue pair, not separate faults.")
+    lines = [c.warn.line for c in group[:SHOWN]] + [c.warn.line for c in echo[:1]]
+    note = f"{len(group)} with status {status}" + (f", {len(echo)} flushed" if echo else "")
+    return finding("nccl.ib-completion-error", Severity.CRITICAL, title, why, action, blame,
+                   scope, [evidence(LOG, lines, note), *extra],
+                   occurrences=Occurrences(len(group) + len(echo)))
+
+
+@rule("nccl.ib-completion-error", produces=("nccl.ib-completion-error",))
+def ib_completion_error(nccl_log: NcclLog, ib_ports: list[IbPort] | None = None,
+                        modules: dict[str, Module] | None = None,
+                        host_cmdline: KernelCmdline | None = None) -> Iterator[Finding]:
     """IB completion errors (a WARN with an ibv_wc_status): the first error on a queue
     pair is the cause, later 'work request flushed' (5) errors are its echo. Grouped by
     the first status; says whether they concentrate on one host or toward one peer."""
-    comps = completions(facts.get("nccl_log"))
+    comps = completions(nccl_log)
     roots: dict[int | None, list[Completion]] = {}
     for c in comps:
         if not c.secondary:
             roots.setdefault(c.status, []).append(c)
-    roce = roce_path(comps, facts)
+    roce = roce_path(comps, ib_ports)
+    host = HostRdma(ib_ports or [], modules, host_cmdline)
     for status, group in roots.items():
+        if status is None or status == FLUSH:
+            yield _flush_only(status, group, *_where(group))
+            continue
         procs = {id(c.proc) for c in group}
         echo = [c for c in comps if c.secondary and c.root == status and id(c.proc) in procs]
-        where, scope = _where(group)
-        vendors = sorted({m.group(1) for c in group if (m := _VENDOR.search(c.warn.message))})
-        vendor = f", vendor err {'/'.join(vendors)}" if vendors else ""
-        if status is None or status == FLUSH:
-            name = "no status" if status is None else _status_name(FLUSH, group[0].warn)[0]
-            yield finding(
-                "nccl.ib-completion-error", Severity.WARNING,
-                f"{plural(len(group), 'IB completion error')} ({name}) {where}: the first error "
-                "is not in this log",
-                "Flush errors only say that a queue pair had already failed; the error that "
-                "broke it was logged by another rank or before this excerpt. Find the first "
-                "non-flush completion error across all ranks.", Action.NONE, Blame.UNKNOWN,
-                scope, [evidence(LOG, [c.warn.line for c in group[:SHOWN]])],
-                occurrences=Occurrences(len(group)))
-            continue
-        name, meaning = _status_name(status, group[0].warn)
-        action, blame, context, todo, extra = advice(status, roce, facts, group)
-        then = f", then {len(echo)}x status 5 (flushed, secondary)" if echo else ""
-        title = (f"{plural(len(group), 'IB completion error')}: status {status} ({name}{vendor}) "
-                 f"{where}{then}")
-        meaning = meaning.strip().rstrip(".")
-        why = f"{meaning[:1].upper()}{meaning[1:]}. {todo}" if meaning else f"{context} {todo}"
-        if echo:
-            why += (" The later status 5 (work request flushed) errors are consequences of "
-                    "this first error on the queue pair, not separate faults.")
-        lines = [c.warn.line for c in group[:SHOWN]] + [c.warn.line for c in echo[:1]]
-        note = f"{len(group)} with status {status}" + (f", {len(echo)} flushed" if echo else "")
-        yield finding("nccl.ib-completion-error", Severity.CRITICAL, title, why, action, blame,
-                      scope, [evidence(LOG, lines, note), *extra],
-                      occurrences=Occurrences(len(group) + len(echo)))
+        yield _root_error(status, group, echo, roce, host)
 
 
 # --- RDMA device that could not be opened ---------------------------------------------------
@@ -128,49 +145,61 @@ def _open_failures(p: NcclProcess) -> list[NcclWarn]:
             and "libibverbs" not in w.message]
 
 
-@rule("nccl.device-open-failed", requires=("nccl_log",), produces=("nccl.device-open-failed",))
-def device_open_failed(facts: Facts) -> Iterator[Finding]:
+def _open_details(p: NcclProcess, fails: list[NcclWarn]
+                  ) -> tuple[list[str], list[str], str | None]:
+    """(devices named, errnos as printed, the host) of a process's open failures."""
+    devs: list[str] = []
+    errnos: list[str] = []
+    host = p.host
+    for w in fails:
+        m = _OPEN_FAIL.search(w.message)
+        dev = w.device or (m and (m.group("dev") or m.group("dev2")))
+        if dev and dev not in devs:
+            devs.append(dev)
+        if (e := _ERRNO.search(w.message)) and (e.group(2) or e.group(3)):
+            text = (e.group(1) or "").strip()
+            errnos.append(f"errno {e.group(2) or e.group(3)}" + (f", {text}" if text else ""))
+        if host is None and (r := _RANK_ON.search(w.message)):
+            host = r.group(2)
+    return devs, errnos, host
+
+
+def _open_failed(p: NcclProcess, fails: list[NcclWarn], host_devs: set[str]) -> Finding:
+    devs, errnos, host = _open_details(p, fails)
+    hang = [w for w in p.warns if _HANG_NOTE.search(w.message)]
+    why = ("NCCL was told to use this RDMA device (or found it) but the process could "
+           "not open it. In a container the usual cause is access, not a missing device: "
+           "/dev/infiniband not mounted, the device cgroup or RDMA device plugin not "
+           "granting uverbs, or file permissions; the errno NCCL prints can be clobbered "
+           "by a library fallback, so do not trust it alone. Expose the device to the "
+           "container, or leave it out with NCCL_IB_HCA.")
+    present = [d for d in devs if d in host_devs]
+    if present:
+        why += f" This host's sysfs lists {', '.join(present)}, so the device exists."
+    if hang:
+        why += (" NCCL also warns that the job may hang: other ranks' channels on this "
+                "device have no peer here.")
+    title = (f"{host or _host(p)}: NCCL could not open RDMA device "
+             f"{', '.join(devs) or '(unnamed)'}" + (f" ({errnos[0]})" if errnos else ""))
+    return finding(
+        "nccl.device-open-failed", Severity.CRITICAL if hang else Severity.WARNING, title,
+        why, Action.FIX_CONFIG, Blame.CONFIG,
+        Scope("nic", name=devs[0]) if len(devs) == 1 else NODE,
+        [evidence(LOG, [w.line for w in (fails + hang)[:SHOWN]])],
+        occurrences=Occurrences(len(fails)))
+
+
+@rule("nccl.device-open-failed", produces=("nccl.device-open-failed",))
+def device_open_failed(nccl_log: NcclLog,
+                       ib_ports: list[IbPort] | None = None) -> Iterator[Finding]:
     """A rank could not open an RDMA device (verbs device or /dev/infiniband/uverbsN):
     inside a container that is device access (device cgroup, the /dev/infiniband mount,
     permissions), whatever errno the message shows."""
-    log: NcclLog = facts.get("nccl_log")
-    host_devs = {p.device for p in facts.maybe("ib_ports") or []}
-    for p in log.processes:
+    host_devs = {p.device for p in ib_ports or []}
+    for p in nccl_log.processes:
         fails = _open_failures(p)
-        if not fails:
-            continue
-        devs, errnos, host = [], [], p.host
-        for w in fails:
-            m = _OPEN_FAIL.search(w.message)
-            dev = w.device or (m and (m.group("dev") or m.group("dev2")))
-            if dev and dev not in devs:
-                devs.append(dev)
-            if (e := _ERRNO.search(w.message)) and (e.group(2) or e.group(3)):
-                text = (e.group(1) or "").strip()
-                errnos.append(f"errno {e.group(2) or e.group(3)}" + (f", {text}" if text else ""))
-            if host is None and (r := _RANK_ON.search(w.message)):
-                host = r.group(2)
-        hang = [w for w in p.warns if _HANG_NOTE.search(w.message)]
-        why = ("NCCL was told to use this RDMA device (or found it) but the process could "
-               "not open it. In a container the usual cause is access, not a missing device: "
-               "/dev/infiniband not mounted, the device cgroup or RDMA device plugin not "
-               "granting uverbs, or file permissions; the errno NCCL prints can be clobbered "
-               "by a library fallback, so do not trust it alone. Expose the device to the "
-               "container, or leave it out with NCCL_IB_HCA.")
-        present = [d for d in devs if d in host_devs]
-        if present:
-            why += f" This host's sysfs lists {', '.join(present)}, so the device exists."
-        if hang:
-            why += (" NCCL also warns that the job may hang: other ranks' channels on this "
-                    "device have no peer here.")
-        title = (f"{host or _host(p)}: NCCL could not open RDMA device "
-                 f"{', '.join(devs) or '(unnamed)'}" + (f" ({errnos[0]})" if errnos else ""))
-        yield finding(
-            "nccl.device-open-failed", Severity.CRITICAL if hang else Severity.WARNING, title,
-            why, Action.FIX_CONFIG, Blame.CONFIG,
-            Scope("nic", name=devs[0]) if len(devs) == 1 else NODE,
-            [evidence(LOG, [w.line for w in (fails + hang)[:SHOWN]])],
-            occurrences=Occurrences(len(fails)))
+        if fails:
+            yield _open_failed(p, fails, host_devs)
 
 
 # --- NVLS / multi-node NVLink (NVLink fabric) ----------------------------------------------
@@ -240,13 +269,12 @@ def _fabric_verdict(mnnvl: bool, code: int | None) -> tuple[str, str, Severity, 
             Severity.CRITICAL, Action.REBOOT_NODE, Blame.NODE)
 
 
-@rule("nccl.nvls-failed", requires=("nccl_log",), produces=("nccl.nvls-failed",))
-def nvls_failed(facts: Facts) -> Iterator[Finding]:
+@rule("nccl.nvls-failed", produces=("nccl.nvls-failed",))
+def nvls_failed(nccl_log: NcclLog) -> Iterator[Finding]:
     """NVLS (NVLink SHARP multicast) and multi-node NVLink failures: CUDA errors on the
     NVLS path point at the node's NVLink fabric (fabric manager, NVSwitch, IMEX), unless
     CUDA refused the object outright (container without the caps devices: config)."""
-    log: NcclLog = facts.get("nccl_log")
-    for p in log.processes:
+    for p in nccl_log.processes:
         nvls, mnnvl = _fabric_warns(p)
         for warns, is_mnnvl in ((mnnvl, True), (nvls, False)):
             if not warns:
@@ -302,13 +330,12 @@ def _warn_class(w: NcclWarn) -> tuple:
     return _OTHER
 
 
-@rule("nccl.warn", requires=("nccl_log",), produces=("nccl.warn",))
-def other_warns(facts: Facts) -> Iterator[Finding]:
+@rule("nccl.warn", produces=("nccl.warn",))
+def other_warns(nccl_log: NcclLog) -> Iterator[Finding]:
     """NCCL WARNs not judged by a more specific rule (completion errors and device
     open failures are): one finding per kind and host, with the count and first lines."""
-    log: NcclLog = facts.get("nccl_log")
     groups: dict[tuple[str, str], tuple[tuple, list[NcclWarn]]] = {}
-    for p in log.processes:
+    for p in nccl_log.processes:
         claimed = {id(w) for w in _open_failures(p)}
         if claimed:
             claimed |= {id(w) for w in p.warns if _HANG_NOTE.search(w.message)}

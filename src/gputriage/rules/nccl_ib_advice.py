@@ -7,22 +7,34 @@ or InfiniBand), the host facts that bear on it, and the action and blame per
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gputriage.facts import Facts
 from gputriage.model import Action, Blame, Evidence
+from gputriage.parsers.hostcfg import KernelCmdline
+from gputriage.parsers.infiniband import IbPort
+from gputriage.parsers.modules import Module
 from gputriage.rules.base import evidence
 from gputriage.rules.modules import PEERMEM_MODULES
 
 if TYPE_CHECKING:
     from gputriage.rules.nccl_completions import Completion
 
-__all__ = ["advice", "roce_path"]
+__all__ = ["HostRdma", "advice", "roce_path"]
+
+
+@dataclass(frozen=True)
+class HostRdma:
+    """This host's facts that bear on an IB completion error (empty or None: absent)."""
+
+    ib_ports: list[IbPort]
+    modules: dict[str, Module] | None = None
+    cmdline: KernelCmdline | None = None
 
 _GID = re.compile(r"(?:localGid|remoteGids?)\s*([0-9a-fA-F:.]+)")
 
 
-def roce_path(comps: list[Completion], facts: Facts) -> bool | None:
+def roce_path(comps: list[Completion], ib_ports: list[IbPort] | None) -> bool | None:
     """Whether the errors ran over RoCE (True) or InfiniBand (False); None: cannot tell.
     RoCE GIDs are made from IP addresses (``::ffff:10.0.0.1``, a global IPv6 address);
     InfiniBand GIDs start with the subnet prefix, ``fe80::`` unless the site changed it."""
@@ -35,17 +47,17 @@ def roce_path(comps: list[Completion], facts: Facts) -> bool | None:
         return False
     if gids and not any(g.startswith("fe80:") for g in gids):
         return True
-    layers = {(p.link_layer or "").lower() for p in facts.maybe("ib_ports") or []}
+    layers = {(p.link_layer or "").lower() for p in ib_ports or []}
     if layers in ({"ethernet"}, {"infiniband"}):
         return layers == {"ethernet"}
     return None
 
 
-def _gdr_hints(facts: Facts, comps: list[Completion]) -> tuple[list[str], list[Evidence]]:
+def _gdr_hints(host: HostRdma, comps: list[Completion]) -> tuple[list[str], list[Evidence]]:
     """What this host's facts and the log say about GPUDirect memory registration."""
     hints: list[str] = []
     ev: list[Evidence] = []
-    mods = facts.maybe("modules")
+    mods = host.modules
     if mods is not None:
         peer = [m for name, m in mods.items() if name in PEERMEM_MODULES]
         if not peer:
@@ -55,7 +67,7 @@ def _gdr_hints(facts: Facts, comps: list[Completion]) -> tuple[list[str], list[E
             ev.append(evidence("proc_modules", [peer[0].line], "peer-memory module loaded"))
     if any(c.proc.dmabuf for c in comps):
         hints.append("the log shows DMA-BUF in use")
-    cmd = facts.maybe("host_cmdline")
+    cmd = host.cmdline
     if cmd is not None:
         from gputriage.rules.hostcfg import iommu_state
 
@@ -74,7 +86,7 @@ def _fabric(roce: bool | None) -> str:
     return "the IB/RoCE path (cable, transceiver, switch port; on RoCE also PFC/ECN)"
 
 
-def _retry_advice(roce: bool | None, facts: Facts,
+def _retry_advice(roce: bool | None, host: HostRdma,
                   comps: list[Completion]) -> tuple[Action, Blame, str, str, list[Evidence]]:
     """Retry exceeded (12): a dead peer and a broken path look the same from this side.
     The node is blamed only where the errors point at it: this host's own HCA port is
@@ -83,7 +95,7 @@ def _retry_advice(roce: bool | None, facts: Facts,
     context = "The HCA retried a send until the retry counter ran out: the peer did not answer."
     hosts = {c.proc.host or "(no host prefix)" for c in comps}
     peers = sorted({c.peer for c in comps if c.peer})
-    down = [p for p in facts.maybe("ib_ports") or [] if p.is_down]
+    down = [p for p in host.ib_ports if p.is_down]
     if down:
         keys = ", ".join(p.key for p in down[:4])
         return (Action.DRAIN_AND_REPAIR, Blame.NODE, context,
@@ -106,14 +118,14 @@ def _retry_advice(roce: bool | None, facts: Facts,
     return Action.RESTART_JOB, Blame.UNKNOWN, context, todo, []
 
 
-def advice(status: int, roce: bool | None, facts: Facts,
+def advice(status: int, roce: bool | None, host: HostRdma,
             comps: list[Completion]) -> tuple[Action, Blame, str, str, list[Evidence]]:
     """(action, blame, what the status means when the table has no wording, what to do,
     host evidence) for a root-cause completion status."""
     if status == 12:
-        return _retry_advice(roce, facts, comps)
+        return _retry_advice(roce, host, comps)
     if status in (4, 10):
-        hints, ev = _gdr_hints(facts, comps)
+        hints, ev = _gdr_hints(host, comps)
         side = "local" if status == 4 else "remote"
         todo = ("Disable ACS on the PCIe switches, use iommu=pt, and check nvidia-peermem "
                 "(or DMA-BUF: NCCL_DMABUF_ENABLE) on every node.")

@@ -10,9 +10,9 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
-from gputriage.facts import Facts
-from gputriage.model import NODE, Action, Blame, Finding, Occurrences, Scope, Severity
-from gputriage.parsers.nccl_model import NcclLog, NcclWarn
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
+from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.parsers.nccl_model import NcclComm, NcclLog, NcclProcess, NcclWarn
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
 from gputriage.rules.nccl_errors import plural
 
@@ -23,11 +23,11 @@ SHOWN = 6
 # --- versions -----------------------------------------------------------------------------
 
 
-@rule("nccl.version-mismatch", requires=("nccl_log",), produces=("nccl.version-mismatch",))
-def version_mismatch(facts: Facts) -> Iterator[Finding]:
+@rule("nccl.version-mismatch", produces=("nccl.version-mismatch",))
+def version_mismatch(nccl_log: NcclLog) -> Iterator[Finding]:
     """Ranks of one job that load different NCCL releases (or one release built for
     different CUDA versions) speak different protocols: hangs or corrupt results."""
-    log: NcclLog = facts.get("nccl_log")
+    log = nccl_log
     seen: dict[str, list[str]] = {}
     raw: dict[str, str] = {}  # the version line as one process of each version printed it
     for p in log.processes:
@@ -64,13 +64,12 @@ def version_mismatch(facts: Facts) -> Iterator[Finding]:
 
 # --- an NCCL build that does not know the GPU ------------------------------------------------
 
-@rule("nccl.shared-mem-exceeded", requires=("nccl_log",), produces=("nccl.shared-mem-exceeded",))
-def shared_mem_exceeded(facts: Facts) -> Iterator[Finding]:
+@rule("nccl.shared-mem-exceeded", produces=("nccl.shared-mem-exceeded",))
+def shared_mem_exceeded(nccl_log: NcclLog) -> Iterator[Finding]:
     """NCCL printing that its kernels want more shared memory per block than the device
     offers: the library was built before this GPU's architecture (its tables assume a
     larger GPU), so collectives may fail to launch or run on a fallback path."""
-    log: NcclLog = facts.get("nccl_log")
-    hit = [p for p in log.processes if p.shared_mem is not None]
+    hit = [p for p in nccl_log.processes if p.shared_mem is not None]
     if not hit:
         return
     p = hit[0]
@@ -102,29 +101,20 @@ _NETWORK_STEP = re.compile(r"NET/|Bootstrap|OOB|Channel|Connected|via|Socket|net
                            r"GPU Direct", re.IGNORECASE)
 
 
-@rule("nccl.init-incomplete", requires=("nccl_log",), produces=("nccl.init-incomplete",))
-def init_incomplete(facts: Facts) -> Iterator[Finding]:
-    """A communicator whose init started (Init START, or a log with the version line)
-    but never logged Init COMPLETE: the rank hung (or the log was cut short) at the last
-    step it printed. Excerpts without a START or version line are left alone."""
-    log: NcclLog = facts.get("nccl_log")
+def _stuck_comms(log: NcclLog) -> list[tuple[NcclProcess, NcclComm]]:
+    """Communicators whose init started but did not complete (and printed no timings,
+    which NCCL prints after init)."""
     whole = bool(log.versions) or any(p.nccl_version for p in log.processes)
     stuck = []
     for p in log.processes:
         for c in p.comms:
-            timed = c.init_total_s is not None or bool(c.init_steps_s)  # printed after init
+            timed = c.init_total_s is not None or bool(c.init_steps_s)
             if not c.init_complete and not timed and (whole or "Init START" in c.line):
                 stuck.append((p, c))
-    if not stuck:
-        return
-    total = {(p.label, c.comm, c.rank) for p in log.processes for c in p.comms}
-    first_p, first_c = stuck[0]
-    step = first_p.last_step or first_p.last_line or "nothing after the start"
-    ranks = sorted({c.rank for _, c in stuck if c.rank is not None})
-    who = (f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:8]))}"
-           if ranks else plural(len(stuck), "communicator"))
-    warned = sum(len(p.warns) for p, _ in stuck)
-    network = _NETWORK_STEP.search(step) is not None
+    return stuck
+
+
+def _stuck_why(network: bool, warned: int) -> str:
     why = ("The rank began creating its communicator and never finished; a log cut short "
            "looks the same, so check that the log covers the time of the hang. ")
     why += ("It stopped while setting up the network (bootstrap or connections to peers): a "
@@ -134,6 +124,26 @@ def init_incomplete(facts: Facts) -> Iterator[Finding]:
     if warned:
         why += (f" These processes logged {plural(warned, 'WARN')} first: see the other "
                 "nccl.* findings.")
+    return why
+
+
+@rule("nccl.init-incomplete", produces=("nccl.init-incomplete",))
+def init_incomplete(nccl_log: NcclLog) -> Iterator[Finding]:
+    """A communicator whose init started (Init START, or a log with the version line)
+    but never logged Init COMPLETE: the rank hung (or the log was cut short) at the last
+    step it printed. Excerpts without a START or version line are left alone."""
+    log = nccl_log
+    stuck = _stuck_comms(log)
+    if not stuck:
+        return
+    total = {(p.label, c.comm, c.rank) for p in log.processes for c in p.comms}
+    first_p, _ = stuck[0]
+    step = first_p.last_step or first_p.last_line or "nothing after the start"
+    ranks = sorted({c.rank for _, c in stuck if c.rank is not None})
+    who = (f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:8]))}"
+           if ranks else plural(len(stuck), "communicator"))
+    network = _NETWORK_STEP.search(step) is not None
+    why = _stuck_why(network, sum(len(p.warns) for p, _ in stuck))
     lines = []
     for p, c in stuck[:SHOWN]:
         lines.append(c.line)
@@ -205,9 +215,9 @@ def _rank_gpu(log: NcclLog, rank: int | None) -> int | None:
     return None
 
 
-def _xids(facts: Facts) -> tuple[str, list[str], set[str]]:
+def _xids(events: list[DriverEvent]) -> tuple[str, list[str], set[str]]:
     """('Xid 48, Xid 63 (3)', lines, bus ids) of GPU-fault Xids in this host's kernel log."""
-    found = [ev for ev in facts.maybe("driver_events", []) or []
+    found = [ev for ev in events
              if ev.kind == "xid" and str(ev.details.get("code", "")).isdigit()
              and int(ev.details["code"]) in GPU_XIDS]
     counts = Counter(int(ev.details["code"]) for ev in found)
@@ -216,30 +226,77 @@ def _xids(facts: Facts) -> tuple[str, list[str], set[str]]:
                                                                   if ev.bus_id}
 
 
-@rule("nccl.watchdog-timeout", requires=("nccl_log",), produces=("nccl.watchdog-timeout",))
-def watchdog_timeout(facts: Facts) -> Iterator[Finding]:
-    """A framework's collective timeout (PyTorch ProcessGroupNCCL watchdog). When
-    another rank hit a CUDA error (uncorrectable ECC, illegal address), that rank is
-    the cause and the timeouts are collateral; kernel-log Xids of this host are named."""
-    log: NcclLog = facts.get("nccl_log")
-    timeouts: dict[int | None, list[NcclWarn]] = {}
-    causes: dict[int | None, list[tuple[NcclWarn, str]]] = {}
+Timeouts = dict[int | None, list[NcclWarn]]  # rank -> its timeout records
+Causes = dict[int | None, list[tuple[NcclWarn, str]]]  # rank -> (record, CUDA error)
+
+
+def _framework_records(log: NcclLog) -> tuple[Timeouts, Causes]:
+    """The framework's timeouts and CUDA errors by rank; when there are timeouts but no
+    CUDA error, NCCL's own CUDA failure WARNs stand in as the causes."""
+    timeouts: Timeouts = {}
+    causes: Causes = {}
     for w in log.framework_errors:
         err = _cuda_error(w)
         if err:
             causes.setdefault(_rank(w), []).append((w, err))
         elif w.kind == "timeout" or _TIMEOUT.search(w.message) or _SEQ.search(w.message):
             timeouts.setdefault(_rank(w), []).append(w)
-    if not timeouts and not causes:
-        return
-    if timeouts and not causes:  # NCCL's own CUDA failure WARNs can name the cause
+    if timeouts and not causes:
         for p in log.processes:
             rank = next(iter(p.ranks)) if len(p.ranks) == 1 else None
             for w in p.warns:
                 if w.kind == "cuda" and (err := _cuda_error(w)):
                     causes.setdefault(w.rank if w.rank is not None else rank, []).append(
                         (w, err))
-    xid_text, xid_lines, xid_buses = _xids(facts)
+    return timeouts, causes
+
+
+def _cuda_verdict(err: str) -> tuple[Severity, Action, Blame, str]:
+    """What a rank's CUDA error says: the GPU's memory (ECC), the application's kernels,
+    or a cause to look up."""
+    if _ECC.search(err):
+        return (Severity.CRITICAL, Action.RESET_GPU, Blame.NODE,
+                "The GPU of that rank returned memory ECC could not correct; its process "
+                "aborted, so the others waited in the collective until the watchdog fired. "
+                "Drain the GPU, reset it (row remapping takes effect on reset) and check its "
+                "Xid 48/63/64/94/95 and remapped rows; repair it if it repeats.")
+    if _APP.search(err):
+        return (Severity.WARNING, Action.RESTART_JOB, Blame.JOB,
+                "The rank's own kernels faulted (an application bug or bad input); its "
+                "process died and the other ranks timed out waiting for it. Debug the "
+                "application (CUDA_LAUNCH_BLOCKING=1, compute-sanitizer).")
+    return (Severity.WARNING, Action.RESTART_JOB, Blame.UNKNOWN,
+            "That rank's CUDA error ended its process; the other ranks timed out waiting "
+            "for it. The error names the cause: look for Xids on its GPU.")
+
+
+def _no_cause(waited: str, xid_note: str, ev: list[Evidence], count: int) -> Finding:
+    return finding(
+        "nccl.watchdog-timeout", Severity.WARNING,
+        f"collective timed out ({waited}) with no cause in this log",
+        "A rank waited for a collective that its peers never joined. The cause is on "
+        "another rank: one that crashed, hit a GPU error or is stuck (data loader, "
+        "checkpoint, a different code path). Read the other ranks' logs and their "
+        f"hosts' Xids before blaming the network.{xid_note}",
+        Action.RESTART_JOB, Blame.UNKNOWN, NODE, ev, occurrences=Occurrences(count))
+
+
+def _cause_scope(xid_buses: set[str], dev: int | None) -> Scope:
+    if len(xid_buses) == 1:
+        return gpu_scope(next(iter(xid_buses)), dev)
+    return Scope("gpu", gpu_index=dev) if dev is not None else NODE
+
+
+@rule("nccl.watchdog-timeout", produces=("nccl.watchdog-timeout",))
+def watchdog_timeout(nccl_log: NcclLog,
+                     driver_events: list[DriverEvent] | None = None) -> Iterator[Finding]:
+    """A framework's collective timeout (PyTorch ProcessGroupNCCL watchdog). When
+    another rank hit a CUDA error (uncorrectable ECC, illegal address), that rank is
+    the cause and the timeouts are collateral; kernel-log Xids of this host are named."""
+    timeouts, causes = _framework_records(nccl_log)
+    if not timeouts and not causes:
+        return
+    xid_text, xid_lines, xid_buses = _xids(driver_events or [])
     waited = "; ".join(f"rank {r if r is not None else '?'}: {_timeout_text(g)}"
                        for r, g in sorted(timeouts.items(), key=lambda kv: kv[0] or -1))
     ev = [evidence(LOG, [w.line for g in causes.values() for w, _ in g[:2]]
@@ -247,47 +304,21 @@ def watchdog_timeout(facts: Facts) -> Iterator[Finding]:
     if xid_lines:
         ev.append(evidence("kernel_log", xid_lines, f"GPU Xids on this host: {xid_text}"))
     xid_note = f" This host's kernel log shows {xid_text}." if xid_text else ""
+    waits = sum(len(g) for g in timeouts.values())
     if not causes:
-        yield finding(
-            "nccl.watchdog-timeout", Severity.WARNING,
-            f"collective timed out ({waited}) with no cause in this log",
-            "A rank waited for a collective that its peers never joined. The cause is on "
-            "another rank: one that crashed, hit a GPU error or is stuck (data loader, "
-            "checkpoint, a different code path). Read the other ranks' logs and their "
-            f"hosts' Xids before blaming the network.{xid_note}",
-            Action.RESTART_JOB, Blame.UNKNOWN, NODE, ev,
-            occurrences=Occurrences(sum(len(g) for g in timeouts.values())))
+        yield _no_cause(waited, xid_note, ev, waits)
         return
     rank, found = next(iter(causes.items()))
     err = found[0][1]
-    dev = _rank_gpu(log, rank)
+    dev = _rank_gpu(nccl_log, rank)
     who = f"rank {rank}" if rank is not None else "a rank"
     where = f" (CUDA device {dev})" if dev is not None else ""
     title = f"{who}{where} hit 'CUDA error: {err}'"
     if timeouts:
         title += f"; the timeout on {waited} is collateral"
-    scope = NODE
-    if len(xid_buses) == 1:
-        scope = gpu_scope(next(iter(xid_buses)), dev)
-    elif dev is not None:
-        scope = Scope("gpu", gpu_index=dev)
-    if _ECC.search(err):
-        sev, action, blame = Severity.CRITICAL, Action.RESET_GPU, Blame.NODE
-        why = ("The GPU of that rank returned memory ECC could not correct; its process "
-               "aborted, so the others waited in the collective until the watchdog fired. "
-               "Drain the GPU, reset it (row remapping takes effect on reset) and check its "
-               "Xid 48/63/64/94/95 and remapped rows; repair it if it repeats.")
-    elif _APP.search(err):
-        sev, action, blame = Severity.WARNING, Action.RESTART_JOB, Blame.JOB
-        why = ("The rank's own kernels faulted (an application bug or bad input); its "
-               "process died and the other ranks timed out waiting for it. Debug the "
-               "application (CUDA_LAUNCH_BLOCKING=1, compute-sanitizer).")
-    else:
-        sev, action, blame = Severity.WARNING, Action.RESTART_JOB, Blame.UNKNOWN
-        why = ("That rank's CUDA error ended its process; the other ranks timed out waiting "
-               "for it. The error names the cause: look for Xids on its GPU.")
+    sev, action, blame, why = _cuda_verdict(err)
     if len(causes) > 1:
         why += f" {plural(len(causes), 'rank')} reported CUDA errors; the first is shown."
-    yield finding("nccl.watchdog-timeout", sev, title, why + xid_note, action, blame, scope, ev,
-                  occurrences=Occurrences(sum(len(g) for g in causes.values())
-                                          + sum(len(g) for g in timeouts.values())))
+    yield finding("nccl.watchdog-timeout", sev, title, why + xid_note, action, blame,
+                  _cause_scope(xid_buses, dev), ev,
+                  occurrences=Occurrences(sum(len(g) for g in causes.values()) + waits))

@@ -14,19 +14,21 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-import gputriage.hostfacts.infiniband  # noqa: F401  (registers ib_ports)
-import gputriage.hostfacts.nccl  # noqa: F401  (registers nccl_log, nccl_job)
-from gputriage.facts import Facts
 from gputriage.hostfacts.nccl import (
     NcclJob,
+    NcclLogText,
     env_value,
-    log_lines,
     on_sockets,
     process_network,
-    raw_lines,
 )
+from gputriage.hostfacts.stack import GpuSighting
+from gputriage.hostfacts.topology import GpuPlacement
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
-from gputriage.parsers.nccl_model import NET_IB, NET_SOCKET, SHM, NcclProcess
+from gputriage.parsers.infiniband import IbPort
+from gputriage.parsers.modules import Module
+from gputriage.parsers.nccl_model import NET_IB, NET_SOCKET, SHM, NcclChannel, NcclComm, NcclProcess
+from gputriage.parsers.pci import PciFunction
+from gputriage.parsers.topo import TopoMatrix
 from gputriage.rules import nccl_transport_paths as paths
 from gputriage.rules.base import evidence, finding, rule
 from gputriage.rules.nccl_errors import plural as _plural
@@ -54,17 +56,17 @@ def _ipoib(procs: list[NcclProcess]) -> list[str]:
     return sorted({n for n in names if IPOIB_IFACE.match(n)})
 
 
-def _port_up(port) -> bool:
+def _port_up(port: IbPort) -> bool:
     return port.is_active or (port.state is None
                               and (port.netdev_state or "").lower() == "up")
 
 
-def _host_rdma(facts: Facts) -> tuple[bool | None, list, bool, list[Evidence]]:
+def _host_rdma(ports: list[IbPort] | None, has_infiniband: bool | None
+               ) -> tuple[bool | None, list[IbPort], bool, list[Evidence]]:
     """(host has HCAs? (None: no host source), its active ports, whether port states
     are known, host evidence)."""
-    ports = facts.maybe("ib_ports")
     if ports is None:
-        return facts.maybe("has_infiniband"), [], False, []
+        return has_infiniband, [], False, []
     if not ports:
         return False, [], True, []
     active = [p for p in ports if _port_up(p)]
@@ -73,39 +75,30 @@ def _host_rdma(facts: Facts) -> tuple[bool | None, list, bool, list[Evidence]]:
     return True, active, True, ev
 
 
-@rule("nccl.socket-transport", requires=("nccl_job",), produces=("nccl.socket-transport",))
-def socket_transport(facts: Facts) -> Iterator[Finding]:
-    """NCCL moves inter-node traffic over TCP sockets (NET/Socket) instead of IB/RoCE.
+# when the host has HCAs and the log shows no reason for the fallback
+_UNSEEN_CAUSE = Cause(
+    "unknown", "this host's HCAs go unused and the log does not say why",
+    "This host has IB/RoCE HCAs, yet NCCL used sockets and the log does not show why (its "
+    "NET/IB lines are not in it). Usual causes: the RDMA devices are not exposed to the "
+    "container, libibverbs is missing from the image, or NCCL_IB_DISABLE / NCCL_NET are set "
+    "in the job.", Action.FIX_CONFIG, Blame.CONFIG, True)
 
-    Severity follows the evidence that RDMA hardware exists: active HCA ports on
-    this host (critical on a multi-node job), hints in the log (NCCL_IB_DISABLE,
-    a missing libibverbs, the OFI plugin without EFA, IPoIB interface names:
-    warning), nothing (info: expected on plain Ethernet). A single-node job never
-    fires: its socket network carries nothing."""
-    job: NcclJob = facts.get("nccl_job")
-    procs = [p for p in job.log.processes if on_sockets(p)]
-    if not procs or job.multi_node is False:
-        return
-    if len(job.hosts) <= 1 and {"p2p", "shm"} <= set(disabled_paths(job)):
-        return  # the job pushed its own intra-node traffic onto the network: nccl.p2p-disabled
-    has_hcas, active, states_known, host_ev = _host_rdma(facts)
-    causes = socket_causes(facts, procs, bool(has_hcas))
-    ipoib = _ipoib(procs)
-    hint = bool(ipoib) or any(c.hint for c in causes)
-    if job.multi_node is None and not (hint or has_hcas):
-        return  # one host, node count unknown, nothing wrong in sight
+
+def _socket_severity(has_hcas: bool | None, active: bool, multi_node: bool | None,
+                     hint: bool) -> Severity:
+    """Critical with unused active HCA ports on a multi-node job; a warning when HCAs or
+    hints of RDMA hardware exist; info otherwise."""
     if has_hcas is False:
-        severity = Severity.INFO
-    elif active and job.multi_node:
-        severity = Severity.CRITICAL
-    elif has_hcas or hint:
-        severity = Severity.WARNING
-    else:
-        severity = Severity.INFO
+        return Severity.INFO
+    if active and multi_node:
+        return Severity.CRITICAL
+    return Severity.WARNING if has_hcas or hint else Severity.INFO
+
+
+def _socket_figures(job: NcclJob, procs: list[NcclProcess],
+                    channels: list[tuple[NcclProcess, NcclChannel]], active: int) -> str:
+    """``2 processes on 2 hosts; job: 2 nodes (nNodes); interface eth0; ...``."""
     ifaces = sorted({i for p in procs for i in p.socket_ifaces})
-    channels = [(p, c) for p, c in job.net_channels if c.family == NET_SOCKET]
-    lead = "Inter-node traffic runs over TCP sockets" if job.multi_node \
-        else "NCCL chose TCP sockets for its network"
     figures = [_hosts_text(procs)]
     if job.nodes_basis:
         figures.append("job: " + job.describe_nodes())
@@ -114,49 +107,49 @@ def socket_transport(facts: Facts) -> Iterator[Finding]:
     if channels:
         figures.append(_plural(len(channels), "NET/Socket channel"))
     if active:
-        figures.append(f"{_plural(len(active), 'active HCA port')} on this host unused")
-    cause = causes[0] if causes else None
-    if cause is None and has_hcas:
-        cause = Cause("unknown", "this host's HCAs go unused and the log does not say why",
-                       "This host has IB/RoCE HCAs, yet NCCL used sockets and the log does not "
-                       "show why (its NET/IB lines are not in it). Usual causes: the RDMA "
-                       "devices are not exposed to the container, libibverbs is missing from "
-                       "the image, or NCCL_IB_DISABLE / NCCL_NET are set in the job.",
-                       Action.FIX_CONFIG, Blame.CONFIG, True)
-    expected = severity is Severity.INFO and (
-        has_hcas is False or (cause is not None and cause.key == "no-device"))
+        figures.append(f"{_plural(active, 'active HCA port')} on this host unused")
+    return "; ".join(figures)
+
+
+def _socket_verdict(lead: str, figures: str, cause: Cause | None,
+                    expected: bool) -> tuple[str, str, Action, Blame]:
+    """(title, explanation, action, blame): sockets expected on this network, sockets
+    for no reason the log shows, or sockets for ``cause``."""
     if expected:
-        title = f"{lead} ({'; '.join(figures)}): expected on this network; inter-node " \
-                "bandwidth is limited to TCP"
-        why = ((cause.why + " ") if cause else "This host has no IB/RoCE HCA. ") + \
-            ("Inter-node bandwidth is limited to what TCP over these interfaces gives, far "
-             "below IB/RoCE rates. For faster multi-node jobs use RDMA-capable nodes or a "
-             "cloud's own GPU network plugin (e.g. TCPX/TCPXO on GKE, EFA on AWS).")
-        action, blame = Action.NONE, Blame.UNKNOWN
-    elif cause is None:
-        title = f"{lead} ({'; '.join(figures)}); the log does not show why"
+        why = ((cause.why + " ") if cause else "This host has no IB/RoCE HCA. ") + (
+            "Inter-node bandwidth is limited to what TCP over these interfaces gives, far "
+            "below IB/RoCE rates. For faster multi-node jobs use RDMA-capable nodes or a "
+            "cloud's own GPU network plugin (e.g. TCPX/TCPXO on GKE, EFA on AWS).")
+        return (f"{lead} ({figures}): expected on this network; inter-node bandwidth is "
+                "limited to TCP", why, Action.NONE, Blame.UNKNOWN)
+    if cause is None:
         why = ("NCCL used TCP sockets and the log holds none of the lines that say why "
                "(NET/IB, NET/Plugin, environment echoes: log with "
                "NCCL_DEBUG_SUBSYS=INIT,ENV,NET). On a network without RDMA NICs this is "
                "expected. If the nodes have IB/RoCE HCAs, the usual causes are RDMA devices "
                "not exposed to the container, libibverbs missing from the image, or "
                "NCCL_IB_DISABLE / NCCL_NET set in the job.")
-        action, blame = Action.NONE, Blame.UNKNOWN
-    else:
-        title = f"{lead}: {cause.title} ({'; '.join(figures)})"
-        why, action, blame = cause.why, cause.action, cause.blame
-        why += (" Over sockets, inter-node collectives run at TCP speed and without "
-                "GPUDirect RDMA: all-reduce across nodes falls well below the single-node "
-                "rate, often to half or less.")
+        return (f"{lead} ({figures}); the log does not show why", why, Action.NONE,
+                Blame.UNKNOWN)
+    why = cause.why + (" Over sockets, inter-node collectives run at TCP speed and without "
+                       "GPUDirect RDMA: all-reduce across nodes falls well below the "
+                       "single-node rate, often to half or less.")
+    return f"{lead}: {cause.title} ({figures})", why, cause.action, cause.blame
+
+
+def _socket_context(job: NcclJob, ipoib: list[str], ports_inactive: bool,
+                    others: list[Cause]) -> str:
+    """What else the explanation says: IPoIB underneath, inactive HCA ports, an unknown
+    node count, the other causes seen, and processes on other networks."""
+    why = ""
     if ipoib:
         why += (f" The socket interfaces {', '.join(ipoib)} are IPoIB interfaces, so "
                 "InfiniBand is there: NCCL is running TCP over it instead of RDMA.")
-    if has_hcas and states_known and not active:
+    if ports_inactive:
         why += " This host's HCA ports are not active: see ib.port-not-active."
     if job.multi_node is None:
         why += (" The log does not show how many nodes the job spans; on a single node "
                 "the socket network carries nothing.")
-    others = [c for c in causes if cause is None or c.key != cause.key]
     if others:
         why += " Also seen: " + "; ".join(c.title for c in others) + "."
     mixed = {k: v for k, v in job.networks.items() if k != "Socket"}
@@ -164,16 +157,70 @@ def socket_transport(facts: Facts) -> Iterator[Finding]:
         why += (" Other processes use " + ", ".join(
             f"{k} ({_hosts_text(v)})" for k, v in sorted(mixed.items())) +
             ": ranks that disagree on the network cannot connect, or connect slowly.")
+    return why
+
+
+def _socket_lines(job: NcclJob, procs: list[NcclProcess], cause: Cause | None,
+                  others: list[Cause], channels: list[tuple[NcclProcess, NcclChannel]],
+                  text: NcclLogText) -> list[str]:
+    """The causes' lines, NCCL's choice of the socket network, the node count's line and
+    a few socket channels."""
     lines = list(cause.lines if cause else [])
     for c in others:
         lines += c.lines[:1]
-    lines += log_lines(facts, "Using network Socket", [], 1)
-    lines += log_lines(facts, "NET/Socket : Using", [
+    lines += text.quote("Using network Socket", [], 1)
+    lines += text.quote("NET/Socket : Using", [
         f"{p.label}: NET/Socket : Using {', '.join(p.socket_ifaces)}" for p in procs
         if p.socket_ifaces], 1)
     if job.nodes_line:
         lines.append(job.nodes_line)
-    lines += [c.line for _, c in channels[:3]]
+    return lines + [c.line for _, c in channels[:3]]
+
+
+def _socket_procs(job: NcclJob) -> list[NcclProcess]:
+    """The processes on TCP sockets, unless their network carries nothing between nodes:
+    a single-node job, or one that pushed its own intra-node traffic onto the network
+    (that is nccl.p2p-disabled)."""
+    if job.multi_node is False:
+        return []
+    if len(job.hosts) <= 1 and {"p2p", "shm"} <= set(disabled_paths(job)):
+        return []
+    return [p for p in job.log.processes if on_sockets(p)]
+
+
+@rule("nccl.socket-transport", produces=("nccl.socket-transport",))
+def socket_transport(nccl_job: NcclJob, nccl_log_text: NcclLogText,
+                     ib_ports: list[IbPort] | None = None,
+                     has_infiniband: bool | None = None) -> Iterator[Finding]:
+    """NCCL moves inter-node traffic over TCP sockets (NET/Socket) instead of IB/RoCE.
+
+    Severity follows the evidence that RDMA hardware exists: active HCA ports on
+    this host (critical on a multi-node job), hints in the log (NCCL_IB_DISABLE,
+    a missing libibverbs, the OFI plugin without EFA, IPoIB interface names:
+    warning), nothing (info: expected on plain Ethernet). A single-node job never
+    fires: its socket network carries nothing."""
+    job = nccl_job
+    procs = _socket_procs(job)
+    if not procs:
+        return
+    has_hcas, active, states_known, host_ev = _host_rdma(ib_ports, has_infiniband)
+    causes = socket_causes(procs, bool(has_hcas), nccl_log_text)
+    ipoib = _ipoib(procs)
+    hint = bool(ipoib) or any(c.hint for c in causes)
+    if job.multi_node is None and not (hint or has_hcas):
+        return  # one host, node count unknown, nothing wrong in sight
+    severity = _socket_severity(has_hcas, bool(active), job.multi_node, hint)
+    channels = [(p, c) for p, c in job.net_channels if c.family == NET_SOCKET]
+    lead = "Inter-node traffic runs over TCP sockets" if job.multi_node \
+        else "NCCL chose TCP sockets for its network"
+    cause = causes[0] if causes else (_UNSEEN_CAUSE if has_hcas else None)
+    expected = severity is Severity.INFO and (
+        has_hcas is False or (cause is not None and cause.key == "no-device"))
+    title, why, action, blame = _socket_verdict(
+        lead, _socket_figures(job, procs, channels, len(active)), cause, expected)
+    others = [c for c in causes if cause is None or c.key != cause.key]
+    why += _socket_context(job, ipoib, bool(has_hcas and states_known and not active), others)
+    lines = _socket_lines(job, procs, cause, others, channels, nccl_log_text)
     yield finding("nccl.socket-transport", severity, title, why, action, blame,
                   evidence=[evidence(SRC, lines)] + host_ev)
 
@@ -181,14 +228,8 @@ def socket_transport(facts: Facts) -> Iterator[Finding]:
 # --- nccl.socket-iface-virtual -------------------------------------------------------
 
 
-@rule("nccl.socket-iface-virtual", requires=("nccl_job",),
-      produces=("nccl.socket-iface-virtual",))
-def socket_iface_virtual(facts: Facts) -> Iterator[Finding]:
-    """NCCL's bootstrap, out-of-band or NET/Socket interface is loopback, a bridge,
-    a container/overlay network, a tunnel or a VPN: traffic between nodes goes
-    through it (slow, or unreachable from the other nodes). A warning on a
-    multi-node job; info when the log does not show more than one node."""
-    job: NcclJob = facts.get("nccl_job")
+def _virtual_ifaces(job: NcclJob) -> dict[str, list[tuple[NcclProcess, str]]]:
+    """Virtual interface name -> [(process, role)]: bootstrap, out-of-band, NET/Socket."""
     found: dict[str, list[tuple[NcclProcess, str]]] = {}
     for p in job.log.processes:
         uses = [("bootstrap", p.bootstrap_iface), ("out-of-band (IB setup)", p.oob_iface)]
@@ -197,6 +238,17 @@ def socket_iface_virtual(facts: Facts) -> Iterator[Finding]:
         for role, name in uses:
             if name and VIRTUAL_IFACE.match(name):
                 found.setdefault(name, []).append((p, role))
+    return found
+
+
+@rule("nccl.socket-iface-virtual", produces=("nccl.socket-iface-virtual",))
+def socket_iface_virtual(nccl_job: NcclJob, nccl_log_text: NcclLogText) -> Iterator[Finding]:
+    """NCCL's bootstrap, out-of-band or NET/Socket interface is loopback, a bridge,
+    a container/overlay network, a tunnel or a VPN: traffic between nodes goes
+    through it (slow, or unreachable from the other nodes). A warning on a
+    multi-node job; info when the log does not show more than one node."""
+    job = nccl_job
+    found = _virtual_ifaces(job)
     if not found:
         return
     procs = sorted({p.label for v in found.values() for p, _ in v})
@@ -225,55 +277,58 @@ def socket_iface_virtual(facts: Facts) -> Iterator[Finding]:
     else:
         severity = Severity.INFO
         why += " This job runs on one node, where it does not matter yet."
-    lines = log_lines(facts, "NCCL_SOCKET_IFNAME set by environment", [], 1)
+    lines = nccl_log_text.quote("NCCL_SOCKET_IFNAME set by environment", [], 1)
     for name in roles:
-        lines += raw_iface_lines(facts, name, found[name])
+        lines += raw_iface_lines(nccl_log_text, name, found[name])
     yield finding("nccl.socket-iface-virtual", severity, title, why, Action.FIX_CONFIG,
                   blame, evidence=[evidence(SRC, lines)])
 
 
-def raw_iface_lines(facts: Facts, name: str, uses: list[tuple[NcclProcess, str]]) -> list[str]:
+def raw_iface_lines(text: NcclLogText, name: str,
+                    uses: list[tuple[NcclProcess, str]]) -> list[str]:
     """Log lines that name interface ``name`` (bootstrap, OOB or NET/Socket lines)."""
     p, role = uses[0]
-    found = raw_lines(facts, f"]{name}:", 2) + raw_lines(facts, f"Using {name}:", 1)
+    found = text.find(f"]{name}:", 2) + text.find(f"Using {name}:", 1)
     return found or [f"{p.label}: {role} interface {name}"]
 
 
 # --- nccl.node-split -----------------------------------------------------------------
 
+Members = list[tuple[NcclProcess, NcclComm]]  # the records of one communicator
 
-@rule("nccl.node-split", requires=("nccl_job",), produces=("nccl.node-split",))
-def node_split(facts: Facts) -> Iterator[Finding]:
+
+@rule("nccl.node-split", produces=("nccl.node-split",))
+def node_split(nccl_job: NcclJob,
+               visible_gpus: tuple[str, list[GpuSighting]] | None = None,
+               host_name: str | None = None) -> Iterator[Finding]:
     """NCCL counts more nodes than the job has hosts: it treats groups of one
     host's GPUs (NVLink islands, rails it cannot join) as separate nodes, so
     same-host traffic goes over the network and rings cross rails (a hang on
     rail-isolated fabrics). Warning when proven (all ranks logged on fewer hosts,
     or more ranks of one host than localRanks); info when only the arithmetic of
     a comm line hints at it."""
-    job: NcclJob = facts.get("nccl_job")
-    groups: dict[object, list] = {}
+    job = nccl_job
+    groups: dict[object, Members] = {}
     for p, c in job.comms():
         if c.nnodes and c.nnodes > 1 and c.local_ranks and c.nranks:
             key = c.comm_id or (c.nranks, c.nnodes, c.local_ranks)
             groups.setdefault(key, []).append((p, c))
-    host_gpus = _host_gpu_count(facts, job)
-    seen: set[tuple[int, int, int]] = set()
+    host_gpus = _host_gpu_count(visible_gpus, host_name, job)
+    seen: set[tuple] = set()
     for members in groups.values():
         c0 = members[0][1]
         shape = (c0.nranks, c0.nnodes, c0.local_ranks)
         if shape in seen:
             continue
         seen.add(shape)
-        yield from _split_finding(job, members, host_gpus)
+        yield from _split_finding(members, host_gpus)
 
 
-def _host_gpu_count(facts: Facts, job: NcclJob) -> tuple[int, str] | None:
+def _host_gpu_count(visible: tuple[str, list[GpuSighting]] | None, name: str | None,
+                    job: NcclJob) -> tuple[int, str] | None:
     """(GPUs on this host, source) when the log's host is this host."""
-    visible = facts.maybe("visible_gpus")
     if not visible or not visible[1]:
         return None
-    name = (facts.snapshot.manifest or {}).get("host") or \
-        (facts.snapshot.text("hostname") or "").strip()
     if name and name not in job.hosts and len(job.hosts) > 0:
         return None
     if not name and len(job.hosts) > 1:
@@ -281,9 +336,10 @@ def _host_gpu_count(facts: Facts, job: NcclJob) -> tuple[int, str] | None:
     return len(visible[1]), visible[0]
 
 
-def _split_finding(job: NcclJob, members: list, host_gpus) -> Iterator[Finding]:
+def _split_proofs(members: Members) -> tuple[list[str], bool]:
+    """(proofs that NCCL split hosts into nodes, whether the log verifies its count)."""
     c0 = members[0][1]
-    nranks, nnodes, local = c0.nranks, c0.nnodes, c0.local_ranks
+    nranks, nnodes, local = c0.nranks or 0, c0.nnodes or 0, c0.local_ranks or 0
     ranks = {c.rank for _, c in members if c.rank is not None}
     hosts = sorted({p.host for p, _ in members if p.host})
     per_host: dict[str, set[int]] = {}
@@ -299,41 +355,56 @@ def _split_finding(job: NcclJob, members: list, host_gpus) -> Iterator[Finding]:
     for h, r in sorted(crowded.items()):
         proofs.append(f"{h} runs {len(r)} ranks of this communicator, more than "
                       f"localRanks {local}")
+    return proofs, complete and len(hosts) == nnodes and not crowded
+
+
+_SPLIT_FIX = (
+    "Check: NCCL_NET_DISABLE_INTRA=1 keeps traffic between GPUs of one host off the "
+    "network; on rail-isolated fabrics route between the rails or align NCCL_IB_HCA per "
+    "rank so that each rank talks on its own rail (NCCL_CROSS_NIC=0).")
+
+
+def _split_finding(members: Members, host_gpus: tuple[int, str] | None) -> Iterator[Finding]:
+    """A proven split (warning), or one the comm line's arithmetic suggests (info)."""
+    c0 = members[0][1]
+    nnodes, local = c0.nnodes, c0.local_ranks or 0
+    proofs, verified = _split_proofs(members)
     notes = []
     if host_gpus and host_gpus[0] > local:
         notes.append(f"this host has {host_gpus[0]} GPUs ({host_gpus[1]}) while NCCL counts "
                      f"{local} per node")
-    verified = complete and len(hosts) == nnodes and not crowded
     if not proofs and (verified or (not notes and local not in (2, 3))):
         return
-    arithmetic = f"{nranks} ranks as {nnodes} nodes of {local}"
-    fix = ("Check: NCCL_NET_DISABLE_INTRA=1 keeps traffic between GPUs of one host off the "
-           "network; on rail-isolated fabrics route between the rails or align NCCL_IB_HCA "
-           "per rank so that each rank talks on its own rail (NCCL_CROSS_NIC=0).")
-    lines = [c.line for _, c in members[:2]]
+    arithmetic = f"{c0.nranks} ranks as {nnodes} nodes of {local}"
+    ev = [evidence(SRC, [c.line for _, c in members[:2]])]
     if proofs:
-        title = f"NCCL splits hosts into several nodes: {arithmetic}, but {proofs[0]}"
-        why = ("NCCL believes some GPUs of one host are on different nodes (NVLink islands "
-               "it cannot join, or rails it cannot reach from every GPU), so traffic between "
-               "them goes over the network and rings cross from one rail to another; on "
-               "fabrics whose rails are not routed to each other those connections hang, "
-               "elsewhere they are slow. " + fix)
-        if len(proofs) > 1 or notes:
-            why += " Also: " + "; ".join(proofs[1:] + notes) + "."
-        yield finding("nccl.node-split", Severity.WARNING, title, why, Action.FIX_CONFIG,
-                      Blame.CONFIG, evidence=[evidence(SRC, lines)])
+        yield _split_proven(arithmetic, proofs, notes, ev)
         return
-    title = f"NCCL sees {arithmetic}: check that the job really runs on {nnodes} hosts"
     why = (f"The communicator counts {nnodes} nodes with {local} local rank(s) each. If the "
            f"job runs on {nnodes} hosts with {local} GPU(s) each, that is right. If it runs on "
            "fewer hosts (for example two hosts with twice as many GPUs), NCCL is treating "
            "groups of a host's GPUs (NVLink islands, separate rails) as separate nodes, "
            "sending same-host traffic over the network and crossing rails, which hangs on "
-           "rail-isolated fabrics. " + fix)
+           "rail-isolated fabrics. " + _SPLIT_FIX)
     if notes:
         why += " Note: " + "; ".join(notes) + "."
-    yield finding("nccl.node-split", Severity.INFO, title, why, Action.NONE, Blame.UNKNOWN,
-                  evidence=[evidence(SRC, lines)])
+    yield finding("nccl.node-split", Severity.INFO,
+                  f"NCCL sees {arithmetic}: check that the job really runs on {nnodes} hosts",
+                  why, Action.NONE, Blame.UNKNOWN, evidence=ev)
+
+
+def _split_proven(arithmetic: str, proofs: list[str], notes: list[str],
+                  ev: list[Evidence]) -> Finding:
+    why = ("NCCL believes some GPUs of one host are on different nodes (NVLink islands "
+           "it cannot join, or rails it cannot reach from every GPU), so traffic between "
+           "them goes over the network and rings cross from one rail to another; on "
+           "fabrics whose rails are not routed to each other those connections hang, "
+           "elsewhere they are slow. " + _SPLIT_FIX)
+    if len(proofs) > 1 or notes:
+        why += " Also: " + "; ".join(proofs[1:] + notes) + "."
+    return finding("nccl.node-split", Severity.WARNING,
+                   f"NCCL splits hosts into several nodes: {arithmetic}, but {proofs[0]}",
+                   why, Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
 
 
 # --- nccl.p2p-disabled ---------------------------------------------------------------
@@ -356,14 +427,14 @@ def disabled_paths(job: NcclJob) -> dict[str, tuple[NcclProcess, str]]:
     return out
 
 
-@rule("nccl.p2p-disabled", requires=("nccl_job",), produces=("nccl.p2p-disabled",))
-def p2p_disabled(facts: Facts) -> Iterator[Finding]:
+@rule("nccl.p2p-disabled", produces=("nccl.p2p-disabled",))
+def p2p_disabled(nccl_job: NcclJob, nccl_log_text: NcclLogText) -> Iterator[Finding]:
     """The job's environment turns GPU peer-to-peer and/or shared memory off
     (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL=LOC, NCCL_SHM_DISABLE): intra-node traffic then
     goes through host memory or, with both off, through the network (NET/Socket or IB
     loopback). Blamed on the job's configuration. Left to nccl.shm-transport when that
     finding already names the setting (SHM channels with P2P disabled)."""
-    job: NcclJob = facts.get("nccl_job")
+    job = nccl_job
     off = disabled_paths(job)
     if not off:
         return
@@ -389,7 +460,7 @@ def p2p_disabled(facts: Facts) -> Iterator[Finding]:
         why += (" On one node the socket/IB network it ends up on is this setting's doing, "
                 "not a missing RDMA stack.")
     lines = [ln for key in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE")
-             for ln in log_lines(facts, f"{key} set by environment", [], 1)]
+             for ln in nccl_log_text.quote(f"{key} set by environment", [], 1)]
     lines += [c.line for _, c in nets[:2]]
     yield finding("nccl.p2p-disabled", Severity.WARNING,
                   f"{' and '.join(settings)} set by the job: intra-node traffic avoids "
@@ -401,8 +472,12 @@ def p2p_disabled(facts: Facts) -> Iterator[Finding]:
 # --- data paths (built in nccl_transport_paths) -------------------------------------
 
 
-@rule("nccl.gdr-disabled", requires=("nccl_job",), produces=("nccl.gdr-disabled",))
-def gdr_disabled(facts: Facts) -> Iterator[Finding]:
+@rule("nccl.gdr-disabled", produces=("nccl.gdr-disabled",))
+def gdr_disabled(nccl_job: NcclJob, nccl_log_text: NcclLogText,
+                 modules: dict[str, Module] | None = None,
+                 gpu_nic_map: list[GpuPlacement] | None = None,
+                 topology: TopoMatrix | None = None, pci: list[PciFunction] | None = None,
+                 ib_ports: list[IbPort] | None = None) -> Iterator[Finding]:
     """Network channels without GPUDirect RDMA: transfers are staged through host
     memory. Three causes: the HCA is too far from the GPU (NCCL's distance
     exceeds its GDR limit); some channels have GDR and others not (a far NIC);
@@ -416,14 +491,16 @@ def gdr_disabled(facts: Facts) -> Iterator[Finding]:
     (fix: NCCL_IB_HCA, rail alignment, NCCL_NET_GDR_LEVEL where the platform
     allows); a missing nvidia_peermem is the host's setup (FIX_CONFIG, as
     module.peermem-missing says)."""
-    yield from paths.gdr_findings(facts)
+    host = paths.HostLayout(gpu_nic_map or [], topology, pci or [], ib_ports or [])
+    yield from paths.gdr_findings(nccl_job, nccl_log_text, modules, host)
 
 
-@rule("nccl.shm-transport", requires=("nccl_job",), produces=("nccl.shm-transport",))
-def shm_transport(facts: Facts) -> Iterator[Finding]:
+@rule("nccl.shm-transport", produces=("nccl.shm-transport",))
+def shm_transport(nccl_job: NcclJob, nccl_log_text: NcclLogText,
+                  topology: TopoMatrix | None = None) -> Iterator[Finding]:
     """Intra-node channels through host shared memory (SHM) where GPU peer-to-peer
     should carry them: P2P disabled by the job (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL),
     NVLink present between the pair yet SHM used (P2P failing in the container),
     or a topology where only some pairs have NVLink/P2P (the SHM hops pace every
     ring through them)."""
-    yield from paths.shm_findings(facts)
+    yield from paths.shm_findings(nccl_job, nccl_log_text, topology)

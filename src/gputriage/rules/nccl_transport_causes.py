@@ -4,10 +4,10 @@ each with its wording, action and blame, for rule ``nccl.socket-transport`` in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gputriage.facts import Facts
-from gputriage.hostfacts.nccl import env_value, log_lines
+from gputriage.hostfacts.nccl import NcclLogText, env_value
 from gputriage.model import Action, Blame
 from gputriage.parsers.nccl_model import NcclProcess
 
@@ -27,11 +27,11 @@ class Cause:
     lines: list[str] = field(default_factory=list)
 
 
-def socket_causes(facts: Facts, procs: list[NcclProcess], host_hcas: bool) -> list[Cause]:
-    """Why NCCL ended up on sockets, most specific first."""
+def socket_causes(procs: list[NcclProcess], host_hcas: bool, text: NcclLogText) -> list[Cause]:
+    """Why NCCL ended up on sockets, most specific first (``text`` quotes the lines)."""
     out: list[Cause] = []
 
-    def first(pred) -> NcclProcess | None:
+    def first(pred: Callable[[NcclProcess], object]) -> NcclProcess | None:
         return next((p for p in procs if pred(p)), None)
 
     p = first(lambda p: (env_value(p, "NCCL_NET") or "").lower() == "socket")
@@ -41,7 +41,7 @@ def socket_causes(facts: Facts, procs: list[NcclProcess], host_hcas: bool) -> li
             "The job forces the socket transport with NCCL_NET=Socket, so NCCL never tries "
             "the IB/RoCE verbs transport or a net plugin. Remove it from the job's "
             "environment.", Action.FIX_CONFIG, Blame.JOB, True,
-            log_lines(facts, "NCCL_NET set by environment", [f"{p.label}: NCCL_NET=Socket"])))
+            text.quote("NCCL_NET set by environment", [f"{p.label}: NCCL_NET=Socket"])))
     p = first(lambda p: (env_value(p, "NCCL_IB_DISABLE") or "0") not in ("0", ""))
     if p:
         out.append(Cause(
@@ -51,8 +51,8 @@ def socket_causes(facts: Facts, procs: list[NcclProcess], host_hcas: bool) -> li
             "(NCCL_IB_DISABLE), so NCCL falls back to TCP sockets even where HCAs exist. "
             "Unset it (or set it to 0) to get NET/IB with GPUDirect RDMA.",
             Action.FIX_CONFIG, Blame.JOB, True,
-            log_lines(facts, "NCCL_IB_DISABLE set by environment",
-                      [f"{p.label}: NCCL_IB_DISABLE={env_value(p, 'NCCL_IB_DISABLE')}"])))
+            text.quote("NCCL_IB_DISABLE set by environment",
+                       [f"{p.label}: NCCL_IB_DISABLE={env_value(p, 'NCCL_IB_DISABLE')}"])))
     p = first(lambda p: p.ibverbs_missing)
     if p:
         out.append(Cause(
@@ -62,8 +62,7 @@ def socket_causes(facts: Facts, procs: list[NcclProcess], host_hcas: bool) -> li
             "libraries: install rdma-core (or MOFED/DOCA user space) in the image if the "
             "nodes have IB/RoCE HCAs; on plain Ethernet nodes sockets are expected.",
             Action.FIX_SOFTWARE, Blame.JOB, True,
-            log_lines(facts, "Failed to open libibverbs",
-                      [f"{p.label}: Failed to open libibverbs.so"])))
+            text.quote("Failed to open libibverbs", [f"{p.label}: Failed to open libibverbs.so"])))
     p = first(lambda p: p.ib_no_device and env_value(p, "NCCL_IB_HCA"))
     if p:
         value = env_value(p, "NCCL_IB_HCA")
@@ -73,10 +72,8 @@ def socket_causes(facts: Facts, procs: list[NcclProcess], host_hcas: bool) -> li
             "none: the names do not exist in this container or their ports are down. Fix the "
             "list (prefix match; '=' for exact names) or unset it.",
             Action.FIX_CONFIG, Blame.JOB, True,
-            log_lines(facts, "NCCL_IB_HCA set by environment",
-                      [f"{p.label}: NCCL_IB_HCA={value}"])
-            + log_lines(facts, "No device found", [f"{p.label}: NET/IB : No device found."],
-                        1)))
+            text.quote("NCCL_IB_HCA set by environment", [f"{p.label}: NCCL_IB_HCA={value}"])
+            + text.quote("No device found", [f"{p.label}: NET/IB : No device found."], 1)))
     ofi = [(p, w) for p in procs for w in p.warns if "OFI" in w.message]
     if ofi:
         p, w = ofi[0]
@@ -96,10 +93,10 @@ def socket_causes(facts: Facts, procs: list[NcclProcess], host_hcas: bool) -> li
             "plugin found no device it can drive. Check that the plugin matches the "
             "network and that its devices are visible in the container.",
             Action.FIX_CONFIG, Blame.CONFIG, True,
-            log_lines(facts, "NET/Plugin", [f"{p.label}: net plugin {p.net_plugin}"], 2)))
+            text.quote("NET/Plugin", [f"{p.label}: net plugin {p.net_plugin}"], 2)))
     p = first(lambda p: p.ib_no_device)
     if p:
-        lines = log_lines(facts, "No device found", [f"{p.label}: NET/IB : No device found."], 2)
+        lines = text.quote("No device found", [f"{p.label}: NET/IB : No device found."], 2)
         out.append(Cause(
             "not-exposed", "NET/IB found no device although this host has HCAs",
             "NCCL looked for IB/RoCE devices and found none, yet this host has HCAs: the "

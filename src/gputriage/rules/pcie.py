@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.facts import Facts, Missing
 from gputriage.hostfacts.pcie import IDLE_GTS, PcieLink, aer_total
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
-from gputriage.parsers.dmidecode import Slot, parse_dmidecode_slots
+from gputriage.parsers.dmidecode import Slot
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
 
 REPLAYS_WARN = 1000  # replays since reset: a link that keeps retrying packets
@@ -51,13 +50,9 @@ def _gts(v: float | None) -> str:
     return f"{v:g} GT/s" if v is not None else "? GT/s"
 
 
-def _slot(facts: Facts, bus_id: str | None) -> Slot | None:
+def _slot(slots: list[Slot] | None, bus_id: str | None) -> Slot | None:
     """The physical slot (dmidecode) holding a device, when known."""
-    if not bus_id:
-        return None
-    try:
-        slots = facts._parse("dmidecode_slots", parse_dmidecode_slots)
-    except Missing:
+    if not bus_id or slots is None:
         return None
     return next((s for s in slots if s.bus_address == bus_id), None)
 
@@ -71,12 +66,13 @@ def _half_width_card(link: PcieLink, cur: int, mx: int | None) -> bool:
             and cur * 2 >= mx)
 
 
-@rule("pcie.width", requires=("pcie_links",), produces=("pcie.width-degraded",))
-def link_width(facts: Facts) -> Iterator[Finding]:
+@rule("pcie.width", produces=("pcie.width-degraded",))
+def link_width(pcie_links: list[PcieLink],
+               dmidecode_slots: list[Slot] | None = None) -> Iterator[Finding]:
     """A PCIe link trained with fewer lanes than the device and slot support cuts
     host<->device bandwidth in proportion: a riser, slot or seating fault on a
     server, the instance's wiring inside a VM."""
-    for link in facts.get("pcie_links"):
+    for link in pcie_links:
         cur, mx = link.cur_width, link.max_width
         if cur is None or cur <= 0:  # unknown, or x0: a suspended link, not a narrow one
             continue
@@ -95,7 +91,7 @@ def link_width(facts: Facts) -> Iterator[Finding]:
                 "expected for this instance type before acting.",
                 Action.NONE, Blame.UNKNOWN, _scope(link), ev)
             continue
-        slot_info = _slot(facts, link.bus_id)
+        slot_info = _slot(dmidecode_slots, link.bus_id)
         if slot_info is not None and slot_info.width is not None and slot_info.width <= cur:
             yield finding(
                 "pcie.width-degraded", Severity.INFO,
@@ -134,12 +130,12 @@ def _narrow(link: PcieLink) -> bool:
     return (cur is not None and mx is not None and cur < mx) or "width" in link.downgraded
 
 
-@rule("pcie.speed", requires=("pcie_links",), produces=("pcie.speed-degraded",))
-def link_speed(facts: Facts) -> Iterator[Finding]:
+@rule("pcie.speed", produces=("pcie.speed-degraded",))
+def link_speed(pcie_links: list[PcieLink]) -> Iterator[Finding]:
     """A PCIe link slower than it can run. GPUs slow their link to Gen1 when idle,
     so for a GPU this counts only while it works; when the load is unknown it is
     reported with that caveat."""
-    for link in facts.get("pcie_links"):
+    for link in pcie_links:
         cur, mx = link.cur_gts, link.max_gts
         slow = (cur is not None and mx is not None and cur < mx) or (
             cur is not None and mx is None and "speed" in link.downgraded)
@@ -187,12 +183,12 @@ def link_speed(facts: Facts) -> Iterator[Finding]:
             Action.NONE, Blame.UNKNOWN, _scope(link), ev)
 
 
-@rule("pcie.replays", requires=("pcie_links",), produces=("pcie.replays",))
-def replays(facts: Facts) -> Iterator[Finding]:
+@rule("pcie.replays", produces=("pcie.replays",))
+def replays(pcie_links: list[PcieLink]) -> Iterator[Finding]:
     """PCIe replays are packets the link had to resend. A few since the last reset
     are normal; thousands mean a marginal link (riser, slot, cable)."""
     small = []
-    for link in facts.get("pcie_links"):
+    for link in pcie_links:
         n = link.replays
         if not n:
             continue
@@ -221,12 +217,12 @@ def _nonzero(counts: dict[str, int]) -> set[str]:
     return {k for k, v in counts.items() if v and not k.startswith("TOTAL_")}
 
 
-@rule("pcie.aer", requires=("pcie_links",), produces=("pcie.aer-errors",))
-def aer_errors(facts: Facts) -> Iterator[Finding]:
+@rule("pcie.aer", produces=("pcie.aer-errors",))
+def aer_errors(pcie_links: list[PcieLink]) -> Iterator[Finding]:
     """PCIe Advanced Error Reporting: uncorrectable (fatal or not) errors mean the
     device or its link failed a transaction; many corrected ones mean a marginal
     link."""
-    for link in facts.get("pcie_links"):
+    for link in pcie_links:
         fatal, nonfatal = aer_total(link, "fatal"), aer_total(link, "nonfatal")
         corr = aer_total(link, "correctable")
         nonfatal_names = _nonzero(link.aer.get("aer_dev_nonfatal", {}))

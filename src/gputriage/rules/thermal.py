@@ -14,11 +14,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gputriage import knowledge
-from gputriage.facts import Facts
+from gputriage.hostfacts.smi_views import SmiView
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.nvsmi import parse_float, parse_int
 from gputriage.rules.base import finding, rule
-from gputriage.rules.memory import SmiView, smi_views
 
 #: within this many degrees of the slowdown temperature a GPU is "near the limit"
 NEAR_LIMIT_C = 5
@@ -105,11 +104,11 @@ def _temp_evidence(view: SmiView) -> list[Evidence]:
     return view.section(_TEMP_SECTIONS, fallback=[]) or view.table_rows()
 
 
-@rule("thermal.limits", requires=("smi",), produces=("thermal.near-limit",))
-def near_limit(facts: Facts) -> Iterator[Finding]:
+@rule("thermal.limits", produces=("thermal.near-limit",))
+def near_limit(smi_views: list[SmiView]) -> Iterator[Finding]:
     """A GPU (or its memory) within a few degrees of its slowdown temperature, or
     above its maximum operating temperature: one step from losing clocks."""
-    for view in smi_views(facts):
+    for view in smi_views:
         st = thermal_state(view)
         gpu_near = st.headroom is not None and (
             st.headroom <= (0 if st.basis == "generic" else NEAR_LIMIT_C))
@@ -159,14 +158,14 @@ _HW_REASONS = {
 }
 
 
-@rule("clocks.event-reasons", requires=("smi",),
+@rule("clocks.event-reasons",
       produces=("clocks.hw-slowdown", "clocks.hw-thermal-slowdown", "clocks.hw-power-brake",
                 "clocks.sw-thermal-slowdown"))
-def clock_reasons(facts: Facts) -> Iterator[Finding]:
+def clock_reasons(smi_views: list[SmiView]) -> Iterator[Finding]:
     """Active clock-event (throttle) reasons that mean trouble: hardware slowdown
     (thermal, power brake) and software thermal slowdown. Idle, application
     clocks and power capping are normal and never alarm here."""
-    for view in smi_views(facts):
+    for view in smi_views:
         reasons = view.value("clock_event_reasons") or {}
         active = {k for k, v in reasons.items() if v}
         if not active & {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
@@ -211,11 +210,11 @@ def clock_reasons(facts: Facts) -> Iterator[Finding]:
                 view.scope, ev)
 
 
-@rule("power.limit", requires=("smi",), produces=("power.at-limit",))
-def power_at_limit(facts: Facts) -> Iterator[Finding]:
+@rule("power.limit", produces=("power.at-limit",))
+def power_at_limit(smi_views: list[SmiView]) -> Iterator[Finding]:
     """Power draw pinned at the enforced limit while the driver caps the clocks:
     normal under heavy load, worth knowing when the limit was lowered."""
-    for view in smi_views(facts):
+    for view in smi_views:
         draw, limit = view.value("power_draw_w"), view.value("power_limit_w")
         if draw is None or not limit or draw < AT_LIMIT_SHARE * limit:
             continue

@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from gputriage.facts import Facts
+from gputriage.hostfacts.stack import GpuSighting
 from gputriage.hostfacts.topology import GpuPlacement, multi_node_evidence
 from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.parsers.numactl import NumaHardware
+from gputriage.parsers.pci import PciFunction
 from gputriage.parsers.topo import TopoMatrix, distance, nvlink_count
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
 
@@ -41,12 +43,11 @@ def _map_line(p: GpuPlacement) -> str:
     return f"{where}: {numa}{cpus}; {nics}"
 
 
-@rule("topology.map", requires=("gpu_nic_map",), produces=("topology.map",))
-def topology_map(facts: Facts) -> Iterator[Finding]:
+@rule("topology.map", produces=("topology.map",))
+def topology_map(gpu_nic_map: list[GpuPlacement], topology: TopoMatrix) -> Iterator[Finding]:
     """The GPU <-> NIC <-> NUMA map read from the topology matrix, with how the
     GPUs are linked to each other (all NVLink, partly NVLink, or PCIe only)."""
-    placements: list[GpuPlacement] = facts.get("gpu_nic_map")
-    matrix: TopoMatrix = facts.get("topology")
+    placements, matrix = gpu_nic_map, topology
     counts, pairs = _gpu_links(matrix)
     numas = sorted({p.numa_node for p in placements if p.numa_node is not None})
     lines = [_map_line(p) for p in placements]
@@ -82,13 +83,13 @@ def nvlink_totals(matrix: TopoMatrix) -> dict[str, int]:
             for a in matrix.gpus}
 
 
-@rule("topology.nvlink-uneven", requires=("topology",), produces=("topology.nvlink-uneven",))
-def nvlink_uneven(facts: Facts) -> Iterator[Finding]:
+@rule("topology.nvlink-uneven", produces=("topology.nvlink-uneven",))
+def nvlink_uneven(topology: TopoMatrix) -> Iterator[Finding]:
     """GPUs that all use NVLink but show different totals of links to their peers:
     identical GPUs have the same number, so the ones with fewer lost links (down,
     untrained or a missing bridge). Designs whose pairs differ (cube mesh) keep equal
     totals and stay silent."""
-    matrix: TopoMatrix = facts.get("topology")
+    matrix = topology
     totals = nvlink_totals(matrix)
     if len(totals) < 2 or not all(totals.values()):
         return  # PCIe-only GPUs, or some without NVLink by design
@@ -115,11 +116,11 @@ _P2P_MEANING = {"CNS": "chipset not supported", "GNS": "GPU not supported",
                 "DR": "disabled by regkey", "U": "unknown"}
 
 
-@rule("topology.p2p", requires=("topology",), produces=("topology.p2p",))
-def p2p_matrix(facts: Facts) -> Iterator[Finding]:
+@rule("topology.p2p", produces=("topology.p2p",))
+def p2p_matrix(topology: TopoMatrix) -> Iterator[Finding]:
     """``nvidia-smi topo -p2p``: which GPU pairs can use peer-to-peer access. Pairs
     that cannot make NCCL and CUDA copies go through host memory."""
-    matrix: TopoMatrix = facts.get("topology")
+    matrix = topology
     if matrix.kind != "p2p":
         return
     gpus = matrix.gpus
@@ -147,14 +148,14 @@ def p2p_matrix(facts: Facts) -> Iterator[Finding]:
         evidence=[evidence(TOPO, lines)])
 
 
-@rule("topology.nic-far", requires=("gpu_nic_map",), produces=("topology.nic-far",))
-def nic_far(facts: Facts) -> Iterator[Finding]:
+@rule("topology.nic-far", produces=("topology.nic-far",))
+def nic_far(gpu_nic_map: list[GpuPlacement], topology: TopoMatrix) -> Iterator[Finding]:
     """On a rail-per-GPU host (GPUi <-> NICi), a GPU whose rail NIC sits across
     the CPU socket (SYS) while another NIC is NODE or closer to it: its
     GPUDirect RDMA traffic crosses the inter-socket link. Silent without NIC
     columns or without a rail design."""
-    matrix: TopoMatrix = facts.get("topology")
-    for p in facts.get("gpu_nic_map"):
+    matrix = topology
+    for p in gpu_nic_map:
         if not (p.rail_link and distance(p.rail_link) >= distance("SYS")
                 and p.nearest_link and distance(p.nearest_link) <= distance("NODE")):
             continue
@@ -174,21 +175,21 @@ def nic_far(facts: Facts) -> Iterator[Finding]:
             [evidence(TOPO, lines)])
 
 
-@rule("topology.numa-unknown", requires=("pci",), any_of=("numa", "topology"),
+@rule("topology.numa-unknown", any_of=("numa", "topology"),
       produces=("topology.numa-unknown",))
-def numa_unknown(facts: Facts) -> Iterator[Finding]:
+def numa_unknown(pci: list[PciFunction], pci_source: str, numa: NumaHardware | None = None,
+                 topology: TopoMatrix | None = None) -> Iterator[Finding]:
     """GPUs and NICs whose sysfs numa_node is -1 on a host with more than one
     NUMA node: nothing can place their CPU threads and memory locally."""
-    multi, shown = multi_node_evidence(facts)
+    multi, shown = multi_node_evidence(numa, topology)
     if not multi:
         return
-    source = facts.get("pci_source")
-    for f in facts.get("pci"):
+    for f in pci:
         if f.numa_node != -1 or not (f.is_gpu or f.is_network):
             continue
         what = f"GPU {f.address}" if f.is_gpu else f"NIC {f.address}" + (
             f" ({f.driver})" if f.driver else "")
-        ev = [evidence(source, [f"{f.address}/numa_node: -1"])]
+        ev = [evidence(pci_source, [f"{f.address}/numa_node: -1"])]
         ev += [evidence(src, [ln]) for src, ln in shown]
         yield finding(
             "topology.numa-unknown", Severity.WARNING,
@@ -202,29 +203,25 @@ def numa_unknown(facts: Facts) -> Iterator[Finding]:
                                                          name=f.address), ev)
 
 
-def _has_gpus(facts: Facts) -> str | None:
-    """The source that shows GPUs on this host, if any."""
-    if facts.maybe("pci_gpus"):
-        return facts.maybe("pci_source") or "pci_devices"
-    matrix = facts.maybe("topology")
-    if matrix is not None and matrix.gpus:
-        return TOPO
-    visible = facts.maybe("visible_gpus")
-    if visible and visible[1]:
-        return visible[0]
-    return None
+def _has_gpus(pci_gpus: list[PciFunction] | None, topology: TopoMatrix | None,
+              visible_gpus: tuple[str, list[GpuSighting]] | None) -> bool:
+    """Whether any source shows GPUs on this host."""
+    return bool(pci_gpus or (topology is not None and topology.gpus)
+                or (visible_gpus and visible_gpus[1]))
 
 
-@rule("topology.numa-balancing", requires=("numa_balancing",),
-      any_of=("pci_gpus", "topology", "visible_gpus"), produces=("topology.numa-balancing",))
-def numa_balancing(facts: Facts) -> Iterator[Finding]:
+@rule("topology.numa-balancing", any_of=("pci_gpus", "topology", "visible_gpus"),
+      produces=("topology.numa-balancing",))
+def numa_balancing(numa_balancing: str, pci_gpus: list[PciFunction] | None = None,
+                   topology: TopoMatrix | None = None,
+                   visible_gpus: tuple[str, list[GpuSighting]] | None = None,
+                   numa: NumaHardware | None = None) -> Iterator[Finding]:
     """Automatic NUMA balancing switched on on a GPU host (silent when the host is
     known to have a single NUMA node, where it does nothing)."""
-    value = facts.get("numa_balancing")
-    if value != "1" or not _has_gpus(facts):
+    value = numa_balancing
+    if value != "1" or not _has_gpus(pci_gpus, topology, visible_gpus):
         return
-    hw = facts.maybe("numa")
-    if hw is not None and hw.node_count == 1:
+    if numa is not None and numa.node_count == 1:
         return
     yield finding(
         "topology.numa-balancing", Severity.WARNING,

@@ -2,8 +2,8 @@
 
 The schema ``gputriage/result/v1`` is a public contract documented in
 docs/json-schema.md: within v1 fields are only ever added, never renamed,
-removed or retyped. Top-level keys come in a fixed order; nested host / GPU /
-manifest dicts keep the order the engine built them in.
+removed or retyped. Top-level keys come in a fixed order; the host summary and GPU
+rows give their keys in the documented order, the manifest keeps its own.
 """
 
 from __future__ import annotations
@@ -26,21 +26,21 @@ TOP_LEVEL_KEYS = (
 )
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """``value`` as plain JSON data: enums to values, tuples / sets to lists,
     paths and unknown objects to strings, non-finite floats to null."""
     if isinstance(value, Enum):
-        return _plain(value.value)
+        return plain(value.value)
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(_plain(k)): _plain(v) for k, v in value.items()}
+        return {str(plain(k)): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, (set, frozenset)):
-        return sorted((_plain(v) for v in value), key=repr)
+        return sorted((plain(v) for v in value), key=repr)
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, bytes):
@@ -60,12 +60,12 @@ def to_json(result: Result, *, generated: datetime | None = None) -> dict:
         "generated": when.isoformat(timespec="seconds"),
         "verdict": verdict(result),
         "exit_status": int(exit_status(result)),
-        "host": _plain(result.host or {}),
-        "gpus": _plain(list(result.gpus or [])),
-        "findings": [_plain(f.to_json()) for f in result.sorted_findings()],
+        "host": plain(result.host.to_json()),
+        "gpus": [plain(g.to_json()) for g in result.gpus],
+        "findings": [plain(f.to_json()) for f in result.sorted_findings()],
         "skipped": [{"rule": s.rule, "reason": s.reason} for s in result.skipped],
-        "inputs": _plain(list(result.inputs or [])),
-        "manifest": _plain(result.manifest),
+        "inputs": plain(list(result.inputs or [])),
+        "manifest": plain(result.manifest),
         "unreadable": [str(u) for u in result.unreadable],
     }
 

@@ -1,26 +1,30 @@
 """The report of ``gputriage nccl``: what the job's NCCL said, per host; the
 nccl-tests runs against what the hardware should give; then the findings.
 
-:func:`nccl_document` is the ``nccl`` object added to the result/v1 JSON
-(docs/json-schema.md); :func:`render_nccl` the terminal report. rich is
-imported inside the renderer only; host text goes through rich ``Text``.
+Both formats render a :class:`~gputriage.nccl_summary.NcclSummary` and compute
+nothing: :func:`nccl_document` is the ``nccl`` object added to the result/v1 JSON
+(docs/json-schema.md); :func:`render_nccl` the terminal report. rich is imported
+inside the renderer only; host text goes through rich ``Text``.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gputriage.model import Result
-from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclTestRow, NcclTestRun
+from gputriage.nccl_summary import JudgedRun, NcclSummary
+from gputriage.parsers.nccl_model import NcclTestRow
 from gputriage.views.status import verdict
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
+    from gputriage.views.terminal import Out
+
 ROWS_SHOWN = 6  # largest sizes shown per run outside verbose mode
-Judged = tuple[NcclTestRun, Any, str]  # (run, Expectation | None, why none)
+HOSTS_SHOWN = 16  # host groups shown outside verbose mode
+Segments = list[tuple[str, str]]
 
 
 def ranges(values: Iterable[int]) -> str:
@@ -38,27 +42,6 @@ def size_text(n: int) -> str:
     return f"{n} B"
 
 
-def _version(p: NcclProcess) -> str | None:
-    if not p.nccl_version:
-        return None
-    return p.nccl_version + (f"+cuda{p.cuda_build}" if p.cuda_build else "")
-
-
-def _driver(p: NcclProcess) -> str | None:
-    if p.cuda_driver is None:
-        return None
-    major, rest = divmod(p.cuda_driver, 1000)
-    return f"{major}.{rest // 10}"
-
-
-def _gdr(procs: Sequence[NcclProcess]) -> dict:
-    """GDR state: the GDR lines, and the network channels with and without /GDRDMA."""
-    nets = [c for p in procs for c in p.channels if c.gdr is not None]
-    return {"enabled_lines": sum(1 for p in procs for g in p.gdr if g.enabled),
-            "disabled_lines": sum(1 for p in procs for g in p.gdr if not g.enabled),
-            "net_channels": len(nets), "gdrdma_channels": sum(1 for c in nets if c.gdr)}
-
-
 def gdr_text(gdr: dict) -> str:
     """``0 of 16 network channels with GDRDMA; 2 disabled lines``."""
     parts = []
@@ -69,56 +52,6 @@ def gdr_text(gdr: dict) -> str:
         parts.append(f"{gdr['enabled_lines']} enabled / {gdr['disabled_lines']} disabled "
                      "line(s)")
     return "; ".join(parts) or "not logged"
-
-
-def host_groups(log: NcclLog) -> list[dict]:
-    """One summary per host (processes without a host prefix form one group)."""
-    by_host: dict[str | None, list[NcclProcess]] = {}
-    for p in log.processes:
-        by_host.setdefault(p.host, []).append(p)
-    groups = [_group(host, procs) for host, procs in by_host.items()]
-    return sorted(groups, key=lambda g: (g["ranks"][0] if g["ranks"] else 1 << 62,
-                                         g["host"] or ""))
-
-
-def _group(host: str | None, procs: list[NcclProcess]) -> dict:
-    env: dict[str, list[str]] = {}
-    for p in procs:
-        for k, v in p.env.items():
-            if v not in env.setdefault(k, []):
-                env[k].append(v)
-    families = Counter(c.family for p in procs for c in p.channels)
-    return {
-        "host": host,
-        "processes": len(procs),
-        "pids": sorted(p.pid for p in procs if p.pid is not None),
-        "ranks": sorted({r for p in procs for r in p.ranks}),
-        "cuda_devices": sorted({d for p in procs for d in p.cuda_devs}),
-        "nccl_versions": sorted({ver for p in procs if (ver := _version(p))}),
-        "cuda_driver": sorted({drv for p in procs if (drv := _driver(p))}),
-        "networks": sorted({p.network for p in procs if p.network}),
-        "net_plugins": sorted({p.net_plugin for p in procs if p.net_plugin}),
-        "ib_devices": sorted({d for p in procs for d in p.ib_devices}),
-        "socket_ifaces": sorted({d for p in procs for d in p.socket_ifaces}),
-        "bootstrap_ifaces": sorted({p.bootstrap_iface for p in procs if p.bootstrap_iface}),
-        "gdr": _gdr(procs),
-        "channels": dict(sorted(families.items())),
-        "env": {k: v[0] if len(v) == 1 else v for k, v in sorted(env.items())},
-        "warns": sum(len(p.warns) for p in procs),
-        "init_complete": len({(p.pid, c.comm, c.rank) for p in procs for c in p.comms
-                              if c.init_complete}),
-        "comms": len({(p.pid, c.comm, c.rank) for p in procs for c in p.comms}),
-    }
-
-
-def _process(p: NcclProcess) -> dict:
-    return {"label": p.label, "host": p.host, "pid": p.pid, "ranks": sorted(p.ranks),
-            "cuda_devices": sorted(p.cuda_devs), "nccl_version": _version(p),
-            "cuda_driver": _driver(p), "network": p.network, "net_plugin": p.net_plugin,
-            "ib_devices": list(p.ib_devices), "socket_ifaces": list(p.socket_ifaces),
-            "channels": dict(sorted(Counter(c.family for c in p.channels).items())),
-            "env": dict(p.env), "warns": len(p.warns), "last_step": p.last_step,
-            "lines": p.lines}
 
 
 def _side(time: float | None, algbw: float | None, busbw: float | None,
@@ -133,50 +66,41 @@ def _row(r: NcclTestRow) -> dict:
             "in_place": _side(r.ip_time_us, r.ip_algbw, r.ip_busbw, r.ip_wrong)}
 
 
-def peak_busbw(run: NcclTestRun) -> tuple[float, NcclTestRow, str] | None:
-    """(busbw, row, "out-of-place" | "in-place") of the run's best row."""
-    row = run.peak
-    if row is None:
-        return None
-    oop, ip = row.oop_busbw or 0.0, row.ip_busbw or 0.0
-    return (oop, row, "out-of-place") if oop >= ip else (ip, row, "in-place")
-
-
-def _run(run: NcclTestRun, exp: Any, why: str) -> dict:
-    peak = peak_busbw(run)
-    doc = {"test": run.test, "operation": run.operation, "ranks": run.nranks,
+def _run(judged: JudgedRun) -> dict[str, Any]:
+    run, exp, peak = judged.run, judged.expectation, judged.peak
+    doc: dict[str, Any] = {"test": run.test, "operation": run.operation, "ranks": run.nranks,
            "hosts": run.hosts, "params": dict(run.params), "nccl_version": run.nccl_version,
            "avg_busbw_gbs": run.avg_busbw, "out_of_bounds": run.out_of_bounds,
            "wrong": run.wrong, "errors": list(run.errors),
-           "peak": None if peak is None else {"busbw_gbs": peak[0], "size": peak[1].size,
-                                              "placement": peak[2]},
+           "peak": None if peak is None else {"busbw_gbs": peak.busbw, "size": peak.row.size,
+                                              "placement": peak.placement},
            "rows": [_row(r) for r in run.rows],
-           "expectation": None, "no_expectation": why or None}
+           "expectation": None, "no_expectation": judged.why_none or None}
     if exp is not None:
         doc["expectation"] = {
             "busbw_gbs": exp.busbw_gbs, "label": exp.label, "basis": exp.basis,
             "scope": exp.scope, "verified": exp.verified, "inputs": list(exp.inputs),
-            "percent": exp.percent(peak[0]) if peak else None,
-            "line": exp.line(peak[0]) if peak else None}
+            "percent": judged.percent, "line": judged.verdict_line}
     return doc
 
 
-def nccl_document(log: NcclLog, judged: Sequence[Judged]) -> dict:
+def nccl_document(summary: NcclSummary) -> dict:
     """The ``nccl`` object of ``gputriage nccl --json``."""
+    log = summary.log
     return {
         "log": {"origins": list(log.origins), "lines_read": log.lines_read,
                 "nccl_lines": log.nccl_lines, "skipped": log.skipped,
                 "versions": sorted(log.versions), "hosts": log.hosts,
                 "framework_errors": [w.message for w in log.framework_errors]},
-        "hosts": host_groups(log),
-        "processes": [_process(p) for p in log.processes],
-        "tests": [_run(run, exp, why) for run, exp, why in judged],
+        "hosts": summary.hosts,
+        "processes": summary.processes,
+        "tests": [_run(j) for j in summary.runs],
     }
 
 
 # --- terminal ---------------------------------------------------------------------------
 
-def _host_lines(g: dict, versions: Sequence[str] = ()) -> list[list[tuple[str, str]]]:
+def _host_lines(g: dict, versions: Sequence[str] = ()) -> list[Segments]:
     """The lines of one host group: who, versions, network, GDR, channels, env, warns."""
     who = [(g["host"] or "(no host prefix)", "bold cyan"),
            (f"  {g['processes']} process{'es' if g['processes'] != 1 else ''}", "")]
@@ -216,38 +140,47 @@ def _host_lines(g: dict, versions: Sequence[str] = ()) -> list[list[tuple[str, s
     return lines
 
 
-def _run_lines(run: NcclTestRun, exp: Any, why: str, verbose: bool
-               ) -> list[tuple[list[tuple[str, str]], int]]:
-    name = run.test or run.operation or "nccl-tests run"
-    head = [(name, "bold")]
+def _run_head(judged: JudgedRun) -> Segments:
+    run = judged.run
+    head = [(run.test or run.operation or "nccl-tests run", "bold")]
     if run.nranks:
         hosts = run.hosts
         head.append((f"  {run.nranks} ranks on {len(hosts)} host"
                      f"{'s' if len(hosts) != 1 else ''} ({', '.join(hosts)})", ""))
-    out: list[tuple[list[tuple[str, str]], int]] = [(head, 0)]
-    peak = peak_busbw(run)
-    figures: list[tuple[str, str]] = []
+    return head
+
+
+def _run_figures(judged: JudgedRun) -> Segments:
+    """Peak and average busbw, #wrong, out-of-bounds values."""
+    run, peak = judged.run, judged.peak
+    figures: Segments = []
     if peak:
-        figures += [("peak busbw ", "dim"), (f"{peak[0]:g} GB/s", "bold"),
-                    (f" at {size_text(peak[1].size)} ({peak[2]})", "")]
+        figures += [("peak busbw ", "dim"), (f"{peak.busbw:g} GB/s", "bold"),
+                    (f" at {size_text(peak.row.size)} ({peak.placement})", "")]
     if run.avg_busbw is not None:
         figures += [("  avg busbw ", "dim"), (f"{run.avg_busbw:g} GB/s", "")]
     if run.rows:
         figures += [("  #wrong ", "dim"), (str(run.wrong), "bold red" if run.wrong else "")]
     if run.out_of_bounds:
         figures += [("  out of bounds ", "dim"), (str(run.out_of_bounds), "bold red")]
-    if figures:
-        out.append((figures, 2))
-    for err in run.errors:
-        out.append(([(err, "bold red")], 2))
-    if exp is not None and peak:
-        pct = exp.percent(peak[0])
+    return figures
+
+
+def _expectation_lines(judged: JudgedRun) -> list[tuple[Segments, int]]:
+    """The peak against the expectation and its basis, or why there is none."""
+    pct, line = judged.percent, judged.verdict_line
+    if judged.expectation is not None and pct is not None and line is not None:
         style = "bold red" if pct < 50 else "bold yellow" if pct < 80 else "bold green"
-        out.append(([(exp.line(peak[0]), style)], 2))
-        out.append(([("basis: ", "dim"), (exp.basis, "dim")], 4))
-    elif why and run.rows:
-        out.append(([("no expectation: ", "dim"), (why, "dim")], 2))
-    rows = run.rows if verbose else run.rows[-ROWS_SHOWN:]
+        return [([(line, style)], 2),
+                ([("basis: ", "dim"), (judged.expectation.basis, "dim")], 4)]
+    if judged.why_none and judged.run.rows:
+        return [([("no expectation: ", "dim"), (judged.why_none, "dim")], 2)]
+    return []
+
+
+def _size_rows(rows: Sequence[NcclTestRow], total: int) -> list[tuple[Segments, int]]:
+    """The size table: busbw per size, out-of-place and in-place, and #wrong."""
+    out: list[tuple[Segments, int]] = []
     if rows:
         out.append(([(f"{'size':>10}  {'oop busbw':>10}  {'ip busbw':>10}  {'#wrong':>6}",
                       "dim")], 2))
@@ -255,16 +188,58 @@ def _run_lines(run: NcclTestRun, exp: Any, why: str, verbose: bool
         wrong = (r.oop_wrong or 0) + (r.ip_wrong or 0)
         out.append(([(f"{size_text(r.size):>10}  {_num(r.oop_busbw):>10}  "
                       f"{_num(r.ip_busbw):>10}  {wrong:>6}", "bold red" if wrong else "")], 2))
-    if len(rows) < len(run.rows):
-        out.append(([(f"({len(run.rows) - len(rows)} smaller sizes; -v shows all)", "dim")], 2))
+    if len(rows) < total:
+        out.append(([(f"({total - len(rows)} smaller sizes; -v shows all)", "dim")], 2))
     return out
+
+
+def _run_lines(judged: JudgedRun, verbose: bool) -> list[tuple[Segments, int]]:
+    """One nccl-tests run: head, figures, errors, expectation, then the size rows."""
+    run = judged.run
+    out: list[tuple[Segments, int]] = [(_run_head(judged), 0)]
+    figures = _run_figures(judged)
+    if figures:
+        out.append((figures, 2))
+    out += [([(err, "bold red")], 2) for err in run.errors]
+    out += _expectation_lines(judged)
+    rows = run.rows if verbose else run.rows[-ROWS_SHOWN:]
+    return out + _size_rows(rows, len(run.rows))
 
 
 def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def render_nccl(result: Result, log: NcclLog, judged: Sequence[Judged], host_given: bool,
+def _job_line(out: Out, result: Result, summary: NcclSummary, host_given: bool) -> None:
+    """The verdict line (or the host header) and what the job's inputs hold."""
+    from gputriage.views import terminal
+
+    procs, hosts, runs = len(summary.log.processes), len(summary.log.hosts), len(summary.runs)
+    what = [f"{procs} process{'es' if procs != 1 else ''} on {hosts} host"
+            f"{'s' if hosts != 1 else ''}" if procs else "no NCCL log records"]
+    what.append(f"{runs} nccl-tests run{'s' if runs != 1 else ''}")
+    if host_given:  # the host's own header carries the verdict
+        terminal.print_header(out, result)
+        out.line(("NCCL job: ", "bold"), (out.dot.join(what), ""), indent=10)
+    else:
+        word = verdict(result)
+        out.line((f"{word.upper():<8}", terminal.STYLES.get(word, "")), ("  ", ""),
+                 ("NCCL job", "bold"), (out.dot, ""), (out.dot.join(what), ""))
+
+
+def _hosts(out: Out, summary: NcclSummary, verbose: bool) -> None:
+    groups = summary.hosts
+    shown = groups if verbose or len(groups) <= HOSTS_SHOWN else groups[:HOSTS_SHOWN]
+    versions = sorted(summary.log.versions)
+    for g in shown:
+        out.console.print()
+        for i, segs in enumerate(_host_lines(g, versions)):
+            out.line(*segs, indent=0 if i == 0 else 2)
+    if len(shown) < len(groups):
+        out.line((f"... {len(groups) - len(shown)} more hosts (-v shows all)", "dim"))
+
+
+def render_nccl(result: Result, summary: NcclSummary, host_given: bool,
                 console: Console | None = None, *, verbose: bool = False) -> None:
     """Print the NCCL summary, the nccl-tests runs, then the findings and the inputs."""
     from rich.console import Console as RichConsole
@@ -272,36 +247,20 @@ def render_nccl(result: Result, log: NcclLog, judged: Sequence[Judged], host_giv
     from gputriage.views import terminal
 
     console = console or RichConsole(highlight=False)
-    out = terminal._Out(console, verbose)
-    word = verdict(result)
-    procs, hosts = len(log.processes), len(log.hosts)
-    what = [f"{procs} process{'es' if procs != 1 else ''} on {hosts} host"
-            f"{'s' if hosts != 1 else ''}" if procs else "no NCCL log records"]
-    what.append(f"{len(judged)} nccl-tests run{'s' if len(judged) != 1 else ''}")
-    if host_given:  # the host's own header carries the verdict
-        terminal._header(out, result)
-        out.line(("NCCL job: ", "bold"), (out.dot.join(what), ""), indent=10)
-    else:
-        out.line((f"{word.upper():<8}", terminal.STYLES.get(word, "")), ("  ", ""),
-                 ("NCCL job", "bold"), (out.dot, ""), (out.dot.join(what), ""))
-    groups = host_groups(log)
-    shown = groups if verbose or len(groups) <= 16 else groups[:16]
-    for g in shown:
-        console.print()
-        for i, segs in enumerate(_host_lines(g, sorted(log.versions))):
-            out.line(*segs, indent=0 if i == 0 else 2)
-    if len(shown) < len(groups):
-        out.line((f"... {len(groups) - len(shown)} more hosts (-v shows all)", "dim"))
+    out = terminal.Out(console, verbose)
+    log = summary.log
+    _job_line(out, result, summary, host_given)
+    _hosts(out, summary, verbose)
     if log.framework_errors:
         console.print()
         out.line((f"{len(log.framework_errors)} framework error(s)", "bold yellow"),
                  (" (PyTorch / CUDA around NCCL)", "dim"))
-    for run, exp, why in judged:
+    for judged in summary.runs:
         console.print()
-        for segs, indent in _run_lines(run, exp, why, verbose):
+        for segs, indent in _run_lines(judged, verbose):
             out.line(*segs, indent=indent)
-    terminal._findings(out, result)
-    terminal._tail(out, result)
+    terminal.print_findings(out, result)
+    terminal.print_tail(out, result)
     if log.lines_read:
         console.print()
         out.line((f"read {log.lines_read} lines, {log.nccl_lines} NCCL records"

@@ -37,9 +37,8 @@ _BY_SEVERITY = {
 
 def exit_status(result: Result) -> ExitStatus:
     """The exit status of ``result``: UNKNOWN when the engine could not tell
-    (``host["verdict"] == "unknown"``), else its worst finding's severity."""
-    host = result.host if isinstance(result.host, dict) else {}
-    if host.get("verdict") == "unknown":
+    (``host.verdict == "unknown"``), else its worst finding's severity."""
+    if result.host.verdict == "unknown":
         return ExitStatus.UNKNOWN
     return _BY_SEVERITY[result.worst]
 

@@ -10,10 +10,9 @@ into rich ``Text`` objects (never markup), so evidence such as
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any
 
-from gputriage.model import Finding, Occurrences, Result, Severity
+from gputriage.model import DriverVersions, Finding, GpuRow, Occurrences, Result, Severity
 from gputriage.parsers.base import normalize_bus_id
 from gputriage.views.safe import printable
 from gputriage.views.status import verdict
@@ -35,8 +34,9 @@ STYLES = {
 Segment = tuple[str, str]  # (text, rich style; "" for none)
 
 
-class _Out:
-    """Turns plain strings into safe rich output on one console."""
+class Out:
+    """Turns plain strings into safe rich output on one console (shared by the views
+    that print a result's header, findings and tail around their own sections)."""
 
     def __init__(self, console: Console, verbose: bool) -> None:
         from rich.padding import Padding
@@ -83,27 +83,27 @@ def _word(severity: str) -> str:
     return severity.upper()
 
 
-def _header(out: _Out, result: Result) -> None:
-    host = result.host if isinstance(result.host, dict) else {}
+def _driver_segment(driver: DriverVersions) -> Segment:
+    module = driver.kernel_module or "?"
+    user = driver.userspace or "?"
+    cuda = driver.cuda or "?"
+    if module == user:  # the usual case: say it once
+        return (f"driver {module} / CUDA {cuda}", "")
+    # a module / userspace mismatch breaks NVML: make it stand out
+    style = "bold red" if "?" not in (module, user) else ""
+    return (f"driver {module} module / {user} userspace / CUDA {cuda}", style)
+
+
+def print_header(out: Out, result: Result) -> None:
+    """The host line (name, kernel, driver, GPU counts, verdict) and the counts line."""
+    host = result.host
     word = verdict(result)
     segs: list[Segment] = [(f"{_word(word):<8}", STYLES.get(word, "")), ("  ", ""),
-                           (str(host.get("hostname") or "unknown host"), "bold")]
-    if host.get("kernel"):
-        segs += [(out.dot, ""), (f"kernel {host['kernel']}", "")]
-    driver = host.get("driver")
-    if isinstance(driver, dict) and driver:
-        module = driver.get("kernel_module") or "?"
-        user = driver.get("userspace") or "?"
-        cuda = driver.get("cuda") or "?"
-        if module == user:  # the usual case: say it once
-            segs += [(out.dot, ""), (f"driver {module} / CUDA {cuda}", "")]
-        else:  # a module / userspace mismatch breaks NVML: make it stand out
-            style = "bold red" if "?" not in (module, user) else ""
-            segs += [(out.dot, ""),
-                     (f"driver {module} module / {user} userspace / CUDA {cuda}", style)]
-    elif driver:
-        segs += [(out.dot, ""), (f"driver {driver}", "")]
-    on_pci, visible = host.get("gpus_on_pci"), host.get("gpus_visible")
+                           (str(host.hostname or "unknown host"), "bold")]
+    if host.kernel:
+        segs += [(out.dot, ""), (f"kernel {host.kernel}", "")]
+    segs += [(out.dot, ""), _driver_segment(host.driver)]
+    on_pci, visible = host.gpus_on_pci, host.gpus_visible
     if on_pci is not None or visible is not None:
         bad = on_pci is not None and visible is not None and on_pci != visible
         segs += [(out.dot, ""),
@@ -111,8 +111,8 @@ def _header(out: _Out, result: Result) -> None:
                   "bold red" if bad else "")]
     out.line(*segs)
     second: list[Segment] = []
-    if host.get("os"):
-        second.append((str(host["os"]), "dim"))
+    if host.os:
+        second.append((str(host.os), "dim"))
     counts = [(f"{n} {sev}", STYLES[sev]) for sev, n in _counts(result)]
     second += counts or [("no findings", "")]
     out.line(*_join(out, second), indent=10)
@@ -125,7 +125,7 @@ def _or_q(value: Any) -> str:
     return "?" if value is None else str(value)
 
 
-def _join(out: _Out, segs: list[Segment]) -> list[Segment]:
+def _join(out: Out, segs: list[Segment]) -> list[Segment]:
     joined: list[Segment] = []
     for i, seg in enumerate(segs):
         if i:
@@ -146,9 +146,9 @@ def _bus(value: Any) -> str | None:
     return normalize_bus_id(str(value)) or str(value).strip().lower()
 
 
-def _gpu_findings(result: Result, gpu: dict) -> list[Finding]:
+def _gpu_findings(result: Result, gpu: GpuRow) -> list[Finding]:
     """Findings scoped to ``gpu`` (by index, UUID or PCI bus id)."""
-    bus, uuid, index = _bus(gpu.get("pci_bus_id")), gpu.get("uuid"), gpu.get("index")
+    bus, uuid, index = _bus(gpu.pci_bus_id), gpu.uuid, gpu.index
     hits = []
     for f in result.findings:
         s = f.scope
@@ -162,13 +162,11 @@ def _gpu_findings(result: Result, gpu: dict) -> list[Finding]:
     return hits
 
 
-def _gpu_status(result: Result, gpu: dict) -> str:
-    if gpu.get("visible") is False:
+def _gpu_status(result: Result, gpu: GpuRow) -> str:
+    if not gpu.visible:
         return "missing"
     ranks = [f.severity.rank for f in _gpu_findings(result, gpu)]
-    with contextlib.suppress(ValueError):
-        ranks.append(Severity(str(gpu.get("severity") or "ok").lower()).rank)
-    worst = max(ranks, default=0)
+    worst = max([*ranks, gpu.severity.rank])
     return {3: "critical", 2: "warning"}.get(worst, "ok")
 
 
@@ -180,22 +178,20 @@ def _short_uuid(uuid: Any) -> str:
     return f"{head}-{rest[:8]}" if rest and head.upper() in ("GPU", "MIG") else text[:12]
 
 
-def _gpus(out: _Out, result: Result) -> None:
+def _gpus(out: Out, result: Result) -> None:
     from rich.cells import cell_len
 
     rows: list[list[Segment]] = []
     for gpu in result.gpus:
-        if not isinstance(gpu, dict):
-            continue
         status = _gpu_status(result, gpu)
-        pm = gpu.get("persistence_mode")
+        pm = gpu.persistence_mode
         persistence = "persistence ?" if pm is None else f"persistence {'on' if pm else 'off'}"
-        index = gpu.get("index")
+        index = gpu.index
         rows.append([
             (f"GPU {'?' if index is None else index}", "bold"),
-            (str(gpu.get("pci_bus_id") or "-"), ""),
-            (str(gpu.get("name") or "-"), ""),
-            (_short_uuid(gpu.get("uuid")), "dim"),
+            (str(gpu.pci_bus_id or "-"), ""),
+            (str(gpu.name or "-"), ""),
+            (_short_uuid(gpu.uuid), "dim"),
             (persistence, "yellow" if pm is False else ""),
             (_word(status), STYLES[status]),
         ])
@@ -213,13 +209,13 @@ def _gpus(out: _Out, result: Result) -> None:
         out.line(*segs)
 
 
-def _finding_head(out: _Out, f: Finding) -> list[Segment]:
+def _finding_head(out: Out, f: Finding) -> list[Segment]:
     sev = f.severity.value
     return [(f"{_word(sev):<8}", STYLES[sev]), ("  ", ""), (f.title, "bold"),
             ("  [", "dim"), (f.scope.label(), "cyan"), ("]  ", "dim"), (f.id, "dim")]
 
 
-def _finding_full(out: _Out, f: Finding) -> None:
+def _finding_full(out: Out, f: Finding) -> None:
     out.console.print()
     out.line(*_finding_head(out, f))
     if f.occurrences is not None:
@@ -243,7 +239,7 @@ def _finding_full(out: _Out, f: Finding) -> None:
         out.line(("refs: ", "dim"), (", ".join(map(str, f.references)), "dim"), indent=10)
 
 
-def _occurrences(out: _Out, occ: Occurrences) -> list[Segment]:
+def _occurrences(out: Out, occ: Occurrences) -> list[Segment]:
     """``3 events · first … · last …`` and, for history, ``earlier boot``."""
     segs: list[Segment] = [(f"{occ.count} event{'s' if occ.count != 1 else ''}", "bold")]
     if occ.first:
@@ -256,7 +252,9 @@ def _occurrences(out: _Out, occ: Occurrences) -> list[Segment]:
     return segs
 
 
-def _findings(out: _Out, result: Result) -> None:
+def print_findings(out: Out, result: Result) -> None:
+    """The findings worst first: warnings and worse in full, the rest as one line each
+    (in full when verbose)."""
     ordered = result.sorted_findings()
     serious = [f for f in ordered if f.severity.rank >= Severity.WARNING.rank]
     minor = [f for f in ordered if f.severity.rank < Severity.WARNING.rank]
@@ -277,7 +275,8 @@ def _findings(out: _Out, result: Result) -> None:
         out.line(*_finding_head(out, f))
 
 
-def _tail(out: _Out, result: Result) -> None:
+def print_tail(out: Out, result: Result) -> None:
+    """Skipped rules, unreadable inputs and where the inputs came from."""
     if result.skipped or result.unreadable or result.inputs:
         out.console.print()
     if result.skipped:
@@ -303,16 +302,14 @@ def _tail(out: _Out, result: Result) -> None:
         out.line(*segs)
 
 
-def _changed_since_healthy(out: _Out, result: Result) -> None:
+def _changed_since_healthy(out: Out, result: Result) -> None:
     """The opening line "changed since the last healthy check (when): ..." when
-    ``result.host["changed_since_healthy"]`` says something changed."""
-    host = result.host if isinstance(result.host, dict) else {}
-    changed = host.get("changed_since_healthy")
-    if not isinstance(changed, dict) or not changed.get("changes"):
+    ``result.host.changed_since_healthy`` says something changed."""
+    changed = result.host.changed_since_healthy
+    if changed is None or not changed.changes:
         return
-    items = [str(c) for c in changed["changes"]]
-    out.line((f"changed since the last healthy check ({changed.get('when') or '?'}): ",
-              "bold yellow"), ("; ".join(items), "yellow"))
+    out.line((f"changed since the last healthy check ({changed.when or '?'}): ",
+              "bold yellow"), ("; ".join(changed.changes), "yellow"))
 
 
 def render_terminal(result: Result, console: Console | None = None, *,
@@ -324,9 +321,9 @@ def render_terminal(result: Result, console: Console | None = None, *,
         from rich.console import Console
 
         console = Console(highlight=False)
-    out = _Out(console, verbose)
+    out = Out(console, verbose)
     _changed_since_healthy(out, result)
-    _header(out, result)
+    print_header(out, result)
     _gpus(out, result)
-    _findings(out, result)
-    _tail(out, result)
+    print_findings(out, result)
+    print_tail(out, result)

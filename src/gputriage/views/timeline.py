@@ -192,7 +192,7 @@ def render_logs(scan: Any, lanes: list[Lane], result: Result, console: Console |
     from gputriage.views import terminal
 
     console = console or RichConsole(highlight=False)
-    out = terminal._Out(console, verbose)
+    out = terminal.Out(console, verbose)
     word = verdict(result)
     out.line((f"{word.upper():<8}", terminal.STYLES.get(word, "")), ("  ", ""),
              ("kernel log timeline", "bold"), (out.dot, ""),
@@ -221,7 +221,7 @@ def render_logs(scan: Any, lanes: list[Lane], result: Result, console: Console |
             out.line(*segs, indent=2)
             if verbose:
                 out.line((row.line, "dim"), indent=6)
-    terminal._findings(out, result)
+    terminal.print_findings(out, result)
     console.print()
     if scan.lines is not None:
         read = f"read {scan.lines} lines ({scan.skipped} skipped), {scan.bytes} bytes; "

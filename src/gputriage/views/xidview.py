@@ -9,10 +9,10 @@ and all text goes in as rich ``Text`` (never markup).
 from __future__ import annotations
 
 from dataclasses import asdict
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from gputriage.knowledge.xid import SxidInfo, XidInfo, sxid_info, xid_info
+from gputriage.views.jsonview import plain
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -96,14 +96,6 @@ def render_xids(codes: list[int], console: Console, *, sxid: bool = False) -> in
     return unknown
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, tuple):
-        return list(value)
-    return value
-
-
 def xids_json(codes: list[int], sxid: bool = False) -> list[dict]:
     """The catalog entries of ``codes`` as plain JSON data (``known`` false when unknown)."""
     out: list[dict] = []
@@ -113,6 +105,6 @@ def xids_json(codes: list[int], sxid: bool = False) -> list[dict]:
             out.append({"code": code, "kind": "sxid" if sxid else "xid", "known": False})
             continue
         entry: dict[str, Any] = {"code": code, "kind": "sxid" if sxid else "xid", "known": True}
-        entry.update({k: _plain(v) for k, v in asdict(info).items() if k != "code"})
+        entry.update({k: plain(v) for k, v in asdict(info).items() if k != "code"})
         out.append(entry)
     return out

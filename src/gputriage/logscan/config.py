@@ -1,0 +1,36 @@
+"""How a kernel-log scan reads and searches: block sizes, worker counts and the search
+functions, in one value passed to :func:`gputriage.logscan.scan_paths` /
+:func:`~gputriage.logscan.scan_text` (tests pass small blocks to reach the edge cases
+of large inputs)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT", "ScanConfig"]
+
+
+@dataclass(frozen=True)
+class ScanConfig:
+    """Tunables of one scan."""
+
+    block: int = 8 << 20  # bytes per read (and per decompression step)
+    long_line: int = 4 << 20  # a line without a newline for this long is cut into pieces
+    process_min: int = 64 << 20  # plain files this big are searched by worker processes
+    workers: int | None = None  # threads or processes; None: one per CPU, at most 8
+    gap_exact: int = 64 << 10  # longer gaps between wanted lines are not counted (workers)
+    libc: bool = True  # search with libc strstr / memmem where usable (else bytes.find)
+    strstr: bool = True  # strstr where a block allows it (else memmem only)
+
+    def parallel(self, libc_usable: bool) -> int:
+        """How many threads or processes to use: one when the search cannot run outside
+        the GIL (no libc)."""
+        if not (self.libc and libc_usable):
+            return 1
+        if self.workers is not None:
+            return max(1, self.workers)
+        return max(1, min(8, os.cpu_count() or 1))
+
+
+DEFAULT = ScanConfig()

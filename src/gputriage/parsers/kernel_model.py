@@ -1,0 +1,86 @@
+"""What the kernel-log extractor works on and produces: the kinds of event, one
+event with the raw line(s) that prove it, and one log line as the reader hands it
+over. Shared by :mod:`.kernel_table`, :mod:`.kernel_extractor`, :mod:`.kernel_host`
+and :mod:`gputriage.logscan`; re-exported by :mod:`.kernel_events`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+
+__all__ = ["DriverEvent", "EventKind", "LogLine", "make_event"]
+
+
+class EventKind(str, Enum):
+    """The kind of a kernel-log event. A ``str``: ``ev.kind == "xid"`` holds, and the
+    JSON form is the plain name."""
+
+    API_MISMATCH = "api-mismatch"
+    FALLEN_OFF_BUS = "fallen-off-bus"
+    RM_INIT_ADAPTER_FAILED = "rm-init-adapter-failed"
+    NO_ADAPTER_PROBED = "no-adapter-probed"
+    GSP_FIRMWARE_MISSING = "gsp-firmware-missing"
+    MODULE_LOAD_FAILED = "module-load-failed"
+    XID = "xid"
+    SXID = "sxid"
+    GSP_RPC_TIMEOUT = "gsp-rpc-timeout"
+    GSP_ERROR = "gsp-error"
+    GPU_RESET_REQUIRED = "gpu-reset-required"
+    PEERMEM_INVALID_CONTEXT = "peermem-invalid-context"
+    PEERMEM_LOAD_FAILED = "peermem-load-failed"
+    NVLINK_ERROR = "nvlink-error"
+    PCIE_AER = "pcie-aer"
+    PCIE_BANDWIDTH_LIMITED = "pcie-bandwidth-limited"
+    MLX5_LINK = "mlx5-link"
+    LINK_STATE = "link-state"
+    HW_ERROR = "hw-error"
+    SEGFAULT = "segfault"
+    HUNG_TASK = "hung-task"
+    SOFT_LOCKUP = "soft-lockup"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+@dataclass
+class DriverEvent:
+    """One NVIDIA-relevant event with the raw line(s) that prove it."""
+
+    kind: str  # an EventKind (tests may build events with the plain name)
+    line: str  # raw line(s); continuation lines joined with "\n"
+    bus_id: str | None = None
+    timestamp: str | None = None  # as printed; None when absent
+    details: dict[str, str] = field(default_factory=dict)
+    time: datetime | None = None  # absolute, timezone-aware, when derivable
+    uptime_s: float | None = None  # seconds since boot when printed
+    boot: int = 0  # 0 = the last boot in the input, -1 the one before, ...
+    lineno: int | None = None  # 1-based line number in its input
+    origin: str | None = None  # the file or input the line came from
+
+
+@dataclass
+class LogLine:
+    """One physical log line as the extractor sees it, with what the reader knows."""
+
+    text: str  # the raw line (evidence)
+    msg: str  # the message, prefixes stripped
+    stamps: tuple[str, ...] = ()  # printed timestamps, outermost first
+    lineno: int | None = None
+    time: datetime | None = None
+    uptime_s: float | None = None
+    boot: int = 0
+    origin: str | None = None
+    bus_hint: str | None = None  # e.g. a /dev/kmsg DEVICE=+pci:... record
+    escaped: bool = False  # a piece split off at an rsyslog #012 escape
+
+
+def make_event(kind: EventKind, line: LogLine, bus: str | None,
+               details: dict[str, str] | None = None, text: str | None = None) -> DriverEvent:
+    """An event of ``kind`` proved by ``line`` (or by ``text``, several joined lines)."""
+    return DriverEvent(kind, line.text if text is None else text, bus,
+                       line.stamps[0] if line.stamps else None, details or {}, line.time,
+                       line.uptime_s, line.boot, line.lineno, line.origin)

@@ -1,0 +1,467 @@
+"""The kernel-log events as one table: each row is a pattern with its kind, the
+literal(s) that make a line a candidate for the scanner, the cheap literal test a
+message must pass, its regular expression, the builder of its event, what later
+lines add to it, and a real sample line.
+
+A message is tried against the rows in order; the first row whose literal test
+holds (one of its ``needles`` in the message, or of its ``lower`` in the lower-cased
+message) and whose regular expression matches (when it has one) decides: its builder returns the
+event(s), an empty list (the line is this row's but proves nothing), or None (try
+the next row). A row that ``joins`` starts a message printed over several lines.
+:data:`ANCHORS` (the scanner's literals) and :data:`CONTEXT_ANCHORS` (those after
+which the scanner hands over the following lines too) are derived from the rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gputriage.parsers import kernel_host as host
+from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.kernel_follow import (
+    AER_REPORT,
+    API_MISMATCH,
+    CALL_TRACE,
+    CORE_DUMP,
+    FALLEN_OFF_BUS,
+    HW_RECORD,
+    SXID_LINES,
+    Follow,
+    Message,
+)
+from gputriage.parsers.kernel_model import DriverEvent, EventKind, LogLine, make_event
+from gputriage.parsers.kernel_patterns import (
+    AER_BUS_ERROR,
+    AER_RECEIVED,
+    BANDWIDTH,
+    DEV_BUS,
+    FALLEN_HEAD,
+    FW_LOAD,
+    GPU_LIB,
+    GSP_FAILURE,
+    HUNG,
+    LINK,
+    LOCKUP,
+    MLX5_LINK,
+    MODPROBE,
+    NVLINK_FAILURE,
+    RMINIT,
+    RPC_FUNCTION,
+    RPC_TIMEOUT,
+    SEGFAULT,
+    SXID,
+    SXID_CONT,
+    SYMBOL,
+    UDEV_MODPROBE,
+    XID,
+    bus_near,
+    gpu_details,
+    sxid_details,
+    xid_details,
+)
+
+__all__ = ["ANCHORS", "CONTEXT_ANCHORS", "EVENTS", "EventPattern", "match_line"]
+
+Match = re.Match[str]
+Found = DriverEvent | list[DriverEvent] | None
+Builder = Callable[[LogLine, str, Match | None], Found]
+K = EventKind
+
+
+@dataclass(frozen=True)
+class EventPattern:
+    """One row of :data:`EVENTS`."""
+
+    kind: EventKind
+    anchors: tuple[str, ...]  # a candidate line holds one of these (the scanner's literals)
+    needles: tuple[str, ...]  # the message holds one of these (or of ``lower``) ...
+    build: Builder | None  # (line, message, match) -> event(s); None for a row that joins
+    sample: str  # a line as a real log prints it (a row that joins: the message's lines)
+    regex: re.Pattern[str] | None = None  # ... and this matches it (searched)
+    lower: tuple[str, ...] = ()  # ... or its lower-cased text holds one of these
+    follow: Follow | None = None  # what later lines add to the event
+    joins: Message | None = None  # the line starts a message printed over several lines
+
+
+# --- builders of the NVIDIA driver's events ----------------------------------------------
+
+def _sxid(line: LogLine, msg: str, m: Match | None) -> Found:
+    assert m is not None
+    rest = m.group("rest").strip()
+    if rest.startswith("Data"):  # a lone data dump proves nothing new
+        return []
+    details = sxid_details(msg, m)
+    cont = SXID_CONT.match(rest)
+    if cont and cont.group("lvl"):
+        details.update(severity_level=cont.group("lvl"), engine_instance=cont.group("eng"))
+    return make_event(K.SXID, line, normalize_bus_id(m.group("bus")), details)
+
+
+def _xid(line: LogLine, msg: str, m: Match | None) -> Found:
+    """An Xid; an Xid 79 line is also a fallen-off-bus event."""
+    assert m is not None
+    ev = make_event(K.XID, line, normalize_bus_id(m.group("bus")),
+                    xid_details(m.group("code"), m.group("rest")))
+    if "fallen off the bus" in msg:
+        return [ev, make_event(K.FALLEN_OFF_BUS, line, ev.bus_id)]
+    return ev
+
+
+def _on_gpu(kind: EventKind, with_gpu: bool = False) -> Builder:
+    """A builder of ``kind`` on the GPU the message (or the line's hint) names; with
+    ``with_gpu`` the driver function and GPU index too."""
+
+    def build(line: LogLine, msg: str, m: Match | None) -> Found:
+        return make_event(kind, line, bus_near(msg, line.bus_hint),
+                          gpu_details(msg) if with_gpu else None)
+
+    return build
+
+
+def _rm_init(line: LogLine, msg: str, m: Match | None) -> Found:
+    return make_event(K.RM_INIT_ADAPTER_FAILED, line, bus_near(msg, line.bus_hint),
+                      {"code": m.group("code")} if m else {})
+
+
+def _no_adapter(line: LogLine, msg: str, m: Match | None) -> Found:
+    return make_event(K.NO_ADAPTER_PROBED, line, None)
+
+
+def _firmware_load(line: LogLine, msg: str, m: Match | None) -> Found:
+    assert m is not None
+    details = {"file": m.group("file"), "error": m.group("err")}
+    if m.group("ver"):
+        details["driver_version"] = m.group("ver")
+    return make_event(K.GSP_FIRMWARE_MISSING, line, bus_near(msg, line.bus_hint), details)
+
+
+def _no_firmware(line: LogLine, msg: str, m: Match | None) -> Found:
+    fn = msg.removeprefix("NVRM:").strip().partition(":")[0]
+    return make_event(K.GSP_FIRMWARE_MISSING, line, bus_near(msg, line.bus_hint),
+                      {"function": fn} if fn and " " not in fn else {})
+
+
+def _module_load(line: LogLine, msg: str, m: Match | None) -> Found:
+    assert m is not None
+    return make_event(K.MODULE_LOAD_FAILED, line, None,
+                      {k: v.strip() for k, v in m.groupdict().items() if v})
+
+
+def _gsp_dump(line: LogLine, msg: str, m: Match | None) -> Found:
+    """The header line of the driver's GSP timeout banner or RPC history dump: one GSP
+    RPC timeout on the GPU named, even without the Xid 119 line."""
+    return make_event(K.GSP_RPC_TIMEOUT, line, bus_near(msg, line.bus_hint),
+                      {**gpu_details(msg), "dump": "yes"})
+
+
+def _nothing(line: LogLine, msg: str, m: Match | None) -> Found:
+    """The line belongs to the row above but proves nothing (no later row applies)."""
+    return []
+
+
+def _gsp_timeout(line: LogLine, msg: str, m: Match | None) -> Found:
+    details = gpu_details(msg)
+    t = RPC_TIMEOUT.search(msg)
+    if t:
+        details["timeout_s"] = t.group("secs")
+    f = RPC_FUNCTION.search(msg)
+    if f:
+        details["rpc_function"] = f.group("name")
+    if "rate limiting" in msg.lower():
+        details["rate_limited"] = "yes"
+    return make_event(K.GSP_RPC_TIMEOUT, line, bus_near(msg, line.bus_hint), details)
+
+
+def _core_dump(line: LogLine, msg: str, m: Match | None) -> Found:
+    """A GSP falcon core dump, one event per dump."""
+    return make_event(K.GSP_ERROR, line, bus_near(msg, line.bus_hint),
+                      {**gpu_details(msg), "lines": "1"})
+
+
+_GSP_CHATTER = ("rpc history", "rpc event history", "rpc buffer contains")
+
+
+def _gsp_error(line: LogLine, msg: str, m: Match | None) -> Found:
+    if any(c in msg.lower() for c in _GSP_CHATTER):
+        return None
+    return make_event(K.GSP_ERROR, line, bus_near(msg, line.bus_hint), gpu_details(msg))
+
+
+def _nvlink(line: LogLine, msg: str, m: Match | None) -> Found:
+    details = gpu_details(msg)
+    lk = LINK.search(msg)
+    if lk:
+        details["link"] = str(int(lk.group("link")))
+    return make_event(K.NVLINK_ERROR, line, bus_near(msg, line.bus_hint), details)
+
+
+def _aer_received(line: LogLine, msg: str, m: Match | None) -> Found:
+    """An AER "error received" line: the erring device by address or requester id."""
+    assert m is not None
+    bus = normalize_bus_id(m.group("bus")) if m.group("bus") else None
+    if bus is None and m.group("id"):
+        rid = int(m.group("id"), 16)
+        bus = f"0000:{rid >> 8:02x}:{(rid >> 3) & 0x1F:02x}.{rid & 7}"
+    details = {"severity": m.group("sev")}
+    reporter = DEV_BUS.match(msg)
+    if reporter:
+        details["reported_by"] = normalize_bus_id(reporter.group("bus")) or ""
+    return make_event(K.PCIE_AER, line, bus or bus_near(msg, line.bus_hint), details)
+
+
+def _aer_bus_error(line: LogLine, msg: str, m: Match | None) -> Found:
+    assert m is not None
+    details = {"severity": m.group("sev").strip(), "type": m.group("type").strip()}
+    if m.group("agent"):
+        details["agent"] = m.group("agent").strip()
+    return make_event(K.PCIE_AER, line, bus_near(msg, line.bus_hint), details)
+
+
+def _bandwidth(line: LogLine, msg: str, m: Match | None) -> Found:
+    details = {k: v for k, v in (m.groupdict() if m else {}).items() if v}
+    if "at" in details:
+        details["limiting_link"] = normalize_bus_id(details.pop("at")) or ""
+    return make_event(K.PCIE_BANDWIDTH_LIMITED, line, bus_near(msg, line.bus_hint), details)
+
+
+def _mlx5_link(line: LogLine, msg: str, m: Match | None) -> Found:
+    assert m is not None
+    details = {"state": m.group("state").lower()}
+    if m.group("ifname"):
+        details["interface"] = m.group("ifname")
+    return make_event(K.MLX5_LINK, line, normalize_bus_id(m.group("bus")), details)
+
+
+def _segfault(line: LogLine, msg: str, m: Match | None) -> Found:
+    """A segfault in a GPU library (or of a GPU program); None for any other."""
+    assert m is not None
+    if not (GPU_LIB.search(m.group("lib") or "") or GPU_LIB.search(m.group("proc"))):
+        return None
+    details = {"process": m.group("proc"), "pid": m.group("pid"), "address": m.group("addr")}
+    if m.group("lib"):
+        details["library"] = m.group("lib")
+    return make_event(K.SEGFAULT, line, None, details)
+
+
+def _hung(line: LogLine, msg: str, m: Match | None) -> Found:
+    assert m is not None
+    return make_event(K.HUNG_TASK, line, None, {
+        "process": m.group("proc"), "pid": m.group("pid"), "seconds": m.group("secs"),
+        "in_nvidia": "no"})
+
+
+def _lockup(line: LogLine, msg: str, m: Match | None) -> Found:
+    assert m is not None
+    return make_event(K.SOFT_LOCKUP, line, None, {
+        "process": m.group("proc"), "pid": m.group("pid"), "cpu": m.group("cpu"),
+        "seconds": m.group("secs"), "in_nvidia": "no"})
+
+
+def _wrap(build: Callable[[LogLine, str, Match], DriverEvent]) -> Builder:
+    """A builder that needs its match (its row has a regular expression)."""
+
+    def wrapped(line: LogLine, msg: str, m: Match | None) -> Found:
+        assert m is not None
+        return build(line, msg, m)
+
+    wrapped.__doc__ = build.__doc__
+    return wrapped
+
+
+_GSP_TIMEOUT = re.compile(r"Timeout after \d{1,6}s of waiting for RPC response|(?i:gsp rpc "
+                          r"timeout|_kgsprpcrecvpoll|timeout waiting for rpc from gsp|rate "
+                          r"limiting gsp rpc)")
+_RESET_REQUIRED = re.compile(r"NV_ERR_RESET_REQUIRED|(?i:gpu reset required)")
+_GSP_DUMP = ("_kgspLogXid119", "RPC history (CPU -> GSP)")
+_AER_LINE = ("error received", "PCIe Bus Error")
+_PEER = ("nv_peer_mem", "nvidia")
+
+P = EventPattern
+# In order: the first row that applies decides (see the module docstring).
+EVENTS: tuple[EventPattern, ...] = (
+    # messages over several lines
+    P(K.API_MISMATCH, ("NVRM:",), ("NVRM: API mismatch",), None,
+      "[ 7386.259769] NVRM: API mismatch: the client has the version 550.90.07, but",
+      joins=API_MISMATCH),
+    P(K.FALLEN_OFF_BUS, ("NVRM:",), ("NVRM: The NVIDIA GPU ",), None,
+      "[17257.355375] NVRM: The NVIDIA GPU 0000:5d:00.0\n"
+      "[17257.355377] NVRM: (PCI ID: 10de:20b5) installed in this system has\n"
+      "[17257.355378] NVRM: fallen off the bus and is not responding to commands.",
+      regex=FALLEN_HEAD, joins=FALLEN_OFF_BUS),
+    # Xid and SXid
+    P(K.SXID, ("nvidia",), ("SXid",), _sxid,
+      "[ 1843.220691] nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 30 "
+      "LTSSM Fault Up", regex=SXID, follow=SXID_LINES),
+    P(K.XID, ("NVRM:",), ("Xid",), _xid,
+      "[74889.644138] NVRM: Xid (PCI:0000:02:00): 79, pid='<unknown>', name=<unknown>, "
+      "GPU has fallen off the bus.", regex=XID),
+    # the driver stack
+    P(K.FALLEN_OFF_BUS, ("NVRM:",), ("fallen off the bus",), _on_gpu(K.FALLEN_OFF_BUS),
+      "[ 4254.197871] NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus."),
+    P(K.RM_INIT_ADAPTER_FAILED, ("NVRM:",), ("RmInitAdapter failed!",), _rm_init,
+      "[   23.991672] NVRM: GPU 0000:07:00.0: RmInitAdapter failed! (0x61:0x56:1770)",
+      regex=RMINIT),
+    P(K.RM_INIT_ADAPTER_FAILED, ("NVRM:",), ("RmInitAdapter failed!",), _rm_init,
+      "[    9.804214] NVRM: GPU 0000:41:00.0: RmInitAdapter failed!"),
+    P(K.NO_ADAPTER_PROBED, ("NVRM:",), ("No NVIDIA graphics adapter probed",), _no_adapter,
+      "[188497.595099] NVRM: No NVIDIA graphics adapter probed!"),
+    P(K.GSP_FIRMWARE_MISSING, ("nvidia",), ("Direct firmware load for nvidia/",),
+      _firmware_load, "[   23.991660] nvidia 0000:07:00.0: Direct firmware load for "
+      "nvidia/570.144/gsp_ga10x.bin failed with error -2", regex=FW_LOAD),
+    P(K.GSP_FIRMWARE_MISSING, ("NVRM:",), ("No firmware image found",), _no_firmware,
+      "[   23.991667] NVRM: RmFetchGspRmImages: No firmware image found"),
+    P(K.PEERMEM_LOAD_FAILED, _PEER, ("peer",), _wrap(host.peermem_failed),
+      "[Tue Sep  8 17:16:02 2026] nvidia_peermem: Unknown symbol "
+      "ib_register_peer_memory_client (err -22)", regex=host.PEERMEM_SYMBOL),
+    P(K.PEERMEM_LOAD_FAILED, _PEER, ("peer",), _wrap(host.peermem_failed),
+      "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument",
+      regex=host.PEERMEM_INSERT),
+    P(K.PEERMEM_LOAD_FAILED, _PEER, ("peer",), _wrap(host.peermem_failed),
+      "[   31.402118] nv_peer_mem: ib_register_peer_memory_client registration failed: -22",
+      regex=host.PEERMEM_REGISTER),
+    P(K.MODULE_LOAD_FAILED, ("nvidia",), ("nvidia",), _module_load,
+      "modprobe: ERROR: could not insert 'nvidia': No such device", regex=MODPROBE),
+    P(K.MODULE_LOAD_FAILED, ("nvidia",), ("nvidia",), _module_load,
+      "2025-08-16T00:03:04.070671-04:00 localhost (udev-worker)[106246]: nvidia: Process "
+      "'/sbin/modprobe nvidia-drm' failed with exit code 1.", regex=UDEV_MODPROBE),
+    P(K.MODULE_LOAD_FAILED, ("nvidia",), ("nvidia",), _module_load,
+      "[    5.120311] nvidia: Unknown symbol drm_gem_object_free (err -2)", regex=SYMBOL),
+    # GSP firmware
+    P(K.GSP_RPC_TIMEOUT, ("NVRM:",), _GSP_DUMP, _gsp_dump,
+      "[349507.527722] NVRM: GPU0 RPC history (CPU -> GSP):",
+      regex=re.compile("GSP Timeout|RPC history")),
+    P(K.GSP_RPC_TIMEOUT, ("NVRM:",), _GSP_DUMP, _nothing,
+      "[Sun Apr 26 23:12:26 2026] NVRM: _kgspLogXid119: Note: Please also check logs above."),
+    P(K.GSP_RPC_TIMEOUT, ("NVRM:",), (), _gsp_timeout,
+      "[349525.895155] NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:07:00 "
+      "(printing 1 of every 30).  The GPU likely needs to be reset.",
+      regex=_GSP_TIMEOUT, lower=("rpc",)),
+    P(K.GSP_ERROR, ("NVRM:",), (), _core_dump,
+      "[ 2211.480193] NVRM: kflcnCoreDumpNondestructive_IMPL: TRACE: 08 = 0x0000000004d4b1a0",
+      lower=("kflcncoredump",), follow=CORE_DUMP),
+    P(K.GSP_ERROR, ("NVRM:",), (), _gsp_error,
+      "[  903.609564] NVRM: RmInitAdapter: Cannot initialize GSP firmware RM",
+      regex=GSP_FAILURE, lower=("gsp",)),
+    P(K.GPU_RESET_REQUIRED, ("NVRM:",), ("NV_ERR_RESET_REQUIRED",),
+      _on_gpu(K.GPU_RESET_REQUIRED, True),
+      "[ 3312.004417] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required "
+      "[NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874",
+      regex=_RESET_REQUIRED, lower=("gpu reset required",)),
+    P(K.PEERMEM_INVALID_CONTEXT, ("nvidia",), ("peermem",),
+      _on_gpu(K.PEERMEM_INVALID_CONTEXT, True),
+      "[Fri Aug 30 11:11:22 2024] nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected "
+      "invalid context, skipping further processing", regex=re.compile("invalid context")),
+    P(K.NVLINK_ERROR, ("NVRM:",), (), _nvlink,
+      "[ 5120.338201] NVRM: GPU 0000:3b:00.0: NVLink: link 5 is down",
+      regex=NVLINK_FAILURE, lower=("nvlink",)),
+    # PCIe
+    P(K.PCIE_AER, ("error received",), ("error received",), _aer_received,
+      "[74785.660366] pcieport 0000:00:02.0: AER: Corrected error received: id=0010",
+      regex=AER_RECEIVED, follow=AER_REPORT),
+    P(K.PCIE_AER, ("PCIe Bus Error",), _AER_LINE, _aer_bus_error,
+      "[74785.660380] pcieport 0000:00:02.0: PCIe Bus Error: severity=Corrected, type=Data "
+      "Link Layer, (Transmitter ID)", regex=AER_BUS_ERROR, follow=AER_REPORT),
+    P(K.PCIE_AER, (), _AER_LINE, _nothing,  # cut short, as consoles and pastes cut lines
+      "[74785.660380] pcieport 0000:00:02.0: PCIe Bus Error: severity=Uncorrected (Fatal)"),
+    P(K.PCIE_AER, ("nvidia", "mlx5_core "), ("AER",), _wrap(host.aer_driver),
+      "[74889.644201] nvidia 0000:02:00.0: AER: can't recover (no error_detected callback)",
+      regex=host.AER_DRIVER),
+    P(K.PCIE_BANDWIDTH_LIMITED, ("PCIe bandwidth",), ("PCIe bandwidth",), _bandwidth,
+      "[    1.445026] mlx5_core 0000:01:00.0: 126.016 Gb/s available PCIe bandwidth, limited "
+      "by 8.0 GT/s PCIe x16 link at 0000:00:01.0 (capable of 252.048 Gb/s with 16.0 GT/s "
+      "PCIe x16 link)", regex=BANDWIDTH),
+    P(K.PCIE_BANDWIDTH_LIMITED, ("PCIe bandwidth",), ("PCIe bandwidth limited",), _bandwidth,
+      "[    2.113040] nvidia 0000:3b:00.0: PCIe bandwidth limited by the slot"),
+    # network links
+    P(K.MLX5_LINK, ("mlx5_core ",), ("mlx5_core",), _mlx5_link,
+      "[ 4435.115811] mlx5_core 0000:53:00.0 enp83s0f0np0: Link down", regex=MLX5_LINK),
+    P(K.LINK_STATE, ("NETDEV WATCHDOG",), ("NETDEV WATCHDOG",), _wrap(host.tx_timeout),
+      "[ 8812.301004] NETDEV WATCHDOG: enp83s0f0np0 (mlx5_core): transmit queue 7 timed out",
+      regex=host.WATCHDOG),
+    P(K.MLX5_LINK, ("mlx5_core ",), ("mlx5_core",), _wrap(host.ib_port_state),
+      "[ 4441.769587] mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link ACTIVE",
+      regex=host.MLX5_PORT),
+    P(K.LINK_STATE, ("Lost carrier", "Gained carrier"), ("carrier",),
+      _wrap(host.carrier_change),
+      "Dec  6 19:25:33 at7tj000004 systemd-networkd[2385]: ib1: Lost carrier",
+      regex=host.CARRIER),
+    # host hardware errors
+    P(K.HW_ERROR, ("EDAC ",), ("EDAC",), _wrap(host.edac_error),
+      "[ 9021.551230] EDAC MC1: 1 CE memory read error on CPU_SrcID#1_Ha#0_Chan#2_DIMM#0 "
+      "(channel:2 slot:0 page:0x5d7e4a offset:0x0 grain:32 syndrome:0x0)",
+      regex=host.EDAC),
+    P(K.HW_ERROR, ("Memory failure", "hardware memory error"),
+      ("Memory failure", "hardware memory error"), _wrap(host.memory_failure),
+      "[ 9102.004410] Memory failure: 0x5d7e4a: recovery action for dirty LRU page: Recovered",
+      regex=host.MEMORY_FAILURE),
+    P(K.HW_ERROR, ("Hardware Error",), ("Hardware Error",), _wrap(host.hw_record),
+      "[ 9300.120045] {1}[Hardware Error]: Hardware error from APEI Generic Hardware Error "
+      "Source: 0", regex=host.HW_RECORD, follow=HW_RECORD),
+    # crashes and hangs
+    P(K.SEGFAULT, ("segfault at ",), ("segfault at",), _segfault,
+      "[ 5022.930157] llama-server[16980]: segfault at 20d803fdc ip 00007dbe270a3e47 sp "
+      "00007ffff184bf00 error 4 in libcuda.so.570.133.20[7dbe26d79000+d1c000]",
+      regex=SEGFAULT),
+    P(K.HUNG_TASK, ("blocked for more than",), ("blocked for more than",), _hung,
+      "[ 7382.118250] INFO: task python3:48211 blocked for more than 122 seconds.",
+      regex=HUNG, follow=CALL_TRACE),
+    P(K.SOFT_LOCKUP, ("soft lockup",), ("soft lockup",), _lockup,
+      "[ 6120.447912] watchdog: BUG: soft lockup - CPU#17 stuck for 23s! [nvidia-smi:9321]",
+      regex=LOCKUP, follow=CALL_TRACE),
+)
+
+
+def _context_anchors(p: EventPattern) -> tuple[str, ...]:
+    """The anchors of ``p`` after which the scanner hands over the following lines."""
+    if p.follow is None or not p.follow.context:
+        return ()
+    return (p.follow.starts,) if p.follow.starts else p.anchors
+
+
+ANCHORS: tuple[str, ...] = tuple(dict.fromkeys(a for p in EVENTS for a in p.anchors))
+CONTEXT_ANCHORS: frozenset[str] = frozenset(a for p in EVENTS for a in _context_anchors(p))
+
+
+def _index(field: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Each literal of ``field`` (``needles`` or ``lower``) with the rows that test it."""
+    rows: dict[str, list[int]] = {}
+    for i, p in enumerate(EVENTS):
+        if not (p.needles or p.lower):
+            raise ValueError(f"row {i} ({p.kind}) has no literal test")
+        for n in getattr(p, field):
+            rows.setdefault(n, []).append(i)
+    return tuple((n, tuple(r)) for n, r in rows.items())
+
+
+_BY_NEEDLE = _index("needles")
+_BY_LOWER = _index("lower")
+
+
+def _candidates(msg: str) -> Sequence[int]:
+    """The rows whose literal test ``msg`` passes, in table order (each distinct literal
+    is looked for once)."""
+    hits = [rows for n, rows in _BY_NEEDLE if n in msg]
+    low = msg.lower()
+    hits += [rows for n, rows in _BY_LOWER if n in low]
+    if len(hits) < 2:
+        return hits[0] if hits else ()
+    return sorted(set().union(*hits))
+
+
+def match_line(line: LogLine) -> tuple[EventPattern, list[DriverEvent]] | None:
+    """The row that decides ``line`` and the events it builds (a row that joins
+    builds none: the extractor assembles its message); None when no row applies."""
+    msg = line.msg
+    for i in _candidates(msg):
+        p = EVENTS[i]
+        m = p.regex.search(msg) if p.regex is not None else None
+        if p.regex is not None and m is None:
+            continue
+        if p.build is None:
+            return p, []
+        found = p.build(line, msg, m)
+        if found is not None:
+            return p, found if isinstance(found, list) else [found]
+    return None

@@ -1,0 +1,114 @@
+"""The triage of one analysed host: the incident in the order an on-call thinks.
+
+1. what changed (against a baseline, when one is given),
+2. the findings that matter (critical, then warning) with node-or-job blame,
+3. the next actions, deduplicated, most drastic first, each with the GPUs /
+   units it applies to.
+
+:func:`build_triage` is pure; :func:`triage_snapshot` analyses a snapshot and diffs it
+against a baseline. :mod:`gputriage.views.triage` prints a :class:`Triage` and gives
+its JSON document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputriage.diff import Diff
+from gputriage.model import Action, Finding, Result, Severity
+from gputriage.views.status import exit_status, verdict
+
+__all__ = ["ACTION_ORDER", "NextAction", "Triage", "build_triage", "next_actions",
+           "triage_snapshot"]
+
+# Most drastic first: the order the next actions are listed in.
+ACTION_ORDER = (Action.DRAIN_AND_REPAIR, Action.REBOOT_NODE, Action.RESET_GPU,
+                Action.FIX_SOFTWARE, Action.FIX_CONFIG, Action.RESTART_JOB)
+_ACTION_TEXT = {
+    Action.DRAIN_AND_REPAIR: "cordon, drain and send for hardware repair",
+    Action.REBOOT_NODE: "reboot the node",
+    Action.RESET_GPU: "reset the GPU(s)",
+    Action.FIX_SOFTWARE: "upgrade or fix the software",
+    Action.FIX_CONFIG: "fix the configuration",
+    Action.RESTART_JOB: "restart the job / look at the application",
+}
+
+
+@dataclass(frozen=True)
+class NextAction:
+    """One action and everything it applies to."""
+
+    action: Action
+    targets: tuple[str, ...]  # scope labels: "node", "GPU 3 0000:5d:00.0", "unit ..."
+    findings: tuple[str, ...]  # finding ids that call for it
+
+    @property
+    def text(self) -> str:
+        """What to do, in words."""
+        return _ACTION_TEXT.get(self.action, self.action.value)
+
+
+@dataclass
+class Triage:
+    """The three parts of the screen plus the verdict."""
+
+    result: Result
+    baseline: str | None = None
+    diff: Diff | None = None
+    findings: list[Finding] = field(default_factory=list)  # warning or worse, worst first
+    actions: list[NextAction] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        """ok / warning / critical / unknown, as for check."""
+        return verdict(self.result)
+
+    @property
+    def exit_status(self) -> int:
+        """The Nagios exit status of the analysed host (as for check)."""
+        return int(exit_status(self.result))
+
+
+def next_actions(findings: list[Finding]) -> list[NextAction]:
+    """Deduplicated actions, most drastic first, with their targets and findings."""
+    targets: dict[Action, list[str]] = {}
+    ids: dict[Action, list[str]] = {}
+    for f in findings:
+        if f.action == Action.NONE:
+            continue
+        label = f.scope.label()
+        if label not in targets.setdefault(f.action, []):
+            targets[f.action].append(label)
+        if f.id not in ids.setdefault(f.action, []):
+            ids[f.action].append(f.id)
+    rank = {a: i for i, a in enumerate(ACTION_ORDER)}
+    return [NextAction(a, tuple(targets[a]), tuple(ids[a]))
+            for a in sorted(targets, key=lambda a: rank.get(a, len(rank)))]
+
+
+def build_triage(result: Result, diff: Diff | None = None,
+                 baseline: str | None = None) -> Triage:
+    """The triage of one analysed host, optionally against a baseline's diff."""
+    serious = [f for f in result.sorted_findings()
+               if f.severity.rank >= Severity.WARNING.rank]
+    return Triage(result, baseline, diff, serious, next_actions(serious))
+
+
+def triage_snapshot(snapshot: Any, window: Any = None, baseline: str | None = None,
+                    label: str = "now") -> Triage:
+    """Analyse ``snapshot`` and, when ``baseline`` names an input (anything
+    ``diff`` accepts), diff it against that baseline; InputError when the
+    baseline cannot be read."""
+    from gputriage.diff import diff_views, load_view, view_from_result
+    from gputriage.engine import analyze_facts
+    from gputriage.facts import Facts
+    from gputriage.logwindow import LogWindow
+
+    facts = Facts(snapshot, window=window or LogWindow())
+    result = analyze_facts(facts)
+    diff = None
+    if baseline is not None:
+        diff = diff_views(load_view(baseline, window=window),
+                          view_from_result(result, facts, label))
+    return build_triage(result, diff, baseline)

@@ -1,0 +1,144 @@
+"""Golden verdicts on every category-9 (Kubernetes), category-10 (DCGM) and category-11
+(CUDA and container errors) capture, stating what gputriage says of each today against
+MANIFEST.tsv's expected diagnosis (row kinds: see golden.py).
+
+Most of these inputs are not read yet: issue 16 brings the job's CUDA/NVML/container
+errors, issue 17 Kubernetes, issue 18 DCGM. Their rows assert today's clean refusal and
+name the issue, so that they fail, saying so, when it lands. Samples read in part pin
+today's verdict the same way; samples judged in full say which findings must (not)
+appear.
+"""
+
+from __future__ import annotations
+
+import pytest
+from golden import CALM, GPU_FAULTS, Partial, Refused, check_row, missing_rows, partial, refused
+
+CUDA, K8S, DCGM = 16, 17, 18
+
+GOLDEN: dict[str, tuple | Partial | Refused] = {
+    # --- 9: Kubernetes (describe node/pod, device plugin, GPU operator, schedulers) ---
+    "aks-spot-gpu-describe-pod": refused(K8S),
+    "allocatable-gpu-and-mig-mixed-rke2": refused(K8S),
+    "cluster-gpu-table-half-nodes-zero": refused(K8S),
+    "describe-node-alpha-nvidia-gpu-taint": refused(K8S),
+    "describe-node-gke-no-gpu-capacity": refused(K8S),
+    "describe-node-no-gpu-capacity-docker": refused(K8S),
+    "device-plugin-jetson-nano": refused(K8S),
+    "device-plugin-non-nvml-platform-eks": refused(K8S),
+    "device-plugin-registered-ok-mig-single": refused(K8S),
+    "devplugin-2020-legacy-log": refused(K8S),
+    "devplugin-v0.14.0-klog-healthy": refused(K8S),
+    "devplugin182-microk8s": refused(K8S),
+    "devplugin283-openshift": refused(K8S),
+    "devplugin303-failed-to-initialize-nvml": refused(K8S),
+    "devplugin430-describe-pod-pending": refused(K8S),
+    "failedscheduling-insufficient-gpu-unschedulable": refused(K8S),
+    "failedscheduling-pod-affinity": refused(K8S),
+    "fasterwhisper1259": refused(CUDA, K8S),  # a CUDA error 35 seen from a pod
+    "gfd-mig-mixed-labels-a100": refused(K8S),
+    "gke-node-condition-xidcriticalerror-31": refused(K8S),
+    "gpu-operator-driver-centos7-kernel-862": refused(K8S),
+    "gpu-operator-driver-could-not-resolve-kernel": refused(K8S),
+    "gpu-operator-driver-upgrade-node-events": refused(K8S),
+    "gpu-operator-ds-driver-daemonset-0-ready": refused(K8S),
+    "gpu-operator-toolkit-validation": refused(K8S),
+    "gpud-sxid-readme-gfd-containerd": refused(CUDA, K8S),  # nvidia-container-cli error
+    # read: the HAMi register annotation passes for a GPU list; the handshake is not judged
+    "hami314-describe-node": partial(K8S, verdict="ok"),
+    "k3s-crictl-info-systemdcgroup": refused(K8S),
+    "k3s-devplugin-incompatible-strategy": refused(K8S),
+    "kueue-pending-resource-unavailable": refused(K8S),
+    "lambda-kubeai-doc-gfd-node-labels": refused(K8S),
+    "minikube-docker-driver-devplugin": refused(K8S),
+    # read: the host's nvidia-smi CSV; Caffe's error 35 (driver too old) is not
+    "nvdocker747-k80-caffe": partial(CUDA, verdict="ok"),
+    "openshift-cuda-validator-init-error": refused(K8S),
+    "openshift-devplugin-0.13.0": refused(K8S),
+    "volcano-gang-notenoughresources": refused(K8S),
+    # --- 10: DCGM (dcgmi diag/discovery/nvlink, exporter, nv-hostengine) ---
+    "dcgm-exporter-cannot-connect-hostengine": refused(DCGM),
+    "dcgm-exporter-dcp-module-not-loaded": refused(DCGM),
+    "dcgm-exporter-metrics-csv-wrong-fields": refused(DCGM),
+    "dcgm-exporter-stale-metrics": refused(DCGM),
+    "dcgm198-dcgmi-nvlink-link-status": refused(DCGM),
+    "dcgm253-diag-r2-8x-b200": refused(DCGM),
+    "dcgm254-v100-580-pcie-bwchecker13": refused(DCGM),
+    "diag-r1-persistence-mode-fail-8x-h200": refused(DCGM),
+    "diag-r2-gpu-memory-fail-thermal-violation": refused(DCGM),
+    "diag-r2-pass-after-injected-pcie-replay": refused(DCGM),
+    "diag-r2-pass-p4de-nvlinks-expected-12": refused(DCGM),
+    "diag-r2-pcie-numa-affinity-slurm": refused(DCGM),
+    "diag-r3-json-all-skip-t400": refused(DCGM),
+    "diag-r3-targeted-power-fail-marginal": refused(DCGM),
+    "discovery-l-8x-h800-healthy": refused(DCGM),
+    "exporter-metrics-a30-mig-1g6gb": refused(DCGM),
+    "exporter-metrics-vgpu-grid-a100": refused(DCGM),
+    "gpu-memtest-page-dcgmi-diag-r4": refused(DCGM),
+    "nccltests264-dcgmi-diag-r3": refused(DCGM),
+    "nv-hostengine-debug-log-cannot-init-nvml": refused(DCGM),
+    # read: only the host's nvidia-smi banner; the ERR! GPU is in the issue's title alone,
+    # the hostengine and container-hook NVML errors are not read
+    "nv-hostengine-nvml-fail-gpu-err-state": partial(CUDA, DCGM, verdict="ok"),
+    "nvvs-log-missing-diag-skus": refused(DCGM),
+    # read: the K80's nvidia-smi table (persistence really is off); the exporter is not
+    "old-dcgm-exporter-fails-tesla-k80": partial(DCGM, verdict="warning",
+                                                 must=("persistence.off=warning",)),
+    "xe9780-b300-dcgm-service-inactive": refused(DCGM),
+    "xid45-counts-rack-nvl72": refused(DCGM),
+    # --- 11: CUDA, NVML and container-runtime errors and configuration ---
+    "containerd-config-toml-nvidia-runtime": refused(CUDA),
+    "cuda-802-azure-nd96asr-v4": refused(CUDA),
+    "cuda-802-h200-hf-jobs": refused(CUDA),
+    "cupy-804-quadro-rtx6000": refused(CUDA),
+    "daemon-json-nvidia-runtime-rootless": refused(CUDA),
+    "devicequery-fail-35-driver-insufficient": (("cuda.device-query-failed=warning",),
+                                                (*GPU_FAULTS, "cuda.device-query-failed=critical")),
+    "devicequery-pass-gtx770": (("cuda.device-query-ok",),
+                                (CALM, "cuda.device-query-failed", *GPU_FAULTS)),
+    "docker-could-not-select-device-driver": refused(CUDA),
+    "docker-emulated-by-podman-cdi": refused(CUDA),
+    "docker-unknown-runtime-nvidia": refused(CUDA),
+    # read as a source kept raw (no rule reads it): the verdict is unknown
+    "nvidia-container-cli-info-8x-rtx2080ti": partial(CUDA, verdict="unknown"),
+    "nvml-driver-library-mismatch-570-124": (("driver.version-mismatch=critical",),
+                                             GPU_FAULTS),
+    "nvml-mismatch-after-unattended-upgrade": (("driver.version-mismatch=critical",),
+                                               GPU_FAULTS),
+    # read: NVML's Unknown Error is critical; that it is a container's lost cgroup
+    # device access after a daemon-reload is not told yet
+    "nvml-unknown-a10-t4": partial(CUDA, verdict="critical",
+                                   must=("nvidia-smi.nvml-init-failed=critical",)),
+    "nvml-unknown-after-daemon-reload": partial(CUDA, verdict="critical",
+                                                must=("nvidia-smi.nvml-init-failed=critical",)),
+    # read: the host's driver version or nvidia-smi; the job/container errors are not
+    "oci-hook-no-cuda-device": partial(CUDA, verdict="ok"),
+    "oci-hook-nvml-driver-not-loaded": refused(CUDA),
+    "podman-cdi-unresolvable-rtx2060": partial(CUDA, verdict="ok"),
+    "tf-cublas-not-initialized": refused(CUDA),
+    "torch-driver-too-old-11040": partial(CUDA, verdict="ok"),
+    "torch-driver-too-old-9000": refused(CUDA),
+    "torch-no-kernel-image-rtx4090": refused(CUDA),
+    "torch-no-kernel-image-rtx5090": refused(CUDA),
+}
+
+
+@pytest.mark.parametrize(("part", "row"), [pytest.param(p, r, id=p) for p, r in GOLDEN.items()])
+def test_golden_verdict(corpus, part, row):
+    check_row(corpus.sample(part).path, row)
+
+
+def test_every_category_9_10_11_sample_has_a_golden_row(corpus):
+    assert not missing_rows(corpus, GOLDEN, ("9", "10", "11"))
+
+
+def test_every_corpus_sample_has_one_golden_row(corpus):
+    """Across the tables of every test_corpus_golden_* file."""
+    from test_corpus_golden_hw import GOLDEN as HW
+    from test_corpus_golden_kernel import GOLDEN as KERNEL
+    from test_corpus_golden_nvsmi import GOLDEN as NVSMI
+
+    parts = [*NVSMI, *HW, *KERNEL, *GOLDEN]
+    rows = {s.name: [p for p in parts if p in s.name] for s in corpus.samples}
+    assert not [n for n, r in rows.items() if not r], "samples without a golden row"
+    assert not {n: r for n, r in rows.items() if len(r) > 1}, "samples with two rows"

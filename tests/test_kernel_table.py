@@ -1,0 +1,50 @@
+"""The kernel-log event table: every row's sample line is decided by that row and
+scanned into its kind; the scanner's anchors are the rows' literals."""
+
+from __future__ import annotations
+
+import pytest
+
+from gputriage.logscan import scan_text
+from gputriage.logscan.lines import BOOT_ANCHORS
+from gputriage.logscan.search import ANCHORS
+from gputriage.parsers.kernel_model import EventKind, LogLine
+from gputriage.parsers.kernel_patterns import split_prefix
+from gputriage.parsers.kernel_table import CONTEXT_ANCHORS, EVENTS, EventPattern, match_line
+
+
+def _first_line(sample: str) -> LogLine:
+    text = sample.splitlines()[0]
+    stamps, msg, _ = split_prefix(text)
+    return LogLine(text, msg, stamps, 1)
+
+
+@pytest.mark.parametrize("row", EVENTS, ids=lambda p: f"{p.kind}:{p.sample[:40]}")
+def test_each_sample_is_decided_by_its_row_and_scanned_into_its_kind(row: EventPattern):
+    found = match_line(_first_line(row.sample))
+    assert found is not None and found[0] is row, found and found[0].sample
+    events = scan_text(row.sample + "\n").events
+    if row.joins is None and not found[1]:  # a row that claims a line and proves nothing
+        assert events == []
+        return
+    assert events and events[0].kind == row.kind
+    assert isinstance(events[0].kind, EventKind)
+    assert any(a in row.sample for a in row.anchors), "the scanner would not see it"
+
+
+def test_every_kind_has_a_row():
+    assert {p.kind for p in EVENTS} == set(EventKind)
+
+
+def test_the_scanner_anchors_are_the_rows_literals():
+    literals = {a for p in EVENTS for a in p.anchors} | set(BOOT_ANCHORS)
+    assert {a.decode() for a in ANCHORS} == literals and len(ANCHORS) == len(literals)
+    assert set(CONTEXT_ANCHORS) == {"PCIe Bus Error", "blocked for more than", "soft lockup"}
+
+
+def test_kinds_read_as_their_names():
+    """Rules compare ``ev.kind == "xid"``, views format and JSON writes the kind: an
+    EventKind reads as its plain name everywhere."""
+    kind = EventKind.FALLEN_OFF_BUS
+    assert kind == "fallen-off-bus" and f"{kind}" == str(kind) == "fallen-off-bus"
+    assert "fallen-off-bus" in {kind} and {"fallen-off-bus": 1}[kind] == 1

@@ -1,0 +1,236 @@
+"""Every source is declared once, end to end (issue 11): how it is collected, its parser
+(or why it is kept as text), its detector and aliases, and a real sample of it that the
+detector recognises and the parser reads."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+
+from gputriage import sources
+from gputriage.ingest.bugreport import split_bug_report
+from gputriage.ingest.commands import command_aliases, source_for_command, source_for_section
+from gputriage.ingest.detect import EXPECTED, detect
+from gputriage.sources import PARSED, parser_of
+
+TESTS = Path(__file__).parent
+FIXTURES = TESTS / "fixtures"
+BUG_REPORT = FIXTURES / "ingest" / "nvidia-bug-report.log"
+ALL_TEST_TEXT = "\n".join(p.read_text() for p in TESTS.glob("test_*.py"))
+KINDS = {"file", "command", "tree", "devnodes", "nvml", "input"}
+
+# Real samples of each parsed source: "corpus:<part of a corpus file name>",
+# "fixture:<path under tests/fixtures>", or "bugreport" (its section of the bug-report
+# fixture). A source with a detector is recognised in each one. A test module of a newer
+# source declares its own in a SOURCE_SAMPLES dict of the same shape (see _samples).
+_OWN_SAMPLES: dict[str, tuple[str, ...]] = {
+    "nvidia_smi_q_xml": ("corpus:netdata-tesla-p100-pcie-510.47.03-aggregate-sbe.xml",
+                         "corpus:telegraf-a10g-aws-515.105.01-pcie-x8.xml",
+                         "fixture:nvsmi/xml-565-event-reasons-fabric.xml"),
+    "nvidia_smi_q": ("corpus:thamada-8x-h100-sxm-nvidia-smi-a-565.57.01",
+                     "corpus:rtxpro6000-blackwell-q-d-row-remapper",
+                     "fixture:nvsmi/q-old-470-throttle-pascal-ecc.txt", "bugreport"),
+    "nvidia_smi": ("corpus:thamada-8x-h100-sxm-565.57.01",
+                   "corpus:xxd3vin19-unable-to-determine-device-handle",
+                   "fixture:nvsmi/table-418-no-gi-ci.txt", "fixture:nvsmi/list-L.txt"),
+    "nvidia_smi_csv": ("corpus:smc57-query-gpu-csv", "corpus:amax-a100-pcie-query-retired-pages",
+                       "corpus:dcgmexp94-query-compute-apps"),
+    "gpu_reset": ("corpus:nvsentinel1690-gpu-reset-in-use",
+                  "corpus:gpuop118-a100-mig-disable-pending-gpu-reset"),
+    "nvidia_smi_topo": ("corpus:sglang30401-check-env-8x-h100-8nic-pix-topo",
+                        "corpus:oyanghd-dgx-a100-40g-8gpu-10nic-nps4-topo"),
+    "nvidia_smi_nvlink_status": ("corpus:gpud-nvidia-smi-nvlink-status-8x-a100",
+                                 "corpus:azurehpc-nvlink-status-a100-all-links-inactive"),
+    "nvml": ("fixture:sources/nvml-library-not-found.json",),
+    "proc_driver_nvidia_version": ("corpus:proc-driver-nvidia-version-proprietary-570.181",
+                                   "bugreport"),
+    "proc_driver_nvidia_gpus": ("bugreport",),
+    "proc_modules": ("bugreport",),
+    "proc_devices": ("fixture:sources/proc_devices-vm-no-nvidia.txt",),
+    "pci_devices": ("fixture:pci/hgx-h100-8gpu-nvswitch-cx7.json",
+                    "fixture:sources/pci_devices-vm-virtio-nic.json"),
+    "lspci_nvidia": ("corpus:hwloc653-lspci-vv-a100-sxm4-40gb-header",
+                     "corpus:jan183-rtx4090-riser-lnkcap", "bugreport"),
+    "dmidecode_slots": ("corpus:cn-notes-connectx6-dmidecode-slot",),
+    "proc_meminfo": ("bugreport",),
+    "hugepages": ("fixture:sources/hugepages-vm-no-pools.json",),
+    "hugepages_per_node": ("fixture:sources/hugepages_per_node-vm-one-node.json",),
+    "thp_enabled": ("fixture:sources/thp_enabled-madvise.txt",),
+    "numa_balancing": ("fixture:sources/numa_balancing-off.txt",),
+    "proc_cmdline": ("bugreport",),
+    "numactl": ("corpus:legion1338-numactl-power9", "corpus:xpuperf129-gh200-lscpu"),
+    "kernel_log": ("corpus:nolebase-h100-xid79-fallen-off-bus-crash-dump",
+                   "corpus:stackhpc287-api-mismatch-syslog", "bugreport"),
+    "systemctl_fabricmanager": ("corpus:xe9780-b300-systemctl-status-fabricmanager",),
+    "fabricmanager_journal": ("corpus:gpud-fabricmanager-log-multicast",
+                              "corpus:nvtrust128-h20-journalctl-fabricmanager"),
+    "ibstat": ("corpus:doc-ibstat-mt25418", "corpus:bernie-connectx6-mlx5-ibv-devinfo",
+               "corpus:cx7-roce-ibdev2netdev", "corpus:nccl1510-show-gids",
+               "corpus:gpud-ibstatus-a100-all-active"),
+    "nccl_log": ("corpus:nccl1189-h20-net-ib-gdrdma", "corpus:nccl1412-init-complete"),
+    "device_query": ("corpus:devicequery-pass-gtx770", "corpus:aws-p5-devicequery"),
+    "nccl_tests": ("corpus:nccltests264-all-reduce-perf-cuda-failure",),
+    "nvidia_container_cli_info": ("corpus:nvidia-container-cli-info-8x-rtx2080ti",),
+}
+# Parsed sources with no real capture yet (none exists in the corpus, and the machines
+# the fixtures came from have no such hardware). Adding a sample means removing it here.
+NO_SAMPLE_YET = {
+    "sys_module_nvidia": "a /sys/module tree of a host with the NVIDIA driver loaded",
+    "dev_nvidia": "the /dev/nvidia* nodes of a GPU host",
+    "nvidia_libs": "the driver's library file names on a GPU host",
+    "infiniband": "a /sys/class/infiniband tree of a host with an HCA",
+    "lspci_mellanox": "lspci -vvv of a ConnectX function",
+    "nvidia_smi_nvlink_errors": "nvidia-smi nvlink -e of an NVLink system",
+    "systemctl_persistenced": "systemctl status or show of nvidia-persistenced",
+    "cgroup_controllers": "/sys/fs/cgroup/cgroup.controllers of a cgroup v2 host",
+}
+
+
+def _samples() -> dict[str, tuple[str, ...]]:
+    """_OWN_SAMPLES and the SOURCE_SAMPLES of every tests/test_*.py that declares some."""
+    found = dict(_OWN_SAMPLES)
+    for path in sorted(TESTS.glob("test_*.py")):
+        if path.stem != "test_sources" and "SOURCE_SAMPLES" in path.read_text():
+            for name, refs in importlib.import_module(path.stem).SOURCE_SAMPLES.items():
+                found[name] = found.get(name, ()) + tuple(refs)
+    return found
+
+
+SAMPLES = _samples()
+
+
+def _cases() -> list[tuple[str, str]]:
+    return [(name, ref) for name, refs in SAMPLES.items() for ref in refs]
+
+
+def _sample_text(ref: str, name: str, request: pytest.FixtureRequest) -> str:
+    kind, _, what = ref.partition(":")
+    if kind == "corpus":
+        return request.getfixturevalue("corpus").sample(what).text()
+    if kind == "fixture":
+        return (FIXTURES / what).read_text(encoding="utf-8")
+    return split_bug_report(BUG_REPORT.read_text(encoding="utf-8"))[name]
+
+
+# --- declarations ------------------------------------------------------------------------
+def test_sources_are_unique_and_described() -> None:
+    names = [s.name for s in sources.SOURCES]
+    assert len(names) == len(set(names))
+    files = [s.filename for s in sources.SOURCES]
+    assert len(files) == len(set(files))
+    for s in sources.SOURCES:
+        assert s.kind in KINDS, s.name
+        assert s.description and "\n" not in s.description, s.name
+        assert s.timeout_s > 0 and s.cap_bytes > 0
+        if s.kind in ("command", "input"):
+            assert s.argv and all(isinstance(a, str) for a in s.argv), s.name
+        if s.kind in ("file", "tree", "devnodes"):
+            assert s.path and s.path.startswith("/"), s.name
+        assert s.collect == (s.kind != "input"), s.name
+
+
+def test_every_source_has_a_parser_or_says_why_it_is_kept_raw() -> None:
+    for s in sources.SOURCES:
+        assert bool(s.parser) != bool(s.raw), f"{s.name}: a parser or a raw reason, not both"
+
+
+def test_every_parser_names_a_source_has_a_docstring_and_a_test() -> None:
+    for source in PARSED:
+        module, _, func = (sources.BY_NAME[source].parser or "").partition(":")
+        fn, _ = parser_of(source)
+        assert inspect.getdoc(fn), f"{module}.{func} has no docstring"
+        assert func in ALL_TEST_TEXT, f"no test calls {module}.{func}"
+
+
+def test_every_source_a_command_prints_has_a_detector() -> None:
+    """Command and job outputs are what people paste: each parsed one is recognised."""
+    for s in sources.SOURCES:
+        if s.kind in ("command", "input") and s.parser:
+            assert s.detector, f"{s.name} can be pasted but has no detector"
+
+
+def test_detectors_resolve_are_documented_and_ordered() -> None:
+    order: dict[str, int] = {}
+    for s in sources.SOURCES:
+        if s.prompt_step:
+            assert callable(sources.load(s.prompt_step)), s.name
+        if not s.detector:
+            assert not (s.keeps_prompt or s.prompt_step or s.detect_order), s.name
+            continue
+        assert s.detect_order > 0, s.name
+        assert s.keeps_prompt in (None, "alone", "named"), s.name
+        assert inspect.getdoc(sources.load(s.detector)), f"{s.detector} has no docstring"
+        # a detector several sources name runs at one place
+        assert order.setdefault(s.detector, s.detect_order) == s.detect_order, s.name
+    assert len(set(order.values())) == len(order), "two detectors share a detect_order"
+    assert len(sources.detectors()) == len(order)
+
+
+def test_each_alias_stands_for_its_source() -> None:
+    for alias in command_aliases():
+        assert source_for_command(alias.example()) == alias.source, alias
+    for s in sources.SOURCES:
+        for a in s.aliases:
+            if a.startswith("*** "):
+                assert source_for_section(a[4:]) == s.name, a
+            elif a.startswith("/"):
+                assert source_for_command(f"cat {a}") == s.name, a
+
+
+def test_the_unrecognised_message_names_every_pasted_source() -> None:
+    for s in sources.SOURCES:
+        assert (s.description in EXPECTED) == bool(s.detector), s.name
+    assert "\n" not in EXPECTED
+
+
+def test_every_parsed_source_has_a_real_sample_or_says_what_is_missing() -> None:
+    assert set(SAMPLES) <= set(sources.BY_NAME)
+    missing = {name for name in PARSED if not SAMPLES.get(name)}
+    assert missing == set(NO_SAMPLE_YET), missing ^ set(NO_SAMPLE_YET)
+
+
+# --- samples -----------------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "ref"), _cases(), ids=[f"{n}<-{r}" for n, r in _cases()])
+def test_sample_is_recognised_and_parsed(name: str, ref: str,
+                                         request: pytest.FixtureRequest) -> None:
+    src = sources.get(name)
+    text = _sample_text(ref, name, request)
+    if src.detector:
+        found = dict(detect(text))
+        assert name in found, f"{ref} detected as {sorted(found)}"
+        text = found[name]
+    if src.parser:
+        parse, as_json = parser_of(name)
+        assert parse(json.loads(text) if as_json else text) is not None
+
+
+@pytest.mark.parametrize(("cmd", "source"), [
+    ("nvidia-smi -q -x", "nvidia_smi_q_xml"),
+    ("sudo nvidia-smi --xml-format --query", "nvidia_smi_q_xml"),  # words in any order
+    ("nvidia-smi -a -d ROW_REMAPPER | grep -i pending", "nvidia_smi_q"),  # extra args kept
+    ("nvidia-smi -q -u", None),  # "!": -u (the unit query) is excluded
+    ("nvidia-smi nvlink -s -e", "nvidia_smi_nvlink_errors"),
+    ("nvidia-smi -i 0 -L", "nvidia_smi"),  # "?": only these arguments
+    ("nvidia-smi -pm 0", None),
+    ("lspci -nn | grep -i NVIDIA", "lspci_nvidia"),  # "~": the line mentions it
+    ("systemctl status nvidia-fabricmanager.service", "systemctl_fabricmanager"),
+    ("zcat /var/log/syslog.2.gz", "kernel_log"),  # a reader and a path alias
+    ("tail -n 50 fabricmanager.log", "fabricmanager_journal"),  # relative to its folder
+    ("srun -N 2 --mpi=pmix ./build/all_reduce_perf -b 8", "nccl_tests"),  # a launcher
+    ("grep -i huge /proc/meminfo", "proc_meminfo"),  # a file source's own path
+    ("dmesg:", "kernel_log"),  # a bug-report section header
+])
+def test_alias_grammar(cmd: str, source: str | None) -> None:
+    assert source_for_command(cmd) == source
+
+
+def test_bug_report_sections_follow_the_aliases() -> None:
+    assert source_for_section("/proc/driver/nvidia/gpus/0000:18:00.0/information") == (
+        "proc_driver_nvidia_gpus")
+    assert source_for_section("/var/log/fabricmanager.log") == "fabricmanager_journal"
+    assert source_for_section("/proc/modules") == "proc_modules"
+    assert source_for_section("/var/log/Xorg.0.log") is None
