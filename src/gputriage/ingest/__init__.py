@@ -73,26 +73,18 @@ def _read_stream(stream: Iterable[bytes], origin: str, cap: int, nuls: bool = Tr
     kept = total = 0
     dropped = False
     head = b""
-    try:
-        for chunk in stream:
-            if len(head) < _SNIFF:
-                head += chunk[:_SNIFF - len(head)]
-                if (len(head) >= _SNIFF or not total) and is_binary(head, nuls):
-                    raise InputError(f"{origin}: binary data, not a text output")
-            total += len(chunk)
-            chunk = chunk.replace(b"\0", b"")
-            chunks.append(chunk)
-            kept += len(chunk)
-            while chunks and kept - len(chunks[0]) >= cap:
-                kept -= len(chunks.popleft())
-                dropped = True
-    except (EOFError, zlib.error) as exc:
-        if not kept:
-            raise InputError(f"{origin}: truncated or corrupt gzip") from None
-        raw = _Raw(b"".join(chunks), total, dropped)
-        raw.problems.append(f"{origin}: truncated or corrupt gzip ({exc}); analysing the "
-                            f"{human_size(total)} that could be decompressed")
-        return _trim(raw, cap, origin)
+    for chunk in stream:
+        if len(head) < _SNIFF:
+            head += chunk[:_SNIFF - len(head)]
+            if (len(head) >= _SNIFF or not total) and is_binary(head, nuls):
+                raise InputError(f"{origin}: binary data, not a text output")
+        total += len(chunk)
+        chunk = chunk.replace(b"\0", b"")
+        chunks.append(chunk)
+        kept += len(chunk)
+        while chunks and kept - len(chunks[0]) >= cap:
+            kept -= len(chunks.popleft())
+            dropped = True
     return _trim(_Raw(b"".join(chunks), total, dropped), cap, origin)
 
 
