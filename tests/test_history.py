@@ -48,12 +48,17 @@ OLD = "535.161.07"
 NEW = "550.54.15"
 
 
+def _action(severity: Severity) -> Action:
+    return {Severity.CRITICAL: Action.DRAIN_AND_REPAIR,
+            Severity.WARNING: Action.PLAN_REPAIR}.get(severity, Action.NONE)
+
+
 def _result(module: str = OLD, *, host: str = "gpu-node-01", severity: Severity | None = None,
             uuid: str = "GPU-aaaa-1111") -> Result:
     findings = []
     if severity is not None:
         findings.append(Finding(id="test.finding", severity=severity, title="a test finding",
-                                explanation="", action=Action.NONE, blame=Blame.NODE,
+                                explanation="", action=_action(severity), blame=Blame.NODE,
                                 scope=NODE))
     worst = max((f.severity for f in findings), key=lambda s: s.rank, default=Severity.OK)
     return Result(findings=findings,

@@ -18,6 +18,7 @@ from typing import IO, Any
 import click
 
 from gputriage import __version__
+from gputriage.commands.ack import ack
 from gputriage.commands.common import (
     CommandExit,
     Environment,
@@ -54,6 +55,7 @@ def cli() -> None:
     gputriage nccl LOG...           NCCL logs and nccl-tests results (with host outputs)
     gputriage xid CODE...           explain Xid (or --sxid SXid) codes
     gputriage history               the checks recorded on this host
+    gputriage ack ID|--gpu BUS      acknowledge a finding after a repair
     gputriage scenario list         simulated hosts to try it on
 
     Exit status: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; 64 usage, 66 unreadable input.
@@ -62,7 +64,7 @@ def cli() -> None:
 
 # The help lists the commands sorted by name, whatever the order here.
 for _command in (collect, check, analyze, logs, history, diff, triage, fleet, xid, scenario,
-                 nccl_command):
+                 nccl_command, ack):
     cli.add_command(_command)
 del _command
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from gputriage.context import CheckContext
 from gputriage.facts import Facts, Missing
 from gputriage.logwindow import LogWindow
 from gputriage.model import Finding, GpuRow, HostSummary, Result, Severity, Skipped
@@ -33,10 +34,13 @@ def _skip_reason(facts: Facts, rule: Rule) -> str | None:
     return None
 
 
-def analyze(snapshot: Snapshot, window: LogWindow | None = None) -> Result:
+def analyze(snapshot: Snapshot, window: LogWindow | None = None,
+            context: CheckContext | None = None) -> Result:
     """Run every rule whose inputs are present over one host's snapshot; kernel-log
-    events are judged inside ``window`` (default: all boots, only the last current)."""
-    return analyze_facts(Facts(snapshot, window=window or LogWindow()))
+    events are judged inside ``window`` (default: all boots, only the last current),
+    with the expectations and acknowledgements of ``context``."""
+    return analyze_facts(Facts(snapshot, window=window or LogWindow(),
+                               context=context or CheckContext()))
 
 
 def analyze_facts(facts: Facts, rules: Sequence[Rule] | None = None) -> Result:
@@ -58,11 +62,24 @@ def analyze_facts(facts: Facts, rules: Sequence[Rule] | None = None) -> Result:
             continue
         if rule.requires or rule.any_of:  # a rule that needs no input tells nothing
             ran += 1
+    result.findings = settle(result.findings, facts)
+    result.job_faults_fail = facts.context.job_faults_fail
     result.unreadable = list(snapshot.problems) + facts.problems
     result.inputs = _inputs(snapshot)
     result.gpus = _gpus(facts, result.findings)
     result.host = _host(facts, result, ran)
     return result
+
+
+def settle(findings: list[Finding], facts: Facts) -> list[Finding]:
+    """The rules' findings as the report gives them: consequences folded into their
+    cause and per-GPU repeats into one finding, the operator's acknowledgements
+    applied, each with its concrete next step."""
+    from gputriage import acks, causes, next_steps
+
+    folded = causes.fold(findings)
+    acked = acks.apply(folded, facts.context.acks, facts.context.now)
+    return next_steps.fill(acked, facts)
 
 
 def _inputs(snapshot: Snapshot) -> list[dict]:
@@ -145,7 +162,7 @@ def _verdict(result: Result, ran: int) -> str:
     """The engine's verdict; "unknown" when no rule could run and nothing was found."""
     if not result.findings and ran == 0:
         return "unknown"  # nothing could be checked: say so, never "OK"
-    worst = result.worst
+    worst = result.worst_of("node")
     return worst.value if worst.rank >= Severity.WARNING.rank else "ok"
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gputriage.context import CheckContext
 from gputriage.errors import InputError, ParseError
 from gputriage.factbase import Fact, Missing
 from gputriage.logwindow import LogWindow
@@ -60,6 +61,7 @@ class Facts:
 
     snapshot: Snapshot
     window: LogWindow = field(default_factory=LogWindow)
+    context: CheckContext = field(default_factory=CheckContext)
     problems: list[str] = field(default_factory=list)
     _cache: dict[str, Any] = field(default_factory=dict)
 

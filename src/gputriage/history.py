@@ -41,7 +41,7 @@ from gputriage import safejson
 from gputriage.model import HealthyChange, Result, Severity
 
 DB_NAME = "history.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the acks table
 BUSY_TIMEOUT_S = 2.0
 ROOT_STATE_DIR = Path("/var/lib/gputriage")
 STATE_DIR_ENV = "GPUTRIAGE_STATE_DIR"
@@ -62,6 +62,18 @@ CREATE TABLE IF NOT EXISTS checks (
 );
 CREATE INDEX IF NOT EXISTS checks_ts ON checks (ts);
 CREATE INDEX IF NOT EXISTS checks_host_verdict ON checks (host, verdict, id);
+CREATE TABLE IF NOT EXISTS acks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,
+    time TEXT NOT NULL,
+    host TEXT,
+    finding TEXT,
+    gpu TEXT,
+    who TEXT NOT NULL,
+    until TEXT,
+    reason TEXT NOT NULL,
+    cleared TEXT
+);
 """
 _CORRUPT_MARK = ".corrupt-"
 KEEP_CORRUPT = 3  # corrupt copies kept beside the database
@@ -388,12 +400,14 @@ def _use_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
 
 
 def _select(conn: sqlite3.Connection, sql: str, params: tuple = ()) -> list[tuple]:
-    """The rows of ``sql``, in one read snapshot; none while the tables are not yet
-    committed (another process creating the database at this very moment: no
-    entry can exist then), so a reader never sees "no such table"."""
+    """The rows of ``sql``, in one read snapshot; none while its table is not yet
+    committed (another process creating the database at this very moment, or a
+    database of an older schema: no row can exist then), so a reader never sees
+    "no such table"."""
+    table = "acks" if " FROM acks" in sql else "checks"
     conn.execute("BEGIN")
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'checks'"
-                    ).fetchone() is None:
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                    (table,)).fetchone() is None:
         rows: list[tuple] = []
     else:
         rows = conn.execute(sql, params).fetchall()
@@ -548,6 +562,45 @@ def _prune(conn: sqlite3.Connection, retention: Retention, now_ts: float) -> Non
         "AND id NOT IN (SELECT id FROM checks ORDER BY id DESC LIMIT ?) "
         "AND id NOT IN (SELECT MAX(id) FROM checks WHERE verdict = 'ok' GROUP BY host)",
         (cutoff, keep_last))
+
+
+# --- acknowledgements -----------------------------------------------------------------
+
+ACK_COLUMNS = "id, ts, time, host, finding, gpu, who, until, reason, cleared"
+
+
+def insert_ack(state_dir: Path | str, values: tuple, *,
+               busy_timeout_s: float = BUSY_TIMEOUT_S) -> int:
+    """Record one acknowledgement (``ts, time, host, finding, gpu, who, until,
+    reason``); its id. Raises :class:`HistoryError` when it cannot."""
+    with _writer(state_dir, busy_timeout_s) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        cur = conn.execute("INSERT INTO acks (ts, time, host, finding, gpu, who, until, "
+                           "reason) VALUES (?,?,?,?,?,?,?,?)", values)
+        conn.execute("COMMIT")
+    return int(cur.lastrowid or 0)
+
+
+def clear_ack(state_dir: Path | str, ack_id: int, when: str, *,
+              busy_timeout_s: float = BUSY_TIMEOUT_S) -> bool:
+    """Mark acknowledgement ``ack_id`` cleared at ``when`` (kept, for the record);
+    whether there was such an open one."""
+    with _writer(state_dir, busy_timeout_s) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        cur = conn.execute("UPDATE acks SET cleared = ? WHERE id = ? AND cleared IS NULL",
+                           (when, ack_id))
+        conn.execute("COMMIT")
+    return cur.rowcount > 0
+
+
+def read_acks(state_dir: Path | str, *, notes: list[str] | None = None) -> list[tuple]:
+    """Every acknowledgement row, oldest first (none without a database). Never
+    writes."""
+    try:
+        return _read_only(db_path(state_dir),
+                          f"SELECT {ACK_COLUMNS} FROM acks ORDER BY id", (), notes)
+    except NoHistory:
+        return []
 
 
 # --- a corrupt database ---------------------------------------------------------------

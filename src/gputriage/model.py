@@ -38,15 +38,54 @@ class Action(str, Enum):
     DRAIN_AND_REPAIR = "drain-and-repair"
     FIX_SOFTWARE = "fix-software"
     FIX_CONFIG = "fix-config"
+    PLAN_REPAIR = "plan-repair"  # degraded, still in service: repair at the next window
 
 
 class Blame(str, Enum):
-    """The on-call's first question: is it the node or the job?"""
+    """The on-call's first question: is it the node or the job?
+
+    ``config`` is the node's configuration (modules, services, settings: the node's
+    side); ``job-config`` is the job's own settings (its environment variables,
+    launch options: the job's side)."""
 
     NODE = "node"
     JOB = "job"
     CONFIG = "config"
+    JOB_CONFIG = "job-config"
     UNKNOWN = "unknown"
+
+    @property
+    def side(self) -> str:
+        """``job`` for the job and its settings, else ``node``."""
+        return "job" if self in (Blame.JOB, Blame.JOB_CONFIG) else "node"
+
+
+class Status(str, Enum):
+    """Whether a finding is a current failure, or only reported."""
+
+    CURRENT = "current"
+    PAST = "past"  # ended by a GPU reset, a driver reload or a reboot: history
+    ACKNOWLEDGED = "acknowledged"  # an operator acknowledged it (``gputriage ack``)
+
+
+# Actions that take a node or a GPU out of service: only a critical finding that
+# blames the node may ask for them, so that what drains (exit status 2) and what the
+# report says to do never disagree.
+DRAINING_ACTIONS = frozenset({Action.DRAIN_AND_REPAIR, Action.REBOOT_NODE,
+                              Action.RESET_GPU})
+
+
+def inconsistency(severity: Severity, action: Action, blame: Blame) -> str | None:
+    """Why this severity, action and blame cannot go together; None when they can."""
+    if action in DRAINING_ACTIONS and severity is not Severity.CRITICAL:
+        return f"{action.value} takes the node out of service: it needs severity critical"
+    if action in DRAINING_ACTIONS and blame.side == "job":
+        return f"{action.value} blames the node, not the job ({blame.value})"
+    if severity is Severity.CRITICAL and action is Action.NONE:
+        return "a critical finding needs an action"
+    if severity is Severity.OK and action is not Action.NONE:
+        return "an ok finding takes no action"
+    return None
 
 
 @dataclass(frozen=True)
@@ -104,22 +143,53 @@ class Finding:
     evidence: tuple[Evidence, ...] = ()
     references: tuple[str, ...] = ()
     occurrences: Occurrences | None = None
+    status: Status = Status.CURRENT
+    status_note: str | None = None  # why it is not current: the reset, the acknowledgement
+    also: tuple[Scope, ...] = ()  # the same finding on these other scopes (GPUs)
+    consequences: tuple[Finding, ...] = ()  # what this cause explains, folded in
+    step: str | None = None  # the concrete next step, with versions, GPUs and commands
+
+    def __post_init__(self) -> None:
+        why = inconsistency(self.severity, self.action, self.blame)
+        if why:
+            raise ValueError(f"finding {self.id}: {why}")
+
+    @property
+    def current(self) -> bool:
+        """Whether it counts in the verdict (not history, not acknowledged)."""
+        return self.status is Status.CURRENT
+
+    @property
+    def scopes(self) -> tuple[Scope, ...]:
+        """Every scope it covers: its own, then the others of a per-GPU repeat."""
+        return (self.scope, *self.also)
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        data["severity"] = self.severity.value
-        data["action"] = self.action.value
-        data["blame"] = self.blame.value
-        data["scope"] = {k: v for k, v in asdict(self.scope).items() if v is not None}
-        data["evidence"] = [
-            {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(e).items()
-             if v is not None}
-            for e in self.evidence
-        ]
-        data["references"] = list(self.references)
-        if self.occurrences is None:
-            data.pop("occurrences", None)
+        data: dict[str, Any] = {
+            "id": self.id, "severity": self.severity.value, "title": self.title,
+            "explanation": self.explanation, "action": self.action.value,
+            "blame": self.blame.value, "scope": _scope_json(self.scope),
+            "evidence": [{k: (list(v) if isinstance(v, tuple) else v)
+                          for k, v in asdict(e).items() if v is not None}
+                         for e in self.evidence],
+            "references": list(self.references),
+        }
+        if self.occurrences is not None:
+            data["occurrences"] = asdict(self.occurrences)
+        data["status"] = self.status.value
+        if self.status_note:
+            data["status_note"] = self.status_note
+        if self.also:
+            data["also"] = [_scope_json(s) for s in self.also]
+        if self.consequences:
+            data["consequences"] = [c.to_json() for c in self.consequences]
+        if self.step:
+            data["step"] = self.step
         return data
+
+
+def _scope_json(scope: Scope) -> dict:
+    return {k: v for k, v in asdict(scope).items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -237,11 +307,31 @@ class Result:
     inputs: list[dict] = field(default_factory=list)
     manifest: dict | None = None
     unreadable: list[str] = field(default_factory=list)
+    job_faults_fail: bool = False  # the job's faults may fail the check (exit 2)
+    not_read: list[str] = field(default_factory=list)  # what was skipped, and why
 
     @property
     def worst(self) -> Severity:
-        return max((f.severity for f in self.findings), key=lambda s: s.rank,
-                   default=Severity.OK)
+        """The worst severity of the current findings, node's and job's."""
+        return _worst(f for f in self.findings if f.current)
+
+    def worst_of(self, side: str) -> Severity:
+        """The worst severity of the current findings of ``side`` (node | job)."""
+        return _worst(f for f in self.findings if f.current and f.blame.side == side)
 
     def sorted_findings(self) -> list[Finding]:
-        return sorted(self.findings, key=lambda f: (-f.severity.rank, f.id, f.scope.label()))
+        """Current findings first; then worst first, what happened first, by id."""
+        return sorted(self.findings, key=finding_order)
+
+
+def finding_order(f: Finding) -> tuple:
+    """The report order: current before history and acknowledged; worst first; then
+    the causal order (earliest first event; findings with no time after those with
+    one) and the id."""
+    first = f.occurrences.first if f.occurrences and f.occurrences.first else None
+    return (not f.current, -f.severity.rank, first is None, first or "", f.id,
+            f.scope.label())
+
+
+def _worst(findings: Any) -> Severity:
+    return max((f.severity for f in findings), key=lambda s: s.rank, default=Severity.OK)

@@ -94,5 +94,28 @@ boot_option = click.option("--boot", default=None, metavar="N|all",
                               "counts as current and earlier boots are history.")
 deadline_option = click.option("--deadline", type=click.FloatRange(min=1), default=90.0,
                              show_default=True, help="Global collection deadline in seconds.")
+job_faults_option = click.option(
+    "--job-faults-fail", is_flag=True,
+    help="Let findings blamed on the job or its settings fail the check (exit 2); by "
+         "default they are reported and exit 1 at most, so a job's fault never drains "
+         "the node.")
+expect_option = click.option(
+    "--expect", "expect_file", type=click.Path(dir_okay=False), default=None,
+    metavar="FILE", help="What the node should have (TOML: GPU count and model, driver, "
+                         "NVSwitches, IB ports, PCIe...); a node short of it is critical. "
+                         "check reads /etc/gputriage/expect.toml when present.")
+
+
+def load_expectations(path: str | None, *, default: bool) -> Any:
+    """The expectations of ``--expect`` (or, with ``default``, the standard file when
+    present); None when there are none. A bad file is an input error."""
+    from gputriage import expect
+
+    if path is None and default:
+        found = expect.default_path()
+        path = str(found) if found is not None else None
+    return expect.load(path) if path is not None else None
+
+
 STATE_DIR_HELP = ("History directory (default: $GPUTRIAGE_STATE_DIR, else "
                    "$XDG_STATE_HOME/gputriage, /var/lib/gputriage as root).")

@@ -12,7 +12,10 @@ from gputriage.commands.common import (
     boot_option,
     current_env,
     deadline_option,
+    expect_option,
+    job_faults_option,
     json_option,
+    load_expectations,
     log_window,
     report_result,
     since_option,
@@ -75,25 +78,38 @@ def collect(output: str | None, force: bool, redact: bool, timeout: float | None
               help="Keep at least the last N history entries.")
 @click.option("--history-days", type=click.FloatRange(min=0), default=90.0,
               show_default=True, help="Keep history entries younger than DAYS.")
+@expect_option
+@job_faults_option
+@click.option("--snapshot", "from_snapshot", type=click.Path(), default=None,
+              metavar="PATH", help="Judge this snapshot of the host (directory or "
+                                   ".tar.gz, from collect) instead of collecting now: "
+                                   "history, acknowledgements and expectations apply.")
 def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: float | None,
           deadline: float, keep: str | None, force: bool, redact: bool, since: str | None,
-          boot: str | None, **hist: Any) -> None:
+          boot: str | None, expect_file: str | None, job_faults_fail: bool,
+          from_snapshot: str | None, **hist: Any) -> None:
     """Collect this host into a temporary snapshot, analyse it, report.
 
     JOB_OUTPUT: what a job on this host printed (its NCCL_DEBUG=INFO log, an nccl-tests
     output, or anything analyze reads), judged together with the host's facts; a check
     given job outputs is not recorded in the history (it is about one job). With --redact
     the snapshot, and so the report, names no host, address, serial, UUID or user, and the
-    check is not recorded in the history either."""
+    check is not recorded in the history either.
+
+    The exit status is the node's: findings blamed on the job are reported and exit 1 at
+    most (unless --job-faults-fail). Acknowledgements (gputriage ack) in the history
+    directory apply; a finding they cover is reported as acknowledged, not current."""
     import tempfile
 
     from gputriage.collect import CollectOptions
     from gputriage.collect import collect as do_collect
+    from gputriage.context import CheckContext
     from gputriage.engine import analyze
     from gputriage.snapshot import Snapshot
 
     env = current_env()
     window = log_window(since, boot)
+    expectations = load_expectations(expect_file, default=True)
     if keep is not None:
         from gputriage.snapshot_writer import check_output
 
@@ -104,15 +120,40 @@ def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: f
 
         extra = load_inputs(list(job_outputs))  # before collecting: a bad path fails fast
     opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, force=force, redact=redact)
+    now = env.live_host().now()
     with tempfile.TemporaryDirectory(prefix="gputriage-") as tmp:
-        path = do_collect(env.live_host(), keep or f"{tmp}/snapshot", opts)
-        snapshot = Snapshot.load(path)
+        if from_snapshot is not None:
+            from gputriage.ingest import load_inputs
+
+            snapshot = load_inputs([from_snapshot])
+        else:
+            snapshot = Snapshot.load(do_collect(env.live_host(), keep or f"{tmp}/snapshot",
+                                                opts))
         if extra is not None:
             snapshot.merge(extra)
-        result = analyze(snapshot, window)
+        context = CheckContext(expectations=expectations,
+                               acks=tuple(_acks(hist["state_dir"])), now=now,
+                               job_faults_fail=job_faults_fail)
+        result = analyze(snapshot, window, context)
     if extra is None and not redact:  # tokens would read as changes against the history
         _record_history(result, **hist)
     report_result(result, as_json, verbose)
+
+
+def _acks(state_dir: str | None) -> list:
+    """The acknowledgements in the history directory; a problem reading them is one
+    stderr line, and none apply."""
+    from gputriage import acks
+    from gputriage.history import CorruptHistory, HistoryError, default_state_dir
+
+    try:
+        return acks.load(state_dir or default_state_dir())
+    except CorruptHistory:
+        return []  # recording the check moves it aside, and says so
+    except HistoryError as exc:
+        current_env().stderr.write(
+            f"gputriage: acknowledgements not read: {printable(str(exc))}\n")
+        return []
 
 
 def _record_history(result: Any, state_dir: str | None, no_history: bool,
@@ -143,14 +184,19 @@ def _record_history(result: Any, state_dir: str | None, no_history: bool,
 @verbose_option
 @since_option
 @boot_option
+@expect_option
+@job_faults_option
 def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None,
-            boot: str | None) -> None:
+            boot: str | None, expect_file: str | None, job_faults_fail: bool) -> None:
     """Analyse what you have: snapshots (dir or .tar.gz), an nvidia-bug-report.log(.gz),
     or pasted outputs (nvidia-smi -q/-x/table, /proc/driver/nvidia/version, lsmod,
     a kernel log...). Several paths combine into one host view; - reads stdin."""
+    from gputriage.context import CheckContext
     from gputriage.engine import analyze as do_analyze
     from gputriage.ingest import load_inputs
 
     window = log_window(since, boot)
-    result = do_analyze(load_inputs(list(paths)), window)
+    expectations = load_expectations(expect_file, default=False)
+    context = CheckContext(expectations=expectations, job_faults_fail=job_faults_fail)
+    result = do_analyze(load_inputs(list(paths)), window, context)
     report_result(result, as_json, verbose)

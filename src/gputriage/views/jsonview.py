@@ -16,13 +16,13 @@ from typing import Any
 
 from gputriage import __version__
 from gputriage.model import Result
-from gputriage.views.status import exit_status, verdict
+from gputriage.views.status import at_fault, exit_status, side_verdict, verdict
 
 SCHEMA = "gputriage/result/v1"
 
 TOP_LEVEL_KEYS = (
-    "schema", "tool_version", "generated", "verdict", "exit_status", "host", "gpus",
-    "findings", "skipped", "inputs", "manifest", "unreadable",
+    "schema", "tool_version", "generated", "verdict", "exit_status", "verdicts", "host",
+    "gpus", "findings", "skipped", "inputs", "manifest", "unreadable", "not_read",
 )
 
 
@@ -60,6 +60,9 @@ def to_json(result: Result, *, generated: datetime | None = None) -> dict:
         "generated": when.isoformat(timespec="seconds"),
         "verdict": verdict(result),
         "exit_status": int(exit_status(result)),
+        "verdicts": {"node": side_verdict(result, "node"),
+                     "job": side_verdict(result, "job"), "at_fault": at_fault(result),
+                     "job_faults_fail": result.job_faults_fail},
         "host": plain(result.host.to_json()),
         "gpus": [plain(g.to_json()) for g in result.gpus],
         "findings": [plain(f.to_json()) for f in result.sorted_findings()],
@@ -67,6 +70,7 @@ def to_json(result: Result, *, generated: datetime | None = None) -> dict:
         "inputs": plain(list(result.inputs or [])),
         "manifest": plain(result.manifest),
         "unreadable": [str(u) for u in result.unreadable],
+        "not_read": [str(u) for u in result.not_read],
     }
 
 

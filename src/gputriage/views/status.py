@@ -37,10 +37,16 @@ _BY_SEVERITY = {
 
 def exit_status(result: Result) -> ExitStatus:
     """The exit status of ``result``: UNKNOWN when the engine could not tell
-    (``host.verdict == "unknown"``), else its worst finding's severity."""
+    (``host.verdict == "unknown"``); else the worst current finding of the node, with
+    the job's own faults (blamed on the job or its settings) counting as a WARNING at
+    most, unless ``result.job_faults_fail``: a job's fault never drains a node."""
     if result.host.verdict == "unknown":
         return ExitStatus.UNKNOWN
-    return _BY_SEVERITY[result.worst]
+    node = result.worst_of("node")
+    job = result.worst_of("job")
+    if not result.job_faults_fail and job.rank > Severity.WARNING.rank:
+        job = Severity.WARNING
+    return _BY_SEVERITY[node if node.rank >= job.rank else job]
 
 
 def verdict(result: Result) -> str:
@@ -51,3 +57,20 @@ def verdict(result: Result) -> str:
         ExitStatus.WARNING: "warning",
         ExitStatus.CRITICAL: "critical",
     }.get(exit_status(result), "unknown")
+
+
+def side_verdict(result: Result, side: str) -> str:
+    """The verdict of one side (``node`` or ``job``) on its own, uncapped."""
+    if side == "node" and result.host.verdict == "unknown":
+        return "unknown"
+    worst = result.worst_of(side)
+    return worst.value if worst.rank >= Severity.WARNING.rank else "ok"
+
+
+def at_fault(result: Result) -> str:
+    """Which side is at fault, in words: ``node``, ``job``, ``node and job`` or
+    ``neither``."""
+    node = result.worst_of("node").rank >= Severity.WARNING.rank
+    job = result.worst_of("job").rank >= Severity.WARNING.rank
+    return {(True, True): "node and job", (True, False): "node",
+            (False, True): "job"}.get((node, job), "neither")
