@@ -7,6 +7,8 @@ usb / ext4 / audit / systemd / TCP lines) in a temporary folder, then times:
   * ``python -m gputriage logs FILE --json > out`` (when the ``logs`` command
     is not available yet: ``python -c`` calling ``gputriage.logscan.scan_paths``,
     and the report says so);
+  * ``python -m gputriage analyze FILE --json > out`` (a large kernel log is read
+    whole by the same streaming scanner; its peak RSS must stay near the ``logs`` one);
   * ``grep -i -E 'nvidia|xid|nvrm' FILE > out2`` (output to a file: GNU grep
     stops at the first match when its output is /dev/null);
 
@@ -249,6 +251,12 @@ def main() -> int:
             st_wall, _, _, _ = _timed([sys.executable, "-m", "gputriage", "logs", str(empty),
                                        "--json"], work / "out-start", rep)
             print(f"  start-up alone (gputriage logs EMPTY --json): {st_wall:.2f} s")
+            an_wall, an_rss, an_tree, an_rc = _timed(
+                [sys.executable, "-m", "gputriage", "analyze", str(log), "--json"],
+                work / "out-analyze", rep)
+            print(f"gputriage analyze --json: {an_wall:.2f} s, {size_mb / an_wall:.0f} MB/s, "
+                  f"peak RSS {an_rss / 1024:.0f} MB (process tree {an_tree / 1024:.0f} MB), "
+                  f"rc {an_rc}")
         print(f"grep -i -E 'nvidia|xid|nvrm': {grep_wall:.2f} s, "
               f"{size_mb / grep_wall:.0f} MB/s")
         print(f"ratio gputriage/grep time: {gt_wall / grep_wall:.2f} "

@@ -114,3 +114,14 @@ def corpus() -> Corpus:
 def _history_in_tmp(monkeypatch, tmp_path):
     """``check`` records history; tests keep it out of the machine's state folder."""
     monkeypatch.setenv("GPUTRIAGE_STATE_DIR", str(tmp_path / "state"))
+
+
+@pytest.fixture(autouse=True)
+def _strict_rules(monkeypatch, tmp_path):
+    """A rule that raises fails the test (in production it is reported as skipped and
+    the other rules still run); no test reads the machine's expectations file."""
+    from gputriage import expect
+
+    monkeypatch.setenv("GPUTRIAGE_STRICT", "1")
+    monkeypatch.delenv("GPUTRIAGE_EXPECT", raising=False)
+    monkeypatch.setattr(expect, "DEFAULT_PATH", tmp_path / "no-expect.toml")

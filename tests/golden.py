@@ -14,6 +14,10 @@ Three kinds of row, each stating what gputriage says of the sample today:
 - :class:`Refused`: not read yet. ``analyze`` must refuse it cleanly (one "input error:
   ... unrecognised content" line, exit status 66, no traceback) until the named issue
   lands; then the row fails, saying so.
+
+A finding folded into its cause (issue 12: one cause, one finding) is still said: every
+check reads the findings with their consequences, at any depth, so a ``must`` id met by
+a consequence is met, and ``must_not`` and :data:`CALM` see consequences too.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import pytest
 from gputriage.cli import EXIT_INPUT, Environment, main
 from gputriage.engine import analyze
 from gputriage.ingest import load_input
-from gputriage.model import Severity
+from gputriage.model import Finding, Severity
 
 CALM = "calm"
 
@@ -111,9 +115,25 @@ def _hits(found: list[tuple[str, str]], item: str) -> list[tuple[str, str]]:
             if _matches(fid, pattern) and (not severity or sev == severity)]
 
 
+def flat(findings: Iterable[Finding]) -> list[Finding]:
+    """``findings`` and their consequences, at any depth, each cause before its own."""
+    return [x for f in findings for x in (f, *flat(f.consequences))]
+
+
+def said(findings: Iterable[Finding]) -> list[tuple[str, str]]:
+    """(id, severity value) of ``findings`` and of their consequences, at any depth."""
+    return [(f.id, f.severity.value) for f in flat(findings)]
+
+
+def said_json(findings: Iterable[dict]) -> list[tuple[str, str]]:
+    """:func:`said` of the JSON form's findings."""
+    return [pair for f in findings
+            for pair in ((f["id"], f["severity"]), *said_json(f.get("consequences", ())))]
+
+
 def check_verdict(corpus, part: str, must: Sequence[str], must_not: Sequence[str]) -> None:
     result = analyze(load_input(str(corpus.sample(part).path)))
-    check_found([(f.id, f.severity.value) for f in result.findings], must, must_not)
+    check_found(said(result.findings), must, must_not)
 
 
 def run_analyze(path: Path) -> tuple[int, str, str]:
@@ -131,7 +151,7 @@ def check_partial(path: Path, row: Partial) -> None:
     code, out, err = run_analyze(path)
     assert code != EXIT_INPUT and not err, (code, err)
     doc = json.loads(out)
-    found = [(f["id"], f["severity"]) for f in doc["findings"]]
+    found = said_json(doc["findings"])
     check_found(found, row.must, row.must_not)
     news = f"has {_issues(row.issues)} landed? Judge the sample as MANIFEST says and update"
     assert doc["verdict"] == row.verdict, \
@@ -142,8 +162,7 @@ def check_partial(path: Path, row: Partial) -> None:
 def check_judged(path: Path, must: Sequence[str], must_not: Sequence[str]) -> None:
     code, out, err = run_analyze(path)
     assert code != EXIT_INPUT and not err, (code, err)
-    check_found([(f["id"], f["severity"]) for f in json.loads(out)["findings"]], must,
-                must_not)
+    check_found(said_json(json.loads(out)["findings"]), must, must_not)
 
 
 def check_row(path: Path, row: Row | Partial | Refused) -> None:

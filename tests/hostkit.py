@@ -32,8 +32,9 @@ def ids(result: Result) -> set[str]:
     return {f.id for f in result.findings}
 
 
-def run(**sources: Any) -> Result:
-    return analyze(snap(**sources))
+def run(context: Any = None, **sources: Any) -> Result:
+    """Analyse the snapshot of ``sources`` (under a ``CheckContext`` when given)."""
+    return analyze(snap(**sources), context=context)
 
 
 def pci_tree(gpus: dict[str, str], nics: tuple[str, ...] = (), gpu_driver: str = "nvidia",

@@ -1,8 +1,10 @@
 """The fleet recipes under deploy/: Kubernetes manifests are well-formed
 objects with least-privilege pod specs, shell scripts parse, and the Slurm
 health check maps gputriage's exit status to the right action (run against
-a fake ``gputriage`` and a fake ``scontrol`` that record their calls).
-No Slurm or Kubernetes is needed."""
+a fake ``gputriage`` and a fake ``scontrol`` that record their calls). The
+repair -> ack -> resume loop runs with the real gputriage on a scenario host
+and fake ``scontrol`` / ``kubectl``. No Slurm or Kubernetes is needed
+(tests/test_slurm_real.py drives a real one-node Slurm where it can)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +29,9 @@ K8S = DEPLOY / "kubernetes"
 SLURM = DEPLOY / "slurm"
 SHELL_SCRIPTS = sorted([*SLURM.glob("*.sh"), *SLURM.glob("*.sbatch")])
 WORKLOADS = ("daemonset.yaml", "job.yaml")
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+STATE_DIR = "/var/lib/gputriage"  # the host path of the history and acknowledgements
+GPUTRIAGE = Path(sys.executable).parent / "gputriage"  # the venv's, for the real loop
 
 needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="bash not installed")
 
@@ -40,7 +48,9 @@ def _all_docs() -> list[dict[str, Any]]:
 
 
 def _pod_spec(name: str) -> dict[str, Any]:
-    (doc,) = _docs(name)
+    (doc,) = [d for d in _docs(name) if d["kind"] in ("DaemonSet", "Job", "CronJob")]
+    if doc["kind"] == "CronJob":
+        return doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     return doc["spec"]["template"]["spec"]
 
 
@@ -58,19 +68,22 @@ def _script(name: str) -> str:
 def test_every_manifest_is_a_kubernetes_object() -> None:
     docs = _all_docs()
     assert {d["kind"] for d in docs} >= {"DaemonSet", "Job", "PersistentVolumeClaim",
-                                        "Namespace"}
+                                        "Namespace", "CronJob", "ClusterRole"}
     for doc in docs:
         assert isinstance(doc.get("apiVersion"), str) and doc["apiVersion"]
         assert isinstance(doc.get("kind"), str) and doc["kind"]
         assert isinstance(doc["metadata"].get("name"), str)
-        if doc["kind"] != "Namespace":
+        if doc["kind"] not in CLUSTER_SCOPED:
             assert doc["metadata"]["namespace"] == "gputriage"
+        if doc["kind"] in ("DaemonSet", "Job", "CronJob", "PersistentVolumeClaim"):
             assert isinstance(doc.get("spec"), dict)
 
 
 def test_api_versions_match_kinds() -> None:
-    expected = {"DaemonSet": "apps/v1", "Job": "batch/v1",
-                "PersistentVolumeClaim": "v1", "Namespace": "v1"}
+    expected = {"DaemonSet": "apps/v1", "Job": "batch/v1", "CronJob": "batch/v1",
+                "PersistentVolumeClaim": "v1", "Namespace": "v1", "ServiceAccount": "v1",
+                "ClusterRole": "rbac.authorization.k8s.io/v1",
+                "ClusterRoleBinding": "rbac.authorization.k8s.io/v1"}
     for doc in _all_docs():
         assert doc["apiVersion"] == expected[doc["kind"]], doc["kind"]
 
@@ -122,17 +135,21 @@ def test_volume_mounts_match_volumes(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
-def test_host_paths_are_read_only(name: str) -> None:
+def test_host_paths_are_read_only_but_the_state(name: str) -> None:
     spec = _pod_spec(name)
-    host = {v["name"] for v in spec["volumes"] if "hostPath" in v}
+    host = {v["name"]: v["hostPath"] for v in spec["volumes"] if "hostPath" in v}
     assert host, "the host's logs and identity come from hostPath volumes"
-    for mount in _container(name)["volumeMounts"]:
-        if mount["name"] in host:
-            assert mount.get("readOnly") is True, mount["name"]
-    for volume in spec["volumes"]:
-        if "hostPath" in volume:
+    writable = [m for m in _container(name)["volumeMounts"]
+                if m["name"] in host and m.get("readOnly") is not True]
+    # The one writable host path: the history, where acknowledgements outlive the pod.
+    assert [(m["name"], m["mountPath"]) for m in writable] == [("state", STATE_DIR)]
+    assert host["state"] == {"path": STATE_DIR, "type": "DirectoryOrCreate"}
+    env = {e["name"]: e.get("value") for e in _container(name)["env"]}
+    assert env["GPUTRIAGE_STATE_DIR"] == STATE_DIR
+    for volume_name, host_path in host.items():
+        if volume_name != "state":
             # An explicit type: a missing path fails visibly instead of being created.
-            assert volume["hostPath"]["type"] in {"Directory", "File"}
+            assert host_path["type"] in {"Directory", "File"}
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
@@ -189,10 +206,14 @@ def test_dockerfile_builds_on_python_slim_with_nvidia_runtime() -> None:
 
 
 def test_docs_cover_every_recipe() -> None:
-    text = (REPO / "docs" / "fleet.md").read_text(encoding="utf-8")
+    text = "\n".join((REPO / "docs" / name).read_text(encoding="utf-8")
+                     for name in ("fleet.md", "slurm.md", "kubernetes.md"))
     for path in [*SHELL_SCRIPTS, *K8S.glob("*.yaml"), DEPLOY / "Dockerfile"]:
         assert path.name in text, path.name
     assert "gputriage fleet" in text
+    for step in ("gputriage ack", "resume.sh", "state=resume", "kubectl uncordon",
+                 "check-once"):
+        assert step in text, step
 
 
 # --- Slurm scripts ---------------------------------------------------------
@@ -210,16 +231,33 @@ def _write_tool(path: Path, body: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
+def _gpu(bus: str) -> dict[str, str]:
+    return {"kind": "gpu", "pci_bus_id": bus}
+
+
+def _finding(fid: str, severity: str = "critical", status: str = "current",
+             blame: str = "node", scope: dict | None = None, **extra: Any) -> dict[str, Any]:
+    return {"id": fid, "severity": severity, "status": status, "blame": blame,
+            "scope": scope or {"kind": "node"}, "title": fid, **extra}
+
+
 RESULT = {
     "schema": "gputriage/result/v1",
     "verdict": "critical",
     "findings": [
-        {"id": "xid-79", "severity": "critical", "title": "GPU fell off the bus"},
-        {"id": "xid-79", "severity": "critical", "title": "GPU fell off the bus"},
-        {"id": "nvlink-down", "severity": "critical", "title": "NVLink inactive"},
-        {"id": "thermal", "severity": "warning", "title": "hot"},
+        _finding("xid.79", scope=_gpu("0000:9a:00.0")),
+        _finding("xid.79", scope=_gpu("0000:ab:00.0")),
+        _finding("nvlink.down", scope=_gpu("0000:18:00.0"),
+                 also=[_gpu("0000:2a:00.0"), _gpu("0000:3a:00.0")]),
+        # neither acknowledged nor past findings are named in a drain reason
+        _finding("xid.48", status="acknowledged", scope=_gpu("0000:5d:00.0")),
+        _finding("xid.13", status="past", scope=_gpu("0000:5d:00.0")),
+        _finding("thermal", severity="warning", scope=_gpu("0000:db:00.0")),
+        _finding("fabric.ok", severity="ok"),
     ],
 }
+REASON = ("xid.79 GPUs 0000:9a:00.0 0000:ab:00.0, "
+          "nvlink.down GPUs 0000:18:00.0 0000:2a:00.0 +1")
 
 
 class Fakes:
@@ -229,12 +267,13 @@ class Fakes:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.bin = root / "bin"
-        self.bin.mkdir()
+        self.bin.mkdir(parents=True)
         self.results = root / "results"
         (root / "result.json").write_text(json.dumps(RESULT, indent=2), encoding="utf-8")
         record = ('args="$*"; echo "${args//$\'\\n\'/ }" '
                   '>>"$FAKE_ROOT/$(basename "$0").calls"\n')
         _write_tool(self.bin / "gputriage", record + (
+            'if [ "${1:-}" = ack ]; then exit "${FAKE_ACK_RC:-0}"; fi\n'
             'if [ -n "${FAKE_SLEEP:-}" ]; then sleep "$FAKE_SLEEP"; fi\n'
             'cat "$FAKE_ROOT/result.json"\n'
             'echo "fake gputriage on ${SLURMD_NODENAME:-?}" >&2\n'
@@ -242,6 +281,8 @@ class Fakes:
             'exit "${!rc_var:-${FAKE_RC:-0}}"\n'))
         _write_tool(self.bin / "scontrol", record + 'exit "${FAKE_SCONTROL_RC:-0}"\n')
         _write_tool(self.bin / "logger", record)
+        _write_tool(self.bin / "kubectl", record + (
+            'if [ "$1" = get ]; then echo "${FAKE_UNSCHEDULABLE:-}"; fi\n'))
         # srun: drop the options, run the task once per fake node.
         _write_tool(self.bin / "srun", record + (
             'while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done\n'
@@ -302,6 +343,7 @@ def test_warning_logs_without_draining(fakes: Fakes) -> None:
     (logged,) = fakes.calls("logger")
     assert "gpu042" in logged and "WARNING" in logged
     assert "WARNING" in proc.stderr
+    assert logged.endswith(f"WARNING: {REASON}, thermal GPU 0000:db:00.0")
 
 
 @needs_bash
@@ -309,8 +351,34 @@ def test_critical_drains_with_a_reason(fakes: Fakes) -> None:
     proc = fakes.run("healthcheck.sh", FAKE_RC="2")
     assert proc.returncode == 0, proc.stderr  # HealthCheckProgram: exit status ignored
     (call,) = fakes.calls("scontrol")
-    assert call.startswith("update nodename=gpu042 state=drain reason=gputriage CRITICAL")
-    assert call.endswith("xid-79,nvlink-down")
+    assert call == f"update nodename=gpu042 state=drain reason=gputriage CRITICAL: {REASON}"
+    saved = json.loads((fakes.results / "gpu042.json").read_text(encoding="utf-8"))
+    assert saved == RESULT  # the whole result is kept
+
+
+@needs_bash
+@pytest.mark.parametrize("findings, reason", [
+    # a result without statuses (an older gputriage): every critical is current
+    ([{"id": "xid-79", "severity": "critical"}, {"id": "nvlink-down", "severity": "critical"}],
+     "xid-79, nvlink-down"),
+    # the node's findings first; the job's marked (with --job-faults-fail)
+    ([_finding("nccl.ib-disabled", blame="job-config"), _finding("gpu.missing")],
+     "gpu.missing, nccl.ib-disabled (job)"),
+    # nothing current: a pointer to the result
+    ([_finding("xid.79", status="acknowledged")], "see "),
+    # many: cut at a finding, with the count left out
+    ([_finding(f"rule.number-{n:02d}", scope=_gpu(f"0000:{n:02x}:00.0")) for n in range(9)],
+     "0000:03:00.0, +5 more"),
+])
+def test_drain_reason_names_current_criticals(fakes: Fakes, findings: list,
+                                               reason: str) -> None:
+    (fakes.root / "result.json").write_text(json.dumps({"findings": findings}),
+                                            encoding="utf-8")
+    fakes.run("healthcheck.sh", FAKE_RC="2")
+    (call,) = fakes.calls("scontrol")
+    said = call.split("reason=gputriage CRITICAL: ", 1)[1]
+    assert said.startswith(reason) or said.endswith(reason), said
+    assert len(said) < 200
 
 
 @needs_bash
@@ -426,7 +494,7 @@ def test_collect_all_needs_a_directory(fakes: Fakes) -> None:
 def test_nhc_mode_reports_instead_of_draining(fakes: Fakes) -> None:
     proc = fakes.run("healthcheck.sh", "nhc", FAKE_RC="2")
     assert proc.returncode == 1
-    assert proc.stdout.strip() == "gputriage CRITICAL: xid-79,nvlink-down"
+    assert proc.stdout.strip() == f"gputriage CRITICAL: {REASON}"
     assert fakes.calls("scontrol") == []
     assert fakes.run("healthcheck.sh", "nhc", FAKE_RC="1").returncode == 0
 
@@ -445,3 +513,232 @@ def test_job_script_writes_the_result_and_exits_zero(fakes: Fakes, tmp_path: Pat
     assert json.loads((out / "gpu7.json").read_text(encoding="utf-8"))["verdict"] == "critical"
     (call,) = fakes.calls("gputriage")
     assert call.startswith("check --json")
+
+
+# --- resume.sh: acknowledge, check again, resume -----------------------------
+
+def _resume(fakes: Fakes, *args: str, **extra: str) -> subprocess.CompletedProcess:
+    fakes.results.mkdir(exist_ok=True)
+    shutil.copy(fakes.root / "result.json", fakes.results / "gpu042.json")
+    return fakes.run("resume.sh", *args, **extra)
+
+
+@needs_bash
+def test_resume_acks_each_current_critical_with_its_gpu_then_resumes(fakes: Fakes) -> None:
+    proc = _resume(fakes, "--reason", "reseated GPU 4, INC-4821", FAKE_RC="0",
+                   GPUTRIAGE_ARGS="--deadline 5 --state-dir /srv/gt-state")
+    assert proc.returncode == 0, proc.stderr
+    state = "--reason reseated GPU 4, INC-4821 --state-dir /srv/gt-state"
+    assert fakes.calls("gputriage") == [
+        f"ack xid.79 --gpu 0000:9a:00.0 {state}",
+        f"ack xid.79 --gpu 0000:ab:00.0 {state}",
+        f"ack nvlink.down {state}",  # on three GPUs: by its id alone
+        "check --json --deadline 5 --state-dir /srv/gt-state",
+    ]
+    assert fakes.calls("scontrol") == ["update nodename=gpu042 state=resume"]
+    assert "resumed (check exit 0), acknowledged 3 finding(s)" in proc.stdout
+
+
+@needs_bash
+@pytest.mark.parametrize("args, acks", [
+    (("xid.79",), ["ack xid.79 --gpu 0000:9a:00.0", "ack xid.79 --gpu 0000:ab:00.0"]),
+    (("xid.79", "--gpu", "0000:9a:00.0"), ["ack xid.79 --gpu 0000:9a:00.0"]),
+    (("--gpu", "0000:9a:00.0"), ["ack --gpu 0000:9a:00.0"]),
+    (("thermal", "gone.id"), ["ack thermal --gpu 0000:db:00.0", "ack gone.id"]),
+])
+def test_resume_acks_what_it_is_told(fakes: Fakes, args: tuple, acks: list) -> None:
+    proc = _resume(fakes, "--reason", "fixed", "--until", "7d", "--by", "ana", *args,
+                   FAKE_RC="1")
+    assert proc.returncode == 0, proc.stderr
+    calls = fakes.calls("gputriage")
+    assert calls[:-1] == [f"{a} --reason fixed --until 7d --by ana" for a in acks]
+    assert calls[-1].startswith("check --json")
+    assert fakes.calls("scontrol") == ["update nodename=gpu042 state=resume"]
+
+
+@needs_bash
+@pytest.mark.parametrize("rc, said", [("2", "still critical after the acknowledgement: "
+                                              "nvlink.down,xid.79"),
+                                      ("3", "did not conclude (exit 3"),
+                                      ("124", "did not conclude (exit 124")])
+def test_resume_refuses_what_still_fails(fakes: Fakes, rc: str, said: str) -> None:
+    proc = _resume(fakes, "--reason", "reset", FAKE_RC=rc)
+    assert proc.returncode == 1
+    assert said in proc.stderr
+    assert fakes.calls("scontrol") == []
+    assert len(fakes.calls("gputriage")) == 4  # the acks stay recorded
+
+
+@needs_bash
+def test_resume_failures_and_usage(fakes: Fakes) -> None:
+    proc = _resume(fakes, "--reason", "reset", FAKE_ACK_RC="1")
+    assert proc.returncode == 70 and "ack failed" in proc.stderr
+    assert fakes.calls("scontrol") == [] and len(fakes.calls("gputriage")) == 1
+    proc = _resume(fakes, "--reason", "reset", FAKE_RC="0", FAKE_SCONTROL_RC="1")
+    assert proc.returncode == 69
+    for args in ((), ("--reason", " "), ("--reason",), ("--bogus", "--reason", "x")):
+        assert _resume(fakes, *args).returncode == 64
+    assert len(fakes.calls("scontrol")) == 1
+
+
+@needs_bash
+def test_resume_dry_run_runs_nothing(fakes: Fakes) -> None:
+    proc = _resume(fakes, "--reason", "reset", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "dry run: gputriage ack xid.79 --gpu 0000:9a:00.0 --reason reset"
+    assert lines[-1] == "dry run: scontrol update nodename=gpu042 state=resume"
+    assert fakes.calls("gputriage") == [] and fakes.calls("scontrol") == []
+
+
+# --- the loop with the real gputriage on a scenario host ----------------------
+
+needs_gputriage = pytest.mark.skipif(not GPUTRIAGE.exists(),
+                                     reason="no gputriage next to this python")
+
+
+def _scenario(name: str, where: Path) -> Path:
+    out = where / name
+    proc = subprocess.run([str(GPUTRIAGE), "scenario", "build", name, "-o", str(out)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _later_xid79(snapshot: Path, where: Path) -> Path:
+    """A copy of ``snapshot`` whose GPU 0000:9a:00.0 falls off the bus again, later
+    than any acknowledgement given now."""
+    again = where / "again"
+    shutil.copytree(snapshot, again)
+    when = (datetime.now(timezone.utc) + timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%S")
+    with (again / "sources" / "kernel_log.txt").open("a", encoding="utf-8") as fh:
+        fh.write(f"{when}+0000 gpu-node-017 kernel: NVRM: Xid (PCI:0000:9a:00): 79, "
+                 "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n")
+    return again
+
+
+@needs_bash
+@needs_gputriage
+def test_repair_ack_resume_loop_with_the_real_check(tmp_path: Path) -> None:
+    fakes = Fakes(tmp_path / "fakes")
+    lost = _scenario("gpu-fallen-off-bus", tmp_path)
+    conf = tmp_path / "healthcheck.conf"
+
+    def use(snapshot: Path) -> None:
+        conf.write_text(f"GPUTRIAGE={GPUTRIAGE}\nGPUTRIAGE_ARGS=\"--snapshot {snapshot} "
+                        f"--state-dir {tmp_path / 'state'}\"\n", encoding="utf-8")
+
+    use(lost)
+    env = {"GPUTRIAGE_HEALTHCHECK_CONF": str(conf)}
+    proc = fakes.run("prolog.sh", **env)
+    assert proc.returncode == 1, proc.stderr
+    (drain,) = fakes.calls("scontrol")
+    assert drain.startswith("update nodename=gpu042 state=drain reason=gputriage CRITICAL: "
+                            "xid.79 GPU 0000:9a:00.0")
+
+    proc = fakes.run("resume.sh", "--reason", "reseated GPU 4", **env)
+    assert proc.returncode == 0, proc.stderr
+    assert fakes.calls("scontrol")[1:] == ["update nodename=gpu042 state=resume"]
+    proc = fakes.run("prolog.sh", **env)  # the next job's prolog: no drain
+    assert proc.returncode == 0, proc.stderr
+    assert len(fakes.calls("scontrol")) == 2
+    saved = json.loads((fakes.results / "gpu042.json").read_text(encoding="utf-8"))
+    assert saved["exit_status"] == 0
+    assert {f["status"] for f in saved["findings"] if f["severity"] == "critical"} == {
+        "acknowledged"}
+
+    use(_later_xid79(lost, tmp_path))  # it happens again: drained, resume refused
+    assert fakes.run("prolog.sh", **env).returncode == 1
+    assert "reason=gputriage CRITICAL: xid.79 GPU 0000:9a:00.0" in fakes.calls("scontrol")[2]
+    proc = fakes.run("resume.sh", "--reason", "reset again", **env)
+    assert proc.returncode == 1 and "refused" in proc.stderr and "xid.79" in proc.stderr
+    assert len(fakes.calls("scontrol")) == 3
+
+
+# --- Kubernetes: cordon on exit 2, ack + check-once + uncordon ----------------
+
+def _daemonset_once(fakes: Fakes, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess:
+    """Run the DaemonSet's script for one round: a fake sleep ends the loop."""
+    out = tmp_path / "results"
+    out.mkdir(exist_ok=True)
+    _write_tool(fakes.bin / "sleep", 'kill -TERM "$PPID"\n')
+    script = _script("daemonset.yaml").replace("out=/results", f"out={out}")
+    env = fakes.env(NODE_NAME="gpu7", GPUTRIAGE_TIMEOUT="30", TMPDIR=str(tmp_path), **extra)
+    return subprocess.run(["/bin/sh" if Path("/bin/sh").exists() else "bash", "-c", script],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+@needs_bash
+def test_daemonset_writes_results_and_leaves_a_check_once(fakes: Fakes,
+                                                          tmp_path: Path) -> None:
+    proc = _daemonset_once(fakes, tmp_path, FAKE_RC="2")
+    assert "gputriage check exit 2" in proc.stdout
+    out = tmp_path / "results"
+    assert (out / "gpu7.rc").read_text(encoding="utf-8").strip() == "2"
+    assert json.loads((out / "gpu7.json").read_text(encoding="utf-8")) == RESULT
+    assert not list(out.glob("*.tmp*"))
+    once = tmp_path / "check-once"
+    env = fakes.env(NODE_NAME="gpu7", GPUTRIAGE_TIMEOUT="30")
+    for rc, ok in (("2", False), ("3", False), ("1", True), ("0", True)):
+        done = subprocess.run(["sh", str(once)], env={**env, "FAKE_RC": rc},
+                              capture_output=True, text=True, timeout=60)
+        assert (done.returncode == 0) is ok, rc
+    assert fakes.calls("gputriage") == ["check --json --deadline 120"] * 5
+
+
+def _cordon_script() -> str:
+    (container,) = _pod_spec("cordon.yaml")["containers"]
+    assert container["command"][:2] == ["/bin/sh", "-c"]
+    return container["command"][2]
+
+
+def test_cordon_rbac_is_get_and_patch_nodes_only() -> None:
+    docs = {d["kind"]: d for d in _docs("cordon.yaml")}
+    (rule,) = docs["ClusterRole"]["rules"]
+    assert rule == {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}
+    (subject,) = docs["ClusterRoleBinding"]["subjects"]
+    assert subject["name"] == docs["ServiceAccount"]["metadata"]["name"]
+    spec = _pod_spec("cordon.yaml")
+    assert spec["serviceAccountName"] == subject["name"]
+    (container,) = spec["containers"]
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["privileged"] is False
+    assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"]["drop"] == ["ALL"]
+    assert all(m.get("readOnly") for m in container["volumeMounts"] if m["name"] == "results")
+    assert not any("hostPath" in v for v in spec["volumes"])
+    # the per-node pods keep no API access
+    for name in WORKLOADS:
+        assert _pod_spec(name)["automountServiceAccountToken"] is False
+
+
+@needs_bash
+def test_cordon_cordons_fresh_criticals_once(fakes: Fakes, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    out.mkdir()
+    for node, rc in (("gpu1", "2"), ("gpu2", "0"), ("gpu3", "1"), ("gpu4", "2")):
+        (out / f"{node}.rc").write_text(rc + "\n", encoding="utf-8")
+    old = time.time() - 3600
+    os.utime(out / "gpu4.rc", (old, old))  # a stale result: left alone
+    script = _cordon_script().replace("out=/results", f"out={out}")
+    env = fakes.env(MAX_AGE_MINUTES="30")
+    proc = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    calls = fakes.calls("kubectl")
+    assert calls[:2] == ["get node gpu1 -o jsonpath={.spec.unschedulable}", "cordon gpu1"]
+    assert calls[2].startswith("annotate --overwrite node gpu1 gputriage/cordoned=")
+    assert calls[2].endswith("check exit 2, see gpu1.json") and len(calls) == 3
+    # already cordoned (by us or by someone): not touched again
+    subprocess.run(["sh", "-c", script], env={**env, "FAKE_UNSCHEDULABLE": "true"},
+                   capture_output=True, text=True, timeout=60)
+    assert fakes.calls("kubectl")[3:] == ["get node gpu1 -o jsonpath={.spec.unschedulable}"]
+
+
+@needs_bash
+@pytest.mark.parametrize("name", ("daemonset.yaml", "cordon.yaml"))
+def test_more_embedded_scripts_parse(name: str) -> None:
+    script = _cordon_script() if name == "cordon.yaml" else _script(name)
+    for shell in ["bash"] + (["/bin/sh"] if Path("/bin/sh").exists() else []):
+        proc = subprocess.run([shell, "-n", "-c", script], capture_output=True, text=True,
+                              timeout=30)
+        assert proc.returncode == 0, (shell, proc.stderr)

@@ -285,7 +285,8 @@ def test_csv_has_one_row_per_finding_and_separator():
 
 def test_json_document_shape():
     doc = fleet_json(aggregate(records(constructed_fleet())))
-    assert set(doc) == {"schema", "nodes", "healthy", "duplicates", "findings", "bad_inputs"}
+    assert set(doc) == {"schema", "nodes", "healthy", "duplicates", "duplicate_hosts",
+                        "findings", "bad_inputs"}
     sep = doc["findings"][0]["blast_radius"][0]
     assert set(sep) == {"attribute", "value", "affected_with", "nodes_with", "precision",
                         "recall", "score"}

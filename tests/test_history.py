@@ -221,7 +221,7 @@ def test_check_reports_what_changed_since_the_last_healthy_check(tmp_path):
     assert "changed since" not in out
     code, out, err = _run(["check", "--state-dir", state], host=_fake_host(tmp_path / "b", NEW))
     assert code == 0 and not err, err
-    first = out.splitlines()[0]
+    first = out.splitlines()[1]  # under the verdict line
     assert first.startswith("changed since the last healthy check (2026-12-01T03:00:00+00:00)")
     assert f"driver.module: {OLD} -> {NEW}" in " ".join(out.split())
     code, out, _ = _run(["check", "--json", "--state-dir", state],
@@ -369,7 +369,7 @@ def test_terminal_opens_with_the_changed_line():
         "2026-12-01T03:00:00+00:00", ("kernel: 5.15 -> 6.2",)))
     buf = io.StringIO()
     render_terminal(res, Console(file=buf, width=200, highlight=False))
-    assert buf.getvalue().splitlines()[0] == (
+    assert buf.getvalue().splitlines()[1] == (  # under the verdict line
         "changed since the last healthy check (2026-12-01T03:00:00+00:00): kernel: 5.15 -> 6.2")
     res.host = replace(res.host, changed_since_healthy=HealthyChange("x", ()))
     buf = io.StringIO()

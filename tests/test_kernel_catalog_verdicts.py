@@ -37,23 +37,23 @@ def test_editing_a_catalog_row_changes_the_xid_finding(edit_row, code):
 
 
 def test_an_escalation_takes_the_verdict_of_the_code_that_escalates(edit_row):
-    """Xid 48 followed by 64 (the remap failed) is judged as 64 is; 63 beside 64 takes
-    its severity."""
-    edit_row(64, severity=Severity.WARNING, action=Action.RESET_GPU, blame=Blame.NODE)
-    edit_row(63, severity=Severity.INFO)
+    """Xid 48 followed by 64 (the remap failed) is judged as 64 is; so is 63 beside 64."""
+    edit_row(64, severity=Severity.WARNING, action=Action.PLAN_REPAIR, blame=Blame.NODE)
+    edit_row(63, severity=Severity.INFO, action=Action.NONE)
     found = judge([xid(48), xid(63, t=0.1), xid(64, t=0.2)])
     f48 = one(found, "xid.48")
-    assert (f48.severity, f48.action) == (Severity.WARNING, Action.RESET_GPU)
-    assert one(found, "xid.63").severity is Severity.WARNING
+    assert (f48.severity, f48.action) == (Severity.WARNING, Action.PLAN_REPAIR)
+    f63 = one(found, "xid.63")
+    assert (f63.severity, f63.action) == (Severity.WARNING, Action.PLAN_REPAIR)
 
 
 def test_messages_without_the_number_follow_their_xid_row(edit_row):
     """A GSP timeout message alone is judged by Xid 119's row (and covered by an Xid 119
     on its GPU); a fallen-off-bus message counts as the Xid whose row names it."""
     banner = other("gsp-rpc-timeout", "NVRM: _kgspLogXid119: GSP Timeout", A)
-    edit_row(119, severity=Severity.WARNING, action=Action.REBOOT_NODE)
+    edit_row(119, severity=Severity.WARNING, action=Action.FIX_SOFTWARE)
     alone = one(judge([banner]), "kernel.gsp-rpc-timeout")
-    assert (alone.severity, alone.action) == (Severity.WARNING, Action.REBOOT_NODE)
+    assert (alone.severity, alone.action) == (Severity.WARNING, Action.FIX_SOFTWARE)
     bare = other("fallen-off-bus", "NVRM: GPU 0000:18:00.0: GPU has fallen off the bus.", A)
     assert one(judge([bare]), "xid.79")
     edit_row(79, kernel_event=None)

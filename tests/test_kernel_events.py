@@ -130,7 +130,8 @@ modprobe: ERROR: could not insert 'nvidia': Key was rejected by service
 
 
 def test_journal_short_iso():
-    events = scan_driver_events(JOURNAL_ISO)
+    load, *events = scan_driver_events(JOURNAL_ISO)
+    assert load.kind == "driver-load" and load.details["driver_version"] == "550.54.14"
     assert kinds(events) == ["xid", "rm-init-adapter-failed"]
     x = events[0]
     assert x.timestamp == "2024-05-01T10:00:01+0000" and x.bus_id == "0000:18:00.0"

@@ -48,3 +48,17 @@ def test_kinds_read_as_their_names():
     kind = EventKind.FALLEN_OFF_BUS
     assert kind == "fallen-off-bus" and f"{kind}" == str(kind) == "fallen-off-bus"
     assert "fallen-off-bus" in {kind} and {"fallen-off-bus": 1}[kind] == 1
+
+
+@pytest.mark.parametrize("line, version, is_open", [
+    ("[ 1843.439669] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.158.01  "
+     "Release Build  (dvs-builder@U22-I3-B10-02-5)  Mon Jun  2 13:13:04 UTC 2025",
+     "570.158.01", "yes"),
+    ("Jan  3 07:39:45 ubuntu kernel: [17257.418954] NVRM: loading NVIDIA UNIX x86_64 Kernel "
+     "Module  525.125.06  Tue May 30 05:11:37 UTC 2023", "525.125.06", "no"),
+])
+def test_a_driver_load_banner_gives_the_version(line: str, version: str, is_open: str):
+    """Both banners of the module (proprietary, open), as real logs print them."""
+    (ev,) = scan_text(line + "\n").events
+    assert ev.kind == EventKind.DRIVER_LOAD and ev.bus_id is None
+    assert ev.details == {"driver_version": version, "open": is_open}

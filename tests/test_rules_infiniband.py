@@ -117,8 +117,9 @@ def test_no_ib_source_skips_the_rules_with_a_reason() -> None:
 
 def test_polling_port_of_unknown_affinity_is_a_warning_to_repair() -> None:
     [f] = _ib(run(infiniband=ib_tree(rails(4, mlx5_2=POLLING))))
-    assert f.severity is Severity.WARNING
-    assert f.action is Action.DRAIN_AND_REPAIR and f.blame is Blame.NODE
+    assert f.severity is Severity.WARNING  # no GPU rail: repaired at the next window
+    assert f.action is Action.PLAN_REPAIR and f.blame is Blame.NODE
+    assert "next maintenance window" in f.explanation
     assert f.scope.kind == "port" and f.scope.name == "mlx5_2/1"
     assert "mlx5_2 port 1" in f.title and "Down/Polling" in f.title
     assert "10 Gb" not in f.title  # a down port's rate means nothing
@@ -296,7 +297,7 @@ def test_link_downed_once_is_watched_many_times_repaired() -> None:
     assert [(f.id, f.action) for f in once] == [("ib.link-downed", Action.NONE)]
     many = _ib(run(infiniband=ib_tree(rails(1, mlx5_0={**ACTIVE,
                                                        "counters/link_downed": "12"}))))
-    assert many[0].action is Action.DRAIN_AND_REPAIR and "12 time(s)" in many[0].title
+    assert many[0].action is Action.PLAN_REPAIR and "12 time(s)" in many[0].title
 
 
 # --- real captures -----------------------------------------------------------------
@@ -304,8 +305,8 @@ def test_link_downed_once_is_watched_many_times_repaired() -> None:
 # sample -> {port: (severity, action)} of ib.port-not-active; other ib.* findings: none
 EXPECTED = {
     "doc-ibstat-mt25418": {"mlx4_0/2": (Severity.INFO, Action.NONE)},  # port 1 is up
-    "cn-doc-ibv-devinfo": {"mlx4_1/2": (Severity.WARNING, Action.DRAIN_AND_REPAIR)},
-    "gpud-ibstat-h100-some-down": {"mlx5_11/1": (Severity.WARNING, Action.DRAIN_AND_REPAIR),
+    "cn-doc-ibv-devinfo": {"mlx4_1/2": (Severity.WARNING, Action.PLAN_REPAIR)},
+    "gpud-ibstat-h100-some-down": {"mlx5_11/1": (Severity.WARNING, Action.PLAN_REPAIR),
                                    "mlx5_5/1": (Severity.WARNING, Action.FIX_CONFIG)},
     # the second function of each card is down while the first is up: unused ports
     "cx7-roce-ibdev2netdev": {"rocep1s0f1/1": (Severity.INFO, Action.NONE),

@@ -124,7 +124,9 @@ def test_remap_pending_is_reset_not_rma_with_exact_lines():
     f = one(run(**xml_host(healthy_gpu(), healthy_gpu("00000000:2A:00.0",
                                                       remapped_rows=remap("Yes", unc=1)))),
             "memory.remap-pending")
-    assert (f.severity, f.action, f.blame) == (Severity.WARNING, Action.RESET_GPU, Blame.NODE)
+    # a warning: the reset that applies the remap is planned, the GPU stays in service
+    assert (f.severity, f.action, f.blame) == (Severity.WARNING, Action.PLAN_REPAIR, Blame.NODE)
+    assert "nvidia-smi -r" in f.explanation
     assert f.scope.kind == "gpu" and f.scope.pci_bus_id == "0000:2a:00.0"
     assert f.scope.gpu_index == 1
     assert "GPU 1 0000:2a:00.0" in f.title and "1 uncorrectable" in f.title
@@ -179,13 +181,15 @@ def test_ecc_enabled_at_next_reset_says_reset():
     f = one(run(**xml_host(healthy_gpu(ecc_mode={"current_ecc": "Disabled",
                                                  "pending_ecc": "Enabled"}))),
             "memory.ecc-disabled")
-    assert f.action == Action.RESET_GPU and "next reset" in f.title
+    # the node's setting, applied by a reset when idle: a configuration fix, not a drain
+    assert f.action == Action.FIX_CONFIG and f.blame == Blame.CONFIG and "next reset" in f.title
+    assert "reset the GPU when it is idle" in f.explanation
 
 
 def test_retired_pages_pending():
     f = one(run(**xml_host(healthy_gpu(retired_pages=retired("Yes", sbe=1, dbe=2)))),
             "memory.retired-pages-pending")
-    assert (f.severity, f.action) == (Severity.WARNING, Action.RESET_GPU)
+    assert (f.severity, f.action) == (Severity.WARNING, Action.PLAN_REPAIR)
     assert "2 double-bit" in f.title
 
 
@@ -280,7 +284,7 @@ def _analyze(sample):
 def test_corpus_row_remapper_pending_is_drain_and_reset(corpus):
     result = _analyze(corpus.sample("rtxpro6000-blackwell-q-d-row-remapper"))
     f = one(result, "memory.remap-pending")
-    assert f.action == Action.RESET_GPU and f.severity == Severity.WARNING
+    assert f.action == Action.PLAN_REPAIR and f.severity == Severity.WARNING
     assert f.scope.pci_bus_id == "0000:55:00.0"
     assert not {"memory.remap-failed", "memory.uncorrectable"} & ids(result)
 

@@ -421,7 +421,8 @@ def test_shared_memory_line_names_the_build_and_blames_the_library():
     hit = next(f for f in result.findings if f.id == "nccl.shared-mem-exceeded")
     assert "NCCL 2.25.1 (built with CUDA 12.2)" in hit.title
     assert "82240" in hit.title and "79856" in hit.title and "CUDA 12.8" in hit.title
-    assert hit.blame.value == "config" and hit.severity.value == "warning"
+    # the job's library (its image or wheel), not the node: the job's side
+    assert hit.blame.value == "job-config" and hit.severity.value == "warning"
     assert not [f for f in run(nccl_log=VERSIONS).findings if f.id == hit.id]
 
 

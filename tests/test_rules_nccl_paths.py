@@ -79,7 +79,7 @@ def test_far_hca_under_a_gdr_level_set_by_the_job() -> None:
     log = FAR_HCA.replace("NCCL INFO Using network IB",
                           "NCCL INFO NCCL_NET_GDR_LEVEL set by environment to PIX.")
     f = one(run(nccl_log=log), "nccl.gdr-disabled")
-    assert f.blame is Blame.JOB and "The job sets NCCL_NET_GDR_LEVEL=PIX" in f.explanation
+    assert f.blame is Blame.JOB_CONFIG and "The job sets NCCL_NET_GDR_LEVEL=PIX" in f.explanation
     assert any(ln.endswith("NCCL_NET_GDR_LEVEL set by environment to PIX.") for ln in lines_of(f))
     assert one(run(nccl_log=FAR_HCA), "nccl.gdr-disabled").blame is Blame.CONFIG
 
@@ -88,7 +88,7 @@ def test_gdr_level_set_by_the_job() -> None:
     log = NO_GDR.replace("NCCL INFO Using network IB",
                          "NCCL INFO NCCL_NET_GDR_LEVEL set by environment to LOC.")
     f = one(run(nccl_log=log, proc_modules=MODULES_FULL), "nccl.gdr-disabled")
-    assert f.blame is Blame.JOB and "NCCL_NET_GDR_LEVEL=LOC" in f.title
+    assert f.blame is Blame.JOB_CONFIG and "NCCL_NET_GDR_LEVEL=LOC" in f.title
 
 
 def test_all_channels_with_gdr_are_silent() -> None:
@@ -144,14 +144,14 @@ def test_far_nic_loses_gdr_on_half_the_channels(corpus) -> None:
 
 def test_p2p_disabled_by_the_job() -> None:
     f = one(run(nccl_log=SHM_P2P_DISABLED), "nccl.shm-transport")
-    assert (f.severity, f.blame) == (Severity.WARNING, Blame.JOB)
+    assert (f.severity, f.blame) == (Severity.WARNING, Blame.JOB_CONFIG)
     assert "because NCCL_P2P_DISABLE=1 is set" in f.title and "1 GPU pair(s) via SHM: 0-1" in f.title
 
 
 def test_p2p_level_limited_by_the_job() -> None:
     log = SHM_ONLY + "box:4100:4157 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to NVL.\n"
     f = one(run(nccl_log=log, nvidia_smi_topo=topo_m("SYS")), "nccl.shm-transport")
-    assert f.blame is Blame.JOB and "because NCCL_P2P_LEVEL=NVL is set" in f.title
+    assert f.blame is Blame.JOB_CONFIG and "because NCCL_P2P_LEVEL=NVL is set" in f.title
     assert any(ln.endswith("NCCL_P2P_LEVEL set by environment to NVL.") for ln in lines_of(f))
 
 

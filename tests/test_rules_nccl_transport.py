@@ -82,7 +82,7 @@ def test_network_is_inferred_without_a_using_network_line(corpus) -> None:
 def test_ib_disabled_on_a_two_node_job_blames_the_job() -> None:
     f = one(run(nccl_log=job_log(env=("NCCL_IB_DISABLE=1",))), "nccl.socket-transport")
     assert f.severity is Severity.WARNING
-    assert (f.action, f.blame) == (Action.FIX_CONFIG, Blame.JOB)
+    assert (f.action, f.blame) == (Action.FIX_CONFIG, Blame.JOB_CONFIG)
     assert f.title.startswith("Inter-node traffic runs over TCP sockets: NCCL_IB_DISABLE=1")
     assert "4 processes on 2 hosts" in f.title and "8 NET/Socket channels" in f.title
     assert any(ln.endswith("NCCL_IB_DISABLE set by environment to 1.") for ln in lines_of(f))
@@ -92,7 +92,7 @@ def test_ib_disabled_on_a_two_node_job_blames_the_job() -> None:
 def test_ib_disabled_while_this_host_has_active_rails_is_critical() -> None:
     f = one(run(nccl_log=job_log(env=("NCCL_IB_DISABLE=1",)), infiniband=hcas(8)),
             "nccl.socket-transport")
-    assert f.severity is Severity.CRITICAL and f.blame is Blame.JOB
+    assert f.severity is Severity.CRITICAL and f.blame is Blame.JOB_CONFIG
     assert "8 active HCA ports on this host unused" in f.title
     assert [e.source for e in f.evidence] == ["nccl_log", "infiniband"]
 
@@ -139,7 +139,7 @@ def test_other_host_sources_of_hcas() -> None:
 def test_forced_socket_net_and_hca_filter() -> None:
     forced = one(run(nccl_log=job_log(env=("NCCL_NET=Socket",))), "nccl.socket-transport")
     assert "NCCL_NET=Socket set by the environment" in forced.title
-    assert forced.blame is Blame.JOB
+    assert forced.blame is Blame.JOB_CONFIG
     filtered = one(run(nccl_log=job_log(env=("NCCL_IB_HCA=mlx5_9",), no_device=True)),
                    "nccl.socket-transport")
     assert "NCCL_IB_HCA=mlx5_9 matched no usable device" in filtered.title
@@ -175,7 +175,7 @@ def test_ib_disabled_over_ipoib(corpus) -> None:
     f = one(run(nccl_log=corpus.sample("nccltests188").text()), "nccl.socket-transport")
     assert "NCCL_IB_DISABLE=1 set by the environment" in f.title
     assert "interface ib0, ibs85f0" in f.title
-    assert "IPoIB" in f.explanation and f.blame is Blame.JOB
+    assert "IPoIB" in f.explanation and f.blame is Blame.JOB_CONFIG
 
 
 def test_ofi_plugin_without_efa(corpus) -> None:
@@ -224,7 +224,7 @@ def test_docker_bridge_as_data_interface() -> None:
 def test_interface_chosen_by_the_job() -> None:
     log = job_log(iface="br-4f2a9c", env=("NCCL_SOCKET_IFNAME=br-",))
     f = one(run(nccl_log=log), "nccl.socket-iface-virtual")
-    assert f.blame is Blame.JOB and "NCCL_SOCKET_IFNAME=br-" in f.explanation
+    assert f.blame is Blame.JOB_CONFIG and "NCCL_SOCKET_IFNAME=br-" in f.explanation
 
 
 def test_loopback_on_one_node_is_info_and_real_interfaces_are_silent() -> None:
@@ -334,7 +334,9 @@ def test_p2p_and_shm_disabled_on_one_host_is_the_story_not_sockets() -> None:
     log = job_log(("gpu-a",), env=("NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1"))
     result = run(nccl_log=log, infiniband=hcas(2))
     f = one(result, "nccl.p2p-disabled")
-    assert (f.severity, f.action, f.blame) == (Severity.WARNING, Action.FIX_CONFIG, Blame.CONFIG)
+    # the job's own environment: its side, not the node's configuration
+    assert (f.severity, f.action, f.blame) == (Severity.WARNING, Action.FIX_CONFIG,
+                                               Blame.JOB_CONFIG)
     assert "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1" in f.title
     assert "drop these variables" in f.explanation
     assert not mine(result, "nccl.socket-transport")

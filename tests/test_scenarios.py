@@ -71,7 +71,10 @@ def test_builds_and_loads_back(name: str, suffix: str, tmp_path) -> None:
     for src, rec in snap.manifest["sources"].items():
         spec = sources.get(src)
         cap = snap.get(src)
-        assert cap is not None, src  # every source of these hosts has a file
+        if rec.get("error") == "absent":  # a file the host lacks (gpus-gone: no driver)
+            assert cap is None and src not in built, src
+            continue
+        assert cap is not None, src  # every other source of these hosts has a file
         assert cap.text == built[src].decode()
         assert rec["bytes"] == len(built[src])
         assert rec["kind"] == spec.kind

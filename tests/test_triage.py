@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 
 import pytest
 from fakehost import FakeHost
 
 from gputriage.cli import EXIT_INPUT, Environment, main
 from gputriage.ingest import load_inputs
-from gputriage.model import NODE, Action, Blame, Finding, HostSummary, Result, Scope, Severity
+from gputriage.model import (
+    NODE,
+    Action,
+    Blame,
+    Finding,
+    HostSummary,
+    Result,
+    Scope,
+    Severity,
+    Status,
+)
 from gputriage.scenarios import build_scenario
 from gputriage.triage import ACTION_ORDER, build_triage, next_actions, triage_snapshot
 
@@ -37,21 +48,44 @@ GPU3 = Scope("gpu", 3, None, "0000:5d:00.0")
 GPU4 = Scope("gpu", 4, None, "0000:9a:00.0")
 
 
-def test_actions_are_deduplicated_and_most_drastic_first():
+def test_actions_are_deduplicated_worst_and_most_drastic_first():
     found = [_f("xid.31", Action.RESTART_JOB, Severity.WARNING, GPU3, Blame.JOB),
              _f("cfg", Action.FIX_CONFIG, Severity.WARNING),
              _f("xid.79", Action.DRAIN_AND_REPAIR, scope=GPU4),
              _f("gpu.missing", Action.DRAIN_AND_REPAIR, scope=GPU4),
-             _f("pcie", Action.DRAIN_AND_REPAIR, Severity.WARNING, GPU3),
+             _f("pcie", Action.DRAIN_AND_REPAIR, scope=GPU3),
              _f("mismatch", Action.REBOOT_NODE),
              _f("xid.119", Action.RESET_GPU, scope=GPU3),
+             _f("pcie.width", Action.PLAN_REPAIR, Severity.WARNING, GPU3),
              _f("ctk", Action.FIX_SOFTWARE, Severity.WARNING),
-             _f("fine", Action.NONE, Severity.WARNING)]
+             _f("fine", Action.NONE, Severity.WARNING),
+             _f("uvm", Action.FIX_CONFIG)]
     actions = next_actions(found)
-    assert [a.action for a in actions] == list(ACTION_ORDER)
-    drain = actions[0]
+    assert [a.action for a in actions] == [Action.DRAIN_AND_REPAIR, Action.REBOOT_NODE,
+                                           Action.RESET_GPU, Action.FIX_CONFIG,
+                                           Action.PLAN_REPAIR, Action.FIX_SOFTWARE,
+                                           Action.RESTART_JOB]
+    assert set(ACTION_ORDER) == set(Action) - {Action.NONE}
+    drain = actions[0]  # findings without a step: one entry per action
     assert drain.targets == ("GPU 4 0000:9a:00.0", "GPU 3 0000:5d:00.0")
     assert drain.findings == ("xid.79", "gpu.missing", "pcie")
+    config = actions[3]  # a warning and a critical of one action: listed as the critical
+    assert config.findings == ("cfg", "uvm") and config.severity is Severity.CRITICAL
+
+
+def test_one_entry_per_distinct_step_closing_its_consequences():
+    lost = replace(_f("xid.79", Action.DRAIN_AND_REPAIR, scope=GPU4), step="Power-cycle.",
+                   consequences=(_f("gpu.missing", Action.DRAIN_AND_REPAIR, scope=GPU4),))
+    same = replace(_f("nvidia-smi.gpu-lost", Action.DRAIN_AND_REPAIR, scope=GPU4),
+                   step="Power-cycle.")
+    other = replace(_f("xid.64", Action.DRAIN_AND_REPAIR, scope=GPU3), step="RMA it.")
+    past = replace(_f("xid.48", Action.RESET_GPU, scope=GPU3), step="Reset it.",
+                   status=Status.PAST)
+    actions = next_actions([lost, same, other, past])
+    assert [a.step for a in actions] == ["Power-cycle.", "RMA it."]
+    assert actions[0].findings == ("xid.79", "nvidia-smi.gpu-lost")
+    assert actions[0].closes == ("xid.79", "nvidia-smi.gpu-lost", "gpu.missing")
+    assert actions[0].says == "Power-cycle." and actions[1].targets == ("GPU 3 0000:5d:00.0",)
 
 
 def test_only_warning_or_worse_reach_the_screen():
@@ -78,13 +112,16 @@ def test_screen_order_with_a_baseline(built):
     assert "new findings:" in changed and "xid.79" in changed
     findings = out[two:three]
     assert "CRITICAL" in findings and "NODE" in findings
-    assert "1. drain-and-repair" in out[three:]
+    actions = " ".join(out[three:].split())
+    assert "1. Drain " in actions and "[drain-and-repair]" in actions
+    assert "gputriage ack xid.79 --gpu 0000:9a:00.0" in actions and "closes xid.79" in actions
+    assert "cordon, drain and send for hardware repair" not in actions
 
 
 def test_job_blame_and_restart_action(built):
     code, out, _ = _run(["triage", built["xid31-one-job"]])
     assert code in (1, 2)
-    assert "JOB" in out and "restart-job" in out
+    assert "JOB" in out and "[restart-job]" in out and "Restart the job" in out
     assert "no baseline" in out
 
 
@@ -96,8 +133,11 @@ def test_json_for_tickets(built):
     assert doc["schema"] == "gputriage/triage/v1" and doc["verdict"] == "critical"
     assert doc["changed"]["schema"] == "gputriage/diff/v1"
     assert doc["changed"]["gpus"][0]["change"] == "removed"
-    assert doc["actions"][0]["action"] == "drain-and-repair"
-    assert doc["actions"][0]["targets"] == ["GPU 0000:9a:00.0"]
+    first = doc["actions"][0]
+    assert first["action"] == "drain-and-repair" and first["severity"] == "critical"
+    assert first["targets"] == ["GPU 0000:9a:00.0"]
+    assert first["text"] and "0000:9a:00.0" in first["step"]
+    assert set(first["findings"]) <= set(first["closes"]) and "xid.79" in first["closes"]
     assert {f["severity"] for f in doc["findings"]} <= {"critical", "warning"}
 
 

@@ -51,7 +51,8 @@ def _finding(fid: str, sev: Severity, title: str, scope: Scope = NODE,
     return Finding(
         id=fid, severity=sev, title=title,
         explanation=f"Why {title} matters.",
-        action=Action.DRAIN_AND_REPAIR if sev is Severity.CRITICAL else Action.FIX_CONFIG,
+        action=(Action.DRAIN_AND_REPAIR if sev is Severity.CRITICAL
+                else Action.NONE if sev is Severity.OK else Action.FIX_CONFIG),
         blame=Blame.NODE if sev is Severity.CRITICAL else Blame.CONFIG,
         scope=scope,
         evidence=(Evidence(source=source, lines=lines, note="tail of log"),) if lines else (),
@@ -110,22 +111,21 @@ def _render(result: Result, *, verbose: bool = False, width: int = 120) -> str:
 # -- terminal ---------------------------------------------------------------------
 
 def test_header_has_host_kernel_driver_counts_and_verdict() -> None:
-    out = _render(_result())
-    first = out.splitlines()[0]
+    lines = _render(_result()).splitlines()
+    assert lines[0].startswith("CRITICAL  node fault: ")  # the opening line, then the host
+    at = next(i for i, line in enumerate(lines) if line.startswith("host      "))
     for part in ("gpu-node-017", "kernel 5.15.0-105-generic",
-                 "driver 550.54.15 / CUDA 12.4", "GPUs 4 on PCI / 3 visible",
-                 "CRITICAL"):
-        assert part in first
-    assert len(first) <= 120
-    assert "2 critical · 2 warning · 2 info · 1 ok" in out.splitlines()[1]
-    assert first.startswith("CRITICAL")
+                 "driver 550.54.15 / CUDA 12.4", "GPUs 4 on PCI / 3 visible"):
+        assert part in lines[at]
+    assert len(lines[at]) <= 120
+    assert "2 critical · 2 warning · 2 info · 1 ok" in lines[at + 1]
 
 
 def test_header_driver_mismatch_shows_both() -> None:
     res = Result(host=HostSummary(hostname="n1",
                                   driver=DriverVersions("550.54.15", "535.161.08")))
-    first = _render(res).splitlines()[0]
-    assert "driver 550.54.15 module / 535.161.08 userspace / CUDA ?" in first
+    host = _render(res).splitlines()[1]
+    assert "driver 550.54.15 module / 535.161.08 userspace / CUDA ?" in host
 
 
 def test_findings_worst_first() -> None:

@@ -143,7 +143,7 @@ def test_sxid_catalog_covers_reference(reference: Path) -> None:
     (43, Action.RESTART_JOB, Severity.WARNING, Blame.JOB),
     (45, Action.RESTART_JOB, Severity.INFO, Blame.JOB),
     (48, Action.RESET_GPU, Severity.CRITICAL, Blame.NODE),
-    (63, Action.RESET_GPU, Severity.WARNING, Blame.NODE),
+    (63, Action.PLAN_REPAIR, Severity.WARNING, Blame.NODE),  # reset when idle: no drain
     (64, Action.DRAIN_AND_REPAIR, Severity.CRITICAL, Blame.NODE),
     (74, Action.RESET_GPU, Severity.CRITICAL, Blame.NODE),
     (92, Action.NONE, Severity.WARNING, Blame.NODE),

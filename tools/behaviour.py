@@ -46,9 +46,13 @@ def summary(doc: dict) -> dict:
             "id": f["id"], "severity": f["severity"], "blame": f.get("blame"),
             "action": f.get("action"), "scope": f.get("scope"), "title": f["title"],
             "evidence_sha": hashlib.sha256(evidence).hexdigest()[:16],
+            "status": f.get("status"),
+            "also": [s.get("pci_bus_id") or s.get("name") for s in f.get("also", [])],
+            "consequences": [c["id"] for c in f.get("consequences", [])],
         })
     return {
         "exit_status": doc["exit_status"], "verdict": doc["verdict"],
+        "verdicts": doc.get("verdicts"),
         "host": doc["host"], "gpus": doc["gpus"], "findings": findings,
         "skipped": sorted(s["rule"] if isinstance(s, dict) and "rule" in s else str(s)
                           for s in doc["skipped"]),

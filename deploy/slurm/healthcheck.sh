@@ -4,19 +4,34 @@
 #
 #   healthcheck.sh [healthcheck|prolog|epilog|nhc]   (default: healthcheck)
 #
-# It runs `gputriage check --json` under a hard timeout, keeps the result,
-# and maps gputriage's exit status (Nagios convention) to an action:
+# It runs `gputriage check --json` under a hard timeout, keeps the whole result
+# (GPUTRIAGE_RESULT_DIR/<node>.json), and maps gputriage's exit status (Nagios
+# convention) to an action:
 #   0 OK        nothing
-#   1 WARNING   log (syslog via logger, and stderr)
-#   2 CRITICAL  drain this node: scontrol update nodename=... state=drain reason=...
+#   1 WARNING   log (syslog via logger, and stderr); a job's fault is at most this
+#   2 CRITICAL  drain this node: scontrol update nodename=... state=drain
+#               reason="gputriage CRITICAL: xid.79 GPU 0000:9a:00.0, ..." (the
+#               current critical findings and their GPUs; acknowledged or past
+#               ones are never named)
 #   3 UNKNOWN   GPUTRIAGE_ON_UNKNOWN: log (default), drain, or ignore
 #   timeout     GPUTRIAGE_ON_TIMEOUT: log (default), drain, or ignore
 #   other       (usage error, gputriage missing or broken) log only: a broken
 #               tool must never drain a fleet.
 #
+# Repair -> acknowledge -> resume (docs/slurm.md). A check judges the whole
+# boot's kernel log, so after a repair that leaves the node up (a GPU reset, a
+# reseat with the same boot) the old Xid would drain the node again. Run
+# resume.sh on the node instead of a bare `scontrol update state=resume`:
+#   resume.sh --reason "GPU reset after Xid 48, INC-4821"
+# acknowledges every current critical of the last result (gputriage ack, kept
+# in the node's history with who, when and why), checks again, and resumes
+# only when nothing unacknowledged is critical. A new event after the
+# acknowledgement is current again and drains again.
+#
 # Exit status of this script: 0, except after a drain in prolog/epilog mode,
-# where it exits GPUTRIAGE_FAIL_EXIT (default 1) so that Slurm requeues the
-# job (prolog) or keeps the node out of service (epilog). HealthCheckProgram
+# where it exits GPUTRIAGE_FAIL_EXIT (default 1) so that Slurm drains the node
+# itself ("Prolog error") and requeues the job (prolog) or keeps the node out
+# of service (epilog); the reason set here stays. HealthCheckProgram
 # ignores the exit status, which is why the script drains by itself.
 # nhc mode never calls scontrol: where it would drain, it prints the reason
 # on stdout and exits GPUTRIAGE_FAIL_EXIT, and the caller (LBNL NHC's
@@ -101,29 +116,49 @@ if [ "$tmp_result" != /dev/null ]; then
     mv -f "$tmp_result" "$result" 2>/dev/null || true
 fi
 
-# A short reason for the drain: the critical finding ids from the JSON
-# result (python3 when available; a generic reason otherwise).
+# A short reason: the current findings of the given severities (a comma list)
+# and their GPUs, from the JSON result, the node's side first, the job's marked
+# "(job)"; acknowledged and past findings are not named. python3 when
+# available; a pointer to the result otherwise.
 summary() {
-    local ids=""
+    local named=""
     if [ -s "$result" ] && command -v python3 >/dev/null 2>&1; then
-        ids="$(timeout 10 python3 - "$result" 2>/dev/null <<'PY'
+        named="$(timeout 10 python3 - "$result" "${1:-critical}" 2>/dev/null <<'PY'
 import json, sys
 try:
     with open(sys.argv[1], encoding="utf-8") as fh:
         doc = json.load(fh)
-    ids = []
+    wanted = set(sys.argv[2].split(","))
+    named = {}  # (job side?, id) -> GPU bus ids, in the result's order
     for f in doc.get("findings", []):
-        if isinstance(f, dict) and f.get("severity") == "critical":
-            fid = str(f.get("id", "?"))
-            if fid not in ids:
-                ids.append(fid)
-    print(",".join(ids)[:120])
+        if not isinstance(f, dict) or f.get("severity") not in wanted:
+            continue
+        if f.get("status", "current") != "current":
+            continue
+        key = (f.get("blame") in ("job", "job-config"), str(f.get("id", "?")))
+        buses = named.setdefault(key, [])
+        for scope in [f.get("scope"), *(f.get("also") or [])]:
+            bus = scope.get("pci_bus_id") if isinstance(scope, dict) else None
+            if bus and bus not in buses:
+                buses.append(bus)
+    parts = []
+    for (job, fid), buses in sorted(named.items(), key=lambda item: item[0][0]):
+        gpus = " ".join(buses[:2]) + (f" +{len(buses) - 2}" if len(buses) > 2 else "")
+        where = f" GPU {gpus}" if len(buses) == 1 else f" GPUs {gpus}" if buses else ""
+        parts.append(fid + where + (" (job)" if job else ""))
+    text = ""
+    for n, part in enumerate(parts):
+        if len(text) + len(part) > 150:
+            text += f", +{len(parts) - n} more"
+            break
+        text += (", " if text else "") + part
+    print(text)
 except Exception:
     pass
 PY
 )"
     fi
-    echo "${ids:-see $result}"
+    echo "${named:-see $result}"
 }
 
 drain() {
@@ -161,8 +196,8 @@ apply() {
 
 case "$rc" in
     0) exit 0 ;;
-    1) log "WARNING: $(summary)"; exit 0 ;;
-    2) drain "CRITICAL: $(summary)" ;;
+    1) log "WARNING: $(summary critical,warning)"; exit 0 ;;
+    2) drain "CRITICAL: $(summary critical)" ;;
     3) apply "$GPUTRIAGE_ON_UNKNOWN" "UNKNOWN: could not tell ($result)" ;;
     124 | 137) apply "$GPUTRIAGE_ON_TIMEOUT" "timed out after ${GPUTRIAGE_TIMEOUT}s" ;;
     *) log "gputriage failed to run (exit $rc), node left as is"; exit 0 ;;

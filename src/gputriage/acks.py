@@ -14,13 +14,12 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 from gputriage.logwindow import parse_since
 from gputriage.model import Finding, Status
 from gputriage.parsers.base import normalize_bus_id
 
-__all__ = ["DEFAULT_DAYS", "Ack", "apply", "clear", "load", "parse_until", "record"]
+__all__ = ["DEFAULT_DAYS", "Ack", "apply", "parse_until", "utc"]
 
 DEFAULT_DAYS = 30  # an acknowledgement without --until expires after this
 
@@ -43,17 +42,14 @@ class Ack:
         """Not withdrawn and not expired at ``now`` (unknown ``now``: not expired)."""
         if self.cleared:
             return False
-        return self.until is None or now is None or _utc(now) < self.until
+        return self.until is None or now is None or utc(now) < self.until
 
     def names(self, f: Finding) -> bool:
-        """Whether it names ``f``: the id matches and, for a GPU, every GPU of ``f``
-        is this one."""
+        """Whether it names ``f``: the id matches and, for a GPU, that GPU is one of
+        ``f``'s (a finding on several GPUs needs each acknowledged: :func:`apply`)."""
         if self.finding and not fnmatch.fnmatchcase(f.id, self.finding):
             return False
-        if self.gpu:
-            buses = {normalize_bus_id(s.pci_bus_id) for s in f.scopes}
-            return buses == {self.gpu}
-        return True
+        return not self.gpu or self.gpu in _buses(f)
 
     def to_json(self) -> dict:
         return {"id": self.id, "time": self.when.isoformat(), "who": self.who,
@@ -67,7 +63,7 @@ class Ack:
         return f"acknowledged by {self.who} at {self.when.isoformat()}{until}: {self.reason}"
 
 
-def _utc(when: datetime) -> datetime:
+def utc(when: datetime) -> datetime:
     return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when
 
 
@@ -80,18 +76,35 @@ def _event_after(f: Finding, ack: Ack) -> bool:
         when = datetime.fromisoformat(last.replace("Z", "+00:00"))
     except ValueError:
         return False
-    return _utc(when) > ack.when
+    return utc(when) > ack.when
+
+
+def _buses(f: Finding) -> set[str | None]:
+    return {normalize_bus_id(s.pci_bus_id) for s in f.scopes}
+
+
+def _covering(f: Finding, live: list[Ack]) -> Ack | None:
+    """The acknowledgement that covers ``f`` (the latest, when several together cover
+    each of its GPUs); None when some GPU of it is not acknowledged."""
+    naming = [a for a in live if a.names(f)]
+    if not naming:
+        return None
+    if any(a.gpu is None for a in naming):
+        return max((a for a in naming if a.gpu is None), key=lambda a: a.when)
+    if _buses(f) <= {a.gpu for a in naming}:
+        return max(naming, key=lambda a: a.when)
+    return None
 
 
 def apply(findings: Iterable[Finding], acks: Iterable[Ack],
           now: datetime | None) -> list[Finding]:
-    """The findings with those an acknowledgement in force covers marked
+    """The findings with those the acknowledgements in force cover marked
     acknowledged (current ones only; a new event after it keeps a finding current,
     with a note)."""
     live = [a for a in acks if a.in_force(now)]
     out = []
     for f in findings:
-        match = next((a for a in live if f.current and a.names(f)), None)
+        match = _covering(f, live) if f.current else None
         if match is None:
             out.append(f)
         elif _event_after(f, match):
@@ -114,39 +127,3 @@ def parse_until(text: str | None, now: datetime) -> datetime | None:
     if back <= now:
         raise ValueError(f"--until {text}: that time has passed")
     return back
-
-
-def record(state_dir: Path | str, ack: Ack) -> Ack:
-    """Store ``ack`` in the history database; it, with its id."""
-    from gputriage.history import insert_ack
-
-    values = (ack.when.timestamp(), ack.when.isoformat(), ack.host, ack.finding, ack.gpu,
-              ack.who, ack.until.isoformat() if ack.until else None, ack.reason)
-    return replace(ack, id=insert_ack(state_dir, values))
-
-
-def clear(state_dir: Path | str, ack_id: int, now: datetime) -> bool:
-    """Withdraw acknowledgement ``ack_id``; whether one was open."""
-    from gputriage.history import clear_ack
-
-    return clear_ack(state_dir, ack_id, _utc(now).isoformat())
-
-
-def load(state_dir: Path | str, host: str | None = None, *,
-         notes: list[str] | None = None) -> list[Ack]:
-    """Every acknowledgement stored (of ``host`` and host-less ones when given),
-    oldest first."""
-    from gputriage.history import read_acks
-
-    out = []
-    for (id_, _ts, when, ack_host, finding, gpu, who, until, reason,
-         cleared) in read_acks(state_dir, notes=notes):
-        if host is not None and ack_host not in (None, host):
-            continue
-        try:
-            out.append(Ack(id_, _utc(datetime.fromisoformat(when)), who, reason, finding,
-                           gpu, ack_host,
-                           _utc(datetime.fromisoformat(until)) if until else None, cleared))
-        except (TypeError, ValueError):
-            continue  # a row this gputriage cannot read is not applied
-    return out

@@ -24,6 +24,7 @@ from gputriage.commands.common import (
     Environment,
 )
 from gputriage.commands.compare import diff, fleet, history, triage
+from gputriage.commands.expect import expect
 from gputriage.commands.host import analyze, check, collect
 from gputriage.commands.logs import logs, xid
 from gputriage.commands.nccl import nccl as nccl_command
@@ -56,6 +57,7 @@ def cli() -> None:
     gputriage xid CODE...           explain Xid (or --sxid SXid) codes
     gputriage history               the checks recorded on this host
     gputriage ack ID|--gpu BUS      acknowledge a finding after a repair
+    gputriage expect --from SNAP    what a known-good node has, as an expectations file
     gputriage scenario list         simulated hosts to try it on
 
     Exit status: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; 64 usage, 66 unreadable input.
@@ -64,7 +66,7 @@ def cli() -> None:
 
 # The help lists the commands sorted by name, whatever the order here.
 for _command in (collect, check, analyze, logs, history, diff, triage, fleet, xid, scenario,
-                 nccl_command, ack):
+                 nccl_command, ack, expect):
     cli.add_command(_command)
 del _command
 

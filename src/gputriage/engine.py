@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -12,7 +13,13 @@ from gputriage.logwindow import LogWindow
 from gputriage.model import Finding, GpuRow, HostSummary, Result, Severity, Skipped
 from gputriage.rules import all_rules
 from gputriage.rules.base import Rule
+from gputriage.rules.expectations import UNKNOWN_COUNT
 from gputriage.snapshot import Snapshot
+
+# A rule that raises is reported as skipped with this reason, and the others still run;
+# with GPUTRIAGE_STRICT set (the test suite sets it) the exception propagates.
+RULE_ERROR = "rule error"
+STRICT_ENV = "GPUTRIAGE_STRICT"
 
 
 def _inputs_of(facts: Facts, rule: Rule) -> dict:
@@ -60,11 +67,18 @@ def analyze_facts(facts: Facts, rules: Sequence[Rule] | None = None) -> Result:
         except Missing as exc:
             result.skipped.append(Skipped(rule.id, f"needs {exc}"))
             continue
+        except Exception as exc:  # noqa: BLE001 - one rule's bug must not hide the others
+            if os.environ.get(STRICT_ENV):
+                raise
+            result.skipped.append(Skipped(rule.id, f"{RULE_ERROR}: {type(exc).__name__}: "
+                                                   f"{exc}"))
+            continue
         if rule.requires or rule.any_of:  # a rule that needs no input tells nothing
             ran += 1
     result.findings = settle(result.findings, facts)
     result.job_faults_fail = facts.context.job_faults_fail
     result.unreadable = list(snapshot.problems) + facts.problems
+    result.not_read = facts.maybe("not_read", [])
     result.inputs = _inputs(snapshot)
     result.gpus = _gpus(facts, result.findings)
     result.host = _host(facts, result, ran)
@@ -123,9 +137,14 @@ def _finish(row: GpuRow, board: dict[str, str], findings: list[Finding]) -> GpuR
 
 
 def _gpu_severity(bus_id: str | None, findings: list[Finding]) -> Severity:
-    """The worst severity of the findings scoped to the GPU at ``bus_id``."""
-    sev = [x.severity for x in findings if x.scope.kind == "gpu"
-           and x.scope.pci_bus_id and x.scope.pci_bus_id == bus_id]
+    """The worst severity of the current findings on the GPU at ``bus_id``: on any of
+    their scopes (a per-GPU repeat covers several), or of their consequences'."""
+    def on_it(f: Finding) -> bool:
+        return any(s.kind == "gpu" and s.pci_bus_id and s.pci_bus_id == bus_id
+                   for s in f.scopes)
+
+    sev = [x.severity for f in findings if f.current
+           for x in (f, *f.consequences) if x.current and on_it(x)]
     return max(sev, key=lambda s: s.rank, default=Severity.OK)
 
 
@@ -159,10 +178,15 @@ def _add_board(boards: dict[str, dict[str, str]], bus_id: str | None, vbios: str
 
 
 def _verdict(result: Result, ran: int) -> str:
-    """The engine's verdict; "unknown" when no rule could run and nothing was found."""
+    """The engine's verdict; "unknown" when no rule could run and nothing was found, or
+    when the check doubts itself (GPUs expected, none countable) and found nothing
+    critical."""
     if not result.findings and ran == 0:
         return "unknown"  # nothing could be checked: say so, never "OK"
     worst = result.worst_of("node")
+    if worst is not Severity.CRITICAL and any(f.id == UNKNOWN_COUNT and f.current
+                                              for f in result.findings):
+        return "unknown"
     return worst.value if worst.rank >= Severity.WARNING.rank else "ok"
 
 

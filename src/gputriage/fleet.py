@@ -77,6 +77,16 @@ class BadInput:
 
 
 @dataclass(frozen=True)
+class DuplicateHost:
+    """A host named by several inputs: the input kept (the newest result) and the one
+    left out."""
+
+    node: str
+    kept: str
+    dropped: str
+
+
+@dataclass(frozen=True)
 class Separator:
     """One attribute value and how well it separates affected from unaffected."""
 
@@ -110,6 +120,7 @@ class FleetReport:
     bad_inputs: list[BadInput]
     bad_count: int
     duplicates: int = 0
+    duplicate_hosts: list[DuplicateHost] = field(default_factory=list)  # up to keep_bad
 
 
 class FleetInputError(Exception):
@@ -250,6 +261,8 @@ class Fleet:
 
     names: list[str] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
+    origins: list[str] = field(default_factory=list)  # per node: the input kept
+    dups: list[DuplicateHost] = field(default_factory=list)
     _values: list[tuple[int, ...]] = field(default_factory=list)  # per node: value ids
     _findings: list[tuple[str, ...]] = field(default_factory=list)  # per node
     _value_ids: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -285,15 +298,22 @@ class Fleet:
         old = self._by_name.get(rec.node)
         if old is not None:
             self.duplicates += 1
-            if rec.created < self.created[old]:
+            older = rec.created < self.created[old]
+            if len(self.dups) < self.keep_bad:
+                kept, dropped = self.origins[old], rec.origin
+                self.dups.append(DuplicateHost(rec.node, *((kept, dropped) if older
+                                                           else (dropped, kept))))
+            if older:
                 return
             self._value_count.subtract(self._values[old])
             self._values[old], self._findings[old], self.created[old] = \
                 values, fids, rec.created
+            self.origins[old] = rec.origin
         else:
             self._by_name[rec.node] = len(self.names)
             self.names.append(rec.node)
             self.created.append(rec.created)
+            self.origins.append(rec.origin)
             self._values.append(values)
             self._findings.append(fids)
         self._value_count.update(values)
@@ -317,7 +337,7 @@ class Fleet:
                 tuple(sorted(self.names[i] for i in idx)), self._separators(idx, total, top)))
         summaries.sort(key=lambda s: (-_SEVERITY_RANK.get(s.severity, 0), -s.count, s.id))
         return FleetReport(total, healthy, summaries, list(self.bad), self.bad_count,
-                           self.duplicates)
+                           self.duplicates, list(self.dups))
 
     def _separators(self, idx: list[int], total: int, top: int) -> tuple[Separator, ...]:
         if len(idx) >= total:

@@ -500,8 +500,16 @@ def _verdict(result: Result) -> str:
 
 
 def _finding_rows(result: Result) -> list[dict[str, str]]:
-    return [{"id": f.id, "severity": f.severity.value, "title": f.title,
-             "scope": f.scope.label()} for f in result.sorted_findings()]
+    """The findings of an entry; those not current (acknowledged, ended by a reset)
+    say so."""
+    rows = []
+    for f in result.sorted_findings():
+        row = {"id": f.id, "severity": f.severity.value, "title": f.title,
+               "scope": f.scope.label()}
+        if not f.current:
+            row["status"] = f.status.value
+        rows.append(row)
+    return rows
 
 
 def record(state_dir: Path | str, result: Result, when: datetime,
@@ -519,8 +527,8 @@ def record(state_dir: Path | str, result: Result, when: datetime,
     digest = facts_digest(result)
     sha = digest_sha256(digest)
     rows = _finding_rows(result)
-    crit = sum(1 for f in result.findings if f.severity is Severity.CRITICAL)
-    warn = sum(1 for f in result.findings if f.severity is Severity.WARNING)
+    crit = sum(1 for f in result.findings if f.current and f.severity is Severity.CRITICAL)
+    warn = sum(1 for f in result.findings if f.current and f.severity is Severity.WARNING)
     verdict = _verdict(result)
     values = (when.timestamp(), when.isoformat(), name and str(name),
               boot_id and str(boot_id), verdict,

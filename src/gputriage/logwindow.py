@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import click
 
 if TYPE_CHECKING:
     from gputriage.parsers.kernel_events import DriverEvent
 
-__all__ = ["LogWindow", "parse_boot", "parse_since"]
+__all__ = ["LogWindow", "NoSuchBoot", "parse_boot", "parse_since"]
+
+
+class NoSuchBoot(click.UsageError):
+    """``--boot N`` names a boot the log does not hold: a usage error (exit 64), raised
+    when the log's boots are known (once it is scanned)."""
 
 
 @dataclass(frozen=True)
@@ -21,6 +29,7 @@ class LogWindow:
 
     boot: int | None = None
     since: datetime | None = None
+    since_text: str | None = field(default=None, compare=False)  # as the user wrote it
 
     def admits(self, ev: DriverEvent) -> bool:
         """Whether ``ev`` falls inside the window."""
@@ -32,6 +41,50 @@ class LogWindow:
                 when = when.replace(tzinfo=timezone.utc)
             return when >= self.since
         return True
+
+    def check_boot(self, boots: Sequence[Any]) -> None:
+        """:class:`NoSuchBoot` when ``--boot`` names a boot not among ``boots`` (the
+        scan's, each with an ``index``); boot 0, the current one, always exists."""
+        have = [b.index for b in boots]
+        if self.boot is None or self.boot == 0 or self.boot in have:
+            return
+        n = len(have)
+        listed = ", ".join(str(i) for i in have) or "0"
+        raise NoSuchBoot(f"--boot {self.boot}: no such boot; the log has {max(n, 1)} "
+                         f"boot{'s' if n > 1 else ''} ({listed})")
+
+    def excluded(self, events: Sequence[DriverEvent]) -> list[str]:
+        """One line per window option that left kernel-log events out, with how many."""
+        out: list[str] = []
+        if self.boot is not None:
+            other = sum(1 for ev in events if ev.boot != self.boot)
+            if other:
+                out.append(f"--boot {self.boot}: {other:,} kernel-log "
+                           f"event{'s' if other != 1 else ''} of other boots not judged")
+        if self.since is not None:
+            early = sum(1 for ev in events
+                        if (self.boot is None or ev.boot == self.boot) and _before(ev, self.since))
+            if early:
+                label = self.since_text or self.since.isoformat()
+                out.append(f"--since {label}: {early:,} kernel-log "
+                           f"event{'s' if early != 1 else ''} before {_stamp(self.since)} "
+                           "not judged")
+        return out
+
+
+def _before(ev: DriverEvent, since: datetime) -> bool:
+    when = getattr(ev, "time", None)
+    if when is None:
+        return False
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return bool(when < since)
+
+
+def _stamp(when: datetime) -> str:
+    """A time for a one-line note: UTC, to the minute (the second when it has one)."""
+    utc = when.astimezone(timezone.utc)
+    return utc.strftime("%Y-%m-%dT%H:%M:%SZ" if utc.second else "%Y-%m-%dT%H:%MZ")
 
 
 _RELATIVE = re.compile(r"^\s*(\d{1,9}(?:\.\d{1,6})?)\s*(s|sec|m|min|h|hr|d|day|w|week)s?"

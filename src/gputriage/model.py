@@ -8,6 +8,7 @@ frozen dataclasses with a stable JSON form (see docs/json-schema.md).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
@@ -329,8 +330,27 @@ def finding_order(f: Finding) -> tuple:
     the causal order (earliest first event; findings with no time after those with
     one) and the id."""
     first = f.occurrences.first if f.occurrences and f.occurrences.first else None
-    return (not f.current, -f.severity.rank, first is None, first or "", f.id,
+    return (not f.current, -f.severity.rank, first is None, _time_key(first), f.id,
             f.scope.label())
+
+
+def _time_key(when: str | None) -> tuple:
+    """A first-event time as a sort key: ISO 8601 times in time order (naive ones read as
+    UTC), then dmesg uptime seconds in numeric order ("999.5" before "1000.2"), then
+    other printed forms as text."""
+    if not when:
+        return (3, 0.0, "")
+    try:
+        return (1, float(when), "")
+    except ValueError:
+        pass
+    try:
+        at = datetime.fromisoformat(when)
+    except ValueError:
+        return (2, 0.0, when)
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=timezone.utc)
+    return (0, at.timestamp(), "")
 
 
 def _worst(findings: Any) -> Severity:

@@ -1,12 +1,684 @@
-"""The concrete next step of each finding (issue 12, in progress)."""
+"""The concrete next step of each finding: what an on-call runs, with the versions,
+GPUs, units, ports and commands taken from the finding and the host's facts.
+
+A step is a repair (what fixes this finding's family: reseat, reinstall, reload)
+placed in the frame of the finding's action (how the node leaves and re-enters
+service: drain, reset, acknowledge, resume). The repairs are a table by finding id
+and id family; an id the table does not know still gets its action's frame.
+Consequences folded into a cause take no step of their own: the cause's closes them.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gputriage.model import Finding
+from gputriage.model import Action, DriverVersions, Finding, Scope
+
+__all__ = ["FRAMES", "Host", "fill", "repair", "step_for"]
+
+
+# --- what the steps name -------------------------------------------------------------------
+
+@dataclass
+class Host:
+    """The host as the steps name it, read from the facts once (parts None when
+    unknown); ``fact`` reads any other fact and never raises."""
+
+    name: str = "<node>"
+    os: str | None = None
+    kernel: str | None = None
+    driver: DriverVersions = field(default_factory=DriverVersions)
+    index: dict[str, int] = field(default_factory=dict)  # bus id -> GPU index
+    serial: dict[str, str] = field(default_factory=dict)  # bus id -> board serial
+    facts: Any = None
+
+    @classmethod
+    def of(cls, facts: Any) -> Host:
+        host = cls(facts=facts)
+        ident = host.fact("host_identity")
+        host.name = getattr(ident, "hostname", None) or host.fact("host_name") or "<node>"
+        host.os = getattr(ident, "os", None)
+        host.kernel = getattr(ident, "kernel", None)
+        host.driver = host.fact("driver_versions") or getattr(ident, "driver", None) \
+            or DriverVersions()
+        host.index, host.serial = _gpu_numbers(host)
+        return host
+
+    def fact(self, name: str) -> Any:
+        """The fact ``name``, None when absent or unreadable."""
+        maybe = getattr(self.facts, "maybe", None)
+        if maybe is None:
+            return None
+        try:
+            return maybe(name)
+        except Exception:  # a step is advice: an unreadable fact only makes it plainer
+            return None
+
+    @property
+    def version(self) -> str | None:
+        """The driver's version: the loaded module's, else the userspace's."""
+        return self.driver.kernel_module or self.driver.userspace
+
+
+def _gpu_numbers(host: Host) -> tuple[dict[str, int], dict[str, str]]:
+    """Index and serial by bus id. A GPU the driver lost takes its place in PCI bus
+    order when every listed GPU's index is its place in that order."""
+    visible = host.fact("visible_gpus")
+    listed = [g for g in (visible[1] if visible else ()) if g.bus_id]
+    index = {g.bus_id: g.index for g in listed if g.index is not None}
+    serial = {g.bus_id: g.serial for g in listed if g.serial}
+    on_pci = sorted(fn.address for fn in host.fact("pci_gpus") or () if fn.address)
+    if index and all(b in on_pci and on_pci.index(b) == i for b, i in index.items()):
+        index.update({b: i for i, b in enumerate(on_pci) if b not in index})
+    return index, serial
+
+
+def _gpus(f: Finding) -> list[Scope]:
+    return [s for s in f.scopes if s.kind == "gpu"]
+
+
+def _gpu_label(scope: Scope, host: Host) -> str:
+    bus = scope.pci_bus_id
+    index = scope.gpu_index if scope.gpu_index is not None else host.index.get(bus or "")
+    if index is None:
+        return f"GPU {bus}" if bus else "the GPU"
+    return f"GPU {index} ({bus})" if bus else f"GPU {index}"
+
+
+def what(f: Finding, host: Host) -> str:
+    """The GPUs, unit, port or device a finding is about, for a sentence."""
+    gpus = _gpus(f)
+    if len(gpus) == 1:
+        return _gpu_label(gpus[0], host)
+    if gpus:
+        if len(gpus) <= 3:
+            return ", ".join(_gpu_label(s, host) for s in gpus)
+        index = [s.gpu_index if s.gpu_index is not None else host.index.get(s.pci_bus_id or "")
+                 for s in gpus]
+        if all(i is not None for i in index):
+            return "GPUs " + ", ".join(str(i) for i in index)
+        return f"{len(gpus)} GPUs ({', '.join(s.pci_bus_id or '?' for s in gpus)})"
+    scope = f.scope
+    if scope.kind == "port" and scope.name and "/" in scope.name:
+        dev, port = scope.name.split("/", 1)
+        return f"{dev} port {port}"
+    if scope.kind == "node":
+        return host.name
+    return scope.label()
+
+
+def _buses(f: Finding) -> list[str]:
+    return [s.pci_bus_id for s in _gpus(f) if s.pci_bus_id]
+
+
+def _dash_i(f: Finding) -> str:
+    """`` -i BUS`` for a finding of one GPU, else nothing (all GPUs)."""
+    buses = _buses(f)
+    return f" -i {buses[0]}" if len(buses) == 1 else ""
+
+
+def _serials(f: Finding, host: Host) -> str:
+    found = [host.serial[b] for b in _buses(f) if b in host.serial]
+    return f" (serial {', '.join(found)})" if found else ""
+
+
+# --- the frames: how the node leaves and re-enters service ---------------------------------
+
+def _drain_cmd(f: Finding, host: Host) -> str:
+    h = host.name
+    return (f"scontrol update nodename={h} state=drain reason=\"gputriage {f.id}\", "
+            f"or kubectl cordon {h}")
+
+
+def _resume_cmd(host: Host) -> str:
+    h = host.name
+    return f"scontrol update nodename={h} state=resume, or kubectl uncordon {h}"
+
+
+def _ack_cmd(f: Finding, reason: str) -> str:
+    buses = _buses(f)
+    gpu = f" --gpu {buses[0]}" if len(buses) == 1 else ""
+    return f"gputriage ack {f.id}{gpu} --reason \"{reason}\""
+
+
+def _drain(f: Finding, host: Host, fix: str | None) -> str:
+    fix = fix or (f"repair {what(f, host)}: capture nvidia-bug-report.sh and open a "
+                  "hardware case with the system vendor")
+    return (f"Drain {host.name} ({_drain_cmd(f, host)}), then {fix}; then "
+            f"{_ack_cmd(f, 'repaired: TICKET')} and resume it ({_resume_cmd(host)}).")
+
+
+def _reboot(f: Finding, host: Host, fix: str | None) -> str:
+    fix = fix or (f"reboot it to recover {what(f, host)}" if _gpus(f) else "reboot it")
+    return (f"Drain {host.name} ({_drain_cmd(f, host)}), then {fix}; once gputriage "
+            f"check says OK after the reboot, resume it ({_resume_cmd(host)}).")
+
+
+def _reset(f: Finding, host: Host, fix: str | None) -> str:
+    buses = _buses(f)
+    if len(buses) == 1:
+        reset = (f"once {what(f, host)} runs no process (nvidia-smi "
+                 f"--query-compute-apps=pid,process_name --format=csv -i {buses[0]}) reset it: "
+                 f"nvidia-smi -r -i {buses[0]}")
+    elif buses:
+        reset = (f"once {what(f, host)} run no process, reset each: nvidia-smi -r -i BUS "
+                 f"for {', '.join(buses)}")
+    else:
+        reset = "once no process uses the GPUs, reset them: nvidia-smi -r"
+    after = f"; {fix}" if fix else ""
+    return (f"With {host.name} drained ({_drain_cmd(f, host)}), {reset} (reboot if the reset "
+            f"fails){after}; then {_ack_cmd(f, 'GPU reset')} and resume it "
+            f"({_resume_cmd(host)}).")
+
+
+def _plan(f: Finding, host: Host, fix: str | None) -> str:
+    fix = fix or f"repair {what(f, host)}"
+    return (f"Keep {host.name} in service and, at the next maintenance window, {fix}; "
+            f"until then {_ack_cmd(f, 'repair planned: TICKET')} --until 14d records the "
+            "plan.")
+
+
+def _plain(default: Callable[[Finding, Host], str]) -> Callable[[Finding, Host, str | None],
+                                                                 str]:
+    """A frame that is the repair itself (configuration, software, the job)."""
+    def frame(f: Finding, host: Host, fix: str | None) -> str:
+        text = fix or default(f, host)
+        return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+    return frame
+
+
+def _fix_config(f: Finding, host: Host) -> str:
+    if f.blame.side == "job":
+        return (f"fix the job's settings ({f.title}) and resubmit it; {host.name} "
+                "needs nothing")
+    return (f"fix the configuration of {what(f, host)} on {host.name} ({f.title}), then run "
+            "gputriage check again")
+
+
+def _fix_software(f: Finding, host: Host) -> str:
+    on = f" for {what(f, host)}" if f.scope.kind != "node" else ""
+    return (f"update or reinstall the software at fault{on} on {host.name} ({f.title}), then "
+            "run gputriage check again")
+
+
+def _restart_job(f: Finding, host: Host) -> str:
+    on = f" on {what(f, host)}" if _gpus(f) else ""
+    return (f"restart the job; the fault{on} is the application's: debug it (compute-sanitizer,"
+            " the job's own log) if it repeats, and suspect the GPU only if other jobs "
+            "fault on it too")
+
+
+Frame = Callable[[Finding, Host, str | None], str]  # (finding, host, repair) -> step
+FRAMES: dict[Action, Frame] = {
+    Action.DRAIN_AND_REPAIR: _drain,
+    Action.REBOOT_NODE: _reboot,
+    Action.RESET_GPU: _reset,
+    Action.PLAN_REPAIR: _plan,
+    Action.FIX_CONFIG: _plain(_fix_config),
+    Action.FIX_SOFTWARE: _plain(_fix_software),
+    Action.RESTART_JOB: _plain(_restart_job),
+}
+
+
+# --- the repairs, by finding family --------------------------------------------------------
+
+Repair = Callable[[Finding, Host], str | None]
+
+
+def _lost_gpu(f: Finding, host: Host) -> str:
+    many = len(_gpus(f)) > 1
+    do, them = ("do", "them") if many else ("does", "it")
+    return (f"power-cycle it (a warm reboot rarely brings back a GPU that fell off the bus) "
+            f"and, if {what(f, host)} {do} not come back (lspci -d 10de:; nvidia-smi -L), "
+            f"reseat {them} or RMA {them}{_serials(f, host)}")
+
+
+def _missing_boards(f: Finding, host: Host) -> str:
+    return ("power-cycle it (a warm reboot rarely brings back GPUs that left the bus) and read "
+            "the BMC's event log (ipmitool sel list); if the GPUs do not come back on the PCI "
+            "bus (lspci -d 10de:; nvidia-smi -L), reseat the GPUs, riser or baseboard or open "
+            "a hardware case")
+
+
+def _rma(f: Finding, host: Host) -> str:
+    return (f"send {what(f, host)}{_serials(f, host)} for RMA: its memory can no longer be "
+            "repaired by remapping, a reset does not cure it")
+
+
+def _remap_check(f: Finding, host: Host) -> str:
+    return (f"nvidia-smi -q -d ROW_REMAPPER{_dash_i(f)} should then show no pending and no "
+            "failed remap")
+
+
+def _memory(f: Finding, host: Host) -> str | None:
+    """A memory finding that a reset settles: the check after it."""
+    return _remap_check(f, host) if f.action is Action.RESET_GPU else None
+
+
+def _gsp(f: Finding, host: Host) -> str:
+    if f.action is Action.DRAIN_AND_REPAIR:
+        return (f"reset {what(f, host)} (nvidia-smi -r{_dash_i(f)}) or reboot; if the GSP "
+                "errors come back, capture nvidia-bug-report.sh and update the driver or "
+                "RMA the GPU")
+    return "if the GSP errors come back, capture nvidia-bug-report.sh and drain it for repair"
+
+
+def _nvlink(f: Finding, host: Host) -> str:
+    check = f"nvidia-smi nvlink -s{_dash_i(f)}"
+    if f.action is Action.RESET_GPU:
+        return f"{check} should then show every link up, else drain it for repair"
+    return (f"reset {what(f, host)} (nvidia-smi -r{_dash_i(f)}); if links stay down or keep "
+            f"failing ({check}), reseat it or RMA it{_serials(f, host)}")
+
+
+def _pcie(f: Finding, host: Host) -> str:
+    g = what(f, host)
+    bus = (_buses(f) or [f.scope.pci_bus_id or "BUS"])[0]
+    text = (f"reseat {g} and check its riser, cable and slot; lspci -vv -s {bus} | grep "
+            "LnkSta should then show the full width and speed")
+    if "aer" in f.id or "replay" in f.id:
+        text += ", and if errors go on, replace the riser or the card"
+    return text
+
+
+def _ib_port(f: Finding, host: Host) -> str:
+    port = what(f, host)
+    dev, _, num = (f.scope.name or "").partition("/")
+    check = f"ibstat {dev} {num}".rstrip() if dev else "ibstat"
+    if f.id == "ib.port-not-active" and f.action is Action.FIX_CONFIG:
+        return (f"enable {port} or have its subnet manager (opensm / UFM) configure it; "
+                f"{check} should then show State: Active")
+    if f.id in ("ib.symbol-errors", "ib.link-downed"):
+        return (f"replace the cable or transceiver of {port} and have the switch port checked;"
+                f" its counters ({check}) should then stay still")
+    return (f"reseat or replace the cable and transceiver of {port} and have the switch port "
+            f"checked; {check} should then show State: Active, Physical state: LinkUp at the "
+            "rate of its peers")
+
+
+def _link(f: Finding, host: Host) -> str:
+    return (f"check the cable, transceiver and switch port of {what(f, host)} (ip link; "
+            "ethtool), and replace what fails")
+
+
+def _power_brake(f: Finding, host: Host) -> str:
+    return ("check its power supplies and the BMC's power events (ipmitool sdr type 'Power "
+            "Supply'; ipmitool sel list) and replace the failed PSU or power cable")
+
+
+def _thermal(f: Finding, host: Host) -> str:
+    return (f"check the cooling and power of {what(f, host)}: fans, airflow and inlet "
+            f"temperature in the BMC (ipmitool sdr type Temperature; nvidia-smi -q -d "
+            f"PERFORMANCE,TEMPERATURE{_dash_i(f)})")
+
+
+def _fabric_manager(f: Finding, host: Host) -> str | None:
+    if f.id == "fabric.manager-not-needed":
+        return ("disable the unit, it has no NVSwitch to manage here: systemctl disable --now "
+                "nvidia-fabricmanager (or mask it)")
+    start = ("systemctl enable --now nvidia-fabricmanager; the GPUs' fabric state reads "
+             "Completed about a minute later (nvidia-smi -q | grep -A2 Fabric)")
+    version = host.version
+    if f.action is not Action.FIX_SOFTWARE or not version:
+        return (f"start the fabric manager: {start}; journalctl -u nvidia-fabricmanager -b "
+                "says why it fails (its version must be the driver's)")
+    has = _fm_version(host, version)
+    return (f"install nvidia-fabricmanager {version} to match the driver"
+            + (f", in place of {has}" if has else "")
+            + f" ({_fm_package(host, version)} or your distribution's package), then {start}")
+
+
+def _fm_version(host: Host, driver: str) -> str | None:
+    """The fabric manager's own version from its version-mismatch records."""
+    log = host.fact("fm_log")
+    for entry in log.having("version-mismatch") if log is not None else ():
+        for v in re.findall(r"\b\d{3}\.\d{1,3}(?:\.\d{1,3})?\b", entry.message):
+            if v != driver:
+                return str(v)
+    return None
+
+
+def _fm_package(host: Host, version: str) -> str:
+    os_name = (host.os or "").lower()
+    if any(n in os_name for n in ("red hat", "rhel", "rocky", "alma", "centos", "fedora",
+                                  "oracle")):
+        return f"dnf install nvidia-fabric-manager-{version}-1"
+    branch = version.split(".")[0]
+    return f"apt-get install nvidia-fabricmanager-{branch}={version}-1"
+
+
+def _fabric_state(f: Finding, host: Host) -> str:
+    check = f"nvidia-smi -q{_dash_i(f)} | grep -A2 Fabric"
+    if f.action is Action.RESET_GPU:
+        return f"{check} should then read State: Completed"
+    return (f"start the fabric manager (systemctl enable --now nvidia-fabricmanager; "
+            f"journalctl -u nvidia-fabricmanager -b says why it fails), and {check} reads "
+            "State: Completed about a minute later")
+
+
+def _version_mismatch(f: Finding, host: Host) -> str | None:
+    module, user = host.driver.kernel_module, host.driver.userspace
+    if not (module and user and module != user):
+        return None
+    return (f"reboot it to load the {user} kernel module the installed userspace expects (or "
+            f"reinstall the {module} userspace to match the running module)")
+
+
+def _not_loaded(f: Finding, host: Host) -> str:
+    kernel = f" {host.kernel}" if host.kernel else ""
+    version = f" {host.version}" if host.version else ""
+    return (f"load the driver: modprobe nvidia (dmesg | grep -i nvrm says why it fails); if "
+            f"no module is built for kernel{kernel}, reinstall the{version} driver for it "
+            "(dkms status lists what is built)")
+
+
+def _permissions(f: Finding, host: Host) -> str:
+    return ("let the user or container open the GPUs: ls -l /dev/nvidia* (mode 0666, or a "
+            "group the jobs' users are in) and, in a container, the NVIDIA runtime's device "
+            "access (--gpus, the device plugin)")
+
+
+def _module(name: str) -> Repair:
+    dash = name.replace("_", "-")
+
+    def repair(f: Finding, host: Host) -> str:
+        extra = " (or nvidia-modprobe -u -c=0, which also creates /dev/nvidia-uvm)" \
+            if name == "nvidia_uvm" else ""
+        return (f"load {name}: modprobe {dash}{extra}, and at every boot: echo {dash} > "
+                f"/etc/modules-load.d/{dash}.conf")
+    return repair
+
+
+def _peermem_build(f: Finding, host: Host) -> str:
+    kernel = f" {host.kernel}" if host.kernel else ""
+    return (f"rebuild nvidia-peermem for the{kernel} kernel against the installed MLNX_OFED / "
+            "DOCA-OFED (reinstall the driver after OFED), then modprobe nvidia-peermem")
+
+
+def _persistence(f: Finding, host: Host) -> str:
+    if f.id == "persistence.daemon-inactive":
+        return ("start the persistence daemon: systemctl enable --now nvidia-persistenced; "
+                "journalctl -u nvidia-persistenced -b says why it stopped")
+    return (f"turn persistence on for {what(f, host)}: systemctl enable --now "
+            f"nvidia-persistenced (or nvidia-smi -pm 1{_dash_i(f)})")
+
+
+def _hugepages(f: Finding, host: Host) -> str | None:
+    asked = _hugepages_asked(host.fact("host_cmdline"))
+    for pool in host.fact("host_hugepages") or ():
+        want = asked.get(pool.size_kb)
+        if want is not None and pool.nr is not None and pool.nr < want:
+            path = f"/sys/kernel/mm/hugepages/hugepages-{pool.size_kb}kB/nr_hugepages"
+            return (f"reserve the {want} pages of {pool.size_kb} kB the kernel command line "
+                    f"asks for (it has {pool.nr}): echo {want} > {path} now (memory may be "
+                    "too fragmented to get them all), else reboot to reserve them at boot; "
+                    "grep Huge /proc/meminfo shows the pool")
+    return None
+
+
+def _hugepages_asked(cmdline: Any) -> dict[int, int]:
+    """Pages asked for on the kernel command line, by page size in kB."""
+    sizes = {"2M": 2048, "2048K": 2048, "1G": 1048576, "1048576K": 1048576}
+    asked: dict[int, int] = {}
+    size = 2048
+    params = list(getattr(cmdline, "params", ()) or ())
+    for key, value in params:
+        if key == "default_hugepagesz" and value:
+            size = sizes.get(value.upper(), size)
+    for key, value in params:
+        if key == "hugepagesz" and value:
+            size = sizes.get(value.upper(), size)
+        elif key == "hugepages" and value and value.isdigit():
+            asked[size] = int(value)
+    return asked
+
+
+def _nic_far(f: Finding, host: Host) -> str:
+    nic = re.search(r"\bmlx5_\d+\b", f.title) or re.search(r"\bNIC\d+\b", f.title)
+    card = nic.group(0) if nic else "the HCA"
+    return (f"give the rank on {what(f, host)} a NIC on its own CPU socket (NCCL_IB_HCA, the "
+            f"rail mapping) or move {card} to a slot on that socket; nvidia-smi topo -m should "
+            "then show PIX, PXB or NODE between them")
+
+
+def _numa_balancing(f: Finding, host: Host) -> str:
+    return ("turn automatic NUMA balancing off: sysctl -w kernel.numa_balancing=0, and keep it "
+            "off in /etc/sysctl.d/")
+
+
+def _reset_blocked(f: Finding, host: Host) -> str:
+    return (f"stop what holds {what(f, host)} (nvidia-smi --query-compute-apps=pid,process_name "
+            f"--format=csv{_dash_i(f)}; fuser -v /dev/nvidia*; systemctl stop nvidia-dcgm "
+            f"nvidia-persistenced), then nvidia-smi -r{_dash_i(f)}")
+
+
+def _ecc_off(f: Finding, host: Host) -> str:
+    return (f"turn ECC on first (nvidia-smi -e 1{_dash_i(f)}) so the reset applies it, and "
+            f"nvidia-smi -q -d ECC{_dash_i(f)} should then show it Enabled")
+
+
+def _power_limit(f: Finding, host: Host) -> str:
+    return (f"restore the power limit of {what(f, host)} to its default: nvidia-smi -q -d "
+            f"POWER{_dash_i(f)} shows Default Power Limit, nvidia-smi{_dash_i(f)} -pl WATTS "
+            "sets it")
+
+
+def _cooling(f: Finding, host: Host) -> str:
+    return (f"improve the cooling of {what(f, host)}: fan speeds, airflow and inlet temperature"
+            f" in the BMC (ipmitool sdr type Temperature; nvidia-smi -q -d "
+            f"TEMPERATURE{_dash_i(f)})")
+
+
+def _shm(f: Finding, host: Host) -> str:
+    return ("give the job a larger /dev/shm (docker or podman --shm-size, a Kubernetes "
+            "emptyDir of medium Memory on /dev/shm) and restart it")
+
+
+def _nccl_version(f: Finding, host: Host) -> str:
+    return ("run one NCCL version on every rank (the same container image or module on every "
+            "node) and restart the job")
+
+
+def _nccl(f: Finding, host: Host) -> str | None:
+    """A job setting the finding names (NCCL_IB_DISABLE=1), or the finding it points to."""
+    text = f"{f.title} {f.explanation}"
+    env = re.search(r"\b(NCCL_[A-Z0-9_]{1,40})=(\S{1,40}?)[,;:)]?(?:\s|$)", text)
+    if env and f.action is Action.FIX_CONFIG:
+        return (f"unset {env.group(1)}={env.group(2)} in the job's environment (its launch "
+                "script or container) and rerun it; NCCL_DEBUG=INFO then shows the transport "
+                "it picks")
+    see = re.search(r"\bsee ((?:nccl|ib|topology)\.[a-z0-9-]+)", f.explanation)
+    if see and see.group(1) != f.id:
+        return (f"fix what {see.group(1)} names, then rerun the test (all_reduce_perf) to "
+                "check the bandwidth")
+    return None
+
+
+def _xid(f: Finding, host: Host) -> str | None:
+    from gputriage.knowledge.xid import xid_info
+
+    code = _code(f.id)
+    if code in (79,):
+        return _lost_gpu(f, host) if f.action is Action.DRAIN_AND_REPAIR else None
+    if code in (64, 157) and f.action is Action.DRAIN_AND_REPAIR:
+        return _rma(f, host)
+    if code in (48, 63, 94, 95, 140, 156, 171) and f.action is Action.RESET_GPU:
+        return _remap_check(f, host)
+    if code in (119, 120):
+        return _gsp(f, host)
+    if code in (74, 136, *range(144, 151)):
+        return _nvlink(f, host) if f.action in (Action.RESET_GPU, Action.DRAIN_AND_REPAIR) \
+            else None
+    info = xid_info(code) if code is not None else None
+    bucket = info.nvidia_bucket if info is not None else None
+    if bucket == "CHECK_MECHANICALS":
+        return (f"check {what(f, host)}'s power cables, seating and cooling (ipmitool sel "
+                "list shows the BMC's power and thermal events)")
+    if bucket == "UPDATE_SWFW":
+        return (f"update the driver on {host.name} and the firmware of {what(f, host)} to "
+                "matching releases, then run gputriage check again")
+    if f.action is Action.RESET_GPU:
+        return "if it recurs after the reset, drain it for repair"
+    return None
+
+
+def _sxid(f: Finding, host: Host) -> str | None:
+    if f.action is not Action.DRAIN_AND_REPAIR:
+        return None
+    return ("reboot it (a fatal SXid needs the GPUs and NVSwitches reset together) and, if the "
+            "SXid returns, capture nvidia-bug-report.sh and open a case for the NVSwitch "
+            "baseboard")
+
+
+def _code(fid: str) -> int | None:
+    tail = fid.rsplit(".", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def _kernel(f: Finding, host: Host) -> str | None:
+    """kernel.* findings: the repair of the family each names."""
+    name = f.id.split(".", 1)[1]
+    if name.startswith("gsp"):
+        return _gsp(f, host)
+    if name.startswith("pcie"):
+        return _pcie(f, host)
+    if name == "nvlink-error":
+        return _nvlink(f, host)
+    if name in ("link-down", "link-flaps", "link-down-at-boot", "netdev-tx-timeout"):
+        return _link(f, host)
+    if name == "peermem-load-failed":
+        return _peermem_build(f, host)
+    if name == "host-memory-error":
+        return ("replace the failing DIMM: the BMC's event log (ipmitool sel list) or "
+                "edac-util -v names it")
+    if name == "hardware-error":
+        return "read the BMC's event log (ipmitool sel list) and replace the part it names"
+    return None
+
+
+def _expected(f: Finding) -> str | None:
+    """What the expectations file states, as the finding's title quotes it."""
+    m = re.search(r"\bexpected (\S+(?: or later)?)", f.title)
+    return m.group(1).rstrip(",;") if m else None
+
+
+def _expect_driver(f: Finding, host: Host) -> str:
+    want = _expected(f) or "expected"
+    return (f"install the {want} driver (kernel module and userspace together, and the "
+            f"fabric manager of the same version where NVSwitches are) on {host.name}, then "
+            "reboot; nvidia-smi and /proc/driver/nvidia/version should both show it")
+
+
+def _expect_cuda(f: Finding, host: Host) -> str:
+    want = _expected(f) or "the expected version"
+    return (f"install a driver that supports CUDA {want} on {host.name}, then reboot; "
+            "nvidia-smi shows the CUDA version the driver supports")
+
+
+def _expect_model(f: Finding, host: Host) -> str:
+    return ("compare nvidia-smi -L with the node's record: replace the swapped board, or "
+            "correct /etc/gputriage/expect.toml (or the node's pool) if the node is meant "
+            "to hold these GPUs")
+
+
+def _expect_switches(f: Finding, host: Host) -> str:
+    return ("power-cycle it; if lspci -d 10de: still lists fewer NVSwitches than "
+            "expect.toml states, have the NVSwitch baseboard repaired")
+
+
+def _expect_ib(f: Finding, host: Host) -> str:
+    return ("check the cable, transceiver and switch port of each port it names (ibstat; the "
+            "switch's port counters) and replace what fails; ibstat should then show them "
+            "Active at the expected rate")
+
+
+def _expect_mig(f: Finding, host: Host) -> str:
+    mode = "1" if "not enabled" in f.title else "0"
+    return (f"set MIG mode on the idle GPUs (nvidia-smi -mig {mode}{_dash_i(f)}), reset them "
+            "(nvidia-smi -r) and find out what changed it")
+
+
+def _expect_hugepages(f: Finding, host: Host) -> str | None:
+    m = re.search(r"of (\d+) kB reserved, expected (\d+)", f.title)
+    if not m:
+        return None
+    size, want = m.groups()
+    return (f"reserve {want} pages: echo {want} > /sys/kernel/mm/hugepages/hugepages-{size}kB"
+            "/nr_hugepages now, and at boot with hugepages= on the kernel command line")
+
+
+def _devnodes(f: Finding, host: Host) -> str:
+    return ("recreate the device nodes: nvidia-modprobe -c N for each GPU N and "
+            "nvidia-modprobe -u -c=0 (or reboot), then ls -l /dev/nvidia* matches the GPUs")
+
+
+BY_ID: dict[str, Repair] = {
+    "xid.79": _lost_gpu, "gpu.missing": _lost_gpu, "nvidia-smi.gpu-lost": _lost_gpu,
+    "driver.no-gpus-on-pci": _missing_boards, "gpu.count-unexpected": _missing_boards,
+    "gpu.board-short": _missing_boards, "host.gpus-gone": _missing_boards,
+    "expect.gpu-count": _missing_boards, "expect.gpu-model": _expect_model,
+    "expect.driver": _expect_driver, "expect.cuda": _expect_cuda,
+    "expect.nvswitch-count": _expect_switches, "expect.pcie": _pcie,
+    "expect.infiniband": _expect_ib, "expect.mig": _expect_mig,
+    "expect.persistence": _persistence, "expect.hugepages": _expect_hugepages,
+    "driver.version-mismatch": _version_mismatch, "driver.not-loaded": _not_loaded,
+    "nvidia-smi.cannot-communicate": _not_loaded, "nvidia-smi.no-permission": _permissions,
+    "nvidia-smi.nvml-init-failed": _version_mismatch,
+    "fabric.manager-inactive": _fabric_manager, "fabric.manager-not-needed": _fabric_manager,
+    "fabric.state-not-completed": _fabric_state,
+    "module.nvidia-uvm-missing": _module("nvidia_uvm"),
+    "module.peermem-missing": _module("nvidia_peermem"),
+    "memory.remap-failed": _rma, "memory.remap-exhausting": _rma,
+    "memory.retired-pages-limit": _rma, "memory.ecc-disabled": _ecc_off,
+    "clocks.hw-power-brake": _power_brake, "clocks.hw-slowdown": _thermal,
+    "clocks.hw-thermal-slowdown": _thermal, "clocks.sw-thermal-slowdown": _cooling,
+    "thermal.near-limit": _cooling, "power.at-limit": _power_limit,
+    "hugepages.not-reserved": _hugepages, "topology.nic-far": _nic_far,
+    "topology.numa-balancing": _numa_balancing, "gpu.reset-blocked": _reset_blocked,
+    "nccl.shared-mem-exceeded": _shm, "nccl.version-mismatch": _nccl_version,
+    "devnode.wrong-number": _devnodes,
+}
+BY_FAMILY: tuple[tuple[str, Repair], ...] = (
+    ("xid.", _xid), ("sxid.", _sxid), ("kernel.", _kernel), ("nvlink.", _nvlink),
+    ("pcie.", _pcie), ("ib.", _ib_port), ("memory.", _memory),
+    ("persistence.", _persistence), ("nccl.", _nccl),
+)
+
+
+def repair(f: Finding, host: Host) -> str | None:
+    """The repair the table knows for this finding's id or family; None: only the
+    action's frame applies."""
+    fn = BY_ID.get(f.id) or next((r for prefix, r in BY_FAMILY if f.id.startswith(prefix)),
+                                 None)
+    return fn(f, host) if fn is not None else None
+
+
+# --- filling in ----------------------------------------------------------------------------
+
+def step_for(f: Finding, host: Host) -> str | None:
+    """The concrete next step of one finding; None when it asks for no action."""
+    frame = FRAMES.get(f.action)
+    if frame is None:
+        return None
+    try:
+        fix = repair(f, host)
+    except Exception:  # advice never breaks a check: fall back to the action's frame
+        fix = None
+    return frame(f, host, fix)
 
 
 def fill(findings: list[Finding], facts: Any) -> list[Finding]:
-    """The findings, each with its concrete next step (not yet: as given)."""
-    return list(findings)
+    """The findings, each current one that asks for an action with its concrete next
+    step (history, acknowledged findings and folded consequences get none)."""
+    if not any(f.current and f.action is not Action.NONE for f in findings):
+        return list(findings)
+    host = Host.of(facts)
+    out = []
+    for f in findings:
+        step = step_for(f, host) if f.current and not f.step else None
+        out.append(replace(f, step=step) if step else f)
+    return out
+

@@ -22,13 +22,14 @@ from gputriage.views.status import exit_status, verdict
 __all__ = ["ACTION_ORDER", "NextAction", "Triage", "build_triage", "next_actions",
            "triage_snapshot"]
 
-# Most drastic first: the order the next actions are listed in.
+# Most drastic first: the order the next actions of one severity are listed in.
 ACTION_ORDER = (Action.DRAIN_AND_REPAIR, Action.REBOOT_NODE, Action.RESET_GPU,
-                Action.FIX_SOFTWARE, Action.FIX_CONFIG, Action.RESTART_JOB)
+                Action.PLAN_REPAIR, Action.FIX_SOFTWARE, Action.FIX_CONFIG, Action.RESTART_JOB)
 _ACTION_TEXT = {
     Action.DRAIN_AND_REPAIR: "cordon, drain and send for hardware repair",
     Action.REBOOT_NODE: "reboot the node",
     Action.RESET_GPU: "reset the GPU(s)",
+    Action.PLAN_REPAIR: "repair at the next maintenance window",
     Action.FIX_SOFTWARE: "upgrade or fix the software",
     Action.FIX_CONFIG: "fix the configuration",
     Action.RESTART_JOB: "restart the job / look at the application",
@@ -37,16 +38,30 @@ _ACTION_TEXT = {
 
 @dataclass(frozen=True)
 class NextAction:
-    """One action and everything it applies to."""
+    """One next step and everything it applies to: the findings it closes and their
+    GPUs / units."""
 
     action: Action
     targets: tuple[str, ...]  # scope labels: "node", "GPU 3 0000:5d:00.0", "unit ..."
     findings: tuple[str, ...]  # finding ids that call for it
+    step: str | None = None  # the concrete step (None: the findings carry none)
+    severity: Severity = Severity.WARNING  # the worst of those findings
+    consequences: tuple[str, ...] = ()  # ids folded into those findings: closed with them
+
+    @property
+    def closes(self) -> tuple[str, ...]:
+        """Every finding id the step closes: its findings, then their consequences."""
+        return tuple(dict.fromkeys((*self.findings, *self.consequences)))
 
     @property
     def text(self) -> str:
-        """What to do, in words."""
+        """The action in words (its vocabulary label)."""
         return _ACTION_TEXT.get(self.action, self.action.value)
+
+    @property
+    def says(self) -> str:
+        """What to do: the concrete step, else the action in words."""
+        return self.step or self.text
 
 
 @dataclass
@@ -71,20 +86,27 @@ class Triage:
 
 
 def next_actions(findings: list[Finding]) -> list[NextAction]:
-    """Deduplicated actions, most drastic first, with their targets and findings."""
-    targets: dict[Action, list[str]] = {}
-    ids: dict[Action, list[str]] = {}
+    """The next steps of the current findings, deduplicated (one per distinct step;
+    findings without one, one per action), worst first, then most drastic first, each
+    with the findings it closes and their targets."""
+    groups: dict[tuple[Action, str | None], list[Finding]] = {}
     for f in findings:
-        if f.action == Action.NONE:
-            continue
-        label = f.scope.label()
-        if label not in targets.setdefault(f.action, []):
-            targets[f.action].append(label)
-        if f.id not in ids.setdefault(f.action, []):
-            ids[f.action].append(f.id)
+        if f.current and f.action is not Action.NONE:
+            groups.setdefault((f.action, f.step), []).append(f)
     rank = {a: i for i, a in enumerate(ACTION_ORDER)}
-    return [NextAction(a, tuple(targets[a]), tuple(ids[a]))
-            for a in sorted(targets, key=lambda a: rank.get(a, len(rank)))]
+    out = [_next_action(action, step, found) for (action, step), found in groups.items()]
+    return sorted(out, key=lambda a: (-a.severity.rank, rank.get(a.action, len(rank))))
+
+
+def _next_action(action: Action, step: str | None, found: list[Finding]) -> NextAction:
+    targets: list[str] = []
+    for f in found:
+        targets.extend(label for s in f.scopes if (label := s.label()) not in targets)
+    ids = tuple(dict.fromkeys(f.id for f in found))
+    worst = max((f.severity for f in found), key=lambda s: s.rank)
+    folded = tuple(dict.fromkeys(c.id for f in found for c in f.consequences
+                                 if c.id not in ids))
+    return NextAction(action, tuple(targets), ids, step, worst, folded)
 
 
 def build_triage(result: Result, diff: Diff | None = None,
@@ -96,16 +118,18 @@ def build_triage(result: Result, diff: Diff | None = None,
 
 
 def triage_snapshot(snapshot: Any, window: Any = None, baseline: str | None = None,
-                    label: str = "now") -> Triage:
-    """Analyse ``snapshot`` and, when ``baseline`` names an input (anything
-    ``diff`` accepts), diff it against that baseline; InputError when the
-    baseline cannot be read."""
+                    label: str = "now", context: Any = None) -> Triage:
+    """Analyse ``snapshot`` (with the expectations and acknowledgements of
+    ``context``) and, when ``baseline`` names an input (anything ``diff`` accepts),
+    diff it against that baseline; InputError when the baseline cannot be read."""
     from gputriage.diff import diff_views, load_view, view_from_result
     from gputriage.engine import analyze_facts
     from gputriage.facts import Facts
     from gputriage.logwindow import LogWindow
 
     facts = Facts(snapshot, window=window or LogWindow())
+    if context is not None:
+        facts.context = context
     result = analyze_facts(facts)
     diff = None
     if baseline is not None:

@@ -52,7 +52,7 @@ def ack(finding: str | None, gpu: str | None, reason: str | None, until: str | N
     gputriage ack --clear 3"""
     from datetime import datetime, timezone
 
-    from gputriage import acks
+    from gputriage import acks, ackstore
     from gputriage.history import HistoryError, default_state_dir
     from gputriage.parsers.base import normalize_bus_id
 
@@ -61,9 +61,9 @@ def ack(finding: str | None, gpu: str | None, reason: str | None, until: str | N
     now = datetime.now(timezone.utc).replace(microsecond=0)
     try:
         if show:
-            return _list(acks.load(where), as_json, now)
+            return _list(ackstore.load(where), as_json, now)
         if clear_id is not None:
-            if not acks.clear(where, clear_id, now):
+            if not ackstore.clear(where, clear_id, now):
                 raise click.UsageError(f"no open acknowledgement {clear_id}")
             env.stdout.write(f"acknowledgement {clear_id} withdrawn\n")
             return None
@@ -78,7 +78,7 @@ def ack(finding: str | None, gpu: str | None, reason: str | None, until: str | N
             expires = acks.parse_until(until, now)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--until") from None
-        done = acks.record(where, acks.Ack(None, now, who or _who(), reason.strip(),
+        done = ackstore.record(where, acks.Ack(None, now, who or _who(), reason.strip(),
                                            finding, bus, host, expires))
     except HistoryError as exc:
         raise click.ClickException(f"history: {exc}") from None

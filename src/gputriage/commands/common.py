@@ -56,7 +56,8 @@ def log_window(since: str | None, boot: str | None) -> Any:
 
     try:
         return LogWindow(boot=parse_boot(boot) if boot is not None else None,
-                         since=parse_since(since) if since is not None else None)
+                         since=parse_since(since) if since is not None else None,
+                         since_text=since)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since/--boot") from None
 

@@ -116,7 +116,8 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool,
            boot: str | None) -> None:
     """The incident screen: what changed (with --baseline), the critical findings with
     node-or-job blame, the next actions most drastic first. PATHs as for analyze; none:
-    collect this host as check does. Exit status as for check."""
+    collect this host as check does (its expectations file and acknowledgements apply).
+    Exit status as for check."""
     from gputriage.triage import triage_snapshot
     from gputriage.views.triage import render_triage, triage_to_json
 
@@ -131,12 +132,17 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool,
 
         from gputriage.collect import CollectOptions
         from gputriage.collect import collect as do_collect
+        from gputriage.commands.common import load_expectations
+        from gputriage.commands.host import host_acks
+        from gputriage.context import CheckContext
         from gputriage.snapshot import Snapshot
 
+        context = CheckContext(expectations=load_expectations(None, default=True),
+                               acks=tuple(host_acks(None)), now=env.live_host().now())
         opts = CollectOptions(timeout_s=timeout, deadline_s=deadline)
         with tempfile.TemporaryDirectory(prefix="gputriage-") as tmp:
             path = do_collect(env.live_host(), f"{tmp}/snapshot", opts)
-            t = triage_snapshot(Snapshot.load(path), window, baseline, "this host")
+            t = triage_snapshot(Snapshot.load(path), window, baseline, "this host", context)
     if as_json:
         env.write_json(triage_to_json(t), ensure_ascii=False)
     else:

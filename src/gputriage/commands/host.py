@@ -132,7 +132,7 @@ def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: f
         if extra is not None:
             snapshot.merge(extra)
         context = CheckContext(expectations=expectations,
-                               acks=tuple(_acks(hist["state_dir"])), now=now,
+                               acks=tuple(host_acks(hist["state_dir"])), now=now,
                                job_faults_fail=job_faults_fail)
         result = analyze(snapshot, window, context)
     if extra is None and not redact:  # tokens would read as changes against the history
@@ -140,14 +140,14 @@ def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: f
     report_result(result, as_json, verbose)
 
 
-def _acks(state_dir: str | None) -> list:
+def host_acks(state_dir: str | None) -> list:
     """The acknowledgements in the history directory; a problem reading them is one
     stderr line, and none apply."""
-    from gputriage import acks
+    from gputriage import ackstore
     from gputriage.history import CorruptHistory, HistoryError, default_state_dir
 
     try:
-        return acks.load(state_dir or default_state_dir())
+        return ackstore.load(state_dir or default_state_dir())
     except CorruptHistory:
         return []  # recording the check moves it aside, and says so
     except HistoryError as exc:

@@ -54,7 +54,7 @@ def logs(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None
 
     env = current_env()
     window = log_window(since, boot)
-    scan = scan_paths(list(paths))  # opens, sniffs and reads each input once
+    scan = scan_paths(list(paths), shape=True)  # opens, sniffs and reads each input once
     result, events = _judge_scan(scan, window)
     lanes = build_timeline(events)
     if as_json:

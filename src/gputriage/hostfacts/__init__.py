@@ -6,6 +6,7 @@ parser in :mod:`gputriage.sources` is a fact of its own name.
 
 from gputriage.factbase import Fact, merge
 from gputriage.hostfacts import (
+    expectations,
     fabric,
     host,
     identity,
@@ -13,6 +14,7 @@ from gputriage.hostfacts import (
     nccl,
     nccl_bandwidth,
     pcie,
+    resets,
     smi_views,
     stack,
     topology,
@@ -22,4 +24,5 @@ __all__ = ["REGISTRY"]
 
 REGISTRY: dict[str, Fact] = merge(stack.FACTS, host.FACTS, fabric.FACTS, infiniband.FACTS,
                                   nccl.FACTS, nccl_bandwidth.FACTS, pcie.FACTS,
-                                  topology.FACTS, smi_views.FACTS, identity.FACTS)
+                                  topology.FACTS, smi_views.FACTS, identity.FACTS,
+                                  expectations.FACTS, resets.FACTS)

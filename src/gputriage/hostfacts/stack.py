@@ -167,13 +167,45 @@ def log_scan(facts: Facts) -> Any:
     cap = facts.snapshot.get("kernel_log")
     if cap is None:
         raise Missing(facts.snapshot.missing_reason("kernel_log"))
+    scanned = getattr(cap, "scan", None)  # a large log scanned whole (ingest.streamed)
+    if scanned is not None:
+        return scanned
     return scan_text(cap.text or "", cap.origin or "kernel_log")
 
 
 @FACTS.fact("log_events")
 def log_events(facts: Facts) -> list[kernel_events.DriverEvent]:
-    """Kernel-log events inside the log window, in log order."""
-    return [ev for ev in facts.get("log_scan").events if facts.window.admits(ev)]
+    """Kernel-log events inside the log window, in log order; a ``--boot`` the log does
+    not hold is a usage error (``NoSuchBoot``), never an empty, healthy window."""
+    scan = facts.get("log_scan")
+    facts.window.check_boot(scan.boots)
+    return [ev for ev in scan.events if facts.window.admits(ev)]
+
+
+# problem lines of the readers that say part of an input was left out
+_NOT_READ_MARKS = ("only the last", "not read", "not a kernel log", "unrecognised content",
+                   "binary data")
+
+
+@FACTS.fact("not_read")
+def not_read(facts: Facts) -> list[str]:
+    """What the judgement leaves out, and why, one line each: inputs or parts of them
+    not read (caps, budgets, refused inputs), kernel-log lines that could not be
+    decoded, and the events the log window (``--since``, ``--boot``) excludes."""
+    out = [p for p in facts.snapshot.problems if any(m in p for m in _NOT_READ_MARKS)]
+    for name, cap in sorted(facts.snapshot.captures.items()):
+        rec = cap.record or {}
+        if rec.get("truncated") and "origin" not in rec:  # cut by the collector
+            out.append(f"{name}: longer than the collection cap; only its tail was read")
+    scan = facts.maybe("log_scan")
+    if scan is not None:
+        facts.window.check_boot(scan.boots)
+        out.extend(p for p in scan.problems if p not in out)
+        if scan.skipped:
+            out.append(f"kernel log: {scan.skipped:,} candidate line"
+                       f"{'s' if scan.skipped != 1 else ''} cut or not decodable, not judged")
+        out.extend(facts.window.excluded(scan.events))
+    return out
 
 
 @FACTS.fact("driver_events")

@@ -295,19 +295,26 @@ def load_inputs(paths: Sequence[str]) -> Snapshot:
     """
     if not paths:
         raise InputError(f"no input given; {EXPECTED}")
+    from gputriage.ingest.streamed import LargeLogs
+
+    large = LargeLogs()  # large kernel logs: scanned whole, never held (ingest.streamed)
     good: list[Snapshot] = []
     failed: list[str] = []
     for path in paths:
         try:
-            good.append(load_input(path))
+            if not large.take(path):
+                good.append(load_input(path))
         except InputError as exc:
             failed.append(str(exc))
-    if not good:
+    if not good and not large.paths:
         if len(failed) == 1:
             raise InputError(failed[0])
         raise InputError("no input could be read: " + "; ".join(failed))
-    snap = good[0]
+    snap = good[0] if good else None
     for other in good[1:]:
+        assert snap is not None
         snap.merge(other)
+    snap = large.snapshot(snap)
+    assert snap is not None
     snap.problems.extend(failed)
     return snap

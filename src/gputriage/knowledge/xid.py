@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from gputriage.model import Action, Blame, Severity
+from gputriage.model import Action, Blame, Severity, inconsistency
 from gputriage.parsers.kernel_model import EventKind
 
 ORIGINS = frozenset({"hardware", "driver", "application", "memory", "system", "thermal",
@@ -83,6 +83,14 @@ def _origins(raw: str) -> tuple[str, ...]:
     return found
 
 
+def _verdict(table: str, code: int, severity: Severity, action: Action, blame: Blame) -> None:
+    """A row's severity, action and blame must go together (a draining action is for
+    a critical node fault only): ValueError naming the row when they do not."""
+    why = inconsistency(severity, action, blame)
+    if why:
+        raise ValueError(f"{table} row {code}: {why}")
+
+
 def _event_kind(raw: str) -> str | None:
     kind = _opt(raw)
     return None if kind is None else EventKind(kind).value  # ValueError when unknown
@@ -112,6 +120,7 @@ def _xids() -> dict[int, XidInfo]:
             legacy=row["legacy"] == "yes",
             kernel_event=_event_kind(row["kernel_event"]),
         )
+        _verdict("xid.csv", info.code, info.severity, info.action, info.blame)
         table[info.code] = info
     return table
 
@@ -136,6 +145,7 @@ def _sxids() -> dict[int, SxidInfo]:
             origins=_origins(row["origins"]),
             bucket=_opt(row["bucket"]),
         )
+        _verdict("sxid.csv", info.code, info.severity, info.action, info.blame)
         table[info.code] = info
     return table
 

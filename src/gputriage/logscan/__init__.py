@@ -71,6 +71,7 @@ from gputriage.logscan.timeline import BootInfo, InputResult, LogScan, merge
 __all__ = ["ANCHORS", "BootInfo", "LogScan", "ScanConfig", "scan_paths", "scan_text"]
 
 _SNIFF = 64 << 10  # a large plain file's first bytes tested for binary data
+_SHAPE_BYTES = 256 << 10  # the head whose first lines must be log records (``shape``)
 
 
 def _workers(config: ScanConfig) -> int:
@@ -145,11 +146,28 @@ def _not_text(name: str) -> InputError:
     return InputError(f"{name}: binary data, not a text log")
 
 
-def _checked(inp: Input, chunks: Iterator[bytes | bytearray]) -> Iterator[bytes | bytearray]:
-    """``chunks`` again, once the first (decompressed) one was found to be text."""
+def _shape_check(name: str, head: bytes | bytearray) -> None:
+    """InputError unless the first lines of ``head`` are kernel-log records (a document,
+    a table or code that quotes an Xid is not judged as a log)."""
+    from gputriage.parsers.kernel_log import shape_refusal
+
+    lines = bytes(head[:_SHAPE_BYTES]).decode("utf-8", errors="replace").splitlines()
+    if len(head) > _SHAPE_BYTES and len(lines) > 1:
+        lines.pop()  # cut in the middle
+    why = shape_refusal(name, lines)
+    if why:
+        raise InputError(why)
+
+
+def _checked(inp: Input, chunks: Iterator[bytes | bytearray], shape: bool = False
+             ) -> Iterator[bytes | bytearray]:
+    """``chunks`` again, once the first (decompressed) one was found to be text (and,
+    with ``shape``, a kernel log)."""
     first = next(chunks, b"")
     if is_binary(first, stream=inp.kind != FILE):
         raise _not_text(inp.name)
+    if shape:
+        _shape_check(inp.name, first)
     yield first
     del first  # let the buffer pool reuse it
     yield from chunks
@@ -159,9 +177,10 @@ class _Scanner:
     """Scans the inputs of one :func:`scan_paths` call, each into an
     :class:`InputResult`; worker processes are started when a large plain file comes."""
 
-    def __init__(self, now: datetime, config: ScanConfig, pool: ThreadPoolExecutor | None
-                 ) -> None:
+    def __init__(self, now: datetime, config: ScanConfig, pool: ThreadPoolExecutor | None,
+                 shape: bool = False) -> None:
         self.now = now
+        self.shape = shape
         self.config = config
         self.pool = pool
         self.procs: ForkWorkers | Literal[False] | None = None
@@ -175,6 +194,8 @@ class _Scanner:
         if size >= self.config.process_min:
             if is_binary(os.pread(fh.fileno(), _SNIFF, 0), False):
                 raise _not_text(name)
+            if self.shape:
+                _shape_check(name, os.pread(fh.fileno(), _SHAPE_BYTES + 1, 0))
             if self.procs is None:
                 self.procs = process_pool(_workers(self.config)) or False
             if self.procs:
@@ -184,22 +205,27 @@ class _Scanner:
                 except WorkerDied:  # a worker died: read this one here
                     self.procs = False
         workers = _workers(self.config)
-        chunks = _checked(inp, file_chunks(fh, name, self.problems, self.config, workers))
+        chunks = _checked(inp, file_chunks(fh, name, self.problems, self.config, workers),
+                          self.shape)
         return _scan_one(name, chunks, order, self.now, self.pool, self.problems, self.config)
 
 
 def scan_paths(paths: Sequence[str], *, now: datetime | None = None,
-               config: ScanConfig = DEFAULT) -> LogScan:
+               config: ScanConfig = DEFAULT, shape: bool = False,
+               texts: Sequence[tuple[str, str]] = ()) -> LogScan:
     """Scan kernel-log files (plain, .gz, .xz, .bz2; ``-`` = stdin, pipes, FIFOs) as one
     timeline. Inputs are opened by :func:`gputriage.inputs.open_input` (devices refused,
-    streams read under its budgets); one whose first block is binary is not read on.
+    streams read under its budgets); one whose first block is binary is not read on,
+    nor (with ``shape``) one whose first lines are not log records
+    (:func:`gputriage.parsers.kernel_log.shape_refusal`). ``texts``: ``(origin, text)``
+    kernel logs already in memory, joined to the same timeline.
 
     Raises :class:`InputError` only when no input could be read at all."""
     results: list[InputResult] = []
     failures: list[str] = []
     workers = _workers(config)
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
-    scanner = _Scanner(now or datetime.now(timezone.utc), config, pool)
+    scanner = _Scanner(now or datetime.now(timezone.utc), config, pool, shape)
     try:
         for order, path in enumerate(paths):
             name = "<stdin>" if path == "-" else str(path)
@@ -216,6 +242,10 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None,
                 failures.append(str(exc))
             finally:
                 inp.close()
+        for order, (origin, text) in enumerate(texts, len(paths)):
+            data = text.encode("utf-8", errors="surrogatepass")
+            results.append(_scan_one(origin, _text_chunks(data), order, scanner.now, pool,
+                                     scanner.problems, config))
     finally:
         if pool is not None:
             pool.shutdown()

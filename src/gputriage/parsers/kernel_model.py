@@ -38,6 +38,7 @@ class EventKind(str, Enum):
     SEGFAULT = "segfault"
     HUNG_TASK = "hung-task"
     SOFT_LOCKUP = "soft-lockup"
+    DRIVER_LOAD = "driver-load"  # the nvidia module (re)loaded: every GPU re-initialised
 
     def __str__(self) -> str:
         return self.value

@@ -156,6 +156,14 @@ def _gsp_dump(line: LogLine, msg: str, m: Match | None) -> Found:
                       {**gpu_details(msg), "dump": "yes"})
 
 
+def _driver_load(line: LogLine, msg: str, m: Match | None) -> Found:
+    """The module's banner, printed once its probe is done: the driver was (re)loaded."""
+    assert m is not None
+    details = {"driver_version": m.group("ver"),
+               "open": "yes" if "Open" in m.group("flavour") else "no"}
+    return make_event(K.DRIVER_LOAD, line, None, details)
+
+
 def _nothing(line: LogLine, msg: str, m: Match | None) -> Found:
     """The line belongs to the row above but proves nothing (no later row applies)."""
     return []
@@ -273,6 +281,8 @@ def _wrap(build: Callable[[LogLine, str, Match], DriverEvent]) -> Builder:
 _GSP_TIMEOUT = re.compile(r"Timeout after \d{1,6}s of waiting for RPC response|(?i:gsp rpc "
                           r"timeout|_kgsprpcrecvpoll|timeout waiting for rpc from gsp|rate "
                           r"limiting gsp rpc)")
+_DRIVER_LOAD = re.compile(r"NVRM: loading NVIDIA UNIX (?P<flavour>[\w ]{0,40}?Kernel Module)"
+                          r"(?: for [\w-]{1,16})?\s+(?P<ver>\d{2,4}\.\d{1,4}(?:\.\d{1,4})?)\b")
 _RESET_REQUIRED = re.compile(r"NV_ERR_RESET_REQUIRED|(?i:gpu reset required)")
 _GSP_DUMP = ("_kgspLogXid119", "RPC history (CPU -> GSP)")
 _AER_LINE = ("error received", "PCIe Bus Error")
@@ -328,6 +338,9 @@ EVENTS: tuple[EventPattern, ...] = (
       "'/sbin/modprobe nvidia-drm' failed with exit code 1.", regex=UDEV_MODPROBE),
     P(K.MODULE_LOAD_FAILED, ("nvidia",), ("nvidia",), _module_load,
       "[    5.120311] nvidia: Unknown symbol drm_gem_object_free (err -2)", regex=SYMBOL),
+    P(K.DRIVER_LOAD, ("NVRM:",), ("NVRM: loading NVIDIA UNIX",), _driver_load,
+      "[    6.060263] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 "
+      "18:56:32 UTC 2023", regex=_DRIVER_LOAD),
     # GSP firmware
     P(K.GSP_RPC_TIMEOUT, ("NVRM:",), _GSP_DUMP, _gsp_dump,
       "[349507.527722] NVRM: GPU0 RPC history (CPU -> GSP):",

@@ -14,7 +14,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
+from gputriage.model import (
+    DRAINING_ACTIONS,
+    NODE,
+    Action,
+    Blame,
+    Evidence,
+    Finding,
+    Occurrences,
+    Scope,
+    Severity,
+)
 
 RuleFunc = Callable[..., Iterable[Finding]]
 
@@ -79,6 +89,16 @@ def finding(fid: str, severity: Severity, title: str, explanation: str, action: 
             references: Iterable[str] = (), occurrences: Occurrences | None = None) -> Finding:
     return Finding(fid, severity, title, explanation, action, blame, scope,
                    merge_evidence(evidence), tuple(references), occurrences)
+
+
+def action_for(severity: Severity, action: Action,
+               instead: Action = Action.PLAN_REPAIR) -> Action:
+    """``action`` as far as ``severity`` allows it: an action that takes the node or
+    a GPU out of service is for a critical finding only, so a warning asks for
+    ``instead`` (the repair planned for the next window) and information for none."""
+    if action not in DRAINING_ACTIONS or severity is Severity.CRITICAL:
+        return action
+    return instead if severity is Severity.WARNING else Action.NONE
 
 
 def merge_evidence(items: Iterable[Evidence]) -> tuple[Evidence, ...]:

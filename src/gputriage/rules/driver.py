@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
+from gputriage.hostfacts.expectations import GpuTraces
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.driver import KernelModuleVersion, LibFile, ModuleVersions
 from gputriage.parsers.kernel_events import DriverEvent
@@ -24,30 +25,41 @@ def _pci_line(f: PciFunction) -> str:
 
 
 @rule("driver.presence",
-      produces=("driver.not-loaded", "host.not-gpu-host", "driver.no-gpus-on-pci"))
+      produces=("driver.not-loaded", "host.not-gpu-host", "driver.no-gpus-on-pci",
+                "host.gpus-gone"))
 def driver_presence(pci: list[PciFunction], pci_gpus: list[PciFunction], pci_source: str,
                     driver_loaded: bool | None = None, modules: dict[str, Module] | None = None,
-                    driver_events: Sequence[DriverEvent] = ()) -> Iterator[Finding]:
-    """NVIDIA GPUs on the PCI bus need the nvidia kernel module; a host with
-    neither is simply not a GPU host."""
+                    driver_events: Sequence[DriverEvent] = (),
+                    gpu_traces: GpuTraces | None = None) -> Iterator[Finding]:
+    """NVIDIA GPUs on the PCI bus need the nvidia kernel module; a host with neither
+    is not a GPU host, unless the kernel log, device nodes or the loaded module show
+    it had GPUs: then they are gone."""
     gpus = pci_gpus
     loaded = driver_loaded
     if not gpus:
+        if gpu_traces is not None and gpu_traces.evidence:
+            yield _gpus_gone(pci, pci_source, gpu_traces)
+            return
         if loaded:
             yield finding(
                 "driver.no-gpus-on-pci", Severity.WARNING,
                 "nvidia kernel module loaded but no NVIDIA GPU on the PCI bus",
                 "The driver is loaded yet the PCI bus shows no NVIDIA GPU function: GPUs "
                 "that fell off the bus hard disappear from PCI too. Check lspci and the "
-                "kernel log; a power cycle brings back a GPU that dropped off.",
-                Action.DRAIN_AND_REPAIR, Blame.NODE)
+                "kernel log; if this node should have GPUs, drain it and power-cycle it: "
+                "that brings back a GPU that dropped off.",
+                Action.PLAN_REPAIR, Blame.NODE)
             return
+        hints = gpu_traces.hints if gpu_traces is not None else ()
         yield finding(
             "host.not-gpu-host", Severity.INFO,
             "no NVIDIA driver loaded and no NVIDIA PCI devices: not a GPU host",
-            "Nothing on this host calls for NVIDIA checks.", Action.NONE, Blame.UNKNOWN,
+            "Nothing on this host calls for NVIDIA checks." + (
+                " The NVIDIA driver is installed, though: if this node should have GPUs, "
+                "state how many in /etc/gputriage/expect.toml ([gpu] count) and the check "
+                "reports them missing." if hints else ""), Action.NONE, Blame.UNKNOWN,
             evidence=[evidence(pci_source, [f"{len(pci)} PCI functions of interest, none an "
-                                            "NVIDIA GPU"])])
+                                            "NVIDIA GPU"]), *hints])
         return
     if loaded is False:
         ev = [evidence(pci_source, [_pci_line(f) for f in gpus])]
@@ -68,6 +80,22 @@ def driver_presence(pci: list[PciFunction], pci_gpus: list[PciFunction], pci_sou
             "update without a rebuilt DKMS module, Secure Boot refusing an unsigned module, "
             "nouveau claiming the GPUs, or a failed driver install. The kernel log says "
             "which.", Action.FIX_SOFTWARE, Blame.NODE, evidence=ev)
+
+
+def _gpus_gone(pci: list[PciFunction], pci_source: str, traces: GpuTraces) -> Finding:
+    """No GPU on the PCI bus of a host that shows it had some."""
+    had = f"{len(traces.bus_ids)} GPUs" if len(traces.bus_ids) > 1 else "GPUs"
+    return finding(
+        "host.gpus-gone", Severity.CRITICAL,
+        f"GPUs gone: no NVIDIA GPU on the PCI bus, but this host had {had}",
+        "The PCI bus shows no NVIDIA GPU, yet the kernel log, the device nodes or the "
+        "driver show this host had them: they fell off the bus (Xid 79) or were removed, "
+        "and the driver let go of them. This is not a CPU host: drain the node, "
+        "power-cycle it (a reboot does not bring back a GPU that dropped off) and repair "
+        "the GPUs, riser or baseboard if they do not come back.",
+        Action.DRAIN_AND_REPAIR, Blame.NODE,
+        evidence=[evidence(pci_source, [f"{len(pci)} PCI functions of interest, none an "
+                                        "NVIDIA GPU"]), *traces.evidence])
 
 
 def _kernel_versions(km: KernelModuleVersion | None, mv: ModuleVersions | None) -> Versions:

@@ -18,6 +18,7 @@ from gputriage.hostfacts.fabric import (
 )
 from gputriage.hostfacts.stack import GpuSighting
 from gputriage.knowledge import GpuProfile
+from gputriage.knowledge import xid as catalog
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.fabricmanager import FmEntry, FmLog
 from gputriage.parsers.nvlink import (
@@ -108,16 +109,18 @@ def _unprofiled_or_pcie(gpu: NvlinkGpu, profile: GpuProfile | None,
             f"(links {_numbers(inactive)})",
             "gputriage has no profile for this GPU model, so it cannot tell how many "
             "links it should have; but some links are up and others are not, which "
-            "usually means a link that failed to train. Compare with identical nodes; "
-            "reset the GPU, and repair if the same links stay down.",
-            Action.RESET_GPU, Blame.NODE, scope, ev)
+            "usually means a link that failed to train. Compare with identical nodes; at "
+            "the next maintenance window reset the GPU, and repair it if the same links "
+            "stay down.",
+            Action.PLAN_REPAIR, Blame.NODE, scope, ev)
     return finding(
         "nvlink.links-down", Severity.WARNING,
         f"{label}: NVLink bridge partly trained, {active} of {len(gpu.links)} links up",
         f"This {profile.model} card has an NVLink bridge but only some of its links "
         "are active: a bridge not fully seated or a failing link. Peer traffic falls "
-        "back to PCIe on the missing links. Drain the node and reseat the bridge.",
-        Action.DRAIN_AND_REPAIR, Blame.NODE, scope, ev)
+        "back to PCIe on the missing links: slower, still correct. Reseat the bridge at "
+        "the next maintenance window (drain the node then).",
+        Action.PLAN_REPAIR, Blame.NODE, scope, ev)
 
 
 def _links_finding(gpu: NvlinkGpu, profile: GpuProfile, scope: Scope, single: bool,
@@ -165,8 +168,9 @@ def _links_finding(gpu: NvlinkGpu, profile: GpuProfile, scope: Scope, single: bo
             f"{label}: nvidia-smi lists {active} NVLinks, a {profile.model} has {expected}",
             "Fewer links than the model has are listed and none as inactive: a partly "
             "disabled fabric or a virtualised GPU. Compare with identical nodes and check "
-            "the NVLink bandwidth before scheduling multi-GPU jobs here.",
-            Action.DRAIN_AND_REPAIR, Blame.NODE, scope, ev)
+            "the NVLink bandwidth before scheduling multi-GPU jobs here; repair at the "
+            "next maintenance window if identical nodes list more.",
+            Action.PLAN_REPAIR, Blame.NODE, scope, ev)
     return None
 
 
@@ -221,8 +225,9 @@ def _errors_finding(visible: Visible | None, gpu: NvlinkErrorGpu) -> Finding | N
         "nvlink.errors", Severity.WARNING, title,
         "CRC and replay errors mean a link is corrupting data that has to be resent, and "
         "recovery errors mean it had to retrain: bandwidth drops and collectives slow "
-        "down or hang. If the counters keep rising, drain the node and reseat or repair "
-        f"the GPU or baseboard.{sat}", Action.DRAIN_AND_REPAIR, Blame.NODE, scope, ev)
+        "down or hang. If the counters keep rising, plan a repair: at the next window "
+        f"drain the node and reseat or repair the GPU or baseboard.{sat}",
+        Action.PLAN_REPAIR, Blame.NODE, scope, ev)
 
 
 # --- the fabric manager service ----------------------------------------------------------
@@ -429,9 +434,10 @@ def fabric_manager_log(fm_log: FmLog, needs_fabric_manager: FabricNeed | None = 
         return
     counts: dict[str, int] = {}
     for e in errors:
-        counts[e.event or "error"] = counts.get(e.event or "error", 0) + 1
+        counts[_event_of(e)] = counts.get(_event_of(e), 0) + 1
     worst = next((ev for ev in _CRITICAL_EVENTS if ev in counts), None)
-    critical = worst is not None or any(e.level == "fatal" for e in errors)
+    critical = worst is not None or any(e.level == "fatal" and not _never_fatal(e)
+                                        for e in errors)
     why, action = _log_advice(worst, critical)
     yield finding("fabric.manager-errors",
                   Severity.CRITICAL if critical else Severity.WARNING,
@@ -439,6 +445,19 @@ def fabric_manager_log(fm_log: FmLog, needs_fabric_manager: FabricNeed | None = 
                   Blame.NODE, Scope("unit", name=FM_UNIT),
                   [evidence(FM_SOURCE, _fm_lines(errors, 20),
                             f"{len(errors)} error record(s)" if len(errors) > 1 else None)])
+
+
+def _never_fatal(entry: FmEntry) -> bool:
+    """An NVSwitch error whose code the SXid catalog calls non-fatal, however logged."""
+    info = catalog.sxid_info(int(entry.code)) if entry.code and entry.code.isdigit() else None
+    return info is not None and not info.fatal
+
+
+def _event_of(entry: FmEntry) -> str:
+    """The entry's event, a "fatal" NVSwitch error the catalog calls non-fatal as one."""
+    if entry.event == "nvswitch-fatal" and _never_fatal(entry):
+        return "nvswitch-nonfatal"
+    return entry.event or "error"
 
 
 def _logged_errors(log: FmLog, need: FabricNeed | None, units: Units | None) -> list[FmEntry]:

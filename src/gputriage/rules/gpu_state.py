@@ -70,8 +70,8 @@ def gpu_error_state(smi_views: list[SmiView],
                 "gpu.error-state", Severity.WARNING,
                 f"{view.label}: nvidia-smi cannot read {', '.join(fields)} (ERR!)",
                 "The rest of the GPU reads fine, so a sensor or its reading path failed. "
-                f"Watch it; reset the GPU at the next drain.{seen}",
-                Action.RESET_GPU, Blame.NODE, view.scope, ev)
+                f"Watch it; reset the GPU at the next maintenance window.{seen}",
+                Action.PLAN_REPAIR, Blame.NODE, view.scope, ev)
 
 
 # --- GPU reset ---------------------------------------------------------------------------
@@ -144,8 +144,9 @@ def gpu_reset(gpu_resets: ResetLog) -> Iterator[Finding]:
                 f"{_label(bus)} could not be reset: {last.reason or 'reason not printed'}",
                 "The reset was refused for another reason than a client holding the GPU "
                 "(not supported here, the primary display GPU, or the GPU no longer "
-                "answering). A reboot resets every GPU of the node.",
-                Action.REBOOT_NODE, Blame.UNKNOWN, gpu_scope(bus), ev)
+                "answering). A reboot resets every GPU of the node: reboot it at the next "
+                "maintenance window, or now if the GPU's errors are critical.",
+                Action.PLAN_REPAIR, Blame.UNKNOWN, gpu_scope(bus), ev)
 
 
 # --- deviceQuery -------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from gputriage.hostfacts.infiniband import HcaAffinity
 from gputriage.model import Action, Blame, Finding, Scope, Severity
 from gputriage.parsers.infiniband import IbPort
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import action_for, evidence, finding, rule
 
 SYMBOL_ERROR_WARN = 10  # symbol errors since the counters were cleared (boot)
 LINK_ERROR_RECOVERY_WARN = 1  # link retrains
@@ -127,8 +127,12 @@ def port_not_active(ib_ports: list[IbPort],
                 Action.NONE, Blame.UNKNOWN, _scope(port),
                 [_evidence(port, note), _evidence(sibling)])
             continue
-        yield finding("ib.port-not-active", Severity.CRITICAL if rail else Severity.WARNING,
-                      title, why, action, blame, _scope(port), [_evidence(port, note)])
+        severity = Severity.CRITICAL if rail else Severity.WARNING
+        if not rail and action is Action.DRAIN_AND_REPAIR:
+            why += " It serves no GPU rail: repair it at the next maintenance window."
+        yield finding("ib.port-not-active", severity, title, why,
+                      action_for(severity, action), blame, _scope(port),
+                      [_evidence(port, note)])
 
 
 def _port_advice(port: IbPort) -> tuple[Action, Blame, str]:
@@ -214,8 +218,9 @@ def rate_below_peers(ib_ports: list[IbPort],
             aff = _affinity(ib_gpu_affinity, port)
             why = ("A port that trains at a lower rate than its identical peers usually has a "
                    "damaged cable, a wrong or failing transceiver, or a misconfigured switch "
-                   "port; traffic over it runs at a fraction of the speed. Reseat or replace "
-                   "the cable/transceiver and check the switch port.")
+                   "port; traffic over it runs at a fraction of the speed, still correctly. "
+                   "At the next maintenance window reseat or replace the cable/transceiver "
+                   "and check the switch port.")
             if aff and aff.rail:
                 why = "This HCA is a GPU rail: collective operations slow to its speed. " + why
             peers = [p for p in group if p.rate_gbps == usual]
@@ -223,7 +228,7 @@ def rate_below_peers(ib_ports: list[IbPort],
                 "ib.rate-below-peers", Severity.WARNING,
                 f"{port.device} port {port.port} runs at {port.rate_gbps:g} Gb/s while "
                 f"{n_usual} other {kind} ports run at {usual:g} Gb/s",
-                why, Action.DRAIN_AND_REPAIR, Blame.NODE, _scope(port),
+                why, Action.PLAN_REPAIR, Blame.NODE, _scope(port),
                 [_evidence(port), evidence(peers[0].source, _rate_lines(peers[:2]),
                                            f"{n_usual} peer port(s) at {usual:g} Gb/s")])
 
@@ -269,7 +274,7 @@ def symbol_errors(ib_ports: list[IbPort]) -> Iterator[Finding]:
             "The physical link is taking bit errors (and retraining), which shows up as "
             "retransmits, lower bandwidth and NCCL timeouts. Clear the counters and watch "
             "them; if they keep climbing, replace the cable or transceiver at the next "
-            "drain.", Action.DRAIN_AND_REPAIR, Blame.NODE, _scope(port),
+            "maintenance window.", Action.PLAN_REPAIR, Blame.NODE, _scope(port),
             [evidence(port.source, _counter_lines(port, names),
                       f"thresholds: symbol_error >= {SYMBOL_ERROR_WARN}, "
                       f"link_error_recovery >= {LINK_ERROR_RECOVERY_WARN}")])
@@ -289,6 +294,8 @@ def link_downed(ib_ports: list[IbPort]) -> Iterator[Finding]:
             f"{_what(port)} link went down {_count(port, 'link_downed')} time(s)",
             "Each time the link drops, RDMA connections over it break and running jobs "
             "abort. A single event may be a switch reboot; repeated ones mean a failing "
-            "cable, transceiver or switch port: drain and replace it.",
-            Action.DRAIN_AND_REPAIR if repair else Action.NONE, Blame.NODE, _scope(port),
+            "cable, transceiver or switch port: replace it at the next maintenance window "
+            "(the counter counts since it was cleared; a link down now is reported as not "
+            "active).",
+            Action.PLAN_REPAIR if repair else Action.NONE, Blame.NODE, _scope(port),
             [evidence(port.source, _counter_lines(port, ("link_downed",)))])

@@ -109,8 +109,9 @@ def gpu_count_unexpected(visible_gpus: Visible, pci_gpus: list[PciFunction] | No
         "gpu.count-unexpected", Severity.WARNING,
         f"{len(visible)} {profile.model} GPUs visible; its baseboards carry {sizes}",
         "A GPU is probably missing altogether (not even on the PCI bus): one that did not "
-        "train its link or fell off hard. Check lspci and the kernel log, power-cycle, then "
-        "reseat or RMA.", Action.DRAIN_AND_REPAIR, Blame.NODE,
+        "train its link or fell off hard. Check lspci and the kernel log; if the node should "
+        "have a full board, drain it, power-cycle, then reseat or RMA (state the GPU count "
+        "in expect.toml to make a short node critical).", Action.PLAN_REPAIR, Blame.NODE,
         evidence=[evidence(source, [g.line for g in visible])])
 
 
@@ -171,9 +172,10 @@ def board_count(pci: list[PciFunction] | None = None, topology: TopoMatrix | Non
             f"NVSwitch baseboards carry {SWITCHED_BOARD}",
             "An HGX/DGX board whose NVSwitches are on the PCI bus carries 8 GPUs; the others "
             "did not enumerate (link training, power, a GPU fallen off hard), unless this "
-            "listing is cut short. Check the full lspci and the kernel log, power-cycle, "
-            "then reseat or RMA. With NVSwitches, nvidia-fabricmanager must run too.",
-            Action.DRAIN_AND_REPAIR, Blame.NODE,
+            "listing is cut short. Check the full lspci and the kernel log; if GPUs are "
+            "missing, drain the node, power-cycle, then reseat or RMA. With NVSwitches, "
+            "nvidia-fabricmanager must run too.",
+            Action.PLAN_REPAIR, Blame.NODE,
             evidence=[evidence(pci_source or "pci_devices",
                                [_line(f) for f in switches + gpus])])
         return
@@ -189,6 +191,6 @@ def board_count(pci: list[PciFunction] | None = None, topology: TopoMatrix | Non
         "All GPUs reach each other over more NVLink links than one GPU has, so through "
         f"NVSwitches, and such boards carry {' or '.join(map(str, SWITCHED_SIZES))} GPUs: "
         "one is probably missing (not enumerated or fallen off), unless this container or "
-        "VM was given a subset. Check lspci and the kernel log; power-cycle, then reseat "
-        "or RMA.", Action.DRAIN_AND_REPAIR, Blame.NODE,
+        "VM was given a subset. Check lspci and the kernel log; if one is missing, drain the "
+        "node, power-cycle, then reseat or RMA.", Action.PLAN_REPAIR, Blame.NODE,
         evidence=[evidence("nvidia_smi_topo", [matrix.header] + list(matrix.rows.values()))])

@@ -1,20 +1,32 @@
 """What the kernel-log rules share (:mod:`.kernel_log`, :mod:`.kernel_xid`,
 :mod:`.kernel_host`): the GPU map, scopes and labels, evidence and occurrences of a
-group of events, the judged outcome of a group, current vs earlier boots."""
+group of events, the judged outcome of a group, current vs earlier boots, and the
+events a later reset (of their GPU, or a driver load) has made history."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gputriage.knowledge import xid as catalog
-from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
+from gputriage.model import (
+    NODE,
+    Action,
+    Blame,
+    Evidence,
+    Finding,
+    Occurrences,
+    Scope,
+    Severity,
+    Status,
+)
 from gputriage.parsers.kernel_events import DriverEvent, EventKind
-from gputriage.rules.base import finding, gpu_scope
+from gputriage.rules.base import action_for, finding, gpu_scope
 
 if TYPE_CHECKING:
+    from gputriage.hostfacts.resets import Reset, Resets
     from gputriage.hostfacts.stack import GpuSighting
 
 DOC_XID = "https://docs.nvidia.com/deploy/xid-errors/index.html"
@@ -24,6 +36,13 @@ EVENT_LINES = 6  # lines kept of one multi-line message (a GSP core dump runs to
 GSP_REPEAT = 3  # Xid 119 this often in one log: it survives resets, repair the GPU
 PEERMEM_BURST = 10
 AER_BURST = 10
+# what a reset of their GPU ends; a driver load ends these and the driver-wide ones too
+RESET_ENDS = frozenset({"xid", "fallen-off-bus", "gsp-rpc-timeout", "gsp-error",
+                        "gpu-reset-required", "nvlink-error"})
+LOAD_ENDS = RESET_ENDS | {"sxid", "hung-task", "soft-lockup"}
+# the module prints its banner after probing the GPUs: what it logged this close before
+# the banner is that load's own complaint, not something the load ended
+PROBE_S, PROBE_LINES = 30.0, 50
 GPU_LIBS = re.compile(r"lib(?:cuda|nccl|nvidia|cudnn|cublas|nvrtc|nvJitLink|cufft|cusparse|"
                       r"cusolver|curand|torch_cuda|nvinfer|dcgm)", re.IGNORECASE)
 
@@ -121,16 +140,33 @@ def history(fid: str, judged: Judged, events: Sequence[DriverEvent], scope: Scop
     which = ", ".join(str(b) for b in boots)
     why = (f"History from an earlier boot (boot {which}), not a current failure. "
            + judged.explanation)
-    return finding(fid, Severity.INFO, "earlier boot: " + judged.title, why, Action.NONE,
-                   judged.blame, scope, [_evidence(events)], refs,
-                   _occurrences(events, False))
+    f = finding(fid, Severity.INFO, "earlier boot: " + judged.title, why, Action.NONE,
+                judged.blame, scope, [_evidence(events)], refs, _occurrences(events, False))
+    return replace(f, status=Status.PAST, status_note=f"earlier boot {which}")
+
+
+def past(fid: str, judged: Judged, events: Sequence[DriverEvent], scope: Scope,
+         refs: Iterable[str], reset: Reset) -> Finding:
+    """The finding for current-boot events that ``reset`` ended: history, like an
+    earlier boot's, with the reset as evidence."""
+    what = "a driver load" if reset.kind == "driver-load" else "a GPU reset"
+    why = (f"History: {what} after these events re-initialised the GPU, so they are not a "
+           f"current failure ({reset.note()}). " + judged.explanation)
+    ev = [_evidence(events)]
+    if reset.line:
+        ev.append(Evidence(reset.source, (reset.line,)))
+    f = finding(fid, Severity.INFO, "before reset: " + judged.title, why, Action.NONE,
+                judged.blame, scope, ev, refs, _occurrences(events, True))
+    return replace(f, status=Status.PAST, status_note=reset.note())
 
 
 def emit(fid: str, judged: Judged, events: Sequence[DriverEvent], scope: Scope,
           refs: Iterable[str]) -> Finding:
-    """The finding for a current-boot group of events."""
+    """The finding for a current-boot group of events (a draining action only with
+    the severity that drains: a judgement lowered below critical plans the repair)."""
     why = " ".join([judged.explanation, *judged.notes]).strip()
-    return finding(fid, judged.severity, judged.title, why, judged.action, judged.blame,
+    action = action_for(judged.severity, judged.action)
+    return finding(fid, judged.severity, judged.title, why, action, judged.blame,
                    scope, [_evidence(events)], refs, _occurrences(events, True))
 
 
@@ -141,6 +177,66 @@ def split_boots(events: Iterable[DriverEvent]) -> tuple[list[DriverEvent], list[
     for ev in events:
         (current if ev.boot == 0 else earlier).append(ev)
     return current, earlier
+
+
+def _gap(ev: DriverEvent, reset: Reset) -> float | None:
+    """Seconds from ``ev`` to ``reset`` on a clock both have; None when none."""
+    t = getattr(ev, "time", None)
+    if t is not None and reset.at is not None:
+        return (reset.at - t).total_seconds()
+    if ev.uptime_s is not None and reset.uptime_s is not None:
+        return reset.uptime_s - ev.uptime_s
+    return None
+
+
+def _before(ev: DriverEvent, reset: Reset) -> bool:
+    """Whether ``ev`` was logged before ``reset`` (and, for a driver load, before that
+    load's own probe). A reset no log dates (``nvidia-smi -r`` output) comes after the
+    current boot's events; events it cannot be ordered with are not ended."""
+    if reset.boot is None:
+        return ev.boot == 0
+    if ev.boot != reset.boot:
+        return False
+    gap = _gap(ev, reset)
+    probe = reset.kind == "driver-load"
+    if reset.lineno is not None and ev.lineno is not None and ev.origin == reset.origin:
+        if ev.lineno >= reset.lineno:
+            return False
+        if not probe:
+            return True
+        return gap > PROBE_S if gap is not None else reset.lineno - ev.lineno > PROBE_LINES
+    if gap is None:
+        return False
+    return gap > (PROBE_S if probe else 0.0)
+
+
+def ended_by(ev: DriverEvent, resets: Resets | None) -> Reset | None:
+    """The first reset after ``ev`` that re-initialised its GPU (a reset of that GPU, or
+    a driver load); None when none did, or when nvidia-smi says the GPU still needs one."""
+    if resets is None or ev.kind not in LOAD_ENDS or (ev.bus_id and ev.bus_id in resets.pending):
+        return None
+    for r in resets.resets:
+        if r.kind == "gpu-reset":
+            applies = ev.kind in RESET_ENDS and ev.bus_id is not None and r.bus_id == ev.bus_id
+        else:
+            applies = r.kind == "driver-load"  # a reboot starts a boot: split_boots tells
+        if applies and _before(ev, r):
+            return r
+    return None
+
+
+def split_resets(events: Iterable[DriverEvent], resets: Resets | None
+                 ) -> tuple[list[DriverEvent], dict[Reset, list[DriverEvent]]]:
+    """(current-boot events still current, the others by the reset that ended them)."""
+    current: list[DriverEvent] = []
+    ended: dict[Reset, list[DriverEvent]] = {}
+    for ev in events:
+        r = ended_by(ev, resets)
+        if r is None:
+            current.append(ev)
+        else:
+            ended.setdefault(r, []).append(ev)
+    return current, ended
 
 
 def group(events: Iterable, key: Callable[[Any], Any]) -> dict:

@@ -143,15 +143,19 @@ def _close(a: DriverEvent, b: DriverEvent) -> bool:
 def _aer_judged(events: list[DriverEvent], label: str, on_gpu: bool) -> Judged:
     n = len(events)
     if any(_uncorrected(ev) for ev in events):
-        return Judged(Severity.CRITICAL if on_gpu else Severity.WARNING, Action.DRAIN_AND_REPAIR,
+        then = ("Drain the node; check seating, risers, retimers and power, and repair."
+                if on_gpu else "No GPU is shown affected: check seating, risers, retimers "
+                "and power at the next maintenance window, and drain sooner if a GPU behind "
+                "it logs errors.")
+        return Judged(Severity.CRITICAL if on_gpu else Severity.WARNING,
+                      Action.DRAIN_AND_REPAIR if on_gpu else Action.PLAN_REPAIR,
                       Blame.NODE, f"uncorrected PCIe errors (AER) at {label} ({count_text(n)})",
                       "The PCIe link dropped or corrupted transactions it could not correct: "
                       "on a GPU this precedes Xid 79 and lost GPUs; behind a port, every device "
-                      "below it is at risk. Drain the node; check seating, risers, retimers and "
-                      "power, and repair.")
+                      "below it is at risk. " + then)
     burst = n >= AER_BURST
     return Judged(Severity.WARNING if burst else Severity.INFO,
-                  Action.DRAIN_AND_REPAIR if burst else Action.NONE, Blame.NODE,
+                  Action.PLAN_REPAIR if burst else Action.NONE, Blame.NODE,
                   f"corrected PCIe errors (AER) at {label} ({count_text(n)})",
                   "Corrected errors cost only retries; a steady stream points at a marginal "
                   "link (seating, riser, retimer) to fix at the next maintenance.")
@@ -210,7 +214,7 @@ def _hw_errors(events: list[DriverEvent], make) -> Iterator[Finding]:  # noqa: A
         else:
             burst = count >= CE_BURST
             judged = Judged(Severity.WARNING if burst else Severity.INFO,
-                            Action.DRAIN_AND_REPAIR if burst else Action.NONE, Blame.NODE,
+                            Action.PLAN_REPAIR if burst else Action.NONE, Blame.NODE,
                             f"corrected {what} errors{where} ({count_text(count)})",
                             "Corrected errors cost nothing yet; a growing count predicts "
                             f"uncorrectable ones: replace the {part} at the next maintenance.")
@@ -251,10 +255,11 @@ def _links(events: list[DriverEvent], make) -> Iterator[Finding]:  # noqa: ANN00
         stalls = [ev for ev in evs if ev.details.get("state") == "tx-timeout"]
         if stalls:
             yield make("kernel.netdev-tx-timeout", Judged(
-                Severity.WARNING, Action.DRAIN_AND_REPAIR, Blame.NODE,
+                Severity.WARNING, Action.PLAN_REPAIR, Blame.NODE,
                 f"transmit queue timed out on {label} ({count_text(len(stalls))})",
                 "The NIC stopped sending (NETDEV WATCHDOG) and was reset by its driver: "
-                "traffic stalled meanwhile. Repeated, it points at NIC firmware or hardware."),
+                "traffic stalled meanwhile. Repeated, it points at NIC firmware or hardware: "
+                "update the firmware or replace the NIC at the next maintenance window."),
                 stalls, scope, ())
         judged = _link_judged(_transitions(evs), label)
         if judged is not None:
@@ -297,7 +302,7 @@ def _link_judged(steps: list[DriverEvent], label: str) -> tuple[str, Judged] | N
     several = len(downs) >= 2
     return "kernel.link-flaps", Judged(
         Severity.WARNING if several else Severity.INFO,
-        Action.DRAIN_AND_REPAIR if several else Action.NONE, Blame.NODE,
+        Action.PLAN_REPAIR if several else Action.NONE, Blame.NODE,
         f"network link flapped on {label} (down {flaps}; up again)",
         "The port lost its link and came back: every flap breaks the connections over it "
         "(NCCL jobs hang or fail with retry-exceeded). A port that keeps flapping has a bad "

@@ -22,12 +22,13 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from gputriage.hostfacts.resets import Reset, Resets
 from gputriage.hostfacts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
-from gputriage.knowledge.xid import XidInfo
+from gputriage.knowledge.xid import SxidInfo, XidInfo
 from gputriage.model import NODE, Action, Blame, Finding, Scope, Severity
 from gputriage.parsers.kernel_events import DriverEvent
-from gputriage.rules.base import rule
+from gputriage.rules.base import action_for, rule
 from gputriage.rules.kernel_common import (
     DOC_SXID,
     GPU_LIBS,
@@ -37,28 +38,33 @@ from gputriage.rules.kernel_common import (
     Judged,
     count_text,
     emit,
+    ended_by,
     gpu_label,
     gpu_map,
     group,
     history,
     lost_gpu_xid,
+    past,
     scope_of,
     split_boots,
+    split_resets,
     xid_code,
     xid_events,
 )
 from gputriage.rules.kernel_host import judge_host
 
 SXID_IDS = tuple(f"sxid.{x.code}" for x in catalog.all_sxids())
+Make = Callable[[str, Judged, Sequence[DriverEvent], Scope, Iterable[str]], Finding]
 
 
 # --- SXid -----------------------------------------------------------------------------------
 
 @rule("kernel.sxid", produces=SXID_IDS)
-def sxid_findings(log_events: list[DriverEvent]) -> Iterator[Finding]:
+def sxid_findings(log_events: list[DriverEvent],
+                  resets_seen: Resets | None = None) -> Iterator[Finding]:
     """NVSwitch SXid errors: one finding per switch and code; fatal ones are critical,
-    non-fatal ones a warning when they repeat."""
-    yield from judge_sxids(log_events)
+    non-fatal ones a warning when they repeat; those a driver load ended are history."""
+    yield from judge_sxids(log_events, resets_seen)
 
 
 def _sxid_judged(code: int, events: list[DriverEvent]) -> Judged:
@@ -69,30 +75,53 @@ def _sxid_judged(code: int, events: list[DriverEvent]) -> Judged:
     links = sorted({ev.details["link"] for ev in events if ev.details.get("link")},
                    key=lambda s: (len(s), s))
     where = f" link{'s' if len(links) > 1 else ''} {', '.join(links)}" if links else ""
-    fatal = any((ev.details.get("severity") or "").lower() == "fatal" for ev in events)
     meaning = info.meaning if info else "not in the catalog"
     title = f"SXid {code} on {switch}{where}: {meaning} ({count_text(len(events))})"
+    fatal = sxid_fatal(info, events)
     if info is not None:
-        fatal = fatal or info.fatal
         action, blame, why = info.action, info.blame, info.explanation
     else:
         action, blame = Action.NONE, Blame.UNKNOWN
         why = f"SXid {code} is not in gputriage's catalog; see the Fabric Manager guide."
     if fatal:
-        severity = Severity.CRITICAL
-        if action is Action.NONE:
-            action = Action.RESET_GPU
-    else:
-        severity = Severity.WARNING if len(events) > 1 else Severity.INFO
-    return Judged(severity, action, blame if fatal or blame is not Blame.UNKNOWN else Blame.NODE,
-                  title, why)
+        return Judged(Severity.CRITICAL, Action.RESET_GPU if action is Action.NONE else action,
+                      Blame.NODE if blame is Blame.UNKNOWN else blame, title, why)
+    severity = Severity.WARNING if len(events) > 1 else Severity.INFO
+    if info is not None and info.fatal:  # logged non-fatal; NVSentinel's table says fatal
+        severity = Severity.WARNING
+        guide = (" (the Fabric Manager guide lists it among the non-fatal SXids too)"
+                 if info.category == "non-fatal" else "")
+        why = (f"The driver logged it as non-fatal{guide}: NVLink traffic keeps flowing. "
+               f"NVIDIA's health monitor (NVSentinel) still handles it as "
+               f"{info.bucket or 'fatal'}: plan that at the next maintenance window, and "
+               "drain sooner if it repeats or fatal SXids follow.")
+    return Judged(severity, action_for(severity, action),
+                  Blame.NODE if blame is Blame.UNKNOWN else blame, title, why)
 
 
-def judge_sxids(events: Iterable[DriverEvent]) -> Iterator[Finding]:
+def sxid_fatal(info: SxidInfo | None, events: Sequence[DriverEvent]) -> bool:
+    """Whether SXid events are fatal: never when the catalog says the code is not
+    (whatever a line prints), always for the guide's always-fatal codes, else as the
+    driver logged them ("Fatal" / "Non-fatal"), else as the catalog says."""
+    if info is not None and not info.fatal:
+        return False
+    if info is not None and info.category == "always-fatal":
+        return True
+    printed = {(ev.details.get("severity") or "").lower() for ev in events} - {""}
+    if printed:
+        return "fatal" in printed
+    return info is not None
+
+
+def judge_sxids(events: Iterable[DriverEvent], resets: Resets | None = None
+                ) -> Iterator[Finding]:
     """Findings for the SXid events in ``events``."""
     sx = [ev for ev in events if ev.kind == "sxid" and xid_code(ev) is not None]
-    current, earlier = split_boots(sx)
-    for part, make in ((current, emit), (earlier, history)):
+    this_boot, earlier = split_boots(sx)
+    current, ended = split_resets(this_boot, resets)
+    parts: list[tuple[list[DriverEvent], Make]] = [(current, emit), (earlier, history)]
+    parts += [(evs, _ended_by(r)) for r, evs in ended.items()]
+    for part, make in parts:
         for (code, _), evs in group(part, _switch_key).items():
             judged = _sxid_judged(code, evs)
             first = evs[0]
@@ -100,6 +129,17 @@ def judge_sxids(events: Iterable[DriverEvent]) -> Iterator[Finding]:
                            name=first.details.get("switch"))
                      if first.bus_id or first.details.get("switch") else NODE)
             yield make(f"sxid.{code}", judged, evs, scope, (DOC_SXID,))
+
+
+
+def _ended_by(reset: Reset) -> Make:
+    """The finding maker for events ``reset`` ended."""
+
+    def make(fid: str, judged: Judged, events: Sequence[DriverEvent], scope: Scope,
+             refs: Iterable[str]) -> Finding:
+        return past(fid, judged, events, scope, refs, reset)
+
+    return make
 
 
 def _switch_key(ev: DriverEvent) -> tuple[int | None, str | None]:
@@ -131,8 +171,9 @@ def _gsp_timeouts(events: list[DriverEvent], label: str, xid_codes: set[int]) ->
     if info is None:
         return None
     n = _incidents(events)
-    return Judged(info.severity, Action.DRAIN_AND_REPAIR if n >= GSP_REPEAT else info.action,
-                  info.blame, f"GPU firmware (GSP) RPC timeouts on {label} ({count_text(n)})",
+    action = Action.DRAIN_AND_REPAIR if n >= GSP_REPEAT else info.action
+    return Judged(info.severity, action_for(info.severity, action), info.blame,
+                  f"GPU firmware (GSP) RPC timeouts on {label} ({count_text(n)})",
                   "The GPU System Processor stopped answering the driver: the GPU is hung. "
                   "Reset it (or reboot the node); if it keeps timing out, repair the GPU.")
 
@@ -168,14 +209,16 @@ def _peermem_context(events: list[DriverEvent], label: str, xid_codes: set[int])
 
 
 def _nvlink(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged:
-    return Judged(Severity.WARNING, Action.RESET_GPU, Blame.NODE,
+    return Judged(Severity.WARNING, Action.PLAN_REPAIR, Blame.NODE,
                   f"NVLink errors on {label} ({count_text(len(events))})",
                   "The driver reported NVLink errors: multi-GPU jobs may hang or slow "
-                  "down. Reset the GPU; if the same link keeps failing, repair it.")
+                  "down. Reset the GPU when it is idle or at the next maintenance window; if "
+                  "the same link keeps failing, repair it (an Xid 74 beside it is the "
+                  "critical finding).")
 
 
 def _bandwidth(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged:
-    return Judged(Severity.WARNING, Action.DRAIN_AND_REPAIR, Blame.NODE,
+    return Judged(Severity.WARNING, Action.PLAN_REPAIR, Blame.NODE,
                   f"PCIe link of {label} trained below its capability "
                   f"({count_text(len(events))})",
                   "The device reports less PCIe bandwidth than it is capable of (a narrower "
@@ -251,12 +294,12 @@ HOST_FINDING_IDS = ("kernel.pcie-aer", "kernel.peermem-load-failed", "kernel.hos
 
 @rule("kernel.events", produces=tuple(EVENT_IDS.values()) + HOST_FINDING_IDS)
 def event_findings(log_events: list[DriverEvent],
-                   visible_gpus: tuple[str, list[GpuSighting]] | None = None
-                   ) -> Iterator[Finding]:
+                   visible_gpus: tuple[str, list[GpuSighting]] | None = None,
+                   resets_seen: Resets | None = None) -> Iterator[Finding]:
     """Other driver-stack and host kernel events: GSP timeouts, peermem, NVLink, PCIe AER
     and bandwidth, network link flaps, EDAC / MCE / APEI hardware errors, crashes in GPU
-    libraries, hangs in nvidia code."""
-    yield from judge_events(log_events, gpu_map(visible_gpus))
+    libraries, hangs in nvidia code; GPU events a later reset ended are history."""
+    yield from judge_events(log_events, gpu_map(visible_gpus), resets_seen)
 
 
 Where = tuple[str | None, bool]  # (bus id, current boot)
@@ -304,13 +347,22 @@ class _Seen:
         return {k for (_, cur), ks in self.kinds.items() if cur == current for k in ks}
 
 
-def judge_events(events: Iterable[DriverEvent], gpus: GpuMap) -> Iterator[Finding]:
+def _status(ev: DriverEvent, resets: Resets | None) -> Reset | bool:
+    """True: current; False: an earlier boot; a reset: the reset that ended it."""
+    if ev.boot != 0:
+        return False
+    return ended_by(ev, resets) or True
+
+
+def judge_events(events: Iterable[DriverEvent], gpus: GpuMap,
+                 resets: Resets | None = None) -> Iterator[Finding]:
     """Findings for the non-Xid events in ``events`` (driver-rule kinds left out)."""
     events = list(events)
     seen = _Seen.of(events)
     picked = [ev for ev in events if ev.kind in EVENT_JUDGES and not seen.echo(ev)]
-    for (kind, bus, current), evs in group(
-            picked, lambda ev: (ev.kind, ev.bus_id, ev.boot == 0)).items():
+    for (kind, bus, status), evs in group(
+            picked, lambda ev: (ev.kind, ev.bus_id, _status(ev, resets))).items():
+        current = status is not False
         on_gpu = (kind in GPU_KINDS or bus in gpus or (bus, current) in seen.xids
                   or (bus, not current) in seen.xids)
         if kind == "gsp-error" and seen.near(bus, current) & COVERED_GSP:
@@ -321,5 +373,6 @@ def judge_events(events: Iterable[DriverEvent], gpus: GpuMap) -> Iterator[Findin
             continue
         scope = scope_of(bus, gpus, device=not on_gpu,
                          name=evs[0].details.get("interface") or evs[0].details.get("device"))
-        yield (emit if current else history)(EVENT_IDS[kind], judged, evs, scope, ())
+        make = emit if status is True else _ended_by(status) if status else history
+        yield make(EVENT_IDS[kind], judged, evs, scope, ())
     yield from judge_host(events, gpus, {bus for bus, _ in seen.xids})

@@ -16,11 +16,12 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from gputriage.hostfacts.resets import Resets
 from gputriage.hostfacts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
-from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.model import DRAINING_ACTIONS, Action, Blame, Finding, Severity
 from gputriage.parsers.kernel_events import DriverEvent
-from gputriage.rules.base import rule
+from gputriage.rules.base import action_for, rule
 from gputriage.rules.kernel_common import (
     DOC_XID,
     GSP_REPEAT,
@@ -33,8 +34,10 @@ from gputriage.rules.kernel_common import (
     gpu_map,
     group,
     history,
+    past,
     scope_of,
     split_boots,
+    split_resets,
     worse,
     xid_events,
 )
@@ -91,10 +94,10 @@ class _AppFaults:
     shared_pattern: bool = False  # every process raised one common fault pattern
 
     def crash_loop(self) -> str | None:
-        """The program's name when several processes are one program restarted and
-        faulting the same way each time; None otherwise."""
-        if (len(self.processes) >= 2 and not self.unnamed and len(self.programs) == 1
-                and self.shared_pattern):
+        """The program's name when several processes (pids) are one program, restarted
+        and faulting again; None otherwise. Only different programs faulting on one GPU
+        point at the GPU: one program's faults may differ from run to run."""
+        if len(self.processes) >= 2 and not self.unnamed and len(self.programs) == 1:
             return next(iter(self.programs))
         return None
 
@@ -140,10 +143,11 @@ def _app_faults(items: Iterable[tuple[int, DriverEvent]]) -> _AppFaults:
 def _crash_loop_note(app: _AppFaults, name: str) -> str:
     pids = sorted(app.programs[name], key=int)
     shown = ", ".join(pids[:PIDS_SHOWN]) + (", ..." if len(pids) > PIDS_SHOWN else "")
+    how = "the same way" if app.shared_pattern else "again"
     return (f"{len(app.processes)} restarts of one program '{name}' (pids {shown}) fault "
-            "the same way on this GPU: one job crash-looping, not several programs hitting "
-            "a bad GPU. No node action; restarting it unchanged will fault again, so look at "
-            "the application (its code, inputs, memory use) before resubmitting.")
+            f"{how} on this GPU: one job ({name}) crash-looping, not several programs "
+            "hitting a bad GPU. No node action; restarting it unchanged will fault again, so "
+            "look at the application (its code, inputs, memory use) before resubmitting.")
 
 
 def recovery_target(ev: DriverEvent) -> tuple[str, Action]:
@@ -229,8 +233,10 @@ def _judge_48(j: Judged, g: _Group) -> None:
 def _judge_63(j: Judged, g: _Group) -> None:
     """A remap recorded is as bad as a remap that failed beside it."""
     failed = catalog.xid_info(REMAP_FAILED)
-    if REMAP_FAILED in g.ctx.codes and failed is not None:
-        j.severity = worse(j.severity, failed.severity)
+    if REMAP_FAILED in g.ctx.codes and failed is not None and (
+            failed.severity.rank >= j.severity.rank):
+        _take_verdict(j, REMAP_FAILED)
+        j.notes.append("Xid 64 follows: the remap failed, so the bad memory stays in use.")
 
 
 def _judge_119(j: Judged, g: _Group) -> None:
@@ -261,6 +267,10 @@ def _judge_45_group(j: Judged, g: _Group) -> None:
 
 def _judge_app_fault_group(j: Judged, g: _Group) -> None:
     _judge_app_fault(j, g.ctx.app)
+    loop = g.ctx.app.crash_loop()
+    if loop is not None:
+        j.title = (f"Xid {g.code} on {g.gpu}: one job ({loop}) crash-looping: "
+                   f"{len(g.ctx.app.processes)} restarts ({count_text(len(g.events))})")
 
 
 # the codes whose verdict the GPU's other events refine (every other code: the catalog's)
@@ -292,12 +302,17 @@ def _judge_app_fault(j: Judged, app: _AppFaults) -> None:
         if len(app.programs) >= 2 and not app.unnamed:
             who += f" of {n} programs ({', '.join(sorted(app.programs))})"
         j.severity = Severity.CRITICAL if n >= 3 else worse(j.severity, Severity.WARNING)
-        j.action = Action.DRAIN_AND_REPAIR if n >= 3 else Action.RESET_GPU
+        j.action = action_for(j.severity, Action.DRAIN_AND_REPAIR)
         j.blame = Blame.NODE
         j.notes.append(f"Application faults (Xid 13/31/43) on this GPU come from {who}: "
-                       "suspect the GPU, not the jobs; drain it and run DCGM diagnostics.")
+                       "suspect the GPU, not the jobs; " + (
+                           "drain it and run DCGM diagnostics." if j.action in DRAINING_ACTIONS
+                           else "reset it and run DCGM diagnostics (dcgmi diag -r 3) when "
+                           "it is idle or at the next maintenance window; drain it if a "
+                           "third program faults."))
         return
     j.severity = cap_severity(j.severity, Severity.WARNING)  # the catalog's job verdict
+    j.action = action_for(j.severity, j.action)
     j.notes.append(_crash_loop_note(app, loop) if loop is not None
                    else "Only one process faulted on this GPU: no node action.")
 
@@ -337,16 +352,25 @@ XID_IDS = tuple(f"xid.{x.code}" for x in catalog.all_xids())
 
 @rule("kernel.xid", produces=XID_IDS)
 def xid_findings(log_events: list[DriverEvent],
-                 visible_gpus: tuple[str, list[GpuSighting]] | None = None
-                 ) -> Iterator[Finding]:
+                 visible_gpus: tuple[str, list[GpuSighting]] | None = None,
+                 resets_seen: Resets | None = None) -> Iterator[Finding]:
     """Xid errors in the kernel log: one finding per GPU and code with its count and
-    first/last time, judged from the Xid catalog and the GPU's other Xids."""
-    yield from judge_xids(log_events, gpu_map(visible_gpus))
+    first/last time, judged from the Xid catalog and the GPU's other Xids; those a
+    later reset of their GPU (or a driver load) ended are history."""
+    yield from judge_xids(log_events, gpu_map(visible_gpus), resets_seen)
 
 
-def judge_xids(events: Iterable[DriverEvent], gpus: GpuMap) -> Iterator[Finding]:
+def judge_xids(events: Iterable[DriverEvent], gpus: GpuMap,
+               resets: Resets | None = None) -> Iterator[Finding]:
     """Findings for the Xid events (and Xid-less "fallen off the bus") in ``events``."""
-    current, earlier = split_boots(events)
+    this_boot, earlier = split_boots(events)
+    current, ended = split_resets(this_boot, resets)
+    for reset, evs_ended in ended.items():
+        for (code, bus), items in group(xid_events(evs_ended),
+                                         lambda it: (it[0], it[1].bus_id)).items():
+            evs = [ev for _, ev in items]
+            judged = _catalog_judged(code, len(evs), gpu_label(bus, gpus))
+            yield past(f"xid.{code}", judged, evs, scope_of(bus, gpus), (DOC_XID,), reset)
     xids = xid_events(current)
     contexts, causes_of = _gpu_contexts(xids)
     for (code, bus), items in group(xids, lambda it: (it[0], it[1].bus_id)).items():

@@ -45,8 +45,8 @@ def ecc_mode(smi_views: list[SmiView]) -> Iterator[Finding]:
             continue
         pending = view.raw("ecc mode/pending ecc", "ecc mode/pending")
         will_enable = pending is not None and pending.lower() == "enabled"
-        how = ("ECC is already set to turn on: drain the GPU and reset it (or reboot) to "
-               "apply it." if will_enable else
+        how = ("ECC is already set to turn on: reset the GPU when it is idle (nvidia-smi -r) "
+               "or reboot to apply it." if will_enable else
                "Unless it was turned off on purpose, enable it (nvidia-smi -e 1) and reset "
                "the GPU or reboot.")
         yield finding(
@@ -55,7 +55,7 @@ def ecc_mode(smi_views: list[SmiView]) -> Iterator[Finding]:
             + (" (enabled after the next reset)" if will_enable else ""),
             "Without ECC, memory bit flips go undetected and silently corrupt training or "
             f"inference results instead of raising an error. {how}",
-            Action.RESET_GPU if will_enable else Action.FIX_CONFIG, Blame.CONFIG, view.scope,
+            Action.FIX_CONFIG, Blame.CONFIG, view.scope,
             view.section(("ecc mode",), fallback=["ECC mode: disabled"]))
 
 
@@ -129,8 +129,9 @@ def page_retirement(smi_views: list[SmiView]) -> Iterator[Finding]:
             f"{view.label}: memory page retirement pending"
             + (f" ({counts} pages retired so far)" if counts else ""),
             "The GPU marked failing memory pages for retirement; they are taken out of use "
-            "only when the GPU is reset. Drain the GPU and reset it (or reboot the node).",
-            Action.RESET_GPU, Blame.NODE, view.scope,
+            "only when the GPU is reset. Reset it when it is idle (nvidia-smi -r) or at the "
+            "next maintenance window (or reboot the node).",
+            Action.PLAN_REPAIR, Blame.NODE, view.scope,
             view.section(("retired pages",), keep=lambda ln: _yes(ln) or _nonzero(ln),
                          fallback=["retired pages: pending yes"]))
 
@@ -209,6 +210,7 @@ def row_remapping(smi_views: list[SmiView]) -> Iterator[Finding]:
                 "memory.remap-pending", Severity.WARNING,
                 f"{view.label}: row remap pending{rows}",
                 "A memory row with errors was marked for remapping; the spare row is used "
-                "only after a GPU reset. Drain the GPU and reset it to activate the remap; "
-                "with spare rows left this is routine maintenance, not a repair case.",
-                Action.RESET_GPU, Blame.NODE, view.scope, ev)
+                "only after a GPU reset. Reset the GPU when it is idle (nvidia-smi -r) or at "
+                "the next maintenance window to activate the remap; with spare rows left "
+                "this is routine maintenance, not a repair case.",
+                Action.PLAN_REPAIR, Blame.NODE, view.scope, ev)

@@ -18,7 +18,7 @@ from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.modules import Module
 from gputriage.parsers.nccl_model import NET_IB, NcclLog, NcclProcess, NcclTestRow, NcclTestRun
 from gputriage.parsers.systemd import UnitState
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import action_for, evidence, finding, rule
 from gputriage.rules.modules import PEERMEM_MODULES
 from gputriage.rules.nccl_transport_causes import socket_causes
 
@@ -40,7 +40,7 @@ _NCCL_RESULTS = (
     ("remote process exited", Blame.UNKNOWN, Action.RESTART_JOB,
      "A peer process died or the network between the ranks failed; look at the other "
      "ranks' output and the HCA ports."),
-    ("invalid usage", Blame.JOB, Action.FIX_CONFIG,
+    ("invalid usage", Blame.JOB_CONFIG, Action.FIX_CONFIG,
      "NCCL rejected how it was called or configured (environment variables, device "
      "selection, ranks per GPU)."),
     ("unhandled cuda error", Blame.UNKNOWN, Action.RESTART_JOB,
@@ -251,6 +251,9 @@ def busbw_low(nccl_expectations: list[tuple[NcclTestRun, Expectation | None]],
                     "and the GPUs' clocks and PCIe links.")
         ev = [evidence(TESTS, [run.line, row.line] + ([run.avg_line] if run.avg_line else []),
                        exp.line(busbw))]
+        severity = Severity.CRITICAL if critical else Severity.WARNING
+        if action_for(severity, action) is not action:
+            why += " Slow but correct: repair the node's part at the next maintenance window."
         yield finding(
-            "nccl.busbw-low", Severity.CRITICAL if critical else Severity.WARNING,
-            f"{_label(run)}: {exp.line(busbw)}", why, action, blame, NODE, ev)
+            "nccl.busbw-low", severity, f"{_label(run)}: {exp.line(busbw)}", why,
+            action_for(severity, action), blame, NODE, ev)

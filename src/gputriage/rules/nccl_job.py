@@ -91,7 +91,7 @@ def shared_mem_exceeded(nccl_log: NcclLog) -> Iterator[Finding]:
         "library, not from the node: use an NCCL release that supports this GPU, built "
         "with a CUDA version that knows its architecture (the framework's bundled NCCL "
         "counts: upgrade the wheel or the image).",
-        Action.FIX_SOFTWARE, Blame.CONFIG, NODE,
+        Action.FIX_SOFTWARE, Blame.JOB_CONFIG, NODE,
         [evidence(LOG, lines, "NCCL's own line, and its version")])
 
 

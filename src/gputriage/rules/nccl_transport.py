@@ -262,7 +262,7 @@ def socket_iface_virtual(nccl_job: NcclJob, nccl_log_text: NcclLogText) -> Itera
     if setters:
         value = env_value(setters[0], "NCCL_SOCKET_IFNAME")
         why += f" The job set NCCL_SOCKET_IFNAME={value}: point it at the data interface."
-        blame = Blame.JOB
+        blame = Blame.JOB_CONFIG
     else:
         why += (" NCCL picked them itself: set NCCL_SOCKET_IFNAME to the data interface "
                 "(e.g. the IPoIB or the high-speed Ethernet interface), or exclude these "
@@ -464,7 +464,7 @@ def p2p_disabled(nccl_job: NcclJob, nccl_log_text: NcclLogText) -> Iterator[Find
     lines += [c.line for _, c in nets[:2]]
     yield finding("nccl.p2p-disabled", Severity.WARNING,
                   f"{' and '.join(settings)} set by the job: intra-node traffic avoids "
-                  "GPU peer-to-peer", why, Action.FIX_CONFIG, Blame.CONFIG,
+                  "GPU peer-to-peer", why, Action.FIX_CONFIG, Blame.JOB_CONFIG,
                   evidence=[evidence(SRC, lines or [f"{p.label}: {s}" for p, s in
                                                     off.values()])])
 

@@ -40,7 +40,7 @@ def socket_causes(procs: list[NcclProcess], host_hcas: bool, text: NcclLogText) 
             "net-forced", "NCCL_NET=Socket set by the environment",
             "The job forces the socket transport with NCCL_NET=Socket, so NCCL never tries "
             "the IB/RoCE verbs transport or a net plugin. Remove it from the job's "
-            "environment.", Action.FIX_CONFIG, Blame.JOB, True,
+            "environment.", Action.FIX_CONFIG, Blame.JOB_CONFIG, True,
             text.quote("NCCL_NET set by environment", [f"{p.label}: NCCL_NET=Socket"])))
     p = first(lambda p: (env_value(p, "NCCL_IB_DISABLE") or "0") not in ("0", ""))
     if p:
@@ -50,7 +50,7 @@ def socket_causes(procs: list[NcclProcess], host_hcas: bool, text: NcclLogText) 
             "The job's environment disables NCCL's IB/RoCE verbs transport "
             "(NCCL_IB_DISABLE), so NCCL falls back to TCP sockets even where HCAs exist. "
             "Unset it (or set it to 0) to get NET/IB with GPUDirect RDMA.",
-            Action.FIX_CONFIG, Blame.JOB, True,
+            Action.FIX_CONFIG, Blame.JOB_CONFIG, True,
             text.quote("NCCL_IB_DISABLE set by environment",
                        [f"{p.label}: NCCL_IB_DISABLE={env_value(p, 'NCCL_IB_DISABLE')}"])))
     p = first(lambda p: p.ibverbs_missing)
@@ -71,7 +71,7 @@ def socket_causes(procs: list[NcclProcess], host_hcas: bool, text: NcclLogText) 
             f"The job restricts NCCL to HCAs matching NCCL_IB_HCA={value} and NCCL found "
             "none: the names do not exist in this container or their ports are down. Fix the "
             "list (prefix match; '=' for exact names) or unset it.",
-            Action.FIX_CONFIG, Blame.JOB, True,
+            Action.FIX_CONFIG, Blame.JOB_CONFIG, True,
             text.quote("NCCL_IB_HCA set by environment", [f"{p.label}: NCCL_IB_HCA={value}"])
             + text.quote("No device found", [f"{p.label}: NET/IB : No device found."], 1)))
     ofi = [(p, w) for p in procs for w in p.warns if "OFI" in w.message]

@@ -211,7 +211,7 @@ def _far_finding(far: list[GdrLine], without: list[Channel], many: bool, text: N
     if level:
         why += (f" The job sets NCCL_NET_GDR_LEVEL={level}: that is the limit here; unset it "
                 "unless the platform needs it.")
-        blame = Blame.JOB
+        blame = Blame.JOB_CONFIG
     if notes:
         why += " Host: " + "; ".join(notes) + "."
     buses = {nccl_bus_id(g.gpu) for _, g in pairs.values()}
@@ -256,7 +256,7 @@ def _gdr_limited(level: str) -> Cause:
     return (f"NCCL_NET_GDR_LEVEL={level} set by the environment",
             f"The job limits GPUDirect RDMA with NCCL_NET_GDR_LEVEL={level}; transfers are "
             "staged through host memory. Unset it unless the platform needs it.",
-            Action.FIX_CONFIG, Blame.JOB, [])
+            Action.FIX_CONFIG, Blame.JOB_CONFIG, [])
 
 
 def _peermem_missing(mods: dict[str, Module]) -> Cause:
@@ -387,7 +387,7 @@ def _shm_p2p_off(setting: str, figures: str) -> Verdict:
             f"The job turns GPU peer-to-peer off (or limits it to the nearest pairs) with "
             f"{setting}, so NCCL moves intra-node data through host shared memory. {_SLOW} "
             "Remove the setting unless it works around a known P2P problem of this "
-            "platform.", Severity.WARNING, Action.FIX_CONFIG, Blame.JOB)
+            "platform.", Severity.WARNING, Action.FIX_CONFIG, Blame.JOB_CONFIG)
 
 
 def _shm_over_nvlink(figures: str, nvlink: str, level: str | None) -> Verdict:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from gputriage.hostfacts.pcie import IDLE_GTS, PcieLink, aer_total
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.dmidecode import Slot
-from gputriage.rules.base import evidence, finding, gpu_scope, rule
+from gputriage.rules.base import action_for, evidence, finding, gpu_scope, rule
 
 REPLAYS_WARN = 1000  # replays since reset: a link that keeps retrying packets
 AER_CORRECTABLE_WARN = 100  # corrected errors since boot before it is worth a look
@@ -115,13 +115,17 @@ def link_width(pcie_links: list[PcieLink],
         severe = cur <= 2 if mx is None else cur * 4 <= mx
         slot = ("; a NIC in a narrower slot also shows this: check the slot width "
                 "(dmidecode -t slot) first" if link.kind == "nic" else "")
+        severity = Severity.CRITICAL if severe else Severity.WARNING
+        when = ("Drain the node and reseat or repair it." if severe else
+                "It still works correctly, only slower: reseat or repair it at the next "
+                "maintenance window.")
         yield finding(
-            "pcie.width-degraded", Severity.CRITICAL if severe else Severity.WARNING, title,
+            "pcie.width-degraded", severity, title,
             f"The link runs on {cur} lane(s) where {mx or 'more'} are possible, so every "
             f"transfer to and from the device is that much slower ({_model(link)}). On a "
-            f"server this is a riser, cable or slot fault or a badly seated card{slot}. Drain "
-            "the node and reseat or repair it.",
-            Action.DRAIN_AND_REPAIR, Blame.NODE, _scope(link), ev)
+            f"server this is a riser, cable or slot fault or a badly seated card{slot}. "
+            + when, action_for(severity, Action.DRAIN_AND_REPAIR), Blame.NODE, _scope(link),
+            ev)
 
 
 def _narrow(link: PcieLink) -> bool:
@@ -149,8 +153,9 @@ def link_speed(pcie_links: list[PcieLink]) -> Iterator[Finding]:
                 "pcie.speed-degraded", Severity.WARNING, title,
                 "A network adapter does not slow its link to save power: it trained at a "
                 "lower speed, from a slot of an older generation or a signal problem on the "
-                "riser. RDMA traffic through it is capped. Check the slot, then reseat.",
-                Action.DRAIN_AND_REPAIR, Blame.NODE, _scope(link), ev)
+                "riser. RDMA traffic through it is capped. Check the slot, then reseat it at "
+                "the next maintenance window.",
+                Action.PLAN_REPAIR, Blame.NODE, _scope(link), ev)
             continue
         if link.load == "idle":
             continue  # idle power saving: the link speeds up as soon as work arrives
@@ -160,8 +165,8 @@ def link_speed(pcie_links: list[PcieLink]) -> Iterator[Finding]:
                 f"The GPU is working yet its link did not come up to full speed ({_model(link)}):"
                 " host<->GPU copies are slowed in proportion. Usually a riser or slot signal "
                 "problem, or a BIOS limit on the slot's generation. Check the BIOS PCIe "
-                "setting, then reseat or replace the riser.",
-                Action.DRAIN_AND_REPAIR, Blame.NODE, _scope(link), ev)
+                "setting, then reseat or replace the riser at the next maintenance window.",
+                Action.PLAN_REPAIR, Blame.NODE, _scope(link), ev)
             continue
         if cur == IDLE_GTS and link.driver in ("nvidia", None) and not _narrow(link):
             # a GPU's (or an unnamed device's, e.g. an excerpt) full-width Gen1 link
@@ -200,8 +205,9 @@ def replays(pcie_links: list[PcieLink]) -> Iterator[Finding]:
             f"{link.label}: {n} PCIe replays since reset",
             "The link keeps resending packets: a marginal riser, slot or cable. It slows "
             "transfers and often comes before the GPU falls off the bus. Watch whether the "
-            "count keeps rising; if it does, drain the node and reseat or repair.",
-            Action.DRAIN_AND_REPAIR, Blame.NODE, _scope(link), _evidence(link, link.smi_source))
+            "count keeps rising; if it does, reseat or repair at the next maintenance "
+            "window.",
+            Action.PLAN_REPAIR, Blame.NODE, _scope(link), _evidence(link, link.smi_source))
     if small:
         counts = ", ".join(f"{x.label} {x.replays}" for x in small)
         yield finding(
@@ -245,9 +251,10 @@ def aer_errors(pcie_links: list[PcieLink]) -> Iterator[Finding]:
                 "pcie.aer-errors", Severity.WARNING,
                 f"{link.label}: {corr} corrected AER error(s) since boot",
                 "The link corrects many errors: it works, but it is marginal (riser, slot, "
-                "signal integrity) and replays slow transfers. Plan a reseat; drain if the "
-                "count keeps climbing or uncorrectable errors appear.",
-                Action.DRAIN_AND_REPAIR, Blame.NODE, scope, ev)
+                "signal integrity) and replays slow transfers. Plan a reseat at the next "
+                "maintenance window; drain sooner if the count keeps climbing or "
+                "uncorrectable errors appear.",
+                Action.PLAN_REPAIR, Blame.NODE, scope, ev)
         elif ce_flags and not link.aer:
             yield finding(
                 "pcie.aer-errors", Severity.INFO,

@@ -17,7 +17,7 @@ from gputriage import knowledge
 from gputriage.hostfacts.smi_views import SmiView
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.nvsmi import parse_float, parse_int
-from gputriage.rules.base import finding, rule
+from gputriage.rules.base import action_for, finding, rule
 
 #: within this many degrees of the slowdown temperature a GPU is "near the limit"
 NEAR_LIMIT_C = 5
@@ -192,13 +192,17 @@ def clock_reasons(smi_views: list[SmiView]) -> Iterator[Finding]:
                      "PSUs and the BMC's event log." if cool else
                      "It is raised by over-temperature, the external power brake (PSU "
                      "trouble) or over-current. Check cooling and the PSUs.")
+            severity = Severity.CRITICAL if view.busy else Severity.WARNING
+            then = ("Drain the node for repair." if view.busy else
+                    "The GPU was not seen busy: check it under load, drain it if the slowdown "
+                    "stays, else repair at the next maintenance window.")
             yield finding(
-                "clocks.hw-slowdown", Severity.CRITICAL if view.busy else Severity.WARNING,
+                "clocks.hw-slowdown", severity,
                 f"{view.label}: hardware slowdown active{busy}"
                 + (f" at {st.temp} C" if st.temp is not None else ""),
                 "Hardware slowdown cuts the GPU's clocks by half or more, so jobs on it crawl "
-                f"and stall their peers. {cause} Drain the node for repair.",
-                Action.DRAIN_AND_REPAIR, Blame.NODE, view.scope, ev)
+                f"and stall their peers. {cause} {then}",
+                action_for(severity, Action.DRAIN_AND_REPAIR), Blame.NODE, view.scope, ev)
         if "sw_thermal_slowdown" in active:
             yield finding(
                 "clocks.sw-thermal-slowdown", Severity.WARNING,

@@ -107,8 +107,9 @@ def nvlink_uneven(topology: TopoMatrix) -> Iterator[Finding]:
         "GPUs of one board have the same number of NVLink links; these show fewer, so links "
         "are down or never trained (or a bridge is missing) and traffic over them runs "
         "slower or falls back to PCIe. Check nvidia-smi nvlink -s / -e and the kernel log "
-        "for NVLink Xids; a GPU reset may retrain them, links that stay down need repair.",
-        Action.RESET_GPU, Blame.NODE, evidence=[evidence(TOPO, lines)])
+        "for NVLink Xids; at the next maintenance window reset the GPUs, which may retrain "
+        "them, and repair links that stay down.",
+        Action.PLAN_REPAIR, Blame.NODE, evidence=[evidence(TOPO, lines)])
 
 
 _P2P_MEANING = {"CNS": "chipset not supported", "GNS": "GPU not supported",

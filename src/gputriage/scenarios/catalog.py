@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gputriage.scenarios.gpus_gone import gpus_gone
 from gputriage.scenarios.model import Gpu, GpuProcess, Host, Outcome, healthy_hgx_h100
+from gputriage.scenarios.render_host import nvrm_banner
 from gputriage.scenarios.render_nccl import NcclJob, nccl_log, nccl_tests
 
 NVML_ERROR_GPU_IS_LOST = 15
@@ -123,6 +125,27 @@ def _xid48_row_remap() -> Host:
         (t + 0.0011, f"NVRM: Xid (PCI:{_short(g.bus)}): 63, pid=77120, name=python, Row "
                      "Remapper: New row (0x00000003c1f0a5e0) marked for remapping, reset gpu "
                      "to activate."),
+    ]
+    return host
+
+
+RELOAD_AFTER_S = 1_778.4  # the driver reload that reset the GPUs, after the Xid 48
+
+
+def _xid48_reset() -> Host:
+    """The Xid 48 / 63 of GPU 5, then the on-call's driver reload: every GPU reset, the
+    spare row in use, nothing pending."""
+    host = _xid48_row_remap()
+    g = host.gpus[5]
+    g.remapped_unc, g.remap_histogram = 1, (2559, 1, 0, 0, 0)
+    g.ecc_aggregate = {"dram_uncorrectable": 1}
+    t = 27_733.904 + RELOAD_AFTER_S
+    host.kernel_events += [
+        (t, "nvidia-nvlink: Nvlink Core is being initialized, major device number "
+            f"{host.majors['nvidia-nvlink']}"),
+        (t + 0.343, f"NVRM: loading {nvrm_banner(host.kernel_module_version)}"),
+        (t + 4.256, "nvidia-uvm: Loaded the UVM driver, major device number "
+                    f"{host.majors['nvidia-uvm']}."),
     ]
     return host
 
@@ -295,6 +318,13 @@ CATALOG: tuple[Entry, ...] = (
           "is reset. Drain the GPU and reset it to apply the remap; repair only if remapping "
           "fails or errors recur.",
           ("xid.48", "xid.63"), _xid48_row_remap),
+    Entry("xid48-reset", "Xid 48 on GPU 5, then a driver reload reset the GPUs: resolved",
+          "GPU 5 reported an uncorrectable double-bit ECC error (Xid 48) and a row remap "
+          "(Xid 63); half an hour later the on-call drained the node and reloaded the NVIDIA "
+          "driver, which resets every GPU and put the spare row in use (remapped rows 1, "
+          "nothing pending). The Xids are history: the node may go back into service, and "
+          "a new Xid 48 would be a new failure.",
+          ("xid.48",), _xid48_reset),
     Entry("xid119-repeated", "Repeated Xid 119 GSP RPC timeouts on GPU 3",
           "The GPU System Processor of GPU 3 stopped answering RPCs four times in half an hour, "
           "for different callers (nvidia-smi, a job, DCGM). A GSP timeout needs a GPU reset; "
@@ -353,4 +383,13 @@ CATALOG: tuple[Entry, ...] = (
           "rails give with verbs and GPUDirect RDMA. The node is fine: unset NCCL_IB_DISABLE "
           "in the job so NCCL uses NET/IB with GPUDirect RDMA.",
           ("nccl.socket-transport", "nccl.busbw-low"), _nccl_socket_fallback),
+    Entry("gpus-gone", "Every GPU fell off the bus and is gone from it; driver unloaded",
+          "The HGX baseboard dropped off the PCI bus: the kernel log shows Xid 79 on all "
+          "eight GPUs, then nvidia-persistenced was stopped and the nvidia modules unloaded. "
+          "lspci and sysfs show no NVIDIA function and nvidia-smi cannot reach a driver, yet "
+          "the kernel log and the /dev/nvidia0-7 nodes left behind show this host had GPUs: "
+          "it is not a CPU host. Drain it, power-cycle it and repair the baseboard if the "
+          "GPUs do not come back.",
+          ("host.gpus-gone", "xid.79", "nvidia-smi.cannot-communicate",
+           "persistence.daemon-inactive"), gpus_gone),
 )

@@ -73,6 +73,7 @@ class Gpu:
     remap_pending: bool = False
     remap_failure: bool = False
     remap_histogram: tuple[int, int, int, int, int] = (2560, 0, 0, 0, 0)
+    reset_required: bool = False  # nvidia-smi -q GPU Reset Status: Reset Required
     # failure states
     in_driver: bool = True  # listed under /proc/driver/nvidia/gpus
     lost: bool = False  # fell off the bus: NVML/nvidia-smi cannot get a handle

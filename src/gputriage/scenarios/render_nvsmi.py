@@ -69,7 +69,7 @@ def _gpu_xml(host: Host, g: Gpu) -> list:
         ("gpu_virtualization_mode", [("virtualization_mode", "None"),
                                      ("host_vgpu_mode", "N/A"),
                                      ("vgpu_heterogeneous_mode", "N/A")]),
-        ("gpu_reset_status", [("reset_required", "No"),
+        ("gpu_reset_status", [("reset_required", _yes(g.reset_required)),
                               ("drain_and_reset_recommended", "No")]),
         ("gsp_firmware_version", host.kernel_module_version),
         ("ibmnpu", [("relaxed_ordering_mode", "N/A")]),

@@ -3,7 +3,9 @@
 The JSON document has the schema ``gputriage/fleet/v1``: ``nodes``,
 ``healthy``, ``findings`` (id, severity, count, nodes, blast_radius: attribute,
 value, affected_with, nodes_with, precision, recall, score) and
-``bad_inputs`` (count, listed: path and reason). The CSV has one row per
+``bad_inputs`` (count, listed: path and reason), ``duplicates`` (how many inputs
+repeated a host) and ``duplicate_hosts`` (node, kept, dropped: the inputs). The
+terminal view lists the duplicates and the skipped inputs too. The CSV has one row per
 finding and separator (a finding without separators gets one row with the
 separator columns empty), no cell starting like a spreadsheet formula. rich is
 imported by the caller; all text goes in as ``Text`` (never markup, control
@@ -35,6 +37,7 @@ def fleet_json(report: FleetReport) -> dict:
         "nodes": report.nodes,
         "healthy": report.healthy,
         "duplicates": report.duplicates,
+        "duplicate_hosts": [asdict(d) for d in report.duplicate_hosts],
         "findings": [{"id": f.id, "severity": f.severity, "count": f.count,
                       "nodes": list(f.nodes),
                       "blast_radius": [asdict(s) for s in f.blast_radius]}
@@ -75,9 +78,10 @@ def render_fleet(report: FleetReport, console: Console, *, max_nodes: int = 6,
     def text(value: str, style: str = "") -> Text:
         return Text(printable(value, multiline=True), style=style)
 
+    dups = f", {report.duplicates} duplicate inputs" if report.duplicates else ""
     console.print(text(f"{report.nodes} nodes, {report.healthy} without findings, "
                        f"{len(report.findings)} distinct findings, "
-                       f"{report.bad_count} inputs skipped", "bold"))
+                       f"{report.bad_count} inputs skipped{dups}", "bold"))
     if report.findings:
         table = Table(show_lines=True)
         table.add_column("finding")
@@ -104,3 +108,20 @@ def render_fleet(report: FleetReport, console: Console, *, max_nodes: int = 6,
         if report.bad_count > max_bad:
             console.print(text(f"  ... and {report.bad_count - max_bad} more (--json lists "
                                "them)"))
+    _render_duplicates(report, console, max_bad)
+
+
+def _render_duplicates(report: FleetReport, console: Console, limit: int) -> None:
+    """The hosts several inputs named, and which input each kept (the newest)."""
+    from rich.text import Text
+
+    if not report.duplicates:
+        return
+    console.print(Text(printable(f"{report.duplicates} inputs repeated a host already "
+                                 "seen (the newest result kept):"), style="yellow"))
+    shown = report.duplicate_hosts[:limit]
+    for d in shown:
+        console.print(Text(printable(f"  {d.node}: kept {d.kept}, left out {d.dropped}")))
+    if report.duplicates > len(shown):
+        console.print(Text(printable(f"  ... and {report.duplicates - len(shown)} more "
+                                     "(--json lists them)")))

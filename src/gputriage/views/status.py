@@ -74,3 +74,33 @@ def at_fault(result: Result) -> str:
     job = result.worst_of("job").rank >= Severity.WARNING.rank
     return {(True, True): "node and job", (True, False): "node",
             (False, True): "job"}.get((node, job), "neither")
+
+
+# The job's own outputs: a result that read one of them judged a job.
+JOB_SOURCES = ("nccl_log", "nccl_tests", "device_query")
+
+
+def job_faults_capped(result: Result) -> bool:
+    """Whether the job's faults were worse than the exit status lets them count
+    (a critical of the job's, without ``--job-faults-fail``)."""
+    return (not result.job_faults_fail
+            and result.worst_of("job").rank > Severity.WARNING.rank)
+
+
+def leading_side(result: Result) -> str:
+    """The side (``node`` or ``job``) whose findings set the exit status; the node on
+    a tie, and when neither has a fault."""
+    node = result.worst_of("node")
+    job = result.worst_of("job")
+    if job_faults_capped(result):
+        job = Severity.WARNING
+    return "job" if job.rank > node.rank else "node"
+
+
+def judged_job(result: Result) -> bool:
+    """Whether the result judged a job: one of its outputs was read, or a finding
+    blames the job or its settings."""
+    for item in result.inputs:
+        if isinstance(item, dict) and set(item.get("sources") or ()) & set(JOB_SOURCES):
+            return True
+    return any(f.blame.side == "job" for f in result.findings)

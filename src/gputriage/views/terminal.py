@@ -1,10 +1,12 @@
 """The terminal report: what a senior SRE wants to read at 3 a.m.
 
-Header (host, kernel, driver, GPU counts, verdict), one line per GPU, the
-findings worst first with their evidence, then skipped rules, unreadable
-inputs and provenance. rich is imported inside :func:`render_terminal` only,
-so importing this module keeps the CLI fast. Every piece of host text goes
-into rich ``Text`` objects (never markup), so evidence such as
+The opening lines (the verdict, the side at fault with the worst finding and its next
+step, what was not read: :mod:`gputriage.views.opening`), the host line (host, kernel,
+driver, GPU counts), one line per GPU, the current findings worst first with their
+evidence, next step and what they explain, the acknowledged and past findings one line
+each, then skipped rules, unreadable inputs and provenance. rich is imported inside
+:func:`render_terminal` only, so importing this module keeps the CLI fast. Every piece
+of host text goes into rich ``Text`` objects (never markup), so evidence such as
 ``[ 1234.5678] NVRM: Xid ...`` is printed verbatim.
 """
 
@@ -12,24 +14,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gputriage.model import DriverVersions, Finding, GpuRow, Occurrences, Result, Severity
+from gputriage.model import (
+    DriverVersions,
+    Finding,
+    GpuRow,
+    Occurrences,
+    Result,
+    Severity,
+    Status,
+)
 from gputriage.parsers.base import normalize_bus_id
+from gputriage.views.opening import also_text, print_opening
 from gputriage.views.safe import printable
 from gputriage.views.status import verdict
+from gputriage.views.styles import STYLES
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
 EVIDENCE_CAP = 8  # lines per evidence block outside verbose mode
+LABEL_WIDTH = 10  # the severity / verdict column; wrapped lines hang under the text
 
-STYLES = {
-    "ok": "bold green",
-    "info": "bold cyan",
-    "warning": "bold yellow",
-    "critical": "bold red",
-    "unknown": "bold magenta",
-    "missing": "bold red",
-}
+# The sections of findings that no longer count, in report order.
+SECTIONS = ((Status.ACKNOWLEDGED, "Acknowledged"),
+            (Status.PAST, "History (ended by a reset or a reboot)"))
 
 Segment = tuple[str, str]  # (text, rich style; "" for none)
 
@@ -39,13 +47,11 @@ class Out:
     that print a result's header, findings and tail around their own sections)."""
 
     def __init__(self, console: Console, verbose: bool) -> None:
-        from rich.padding import Padding
         from rich.text import Text
 
         self.console = console
         self.verbose = verbose
         self._text = Text
-        self._padding = Padding
         encoding = (getattr(console, "encoding", None) or "utf-8").lower()
         self.encoding = encoding
         self.unicode = encoding.replace("-", "").startswith("utf")
@@ -69,14 +75,31 @@ class Out:
             out.append(self.clean(value), style=style or None)
         return out
 
+    def labelled(self, label: Segment, *segments: Segment) -> None:
+        """One line in two columns: ``label`` (a severity word) padded to
+        :data:`LABEL_WIDTH`, then the text, whose wrapped lines hang under it."""
+        from rich.cells import cell_len
+
+        head = self.text(label)
+        head.append(" " * max(LABEL_WIDTH - cell_len(head.plain), 1))
+        self._hanging(head, LABEL_WIDTH, self.text(*segments))
+
     def line(self, *segments: Segment, indent: int = 0) -> None:
         """Print one logical line; wrapped continuations keep the indent."""
         body = self.text(*segments)
         if indent:
-            self.console.print(self._padding(body, (0, 0, 0, indent), expand=False),
-                               highlight=False)
+            self._hanging(self._text(" " * indent), indent, body)
         else:
             self.console.print(body, highlight=False)
+
+    def _hanging(self, head: Any, indent: int, body: Any) -> None:
+        """``head`` then ``body`` wrapped at spaces, its further lines indented by
+        ``indent`` (no trailing blanks: piped output stays clean)."""
+        width = max(self.console.width - indent, 20)
+        for i, part in enumerate(body.wrap(self.console, width)):
+            part.rstrip()
+            row = (head if i == 0 else self._text(" " * indent)) + part
+            self.console.print(row, highlight=False, no_wrap=True, overflow="ignore")
 
 
 def _word(severity: str) -> str:
@@ -94,12 +117,15 @@ def _driver_segment(driver: DriverVersions) -> Segment:
     return (f"driver {module} module / {user} userspace / CUDA {cuda}", style)
 
 
-def print_header(out: Out, result: Result) -> None:
-    """The host line (name, kernel, driver, GPU counts, verdict) and the counts line."""
+def print_header(out: Out, result: Result, *, label: str | None = None) -> None:
+    """The host line (name, kernel, driver, GPU counts) and the counts line. The line
+    starts with ``label`` when given (the report's opening lines carry the verdict),
+    else with the verdict word."""
     host = result.host
     word = verdict(result)
-    segs: list[Segment] = [(f"{_word(word):<8}", STYLES.get(word, "")), ("  ", ""),
-                           (str(host.hostname or "unknown host"), "bold")]
+    first: Segment = ((label, "dim") if label is not None
+                      else (_word(word), STYLES.get(word, "")))
+    segs: list[Segment] = [(str(host.hostname or "unknown host"), "bold")]
     if host.kernel:
         segs += [(out.dot, ""), (f"kernel {host.kernel}", "")]
     segs += [(out.dot, ""), _driver_segment(host.driver)]
@@ -109,14 +135,15 @@ def print_header(out: Out, result: Result) -> None:
         segs += [(out.dot, ""),
                  (f"GPUs {_or_q(on_pci)} on PCI / {_or_q(visible)} visible",
                   "bold red" if bad else "")]
-    out.line(*segs)
+    out.labelled(first, *segs)
     second: list[Segment] = []
     if host.os:
         second.append((str(host.os), "dim"))
     counts = [(f"{n} {sev}", STYLES[sev]) for sev, n in _counts(result)]
-    second += counts or [("no findings", "")]
-    out.line(*_join(out, second), indent=10)
-    if word == "unknown":
+    second += counts or [("no current findings" if result.findings else "no findings", "")]
+    second += [(f"{n} {what}", "dim") for what, n in _counts_not_current(result)]
+    out.labelled(("", ""), *_join(out, second))
+    if word == "unknown" and label is None:
         out.line(("could not tell: no rule could decide; see skipped rules and "
                   "unreadable inputs below", STYLES["unknown"]), indent=10)
 
@@ -135,9 +162,17 @@ def _join(out: Out, segs: list[Segment]) -> list[Segment]:
 
 
 def _counts(result: Result) -> list[tuple[str, int]]:
+    """Current findings per severity, worst first (those that are not: elsewhere)."""
     order = [Severity.CRITICAL, Severity.WARNING, Severity.INFO, Severity.OK]
     return [(sev.value, n) for sev in order
-            if (n := sum(1 for f in result.findings if f.severity is sev))]
+            if (n := sum(1 for f in result.findings if f.current and f.severity is sev))]
+
+
+def _counts_not_current(result: Result) -> list[tuple[str, int]]:
+    """``acknowledged`` and ``history`` counts, when any."""
+    words = {Status.ACKNOWLEDGED: "acknowledged", Status.PAST: "history"}
+    return [(word, n) for status, word in words.items()
+            if (n := sum(1 for f in result.findings if f.status is status))]
 
 
 def _bus(value: Any) -> str | None:
@@ -147,18 +182,21 @@ def _bus(value: Any) -> str | None:
 
 
 def _gpu_findings(result: Result, gpu: GpuRow) -> list[Finding]:
-    """Findings scoped to ``gpu`` (by index, UUID or PCI bus id)."""
+    """Current findings scoped to ``gpu`` (by index, UUID or PCI bus id), a per-GPU
+    repeat's other GPUs included."""
     bus, uuid, index = _bus(gpu.pci_bus_id), gpu.uuid, gpu.index
     hits = []
     for f in result.findings:
-        s = f.scope
-        if s.kind != "gpu":
+        if not f.current:
             continue
-        if ((uuid and s.uuid and s.uuid == uuid)
-                or (bus and s.pci_bus_id and _bus(s.pci_bus_id) == bus)
-                or (index is not None and s.gpu_index is not None and s.gpu_index == index
-                    and not (s.uuid and uuid) and not (s.pci_bus_id and bus))):
-            hits.append(f)
+        for s in f.scopes:
+            if s.kind == "gpu" and (
+                    (uuid and s.uuid and s.uuid == uuid)
+                    or (bus and s.pci_bus_id and _bus(s.pci_bus_id) == bus)
+                    or (index is not None and s.gpu_index is not None and s.gpu_index == index
+                        and not (s.uuid and uuid) and not (s.pci_bus_id and bus))):
+                hits.append(f)
+                break
     return hits
 
 
@@ -199,6 +237,9 @@ def _gpus(out: Out, result: Result) -> None:
         return
     rows = [[(out.clean(v), style) for v, style in row] for row in rows]
     widths = [max(cell_len(row[i][0]) for row in rows) for i in range(len(rows[0]))]
+    if sum(widths) + 2 * (len(widths) - 1) > out.console.width and not out.verbose:
+        rows = [row[:3] + row[4:] for row in rows]  # too narrow: the short UUID goes
+        widths = widths[:3] + widths[4:]
     out.console.print()
     for row in rows:
         segs: list[Segment] = []
@@ -209,32 +250,66 @@ def _gpus(out: Out, result: Result) -> None:
         out.line(*segs)
 
 
-def _finding_head(out: Out, f: Finding) -> list[Segment]:
+def _finding_head(out: Out, f: Finding) -> tuple[Segment, list[Segment]]:
+    """The severity label, and the title, scope and id."""
     sev = f.severity.value
-    return [(f"{_word(sev):<8}", STYLES[sev]), ("  ", ""), (f.title, "bold"),
-            ("  [", "dim"), (f.scope.label(), "cyan"), ("]  ", "dim"), (f.id, "dim")]
+    return ((_word(sev), STYLES[sev]),
+            [(f.title, "bold"), ("  [", "dim"), (f.scope.label(), "cyan"), ("]  ", "dim"),
+             (f.id, "dim")])
 
 
-def _finding_full(out: Out, f: Finding) -> None:
-    out.console.print()
-    out.line(*_finding_head(out, f))
-    if f.occurrences is not None:
-        out.line(*_occurrences(out, f.occurrences), indent=10)
-    out.line(("blame: ", "dim"), (f.blame.value, "bold"), (out.dot, "dim"),
-             ("action: ", "dim"), (f.action.value, "bold"), indent=10)
-    if f.explanation:
-        out.line((f.explanation, ""), indent=10)
+def _status_words(f: Finding) -> str:
+    return {Status.ACKNOWLEDGED: "acknowledged", Status.PAST: "history"}.get(
+        f.status, "note")
+
+
+def _evidence(out: Out, f: Finding, indent: int) -> None:
+    """Each evidence block: its source line, then its lines (capped unless verbose)."""
     for ev in f.evidence:
         head: list[Segment] = [("source: ", "dim"), (ev.source, "bold")]
         if ev.note:
             head += [(out.dot, "dim"), (ev.note, "italic")]
-        out.line(*head, indent=10)
+        out.line(*head, indent=indent)
         lines = [part for line in ev.lines for part in str(line).splitlines() or [""]]
         shown = lines if out.verbose else lines[:EVIDENCE_CAP]
         for line in shown:
-            out.line((line, ""), indent=12)
+            out.line((line, ""), indent=indent + 2)
         if len(lines) > len(shown):
-            out.line((f"(+{len(lines) - len(shown)} more lines)", "dim"), indent=12)
+            out.line((f"(+{len(lines) - len(shown)} more lines)", "dim"), indent=indent + 2)
+
+
+def _consequences(out: Out, f: Finding) -> None:
+    """``explains: <id>  <title>`` for each finding folded into this cause; their scope
+    and evidence in verbose mode."""
+    for c in f.consequences:
+        segs: list[Segment] = [("explains: ", "dim"), (c.id, "bold"), ("  ", ""),
+                               (c.title, "")]
+        if out.verbose:
+            segs += [("  [", "dim"), (c.scope.label(), "cyan"), ("]", "dim")]
+        out.line(*segs, indent=10)
+        if out.verbose:
+            _evidence(out, c, 12)
+
+
+def _finding_full(out: Out, f: Finding) -> None:
+    out.console.print()
+    label, head = _finding_head(out, f)
+    out.labelled(label, *head)
+    if f.status_note or not f.current:
+        out.line((f"{_status_words(f)}: ", "bold magenta"),
+                 (f.status_note or "no reason recorded", "magenta"), indent=10)
+    if f.occurrences is not None:
+        out.line(*_occurrences(out, f.occurrences), indent=10)
+    if (where := also_text(f, full=out.verbose)) is not None:
+        out.line((where, "cyan"), indent=10)
+    out.line(("blame: ", "dim"), (f.blame.value, "bold"), (out.dot, "dim"),
+             ("action: ", "dim"), (f.action.value, "bold"), indent=10)
+    if f.step:
+        out.line(("next: ", "bold"), (f.step, "bold"), indent=10)
+    if f.explanation:
+        out.line((f.explanation, ""), indent=10)
+    _evidence(out, f, 10)
+    _consequences(out, f)
     if f.references:
         out.line(("refs: ", "dim"), (", ".join(map(str, f.references)), "dim"), indent=10)
 
@@ -253,26 +328,44 @@ def _occurrences(out: Out, occ: Occurrences) -> list[Segment]:
 
 
 def print_findings(out: Out, result: Result) -> None:
-    """The findings worst first: warnings and worse in full, the rest as one line each
-    (in full when verbose)."""
+    """The current findings worst first: warnings and worse in full, the rest one line
+    each (in full when verbose); then the acknowledged and past ones."""
     ordered = result.sorted_findings()
-    serious = [f for f in ordered if f.severity.rank >= Severity.WARNING.rank]
-    minor = [f for f in ordered if f.severity.rank < Severity.WARNING.rank]
-    if not ordered:
+    current = [f for f in ordered if f.current]
+    serious = [f for f in current if f.severity.rank >= Severity.WARNING.rank]
+    minor = [f for f in current if f.severity.rank < Severity.WARNING.rank]
+    if not current:
         out.console.print()
-        out.line(("No findings.", STYLES["ok"] if verdict(result) == "ok" else ""))
-        return
+        word = "No current findings." if ordered else "No findings."
+        out.line((word, STYLES["ok"] if verdict(result) == "ok" else ""))
     for f in serious:
         _finding_full(out, f)
-    if not minor:
-        return
-    if out.verbose:
+    if minor and out.verbose:
         for f in minor:
             _finding_full(out, f)
+    elif minor:
+        out.console.print()
+        for f in minor:
+            label, head = _finding_head(out, f)
+            out.labelled(label, *head)
+    for status, heading in SECTIONS:
+        _print_section(out, [f for f in ordered if f.status is status], heading)
+
+
+def _print_section(out: Out, findings: list[Finding], heading: str) -> None:
+    """Findings that no longer count: one line each with why (in full when verbose)."""
+    if not findings:
         return
     out.console.print()
-    for f in minor:
-        out.line(*_finding_head(out, f))
+    out.line((f"{heading} ({len(findings)})", "bold magenta"))
+    for f in findings:
+        if out.verbose:
+            _finding_full(out, f)
+            continue
+        label, segs = _finding_head(out, f)
+        if f.status_note:
+            segs += [(out.dot, "dim"), (f.status_note, "magenta")]
+        out.labelled(label, *segs)
 
 
 def print_tail(out: Out, result: Result) -> None:
@@ -303,8 +396,8 @@ def print_tail(out: Out, result: Result) -> None:
 
 
 def _changed_since_healthy(out: Out, result: Result) -> None:
-    """The opening line "changed since the last healthy check (when): ..." when
-    ``result.host.changed_since_healthy`` says something changed."""
+    """The line "changed since the last healthy check (when): ..." under the opening
+    lines, when ``result.host.changed_since_healthy`` says something changed."""
     changed = result.host.changed_since_healthy
     if changed is None or not changed.changes:
         return
@@ -322,8 +415,9 @@ def render_terminal(result: Result, console: Console | None = None, *,
 
         console = Console(highlight=False)
     out = Out(console, verbose)
+    print_opening(out, result)
     _changed_since_healthy(out, result)
-    print_header(out, result)
+    print_header(out, result, label="host")
     _gpus(out, result)
     print_findings(out, result)
     print_tail(out, result)

@@ -42,6 +42,7 @@ KIND_MEANING = {
     "hung-task": "hung task",
     "soft-lockup": "CPU soft lockup",
     "gpu-reset-required": "GPU reset required",
+    "driver-load": "NVIDIA driver loaded (every GPU re-initialised)",
 }
 
 

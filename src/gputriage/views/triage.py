@@ -64,15 +64,18 @@ def render_triage(t: Triage, console: Console) -> None:
         line = Text("   ")
         line.append(f"{f.severity.value.upper():<8}", style=_STYLE.get(f.severity.value, ""))
         line.append(f" {f.blame.value.upper():<7} ")
-        scope = "" if f.scope.kind == "node" else f" ({f.scope.label()})"
-        line.append(printable(f"{f.id}{scope}: {f.title}"))
+        scope = "" if f.scope.kind == "node" else f" ({', '.join(s.label() for s in f.scopes)})"
+        status = "" if f.current else f" [{f.status.value}]"
+        line.append(printable(f"{f.id}{scope}: {f.title}{status}"))
         console.print(line)
     say("3. Next actions", "bold")
     if not t.actions:
         say("   none needed")
     for i, a in enumerate(t.actions, 1):
-        say(f"   {i}. {a.action.value}: {a.text} -> {', '.join(a.targets)} "
-            f"[{', '.join(a.findings)}]")
+        say(f"   {i}. {a.says}")
+        folded = f" (with {', '.join(a.consequences)})" if a.consequences else ""
+        say(f"      closes {', '.join(a.findings)}{folded} on {', '.join(a.targets)} "
+            f"[{a.action.value}]", "dim")
     if t.result.unreadable:
         say(f"({len(t.result.unreadable)} input problem(s); gputriage analyze -v shows them)",
             "dim")
@@ -92,5 +95,7 @@ def triage_to_json(t: Triage) -> dict[str, Any]:
         "changed": diff_to_json(t.diff) if t.diff is not None else None,
         "findings": [plain(f.to_json()) for f in t.findings],
         "actions": [{"action": a.action.value, "text": a.text, "targets": list(a.targets),
-                     "findings": list(a.findings)} for a in t.actions],
+                     "findings": list(a.findings), "step": a.step,
+                     "closes": list(a.closes),
+                     "severity": a.severity.value} for a in t.actions],
     }

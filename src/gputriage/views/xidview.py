@@ -27,11 +27,13 @@ ACTION_WORDS = {
     "drain-and-repair": "cordon, drain and open a hardware repair",
     "fix-software": "upgrade or fix the software",
     "fix-config": "fix the configuration",
+    "plan-repair": "stays in service: repair at the next maintenance window",
 }
 BLAME_WORDS = {
     "node": "node (hardware or host, not the job)",
     "job": "job (the application, not the node)",
     "config": "config (setup or software mismatch)",
+    "job-config": "job-config (the job's own settings, not the node)",
     "unknown": "unknown (could be either)",
 }
 

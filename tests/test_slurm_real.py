@@ -1,0 +1,344 @@
+"""The Slurm recipes on a real Slurm: a one-node cluster (munged, slurmctld, slurmd)
+started in a temporary directory, whose Prolog and Epilog are deploy/slurm's, running the
+real ``gputriage check --snapshot`` on scenario hosts. A job's fault does not drain; a GPU
+fault drains with a reason naming the finding and its GPU; repair -> ack -> resume stays
+resumed at the next prolog; a new event after the acknowledgement drains again.
+
+Needs root and Debian's slurm-wlm and munge (.ci/run installs them); skipped otherwise,
+with the reason (and the daemons' log tail when the cluster does not come up)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SLURM = REPO / "deploy" / "slurm"
+BIN = Path(sys.executable).parent  # the venv's gputriage sits next to its python
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("sinfo", "scontrol", "srun", "scancel")
+UP_TIMEOUT = 30.0
+BUS = "0000:9a:00.0"  # GPU 4 of gpu-fallen-off-bus
+
+
+def _missing() -> str | None:
+    gone = [t for t in (*DAEMONS, *CLIENTS) if not shutil.which(t, path=_path())]
+    if gone:
+        return f"not installed: {', '.join(gone)} (apt-get install slurm-wlm munge)"
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "a one-node Slurm with SlurmUser=root needs root"
+    if not (BIN / "gputriage").exists():
+        return f"no gputriage next to {sys.executable}"
+    return None
+
+
+def _path() -> str:
+    return os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tail(path: Path, lines: int = 4) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return f"{path.name}: (none)"
+    return f"{path.name}: " + " | ".join(text[-lines:])
+
+
+class Cluster:
+    """A one-node Slurm in ``root``; the node is this host's short name."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.node = socket.gethostname().split(".")[0]
+        self.log = root / "log"
+        self.conf = root / "healthcheck.conf"  # the health check's settings
+        self.results = root / "results"
+        self.procs: list[subprocess.Popen] = []
+        self.up = False
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("SLURM", "GPUTRIAGE"))}
+        self.env.update(PATH=_path(), SLURM_CONF=str(root / "slurm.conf"),
+                        GPUTRIAGE_HEALTHCHECK_CONF=str(self.conf))
+
+    # --- setup and teardown ---------------------------------------------
+
+    def start(self) -> None:
+        root = self.root
+        for sub in ("munge", "state", "spool", "log", "results"):
+            (root / sub).mkdir()
+        # munged wants every directory above its socket searchable by all.
+        for d in (root, root / "munge"):
+            d.chmod(0o755)
+        key = root / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        sock = root / "munge" / "munge.sock"
+        self._spawn("munged", "-F", "--force", f"--key-file={key}", f"--socket={sock}",
+                    f"--pid-file={root / 'munge' / 'munged.pid'}",
+                    f"--seed-file={root / 'munge' / 'seed'}",
+                    f"--log-file={self.log / 'munged.log'}")
+        self._wait(sock.exists, 10, "munged did not create its socket")
+        for name, mode in (("prolog", "prolog.sh"), ("epilog", "epilog.sh")):
+            # Prolog= takes no arguments and slurmd gives it a bare environment: a
+            # wrapper names the settings file (a real node uses
+            # /etc/default/gputriage-healthcheck) and runs deploy/slurm's script.
+            wrapper = root / f"{name}.sh"
+            wrapper.write_text(f"#!/bin/sh\nGPUTRIAGE_HEALTHCHECK_CONF={self.conf}\n"
+                               f"export GPUTRIAGE_HEALTHCHECK_CONF\nexec {SLURM / mode}\n",
+                               encoding="utf-8")
+            wrapper.chmod(0o755)
+        (root / "slurm.conf").write_text(self._slurm_conf(sock), encoding="utf-8")
+        self._spawn("slurmctld", "-D", "-i")
+        self._spawn("slurmd", "-D", "-N", self.node)
+        try:
+            self._wait(lambda: self.state() == "idle", UP_TIMEOUT, "the node never came idle")
+        except TimeoutError as exc:
+            self.stop()
+            pytest.skip(f"one-node Slurm did not come up: {exc}")
+        self.up = True
+
+    def _slurm_conf(self, sock: Path) -> str:
+        r = self.root
+        return "\n".join([
+            "ClusterName=gputriage-test",
+            f"SlurmctldHost={self.node}(127.0.0.1)",
+            f"SlurmctldPort={_free_port()}",
+            f"SlurmdPort={_free_port()}",
+            "SlurmUser=root", "SlurmdUser=root",
+            "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={sock}",
+            f"StateSaveLocation={r / 'state'}", f"SlurmdSpoolDir={r / 'spool'}",
+            f"SlurmctldPidFile={r / 'slurmctld.pid'}", f"SlurmdPidFile={r / 'slurmd.pid'}",
+            f"SlurmctldLogFile={self.log / 'slurmctld.log'}",
+            f"SlurmdLogFile={self.log / 'slurmd.log'}",
+            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+            "SelectType=select/linear", "MpiDefault=none", "ReturnToService=2",
+            "JobCompType=jobcomp/none", "AccountingStorageType=accounting_storage/none",
+            # Alloc: the prolog runs when the job is allocated, before its first step.
+            f"Prolog={r / 'prolog.sh'}", f"Epilog={r / 'epilog.sh'}", "PrologFlags=Alloc",
+            "PrologEpilogTimeout=60", "SlurmctldTimeout=10", "SlurmdTimeout=30",
+            f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN",
+            f"PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",
+            ""])
+
+    def _spawn(self, tool: str, *args: str) -> None:
+        out = (self.log / f"{tool}.out").open("wb")
+        self.procs.append(subprocess.Popen([shutil.which(tool, path=_path()) or tool, *args],
+                                           env=self.env, stdout=out, stderr=out,
+                                           stdin=subprocess.DEVNULL,
+                                           start_new_session=True))
+        out.close()
+
+    def _wait(self, done, timeout: float, what: str) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if done():
+                return
+            dead = [p for p in self.procs if p.poll() is not None]
+            if dead:
+                break
+            time.sleep(0.2)
+        raise TimeoutError(f"{what}; " + "; ".join(
+            _tail(self.log / f"{tool}.log" if (self.log / f"{tool}.log").exists()
+                  else self.log / f"{tool}.out") for tool in DAEMONS))
+
+    def stop(self) -> None:
+        if self.up:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.run("scancel", "--full", "--user=root", timeout=5)
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        self.procs.clear()
+
+    # --- driving it -------------------------------------------------------
+
+    def run(self, *argv: str, timeout: float = 60,
+            **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(list(argv), env={**self.env, **env}, capture_output=True,
+                              text=True, timeout=timeout, check=False)
+
+    def state(self) -> str:
+        """sinfo's compact state of the node: idle, drain, alloc, idle*..."""
+        return self.run("sinfo", "-h", "-n", self.node, "-o", "%t", timeout=10).stdout.strip()
+
+    def show(self) -> dict[str, str]:
+        """``scontrol show node`` as key=value pairs (Reason keeps its spaces)."""
+        out = self.run("scontrol", "show", "node", self.node, timeout=10).stdout
+        fields: dict[str, str] = {}
+        for line in out.splitlines():
+            line = line.strip()
+            if line.startswith("Reason="):
+                fields["Reason"] = line.removeprefix("Reason=")
+                continue
+            for item in line.split():
+                key, _, value = item.partition("=")
+                fields[key] = value
+        return fields
+
+    def settle(self) -> str:
+        """Wait until no job is left on the node (the epilog done): its state."""
+        end = time.monotonic() + UP_TIMEOUT
+        while time.monotonic() < end:
+            state = self.state()
+            queue = self.run("squeue", "-h", "-o", "%i", timeout=10).stdout.strip()
+            if state in ("idle", "drain") and not queue:
+                return state
+            time.sleep(0.2)
+        raise AssertionError(f"node never settled: {self.state()}; "
+                             f"{_tail(self.log / 'slurmd.log')}")
+
+    def srun_true(self) -> subprocess.CompletedProcess:
+        proc = self.run("srun", "-N1", "-t", "1", "true")
+        self.run("scancel", "--full", "--user=root", timeout=10)
+        return proc
+
+    def use(self, snapshot: Path, state: Path, *job_outputs: Path) -> None:
+        """Point the health check at a scenario host (and a job's outputs)."""
+        args = " ".join([f"--snapshot {snapshot} --state-dir {state}",
+                         *(str(p) for p in job_outputs)])
+        self.conf.write_text(f"GPUTRIAGE={BIN / 'gputriage'}\nGPUTRIAGE_ARGS=\"{args}\"\n"
+                             f"GPUTRIAGE_TIMEOUT=60\nGPUTRIAGE_RESULT_DIR={self.results}\n",
+                             encoding="utf-8")
+
+    def result(self) -> dict:
+        return json.loads((self.results / f"{self.node}.json").read_text(encoding="utf-8"))
+
+    def resume_sh(self, *args: str) -> subprocess.CompletedProcess:
+        return self.run("bash", str(SLURM / "resume.sh"), *args)
+
+    def reset(self) -> None:
+        """Back to an idle node before a test: resume it when drained."""
+        if self.settle() != "idle":
+            self.run("scontrol", "update", f"nodename={self.node}", "state=resume")
+            self._wait(lambda: self.state() == "idle", UP_TIMEOUT, "resume did not take")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    why = _missing()
+    if why:
+        pytest.skip(f"real Slurm test skipped: {why}")
+    # Not under pytest's tmp dir: munged refuses a socket below a private directory,
+    # and a Unix socket path must stay short.
+    root = Path(tempfile.mkdtemp(prefix="gt-slurm-"))
+    c = Cluster(root)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _scenario(name: str, where: Path) -> Path:
+    out = where / name
+    proc = subprocess.run([str(BIN / "gputriage"), "scenario", "build", name, "-o", str(out)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _drained_for(cluster: Cluster, *words: str) -> str:
+    fields = cluster.show()
+    assert "DRAIN" in fields.get("State", ""), fields
+    reason = fields.get("Reason", "")
+    for word in words:
+        assert word in reason, reason
+    return reason
+
+
+def test_healthy_node_runs_jobs(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.reset()
+    cluster.use(_scenario("healthy-8xh100", tmp_path), tmp_path / "state")
+    proc = cluster.srun_true()
+    assert proc.returncode == 0, proc.stderr
+    assert cluster.settle() == "idle"  # prolog and epilog both passed
+    assert cluster.result()["exit_status"] == 0
+
+
+def test_a_jobs_fault_does_not_drain(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.reset()
+    job_log = _scenario("nccl-socket-fallback", tmp_path) / "sources" / "nccl_log.txt"
+    cluster.use(_scenario("healthy-8xh100", tmp_path), tmp_path / "state", job_log)
+    proc = cluster.srun_true()
+    assert proc.returncode == 0, proc.stderr
+    assert cluster.settle() == "idle"
+    result = cluster.result()  # NCCL_IB_DISABLE=1: the job's fault, exit 1 at most
+    assert result["exit_status"] == 1
+    assert result["verdicts"]["at_fault"] == "job"
+    assert result["verdicts"]["node"] == "ok"
+    assert any(f["blame"] in ("job", "job-config") and f["severity"] != "ok"
+               for f in result["findings"])
+
+
+def test_gpu_fault_drains_then_ack_resume_then_new_event_drains(cluster: Cluster,
+                                                                 tmp_path: Path) -> None:
+    cluster.reset()
+    lost = _scenario("gpu-fallen-off-bus", tmp_path)
+    state = tmp_path / "state"
+    cluster.use(lost, state)
+
+    # (c) the prolog fails: the job does not run, the node is drained with our reason.
+    proc = cluster.srun_true()
+    assert proc.returncode != 0
+    assert cluster.settle() == "drain"
+    first = _drained_for(cluster, "gputriage CRITICAL", "xid.79", f"GPU {BUS}")
+    assert "Prolog error" not in first  # Slurm's own drain keeps the reason set first
+
+    # (d) repair -> ack -> resume: resume.sh acknowledges every current critical with
+    # its GPU, checks again and resumes; the next prolog passes and the node stays up.
+    proc = cluster.resume_sh("--reason", "reseated GPU 4, INC-4821")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "resumed" in proc.stdout
+    cluster._wait(lambda: cluster.state() == "idle", UP_TIMEOUT, "resume did not take")
+    proc = cluster.srun_true()
+    assert proc.returncode == 0, proc.stderr
+    assert cluster.settle() == "idle"
+    findings = {f["id"]: f for f in cluster.result()["findings"]}
+    assert findings["xid.79"]["status"] == "acknowledged"
+    assert "INC-4821" in findings["xid.79"]["status_note"]
+    assert not [f for f in findings.values()
+                if f["severity"] == "critical" and f["status"] == "current"]
+
+    # (e) the GPU falls off the bus again, after the acknowledgement: drained again,
+    # and resume.sh refuses (a new event outlives any acknowledgement given before it).
+    again = tmp_path / "again"
+    shutil.copytree(lost, again)
+    when = (datetime.now(timezone.utc) + timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%S")
+    with (again / "sources" / "kernel_log.txt").open("a", encoding="utf-8") as fh:
+        fh.write(f"{when}+0000 gpu-node-017 kernel: NVRM: Xid (PCI:0000:9a:00): 79, "
+                 "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n")
+    cluster.use(again, state)
+    proc = cluster.srun_true()
+    assert proc.returncode != 0
+    assert cluster.settle() == "drain"
+    _drained_for(cluster, "xid.79", f"GPU {BUS}")
+    proc = cluster.resume_sh("--reason", "reset once more")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "refused" in proc.stderr and "xid.79" in proc.stderr
+    assert cluster.settle() == "drain"
