@@ -1,239 +1,27 @@
-"""The concrete next step of each finding: what an on-call runs, with the versions,
-GPUs, units, ports and commands taken from the finding and the host's facts.
-
-A step is a repair (what fixes this finding's family: reseat, reinstall, reload)
-placed in the frame of the finding's action (how the node leaves and re-enters
-service: drain, reset, acknowledge, resume). The repairs are a table by finding id
-and id family; an id the table does not know still gets its action's frame.
-Consequences folded into a cause take no step of their own: the cause's closes them.
-"""
+"""The repairs, by finding id and id family: what fixes a finding (reseat, reinstall,
+reload), with the versions, GPUs and commands its host names; ``repair`` looks one up."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gputriage.model import Action, DriverVersions, Finding, Scope
+from gputriage.model import Action, Finding
+from gputriage.next_steps.host import Host, bus_ids, dash_i, gpu_scopes, serials, what
 
-__all__ = ["FRAMES", "Host", "fill", "repair", "step_for"]
+__all__ = ["BY_FAMILY", "BY_ID", "Repair", "repair"]
 
-
-# --- what the steps name -------------------------------------------------------------------
-
-@dataclass
-class Host:
-    """The host as the steps name it, read from the facts once (parts None when
-    unknown); ``fact`` reads any other fact and never raises."""
-
-    name: str = "<node>"
-    os: str | None = None
-    kernel: str | None = None
-    driver: DriverVersions = field(default_factory=DriverVersions)
-    index: dict[str, int] = field(default_factory=dict)  # bus id -> GPU index
-    serial: dict[str, str] = field(default_factory=dict)  # bus id -> board serial
-    facts: Any = None
-
-    @classmethod
-    def of(cls, facts: Any) -> Host:
-        host = cls(facts=facts)
-        ident = host.fact("host_identity")
-        host.name = getattr(ident, "hostname", None) or host.fact("host_name") or "<node>"
-        host.os = getattr(ident, "os", None)
-        host.kernel = getattr(ident, "kernel", None)
-        host.driver = host.fact("driver_versions") or getattr(ident, "driver", None) \
-            or DriverVersions()
-        host.index, host.serial = _gpu_numbers(host)
-        return host
-
-    def fact(self, name: str) -> Any:
-        """The fact ``name``, None when absent or unreadable."""
-        maybe = getattr(self.facts, "maybe", None)
-        if maybe is None:
-            return None
-        try:
-            return maybe(name)
-        except Exception:  # a step is advice: an unreadable fact only makes it plainer
-            return None
-
-    @property
-    def version(self) -> str | None:
-        """The driver's version: the loaded module's, else the userspace's."""
-        return self.driver.kernel_module or self.driver.userspace
-
-
-def _gpu_numbers(host: Host) -> tuple[dict[str, int], dict[str, str]]:
-    """Index and serial by bus id. A GPU the driver lost takes its place in PCI bus
-    order when every listed GPU's index is its place in that order."""
-    visible = host.fact("visible_gpus")
-    listed = [g for g in (visible[1] if visible else ()) if g.bus_id]
-    index = {g.bus_id: g.index for g in listed if g.index is not None}
-    serial = {g.bus_id: g.serial for g in listed if g.serial}
-    on_pci = sorted(fn.address for fn in host.fact("pci_gpus") or () if fn.address)
-    if index and all(b in on_pci and on_pci.index(b) == i for b, i in index.items()):
-        index.update({b: i for i, b in enumerate(on_pci) if b not in index})
-    return index, serial
-
-
-def _gpus(f: Finding) -> list[Scope]:
-    return [s for s in f.scopes if s.kind == "gpu"]
-
-
-def _gpu_label(scope: Scope, host: Host) -> str:
-    bus = scope.pci_bus_id
-    index = scope.gpu_index if scope.gpu_index is not None else host.index.get(bus or "")
-    if index is None:
-        return f"GPU {bus}" if bus else "the GPU"
-    return f"GPU {index} ({bus})" if bus else f"GPU {index}"
-
-
-def what(f: Finding, host: Host) -> str:
-    """The GPUs, unit, port or device a finding is about, for a sentence."""
-    gpus = _gpus(f)
-    if len(gpus) == 1:
-        return _gpu_label(gpus[0], host)
-    if gpus:
-        if len(gpus) <= 3:
-            return ", ".join(_gpu_label(s, host) for s in gpus)
-        index = [s.gpu_index if s.gpu_index is not None else host.index.get(s.pci_bus_id or "")
-                 for s in gpus]
-        if all(i is not None for i in index):
-            return "GPUs " + ", ".join(str(i) for i in index)
-        return f"{len(gpus)} GPUs ({', '.join(s.pci_bus_id or '?' for s in gpus)})"
-    scope = f.scope
-    if scope.kind == "port" and scope.name and "/" in scope.name:
-        dev, port = scope.name.split("/", 1)
-        return f"{dev} port {port}"
-    if scope.kind == "node":
-        return host.name
-    return scope.label()
-
-
-def _buses(f: Finding) -> list[str]:
-    return [s.pci_bus_id for s in _gpus(f) if s.pci_bus_id]
-
-
-def _dash_i(f: Finding) -> str:
-    """`` -i BUS`` for a finding of one GPU, else nothing (all GPUs)."""
-    buses = _buses(f)
-    return f" -i {buses[0]}" if len(buses) == 1 else ""
-
-
-def _serials(f: Finding, host: Host) -> str:
-    found = [host.serial[b] for b in _buses(f) if b in host.serial]
-    return f" (serial {', '.join(found)})" if found else ""
-
-
-# --- the frames: how the node leaves and re-enters service ---------------------------------
-
-def _drain_cmd(f: Finding, host: Host) -> str:
-    h = host.name
-    return (f"scontrol update nodename={h} state=drain reason=\"gputriage {f.id}\", "
-            f"or kubectl cordon {h}")
-
-
-def _resume_cmd(host: Host) -> str:
-    h = host.name
-    return f"scontrol update nodename={h} state=resume, or kubectl uncordon {h}"
-
-
-def _ack_cmd(f: Finding, reason: str) -> str:
-    buses = _buses(f)
-    gpu = f" --gpu {buses[0]}" if len(buses) == 1 else ""
-    return f"gputriage ack {f.id}{gpu} --reason \"{reason}\""
-
-
-def _drain(f: Finding, host: Host, fix: str | None) -> str:
-    fix = fix or (f"repair {what(f, host)}: capture nvidia-bug-report.sh and open a "
-                  "hardware case with the system vendor")
-    return (f"Drain {host.name} ({_drain_cmd(f, host)}), then {fix}; then "
-            f"{_ack_cmd(f, 'repaired: TICKET')} and resume it ({_resume_cmd(host)}).")
-
-
-def _reboot(f: Finding, host: Host, fix: str | None) -> str:
-    fix = fix or (f"reboot it to recover {what(f, host)}" if _gpus(f) else "reboot it")
-    return (f"Drain {host.name} ({_drain_cmd(f, host)}), then {fix}; once gputriage "
-            f"check says OK after the reboot, resume it ({_resume_cmd(host)}).")
-
-
-def _reset(f: Finding, host: Host, fix: str | None) -> str:
-    buses = _buses(f)
-    if len(buses) == 1:
-        reset = (f"once {what(f, host)} runs no process (nvidia-smi "
-                 f"--query-compute-apps=pid,process_name --format=csv -i {buses[0]}) reset it: "
-                 f"nvidia-smi -r -i {buses[0]}")
-    elif buses:
-        reset = (f"once {what(f, host)} run no process, reset each: nvidia-smi -r -i BUS "
-                 f"for {', '.join(buses)}")
-    else:
-        reset = "once no process uses the GPUs, reset them: nvidia-smi -r"
-    after = f"; {fix}" if fix else ""
-    return (f"With {host.name} drained ({_drain_cmd(f, host)}), {reset} (reboot if the reset "
-            f"fails){after}; then {_ack_cmd(f, 'GPU reset')} and resume it "
-            f"({_resume_cmd(host)}).")
-
-
-def _plan(f: Finding, host: Host, fix: str | None) -> str:
-    fix = fix or f"repair {what(f, host)}"
-    return (f"Keep {host.name} in service and, at the next maintenance window, {fix}; "
-            f"until then {_ack_cmd(f, 'repair planned: TICKET')} --until 14d records the "
-            "plan.")
-
-
-def _plain(default: Callable[[Finding, Host], str]) -> Callable[[Finding, Host, str | None],
-                                                                 str]:
-    """A frame that is the repair itself (configuration, software, the job)."""
-    def frame(f: Finding, host: Host, fix: str | None) -> str:
-        text = fix or default(f, host)
-        return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
-    return frame
-
-
-def _fix_config(f: Finding, host: Host) -> str:
-    if f.blame.side == "job":
-        return (f"fix the job's settings ({f.title}) and resubmit it; {host.name} "
-                "needs nothing")
-    return (f"fix the configuration of {what(f, host)} on {host.name} ({f.title}), then run "
-            "gputriage check again")
-
-
-def _fix_software(f: Finding, host: Host) -> str:
-    on = f" for {what(f, host)}" if f.scope.kind != "node" else ""
-    return (f"update or reinstall the software at fault{on} on {host.name} ({f.title}), then "
-            "run gputriage check again")
-
-
-def _restart_job(f: Finding, host: Host) -> str:
-    on = f" on {what(f, host)}" if _gpus(f) else ""
-    return (f"restart the job; the fault{on} is the application's: debug it (compute-sanitizer,"
-            " the job's own log) if it repeats, and suspect the GPU only if other jobs "
-            "fault on it too")
-
-
-Frame = Callable[[Finding, Host, str | None], str]  # (finding, host, repair) -> step
-FRAMES: dict[Action, Frame] = {
-    Action.DRAIN_AND_REPAIR: _drain,
-    Action.REBOOT_NODE: _reboot,
-    Action.RESET_GPU: _reset,
-    Action.PLAN_REPAIR: _plan,
-    Action.FIX_CONFIG: _plain(_fix_config),
-    Action.FIX_SOFTWARE: _plain(_fix_software),
-    Action.RESTART_JOB: _plain(_restart_job),
-}
-
-
-# --- the repairs, by finding family --------------------------------------------------------
 
 Repair = Callable[[Finding, Host], str | None]
 
 
 def _lost_gpu(f: Finding, host: Host) -> str:
-    many = len(_gpus(f)) > 1
+    many = len(gpu_scopes(f)) > 1
     do, them = ("do", "them") if many else ("does", "it")
     return (f"power-cycle it (a warm reboot rarely brings back a GPU that fell off the bus) "
             f"and, if {what(f, host)} {do} not come back (lspci -d 10de:; nvidia-smi -L), "
-            f"reseat {them} or RMA {them}{_serials(f, host)}")
+            f"reseat {them} or RMA {them}{serials(f, host)}")
 
 
 def _missing_boards(f: Finding, host: Host) -> str:
@@ -244,12 +32,12 @@ def _missing_boards(f: Finding, host: Host) -> str:
 
 
 def _rma(f: Finding, host: Host) -> str:
-    return (f"send {what(f, host)}{_serials(f, host)} for RMA: its memory can no longer be "
+    return (f"send {what(f, host)}{serials(f, host)} for RMA: its memory can no longer be "
             "repaired by remapping, a reset does not cure it")
 
 
 def _remap_check(f: Finding, host: Host) -> str:
-    return (f"nvidia-smi -q -d ROW_REMAPPER{_dash_i(f)} should then show no pending and no "
+    return (f"nvidia-smi -q -d ROW_REMAPPER{dash_i(f)} should then show no pending and no "
             "failed remap")
 
 
@@ -260,23 +48,23 @@ def _memory(f: Finding, host: Host) -> str | None:
 
 def _gsp(f: Finding, host: Host) -> str:
     if f.action is Action.DRAIN_AND_REPAIR:
-        return (f"reset {what(f, host)} (nvidia-smi -r{_dash_i(f)}) or reboot; if the GSP "
+        return (f"reset {what(f, host)} (nvidia-smi -r{dash_i(f)}) or reboot; if the GSP "
                 "errors come back, capture nvidia-bug-report.sh and update the driver or "
                 "RMA the GPU")
     return "if the GSP errors come back, capture nvidia-bug-report.sh and drain it for repair"
 
 
 def _nvlink(f: Finding, host: Host) -> str:
-    check = f"nvidia-smi nvlink -s{_dash_i(f)}"
+    check = f"nvidia-smi nvlink -s{dash_i(f)}"
     if f.action is Action.RESET_GPU:
         return f"{check} should then show every link up, else drain it for repair"
-    return (f"reset {what(f, host)} (nvidia-smi -r{_dash_i(f)}); if links stay down or keep "
-            f"failing ({check}), reseat it or RMA it{_serials(f, host)}")
+    return (f"reset {what(f, host)} (nvidia-smi -r{dash_i(f)}); if links stay down or keep "
+            f"failing ({check}), reseat it or RMA it{serials(f, host)}")
 
 
 def _pcie(f: Finding, host: Host) -> str:
     g = what(f, host)
-    bus = (_buses(f) or [f.scope.pci_bus_id or "BUS"])[0]
+    bus = (bus_ids(f) or [f.scope.pci_bus_id or "BUS"])[0]
     text = (f"reseat {g} and check its riser, cable and slot; lspci -vv -s {bus} | grep "
             "LnkSta should then show the full width and speed")
     if "aer" in f.id or "replay" in f.id:
@@ -312,7 +100,7 @@ def _power_brake(f: Finding, host: Host) -> str:
 def _thermal(f: Finding, host: Host) -> str:
     return (f"check the cooling and power of {what(f, host)}: fans, airflow and inlet "
             f"temperature in the BMC (ipmitool sdr type Temperature; nvidia-smi -q -d "
-            f"PERFORMANCE,TEMPERATURE{_dash_i(f)})")
+            f"PERFORMANCE,TEMPERATURE{dash_i(f)})")
 
 
 def _fabric_manager(f: Finding, host: Host) -> str | None:
@@ -351,7 +139,7 @@ def _fm_package(host: Host, version: str) -> str:
 
 
 def _fabric_state(f: Finding, host: Host) -> str:
-    check = f"nvidia-smi -q{_dash_i(f)} | grep -A2 Fabric"
+    check = f"nvidia-smi -q{dash_i(f)} | grep -A2 Fabric"
     if f.action is Action.RESET_GPU:
         return f"{check} should then read State: Completed"
     return (f"start the fabric manager (systemctl enable --now nvidia-fabricmanager; "
@@ -403,7 +191,7 @@ def _persistence(f: Finding, host: Host) -> str:
         return ("start the persistence daemon: systemctl enable --now nvidia-persistenced; "
                 "journalctl -u nvidia-persistenced -b says why it stopped")
     return (f"turn persistence on for {what(f, host)}: systemctl enable --now "
-            f"nvidia-persistenced (or nvidia-smi -pm 1{_dash_i(f)})")
+            f"nvidia-persistenced (or nvidia-smi -pm 1{dash_i(f)})")
 
 
 def _hugepages(f: Finding, host: Host) -> str | None:
@@ -451,25 +239,25 @@ def _numa_balancing(f: Finding, host: Host) -> str:
 
 def _reset_blocked(f: Finding, host: Host) -> str:
     return (f"stop what holds {what(f, host)} (nvidia-smi --query-compute-apps=pid,process_name "
-            f"--format=csv{_dash_i(f)}; fuser -v /dev/nvidia*; systemctl stop nvidia-dcgm "
-            f"nvidia-persistenced), then nvidia-smi -r{_dash_i(f)}")
+            f"--format=csv{dash_i(f)}; fuser -v /dev/nvidia*; systemctl stop nvidia-dcgm "
+            f"nvidia-persistenced), then nvidia-smi -r{dash_i(f)}")
 
 
 def _ecc_off(f: Finding, host: Host) -> str:
-    return (f"turn ECC on first (nvidia-smi -e 1{_dash_i(f)}) so the reset applies it, and "
-            f"nvidia-smi -q -d ECC{_dash_i(f)} should then show it Enabled")
+    return (f"turn ECC on first (nvidia-smi -e 1{dash_i(f)}) so the reset applies it, and "
+            f"nvidia-smi -q -d ECC{dash_i(f)} should then show it Enabled")
 
 
 def _power_limit(f: Finding, host: Host) -> str:
     return (f"restore the power limit of {what(f, host)} to its default: nvidia-smi -q -d "
-            f"POWER{_dash_i(f)} shows Default Power Limit, nvidia-smi{_dash_i(f)} -pl WATTS "
+            f"POWER{dash_i(f)} shows Default Power Limit, nvidia-smi{dash_i(f)} -pl WATTS "
             "sets it")
 
 
 def _cooling(f: Finding, host: Host) -> str:
     return (f"improve the cooling of {what(f, host)}: fan speeds, airflow and inlet temperature"
             f" in the BMC (ipmitool sdr type Temperature; nvidia-smi -q -d "
-            f"TEMPERATURE{_dash_i(f)})")
+            f"TEMPERATURE{dash_i(f)})")
 
 
 def _shm(f: Finding, host: Host) -> str:
@@ -597,7 +385,7 @@ def _expect_ib(f: Finding, host: Host) -> str:
 
 def _expect_mig(f: Finding, host: Host) -> str:
     mode = "1" if "not enabled" in f.title else "0"
-    return (f"set MIG mode on the idle GPUs (nvidia-smi -mig {mode}{_dash_i(f)}), reset them "
+    return (f"set MIG mode on the idle GPUs (nvidia-smi -mig {mode}{dash_i(f)}), reset them "
             "(nvidia-smi -r) and find out what changed it")
 
 
@@ -654,31 +442,3 @@ def repair(f: Finding, host: Host) -> str | None:
     fn = BY_ID.get(f.id) or next((r for prefix, r in BY_FAMILY if f.id.startswith(prefix)),
                                  None)
     return fn(f, host) if fn is not None else None
-
-
-# --- filling in ----------------------------------------------------------------------------
-
-def step_for(f: Finding, host: Host) -> str | None:
-    """The concrete next step of one finding; None when it asks for no action."""
-    frame = FRAMES.get(f.action)
-    if frame is None:
-        return None
-    try:
-        fix = repair(f, host)
-    except Exception:  # advice never breaks a check: fall back to the action's frame
-        fix = None
-    return frame(f, host, fix)
-
-
-def fill(findings: list[Finding], facts: Any) -> list[Finding]:
-    """The findings, each current one that asks for an action with its concrete next
-    step (history, acknowledged findings and folded consequences get none)."""
-    if not any(f.current and f.action is not Action.NONE for f in findings):
-        return list(findings)
-    host = Host.of(facts)
-    out = []
-    for f in findings:
-        step = step_for(f, host) if f.current and not f.step else None
-        out.append(replace(f, step=step) if step else f)
-    return out
-
