@@ -13,6 +13,7 @@ a plain kernel log are read as before (:mod:`gputriage.ingest`).
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,11 @@ def _head(path: str) -> bytes | None:
     None. A compressed file is decompressed only as far as it keeps looking like one."""
     from gputriage.logscan.stream import compression, decompressed
 
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None  # never open a FIFO or a device here: its data is read once
+    except OSError:
+        return None  # stdin ("-"), or unreadable: the ordinary reader says why
     inp = open_input(path)
     with inp:
         if inp.kind != FILE:
