@@ -108,9 +108,9 @@ def test_nccl_command_on_the_snapshot_shows_summary_expectation_findings(built) 
     # node's check (exit 1, not 2) unless --job-faults-fail asks for it
     assert code == 1, err
     assert "gpu-node-017" in out and "NCCL job: 16 processes on 2 hosts" in out
-    assert "env NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=ib" in out
+    assert re.search(r"\n  env +NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=ib\n", out)
     assert "channels net-socket 32, p2p 112" in out
-    assert "GDR 0 of 32 network channel(s) with GDRDMA" in out
+    assert re.search(r"\n  GDR +0 of 32 network channel\(s\) with GDRDMA", out)
     assert "all_reduce_perf  16 ranks on 2 hosts (gpu-node-017, gpu-node-018)" in out
     assert re.search(r"= 50 % of the ~368 GB/s expected for 8x400G NDR per node", out)
     assert out.index("all_reduce_perf  16 ranks") < out.index("nccl.socket-transport")

@@ -1,6 +1,7 @@
-"""The terminal report an on-call reads: the opening line (verdict, side at fault, worst
-finding, next step), the other side's line, what was not read, per-GPU repeats,
-consequences, next steps, the acknowledged and history sections, and piped output."""
+"""The terminal report an on-call reads: the one-line verdict (host, worst cause, action
+in words, causes and consequences), the next step, the other side's line, what was not
+read, then the causes, then the details (host line, GPUs); per-GPU repeats, consequences,
+the acknowledged and history sections, and piped output."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ from gputriage.model import (
 )
 from gputriage.scenarios import build_scenario
 from gputriage.snapshot import Snapshot
-from gputriage.views.opening import CAPPED, index_ranges, worst_current
+from gputriage.views.oneline import verdict_line
+from gputriage.views.opening import CAPPED, worst_current
+from gputriage.views.scopes import index_ranges
 from gputriage.views.terminal import render_terminal
 
 IB_DISABLED = "nccltests188-ib-disable-env-socket-over-ipoib"
@@ -52,8 +55,13 @@ def _lines(text: str) -> list[str]:
 
 
 def _opening(lines: list[str]) -> list[str]:
-    """The opening lines: those before the host line."""
-    return lines[:next(i for i, line in enumerate(lines) if line.startswith("host "))]
+    """The opening lines: those before the first blank line."""
+    return lines[:lines.index("")] if "" in lines else lines
+
+
+def _host_at(lines: list[str]) -> int:
+    """Where the host line (the details) starts."""
+    return next(i for i, line in enumerate(lines) if line.startswith("host "))
 
 
 def _cli(*argv: str) -> tuple[int, str, str]:
@@ -91,12 +99,14 @@ def test_fabric_manager_down_opens_with_the_node_fault_and_its_step(scenarios) -
     lines = _lines(_render(result))
     worst = worst_current(result)
     assert worst is not None and worst.blame.side == "node"
-    assert lines[0].startswith("CRITICAL  node ")
-    assert "fabricmanager" in lines[0].replace("-", "")
-    assert lines[0].endswith(f"-> {worst.action.value}")
-    # its step next; no job was judged: no line about it; then the host line
+    assert lines[0] == verdict_line(result)
+    assert lines[0].startswith("CRITICAL gpu-node-017: nvidia-fabricmanager is failed")
+    assert lines[0].endswith(" — fix the software; 1 cause, 1 consequence")
+    # its step next; no job was judged: no line about it; then the causes, the details
     assert _opening(lines)[1:] == ([f"          next: {worst.step}"] if worst.step else [])
-    assert lines[len(_opening(lines))].startswith("host      gpu-node-017")
+    cause = len(_opening(lines)) + 1
+    assert lines[cause].startswith(f"CRITICAL  {worst.title}  [") and worst.id in lines[cause]
+    assert _host_at(lines) > cause and lines[_host_at(lines)].startswith("host      gpu-node")
 
 
 def test_gpu_fallen_off_bus_opens_with_the_gpu_and_drain(scenarios) -> None:
@@ -104,10 +114,9 @@ def test_gpu_fallen_off_bus_opens_with_the_gpu_and_drain(scenarios) -> None:
     lines = _lines(_render(result))
     worst = worst_current(result)
     assert worst is not None
-    assert lines[0].startswith("CRITICAL  node fault: ")
+    assert lines[0] == (f"CRITICAL gpu-node-017: {worst.title} — drain and repair; 1 cause, "
+                        "2 consequences")
     assert "9a:00.0" in lines[0]
-    assert worst.title in lines[0]
-    assert lines[0].endswith("-> drain-and-repair")
     assert worst.action is Action.DRAIN_AND_REPAIR
     if worst.step:
         assert lines[1] == f"          next: {worst.step}"
@@ -115,8 +124,9 @@ def test_gpu_fallen_off_bus_opens_with_the_gpu_and_drain(scenarios) -> None:
 
 def test_healthy_host_says_there_is_nothing_to_do(scenarios) -> None:
     lines = _lines(_render(analyze(Snapshot.load(scenarios["healthy-8xh100"]))))
-    assert lines[0] == "OK        no current fault: nothing to do"
-    assert lines[1].startswith("host      ")
+    assert lines[0] == "OK gpu-node-017: no current fault — nothing to do"
+    assert lines[1] == ""
+    assert lines[2].startswith("host      ")
 
 
 # -- node vs job, said plainly ------------------------------------------------------
@@ -130,7 +140,7 @@ def test_job_log_with_ib_disabled_names_the_job(corpus, monkeypatch) -> None:
     code, out, err = _cli("analyze", str(corpus.sample(IB_DISABLED).path))
     opening = _opening(_lines(out))
     assert code == 1, err
-    assert opening[0].startswith("WARNING   job ")
+    assert opening[0].startswith("WARNING ") and ": job: " in opening[0]
     assert "NCCL_IB_DISABLE=1" in opening[0]
     assert NOT_NODE in opening
     assert opening.index(NOT_NODE) <= 2  # under the verdict line and its step
@@ -144,7 +154,7 @@ def test_node_fault_with_a_job_log_says_the_job_is_not_at_fault(scenarios, corpu
     code, out, _ = _cli("analyze", str(scenarios["gpu-fallen-off-bus"]), str(clean))
     opening = _opening(_lines(out))
     assert code == 2
-    assert opening[0].startswith("CRITICAL  node fault: ")
+    assert opening[0].startswith("CRITICAL gpu-node-017: Xid 79 ")
     assert opening[-1] == "          the job is not at fault"
 
 
@@ -159,7 +169,7 @@ def test_check_snapshot_with_job_output_names_the_job(scenarios, corpus, monkeyp
                           str(corpus.sample(IB_DISABLED).path))
     opening = _opening(_lines(out))
     assert code == 1, err
-    assert opening[0].startswith("WARNING   job ")
+    assert opening[0].startswith("WARNING gpu-node-017: job: ")
     assert NOT_NODE in opening
 
 
@@ -167,7 +177,7 @@ def test_node_and_job_both_at_fault_get_a_line_each(scenarios, corpus) -> None:
     path = corpus.sample(IB_DISABLED).path
     result = analyze(load_inputs([str(scenarios["gpu-fallen-off-bus"]), str(path)]))
     opening = _opening(_lines(_render(result)))
-    assert opening[0].startswith("CRITICAL  node fault: ")
+    assert opening[0].startswith("CRITICAL gpu-node-017: Xid 79 ")
     job = [line for line in opening if line.startswith("          job: WARNING ")]
     assert len(job) == 1 and "NCCL_IB_DISABLE=1" in job[0]
 
@@ -177,12 +187,12 @@ def test_capped_job_faults_say_so_once(scenarios) -> None:
     result = analyze(Snapshot.load(scenarios["nccl-socket-fallback"]))
     text = _render(result)
     opening = _opening(_lines(text))
-    assert opening[0].startswith("WARNING   job ")
+    assert opening[0].startswith("WARNING gpu-node-017: job: ")
     assert opening[-2:] == [NOT_NODE, f"          {CAPPED}"]
     assert text.count(CAPPED) == 1
     result.job_faults_fail = True
     lines = _lines(_render(result))
-    assert lines[0].startswith("CRITICAL  job ")
+    assert lines[0].startswith("CRITICAL gpu-node-017: job: ")
     assert CAPPED not in "\n".join(lines)
 
 
@@ -190,8 +200,8 @@ def test_job_blamed_without_settings_says_the_job_is() -> None:
     crash = _f("xid.13", Severity.WARNING, "Xid 13 from one job restarted 7 times",
                action=Action.RESTART_JOB, blame=Blame.JOB, scope=_gpu(2))
     lines = _lines(_render(Result(findings=[crash])))
-    assert lines[0] == ("WARNING   job fault: GPU 2 0000:3a:00.0: Xid 13 from one job "
-                        "restarted 7 times -> restart-job")
+    assert lines[0] == ("WARNING unknown host: job: GPU 2 0000:3a:00.0: Xid 13 from one job "
+                        "restarted 7 times — restart the job; 1 cause, 0 consequences")
     assert lines[1] == "          the node is not at fault: the job is"
 
 
@@ -202,10 +212,11 @@ def test_not_read_lines_follow_the_opening_line() -> None:
                  not_read=["kernel log: read only the last 256 MiB of 286 MiB",
                            "--since 1h: 41 events before it not judged"])
     lines = _lines(_render(res))
-    assert lines[0].startswith("CRITICAL  node fault: GPU 4 0000:9a:00.0: GPU fell off")
+    assert lines[0].startswith("CRITICAL unknown host: GPU 4 0000:9a:00.0: GPU fell off")
     assert lines[1] == "          not read: kernel log: read only the last 256 MiB of 286 MiB"
     assert lines[2] == "          not read: --since 1h: 41 events before it not judged"
-    assert lines[3].startswith("host      ")
+    assert lines[3] == ""
+    assert lines[4].startswith("CRITICAL  GPU fell off the bus  [GPU 4 0000:9a:00.0]  xid.79")
 
 
 # -- per-GPU repeats, consequences, next steps -----------------------------------------
@@ -231,8 +242,8 @@ def _folded() -> Result:
 def test_consequences_and_step_are_rendered_under_their_cause() -> None:
     text = _render(_folded())
     lines = _lines(text)
-    assert lines[0] == ("CRITICAL  node fault: Xid 79 on GPU 4: fallen off the bus "
-                        "(explains 2 other findings) -> drain-and-repair")
+    assert lines[0] == ("CRITICAL unknown host: Xid 79 on GPU 4: fallen off the bus — drain and "
+                        "repair; 3 causes, 2 consequences")
     assert lines[1] == ("          next: drain the node, power-cycle it; reseat or RMA GPU 4 "
                         "(0000:9a:00.0)")
     assert ("          next: drain the node, power-cycle it; reseat or RMA GPU 4 "
@@ -261,8 +272,8 @@ def test_per_gpu_repeat_is_compact_or_listed() -> None:
 def test_repeat_in_the_opening_line_is_compact() -> None:
     res = Result(findings=[f for f in _folded().findings if f.id != "xid.79"])
     lines = _lines(_render(res))
-    assert lines[0] == ("CRITICAL  node fault: NVLink fabric state In Progress (on 8 GPUs: "
-                        "0-7) -> fix-software")
+    assert lines[0] == ("CRITICAL unknown host: NVLink fabric state In Progress (on 8 GPUs: "
+                        "0-7) — fix the software; 2 causes, 0 consequences")
     assert lines[1] == ("          next: install nvidia-fabricmanager 550.54.15 to match the "
                         "driver, then start it")
 
@@ -292,8 +303,8 @@ def test_acknowledged_and_history_sections() -> None:
     res = _with_history()
     text = _render(res)
     lines = _lines(text)
-    assert lines[0] == ("WARNING   node fault: GPU 3 0000:5d:00.0: PCIe link at x8 of x16 "
-                        "-> plan-repair")
+    assert lines[0] == ("WARNING gpu-node-017: GPU 3 0000:5d:00.0: PCIe link at x8 of x16 "
+                        "— plan a repair at the next window; 1 cause, 0 consequences")
     counts = next(line for line in lines if "1 warning" in line)
     assert counts.strip() == "1 warning · 1 acknowledged · 1 history"
     ack_at = lines.index("Acknowledged (1)")
@@ -316,8 +327,7 @@ def test_only_history_is_ok_and_says_where_it_is() -> None:
     res = _with_history()
     res.findings = [f for f in res.findings if not f.current]
     lines = _lines(_render(res))
-    assert lines[0] == ("OK        no current fault: nothing to do (2 acknowledged or in "
-                        "history, below)")
+    assert lines[0] == "OK gpu-node-017: no current fault — nothing to do (2 acknowledged or past)"
     assert "No current findings." in lines
     assert any(line.strip().endswith("no current findings · 1 acknowledged · 1 history")
                for line in lines)
@@ -344,27 +354,120 @@ def test_acknowledged_gpu_is_not_marked_in_the_gpu_table() -> None:
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9-]{2,}")
 
 
-def test_piped_report_at_width_80_breaks_no_word(scenarios) -> None:
-    """The CLI writes to a pipe: rich's non-tty console of 80 columns. Lines wrap at
-    spaces (hanging under the text), never inside a word of a title, step or host line."""
+def test_piped_report_is_whole_lines_without_padding(scenarios, monkeypatch) -> None:
+    """The CLI writes to a pipe (a StringIO): nothing wrapped, padded or coloured, even
+    with COLUMNS set; each finding's header is one line; evidence is quoted verbatim."""
+    monkeypatch.setenv("COLUMNS", "80")
     code, out, _ = _cli("analyze", str(scenarios["fabric-manager-down"]))
     assert code == 2
     lines = out.splitlines()
-    assert all(len(line.rstrip()) <= 80 for line in lines)
     assert "\x1b[" not in out
+    assert all(line == line.rstrip() for line in lines)
+    assert max(len(line) for line in lines) > 80
     result = analyze(Snapshot.load(scenarios["fabric-manager-down"]))
-    tokens = set(out.split())
+    assert lines[0] == verdict_line(result)
+    for f in (f for f in result.findings if f.current):
+        head = f"{f.severity.value.upper():<10}{f.title}  [{f.scope.label()}]  {f.id}"
+        assert head in lines, f.id
+        for ev in f.evidence if f.severity.rank >= Severity.WARNING.rank else ():
+            for quoted in ev.lines[:8]:
+                assert " " * 12 + str(quoted) in lines, (f.id, quoted)
+    # the GPU table: aligned columns, two spaces apart, every column kept
+    gpu_rows = [line for line in lines if line.startswith("GPU ")]
+    assert len(gpu_rows) == 8 and all(row.split()[-1] in ("CRITICAL", "OK") for row in gpu_rows)
+    assert len({row.index("  0000:") for row in gpu_rows}) == 1
+    assert all("GPU-" in row for row in gpu_rows)
+
+
+def test_report_on_an_80_column_terminal_wraps_between_words(scenarios) -> None:
+    """On a terminal, lines wrap at its width, between words, hanging under the text."""
+    result = analyze(Snapshot.load(scenarios["fabric-manager-down"]))
+    buf = io.StringIO()
+    render_terminal(result, Console(file=buf, width=80, force_terminal=True,
+                                    color_system=None))
+    lines = buf.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert lines[1].startswith(" " * 10) and lines[1][10] != " "
+    tokens = set(buf.getvalue().split())
     for f in result.findings:
         for word in WORD.findall(f.title) + WORD.findall(f.step or ""):
             assert any(word in t for t in tokens), (word, f.id)
-    for word in ("gpu-node-017", "5.15.0-105-generic", "550.54.15"):
-        assert any(word in t for t in tokens)
-    # wrapped opening lines hang under the text, not under the verdict
-    wrapped = lines[1]
-    assert wrapped.startswith(" " * 10) and wrapped[10] != " "
     # the GPU table drops the short UUID rather than wrapping a row
     gpu_rows = [line for line in lines if line.startswith("GPU ")]
-    assert len(gpu_rows) == 8 and all("CRITICAL" in row or "OK" in row for row in gpu_rows)
+    assert len(gpu_rows) == 8 and not any("GPU-" in row for row in gpu_rows)
+
+
+# -- the console: terminal or not, COLUMNS, NO_COLOR, TERM=dumb ---------------------------
+
+class _Tty(io.StringIO):
+    """A pretend terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _console_env(monkeypatch, **env: str) -> None:
+    for var in ("COLUMNS", "NO_COLOR", "FORCE_COLOR", "TERM", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+
+
+def _styled(stream: io.StringIO) -> str:
+    from gputriage.views.console import make_console
+
+    render_terminal(_folded(), make_console(stream))
+    return stream.getvalue()
+
+
+def test_terminal_console_honours_columns(monkeypatch) -> None:
+    from gputriage.views.console import make_console
+
+    _console_env(monkeypatch, COLUMNS="50", TERM="xterm-256color")
+    assert make_console(_Tty()).width == 50
+    lines = _styled(_Tty()).splitlines()
+    assert max(len(re.sub(r"\x1b\[[0-9;]*m", "", line)) for line in lines) <= 50
+    # piped, COLUMNS does not wrap: the lines are as long as what they say
+    lines = _styled(io.StringIO()).splitlines()
+    assert lines[0] == verdict_line(_folded()) and len(lines[0]) > 50
+
+
+@pytest.mark.parametrize("env, colour", [
+    ({"TERM": "xterm-256color"}, True),
+    ({"TERM": "xterm-256color", "NO_COLOR": "1"}, False),
+    ({"TERM": "xterm-256color", "NO_COLOR": ""}, True),  # empty: unset (no-color.org)
+    ({"TERM": "dumb"}, False),
+])
+def test_terminal_console_honours_no_color_and_dumb_terminals(monkeypatch, env,
+                                                              colour) -> None:
+    _console_env(monkeypatch, **env)
+    assert ("\x1b[" in _styled(_Tty())) is colour
+    assert "\x1b[" not in _styled(io.StringIO())  # never when piped
+
+
+def test_piped_console_drops_trailing_blanks_across_writes(monkeypatch) -> None:
+    from gputriage.views.console import PIPED_WIDTH, make_console
+
+    _console_env(monkeypatch, COLUMNS="40", FORCE_COLOR="")
+    buf = io.StringIO()
+    console = make_console(buf)
+    assert not console.is_terminal and console.width == PIPED_WIDTH
+    console.file.write("a  ")
+    console.file.flush()
+    console.file.write("b \t\n   \nc  \n")
+    assert buf.getvalue() == "a  b\n\nc\n"
+
+
+def test_console_of_stderr(monkeypatch, capsys) -> None:
+    import sys
+
+    from gputriage.views.console import make_console
+
+    _console_env(monkeypatch)
+    console = make_console(stderr=True)
+    console.print("to stderr   ")
+    assert capsys.readouterr().err == "to stderr\n"
+    assert make_console(sys.stdout).file is not sys.stderr
 
 
 # -- the JSON contract documents what the report renders ----------------------------------

@@ -112,8 +112,9 @@ def _render(result: Result, *, verbose: bool = False, width: int = 120) -> str:
 
 def test_header_has_host_kernel_driver_counts_and_verdict() -> None:
     lines = _render(_result()).splitlines()
-    assert lines[0].startswith("CRITICAL  node fault: ")  # the opening line, then the host
+    assert lines[0].startswith("CRITICAL gpu-node-017: ")  # the verdict, the causes, the host
     at = next(i for i, line in enumerate(lines) if line.startswith("host      "))
+    assert at > lines.index("")
     for part in ("gpu-node-017", "kernel 5.15.0-105-generic",
                  "driver 550.54.15 / CUDA 12.4", "GPUs 4 on PCI / 3 visible"):
         assert part in lines[at]
@@ -124,7 +125,7 @@ def test_header_has_host_kernel_driver_counts_and_verdict() -> None:
 def test_header_driver_mismatch_shows_both() -> None:
     res = Result(host=HostSummary(hostname="n1",
                                   driver=DriverVersions("550.54.15", "535.161.08")))
-    host = _render(res).splitlines()[1]
+    host = next(line for line in _render(res).splitlines() if line.startswith("host "))
     assert "driver 550.54.15 module / 535.161.08 userspace / CUDA ?" in host
 
 

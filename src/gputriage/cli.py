@@ -29,6 +29,7 @@ from gputriage.commands.host import analyze, check, collect
 from gputriage.commands.logs import logs, xid
 from gputriage.commands.nccl import nccl as nccl_command
 from gputriage.commands.scenario import scenario
+from gputriage.commands.schema import schema
 from gputriage.views.safe import printable
 from gputriage.views.status import ExitStatus
 
@@ -51,6 +52,7 @@ def cli() -> None:
     gputriage analyze PATH...       analyse a snapshot, a bug report, or pasted outputs
     gputriage diff A B              what changed between two snapshots or results
     gputriage triage [PATH...]      incident screen: changes, findings, next actions
+    gputriage fleet PATH...         many nodes' results: each finding, its blast radius
     gputriage collect -o FILE       save a snapshot of this host
     gputriage logs FILE...          per-GPU timeline and findings of kernel logs
     gputriage nccl LOG...           NCCL logs and nccl-tests results (with host outputs)
@@ -59,6 +61,7 @@ def cli() -> None:
     gputriage ack ID|--gpu BUS      acknowledge a finding after a repair
     gputriage expect --from SNAP    what a known-good node has, as an expectations file
     gputriage scenario list         simulated hosts to try it on
+    gputriage schema NAME           the JSON Schema of a --json document
 
     Exit status: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; 64 usage, 66 unreadable input.
     """
@@ -66,7 +69,7 @@ def cli() -> None:
 
 # The help lists the commands sorted by name, whatever the order here.
 for _command in (collect, check, analyze, logs, history, diff, triage, fleet, xid, scenario,
-                 nccl_command, ack, expect):
+                 nccl_command, ack, expect, schema):
     cli.add_command(_command)
 del _command
 
@@ -85,9 +88,8 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
         if type(exc).__name__.startswith("NoArgsIsHelp") and exc.ctx is not None:
             env.stdout.write(exc.ctx.get_help() + "\n")
             return 0
-        _error(env, f"usage error: {exc.format_message()}")
-        if exc.ctx is not None:
-            env.stderr.write(f"Try '{printable(exc.ctx.command_path)} --help'.\n")
+        hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        _error(env, f"usage error: {exc.format_message().rstrip()}{hint}")
         return EXIT_USAGE
     except click.Abort:
         _error(env, "aborted")

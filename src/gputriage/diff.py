@@ -130,6 +130,7 @@ class Diff:
     resolved: list[FindingRef] = field(default_factory=list)
     still: list[FindingRef] = field(default_factory=list)
     not_compared: list[str] = field(default_factory=list)  # key families on one side only
+    warnings: list[str] = field(default_factory=list)  # e.g. A and B are different hosts
 
     @property
     def facts_changed(self) -> bool:
@@ -479,7 +480,7 @@ def _sort_key(key: str) -> tuple[int, str]:
 
 def diff_views(a: DiffView, b: DiffView) -> Diff:
     """Compare side ``a`` (before) with side ``b`` (after)."""
-    out = Diff(a.label, b.label)
+    out = Diff(a.label, b.label, warnings=host_warnings(a, b))
     out.gpus, covered = _gpu_changes(a, b)
     fam_a = {family(k) for k in a.digest}
     fam_b = {family(k) for k in b.digest}
@@ -498,3 +499,15 @@ def diff_views(a: DiffView, b: DiffView) -> Diff:
     out.resolved = [f for k, f in old.items() if k not in cur]
     out.still = [f for k, f in cur.items() if k in old]
     return out
+
+
+def host_warnings(a: DiffView, b: DiffView) -> list[str]:
+    """A line when A and B name different hosts: their differences are then two
+    machines', not what changed on one."""
+    name_a, name_b = a.host.get("hostname"), b.host.get("hostname")
+    if not (isinstance(name_a, str) and isinstance(name_b, str) and name_a and name_b):
+        return []
+    if name_a.casefold() == name_b.casefold():
+        return []
+    return [f"A is host {name_a}, B is host {name_b}: this compares two different hosts, "
+            "not one host over time"]

@@ -10,7 +10,15 @@ from typing import Any
 from gputriage.context import CheckContext
 from gputriage.facts import Facts, Missing
 from gputriage.logwindow import LogWindow
-from gputriage.model import Finding, GpuRow, HostSummary, Result, Severity, Skipped
+from gputriage.model import (
+    UNKNOWN_STATE,
+    Finding,
+    GpuRow,
+    HostSummary,
+    Result,
+    Severity,
+    Skipped,
+)
 from gputriage.rules import all_rules
 from gputriage.rules.base import Rule
 from gputriage.rules.expectations import UNKNOWN_COUNT
@@ -124,9 +132,31 @@ def _gpus(facts: Facts, findings: list[Finding]) -> list[GpuRow]:
             rows[f.address] = GpuRow(None, f.address, visible=False, listed=False)
         if f.address in lost:
             rows[f.address] = replace(rows[f.address], visible=False)
+    if _driver_unasked(facts, visible):
+        rows = {k: replace(r, state=UNKNOWN_STATE) if r.visible else r
+                for k, r in rows.items()}
     boards = _board_facts(facts, visible)
     return [_finish(rows[k], boards.get(rows[k].pci_bus_id or "", {}), findings)
             for k in order]
+
+
+# nvidia-smi errors that mean the driver could not be asked at all
+_UNASKED = frozenset({"version-mismatch", "driver-communication", "nvml-init"})
+
+
+def _driver_unasked(facts: Facts, visible: Any) -> bool:
+    """Whether the GPUs' state is unknown: no driver query listed them (the rows
+    come from /proc or the PCI bus) and NVML or nvidia-smi failed to initialise, or
+    hung. A paste without either query says nothing of the driver: not unknown."""
+    if visible and visible[0] != "proc_driver_nvidia_gpus":
+        return False
+    if facts.maybe("hung_driver_queries"):
+        return True
+    reading = facts.maybe("nvml")
+    if reading is not None and not reading.available:
+        return True
+    return any(err.kind in _UNASKED for _, report in facts.maybe("smi", [])
+               for err in report.errors)
 
 
 def _finish(row: GpuRow, board: dict[str, str], findings: list[Finding]) -> GpuRow:

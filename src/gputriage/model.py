@@ -266,6 +266,9 @@ class HostSummary(HostIdentity):
         return data
 
 
+UNKNOWN_STATE = "unknown"  # GpuRow.state of a GPU the driver could not be asked about
+
+
 @dataclass(frozen=True)
 class GpuRow:
     """One GPU of a result: as the driver lists it, or only seen on the PCI bus."""
@@ -281,9 +284,17 @@ class GpuRow:
     vbios: str | None = None
     firmware: str | None = None  # GSP firmware
     severity: Severity = Severity.OK  # the worst of the findings scoped to it
+    # "unknown": listed, but the driver could not be asked about it (NVML or nvidia-smi
+    # failed to initialise, or hung): its severity says only what the logs show
+    state: str | None = None
+
+    @property
+    def unknown(self) -> bool:
+        return self.state == UNKNOWN_STATE
 
     def to_json(self) -> dict:
-        """The JSON form: board facts only when known, persistence only when listed."""
+        """The JSON form: board facts only when known, persistence only when listed,
+        ``state`` only when the GPU's state is unknown."""
         data: dict[str, Any] = {"index": self.index, "pci_bus_id": self.pci_bus_id,
                                 "name": self.name, "uuid": self.uuid}
         if self.listed:
@@ -294,6 +305,8 @@ class GpuRow:
             if value:
                 data[key] = value
         data["severity"] = self.severity.value
+        if self.state:
+            data["state"] = self.state
         return data
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gputriage.hostfacts.nccl import process_network
 from gputriage.hostfacts.nccl_bandwidth import Expectation
 from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclTestRow, NcclTestRun
 
@@ -63,6 +64,12 @@ class NcclSummary:
     hosts: list[dict[str, Any]]  # one summary per host, by first rank
     processes: list[dict[str, Any]]
     runs: list[JudgedRun]
+
+    @property
+    def host_count(self) -> int:
+        """The hosts the log's processes ran on, as the report groups them: one per
+        host prefix, and the processes without one as one more."""
+        return len(self.hosts)
 
 
 def summarize(log: NcclLog, judged: Sequence[Judged]) -> NcclSummary:
@@ -141,7 +148,7 @@ def _versions(procs: list[NcclProcess]) -> dict[str, list[str]]:
 
 
 def _networks(procs: list[NcclProcess]) -> dict[str, list[str]]:
-    return {"networks": _distinct(p.network for p in procs),
+    return {"networks": _distinct(process_network(p) for p in procs),
             "net_plugins": _distinct(p.net_plugin for p in procs),
             "ib_devices": sorted({d for p in procs for d in p.ib_devices}),
             "socket_ifaces": sorted({d for p in procs for d in p.socket_ifaces}),
@@ -169,7 +176,8 @@ def process_summary(p: NcclProcess) -> dict[str, Any]:
     """One process as the JSON document lists it."""
     return {"label": p.label, "host": p.host, "pid": p.pid, "ranks": sorted(p.ranks),
             "cuda_devices": sorted(p.cuda_devs), "nccl_version": version_text(p),
-            "cuda_driver": driver_text(p), "network": p.network, "net_plugin": p.net_plugin,
+            "cuda_driver": driver_text(p), "network": process_network(p),
+            "net_plugin": p.net_plugin,
             "ib_devices": list(p.ib_devices), "socket_ifaces": list(p.socket_ifaces),
             "channels": dict(sorted(Counter(c.family for c in p.channels).items())),
             "env": dict(p.env), "warns": len(p.warns), "last_step": p.last_step,

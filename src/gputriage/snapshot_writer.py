@@ -38,6 +38,7 @@ TARBALL_SUFFIXES = (".tar.gz", ".tgz")
 # names that look like an archive the writer does not make
 _OTHER_ARCHIVES = (".zip", ".tar", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tbz", ".tar.zst",
                    ".gz", ".xz", ".bz2", ".zst", ".7z", ".rar")
+ARCHIVE_SUFFIXES = TARBALL_SUFFIXES + _OTHER_ARCHIVES  # names that say "archive"
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_MODE = 0o600
 DIR_MODE = 0o700

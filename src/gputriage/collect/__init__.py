@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,8 @@ class CollectOptions:
     only: tuple[str, ...] = ()  # source names; empty = all collectable
     force: bool = False  # replace an existing output
     redact: bool = False  # replace identities (gputriage.redact) before writing
+    # told (what, done, total, unit) as sources come in: ("sources", 12, 40, "sources")
+    progress: Callable[[str, int, int | None, str], None] | None = None
 
 
 def _collect_command(host: Host, spec: Source, timeout_s: float) -> tuple[bytes | None, dict]:
@@ -122,9 +125,11 @@ def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None =
         jobs.append(job)
     payloads: dict[str, bytes] = {}
     records: dict[str, dict] = {}
-    for job in jobs:
+    for done, job in enumerate(jobs, 1):
         # a job's own command timeout fires first; this bound covers hung reads
         job.join(timeout=max(0.0, deadline - time.monotonic()) + 0.5)
+        if opts.progress is not None:
+            opts.progress("collecting", done, len(jobs), "sources")
         name = job.spec.name
         if job.result is None:
             detail = ("global deadline reached" if job.started_at

@@ -8,6 +8,7 @@ modules, never the other way round.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -21,6 +22,8 @@ class Environment:
     stdout: IO[str] = field(default_factory=lambda: sys.stdout)
     stderr: IO[str] = field(default_factory=lambda: sys.stderr)
     host: Any = None  # a collect.host.Host; LiveHost() when None
+    pager: Callable[[str], None] | None = None  # shows a long report; None: run_pager
+    progress_after_s: float = 1.0  # work shorter than this shows no progress
 
     def write_json(self, doc: Any, **options: Any) -> None:
         """A JSON document on stdout: indented for a terminal, compact (one line, the
@@ -62,7 +65,78 @@ def log_window(since: str | None, boot: str | None) -> Any:
         raise click.BadParameter(str(exc), param_hint="--since/--boot") from None
 
 
-def report_result(result: Any, as_json: bool, verbose: bool) -> None:
+def show(render: Callable[[Any], None], *, no_pager: bool = False) -> None:
+    """A terminal view: ``render(console)`` onto stdout; on a terminal, a view longer
+    than the terminal is high goes through the pager (unless ``no_pager``)."""
+    from gputriage.views.console import make_console
+
+    env = current_env()
+    console = make_console(env.stdout)
+    if no_pager or not _isatty(env.stdout):  # FORCE_COLOR colours a pipe, never pages it
+        render(console)
+        return
+    with console.capture() as captured:
+        render(console)
+    text = captured.get()
+    if text.count("\n") < console.size.height:
+        env.stdout.write(text)
+    else:
+        (env.pager or run_pager)(text)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def run_pager(text: str) -> None:
+    """``text`` through ``$GPUTRIAGE_PAGER``, else ``$PAGER``, else ``less -FRX`` (run
+    without a shell; empty or ``cat``: no pager); straight to stdout when it cannot run."""
+    import os
+    import shlex
+    import subprocess
+
+    stdout = current_env().stdout
+    command = os.environ.get("GPUTRIAGE_PAGER", os.environ.get("PAGER", "less -FRX"))
+    argv = shlex.split(command) if command.strip() not in ("", "cat") else []
+    if argv:
+        env = {**os.environ, "LESS": os.environ.get("LESS", "FRX")}
+        try:
+            stdout.flush()
+            pager = subprocess.Popen(argv, stdin=subprocess.PIPE, env=env)
+        except (OSError, ValueError):
+            pass
+        else:
+            assert pager.stdin is not None
+            try:
+                pager.stdin.write(text.encode(getattr(stdout, "encoding", None) or "utf-8",
+                                              "replace"))
+                pager.stdin.close()
+            except BrokenPipeError:  # quit before the end
+                pass
+            while True:
+                try:
+                    pager.wait()
+                    return
+                except KeyboardInterrupt:  # the pager has the keyboard: let it end
+                    continue
+    stdout.write(text)
+
+
+def quiet_line(result: Any, who: str | None = None) -> None:
+    """The one-line verdict (``-q``) on stdout; ``who``: what was judged (default: the
+    host's name)."""
+    from gputriage.views.oneline import verdict_line
+
+    env = current_env()
+    encoding = (getattr(env.stdout, "encoding", None) or "utf-8").lower().replace("-", "")
+    env.stdout.write(verdict_line(result, who=who, unicode=encoding.startswith("utf")) + "\n")
+
+
+def report_result(result: Any, as_json: bool, verbose: bool, *, quiet: bool = False,
+                  no_pager: bool = False) -> None:
     from gputriage.views.status import exit_status
 
     env = current_env()
@@ -70,12 +144,13 @@ def report_result(result: Any, as_json: bool, verbose: bool) -> None:
         from gputriage.views.jsonview import dumps
 
         env.stdout.write(dumps(result) + "\n")
+    elif quiet:
+        quiet_line(result)
     else:
-        from rich.console import Console
-
         from gputriage.views.terminal import render_terminal
 
-        render_terminal(result, Console(file=env.stdout, highlight=False), verbose=verbose)
+        show(lambda console: render_terminal(result, console, verbose=verbose),
+             no_pager=no_pager)
     raise CommandExit(int(exit_status(result)))
 
 
@@ -83,6 +158,14 @@ json_option = click.option("--json", "as_json", is_flag=True,
                          help="Print the result as JSON (schema gputriage/result/v1).")
 verbose_option = click.option("-v", "--verbose", is_flag=True,
                             help="Show every finding in full and the skipped rules.")
+quiet_option = click.option(
+    "-q", "--quiet", is_flag=True,
+    help="Print only the one-line verdict (no progress); the exit status is the same. "
+         "--json wins over it.")
+no_pager_option = click.option(
+    "--no-pager", is_flag=True,
+    help="Never page the report (by default a report longer than the terminal goes "
+         "through $GPUTRIAGE_PAGER, else $PAGER, else less -FRX; never when piped).")
 timeout_option = click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
                             help="Per-command timeout in seconds (default 10, 30 for "
                                  "nvidia-smi -q and the kernel log).")

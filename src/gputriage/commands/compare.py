@@ -15,6 +15,8 @@ from gputriage.commands.common import (
     current_env,
     deadline_option,
     log_window,
+    no_pager_option,
+    quiet_option,
     since_option,
     timeout_option,
     verbose_option,
@@ -38,10 +40,11 @@ def history(state_dir: str | None, as_json: bool, count: int) -> None:
         HistoryError,
         NoHistory,
         default_state_dir,
-        format_rows,
         history_rows,
         list_entries,
+        render_rows,
     )
+    from gputriage.views.console import make_console
 
     env = current_env()
     where = state_dir or str(default_state_dir())
@@ -62,7 +65,7 @@ def history(state_dir: str | None, as_json: bool, count: int) -> None:
     elif not rows:
         env.stdout.write(f"no checks recorded in {where}\n")
     else:
-        env.stdout.write("\n".join(format_rows(rows)) + "\n")
+        render_rows(rows, make_console(env.stdout))
     raise CommandExit(0)
 
 
@@ -89,15 +92,22 @@ def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool,
     window = log_window(since, boot)
     result = diff_views(load_view(a, include_noise, window), load_view(b, include_noise, window))
     if as_json:
-        from gputriage.views.diffview import dumps_diff
+        import json
 
-        env.stdout.write(dumps_diff(result) + "\n")
+        from gputriage.views.diffview import diff_to_json
+
+        doc = {**diff_to_json(result), "warnings": list(result.warnings)}
+        env.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     else:
-        from rich.console import Console
+        from rich.text import Text
 
+        from gputriage.views.console import make_console
         from gputriage.views.diffview import render_diff
 
-        render_diff(result, Console(file=env.stdout, highlight=False), verbose=verbose)
+        console = make_console(env.stdout)
+        for warning in result.warnings:  # first: it changes how the rest reads
+            console.print(Text(f"warning: {printable(warning)}", style="bold yellow"))
+        render_diff(result, console, verbose=verbose)
     raise CommandExit(result.exit_status)
 
 
@@ -107,12 +117,14 @@ def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool,
               help="Show what changed since this snapshot, bug report or result JSON.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the triage as JSON (schema gputriage/triage/v1).")
+@quiet_option
+@no_pager_option
 @timeout_option
 @deadline_option
 @since_option
 @boot_option
-def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool,
-           timeout: float | None, deadline: float, since: str | None,
+def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool, quiet: bool,
+           no_pager: bool, timeout: float | None, deadline: float, since: str | None,
            boot: str | None) -> None:
     """The incident screen: what changed (with --baseline), the critical findings with
     node-or-job blame, the next actions most drastic first. PATHs as for analyze; none:
@@ -139,16 +151,24 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool,
 
         context = CheckContext(expectations=load_expectations(None, default=True),
                                acks=tuple(host_acks(None)), now=env.live_host().now())
-        opts = CollectOptions(timeout_s=timeout, deadline_s=deadline)
-        with tempfile.TemporaryDirectory(prefix="gputriage-") as tmp:
+        from gputriage.commands.progress import progress_for
+
+        with tempfile.TemporaryDirectory(prefix="gputriage-") as tmp, \
+                progress_for(env, quiet) as progress:
+            opts = CollectOptions(timeout_s=timeout, deadline_s=deadline,
+                                  progress=progress.update)
             path = do_collect(env.live_host(), f"{tmp}/snapshot", opts)
             t = triage_snapshot(Snapshot.load(path), window, baseline, "this host", context)
     if as_json:
         env.write_json(triage_to_json(t), ensure_ascii=False)
-    else:
-        from rich.console import Console
+    elif quiet:
+        from gputriage.commands.common import quiet_line
 
-        render_triage(t, Console(file=env.stdout, highlight=False))
+        quiet_line(t.result)
+    else:
+        from gputriage.commands.common import show
+
+        show(lambda console: render_triage(t, console), no_pager=no_pager)
     raise CommandExit(t.exit_status)
 
 
@@ -205,8 +225,8 @@ def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, top: int, min_sev
     elif as_csv:
         env.stdout.write(fleet_csv(report))
     else:
-        from rich.console import Console
+        from gputriage.views.console import make_console
 
-        render_fleet(report, Console(file=env.stdout, highlight=False, width=160))
+        render_fleet(report, make_console(env.stdout))
     worst = {f.severity for f in report.findings}
     raise CommandExit(2 if "critical" in worst else 1 if "warning" in worst else 0)

@@ -32,8 +32,8 @@ def expect(source: str, output: str | None, force: bool) -> None:
     from gputriage.ingest import load_inputs
 
     env = current_env()
-    if output is not None and not force and _occupied(output):
-        raise click.ClickException(f"{output} already exists (use --force to replace it)")
+    if output is not None:
+        _check_output(output, force)
     snapshot = load_inputs([source])
     found, notes = generate(Facts(snapshot))
     result = analyze(snapshot)
@@ -53,11 +53,34 @@ def expect(source: str, output: str | None, force: bool) -> None:
         env.stdout.write(text)
         return
     try:
-        with open(output, "w", encoding="utf-8") as fh:
+        # "x": a file that appeared since the check is not overwritten either
+        mode = "w" if force or _exists(output) else "x"  # existing here: empty
+        with open(output, mode, encoding="utf-8") as fh:
             fh.write(text)
+    except FileExistsError:
+        raise click.ClickException(f"{output} already exists (use --force to replace "
+                                   "it)") from None
     except OSError as exc:
         raise click.ClickException(f"{output}: cannot write ({exc.strerror or exc})") from None
     env.stderr.write(f"expectations written to {printable(output)}\n")
+
+
+def _check_output(output: str, force: bool) -> None:
+    """A usage error for a name that says archive (the file is TOML) and for an
+    existing file, unless ``force``."""
+    from gputriage.snapshot_writer import ARCHIVE_SUFFIXES
+
+    if output.lower().endswith(ARCHIVE_SUFFIXES):
+        raise click.UsageError(f"{output}: expectations are a TOML file, not an archive "
+                               "(name it e.g. expect.toml)")
+    if not force and _occupied(output):
+        raise click.ClickException(f"{output} already exists (use --force to replace it)")
+
+
+def _exists(path: str) -> bool:
+    import os
+
+    return os.path.lexists(path)
 
 
 def _occupied(path: str) -> bool:

@@ -17,6 +17,8 @@ from gputriage.commands.common import (
     json_option,
     load_expectations,
     log_window,
+    no_pager_option,
+    quiet_option,
     report_result,
     since_option,
     timeout_option,
@@ -56,7 +58,11 @@ def collect(output: str | None, force: bool, redact: bool, timeout: float | None
         name = "redacted" if redact else socket.gethostname()
         output = f"gputriage-{name}-{stamp}.tar.gz"
     opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, force=force, redact=redact)
-    path = do_collect(host, output, opts)
+    from gputriage.commands.progress import progress_for
+
+    with progress_for(env) as progress:
+        opts.progress = progress.update
+        path = do_collect(host, output, opts)
     env.stderr.write(f"snapshot written to {printable(path)}\n")
 
 
@@ -64,6 +70,8 @@ def collect(output: str | None, force: bool, redact: bool, timeout: float | None
 @click.argument("job_outputs", nargs=-1, metavar="[JOB_OUTPUT]...")
 @json_option
 @verbose_option
+@quiet_option
+@no_pager_option
 @timeout_option
 @deadline_option
 @click.option("--keep", type=click.Path(), default=None,
@@ -87,7 +95,7 @@ def collect(output: str | None, force: bool, redact: bool, timeout: float | None
 def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: float | None,
           deadline: float, keep: str | None, force: bool, redact: bool, since: str | None,
           boot: str | None, expect_file: str | None, job_faults_fail: bool,
-          from_snapshot: str | None, **hist: Any) -> None:
+          from_snapshot: str | None, quiet: bool, no_pager: bool, **hist: Any) -> None:
     """Collect this host into a temporary snapshot, analyse it, report.
 
     JOB_OUTPUT: what a job on this host printed (its NCCL_DEBUG=INFO log, an nccl-tests
@@ -127,17 +135,34 @@ def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: f
 
             snapshot = load_inputs([from_snapshot])
         else:
-            snapshot = Snapshot.load(do_collect(env.live_host(), keep or f"{tmp}/snapshot",
-                                                opts))
+            from gputriage.commands.progress import progress_for
+
+            with progress_for(env, quiet) as progress:
+                opts.progress = progress.update
+                snapshot = Snapshot.load(do_collect(env.live_host(),
+                                                    keep or f"{tmp}/snapshot", opts))
         if extra is not None:
             snapshot.merge(extra)
         context = CheckContext(expectations=expectations,
                                acks=tuple(host_acks(hist["state_dir"])), now=now,
                                job_faults_fail=job_faults_fail)
         result = analyze(snapshot, window, context)
+    if keep is None and from_snapshot is None:
+        _name_live_input(result, tmp)
     if extra is None and not redact:  # tokens would read as changes against the history
         _record_history(result, **hist)
-    report_result(result, as_json, verbose)
+    report_result(result, as_json, verbose, quiet=quiet, no_pager=no_pager)
+
+
+LIVE_INPUT = "this host, collected now, not kept"  # check --keep PATH keeps it
+
+
+def _name_live_input(result: Any, tmp: str) -> None:
+    """Name the collection by what it was, not by its temporary directory, which is
+    gone once the report is printed."""
+    for item in result.inputs:
+        if str(item.get("origin", "")).startswith(tmp):
+            item["origin"] = LIVE_INPUT
 
 
 def host_acks(state_dir: str | None) -> list:
@@ -182,12 +207,15 @@ def _record_history(result: Any, state_dir: str | None, no_history: bool,
 @click.argument("paths", nargs=-1, required=True)
 @json_option
 @verbose_option
+@quiet_option
+@no_pager_option
 @since_option
 @boot_option
 @expect_option
 @job_faults_option
-def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None,
-            boot: str | None, expect_file: str | None, job_faults_fail: bool) -> None:
+def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool, no_pager: bool,
+            since: str | None, boot: str | None, expect_file: str | None,
+            job_faults_fail: bool) -> None:
     """Analyse what you have: snapshots (dir or .tar.gz), an nvidia-bug-report.log(.gz),
     or pasted outputs (nvidia-smi -q/-x/table, /proc/driver/nvidia/version, lsmod,
     a kernel log...). Several paths combine into one host view; - reads stdin."""
@@ -199,4 +227,4 @@ def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | N
     expectations = load_expectations(expect_file, default=False)
     context = CheckContext(expectations=expectations, job_faults_fail=job_faults_fail)
     result = do_analyze(load_inputs(list(paths)), window, context)
-    report_result(result, as_json, verbose)
+    report_result(result, as_json, verbose, quiet=quiet, no_pager=no_pager)

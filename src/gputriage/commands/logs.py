@@ -12,6 +12,10 @@ from gputriage.commands.common import (
     boot_option,
     current_env,
     log_window,
+    no_pager_option,
+    quiet_line,
+    quiet_option,
+    show,
     since_option,
     verbose_option,
 )
@@ -40,32 +44,36 @@ def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
 @click.option("--json", "as_json", is_flag=True,
               help="Print the timeline and findings as JSON (schema gputriage/logs/v1).")
 @verbose_option
+@quiet_option
+@no_pager_option
 @since_option
 @boot_option
-def logs(paths: tuple[str, ...], as_json: bool, verbose: bool, since: str | None,
-         boot: str | None) -> None:
+def logs(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool, no_pager: bool,
+         since: str | None, boot: str | None) -> None:
     """Read kernel logs (dmesg, journalctl -k, syslog / kern.log, rotated .gz / .xz;
     - reads stdin) and print each GPU's timeline of NVIDIA events, then the findings.
     Several files make one timeline; pipes and FIFOs are read once. Exit status as for
     analyze."""
+    from gputriage.commands.progress import progress_for
     from gputriage.logscan import scan_paths
     from gputriage.views.status import exit_status
     from gputriage.views.timeline import build_timeline, logs_document, render_logs
 
     env = current_env()
     window = log_window(since, boot)
-    scan = scan_paths(list(paths), shape=True)  # opens, sniffs and reads each input once
+    with progress_for(env, quiet) as progress:  # opens, sniffs and reads each input once
+        scan = scan_paths(list(paths), shape=True, progress=progress.update)
     result, events = _judge_scan(scan, window)
     lanes = build_timeline(events)
     if as_json:
         doc = logs_document(scan, lanes, result, {
             "boot": window.boot, "since": window.since.isoformat() if window.since else None})
         env.write_json(doc)
+    elif quiet:
+        quiet_line(result, who=result.host.hostname or ", ".join(paths))
     else:
-        from rich.console import Console
-
-        render_logs(scan, lanes, result, Console(file=env.stdout, highlight=False),
-                    verbose=verbose)
+        show(lambda console: render_logs(scan, lanes, result, console, verbose=verbose),
+             no_pager=no_pager)
     raise CommandExit(int(exit_status(result)))
 
 
@@ -96,9 +104,8 @@ def xid(codes: tuple[str, ...], sxid: bool, as_json: bool) -> None:
                "entries": xids_json(numbers, sxid=sxid)}
         env.write_json(doc)
     else:
-        from rich.console import Console
-
+        from gputriage.views.console import make_console
         from gputriage.views.xidview import render_xids
 
-        render_xids(numbers, Console(file=env.stdout, highlight=False), sxid=sxid)
+        render_xids(numbers, make_console(env.stdout), sxid=sxid)
     raise CommandExit(0)

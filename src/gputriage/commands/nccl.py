@@ -11,9 +11,11 @@ findings. Exit status as for ``analyze``; 66 when no input holds anything.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
+
+from gputriage.commands.common import no_pager_option, quiet_option
 
 if TYPE_CHECKING:
     from gputriage.model import Result
@@ -27,17 +29,22 @@ if TYPE_CHECKING:
                    "object).")
 @click.option("-v", "--verbose", is_flag=True,
               help="Every host, every size row, every finding in full and the skipped rules.")
-def nccl(paths: tuple[str, ...], as_json: bool, verbose: bool) -> None:
+@quiet_option
+@no_pager_option
+def nccl(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool,
+         no_pager: bool) -> None:
     """Read NCCL_DEBUG=INFO logs (one file per rank or all ranks in one; .gz/.xz; -
     reads stdin) and nccl-tests outputs, with host outputs (snapshot, bug report,
     pasted nvidia-smi / ibstat / lsmod...) if you have them, and say what NCCL chose
     (network, HCAs, GPUDirect RDMA, transports per channel), how fast the tests ran
     against what the hardware should give, and what is wrong."""
-    from gputriage.commands.common import CommandExit, current_env
+    from gputriage.commands.common import CommandExit, current_env, quiet_line, show
+    from gputriage.commands.progress import progress_for
     from gputriage.views.status import exit_status
 
     env = current_env()
-    result, summary, host_given = judge(list(paths))
+    with progress_for(env, quiet) as progress:
+        result, summary, host_given = judge(list(paths), progress.update)
     if as_json:
         from gputriage.views.jsonview import to_json
         from gputriage.views.ncclview import nccl_document
@@ -45,20 +52,20 @@ def nccl(paths: tuple[str, ...], as_json: bool, verbose: bool) -> None:
         doc = to_json(result)
         doc["nccl"] = nccl_document(summary)
         env.write_json(doc, ensure_ascii=False, allow_nan=False)
+    elif quiet:
+        quiet_line(result, who=result.host.hostname or "the job")
     else:
-        from rich.console import Console
-
         from gputriage.views.ncclview import render_nccl
 
-        render_nccl(result, summary, host_given, Console(file=env.stdout, highlight=False),
-                    verbose=verbose)
+        show(lambda console: render_nccl(result, summary, host_given, console,
+                                         verbose=verbose), no_pager=no_pager)
     raise CommandExit(int(exit_status(result)))
 
 
-def judge(paths: list[str]) -> tuple[Result, NcclSummary, bool]:
-    """Read the inputs, run the engine over the combined facts, judge each nccl-tests
-    run against its expectation, and summarise the job; also whether host outputs
-    were among the inputs."""
+def judge(paths: list[str], progress: Any = None) -> tuple[Result, NcclSummary, bool]:
+    """Read the inputs (``progress`` told the bytes read of each), run the engine over the
+    combined facts, judge each nccl-tests run against its expectation, and summarise the
+    job; also whether host outputs were among the inputs."""
     from gputriage.commands.nccl_input import read_inputs
     from gputriage.engine import analyze_facts
     from gputriage.facts import Facts, Missing
@@ -66,7 +73,7 @@ def judge(paths: list[str]) -> tuple[Result, NcclSummary, bool]:
     from gputriage.nccl_summary import summarize
     from gputriage.snapshot import Snapshot
 
-    found = read_inputs(paths)
+    found = read_inputs(paths, progress)
     host_given = found.snapshot is not None and bool(found.snapshot.captures)
     snap = found.snapshot or Snapshot({}, None, ", ".join(found.job_origins))
     snap.problems.extend(found.problems)

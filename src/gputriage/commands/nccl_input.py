@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -96,9 +96,12 @@ class _Reader:
             return b""
 
 
-def _blocks(fh: BinaryIO, name: str, problems: list[str]) -> Iterator[bytes]:
-    """An open input as decompressed blocks."""
+def _blocks(fh: BinaryIO, name: str, problems: list[str],
+            progress: Callable[[str, int, int | None], None] | None = None) -> Iterator[bytes]:
+    """An open input as decompressed blocks (``progress`` told the bytes read of it)."""
     reader = _Reader(fh, name, problems)
+    if progress is not None:
+        reader = _Counted(reader, name, progress)
     first = reader.read(BLOCK)
     kind = compression(first)
     if kind is not None:
@@ -108,6 +111,30 @@ def _blocks(fh: BinaryIO, name: str, problems: list[str]) -> Iterator[bytes]:
     while first:
         yield first
         first = reader.read(BLOCK)
+
+
+class _Counted(_Reader):
+    """A reader that tells ``progress`` the bytes read so far (of the file's size when it
+    is a regular file)."""
+
+    def __init__(self, reader: _Reader, name: str,
+                 progress: Callable[[str, int, int | None], None]) -> None:
+        super().__init__(reader.fh, reader.name, reader.problems)
+        import stat
+
+        try:
+            st = os.fstat(self.fh.fileno())
+            self.total: int | None = st.st_size if stat.S_ISREG(st.st_mode) else None
+        except (OSError, AttributeError, ValueError):
+            self.total = None
+        self.done = 0
+        self.progress = progress
+
+    def read(self, size: int) -> bytes:
+        data = super().read(size)
+        self.done += len(data)
+        self.progress(self.name, self.done, self.total)
+        return data
 
 
 def _sniff(blocks: Iterator[bytes]) -> tuple[bytes, Iterator[bytes]]:
@@ -227,7 +254,8 @@ def _add_host(found: JobInputs, snap: Snapshot, streamed: bool = False) -> None:
         found.snapshot.merge(snap)
 
 
-def _read_one(path: str, found: JobInputs) -> None:
+def _read_one(path: str, found: JobInputs,
+              progress: Callable[[str, int, int | None], None] | None = None) -> None:
     """One input into ``found``; InputError when nothing at all could be used."""
     from gputriage.ingest import load_input
     from gputriage.parsers.nccl_log import read_nccl_log
@@ -242,7 +270,7 @@ def _read_one(path: str, found: JobInputs) -> None:
         return
     once = inp.kind == STREAM  # stdin, a pipe or a FIFO: read once, never opened again
     try:
-        head, blocks = _sniff(_blocks(inp.fh, name, reading))
+        head, blocks = _sniff(_blocks(inp.fh, name, reading, progress))
         if not head.strip():
             raise InputError(f"{name}: empty file" if not reading else reading[-1])
         if head[257:262] == b"ustar":
@@ -319,7 +347,8 @@ class _Tail:
         return load_text(text, name, truncated=cut)
 
 
-def read_inputs(paths: Iterable[str]) -> JobInputs:
+def read_inputs(paths: Iterable[str],
+                progress: Callable[[str, int, int | None], None] | None = None) -> JobInputs:
     """Every input of ``gputriage nccl`` read into one :class:`JobInputs`; inputs that
     fail are listed in ``problems`` as long as one gave something, else InputError.
     An input named twice (``-`` included) is read once: its lines would count twice."""
@@ -332,7 +361,7 @@ def read_inputs(paths: Iterable[str]) -> JobInputs:
             continue
         seen.add(key)
         try:
-            _read_one(path, found)
+            _read_one(path, found, progress)
         except InputError as exc:
             failed.append(str(exc))
     if not (found.has_log or found.runs or found.snapshot is not None):

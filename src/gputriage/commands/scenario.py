@@ -18,13 +18,22 @@ def scenario() -> None:
 @scenario.command("list")
 def scenario_list() -> None:
     """List the scenarios."""
-    from gputriage.scenarios import list_scenarios
+    from rich.text import Text
 
-    out = current_env().stdout
-    for sc in list_scenarios():
-        out.write(f"{sc.name:<24} {sc.title}\n")
-    out.write(f"{FLEET_SCENARIO:<24} a fleet of 64 nodes: 6 on one new driver show Xid 79 "
-              "(a directory of results for gputriage fleet)\n")
+    from gputriage.scenarios import list_scenarios
+    from gputriage.views.console import make_console
+    from gputriage.views.tables import new_table, print_table
+
+    console = make_console(current_env().stdout)
+    table = new_table(console, header=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    rows = [(sc.name, sc.title) for sc in list_scenarios()]
+    rows.append((FLEET_SCENARIO, "a fleet of 64 nodes: 6 on one new driver show Xid 79 "
+                 "(a directory of results for gputriage fleet)"))
+    for name, title in rows:
+        table.add_row(Text(printable(name)), Text(printable(title)))
+    print_table(console, table)
 
 
 @scenario.command("build")

@@ -52,7 +52,7 @@ from __future__ import annotations
 import io
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import BinaryIO, Literal
@@ -68,7 +68,11 @@ from gputriage.logscan.search import ANCHORS, LIBC, anchors_for, run_input
 from gputriage.logscan.stream import compression
 from gputriage.logscan.timeline import BootInfo, InputResult, LogScan, merge
 
-__all__ = ["ANCHORS", "BootInfo", "LogScan", "ScanConfig", "scan_paths", "scan_text"]
+__all__ = ["ANCHORS", "BootInfo", "LogScan", "ScanConfig", "ScanProgress", "scan_paths",
+           "scan_text"]
+
+# what a scan reports as it reads: (input name, bytes read, its size or None when unknown)
+ScanProgress = Callable[[str, int, int | None], None]
 
 _SNIFF = 64 << 10  # a large plain file's first bytes tested for binary data
 _SHAPE_BYTES = 256 << 10  # the head whose first lines must be log records (``shape``)
@@ -108,10 +112,13 @@ def _plain_size(fh: BinaryIO) -> int:
 
 
 def _scan_blocks(name: str, fh: BinaryIO, size: int, order: int, now: datetime,
-                 procs: ForkWorkers, problems: list[str], config: ScanConfig) -> InputResult:
+                 procs: ForkWorkers, problems: list[str], config: ScanConfig,
+                 progress: ScanProgress | None = None) -> InputResult:
     """:func:`_scan_one` for a large plain file, its blocks searched by ``procs``."""
     src = LineSource(name, now)
     inp = InputSpans(name, problems, config)
+    if progress is not None:
+        inp.report = lambda done: progress(name, done, size)
     anchors = anchors_for(os.pread(fh.fileno(), min(4096, config.block), 0))
     # the workers open the file this process has open, even if it was renamed (rotated)
     # or removed since
@@ -140,6 +147,30 @@ def scan_text(text: str, origin: str = "<text>", *, now: datetime | None = None,
         if pool is not None:
             pool.shutdown()
     return merge([result])
+
+
+def _reported(chunks: Iterator[bytes | bytearray], fh: BinaryIO, name: str,
+              progress: ScanProgress) -> Iterator[bytes | bytearray]:
+    """``chunks``, reporting after each what was read of the input: its file position
+    against its size for a regular file (compressed bytes for a compressed one), else
+    the bytes passed on."""
+    try:
+        st = os.fstat(fh.fileno())
+        total: int | None = st.st_size if stat.S_ISREG(st.st_mode) else None
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        total = None
+    done = 0
+    for chunk in chunks:
+        done += len(chunk)
+        yield chunk
+        del chunk
+        if total is not None:
+            try:
+                progress(name, min(fh.tell(), total), total)
+                continue
+            except (OSError, ValueError):
+                total = None
+        progress(name, done, None)
 
 
 def _not_text(name: str) -> InputError:
@@ -178,8 +209,9 @@ class _Scanner:
     :class:`InputResult`; worker processes are started when a large plain file comes."""
 
     def __init__(self, now: datetime, config: ScanConfig, pool: ThreadPoolExecutor | None,
-                 shape: bool = False) -> None:
+                 shape: bool = False, progress: ScanProgress | None = None) -> None:
         self.now = now
+        self.progress = progress
         self.shape = shape
         self.config = config
         self.pool = pool
@@ -201,31 +233,35 @@ class _Scanner:
             if self.procs:
                 try:
                     return _scan_blocks(name, fh, size, order, self.now, self.procs,
-                                        self.problems, self.config)
+                                        self.problems, self.config, self.progress)
                 except WorkerDied:  # a worker died: read this one here
                     self.procs = False
         workers = _workers(self.config)
-        chunks = _checked(inp, file_chunks(fh, name, self.problems, self.config, workers),
-                          self.shape)
+        read = file_chunks(fh, name, self.problems, self.config, workers)
+        if self.progress is not None:
+            read = _reported(read, fh, name, self.progress)
+        chunks = _checked(inp, read, self.shape)
         return _scan_one(name, chunks, order, self.now, self.pool, self.problems, self.config)
 
 
 def scan_paths(paths: Sequence[str], *, now: datetime | None = None,
                config: ScanConfig = DEFAULT, shape: bool = False,
-               texts: Sequence[tuple[str, str]] = ()) -> LogScan:
+               texts: Sequence[tuple[str, str]] = (),
+               progress: ScanProgress | None = None) -> LogScan:
     """Scan kernel-log files (plain, .gz, .xz, .bz2; ``-`` = stdin, pipes, FIFOs) as one
     timeline. Inputs are opened by :func:`gputriage.inputs.open_input` (devices refused,
     streams read under its budgets); one whose first block is binary is not read on,
     nor (with ``shape``) one whose first lines are not log records
     (:func:`gputriage.parsers.kernel_log.shape_refusal`). ``texts``: ``(origin, text)``
-    kernel logs already in memory, joined to the same timeline.
+    kernel logs already in memory, joined to the same timeline. ``progress`` is told
+    what was read of each input as the scan goes.
 
     Raises :class:`InputError` only when no input could be read at all."""
     results: list[InputResult] = []
     failures: list[str] = []
     workers = _workers(config)
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
-    scanner = _Scanner(now or datetime.now(timezone.utc), config, pool, shape)
+    scanner = _Scanner(now or datetime.now(timezone.utc), config, pool, shape, progress)
     try:
         for order, path in enumerate(paths):
             name = "<stdin>" if path == "-" else str(path)

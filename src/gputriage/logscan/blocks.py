@@ -116,6 +116,8 @@ class _Stitcher:
         if r.size:
             self.inp.nbytes += r.size
             self.inp.last_byte = (r.raw or r.tail or r.head)[-1:]
+            if self.inp.report is not None:
+                self.inp.report(self.inp.nbytes)
         if r.raw is not None:
             self.tail += r.raw
             if len(self.tail) >= self.inp.config.long_line:

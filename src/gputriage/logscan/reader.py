@@ -28,6 +28,7 @@ class InputSpans:
         self.config = config
         self.nbytes = 0
         self.last_byte: Chunk = b"\n"
+        self.report: Callable[[int], None] | None = None  # told ``nbytes`` as it grows
 
     def spans(self, chunks: Iterator[Chunk]) -> Iterator[tuple[Chunk, int, int]]:
         tail: Chunk = b""

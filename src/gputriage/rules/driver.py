@@ -146,7 +146,8 @@ def _userspace_versions(libs: Iterable[LibFile], reading: NvmlReading | None,
                 if err.nvml_library_version:
                     user.setdefault(err.nvml_library_version, []).append(
                         evidence(source, [f"NVML library version: {err.nvml_library_version}"]))
-                flags.append(evidence(source, [err.line]))
+                # the complaint quotes the version line too: one line each, kept once
+                flags.append(evidence(source, err.line.splitlines()))
 
 
 def _active_libs(libs: Iterable[LibFile], targets: set[str] | None) -> list[LibFile]:

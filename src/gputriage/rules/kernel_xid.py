@@ -325,8 +325,11 @@ def _judge_45(j: Judged, events: list[DriverEvent], ctx: _GpuContext,
             j.notes.append(f"{sum(1 for c in causes if c)} of them follow another Xid.")
         return
     named = set().union(*causes) - {45}
+    if not named:  # "caused by previous Xid 45" only: a teardown names no cause
+        _judge_45_chain(j, len(events), gpu)
+        return
     absent = sorted(c for c in named if c not in ctx.codes)
-    what = ", ".join(f"Xid {c}" for c in sorted(named)) or "earlier Xid 45"
+    what = ", ".join(f"Xid {c}" for c in sorted(named))
     j.title = f"Xid 45 on {gpu}: follow-on of {what} ({count_text(len(events))})"
     j.explanation = ("Xid 45 is the driver tearing down channels after another error; it "
                      "is a consequence, not a cause of its own.")
@@ -345,6 +348,19 @@ def _judge_45(j: Judged, events: list[DriverEvent], ctx: _GpuContext,
     j.severity, j.action = Severity.INFO, Action.NONE
     j.notes.append(f"These teardowns are the consequence of {what} on this GPU (see that "
                    "finding), not a separate cause.")
+
+
+def _judge_45_chain(j: Judged, n: int, gpu: str) -> None:
+    """Xid 45s the driver blames on an earlier Xid 45 alone: the error that began the
+    teardowns is older than the log (a follow-on needs a different earlier Xid)."""
+    j.title = (f"Xid 45 on {gpu}: channel teardowns after earlier ones; what began them is "
+               f"not in this log ({count_text(n)})")
+    j.explanation = ("Xid 45 is the driver tearing down channels after another error; the "
+                     "driver names an earlier Xid 45 as the cause of these, so the error that "
+                     "started the teardowns happened before this log begins.")
+    j.severity, j.action = Severity.INFO, Action.NONE
+    j.notes.append("Look earlier in the kernel log (journalctl -k, the previous boot's log) "
+                   "for the first Xid other than 45 on this GPU, and act on that one.")
 
 
 XID_IDS = tuple(f"xid.{x.code}" for x in catalog.all_xids())

@@ -4,7 +4,8 @@ The terminal view opens with one "changed:" line (``kernel 5.15.0-105 ->
 5.15.0-112; driver module 535.161.07 -> 550.54.15 ...``), then the GPU set
 changes, then the findings that are new, resolved and still there. Host text
 is printed as rich ``Text`` (never markup), so ``gpu[0000:18:00.0]`` keys
-print verbatim, with control characters escaped (:mod:`gputriage.views.safe`).
+print verbatim, with control characters escaped (:mod:`gputriage.views.safe`);
+wrapped between words on a terminal, one line each when piped.
 """
 
 from __future__ import annotations
@@ -63,8 +64,10 @@ def render_diff(d: Diff, console: Console, verbose: bool = False) -> None:
     """Print the diff for a terminal; every line goes through :func:`printable`."""
     from rich.text import Text
 
+    from gputriage.views import tables
+
     def say(text: str, style: str = "") -> None:
-        console.print(Text(printable(text), style=style))
+        tables.say(console, Text(printable(text), style=style))
 
     say(f"A: {d.a}", "dim")
     say(f"B: {d.b}", "dim")

@@ -7,9 +7,10 @@ value, affected_with, nodes_with, precision, recall, score) and
 repeated a host) and ``duplicate_hosts`` (node, kept, dropped: the inputs). The
 terminal view lists the duplicates and the skipped inputs too. The CSV has one row per
 finding and separator (a finding without separators gets one row with the
-separator columns empty), no cell starting like a spreadsheet formula. rich is
-imported by the caller; all text goes in as ``Text`` (never markup, control
-characters escaped).
+separator columns empty), no cell starting like a spreadsheet formula. The table
+takes the console's width (``COLUMNS`` on a terminal) and prints plain, unwrapped
+columns piped (:mod:`gputriage.views.tables`); all text goes in as ``Text`` (never
+markup, control characters escaped).
 """
 
 from __future__ import annotations
@@ -72,22 +73,24 @@ def render_fleet(report: FleetReport, console: Console, *, max_nodes: int = 6,
                  max_bad: int = 5) -> None:
     """Print the fleet summary, one table row per finding with its best
     separators, then the first few skipped inputs."""
-    from rich.table import Table
     from rich.text import Text
+
+    from gputriage.views.tables import new_table, print_table, say
 
     def text(value: str, style: str = "") -> Text:
         return Text(printable(value, multiline=True), style=style)
 
     dups = f", {report.duplicates} duplicate inputs" if report.duplicates else ""
-    console.print(text(f"{report.nodes} nodes, {report.healthy} without findings, "
-                       f"{len(report.findings)} distinct findings, "
-                       f"{report.bad_count} inputs skipped{dups}", "bold"))
+    say(console, text(f"{report.nodes} nodes, {report.healthy} without findings, "
+                      f"{len(report.findings)} distinct findings, "
+                      f"{report.bad_count} inputs skipped{dups}", "bold"))
     if report.findings:
-        table = Table(show_lines=True)
-        table.add_column("finding")
-        table.add_column("nodes", justify="right")
-        table.add_column("which")
-        table.add_column("blast radius: shared by the affected nodes (F1, prec/recall)")
+        table = new_table(console, boxed=True)
+        table.add_column("finding", overflow="fold")
+        table.add_column("nodes", justify="right", no_wrap=True)
+        table.add_column("which", overflow="fold")
+        table.add_column("blast radius: shared by the affected nodes (F1, prec/recall)",
+                         overflow="fold")
         for f in report.findings:
             name = Text(printable(f.id) + "\n")
             name.append(printable(f.severity), style=SEVERITY_STYLES.get(f.severity, ""))
@@ -100,14 +103,14 @@ def render_fleet(report: FleetReport, console: Console, *, max_nodes: int = 6,
                 radius = "every node has it" if f.count >= report.nodes else "-"
             table.add_row(name, Text(str(f.count)),
                           Text(printable(_node_list(f.nodes, max_nodes))), text(radius))
-        console.print(table)
+        print_table(console, table)
     if report.bad_count:
-        console.print(text(f"skipped {report.bad_count} unusable inputs:", "yellow"))
+        say(console, text(f"skipped {report.bad_count} unusable inputs:", "yellow"))
         for bad in report.bad_inputs[:max_bad]:
-            console.print(Text(printable(f"  {bad.path}: {bad.reason}")))
+            say(console, Text(printable(f"  {bad.path}: {bad.reason}")))
         if report.bad_count > max_bad:
-            console.print(text(f"  ... and {report.bad_count - max_bad} more (--json lists "
-                               "them)"))
+            say(console, text(f"  ... and {report.bad_count - max_bad} more (--json lists "
+                              "them)"))
     _render_duplicates(report, console, max_bad)
 
 
@@ -115,13 +118,15 @@ def _render_duplicates(report: FleetReport, console: Console, limit: int) -> Non
     """The hosts several inputs named, and which input each kept (the newest)."""
     from rich.text import Text
 
+    from gputriage.views.tables import say
+
     if not report.duplicates:
         return
-    console.print(Text(printable(f"{report.duplicates} inputs repeated a host already "
-                                 "seen (the newest result kept):"), style="yellow"))
+    say(console, Text(printable(f"{report.duplicates} inputs repeated a host already "
+                                "seen (the newest result kept):"), style="yellow"))
     shown = report.duplicate_hosts[:limit]
     for d in shown:
-        console.print(Text(printable(f"  {d.node}: kept {d.kept}, left out {d.dropped}")))
+        say(console, Text(printable(f"  {d.node}: kept {d.kept}, left out {d.dropped}")))
     if report.duplicates > len(shown):
-        console.print(Text(printable(f"  ... and {report.duplicates - len(shown)} more "
-                                     "(--json lists them)")))
+        say(console, Text(printable(f"  ... and {report.duplicates - len(shown)} more "
+                                    "(--json lists them)")))

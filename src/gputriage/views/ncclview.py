@@ -3,8 +3,9 @@ nccl-tests runs against what the hardware should give; then the findings.
 
 Both formats render a :class:`~gputriage.nccl_summary.NcclSummary` and compute
 nothing: :func:`nccl_document` is the ``nccl`` object added to the result/v1 JSON
-(docs/json-schema.md); :func:`render_nccl` the terminal report. rich is imported
-inside the renderer only; host text goes through rich ``Text``.
+(docs/json-schema.md); :func:`render_nccl` the terminal report, its per-host lines
+and size tables as rich tables (plain columns piped). rich is imported inside the
+renderer only; host text goes through rich ``Text``.
 """
 
 from __future__ import annotations
@@ -140,6 +141,19 @@ def _host_lines(g: dict, versions: Sequence[str] = ()) -> list[Segments]:
     return lines
 
 
+def _print_labelled(out: Out, lines: list[Segments]) -> None:
+    """Lines that open with a label ("network ", "GDR "...) as a two-column table:
+    the labels, then what follows each, aligned."""
+    from gputriage.views.tables import new_table, print_table
+
+    table = new_table(out.console, header=False)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
+    for (label, style), *rest in lines:
+        table.add_row(out.text((label.strip(), style)), out.text(*rest))
+    print_table(out.console, table, indent=2)
+
+
 def _run_head(judged: JudgedRun) -> Segments:
     run = judged.run
     head = [(run.test or run.operation or "nccl-tests run", "bold")]
@@ -178,32 +192,33 @@ def _expectation_lines(judged: JudgedRun) -> list[tuple[Segments, int]]:
     return []
 
 
-def _size_rows(rows: Sequence[NcclTestRow], total: int) -> list[tuple[Segments, int]]:
+def _print_sizes(out: Out, rows: Sequence[NcclTestRow], total: int) -> None:
     """The size table: busbw per size, out-of-place and in-place, and #wrong."""
-    out: list[tuple[Segments, int]] = []
+    from gputriage.views.tables import new_table, print_table
+
     if rows:
-        out.append(([(f"{'size':>10}  {'oop busbw':>10}  {'ip busbw':>10}  {'#wrong':>6}",
-                      "dim")], 2))
-    for r in rows:
-        wrong = (r.oop_wrong or 0) + (r.ip_wrong or 0)
-        out.append(([(f"{size_text(r.size):>10}  {_num(r.oop_busbw):>10}  "
-                      f"{_num(r.ip_busbw):>10}  {wrong:>6}", "bold red" if wrong else "")], 2))
+        table = new_table(out.console)
+        for name in ("size", "oop busbw", "ip busbw", "#wrong"):
+            table.add_column(name, justify="right", no_wrap=True)
+        for r in rows:
+            wrong = (r.oop_wrong or 0) + (r.ip_wrong or 0)
+            style = "bold red" if wrong else ""
+            table.add_row(*(out.text((cell, style)) for cell in (
+                size_text(r.size), _num(r.oop_busbw), _num(r.ip_busbw), str(wrong))))
+        print_table(out.console, table, indent=2)
     if len(rows) < total:
-        out.append(([(f"({total - len(rows)} smaller sizes; -v shows all)", "dim")], 2))
-    return out
+        out.line((f"({total - len(rows)} smaller sizes; -v shows all)", "dim"), indent=2)
 
 
-def _run_lines(judged: JudgedRun, verbose: bool) -> list[tuple[Segments, int]]:
-    """One nccl-tests run: head, figures, errors, expectation, then the size rows."""
+def _run_lines(judged: JudgedRun) -> list[tuple[Segments, int]]:
+    """One nccl-tests run: head, figures, errors, expectation (the size table follows)."""
     run = judged.run
     out: list[tuple[Segments, int]] = [(_run_head(judged), 0)]
     figures = _run_figures(judged)
     if figures:
         out.append((figures, 2))
     out += [([(err, "bold red")], 2) for err in run.errors]
-    out += _expectation_lines(judged)
-    rows = run.rows if verbose else run.rows[-ROWS_SHOWN:]
-    return out + _size_rows(rows, len(run.rows))
+    return out + _expectation_lines(judged)
 
 
 def _num(v: float | None) -> str:
@@ -214,7 +229,7 @@ def _job_line(out: Out, result: Result, summary: NcclSummary, host_given: bool) 
     """The verdict line (or the host header) and what the job's inputs hold."""
     from gputriage.views import terminal
 
-    procs, hosts, runs = len(summary.log.processes), len(summary.log.hosts), len(summary.runs)
+    procs, hosts, runs = len(summary.log.processes), summary.host_count, len(summary.runs)
     what = [f"{procs} process{'es' if procs != 1 else ''} on {hosts} host"
             f"{'s' if hosts != 1 else ''}" if procs else "no NCCL log records"]
     what.append(f"{runs} nccl-tests run{'s' if runs != 1 else ''}")
@@ -233,8 +248,9 @@ def _hosts(out: Out, summary: NcclSummary, verbose: bool) -> None:
     versions = sorted(summary.log.versions)
     for g in shown:
         out.console.print()
-        for i, segs in enumerate(_host_lines(g, versions)):
-            out.line(*segs, indent=0 if i == 0 else 2)
+        who, *rest = _host_lines(g, versions)
+        out.line(*who)
+        _print_labelled(out, rest)
     if len(shown) < len(groups):
         out.line((f"... {len(groups) - len(shown)} more hosts (-v shows all)", "dim"))
 
@@ -257,8 +273,10 @@ def render_nccl(result: Result, summary: NcclSummary, host_given: bool,
                  (" (PyTorch / CUDA around NCCL)", "dim"))
     for judged in summary.runs:
         console.print()
-        for segs, indent in _run_lines(judged, verbose):
+        for segs, indent in _run_lines(judged):
             out.line(*segs, indent=indent)
+        rows = judged.run.rows if verbose else judged.run.rows[-ROWS_SHOWN:]
+        _print_sizes(out, rows, len(judged.run.rows))
     terminal.print_findings(out, result)
     terminal.print_tail(out, result)
     if log.lines_read:

@@ -1,19 +1,21 @@
 """The opening lines of the terminal report: what an on-call reads first.
 
-Line one is the verdict (the exit status's word) and the one thing to know: which side
-is at fault (the node or the job), the worst current finding with its scope, and its
-action; its concrete next step follows. The lines under them say what the other side
-did, when a job's faults were capped in the exit status, and what was not read.
-Printed by :func:`gputriage.views.terminal.render_terminal`.
+Line one is the one-line verdict an on-call pastes into a ticket, the very line ``-q``
+prints (:func:`gputriage.views.oneline.verdict_line`): the exit status's word, the host,
+the worst cause with its scope, the action in words and how many causes and
+consequences there are. The lines under it give the cause's concrete next step, what the
+other side (the node or the job) did, whether a job's faults were capped in the exit
+status, and what was not read. Printed by
+:func:`gputriage.views.terminal.render_terminal`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from gputriage.model import Blame, Finding, Result, Scope, Severity
+from gputriage.views.scopes import compact_scopes
 from gputriage.views.status import (
     job_faults_capped,
     judged_job,
@@ -35,7 +37,6 @@ SIDE_WORDS = {
 }
 
 CAPPED = "job faults exit 1 at most (--job-faults-fail to fail on them)"
-COMPACT_FROM = 4  # scopes from which a per-GPU repeat is written "on 8 GPUs: 0-7"
 SETTINGS_SHOWN = 4
 
 _SETTING = re.compile(r"\b([A-Z][A-Z0-9]*_[A-Z0-9_]+)=([^\s,;()]+)")
@@ -48,34 +49,6 @@ def worst_current(result: Result, side: str | None = None) -> Finding | None:
         if f.current and (side is None or f.blame.side == side):
             return f
     return None
-
-
-def index_ranges(indices: Iterable[int]) -> str:
-    """``0-3, 5, 7-8`` from GPU indices."""
-    spans: list[list[int]] = []
-    for i in sorted(set(indices)):
-        if spans and i == spans[-1][1] + 1:
-            spans[-1][1] = i
-        else:
-            spans.append([i, i])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-
-
-def compact_scopes(scopes: tuple[Scope, ...]) -> str | None:
-    """``on 8 GPUs: 0-7`` for a repeat over GPUs of known index; None otherwise."""
-    indices = [s.gpu_index for s in scopes if s.kind == "gpu" and s.gpu_index is not None]
-    if len(scopes) < COMPACT_FROM or len(indices) != len(scopes):
-        return None
-    return f"on {len(scopes)} GPUs: {index_ranges(i for i in indices if i is not None)}"
-
-
-def also_text(f: Finding, *, full: bool = False) -> str | None:
-    """Where else a per-GPU repeat happened: ``also on GPU 1 0000:2a:00.0, ...``, or
-    compact ``on 8 GPUs: 0-7`` (unless ``full``); None without repeats."""
-    if not f.also:
-        return None
-    compact = None if full else compact_scopes(f.scopes)
-    return compact or "also on " + ", ".join(s.label() for s in f.also)
 
 
 def _named_in(title: str, scope: Scope) -> bool:
@@ -153,32 +126,24 @@ def _side_line(result: Result, lead: str, lead_fault: bool) -> list[Segment] | N
     return None
 
 
-def _quiet_text(result: Result) -> str:
-    """The opening text when nothing current is at fault."""
-    past = sum(1 for f in result.findings if not f.current)
-    tail = f" ({past} acknowledged or in history, below)" if past else ""
-    return f"no current fault: nothing to do{tail}"
-
-
 def print_opening(out: Out, result: Result) -> None:
     """The verdict line, the next step, the other side's line, the capped-job note and
     what was not read (each line only when it has something to say)."""
-    from gputriage.views.styles import STYLES
+    from gputriage.views.oneline import verdict_line
+    from gputriage.views.styles import LABEL_WIDTH, STYLES
 
     word = verdict(result)
-    label: Segment = (f"{word.upper():<8}", STYLES.get(word, ""))
+    first = out.text((verdict_line(result, unicode=out.unicode), ""))
+    first.stylize(STYLES.get(word, ""), 0, len(word))
+    out.hang(out.text(), LABEL_WIDTH, first)
     lead = leading_side(result)
     f = worst_current(result, lead)
     fault = f is not None and f.severity.rank >= Severity.WARNING.rank
     if word == "unknown":
-        out.labelled(label, ("could not tell: no rule could decide; see skipped rules and "
-                             "unreadable inputs below", STYLES["unknown"]))
-    elif f is not None and fault:
-        out.labelled(label, (f"{SIDE_WORDS[f.blame]}: ", "bold"), *fault_segments(f))
-        if f.step:
-            out.labelled(("", ""), ("next: ", "bold"), (f.step, "bold"))
-    else:
-        out.labelled(label, (_quiet_text(result), ""))
+        out.labelled(("", ""), ("see skipped rules and unreadable inputs below",
+                                STYLES["unknown"]))
+    elif f is not None and fault and f.step:
+        out.labelled(("", ""), ("next: ", "bold"), (f.step, "bold"))
     side = _side_line(result, lead, fault)
     if side:
         out.labelled(("", ""), *side)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["STYLES"]
+__all__ = ["LABEL_WIDTH", "STYLES"]
+
+LABEL_WIDTH = 10  # the severity / verdict column; wrapped lines hang under the text
 
 STYLES = {
     "ok": "bold green",

@@ -1,12 +1,17 @@
 """The terminal report: what a senior SRE wants to read at 3 a.m.
 
-The opening lines (the verdict, the side at fault with the worst finding and its next
-step, what was not read: :mod:`gputriage.views.opening`), the host line (host, kernel,
-driver, GPU counts), one line per GPU, the current findings worst first with their
-evidence, next step and what they explain, the acknowledged and past findings one line
-each, then skipped rules, unreadable inputs and provenance. rich is imported inside
-:func:`render_terminal` only, so importing this module keeps the CLI fast. Every piece
-of host text goes into rich ``Text`` objects (never markup), so evidence such as
+In order: the opening lines (the one-line verdict an on-call pastes into a ticket, the
+next step, the other side, what was not read: :mod:`gputriage.views.opening`), the
+causes (the current findings of warning or worse, worst first, with their evidence,
+next step and what they explain), then the details: the host line (host, kernel,
+driver, GPU counts), the GPU table, the minor findings, the acknowledged and past
+findings one line each, skipped rules, unreadable inputs and provenance.
+
+On a terminal, long lines wrap between words and hang under their text. Anywhere else
+(a pipe, a file, a ticket) nothing is wrapped or padded: a finding's header is one line
+and evidence lines are printed verbatim, indented (control characters escaped). rich is
+imported inside the functions only, so importing this module keeps the CLI fast. Every
+piece of host text goes into rich ``Text`` objects (never markup), so evidence such as
 ``[ 1234.5678] NVRM: Xid ...`` is printed verbatim.
 """
 
@@ -24,16 +29,16 @@ from gputriage.model import (
     Status,
 )
 from gputriage.parsers.base import normalize_bus_id
-from gputriage.views.opening import also_text, print_opening
+from gputriage.views.opening import print_opening
 from gputriage.views.safe import printable
+from gputriage.views.scopes import also_text
 from gputriage.views.status import verdict
-from gputriage.views.styles import STYLES
+from gputriage.views.styles import LABEL_WIDTH, STYLES
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
 EVIDENCE_CAP = 8  # lines per evidence block outside verbose mode
-LABEL_WIDTH = 10  # the severity / verdict column; wrapped lines hang under the text
 
 # The sections of findings that no longer count, in report order.
 SECTIONS = ((Status.ACKNOWLEDGED, "Acknowledged"),
@@ -44,13 +49,18 @@ Segment = tuple[str, str]  # (text, rich style; "" for none)
 
 class Out:
     """Turns plain strings into safe rich output on one console (shared by the views
-    that print a result's header, findings and tail around their own sections)."""
+    that print a result's header, findings and tail around their own sections).
+
+    On a terminal (``console.is_terminal``) a long line wraps between words, its further
+    lines hanging under the text; on anything else every logical line is printed whole,
+    without trailing spaces."""
 
     def __init__(self, console: Console, verbose: bool) -> None:
         from rich.text import Text
 
         self.console = console
         self.verbose = verbose
+        self.wraps = console.is_terminal
         self._text = Text
         encoding = (getattr(console, "encoding", None) or "utf-8").lower()
         self.encoding = encoding
@@ -82,21 +92,33 @@ class Out:
 
         head = self.text(label)
         head.append(" " * max(LABEL_WIDTH - cell_len(head.plain), 1))
-        self._hanging(head, LABEL_WIDTH, self.text(*segments))
+        self.hang(head, LABEL_WIDTH, self.text(*segments))
 
     def line(self, *segments: Segment, indent: int = 0) -> None:
         """Print one logical line; wrapped continuations keep the indent."""
-        body = self.text(*segments)
-        if indent:
-            self._hanging(self._text(" " * indent), indent, body)
-        else:
-            self.console.print(body, highlight=False)
+        self.hang(self._text(" " * indent), indent, self.text(*segments))
 
-    def _hanging(self, head: Any, indent: int, body: Any) -> None:
-        """``head`` then ``body`` wrapped at spaces, its further lines indented by
-        ``indent`` (no trailing blanks: piped output stays clean)."""
+    def verbatim(self, value: Any, *, indent: int = 0, style: str = "") -> None:
+        """A line quoted from an input (an evidence line): whole and as it is when
+        piped (control characters escaped, never re-wrapped); on a terminal its further
+        lines hang under it."""
+        self.hang(self._text(" " * indent), indent, self.text((value, style)))
+
+    def whole(self, text: Any) -> None:
+        """Print ``text`` as one line: never wrapped nor cropped, no trailing blanks."""
+        text.rstrip()
+        self.console.print(text, highlight=False, soft_wrap=True, no_wrap=True,
+                           overflow="ignore", crop=False)
+
+    def hang(self, head: Any, indent: int, body: Any) -> None:
+        """``head`` then ``body``: on a terminal wrapped at spaces (a word longer than
+        the line folds), its further lines indented by ``indent``; elsewhere one line."""
+        if not self.wraps:
+            self.whole(head + body)
+            return
         width = max(self.console.width - indent, 20)
-        for i, part in enumerate(body.wrap(self.console, width)):
+        parts = body.wrap(self.console, width)
+        for i, part in enumerate(parts):
             part.rstrip()
             row = (head if i == 0 else self._text(" " * indent)) + part
             self.console.print(row, highlight=False, no_wrap=True, overflow="ignore")
@@ -205,6 +227,8 @@ def _gpu_status(result: Result, gpu: GpuRow) -> str:
         return "missing"
     ranks = [f.severity.rank for f in _gpu_findings(result, gpu)]
     worst = max([*ranks, gpu.severity.rank])
+    if gpu.unknown and worst < 2:  # the driver could not be asked: not "ok"
+        return "unknown"
     return {3: "critical", 2: "warning"}.get(worst, "ok")
 
 
@@ -216,9 +240,8 @@ def _short_uuid(uuid: Any) -> str:
     return f"{head}-{rest[:8]}" if rest and head.upper() in ("GPU", "MIG") else text[:12]
 
 
-def _gpus(out: Out, result: Result) -> None:
-    from rich.cells import cell_len
-
+def _gpu_rows(out: Out, result: Result) -> list[list[Segment]]:
+    """One row per GPU: index, bus id, name, short UUID, persistence mode, state."""
     rows: list[list[Segment]] = []
     for gpu in result.gpus:
         status = _gpu_status(result, gpu)
@@ -233,21 +256,30 @@ def _gpus(out: Out, result: Result) -> None:
             (persistence, "yellow" if pm is False else ""),
             (_word(status), STYLES[status]),
         ])
+    return [[(out.clean(v), style) for v, style in row] for row in rows]
+
+
+def _gpus(out: Out, result: Result) -> None:
+    """The GPU table: a rich table on a terminal (the short UUID goes when the terminal
+    is too narrow for it), plain aligned columns when piped."""
+    from rich.cells import cell_len
+
+    from gputriage.views.tables import new_table, print_table
+
+    rows = _gpu_rows(out, result)
     if not rows:
         return
-    rows = [[(out.clean(v), style) for v, style in row] for row in rows]
     widths = [max(cell_len(row[i][0]) for row in rows) for i in range(len(rows[0]))]
-    if sum(widths) + 2 * (len(widths) - 1) > out.console.width and not out.verbose:
-        rows = [row[:3] + row[4:] for row in rows]  # too narrow: the short UUID goes
-        widths = widths[:3] + widths[4:]
-    out.console.print()
+    if (out.wraps and not out.verbose
+            and sum(widths) + 2 * (len(widths) - 1) > out.console.width):
+        rows = [row[:3] + row[4:] for row in rows]
+    table = new_table(out.console, header=False)
+    for _ in rows[0]:
+        table.add_column(no_wrap=False, overflow="fold")
     for row in rows:
-        segs: list[Segment] = []
-        for i, (value, style) in enumerate(row):
-            segs.append((value, style))
-            if i < len(row) - 1:
-                segs.append((" " * (widths[i] - cell_len(value) + 2), ""))
-        out.line(*segs)
+        table.add_row(*(out.text(cell) for cell in row))
+    out.console.print()
+    print_table(out.console, table)
 
 
 def _finding_head(out: Out, f: Finding) -> tuple[Segment, list[Segment]]:
@@ -273,7 +305,7 @@ def _evidence(out: Out, f: Finding, indent: int) -> None:
         lines = [part for line in ev.lines for part in str(line).splitlines() or [""]]
         shown = lines if out.verbose else lines[:EVIDENCE_CAP]
         for line in shown:
-            out.line((line, ""), indent=indent + 2)
+            out.verbatim(line, indent=indent + 2)
         if len(lines) > len(shown):
             out.line((f"(+{len(lines) - len(shown)} more lines)", "dim"), indent=indent + 2)
 
@@ -327,19 +359,29 @@ def _occurrences(out: Out, occ: Occurrences) -> list[Segment]:
     return segs
 
 
-def print_findings(out: Out, result: Result) -> None:
-    """The current findings worst first: warnings and worse in full, the rest one line
-    each (in full when verbose); then the acknowledged and past ones."""
-    ordered = result.sorted_findings()
-    current = [f for f in ordered if f.current]
-    serious = [f for f in current if f.severity.rank >= Severity.WARNING.rank]
-    minor = [f for f in current if f.severity.rank < Severity.WARNING.rank]
-    if not current:
+def _current(result: Result) -> tuple[list[Finding], list[Finding]]:
+    """The current findings in report order: (warning or worse, the others)."""
+    current = [f for f in result.sorted_findings() if f.current]
+    return ([f for f in current if f.severity.rank >= Severity.WARNING.rank],
+            [f for f in current if f.severity.rank < Severity.WARNING.rank])
+
+
+def print_causes(out: Out, result: Result) -> None:
+    """The current findings of warning or worse, worst first, in full (or a line
+    saying there are none)."""
+    serious, minor = _current(result)
+    if not serious and not minor:
         out.console.print()
-        word = "No current findings." if ordered else "No findings."
+        word = "No current findings." if result.findings else "No findings."
         out.line((word, STYLES["ok"] if verdict(result) == "ok" else ""))
     for f in serious:
         _finding_full(out, f)
+
+
+def print_minor(out: Out, result: Result) -> None:
+    """The current findings under warning, one line each (in full when verbose); then
+    the acknowledged and past ones."""
+    _, minor = _current(result)
     if minor and out.verbose:
         for f in minor:
             _finding_full(out, f)
@@ -348,8 +390,16 @@ def print_findings(out: Out, result: Result) -> None:
         for f in minor:
             label, head = _finding_head(out, f)
             out.labelled(label, *head)
+    ordered = result.sorted_findings()
     for status, heading in SECTIONS:
         _print_section(out, [f for f in ordered if f.status is status], heading)
+
+
+def print_findings(out: Out, result: Result) -> None:
+    """The current findings worst first: warnings and worse in full, the rest one line
+    each (in full when verbose); then the acknowledged and past ones."""
+    print_causes(out, result)
+    print_minor(out, result)
 
 
 def _print_section(out: Out, findings: list[Finding], heading: str) -> None:
@@ -407,17 +457,19 @@ def _changed_since_healthy(out: Out, result: Result) -> None:
 
 def render_terminal(result: Result, console: Console | None = None, *,
                     verbose: bool = False) -> None:
-    """Print the report of ``result`` on ``console`` (default: a stdout
-    console that drops colour when not a TTY or when ``NO_COLOR`` is set).
-    ``verbose`` lists skipped rules, input sources and all evidence lines."""
+    """Print the report of ``result`` on ``console`` (default: stdout's, from
+    :func:`gputriage.views.console.make_console`): the opening lines, the causes, then
+    the details. ``verbose`` lists skipped rules, input sources and all evidence lines."""
     if console is None:
-        from rich.console import Console
+        from gputriage.views.console import make_console
 
-        console = Console(highlight=False)
+        console = make_console()
     out = Out(console, verbose)
     print_opening(out, result)
     _changed_since_healthy(out, result)
+    print_causes(out, result)
+    out.console.print()
     print_header(out, result, label="host")
     _gpus(out, result)
-    print_findings(out, result)
+    print_minor(out, result)
     print_tail(out, result)

@@ -184,6 +184,80 @@ def _rows_shown(rows: list[Row], verbose: bool) -> list[Row | None]:
     return [*rows[:half], None, *rows[-half:]]
 
 
+def _print_lane(out: Any, lane: Lane, verbose: bool) -> None:
+    """A lane's rows as a table: time (or first .. last), event, then what it means,
+    the count of a burst, an earlier boot, and (verbose) the kernel line under it.
+    Outside verbose mode a long lane shows its first and last rows around a note."""
+    shown = _rows_shown(lane.rows, verbose)
+    if None not in shown:
+        _print_rows(out, [r for r in shown if r is not None], verbose)
+        return
+    cut = shown.index(None)
+    _print_rows(out, [r for r in shown[:cut] if r is not None], verbose)
+    out.line((f"... {len(lane.rows) - ROWS_SHOWN} more rows (-v shows all)", "dim"), indent=2)
+    _print_rows(out, [r for r in shown[cut + 1:] if r is not None], verbose)
+
+
+def _print_rows(out: Any, rows: list[Row], verbose: bool) -> None:
+    """Rows as one table; verbose, one table per row at the same column widths, each
+    followed by its kernel line, verbatim and indented, across the whole width."""
+    from rich.cells import cell_len
+
+    from gputriage.views.tables import piped, print_lines, table_lines
+
+    cells = [_cells(out, row) for row in rows]
+    if not verbose:
+        _print_table(out, _table(out, cells, (0, 0)))
+        return
+    if piped(out.console):  # one row, one line: render once, put each kernel line under
+        lines = table_lines(out.console, _table(out, cells, (0, 0)), indent=2)
+        if len(lines) == len(rows):
+            for line, row in zip(lines, rows, strict=True):
+                print_lines(out.console, [line])
+                out.line((row.line, "dim"), indent=6)
+            return
+    widths = (max((cell_len(c[0].plain) for c in cells), default=0),
+              max((cell_len(c[1].plain) for c in cells), default=0))
+    for row, row_cells in zip(rows, cells, strict=True):
+        _print_table(out, _table(out, [row_cells], widths))
+        out.line((row.line, "dim"), indent=6)
+
+
+def _cells(out: Any, row: Row) -> tuple[Any, Any, Any]:
+    """Time (or first .. last), event, then what it means, the count of a burst and
+    an earlier boot."""
+    what = f"Xid {row.code}" if row.kind == "xid" else (
+        f"SXid {row.code}" if row.kind == "sxid" else row.kind)
+    stamp = row.first or "-"
+    if row.count > 1 and row.last and row.last != row.first:
+        stamp += f" .. {row.last}"
+    segs: list[tuple[str, str]] = [(row.meaning, "")]
+    if row.count > 1:
+        segs.append((f"  x{row.count}", "bold"))
+    if row.boot != 0:
+        segs.append((f"  [earlier boot {row.boot}]", "magenta"))
+    return out.text((stamp, "dim")), out.text((what, "bold")), out.text(*segs)
+
+
+def _table(out: Any, rows: list[tuple[Any, Any, Any]], widths: tuple[int, int]) -> Any:
+    from gputriage.views.tables import new_table
+
+    table = new_table(out.console, header=False)
+    table.add_column(no_wrap=True, min_width=widths[0])
+    table.add_column(no_wrap=True, min_width=widths[1])
+    table.add_column(overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _print_table(out: Any, table: Any) -> None:
+    from gputriage.views.tables import print_table
+
+    if table.rows:
+        print_table(out.console, table, indent=2)
+
+
 def render_logs(scan: Any, lanes: list[Lane], result: Result, console: Console | None = None,
                 *, verbose: bool = False) -> None:
     """Print the timeline, then the findings (the terminal report's own layout),
@@ -203,25 +277,7 @@ def render_logs(scan: Any, lanes: list[Lane], result: Result, console: Console |
     for lane in lanes:
         console.print()
         out.line((lane.label, "bold cyan"))
-        for row in _rows_shown(lane.rows, verbose):
-            if row is None:
-                out.line((f"... {len(lane.rows) - ROWS_SHOWN} more rows (-v shows all)", "dim"),
-                         indent=2)
-                continue
-            what = f"Xid {row.code}" if row.kind == "xid" else (
-                f"SXid {row.code}" if row.kind == "sxid" else row.kind)
-            stamp = row.first or "-"
-            if row.count > 1 and row.last and row.last != row.first:
-                stamp += f" .. {row.last}"
-            segs: list[tuple[str, str]] = [(stamp, "dim"), ("  ", ""), (what, "bold"),
-                                           ("  ", ""), (row.meaning, "")]
-            if row.count > 1:
-                segs.append((f"  x{row.count}", "bold"))
-            if row.boot != 0:
-                segs.append((f"  [earlier boot {row.boot}]", "magenta"))
-            out.line(*segs, indent=2)
-            if verbose:
-                out.line((row.line, "dim"), indent=6)
+        _print_lane(out, lane, verbose)
     terminal.print_findings(out, result)
     console.print()
     if scan.lines is not None:

@@ -1,8 +1,8 @@
 """The triage screen and its JSON: a :class:`~gputriage.triage.Triage` rendered.
 
 :func:`render_triage` prints it with rich ``Text`` only (never markup, control
-characters escaped); :func:`triage_to_json` gives the ``gputriage/triage/v1`` document
-for tickets.
+characters escaped), the findings as a table (plain columns piped);
+:func:`triage_to_json` gives the ``gputriage/triage/v1`` document for tickets.
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ def render_triage(t: Triage, console: Console) -> None:
     """Print the triage screen; host and input text goes through :func:`printable`."""
     from rich.text import Text
 
+    from gputriage.views import tables
+
     def say(text: str, style: str = "") -> None:
-        console.print(Text(printable(text), style=style))
+        tables.say(console, Text(printable(text), style=style))
 
     say(_host_line(t), _STYLE.get(t.verdict, "bold"))
     say("1. What changed", "bold")
@@ -60,14 +62,8 @@ def render_triage(t: Triage, console: Console) -> None:
     say(f"2. Findings ({crit} critical, {len(t.findings) - crit} warning)", "bold")
     if not t.findings:
         say("   none")
-    for f in t.findings:
-        line = Text("   ")
-        line.append(f"{f.severity.value.upper():<8}", style=_STYLE.get(f.severity.value, ""))
-        line.append(f" {f.blame.value.upper():<7} ")
-        scope = "" if f.scope.kind == "node" else f" ({', '.join(s.label() for s in f.scopes)})"
-        status = "" if f.current else f" [{f.status.value}]"
-        line.append(printable(f"{f.id}{scope}: {f.title}{status}"))
-        console.print(line)
+    else:
+        _findings(t, console)
     say("3. Next actions", "bold")
     if not t.actions:
         say("   none needed")
@@ -79,6 +75,27 @@ def render_triage(t: Triage, console: Console) -> None:
     if t.result.unreadable:
         say(f"({len(t.result.unreadable)} input problem(s); gputriage analyze -v shows them)",
             "dim")
+
+
+def _findings(t: Triage, console: Console) -> None:
+    """The findings as a table: severity, blame, then id, scope and title."""
+    from rich.text import Text
+
+    from gputriage.views.tables import new_table, print_table
+
+    table = new_table(console, header=False)
+    table.add_column(no_wrap=True)  # the indent under "2. Findings"
+    table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
+    for f in t.findings:
+        scope = "" if f.scope.kind == "node" else f" ({', '.join(s.label() for s in f.scopes)})"
+        status = "" if f.current else f" [{f.status.value}]"
+        table.add_row(Text(" "), Text(f.severity.value.upper(),
+                                      style=_STYLE.get(f.severity.value, "")),
+                      Text(f.blame.value.upper()),
+                      Text(printable(f"{f.id}{scope}: {f.title}{status}")))
+    print_table(console, table)
 
 
 def triage_to_json(t: Triage) -> dict[str, Any]:

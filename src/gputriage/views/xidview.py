@@ -65,8 +65,9 @@ def _rows(info: XidInfo | SxidInfo) -> list[tuple[str, str]]:
 
 def render_xids(codes: list[int], console: Console, *, sxid: bool = False) -> int:
     """Print the catalog entry of each code on ``console``; return how many are unknown."""
-    from rich.table import Table
     from rich.text import Text
+
+    from gputriage.views.tables import new_table, print_table, say
 
     kind = "SXid" if sxid else "Xid"
     unknown = 0
@@ -79,7 +80,7 @@ def render_xids(codes: list[int], console: Console, *, sxid: bool = False) -> in
             head = Text()
             head.append(f"{kind} {code}", style="bold")
             head.append(": not in the catalog", style="bold magenta")
-            console.print(head, highlight=False)
+            say(console, head)
             continue
         sev = info.severity.value
         head = Text()
@@ -88,13 +89,13 @@ def render_xids(codes: list[int], console: Console, *, sxid: bool = False) -> in
         head.append(sev.upper(), style=SEVERITY_STYLES.get(sev, ""))
         head.append("  ")
         head.append(info.meaning)
-        console.print(head, highlight=False)
-        grid = Table.grid(padding=(0, 2))
+        say(console, head)
+        grid = new_table(console, header=False)
         grid.add_column(style="dim", no_wrap=True)
         grid.add_column(overflow="fold")
         for label, value in _rows(info):
             grid.add_row(Text(label), Text(value))
-        console.print(grid, highlight=False)
+        print_table(console, grid)
     return unknown
 
 

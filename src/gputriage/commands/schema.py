@@ -1,0 +1,32 @@
+"""``gputriage schema NAME``: print the JSON Schema of a ``--json`` document."""
+
+from __future__ import annotations
+
+import click
+
+from gputriage.commands.common import CommandExit, current_env
+from gputriage.schemas import COMMANDS
+
+
+@click.command("schema")
+@click.argument("name", required=False, type=click.Choice(list(COMMANDS)), metavar="NAME")
+@click.option("--list", "show", is_flag=True, help="List the schemas and the commands "
+              "whose --json prints each.")
+def schema(name: str | None, show: bool) -> None:
+    """Print the JSON Schema (draft 2020-12) of a --json document, self-contained:
+    result (check, analyze), nccl, logs, diff, triage, fleet, history, ack, ack-list,
+    xid. --list says which command prints which."""
+    import json
+
+    from gputriage import schemas
+
+    env = current_env()
+    if show:
+        width = max(map(len, schemas.names()))
+        for each in schemas.names():
+            env.stdout.write(f"{each:<{width}}  {schemas.COMMANDS[each]}\n")
+        raise CommandExit(0)
+    if name is None:
+        raise click.UsageError("name a schema (gputriage schema --list lists them)")
+    env.stdout.write(json.dumps(schemas.bundled(name), indent=2, ensure_ascii=False) + "\n")
+    raise CommandExit(0)

@@ -1,0 +1,111 @@
+"""Golden reports: the piped ``gputriage analyze`` output of every scenario, compared
+exactly with tests/golden_reports/<scenario>.txt, and checked to read in an 80-column
+ticket: whole lines, no trailing blanks, no escape sequences, each finding's header on
+one line, evidence quoted verbatim, and no word broken when a terminal wraps it.
+
+Regenerate the files after a deliberate change of the report:
+
+    GPUTRIAGE_UPDATE_GOLDEN=1 python -m pytest tests/test_golden_reports.py
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from gputriage.cli import Environment, main
+from gputriage.engine import analyze
+from gputriage.scenarios import build_scenario, list_scenarios
+from gputriage.snapshot import Snapshot
+from gputriage.views.safe import printable
+from gputriage.views.terminal import EVIDENCE_CAP, render_terminal
+
+GOLDEN = Path(__file__).resolve().parent / "golden_reports"
+UPDATE = os.environ.get("GPUTRIAGE_UPDATE_GOLDEN") == "1"
+NAMES = [s.name for s in list_scenarios()]
+WIDTH = 80
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("golden")
+    for name in NAMES:
+        build_scenario(name, root / name)
+    return root
+
+
+def _cli(root: Path, monkeypatch, *argv: str) -> tuple[int, str]:
+    """``gputriage ARGV`` run in ``root`` (so the input line names the scenario, not a
+    temporary path), its stdout a pipe."""
+    for var in ("COLUMNS", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(root)
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), Environment(stdout=out, stderr=err))
+    return code, out.getvalue()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_piped_report_matches_its_golden_file(built, monkeypatch, name) -> None:
+    _, text = _cli(built, monkeypatch, "analyze", name)
+    path = GOLDEN / f"{name}.txt"
+    if UPDATE:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.is_file(), f"no {path.name}: run with GPUTRIAGE_UPDATE_GOLDEN=1"
+    assert text == path.read_text(encoding="utf-8"), (
+        f"{name}: the report changed; if on purpose, rerun with GPUTRIAGE_UPDATE_GOLDEN=1")
+
+
+def test_every_scenario_has_a_golden_file_and_no_other() -> None:
+    assert sorted(p.stem for p in GOLDEN.glob("*.txt")) == sorted(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_report_is_whole_lines_quoting_the_json(built, monkeypatch, name) -> None:
+    """Piped: no trailing blanks, no escapes, the verdict first; each current finding's
+    header one line and its evidence lines those of the JSON, verbatim and indented (tabs
+    expanded)."""
+    text = (GOLDEN / f"{name}.txt").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert text.endswith("\n") and "\x1b" not in text
+    assert all(line == line.rstrip() for line in lines)
+    assert re.match(r"^(OK|WARNING|CRITICAL|UNKNOWN) gpu-node-\d+: ", lines[0])
+    _, doc_text = _cli(built, monkeypatch, "analyze", "--json", name)
+    doc = json.loads(doc_text)
+    assert lines[0].split()[0] == doc["verdict"].upper()
+    for f in doc["findings"]:
+        if f.get("status", "current") != "current":
+            continue
+        head = [line for line in lines if line.endswith(f"]  {f['id']}")
+                and f["title"] in line]
+        assert head, f["id"]
+        if f["severity"] not in ("warning", "critical"):
+            continue
+        for ev in f["evidence"]:
+            quoted = [part for line in ev["lines"] for part in str(line).splitlines() or [""]]
+            for line in quoted[:EVIDENCE_CAP]:
+                # tabs are shown as spaces to the next multiple of 8 (as a terminal would)
+                shown = (" " * 12 + printable(line)).expandtabs(8).rstrip()
+                assert shown in lines, (f["id"], line)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_word_is_broken_on_an_80_column_terminal(built, name) -> None:
+    """Rendered on a pretend 80-column terminal, lines wrap between words: every word of
+    the piped report that fits a line is found whole (the GPU table may drop the UUID)."""
+    buf = io.StringIO()
+    render_terminal(analyze(Snapshot.load(built / name)),
+                    Console(file=buf, width=WIDTH, force_terminal=True, color_system=None))
+    wrapped = buf.getvalue()
+    assert all(len(line) <= WIDTH for line in wrapped.splitlines())
+    piped = (GOLDEN / f"{name}.txt").read_text(encoding="utf-8")
+    piped = piped.replace(f"input: {name} ", f"input: {built / name} ")
+    broken = {word for word in piped.split() if len(word) <= WIDTH - 20} - set(wrapped.split())
+    assert {w for w in broken if not re.fullmatch(r"GPU-[0-9a-f]{8}", w)} == set()
