@@ -207,3 +207,13 @@ def test_scan_reports_bytes_read_of_plain_compressed_and_worker_read_files(big_l
     scan_paths([big_log], progress=lambda *a: seen.append(a),
                config=ScanConfig(block=1 << 20, process_min=1 << 20, workers=2))
     assert seen[-1] == (big_log, size, size) and len(seen) > 10
+
+
+def test_progress_of_analyze_reading_a_large_log(big_log):
+    """analyze streams a large log whole (ingest.streamed): the bytes read show on a
+    terminal's stderr, nothing when piped or quiet."""
+    code, _, err = _run(["analyze", big_log], stderr=Tty(), progress_after_s=0)
+    assert code == 2
+    assert "kern.log" in err and "MB" in err
+    assert _run(["analyze", big_log], progress_after_s=0)[2] == ""
+    assert _run(["analyze", "-q", big_log], stderr=Tty(), progress_after_s=0)[2] == ""

@@ -219,6 +219,7 @@ def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool, n
     """Analyse what you have: snapshots (dir or .tar.gz), an nvidia-bug-report.log(.gz),
     or pasted outputs (nvidia-smi -q/-x/table, /proc/driver/nvidia/version, lsmod,
     a kernel log...). Several paths combine into one host view; - reads stdin."""
+    from gputriage.commands.progress import progress_for
     from gputriage.context import CheckContext
     from gputriage.engine import analyze as do_analyze
     from gputriage.ingest import load_inputs
@@ -226,5 +227,7 @@ def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool, n
     window = log_window(since, boot)
     expectations = load_expectations(expect_file, default=False)
     context = CheckContext(expectations=expectations, job_faults_fail=job_faults_fail)
-    result = do_analyze(load_inputs(list(paths)), window, context)
+    with progress_for(current_env(), quiet) as progress:  # a large log takes a while
+        snapshot = load_inputs(list(paths), progress=progress.update)
+    result = do_analyze(snapshot, window, context)
     report_result(result, as_json, verbose, quiet=quiet, no_pager=no_pager)

@@ -16,7 +16,7 @@ import os
 import tarfile
 import zlib
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -287,7 +287,8 @@ def _snapshot_of(raw: _Raw, origin: str) -> Snapshot:
     return load_text(text, origin, raw.problems, raw.truncated)
 
 
-def load_inputs(paths: Sequence[str]) -> Snapshot:
+def load_inputs(paths: Sequence[str], progress: Callable[..., None] | None = None
+                ) -> Snapshot:
     """All inputs combined into one host view.
 
     Inputs that fail are reported in ``problems`` as long as one succeeds; when
@@ -300,7 +301,9 @@ def load_inputs(paths: Sequence[str]) -> Snapshot:
     large = LargeLogs()  # large kernel logs: scanned whole, never held (ingest.streamed)
     good: list[Snapshot] = []
     failed: list[str] = []
-    for path in paths:
+    for done, path in enumerate(paths):
+        if progress is not None:  # (name, done, total, unit): see commands.progress
+            progress("inputs read", done, len(paths), "inputs")
         try:
             if not large.take(path):
                 good.append(load_input(path))
@@ -314,7 +317,9 @@ def load_inputs(paths: Sequence[str]) -> Snapshot:
     for other in good[1:]:
         assert snap is not None
         snap.merge(other)
-    snap = large.snapshot(snap)
+    if progress is not None:
+        progress("inputs read", len(paths), len(paths), "inputs")
+    snap = large.snapshot(snap, progress)
     assert snap is not None
     snap.problems.extend(failed)
     return snap

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,10 +123,11 @@ class LargeLogs:
             return True
         return False
 
-    def snapshot(self, other: Snapshot | None) -> Snapshot | None:
+    def snapshot(self, other: Snapshot | None,
+                 progress: Callable[..., None] | None = None) -> Snapshot | None:
         """``other`` (the rest of the inputs, or None) with the logs scanned into its
         ``kernel_log``; None when no path was kept. InputError when no log could be
-        read and there is nothing else."""
+        read and there is nothing else. ``progress`` is told the bytes read of each."""
         if not self.paths:
             return other
         from gputriage.logscan import scan_paths
@@ -133,7 +135,7 @@ class LargeLogs:
         cap = other.get("kernel_log") if other is not None else None
         texts = [(cap.origin or "kernel_log", cap.text or "")] if cap is not None else []
         try:
-            scan = scan_paths(self.paths, shape=True, texts=texts)
+            scan = scan_paths(self.paths, shape=True, texts=texts, progress=progress)
         except InputError:
             if other is None:
                 raise
