@@ -372,7 +372,8 @@ def test_worker_processes_agree_with_the_sequential_reader(monkeypatch, tmp_path
     line numbers, boots and counts as one sequential pass, wherever blocks end."""
     files = [_awkward_log(tmp_path), FIX / "all-kinds-short-iso.log",
              FIX / "journal-two-boots.json"]
-    one = ScanConfig(block=block, long_line=max(block // 2, 64), workers=1)
+    # (lines are not cut at ``long_line`` here: a worker reads each line whole)
+    one = ScanConfig(block=block, workers=1)
     expected = [_full(scan_paths([str(f)], now=NOW, config=one)) for f in files]
     _allow_fork(monkeypatch)
     forked = replace(one, workers=2, process_min=0)
@@ -653,6 +654,35 @@ def test_benchmark_generator_is_importable(tmp_path):
     assert scan.lines == log.read_bytes().count(b"\n") and scan.formats == [
         "journalctl-short-iso"]
     assert os.path.getsize(log) >= 300_000
+
+
+@pytest.mark.parametrize("profile", ["storm", "busy-hca"])
+def test_benchmark_profiles_write_their_mix(tmp_path, profile):
+    """storm: 1 line in 10 an Xid of the storm codes (45 following some); busy-hca: 1
+    line in 6 a routine mlx5_core message, none of which reaches the parser."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import log_scan
+    finally:
+        sys.path.pop(0)
+    log = tmp_path / "k.log"
+    size, special = log_scan.generate(log, 400_000, profile=profile, fmt="dmesg")
+    data = log.read_bytes()
+    lines = data.count(b"\n")
+    assert size == len(data) and lines > 3000
+    scan = scan_paths([str(log)])
+    assert scan.formats == ["dmesg-raw"] and scan.lines == lines
+    codes = Counter(e.details.get("code") for e in scan.events if e.kind == "xid")
+    if profile == "storm":
+        assert 0.08 < special / lines < 0.12
+        assert set(codes) == {"13", "31", "43", "45", "119"}
+        assert sum(getattr(e, "count", 1) for e in scan.events if e.kind == "xid") >= special
+    else:
+        assert 0.14 < special / lines < 0.19 and sum(codes.values()) < 20
+        buf = bytearray(data)
+        kept = anchor_hits(buf, 0, len(buf), ANCHORS, ScanConfig())
+        assert len(kept) < special / 20
+        assert len(anchor_hits(buf, 0, len(buf), ANCHORS, ScanConfig(reject=False))) >= special
 
 
 def test_fork_workers_return_results_in_order_and_raise_in_place():

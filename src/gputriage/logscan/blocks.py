@@ -1,11 +1,17 @@
-"""Large plain files searched block by block in forked worker processes.
+"""Large plain files read, searched, parsed and folded block by block in forked workers.
 
-Counting newlines (for line numbers) holds the GIL, so threads cannot share that work;
-and workers count only the short gaps between wanted lines (``ScanConfig.gap_exact``).
-Each worker process reads and searches whole blocks (the same block-aligned reads as
-the sequential reader, so long lines are cut at the same places) and sends back only
-candidate lines, counts and the block's first and last partial lines; the main process
-stitches those and parses, in file order.
+A block owns the lines that start in it. Its worker maps the block with a margin on
+each side (:data:`MARGIN`): the lines of the margin before it are read through the
+extractor only to learn what a message or call trace open at the block's start is (their
+events belong to the block before), and the lines of the margin after it complete the
+events its own last lines open. Each worker parses its own candidate lines into events,
+folds them (:mod:`gputriage.parsers.kernel_fold`) and sends back only the folded events,
+its boot segments and counts: what crosses the pipe is bounded by what is distinct in the
+block, not by its lines. The main process joins the blocks in file order: line numbers,
+boots, folds and the Xid 45s that open a block.
+
+Line numbers count only the short gaps between wanted lines exactly
+(``ScanConfig.gap_exact``); a longer gap counts its bytes, an upper bound of its lines.
 """
 
 from __future__ import annotations
@@ -15,80 +21,125 @@ import mmap
 import os
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import BinaryIO
 
 from gputriage.logscan.config import ScanConfig
 from gputriage.logscan.forkpool import ForkWorkers
-from gputriage.logscan.lines import LineSource
+from gputriage.logscan.lines import BootSegment, LineSource
 from gputriage.logscan.reader import InputSpans
-from gputriage.logscan.search import LineFeeder, Span, search_span
+from gputriage.logscan.search import Span, prepare, search_span
+from gputriage.logscan.timeline import fold_in, join_boots
+from gputriage.parsers.kernel_fold import Folder, FollowChain
+from gputriage.parsers.kernel_model import DriverEvent
 
-__all__ = ["Block", "block_task", "process_pool", "run_blocks"]
+__all__ = ["MARGIN", "BlockResult", "block_task", "process_pool", "run_blocks"]
+
+MARGIN = 64 << 10  # bytes read before and after a block for the messages that cross it
+# events of one key a block after the first keeps one by one (the first block keeps
+# ``kernel_fold.KEEP``): what the main process merges and the pipe carries stays small
+BLOCK_KEEP = 8
 
 
 @dataclass
-class Block:
-    """What a worker found in one block-aligned read of a file."""
+class BlockResult:
+    """What a worker made of one block: its folded events and boots, and counts."""
 
-    size: int
-    raw: bytes | None = None  # the whole block when it holds no newline
-    head: bytes = b""  # up to and with the first newline
-    tail: bytes = b""  # after the last newline
-    inner: Span | None = None  # the lines between
-
-
-_BLOCK_BUF: list[bytearray] = []
-
-
-def block_task(path: str, index: int, *, anchors: tuple[bytes, ...],
-               config: ScanConfig) -> Block:
-    """Read block ``index`` of ``path`` and search it (runs in a worker process)."""
-    block = config.block
-    with open(path, "rb", buffering=0) as fh:
-        mapped = _map_block(fh, index * block, block)
-        if mapped is not None:
-            mm, lo, n = mapped
-            try:
-                return _search_block(mm, lo, lo + n, anchors, config)  # type: ignore[arg-type]
-            finally:
-                mm.close()
-        if not _BLOCK_BUF or len(_BLOCK_BUF[0]) != block:
-            _BLOCK_BUF[:] = [bytearray(block)]
-        buf = _BLOCK_BUF[0]
-        fh.seek(index * block)
-        n = fh.readinto(buf) or 0
-    return _search_block(buf, 0, n, anchors, config)
+    size: int  # bytes of the block
+    last_byte: bytes
+    lines: int  # newlines the block owns (an upper bound when not ``exact``)
+    exact: bool
+    fold: Folder
+    segs: list[BootSegment] = field(default_factory=list)
+    formats: dict[str, None] = field(default_factory=dict)
+    skipped: int = 0
 
 
-def _map_block(fh: BinaryIO, start: int, block: int) -> tuple[mmap.mmap, int, int] | None:
-    """A private, writable mapping of ``block`` bytes at ``start`` (from the page cache,
-    without the copy a read makes; the search writes its NULs into private pages):
-    ``(mmap, offset of start in it, length)``, or None where mapping is not possible."""
-    try:
-        size = os.fstat(fh.fileno()).st_size
-        n = min(block, size - start)
-        if n <= 0:
-            return None
+def _map(fh: BinaryIO, start: int, length: int) -> tuple[mmap.mmap | bytearray, int, int]:
+    """``length`` bytes of the file at ``start``: a private writable mapping (the search
+    writes its NULs into private pages) or, where mapping fails, a read buffer:
+    ``(buffer, offset of start in it, bytes there)``."""
+    size = os.fstat(fh.fileno()).st_size
+    n = max(0, min(length, size - start))
+    if n:
         base = start - start % mmap.ALLOCATIONGRANULARITY
-        mm = mmap.mmap(fh.fileno(), start - base + n, flags=mmap.MAP_PRIVATE,
-                       prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=base)
-    except (OSError, ValueError, AttributeError):
-        return None
-    return mm, start - base, n
+        try:
+            mm = mmap.mmap(fh.fileno(), start - base + n, flags=mmap.MAP_PRIVATE,
+                           prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=base)
+            return mm, start - base, n
+        except (OSError, ValueError, AttributeError):
+            pass
+    buf = bytearray(n)
+    got = os.preadv(fh.fileno(), [buf], start) if n else 0
+    return buf, 0, got
 
 
-def _search_block(buf: bytearray, lo: int, hi: int, anchors: tuple[bytes, ...],
-                  config: ScanConfig) -> Block:
-    """Search the block ``buf[lo:hi]`` (a read buffer or a mapping)."""
-    first = buf.find(b"\n", lo, hi)
-    if first < 0:
-        return Block(hi - lo, raw=bytes(buf[lo:hi]))
-    last = buf.rfind(b"\n", lo, hi) + 1
-    inner = (search_span(buf, first + 1, last, anchors, config, exact=False)
-             if first + 1 < last else None)
-    return Block(hi - lo, head=bytes(buf[lo:first + 1]), tail=bytes(buf[last:hi]),
-                 inner=inner)
+def _owned_start(buf: mmap.mmap | bytearray, at: int, lo: int) -> int:
+    """The offset of the first line starting at or after ``at`` (``lo``: where the
+    mapping begins; a line starts at ``at`` when the byte before it is a newline)."""
+    if at <= lo:
+        return lo
+    nl = buf.find(b"\n", at - 1)
+    return len(buf) if nl < 0 else nl + 1
+
+
+def block_task(path: str, index: int, *, anchors: tuple[bytes, ...], config: ScanConfig,
+               name: str, now: datetime) -> BlockResult:
+    """Read, search, parse and fold block ``index`` of ``path`` (in a worker process)."""
+    block = config.block
+    start = index * block
+    before = min(MARGIN, start)
+    with open(path, "rb", buffering=0) as fh:
+        buf, off, n = _map(fh, start - before, before + block + MARGIN)
+    try:
+        return _block(buf, off, n, before, block, anchors, config, name, now,
+                      None if index == 0 else BLOCK_KEEP)
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+
+
+def _block(buf: mmap.mmap | bytearray, off: int, n: int, before: int, block: int,
+           anchors: tuple[bytes, ...], config: ScanConfig, name: str, now: datetime,
+           keep: int | None) -> BlockResult:
+    lo, end = off, off + n
+    start = off + before
+    own_bytes = max(0, min(block, end - start))
+    stop = start + own_bytes
+    first = _owned_start(buf, start, lo) if before else start
+    last = min(_owned_start(buf, stop, lo), end) if stop < end else end
+    first = min(first, last)
+    warm_lo = _owned_start(buf, lo, lo) if before else first
+    warm_lo = min(warm_lo, first)
+    src = LineSource(name, now)
+    src.fold.keep = src.fold.keep if keep is None else keep
+    warm = search_span(buf, warm_lo, first, anchors, config)  # type: ignore[arg-type]
+    own = search_span(buf, first, last, anchors, config, carry=warm.carry,  # type: ignore[arg-type]
+                      exact=False)
+    after = search_span(buf, last, _line_aligned(buf, last, end), anchors,  # type: ignore[arg-type]
+                        config, carry=own.carry)
+    open_end = last == end and last > first and buf[last - 1:last] != b"\n"
+    src.bounds = (1, own.newlines + open_end)
+    _feed(src, warm, 1 - warm.newlines)
+    _feed(src, own, 1)
+    _feed(src, after, own.newlines + 1)
+    src.finish()
+    tail = buf[stop - 1:stop] if own_bytes else b""
+    return BlockResult(own_bytes, bytes(tail), own.newlines, own.exact, src.fold, src.segs,
+                       src.formats, src.skipped)
+
+
+def _line_aligned(buf: mmap.mmap | bytearray, lo: int, end: int) -> int:
+    """The end of the last whole line in ``buf[lo:end]`` (``end`` when none ends there)."""
+    nl = buf.rfind(b"\n", lo, end)
+    return end if nl < 0 else nl + 1
+
+
+def _feed(src: LineSource, span: Span, base: int) -> None:
+    line = src.line
+    for n, raw, cut in span.lines:
+        line(base + n, raw, cut)
 
 
 def process_pool(workers: int) -> ForkWorkers | None:
@@ -100,63 +151,58 @@ def process_pool(workers: int) -> ForkWorkers | None:
     return ForkWorkers(workers)
 
 
-class _Stitcher:
-    """Joins the blocks' partial first and last lines and feeds them in file order."""
-
-    def __init__(self, out: LineFeeder, inp: InputSpans, anchors: tuple[bytes, ...]) -> None:
-        self.out = out
-        self.inp = inp
-        self.anchors = anchors
-        self.tail = b""
-
-    def _own(self, data: bytes) -> None:
-        self.out.feed(search_span(data, 0, len(data), self.anchors, self.inp.config))
-
-    def add(self, r: Block) -> None:
-        if r.size:
-            self.inp.nbytes += r.size
-            self.inp.last_byte = (r.raw or r.tail or r.head)[-1:]
-            if self.inp.report is not None:
-                self.inp.report(self.inp.nbytes)
-        if r.raw is not None:
-            self.tail += r.raw
-            if len(self.tail) >= self.inp.config.long_line:
-                self._own(self.tail)
-                self.tail = b""
-            return
-        self._own(self.tail + r.head)
-        if r.inner is not None:
-            self.out.feed(r.inner)
-        self.tail = r.tail
-
-    def finish(self) -> None:
-        if self.tail:
-            self._own(self.tail)
+def _shift(ev: DriverEvent, by: int) -> None:
+    """Renumber an event's lines (and its latest occurrence's) by ``by``."""
+    if ev.lineno is not None:
+        ev.lineno += by
+    last = ev.repeats.last if ev.repeats is not None else None
+    if last is not None and last is not ev and last.lineno is not None:
+        last.lineno += by
 
 
 def run_blocks(src: LineSource, inp: InputSpans, path: str, size: int, procs: ForkWorkers,
                anchors: tuple[bytes, ...]) -> int | None:
-    """Like :func:`gputriage.logscan.search.run_input` for a plain file whose blocks
-    workers search; the line count is None when long gaps were not counted."""
-    out = LineFeeder(src)
-    block = inp.config.block
-    stitch = _Stitcher(out, inp, anchors)
-    blocks = procs.run(functools.partial(block_task, path, anchors=anchors, config=inp.config),
-                       size // block + 1)
+    """Like :func:`gputriage.logscan.search.run_input` for a plain file whose blocks the
+    workers read: ``src`` receives the joined events, boots, formats and counts. The
+    line count is None when long gaps were not counted."""
+    config = inp.config
+    block = config.block
+    task = functools.partial(block_task, path, anchors=anchors, config=config,
+                             name=src.name, now=src.now)
+    prepare(anchors, config)
+    src.fold = Folder(attribute=False)
+    chain = src.fold.chain = FollowChain()
+    segs: list[BootSegment] = []
+    base, exact = 0, True
+    results = procs.run(task, size // block + 1)
     try:
         while True:
             try:
-                r = next(blocks, None)
+                r = next(results, None)
             except OSError as exc:
                 inp.problems.append(f"{inp.name}: read error ({exc.strerror or exc}); "
                                     "kept what was read")
                 break
             if r is None:
                 break
-            stitch.add(r)
+            for ev in r.fold.events:
+                _shift(ev, base)
+            mapping, continued = join_boots(r.segs, segs)
+            fold_in(src.fold, chain, r.fold, mapping, continued, len(segs))
+            base += r.lines
+            exact = exact and r.exact
+            src.formats.update(r.formats)
+            src.skipped += r.skipped
+            if r.size:
+                inp.nbytes += r.size
+                inp.last_byte = r.last_byte
+                if inp.report is not None:
+                    inp.report(inp.nbytes)
             if r.size < block:
                 break
     finally:
-        blocks.close()
-    stitch.finish()
-    return out.total(inp)
+        results.close()
+    src.segs = segs or [BootSegment()]
+    if not exact:
+        return None
+    return base + (1 if inp.nbytes and inp.last_byte != b"\n" else 0)

@@ -7,11 +7,14 @@ import contextlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
+from gputriage.logscan.fastline import FastLine, FastXid
+from gputriage.logscan.stamps import SYSLOG_NAMES, format_of, stamp_time
 from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.kernel_extractor import MAX_LINE, EventExtractor, split_escaped
+from gputriage.parsers.kernel_fold import Folder
 from gputriage.parsers.kernel_model import DriverEvent, LogLine
 from gputriage.parsers.kernel_patterns import split_prefix, strip_ansi
 
@@ -22,72 +25,9 @@ BOOT_ANCHORS = ("-- Boot ", "-- Reboot --", "Linux version ")
 
 # --- lines: formats, times -----------------------------------------------------------------
 
-_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug",
-                                       "Sep", "Oct", "Nov", "Dec"), 1)}
-_ISO = re.compile(r"^(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?"
-                  r"(Z|[+-]\d\d:?\d\d)?$")
-_CTIME = re.compile(r"^[A-Z][a-z]{2} ([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})$")
-_SYSLOG_TS = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?$")
-_UPTIME = re.compile(r"^\s*(\d{1,12}\.\d{1,9})$")
 _KMSG = re.compile(r"^(?P<pri>\d{1,4}),(?P<seq>\d{1,20}),(?P<usec>\d{1,20}),[^;]{0,32};")
 _KMSG_DICT = re.compile(r"^ [A-Z_]{1,32}=")
 _BOOT_MARK = re.compile(r"^-- (?:Boot (?P<id>[0-9a-fA-F\-]{8,40}) --|Reboot --)\s*$")
-_SYSLOG_NAMES = ("syslog", "kern.log", "messages")
-
-
-def _usec(frac: str | None) -> int:
-    return int((frac or "0")[:6].ljust(6, "0"))
-
-
-def _stamp_time(stamp: str, now: datetime) -> tuple[datetime | None, float | None]:
-    """(absolute time, uptime seconds) of one printed timestamp."""
-    try:
-        m = _UPTIME.match(stamp)
-        if m:
-            return None, float(m.group(1))
-        m = _ISO.match(stamp)
-        if m:
-            tz = timezone.utc
-            off = m.group(8)
-            if off and off != "Z":
-                sign = -1 if off[0] == "-" else 1
-                hh, mm = int(off[1:3]), int(off[-2:])
-                tz = timezone(sign * timedelta(hours=hh, minutes=mm))
-            y, mo, d, h, mi, s = (int(m.group(i)) for i in range(1, 7))
-            return datetime(y, mo, d, h, mi, s, _usec(m.group(7)), tzinfo=tz), None
-        m = _CTIME.match(stamp)
-        if m and m.group(1) in _MONTHS:
-            return datetime(int(m.group(6)), _MONTHS[m.group(1)], int(m.group(2)),
-                            int(m.group(3)), int(m.group(4)), int(m.group(5)),
-                            tzinfo=timezone.utc), None
-        m = _SYSLOG_TS.match(stamp)
-        if m and m.group(1) in _MONTHS:
-            args = (_MONTHS[m.group(1)], int(m.group(2)), int(m.group(3)), int(m.group(4)),
-                    int(m.group(5)), _usec(m.group(6)))
-            t = datetime(now.year, *args, tzinfo=timezone.utc)
-            if t > now + timedelta(days=2):
-                t = datetime(now.year - 1, *args, tzinfo=timezone.utc)
-            return t, None
-    except (ValueError, OverflowError):
-        return None, None
-    return None, None
-
-
-def _format_of(tags: tuple[str, ...], stamps: tuple[str, ...], syslog_name: bool) -> str:
-    if "talos" in tags:
-        return "talos"
-    if "syslog" in tags:
-        first = stamps[0] if stamps else ""
-        if first[:4].isdigit():
-            if "host" not in tags and "kernel" not in tags:
-                return "dmesg-iso"
-            return "journalctl-short-iso"
-        if syslog_name or "bracket" in tags:
-            return "syslog"
-        return "journalctl-short-precise" if "." in first else "journalctl-short"
-    if "bracket" in tags:
-        return "dmesg-raw" if stamps and _UPTIME.match(stamps[-1]) else "dmesg-ctime"
-    return "plain"
 
 
 @dataclass
@@ -111,17 +51,24 @@ class LineSource:
     def __init__(self, name: str, now: datetime) -> None:
         self.name = name
         self.now = now
-        self.syslog_name = any(k in Path(name).name for k in _SYSLOG_NAMES)
+        self.syslog_name = any(k in Path(name).name for k in SYSLOG_NAMES)
         self.ex = EventExtractor()
-        self.events: list[DriverEvent] = []
+        self.fold = Folder()  # the events, storms folded
         self.segs: list[BootSegment] = [BootSegment()]
         self.formats: dict[str, None] = {}
         self.skipped = 0
         self.held: LogLine | None = None
         self.stamps: dict[str, tuple[datetime | None, float | None]] = {}  # parsed stamps
+        # a worker's block: only lines numbered inside these bounds are its own (the
+        # others, read before and after it, only complete the extractor's state)
+        self.bounds: tuple[int, int] | None = None
+        self.outside = False
+        self.fast = FastXid(name, now)  # the Xid line a storm repeats, in microseconds
 
     # -- boots --------------------------------------------------------------------------
     def _new_boot(self, boot_id: str | None = None) -> None:
+        if self.outside:
+            return
         cur = self.segs[-1]
         if not cur.seen:
             cur.marked = True
@@ -130,6 +77,9 @@ class LineSource:
         self.segs.append(BootSegment(boot_id=boot_id, marked=True))
 
     def _note(self, line: LogLine, seq: int | None, boot_id: str | None) -> None:
+        if self.outside:
+            line.boot = len(self.segs) - 1
+            return
         cur = self.segs[-1]
         if boot_id and cur.boot_id and boot_id != cur.boot_id:
             self._new_boot(boot_id)
@@ -156,13 +106,20 @@ class LineSource:
     # -- lines --------------------------------------------------------------------------
     def line(self, lineno: int, raw: bytes | bytearray, cut: bool) -> None:
         """Process one candidate or context line."""
+        bounds = self.bounds
+        self.outside = bounds is not None and not bounds[0] <= lineno <= bounds[1]
+        if self.held is None and self.ex.idle:
+            fast = self.fast.parse(raw, cut)
+            if fast is not None:
+                self._fast(fast, lineno)
+                return
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             text = raw.decode("utf-8", errors="replace")
-            self.skipped += 1
+            self.skipped += not self.outside
         if cut:
-            self.skipped += 1
+            self.skipped += not self.outside
         text = text.rstrip("\r")
         if "\x1b" in text:  # colour escapes (dmesg --color, journalctl in a terminal)
             text = strip_ansi(text)
@@ -189,7 +146,7 @@ class LineSource:
             if escaped:
                 stamps = ()
             elif stamps:
-                self.formats.setdefault(_format_of(tags, stamps, self.syslog_name))
+                self.formats.setdefault(format_of(tags, stamps, self.syslog_name))
             elif piece[:1] not in (" ", "\t") and msg:
                 self.formats.setdefault("plain")
             t = up = None
@@ -198,7 +155,7 @@ class LineSource:
                 if known is None:
                     if len(self.stamps) >= 4096:
                         self.stamps.clear()
-                    known = self.stamps[st] = _stamp_time(st, self.now)
+                    known = self.stamps[st] = stamp_time(st, self.now)
                 a, b = known
                 t = t or a
                 up = up if up is not None else b
@@ -206,8 +163,39 @@ class LineSource:
             self._note(ll, None, None)
             self._feed(ll)
 
+    def _fast(self, fast: FastLine, lineno: int) -> None:
+        """A line the Xid fast path read: its boot noted, then folded (or its events
+        built and kept, when its key has no folded event yet)."""
+        if fast.format not in self.formats:
+            self.formats[fast.format] = None
+        cur = self.segs[-1]
+        up = fast.uptime_s
+        if (not self.outside and up is not None and cur.last_up is not None
+                and up < cur.last_up - 1.0):
+            ll = LogLine(fast.text, fast.msg, fast.stamps, lineno, fast.time, up,
+                         origin=self.name)
+            self._note(ll, None, None)  # a new boot: the full bookkeeping
+        elif not self.outside:
+            cur.seen = True
+            if fast.time is not None:
+                cur.first = cur.first or fast.time
+                cur.last = fast.time
+            if up is not None:
+                if cur.first_up is None:
+                    cur.first_up = up
+                cur.last_up = up
+        self.ex.note_line()
+        boot = len(self.segs) - 1
+        bounds = self.bounds
+        if bounds is not None and not bounds[0] <= lineno <= bounds[1]:
+            return
+        if not self.fold.repeat(fast, lineno, boot):
+            for ev in fast.events(lineno, self.name, boot):
+                self.fold.add(ev)
+
     def _feed(self, ll: LogLine) -> None:
-        self.events.extend(self.ex.feed(ll))
+        for ev in self.ex.feed(ll):
+            self._keep(ev)
 
     def _kmsg_line(self, lineno: int, text: str, m: re.Match[str]) -> None:
         self.formats.setdefault("kmsg")
@@ -254,4 +242,19 @@ class LineSource:
         if self.held is not None:
             self._feed(self.held)
             self.held = None
-        self.events.extend(self.ex.finish())
+        for ev in self.ex.finish():
+            self._keep(ev)
+        self.fold.finish()
+
+    def _keep(self, ev: DriverEvent) -> None:
+        """Fold an event in, unless a worker's block does not own its first line."""
+        bounds = self.bounds
+        if bounds is not None and ev.lineno is not None and not (
+                bounds[0] <= ev.lineno <= bounds[1]):
+            return
+        self.fold.add(ev)
+
+    @property
+    def events(self) -> list[DriverEvent]:
+        """The events found, in log order of first occurrence (storms folded)."""
+        return self.fold.events

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gputriage.logscan.lines import BootSegment, LineSource
+from gputriage.parsers.kernel_fold import Folder, FollowChain
 from gputriage.parsers.kernel_model import DriverEvent
 
 __all__ = ["BootInfo", "InputResult", "LogScan", "merge"]
@@ -83,25 +84,43 @@ def _extend(prev: BootSegment, seg: BootSegment) -> None:
     prev.seen = prev.seen or seg.seen
 
 
-def _join_boots(r: InputResult, boots: list[BootSegment]) -> list[int]:
-    """Add an input's boot segments to ``boots``; the index in ``boots`` of each."""
+def join_boots(segs: list[BootSegment], boots: list[BootSegment]) -> tuple[list[int], bool]:
+    """Add one part's boot segments to ``boots``: the index in ``boots`` of each, and
+    whether its first one continues the last boot before it."""
     mapping: list[int] = []
-    for i, seg in enumerate(r.src.segs):
+    continued = False
+    for i, seg in enumerate(segs):
         prev = boots[-1] if boots else None
-        if i == 0 and prev is not None and _continues(prev, seg):
+        if i == 0 and prev is not None and not prev.seen and not (
+                seg.boot_id and prev.boot_id and seg.boot_id != prev.boot_id):
+            _extend(prev, seg)  # nothing was logged in that boot yet: this is its start
+            prev.marked = prev.marked or seg.marked
+            continued = True
+        elif i == 0 and prev is not None and _continues(prev, seg):
             _extend(prev, seg)
+            continued = True
         elif seg.seen or seg.boot_id or seg.marked or not boots:
             boots.append(seg)
         mapping.append(len(boots) - 1)
-    return mapping
+    return mapping, continued
 
 
-def _add(scan: LogScan, r: InputResult, boots: list[BootSegment]) -> None:
+def fold_in(fold: Folder, chain: FollowChain, part: Folder, mapping: list[int],
+            continued: bool, boots: int) -> None:
+    """One part's folded events (a block, an input) joined to ``fold``, their boots
+    renumbered by ``mapping``; ``chain`` settles the Xid 45s that open the part."""
+    leads, tails = part.summary()
+    chain.join(leads, tails, continued, len(set(mapping)) == 1)
+    for ev in part.events:
+        ev.boot = mapping[ev.boot] if 0 <= ev.boot < len(mapping) else boots - 1
+        fold.add(ev)
+
+
+def _add(scan: LogScan, r: InputResult, boots: list[BootSegment], fold: Folder,
+         chain: FollowChain) -> None:
     """One input's events (numbered by the joined boots), counts and formats."""
-    mapping = _join_boots(r, boots)
-    for ev in r.src.events:
-        ev.boot = mapping[ev.boot] if 0 <= ev.boot < len(mapping) else len(boots) - 1
-        scan.events.append(ev)
+    mapping, continued = join_boots(r.src.segs, boots)
+    fold_in(fold, chain, r.src.fold, mapping, continued, len(boots))
     scan.lines = None if scan.lines is None or r.lines is None else scan.lines + r.lines
     scan.bytes += r.nbytes
     scan.skipped += r.src.skipped
@@ -118,8 +137,10 @@ def merge(results: list[InputResult]) -> LogScan:
         results.sort(key=lambda r: (-r.rotation, r.order))
     scan = LogScan()
     boots: list[BootSegment] = []
+    fold, chain = Folder(attribute=False), FollowChain()
     for r in results:
-        _add(scan, r, boots)
+        _add(scan, r, boots, fold, chain)
+    scan.events = fold.events
     if len(scan.formats) > 1 and "plain" in scan.formats:  # unprefixed continuation text
         scan.formats.remove("plain")
     for problem in (p for r in results for p in r.problems):

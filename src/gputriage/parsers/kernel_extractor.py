@@ -88,6 +88,16 @@ class EventExtractor:
             self._feed_pending(line)
         return self._release()
 
+    @property
+    def idle(self) -> bool:
+        """No message being assembled, no event open, none held back: a line that is
+        a whole event of its own can bypass the extractor without changing anything."""
+        return self._pending is None and not self._open and not self._queue
+
+    def note_line(self) -> None:
+        """A line handled outside the extractor (see ``idle``) still counts."""
+        self._seq += 1
+
     def finish(self) -> list[DriverEvent]:
         """Flush the multi-line message and the open events at the end of input."""
         self._flush_pending()

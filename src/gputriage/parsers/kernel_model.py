@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
+from typing import Any
 
-__all__ = ["DriverEvent", "EventKind", "LogLine", "make_event"]
+__all__ = ["DriverEvent", "EventKind", "LogLine", "Repeats", "make_event"]
 
 
 class EventKind(str, Enum):
@@ -61,6 +62,30 @@ class DriverEvent:
     boot: int = 0  # 0 = the last boot in the input, -1 the one before, ...
     lineno: int | None = None  # 1-based line number in its input
     origin: str | None = None  # the file or input the line came from
+    count: int = 1  # events this one stands for: itself and ``repeats`` (a storm folded)
+    repeats: Repeats | None = None  # the events folded into this one (``count`` > 1)
+    follows: tuple[int, ...] | None = None  # Xid 45: the Xids it follows (None: not judged)
+
+    @property
+    def latest(self) -> DriverEvent:
+        """The last of the events this one stands for (itself when alone)."""
+        return self.repeats.last if self.repeats is not None else self
+
+
+@dataclass
+class Repeats:
+    """What a folded event stands for beyond its first occurrence (see
+    :mod:`gputriage.parsers.kernel_fold`): the last occurrence, who logged them (bounded)
+    and, for Xid 45, what they follow."""
+
+    last: DriverEvent
+    processes: dict[str, str] = field(default_factory=dict)  # pid (or name) -> name
+    other_processes: int = 0  # occurrences from processes beyond the bound
+    patterns: dict[str, set[str]] = field(default_factory=dict)  # process -> fault patterns
+    tries: dict[str, int] = field(default_factory=dict)  # process -> patterns worked out
+    causes: dict[int, int] = field(default_factory=dict)  # Xid 45: cause code -> how many
+    uncaused: int = 0  # Xid 45: occurrences that follow no other Xid
+    pending: Any = None  # the last occurrence, parsed but not built yet (kernel_fold)
 
 
 @dataclass

@@ -158,7 +158,7 @@ def xid_details(code: str, rest: str) -> dict[str, str]:
         rest = rest[n.end():]
     msg = rest.strip()
     details["message"] = msg
-    ch = _CHANNEL.search(msg)
+    ch = _CHANNEL.search(msg) if "Ch" in msg or "ch" in msg else None  # (its literals first)
     if ch:
         details["channel"] = ch.group("ch")
     c = _CAUSED_BY.search(msg)
@@ -177,7 +177,7 @@ def xid_details(code: str, rest: str) -> dict[str, str]:
             details["intrinfo"] = v.group("intr")
             if 144 <= int(code) <= 150:
                 details["subcode"] = str((int(v.group("intr"), 16) >> 20) & 0x3F)
-    elif "link" not in details:
+    elif "link" not in details and "ink" in msg:  # (its literal first: LINK scans slowly)
         lk = LINK.search(msg)
         if lk:
             details["link"] = str(int(lk.group("link")))

@@ -1,0 +1,463 @@
+"""Storms folded while scanning: memory bounded by what is distinct, not by lines.
+
+Events are folded per key: boot, kind, device, code (and what else tells two events of a
+kind apart, see :func:`fold_key`), and reset epoch (the driver loads of the boot and the
+resets of the GPU so far, so that no folded event straddles a reset). The first
+:data:`KEEP` events of a key are kept one by one, in log order; every later one is folded
+into one event standing for them all (``count`` and ``repeats``: the last occurrence, the
+processes that logged them, up to :data:`PROCESSES` and then counted, their fault patterns,
+and for Xid 45 what each follows). A driver load and an Xid 154 are never folded: each may
+be a reset the rules must see.
+
+Xid 45 attribution is made here, in log order, for every Xid 45: it follows the GPU's latest
+other Xid when that is among the GPU's last :data:`LOOKBACK` Xids and at most
+:data:`FOLLOW_ON_S` earlier (or either has no time), and the Xid its message names ("caused
+by previous Xid N"). A folder that starts inside a log (a worker's block, a rotated file)
+cannot see the Xid before its GPU's first 45s: it keeps them as ``leads``, and
+:class:`FollowChain` settles them from what came before.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputriage.parsers.kernel_model import DriverEvent, Repeats
+
+__all__ = ["FOLLOW_ON_S", "KEEP", "LOOKBACK", "FollowChain", "Folder", "fault_pattern",
+           "fold_key", "process_key", "seconds"]
+
+KEEP = 64  # events of one key kept one by one before the rest are folded
+PROCESSES = 64  # processes named per folded event (then only counted)
+PATTERNS = 4  # fault patterns kept per process
+PATTERN_TRIES = 8  # occurrences of a process whose fault pattern is worked out
+FOLLOW_ON_S = 30.0  # an Xid 45 this soon after another Xid on its GPU is its consequence
+LOOKBACK = 64  # an Xid 45 follows an Xid only among the GPU's last this many Xids
+APP_FAULTS = frozenset({"13", "31", "43"})
+# details that differ from one occurrence to the next (left out of the key)
+_VOLATILE = frozenset({"pid", "process", "message", "channel", "caused_by", "intrinfo",
+                       "address", "ip", "sp", "error_code"})
+_NEVER = frozenset({"driver-load"})
+_WHO = frozenset({"xid", "segfault"})  # kinds whose processes a folded event names
+_XID_COMMON = frozenset({"code", "pid", "process", "message", "channel", "caused_by"})
+
+
+def seconds(ev: DriverEvent) -> float | None:
+    """An event's time in seconds (absolute when known, else since boot)."""
+    if ev.time is not None:
+        return ev.time.timestamp()
+    return ev.uptime_s
+
+
+def _named(name: str) -> bool:
+    return bool(name) and not name.startswith("<")
+
+
+def process_key(ev: DriverEvent) -> tuple[str, str]:
+    """(process key, name) of an Xid: its pid when printed, else its name ("" when
+    neither); the name is "" when not printed or a placeholder such as ``<unknown>``."""
+    pid = (ev.details.get("pid") or "").strip("'")
+    name = (ev.details.get("process") or "").strip()
+    name = name if _named(name) else ""
+    return (pid if pid.isdigit() else name), name
+
+
+_VARIABLE = re.compile(r"0x[0-9a-fA-F_]+|\b[0-9a-fA-F]{8}\b|\d+")
+
+
+def fault_pattern(code: str | int, ev: DriverEvent) -> str:
+    """An Xid's code and message with addresses, channels and numbers blanked: what
+    stays the same when one program hits one bug again."""
+    return f"{code}:{_VARIABLE.sub('#', ev.details.get('message') or '')}"
+
+
+def fold_key(ev: DriverEvent) -> tuple | None:
+    """What two events must share to be folded (before boot and epoch); None: never."""
+    if ev.kind in _NEVER:
+        return None
+    d = ev.details
+    if ev.kind == "xid":
+        code = d.get("code")
+        if code == "154":
+            return None
+        if len(d) <= 6 and d.keys() <= _XID_COMMON:  # the usual Xid line: a cheap key
+            return ("xid", ev.bus_id, code)
+    rest = tuple(sorted((k, v) for k, v in d.items() if k not in _VOLATILE))
+    return (str(ev.kind), ev.bus_id, rest)
+
+
+def _recovery_cleared(ev: DriverEvent) -> bool:
+    """An Xid 154 whose recovery action went back to None: a reset of its GPU (as
+    :mod:`gputriage.hostfacts.resets` counts it)."""
+    d = ev.details
+    if ev.kind != "xid" or d.get("code") != "154" or not ev.bus_id:
+        return False
+    try:
+        to = int(d.get("recovery_action_code", ""), 16)
+    except ValueError:
+        return False
+    return to == 0 and (d.get("recovery_action_from") or "").strip().lower() not in (
+        "", "none", "no", "n/a", "0x0")
+
+
+def _xid_code(ev: DriverEvent) -> int | None:
+    if ev.kind != "xid":
+        return 79 if ev.kind == "fallen-off-bus" else None
+    code = ev.details.get("code", "")
+    return int(code) if code.isdigit() else None
+
+
+@dataclass
+class _State:
+    """A GPU's latest Xid other than 45 (code None: none yet) and the 45s since."""
+
+    code: int | None = None
+    at: float | None = None
+    since: int = 0
+
+
+@dataclass
+class Lead:
+    """An Xid 45 logged before any other Xid of its GPU in a folder's first boot."""
+
+    event: DriverEvent  # the event itself, or the folded event it went into
+    at: float | None
+    named: int | None  # the cause its message names
+    index: int  # 45s of its GPU before it in this folder's first boot
+
+
+def _add_cause(ev: DriverEvent, code: int, named: int | None) -> None:
+    """Record that one occurrence folded into (or being) ``ev`` also follows ``code``."""
+    if ev.repeats is not None:
+        if code == named:
+            return
+        if named is None and ev.repeats.uncaused:
+            ev.repeats.uncaused -= 1
+        ev.repeats.causes[code] = ev.repeats.causes.get(code, 0) + 1
+    else:
+        ev.follows = tuple(sorted({*(ev.follows or ()), code}))
+
+
+def _follows(st: _State | None, at: float | None, index_base: int = 0) -> int | None:
+    """The code an Xid 45 at ``at`` follows given its GPU's state, or None."""
+    if st is None or st.code is None or st.since + index_base >= LOOKBACK:
+        return None
+    if at is None or st.at is None or 0 <= at - st.at <= FOLLOW_ON_S:
+        return st.code
+    return None
+
+
+class Folder:
+    """Folds events in log order (see the module docstring). ``events`` is the result,
+    ordered by first occurrence. With ``attribute`` False, Xid 45s keep what they were
+    given (events merged from folders that attributed them)."""
+
+    def __init__(self, attribute: bool = True, keep: int | None = None) -> None:
+        self.events: list[DriverEvent] = []
+        self.attribute = attribute
+        self.keep = KEEP if keep is None else keep  # events of a key kept one by one
+        self._kept: dict[tuple, int] = {}
+        self._folded: dict[tuple, DriverEvent] = {}
+        self._loads: dict[int, int] = {}  # boot -> driver loads so far
+        self._resets: dict[tuple[int, str | None], int] = {}  # (boot, bus) -> resets
+        self.states: dict[tuple[int, str | None], _State] = {}  # (boot, bus) -> Xid state
+        self.first_boot: int | None = None
+        self.last_boot: int | None = None
+        self.leads: dict[str | None, list[Lead]] = {}
+        self._lost79: set[tuple[int, str | None]] = set()
+        self.chain: FollowChain | None = None  # set when this folder joins parts
+        self._epochs = 0  # resets and driver loads seen (a change voids ``_hot``)
+        self._hot: dict[tuple, tuple[int, DriverEvent, DriverEvent | None]] = {}
+
+    # -- attribution -------------------------------------------------------------------
+    def _attribute(self, ev: DriverEvent) -> Lead | None:
+        """Update the GPU's Xid state with ``ev``; for an Xid 45 set its ``follows``.
+        Returns the lead it is (see :class:`Lead`), if any."""
+        code = _xid_code(ev)
+        if code is None:
+            return None
+        key = (ev.boot, ev.bus_id)
+        if ev.kind == "fallen-off-bus":
+            if key in self._lost79:
+                return None  # its Xid 79 line is the event
+        elif code == 79:
+            self._lost79.add(key)
+        st = self.states.get(key)
+        if code != 45:
+            self.states[key] = _State(code, seconds(ev), 0)
+            return None
+        named_text = ev.details.get("caused_by") or ""
+        named = int(named_text) if named_text.isdigit() else None
+        at = seconds(ev)
+        found = _follows(st, at)
+        if ev.follows is None:
+            ev.follows = tuple(sorted({c for c in (named, found) if c is not None}))
+        if st is None:
+            st = self.states[key] = _State()
+        lead = None
+        if st.code is None and ev.boot == self.first_boot and st.since < LOOKBACK:
+            lead = Lead(ev, at, named, st.since)
+            self.leads.setdefault(ev.bus_id, []).append(lead)
+        st.since += 1
+        return lead
+
+    def _note_reset(self, ev: DriverEvent) -> None:
+        if ev.kind == "driver-load":
+            self._epochs += 1
+            self._loads[ev.boot] = self._loads.get(ev.boot, 0) + 1
+        elif _recovery_cleared(ev):
+            self._epochs += 1
+            key = (ev.boot, ev.bus_id)
+            self._resets[key] = self._resets.get(key, 0) + 1
+            self.states.pop(key, None)
+
+    # -- folding -----------------------------------------------------------------------
+    def add(self, ev: DriverEvent) -> None:
+        """Take the next event in log order (one occurrence, or an already folded one)."""
+        if self.first_boot is None:
+            self.first_boot = ev.boot
+        self.last_boot = ev.boot
+        lead = self._attribute(ev) if self.attribute and ev.repeats is None else None
+        base = fold_key(ev)
+        self._note_reset(ev)
+        if base is None:
+            self.events.append(ev)
+            return
+        key = (ev.boot, self._loads.get(ev.boot, 0),
+               self._resets.get((ev.boot, ev.bus_id), 0), base)
+        folded = self._folded.get(key)
+        if folded is not None:
+            _merge(folded, ev)
+            if lead is not None:
+                lead.event = folded  # its cause is settled in the folded event
+            return
+        kept = self._kept.get(key, 0)
+        if kept < self.keep or ev.repeats is not None:
+            self._kept[key] = kept + 1
+            if ev.repeats is not None:
+                self._folded[key] = ev
+            self.events.append(ev)
+            return
+        _start(ev)
+        self._folded[key] = ev
+        self.events.append(ev)
+
+    def repeat(self, line: Any, lineno: int, boot: int) -> bool:
+        """Fold one fast-parsed Xid line (a ``gputriage.logscan.fastline.FastLine``)
+        into the folded event its key already has, without building its event(s): what
+        a storm costs per line. False when its key has none yet (or the line is not a
+        plain Xid): the caller builds the events and calls :meth:`add`."""
+        d = line.details
+        code = d["code"]
+        if code == "154" or len(d) > 6 or not d.keys() <= _XID_COMMON:
+            return False
+        bus = line.bus_id
+        hot = self._hot.get((boot, bus, code, line.fallen))
+        if hot is not None and hot[0] == self._epochs:
+            folded, lost = hot[1], hot[2]
+        else:
+            epoch = (boot, self._loads.get(boot, 0), self._resets.get((boot, bus), 0))
+            found = self._folded.get((*epoch, ("xid", bus, code)))
+            if found is None:
+                return False
+            folded, lost = found, None
+            if line.fallen:
+                lost = self._folded.get((*epoch, ("fallen-off-bus", bus, ())))
+                if lost is None:
+                    return False
+            self._hot[(boot, bus, code, line.fallen)] = (self._epochs, folded, lost)
+        self.last_boot = boot
+        reps = folded.repeats
+        assert reps is not None
+        if self.attribute:
+            self._attribute_line(reps, folded, line, code, boot)
+        folded.count += 1
+        reps.pending = (line, lineno, boot, 0)
+        _count_process(reps, d, code, line)
+        if lost is not None and lost.repeats is not None:
+            lost.count += 1
+            lost.repeats.pending = (line, lineno, boot, 1)
+        return True
+
+    def _attribute_line(self, reps: Repeats, folded: DriverEvent, line: Any, code: str,
+                        boot: int) -> None:
+        """:meth:`_attribute` for a line folded by :meth:`repeat`."""
+        key = (boot, line.bus_id)
+        at = line.time.timestamp() if line.time is not None else line.uptime_s
+        st = self.states.get(key)
+        if code != "45":
+            if code == "79":
+                self._lost79.add(key)
+            if st is None:
+                self.states[key] = _State(int(code), at, 0)
+            else:
+                st.code, st.at, st.since = int(code), at, 0
+            return
+        named_text = line.details.get("caused_by") or ""
+        named = int(named_text) if named_text.isdigit() else None
+        found = _follows(st, at)
+        causes = {c for c in (named, found) if c is not None}
+        for c in causes:
+            reps.causes[c] = reps.causes.get(c, 0) + 1
+        if not causes:
+            reps.uncaused += 1
+        if st is None:
+            st = self.states[key] = _State()
+        if st.code is None and boot == self.first_boot and st.since < LOOKBACK:
+            self.leads.setdefault(line.bus_id, []).append(Lead(folded, at, named, st.since))
+        st.since += 1
+
+    def finish(self) -> None:
+        """Build the last occurrences :meth:`repeat` left parsed only."""
+        for ev in self._folded.values():
+            reps = ev.repeats
+            if reps is not None and reps.pending is not None:
+                line, lineno, boot, which = reps.pending
+                reps.pending = None
+                built = line.events(lineno, ev.origin, boot)
+                reps.last = built[min(which, len(built) - 1)]
+
+    def tails(self) -> dict[str | None, _State]:
+        """The Xid state of each GPU in the last boot seen."""
+        return {bus: st for (boot, bus), st in self.states.items() if boot == self.last_boot}
+
+    def summary(self) -> tuple[dict[str | None, list[Lead]], dict[str | None, _State]]:
+        """(leads, tails): the Xid 45s that open what this folder holds, and its GPUs'
+        Xid states at its end (from ``chain`` when it joined parts)."""
+        if self.chain is not None:
+            return self.chain.leads, self.chain.states
+        return self.leads, self.tails()
+
+
+def _start(ev: DriverEvent) -> None:
+    """Make ``ev`` a folded event standing for itself so far."""
+    reps = Repeats(last=ev)
+    _count_into(reps, ev)
+    ev.repeats = reps
+
+
+def _count_into(reps: Repeats, ev: DriverEvent) -> None:
+    """Add one occurrence's process, pattern and Xid 45 cause to ``reps``."""
+    if ev.kind not in _WHO:
+        return
+    key, name = process_key(ev)
+    if key:
+        if key in reps.processes or len(reps.processes) < PROCESSES:
+            if name or key not in reps.processes:
+                reps.processes[key] = name
+            code = ev.details.get("code", "")
+            if code in APP_FAULTS:
+                pats = reps.patterns.setdefault(key, set())
+                tries = reps.tries.get(key, 0)
+                if len(pats) < PATTERNS and tries < PATTERN_TRIES:
+                    reps.tries[key] = tries + 1
+                    pats.add(fault_pattern(code, ev))
+        else:
+            reps.other_processes += 1
+    if ev.details.get("code") == "45":
+        if ev.follows:
+            for c in ev.follows:
+                reps.causes[c] = reps.causes.get(c, 0) + 1
+        else:
+            reps.uncaused += 1
+
+
+def _count_process(reps: Repeats, d: dict[str, str], code: str, line: Any) -> None:
+    """``_count_into`` for a line folded by :meth:`Folder.repeat` (its details only)."""
+    pid = d.get("pid") or ""
+    if pid[:1] == "'":
+        pid = pid.strip("'")
+    name = (d.get("process") or "").strip()
+    if name[:1] == "<":
+        name = ""
+    key = pid if pid.isdigit() else name
+    if not key:
+        return
+    procs = reps.processes
+    if key in procs:
+        if name and not procs[key]:
+            procs[key] = name
+    elif len(procs) < PROCESSES:
+        procs[key] = name
+    else:
+        reps.other_processes += 1
+        return
+    if code in APP_FAULTS:
+        tries = reps.tries.get(key, 0)
+        pats = reps.patterns.setdefault(key, set())
+        if len(pats) < PATTERNS and tries < PATTERN_TRIES:
+            reps.tries[key] = tries + 1
+            msg = d.get("message") or ""
+            pats.add(f"{code}:{_VARIABLE.sub('#', msg)}")
+
+
+def _merge(into: DriverEvent, ev: DriverEvent) -> None:
+    """Fold ``ev`` (one occurrence or a folded event) into ``into``."""
+    reps = into.repeats
+    assert reps is not None
+    into.count += ev.count
+    other = ev.repeats
+    reps.last = ev.latest if other is not None else ev
+    reps.pending = None
+    if other is None:
+        _count_into(reps, ev)
+        return
+    for key, name in other.processes.items():
+        if key in reps.processes or len(reps.processes) < PROCESSES:
+            reps.processes[key] = name or reps.processes.get(key, "")
+            pats = reps.patterns.setdefault(key, set())
+            for p in other.patterns.get(key, ()):
+                if len(pats) < PATTERNS:
+                    pats.add(p)
+        else:
+            reps.other_processes += 1
+    reps.other_processes += other.other_processes
+    for c, n in other.causes.items():
+        reps.causes[c] = reps.causes.get(c, 0) + n
+    reps.uncaused += other.uncaused
+
+
+@dataclass
+class FollowChain:
+    """Xid 45 attribution across folders that follow one another in one log (a file's
+    blocks, rotated files): each settles the next one's leads from the GPUs' states."""
+
+    states: dict[str | None, _State] = field(default_factory=dict)
+    leads: dict[str | None, list[Lead]] = field(default_factory=dict)  # still open
+
+    def join(self, leads: dict[str | None, list[Lead]], tails: dict[str | None, _State],
+             continues: bool, one_boot: bool) -> None:
+        """The next folder: its first-boot ``leads``, its last boot's ``tails``;
+        ``continues``: its first boot continues the last one here; ``one_boot``: it saw
+        only that boot."""
+        if not continues:
+            self.states, self.leads = {}, {bus: list(ls) for bus, ls in leads.items()}
+        else:
+            for bus, ls in leads.items():
+                st = self.states.get(bus)
+                if st is not None and st.code is not None:
+                    for lead in ls:
+                        cause = _follows(st, lead.at, lead.index)
+                        if cause is not None:
+                            _add_cause(lead.event, cause, lead.named)
+                else:
+                    base = st.since if st is not None else 0
+                    self.leads.setdefault(bus, []).extend(
+                        Lead(x.event, x.at, x.named, x.index + base) for x in ls
+                        if x.index + base < LOOKBACK)
+        if one_boot and continues:
+            for bus, st in tails.items():
+                old = self.states.get(bus)
+                if st.code is None and old is not None:
+                    self.states[bus] = _State(old.code, old.at, old.since + st.since)
+                else:
+                    self.states[bus] = _State(st.code, st.at, st.since)
+        else:
+            self.states = {bus: _State(st.code, st.at, st.since) for bus, st in tails.items()}
+
+
+def weight(events: Iterable[DriverEvent]) -> int:
+    """How many occurrences ``events`` stand for."""
+    return sum(ev.count for ev in events)
