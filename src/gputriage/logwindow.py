@@ -25,7 +25,9 @@ class NoSuchBoot(click.UsageError):
 class LogWindow:
     """Which kernel-log events to judge: one boot (0 current, -1 the one before...)
     or all (``boot=None``), and only those at or after ``since`` when given.
-    Events without a known time are kept (their age cannot be told)."""
+    Events without a known time are kept (their age cannot be told). A folded storm
+    (one event standing for many occurrences) is judged by its latest occurrence: one
+    that straddles ``since`` is kept whole, its earlier occurrences with it."""
 
     boot: int | None = None
     since: datetime | None = None
@@ -35,7 +37,7 @@ class LogWindow:
         """Whether ``ev`` falls inside the window."""
         if self.boot is not None and ev.boot != self.boot:
             return False
-        when = getattr(ev, "time", None)
+        when = getattr(ev.latest, "time", None)
         if self.since is not None and when is not None:
             if when.tzinfo is None:
                 when = when.replace(tzinfo=timezone.utc)
@@ -54,16 +56,17 @@ class LogWindow:
                          f"boot{'s' if n > 1 else ''} ({listed})")
 
     def excluded(self, events: Sequence[DriverEvent]) -> list[str]:
-        """One line per window option that left kernel-log events out, with how many."""
+        """One line per window option that left kernel-log events out, with how many
+        (occurrences: a folded storm counts each)."""
         out: list[str] = []
         if self.boot is not None:
-            other = sum(1 for ev in events if ev.boot != self.boot)
+            other = sum(ev.count for ev in events if ev.boot != self.boot)
             if other:
                 out.append(f"--boot {self.boot}: {other:,} kernel-log "
                            f"event{'s' if other != 1 else ''} of other boots not judged")
         if self.since is not None:
-            early = sum(1 for ev in events
-                        if (self.boot is None or ev.boot == self.boot) and _before(ev, self.since))
+            early = sum(ev.count for ev in events if (self.boot is None or ev.boot == self.boot)
+                        and _before(ev.latest, self.since))
             if early:
                 label = self.since_text or self.since.isoformat()
                 out.append(f"--since {label}: {early:,} kernel-log "

@@ -88,8 +88,8 @@ def _kernel_traces(facts: Facts, events: list) -> tuple[list[Evidence], tuple[st
     if gpu_events:
         kinds = sorted({str(e.kind) for e in gpu_events})
         evidence.append(Evidence("kernel_log", _first(e.line.splitlines()[0] for e in gpu_events),
-                                 f"{len(gpu_events)} GPU event(s) in the kernel log: "
-                                 f"{', '.join(kinds)}"))
+                                 f"{sum(e.count for e in gpu_events)} GPU event(s) in the "
+                                 f"kernel log: {', '.join(kinds)}"))
     seen = _kernel_lines(facts.text("kernel_log") or "")
     buses.update(m.group(1) for line in seen if (m := _BUS.search(line)))
     if seen:

@@ -88,7 +88,8 @@ def _recovery_cleared(ev: DriverEvent) -> bool:
 
 
 def resets_in_log(events: list[DriverEvent]) -> list[Reset]:
-    """Driver loads and GPU resets among the kernel log's events."""
+    """Driver loads and GPU resets among the kernel log's events (a scan never folds
+    these: each is one event, see :mod:`gputriage.parsers.kernel_fold`)."""
     out = []
     for ev in events:
         if ev.kind == "driver-load":

@@ -9,6 +9,7 @@ from gputriage.hostfacts.expectations import GpuTraces
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.driver import KernelModuleVersion, LibFile, ModuleVersions
 from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.parsers.kernel_fold import weight
 from gputriage.parsers.modules import Module
 from gputriage.parsers.nvml import NvmlReading
 from gputriage.parsers.nvsmi import SmiError, SmiReport
@@ -124,7 +125,7 @@ def _mismatch_events(events: Iterable[DriverEvent], kernel: Versions, user: Vers
                 evidence("kernel_log", line))
     if mismatch_events:
         flags.append(evidence("kernel_log", mismatch_events[0].line.splitlines(),
-                              f"API mismatch reported {len(mismatch_events)} time(s)"))
+                              f"API mismatch reported {weight(mismatch_events)} time(s)"))
 
 
 def _userspace_versions(libs: Iterable[LibFile], reading: NvmlReading | None,
@@ -356,5 +357,6 @@ def init_events(driver_events: Sequence[DriverEvent]) -> Iterator[Finding]:
         yield finding(fid, Severity.CRITICAL, title, _INIT_WHY[fid], action, blame,
                       gpu_scope(bus_id) if bus_id else Scope(),
                       [evidence("kernel_log", [ln for e in events for ln in e.line.splitlines()],
-                                f"{len(events)} occurrence(s)" if len(events) > 1 else None,
+                                f"{weight(events)} occurrence(s)" if weight(events) > 1
+                                else None,
                                 limit=12)])

@@ -1,7 +1,12 @@
 """What the kernel-log rules share (:mod:`.kernel_log`, :mod:`.kernel_xid`,
 :mod:`.kernel_host`): the GPU map, scopes and labels, evidence and occurrences of a
 group of events, the judged outcome of a group, current vs earlier boots, and the
-events a later reset (of their GPU, or a driver load) has made history."""
+events a later reset (of their GPU, or a driver load) has made history.
+
+An event may stand for a storm folded while scanning (:mod:`gputriage.parsers.kernel_fold`:
+``count`` occurrences, the last one ``latest``): groups are counted in occurrences
+(:func:`weight`), dated from their first to their latest occurrence, and a reset ends a
+folded event when its latest occurrence was before it."""
 
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from gputriage.model import (
     Status,
 )
 from gputriage.parsers.kernel_events import DriverEvent, EventKind
+from gputriage.parsers.kernel_fold import seconds, weight
 from gputriage.rules.base import action_for, finding, gpu_scope
 
 if TYPE_CHECKING:
@@ -94,26 +100,83 @@ def gpu_label(bus: str | None, gpus: GpuMap) -> str:
     return f"GPU {index} ({bus})" if index is not None else f"GPU {bus}"
 
 
+def folded(events: Iterable[DriverEvent]) -> bool:
+    """Whether any of ``events`` stands for a folded storm."""
+    return any(ev.repeats is not None for ev in events)
+
+
+def log_order(events: Sequence[DriverEvent]) -> Callable[[DriverEvent], tuple]:
+    """A sort key placing occurrences of ``events`` (first ones and ``latest`` ones) in
+    log order: boot, input (in the order the group first shows it), line, time."""
+    origins: dict[str | None, int] = {}
+    for ev in (*events, *(e.latest for e in events)):
+        origins.setdefault(ev.origin, len(origins))
+
+    def key(ev: DriverEvent) -> tuple:
+        return (ev.boot, origins.get(ev.origin, len(origins)),
+                ev.lineno if ev.lineno is not None else -1, seconds(ev) or 0.0)
+
+    return key
+
+
+def latest_of(events: Sequence[DriverEvent]) -> DriverEvent:
+    """The last occurrence of a group in log order: its last event, unless a folded
+    event's latest occurrence came after the events listed behind it."""
+    if not folded(events):
+        return events[-1]
+    return max((ev.latest for ev in events), key=log_order(events))
+
+
+def _lines(ev: DriverEvent) -> list[str]:
+    own = ev.line.splitlines() or [""]
+    more = len(own) - EVENT_LINES
+    return own[:EVENT_LINES] + ([f"... ({more} more lines of this message)"] if more > 0 else [])
+
+
+def _tail(events: Sequence[DriverEvent], head: list[DriverEvent]) -> list[DriverEvent]:
+    """The last :data:`EVIDENCE_TAIL` occurrences known to be the last ones: walking back
+    from the latest, an occurrence with a folded event's hidden occurrences after it ends
+    the tail (the lines between are not known)."""
+    key = log_order(events)
+    spans = [(key(ev), key(ev.latest)) for ev in events if ev.count > 2]
+    seen = {id(ev) for ev in head}
+    known = sorted([*events, *(ev.latest for ev in events if ev.latest is not ev)], key=key)
+    out: list[DriverEvent] = []
+    for ev in reversed(known):
+        if len(out) == EVIDENCE_TAIL or id(ev) in seen:
+            break
+        if out and any(a <= key(ev) < b for a, b in spans):
+            break
+        out.append(ev)
+    return out[::-1]
+
+
 def _evidence(events: Sequence[DriverEvent]) -> Evidence:
-    """The first few and the last raw lines, with the count noted."""
-    n = len(events)
-    picked: list[DriverEvent | None] = list(events)
-    if n > EVIDENCE_HEAD + EVIDENCE_TAIL:
-        picked = [*events[:EVIDENCE_HEAD], None, *events[-EVIDENCE_TAIL:]]
+    """The first few and the last raw lines, with the count (of occurrences) noted. A
+    folded event shows its first line among the first ones, its latest among the last."""
+    n = weight(events)
     lines: list[str] = []
-    for ev in picked:
-        if ev is None:
-            lines.append(f"... ({n - EVIDENCE_HEAD - EVIDENCE_TAIL} more occurrences)")
-        else:
-            own = ev.line.splitlines() or [""]
-            lines.extend(own[:EVENT_LINES])
-            if len(own) > EVENT_LINES:
-                lines.append(f"... ({len(own) - EVENT_LINES} more lines of this message)")
+    if not folded(events):
+        picked: list[DriverEvent | None] = list(events)
+        if n > EVIDENCE_HEAD + EVIDENCE_TAIL:
+            picked = [*events[:EVIDENCE_HEAD], None, *events[-EVIDENCE_TAIL:]]
+        for ev in picked:
+            lines.extend(_lines(ev) if ev is not None else
+                         [f"... ({n - EVIDENCE_HEAD - EVIDENCE_TAIL} more occurrences)"])
+    else:
+        head = list(events[:EVIDENCE_HEAD])
+        tail = _tail(events, head)
+        for ev in head:
+            lines.extend(_lines(ev))
+        if n > len(head) + len(tail):
+            lines.append(f"... ({n - len(head) - len(tail)} more occurrences)")
+        for ev in tail:
+            lines.extend(_lines(ev))
     return Evidence("kernel_log", tuple(lines), f"{n} occurrences" if n > 1 else None)
 
 
 def _occurrences(events: Sequence[DriverEvent], current: bool) -> Occurrences:
-    return Occurrences(len(events), when(events[0]), when(events[-1]), current)
+    return Occurrences(weight(events), when(events[0]), when(latest_of(events)), current)
 
 
 def count_text(n: int) -> str:
@@ -212,7 +275,9 @@ def _before(ev: DriverEvent, reset: Reset) -> bool:
 
 def ended_by(ev: DriverEvent, resets: Resets | None) -> Reset | None:
     """The first reset after ``ev`` that re-initialised its GPU (a reset of that GPU, or
-    a driver load); None when none did, or when nvidia-smi says the GPU still needs one."""
+    a driver load); None when none did, or when nvidia-smi says the GPU still needs one.
+    A folded event is ended when its latest occurrence is (its occurrences never
+    straddle a reset the log shows: the fold key holds the reset epoch)."""
     if resets is None or ev.kind not in LOAD_ENDS or (ev.bus_id and ev.bus_id in resets.pending):
         return None
     for r in resets.resets:
@@ -220,7 +285,7 @@ def ended_by(ev: DriverEvent, resets: Resets | None) -> Reset | None:
             applies = ev.kind in RESET_ENDS and ev.bus_id is not None and r.bus_id == ev.bus_id
         else:
             applies = r.kind == "driver-load"  # a reboot starts a boot: split_boots tells
-        if applies and _before(ev, r):
+        if applies and _before(ev.latest, r):
             return r
     return None
 

@@ -5,10 +5,11 @@ failures and network link flaps. Called by rule ``kernel.events``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from gputriage.model import NODE, Action, Blame, Finding, Scope, Severity
 from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.parsers.kernel_fold import fold_key, weight
 from gputriage.parsers.kernel_host import pci_class
 from gputriage.rules.kernel_common import (
     AER_BURST,
@@ -16,9 +17,11 @@ from gputriage.rules.kernel_common import (
     Judged,
     count_text,
     emit,
+    folded,
     gpu_label,
     group,
     history,
+    log_order,
     scope_of,
     split_boots,
     when,
@@ -137,11 +140,17 @@ def _aer(events: list[DriverEvent], gpus: GpuMap, xid_buses: set[str | None],
 
 
 def _close(a: DriverEvent, b: DriverEvent) -> bool:
-    return a.origin == b.origin and abs((a.lineno or 0) - (b.lineno or 0)) <= LINK_NEAR
+    """Whether two events (a folded one: any line from its first to its latest) are
+    within :data:`LINK_NEAR` lines of each other."""
+    if a.origin != b.origin:
+        return False
+    a0, a1 = a.lineno or 0, a.latest.lineno or 0
+    b0, b1 = b.lineno or 0, b.latest.lineno or 0
+    return max(a0, b0) - min(a1, b1) <= LINK_NEAR
 
 
 def _aer_judged(events: list[DriverEvent], label: str, on_gpu: bool) -> Judged:
-    n = len(events)
+    n = weight(events)
     if any(_uncorrected(ev) for ev in events):
         then = ("Drain the node; check seating, risers, retimers and power, and repair."
                 if on_gpu else "No GPU is shown affected: check seating, risers, retimers "
@@ -185,7 +194,7 @@ def _peermem(events: list[DriverEvent], make) -> Iterator[Finding]:  # noqa: ANN
     judged = Judged(
         Severity.WARNING, Action.FIX_SOFTWARE, Blame.CONFIG,
         f"{'/'.join(modules)} could not load: GPUDirect RDMA is off on this node "
-        f"({count_text(len(evs))})",
+        f"({count_text(weight(evs))})",
         "Without the peer-memory module the HCA cannot read or write GPU memory: NCCL's "
         "NET/IB runs without GDRDMA (data staged through host memory), GPUDirect RDMA "
         "transfers fail or fall back, and inter-node bandwidth drops. " + cause)
@@ -201,7 +210,7 @@ def _hw_errors(events: list[DriverEvent], make) -> Iterator[Finding]:  # noqa: A
         picked = bad or evs
         dimms = sorted({ev.details["dimm"] for ev in picked if ev.details.get("dimm")})
         where = f" on {', '.join(dimms[:4])}" if dimms else ""
-        count = sum(_count(ev) for ev in picked)
+        count = sum(_count(ev) * ev.count for ev in picked)
         what = "host memory" if memory else "hardware (machine check / firmware record)"
         fid = "kernel.host-memory-error" if memory else "kernel.hardware-error"
         part = "DIMM" if memory else "component (CPU, memory, PCIe) named in the record"
@@ -234,8 +243,13 @@ def _port_key(ev: DriverEvent) -> str:
     return ev.bus_id or ev.details.get("interface") or ev.details.get("device") or "?"
 
 
-def _transitions(evs: Iterable[DriverEvent]) -> list[DriverEvent]:
-    """The events that change a port's state (duplicate netdev / IB port lines dropped)."""
+def _transitions(evs: Sequence[DriverEvent]) -> list[DriverEvent]:
+    """The events that change a port's state (duplicate netdev / IB port lines dropped).
+    With a folded storm among them: the changes between the occurrences known (each
+    event's first and latest), in log order."""
+    if folded(evs):
+        evs = sorted([*evs, *(ev.latest for ev in evs if ev.latest is not ev)],
+                     key=log_order(evs))
     out: list[DriverEvent] = []
     for ev in evs:
         state = ev.details.get("state")
@@ -256,12 +270,13 @@ def _links(events: list[DriverEvent], make) -> Iterator[Finding]:  # noqa: ANN00
         if stalls:
             yield make("kernel.netdev-tx-timeout", Judged(
                 Severity.WARNING, Action.PLAN_REPAIR, Blame.NODE,
-                f"transmit queue timed out on {label} ({count_text(len(stalls))})",
+                f"transmit queue timed out on {label} ({count_text(weight(stalls))})",
                 "The NIC stopped sending (NETDEV WATCHDOG) and was reset by its driver: "
                 "traffic stalled meanwhile. Repeated, it points at NIC firmware or hardware: "
                 "update the firmware or replace the NIC at the next maintenance window."),
                 stalls, scope, ())
-        judged = _link_judged(_transitions(evs), label)
+        states = [ev for ev in evs if ev.details.get("state") in ("up", "down")]
+        judged = _link_judged(_transitions(states), label, states)
         if judged is not None:
             fid, verdict = judged
             yield make(fid, verdict, [ev for ev in evs if ev.details.get("state") != "tx-timeout"],
@@ -272,10 +287,34 @@ def _at_init(ev: DriverEvent) -> bool:
     return ev.uptime_s is not None and ev.uptime_s < NIC_INIT_S
 
 
-def _link_judged(steps: list[DriverEvent], label: str) -> tuple[str, Judged] | None:
+def _went_down(steps: list[DriverEvent], states: list[DriverEvent]) -> int:
+    """How many times a port went down from ``steps[0]`` on. A folded storm hides
+    changes between its first and latest occurrence: one flap logs each of its down lines
+    once (the netdev's, the IB port's), so it went down as often as its most frequent
+    down line, and at most once per up logged after it."""
+    downs = sum(1 for ev in steps if ev.details["state"] == "down")
+    if not folded(states):
+        return downs
+    key = log_order(states)
+    start = key(steps[0])
+    ups = 0
+    per_line: dict[tuple | None, int] = {}
+    for ev in states:
+        if ev.details["state"] == "up":
+            ups += ev.count
+        else:  # less the occurrence before ``steps[0]`` (a first down dropped)
+            k = fold_key(ev)
+            per_line[k] = per_line.get(k, 0) + ev.count - int(key(ev) < start)
+    most = max([downs, *per_line.values()])
+    return min(most, ups + (steps[0].details["state"] == "down")) if ups else most
+
+
+def _link_judged(steps: list[DriverEvent], label: str,
+                 states: list[DriverEvent]) -> tuple[str, Judged] | None:
     """Down from boot (never up) is information and a first down that came back may be
     initialisation; a port that was up and went down is the finding: down now is
-    critical, repeated flaps that recovered a warning, a single one information."""
+    critical, repeated flaps that recovered a warning, a single one information.
+    ``states``: the port's up / down events (to count the downs a folded storm hides)."""
     if not steps:
         return None
     if steps[0].details["state"] == "down" and (_at_init(steps[0]) or len(steps) > 1):
@@ -289,8 +328,9 @@ def _link_judged(steps: list[DriverEvent], label: str) -> tuple[str, Judged] | N
     downs = [ev for ev in steps if ev.details["state"] == "down"]
     if not downs:
         return None
+    n = _went_down(steps, states)
     span = f"{when(downs[0])} to {when(steps[-1])}" if len(steps) > 1 else when(downs[0])
-    flaps = f"{len(downs)} time{'s' if len(downs) != 1 else ''}" + (f", {span}" if span else "")
+    flaps = f"{n} time{'s' if n != 1 else ''}" + (f", {span}" if span else "")
     if steps[-1].details["state"] == "down":
         return "kernel.link-down", Judged(
             Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE,
@@ -299,7 +339,7 @@ def _link_judged(steps: list[DriverEvent], label: str) -> tuple[str, Judged] | N
             "retry-exceeded errors, timeouts). Drain the node; check the cable, transceiver "
             "and switch port (mlxlink / ibstat link_downed counters, switch logs), or take "
             "the port out of NCCL_IB_HCA until fixed.")
-    several = len(downs) >= 2
+    several = n >= 2
     return "kernel.link-flaps", Judged(
         Severity.WARNING if several else Severity.INFO,
         Action.PLAN_REPAIR if several else Action.NONE, Blame.NODE,

@@ -28,6 +28,7 @@ from gputriage.knowledge import xid as catalog
 from gputriage.knowledge.xid import SxidInfo, XidInfo
 from gputriage.model import NODE, Action, Blame, Finding, Scope, Severity
 from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.parsers.kernel_fold import weight
 from gputriage.rules.base import action_for, rule
 from gputriage.rules.kernel_common import (
     DOC_SXID,
@@ -76,7 +77,8 @@ def _sxid_judged(code: int, events: list[DriverEvent]) -> Judged:
                    key=lambda s: (len(s), s))
     where = f" link{'s' if len(links) > 1 else ''} {', '.join(links)}" if links else ""
     meaning = info.meaning if info else "not in the catalog"
-    title = f"SXid {code} on {switch}{where}: {meaning} ({count_text(len(events))})"
+    n = weight(events)
+    title = f"SXid {code} on {switch}{where}: {meaning} ({count_text(n)})"
     fatal = sxid_fatal(info, events)
     if info is not None:
         action, blame, why = info.action, info.blame, info.explanation
@@ -86,7 +88,7 @@ def _sxid_judged(code: int, events: list[DriverEvent]) -> Judged:
     if fatal:
         return Judged(Severity.CRITICAL, Action.RESET_GPU if action is Action.NONE else action,
                       Blame.NODE if blame is Blame.UNKNOWN else blame, title, why)
-    severity = Severity.WARNING if len(events) > 1 else Severity.INFO
+    severity = Severity.WARNING if n > 1 else Severity.INFO
     if info is not None and info.fatal:  # logged non-fatal; NVSentinel's table says fatal
         severity = Severity.WARNING
         guide = (" (the Fabric Manager guide lists it among the non-fatal SXids too)"
@@ -153,6 +155,7 @@ COVERED_GSP = frozenset({"rm-init-adapter-failed", "gpu-reset-required"})
 GPU_KINDS = frozenset({"gsp-rpc-timeout", "gsp-error", "gpu-reset-required", "nvlink-error"})
 _NVIDIA_CODE = re.compile(r"nvidia|nvrm|nv_|_nv\w|\bos_|uvm|nvkms", re.IGNORECASE)
 Judge = Callable[[list[DriverEvent], str, set[int]], "Judged | None"]
+DUMP_LINES = 40  # a GSP dump header this close after another belongs to its incident
 
 
 def _text(events: Sequence[DriverEvent]) -> str:
@@ -183,21 +186,21 @@ def _gsp_errors(events: list[DriverEvent], label: str, xid_codes: set[int]) -> J
     if info is None:
         return None
     return Judged(info.severity, info.action, info.blame,
-                  f"GPU firmware (GSP) error on {label} ({count_text(len(events))})",
+                  f"GPU firmware (GSP) error on {label} ({count_text(weight(events))})",
                   "The GPU System Processor firmware reported an error or crashed; the GPU "
                   "needs a reset (or the node a reboot) before new work.")
 
 
 def _reset_required(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged:
     return Judged(Severity.CRITICAL, Action.RESET_GPU, Blame.NODE,
-                  f"the driver says {label} must be reset ({count_text(len(events))})",
+                  f"the driver says {label} must be reset ({count_text(weight(events))})",
                   "The driver refuses new work on this GPU until it is reset "
                   "(NV_ERR_RESET_REQUIRED); CUDA reports the device busy or unavailable. "
                   "Drain it and reset the GPU, or reboot the node.")
 
 
 def _peermem_context(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged:
-    n = len(events)
+    n = weight(events)
     burst = n >= PEERMEM_BURST
     return Judged(Severity.WARNING if burst else Severity.INFO,
                   Action.FIX_SOFTWARE if burst else Action.NONE, Blame.UNKNOWN,
@@ -210,7 +213,7 @@ def _peermem_context(events: list[DriverEvent], label: str, xid_codes: set[int])
 
 def _nvlink(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged:
     return Judged(Severity.WARNING, Action.PLAN_REPAIR, Blame.NODE,
-                  f"NVLink errors on {label} ({count_text(len(events))})",
+                  f"NVLink errors on {label} ({count_text(weight(events))})",
                   "The driver reported NVLink errors: multi-GPU jobs may hang or slow "
                   "down. Reset the GPU when it is idle or at the next maintenance window; if "
                   "the same link keeps failing, repair it (an Xid 74 beside it is the "
@@ -220,7 +223,7 @@ def _nvlink(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judge
 def _bandwidth(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged:
     return Judged(Severity.WARNING, Action.PLAN_REPAIR, Blame.NODE,
                   f"PCIe link of {label} trained below its capability "
-                  f"({count_text(len(events))})",
+                  f"({count_text(weight(events))})",
                   "The device reports less PCIe bandwidth than it is capable of (a narrower "
                   "or slower link): transfers are slower. Reseat the card or fix the "
                   "riser / slot at the next maintenance.")
@@ -229,12 +232,13 @@ def _bandwidth(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Ju
 def _segfaults(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged | None:
     if not GPU_LIBS.search(_text(events)):
         return None
-    procs = sorted({ev.details.get("process") or "" for ev in events} - {""})
+    procs = sorted({ev.details.get("process") or "" for ev in events}.union(
+        *(ev.repeats.processes.values() for ev in events if ev.repeats is not None)) - {""})
     libs = sorted({ev.details.get("library") or "" for ev in events} - {""})
     who = f" ({', '.join(procs[:3])})" if procs else ""
     where = ", ".join(libs[:3]) if libs else "a GPU library"
     return Judged(Severity.WARNING, Action.RESTART_JOB, Blame.JOB,
-                  f"process crashed inside {where}{who} ({count_text(len(events))})",
+                  f"process crashed inside {where}{who} ({count_text(weight(events))})",
                   "A segfault in libcuda / libnccl / libnvidia-* is usually the application "
                   "or a library mismatch in its container, not the node: look at the job.")
 
@@ -247,7 +251,7 @@ def _stuck_in_nvidia(what: str) -> Judge:
         if "yes" not in flags and (flags != {None} or not _NVIDIA_CODE.search(_text(events))):
             return None  # the stack shows no nvidia frame (or the scanner could not tell)
         return Judged(Severity.CRITICAL, Action.REBOOT_NODE, Blame.NODE,
-                      f"{what} in NVIDIA driver code ({count_text(len(events))})",
+                      f"{what} in NVIDIA driver code ({count_text(weight(events))})",
                       "Kernel threads are stuck inside the NVIDIA driver: the driver is "
                       "wedged and GPU processes will not finish. Drain the node and reboot it.")
 
@@ -277,13 +281,26 @@ def judge_event_group(kind: str, events: list[DriverEvent], label: str,
 
 
 def _incidents(events: Sequence[DriverEvent]) -> int:
-    """GSP timeouts counted once per incident: a banner or RPC history dump is one."""
+    """GSP timeouts counted once per incident: a banner or RPC history dump is one, with
+    the dump headers that follow it within :data:`DUMP_LINES` lines. A folded run of
+    headers starts new incidents as often as the headers listed before it did (never
+    more often than every :data:`DUMP_LINES` lines of its span)."""
     n, last = 0, None
+    gaps = new = 0  # gaps between dump headers listed, and those that began an incident
     for ev in events:
-        if ev.details.get("dump") != "yes" or last is None or (ev.lineno or 0) - last > 40:
-            n += 1
-        if ev.details.get("dump") == "yes":
-            last = ev.lineno or 0
+        if ev.details.get("dump") != "yes":
+            n += ev.count
+            continue
+        lineno = ev.lineno or 0
+        starts = last is None or lineno - last > DUMP_LINES
+        if last is not None:
+            gaps, new = gaps + 1, new + starts
+        n += starts
+        if ev.count > 1:
+            span = (ev.latest.lineno or 0) - lineno
+            guess = round((ev.count - 1) * new / gaps) if gaps else ev.count - 1
+            n += min(guess, span // (DUMP_LINES + 1))
+        last = ev.latest.lineno or 0
     return n
 
 

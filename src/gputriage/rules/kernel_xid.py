@@ -21,6 +21,7 @@ from gputriage.hostfacts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
 from gputriage.model import DRAINING_ACTIONS, Action, Blame, Finding, Severity
 from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.parsers.kernel_fold import fault_pattern, process_key, seconds, weight
 from gputriage.rules.base import action_for, rule
 from gputriage.rules.kernel_common import (
     DOC_XID,
@@ -34,6 +35,7 @@ from gputriage.rules.kernel_common import (
     gpu_map,
     group,
     history,
+    latest_of,
     past,
     scope_of,
     split_boots,
@@ -49,39 +51,44 @@ LOOKBACK = 64  # earlier Xids on the GPU examined for an Xid 45's cause
 
 # --- Xid ------------------------------------------------------------------------------------
 
-def _seconds(ev: DriverEvent) -> float | None:
-    t = getattr(ev, "time", None)
-    if t is not None:
-        return t.timestamp()
-    return getattr(ev, "uptime_s", None)
-
-
 def _follow_on_causes(ev: DriverEvent, earlier_on_gpu: Sequence[tuple[int, DriverEvent]]
                       ) -> set[int]:
-    """The Xids an Xid 45 is a consequence of (empty when it stands alone)."""
+    """The Xids an Xid 45 is a consequence of (empty when it stands alone), from the
+    GPU's Xids before it: for events the scan did not judge (``follows`` None)."""
     causes: set[int] = set()
     named = ev.details.get("caused_by")
     if named and named.isdigit():
         causes.add(int(named))
-    t = _seconds(ev)
+    t = seconds(ev)
     for code, prev in reversed(earlier_on_gpu[-LOOKBACK:]):
         if code == 45:
             continue
-        pt = _seconds(prev)
+        pt = seconds(prev)
         if t is None or pt is None or 0 <= t - pt <= FOLLOW_ON_S:
             causes.add(code)
             break
     return causes
 
 
-_VARIABLE = re.compile(r"0x[0-9a-fA-F_]+|\b[0-9a-fA-F]{8}\b|\d+")
+@dataclass
+class _Follows:
+    """What the occurrences of one Xid 45 event follow."""
+
+    causes: dict[int, int]  # cause code -> occurrences that follow it
+    uncaused: int  # occurrences that follow no other Xid
+
+
+def _follows(ev: DriverEvent, earlier_on_gpu: Sequence[tuple[int, DriverEvent]]) -> _Follows:
+    """As the scan judged it (``follows``; a folded event's ``repeats``), else from the
+    GPU's Xids listed before it."""
+    if ev.repeats is not None:
+        return _Follows(dict(ev.repeats.causes), ev.repeats.uncaused)
+    causes = (set(ev.follows) if ev.follows is not None
+              else _follow_on_causes(ev, earlier_on_gpu))
+    return _Follows(dict.fromkeys(causes, 1), 0 if causes else 1)
+
+
 PIDS_SHOWN = 6
-
-
-def _fault_pattern(code: int, ev: DriverEvent) -> str:
-    """An Xid's code and message with addresses, channels and numbers blanked: what
-    stays the same when one program hits one bug again."""
-    return f"{code}:{_VARIABLE.sub('#', ev.details.get('message') or '')}"
 
 
 @dataclass
@@ -92,6 +99,11 @@ class _AppFaults:
     programs: dict[str, set[str]] = field(default_factory=dict)  # name -> its pids
     unnamed: bool = False  # a faulting pid printed no usable name
     shared_pattern: bool = False  # every process raised one common fault pattern
+    more: bool = False  # a folded storm had processes beyond those it names
+
+    def count(self) -> str:
+        """How many processes: ``3``, or ``at least 128`` when a storm named only some."""
+        return f"at least {len(self.processes)}" if self.more else str(len(self.processes))
 
     def crash_loop(self) -> str | None:
         """The program's name when several processes (pids) are one program, restarted
@@ -109,25 +121,29 @@ class _AppFaults:
         return len(self.processes)
 
 
-def _named(name: str) -> bool:
-    return bool(name) and not name.startswith("<")
-
-
 def _app_faults(items: Iterable[tuple[int, DriverEvent]]) -> _AppFaults:
-    """Processes, program names and fault patterns of Xid 13 / 31 / 43 lines."""
+    """Processes, program names and fault patterns of Xid 13 / 31 / 43 lines; a folded
+    storm adds the processes and patterns it kept (up to its bound: the processes
+    beyond it, only counted, are taken as more of the programs named)."""
     out = _AppFaults()
     names: dict[str, str] = {}
     patterns: dict[str, set[str]] = {}
     for code, ev in items:
-        pid = (ev.details.get("pid") or "").strip("'")
-        name = (ev.details.get("process") or "").strip()
-        key = pid if pid.isdigit() else name if _named(name) else ""
-        if not key:
+        key, name = process_key(ev)
+        if key:
+            out.processes.add(key)
+            patterns.setdefault(key, set()).add(fault_pattern(code, ev))
+            if name:
+                names[key] = name
+        reps = ev.repeats
+        if reps is None:
             continue
-        out.processes.add(key)
-        patterns.setdefault(key, set()).add(_fault_pattern(code, ev))
-        if _named(name):
-            names[key] = name
+        out.more = out.more or reps.other_processes > 0
+        for key, name in reps.processes.items():
+            out.processes.add(key)
+            patterns.setdefault(key, set()).update(reps.patterns.get(key, ()))
+            if name:
+                names[key] = name
     for key in out.processes:
         if key not in names:
             out.unnamed = True
@@ -144,7 +160,7 @@ def _crash_loop_note(app: _AppFaults, name: str) -> str:
     pids = sorted(app.programs[name], key=int)
     shown = ", ".join(pids[:PIDS_SHOWN]) + (", ..." if len(pids) > PIDS_SHOWN else "")
     how = "the same way" if app.shared_pattern else "again"
-    return (f"{len(app.processes)} restarts of one program '{name}' (pids {shown}) fault "
+    return (f"{app.count()} restarts of one program '{name}' (pids {shown}) fault "
             f"{how} on this GPU: one job ({name}) crash-looping, not several programs "
             "hitting a bad GPU. No node action; restarting it unchanged will fault again, so "
             "look at the application (its code, inputs, memory use) before resubmitting.")
@@ -172,18 +188,18 @@ class _GpuContext:
 
 
 def _gpu_contexts(xids: list[tuple[int, DriverEvent]]) -> tuple[dict, dict]:
-    """Per-GPU context and, per Xid 45 event id, the causes it follows."""
+    """Per-GPU context and, per Xid 45 event id, what its occurrences follow."""
     per_gpu = group(xids, lambda item: item[1].bus_id)
     contexts: dict[str | None, _GpuContext] = {}
-    causes_of: dict[int, set[int]] = {}
+    causes_of: dict[int, _Follows] = {}
     for bus, items in per_gpu.items():
         follow: dict[int, int] = {}
         for i, (code, ev) in enumerate(items):
             if code == 45:
-                causes = _follow_on_causes(ev, items[:i])
-                causes_of[id(ev)] = causes
-                for c in causes - {45}:
-                    follow[c] = follow.get(c, 0) + 1
+                f = causes_of[id(ev)] = _follows(ev, items[:i])
+                for c, n in f.causes.items():
+                    if c != 45:
+                        follow[c] = follow.get(c, 0) + n
         contexts[bus] = _GpuContext(
             items, {c for c, _ in items},
             _app_faults((c, ev) for c, ev in items if c in APP_FAULTS), follow)
@@ -208,7 +224,7 @@ class _Group:
     code: int
     events: list[DriverEvent]
     ctx: _GpuContext
-    causes_of: dict[int, set[int]]
+    causes_of: dict[int, _Follows]
     gpu: str
 
 
@@ -241,11 +257,11 @@ def _judge_63(j: Judged, g: _Group) -> None:
 
 def _judge_119(j: Judged, g: _Group) -> None:
     """GSP timeouts that keep coming back on one GPU: repair it."""
-    n119 = sum(1 for c, _ in g.ctx.events if c == g.code)
+    n119 = weight(ev for c, ev in g.ctx.events if c == g.code)
     if n119 < GSP_REPEAT:
         return
     j.action = Action.DRAIN_AND_REPAIR
-    count = count_text(len(g.events))
+    count = count_text(weight(g.events))
     j.title = j.title.replace(f" ({count})", f", repeating ({count})")
     j.notes.append(f"The GSP timed out {n119} times on this GPU: it keeps coming back, "
                    "so drain the node and repair the GPU if a reset does not hold.")
@@ -253,11 +269,12 @@ def _judge_119(j: Judged, g: _Group) -> None:
 
 def _judge_154(j: Judged, g: _Group) -> None:
     """The recovery action the driver asks for is the action."""
-    target, action = recovery_target(g.events[-1])
+    target, action = recovery_target(latest_of(g.events))
     j.action = action
     j.severity = Severity.INFO if action is Action.NONE else Severity.CRITICAL
     j.blame = Blame.UNKNOWN if action is Action.NONE else Blame.NODE
-    j.title = f"Xid 154 on {g.gpu}: the driver asks for: {target} ({count_text(len(g.events))})"
+    j.title = (f"Xid 154 on {g.gpu}: the driver asks for: {target} "
+               f"({count_text(weight(g.events))})")
     j.notes.append(f"Latest recovery action: {target}; do exactly that.")
 
 
@@ -270,7 +287,7 @@ def _judge_app_fault_group(j: Judged, g: _Group) -> None:
     loop = g.ctx.app.crash_loop()
     if loop is not None:
         j.title = (f"Xid {g.code} on {g.gpu}: one job ({loop}) crash-looping: "
-                   f"{len(g.ctx.app.processes)} restarts ({count_text(len(g.events))})")
+                   f"{g.ctx.app.count()} restarts ({count_text(weight(g.events))})")
 
 
 # the codes whose verdict the GPU's other events refine (every other code: the catalog's)
@@ -280,9 +297,9 @@ _CONTEXT: dict[int, Callable[[Judged, _Group], None]] = {
 
 
 def judge_xid_group(code: int, events: list[DriverEvent], ctx: _GpuContext,
-                    causes_of: dict[int, set[int]], gpu: str) -> Judged:
+                    causes_of: dict[int, _Follows], gpu: str) -> Judged:
     """Catalog judgement of one (code, GPU) group, refined by the GPU's context."""
-    j = _catalog_judged(code, len(events), gpu)
+    j = _catalog_judged(code, weight(events), gpu)
     refine = _CONTEXT.get(code)
     if refine is not None:
         refine(j, _Group(code, events, ctx, causes_of, gpu))
@@ -298,7 +315,7 @@ def _judge_app_fault(j: Judged, app: _AppFaults) -> None:
     n = app.suspects()
     loop = app.crash_loop()
     if loop is None and n >= 2:
-        who = f"{len(app.processes)} different processes"
+        who = f"{app.count()} different processes"
         if len(app.programs) >= 2 and not app.unnamed:
             who += f" of {n} programs ({', '.join(sorted(app.programs))})"
         j.severity = Severity.CRITICAL if n >= 3 else worse(j.severity, Severity.WARNING)
@@ -318,19 +335,21 @@ def _judge_app_fault(j: Judged, app: _AppFaults) -> None:
 
 
 def _judge_45(j: Judged, events: list[DriverEvent], ctx: _GpuContext,
-              causes_of: dict[int, set[int]], gpu: str) -> None:
-    causes = [causes_of.get(id(ev), set()) for ev in events]
-    if not all(causes):
-        if any(causes):
-            j.notes.append(f"{sum(1 for c in causes if c)} of them follow another Xid.")
+              causes_of: dict[int, _Follows], gpu: str) -> None:
+    n = weight(events)
+    follows = [causes_of.get(id(ev), _Follows({}, ev.count)) for ev in events]
+    uncaused = sum(f.uncaused for f in follows)
+    if uncaused:
+        if uncaused < n:
+            j.notes.append(f"{n - uncaused} of them follow another Xid.")
         return
-    named = set().union(*causes) - {45}
+    named = {c for f in follows for c, k in f.causes.items() if k} - {45}
     if not named:  # "caused by previous Xid 45" only: a teardown names no cause
-        _judge_45_chain(j, len(events), gpu)
+        _judge_45_chain(j, n, gpu)
         return
     absent = sorted(c for c in named if c not in ctx.codes)
     what = ", ".join(f"Xid {c}" for c in sorted(named))
-    j.title = f"Xid 45 on {gpu}: follow-on of {what} ({count_text(len(events))})"
+    j.title = f"Xid 45 on {gpu}: follow-on of {what} ({count_text(n)})"
     j.explanation = ("Xid 45 is the driver tearing down channels after another error; it "
                      "is a consequence, not a cause of its own.")
     if absent:
@@ -385,7 +404,7 @@ def judge_xids(events: Iterable[DriverEvent], gpus: GpuMap,
         for (code, bus), items in group(xid_events(evs_ended),
                                          lambda it: (it[0], it[1].bus_id)).items():
             evs = [ev for _, ev in items]
-            judged = _catalog_judged(code, len(evs), gpu_label(bus, gpus))
+            judged = _catalog_judged(code, weight(evs), gpu_label(bus, gpus))
             yield past(f"xid.{code}", judged, evs, scope_of(bus, gpus), (DOC_XID,), reset)
     xids = xid_events(current)
     contexts, causes_of = _gpu_contexts(xids)
@@ -396,7 +415,7 @@ def judge_xids(events: Iterable[DriverEvent], gpus: GpuMap,
     for (code, bus), items in group(xid_events(earlier),
                                      lambda it: (it[0], it[1].bus_id)).items():
         evs = [ev for _, ev in items]
-        judged = _catalog_judged(code, len(evs), gpu_label(bus, gpus))
+        judged = _catalog_judged(code, weight(evs), gpu_label(bus, gpus))
         yield history(f"xid.{code}", judged, evs, scope_of(bus, gpus), (DOC_XID,))
 
 
