@@ -255,3 +255,31 @@ def test_json_is_indented_for_a_terminal_and_compact_when_piped(log):
     assert main(["logs", path, "--json"], Environment(stdout=tty, stderr=io.StringIO())) == 2
     assert piped.getvalue().count("\n") == 1 and '\n  "' in tty.getvalue()
     assert json.loads(piped.getvalue()) == json.loads(tty.getvalue())
+
+
+def test_logs_full_lists_every_event_kept_and_json_says_so(log):
+    path = log(XID79 + XID31 * 3)
+    _, out, _ = cli("logs", "--json", path)
+    doc = json.loads(out)
+    lanes = {lane["pci_bus_id"]: lane for lane in doc["timeline"]}
+    assert [r["count"] for r in lanes["0000:18:00.0"]["events"]] == [3]  # one burst
+    # the Xid 79 line is two events (the Xid, the GPU fallen off the bus)
+    assert doc["totals"] == {"events": 5, "bursts": 3, "bursts_left_out": 0,
+                             "events_left_out": 0, "full": False}
+    assert doc["scan"]["events"] == doc["scan"]["kept"] == 5
+    _, out, _ = cli("logs", "--json", "--full", path)
+    doc = json.loads(out)
+    lanes = {lane["pci_bus_id"]: lane for lane in doc["timeline"]}
+    assert [r["count"] for r in lanes["0000:18:00.0"]["events"]] == [1, 1, 1]
+    assert doc["totals"]["full"] is True and doc["totals"]["bursts"] == 5
+    code, out, _ = cli("logs", "--full", path)
+    assert code == 2 and "x3" not in out.split("CRITICAL  Xid 79 on")[0]
+
+
+def test_logs_help_says_what_full_lists(capsys):
+    from gputriage.parsers.kernel_fold import KEEP
+
+    assert cli("logs", "--help")[0] == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"the first {KEEP} of each kind, code and device, then one line per folded run" \
+        in text

@@ -43,17 +43,22 @@ def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True,
               help="Print the timeline and findings as JSON (schema gputriage/logs/v1).")
+@click.option("--full", is_flag=True,
+              help="List every event the scan kept instead of each GPU's first and last "
+                   "bursts: the first 64 of each kind, code and device, then one line per "
+                   "folded run (its count, first and last time); the scan keeps no more.")
 @verbose_option
 @quiet_option
 @no_pager_option
 @since_option
 @boot_option
-def logs(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool, no_pager: bool,
-         since: str | None, boot: str | None) -> None:
+def logs(paths: tuple[str, ...], as_json: bool, full: bool, verbose: bool, quiet: bool,
+         no_pager: bool, since: str | None, boot: str | None) -> None:
     """Read kernel logs (dmesg, journalctl -k, syslog / kern.log, rotated .gz / .xz;
-    - reads stdin) and print each GPU's timeline of NVIDIA events, then the findings.
-    Several files make one timeline; pipes and FIFOs are read once. Exit status as for
-    analyze."""
+    - reads stdin) and print each GPU's timeline of NVIDIA events as bursts (runs of one
+    code, with count and span; the first and last of each GPU, --full for all), then the
+    findings. Several files make one timeline; pipes and FIFOs are read once. Exit status
+    as for analyze."""
     from gputriage.commands.progress import progress_for
     from gputriage.logscan import scan_paths
     from gputriage.views.status import exit_status
@@ -64,16 +69,17 @@ def logs(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool, no_p
     with progress_for(env, quiet) as progress:  # opens, sniffs and reads each input once
         scan = scan_paths(list(paths), shape=True, progress=progress.update)
     result, events = _judge_scan(scan, window)
-    lanes = build_timeline(events)
+    lanes = build_timeline(events, full=full)
     if as_json:
         doc = logs_document(scan, lanes, result, {
-            "boot": window.boot, "since": window.since.isoformat() if window.since else None})
+            "boot": window.boot, "since": window.since.isoformat() if window.since else None},
+            full=full)
         env.write_json(doc)
     elif quiet:
         quiet_line(result, who=result.host.hostname or ", ".join(paths))
     else:
-        show(lambda console: render_logs(scan, lanes, result, console, verbose=verbose),
-             no_pager=no_pager)
+        show(lambda console: render_logs(scan, lanes, result, console, verbose=verbose,
+                                         full=full), no_pager=no_pager)
     raise CommandExit(int(exit_status(result)))
 
 

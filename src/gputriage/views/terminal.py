@@ -66,6 +66,7 @@ class Out:
         self.encoding = encoding
         self.unicode = encoding.replace("-", "").startswith("utf")
         self.dot = " · " if self.unicode else " | "
+        self.evidence_lines: int | None = None  # per finding outside verbose; None: all
 
     def clean(self, value: Any) -> str:
         """``value`` as one printable line (:func:`gputriage.views.safe.printable`),
@@ -296,8 +297,15 @@ def _status_words(f: Finding) -> str:
 
 
 def _evidence(out: Out, f: Finding, indent: int) -> None:
-    """Each evidence block: its source line, then its lines (capped unless verbose)."""
-    for ev in f.evidence:
+    """Each evidence block: its source line, then its lines (capped unless verbose); with
+    ``out.evidence_lines``, no further block once that many lines were printed."""
+    budget, used = None if out.verbose else out.evidence_lines, 0
+    for i, ev in enumerate(f.evidence):
+        if budget is not None and used >= budget:
+            n = len(f.evidence) - i
+            out.line((f"(+{n} more evidence block{'s' if n != 1 else ''}; -v shows all)",
+                      "dim"), indent=indent)
+            return
         head: list[Segment] = [("source: ", "dim"), (ev.source, "bold")]
         if ev.note:
             head += [(out.dot, "dim"), (ev.note, "italic")]
@@ -308,6 +316,7 @@ def _evidence(out: Out, f: Finding, indent: int) -> None:
             out.verbatim(line, indent=indent + 2)
         if len(lines) > len(shown):
             out.line((f"(+{len(lines) - len(shown)} more lines)", "dim"), indent=indent + 2)
+        used += 1 + len(shown) + (len(lines) > len(shown))
 
 
 def _consequences(out: Out, f: Finding) -> None:

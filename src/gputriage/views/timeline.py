@@ -1,6 +1,8 @@
-"""The per-GPU timeline of ``gputriage logs``: each GPU (or switch, or device)
-with its kernel events in time order, bursts folded into one row, earlier
-boots marked; plus the ``gputriage/logs/v1`` JSON document.
+"""The per-GPU timeline of ``gputriage logs``: each GPU (or switch, or device) with
+its kernel events in time order as bursts (runs of one code, counted by weight: a storm
+the scan folded counts every occurrence), the first :data:`HEAD` and last :data:`TAIL`
+of each lane shown with what was left out (``--full``: every event the scan kept),
+earlier boots marked; plus the ``gputriage/logs/v1`` JSON document, bounded the same way.
 
 rich is imported only inside :func:`render_logs`; host text goes through
 rich ``Text`` objects (never markup), so raw kernel lines print verbatim.
@@ -16,13 +18,24 @@ from gputriage import __version__
 from gputriage.model import Result
 from gputriage.parsers.base import strict_int
 from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.parsers.kernel_fold import seconds, weight
 from gputriage.views.status import exit_status, verdict
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
 SCHEMA = "gputriage/logs/v1"
-ROWS_SHOWN = 40  # rows per lane in the terminal outside verbose mode
+# Bursts shown per lane (terminal and JSON) unless --full: the first HEAD, how the trouble
+# began (the rules read which code came first: 79 first, 48 then 63/64, 13 then 45), and the
+# last TAIL, how it stands at the end of the log. 10 rows keep a storm over 8 GPUs, with
+# its findings, under 200 lines, and a quiet log (a handful of events per GPU) whole.
+HEAD = 6
+TAIL = 4
+CODES_NAMED = 4  # codes named in a lane's "... N more bursts" line, most frequent first
+# Evidence lines per finding (outside verbose mode) after which its further blocks are
+# left out: the timeline above already lists each device's events, so in a storm over 8
+# GPUs one block (the first GPU's) is the example; a quiet log's few blocks all fit.
+EVIDENCE_LINES = 10
 
 KIND_MEANING = {
     "fallen-off-bus": "GPU has fallen off the bus",
@@ -48,7 +61,9 @@ KIND_MEANING = {
 
 @dataclass
 class Row:
-    """One event, or a burst of identical consecutive events, on a lane."""
+    """A burst: a run of one event (kind and code) on a lane, consecutive there and in
+    one boot; or, under ``--full``, one event as the scan kept it (a folded storm is one
+    event standing for ``count`` occurrences)."""
 
     kind: str
     code: int | None
@@ -56,8 +71,9 @@ class Row:
     boot: int
     first: str | None
     last: str | None
-    count: int
-    line: str
+    count: int  # occurrences, by weight: a folded event counts all it stands for
+    line: str  # an example: the first line of the run's first event
+    last_at: float | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         """The row as plain JSON data."""
@@ -65,20 +81,49 @@ class Row:
                 "boot": self.boot, "first": self.first, "last": self.last,
                 "count": self.count, "line": self.line}
 
+    def take(self, ev: DriverEvent) -> None:
+        """Extend the burst with the next event of its run: the count by weight, the
+        last time that of the latest occurrence (a folded event's ``latest``)."""
+        self.count += ev.count
+        at = seconds(ev.latest)
+        if at is None or self.last_at is None or at >= self.last_at:
+            self.last, self.last_at = _when(ev.latest), at
+
 
 @dataclass
 class Lane:
-    """The events of one GPU, switch, device, or of the node (no PCI address)."""
+    """The events of one GPU, switch, device, or of the node (no PCI address), as rows:
+    bursts, or (``--full``) every event the scan kept."""
 
     label: str
     pci_bus_id: str | None = None
     gpu_index: int | None = None
     rows: list[Row] = field(default_factory=list)
 
-    def to_json(self) -> dict:
-        """The lane as plain JSON data."""
+    @property
+    def weight(self) -> int:
+        """The occurrences the lane's rows stand for."""
+        return sum(r.count for r in self.rows)
+
+    def shown(self, full: bool = False) -> tuple[list[Row], list[Row], list[Row]]:
+        """(head, left out, tail): the rows shown are the first :data:`HEAD` and the last
+        :data:`TAIL`; all of them under ``full`` or when there are no more than that."""
+        if full or len(self.rows) <= HEAD + TAIL:
+            return list(self.rows), [], []
+        return (self.rows[:HEAD], self.rows[HEAD:len(self.rows) - TAIL],
+                self.rows[len(self.rows) - TAIL:])
+
+    def to_json(self, full: bool = False) -> dict:
+        """The lane as plain JSON data: its rows shown (bounded unless ``full``), where
+        the rows left out were, and its totals."""
+        head, cut, tail = self.shown(full)
         return {"label": self.label, "pci_bus_id": self.pci_bus_id,
-                "gpu_index": self.gpu_index, "events": [r.to_json() for r in self.rows]}
+                "gpu_index": self.gpu_index,
+                "events": [r.to_json() for r in (*head, *tail)],
+                "left_out_after": len(head) if cut else None,
+                "totals": {"events": self.weight, "bursts": len(self.rows),
+                           "bursts_left_out": len(cut),
+                           "events_left_out": sum(r.count for r in cut)}}
 
 
 def _meaning(ev: DriverEvent, code: int | None) -> str:
@@ -102,10 +147,20 @@ def _when(ev: DriverEvent) -> str | None:
     return t.isoformat() if t is not None else ev.timestamp
 
 
+def _row(ev: DriverEvent, code: int | None) -> Row:
+    """A row of one event (a folded one: its first and latest occurrence, its count)."""
+    first_line = ev.line.splitlines()[0] if ev.line else ""
+    latest = ev.latest
+    return Row(ev.kind, code, _meaning(ev, code), ev.boot, _when(ev), _when(latest),
+               ev.count, first_line, seconds(latest))
+
+
 def build_timeline(events: Iterable[DriverEvent],
-                   gpus: dict[str, tuple[int | None, str | None]] | None = None) -> list[Lane]:
+                   gpus: dict[str, tuple[int | None, str | None]] | None = None, *,
+                   full: bool = False) -> list[Lane]:
     """Lanes of events by PCI address, GPUs first (by index, then address), then
-    other devices, then the node; consecutive identical events fold into one row."""
+    other devices, then the node. Consecutive events of one kind and code (in one boot)
+    make one burst; with ``full``, every event is a row of its own."""
     gpus = gpus or {}
     lanes: dict[str | None, Lane] = {}
     for ev in events:
@@ -116,13 +171,11 @@ def build_timeline(events: Iterable[DriverEvent],
             lanes[bus] = lane
         code = _code(ev)
         last = lane.rows[-1] if lane.rows else None
-        if last is not None and (last.kind, last.code, last.boot) == (ev.kind, code, ev.boot):
-            last.count += 1
-            last.last = _when(ev)
+        if (not full and last is not None
+                and (last.kind, last.code, last.boot) == (ev.kind, code, ev.boot)):
+            last.take(ev)
             continue
-        first_line = ev.line.splitlines()[0] if ev.line else ""
-        lane.rows.append(Row(ev.kind, code, _meaning(ev, code), ev.boot, _when(ev), _when(ev),
-                             1, first_line))
+        lane.rows.append(_row(ev, code))
 
     def order(lane: Lane) -> tuple:
         known_gpu = lane.pci_bus_id in gpus or any(r.kind == "xid" for r in lane.rows)
@@ -151,7 +204,8 @@ def _label(ev: DriverEvent, gpus: dict[str, tuple[int | None, str | None]]) -> s
 
 
 def scan_summary(scan: Any) -> dict:
-    """The scan's counters as plain JSON data."""
+    """The scan's counters as plain JSON data: ``events`` the occurrences found (by
+    weight), ``kept`` the events the scan kept (storms folded)."""
     boots = []
     for b in getattr(scan, "boots", []) or []:
         boots.append({"index": b.index, "boot_id": b.boot_id,
@@ -159,12 +213,24 @@ def scan_summary(scan: Any) -> dict:
                       "last": b.last.isoformat() if b.last else None})
     return {"lines": scan.lines, "skipped": scan.skipped, "bytes": scan.bytes,
             "formats": list(scan.formats), "problems": list(scan.problems),
-            "events": len(scan.events), "boots": boots}
+            "events": weight(scan.events), "kept": len(scan.events), "boots": boots}
+
+
+def totals(lanes: list[Lane], full: bool = False) -> dict:
+    """The timeline's totals: occurrences (by weight), rows (bursts, or under ``full``
+    events kept), and what the bounded listing leaves out."""
+    cuts = [lane.shown(full)[1] for lane in lanes]
+    return {"events": sum(lane.weight for lane in lanes),
+            "bursts": sum(len(lane.rows) for lane in lanes),
+            "bursts_left_out": sum(len(c) for c in cuts),
+            "events_left_out": sum(r.count for c in cuts for r in c),
+            "full": full}
 
 
 def logs_document(scan: Any, lanes: list[Lane], result: Result,
-                  window: dict | None = None) -> dict:
-    """The ``gputriage/logs/v1`` document: scan counters, window, timeline, findings."""
+                  window: dict | None = None, *, full: bool = False) -> dict:
+    """The ``gputriage/logs/v1`` document: scan counters, window, timeline (bounded
+    unless ``full``) and its totals, findings."""
     return {
         "schema": SCHEMA,
         "tool_version": __version__,
@@ -172,30 +238,43 @@ def logs_document(scan: Any, lanes: list[Lane], result: Result,
         "exit_status": int(exit_status(result)),
         "scan": scan_summary(scan),
         "window": window or {"boot": None, "since": None},
-        "timeline": [lane.to_json() for lane in lanes],
+        "timeline": [lane.to_json(full) for lane in lanes],
+        "totals": totals(lanes, full),
         "findings": [f.to_json() for f in result.sorted_findings()],
     }
 
 
-def _rows_shown(rows: list[Row], verbose: bool) -> list[Row | None]:
-    if verbose or len(rows) <= ROWS_SHOWN:
-        return list(rows)
-    half = ROWS_SHOWN // 2
-    return [*rows[:half], None, *rows[-half:]]
+def _what(row: Row) -> str:
+    if row.kind in ("xid", "sxid"):
+        return f"{'Xid' if row.kind == 'xid' else 'SXid'} {row.code}"
+    return row.kind
 
 
-def _print_lane(out: Any, lane: Lane, verbose: bool) -> None:
+def _left_out(cut: list[Row]) -> str:
+    """``... N more bursts (M events: Xid 13 x6102, ...; --full lists them)``."""
+    by_code: dict[str, int] = {}
+    for row in cut:
+        by_code[_what(row)] = by_code.get(_what(row), 0) + row.count
+    ranked = sorted(by_code.items(), key=lambda kv: -kv[1])
+    named = ", ".join(f"{what} x{n}" for what, n in ranked[:CODES_NAMED])
+    if len(ranked) > CODES_NAMED:
+        named += ", ..."
+    n, m = len(cut), sum(r.count for r in cut)
+    return (f"\u2026 {n} more burst{'s' if n != 1 else ''} ({m} event{'s' if m != 1 else ''}: "
+            f"{named}; --full lists every event kept)")
+
+
+def _print_lane(out: Any, lane: Lane, verbose: bool, full: bool) -> None:
     """A lane's rows as a table: time (or first .. last), event, then what it means,
     the count of a burst, an earlier boot, and (verbose) the kernel line under it.
-    Outside verbose mode a long lane shows its first and last rows around a note."""
-    shown = _rows_shown(lane.rows, verbose)
-    if None not in shown:
-        _print_rows(out, [r for r in shown if r is not None], verbose)
-        return
-    cut = shown.index(None)
-    _print_rows(out, [r for r in shown[:cut] if r is not None], verbose)
-    out.line((f"... {len(lane.rows) - ROWS_SHOWN} more rows (-v shows all)", "dim"), indent=2)
-    _print_rows(out, [r for r in shown[cut + 1:] if r is not None], verbose)
+    Unless ``full``, a long lane shows its first and last bursts around a note of what
+    it leaves out."""
+    head, cut, tail = lane.shown(full)
+    _print_rows(out, head, verbose)
+    if cut:
+        text = _left_out(cut)
+        out.line((text if out.unicode else "..." + text[1:], "dim"), indent=2)
+        _print_rows(out, tail, verbose)
 
 
 def _print_rows(out: Any, rows: list[Row], verbose: bool) -> None:
@@ -226,8 +305,7 @@ def _print_rows(out: Any, rows: list[Row], verbose: bool) -> None:
 def _cells(out: Any, row: Row) -> tuple[Any, Any, Any]:
     """Time (or first .. last), event, then what it means, the count of a burst and
     an earlier boot."""
-    what = f"Xid {row.code}" if row.kind == "xid" else (
-        f"SXid {row.code}" if row.kind == "sxid" else row.kind)
+    what = _what(row)
     stamp = row.first or "-"
     if row.count > 1 and row.last and row.last != row.first:
         stamp += f" .. {row.last}"
@@ -258,26 +336,34 @@ def _print_table(out: Any, table: Any) -> None:
         print_table(out.console, table, indent=2)
 
 
+def _headline(scan: Any, lanes: list[Lane]) -> str:
+    """``N events on K GPU(s)/device(s)``, with the events kept when storms were folded."""
+    n, kept = weight(scan.events), len(scan.events)
+    folded = f" ({kept} kept, storms folded)" if kept != n else ""
+    return f"{n} events{folded} on {len(lanes)} GPU(s)/device(s)"
+
+
 def render_logs(scan: Any, lanes: list[Lane], result: Result, console: Console | None = None,
-                *, verbose: bool = False) -> None:
-    """Print the timeline, then the findings (the terminal report's own layout),
-    then one line of scan counters."""
+                *, verbose: bool = False, full: bool = False) -> None:
+    """Print the timeline (bursts, bounded per lane unless ``full``), then the findings
+    (the terminal report's own layout, evidence blocks bounded unless verbose), then one
+    line of scan counters."""
     from rich.console import Console as RichConsole
 
     from gputriage.views import terminal
 
     console = console or RichConsole(highlight=False)
     out = terminal.Out(console, verbose)
+    out.evidence_lines = EVIDENCE_LINES
     word = verdict(result)
     out.line((f"{word.upper():<8}", terminal.STYLES.get(word, "")), ("  ", ""),
-             ("kernel log timeline", "bold"), (out.dot, ""),
-             (f"{len(scan.events)} events on {len(lanes)} GPU(s)/device(s)", ""))
+             ("kernel log timeline", "bold"), (out.dot, ""), (_headline(scan, lanes), ""))
     if not lanes:
         out.line(("No NVIDIA-relevant events in the log.", "dim"), indent=10)
     for lane in lanes:
         console.print()
         out.line((lane.label, "bold cyan"))
-        _print_lane(out, lane, verbose)
+        _print_lane(out, lane, verbose, full)
     terminal.print_findings(out, result)
     console.print()
     if scan.lines is not None:
