@@ -1,26 +1,43 @@
 """Kernel-log scanning throughput, side by side with the on-call's grep.
 
-Generates a kernel log in journalctl short-iso format (default 1 GB, about
-0.1 % NVIDIA lines -- Xid, NVRM, nvidia-nvswitch SXid, mlx5 -- among ordinary
-usb / ext4 / audit / systemd / TCP lines) in a temporary folder, then times:
+Generates a kernel log (default 1 GB, journalctl short-iso or ``--format dmesg``)
+in a temporary folder, of one ``--profile`` (or ``all`` in turn):
+
+  * quiet: about 0.1 % NVIDIA lines -- Xid, NVRM, nvidia-nvswitch SXid, mlx5 --
+    among ordinary usb / ext4 / audit / systemd / TCP lines;
+  * storm: as quiet, and 1 line in 10 an Xid (13/31/43/119 over 8 GPUs from 300
+    processes, some followed by the Xid 45 of the same process);
+  * busy-hca: as quiet, and 1 line in 6 a routine ``mlx5_core`` message (E-Switch,
+    PCIe power, module events, firmware tracer, health dumps, rate limits, ...);
+
+then times:
 
   * ``python -m gputriage logs FILE --json > out`` (when the ``logs`` command
     is not available yet: ``python -c`` calling ``gputriage.logscan.scan_paths``,
-    and the report says so);
-  * ``python -m gputriage analyze FILE --json > out`` (a large kernel log is read
-    whole by the same streaming scanner; its peak RSS must stay near the ``logs`` one);
+    and the report says so), its JSON size, and once ``logs FILE --no-pager``
+    piped to a file: the terminal report's lines;
+  * the scan alone (``scan_paths``) and the start-up alone (an empty log);
+  * with ``--analyze``: ``python -m gputriage analyze FILE --json > out``;
   * ``grep -i -E 'nvidia|xid|nvrm' FILE > out2`` (output to a file: GNU grep
-    stops at the first match when its output is /dev/null);
+    stops at the first match when its output is /dev/null) and
+    ``grep -ciE 'nvidia|xid|nvrm' FILE``;
+  * µs per line of the profile's kind: the time beyond the quiet profile's time
+    per byte (when quiet ran first), and directly (the scan of a file of the log's
+    first 100,000 anchor lines, less start-up, per line);
+  * the anchor search alone per engine (Hyperscan, libc, ``bytes.find``), one
+    thread with and without routine-line rejection, and two threads.
 
-and prints both wall times (best of ``--repeat`` runs: the figure least disturbed
-by other load), throughputs (MB/s), the ratio and the peak RSS of the gputriage
+and prints wall times (best of ``--repeat`` runs: the figure least disturbed
+by other load), throughputs (MB/s), the ratios and the peak RSS of the gputriage
 run: the largest single process (``getrusage(RUSAGE_CHILDREN)``, measured in a
 wrapper child so that grep's figure does not mix in) and the largest summed
 memory of its process tree (proportional set sizes, so that pages forked
 workers share count once; sampled from /proc every 50 ms: large plain files
 are searched by worker processes, which one process's figure leaves out).
 
-Usage: python benchmarks/log_scan.py [--size 1GB] [--keep DIR] [--file LOG] [--repeat N]
+Usage: python benchmarks/log_scan.py [--profile quiet|storm|busy-hca|all]
+       [--format short-iso|dmesg] [--size 1GB] [--keep DIR] [--file LOG] [--repeat N]
+       [--analyze] [--no-engines]
 ``--size 5GB`` is the memory check (peak RSS must stay under 200 MB).
 """
 
@@ -85,28 +102,112 @@ _NVIDIA = (
 )
 
 
-def generate(path: Path, size: int, seed: int = 7) -> int:
-    """Write about ``size`` bytes of log to ``path``; returns the bytes written."""
+# busy HCA: the routine messages of a ConnectX adapter (none is an event)
+_MLX5_ROUTINE = (
+    "mlx5_core 0000:{bus:02x}:00.{p}: E-Switch: Total vports {n}, per vport: max uc(1024) "
+    "max mc(16384)",
+    "mlx5_core 0000:{bus:02x}:00.{p}: mlx5_pcie_event:304:(pid {m}): PCIe slot advertised "
+    "sufficient power (75W).",
+    "mlx5_core 0000:{bus:02x}:00.{p}: Port module event: module {p}, Cable plugged",
+    "mlx5_core 0000:{bus:02x}:00.{p}: mlx5_fw_tracer_handle_traces:742:(pid {m}): FW tracer "
+    "buffer full",
+    "mlx5_core 0000:{bus:02x}:00.{p}: print_health_info:424:(pid {m}): assert_var[{p}] "
+    "0x00000000",
+    "mlx5_core 0000:{bus:02x}:00.{p}: firmware version: 28.39.{m}",
+    "mlx5_core 0000:{bus:02x}:00.{p}: Rate limit: 127 rates are supported, range: 0Mbps to "
+    "97656Mbps",
+    "mlx5_core 0000:{bus:02x}:00.{p}: Flow counters: {m} bulk queries in flight",
+    "mlx5_core 0000:{bus:02x}:00.{p}: MLX5E: StrdRq(1) RqSz(8) StrdSz(2048) RxCqeCmprss(0 "
+    "basic)",
+    "mlx5_core 0000:{bus:02x}:00.{p}: enabling device (0000 -> 0002)",
+)
+_BUSES = (0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb)
+_PROCS = ("python3", "pt_main_thread", "torchrun", "nvidia-smi", "dcgmi", "llama-server",
+          "vllm", "trainer")
+_XID_TEXT = {
+    13: "Graphics SM Warp Exception on (GPC {g}, TPC {t}, SM 0): Out Of Range Address",
+    31: "Ch 0000003b, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_{g} faulted @ "
+        "0x7f1c_{a:08x}. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+    43: "Ch 000000{t:02x}",
+    45: "Ch 000000{t:02x}",
+    119: "Timeout after 6s of waiting for RPC response from GPU{g} GSP! Expected function 76 "
+         "(GSP_RM_CONTROL) (0x20801813 0x4c).",
+}
+PROFILES = ("quiet", "storm", "busy-hca")
+FORMATS = ("short-iso", "dmesg")
+
+
+class _Storm:
+    """Xid lines of an incident: 13/31/43/119 over 8 GPUs from many processes, some
+    followed by the Xid 45 of the channels torn down for the same process."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.pids = [(rng.randint(1000, 4_000_000), rng.choice(_PROCS)) for _ in range(300)]
+        self.follow: list[tuple[int, int, str]] = []  # (bus, pid, name) owed an Xid 45
+
+    def line(self) -> str:
+        rng = self.rng
+        if self.follow and rng.random() < 0.5:
+            bus, pid, name = self.follow.pop(0)
+            code = 45
+        else:
+            code = rng.choice((13, 13, 31, 31, 43, 119))
+            bus = rng.choice(_BUSES)
+            pid, name = rng.choice(self.pids)
+            if code != 119 and rng.random() < 0.3 and len(self.follow) < 64:
+                self.follow.append((bus, pid, name))
+        text = _XID_TEXT[code].format(g=rng.randint(0, 7), t=rng.randint(0, 255),
+                                      a=rng.getrandbits(32))
+        return f"NVRM: Xid (PCI:0000:{bus:02x}:00): {code}, pid={pid}, name={name}, {text}"
+
+
+def _prefix(fmt: str, t0: int, second: int, i: int) -> str:
+    if fmt == "dmesg":
+        return f"[{second + i / 2000:12.6f}] "
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(t0 + second))
+    return f"{stamp} gpu-node-17 kernel: "
+
+
+def generate(path: Path, size: int, seed: int = 7, profile: str = "quiet",
+             fmt: str = "short-iso") -> tuple[int, int]:
+    """Write about ``size`` bytes of log to ``path`` (``profile``: quiet, storm,
+    busy-hca; ``fmt``: short-iso, dmesg); returns (bytes written, lines holding an
+    anchor that the profile put there)."""
     rng = random.Random(seed)
+    storm = _Storm(random.Random(seed + 1))
     t0 = 1_724_990_000
-    written = 0
+    written = special = 0
     second = 0
     with path.open("w", encoding="utf-8") as fh:
         while written < size:
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(t0 + second))
+            head = _prefix(fmt, t0, second, 0)
             second += 1
             out = []
-            for _ in range(2000):
-                tpl = rng.choice(_NVIDIA) if rng.random() < 0.001 else rng.choice(_ORDINARY)
+            for i in range(2000):
+                if fmt == "dmesg":
+                    head = _prefix(fmt, t0, second, i)
+                r = rng.random()
+                if profile == "storm" and r < 0.1:
+                    out.append(f"{head}{storm.line()}\n")
+                    special += 1
+                    continue
+                if profile == "busy-hca" and r > 5 / 6:
+                    tpl = rng.choice(_MLX5_ROUTINE)
+                    special += 1
+                elif r < 0.001:
+                    tpl = rng.choice(_NVIDIA)
+                    special += 1
+                else:
+                    tpl = rng.choice(_ORDINARY)
                 msg = tpl.format(b=rng.randint(1, 4), p=rng.randint(0, 7), n=rng.randint(0, 99),
                                  m=rng.randint(1000, 99999), t=t0 + second,
-                                 bus=rng.choice((0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba,
-                                                 0xdb)))
-                out.append(f"{stamp} gpu-node-17 kernel: {msg}\n")
+                                 bus=rng.choice(_BUSES))
+                out.append(f"{head}{msg}\n")
             chunk = "".join(out)
             fh.write(chunk)
             written += len(chunk)
-    return written
+    return written, special
 
 
 def _parse_size(text: str) -> int:
@@ -200,48 +301,141 @@ def _timed(argv: list[str], out: Path, repeat: int = 1) -> tuple[float, int, int
     return best, peak, tree, rc
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="1GB", help="log size to generate (e.g. 1GB, 5GB)")
-    parser.add_argument("--file", help="time this existing log instead of generating one")
-    parser.add_argument("--keep", help="generate into this folder and keep the log")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="runs of each command; the best time counts (default 3)")
-    args = parser.parse_args()
+# --- the anchor search alone, per engine -------------------------------------------------
 
-    tmp = None
-    if args.file:
-        log = Path(args.file)
-    else:
-        folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gt-logscan-"))
-        tmp = None if args.keep else folder
-        folder.mkdir(parents=True, exist_ok=True)
-        log = folder / "kern.log"
-        start = time.perf_counter()
-        generate(log, _parse_size(args.size))
-        print(f"generated {log.stat().st_size / 1e6:.0f} MB in "
-              f"{time.perf_counter() - start:.1f} s")
+def _search_alone(log: Path, engine: str, threads: int, reject: bool = True
+                  ) -> tuple[float, int]:
+    """Seconds to read ``log`` in 8 MiB blocks (page cache) and search each with
+    ``anchor_hits`` under ``engine`` on ``threads`` threads, and the lines found (each
+    block searched up to its last newline)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gputriage.logscan import ScanConfig
+    from gputriage.logscan.search import anchor_hits, anchors_for
+
+    config = ScanConfig(engine=engine, reject=reject)
+    block = config.block
+    size = log.stat().st_size
+    fd = os.open(log, os.O_RDONLY)
+    anchors = anchors_for(os.pread(fd, 4096, 0))
+    bufs = [bytearray(block) for _ in range(threads)]
+
+    def one(k: int) -> int:
+        found = 0
+        buf = bufs[k]
+        for i in range(k, size // block + 1, threads):
+            n = os.preadv(fd, [buf], i * block)
+            end = buf.rfind(b"\n", 0, n) + 1
+            found += len(anchor_hits(buf, 0, end, anchors, config))
+        return found
+
     try:
-        size_mb = log.stat().st_size / 1e6
-        # warm the page cache so that neither side pays the first read
-        subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=False)
-        work = log.parent
+        anchor_hits(bytearray(b"x\n"), 0, 2, anchors, config)  # compile outside the timing
+        start = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            found = sum(pool.map(one, range(threads)))
+        return time.perf_counter() - start, found
+    finally:
+        os.close(fd)
+
+
+def _engines(log: Path, repeat: int) -> None:
+    """Print the anchor search alone per engine (one core; two threads where the engine
+    searches outside the GIL)."""
+    from gputriage.logscan import ScanConfig
+    from gputriage.logscan.search import engine_for
+
+    size_mb = log.stat().st_size / 1e6
+    for engine in ("hyperscan", "libc", "python"):
+        if engine_for(ScanConfig(engine=engine)) != engine:
+            print(f"  anchor search, {engine}: not available here")
+            continue
+        runs = [(1, True), (1, False)] + ([(2, True)] if engine != "python" else [])
+        for threads, reject in runs:
+            n = repeat if engine != "python" else 1  # bytes.find: slow, one run
+            best, found = min(_search_alone(log, engine, threads, reject) for _ in range(n))
+            what = "routine lines dropped" if reject else "no rejection"
+            print(f"  anchor search alone, {engine}, {threads} thread{'s' * (threads > 1)}, "
+                  f"{what}: {best:.2f} s, {size_mb / best:.0f} MB/s, {found} lines")
+
+
+# --- one profile -------------------------------------------------------------------------
+
+def _anchor_lines(log: Path, limit: int = 100_000) -> Path:
+    """A file of the first ``limit`` lines of ``log`` holding an anchor (to time the
+    parse of event lines directly)."""
+    from gputriage.logscan.search import ANCHORS
+
+    out = log.with_suffix(".events")
+    n = 0
+    with log.open("rb") as src, out.open("wb") as dst:
+        for line in src:
+            if any(a in line for a in ANCHORS):
+                dst.write(line)
+                n += 1
+                if n >= limit:
+                    break
+    return out
+
+
+def _log_for(args: argparse.Namespace, profile: str) -> tuple[Path, int, Path | None]:
+    """The log of ``profile`` (generated, or reused from ``--keep``), its special lines
+    (-1 when unknown) and the folder to remove afterwards."""
+    if args.file:
+        return Path(args.file), -1, None
+    folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gt-logscan-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    size = _parse_size(args.size)
+    log = folder / f"{profile}-{args.format}-{args.size}.log"
+    count = log.with_suffix(".count")
+    if args.keep and log.exists() and count.exists():
+        print(f"reusing {log}")
+        return log, int(count.read_text()), None
+    start = time.perf_counter()
+    _, special = generate(log, size, profile=profile, fmt=args.format)
+    count.write_text(str(special))
+    print(f"generated {log.stat().st_size / 1e6:.0f} MB ({profile}, {args.format}) in "
+          f"{time.perf_counter() - start:.1f} s")
+    return log, special, None if args.keep else folder
+
+
+def _run_profile(args: argparse.Namespace, profile: str, quiet_rate: float | None
+                 ) -> float:
+    """Time one profile; returns gputriage's seconds per byte (for the next profiles)."""
+    log, special, tmp = _log_for(args, profile)
+    rep = args.repeat
+    try:
+        size = log.stat().st_size
+        size_mb = size / 1e6
+        subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=False)  # warm
+        work = Path(tempfile.mkdtemp(prefix="gt-logscan-out-"))
         scan_argv = [sys.executable, "-c", _SCAN_SNIPPET, str(log)]
-        if _logs_command_available():
+        have_logs = _logs_command_available()
+        if have_logs:
             label = "gputriage logs --json"
             gt_argv = [sys.executable, "-m", "gputriage", "logs", str(log), "--json"]
         else:
             label = "scan_paths (python -c; the `logs` command does not exist yet)"
             gt_argv = scan_argv
-        rep = args.repeat
+        print(f"== profile {profile}: {log.name} ({size_mb:.0f} MB, "
+              f"{special if special >= 0 else '?'} lines of the profile's kind); "
+              f"{os.cpu_count()} CPUs; best of {rep} runs")
         gt_wall, gt_rss, gt_tree, gt_rc = _timed(gt_argv, work / "out", rep)
         grep_wall, _, _, _ = _timed(["grep", "-i", "-E", "nvidia|xid|nvrm", str(log)],
                                     work / "out2", rep)
-        print(f"input: {log} ({size_mb:.0f} MB); {os.cpu_count()} CPUs; best of {rep} runs")
+        count_wall, _, _, _ = _timed(["grep", "-ciE", "nvidia|xid|nvrm", str(log)],
+                                     work / "out-count", rep)
         print(f"gputriage: {label}: {gt_wall:.2f} s, {size_mb / gt_wall:.0f} MB/s, "
               f"peak RSS {gt_rss / 1024:.0f} MB (process tree {gt_tree / 1024:.0f} MB), "
-              f"rc {gt_rc}")
-        if gt_argv is not scan_argv:
+              f"JSON {(work / 'out').stat().st_size} bytes, rc {gt_rc}")
+        if have_logs:
+            term = work / "out-term"
+            t_wall, _, _, _ = _timed([sys.executable, "-m", "gputriage", "logs", str(log),
+                                      "--no-pager"], term, 1)
+            with term.open("rb") as fh:
+                term_lines = sum(1 for _ in fh)
+            print(f"  terminal report (logs --no-pager, piped): {term_lines} lines, "
+                  f"{term.stat().st_size} bytes ({t_wall:.2f} s, one run)")
             sc_wall, sc_rss, sc_tree, _ = _timed(scan_argv, work / "out-scan", rep)
             print(f"  of which the scan alone (gputriage.logscan.scan_paths): {sc_wall:.2f} s, "
                   f"{size_mb / sc_wall:.0f} MB/s, peak RSS {sc_rss / 1024:.0f} MB "
@@ -251,23 +445,80 @@ def main() -> int:
             st_wall, _, _, _ = _timed([sys.executable, "-m", "gputriage", "logs", str(empty),
                                        "--json"], work / "out-start", rep)
             print(f"  start-up alone (gputriage logs EMPTY --json): {st_wall:.2f} s")
-            an_wall, an_rss, an_tree, an_rc = _timed(
-                [sys.executable, "-m", "gputriage", "analyze", str(log), "--json"],
-                work / "out-analyze", rep)
-            print(f"gputriage analyze --json: {an_wall:.2f} s, {size_mb / an_wall:.0f} MB/s, "
-                  f"peak RSS {an_rss / 1024:.0f} MB (process tree {an_tree / 1024:.0f} MB), "
-                  f"rc {an_rc}")
-        print(f"grep -i -E 'nvidia|xid|nvrm': {grep_wall:.2f} s, "
-              f"{size_mb / grep_wall:.0f} MB/s")
-        print(f"ratio gputriage/grep time: {gt_wall / grep_wall:.2f} "
-              f"(throughput {grep_wall / gt_wall:.2f}x grep's)")
+            if args.analyze:
+                an_wall, an_rss, an_tree, an_rc = _timed(
+                    [sys.executable, "-m", "gputriage", "analyze", str(log), "--json"],
+                    work / "out-analyze", rep)
+                print(f"gputriage analyze --json: {an_wall:.2f} s, {size_mb / an_wall:.0f} "
+                      f"MB/s, peak RSS {an_rss / 1024:.0f} MB (process tree "
+                      f"{an_tree / 1024:.0f} MB), rc {an_rc}")
+        for name, wall in (("grep -i -E 'nvidia|xid|nvrm' > file", grep_wall),
+                           ("grep -ciE 'nvidia|xid|nvrm'", count_wall)):
+            print(f"{name}: {wall:.2f} s, {size_mb / wall:.0f} MB/s; ratio gputriage/grep "
+                  f"time {gt_wall / wall:.2f}")
+        _per_event(log, special, gt_wall, size, quiet_rate, rep, work)
         if shutil.which("rg"):
             rg_wall, _, _, _ = _timed(["rg", "-i", "nvidia|xid|nvrm", str(log)], work / "out3",
                                       rep)
             print(f"rg -i: {rg_wall:.2f} s, {size_mb / rg_wall:.0f} MB/s")
+        if not args.no_engines:
+            _engines(log, rep)
+        shutil.rmtree(work, ignore_errors=True)
+        return gt_wall / size
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _per_event(log: Path, special: int, wall: float, size: int, quiet_rate: float | None,
+               rep: int, work: Path) -> None:
+    """Print µs per line of the profile's kind: from the quiet profile's time per byte
+    when it ran, and directly (the scan of a file of the log's first 100,000 anchor
+    lines, less the scan of an empty file, per line)."""
+    if quiet_rate is not None and special > 0:
+        extra = wall - quiet_rate * size
+        print(f"  µs per line of the profile's kind (time beyond the quiet profile's per "
+              f"byte, over {special} lines): {extra / special * 1e6:.1f}")
+    events = _anchor_lines(log)
+    with events.open("rb") as fh:
+        n = sum(1 for _ in fh)
+    if n:
+        empty = work / "empty-scan.log"
+        empty.write_bytes(b"")
+        full, _, _, _ = _timed([sys.executable, "-c", _SCAN_SNIPPET, str(events)],
+                               work / "out-ev", rep)
+        base, _, _, _ = _timed([sys.executable, "-c", _SCAN_SNIPPET, str(empty)],
+                               work / "out-ev0", rep)
+        print(f"  µs per anchor line, direct (scan_paths of the first {n} anchor lines "
+              f"alone, less start-up): {(full - base) / n * 1e6:.1f}")
+    events.unlink()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="quiet", choices=(*PROFILES, "all"),
+                        help="the log's mix (default quiet; all: each in turn)")
+    parser.add_argument("--format", default="short-iso", choices=FORMATS,
+                        help="the generated log's line format (default short-iso)")
+    parser.add_argument("--size", default="1GB", help="log size to generate (e.g. 1GB, 5GB)")
+    parser.add_argument("--file", help="time this existing log instead of generating one")
+    parser.add_argument("--keep", help="generate into this folder and keep the logs (a log "
+                        "already there for the same profile, format and size is reused)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs of each command; the best time counts (default 3)")
+    parser.add_argument("--analyze", action="store_true",
+                        help="also time `gputriage analyze --json` of the log")
+    parser.add_argument("--no-engines", action="store_true",
+                        help="skip timing the anchor search alone per engine")
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO / "src"))
+
+    profiles = PROFILES if args.profile == "all" else (args.profile,)
+    quiet_rate = None
+    for profile in profiles:
+        rate = _run_profile(args, profile, quiet_rate)
+        if profile == "quiet":
+            quiet_rate = rate
     return 0
 
 

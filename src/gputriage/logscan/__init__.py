@@ -5,19 +5,27 @@
 anchor literals (``NVRM:``, ``nvidia``, ``mlx5_core``, ``PCIe Bus Error``,
 ``segfault at`` ...: those of the rows of
 :data:`gputriage.parsers.kernel_table.EVENTS` and the boot markers; see
-``ANCHORS``). Anchors are found through libc
+``ANCHORS``). Anchors are found with Hyperscan where its wheel is installed (one
+compiled database of every anchor; routine lines of a noisy anchor such as
+``mlx5_core`` are rejected there, before any decoding), else through libc
 ``strstr`` via ctypes (each block's last newline turned into the NUL it needs
 while searching; ``memmem`` where a block has no such newline or many NULs)
 and through "probes" (a rare-led substring standing for one or more anchors,
-checked against them on the line), so a few fast passes cover every anchor.
-Large plain files are read in BLOCK-aligned reads by forked worker processes
-(Linux), which search and count newlines and send back only candidate lines;
-other inputs are searched on threads (the libc calls release the GIL) from
-reused read buffers; where libc is unavailable ``bytes.find`` does the work on
+checked against them on the line), else ``bytes.find``
+(:mod:`.search`, :mod:`.hsearch`, ``ScanConfig.engine``).
+Other inputs than large plain files are searched on threads (the search
+releases the GIL) from reused read buffers and parsed in this process, on
 one thread. Candidate lines (plus the continuation lines after them, and 30
 lines after a hung task or soft lockup for its call trace) are decoded and
-parsed by :class:`gputriage.parsers.kernel_extractor.EventExtractor`. How blocks
-are read and searched (block size, workers, libc) is a :class:`ScanConfig`.
+parsed by :class:`gputriage.parsers.kernel_extractor.EventExtractor` (a single-line
+Xid, the line a storm repeats, by the fast path of :mod:`.fastline`), and the events
+folded as they come (:mod:`gputriage.parsers.kernel_fold`: per boot, kind, device and
+code the first 64 are kept, the rest counted into one event with its last occurrence,
+its processes and its Xid 45 causes), so that what a scan holds is bounded by what is
+distinct in the log, not by its lines. Large plain files are read, searched, parsed and
+folded block by block in forked worker processes (:mod:`.blocks`), which send back only
+folded events. How blocks are read and searched (block size, workers, libc) is a
+:class:`ScanConfig`.
 
 Formats are recognised line by line: dmesg (raw, ``-T``, ``--time-format
 iso``), journalctl ``-k`` (short, short-iso, short-precise, ``-o json``),
@@ -40,10 +48,10 @@ every input has one, else by rotation number (``kern.log.2.gz`` before
 marker, boot id, uptime or sequence says otherwise. Unreadable, truncated or
 corrupt inputs are noted in ``problems``; only when no input can be read at
 all is :class:`gputriage.errors.InputError` raised. Memory: blocks are
-streamed, a bounded number in flight; only events are kept.
+streamed, a bounded number in flight; only folded events are kept.
 
 Layout: ``reader`` and ``stream`` (reading and decompressing inputs), ``search``
-(anchor search, threads), ``blocks`` (large files searched by worker processes),
+(anchor search, threads), ``blocks`` (large files read and parsed by worker processes),
 ``lines`` (formats, times, boots), ``timeline`` (inputs joined), ``config``.
 """
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 __all__ = ["DEFAULT", "ScanConfig"]
 
@@ -20,17 +21,29 @@ class ScanConfig:
     process_min: int = 64 << 20  # plain files this big are searched by worker processes
     workers: int | None = None  # threads or processes; None: one per CPU, at most 8
     gap_exact: int = 64 << 10  # longer gaps between wanted lines are not counted (workers)
+    # the anchor search: "auto" (Hyperscan where installed, for spans of 4 MiB and more;
+    # else libc), "hyperscan", "libc" or "python" (``bytes.find``); each falls back to the
+    # next where unusable
+    engine: Literal["auto", "hyperscan", "libc", "python"] = "auto"
     libc: bool = True  # search with libc strstr / memmem where usable (else bytes.find)
     strstr: bool = True  # strstr where a block allows it (else memmem only)
+    reject: bool = True  # drop routine lines (``search.ROUTINE``) before decoding them
 
     def parallel(self, libc_usable: bool) -> int:
         """How many threads or processes to use: one when the search cannot run outside
-        the GIL (no libc)."""
-        if not (self.libc and libc_usable):
+        the GIL (neither libc nor Hyperscan)."""
+        if self.engine == "python" or not (self.libc and libc_usable or self._hyperscan()):
             return 1
         if self.workers is not None:
             return max(1, self.workers)
         return max(1, min(8, os.cpu_count() or 1))
+
+    def _hyperscan(self) -> bool:
+        if not (self.engine == "hyperscan" or self.engine == "auto" and self.libc):
+            return False
+        from gputriage.logscan.hsearch import available
+
+        return available()
 
 
 DEFAULT = ScanConfig()

@@ -1,29 +1,36 @@
-"""Anchor search for :mod:`gputriage.logscan`: candidate lines found through libc
-``strstr`` / ``memmem`` (via ctypes) or ``bytes.find``, their context lines, and the
-threads that search the spans of one input in parallel.
+"""Anchor search for :mod:`gputriage.logscan`: candidate lines found through Hyperscan
+(:mod:`~gputriage.logscan.hsearch`, where installed), libc ``strstr`` / ``memmem`` (via
+ctypes) or ``bytes.find`` (``ScanConfig.engine``), their context lines, and the threads
+that search the spans of one input in parallel.
 
 The anchors are the literals of the rows of
 :data:`gputriage.parsers.kernel_table.EVENTS` and of the lines that start a boot: a
-line holding none of them proves no event."""
+line holding none of them proves no event. Nor does a line whose anchors are all
+routine ones (:data:`ROUTINE`: ``mlx5_core``) and that holds none of the
+literals their rows require: it is dropped before it is decoded."""
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from gputriage.logscan import hsearch
 from gputriage.logscan.config import ScanConfig
 from gputriage.logscan.lines import BOOT_ANCHORS, LineSource
 from gputriage.logscan.reader import InputSpans
 from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_follow import TRACE_WINDOW
 from gputriage.parsers.kernel_table import ANCHORS as EVENT_ANCHORS
-from gputriage.parsers.kernel_table import CONTEXT_ANCHORS
+from gputriage.parsers.kernel_table import CONTEXT_ANCHORS, EVENTS
 
-__all__ = ["ANCHORS", "HEAD_LINES", "LIBC", "LineFeeder", "Probe", "Span", "anchor_hits",
-           "anchors_for", "probes", "run_input", "search_span"]
+__all__ = ["ANCHORS", "ENGINES", "HEAD_LINES", "LIBC", "ROUTINE", "LineFeeder", "Probe", "Span",
+           "anchor_hits", "anchors_for", "engine_for", "prepare", "probes", "run_input",
+           "search_span"]
 
 MAX_CONT = 8  # whitespace-led continuation lines taken after a candidate
 ANCHORS: tuple[bytes, ...] = tuple(a.encode() for a in (*EVENT_ANCHORS, *BOOT_ANCHORS))
@@ -35,6 +42,23 @@ _JSON_ANCHOR = b'"MESSAGE":['  # journal JSON prints non-UTF-8 messages as byte 
 def anchors_for(head: bytes | bytearray) -> tuple[bytes, ...]:
     """The anchors of an input that starts with ``head`` (journal JSON adds one)."""
     return ANCHORS + ((_JSON_ANCHOR,) if head.lstrip()[:1] == b"{" else ())
+
+
+def _routine() -> dict[bytes, tuple[bytes, ...]]:
+    """Each anchor all of whose rows say what else a line must hold (``requires``) ->
+    those literals, lower case (a line is tested lower-cased: a superset of what the
+    rows' case-sensitive needles and case-blind expressions accept)."""
+    out: dict[bytes, tuple[bytes, ...]] = {}
+    for a in dict.fromkeys(a for p in EVENTS for a in p.anchors):
+        rows = [p for p in EVENTS if a in p.anchors]
+        if all(p.requires for p in rows):
+            need = tuple(dict.fromkeys(r.lower().encode() for p in rows for r in p.requires))
+            if not any(r in a.lower().encode() for r in need):  # else every line holds one
+                out[a.encode()] = need
+    return out
+
+
+ROUTINE: dict[bytes, tuple[bytes, ...]] = _routine()
 
 
 # --- finding candidate lines -------------------------------------------------------------
@@ -60,14 +84,31 @@ class Probe:
 
     needle: bytes
     anchors: tuple[bytes, ...]  # () when the needle is itself the only anchor
+    requires: tuple[bytes, ...] = ()  # a routine probe's line must hold one (lower-cased)
 
     @property
     def mode(self) -> int:
         return 1 if any(a in _TRACE_ANCHORS for a in self.anchors or (self.needle,)) else 0
 
+    @functools.cached_property
+    def required(self) -> Callable[[bytes | bytearray], re.Match[bytes] | None]:
+        """Finds one of ``requires`` in a lower-cased line."""
+        return re.compile(b"|".join(re.escape(r) for r in self.requires)).search
 
-def probes(anchors: Sequence[bytes]) -> tuple[Probe, ...]:
-    """The probes that find every line holding one of ``anchors``."""
+
+def _requires(group: Sequence[bytes], routine: dict[bytes, tuple[bytes, ...]]
+              ) -> tuple[bytes, ...]:
+    """What a line found through anchors ``group`` must hold (() when any will do)."""
+    if not all(a in routine for a in group):
+        return ()
+    return tuple(dict.fromkeys(r for a in group for r in routine[a]))
+
+
+def probes(anchors: Sequence[bytes], routine: dict[bytes, tuple[bytes, ...]] | None = None
+           ) -> tuple[Probe, ...]:
+    """The probes that find every line holding one of ``anchors`` (with ``routine``:
+    except the routine lines of :data:`ROUTINE`'s anchors)."""
+    routine = routine or {}
     groups: dict[bytes, list[bytes]] = {}
     for a in anchors:
         groups.setdefault(_PROBE_OF.get(a, a), []).append(a)
@@ -76,10 +117,29 @@ def probes(anchors: Sequence[bytes]) -> tuple[Probe, ...]:
         exact = group == [needle]
         modes = {a in _TRACE_ANCHORS for a in group}
         if len(modes) > 1:  # a probe must not mix context modes: search these one by one
-            out.extend(Probe(a, ()) for a in group)
+            out.extend(Probe(a, (), _requires([a], routine)) for a in group)
         else:
-            out.append(Probe(needle, () if exact else tuple(group)))
+            out.append(Probe(needle, () if exact else tuple(group), _requires(group, routine)))
     return tuple(out)
+
+
+# --- engines -------------------------------------------------------------------------------
+
+ENGINES = ("hyperscan", "libc", "python")
+HS_MIN = 4 << 20  # "auto": smaller spans are searched by libc (no database to compile)
+
+
+def engine_for(config: ScanConfig, size: int = HS_MIN) -> str:
+    """The engine that searches a span of ``size`` bytes under ``config``: Hyperscan,
+    libc or ``bytes.find``, each falling back to the next where unusable."""
+    engine = config.engine
+    if engine == "auto":
+        engine = "hyperscan" if size >= HS_MIN and config.libc else "libc"
+    if engine == "hyperscan" and not hsearch.available():
+        engine = "libc"
+    if engine == "libc" and not (config.libc and LIBC.memmem is not None):
+        engine = "python"
+    return engine
 
 
 class Libc(NamedTuple):
@@ -125,15 +185,35 @@ def _libc(config: ScanConfig) -> Libc:
 _MAX_SEGMENTS = 64  # NUL-separated pieces searched with strstr before memmem takes over
 
 
+def _matcher(anchors: Sequence[bytes], config: ScanConfig) -> hsearch.Matcher:
+    routine = ROUTINE if config.reject else {}
+    modes = tuple(Probe(a, ()).mode for a in anchors)
+    return hsearch.matcher(tuple(anchors), modes,
+                           tuple((a, routine[a]) for a in anchors if a in routine))
+
+
+def prepare(anchors: Sequence[bytes], config: ScanConfig) -> None:
+    """Compile now what the search of large spans will need (before worker processes
+    are forked: each would compile it again)."""
+    if engine_for(config) == "hyperscan":
+        _matcher(anchors, config)
+
+
 def anchor_hits(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[bytes],
                 config: ScanConfig) -> dict[int, int]:
     """Start offsets of the lines in ``buf[lo:hi]`` holding an anchor -> context mode
-    (0: continuation lines, 1: a call trace follows)."""
+    (0: continuation lines, 1: a call trace follows); with ``config.reject``, less the
+    routine lines (see :data:`ROUTINE`). Every engine finds the same lines."""
     starts: dict[int, int] = {}
     if hi <= lo or not anchors:
         return starts
-    found = probes(anchors)
-    libc = _libc(config)
+    routine = ROUTINE if config.reject else {}
+    engine = engine_for(config, hi - lo)
+    if engine == "hyperscan":
+        hsearch.hyperscan_hits(buf, lo, hi, _matcher(anchors, config), starts)
+        return starts
+    found = probes(anchors, routine)
+    libc = _libc(config) if engine == "libc" else Libc(None, None, None)
     if (libc.strstr is not None and libc.memmem is not None
             and not isinstance(buf, bytes) and buf[hi - 1] == 10):
         # strstr needs a NUL-terminated haystack: the span's last newline becomes the
@@ -181,6 +261,8 @@ def _add_hit(buf: bytes | bytearray, lo: int, hi: int, pos: int, p: Probe,
     e = buf.find(b"\n", pos, hi)
     e = hi if e < 0 else e
     held = not p.anchors or any(buf.find(a, s, e) >= 0 for a in p.anchors)
+    if held and p.requires and s not in starts:
+        held = p.required(buf[s:e].lower()) is not None
     if held and starts.get(s, -1) < p.mode:
         starts[s] = p.mode
     return e + 1

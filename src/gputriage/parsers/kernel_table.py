@@ -83,6 +83,9 @@ class EventPattern:
     lower: tuple[str, ...] = ()  # ... or its lower-cased text holds one of these
     follow: Follow | None = None  # what later lines add to the event
     joins: Message | None = None  # the line starts a message printed over several lines
+    # a line whose anchors are all routine ones (busy ones: mlx5_core) is a candidate only
+    # when it holds one of these, case ignored (where every row of such an anchor says)
+    requires: tuple[str, ...] = ()
 
 
 # --- builders of the NVIDIA driver's events ----------------------------------------------
@@ -99,7 +102,7 @@ def _sxid(line: LogLine, msg: str, m: Match | None) -> Found:
     return make_event(K.SXID, line, normalize_bus_id(m.group("bus")), details)
 
 
-def _xid(line: LogLine, msg: str, m: Match | None) -> Found:
+def xid_event(line: LogLine, msg: str, m: Match | None) -> Found:
     """An Xid; an Xid 79 line is also a fallen-off-bus event."""
     assert m is not None
     ev = make_event(K.XID, line, normalize_bus_id(m.group("bus")),
@@ -287,6 +290,8 @@ _RESET_REQUIRED = re.compile(r"NV_ERR_RESET_REQUIRED|(?i:gpu reset required)")
 _GSP_DUMP = ("_kgspLogXid119", "RPC history (CPU -> GSP)")
 _AER_LINE = ("error received", "PCIe Bus Error")
 _PEER = ("nv_peer_mem", "nvidia")
+# host.AER_DRIVER's alternatives
+_AER_DRIVER = ("can't recover", "has no AER-aware", "driver reported", "recovery failed")
 
 P = EventPattern
 # In order: the first row that applies decides (see the module docstring).
@@ -304,7 +309,7 @@ EVENTS: tuple[EventPattern, ...] = (
     P(K.SXID, ("nvidia",), ("SXid",), _sxid,
       "[ 1843.220691] nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 30 "
       "LTSSM Fault Up", regex=SXID, follow=SXID_LINES),
-    P(K.XID, ("NVRM:",), ("Xid",), _xid,
+    P(K.XID, ("NVRM:",), ("Xid",), xid_event,
       "[74889.644138] NVRM: Xid (PCI:0000:02:00): 79, pid='<unknown>', name=<unknown>, "
       "GPU has fallen off the bus.", regex=XID),
     # the driver stack
@@ -380,7 +385,7 @@ EVENTS: tuple[EventPattern, ...] = (
       "[74785.660380] pcieport 0000:00:02.0: PCIe Bus Error: severity=Uncorrected (Fatal)"),
     P(K.PCIE_AER, ("nvidia", "mlx5_core "), ("AER",), _wrap(host.aer_driver),
       "[74889.644201] nvidia 0000:02:00.0: AER: can't recover (no error_detected callback)",
-      regex=host.AER_DRIVER),
+      regex=host.AER_DRIVER, requires=_AER_DRIVER),
     P(K.PCIE_BANDWIDTH_LIMITED, ("PCIe bandwidth",), ("PCIe bandwidth",), _bandwidth,
       "[    1.445026] mlx5_core 0000:01:00.0: 126.016 Gb/s available PCIe bandwidth, limited "
       "by 8.0 GT/s PCIe x16 link at 0000:00:01.0 (capable of 252.048 Gb/s with 16.0 GT/s "
@@ -389,13 +394,14 @@ EVENTS: tuple[EventPattern, ...] = (
       "[    2.113040] nvidia 0000:3b:00.0: PCIe bandwidth limited by the slot"),
     # network links
     P(K.MLX5_LINK, ("mlx5_core ",), ("mlx5_core",), _mlx5_link,
-      "[ 4435.115811] mlx5_core 0000:53:00.0 enp83s0f0np0: Link down", regex=MLX5_LINK),
+      "[ 4435.115811] mlx5_core 0000:53:00.0 enp83s0f0np0: Link down", regex=MLX5_LINK,
+      requires=("Link up", "Link down")),
     P(K.LINK_STATE, ("NETDEV WATCHDOG",), ("NETDEV WATCHDOG",), _wrap(host.tx_timeout),
       "[ 8812.301004] NETDEV WATCHDOG: enp83s0f0np0 (mlx5_core): transmit queue 7 timed out",
       regex=host.WATCHDOG),
     P(K.MLX5_LINK, ("mlx5_core ",), ("mlx5_core",), _wrap(host.ib_port_state),
       "[ 4441.769587] mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link ACTIVE",
-      regex=host.MLX5_PORT),
+      regex=host.MLX5_PORT, requires=("Link ACTIVE", "Link DOWN")),
     P(K.LINK_STATE, ("Lost carrier", "Gained carrier"), ("carrier",),
       _wrap(host.carrier_change),
       "Dec  6 19:25:33 at7tj000004 systemd-networkd[2385]: ib1: Lost carrier",

@@ -1,0 +1,115 @@
+"""Anchor search through Hyperscan (the optional ``hyperscan`` package): one compiled
+database of every anchor, scanned over a span outside the GIL.
+
+Each match's end is turned into its line start (one candidate per line). A routine
+anchor (see :data:`gputriage.logscan.search.ROUTINE`) is compiled as two patterns,
+the anchor and one of its required literals on the same line in either order, so
+routine lines never reach Python at all; where a required literal could overlap the
+anchor itself the anchor is compiled alone and the line checked here instead. The
+lines found are exactly those of the libc and ``bytes.find`` searches.
+
+Where ``hyperscan`` cannot be imported, :func:`available` is False and the scan uses
+the other searches."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["Matcher", "available", "hyperscan_hits", "matcher"]
+
+_MODULE: list[Any] = []  # [the hyperscan module or None], once looked for
+
+
+def _hyperscan() -> Any:
+    if not _MODULE:
+        try:
+            module: Any = importlib.import_module("hyperscan")
+        except Exception:  # a missing or broken binding: search without it
+            module = None
+        _MODULE.append(module)
+    return _MODULE[0]
+
+
+def available() -> bool:
+    """Whether the Hyperscan binding can be imported."""
+    return _hyperscan() is not None
+
+
+def _lit(text: bytes) -> bytes:
+    """``text`` as a pattern matching it literally."""
+    return b"".join(bytes([c]) if c < 128 and chr(c).isalnum() else b"\\x%02x" % c for c in text)
+
+
+def overlaps(anchor: bytes, literal: bytes) -> bool:
+    """Whether ``literal`` can share bytes with an occurrence of ``anchor`` (case
+    ignored): then "the anchor, then the literal, or the other way round" would miss
+    lines that hold both."""
+    a, r = anchor.lower(), literal.lower()
+    if a in r or r in a:
+        return True
+    return any(a.endswith(r[:k]) or r.endswith(a[:k]) for k in range(1, min(len(a), len(r))))
+
+
+class Matcher:
+    """A compiled database: each pattern's id -> (context mode, literals to check on the
+    line here, or ())."""
+
+    def __init__(self, anchors: Sequence[bytes], modes: Sequence[int],
+                 routine: dict[bytes, tuple[bytes, ...]]) -> None:
+        hs = _hyperscan()
+        exprs: list[bytes] = []
+        self.checks: list[tuple[int, tuple[bytes, ...]]] = []
+        for a, mode in zip(anchors, modes, strict=True):
+            need = routine.get(a, ())
+            if need and not any(overlaps(a, r) for r in need):
+                alt = b"(?i:" + b"|".join(_lit(r) for r in need) + b")"
+                exprs += [_lit(a) + b"[^\\n]*" + alt, alt + b"[^\\n]*" + _lit(a)]
+                self.checks += [(mode, ()), (mode, ())]
+            else:
+                exprs.append(_lit(a))
+                self.checks.append((mode, need))
+        self.db = hs.Database(mode=hs.HS_MODE_BLOCK)
+        self.db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
+                        flags=0)
+        self.scratch: Callable[[], Any] = functools.partial(hs.Scratch, self.db)
+
+
+@functools.lru_cache(maxsize=8)
+def matcher(anchors: tuple[bytes, ...], modes: tuple[int, ...],
+            routine: tuple[tuple[bytes, tuple[bytes, ...]], ...]) -> Matcher:
+    """The database of ``anchors`` (compiled once per process; about 60 ms with routine
+    anchors, which is why small spans are searched otherwise)."""
+    return Matcher(anchors, modes, dict(routine))
+
+
+def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,
+                   starts: dict[int, int]) -> None:
+    """Add the start of each line of ``buf[lo:hi]`` that ``m`` finds -> its context mode
+    (the higher of its anchors')."""
+    rfind, find = buf.rfind, buf.find
+    checks = m.checks
+    line = [hi, hi]  # the start and end of the last line recorded
+
+    def on_match(i: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+        pos = lo + to - 1  # the match's last byte
+        mode, need = checks[i]
+        if line[0] <= pos < line[1]:
+            s = line[0]
+        else:
+            s = rfind(b"\n", lo, pos) + 1 or lo
+            e = find(b"\n", pos, hi)
+            e = hi if e < 0 else e
+            if need:
+                low = buf[s:e].lower()
+                if not any(r in low for r in need):
+                    return None
+            line[0], line[1] = s, e
+        if starts.get(s, -1) < mode:
+            starts[s] = mode
+        return None
+
+    with memoryview(buf) as view, view[lo:hi] as span:
+        m.db.scan(span, match_event_handler=on_match, scratch=m.scratch())
