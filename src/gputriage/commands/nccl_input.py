@@ -8,7 +8,9 @@ may belong to nccl-tests output are set aside (bounded) and parsed at the end.
 A file of any size is read with bounded memory; gzip, xz and bzip2 are
 decompressed as they stream (up to the stream budget) by
 :mod:`gputriage.logscan.stream`, as ``gputriage logs`` decompresses them, and a
-truncated stream keeps what came out of it. Inputs are opened by
+truncated stream keeps what came out of it. A large plain file is read by worker
+processes instead (:mod:`gputriage.nccl_scan`, to the same effect), while another
+process looks for host outputs in its first MiB. Inputs are opened by
 :func:`gputriage.inputs.open_input`: devices are refused, stdin, pipes and FIFOs are
 read once under its budgets.
 """
@@ -16,7 +18,6 @@ read once under its budgets.
 from __future__ import annotations
 
 import os
-import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +26,10 @@ from typing import TYPE_CHECKING, BinaryIO
 from gputriage.errors import InputError
 from gputriage.inputs import DIR, STREAM, human, is_binary, limit, open_input
 from gputriage.logscan.stream import compression, decompressed
+from gputriage.nccl_tap import MARKERS as _MARKERS
+from gputriage.nccl_tap import ROWISH as _ROWISH
+from gputriage.nccl_tap import TYPES as _TYPES
+from gputriage.nccl_tap import lines_with as _lines_with
 from gputriage.parsers.nccl_log import LONG_LINE
 from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
 
@@ -38,19 +43,6 @@ JOB_SOURCES = ("nccl_log", "nccl_tests")
 NOT_NCCL = ("no NCCL record, nccl-tests output or host output in it; expected an "
             "NCCL_DEBUG=INFO log (one per rank or all ranks in one), nccl-tests output "
             "(all_reduce_perf...), or what analyze reads (snapshot, bug report, pasted outputs)")
-
-# Lines that may belong to nccl-tests output: comment / header lines and table rows at
-# the start of a line (one regex anchored on the newline, fast), and, found with
-# bytes.find, lines naming a *_perf binary or a test failure and comment lines behind a
-# launcher's or log shipper's prefix ("[1,0]<stdout>:", "0: ", "| <ts> |"). Once such a
-# prefixed comment line was an nccl-tests one, rows are also found by their data type.
-# The nccl-tests line test sorts them out.
-_ROWISH = re.compile(rb"\n[ \t]*(?:#|\d+[ \t]+\d+[ \t]+[A-Za-z])[^\n]*")
-_MARKERS = (b"_perf", b"failure", b"#")
-_TYPES = tuple(f" {t} ".encode() for t in (
-    "float", "half", "double", "bfloat16", "int8", "uint8", "int32", "uint32", "int64", "uint64",
-    "f8e4m3", "f8e5m2"))
-
 
 @dataclass
 class JobInputs:
@@ -66,19 +58,6 @@ class JobInputs:
     @property
     def has_log(self) -> bool:
         return bool(self.log.processes or self.log.framework_errors)
-
-
-def _lines_with(buf: bytes, lo: int, hi: int, markers: Iterable[bytes],
-                found: dict[int, bytes]) -> None:
-    """Add the lines of ``buf[lo:hi]`` that hold one of ``markers`` to ``found`` (by start)."""
-    for marker in markers:
-        pos = buf.find(marker, lo, hi)
-        while pos >= 0:
-            start = buf.rfind(b"\n", lo, pos) + 1
-            end = buf.find(b"\n", pos, hi)
-            end = hi if end < 0 else end
-            found.setdefault(start, buf[start:end])
-            pos = buf.find(marker, end, hi)
 
 
 class _Reader:
@@ -210,10 +189,45 @@ class _TestsTap:
                 return
             self.kept.append(lines[start])
 
+    def take(self, lines: list[str], full: bool) -> None:
+        """Keep ``lines``, found elsewhere under the same rules (``full``: the cap cut
+        them)."""
+        self.kept = lines
+        if full:
+            self.full = True
+            self.problems.append(f"{self.name}: more than {human(TESTS_CAP)} of "
+                                 "nccl-tests lines; the rest were not read")
+
     def runs(self) -> list[NcclTestRun]:
         from gputriage.parsers.nccl_tests import parse_nccl_tests
 
         return parse_nccl_tests("\n".join(self.kept) + "\n") if self.kept else []
+
+
+def _large_plain(fh: BinaryIO) -> int | None:
+    """The size of an open plain (uncompressed) regular file that worker processes may
+    read (:mod:`gputriage.nccl_scan`); None for any other input."""
+    import stat
+
+    from gputriage.nccl_scan import usable
+
+    try:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or not usable(st.st_size):
+            return None
+        return None if compression(os.pread(fh.fileno(), 16, 0)) else st.st_size
+    except (OSError, AttributeError, ValueError):
+        return None
+
+
+def _read_large(fd: int, size: int, name: str, log: NcclLog, tap: _TestsTap,
+                problems: list[str],
+                progress: Callable[[str, int, int | None], None] | None) -> None:
+    from gputriage.nccl_scan import LargeTap, read_large
+
+    big = LargeTap(fd, TESTS_CAP)
+    end = read_large(fd, size, name, log, big, problems, progress)
+    tap.take(*big.kept(end))
 
 
 def _host_pieces(text: str) -> bool:
@@ -283,10 +297,20 @@ def _read_one(path: str, found: JobInputs,
             raise InputError(f"{name}: binary data, not an NCCL log or a text output")
         before = (found.log.nccl_lines, len(found.log.framework_errors), len(found.runs),
                   found.log.skipped)
-        host = _host_pieces(decode(head))
-        tail = _Tail() if host and once else None  # what the host loader reads afterwards
         tap = _TestsTap(name, problems)
-        read_nccl_log(tap.tap(tail.keep(blocks) if tail else blocks), name, found.log)
+        size = None if once else _large_plain(inp.fh)
+        if size is not None:  # read by worker processes, to the same effect
+            from gputriage.nccl_scan import in_child
+
+            text = decode(head)
+            has_host = in_child(lambda: _host_pieces(text))  # meanwhile, in its own process
+            _read_large(inp.fh.fileno(), size, name, found.log, tap, reading, progress)
+            host = has_host()
+            tail = None
+        else:
+            host = _host_pieces(decode(head))
+            tail = _Tail() if host and once else None  # what the host loader reads afterwards
+            read_nccl_log(tap.tap(tail.keep(blocks) if tail else blocks), name, found.log)
         found.runs.extend(tap.runs())
         if host:
             try:

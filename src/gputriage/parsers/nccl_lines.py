@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from functools import lru_cache
 from typing import NamedTuple
 
 from gputriage.knowledge.ib_status import ib_wc_status
@@ -102,6 +103,12 @@ def split_records(line: str, known_hosts: Collection[str] = ()) -> list[Record]:
             for j, (start, m, hm, host) in enumerate(starts)]
 
 
+# The pure parsers below are memoised: a job log repeats its lines (every rank, every
+# communicator, every restart) and their results are immutable.
+_MEMO = 8192
+
+
+@lru_cache(maxsize=_MEMO)
 def _plain_record(line: str) -> Record | None:
     """The common case: one record with nothing before its host prefix."""
     pm = _PLAIN.match(line)
@@ -216,6 +223,7 @@ def family_of(transport: str, kind: str = "Channel") -> str:
     return OTHER
 
 
+@lru_cache(maxsize=_MEMO)
 def parse_channel(msg: str, line: str) -> NcclChannel | None:
     """A ``Channel NN/x : a[d] -> b[d] [send|receive] via T`` (or ``Ring``/``CollNet``) line."""
     m = _CHANNEL.match(msg)
@@ -255,6 +263,7 @@ _GDR = re.compile(
     r"(?:,?\s{0,4}read\s{1,4}(?P<read>[01]))?", re.IGNORECASE)
 
 
+@lru_cache(maxsize=_MEMO)
 def parse_gdr(msg: str, line: str) -> NcclGdr | None:
     """Both forms of the ``GPU Direct RDMA Enabled|Disabled for ...`` line."""
     m = _GDR.search(msg)
@@ -276,8 +285,14 @@ _OOB = re.compile(r"OOB\s{1,4}(?P<iface>[^\s:]{1,64}):")
 
 def parse_using(rest: str) -> tuple[list[str], str | None]:
     """Devices of ``[0]mlx5_0:1/IB [1]eth0:10.0.0.1<0> [RO]; OOB ib0:...`` and the OOB iface."""
+    items, oob = _using(rest)
+    return list(items), oob
+
+
+@lru_cache(maxsize=_MEMO)
+def _using(rest: str) -> tuple[tuple[str, ...], str | None]:
     body, _, oob = rest.partition(";")
-    items = [re.sub(r"<\d{1,4}>$", "", m.group("v")) for m in _ITEM.finditer(body)]
+    items = tuple(re.sub(r"<\d{1,4}>$", "", m.group("v")) for m in _ITEM.finditer(body))
     om = _OOB.search(oob)
     return items, om.group("iface") if om else None
 
@@ -288,10 +303,15 @@ _KV = re.compile(r"\b(rank|nranks|nRanks|nNodes|localRanks|localRank|cudaDev|nvm
 
 def parse_comm(msg: str) -> dict[str, str]:
     """The ``key value`` pairs of a communicator line, keys lower-cased."""
+    return dict(_comm_pairs(msg))
+
+
+@lru_cache(maxsize=_MEMO)
+def _comm_pairs(msg: str) -> tuple[tuple[str, str], ...]:
     out: dict[str, str] = {}
     for k, v in _KV.findall(msg):
         out.setdefault(k.lower(), v)
-    return out
+    return tuple(out.items())
 
 
 _TIMINGS = re.compile(r"Init timings\b[^:]{0,60}:\s{0,4}rank\s{1,4}(?P<rank>\d{1,7})\s{1,4}"
@@ -338,6 +358,7 @@ _INIT = re.compile(r"[Bb]ootstrap|\binit|Duplicate GPU|invalid usage|version mis
 _IBVERBS = re.compile(r"(?:Failed to|Unable to|Could not) open libibverbs", re.IGNORECASE)
 
 
+@lru_cache(maxsize=_MEMO)
 def classify_warn(msg: str, loc: str | None, line: str) -> NcclWarn:
     """One WARN message as an :class:`NcclWarn`, its kind and decoded fields set."""
     msg = msg[:MAX_KEEP]
