@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage.factbase import FactTable, Missing
 from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.kernel_fold import recovery_cleared
 
 if TYPE_CHECKING:
     from gputriage.facts import Facts
@@ -74,19 +75,6 @@ def _of_event(ev: DriverEvent, bus: str | None, kind: str) -> Reset:
                  ev.boot, ev.lineno, ev.origin, ev.uptime_s, ev.time)
 
 
-def _recovery_cleared(ev: DriverEvent) -> bool:
-    """An Xid 154 whose recovery action went from something back to None: the GPU was
-    reset (or recovered) as the driver asked."""
-    d = ev.details
-    if ev.kind != "xid" or d.get("code") != "154" or "recovery_action_code" not in d:
-        return False
-    try:
-        to = int(d["recovery_action_code"], 16)
-    except ValueError:
-        return False
-    return to == 0 and (d.get("recovery_action_from") or "").strip().lower() not in _NONE
-
-
 def resets_in_log(events: list[DriverEvent]) -> list[Reset]:
     """Driver loads and GPU resets among the kernel log's events (a scan never folds
     these: each is one event, see :mod:`gputriage.parsers.kernel_fold`)."""
@@ -94,7 +82,7 @@ def resets_in_log(events: list[DriverEvent]) -> list[Reset]:
     for ev in events:
         if ev.kind == "driver-load":
             out.append(_of_event(ev, None, DRIVER_LOAD))
-        elif ev.bus_id and _recovery_cleared(ev):
+        elif recovery_cleared(ev):
             out.append(_of_event(ev, ev.bus_id, GPU_RESET))
     return out
 

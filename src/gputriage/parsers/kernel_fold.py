@@ -27,7 +27,7 @@ from typing import Any
 from gputriage.parsers.kernel_model import DriverEvent, Repeats
 
 __all__ = ["FOLLOW_ON_S", "KEEP", "LOOKBACK", "FollowChain", "Folder", "fault_pattern",
-           "fold_key", "process_key", "seconds"]
+           "fold_key", "process_key", "recovery_cleared", "seconds", "weight"]
 
 KEEP = 64  # events of one key kept one by one before the rest are folded
 PROCESSES = 64  # processes named per folded event (then only counted)
@@ -88,7 +88,7 @@ def fold_key(ev: DriverEvent) -> tuple | None:
     return (str(ev.kind), ev.bus_id, rest)
 
 
-def _recovery_cleared(ev: DriverEvent) -> bool:
+def recovery_cleared(ev: DriverEvent) -> bool:
     """An Xid 154 whose recovery action went back to None: a reset of its GPU (as
     :mod:`gputriage.hostfacts.resets` counts it)."""
     d = ev.details
@@ -207,7 +207,7 @@ class Folder:
         if ev.kind == "driver-load":
             self._epochs += 1
             self._loads[ev.boot] = self._loads.get(ev.boot, 0) + 1
-        elif _recovery_cleared(ev):
+        elif recovery_cleared(ev):
             self._epochs += 1
             key = (ev.boot, ev.bus_id)
             self._resets[key] = self._resets.get(key, 0) + 1

@@ -21,7 +21,14 @@ from gputriage.hostfacts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
 from gputriage.model import DRAINING_ACTIONS, Action, Blame, Finding, Severity
 from gputriage.parsers.kernel_events import DriverEvent
-from gputriage.parsers.kernel_fold import fault_pattern, process_key, seconds, weight
+from gputriage.parsers.kernel_fold import (
+    FOLLOW_ON_S,
+    LOOKBACK,
+    fault_pattern,
+    process_key,
+    seconds,
+    weight,
+)
 from gputriage.rules.base import action_for, rule
 from gputriage.rules.kernel_common import (
     DOC_XID,
@@ -44,10 +51,8 @@ from gputriage.rules.kernel_common import (
     xid_events,
 )
 
-FOLLOW_ON_S = 30.0  # an Xid 45 this soon after another Xid on its GPU is its consequence
 APP_FAULTS = (13, 31, 43)
 REMAP_PENDING, REMAP_FAILED = 63, 64  # row remap recorded / failed (after an Xid 48)
-LOOKBACK = 64  # earlier Xids on the GPU examined for an Xid 45's cause
 
 # --- Xid ------------------------------------------------------------------------------------
 
