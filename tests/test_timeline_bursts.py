@@ -233,3 +233,16 @@ def test_a_storm_under_full_lists_what_the_scan_kept(storm):
     doc = logs_document(scan, build_timeline(events, full=True), result, full=True)
     assert sum(len(lane["events"]) for lane in doc["timeline"]) == len(events)
     assert doc["totals"]["events"] == STORM_LINES and doc["totals"]["bursts_left_out"] == 0
+
+
+def test_xid79_storm_is_one_burst_per_gpu():
+    """An Xid 79 line is two events (the Xid, the GPU fallen off the bus); a storm of
+    them on two GPUs, folded by the scan, reads as one burst per GPU with every line."""
+    from gputriage.logscan import scan_text
+
+    text = "".join(
+        f"[{100 + i * 0.01:12.6f}] NVRM: Xid (PCI:0000:{('1b', '3b')[i % 2]}:00): 79, "
+        "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n" for i in range(600))
+    lanes = build_timeline(scan_text(text).events)
+    assert [(len(lane.rows), lane.rows[0].code, lane.rows[0].count) for lane in lanes] == [
+        (1, 79, 300), (1, 79, 300)]

@@ -163,12 +163,16 @@ def build_timeline(events: Iterable[DriverEvent],
     make one burst; with ``full``, every event is a row of its own."""
     gpus = gpus or {}
     lanes: dict[str | None, Lane] = {}
+    before: dict[str | None, DriverEvent] = {}  # each lane's previous event
     for ev in events:
         bus = ev.bus_id
         lane = lanes.get(bus)
         if lane is None:
             lane = Lane(_label(ev, gpus), bus, gpus.get(bus or "", (None, None))[0])
             lanes[bus] = lane
+        prev, before[bus] = before.get(bus), ev
+        if not full and prev is not None and _same_line(prev, ev):
+            continue  # an Xid 79 line is also a fallen-off-bus event: one burst, not two
         code = _code(ev)
         last = lane.rows[-1] if lane.rows else None
         if (not full and last is not None
@@ -184,6 +188,12 @@ def build_timeline(events: Iterable[DriverEvent],
         return (rank, index, lane.pci_bus_id or "")
 
     return sorted(lanes.values(), key=order)
+
+
+def _same_line(prev: DriverEvent, ev: DriverEvent) -> bool:
+    """``ev`` is the fallen-off-bus event of the Xid line ``prev`` (both made by it)."""
+    return (ev.kind == "fallen-off-bus" and prev.kind == "xid" and _code(prev) == 79
+            and (prev.lineno, prev.origin, prev.count) == (ev.lineno, ev.origin, ev.count))
 
 
 def _label(ev: DriverEvent, gpus: dict[str, tuple[int | None, str | None]]) -> str:
