@@ -337,6 +337,12 @@ SOURCES: tuple[Source, ...] = (
            "runtime sees, or the cudaError it stopped on)",
            parser="device_query:parse_device_query",
            detector="parsers.device_query:claim_device_query", detect_order=120),
+    _input("job_log", ("python", "train.py"),
+           "a job's output with a CUDA, NVML, container-runtime or framework error (a "
+           "traceback, a container log, docker/podman/nvidia-container-cli messages) or the "
+           "versions it printed (torch, nvcc, ldconfig -p | grep libcuda)",
+           parser="job_log:parse_job_log",
+           detector="parsers.job_log:claim_job_log", detect_order=205),
     _input("nccl_tests", ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
            "nccl-tests output (all_reduce_perf...)",
            parser="nccl_tests:parse_nccl_tests",

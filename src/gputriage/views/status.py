@@ -77,7 +77,7 @@ def at_fault(result: Result) -> str:
 
 
 # The job's own outputs: a result that read one of them judged a job.
-JOB_SOURCES = ("nccl_log", "nccl_tests", "device_query")
+JOB_SOURCES = ("nccl_log", "nccl_tests", "device_query", "job_log")
 
 
 def job_faults_capped(result: Result) -> bool:
