@@ -11,6 +11,7 @@ stays the verdict's.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import IO, Any
@@ -18,18 +19,10 @@ from typing import IO, Any
 import click
 
 from gputriage import __version__
-from gputriage.commands.ack import ack
 from gputriage.commands.common import (
     CommandExit,
     Environment,
 )
-from gputriage.commands.compare import diff, fleet, history, triage
-from gputriage.commands.expect import expect
-from gputriage.commands.host import analyze, check, collect
-from gputriage.commands.logs import logs, xid
-from gputriage.commands.nccl import nccl as nccl_command
-from gputriage.commands.scenario import scenario
-from gputriage.commands.schema import schema
 from gputriage.views.safe import printable
 from gputriage.views.status import ExitStatus
 
@@ -41,7 +34,33 @@ EXIT_INPUT = int(ExitStatus.INPUT_ERROR)
 EXIT_INTERNAL = int(ExitStatus.INTERNAL)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Each command and the module that defines it, imported when the command runs (or the
+# help lists it), so that a quick command (explain, xid) pays only for its own imports.
+COMMANDS: dict[str, str] = {
+    "ack": "ack:ack", "analyze": "host:analyze", "check": "host:check",
+    "collect": "host:collect", "diff": "compare:diff", "expect": "expect:expect",
+    "explain": "explain:explain", "fleet": "compare:fleet", "history": "compare:history",
+    "logs": "logs:logs", "nccl": "nccl:nccl", "scenario": "scenario:scenario",
+    "schema": "schema:schema", "triage": "compare:triage", "xid": "logs:xid",
+}
+
+
+class _LazyGroup(click.Group):
+    """A group whose commands (:data:`COMMANDS`) are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        ref = COMMANDS.get(cmd_name)
+        if ref is None:
+            return None
+        module, _, name = ref.partition(":")
+        command = getattr(importlib.import_module(f"gputriage.commands.{module}"), name)
+        return command if isinstance(command, click.Command) else None
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gputriage")
 def cli() -> None:
     """Triage a GPU node: what is wrong, is it the node or the job, what to do
@@ -57,6 +76,7 @@ def cli() -> None:
     gputriage logs FILE...          per-GPU timeline and findings of kernel logs
     gputriage nccl LOG...           NCCL logs and nccl-tests results (with host outputs)
     gputriage xid CODE...           explain Xid (or --sxid SXid) codes
+    gputriage explain 'ERROR TEXT'  a job's CUDA, NVML or container error explained
     gputriage history               the checks recorded on this host
     gputriage ack ID|--gpu BUS      acknowledge a finding after a repair
     gputriage expect --from SNAP    what a known-good node has, as an expectations file
@@ -66,12 +86,6 @@ def cli() -> None:
     Exit status: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; 64 usage, 66 unreadable input.
     """
 
-
-# The help lists the commands sorted by name, whatever the order here.
-for _command in (collect, check, analyze, logs, history, diff, triage, fleet, xid, scenario,
-                 nccl_command, ack, expect, schema):
-    cli.add_command(_command)
-del _command
 
 
 def main(argv: list[str] | None = None, env: Environment | None = None) -> int:

@@ -9,84 +9,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
-from enum import Enum
 from typing import Any
 
-
-class Severity(str, Enum):
-    """How bad a finding is; ordered so that ``max()`` gives the worst."""
-
-    OK = "ok"
-    INFO = "info"
-    WARNING = "warning"
-    CRITICAL = "critical"
-
-    @property
-    def rank(self) -> int:
-        return _SEVERITY_RANK[self]
-
-
-_SEVERITY_RANK = {Severity.OK: 0, Severity.INFO: 1, Severity.WARNING: 2, Severity.CRITICAL: 3}
-
-
-class Action(str, Enum):
-    """The closed vocabulary of next steps an on-call can take."""
-
-    NONE = "none"
-    RESTART_JOB = "restart-job"
-    RESET_GPU = "reset-gpu"
-    REBOOT_NODE = "reboot-node"
-    DRAIN_AND_REPAIR = "drain-and-repair"
-    FIX_SOFTWARE = "fix-software"
-    FIX_CONFIG = "fix-config"
-    PLAN_REPAIR = "plan-repair"  # degraded, still in service: repair at the next window
-
-
-class Blame(str, Enum):
-    """The on-call's first question: is it the node or the job?
-
-    ``config`` is the node's configuration (modules, services, settings: the node's
-    side); ``job-config`` is the job's own settings (its environment variables,
-    launch options: the job's side)."""
-
-    NODE = "node"
-    JOB = "job"
-    CONFIG = "config"
-    JOB_CONFIG = "job-config"
-    UNKNOWN = "unknown"
-
-    @property
-    def side(self) -> str:
-        """``job`` for the job and its settings, else ``node``."""
-        return "job" if self in (Blame.JOB, Blame.JOB_CONFIG) else "node"
-
-
-class Status(str, Enum):
-    """Whether a finding is a current failure, or only reported."""
-
-    CURRENT = "current"
-    PAST = "past"  # ended by a GPU reset, a driver reload or a reboot: history
-    ACKNOWLEDGED = "acknowledged"  # an operator acknowledged it (``gputriage ack``)
-
-
-# Actions that take a node or a GPU out of service: only a critical finding that
-# blames the node may ask for them, so that what drains (exit status 2) and what the
-# report says to do never disagree.
-DRAINING_ACTIONS = frozenset({Action.DRAIN_AND_REPAIR, Action.REBOOT_NODE,
-                              Action.RESET_GPU})
-
-
-def inconsistency(severity: Severity, action: Action, blame: Blame) -> str | None:
-    """Why this severity, action and blame cannot go together; None when they can."""
-    if action in DRAINING_ACTIONS and severity is not Severity.CRITICAL:
-        return f"{action.value} takes the node out of service: it needs severity critical"
-    if action in DRAINING_ACTIONS and blame.side == "job":
-        return f"{action.value} blames the node, not the job ({blame.value})"
-    if severity is Severity.CRITICAL and action is Action.NONE:
-        return "a critical finding needs an action"
-    if severity is Severity.OK and action is not Action.NONE:
-        return "an ok finding takes no action"
-    return None
+from gputriage.vocabulary import (  # noqa: F401 - re-exported: the model's vocabulary
+    DRAINING_ACTIONS,
+    Action,
+    Blame,
+    Severity,
+    Status,
+    inconsistency,
+)
 
 
 @dataclass(frozen=True)

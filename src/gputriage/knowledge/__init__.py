@@ -10,7 +10,6 @@ import csv
 import functools
 import re
 from dataclasses import dataclass
-from importlib import resources
 
 
 @dataclass(frozen=True)
@@ -42,6 +41,8 @@ class GpuProfile:
 
 def csv_rows(name: str) -> list[dict[str, str]]:
     """The data rows of one CSV table of this package (``#`` lines are comments)."""
+    from importlib import resources  # lazily: slow to import, needed by few commands
+
     text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     return list(csv.DictReader(lines))

@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from gputriage.model import Action, Blame, Severity, inconsistency
 from gputriage.parsers.kernel_model import EventKind
+from gputriage.vocabulary import Action, Blame, Severity, inconsistency
 
 ORIGINS = frozenset({"hardware", "driver", "application", "memory", "system", "thermal",
                      "nvlink", "firmware", "fabric"})

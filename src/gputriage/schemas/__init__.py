@@ -10,7 +10,6 @@ validates on its own (``gputriage schema NAME``).
 from __future__ import annotations
 
 import json
-from importlib import resources
 from typing import Any
 
 __all__ = ["COMMANDS", "bundled", "load", "names"]
@@ -27,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "ack": "ack ... --json (the acknowledgement recorded)",
     "ack-list": "ack --list --json (every acknowledgement)",
     "xid": "xid --json (gputriage/xid/v1)",
+    "explain": "explain --json (gputriage/explain/v1)",
 }
 
 _PREFIX = "urn:gputriage:schema:"
@@ -41,6 +41,8 @@ def load(name: str) -> dict[str, Any]:
     """The schema file ``name`` as stored (``common`` included); KeyError when none."""
     if name != "common" and name not in COMMANDS:
         raise KeyError(name)
+    from importlib import resources  # lazily: slow to import, needed by few commands
+
     text = resources.files(__name__).joinpath(f"{name}.json").read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema

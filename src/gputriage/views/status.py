@@ -9,8 +9,12 @@ health verdict.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
-from gputriage.model import Result, Severity
+from gputriage.vocabulary import Severity
+
+if TYPE_CHECKING:
+    from gputriage.model import Result
 
 
 class ExitStatus(IntEnum):

@@ -13,22 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage.knowledge.xid import SxidInfo, XidInfo, sxid_info, xid_info
 from gputriage.views.jsonview import plain
+from gputriage.vocabulary import ACTION_WORDS as VOCABULARY_ACTIONS
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
 SEVERITY_STYLES = {"critical": "bold red", "warning": "bold yellow", "info": "bold cyan"}
 
-ACTION_WORDS = {
-    "none": "nothing to do now",
-    "restart-job": "restart the job / look at the application",
-    "reset-gpu": "drain the GPU and reset it",
-    "reboot-node": "drain and reboot the node",
-    "drain-and-repair": "cordon, drain and open a hardware repair",
-    "fix-software": "upgrade or fix the software",
-    "fix-config": "fix the configuration",
-    "plan-repair": "stays in service: repair at the next maintenance window",
-}
+ACTION_WORDS = VOCABULARY_ACTIONS
 BLAME_WORDS = {
     "node": "node (hardware or host, not the job)",
     "job": "job (the application, not the node)",
