@@ -5,6 +5,8 @@ Prints:
     through the CLI;
   * ``gputriage --help`` start-up (target < 150 ms) against a bare
     ``python -c pass`` start-up, as a ratio;
+  * ``gputriage explain`` of a CUDA error number and of a pasted line (target
+    < 150 ms: the catalog is read, nothing of the host is);
   * ``gputriage check`` wall time on this machine, beside ``nvidia-smi -q``
     when this machine has one.
 
@@ -65,6 +67,9 @@ def main() -> int:
     t_python = _wall([sys.executable, "-c", "pass"], runs)
     t_help = _wall(gt + ["--help"], runs)
     t_help_exe = _wall([exe, "--help"], runs) if exe else None
+    t_explain = _wall(gt + ["explain", "700"], runs)
+    t_explain_line = _wall(gt + ["explain", "RuntimeError: CUDA error: no kernel image is "
+                                 "available for execution on the device"], runs)
 
     print("gputriage latency (median of runs)")
     print(f"  analyze 8-GPU healthy snapshot, in process : {t_load_analyze * 1000:7.1f} ms"
@@ -76,6 +81,10 @@ def main() -> int:
           f"  (target < 150 ms; {t_help / t_python:.1f}x a bare interpreter)")
     if t_help_exe is not None:
         print(f"  gputriage --help (console script)           : {t_help_exe * 1000:7.1f} ms")
+    print(f"  python -m gputriage explain 700             : {t_explain * 1000:7.1f} ms"
+          f"  (target < 150 ms; {(t_explain - t_help) * 1000:+.0f} ms beside --help)")
+    print(f"  python -m gputriage explain 'RuntimeError..': {t_explain_line * 1000:7.1f} ms"
+          "  (target < 150 ms; scans the line with every pattern)")
 
     t_check = _wall(gt + ["check", "--no-history"], 3)
     print(f"  gputriage check on this machine             : {t_check * 1000:7.1f} ms")

@@ -205,6 +205,25 @@ def test_device_query_802_is_critical_on_the_node():
     assert f.severity is Severity.CRITICAL and f.blame is Blame.NODE
 
 
+@pytest.mark.parametrize("code, text, blame, action", [
+    (35, "CUDA driver version is insufficient for CUDA runtime version", Blame.CONFIG,
+     Action.FIX_SOFTWARE),
+    (209, "no kernel image is available for execution on the device", Blame.CONFIG,
+     Action.FIX_SOFTWARE),
+    (803, "system has unsupported display driver / cuda driver combination", Blame.NODE,
+     Action.REBOOT_NODE),
+    (999, "unknown error", Blame.UNKNOWN, Action.NONE),
+])
+def test_device_query_judges_with_the_cuda_table_on_the_node(code, text, blame, action):
+    """deviceQuery is the node's own probe: what the table blames on a job's build is the
+    node's software here."""
+    dq = DQ_35.replace("35", str(code)).replace(
+        "CUDA driver version is insufficient for CUDA runtime version", text)
+    f = _one(run(device_query=dq), "cuda.device-query-failed")
+    assert f.blame is blame and f.action is action
+    assert f"returned {code}" in f.title and f.explanation.startswith("CUDA cannot be used")
+
+
 # --- memory limits ------------------------------------------------------------------------
 
 def test_remapper_banks_low_or_none_are_a_repair_case():

@@ -5,10 +5,12 @@ words (PyTorch, TensorFlow, cuBLAS, cuDNN).
 Knowledge as data, two kinds of table in this package:
 
 - ``cuda_errors.csv``: one row per ``cudaError_t`` value (``code``), its runtime enum
-  (``enum``: ``cudaErrorInsufficientDriver``), its driver API name (``cu_name``:
-  ``CUDA_ERROR_INSUFFICIENT_DRIVER``) and the runtime's message text (``message``). A
-  line names the error by any of the three, or by its number next to the word CUDA
-  (``cudaGetDeviceCount returned 35``, ``CUDA error 700``, ``Error 802:``).
+  (``enum``: ``cudaErrorNoDevice``), its driver API name where ``cuda.h`` has one
+  (``cu_name``: ``CUDA_ERROR_NO_DEVICE``), the runtime's message text (``message``) and
+  other texts printed for it (``also``, ``|`` between). A line names the error by any
+  of these, or by its number next to the word CUDA (``cudaGetDeviceCount returned 35``,
+  ``CUDA error 700``, ``Error 802:``). A text too common to stand alone (``generic``:
+  "out of memory", "unknown error") counts only on a line that names CUDA.
 - ``messages/<family>.csv``: one row per other message, ``id`` and ``pattern`` (a
   regular expression, matched case-insensitively; its named groups are the message's
   fields: ``version``, ``cause``, ``want``...). The file's name is the family.
@@ -16,9 +18,10 @@ Knowledge as data, two kinds of table in this package:
 Both carry this project's judgement in the closed vocabularies of
 :mod:`gputriage.model`: ``meaning`` (what the message says), ``cause`` (its likely
 cause), ``blame`` (``node``, ``config``, ``job``, ``job-config`` or ``unknown``: whose
-fault it is when nothing else is known), ``action``, ``severity`` and ``next`` (the
-next step). Rules refine blame and severity with the host's facts; ``gputriage
-explain`` prints the rows as they are. Loaded once, on first use.
+fault it is when nothing else is known), ``action``, ``severity``, ``next`` (the
+next step) and, optionally, ``decide`` (the host facts that settle whose fault it is).
+Rules refine blame and severity with the host's facts; ``gputriage explain`` prints the
+rows as they are. Loaded once, on first use.
 """
 
 from __future__ import annotations
@@ -28,23 +31,37 @@ import functools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from importlib import resources
+from pathlib import Path
 
-from gputriage.model import Action, Blame, Severity
+from gputriage.vocabulary import Action, Blame, Severity
 
-__all__ = ["CUDA_FAMILY", "Hit", "Message", "catalog", "cuda_error", "find", "scan",
-           "scan_line"]
+__all__ = ["CUDA_FAMILY", "Hit", "Message", "catalog", "cuda_error", "find", "find_hits",
+           "scan", "scan_line"]
 
 CUDA_FAMILY = "cuda"
+_HERE = Path(__file__).parent  # the tables beside this module (importlib.resources is slow
+# to import, and start-up is what `gputriage explain` is measured on)
 # words that must be on a line for any message to be looked for (a cheap first filter)
-_WORDS = re.compile(r"cuda|nvml|nvidia|cublas|cudnn|gpu|driver|runtime|cdi|hook|device|"
-                    r"oci|nccl|ptx|sm_\d|kernel image|out of memory", re.IGNORECASE)
+_WORDS = re.compile(r"cuda|curesult|nvml|nvidia|cublas|cudnn|gpu|driver|runtime|cdi|hook|device|"
+                    r"oci|nccl|ptx|sm_\d|kernel image|out of memory|launch|ecc|nvlink|"
+                    r"illegal|os call|not yet initiali[sz]ed|forward compat", re.IGNORECASE)
+# a line that names CUDA itself (not libcuda.so): where a generic text counts
+_CUDA_CONTEXT = re.compile(
+    r"(?<![a-z])cuda(?:(?![a-z])|error|get|set|malloc|memcpy|launch|stream|device|runtime)"
+    r"|\bcuresult\b", re.IGNORECASE)
 # a cudaError_t number next to CUDA words: "cudaGetDeviceCount returned 35",
-# "CUDA error 700", "cuda runtime error (35)", "Error 802: system not yet initialized"
-_CUDA_NUMBER = re.compile(
-    r"(?:\bcuda\w*(?:\(\))?\s+returned|\bcuda(?:\s+runtime)?\s+error|\bcudaError|"
-    r"\bCUresult|\berror(?:\s+code)?)\s*[:=]?\s*\(?(?P<code>\d{1,3})\)?(?!\.\d|\d)",
-    re.IGNORECASE)
+# "CUDA error 700", "cuda runtime error (35)", "Cuda failure 1", "CUresult 999"; or
+# PyTorch's "Error 802: system not yet initialized" on a line that names CUDA
+_CUDA_NUMBER = (
+    re.compile(r"(?:\bcuda\w*(?:\(\))?\s+returned|\bcuda(?:\s+runtime)?\s+(?:error|failure)|"
+               r"\bCUresult|\berror\s+code)\s*[:=]?\s*\(?(?P<code>\d{1,3})\)?"
+               r"(?!\.\d|\d)", re.IGNORECASE),
+    re.compile(r"\berror\s+(?P<code>\d{1,3}):", re.IGNORECASE),
+)
+# a runtime enum or driver API name
+_CUDA_NAME = re.compile(r"\b(?:cudaError[A-Za-z]+|CUDA_ERROR_[A-Z_]+)\b")
+# how far before a generic text the line must name CUDA ("CUDA error: out of memory")
+_GENERIC_REACH = 48
 
 
 @dataclass(frozen=True)
@@ -59,11 +76,14 @@ class Message:
     action: Action
     severity: Severity
     next: str
-    patterns: tuple[re.Pattern[str], ...] = ()
+    patterns: tuple[re.Pattern[str], ...] = ()  # the family rows' (CUDA: names and texts)
     code: int | None = None  # cudaError_t value (family cuda)
     name: str | None = None  # cudaError_t enum name
     cu_name: str | None = None  # CUresult name
     text: str | None = None  # the runtime's own message
+    also: tuple[str, ...] = ()  # other texts printed for the same error
+    generic: bool = False  # its texts count only on a line that names CUDA
+    decide: str = ""  # the host facts that settle whose fault it is
 
 
 @dataclass(frozen=True)
@@ -77,7 +97,7 @@ class Hit:
 
 
 def _rows(name: str) -> list[dict[str, str]]:
-    text = resources.files("gputriage.knowledge").joinpath(name).read_text(encoding="utf-8")
+    text = (_HERE / name).read_text(encoding="utf-8")
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
     return list(csv.DictReader(lines))
 
@@ -86,25 +106,29 @@ def _judgement(row: dict[str, str], where: str) -> dict:
     try:
         return {"meaning": row["meaning"].strip(), "cause": row["cause"].strip(),
                 "blame": Blame(row["blame"].strip()), "action": Action(row["action"].strip()),
-                "severity": Severity(row["severity"].strip()), "next": row["next"].strip()}
+                "severity": Severity(row["severity"].strip()), "next": row["next"].strip(),
+                "decide": (row.get("decide") or "").strip()}
     except (KeyError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from exc
 
 
 def _cuda_rows() -> Iterator[Message]:
     for row in _rows("cuda_errors.csv"):
-        code = int(row["code"])
+        where = f"cuda_errors.csv code {row.get('code')}"
+        try:
+            code = int(row["code"])
+            generic = {"yes": True, "": False}[row["generic"].strip()]
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{where}: {exc}") from exc
         name, cu_name, text = row["enum"].strip(), row["cu_name"].strip(), row["message"].strip()
-        pats = [re.compile(rf"\b{re.escape(n)}\b") for n in (name, cu_name) if n]
-        if text:
-            pats.append(re.compile(re.escape(text), re.IGNORECASE))
-        yield Message(f"cuda.{code}", CUDA_FAMILY, patterns=tuple(pats), code=code,
-                      name=name or None, cu_name=cu_name or None, text=text or None,
-                      **_judgement(row, f"cuda_errors.csv code {code}"))
+        also = tuple(t.strip() for t in row["also"].split("|") if t.strip())
+        yield Message(f"cuda.{code}", CUDA_FAMILY, code=code, name=name or None,
+                      cu_name=cu_name or None, text=text or None, also=also, generic=generic,
+                      **_judgement(row, where))
 
 
 def _family_rows() -> Iterator[Message]:
-    folder = resources.files("gputriage.knowledge").joinpath("messages")
+    folder = _HERE / "messages"
     for entry in sorted(folder.iterdir(), key=lambda p: p.name):
         if not entry.name.endswith(".csv"):
             continue
@@ -120,9 +144,16 @@ def _family_rows() -> Iterator[Message]:
 
 
 @functools.cache
+def _cuda_catalog() -> tuple[Message, ...]:
+    """The CUDA errors alone (a number or a name is looked up without the families'
+    patterns being compiled)."""
+    return tuple(_cuda_rows())
+
+
+@functools.cache
 def catalog() -> tuple[Message, ...]:
     """Every message: the CUDA errors first (by code), then each family's rows."""
-    out = tuple(_cuda_rows()) + tuple(_family_rows())
+    out = _cuda_catalog() + tuple(_family_rows())
     ids = [m.id for m in out]
     if len(ids) != len(set(ids)):
         raise ValueError(f"duplicate message ids: {sorted({i for i in ids if ids.count(i) > 1})}")
@@ -132,9 +163,7 @@ def catalog() -> tuple[Message, ...]:
 @functools.cache
 def _cuda_index() -> dict[str, Message]:
     index: dict[str, Message] = {}
-    for msg in catalog():
-        if msg.code is None:
-            continue
+    for msg in _cuda_catalog():
         index[str(msg.code)] = msg
         for key in (msg.name, msg.cu_name):
             if key:
@@ -142,28 +171,67 @@ def _cuda_index() -> dict[str, Message]:
     return index
 
 
+@functools.cache
+def _cuda_texts() -> tuple[tuple[str, Message], ...]:
+    """(text in lower case, its closing full stop dropped; message), longest first."""
+    pairs = [(t.rstrip(".").lower(), m) for m in _cuda_catalog()
+             for t in (m.text, *m.also) if t]
+    return tuple(sorted(pairs, key=lambda p: -len(p[0])))
+
+
 def cuda_error(key: int | str) -> Message | None:
     """The CUDA error of a number, a runtime enum name or a driver API name."""
     return _cuda_index().get(str(key).strip().lower())
+
+
+def _cuda_hits(line: str, lineno: int) -> dict[Message, Hit]:
+    """The CUDA errors a line names: by runtime or driver API name (as code prints them),
+    or by message text in any case (a generic text only after the word CUDA)."""
+    found: dict[Message, Hit] = {}
+    for m in _CUDA_NAME.finditer(line):
+        msg = _cuda_index().get(m.group(0).lower())
+        if msg is not None and m.group(0) in (msg.name, msg.cu_name):
+            found.setdefault(msg, Hit(msg, line, lineno))
+    lower = line.lower()
+    for text, msg in _cuda_texts():
+        if msg in found or (at := lower.find(text)) < 0:
+            continue
+        if msg.generic and not _CUDA_CONTEXT.search(line, max(0, at - _GENERIC_REACH), at):
+            continue  # "out of memory" that CUDA did not say
+        found[msg] = Hit(msg, line, lineno)
+    return found
 
 
 def scan_line(line: str, lineno: int = 0) -> list[Hit]:
     """The messages on one line, each once, in catalog order."""
     if not _WORDS.search(line):
         return []
+    cuda = _cuda_hits(line, lineno)
     hits: list[Hit] = []
     for msg in catalog():
+        if msg.code is not None:
+            if msg in cuda:
+                hits.append(cuda[msg])
+            continue
         for pat in msg.patterns:
             if m := pat.search(line):
                 fields = {k: v for k, v in m.groupdict().items() if v is not None}
                 hits.append(Hit(msg, line, lineno, fields))
                 break
-    if "cuda" in line.lower() and not any(h.message.family == CUDA_FAMILY for h in hits):
-        for m in _CUDA_NUMBER.finditer(line):
-            if known := cuda_error(m.group("code")):
-                hits.append(Hit(known, line, lineno, {"code": m.group("code")}))
+    if not cuda and _CUDA_CONTEXT.search(line):
+        for pattern in _CUDA_NUMBER:
+            if hit := _numbered(pattern, line, lineno):
+                hits.append(hit)
                 break
     return hits
+
+
+def _numbered(pattern: re.Pattern[str], line: str, lineno: int) -> Hit | None:
+    """The first known CUDA error number ``pattern`` finds on ``line``."""
+    for m in pattern.finditer(line):
+        if known := cuda_error(m.group("code")):
+            return Hit(known, line, lineno, {"code": m.group("code")})
+    return None
 
 
 def scan(lines: Iterable[str]) -> list[Hit]:
@@ -171,15 +239,25 @@ def scan(lines: Iterable[str]) -> list[Hit]:
     return [hit for i, line in enumerate(lines) for hit in scan_line(line, i)]
 
 
-def find(text: str) -> list[Message]:
-    """The messages a short text names (``gputriage explain``): a CUDA error's number or
-    name alone, or the messages found on its lines, each once."""
+def find_hits(text: str) -> list[Hit]:
+    """The messages a short text names (``gputriage explain``), each once: a CUDA error's
+    number or name alone; else the messages found on its lines; else a CUDA error whose
+    message text the whole text is ("unknown error": generic texts count here)."""
     bare = text.strip().strip("'\"`").strip()
     known = cuda_error(bare)
     if known is not None:
-        return [known]
-    found: list[Message] = []
+        return [Hit(known, bare, 0)]
+    found: dict[Message, Hit] = {}
     for hit in scan(text.splitlines()):
-        if hit.message not in found:
-            found.append(hit.message)
-    return found
+        found.setdefault(hit.message, hit)
+    if not found:
+        whole = " ".join(bare.split()).rstrip(".").lower()
+        for each, msg in _cuda_texts():
+            if whole == each:
+                return [Hit(msg, bare, 0)]
+    return list(found.values())
+
+
+def find(text: str) -> list[Message]:
+    """The messages a short text names (see :func:`find_hits`)."""
+    return [hit.message for hit in find_hits(text)]

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from gputriage.hostfacts.fabric import FabricNeed
 from gputriage.hostfacts.smi_views import SmiView
+from gputriage.knowledge.job_messages import Message, cuda_error
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.device_query import DeviceQuery
 from gputriage.parsers.gpu_reset import ResetAttempt, ResetLog
@@ -151,35 +152,21 @@ def gpu_reset(gpu_resets: ResetLog) -> Iterator[Finding]:
 
 # --- deviceQuery -------------------------------------------------------------------------
 
-# cudaError_t -> (name, what it means here, severity, action, blame)
-_CUDA_ERRORS: dict[int, tuple[str, str, Severity, Action, Blame]] = {
-    35: ("cudaErrorInsufficientDriver",
-         "the installed driver is older than the CUDA runtime the program was built with. "
-         "Upgrade the driver to one that supports that CUDA release, or use a build made "
-         "for an older CUDA.", Severity.WARNING, Action.FIX_SOFTWARE, Blame.CONFIG),
-    100: ("cudaErrorNoDevice",
-          "the CUDA runtime sees no GPU: none passed into the container (device nodes, "
-          "CDI, NVIDIA_VISIBLE_DEVICES), or the driver is not loaded.",
-          Severity.WARNING, Action.FIX_CONFIG, Blame.CONFIG),
-    802: ("cudaErrorSystemNotReady",
-          "on an NVSwitch system (HGX/DGX boards) CUDA refuses to start until "
-          "nvidia-fabricmanager has configured the fabric: start and enable it (its "
-          "version must match the driver's) and check the GPUs' fabric state.",
-          Severity.CRITICAL, Action.FIX_CONFIG, Blame.NODE),
-    803: ("cudaErrorSystemDriverMismatch",
-          "the user-space driver library does not match the loaded kernel module (a driver "
-          "upgraded without a reboot, or a compat library on the path). Reboot, or remove "
-          "the stray library.", Severity.CRITICAL, Action.REBOOT_NODE, Blame.NODE),
-    804: ("cudaErrorCompatNotSupportedOnDevice",
-          "a forward-compatibility libcuda is used on a GPU that does not support it "
-          "(GeForce and most workstation cards). Take the compat directory off the library "
-          "path.", Severity.WARNING, Action.FIX_CONFIG, Blame.CONFIG),
-}
+def _judged_on_node(msg: Message) -> tuple[Severity, Action, Blame]:
+    """The catalog's judgement of a CUDA error, as deviceQuery reports it.
+
+    deviceQuery is the node's own probe, built with the node's toolkit and run on the
+    node: what the catalog blames on a job's build or settings (job, job-config: 35 a
+    runtime newer than the driver, 209 no code for this GPU) is the node's software
+    here (config), to fix, not a job to restart."""
+    blame = Blame.CONFIG if msg.blame in (Blame.JOB, Blame.JOB_CONFIG) else msg.blame
+    action = Action.FIX_SOFTWARE if msg.action is Action.RESTART_JOB else msg.action
+    return msg.severity, action, blame
 
 
 def _dq_failed(dq: DeviceQuery, need: FabricNeed | None, ev: list[Evidence]) -> Finding:
     code = dq.error_code if dq.error_code is not None else (100 if dq.detected == 0 else None)
-    known = _CUDA_ERRORS.get(code) if code is not None else None
+    known = cuda_error(code) if code is not None else None
     text = f" ({dq.error_text})" if dq.error_text else ""
     title = (f"deviceQuery failed: cudaGetDeviceCount returned {code}{text}" if code is not None
              else "deviceQuery failed")
@@ -189,13 +176,14 @@ def _dq_failed(dq: DeviceQuery, need: FabricNeed | None, ev: list[Evidence]) -> 
             "The CUDA runtime could not start on this host; the error above says why. Check "
             "nvidia-smi, the driver version against the program's CUDA release, and the "
             "container's GPU access.", Action.NONE, Blame.UNKNOWN, evidence=ev)
-    name, why, severity, action, blame = known
+    severity, action, blame = _judged_on_node(known)
+    why = f"{known.meaning} Likely cause: {known.cause} {known.next}"
     extra = []
     if code == 802 and need is not None and need.needed:
         why += f" This host needs it: {need.reason}."
         extra = list(need.evidence)
     return finding(
-        "cuda.device-query-failed", severity, f"{title}: {name}",
+        "cuda.device-query-failed", severity, f"{title}: {known.name}",
         f"CUDA cannot be used here: {why}", action, blame, evidence=ev + extra)
 
 

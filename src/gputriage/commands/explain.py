@@ -1,0 +1,60 @@
+"""``gputriage explain TEXT...``: a job's error message, offline, from the catalog of
+CUDA, NVML, container-runtime and framework messages."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from gputriage.commands.common import CommandExit, current_env
+
+# a paste, not a log: what stdin holds beyond this is left unread
+STDIN_LIMIT = 1 << 20
+
+
+def _texts(args: tuple[str, ...]) -> list[str]:
+    """One text per argument; ``-`` is what stdin holds (read once)."""
+    stdin_text = sys.stdin.read(STDIN_LIMIT) if "-" in args and sys.stdin else ""
+    return [stdin_text if arg == "-" else arg for arg in args]
+
+
+@click.command("explain")
+@click.argument("texts", nargs=-1, required=True, metavar="TEXT...")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print what was found as JSON (schema gputriage/explain/v1).")
+def explain(texts: tuple[str, ...], as_json: bool) -> None:
+    """Explain a job's error message: its meaning, likely cause, whose fault it is (the
+    node, the node's configuration, the job or the job's settings), the action and the
+    next step, and which host facts would settle it. TEXT is a pasted line or lines, a
+    CUDA error's number, cudaError name or CUDA_ERROR name (700, cudaErrorNoDevice,
+    CUDA_ERROR_ILLEGAL_ADDRESS), or - to read stdin; several TEXTs are explained one by
+    one (words that mean nothing apart are read as one text). Offline: nothing on this
+    host is read. Exit status 0 when a message is recognised, 3 when none is."""
+    from gputriage.knowledge.job_messages import find_hits
+    from gputriage.views.status import ExitStatus
+
+    env = current_env()
+    items = _texts(texts)
+    found = [(text, find_hits(text)) for text in items]
+    if len(items) > 1 and not any(hits for _, hits in found):  # an unquoted paste
+        joined = " ".join(items)
+        found = [(joined, find_hits(joined))]
+    if as_json:
+        from gputriage import __version__
+        from gputriage.views.explainview import explain_json
+
+        env.write_json({"schema": "gputriage/explain/v1", "tool_version": __version__,
+                        "inputs": explain_json(found)})
+    else:
+        from gputriage.views.console import is_terminal
+        from gputriage.views.explainview import render_explained
+
+        width = None
+        if is_terminal(env.stdout):
+            import shutil
+
+            width = shutil.get_terminal_size().columns
+        render_explained(found, env.stdout, width=width)
+    known = any(hits for _, hits in found)
+    raise CommandExit(int(ExitStatus.OK if known else ExitStatus.UNKNOWN))
