@@ -22,3 +22,113 @@ def test_text_without_a_message_is_not_a_job_log():
     with pytest.raises(ParseError):
         parse_job_log("epoch 1 loss 0.25\nepoch 2 loss 0.20\n")
     assert not parse_job_log("").hits
+
+
+# --- versions --------------------------------------------------------------------------
+
+COLLECT_ENV = """\
+PyTorch version: 2.7.0+cu128
+Is debug build: False
+CUDA used to build PyTorch: 12.8
+OS: Ubuntu 22.04.5 LTS (x86_64)
+Is CUDA available: True
+CUDA runtime version: 12.4.131
+GPU models and configuration: GPU 0: NVIDIA GeForce RTX 5090
+Nvidia driver version: 570.124.06
+cuDNN version: Probably one of the following: /usr/lib/x86_64-linux-gnu/libcudnn.so.9.1.0
+"""
+
+
+def test_collect_env_gives_framework_runtime_driver_and_gpu():
+    v = parse_job_log(COLLECT_ENV).versions
+    assert (v.torch, v.torch_cuda, v.cuda_available) == ("2.7.0+cu128", "12.8", True)
+    assert (v.nvcc, v.gpu_name, v.driver_version, v.cudnn) == (
+        "12.4", "NVIDIA GeForce RTX 5090", "570.124.06", "9.1.0")
+    assert v.app_cuda == "12.8"
+    assert v.lines["driver_version"] == "Nvidia driver version: 570.124.06"
+
+
+def test_an_interactive_session_gives_the_value_lines():
+    text = (">>> import torch\n>>> torch.__version__\n'2.1.0+cu121'\n>>> torch.version.cuda\n"
+            "'12.1'\n>>> torch.cuda.is_available()\nFalse\n")
+    v = parse_job_log(text).versions
+    assert (v.torch, v.torch_cuda, v.cuda_available) == ("2.1.0+cu121", "12.1", False)
+
+
+def test_the_wheel_tag_gives_the_cuda_when_torch_version_cuda_is_not_printed():
+    v = parse_job_log("torch: 2.4.1+cu118\n").versions
+    assert v.torch_cuda == "11.8"
+
+
+def test_nvcc_and_the_drivers_cuda_as_an_integer():
+    text = ("nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 12.4, "
+            "V12.4.131\ngpu-a:1:1 [0] NCCL INFO cudaDriverVersion 12020\n")
+    v = parse_job_log(text).versions
+    assert (v.nvcc, v.driver_cuda) == ("12.4", "12.2")
+
+
+def test_pytorchs_arch_warning_gives_gpu_capability_and_compiled_archs():
+    text = ("NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the "
+            "current PyTorch installation.\nThe current PyTorch install supports CUDA "
+            "capabilities sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90.\n")
+    log = parse_job_log(text)
+    v = log.versions
+    assert (v.gpu_name, v.capability) == ("NVIDIA GeForce RTX 5090", "12.0")
+    assert v.archs == ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90")
+    assert "torch.arch-unsupported" in log.ids()
+
+
+def test_an_ngc_banner_gives_the_images_cuda_and_the_driver_it_wants():
+    text = ("== PyTorch ==\nNVIDIA Release 25.01 (build 134983853)\nCUDA Version 12.8.0\n"
+            "ERROR: This container was built for NVIDIA Driver Release 570.86 or later, but "
+            "version 535.104.05 was detected and compatibility mode is UNAVAILABLE.\n")
+    log = parse_job_log(text)
+    v = log.versions
+    assert (v.image_cuda, v.driver_required, v.driver_version, v.compat_mode) == (
+        "12.8", "570.86", "535.104.05", False)
+    assert "ngc.driver-too-old" in log.ids()
+
+
+def test_ldconfig_lists_each_libcuda_once():
+    text = ("\tlibcuda.so.1 (libc6,x86-64) => /usr/local/cuda-12.8/compat/libcuda.so.1\n"
+            "\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
+            "\tlibcuda.so (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so\n")
+    v = parse_job_log(text).versions
+    assert v.libcuda == ("/usr/local/cuda-12.8/compat/libcuda.so.1",
+                         "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                         "/usr/lib/x86_64-linux-gnu/libcuda.so")
+
+
+def test_image_names_give_their_cuda():
+    for image, cuda in (("nvidia/cuda:12.8.0-cudnn-devel-ubuntu22.04", "12.8"),
+                        ("pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime", "12.8"),
+                        ("nvcr.io/nvidia/pytorch:25.01-py3", None)):
+        v = parse_job_log(f"$ docker run --gpus all {image} nvidia-smi\ntorch 2.7.0\n").versions
+        assert (v.image, v.image_cuda) == (image, cuda)
+
+
+def test_an_image_name_alone_is_not_a_job_log():
+    with pytest.raises(ParseError):
+        parse_job_log("    image: nvidia/cuda:9.0-devel\n")
+
+
+def test_tensorflow_device_lines_give_name_and_capability():
+    tf1 = ("2017-09-23 14:37:51.072588: I tensorflow/core/common_runtime/gpu/gpu_device.cc:955]"
+           " Found device 0 with properties: \nname: Quadro P6000\nmajor: 6 minor: 1 "
+           "memoryClockRate (GHz) 1.645\n")
+    v = parse_job_log(tf1).versions
+    assert (v.gpu_name, v.capability) == ("Quadro P6000", "6.1")
+    tf2 = ("I0000 gpu_device.cc:2019] Created device /job:localhost/replica:0/task:0/device:"
+           "GPU:0 with 14792 MB memory:  -> device: 0, name: Tesla T4, pci bus id: "
+           "0000:00:04.0, compute capability: 7.5\n")
+    v = parse_job_log(tf2).versions
+    assert (v.gpu_name, v.capability) == ("Tesla T4", "7.5")
+
+
+def test_the_corpus_version_lines(corpus):
+    v = parse_job_log(corpus.sample("torch-no-kernel-image-rtx5090").text()).versions
+    assert (v.torch, v.torch_cuda, v.capability) == ("2.7.0.dev20250310+cu124", "12.4", "12.0")
+    v = parse_job_log(corpus.sample("torch-driver-too-old-11040").text()).versions
+    assert (v.driver_cuda, v.driver_version) == ("11.4", "470.86")
+    v = parse_job_log(corpus.sample("cupy-804-quadro-rtx6000").text()).versions
+    assert (v.gpu_name, v.runtime_cuda) == ("NVIDIA QUADRO RTX 6000", "11.0")

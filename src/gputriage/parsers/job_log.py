@@ -10,12 +10,13 @@ Everything else in a job log is ignored: a paste needs one recognised line.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
 from gputriage.knowledge.job_messages import Hit, scan_line
-from gputriage.parsers.job_context import JobContext, read_context
+from gputriage.parsers.job_context import JobContext, claim_context, read_context
 
 __all__ = ["JobLog", "JobVersions", "claim_job_log", "is_job_line", "parse_job_log"]
 
@@ -28,15 +29,18 @@ class JobVersions:
     printed as an integer (``11040``, PyTorch's ``found version``) is converted."""
 
     torch: str | None = None  # "2.7.0+cu128"
-    torch_cuda: str | None = None  # torch.version.cuda
+    torch_cuda: str | None = None  # torch.version.cuda (or the wheel's +cuXXX tag)
     cuda_available: bool | None = None  # torch.cuda.is_available()
     tensorflow: str | None = None
     jax: str | None = None
     cudnn: str | None = None
     nvcc: str | None = None  # "Cuda compilation tools, release 12.4"
     runtime_cuda: str | None = None  # the CUDA runtime the program was built with
+    image_cuda: str | None = None  # the CUDA of the container image (banner, image tag)
     driver_cuda: str | None = None  # the newest CUDA the driver supports, as the job saw it
     driver_version: str | None = None  # "535.104.05" as the job printed it
+    driver_required: str | None = None  # the driver an NGC image says it was built for
+    compat_mode: bool | None = None  # an NGC image's forward-compatibility mode
     gpu_name: str | None = None
     capability: str | None = None  # compute capability of the GPU ("8.9"; sm_89)
     archs: tuple[str, ...] = ()  # compiled architectures ("sm_50", "sm_90", "compute_90")
@@ -46,11 +50,20 @@ class JobVersions:
 
     @property
     def app_cuda(self) -> str | None:
-        """The CUDA version the program needs: its runtime, else its framework's."""
-        return self.runtime_cuda or self.torch_cuda
+        """The CUDA version the program needs: its runtime, else its framework's, its
+        image's, or the toolkit (nvcc) it was built with."""
+        return self.runtime_cuda or self.torch_cuda or self.image_cuda or self.nvcc
 
     def any(self) -> bool:
         return bool(self.lines)
+
+    def line(self, *names: str) -> list[str]:
+        """The lines the named fields came from, each once, in the order asked."""
+        out: list[str] = []
+        for n in names:
+            if (ln := self.lines.get(n)) and ln not in out:
+                out.append(ln)
+        return out
 
 
 @dataclass
@@ -70,17 +83,227 @@ class JobLog:
 
 
 # --- versions ------------------------------------------------------------------------
-_TORCH = re.compile(r"\btorch(?:\.__version__)?\s*[:=]?\s*(?P<v>\d+\.\d+(?:\.\d+)?"
-                    r"(?:\.dev\d+)?(?:\+(?:cu\d+|cpu|rocm[\d.]+))?)\b")
+_V = r"\d+\.\d+(?:\.\d+)?"
+_TORCH_V = _V + r"(?:\.?(?:dev|a|b|rc|post)\d*)*(?:\+[\w.]+)?"
+Setter = Callable[[JobVersions, "re.Match[str]"], None]
+
+
+def _cuda_of(tag: str | None) -> str | None:
+    from gputriage.knowledge.cuda_compat import cuda_from_tag
+
+    return cuda_from_tag(tag)
+
+
+def _set(name: str, group: str = "v", convert: Callable[[str], object] | None = None) -> Setter:
+    def apply(v: JobVersions, m: re.Match[str]) -> None:
+        raw = m.group(group)
+        value = convert(raw) if convert else raw.strip().strip("_*`").rstrip(".")
+        if value is not None and getattr(v, name) in (None, ()):
+            setattr(v, name, value)
+            v.lines[name] = m.string.strip()
+    return apply
+
+
+def _torch(v: JobVersions, m: re.Match[str]) -> None:
+    _set("torch")(v, m)
+    if tag := re.search(r"\+(cu\d+)", m.group("v")):
+        _set("torch_cuda", convert=lambda _: _cuda_of(tag.group(1)))(v, m)
+
+
+def _bool(raw: str) -> bool:
+    return raw.strip().lower() in ("true", "yes")
+
+
+def _driver_int(raw: str) -> str | None:
+    from gputriage.knowledge.cuda_compat import cuda_from_int
+
+    return cuda_from_int(raw)
+
+
+def _capability(raw: str) -> str | None:
+    """``sm_120`` -> ``"12.0"``."""
+    digits = raw.strip().lower().removeprefix("sm_")
+    return f"{int(digits[:-1])}.{digits[-1]}" if digits.isdigit() and len(digits) >= 2 else None
+
+
+def _archs(raw: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(re.findall(r"(?:sm|compute)_\d+[af]?", raw)))
+
+
+def _tf_device(v: JobVersions, m: re.Match[str]) -> None:
+    _set("gpu_name", "name")(v, m)
+    if m.group("cc"):
+        _set("capability", "cc")(v, m)
+    elif m.group("maj"):
+        _set("capability", "maj", lambda _: f"{m.group('maj')}.{m.group('min')}")(v, m)
+
+
+def _ngc(v: JobVersions, m: re.Match[str]) -> None:
+    _set("driver_required", "want")(v, m)
+    _set("driver_version", "found")(v, m)
+    if m.group("mode"):
+        _set("compat_mode", "mode", lambda raw: raw.strip().upper() != "UNAVAILABLE")(v, m)
+
+
+def _libcuda(v: JobVersions, m: re.Match[str]) -> None:
+    path = m.group("path")
+    if path not in v.libcuda:
+        v.libcuda = (*v.libcuda, path)
+        v.lines[f"libcuda:{path}"] = m.string.strip()
+        v.lines.setdefault("libcuda", m.string.strip())
+
+
+def _image(v: JobVersions, m: re.Match[str]) -> None:
+    _set("image", "img")(v, m)
+    repo, _, tag = m.group("img").rpartition(":")
+    cuda = None
+    if c := re.search(r"(?:^|-)cuda-?(\d+\.\d+)|-cu(\d{2,3})\b", tag):
+        cuda = c.group(1) or _cuda_of(f"cu{c.group(2)}")
+    elif repo.endswith("/cuda") and (c := re.match(r"(\d+\.\d+)", tag)):
+        cuda = c.group(1)  # nvidia/cuda:12.8.0-...: the tag is the CUDA release
+    if cuda:
+        _set("image_cuda", "img", lambda _: cuda)(v, m)
+
+
+def _smi_header(v: JobVersions, m: re.Match[str]) -> None:
+    _set("driver_version", "drv")(v, m)
+    _set("driver_cuda", "cuda")(v, m)
+
+
+# (pattern, setter): every pattern is tried on every line, case-insensitively
+_READERS: tuple[tuple[re.Pattern[str], Setter], ...] = tuple(
+    (re.compile(p, re.IGNORECASE), f) for p, f in (
+        (rf"PyTorch version:\s*(?P<v>{_TORCH_V})", _torch),
+        (rf"\btorch(?:\.__version__)?\s*(?:version)?\s*[:=]?\s*'?(?P<v>{_TORCH_V})\b", _torch),
+        (rf"\bpip3?\s+install\b.*?\btorch==(?P<v>{_TORCH_V})", _torch),
+        (r"CUDA used to build PyTorch:\s*(?P<v>\d+\.\d+)", _set("torch_cuda")),
+        (r"torch\.version\.cuda\W*(?:=|:|->|#|returns?)?\W*(?P<v>\d+\.\d+)", _set("torch_cuda")),
+        (r"Is CUDA available:\s*(?P<v>True|False|Yes|No)\b", _set("cuda_available",
+                                                                    convert=_bool)),
+        (r"torch\.cuda\.is_available\(\)[\s`:=#>*-]*(?:returns?\s*)?[\s*]*(?P<v>True|False)\b",
+         _set("cuda_available", convert=_bool)),
+        (r"CUDA runtime version:\s*(?P<v>\d+\.\d+)", _set("nvcc")),
+        (r"Cuda compilation tools,\s*release\s*(?P<v>\d+\.\d+)", _set("nvcc")),
+        (r"GPU models and configuration:\s*(?:GPU \d+:\s*)?(?P<v>[^\n(]*\w)", _set("gpu_name")),
+        (r"get_device_name\(\w*\)\W*'(?P<v>[^']+)'", _set("gpu_name")),
+        (r"get_device_capability\(\w*\)\W*\((?P<maj>\d+),\s*(?P<min>\d+)\)",
+         lambda v, m: _set("capability", "maj", lambda _: f"{m['maj']}.{m['min']}")(v, m)),
+        (r"(?<![A-Za-z])GPU(?:\s+\d+)?\s*:\s*[_*]*(?P<v>(?:NVIDIA\s+)?(?:GeForce|Quadro|Tesla|TITAN|RTX|GTX)"
+         r"\b[\w -]*\w)", _set("gpu_name")),
+        (r"\bcudatoolkit\s*[=: ]\s*(?P<v>\d+\.\d+)", _set("runtime_cuda")),
+        (r"Nvidia driver version:\s*(?P<v>\d+\.\d+(?:\.\d+)?)", _set("driver_version")),
+        (r"cuDNN version:.*?(?P<v>\d+\.\d+\.\d+)", _set("cudnn")),
+        (r"\b(?:tensorflow|tf)(?:\.__version__)?\s*(?:version)?\s*[:=]\s*'?(?P<v>\d+\.\d+\.\d+)",
+         _set("tensorflow")),
+        (r"^\s*jax(?:\.__version__)?\s*[:=]\s*'?(?P<v>\d+\.\d+\.\d+)", _set("jax")),
+        (r"name:\s*(?P<name>[^,\n]+?)\s+(?:major:\s*(?P<maj>\d+)\s+minor:\s*(?P<min>\d+)|"
+         r"computeCapability:\s*(?P<cc>\d+\.\d+))", _tf_device),
+        (r"device:\s*\d+,\s*name:\s*(?P<name>[^,]+),.*?compute capability:\s*(?P<cc>\d+\.\d+)"
+         r"(?P<maj>)?", _tf_device),
+        (r"(?P<v>\b(?:NVIDIA|GeForce|Tesla|Quadro|TITAN|RTX)\b[\w -]*?) with CUDA capability "
+         r"sm_\d+", _set("gpu_name")),
+        (r"with CUDA capability (?P<v>sm_\d+)", _set("capability", convert=_capability)),
+        (r"supports CUDA capabilities\s+(?P<v>(?:(?:sm|compute)_\d+\w*[\s.]*)+)",
+         _set("archs", convert=_archs)),
+        (r"(?:get_arch_list\(\)|Arch list)\W*(?P<v>\[?\s*'?(?:sm|compute)_\d+.*)",
+         _set("archs", convert=_archs)),
+        (r"found version (?P<v>\d{4,5})\b", _set("driver_cuda", convert=_driver_int)),
+        (r"\bcudaDriverVersion\s*[:=]?\s*(?P<v>\d{4,5})\b",
+         _set("driver_cuda", convert=_driver_int)),
+        (r"Driver Version:\s*(?P<drv>\d+\.\d+(?:\.\d+)?)\s+CUDA Version:\s*(?P<cuda>\d+\.\d+)",
+         _smi_header),
+        (r"^\s*CUDA Version\s+(?P<v>\d+\.\d+)(?:\.\d+)?\s*$", _set("image_cuda")),
+        (r"built for NVIDIA Driver Release (?P<want>\d+\.\d+(?:\.\d+)?) or later, but version "
+         r"(?P<found>\d+\.\d+(?:\.\d+)?) was detected(?:.*compatibility mode is (?P<mode>\w+))?",
+         _ngc),
+        (r"libcuda\.so(?:\.\d+)*\s+\([^)]*\)\s*=>\s*(?P<path>\S+)", _libcuda),
+        (r"(?P<img>\b(?:nvcr\.io/nvidia/|nvidia/|pytorch/|tensorflow/)[\w.-]+:[\w.-]*\d[\w.-]*)",
+         _image),
+    ))
+_WORD = re.compile(r"torch|cuda|nvcc|tensorflow|\btf\b|jax|cudnn|driver|capabilit|sm_\d|"
+                   r"libcuda|nvidia|pytorch|name:|gpu|version", re.IGNORECASE)
+
+# an interactive session: the expression on one line, its value on the next
+_REPL = re.compile(r"^\s*(?:>>>\s*|In \[\d+\]:\s*)?(?:print\()?(?P<expr>torch\.__version__|"
+                   r"torch\.version\.cuda|torch\.cuda\.is_available\(\)|"
+                   r"torch\.cuda\.get_device_name\(\w*\)|torch\.cuda\.get_arch_list\(\))\)?\s*$")
+_REPL_VALUE = re.compile(r"^\s*(?:Out\[\d+\]:\s*)?(?P<v>'[^']*'|True|False|None|\[.*\])\s*$")
+# TensorFlow 1.x: "Found device 0 with properties:" then "name: ..." and "major: 6 minor: 1"
+_TF_HEAD = re.compile(r"Found device \d+ with properties")
+_TF_BODY = re.compile(r"^\s*(?:name:\s*(?P<name>.+?)\s*$|major:\s*(?P<maj>\d+)\s+minor:\s*"
+                      r"(?P<min>\d+)|pciBusID|totalMemory|freeMemory)")
+
+
+# readers that alone do not make a text a job's output (a pod spec names an image)
+_WEAK = frozenset({_image})
 
 
 def _read_versions(v: JobVersions, line: str) -> bool:
     """Apply one line to ``v``; False when it prints no version this parser reads."""
-    if (m := _TORCH.search(line)) and v.torch is None:
-        v.torch = m.group("v")
-        v.lines["torch"] = line.strip()
-        return True
-    return False
+    return _read(v, line) is not None
+
+
+def _read(v: JobVersions, line: str) -> bool | None:
+    """Apply one line to ``v``: None when it prints no version, False when only a
+    weak one (an image name), True otherwise."""
+    if not _WORD.search(line):
+        return None
+    found: bool | None = None
+    for pat, apply in _READERS:
+        if m := pat.search(line):
+            apply(v, m)
+            found = found or apply not in _WEAK
+    return found
+
+
+def _read_value(v: JobVersions, expr: str, value_line: str) -> bool:
+    """The value line of an interactive ``expr`` (``'12.8'``, ``True``)."""
+    m = _REPL_VALUE.match(value_line)
+    if not m:
+        return False
+    return _read_versions(v, f"{expr} {m.group('v')}")
+
+
+def _read_tf(v: JobVersions, line: str) -> bool:
+    m = _TF_BODY.match(line)
+    if not m:
+        return False
+    if m.group("name"):
+        _set("gpu_name", "name")(v, m)
+    elif m.group("maj"):
+        _set("capability", "maj", lambda _: f"{m['maj']}.{m['min']}")(v, m)
+    return True
+
+
+def _walk(lines: Sequence[str], v: JobVersions, usable: Callable[[int], bool] = lambda i: True
+          ) -> Iterator[tuple[int, list[Hit], bool]]:
+    """``(index, hits, strong)`` of each line the job log takes: one with a message of
+    the catalog or a version, the value line of an interactive expression, the lines
+    of a TensorFlow device block; ``strong``: enough alone to call the text a job's."""
+    pending: str | None = None  # an interactive expression waiting for its value
+    tf_block = 0  # lines left in a TensorFlow device block
+    for i, line in enumerate(lines):
+        if not usable(i):
+            pending, tf_block = None, 0
+            continue
+        if pending is not None and _read_value(v, pending, line):
+            pending = None
+            yield i, [], True
+            continue
+        pending = None
+        if tf_block and _read_tf(v, line):
+            tf_block -= 1
+            yield i, [], True
+            continue
+        tf_block = 0
+        hits = scan_line(line, i)
+        versions = _read(v, line)
+        if m := _REPL.match(line):
+            pending, versions = m.group("expr"), True
+        if _TF_HEAD.search(line):
+            tf_block, versions = 6, True
+        if hits or versions is not None:
+            yield i, hits, bool(hits) or bool(versions)
 
 
 def is_job_line(line: str) -> bool:
@@ -97,21 +320,23 @@ def parse_job_log(text: str) -> JobLog:
     if not text or not text.strip():
         return log
     raw = text.splitlines()
-    for i, line in enumerate(raw):
-        hits = scan_line(line, i)
-        versions = _read_versions(log.versions, line)
-        if hits or versions:
-            log.hits.extend(hits)
-            log.lines.append(line.strip())
-    if not log.lines:
-        raise ParseError("no CUDA, NVML, container-runtime or framework message and no "
-                         "version line")
+    strong = False
+    for i, hits, enough in _walk(raw, log.versions):
+        log.hits.extend(hits)
+        log.lines.append(raw[i].strip())
+        strong = strong or enough
     log.context = read_context(raw)
+    if not log.context.lines and not strong:
+        raise ParseError("no CUDA, NVML, container-runtime or framework message, no "
+                         "version line and no container context")
     return log
 
 
 def claim_job_log(doc: PasteDoc) -> None:
-    """The lines of a job's output that carry a message of the catalog or a version."""
-    for i, line in enumerate(doc.lines):
-        if doc.owner[i] is None and is_job_line(line):
+    """The lines of a job's output that carry a message of the catalog or a version
+    (with the value line of an interactive expression and a TensorFlow device block)."""
+    taken = list(_walk(doc.lines, JobVersions(), lambda i: doc.owner[i] is None))
+    if any(strong for _, _, strong in taken):
+        for i, _, _ in taken:
             doc.owner[i] = "job_log"
+    claim_context(doc)  # where it ran: prompts, docker run, NVIDIA_* (see job_context)

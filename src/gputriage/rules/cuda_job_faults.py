@@ -1,0 +1,235 @@
+"""The job's CUDA errors that tell of the node's state (fabric not ready, driver halves
+that differ, no device, unknown error) and of the job's own faults (illegal address and
+launch failures, told from the GPU's by the kernel log's Xids; out of memory). The
+compatibility arithmetic is :mod:`gputriage.rules.cuda_job`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gputriage.hostfacts.fabric import FabricNeed
+from gputriage.knowledge.job_messages import Hit
+from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity
+from gputriage.parsers.job_log import JobLog
+from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.cuda_job import (
+    ASK_HOST,
+    DOC_COMPAT,
+    JOB_XIDS,
+    KERNEL_FAULT,
+    NO_DEVICE,
+    NODE_XIDS,
+    OOM,
+)
+from gputriage.rules.kernel_common import xid_code
+
+DOC_FM = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/"
+DOC_XID = "https://docs.nvidia.com/deploy/xid-errors/"
+
+
+def _of(log: JobLog, ids: frozenset[str] | set[str]) -> list[Hit]:
+    return [h for h in log.hits if h.message.id in ids]
+
+
+def _job_ev(hits: list[Hit], extra: tuple[str, ...] = ()) -> Evidence:
+    return evidence("job_log", dict.fromkeys([h.line.strip() for h in hits] + list(extra)))
+
+
+def _fabric(hits: list[Hit], need: FabricNeed | None) -> Finding:
+    ev = [_job_ev(hits)]
+    if need is not None and need.needed:
+        ev.extend(need.evidence)
+        where = f"This host needs the fabric manager: {need.reason}."
+    elif need is not None:
+        where = (f"gputriage sees no NVSwitch here ({need.reason}): check the fabric state "
+                 "the GPUs report (nvidia-smi -q | grep -A2 Fabric) and the driver's log.")
+    else:
+        where = ("The host's facts are not here: run `gputriage check` on the node to see its "
+                 "NVSwitches, the fabric manager service and the GPUs' fabric state.")
+    return finding(
+        "cuda.fabric-not-ready", Severity.CRITICAL,
+        "CUDA error 802: the system is not initialised (NVLink fabric not ready)",
+        "CUDA refuses to start until the NVSwitch fabric is configured: the node's fabric "
+        "manager is not running, failed, or does not match the driver. This is the node's "
+        "fault, whatever the job: move the job to another node, then start and enable "
+        f"nvidia-fabricmanager (same version as the driver) and wait for the GPUs' fabric "
+        f"state to read Completed. {where}",
+        Action.FIX_CONFIG, Blame.NODE, evidence=ev, references=(DOC_FM,))
+
+
+def _mismatch(log: JobLog, hits: list[Hit], drv: DriverVersions | None) -> Finding:
+    compat = [p for p in log.versions.libcuda if "compat" in p.lower()]
+    ev = [_job_ev(hits, tuple(log.versions.line("libcuda")))]
+    if compat:
+        return finding(
+            "cuda.driver-mismatch", Severity.WARNING,
+            f"CUDA error 803: a compat libcuda ({compat[0]}) does not fit the kernel module",
+            "The forward-compatibility libcuda on the library path does not work with the "
+            "loaded kernel module's branch. Take it off the path (or use a supported driver "
+            "branch for forward compatibility).", Action.FIX_CONFIG, Blame.CONFIG,
+            evidence=ev, references=(DOC_COMPAT,))
+    known = ""
+    if drv is not None and drv.kernel_module and drv.userspace:
+        known = f" Here the module is {drv.kernel_module} and the library {drv.userspace}."
+        ev.append(evidence("host", (f"node: kernel module {drv.kernel_module}, user-space "
+                                    f"driver {drv.userspace}",)))
+    else:
+        known = (" Compare /proc/driver/nvidia/version with the library's version (run "
+                 "`gputriage check` on the node).")
+    return finding(
+        "cuda.driver-mismatch", Severity.CRITICAL,
+        "CUDA error 803: the user-space driver does not match the loaded kernel module",
+        "libcuda and the kernel module come from different driver versions, typically a "
+        "driver upgraded under a running system: reboot the node (or unload and reload the "
+        f"nvidia modules once no process holds them), then restart the jobs.{known}",
+        Action.REBOOT_NODE, Blame.NODE, evidence=ev, references=(DOC_COMPAT,))
+
+
+def _no_device(log: JobLog, hits: list[Hit], drv: DriverVersions | None) -> Finding:
+    ctx = log.context
+    in_container = getattr(ctx, "in_container", None)
+    ctx_lines = tuple(getattr(ctx, "lines", ()) or ())
+    ev = [_job_ev(hits, ctx_lines)]
+    ids = {h.message.id for h in hits}
+    if ids == {"cuda.101"}:
+        return finding(
+            "cuda.no-device", Severity.WARNING,
+            "CUDA error 101: the job asked for a GPU it was not given",
+            "The device ordinal the program uses is not among the GPUs visible to it: "
+            "CUDA_VISIBLE_DEVICES (or the scheduler's allocation) gives fewer GPUs than the "
+            "program expects. Fix the job's device selection.", Action.FIX_CONFIG,
+            Blame.JOB_CONFIG, evidence=ev)
+    driver = (drv.kernel_module or drv.userspace) if drv is not None else None
+    if in_container:
+        blame, why = Blame.JOB_CONFIG, (
+            "The process runs in a container that was not given a GPU (or not the driver's "
+            "libraries): start it with --gpus / a CDI device / the nvidia runtime, with "
+            "NVIDIA_VISIBLE_DEVICES set and 'compute' in NVIDIA_DRIVER_CAPABILITIES; in "
+            "Kubernetes, request nvidia.com/gpu.")
+    elif driver:
+        blame, why = Blame.JOB_CONFIG, (
+            f"The node's driver is loaded ({driver}), so the "
+            "process was given no GPU: check CUDA_VISIBLE_DEVICES and, in a container, what "
+            "it was given (device nodes, NVIDIA_VISIBLE_DEVICES, CDI).")
+    elif in_container is False:
+        blame, why = Blame.NODE, (
+            "The job ran on the host and CUDA sees no GPU: the driver is not loaded or the "
+            "GPUs are gone. Run nvidia-smi and `gputriage check` on the node.")
+    else:
+        blame, why = Blame.UNKNOWN, (
+            "Either the process was given no GPU (a container without --gpus / CDI / "
+            "nvidia.com/gpu, CUDA_VISIBLE_DEVICES empty) or the node's driver is not loaded. "
+            f"The output does not say where it ran: {ASK_HOST} and that the GPUs are listed.")
+    return finding(
+        "cuda.no-device", Severity.WARNING, "CUDA sees no GPU", why, Action.FIX_CONFIG, blame,
+        evidence=ev)
+
+
+def _unknown(hits: list[Hit]) -> Finding:
+    return finding(
+        "cuda.unknown-error", Severity.WARNING,
+        "CUDA error 999: unknown error at initialisation",
+        "CUDA gives no reason. On Linux it most often means the nvidia_uvm module is not "
+        "loaded or the driver is in a bad state (after suspend/resume or a GPU error). Check "
+        "the node's kernel log for Xids, that /dev/nvidia-uvm exists (modprobe nvidia_uvm), "
+        "and reboot the node if nvidia-smi fails too.", Action.FIX_CONFIG, Blame.UNKNOWN,
+        evidence=[_job_ev(hits)])
+
+
+@rule("cuda.node-state",
+      produces=("cuda.fabric-not-ready", "cuda.driver-mismatch", "cuda.no-device",
+                "cuda.unknown-error"))
+def node_state(job_log: JobLog, driver_versions: DriverVersions | None = None,
+               needs_fabric_manager: FabricNeed | None = None) -> Iterator[Finding]:
+    """A job's CUDA errors that speak of the node: 802 (the NVLink fabric is not ready:
+    the fabric manager), 803 (user-space driver and kernel module differ), no device
+    (in a container: what it was given; on a host: the driver), 999 (unknown)."""
+    if hits := _of(job_log, {"cuda.802"}):
+        yield _fabric(hits, needs_fabric_manager)
+    if hits := _of(job_log, {"cuda.803"}):
+        yield _mismatch(job_log, hits, driver_versions)
+    if hits := _of(job_log, NO_DEVICE):
+        yield _no_device(job_log, hits, driver_versions)
+    if hits := _of(job_log, {"cuda.999"}):
+        yield _unknown(hits)
+
+
+def _codes(events: list[DriverEvent]) -> str:
+    codes = {xid_code(e) for e in events} - {None}
+    return ", ".join(str(c) for c in sorted(c for c in codes if c is not None))
+
+
+def _xids(events: list[DriverEvent] | None) -> tuple[list[DriverEvent], list[DriverEvent]]:
+    node, job = [], []
+    for ev in events or ():
+        code = xid_code(ev)
+        if code in NODE_XIDS:
+            node.append(ev)
+        elif code in JOB_XIDS:
+            job.append(ev)
+    return node, job
+
+
+def _kernel_fault(hits: list[Hit], events: list[DriverEvent] | None) -> Finding:
+    node, job = _xids(events)
+    what = hits[0].message.text or hits[0].message.meaning
+    title = f"CUDA error {hits[0].message.code}: {what}"
+    ev = [_job_ev(hits)]
+    if node:
+        codes = _codes(node)
+        ev.append(evidence("kernel_log", [e.line for e in node[:6]]))
+        return finding(
+            "cuda.kernel-fault", Severity.WARNING, f"{title} (the GPU's fault: Xid "
+            f"{codes})",
+            f"The kernel log shows Xid {codes} in the same window: a "
+            "GPU memory or hardware error ended the job's kernel, not the job's code. Rerun "
+            "the job on another node; the Xid finding says what the GPU needs.",
+            Action.RESTART_JOB, Blame.NODE, evidence=ev, references=(DOC_XID,))
+    if job:
+        codes = _codes(job)
+        ev.append(evidence("kernel_log", [e.line for e in job[:6]]))
+        tail = (f"The kernel log's Xid {codes} (an application fault) "
+                "confirms it; no hardware Xid is in the window.")
+    elif events is not None:
+        tail = "The kernel log shows no hardware Xid (48/63/64/79/94/95) in the window."
+    else:
+        tail = ("The node's kernel log is not here: run `gputriage check` (or `gputriage logs`) "
+                "on the node; Xid 13/31/43 confirm the job, 48/63/64/79/94/95 would make it "
+                "the GPU's fault.")
+    return finding(
+        "cuda.kernel-fault", Severity.WARNING, f"{title} (the job's fault)",
+        "A kernel of the job accessed memory it does not own or faulted: almost always a bug "
+        "in the program or a library; the CUDA context is lost and the process must restart. "
+        "Rerun with CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer to find the kernel. " + tail,
+        Action.RESTART_JOB, Blame.JOB, evidence=ev, references=(DOC_XID,))
+
+
+def _oom(hits: list[Hit]) -> Finding:
+    ids = {h.message.id for h in hits}
+    masked = ids & {"cublas.not-initialized", "cudnn.not-initialized"}
+    title = ("cuBLAS/cuDNN could not initialise: GPU memory was not free" if masked and
+             not ids - masked else "CUDA out of memory")
+    return finding(
+        "cuda.out-of-memory", Severity.WARNING, title,
+        "The job could not get the GPU memory it asked for"
+        + (" (cuBLAS/cuDNN report it as NOT_INITIALIZED when their workspace cannot be "
+           "allocated)" if masked else "")
+        + ". Other processes on the same GPU (stray or co-tenant jobs: nvidia-smi lists them) "
+        "or the job's own size take it. Free the GPU, reduce the batch or model size, or "
+        "enable memory growth / limit per-process memory. A job or co-tenancy problem, not "
+        "the node's.", Action.RESTART_JOB, Blame.JOB, evidence=[_job_ev(hits)])
+
+
+@rule("cuda.job-fault", produces=("cuda.kernel-fault", "cuda.out-of-memory"))
+def job_fault(job_log: JobLog, driver_events: list[DriverEvent] | None = None
+              ) -> Iterator[Finding]:
+    """A job's kernel faults (700 illegal address, 719 launch failure...) are the job's
+    unless the kernel log shows hardware Xids (48/63/64/79/94/95) in the window (Xid
+    13/31/43 confirm the job); out of memory, including cuBLAS/cuDNN handles that could
+    not be created, is the job's or its co-tenants'."""
+    if hits := _of(job_log, KERNEL_FAULT):
+        yield _kernel_fault(hits, driver_events)
+    if hits := _of(job_log, OOM):
+        yield _oom(hits)
