@@ -4,6 +4,7 @@ driver, the errors nvidia-smi prints instead of output, GPU init failures."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from gputriage.hostfacts.expectations import GpuTraces
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
@@ -15,6 +16,9 @@ from gputriage.parsers.nvml import NvmlReading
 from gputriage.parsers.nvsmi import SmiError, SmiReport
 from gputriage.parsers.pci import PciFunction
 from gputriage.rules.base import evidence, finding, gpu_scope, rule, versions_agree
+
+if TYPE_CHECKING:
+    from gputriage.parsers.job_log import JobLog
 
 DOC_XID = "https://docs.nvidia.com/deploy/xid-errors/index.html"
 Versions = dict[str, list[Evidence]]  # version -> the evidence that shows it
@@ -264,9 +268,12 @@ _SMI_ERRORS = {
       produces=("nvidia-smi.cannot-communicate", "nvidia-smi.no-devices", "nvidia-smi.gpu-lost",
                 "nvidia-smi.no-permission", "nvidia-smi.nvml-init-failed", "nvidia-smi.error"))
 def smi_errors(smi: Sequence[tuple[str, SmiReport]],
-               in_container: bool | None = None) -> Iterator[Finding]:
+               in_container: bool | None = None,
+               job_log: JobLog | None = None) -> Iterator[Finding]:
     """nvidia-smi prints an error instead of output: each message has a meaning
-    and a next step (a version mismatch is the driver.version-mismatch rule's)."""
+    and a next step (a version mismatch is the driver.version-mismatch rule's). An
+    NVML error printed inside a container (gputriage runs in one, or the paste shows
+    the container's prompt) is the container's, not the node's."""
     seen: set[tuple[str, str | None]] = set()
     for source, report in smi:
         for err in report.errors:
@@ -282,7 +289,9 @@ def smi_errors(smi: Sequence[tuple[str, SmiReport]],
                 yield finding(fid, Severity.CRITICAL if fid != "nvidia-smi.no-permission"
                               else Severity.WARNING, title, why, action, blame, scope, ev)
             elif err.kind == "nvml-init":
-                yield _nvml_init_failed(bool(in_container), err, ev)
+                host_ran = job_log is not None and job_log.context.ran_on_host("nvidia-smi")
+                yield _nvml_init_failed(err, ev, _container_side(in_container, job_log),
+                                        sum(len(r.gpus) for _, r in smi) if host_ran else 0)
             else:
                 yield finding("nvidia-smi.error", Severity.WARNING,
                               f"nvidia-smi failed: {err.reason or err.line.strip()[:80]}",
@@ -290,17 +299,38 @@ def smi_errors(smi: Sequence[tuple[str, SmiReport]],
                               Action.NONE, Blame.UNKNOWN, evidence=ev)
 
 
-def _nvml_init_failed(in_container: bool, err: SmiError, ev: list[Evidence]) -> Finding:
-    reason = err.reason or "unknown error"
+def _container_side(in_container: bool | None, job_log: JobLog | None) -> list[str] | None:
+    """The lines showing that nvidia-smi ran inside a container (gputriage's own cgroup,
+    or a container's prompt in the paste); None when nothing shows it."""
     if in_container:
+        return []
+    ctx = job_log.context if job_log is not None else None
+    if ctx is None or not ctx.ran_in_container("nvidia-smi"):
+        return None
+    return [ln for ln in ctx.lines if "nvidia-smi" in ln]
+
+
+def _nvml_init_failed(err: SmiError, ev: list[Evidence], container: list[str] | None,
+                      gpus_listed: int) -> Finding:
+    """NVML's init error: the container's (warning, its configuration) when it was
+    printed inside one, else the node's; ``gpus_listed``: GPUs the host's own
+    nvidia-smi lists beside it in the paste."""
+    reason = err.reason or "unknown error"
+    if container is not None and "driver not loaded" not in reason.lower():
+        ev = [*ev, evidence("job_log", container, "the container's prompt")]
+        beside = (f" The host's own nvidia-smi beside it lists {gpus_listed} GPU(s): the "
+                  "node is fine." if gpus_listed else
+                  " Run `gputriage check` on the host to confirm its GPUs are fine.")
         return finding(
-            "nvidia-smi.nvml-init-failed", Severity.CRITICAL,
+            "nvidia-smi.nvml-init-failed", Severity.WARNING,
             f"NVML cannot initialise inside this container: {reason}",
-            "Inside a container this usually means the container lost access to the "
-            "/dev/nvidia* devices (a systemd daemon-reload on the host rewrote the device "
-            "cgroup) or the NVIDIA runtime hook did not run. Recreate the pod; fix the host "
-            "with /dev/char symlinks (nvidia-ctk system create-dev-char-symlinks) or the "
-            "cgroupfs driver.", Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
+            "Inside a container this is the container's access to the GPUs, not the node: "
+            "with the systemd cgroup driver a `systemctl daemon-reload` on the host rewrites "
+            "the container's device cgroup and takes /dev/nvidia* away (Unknown Error), or "
+            "the NVIDIA runtime hook did not run. Recreate the container (or pod); then make "
+            "device access survive reloads: nvidia-ctk system create-dev-char-symlinks "
+            "--create-all, CDI devices, or the cgroupfs driver." + beside,
+            Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
     return finding(
         "nvidia-smi.nvml-init-failed", Severity.CRITICAL,
         f"NVML cannot initialise: {reason}",
