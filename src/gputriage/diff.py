@@ -235,19 +235,25 @@ def _host_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None
         active = "/".join(s for s in (state.active_state, state.sub_state) if s)
         _put(out, f"unit[{unit}].state", active or state.load_state)
     _put(out, "container.toolkit", facts.get("host_identity").container_toolkit)
-    files = _cdi_spec_files(facts.text("cdi_specs"))
-    if files is not None:
-        out["container.cdi_specs"] = ", ".join(files) or "none"
+    _container_digest(facts, out)
 
 
-def _cdi_spec_files(text: str | None) -> list[str] | None:
-    """The CDI spec files of the ``cdi_specs`` tree, sorted (None: no readable tree)."""
-    try:
-        doc = safejson.loads(text) if text is not None else None
-    except ValueError:
-        return None
-    files = doc.get("files") if isinstance(doc, dict) else None
-    return sorted(files) if isinstance(files, dict) else None
+def _container_digest(facts: Facts, out: dict[str, Any]) -> None:
+    """The CDI specs (which driver each was generated for, how many devices) and the
+    engines' runtimes: what a driver upgrade or a toolkit reconfiguration changes."""
+    specs = facts.maybe("cdi_specs")
+    if specs is not None:
+        out["container.cdi_specs"] = ", ".join(s.path for s in specs.specs) or "none"
+        for spec in specs.specs:
+            _put(out, f"cdi[{spec.path}].driver", ", ".join(spec.driver_versions) or None)
+            _put(out, f"cdi[{spec.path}].devices", len(spec.devices))
+    containerd = facts.maybe("containerd_config")
+    if containerd is not None:
+        _put(out, "containerd.default_runtime", containerd.default_runtime)
+        _put(out, "containerd.runtimes", ", ".join(sorted(containerd.runtimes)) or "none")
+    for cfg in getattr(facts.maybe("docker_daemon_json"), "files", ()):
+        _put(out, f"docker[{cfg.path}].runtimes", ", ".join(sorted(cfg.runtimes)) or "none")
+        _put(out, f"docker[{cfg.path}].default_runtime", cfg.default_runtime)
 
 
 def _stack_digest(facts: Facts, out: dict[str, Any]) -> None:
@@ -470,8 +476,8 @@ def _bus_in(key: str) -> str | None:
 
 
 def _sort_key(key: str) -> tuple[int, str]:
-    order = ("kernel", "driver.", "cuda", "container.", "gpu[", "nic[", "ib[", "unit[",
-             "hugepages[")
+    order = ("kernel", "driver.", "cuda", "container.", "cdi[", "containerd.", "docker[",
+             "gpu[", "nic[", "ib[", "unit[", "hugepages[")
     for rank, prefix in enumerate(order):
         if key.startswith(prefix):
             return (rank, key)

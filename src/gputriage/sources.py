@@ -312,21 +312,58 @@ SOURCES: tuple[Source, ...] = (
          parser="infiniband:parse_ibstat",
          detector="parsers.infiniband:claim_ib_tools", detect_order=150,
          aliases=("ibstat", "ibstatus", "ibv_devinfo", "ibdev2netdev", "show_gids")),
-    # --- containers
+    # --- containers (absent files are normal: a host without the toolkit or an engine)
     _file("container_toolkit_config", "/etc/nvidia-container-runtime/config.toml",
-          "NVIDIA container runtime configuration",
-          raw="kept for the reader of a snapshot: no check reads it yet"),
+          "the NVIDIA container runtime's config.toml",
+          parser="container_cfg:parse_toolkit_config",
+          detector="ingest.container:claim_container_config", detect_order=62),
     Source(name="cdi_specs", kind="tree", path="/",
            globs=("etc/cdi/*", "var/run/cdi/*"), suffix=".json",
-           description="Container Device Interface specs",
-           raw="only its file names are compared (gputriage diff)"),
-    _cmd("nvidia_ctk_version", ("nvidia-ctk", "--version"), "container toolkit version",
-         raw="one version, read by the host identity fact"),
+           description="a Container Device Interface spec (/etc/cdi/nvidia.yaml, YAML or JSON)",
+           parser="container_cfg:parse_cdi_specs",
+           detector="ingest.container:claim_container_config", detect_order=62,
+           aliases=("/etc/cdi/*", "/var/run/cdi/*", "nvidia-ctk cdi generate")),
+    _cmd("nvidia_ctk_version", ("nvidia-ctk", "--version"), "nvidia-ctk --version",
+         parser="container_cfg:parse_ctk_version",
+         detector="ingest.container:claim_container_config", detect_order=62,
+         aliases=("nvidia-ctk --version|-v|version",)),
+    _cmd("nvidia_ctk_cdi_list", ("nvidia-ctk", "cdi", "list"),
+         "nvidia-ctk cdi list (the CDI devices the runtime can resolve)",
+         parser="container_cfg:parse_ctk_cdi_list",
+         detector="ingest.container:claim_container_config", detect_order=62,
+         aliases=("nvidia-ctk cdi list",)),
     _cmd("nvidia_container_cli_info", ("nvidia-container-cli", "info"),
          "nvidia-container-cli info (what libnvidia-container sees)",
-         raw="kept for the reader: no check reads it yet",
+         parser="container_cfg:parse_container_cli_info",
          detector="ingest.container:claim_container_cli_info", detect_order=60,
          aliases=("nvidia-container-cli info",)),
+    Source(name="docker_daemon_json", kind="tree", path="/",
+           globs=("etc/docker/daemon.json", "root/.config/docker/daemon.json",
+                  "home/*/.config/docker/daemon.json"), suffix=".json",
+           description="Docker's daemon.json (runtimes, default-runtime; rootless daemons "
+           "read ~/.config/docker/daemon.json)",
+           parser="container_engines:parse_docker_daemon_json",
+           detector="ingest.container:claim_container_config", detect_order=62,
+           aliases=("/etc/docker/daemon.json", "/*/.config/docker/daemon.json")),
+    Source(name="containerd_config", kind="tree", path="/",
+           globs=("etc/containerd/config.toml", "etc/containerd/conf.d/*.toml",
+                  "var/lib/rancher/k3s/agent/etc/containerd/config.toml*",
+                  "var/lib/rancher/rke2/agent/etc/containerd/config.toml*"), suffix=".json",
+           description="containerd's config.toml (CRI runtimes, default_runtime_name; k3s's "
+           "config.toml.tmpl; a diff of it)",
+           parser="container_engines:parse_containerd_config",
+           detector="ingest.container:claim_container_config", detect_order=62,
+           aliases=("/etc/containerd/config.toml", "/etc/containerd/conf.d/*.toml",
+                    "/var/lib/rancher/*/agent/etc/containerd/config.toml*",
+                    "containerd config dump")),
+    Source(name="container_env", kind="tree", path="/",
+           globs=(".dockerenv", "run/.containerenv", "proc/self/environ"), suffix=".json",
+           select="nvidia_environment",
+           description="whether gputriage runs in a container and the NVIDIA_*/CUDA_* "
+           "variables it was given (env | grep NVIDIA)",
+           parser="container_engines:parse_container_env",
+           detector="ingest.container:claim_container_env", detect_order=207,
+           aliases=("/run/.containerenv",)),
     # --- the job's side (never collected from the host)
     _input("nccl_log", ("env", "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,ENV,NET,GRAPH",
                         "all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
@@ -359,11 +396,13 @@ def get(name: str) -> Source:
 
 def parser_of(name: str) -> tuple[Callable[[Any], Any], bool]:
     """The parser of a source (imported on first use) and whether it takes the decoded
-    JSON document rather than the text; KeyError when the source has none."""
+    JSON document rather than the text; KeyError when the source has none. A tree source
+    that can be pasted takes the text: a tree document as collected, or one pasted file."""
     src = BY_NAME[name]
     if not src.parser:
         raise KeyError(f"source {name} declares no parser")
-    return load(f"parsers.{src.parser}"), src.suffix == ".json"
+    as_json = src.suffix == ".json" and not (src.kind == "tree" and src.detector)
+    return load(f"parsers.{src.parser}"), as_json
 
 
 PARSED: tuple[str, ...] = tuple(s.name for s in SOURCES if s.parser)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -84,6 +85,21 @@ def _gpu_and_nic_functions(base: Path, device_dir: str) -> bool:
 _SELECTORS = {"gpu_and_nic_functions": _gpu_and_nic_functions}
 
 
+_ENV_KEPT = re.compile(r"^(?:NVIDIA|CUDA)_[A-Z0-9_]+=")
+
+
+def _nvidia_environment(rel: str, text: str) -> str:
+    """The collecting process's environment cut to its NVIDIA_* and CUDA_* variables, one
+    per line: no other variable is ever stored. Other files are kept as they are."""
+    if not rel.endswith("environ"):
+        return text
+    return "".join(f"{v}\n" for v in text.split("\0") if _ENV_KEPT.match(v))
+
+
+# filters of a tree's file contents, by the source's ``select``
+_CONTENT_FILTERS = {"nvidia_environment": _nvidia_environment}
+
+
 def read_tree(root: Path, spec: Source) -> tuple[bytes | None, dict]:
     """Files matched by the source's globs, as one JSON document."""
     base = under_root(root, spec.path or "/")
@@ -127,7 +143,9 @@ def read_tree(root: Path, spec: Source) -> tuple[bytes | None, dict]:
             if budget <= 0:
                 truncated = True
                 break
-            files[rel] = data.decode("utf-8", errors="replace")
+            text = data.decode("utf-8", errors="replace")
+            content = _CONTENT_FILTERS.get(spec.select or "")
+            files[rel] = content(rel, text) if content else text
     doc = {"files": files, "links": links, "errors": errors}
     return json.dumps(doc, indent=1, sort_keys=True).encode(), {"truncated": truncated}
 

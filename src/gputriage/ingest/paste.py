@@ -54,14 +54,19 @@ class PasteDoc:
 
 
 def claim_blocks(doc: PasteDoc, name: str, start: re.Pattern[str], cont: Callable[[str], bool],
-                 confirm: Callable[[PasteDoc, int], bool] | None = None) -> None:
+                 confirm: Callable[[PasteDoc, int], bool] | None = None,
+                 before: Callable[[str], bool] | None = None) -> None:
     """Claim every block that begins at a ``start`` line (``confirm``-ed when given)
-    and goes on while ``cont``."""
+    and goes on while ``cont``; with ``before``, the free lines just above the start
+    line that pass it belong to the block too."""
     i = 0
     while i < len(doc.lines):
         if doc.free(i) and start.search(doc.lines[i]) and (confirm is None or confirm(doc, i)):
+            first = i
+            while before is not None and doc.free(first - 1) and before(doc.lines[first - 1]):
+                first -= 1
             end = doc.extend(i + 1, cont)
-            doc.claim(name, i, end)
+            doc.claim(name, first, end)
             i = max(end, i + 1)
         else:
             i += 1

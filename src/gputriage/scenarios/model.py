@@ -162,6 +162,8 @@ class Host:
     nvml_init_error: tuple[int, str] | None = None
     # sources this host genuinely lacks: recorded as error="absent", no file
     absent: set[str] = field(default_factory=set)
+    # the driver version /etc/cdi/nvidia.yaml was generated for (None: the installed one)
+    cdi_driver_version: str | None = None
 
     # -- derived views ------------------------------------------------------------
     @property

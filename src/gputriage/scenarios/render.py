@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gputriage import sources
+from gputriage.scenarios import container_cdi as ctr
 from gputriage.scenarios import render_host as h
 from gputriage.scenarios import render_logs as lg
 from gputriage.scenarios import render_nvsmi as smi
@@ -74,9 +75,9 @@ RENDERERS: dict[str, Callable[[Host], str]] = {
     "infiniband": lg.infiniband,
     "ibstat": lg.ibstat,
     "container_toolkit_config": lg.container_toolkit_config,
-    "cdi_specs": _const(h.tree({})),
     "nvidia_ctk_version": lg.nvidia_ctk_version,
     "nvidia_container_cli_info": lg.nvidia_container_cli_info,
+    **ctr.RENDERERS,
 }
 
 
