@@ -16,6 +16,9 @@ from golden import CALM, GPU_FAULTS, Partial, Refused, check_row, missing_rows, 
 
 CUDA, K8S, DCGM = 16, 17, 18
 
+# a device plugin that cannot load libnvidia-ml (issue 16); the plugin's side waits for 17
+NO_NVML_LIB = partial(K8S, verdict="warning", must=("container.nvml-library-not-found=warning",))
+
 GOLDEN: dict[str, tuple | Partial | Refused] = {
     # --- 9: Kubernetes (describe node/pod, device plugin, GPU operator, schedulers) ---
     "aks-spot-gpu-describe-pod": refused(K8S),
@@ -24,18 +27,21 @@ GOLDEN: dict[str, tuple | Partial | Refused] = {
     "describe-node-alpha-nvidia-gpu-taint": refused(K8S),
     "describe-node-gke-no-gpu-capacity": refused(K8S),
     "describe-node-no-gpu-capacity-docker": refused(K8S),
-    "device-plugin-jetson-nano": refused(K8S),
-    "device-plugin-non-nvml-platform-eks": refused(K8S),
+    # read (issue 16): the plugin cannot load NVML; Tegra having none waits for issue 17
+    "device-plugin-jetson-nano": NO_NVML_LIB,
+    "device-plugin-non-nvml-platform-eks": NO_NVML_LIB,
     "device-plugin-registered-ok-mig-single": refused(K8S),
     "devplugin-2020-legacy-log": refused(K8S),
     "devplugin-v0.14.0-klog-healthy": refused(K8S),
-    "devplugin182-microk8s": refused(K8S),
+    "devplugin182-microk8s": NO_NVML_LIB,
     "devplugin283-openshift": refused(K8S),
-    "devplugin303-failed-to-initialize-nvml": refused(K8S),
+    "devplugin303-failed-to-initialize-nvml": NO_NVML_LIB,
     "devplugin430-describe-pod-pending": refused(K8S),
     "failedscheduling-insufficient-gpu-unschedulable": refused(K8S),
     "failedscheduling-pod-affinity": refused(K8S),
-    "fasterwhisper1259": refused(CUDA, K8S),  # a CUDA error 35 seen from a pod
+    # error 35 under a driver (550, CUDA 12.4) that runs every 12.x build: the pod got no driver
+    "fasterwhisper1259": (("cuda.driver-unseen=warning",),
+                          (CALM, *GPU_FAULTS, "cuda.driver-too-old")),
     "gfd-mig-mixed-labels-a100": refused(K8S),
     "gke-node-condition-xidcriticalerror-31": refused(K8S),
     "gpu-operator-driver-centos7-kernel-862": refused(K8S),
@@ -43,16 +49,21 @@ GOLDEN: dict[str, tuple | Partial | Refused] = {
     "gpu-operator-driver-upgrade-node-events": refused(K8S),
     "gpu-operator-ds-driver-daemonset-0-ready": refused(K8S),
     "gpu-operator-toolkit-validation": refused(K8S),
-    "gpud-sxid-readme-gfd-containerd": refused(CUDA, K8S),  # nvidia-container-cli error
+    # the GPU feature discovery pod's hook: NVML fails on the host (a GPU off the bus)
+    "gpud-sxid-readme-gfd-containerd": (("container.hook-nvml-error=critical",),
+                                        ("container.hook-failed",)),
     # read: the HAMi register annotation passes for a GPU list; the handshake is not judged
     "hami314-describe-node": partial(K8S, verdict="ok"),
-    "k3s-crictl-info-systemdcgroup": refused(K8S),
+    # read: the pasted containerd table (nvidia runtime registered); that k3s runs its own
+    # rendered config (crictl info shows it), not /etc/containerd/config.toml, is not told
+    "k3s-crictl-info-systemdcgroup": partial(K8S, verdict="ok",
+                                             must=("container.runtime-configured",)),
     "k3s-devplugin-incompatible-strategy": refused(K8S),
     "kueue-pending-resource-unavailable": refused(K8S),
     "lambda-kubeai-doc-gfd-node-labels": refused(K8S),
     "minikube-docker-driver-devplugin": refused(K8S),
-    # read: the host's nvidia-smi CSV; Caffe's error 35 (driver too old) is not
-    "nvdocker747-k80-caffe": partial(CUDA, verdict="ok"),
+    # Caffe's error 35: the driver is older than the image's CUDA (its version not printed)
+    "nvdocker747-k80-caffe": (("cuda.driver-too-old=warning",), (CALM, *GPU_FAULTS)),
     "openshift-cuda-validator-init-error": refused(K8S),
     "openshift-devplugin-0.13.0": refused(K8S),
     "volcano-gang-notenoughresources": refused(K8S),
@@ -75,11 +86,18 @@ GOLDEN: dict[str, tuple | Partial | Refused] = {
     "exporter-metrics-a30-mig-1g6gb": refused(DCGM),
     "exporter-metrics-vgpu-grid-a100": refused(DCGM),
     "gpu-memtest-page-dcgmi-diag-r4": refused(DCGM),
-    "nccltests264-dcgmi-diag-r3": refused(DCGM),
-    "nv-hostengine-debug-log-cannot-init-nvml": refused(DCGM),
+    # read (issue 16): cuInit's 802 on an NVSwitch system is the fabric manager's; what
+    # DCGM's diag makes of it waits for issue 18
+    "nccltests264-dcgmi-diag-r3": partial(DCGM, verdict="critical",
+                                          must=("cuda.fabric-not-ready=critical",)),
+    # read (issue 16): NVML fails in the exporter; what DCGM makes of it waits for issue 18
+    "nv-hostengine-debug-log-cannot-init-nvml": partial(
+        DCGM, verdict="warning", must=("container.nvml-init-failed=warning",)),
     # read: only the host's nvidia-smi banner; the ERR! GPU is in the issue's title alone,
     # the hostengine and container-hook NVML errors are not read
-    "nv-hostengine-nvml-fail-gpu-err-state": partial(CUDA, DCGM, verdict="ok"),
+    # the hook's NVML error on the host (a GPU in ERR!) explains the hostengine's own
+    "nv-hostengine-nvml-fail-gpu-err-state": (("container.hook-nvml-error=critical",),
+                                              ("container.hook-failed",)),
     "nvvs-log-missing-diag-skus": refused(DCGM),
     # read: the K80's nvidia-smi table (persistence really is off); the exporter is not
     "old-dcgm-exporter-fails-tesla-k80": partial(DCGM, verdict="warning",
@@ -87,39 +105,52 @@ GOLDEN: dict[str, tuple | Partial | Refused] = {
     "xe9780-b300-dcgm-service-inactive": refused(DCGM),
     "xid45-counts-rack-nvl72": refused(DCGM),
     # --- 11: CUDA, NVML and container-runtime errors and configuration ---
-    "containerd-config-toml-nvidia-runtime": refused(CUDA),
-    "cuda-802-azure-nd96asr-v4": refused(CUDA),
-    "cuda-802-h200-hf-jobs": refused(CUDA),
-    "cupy-804-quadro-rtx6000": refused(CUDA),
-    "daemon-json-nvidia-runtime-rootless": refused(CUDA),
+    # the + side of the diff: the nvidia runtime registered and the default (healthy)
+    "containerd-config-toml-nvidia-runtime": (("container.runtime-configured=ok",),
+                                              (CALM, "container.runtime-nvidia-missing",
+                                               *GPU_FAULTS)),
+    "cuda-802-azure-nd96asr-v4": (("cuda.fabric-not-ready=critical",), (CALM, *GPU_FAULTS)),
+    "cuda-802-h200-hf-jobs": (("cuda.fabric-not-ready=critical",), (CALM, *GPU_FAULTS)),
+    "cupy-804-quadro-rtx6000": (("cuda.forward-compat-unsupported=warning",),
+                                (CALM, *GPU_FAULTS)),
+    # daemon.json has the nvidia runtime, yet a daemon refused it: another daemon's file
+    "daemon-json-nvidia-runtime-rootless": (("container.runtime-daemon-mismatch=warning",),
+                                            ("container.runtime-nvidia-missing",
+                                             *GPU_FAULTS)),
     "devicequery-fail-35-driver-insufficient": (("cuda.device-query-failed=warning",),
                                                 (*GPU_FAULTS, "cuda.device-query-failed=critical")),
     "devicequery-pass-gtx770": (("cuda.device-query-ok",),
                                 (CALM, "cuda.device-query-failed", *GPU_FAULTS)),
-    "docker-could-not-select-device-driver": refused(CUDA),
-    "docker-emulated-by-podman-cdi": refused(CUDA),
-    "docker-unknown-runtime-nvidia": refused(CUDA),
-    # read as a source kept raw (no rule reads it): the verdict is unknown
-    "nvidia-container-cli-info-8x-rtx2080ti": partial(CUDA, verdict="unknown"),
+    "docker-could-not-select-device-driver": (("container.no-nvidia-gpu=warning",),
+                                              (CALM, *GPU_FAULTS, "container.no-gpu-driver")),
+    "docker-emulated-by-podman-cdi": (("container.cdi-unresolvable=warning",),
+                                      (CALM, *GPU_FAULTS)),
+    "docker-unknown-runtime-nvidia": (("container.unknown-runtime=warning",),
+                                      (CALM, *GPU_FAULTS)),
+    "nvidia-container-cli-info-8x-rtx2080ti": (("container.toolkit-sees-gpus=ok",),
+                                               (CALM, *GPU_FAULTS)),
     "nvml-driver-library-mismatch-570-124": (("driver.version-mismatch=critical",),
                                              GPU_FAULTS),
     "nvml-mismatch-after-unattended-upgrade": (("driver.version-mismatch=critical",),
                                                GPU_FAULTS),
-    # read: NVML's Unknown Error is critical; that it is a container's lost cgroup
-    # device access after a daemon-reload is not told yet
-    "nvml-unknown-a10-t4": partial(CUDA, verdict="critical",
-                                   must=("nvidia-smi.nvml-init-failed=critical",)),
-    "nvml-unknown-after-daemon-reload": partial(CUDA, verdict="critical",
-                                                must=("nvidia-smi.nvml-init-failed=critical",)),
-    # read: the host's driver version or nvidia-smi; the job/container errors are not
-    "oci-hook-no-cuda-device": partial(CUDA, verdict="ok"),
-    "oci-hook-nvml-driver-not-loaded": refused(CUDA),
-    "podman-cdi-unresolvable-rtx2060": partial(CUDA, verdict="ok"),
-    "tf-cublas-not-initialized": refused(CUDA),
-    "torch-driver-too-old-11040": partial(CUDA, verdict="ok"),
-    "torch-driver-too-old-9000": refused(CUDA),
-    "torch-no-kernel-image-rtx4090": refused(CUDA),
-    "torch-no-kernel-image-rtx5090": refused(CUDA),
+    # NVML's Unknown Error under a container's prompt: its lost cgroup device access
+    "nvml-unknown-a10-t4": (("nvidia-smi.nvml-init-failed=warning",),
+                            (CALM, *GPU_FAULTS, "nvidia-smi.nvml-init-failed=critical")),
+    "nvml-unknown-after-daemon-reload": (("nvidia-smi.nvml-init-failed=warning",),
+                                         (CALM, *GPU_FAULTS,
+                                          "nvidia-smi.nvml-init-failed=critical")),
+    "oci-hook-no-cuda-device": (("container.hook-cuda-error",), ("container.hook-failed",)),
+    "oci-hook-nvml-driver-not-loaded": (("container.hook-driver-not-loaded=critical",),
+                                        ("container.hook-failed",)),
+    "podman-cdi-unresolvable-rtx2060": (("container.cdi-unresolvable=warning",),
+                                        (CALM, *GPU_FAULTS)),
+    "tf-cublas-not-initialized": (("cuda.out-of-memory=warning",), (CALM, *GPU_FAULTS)),
+    "torch-driver-too-old-11040": (("cuda.driver-too-old=warning",), (CALM, *GPU_FAULTS)),
+    "torch-driver-too-old-9000": (("cuda.driver-too-old=warning",), (CALM, *GPU_FAULTS)),
+    "torch-no-kernel-image-rtx4090": (("cuda.no-kernel-image=warning",),
+                                      (CALM, *GPU_FAULTS, "cuda.driver-too-old")),
+    "torch-no-kernel-image-rtx5090": (("cuda.no-kernel-image=warning",),
+                                      (CALM, *GPU_FAULTS, "cuda.driver-too-old")),
 }
 
 

@@ -81,8 +81,10 @@ GOLDEN: dict[str, Gold] = {
                                        never=("fabric.manager-inactive",)),
     "lambda-h100-sxm-vm-passthrough": Gold(must=("fabric.state-not-completed",)),
     "nccltests228-nvlink-status": Gold(never=("nvlink.links-down",)),
-    "nvdocker1775-nvidia-container-cli-info": Gold(),
-    "nvdocker904-nvidia-container-cli-info": Gold(),
+    "nvdocker1775-nvidia-container-cli-info": Gold(must=("container.toolkit-sees-gpus",),
+                                                   quiet=("container.",)),  # Jetson: (null)
+    "nvdocker904-nvidia-container-cli-info": Gold(must=("container.toolkit-sees-gpus",),
+                                                  quiet=("container.",)),
     "nvtrust128-h20-journalctl-fabricmanager": Gold(must=("fabric.manager-inactive",)),
     "ollama11932-persistenced-failed": Gold(must=("driver.module-load-failed",)),
     "persistenced2-journal-started": Gold(),

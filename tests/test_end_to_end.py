@@ -306,3 +306,25 @@ def test_container_toolkit_version(text, version):
     from gputriage.hostfacts.identity import toolkit_version
 
     assert toolkit_version(text) == version
+
+
+# The job's side (issue 16): each scenario against the healthy node, through `diff`.
+JOB_SCENARIOS = {
+    "cuda-driver-too-old": ("cuda.driver-too-old", "job-config", 1,
+                            ("driver module 550.54.15 -> 535.161.07", "CUDA 12.4 -> 12.2")),
+    "stale-cdi-after-upgrade": ("container.cdi-stale-spec", "config", 2,
+                                ("cdi[etc/cdi/nvidia.yaml].driver 550.54.15 -> 535.161.07",)),
+    "container-nvml-unknown-error": ("container.nvml-unknown-error", "config", 1, ()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JOB_SCENARIOS))
+def test_job_scenario_against_healthy(name, built):
+    fid, blame, status, changes = JOB_SCENARIOS[name]
+    code, out, _ = _run(["diff", "--json", str(built["healthy-8xh100"]), str(built[name])])
+    doc = json.loads(out)
+    assert [f["id"] for f in doc["findings"]["new"]] == [fid], doc["findings"]
+    assert doc["findings"]["new"][0]["blame"] == blame
+    text = _run(["diff", str(built["healthy-8xh100"]), str(built[name])])[1]
+    assert all(c in text for c in changes), text
+    assert _run(["analyze", str(built[name])])[0] == status

@@ -78,6 +78,17 @@ RELATIONS: tuple[Relation, ...] = (
              "NVML has no driver to talk to"),
     Relation("driver.not-loaded", "devnode.missing", ANYWHERE,
              "the /dev/nvidia* nodes are made when the module loads"),
+    Relation("driver.version-mismatch", "container.hook-driver-mismatch", ANYWHERE,
+             "the container hook's NVML refuses the mismatched module as nvidia-smi does"),
+    Relation("driver.version-mismatch", "container.nvml-version-mismatch", ANYWHERE,
+             "the job's NVML refuses the mismatched module as nvidia-smi does"),
+    Relation("driver.not-loaded", "container.hook-driver-not-loaded", ANYWHERE,
+             "the container hook finds no driver on the host"),
+    Relation("driver.not-loaded", "container.nvml-driver-not-loaded", ANYWHERE,
+             "the job's NVML has no driver to talk to"),
+    Relation("container.hook-nvml-error", "container.nvml-init-failed", ANYWHERE,
+             "NVML fails inside the container for the reason it fails in the hook on the "
+             "host"),
     Relation("xid.48", "xid.63", SAME_GPU,
              "a double-bit error makes the driver remap the row (or retire the page), "
              "which Xid 63 records"),
@@ -91,6 +102,35 @@ RELATIONS: tuple[Relation, ...] = (
              "the kernel's 'bandwidth limited' line reports the slow link"),
     Relation("nccl.socket-transport", "nccl.busbw-low", ANYWHERE,
              "inter-node collectives over TCP sockets run well below the RDMA rate"),
+    Relation("driver.version-mismatch", "cuda.driver-mismatch", ANYWHERE,
+             "the job's error 803 is libcuda refusing a kernel module of another version"),
+    Relation("fabric.manager-inactive", "cuda.fabric-not-ready", ANYWHERE,
+             "CUDA returns 802 on an NVSwitch system until the fabric manager has "
+             "configured the fabric"),
+    Relation("fabric.state-not-completed", "cuda.fabric-not-ready", ANYWHERE,
+             "CUDA returns 802 while the GPUs' fabric registration is not complete"),
+    Relation("driver.not-loaded", "cuda.no-device", ANYWHERE,
+             "CUDA sees no device when the driver is not loaded"),
+    *(Relation(c, "cuda.no-device", ANYWHERE,
+               "the container hook runs CUDA on the host before the container starts: its "
+               "error is the same missing device")
+      for c in ("container.hook-cuda-error", "container.hook-driver-not-loaded")),
+    *(Relation(f"xid.{code}", "cuda.kernel-fault", ANYWHERE,
+               "a hardware Xid in the window ended the job's kernel")
+      for code in (79, 48, 94, 95, 64, 63)),
+    # the container stack's configuration (rules/container_config.py) and the job's errors
+    *(Relation("container.cdi-stale-spec", c, ANYWHERE,
+               "a CDI spec of the previous driver mounts library files that are gone")
+      for c in ("container.mount-missing-file", "container.cdi-host-device-missing")),
+    Relation("container.runtime-daemon-mismatch", "container.unknown-runtime", ANYWHERE,
+             "the daemon that refused the runtime reads another daemon.json than the one "
+             "that registers it"),
+    Relation("container.runtime-nvidia-missing", "container.unknown-runtime", ANYWHERE,
+             "an engine without the nvidia runtime refuses --runtime=nvidia"),
+    Relation("container.toolkit-cdi-mode-without-spec", "container.cdi-unresolvable", ANYWHERE,
+             "in CDI mode with no NVIDIA spec no nvidia.com/gpu device resolves"),
+    Relation("container.capabilities-no-compute", "container.no-compute-capability",
+             ANYWHERE, "the container was given no compute capability, so no libcuda"),
 )
 
 _BY_CONSEQUENCE: dict[str, tuple[Relation, ...]] = {}

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gputriage.model import Action, Finding
+from gputriage.model import Action, Blame, Finding
 from gputriage.next_steps.host import Host, bus_ids, dash_i, gpu_scopes, serials, what
 
 __all__ = ["BY_FAMILY", "BY_ID", "Repair", "repair"]
@@ -398,12 +398,57 @@ def _expect_hugepages(f: Finding, host: Host) -> str | None:
             "/nr_hugepages now, and at boot with hugepages= on the kernel command line")
 
 
+def _container_devices(f: Finding, host: Host) -> str | None:
+    """A container that lost its GPUs (NVML Unknown Error inside it), not the node."""
+    if f.blame is not Blame.CONFIG:
+        return None
+    return ("recreate the container (or pod) so the runtime grants /dev/nvidia* again; then "
+            "make access survive `systemctl daemon-reload`: nvidia-ctk system "
+            "create-dev-char-symlinks --create-all (and its udev rule), CDI devices, or the "
+            "cgroupfs driver")
+
+
+def _nvml_init(f: Finding, host: Host) -> str | None:
+    return (_container_devices(f, host) if "inside this container" in f.title
+            else _version_mismatch(f, host))
+
+
 def _devnodes(f: Finding, host: Host) -> str:
     return ("recreate the device nodes: nvidia-modprobe -c N for each GPU N and "
             "nvidia-modprobe -u -c=0 (or reboot), then ls -l /dev/nvidia* matches the GPUs")
 
 
+def _stale_cdi(f: Finding, host: Host) -> str:
+    return ("if the kernel module and the libraries differ, reboot first; then nvidia-ctk cdi "
+            "generate --output=/etc/cdi/nvidia.yaml, restart containerd (or docker), restart "
+            "the NVIDIA device plugin's pods, and nvidia-ctk cdi list should list the GPUs")
+
+
+def _engine_runtime(f: Finding, host: Host) -> str:
+    return ("nvidia-ctk runtime configure --runtime=containerd (or docker; --config=$HOME/"
+            ".config/docker/daemon.json for a rootless daemon), restart that engine and the "
+            "device plugin, then run a CUDA container with --runtime=nvidia")
+
+
+def _cuda_build(f: Finding, host: Host) -> str:
+    """A program built for a CUDA, or GPUs, the node's driver does not serve."""
+    return ("install the build the explanation names (a wheel or image for the node's CUDA: "
+            "nvidia-smi prints it as CUDA Version) or upgrade the driver to the minimum it "
+            "names; then torch.cuda.is_available() (or deviceQuery) in the job's environment "
+            "should pass before the job is resubmitted")
+
+
+def _compat_libs(f: Finding, host: Host) -> str:
+    return ("take the cuda-compat directory off LD_LIBRARY_PATH and the ld.so configuration "
+            "(ldconfig -p | grep libcuda should list the driver's libcuda.so.1 only); after a "
+            "driver update, reboot so that the kernel module and the libraries agree")
+
+
 BY_ID: dict[str, Repair] = {
+    "container.cdi-stale-spec": _stale_cdi, "container.cdi-spec-version": _stale_cdi,
+    "container.toolkit-cdi-mode-without-spec": _stale_cdi,
+    "container.runtime-nvidia-missing": _engine_runtime,
+    "container.runtime-daemon-mismatch": _engine_runtime,
     "xid.79": _lost_gpu, "gpu.missing": _lost_gpu, "nvidia-smi.gpu-lost": _lost_gpu,
     "driver.no-gpus-on-pci": _missing_boards, "gpu.count-unexpected": _missing_boards,
     "gpu.board-short": _missing_boards, "host.gpus-gone": _missing_boards,
@@ -414,7 +459,8 @@ BY_ID: dict[str, Repair] = {
     "expect.persistence": _persistence, "expect.hugepages": _expect_hugepages,
     "driver.version-mismatch": _version_mismatch, "driver.not-loaded": _not_loaded,
     "nvidia-smi.cannot-communicate": _not_loaded, "nvidia-smi.no-permission": _permissions,
-    "nvidia-smi.nvml-init-failed": _version_mismatch,
+    "nvidia-smi.nvml-init-failed": _nvml_init,
+    "container.nvml-unknown-error": _container_devices,
     "fabric.manager-inactive": _fabric_manager, "fabric.manager-not-needed": _fabric_manager,
     "fabric.state-not-completed": _fabric_state,
     "module.nvidia-uvm-missing": _module("nvidia_uvm"),
@@ -428,6 +474,9 @@ BY_ID: dict[str, Repair] = {
     "topology.numa-balancing": _numa_balancing, "gpu.reset-blocked": _reset_blocked,
     "nccl.shared-mem-exceeded": _shm, "nccl.version-mismatch": _nccl_version,
     "devnode.wrong-number": _devnodes,
+    "cuda.driver-too-old": _cuda_build, "cuda.driver-unseen": _cuda_build,
+    "cuda.no-kernel-image": _cuda_build, "container.cuda-requirement": _cuda_build,
+    "cuda.compat-lib-shadowing": _compat_libs, "cuda.forward-compat-unsupported": _compat_libs,
 }
 BY_FAMILY: tuple[tuple[str, Repair], ...] = (
     ("xid.", _xid), ("sxid.", _sxid), ("kernel.", _kernel), ("nvlink.", _nvlink),

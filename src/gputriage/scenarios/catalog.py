@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gputriage.scenarios.container_cdi import stale_cdi_after_upgrade
+from gputriage.scenarios.containers import container_nvml_unknown_error
+from gputriage.scenarios.cuda_job import cuda_driver_too_old
 from gputriage.scenarios.gpus_gone import gpus_gone
 from gputriage.scenarios.model import Gpu, GpuProcess, Host, Outcome, healthy_hgx_h100
 from gputriage.scenarios.render_host import nvrm_banner
@@ -392,4 +395,32 @@ CATALOG: tuple[Entry, ...] = (
           "GPUs do not come back.",
           ("host.gpus-gone", "xid.79", "nvidia-smi.cannot-communicate",
            "persistence.daemon-inactive"), gpus_gone),
+    Entry("stale-cdi-after-upgrade",
+          "Pods get no GPU after a driver upgrade: the CDI spec still names the old driver",
+          "The driver was upgraded from 535.161.07 to 550.54.15 and the node rebooted, so the "
+          "kernel module and the libraries agree, but /etc/cdi/nvidia.yaml was generated "
+          "before the upgrade and still mounts libcuda.so.535.161.07. Every GPU pod fails to "
+          "start: runc cannot mount the old library, which is gone. Regenerate the spec "
+          "(nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml), restart containerd, then "
+          "the device plugin.",
+          ("container.cdi-stale-spec", "container.mount-missing-file"), stale_cdi_after_upgrade),
+    Entry("container-nvml-unknown-error",
+          "A job's container lost its GPUs after a daemon-reload: NVML Unknown Error",
+          "A training job ran in a Docker container given --gpus all on this healthy node. "
+          "nvidia-smi worked when the container started; after a `systemctl daemon-reload` "
+          "on the host (the systemd cgroup driver rewrote the container's device rules) the "
+          "same container prints 'Failed to initialize NVML: Unknown Error', while the "
+          "host's own nvidia-smi, NVML and driver are fine. The node stays in service: "
+          "recreate the container and make device access survive reloads (nvidia-ctk "
+          "system create-dev-char-symlinks, CDI devices or the cgroupfs driver).",
+          ("container.nvml-unknown-error",), container_nvml_unknown_error),
+    Entry("cuda-driver-too-old",
+          "A cu128 job on a 535 node: PTX newer than the driver (CUDA error 222)",
+          "A PyTorch 2.7 job built for CUDA 12.8 runs on this healthy node whose driver is "
+          "535.161.07 (CUDA 12.2). Minor-version compatibility lets it start and see the "
+          "GPUs, but its run-time compiled kernels carry 12.8 PTX that the 12.2 driver "
+          "cannot JIT-compile: 'the provided PTX was compiled with an unsupported "
+          "toolchain'. The node is fine for 12.2 jobs: run a build for CUDA 12.2 or older "
+          "(the PyTorch cu121 wheel) or upgrade the driver to 570.26 or later.",
+          ("cuda.driver-too-old",), cuda_driver_too_old),
 )
