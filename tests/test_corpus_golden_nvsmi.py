@@ -87,7 +87,7 @@ GOLDEN: dict[str, Gold] = {
                                                   quiet=("container.",)),
     "nvtrust128-h20-journalctl-fabricmanager": Gold(must=("fabric.manager-inactive",)),
     "ollama11932-persistenced-failed": Gold(must=("driver.module-load-failed",)),
-    "persistenced2-journal-started": Gold(),
+    "persistenced2-journal-started": Gold(must=("persistence.daemon-stopped",)),
     "proc-driver-nvidia-version-proprietary": Gold(),
     "rtxpro6000-gpu-reset-blocked": Gold(must=("gpu.reset-blocked",),
                                          never=("gpu.reset-done",)),

@@ -131,6 +131,10 @@ RELATIONS: tuple[Relation, ...] = (
              "in CDI mode with no NVIDIA spec no nvidia.com/gpu device resolves"),
     Relation("container.capabilities-no-compute", "container.no-compute-capability",
              ANYWHERE, "the container was given no compute capability, so no libcuda"),
+    Relation("persistence.daemon-stopped", "persistence.daemon-inactive", ANYWHERE,
+             "the unit is inactive because the daemon's last run ended, as its journal says"),
+    Relation("persistence.daemon-stopped", "persistence.off", ANYWHERE,
+             "the GPUs lost persistence mode when the daemon that held it stopped"),
 )
 
 _BY_CONSEQUENCE: dict[str, tuple[Relation, ...]] = {}

@@ -300,6 +300,12 @@ SOURCES: tuple[Source, ...] = (
          detector="parsers.fabricmanager:claim_fabricmanager_log", detect_order=200,
          aliases=("journalctl ~fabricmanager", "/*fabricmanager*.log",
                   "*** /*fabricmanager*.log*")),
+    _cmd("persistenced_journal",
+         ("journalctl", "-u", "nvidia-persistenced", "-b", "-o", "short-iso", "--no-pager"),
+         "a journal of nvidia-persistenced (its records and systemd's about its unit)",
+         applies="nvidia", parser="persistenced:parse_persistenced_journal",
+         detector="parsers.persistenced:claim_persistenced_journal", detect_order=201,
+         aliases=("journalctl ~persistenced",)),
     # --- InfiniBand / RoCE
     Source(name="infiniband", kind="tree", path="/sys/class/infiniband",
            globs=tuple(f"*/ports/*/{a}" for a in _IB_PORT_ATTRS)

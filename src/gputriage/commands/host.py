@@ -99,7 +99,8 @@ def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: f
     """Collect this host into a temporary snapshot, analyse it, report.
 
     JOB_OUTPUT: what a job on this host printed (its NCCL_DEBUG=INFO log, an nccl-tests
-    output, or anything analyze reads), judged together with the host's facts; a check
+    output, its CUDA, NVML or container-runtime errors, or anything analyze reads), judged
+    together with the host's facts; a check
     given job outputs is not recorded in the history (it is about one job). With --redact
     the snapshot, and so the report, names no host, address, serial, UUID or user, and the
     check is not recorded in the history either.

@@ -187,9 +187,13 @@ def _peermem_build(f: Finding, host: Host) -> str:
 
 
 def _persistence(f: Finding, host: Host) -> str:
-    if f.id == "persistence.daemon-inactive":
+    if f.id == "persistence.daemon-inactive" or f.title.endswith("not started again"):
         return ("start the persistence daemon: systemctl enable --now nvidia-persistenced; "
                 "journalctl -u nvidia-persistenced -b says why it stopped")
+    if f.id == "persistence.daemon-stopped":
+        return ("fix the nvidia-persistenced unit (Type=forking with its PIDFile, "
+                "TimeoutStartSec), then systemctl restart nvidia-persistenced and check "
+                "nvidia-smi -q | grep Persistence shows Enabled")
     return (f"turn persistence on for {what(f, host)}: systemctl enable --now "
             f"nvidia-persistenced (or nvidia-smi -pm 1{dash_i(f)})")
 

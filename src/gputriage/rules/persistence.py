@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from gputriage import knowledge
 from gputriage.hostfacts.stack import GpuSighting
 from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.parsers.persistenced import PdEntry, PersistencedLog
 from gputriage.parsers.systemd import UnitState
 from gputriage.rules.base import evidence, finding, rule
 
@@ -50,3 +51,81 @@ def persistence_daemon(units: dict[str, UnitState]) -> Iterator[Finding]:
         "it at boot.", Action.FIX_CONFIG, Blame.CONFIG,
         Scope("unit", name="nvidia-persistenced"),
         [evidence("systemctl_persistenced", lines or [f"ActiveState={unit.active_state}"])])
+
+
+_PD_UNIT = "nvidia-persistenced"
+_PD_PID_FILE = "/var/run/nvidia-persistenced/nvidia-persistenced.pid"
+_CONFIRM = "`nvidia-smi -q | grep Persistence` must then show Enabled on every GPU."
+
+
+@rule("persistence.journal", produces=("persistence.daemon-stopped",))
+def persistence_journal(persistenced_journal: PersistencedLog,
+                        units: dict[str, UnitState] | None = None) -> Iterator[Finding]:
+    """The daemon's journal ends with its last run stopped: killed by SIGTERM or shut down
+    after it started, or its start failed, with no start since."""
+    ended = persistenced_journal.ended
+    if not ended:
+        return
+    unit = (units or {}).get(_PD_UNIT)
+    if unit is not None and unit.active:
+        return  # running now: the journal's stop is history
+    run = persistenced_journal.last_run
+    asked = any(e.event == "stopping" for e in run)
+    timed_out = any(e.event == "timeout" for e in run)
+    started = any(e.event in ("started", "registered") for e in run)
+    devices = persistenced_journal.devices
+    title, cause = _stop_story(asked, timed_out, started, ended)
+    held = (f" It had registered {', '.join(devices[:4])}"
+            + (f" and {len(devices) - 4} more" if len(devices) > 4 else "")
+            + ", now left without it." if devices else "")
+    unit_note = ("" if unit is not None else
+                 " Run `gputriage check` on the node (or `systemctl status nvidia-persistenced`)"
+                 " to confirm the unit is still down.")
+    registered = [e for e in run if e.event == "registered"][:2]
+    lines = [e.line for e in run if e.event not in (None, "registered") or e in registered
+             or e.program == "systemd"]
+    yield finding(
+        "persistence.daemon-stopped", Severity.WARNING, title,
+        f"{cause}{held} Without the daemon the GPUs drop persistence mode: the driver tears "
+        "them down when the last client exits, so every job pays a slow first CUDA "
+        "initialisation and GPU state (clocks, ECC, settings) resets between jobs. "
+        f"{_fix(asked, timed_out)} {_CONFIRM}{unit_note}",
+        Action.FIX_CONFIG, Blame.CONFIG, Scope("unit", name=_PD_UNIT),
+        [evidence("persistenced_journal", lines, limit=16)]
+        + ([evidence("systemctl_persistenced", [f"ActiveState={unit.active_state}"])]
+           if unit is not None and unit.active_state else []))
+
+
+def _stop_story(asked: bool, timed_out: bool, started: bool,
+                ended: list[PdEntry]) -> tuple[str, str]:
+    """The title and the first sentence: how the last run ended."""
+    if timed_out:
+        return ("nvidia-persistenced was killed: its start timed out",
+                "systemd gave up waiting for the daemon to report it had started "
+                "(TimeoutStartSec) and terminated it.")
+    if asked:
+        return ("nvidia-persistenced was stopped and not started again",
+                "systemd stopped the daemon on request (systemctl stop, a package upgrade or "
+                "a shutdown) and nothing started it again.")
+    signal = next((e.signal for e in ended if e.signal is not None), None)
+    if signal is not None and started:
+        return (f"nvidia-persistenced got signal {signal} right after it started",
+                f"The daemon started, then received signal {signal} with no stop asked for: "
+                "systemd killed it, which usually means the unit's Type= does not match how "
+                "the daemon starts (it forks into the background: a Type=simple or "
+                "Type=notify unit sees its first process exit, or waits for a notification "
+                "that never comes, and stops the service), or the start timed out.")
+    return ("nvidia-persistenced failed and is not running",
+            "The daemon's last start failed (its journal ends with the failure and no later "
+            "start).")
+
+
+def _fix(asked: bool, timed_out: bool) -> str:
+    if asked:
+        return "Start it again and enable it at boot: systemctl enable --now nvidia-persistenced."
+    timeout = ("raise TimeoutStartSec in the unit (the driver's initialisation of many GPUs "
+               "can be slow)" if timed_out else "check TimeoutStartSec")
+    return (f"Fix the unit: Type=forking with PIDFile={_PD_PID_FILE} (or the unit the driver "
+            f"ships, without --no-persistence-mode in ExecStart), {timeout}, and look at the "
+            "earlier records for why a start failed; then systemctl restart "
+            "nvidia-persistenced.")

@@ -394,7 +394,7 @@ CATALOG: tuple[Entry, ...] = (
           "it is not a CPU host. Drain it, power-cycle it and repair the baseboard if the "
           "GPUs do not come back.",
           ("host.gpus-gone", "xid.79", "nvidia-smi.cannot-communicate",
-           "persistence.daemon-inactive"), gpus_gone),
+           "persistence.daemon-inactive", "persistence.daemon-stopped"), gpus_gone),
     Entry("stale-cdi-after-upgrade",
           "Pods get no GPU after a driver upgrade: the CDI spec still names the old driver",
           "The driver was upgraded from 535.161.07 to 550.54.15 and the node rebooted, so the "

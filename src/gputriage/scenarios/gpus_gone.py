@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from gputriage.scenarios.model import Host, Outcome, healthy_hgx_h100
 from gputriage.scenarios.render_host import dev_nvidia, pci_devices, proc_devices
-from gputriage.scenarios.render_logs import kernel_log, lspci_nvidia
+from gputriage.scenarios.render_logs import kernel_log, lspci_nvidia, persistenced_journal
 
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVSMI_NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
@@ -49,6 +49,8 @@ def gpus_gone() -> Host:
         g.lost, g.in_driver = True, False
     host.switches, host.nvidia_modules = [], []
     host.persistenced_active = False  # stopped to unload the driver
+    host.command_overrides["persistenced_journal"] = Outcome(
+        persistenced_journal(host, stopped_at=UNLOADED_AT - 2.417), 0)
     host.command_overrides["kernel_log"] = Outcome(log, 0)
     host.command_overrides["dev_nvidia"] = Outcome(nodes, 0)
     host.command_overrides["proc_devices"] = Outcome(

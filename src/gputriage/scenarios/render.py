@@ -72,6 +72,7 @@ RENDERERS: dict[str, Callable[[Host], str]] = {
     "systemctl_persistenced": lg.systemctl_persistenced,
     "systemctl_fabricmanager": lg.systemctl_fabricmanager,
     "fabricmanager_journal": lg.fabricmanager_journal,
+    "persistenced_journal": lg.persistenced_journal,
     "infiniband": lg.infiniband,
     "ibstat": lg.ibstat,
     "container_toolkit_config": lg.container_toolkit_config,

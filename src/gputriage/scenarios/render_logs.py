@@ -168,7 +168,36 @@ def systemctl_persistenced(host: Host) -> str:
     """``systemctl show nvidia-persistenced``."""
     return _systemctl_show(host, "nvidia-persistenced.service",
                            "NVIDIA Persistence Daemon", "/usr/bin/nvidia-persistenced",
-                           2214, 21.734, host.persistenced_active)
+                           PD_PID, 21.734, host.persistenced_active)
+
+
+PD_PID = 2214
+
+
+def persistenced_journal(host: Host, stopped_at: float | None = None) -> str:
+    """``journalctl -u nvidia-persistenced -b -o short-iso``: the boot's clean start with
+    every GPU registered, then, on a host where the daemon is not active, a stop asked
+    of systemd (at ``stopped_at`` seconds after boot)."""
+    lines = [_journal_header(host)]
+    unit = "nvidia-persistenced.service"
+    lines += _entries(host, "systemd[1]", [(21.702, "Starting NVIDIA Persistence Daemon...")])
+    lines += _entries(host, f"nvidia-persistenced[{PD_PID}]", [
+        (21.729, f"Started ({PD_PID})"),
+        *((21.730 + 0.0004 * i, f"device {g.bus} - registered")
+          for i, g in enumerate(host.gpus)),
+    ])
+    lines += _entries(host, "systemd[1]", [(21.734, "Started NVIDIA Persistence Daemon.")])
+    if host.persistenced_active:
+        return "\n".join(lines) + "\n"
+    t = 3600.0 if stopped_at is None else stopped_at
+    lines += _entries(host, "systemd[1]", [(t, "Stopping NVIDIA Persistence Daemon...")])
+    lines += _entries(host, f"nvidia-persistenced[{PD_PID}]", [
+        (t + 0.001, "Received signal 15"), (t + 0.002, "PID file unlocked."),
+        (t + 0.003, "PID file closed."), (t + 0.004, f"Shutdown ({PD_PID})"),
+    ])
+    lines += _entries(host, "systemd[1]", [(t + 0.011, f"{unit}: Deactivated successfully."),
+                                           (t + 0.012, "Stopped NVIDIA Persistence Daemon.")])
+    return "\n".join(lines) + "\n"
 
 
 FM_UNIT = "nvidia-fabricmanager.service"
