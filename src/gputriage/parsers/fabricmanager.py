@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import ParseError, normalize_bus_id
+from gputriage.parsers.systemd import UNIT_LIFECYCLE
 
 __all__ = ["EVENTS", "LIFECYCLE", "FmEntry", "FmLog", "claim_fabricmanager_log", "is_fm_message",
            "parse_fabricmanager_log"]
@@ -69,10 +70,7 @@ EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("configured", re.compile(r"Successfully configured all the available", re.IGNORECASE)),
     ("pre-nvl5", re.compile(r"Detected Pre-NVL5 system", re.IGNORECASE)),
     ("nvl5", re.compile(r"Detected NVL5 system", re.IGNORECASE)),
-    ("stopping", re.compile(r"^Stopping\b", re.IGNORECASE)),
-    ("stopped", re.compile(r"^Stopped\b|Deactivated successfully", re.IGNORECASE)),
-    ("starting", re.compile(r"^Starting\b", re.IGNORECASE)),
-    ("started", re.compile(r"^Started\b", re.IGNORECASE)),
+    *UNIT_LIFECYCLE,
     ("error", re.compile(r"\b(?:error|failed|failure|fatal)\b", re.IGNORECASE)),
 )
 # events that say whether the service runs, in the order they happen

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import ParseError, normalize_bus_id
+from gputriage.parsers.systemd import UNIT_LIFECYCLE
 
 __all__ = ["ENDS", "EVENTS", "STARTS", "PdEntry", "PersistencedLog", "claim_persistenced_journal",
            "parse_persistenced_journal"]
@@ -44,10 +45,7 @@ EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
                           r"Control process exited|Failed with result", re.IGNORECASE)),
     ("signal", re.compile(r"^Received signal (?P<signal>\d{1,3})", re.IGNORECASE)),
     ("shutdown", re.compile(r"^Shutdown\b", re.IGNORECASE)),
-    ("stopping", re.compile(r"^Stopping\b", re.IGNORECASE)),
-    ("stopped", re.compile(r"^Stopped\b|Deactivated successfully", re.IGNORECASE)),
-    ("starting", re.compile(r"^Starting\b", re.IGNORECASE)),
-    ("started", re.compile(r"^Started\b", re.IGNORECASE)),
+    *UNIT_LIFECYCLE,
     ("registered", re.compile(r"^device \S{1,32} - (?:registered|persistence mode enabled)",
                               re.IGNORECASE)),
 )

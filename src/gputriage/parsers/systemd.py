@@ -13,8 +13,16 @@ from dataclasses import dataclass, field
 from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import ParseError, parse_int
 
-__all__ = ["UnitState", "claim_units", "parse_systemctl_show"]
+__all__ = ["UNIT_LIFECYCLE", "UnitState", "claim_units", "parse_systemctl_show"]
 
+
+# systemd's own records of a unit's life (journalctl -u), shared by the service journals
+UNIT_LIFECYCLE: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("stopping", re.compile(r"^Stopping\b", re.IGNORECASE)),
+    ("stopped", re.compile(r"^Stopped\b|Deactivated successfully", re.IGNORECASE)),
+    ("starting", re.compile(r"^Starting\b", re.IGNORECASE)),
+    ("started", re.compile(r"^Started\b", re.IGNORECASE)),
+)
 
 @dataclass
 class UnitState:
