@@ -25,17 +25,13 @@ from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import ParseError, normalize_bus_id
-from gputriage.parsers.systemd import UNIT_LIFECYCLE
+from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
 
 __all__ = ["EVENTS", "LIFECYCLE", "FmEntry", "FmLog", "claim_fabricmanager_log", "is_fm_message",
            "parse_fabricmanager_log"]
 
 _FM_LINE = re.compile(r"^\s{0,4}\[(?P<time>[^\]\n]{1,40})\]\s{0,4}\[(?P<level>[A-Za-z]{1,12})\]"
                       r"\s{0,4}(?:\[tid\s{0,4}\d{1,12}\]\s{0,4})?(?P<msg>.{0,4000})$")
-_JOURNAL = re.compile(
-    r"^\s{0,4}(?P<time>(?:\S{1,12}\s{1,4}\d{1,2}|\d{4}-\d\d-\d\d[T ])\s{0,4}"
-    r"\d\d:\d\d:\d\d\S{0,16})\s{1,4}(?P<host>\S{1,128})\s{1,4}"
-    r"(?P<prog>[^\s:\[\]]{1,128})(?:\[(?P<pid>\d{1,10})\])?:\s{0,4}(?P<msg>.{0,4000})$")
 _BARE = re.compile(r"^\s{0,4}(?P<prog>nv-fabricmanager|nvidia-fabricmanager(?:-start\.sh)?|"
                    r"nvlsm|systemd)(?:\[(?P<pid>\d{1,10})\])?:\s{0,4}(?P<msg>.{0,4000})$")
 # messages only the fabric manager prints, pasted without their journal prefix
@@ -215,7 +211,7 @@ def parse_fabricmanager_log(text: str) -> FmLog:
             log.formats.add("log")
             log.entries.append(last)
             continue
-        j = _JOURNAL.match(line)
+        j = JOURNAL_LINE.match(line)
         if j:
             last = _entry(j.group("time"), None, j.group("prog"), j.group("msg"), line)
             last_kind = "journal"

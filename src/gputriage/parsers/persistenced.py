@@ -20,17 +20,13 @@ from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import ParseError, normalize_bus_id
-from gputriage.parsers.systemd import UNIT_LIFECYCLE
+from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
 
 __all__ = ["ENDS", "EVENTS", "STARTS", "PdEntry", "PersistencedLog", "claim_persistenced_journal",
            "parse_persistenced_journal"]
 
 _DAEMON = r"nvidia-persistenced"
 _UNIT_WORDS = r"(?:nvidia-persistenced(?:\.service)?|NVIDIA Persistence Daemon)"
-_JOURNAL = re.compile(
-    r"^\s{0,4}(?P<time>(?:\S{1,12}\s{1,4}\d{1,2}|\d{4}-\d\d-\d\d[T ])\s{0,4}"
-    r"\d\d:\d\d:\d\d\S{0,16})\s{1,4}(?P<host>\S{1,128})\s{1,4}"
-    r"(?P<prog>[^\s:\[\]]{1,128})(?:\[(?P<pid>\d{1,10})\])?:\s{0,4}(?P<msg>.{0,4000})$")
 _BARE = re.compile(r"^\s{0,4}(?P<prog>nvidia-persistenced|systemd)(?:\[(?P<pid>\d{1,10})\])?:"
                    r"\s{0,4}(?P<msg>.{0,4000})$")
 _ABOUT_UNIT = re.compile(_UNIT_WORDS, re.IGNORECASE)
@@ -125,7 +121,7 @@ def _entry(time: str | None, prog: str, pid: str | None, message: str, line: str
 
 
 def _record(line: str) -> PdEntry | None:
-    m = _JOURNAL.match(line) or _BARE.match(line)
+    m = JOURNAL_LINE.match(line) or _BARE.match(line)
     if m is None:
         return None
     prog = m.group("prog")

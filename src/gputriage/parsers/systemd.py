@@ -13,8 +13,14 @@ from dataclasses import dataclass, field
 from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import ParseError, parse_int
 
-__all__ = ["UNIT_LIFECYCLE", "UnitState", "claim_units", "parse_systemctl_show"]
+__all__ = ["JOURNAL_LINE", "UNIT_LIFECYCLE", "UnitState", "claim_units", "parse_systemctl_show"]
 
+
+# a journal record as journalctl or syslog prints it: time, host, program[pid]: message
+JOURNAL_LINE = re.compile(
+    r"^\s{0,4}(?P<time>(?:\S{1,12}\s{1,4}\d{1,2}|\d{4}-\d\d-\d\d[T ])\s{0,4}"
+    r"\d\d:\d\d:\d\d\S{0,16})\s{1,4}(?P<host>\S{1,128})\s{1,4}"
+    r"(?P<prog>[^\s:\[\]]{1,128})(?:\[(?P<pid>\d{1,10})\])?:\s{0,4}(?P<msg>.{0,4000})$")
 
 # systemd's own records of a unit's life (journalctl -u), shared by the service journals
 UNIT_LIFECYCLE: tuple[tuple[str, re.Pattern[str]], ...] = (
