@@ -40,7 +40,7 @@ COMMANDS: dict[str, str] = {
     "ack": "ack:ack", "analyze": "host:analyze", "check": "host:check",
     "collect": "host:collect", "diff": "compare:diff", "expect": "expect:expect",
     "explain": "explain:explain", "fleet": "compare:fleet", "history": "compare:history",
-    "logs": "logs:logs", "nccl": "nccl:nccl", "scenario": "scenario:scenario",
+    "k8s": "k8s:k8s", "logs": "logs:logs", "nccl": "nccl:nccl", "scenario": "scenario:scenario",
     "schema": "schema:schema", "triage": "compare:triage", "xid": "logs:xid",
 }
 
@@ -77,6 +77,7 @@ def cli() -> None:
     gputriage nccl LOG...           NCCL logs and nccl-tests results (with host outputs)
     gputriage xid CODE...           explain Xid (or --sxid SXid) codes
     gputriage explain 'ERROR TEXT'  a job's CUDA, NVML or container error explained
+    gputriage k8s status|lint       a cluster's GPU nodes, plugin, pods and policies
     gputriage history               the checks recorded on this host
     gputriage ack ID|--gpu BUS      acknowledge a finding after a repair
     gputriage expect --from SNAP    what a known-good node has, as an expectations file

@@ -126,6 +126,11 @@ def _input(name: str, argv: tuple[str, ...], description: str, **kw) -> Source:
     return Source(name=name, kind="input", argv=argv, description=description, **kw)
 
 
+def _kubectl(words: str) -> tuple[str, ...]:
+    """An alias for kubectl and for OpenShift's oc (the same commands)."""
+    return (f"kubectl {words}", f"oc {words}")
+
+
 _SMI_QUERY = "-q|--query|-a"  # the options that print nvidia-smi's full query (-a: its alias)
 
 
@@ -386,6 +391,36 @@ SOURCES: tuple[Source, ...] = (
            "versions it printed (torch, nvcc, ldconfig -p | grep libcuda)",
            parser="job_log:parse_job_log",
            detector="parsers.job_log:claim_job_log", detect_order=205),
+    # --- Kubernetes (pasted, or read by `gputriage k8s status` through the API)
+    _input("k8s_objects", ("kubectl", "get", "nodes,pods,events,daemonsets", "-A", "-o", "json"),
+           "Kubernetes objects as JSON or YAML (kubectl get -o json|yaml, manifests, helm "
+           "template or kustomize output)",
+           parser="k8s_objects:parse_k8s_objects",
+           detector="ingest.detect_k8s:claim_k8s_objects", detect_order=25,
+           aliases=(*_kubectl("get json|yaml|-ojson|-oyaml|-o=json|-o=yaml|--output=json|"
+                              "--output=yaml"), "helm template", "kustomize build")),
+    _input("k8s_describe", ("kubectl", "describe", "nodes"),
+           "kubectl describe of nodes, pods or other objects (oc describe too)",
+           parser="k8s_describe:parse_k8s_describe",
+           detector="ingest.detect_k8s:claim_k8s_describe", detect_order=26,
+           aliases=_kubectl("describe")),
+    _input("k8s_table", ("kubectl", "get", "pods", "-A", "-o", "wide"),
+           "kubectl get tables (nodes, pods, daemonsets, events, -o wide, custom columns)",
+           parser="k8s_table:parse_k8s_table",
+           detector="ingest.detect_k8s:claim_k8s_table", detect_order=27,
+           aliases=_kubectl("get")),
+    _input("device_plugin_log", ("kubectl", "logs", "-n", "kube-system",
+                                 "ds/nvidia-device-plugin-daemonset"),
+           "the NVIDIA device plugin's log (plain, klog or CRI log format)",
+           parser="device_plugin_log:parse_device_plugin_log",
+           detector="parsers.device_plugin_log:claim_device_plugin_log", detect_order=196,
+           aliases=_kubectl("logs ~device-plugin")),
+    _input("gpu_operator_log", ("kubectl", "logs", "-n", "gpu-operator",
+                                "ds/nvidia-driver-daemonset"),
+           "logs of the GPU operator's containers (driver, toolkit, validator, operator)",
+           parser="gpu_operator_log:parse_gpu_operator_log",
+           detector="parsers.gpu_operator_log:claim_gpu_operator_log", detect_order=197,
+           aliases=_kubectl("logs ~driver|~validator|~toolkit|~gpu-operator")),
     _input("nccl_tests", ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
            "nccl-tests output (all_reduce_perf...)",
            parser="nccl_tests:parse_nccl_tests",

@@ -11,6 +11,7 @@ from gputriage.hostfacts import (
     host,
     identity,
     infiniband,
+    k8s,
     nccl,
     nccl_bandwidth,
     pcie,
@@ -25,4 +26,4 @@ __all__ = ["REGISTRY"]
 REGISTRY: dict[str, Fact] = merge(stack.FACTS, host.FACTS, fabric.FACTS, infiniband.FACTS,
                                   nccl.FACTS, nccl_bandwidth.FACTS, pcie.FACTS,
                                   topology.FACTS, smi_views.FACTS, identity.FACTS,
-                                  expectations.FACTS, resets.FACTS)
+                                  expectations.FACTS, resets.FACTS, k8s.FACTS)
