@@ -16,57 +16,81 @@ from golden import CALM, GPU_FAULTS, Partial, Refused, check_row, missing_rows, 
 
 CUDA, K8S, DCGM = 16, 17, 18
 
-# a device plugin that cannot load libnvidia-ml (issue 16); the plugin's side waits for 17
-NO_NVML_LIB = partial(K8S, verdict="warning", must=("container.nvml-library-not-found=warning",))
+NVML_LIB = "container.nvml-library-not-found"
+CALM_GPUS = (CALM, *GPU_FAULTS)
 
 GOLDEN: dict[str, tuple | Partial | Refused] = {
     # --- 9: Kubernetes (describe node/pod, device plugin, GPU operator, schedulers) ---
-    "aks-spot-gpu-describe-pod": refused(K8S),
-    "allocatable-gpu-and-mig-mixed-rke2": refused(K8S),
-    "cluster-gpu-table-half-nodes-zero": refused(K8S),
-    "describe-node-alpha-nvidia-gpu-taint": refused(K8S),
-    "describe-node-gke-no-gpu-capacity": refused(K8S),
-    "describe-node-no-gpu-capacity-docker": refused(K8S),
-    # read (issue 16): the plugin cannot load NVML; Tegra having none waits for issue 17
-    "device-plugin-jetson-nano": NO_NVML_LIB,
-    "device-plugin-non-nvml-platform-eks": NO_NVML_LIB,
-    "device-plugin-registered-ok-mig-single": refused(K8S),
-    "devplugin-2020-legacy-log": refused(K8S),
-    "devplugin-v0.14.0-klog-healthy": refused(K8S),
-    "devplugin182-microk8s": NO_NVML_LIB,
-    "devplugin283-openshift": refused(K8S),
-    "devplugin303-failed-to-initialize-nvml": NO_NVML_LIB,
-    "devplugin430-describe-pod-pending": refused(K8S),
-    "failedscheduling-insufficient-gpu-unschedulable": refused(K8S),
-    "failedscheduling-pod-affinity": refused(K8S),
+    # nodes (rules/k8s_nodes.py): what each advertises against what it should have
+    "cluster-gpu-table-half-nodes-zero": (("k8s.gpus-not-advertised=critical",), CALM_GPUS),
+    "describe-node-alpha-nvidia-gpu-taint": (("k8s.gpus-not-advertised=critical",), CALM_GPUS),
+    # a lone node with no NVIDIA resource: "if it has GPUs", and what would tell
+    "describe-node-gke-no-gpu-capacity": (("k8s.gpus-not-advertised=warning",), CALM_GPUS),
+    "describe-node-no-gpu-capacity-docker": (("k8s.gpus-not-advertised=warning",), CALM_GPUS),
+    # HAMi's handshake still Requesting: its device plugin on the node does not answer
+    "hami314-describe-node": (("k8s.gpus-not-advertised=warning",), CALM_GPUS),
+    "allocatable-gpu-and-mig-mixed-rke2": (("k8s.mig-resources=info",), CALM_GPUS),
+    "gfd-mig-mixed-labels-a100": (("k8s.mig-resources=info",), CALM_GPUS),
+    # Xid 31 is the application's: the job's, the condition to clear, no hardware repair
+    "gke-node-condition-xidcriticalerror-31": (("k8s.node-condition=warning",),
+                                               (*CALM_GPUS, "k8s.gpus-not-advertised")),
+    "lambda-kubeai-doc-gfd-node-labels": (("k8s.gpus-advertised=ok", "k8s.operator-upgrade=ok"),
+                                          (*CALM_GPUS, "k8s.driver-drift")),
+    # pending pods (rules/k8s_pending.py): why each waits
+    "aks-spot-gpu-describe-pod": (("k8s.pending-insufficient-gpu=info",),
+                                  (*CALM_GPUS, "k8s.gpus-not-advertised")),
+    "devplugin283-openshift": (("k8s.pending-selector-mismatch=warning",),
+                               (*CALM_GPUS, "k8s.pending-insufficient-gpu")),
+    "devplugin430-describe-pod-pending": (("k8s.pending-insufficient-gpu=warning",), CALM_GPUS),
+    # read: Insufficient on the GPU node, the other node cordoned; that the kubelet lost the
+    # plugin's endpoint (its journal line, cut short in the paste) is not read
+    "failedscheduling-insufficient-gpu-unschedulable": partial(
+        K8S, verdict="warning", must=("k8s.pending-insufficient-gpu=warning",)),
+    "failedscheduling-pod-affinity": (("k8s.pending-affinity=warning",),
+                                      (*CALM_GPUS, "k8s.pending-insufficient-gpu")),
+    "kueue-pending-resource-unavailable": (("k8s.pending-queue=warning",), CALM_GPUS),
+    "volcano-gang-notenoughresources": (("k8s.gang-unschedulable=warning",), CALM_GPUS),
+    # the GPU stack (rules/k8s_stack.py, k8s_operator.py; tests/test_rules_k8s_stack.py)
+    "devplugin-2020-legacy-log": (("k8s.plugin-registered=ok",), (*CALM_GPUS, NVML_LIB)),
+    "devplugin-v0.14.0-klog-healthy": (("k8s.plugin-registered=ok",), CALM_GPUS),
+    "device-plugin-registered-ok-mig-single": (("k8s.plugin-registered=ok",), CALM_GPUS),
+    "openshift-devplugin-0.13.0": (("k8s.plugin-registered=ok", "k8s.gpus-advertised=ok"),
+                                   CALM_GPUS),
+    "devplugin182-microk8s": (("k8s.plugin-nvml-missing=warning",),
+                              (*CALM_GPUS, NVML_LIB, "k8s.plugin-no-nvml-platform")),
+    "devplugin303-failed-to-initialize-nvml": (("k8s.plugin-nvml-missing=warning",),
+                                               (*CALM_GPUS, NVML_LIB)),
+    "device-plugin-non-nvml-platform-eks": (("k8s.plugin-nvml-missing=warning", NVML_LIB),
+                                            (*CALM_GPUS, "k8s.plugin-no-nvml-platform")),
+    "device-plugin-jetson-nano": (("k8s.plugin-no-nvml-platform=warning",),
+                                  (*CALM_GPUS, "k8s.plugin-nvml-missing", NVML_LIB)),
+    "k3s-devplugin-incompatible-strategy": (("k8s.plugin-incompatible-strategy=warning",),
+                                            CALM_GPUS),
+    "minikube-docker-driver-devplugin": (("k8s.plugin-incompatible-strategy=warning",),
+                                         CALM_GPUS),
+    "gpu-operator-driver-centos7-kernel-862": (("k8s.operator-driver-failed=critical",),
+                                               CALM_GPUS),
+    "gpu-operator-driver-could-not-resolve-kernel": (
+        ("k8s.operator-driver-failed=critical", "k8s.operator-operand-failing"), CALM_GPUS),
+    "gpu-operator-ds-driver-daemonset-0-ready": (("k8s.operator-driver-failed=warning",),
+                                                 CALM_GPUS),
+    "gpu-operator-toolkit-validation": (
+        ("k8s.operator-validation-stuck=warning", "k8s.operator-operand-failing"), CALM_GPUS),
+    "openshift-cuda-validator-init-error": (("k8s.operator-validation-stuck=warning",),
+                                            CALM_GPUS),
+    "gpu-operator-driver-upgrade-node-events": (("k8s.operator-upgrade=ok",), CALM_GPUS),
     # error 35 under a driver (550, CUDA 12.4) that runs every 12.x build: the pod got no driver
     "fasterwhisper1259": (("cuda.driver-unseen=warning",),
                           (CALM, *GPU_FAULTS, "cuda.driver-too-old")),
-    "gfd-mig-mixed-labels-a100": refused(K8S),
-    "gke-node-condition-xidcriticalerror-31": refused(K8S),
-    "gpu-operator-driver-centos7-kernel-862": refused(K8S),
-    "gpu-operator-driver-could-not-resolve-kernel": refused(K8S),
-    "gpu-operator-driver-upgrade-node-events": refused(K8S),
-    "gpu-operator-ds-driver-daemonset-0-ready": refused(K8S),
-    "gpu-operator-toolkit-validation": refused(K8S),
     # the GPU feature discovery pod's hook: NVML fails on the host (a GPU off the bus)
     "gpud-sxid-readme-gfd-containerd": (("container.hook-nvml-error=critical",),
                                         ("container.hook-failed",)),
-    # read: the HAMi register annotation passes for a GPU list; the handshake is not judged
-    "hami314-describe-node": partial(K8S, verdict="ok"),
     # read: the pasted containerd table (nvidia runtime registered); that k3s runs its own
     # rendered config (crictl info shows it), not /etc/containerd/config.toml, is not told
     "k3s-crictl-info-systemdcgroup": partial(K8S, verdict="ok",
                                              must=("container.runtime-configured",)),
-    "k3s-devplugin-incompatible-strategy": refused(K8S),
-    "kueue-pending-resource-unavailable": refused(K8S),
-    "lambda-kubeai-doc-gfd-node-labels": refused(K8S),
-    "minikube-docker-driver-devplugin": refused(K8S),
     # Caffe's error 35: the driver is older than the image's CUDA (its version not printed)
     "nvdocker747-k80-caffe": (("cuda.driver-too-old=warning",), (CALM, *GPU_FAULTS)),
-    "openshift-cuda-validator-init-error": refused(K8S),
-    "openshift-devplugin-0.13.0": refused(K8S),
-    "volcano-gang-notenoughresources": refused(K8S),
     # --- 10: DCGM (dcgmi diag/discovery/nvlink, exporter, nv-hostengine) ---
     "dcgm-exporter-cannot-connect-hostengine": refused(DCGM),
     "dcgm-exporter-dcp-module-not-loaded": refused(DCGM),

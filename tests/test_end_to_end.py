@@ -328,3 +328,31 @@ def test_job_scenario_against_healthy(name, built):
     text = _run(["diff", str(built["healthy-8xh100"]), str(built[name])])[1]
     assert all(c in text for c in changes), text
     assert _run(["analyze", str(built[name])])[0] == status
+
+
+# Q1 (issue 17): pods get no GPU after a driver update; one report in the order of repair.
+def test_k8s_driver_update_scenario_reports_in_the_order_of_repair(built):
+    result = analyze(Snapshot.load(built["k8s-gpus-gone-after-driver-update"]))
+    top = [f.id for f in result.findings if f.severity is Severity.CRITICAL]
+    assert top[:2] == ["container.cdi-stale-spec", "k8s.plugin-stale-nvml"], top
+    plugin = next(f for f in result.findings if f.id == "k8s.plugin-stale-nvml")
+    under = [c.id for c in flat(plugin.consequences)]
+    assert under.count("k8s.pending-insufficient-gpu") == 2 and "k8s.gpus-short" in under
+    short = next(c for c in flat(plugin.consequences) if c.id == "k8s.gpus-short")
+    assert "0 of its 8" in short.title and short.scope.name == "gpu-node-017"
+    assert {e.source for e in plugin.evidence} == {"device_plugin_log"}
+    code, out, _ = _run(["analyze", "--json", str(built["k8s-gpus-gone-after-driver-update"])])
+    assert code == 2 and json.loads(out)["findings"][0]["id"] == "container.cdi-stale-spec"
+
+
+def test_k8s_driver_update_scenario_api_objects_are_what_the_snapshot_holds():
+    from gputriage.parsers.k8s_objects import cluster_from_api
+    from gputriage.scenarios.k8s_driver import api_objects
+
+    docs = api_objects()
+    assert {d["kind"] for d in docs} == {"Node", "Pod", "Event", "DaemonSet"}
+    cluster = cluster_from_api(docs)
+    node = cluster.nodes["gpu-node-017"]
+    assert node.gpus("capacity") == {"nvidia.com/gpu": 8} and node.gpus("allocatable") == {
+        "nvidia.com/gpu": 0}
+    assert [p.name for p in cluster.pods if p.phase == "Pending"] == ["trainer-0", "trainer-1"]

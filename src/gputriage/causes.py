@@ -135,6 +135,35 @@ RELATIONS: tuple[Relation, ...] = (
              "the unit is inactive because the daemon's last run ended, as its journal says"),
     Relation("persistence.daemon-stopped", "persistence.off", ANYWHERE,
              "the GPUs lost persistence mode when the daemon that held it stopped"),
+    # Kubernetes: what the device plugin or the operator says explains what the node
+    # advertises, and a node that advertises no GPU explains the GPU pods left Pending
+    *(Relation(c, "k8s.gpus-not-advertised", ANYWHERE,
+               "a node advertises the GPUs its device plugin registers; this is why it "
+               "registers none") for c in (
+        "k8s.plugin-nvml-missing", "k8s.plugin-no-nvml-platform",
+        "k8s.plugin-incompatible-strategy", "k8s.plugin-stale-nvml",
+        "k8s.operator-driver-failed", "k8s.operator-validation-stuck",
+        "k8s.operator-operand-failing")),
+    *(Relation(c, "k8s.gpus-short", ANYWHERE,
+               "the kubelet stops offering the devices the plugin marked unhealthy")
+      for c in ("k8s.plugin-stale-nvml", "k8s.plugin-devices-unhealthy")),
+    # the GPU operator: operands wait for the validator, which waits for the driver
+    *(Relation(c, "k8s.operator-operand-failing", ANYWHERE,
+               "the device plugin, GFD and dcgm-exporter wait for the driver and the toolkit "
+               "to be validated") for c in ("k8s.operator-driver-failed",
+                                            "k8s.operator-validation-stuck")),
+    Relation("k8s.operator-driver-failed", "k8s.operator-validation-stuck", ANYWHERE,
+             "the validator's first step checks the driver the driver container failed to "
+             "install"),
+    Relation("k8s.plugin-nvml-missing", "container.nvml-library-not-found", ANYWHERE,
+             "the plugin's container is the one that cannot load libnvidia-ml"),
+    *(Relation(c, consequence, ANYWHERE,
+               "the device plugin's NVML fails on the node as nvidia-smi's does")
+      for c in ("driver.version-mismatch", "driver.not-loaded")
+      for consequence in ("k8s.plugin-nvml-missing", "k8s.gpus-not-advertised")),
+    *(Relation(c, "k8s.pending-insufficient-gpu", ANYWHERE,
+               "the GPU pods wait for GPUs that a node has but does not offer")
+      for c in ("k8s.gpus-not-advertised", "k8s.gpus-short")),
 )
 
 _BY_CONSEQUENCE: dict[str, tuple[Relation, ...]] = {}

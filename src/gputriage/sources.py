@@ -403,6 +403,7 @@ SOURCES: tuple[Source, ...] = (
            "kubectl describe of nodes, pods or other objects (oc describe too)",
            parser="k8s_describe:parse_k8s_describe",
            detector="ingest.detect_k8s:claim_k8s_describe", detect_order=26,
+           keeps_prompt="named",
            aliases=_kubectl("describe")),
     _input("k8s_table", ("kubectl", "get", "pods", "-A", "-o", "wide"),
            "kubectl get tables (nodes, pods, daemonsets, events, -o wide, custom columns)",

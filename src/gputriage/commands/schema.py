@@ -15,7 +15,7 @@ from gputriage.schemas import COMMANDS
 def schema(name: str | None, show: bool) -> None:
     """Print the JSON Schema (draft 2020-12) of a --json document, self-contained:
     result (check, analyze), nccl, logs, diff, triage, fleet, history, ack, ack-list,
-    xid, explain. --list says which command prints which."""
+    xid, explain, k8s. --list says which command prints which."""
     import json
 
     from gputriage import schemas

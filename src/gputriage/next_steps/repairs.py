@@ -448,7 +448,110 @@ def _compat_libs(f: Finding, host: Host) -> str:
             "driver update, reboot so that the kernel module and the libraries agree")
 
 
+_K8S_STACK = {  # the GPU stack in the cluster (rules/k8s_stack.py, rules/k8s_operator.py)
+    "k8s.plugin-nvml-missing": "give the plugin's pod the NVIDIA runtime as the finding says "
+    "for the node's engine, then kubectl delete pod -n <namespace> <device plugin pod>; "
+    "kubectl describe node must then list nvidia.com/gpu under Allocatable",
+    "k8s.plugin-no-nvml-platform": "deploy a device plugin release that detects Tegra on "
+    "the Jetson nodes (and keep the NVML-only DaemonSet off them with a nodeSelector)",
+    "k8s.plugin-incompatible-strategy": "make nvidia the default runtime of the node's "
+    "containerd (nvidia-ctk runtime configure --runtime=containerd --set-as-default) or set "
+    "runtimeClassName: nvidia on the plugin's DaemonSet, then delete the plugin's pod",
+    "k8s.plugin-stale-nvml": "delete the device plugin, GFD and dcgm-exporter pods of the "
+    "node (kubectl delete pod -n <namespace> --field-selector spec.nodeName=<node>); "
+    "nvidia.com/gpu allocatable must then come back to the GPU count",
+    "k8s.plugin-devices-unhealthy": "after the GPU is checked on the node (gputriage check), "
+    "delete the plugin's pod on that node so that it offers the GPU again",
+    "k8s.operator-driver-failed": "fix the node's kernel packages (or the driver's build), "
+    "then kubectl logs -n <namespace> <driver pod> -c nvidia-driver-ctr must end with "
+    "'Done, now waiting for signal'",
+    "k8s.operator-validation-stuck": "read the stuck step's log: kubectl logs -n <namespace> "
+    "<validator pod> -c <step>-validation; its pod turns Running once the step passes",
+    "k8s.operator-operand-failing": "fix the driver or validation finding first; the "
+    "operands start on their own once /run/nvidia/validations holds driver-ready and "
+    "toolkit-ready",
+}
+
+
+def _k8s_stack(f: Finding, host: Host) -> str | None:
+    return _K8S_STACK.get(f.id)
+
+
+_K8S_NODES = {  # nodes and scheduling (rules/k8s_nodes.py, rules/k8s_pending.py)
+    "k8s.gpus-not-advertised": "find the device plugin's pod on the node (kubectl get pods "
+    "-A -o wide | grep device-plugin), make it run there (tolerations, node selector, the "
+    "NVIDIA runtime) and read its log; "
+    "kubectl describe node must then list nvidia.com/gpu under Allocatable",
+    "k8s.gpus-short": "find the unhealthy GPU in the plugin's log (XidCriticalError), run "
+    "gputriage check on the node, then delete the plugin's pod there so that it re-counts",
+    "k8s.driver-drift": "finish the driver upgrade on the odd nodes (drain, upgrade, reboot) "
+    "so that nvidia.com/cuda.driver-version.full is one value across the pool",
+    "k8s.node-condition": "act on the Xid as the finding says; the condition stays True "
+    "until the plugin's pod (or the node's GPU agent) is restarted",
+    "k8s.pending-insufficient-gpu": "compare Allocatable with Allocated resources in "
+    "kubectl describe node <gpu node>: GPUs in use, or not offered",
+    "k8s.pending-fragmented": "ask for GPUs per pod that one node can hold, or free a "
+    "whole node (bin-packing, a descheduler)",
+    "k8s.pending-untolerated-taint": "add the toleration {key, operator: Exists, effect: "
+    "NoSchedule} for the GPU pool's taint to the pod template",
+    "k8s.pending-selector-mismatch": "select on a label the GPU nodes carry (kubectl get "
+    "nodes -L nvidia.com/gpu.product)",
+    "k8s.pending-affinity": "pin the pod it must follow to the GPU nodes, or relax the "
+    "pod affinity",
+    "k8s.pending-unschedulable-node": "uncordon the node (kubectl uncordon <node>) once the "
+    "reason it was cordoned is gone",
+    "k8s.pending-quota": "free the GPUs finished jobs hold (kubectl describe resourcequota "
+    "-n <namespace>), or raise requests.nvidia.com/gpu",
+    "k8s.pending-queue": "add the resource to the ClusterQueue's coveredResources with a "
+    "nominalQuota in each flavor (kubectl edit clusterqueue <name>)",
+    "k8s.gang-unschedulable": "free GPUs for the whole gang, or lower minAvailable and the "
+    "replicas to what the pool holds",
+}
+
+
+def _k8s_nodes(f: Finding, host: Host) -> str | None:
+    return _K8S_NODES.get(f.id)
+
+
+_K8S_LINT = {  # workloads and the pool's policy (rules/k8s_lint.py, k8s_pool.py, k8s_herd.py)
+    "k8s.lint-gpu-requests": "set nvidia.com/gpu (or the MIG / shared name) in "
+    "resources.limits only, as a whole number; kubectl apply --dry-run=server -f <file> "
+    "must then pass",
+    "k8s.lint-gpu-toleration": "add tolerations: [{key: nvidia.com/gpu, operator: Exists, "
+    "effect: NoSchedule}] (or the pool's own taint) to the pod template",
+    "k8s.lint-shm": "mount an emptyDir {medium: Memory, sizeLimit: 16Gi} at /dev/shm; df -h "
+    "/dev/shm in the pod must then show it",
+    "k8s.lint-no-gang": "label the job kueue.x-k8s.io/queue-name: <LocalQueue>, or run it "
+    "with Volcano / coscheduling and a PodGroup whose minMember is every pod",
+    "k8s.lint-no-pdb": "add a budget: kubectl create poddisruptionbudget <name> -n "
+    "<namespace> --selector=<the pods' labels> --max-unavailable=1",
+    "k8s.lint-probe-vs-load": "give the container a startupProbe whose failureThreshold x "
+    "periodSeconds outlasts the load time the finding states",
+    "k8s.lint-hpa-cpu": "scale on DCGM_FI_DEV_GPU_UTIL or the server's queue length (Pods "
+    "or External metrics through the Prometheus adapter) instead of cpu",
+    "k8s.lint-pool-no-quota": "cap the namespace: kubectl create quota gpu -n <namespace> "
+    "--hard=requests.nvidia.com/gpu=<share>, or admit the namespace through a Kueue "
+    "ClusterQueue with a GPU quota",
+    "k8s.lint-pool-no-priority": "give production's GPU pods a PriorityClass above "
+    "research's, and research's class preemptionPolicy: Never",
+    "k8s.lint-preempts-production": "lower the research PriorityClass below production's "
+    "and set its preemptionPolicy: Never (kubectl edit priorityclass <name> cannot change "
+    "value: recreate it)",
+    "k8s.lint-weights-herd": "cache the weights once per node (a pre-pull DaemonSet into a "
+    "hostPath or local PV, or a ReadOnlyMany PVC) and mount it in place of the download",
+    "k8s.lint-pull-always": "pin the image by version or digest with imagePullPolicy: "
+    "IfNotPresent and pre-pull it on the GPU nodes",
+}
+
+
+def _k8s_lint(f: Finding, host: Host) -> str | None:
+    return _K8S_LINT.get(f.id)
+
+
 BY_ID: dict[str, Repair] = {
+    **{fid: _k8s_stack for fid in _K8S_STACK},
+    **{fid: _k8s_nodes for fid in _K8S_NODES},
+    **{fid: _k8s_lint for fid in _K8S_LINT},
     "container.cdi-stale-spec": _stale_cdi, "container.cdi-spec-version": _stale_cdi,
     "container.toolkit-cdi-mode-without-spec": _stale_cdi,
     "container.runtime-nvidia-missing": _engine_runtime,

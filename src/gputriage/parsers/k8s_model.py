@@ -19,10 +19,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["GPU", "Cluster", "KContainer", "KDaemonSet", "KEvent", "KNode", "KObject", "KPod",
-           "Taint", "Toleration", "gpu_resources", "quantity", "ref"]
+__all__ = ["GPU", "UNNAMED", "Cluster", "KContainer", "KDaemonSet", "KEvent", "KNode", "KObject",
+           "KPod", "Taint", "Toleration", "gpu_resources", "quantity", "ref"]
 
 GPU = "nvidia.com/gpu"
+UNNAMED = "?"  # the name of a node read from an excerpt or a fragment that does not name it
 _GPU_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu(?:\.shared)?|mig-\d+g\.\d+gb(?:\.shared)?)$")
 _QUANTITY = re.compile(r"^\s*(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:[eE](?P<exp>[+-]?\d+))?"
                        r"(?P<unit>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\s*$")
@@ -277,6 +278,10 @@ class Cluster:
         for name, node in other.nodes.items():
             mine = self.nodes.get(name)
             self.nodes[name] = node if mine is None else _merge_node(mine, node)
+        named = [n for n in self.nodes if n != UNNAMED]
+        if UNNAMED in self.nodes and len(named) == 1:  # an excerpt of the one node named
+            unnamed = self.nodes.pop(UNNAMED)
+            self.nodes[named[0]] = _merge_node(self.nodes[named[0]], unnamed)
         self.pods.extend(other.pods)
         self.events.extend(other.events)
         self.daemonsets.extend(other.daemonsets)

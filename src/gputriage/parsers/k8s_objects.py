@@ -134,15 +134,52 @@ def cluster_from_api(docs: Iterable[Any], origin: str = "api", keep_raw: bool = 
 
 
 def parse_k8s_objects(text: str) -> Cluster:
-    """Objects of ``kubectl get -o json|yaml`` or of manifests; a text without any
-    object raises ParseError."""
-    docs = load_documents(text)
+    """Objects of ``kubectl get -o json|yaml`` or of manifests, and the fragments of them
+    people paste (see :mod:`gputriage.parsers.k8s_fragments`); a text without any object
+    raises ParseError."""
+    try:
+        docs = load_documents(text)
+    except ParseError as exc:
+        return _tolerant(text, exc)
     first = docs[0] if len(docs) == 1 and isinstance(docs[0], dict) else {}
     errors = _strs(first.get("errors")) if first.get("kind") == "List" else {}
     cluster = cluster_from_api(docs, origin="paste", errors=errors)
     if not cluster and not errors:
-        raise ParseError("no Kubernetes object (apiVersion, kind, metadata) in the text")
+        return _tolerant(text, ParseError("no Kubernetes object (apiVersion, kind, metadata) "
+                                          "in the text"))
     return cluster
+
+
+def _tolerant(text: str, error: ParseError) -> Cluster:
+    """Block by block: objects pasted one after another, fragments, and what can be
+    read of a text cut short (``error`` when nothing can)."""
+    import textwrap
+
+    from gputriage.parsers.k8s_fragments import fragment_cluster, is_fragment, split_blocks
+
+    cluster = Cluster(origin="paste")
+    for n, block in enumerate(split_blocks(text), 1):
+        docs = _cut_short(textwrap.dedent("\n".join(block)).splitlines())
+        if docs is None:
+            continue
+        part = cluster_from_api(docs, origin=f"paste #{n}")
+        if not part and len(docs) == 1 and is_fragment(docs[0]):
+            part = fragment_cluster(docs[0], block, f"paste #{n}")
+        cluster.merge(part)
+    if not cluster:
+        raise error
+    return cluster
+
+
+def _cut_short(lines: list[str], tries: int = 8) -> list[Any] | None:
+    """The documents of a block, or of its head when its last lines were cut (a paste
+    that ends in the middle of an object); None when neither parses."""
+    for n in range(min(tries, len(lines))):
+        try:
+            return load_documents("\n".join(lines[:len(lines) - n]))
+        except ParseError:
+            continue
+    return None
 
 
 # --- typed forms ---------------------------------------------------------------------

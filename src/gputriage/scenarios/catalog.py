@@ -15,6 +15,8 @@ from gputriage.scenarios.container_cdi import stale_cdi_after_upgrade
 from gputriage.scenarios.containers import container_nvml_unknown_error
 from gputriage.scenarios.cuda_job import cuda_driver_too_old
 from gputriage.scenarios.gpus_gone import gpus_gone
+from gputriage.scenarios.k8s_driver import gpus_gone_after_driver_update
+from gputriage.scenarios.k8s_pool import k8s_shared_pool, k8s_weights_herd
 from gputriage.scenarios.model import Gpu, GpuProcess, Host, Outcome, healthy_hgx_h100
 from gputriage.scenarios.render_host import nvrm_banner
 from gputriage.scenarios.render_nccl import NcclJob, nccl_log, nccl_tests
@@ -404,6 +406,19 @@ CATALOG: tuple[Entry, ...] = (
           "(nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml), restart containerd, then "
           "the device plugin.",
           ("container.cdi-stale-spec", "container.mount-missing-file"), stale_cdi_after_upgrade),
+    Entry("k8s-gpus-gone-after-driver-update",
+          "Pods get no GPU after a driver update: the plugin lost NVML, the CDI spec is stale",
+          "gpu-node-017's driver went from 535.161.07 to 550.54.15 and was reloaded without a "
+          "reboot. The NVIDIA device plugin kept its old NVML handles: its event wait fails "
+          "with ERROR_UNKNOWN and it marked all 8 GPUs unhealthy, so the node's allocatable "
+          "nvidia.com/gpu is 0 (capacity 8) and the training job's pods stay Pending on "
+          "'Insufficient nvidia.com/gpu'. /etc/cdi/nvidia.yaml still mounts the 535 libraries, "
+          "so the pods would fail to start even once scheduled (a notebook that restarted its "
+          "container since fails on the missing library). Repair in order: regenerate the "
+          "CDI spec and restart containerd, restart the device plugin's pod on the node, and "
+          "the pods schedule.",
+          ("container.cdi-stale-spec", "container.mount-missing-file", "k8s.plugin-stale-nvml",
+           "k8s.gpus-short", "k8s.pending-insufficient-gpu"), gpus_gone_after_driver_update),
     Entry("container-nvml-unknown-error",
           "A job's container lost its GPUs after a daemon-reload: NVML Unknown Error",
           "A training job ran in a Docker container given --gpus all on this healthy node. "
@@ -423,4 +438,26 @@ CATALOG: tuple[Entry, ...] = (
           "toolchain'. The node is fine for 12.2 jobs: run a build for CUDA 12.2 or older "
           "(the PyTorch cu121 wheel) or upgrade the driver to 570.26 or later.",
           ("cuda.driver-too-old",), cuda_driver_too_old),
+    Entry("k8s-shared-pool",
+          "Research and production share one H100 pool: no GPU quota, research outranks",
+          "Production serves an 8B model from four replicas on the H100 nodes that the "
+          "research namespace trains on. Research has a ResourceQuota that counts no GPU and "
+          "a PriorityClass (1000000, may preempt) above production's pods, which have none: "
+          "a burst of research jobs takes the pool and evicts production. Production's "
+          "Deployment has no PodDisruptionBudget and scales on CPU. Cap research with a quota "
+          "on requests.nvidia.com/gpu, give production the higher priority and research "
+          "preemptionPolicy Never, add the budget and scale on GPU or queue metrics.",
+          ("k8s.lint-pool-no-quota", "k8s.lint-preempts-production", "k8s.lint-no-pdb",
+           "k8s.lint-hpa-cpu"), k8s_shared_pool),
+    Entry("k8s-weights-herd",
+          "16 replicas of a 70B model each download 140 GB from the Hub at start",
+          "A vLLM Deployment of Llama 3 70B runs 8 replicas (its autoscaler allows 16); an "
+          "init container downloads the ~140 GB of weights from the Hugging Face Hub into "
+          "an emptyDir at every start, the image is vllm/vllm-openai:latest pulled Always, "
+          "and the startup probe gives up after 60 s. A rollout moves ~2 TB over the shared "
+          "link and pods are killed before they load. Cache the weights on the node (a "
+          "pre-pull DaemonSet, a local or ReadOnlyMany volume), pin the image and lengthen "
+          "the startup probe.",
+          ("k8s.lint-weights-herd", "k8s.lint-pull-always", "k8s.lint-probe-vs-load"),
+          k8s_weights_herd),
 )

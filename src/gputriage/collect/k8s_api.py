@@ -1,0 +1,368 @@
+"""Read a live cluster through the official ``kubernetes`` client, read-only.
+
+One paginated, cluster-wide list per kind (``limit`` / ``continue``; never one request
+per node): nodes, pods, events, DaemonSets, Deployments, StatefulSets, ResourceQuotas,
+PriorityClasses, PodDisruptionBudgets, HPAs (autoscaling/v2), the ConfigMaps of the
+namespaces the NVIDIA DaemonSets run in (time-slicing and MIG configs), and, only when
+discovery says their API group is served, the GPU operator's ClusterPolicy, Kueue,
+Volcano and JobSet objects. Only list calls: nothing is ever written.
+
+Each page is read raw (``_preload_content=False``) and decoded with ``json.loads``; the
+client's models would take minutes on 50,000 pods. Items are slimmed
+(:func:`gputriage.collect.k8s_slim.slim`) and turned into the :class:`Cluster` page by
+page. A kind the credentials may not list (403) or the server does not serve (404) is
+recorded in ``errors`` and the rest is judged; no answer at all (connection refused,
+TLS, the time budget spent) raises :class:`ClusterUnavailable`, which the command
+reports in one line with exit status 3.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputriage.collect.k8s_slim import slim
+from gputriage.parsers.k8s_model import Cluster
+
+__all__ = ["CORE_KINDS", "OPTIONAL_KINDS", "ClusterRead", "ClusterUnavailable", "ReadOptions",
+           "read_cluster"]
+
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_PAGE_SIZE = 500  # kubectl's chunk size
+REQUEST_TIMEOUT_S = 30.0  # one request at most, within the total
+_CONNECT_TIMEOUT_S = 10.0
+
+
+class ClusterUnavailable(Exception):
+    """The cluster could not be read at all (no configuration, no answer, the time
+    budget spent): one line for the user, exit status 3."""
+
+
+# kind -> (apiVersion, plural): cluster-wide lists
+CORE_KINDS: dict[str, tuple[str, str]] = {
+    "Namespace": ("v1", "namespaces"),
+    "Node": ("v1", "nodes"),
+    "Pod": ("v1", "pods"),
+    "Event": ("v1", "events"),
+    "DaemonSet": ("apps/v1", "daemonsets"),
+    "Deployment": ("apps/v1", "deployments"),
+    "StatefulSet": ("apps/v1", "statefulsets"),
+    "Job": ("batch/v1", "jobs"),
+    "ResourceQuota": ("v1", "resourcequotas"),
+    "PriorityClass": ("scheduling.k8s.io/v1", "priorityclasses"),
+    "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
+    "HorizontalPodAutoscaler": ("autoscaling/v2", "horizontalpodautoscalers"),
+}
+
+# what ``read`` and ``errors`` call it -> (kind, API group, plural): read only when
+# discovery lists the group
+OPTIONAL_KINDS: dict[str, tuple[str, str, str]] = {
+    "ClusterPolicy": ("ClusterPolicy", "nvidia.com", "clusterpolicies"),
+    "ClusterQueue": ("ClusterQueue", "kueue.x-k8s.io", "clusterqueues"),
+    "LocalQueue": ("LocalQueue", "kueue.x-k8s.io", "localqueues"),
+    "Workload": ("Workload", "kueue.x-k8s.io", "workloads"),
+    "PodGroup": ("PodGroup", "scheduling.volcano.sh", "podgroups"),
+    "Job.batch.volcano.sh": ("Job", "batch.volcano.sh", "jobs"),
+    "JobSet": ("JobSet", "jobset.x-k8s.io", "jobsets"),
+}
+
+# DaemonSets whose namespace's ConfigMaps are read (plugin and operator configs)
+_GPU_DAEMONSET_WORDS = ("nvidia", "device-plugin", "gpu-operator", "gpu-feature-discovery")
+
+
+@dataclass
+class ReadOptions:
+    kubeconfig: str | None = None
+    context: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    page_size: int = DEFAULT_PAGE_SIZE
+    keep_items: bool = False  # keep the slimmed items (for --save)
+
+
+@dataclass
+class ClusterRead:
+    """What was read: the cluster, how many objects of each kind, what could not be
+    read (kind -> why), and the slimmed items when asked to keep them."""
+
+    cluster: Cluster
+    server: str
+    context: str | None
+    read: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    items: list[dict[str, Any]] | None = None
+    seconds: float = 0.0
+
+    def document(self) -> dict[str, Any]:
+        """The ``k8s_objects`` document: a List with ``errors`` and where it was read."""
+        return {"apiVersion": "v1", "kind": "List", "items": self.items or [],
+                "errors": dict(self.errors),
+                "cluster": {"server": self.server, "context": self.context,
+                            "read": dict(self.read)}}
+
+
+def _has_kubeconfig() -> bool:
+    paths = os.environ.get("KUBECONFIG", "")
+    if paths:
+        return any(os.path.exists(p) for p in paths.split(os.pathsep) if p)
+    return os.path.exists(os.path.expanduser("~/.kube/config"))
+
+
+def _client(opts: ReadOptions) -> tuple[Any, str, str | None]:
+    """An API client of the kubeconfig (or the in-cluster service account), its server
+    and context name."""
+    from kubernetes import client, config  # lazily: ~0.5 s
+
+    cfg = client.Configuration()
+    try:
+        if opts.kubeconfig or opts.context or _has_kubeconfig():
+            config.load_kube_config(config_file=opts.kubeconfig, context=opts.context,
+                                    client_configuration=cfg, persist_config=False)
+            name = opts.context
+            if name is None:
+                _, active = config.list_kube_config_contexts(config_file=opts.kubeconfig)
+                name = (active or {}).get("name")
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=cfg)
+            name = "in-cluster"
+        else:
+            raise ClusterUnavailable("no kubeconfig (--kubeconfig, $KUBECONFIG, "
+                                     "~/.kube/config) and not running in a cluster")
+    except ClusterUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - ConfigException, a broken file, an auth plugin
+        where = f"{opts.kubeconfig}: " if opts.kubeconfig else ""
+        raise ClusterUnavailable(f"cannot load the cluster configuration: {where}"
+                                 f"{_one_line(exc)}") from None
+    cfg.retries = 1  # a refused connection fails now, not after three tries
+    return client.ApiClient(cfg), str(cfg.host), name
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] if text else type(exc).__name__
+
+
+def _status_message(body: Any) -> str:
+    """The message of the Status object an API error carries (the body otherwise)."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if not isinstance(body, str):
+        return ""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("message"), str):
+        return str(doc["message"])
+    return " ".join(body.split())[:300]
+
+
+class _ApiError(Exception):
+    """A non-2xx answer: its status and body."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+
+
+def _get(api: Any, path: str, query: list[tuple[str, Any]],
+         timeout: tuple[float, float]) -> bytes:
+    """GET ``path`` through the client's REST layer, its auth applied, the body raw."""
+    from kubernetes.client.exceptions import ApiException
+
+    headers = {"Accept": "application/json"}
+    try:
+        if hasattr(api, "param_serialize"):  # the client's newer generator (v31 on)
+            request = api.param_serialize("GET", path, query_params=query,
+                                          header_params=headers,
+                                          auth_settings=["BearerToken"])
+            resp = api.call_api(*request, _request_timeout=timeout)
+            data = resp.read()
+            if not 200 <= resp.status <= 299:
+                raise _ApiError(resp.status, data)
+            return bytes(data)
+        resp = api.call_api(path, "GET", query_params=query, header_params=headers,
+                            auth_settings=["BearerToken"], _preload_content=False,
+                            _return_http_data_only=True, _request_timeout=timeout)
+        return bytes(resp.data)
+    except ApiException as exc:  # the older client raises non-2xx answers itself
+        raise _ApiError(exc.status or 0, exc.body) from None
+
+
+class _Reader:
+    """Paginated lists under one deadline."""
+
+    def __init__(self, api: Any, opts: ReadOptions, result: ClusterRead) -> None:
+        self.api = api
+        self.opts = opts
+        self.deadline = time.monotonic() + opts.timeout_s
+        self.result = result
+
+    def _timeout(self, what: str) -> tuple[float, float]:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise self._timed_out(what)
+        return (min(_CONNECT_TIMEOUT_S, left), min(REQUEST_TIMEOUT_S, left))
+
+    def _timed_out(self, what: str) -> ClusterUnavailable:
+        return ClusterUnavailable(f"{self.result.server}: timed out after "
+                                  f"{self.opts.timeout_s:g} s (reading {what}; --timeout "
+                                  "allows more)")
+
+    def call(self, what: str, path: str, query: list[tuple[str, Any]]) -> Any:
+        """One request's JSON; an API error raises _ApiError, no answer at all ends the
+        read (ClusterUnavailable)."""
+        import urllib3
+
+        try:
+            data = _get(self.api, path, query, self._timeout(what))
+        except _ApiError as exc:
+            if exc.status == 401:
+                raise ClusterUnavailable(f"{self.result.server}: unauthorized "
+                                         f"({_status_message(exc.body) or 'credentials'}"
+                                         ")") from None
+            if not exc.status:
+                raise ClusterUnavailable(f"cannot reach {self.result.server}: "
+                                         f"{_status_message(exc.body)}") from None
+            raise
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if time.monotonic() >= self.deadline or "timed out" in str(exc).lower():
+                raise self._timed_out(what) from None
+            raise ClusterUnavailable(f"cannot reach {self.result.server}: {_why(exc)}"
+                                     ) from None
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            raise ClusterUnavailable(f"{self.result.server}: {what}: the answer is not JSON "
+                                     f"({_one_line(exc)})") from None
+
+    def list_kind(self, kind: str, api_version: str, path: str, label: str = "") -> None:
+        """Every page of one list into the result; an API error is recorded (under
+        ``label``, default the kind)."""
+        label = label or kind
+        token: str | None = None
+        count = 0
+        while True:
+            query: list[tuple[str, Any]] = [("limit", self.opts.page_size)]
+            if token:
+                query.append(("continue", token))
+            try:
+                page = self.call(kind, path, query)
+            except _ApiError as exc:
+                self.result.errors[label] = _api_error(exc)
+                return
+            items = [slim(kind, o, api_version) for o in _items(page)]
+            self._add(items)
+            count += len(items)
+            meta = page.get("metadata") if isinstance(page, dict) else None
+            token = meta.get("continue") if isinstance(meta, dict) else None
+            if not token or not isinstance(token, str):
+                break
+        self.result.read[label] = self.result.read.get(label, 0) + count
+
+    def _add(self, items: list[dict[str, Any]]) -> None:
+        from gputriage.parsers.k8s_objects import cluster_from_api
+
+        if not items:
+            return
+        self.result.cluster.merge(cluster_from_api(items, origin="api", keep_raw=False))
+        if self.result.items is not None:
+            self.result.items.extend(items)
+
+
+def _path(api_version: str, plural: str, namespace: str | None = None) -> str:
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
+
+
+def _items(page: Any) -> list[dict[str, Any]]:
+    items = page.get("items") if isinstance(page, dict) else None
+    return [o for o in items if isinstance(o, dict)] if isinstance(items, list) else []
+
+
+def _api_error(exc: _ApiError) -> str:
+    word = {403: "forbidden", 404: "not found", 410: "expired"}.get(exc.status,
+                                                                    f"error {exc.status}")
+    message = _status_message(exc.body)
+    return f"{word}: {message}" if message else word
+
+
+def _why(exc: BaseException) -> str:
+    """The innermost reason of a transport error (urllib3 wraps it twice)."""
+    reason = getattr(exc, "reason", None)
+    while isinstance(reason, BaseException) and getattr(reason, "reason", None) is not None:
+        reason = getattr(reason, "reason", None)
+    text = _one_line(reason if isinstance(reason, BaseException) else exc)
+    if "Connection refused" in text or "ConnectionRefused" in text:
+        return "connection refused"
+    return text
+
+
+def _served_groups(reader: _Reader) -> dict[str, str]:
+    """API group -> its preferred version, from discovery (empty when forbidden)."""
+    try:
+        doc = reader.call("discovery", "/apis", [])
+    except _ApiError as exc:
+        reader.result.errors["discovery"] = _api_error(exc)
+        return {}
+    served = {}
+    groups = doc.get("groups") if isinstance(doc, dict) else None
+    for group in groups if isinstance(groups, list) else []:
+        if isinstance(group, dict) and isinstance(group.get("name"), str):
+            preferred = (group.get("preferredVersion") or {}).get("version")
+            versions = [v.get("version") for v in group.get("versions") or []
+                        if isinstance(v, dict)]
+            version = preferred or (versions[0] if versions else None)
+            if isinstance(version, str):
+                served[group["name"]] = version
+    return served
+
+
+def _gpu_namespaces(cluster: Cluster) -> list[str]:
+    """Namespaces of the NVIDIA DaemonSets (device plugin, operator operands)."""
+    found = set()
+    for ds in cluster.daemonsets:
+        text = " ".join([ds.name, *ds.images]).lower()
+        if ds.namespace and any(w in text for w in _GPU_DAEMONSET_WORDS):
+            found.add(ds.namespace)
+    return sorted(found)
+
+
+def read_cluster(opts: ReadOptions | None = None) -> ClusterRead:
+    """Read the cluster of the kubeconfig (or the in-cluster service account)."""
+    opts = opts or ReadOptions()
+    started = time.monotonic()
+    api, server, context = _client(opts)
+    result = ClusterRead(Cluster(origin="api"), server, context,
+                         items=[] if opts.keep_items else None)
+    reader = _Reader(api, opts, result)
+    # the objects read are kept to the end: the cyclic GC walking them again and again
+    # while 50,000 pods are decoded would triple the time
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        for kind, (api_version, plural) in CORE_KINDS.items():
+            reader.list_kind(kind, api_version, _path(api_version, plural))
+        for namespace in _gpu_namespaces(result.cluster):
+            reader.list_kind("ConfigMap", "v1", _path("v1", "configmaps", namespace))
+        served = _served_groups(reader)
+        for label, (kind, group, plural) in OPTIONAL_KINDS.items():
+            if group in served:
+                version = f"{group}/{served[group]}"
+                reader.list_kind(kind, version, _path(version, plural), label)
+                if result.errors.get(label, "").startswith("not found"):
+                    del result.errors[label]  # the group is served, this kind is not
+    finally:
+        if gc_was_on:
+            gc.enable()
+        close = getattr(api, "close", None)
+        if close is not None:
+            close()
+    result.cluster.errors.update(result.errors)
+    result.seconds = time.monotonic() - started
+    return result

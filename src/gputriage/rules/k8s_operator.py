@@ -1,0 +1,292 @@
+"""The NVIDIA GPU operator: its driver container, its validation chain, the operands that
+wait on both, and its driver upgrades.
+
+The operator installs in order: the driver (built for the node's running kernel), the
+container toolkit, then its validator checks driver, toolkit, CUDA and the plugin, one
+init container each (``Init:2/4``: stuck at the third, cuda). The device plugin, GFD and
+dcgm-exporter wait for the driver and the toolkit to be validated, so when the driver
+fails every operand of that node waits or crash-loops: one cause, folded under it
+(:mod:`gputriage.causes`). A driver upgrade cordons and drains the node by design.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from gputriage.model import Action, Blame, Evidence, Finding, Severity
+from gputriage.parsers.gpu_operator_log import GpuOperatorLog, OpEntry
+from gputriage.parsers.k8s_model import Cluster, KDaemonSet, KPod
+from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.k8s_common import object_scope
+
+SOURCE = "gpu_operator_log"
+NAMESPACES = ("gpu-operator", "nvidia-gpu-operator", "gpu-operator-resources")
+STEPS = ("driver", "toolkit", "cuda", "plugin")  # the validator's init containers, in order
+# operand -> its pods' (and DaemonSet's) name
+OPERANDS = (
+    ("driver", re.compile(r"^nvidia-(?:driver-daemonset|vgpu-manager-daemonset)")),
+    ("validator", re.compile(r"^nvidia-operator-validator")),
+    ("cuda-validator", re.compile(r"^nvidia-cuda-validator")),
+    ("plugin-validator", re.compile(r"^nvidia-device-plugin-validator")),
+    ("toolkit", re.compile(r"^nvidia-container-toolkit")),
+    ("device-plugin", re.compile(r"^nvidia-device-plugin")),
+    ("gpu-feature-discovery", re.compile(r"^gpu-feature-discovery")),
+    ("dcgm-exporter", re.compile(r"^nvidia-dcgm-exporter")),
+    ("dcgm", re.compile(r"^nvidia-dcgm")),
+    ("mig-manager", re.compile(r"^nvidia-mig-manager")),
+    ("node-status-exporter", re.compile(r"^nvidia-node-status-exporter")),
+)
+_INIT = re.compile(r"^Init:(?P<done>\d+)/(?P<of>\d+)$")
+_WHY = {
+    "kernel-unresolved": "the packages of the running kernel (headers, kernel-devel) are not "
+                         "in the driver container's repositories",
+    "modules-missing": "the running kernel's /lib/modules tree is not there to build against",
+    "packages-failed": "the package repositories could not be reached or lack the packages",
+    "build-failed": "the kernel module did not compile against the running kernel",
+    "key-rejected": "Secure Boot refused the unsigned module",
+    "module-in-use": "a driver is already loaded on the host (a host-installed driver)",
+    "modprobe-failed": "the kernel refused to load the module",
+    "fatal": "the installer stopped",
+}
+_FIX = {
+    "key-rejected": "sign the modules or use the operator's precompiled/signed driver images, "
+                    "or disable Secure Boot",
+    "module-in-use": "with a driver installed on the host, set driver.enabled=false in the "
+                     "ClusterPolicy (or remove the host driver)",
+}
+
+
+def operand(name: str) -> str | None:
+    """Which operand a pod or DaemonSet is, by its name."""
+    return next((op for op, pattern in OPERANDS if pattern.match(name)), None)
+
+
+def failing(pod: KPod) -> str | None:
+    """Why an operator pod is not running as it should (its status); None when it is."""
+    status = pod.status or ""
+    if status in ("Running", "Completed", "Succeeded", ""):
+        bad = [c for c in pod.containers if c.reason in ("CrashLoopBackOff", "Error")]
+        return bad[0].reason if bad else None
+    return status
+
+
+def _pods(cluster: Cluster | None, *operands: str) -> list[KPod]:
+    return [p for p in (cluster.pods if cluster else []) if operand(p.name) in operands]
+
+
+def _pod_lines(pods: list[KPod]) -> list[str]:
+    return [ln for p in pods for ln in (p.lines or [p.ref])]
+
+
+def _restarts(pod: KPod) -> str:
+    return f", {pod.restarts} restarts" if pod.restarts else ""
+
+
+def _driver_sets(cluster: Cluster | None) -> list[KDaemonSet]:
+    return [d for d in (cluster.daemonsets if cluster else []) if operand(d.name) == "driver"
+            and d.desired is not None and d.ready is not None and d.ready < d.desired]
+
+
+@rule("k8s.operator-driver", any_of=("gpu_operator_log", "cluster"),
+      produces=("k8s.operator-driver-failed",))
+def operator_driver(gpu_operator_log: GpuOperatorLog | None = None,
+                    cluster: Cluster | None = None) -> Iterator[Finding]:
+    """The operator's driver container could not install the driver: the running kernel's
+    packages unreachable or unresolved, a failed build, Secure Boot, a host driver in the
+    way; or its DaemonSet is not ready (then its log says why)."""
+    log = gpu_operator_log
+    failures = [e for e in (log.failures if log else []) if e.component == "driver"]
+    if log and failures and log.having("done") and \
+            log.entries.index(log.having("done")[-1]) > log.entries.index(failures[-1]):
+        failures = []  # it installed since
+    sets = _driver_sets(cluster)
+    pods = [p for p in _pods(cluster, "driver") if failing(p)]
+    if not (failures or sets or pods):
+        return
+    ev: list[Evidence] = []
+    if failures and log is not None:
+        shown = log.having("install-start", "kernel-resolved", "nfd-kernel") + failures
+        ev.append(evidence(SOURCE, [e.line for e in log.entries if e in shown]))
+    if sets or pods:
+        ev.append(evidence("cluster", [ln for d in sets for ln in (d.lines or [d.ref])]
+                           + _pod_lines(pods)))
+    if not failures:
+        where = "; ".join([f"{d.ref}: {d.ready} of {d.desired} ready" for d in sets]
+                          + [f"{p.ref}: {failing(p)}{_restarts(p)}" for p in pods])
+        yield finding(
+            "k8s.operator-driver-failed", Severity.WARNING,
+            f"the GPU operator's driver is not ready ({where})",
+            "The operator's driver container has not installed the driver on those nodes, "
+            "so nothing GPU runs there; the other GPU nodes are not concerned. Its log says "
+            "why (kubectl logs -n gpu-operator <driver pod> -c nvidia-driver-ctr): usually "
+            "the running kernel's headers, a failed build, Secure Boot or a host driver "
+            "already loaded. Fix it on the node's side.", Action.FIX_SOFTWARE, Blame.CONFIG,
+            object_scope("DaemonSet", sets[0].name, sets[0].namespace) if sets else
+            object_scope("Pod", pods[0].name, pods[0].namespace), ev)
+        return
+    yield _driver_failed(log, failures, ev)
+
+
+def _driver_failed(log: GpuOperatorLog | None, failures: list[OpEntry],
+                   ev: list[Evidence]) -> Finding:
+    first = failures[0]
+    kernel = log.kernel if log else None
+    driver = log.driver if log else None
+    why = _WHY.get(first.event or "", "a step of the installer failed")
+    fix = _FIX.get(first.event or "") or (
+        f"update the node to a kernel whose packages the repositories still carry "
+        f"(yum/apt update of the kernel, then reboot), or add an archive repository with "
+        f"{'kernel ' + kernel if kernel else 'the running kernel'}'s packages to the driver "
+        "container, or use precompiled driver images, or install the driver on the host "
+        "and set driver.enabled=false")
+    on = f" for kernel {kernel}" if kernel else ""
+    return finding(
+        "k8s.operator-driver-failed", Severity.CRITICAL,
+        f"the GPU operator's driver container failed{on}: {first.message[:120]}",
+        f"The driver container could not install driver {driver or '(version not shown)'}"
+        f"{on}: {why}. Without it no GPU of the node works, and the device plugin, GFD and "
+        f"dcgm-exporter wait or crash-loop behind it. The node's OS is at fault, not the "
+        f"GPUs: {fix}.", Action.FIX_SOFTWARE, Blame.CONFIG, evidence=ev)
+
+
+def _stuck_step(pod: KPod) -> str | None:
+    m = _INIT.match(pod.status or "")
+    if m and int(m.group("of")) == len(STEPS) and int(m.group("done")) < len(STEPS):
+        return STEPS[int(m.group("done"))]
+    waiting = [c.name for c in pod.containers if c.init and c.state != "terminated"]
+    for name in waiting:
+        step = next((s for s in STEPS if name.startswith(s)), None)
+        if step:
+            return step
+    return None
+
+
+def _log_step(log: GpuOperatorLog | None) -> tuple[str | None, list[OpEntry]]:
+    if log is None:
+        return None, []
+    found = [e for e in log.failures if e.component == "validator"]
+    for e in found:
+        if e.event in ("cuda-alloc-failed", "cuda-failed"):
+            return "cuda", found
+        if e.event == "validation-failed" and e.detail:
+            return e.detail.lower(), found
+        if e.event == "smi-not-found":
+            return ("toolkit" if "toolkit" in (e.line or "") else "driver"), found
+    return None, found
+
+
+@rule("k8s.operator-validation", any_of=("gpu_operator_log", "cluster"),
+      produces=("k8s.operator-validation-stuck",))
+def operator_validation(gpu_operator_log: GpuOperatorLog | None = None,
+                        cluster: Cluster | None = None) -> Iterator[Finding]:
+    """The operator's validator stuck at a step (driver, toolkit, cuda, plugin): from its
+    pod's ``Init:x/4``, a failing cuda- or plugin-validator pod, or the validator's log."""
+    validators = [p for p in _pods(cluster, "validator") if failing(p)]
+    others = [p for p in _pods(cluster, "cuda-validator", "plugin-validator") if failing(p)]
+    step, entries = _log_step(gpu_operator_log)
+    for p in others:
+        step = step or ("cuda" if operand(p.name) == "cuda-validator" else "plugin")
+    for p in validators:
+        step = step or _stuck_step(p)
+    if not (validators or others or entries):
+        return
+    drivers = _pods(cluster, "driver")
+    no_driver = cluster is not None and bool(cluster.pods) and not drivers
+    if step is None and no_driver:
+        step = "driver"
+    ev = []
+    if entries:
+        ev.append(evidence(SOURCE, [e.line for e in entries]))
+    if validators or others:
+        ev.append(evidence("cluster", _pod_lines(validators + others)))
+    state = "; ".join(f"{p.name}: {failing(p)}{_restarts(p)}" for p in validators + others)
+    title = (f"GPU operator validation stuck at the {step} step" if step
+             else "GPU operator validation stuck") + (f" ({state})" if state else "")
+    if step == "cuda":
+        yield finding(
+            "k8s.operator-validation-stuck", Severity.WARNING, title,
+            "The driver and the toolkit validated, but the CUDA workload (a vectorAdd in the "
+            "cuda-validation container) fails on the node, so the validator never marks it "
+            "ready. Read its error first (kubectl logs -n <namespace> <cuda-validator pod> "
+            "-c cuda-validation): a CUDA error names a driver, runtime or GPU problem, and "
+            "only a GPU error reported on the node (Xid, nvidia-smi) blames the hardware.",
+            Action.FIX_CONFIG, Blame.UNKNOWN, evidence=ev)
+        return
+    where = (" No driver pod runs in the operator's namespace: the operator does not install "
+             "the driver (driver.enabled=false) and expects one on the host, which has none "
+             "(or the driver root is set wrong)." if no_driver and step in (None, "driver",
+                                                                            "toolkit") else "")
+    yield finding(
+        "k8s.operator-validation-stuck", Severity.WARNING, title,
+        f"The validator cannot get past the {step or 'first failing'} step, so the operands "
+        f"that wait for it (device plugin, GFD, dcgm-exporter) do not start.{where} Install "
+        "the driver on the host or enable the operator's driver DaemonSet, check the "
+        "driver root (/run/nvidia/driver with the operator's driver), then read the "
+        "validator's init container logs (kubectl logs <validator pod> -c "
+        f"{step or 'driver'}-validation).", Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
+
+
+@rule("k8s.operator-operands", produces=("k8s.operator-operand-failing",))
+def operator_operands(cluster: Cluster) -> Iterator[Finding]:
+    """Operand pods (device plugin, GFD, dcgm-exporter, toolkit, MIG manager) waiting in
+    Init or crash-looping: what the driver or the validation behind them leaves undone."""
+    pods = [p for p in _pods(cluster, "toolkit", "device-plugin", "gpu-feature-discovery",
+                             "dcgm-exporter", "dcgm", "mig-manager", "node-status-exporter")
+            if failing(p)]
+    if not pods:
+        return
+    state = "; ".join(f"{p.name}: {failing(p)}{_restarts(p)}" for p in pods[:6])
+    waiting = all((p.status or "").startswith("Init:") and "Crash" not in (p.status or "")
+                  for p in pods)
+    yield finding(
+        "k8s.operator-operand-failing", Severity.WARNING,
+        f"{len(pods)} GPU operator operand pod(s) not running ({state})",
+        ("They wait in their init container for the driver and the toolkit to be validated"
+         if waiting else "They crash-loop or wait, as operands do while the driver or the "
+         "validation they depend on is missing") + ": fix the driver or validation first "
+        "(the operator's driver and validator pods and their logs), then they start on their "
+        "own.", Action.FIX_CONFIG, Blame.CONFIG,
+        object_scope("Pod", pods[0].name, pods[0].namespace),
+        [evidence("cluster", _pod_lines(pods))])
+
+
+@rule("k8s.operator-upgrade", any_of=("gpu_operator_log", "cluster"),
+      produces=("k8s.operator-upgrade",))
+def operator_upgrade(gpu_operator_log: GpuOperatorLog | None = None,
+                     cluster: Cluster | None = None) -> Iterator[Finding]:
+    """A driver upgrade by the operator's upgrade controller (GPUDriverUpgrade events, the
+    node's upgrade state label): cordon and drain are its design, not an outage."""
+    events = [e for e in (cluster.events if cluster else []) if e.reason == "GPUDriverUpgrade"]
+    states = [m.group(1) for e in events
+              if (m := re.search(r"state label to ([\w-]+)", e.message))]
+    labels = [n.labels.get("nvidia.com/gpu-driver-upgrade-state") for n in
+              (cluster.nodes.values() if cluster else [])]
+    states += [s for s in labels if s]
+    log_lines: list[str] = []
+    if gpu_operator_log is not None:
+        states += gpu_operator_log.upgrade_states
+        log_lines = [e.line for e in gpu_operator_log.of("upgrade")]
+    if not states:
+        return
+    last = states[-1]
+    ev = [evidence(SOURCE, log_lines), evidence("cluster", [e.line for e in events if e.line])]
+    nodes = sorted({e.name for e in events if e.name})
+    on = f" on {', '.join(nodes)}" if nodes else ""
+    if last == "upgrade-failed":
+        yield finding(
+            "k8s.operator-upgrade", Severity.WARNING, f"GPU driver upgrade failed{on}",
+            "The operator's upgrade controller marked the node upgrade-failed: read the "
+            "driver pod's log on that node, fix it, then set the node's "
+            "nvidia.com/gpu-driver-upgrade-state label back to upgrade-required.",
+            Action.FIX_SOFTWARE, Blame.CONFIG, evidence=ev)
+        return
+    done = last == "upgrade-done"
+    yield finding(
+        "k8s.operator-upgrade", Severity.OK if done else Severity.INFO,
+        f"GPU driver upgrade by the operator{on}: {last}",
+        f"The operator's upgrade controller went through {' -> '.join(dict.fromkeys(states))}. "
+        "Cordoning, waiting for jobs and deleting GPU pods are its steps, by design: not a "
+        "hardware problem." + (" The upgrade is done." if done else
+                               " The node comes back when the state reaches upgrade-done."),
+        Action.NONE, Blame.UNKNOWN, evidence=ev)
