@@ -256,7 +256,10 @@ class _Reader:
             except _ApiError as exc:
                 self.result.errors[label] = _api_error(exc)
                 return
-            items = [slim(kind, o, api_version) for o in _items(page)]
+            if self.result.items is None and kind in _TYPED_ONLY:
+                items = [_kinded(o, kind, api_version) for o in _items(page)]
+            else:
+                items = [slim(kind, o, api_version) for o in _items(page)]
             self._add(items)
             count += len(items)
             meta = page.get("metadata") if isinstance(page, dict) else None
@@ -273,6 +276,18 @@ class _Reader:
         self.result.cluster.merge(cluster_from_api(items, origin="api", keep_raw=False))
         if self.result.items is not None:
             self.result.items.extend(items)
+
+
+# kinds of which the cluster keeps the typed form only (cluster_from_api, keep_raw=False):
+# unless the items are saved, slimming them first would be work for nothing
+_TYPED_ONLY = frozenset({"Node", "Pod", "Event"})
+
+
+def _kinded(obj: dict[str, Any], kind: str, api_version: str) -> dict[str, Any]:
+    """A list's item with its kind and apiVersion (a list's items carry neither)."""
+    obj["kind"] = kind
+    obj.setdefault("apiVersion", api_version)
+    return obj
 
 
 def _path(api_version: str, plural: str, namespace: str | None = None) -> str:

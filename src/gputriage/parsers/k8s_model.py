@@ -15,13 +15,14 @@ rendering of the fields that matter (API objects), so that findings quote eviden
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 __all__ = ["GPU", "UNNAMED", "Cluster", "KContainer", "KDaemonSet", "KEvent", "KNode", "KObject",
            "KPod", "Taint", "Toleration", "gpu_resources", "quantity", "ref"]
 
+T = TypeVar("T")
 GPU = "nvidia.com/gpu"
 UNNAMED = "?"  # the name of a node read from an excerpt or a fragment that does not name it
 _GPU_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu(?:\.shared)?|mig-\d+g\.\d+gb(?:\.shared)?)$")
@@ -41,6 +42,8 @@ def quantity(raw: Any) -> float | None:
         return float(raw)
     if not isinstance(raw, str):
         return None
+    if raw.isdigit():  # the usual form of a count
+        return float(raw)
     m = _QUANTITY.match(raw)
     if m is None:
         return None
@@ -53,7 +56,7 @@ def gpu_resources(resources: Mapping[str, Any]) -> dict[str, float]:
     (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``, ``nvidia.com/mig-1g.10gb``...)."""
     found = {}
     for name, raw in resources.items():
-        if _GPU_RESOURCE.match(name):
+        if name.startswith("nvidia.com/") and _GPU_RESOURCE.match(name):
             value = quantity(raw)
             if value is not None:
                 found[name] = value
@@ -255,6 +258,14 @@ class Cluster:
     objects: list[KObject] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     origin: str = "paste"  # paste | api | manifest
+    _derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def derived(self, key: str, build: Callable[[Cluster], T]) -> T:
+        """A view of the cluster that several rules read (built once per analysis: a
+        large cluster's pods are walked once, not once per rule)."""
+        if key not in self._derived:
+            self._derived[key] = build(self)
+        return cast(T, self._derived[key])
 
     def of_kind(self, *kinds: str) -> list[KObject]:
         """The objects of some kinds (as the API names them: ``ResourceQuota``...)."""
@@ -287,6 +298,7 @@ class Cluster:
         self.daemonsets.extend(other.daemonsets)
         self.objects.extend(other.objects)
         self.errors.update(other.errors)
+        self._derived.clear()
 
     def __bool__(self) -> bool:
         return bool(self.nodes or self.pods or self.events or self.daemonsets or self.objects)

@@ -72,7 +72,15 @@ def failing(pod: KPod) -> str | None:
 
 
 def _pods(cluster: Cluster | None, *operands: str) -> list[KPod]:
-    return [p for p in (cluster.pods if cluster else []) if operand(p.name) in operands]
+    if cluster is None:
+        return []
+    by_operand = cluster.derived("operator_pods", _operator_pods)
+    return [p for p in cluster.pods if id(p) in by_operand and by_operand[id(p)] in operands]
+
+
+def _operator_pods(cluster: Cluster) -> dict[int, str]:
+    """The operand of each of the cluster's pods that is one (by the pod's id)."""
+    return {id(p): op for p in cluster.pods if (op := operand(p.name)) is not None}
 
 
 def _pod_lines(pods: list[KPod]) -> list[str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.k8s_model import GPU, Cluster, KEvent, KNode, KPod
 from gputriage.rules.base import evidence, finding, rule
-from gputriage.rules.k8s_common import object_scope
+from gputriage.rules.k8s_common import group_pods, object_scope
 from gputriage.rules.k8s_nodes import meant_for_gpus, node_gpus_free
 from gputriage.rules.k8s_sched import (
     AFFINITY,
@@ -97,18 +97,46 @@ def _asks(sub: _Subject) -> dict[str, float]:
     return sub.pod.gpu_requests() if sub.pod is not None else {}
 
 
-def _free(cluster: Cluster, node: KNode) -> float | None:
-    """The node's free whole GPUs: allocatable less what describe's Allocated resources
-    or the running pods on it hold."""
-    free = node_gpus_free(node)
-    if free is not None:
-        return free
-    alloc = (node.gpus("allocatable") or {}).get(GPU)
-    if alloc is None or not cluster.pods:
-        return None
-    held = sum(p.gpu_requests().get(GPU, 0.0) for p in cluster.pods
-               if p.node == node.name and p.phase in ("Running", "Pending"))
-    return alloc - held
+@dataclass
+class _Pool:
+    """What every pending pod is judged against, worked out once per cluster: the GPU
+    nodes, those offering GPUs, those offering none, and the GPUs pods hold per node."""
+
+    cluster: Cluster
+    gpu_nodes: list[KNode]
+    offering: list[KNode]
+    silent: list[KNode]
+    held: dict[str, float]
+    offering_names: set[str]
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> _Pool:
+        gpu_nodes = [n for n in cluster.nodes.values() if meant_for_gpus(n)
+                     or (n.gpus("allocatable") or {})]
+        offering = [n for n in gpu_nodes if (n.gpus("allocatable") or {}).get(GPU, 0) > 0]
+        silent = [n for n in gpu_nodes if not sum((n.gpus("allocatable") or {}).values())
+                  and (n.allocatable is not None or n.capacity is not None)]
+        held: dict[str, float] = {}
+        for p in cluster.pods:
+            if p.node and p.phase in ("Running", "Pending"):
+                asked = p.gpu_requests().get(GPU, 0.0)
+                if asked:
+                    held[p.node] = held.get(p.node, 0.0) + asked
+        offered: set[str] = set()
+        for n in cluster.nodes.values():
+            offered |= {k for k, v in (n.gpus("allocatable") or {}).items() if v > 0}
+        return cls(cluster, gpu_nodes, offering, silent, held, offered)
+
+    def free(self, node: KNode) -> float | None:
+        """The node's free whole GPUs: allocatable less what describe's Allocated
+        resources or the running pods on it hold."""
+        free = node_gpus_free(node)
+        if free is not None:
+            return free
+        alloc = (node.gpus("allocatable") or {}).get(GPU)
+        if alloc is None or not self.cluster.pods:
+            return None
+        return alloc - self.held.get(node.name, 0.0)
 
 
 @rule("k8s.pending", produces=(
@@ -119,13 +147,25 @@ def pending(cluster: Cluster) -> Iterator[Finding]:
     """Each Pending GPU pod and why: its FailedScheduling message per reason (GPUs
     exhausted, fragmented across nodes, an untolerated taint, a selector or affinity no
     GPU node matches, cordoned nodes), what would fit, and whether it was transient."""
+    yield from group_pods(_each_pending(cluster), _title_who)
+
+
+def _title_who(f: Finding) -> str:
+    """How a finding's title names its pod (see :func:`_who`)."""
+    return f"pod {f.scope.name}" if f.scope.name and f.scope.name != "pending pod" else \
+        "the pod"
+
+
+def _each_pending(cluster: Cluster) -> Iterator[Finding]:
+    pool: _Pool | None = None
     for sub in _subjects(cluster):
         failed = [e for e in sub.events if e.reason == "FailedScheduling"
                   or (e.kind is None and parse_failed_scheduling(e.message))]
         asks = _asks(sub)
         if not failed and not asks:
             continue
-        yield _judge(cluster, sub, failed, asks)
+        pool = pool or _Pool.of(cluster)
+        yield _judge(pool, sub, failed, asks)
 
 
 def _ev(sub: _Subject, events: list[KEvent]) -> list[Evidence]:
@@ -139,7 +179,7 @@ def _ev(sub: _Subject, events: list[KEvent]) -> list[Evidence]:
     return out
 
 
-def _judge(cluster: Cluster, sub: _Subject, failed: list[KEvent],
+def _judge(pool: _Pool, sub: _Subject, failed: list[KEvent],
            asks: dict[str, float]) -> Finding:
     last = failed[-1] if failed else None
     msg = parse_failed_scheduling(last.message) if last else None
@@ -152,7 +192,7 @@ def _judge(cluster: Cluster, sub: _Subject, failed: list[KEvent],
         return _transient(sub, msg, scheduled[-1], scaler, ev)
     if msg is None:
         return _no_message(sub, asks, ev)
-    return _why(cluster, sub, msg, asks, ev)
+    return _why(pool, sub, msg, asks, ev)
 
 
 def _transient(sub: _Subject, msg: SchedMessage | None, scheduled: KEvent,
@@ -188,17 +228,9 @@ def _no_message(sub: _Subject, asks: dict[str, float], ev: list[Evidence]) -> Fi
         Action.FIX_CONFIG, Blame.UNKNOWN, _scope(sub), ev)
 
 
-def _gpu_nodes(cluster: Cluster) -> list[KNode]:
-    return [n for n in cluster.nodes.values() if meant_for_gpus(n)
-            or (n.gpus("allocatable") or {})]
-
-
-def _why(cluster: Cluster, sub: _Subject, msg: SchedMessage, asks: dict[str, float],
+def _why(pool: _Pool, sub: _Subject, msg: SchedMessage, asks: dict[str, float],
          ev: list[Evidence]) -> Finding:
-    gpu_nodes = _gpu_nodes(cluster)
-    offering = [n for n in gpu_nodes if (n.gpus("allocatable") or {}).get(GPU, 0) > 0]
-    silent = [n for n in gpu_nodes if not sum((n.gpus("allocatable") or {}).values())
-              and (n.allocatable is not None or n.capacity is not None)]
+    gpu_nodes, offering, silent = pool.gpu_nodes, pool.offering, pool.silent
     short = msg.gpu_short()
     counts = ", ".join(f"{r.count} {r.text}" for r in msg.reasons)
     head = f"{msg.available}/{msg.total} nodes fit ({counts})"
@@ -224,7 +256,7 @@ def _why(cluster: Cluster, sub: _Subject, msg: SchedMessage, asks: dict[str, flo
             return _excluded(sub, fid, kind, n, msg, head, offering, ev)
     if taints and (offering if known else (msg.disjoint() or not short)):
         return _taint(sub, taints[0].detail, taints[0].count, head, ev)
-    mismatch = _name_mismatch(cluster, msg)
+    mismatch = _name_mismatch(pool.offering_names, msg)
     if mismatch is not None:
         return finding(
             "k8s.pending-insufficient-gpu", Severity.WARNING,
@@ -232,7 +264,7 @@ def _why(cluster: Cluster, sub: _Subject, msg: SchedMessage, asks: dict[str, flo
             f"(they offer {mismatch[1]})", f"{head}. {_NAMES}",
             Action.FIX_CONFIG, Blame.JOB_CONFIG, _scope(sub), ev)
     if short:
-        return _short(cluster, sub, msg, asks, head, offering, ev)
+        return _short(pool, sub, msg, asks, head, offering, ev)
     if msg.count(UNSCHEDULABLE):
         return _cordoned(sub, msg, head, ev)
     return finding(
@@ -249,12 +281,9 @@ _NAMES = ("The resource name is the device plugin's: with the mixed MIG strategy
           "(kubectl describe node, Allocatable), or change the plugin's strategy.")
 
 
-def _name_mismatch(cluster: Cluster, msg: SchedMessage) -> tuple[str, str] | None:
+def _name_mismatch(offered: set[str], msg: SchedMessage) -> tuple[str, str] | None:
     """(asked, offered) when the pod is short of an NVIDIA resource no node advertises
-    while nodes advertise other NVIDIA resources."""
-    offered: set[str] = set()
-    for n in cluster.nodes.values():
-        offered |= {k for k, v in (n.gpus("allocatable") or {}).items() if v > 0}
+    while nodes advertise other NVIDIA resources (``offered``)."""
     for res in msg.short_of():
         if res.startswith("nvidia.com/") and offered and res not in offered:
             return res, ", ".join(sorted(offered))
@@ -305,10 +334,10 @@ def _cordoned(sub: _Subject, msg: SchedMessage, head: str, ev: list[Evidence]) -
         Action.FIX_CONFIG, Blame.CONFIG, _scope(sub), ev)
 
 
-def _short(cluster: Cluster, sub: _Subject, msg: SchedMessage, asks: dict[str, float],
+def _short(pool: _Pool, sub: _Subject, msg: SchedMessage, asks: dict[str, float],
            head: str, offering: list[KNode], ev: list[Evidence]) -> Finding:
     want = asks.get(GPU)
-    frees = {n.name: f for n in offering if (f := _free(cluster, n)) is not None}
+    frees = {n.name: f for n in offering if (f := pool.free(n)) is not None}
     cordon = (f"; {msg.count(UNSCHEDULABLE)} node(s) are cordoned"
               if msg.count(UNSCHEDULABLE) else "")
     if want and frees and sum(frees.values()) >= want > max(frees.values()):

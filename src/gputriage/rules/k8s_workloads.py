@@ -302,6 +302,10 @@ def _owner(obj: KObject) -> str | None:
 def workloads(cluster: Cluster) -> list[Workload]:
     """Every workload of the cluster: each controller once, and each bare pod; pods a
     controller owns stand for it (one per controller) only when it is not there."""
+    return cluster.derived("workloads", _workloads)
+
+
+def _workloads(cluster: Cluster) -> list[Workload]:
     out: list[Workload] = []
     origin = "api" if cluster.origin == "api" else None
     owners_seen: set[tuple[str | None, str]] = set()
