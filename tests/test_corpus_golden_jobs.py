@@ -44,8 +44,9 @@ GOLDEN: dict[str, tuple | Partial | Refused] = {
     "devplugin430-describe-pod-pending": (("k8s.pending-insufficient-gpu=warning",), CALM_GPUS),
     # read: Insufficient on the GPU node, the other node cordoned; that the kubelet lost the
     # plugin's endpoint (its journal line, cut short in the paste) is not read
-    "failedscheduling-insufficient-gpu-unschedulable": partial(
-        K8S, verdict="warning", must=("k8s.pending-insufficient-gpu=warning",)),
+    # the kubelet lost the plugin's endpoint: the node offers no GPU (config, not hardware)
+    "failedscheduling-insufficient-gpu-unschedulable": (
+        ("k8s.plugin-unregistered=warning", "k8s.pending-insufficient-gpu"), CALM_GPUS),
     "failedscheduling-pod-affinity": (("k8s.pending-affinity=warning",),
                                       (*CALM_GPUS, "k8s.pending-insufficient-gpu")),
     "kueue-pending-resource-unavailable": (("k8s.pending-queue=warning",), CALM_GPUS),

@@ -54,6 +54,23 @@ UPGRADE = """\
 cordon-required
 """
 
+# the kubelet's journal after a restart the plugin did not follow (its registration lost)
+KUBELET_LOST = ("E0604 15:51:53.763503   15104 kuberuntime_manager.go:749] container start "
+                "failed: CreateContainerConfigError: endpoint not found in cache for a "
+                "registered resource: nvidia.com/gpu\n")
+
+
+def test_a_lost_endpoint_is_config_and_quiet_once_the_plugin_registered_again():
+    f = next(f for f in run(device_plugin_log=KUBELET_LOST).findings
+             if f.id == "k8s.plugin-unregistered")
+    assert (f.severity, f.blame, f.action) == (Severity.WARNING, Blame.CONFIG, Action.FIX_CONFIG)
+    again = KUBELET_LOST + ("I0604 15:53:02.112233       1 server.go:165] Registered device "
+                            "plugin for 'nvidia.com/gpu' with Kubelet\n")
+    f = next(f for f in run(device_plugin_log=again).findings
+             if f.id == "k8s.plugin-unregistered")
+    assert f.severity is Severity.INFO and f.action is Action.NONE
+
+
 RULE_CASES = {
     "k8s.plugin-start": [
         ({"device_plugin_log": NVML_FAIL}, "k8s.plugin-nvml-missing"),
@@ -66,6 +83,7 @@ RULE_CASES = {
          "k8s.plugin-devices-unhealthy"),
         ({"device_plugin_log": (FIXTURES / "B-plugin-stale-nvml.log").read_text()},
          "k8s.plugin-stale-nvml"),
+        ({"device_plugin_log": KUBELET_LOST}, "k8s.plugin-unregistered"),
     ],
     "k8s.operator-driver": [({"gpu_operator_log": DRIVER}, "k8s.operator-driver-failed")],
     "k8s.operator-validation": [({"k8s_table": OPERANDS}, "k8s.operator-validation-stuck")],

@@ -142,7 +142,7 @@ RELATIONS: tuple[Relation, ...] = (
                "registers none") for c in (
         "k8s.plugin-nvml-missing", "k8s.plugin-no-nvml-platform",
         "k8s.plugin-incompatible-strategy", "k8s.plugin-stale-nvml",
-        "k8s.operator-driver-failed", "k8s.operator-validation-stuck",
+        "k8s.plugin-unregistered", "k8s.operator-driver-failed", "k8s.operator-validation-stuck",
         "k8s.operator-operand-failing")),
     *(Relation(c, "k8s.gpus-short", ANYWHERE,
                "the kubelet stops offering the devices the plugin marked unhealthy")
@@ -163,7 +163,7 @@ RELATIONS: tuple[Relation, ...] = (
       for consequence in ("k8s.plugin-nvml-missing", "k8s.gpus-not-advertised")),
     *(Relation(c, "k8s.pending-insufficient-gpu", ANYWHERE,
                "the GPU pods wait for GPUs that a node has but does not offer")
-      for c in ("k8s.gpus-not-advertised", "k8s.gpus-short")),
+      for c in ("k8s.gpus-not-advertised", "k8s.gpus-short", "k8s.plugin-unregistered")),
 )
 
 _BY_CONSEQUENCE: dict[str, tuple[Relation, ...]] = {}

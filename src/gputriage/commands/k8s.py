@@ -147,13 +147,12 @@ def _merge_new(cluster: Any, other: Any) -> None:
 
 def _judge(snapshot: Any, cluster: Any, who: str) -> Any:
     """The engine's result over ``snapshot`` with ``cluster`` as the parsed objects."""
+    import gc
     from dataclasses import replace
 
     from gputriage.context import CheckContext
     from gputriage.engine import analyze_facts
     from gputriage.facts import Facts
-
-    import gc
 
     # the cluster's objects live until the command ends: keep the collector from walking
     # them again and again while the rules run (a 50,000-pod cluster: ~2 s a collection)

@@ -460,6 +460,9 @@ _K8S_STACK = {  # the GPU stack in the cluster (rules/k8s_stack.py, rules/k8s_op
     "k8s.plugin-stale-nvml": "delete the device plugin, GFD and dcgm-exporter pods of the "
     "node (kubectl delete pod -n <namespace> --field-selector spec.nodeName=<node>); "
     "nvidia.com/gpu allocatable must then come back to the GPU count",
+    "k8s.plugin-unregistered": "delete the device plugin's pod on the node so that it "
+    "registers with the kubelet again; kubectl describe node must then list nvidia.com/gpu "
+    "under Allocatable",
     "k8s.plugin-devices-unhealthy": "after the GPU is checked on the node (gputriage check), "
     "delete the plugin's pod on that node so that it offers the GPU again",
     "k8s.operator-driver-failed": "fix the node's kernel packages (or the driver's build), "

@@ -103,6 +103,8 @@ EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("register-failed", _re(r"Could not (?:register|contact Kubelet)|failed to register|"
                             r"error registering")),
     ("kubelet-restart", _re(r"inotify: \S{0,300}kubelet\.sock created, restarting")),
+    # the kubelet's side (its journal): it holds no endpoint for a plugin's resource
+    ("endpoint-lost", _re(r"endpoint not found in cache for a regist")),
     ("restart", _re(r"Restarting (?:all )?plugins|Received SIGHUP, restarting")),
     ("signal", _re(r"Received signal \"?(?P<detail>[^\",]{1,40})\"?, shutting down")),
     ("xids-ignored", _re(r"Ignoring the following XIDs for health checks:?\s*"
@@ -116,6 +118,7 @@ EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 # messages only this plugin prints: a paste is the plugin's log where it has one of these
 _OWN = frozenset({"xid-unhealthy", "event-error", "device-unhealthy", "hint-docker-runtime",
+                  "endpoint-lost",
                   "hint-toolkit", "hint-not-gpu-node", "platform-non-nvml", "platform-nvml",
                   "platform-non-tegra", "platform-tegra", "incompatible-strategy",
                   "incompatible-platform", "no-devices", "mig-fallback", "grpc-start",
@@ -196,6 +199,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "null-cdi": ("no valid resources",), "grpc-start": ("grpc server",),
     "serving": ("starting to serve",), "registered": ("registered device plugin",),
     "register-failed": ("register", "contact kubelet"), "kubelet-restart": ("kubelet.sock",),
+    "endpoint-lost": ("endpoint not found in cache",),
     "restart": ("restarting",), "signal": ("received signal",),
     "xids-ignored": ("ignoring the following xids",),
     "healthchecks-disabled": ("health", "dp_disable"), "config": ("running with config",),

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from gputriage.parsers.k8s_model import Cluster, KObject
@@ -175,10 +176,11 @@ def is_fragment(value: Any) -> bool:
                 or any(k.startswith("nvidia.com/") for k in keys))
 
 
-def fragment_cluster(value: Any, lines: list[str], origin: str) -> Cluster:
-    """The object a fragment stands for (see the module's docstring)."""
-    from gputriage.parsers.k8s_objects import cluster_from_api
-
+def fragment_cluster(value: Any, lines: list[str], origin: str,
+                     cluster_from_api: Callable[..., Cluster]) -> Cluster:
+    """The object a fragment stands for (see the module's docstring), made into a
+    cluster by ``cluster_from_api`` (:func:`gputriage.parsers.k8s_objects.cluster_from_api`,
+    which calls this module)."""
     kind, obj = _kind_of(value)
     text = [ln.rstrip() for ln in textwrap.dedent("\n".join(lines)).splitlines() if ln.strip()]
     if kind == "Fragment":

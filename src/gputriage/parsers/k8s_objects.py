@@ -164,7 +164,7 @@ def _tolerant(text: str, error: ParseError) -> Cluster:
             continue
         part = cluster_from_api(docs, origin=f"paste #{n}")
         if not part and len(docs) == 1 and is_fragment(docs[0]):
-            part = fragment_cluster(docs[0], block, f"paste #{n}")
+            part = fragment_cluster(docs[0], block, f"paste #{n}", cluster_from_api)
         cluster.merge(part)
     if not cluster:
         raise error

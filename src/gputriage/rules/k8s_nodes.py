@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
-from gputriage.parsers.k8s_model import GPU, Cluster, KNode
+from gputriage.parsers.k8s_model import GPU, Cluster, KDaemonSet, KNode
 from gputriage.rules.base import action_for, evidence, finding, rule
 from gputriage.rules.k8s_common import object_scope
 
@@ -34,6 +34,8 @@ _POOL_LABELS = ("cloud.google.com/gke-nodepool", "agentpool", "kubernetes.azure.
                 "beta.kubernetes.io/instance-type")
 _GPU_WORD = re.compile(r"gpu|nvidia|a100|h100|h200|b200|l40|t4|v100|geforce|rtx", re.I)
 _PLUGIN = re.compile(r"device-plugin|nvidia-gpu-device-plugin|hami-device", re.I)
+# a node's finding, if any, and the group it joins: fine ("ok"), or at 0 beside peers ("zero")
+_Verdict = tuple[Finding | None, Literal["ok", "zero"] | None]
 
 
 def scope_of(node: KNode) -> Scope:
@@ -83,18 +85,33 @@ def _plugin_state(cluster: Cluster, node: KNode) -> tuple[str, list[Evidence]]:
         said.append(f"the plugin pod {p.namespace}/{p.name} is {p.status or p.phase or '?'}")
         ev.append(evidence(SOURCE, p.lines, limit=6))
     for ds in (d for d in cluster.daemonsets if _PLUGIN.search(d.name)):
-        blocked = [t for t in node.taints or () if t.effect in ("NoSchedule", "NoExecute")
-                   and ds.tolerations is not None
-                   and not any(tol.tolerates(t) for tol in ds.tolerations)]
-        if blocked:
-            said.append(f"the DaemonSet {ds.namespace}/{ds.name} does not tolerate the "
-                        f"node's taint {blocked[0]}, so its pod never runs there")
-        elif ds.ready is not None and ds.desired is not None and ds.ready < ds.desired:
-            said.append(f"the DaemonSet {ds.namespace}/{ds.name} has {ds.ready} of "
-                        f"{ds.desired} pods ready")
+        problem = _daemonset_problem(ds, node)
+        if problem is not None:
+            said.append(problem)
         ev.append(evidence(SOURCE, ds.lines, limit=4))
     if said:
         return "; ".join(said) + ".", ev
+    return _no_plugin_hint(node), ev
+
+
+def _daemonset_problem(ds: KDaemonSet, node: KNode) -> str | None:
+    """Why the plugin's DaemonSet ``ds`` has no ready pod for ``node``; None when the paste
+    shows no reason."""
+    blocked = [t for t in node.taints or () if t.effect in ("NoSchedule", "NoExecute")
+               and ds.tolerations is not None
+               and not any(tol.tolerates(t) for tol in ds.tolerations)]
+    if blocked:
+        return (f"the DaemonSet {ds.namespace}/{ds.name} does not tolerate the "
+                f"node's taint {blocked[0]}, so its pod never runs there")
+    if ds.ready is not None and ds.desired is not None and ds.ready < ds.desired:
+        return (f"the DaemonSet {ds.namespace}/{ds.name} has {ds.ready} of "
+                f"{ds.desired} pods ready")
+    return None
+
+
+def _no_plugin_hint(node: KNode) -> str:
+    """Which outputs would tell about the device plugin of ``node`` when the paste shows
+    none of it, with the runtime's and the cloud's usual cause."""
     hint = ("The paste shows no device plugin pod: kubectl get pods -A -o wide | grep "
             f"device-plugin (is one running on {named(node).removeprefix('node ')}?), "
             "kubectl logs of that pod (NVML errors, 'Registered device plugin' or not) and "
@@ -109,7 +126,7 @@ def _plugin_state(cluster: Cluster, node: KNode) -> tuple[str, list[Evidence]]:
         hint += (" On GKE the driver comes from the nvidia-driver-installer DaemonSet (or "
                  "GKE's managed driver installation): without it the node has no driver "
                  "and advertises no GPU.")
-    return hint, ev
+    return hint
 
 
 def _not_advertised(cluster: Cluster, node: KNode, why: str | None, severity: Severity,
@@ -164,39 +181,58 @@ def gpu_nodes(cluster: Cluster, host_name: str | None = None,
     peers_with = [n for n in shown if (_whole(n.gpus("allocatable")) or 0) > 0]
     ok: list[KNode] = []
     at_zero: list[KNode] = []  # listed at 0 beside peers that advertise GPUs
-    # a node or two pasted with no GPU node beside them: asked about, so meant for GPUs
-    lone_paste = len(cluster.nodes) <= 3 and cluster.origin == "paste" and \
-        not any(meant_for_gpus(n) for n in cluster.nodes.values())
+    lone_paste = _lone_paste(cluster)
     for node in cluster.nodes.values():
-        cap, alloc = node.gpus("capacity"), node.gpus("allocatable")
-        physical = _physical(node, host_name, pci_gpus)
-        if cap is None and alloc is None:
-            if _hami_waiting(node):
-                yield _hami(node)
-            elif node.gpu_label_count:
-                ok.append(node)
-            continue
-        why = meant_for_gpus(node)
-        total = sum((cap or {}).values()) or sum((alloc or {}).values())
-        if total == 0:
-            zero_listed = GPU in (node.allocatable or node.capacity or {})
-            if why or physical:
-                yield _not_advertised(cluster, node, why or f"{physical} GPUs on its PCI bus",
-                                      Severity.CRITICAL)
-            elif zero_listed and peers_with:
-                at_zero.append(node)
-            elif not peers_with and lone_paste:
-                yield _not_advertised(cluster, node, None, Severity.WARNING)
-            continue
-        short = _short(node, cap, alloc, physical)
-        if short is not None:
-            yield short
-        elif (alloc or {}):
+        found, group = _judge_node(cluster, node, _physical(node, host_name, pci_gpus),
+                                   bool(peers_with), lone_paste)
+        if found is not None:
+            yield found
+        if group == "ok":
             ok.append(node)
+        elif group == "zero":
+            at_zero.append(node)
     if at_zero:
         yield _pool_at_zero(cluster, at_zero, peers_with, shown)
     if ok:
         yield _advertised(ok)
+
+
+def _lone_paste(cluster: Cluster) -> bool:
+    """A node or two pasted with no GPU node beside them: asked about, so meant for GPUs."""
+    return len(cluster.nodes) <= 3 and cluster.origin == "paste" and \
+        not any(meant_for_gpus(n) for n in cluster.nodes.values())
+
+
+def _judge_node(cluster: Cluster, node: KNode, physical: int | None, peers_with: bool,
+                lone_paste: bool) -> _Verdict:
+    """One node's finding, if any, and the group it joins ("ok", "zero" or None)."""
+    cap, alloc = node.gpus("capacity"), node.gpus("allocatable")
+    if cap is None and alloc is None:
+        if _hami_waiting(node):
+            return _hami(node), None
+        return None, "ok" if node.gpu_label_count else None
+    total = sum((cap or {}).values()) or sum((alloc or {}).values())
+    if total == 0:
+        return _judge_zero(cluster, node, physical, peers_with, lone_paste)
+    short = _short(node, cap, alloc, physical)
+    if short is not None:
+        return short, None
+    return None, "ok" if (alloc or {}) else None
+
+
+def _judge_zero(cluster: Cluster, node: KNode, physical: int | None, peers_with: bool,
+                lone_paste: bool) -> _Verdict:
+    """A node whose capacity and allocatable list no GPU: its finding, or the pool's
+    nodes at zero it joins ("zero")."""
+    why = meant_for_gpus(node)
+    if why or physical:
+        return _not_advertised(cluster, node, why or f"{physical} GPUs on its PCI bus",
+                               Severity.CRITICAL), None
+    if GPU in (node.allocatable or node.capacity or {}) and peers_with:
+        return None, "zero"
+    if not peers_with and lone_paste:
+        return _not_advertised(cluster, node, None, Severity.WARNING), None
+    return None, None
 
 
 def _pool_at_zero(cluster: Cluster, zero: list[KNode], peers: list[KNode],

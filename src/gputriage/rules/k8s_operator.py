@@ -96,6 +96,46 @@ def _driver_sets(cluster: Cluster | None) -> list[KDaemonSet]:
             and d.desired is not None and d.ready is not None and d.ready < d.desired]
 
 
+def _driver_failures(log: GpuOperatorLog | None) -> list[OpEntry]:
+    """The driver container's failures in its log, none when it installed since."""
+    failures = [e for e in (log.failures if log else []) if e.component == "driver"]
+    done = log.having("done") if log else []
+    if log and failures and done and \
+            log.entries.index(done[-1]) > log.entries.index(failures[-1]):
+        return []  # it installed since
+    return failures
+
+
+def _driver_evidence(log: GpuOperatorLog | None, failures: list[OpEntry],
+                     sets: list[KDaemonSet], pods: list[KPod]) -> list[Evidence]:
+    """The driver's failing log lines and its not-ready DaemonSets' and pods' lines."""
+    ev: list[Evidence] = []
+    if failures and log is not None:
+        shown = log.having("install-start", "kernel-resolved", "nfd-kernel") + failures
+        ev.append(evidence(SOURCE, [e.line for e in log.entries if e in shown]))
+    if sets or pods:
+        ev.append(evidence("cluster", [ln for d in sets for ln in (d.lines or [d.ref])]
+                           + _pod_lines(pods)))
+    return ev
+
+
+def _driver_not_ready(sets: list[KDaemonSet], pods: list[KPod],
+                      ev: list[Evidence]) -> Finding:
+    """The driver DaemonSet or pods not ready, with no failure in the log to say why."""
+    where = "; ".join([f"{d.ref}: {d.ready} of {d.desired} ready" for d in sets]
+                      + [f"{p.ref}: {failing(p)}{_restarts(p)}" for p in pods])
+    return finding(
+        "k8s.operator-driver-failed", Severity.WARNING,
+        f"the GPU operator's driver is not ready ({where})",
+        "The operator's driver container has not installed the driver on those nodes, "
+        "so nothing GPU runs there; the other GPU nodes are not concerned. Its log says "
+        "why (kubectl logs -n gpu-operator <driver pod> -c nvidia-driver-ctr): usually "
+        "the running kernel's headers, a failed build, Secure Boot or a host driver "
+        "already loaded. Fix it on the node's side.", Action.FIX_SOFTWARE, Blame.CONFIG,
+        object_scope("DaemonSet", sets[0].name, sets[0].namespace) if sets else
+        object_scope("Pod", pods[0].name, pods[0].namespace), ev)
+
+
 @rule("k8s.operator-driver", any_of=("gpu_operator_log", "cluster"),
       produces=("k8s.operator-driver-failed",))
 def operator_driver(gpu_operator_log: GpuOperatorLog | None = None,
@@ -104,34 +144,14 @@ def operator_driver(gpu_operator_log: GpuOperatorLog | None = None,
     packages unreachable or unresolved, a failed build, Secure Boot, a host driver in the
     way; or its DaemonSet is not ready (then its log says why)."""
     log = gpu_operator_log
-    failures = [e for e in (log.failures if log else []) if e.component == "driver"]
-    if log and failures and log.having("done") and \
-            log.entries.index(log.having("done")[-1]) > log.entries.index(failures[-1]):
-        failures = []  # it installed since
+    failures = _driver_failures(log)
     sets = _driver_sets(cluster)
     pods = [p for p in _pods(cluster, "driver") if failing(p)]
     if not (failures or sets or pods):
         return
-    ev: list[Evidence] = []
-    if failures and log is not None:
-        shown = log.having("install-start", "kernel-resolved", "nfd-kernel") + failures
-        ev.append(evidence(SOURCE, [e.line for e in log.entries if e in shown]))
-    if sets or pods:
-        ev.append(evidence("cluster", [ln for d in sets for ln in (d.lines or [d.ref])]
-                           + _pod_lines(pods)))
+    ev = _driver_evidence(log, failures, sets, pods)
     if not failures:
-        where = "; ".join([f"{d.ref}: {d.ready} of {d.desired} ready" for d in sets]
-                          + [f"{p.ref}: {failing(p)}{_restarts(p)}" for p in pods])
-        yield finding(
-            "k8s.operator-driver-failed", Severity.WARNING,
-            f"the GPU operator's driver is not ready ({where})",
-            "The operator's driver container has not installed the driver on those nodes, "
-            "so nothing GPU runs there; the other GPU nodes are not concerned. Its log says "
-            "why (kubectl logs -n gpu-operator <driver pod> -c nvidia-driver-ctr): usually "
-            "the running kernel's headers, a failed build, Secure Boot or a host driver "
-            "already loaded. Fix it on the node's side.", Action.FIX_SOFTWARE, Blame.CONFIG,
-            object_scope("DaemonSet", sets[0].name, sets[0].namespace) if sets else
-            object_scope("Pod", pods[0].name, pods[0].namespace), ev)
+        yield _driver_not_ready(sets, pods, ev)
         return
     yield _driver_failed(log, failures, ev)
 
@@ -184,6 +204,52 @@ def _log_step(log: GpuOperatorLog | None) -> tuple[str | None, list[OpEntry]]:
     return None, found
 
 
+def _validation_step(log_step: str | None, validators: list[KPod],
+                     others: list[KPod]) -> str | None:
+    """The step validation is stuck at: the log's, else a failing validator pod's."""
+    step = log_step
+    for p in others:
+        step = step or ("cuda" if operand(p.name) == "cuda-validator" else "plugin")
+    for p in validators:
+        step = step or _stuck_step(p)
+    return step
+
+
+def _validation_title(step: str | None, pods: list[KPod]) -> str:
+    """The title of a stuck validation: its step and the failing pods' states."""
+    state = "; ".join(f"{p.name}: {failing(p)}{_restarts(p)}" for p in pods)
+    return (f"GPU operator validation stuck at the {step} step" if step
+            else "GPU operator validation stuck") + (f" ({state})" if state else "")
+
+
+def _cuda_stuck(title: str, ev: list[Evidence]) -> Finding:
+    """Validation stuck at the cuda step: the CUDA workload fails on the node."""
+    return finding(
+        "k8s.operator-validation-stuck", Severity.WARNING, title,
+        "The driver and the toolkit validated, but the CUDA workload (a vectorAdd in the "
+        "cuda-validation container) fails on the node, so the validator never marks it "
+        "ready. Read its error first (kubectl logs -n <namespace> <cuda-validator pod> "
+        "-c cuda-validation): a CUDA error names a driver, runtime or GPU problem, and "
+        "only a GPU error reported on the node (Xid, nvidia-smi) blames the hardware.",
+        Action.FIX_CONFIG, Blame.UNKNOWN, evidence=ev)
+
+
+def _step_stuck(step: str | None, no_driver: bool, title: str, ev: list[Evidence]) -> Finding:
+    """Validation stuck at the driver, toolkit or plugin step (or one not told)."""
+    where = (" No driver pod runs in the operator's namespace: the operator does not install "
+             "the driver (driver.enabled=false) and expects one on the host, which has none "
+             "(or the driver root is set wrong)." if no_driver and step in (None, "driver",
+                                                                            "toolkit") else "")
+    return finding(
+        "k8s.operator-validation-stuck", Severity.WARNING, title,
+        f"The validator cannot get past the {step or 'first failing'} step, so the operands "
+        f"that wait for it (device plugin, GFD, dcgm-exporter) do not start.{where} Install "
+        "the driver on the host or enable the operator's driver DaemonSet, check the "
+        "driver root (/run/nvidia/driver with the operator's driver), then read the "
+        "validator's init container logs (kubectl logs <validator pod> -c "
+        f"{step or 'driver'}-validation).", Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
+
+
 @rule("k8s.operator-validation", any_of=("gpu_operator_log", "cluster"),
       produces=("k8s.operator-validation-stuck",))
 def operator_validation(gpu_operator_log: GpuOperatorLog | None = None,
@@ -192,11 +258,8 @@ def operator_validation(gpu_operator_log: GpuOperatorLog | None = None,
     pod's ``Init:x/4``, a failing cuda- or plugin-validator pod, or the validator's log."""
     validators = [p for p in _pods(cluster, "validator") if failing(p)]
     others = [p for p in _pods(cluster, "cuda-validator", "plugin-validator") if failing(p)]
-    step, entries = _log_step(gpu_operator_log)
-    for p in others:
-        step = step or ("cuda" if operand(p.name) == "cuda-validator" else "plugin")
-    for p in validators:
-        step = step or _stuck_step(p)
+    log_step, entries = _log_step(gpu_operator_log)
+    step = _validation_step(log_step, validators, others)
     if not (validators or others or entries):
         return
     drivers = _pods(cluster, "driver")
@@ -208,31 +271,11 @@ def operator_validation(gpu_operator_log: GpuOperatorLog | None = None,
         ev.append(evidence(SOURCE, [e.line for e in entries]))
     if validators or others:
         ev.append(evidence("cluster", _pod_lines(validators + others)))
-    state = "; ".join(f"{p.name}: {failing(p)}{_restarts(p)}" for p in validators + others)
-    title = (f"GPU operator validation stuck at the {step} step" if step
-             else "GPU operator validation stuck") + (f" ({state})" if state else "")
+    title = _validation_title(step, validators + others)
     if step == "cuda":
-        yield finding(
-            "k8s.operator-validation-stuck", Severity.WARNING, title,
-            "The driver and the toolkit validated, but the CUDA workload (a vectorAdd in the "
-            "cuda-validation container) fails on the node, so the validator never marks it "
-            "ready. Read its error first (kubectl logs -n <namespace> <cuda-validator pod> "
-            "-c cuda-validation): a CUDA error names a driver, runtime or GPU problem, and "
-            "only a GPU error reported on the node (Xid, nvidia-smi) blames the hardware.",
-            Action.FIX_CONFIG, Blame.UNKNOWN, evidence=ev)
+        yield _cuda_stuck(title, ev)
         return
-    where = (" No driver pod runs in the operator's namespace: the operator does not install "
-             "the driver (driver.enabled=false) and expects one on the host, which has none "
-             "(or the driver root is set wrong)." if no_driver and step in (None, "driver",
-                                                                            "toolkit") else "")
-    yield finding(
-        "k8s.operator-validation-stuck", Severity.WARNING, title,
-        f"The validator cannot get past the {step or 'first failing'} step, so the operands "
-        f"that wait for it (device plugin, GFD, dcgm-exporter) do not start.{where} Install "
-        "the driver on the host or enable the operator's driver DaemonSet, check the "
-        "driver root (/run/nvidia/driver with the operator's driver), then read the "
-        "validator's init container logs (kubectl logs <validator pod> -c "
-        f"{step or 'driver'}-validation).", Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
+    yield _step_stuck(step, no_driver, title, ev)
 
 
 @rule("k8s.operator-operands", produces=("k8s.operator-operand-failing",))

@@ -180,25 +180,12 @@ def pool_no_quota(cluster: Cluster) -> Iterator[Finding]:
             [evidence(SOURCE, [_line(w) for w in mine + prod[:3]])])
 
 
-@rule("k8s.pool-priority", produces=("k8s.lint-pool-no-priority",
-                                     "k8s.lint-preempts-production"))
-def pool_priority(cluster: Cluster) -> Iterator[Finding]:
-    """Production GPU pods of a shared pool without a higher priority than research's
-    (the scheduler cannot make room for production), and research PriorityClasses whose
-    value is above production's and that may preempt: research evicts production."""
-    if _forbidden(cluster, "PriorityClass"):
-        return
-    prio = Priorities(cluster)
-    prod, research = _pool(cluster)
-    p_known = [(w, *prio.of(w)) for w in prod]
-    r_known = [(w, *prio.of(w)) for w in research]
-    if not p_known or any(v is None for _, v, _ in p_known + r_known):
-        return  # a class this input does not define: its value is unknown
-    low = min(p_known, key=lambda x: x[1] or 0)
-    p_value = low[1] or 0
-    lines = [_line(w, f", priority {v} ({cls})") for w, v, cls in p_known + r_known]
-    above = [(w, v, cls) for w, v, cls in r_known if (v or 0) > p_value]
-    evicting = [x for x in above if prio.preempts(x[2])]
+Ranked = tuple[Workload, int | None, str]  # (workload, its priority, its class)
+
+
+def _preempting(prio: Priorities, evicting: list[Ranked], p_value: int, low: Ranked,
+                lines: list[str]) -> Iterator[Finding]:
+    """One finding per research PriorityClass above production's that may preempt."""
     for name in sorted({cls.split(" ")[0] for _, _, cls in evicting}):
         value = next(v for _, v, c in evicting if c.split(" ")[0] == name)
         pc = prio.classes.get(name)
@@ -214,12 +201,11 @@ def pool_priority(cluster: Cluster) -> Iterator[Finding]:
             "preemptionPolicy: Never (it waits instead of evicting).",
             Action.FIX_CONFIG, Blame.CONFIG, object_scope("PriorityClass", name),
             [evidence(SOURCE, lines)])
-    if evicting:
-        return
-    r_top = max((v or 0 for _, v, _ in r_known), default=0)
-    if p_value > r_top:
-        return
-    yield finding(
+
+
+def _no_priority(low: Ranked, p_value: int, r_top: int, lines: list[str]) -> Finding:
+    """Production's lowest GPU workload has no priority above research's highest."""
+    return finding(
         "k8s.lint-pool-no-priority", Severity.WARNING,
         f"production GPU pods ({low[0].ref}: {p_value}) have no higher priority than "
         f"research's ({r_top}) in their shared pool",
@@ -229,6 +215,34 @@ def pool_priority(cluster: Cluster) -> Iterator[Finding]:
         "PriorityClass above research's (and research preemptionPolicy: Never).",
         Action.FIX_CONFIG, Blame.CONFIG,
         object_scope("Namespace", low[0].namespace or ""), [evidence(SOURCE, lines)])
+
+
+@rule("k8s.pool-priority", produces=("k8s.lint-pool-no-priority",
+                                     "k8s.lint-preempts-production"))
+def pool_priority(cluster: Cluster) -> Iterator[Finding]:
+    """Production GPU pods of a shared pool without a higher priority than research's
+    (the scheduler cannot make room for production), and research PriorityClasses whose
+    value is above production's and that may preempt: research evicts production."""
+    if _forbidden(cluster, "PriorityClass"):
+        return
+    prio = Priorities(cluster)
+    prod, research = _pool(cluster)
+    p_known: list[Ranked] = [(w, *prio.of(w)) for w in prod]
+    r_known: list[Ranked] = [(w, *prio.of(w)) for w in research]
+    if not p_known or any(v is None for _, v, _ in p_known + r_known):
+        return  # a class this input does not define: its value is unknown
+    low = min(p_known, key=lambda x: x[1] or 0)
+    p_value = low[1] or 0
+    lines = [_line(w, f", priority {v} ({cls})") for w, v, cls in p_known + r_known]
+    above = [(w, v, cls) for w, v, cls in r_known if (v or 0) > p_value]
+    evicting = [x for x in above if prio.preempts(x[2])]
+    if evicting:
+        yield from _preempting(prio, evicting, p_value, low, lines)
+        return
+    r_top = max((v or 0 for _, v, _ in r_known), default=0)
+    if p_value > r_top:
+        return
+    yield _no_priority(low, p_value, r_top, lines)
 
 
 # --- disruption budgets and autoscalers ----------------------------------------------------

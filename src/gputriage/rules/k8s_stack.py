@@ -201,12 +201,17 @@ def _stale_reason(log: DevicePluginLog) -> str | None:
     return None
 
 
-@rule("k8s.plugin-health", produces=("k8s.plugin-devices-unhealthy", "k8s.plugin-stale-nvml"))
+@rule("k8s.plugin-health", produces=("k8s.plugin-devices-unhealthy", "k8s.plugin-stale-nvml",
+                                     "k8s.plugin-unregistered"))
 def plugin_health(device_plugin_log: DevicePluginLog, cluster: Cluster | None = None
                   ) -> Iterator[Finding]:
     """Devices the plugin took away: one GPU after a critical Xid (blamed as the Xid
-    catalog says), or all of them when NVML's event wait fails after a driver change."""
+    catalog says), or all of them when NVML's event wait fails after a driver change;
+    and the kubelet that lost the plugin's endpoint (a registration not renewed)."""
     log = device_plugin_log
+    lost = log.having("endpoint-lost")
+    if lost:
+        yield _unregistered(lost, log)
     by_device: dict[tuple[int, str], list[DpEntry]] = {}
     for e in log.having("xid-unhealthy"):
         if e.xid is not None and e.device:
@@ -261,3 +266,22 @@ def _xid_unhealthy(xid: int, device: str, entries: list[DpEntry]) -> Finding:
         f"{info.explanation if info else 'Look the Xid up in the kernel log of the node.'} "
         f"{removed} Run gputriage check on the node before giving the GPU back.",
         action, blame, scope, ev)
+
+
+def _unregistered(lost: list[DpEntry], log: DevicePluginLog) -> Finding:
+    """The kubelet has no endpoint for a device plugin's resource."""
+    renewed = log.having("registered")
+    after = bool(renewed) and log.entries.index(renewed[-1]) > log.entries.index(lost[-1])
+    return finding(
+        "k8s.plugin-unregistered", Severity.INFO if after else Severity.WARNING,
+        "the kubelet lost the device plugin's endpoint"
+        + (" (the plugin registered again after it)" if after else ""),
+        "The kubelet keeps an endpoint per resource a device plugin registers; 'endpoint "
+        "not found in cache for a registered resource' means the plugin's registration is "
+        "gone: the kubelet restarted and recreated kubelet.sock (or the plugin's socket was "
+        "removed) and the plugin did not register again. The node then offers no "
+        "nvidia.com/gpu and containers that were given a GPU fail to start "
+        "(CreateContainerConfigError). Restart the device plugin's pod on the node; "
+        "kubectl describe node must then list nvidia.com/gpu under Allocatable. Not the "
+        "GPUs' fault.", Action.NONE if after else Action.FIX_CONFIG, Blame.CONFIG,
+        evidence=[evidence(SOURCE, [e.line for e in lost])])

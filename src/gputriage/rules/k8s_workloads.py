@@ -207,7 +207,7 @@ def _pod_template(spec: Any, path: str, pods: int, role: str | None = None) -> T
     return Template(_d(t.get("spec")), _d(t.get("metadata")), f"{path}.spec", pods, role)
 
 
-def _templates(obj: KObject) -> tuple[list[Template], int]:  # noqa: C901 (one branch a kind)
+def _templates(obj: KObject) -> tuple[list[Template], int]:
     """The pod templates of a workload and its replicas."""
     spec = _d(obj.raw.get("spec"))
     kind, api = obj.kind, obj.api_version or ""
@@ -217,9 +217,7 @@ def _templates(obj: KObject) -> tuple[list[Template], int]:  # noqa: C901 (one b
     if kind == "DaemonSet":
         return [_pod_template(spec.get("template"), "spec.template", 1)], 1
     if kind == "Job" and api.startswith("batch.volcano.sh"):
-        return [_pod_template(t.get("template"), f"spec.tasks[{i}].template",
-                              _count(t.get("replicas")), str(t.get("name") or i))
-                for i, t in enumerate(_l(spec.get("tasks"))) if isinstance(t, dict)], 1
+        return _volcano_templates(spec), 1
     if kind == "Job":
         return [_pod_template(spec.get("template"), "spec.template",
                               _count(spec.get("parallelism")))], 1
@@ -230,43 +228,70 @@ def _templates(obj: KObject) -> tuple[list[Template], int]:  # noqa: C901 (one b
     if kind == "Pod":
         return [Template(spec, _d(obj.raw.get("metadata")), "spec", 1)], 1
     if kind in ("PyTorchJob", "MPIJob", "TFJob", "XGBoostJob", "PaddleJob"):
-        key = next((k for k in spec if k.endswith("ReplicaSpecs")), "")
-        return [_pod_template(r.get("template"), f"spec.{key}.{role}.template",
-                              _count(r.get("replicas")), role)
-                for role, r in _d(spec.get(key)).items() if isinstance(r, dict)], 1
+        return _kubeflow_templates(spec), 1
     if kind == "JobSet":
-        out = []
-        for i, rj in enumerate(_l(spec.get("replicatedJobs"))):
-            job = _d(_d(_d(rj).get("template")).get("spec"))
-            pods = _count(_d(rj).get("replicas")) * _count(job.get("parallelism"))
-            out.append(_pod_template(job.get("template"),
-                                     f"spec.replicatedJobs[{i}].template.spec.template",
-                                     pods, str(_d(rj).get("name") or i)))
-        return out, 1
+        return _jobset_templates(spec), 1
     if kind == "LeaderWorkerSet":
-        lwt = _d(spec.get("leaderWorkerTemplate"))
-        groups, size = _count(spec.get("replicas")), _count(lwt.get("size"))
-        worker = _pod_template(lwt.get("workerTemplate"),
-                               "spec.leaderWorkerTemplate.workerTemplate",
-                               groups * max(size - (1 if "leaderTemplate" in lwt else 0), 0),
-                               "worker")
-        if "leaderTemplate" not in lwt:
-            return [worker], groups
-        leader = _pod_template(lwt.get("leaderTemplate"),
-                               "spec.leaderWorkerTemplate.leaderTemplate", groups, "leader")
-        return [leader, worker], groups
+        return _lws_templates(spec)
     if kind in ("RayJob", "RayCluster"):
-        ray = _d(spec.get("rayClusterSpec")) if kind == "RayJob" else spec
-        base = "spec.rayClusterSpec" if kind == "RayJob" else "spec"
-        out = [_pod_template(_d(ray.get("headGroupSpec")).get("template"),
-                             f"{base}.headGroupSpec.template", 1, "head")]
-        for i, g in enumerate(_l(ray.get("workerGroupSpecs"))):
-            out.append(_pod_template(_d(g).get("template"),
-                                     f"{base}.workerGroupSpecs[{i}].template",
-                                     _count(_d(g).get("replicas")),
-                                     str(_d(g).get("groupName") or i)))
-        return out, 1
+        return _ray_templates(spec, kind), 1
     return [], 1
+
+
+def _volcano_templates(spec: dict[str, Any]) -> list[Template]:
+    """A Volcano Job's templates: one a task."""
+    return [_pod_template(t.get("template"), f"spec.tasks[{i}].template",
+                          _count(t.get("replicas")), str(t.get("name") or i))
+            for i, t in enumerate(_l(spec.get("tasks"))) if isinstance(t, dict)]
+
+
+def _kubeflow_templates(spec: dict[str, Any]) -> list[Template]:
+    """A Kubeflow training job's templates: one a role of its ``*ReplicaSpecs``."""
+    key = next((k for k in spec if k.endswith("ReplicaSpecs")), "")
+    return [_pod_template(r.get("template"), f"spec.{key}.{role}.template",
+                          _count(r.get("replicas")), role)
+            for role, r in _d(spec.get(key)).items() if isinstance(r, dict)]
+
+
+def _jobset_templates(spec: dict[str, Any]) -> list[Template]:
+    """A JobSet's templates: one a replicated job, its pods replicas times parallelism."""
+    out = []
+    for i, rj in enumerate(_l(spec.get("replicatedJobs"))):
+        job = _d(_d(_d(rj).get("template")).get("spec"))
+        pods = _count(_d(rj).get("replicas")) * _count(job.get("parallelism"))
+        out.append(_pod_template(job.get("template"),
+                                 f"spec.replicatedJobs[{i}].template.spec.template",
+                                 pods, str(_d(rj).get("name") or i)))
+    return out
+
+
+def _lws_templates(spec: dict[str, Any]) -> tuple[list[Template], int]:
+    """A LeaderWorkerSet's worker template (and leader's, when it has one) and its groups."""
+    lwt = _d(spec.get("leaderWorkerTemplate"))
+    groups, size = _count(spec.get("replicas")), _count(lwt.get("size"))
+    worker = _pod_template(lwt.get("workerTemplate"),
+                           "spec.leaderWorkerTemplate.workerTemplate",
+                           groups * max(size - (1 if "leaderTemplate" in lwt else 0), 0),
+                           "worker")
+    if "leaderTemplate" not in lwt:
+        return [worker], groups
+    leader = _pod_template(lwt.get("leaderTemplate"),
+                           "spec.leaderWorkerTemplate.leaderTemplate", groups, "leader")
+    return [leader, worker], groups
+
+
+def _ray_templates(spec: dict[str, Any], kind: str) -> list[Template]:
+    """A RayJob's or RayCluster's templates: the head group's and one a worker group."""
+    ray = _d(spec.get("rayClusterSpec")) if kind == "RayJob" else spec
+    base = "spec.rayClusterSpec" if kind == "RayJob" else "spec"
+    out = [_pod_template(_d(ray.get("headGroupSpec")).get("template"),
+                         f"{base}.headGroupSpec.template", 1, "head")]
+    for i, g in enumerate(_l(ray.get("workerGroupSpecs"))):
+        out.append(_pod_template(_d(g).get("template"),
+                                 f"{base}.workerGroupSpecs[{i}].template",
+                                 _count(_d(g).get("replicas")),
+                                 str(_d(g).get("groupName") or i)))
+    return out
 
 
 WORKLOAD_KINDS = frozenset({
