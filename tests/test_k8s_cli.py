@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from golden import said_json
 from k8s_replay import KINDS, ReplayServer, load_objects
 
 from gputriage import schemas
@@ -57,11 +58,8 @@ def run(*argv: str, stdin: str | None = None,
 
 
 def ids(doc: dict[str, Any]) -> set[str]:
-    found = set()
-    for f in doc["findings"]:
-        found.add(f["id"])
-        found.update(c["id"] for c in f.get("consequences", ()))
-    return found
+    """The finding ids of a JSON document, consequences included."""
+    return {fid for fid, _ in said_json(doc["findings"])}
 
 
 def lint_json(*argv: str, **kw: Any) -> tuple[int, dict[str, Any]]:

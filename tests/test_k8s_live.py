@@ -13,6 +13,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from golden import said_json
 from k8s_replay import ReplayServer, fixture_objects, load_objects
 
 from gputriage import schemas
@@ -41,11 +42,8 @@ def status_json(server: ReplayServer, tmp_path: Path, *extra: str) -> tuple[int,
 
 
 def ids(doc: dict[str, Any]) -> set[str]:
-    found = set()
-    for f in doc["findings"]:
-        found.add(f["id"])
-        found.update(c["id"] for c in f.get("consequences", ()))
-    return found
+    """The finding ids of a JSON document, consequences included."""
+    return {fid for fid, _ in said_json(doc["findings"])}
 
 
 def test_status_reads_every_page_of_every_kind_once(tmp_path: Path) -> None:

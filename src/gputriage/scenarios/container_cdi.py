@@ -11,7 +11,7 @@ from __future__ import annotations
 from gputriage.scenarios.model import Host, Outcome, healthy_hgx_h100
 from gputriage.scenarios.render_host import LIB_DIR, tree
 
-__all__ = ["OLD_DRIVER", "RENDERERS", "stale_cdi_after_upgrade"]
+__all__ = ["OLD_DRIVER", "RENDERERS", "mount_error", "stale_cdi_after_upgrade"]
 
 OLD_DRIVER = "535.161.07"  # the driver before the upgrade
 _CRI = 'plugins."io.containerd.grpc.v1.cri".containerd'
@@ -78,10 +78,7 @@ def stale_cdi_after_upgrade() -> Host:
     libraries, and every GPU pod fails to start on the missing file."""
     host = healthy_hgx_h100()
     host.cdi_driver_version = OLD_DRIVER
-    lib = f"/{LIB_DIR}/libcuda.so.{OLD_DRIVER}"
-    mount = (f'OCI runtime create failed: runc create failed: unable to start container '
-             f'process: error during container init: error mounting "{lib}" to rootfs at '
-             f'"{lib}": stat {lib}: no such file or directory: unknown')
+    mount = mount_error(f"/{LIB_DIR}/libcuda.so.{OLD_DRIVER}")
     host.command_overrides["job_log"] = Outcome(
         "Events:\n"
         "  Type     Reason     Age                From     Message\n"
@@ -94,3 +91,10 @@ def stale_cdi_after_upgrade() -> Host:
         "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi\n"
         f"FATA[0000] failed to create shim task: {mount}\n", 0)
     return host
+
+
+def mount_error(lib: str) -> str:
+    """runc's error when a CDI spec mounts a driver file that is gone."""
+    return (f'OCI runtime create failed: runc create failed: unable to start container '
+            f'process: error during container init: error mounting "{lib}" to rootfs at '
+            f'"{lib}": stat {lib}: no such file or directory: unknown')

@@ -20,7 +20,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from gputriage.scenarios.container_cdi import OLD_DRIVER, stale_cdi_after_upgrade
+from gputriage.scenarios.container_cdi import OLD_DRIVER, mount_error, stale_cdi_after_upgrade
 from gputriage.scenarios.model import Host, Outcome, healthy_hgx_h100
 from gputriage.scenarios.render_host import LIB_DIR
 
@@ -177,10 +177,7 @@ def gpus_gone_after_driver_update() -> Host:
     than rebooted, with the cluster's view of it: the plugin's log and the API objects."""
     host = stale_cdi_after_upgrade()
     # a notebook that held GPUs before the reload restarts its container: the stale spec
-    lib = f"/{LIB_DIR}/libcuda.so.{OLD_DRIVER}"
-    mount = (f'OCI runtime create failed: runc create failed: unable to start container '
-             f'process: error during container init: error mounting "{lib}" to rootfs at '
-             f'"{lib}": stat {lib}: no such file or directory: unknown')
+    mount = mount_error(f"/{LIB_DIR}/libcuda.so.{OLD_DRIVER}")
     host.command_overrides["job_log"] = Outcome(
         "Events:\n"
         "  Type     Reason   Age                From     Message\n"
