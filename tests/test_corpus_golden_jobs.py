@@ -86,10 +86,8 @@ GOLDEN: dict[str, tuple | Partial | Refused] = {
     # the GPU feature discovery pod's hook: NVML fails on the host (a GPU off the bus)
     "gpud-sxid-readme-gfd-containerd": (("container.hook-nvml-error=critical",),
                                         ("container.hook-failed",)),
-    # read: the pasted containerd table (nvidia runtime registered); that k3s runs its own
-    # rendered config (crictl info shows it), not /etc/containerd/config.toml, is not told
-    "k3s-crictl-info-systemdcgroup": partial(K8S, verdict="ok",
-                                             must=("container.runtime-configured",)),
+    # crictl info: the running nvidia runtime (SystemdCgroup true) is not the edited file's
+    "k3s-crictl-info-systemdcgroup": (("container.cri-config-not-loaded=warning",), CALM_GPUS),
     # Caffe's error 35: the driver is older than the image's CUDA (its version not printed)
     "nvdocker747-k80-caffe": (("cuda.driver-too-old=warning",), (CALM, *GPU_FAULTS)),
     # --- 10: DCGM (dcgmi diag/discovery/nvlink, exporter, nv-hostengine) ---

@@ -367,6 +367,12 @@ SOURCES: tuple[Source, ...] = (
            aliases=("/etc/containerd/config.toml", "/etc/containerd/conf.d/*.toml",
                     "/var/lib/rancher/*/agent/etc/containerd/config.toml*",
                     "containerd config dump")),
+    _input("crictl_info", ("crictl", "info"),
+           "crictl info (the running containerd's CRI runtimes and their options; a part of "
+           "it with ... elisions)",
+           parser="crictl_info:parse_crictl_info",
+           detector="parsers.crictl_info:claim_crictl_info", detect_order=24,
+           aliases=("crictl info", "k3s crictl info")),
     Source(name="container_env", kind="tree", path="/",
            globs=(".dockerenv", "run/.containerenv", "proc/self/environ"), suffix=".json",
            select="nvidia_environment",

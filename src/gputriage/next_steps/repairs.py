@@ -434,6 +434,18 @@ def _engine_runtime(f: Finding, host: Host) -> str:
             "device plugin, then run a CUDA container with --runtime=nvidia")
 
 
+def _cri_not_loaded(f: Finding, host: Host) -> str:
+    """The running containerd does not use the edited file: where the change belongs."""
+    for dist in ("k3s", "rke2"):
+        if f"{dist} never reads" in f.explanation:
+            return (f"put the change in /var/lib/rancher/{dist}/agent/etc/containerd/"
+                    f"config.toml.tmpl (a copy of the generated config.toml), restart {dist}, "
+                    "then check crictl info shows it")
+    return ("make the change in the file containerd is started with (containerd --config; "
+            "the GPU operator's toolkit settings, or k3s/RKE2's config.toml.tmpl), restart "
+            "it, then check crictl info shows it")
+
+
 def _cuda_build(f: Finding, host: Host) -> str:
     """A program built for a CUDA, or GPUs, the node's driver does not serve."""
     return ("install the build the explanation names (a wheel or image for the node's CUDA: "
@@ -559,6 +571,7 @@ BY_ID: dict[str, Repair] = {
     "container.toolkit-cdi-mode-without-spec": _stale_cdi,
     "container.runtime-nvidia-missing": _engine_runtime,
     "container.runtime-daemon-mismatch": _engine_runtime,
+    "container.cri-config-not-loaded": _cri_not_loaded,
     "xid.79": _lost_gpu, "gpu.missing": _lost_gpu, "nvidia-smi.gpu-lost": _lost_gpu,
     "driver.no-gpus-on-pci": _missing_boards, "gpu.count-unexpected": _missing_boards,
     "gpu.board-short": _missing_boards, "host.gpus-gone": _missing_boards,
