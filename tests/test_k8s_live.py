@@ -222,3 +222,11 @@ def test_kubectl_sees_the_forbidden_answer_as_rbac(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert 'pods is forbidden: User "system:serviceaccount:monitoring:gputriage" cannot list ' \
            'resource "pods" in API group "" at the cluster scope' in proc.stderr
+
+
+def test_a_kubeconfig_that_is_not_one_is_one_line_and_unknown(tmp_path: Path) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text("garbage\n")
+    code, out, err = run("k8s", "status", "--kubeconfig", str(config))
+    assert code == 3 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert "not a kubeconfig" in err, err

@@ -135,8 +135,11 @@ def _client(opts: ReadOptions) -> tuple[Any, str, str | None]:
         raise
     except Exception as exc:  # noqa: BLE001 - ConfigException, a broken file, an auth plugin
         where = f"{opts.kubeconfig}: " if opts.kubeconfig else ""
+        # the client indexes what it loaded as a mapping: text that is not one fails inside
+        why = ("not a kubeconfig (a YAML mapping with clusters, users and contexts)"
+               if isinstance(exc, (TypeError, AttributeError, KeyError)) else _one_line(exc))
         raise ClusterUnavailable(f"cannot load the cluster configuration: {where}"
-                                 f"{_one_line(exc)}") from None
+                                 f"{why}") from None
     cfg.retries = 1  # a refused connection fails now, not after three tries
     return client.ApiClient(cfg), str(cfg.host), name
 
