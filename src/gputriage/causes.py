@@ -164,6 +164,8 @@ RELATIONS: tuple[Relation, ...] = (
     *(Relation(c, "k8s.pending-insufficient-gpu", ANYWHERE,
                "the GPU pods wait for GPUs that a node has but does not offer")
       for c in ("k8s.gpus-not-advertised", "k8s.gpus-short", "k8s.plugin-unregistered")),
+    Relation("k8s.sharing-renamed", "k8s.pending-insufficient-gpu", ANYWHERE,
+             "the pod asks for a name the shared GPUs no longer go by"),
 )
 
 _BY_CONSEQUENCE: dict[str, tuple[Relation, ...]] = {}

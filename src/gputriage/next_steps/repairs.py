@@ -556,6 +556,14 @@ _K8S_LINT = {  # workloads and the pool's policy (rules/k8s_lint.py, k8s_pool.py
     "hostPath or local PV, or a ReadOnlyMany PVC) and mount it in place of the download",
     "k8s.lint-pull-always": "pin the image by version or digest with imagePullPolicy: "
     "IfNotPresent and pre-pull it on the GPU nodes",
+    "k8s.sharing-time-sliced": "keep training and latency-bound pods off the shared GPUs "
+    "(a nodeSelector on nvidia.com/gpu.sharing-strategy=none, or MIG)",
+    "k8s.sharing-multi-replica": "ask for 1 of the shared resource, or for GPUs of a pool "
+    "or config key that does not share them",
+    "k8s.sharing-renamed": "ask for the name the finding gives in resources.limits (kubectl "
+    "describe node shows it under Allocatable)",
+    "k8s.mig-strategy-config": "give the device plugin and GFD one MIG strategy (the "
+    "operator's ClusterPolicy mig.strategy), then restart both DaemonSets",
 }
 
 
