@@ -9,8 +9,9 @@ collected, or one pasted file (see :func:`gputriage.parsers.container_cfg.tree_f
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gputriage import safejson
 from gputriage.errors import ParseError
@@ -96,10 +97,19 @@ class ContainerdConfig:
     @property
     def nvidia(self) -> CriRuntime | None:
         """The runtime that runs the NVIDIA container runtime, if any."""
-        for rt in self.runtimes.values():
-            if "nvidia" in rt.name or "nvidia" in (rt.binary or ""):
-                return rt
-        return None
+        return nvidia_runtime(self.runtimes.values())
+
+
+R = TypeVar("R")
+
+
+def nvidia_runtime(runtimes: Iterable[R]) -> R | None:
+    """The first runtime (with a ``name`` and a ``binary``) that runs the NVIDIA container
+    runtime: by its handler's name or its binary's path."""
+    for rt in runtimes:
+        if "nvidia" in getattr(rt, "name", "") or "nvidia" in (getattr(rt, "binary", "") or ""):
+            return rt
+    return None
 
 
 _RUNTIME_TABLE = re.compile(r"\.containerd\.runtimes\.(?P<name>[\w.-]+?)(?P<opts>\.options)?$")

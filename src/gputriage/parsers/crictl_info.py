@@ -19,6 +19,7 @@ from typing import Any
 from gputriage import safejson
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.container_engines import nvidia_runtime
 
 __all__ = ["CrictlInfo", "RunningRuntime", "claim_crictl_info", "parse_crictl_info"]
 
@@ -57,10 +58,7 @@ class CrictlInfo:
     @property
     def nvidia(self) -> RunningRuntime | None:
         """The runtime that runs the NVIDIA container runtime, if any."""
-        for rt in self.runtimes.values():
-            if "nvidia" in rt.name or "nvidia" in (rt.binary or ""):
-                return rt
-        return None
+        return nvidia_runtime(self.runtimes.values())
 
 
 _KEYED = re.compile(r'^\s*"(?P<k>[^"]*)"\s*:\s*(?P<v>.*?)\s*,?\s*$')
