@@ -428,6 +428,10 @@ SOURCES: tuple[Source, ...] = (
            parser="gpu_operator_log:parse_gpu_operator_log",
            detector="parsers.gpu_operator_log:claim_gpu_operator_log", detect_order=197,
            aliases=_kubectl("logs ~driver|~validator|~toolkit|~gpu-operator")),
+    # --- DCGM: dcgmi diag and nvvs (issue 18 part A: parsers/dcgmi_diag.py)
+    # (DCGM diag sources go here)
+    # --- DCGM: discovery, health, nvlink, dcgm-exporter, nv-hostengine (issue 18 part B)
+    # (DCGM host and exporter sources go here)
     _input("nccl_tests", ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
            "nccl-tests output (all_reduce_perf...)",
            parser="nccl_tests:parse_nccl_tests",
