@@ -12,12 +12,13 @@ appear.
 from __future__ import annotations
 
 import pytest
-from golden import CALM, GPU_FAULTS, Partial, Refused, check_row, missing_rows, partial, refused
+from golden import CALM, GPU_FAULTS, Partial, Refused, check_row, missing_rows
 
 CUDA, K8S, DCGM = 16, 17, 18
 
 NVML_LIB = "container.nvml-library-not-found"
 CALM_GPUS = (CALM, *GPU_FAULTS)
+CALM_DCGM = (*CALM_GPUS, "dcgm.test-failed", "dcgm.pcie-failed")  # no GPU blamed by the diag
 
 GOLDEN: dict[str, tuple | Partial | Refused] = {
     # --- 9: Kubernetes (describe node/pod, device plugin, GPU operator, schedulers) ---
@@ -91,42 +92,59 @@ GOLDEN: dict[str, tuple | Partial | Refused] = {
     # Caffe's error 35: the driver is older than the image's CUDA (its version not printed)
     "nvdocker747-k80-caffe": (("cuda.driver-too-old=warning",), (CALM, *GPU_FAULTS)),
     # --- 10: DCGM (dcgmi diag/discovery/nvlink, exporter, nv-hostengine) ---
-    "dcgm-exporter-cannot-connect-hostengine": refused(DCGM),
-    "dcgm-exporter-dcp-module-not-loaded": refused(DCGM),
-    "dcgm-exporter-metrics-csv-wrong-fields": refused(DCGM),
-    "dcgm-exporter-stale-metrics": refused(DCGM),
-    "dcgm198-dcgmi-nvlink-link-status": refused(DCGM),
-    "dcgm253-diag-r2-8x-b200": refused(DCGM),
-    "dcgm254-v100-580-pcie-bwchecker13": refused(DCGM),
-    "diag-r1-persistence-mode-fail-8x-h200": refused(DCGM),
-    "diag-r2-gpu-memory-fail-thermal-violation": refused(DCGM),
-    "diag-r2-pass-after-injected-pcie-replay": refused(DCGM),
-    "diag-r2-pass-p4de-nvlinks-expected-12": refused(DCGM),
-    "diag-r2-pcie-numa-affinity-slurm": refused(DCGM),
-    "diag-r3-json-all-skip-t400": refused(DCGM),
-    "diag-r3-targeted-power-fail-marginal": refused(DCGM),
-    "discovery-l-8x-h800-healthy": refused(DCGM),
-    "exporter-metrics-a30-mig-1g6gb": refused(DCGM),
-    "exporter-metrics-vgpu-grid-a100": refused(DCGM),
-    "gpu-memtest-page-dcgmi-diag-r4": refused(DCGM),
-    # read (issue 16): cuInit's 802 on an NVSwitch system is the fabric manager's; what
-    # DCGM's diag makes of it waits for issue 18
-    "nccltests264-dcgmi-diag-r3": partial(DCGM, verdict="critical",
-                                          must=("cuda.fabric-not-ready=critical",)),
-    # read (issue 16): NVML fails in the exporter; what DCGM makes of it waits for issue 18
-    "nv-hostengine-debug-log-cannot-init-nvml": partial(
-        DCGM, verdict="warning", must=("container.nvml-init-failed=warning",)),
+    # the exporter (rules/dcgm_exporter.py): a monitoring stack's problems, GPUs fine
+    "dcgm-exporter-cannot-connect-hostengine": (("dcgm.exporter-hostengine-unreachable=warning",),
+                                                CALM_GPUS),
+    "dcgm-exporter-dcp-module-not-loaded": (("dcgm.exporter-profiling-unsupported=warning",),
+                                            CALM_GPUS),
+    "dcgm-exporter-metrics-csv-wrong-fields": (("dcgm.exporter-metrics-file-invalid=warning",),
+                                               CALM_GPUS),
+    "dcgm-exporter-stale-metrics": (("dcgm.exporter-stale=warning",), CALM_GPUS),
+    # no NVSwitch, every link of both H100 NVL down: the bridge, a planned repair
+    "dcgm198-dcgmi-nvlink-link-status": (("dcgm.nvlink-down=warning",),
+                                         (CALM, "dcgm.nvlink-down=critical")),
+    # dcgmi diag and nvvs.log (rules/dcgm_diag.py; tests/test_rules_dcgm_diag.py): DCGM's
+    # own failures are never the GPUs'; a clean pass says nothing (no finding)
+    "dcgm253-diag-r2-8x-b200": (("dcgm.internal-error=warning",), CALM_DCGM),
+    "dcgm254-v100-580-pcie-bwchecker13": (("dcgm.install-problem=warning",), CALM_DCGM),
+    "diag-r1-persistence-mode-fail-8x-h200": (("dcgm.persistence-off=warning",),
+                                              (*CALM_DCGM, "dcgm.no-result")),
+    "diag-r2-gpu-memory-fail-thermal-violation": (("dcgm.test-failed=critical",),
+                                                  (CALM, "dcgm.internal-error")),
+    "diag-r2-pass-after-injected-pcie-replay": ((), CALM_DCGM),
+    "diag-r2-pass-p4de-nvlinks-expected-12": ((), CALM_DCGM),
+    "diag-r2-pcie-numa-affinity-slurm": (("dcgm.internal-error=warning",), CALM_DCGM),
+    # every test skipped: no result (the verdict is unknown), not a failure
+    "diag-r3-json-all-skip-t400": (("dcgm.no-result=info",), CALM_DCGM),
+    "diag-r3-targeted-power-fail-marginal": (("dcgm.power-marginal=warning",), CALM_DCGM),
+    "discovery-l-8x-h800-healthy": (("dcgm.gpus-seen=ok",), CALM_GPUS),
+    "exporter-metrics-a30-mig-1g6gb": (("dcgm.metrics-healthy=ok",), CALM_GPUS),
+    "exporter-metrics-vgpu-grid-a100": (("dcgm.metrics-healthy=ok",), CALM_GPUS),
+    "gpu-memtest-page-dcgmi-diag-r4": (("dcgm.persistence-off=warning",),
+                                       (*CALM_DCGM, "dcgm.no-result")),
+    # cuInit's 802 on every GPU of an NVSwitch system: the fabric manager, not 8 GPUs
+    "nccltests264-dcgmi-diag-r3": (("dcgm.cuda-not-ready=critical",), CALM_DCGM),
+    # NVML fails in the exporter's container: the hostengine's failure folds under it
+    "nv-hostengine-debug-log-cannot-init-nvml": (
+        ("container.nvml-init-failed=warning", "dcgm.hostengine-nvml-failed=warning"),
+        CALM_GPUS),
     # read: only the host's nvidia-smi banner; the ERR! GPU is in the issue's title alone,
     # the hostengine and container-hook NVML errors are not read
     # the hook's NVML error on the host (a GPU in ERR!) explains the hostengine's own
-    "nv-hostengine-nvml-fail-gpu-err-state": (("container.hook-nvml-error=critical",),
+    "nv-hostengine-nvml-fail-gpu-err-state": (("container.hook-nvml-error=critical",
+                                               "dcgm.hostengine-unreachable"),
                                               ("container.hook-failed",)),
-    "nvvs-log-missing-diag-skus": refused(DCGM),
-    # read: the K80's nvidia-smi table (persistence really is off); the exporter is not
-    "old-dcgm-exporter-fails-tesla-k80": partial(DCGM, verdict="warning",
-                                                 must=("persistence.off=warning",)),
-    "xe9780-b300-dcgm-service-inactive": refused(DCGM),
-    "xid45-counts-rack-nvl72": refused(DCGM),
+    "nvvs-log-missing-diag-skus": (("dcgm.install-problem=warning",), CALM_DCGM),
+    # the K80's nvidia-smi table (persistence really is off) and the old exporter's lines
+    "old-dcgm-exporter-fails-tesla-k80": (("dcgm.exporter-unsupported-gpu=warning",
+                                           "persistence.off=warning"), CALM_GPUS),
+    # 7 B300 of a board of 8 under DCGM 3.3.9: too old for Blackwell, and a GPU short
+    "xe9780-b300-dcgm-service-inactive": (("dcgm.too-old=warning",
+                                           "dcgm.gpu-count-unexpected=warning"), (CALM,)),
+    # a rack's table of per-node Xid 45 totals (an NVSentinel comment): the job's cleanup
+    # signature on every node; the marked node is 4th of 17, no node is blamed or drained
+    "xid45-counts-rack-nvl72": (("xid-counts.job-signature=info",),
+                                (*CALM_GPUS, "xid-counts.node-outlier")),
     # --- 11: CUDA, NVML and container-runtime errors and configuration ---
     # the + side of the diff: the nvidia runtime registered and the default (healthy)
     "containerd-config-toml-nvidia-runtime": (("container.runtime-configured=ok",),

@@ -166,6 +166,46 @@ RELATIONS: tuple[Relation, ...] = (
       for c in ("k8s.gpus-not-advertised", "k8s.gpus-short", "k8s.plugin-unregistered")),
     Relation("k8s.sharing-renamed", "k8s.pending-insufficient-gpu", ANYWHERE,
              "the pod asks for a name the shared GPUs no longer go by"),
+    # DCGM's diagnostic (rules/dcgm_diag.py): what kept it from judging the GPUs
+    *(Relation(c, "dcgm.cuda-not-ready", ANYWHERE,
+               "the diagnostic's cuInit returns 'system not yet initialized' (802) until the "
+               "fabric is configured") for c in ("fabric.manager-inactive",
+                                                 "fabric.state-not-completed",
+                                                 "cuda.fabric-not-ready")),
+    *(Relation(c, "dcgm.persistence-off", ANYWHERE,
+               "DCGM refuses to test GPUs without persistence mode, which is off")
+      for c in ("persistence.daemon-stopped", "persistence.off")),
+    *(Relation(c, "dcgm.pcie-failed", SAME_GPU,
+               "the PCIe bandwidth test fails on a link trained below its width or speed",
+               Severity.WARNING) for c in ("pcie.width-degraded", "pcie.speed-degraded")),
+    *(Relation("dcgm.install-problem", c, ANYWHERE,
+               "DCGM's tests fail or skip when its plugins, config or packages are broken")
+      for c in ("dcgm.internal-error", "dcgm.no-result")),
+    # DCGM on the host and its exporter (rules/dcgm_host.py, dcgm_exporter.py): the same
+    # fact nvidia-smi gives folds under nvidia-smi's finding; DCGM blind for the node's cause
+    *(Relation(c, d, SAME_GPU, "DCGM reads the same counter nvidia-smi does")
+      for c, d in (("memory.uncorrectable", "dcgm.ecc-uncorrectable"),
+                   ("memory.correctable-high", "dcgm.ecc-correctable-high"),
+                   ("memory.remap-failed", "dcgm.remap-failed"),
+                   ("memory.remap-exhausting", "dcgm.remap-failed"),
+                   ("memory.remap-pending", "dcgm.remap-pending"),
+                   ("pcie.replays", "dcgm.pcie-replays"),
+                   ("nvlink.errors", "dcgm.nvlink-counters"))),
+    Relation("nvlink.links-down", "dcgm.nvlink-down", ANYWHERE,
+             "dcgmi and nvidia-smi report the same links down"),
+    *(Relation(c, "dcgm.gpu-count-unexpected", ANYWHERE,
+               "DCGM lists the GPUs the driver has; the missing one is the node's")
+      for c in ("gpu.count-unexpected", "gpu.board-short", "gpu.missing", "expect.gpu-count")),
+    Relation("dcgm.too-old", "dcgm.gpus-unseen", ANYWHERE,
+             "a DCGM release that predates the GPUs does not list all of them"),
+    *(Relation(c, "dcgm.hostengine-nvml-failed", ANYWHERE,
+               "nv-hostengine needs NVML, which fails for the program or container itself")
+      for c in ("driver.version-mismatch", "driver.not-loaded", "container.hook-nvml-error",
+                "container.nvml-init-failed", "nvidia-smi.nvml-init-failed")),
+    *(Relation(c, "dcgm.hostengine-unreachable", ANYWHERE,
+               "a host engine that cannot initialise NVML is not there to answer dcgmi")
+      for c in ("dcgm.hostengine-nvml-failed", "container.hook-nvml-error",
+                "driver.version-mismatch", "driver.not-loaded")),
 )
 
 _BY_CONSEQUENCE: dict[str, tuple[Relation, ...]] = {}

@@ -6,6 +6,7 @@ parser in :mod:`gputriage.sources` is a fact of its own name.
 
 from gputriage.factbase import Fact, merge
 from gputriage.hostfacts import (
+    dcgm,
     expectations,
     fabric,
     host,
@@ -26,4 +27,5 @@ __all__ = ["REGISTRY"]
 REGISTRY: dict[str, Fact] = merge(stack.FACTS, host.FACTS, fabric.FACTS, infiniband.FACTS,
                                   nccl.FACTS, nccl_bandwidth.FACTS, pcie.FACTS,
                                   topology.FACTS, smi_views.FACTS, identity.FACTS,
-                                  expectations.FACTS, resets.FACTS, k8s.FACTS)
+                                  expectations.FACTS, resets.FACTS, k8s.FACTS,
+                                  dcgm.FACTS)

@@ -186,6 +186,15 @@ def _peermem_build(f: Finding, host: Host) -> str:
             "DOCA-OFED (reinstall the driver after OFED), then modprobe nvidia-peermem")
 
 
+def _weights(f: Finding, host: Host) -> str:
+    if f.id == "weights.local-nvme-short":
+        return ("free space on the local NVMe volume (df -h; old checkpoints, images: crictl "
+                "rmi --prune) or stage on a larger one, then copy the weights there once")
+    return ("stage the weights on local NVMe ahead of the start (a node-local cache or a "
+            "pre-pull DaemonSet) and point the loader there; gputriage weights --replicas N "
+            "--link RATE shows what it saves")
+
+
 def _persistence(f: Finding, host: Host) -> str:
     if f.id == "persistence.daemon-inactive" or f.title.endswith("not started again"):
         return ("start the persistence daemon: systemctl enable --now nvidia-persistenced; "
@@ -262,6 +271,17 @@ def _cooling(f: Finding, host: Host) -> str:
     return (f"improve the cooling of {what(f, host)}: fan speeds, airflow and inlet temperature"
             f" in the BMC (ipmitool sdr type Temperature; nvidia-smi -q -d "
             f"TEMPERATURE{dash_i(f)})")
+
+
+def _dcgm_rerun(f: Finding, host: Host) -> str:
+    """DCGM's diagnostic: the repair is in the finding; the check is a clean rerun."""
+    gpu = f" -i {f.scope.gpu_index}" if f.scope.gpu_index is not None else ""
+    if f.id == "dcgm.test-failed":
+        return (f"run the diagnostic on it again (dcgmi diag -r 3{gpu}) and repair or RMA "
+                f"{what(f, host)}{serials(f, host)} if it fails again")
+    where = ("on the whole node (sbatch --exclusive, or outside Slurm)"
+             if f.blame is Blame.JOB_CONFIG else "on the node")
+    return f"rerun dcgmi diag -r 3{gpu} {where}: every test must pass"
 
 
 def _shm(f: Finding, host: Host) -> str:
@@ -571,10 +591,17 @@ def _k8s_lint(f: Finding, host: Host) -> str | None:
     return _K8S_LINT.get(f.id)
 
 
+def _dcgm_service(f: Finding, host: Host) -> str:
+    return ("start or restart DCGM's host engine (systemctl restart nvidia-dcgm; in Kubernetes "
+            "the GPU operator's nvidia-dcgm pod), upgrading DCGM first if it is older than the "
+            "GPUs; dcgmi discovery -l should then list every GPU")
+
+
 BY_ID: dict[str, Repair] = {
     **{fid: _k8s_stack for fid in _K8S_STACK},
     **{fid: _k8s_nodes for fid in _K8S_NODES},
     **{fid: _k8s_lint for fid in _K8S_LINT},
+    "weights.network-read": _weights, "weights.local-nvme-short": _weights,
     "container.cdi-stale-spec": _stale_cdi, "container.cdi-spec-version": _stale_cdi,
     "container.toolkit-cdi-mode-without-spec": _stale_cdi,
     "container.runtime-nvidia-missing": _engine_runtime,
@@ -608,6 +635,13 @@ BY_ID: dict[str, Repair] = {
     "cuda.driver-too-old": _cuda_build, "cuda.driver-unseen": _cuda_build,
     "cuda.no-kernel-image": _cuda_build, "container.cuda-requirement": _cuda_build,
     "cuda.compat-lib-shadowing": _compat_libs, "cuda.forward-compat-unsupported": _compat_libs,
+    "dcgm.persistence-off": _persistence, "dcgm.cuda-not-ready": _fabric_manager,
+    "dcgm.pcie-failed": _pcie, "dcgm.power-marginal": _dcgm_rerun,
+    "dcgm.test-failed": _dcgm_rerun, "dcgm.install-problem": _dcgm_rerun,
+    "dcgm.internal-error": _dcgm_rerun, "dcgm.deployment-failed": _dcgm_rerun,
+    "dcgm.hostengine-unreachable": _dcgm_service, "dcgm.gpus-unseen": _dcgm_service,
+    "dcgm.too-old": _dcgm_service, "dcgm.remap-failed": _rma, "dcgm.nvlink-down": _nvlink,
+    "dcgm.pcie-replays": _pcie, "dcgm.gpu-count-unexpected": _missing_boards,
 }
 BY_FAMILY: tuple[tuple[str, Repair], ...] = (
     ("xid.", _xid), ("sxid.", _sxid), ("kernel.", _kernel), ("nvlink.", _nvlink),

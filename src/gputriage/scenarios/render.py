@@ -82,15 +82,21 @@ RENDERERS: dict[str, Callable[[Host], str]] = {
 }
 
 
+# tools a scenario host lacks unless it supplies their output (DCGM is optional)
+NOT_INSTALLED = frozenset({"dcgmi_discovery", "dcgmi_health", "dcgmi_version"})
+
+
 def render_all(host: Host) -> dict[str, Rendered]:
     """Every source of ``host``, in the declaration order of :mod:`gputriage.sources`."""
     out: dict[str, Rendered] = {}
     for spec in sources.SOURCES:
         name = spec.name
-        if name not in RENDERERS and name not in host.command_overrides:
+        if name not in RENDERERS and name not in host.command_overrides and \
+                name not in NOT_INSTALLED:
             continue  # (a job source is written only when a scenario supplies it)
         is_command = spec.kind == "command"
-        if name in host.absent:
+        if name in host.absent or (name in NOT_INSTALLED and name not in RENDERERS
+                                   and name not in host.command_overrides):
             out[name] = Rendered(None, rc=None, error="absent",
                                  error_detail="not present on this host")
             continue

@@ -1,0 +1,267 @@
+"""dcgm-exporter: its ``/metrics`` text (Prometheus exposition of ``DCGM_FI_DEV_*`` and
+``DCGM_FI_PROF_*`` fields) and its own log.
+
+The metrics are read with prometheus_client's text parser (imported when first
+needed), the whole text at once, or line by line when a line is damaged (a paste cut
+in the middle of its last line): the readable samples are kept and the others counted.
+Samples are grouped per GPU, or per MIG instance (``GPU_I_ID``).
+
+The log is logrus text (``time="..." level=error msg="..."``, or ``ERRO[0000] ...`` on
+a terminal), behind ``docker compose logs`` / ``kubectl logs --prefix`` prefixes, and the
+plain lines of the old shell-script exporter (``Starting NVIDIA host engine...``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import ParseError, normalize_bus_id
+
+__all__ = ["EXPORTER_EVENTS", "ExporterEntry", "ExporterLog", "ExporterMetrics", "GpuMetrics",
+           "claim_exporter_log", "claim_metrics", "parse_exporter_log", "parse_metrics"]
+
+_SAMPLE = re.compile(r"^\s*(?P<name>DCGM_(?:FI|EXP)_[A-Z0-9_]+)(?:\{.*\})?\s+\S+")
+_NAME = re.compile(r"^\s*DCGM_(?:FI|EXP)_[A-Z0-9_]+")
+_META = re.compile(r"^\s*# (?:HELP|TYPE) (?P<name>DCGM_(?:FI|EXP)_[A-Z0-9_]+)\b")
+
+
+@dataclass
+class GpuMetrics:
+    """One GPU's (or MIG instance's) samples: field name -> value, and the lines."""
+
+    gpu: str | None
+    uuid: str | None = None
+    bus_id: str | None = None
+    model: str | None = None
+    hostname: str | None = None
+    mig_profile: str | None = None
+    mig_instance: str | None = None
+    values: dict[str, float] = field(default_factory=dict)
+    lines: dict[str, str] = field(default_factory=dict)  # field name -> its sample line
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)  # field -> extra labels
+
+    @property
+    def index(self) -> int | None:
+        return int(self.gpu) if self.gpu and self.gpu.isdigit() else None
+
+    @property
+    def label(self) -> str:
+        where = f"GPU {self.gpu}" if self.gpu is not None else "GPU"
+        if self.mig_instance is not None:
+            where += f" MIG {self.mig_profile or ''} instance {self.mig_instance}".replace(
+                "  ", " ")
+        return where
+
+
+@dataclass
+class ExporterMetrics:
+    """Every GPU's samples in the order they first appear, and how many lines could not
+    be read."""
+
+    gpus: list[GpuMetrics] = field(default_factory=list)
+    unreadable: int = 0
+    fields: set[str] = field(default_factory=set)
+
+    def gpu(self, key: tuple) -> GpuMetrics | None:
+        return next((g for g in self.gpus if _key(g) == key), None)
+
+
+def _key(g: GpuMetrics) -> tuple:
+    return (g.uuid or g.gpu, g.mig_instance)
+
+
+def _families(text: str):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return list(text_string_to_metric_families(text))
+
+
+_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "GPU_I_PROFILE",
+           "GPU_I_ID", "DCGM_FI_DRIVER_VERSION")
+
+
+def parse_metrics(text: str) -> ExporterMetrics:
+    """Parse a dcgm-exporter ``/metrics`` text; ParseError when no DCGM sample is read."""
+    out = ExporterMetrics()
+    lines = []
+    for ln in text.splitlines():
+        if _SAMPLE.match(ln) or _META.match(ln):
+            lines.append(ln)
+        elif _NAME.match(ln):
+            out.unreadable += 1  # a sample cut short (the end of a paste)
+    sample_lines = [ln for ln in lines if _SAMPLE.match(ln)]
+    samples: list[tuple[dict[str, str], float]] = []
+    try:
+        samples = [(dict(s.labels), s.value)
+                   for fam in _families("\n".join(lines) + "\n") for s in fam.samples]
+    except (ValueError, TypeError, IndexError, KeyError):
+        samples = []
+    if len(samples) != len(sample_lines):  # read line by line: keep what can be read
+        samples, kept = [], []
+        for ln in sample_lines:
+            try:
+                got = [(dict(s.labels), s.value) for fam in _families(ln + "\n")
+                       for s in fam.samples]
+            except (ValueError, TypeError, IndexError, KeyError):
+                got = []
+            if len(got) != 1:
+                out.unreadable += 1
+                continue
+            samples += got
+            kept.append(ln)
+        sample_lines = kept
+    for (labels, value), line in zip(samples, sample_lines, strict=True):
+        name = _SAMPLE.match(line).group("name")  # type: ignore[union-attr]
+        _add(out, name, labels, value, line.strip())
+    if not out.gpus:
+        raise ParseError("not dcgm-exporter metrics: no readable DCGM_FI_* sample")
+    return out
+
+
+def _add(out: ExporterMetrics, name: str, labels: dict[str, str], value: float,
+         line: str) -> None:
+    key = (labels.get("UUID") or labels.get("gpu"), labels.get("GPU_I_ID"))
+    gpu = out.gpu(key)
+    if gpu is None:
+        gpu = GpuMetrics(labels.get("gpu"), labels.get("UUID"),
+                         normalize_bus_id(labels.get("pci_bus_id")), labels.get("modelName"),
+                         labels.get("Hostname"), labels.get("GPU_I_PROFILE"),
+                         labels.get("GPU_I_ID"))
+        out.gpus.append(gpu)
+    out.fields.add(name)
+    if name in gpu.values and gpu.values[name] >= value:
+        return  # a field repeated (per pod or container labels): keep the largest
+    gpu.values[name] = value
+    gpu.lines[name] = line or f"{name} {value:g}"
+    extra = {k: v for k, v in labels.items() if k not in _LABELS}
+    if extra:
+        gpu.labels[name] = extra
+
+
+def claim_metrics(doc: PasteDoc) -> None:
+    """Lines of DCGM samples and their ``# HELP`` / ``# TYPE`` lines."""
+    for i, ln in enumerate(doc.lines):
+        if doc.free(i) and (_SAMPLE.match(ln) or _META.match(ln)):
+            doc.claim("dcgm_exporter_metrics", i, i + 1)
+
+
+# --- the exporter's log ------------------------------------------------------------------
+_PREFIX = re.compile(r"^\s*(?:\[pod/[^\]]{1,300}\]\s+|[\w.-]{1,100}\s+\|\s+)?")
+_LOGRUS = re.compile(r'time="(?P<time>[^"]{1,64})"\s+level=(?P<level>\w+)\s+msg="(?P<msg>.*?)"'
+                     r'(?:\s|$)')
+_LOGRUS_TTY = re.compile(r"^(?P<level>INFO|WARN|WARNING|ERRO|ERROR|FATA|FATAL|DEBU|PANI)"
+                         r"\[\d{1,8}\]\s+(?P<msg>.*)$")
+_LEVELS = {"INFO": "info", "WARN": "warning", "WARNING": "warning", "ERRO": "error",
+           "ERROR": "error", "FATA": "fatal", "FATAL": "fatal", "DEBU": "debug",
+           "PANI": "panic"}
+
+
+def _re(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.IGNORECASE)
+
+
+# event -> pattern on a message; first match wins
+EXPORTER_EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("remote-hostengine", _re(r"connect to remote hostengine at (?P<addr>\S+?)\"?$")),
+    ("collect-failed", _re(r"Failed to collect metrics.*Host engine connection invalid|"
+                           r"Failed to collect metrics")),
+    ("hostengine-unreachable", _re(r"Error connecting to nv-hostengine|Host engine connection "
+                                   r"invalid/disconnected|Unable to connect to host engine")),
+    ("dcp-unavailable", _re(r"Not collecting DCP metrics|module of DCGM that is not currently "
+                            r"loaded|Unable to Get supported metric groups|DCP metrics not "
+                            r"enabled")),
+    ("metrics-file-invalid", _re(r"Could not read metrics file|wrong number of fields|"
+                                 r"bare \" in non-quoted field|extraneous or missing \" in quoted|"
+                                 r"record on line \d+")),
+    ("nvml-init-failed", _re(r"Failed to initialize NVML|NVML doesn't exist|libnvidia-ml\.so")),
+    ("started", _re(r"Starting dcgm-exporter|DCGM successfully initialized|Collecting DCP "
+                    r"Metrics|Starting webserver|Listening on")),
+    ("legacy-hostengine-stopped", _re(r"Unable to terminate host engine, it may not be running|"
+                                      r"Stopping NVIDIA host engine")),
+    ("legacy-start", _re(r"Starting NVIDIA host engine|Collecting metrics at \S+ every")),
+    ("fabricmanager-state", _re(r"Failed to get unit file state for nvidia-fabricmanager")),
+)
+_EXPORTER_HINT = _re(r"dcgm-exporter|dcgm_exporter|DCGM|hostengine|DCP metrics|metrics file|"
+                     r"metric groups|Failed to collect metrics|configmap data")
+_LEGACY = _re(r"^(?:Starting NVIDIA host engine\.\.\.|Collecting metrics at /\S+ every \d+ms\.*|"
+              r"Stopping NVIDIA host engine\.\.\.|Unable to terminate host engine, it may not be "
+              r"running\.|\S*dcgm-exporter: line \d+: .*|Done|Failed to get unit file state for "
+              r"nvidia-fabricmanager\.service: .*)$")
+
+
+@dataclass
+class ExporterEntry:
+    """One record of the exporter's log: its level, message, event (or None) and line."""
+
+    message: str
+    line: str
+    level: str | None = None
+    time: str | None = None
+    event: str | None = None
+    detail: str | None = None  # what the event's pattern captured (the remote address)
+
+
+@dataclass
+class ExporterLog:
+    entries: list[ExporterEntry] = field(default_factory=list)
+
+    def of(self, *events: str) -> list[ExporterEntry]:
+        return [e for e in self.entries if e.event in events]
+
+
+def _split(line: str) -> tuple[str | None, str | None, str] | None:
+    """(time, level, message) of a logrus record or a legacy exporter line; None otherwise."""
+    text = _PREFIX.sub("", line.strip().strip("`"), count=1)
+    if m := _LOGRUS.search(text):
+        msg = m.group("msg").replace('\\"', '"').replace("\\n", " ").strip()
+        return m.group("time"), m.group("level").lower(), msg
+    if m := _LOGRUS_TTY.match(text):
+        return None, _LEVELS.get(m.group("level").upper()), m.group("msg").strip()
+    if text.startswith("Error: ") and _EXPORTER_HINT.search(text):
+        return None, "error", text[len("Error: "):].strip()
+    if _LEGACY.match(text):
+        return None, None, text
+    return None
+
+
+def _event(message: str) -> tuple[str | None, str | None]:
+    for name, pat in EXPORTER_EVENTS:
+        if m := pat.search(message):
+            return name, (m.groupdict().get("addr") or None)
+    return None, None
+
+
+def parse_exporter_log(text: str) -> ExporterLog:
+    """Parse dcgm-exporter's log; ParseError when no line is one of its records."""
+    out = ExporterLog()
+    for line in text.splitlines():
+        parts = _split(line)
+        if parts is None:
+            continue
+        time, level, msg = parts
+        event, detail = _event(msg)
+        out.entries.append(ExporterEntry(msg, line.strip(), level, time, event, detail))
+    if not out.entries:
+        raise ParseError("not a dcgm-exporter log: no logrus record or exporter line")
+    return out
+
+
+def _is_exporter_line(line: str) -> bool:
+    parts = _split(line)
+    return parts is not None and (parts[1] is None or bool(_EXPORTER_HINT.search(parts[2])) or
+                                  _event(parts[2])[0] is not None)
+
+
+def claim_exporter_log(doc: PasteDoc) -> None:
+    """Runs of logrus / exporter lines of which one at least is dcgm-exporter's own."""
+    i = 0
+    while i < len(doc.lines):
+        if not (doc.free(i) and _split(doc.lines[i]) is not None):
+            i += 1
+            continue
+        end = doc.extend(i, lambda s: _split(s) is not None)
+        if any(_is_exporter_line(doc.lines[j]) for j in range(i, end)):
+            doc.claim("dcgm_exporter_log", i, end)
+        i = max(end, i + 1)

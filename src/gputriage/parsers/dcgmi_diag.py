@@ -1,0 +1,275 @@
+"""``dcgmi diag``: DCGM's diagnostic (levels 1-4), as its table or its ``-j`` JSON.
+
+The table is a box of two columns: metadata rows (``DCGM Version``), section lines
+(``+-----  Hardware  ---``) and one row per test. DCGM 2.x/3.x print a test's result as
+``Pass - All`` or ``Fail - GPU: 1`` (then ``Warning | GPU 1 ...`` rows); 4.x print the
+test's result, then one ``GPU0: Pass`` row per GPU and ``Warning: GPU0`` rows. Messages
+are cut every 45 characters, mid-word: the cuts are joined back. The JSON is
+``{"DCGM GPU Diagnostic" | "DCGM Diagnostic": {"test_categories": [...]}}`` with per-GPU
+results (``gpu_id`` in 3.x, ``entity_id`` in 4.x) and warnings with their DCGM error
+codes; a cut-short or elided paste of it is read key by key. dcgmi's own errors
+(``Error: ... Return: (-30) : DCGM GPU Diagnostic returned an error``) are kept too.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gputriage.errors import ParseError
+from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.dcgmi_diag_json import read_json
+from gputriage.parsers.dcgmi_diag_model import (
+    RETURN,
+    DiagMessage,
+    DiagReport,
+    DiagTest,
+    gpus_named,
+    status_word,
+    worst,
+)
+
+__all__ = ["DiagMessage", "DiagReport", "DiagTest", "claim_dcgmi_diag", "gpus_named",
+           "parse_dcgmi_diag"]
+
+MSG_WIDTH = 45  # dcgmi cuts a message into cells of this many characters
+
+# the tests DCGM 2.x-4.x print (lower case): a table row naming one starts a block
+TEST_NAMES = frozenset({
+    "denylist", "blacklist", "nvml library", "cuda main library", "cuda toolkit libraries",
+    "cuda toolkit library", "permissions and os blocks", "permissions and os-related blocks",
+    "persistence mode", "environment variables", "page retirement/row remap",
+    "page retirement", "graphics processes", "inforom", "fabric manager", "software",
+    "pcie", "gpu memory", "memory", "memtest", "pulse test", "pulse_test", "diagnostic",
+    "targeted stress", "targeted_stress", "targeted power", "targeted_power",
+    "memory bandwidth", "memory_bandwidth", "sm stress", "sm_stress", "eud test", "eud",
+    "cpu eud", "cpu_eud", "context create", "context_create", "nvbandwidth",
+    "nvlink bandwidth", "ecc", "nccl tests", "nccl_tests",
+})
+_STATUS = r"(?:Pass|Fail|Skip|Warn|Not Run|PASS|FAIL|SKIP|WARN)"
+_RESULT = re.compile(rf"^(?P<status>{_STATUS})(?:\s*-\s*(?P<who>All|GPUs?:\s*[\d,\s]+))?\s*$")
+_ENTITY = re.compile(rf"^(?P<group>GPU|CPU|NvSwitch|Link)\s?(?P<id>\d{{1,4}}):\s*"
+                     rf"(?P<status>{_STATUS})\s*$")
+_ROW = re.compile(r"^\s*\|(?P<name>[^|]*)\|(?P<value>.*?)$")
+_SECTION = re.compile(r"^\s*[+|]-{3,}\s+(?P<name>[A-Za-z][\w ]*?)\s+-{3,}")
+_MSG_NAME = re.compile(r"^(?P<kind>Warning|Info|Error)(?::\s*(?P<group>GPU|CPU)\s?(?P<id>\d+))?$")
+_COMMAND = re.compile(r"\bdcgmi\s+diag\b(?P<args>.*)$")
+_LEVEL = re.compile(r"(?:-r|--run)[\s=]+(?P<level>[1-4])\b")
+_GPU_LIST = re.compile(r"(?:-i|--gpuList|--entity-id)[\s=]+(?P<list>[\w,:*{}.-]+)")
+_ERROR = re.compile(r"^\s*Error:\s*(?P<text>\S.*?)\s*$")
+_RAN = re.compile(r"^\s*Successfully ran diagnostic for group\.?\s*$")
+_HEADER = re.compile(r"^\s*\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$")
+_BOX = re.compile(r"^\s*[+|]")
+_JSON_ROOT = re.compile(r'"DCGM (?:GPU )?Diagnostic"\s*:')
+_METADATA = {"dcgm version": "version", "version": "version",
+             "driver version detected": "driver", "gpu device ids detected": "device_ids",
+             "gpu device ids": "device_ids"}
+_DCGMI_ERRORS = re.compile(
+    r"^\s*Error: (?:Unable to complete diagnostic|Cannot load plugins|Diagnostic could not|"
+    r"Unable to (?:start|run) (?:the )?diag|.*\bReturn: \(-?\d+\))")
+
+
+def parse_dcgmi_diag(text: str) -> DiagReport:
+    """Parse ``dcgmi diag`` output (table, ``-j`` JSON, or dcgmi's error); ParseError
+    when it holds no test result and no dcgmi diag error."""
+    out = DiagReport()
+    for ln in text.splitlines():
+        if m := _COMMAND.search(ln):
+            out.command = ln.strip()
+            if lv := _LEVEL.search(m.group("args")):
+                out.level = int(lv.group("level"))
+            if gl := _GPU_LIST.search(m.group("args")):
+                out.gpu_list = gl.group("list")
+            break
+    if _JSON_ROOT.search(text):
+        read_json(text, out)
+    else:
+        _read_table(text.splitlines(), out)
+    if not out.tests and not out.errors:
+        raise ParseError("not dcgmi diag output: no test result and no dcgmi error")
+    return out
+
+
+# --- the table --------------------------------------------------------------------------
+
+def _chunk(line: str) -> str:
+    """The message text of a row's value cell: a full-width cell keeps its trailing space
+    (a cut may fall after one), a short one is stripped."""
+    first = line.index("|")
+    second = line.index("|", first + 1)
+    body = line[second + 1:]
+    last = body.rfind("|")
+    if last >= MSG_WIDTH + 2:  # " ", 45 characters and the padding before "|"
+        return body[1:1 + MSG_WIDTH]
+    return (body[:last] if last >= 0 else body)[1:].rstrip()
+
+
+class _Table:
+    """The state of reading a table: the section, the test and the message being read."""
+
+    def __init__(self, out: DiagReport) -> None:
+        self.out = out
+        self.category: str | None = None
+        self.test: DiagTest | None = None
+        self.msg: DiagMessage | None = None
+        self.chunks: list[str] = []
+
+    def end_message(self) -> None:
+        if self.msg is not None:
+            self.msg.text = " ".join("".join(self.chunks).split())
+            if not self.msg.gpus:
+                self.msg.gpus = gpus_named(self.msg.text)
+        self.msg, self.chunks = None, []
+
+    def row(self, line: str, name: str, value: str) -> None:
+        key = name.lower()
+        if key in _METADATA and self.test is None:
+            self.metadata(_METADATA[key], value)
+            return
+        if m := _MSG_NAME.match(name):
+            self.end_message()
+            gpus = (int(m.group("id")),) if m.group("id") and m.group("group") == "GPU" else ()
+            self.msg = DiagMessage(m.group("kind").lower(), "", gpus, [line])
+            self.chunks = [_chunk(line)]
+            if self.test is not None:
+                self.test.messages.append(self.msg)
+                self.test.lines.append(line)
+            else:
+                self.out.errors.append(self.msg)
+            return
+        if name:
+            self.end_message()
+            if not (_RESULT.match(value) or key in TEST_NAMES):
+                return  # another metadata row (serials, CPUs, EUD version)
+            self.test = DiagTest(name, self.category, lines=[line])
+            self.out.tests.append(self.test)
+            self.result(value)
+            return
+        per_gpu = bool(_ENTITY.match(value) or ((m := _RESULT.match(value)) and m["who"]))
+        if self.test is not None and (self.msg is None or per_gpu) and self.result(value):
+            self.end_message()  # 4.x: the GPUs' results follow the test's own warnings
+            self.test.lines.append(line)
+        elif self.msg is not None:
+            self.msg.lines.append(line)
+            self.chunks.append(_chunk(line))
+            if self.test is not None:
+                self.test.lines.append(line)
+
+    def metadata(self, what: str, value: str) -> None:
+        if what == "device_ids":
+            self.out.device_ids = [v.strip() for v in value.split(",") if v.strip()]
+        else:
+            setattr(self.out, what, value or None)
+
+    def result(self, value: str) -> bool:
+        """Read a result cell into the test; False when it is not one."""
+        test = self.test
+        if test is None:
+            return False
+        if m := _ENTITY.match(value):
+            if m.group("group") == "GPU":
+                test.gpus[int(m.group("id"))] = status_word(m.group("status"))
+            return True
+        if not (m := _RESULT.match(value)):
+            return False
+        status, who = status_word(m.group("status")), m.group("who")
+        if who and who.startswith("GPU"):
+            for g in re.findall(r"\d+", who):
+                test.gpus[int(g)] = status
+        elif who:
+            test.all_gpus = status
+        test.status = worst(test.status, status)
+        return True
+
+
+def _read_table(lines: list[str], out: DiagReport) -> None:
+    table = _Table(out)
+    for ln in lines:
+        if _RAN.match(ln):
+            out.ran = True
+        elif m := _SECTION.match(ln):
+            table.end_message()
+            table.category, table.test = m.group("name").strip(), None
+        elif _HEADER.match(ln):
+            continue
+        elif re.match(r"^\s*\+[-=+]+\+\s*$", ln):
+            table.end_message()
+            out.complete = out.complete or bool(out.tests)
+        elif m := _ROW.match(ln):
+            value = m.group("value").rstrip().rstrip("|").strip()
+            table.row(ln.rstrip(), m.group("name").strip(), value)
+        elif (m := _ERROR.match(ln)) and (_DCGMI_ERRORS.match(ln) or out.errors):
+            table.end_message()
+            msg = DiagMessage("error", m.group("text"), gpus_named(m.group("text")), [ln.strip()])
+            out.errors.append(msg)
+            if r := RETURN.search(ln):
+                out.return_code, out.return_text = int(r.group("code")), r.group("text") or None
+    table.end_message()
+
+
+# --- the detector -----------------------------------------------------------------------
+
+def _starts_table(line: str) -> bool:
+    """A line only dcgmi diag prints: its header, a section line, or a row of a test it
+    runs with a result."""
+    if _HEADER.match(line) or _SECTION.match(line):
+        return True
+    m = _ROW.match(line)
+    if not m:
+        return False
+    value = m.group("value").rstrip().rstrip("|").strip()
+    return m.group("name").strip().lower() in TEST_NAMES and bool(
+        _RESULT.match(value) or _ENTITY.match(value))
+
+
+def claim_dcgmi_diag(doc: PasteDoc) -> None:
+    """The diag table (from its header, a section line or a test row, with the
+    "Successfully ran" line above it), its -j JSON, and dcgmi diag's error lines."""
+    i = 0
+    while i < len(doc.lines):
+        ln = doc.lines[i]
+        if not doc.free(i):
+            i += 1
+        elif _starts_table(ln):
+            first = i - 1 if doc.free(i - 1) and _RAN.match(doc.lines[i - 1]) else i
+            first = first - 1 if _table_top(doc, first - 1) else first
+            end = doc.extend(i + 1, lambda s: bool(_BOX.match(s)))
+            doc.claim("dcgmi_diag", first, end)
+            i = end
+        elif ln.lstrip().startswith("{") and _json_starts(doc, i):
+            end = _json_end(doc, i)
+            doc.claim("dcgmi_diag", i, end)
+            i = end
+        elif _DCGMI_ERRORS.match(ln):
+            end = doc.extend(i + 1, lambda s: bool(_ERROR.match(s)))
+            doc.claim("dcgmi_diag", i, end)
+            i = end
+        elif _RAN.match(ln) and doc.free(i + 1) and _BOX.match(doc.lines[i + 1]):
+            i += 1  # the table below claims it
+        else:
+            i += 1
+
+
+def _table_top(doc: PasteDoc, i: int) -> bool:
+    return doc.free(i) and bool(re.match(r"^\s*\+[-+]+\+\s*$", doc.lines[i]))
+
+
+def _json_starts(doc: PasteDoc, i: int) -> bool:
+    if _JSON_ROOT.search(doc.lines[i]):
+        return True
+    j = doc.next_nonblank(i + 1)
+    return doc.free(j) and bool(_JSON_ROOT.search(doc.lines[j]))
+
+
+def _json_end(doc: PasteDoc, i: int) -> int:
+    """The line after the document: its closing brace at the first one's indentation,
+    else the end of the free lines (a paste cut short)."""
+    if doc.lines[i].rstrip().endswith("}"):
+        return i + 1  # a one-line document
+    indent = len(doc.lines[i]) - len(doc.lines[i].lstrip())
+    j = i + 1
+    while doc.free(j):
+        ln = doc.lines[j]
+        j += 1
+        if ln.strip() == "}" and len(ln) - len(ln.lstrip()) == indent:
+            break
+    return j

@@ -1,0 +1,96 @@
+"""``/var/log/nvidia-dcgm/nvvs.log``: the log of NVVS, the program behind ``dcgmi diag``.
+
+DCGM's log format, ``2023-12-07 17:09:52.612 ERROR [73032:73032] message [file:line]
+[function]``; a plugin's lines carry its name (``[[pcie]]``), and the output of a
+plugin's helper follows its line unprefixed (``External command stdout: ...`` then the
+helper's JSON). nv-hostengine writes the same format: a line is NVVS's when it names
+NVVS's sources (``nvvs/src/...``), a plugin, or a message only NVVS prints.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from gputriage.errors import ParseError
+from gputriage.ingest.paste import PasteDoc
+
+__all__ = ["NvvsEntry", "NvvsLog", "claim_nvvs_log", "parse_nvvs_log"]
+
+_LINE = re.compile(
+    r"^\s*(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)\s+"
+    r"(?P<level>DEBUG|VERB|VERBOSE|INFO|WARN|WARNING|ERROR|CRIT|CRITICAL|FATAL)\s+"
+    r"\[(?P<pid>\d+):\d+\]\s*(?P<msg>.*?)\s*$")
+_PLUGIN = re.compile(r"^\[\[(?P<plugin>[\w .-]{1,40})\]\]\s*")
+_WHERE = re.compile(r"\s*\[(?P<file>[^\[\]]*?\.(?:cpp|h|hpp|c):\d+)\](?:\s*\[[^\[\]]*\])?\s*$")
+# what only NVVS prints (its sources, its plugins, its config and child processes)
+_NVVS = re.compile(
+    r"/nvvs/|\[\[\w|\bnvvs\b|diag-skus|package diag config|Output of child process|"
+    r"numa_sched_setaffinity|PluginLib|PluginTest|ConfigFileParser|ShutdownPlugin|"
+    r"/plugins/cuda\d+/|datac[ae]nter-gpu-manager-config|Test \w[\w ]*: ",
+    re.IGNORECASE)
+
+
+@dataclass
+class NvvsEntry:
+    """One record of the log, with the unprefixed lines that follow it."""
+
+    time: str
+    level: str  # DEBUG | INFO | WARN | ERROR ...
+    message: str  # without the [file:line] [function] suffix
+    plugin: str | None = None  # the [[pcie]] tag
+    source: str | None = None  # file:line it was logged at
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The message and what followed it, in one line."""
+        return " ".join(" ".join(ln.strip() for ln in [self.message, *self.lines[1:]]).split())
+
+
+@dataclass
+class NvvsLog:
+    entries: list[NvvsEntry] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[NvvsEntry]:
+        """Warnings and errors, and plugin output (a helper's stdout may hold its error)."""
+        return [e for e in self.entries
+                if e.level not in ("DEBUG", "VERB", "VERBOSE", "INFO")
+                or "External command" in e.message]
+
+
+def parse_nvvs_log(text: str) -> NvvsLog:
+    """Parse nvvs.log records; ParseError when no line is an NVVS record."""
+    out = NvvsLog()
+    cur: NvvsEntry | None = None
+    for raw in text.splitlines():
+        if m := _LINE.match(raw):
+            msg = m.group("msg")
+            plugin = None
+            if p := _PLUGIN.match(msg):
+                plugin, msg = p.group("plugin"), msg[p.end():]
+            where = _WHERE.search(msg)
+            cur = NvvsEntry(m.group("time"), m.group("level"),
+                            msg[:where.start()] if where else msg, plugin,
+                            where.group("file") if where else None, [raw.strip()])
+            out.entries.append(cur)
+        elif cur is not None and raw.strip() and len(cur.lines) < 200:
+            cur.lines.append(raw.rstrip())
+    if not any(_NVVS.search(" ".join(e.lines)) for e in out.entries):
+        raise ParseError("not an nvvs.log: no NVVS record")
+    return out
+
+
+def claim_nvvs_log(doc: PasteDoc) -> None:
+    """Each NVVS record (a DCGM log line that is NVVS's) with the unprefixed lines after
+    it, up to the next record or a blank line."""
+    i = 0
+    while i < len(doc.lines):
+        ln = doc.lines[i]
+        if not (doc.free(i) and _LINE.match(ln) and _NVVS.search(ln)):
+            i += 1
+            continue
+        end = doc.extend(i + 1, lambda s: bool(s.strip()) and not _LINE.match(s))
+        doc.claim("nvvs_log", i, end)
+        i = end

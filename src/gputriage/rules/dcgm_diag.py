@@ -1,0 +1,410 @@
+"""Rules on DCGM's diagnostic (``dcgmi diag``, ``nvvs.log``): what a failed, warned or
+skipped test says of the GPUs, and when it says nothing of them because DCGM itself
+could not run it (its installation, how it was launched, a prerequisite).
+
+One cause is one finding: a GPU's failed tests make one finding with their warnings
+(thermal violations name the cooling), the tests skipped because persistence mode is
+off are that finding's consequence, CUDA's "system not yet initialized" on every GPU is
+the NVLink fabric, not eight broken GPUs, and DCGM's own errors are never a GPU fault.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+
+from gputriage.hostfacts.pcie import PcieLink
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.parsers.dcgmi_diag_model import DiagMessage, DiagReport, DiagTest
+from gputriage.parsers.nvvs_log import NvvsLog
+from gputriage.rules.base import evidence, finding, gpu_scope, rule
+
+__all__ = ["NO_RESULT", "message_kind"]
+
+NO_RESULT = "dcgm.no-result"  # every test skipped: the check cannot tell (verdict unknown)
+POWER_MARGIN = 0.05  # a targeted power miss within 5 % of the target: marginal
+DOC = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html"
+
+# DCGM error ids (dcgm_errors.h) and the kind of cause each is
+_CODES = {29: "persistence", 40: "thermal", 41: "thermal", 44: "internal", 63: "power",
+          108: "cuda-not-ready"}
+_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (k, re.compile(p, re.IGNORECASE)) for k, p in (
+    ("cuda-not-ready", r"system not yet initiali[sz]ed|cudaErrorSystemNotReady|"
+                       r"SYSTEM_NOT_READY"),
+    ("affinity", r"numa_sched_setaffinity|sched_setaffinity\S* failed"),
+    ("unparsable", r"Output of child process .{0,40}couldn'?t be parsed"),
+    ("plugins", r"Could not exec '[^']*plugins/|Unable to change to the plugin dir|"
+                r"Cannot load plugins|Couldn'?t load a definition for|undefined symbol"),
+    ("config", r"Could not read package diag config|diag-skus\.yaml|"
+               r"datac[ae]nter-gpu-manager-config"),
+    ("unsupported", r"unsupported driver combination|driver .{0,40}not supported"),
+    ("mismatch", r"version mismatch|versions? (?:do|does) not match|hostengine version"),
+    ("internal", r"internal error during the test|\binternal error\b"),
+    ("persistence", r"Persistence mode for GPU \d+ is (?:currently )?disabled"),
+    ("thermal", r"Thermal violations"),
+    ("power", r"Max power of [\d.]+ did not reach desired power minimum"),
+))
+INSTALL = frozenset({"plugins", "config", "unsupported", "mismatch"})
+RUN = frozenset({"affinity", "unparsable", "internal"})
+NOT_HARDWARE = INSTALL | RUN | {"cuda-not-ready", "persistence"}
+_HW_DEPLOYMENT = frozenset({"page retirement/row remap", "page retirement", "inforom"})
+_POWER = re.compile(r"Max power of (?P<got>[\d.]+) did not reach desired power minimum.*? of "
+                    r"(?P<want>\d+(?:\s?\.\s?\d+)?)")
+_SLURM = re.compile(r"\b(?:srun|sbatch|salloc)\b")
+
+
+def message_kind(text: str, code: int | None = None) -> str | None:
+    """The kind of cause a DCGM message (or an nvvs.log record) speaks of, if known."""
+    for kind, pat in _KINDS:
+        if pat.search(text):
+            return kind
+    return _CODES.get(code) if code is not None else None
+
+
+def _kind(m: DiagMessage) -> str | None:
+    return message_kind(m.text, m.code)
+
+
+def _deployment(t: DiagTest) -> bool:
+    return (t.category or "").lower() == "deployment" or t.key in (
+        "denylist", "blacklist", "nvml library", "cuda main library", "software",
+        "permissions and os blocks", "persistence mode", "environment variables",
+        "graphics processes", *_HW_DEPLOYMENT)
+
+
+def _gpu_list(gpus: Iterable[int]) -> str:
+    g = sorted(set(gpus))
+    if len(g) > 2 and g == list(range(g[0], g[-1] + 1)):
+        return f"GPUs {g[0]}-{g[-1]}"
+    return ("GPU " if len(g) == 1 else "GPUs ") + ", ".join(map(str, g))
+
+
+def _failed_gpus(t: DiagTest, report: DiagReport) -> list[int]:
+    """The GPUs a failed (or warned) test names; all of them for "Fail - All"."""
+    bad = t.gpus_with("fail") or t.gpus_with("warn")
+    if bad:
+        return bad
+    if t.all_gpus in ("fail", "warn") or (t.status in ("fail", "warn") and not t.gpus):
+        named = {g for m in t.messages for g in m.gpus}
+        return sorted(named) or list(range(len(report.device_ids)))
+    return []
+
+
+def _on(t: DiagTest, gpu: int | None) -> list[DiagMessage]:
+    """The test's warnings and errors about one GPU (or about none in particular)."""
+    return [m for m in t.messages if m.kind != "info" and (not m.gpus or gpu in m.gpus)]
+
+
+# --- hardware ---------------------------------------------------------------------------
+
+@rule("dcgm.diag-hardware",
+      produces=("dcgm.test-failed", "dcgm.pcie-failed", "dcgm.power-marginal"))
+def diag_hardware(dcgmi_diag: DiagReport,
+                  pcie_links: list[PcieLink] | None = None) -> Iterator[Finding]:
+    """A hardware test DCGM failed on a GPU (memory, PCIe, stress, power, diagnostic,
+    EUD, NVLink, row remap): one finding per GPU with the tests and their warnings; a
+    PCIe failure names the GPU's degraded link; a targeted power miss of a few percent
+    is marginal, not a fault."""
+    per_gpu: dict[int | None, list[tuple[DiagTest, list[DiagMessage]]]] = {}
+    for t in dcgmi_diag.tests:
+        if t.status not in ("fail", "warn") or (_deployment(t) and t.key not in _HW_DEPLOYMENT):
+            continue
+        gpus: list[int | None] = [*_failed_gpus(t, dcgmi_diag)] or [None]
+        for gpu in gpus:
+            msgs = _on(t, gpu)
+            kinds = {_kind(m) for m in msgs}
+            if msgs and kinds <= NOT_HARDWARE:
+                continue  # DCGM's, CUDA's or the setup's failure: other rules say it
+            per_gpu.setdefault(gpu, []).append((t, msgs))
+    for gpu, failed in per_gpu.items():
+        pcie = [(t, m) for t, m in failed if t.key == "pcie"]
+        power = [(t, m) for t, m in failed if t.key == "targeted power" and _marginal(m)]
+        rest = [x for x in failed if x not in pcie and x not in power]
+        if rest:
+            yield _hardware(gpu, rest, dcgmi_diag)
+        if pcie:
+            yield _pcie(gpu, pcie[0][0], pcie[0][1], pcie_links)
+        if power and not rest:
+            yield _power(gpu, power[0][0], power[0][1])
+
+
+def _marginal(msgs: list[DiagMessage]) -> tuple[float, float] | None:
+    """(measured, required) watts when the power test missed by a few percent."""
+    for m in msgs:
+        if p := _POWER.search(m.text):
+            got, want = float(p.group("got")), float(p.group("want").replace(" ", ""))
+            if want > 0 and (want - got) / want <= POWER_MARGIN:
+                return got, want
+    return None
+
+
+def _scope(gpu: int | None) -> Scope:
+    return gpu_scope(None, gpu) if gpu is not None else NODE
+
+
+def _ev(tests: Iterable[DiagTest]) -> list[Evidence]:
+    return [evidence("dcgmi_diag", [ln for t in tests for ln in t.lines], limit=24)]
+
+
+def _hardware(gpu: int | None, failed: list[tuple[DiagTest, list[DiagMessage]]],
+              report: DiagReport) -> Finding:
+    names = ", ".join(t.name for t, _ in failed)
+    who = f"GPU {gpu}" if gpu is not None else "the GPUs"
+    hard = any((gpu is not None and t.gpus.get(gpu) == "fail") or t.all_gpus == "fail" or
+               (t.status == "fail" and not t.gpus and t.all_gpus is None) for t, _ in failed)
+    thermal = [m for _, msgs in failed for m in msgs if _kind(m) == "thermal"]
+    said = [m.text for _, msgs in failed for m in msgs if _kind(m) != "thermal"][:2]
+    why = (f" DCGM says: {' / '.join(said)}." if said else "")
+    cooling = (f" It also logged thermal violations ({thermal[0].text.split(' Verify')[0]}): "
+               f"check the cooling of {who} (fans, airflow, the thermal interface) as part of "
+               "the repair." if thermal else "")
+    level = f" (level {report.level})" if report.level else ""
+    if hard:
+        return finding(
+            "dcgm.test-failed", Severity.CRITICAL, f"DCGM diag{level}: {names} failed on {who}",
+            f"DCGM's {names} test failed on {who}: a hardware fault under load.{why}{cooling} "
+            "Drain the node, rerun the diagnostic on it (dcgmi diag -r 3) to confirm, and "
+            "repair or RMA the GPU if it fails again.", Action.DRAIN_AND_REPAIR, Blame.NODE,
+            _scope(gpu), _ev(t for t, _ in failed), references=(DOC,))
+    return finding(
+        "dcgm.test-failed", Severity.WARNING, f"DCGM diag{level}: {names} warned on {who}",
+        f"DCGM's {names} test passed with a warning on {who}.{why}{cooling} The GPU still "
+        "works; look at it at the next maintenance window and rerun the diagnostic.",
+        Action.PLAN_REPAIR, Blame.NODE, _scope(gpu), _ev(t for t, _ in failed),
+        references=(DOC,))
+
+
+def _link_of(gpu: int | None, links: list[PcieLink] | None) -> PcieLink | None:
+    """The GPU's link when it trained narrower or slower than it can."""
+    for link in links or ():
+        if link.kind == "gpu" and gpu is not None and link.index == gpu and (
+                link.downgraded or (link.cur_width and link.max_width
+                                    and link.cur_width < link.max_width)):
+            return link
+    return None
+
+
+def _pcie(gpu: int | None, t: DiagTest, msgs: list[DiagMessage],
+          links: list[PcieLink] | None) -> Finding:
+    who = f"GPU {gpu}" if gpu is not None else "the GPUs"
+    link = _link_of(gpu, links)
+    said = f" DCGM says: {msgs[0].text}." if msgs else ""
+    ev = _ev([t])
+    if link is not None:
+        ev += [evidence(s, lines) for s, lines in link.evidence.items() if lines]
+        return finding(
+            "dcgm.pcie-failed", Severity.CRITICAL,
+            f"DCGM diag: PCIe test failed on {who}, whose link runs x{link.cur_width or '?'} "
+            f"of x{link.max_width or '?'}",
+            f"DCGM's PCIe bandwidth test failed on {who}, and its link is trained below what "
+            f"it supports ({link.label}): the narrow or slow link is why.{said} Drain the node "
+            "and reseat the GPU, its riser and cable; the test must pass afterwards.",
+            Action.DRAIN_AND_REPAIR, Blame.NODE, gpu_scope(link.bus_id or None, gpu, link.uuid),
+            ev, references=(DOC,))
+    return finding(
+        "dcgm.pcie-failed", Severity.CRITICAL, f"DCGM diag: PCIe test failed on {who}",
+        f"DCGM's PCIe test (bandwidth, latency, replays) failed on {who} without a DCGM "
+        f"error: a link, riser or slot problem.{said} Drain the node, check the link "
+        "(`gputriage check` on the node reads its width and speed, lspci -vv its LnkSta) "
+        "and reseat or repair it.", Action.DRAIN_AND_REPAIR, Blame.NODE, _scope(gpu), ev,
+        references=(DOC,))
+
+
+def _power(gpu: int | None, t: DiagTest, msgs: list[DiagMessage]) -> Finding:
+    got, want = _marginal(msgs) or (0.0, 0.0)
+    who = f"GPU {gpu}" if gpu is not None else "a GPU"
+    return finding(
+        "dcgm.power-marginal", Severity.WARNING,
+        f"DCGM diag: targeted power missed its target on {who} by {want - got:.1f} W",
+        f"{who} reached {got:g} W where the test wanted {want:g} W: a miss of "
+        f"{(want - got) / want * 100:.2g} %, which power capping, a lowered power limit or clocks "
+        "held down explain more often than a failing board. Rerun the test and check the "
+        "power limit and clocks (nvidia-smi -q -d POWER,PERFORMANCE); take the GPU out of "
+        "service only if it fails again by more.", Action.FIX_CONFIG, Blame.UNKNOWN,
+        _scope(gpu), _ev([t]), references=(DOC,))
+
+
+# --- the run's prerequisites --------------------------------------------------------------
+
+@rule("dcgm.diag-setup",
+      produces=("dcgm.persistence-off", "dcgm.deployment-failed", "dcgm.cuda-not-ready",
+                NO_RESULT))
+def diag_setup(dcgmi_diag: DiagReport) -> Iterator[Finding]:
+    """What kept the diagnostic from judging the GPUs: persistence mode off (DCGM then
+    skips its tests), another deployment check failed, CUDA not initialised on every GPU
+    (the NVLink fabric), or every test skipped."""
+    report = dcgmi_diag
+    tests = report.tests
+    persistence = [(t, m) for t in tests if t.status == "fail"
+                   for m in t.messages if _kind(m) == "persistence"]
+    skipped = [t for t in tests if t.status == "skip" and not _deployment(t)]
+    if persistence:
+        yield _persistence(persistence, skipped, len(report.device_ids))
+    yield from _deployment_failed(tests)
+    not_ready = [(t, m) for t in tests for m in t.messages if _kind(m) == "cuda-not-ready"]
+    if not_ready:
+        yield _not_ready(not_ready, report)
+    judged = [t for t in tests if not _deployment(t)]
+    if judged and not persistence and all(t.status == "skip" for t in judged):
+        yield _no_result(judged, report)
+
+
+def _deployment_failed(tests: list[DiagTest]) -> Iterator[Finding]:
+    """Deployment checks failed for another reason than persistence mode."""
+    for t in tests:
+        if (t.status == "fail" and _deployment(t) and t.key not in _HW_DEPLOYMENT
+                and not any(_kind(m) == "persistence" for m in t.messages)):
+            yield finding(
+                "dcgm.deployment-failed", Severity.WARNING,
+                f"DCGM diag: deployment check {t.name} failed",
+                f"DCGM checks the node's software before it tests the GPUs; {t.name} failed"
+                + (f": {t.messages[0].text}" if t.messages else "")
+                + ". Fix it (a denylisted driver, CUDA_VISIBLE_DEVICES or another variable "
+                "set, a graphics process on the GPU, libraries not found) and rerun.",
+                Action.FIX_CONFIG, Blame.CONFIG, evidence=_ev([t]), references=(DOC,))
+
+
+def _persistence(hits: list[tuple[DiagTest, DiagMessage]], skipped: list[DiagTest],
+                 tested: int) -> Finding:
+    gpus = sorted({g for _, m in hits for g in m.gpus})
+    on = _gpu_list(gpus) if gpus else "the GPUs"
+    if gpus and tested > len(gpus):
+        on += f" (of the {tested} tested; DCGM's message is cut short)"
+    skip = (f" The {len(skipped)} test(s) it then skipped ({', '.join(t.name for t in skipped)})"
+            " are its consequence, not results." if skipped else "")
+    return finding(
+        "dcgm.persistence-off", Severity.WARNING,
+        f"DCGM diag refused to test: persistence mode off on {on}",
+        "DCGM's diagnostic needs persistence mode and stops at its deployment checks "
+        f"without it: a configuration problem, not a hardware fault.{skip} Enable "
+        "persistence (systemctl enable --now nvidia-persistenced, or nvidia-smi -pm 1) and "
+        "rerun the diagnostic.", Action.FIX_CONFIG, Blame.CONFIG,
+        evidence=_ev(dict.fromkeys(t for t, _ in hits)), references=(DOC,))
+
+
+def _not_ready(hits: list[tuple[DiagTest, DiagMessage]], report: DiagReport) -> Finding:
+    gpus = sorted({g for _, m in hits for g in m.gpus})
+    tests = list(dict.fromkeys(t for t, _ in hits))
+    first = hits[0][1]
+    lines = [ln for t in tests for ln in t.lines[:2]] + first.lines
+    return finding(
+        "dcgm.cuda-not-ready", Severity.CRITICAL,
+        f"DCGM diag: CUDA not initialised on {_gpu_list(gpus) if gpus else 'the GPUs'} "
+        "(system not yet initialized: the NVLink fabric)",
+        f"{', '.join(t.name for t in tests)} failed because cuInit returned 'system not yet "
+        "initialized' (CUDA error 802) on every GPU it tried: not a GPU fault. On an "
+        "NVSwitch system (HGX, DGX) CUDA waits for the fabric manager to configure the "
+        "fabric: start and enable nvidia-fabricmanager (the driver's version), wait for the "
+        "GPUs' fabric state to read Completed, and rerun the diagnostic.",
+        Action.FIX_CONFIG, Blame.NODE, evidence=[evidence("dcgmi_diag", lines)],
+        references=(DOC,))
+
+
+def _no_result(judged: list[DiagTest], report: DiagReport) -> Finding:
+    reasons = [m.text for t in judged for m in t.messages][:2]
+    why = (f" DCGM says: {' / '.join(reasons)}." if reasons else
+           " DCGM skips a test when the GPU is not supported at that level (non-datacenter "
+           "GPUs run level 1 only), when its diag configuration is missing "
+           "(datacenter-gpu-manager-config's diag-skus.yaml) or its packages disagree: "
+           "nvvs.log (/var/log/nvidia-dcgm/nvvs.log) says which.")
+    return finding(
+        NO_RESULT, Severity.INFO,
+        f"DCGM diag gave no result: all {len(judged)} test(s) skipped",
+        "Every test skipped: the diagnostic says nothing of the GPUs, neither pass nor "
+        f"fail.{why} Fix what made it skip and rerun before trusting the node to it.",
+        Action.NONE, Blame.UNKNOWN, evidence=_ev(judged), references=(DOC,))
+
+
+# --- DCGM itself --------------------------------------------------------------------------
+
+@rule("dcgm.diag-tool", any_of=("dcgmi_diag", "nvvs_log"),
+      produces=("dcgm.install-problem", "dcgm.internal-error"))
+def diag_tool(dcgmi_diag: DiagReport | None = None,
+              nvvs_log: NvvsLog | None = None) -> Iterator[Finding]:
+    """DCGM could not run a test or the diagnostic itself: plugins or their CUDA
+    support packages missing, the diag config missing, packages of different versions,
+    an unsupported driver; or a plugin's output it could not read (libnuma's affinity
+    error under a CPU-restricted Slurm job). Never a GPU fault."""
+    found: dict[str, list[tuple[str, list[str], str]]] = {}  # kind -> (text, lines, source)
+    if dcgmi_diag is not None:
+        for t in dcgmi_diag.tests:
+            for m in t.messages:
+                if (k := _kind(m)) in INSTALL | RUN:
+                    found.setdefault(k, []).append((m.text, [t.lines[0], *m.lines], "dcgmi_diag"))
+        for m in dcgmi_diag.errors:
+            k = _kind(m) or "returned"
+            found.setdefault(k if k in INSTALL | RUN else "returned", []).append(
+                (m.text, m.lines, "dcgmi_diag"))
+    for e in nvvs_log.problems if nvvs_log is not None else ():
+        if (k := message_kind(e.text)) in INSTALL | RUN:
+            found.setdefault(k, []).append((e.text, e.lines[:1], "nvvs_log"))
+    install = {k: v for k, v in found.items() if k in INSTALL or k == "returned"}
+    run = {k: v for k, v in found.items() if k in RUN}
+    if install:
+        yield _install(install, dcgmi_diag)
+    if run:
+        yield _run_problem(run, dcgmi_diag)
+
+
+_WHAT = {"plugins": "plugins missing or not loadable", "config": "its diag config missing",
+         "unsupported": "the driver not supported", "mismatch": "versions that differ",
+         "returned": "dcgmi diag returned an error"}
+
+
+def _sources(items: Iterable[tuple[str, list[str], str]]) -> list[Evidence]:
+    by: dict[str, list[str]] = {}
+    for _, lines, src in items:
+        by.setdefault(src, []).extend(lines)
+    return [evidence(src, lines, limit=16) for src, lines in by.items()]
+
+
+def _install(found: dict[str, list[tuple[str, list[str], str]]],
+             report: DiagReport | None) -> Finding:
+    what = ", ".join(_WHAT[k] for k in _WHAT if k in found)
+    code = (f" (Return {report.return_code}: {report.return_text})"
+            if report is not None and report.return_code is not None else "")
+    texts = " ".join(t for items in found.values() for t, _, _ in items)
+    cuda = sorted(set(re.findall(r"plugins/(cuda\d+)/", texts)))
+    pkgs = (f" The {'/'.join(cuda)} plugins are missing: install the DCGM support packages "
+            "for every CUDA major version the driver supports (datacenter-gpu-manager-4-"
+            f"{cuda[0]} and the others)." if cuda else "")
+    return finding(
+        "dcgm.install-problem", Severity.WARNING,
+        f"DCGM's installation cannot run its diagnostic: {what}{code}",
+        "DCGM itself failed, not the GPUs: its tests did not run (or ran without what they "
+        f"need), so their Fail or Skip says nothing of the hardware.{pkgs} Install one "
+        "consistent DCGM version (dcgmi, nv-hostengine, the plugins and "
+        "datacenter-gpu-manager-config with diag-skus.yaml), restart nvidia-dcgm, and rerun "
+        "the diagnostic.", Action.FIX_SOFTWARE, Blame.CONFIG,
+        evidence=_sources(x for items in found.values() for x in items), references=(DOC,))
+
+
+def _run_problem(found: dict[str, list[tuple[str, list[str], str]]],
+                 report: DiagReport | None) -> Finding:
+    tests = [t for t in (report.tests if report else []) if t.status == "fail"
+             and any(_kind(m) in RUN for m in t.messages)]
+    passed = [t for t in tests if t.gpus and set(t.gpus.values()) == {"pass"}]
+    names = ", ".join(t.name for t in tests) or "a test"
+    gpus = (f" Every GPU passed it ({_gpu_list(passed[0].gpus)}): the Fail is DCGM's, "
+            "not the hardware's." if passed else "")
+    slurm = "affinity" in found or bool(report and report.command and
+                                        _SLURM.search(report.command))
+    if slurm:
+        blame, how = Blame.JOB_CONFIG, (
+            " The plugin's helper printed libnuma's affinity error "
+            "(numa_sched_setaffinity failed) before its JSON: the diagnostic ran inside a "
+            "job confined to part of the node's CPUs (a non-exclusive Slurm allocation). "
+            "Run it on the whole node: sbatch/srun --exclusive, or outside Slurm.")
+    else:
+        blame, how = Blame.UNKNOWN, (
+            " A plugin's helper printed something DCGM could not parse. Under Slurm this is "
+            "libnuma's affinity error of a non-exclusive allocation (nvvs.log shows "
+            "numa_sched_setaffinity failed): rerun with --exclusive or outside Slurm; "
+            "otherwise read nvvs.log for the helper's output and rerun.")
+    return finding(
+        "dcgm.internal-error", Severity.WARNING,
+        f"DCGM diag: {names} failed on an internal error of DCGM, not of the GPUs",
+        f"DCGM reported an internal error during {names}.{gpus}{how}",
+        Action.FIX_CONFIG, blame,
+        evidence=_sources(x for items in found.values() for x in items), references=(DOC,))

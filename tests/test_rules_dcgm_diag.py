@@ -1,0 +1,290 @@
+"""DCGM's diagnostic: the ``dcgmi diag`` parser (table and -j JSON, DCGM 3.x and 4.x),
+the nvvs.log parser, their detectors, and the rules on what the tests say
+(``rules/dcgm_diag.py``).
+
+``RULE_CASES`` and ``SOURCE_SAMPLES`` are collected by the conformance and source tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+from golden import flat, run_analyze
+
+from gputriage.engine import analyze
+from gputriage.errors import ParseError
+from gputriage.hostfacts.pcie import PcieLink
+from gputriage.ingest import load_input
+from gputriage.ingest.commands import source_for_command
+from gputriage.ingest.detect import detect
+from gputriage.model import Action, Blame, Severity
+from gputriage.parsers.dcgmi_diag import parse_dcgmi_diag
+from gputriage.parsers.nvvs_log import parse_nvvs_log
+from gputriage.rules.dcgm_diag import diag_hardware, message_kind
+
+FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
+JSON_4X = (FIXTURES / "a-diag-r3-4x-memory-fail.json").read_text()
+TEXT_4X = (FIXTURES / "a-diag-r2-4x-text-pcie-fail-gpu1.txt").read_text()
+
+
+def _row(name: str, value: str) -> str:
+    return f"| {name:<25} | {value:<45}  |"
+
+
+def _table(*rows: str) -> str:
+    rule = "+---------------------------+------------------------------------------------+"
+    return "\n".join(["Successfully ran diagnostic for group.", rule,
+                      _row("Diagnostic", "Result"), rule.replace("-", "="), *rows, rule]) + "\n"
+
+
+DEPLOY = "|-----  Deployment  --------+------------------------------------------------|"
+HW = "+-----  Hardware  ----------+------------------------------------------------+"
+STRESS = "+-----  Stress  ------------+------------------------------------------------+"
+MEMORY_THERMAL = _table(
+    HW, _row("GPU Memory", "Pass - GPUs: 1"), _row("", "Fail - GPU: 0"),
+    _row("Warning", "GPU 0 Thermal violations totaling 13.3 second"),
+    _row("", "s started at 9.7 seconds into the test for GP"), _row("", "U 0"))
+POWER_MARGINAL = _table(
+    STRESS, _row("Targeted Power", "Pass - GPUs: 0"), _row("", "Fail - GPU: 1"),
+    _row("Warning", "GPU 1 Max power of 290.5 did not reach desire"),
+    _row("", "d power minimum target_power_min_ratio of 291"), _row("", ".0 for GPU 1"))
+PERSISTENCE = _table(
+    DEPLOY, _row("Denylist", "Pass"), _row("Persistence Mode", "Fail"),
+    _row("Error", "Persistence mode for GPU 0 is currently disab"), _row("", "led."),
+    HW, _row("GPU Memory", "Skip - All"))
+DEPLOYMENT = _table(DEPLOY, _row("Environment Variables", "Fail"),
+                    _row("Error", "CUDA_VISIBLE_DEVICES is set"))
+NOT_READY = _table(
+    HW, _row("GPU Memory", "Fail - All"),
+    _row("Warning", "GPU 0 Error using CUDA API cuInit Unable to in"),
+    _row("", "itialize CUDA library: 'system not yet initia"), _row("", "lized'"),
+    _row("Warning", "GPU 1 Error using CUDA API cuInit Unable to in"),
+    _row("", "itialize CUDA library: 'system not yet initia"), _row("", "lized'"))
+ALL_SKIP = _table(HW, _row("GPU Memory", "Skip - All"), STRESS,
+                  _row("Targeted Stress", "Skip - All"))
+INSTALL = ("Error: Unable to complete diagnostic for group 0. Return: (-30) : DCGM GPU "
+           "Diagnostic returned an error\n")
+NVVS_AFFINITY = """\
+2025-09-03 17:23:01.310 DEBUG [12696:12696] [[pcie]] External command stdout: \
+numa_sched_setaffinity_v2_int() failed: Invalid argument
+{
+        "GPUs" : []
+2025-09-03 17:23:02.849 WARN  [12696:12696] Test pcie: There was an internal error during \
+the test: 'Output of child process (12918) couldn't be parsed: '* Line 1, Column 1
+  Syntax error: value, object or array expected.
+'' Check DCGM and system logs for errors. [/builds/dcgm/dcgm/nvvs/src/PluginTest.cpp:179] \
+[PluginTest::AddError]
+"""
+
+SOURCE_SAMPLES = {
+    "dcgmi_diag": ("corpus:dcgm253-diag-r2-8x-b200", "corpus:diag-r1-persistence-mode-fail",
+                   "corpus:diag-r3-json-all-skip-t400", "corpus:dcgm254-v100-580",
+                   "fixture:dcgm/a-diag-r3-4x-memory-fail.json",
+                   "fixture:dcgm/a-diag-r2-4x-text-pcie-fail-gpu1.txt"),
+    "nvvs_log": ("corpus:nvvs-log-missing-diag-skus", "corpus:diag-r2-pcie-numa-affinity"),
+}
+RULE_CASES = {
+    "dcgm.diag-hardware": [({"dcgmi_diag": MEMORY_THERMAL}, "dcgm.test-failed"),
+                           ({"dcgmi_diag": JSON_4X}, "dcgm.test-failed"),
+                           ({"dcgmi_diag": TEXT_4X}, "dcgm.pcie-failed"),
+                           ({"dcgmi_diag": POWER_MARGINAL}, "dcgm.power-marginal")],
+    "dcgm.diag-setup": [({"dcgmi_diag": PERSISTENCE}, "dcgm.persistence-off"),
+                        ({"dcgmi_diag": DEPLOYMENT}, "dcgm.deployment-failed"),
+                        ({"dcgmi_diag": NOT_READY}, "dcgm.cuda-not-ready"),
+                        ({"dcgmi_diag": ALL_SKIP}, "dcgm.no-result")],
+    "dcgm.diag-tool": [({"dcgmi_diag": INSTALL}, "dcgm.install-problem"),
+                       ({"nvvs_log": NVVS_AFFINITY}, "dcgm.internal-error")],
+}
+
+
+def _diag(corpus, part: str):
+    return parse_dcgmi_diag(dict(detect(corpus.sample(part).text()))["dcgmi_diag"])
+
+
+# --- the parser, on every diag capture of the corpus --------------------------------------
+
+def test_dcgm4_table_with_an_internal_error(corpus) -> None:
+    r = _diag(corpus, "dcgm253-diag-r2-8x-b200")
+    assert (r.version, r.driver, len(r.device_ids), r.complete) == ("4.4.1", "570.172.08", 8,
+                                                                    True)
+    assert [(t.category, t.name, t.status) for t in r.tests] == [
+        ("Deployment", "software", "pass"), ("Hardware", "memory", "pass"),
+        ("Integration", "pcie", "fail")]
+    pcie = r.test("pcie")
+    assert pcie is not None and pcie.gpus == dict.fromkeys(range(8), "pass")
+    (msg,) = pcie.messages
+    assert msg.kind == "warning" and "couldn't be parsed: '* Line 1, Column 1" in msg.text
+    assert "Reset GPU. Restart DCGM. Rerun diagnostics." in msg.text  # cuts joined back
+    assert message_kind(msg.text) == "unparsable"
+
+
+def test_dcgm3_tables(corpus) -> None:
+    r1 = _diag(corpus, "diag-r1-persistence-mode-fail-8x-h200")
+    assert (r1.version, r1.level, len(r1.tests), len(r1.device_ids)) == ("3.1.8", 1, 9, 8)
+    pm = r1.test("persistence mode")
+    assert pm is not None and pm.status == "fail"
+    assert pm.messages[0].gpus == (0, 1, 2, 3) and pm.messages[0].kind == "error"
+    assert "currently disabled. The DCGM diagnostic requires peristence mode" in \
+        pm.messages[0].text
+    power = _diag(corpus, "diag-r3-targeted-power-fail-marginal").test("targeted power")
+    assert power is not None and power.gpus == {0: "pass", 2: "pass", 3: "pass", 1: "fail"}
+    assert [(m.kind, m.gpus) for m in power.messages] == [
+        ("warning", (1,)), ("info", (0,)), ("info", (2,)), ("info", (3,))]
+    assert "power minimum target_power_min_ratio of 224.2 for GPU 1" in power.messages[0].text
+    memtest = _diag(corpus, "gpu-memtest-page-dcgmi-diag-r4")
+    assert [t.status for t in memtest.tests].count("skip") == 6
+    assert memtest.test("memtest").all_gpus == "pass"
+    nr = _diag(corpus, "nccltests264-dcgmi-diag-r3")
+    mem = nr.test("gpu memory")
+    assert mem is not None and mem.all_gpus == "fail" and len(mem.messages) == 8
+    assert [m.gpus for m in mem.messages] == [(g,) for g in range(8)]
+    assert all(message_kind(m.text) == "cuda-not-ready" for m in mem.messages)
+
+
+def test_excerpts_without_the_box(corpus) -> None:
+    thermal = _diag(corpus, "diag-r2-gpu-memory-fail-thermal-violation")
+    (mem,) = thermal.tests
+    assert mem.gpus == {0: "fail", **dict.fromkeys(range(1, 8), "pass")}
+    assert mem.messages[0].text.endswith("fans, and any other components.")
+    for part in ("diag-r2-pass-after-injected", "diag-r2-pass-p4de"):
+        r = _diag(corpus, part)
+        assert r.tests and {t.status for t in r.tests} == {"pass"}, part
+
+
+def test_cut_short_json(corpus) -> None:
+    r = _diag(corpus, "diag-r3-json-all-skip-t400")
+    assert r.form == "json" and not r.complete
+    assert [(t.category, t.name, t.gpus) for t in r.tests] == [
+        ("Integration", "PCIe", {0: "skip"}), ("Hardware", "GPU Memory", {0: "skip"}),
+        ("Hardware", "Diagnostic", {0: "skip"}), ("Hardware", "EUD Test", {0: "skip"}),
+        ("Stress", "Targeted Stress", {0: "skip"})]
+
+
+def test_dcgm4_json() -> None:
+    r = parse_dcgmi_diag(JSON_4X)
+    assert (r.form, r.complete, r.version, r.driver) == ("json", True, "4.2.3", "570.124.06")
+    assert [(t.name, t.status) for t in r.tests] == [
+        ("software", "pass"), ("memory", "fail"), ("diagnostic", "pass"), ("pcie", "pass"),
+        ("targeted_power", "pass")]
+    mem = r.test("memory")
+    assert mem is not None and mem.gpus == {0: "pass", 1: "fail"}
+    assert [(m.code, m.category, m.gpus) for m in mem.messages] == [(52, 10, (1,)),
+                                                                  (41, 9, (1,))]
+    # the same document in one line, and a runtime error instead of results
+    assert parse_dcgmi_diag(json.dumps(json.loads(JSON_4X))).test("memory") is not None
+    err = parse_dcgmi_diag(json.dumps({"DCGM Diagnostic": {
+        "runtime_error": "Error: Unable to complete diagnostic for group 0. Return: (-30) : "
+                         "DCGM GPU Diagnostic returned an error", "version": "4.2.3"}}))
+    assert err.return_code == -30 and not err.tests
+
+
+def test_dcgmi_errors(corpus) -> None:
+    r = _diag(corpus, "dcgm254-v100-580")
+    assert r.return_code == -30 and r.level == 3 and len(r.errors) == 2
+    assert "plugins/cuda12/" in r.errors[1].text
+
+
+@pytest.mark.parametrize("text", [
+    "", "hello\n", "| a | b |\n", "{}", '{"DCGM Diagnostic": ', '{"DCGM GPU Diagnostic": []}',
+    "+-----  Hardware  ---+\n"])
+def test_not_a_diag_is_a_parse_error(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_dcgmi_diag(text)
+
+
+@pytest.mark.parametrize("cut", [40, 200, 700, 1500])
+def test_truncated_inputs_read_or_refuse(cut: int, corpus) -> None:
+    for text in (JSON_4X, TEXT_4X, corpus.sample("nccltests264-dcgmi-diag-r3").text()):
+        with contextlib.suppress(ParseError):
+            parse_dcgmi_diag(text[:cut])
+
+
+def test_nvvs_log(corpus) -> None:
+    log = parse_nvvs_log(corpus.sample("nvvs-log-missing-diag-skus").text())
+    assert len(log.entries) == 5 and {e.level for e in log.entries} == {"ERROR"}
+    assert [message_kind(e.text) for e in log.entries] == [
+        "config", "config", None, "plugins", "plugins"]
+    slurm = parse_nvvs_log(NVVS_AFFINITY)
+    assert [e.plugin for e in slurm.entries] == ["pcie", None]
+    assert message_kind(slurm.entries[0].text) == "affinity"
+    assert "Syntax error" in slurm.entries[1].text
+    with pytest.raises(ParseError):  # nv-hostengine's log has the format, not NVVS's lines
+        parse_nvvs_log("2021-11-23 00:15:20.507 ERROR [76:76] Cannot initialize the "
+                       "hostengine [/w/dcgmlib/src/DcgmApi.cpp:6824] [dcgmStartEmbedded_v2]\n")
+
+
+def test_detection_splits_the_diag_from_its_log(corpus) -> None:
+    found = dict(detect(corpus.sample("diag-r2-pcie-numa-affinity-slurm").text()))
+    assert set(found) == {"dcgmi_diag", "nvvs_log"}
+    assert found["dcgmi_diag"].startswith("+-----  Integration")
+    assert "maxBidirBw" in found["nvvs_log"] and "sbatch" not in found["nvvs_log"]
+    assert source_for_command("dcgmi diag -r 3 -j") == "dcgmi_diag"
+    assert source_for_command("tail -n 50 /var/log/nvidia-dcgm/nvvs.log") == "nvvs_log"
+    prompt = dict(detect("$ dcgmi diag -r 2 -p pcie.gpu_nvlinks_expected_up=12\n"
+                         + MEMORY_THERMAL))["dcgmi_diag"]
+    assert parse_dcgmi_diag(prompt).level == 2
+
+
+# --- the rules ----------------------------------------------------------------------------
+
+def _findings(corpus, part: str):
+    return flat(analyze(load_input(str(corpus.sample(part).path))).findings)
+
+
+def test_thermal_warning_is_evidence_of_the_failed_gpu(corpus) -> None:
+    (f,) = _findings(corpus, "diag-r2-gpu-memory-fail-thermal-violation")
+    assert (f.id, f.severity, f.action, f.blame) == (
+        "dcgm.test-failed", Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE)
+    assert f.scope.gpu_index == 0 and "cooling" in f.explanation
+
+
+def test_cuinit_on_every_gpu_is_one_fabric_finding(corpus) -> None:
+    (f,) = _findings(corpus, "nccltests264-dcgmi-diag-r3")
+    assert f.id == "dcgm.cuda-not-ready" and f.severity is Severity.CRITICAL
+    assert f.action is Action.FIX_CONFIG and "fabricmanager" in f.explanation
+
+
+def test_slurm_affinity_is_the_jobs_launch(corpus) -> None:
+    (f,) = _findings(corpus, "diag-r2-pcie-numa-affinity-slurm")
+    assert (f.id, f.blame, f.severity) == ("dcgm.internal-error", Blame.JOB_CONFIG,
+                                           Severity.WARNING)
+    assert "--exclusive" in f.explanation and {e.source for e in f.evidence} == {
+        "dcgmi_diag", "nvvs_log"}
+
+
+def test_install_problem_explains_the_skips() -> None:
+    from hostkit import run
+
+    result = run(dcgmi_diag=ALL_SKIP, nvvs_log=(
+        "2023-12-07 17:09:52.612 ERROR [73032:73032] Could not read package diag config. "
+        "[/w/nvvs/src/ConfigFileParser_v2.cpp:218] [ConfigFileParser_v2]\n"))
+    (f,) = result.findings
+    assert f.id == "dcgm.install-problem" and [c.id for c in f.consequences] == [
+        "dcgm.no-result"]
+
+
+def test_failed_pcie_test_names_the_narrow_link() -> None:
+    link = PcieLink("0000:3b:00.0", "gpu", index=1, cur_width=8, max_width=16,
+                    evidence={"lspci_nvidia": ["LnkSta: Speed 16GT/s, Width x8 (downgraded)"]})
+    (f,) = diag_hardware(parse_dcgmi_diag(TEXT_4X), [link])
+    assert f.id == "dcgm.pcie-failed" and "x8 of x16" in f.title
+    assert f.scope.pci_bus_id == "0000:3b:00.0"
+    assert {e.source for e in f.evidence} == {"dcgmi_diag", "lspci_nvidia"}
+    (alone,) = diag_hardware(parse_dcgmi_diag(TEXT_4X), None)
+    assert "x8" not in alone.title
+
+
+@pytest.mark.parametrize(("part", "code"), [
+    ("dcgm253-diag-r2-8x-b200", 1), ("dcgm254-v100-580", 1),
+    ("diag-r1-persistence-mode-fail", 1), ("diag-r2-gpu-memory-fail-thermal", 2),
+    ("diag-r2-pass-after-injected", 0), ("diag-r2-pass-p4de", 0),
+    ("diag-r2-pcie-numa-affinity", 1), ("diag-r3-json-all-skip-t400", 3),
+    ("diag-r3-targeted-power-fail-marginal", 1), ("gpu-memtest-page-dcgmi-diag-r4", 1),
+    ("nccltests264-dcgmi-diag-r3", 2), ("nvvs-log-missing-diag-skus", 1)])
+def test_analyze_exit_status(corpus, part: str, code: int) -> None:
+    status, out, err = run_analyze(corpus.sample(part).path)
+    assert (status, err) == (code, "")
+    assert json.loads(out)["findings"] or code == 0
