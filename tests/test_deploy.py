@@ -83,7 +83,7 @@ def test_api_versions_match_kinds() -> None:
     expected = {"DaemonSet": "apps/v1", "Job": "batch/v1", "CronJob": "batch/v1",
                 "PersistentVolumeClaim": "v1", "Namespace": "v1", "ServiceAccount": "v1",
                 "ClusterRole": "rbac.authorization.k8s.io/v1",
-                "ClusterRoleBinding": "rbac.authorization.k8s.io/v1"}
+                "ClusterRoleBinding": "rbac.authorization.k8s.io/v1", "Service": "v1"}
     for doc in _all_docs():
         assert doc["apiVersion"] == expected[doc["kind"]], doc["kind"]
 
@@ -207,8 +207,9 @@ def test_dockerfile_builds_on_python_slim_with_nvidia_runtime() -> None:
 
 def test_docs_cover_every_recipe() -> None:
     text = "\n".join((REPO / "docs" / name).read_text(encoding="utf-8")
-                     for name in ("fleet.md", "slurm.md", "kubernetes.md"))
-    for path in [*SHELL_SCRIPTS, *K8S.glob("*.yaml"), DEPLOY / "Dockerfile"]:
+                     for name in ("fleet.md", "slurm.md", "kubernetes.md", "watch.md"))
+    for path in [*SHELL_SCRIPTS, *K8S.glob("*.yaml"), DEPLOY / "Dockerfile",
+                 *(DEPLOY / "node-problem-detector").iterdir()]:
         assert path.name in text, path.name
     assert "gputriage fleet" in text
     for step in ("gputriage ack", "resume.sh", "state=resume", "kubectl uncordon",
@@ -742,3 +743,100 @@ def test_more_embedded_scripts_parse(name: str) -> None:
         proc = subprocess.run([shell, "-n", "-c", script], capture_output=True, text=True,
                               timeout=30)
         assert proc.returncode == 0, (shell, proc.stderr)
+
+
+# --- watch: Prometheus scrape, Node conditions, node-problem-detector --------------
+
+NPD = DEPLOY / "node-problem-detector"
+WATCH_PORT = "9479"
+
+
+def test_watch_daemonset_serves_metrics_and_sets_conditions() -> None:
+    spec = _pod_spec("watch.yaml")
+    (container,) = spec["containers"]
+    argv = container["command"]
+    assert argv[:2] == ["gputriage", "watch"]
+    assert argv[argv.index("--listen") + 1] == f":{WATCH_PORT}"
+    assert "--node-conditions" in argv
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    (port,) = container["ports"]
+    assert str(port["containerPort"]) == WATCH_PORT and port["name"] == "metrics"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert "livenessProbe" not in container  # a restart would hide a hung GPU, not fix it
+    (doc,) = [d for d in _docs("watch.yaml") if d["kind"] == "DaemonSet"]
+    (service,) = [d for d in _docs("watch.yaml") if d["kind"] == "Service"]
+    for scrape in (doc["spec"]["template"]["metadata"]["annotations"],
+                   service["metadata"]["annotations"]):
+        assert scrape == {"prometheus.io/scrape": "true",
+                               "prometheus.io/port": WATCH_PORT,
+                               "prometheus.io/path": "/metrics"}
+    assert service["spec"]["selector"] == doc["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["clusterIP"] == "None"
+    (svc_port,) = service["spec"]["ports"]
+    assert svc_port["targetPort"] == "metrics" and str(svc_port["port"]) == WATCH_PORT
+    # as daemonset.yaml: GPU nodes, least privilege, the state on the host
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert spec["runtimeClassName"] == "nvidia" and spec["hostNetwork"] is True
+    sc = container["securityContext"]
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"]["drop"] == ["ALL"]
+    assert set(sc["capabilities"]["add"]) <= {"SYSLOG"}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert set(volumes) == set(mounts)
+    writable = [n for n, m in mounts.items() if "hostPath" in volumes[n] and not m.get("readOnly")]
+    assert writable == ["state"] and env["GPUTRIAGE_STATE_DIR"]["value"] == STATE_DIR
+
+
+def test_watch_rbac_is_get_and_patch_node_status_only() -> None:
+    docs = {d["kind"]: d for d in _docs("watch-rbac.yaml")}
+    (rule,) = docs["ClusterRole"]["rules"]
+    assert rule == {"apiGroups": [""], "resources": ["nodes/status"],
+                    "verbs": ["get", "patch"]}
+    binding = docs["ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == docs["ClusterRole"]["metadata"]["name"]
+    (subject,) = binding["subjects"]
+    assert subject["name"] == docs["ServiceAccount"]["metadata"]["name"]
+    spec = _pod_spec("watch.yaml")
+    assert spec["serviceAccountName"] == subject["name"]
+    assert spec["automountServiceAccountToken"] is True  # for --node-conditions only
+
+
+def _npd_docs() -> list[dict[str, Any]]:
+    with (NPD / "node-problem-detector.yaml").open(encoding="utf-8") as fh:
+        return [d for d in yaml.safe_load_all(fh) if d is not None]
+
+
+def test_npd_daemonset_runs_the_monitor_against_the_watch() -> None:
+    config = json.loads((NPD / "gputriage-monitor.json").read_text(encoding="utf-8"))
+    docs = {d["kind"]: d for d in _npd_docs()}
+    spec = docs["DaemonSet"]["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    flag = next(a for a in container["command"] if a.startswith("--config.custom-plugin"))
+    path = flag.split("=", 1)[1]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    config_dir, _, config_file = path.rpartition("/")
+    assert config_file == "gputriage-monitor.json"
+    assert "configMap" in volumes[mounts[config_dir]]
+    # the plugin reads the watch of the same node: host network, the watch's port
+    assert spec["hostNetwork"] is True
+    for rule in config["rules"]:
+        url = rule["args"][rule["args"].index("--from") + 1]
+        assert url == f"http://127.0.0.1:{WATCH_PORT}"
+    # NPD's built-in role (nodes get, nodes/status patch, events)
+    binding = docs["ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == "system:node-problem-detector"
+    assert binding["subjects"][0]["name"] == spec["serviceAccountName"]
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["privileged"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert not any("hostPath" in v for v in spec["volumes"])
+    # the image: gputriage where the monitor runs it, NPD's binary where the pod does
+    dockerfile = (NPD / "Dockerfile").read_text(encoding="utf-8")
+    assert container["image"].split("/")[-1].split(":")[0] in dockerfile
+    assert "COPY --from=npd /node-problem-detector /node-problem-detector" in dockerfile
+    assert container["command"][0] == "/node-problem-detector"
+    assert "pip install" in dockerfile and all(
+        r["path"] == "/usr/local/bin/gputriage" for r in config["rules"])

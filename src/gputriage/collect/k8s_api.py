@@ -104,21 +104,21 @@ class ClusterRead:
                             "read": dict(self.read)}}
 
 
-def _has_kubeconfig() -> bool:
+def has_kubeconfig() -> bool:
     paths = os.environ.get("KUBECONFIG", "")
     if paths:
         return any(os.path.exists(p) for p in paths.split(os.pathsep) if p)
     return os.path.exists(os.path.expanduser("~/.kube/config"))
 
 
-def _client(opts: ReadOptions) -> tuple[Any, str, str | None]:
+def api_client(opts: ReadOptions) -> tuple[Any, str, str | None]:
     """An API client of the kubeconfig (or the in-cluster service account), its server
     and context name."""
     from kubernetes import client, config  # lazily: ~0.5 s
 
     cfg = client.Configuration()
     try:
-        if opts.kubeconfig or opts.context or _has_kubeconfig():
+        if opts.kubeconfig or opts.context or has_kubeconfig():
             config.load_kube_config(config_file=opts.kubeconfig, context=opts.context,
                                     client_configuration=cfg, persist_config=False)
             name = opts.context
@@ -355,7 +355,7 @@ def read_cluster(opts: ReadOptions | None = None) -> ClusterRead:
     """Read the cluster of the kubeconfig (or the in-cluster service account)."""
     opts = opts or ReadOptions()
     started = time.monotonic()
-    api, server, context = _client(opts)
+    api, server, context = api_client(opts)
     result = ClusterRead(Cluster(origin="api"), server, context,
                          items=[] if opts.keep_items else None)
     reader = _Reader(api, opts, result)

@@ -14,6 +14,7 @@ from gputriage.commands.common import (
     boot_option,
     current_env,
     deadline_option,
+    html_option,
     log_window,
     no_pager_option,
     quiet_option,
@@ -117,14 +118,15 @@ def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool,
               help="Show what changed since this snapshot, bug report or result JSON.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the triage as JSON (schema gputriage/triage/v1).")
+@html_option
 @quiet_option
 @no_pager_option
 @timeout_option
 @deadline_option
 @since_option
 @boot_option
-def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool, quiet: bool,
-           no_pager: bool, timeout: float | None, deadline: float, since: str | None,
+def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool, html: str | None,
+           quiet: bool, no_pager: bool, timeout: float | None, deadline: float, since: str | None,
            boot: str | None) -> None:
     """The incident screen: what changed (with --baseline), the critical findings with
     node-or-job blame, the next actions most drastic first. PATHs as for analyze; none:
@@ -159,6 +161,10 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool, quiet: b
                                   progress=progress.update)
             path = do_collect(env.live_host(), f"{tmp}/snapshot", opts)
             t = triage_snapshot(Snapshot.load(path), window, baseline, "this host", context)
+    from gputriage.commands.common import save_html
+    from gputriage.views.html import triage_html
+
+    save_html(html, lambda: triage_html(t), quiet=quiet)
     if as_json:
         env.write_json(triage_to_json(t), ensure_ascii=False)
     elif quiet:
@@ -178,6 +184,7 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool, quiet: b
               help="Print the report as JSON (schema gputriage/fleet/v1).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print one CSV row per finding and "
               "separating attribute.")
+@html_option
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
               help="Separating attributes shown per finding.")
 @click.option("--min-severity", type=click.Choice(["info", "warning", "critical"]),
@@ -190,8 +197,9 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool, quiet: b
               help="Write the 64-node demo fleet (6 nodes with Xid 79, all on one new "
                    "driver) to DIR as result JSON files, then stop.")
 @click.option("--force", is_flag=True, help="With --demo: replace an existing DIR.")
-def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, top: int, min_severity: str,
-          boot_window: float, jobs: int, demo: str | None, force: bool) -> None:
+def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, html: str | None, top: int,
+          min_severity: str, boot_window: float, jobs: int, demo: str | None,
+          force: bool) -> None:
     """Aggregate many nodes' results (check --json files) or snapshots (dirs,
     .tar.gz; directories are walked): each finding with its nodes, and its blast
     radius: the attributes the affected nodes share that the others do not,
@@ -220,6 +228,10 @@ def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, top: int, min_sev
         first = report.bad_inputs[0] if report.bad_inputs else None
         why = f" (first: {first.path}: {first.reason})" if first else ""
         raise InputError(f"no usable node result or snapshot among the inputs{why}")
+    from gputriage.commands.common import save_html
+    from gputriage.views.html import fleet_html
+
+    save_html(html, lambda: fleet_html(report, ", ".join(paths)))
     if as_json:
         env.write_json(fleet_json(report))
     elif as_csv:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gputriage.commands.common import no_pager_option, quiet_option
+from gputriage.commands.common import html_option, no_pager_option, quiet_option
 
 if TYPE_CHECKING:
     from gputriage.model import Result
@@ -27,11 +27,12 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON (schema gputriage/result/v1 plus an \"nccl\" "
                    "object).")
+@html_option
 @click.option("-v", "--verbose", is_flag=True,
               help="Every host, every size row, every finding in full and the skipped rules.")
 @quiet_option
 @no_pager_option
-def nccl(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool,
+def nccl(paths: tuple[str, ...], as_json: bool, html: str | None, verbose: bool, quiet: bool,
          no_pager: bool) -> None:
     """Read NCCL_DEBUG=INFO logs (one file per rank or all ranks in one; .gz/.xz; -
     reads stdin) and nccl-tests outputs, with host outputs (snapshot, bug report,
@@ -45,6 +46,10 @@ def nccl(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool,
     env = current_env()
     with progress_for(env, quiet) as progress:
         result, summary, host_given = judge(list(paths), progress.update)
+    from gputriage.commands.common import save_html
+    from gputriage.views.html import nccl_html
+
+    save_html(html, lambda: nccl_html(result, summary), quiet=quiet)
     if as_json:
         from gputriage.views.jsonview import to_json
         from gputriage.views.ncclview import nccl_document

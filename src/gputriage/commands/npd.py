@@ -1,0 +1,127 @@
+"""``gputriage npd``: one check as a node-problem-detector custom plugin (exit 0 OK,
+1 problem, 2 unknown; one line on stdout). See :mod:`gputriage.watch.npd`."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import click
+
+from gputriage.commands.common import (
+    STATE_DIR_HELP,
+    CommandExit,
+    current_env,
+    expect_option,
+    timeout_option,
+)
+
+# Beyond the collection deadline, what analysing the snapshot may take before the
+# plugin gives up and says Unknown (a kernel log of millions of lines takes seconds).
+ANALYSIS_GRACE_S = 15.0
+
+
+@click.command()
+@click.option("--level", type=click.Choice(["critical", "warning"]), default="critical",
+              show_default=True,
+              help="The least severity of a node-side finding that is a problem (exit 1): "
+                   "critical (what check would drain for) for NPD's permanent condition, "
+                   "warning for its temporary events.")
+@click.option("--from", "from_url", metavar="URL", default=None,
+              help="Judge the last result of a running `gputriage watch` (its --listen "
+                   "address, e.g. http://127.0.0.1:9400, or its /result URL) instead of "
+                   "checking now: fast. Unreachable: Unknown, or --fallback.")
+@click.option("--fallback", is_flag=True,
+              help="With --from: run the check here when the watch cannot be reached.")
+@click.option("--max-age", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              metavar="SECONDS",
+              help="With --from: a last result older than this is Unknown (the watch's "
+                   "checks stopped).")
+@click.option("--snapshot", "from_snapshot", type=click.Path(), default=None,
+              metavar="PATH", help="Judge this snapshot (directory or .tar.gz) instead "
+                                   "of collecting now.")
+@click.option("--max-length", type=click.IntRange(min=20), default=80, show_default=True,
+              help="The longest line printed, in bytes: at most the monitor config's "
+                   "max_output_length (NPD's default is 80).")
+@click.option("--deadline", type=click.FloatRange(min=1), default=40.0, show_default=True,
+              help="Collection deadline in seconds; keep it well under the plugin timeout "
+                   f"(the check gives up, Unknown, {ANALYSIS_GRACE_S:.0f} s after it).")
+@timeout_option
+@click.option("--state-dir", type=click.Path(), default=None, help=STATE_DIR_HELP)
+@expect_option
+def npd(level: str, from_url: str | None, fallback: bool, max_age: float,
+        from_snapshot: str | None, max_length: int, deadline: float, timeout: float | None,
+        state_dir: str | None, expect_file: str | None) -> None:
+    """A node-problem-detector custom plugin: exit 0 when the node's GPUs are fine,
+    1 when a node-side finding of LEVEL or worse is current (the line names the worst
+    and its GPU), 2 (Unknown) when the check could not conclude. A job's fault never
+    makes the node a problem. Not recorded in the history; acknowledgements apply.
+    The monitor config: deploy/node-problem-detector/gputriage-monitor.json."""
+    from gputriage.watch import npd as plugin
+
+    env = current_env()
+    try:
+        doc = None
+        if from_url is not None:
+            try:
+                doc = plugin.fetch_result(from_url, timeout_s=min(10.0, deadline),
+                                          max_age_s=max_age)
+            except (OSError, ValueError) as exc:
+                if not fallback:
+                    _say(plugin.unknown(f"watch: {exc}", max_length))
+                env.stderr.write(f"gputriage: watch: {exc}; checking here\n")
+        if doc is None:
+            doc = _bounded_check(from_snapshot, deadline, timeout, state_dir, expect_file)
+        verdict = plugin.judge(doc, level, max_length)
+    except CommandExit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - NPD reads stdout: never only a traceback
+        from gputriage.errors import InputError
+
+        known = isinstance(exc, (InputError, OSError, TimeoutError, ValueError))
+        verdict = plugin.unknown(str(exc) if known else f"{type(exc).__name__}: {exc}",
+                                 max_length)
+    _say(verdict)
+
+
+def _say(verdict: Any) -> None:
+    current_env().stdout.write(verdict.message + "\n")
+    raise CommandExit(verdict.status)
+
+
+def _bounded_check(from_snapshot: str | None, deadline: float, timeout: float | None,
+                   state_dir: str | None, expect_file: str | None) -> dict:
+    """``check``'s judgement of this host (or a snapshot) as a result document; a check
+    still running ``ANALYSIS_GRACE_S`` after the deadline raises TimeoutError (its
+    thread is left behind: the plugin process ends anyway)."""
+    from gputriage.commands.common import load_expectations
+    from gputriage.commands.host import host_acks
+    from gputriage.context import CheckContext
+
+    env = current_env()
+    context = CheckContext(expectations=load_expectations(expect_file, default=True),
+                           acks=tuple(host_acks(state_dir)), now=env.live_host().now())
+    done: dict[str, Any] = {}
+
+    def work() -> None:
+        from gputriage.collect import CollectOptions
+        from gputriage.commands.host import judge_host
+        from gputriage.logwindow import LogWindow
+        from gputriage.views.jsonview import to_json
+
+        try:
+            opts = CollectOptions(timeout_s=timeout, deadline_s=deadline)
+            done["doc"] = to_json(judge_host(env, LogWindow(), context, opts,
+                                             from_snapshot=from_snapshot))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            done["error"] = exc
+
+    worker = threading.Thread(target=work, name="gputriage-npd-check", daemon=True)
+    worker.start()
+    worker.join(deadline + ANALYSIS_GRACE_S)
+    if worker.is_alive():
+        raise TimeoutError(f"the check did not finish in {deadline + ANALYSIS_GRACE_S:.0f} s")
+    if "error" in done:
+        raise done["error"]
+    return done["doc"]
+

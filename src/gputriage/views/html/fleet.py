@@ -1,0 +1,62 @@
+"""The ``gputriage fleet`` report in HTML: the counts, then each finding with its nodes
+and its blast radius (the attributes the affected nodes share that the others do not,
+ranked by F1), then the skipped and duplicate inputs."""
+
+from __future__ import annotations
+
+from gputriage.fleet import FleetReport
+from gputriage.views.html.markup import badge, esc, lines_block, para, section, table, tag
+from gputriage.views.html.page import document
+
+NODES_SHOWN = 12
+BAD_SHOWN = 50
+
+
+def _nodes(nodes: tuple[str, ...]) -> str:
+    shown = ", ".join(nodes[:NODES_SHOWN])
+    more = len(nodes) - NODES_SHOWN
+    return esc(shown + (f" (+{more} more)" if more > 0 else ""))
+
+
+def _radius(f: object, total: int) -> str:
+    seps = getattr(f, "blast_radius", ())
+    count = getattr(f, "count", 0)
+    if not seps:
+        return esc("every node has it" if count >= total else "-")
+    items = "".join(tag("li", esc(f"{s.attribute} = {s.value}") + " " + tag("span", esc(
+        f"(F1 {s.score:.2f}; {s.affected_with} of the {s.nodes_with} nodes with it are "
+        f"affected; it covers {s.affected_with} of {count} affected)"), class_="muted"))
+        for s in seps)
+    return tag("ol", items)
+
+
+def fleet_html(report: FleetReport, origin: str) -> str:
+    """The whole document of a fleet report."""
+    worst = {f.severity for f in report.findings}
+    word = "critical" if "critical" in worst else "warning" if "warning" in worst else "ok"
+    counts = (f"{report.nodes} nodes, {report.healthy} without findings, "
+              f"{len(report.findings)} distinct findings, {report.bad_count} inputs skipped"
+              + (f", {report.duplicates} duplicate inputs" if report.duplicates else ""))
+    banner = tag("section", tag("p", badge(word) + " " + esc(f"fleet: {counts}"),
+                                class_="verdict"), class_=f"banner sev-{word}",
+                 aria_label="verdict")
+    rows = [(esc(f.id) + " " + badge(f.severity), esc(f.count), _nodes(f.nodes),
+             _radius(f, report.nodes)) for f in report.findings]
+    findings = section("Blast radius", table(
+        ("finding", "nodes", "which", "shared by the affected nodes"), rows,
+        caption="Each finding, its nodes, and what the affected nodes share")
+        if rows else para("No finding on any node."), ident="blast")
+    parts = [banner, findings]
+    if report.bad_count:
+        listed = [f"{b.path}: {b.reason}" for b in report.bad_inputs[:BAD_SHOWN]]
+        parts.append(section("Skipped inputs", para(
+            f"{report.bad_count} unusable input(s); the first {len(listed)}:")
+            + lines_block(listed), ident="skipped"))
+    if report.duplicates:
+        listed = [f"{d.node}: kept {d.kept}, left out {d.dropped}"
+                  for d in report.duplicate_hosts[:BAD_SHOWN]]
+        parts.append(section("Duplicate inputs", para(
+            f"{report.duplicates} input(s) repeated a host (the newest result kept):")
+            + lines_block(listed), ident="duplicates"))
+    return document(f"gputriage fleet: {word.upper()} \u2014 {report.nodes} nodes",
+                    f"Fleet report: {report.nodes} nodes", [f"Inputs: {origin}"], parts)

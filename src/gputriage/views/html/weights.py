@@ -1,0 +1,134 @@
+"""The ``gputriage weights`` report in HTML, from its ``gputriage/weights/v1`` document:
+the model and its GPU memory per dtype, the fit per GPU model, the load time per tier,
+the herd, and the host check of ``--model-dir``. Figures only: the document computed them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gputriage.views.html.markup import badge, definitions, esc, para, section, table, tag
+from gputriage.views.html.page import document
+from gputriage.weights import plan
+from gputriage.weights.units import format_bytes, format_duration, format_params
+
+
+def _rate(bps: float) -> str:
+    return f"{format_bytes(bps)}/s"
+
+
+def _model(doc: dict[str, Any]) -> str:
+    model, mem = doc["model"], doc["memory"]
+    params = model["parameters"]
+    pairs = [("parameters", esc(f"{format_params(params)}" if params else "unknown")
+              + (" " + tag("span", esc(f"(from {model['parameters_from']})"), class_="muted")
+                 if model["parameters_from"] else ""))]
+    if model["file_bytes"] is not None:
+        pairs.append(("on disk", esc(f"{format_bytes(model['file_bytes'])} in "
+                                     f"{len(model['paths'])} file(s) "
+                                     f"({', '.join(model['formats']) or '-'})")))
+    if model["config"]:
+        c = model["config"]
+        pairs.append(("config", esc(f"{c['layers']} layers, hidden {c['hidden']}, "
+                                    f"{c['heads']} heads ({c['kv_heads']} KV, head dim "
+                                    f"{c['head_dim']}), vocab {c['vocab']}")))
+    pairs.append(("weights in GPU memory", esc(f"{format_bytes(mem['weights_bytes'])} "
+                                               f"({mem['dtype']})")))
+    if mem["kv_bytes_per_token"]:
+        kv = (f"{format_bytes(mem['kv_cache_bytes'])}: {mem['kv_bytes_per_token']:,.0f} B per "
+              f"token ({mem['kv_dtype']}) \u00d7 {mem['context']} tokens \u00d7 batch "
+              f"{mem['batch']}")
+    else:
+        kv = "not counted (no config.json: give --config)"
+    pairs.append(("KV cache", esc(kv)))
+    pairs.append(("total", esc(f"{format_bytes(mem['total_bytes'])}, with "
+                               f"{mem['overhead']:.0%} of each GPU kept for the CUDA context, "
+                               "activations and fragmentation")))
+    body = definitions(pairs)
+    if mem["per_dtype"]:
+        body += table(("dtype", "weights"), [(esc(d.upper()), esc(format_bytes(b)))
+                                             for d, b in mem["per_dtype"].items()],
+                      caption="The weights in GPU memory per dtype")
+    body += "".join(para(f"Note: {n}", "muted") for n in model["notes"])
+    return section("Model and GPU memory", body, ident="model")
+
+
+def _fit(doc: dict[str, Any]) -> str:
+    rows = []
+    for f in doc["fit"]:
+        if f["tp"] is None:
+            verdict, cls = "does not fit at TP 64", "bad"
+        else:
+            verdict = f"TP {f['tp']}: {format_bytes(f['per_gpu_bytes'])} per GPU"
+            cls = None
+            if f["nodes"] > 1:
+                verdict += f"; does not fit one node ({f['nodes']} nodes of {f['node_gpus']})"
+                cls = "bad"
+        rows.append((esc(f["sku"]), esc(f"{f['memory_gb']:.0f} GB"), (esc(verdict), cls)))
+    return section("Fit", table(("GPU", "memory", "smallest tensor-parallel degree"), rows,
+                                caption="The smallest tensor-parallel degree per GPU model "
+                                        "that holds the weights and the KV cache"),
+                   ident="fit")
+
+
+def _load(doc: dict[str, Any]) -> str:
+    load = doc["load"]
+    rows = [(esc(plan.TIER_LABEL[tier]), esc(_rate(t["bytes_per_s"])),
+             esc(format_duration(t["seconds"])), esc(t["origin"]))
+            for tier, t in load["tiers"].items()]
+    body = table(("tier", "bandwidth", "time", "bandwidth from"), rows,
+                 caption=f"Load time of {format_bytes(load['bytes'])} by one reader")
+    m = doc["measure"]
+    if m:
+        mode = "O_DIRECT" if m["direct"] else "through the page cache"
+        body += para(f"Measured: {format_bytes(m['bytes_read'])} of {m['path']} in "
+                     f"{m['seconds']:.2f} s = {m['bytes_per_s'] / 1e6:,.0f} MB/s ({mode})"
+                     + (f"; {m['note']}" if m["note"] else ""))
+    return section("Load time per tier", body, ident="load")
+
+
+def _herd(h: dict[str, Any]) -> str:
+    rows = [(esc(r["strategy"]), esc(format_duration(r["ready_s"])),
+             esc(format_duration(r["ahead_s"]) if r["ahead_s"] else "-"),
+             esc(format_bytes(r["link_bytes"])), esc(r["note"])) for r in h["rows"]]
+    intro = para(f"{h['replicas']} replicas ({h['per_node']} per node) start together and "
+                 f"pull from {plan.TIER_LABEL[h['source']]} over a shared "
+                 f"{_rate(h['link_bytes_per_s'])} link: {format_bytes(h['total_bytes'])} "
+                 "in all.")
+    return section("The herd", intro + table(
+        ("strategy", "last replica ready", "done ahead", "over the link", "how"), rows,
+        caption="Time until the last replica is ready, by strategy"), ident="herd")
+
+
+def _host(host: dict[str, Any]) -> str:
+    intro = para(f"{host['model_dir']} on {host['fs_type'] or '?'} "
+                 f"({host['tier'] or 'unknown'})")
+    items = "".join(tag("li", badge(f["severity"]) + " " + esc(f["title"]) + tag(
+        "p", esc(f.get("explanation") or ""), class_="muted")) for f in host["findings"])
+    body = intro + (tag("ul", items) if items else para("Nothing to say."))
+    body += tag("details", tag("summary", "The host report") + tag("pre", esc(host["report"])))
+    return section("This host", body, ident="host")
+
+
+def weights_html(doc: dict[str, Any]) -> str:
+    """The whole document of a weights report."""
+    worst = {f["severity"] for f in (doc["host"] or {}).get("findings", [])}
+    word = next((w for w in ("critical", "warning") if w in worst), "ok")
+    total = format_bytes(doc["memory"]["total_bytes"])
+    summary = f"weights: {total} in GPU memory"
+    if doc["herd"]:
+        first = doc["herd"]["rows"][0]
+        summary += (f"; {doc['herd']['replicas']} replicas at once: the last ready after "
+                    f"{format_duration(first['ready_s'])}")
+    banner = tag("section", tag("p", badge(word) + " " + esc(summary), class_="verdict"),
+                 class_=f"banner sev-{word}", aria_label="verdict")
+    parts = [banner, _model(doc), _fit(doc), _load(doc)]
+    if doc["herd"]:
+        parts.append(_herd(doc["herd"]))
+    if doc["host"]:
+        parts.append(_host(doc["host"]))
+    assumed = [plan.TIER_LABEL[t] for t, v in doc["load"]["tiers"].items()
+               if v["origin"] == "assumed"]
+    meta = ["Assumed bandwidths (state them with --measure PATH or --bandwidth TIER=RATE): "
+            + ", ".join(assumed)] if assumed else []
+    who = ", ".join(doc["model"]["paths"][:3]) or doc["model"]["parameters_from"] or "model"
+    return document(f"gputriage weights: {total} \u2014 {who}", "Weights report", meta, parts)

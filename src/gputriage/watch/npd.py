@@ -1,0 +1,198 @@
+"""node-problem-detector's custom-plugin protocol: a check's result as one exit status
+and one line.
+
+NPD runs a custom plugin every ``invoke_interval`` and reads its exit status (0 OK,
+1 NonOK: the problem is there, anything else Unknown) and its standard output, cut at the
+monitor's ``max_output_length`` (80 bytes by default), as the condition's message. Not
+Nagios' 0/1/2/3: a warning is not a problem unless asked for (``level``), and a check that
+could not conclude is Unknown (2), never OK.
+
+The judgement reads the ``gputriage/result/v1`` document (``check --json``, a running
+watch's ``/result``), so a fresh check and a watch's last result are judged alike. Only
+the node's side counts: a fault blamed on the job or its settings never makes the node a
+problem (the line says it was the job's).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = ["DEFAULT_MAX_LENGTH", "LEVELS", "OK", "PROBLEM", "SCHEMA", "UNKNOWN",
+           "PluginVerdict", "fetch_result", "judge", "node_causes", "result_url", "scope_text",
+           "shorten", "unknown"]
+
+OK, PROBLEM, UNKNOWN = 0, 1, 2  # NPD's OK, NonOK and Unknown
+DEFAULT_MAX_LENGTH = 80  # NPD's default max_output_length (bytes)
+LEVELS = ("critical", "warning")  # the least severity that makes the node a problem
+SCHEMA = "gputriage/result/v1"
+_RANK = {"ok": 0, "info": 1, "warning": 2, "critical": 3}
+
+
+@dataclass(frozen=True)
+class PluginVerdict:
+    """What the plugin says: its exit status, its line, and the finding it names."""
+
+    status: int
+    message: str
+    finding: dict[str, Any] | None = None
+
+
+def shorten(text: str, max_length: int = DEFAULT_MAX_LENGTH) -> str:
+    """``text`` on one printable ASCII line of at most ``max_length`` bytes (NPD cuts
+    bytes, which could split a character): ``...`` marks a cut."""
+    line = " ".join(text.split())
+    line = "".join(c if " " <= c <= "~" else "?" for c in line)
+    if len(line) <= max_length:
+        return line
+    return line[:max(0, max_length - 3)].rstrip() + "..."
+
+
+def unknown(why: str, max_length: int = DEFAULT_MAX_LENGTH) -> PluginVerdict:
+    """Unknown: the check could not conclude, and why."""
+    return PluginVerdict(UNKNOWN, shorten(f"UNKNOWN: {why}", max_length))
+
+
+def _current(f: dict[str, Any]) -> bool:
+    return f.get("status", "current") == "current"
+
+
+def _job_side(f: dict[str, Any]) -> bool:
+    return f.get("blame") in ("job", "job-config")
+
+
+def _rank(f: dict[str, Any]) -> int:
+    return _RANK.get(str(f.get("severity")), 0)
+
+
+def node_causes(doc: dict[str, Any], least: str = "warning") -> list[dict[str, Any]]:
+    """The current node-side findings of ``least`` severity or worse, worst first (the
+    document lists them in report order: a stable sort keeps it within a severity)."""
+    floor = _RANK[least]
+    found = [f for f in doc.get("findings") or [] if isinstance(f, dict)
+             and _current(f) and not _job_side(f) and _rank(f) >= floor]
+    return sorted(found, key=lambda f: -_rank(f))
+
+
+def _gpu_text(scope: dict[str, Any]) -> str:
+    parts = ["GPU"]
+    if scope.get("gpu_index") is not None:
+        parts.append(str(scope["gpu_index"]))
+    if scope.get("pci_bus_id"):
+        parts.append(str(scope["pci_bus_id"]))
+    return " ".join(parts)
+
+
+def scope_text(f: dict[str, Any]) -> str:
+    """Where a finding is: ``GPU 4 0000:9a:00.0`` (``+2 GPUs`` for a per-GPU repeat),
+    ``unit nvidia-fabricmanager``; empty for the node."""
+    scope = f.get("scope") or {}
+    kind = scope.get("kind", "node")
+    if kind == "node":
+        return ""
+    text = _gpu_text(scope) if kind == "gpu" else " ".join(
+        str(p) for p in (kind, scope.get("name")) if p)
+    also = f.get("also") or []
+    return f"{text} +{len(also)} GPUs" if also else text
+
+
+def _named(word: str, f: dict[str, Any], more: int, max_length: int) -> str:
+    """``WORD id [scope] [(+N more)]: title``, the scope left out when the title names
+    it within the line (it is never cut away)."""
+    head = f"{word} {f.get('id', '?')}"
+    tail = f" (+{more} more)" if more else ""
+    title = str(f.get("title", ""))
+    scope = f.get("scope") or {}
+    named = str(scope.get("pci_bus_id") or scope.get("name") or "")
+    short = shorten(f"{head}{tail}: {title}", max_length)
+    if named and named in short.removesuffix("...") and not f.get("also"):
+        return short
+    where = scope_text(f)
+    return shorten(f"{head}{' ' + where if where else ''}{tail}: {title}", max_length)
+
+
+def judge(doc: Any, level: str = "critical",
+          max_length: int = DEFAULT_MAX_LENGTH) -> PluginVerdict:
+    """The plugin's verdict on a result document: PROBLEM when a current node-side
+    finding is ``level`` or worse (naming the worst, its GPU, how many more), UNKNOWN
+    when the check could not tell and found nothing that bad, else OK (saying what the
+    job's faults or lesser warnings were)."""
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        return unknown("not a gputriage result", max_length)
+    causes = node_causes(doc, level)
+    if causes:
+        worst = causes[0]
+        return PluginVerdict(PROBLEM, _named(str(worst.get("severity", "")).upper(), worst,
+                                             len(causes) - 1, max_length), worst)
+    verdicts = doc.get("verdicts") or {}
+    if doc.get("verdict") == "unknown" or verdicts.get("node") == "unknown":
+        why = ", ".join(str(u) for u in doc.get("unreadable") or []) or "no rule could decide"
+        return unknown(f"the check could not tell ({why})", max_length)
+    lesser = node_causes(doc, "warning")
+    if lesser:
+        return PluginVerdict(OK, _named(f"OK, no {level} problem; WARNING", lesser[0],
+                                        len(lesser) - 1, max_length), lesser[0])
+    job = [f for f in doc.get("findings") or [] if isinstance(f, dict) and _current(f)
+           and _job_side(f) and _rank(f) >= _RANK["warning"]]
+    if job:
+        worst = max(job, key=_rank)
+        where = scope_text(worst)
+        text = f"OK: node fine; the job's fault: {worst.get('id', '?')}"
+        return PluginVerdict(OK, shorten(f"{text} {where}" if where else text, max_length),
+                             worst)
+    return PluginVerdict(OK, shorten("OK: no node-side GPU problem", max_length))
+
+
+def result_url(url: str) -> str:
+    """The ``/result`` URL of a watch: its base (``http://127.0.0.1:9400``) or the URL
+    itself when it names a path."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"not an http URL: {url}")
+    path = parts.path if parts.path not in ("", "/") else "/result"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def fetch_result(url: str, timeout_s: float, max_age_s: float | None = None,
+                 now: datetime | None = None) -> dict[str, Any]:
+    """A running watch's last result (``GET /result``). OSError when the watch cannot
+    be reached or answers with an error; ValueError when the answer is not a result,
+    or one older than ``max_age_s`` (a watch whose checks stopped)."""
+    import urllib.error
+    import urllib.request
+
+    target = result_url(url)
+    try:
+        with urllib.request.urlopen(target, timeout=timeout_s) as answer:  # noqa: S310
+            body = answer.read(64 * 1024 * 1024)
+    except urllib.error.HTTPError as exc:
+        raise OSError(f"{target} answered {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise OSError(f"{target} unreachable: {reason}") from None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        raise ValueError(f"{target} did not answer JSON") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ValueError(f"{target} did not answer a gputriage result")
+    if max_age_s is not None:
+        age = _age_s(doc.get("generated"), now or datetime.now(timezone.utc))
+        if age is not None and age > max_age_s:
+            raise ValueError(f"the watch's last result is {age:.0f} s old "
+                             f"(more than {max_age_s:.0f} s)")
+    return doc
+
+
+def _age_s(generated: Any, now: datetime) -> float | None:
+    try:
+        when = datetime.fromisoformat(str(generated))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return (now - when).total_seconds()

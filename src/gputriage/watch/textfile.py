@@ -1,0 +1,55 @@
+"""node_exporter's textfile collector: ``DIR/gputriage.prom``, the same series as
+``/metrics``, written after every cycle (and when a tick is skipped or a check overruns).
+
+prometheus_client's ``write_to_textfile`` writes a temporary file in DIR (its name does
+not end in ``.prom``, so node_exporter ignores it) and renames it over the old one: a
+reader sees the whole previous file or the whole new one, never a part.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TEXTFILE_NAME", "TextfileError", "TextfileWriter"]
+
+TEXTFILE_NAME = "gputriage.prom"
+
+
+class TextfileError(Exception):
+    """The textfile directory cannot be written to."""
+
+
+class TextfileWriter:
+    """Writes ``registry`` to ``directory/gputriage.prom``; a sink (called with each
+    cycle's outcome) and a listener (called with nothing)."""
+
+    def __init__(self, directory: str | os.PathLike, registry: Any) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / TEXTFILE_NAME
+        self.registry = registry
+        self._lock = threading.Lock()  # the loop and a worker may both write
+
+    def check(self) -> None:
+        """TextfileError unless the directory exists and a file can be made in it (and
+        renamed over the output): said before the first cycle, not after."""
+        if not self.directory.is_dir():
+            raise TextfileError(f"{self.directory}: no such directory")
+        probe = self.directory / f".{TEXTFILE_NAME}.probe.{os.getpid()}"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise TextfileError(f"{self.directory}: cannot write there "
+                                f"({exc.strerror or exc})") from None
+
+    def write(self) -> None:
+        from prometheus_client import write_to_textfile
+
+        with self._lock:
+            write_to_textfile(str(self.path), self.registry)
+
+    def __call__(self, outcome: Any = None) -> None:
+        self.write()

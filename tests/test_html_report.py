@@ -1,0 +1,246 @@
+"""The HTML report without a browser: its structure (one h1, headings in order, table
+headers with scope, lang, the CSP, nothing fetched, no script), hostile input kept text
+(``<script>``, ``</style>``, quotes, ANSI escapes), huge input bounded, the sections
+(findings with collapsed evidence, GPU table, topology with the bad path marked, the
+timeline plot), the file written 0644 and the bad paths refused with an exit status,
+and the text colours' contrast. Rendered in Chromium by tests/test_html_chromium.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from gputriage.cli import Environment, main
+from gputriage.model import (
+    Action,
+    Blame,
+    Evidence,
+    Finding,
+    GpuRow,
+    HostSummary,
+    Result,
+    Scope,
+    Severity,
+)
+from gputriage.scenarios import build_scenario
+from gputriage.views.html import result_html
+from gputriage.views.html.markup import LINE_CAP, LINES_CAP
+from gputriage.views.html.style import CONTRAST_PAIRS
+
+
+class Outline(HTMLParser):
+    """The tags, headings, attributes and text of a document."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+        self.headings: list[int] = []
+        self.text: list[str] = []
+        self.stack: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.tags.append((tag, dict(attrs)))
+        if re.fullmatch(r"h[1-6]", tag):
+            self.headings.append(int(tag[1]))
+        self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self.stack:
+            while self.stack.pop() != tag:
+                pass
+
+    def handle_data(self, data: str) -> None:
+        if "style" not in self.stack and "title" not in self.stack:
+            self.text.append(data)
+
+    def words(self) -> str:
+        return re.sub(r"\s+", " ", " ".join(self.text))
+
+
+def outline(text: str) -> Outline:
+    o = Outline()
+    o.feed(text)
+    o.close()
+    return o
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    env = Environment(stdout=io.StringIO(), stderr=io.StringIO())
+    code = main(list(argv), env)
+    return code, env.stdout.getvalue(), env.stderr.getvalue()
+
+
+@pytest.fixture(scope="module")
+def scenario_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("scenarios")
+    for name in ("xid48-row-remap", "nic-far-socket", "healthy-8xh100", "nccl-socket-fallback"):
+        build_scenario(name, str(root / name))
+    return root
+
+
+def report(scenario_dir: Path, name: str, tmp_path: Path) -> tuple[int, dict, str]:
+    page = tmp_path / f"{name}.html"
+    code, out, err = run("analyze", str(scenario_dir / name), "--json", "--html", str(page))
+    assert "HTML report written to" in err
+    return code, json.loads(out), page.read_text(encoding="utf-8")
+
+
+def test_structure_and_self_contained(scenario_dir: Path, tmp_path: Path) -> None:
+    code, doc, text = report(scenario_dir, "xid48-row-remap", tmp_path)
+    o = outline(text)
+    assert text.startswith("<!DOCTYPE html>")
+    assert ("html", {"lang": "en"}) in o.tags
+    assert o.headings[0] == 1 and o.headings.count(1) == 1
+    assert all(b - a <= 1 for a, b in zip(o.headings, o.headings[1:], strict=False)), o.headings
+    csp = [a["content"] for t, a in o.tags if a.get("http-equiv") == "Content-Security-Policy"]
+    assert csp and "default-src 'none'" in csp[0] and "script" not in csp[0]
+    names = {t for t, _ in o.tags}
+    assert not names & {"script", "link", "img", "iframe", "object", "embed"}
+    assert "@import" not in text and "url(" not in text
+    for tag, attrs in o.tags:  # only reference links leave the page, and only when clicked
+        for key in ("src", "href", "srcset", "action"):
+            if key in attrs:
+                assert tag == "a" and attrs[key].startswith("https://"), (tag, attrs)
+    ths = [a for t, a in o.tags if t == "th"]
+    assert ths and all(a.get("scope") in ("col", "row") for a in ths)
+    words = o.words()
+    assert "CRITICAL" in words and code == 2
+    for f in doc["findings"]:
+        assert f["title"] in words
+    assert "Xid 48" in words and "reset-gpu" in words  # the action, said in words too
+    assert text.count("<details") >= len(doc["findings"])  # evidence collapsed
+    assert "NVRM: Xid (PCI:0000:ab:00)" in text  # the evidence line, quoted
+
+
+def test_sections_gpus_topology_timeline(scenario_dir: Path, tmp_path: Path) -> None:
+    _, doc, text = report(scenario_dir, "xid48-row-remap", tmp_path)
+    words = outline(text).words()
+    for g in doc["gpus"]:
+        assert g["pci_bus_id"] in words and g["uuid"] in words
+    assert re.search(r"<svg class=\"timeline\"[^>]*role=\"img\"", text)
+    assert text.count("<circle") >= 1 and 'class="boot"' in text
+    assert "GPU 5 0000:ab:00.0" in words  # the lane of the GPU with the Xids
+    _, _, far = report(scenario_dir, "nic-far-socket", tmp_path)
+    bad = re.findall(r'<td class="bad[ "][^>]*>(.*?)</td>', far)
+    assert bad and all(cell.startswith("SYS") for cell in bad)
+    assert "(bad path)" in far and "across the CPU socket: bad path" in far
+    _, _, healthy = report(scenario_dir, "healthy-8xh100", tmp_path)
+    assert not re.search(r'class="bad[ "]', healthy)
+
+
+def test_output_unchanged_and_file_mode(scenario_dir: Path, tmp_path: Path) -> None:
+    snap = str(scenario_dir / "xid48-row-remap")
+    plain = run("analyze", snap, "--no-pager")
+    page = tmp_path / "r.html"
+    page.write_text("old report")
+    with_html = run("analyze", snap, "--no-pager", "--html", str(page))
+    assert with_html[:2] == plain[:2]  # same exit status and terminal report
+    assert page.stat().st_mode & 0o777 == 0o644
+    assert "old report" not in page.read_text()  # a report file is replaced
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+    quiet = run("analyze", snap, "-q", "--html", str(page))
+    assert quiet[2] == "" and quiet[0] == 2
+
+
+@pytest.mark.parametrize("where, says", [
+    ("missing/dir/r.html", "no such directory"),
+    (".", "is a directory"),
+])
+def test_bad_html_path_is_a_clear_error(scenario_dir: Path, tmp_path: Path, where: str,
+                                        says: str) -> None:
+    code, out, err = run("analyze", str(scenario_dir / "healthy-8xh100"), "--html",
+                         str(tmp_path / where))
+    assert code == 64 and says in err and "Traceback" not in err and out == ""
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_unwritable_folder_is_refused(scenario_dir: Path, tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    code, _, err = run("analyze", str(scenario_dir / "healthy-8xh100"), "--html",
+                       str(locked / "r.html"))
+    assert code == 64 and "permission denied" in err
+
+
+HOSTILE = ('<script>alert("x")</script></style><img src=http://evil.example/x.png>'
+           "\x1b[31mred\x1b[0m \"quoted\" 'single' &amp; \u202eevil")
+
+
+def hostile_result(lines: int = 3, width: int = 40) -> Result:
+    f = Finding("test.hostile", Severity.WARNING, HOSTILE, HOSTILE, Action.FIX_CONFIG,
+                Blame.CONFIG, Scope("gpu", 0, "GPU-<x>", "0000:01:00.0"),
+                (Evidence("kernel_log", tuple(HOSTILE + "x" * width for _ in range(lines)),
+                          HOSTILE),), references=("javascript:alert(1)", HOSTILE))
+    return Result(findings=[f], host=HostSummary(hostname=HOSTILE, verdict="warning"),
+                  gpus=[GpuRow(0, "0000:01:00.0", HOSTILE, HOSTILE)],
+                  inputs=[{"origin": HOSTILE, "sources": [HOSTILE]}],
+                  unreadable=[HOSTILE], not_read=[HOSTILE])
+
+
+def test_hostile_text_stays_text() -> None:
+    text = result_html(hostile_result())
+    o = outline(text)
+    assert not {t for t, _ in o.tags} & {"script", "img"}
+    assert text.count("</style>") == 1 and text.count("<style>") == 1
+    assert "\x1b" not in text and "\u202e" not in text
+    assert "\\x1b[31mred" in text and "\\u202e" in text
+    assert "&lt;script&gt;" in text and "&quot;quoted&quot;" in text
+    assert "&amp;amp;" in text  # an entity in the input is shown, not decoded
+    assert not any(a.get("href", "").startswith("javascript") for _, a in o.tags)
+
+
+def test_huge_input_is_bounded() -> None:
+    text = result_html(hostile_result(lines=20_000, width=50_000))
+    assert len(text) < 2_000_000
+    assert f"{20_000 - LINES_CAP:,} more lines" in text
+    assert "more characters" in text
+    longest = max(len(line) for line in text.split("\n"))
+    assert longest < LINE_CAP * 8  # a clipped line, escaped
+
+
+def _luminance(colour: str) -> float:
+    channels = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+@pytest.mark.parametrize("fg, bg", CONTRAST_PAIRS)
+def test_text_colours_meet_wcag_aa(fg: str, bg: str) -> None:
+    hi, lo = sorted((_luminance(fg), _luminance(bg)), reverse=True)
+    assert (hi + 0.05) / (lo + 0.05) >= 4.5, (fg, bg)
+
+
+def test_colours_used_are_the_tested_ones() -> None:
+    from gputriage.views.html.style import CSS
+
+    tested = {c for pair in CONTRAST_PAIRS for c in pair}
+    for m in re.finditer(r"(?<![\w-])color:(#[0-9a-f]{6})", CSS):
+        assert m.group(1) in tested, m.group(0)
+
+
+def test_triage_nccl_fleet_write_html(scenario_dir: Path, tmp_path: Path) -> None:
+    page = tmp_path / "t.html"
+    code, _, _ = run("triage", str(scenario_dir / "xid48-row-remap"), "--baseline",
+                     str(scenario_dir / "healthy-8xh100"), "-q", "--html", str(page))
+    words = outline(page.read_text()).words()
+    assert code == 2 and "What changed" in words and "Next actions" in words
+    fleet_dir = tmp_path / "fleet"
+    from gputriage.fleet_scenario import write_demo
+
+    write_demo(str(fleet_dir))
+    code, _, _ = run("fleet", str(fleet_dir), "--html", str(tmp_path / "f.html"))
+    words = outline((tmp_path / "f.html").read_text()).words()
+    assert code == 2 and "Blast radius" in words and "xid.79" in words
+    logs = [str(scenario_dir / "nccl-socket-fallback" / "sources" / f)
+            for f in ("nccl_log.txt", "nccl_tests.txt")]
+    code, _, _ = run("nccl", *logs, "--html", str(tmp_path / "n.html"))
+    words = outline((tmp_path / "n.html").read_text()).words()
+    assert code == 1 and "all_reduce_perf" in words and "net-socket 32" in words
+    code, _, err = run("nccl", logs[1] + ".absent", "--html", str(tmp_path / "m.html"))
+    assert code == 66 and not (tmp_path / "m.html").exists(), err  # no input: no file

@@ -1,0 +1,273 @@
+"""``watch --node-conditions``: the Node's GPUHealthy condition, written by the official
+Kubernetes client to a local replay apiserver (tests/k8s_replay.py, taught here to
+read a Node's status and take its PATCH) — the test asserts what the client sent."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("kubernetes")
+
+from k8s_replay import ReplayServer  # noqa: E402 - after the skip
+
+from gputriage.cli import Environment, main  # noqa: E402
+from gputriage.context import CheckContext  # noqa: E402
+from gputriage.engine import analyze  # noqa: E402
+from gputriage.ingest import load_inputs  # noqa: E402
+from gputriage.logwindow import LogWindow  # noqa: E402
+from gputriage.scenarios import build_scenario  # noqa: E402
+from gputriage.watch.conditions import (  # noqa: E402
+    CONDITION,
+    NodeConditionSink,
+    condition_of,
+    node_condition_sink,
+    reason_of,
+)
+from gputriage.watch.cycle import CycleOutcome  # noqa: E402
+
+NODE = "gpu-node-017"
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+class NodeStatusServer(ReplayServer):
+    """The replay apiserver, with one Node whose status can be read and patched
+    (conditions merged by type, as the apiserver's strategic merge does)."""
+
+    def __init__(self, node: dict[str, Any], patch_status: int = 200) -> None:
+        super().__init__({"Node": [node]})
+        self.node = node
+        self.patch_status = patch_status
+        self.patches: list[tuple[str, str, dict[str, Any], str]] = []
+
+    def answer(self, path: str, query: dict[str, list[str]]) -> tuple[int, bytes]:
+        name = self.node["metadata"]["name"]
+        if path.rstrip("/") in (f"/api/v1/nodes/{name}", f"/api/v1/nodes/{name}/status"):
+            return 200, json.dumps(self.node).encode()
+        return super().answer(path, query)
+
+    def patch(self, path: str, ctype: str, body: dict[str, Any], auth: str) -> tuple[int, bytes]:
+        self.patches.append((path, ctype, body, auth))
+        if self.patch_status != 200:
+            return self.patch_status, json.dumps({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
+                "reason": "Forbidden", "message": 'nodes "x" is forbidden'}).encode()
+        conditions = self.node.setdefault("status", {}).setdefault("conditions", [])
+        for new in body.get("status", {}).get("conditions", []):
+            conditions[:] = [c for c in conditions if c.get("type") != new["type"]] + [new]
+        return 200, json.dumps(self.node).encode()
+
+    def _handler(self) -> Any:
+        server = self
+        base = super()._handler()
+
+        class Handler(base):  # type: ignore[misc, valid-type]
+            def do_PATCH(self) -> None:  # noqa: N802 - http.server's name
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                status, answer = server.patch(self.path, self.headers.get("Content-Type", ""),
+                                              body, self.headers.get("Authorization", ""))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+        return Handler
+
+
+def _node(conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"kind": "Node", "apiVersion": "v1",
+            "metadata": {"name": NODE, "labels": {"nvidia.com/gpu.present": "true"}},
+            "status": {"conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                 "message": "kubelet is posting ready status",
+                 "lastHeartbeatTime": "2026-03-01T11:00:00Z",
+                 "lastTransitionTime": "2026-02-01T00:00:00Z"},
+                *(conditions or [])]}}
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CycleOutcome]:
+    root = tmp_path_factory.mktemp("conditions")
+    found = {}
+    for number, name in enumerate(("healthy-8xh100", "gpu-fallen-off-bus", "xid31-one-job",
+                                   "xid48-row-remap", "pcie-x8-gpu3"), 1):
+        snapshot = load_inputs([str(build_scenario(name, root / name))])
+        result = analyze(snapshot, LogWindow(), CheckContext())
+        found[name] = CycleOutcome(number, T0, 0.1, result, 0)
+    found["failed"] = CycleOutcome(9, T0, 0.1, None, 3, error="check overran 120 s")
+    return found
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.at = T0
+
+    def __call__(self) -> datetime:
+        return self.at
+
+
+class Log:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, dict[str, Any]]] = []
+
+    def log(self, level: str, msg: str, **fields: Any) -> None:
+        self.lines.append((level, msg, fields))
+
+
+def _sink(server: NodeStatusServer, tmp_path: Path, clock: Clock, log: Log,
+          monkeypatch: pytest.MonkeyPatch) -> NodeConditionSink:
+    monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig(tmp_path / "kubeconfig")))
+    monkeypatch.setenv("NODE_NAME", NODE)
+    sink = node_condition_sink(None, log=log, heartbeat_s=300)
+    assert isinstance(sink, NodeConditionSink)
+    sink.now = clock
+    return sink
+
+
+def _sent(server: NodeStatusServer, index: int = -1) -> dict[str, Any]:
+    path, ctype, body, auth = server.patches[index]
+    assert path == f"/api/v1/nodes/{NODE}/status"
+    assert ctype == "application/strategic-merge-patch+json"
+    assert auth == "Bearer replay-token"
+    (cond,) = body["status"]["conditions"]
+    assert set(body) == {"status"} and set(body["status"]) == {"conditions"}
+    return cond
+
+
+def test_reasons_are_camel_case() -> None:
+    assert reason_of("xid.79") == "Xid79"
+    assert reason_of("fabric.manager-inactive") == "FabricManagerInactive"
+    assert reason_of("79.x") == "Finding79X"
+
+
+def test_condition_follows_the_checks(outcomes: dict[str, CycleOutcome], tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    clock, log = Clock(), Log()
+    with NodeStatusServer(_node()) as server:
+        sink = _sink(server, tmp_path, clock, log, monkeypatch)
+        sink(outcomes["gpu-fallen-off-bus"])
+        assert server.requests[0] == f"/api/v1/nodes/{NODE}/status"  # read back first
+        cond = _sent(server)
+        assert cond["type"] == CONDITION == "GPUHealthy"
+        assert (cond["status"], cond["reason"]) == ("False", "Xid79")
+        assert cond["message"].startswith("CRITICAL xid.79")
+        assert "0000:9a:00.0" in cond["message"]
+        assert cond["lastHeartbeatTime"] == cond["lastTransitionTime"] == "2026-03-01T12:00:00Z"
+
+        clock.at += timedelta(seconds=60)  # the same verdict, heartbeat not due: no write
+        sink(outcomes["gpu-fallen-off-bus"])
+        assert len(server.patches) == 1
+        clock.at += timedelta(seconds=300)  # heartbeat due: written, transition kept
+        sink(outcomes["gpu-fallen-off-bus"])
+        cond = _sent(server)
+        assert cond["lastHeartbeatTime"] == "2026-03-01T12:06:00Z"
+        assert cond["lastTransitionTime"] == "2026-03-01T12:00:00Z"
+
+        clock.at += timedelta(seconds=60)  # repaired: True, a new transition
+        sink(outcomes["healthy-8xh100"])
+        cond = _sent(server)
+        assert (cond["status"], cond["reason"]) == ("True", "GPUsHealthy")
+        assert cond["lastTransitionTime"] == "2026-03-01T12:07:00Z"
+
+        clock.at += timedelta(seconds=60)  # a job's fault: the node stays healthy
+        sink(outcomes["xid31-one-job"])
+        cond = _sent(server)
+        assert (cond["status"], cond["reason"]) == ("True", "GPUsHealthy")
+        assert "the job's fault: xid.31" in cond["message"]
+        assert cond["lastTransitionTime"] == "2026-03-01T12:07:00Z"  # status unchanged
+
+        clock.at += timedelta(seconds=60)
+        sink(outcomes["failed"])
+        cond = _sent(server)
+        assert (cond["status"], cond["reason"]) == ("Unknown", "CheckFailed")
+        assert "check overran 120 s" in cond["message"]
+        assert cond["lastTransitionTime"] == "2026-03-01T12:09:00Z"
+        # the apiserver's copy: one GPUHealthy beside kubelet's Ready, untouched
+        types = [c["type"] for c in server.node["status"]["conditions"]]
+        assert types == ["Ready", "GPUHealthy"]
+        assert len(server.patches) == 5 and sink.updates == 5 and sink.errors == 0
+        assert [f["status"] for level, msg, f in log.lines if msg == "node condition set"] == [
+            "False", "True", "Unknown"]
+
+
+def test_a_node_side_warning_is_healthy_but_degraded(outcomes: dict[str, CycleOutcome]
+                                                     ) -> None:
+    cond = condition_of(outcomes["pcie-x8-gpu3"])
+    assert (cond.status, cond.reason) == ("True", "GPUsDegraded")
+    assert "pcie.width-degraded" in cond.message and "0000:5d:00.0" in cond.message
+
+
+def test_a_restart_keeps_the_transition_time(outcomes: dict[str, CycleOutcome],
+                                             tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    held = {"type": "GPUHealthy", "status": "False", "reason": "Xid48",
+            "message": "CRITICAL xid.48 ...", "lastHeartbeatTime": "2026-03-01T11:55:00Z",
+            "lastTransitionTime": "2026-03-01T09:30:00Z"}
+    clock, log = Clock(), Log()
+    with NodeStatusServer(_node([held])) as server:
+        sink = _sink(server, tmp_path, clock, log, monkeypatch)
+        sink(outcomes["xid48-row-remap"])
+        cond = _sent(server)
+        assert (cond["status"], cond["reason"]) == ("False", "Xid48")
+        assert cond["lastTransitionTime"] == "2026-03-01T09:30:00Z"
+        assert cond["lastHeartbeatTime"] == "2026-03-01T12:00:00Z"
+
+
+def test_write_errors_are_logged_counted_and_retried(outcomes: dict[str, CycleOutcome],
+                                                     tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    clock, log = Clock(), Log()
+    with NodeStatusServer(_node(), patch_status=403) as server:
+        sink = _sink(server, tmp_path, clock, log, monkeypatch)
+        sink(outcomes["gpu-fallen-off-bus"])  # never raises
+        assert sink.errors == 1 and sink.updates == 0
+        ((level, msg, fields),) = log.lines
+        assert level == "error" and msg == "node condition writing failed"
+        assert fields["error"].startswith("HTTP 403")
+        server.patch_status = 200
+        clock.at += timedelta(seconds=10)
+        sink(outcomes["gpu-fallen-off-bus"])  # retried at once, not at the heartbeat
+        assert sink.updates == 1 and _sent(server)["status"] == "False"
+    # the apiserver gone (its port closed): errors, not exceptions
+    server = NodeStatusServer(_node())
+    server.stop()
+    gone = _sink(server, tmp_path, clock, Log(), monkeypatch)
+    gone(outcomes["healthy-8xh100"])
+    assert gone.errors == 2 and gone.updates == 0  # reading back, then writing
+
+
+def test_the_node_must_be_named_and_the_cluster_reachable(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    import click
+
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    with pytest.raises(click.UsageError, match="--node-name or \\$NODE_NAME"):
+        node_condition_sink(None)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(click.UsageError, match="--node-conditions: no kubeconfig"):
+        node_condition_sink("gpu1")
+
+
+def test_watch_sets_the_condition(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gputriage watch --node-conditions`` end to end, on a scenario snapshot."""
+    snap = build_scenario("gpu-fallen-off-bus", tmp_path / "snap")
+    with NodeStatusServer(_node()) as server:
+        monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig(tmp_path / "kubeconfig")))
+        out, err = io.StringIO(), io.StringIO()
+        code = main(["watch", "--snapshot", str(snap), "--interval", "0", "--max-cycles", "2",
+                     "--no-history", "--node-conditions", "--node-name", NODE],
+                    Environment(stdout=out, stderr=err))
+        assert code == 0, err.getvalue()
+        cond = _sent(server)
+        assert (cond["status"], cond["reason"]) == ("False", "Xid79")
+        assert len(server.patches) == 1  # the second cycle changed nothing
