@@ -130,7 +130,9 @@ def test_sources_are_unique_and_described() -> None:
             assert s.argv and all(isinstance(a, str) for a in s.argv), s.name
         if s.kind in ("file", "tree", "devnodes"):
             assert s.path and s.path.startswith("/"), s.name
-        assert s.collect == (s.kind != "input"), s.name
+        assert s.collect == (s.kind != "input" and s.opt_in is None), s.name
+        if s.opt_in:  # an option's value goes in its argv
+            assert s.kind == "command" and "{}" in s.argv, s.name
 
 
 def test_every_source_has_a_parser_or_says_why_it_is_kept_raw() -> None:

@@ -42,6 +42,8 @@ COMMANDS: dict[str, str] = {
     "explain": "explain:explain", "fleet": "compare:fleet", "history": "compare:history",
     "k8s": "k8s:k8s", "logs": "logs:logs", "nccl": "nccl:nccl", "scenario": "scenario:scenario",
     "schema": "schema:schema", "triage": "compare:triage", "xid": "logs:xid",
+    "weights": "weights:weights",
+    "npd": "npd:npd", "watch": "watch:watch",
 }
 
 
@@ -83,6 +85,9 @@ def cli() -> None:
     gputriage expect --from SNAP    what a known-good node has, as an expectations file
     gputriage scenario list         simulated hosts to try it on
     gputriage schema NAME           the JSON Schema of a --json document
+    gputriage weights MODEL|--params 70B  model size, GPU fit, load time, the herd
+    gputriage watch --listen :9400  check every minute; Prometheus metrics, /healthz
+    gputriage npd [--from URL]      node-problem-detector plugin (0 OK, 1 problem, 2 unknown)
 
     Exit status: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; 64 usage, 66 unreadable input.
     """

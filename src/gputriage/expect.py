@@ -28,6 +28,9 @@ naming the file and the key, so a typo never silently disables a check::
     [hugepages]
     size_kb = 2048
     count = 32768
+
+    [weights]              # where this node keeps a model's weights: check and collect
+    model_dir = "/models/llama-3-70b"   # judge its storage (as --model-dir does)
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ from typing import Any, cast
 from gputriage.errors import InputError, unreadable
 
 __all__ = ["DEFAULT_PATH", "ENV_VAR", "Expectations", "GpuExpect", "HugepagesExpect",
-           "InfinibandExpect", "NvSwitchExpect", "PcieExpect", "default_path", "load",
-           "parse"]
+           "InfinibandExpect", "NvSwitchExpect", "PcieExpect", "WeightsExpect", "default_path",
+           "load", "parse"]
 
 DEFAULT_PATH = Path("/etc/gputriage/expect.toml")
 ENV_VAR = "GPUTRIAGE_EXPECT"
@@ -95,8 +98,17 @@ class HugepagesExpect:
     count: int | None = None
 
 
+@dataclass(frozen=True)
+class WeightsExpect:
+    """``[weights]``: the directory this node serves a model's weights from; check and
+    collect look at where it lies (``--model-dir`` names another)."""
+
+    model_dir: str | None = None
+
+
 _TABLES: dict[str, type] = {"gpu": GpuExpect, "nvswitch": NvSwitchExpect, "pcie": PcieExpect,
-                            "infiniband": InfinibandExpect, "hugepages": HugepagesExpect}
+                            "infiniband": InfinibandExpect, "hugepages": HugepagesExpect,
+                            "weights": WeightsExpect}
 # key -> (accepted types, what the error calls it)
 _KINDS: dict[str, tuple[tuple[type, ...], str]] = {
     "int | None": ((int,), "a whole number"),
@@ -116,6 +128,7 @@ class Expectations:
     pcie: PcieExpect = field(default_factory=PcieExpect)
     infiniband: InfinibandExpect = field(default_factory=InfinibandExpect)
     hugepages: HugepagesExpect = field(default_factory=HugepagesExpect)
+    weights: WeightsExpect = field(default_factory=WeightsExpect)
     path: str | None = None
 
     def value(self, key: str) -> Any:

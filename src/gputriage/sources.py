@@ -20,6 +20,11 @@ Kinds:
   input     a job's output or a command gputriage never runs itself: read from
             pastes and bug reports only (``argv`` shows what produces it)
 
+A command with ``opt_in`` runs only when the collection is told the value of that
+option (``collect --model-dir DIR``, ``--dcgm-diag LEVEL``): the value replaces ``{}``
+in its argv, and its timeout is not cut to the run's deadline (the deadline grows to
+hold it). Without the option it is read from pastes and bug reports only, as an input.
+
 Recognition of a paste (:mod:`gputriage.ingest.detect`):
   detector      ``"module:function"`` under ``gputriage`` taking a
                 :class:`gputriage.ingest.paste.PasteDoc`; it claims the lines of the
@@ -61,6 +66,9 @@ from typing import Any
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_CAP_BYTES = 16 * 1024 * 1024
+# how long ``dcgmi diag -r N`` may run (DCGM's guide: -r 1 seconds, -r 2 about two
+# minutes, -r 3 up to half an hour, -r 4 up to two hours on eight GPUs), with room
+DCGM_DIAG_TIMEOUT_S = {1: 120.0, 2: 600.0, 3: 3600.0, 4: 10800.0}
 
 
 @dataclass(frozen=True)
@@ -84,11 +92,17 @@ class Source:
     aliases: tuple[str, ...] = ()  # command lines, files and bug-report sections that give it
     keeps_prompt: str | None = None  # "alone" | "named": when its prompt line belongs to it
     prompt_step: str | None = None  # "module:function": commands that are steps of it
+    opt_in: str | None = None  # the collect option that runs it (see the module's docstring)
 
     @property
     def collect(self) -> bool:
-        """Whether collection reads it (job outputs are only ever pasted)."""
-        return self.kind != "input"
+        """Whether every collection reads it (job outputs are only ever pasted; an
+        opt-in command runs when its option is given)."""
+        return self.kind != "input" and self.opt_in is None
+
+    def argv_for(self, value: str) -> tuple[str, ...]:
+        """An opt-in command's argv with the option's value in place of ``{}``."""
+        return tuple(value if word == "{}" else word for word in self.argv)
 
     @property
     def filename(self) -> str:
@@ -428,10 +442,73 @@ SOURCES: tuple[Source, ...] = (
            parser="gpu_operator_log:parse_gpu_operator_log",
            detector="parsers.gpu_operator_log:claim_gpu_operator_log", detect_order=197,
            aliases=_kubectl("logs ~driver|~validator|~toolkit|~gpu-operator")),
+    # --- weights: where a model directory lies (gputriage weights --model-dir writes it)
+    # (collect/check --model-dir DIR, or [weights] model_dir in the expectations file; in a
+    # child process: a hung network mount cannot hold the collection)
+    _cmd("weights_host", ("gputriage", "weights", "--model-dir", "{}", "--host-report"),
+         "gputriage weights --host-report (a model directory's mount, free space, RAM)",
+         opt_in="model_dir", timeout_s=30.0,
+         parser="weights_host:parse_weights_host",
+         detector="parsers.weights_host:claim_weights_host", detect_order=187,
+         aliases=("gputriage weights --host-report",)),
+    # --- a fleet's table of one Xid's counts per node (after the kernel log: its Xid lines
+    # are never taken as the line naming the Xid)
+    _input("xid_counts", ("promtool", "query", "instant", "URL",
+                          "sum by (Hostname) (xid_count)"),
+           "a table of one Xid's counts per node (node and count pairs under a line naming "
+           "the Xid)",
+           parser="xid_counts:parse_xid_counts",
+           detector="parsers.xid_counts:claim_xid_counts", detect_order=215),
     # --- DCGM: dcgmi diag and nvvs (issue 18 part A: parsers/dcgmi_diag.py)
-    # (DCGM diag sources go here)
+    # (collect/check --dcgm-diag LEVEL only: it loads the GPUs for minutes to hours)
+    _cmd("dcgmi_diag", ("dcgmi", "diag", "-r", "{}", "-j"),
+         "dcgmi diag -r 1|2|3|4 (DCGM's diagnostic: its table, its -j JSON or dcgmi's "
+         "error)",
+         opt_in="dcgm_diag", applies="nvidia", timeout_s=DCGM_DIAG_TIMEOUT_S[1],
+         parser="dcgmi_diag:parse_dcgmi_diag",
+         detector="parsers.dcgmi_diag:claim_dcgmi_diag", detect_order=113,
+         keeps_prompt="named",
+         aliases=("dcgmi diag|--diag",)),
+    _input("nvvs_log", ("cat", "/var/log/nvidia-dcgm/nvvs.log"),
+           "nvvs.log (the log of DCGM's diagnostic: plugin, config and child-process errors)",
+           parser="nvvs_log:parse_nvvs_log",
+           detector="parsers.nvvs_log:claim_nvvs_log", detect_order=117,
+           aliases=("/var/log/nvidia-dcgm/nvvs.log*", "/*/nvvs.log*")),
     # --- DCGM: discovery, health, nvlink, dcgm-exporter, nv-hostengine (issue 18 part B)
-    # (DCGM host and exporter sources go here)
+    # (collected when DCGM is installed; an absent dcgmi is normal, a hang is nv-hostengine's)
+    _cmd("dcgmi_discovery", ("dcgmi", "discovery", "-l"),
+         "dcgmi discovery -l (the GPUs and NVSwitches DCGM's host engine sees)",
+         parser="dcgmi:parse_discovery", detector="parsers.dcgmi:claim_dcgmi",
+         detect_order=125, aliases=("dcgmi discovery -l|--list",)),
+    _cmd("dcgmi_health", ("dcgmi", "health", "-c"),
+         "dcgmi health -c (DCGM's health watches: failures and warnings per GPU)",
+         parser="dcgmi:parse_health", detector="parsers.dcgmi:claim_dcgmi",
+         detect_order=125, aliases=("dcgmi health -c|--check",)),
+    _cmd("dcgmi_version", ("dcgmi", "--version"), "dcgmi --version (the DCGM release)",
+         raw="one line, read by the dcgm_version fact"),
+    _input("dcgmi_nvlink", ("dcgmi", "nvlink", "--link-status"),
+           "dcgmi nvlink --link-status / -e -g N (NVLink states and error counters as DCGM "
+           "sees them)",
+           parser="dcgmi:parse_nvlink", detector="parsers.dcgmi:claim_dcgmi",
+           detect_order=125, aliases=("dcgmi nvlink -s|--link-status|-e|--errors",)),
+    _input("dcgm_exporter_metrics", ("curl", "-s", "http://localhost:9400/metrics"),
+           "dcgm-exporter /metrics (DCGM_FI_DEV_* / DCGM_FI_PROF_* samples)",
+           parser="dcgm_exporter:parse_metrics",
+           detector="parsers.dcgm_exporter:claim_metrics", detect_order=135,
+           aliases=("curl ~:9400", "curl ~dcgm")),
+    _input("dcgm_exporter_log", ("kubectl", "logs", "-n", "gpu-operator",
+                                 "ds/nvidia-dcgm-exporter"),
+           "dcgm-exporter's log (logrus text, or the old exporter script's lines)",
+           parser="dcgm_exporter:parse_exporter_log",
+           detector="parsers.dcgm_exporter:claim_exporter_log", detect_order=198,
+           aliases=(*_kubectl("logs ~dcgm-exporter"), "docker logs ~dcgm")),
+    _input("nv_hostengine_log", ("journalctl", "-u", "nvidia-dcgm", "--no-pager"),
+           "nv-hostengine's log, debug log or journal (and dcgmi's 'Unable to connect to "
+           "host engine')",
+           parser="nv_hostengine:parse_hostengine_log",
+           detector="parsers.nv_hostengine:claim_hostengine_log", detect_order=199,
+           aliases=("journalctl ~nvidia-dcgm|~nv-hostengine", "/*nv-hostengine*.log",
+                    "/*nvhostengine*.log")),
     _input("nccl_tests", ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"),
            "nccl-tests output (all_reduce_perf...)",
            parser="nccl_tests:parse_nccl_tests",

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import gputriage
@@ -35,16 +36,20 @@ class CollectOptions:
     only: tuple[str, ...] = ()  # source names; empty = all collectable
     force: bool = False  # replace an existing output
     redact: bool = False  # replace identities (gputriage.redact) before writing
+    # opt-in sources' options (sources.Source.opt_in): "model_dir" -> DIR,
+    # "dcgm_diag" -> LEVEL; an opt-in source runs only when its option is here
+    opt_in: dict[str, str] = field(default_factory=dict)
     # told (what, done, total, unit) as sources come in: ("sources", 12, 40, "sources")
     progress: Callable[[str, int, int | None, str], None] | None = None
 
 
-def _collect_command(host: Host, spec: Source, timeout_s: float) -> tuple[bytes | None, dict]:
-    candidates = [host.nvml_argv()] if spec.kind == "nvml" else [list(spec.argv)]
+def _collect_command(host: Host, spec: Source, timeout_s: float,
+                     argv: tuple[str, ...] | None = None) -> tuple[bytes | None, dict]:
+    candidates = [host.nvml_argv()] if spec.kind == "nvml" else [_program(argv or spec.argv)]
     candidates += [list(a) for a in spec.fallback]
     outcome = None
-    for argv in candidates:
-        outcome = host.run(argv, timeout_s, spec.cap_bytes)
+    for candidate in candidates:
+        outcome = host.run(candidate, timeout_s, spec.cap_bytes)
         if not outcome.not_found and not _worth_fallback(outcome):
             break
     assert outcome is not None
@@ -64,6 +69,13 @@ def _collect_command(host: Host, spec: Source, timeout_s: float) -> tuple[bytes 
     return outcome.output, rec
 
 
+def _program(argv: tuple[str, ...]) -> list[str]:
+    """gputriage's own commands run in this interpreter (its script may not be on PATH)."""
+    if argv and argv[0] == "gputriage":
+        return [sys.executable, "-I", "-m", "gputriage", *argv[1:]]
+    return list(argv)
+
+
 _NO_ENTRIES = (b"No journal files were found", b"-- No entries --",
                b"System has not been booted with systemd")
 
@@ -78,9 +90,10 @@ def _worth_fallback(outcome) -> bool:
     return all(ln.startswith(_NO_ENTRIES) for ln in lines)
 
 
-def _collect_one(host: Host, spec: Source, timeout_s: float) -> tuple[bytes | None, dict]:
+def _collect_one(host: Host, spec: Source, timeout_s: float,
+                 argv: tuple[str, ...] | None = None) -> tuple[bytes | None, dict]:
     if spec.kind in ("command", "nvml"):
-        return _collect_command(host, spec, timeout_s)
+        return _collect_command(host, spec, timeout_s, argv)
     if spec.kind == "file":
         return readers.read_file(host.root, spec)
     if spec.kind == "tree":
@@ -92,9 +105,10 @@ def _collect_one(host: Host, spec: Source, timeout_s: float) -> tuple[bytes | No
 
 class _Job(threading.Thread):
     def __init__(self, host: Host, spec: Source, timeout_s: float,
-                 slots: threading.Semaphore) -> None:
+                 slots: threading.Semaphore, argv: tuple[str, ...] | None = None) -> None:
         super().__init__(daemon=True, name=f"collect-{spec.name}")
         self.host, self.spec, self.timeout_s, self.slots = host, spec, timeout_s, slots
+        self.argv = argv
         self.result: tuple[bytes | None, dict] | None = None
         self.started_at = 0.0
         self.duration = 0.0
@@ -103,7 +117,7 @@ class _Job(threading.Thread):
         with self.slots:
             self.started_at = time.monotonic()
             try:
-                self.result = _collect_one(self.host, self.spec, self.timeout_s)
+                self.result = _collect_one(self.host, self.spec, self.timeout_s, self.argv)
             except Exception as exc:  # noqa: BLE001 - an outcome is data, never a crash
                 self.result = (None, {"error": "failed", "error_detail": repr(exc)})
             self.duration = time.monotonic() - self.started_at
@@ -113,14 +127,21 @@ def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None =
     """Capture the host into a snapshot directory or ``.tar.gz``."""
     opts = options or CollectOptions()
     snapshot_writer.check_output(out, opts.force)  # fail before collecting, not after
-    specs = [s for s in sources.SOURCES if s.collect and (not opts.only or s.name in opts.only)]
+    specs = [s for s in sources.SOURCES if (s.collect or s.opt_in in opts.opt_in)
+             and (not opts.only or s.name in opts.only)]
     start = time.monotonic()
-    deadline = start + opts.deadline_s
+    deadline = start + max([opts.deadline_s] + [opt_in_timeout(s, opts) + 1.0 for s in specs
+                                                 if s.opt_in])
     slots = threading.Semaphore(MAX_PARALLEL)
     jobs = []
     for spec in specs:
-        timeout = opts.timeout_s if opts.timeout_s and spec.kind == "command" else spec.timeout_s
-        job = _Job(host, spec, min(timeout, opts.deadline_s), slots)
+        if spec.opt_in:
+            job = _Job(host, spec, opt_in_timeout(spec, opts), slots,
+                       spec.argv_for(opts.opt_in[spec.opt_in]))
+        else:
+            timeout = (opts.timeout_s if opts.timeout_s and spec.kind == "command"
+                       else spec.timeout_s)
+            job = _Job(host, spec, min(timeout, opts.deadline_s), slots)
         job.start()
         jobs.append(job)
     payloads: dict[str, bytes] = {}
@@ -154,12 +175,21 @@ def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None =
         tool_version=gputriage.__version__,
         extra={"collector": {"deadline_s": opts.deadline_s, "timeout_s": opts.timeout_s,
                              "euid": os.geteuid() if hasattr(os, "geteuid") else None,
+                             "opt_in": dict(opts.opt_in),
                              "duration_s": round(time.monotonic() - start, 3)}},
     )
     manifest["sources"] = records
     redactor = _redactor(manifest["host"]) if opts.redact else None
     return snapshot_writer.write_snapshot(out, manifest, payloads, force=opts.force,
                                           redactor=redactor)
+
+
+def opt_in_timeout(spec: Source, opts: CollectOptions) -> float:
+    """An opt-in command's timeout: ``dcgmi diag``'s by its level, else its own."""
+    if spec.opt_in == "dcgm_diag":
+        level = int(opts.opt_in.get("dcgm_diag", "1"))
+        return sources.DCGM_DIAG_TIMEOUT_S.get(level, spec.timeout_s)
+    return spec.timeout_s
 
 
 def _redactor(host: str) -> Redactor:

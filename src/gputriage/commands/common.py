@@ -135,11 +135,31 @@ def quiet_line(result: Any, who: str | None = None) -> None:
     env.stdout.write(verdict_line(result, who=who, unicode=encoding.startswith("utf")) + "\n")
 
 
+def save_html(path: str | None, render: Callable[[], str], *, quiet: bool = False) -> None:
+    """``--html FILE``: write the report ``render()`` makes (nothing when ``path`` is None);
+    one stderr line says where, unless ``quiet``."""
+    if path is None:
+        return
+    from gputriage.views.html.output import write_html
+    from gputriage.views.safe import printable
+
+    out = write_html(path, render())
+    if not quiet:
+        current_env().stderr.write(f"HTML report written to {printable(str(out))}\n")
+
+
 def report_result(result: Any, as_json: bool, verbose: bool, *, quiet: bool = False,
-                  no_pager: bool = False) -> None:
+                  no_pager: bool = False, html: str | None = None, facts: Any = None) -> None:
+    """Print ``result`` (JSON, the one-line verdict or the terminal report), write its
+    HTML report when ``html`` names a file (topology and timeline from ``facts``), and
+    end with its exit status."""
     from gputriage.views.status import exit_status
 
     env = current_env()
+    if html is not None:
+        from gputriage.views.html import result_html
+
+        save_html(html, lambda: result_html(result, facts), quiet=quiet)
     if as_json:
         from gputriage.views.jsonview import dumps
 
@@ -154,6 +174,21 @@ def report_result(result: Any, as_json: bool, verbose: bool, *, quiet: bool = Fa
     raise CommandExit(int(exit_status(result)))
 
 
+def _check_html(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A bad --html path fails before any work."""
+    if value is not None:
+        from gputriage.views.html.output import check_html_path
+
+        check_html_path(value)
+    return value
+
+
+html_option = click.option(
+    "--html", "html", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+    callback=_check_html,
+    help="Also write the report as one self-contained HTML file (no network, no script; "
+         "an existing file is replaced); the terminal or JSON output and the exit status "
+         "are unchanged.")
 json_option = click.option("--json", "as_json", is_flag=True,
                          help="Print the result as JSON (schema gputriage/result/v1).")
 verbose_option = click.option("-v", "--verbose", is_flag=True,
@@ -199,6 +234,34 @@ def load_expectations(path: str | None, *, default: bool) -> Any:
         found = expect.default_path()
         path = str(found) if found is not None else None
     return expect.load(path) if path is not None else None
+
+
+model_dir_option = click.option(
+    "--model-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+    help="Also judge where this host keeps a model's weights: the file system (local NVMe, "
+         "NFS, Lustre, an object-store FUSE mount, image layers), free space there and on "
+         "local NVMe, RAM for the page cache (default: [weights] model_dir of the "
+         "expectations file).")
+dcgm_diag_option = click.option(
+    "--dcgm-diag", "dcgm_diag", type=click.Choice(["1", "2", "3", "4"]), default=None,
+    metavar="LEVEL", help="Also run DCGM's diagnostic, dcgmi diag -r LEVEL -j (1: seconds, "
+                          "2: minutes, 3: up to an hour, 4: hours; it loads every GPU, so "
+                          "never without this option); the deadline grows to hold it.")
+
+
+def opt_in_sources(model_dir: str | None, dcgm_diag: str | None,
+                   expectations: Any = None) -> dict[str, str]:
+    """The opt-in sources' options for :class:`gputriage.collect.CollectOptions`."""
+    import os
+
+    out: dict[str, str] = {}
+    if model_dir is None and expectations is not None:
+        model_dir = expectations.weights.model_dir
+    if model_dir is not None:
+        out["model_dir"] = os.path.abspath(model_dir)
+    if dcgm_diag is not None:
+        out["dcgm_diag"] = dcgm_diag
+    return out
 
 
 STATE_DIR_HELP = ("History directory (default: $GPUTRIAGE_STATE_DIR, else "

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -11,13 +12,17 @@ from gputriage.commands.common import (
     STATE_DIR_HELP,
     boot_option,
     current_env,
+    dcgm_diag_option,
     deadline_option,
     expect_option,
+    html_option,
     job_faults_option,
     json_option,
     load_expectations,
     log_window,
+    model_dir_option,
     no_pager_option,
+    opt_in_sources,
     quiet_option,
     report_result,
     since_option,
@@ -43,9 +48,14 @@ _redact_opt = click.option(
 @_redact_opt
 @timeout_option
 @deadline_option
+@model_dir_option
+@dcgm_diag_option
+@expect_option
 def collect(output: str | None, force: bool, redact: bool, timeout: float | None,
-            deadline: float) -> None:
-    """Capture this host into a snapshot (read-only; every command bounded)."""
+            deadline: float, model_dir: str | None, dcgm_diag: str | None,
+            expect_file: str | None) -> None:
+    """Capture this host into a snapshot (read-only; every command bounded). The
+    expectations file gives [weights] model_dir when --model-dir is not given."""
     from gputriage.collect import CollectOptions
     from gputriage.collect import collect as do_collect
 
@@ -57,7 +67,9 @@ def collect(output: str | None, force: bool, redact: bool, timeout: float | None
         stamp = host.now().strftime("%Y%m%dT%H%M%SZ")
         name = "redacted" if redact else socket.gethostname()
         output = f"gputriage-{name}-{stamp}.tar.gz"
-    opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, force=force, redact=redact)
+    expectations = load_expectations(expect_file, default=model_dir is None)
+    opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, force=force, redact=redact,
+                          opt_in=opt_in_sources(model_dir, dcgm_diag, expectations))
     from gputriage.commands.progress import progress_for
 
     with progress_for(env) as progress:
@@ -69,6 +81,7 @@ def collect(output: str | None, force: bool, redact: bool, timeout: float | None
 @click.command()
 @click.argument("job_outputs", nargs=-1, metavar="[JOB_OUTPUT]...")
 @json_option
+@html_option
 @verbose_option
 @quiet_option
 @no_pager_option
@@ -87,6 +100,8 @@ def collect(output: str | None, force: bool, redact: bool, timeout: float | None
 @click.option("--history-days", type=click.FloatRange(min=0), default=90.0,
               show_default=True, help="Keep history entries younger than DAYS.")
 @expect_option
+@model_dir_option
+@dcgm_diag_option
 @job_faults_option
 @click.option("--snapshot", "from_snapshot", type=click.Path(), default=None,
               metavar="PATH", help="Judge this snapshot of the host (directory or "
@@ -95,7 +110,8 @@ def collect(output: str | None, force: bool, redact: bool, timeout: float | None
 def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: float | None,
           deadline: float, keep: str | None, force: bool, redact: bool, since: str | None,
           boot: str | None, expect_file: str | None, job_faults_fail: bool,
-          from_snapshot: str | None, quiet: bool, no_pager: bool, **hist: Any) -> None:
+          from_snapshot: str | None, quiet: bool, no_pager: bool, html: str | None,
+          model_dir: str | None, dcgm_diag: str | None, **hist: Any) -> None:
     """Collect this host into a temporary snapshot, analyse it, report.
 
     JOB_OUTPUT: what a job on this host printed (its NCCL_DEBUG=INFO log, an nccl-tests
@@ -108,13 +124,8 @@ def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: f
     The exit status is the node's: findings blamed on the job are reported and exit 1 at
     most (unless --job-faults-fail). Acknowledgements (gputriage ack) in the history
     directory apply; a finding they cover is reported as acknowledged, not current."""
-    import tempfile
-
     from gputriage.collect import CollectOptions
-    from gputriage.collect import collect as do_collect
     from gputriage.context import CheckContext
-    from gputriage.engine import analyze
-    from gputriage.snapshot import Snapshot
 
     env = current_env()
     window = log_window(since, boot)
@@ -128,8 +139,33 @@ def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: f
         from gputriage.ingest import load_inputs
 
         extra = load_inputs(list(job_outputs))  # before collecting: a bad path fails fast
-    opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, force=force, redact=redact)
-    now = env.live_host().now()
+    opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, force=force, redact=redact,
+                          opt_in=opt_in_sources(model_dir, dcgm_diag, expectations))
+    context = CheckContext(expectations=expectations, acks=tuple(host_acks(hist["state_dir"])),
+                           now=env.live_host().now(), job_faults_fail=job_faults_fail)
+    facts: list = []  # the analysis's facts, for the HTML report's topology and timeline
+    result = judge_host(env, window, context, opts, from_snapshot=from_snapshot, keep=keep,
+                        extra=extra, quiet=quiet, facts_out=facts)
+    if extra is None and not redact:  # tokens would read as changes against the history
+        _record_history(result, **hist)
+    report_result(result, as_json, verbose, quiet=quiet, no_pager=no_pager, html=html,
+                  facts=facts[0] if facts else None)
+
+
+def judge_host(env: Any, window: Any, context: Any, opts: Any, *,
+               from_snapshot: str | None = None, keep: str | None = None,
+               extra: Any = None, quiet: bool = True, facts_out: list | None = None) -> Any:
+    """One check's judgement, as ``check`` and ``watch`` make it: this host collected
+    into a temporary snapshot (or ``keep``), or the snapshot at ``from_snapshot`` read
+    again, with ``extra`` inputs merged, analysed in ``context`` (its facts appended to
+    ``facts_out`` when given)."""
+    import tempfile
+
+    from gputriage.collect import collect as do_collect
+    from gputriage.engine import analyze_facts
+    from gputriage.facts import Facts
+    from gputriage.snapshot import Snapshot
+
     with tempfile.TemporaryDirectory(prefix="gputriage-") as tmp:
         if from_snapshot is not None:
             from gputriage.ingest import load_inputs
@@ -144,15 +180,13 @@ def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: f
                                                     keep or f"{tmp}/snapshot", opts))
         if extra is not None:
             snapshot.merge(extra)
-        context = CheckContext(expectations=expectations,
-                               acks=tuple(host_acks(hist["state_dir"])), now=now,
-                               job_faults_fail=job_faults_fail)
-        result = analyze(snapshot, window, context)
+        facts = Facts(snapshot, window, context)
+        result = analyze_facts(facts)
+    if facts_out is not None:
+        facts_out.append(facts)
     if keep is None and from_snapshot is None:
         _name_live_input(result, tmp)
-    if extra is None and not redact:  # tokens would read as changes against the history
-        _record_history(result, **hist)
-    report_result(result, as_json, verbose, quiet=quiet, no_pager=no_pager)
+    return result
 
 
 LIVE_INPUT = "this host, collected now, not kept"  # check --keep PATH keeps it
@@ -166,9 +200,9 @@ def _name_live_input(result: Any, tmp: str) -> None:
             item["origin"] = LIVE_INPUT
 
 
-def host_acks(state_dir: str | None) -> list:
+def host_acks(state_dir: str | None, warn: Callable[[str], None] | None = None) -> list:
     """The acknowledgements in the history directory; a problem reading them is one
-    stderr line, and none apply."""
+    stderr line (or ``warn(problem)``), and none apply."""
     from gputriage import ackstore
     from gputriage.history import CorruptHistory, HistoryError, default_state_dir
 
@@ -177,8 +211,11 @@ def host_acks(state_dir: str | None) -> list:
     except CorruptHistory:
         return []  # recording the check moves it aside, and says so
     except HistoryError as exc:
-        current_env().stderr.write(
-            f"gputriage: acknowledgements not read: {printable(str(exc))}\n")
+        if warn is not None:
+            warn(f"acknowledgements not read: {exc}")
+        else:
+            current_env().stderr.write(
+                f"gputriage: acknowledgements not read: {printable(str(exc))}\n")
         return []
 
 
@@ -207,6 +244,7 @@ def _record_history(result: Any, state_dir: str | None, no_history: bool,
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @json_option
+@html_option
 @verbose_option
 @quiet_option
 @no_pager_option
@@ -216,13 +254,14 @@ def _record_history(result: Any, state_dir: str | None, no_history: bool,
 @job_faults_option
 def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool, no_pager: bool,
             since: str | None, boot: str | None, expect_file: str | None,
-            job_faults_fail: bool) -> None:
+            job_faults_fail: bool, html: str | None) -> None:
     """Analyse what you have: snapshots (dir or .tar.gz), an nvidia-bug-report.log(.gz),
     or pasted outputs (nvidia-smi -q/-x/table, /proc/driver/nvidia/version, lsmod,
     a kernel log...). Several paths combine into one host view; - reads stdin."""
     from gputriage.commands.progress import progress_for
     from gputriage.context import CheckContext
-    from gputriage.engine import analyze as do_analyze
+    from gputriage.engine import analyze_facts
+    from gputriage.facts import Facts
     from gputriage.ingest import load_inputs
 
     window = log_window(since, boot)
@@ -230,5 +269,7 @@ def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool, n
     context = CheckContext(expectations=expectations, job_faults_fail=job_faults_fail)
     with progress_for(current_env(), quiet) as progress:  # a large log takes a while
         snapshot = load_inputs(list(paths), progress=progress.update)
-    result = do_analyze(snapshot, window, context)
-    report_result(result, as_json, verbose, quiet=quiet, no_pager=no_pager)
+    facts = Facts(snapshot, window, context)  # kept for the HTML report's topology
+    result = analyze_facts(facts)
+    report_result(result, as_json, verbose, quiet=quiet, no_pager=no_pager, html=html,
+                  facts=facts)

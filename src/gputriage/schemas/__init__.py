@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "xid": "xid --json (gputriage/xid/v1)",
     "explain": "explain --json (gputriage/explain/v1)",
     "k8s": "k8s status --json, k8s lint --json (gputriage/k8s/v1)",
+    "weights": "weights --json (gputriage/weights/v1)",
 }
 
 _PREFIX = "urn:gputriage:schema:"

@@ -1,0 +1,136 @@
+"""The terminal view of ``gputriage weights``, from its ``gputriage/weights/v1``
+document: the model and its memory, then the fit, load-time and herd tables (rich
+tables on a terminal, plain aligned columns piped: :mod:`gputriage.views.tables`), then
+the host check."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gputriage.weights import plan
+from gputriage.weights.units import format_bytes, format_duration, format_params
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
+__all__ = ["print_weights"]
+
+
+def _rate(bps: float) -> str:
+    return f"{format_bytes(bps)}/s"
+
+
+def _model_lines(doc: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    model, mem = doc["model"], doc["memory"]
+    params = model["parameters"]
+    what = f"{format_params(params)} parameters" if params else "parameters unknown"
+    if model["parameters_from"]:
+        what += f" (from {model['parameters_from']})"
+    out.append(f"Model: {what}")
+    if model["file_bytes"] is not None:
+        out.append(f"  on disk: {format_bytes(model['file_bytes'])} in "
+                   f"{len(model['paths'])} file(s) ({', '.join(model['formats']) or '-'})")
+    if model["config"]:
+        c = model["config"]
+        out.append(f"  config: {c['layers']} layers, hidden {c['hidden']}, {c['heads']} heads "
+                   f"({c['kv_heads']} KV, head dim {c['head_dim']}), vocab {c['vocab']}")
+    out += [f"  note: {n}" for n in model["notes"]]
+    out.append(f"GPU memory: weights {format_bytes(mem['weights_bytes'])} ({mem['dtype']})")
+    if mem["per_dtype"]:
+        out.append("  per dtype: " + ", ".join(f"{d.upper()} {format_bytes(b)}"
+                                               for d, b in mem["per_dtype"].items()))
+    if mem["kv_bytes_per_token"]:
+        out.append(f"  KV cache: {mem['kv_bytes_per_token']:,.0f} B/token ({mem['kv_dtype']}) "
+                   f"\u00d7 {mem['context']} tokens \u00d7 batch {mem['batch']} = "
+                   f"{format_bytes(mem['kv_cache_bytes'])}")
+    else:
+        out.append("  KV cache: not counted (no config.json: give --config)")
+    out.append(f"  total {format_bytes(mem['total_bytes'])}, with {mem['overhead']:.0%} of each "
+               "GPU kept for context, activations and fragmentation")
+    return out
+
+
+def _fit_rows(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    rows = []
+    for f in doc["fit"]:
+        if f["tp"] is None:
+            verdict = "does not fit at TP 64"
+        else:
+            verdict = f"TP {f['tp']}: {format_bytes(f['per_gpu_bytes'])} per GPU"
+            if f["nodes"] > 1:
+                verdict += f", does not fit one node ({f['nodes']} nodes of {f['node_gpus']})"
+        rows.append((f["sku"], f"{f['memory_gb']:.0f} GB", verdict))
+    return rows
+
+
+def _load_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    return [(plan.TIER_LABEL[tier], _rate(t["bytes_per_s"]), format_duration(t["seconds"]),
+             t["origin"]) for tier, t in doc["load"]["tiers"].items()]
+
+
+def _measured(m: dict[str, Any]) -> str:
+    mode = "O_DIRECT" if m["direct"] else "page cache"
+    return (f"Measured: {format_bytes(m['bytes_read'])} of {m['path']} in {m['seconds']:.2f} s "
+            f"= {m['bytes_per_s'] / 1e6:,.0f} MB/s ({mode})"
+            + (f"; {m['note']}" if m["note"] else ""))
+
+
+def _herd_rows(h: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    return [(r["strategy"], format_duration(r["ready_s"]),
+             f"{format_bytes(r['link_bytes'])} over the link"
+             + (f", {format_duration(r['ahead_s'])} ahead" if r["ahead_s"] else ""), r["note"])
+            for r in h["rows"]]
+
+
+def _host_lines(host: dict[str, Any]) -> list[str]:
+    out = [f"Host: {host['model_dir']} on {host['fs_type'] or '?'} "
+           f"({host['tier'] or 'unknown'})"]
+    out += [f"  [{f['severity']}] {f['title']}" for f in host["findings"]]
+    if not host["findings"]:
+        out.append("  nothing to say")
+    return out
+
+
+def print_weights(console: Console, doc: dict[str, Any]) -> None:
+    """Print the weights report onto ``console``."""
+    from rich.text import Text
+
+    from gputriage.views.tables import new_table, print_table, say
+
+    figures = ("memory", "bandwidth", "time", "ready in")  # never wrapped, right-aligned
+
+    def table(title: str, head: tuple[str, ...], rows: list[Any]) -> None:
+        say(console, Text(title))
+        grid = new_table(console)
+        for i, name in enumerate(head):
+            widest = max([len(name), *(len(row[i]) for row in rows)])
+            if name in figures:
+                grid.add_column(name, no_wrap=True, min_width=widest, justify="right")
+            else:
+                grid.add_column(name, overflow="fold", min_width=min(widest, 12))
+        for row in rows:
+            grid.add_row(*(Text(cell) for cell in row))
+        print_table(console, grid, indent=2)
+
+    for line in _model_lines(doc):
+        say(console, Text(line))
+    table("Fit (smallest tensor-parallel degree):", ("GPU", "memory", "fits"), _fit_rows(doc))
+    table(f"Load time of {format_bytes(doc['load']['bytes'])} by one reader:",
+          ("tier", "bandwidth", "time", "from"), _load_rows(doc))
+    if doc["measure"]:
+        say(console, Text(_measured(doc["measure"])))
+    h = doc["herd"]
+    if h:
+        table(f"Herd: {h['replicas']} replicas ({h['per_node']} per node) from "
+              f"{plan.TIER_LABEL[h['source']]} over a shared {_rate(h['link_bytes_per_s'])} "
+              f"link: {format_bytes(h['total_bytes'])} in all",
+              ("strategy", "ready in", "link", "how"), _herd_rows(h))
+    if doc["host"]:
+        for line in _host_lines(doc["host"]):
+            say(console, Text(line))
+    assumed = [plan.TIER_LABEL[t] for t, v in doc["load"]["tiers"].items()
+               if v["origin"] == "assumed"]
+    if assumed:
+        say(console, Text("Assumed bandwidths (--measure PATH or --bandwidth TIER=RATE to "
+                          "state): " + ", ".join(assumed)))

@@ -1,0 +1,108 @@
+"""``--measure PATH``: this host's sequential read bandwidth from where the weights lie.
+
+A bounded read: at most ``limit`` bytes of one file (a directory: its largest weights
+file), in 8 MiB requests, with ``O_DIRECT`` and a page-aligned buffer so that the page
+cache neither helps nor is filled; where the file system refuses ``O_DIRECT`` (tmpfs,
+some FUSE and network mounts) the read goes through the cache and the result says so
+(a cached file then reads at memory speed). The file is opened read-only: nothing is
+ever written.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gputriage.errors import InputError
+
+__all__ = ["Measured", "measure_read", "pick_file"]
+
+CHUNK = 8 * 1024 * 1024
+ALIGN = 4096
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one bounded read found."""
+
+    path: str
+    bytes_read: int
+    seconds: float
+    direct: bool  # O_DIRECT: the page cache was bypassed
+    note: str = ""
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
+
+
+def pick_file(path: str) -> str:
+    """The file to read: ``path`` itself, or a directory's largest regular file."""
+    p = Path(path)
+    if p.is_file():
+        return str(p)
+    if p.is_dir():
+        files = [f for f in p.rglob("*") if f.is_file() and not f.is_symlink()]
+        if files:
+            return str(max(files, key=lambda f: f.stat().st_size))
+        raise InputError(f"{path}: no file to read in this directory")
+    raise InputError(f"{path}: no such file or directory")
+
+
+def _open(path: str) -> tuple[int, bool, str]:
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+    direct = getattr(os, "O_DIRECT", 0)
+    if direct:
+        try:
+            return os.open(path, flags | direct), True, ""
+        except OSError as exc:
+            note = f"O_DIRECT refused ({exc.strerror}): read through the page cache"
+    else:
+        note = "no O_DIRECT on this system: read through the page cache"
+    try:
+        return os.open(path, flags), False, note
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def measure_read(path: str, limit: int, chunk: int = CHUNK) -> Measured:
+    """Read at most ``limit`` bytes of ``path`` from its start, sequentially; the time
+    and the bytes it took. With ``O_DIRECT`` the last request is rounded down to the
+    alignment, so the count stays at or under ``limit``."""
+    if limit <= 0:
+        raise ValueError("the byte limit must be positive")
+    fd, direct, note = _open(path)
+    buffer = mmap.mmap(-1, max(ALIGN, min(chunk, limit) + ALIGN))  # page-aligned
+    view = memoryview(buffer)
+    done = 0
+    start = time.perf_counter()
+    try:
+        while done < limit:
+            want = min(chunk, limit - done)
+            if direct:
+                want -= want % ALIGN
+                if want == 0:
+                    break
+            try:
+                got = os.readv(fd, [view[:want]])
+            except OSError as exc:
+                if direct and done == 0:  # some file systems accept the flag, not the read
+                    os.close(fd)
+                    fd, direct = os.open(path, os.O_RDONLY), False
+                    note = f"O_DIRECT reads failed ({exc.strerror}): read through the cache"
+                    continue
+                raise InputError(f"{path}: read failed ({exc.strerror or exc})") from None
+            if got <= 0:
+                break
+            done += got
+    finally:
+        elapsed = time.perf_counter() - start
+        os.close(fd)
+        view.release()
+        buffer.close()
+    if done < limit and not note:
+        note = "the whole file read (smaller than the limit)"
+    return Measured(path, done, elapsed, direct, note)
