@@ -115,20 +115,27 @@ class Browser:
             self.events.append(json.loads(self.ws.recv()))
         raise AssertionError(f"no {event} in {STEP_S} s")
 
+    def open(self, page: Path, metrics: dict) -> tuple[str, str]:
+        """A new tab at ``metrics`` size with ``page`` loaded: (target, session). The
+        tab starts blank and its domains are enabled before the page is navigated to,
+        so the load event waited for is the page's, never the blank tab's."""
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.call("Target.attachToTarget", {"targetId": target,
+                                                      "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.call(f"{domain}.enable", session=session)
+        self.call("Emulation.setDeviceMetricsOverride", metrics, session)
+        self.events.clear()
+        self.call("Page.navigate", {"url": page.resolve().as_uri()}, session)
+        self.wait_for("Page.loadEventFired", session)
+        return target, session
+
     def render(self, page: Path) -> dict:
         """Load ``page`` at phone size, read its text and overflow, take the phone and
         desktop screenshots; return them with the console problems and requests seen."""
         uri = page.resolve().as_uri()
-        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = self.call("Target.attachToTarget", {"targetId": target,
-                                                      "flatten": True})["sessionId"]
+        target, session = self.open(page, PHONE)
         try:
-            for domain in ("Page", "Runtime", "Log", "Network"):
-                self.call(f"{domain}.enable", session=session)
-            self.call("Emulation.setDeviceMetricsOverride", PHONE, session)
-            self.events.clear()
-            self.call("Page.navigate", {"url": uri}, session)
-            self.wait_for("Page.loadEventFired", session)
             out = {"text": self.evaluate("document.body.innerText", session),
                    "overflow": self.evaluate("document.documentElement.scrollWidth - "
                                              "document.documentElement.clientWidth", session),
@@ -275,13 +282,8 @@ def test_print_expands_evidence_and_dark_mode_darkens(browser: Browser,
     snap, page = tmp_path / "snap", tmp_path / "r.html"
     build_scenario("xid48-row-remap", str(snap))
     run("analyze", str(snap), "--html", str(page))
-    target = browser.call("Target.createTarget", {"url": page.resolve().as_uri()})["targetId"]
-    session = browser.call("Target.attachToTarget", {"targetId": target,
-                                                     "flatten": True})["sessionId"]
+    target, session = browser.open(page, DESKTOP)
     try:
-        browser.call("Page.enable", session=session)
-        browser.call("Page.reload", {}, session)
-        browser.wait_for("Page.loadEventFired", session)
         evidence = "document.querySelector('details.evidence pre')"
         shown = f"{evidence}.checkVisibility()"
         assert browser.evaluate(shown, session) is False  # collapsed on screen

@@ -244,3 +244,121 @@ def test_triage_nccl_fleet_write_html(scenario_dir: Path, tmp_path: Path) -> Non
     assert code == 1 and "all_reduce_perf" in words and "net-socket 32" in words
     code, _, err = run("nccl", logs[1] + ".absent", "--html", str(tmp_path / "m.html"))
     assert code == 66 and not (tmp_path / "m.html").exists(), err  # no input: no file
+
+
+def _xid(up: float, bus: str, code: int) -> str:
+    return f"[{up:12.6f}] NVRM: Xid (PCI:0000:{bus}:00): {code}, pid=1, name=x, text"
+
+
+BANNER = "[    0.000000] Linux version 5.15.0-91-generic (buildd@lcy02) #101-Ubuntu SMP"
+# a plain dmesg across a reboot (uptimes only): GPU 07 has only a current-boot event,
+# GPU 18 an earlier-boot one, GPU 3b one that came 25 s before GPU 18's in boot 0
+TWO_BOOTS = "\n".join([BANNER, _xid(10.1, "18", 13), BANNER, _xid(5, "3b", 79),
+                       _xid(30, "18", 48), _xid(40, "07", 31)]) + "\n"
+
+
+def _marks(text: str) -> dict[str, float]:
+    """Each plotted event (``Xid N``) and the x of its mark."""
+    found = re.findall(r'<g><title>[^<]*?: (Xid \d+) [^<]*</title>(?:<line[^>]*>)?'
+                       r'<circle cx="([\d.]+)"', text)
+    return {what: float(x) for what, x in found}
+
+
+def _two_boot_page(tmp_path: Path) -> str:
+    log = tmp_path / "dmesg.txt"
+    log.write_text(TWO_BOOTS)
+    page = tmp_path / "t.html"
+    run("analyze", str(log), "-q", "--html", str(page))
+    return page.read_text()
+
+
+def test_timeline_orders_all_lanes_by_boot_then_time(tmp_path: Path) -> None:
+    text = _two_boot_page(tmp_path)
+    x = _marks(text)
+    assert x["Xid 13"] < x["Xid 79"] < x["Xid 48"] < x["Xid 31"], x
+    ticks = re.findall(r'class="tick">(#\d+)<', text)
+    assert ticks == sorted(set(ticks)) and ticks[0] == "#1" and ticks[-1] == "#4"
+
+
+def test_timeline_marks_the_boot_without_wall_clock_times(tmp_path: Path) -> None:
+    text = _two_boot_page(tmp_path)
+    boots = re.findall(r'<line x1="([\d.]+)"[^>]*class="boot"/><text[^>]*>([^<]*)</text>',
+                       text)
+    assert [label for _, label in boots] == ["boot 0 (current)"]
+    assert sorted(_marks(text).values())[0] < float(boots[0][0])
+
+
+def test_timeline_tables_are_capped_like_the_plot(tmp_path: Path) -> None:
+    from gputriage.views.html.timeline import LANES_CAP
+
+    more = 5
+    log = tmp_path / "dmesg.txt"
+    log.write_text("\n".join(_xid(i + 1, f"{i + 1:02x}", 13)
+                             for i in range(LANES_CAP + more)) + "\n")
+    page = tmp_path / "t.html"
+    run("analyze", str(log), "-q", "--html", str(page))
+    text = page.read_text()
+    assert len(re.findall(r"<caption>GPU [^<]*burst\(s\)</caption>", text)) == LANES_CAP
+    assert f"{more} more lane(s) not listed here" in text
+    assert f"{more} more lane(s) not plotted" in text
+
+
+def test_html_path_that_cannot_be_looked_up_is_a_clear_error(
+        scenario_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    locked = tmp_path / "locked"
+    target = locked / "r.html"
+    real = Path.is_dir
+
+    def is_dir(self: Path) -> bool:  # what stat says in a folder without search permission
+        if self == target:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "is_dir", is_dir)
+    code, out, err = run("analyze", str(scenario_dir / "healthy-8xh100"), "--html",
+                         str(target))
+    assert code == 64 and out == "" and "Traceback" not in err, err
+    assert f"--html {target}: cannot look up the path (permission denied)" in err
+
+
+def test_banners_share_one_helper(scenario_dir: Path, tmp_path: Path) -> None:
+    from gputriage.views.html.markup import banner_box
+
+    box = banner_box("warning", "a &amp; b", "<p>more</p>")
+    assert box.startswith('<section class="banner sev-warning" aria-label="verdict">'
+                          '<p class="verdict"><span class="badge sev-warning">WARNING</span>'
+                          " a &amp; b</p><p>more</p>")
+    _, _, text = report(scenario_dir, "xid48-row-remap", tmp_path)
+    assert '<section class="banner sev-critical" aria-label="verdict"><p class="verdict">' \
+        '<span class="badge sev-critical">CRITICAL</span>' in text
+    from gputriage.fleet_scenario import write_demo
+
+    write_demo(str(tmp_path / "fleet"))
+    run("fleet", str(tmp_path / "fleet"), "--html", str(tmp_path / "f.html"))
+    fleet = (tmp_path / "f.html").read_text()
+    assert re.search(r'<section class="banner sev-\w+" aria-label="verdict">'
+                     r'<p class="verdict"><span class="badge [^>]*>\w+</span> fleet: ', fleet)
+
+
+TOPO_TWO_SHORT = """\
+\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity
+GPU0\t X \tNV18\tNV18\t0-7\t0
+GPU1\tNV18\t X \tNV16\t0-7\t0
+GPU2\tNV18\tNV16\t X \t0-7\t0
+"""
+
+
+def test_uneven_nvlink_gpus_come_from_the_evidence_not_the_title() -> None:
+    import dataclasses
+
+    from gputriage.parsers.topo import parse_topo
+    from gputriage.rules.topology import nvlink_uneven
+    from gputriage.views.html.topology import bad_paths, matrix_table
+
+    matrix = parse_topo(TOPO_TWO_SHORT)
+    [f] = list(nvlink_uneven(matrix))
+    reworded = dataclasses.replace(f, title="2 GPUs show fewer NVLink links")
+    pairs, named = bad_paths(Result(findings=[reworded]), matrix, [])
+    assert not pairs and set(named) == {"GPU1", "GPU2"}
+    assert named["GPU1"] == "34 NVLink links, fewer than 36"
+    assert "GPU1 \u26a0 34 NVLink links" in matrix_table(matrix, pairs, named)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from gputriage.model import Finding, Result, Severity, Status
 from gputriage.views.html.markup import (
     badge,
+    banner_box,
     definitions,
     esc,
     lines_block,
@@ -38,7 +39,7 @@ def banner(result: Result, who: str | None = None) -> str:
 
     word = verdict(result)
     line = verdict_line(result, who=who).removeprefix(f"{word.upper()} ")
-    lines = [tag("p", badge(word) + " " + esc(line), class_="verdict")]
+    lines: list[str] = []
     lead = leading_side(result)
     worst = worst_current(result, lead)
     fault = worst is not None and worst.severity.rank >= Severity.WARNING.rank
@@ -55,7 +56,7 @@ def banner(result: Result, who: str | None = None) -> str:
         lines.append(para(CAPPED, "muted"))
     for item in result.not_read:
         lines.append(tag("p", tag("strong", "Not read: ") + esc(item)))
-    return tag("section", "".join(lines), class_=f"banner sev-{word}", aria_label="verdict")
+    return banner_box(word, esc(line), "".join(lines))
 
 
 def _where(f: Finding) -> str:

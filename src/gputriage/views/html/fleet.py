@@ -5,7 +5,16 @@ ranked by F1), then the skipped and duplicate inputs."""
 from __future__ import annotations
 
 from gputriage.fleet import FleetReport
-from gputriage.views.html.markup import badge, esc, lines_block, para, section, table, tag
+from gputriage.views.html.markup import (
+    badge,
+    banner_box,
+    esc,
+    lines_block,
+    para,
+    section,
+    table,
+    tag,
+)
 from gputriage.views.html.page import document
 
 NODES_SHOWN = 12
@@ -37,9 +46,7 @@ def fleet_html(report: FleetReport, origin: str) -> str:
     counts = (f"{report.nodes} nodes, {report.healthy} without findings, "
               f"{len(report.findings)} distinct findings, {report.bad_count} inputs skipped"
               + (f", {report.duplicates} duplicate inputs" if report.duplicates else ""))
-    banner = tag("section", tag("p", badge(word) + " " + esc(f"fleet: {counts}"),
-                                class_="verdict"), class_=f"banner sev-{word}",
-                 aria_label="verdict")
+    banner = banner_box(word, esc(f"fleet: {counts}"))
     rows = [(esc(f.id) + " " + badge(f.severity), esc(f.count), _nodes(f.nodes),
              _radius(f, report.nodes)) for f in report.findings]
     findings = section("Blast radius", table(

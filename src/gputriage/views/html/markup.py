@@ -50,6 +50,13 @@ def badge(severity: str) -> str:
     return tag("span", SEVERITY_WORDS[word], class_=f"badge sev-{word}")
 
 
+def banner_box(word: str, text_markup: str, more: str = "") -> str:
+    """The verdict banner of every report: ``word`` (a severity) as a badge before
+    ``text_markup`` (markup the caller escaped), then ``more`` markup under it."""
+    line = tag("p", badge(word) + " " + text_markup, class_="verdict")
+    return tag("section", line + more, class_=f"banner sev-{word}", aria_label="verdict")
+
+
 def section(heading: str, body: str, *, ident: str) -> str:
     """A report section: its h2 and body."""
     return tag("section", tag("h2", esc(heading), id=f"{ident}-h") + body,

@@ -19,13 +19,18 @@ MODE = 0o644
 def check_html_path(path: str) -> Path:
     """``path`` as a Path, or OutputError when the report could not be written there."""
     out = Path(path)
-    if out.is_dir():
-        raise OutputError(f"--html {path}: is a directory (name a file)")
-    if out.exists() and not out.is_file():
-        raise OutputError(f"--html {path}: exists and is not a regular file")
     folder = out.parent
-    if not folder.is_dir():
-        raise OutputError(f"--html {path}: no such directory {folder}")
+    try:  # stat can fail (a folder without search permission, a name too long)
+        if out.is_dir():
+            raise OutputError(f"--html {path}: is a directory (name a file)")
+        if out.exists() and not out.is_file():
+            raise OutputError(f"--html {path}: exists and is not a regular file")
+        if not folder.is_dir():
+            raise OutputError(f"--html {path}: no such directory {folder}")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise OutputError(f"--html {path}: cannot look up the path "
+                          f"({reason[:1].lower()}{reason[1:]})") from None
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"--html {path}: cannot write in {folder} (permission denied)")
     return out

@@ -4,7 +4,8 @@ boots as dashed lines; under it the same bursts as tables (what the terminal's
 ``gputriage logs`` lists, from :func:`gputriage.views.timeline.build_timeline`).
 
 Times: wall-clock when every burst has one; else seconds since boot when the log holds
-one boot with uptimes; else the events' order (said on the axis)."""
+one boot with uptimes; else the events' order across the lanes, by boot and then by time
+(wall-clock or uptime), the boots marked where they change (said on the axis)."""
 
 from __future__ import annotations
 
@@ -50,15 +51,44 @@ def _plotted(lane: Lane) -> list[Row]:
     return rows[:half] + rows[-half:]
 
 
-def _mode(lanes: list[Lane], boots: list[Any]) -> tuple[str, Any]:
-    """("time" | "uptime" | "order", the function from a row to its (start, end))."""
+def _boot_label(index: int) -> str:
+    return f"boot {index}" if index else "boot 0 (current)"
+
+
+def _in_order(lanes: list[Lane]) -> list[Row]:
+    """The plotted rows of all lanes in time order: by boot (earlier boots are below 0),
+    then by time (wall-clock or uptime); a row without one follows its lane's previous
+    row of that boot."""
+    keyed = []
+    for li, lane in enumerate(lanes):
+        at, boot = float("-inf"), None
+        for ri, r in enumerate(_plotted(lane)):
+            if r.boot != boot:
+                at, boot = float("-inf"), r.boot
+            t = _stamp(r.first)
+            t = _uptime(r.first) if t is None else t
+            at = at if t is None else t
+            keyed.append(((r.boot, at, li, ri), r))
+    return [r for _, r in sorted(keyed, key=lambda kr: kr[0])]
+
+
+def _mode(lanes: list[Lane], boots: list[Any]) -> tuple[str, Any, list[tuple[float, str]]]:
+    """("time" | "uptime" | "order", the function from a row to its (start, end), the
+    boot marks as (position, label))."""
     rows = [r for lane in lanes for r in _plotted(lane)]
     if rows and all(_stamp(r.first) is not None for r in rows):
-        return "time", lambda r: (_stamp(r.first), _stamp(r.last) or _stamp(r.first))
+        marks = [(b.first.timestamp(), _boot_label(b.index)) for b in boots
+                 if b.first is not None]
+        return ("time", lambda r: (_stamp(r.first), _stamp(r.last) or _stamp(r.first)),
+                marks)
     if rows and len(boots) <= 1 and all(_uptime(r.first) is not None for r in rows):
-        return "uptime", lambda r: (_uptime(r.first), _uptime(r.last) or _uptime(r.first))
-    order = {id(r): float(i) for i, r in enumerate(rows)}
-    return "order", lambda r: (order[id(r)], order[id(r)])
+        return ("uptime", lambda r: (_uptime(r.first), _uptime(r.last) or _uptime(r.first)),
+                [])
+    ordered = _in_order(lanes)
+    order = {id(r): float(i) for i, r in enumerate(ordered)}
+    marks = [(i - 0.5, _boot_label(r.boot)) for i, r in enumerate(ordered)
+             if i and r.boot != ordered[i - 1].boot]  # between the boots' events
+    return "order", lambda r: (order[id(r)], order[id(r)]), marks
 
 
 def _severity(row: Row) -> str:
@@ -91,9 +121,9 @@ def _tick(mode: str, value: float, span: float) -> str:
 def plot(lanes: list[Lane], boots: list[Any]) -> str:
     """The SVG: lanes, marks with their titles, boots, a time axis."""
     lanes = lanes[:LANES_CAP]
-    mode, span_of = _mode(lanes, boots)
+    mode, span_of, marks = _mode(lanes, boots)
     points = [v for lane in lanes for r in _plotted(lane) for v in span_of(r)]
-    starts = [b.first.timestamp() for b in boots if mode == "time" and b.first is not None]
+    starts = [at for at, _ in marks]
     lo, hi = min(points + starts), max(points + starts)
     if hi - lo < 1e-9:
         lo, hi = lo - 1, hi + 1
@@ -121,22 +151,25 @@ def plot(lanes: list[Lane], boots: list[Any]) -> str:
                     if x(b) - x(a) >= 2 else "")
             out.append(f'<g>{title}{mark}<circle cx="{x(a)}" cy="{y}" r="5" class="m-{sev}"/>'
                        "</g>")
-    for b in boots if mode == "time" else []:
-        if b.first is None:
-            continue
-        bx = x(b.first.timestamp())
+    for at, label in marks:
+        bx = x(at)
         out.append(f'<line x1="{bx}" x2="{bx}" y1="{TOP - 14}" '
                    f'y2="{TOP + LANE_H * len(lanes)}" class="boot"/>'
-                   f'<text x="{bx + 3}" y="{TOP - 9}" class="boot-label">'
-                   f"{esc(f'boot {b.index}' if b.index else 'boot 0 (current)')}</text>")
+                   f'<text x="{bx + 3}" y="{TOP - 9}" class="boot-label">{esc(label)}</text>')
     axis_y = TOP + LANE_H * len(lanes) + 16
+    ticks: list[str] = []
     for k in range(5):
         v = lo + (hi - lo) * k / 4
-        anchor = "start" if k == 0 else "end" if k == 4 else "middle"
+        if mode == "order":  # at an event, not between two or past the ends
+            v = min(max(float(round(v)), min(points)), max(points))
+        anchor = "start" if v <= lo else "end" if v >= hi else "middle"
+        if _tick(mode, v, hi - lo) in ticks:
+            continue  # few events in order: "#2" once, not three times
+        ticks.append(_tick(mode, v, hi - lo))
         out.append(f'<text x="{x(v)}" y="{axis_y}" text-anchor="{anchor}" class="tick">'
-                   f"{esc(_tick(mode, v, hi - lo))}</text>")
+                   f"{esc(ticks[-1])}</text>")
     axis = {"time": "time (UTC)", "uptime": "seconds since boot",
-            "order": "order of the events (the log prints no usable time)"}[mode]
+            "order": "order of the events, boot by boot (the log has no common clock)"}[mode]
     out.append(f'<text x="{LABEL_W + pw / 2}" y="{axis_y + 15}" text-anchor="middle" '
                f'class="tick">{esc(axis)}</text>')
     desc = f"Kernel-log events per GPU over {axis}: {len(lanes)} lane(s)"
@@ -174,14 +207,19 @@ def timeline_section(result: Result, facts: Any) -> str:
             "No NVIDIA-relevant event in the kernel log.", "muted"), ident="timeline")
     scan = facts.maybe("log_scan")
     boots = list(getattr(scan, "boots", None) or [])
-    note = "" if len(lanes) <= LANES_CAP else para(
-        f"{len(lanes) - LANES_CAP} more lane(s) not plotted.", "muted")
+    more = len(lanes) - LANES_CAP
+    note = "" if more <= 0 else para(f"{more} more lane(s) not plotted.", "muted")
     plotted = tag("div", plot(lanes, boots), class_="plot", tabindex="0", role="region",
                   aria_label="timeline plot (scrolls sideways on a narrow screen)")
     figure = tag("figure", plotted + tag("figcaption", esc(
         "Each mark is a burst of one event on one GPU (a bar: how long it lasted); "
         "red marks are critical, yellow warnings, blue information; dashed lines are "
         "boots. The tables below list the same bursts.")))
-    tables = tag("details", tag("summary", esc(f"The bursts of {len(lanes)} lane(s) as "
-                                               "tables")) + "".join(map(_lane_table, lanes)))
+    listed = lanes[:LANES_CAP]
+    left = "" if more <= 0 else para(
+        f"{more} more lane(s) not listed here (gputriage logs --json lists them all).", "muted")
+    of = f" (of {len(lanes)})" if more > 0 else ""
+    tables = tag("details", tag("summary", esc(f"The bursts of {len(listed)} lane(s){of} as "
+                                               "tables")) + "".join(map(_lane_table, listed))
+                 + left)
     return section("Kernel-log timeline", figure + note + tables, ident="timeline")

@@ -4,7 +4,7 @@ nearest NIC and rail NIC (the ``gpu_nic_map`` fact the topology rules read).
 
 Which paths are bad is the findings' word, never judged here: a ``topology.nic-far``
 finding marks its GPU's rail-NIC cell, a ``topology.p2p`` warning the pairs that are not
-``OK``, a ``topology.nvlink-uneven`` finding the GPUs it names."""
+``OK``, a ``topology.nvlink-uneven`` finding the GPUs its evidence counts fewer links on."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from gputriage.parsers.topo import TopoMatrix, distance, nvlink_count
 from gputriage.views.html.markup import esc, para, section, table, tag
 
 DEVICES_CAP = 72  # matrix rows and columns shown
-_GPU_NAME = re.compile(r"\bGPU\d{1,4}\b")
+# the nvlink-uneven evidence line: "NVLink links per GPU: GPU0 12, GPU1 8, ..."
+NVLINK_TOTALS = "NVLink links per GPU: "
+_TOTAL = re.compile(r"(\S+) (\d+)")
 _KIND = {1: "l-nv", 2: "l-pix", 3: "l-pix", 4: "l-node", 5: "l-node", 6: "l-sys"}
 LEGEND = (("l-nv", "NV# / C2C: NVLink"), ("l-pix", "PIX / PXB: PCIe switch"),
           ("l-node", "PHB / NODE: host bridge, same socket"),
@@ -41,9 +43,21 @@ def bad_paths(result: Result, matrix: TopoMatrix, placements: list[Any]) -> tupl
             pairs.update(frozenset((a, b)) for i, a in enumerate(gpus) for b in gpus[i + 1:]
                          if (c := matrix.link(a, b)) and c.upper() != "OK")
         elif f.id == "topology.nvlink-uneven":
-            for gpu in _GPU_NAME.findall(f.title.split(":", 1)[0]):
-                named[gpu] = "fewer NVLink links"
+            totals = _nvlink_totals(f)
+            most = max(totals.values(), default=0)
+            named.update({gpu: f"{n} NVLink links, fewer than {most}"
+                          for gpu, n in totals.items() if n < most})
     return pairs, named
+
+
+def _nvlink_totals(f: Finding) -> dict[str, int]:
+    """The links per GPU an nvlink-uneven finding's evidence counts."""
+    for e in f.evidence:
+        for line in e.lines:
+            if line.startswith(NVLINK_TOTALS):
+                items = line[len(NVLINK_TOTALS):].split(", ")
+                return {m[1]: int(m[2]) for i in items if (m := _TOTAL.fullmatch(i))}
+    return {}
 
 
 def _same_gpu(f: Finding, p: Any) -> bool:
