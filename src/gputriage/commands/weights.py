@@ -46,7 +46,12 @@ def _gpus(wanted: tuple[str, ...]) -> tuple[Any, ...]:
     skus = gpu_skus()
     if not wanted:
         return skus
-    chosen = tuple(s for s in skus if any(w.lower() in s.sku.lower() for w in wanted))
+    chosen: tuple[Any, ...] = ()
+    for want in (w.strip().lower() for w in wanted):  # exact name first, else a part of it
+        exact = [s for s in skus if s.sku.lower() == want]
+        chosen += tuple(s for s in exact or [s for s in skus if want in s.sku.lower()]
+                        if s not in chosen)
+    chosen = tuple(s for s in skus if s in chosen)  # in table order
     if not chosen:
         raise click.BadParameter(f"no GPU named {', '.join(wanted)} (known: "
                                  f"{', '.join(s.sku for s in skus)})", param_hint="--gpu")
@@ -55,10 +60,13 @@ def _gpus(wanted: tuple[str, ...]) -> tuple[Any, ...]:
 
 def _measure(path: str, limit_text: str, tier: str | None) -> tuple[Any, str]:
     """The bounded read, and the tier it stands for (the path's mount when not told)."""
-    from gputriage.weights.measure import measure_read, pick_file
+    from gputriage.weights.measure import MIN_LIMIT, measure_read, pick_file
     from gputriage.weights.units import parse_size
 
     limit = int(_convert(parse_size, limit_text, "--measure-bytes"))
+    if limit < MIN_LIMIT:
+        raise click.BadParameter(f"{limit_text!r} is under 4 KiB (one page of a direct "
+                                 "read); 1GB reads a bandwidth", param_hint="--measure-bytes")
     measured = measure_read(pick_file(path), limit)
     if tier is None:
         import os
@@ -77,7 +85,43 @@ def _measure(path: str, limit_text: str, tier: str | None) -> tuple[Any, str]:
     return measured, tier
 
 
-def _host(model_dir: str, model_bytes: float, stage_dir: str | None) -> tuple[str, dict]:
+def _adopt(inp: Any, measured: Any, tier: str) -> None:
+    """The measured bandwidth stands for ``tier`` unless stated, or too few bytes were
+    read (the note then says why)."""
+    import dataclasses
+
+    from gputriage.weights.measure import not_usable
+    from gputriage.weights.plan import TIER_LABEL
+
+    inp.measured = measured
+    why = not_usable(measured)
+    if why is not None:
+        note = f"not used for {TIER_LABEL[tier]}: {why}"
+        inp.measured = dataclasses.replace(
+            measured, note=f"{measured.note}; {note}" if measured.note else note)
+    elif inp.origin[tier] != "stated":
+        inp.bandwidth[tier], inp.origin[tier] = measured.bytes_per_s, "measured"
+
+
+def _files(sources: list[str], only_host: str | None, stage_dir: str | None,
+           env: Any) -> Any:
+    """The model's files; with ``only_host`` (``--host-report`` of that directory), a
+    model that cannot be read (not staged yet, a bad file) still gets its host report,
+    sized by the weights files there, if any."""
+    from gputriage.errors import InputError
+    from gputriage.weights.files import read_model, weights_files_bytes
+
+    try:
+        return read_model(sources)
+    except InputError:
+        if only_host is None:
+            raise
+    env.stdout.write(_host(only_host, weights_files_bytes(only_host), stage_dir)[0])
+    raise CommandExit(0)
+
+
+def _host(model_dir: str, model_bytes: float | None,
+          stage_dir: str | None) -> tuple[str, dict]:
     """The host report of --model-dir and what the weights rules say of it."""
     from gputriage.engine import analyze
     from gputriage.parsers.weights_host import parse_weights_host
@@ -85,7 +129,8 @@ def _host(model_dir: str, model_bytes: float, stage_dir: str | None) -> tuple[st
     from gputriage.views.jsonview import plain
     from gputriage.weights.host import host_report
 
-    text = host_report(model_dir, int(model_bytes), stage_dir=stage_dir)
+    text = host_report(model_dir, None if model_bytes is None else int(model_bytes),
+                       stage_dir=stage_dir)
     snap = Snapshot({"weights_host": Captured("weights_host", text, {"error": None},
                                               "weights --model-dir")}, None, "weights")
     result = analyze(snap)
@@ -155,7 +200,8 @@ def _numbers(inp: Any, params: str | None, dtype: str | None, kv_dtype: str,
               help="Check where this host keeps the model: the mount's file-system type, "
                    "free space here and on local NVMe, RAM for the page cache.")
 @click.option("--stage-dir", type=click.Path(), default=None, metavar="DIR",
-              help="Where weights would be staged (default: the largest local NVMe mount).")
+              help="Where weights would be staged (default: the local NVMe mount with the "
+                   "most free space, else the local disk's).")
 @click.option("--host-report", is_flag=True, help="Print only the host report of "
               "--model-dir (gputriage analyze and check read it).")
 @click.option("--json", "as_json", is_flag=True,
@@ -181,6 +227,8 @@ def weights(model: tuple[str, ...], params: str | None, dtype: str | None,
     env = current_env()
     if replicas is not None and link is None:
         raise click.UsageError("--replicas needs --link (the shared link's rate)")
+    if host_report and model_dir is None:
+        raise click.UsageError("--host-report needs --model-dir")
     sources = list(model) or ([model_dir] if model_dir and params is None else [])
     if not sources and params is None and config_path is None:
         raise click.UsageError("name a model directory or files, or give --params")
@@ -192,13 +240,10 @@ def weights(model: tuple[str, ...], params: str | None, dtype: str | None,
 
         inp.config = read_model([config_path]).config
     if sources:
-        from gputriage.weights.files import read_model
-
-        inp.files = read_model(sources)
+        only_host = model_dir if host_report and not model else None
+        inp.files = _files(sources, only_host, stage_dir, env)
     if measure_path is not None:
-        inp.measured, tier = _measure(measure_path, measure_bytes, measure_tier)
-        if inp.origin[tier] != "stated":
-            inp.bandwidth[tier], inp.origin[tier] = inp.measured.bytes_per_s, "measured"
+        _adopt(inp, *_measure(measure_path, measure_bytes, measure_tier))
     doc = build(inp)
     status = 0
     if model_dir is not None:
@@ -208,8 +253,6 @@ def weights(model: tuple[str, ...], params: str | None, dtype: str | None,
             raise CommandExit(0)
         severities = {f["severity"] for f in doc["host"]["findings"]}
         status = 2 if "critical" in severities else 1 if "warning" in severities else 0
-    elif host_report:
-        raise click.UsageError("--host-report needs --model-dir")
     if html is not None:
         from gputriage.commands.common import save_html
         from gputriage.views.html.weights import weights_html

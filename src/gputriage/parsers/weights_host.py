@@ -27,7 +27,8 @@ _NETWORK = {"nfs": "nfs", "nfs4": "nfs", "lustre": "lustre", "ceph": "network",
             "beegfs": "network", "wekafs": "network", "9p": "network", "virtiofs": "network"}
 _OBJECT_FUSE = ("s3fs", "goofys", "mountpoint-s3", "gcsfuse", "blobfuse", "blobfuse2",
                 "rclone", "juicefs", "geesefs", "alluxio-fuse", "ossfs", "csi-s3")
-_LOCAL = {"ext4", "xfs", "btrfs", "zfs", "ext3", "f2fs"}
+# fuseblk: a FUSE file system on a local block device (ntfs-3g, exfat-fuse)
+_LOCAL = {"ext4", "xfs", "btrfs", "zfs", "ext3", "f2fs", "fuseblk"}
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def classify_mount(mount: Mount) -> str:
     fs = mount.fs_type
     if fs in _NETWORK:
         return _NETWORK[fs]
-    if fs.startswith("fuse"):
+    if fs.startswith("fuse") and fs != "fuseblk":
         sub = fs.partition(".")[2] or mount.source
         return "object_store" if any(name in sub for name in _OBJECT_FUSE) else "network"
     if fs == "overlay":
@@ -86,6 +87,8 @@ def classify_mount(mount: Mount) -> str:
     if fs in ("tmpfs", "ramfs"):
         return "memory"
     if fs in _LOCAL or mount.source.startswith("/dev/"):
+        # device-mapper (/dev/mapper/*, /dev/dm-*: LVM, LUKS) hides the disk under it:
+        # a local disk, NVMe or not
         return "local_nvme" if re.match(r"/dev/(nvme|md)", mount.source) else "local_disk"
     return "other"
 
@@ -106,6 +109,11 @@ class WeightsHost:
     @property
     def tier(self) -> str | None:
         return classify_mount(self.mount) if self.mount else None
+
+    @property
+    def local_tier(self) -> str | None:
+        """``local_nvme`` or ``local_disk``: what the staging candidate is."""
+        return classify_mount(self.local_mount) if self.local_mount else None
 
 
 def _number(key: str, value: str) -> int:

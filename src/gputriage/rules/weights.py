@@ -69,8 +69,8 @@ def weights_storage(weights_host: WeightsHost) -> Iterator[Finding]:
 
 @rule("weights.local-space", produces=("weights.local-nvme-short",))
 def weights_local_space(weights_host: WeightsHost) -> Iterator[Finding]:
-    """Local NVMe, where the weights would be staged, has less free space than the
-    model is large (only when the model is not there already)."""
+    """Local NVMe (else a local disk), where the weights would be staged, has less free
+    space than the model is large (only when the model is not there already)."""
     host = weights_host
     if (host.model_bytes is None or host.local_free_bytes is None or host.local_mount is None
             or host.tier in ("local_nvme", "local_disk", "memory")):
@@ -79,8 +79,8 @@ def weights_local_space(weights_host: WeightsHost) -> Iterator[Finding]:
         return
     yield finding(
         "weights.local-nvme-short", Severity.WARNING,
-        f"local NVMe has {format_bytes(host.local_free_bytes)} free for "
-        f"{_size(host)}",
+        f"{_LOCAL.get(host.local_tier or '', 'local storage')} has "
+        f"{format_bytes(host.local_free_bytes)} free for {_size(host)}",
         f"{host.local_mount.mount_point} ({host.local_mount.source}) cannot hold the "
         "weights, so they cannot be staged there: every start reads them from "
         f"{host.mount.fs_type if host.mount else 'their mount'}. Free space, or stage on a "

@@ -8,16 +8,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gputriage.weights import plan
+from gputriage.weights.text import fit_verdict, measured, rate
 from gputriage.weights.units import format_bytes, format_duration, format_params
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
 __all__ = ["print_weights"]
-
-
-def _rate(bps: float) -> str:
-    return f"{format_bytes(bps)}/s"
 
 
 def _model_lines(doc: dict[str, Any]) -> list[str]:
@@ -52,28 +49,14 @@ def _model_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def _fit_rows(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
-    rows = []
-    for f in doc["fit"]:
-        if f["tp"] is None:
-            verdict = "does not fit at TP 64"
-        else:
-            verdict = f"TP {f['tp']}: {format_bytes(f['per_gpu_bytes'])} per GPU"
-            if f["nodes"] > 1:
-                verdict += f", does not fit one node ({f['nodes']} nodes of {f['node_gpus']})"
-        rows.append((f["sku"], f"{f['memory_gb']:.0f} GB", verdict))
-    return rows
+    heads = (doc["model"]["config"] or {}).get("heads")
+    return [(f["sku"], f"{f['memory_gb']:.0f} GB", fit_verdict(f, heads)[0])
+            for f in doc["fit"]]
 
 
 def _load_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    return [(plan.TIER_LABEL[tier], _rate(t["bytes_per_s"]), format_duration(t["seconds"]),
+    return [(plan.TIER_LABEL[tier], rate(t["bytes_per_s"]), format_duration(t["seconds"]),
              t["origin"]) for tier, t in doc["load"]["tiers"].items()]
-
-
-def _measured(m: dict[str, Any]) -> str:
-    mode = "O_DIRECT" if m["direct"] else "page cache"
-    return (f"Measured: {format_bytes(m['bytes_read'])} of {m['path']} in {m['seconds']:.2f} s "
-            f"= {m['bytes_per_s'] / 1e6:,.0f} MB/s ({mode})"
-            + (f"; {m['note']}" if m["note"] else ""))
 
 
 def _herd_rows(h: dict[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -119,11 +102,11 @@ def print_weights(console: Console, doc: dict[str, Any]) -> None:
     table(f"Load time of {format_bytes(doc['load']['bytes'])} by one reader:",
           ("tier", "bandwidth", "time", "from"), _load_rows(doc))
     if doc["measure"]:
-        say(console, Text(_measured(doc["measure"])))
+        say(console, Text(measured(doc["measure"])))
     h = doc["herd"]
     if h:
         table(f"Herd: {h['replicas']} replicas ({h['per_node']} per node) from "
-              f"{plan.TIER_LABEL[h['source']]} over a shared {_rate(h['link_bytes_per_s'])} "
+              f"{plan.TIER_LABEL[h['source']]} over a shared {rate(h['link_bytes_per_s'])} "
               f"link: {format_bytes(h['total_bytes'])} in all",
               ("strategy", "ready in", "link", "how"), _herd_rows(h))
     if doc["host"]:

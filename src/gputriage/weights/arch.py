@@ -53,11 +53,22 @@ def kv_bytes_per_token(config: ModelConfig, kv_dtype_bytes: float) -> float:
     return 2 * config.layers * config.kv_heads * config.head_dim * kv_dtype_bytes
 
 
-def _int(doc: dict[str, Any], *keys: str) -> int | None:
+# no model's dimension is larger: beyond it a value is an error (or a hostile file),
+# and the arithmetic would leave floating point
+MAX_DIMENSION = 10**9
+
+
+def _int(doc: dict[str, Any], *keys: str, bounded: bool = True) -> int | None:
+    """The first positive integer of ``keys``; ValueError past :data:`MAX_DIMENSION`
+    (``bounded=False``: such a value is taken as absent)."""
     for key in keys:
         value = doc.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+            if value <= MAX_DIMENSION:
+                return value
+            if bounded:
+                raise ValueError(f"config.json {key} is over {MAX_DIMENSION:,}: "
+                                 "not a model's")
     return None
 
 
@@ -88,5 +99,5 @@ def parse_config(doc: Any) -> ModelConfig:
         tied_embeddings=bool(inner.get("tie_word_embeddings", doc.get("tie_word_embeddings",
                                                                       False))),
         dtype=normalise_dtype(raw_dtype) if isinstance(raw_dtype, str) else None,
-        max_context=_int(inner, "max_position_embeddings", "n_positions"),
+        max_context=_int(inner, "max_position_embeddings", "n_positions", bounded=False),
         model_type=str(doc.get("model_type")) if doc.get("model_type") else None)

@@ -1,11 +1,12 @@
 """A model's files, read without loading a tensor: what each holds and its size.
 
-* safetensors: the library's own header reading (``safe_open``: every tensor's dtype
-  and shape) where the package is installed; else the documented layout read with
-  bounds (8-byte little-endian header length, then that many bytes of JSON).
-* ``*.safetensors.index.json``: the shards a sharded checkpoint names.
-* GGUF: the header through the ``gguf`` package (imported here only), each tensor's
-  byte count as the file stores it (quantised blocks included).
+* safetensors: the documented header, read and every entry checked with bounds
+  (:mod:`gputriage.weights.stheader`).
+* ``*.safetensors.index.json``: the shards a sharded checkpoint names (only names
+  inside the index's directory).
+* GGUF: the header walked with bounds (:mod:`gputriage.weights.ggufheader`), each
+  tensor's byte count as the file stores it (quantised blocks included). A directory
+  holds one GGUF model: one file or the parts of one split (``-00001-of-00003``).
 * PyTorch ``.bin`` / ``.pt`` / ``.pth``: only their size on disk (reading them means
   unpickling, which runs code).
 * ``config.json``: the shape (see :mod:`gputriage.weights.arch`).
@@ -14,23 +15,24 @@
 from __future__ import annotations
 
 import json
-import math
 import os
-import struct
+import re
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gputriage.errors import InputError
 from gputriage.weights.arch import ModelConfig, parse_config
-from gputriage.weights.units import dtype_bytes, normalise_dtype
+from gputriage.weights.ggufheader import read_gguf_header
+from gputriage.weights.stheader import read_safetensors_header, safetensors_tensors
+from gputriage.weights.units import normalise_dtype
 
-__all__ = ["ModelFiles", "TensorFile", "read_model", "read_safetensors_header"]
+__all__ = ["ModelFiles", "TensorFile", "read_model", "read_safetensors_header",
+           "weights_files_bytes"]
 
-# a header larger than this is not a model's (the format's own limit is 100 MB)
-MAX_HEADER_BYTES = 100 * 1000 * 1000
 _WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
+MAX_ENTRIES = 10_000  # of a directory, for weights_files_bytes
 
 
 @dataclass
@@ -54,6 +56,7 @@ class ModelFiles:
     files: list[TensorFile] = field(default_factory=list)
     config: ModelConfig | None = None
     index_missing: list[str] = field(default_factory=list)  # shards the index names, absent
+    index_ignored: list[str] = field(default_factory=list)  # names outside its directory
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -81,97 +84,27 @@ class ModelFiles:
         return dict(total)
 
 
-def _element_bytes(dtype: str) -> float:
-    try:
-        return dtype_bytes(dtype)
-    except ValueError:
-        return 0.0
-
-
-def read_safetensors_header(path: str) -> dict[str, Any]:
-    """The JSON header of a safetensors file, read with bounds; InputError when the file
-    is not one (too short, a declared length past the end or over 100 MB, bad JSON)."""
-    try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            head = fh.read(8)
-            if len(head) < 8:
-                raise InputError(f"{path}: not a safetensors file (shorter than its "
-                                 "8-byte header length)")
-            (length,) = struct.unpack("<Q", head)
-            if length > MAX_HEADER_BYTES or 8 + length > size:
-                raise InputError(f"{path}: not a safetensors file (declares a "
-                                 f"{length}-byte header in a {size}-byte file)")
-            raw = fh.read(length)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise InputError(f"{path}: not a safetensors file (its header is not JSON)") from None
-    if not isinstance(header, dict):
-        raise InputError(f"{path}: not a safetensors file (its header is not an object)")
-    header["__header_bytes__"] = length
-    return header
-
-
-def _tensors_by_library(path: str) -> list[tuple[str, list[int]]] | None:
-    """(dtype, shape) of every tensor, by ``safe_open``; None when the package is
-    absent. The library refuses a malformed header: InputError with its words."""
-    try:
-        from safetensors import SafetensorError, safe_open
-    except ImportError:
-        return None
-    try:
-        with safe_open(path, framework="numpy") as handle:
-            out = []
-            for name in handle.keys():  # noqa: SIM118 - a handle, not a dict
-                piece = handle.get_slice(name)
-                out.append((str(piece.get_dtype()), list(piece.get_shape())))
-            return out
-    except SafetensorError as exc:
-        raise InputError(f"{path}: not a safetensors file ({exc})") from None
-    except ImportError:  # the framework it was asked for is not installed
-        return None
-
-
 def _safetensors(path: str, size: int) -> TensorFile:
-    header = read_safetensors_header(path)  # bounds checked before the library reads it
-    tensors = _tensors_by_library(path)
-    if tensors is None:
-        tensors = [(str(v.get("dtype", "")), list(v.get("shape", [])))
-                   for k, v in header.items()
-                   if k not in ("__metadata__", "__header_bytes__") and isinstance(v, dict)]
+    header = read_safetensors_header(path)
+    tensors = safetensors_tensors(path, header, size)
     dtypes: Counter[str] = Counter()
-    params = 0
-    for dtype, shape in tensors:
-        count = math.prod(shape)
-        params += count
-        name = normalise_dtype(dtype) or dtype.lower()
-        dtypes[name] += int(count * _element_bytes(dtype))
+    for t in tensors:
+        dtypes[normalise_dtype(t.dtype) or t.dtype.lower()] += t.nbytes
     data = size - 8 - int(header["__header_bytes__"])
-    return TensorFile(path, "safetensors", size, tensor_bytes=data, parameters=params,
-                      tensors=len(tensors), dtypes=dict(dtypes))
+    return TensorFile(path, "safetensors", size, tensor_bytes=data,
+                      parameters=sum(t.elements for t in tensors), tensors=len(tensors),
+                      dtypes=dict(dtypes))
 
 
 def _gguf(path: str, size: int) -> TensorFile:
-    try:
-        from gguf import GGUFReader
-    except ImportError:
-        return TensorFile(path, "gguf", size)  # its size on disk only
-    try:
-        reader = GGUFReader(path, "r")
-    except Exception as exc:  # noqa: BLE001 - the reader raises many kinds on bad files
-        raise InputError(f"{path}: not a GGUF file ({type(exc).__name__}: {exc})") from None
+    header = read_gguf_header(path)
     dtypes: Counter[str] = Counter()
-    params = data = 0
-    for tensor in reader.tensors:
-        params += int(tensor.n_elements)
-        data += int(tensor.n_bytes)
-        kind = tensor.tensor_type.name.lower()
-        dtypes[normalise_dtype(kind) or kind] += int(tensor.n_bytes)
-    return TensorFile(path, "gguf", size, tensor_bytes=data, parameters=params,
-                      tensors=len(reader.tensors), dtypes=dict(dtypes))
+    for t in header.tensors:
+        kind = t.type_name.lower()
+        dtypes[normalise_dtype(kind) or kind] += t.nbytes
+    return TensorFile(path, "gguf", size, tensor_bytes=sum(t.nbytes for t in header.tensors),
+                      parameters=sum(t.elements for t in header.tensors),
+                      tensors=len(header.tensors), dtypes=dict(dtypes))
 
 
 def _read_file(path: str) -> TensorFile:
@@ -191,8 +124,23 @@ def _json_file(path: Path) -> Any:
         if path.stat().st_size > 16 * 1000 * 1000:
             raise InputError(f"{path}: too large for a model's JSON file")
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: bad UTF-8, JSON, a huge integer
         raise InputError(f"{path}: not readable JSON ({exc})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not readable JSON (nested too deep)") from None
+
+
+def _names(names: list[str], most: int = 4) -> str:
+    shown = ", ".join(n[:80] for n in names[:most])
+    return shown + (", ..." if len(names) > most else "")
+
+
+def _inside(name: str) -> bool:
+    """A shard name that stays in the index's directory (by its words: a symbolic link
+    there, as a Hugging Face cache has, is followed as any file is)."""
+    pure = PurePosixPath(name)
+    return bool(name) and "\0" not in name and not pure.is_absolute() \
+        and ".." not in pure.parts
 
 
 def _index_shards(index: Path, found: ModelFiles) -> list[Path]:
@@ -200,14 +148,40 @@ def _index_shards(index: Path, found: ModelFiles) -> list[Path]:
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(weight_map, dict):
         raise InputError(f"{index}: not a sharded checkpoint's index (no weight_map)")
+    names: set[str] = set()
+    ignored: dict[str, None] = {}  # in order, once each
+    for value in weight_map.values():
+        if isinstance(value, str) and _inside(value):
+            names.add(value)
+        else:
+            ignored[repr(value)[:80]] = None
+    found.index_ignored += ignored
     shards = []
-    for name in sorted({str(v) for v in weight_map.values()}):
+    for name in sorted(names):
         shard = index.parent / name
         if shard.is_file():
             shards.append(shard)
         else:
             found.index_missing.append(name)
     return shards
+
+
+_SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$")
+
+
+def _one_gguf_model(root: Path, ggufs: list[Path], found: ModelFiles) -> None:
+    """Several GGUF files in a directory must be the parts of one split model (else they
+    are alternatives, e.g. quantisations: InputError asking for one); parts missing
+    are noted."""
+    parts = [_SPLIT.match(p.name) for p in ggufs]
+    keys = {(m.group("stem"), m.group("total")) for m in parts if m}
+    if len(ggufs) > 1 and (None in parts or len(keys) != 1):
+        raise InputError(f"{root}: {len(ggufs)} GGUF files that are not the parts of one "
+                         f"split model ({_names([p.name for p in ggufs], 6)}): name the one "
+                         "file to size")
+    if len(keys) == 1 and len(ggufs) != int(next(iter(keys))[1]):
+        found.notes.append(f"{len(ggufs)} of the {int(next(iter(keys))[1])} parts of the "
+                           "split GGUF model here")
 
 
 def _directory(root: Path, found: ModelFiles) -> list[Path]:
@@ -219,6 +193,7 @@ def _directory(root: Path, found: ModelFiles) -> list[Path]:
         return paths
     paths = sorted(p for p in root.iterdir() if p.is_file() and p.name.endswith(
         _WEIGHT_SUFFIXES) and not p.name.startswith("."))
+    _one_gguf_model(root, [p for p in paths if p.suffix == ".gguf"], found)
     if any(p.suffix == ".safetensors" for p in paths):  # a .bin beside them is a duplicate
         skipped = [p.name for p in paths if p.suffix in (".bin", ".pt", ".pth")]
         if skipped:
@@ -226,6 +201,15 @@ def _directory(root: Path, found: ModelFiles) -> list[Path]:
                                "left out (the same weights in the older format)")
         paths = [p for p in paths if p.suffix in (".safetensors", ".gguf")]
     return paths
+
+
+def _config(found: ModelFiles, config: Path, has_weights: bool) -> None:
+    try:
+        found.config = parse_config(_json_file(config))
+    except ValueError as exc:
+        if not has_weights:
+            raise InputError(f"{config}: {exc}") from None
+        found.notes.append(f"{config}: {exc}; shape not known")
 
 
 def read_model(paths: list[str]) -> ModelFiles:
@@ -249,17 +233,37 @@ def read_model(paths: list[str]) -> ModelFiles:
         else:
             raise InputError(f"{raw}: no such file or directory")
     if configs:
-        try:
-            found.config = parse_config(_json_file(configs[0]))
-        except ValueError as exc:
-            if not weights:
-                raise InputError(f"{configs[0]}: {exc}") from None
-            found.notes.append(f"{configs[0]}: {exc}; shape not known")
+        _config(found, configs[0], bool(weights))
     if not weights and found.config is None:
+        if found.index_missing or found.index_ignored:
+            bad = found.index_missing + found.index_ignored
+            raise InputError(f"{found.root}: every shard the index names is missing or "
+                             f"outside its directory ({len(bad)}: {_names(bad)})")
         raise InputError(f"{found.root}: no model here (no *.safetensors, *.gguf, *.bin, "
                          "*.pt, index or config.json)")
     found.files = [_read_file(str(p)) for p in weights]
     if found.index_missing:
         found.notes.append(f"{len(found.index_missing)} shard(s) the index names are "
-                           f"missing: {', '.join(found.index_missing[:4])}")
+                           f"missing: {_names(found.index_missing)}")
+    if found.index_ignored:
+        found.notes.append(f"{len(found.index_ignored)} shard name(s) of the index ignored "
+                           f"(absolute, outside its directory or not a file name): "
+                           f"{_names(found.index_ignored)}")
     return found
+
+
+def weights_files_bytes(directory: str) -> int | None:
+    """The summed sizes of the weights files directly in ``directory`` (of its first
+    :data:`MAX_ENTRIES` entries; symbolic links followed, as a loader would), unread;
+    None when there is none or it cannot be listed."""
+    total = 0
+    try:
+        with os.scandir(directory) as entries:
+            for i, entry in enumerate(entries):
+                if i >= MAX_ENTRIES:
+                    break
+                if entry.name.endswith(_WEIGHT_SUFFIXES) and entry.is_file():
+                    total += entry.stat().st_size
+    except OSError:
+        return None
+    return total or None

@@ -33,20 +33,27 @@ def _free(path: str) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def _local_candidate(mounts: list[Mount], stage_dir: str | None) -> tuple[Mount | None,
-                                                                          int | None]:
-    """Where weights could be staged: ``stage_dir``'s mount, else the writable local
-    NVMe mount with the most free space."""
-    if stage_dir is not None:
-        return mount_of(os.path.realpath(stage_dir), mounts), _free(stage_dir)
+def _roomiest(mounts: list[Mount], kind: str) -> tuple[Mount | None, int | None]:
+    """The writable mount of ``kind`` with the most free space."""
     best: tuple[Mount | None, int | None] = (None, None)
     for mount in mounts:
-        if classify_mount(mount) != "local_nvme" or "ro" in mount.options.split(","):
+        if classify_mount(mount) != kind or "ro" in mount.options.split(","):
             continue
         free = _free(mount.mount_point)
         if free is not None and (best[1] is None or free > best[1]):
             best = (mount, free)
     return best
+
+
+def _local_candidate(mounts: list[Mount], stage_dir: str | None) -> tuple[Mount | None,
+                                                                          int | None]:
+    """Where weights could be staged: ``stage_dir``'s mount, else the writable local
+    NVMe mount with the most free space, else (no NVMe) the local disk's (a
+    device-mapper volume, a SATA disk); the report's mount line says which."""
+    if stage_dir is not None:
+        return mount_of(os.path.realpath(stage_dir), mounts), _free(stage_dir)
+    nvme = _roomiest(mounts, "local_nvme")
+    return nvme if nvme[0] is not None else _roomiest(mounts, "local_disk")
 
 
 def _read(path: str) -> str:

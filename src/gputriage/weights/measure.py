@@ -18,10 +18,14 @@ from pathlib import Path
 
 from gputriage.errors import InputError
 
-__all__ = ["Measured", "measure_read", "pick_file"]
+__all__ = ["MIN_ADOPT_BYTES", "MIN_LIMIT", "Measured", "measure_read", "not_usable",
+           "pick_file"]
 
 CHUNK = 8 * 1024 * 1024
 ALIGN = 4096
+MIN_LIMIT = ALIGN  # below one O_DIRECT page nothing would be read
+MIN_ADOPT_BYTES = 64 * 1024 * 1024  # fewer bytes time the first requests, not the device
+MAX_ENTRIES = 10_000  # a directory walk stops after this many entries
 
 
 @dataclass(frozen=True)
@@ -39,15 +43,59 @@ class Measured:
         return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
 
 
+def not_usable(m: Measured) -> str | None:
+    """Why a read cannot stand for a tier's bandwidth (too few bytes, no time); None
+    when it can."""
+    if m.bytes_read < MIN_ADOPT_BYTES:
+        return (f"only {m.bytes_read:,} bytes read, under the 64 MiB a bandwidth "
+                "needs")
+    if m.seconds <= 0:
+        return "no time measured"
+    return None
+
+
+def _size(entry: os.DirEntry[str], dirs: list[str]) -> int | None:
+    """A regular file's size; a directory goes onto ``dirs``; else None."""
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            dirs.append(entry.path)
+        elif entry.is_file(follow_symlinks=False):
+            return entry.stat(follow_symlinks=False).st_size
+    except OSError:  # gone while walked
+        pass
+    return None
+
+
+def _largest(root: str) -> str | None:
+    """The largest regular file under ``root`` among the first :data:`MAX_ENTRIES`
+    entries met (each directory read entry by entry; symbolic links not followed)."""
+    best: tuple[int, str] | None = None
+    seen, stack = 0, [root]
+    while stack and seen < MAX_ENTRIES:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > MAX_ENTRIES:
+                        break
+                    size = _size(entry, stack)
+                    if size is not None and (best is None or size > best[0]):
+                        best = (size, entry.path)
+        except OSError:  # unreadable, or gone while walked
+            continue
+    return best[1] if best else None
+
+
 def pick_file(path: str) -> str:
-    """The file to read: ``path`` itself, or a directory's largest regular file."""
+    """The file to read: ``path`` itself, or a directory's largest regular file (of the
+    first 10,000 entries)."""
     p = Path(path)
     if p.is_file():
         return str(p)
     if p.is_dir():
-        files = [f for f in p.rglob("*") if f.is_file() and not f.is_symlink()]
-        if files:
-            return str(max(files, key=lambda f: f.stat().st_size))
+        found = _largest(path)
+        if found is not None:
+            return found
         raise InputError(f"{path}: no file to read in this directory")
     raise InputError(f"{path}: no such file or directory")
 

@@ -8,8 +8,8 @@ import functools
 import math
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_BANDWIDTH", "GpuSku", "Fit", "HerdRow", "Need", "TIERS", "fits", "gpu_skus",
-           "herd", "load_times"]
+__all__ = ["DEFAULT_BANDWIDTH", "GpuSku", "Fit", "HerdRow", "Need", "TIERS", "TP_DEGREES",
+           "degrees", "fits", "gpu_skus", "herd", "load_times", "per_gpu"]
 
 # Bandwidths assumed for one reader when neither --measure nor --bandwidth says
 # (bytes/s); rough, stated in the report as assumptions.
@@ -68,28 +68,35 @@ class Fit:
     per_gpu: float | None  # bytes each GPU holds at that degree
     nodes: int | None  # nodes that degree spans (1: fits one node)
 
-    @property
-    def one_node(self) -> bool:
-        return self.nodes == 1
+
+def degrees(heads: int | None) -> tuple[int, ...]:
+    """The degrees tried: those of :data:`TP_DEGREES` that divide the attention heads
+    (all of them when the heads are not known)."""
+    return tuple(tp for tp in TP_DEGREES if not heads or heads % tp == 0)
 
 
-def fits(need: Need, skus: tuple[GpuSku, ...], heads: int | None = None) -> list[Fit]:
+def per_gpu(need: Need, tp: int, kv_heads: int | None = None) -> float:
+    """Bytes on each GPU at degree ``tp``: the weights split ``tp`` ways, the KV cache
+    split by KV head, so past ``kv_heads`` GPUs each holds one head's share (the heads
+    are replicated, not split further)."""
+    kv_ways = min(tp, kv_heads) if kv_heads else tp
+    return need.weights / tp + need.kv_cache / kv_ways
+
+
+def fits(need: Need, skus: tuple[GpuSku, ...], heads: int | None = None,
+         kv_heads: int | None = None) -> list[Fit]:
     """For each SKU, the smallest power-of-two degree whose per-GPU share fits in
     ``memory × (1 − overhead)``; a degree must divide the attention heads when known."""
     out = []
     for sku in skus:
         usable = sku.memory_gb * 1e9 * (1 - need.overhead)
-        chosen = None
-        for tp in TP_DEGREES:
-            if heads and heads % tp:
-                continue
-            if need.total / tp <= usable:
-                chosen = tp
-                break
+        chosen = next((tp for tp in degrees(heads) if per_gpu(need, tp, kv_heads) <= usable),
+                      None)
         if chosen is None:
             out.append(Fit(sku, None, None, None))
         else:
-            out.append(Fit(sku, chosen, need.total / chosen, math.ceil(chosen / sku.node_gpus)))
+            out.append(Fit(sku, chosen, per_gpu(need, chosen, kv_heads),
+                           math.ceil(chosen / sku.node_gpus)))
     return out
 
 

@@ -47,6 +47,7 @@ def _model(inp: Inputs) -> dict[str, Any]:
     params = inp.params if inp.params is not None else (files.parameters if files else None)
     if params is None and config is not None:
         params = config.parameters()
+    stored = files if files is not None and files.files else None  # config.json alone: none
     return {
         "from": "files" if files is not None else "params",
         "paths": [f.path for f in files.files] if files else [],
@@ -54,8 +55,8 @@ def _model(inp: Inputs) -> dict[str, Any]:
         "parameters_from": ("--params" if inp.params is not None else "headers"
                             if files is not None and files.parameters is not None
                             else "config.json" if config is not None else None),
-        "file_bytes": files.file_bytes if files else None,
-        "tensor_bytes": files.tensor_bytes if files else None,
+        "file_bytes": stored.file_bytes if stored else None,
+        "tensor_bytes": stored.tensor_bytes if stored else None,
         "stored_dtypes": files.dtypes if files else {},
         "formats": sorted({f.format for f in files.files}) if files else [],
         "config": None if config is None else {
@@ -75,9 +76,9 @@ def _weights_bytes(inp: Inputs, model: dict[str, Any]) -> tuple[float, str]:
     if inp.dtype is not None and params is not None:
         return params * DTYPE_BYTES[inp.dtype], inp.dtype
     if model["tensor_bytes"]:
-        stored = model["stored_dtypes"]
-        main = max(stored, key=stored.get) if stored else "as stored"
-        return float(model["tensor_bytes"]), f"as stored ({main})"
+        stored = model["stored_dtypes"]  # none: a file without a header (.bin)
+        label = f"as stored ({max(stored, key=stored.get)})" if stored else "as stored"
+        return float(model["tensor_bytes"]), label
     config = model["config"]
     dtype = (config or {}).get("dtype") or "bf16"
     return float((params or 0) * DTYPE_BYTES[dtype]), dtype
@@ -105,7 +106,8 @@ def build(inp: Inputs) -> dict[str, Any]:
             "overhead": inp.overhead, "total_bytes": need.total},
         "fit": [{"sku": f.sku.sku, "memory_gb": f.sku.memory_gb, "node_gpus": f.sku.node_gpus,
                  "tp": f.tp, "per_gpu_bytes": f.per_gpu, "nodes": f.nodes}
-                for f in plan.fits(need, inp.gpus, config.heads if config else None)],
+                for f in plan.fits(need, inp.gpus, config.heads if config else None,
+                                   config.kv_heads if config else None)],
         "load": {"bytes": disk,
                  "tiers": {t: {"bytes_per_s": inp.bandwidth[t], "origin": inp.origin[t],
                                "seconds": s}

@@ -7,6 +7,7 @@ where people write it. A rate in bits (``Gb/s``, ``Gbit/s``) is a link's; bytes
 
 from __future__ import annotations
 
+import math
 import re
 
 __all__ = ["DTYPE_BYTES", "dtype_bytes", "format_bytes", "format_duration", "format_params",
@@ -49,6 +50,8 @@ def dtype_bytes(name: str) -> float:
     return DTYPE_BYTES[key]
 
 
+MAX_PARAMS = 10**15
+MAX_QUANTITY = 1e18  # an exabyte (per second): past any disk, link or model
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 _PARAMS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmbgt]?)\s*$", re.IGNORECASE)
 
@@ -60,14 +63,14 @@ def parse_params(text: str) -> int:
         try:
             value = float(text)
         except ValueError:
-            raise ValueError(f"not a parameter count: {text!r} (write 70B, 8B, 125M)") from None
+            raise ValueError(f"not a parameter count: {text[:40]!r} (write 70B, 8B, "
+                             "125M)") from None
         scale = 1.0
     else:
         value, scale = float(m.group(1)), _SCALE[m.group(2).lower()]
-    count = int(round(value * scale))
-    if count <= 0 or count > 10**15:
-        raise ValueError(f"not a parameter count: {text!r}")
-    return count
+    if not math.isfinite(value) or not 0 < value * scale <= MAX_PARAMS:
+        raise ValueError(f"not a parameter count: {text[:40]!r} (1 to 10^15)")
+    return int(round(value * scale))
 
 
 _UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)(b|bit|byte|bytes)?\s*$",
@@ -85,17 +88,20 @@ def _quantity(text: str, *, rate: bool) -> float:
                 body = body[: -len(suffix)]
                 break
         else:
-            raise ValueError(f"not a rate: {text!r} (write 1.2GB/s, 100Gb/s, 500MB/s)")
+            raise ValueError(f"not a rate: {text[:40]!r} (write 1.2GB/s, 100Gb/s, 500MB/s)")
     m = _UNIT.match(body)
     if m is None or not (m.group(4) or not rate):
         what = "rate" if rate else "size"
-        raise ValueError(f"not a {what}: {text!r} (GB = bytes, Gb = bits: 1.2GB/s, 100Gb/s)")
+        raise ValueError(f"not a {what}: {text[:40]!r} (GB = bytes, Gb = bits: 1.2GB/s, "
+                         "100Gb/s)")
     number, prefix, binary, unit = m.groups()
     value = float(number) * (1024 if binary else 1000) ** _PREFIX[prefix.lower()]
     if unit and (unit == "b" or unit.lower() == "bit"):  # a lower-case b: bits
         value /= 8
-    if value <= 0:
-        raise ValueError(f"{text!r} is not positive")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{text[:40]!r} is not a positive number")
+    if value > MAX_QUANTITY:
+        raise ValueError(f"{text[:40]!r} is too large (at most 1 EB)")
     return value
 
 

@@ -6,14 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from gputriage.views.html.markup import badge, definitions, esc, para, section, table, tag
+from gputriage.views.html.markup import (
+    badge,
+    definitions,
+    esc,
+    lines_block,
+    para,
+    section,
+    table,
+    tag,
+)
 from gputriage.views.html.page import document
 from gputriage.weights import plan
+from gputriage.weights.text import fit_verdict, measured, rate
 from gputriage.weights.units import format_bytes, format_duration, format_params
-
-
-def _rate(bps: float) -> str:
-    return f"{format_bytes(bps)}/s"
 
 
 def _model(doc: dict[str, Any]) -> str:
@@ -53,17 +59,12 @@ def _model(doc: dict[str, Any]) -> str:
 
 
 def _fit(doc: dict[str, Any]) -> str:
+    heads = (doc["model"]["config"] or {}).get("heads")
     rows = []
     for f in doc["fit"]:
-        if f["tp"] is None:
-            verdict, cls = "does not fit at TP 64", "bad"
-        else:
-            verdict = f"TP {f['tp']}: {format_bytes(f['per_gpu_bytes'])} per GPU"
-            cls = None
-            if f["nodes"] > 1:
-                verdict += f"; does not fit one node ({f['nodes']} nodes of {f['node_gpus']})"
-                cls = "bad"
-        rows.append((esc(f["sku"]), esc(f"{f['memory_gb']:.0f} GB"), (esc(verdict), cls)))
+        verdict, bad = fit_verdict(f, heads)
+        rows.append((esc(f["sku"]), esc(f"{f['memory_gb']:.0f} GB"),
+                     (esc(verdict), "bad" if bad else None)))
     return section("Fit", table(("GPU", "memory", "smallest tensor-parallel degree"), rows,
                                 caption="The smallest tensor-parallel degree per GPU model "
                                         "that holds the weights and the KV cache"),
@@ -72,17 +73,14 @@ def _fit(doc: dict[str, Any]) -> str:
 
 def _load(doc: dict[str, Any]) -> str:
     load = doc["load"]
-    rows = [(esc(plan.TIER_LABEL[tier]), esc(_rate(t["bytes_per_s"])),
+    rows = [(esc(plan.TIER_LABEL[tier]), esc(rate(t["bytes_per_s"])),
              esc(format_duration(t["seconds"])), esc(t["origin"]))
             for tier, t in load["tiers"].items()]
     body = table(("tier", "bandwidth", "time", "bandwidth from"), rows,
                  caption=f"Load time of {format_bytes(load['bytes'])} by one reader")
     m = doc["measure"]
     if m:
-        mode = "O_DIRECT" if m["direct"] else "through the page cache"
-        body += para(f"Measured: {format_bytes(m['bytes_read'])} of {m['path']} in "
-                     f"{m['seconds']:.2f} s = {m['bytes_per_s'] / 1e6:,.0f} MB/s ({mode})"
-                     + (f"; {m['note']}" if m["note"] else ""))
+        body += para(measured(m))
     return section("Load time per tier", body, ident="load")
 
 
@@ -92,7 +90,7 @@ def _herd(h: dict[str, Any]) -> str:
              esc(format_bytes(r["link_bytes"])), esc(r["note"])) for r in h["rows"]]
     intro = para(f"{h['replicas']} replicas ({h['per_node']} per node) start together and "
                  f"pull from {plan.TIER_LABEL[h['source']]} over a shared "
-                 f"{_rate(h['link_bytes_per_s'])} link: {format_bytes(h['total_bytes'])} "
+                 f"{rate(h['link_bytes_per_s'])} link: {format_bytes(h['total_bytes'])} "
                  "in all.")
     return section("The herd", intro + table(
         ("strategy", "last replica ready", "done ahead", "over the link", "how"), rows,
@@ -105,7 +103,8 @@ def _host(host: dict[str, Any]) -> str:
     items = "".join(tag("li", badge(f["severity"]) + " " + esc(f["title"]) + tag(
         "p", esc(f.get("explanation") or ""), class_="muted")) for f in host["findings"])
     body = intro + (tag("ul", items) if items else para("Nothing to say."))
-    body += tag("details", tag("summary", "The host report") + tag("pre", esc(host["report"])))
+    body += tag("details", tag("summary", "The host report")
+                + lines_block(host["report"].splitlines()))
     return section("This host", body, ident="host")
 
 
