@@ -94,3 +94,30 @@ def test_a_kernel_xid_line_stays_the_kernel_logs() -> None:
     found = dict(detect(text))
     assert "kernel_log" in found and "xid_counts" not in found
     assert "xid.79" in ids(run(kernel_log=text.splitlines()[0]))
+
+
+@pytest.mark.parametrize("line", [
+    " ".join(["r06-01  10700"] * 14) + ".",  # pairs and then not: was exponential
+    "a1" * 30_000,  # one long token with digits: was quadratic
+    "| " + "a1" * 30_000 + " | 5 |",
+])
+def test_a_line_that_almost_is_a_row_is_rejected_without_hanging(line: str) -> None:
+    """Every paste goes through this detector: a pathological line must not hang it (the
+    alarm is a hang guard, far above the milliseconds it takes)."""
+    import signal
+
+    from gputriage.ingest.paste import PasteDoc
+    from gputriage.parsers.xid_counts import claim_xid_counts
+
+    def hung(*_: object) -> None:
+        raise AssertionError("the Xid-count detector hung")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        doc = PasteDoc("Xid 45 totals:\n" + line)
+        claim_xid_counts(doc)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert "xid_counts" not in doc.owner

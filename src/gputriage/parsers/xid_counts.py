@@ -19,12 +19,15 @@ from gputriage.ingest.paste import PasteDoc
 __all__ = ["XidCountTable", "XidCounts", "claim_xid_counts", "parse_xid_counts"]
 
 _XID = re.compile(r"\bxids?[\s_#:=-]*(\d{1,3})\b", re.IGNORECASE)
-_HOST = r"[A-Za-z][\w.-]*\d[\w.-]*"
-_COUNT = r"\d{1,3}(?:,\d{3})+|\d+"
+# a host name with a digit, starting a word (the lookahead, atomic in Python, settles
+# where its digit is: no backtracking over them; a name is at most 253 characters) and a
+# count; a row is pairs and nothing else, tested
+# pair by pair (never one regex repeating pairs, which backtracks exponentially)
+_HOST = r"(?<![\w.-])(?=[A-Za-z][\w.-]{0,252}\d)[A-Za-z][\w.-]{0,252}"
+_COUNT = r"\d{1,3}(?:,\d{3}){1,4}|\d{1,15}"
 _MARK = r"<-+|\u2190|\*"
-_PAIR = re.compile(rf"(?P<host>{_HOST})\s*:?\s+(?P<count>{_COUNT})(?![\w.])"
+_PAIR = re.compile(rf"(?P<host>{_HOST})(?:\s*:\s*|\s+)(?P<count>{_COUNT})(?![\w.,])"
                    rf"(?:\s*(?P<mark>{_MARK}))?")
-_ROW = re.compile(rf"^\s*(?:{_HOST}\s*:?\s+(?:{_COUNT})(?![\w.])(?:\s*(?:{_MARK}))?\s*)+$")
 _MD_ROW = re.compile(rf"^\s*\|\s*(?P<host>{_HOST})\s*\|\s*(?P<count>{_COUNT})\s*\|"
                      rf"\s*(?:(?P<mark>{_MARK}|suspect|marked)\s*\|?)?\s*$", re.IGNORECASE)
 _MD_RULE = re.compile(r"^\s*\|[\s:|-]+\|\s*$")
@@ -53,7 +56,9 @@ def _xids(line: str) -> set[int]:
 
 
 def _is_row(line: str) -> bool:
-    return bool(_ROW.match(line) or _MD_ROW.match(line) or _MD_RULE.match(line))
+    if _MD_ROW.match(line) or _MD_RULE.match(line):
+        return True
+    return bool(_PAIR.search(line)) and not _PAIR.sub(" ", line).strip()
 
 
 def _pairs(line: str) -> list[tuple[str, int, bool]]:
