@@ -11,7 +11,7 @@ and prints:
     busy machine the CPU times are the steadier comparison.
 
 Usage: python benchmarks/watch_soak.py [--cycles N] [--scenario NAME]
-Exit status 1 when RSS grew by more than 10 %.
+Exit status 1 when RSS grew by more than 10 %, 2 when a cycle failed.
 """
 
 from __future__ import annotations
@@ -76,10 +76,13 @@ def main() -> int:
                        no_history=False, history_every_s=3600.0)
         every = cycles // 20
         samples: list[tuple[int, float]] = []
+        failed: list[str] = []  # a sink runs in the check's thread: no SystemExit there
 
         def sample(outcome: Any) -> None:
             if outcome.result is None:
-                raise SystemExit(f"cycle {outcome.number} failed: {outcome.error}")
+                failed.append(f"cycle {outcome.number} failed: {outcome.error}")
+                watch.stop()
+                return
             if outcome.number % every == 0:
                 samples.append((outcome.number, rss_mib()))
                 print(f"  cycle {outcome.number:>6}: RSS {samples[-1][1]:7.1f} MiB",
@@ -93,6 +96,9 @@ def main() -> int:
         watch.run()
         elapsed, cpu_used = time.perf_counter() - start, time.process_time() - cpu
 
+    if failed:
+        print(f"  {failed[0]}", file=sys.stderr)
+        return 2
     first, last = samples[0][1], samples[-1][1]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     per_cycle = elapsed / cycles

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 from unittest import mock
 
 from fakehost import FakeHost
@@ -88,6 +90,44 @@ def test_a_hung_command_is_abandoned_and_becomes_a_finding(tmp_path):
     assert "deadline" in rec["error_detail"]
     ids = {f.id for f in analyze(snap).findings}
     assert "driver.wedged" in ids
+
+
+HUNG = [("nvidia-smi", "-q", "-x"), ("nvidia-smi",), ("nvidia-smi", "topo", "-m"),
+        ("nvidia-smi", "nvlink", "-s")]  # the first four command sources, all stuck
+
+
+def _alive(host: FakeHost) -> list[str]:
+    """The collection threads of ``host`` still running."""
+    return sorted(t.name for t in threading.enumerate()
+                  if getattr(t, "host", None) is host and t.is_alive())
+
+
+def test_a_read_that_never_returns_is_not_started_again(tmp_path):
+    """A read stuck in the kernel cannot be killed: the next collection (a watch's next
+    cycle) starts no other thread for it, records it as still hung, and keeps its
+    deadline; the half-second of grace is paid once, not once per hung source."""
+    host = _host(tmp_path, commands=dict.fromkeys(HUNG, (0, "")),
+                 hang=dict.fromkeys(HUNG, 8.0))
+    opts = CollectOptions(deadline_s=0.3)
+    start = time.monotonic()
+    first = Snapshot.load(collect(host, tmp_path / "one", opts))
+    assert time.monotonic() - start < 0.3 + 1.2  # not 0.3 + 4 x 0.5
+    assert first.record("nvidia_smi_q_xml")["error_detail"] == "global deadline reached"
+    hung = ["collect-nvidia_smi", "collect-nvidia_smi_nvlink_status",
+            "collect-nvidia_smi_q_xml", "collect-nvidia_smi_topo"]
+    assert _alive(host) == hung
+    start = time.monotonic()
+    second = Snapshot.load(collect(host, tmp_path / "two", opts))
+    assert time.monotonic() - start < 0.3 + 1.2
+    for argv in HUNG:
+        assert host.calls.count(list(argv)) == 1  # each started once, in all
+    rec = second.record("nvidia_smi_q_xml")
+    assert rec["error"] == "timeout"
+    assert rec["error_detail"].startswith("still hung since ")
+    assert "an earlier collection's read has not returned" in rec["error_detail"]
+    assert _alive(host) == hung  # no new thread
+    assert "driver.wedged" in {f.id for f in analyze(second).findings}
+    assert second.record("uname")["error"] == "absent"  # the others collected as ever
 
 
 def test_run_bounded_kills_at_timeout():

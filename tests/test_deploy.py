@@ -751,13 +751,16 @@ NPD = DEPLOY / "node-problem-detector"
 WATCH_PORT = "9479"
 
 
-def test_watch_daemonset_serves_metrics_and_sets_conditions() -> None:
+def test_watch_daemonset_serves_metrics_without_api_access() -> None:
     spec = _pod_spec("watch.yaml")
     (container,) = spec["containers"]
     argv = container["command"]
     assert argv[:2] == ["gputriage", "watch"]
     assert argv[argv.index("--listen") + 1] == f":{WATCH_PORT}"
-    assert "--node-conditions" in argv
+    # the Node condition is opt-in (watch-rbac.yaml): no flag, no account, no token
+    assert "--node-conditions" not in argv
+    assert "serviceAccountName" not in spec
+    assert spec["automountServiceAccountToken"] is False
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     (port,) = container["ports"]
@@ -798,9 +801,12 @@ def test_watch_rbac_is_get_and_patch_node_status_only() -> None:
     assert binding["roleRef"]["name"] == docs["ClusterRole"]["metadata"]["name"]
     (subject,) = binding["subjects"]
     assert subject["name"] == docs["ServiceAccount"]["metadata"]["name"]
-    spec = _pod_spec("watch.yaml")
-    assert spec["serviceAccountName"] == subject["name"]
-    assert spec["automountServiceAccountToken"] is True  # for --node-conditions only
+    # watch.yaml says how to turn --node-conditions on with this account
+    text = (K8S / "watch.yaml").read_text(encoding="utf-8")
+    for step in ("kubectl apply -f deploy/kubernetes/watch-rbac.yaml",
+                 f"serviceAccountName: {subject['name']}",
+                 "automountServiceAccountToken: true", "--node-conditions"):
+        assert step in text, step
 
 
 def _npd_docs() -> list[dict[str, Any]]:
@@ -838,5 +844,10 @@ def test_npd_daemonset_runs_the_monitor_against_the_watch() -> None:
     assert container["image"].split("/")[-1].split(":")[0] in dockerfile
     assert "COPY --from=npd /node-problem-detector /node-problem-detector" in dockerfile
     assert container["command"][0] == "/node-problem-detector"
+    # host network: its own endpoints off NPD's default ports, which a node's NPD holds
+    flags = dict(a.split("=", 1) for a in container["command"] if a.startswith("--")
+                 and "=" in a)
+    ports = {int(flags["--port"]), int(flags["--prometheus-port"])}
+    assert len(ports) == 2 and not ports & {20256, 20257, int(WATCH_PORT)}
     assert "pip install" in dockerfile and all(
         r["path"] == "/usr/local/bin/gputriage" for r in config["rules"])

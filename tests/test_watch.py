@@ -29,7 +29,7 @@ WAIT_S = 20.0  # the longest a test waits for the loop (it is done far sooner)
 def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("watch-scenarios")
     return {name: build_scenario(name, root / f"{name}.tar.gz")
-            for name in ("healthy-8xh100", "gpu-fallen-off-bus")}
+            for name in ("healthy-8xh100", "gpu-fallen-off-bus", "xid31-one-job")}
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +131,23 @@ def test_a_healthy_host_has_no_finding_series_and_every_gpu_ok(results):
     assert all(s.value == (1 if s.labels["state"] == "ok" else 0) for s in health)
     assert _samples(metrics, "gputriage_verdict", state="ok")[0].value == 1
     assert _samples(metrics, "gputriage_check_exit_status")[0].value == 0
+
+
+def test_a_jobs_fault_leaves_its_gpu_healthy(results):
+    """gputriage_gpu_health counts node-side findings only: xid31-one-job's GPU 2 is ok
+    (its GpuRow.severity, the report's, is warning), its finding series says job."""
+    result = results["xid31-one-job"]
+    assert [g.severity.value for g in result.gpus if g.index == 2] == ["warning"]
+    state = WatchState(60, 120)
+    _publish(state, result)
+    metrics = _metrics(make_registry(state))
+    [xid] = _samples(metrics, "gputriage_finding", id="xid.31")
+    assert (xid.labels["blame"], xid.labels["gpu"]) == ("job", "2")
+    health = {s.labels["state"]: s.value for s in
+              _samples(metrics, "gputriage_gpu_health", gpu="2")}
+    assert health == {"ok": 1, "warning": 0, "critical": 0, "unknown": 0}
+    assert not [s for s in _samples(metrics, "gputriage_gpu_health", state="warning")
+                if s.value == 1]  # no GPU in warning
 
 
 def test_absent_sources_have_no_status_series(results):
@@ -242,6 +259,38 @@ def test_a_check_past_its_limit_is_reported_and_awaited(results, running):
     assert "overran" in log.getvalue()
 
 
+def test_the_next_check_and_the_end_wait_for_the_sinks(results, running):
+    """A check is running until its sinks have run: the next one does not start, and
+    --max-cycles does not return (the process would exit before the Node condition is
+    written)."""
+    release = threading.Event()
+    entered: list[int] = []
+    calls: list[int] = []
+
+    def slow_sink(outcome: CycleOutcome) -> None:
+        entered.append(outcome.number)
+        release.wait(WAIT_S)
+
+    def check() -> Any:
+        calls.append(1)
+        return results["healthy-8xh100"]
+
+    for cycles in (1, 2):
+        release.clear()
+        entered.clear()
+        calls.clear()
+        watch, _ = _watch(check, max_cycles=cycles, sinks=[slow_sink])
+        thread = running(watch)
+        _wait(lambda: entered == [1])
+        threading.Event().wait(0.5)  # a loop that did not wait would be done by now
+        assert calls == [1] and thread.is_alive()
+        assert watch.state.running is not None and watch.state.last is not None
+        release.set()
+        thread.join(timeout=WAIT_S)
+        assert not thread.is_alive() and entered == list(range(1, cycles + 1))
+        assert watch.state.running is None
+
+
 def test_stop_abandons_a_check_that_outlives_the_grace(results):
     gate = Gate(results["healthy-8xh100"])
     watch, log = _watch(gate, interval=0.0, limit=60, grace_s=600)
@@ -316,6 +365,20 @@ def test_history_is_recorded_on_change_and_at_most_every_interval_otherwise(
     entries = list_entries(tmp_path / "state")
     assert [e.verdict for e in entries] == ["ok", "critical", "critical", "ok"]
     assert signature(healthy) != signature(fallen)
+
+
+def test_the_signature_orders_scopes_with_and_without_a_gpu_index(results):
+    """Two findings alike but for a GPU index known on one, not the other: no TypeError
+    sorting None against a number."""
+    from dataclasses import replace
+
+    result = results["gpu-fallen-off-bus"]
+    [xid] = [f for f in result.findings if f.id == "xid.79"]
+    assert xid.scope.gpu_index is None
+    indexed = replace(xid, scope=replace(xid.scope, gpu_index=4))
+    both = replace(result, findings=[*result.findings, indexed])
+    assert signature(both) == signature(replace(result, findings=[indexed, *result.findings]))
+    assert signature(both) != signature(result)
 
 
 def test_a_history_that_cannot_be_written_is_said_once_and_never_fails(results, tmp_path):

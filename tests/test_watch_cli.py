@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -110,6 +111,33 @@ def test_acknowledgements_apply_at_each_cycle(fallen, tmp_path):
     assert not xid.current and "INC-7" in (xid.status_note or "")
     code, out, _ = _run(["history", "--json", "--state-dir", str(state)])
     assert code == 0 and len(json.loads(out)["entries"]) == 2  # the change was recorded
+
+
+def test_a_history_that_raises_is_a_warning_not_a_failed_check(fallen, tmp_path,
+                                                              monkeypatch):
+    from gputriage.commands.watch import _check
+    from gputriage.watch import recording
+    from gputriage.watch.logs import WatchLog
+
+    def broken(result: Any) -> tuple:
+        raise TypeError("'<' not supported between instances of 'int' and 'NoneType'")
+
+    monkeypatch.setattr(recording, "signature", broken)
+    log = io.StringIO()
+    check = _check(Environment(), WatchLog(log), from_snapshot=str(fallen),
+                   expectations=None, timeout=None, deadline=90, opt_in={},
+                   state_dir=str(tmp_path / "state"), no_history=False, history_every_s=3600)
+    assert any(f.id == "xid.79" for f in check().findings)
+    assert " warning history not recorded " in log.getvalue() and "TypeError" in log.getvalue()
+
+
+def test_an_unreadable_snapshot_is_an_input_error_at_start(tmp_path):
+    garbage = tmp_path / "node.tar.gz"
+    garbage.write_bytes(b"\x1f\x8b\x08\x00 not a whole gzip")
+    code, _, err = _run(["watch", "--snapshot", str(garbage), "--interval", "0",
+                         "--max-cycles", "2", "--no-history"])
+    assert code == 66, err
+    assert len(err.splitlines()) == 1 and "node.tar.gz" in err and " check 1" not in err
 
 
 @pytest.mark.parametrize(("argv", "says"), [
@@ -267,6 +295,71 @@ def test_every_address_and_ipv6_are_served(listen):
         port = server.address.rsplit(":", 1)[1]
         host = "[::1]" if "::1" in listen else "127.0.0.1"  # ":PORT" takes IPv4 too
         assert _get(f"http://{host}:{port}/healthz")[0] == 200
+    finally:
+        server.stop()
+
+
+def _server_with_log(log: io.StringIO) -> Any:
+    from gputriage.watch.logs import WatchLog
+    from gputriage.watch.loop import WatchState
+    from gputriage.watch.metrics import make_registry
+    from gputriage.watch.server import WatchServer
+
+    state = WatchState(60, 120)
+    server = WatchServer("127.0.0.1:0", state, make_registry(state), log=WatchLog(log))
+    server.start()
+    return server
+
+
+def _port(server: Any) -> int:
+    return int(server.address.rsplit(":", 1)[1])
+
+
+def test_an_idle_connection_is_closed(monkeypatch):
+    from gputriage.watch import server as module
+
+    assert module._Handler.timeout == module.HANDLER_TIMEOUT_S <= 60
+    monkeypatch.setattr(module._Handler, "timeout", 0.3)
+    server = _server_with_log(io.StringIO())
+    try:
+        with socket.create_connection(("127.0.0.1", _port(server)), timeout=WAIT_S) as idle:
+            start = time.monotonic()
+            assert idle.recv(1) == b""  # closed by the server, its thread gone
+            assert time.monotonic() - start < 10
+    finally:
+        server.stop()
+
+
+def _ask(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as conn:
+        conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_client_gone_mid_answer_is_no_traceback_and_a_bug_one_log_line(capfd,
+                                                                          monkeypatch):
+    from gputriage.watch import server as module
+
+    def gone(*args: Any) -> None:
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    def bug(*args: Any) -> None:
+        raise ValueError("a bug")
+
+    log = io.StringIO()
+    server = _server_with_log(log)
+    try:
+        monkeypatch.setattr(module._Handler, "_send", gone)
+        assert _ask(_port(server)) == b""
+        assert log.getvalue() == "" and capfd.readouterr().err == ""
+        monkeypatch.setattr(module._Handler, "_send", bug)
+        assert _ask(_port(server)) == b""
+        assert capfd.readouterr().err == ""  # no socketserver traceback
+        (line,) = log.getvalue().splitlines()
+        assert " error HTTP request failed " in line and "ValueError: a bug" in line
     finally:
         server.stop()
 

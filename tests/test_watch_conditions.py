@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -101,7 +102,8 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CycleOutcome
         snapshot = load_inputs([str(build_scenario(name, root / name))])
         result = analyze(snapshot, LogWindow(), CheckContext())
         found[name] = CycleOutcome(number, T0, 0.1, result, 0)
-    found["failed"] = CycleOutcome(9, T0, 0.1, None, 3, error="check overran 120 s")
+    found["failed"] = CycleOutcome(9, T0, 0.1, None, 3,
+                                   error="OSError: [Errno 5] Input/output error")
     return found
 
 
@@ -187,7 +189,7 @@ def test_condition_follows_the_checks(outcomes: dict[str, CycleOutcome], tmp_pat
         sink(outcomes["failed"])
         cond = _sent(server)
         assert (cond["status"], cond["reason"]) == ("Unknown", "CheckFailed")
-        assert "check overran 120 s" in cond["message"]
+        assert "Input/output error" in cond["message"]
         assert cond["lastTransitionTime"] == "2026-03-01T12:09:00Z"
         # the apiserver's copy: one GPUHealthy beside kubelet's Ready, untouched
         types = [c["type"] for c in server.node["status"]["conditions"]]
@@ -195,6 +197,50 @@ def test_condition_follows_the_checks(outcomes: dict[str, CycleOutcome], tmp_pat
         assert len(server.patches) == 5 and sink.updates == 5 and sink.errors == 0
         assert [f["status"] for level, msg, f in log.lines if msg == "node condition set"] == [
             "False", "True", "Unknown"]
+
+
+def test_an_overrun_is_unknown_at_once_then_the_late_result(
+        outcomes: dict[str, CycleOutcome], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real loop: a check past its limit makes the condition Unknown (CheckOverran)
+    while it still runs, as the watch command wires it; its late result replaces it."""
+    from gputriage.commands.watch import overrun_listener
+    from gputriage.watch.logs import WatchLog
+    from gputriage.watch.loop import Watch, WatchState
+
+    result = outcomes["gpu-fallen-off-bus"].result
+    release = threading.Event()
+
+    def hung_check() -> Any:
+        release.wait(30)
+        return result
+
+    clock, log = Clock(), Log()
+    with NodeStatusServer(_node()) as server:
+        sink = _sink(server, tmp_path, clock, log, monkeypatch)
+        state = WatchState(0, 0.2)
+        watch = Watch(hung_check, state, WatchLog(io.StringIO()), sinks=[sink],
+                      listeners=[overrun_listener(state, sink)], max_cycles=1)
+        thread = threading.Thread(target=watch.run, daemon=True)
+        thread.start()
+        try:
+            waited = threading.Event()
+            for _ in range(300):
+                if server.patches:
+                    break
+                waited.wait(0.05)
+            cond = _sent(server)
+            assert (cond["status"], cond["reason"]) == ("Unknown", "CheckOverran")
+            assert cond["message"].startswith("gputriage: check 1 has run for")
+            assert state.counts["overran"] == 1 and thread.is_alive()
+        finally:
+            release.set()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        cond = _sent(server)
+        assert (cond["status"], cond["reason"]) == ("False", "Xid79")
+        sink.overran(1, 60.0, 0.2)  # late news of a check already written: ignored
+        assert len(server.patches) == 2
 
 
 def test_a_node_side_warning_is_healthy_but_degraded(outcomes: dict[str, CycleOutcome]

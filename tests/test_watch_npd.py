@@ -5,12 +5,14 @@ path that reads a running watch's ``/result``; and the monitor config NPD loads
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -257,6 +259,123 @@ def test_from_a_stale_or_broken_watch_is_unknown(watch_of: Any,
     assert code == plugin.UNKNOWN and "503" in _line(out)
 
 
+class _RawWatch:
+    """A TCP server answering each connection with ``answer(conn)``: not HTTP, or
+    HTTP a byte at a time."""
+
+    def __init__(self, answer: Callable[[socket.socket, threading.Event], None]) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.stopped = threading.Event()
+        self.answer = answer
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            with contextlib.suppress(OSError):  # the client gave up
+                self.answer(conn, self.stopped)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def raw_watch() -> Iterator[Callable[..., _RawWatch]]:
+    started: list[_RawWatch] = []
+
+    def start(answer: Callable[[socket.socket, threading.Event], None]) -> _RawWatch:
+        started.append(_RawWatch(answer))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def _garbage(conn: socket.socket, stopped: threading.Event) -> None:
+    conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+
+
+def _trickle(head: bytes) -> Callable[[socket.socket, threading.Event], None]:
+    """``head`` at once, then a byte every 0.1 s, forever."""
+    def answer(conn: socket.socket, stopped: threading.Event) -> None:
+        conn.sendall(head)
+        while not stopped.wait(0.1):
+            conn.sendall(b"x")
+    return answer
+
+
+TRICKLES = {
+    "body": _trickle(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n{"),
+    "headers": _trickle(b"HTTP/1.1 200 OK\r\nX-Slow: "),
+}
+
+
+def test_a_reply_that_is_not_http_is_unreachable_and_falls_back(
+        raw_watch: Any, scenarios: dict[str, Path]) -> None:
+    url = raw_watch(_garbage).url
+    code, out, _ = run("--from", url)
+    assert code == plugin.UNKNOWN and "unreachable: not an HTTP answer" in _line(out)
+    code, out, err = run("--from", url, "--fallback",
+                         "--snapshot", str(scenarios["gpu-fallen-off-bus"]))
+    assert code == plugin.PROBLEM and "xid.79" in _line(out)
+    assert "checking here" in err
+
+
+@pytest.mark.parametrize("where", sorted(TRICKLES))
+def test_a_watch_answering_a_byte_at_a_time_is_cut_off(raw_watch: Any, where: str) -> None:
+    url = raw_watch(TRICKLES[where]).url
+    start = time.monotonic()
+    with pytest.raises(OSError, match="did not answer within 1 s"):
+        plugin.fetch_result(url, timeout_s=1.0)
+    assert time.monotonic() - start < 3  # one deadline in all, not one per read
+
+
+def test_the_fallback_check_gets_what_the_fetch_left(raw_watch: Any,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     scenarios: dict[str, Path]) -> None:
+    from gputriage.commands import npd as command
+
+    budgets: list[float] = []
+
+    def check(from_snapshot: Any, deadline: float, *args: Any) -> dict[str, Any]:
+        budgets.append(deadline)
+        return _check_json(scenarios["healthy-8xh100"])
+
+    monkeypatch.setattr(command, "FETCH_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(command, "_bounded_check", check)
+    code, out, _ = run("--from", raw_watch(TRICKLES["body"]).url, "--fallback",
+                       "--deadline", "5")
+    assert code == plugin.OK, out
+    (budget,) = budgets
+    assert 3.0 <= budget <= 4.05  # 5 s, less the second the watch took
+
+
+def test_unknown_exit_changes_only_the_unknown_status(scenarios: dict[str, Path],
+                                                      tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run("--snapshot", "absent", "--unknown-exit", "0")
+    assert code == 0 and _line(out).startswith("UNKNOWN: ")
+    code, out, _ = run("--snapshot", str(scenarios["gpu-fallen-off-bus"]),
+                       "--unknown-exit", "0")
+    assert code == plugin.PROBLEM
+    assert run("--snapshot", "absent")[0] == plugin.UNKNOWN  # the default
+
+
 def test_unreachable_watch_is_unknown_or_falls_back(watch_of: Any,
                                                     scenarios: dict[str, Path]) -> None:
     watch = watch_of()
@@ -318,6 +437,11 @@ def test_monitor_config_is_valid_for_npd() -> None:
 
         assert float(_option(rule["args"], "--deadline")) + ANALYSIS_GRACE_S < rule_timeout
         assert int(_option(rule["args"], "--max-length")) <= global_cfg["max_output_length"]
+        # NPD makes an event of any status but 0 of a temporary rule: Unknown is 0 there;
+        # the permanent rule's condition turns Unknown on 2
+        unknown = int(_option(rule["args"], "--unknown-exit")) \
+            if "--unknown-exit" in rule["args"] else plugin.UNKNOWN
+        assert unknown == (0 if rule["type"] == "temporary" else plugin.UNKNOWN)
     assert kinds == {"temporary", "permanent"}
 
 
@@ -341,9 +465,11 @@ def test_monitor_rules_run_as_written(watch_of: Any, lost_doc: dict[str, Any],
     for rule in config["rules"]:
         args = list(rule["args"][1:])
         at = args.index("--from") + 1
+        unknown = 0 if rule["type"] == "temporary" else plugin.UNKNOWN
         for doc, expected in ((lost_doc, plugin.PROBLEM), (healthy, plugin.OK),
-                              (remap, plugin.PROBLEM), (None, plugin.UNKNOWN)):
+                              (remap, plugin.PROBLEM), (None, unknown)):
             args[at] = watch_of(doc).url if doc is not None else dead.url
             code, out, _ = run(*args)
             assert code == expected, (rule["reason"], out)
             assert len(_line(out).encode()) <= limit
+            assert _line(out).startswith("UNKNOWN: ") == (doc is None)

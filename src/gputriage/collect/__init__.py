@@ -3,7 +3,9 @@
 ``collect(host, out)`` captures every declared source into a snapshot. Each
 source runs in its own daemon thread under its timeout and the run's global
 deadline, so one hung read or command cannot hold up the others, and an
-unkillable one is abandoned (and recorded as a timeout) rather than waited on.
+unkillable one is abandoned (and recorded as a timeout) rather than waited on. While
+an abandoned read has not returned, later collections of the same host (a watch's
+cycles) start no other for that source: it is recorded as still hung.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import gputriage
@@ -105,22 +108,53 @@ def _collect_one(host: Host, spec: Source, timeout_s: float,
 
 class _Job(threading.Thread):
     def __init__(self, host: Host, spec: Source, timeout_s: float,
-                 slots: threading.Semaphore, argv: tuple[str, ...] | None = None) -> None:
+                 slots: threading.Semaphore, deadline: float,
+                 argv: tuple[str, ...] | None = None) -> None:
         super().__init__(daemon=True, name=f"collect-{spec.name}")
         self.host, self.spec, self.timeout_s, self.slots = host, spec, timeout_s, slots
+        self.deadline = deadline
         self.argv = argv
         self.result: tuple[bytes | None, dict] | None = None
         self.started_at = 0.0
         self.duration = 0.0
+        self.since = datetime.now(timezone.utc)  # when it started
 
     def run(self) -> None:
-        with self.slots:
+        # a slot held by a hung read may never free: wait no longer than the deadline
+        if not self.slots.acquire(timeout=max(0.0, self.deadline - time.monotonic())):
+            return
+        try:
             self.started_at = time.monotonic()
+            self.since = datetime.now(timezone.utc)
             try:
                 self.result = _collect_one(self.host, self.spec, self.timeout_s, self.argv)
             except Exception as exc:  # noqa: BLE001 - an outcome is data, never a crash
                 self.result = (None, {"error": "failed", "error_detail": repr(exc)})
             self.duration = time.monotonic() - self.started_at
+        finally:
+            self.slots.release()
+
+
+# Jobs abandoned at a deadline and still running, by (host root, source name): a read
+# stuck in the kernel (D state) may never return, and its thread cannot be killed.
+_ABANDONED: dict[tuple[str, str], _Job] = {}
+_ABANDONED_LOCK = threading.Lock()
+
+
+def _still_hung(host: Host, name: str) -> _Job | None:
+    """The abandoned job of this source that has not returned yet, if any."""
+    key = (str(host.root), name)
+    with _ABANDONED_LOCK:
+        job = _ABANDONED.get(key)
+        if job is not None and not job.is_alive():
+            del _ABANDONED[key]
+            job = None
+    return job
+
+
+def _abandon(host: Host, job: _Job) -> None:
+    with _ABANDONED_LOCK:
+        _ABANDONED[(str(host.root), job.spec.name)] = job
 
 
 def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None = None) -> Path:
@@ -134,25 +168,36 @@ def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None =
                                                  if s.opt_in])
     slots = threading.Semaphore(MAX_PARALLEL)
     jobs = []
+    records: dict[str, dict] = {}
     for spec in specs:
+        hung = _still_hung(host, spec.name)
+        if hung is not None:
+            records[spec.name] = snapshot_writer.source_record(
+                spec.name, rc=None, duration_s=0.0, error="timeout",
+                error_detail=f"still hung since {hung.since.isoformat(timespec='seconds')} "
+                             "(an earlier collection's read has not returned)",
+                with_file=False)
+            continue
         if spec.opt_in:
-            job = _Job(host, spec, opt_in_timeout(spec, opts), slots,
+            job = _Job(host, spec, opt_in_timeout(spec, opts), slots, deadline,
                        spec.argv_for(opts.opt_in[spec.opt_in]))
         else:
             timeout = (opts.timeout_s if opts.timeout_s and spec.kind == "command"
                        else spec.timeout_s)
-            job = _Job(host, spec, min(timeout, opts.deadline_s), slots)
+            job = _Job(host, spec, min(timeout, opts.deadline_s), slots, deadline)
         job.start()
         jobs.append(job)
     payloads: dict[str, bytes] = {}
-    records: dict[str, dict] = {}
     for done, job in enumerate(jobs, 1):
-        # a job's own command timeout fires first; this bound covers hung reads
-        job.join(timeout=max(0.0, deadline - time.monotonic()) + 0.5)
+        # a job's own command timeout fires first; this bound covers hung reads (the
+        # half-second of grace is paid once, not once per job)
+        job.join(timeout=max(0.0, deadline + 0.5 - time.monotonic()))
         if opts.progress is not None:
             opts.progress("collecting", done, len(jobs), "sources")
         name = job.spec.name
         if job.result is None:
+            if job.started_at:  # one that found no slot has ended
+                _abandon(host, job)
             detail = ("global deadline reached" if job.started_at
                       else "global deadline reached before it could start")
             records[name] = snapshot_writer.source_record(
@@ -167,6 +212,7 @@ def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None =
         records[name] = rec
         if data is not None:
             payloads[name] = data
+    records = {s.name: records[s.name] for s in specs}  # in the sources' order
     _mark_not_applicable(records, payloads.get("pci_devices"))
     manifest = snapshot_writer.new_manifest(
         host=_text(payloads.get("hostname")) or socket.gethostname(),

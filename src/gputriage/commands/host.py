@@ -225,18 +225,13 @@ def _record_history(result: Any, state_dir: str | None, no_history: bool,
     is one stderr line, never a failed check."""
     if no_history:
         return
-    env = current_env()
-    notices: list[str] = []  # recorded, but worth a line (e.g. a corrupt file moved aside)
-    try:
-        from gputriage.history import Retention, default_state_dir, record_check
+    from gputriage.history import Retention
+    from gputriage.watch.recording import record_history
 
-        problems = record_check(state_dir or default_state_dir(), result,
-                                env.live_host().now(), Retention(history_keep, history_days),
-                                notices=notices)
-    except Exception as exc:  # noqa: BLE001 - history never fails the check
-        problems = [f"{type(exc).__name__}: {exc}"]
-    for notice in notices:
-        env.stderr.write(f"gputriage: history: {printable(notice)}\n")
+    env = current_env()
+    problems = record_history(
+        state_dir, result, env.live_host().now(), Retention(history_keep, history_days),
+        notice=lambda text: env.stderr.write(f"gputriage: history: {printable(text)}\n"))
     for problem in problems:
         env.stderr.write(f"gputriage: history not recorded: {printable(problem)}\n")
 

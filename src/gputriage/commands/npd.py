@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import click
@@ -19,6 +20,7 @@ from gputriage.commands.common import (
 # Beyond the collection deadline, what analysing the snapshot may take before the
 # plugin gives up and says Unknown (a kernel log of millions of lines takes seconds).
 ANALYSIS_GRACE_S = 15.0
+FETCH_TIMEOUT_S = 10.0  # --from: the most the watch's answer may take
 
 
 @click.command()
@@ -46,30 +48,39 @@ ANALYSIS_GRACE_S = 15.0
 @click.option("--deadline", type=click.FloatRange(min=1), default=40.0, show_default=True,
               help="Collection deadline in seconds; keep it well under the plugin timeout "
                    f"(the check gives up, Unknown, {ANALYSIS_GRACE_S:.0f} s after it).")
+@click.option("--unknown-exit", type=click.IntRange(0, 255), default=2, show_default=True,
+              metavar="N",
+              help="The exit status when the check could not conclude (the line still "
+                   "says UNKNOWN). NPD makes an event of any status but 0 for a temporary "
+                   "rule: 0 there, unless a watch that does not answer is worth an event.")
 @timeout_option
 @click.option("--state-dir", type=click.Path(), default=None, help=STATE_DIR_HELP)
 @expect_option
 def npd(level: str, from_url: str | None, fallback: bool, max_age: float,
-        from_snapshot: str | None, max_length: int, deadline: float, timeout: float | None,
-        state_dir: str | None, expect_file: str | None) -> None:
+        from_snapshot: str | None, max_length: int, deadline: float, unknown_exit: int,
+        timeout: float | None, state_dir: str | None, expect_file: str | None) -> None:
     """A node-problem-detector custom plugin: exit 0 when the node's GPUs are fine,
     1 when a node-side finding of LEVEL or worse is current (the line names the worst
-    and its GPU), 2 (Unknown) when the check could not conclude. A job's fault never
-    makes the node a problem. Not recorded in the history; acknowledgements apply.
-    The monitor config: deploy/node-problem-detector/gputriage-monitor.json."""
+    and its GPU), 2 (Unknown, or --unknown-exit) when the check could not conclude.
+    A job's fault never makes the node a problem. Not recorded in the history;
+    acknowledgements apply. The monitor config:
+    deploy/node-problem-detector/gputriage-monitor.json."""
     from gputriage.watch import npd as plugin
 
     env = current_env()
     try:
         doc = None
         if from_url is not None:
+            start = time.monotonic()
             try:
-                doc = plugin.fetch_result(from_url, timeout_s=min(10.0, deadline),
+                doc = plugin.fetch_result(from_url, timeout_s=min(FETCH_TIMEOUT_S, deadline),
                                           max_age_s=max_age)
             except (OSError, ValueError) as exc:
                 if not fallback:
-                    _say(plugin.unknown(f"watch: {exc}", max_length))
+                    _say(plugin.unknown(f"watch: {exc}", max_length), unknown_exit)
                 env.stderr.write(f"gputriage: watch: {exc}; checking here\n")
+                # the plugin's whole run stays within what the deadline promised
+                deadline = max(1.0, deadline - (time.monotonic() - start))
         if doc is None:
             doc = _bounded_check(from_snapshot, deadline, timeout, state_dir, expect_file)
         verdict = plugin.judge(doc, level, max_length)
@@ -81,12 +92,14 @@ def npd(level: str, from_url: str | None, fallback: bool, max_age: float,
         known = isinstance(exc, (InputError, OSError, TimeoutError, ValueError))
         verdict = plugin.unknown(str(exc) if known else f"{type(exc).__name__}: {exc}",
                                  max_length)
-    _say(verdict)
+    _say(verdict, unknown_exit)
 
 
-def _say(verdict: Any) -> None:
+def _say(verdict: Any, unknown_exit: int) -> None:
     current_env().stdout.write(verdict.message + "\n")
-    raise CommandExit(verdict.status)
+    from gputriage.watch.npd import UNKNOWN
+
+    raise CommandExit(unknown_exit if verdict.status == UNKNOWN else verdict.status)
 
 
 def _bounded_check(from_snapshot: str | None, deadline: float, timeout: float | None,
@@ -94,12 +107,14 @@ def _bounded_check(from_snapshot: str | None, deadline: float, timeout: float | 
     """``check``'s judgement of this host (or a snapshot) as a result document; a check
     still running ``ANALYSIS_GRACE_S`` after the deadline raises TimeoutError (its
     thread is left behind: the plugin process ends anyway)."""
-    from gputriage.commands.common import load_expectations
+    from gputriage.commands.common import load_expectations, opt_in_sources
     from gputriage.commands.host import host_acks
     from gputriage.context import CheckContext
 
     env = current_env()
-    context = CheckContext(expectations=load_expectations(expect_file, default=True),
+    expectations = load_expectations(expect_file, default=True)
+    opt_in = opt_in_sources(None, None, expectations)
+    context = CheckContext(expectations=expectations,
                            acks=tuple(host_acks(state_dir)), now=env.live_host().now())
     done: dict[str, Any] = {}
 
@@ -110,7 +125,7 @@ def _bounded_check(from_snapshot: str | None, deadline: float, timeout: float | 
         from gputriage.views.jsonview import to_json
 
         try:
-            opts = CollectOptions(timeout_s=timeout, deadline_s=deadline)
+            opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, opt_in=opt_in)
             done["doc"] = to_json(judge_host(env, LogWindow(), context, opts,
                                              from_snapshot=from_snapshot))
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread

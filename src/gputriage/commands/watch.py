@@ -57,7 +57,7 @@ OVERRUN_MARGIN_S = 30.0  # a check is late once it has run for the deadline and 
 @deadline_option
 @click.option("--node-conditions", is_flag=True,
               help="Also set the GPUHealthy condition of this Kubernetes Node after each "
-                   "check (needs RBAC: deploy/kubernetes).")
+                   "check (needs RBAC: deploy/kubernetes/watch-rbac.yaml).")
 @click.option("--node-name", default=None, metavar="NAME",
               help="The Node whose condition is set (default: $NODE_NAME).")
 def watch(interval: float, listen: str | None, textfile_dir: str | None,
@@ -82,6 +82,8 @@ def watch(interval: float, listen: str | None, textfile_dir: str | None,
     env = current_env()
     log = WatchLog(env.stderr, log_format)
     expectations = load_expectations(expect_file, default=True)
+    if from_snapshot is not None:
+        _readable(from_snapshot)
     state = WatchState(interval, deadline + OVERRUN_MARGIN_S)
     registry = make_registry(state)
     sinks: list[Any] = []
@@ -91,8 +93,12 @@ def watch(interval: float, listen: str | None, textfile_dir: str | None,
         sinks.append(writer)
         listeners.append(writer.write)
     if node_conditions:
-        sinks.append(_conditions(node_name, log))
-    server = _server(listen, state, registry) if listen is not None else None
+        from gputriage.watch.conditions import node_condition_sink
+
+        conditions = node_condition_sink(node_name, log=log)
+        sinks.append(conditions)
+        listeners.append(overrun_listener(state, conditions))
+    server = _server(listen, state, registry, log) if listen is not None else None
     check = _check(env, log, from_snapshot=from_snapshot, expectations=expectations,
                    timeout=timeout, deadline=deadline,
                    opt_in=opt_in_sources(model_dir, None, expectations),
@@ -124,21 +130,34 @@ def _textfile(directory: str, registry: Any) -> Any:
     return writer
 
 
-def _server(listen: str, state: Any, registry: Any) -> Any:
+def _readable(snapshot: str) -> None:
+    """--snapshot read once at start: an unreadable one is an input error (exit 66, one
+    line), not a failed check every cycle."""
+    from gputriage.ingest import load_inputs
+
+    load_inputs([snapshot])
+
+
+def _server(listen: str, state: Any, registry: Any, log: Any) -> Any:
     from gputriage.watch.server import ListenError, WatchServer
 
     try:
-        return WatchServer(listen, state, registry)
+        return WatchServer(listen, state, registry, log=log)
     except ListenError as exc:
         raise click.BadParameter(printable(str(exc)), param_hint="--listen") from None
 
 
-def _conditions(node_name: str | None, log: Any) -> Any:
-    try:
-        from gputriage.watch.conditions import node_condition_sink
-    except ImportError as exc:
-        raise click.UsageError(f"--node-conditions is not available: {exc}") from None
-    return node_condition_sink(node_name, log=log)
+def overrun_listener(state: Any, sink: Any) -> Callable[[], None]:
+    """A listener telling the Node condition sink (``NodeConditionSink.overran``) of a
+    check running past its limit, at once: its result may be minutes away."""
+
+    def tell() -> None:
+        with state.lock:
+            running = state.running
+        if running is not None and running.overran and not running.done.is_set():
+            sink.overran(running.number, state.clock() - running.started, state.limit_s)
+
+    return tell
 
 
 def _check(env: Any, log: Any, *, from_snapshot: str | None, expectations: Any,
@@ -164,7 +183,10 @@ def _check(env: Any, log: Any, *, from_snapshot: str | None, expectations: Any,
                                now=env.live_host().now())
         result = judge_host(env, window, context, opts, from_snapshot=from_snapshot)
         if recorder is not None:
-            recorder(result)
+            try:
+                recorder(result)
+            except Exception as exc:  # noqa: BLE001 - the history never fails a check
+                log.warning("history not recorded", problem=f"{type(exc).__name__}: {exc}")
         return result
 
     return check

@@ -4,7 +4,9 @@ check through the official Kubernetes client (``PATCH nodes/NAME/status``).
 ``True`` while no node-side finding is critical (reason ``GPUsHealthy``, or
 ``GPUsDegraded`` when a warning is current: still in service), ``False`` when one is
 (the reason is the worst finding's id in CamelCase, ``Xid79``; the message names it and
-its GPU), ``Unknown`` when the check failed or could not tell. A job's fault never
+its GPU), ``Unknown`` when the check failed or could not tell, and as soon as a
+check runs past its limit (reason ``CheckOverran``: a collector hangs; the late
+result is written when it comes). A job's fault never
 makes it ``False``. As kubelet and node-problem-detector do, the condition is written
 when it changes and otherwise once per heartbeat period (``lastHeartbeatTime``);
 ``lastTransitionTime`` moves only when the status does (read back from the Node at
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -25,7 +28,7 @@ from typing import Any
 from gputriage.watch.cycle import CycleOutcome, Sink
 
 __all__ = ["CONDITION", "DEFAULT_HEARTBEAT_S", "Condition", "NodeConditionSink",
-           "condition_of", "node_condition_sink", "reason_of"]
+           "condition_of", "node_condition_sink", "overrun_condition", "reason_of"]
 
 CONDITION = "GPUHealthy"
 DEFAULT_HEARTBEAT_S = 300.0  # kubelet's and NPD's default node status report period
@@ -69,9 +72,17 @@ def condition_of(outcome: CycleOutcome) -> Condition:
     if said.status == npd.UNKNOWN:
         return Condition("Unknown", "CheckUnknown", said.message)
     # an OK that names a finding names a node-side warning, or the job's fault
-    degraded = said.finding is not None and said.finding.get("blame") not in (
-        "job", "job-config")
+    degraded = said.finding is not None and not npd.job_side(said.finding)
     return Condition("True", "GPUsDegraded" if degraded else "GPUsHealthy", said.message)
+
+
+def overrun_condition(number: int, running_s: float, limit_s: float) -> Condition:
+    """A check still running past its limit: the GPUs' state is not known now."""
+    from gputriage.watch import npd
+
+    return Condition("Unknown", "CheckOverran", npd.shorten(
+        f"gputriage: check {number} has run for {running_s:.0f} s, past its limit of "
+        f"{limit_s:g} s (a collector hangs?)", MESSAGE_LENGTH))
 
 
 def _stamp(when: datetime) -> str:
@@ -98,17 +109,32 @@ class NodeConditionSink:
         self._written: Condition | None = None  # what the Node holds, as far as known
         self._transition: str | None = None
         self._heartbeat: datetime | None = None
+        self._seen = 0  # the last cycle written (an overrun of it is then stale)
+        self._lock = threading.RLock()  # the loop's worker and its main thread both write
         self.__name__ = "node-conditions"
 
     def __call__(self, outcome: CycleOutcome) -> None:
-        try:
-            self.publish(condition_of(outcome))
-        except Exception as exc:  # noqa: BLE001 - a condition never fails the cycle
-            self._failed("judging", exc)
+        with self._lock:
+            self._seen = max(self._seen, outcome.number)
+            try:
+                self.publish(condition_of(outcome))
+            except Exception as exc:  # noqa: BLE001 - a condition never fails the cycle
+                self._failed("judging", exc)
+
+    def overran(self, number: int, running_s: float, limit_s: float) -> None:
+        """Check ``number`` runs past its limit: Unknown, unless its result (or a later
+        one) was written meanwhile."""
+        with self._lock:
+            if number > self._seen:
+                self.publish(overrun_condition(number, running_s, limit_s))
 
     def publish(self, cond: Condition) -> None:
         """Write ``cond`` when it differs from what the Node holds or the heartbeat is
         due; errors are logged and counted."""
+        with self._lock:
+            self._publish(cond)
+
+    def _publish(self, cond: Condition) -> None:
         now = self.now()
         if not self._read:
             self._read_back()

@@ -9,6 +9,10 @@ from typing import Any
 
 from gputriage.model import Result
 
+# An absent or not-applicable source (no such file, tool or hardware) was not read and
+# need not be: no failure. Any other error kind (timeout, failed, permission) is one.
+NOT_FAILURES = ("absent", "not-applicable")
+
 
 @dataclass(frozen=True)
 class SourceStatus:

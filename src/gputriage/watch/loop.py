@@ -26,23 +26,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from gputriage.watch.cycle import CycleOutcome, Sink, SourceStatus
+from gputriage.watch.cycle import NOT_FAILURES, CycleOutcome, Sink, SourceStatus
 from gputriage.watch.logs import WatchLog
 
 __all__ = ["NOT_FAILURES", "OUTCOMES", "Running", "Watch", "WatchState", "sources_of"]
 
 OUTCOMES = ("ok", "failed", "skipped_overlap", "overran")
-# An absent or not-applicable source (no such file, tool or hardware) was not read and
-# need not be: no failure. Any other error kind (timeout, failed, permission) is one.
-NOT_FAILURES = ("absent", "not-applicable")
-UNKNOWN_STATUS = 3
 DEFAULT_GRACE_S = 10.0
 POLL_S = 0.5  # the longest the loop sleeps without looking for a signal
 
 
 @dataclass
 class Running:
-    """The check in progress."""
+    """The check in progress, until its sinks have run (``done`` is then set)."""
 
     number: int
     started: float  # monotonic
@@ -74,7 +70,8 @@ class WatchState:
 
     def publish(self, outcome: CycleOutcome, run: Running) -> None:
         """A finished check: the last outcome (and the last good one), counted ``ok`` or
-        ``failed`` unless it was already counted as ``overran``."""
+        ``failed`` unless it was already counted as ``overran``. The check stays
+        ``running`` until its sinks have run too (see ``Watch._cycle``)."""
         with self.lock:
             self.last = outcome
             if outcome.result is not None:
@@ -83,8 +80,6 @@ class WatchState:
             if not run.overran:
                 self.counts["ok" if outcome.result is not None else "failed"] += 1
             self.last_end = self.clock()
-            if self.running is run:
-                self.running = None
 
     def health(self) -> str | None:
         """None while checks complete in time, else why not (for ``/healthz``)."""
@@ -276,15 +271,16 @@ class Watch:
         except Exception as exc:  # noqa: BLE001 - a bug here must not end the watch
             self.log.error("cycle failed", cycle=run.number,
                            error=f"{type(exc).__name__}: {exc}")
+        finally:
+            # only now: the next check, and the end of the loop, wait for the sinks
             with self.state.lock:
                 if self.state.running is run:
                     self.state.running = None
-        finally:
             run.done.set()
             self._wake.set()
 
     def _judge(self, run: Running) -> CycleOutcome:
-        from gputriage.views.status import exit_status
+        from gputriage.views.status import ExitStatus, exit_status
 
         started = datetime.now(timezone.utc)
         t0 = time.perf_counter()
@@ -292,7 +288,7 @@ class Watch:
             result = self.check()
         except Exception as exc:  # noqa: BLE001 - a failed check is an outcome
             return CycleOutcome(run.number, started, time.perf_counter() - t0, None,
-                                UNKNOWN_STATUS, error=f"{type(exc).__name__}: {exc}",
+                                int(ExitStatus.UNKNOWN), error=f"{type(exc).__name__}: {exc}",
                                 extra={"overran": run.overran})
         return CycleOutcome(run.number, started, time.perf_counter() - t0, result,
                             int(exit_status(result)), sources=sources_of(result),

@@ -14,10 +14,11 @@ and the registry never grows. The names and labels are documented in docs/watch.
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gputriage import __version__
+from gputriage.watch.cycle import NOT_FAILURES
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -31,7 +32,6 @@ VERDICTS = ("ok", "warning", "critical", "unknown")
 SEVERITIES = ("critical", "warning", "info")
 SERIES_SEVERITIES = ("critical", "warning")  # the findings with a gputriage_finding series
 FINDING_LABELS = ("id", "severity", "blame", "action", "gpu", "bus_id", "uuid")
-NOT_FAILURES = ("absent", "not-applicable")
 
 
 def _text(value: Any) -> str:
@@ -50,13 +50,22 @@ def finding_labels(finding: Any) -> list[tuple[str, ...]]:
     return out
 
 
-def gpu_state(row: Any) -> str:
-    """A GPU's state word: unknown when the driver could not be asked about it, else its
-    worst finding's severity (info counts as ok)."""
+def gpu_state(row: Any, findings: Sequence[Any]) -> str:
+    """A GPU's state word: unknown when the driver could not be asked about it, else the
+    worst severity of the current node-side findings on it (info counts as ok). A fault
+    blamed on the job or its settings leaves the GPU ok, unlike ``GpuRow.severity``."""
     if getattr(row, "unknown", False):
         return "unknown"
-    value = row.severity.value
-    return value if value in ("warning", "critical") else "ok"
+    on_it = [x.severity for f in findings if f.current for x in (f, *f.consequences)
+             if x.current and x.blame.side == "node" and _on_gpu(x, row.pci_bus_id)]
+    worst = max(on_it, key=lambda sev: sev.rank, default=None)
+    return worst.value if worst is not None and worst.value in ("warning", "critical") \
+        else "ok"
+
+
+def _on_gpu(finding: Any, bus_id: str | None) -> bool:
+    return bool(bus_id) and any(s.kind == "gpu" and s.pci_bus_id == bus_id
+                                for s in finding.scopes)
 
 
 class WatchCollector:
@@ -104,8 +113,10 @@ class WatchCollector:
         yield findings
         yield self._gpus(result)
 
+        from gputriage.views.status import ExitStatus
+
         verdict_now = "unknown"
-        status = 3
+        status = int(ExitStatus.UNKNOWN)
         if last is not None and last.result is not None:
             from gputriage.views.status import verdict
 
@@ -156,13 +167,14 @@ class WatchCollector:
             "gputriage_gpu_health", "A GPU's health state (1 for its state, 0 for the "
             "others)", labels=["gpu", "bus_id", "uuid", "name", "state"])
         seen = set()
+        findings = result.findings if result is not None else ()
         for row in (result.gpus if result is not None else ()):
             key = (_text(row.index), _text(row.pci_bus_id), _text(row.uuid),
                    _text(row.name))
             if key in seen:
                 continue
             seen.add(key)
-            state = gpu_state(row)
+            state = gpu_state(row, findings)
             for word in GPU_STATES:
                 family.add_metric([*key, word], 1 if word == state else 0)
         return family

@@ -15,14 +15,20 @@ problem (the line says it was the job's).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from gputriage.vocabulary import Blame
+
 __all__ = ["DEFAULT_MAX_LENGTH", "LEVELS", "OK", "PROBLEM", "SCHEMA", "UNKNOWN",
-           "PluginVerdict", "fetch_result", "judge", "node_causes", "result_url", "scope_text",
-           "shorten", "unknown"]
+           "PluginVerdict", "fetch_result", "job_side", "judge", "node_causes", "result_url",
+           "scope_text", "shorten", "unknown"]
 
 OK, PROBLEM, UNKNOWN = 0, 1, 2  # NPD's OK, NonOK and Unknown
 DEFAULT_MAX_LENGTH = 80  # NPD's default max_output_length (bytes)
@@ -59,8 +65,12 @@ def _current(f: dict[str, Any]) -> bool:
     return f.get("status", "current") == "current"
 
 
-def _job_side(f: dict[str, Any]) -> bool:
-    return f.get("blame") in ("job", "job-config")
+def job_side(f: dict[str, Any]) -> bool:
+    """Whether a result document's finding is blamed on the job or its settings."""
+    try:
+        return Blame(str(f.get("blame"))).side == "job"
+    except ValueError:
+        return False
 
 
 def _rank(f: dict[str, Any]) -> int:
@@ -72,7 +82,7 @@ def node_causes(doc: dict[str, Any], least: str = "warning") -> list[dict[str, A
     document lists them in report order: a stable sort keeps it within a severity)."""
     floor = _RANK[least]
     found = [f for f in doc.get("findings") or [] if isinstance(f, dict)
-             and _current(f) and not _job_side(f) and _rank(f) >= floor]
+             and _current(f) and not job_side(f) and _rank(f) >= floor]
     return sorted(found, key=lambda f: -_rank(f))
 
 
@@ -135,7 +145,7 @@ def judge(doc: Any, level: str = "critical",
         return PluginVerdict(OK, _named(f"OK, no {level} problem; WARNING", lesser[0],
                                         len(lesser) - 1, max_length), lesser[0])
     job = [f for f in doc.get("findings") or [] if isinstance(f, dict) and _current(f)
-           and _job_side(f) and _rank(f) >= _RANK["warning"]]
+           and job_side(f) and _rank(f) >= _RANK["warning"]]
     if job:
         worst = max(job, key=_rank)
         where = scope_text(worst)
@@ -159,21 +169,50 @@ def result_url(url: str) -> str:
 
 def fetch_result(url: str, timeout_s: float, max_age_s: float | None = None,
                  now: datetime | None = None) -> dict[str, Any]:
-    """A running watch's last result (``GET /result``). OSError when the watch cannot
-    be reached or answers with an error; ValueError when the answer is not a result,
-    or one older than ``max_age_s`` (a watch whose checks stopped)."""
-    import urllib.error
-    import urllib.request
+    """A running watch's last result (``GET /result``), within ``timeout_s`` in all (a
+    server answering a byte at a time is cut off too). OSError when the watch cannot
+    be reached, answers with an error, not HTTP, or not in time; ValueError when the
+    answer is not a result, or one older than ``max_age_s`` (a watch whose checks
+    stopped)."""
+    import http.client
+    from urllib.parse import urlsplit
 
     target = result_url(url)
+    parts = urlsplit(target)
+    deadline = time.monotonic() + timeout_s
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else \
+        http.client.HTTPConnection
+    conn = kind(parts.netloc, timeout=timeout_s)
+    held: list[socket.socket] = []  # the connection's socket (the answer may outlive conn's)
+    # the socket timeout bounds each read only: this bounds the whole exchange
+    watchdog = threading.Timer(timeout_s, _cut, (held,))
+    watchdog.daemon = True
+    watchdog.start()
+    answer: Any = None
     try:
-        with urllib.request.urlopen(target, timeout=timeout_s) as answer:  # noqa: S310
-            body = answer.read(64 * 1024 * 1024)
-    except urllib.error.HTTPError as exc:
-        raise OSError(f"{target} answered {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, TimeoutError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise OSError(f"{target} unreachable: {reason}") from None
+        conn.connect()
+        held.append(conn.sock)
+        conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""),
+                     headers={"Accept": "application/json"})
+        answer = conn.getresponse()
+        if answer.status != 200:
+            raise _Answered(f"answered {answer.status} {answer.reason}")
+        body = _read_body(answer, held[0], deadline)
+    except _Answered as exc:
+        raise OSError(f"{target} {exc}") from None
+    except (http.client.HTTPException, OSError) as exc:
+        if isinstance(exc, TimeoutError) or time.monotonic() >= deadline:
+            raise OSError(f"{target} did not answer within {timeout_s:g} s") from None
+        why = f"not an HTTP answer ({type(exc).__name__})" \
+            if isinstance(exc, http.client.HTTPException) else str(exc)
+        raise OSError(f"{target} unreachable: {why}") from None
+    finally:
+        watchdog.cancel()
+        if answer is not None:
+            answer.close()
+        conn.close()
+        for sock in held:
+            sock.close()
     try:
         doc = json.loads(body)
     except ValueError:
@@ -186,6 +225,42 @@ def fetch_result(url: str, timeout_s: float, max_age_s: float | None = None,
             raise ValueError(f"the watch's last result is {age:.0f} s old "
                              f"(more than {max_age_s:.0f} s)")
     return doc
+
+
+MAX_BODY = 64 * 1024 * 1024
+
+
+class _Answered(Exception):
+    """The watch answered, but not a result: an HTTP error status, too much."""
+
+
+def _read_body(answer: Any, sock: socket.socket, deadline: float) -> bytes:
+    """The answer's body, read in chunks until ``deadline``."""
+    import http.client
+
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        sock.settimeout(left)
+        chunk = answer.read1(64 * 1024)
+        if not chunk:
+            if answer.length:  # the connection closed before the announced length
+                raise http.client.IncompleteRead(b"".join(chunks), answer.length)
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise _Answered(f"answered more than {MAX_BODY // 2**20} MiB")
+
+
+def _cut(held: list[socket.socket]) -> None:
+    """The deadline: a read blocked on the connection returns at once."""
+    for sock in held:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _age_s(generated: Any, now: datetime) -> float | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from gputriage.watch.logs import WatchLog
 
-__all__ = ["HISTORY_EVERY_S", "HistoryRecorder", "signature"]
+__all__ = ["HISTORY_EVERY_S", "HistoryRecorder", "record_history", "signature"]
 
 HISTORY_EVERY_S = 3600.0
 
@@ -27,11 +27,32 @@ def signature(result: Any) -> tuple:
     """What a change of is worth recording: the verdict and the findings, by identity."""
     from gputriage.views.status import verdict
 
+    # as text: a GPU index is None on one scope and a number on another (no order)
     findings = sorted(
-        (f.id, f.severity.value, f.status.value,
-         tuple((s.kind, s.gpu_index, s.pci_bus_id, s.uuid, s.name) for s in f.scopes))
+        repr((f.id, f.severity.value, f.status.value,
+              tuple((s.kind, s.gpu_index, s.pci_bus_id, s.uuid, s.name) for s in f.scopes)))
         for f in result.findings)
-    return verdict(result), tuple(str(item) for item in findings)
+    return verdict(result), tuple(findings)
+
+
+def record_history(state_dir: str | Path | None, result: Any, when: datetime,
+                   retention: Any = None,
+                   notice: Callable[[str], object] | None = None) -> list[str]:
+    """Record ``result`` in the history (``history.record_check``), as ``check`` and
+    ``watch`` do; each notice (recorded, but worth a line) told to ``notice``. The
+    problems, when it was not recorded: never raised, the history never fails a check."""
+    from gputriage.history import Retention, default_state_dir, record_check
+
+    notices: list[str] = []
+    try:
+        problems = list(record_check(state_dir or default_state_dir(), result, when,
+                                     retention or Retention(), notices=notices))
+    except Exception as exc:  # noqa: BLE001 - history never fails the check
+        problems = [f"{type(exc).__name__}: {exc}"]
+    for text in notices:
+        if notice is not None:
+            notice(text)
+    return problems
 
 
 class HistoryRecorder:
@@ -63,17 +84,9 @@ class HistoryRecorder:
             return False
         from datetime import timezone
 
-        from gputriage.history import Retention, default_state_dir, record_check
-
-        notices: list[str] = []
         when = self.now() if self.now is not None else datetime.now(timezone.utc)
-        try:
-            problems = record_check(self.state_dir or default_state_dir(), result, when,
-                                    self.retention or Retention(), notices=notices)
-        except Exception as exc:  # noqa: BLE001 - history never fails the check
-            problems = [f"{type(exc).__name__}: {exc}"]
-        for notice in notices:
-            self.log.info(f"history: {notice}")
+        problems = record_history(self.state_dir, result, when, self.retention,
+                                  notice=lambda text: self.log.info(f"history: {text}"))
         if problems:
             problem = "; ".join(problems)
             if problem != self._problem:

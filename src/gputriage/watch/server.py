@@ -6,13 +6,15 @@
               (``gputriage/result/v1``); 503 before the first
 
 Only GET (and HEAD) are answered; a request never reaches the check, it reads what the
-last cycle left.
+last cycle left. A connection idle for ``HANDLER_TIMEOUT_S`` is closed (its thread
+ends); a client gone mid-answer is no error; any other error is one line in the log.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -20,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gputriage.watch.loop import WatchState
 
-__all__ = ["ListenError", "WatchServer", "parse_listen"]
+__all__ = ["HANDLER_TIMEOUT_S", "ListenError", "WatchServer", "parse_listen"]
+
+HANDLER_TIMEOUT_S = 30.0  # a connection silent this long is closed
 
 
 class ListenError(Exception):
@@ -52,6 +56,16 @@ class _Server(ThreadingHTTPServer):
     watch_state: Any = None
     registry: Any = None
     result_cache: list = []  # set per server
+    log: Any = None  # the watch's log
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Not socketserver's traceback on stderr: a client that went away (or timed
+        out) is nothing, anything else one log line."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)) or self.log is None:
+            return
+        self.log.error("HTTP request failed", client=str(client_address[0]),
+                       error=f"{type(exc).__name__}: {exc}")
 
     def server_bind(self) -> None:
         if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
@@ -96,12 +110,18 @@ def _show(host: str, port: int) -> str:
 class WatchServer:
     """The HTTP server in a daemon thread of its own."""
 
-    def __init__(self, listen: str, state: WatchState, registry: Any) -> None:
+    def __init__(self, listen: str, state: WatchState, registry: Any, *,
+                 log: Any = None) -> None:
         host, port = parse_listen(listen)
         self.httpd = _bind(host, port)
         self.httpd.watch_state = state
         self.httpd.registry = registry
         self.httpd.result_cache = []
+        if log is None:
+            from gputriage.watch.logs import WatchLog
+
+            log = WatchLog(sys.stderr)
+        self.httpd.log = log
         self.thread: threading.Thread | None = None
 
     @property
@@ -127,6 +147,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "gputriage-watch"
     protocol_version = "HTTP/1.1"
+    timeout = HANDLER_TIMEOUT_S  # each read and write of the connection
 
     def do_GET(self) -> None:  # noqa: N802 - the http.server interface
         self._answer(head=False)
