@@ -132,3 +132,22 @@ def test_the_corpus_version_lines(corpus):
     assert (v.driver_cuda, v.driver_version) == ("11.4", "470.86")
     v = parse_job_log(corpus.sample("cupy-804-quadro-rtx6000").text()).versions
     assert (v.gpu_name, v.runtime_cuda) == ("NVIDIA QUADRO RTX 6000", "11.0")
+
+
+def test_a_long_line_of_spaces_after_name_does_not_hang() -> None:
+    """A table row of blanks after "Name:" backtracked cubically in the TensorFlow
+    device pattern (a minute for 3,000 spaces); the alarm is a hang guard only."""
+    import signal
+
+    from gputriage.ingest.detect import detect
+
+    def hung(*_: object) -> None:
+        raise AssertionError("the job-log version readers hung")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        detect("|  | Name:" + " " * 10_000 + "\n")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

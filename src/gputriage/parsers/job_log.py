@@ -196,7 +196,8 @@ _READERS: tuple[tuple[re.Pattern[str], Setter], ...] = tuple(
         (r"\b(?:tensorflow|tf)(?:\.__version__)?\s*(?:version)?\s*[:=]\s*'?(?P<v>\d+\.\d+\.\d+)",
          _set("tensorflow")),
         (r"^\s*jax(?:\.__version__)?\s*[:=]\s*'?(?P<v>\d+\.\d+\.\d+)", _set("jax")),
-        (r"name:\s*(?P<name>[^,\n]+?)\s+(?:major:\s*(?P<maj>\d+)\s+minor:\s*(?P<min>\d+)|"
+        (r"name:\s{0,8}(?P<name>[^,\s][^,\n]{0,199}?)\s{1,8}(?:major:\s{0,8}(?P<maj>\d+)\s{1,8}"
+         r"minor:\s{0,8}(?P<min>\d+)|"
          r"computeCapability:\s*(?P<cc>\d+\.\d+))", _tf_device),
         (r"device:\s*\d+,\s*name:\s*(?P<name>[^,]+),.*?compute capability:\s*(?P<cc>\d+\.\d+)"
          r"(?P<maj>)?", _tf_device),
