@@ -4,6 +4,7 @@ metrics and log, nv-hostengine's log. Each parser on every corpus capture of its
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,42 @@ def test_nvlink_error_counters() -> None:
     assert r.errors[0][2] == {"CRC FLIT Error": 37, "CRC Data Error": 0, "Replay Error": 5,
                               "Recovery Error": 1}
     assert r.errors[0][0]["CRC FLIT Error"] == 0 and len(r.error_lines[0]) == 3
+
+
+def test_health_of_a_connectx_is_not_a_gpus() -> None:
+    text = _fixture("b-health-c-failures.txt").replace("| GPU                       |",
+                                                       "| ConnectX                  |")
+    h = parse_health(text)
+    assert [(i.entity, i.entity_id) for i in h.incidents] == [("ConnectX", 2), ("ConnectX", 5)]
+
+
+BIG = "9" * 5000
+
+
+@pytest.mark.parametrize(("parse", "text"), [
+    (parse_discovery, f"{BIG} GPUs found.\n"),
+    (parse_discovery, f"1 GPU found.\n| {BIG} | Name: NVIDIA H100 |\n"),
+    (parse_health, f"| Health Monitor Report |\n| GPU ID: {BIG} |\n| PCIe system: Warning |\n"),
+    (parse_health, f"| Health Monitor Report |\n| -> {BIG} | Warning |\n"),
+    (parse_nvlink, f"GPUs:\n    gpuId {BIG}:\n        U U\n"),
+    (parse_nvlink, f"| GPU {BIG} |\n| Link 0 | CRC FLIT Error => 1 |\n"),
+    (parse_nvlink, f"| GPU 0 |\n| Link {BIG} | CRC FLIT Error => 1 |\n"),
+    (parse_nvlink, f"| GPU 0 |\n| Link 0 | CRC FLIT Error => {BIG} |\n"),
+    (parse_metrics, f'DCGM_FI_DEV_XID_ERRORS{{gpu="0"}} {BIG}\n'),
+    (parse_metrics, 'DCGM_FI_DEV_XID_ERRORS{gpu="²"} 79\n')])
+def test_numbers_out_of_range_never_crash(parse, text: str) -> None:
+    """int() refuses more than 4300 digits and '²' (which str.isdigit() accepts)."""
+    with contextlib.suppress(ParseError):
+        parse(text)
+
+
+def test_metrics_skip_values_that_are_no_number() -> None:
+    text = ('DCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-1"} NaN\n'
+            'DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu="0",UUID="GPU-1"} +Inf\n'
+            'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 40\n')
+    m = parse_metrics(text)
+    assert m.non_finite == 2 and m.gpus[0].values == {"DCGM_FI_DEV_GPU_TEMP": 40.0}
+    assert m.gpus[0].index == 0
 
 
 @pytest.mark.parametrize("parse", [parse_discovery, parse_health, parse_nvlink,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from fakehost import FakeHost
 from hostkit import nvml_doc, run
 
@@ -86,7 +87,7 @@ RULE_CASES = {
     "dcgm.nvlink": [({"dcgmi_nvlink": PARTIAL_LINKS}, "dcgm.nvlink-down"),
                     ({"dcgmi_nvlink": NVLINK_ERRORS}, "dcgm.nvlink-errors")],
     "dcgm.hostengine": [({"dcgmi_discovery": UNREACHABLE}, "dcgm.hostengine-unreachable")],
-    "dcgm.exporter-fields": [({"dcgm_exporter_metrics": METRICS}, "dcgm.xid"),
+    "dcgm.exporter-fields": [({"dcgm_exporter_metrics": METRICS}, "dcgm.xid.79"),
                              ({"dcgm_exporter_metrics": METRICS}, "dcgm.remap-failed")],
     "dcgm.exporter-log": [({"dcgm_exporter_log": EXPORTER_STALE}, "dcgm.exporter-stale")],
 }
@@ -102,8 +103,8 @@ def _by_id(result) -> dict[str, list]:
 
 def test_eight_gpu_metrics_one_finding_per_cause_on_its_gpu() -> None:
     found = _by_id(run(dcgm_exporter_metrics=METRICS))
-    [xid] = found["dcgm.xid"]
-    assert xid.severity is Severity.CRITICAL and xid.action is Action.DRAIN_AND_REPAIR
+    [xid] = found["dcgm.xid.79"]  # the last Xid alone, no time, no kernel line: not a drain
+    assert xid.severity is Severity.WARNING and xid.action is Action.PLAN_REPAIR
     assert xid.scope.gpu_index == 3 and xid.scope.pci_bus_id == "0000:5d:00.0"
     assert "not a count" in xid.explanation
     [dbe] = found["dcgm.ecc-uncorrectable"]
@@ -125,7 +126,7 @@ def test_xid_zero_and_a_job_xid() -> None:
     assert [f.id for f in run(dcgm_exporter_metrics=healthy).findings] == ["dcgm.metrics-healthy"]
     job = healthy.replace('err_code="0",err_msg="No Error"} 0', 'err_code="13",err_msg="x"} 13', 1)
     [f] = run(dcgm_exporter_metrics=job).findings
-    assert f.id == "dcgm.xid" and f.blame is Blame.JOB and f.severity is Severity.WARNING
+    assert f.id == "dcgm.xid.13" and f.blame is Blame.JOB and f.severity is Severity.WARNING
 
 
 def test_clock_event_bits() -> None:
@@ -138,12 +139,85 @@ def test_clock_event_bits() -> None:
     assert f.severity is Severity.CRITICAL and "hardware thermal slowdown" in f.title
 
 
-def test_nvidia_smi_and_dcgm_on_one_dbe_are_one_finding() -> None:
-    """The same uncorrectable error read by nvidia-smi and by DCGM: one cause."""
-    from gputriage.causes import RELATIONS
+def _health(gpu: int, system: str, health: str, message: str) -> str:
+    rule = "+" + "-" * 27 + "+" + "-" * 58 + "+"
+    return "\n".join([rule, f"| {'Health Monitor Report':<84} |", rule.replace("-", "="),
+                      f"| {'Overall Health':<25} | {health:<56} |", f"| {'GPU':<25} | {'':<56} |",
+                      f"| {'-> ' + str(gpu):<25} | {health:<56} |",
+                      f"| {'   -> Errors':<25} | {'':<56} |",
+                      f"| {'      -> ' + system + ' system':<25} | {health:<56} |",
+                      f"| {'':<25} | {message:<56} |", rule]) + "\n"
 
-    assert any(r.cause == "memory.uncorrectable" and r.consequence == "dcgm.ecc-uncorrectable"
-               for r in RELATIONS)
+
+def _metric(name: str, value: str, gpu: int = 0, bus: str = "00000000:18:00.0") -> str:
+    return (f'{name}{{gpu="{gpu}",UUID="GPU-{gpu:08x}-0000",pci_bus_id="{bus}",'
+            f'modelName="NVIDIA H100 80GB HBM3"}} {value}\n')
+
+
+XID79 = ("[  100.1] NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off "
+         "the bus.\n")
+
+
+def _pairs() -> list[tuple[str, dict, str, str]]:
+    """(what, the sources, nvidia-smi's or the kernel's finding, DCGM's): one cause each."""
+    from test_rules_fabric import nvlink_errors
+    from test_rules_memory import ecc, healthy_gpu
+    from test_rules_memory import xml_host as memory_host
+    from test_rules_pcie import smi_q
+    from test_rules_thermal import hot_gpu
+    from test_rules_thermal import xml_host as thermal_host
+
+    dbe = memory_host(healthy_gpu(ecc_errors=ecc(vol_unc=2, agg_unc=2)))
+    gpus = nvml_doc(["0000:18:00.0", "0000:2a:00.0"])
+    return [
+        ("dbe+health", {**dbe, "dcgmi_health": _health(0, "Memory", "Failure", "A volatile "
+                                                        "double-bit ECC error on GPU 0")},
+         "memory.uncorrectable", "dcgm.health-memory"),
+        ("dbe+exporter", {**dbe, "dcgm_exporter_metrics": _metric(
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "2")}, "memory.uncorrectable",
+         "dcgm.ecc-uncorrectable"),
+        ("xid79", {"kernel_log": XID79, "dcgm_exporter_metrics": _metric(
+            "DCGM_FI_DEV_XID_ERRORS", "79")}, "xid.79", "dcgm.xid.79"),
+        ("clocks", {**thermal_host(hot_gpu(60, "hw_thermal_slowdown")),
+                    "dcgm_exporter_metrics": _metric("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "64")},
+         "clocks.hw-thermal-slowdown", "dcgm.clock-events"),
+        ("nvlink", {"nvidia_smi_nvlink_errors": nvlink_errors({(0, 1): {"Recovery Errors": 1}}),
+                    "nvml": gpus, "dcgmi_nvlink": NVLINK_ERRORS}, "nvlink.errors",
+         "dcgm.nvlink-errors"),
+        ("nvlink-health", {"nvidia_smi_nvlink_errors": nvlink_errors(
+            {(0, 1): {"Recovery Errors": 1}}), "nvml": gpus, "dcgmi_health": _health(
+            0, "NVLINK", "Warning", "Detected 1 Recovery NvLink errors on GPU 0")},
+         "nvlink.errors", "dcgm.health-nvlink"),
+        ("replays", {"nvidia_smi_q": smi_q([{"bus": "0000:18:00.0", "replays": 48213}]),
+                     "dcgmi_health": _health(0, "PCIe", "Warning", "Detected more than 8 PCIe "
+                                             "replays per minute for GPU 0 : 13")},
+         "pcie.replays", "dcgm.health-pcie"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_nvidia_smi_or_kernel_and_dcgm_on_one_fault_are_one_finding(case: int) -> None:
+    """The same fault read by nvidia-smi (or the kernel log) and by DCGM: one cause, the
+    DCGM reading under it."""
+    what, sources, cause, consequence = _pairs()[case]
+    result = run(**sources)
+    tops = [f.id for f in result.findings if f.severity.rank > Severity.OK.rank]
+    assert tops == [cause], (what, [(f.id, [c.id for c in f.consequences])
+                                    for f in result.findings])
+    assert [c.id for c in result.findings[0].consequences] == [consequence], what
+
+
+def test_an_exporters_last_xid_drains_only_with_the_kernels() -> None:
+    alone = run(dcgm_exporter_metrics=_metric("DCGM_FI_DEV_XID_ERRORS", "79"))
+    [f] = alone.findings
+    assert (f.id, f.severity, f.action) == ("dcgm.xid.79", Severity.WARNING, Action.PLAN_REPAIR)
+    other = run(dcgm_exporter_metrics=_metric("DCGM_FI_DEV_XID_ERRORS", "79"),
+                kernel_log=XID79.replace("): 79,", "): 13,").replace(
+                    "GPU has fallen off the bus", "Graphics Exception"))  # not the same Xid
+    assert "dcgm.xid.79" in [f.id for f in other.findings]
+    both = run(dcgm_exporter_metrics=_metric("DCGM_FI_DEV_XID_ERRORS", "79"), kernel_log=XID79)
+    [top] = both.findings
+    assert top.id == "xid.79" and top.severity is Severity.CRITICAL
 
 
 def test_health_failure_is_critical_warning_plans() -> None:
@@ -163,6 +237,48 @@ def test_health_watches_off_is_what_could_not_be_told() -> None:
 def test_partial_links_on_an_nvswitch_system_drain() -> None:
     [f] = run(dcgmi_nvlink=PARTIAL_LINKS).findings
     assert f.id == "dcgm.nvlink-down" and f.severity is Severity.CRITICAL
+
+
+def test_links_down_without_the_switch_section_is_a_warning(corpus) -> None:
+    """A paste cut before 'NvSwitches:' says nothing of switches: a warning, never a
+    reset, unless the GPUs' model (dcgmi discovery) or the switches' links say so."""
+    whole = corpus.sample("dcgm198-dcgmi-nvlink-link-status").text()
+    half = "\n".join(whole.splitlines()[:7]) + "\n"
+    [f] = run(dcgmi_nvlink=half).findings
+    assert (f.id, f.severity, f.action) == ("dcgm.nvlink-down", Severity.WARNING,
+                                            Action.PLAN_REPAIR)
+    [bridge] = run(dcgmi_nvlink=whole).findings
+    assert bridge.severity is Severity.WARNING and "bridge" in bridge.title
+    board = [f for f in run(dcgmi_nvlink=half, dcgmi_discovery=DISCOVERY_2).findings
+             if f.id == "dcgm.nvlink-down"]
+    assert [f.severity for f in board] == [Severity.CRITICAL]
+    partial = PARTIAL_LINKS.split("NvSwitches:")[0]
+    [cut] = run(dcgmi_nvlink=partial).findings
+    assert cut.severity is Severity.WARNING
+
+
+def test_nvlink_counters_take_nvidia_smis_thresholds() -> None:
+    """A CRC or replay counter warns at 100 (rules/fabric.py), not their sum."""
+    text = (_metric("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "60")
+            + _metric("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "60"))
+    [f] = run(dcgm_exporter_metrics=text).findings
+    assert (f.id, f.severity) == ("dcgm.nvlink-counters", Severity.INFO)
+    loud = run(dcgm_exporter_metrics=text.replace("} 60", "} 100", 1)).findings
+    assert [x.severity for x in loud] == [Severity.WARNING]
+    dcgmi = NVLINK_ERRORS.replace("Recovery Error => 1 ", "Recovery Error => 0 ").replace(
+        "CRC FLIT Error => 37", "CRC FLIT Error => 60").replace(
+        "Replay Error => 5 ", "Replay Error => 60")
+    [e] = [x for x in run(dcgmi_nvlink=dcgmi).findings if x.id == "dcgm.nvlink-errors"]
+    assert e.severity is Severity.INFO and "120 NVLink error(s)" in e.title
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-64", "-1", "1e300", "79.5"])
+def test_metric_values_that_are_no_reading_are_skipped(value: str) -> None:
+    text = (_metric("DCGM_FI_DEV_XID_ERRORS", value)
+            + _metric("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", value)
+            + _metric("DCGM_FI_DEV_GPU_TEMP", "40"))
+    [f] = run(dcgm_exporter_metrics=text).findings  # the rule runs: never dropped
+    assert f.id == "dcgm.metrics-healthy"
 
 
 def test_unreachable_hostengine_never_drains_and_blames_config() -> None:

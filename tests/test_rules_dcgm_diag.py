@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from golden import flat, run_analyze
+from hostkit import run
 
 from gputriage.engine import analyze
 from gputriage.errors import ParseError
@@ -100,8 +101,12 @@ RULE_CASES = {
 }
 
 
+def _piece(corpus, part: str) -> str:
+    return dict(detect(corpus.sample(part).text()))["dcgmi_diag"]
+
+
 def _diag(corpus, part: str):
-    return parse_dcgmi_diag(dict(detect(corpus.sample(part).text()))["dcgmi_diag"])
+    return parse_dcgmi_diag(_piece(corpus, part))
 
 
 # --- the parser, on every diag capture of the corpus --------------------------------------
@@ -156,7 +161,7 @@ def test_excerpts_without_the_box(corpus) -> None:
 
 def test_cut_short_json(corpus) -> None:
     r = _diag(corpus, "diag-r3-json-all-skip-t400")
-    assert r.form == "json" and not r.complete
+    assert not r.complete
     assert [(t.category, t.name, t.gpus) for t in r.tests] == [
         ("Integration", "PCIe", {0: "skip"}), ("Hardware", "GPU Memory", {0: "skip"}),
         ("Hardware", "Diagnostic", {0: "skip"}), ("Hardware", "EUD Test", {0: "skip"}),
@@ -165,7 +170,7 @@ def test_cut_short_json(corpus) -> None:
 
 def test_dcgm4_json() -> None:
     r = parse_dcgmi_diag(JSON_4X)
-    assert (r.form, r.complete, r.version, r.driver) == ("json", True, "4.2.3", "570.124.06")
+    assert (r.complete, r.version, r.driver) == (True, "4.2.3", "570.124.06")
     assert [(t.name, t.status) for t in r.tests] == [
         ("software", "pass"), ("memory", "fail"), ("diagnostic", "pass"), ("pcie", "pass"),
         ("targeted_power", "pass")]
@@ -200,6 +205,186 @@ def test_truncated_inputs_read_or_refuse(cut: int, corpus) -> None:
     for text in (JSON_4X, TEXT_4X, corpus.sample("nccltests264-dcgmi-diag-r3").text()):
         with contextlib.suppress(ParseError):
             parse_dcgmi_diag(text[:cut])
+    passed = dict(detect(corpus.sample("diag-r2-pass-p4de").text()))["dcgmi_diag"]
+    with contextlib.suppress(ParseError):
+        report = parse_dcgmi_diag(passed[:cut])
+        assert report.tests and not report.complete
+        result = run(dcgmi_diag=passed[:cut])  # a pass-only table cut short: not OK
+        assert result.host.verdict == "unknown"
+        (f,) = result.findings
+        assert f.id == "dcgm.no-result" and "cut short after" in f.title
+
+
+def test_whole_pass_only_outputs_are_ok(corpus) -> None:
+    for part in ("diag-r2-pass-p4de", "diag-r2-pass-after-injected"):
+        assert run(dcgmi_diag=_piece(corpus, part)).host.verdict == "ok", part
+    assert run(dcgmi_diag=_table(HW, _row("memory", "Pass"), _row("", "GPU0: Pass"))
+               ).host.verdict == "ok"
+
+
+# --- DCGM 4.x: per-entity words, other entities, the software test ------------------------
+
+def _4x(*rows: str) -> str:
+    return _table("|-----  Metadata  ----------+------------------------------------------------|",
+                  _row("DCGM Version", "4.2.3"), _row("GPU Device IDs Detected", "2330, 2330"),
+                  *rows)
+
+
+WARN_4X = _4x(HW, _row("memory", "Warn"), _row("", "GPU0: Fail"),
+              _row("Warning: GPU0", "Thermal violations totaling 2.1 seconds start"),
+              _row("", "ed at 9.7 seconds into the test for GPU 0 Ver"),
+              _row("", "ify that the cooling on this machine is funct"), _row("", "ional."),
+              _row("", "GPU1: Pass"))
+CPU_EUD = _4x(DEPLOY, _row("software", "Pass"), _row("", "GPU0: Pass"), _row("", "GPU1: Pass"),
+              HW, _row("cpu_eud", "Fail"), _row("", "CPU0: Fail"),
+              _row("Warning: CPU0", "CPU EUD test failed: memory subtest error"),
+              _row("", "CPU1: Pass"))
+SOFTWARE_HW = _4x(DEPLOY, _row("software", "Fail"), _row("", "GPU0: Pass"), _row("", "GPU1: Fail"),
+                  _row("Warning: GPU1", "GPU 1 had uncorrectable memory errors and row"),
+                  _row("", " remapping failed."),
+                  HW, _row("memory", "Skip"), _row("", "GPU0: Skip"), _row("", "GPU1: Skip"))
+
+
+def test_a_warned_test_is_a_warning_whatever_each_gpu_says() -> None:
+    """DCGM 4.x prints the warned GPU's own result as Fail under a test that warned."""
+    (f,) = run(dcgmi_diag=WARN_4X).findings
+    assert (f.id, f.severity, f.action) == ("dcgm.test-failed", Severity.WARNING,
+                                            Action.PLAN_REPAIR)
+    assert f.scope.gpu_index == 0 and "warned" in f.title
+    json_warn = json.loads(JSON_4X)
+    memory = json_warn["DCGM Diagnostic"]["test_categories"][1]["tests"][0]
+    memory["test_summary"]["status"] = "Warn"
+    (j,) = run(dcgmi_diag=json.dumps(json_warn, indent=3)).findings
+    assert (j.severity, j.scope.gpu_index) == (Severity.WARNING, 1)
+
+
+def test_a_cpu_failure_is_the_nodes_never_the_gpus() -> None:
+    r = parse_dcgmi_diag(CPU_EUD)
+    eud = r.test("cpu eud")
+    assert eud is not None and eud.gpus == {} and eud.entities == {"CPU0": "fail",
+                                                                   "CPU1": "pass"}
+    assert eud.messages[0].entities == ("CPU0",) and eud.messages[0].gpus == ()
+    (f,) = run(dcgmi_diag=CPU_EUD).findings
+    assert f.id == "dcgm.test-failed" and f.scope.kind == "node" and not f.also
+    assert "CPU0" in f.title and "GPU" not in f.title.replace("not a GPU", "")
+
+
+@pytest.mark.parametrize("entity", ["Switch1", "LINK3", "CPU_CORE12", "ConnectX0", "vGPU2",
+                                    "CPU0", "NvSwitch4"])
+def test_every_entity_dcgm_names_is_kept(entity: str) -> None:
+    table = _4x(HW, _row("nvbandwidth", "Fail"), _row("", f"{entity}: Fail"),
+                _row(f"Warning: {entity}", "Detected a fault"), _row("", "GPU0: Pass"))
+    test = parse_dcgmi_diag(table).test("nvbandwidth")
+    assert test is not None and test.entities == {entity: "fail"} and test.gpus == {0: "pass"}
+    assert test.messages[0].entities == (entity,)
+    (f,) = run(dcgmi_diag=table).findings
+    assert f.scope.kind == "node" and entity in f.title
+    doc = {"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [{
+        "name": "nvbandwidth", "results": [
+            {"entity_group": entity.rstrip("0123456789"), "entity_id": 1, "status": "Fail",
+             "warnings": [{"error_id": 95, "warning": "Detected a fault"}]},
+            {"entity_group": "GPU", "entity_id": 0, "status": "Pass"}],
+        "test_summary": {"status": "Fail"}}]}]}}
+    for text in (json.dumps(doc, indent=3), json.dumps(doc, indent=3)[:-40]):  # whole, cut
+        jt = parse_dcgmi_diag(text).test("nvbandwidth")
+        assert jt is not None and jt.gpus == {0: "pass"}, text
+        assert list(jt.entities) == [entity.rstrip("0123456789") + "1"]
+
+
+def test_hardware_found_by_the_software_test_is_the_gpus() -> None:
+    """DCGM 4.x's deployment test reports a failed row remap: the GPU's memory, not the
+    node's configuration, and the tests it then skipped are no 'no result'."""
+    (f,) = run(dcgmi_diag=SOFTWARE_HW).findings
+    assert (f.id, f.severity, f.scope.gpu_index) == ("dcgm.test-failed", Severity.CRITICAL, 1)
+    assert "row remapping failed" in f.explanation
+    assert {f.id for f in run(dcgmi_diag=DEPLOYMENT).findings} == {"dcgm.deployment-failed"}
+    for message in ("A corrupt InfoROM has been detected in GPU 1.",
+                    "A pending retired page has been detected in GPU 1."):
+        assert message_kind(message) == "hardware", message
+    assert message_kind("anything", 80) == "hardware"
+
+
+def test_a_cut_short_json_gives_the_summary_to_the_test_not_a_gpu() -> None:
+    def result(gpu: int, status: str) -> dict:
+        return {"entity_group": "GPU", "entity_group_id": 1, "entity_id": gpu, "status": status}
+
+    memory = {"name": "memory", "results": [result(0, "Fail"), result(1, "Pass")],
+              "test_summary": {"status": "Fail"}}
+    doc = {"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [
+        memory, {"name": "diagnostic", "results": [result(0, "Pass")]}]}]}}
+    whole = json.dumps(doc, indent=4)
+    cut = whole[:whole.index('"name": "diagnostic"') + 10]  # the paste stops there
+    mem = parse_dcgmi_diag(cut).test("memory")
+    assert mem is not None and mem.gpus == {0: "fail", 1: "pass"} and mem.status == "fail"
+    found = [f for f in run(dcgmi_diag=cut).findings if f.id == "dcgm.test-failed"]
+    assert [(f.scope.gpu_index, f.also) for f in found] == [(0, ())]  # GPU 1 passed
+
+
+@pytest.mark.parametrize("indent", [3, None])
+def test_json_evidence_quotes_the_paste(indent: int | None) -> None:
+    text = JSON_4X if indent == 3 else json.dumps(json.loads(JSON_4X))
+    lines = {ln.strip() for ln in text.splitlines()}
+    (f,) = [f for f in run(dcgmi_diag=text).findings if f.id == "dcgm.test-failed"]
+    quoted = [ln for e in f.evidence for ln in e.lines]
+    assert quoted and all(ln in lines or (indent is None and ln in text) for ln in quoted), \
+        quoted
+    assert any("Found 3 faulty memory elements on GPU 1" in ln for ln in quoted)
+    for t in parse_dcgmi_diag(text).tests:
+        for ln in t.lines + [x for m in t.messages for x in m.lines]:
+            assert ln in lines or (indent is None and ln in text), ln
+
+
+BIG = "9" * 5000
+
+
+@pytest.mark.parametrize("text", [
+    _table(HW, _row("GPU Memory", f"Fail - GPU: {BIG}")),
+    _table(HW, _row("memory", "Fail"), _row("", f"GPU{BIG}: Fail")),
+    f"Error: Unable to complete diagnostic for group 0. Return: ({BIG}) : DCGM error\n",
+    '{"DCGM Diagnostic": {"test_categories": [{"category": "H", "tests": [{"name": "memory", '
+    f'"results": [{{"gpu_id": "{BIG}", "status": "Fail"}}]}}]}}]}}}}',
+    '{"DCGM Diagnostic": {"test_categories": [{"category": "H", "tests": [{"name": "memory", '
+    f'"results": [{{"entity_id": {BIG}, "status": "Fail"}}]',
+    '{"DCGM Diagnostic": {"test_categories": [{"category": "H", "tests": [{"name": "memory", '
+    '"results": [{"gpu_id": "\u00b2", "status": "Fail"}]}]}]}}',
+    '{"DCGM Diagnostic": {"test_categories": [{"category": "H", "tests": [{"name": "memory", '
+    '"results": [{"gpu_id": "²", "status": "Fail"}]',
+    '{"DCGM Diagnostic": {"test_categories": [{"category": "H", "tests": [{"name": "memory", '
+    '"results": [{"gpu_ids": "' + BIG + '", "status": "Fail"}]}]}]}}'])
+def test_numbers_out_of_range_are_not_results(text: str) -> None:
+    """Huge numbers and Unicode digits ('²'.isdigit() is true): no result, no crash."""
+    try:
+        report = parse_dcgmi_diag(text)
+    except ParseError:
+        return
+    assert all(g < 100_000 for t in report.tests for g in t.gpus)
+    run(dcgmi_diag=text)
+
+
+def test_a_byte_order_mark_before_the_json() -> None:
+    found = dict(detect("\ufeff" + JSON_4X))
+    assert parse_dcgmi_diag(found["dcgmi_diag"]).test("memory") is not None
+
+
+LONG = 60_000
+
+
+@pytest.mark.parametrize("line", [
+    "+--- a" + " " * LONG, "|--- a" + " " * LONG + "-",
+    "| memory | Fail - GPU: 1" + " " * LONG + "x",
+    "| memory | Fail" + " " * LONG + "x", "Error: a" + " " * LONG + "b",
+    "Error: x Return: (-30) : a" + " " * LONG + "b", "| Warning: GPU" + " " * LONG + "x |",
+    "dcgmi diag -r" + " " * LONG + "x", "| | GPU0:" + " " * LONG + "x",
+    '{"DCGM Diagnostic": {"name": "a", "status":' + " " * LONG + "x",
+    '"status"' + " " * LONG + ":", "+" + "-" * LONG + "+ x"])
+def test_long_lines_are_read_in_linear_time(line: str) -> None:
+    import time
+
+    start = time.perf_counter()
+    detect(line + "\n")
+    with contextlib.suppress(ParseError):
+        parse_dcgmi_diag(line + "\n")
+    assert time.perf_counter() - start < 1.0
 
 
 def test_nvvs_log(corpus) -> None:
@@ -256,8 +441,6 @@ def test_slurm_affinity_is_the_jobs_launch(corpus) -> None:
 
 
 def test_install_problem_explains_the_skips() -> None:
-    from hostkit import run
-
     result = run(dcgmi_diag=ALL_SKIP, nvvs_log=(
         "2023-12-07 17:09:52.612 ERROR [73032:73032] Could not read package diag config. "
         "[/w/nvvs/src/ConfigFileParser_v2.cpp:218] [ConfigFileParser_v2]\n"))

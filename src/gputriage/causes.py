@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from gputriage.knowledge.xid import all_xids
 from gputriage.model import (
     Evidence,
     Finding,
@@ -193,6 +194,19 @@ RELATIONS: tuple[Relation, ...] = (
                    ("nvlink.errors", "dcgm.nvlink-counters"))),
     Relation("nvlink.links-down", "dcgm.nvlink-down", ANYWHERE,
              "dcgmi and nvidia-smi report the same links down"),
+    *(Relation(c, d, SAME_GPU, "DCGM's health watch and nvidia-smi read the same counters")
+      for c, d in (("memory.uncorrectable", "dcgm.health-memory"),
+                   ("dcgm.ecc-uncorrectable", "dcgm.health-memory"),
+                   ("nvlink.errors", "dcgm.nvlink-errors"),
+                   ("nvlink.errors", "dcgm.health-nvlink"),
+                   ("pcie.replays", "dcgm.health-pcie"))),
+    *(Relation(c, "dcgm.clock-events", SAME_GPU,
+               "DCGM exports the clock-event reasons nvidia-smi shows")
+      for c in ("clocks.hw-thermal-slowdown", "clocks.hw-power-brake", "clocks.hw-slowdown",
+                "clocks.sw-thermal-slowdown")),
+    *(Relation(f"xid.{x.code}", f"dcgm.xid.{x.code}", SAME_GPU,
+               "DCGM's last Xid of the GPU is the one the kernel logged")
+      for x in all_xids()),
     *(Relation(c, "dcgm.gpu-count-unexpected", ANYWHERE,
                "DCGM lists the GPUs the driver has; the missing one is the node's")
       for c in ("gpu.count-unexpected", "gpu.board-short", "gpu.missing", "expect.gpu-count")),

@@ -157,18 +157,12 @@ def _abandon(host: Host, job: _Job) -> None:
         _ABANDONED[(str(host.root), job.spec.name)] = job
 
 
-def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None = None) -> Path:
-    """Capture the host into a snapshot directory or ``.tar.gz``."""
-    opts = options or CollectOptions()
-    snapshot_writer.check_output(out, opts.force)  # fail before collecting, not after
-    specs = [s for s in sources.SOURCES if (s.collect or s.opt_in in opts.opt_in)
-             and (not opts.only or s.name in opts.only)]
-    start = time.monotonic()
-    deadline = start + max([opts.deadline_s] + [opt_in_timeout(s, opts) + 1.0 for s in specs
-                                                 if s.opt_in])
+def _start_jobs(host: Host, specs: list[Source], opts: CollectOptions, deadline: float,
+                records: dict[str, dict]) -> list[_Job]:
+    """A started job per source; a source whose earlier read still hangs gets a record
+    in ``records`` instead (no second thread for it)."""
     slots = threading.Semaphore(MAX_PARALLEL)
     jobs = []
-    records: dict[str, dict] = {}
     for spec in specs:
         hung = _still_hung(host, spec.name)
         if hung is not None:
@@ -187,6 +181,13 @@ def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None =
             job = _Job(host, spec, min(timeout, opts.deadline_s), slots, deadline)
         job.start()
         jobs.append(job)
+    return jobs
+
+
+def _gather(host: Host, jobs: list[_Job], opts: CollectOptions, start: float,
+            deadline: float, records: dict[str, dict]) -> dict[str, bytes]:
+    """Wait for the jobs until the deadline: each one's record into ``records``; the
+    payloads by source name."""
     payloads: dict[str, bytes] = {}
     for done, job in enumerate(jobs, 1):
         # a job's own command timeout fires first; this bound covers hung reads (the
@@ -207,11 +208,26 @@ def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None =
         data, fields = job.result
         argv = fields.pop("argv", None)
         rec = snapshot_writer.source_record(name, argv=argv, with_file=data is not None,
-                                     nbytes=len(data or b""), duration_s=job.duration)
+                                            nbytes=len(data or b""), duration_s=job.duration)
         rec.update(fields)
         records[name] = rec
         if data is not None:
             payloads[name] = data
+    return payloads
+
+
+def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None = None) -> Path:
+    """Capture the host into a snapshot directory or ``.tar.gz``."""
+    opts = options or CollectOptions()
+    snapshot_writer.check_output(out, opts.force)  # fail before collecting, not after
+    specs = [s for s in sources.SOURCES if (s.collect or s.opt_in in opts.opt_in)
+             and (not opts.only or s.name in opts.only)]
+    start = time.monotonic()
+    deadline = start + max([opts.deadline_s] + [opt_in_timeout(s, opts) + 1.0 for s in specs
+                                                 if s.opt_in])
+    records: dict[str, dict] = {}
+    jobs = _start_jobs(host, specs, opts, deadline, records)
+    payloads = _gather(host, jobs, opts, start, deadline, records)
     records = {s.name: records[s.name] for s in specs}  # in the sources' order
     _mark_not_applicable(records, payloads.get("pci_devices"))
     manifest = snapshot_writer.new_manifest(

@@ -12,6 +12,7 @@ from gputriage.errors import ParseError
 from gputriage.factbase import FactTable, Missing
 from gputriage.knowledge import csv_rows
 from gputriage.knowledge.cuda_compat import arch_of, capability_of, version_key
+from gputriage.parsers.base import parse_bool
 from gputriage.parsers.dcgmi import parse_version
 
 if TYPE_CHECKING:
@@ -45,14 +46,10 @@ class DcgmSupport:
     exporter: bool | None
 
 
-def _flag(raw: str | None) -> bool | None:
-    return {"yes": True, "no": False}.get((raw or "").strip())
-
-
 @functools.cache
 def _support() -> dict[str, DcgmSupport]:
     return {r["architecture"]: DcgmSupport(r["architecture"], r["min_dcgm"].strip() or None,
-                                           _flag(r["profiling"]), _flag(r["exporter"]))
+                                           parse_bool(r["profiling"]), parse_bool(r["exporter"]))
             for r in csv_rows("dcgm_support.csv")}
 
 

@@ -13,11 +13,12 @@ plain lines of the old shell-script exporter (``Starting NVIDIA host engine...``
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id
+from gputriage.parsers.base import ParseError, normalize_bus_id, strict_int
 
 __all__ = ["EXPORTER_EVENTS", "ExporterEntry", "ExporterLog", "ExporterMetrics", "GpuMetrics",
            "claim_exporter_log", "claim_metrics", "parse_exporter_log", "parse_metrics"]
@@ -44,7 +45,7 @@ class GpuMetrics:
 
     @property
     def index(self) -> int | None:
-        return int(self.gpu) if self.gpu and self.gpu.isdigit() else None
+        return strict_int(self.gpu, signed=False) if self.gpu and len(self.gpu) < 6 else None
 
     @property
     def label(self) -> str:
@@ -57,11 +58,12 @@ class GpuMetrics:
 
 @dataclass
 class ExporterMetrics:
-    """Every GPU's samples in the order they first appear, and how many lines could not
-    be read."""
+    """Every GPU's samples in the order they first appear, how many lines could not be
+    read, and how many samples were NaN or infinite (skipped: no judgement reads them)."""
 
     gpus: list[GpuMetrics] = field(default_factory=list)
     unreadable: int = 0
+    non_finite: int = 0
     fields: set[str] = field(default_factory=set)
 
     def gpu(self, key: tuple) -> GpuMetrics | None:
@@ -114,10 +116,22 @@ def parse_metrics(text: str) -> ExporterMetrics:
         sample_lines = kept
     for (labels, value), line in zip(samples, sample_lines, strict=True):
         name = _SAMPLE.match(line).group("name")  # type: ignore[union-attr]
-        _add(out, name, labels, value, line.strip())
+        number = _finite(value)
+        if number is None:
+            out.non_finite += 1  # NaN, +Inf: a field DCGM could not read, not a count
+            continue
+        _add(out, name, labels, number, line.strip())
     if not out.gpus:
         raise ParseError("not dcgm-exporter metrics: no readable DCGM_FI_* sample")
     return out
+
+
+def _finite(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _add(out: ExporterMetrics, name: str, labels: dict[str, str], value: float,

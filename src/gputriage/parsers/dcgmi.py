@@ -14,19 +14,21 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id
+from gputriage.parsers.base import ParseError, normalize_bus_id, strict_int
 
-__all__ = ["HOSTENGINE_ERROR", "Discovery", "DiscoveredGpu", "HealthIncident", "HealthReport",
-           "NvlinkReport", "claim_dcgmi", "hostengine_error", "parse_discovery", "parse_health",
-           "parse_nvlink", "parse_version"]
+__all__ = ["BOX", "HOSTENGINE_ERROR", "Discovery", "DiscoveredGpu", "HealthIncident",
+           "HealthReport", "NvlinkReport", "claim_dcgmi", "hostengine_error", "parse_discovery",
+           "parse_health", "parse_nvlink", "parse_version"]
 
 # what every dcgmi command prints when it cannot reach nv-hostengine
 HOSTENGINE_ERROR = re.compile(
     r"Unable to connect to host engine|unable to establish a connection to the specified host"
     r"|Host engine connection invalid/disconnected", re.IGNORECASE)
-_COUNT = re.compile(r"^\s*(?P<n>\d+) (?P<what>GPUs?|NvSwitch(?:es)?|CPUs?) found\.\s*$")
-_ROW = re.compile(r"^\|\s*(?P<id>\d+)?\s*\|\s*(?P<key>[\w ]+?):\s*(?P<value>.*?)\s*\|\s*$")
-_BOX = re.compile(r"^\s*[+|]")
+# every quantifier bounded or followed by a literal: these run on every line of a paste
+_COUNT = re.compile(r"^\s*(?P<n>\d{1,9}) (?P<what>GPUs?|NvSwitch(?:es)?|CPUs?) found\.\s*$")
+_ROW = re.compile(r"^\|\s{0,8}(?P<id>\d{1,9})?\s{0,40}\|\s{0,8}(?P<key>[A-Za-z][\w ]{0,40}?):"
+                  r"(?P<value>.*)\|\s*$")
+BOX = re.compile(r"^\s*[+|]")  # a line of a dcgmi box (its rules and rows)
 _VERSION = re.compile(r"^\s*(?:dcgmi\s+)?version\s*:\s*(?P<v>\d+(?:\.\d+){1,3})\s*$",
                       re.IGNORECASE)
 
@@ -89,7 +91,7 @@ def parse_discovery(text: str) -> Discovery:
         if current is None:
             continue
         current.lines.append(line.rstrip())
-        key, value = m.group("key").strip(), m.group("value")
+        key, value = m.group("key").strip(), m.group("value").strip()
         if key == "Name":
             current.name = value
         elif key == "PCI Bus ID":
@@ -113,13 +115,14 @@ def parse_version(text: str) -> str:
 # --- dcgmi health -c ----------------------------------------------------------------------
 HEALTH_WORDS = {"healthy": "healthy", "warning": "warning", "failure": "failure",
                 "fail": "failure", "internal error": "internal-error"}
-_SYSTEM = re.compile(r"^(?:->\s*)?(?P<system>PCIe|NVLINK|PMU|MCU|Memory|SM|InfoROM|Thermal|"
-                     r"Power|Driver|NvSwitch (?:NF|F)|CPU|CPU Core)(?: system)?"
-                     r"(?::\s*(?P<health>[A-Za-z ]+?)(?:\s+-\s+(?P<msg>.*))?)?$", re.IGNORECASE)
-_ENTITY_OLD = re.compile(r"^(?P<group>GPU|Switch|NvSwitch|CPU) ID:\s*(?P<id>\d+)$")
-_ENTITY = re.compile(r"^->\s*(?P<id>\d+)$")
-_GROUP = re.compile(r"^(?P<group>GPU|Switch|NvSwitch|NVSWITCH|CPU|CPU_CORE)$")
-_OVERALL = re.compile(r"Overall Health:?\s*(?:\|\s*)?(?P<health>[A-Za-z ]+?)\s*\|?\s*$")
+_SYSTEM = re.compile(r"^(?:->\s{0,8})?(?P<system>PCIe|NVLINK|PMU|MCU|Memory|SM|InfoROM|Thermal|"
+                     r"Power|Driver|NvSwitch (?:NF|F)|CPU|CPU Core|ConnectX)(?: system)?"
+                     r"(?::\s{0,8}(?P<health>[A-Za-z][A-Za-z ]{0,30}?)"
+                     r"(?:\s{1,8}-\s{1,8}(?P<msg>.*))?)?$", re.IGNORECASE)
+_ENTITY_OLD = re.compile(r"^(?P<group>GPU|Switch|NvSwitch|CPU|ConnectX) ID:\s{0,8}(?P<id>\d{1,9})$")
+_ENTITY = re.compile(r"^->\s{0,8}(?P<id>\d{1,9})$")
+_GROUP = re.compile(r"^(?P<group>GPU|Switch|NvSwitch|NVSWITCH|CPU|CPU_CORE|ConnectX|CONNECTX)$")
+_OVERALL = re.compile(r"Overall Health:?(?P<rest>.*)$")
 
 
 @dataclass
@@ -181,7 +184,7 @@ def parse_health(text: str) -> HealthReport:
             continue
         left, right = cells
         if m := _OVERALL.search(line):
-            word = _health_word(m.group("health"))
+            word = _health_word(m.group("rest").replace("|", " "))
             if word:
                 out.overall, out.overall_line = word, stripped
             continue
@@ -222,16 +225,19 @@ def _system_incident(left: str, right: str, group: str, entity_id: int | None,
 
 def _entity(group: str) -> str:
     g = group.upper()
+    if g == "CONNECTX":
+        return "ConnectX"
     return "Switch" if "SWITCH" in g else ("CPU" if g.startswith("CPU") else "GPU")
 
 
 # --- dcgmi nvlink -----------------------------------------------------------------------
-_LINK_GPU = re.compile(r"^\s*gpuId (?P<id>\d+):\s*$")
-_LINK_SWITCH = re.compile(r"^\s*physicalId (?P<id>\d+):\s*$")
-_STATES = re.compile(r"^\s*(?:[UDX_] ){0,63}[UDX_]\s*$")
-_ERR_GPU = re.compile(r"^\|\s*GPU (?P<id>\d+)\s*\|?\s*$")
-_ERR_LINK = re.compile(r"^\|\s*(?:Link (?P<link>\d+))?\s*\|\s*(?P<kind>CRC FLIT Error|"
-                       r"CRC Data Error|Replay Error|Recovery Error)\s*=>\s*(?P<n>\d+)\s*\|")
+_LINK_GPU = re.compile(r"^\s*gpuId (?P<id>\d{1,9}):\s*$")
+_LINK_SWITCH = re.compile(r"^\s*physicalId (?P<id>\d{1,9}):\s*$")
+_STATES = re.compile(r"^\s*(?:[UDX_] ){0,143}[UDX_]\s*$")  # up to 144 ports (NVSwitch 4: 72)
+_ERR_GPU = re.compile(r"^\|\s{0,40}GPU (?P<id>\d{1,9})(?:\s{0,200}\|)?\s*$")
+_ERR_LINK = re.compile(r"^\|\s{0,40}(?:Link (?P<link>\d{1,9}))?\s{0,40}\|\s{0,40}"
+                       r"(?P<kind>CRC FLIT Error|CRC Data Error|Replay Error|Recovery Error)"
+                       r"\s{0,40}=>\s{0,40}(?P<n>\d{1,20})\s{0,80}\|")
 
 
 @dataclass
@@ -277,7 +283,7 @@ def parse_nvlink(text: str) -> NvlinkReport:
                 link = int(m.group("link"))
             if link is None:
                 continue
-            n = int(m.group("n"))
+            n = strict_int(m.group("n")) or 0
             out.errors.setdefault(err_gpu, {}).setdefault(link, {})[m.group("kind")] = n
             if n:
                 out.error_lines.setdefault(err_gpu, []).append(
@@ -300,11 +306,11 @@ def claim_dcgmi(doc: PasteDoc) -> None:
             continue
         if _COUNT.match(ln) and (ln.strip().endswith("GPUs found.") or
                                    ln.strip().endswith("GPU found.")):
-            end = doc.extend(i + 1, lambda s: bool(_BOX.match(s) or _COUNT.match(s)))
+            end = doc.extend(i + 1, lambda s: bool(BOX.match(s) or _COUNT.match(s)))
             doc.claim("dcgmi_discovery", i, end)
         elif _HEALTH_START.search(ln):
             start = i - 1 if doc.free(i - 1) and doc.lines[i - 1].lstrip().startswith("+") else i
-            doc.claim("dcgmi_health", start, doc.extend(i + 1, lambda s: bool(_BOX.match(s))))
+            doc.claim("dcgmi_health", start, doc.extend(i + 1, lambda s: bool(BOX.match(s))))
         elif _NVLINK_START.match(ln.strip()):
             start = i - 1 if doc.free(i - 1) and doc.lines[i - 1].lstrip().startswith("+") else i
             doc.claim("dcgmi_nvlink", start, doc.extend(i + 1, _nvlink_line))
@@ -312,6 +318,6 @@ def claim_dcgmi(doc: PasteDoc) -> None:
 
 def _nvlink_line(s: str) -> bool:
     t = s.strip()
-    return (not t or bool(_BOX.match(s)) or t in ("GPUs:", "NvSwitches:") or
+    return (not t or bool(BOX.match(s)) or t in ("GPUs:", "NvSwitches:") or
             bool(_LINK_GPU.match(s) or _LINK_SWITCH.match(s) or _STATES.match(s)) or
             t.startswith(("No NvSwitches found", "No GPUs found", "Key: Up=U")))

@@ -17,8 +17,11 @@ import re
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import strict_int
+from gputriage.parsers.dcgmi import BOX
 from gputriage.parsers.dcgmi_diag_json import read_json
 from gputriage.parsers.dcgmi_diag_model import (
+    ENTITY_GROUPS,
     RETURN,
     DiagMessage,
     DiagReport,
@@ -46,26 +49,29 @@ TEST_NAMES = frozenset({
     "nvlink bandwidth", "ecc", "nccl tests", "nccl_tests",
 })
 _STATUS = r"(?:Pass|Fail|Skip|Warn|Not Run|PASS|FAIL|SKIP|WARN)"
-_RESULT = re.compile(rf"^(?P<status>{_STATUS})(?:\s*-\s*(?P<who>All|GPUs?:\s*[\d,\s]+))?\s*$")
-_ENTITY = re.compile(rf"^(?P<group>GPU|CPU|NvSwitch|Link)\s?(?P<id>\d{{1,4}}):\s*"
+_GROUPS = "|".join(ENTITY_GROUPS)
+# every quantifier bounded or followed by a literal: these run on every line of a paste
+_RESULT = re.compile(rf"^(?P<status>{_STATUS})(?:\s{{0,8}}-\s{{0,8}}(?P<who>All|GPUs?:\s{{0,8}}"
+                     rf"\d{{1,4}}(?:[,\s]{{1,8}}\d{{1,4}}){{0,63}},?))?\s*$")
+_ENTITY = re.compile(rf"^(?P<group>{_GROUPS})\s?(?P<id>\d{{1,4}}):\s{{0,8}}"
                      rf"(?P<status>{_STATUS})\s*$")
-_ROW = re.compile(r"^\s*\|(?P<name>[^|]*)\|(?P<value>.*?)$")
-_SECTION = re.compile(r"^\s*[+|]-{3,}\s+(?P<name>[A-Za-z][\w ]*?)\s+-{3,}")
-_MSG_NAME = re.compile(r"^(?P<kind>Warning|Info|Error)(?::\s*(?P<group>GPU|CPU)\s?(?P<id>\d+))?$")
-_COMMAND = re.compile(r"\bdcgmi\s+diag\b(?P<args>.*)$")
-_LEVEL = re.compile(r"(?:-r|--run)[\s=]+(?P<level>[1-4])\b")
-_GPU_LIST = re.compile(r"(?:-i|--gpuList|--entity-id)[\s=]+(?P<list>[\w,:*{}.-]+)")
-_ERROR = re.compile(r"^\s*Error:\s*(?P<text>\S.*?)\s*$")
+_ROW = re.compile(r"^\s*\|(?P<name>[^|]*)\|(?P<value>.*)$")
+_SECTION = re.compile(r"^\s*[+|]-{3,}\s{1,40}(?P<name>[A-Za-z][\w ]{0,40}?)\s{1,40}-{3}")
+_MSG_NAME = re.compile(rf"^(?P<kind>Warning|Info|Error)(?::\s{{0,8}}(?P<group>{_GROUPS})\s?"
+                       rf"(?P<id>\d{{1,4}}))?$")
+_COMMAND = re.compile(r"\bdcgmi\s{1,20}diag\b(?P<args>.*)$")
+_LEVEL = re.compile(r"(?:-r|--run)[\s=]{1,8}(?P<level>[1-4])\b")
+_ERROR = re.compile(r"^\s*Error:\s*(?P<text>\S.*)$")
 _RAN = re.compile(r"^\s*Successfully ran diagnostic for group\.?\s*$")
 _HEADER = re.compile(r"^\s*\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$")
-_BOX = re.compile(r"^\s*[+|]")
+_FOOTER = re.compile(r"^\s*\+[-=+]+\+\s*$")
 _JSON_ROOT = re.compile(r'"DCGM (?:GPU )?Diagnostic"\s*:')
 _METADATA = {"dcgm version": "version", "version": "version",
              "driver version detected": "driver", "gpu device ids detected": "device_ids",
              "gpu device ids": "device_ids"}
 _DCGMI_ERRORS = re.compile(
     r"^\s*Error: (?:Unable to complete diagnostic|Cannot load plugins|Diagnostic could not|"
-    r"Unable to (?:start|run) (?:the )?diag|.*\bReturn: \(-?\d+\))")
+    r"Unable to (?:start|run) (?:the )?diag|.*\bReturn: \(-?\d{1,4}\))")
 
 
 def parse_dcgmi_diag(text: str) -> DiagReport:
@@ -77,8 +83,6 @@ def parse_dcgmi_diag(text: str) -> DiagReport:
             out.command = ln.strip()
             if lv := _LEVEL.search(m.group("args")):
                 out.level = int(lv.group("level"))
-            if gl := _GPU_LIST.search(m.group("args")):
-                out.gpu_list = gl.group("list")
             break
     if _JSON_ROOT.search(text):
         read_json(text, out)
@@ -116,7 +120,7 @@ class _Table:
     def end_message(self) -> None:
         if self.msg is not None:
             self.msg.text = " ".join("".join(self.chunks).split())
-            if not self.msg.gpus:
+            if not self.msg.gpus and not self.msg.entities:
                 self.msg.gpus = gpus_named(self.msg.text)
         self.msg, self.chunks = None, []
 
@@ -127,8 +131,10 @@ class _Table:
             return
         if m := _MSG_NAME.match(name):
             self.end_message()
-            gpus = (int(m.group("id")),) if m.group("id") and m.group("group") == "GPU" else ()
-            self.msg = DiagMessage(m.group("kind").lower(), "", gpus, [line])
+            group, ident = m.group("group"), m.group("id")
+            gpus = (int(ident),) if group == "GPU" else ()
+            others = (f"{group}{ident}",) if group and group != "GPU" else ()
+            self.msg = DiagMessage(m.group("kind").lower(), "", gpus, [line], entities=others)
             self.chunks = [_chunk(line)]
             if self.test is not None:
                 self.test.messages.append(self.msg)
@@ -166,14 +172,17 @@ class _Table:
         if test is None:
             return False
         if m := _ENTITY.match(value):
-            if m.group("group") == "GPU":
-                test.gpus[int(m.group("id"))] = status_word(m.group("status"))
+            group, status = m.group("group"), status_word(m.group("status"))
+            if group == "GPU":
+                test.gpus[int(m.group("id"))] = status
+            else:  # a CPU, switch, link...: its result, never a GPU's
+                test.entities[f"{group}{m.group('id')}"] = status
             return True
         if not (m := _RESULT.match(value)):
             return False
         status, who = status_word(m.group("status")), m.group("who")
         if who and who.startswith("GPU"):
-            for g in re.findall(r"\d+", who):
+            for g in re.findall(r"\d{1,4}", who):
                 test.gpus[int(g)] = status
         elif who:
             test.all_gpus = status
@@ -185,13 +194,13 @@ def _read_table(lines: list[str], out: DiagReport) -> None:
     table = _Table(out)
     for ln in lines:
         if _RAN.match(ln):
-            out.ran = True
+            continue
         elif m := _SECTION.match(ln):
             table.end_message()
             table.category, table.test = m.group("name").strip(), None
         elif _HEADER.match(ln):
             continue
-        elif re.match(r"^\s*\+[-=+]+\+\s*$", ln):
+        elif _FOOTER.match(ln):
             table.end_message()
             out.complete = out.complete or bool(out.tests)
         elif m := _ROW.match(ln):
@@ -199,10 +208,11 @@ def _read_table(lines: list[str], out: DiagReport) -> None:
             table.row(ln.rstrip(), m.group("name").strip(), value)
         elif (m := _ERROR.match(ln)) and (_DCGMI_ERRORS.match(ln) or out.errors):
             table.end_message()
-            msg = DiagMessage("error", m.group("text"), gpus_named(m.group("text")), [ln.strip()])
-            out.errors.append(msg)
+            text = m.group("text").rstrip()
+            out.errors.append(DiagMessage("error", text, gpus_named(text), [ln.strip()]))
             if r := RETURN.search(ln):
-                out.return_code, out.return_text = int(r.group("code")), r.group("text") or None
+                out.return_code = strict_int(r.group("code"))
+                out.return_text = r.group("text").strip() or None
     table.end_message()
 
 
@@ -232,10 +242,10 @@ def claim_dcgmi_diag(doc: PasteDoc) -> None:
         elif _starts_table(ln):
             first = i - 1 if doc.free(i - 1) and _RAN.match(doc.lines[i - 1]) else i
             first = first - 1 if _table_top(doc, first - 1) else first
-            end = doc.extend(i + 1, lambda s: bool(_BOX.match(s)))
+            end = doc.extend(i + 1, lambda s: bool(BOX.match(s)))
             doc.claim("dcgmi_diag", first, end)
             i = end
-        elif ln.lstrip().startswith("{") and _json_starts(doc, i):
+        elif ln.lstrip("\ufeff \t").startswith("{") and _json_starts(doc, i):
             end = _json_end(doc, i)
             doc.claim("dcgmi_diag", i, end)
             i = end
@@ -243,14 +253,14 @@ def claim_dcgmi_diag(doc: PasteDoc) -> None:
             end = doc.extend(i + 1, lambda s: bool(_ERROR.match(s)))
             doc.claim("dcgmi_diag", i, end)
             i = end
-        elif _RAN.match(ln) and doc.free(i + 1) and _BOX.match(doc.lines[i + 1]):
+        elif _RAN.match(ln) and doc.free(i + 1) and BOX.match(doc.lines[i + 1]):
             i += 1  # the table below claims it
         else:
             i += 1
 
 
 def _table_top(doc: PasteDoc, i: int) -> bool:
-    return doc.free(i) and bool(re.match(r"^\s*\+[-+]+\+\s*$", doc.lines[i]))
+    return doc.free(i) and bool(_FOOTER.match(doc.lines[i])) and "=" not in doc.lines[i]
 
 
 def _json_starts(doc: PasteDoc, i: int) -> bool:

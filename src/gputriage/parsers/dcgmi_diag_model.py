@@ -7,16 +7,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["RETURN", "DiagMessage", "DiagReport", "DiagTest", "gpus_named", "status_word",
-           "worst"]
+__all__ = ["ENTITY_GROUPS", "RETURN", "DiagMessage", "DiagReport", "DiagTest", "gpus_named",
+           "status_word", "worst"]
 
 _GPU_IN_TEXT = re.compile(r"\bGPU\s?(\d{1,4})\b")
-RETURN = re.compile(r"Return:\s*\((?P<code>-?\d{1,4})\)\s*:?\s*(?P<text>.*?)\s*$")  # dcgmi's
+RETURN = re.compile(r"Return:\s*\((?P<code>-?\d{1,4})\)\s*:?\s*(?P<text>.*)$")  # dcgmi's
+# the entity groups DCGM prints a result or a message for (dcgm_structs.h's names; NvSwitch
+# and Link in older releases); longest first, so that a regex alternation takes CPU_CORE
+ENTITY_GROUPS = ("CPU_CORE", "ConnectX", "NvSwitch", "Switch", "vGPU", "LINK", "Link", "GPU",
+                 "CPU")
 
 
 @dataclass
-
-
 class DiagMessage:
     """A Warning, Info or Error DCGM printed: its words, the GPUs it names, its lines."""
 
@@ -26,11 +28,10 @@ class DiagMessage:
     lines: list[str] = field(default_factory=list)
     code: int | None = None  # DCGM's error id (dcgm_errors.h), JSON only
     category: int | None = None  # DCGM's error category, JSON (4.x) only
+    entities: tuple[str, ...] = ()  # the other entities it is about ("CPU0", "Switch1")
 
 
 @dataclass(eq=False)
-
-
 class DiagTest:
     """One test (plugin) of the run: its overall result and each GPU's."""
 
@@ -39,6 +40,7 @@ class DiagTest:
     status: str | None = None  # pass | fail | skip | warn | not run (lower case)
     all_gpus: str | None = None  # the status given for "All" GPUs (2.x/3.x)
     gpus: dict[int, str] = field(default_factory=dict)  # GPU index -> status
+    entities: dict[str, str] = field(default_factory=dict)  # "CPU0", "Switch1" -> status
     messages: list[DiagMessage] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
 
@@ -50,21 +52,20 @@ class DiagTest:
     def gpus_with(self, status: str) -> list[int]:
         return sorted(g for g, s in self.gpus.items() if s == status)
 
+    def entities_with(self, *statuses: str) -> list[str]:
+        """The other entities (CPUs, switches, links...) of that result, in order."""
+        return [e for e, s in self.entities.items() if s in statuses]
+
 
 @dataclass
-
-
 class DiagReport:
     """A ``dcgmi diag`` run as printed: versions, the level, the tests, dcgmi's errors."""
 
-    form: str = "text"  # "text" | "json"
     version: str | None = None  # DCGM's
     driver: str | None = None
     device_ids: list[str] = field(default_factory=list)
     command: str | None = None  # the dcgmi diag command line, when pasted with it
     level: int | None = None
-    gpu_list: str | None = None  # -i / --gpuList
-    ran: bool = False  # "Successfully ran diagnostic for group."
     complete: bool = False  # the table's footer (or the whole JSON) is there
     tests: list[DiagTest] = field(default_factory=list)
     errors: list[DiagMessage] = field(default_factory=list)  # dcgmi's, outside the table

@@ -22,8 +22,9 @@ _DEBUG = re.compile(r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)\s+
 # Aug 28 01:36:35 dell nv-hostengine[100107]: Started host engine version 3.3.9 ...
 _JOURNAL = re.compile(r"^(?P<time>\S{3,20} +\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S{8,40})\s+"
                       r"\S{1,253}\s+nv-hostengine\[\d{1,10}\]:\s+(?P<msg>.*)$")
-_VERSION = re.compile(r"(?:host engine version|version:)\s*(?P<v>\d+\.\d+(?:\.\d+){0,2})\b")
-_SUFFIX = re.compile(r"\s+\[[^\]]{1,300}:\d{1,6}\]\s+\[[^\]]{1,200}\]\s*$")
+_VERSION = re.compile(r"(?:host engine version|version:)\s{0,40}"
+                      r"(?P<v>\d{1,6}\.\d{1,6}(?:\.\d{1,9}){0,2})\b")
+_SUFFIX = re.compile(r"(?<!\s)\s+\[[^\]]{1,300}:\d{1,6}\]\s{1,40}\[[^\]]{1,200}\]\s*$")
 
 
 def _re(pattern: str) -> re.Pattern[str]:

@@ -18,11 +18,12 @@ from gputriage.ingest.paste import PasteDoc
 __all__ = ["NvvsEntry", "NvvsLog", "claim_nvvs_log", "parse_nvvs_log"]
 
 _LINE = re.compile(
-    r"^\s*(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)\s+"
+    r"^\s*(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d{1,9})?)\s+"
     r"(?P<level>DEBUG|VERB|VERBOSE|INFO|WARN|WARNING|ERROR|CRIT|CRITICAL|FATAL)\s+"
-    r"\[(?P<pid>\d+):\d+\]\s*(?P<msg>.*?)\s*$")
+    r"\[(?P<pid>\d{1,10}):\d{1,10}\]\s*(?P<msg>.*)$")  # msg stripped by the reader
 _PLUGIN = re.compile(r"^\[\[(?P<plugin>[\w .-]{1,40})\]\]\s*")
-_WHERE = re.compile(r"\s*\[(?P<file>[^\[\]]*?\.(?:cpp|h|hpp|c):\d+)\](?:\s*\[[^\[\]]*\])?\s*$")
+_WHERE = re.compile(r"\[(?P<file>[^\[\]]{0,300}?\.(?:cpp|h|hpp|c):\d{1,9})\]"
+                    r"(?:\s{0,40}\[[^\[\]]{0,300}\])?\s*$")
 # what only NVVS prints (its sources, its plugins, its config and child processes)
 _NVVS = re.compile(
     r"/nvvs/|\[\[\w|\bnvvs\b|diag-skus|package diag config|Output of child process|"
@@ -66,13 +67,13 @@ def parse_nvvs_log(text: str) -> NvvsLog:
     cur: NvvsEntry | None = None
     for raw in text.splitlines():
         if m := _LINE.match(raw):
-            msg = m.group("msg")
+            msg = m.group("msg").strip()
             plugin = None
             if p := _PLUGIN.match(msg):
                 plugin, msg = p.group("plugin"), msg[p.end():]
             where = _WHERE.search(msg)
             cur = NvvsEntry(m.group("time"), m.group("level"),
-                            msg[:where.start()] if where else msg, plugin,
+                            msg[:where.start()].rstrip() if where else msg, plugin,
                             where.group("file") if where else None, [raw.strip()])
             out.entries.append(cur)
         elif cur is not None and raw.strip() and len(cur.lines) < 200:

@@ -18,16 +18,19 @@ from gputriage.model import NODE, Action, Blame, Evidence, Finding, Scope, Sever
 from gputriage.parsers.dcgmi_diag_model import DiagMessage, DiagReport, DiagTest
 from gputriage.parsers.nvvs_log import NvvsLog
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
+from gputriage.views.scopes import index_ranges
 
 __all__ = ["NO_RESULT", "message_kind"]
 
-NO_RESULT = "dcgm.no-result"  # every test skipped: the check cannot tell (verdict unknown)
+NO_RESULT = "dcgm.no-result"  # every test skipped, or the output cut short: verdict unknown
 POWER_MARGIN = 0.05  # a targeted power miss within 5 % of the target: marginal
 DOC = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html"
 
-# DCGM error ids (dcgm_errors.h) and the kind of cause each is
+# DCGM error ids (dcgm_errors.h) and the kind of cause each is; "hardware": the GPU's own
+# memory or InfoROM, which DCGM 4.x reports from its deployment ("software") test
 _CODES = {29: "persistence", 40: "thermal", 41: "thermal", 44: "internal", 63: "power",
-          108: "cuda-not-ready"}
+          108: "cuda-not-ready", **dict.fromkeys((4, 6, 7, 8, 9, 80, 81, 83, 84, 85),
+                                                 "hardware")}
 _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (k, re.compile(p, re.IGNORECASE)) for k, p in (
     ("cuda-not-ready", r"system not yet initiali[sz]ed|cudaErrorSystemNotReady|"
@@ -43,14 +46,22 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     ("internal", r"internal error during the test|\binternal error\b"),
     ("persistence", r"Persistence mode for GPU \d+ is (?:currently )?disabled"),
     ("thermal", r"Thermal violations"),
-    ("power", r"Max power of [\d.]+ did not reach desired power minimum"),
+    ("power", r"Max power of [\d.]{1,20} did not reach desired power minimum"),
+    # DCGM_FR_ROW_REMAP_FAILURE, _UNCORRECTABLE_ROW_REMAP, _PENDING_ROW_REMAP,
+    # _PENDING_PAGE_RETIREMENTS, _RETIRED_PAGES_LIMIT, _RETIRED_PAGES_DBE_LIMIT,
+    # _DBE_PENDING_PAGE_RETIREMENTS, _CORRUPT_INFOROM, _VOLATILE_DBE_DETECTED, _UNCONTAINED
+    ("hardware", r"row remapping failed|uncorrectable memory errors and \d{1,9} rows were "
+                 r"remapped|row remappings are pending|pending retired page|retired pages "
+                 r"have been detected|retired pages due to DBEs|Pending page retirements "
+                 r"together with a DBE|corrupt InfoROM|volatile double-bit ECC error|"
+                 r"uncontained error"),
 ))
 INSTALL = frozenset({"plugins", "config", "unsupported", "mismatch"})
 RUN = frozenset({"affinity", "unparsable", "internal"})
 NOT_HARDWARE = INSTALL | RUN | {"cuda-not-ready", "persistence"}
 _HW_DEPLOYMENT = frozenset({"page retirement/row remap", "page retirement", "inforom"})
-_POWER = re.compile(r"Max power of (?P<got>[\d.]+) did not reach desired power minimum.*? of "
-                    r"(?P<want>\d+(?:\s?\.\s?\d+)?)")
+_POWER = re.compile(r"Max power of (?P<got>\d{1,6}(?:\.\d{1,6})?) did not reach desired power "
+                    r"minimum (?:\S{1,60} )?of (?P<want>\d{1,6}(?:\s?\.\s?\d{1,6})?)")
 _SLURM = re.compile(r"\b(?:srun|sbatch|salloc)\b")
 
 
@@ -74,26 +85,39 @@ def _deployment(t: DiagTest) -> bool:
 
 
 def _gpu_list(gpus: Iterable[int]) -> str:
-    g = sorted(set(gpus))
-    if len(g) > 2 and g == list(range(g[0], g[-1] + 1)):
-        return f"GPUs {g[0]}-{g[-1]}"
-    return ("GPU " if len(g) == 1 else "GPUs ") + ", ".join(map(str, g))
+    g = set(gpus)
+    return ("GPU " if len(g) == 1 else "GPUs ") + index_ranges(g)
 
 
-def _failed_gpus(t: DiagTest, report: DiagReport) -> list[int]:
-    """The GPUs a failed (or warned) test names; all of them for "Fail - All"."""
+# what a test's finding is about: a GPU index, other entities ("CPU0, CPU1"), or None
+Target = int | str | None
+
+
+def _targets(t: DiagTest, report: DiagReport) -> list[Target]:
+    """The GPUs a failed (or warned) test names; all of them for "Fail - All"; the other
+    entities (CPUs, switches, links) when it failed on those only; else None."""
     bad = t.gpus_with("fail") or t.gpus_with("warn")
     if bad:
-        return bad
-    if t.all_gpus in ("fail", "warn") or (t.status in ("fail", "warn") and not t.gpus):
+        return list(bad)
+    others = t.entities_with("fail") or t.entities_with("warn")
+    if others:
+        return [", ".join(others)]
+    if t.all_gpus in ("fail", "warn") or (t.status in ("fail", "warn") and not t.gpus
+                                          and not t.entities):
         named = {g for m in t.messages for g in m.gpus}
-        return sorted(named) or list(range(len(report.device_ids)))
-    return []
+        every: list[Target] = [*(sorted(named) or range(len(report.device_ids)))]
+        return every or [None]
+    return [None]
 
 
-def _on(t: DiagTest, gpu: int | None) -> list[DiagMessage]:
-    """The test's warnings and errors about one GPU (or about none in particular)."""
-    return [m for m in t.messages if m.kind != "info" and (not m.gpus or gpu in m.gpus)]
+def _on(t: DiagTest, target: Target) -> list[DiagMessage]:
+    """The test's warnings and errors about one GPU or entity (or about none)."""
+    if isinstance(target, str):
+        names = target.split(", ")
+        return [m for m in t.messages if m.kind != "info" and not m.gpus and (
+            not m.entities or set(m.entities) & set(names))]
+    return [m for m in t.messages if m.kind != "info" and not m.entities and (
+        not m.gpus or target in m.gpus)]
 
 
 # --- hardware ---------------------------------------------------------------------------
@@ -106,27 +130,45 @@ def diag_hardware(dcgmi_diag: DiagReport,
     EUD, NVLink, row remap): one finding per GPU with the tests and their warnings; a
     PCIe failure names the GPU's degraded link; a targeted power miss of a few percent
     is marginal, not a fault."""
-    per_gpu: dict[int | None, list[tuple[DiagTest, list[DiagMessage]]]] = {}
-    for t in dcgmi_diag.tests:
-        if t.status not in ("fail", "warn") or (_deployment(t) and t.key not in _HW_DEPLOYMENT):
-            continue
-        gpus: list[int | None] = [*_failed_gpus(t, dcgmi_diag)] or [None]
-        for gpu in gpus:
-            msgs = _on(t, gpu)
-            kinds = {_kind(m) for m in msgs}
-            if msgs and kinds <= NOT_HARDWARE:
-                continue  # DCGM's, CUDA's or the setup's failure: other rules say it
-            per_gpu.setdefault(gpu, []).append((t, msgs))
+    per_gpu = _failed_per_target(dcgmi_diag)
     for gpu, failed in per_gpu.items():
         pcie = [(t, m) for t, m in failed if t.key == "pcie"]
         power = [(t, m) for t, m in failed if t.key == "targeted power" and _marginal(m)]
         rest = [x for x in failed if x not in pcie and x not in power]
+        if isinstance(gpu, str):
+            yield _other_entities(gpu, failed, dcgmi_diag)
+            continue
         if rest:
             yield _hardware(gpu, rest, dcgmi_diag)
         if pcie:
             yield _pcie(gpu, pcie[0][0], pcie[0][1], pcie_links)
         if power and not rest:
             yield _power(gpu, power[0][0], power[0][1])
+
+
+def _failed_per_target(report: DiagReport) -> dict[Target, list[tuple[DiagTest,
+                                                                      list[DiagMessage]]]]:
+    """The failed or warned hardware tests of each GPU (or other entity) with their
+    messages on it; tests that failed for DCGM's, CUDA's or the setup's reasons left out."""
+    per_gpu: dict[Target, list[tuple[DiagTest, list[DiagMessage]]]] = {}
+    for t in report.tests:
+        if t.status not in ("fail", "warn"):
+            continue
+        # a deployment check says nothing of the hardware, unless what it found is the
+        # GPU's memory or InfoROM (DCGM 4.x's software test)
+        only_hw = _deployment(t) and t.key not in _HW_DEPLOYMENT
+        if only_hw and not any(_kind(m) == "hardware" for m in t.messages):
+            continue
+        for gpu in _targets(t, report):
+            msgs = _on(t, gpu)
+            if only_hw:
+                msgs = [m for m in msgs if _kind(m) == "hardware"]
+                if not msgs:
+                    continue
+            if msgs and {_kind(m) for m in msgs} <= NOT_HARDWARE:
+                continue  # DCGM's, CUDA's or the setup's failure: other rules say it
+            per_gpu.setdefault(gpu, []).append((t, msgs))
+    return per_gpu
 
 
 def _marginal(msgs: list[DiagMessage]) -> tuple[float, float] | None:
@@ -151,11 +193,15 @@ def _hardware(gpu: int | None, failed: list[tuple[DiagTest, list[DiagMessage]]],
               report: DiagReport) -> Finding:
     names = ", ".join(t.name for t, _ in failed)
     who = f"GPU {gpu}" if gpu is not None else "the GPUs"
-    hard = any((gpu is not None and t.gpus.get(gpu) == "fail") or t.all_gpus == "fail" or
-               (t.status == "fail" and not t.gpus and t.all_gpus is None) for t, _ in failed)
+    # a test whose own result is Warn warned, whatever word 4.x prints per GPU ("Fail")
+    hard = any(t.status != "warn" and (
+        (gpu is not None and t.gpus.get(gpu) == "fail") or t.all_gpus == "fail" or
+        (t.status == "fail" and not t.gpus and t.all_gpus is None)) for t, _ in failed)
     thermal = [m for _, msgs in failed for m in msgs if _kind(m) == "thermal"]
-    said = [m.text for _, msgs in failed for m in msgs if _kind(m) != "thermal"][:2]
+    said = [m.text.rstrip(".") for _, msgs in failed for m in msgs if _kind(m) != "thermal"][:2]
     why = (f" DCGM says: {' / '.join(said)}." if said else "")
+    fault = ("a fault of the GPU's memory or InfoROM, found before any test ran" if all(
+        _deployment(t) for t, _ in failed) else "a hardware fault under load")
     cooling = (f" It also logged thermal violations ({thermal[0].text.split(' Verify')[0]}): "
                f"check the cooling of {who} (fans, airflow, the thermal interface) as part of "
                "the repair." if thermal else "")
@@ -163,7 +209,7 @@ def _hardware(gpu: int | None, failed: list[tuple[DiagTest, list[DiagMessage]]],
     if hard:
         return finding(
             "dcgm.test-failed", Severity.CRITICAL, f"DCGM diag{level}: {names} failed on {who}",
-            f"DCGM's {names} test failed on {who}: a hardware fault under load.{why}{cooling} "
+            f"DCGM's {names} test failed on {who}: {fault}.{why}{cooling} "
             "Drain the node, rerun the diagnostic on it (dcgmi diag -r 3) to confirm, and "
             "repair or RMA the GPU if it fails again.", Action.DRAIN_AND_REPAIR, Blame.NODE,
             _scope(gpu), _ev(t for t, _ in failed), references=(DOC,))
@@ -173,6 +219,31 @@ def _hardware(gpu: int | None, failed: list[tuple[DiagTest, list[DiagMessage]]],
         "works; look at it at the next maintenance window and rerun the diagnostic.",
         Action.PLAN_REPAIR, Blame.NODE, _scope(gpu), _ev(t for t, _ in failed),
         references=(DOC,))
+
+
+def _other_entities(who: str, failed: list[tuple[DiagTest, list[DiagMessage]]],
+                    report: DiagReport) -> Finding:
+    """A test that failed on CPUs, switches or links only: the node's, never a GPU's."""
+    names = ", ".join(t.name for t, _ in failed)
+    said = [m.text.rstrip(".") for _, msgs in failed for m in msgs][:2]
+    why = f" DCGM says: {' / '.join(said)}." if said else ""
+    level = f" (level {report.level})" if report.level else ""
+    hard = any(t.status != "warn" and any(t.entities.get(e) == "fail" for e in who.split(", "))
+               for t, _ in failed)
+    verb = "failed" if hard else "warned"
+    title = f"DCGM diag{level}: {names} {verb} on {who} (not a GPU)"
+    text = (f"DCGM's {names} test {verb} on {who}, not on a GPU: the GPUs are not "
+            f"implicated by it.{why} ")
+    if hard:
+        return finding(
+            "dcgm.test-failed", Severity.CRITICAL, title, text + "Drain the node, rerun the "
+            f"diagnostic to confirm, and have {who} (or what it sits on: its memory, "
+            "board or cabling) repaired.", Action.DRAIN_AND_REPAIR, Blame.NODE, NODE,
+            _ev(t for t, _ in failed), references=(DOC,))
+    return finding(
+        "dcgm.test-failed", Severity.WARNING, title, text + "Look at it at the next "
+        "maintenance window and rerun the diagnostic.", Action.PLAN_REPAIR, Blame.NODE,
+        NODE, _ev(t for t, _ in failed), references=(DOC,))
 
 
 def _link_of(gpu: int | None, links: list[PcieLink] | None) -> PcieLink | None:
@@ -246,20 +317,33 @@ def diag_setup(dcgmi_diag: DiagReport) -> Iterator[Finding]:
     if not_ready:
         yield _not_ready(not_ready, report)
     judged = [t for t in tests if not _deployment(t)]
-    if judged and not persistence and all(t.status == "skip" for t in judged):
+    stopped = any(t.status == "fail" and _deployment(t) for t in tests)  # DCGM then skips
+    if judged and not persistence and not stopped and all(t.status == "skip" for t in judged):
         yield _no_result(judged, report)
+    elif _cut_short(report):
+        yield _cut(report)
+
+
+def _cut_short(report: DiagReport) -> bool:
+    """Output that ends before the table's last line (or the JSON's), with nothing
+    failed or warned in what is there: the tests after it are unknown."""
+    return bool(report.tests) and not report.complete and not report.errors and not any(
+        t.status in ("fail", "warn") for t in report.tests)
 
 
 def _deployment_failed(tests: list[DiagTest]) -> Iterator[Finding]:
-    """Deployment checks failed for another reason than persistence mode."""
+    """Deployment checks failed for another reason than persistence mode (or than the
+    GPU's memory or InfoROM, which diag_hardware judges)."""
     for t in tests:
+        said = [m for m in t.messages if _kind(m) != "hardware"]
         if (t.status == "fail" and _deployment(t) and t.key not in _HW_DEPLOYMENT
-                and not any(_kind(m) == "persistence" for m in t.messages)):
+                and not any(_kind(m) == "persistence" for m in t.messages)
+                and (said or not t.messages)):
             yield finding(
                 "dcgm.deployment-failed", Severity.WARNING,
                 f"DCGM diag: deployment check {t.name} failed",
                 f"DCGM checks the node's software before it tests the GPUs; {t.name} failed"
-                + (f": {t.messages[0].text}" if t.messages else "")
+                + (f": {said[0].text}" if said else "")
                 + ". Fix it (a denylisted driver, CUDA_VISIBLE_DEVICES or another variable "
                 "set, a graphics process on the GPU, libraries not found) and rerun.",
                 Action.FIX_CONFIG, Blame.CONFIG, evidence=_ev([t]), references=(DOC,))
@@ -314,6 +398,17 @@ def _no_result(judged: list[DiagTest], report: DiagReport) -> Finding:
         "Every test skipped: the diagnostic says nothing of the GPUs, neither pass nor "
         f"fail.{why} Fix what made it skip and rerun before trusting the node to it.",
         Action.NONE, Blame.UNKNOWN, evidence=_ev(judged), references=(DOC,))
+
+
+def _cut(report: DiagReport) -> Finding:
+    last = report.tests[-1]
+    return finding(
+        NO_RESULT, Severity.INFO, f"dcgmi diag output cut short after {last.name}",
+        f"The diagnostic's output ends after {len(report.tests)} test(s), before the end of "
+        "its table (or of its JSON): what it shows passed or skipped, but the tests after "
+        f"{last.name} are not in it, so it says nothing for sure of the GPUs. Paste or "
+        "collect the whole output (dcgmi diag -r LEVEL -j), rerunning it if it was "
+        "interrupted.", Action.NONE, Blame.UNKNOWN, evidence=_ev([last]), references=(DOC,))
 
 
 # --- DCGM itself --------------------------------------------------------------------------

@@ -1,9 +1,12 @@
 """dcgm-exporter: the GPU fields it exports (judged like the same counters read by
-nvidia-smi, per GPU or MIG instance) and its own log (a monitoring stack that cannot
-reach DCGM or cannot start is a configuration problem, never a drained node).
+nvidia-smi, with nvidia-smi's thresholds, per GPU or MIG instance) and its own log (a
+monitoring stack that cannot reach DCGM or cannot start is a configuration problem,
+never a drained node).
 
-``DCGM_FI_DEV_XID_ERRORS`` is the last Xid DCGM saw on the GPU, not a count: its
-meaning and verdict come from the Xid catalog, 0 means none.
+``DCGM_FI_DEV_XID_ERRORS`` is the last Xid DCGM saw on the GPU, not a count and with no
+time: its meaning comes from the Xid catalog (0 means none), but it drains the node only
+when the kernel log has that Xid on that GPU too (and then it folds under the kernel's
+finding); alone it asks for a look at the next window.
 """
 
 from __future__ import annotations
@@ -11,24 +14,33 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from gputriage.hostfacts.dcgm import dcgm_support
-from gputriage.hostfacts.stack import GpuSighting
-from gputriage.knowledge.xid import xid_info
+from gputriage.knowledge.xid import all_xids, xid_info
 from gputriage.model import Action, Blame, Finding, Severity
 from gputriage.parsers.dcgm_exporter import ExporterLog, ExporterMetrics, GpuMetrics
+from gputriage.parsers.kernel_model import DriverEvent
 from gputriage.rules.base import action_for, evidence, finding, gpu_scope, rule
+from gputriage.rules.dcgm_host import NOT_THE_GPU, Visible
+from gputriage.rules.fabric import counter_severe
+from gputriage.rules.kernel_common import split_boots, xid_events
+from gputriage.rules.memory import (
+    CORRECTED_AGGREGATE_HIGH,
+    CORRECTED_VOLATILE_HIGH,
+    REMAP_UNCORRECTABLE_RMA,
+)
+from gputriage.rules.pcie import REPLAYS_WARN
+from gputriage.rules.thermal import HW_REASONS, TROUBLE_REASONS
 
-NOT_THE_GPU = "The GPUs are not implicated by this alone."
 SRC = "dcgm_exporter_metrics"
-CORRECTED_HIGH = 1000  # corrected ECC errors that mean memory wearing out (as memory.py)
-REPLAYS_WARN = 1000  # PCIe replays since reset (as pcie.py)
-NVLINK_ERRORS_WARN = 100  # CRC / replay errors over all links
-REMAP_UNCORRECTABLE_RMA = 8  # uncorrectable-error rows remapped: a repair case (as memory.py)
-# clock-event (throttle) reason bits, as NVML defines them
-HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_POWER_BRAKE = 0x8, 0x20, 0x40, 0x80
-_REASONS = {0x1: "GPU idle", 0x2: "application clocks setting", 0x4: "software power cap",
-            0x8: "hardware slowdown", 0x10: "sync boost", 0x20: "software thermal slowdown",
-            0x40: "hardware thermal slowdown", 0x80: "hardware power brake",
-            0x100: "display clock setting"}
+XID_IDS = tuple(f"dcgm.xid.{x.code}" for x in all_xids())  # as the kernel's xid.N
+# clock-event (throttle) reason bits as NVML defines them, by nvidia-smi's names
+_REASON_BITS = {0x1: ("gpu_idle", "GPU idle"),
+                0x2: ("applications_clocks_setting", "application clocks setting"),
+                0x4: ("sw_power_cap", "software power cap"),
+                0x8: ("hw_slowdown", "hardware slowdown"), 0x10: ("sync_boost", "sync boost"),
+                0x20: ("sw_thermal_slowdown", "software thermal slowdown"),
+                0x40: ("hw_thermal_slowdown", "hardware thermal slowdown"),
+                0x80: ("hw_power_brake_slowdown", "hardware power brake"),
+                0x100: ("display_clocks_setting", "display clock setting")}
 
 
 def _v(g: GpuMetrics, *names: str) -> float | None:
@@ -44,22 +56,37 @@ def _scope(g: GpuMetrics):
     return gpu_scope(g.bus_id, g.index, g.uuid)
 
 
-def _xid(g: GpuMetrics) -> Finding | None:
+def _xid(g: GpuMetrics, logged: set[tuple[int, str | None]]) -> Finding | None:
+    """The last Xid; ``logged``: the (code, bus id) of the kernel log's Xids (this boot)."""
     value = _v(g, "DCGM_FI_DEV_XID_ERRORS")
-    if not value:
-        return None
+    if not value or not value.is_integer() or not 0 < value < 1_000_000:
+        return None  # 0: none; a negative or fractional value is no Xid
     code = int(value)
     info = xid_info(code)
+    ev = _ev(g, "DCGM_FI_DEV_XID_ERRORS")
     if info is None:
-        return finding("dcgm.xid", Severity.WARNING, f"{g.label}: last Xid {code} (unknown code)",
+        return finding(f"dcgm.xid.{code}", Severity.WARNING,
+                       f"{g.label}: last Xid {code} (unknown code)",
                        "DCGM's last Xid on this GPU is not in the catalog: read the kernel log "
-                       "around it.", Action.NONE, Blame.UNKNOWN, _scope(g),
-                       _ev(g, "DCGM_FI_DEV_XID_ERRORS"))
+                       "around it.", Action.NONE, Blame.UNKNOWN, _scope(g), ev)
+    backed = (code, g.bus_id) in logged
+    severity = info.severity
+    if not backed and severity.rank > Severity.WARNING.rank:
+        severity = Severity.WARNING  # no time, no kernel line: not enough to drain on
+    action = action_for(severity, info.action)
+    why = ("The kernel log has it on this GPU too." if backed else
+           "The kernel log at hand does not show it: it may be old (the field keeps the last "
+           "Xid until the driver reloads), so this alone does not drain; read the kernel "
+           "log (journalctl -k | grep Xid) and act on what it shows.")
     return finding(
-        "dcgm.xid", info.severity, f"{g.label}: last Xid {code} ({info.meaning})",
-        "DCGM_FI_DEV_XID_ERRORS is the last Xid the GPU raised, not a count: when it came "
-        f"and how often is in the kernel log. {info.explanation}", info.action, info.blame,
-        _scope(g), _ev(g, "DCGM_FI_DEV_XID_ERRORS"))
+        f"dcgm.xid.{code}", severity, f"{g.label}: last Xid {code} ({info.meaning})",
+        "DCGM_FI_DEV_XID_ERRORS is the last Xid the GPU raised, not a count and without a "
+        f"time. {why} {info.explanation}", action, info.blame, _scope(g), ev)
+
+
+def _logged_xids(log_events: list[DriverEvent] | None) -> set[tuple[int, str | None]]:
+    this_boot, _ = split_boots(log_events or ())
+    return {(code, ev.bus_id) for code, ev in xid_events(this_boot)}
 
 
 def _ecc(g: GpuMetrics) -> Iterator[Finding]:
@@ -84,7 +111,7 @@ def _ecc(g: GpuMetrics) -> Iterator[Finding]:
             "the last reset", "Past uncorrectable errors were handled by a reset. Nothing to "
             "do now; a GPU that keeps collecting them should be repaired.",
             Action.NONE, Blame.NODE, _scope(g), ev)
-    if (sbe_vol or 0) >= CORRECTED_HIGH or (sbe_agg or 0) >= CORRECTED_HIGH:
+    if (sbe_vol or 0) >= CORRECTED_VOLATILE_HIGH or (sbe_agg or 0) >= CORRECTED_AGGREGATE_HIGH:
         rising = bool(sbe_vol)
         yield finding(
             "dcgm.ecc-correctable-high", Severity.WARNING if rising else Severity.INFO,
@@ -134,19 +161,18 @@ def _pcie(g: GpuMetrics) -> Finding | None:
         _ev(g, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"))
 
 
-_NVLINK = ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
-           "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
-           "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
-           "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL")
+_NVLINK = {"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": "CRC FLIT Error",
+           "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": "CRC Data Error",
+           "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": "Replay Error",
+           "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": "Recovery Error"}
 
 
 def _nvlink(g: GpuMetrics) -> Finding | None:
     counts = {n: g.values[n] for n in _NVLINK if g.values.get(n)}
     if not counts:
         return None
-    recovery = counts.get(_NVLINK[3], 0)
     total = sum(counts.values())
-    loud = recovery > 0 or total >= NVLINK_ERRORS_WARN
+    loud = any(counter_severe(_NVLINK[n], v) for n, v in counts.items())  # as nvidia-smi's
     return finding(
         "dcgm.nvlink-counters", Severity.WARNING if loud else Severity.INFO,
         f"{g.label}: {total:g} NVLink error(s) (CRC, replay, recovery)",
@@ -162,14 +188,18 @@ def _clocks(g: GpuMetrics) -> Finding | None:
                              "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS") if n in g.values), None)
     if name is None:
         return None
-    mask = int(g.values[name])
-    bad = mask & (HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE)
-    if not bad:
+    value = g.values[name]
+    if not value.is_integer() or not 0 <= value < 2**64:
+        return None  # not a bitmask
+    mask = int(value)
+    reasons = [r for bit, r in _REASON_BITS.items() if mask & bit]
+    active = {name for name, _ in reasons}
+    if not active & TROUBLE_REASONS:  # the reasons nvidia-smi's clocks rule alarms on
         return None
-    what = ", ".join(t for bit, t in _REASONS.items() if mask & bit)
+    what = ", ".join(text for _, text in reasons)
     ev = _ev(g, name, "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_UTIL")
     busy = bool(_v(g, "DCGM_FI_DEV_GPU_UTIL"))
-    if bad & (HW_THERMAL | HW_POWER_BRAKE) or (bad & HW_SLOWDOWN and busy):
+    if active & HW_REASONS or ("hw_slowdown" in active and busy):
         return finding(
             "dcgm.clock-events", Severity.CRITICAL, f"{g.label}: clocks cut by {what}",
             "The GPU's hardware protection cut its clocks (over-temperature, the chassis' "
@@ -183,22 +213,25 @@ def _clocks(g: GpuMetrics) -> Finding | None:
         action_for(Severity.WARNING, Action.FIX_CONFIG), Blame.NODE, _scope(g), ev)
 
 
-_CHECKS: tuple[Callable[[GpuMetrics], Finding | None], ...] = (_xid, _remap, _pcie, _nvlink,
+_CHECKS: tuple[Callable[[GpuMetrics], Finding | None], ...] = (_remap, _pcie, _nvlink,
                                                                 _clocks)
 
 
 @rule("dcgm.exporter-fields",
-      produces=("dcgm.metrics-healthy", "dcgm.xid", "dcgm.ecc-uncorrectable",
+      produces=("dcgm.metrics-healthy", *XID_IDS, "dcgm.ecc-uncorrectable",
                 "dcgm.ecc-correctable-high", "dcgm.remap-failed", "dcgm.remap-pending",
                 "dcgm.pcie-replays", "dcgm.nvlink-counters", "dcgm.clock-events"))
-def exporter_fields(dcgm_exporter_metrics: ExporterMetrics) -> Iterator[Finding]:
-    """Each GPU's (or MIG instance's) error fields: the last Xid through the Xid catalog,
-    ECC, row remapping, PCIe replays, NVLink errors and clock-event reasons; healthy
-    fields give one ok finding."""
+def exporter_fields(dcgm_exporter_metrics: ExporterMetrics,
+                    log_events: list[DriverEvent] | None = None) -> Iterator[Finding]:
+    """Each GPU's (or MIG instance's) error fields: the last Xid through the Xid catalog
+    (a warning at most unless the kernel log has it too), ECC, row remapping, PCIe
+    replays, NVLink errors and clock-event reasons, with nvidia-smi's thresholds;
+    healthy fields give one ok finding."""
     m = dcgm_exporter_metrics
+    logged = _logged_xids(log_events)
     found = 0
     for g in m.gpus:
-        for f in (*_ecc(g), *(check(g) for check in _CHECKS)):
+        for f in (*_ecc(g), _xid(g, logged), *(check(g) for check in _CHECKS)):
             if f is not None:
                 found += 1
                 yield f
@@ -213,12 +246,13 @@ def exporter_fields(dcgm_exporter_metrics: ExporterMetrics) -> Iterator[Finding]
             + (f", {migs} MIG instance(s)" if migs else "") + ", no error field set",
             f"The exported fields ({fields}) "
             "show no Xid, ECC, remap, replay or slowdown."
-            + (f" {m.unreadable} damaged line(s) were skipped." if m.unreadable else ""),
+            + (f" {m.unreadable} damaged line(s) were skipped." if m.unreadable else "")
+            + (f" {m.non_finite} NaN or infinite value(s) were skipped." if m.non_finite
+               else ""),
             Action.NONE, Blame.UNKNOWN, evidence=[evidence(SRC, [first])])
 
 
 # --- the exporter's log ----------------------------------------------------------------------
-Visible = tuple[str, list[GpuSighting]]
 
 
 @rule("dcgm.exporter-log",

@@ -13,15 +13,26 @@ from collections.abc import Iterator
 
 from gputriage import knowledge
 from gputriage.hostfacts.dcgm import DcgmVersion, dcgm_support
-from gputriage.hostfacts.stack import GpuSighting
 from gputriage.knowledge.cuda_compat import version_key
-from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.dcgmi import Discovery, HealthIncident, HealthReport, NvlinkReport
 from gputriage.parsers.nv_hostengine import HostengineLog
 from gputriage.rules.base import action_for, evidence, finding, gpu_scope, rule
+from gputriage.rules.fabric import Visible, counter_severe, locate
+
+__all__ = ["NOT_THE_GPU", "Visible", "dcgm_gpu"]
 
 NOT_THE_GPU = "The GPUs are not implicated by this alone."
-Visible = tuple[str, list[GpuSighting]]
+
+
+def dcgm_gpu(gpu_id: int | None, discovery: Discovery | None = None,
+             visible: Visible | None = None) -> Scope:
+    """The scope of DCGM's GPU ``gpu_id``: its bus id and UUID from dcgmi discovery, else
+    from the driver's GPU of that index (DCGM numbers GPUs in NVML's order)."""
+    for g in discovery.gpus if discovery is not None else ():
+        if g.gpu_id == gpu_id and g.bus_id:
+            return gpu_scope(g.bus_id, gpu_id, g.uuid)
+    return locate(visible, gpu_id, None)
 
 
 @rule("dcgm.discovery", produces=("dcgm.gpus-seen", "dcgm.gpus-unseen",
@@ -150,9 +161,11 @@ _WHAT = {
                                "dcgm.health-inforom", "dcgm.health-thermal",
                                "dcgm.health-power", "dcgm.health-driver",
                                "dcgm.health-nvswitch", "dcgm.health-unknown"))
-def health(dcgmi_health: HealthReport) -> Iterator[Finding]:
-    """``dcgmi health -c``: each GPU's failed or warned system as the matching cause;
-    DCGM's own internal error or unset watches as what could not be told."""
+def health(dcgmi_health: HealthReport, dcgmi_discovery: Discovery | None = None,
+           visible_gpus: Visible | None = None) -> Iterator[Finding]:
+    """``dcgmi health -c``: each GPU's failed or warned system as the matching cause
+    (placed on the GPU's bus id, so that nvidia-smi's same fact explains it); DCGM's own
+    internal error or unset watches as what could not be told."""
     h = dcgmi_health
     if h.hostengine_error:
         return  # dcgm.hostengine says it
@@ -165,18 +178,19 @@ def health(dcgmi_health: HealthReport) -> Iterator[Finding]:
             evidence=[evidence("dcgmi_health", [h.error])])
         return
     for inc in h.incidents:
-        yield _incident(inc)
+        scope = (dcgm_gpu(inc.entity_id, dcgmi_discovery, visible_gpus)
+                 if inc.entity == "GPU" else NODE)
+        yield _incident(inc, scope)
     if not h.incidents and h.overall == "healthy":
         yield finding("dcgm.health-ok", Severity.OK, "DCGM's health watches: healthy",
                       "dcgmi health -c reports no incident.", Action.NONE, Blame.UNKNOWN,
                       evidence=[evidence("dcgmi_health", [h.overall_line])])
 
 
-def _incident(inc: HealthIncident) -> Finding:
+def _incident(inc: HealthIncident, scope: Scope) -> Finding:
     fid, fail_action = _SYSTEMS.get(inc.system.lower(), ("dcgm.health-unknown",
                                                          Action.PLAN_REPAIR))
     who = f"{inc.entity} {inc.entity_id}" if inc.entity_id is not None else inc.entity
-    scope = gpu_scope(None, inc.entity_id) if inc.entity == "GPU" else NODE
     msg = f": {inc.message}" if inc.message else ""
     ev = [evidence("dcgmi_health", inc.lines)]
     if inc.health == "internal-error":
@@ -200,11 +214,12 @@ def _incident(inc: HealthIncident) -> Finding:
 
 # --- dcgmi nvlink -------------------------------------------------------------------------
 @rule("dcgm.nvlink", produces=("dcgm.nvlink-up", "dcgm.nvlink-down", "dcgm.nvlink-errors"))
-def nvlink(dcgmi_nvlink: NvlinkReport, dcgmi_discovery: Discovery | None = None
-           ) -> Iterator[Finding]:
+def nvlink(dcgmi_nvlink: NvlinkReport, dcgmi_discovery: Discovery | None = None,
+           visible_gpus: Visible | None = None) -> Iterator[Finding]:
     """Link states: every link down on every GPU with no NVSwitch is a bridge not fitted
-    or not seated; some links down beside others up is a failing link. Error counters:
-    recovery errors, or many CRC / replay errors, are a link wearing out."""
+    or not seated; some links down beside others up is a failing link; a paste that does
+    not show whether NVSwitches are there is a warning. Error counters are judged like
+    nvidia-smi's (rules/fabric.py): recovery errors, or a CRC or replay counter at 100."""
     r = dcgmi_nvlink
     names = {g.gpu_id: g.name for g in (dcgmi_discovery.gpus if dcgmi_discovery else ())}
     down = {g: st for g, st in r.gpu_links.items() if "D" in st}
@@ -220,7 +235,8 @@ def nvlink(dcgmi_nvlink: NvlinkReport, dcgmi_discovery: Discovery | None = None
         links = r.errors.get(gpu, {})
         recovery = sum(c.get("Recovery Error", 0) for c in links.values())
         total = sum(sum(c.values()) for c in links.values())
-        loud = recovery > 0 or total >= 100
+        loud = any(counter_severe(name, n) for c in links.values() for name, n in c.items()
+                   if n)
         yield finding(
             "dcgm.nvlink-errors", Severity.WARNING if loud else Severity.INFO,
             f"GPU {gpu}: {total} NVLink error(s) counted by DCGM"
@@ -230,8 +246,8 @@ def nvlink(dcgmi_nvlink: NvlinkReport, dcgmi_discovery: Discovery | None = None
             "out: watch the counters and reseat or repair the GPU or baseboard at the next "
             "maintenance window." if loud else
             "A few retried NVLink errors are normal. Worth watching.",
-            Action.PLAN_REPAIR if loud else Action.NONE, Blame.NODE, gpu_scope(None, gpu),
-            [evidence("dcgmi_nvlink", rows[:8])])
+            Action.PLAN_REPAIR if loud else Action.NONE, Blame.NODE,
+            dcgm_gpu(gpu, dcgmi_discovery, visible_gpus), [evidence("dcgmi_nvlink", rows[:8])])
 
 
 def _links_down(r: NvlinkReport, down: dict[int, list[str]],
@@ -242,10 +258,14 @@ def _links_down(r: NvlinkReport, down: dict[int, list[str]],
         r.gpu_links)
     profile = next((p for p in (knowledge.gpu_profile(n) for n in names.values() if n) if p),
                    None)
-    board = profile is not None and profile.form != "pcie"
+    # what says the GPUs are joined by NVSwitches or a baseboard: their model (from
+    # dcgmi discovery), or switches dcgmi lists with their links; "No NvSwitches found"
+    # says they are not, and a paste with neither (cut short) says nothing
+    switched = (profile is not None and profile.form != "pcie") or bool(r.switch_links)
+    bridged = r.no_switches and not switched
     n_down = sum(st.count("D") for st in down.values())
     gpus = ", ".join(str(g) for g in sorted(down))
-    if all_down and r.no_switches and not board:
+    if all_down and bridged:
         return finding(
             "dcgm.nvlink-down", Severity.WARNING,
             f"every NVLink down on GPU(s) {gpus} and no NVSwitch: the NVLink bridge is "
@@ -256,7 +276,7 @@ def _links_down(r: NvlinkReport, down: dict[int, list[str]],
             "correct). Reseat or fit the bridges at the next maintenance window. If these are "
             "SXM GPUs of a baseboard, it is critical instead: check the fabric manager.",
             Action.PLAN_REPAIR, Blame.NODE, evidence=ev)
-    if all_down:
+    if all_down and switched:
         return finding(
             "dcgm.nvlink-down", Severity.CRITICAL,
             f"every NVLink down on GPU(s) {gpus}",
@@ -264,7 +284,17 @@ def _links_down(r: NvlinkReport, down: dict[int, list[str]],
             "NVLink. On an NVSwitch system check nvidia-fabricmanager first; then reset the "
             "GPUs, and drain the node for repair if the links stay down.",
             Action.RESET_GPU, Blame.NODE, evidence=ev)
-    severity = Severity.CRITICAL if board or not r.no_switches else Severity.WARNING
+    if all_down:
+        return finding(
+            "dcgm.nvlink-down", Severity.WARNING,
+            f"every NVLink down on GPU(s) {gpus} (NVSwitches not shown)",
+            "The output shows every link of these GPUs down but not whether the node has "
+            "NVSwitches (no 'NvSwitches:' section: the paste may be cut short). On PCIe cards "
+            "it is an NVLink bridge absent or not seated; on baseboard GPUs it is critical "
+            "(check nvidia-fabricmanager, then reset the GPUs). Run dcgmi nvlink "
+            "--link-status and dcgmi discovery -l in full to tell which.",
+            Action.PLAN_REPAIR, Blame.NODE, evidence=ev)
+    severity = Severity.CRITICAL if switched else Severity.WARNING
     return finding(
         "dcgm.nvlink-down", severity,
         f"{n_down} NVLink(s) down on GPU(s) {gpus} while others are up",
@@ -272,7 +302,8 @@ def _links_down(r: NvlinkReport, down: dict[int, list[str]],
         "baseboard or bridge: NVLink bandwidth drops and NCCL can slow or hang. "
         + ("Drain the node; reset the GPU and repair it if the same links stay down."
            if severity is Severity.CRITICAL else
-           "Reseat the bridge at the next maintenance window."),
+           "Reseat the bridge at the next maintenance window (on baseboard GPUs, drain the "
+           "node and reset the GPU instead)."),
         action_for(severity, Action.DRAIN_AND_REPAIR), Blame.NODE, evidence=ev)
 
 

@@ -51,6 +51,15 @@ def _locate(visible: Visible | None, index: int | None, uuid: str | None) -> Sco
     return gpu_scope(None, index, uuid)
 
 
+locate = _locate  # public: the DCGM rules place their GPUs the same way
+
+
+def counter_severe(name: str, value: int | float) -> bool:
+    """Whether an NVLink error counter (by its name: CRC, replay, recovery...) is at or
+    above the count that makes it a warning (``ERROR_THRESHOLDS``)."""
+    return value >= ERROR_THRESHOLDS.get(counter_kind(name) or "error", 1)
+
+
 def _label(index: int | None, name: str | None) -> str:
     where = f"GPU {index}" if index is not None else "GPU"
     return f"{where} ({name})" if name else where
@@ -200,9 +209,7 @@ def _errors_finding(visible: Visible | None, gpu: NvlinkErrorGpu) -> Finding | N
     severe = saturated = False
     for link, counters in sorted(errors.items()):
         for name, value in counters.items():
-            kind = counter_kind(name) or "error"
-            limit = ERROR_THRESHOLDS.get(kind, 1)
-            severe |= value >= limit
+            severe |= counter_severe(name, value)
             saturated |= value >= SATURATED
             parts.append(f"link {link} {name} {value}")
     lines = [gpu.header] if gpu.header else []

@@ -158,6 +158,12 @@ _HW_REASONS = {
 }
 
 
+HW_REASONS = frozenset(_HW_REASONS)  # the reasons that cut the clocks hard: drain
+# the active reasons that mean trouble (idle, application clocks, power capping do not)
+TROUBLE_REASONS = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
+                             "sw_thermal_slowdown"})
+
+
 @rule("clocks.event-reasons",
       produces=("clocks.hw-slowdown", "clocks.hw-thermal-slowdown", "clocks.hw-power-brake",
                 "clocks.sw-thermal-slowdown"))
@@ -168,8 +174,7 @@ def clock_reasons(smi_views: list[SmiView]) -> Iterator[Finding]:
     for view in smi_views:
         reasons = view.value("clock_event_reasons") or {}
         active = {k for k, v in reasons.items() if v}
-        if not active & {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
-                         "sw_thermal_slowdown"}:
+        if not active & TROUBLE_REASONS:
             continue
         st = thermal_state(view)
         ev = (view.section(_CLOCK_SECTIONS, keep=_active)
