@@ -8,6 +8,7 @@ from typing import Any
 
 from gputriage.views.html.markup import (
     badge,
+    banner_box,
     definitions,
     esc,
     lines_block,
@@ -118,9 +119,7 @@ def weights_html(doc: dict[str, Any]) -> str:
         first = doc["herd"]["rows"][0]
         summary += (f"; {doc['herd']['replicas']} replicas at once: the last ready after "
                     f"{format_duration(first['ready_s'])}")
-    banner = tag("section", tag("p", badge(word) + " " + esc(summary), class_="verdict"),
-                 class_=f"banner sev-{word}", aria_label="verdict")
-    parts = [banner, _model(doc), _fit(doc), _load(doc)]
+    parts = [banner_box(word, esc(summary)), _model(doc), _fit(doc), _load(doc)]
     if doc["herd"]:
         parts.append(_herd(doc["herd"]))
     if doc["host"]:
