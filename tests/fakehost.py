@@ -41,3 +41,15 @@ class FakeHost:
 
     def nvml_argv(self) -> list[str]:
         return ["nvml-probe"]
+
+
+def gpu_host(root: Path, cls: type[FakeHost] = FakeHost, **kw: object) -> FakeHost:
+    """A FakeHost (of ``cls``) named gpu-node-001 with one H100 on PCI (0000:18:00.0) and
+    the nvidia module loaded; ``kw`` go to the constructor (commands, hang)."""
+    host = cls(root, **kw)  # type: ignore[arg-type]
+    host.write("/proc/modules", "nvidia 56463360 10 nvidia_uvm, Live 0x0 (POE)\n")
+    host.write("/proc/sys/kernel/hostname", "gpu-node-001\n")
+    host.write("/sys/bus/pci/devices/0000:18:00.0/vendor", "0x10de\n")
+    host.write("/sys/bus/pci/devices/0000:18:00.0/class", "0x030200\n")
+    host.write("/sys/bus/pci/devices/0000:18:00.0/device", "0x2330\n")
+    return host

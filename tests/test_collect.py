@@ -8,7 +8,7 @@ import threading
 import time
 from unittest import mock
 
-from fakehost import FakeHost
+from fakehost import FakeHost, gpu_host
 
 from gputriage.collect import CollectOptions, collect, readers
 from gputriage.collect.host import run_bounded
@@ -19,13 +19,8 @@ PYTHON = sys.executable
 
 
 def _host(tmp_path, **kw) -> FakeHost:
-    host = FakeHost(tmp_path / "root", **kw)
-    host.write("/proc/modules", "nvidia 56463360 10 nvidia_uvm, Live 0x0 (POE)\n")
-    host.write("/proc/sys/kernel/hostname", "gpu-node-001\n")
+    host = gpu_host(tmp_path / "root", **kw)
     host.write("/proc/sys/kernel/random/boot_id", "0f0e0d0c-aaaa-bbbb-cccc-000000000001\n")
-    host.write("/sys/bus/pci/devices/0000:18:00.0/vendor", "0x10de\n")
-    host.write("/sys/bus/pci/devices/0000:18:00.0/class", "0x030200\n")
-    host.write("/sys/bus/pci/devices/0000:18:00.0/device", "0x2330\n")
     host.write("/sys/bus/pci/devices/0000:00:1f.0/vendor", "0x8086\n")
     host.write("/sys/bus/pci/devices/0000:00:1f.0/class", "0x060100\n")
     return host

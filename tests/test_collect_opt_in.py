@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fakehost import FakeHost
+from fakehost import FakeHost, gpu_host
 
 from gputriage import expect, sources
 from gputriage.cli import EXIT_USAGE, Environment, main
@@ -42,9 +42,8 @@ def cli(*argv: str) -> tuple[int, str]:
 
 
 def _gpu_host(tmp_path: Path, **kw) -> TimedHost:
-    host = TimedHost(tmp_path / "root", **kw)
-    host.write("/sys/bus/pci/devices/0000:18:00.0/vendor", "0x10de\n")
-    host.write("/sys/bus/pci/devices/0000:18:00.0/class", "0x030200\n")
+    host = gpu_host(tmp_path / "root", TimedHost, **kw)
+    assert isinstance(host, TimedHost)
     return host
 
 

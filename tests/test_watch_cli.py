@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakehost import FakeHost
+from fakehost import FakeHost, gpu_host
 from prometheus_client.parser import text_string_to_metric_families
 
 from gputriage.cli import main
@@ -69,14 +69,8 @@ def test_max_cycles_runs_that_many_checks_and_writes_the_textfile(fallen, tmp_pa
 
 def _hung_host(root: Path) -> FakeHost:
     """A host with an NVIDIA GPU on PCI whose ``nvidia-smi -q -x`` hangs."""
-    host = FakeHost(root, commands={("nvidia-smi", "-q", "-x"): (0, "")},
+    return gpu_host(root, commands={("nvidia-smi", "-q", "-x"): (0, "")},
                     hang={("nvidia-smi", "-q", "-x"): 5.0})
-    host.write("/proc/modules", "nvidia 56463360 10 nvidia_uvm, Live 0x0 (POE)\n")
-    host.write("/proc/sys/kernel/hostname", "gpu-node-001\n")
-    host.write("/sys/bus/pci/devices/0000:18:00.0/vendor", "0x10de\n")
-    host.write("/sys/bus/pci/devices/0000:18:00.0/class", "0x030200\n")
-    host.write("/sys/bus/pci/devices/0000:18:00.0/device", "0x2330\n")
-    return host
 
 
 def test_a_hung_collector_is_a_finding_and_the_next_cycle_still_runs(tmp_path):
