@@ -201,12 +201,28 @@ class Snapshot:
                         problems.append(f"{origin}: {fname}: {human(item.size)}, only the "
                                         f"last {human(len(item.data))} read")
             captures[name] = Captured(name, text, rec, f"{origin}:{fname or name}")
+            problems += _stray_lines(origin, name, rec.get("strays"))
         if spent:
             shown = ", ".join(spent[:10]) + (f" and {len(spent) - 10} more" if spent[10:] else "")
             problems.append(f"{origin}: {len(spent)} source(s) not read, the "
                             f"{human(budget.limits.read_total)} read budget was spent: {shown}")
         manifest["sources"] = {name: cap.record for name, cap in captures.items()}
         return cls(captures, manifest, origin, problems)
+
+
+MAX_STRAY_LINES = 5  # per source
+
+
+def _stray_lines(origin: str, name: str, strays: Any) -> list[str]:
+    """A problem line per process a collected command left behind (collect/confine.py):
+    one that left its process group (killed), or one that survived SIGKILL."""
+    if not isinstance(strays, list):
+        return []
+    said = [s[:200] for s in strays if isinstance(s, str)]
+    lines = [f"{origin}: {name}: left a process behind, {s}" for s in said[:MAX_STRAY_LINES]]
+    if len(said) > MAX_STRAY_LINES:
+        lines.append(f"{origin}: {name}: {len(said) - MAX_STRAY_LINES} more processes left")
+    return lines
 
 
 def _unread(rec: dict, item: Got, fname: str, origin: str, spent: list[str],
@@ -237,6 +253,7 @@ _RECORD_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
     "bytes": ((int,), "an integer"), "truncated": ((bool,), "true or false"),
     "error": ((str,), "a string"), "error_detail": ((str,), "a string"),
     "file": ((str,), "a path in the snapshot"),
+    "strays": ((list,), "a list"),
 }
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gputriage.collect import confine
 from gputriage.collect import host as hostmod
 from gputriage.collect.host import LiveHost, child_env, run_bounded
 
@@ -130,7 +131,8 @@ def test_children_get_an_allowlisted_environment_and_run_in_root(monkeypatch):
     seen = json.loads(outcome.output)
     env = seen["env"]
     assert seen["cwd"] == "/"
-    assert set(env) <= {"PATH", "LD_LIBRARY_PATH", "TZ", "LC_ALL", "LANG"}
+    assert set(env) <= {"PATH", "LD_LIBRARY_PATH", "TZ", "LC_ALL", "LANG",
+                        confine.TOKEN_VAR}
     assert env["LD_LIBRARY_PATH"] == "/opt/nvidia/lib64"
     assert env["TZ"] == "UTC" and env["LC_ALL"] == "C"
     path = env["PATH"].split(":")
@@ -194,7 +196,7 @@ def test_a_hung_command_times_out_with_its_whole_group(tmp_path):
 
 def test_a_group_that_survives_the_kill_is_abandoned(tmp_path, monkeypatch):
     """Stands in for a process in uninterruptible sleep: the kill has no effect."""
-    monkeypatch.setattr(hostmod, "_kill_group", lambda proc: None)
+    monkeypatch.setattr(confine.Cell, "kill", lambda self: None)
     monkeypatch.setattr(hostmod, "KILL_GRACE_S", 0.5)
     pidfile = tmp_path / "leader.pid"
     cmd = _script(tmp_path / "stuck", f"echo $$ > {pidfile}\necho started\nexec sleep 60\n")
@@ -205,3 +207,151 @@ def test_a_group_that_survives_the_kill_is_abandoned(tmp_path, monkeypatch):
         assert outcome.duration_s < 0.5 + 0.5 + hostmod.DRAIN_GRACE_S + 1.5
     finally:
         os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+
+
+# --- a child that makes a session of its own (setsid) is still the command's
+
+
+@pytest.fixture(params=["cgroup", "process group"])
+def cell_kind(request, monkeypatch):
+    """Each test twice: in a cgroup leaf (where this host lets gputriage make one), and
+    with the process group and the environment token only."""
+    if request.param == "cgroup":
+        if confine.cgroup_base() is None:
+            pytest.skip("no writable cgroup v2 here (cgroup v1, read-only cgroupfs or "
+                        "not delegated): the process-group run covers this host")
+    else:
+        monkeypatch.setattr(confine, "_base_cache", [None])
+    return request.param
+
+
+def _escaper(tmp_path: Path, body: str = "sleep 60") -> tuple[Path, Path]:
+    pidfile = tmp_path / "escaped.pid"
+    script = _script(tmp_path / "nvidia-smi", (
+        "echo 'No devices were found'\n"
+        f"setsid sh -c 'echo $$ > {pidfile}; exec {body}' </dev/null >/dev/null 2>&1 &\n"
+        f"while [ ! -s {pidfile} ]; do sleep 0.01; done\nexit 6\n"))
+    return script, pidfile
+
+
+def test_a_child_in_a_session_of_its_own_is_killed_and_named(tmp_path, cell_kind):
+    script, pidfile = _escaper(tmp_path)
+    outcome = run_bounded([str(script)], timeout_s=20, cap_bytes=1 << 16)
+    pid = int(pidfile.read_text())
+    assert _gone_soon(pid, within_s=1.0), "the setsid child outlived the command"
+    assert outcome.rc == 6 and b"No devices were found" in outcome.output
+    assert outcome.confined == cell_kind
+    assert len(outcome.strays) == 1 and f"pid {pid} (sleep)" in outcome.strays[0]
+    assert "session of its own: killed" in outcome.strays[0]
+    assert outcome.duration_s < 3
+
+
+def test_a_hung_command_that_escaped_is_killed_at_the_timeout(tmp_path, cell_kind):
+    pidfile = tmp_path / "escaped.pid"
+    script = _script(tmp_path / "hang", (
+        f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 60' </dev/null >/dev/null 2>&1 &\n"
+        "trap '' TERM\nsleep 60\n"))
+    outcome = run_bounded([str(script)], timeout_s=0.5, cap_bytes=1 << 16)
+    assert outcome.timed_out
+    assert _gone_soon(int(pidfile.read_text()), within_s=1.0)
+    assert any("session of its own: killed" in s for s in outcome.strays)
+
+
+def test_no_cgroup_leaf_is_left_behind(tmp_path):
+    base = confine.cgroup_base()
+    if base is None:
+        pytest.skip("no writable cgroup v2 here")
+    script, _ = _escaper(tmp_path)
+    before = set(base.iterdir())
+    for _ in range(3):
+        run_bounded([str(script)], timeout_s=20, cap_bytes=1 << 16)
+    assert sorted(set(base.iterdir()) - before) == []
+    # and gputriage itself is back in its own cgroup, not in a leaf
+    assert os.getpid() in confine._read_pids(base / "cgroup.procs")
+
+
+def test_a_command_that_hangs_when_gputriage_exits_does_not_outlive_it(tmp_path, cell_kind):
+    """A watch stopped (or a check interrupted) while nvidia-smi hangs: the command's
+    thread is abandoned, and the exit kills what it started."""
+    pidfile = tmp_path / "hung.pid"
+    script = _script(tmp_path / "nvidia-smi", (
+        f"setsid sh -c 'echo $$ >> {pidfile}; exec sleep 60' </dev/null >/dev/null 2>&1 &\n"
+        f"echo $$ >> {pidfile}\ntrap '' TERM\nsleep 60\n"))
+    group_only = cell_kind == "process group"
+    code = (
+        "import sys, threading, time\n"
+        "from gputriage.collect import confine\n"
+        f"if {group_only}: confine._base_cache[:] = [None]\n"
+        "from gputriage.collect.host import run_bounded\n"
+        f"threading.Thread(target=run_bounded, args=([{str(script)!r}], 60, 4096),"
+        " daemon=True).start()\n"
+        "deadline = time.monotonic() + 10\n"
+        f"while open({str(pidfile)!r}, 'a+').seek(0, 2) < 4 or "
+        f"len(open({str(pidfile)!r}).read().split()) < 2:\n"
+        "    time.sleep(0.02)\n"
+        "    assert time.monotonic() < deadline\n"
+        "sys.exit(0)\n")
+    import subprocess
+
+    subprocess.run([PYTHON, "-c", code], check=True, timeout=30,
+                   env={**os.environ, "PYTHONPATH": str(Path(hostmod.__file__).parents[2])})
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) == 2
+    for pid in pids:
+        assert _gone_soon(pid, within_s=2.0), f"pid {pid} outlived gputriage"
+
+
+def test_strays_reach_the_report_as_problem_lines(tmp_path):
+    from gputriage import snapshot_writer
+    from gputriage.engine import analyze
+    from gputriage.snapshot import Snapshot
+
+    rec = snapshot_writer.source_record("nvidia_smi_q", rc=6, error="failed",
+                                        error_detail="exit status 6", with_file=False)
+    rec["strays"] = ["pid 4242 (nv-daemon) in a session of its own: killed",
+                     {"not": "a string"}]
+    manifest = snapshot_writer.new_manifest(host="gpu-1", created="2026-12-01T00:00:00+00:00",
+                                            boot_id=None, tool_version="x")
+    manifest["sources"] = {"nvidia_smi_q": rec}
+    manifest["complete"] = True
+    (tmp_path / "snap").mkdir()
+    (tmp_path / "snap" / "manifest.json").write_text(json.dumps(manifest))
+    result = analyze(Snapshot.load(tmp_path / "snap"))
+    lines = [p for p in result.unreadable if "left a process behind" in p]
+    assert lines == [f"{tmp_path / 'snap'}: nvidia_smi_q: left a process behind, "
+                     "pid 4242 (nv-daemon) in a session of its own: killed"]
+
+
+def test_a_watch_stopped_while_nvidia_smi_hangs_leaves_nothing_behind(tmp_path, cell_kind):
+    """The attack run's reproducer: `gputriage watch` stopped (SIGTERM twice: the running
+    check is abandoned) while every nvidia-smi call hangs and leaves a setsid child."""
+    import shutil
+    import subprocess
+
+    if any(shutil.which("nvidia-smi", path=d) for d in hostmod.SAFE_PATH):
+        pytest.skip("a real nvidia-smi is installed: the planted one would not be run")
+    pids = tmp_path / "pids"
+    _script(tmp_path / "bin" / "nvidia-smi", (
+        f"setsid sh -c 'echo $$ >> {pids}; exec sleep 60' </dev/null >/dev/null 2>&1 &\n"
+        f"echo $$ >> {pids}\ntrap '' TERM\nsleep 60\n"))
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+           "PYTHONPATH": str(Path(hostmod.__file__).parents[2])}
+    if cell_kind == "process group":
+        env["GPUTRIAGE_CONFINE"] = "group"
+    watch = subprocess.Popen([PYTHON, "-m", "gputriage", "watch", "--interval", "1",
+                              "--no-history", "--state-dir", str(tmp_path / "state")],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while not pids.exists() or len(pids.read_text().split()) < 4:
+            assert time.monotonic() < deadline, "nvidia-smi was never run"
+            time.sleep(0.05)
+        watch.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        watch.send_signal(signal.SIGTERM)  # a second signal abandons the running check
+        watch.wait(timeout=15)
+    finally:
+        watch.kill()
+        watch.wait()
+    left = [pid for pid in map(int, pids.read_text().split()) if not _gone_soon(pid, 2.0)]
+    assert left == [], f"{len(left)} processes outlived the watch"

@@ -58,6 +58,8 @@ def _collect_command(host: Host, spec: Source, timeout_s: float,
     assert outcome is not None
     rec: dict = {"argv": outcome.argv, "rc": outcome.rc, "duration_s": outcome.duration_s,
                  "truncated": outcome.truncated}
+    if outcome.strays:  # what left the command's process group, or survived SIGKILL
+        rec["strays"] = outcome.strays
     if outcome.not_found:
         rec.update(error="absent", error_detail=f"{outcome.argv[0]}: command not found", rc=None)
         return None, rec
@@ -238,6 +240,8 @@ def collect(host: Host, out: str | os.PathLike, options: CollectOptions | None =
         extra={"collector": {"deadline_s": opts.deadline_s, "timeout_s": opts.timeout_s,
                              "euid": os.geteuid() if hasattr(os, "geteuid") else None,
                              "opt_in": dict(opts.opt_in),
+                             # each command's cell: "cgroup" or "process group" (confine.py)
+                             "confine": getattr(host, "confinement", None),
                              "duration_s": round(time.monotonic() - start, 3)}},
     )
     manifest["sources"] = records

@@ -2,9 +2,11 @@
 runner with hard timeouts, and a clock. Tests swap in a fake.
 
 Commands never run through a shell, always with ``LC_ALL=C``, in their own
-process group. The run ends when the leader exits (plus a short grace for the
-pipe to drain) or at the timeout; then the whole group is killed, so a child
-left in the background can neither hold the run open nor outlive it. A process
+process group and, where the host allows it, their own cgroup (``confine.py``).
+The run ends when the leader exits (plus a short grace for the pipe to drain)
+or at the timeout; then the whole group and cgroup are killed, so a child left
+in the background (even one that made a session of its own) can neither hold
+the run open nor outlive it; one that left the group is reported. A process
 stuck in the kernel (a wedged driver leaves nvidia-smi in uninterruptible
 sleep) ignores SIGKILL: we stop waiting for it after a short grace and report
 the timeout, we never hang with it.
@@ -21,15 +23,16 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Protocol
+
+from gputriage.collect.confine import Cell, cgroup_base, open_cell
 
 KILL_GRACE_S = 2.0  # how long a SIGKILLed group may take before it is abandoned
 DRAIN_GRACE_S = 0.3  # after the leader exits, how long its last output may take to arrive
@@ -82,6 +85,9 @@ class CommandOutcome:
     timed_out: bool = False
     not_found: bool = False
     error: str | None = None  # OS error text when it could not start
+    # processes of the command still there when it ended: left its group, or unkillable
+    strays: list[str] = field(default_factory=list)
+    confined: str = ""  # "cgroup" or "process group" (collect/confine.py)
 
 
 class Host(Protocol):
@@ -201,11 +207,10 @@ def _watch(proc: subprocess.Popen, pipe: _Pipe, until: float) -> bool:
     return True
 
 
-def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen | CommandOutcome:
+def _start(cell: Cell, argv: list[str], env: dict[str, str]) -> subprocess.Popen | CommandOutcome:
     try:
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, cwd=CHILD_CWD,
-                                start_new_session=True)
+        return cell.popen(argv, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL, cwd=CHILD_CWD)
     except FileNotFoundError:
         return CommandOutcome(argv, not_found=True, error="command not found")
     except OSError as exc:
@@ -219,8 +224,10 @@ def run_bounded(argv: list[str], timeout_s: float, cap_bytes: int,
     ``env`` adds to ``child_env()``; the locale stays C whatever it says.
     """
     start = time.monotonic()
-    proc = _start(argv, {**child_env(), **(env or {}), "LC_ALL": "C", "LANG": "C"})
+    cell = open_cell()
+    proc = _start(cell, argv, {**child_env(), **(env or {}), "LC_ALL": "C", "LANG": "C"})
     if isinstance(proc, CommandOutcome):
+        cell.finish(grace_s=0.0)
         return proc
     assert proc.stdout is not None
     pipe = _Pipe(proc.stdout, cap_bytes, proc.pid)
@@ -229,31 +236,24 @@ def run_bounded(argv: list[str], timeout_s: float, cap_bytes: int,
         exited = _watch(proc, pipe, start + max(timeout_s, 0.001))
         if exited:  # what it wrote just before exiting; a background child may hold the pipe
             pipe.drain(time.monotonic() + DRAIN_GRACE_S)
-        _kill_group(proc)  # a timed-out leader, and whatever it left behind
+        cell.kill()  # a timed-out leader, and whatever it left behind
         killed = True
         reaped = exited or _watch(proc, pipe, time.monotonic() + KILL_GRACE_S)
         pipe.drain(time.monotonic() + DRAIN_GRACE_S)
     finally:
         if not killed:  # interrupted (Ctrl-C): still leave nothing behind
-            _kill_group(proc)
+            cell.kill()
         pipe.close()
     if reaped:  # a zombie by now: this wait returns at once
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=KILL_GRACE_S)
     # else unkillable (D state): abandoned rather than waited for
+    strays = cell.finish(grace_s=KILL_GRACE_S if reaped else DRAIN_GRACE_S)
     return CommandOutcome(
         argv, output=bytes(pipe.buf.data), rc=proc.returncode if exited else None,
         duration_s=time.monotonic() - start, truncated=pipe.buf.truncated,
-        timed_out=not exited,
+        timed_out=not exited, strays=[s.describe() for s in strays], confined=cell.how,
     )
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(OSError):
-            proc.kill()
 
 
 class LiveHost:
@@ -267,6 +267,12 @@ class LiveHost:
 
     def now(self) -> datetime:
         return datetime.now(timezone.utc)
+
+    @property
+    def confinement(self) -> str:
+        """How each command is held: in a cgroup leaf of its own, or its process group
+        only (then a child that makes a session of its own is found by its token)."""
+        return "cgroup" if cgroup_base() is not None else "process group"
 
     def nvml_argv(self) -> list[str]:
         """The probe as a file under isolated mode: neither the cwd nor PYTHON*
