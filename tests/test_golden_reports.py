@@ -3,7 +3,9 @@ exactly with tests/golden_reports/<scenario>.txt, and checked to read in an 80-c
 ticket: whole lines, no trailing blanks, no escape sequences, each finding's header on
 one line, evidence quoted verbatim, and no word broken when a terminal wraps it.
 
-Regenerate the files after a deliberate change of the report:
+The count of rules skipped for missing inputs is recorded as "N" (it changes whenever a
+rule is added, whatever it reads). Regenerate the files after a deliberate change of the
+report:
 
     GPUTRIAGE_UPDATE_GOLDEN=1 python -m pytest tests/test_golden_reports.py
 """
@@ -51,9 +53,19 @@ def _cli(root: Path, monkeypatch, *argv: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+# How many rules a report skips for missing inputs grows with every rule added anywhere;
+# it is not what an expert reads, so the recorded reports hold it as "N".
+_SKIPPED_COUNT = re.compile(r"^\d+ (rules? skipped)", re.MULTILINE)
+
+
+def _recorded(text: str) -> str:
+    return _SKIPPED_COUNT.sub(r"N \1", text)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_piped_report_matches_its_golden_file(built, monkeypatch, name) -> None:
     _, text = _cli(built, monkeypatch, "analyze", name)
+    text = _recorded(text)
     path = GOLDEN / f"{name}.txt"
     if UPDATE:
         path.parent.mkdir(exist_ok=True)
@@ -105,6 +117,7 @@ def test_no_word_is_broken_on_an_80_column_terminal(built, name) -> None:
                     Console(file=buf, width=WIDTH, force_terminal=True, color_system=None))
     wrapped = buf.getvalue()
     assert all(len(line) <= WIDTH for line in wrapped.splitlines())
+    wrapped = _recorded(wrapped)
     piped = (GOLDEN / f"{name}.txt").read_text(encoding="utf-8")
     piped = piped.replace(f"input: {name} ", f"input: {built / name} ")
     broken = {word for word in piped.split() if len(word) <= WIDTH - 20} - set(wrapped.split())

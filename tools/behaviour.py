@@ -5,7 +5,7 @@ every corpus sample: the guard of issue 11's refactor ("behaviour is kept").
     python tools/behaviour.py compare [--baseline FILE]
 
 The record keeps, per input, each finding's id, severity, blame, action, scope and
-title, the host and GPU tables, the skipped rule ids and the exit status, plus a digest
+title, the host and GPU tables and the exit status, plus a digest
 of the evidence lines (evidence quotes the input, so it is stored as a hash only).
 ``compare`` prints every difference and exits 1 when there is one.
 """
@@ -54,8 +54,6 @@ def summary(doc: dict) -> dict:
         "exit_status": doc["exit_status"], "verdict": doc["verdict"],
         "verdicts": doc.get("verdicts"),
         "host": doc["host"], "gpus": doc["gpus"], "findings": findings,
-        "skipped": sorted(s["rule"] if isinstance(s, dict) and "rule" in s else str(s)
-                          for s in doc["skipped"]),
         "unreadable": len(doc.get("unreadable") or []),
     }
 
