@@ -591,6 +591,37 @@ def _k8s_lint(f: Finding, host: Host) -> str | None:
     return _K8S_LINT.get(f.id)
 
 
+_DCGM = {  # DCGM's own problems and the monitoring stack's (rules/dcgm_*.py)
+    "dcgm.install-problem": "install one released DCGM whose dcgmi, nv-hostengine and "
+    "plugins are of one version, with the CUDA support package for the driver's CUDA "
+    "(datacenter-gpu-manager-4-cudaNN), restart nvidia-dcgm, and dcgmi diag -r 1 must run "
+    "every test it lists",
+    "dcgm.deployment-cascade": "fix the first check that failed (for persistence mode: "
+    "systemctl enable --now nvidia-persistenced, or nvidia-smi -pm 1), then dcgmi diag -r 1 "
+    "must pass every deployment check before the node goes back into service",
+    "dcgm.diag-mig-blocked": "test these GPUs while MIG can be off: when they are idle, "
+    "nvidia-smi -mig 0 (the GPU is reset), dcgmi diag -r 3, then re-create the MIG layout; "
+    "a health check should skip dcgmi diag on MIG nodes",
+    "dcgm.exporter-nvml-missing": "give the exporter's pod the NVIDIA runtime "
+    "(runtimeClassName: nvidia in its DaemonSet or Helm values, or nvidia as the node's "
+    "default runtime), then its log must show 'NVML provider successfully initialized' or "
+    "'Starting webserver' and curl NODE:9400/metrics must list DCGM_FI_DEV_* samples",
+    "dcgm.exporter-profiling-unsupported": "upgrade dcgm-exporter, or remove the "
+    "DCGM_FI_PROF_* lines from its counters CSV (its ConfigMap), and restart its pod",
+    "dcgm.profiling-busy": "list who holds the performance monitor (another nv-hostengine "
+    "or dcgm-exporter: ps -ef | grep -e nv-hostengine -e dcgm-exporter; a profiler: ncu, "
+    "nsys, nvprof), keep one host engine (dcgm-exporter -r localhost:5555), then dcgmi dmon "
+    "-e 1002,1003 must print values",
+    "dcgm.nvswitch-libs-missing": "install libnvidia-nscq of the driver's version where "
+    "the host engine runs, restart nvidia-dcgm, and dcgmi discovery -l must list the "
+    "NVSwitches",
+}
+
+
+def _dcgm(f: Finding, host: Host) -> str | None:
+    return _DCGM.get(f.id)
+
+
 def _dcgm_service(f: Finding, host: Host) -> str:
     return ("start or restart DCGM's host engine (systemctl restart nvidia-dcgm; in Kubernetes "
             "the GPU operator's nvidia-dcgm pod), upgrading DCGM first if it is older than the "
@@ -637,7 +668,8 @@ BY_ID: dict[str, Repair] = {
     "cuda.compat-lib-shadowing": _compat_libs, "cuda.forward-compat-unsupported": _compat_libs,
     "dcgm.persistence-off": _persistence, "dcgm.cuda-not-ready": _fabric_manager,
     "dcgm.pcie-failed": _pcie, "dcgm.power-marginal": _dcgm_rerun,
-    "dcgm.test-failed": _dcgm_rerun, "dcgm.install-problem": _dcgm_rerun,
+    **{fid: _dcgm for fid in _DCGM},
+    "dcgm.test-failed": _dcgm_rerun,
     "dcgm.internal-error": _dcgm_rerun, "dcgm.deployment-failed": _dcgm_rerun,
     "dcgm.hostengine-unreachable": _dcgm_service, "dcgm.gpus-unseen": _dcgm_service,
     "dcgm.too-old": _dcgm_service, "dcgm.remap-failed": _rma, "dcgm.nvlink-down": _nvlink,

@@ -15,14 +15,18 @@ from collections.abc import Iterable, Iterator
 
 from gputriage.hostfacts.pcie import PcieLink
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.parsers.dcgmi_diag import MIG_REFUSAL
 from gputriage.parsers.dcgmi_diag_model import DiagMessage, DiagReport, DiagTest
 from gputriage.parsers.nvvs_log import NvvsLog
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
 from gputriage.views.scopes import index_ranges
 
-__all__ = ["NO_RESULT", "message_kind"]
+__all__ = ["NO_RESULT", "NO_VERDICT", "message_kind"]
 
 NO_RESULT = "dcgm.no-result"  # every test skipped, or the output cut short: verdict unknown
+MIG_BLOCKED = "dcgm.diag-mig-blocked"  # NVVS refused to run on MIG-enabled GPUs
+NO_VERDICT = frozenset({NO_RESULT, MIG_BLOCKED})  # the diagnostic said nothing of the GPUs
+DOC_MIG = "https://github.com/NVIDIA/DCGM/issues/70"
 POWER_MARGIN = 0.05  # a targeted power miss within 5 % of the target: marginal
 DOC = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html"
 
@@ -35,6 +39,8 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (k, re.compile(p, re.IGNORECASE)) for k, p in (
     ("cuda-not-ready", r"system not yet initiali[sz]ed|cudaErrorSystemNotReady|"
                        r"SYSTEM_NOT_READY"),
+    ("mig", MIG_REFUSAL.pattern),
+    ("missing-test", r"requested test .{1,80} was not found among possible test choices"),
     ("affinity", r"numa_sched_setaffinity|sched_setaffinity\S* failed"),
     ("unparsable", r"Output of child process .{0,40}couldn'?t be parsed"),
     ("plugins", r"Could not exec '[^']*plugins/|Unable to change to the plugin dir|"
@@ -56,9 +62,9 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                  r"together with a DBE|corrupt InfoROM|volatile double-bit ECC error|"
                  r"uncontained error"),
 ))
-INSTALL = frozenset({"plugins", "config", "unsupported", "mismatch"})
+INSTALL = frozenset({"plugins", "missing-test", "config", "unsupported", "mismatch"})
 RUN = frozenset({"affinity", "unparsable", "internal"})
-NOT_HARDWARE = INSTALL | RUN | {"cuda-not-ready", "persistence"}
+NOT_HARDWARE = INSTALL | RUN | {"cuda-not-ready", "persistence", "mig"}
 _HW_DEPLOYMENT = frozenset({"page retirement/row remap", "page retirement", "inforom"})
 _POWER = re.compile(r"Max power of (?P<got>\d{1,6}(?:\.\d{1,6})?) did not reach desired power "
                     r"minimum (?:\S{1,60} )?of (?P<want>\d{1,6}(?:\s?\.\s?\d{1,6})?)")
@@ -151,8 +157,9 @@ def _failed_per_target(report: DiagReport) -> dict[Target, list[tuple[DiagTest,
     """The failed or warned hardware tests of each GPU (or other entity) with their
     messages on it; tests that failed for DCGM's, CUDA's or the setup's reasons left out."""
     per_gpu: dict[Target, list[tuple[DiagTest, list[DiagMessage]]]] = {}
+    echoes = cascade(report.tests)[1:]
     for t in report.tests:
-        if t.status not in ("fail", "warn"):
+        if t.status not in ("fail", "warn") or t in echoes:
             continue
         # a deployment check says nothing of the hardware, unless what it found is the
         # GPU's memory or InfoROM (DCGM 4.x's software test)
@@ -299,20 +306,26 @@ def _power(gpu: int | None, t: DiagTest, msgs: list[DiagMessage]) -> Finding:
 # --- the run's prerequisites --------------------------------------------------------------
 
 @rule("dcgm.diag-setup",
-      produces=("dcgm.persistence-off", "dcgm.deployment-failed", "dcgm.cuda-not-ready",
-                NO_RESULT))
+      produces=("dcgm.persistence-off", "dcgm.deployment-failed", "dcgm.deployment-cascade",
+                "dcgm.cuda-not-ready", MIG_BLOCKED, NO_RESULT, "dcgm.diag-passed"))
 def diag_setup(dcgmi_diag: DiagReport) -> Iterator[Finding]:
     """What kept the diagnostic from judging the GPUs: persistence mode off (DCGM then
-    skips its tests), another deployment check failed, CUDA not initialised on every GPU
-    (the NVLink fabric), or every test skipped."""
+    skips its tests), another deployment check failed (or a run of them, each echoing
+    the first), CUDA not initialised on every GPU (the NVLink fabric), MIG enabled (NVVS
+    refuses to run), or every test skipped; and a run whose every test passed."""
     report = dcgmi_diag
     tests = report.tests
-    persistence = [(t, m) for t in tests if t.status == "fail"
+    if mig := [m for m in report.errors if _kind(m) == "mig"]:
+        yield _mig_blocked(mig, report)
+    run = cascade(tests)
+    persistence = [(t, m) for t in tests if t.status == "fail" and t not in run[1:]
                    for m in t.messages if _kind(m) == "persistence"]
     skipped = [t for t in tests if t.status == "skip" and not _deployment(t)]
-    if persistence:
+    if run:
+        yield _cascade(run, skipped)
+    elif persistence:
         yield _persistence(persistence, skipped, len(report.device_ids))
-    yield from _deployment_failed(tests)
+    yield from _deployment_failed([t for t in tests if t not in run])
     not_ready = [(t, m) for t in tests for m in t.messages if _kind(m) == "cuda-not-ready"]
     if not_ready:
         yield _not_ready(not_ready, report)
@@ -322,6 +335,95 @@ def diag_setup(dcgmi_diag: DiagReport) -> Iterator[Finding]:
         yield _no_result(judged, report)
     elif _cut_short(report):
         yield _cut(report)
+    elif _passed(report):
+        yield _pass(report)
+
+
+def cascade(tests: list[DiagTest]) -> list[DiagTest]:
+    """The deployment checks that failed one after the other from a software check to
+    the last (at least three), none after the first saying a hardware fault of its own:
+    older NVVS marks every check after a failed one as failed too, so the first is the
+    cause and the others its echo. Empty when the failures are not such a run."""
+    deploy = [t for t in tests if _deployment(t)]
+    first = next((i for i, t in enumerate(deploy) if t.status == "fail"), None)
+    if first is None:
+        return []
+    run = deploy[first:]
+    if (len(run) < 3 or run[0].key in _HW_DEPLOYMENT
+            or any(t.status != "fail" for t in run)
+            or any(_kind(m) == "hardware" for t in run[1:] for m in t.messages)):
+        return []
+    return run
+
+
+def _cascade(run: list[DiagTest], skipped: list[DiagTest]) -> Finding:
+    first, rest = run[0], run[1:]
+    said = [m.text for m in first.messages if m.kind != "info"][:1]
+    why = f" DCGM says: {said[0]}." if said else ""
+    hardware = [t.name for t in rest if t.key in _HW_DEPLOYMENT]
+    hw = (f" {' and '.join(hardware)} failing with no message of their own is part of "
+          "that echo, not a finding on the GPUs' memory or InfoROM." if hardware else "")
+    skip = (f" The {len(skipped)} test(s) skipped after it are its consequence too."
+            if skipped else "")
+    fix = ("enable persistence mode (systemctl enable --now nvidia-persistenced, or "
+           "nvidia-smi -pm 1) and check that nvidia-smi answers" if first.key ==
+           "persistence mode" else f"fix what {first.name} checks")
+    return finding(
+        "dcgm.deployment-cascade", Severity.WARNING,
+        f"DCGM diag: deployment checks failed from {first.name} on "
+        f"({', '.join(t.name for t in rest)} after it)",
+        f"DCGM checks the node's software before it tests the GPUs. {first.name} failed "
+        f"first and every check after it failed as well, none with a message of its own: "
+        f"DCGM's deployment checks report a failure on the checks after the first one, so "
+        f"the first is the cause.{why}{hw}{skip} The node's software, not its hardware: "
+        f"{fix}, rerun dcgmi diag -r 1 and return the node once it passes; only a check "
+        "that still fails on its own then (Page Retirement, Inforom) speaks of a GPU.",
+        Action.FIX_CONFIG, Blame.CONFIG, evidence=_ev(run), references=(DOC,))
+
+
+def _mig_blocked(errors: list[DiagMessage], report: DiagReport) -> Finding:
+    gpus = sorted({g for m in errors for g in m.gpus})
+    on = f" ({_gpu_list(gpus)} in MIG mode)" if gpus else ""
+    return finding(
+        MIG_BLOCKED, Severity.INFO,
+        f"DCGM diag did not run: MIG is enabled{on}",
+        "NVVS refuses to run while a GPU it would test (or, with several GPUs, any of them) "
+        "has MIG mode enabled: MIG keeps the diagnostic from the whole GPU. Nothing was "
+        "tested, so this says nothing of the GPUs' health, good or bad; it is not a fault. "
+        "To test them, run the diagnostic when MIG can be disabled (nvidia-smi -mig 0 once "
+        "the GPU is idle, then re-create the MIG layout) or on a node without MIG; a "
+        "health check that runs dcgmi diag on MIG nodes should skip them.",
+        Action.FIX_CONFIG, Blame.CONFIG,
+        evidence=[evidence("dcgmi_diag", [ln for m in errors for ln in m.lines])],
+        references=(DOC, DOC_MIG))
+
+
+def _passed(report: DiagReport) -> bool:
+    return bool(report.tests) and not report.errors and all(
+        t.status in ("pass", "skip") for t in report.tests) and any(
+        t.status == "pass" for t in report.tests)
+
+
+def _tested_gpus(report: DiagReport) -> str:
+    gpus = {g for t in report.tests for g, st in t.gpus.items() if st == "pass"}
+    if gpus:
+        return f" on {_gpu_list(gpus)}"
+    n = len(report.device_ids)
+    return f" on {'its GPU' if n == 1 else f'all {n} GPUs'}" if n else ""
+
+
+def _pass(report: DiagReport) -> Finding:
+    passed = [t for t in report.tests if t.status == "pass"]
+    skipped = [t.name for t in report.tests if t.status == "skip"]
+    level = f" (level {report.level})" if report.level else ""
+    skip = (f" Skipped, saying nothing either way: {', '.join(skipped)} (a test this GPU, "
+            "this level or this installation does not run, such as EUD without its "
+            "package)." if skipped else "")
+    return finding(
+        "dcgm.diag-passed", Severity.OK,
+        f"DCGM diag{level}: {len(passed)} test(s) passed{_tested_gpus(report)}",
+        f"Every test DCGM ran passed: {', '.join(t.name for t in passed)}.{skip}",
+        Action.NONE, Blame.UNKNOWN, evidence=_ev(passed[:1]), references=(DOC,))
 
 
 def _cut_short(report: DiagReport) -> bool:
@@ -402,13 +504,16 @@ def _no_result(judged: list[DiagTest], report: DiagReport) -> Finding:
 
 def _cut(report: DiagReport) -> Finding:
     last = report.tests[-1]
+    passed = [t.name for t in report.tests if t.status == "pass"]
+    shown = (f"the {len(passed)} test(s) it shows passed{_tested_gpus(report)} "
+             f"({', '.join(passed)})" if passed else "what it shows was skipped")
     return finding(
         NO_RESULT, Severity.INFO, f"dcgmi diag output cut short after {last.name}",
         f"The diagnostic's output ends after {len(report.tests)} test(s), before the end of "
-        "its table (or of its JSON): what it shows passed or skipped, but the tests after "
-        f"{last.name} are not in it, so it says nothing for sure of the GPUs. Paste or "
-        "collect the whole output (dcgmi diag -r LEVEL -j), rerunning it if it was "
-        "interrupted.", Action.NONE, Blame.UNKNOWN, evidence=_ev([last]), references=(DOC,))
+        f"its table (or of its JSON): {shown}, with no failure among them, but the tests "
+        f"after {last.name} are not in it, so it cannot vouch for the rest of the run. "
+        "Paste or collect the whole output (dcgmi diag -r LEVEL -j).",
+        Action.NONE, Blame.UNKNOWN, evidence=_ev([last]), references=(DOC,))
 
 
 # --- DCGM itself --------------------------------------------------------------------------
@@ -429,6 +534,8 @@ def diag_tool(dcgmi_diag: DiagReport | None = None,
                     found.setdefault(k, []).append((m.text, [t.lines[0], *m.lines], "dcgmi_diag"))
         for m in dcgmi_diag.errors:
             k = _kind(m) or "returned"
+            if k == "mig":
+                continue  # not DCGM's fault: diag_setup says it
             found.setdefault(k if k in INSTALL | RUN else "returned", []).append(
                 (m.text, m.lines, "dcgmi_diag"))
     for e in nvvs_log.problems if nvvs_log is not None else ():
@@ -442,7 +549,9 @@ def diag_tool(dcgmi_diag: DiagReport | None = None,
         yield _run_problem(run, dcgmi_diag)
 
 
-_WHAT = {"plugins": "plugins missing or not loadable", "config": "its diag config missing",
+_WHAT = {"plugins": "plugins missing or not loadable",
+         "missing-test": "the requested test is not among its plugins",
+         "config": "its diag config missing",
          "unsupported": "the driver not supported", "mismatch": "versions that differ",
          "returned": "dcgmi diag returned an error"}
 
@@ -464,6 +573,11 @@ def _install(found: dict[str, list[tuple[str, list[str], str]]],
     pkgs = (f" The {'/'.join(cuda)} plugins are missing: install the DCGM support packages "
             "for every CUDA major version the driver supports (datacenter-gpu-manager-4-"
             f"{cuda[0]} and the others)." if cuda else "")
+    if "missing-test" in found:
+        pkgs += (" dcgmi diag has no test of the name asked for: its plugin is not installed "
+                 "(a DCGM built from source lacks the plugins NVIDIA does not publish, such "
+                 "as memory bandwidth; a package of the CUDA support plugins is missing) or "
+                 "the name is not one this release knows. Nothing was tested.")
     return finding(
         "dcgm.install-problem", Severity.WARNING,
         f"DCGM's installation cannot run its diagnostic: {what}{code}",
