@@ -223,6 +223,40 @@ GOLDEN: dict[str, tuple | Partial | Refused] = {
                                       (CALM, *GPU_FAULTS, "cuda.driver-too-old")),
     "torch-no-kernel-image-rtx5090": (("cuda.no-kernel-image=warning",),
                                       (CALM, *GPU_FAULTS, "cuda.driver-too-old")),
+    # --- 11: CUDA and frameworks (rules/cuda_job*.py, rules/driver.py; issue 31) ---
+    # PTX from a newer toolkit than the driver: the build or the driver, never the GPU
+    "cudamemtest31-ptx-unsupported": (("cuda.driver-too-old=warning",), (CALM, *GPU_FAULTS)),
+    "llamadfdx6-cuda-error-unsupported-ptx": (("cuda.driver-too-old=warning",),
+                                              (CALM, *GPU_FAULTS)),
+    # unlike most CUDA errors, an uncorrectable ECC error is the node's hardware
+    "deepfacelab89-tf-cuda-error-ecc": (("cuda.ecc-uncorrectable=critical",), (CALM,)),
+    # every GPU unopened at once, no GPU listed (WSL2 with a TCC GPU): not two lost GPUs
+    "wsl13027-nvidia-smi-unable-to-determine": (
+        ("nvidia-smi.gpus-unreachable=warning",),
+        (CALM, *GPU_FAULTS, "nvidia-smi.no-devices", "nvidia-smi.gpu-lost")),
+    # NVML_ERROR_OPERATING_SYSTEM in a GPU-PV guest: its configuration
+    "dxgkrnldkms7-gpupv-vm-nvml": (("nvidia-smi.nvml-init-failed=warning",
+                                    "container.nvml-os-blocked"),
+                                   (CALM, *GPU_FAULTS, "nvidia-smi.nvml-init-failed=critical")),
+    # 999 as CUDA starts: the node's driver state (nvidia_uvm), not the job
+    "llamacpp7218-ggml-cuda-init-unknown": (("cuda.unknown-error=warning",),
+                                            (CALM, *GPU_FAULTS)),
+    # runtime 12.6 on a 12.4 driver: minor-version compatibility, healthy
+    "devicequery-pass-wsl2-gtx1650": (("cuda.device-query-ok=ok",),
+                                      (CALM, *GPU_FAULTS, "cuda.device-query-failed",
+                                       "cuda.driver-too-old")),
+    # a time-sliced T4: others hold the memory, no isolation (the sharing's, the job's side)
+    "devplugin323-torch-cuda-oom": (("cuda.out-of-memory=warning",), (CALM, *GPU_FAULTS)),
+    "comosvc6-no-cuda-gpus-available": (("cuda.no-device=warning",), (CALM, *GPU_FAULTS)),
+    "ghaf-jetson-orin-gpuvm-ollama": (("cuda.gpu-found=ok", "tegra.production-mode=info"),
+                                      (CALM, *GPU_FAULTS)),
+    "icra2024axs5-docker-torch-error-804": (("cuda.forward-compat-unsupported=warning",),
+                                            (CALM, *GPU_FAULTS)),
+    # 803 with an old driver: the node's software, fixed by a driver, never a hardware drain
+    "easydiffusion379-torch-cuda-init-error-803": (("cuda.driver-mismatch=critical",),
+                                                   GPU_FAULTS),
+    # XLA needs 14.4 GiB on a 12 GB card: the job's size
+    "afprofile8-jax-resource-exhausted": (("cuda.out-of-memory=warning",), (CALM, *GPU_FAULTS)),
 }
 
 

@@ -433,8 +433,70 @@ def _container_devices(f: Finding, host: Host) -> str | None:
 
 
 def _nvml_init(f: Finding, host: Host) -> str | None:
+    if "blocked by the operating system" in f.title or f.id == "container.nvml-os-blocked":
+        return ("give the process the GPU's control device: a container with the NVIDIA "
+                "runtime (--gpus all, or a CDI device); under WSL2 or a GPU-PV VM, the host "
+                "driver's files in /usr/lib/wsl/lib with their symlinks (ls -l "
+                "/usr/lib/wsl/lib); /usr/lib/wsl/lib/nvidia-smi must then list the GPU")
     return (_container_devices(f, host) if "inside this container" in f.title
             else _version_mismatch(f, host))
+
+
+def _gpu_hardware(f: Finding, host: Host) -> str:
+    """A CUDA error that is the GPU's hardware (214, 220): what to read after the reset."""
+    if f.id == "cuda.nvlink-uncorrectable":
+        return ("check its links after the reset: nvidia-smi nvlink -s and nvidia-smi nvlink -e "
+                "must show every link up and no new errors, else repair the GPU or baseboard")
+    return ("check its memory after the reset: nvidia-smi -q -d ECC,ROW_REMAPPER "
+            "(PAGE_RETIREMENT on older GPUs) must show no pending remap, no remap failure and "
+            "no new uncorrectable error, else RMA the GPU")
+
+
+def _cuda_node(f: Finding, host: Host) -> str | None:
+    """The node's software a CUDA error speaks of."""
+    if f.id == "cuda.unknown-error" and f.blame is Blame.NODE:
+        return (_module("nvidia_uvm")(f, host) + "; if it loads and CUDA still fails, "
+                "reinstall the driver (or reboot) and read the kernel log for Xids")
+    if f.id == "cuda.driver-mismatch" and f.action is Action.FIX_SOFTWARE:
+        return ("install one current driver release completely (its kernel module and "
+                "libraries; cat /proc/driver/nvidia/version and nvidia-smi must print the "
+                "same version) and reboot; then rerun the program")
+    if f.id == "cuda.forward-compat-unsupported" and f.blame is Blame.NODE:
+        return ("upgrade the node's driver to one that supports the program's CUDA "
+                "(nvidia-smi's CUDA Version must reach the image's), or reboot if it was "
+                "just updated in place; then torch.cuda.is_available() in the container")
+    return None
+
+
+def _no_device(f: Finding, host: Host) -> str | None:
+    if f.blame is not Blame.JOB_CONFIG:
+        return None
+    return ("print CUDA_VISIBLE_DEVICES and nvidia-smi -L where the job runs; unset it (or "
+            "drop a hard-coded os.environ['CUDA_VISIBLE_DEVICES'] from the script) or set it "
+            "to GPUs the machine has; in a container give it its GPUs (--gpus all, a "
+            "nvidia.com/gpu request); torch.cuda.device_count() must then be above 0")
+
+
+def _oom(f: Finding, host: Host) -> str:
+    if "other processes hold" in f.title:
+        return ("cap each process sharing the GPU (torch.cuda.set_per_process_memory_fraction,"
+                " TF memory growth) or give the pods fewer replicas per GPU (or MIG); "
+                "nvidia-smi --query-compute-apps=pid,used_memory --format=csv shows who holds "
+                "it; resubmit the job")
+    if "needs" in f.title:
+        return ("run the job on a GPU with more memory than it needs, or shrink the model, "
+                "input or batch until it fits; resubmit it")
+    return ("lower the job's memory use (batch, sequence length) or free the GPU (nvidia-smi "
+            "--query-compute-apps=pid,used_memory --format=csv lists stray processes), and "
+            "resubmit it")
+
+
+def _unreachable(f: Finding, host: Host) -> str:
+    return ("find where nvidia-smi ran: on bare metal read the kernel log (dmesg | grep -i "
+            "-e xid -e 'fallen off'; Xid 79 on a GPU means drain and repair it); under WSL2 "
+            "put every GPU in WDDM mode on the Windows host (nvidia-smi -dm 0) or hide the TCC "
+            "one; in a container or VM fix its device access; nvidia-smi must then list the "
+            "GPUs")
 
 
 def _devnodes(f: Finding, host: Host) -> str:
@@ -665,7 +727,12 @@ BY_ID: dict[str, Repair] = {
     "devnode.wrong-number": _devnodes,
     "cuda.driver-too-old": _cuda_build, "cuda.driver-unseen": _cuda_build,
     "cuda.no-kernel-image": _cuda_build, "container.cuda-requirement": _cuda_build,
-    "cuda.compat-lib-shadowing": _compat_libs, "cuda.forward-compat-unsupported": _compat_libs,
+    "cuda.compat-lib-shadowing": _compat_libs,
+    "cuda.forward-compat-unsupported": lambda f, h: _cuda_node(f, h) or _compat_libs(f, h),
+    "cuda.ecc-uncorrectable": _gpu_hardware, "cuda.nvlink-uncorrectable": _gpu_hardware,
+    "cuda.unknown-error": _cuda_node, "cuda.driver-mismatch": _cuda_node,
+    "cuda.no-device": _no_device, "cuda.out-of-memory": _oom,
+    "nvidia-smi.gpus-unreachable": _unreachable, "container.nvml-os-blocked": _nvml_init,
     "dcgm.persistence-off": _persistence, "dcgm.cuda-not-ready": _fabric_manager,
     "dcgm.pcie-failed": _pcie, "dcgm.power-marginal": _dcgm_rerun,
     **{fid: _dcgm for fid in _DCGM},
