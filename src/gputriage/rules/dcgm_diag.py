@@ -1,6 +1,8 @@
 """Rules on DCGM's diagnostic (``dcgmi diag``, ``nvvs.log``): what a failed, warned or
 skipped test says of the GPUs, and when it says nothing of them because DCGM itself
-could not run it (its installation, how it was launched, a prerequisite).
+could not run it (its installation, how it was launched). The helpers both areas read
+are here; what kept the run from judging the GPUs (a prerequisite, MIG, a run cut
+short) and a run that passed are :mod:`gputriage.rules.dcgm_diag_setup`'s.
 
 One cause is one finding: a GPU's failed tests make one finding with their warnings
 (thermal violations name the cooling), the tests skipped because persistence mode is
@@ -21,12 +23,12 @@ from gputriage.parsers.nvvs_log import NvvsLog
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
 from gputriage.views.scopes import index_ranges
 
-__all__ = ["NO_RESULT", "NO_VERDICT", "message_kind"]
+__all__ = ["DOC", "HW_DEPLOYMENT", "MIG_BLOCKED", "NO_RESULT", "NO_VERDICT", "cascade",
+           "diag_evidence", "diag_kind", "gpu_list", "is_deployment", "message_kind"]
 
 NO_RESULT = "dcgm.no-result"  # every test skipped, or the output cut short: verdict unknown
 MIG_BLOCKED = "dcgm.diag-mig-blocked"  # NVVS refused to run on MIG-enabled GPUs
 NO_VERDICT = frozenset({NO_RESULT, MIG_BLOCKED})  # the diagnostic said nothing of the GPUs
-DOC_MIG = "https://github.com/NVIDIA/DCGM/issues/70"
 POWER_MARGIN = 0.05  # a targeted power miss within 5 % of the target: marginal
 DOC = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html"
 
@@ -65,7 +67,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 INSTALL = frozenset({"plugins", "missing-test", "config", "unsupported", "mismatch"})
 RUN = frozenset({"affinity", "unparsable", "internal"})
 NOT_HARDWARE = INSTALL | RUN | {"cuda-not-ready", "persistence", "mig"}
-_HW_DEPLOYMENT = frozenset({"page retirement/row remap", "page retirement", "inforom"})
+HW_DEPLOYMENT = frozenset({"page retirement/row remap", "page retirement", "inforom"})
 _POWER = re.compile(r"Max power of (?P<got>\d{1,6}(?:\.\d{1,6})?) did not reach desired power "
                     r"minimum (?:\S{1,60} )?of (?P<want>\d{1,6}(?:\s?\.\s?\d{1,6})?)")
 _SLURM = re.compile(r"\b(?:srun|sbatch|salloc)\b")
@@ -79,18 +81,18 @@ def message_kind(text: str, code: int | None = None) -> str | None:
     return _CODES.get(code) if code is not None else None
 
 
-def _kind(m: DiagMessage) -> str | None:
+def diag_kind(m: DiagMessage) -> str | None:
     return message_kind(m.text, m.code)
 
 
-def _deployment(t: DiagTest) -> bool:
+def is_deployment(t: DiagTest) -> bool:
     return (t.category or "").lower() == "deployment" or t.key in (
         "denylist", "blacklist", "nvml library", "cuda main library", "software",
         "permissions and os blocks", "persistence mode", "environment variables",
-        "graphics processes", *_HW_DEPLOYMENT)
+        "graphics processes", *HW_DEPLOYMENT)
 
 
-def _gpu_list(gpus: Iterable[int]) -> str:
+def gpu_list(gpus: Iterable[int]) -> str:
     g = set(gpus)
     return ("GPU " if len(g) == 1 else "GPUs ") + index_ranges(g)
 
@@ -124,6 +126,23 @@ def _on(t: DiagTest, target: Target) -> list[DiagMessage]:
             not m.entities or set(m.entities) & set(names))]
     return [m for m in t.messages if m.kind != "info" and not m.entities and (
         not m.gpus or target in m.gpus)]
+
+
+def cascade(tests: list[DiagTest]) -> list[DiagTest]:
+    """The deployment checks that failed one after the other from a software check to
+    the last (at least three), none after the first saying a hardware fault of its own:
+    older NVVS marks every check after a failed one as failed too, so the first is the
+    cause and the others its echo. Empty when the failures are not such a run."""
+    deploy = [t for t in tests if is_deployment(t)]
+    first = next((i for i, t in enumerate(deploy) if t.status == "fail"), None)
+    if first is None:
+        return []
+    run = deploy[first:]
+    if (len(run) < 3 or run[0].key in HW_DEPLOYMENT
+            or any(t.status != "fail" for t in run)
+            or any(diag_kind(m) == "hardware" for t in run[1:] for m in t.messages)):
+        return []
+    return run
 
 
 # --- hardware ---------------------------------------------------------------------------
@@ -163,16 +182,16 @@ def _failed_per_target(report: DiagReport) -> dict[Target, list[tuple[DiagTest,
             continue
         # a deployment check says nothing of the hardware, unless what it found is the
         # GPU's memory or InfoROM (DCGM 4.x's software test)
-        only_hw = _deployment(t) and t.key not in _HW_DEPLOYMENT
-        if only_hw and not any(_kind(m) == "hardware" for m in t.messages):
+        only_hw = is_deployment(t) and t.key not in HW_DEPLOYMENT
+        if only_hw and not any(diag_kind(m) == "hardware" for m in t.messages):
             continue
         for gpu in _targets(t, report):
             msgs = _on(t, gpu)
             if only_hw:
-                msgs = [m for m in msgs if _kind(m) == "hardware"]
+                msgs = [m for m in msgs if diag_kind(m) == "hardware"]
                 if not msgs:
                     continue
-            if msgs and {_kind(m) for m in msgs} <= NOT_HARDWARE:
+            if msgs and {diag_kind(m) for m in msgs} <= NOT_HARDWARE:
                 continue  # DCGM's, CUDA's or the setup's failure: other rules say it
             per_gpu.setdefault(gpu, []).append((t, msgs))
     return per_gpu
@@ -192,7 +211,7 @@ def _scope(gpu: int | None) -> Scope:
     return gpu_scope(None, gpu) if gpu is not None else NODE
 
 
-def _ev(tests: Iterable[DiagTest]) -> list[Evidence]:
+def diag_evidence(tests: Iterable[DiagTest]) -> list[Evidence]:
     return [evidence("dcgmi_diag", [ln for t in tests for ln in t.lines], limit=24)]
 
 
@@ -204,11 +223,11 @@ def _hardware(gpu: int | None, failed: list[tuple[DiagTest, list[DiagMessage]]],
     hard = any(t.status != "warn" and (
         (gpu is not None and t.gpus.get(gpu) == "fail") or t.all_gpus == "fail" or
         (t.status == "fail" and not t.gpus and t.all_gpus is None)) for t, _ in failed)
-    thermal = [m for _, msgs in failed for m in msgs if _kind(m) == "thermal"]
-    said = [m.text.rstrip(".") for _, msgs in failed for m in msgs if _kind(m) != "thermal"][:2]
+    thermal = [m for _, msgs in failed for m in msgs if diag_kind(m) == "thermal"]
+    said = [m.text.rstrip(".") for _, msgs in failed for m in msgs if diag_kind(m) != "thermal"][:2]
     why = (f" DCGM says: {' / '.join(said)}." if said else "")
     fault = ("a fault of the GPU's memory or InfoROM, found before any test ran" if all(
-        _deployment(t) for t, _ in failed) else "a hardware fault under load")
+        is_deployment(t) for t, _ in failed) else "a hardware fault under load")
     cooling = (f" It also logged thermal violations ({thermal[0].text.split(' Verify')[0]}): "
                f"check the cooling of {who} (fans, airflow, the thermal interface) as part of "
                "the repair." if thermal else "")
@@ -219,12 +238,12 @@ def _hardware(gpu: int | None, failed: list[tuple[DiagTest, list[DiagMessage]]],
             f"DCGM's {names} test failed on {who}: {fault}.{why}{cooling} "
             "Drain the node, rerun the diagnostic on it (dcgmi diag -r 3) to confirm, and "
             "repair or RMA the GPU if it fails again.", Action.DRAIN_AND_REPAIR, Blame.NODE,
-            _scope(gpu), _ev(t for t, _ in failed), references=(DOC,))
+            _scope(gpu), diag_evidence(t for t, _ in failed), references=(DOC,))
     return finding(
         "dcgm.test-failed", Severity.WARNING, f"DCGM diag{level}: {names} warned on {who}",
         f"DCGM's {names} test passed with a warning on {who}.{why}{cooling} The GPU still "
         "works; look at it at the next maintenance window and rerun the diagnostic.",
-        Action.PLAN_REPAIR, Blame.NODE, _scope(gpu), _ev(t for t, _ in failed),
+        Action.PLAN_REPAIR, Blame.NODE, _scope(gpu), diag_evidence(t for t, _ in failed),
         references=(DOC,))
 
 
@@ -246,11 +265,11 @@ def _other_entities(who: str, failed: list[tuple[DiagTest, list[DiagMessage]]],
             "dcgm.test-failed", Severity.CRITICAL, title, text + "Drain the node, rerun the "
             f"diagnostic to confirm, and have {who} (or what it sits on: its memory, "
             "board or cabling) repaired.", Action.DRAIN_AND_REPAIR, Blame.NODE, NODE,
-            _ev(t for t, _ in failed), references=(DOC,))
+            diag_evidence(t for t, _ in failed), references=(DOC,))
     return finding(
         "dcgm.test-failed", Severity.WARNING, title, text + "Look at it at the next "
         "maintenance window and rerun the diagnostic.", Action.PLAN_REPAIR, Blame.NODE,
-        NODE, _ev(t for t, _ in failed), references=(DOC,))
+        NODE, diag_evidence(t for t, _ in failed), references=(DOC,))
 
 
 def _link_of(gpu: int | None, links: list[PcieLink] | None) -> PcieLink | None:
@@ -268,7 +287,7 @@ def _pcie(gpu: int | None, t: DiagTest, msgs: list[DiagMessage],
     who = f"GPU {gpu}" if gpu is not None else "the GPUs"
     link = _link_of(gpu, links)
     said = f" DCGM says: {msgs[0].text}." if msgs else ""
-    ev = _ev([t])
+    ev = diag_evidence([t])
     if link is not None:
         ev += [evidence(s, lines) for s, lines in link.evidence.items() if lines]
         return finding(
@@ -300,220 +319,7 @@ def _power(gpu: int | None, t: DiagTest, msgs: list[DiagMessage]) -> Finding:
         "held down explain more often than a failing board. Rerun the test and check the "
         "power limit and clocks (nvidia-smi -q -d POWER,PERFORMANCE); take the GPU out of "
         "service only if it fails again by more.", Action.FIX_CONFIG, Blame.UNKNOWN,
-        _scope(gpu), _ev([t]), references=(DOC,))
-
-
-# --- the run's prerequisites --------------------------------------------------------------
-
-@rule("dcgm.diag-setup",
-      produces=("dcgm.persistence-off", "dcgm.deployment-failed", "dcgm.deployment-cascade",
-                "dcgm.cuda-not-ready", MIG_BLOCKED, NO_RESULT, "dcgm.diag-passed"))
-def diag_setup(dcgmi_diag: DiagReport) -> Iterator[Finding]:
-    """What kept the diagnostic from judging the GPUs: persistence mode off (DCGM then
-    skips its tests), another deployment check failed (or a run of them, each echoing
-    the first), CUDA not initialised on every GPU (the NVLink fabric), MIG enabled (NVVS
-    refuses to run), or every test skipped; and a run whose every test passed."""
-    report = dcgmi_diag
-    tests = report.tests
-    if mig := [m for m in report.errors if _kind(m) == "mig"]:
-        yield _mig_blocked(mig, report)
-    run = cascade(tests)
-    persistence = [(t, m) for t in tests if t.status == "fail" and t not in run[1:]
-                   for m in t.messages if _kind(m) == "persistence"]
-    skipped = [t for t in tests if t.status == "skip" and not _deployment(t)]
-    if run:
-        yield _cascade(run, skipped)
-    elif persistence:
-        yield _persistence(persistence, skipped, len(report.device_ids))
-    yield from _deployment_failed([t for t in tests if t not in run])
-    not_ready = [(t, m) for t in tests for m in t.messages if _kind(m) == "cuda-not-ready"]
-    if not_ready:
-        yield _not_ready(not_ready, report)
-    judged = [t for t in tests if not _deployment(t)]
-    stopped = any(t.status == "fail" and _deployment(t) for t in tests)  # DCGM then skips
-    if judged and not persistence and not stopped and all(t.status == "skip" for t in judged):
-        yield _no_result(judged, report)
-    elif _cut_short(report):
-        yield _cut(report)
-    elif _passed(report):
-        yield _pass(report)
-
-
-def cascade(tests: list[DiagTest]) -> list[DiagTest]:
-    """The deployment checks that failed one after the other from a software check to
-    the last (at least three), none after the first saying a hardware fault of its own:
-    older NVVS marks every check after a failed one as failed too, so the first is the
-    cause and the others its echo. Empty when the failures are not such a run."""
-    deploy = [t for t in tests if _deployment(t)]
-    first = next((i for i, t in enumerate(deploy) if t.status == "fail"), None)
-    if first is None:
-        return []
-    run = deploy[first:]
-    if (len(run) < 3 or run[0].key in _HW_DEPLOYMENT
-            or any(t.status != "fail" for t in run)
-            or any(_kind(m) == "hardware" for t in run[1:] for m in t.messages)):
-        return []
-    return run
-
-
-def _cascade(run: list[DiagTest], skipped: list[DiagTest]) -> Finding:
-    first, rest = run[0], run[1:]
-    said = [m.text for m in first.messages if m.kind != "info"][:1]
-    why = f" DCGM says: {said[0]}." if said else ""
-    hardware = [t.name for t in rest if t.key in _HW_DEPLOYMENT]
-    hw = (f" {' and '.join(hardware)} failing with no message of their own is part of "
-          "that echo, not a finding on the GPUs' memory or InfoROM." if hardware else "")
-    skip = (f" The {len(skipped)} test(s) skipped after it are its consequence too."
-            if skipped else "")
-    fix = ("enable persistence mode (systemctl enable --now nvidia-persistenced, or "
-           "nvidia-smi -pm 1) and check that nvidia-smi answers" if first.key ==
-           "persistence mode" else f"fix what {first.name} checks")
-    return finding(
-        "dcgm.deployment-cascade", Severity.WARNING,
-        f"DCGM diag: deployment checks failed from {first.name} on "
-        f"({', '.join(t.name for t in rest)} after it)",
-        f"DCGM checks the node's software before it tests the GPUs. {first.name} failed "
-        f"first and every check after it failed as well, none with a message of its own: "
-        f"DCGM's deployment checks report a failure on the checks after the first one, so "
-        f"the first is the cause.{why}{hw}{skip} The node's software, not its hardware: "
-        f"{fix}, rerun dcgmi diag -r 1 and return the node once it passes; only a check "
-        "that still fails on its own then (Page Retirement, Inforom) speaks of a GPU.",
-        Action.FIX_CONFIG, Blame.CONFIG, evidence=_ev(run), references=(DOC,))
-
-
-def _mig_blocked(errors: list[DiagMessage], report: DiagReport) -> Finding:
-    gpus = sorted({g for m in errors for g in m.gpus})
-    on = f" ({_gpu_list(gpus)} in MIG mode)" if gpus else ""
-    return finding(
-        MIG_BLOCKED, Severity.INFO,
-        f"DCGM diag did not run: MIG is enabled{on}",
-        "NVVS refuses to run while a GPU it would test (or, with several GPUs, any of them) "
-        "has MIG mode enabled: MIG keeps the diagnostic from the whole GPU. Nothing was "
-        "tested, so this says nothing of the GPUs' health, good or bad; it is not a fault. "
-        "To test them, run the diagnostic when MIG can be disabled (nvidia-smi -mig 0 once "
-        "the GPU is idle, then re-create the MIG layout) or on a node without MIG; a "
-        "health check that runs dcgmi diag on MIG nodes should skip them.",
-        Action.FIX_CONFIG, Blame.CONFIG,
-        evidence=[evidence("dcgmi_diag", [ln for m in errors for ln in m.lines])],
-        references=(DOC, DOC_MIG))
-
-
-def _passed(report: DiagReport) -> bool:
-    return bool(report.tests) and not report.errors and all(
-        t.status in ("pass", "skip") for t in report.tests) and any(
-        t.status == "pass" for t in report.tests)
-
-
-def _tested_gpus(report: DiagReport) -> str:
-    gpus = {g for t in report.tests for g, st in t.gpus.items() if st == "pass"}
-    if gpus:
-        return f" on {_gpu_list(gpus)}"
-    n = len(report.device_ids)
-    return f" on {'its GPU' if n == 1 else f'all {n} GPUs'}" if n else ""
-
-
-def _pass(report: DiagReport) -> Finding:
-    passed = [t for t in report.tests if t.status == "pass"]
-    skipped = [t.name for t in report.tests if t.status == "skip"]
-    level = f" (level {report.level})" if report.level else ""
-    skip = (f" Skipped, saying nothing either way: {', '.join(skipped)} (a test this GPU, "
-            "this level or this installation does not run, such as EUD without its "
-            "package)." if skipped else "")
-    return finding(
-        "dcgm.diag-passed", Severity.OK,
-        f"DCGM diag{level}: {len(passed)} test(s) passed{_tested_gpus(report)}",
-        f"Every test DCGM ran passed: {', '.join(t.name for t in passed)}.{skip}",
-        Action.NONE, Blame.UNKNOWN, evidence=_ev(passed[:1]), references=(DOC,))
-
-
-def _cut_short(report: DiagReport) -> bool:
-    """Output that ends before the table's last line (or the JSON's), with nothing
-    failed or warned in what is there: the tests after it are unknown."""
-    return bool(report.tests) and not report.complete and not report.errors and not any(
-        t.status in ("fail", "warn") for t in report.tests)
-
-
-def _deployment_failed(tests: list[DiagTest]) -> Iterator[Finding]:
-    """Deployment checks failed for another reason than persistence mode (or than the
-    GPU's memory or InfoROM, which diag_hardware judges)."""
-    for t in tests:
-        said = [m for m in t.messages if _kind(m) != "hardware"]
-        if (t.status == "fail" and _deployment(t) and t.key not in _HW_DEPLOYMENT
-                and not any(_kind(m) == "persistence" for m in t.messages)
-                and (said or not t.messages)):
-            yield finding(
-                "dcgm.deployment-failed", Severity.WARNING,
-                f"DCGM diag: deployment check {t.name} failed",
-                f"DCGM checks the node's software before it tests the GPUs; {t.name} failed"
-                + (f": {said[0].text}" if said else "")
-                + ". Fix it (a denylisted driver, CUDA_VISIBLE_DEVICES or another variable "
-                "set, a graphics process on the GPU, libraries not found) and rerun.",
-                Action.FIX_CONFIG, Blame.CONFIG, evidence=_ev([t]), references=(DOC,))
-
-
-def _persistence(hits: list[tuple[DiagTest, DiagMessage]], skipped: list[DiagTest],
-                 tested: int) -> Finding:
-    gpus = sorted({g for _, m in hits for g in m.gpus})
-    on = _gpu_list(gpus) if gpus else "the GPUs"
-    if gpus and tested > len(gpus):
-        on += f" (of the {tested} tested; DCGM's message is cut short)"
-    skip = (f" The {len(skipped)} test(s) it then skipped ({', '.join(t.name for t in skipped)})"
-            " are its consequence, not results." if skipped else "")
-    return finding(
-        "dcgm.persistence-off", Severity.WARNING,
-        f"DCGM diag refused to test: persistence mode off on {on}",
-        "DCGM's diagnostic needs persistence mode and stops at its deployment checks "
-        f"without it: a configuration problem, not a hardware fault.{skip} Enable "
-        "persistence (systemctl enable --now nvidia-persistenced, or nvidia-smi -pm 1) and "
-        "rerun the diagnostic.", Action.FIX_CONFIG, Blame.CONFIG,
-        evidence=_ev(dict.fromkeys(t for t, _ in hits)), references=(DOC,))
-
-
-def _not_ready(hits: list[tuple[DiagTest, DiagMessage]], report: DiagReport) -> Finding:
-    gpus = sorted({g for _, m in hits for g in m.gpus})
-    tests = list(dict.fromkeys(t for t, _ in hits))
-    first = hits[0][1]
-    lines = [ln for t in tests for ln in t.lines[:2]] + first.lines
-    return finding(
-        "dcgm.cuda-not-ready", Severity.CRITICAL,
-        f"DCGM diag: CUDA not initialised on {_gpu_list(gpus) if gpus else 'the GPUs'} "
-        "(system not yet initialized: the NVLink fabric)",
-        f"{', '.join(t.name for t in tests)} failed because cuInit returned 'system not yet "
-        "initialized' (CUDA error 802) on every GPU it tried: not a GPU fault. On an "
-        "NVSwitch system (HGX, DGX) CUDA waits for the fabric manager to configure the "
-        "fabric: start and enable nvidia-fabricmanager (the driver's version), wait for the "
-        "GPUs' fabric state to read Completed, and rerun the diagnostic.",
-        Action.FIX_CONFIG, Blame.NODE, evidence=[evidence("dcgmi_diag", lines)],
-        references=(DOC,))
-
-
-def _no_result(judged: list[DiagTest], report: DiagReport) -> Finding:
-    reasons = [m.text for t in judged for m in t.messages][:2]
-    why = (f" DCGM says: {' / '.join(reasons)}." if reasons else
-           " DCGM skips a test when the GPU is not supported at that level (non-datacenter "
-           "GPUs run level 1 only), when its diag configuration is missing "
-           "(datacenter-gpu-manager-config's diag-skus.yaml) or its packages disagree: "
-           "nvvs.log (/var/log/nvidia-dcgm/nvvs.log) says which.")
-    return finding(
-        NO_RESULT, Severity.INFO,
-        f"DCGM diag gave no result: all {len(judged)} test(s) skipped",
-        "Every test skipped: the diagnostic says nothing of the GPUs, neither pass nor "
-        f"fail.{why} Fix what made it skip and rerun before trusting the node to it.",
-        Action.NONE, Blame.UNKNOWN, evidence=_ev(judged), references=(DOC,))
-
-
-def _cut(report: DiagReport) -> Finding:
-    last = report.tests[-1]
-    passed = [t.name for t in report.tests if t.status == "pass"]
-    shown = (f"the {len(passed)} test(s) it shows passed{_tested_gpus(report)} "
-             f"({', '.join(passed)})" if passed else "what it shows was skipped")
-    return finding(
-        NO_RESULT, Severity.INFO, f"dcgmi diag output cut short after {last.name}",
-        f"The diagnostic's output ends after {len(report.tests)} test(s), before the end of "
-        f"its table (or of its JSON): {shown}, with no failure among them, but the tests "
-        f"after {last.name} are not in it, so it cannot vouch for the rest of the run. "
-        "Paste or collect the whole output (dcgmi diag -r LEVEL -j).",
-        Action.NONE, Blame.UNKNOWN, evidence=_ev([last]), references=(DOC,))
+        _scope(gpu), diag_evidence([t]), references=(DOC,))
 
 
 # --- DCGM itself --------------------------------------------------------------------------
@@ -530,10 +336,10 @@ def diag_tool(dcgmi_diag: DiagReport | None = None,
     if dcgmi_diag is not None:
         for t in dcgmi_diag.tests:
             for m in t.messages:
-                if (k := _kind(m)) in INSTALL | RUN:
+                if (k := diag_kind(m)) in INSTALL | RUN:
                     found.setdefault(k, []).append((m.text, [t.lines[0], *m.lines], "dcgmi_diag"))
         for m in dcgmi_diag.errors:
-            k = _kind(m) or "returned"
+            k = diag_kind(m) or "returned"
             if k == "mig":
                 continue  # not DCGM's fault: diag_setup says it
             found.setdefault(k if k in INSTALL | RUN else "returned", []).append(
@@ -592,10 +398,10 @@ def _install(found: dict[str, list[tuple[str, list[str], str]]],
 def _run_problem(found: dict[str, list[tuple[str, list[str], str]]],
                  report: DiagReport | None) -> Finding:
     tests = [t for t in (report.tests if report else []) if t.status == "fail"
-             and any(_kind(m) in RUN for m in t.messages)]
+             and any(diag_kind(m) in RUN for m in t.messages)]
     passed = [t for t in tests if t.gpus and set(t.gpus.values()) == {"pass"}]
     names = ", ".join(t.name for t in tests) or "a test"
-    gpus = (f" Every GPU passed it ({_gpu_list(passed[0].gpus)}): the Fail is DCGM's, "
+    gpus = (f" Every GPU passed it ({gpu_list(passed[0].gpus)}): the Fail is DCGM's, "
             "not the hardware's." if passed else "")
     slurm = "affinity" in found or bool(report and report.command and
                                         _SLURM.search(report.command))
