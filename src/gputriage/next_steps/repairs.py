@@ -455,7 +455,7 @@ def _gpu_hardware(f: Finding, host: Host) -> str:
 def _cuda_node(f: Finding, host: Host) -> str | None:
     """The node's software a CUDA error speaks of."""
     if f.id == "cuda.unknown-error" and f.blame is Blame.NODE:
-        return (_module("nvidia_uvm")(f, host) + "; if it loads and CUDA still fails, "
+        return (f"{_module('nvidia_uvm')(f, host)}; if it loads and CUDA still fails, "
                 "reinstall the driver (or reboot) and read the kernel log for Xids")
     if f.id == "cuda.driver-mismatch" and f.action is Action.FIX_SOFTWARE:
         return ("install one current driver release completely (its kernel module and "

@@ -130,9 +130,9 @@ def parse_metrics(text: str) -> ExporterMetrics:
             continue
         _add(out, name, labels, number, line.strip())
     for ln in text.splitlines():
-        if (m := _SERIES.match(ln)) and (labels := _series_labels(ln)) is not None:
+        if (m := _SERIES.match(ln)) and (series := _series_labels(ln)) is not None:
             out.series += 1
-            _add(out, m.group("name"), labels, None, ln.strip())
+            _add(out, m.group("name"), series, None, ln.strip())
     if not out.gpus:
         raise ParseError("not dcgm-exporter metrics: no readable DCGM_FI_* sample")
     return out
