@@ -26,6 +26,7 @@ from gputriage.parsers.dcgm_exporter import parse_exporter_log, parse_metrics
 from gputriage.parsers.dcgmi_diag import parse_dcgmi_diag
 from gputriage.parsers.nv_hostengine import parse_hostengine_log
 from gputriage.rules.dcgm_host import nvswitch_libraries
+from gputriage.views.oneline import verdict_line
 
 
 def _row(name: str, value: str) -> str:
@@ -129,6 +130,7 @@ def test_mig_refusal_says_nothing_of_the_gpus(text: str) -> None:
     assert (f.id, f.severity, f.blame) == ("dcgm.diag-mig-blocked", Severity.INFO, Blame.CONFIG)
     assert result.host.verdict == "unknown"  # nothing was tested: exit 3, never a drain
     assert "nvidia-smi -mig 0" in (f.step or "")
+    assert "could not tell: DCGM diag did not run: MIG" in verdict_line(result)
 
 
 @pytest.mark.parametrize("text", [
