@@ -145,6 +145,37 @@ GOLDEN: dict[str, tuple | Partial | Refused] = {
     # signature on every node; the marked node is 4th of 17, no node is blamed or drained
     "xid45-counts-rack-nvl72": (("xid-counts.job-signature=info",),
                                 (*CALM_GPUS, "xid-counts.node-outlier")),
+    # DCGM as the field pastes it (issue 31; tests/test_rules_dcgm_pastes.py)
+    "dcgm313-health-c-healthy-gb200": (("dcgm.health-ok=ok",), CALM_GPUS),
+    "dcgm83-discovery-l-8x-a100": (("dcgm.gpus-seen=ok",), CALM_GPUS),
+    # a test a source build lacks: DCGM's installation, nothing tested
+    "dcgm67-diag-requested-test": (("dcgm.install-problem=warning",), CALM_DCGM),
+    # NVVS refuses MIG GPUs: no verdict on them (exit 3), never DCGM's or the GPUs' fault
+    "dcgm70-diag-i0-refused": (("dcgm.diag-mig-blocked=info",),
+                               (*CALM_DCGM, "dcgm.install-problem")),
+    "diag-r3-v-pass-v100-pcie": (("dcgm.diag-passed=ok",), CALM_DCGM),  # EUD skipped: fine
+    "deepops-prolog-dcgm-diag-r1-fail": (("dcgm.deployment-cascade=warning",),
+                                         (*CALM_DCGM, "dcgm.deployment-failed")),
+    # the doc's pass table is cut after Graphics Processes: what it shows passed, the rest
+    # is not there (exit 3, no drain); Blacklist and Page Retirement read as any other test
+    "deepops-prolog-dcgm-diag-r1-pass": (("dcgm.no-result=info",), CALM_DCGM),
+    # one test's object of a 4.x JSON: all 8 GPUs passed, the missing info is not a skip
+    "dcgm215-diag-v4-json": (("dcgm.no-result=info",), CALM_DCGM),
+    "dcgm62-dmon-prof-fields": (("dcgm.profiling-busy=warning",), CALM_GPUS),
+    "dcgm210-hostengine-debug-nvswitch": (("dcgm.nvswitch-libs-missing=info",),
+                                          (*CALM_GPUS, "dcgm.nvswitch-libs-missing=warning")),
+    # the exporter: no NVML in its container is its pod's configuration
+    "dcgmexp612-484-cannot-init-nvml": (("dcgm.exporter-nvml-missing=warning",),
+                                        (*CALM_GPUS, NVML_LIB)),
+    "dradriver166-dcgm-exporter": (("dcgm.exporter-nvml-missing=warning",), CALM_GPUS),
+    "dcgmexp125-gke-t4": (("dcgm.exporter-nvml-missing=warning",),
+                          (*CALM_GPUS, "container.nvml-init-failed")),
+    # profiling skipped on a Maxwell GPU is expected; an old exporter that dies on it is not
+    "dcgmexp395-m60": (("dcgm.exporter-profiling-unsupported=info",),
+                       (*CALM_GPUS, "dcgm.exporter-profiling-unsupported=warning")),
+    "gmt141-dcgm-exporter-fatal": (("dcgm.exporter-profiling-unsupported=warning",), CALM_GPUS),
+    "do-dcgm-exporter-systemd": (("dcgm.exporter-running=ok",), CALM_GPUS),
+    "dcgmexp277-gpu-util-quadro": (("dcgm.metrics-healthy=ok",), CALM_GPUS),  # idle: no pod
     # --- 11: CUDA, NVML and container-runtime errors and configuration ---
     # the + side of the diff: the nvidia runtime registered and the default (healthy)
     "containerd-config-toml-nvidia-runtime": (("container.runtime-configured=ok",),
@@ -192,6 +223,40 @@ GOLDEN: dict[str, tuple | Partial | Refused] = {
                                       (CALM, *GPU_FAULTS, "cuda.driver-too-old")),
     "torch-no-kernel-image-rtx5090": (("cuda.no-kernel-image=warning",),
                                       (CALM, *GPU_FAULTS, "cuda.driver-too-old")),
+    # --- 11: CUDA and frameworks (rules/cuda_job*.py, rules/driver.py; issue 31) ---
+    # PTX from a newer toolkit than the driver: the build or the driver, never the GPU
+    "cudamemtest31-ptx-unsupported": (("cuda.driver-too-old=warning",), (CALM, *GPU_FAULTS)),
+    "llamadfdx6-cuda-error-unsupported-ptx": (("cuda.driver-too-old=warning",),
+                                              (CALM, *GPU_FAULTS)),
+    # unlike most CUDA errors, an uncorrectable ECC error is the node's hardware
+    "deepfacelab89-tf-cuda-error-ecc": (("cuda.ecc-uncorrectable=critical",), (CALM,)),
+    # every GPU unopened at once, no GPU listed (WSL2 with a TCC GPU): not two lost GPUs
+    "wsl13027-nvidia-smi-unable-to-determine": (
+        ("nvidia-smi.gpus-unreachable=warning",),
+        (CALM, *GPU_FAULTS, "nvidia-smi.no-devices", "nvidia-smi.gpu-lost")),
+    # NVML_ERROR_OPERATING_SYSTEM in a GPU-PV guest: its configuration
+    "dxgkrnldkms7-gpupv-vm-nvml": (("nvidia-smi.nvml-init-failed=warning",
+                                    "container.nvml-os-blocked"),
+                                   (CALM, *GPU_FAULTS, "nvidia-smi.nvml-init-failed=critical")),
+    # 999 as CUDA starts: the node's driver state (nvidia_uvm), not the job
+    "llamacpp7218-ggml-cuda-init-unknown": (("cuda.unknown-error=warning",),
+                                            (CALM, *GPU_FAULTS)),
+    # runtime 12.6 on a 12.4 driver: minor-version compatibility, healthy
+    "devicequery-pass-wsl2-gtx1650": (("cuda.device-query-ok=ok",),
+                                      (CALM, *GPU_FAULTS, "cuda.device-query-failed",
+                                       "cuda.driver-too-old")),
+    # a time-sliced T4: others hold the memory, no isolation (the sharing's, the job's side)
+    "devplugin323-torch-cuda-oom": (("cuda.out-of-memory=warning",), (CALM, *GPU_FAULTS)),
+    "comosvc6-no-cuda-gpus-available": (("cuda.no-device=warning",), (CALM, *GPU_FAULTS)),
+    "ghaf-jetson-orin-gpuvm-ollama": (("cuda.gpu-found=ok", "tegra.production-mode=info"),
+                                      (CALM, *GPU_FAULTS)),
+    "icra2024axs5-docker-torch-error-804": (("cuda.forward-compat-unsupported=warning",),
+                                            (CALM, *GPU_FAULTS)),
+    # 803 with an old driver: the node's software, fixed by a driver, never a hardware drain
+    "easydiffusion379-torch-cuda-init-error-803": (("cuda.driver-mismatch=critical",),
+                                                   GPU_FAULTS),
+    # XLA needs 14.4 GiB on a 12 GB card: the job's size
+    "afprofile8-jax-resource-exhausted": (("cuda.out-of-memory=warning",), (CALM, *GPU_FAULTS)),
 }
 
 

@@ -70,9 +70,10 @@ def test_judgement_without_host_facts():
     blame = {code: cuda_error(code).blame for code in (700, 719, 701, 716, 214, 802, 803, 35,
                                                        209, 222, 221, 804, 100, 999)}
     assert {blame[c] for c in (700, 719, 701, 716)} == {Blame.JOB}
-    assert {blame[c] for c in (214, 802, 803)} == {Blame.NODE}
+    assert {blame[c] for c in (214, 802, 803, 804)} == {Blame.NODE}  # 803/804: its driver
     assert {blame[c] for c in (35, 209, 222, 221)} == {Blame.JOB_CONFIG}
-    assert blame[804] is Blame.CONFIG and blame[100] is Blame.CONFIG
+    assert blame[100] is Blame.CONFIG
+    assert cuda_error(803).action is Action.FIX_SOFTWARE  # issue 31: no hardware drain
     assert blame[999] is Blame.UNKNOWN
     assert cuda_error(214).severity is Severity.CRITICAL
     # what needs the host's facts to be settled says which

@@ -161,16 +161,25 @@ def test_802_is_the_nodes_fabric_and_folds_under_the_fabric_manager(tmp_path):
     assert "cuda.fabric-not-ready" in [x.id for x in flat(result.findings)]
 
 
-def test_803_reboots_the_node_unless_a_compat_library_is_at_fault():
+def test_803_is_the_nodes_driver_software_unless_a_compat_library_is_at_fault():
+    """Issue 31: a driver whose halves differ (or too old for the runtime) is fixed by
+    installing one driver, not by a hardware drain; a reboot alone may not do it."""
     f = one(run(job_log=ERR_803), "cuda.driver-mismatch")
-    assert (f.severity, f.action, f.blame) == (Severity.CRITICAL, Action.REBOOT_NODE, Blame.NODE)
+    assert (f.severity, f.action, f.blame) == (Severity.CRITICAL, Action.FIX_SOFTWARE,
+                                               Blame.NODE)
+    assert "/proc/driver/nvidia/version" in (f.step or "")
     g = one(run(job_log=LDCONFIG + ERR_803), "cuda.driver-mismatch")
     assert (g.action, g.blame) == (Action.FIX_CONFIG, Blame.CONFIG)
 
 
 def test_no_gpu_in_a_container_is_the_jobs_configuration():
+    """PyTorch's "No CUDA GPUs are available" is its runtime counting no GPU it may use:
+    the job's selection (CUDA_VISIBLE_DEVICES) first, as `explain` says of the text."""
     f = one(run(job_log=NO_GPUS), "cuda.no-device")
-    assert f.blame is Blame.UNKNOWN and "gputriage check" in f.explanation
+    assert f.blame is Blame.JOB_CONFIG and "gputriage check" in f.explanation
+    assert "CUDA_VISIBLE_DEVICES" in f.explanation and "CUDA_VISIBLE_DEVICES" in (f.step or "")
+    bare = one(run(job_log="cudaGetDeviceCount returned 100\n"), "cuda.no-device")
+    assert bare.blame is Blame.UNKNOWN  # CUDA's own 100: the driver may be down
     g = one(run(job_log=NO_GPUS, nvidia_smi=SMI_535), "cuda.no-device")
     assert g.blame is Blame.JOB_CONFIG and "535.104.05" in g.explanation
 
@@ -202,7 +211,7 @@ def test_out_of_memory_is_the_job_and_never_fails_the_node():
 @pytest.mark.parametrize(("part", "fid", "blame"), [
     ("cuda-802-azure-nd96asr-v4", "cuda.fabric-not-ready", Blame.NODE),
     ("cuda-802-h200-hf-jobs", "cuda.fabric-not-ready", Blame.NODE),
-    ("cupy-804-quadro-rtx6000", "cuda.forward-compat-unsupported", Blame.CONFIG),
+    ("cupy-804-quadro-rtx6000", "cuda.forward-compat-unsupported", Blame.NODE),
     ("tf-cublas-not-initialized", "cuda.out-of-memory", Blame.JOB),
     ("torch-driver-too-old-11040", "cuda.driver-too-old", Blame.JOB_CONFIG),
     ("torch-driver-too-old-9000", "cuda.driver-too-old", Blame.JOB_CONFIG),

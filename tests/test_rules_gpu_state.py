@@ -211,7 +211,7 @@ def test_device_query_802_is_critical_on_the_node():
     (209, "no kernel image is available for execution on the device", Blame.CONFIG,
      Action.FIX_SOFTWARE),
     (803, "system has unsupported display driver / cuda driver combination", Blame.NODE,
-     Action.REBOOT_NODE),
+     Action.FIX_SOFTWARE),  # issue 31: the driver reinstalled whole, no hardware drain
     (999, "unknown error", Blame.UNKNOWN, Action.NONE),
 ])
 def test_device_query_judges_with_the_cuda_table_on_the_node(code, text, blame, action):

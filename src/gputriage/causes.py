@@ -87,6 +87,8 @@ RELATIONS: tuple[Relation, ...] = (
              "the container hook finds no driver on the host"),
     Relation("driver.not-loaded", "container.nvml-driver-not-loaded", ANYWHERE,
              "the job's NVML has no driver to talk to"),
+    Relation("nvidia-smi.nvml-init-failed", "container.nvml-os-blocked", ANYWHERE,
+             "nvidia-smi's NVML error and the program's are one blocked control device"),
     Relation("container.hook-nvml-error", "container.nvml-init-failed", ANYWHERE,
              "NVML fails inside the container for the reason it fails in the hook on the "
              "host"),
@@ -119,6 +121,13 @@ RELATIONS: tuple[Relation, ...] = (
     *(Relation(f"xid.{code}", "cuda.kernel-fault", ANYWHERE,
                "a hardware Xid in the window ended the job's kernel")
       for code in (79, 48, 94, 95, 64, 63)),
+    *(Relation(c, "cuda.ecc-uncorrectable", ANYWHERE,
+               "CUDA's uncorrectable ECC error is the memory error the driver reported")
+      for c in ("xid.48", "xid.94", "xid.95", "xid.63", "xid.64", "memory.uncorrectable",
+                "dcgm.ecc-uncorrectable")),
+    *(Relation(c, "cuda.nvlink-uncorrectable", ANYWHERE,
+               "CUDA's uncorrectable NVLink error is the link error the driver reported")
+      for c in ("xid.74", "nvlink.errors", "nvlink.links-down")),
     # the container stack's configuration (rules/container_config.py) and the job's errors
     *(Relation("container.cdi-stale-spec", c, ANYWHERE,
                "a CDI spec of the previous driver mounts library files that are gone")

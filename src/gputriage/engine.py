@@ -21,7 +21,7 @@ from gputriage.model import (
 )
 from gputriage.rules import all_rules
 from gputriage.rules.base import Rule
-from gputriage.rules.dcgm_diag import NO_RESULT as DIAG_NO_RESULT
+from gputriage.rules.dcgm_diag import NO_VERDICT as DIAG_NO_VERDICT
 from gputriage.rules.expectations import UNKNOWN_COUNT
 from gputriage.snapshot import Snapshot
 
@@ -218,9 +218,9 @@ def _verdict(result: Result, ran: int) -> str:
     if worst is not Severity.CRITICAL and any(f.id == UNKNOWN_COUNT and f.current
                                               for f in result.findings):
         return "unknown"
-    if worst.rank < Severity.WARNING.rank and any(f.id == DIAG_NO_RESULT and f.current
+    if worst.rank < Severity.WARNING.rank and any(f.id in DIAG_NO_VERDICT and f.current
                                                   for f in result.findings):
-        return "unknown"  # DCGM's diagnostic skipped every test: nothing was told
+        return "unknown"  # DCGM's diagnostic skipped every test or did not run: nothing told
     return worst.value if worst.rank >= Severity.WARNING.rank else "ok"
 
 

@@ -433,8 +433,70 @@ def _container_devices(f: Finding, host: Host) -> str | None:
 
 
 def _nvml_init(f: Finding, host: Host) -> str | None:
+    if "blocked by the operating system" in f.title or f.id == "container.nvml-os-blocked":
+        return ("give the process the GPU's control device: a container with the NVIDIA "
+                "runtime (--gpus all, or a CDI device); under WSL2 or a GPU-PV VM, the host "
+                "driver's files in /usr/lib/wsl/lib with their symlinks (ls -l "
+                "/usr/lib/wsl/lib); /usr/lib/wsl/lib/nvidia-smi must then list the GPU")
     return (_container_devices(f, host) if "inside this container" in f.title
             else _version_mismatch(f, host))
+
+
+def _gpu_hardware(f: Finding, host: Host) -> str:
+    """A CUDA error that is the GPU's hardware (214, 220): what to read after the reset."""
+    if f.id == "cuda.nvlink-uncorrectable":
+        return ("check its links after the reset: nvidia-smi nvlink -s and nvidia-smi nvlink -e "
+                "must show every link up and no new errors, else repair the GPU or baseboard")
+    return ("check its memory after the reset: nvidia-smi -q -d ECC,ROW_REMAPPER "
+            "(PAGE_RETIREMENT on older GPUs) must show no pending remap, no remap failure and "
+            "no new uncorrectable error, else RMA the GPU")
+
+
+def _cuda_node(f: Finding, host: Host) -> str | None:
+    """The node's software a CUDA error speaks of."""
+    if f.id == "cuda.unknown-error" and f.blame is Blame.NODE:
+        return (f"{_module('nvidia_uvm')(f, host)}; if it loads and CUDA still fails, "
+                "reinstall the driver (or reboot) and read the kernel log for Xids")
+    if f.id == "cuda.driver-mismatch" and f.action is Action.FIX_SOFTWARE:
+        return ("install one current driver release completely (its kernel module and "
+                "libraries; cat /proc/driver/nvidia/version and nvidia-smi must print the "
+                "same version) and reboot; then rerun the program")
+    if f.id == "cuda.forward-compat-unsupported" and f.blame is Blame.NODE:
+        return ("upgrade the node's driver to one that supports the program's CUDA "
+                "(nvidia-smi's CUDA Version must reach the image's), or reboot if it was "
+                "just updated in place; then torch.cuda.is_available() in the container")
+    return None
+
+
+def _no_device(f: Finding, host: Host) -> str | None:
+    if f.blame is not Blame.JOB_CONFIG:
+        return None
+    return ("print CUDA_VISIBLE_DEVICES and nvidia-smi -L where the job runs; unset it (or "
+            "drop a hard-coded os.environ['CUDA_VISIBLE_DEVICES'] from the script) or set it "
+            "to GPUs the machine has; in a container give it its GPUs (--gpus all, a "
+            "nvidia.com/gpu request); torch.cuda.device_count() must then be above 0")
+
+
+def _oom(f: Finding, host: Host) -> str:
+    if "other processes hold" in f.title:
+        return ("cap each process sharing the GPU (torch.cuda.set_per_process_memory_fraction,"
+                " TF memory growth) or give the pods fewer replicas per GPU (or MIG); "
+                "nvidia-smi --query-compute-apps=pid,used_memory --format=csv shows who holds "
+                "it; resubmit the job")
+    if "needs" in f.title:
+        return ("run the job on a GPU with more memory than it needs, or shrink the model, "
+                "input or batch until it fits; resubmit it")
+    return ("lower the job's memory use (batch, sequence length) or free the GPU (nvidia-smi "
+            "--query-compute-apps=pid,used_memory --format=csv lists stray processes), and "
+            "resubmit it")
+
+
+def _unreachable(f: Finding, host: Host) -> str:
+    return ("find where nvidia-smi ran: on bare metal read the kernel log (dmesg | grep -i "
+            "-e xid -e 'fallen off'; Xid 79 on a GPU means drain and repair it); under WSL2 "
+            "put every GPU in WDDM mode on the Windows host (nvidia-smi -dm 0) or hide the TCC "
+            "one; in a container or VM fix its device access; nvidia-smi must then list the "
+            "GPUs")
 
 
 def _devnodes(f: Finding, host: Host) -> str:
@@ -591,6 +653,37 @@ def _k8s_lint(f: Finding, host: Host) -> str | None:
     return _K8S_LINT.get(f.id)
 
 
+_DCGM = {  # DCGM's own problems and the monitoring stack's (rules/dcgm_*.py)
+    "dcgm.install-problem": "install one released DCGM whose dcgmi, nv-hostengine and "
+    "plugins are of one version, with the CUDA support package for the driver's CUDA "
+    "(datacenter-gpu-manager-4-cudaNN), restart nvidia-dcgm, and dcgmi diag -r 1 must run "
+    "every test it lists",
+    "dcgm.deployment-cascade": "fix the first check that failed (for persistence mode: "
+    "systemctl enable --now nvidia-persistenced, or nvidia-smi -pm 1), then dcgmi diag -r 1 "
+    "must pass every deployment check before the node goes back into service",
+    "dcgm.diag-mig-blocked": "test these GPUs while MIG can be off: when they are idle, "
+    "nvidia-smi -mig 0 (the GPU is reset), dcgmi diag -r 3, then re-create the MIG layout; "
+    "a health check should skip dcgmi diag on MIG nodes",
+    "dcgm.exporter-nvml-missing": "give the exporter's pod the NVIDIA runtime "
+    "(runtimeClassName: nvidia in its DaemonSet or Helm values, or nvidia as the node's "
+    "default runtime), then its log must show 'NVML provider successfully initialized' or "
+    "'Starting webserver' and curl NODE:9400/metrics must list DCGM_FI_DEV_* samples",
+    "dcgm.exporter-profiling-unsupported": "upgrade dcgm-exporter, or remove the "
+    "DCGM_FI_PROF_* lines from its counters CSV (its ConfigMap), and restart its pod",
+    "dcgm.profiling-busy": "list who holds the performance monitor (another nv-hostengine "
+    "or dcgm-exporter: ps -ef | grep -e nv-hostengine -e dcgm-exporter; a profiler: ncu, "
+    "nsys, nvprof), keep one host engine (dcgm-exporter -r localhost:5555), then dcgmi dmon "
+    "-e 1002,1003 must print values",
+    "dcgm.nvswitch-libs-missing": "install libnvidia-nscq of the driver's version where "
+    "the host engine runs, restart nvidia-dcgm, and dcgmi discovery -l must list the "
+    "NVSwitches",
+}
+
+
+def _dcgm(f: Finding, host: Host) -> str | None:
+    return _DCGM.get(f.id)
+
+
 def _dcgm_service(f: Finding, host: Host) -> str:
     return ("start or restart DCGM's host engine (systemctl restart nvidia-dcgm; in Kubernetes "
             "the GPU operator's nvidia-dcgm pod), upgrading DCGM first if it is older than the "
@@ -634,10 +727,16 @@ BY_ID: dict[str, Repair] = {
     "devnode.wrong-number": _devnodes,
     "cuda.driver-too-old": _cuda_build, "cuda.driver-unseen": _cuda_build,
     "cuda.no-kernel-image": _cuda_build, "container.cuda-requirement": _cuda_build,
-    "cuda.compat-lib-shadowing": _compat_libs, "cuda.forward-compat-unsupported": _compat_libs,
+    "cuda.compat-lib-shadowing": _compat_libs,
+    "cuda.forward-compat-unsupported": lambda f, h: _cuda_node(f, h) or _compat_libs(f, h),
+    "cuda.ecc-uncorrectable": _gpu_hardware, "cuda.nvlink-uncorrectable": _gpu_hardware,
+    "cuda.unknown-error": _cuda_node, "cuda.driver-mismatch": _cuda_node,
+    "cuda.no-device": _no_device, "cuda.out-of-memory": _oom,
+    "nvidia-smi.gpus-unreachable": _unreachable, "container.nvml-os-blocked": _nvml_init,
     "dcgm.persistence-off": _persistence, "dcgm.cuda-not-ready": _fabric_manager,
     "dcgm.pcie-failed": _pcie, "dcgm.power-marginal": _dcgm_rerun,
-    "dcgm.test-failed": _dcgm_rerun, "dcgm.install-problem": _dcgm_rerun,
+    **{fid: _dcgm for fid in _DCGM},
+    "dcgm.test-failed": _dcgm_rerun,
     "dcgm.internal-error": _dcgm_rerun, "dcgm.deployment-failed": _dcgm_rerun,
     "dcgm.hostengine-unreachable": _dcgm_service, "dcgm.gpus-unseen": _dcgm_service,
     "dcgm.too-old": _dcgm_service, "dcgm.remap-failed": _rma, "dcgm.nvlink-down": _nvlink,

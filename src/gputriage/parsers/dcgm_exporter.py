@@ -7,8 +7,11 @@ in the middle of its last line): the readable samples are kept and the others co
 Samples are grouped per GPU, or per MIG instance (``GPU_I_ID``).
 
 The log is logrus text (``time="..." level=error msg="..."``, or ``ERRO[0000] ...`` on
-a terminal), behind ``docker compose logs`` / ``kubectl logs --prefix`` prefixes, and the
-plain lines of the old shell-script exporter (``Starting NVIDIA host engine...``).
+a terminal), or, from 4.x, Go's slog text (``time=2025-01-01T00:00:00Z level=ERROR
+msg="..."``), behind ``docker compose logs`` / ``kubectl logs --prefix`` / journal
+prefixes; the plain lines of the old shell-script exporter (``Starting NVIDIA host
+engine...``); and the exporter's own messages quoted bare (``Not collecting DCP metrics:
+...``, ``Error starting nv-hostengine: ...``).
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import ParseError, normalize_bus_id, strict_int
+from gputriage.parsers.nv_hostengine import PROFILING_BUSY
 
 __all__ = ["EXPORTER_EVENTS", "ExporterEntry", "ExporterLog", "ExporterMetrics", "GpuMetrics",
            "claim_exporter_log", "claim_metrics", "parse_exporter_log", "parse_metrics"]
 
 _SAMPLE = re.compile(r"^\s*(?P<name>DCGM_(?:FI|EXP)_[A-Z0-9_]+)(?:\{.*\})?\s+\S+")
+# a series without its value, as Prometheus' and Grafana's series lists show it
+_SERIES = re.compile(r"^\s*(?P<name>DCGM_(?:FI|EXP)_[A-Z0-9_]+)\{[^{}]*\}\s*$")
 _NAME = re.compile(r"^\s*DCGM_(?:FI|EXP)_[A-Z0-9_]+")
 _META = re.compile(r"^\s*# (?:HELP|TYPE) (?P<name>DCGM_(?:FI|EXP)_[A-Z0-9_]+)\b")
 
@@ -42,6 +48,7 @@ class GpuMetrics:
     values: dict[str, float] = field(default_factory=dict)
     lines: dict[str, str] = field(default_factory=dict)  # field name -> its sample line
     labels: dict[str, dict[str, str]] = field(default_factory=dict)  # field -> extra labels
+    pod: str | None = None  # the pod a series attributes the GPU to (while one uses it)
 
     @property
     def index(self) -> int | None:
@@ -65,6 +72,7 @@ class ExporterMetrics:
     unreadable: int = 0
     non_finite: int = 0
     fields: set[str] = field(default_factory=set)
+    series: int = 0  # series read without a value (label sets only)
 
     def gpu(self, key: tuple) -> GpuMetrics | None:
         return next((g for g in self.gpus if _key(g) == key), None)
@@ -121,6 +129,10 @@ def parse_metrics(text: str) -> ExporterMetrics:
             out.non_finite += 1  # NaN, +Inf: a field DCGM could not read, not a count
             continue
         _add(out, name, labels, number, line.strip())
+    for ln in text.splitlines():
+        if (m := _SERIES.match(ln)) and (series := _series_labels(ln)) is not None:
+            out.series += 1
+            _add(out, m.group("name"), series, None, ln.strip())
     if not out.gpus:
         raise ParseError("not dcgm-exporter metrics: no readable DCGM_FI_* sample")
     return out
@@ -134,7 +146,19 @@ def _finite(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _add(out: ExporterMetrics, name: str, labels: dict[str, str], value: float,
+def _series_labels(line: str) -> dict[str, str] | None:
+    """The labels of a series line without a value; None when they do not parse."""
+    try:
+        got = [dict(s.labels) for fam in _families(line.strip() + " 0\n") for s in fam.samples]
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None
+    return got[0] if len(got) == 1 else None
+
+
+_POD_LABELS = ("pod", "exported_pod")
+
+
+def _add(out: ExporterMetrics, name: str, labels: dict[str, str], value: float | None,
          line: str) -> None:
     key = (labels.get("UUID") or labels.get("gpu"), labels.get("GPU_I_ID"))
     gpu = out.gpu(key)
@@ -144,6 +168,10 @@ def _add(out: ExporterMetrics, name: str, labels: dict[str, str], value: float,
                          labels.get("Hostname"), labels.get("GPU_I_PROFILE"),
                          labels.get("GPU_I_ID"))
         out.gpus.append(gpu)
+    gpu.pod = gpu.pod or next((labels[k] for k in _POD_LABELS if labels.get(k)), None)
+    if value is None:  # no number to judge: the GPU and its line only
+        gpu.lines.setdefault(name, line)
+        return
     out.fields.add(name)
     if name in gpu.values and gpu.values[name] >= value:
         return  # a field repeated (per pod or container labels): keep the largest
@@ -155,16 +183,26 @@ def _add(out: ExporterMetrics, name: str, labels: dict[str, str], value: float,
 
 
 def claim_metrics(doc: PasteDoc) -> None:
-    """Lines of DCGM samples and their ``# HELP`` / ``# TYPE`` lines."""
+    """Lines of DCGM samples (or series without a value) and their ``# HELP`` / ``# TYPE``
+    lines."""
     for i, ln in enumerate(doc.lines):
-        if doc.free(i) and (_SAMPLE.match(ln) or _META.match(ln)):
+        if doc.free(i) and (_SAMPLE.match(ln) or _META.match(ln) or _SERIES.match(ln)):
             doc.claim("dcgm_exporter_metrics", i, i + 1)
 
 
 # --- the exporter's log ------------------------------------------------------------------
 _PREFIX = re.compile(r"^\s*(?:\[pod/[^\]]{1,300}\]\s+|[\w.-]{1,100}\s+\|\s+)?")
-_LOGRUS = re.compile(r'time="(?P<time>[^"]{1,64})"\s+level=(?P<level>\w+)\s+msg="(?P<msg>.*?)"'
-                     r'(?:\s|$)')
+# logrus quotes the time; slog (4.x) does not, and leaves a one-word message unquoted
+_LOGRUS = re.compile(r'time=(?:"(?P<time>[^"]{1,64})"|(?P<bare>\d{4}-\d\d-\d\dT[\w:.+-]{1,40}))'
+                     r'\s+level=(?P<level>\w{1,10})\s+msg=(?:"(?P<msg>.*?)"(?:\s|$)|'
+                     r'"(?P<cut>.*?)>?$|(?P<word>\S{1,200}))')  # cut: a line systemctl cut
+# the exporter's own messages, quoted without their log frame
+_BARE = re.compile(r"^(?:Not collecting (?:DCP|GPU|NvSwitch|NvLink|CPU|CPU Core) metrics[:;] .+|"
+                   r"Skipping line \d{1,6} \('DCGM_\w{1,80}'\): .+|"
+                   r"Error starting nv-hostengine: .+|Failed to watch metrics: .+|"
+                   r"Error watching fields: .+|Cannot init NVML library; err: .+)$")
+# what any NVML user prints: the exporter's only beside one of its own lines
+_SHARED = re.compile(r"^Failed to initiali[sz]e NVML(?::.{0,200})?$")
 _LOGRUS_TTY = re.compile(r"^(?P<level>INFO|WARN|WARNING|ERRO|ERROR|FATA|FATAL|DEBU|PANI)"
                          r"\[\d{1,8}\]\s+(?P<msg>.*)$")
 _LEVELS = {"INFO": "info", "WARN": "warning", "WARNING": "warning", "ERRO": "error",
@@ -183,15 +221,19 @@ EXPORTER_EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
                            r"Failed to collect metrics")),
     ("hostengine-unreachable", _re(r"Error connecting to nv-hostengine|Host engine connection "
                                    r"invalid/disconnected|Unable to connect to host engine")),
+    ("profiling-busy", PROFILING_BUSY),
     ("dcp-unavailable", _re(r"Not collecting DCP metrics|module of DCGM that is not currently "
                             r"loaded|Unable to Get supported metric groups|DCP metrics not "
                             r"enabled")),
     ("metrics-file-invalid", _re(r"Could not read metrics file|wrong number of fields|"
                                  r"bare \" in non-quoted field|extraneous or missing \" in quoted|"
                                  r"record on line \d+")),
-    ("nvml-init-failed", _re(r"Failed to initialize NVML|NVML doesn't exist|libnvidia-ml\.so")),
+    ("nvml-init-failed", _re(r"Failed to initiali[sz]e NVML|NVML doesn't exist|libnvidia-ml\.so|"
+                             r"Cannot init NVML library|ERROR_LIBRARY_NOT_FOUND|"
+                             r"Error starting nv-hostengine: DCGM initiali[sz]ation error")),
+    ("serving", _re(r"^(?:Starting webserver|Listening on)")),
     ("started", _re(r"Starting dcgm-exporter|DCGM successfully initialized|Collecting DCP "
-                    r"Metrics|Starting webserver|Listening on")),
+                    r"Metrics|Pipeline starting")),
     ("legacy-hostengine-stopped", _re(r"Unable to terminate host engine, it may not be running|"
                                       r"Stopping NVIDIA host engine")),
     ("legacy-start", _re(r"Starting NVIDIA host engine|Collecting metrics at \S+ every")),
@@ -229,8 +271,13 @@ def _split(line: str) -> tuple[str | None, str | None, str] | None:
     """(time, level, message) of a logrus record or a legacy exporter line; None otherwise."""
     text = _PREFIX.sub("", line.strip().strip("`"), count=1)
     if m := _LOGRUS.search(text):
-        msg = m.group("msg").replace('\\"', '"').replace("\\n", " ").strip()
-        return m.group("time"), m.group("level").lower(), msg
+        msg = next(g for g in (m.group("msg"), m.group("cut"), m.group("word")) if g is not None)
+        msg = msg.replace('\\"', '"').replace("\\n", " ").strip()
+        return m.group("time") or m.group("bare"), m.group("level").lower(), msg
+    if _BARE.match(text):
+        return None, None, text
+    if _SHARED.match(text):
+        return None, "error", text
     if m := _LOGRUS_TTY.match(text):
         return None, _LEVELS.get(m.group("level").upper()), m.group("msg").strip()
     if text.startswith("Error: ") and _EXPORTER_HINT.search(text):
@@ -264,8 +311,10 @@ def parse_exporter_log(text: str) -> ExporterLog:
 
 def _is_exporter_line(line: str) -> bool:
     parts = _split(line)
-    return parts is not None and (parts[1] is None or bool(_EXPORTER_HINT.search(parts[2])) or
-                                  _event(parts[2])[0] is not None)
+    if parts is None or _SHARED.match(parts[2]):
+        return False
+    return parts[1] is None or bool(_EXPORTER_HINT.search(parts[2])) or (
+        _event(parts[2])[0] is not None)
 
 
 def claim_exporter_log(doc: PasteDoc) -> None:

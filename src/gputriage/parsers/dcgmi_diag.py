@@ -31,8 +31,8 @@ from gputriage.parsers.dcgmi_diag_model import (
     worst,
 )
 
-__all__ = ["DiagMessage", "DiagReport", "DiagTest", "claim_dcgmi_diag", "gpus_named",
-           "parse_dcgmi_diag"]
+__all__ = ["MIG_REFUSAL", "DiagMessage", "DiagReport", "DiagTest", "claim_dcgmi_diag",
+           "gpus_named", "parse_dcgmi_diag"]
 
 MSG_WIDTH = 45  # dcgmi cuts a message into cells of this many characters
 
@@ -62,16 +62,29 @@ _MSG_NAME = re.compile(rf"^(?P<kind>Warning|Info|Error)(?::\s{{0,8}}(?P<group>{_
 _COMMAND = re.compile(r"\bdcgmi\s{1,20}diag\b(?P<args>.*)$")
 _LEVEL = re.compile(r"(?:-r|--run)[\s=]{1,8}(?P<level>[1-4])\b")
 _ERROR = re.compile(r"^\s*Error:\s*(?P<text>\S.*)$")
+_WARNING = re.compile(r"^\s*Warning:\s*(?P<text>requested test .*)$")  # older NVVS's
 _RAN = re.compile(r"^\s*Successfully ran diagnostic for group\.?\s*$")
 _HEADER = re.compile(r"^\s*\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$")
 _FOOTER = re.compile(r"^\s*\+[-=+]+\+\s*$")
 _JSON_ROOT = re.compile(r'"DCGM (?:GPU )?Diagnostic"\s*:')
+# a piece of the JSON without its root: a category's or a test's object, cut out of it
+_JSON_PIECE = re.compile(r'^\s*"(?:(?P<key>name|category)"\s*:\s*"(?P<value>[\w -]{1,40})"|'
+                         r'test_categories"\s*:)')
+_CATEGORIES = frozenset({"deployment", "integration", "hardware", "stress", "performance",
+                         "custom", "plugin"})
 _METADATA = {"dcgm version": "version", "version": "version",
              "driver version detected": "driver", "gpu device ids detected": "device_ids",
              "gpu device ids": "device_ids"}
 _DCGMI_ERRORS = re.compile(
-    r"^\s*Error: (?:Unable to complete diagnostic|Cannot load plugins|Diagnostic could not|"
-    r"Unable to (?:start|run) (?:the )?diag|.*\bReturn: \(-?\d{1,4}\))")
+    r"^\s*(?:Error|Warning): (?:Unable to complete diagnostic|Cannot load plugins|"
+    r"Diagnostic could not|Unable to (?:start|run) (?:the )?diag|requested test .{1,80} was "
+    r"not found among possible test choices|.*\bReturn: \(-?\d{1,4}\))")
+# NVVS's refusals to run on MIG-enabled GPUs, printed without "Error:" (NVVS's gpu list)
+MIG_REFUSAL = re.compile(
+    r"MIG configuration is incompatible with the diagnostic|CUDA does not support enumerating "
+    r"GPUs with MIG mode enabled|MIG is enabled, but no compute instances are configured")
+_REFUSAL = re.compile(r"(?P<text>(?:GPU \d{1,4}'s |Cannot run diagnostic: )?"
+                      r"(?:" + MIG_REFUSAL.pattern + r").{0,200})$")  # any prefix before
 
 
 def parse_dcgmi_diag(text: str) -> DiagReport:
@@ -84,7 +97,7 @@ def parse_dcgmi_diag(text: str) -> DiagReport:
             if lv := _LEVEL.search(m.group("args")):
                 out.level = int(lv.group("level"))
             break
-    if _JSON_ROOT.search(text):
+    if _JSON_ROOT.search(text) or any(_piece_line(ln) for ln in text.splitlines()[:8]):
         read_json(text, out)
     else:
         _read_table(text.splitlines(), out)
@@ -206,7 +219,9 @@ def _read_table(lines: list[str], out: DiagReport) -> None:
         elif m := _ROW.match(ln):
             value = m.group("value").rstrip().rstrip("|").strip()
             table.row(ln.rstrip(), m.group("name").strip(), value)
-        elif (m := _ERROR.match(ln)) and (_DCGMI_ERRORS.match(ln) or out.errors):
+        elif ((m := _ERROR.match(ln) or _WARNING.match(ln)) and (_DCGMI_ERRORS.match(ln)
+                                                                 or out.errors)) or (
+                m := _REFUSAL.search(ln)):
             table.end_message()
             text = m.group("text").rstrip()
             out.errors.append(DiagMessage("error", text, gpus_named(text), [ln.strip()]))
@@ -249,7 +264,7 @@ def claim_dcgmi_diag(doc: PasteDoc) -> None:
             end = _json_end(doc, i)
             doc.claim("dcgmi_diag", i, end)
             i = end
-        elif _DCGMI_ERRORS.match(ln):
+        elif _DCGMI_ERRORS.match(ln) or _REFUSAL.search(ln):
             end = doc.extend(i + 1, lambda s: bool(_ERROR.match(s)))
             doc.claim("dcgmi_diag", i, end)
             i = end
@@ -263,11 +278,22 @@ def _table_top(doc: PasteDoc, i: int) -> bool:
     return doc.free(i) and bool(_FOOTER.match(doc.lines[i])) and "=" not in doc.lines[i]
 
 
+def _piece_line(line: str) -> bool:
+    """A line that opens a piece of the JSON: ``"test_categories" :``, a category's
+    ``"category" : "Hardware"``, or a test's ``"name" : "diagnostic"``."""
+    m = _JSON_PIECE.match(line)
+    if not m:
+        return False
+    value = (m.group("value") or "").lower().replace("_", " ").strip()
+    return m.group("key") is None or value in (
+        _CATEGORIES if m.group("key") == "category" else TEST_NAMES)
+
+
 def _json_starts(doc: PasteDoc, i: int) -> bool:
     if _JSON_ROOT.search(doc.lines[i]):
         return True
     j = doc.next_nonblank(i + 1)
-    return doc.free(j) and bool(_JSON_ROOT.search(doc.lines[j]))
+    return doc.free(j) and bool(_JSON_ROOT.search(doc.lines[j]) or _piece_line(doc.lines[j]))
 
 
 def _json_end(doc: PasteDoc, i: int) -> int:

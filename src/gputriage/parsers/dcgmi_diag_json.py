@@ -40,13 +40,13 @@ def read_json(text: str, out: DiagReport) -> None:
         doc = safejson.loads(text[start:]) if start >= 0 else None
     except ValueError:
         doc = None
-    if isinstance(doc, dict):
+    if isinstance(doc, dict) and ("DCGM GPU Diagnostic" in doc or "DCGM Diagnostic" in doc):
         out.complete = True
         _walk_json(doc, out)
         scanned = DiagReport()
         _scan_json(text, scanned)
         _quote(text, out, scanned)
-    else:
+    else:  # cut short, or a piece of the document (one category or test): key by key
         _scan_json(text, out)
 
 

@@ -46,6 +46,9 @@ class JobVersions:
     archs: tuple[str, ...] = ()  # compiled architectures ("sm_50", "sm_90", "compute_90")
     libcuda: tuple[str, ...] = ()  # libcuda.so paths (ldconfig -p): two = a shadowing copy
     image: str | None = None  # a container image the log names
+    cuda_devices: int | None = None  # the CUDA devices the program said it found
+    gpu_memory: str | None = None  # the GPU's memory as the program printed it ("4.0 GiB")
+    needs_memory: str | None = None  # what the program needs at once (XLA's total allocation)
     lines: dict[str, str] = field(default_factory=dict)  # field name -> the line it came from
 
     @property
@@ -170,6 +173,18 @@ def _smi_header(v: JobVersions, m: re.Match[str]) -> None:
     _set("driver_cuda", "cuda")(v, m)
 
 
+def _ollama(v: JobVersions, m: re.Match[str]) -> None:
+    """ollama's "inference compute" line: the GPU it will run on."""
+    _set("cuda_devices", "cc", lambda _: 1)(v, m)
+    _set("capability", "cc")(v, m)
+    _set("driver_cuda", "drv")(v, m)
+    _set("gpu_name", "qname" if m.group("qname") else "name")(v, m)
+    if m.group("total"):
+        _set("gpu_memory", "total")(v, m)
+
+
+_NEEDS = _set("needs_memory")  # XLA's BufferAssignment stats: not enough alone
+
 # (pattern, setter): every pattern is tried on every line, case-insensitively
 _READERS: tuple[tuple[re.Pattern[str], Setter], ...] = tuple(
     (re.compile(p, re.IGNORECASE), f) for p, f in (
@@ -218,11 +233,21 @@ _READERS: tuple[tuple[re.Pattern[str], Setter], ...] = tuple(
          r"(?P<found>\d+\.\d+(?:\.\d+)?) was detected(?:.*compatibility mode is (?P<mode>\w+))?",
          _ngc),
         (r"libcuda\.so(?:\.\d+)*\s+\([^)]*\)\s*=>\s*(?P<path>\S+)", _libcuda),
+        # the kernel module's banner (/proc/driver/nvidia/version, cuda_memtest's log)
+        (r"NVRM version:\s*NVIDIA UNIX (?:Open )?\S{1,12} Kernel Module(?: for \S{1,12})?\s+"
+         r"(?P<v>\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b", _set("driver_version")),
+        (r"msg=\W?inference compute\W.{0,200}?\blibrary=cuda\b.{0,80}?\bcompute=(?P<cc>\d+\.\d+)"
+         r".{0,40}?\bdriver=(?P<drv>\d+\.\d+).{0,20}?\bname=(?:\"(?P<qname>[^\"]{1,80})\"|"
+         r"(?P<name>\S{1,80}))(?:.{0,20}?\btotal=\"(?P<total>[^\"]{1,20})\")?", _ollama),
+        (r"ggml_cuda_init: found (?P<v>\d{1,3}) CUDA devices?", _set("cuda_devices",
+                                                                     convert=int)),
+        (r"^\s*total allocation:\s*(?P<v>\d{1,9}(?:\.\d{1,4})?\s?[KMGT]i?B)\s*$", _NEEDS),
         (r"(?P<img>\b(?:nvcr\.io/nvidia/|nvidia/|pytorch/|tensorflow/)[\w.-]+:[\w.-]*\d[\w.-]*)",
          _image),
     ))
 _WORD = re.compile(r"torch|cuda|nvcc|tensorflow|\btf\b|jax|cudnn|driver|capabilit|sm_\d|"
-                   r"libcuda|nvidia|pytorch|name:|gpu|version", re.IGNORECASE)
+                   r"libcuda|nvidia|pytorch|name:|gpu|version|total allocation",
+                   re.IGNORECASE)
 
 # an interactive session: the expression on one line, its value on the next
 _REPL = re.compile(r"^\s*(?:>>>\s*|In \[\d+\]:\s*)?(?:print\()?(?P<expr>torch\.__version__|"
@@ -236,7 +261,7 @@ _TF_BODY = re.compile(r"^\s*(?:name:\s*(?P<name>.+?)\s*$|major:\s*(?P<maj>\d+)\s
 
 
 # readers that alone do not make a text a job's output (a pod spec names an image)
-_WEAK = frozenset({_image})
+_WEAK = frozenset({_image, _NEEDS})
 
 
 def _read_versions(v: JobVersions, line: str) -> bool:

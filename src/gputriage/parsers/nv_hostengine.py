@@ -1,7 +1,8 @@
 """nv-hostengine, DCGM's daemon: its log (``-f FILE``, ``--log-level debug``), its journal
 (``nv-hostengine[PID]: Started host engine version 3.3.9 using port number: 5555``), what
 it prints when it cannot start (``Error: Failed to initialize NVML``), and what dcgmi
-prints when it cannot reach it (``Error: Unable to connect to host engine``).
+prints when it cannot reach it (``Error: Unable to connect to host engine``) or when a
+watch the host engine serves fails (``Error setting watches. Result: ...``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import ParseError
 from gputriage.parsers.dcgmi import HOSTENGINE_ERROR
 
-__all__ = ["HostengineEntry", "HostengineLog", "claim_hostengine_log", "parse_hostengine_log"]
+__all__ = ["PROFILING_BUSY", "HostengineEntry", "HostengineLog", "claim_hostengine_log",
+           "parse_hostengine_log"]
 
 # 2021-11-23 00:15:20.507 ERROR [76:76] message [/path/File.cpp:3647] [Function]
 _DEBUG = re.compile(r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)\s+"
@@ -31,7 +33,17 @@ def _re(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern, re.IGNORECASE)
 
 
+# DCGM_ST_PROFILING_LIBRARY_ERROR (-37): the profiling library (PerfWorks) could not start
+# its session on the GPU's performance monitor, which another profiler holds
+PROFILING_BUSY = _re(r"third-party Profiling module returned an unrecoverable error|"
+                     r"NVPW_DCGM_PeriodicSampler_BeginSession|EnableMetrics returned -37|"
+                     r"DCGM_PROFILING_SR_WATCH_FIELDS failed with -37|"
+                     r"DCGMError_ProfilingLibraryError")
 EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("profiling-busy", PROFILING_BUSY),
+    # the NvSwitch module's libraries (NSCQ, NVSDM): needed only where NVSwitches are
+    ("nvswitch-libs-missing", _re(r"Could not load (?:NSCQ|NVSDM)|Could not initialize NSCQ|"
+                                  r"AttachTo(?:Nscq|Nvsdm)\(\) returned|libnvidia-nscq")),
     ("nvml-init-failed", _re(r"Failed to initialize NVML|Cannot initialize the hostengine")),
     ("init-failed", _re(r"DcgmHostEngineHandler::Init failed|Failed to start host engine|"
                         r"Host engine failed to start")),
@@ -40,6 +52,9 @@ EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 _PLAIN = re.compile(r"^\s*Error: (?:Failed to initialize NVML|Unable to connect to host engine|"
                     r"unable to establish a connection to the specified host)", re.IGNORECASE)
+# dcgmi's own report of a watch the host engine could not set (dcgmi dmon, dcgmi stats)
+_WATCH = re.compile(r"^\s*(?:Error setting watches|Error: Unable to (?:set|watch)\b.{0,60})\."
+                    r"?\s*Result:\s*\S", re.IGNORECASE)
 
 
 @dataclass
@@ -67,7 +82,7 @@ def _split(line: str) -> tuple[str | None, str] | None:
         return m.group("level").upper(), _SUFFIX.sub("", m.group("msg")).strip()
     if m := _JOURNAL.match(text):
         return None, m.group("msg").strip()
-    if _PLAIN.match(text):
+    if _PLAIN.match(text) or _WATCH.match(text):
         return "ERROR", text
     return None
 
@@ -97,6 +112,6 @@ def claim_hostengine_log(doc: PasteDoc) -> None:
         if not doc.free(i):
             continue
         text = ln.strip().strip("`")
-        if _DEBUG.match(text) or _JOURNAL.match(text) or (
+        if _DEBUG.match(text) or _JOURNAL.match(text) or _WATCH.match(text) or (
                 _PLAIN.match(text) and HOSTENGINE_ERROR.search(text)):
             doc.claim("nv_hostengine_log", i, i + 1)

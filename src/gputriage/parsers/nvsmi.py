@@ -318,9 +318,10 @@ def _remap_histogram(gpu: SmiGpu, values: Mapping[str, str]) -> int:
 # --- error messages ------------------------------------------------------------------------
 
 _BUS = r"(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
+# "for GPU 0000:0B:00.0:", "for GPU0000:07:00.0:", and (newer) "for GPU0: 0000:C1:00.0:"
 _HANDLE_RE = re.compile(
-    rf"Unable to determine the device handle for (?:GPU|gpu)\s*(?P<bus>{_BUS})\s*:"
-    r"\s*(?P<reason>.*)$"
+    rf"Unable to determine the device handle for (?:GPU|gpu)\s*(?:\d{{1,3}}:\s+)?(?P<bus>{_BUS})"
+    r"\s*:\s*(?P<reason>.*)$"
 )
 _NVML_INIT_RE = re.compile(r"Failed to initialize NVML:\s*(?P<reason>.*)$")
 _LIBVERSION_RE = re.compile(r"NVML library version:\s*(?P<ver>\S+)")

@@ -25,8 +25,11 @@ _PLUGIN = re.compile(r"^\[\[(?P<plugin>[\w .-]{1,40})\]\]\s*")
 _WHERE = re.compile(r"\[(?P<file>[^\[\]]{0,300}?\.(?:cpp|h|hpp|c):\d{1,9})\]"
                     r"(?:\s{0,40}\[[^\[\]]{0,300}\])?\s*$")
 # what only NVVS prints (its sources, its plugins, its config and child processes)
+# (nv-hostengine tags its own modules' lines the same way: [[NvSwitch]], [[Profiling]]...)
 _NVVS = re.compile(
-    r"/nvvs/|\[\[\w|\bnvvs\b|diag-skus|package diag config|Output of child process|"
+    r"/nvvs/|\[\[(?!(?-i:Core|NvSwitch|VGPU|Introspection|Health|Policy|Config|Diag|Profiling|"
+    r"SysMon|Sysmon|MnDiag|NvSwitchManager|Nvsdm)\]\])\w|\bnvvs\b|diag-skus|"
+    r"package diag config|Output of child process|"
     r"numa_sched_setaffinity|PluginLib|PluginTest|ConfigFileParser|ShutdownPlugin|"
     r"/plugins/cuda\d+/|datac[ae]nter-gpu-manager-config|Test \w[\w ]*: ",
     re.IGNORECASE)

@@ -119,7 +119,7 @@ PRODUCES = (
     "container.mount-file-exists", "container.ldcache-error", "container.device-error",
     "container.hook-failed", "container.nvml-unknown-error", "container.nvml-version-mismatch",
     "container.nvml-driver-not-loaded", "container.nvml-insufficient-permissions",
-    "container.nvml-library-not-found", "container.nvml-init-failed",
+    "container.nvml-library-not-found", "container.nvml-os-blocked", "container.nvml-init-failed",
     "container.no-compute-capability",
 )
 

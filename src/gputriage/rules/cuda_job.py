@@ -194,6 +194,8 @@ def _gap(ids: set[str], stack: Stack, ev: list[Evidence]) -> Finding:
 
 
 def _minor_limit(ids: set[str], stack: Stack, ev: list[Evidence]) -> Finding:
+    if stack.app_cuda is None and ids & {"cuda.221", "cuda.222"}:
+        return _ptx_too_new(stack, ev)
     app = stack.app_cuda or "?"
     floor = cc.family_floor(stack.app_cuda) if stack.app_cuda else None
     what = ("JIT-compile the program's PTX" if ids & {"cuda.221", "cuda.222"}
@@ -207,6 +209,25 @@ def _minor_limit(ids: set[str], stack: Stack, ev: list[Evidence]) -> Finding:
         f"driver older than the toolkit is the wrong fact. {_cap(_upgrade(stack.app_cuda))}, ship "
         "native code (SASS) for the GPU (-gencode arch=compute_XX,code=sm_XX) so nothing is "
         f"JIT-compiled, or install {_builds_for(stack, minor_ok=False)}.",
+        Action.FIX_SOFTWARE, Blame.JOB_CONFIG, evidence=ev, references=(DOC_COMPAT,))
+
+
+def _ptx_too_new(stack: Stack, ev: list[Evidence]) -> Finding:
+    """PTX from a toolkit newer than the driver's compiler, the toolkit not printed."""
+    drv = (f"driver {stack.driver} (CUDA {stack.driver_cuda or '?'})" if stack.driver
+           else "the node's driver")
+    ask = "" if stack.driver else f" ({ASK_HOST})"
+    need = (f" A toolkit newer than CUDA {stack.driver_cuda} built it: any driver of the "
+            "toolkit's release or newer compiles it." if stack.driver_cuda else "")
+    return finding(
+        "cuda.driver-too-old", Severity.WARNING,
+        f"{_cap(drv)} cannot compile the program's PTX: a newer CUDA toolkit built it",
+        f"The program carries PTX (no native code for this GPU) produced by a newer CUDA "
+        f"toolkit than {drv}{ask} understands, so the driver cannot JIT-compile it; minor-"
+        f"version compatibility does not cover PTX.{need} Upgrade the driver to one of the "
+        "toolkit's release or newer (nvcc --version, or the build's CUDA, names it), or "
+        "rebuild the program with the toolkit the driver supports, or with native code for "
+        "the GPU (-gencode arch=compute_XX,code=sm_XX). The GPU is not at fault.",
         Action.FIX_SOFTWARE, Blame.JOB_CONFIG, evidence=ev, references=(DOC_COMPAT,))
 
 
@@ -308,13 +329,26 @@ def _forward_compat(log: JobLog, hits: list[Hit], stack: Stack) -> Finding:
     else:
         head = ("Forward compatibility works only on data-center GPUs; the GPU's model is not "
                 "in this output (run `gputriage check` on the node to see it).")
+    if compat:  # the job put a compat libcuda on its path: its setting
+        return finding(
+            "cuda.forward-compat-unsupported", Severity.WARNING,
+            f"forward compatibility attempted on {gpu}",
+            f"{head} Either {where}; or, if no compat library is in use, the kernel module "
+            "and the user-space driver differ after a driver update: reboot (or reload the "
+            "driver) so both halves match.",
+            Action.FIX_CONFIG, Blame.CONFIG, evidence=ev, references=(DOC_COMPAT,))
     return finding(
         "cuda.forward-compat-unsupported", Severity.WARNING,
-        f"forward compatibility attempted on {gpu}",
-        f"{head} Either {where}; or, if no compat library is in use, the kernel module and "
-        "the user-space driver differ after a driver update: reboot (or reload the driver) "
-        "so both halves match, which is what fixed it in known cases.",
-        Action.FIX_CONFIG, Blame.CONFIG, evidence=ev, references=(DOC_COMPAT,))
+        f"forward compatibility attempted on {gpu}: the node's driver does not serve the "
+        "program's CUDA",
+        f"{head} A container image (NGC, PyTorch) turns its cuda-compat libraries on when "
+        "the host's driver is older than its CUDA, so the error says the node's driver is "
+        "too old for the image: upgrade the host's driver to one that supports the image's "
+        "CUDA (what fixed it in known cases), or run an image built for the driver's CUDA. "
+        "If the driver was just updated in place, reboot (or reload it) so the kernel "
+        f"module and the user-space driver match; otherwise {where}. Node software: the "
+        "GPU is not at fault.", Action.FIX_SOFTWARE, Blame.NODE, evidence=ev,
+        references=(DOC_COMPAT,))
 
 
 def _shadowing(log: JobLog, stack: Stack) -> Finding | None:

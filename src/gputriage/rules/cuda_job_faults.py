@@ -6,6 +6,7 @@ compatibility arithmetic is :mod:`gputriage.rules.cuda_job`'s.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from gputriage.hostfacts.fabric import FabricNeed
@@ -80,11 +81,17 @@ def _mismatch(log: JobLog, hits: list[Hit], drv: DriverVersions | None) -> Findi
                  "`gputriage check` on the node).")
     return finding(
         "cuda.driver-mismatch", Severity.CRITICAL,
-        "CUDA error 803: the user-space driver does not match the loaded kernel module",
-        "libcuda and the kernel module come from different driver versions, typically a "
-        "driver upgraded under a running system: reboot the node (or unload and reload the "
-        f"nvidia modules once no process holds them), then restart the jobs.{known}",
-        Action.REBOOT_NODE, Blame.NODE, evidence=ev, references=(DOC_COMPAT,))
+        "CUDA error 803: unsupported display driver / CUDA driver combination (the node's "
+        "driver)",
+        "libcuda and the kernel module are not one working driver: a driver upgraded under "
+        "a running system (the old module still loaded), a partial package upgrade, or a "
+        "driver too old for the CUDA runtime the program bundles. No CUDA program runs on "
+        "this node until the driver is whole: install one current driver release "
+        "completely (kernel module and libraries of the same version, new enough for the "
+        "program's CUDA) and reboot, or reload the nvidia modules once no process holds "
+        "them; a reboot alone does not help when the installed packages disagree. Drain "
+        f"only to protect jobs: the GPUs are not at fault.{known}",
+        Action.FIX_SOFTWARE, Blame.NODE, evidence=ev, references=(DOC_COMPAT,))
 
 
 def _no_device(log: JobLog, hits: list[Hit], drv: DriverVersions | None) -> Finding:
@@ -117,6 +124,15 @@ def _no_device(log: JobLog, hits: list[Hit], drv: DriverVersions | None) -> Find
         blame, why = Blame.NODE, (
             "The job ran on the host and CUDA sees no GPU: the driver is not loaded or the "
             "GPUs are gone. Run nvidia-smi and `gputriage check` on the node.")
+    elif ids == {"torch.no-cuda-gpus"}:
+        blame, why = Blame.JOB_CONFIG, (
+            "PyTorch's CUDA runtime started and counted no GPU it may use: most often the "
+            "job's own selection hides them: CUDA_VISIBLE_DEVICES set (in the environment or "
+            "hard-coded in the script: os.environ['CUDA_VISIBLE_DEVICES'] = '1' on a one-GPU "
+            "machine hides GPU 0) to an index or UUID this machine does not have, or empty; "
+            "in a container, no GPU given (--gpus, NVIDIA_VISIBLE_DEVICES, a nvidia.com/gpu "
+            "request). Print CUDA_VISIBLE_DEVICES where the job runs and compare it with "
+            f"nvidia-smi -L; only if nvidia-smi lists no GPU either is it the node ({ASK_HOST}).")
     else:
         blame, why = Blame.UNKNOWN, (
             "Either the process was given no GPU (a container without --gpus / CDI / "
@@ -127,25 +143,78 @@ def _no_device(log: JobLog, hits: list[Hit], drv: DriverVersions | None) -> Find
         evidence=ev)
 
 
+# where CUDA is being started: its 999 there is the node's driver state, not the program
+_AT_INIT = re.compile(r"initiali[sz]|cuInit|cudaGetDeviceCount|NumCudaDevices|cudaSetDevice|"
+                      r"device count|_cuda_init|lazy_init", re.IGNORECASE)
+
+
 def _unknown(hits: list[Hit]) -> Finding:
+    if any(_AT_INIT.search(h.line) for h in hits):
+        return finding(
+            "cuda.unknown-error", Severity.WARNING,
+            "CUDA error 999: unknown error at initialisation (the node's driver state)",
+            "CUDA could not start and gives no reason. When it fails this early, the node's "
+            "driver is not in a state to serve CUDA: most often the nvidia_uvm module is not "
+            "loaded or /dev/nvidia-uvm is missing (after a driver update, suspend/resume, or "
+            "in a container started before the module was loaded); otherwise a GPU or driver "
+            "fault. Not the job: check lsmod | grep nvidia_uvm and ls /dev/nvidia-uvm, load "
+            "it (modprobe nvidia_uvm), and if nvidia-smi fails too read the kernel log for "
+            "Xids and reinstall the driver or reboot.", Action.FIX_SOFTWARE, Blame.NODE,
+            evidence=[_job_ev(hits)])
     return finding(
         "cuda.unknown-error", Severity.WARNING,
-        "CUDA error 999: unknown error at initialisation",
-        "CUDA gives no reason. On Linux it most often means the nvidia_uvm module is not "
-        "loaded or the driver is in a bad state (after suspend/resume or a GPU error). Check "
-        "the node's kernel log for Xids, that /dev/nvidia-uvm exists (modprobe nvidia_uvm), "
-        "and reboot the node if nvidia-smi fails too.", Action.FIX_CONFIG, Blame.UNKNOWN,
+        "CUDA error 999: unknown error",
+        "CUDA gives no reason. Often the driver's state (the nvidia_uvm module missing or "
+        "broken, a GPU in error after an Xid, device files the container lost); sometimes "
+        "the program. Check the node's kernel log for Xids, that /dev/nvidia-uvm exists "
+        "(modprobe nvidia_uvm), and whether nvidia-smi works; with a clean node, rerun the "
+        "job and look at the call that failed.", Action.FIX_CONFIG, Blame.UNKNOWN,
         evidence=[_job_ev(hits)])
+
+
+_HARDWARE = {  # CUDA errors that are the GPU's hardware: the catalog's node, reset-gpu
+    "cuda.214": ("cuda.ecc-uncorrectable", "an uncorrectable ECC error",
+                 "its memory had an error ECC could not correct (the kernel log shows Xid 48, "
+                 "63, 64, 94 or 95 with it)", "nvidia-smi -q -d ECC,ROW_REMAPPER (or "
+                 "PAGE_RETIREMENT) shows the counters: a remap that failed, pending retirements "
+                 "at their limit or errors that come back after the reset mean a repair (RMA)"),
+    "cuda.220": ("cuda.nvlink-uncorrectable", "an uncorrectable NVLink error",
+                 "an NVLink error that could not be corrected hit it (the kernel log shows "
+                 "Xid 74, or SXid errors on an NVSwitch system)", "nvidia-smi nvlink -s and "
+                 "-e show the links and their errors: a link that stays down or keeps failing "
+                 "after the reset means a repair"),
+}
+
+
+def _hardware(hits: list[Hit]) -> Iterator[Finding]:
+    """A CUDA error that reports the GPU's own hardware: unlike most CUDA errors, the
+    node's fault whatever the job (one finding per kind)."""
+    for mid, (fid, what, why, check) in _HARDWARE.items():
+        mine = [h for h in hits if h.message.id == mid]
+        if not mine:
+            continue
+        ordinal = re.search(r"device (?:ordinal )?(\d{1,3})\b", mine[0].line)
+        on = f" on CUDA device {ordinal.group(1)}" if ordinal else ""
+        yield finding(
+            fid, Severity.CRITICAL, f"CUDA error {mid[5:]}: {what}{on} (the GPU's hardware)",
+            f"The job failed because the GPU{on} reported {what}: {why}. This is the node's "
+            "hardware, not the job: the job's data on that GPU is lost, rerun it elsewhere. "
+            f"Drain the GPU and reset it; then {check}. Run gputriage check on the node to "
+            "find the GPU (CUDA's device numbers follow CUDA_VISIBLE_DEVICES, not nvidia-smi's"
+            ").", Action.RESET_GPU, Blame.NODE, evidence=[_job_ev(mine)], references=(DOC_XID,))
 
 
 @rule("cuda.node-state",
       produces=("cuda.fabric-not-ready", "cuda.driver-mismatch", "cuda.no-device",
-                "cuda.unknown-error"))
+                "cuda.unknown-error", *(fid for fid, *_ in _HARDWARE.values())))
 def node_state(job_log: JobLog, driver_versions: DriverVersions | None = None,
                needs_fabric_manager: FabricNeed | None = None) -> Iterator[Finding]:
     """A job's CUDA errors that speak of the node: 802 (the NVLink fabric is not ready:
     the fabric manager), 803 (user-space driver and kernel module differ), no device
-    (in a container: what it was given; on a host: the driver), 999 (unknown)."""
+    (in a container: what it was given; on a host: the driver), 999 (unknown: the
+    driver's state when CUDA is starting), and the GPU's own hardware (214 uncorrectable
+    ECC, 220 uncorrectable NVLink)."""
+    yield from _hardware(job_log.hits)
     if hits := _of(job_log, {"cuda.802"}):
         yield _fabric(hits, needs_fabric_manager)
     if hits := _of(job_log, {"cuda.803"}):
@@ -206,11 +275,61 @@ def _kernel_fault(hits: list[Hit], events: list[DriverEvent] | None) -> Finding:
         Action.RESTART_JOB, Blame.JOB, evidence=ev, references=(DOC_XID,))
 
 
-def _oom(hits: list[Hit]) -> Finding:
+_SIZE = r"(\d{1,9}(?:\.\d{1,4})?)\s?([KMGT]i?B)"
+# PyTorch's out-of-memory message, before 2.1 and after
+_TORCH_TOTAL = re.compile(rf"(?:{_SIZE} total capacity|total capacity of {_SIZE})")
+_TORCH_OWN = re.compile(rf"(?:{_SIZE} reserved in total by PyTorch|this process has {_SIZE} "
+                        r"memory in use)")
+_TORCH_FREE = re.compile(rf"(?:{_SIZE} free\b|of which {_SIZE} is free)")
+_UNITS = {"K": 2**-20, "M": 2**-10, "G": 1.0, "T": 2**10}
+
+
+def _gib(m: re.Match[str] | None) -> float | None:
+    """The first size a match holds, in GiB."""
+    if m is None:
+        return None
+    groups = [g for g in m.groups() if g is not None]
+    return float(groups[0]) * _UNITS[groups[1][0].upper()] if len(groups) >= 2 else None
+
+
+def _oom_numbers(hits: list[Hit], needs: str | None) -> tuple[str, str, Blame, Action] | None:
+    """(title, what the numbers say, blame, action) when the message gives them: memory
+    held by other processes (a shared GPU), or a program bigger than the GPU."""
+    for h in hits:
+        total, own = _gib(_TORCH_TOTAL.search(h.line)), _gib(_TORCH_OWN.search(h.line))
+        free = _gib(_TORCH_FREE.search(h.line))
+        if total and own is not None and free is not None and total - own - free > 0.25 * total:
+            others = total - own - free
+            return (f"CUDA out of memory: other processes hold {others:.1f} GiB of the GPU's "
+                    f"{total:.1f} GiB", f"This process holds {own:.2f} GiB; {others:.1f} GiB are "
+                    "held by other processes on the same GPU. A GPU shared by several pods or "
+                    "jobs (time-slicing, MPS without limits, a stray process) gives none of "
+                    "them memory isolation: each must cap its own use "
+                    "(torch.cuda.set_per_process_memory_fraction, a smaller batch), share it "
+                    "among fewer replicas, or use MIG on GPUs that have it. ",
+                    Blame.JOB_CONFIG, Action.FIX_CONFIG)
+    if needs:
+        return (f"out of GPU memory: the program needs {needs} at once",
+                f"XLA's buffer assignment puts the program's allocations at {needs} in all: if "
+                "that is more than the GPU's memory no setting fits it: use a GPU with more "
+                "memory, or a smaller model, input or batch (JAX preallocates 75 % of the GPU "
+                "by default; XLA_PYTHON_CLIENT_MEM_FRACTION does not make room that is not "
+                "there). ", Blame.JOB, Action.RESTART_JOB)
+    return None
+
+
+def _oom(hits: list[Hit], needs: str | None, extra: tuple[str, ...] = ()) -> Finding:
     ids = {h.message.id for h in hits}
     masked = ids & {"cublas.not-initialized", "cudnn.not-initialized"}
     title = ("cuBLAS/cuDNN could not initialise: GPU memory was not free" if masked and
              not ids - masked else "CUDA out of memory")
+    if known := _oom_numbers(hits, needs):
+        title, said, blame, action = known
+        return finding(
+            "cuda.out-of-memory", Severity.WARNING, title,
+            f"The job could not get the GPU memory it asked for. {said}A job or co-tenancy "
+            "problem, not the node's: the GPU is not at fault.", action, blame,
+            evidence=[_job_ev(hits, extra)])
     return finding(
         "cuda.out-of-memory", Severity.WARNING, title,
         "The job could not get the GPU memory it asked for"
@@ -232,4 +351,5 @@ def job_fault(job_log: JobLog, driver_events: list[DriverEvent] | None = None
     if hits := _of(job_log, KERNEL_FAULT):
         yield _kernel_fault(hits, driver_events)
     if hits := _of(job_log, OOM):
-        yield _oom(hits)
+        yield _oom(hits, job_log.versions.needs_memory,
+                   tuple(job_log.versions.line("needs_memory")))

@@ -1,6 +1,8 @@
 """Rules on DCGM's diagnostic (``dcgmi diag``, ``nvvs.log``): what a failed, warned or
 skipped test says of the GPUs, and when it says nothing of them because DCGM itself
-could not run it (its installation, how it was launched, a prerequisite).
+could not run it (its installation, how it was launched). The helpers both areas read
+are here; what kept the run from judging the GPUs (a prerequisite, MIG, a run cut
+short) and a run that passed are :mod:`gputriage.rules.dcgm_diag_setup`'s.
 
 One cause is one finding: a GPU's failed tests make one finding with their warnings
 (thermal violations name the cooling), the tests skipped because persistence mode is
@@ -15,14 +17,18 @@ from collections.abc import Iterable, Iterator
 
 from gputriage.hostfacts.pcie import PcieLink
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.parsers.dcgmi_diag import MIG_REFUSAL
 from gputriage.parsers.dcgmi_diag_model import DiagMessage, DiagReport, DiagTest
 from gputriage.parsers.nvvs_log import NvvsLog
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
 from gputriage.views.scopes import index_ranges
 
-__all__ = ["NO_RESULT", "message_kind"]
+__all__ = ["DOC", "HW_DEPLOYMENT", "MIG_BLOCKED", "NO_RESULT", "NO_VERDICT", "cascade",
+           "diag_evidence", "diag_kind", "gpu_list", "is_deployment", "message_kind"]
 
 NO_RESULT = "dcgm.no-result"  # every test skipped, or the output cut short: verdict unknown
+MIG_BLOCKED = "dcgm.diag-mig-blocked"  # NVVS refused to run on MIG-enabled GPUs
+NO_VERDICT = frozenset({NO_RESULT, MIG_BLOCKED})  # the diagnostic said nothing of the GPUs
 POWER_MARGIN = 0.05  # a targeted power miss within 5 % of the target: marginal
 DOC = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html"
 
@@ -35,6 +41,8 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (k, re.compile(p, re.IGNORECASE)) for k, p in (
     ("cuda-not-ready", r"system not yet initiali[sz]ed|cudaErrorSystemNotReady|"
                        r"SYSTEM_NOT_READY"),
+    ("mig", MIG_REFUSAL.pattern),
+    ("missing-test", r"requested test .{1,80} was not found among possible test choices"),
     ("affinity", r"numa_sched_setaffinity|sched_setaffinity\S* failed"),
     ("unparsable", r"Output of child process .{0,40}couldn'?t be parsed"),
     ("plugins", r"Could not exec '[^']*plugins/|Unable to change to the plugin dir|"
@@ -56,10 +64,10 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                  r"together with a DBE|corrupt InfoROM|volatile double-bit ECC error|"
                  r"uncontained error"),
 ))
-INSTALL = frozenset({"plugins", "config", "unsupported", "mismatch"})
+INSTALL = frozenset({"plugins", "missing-test", "config", "unsupported", "mismatch"})
 RUN = frozenset({"affinity", "unparsable", "internal"})
-NOT_HARDWARE = INSTALL | RUN | {"cuda-not-ready", "persistence"}
-_HW_DEPLOYMENT = frozenset({"page retirement/row remap", "page retirement", "inforom"})
+NOT_HARDWARE = INSTALL | RUN | {"cuda-not-ready", "persistence", "mig"}
+HW_DEPLOYMENT = frozenset({"page retirement/row remap", "page retirement", "inforom"})
 _POWER = re.compile(r"Max power of (?P<got>\d{1,6}(?:\.\d{1,6})?) did not reach desired power "
                     r"minimum (?:\S{1,60} )?of (?P<want>\d{1,6}(?:\s?\.\s?\d{1,6})?)")
 _SLURM = re.compile(r"\b(?:srun|sbatch|salloc)\b")
@@ -73,18 +81,18 @@ def message_kind(text: str, code: int | None = None) -> str | None:
     return _CODES.get(code) if code is not None else None
 
 
-def _kind(m: DiagMessage) -> str | None:
+def diag_kind(m: DiagMessage) -> str | None:
     return message_kind(m.text, m.code)
 
 
-def _deployment(t: DiagTest) -> bool:
+def is_deployment(t: DiagTest) -> bool:
     return (t.category or "").lower() == "deployment" or t.key in (
         "denylist", "blacklist", "nvml library", "cuda main library", "software",
         "permissions and os blocks", "persistence mode", "environment variables",
-        "graphics processes", *_HW_DEPLOYMENT)
+        "graphics processes", *HW_DEPLOYMENT)
 
 
-def _gpu_list(gpus: Iterable[int]) -> str:
+def gpu_list(gpus: Iterable[int]) -> str:
     g = set(gpus)
     return ("GPU " if len(g) == 1 else "GPUs ") + index_ranges(g)
 
@@ -120,6 +128,23 @@ def _on(t: DiagTest, target: Target) -> list[DiagMessage]:
         not m.gpus or target in m.gpus)]
 
 
+def cascade(tests: list[DiagTest]) -> list[DiagTest]:
+    """The deployment checks that failed one after the other from a software check to
+    the last (at least three), none after the first saying a hardware fault of its own:
+    older NVVS marks every check after a failed one as failed too, so the first is the
+    cause and the others its echo. Empty when the failures are not such a run."""
+    deploy = [t for t in tests if is_deployment(t)]
+    first = next((i for i, t in enumerate(deploy) if t.status == "fail"), None)
+    if first is None:
+        return []
+    run = deploy[first:]
+    if (len(run) < 3 or run[0].key in HW_DEPLOYMENT
+            or any(t.status != "fail" for t in run)
+            or any(diag_kind(m) == "hardware" for t in run[1:] for m in t.messages)):
+        return []
+    return run
+
+
 # --- hardware ---------------------------------------------------------------------------
 
 @rule("dcgm.diag-hardware",
@@ -151,21 +176,22 @@ def _failed_per_target(report: DiagReport) -> dict[Target, list[tuple[DiagTest,
     """The failed or warned hardware tests of each GPU (or other entity) with their
     messages on it; tests that failed for DCGM's, CUDA's or the setup's reasons left out."""
     per_gpu: dict[Target, list[tuple[DiagTest, list[DiagMessage]]]] = {}
+    echoes = cascade(report.tests)[1:]
     for t in report.tests:
-        if t.status not in ("fail", "warn"):
+        if t.status not in ("fail", "warn") or t in echoes:
             continue
         # a deployment check says nothing of the hardware, unless what it found is the
         # GPU's memory or InfoROM (DCGM 4.x's software test)
-        only_hw = _deployment(t) and t.key not in _HW_DEPLOYMENT
-        if only_hw and not any(_kind(m) == "hardware" for m in t.messages):
+        only_hw = is_deployment(t) and t.key not in HW_DEPLOYMENT
+        if only_hw and not any(diag_kind(m) == "hardware" for m in t.messages):
             continue
         for gpu in _targets(t, report):
             msgs = _on(t, gpu)
             if only_hw:
-                msgs = [m for m in msgs if _kind(m) == "hardware"]
+                msgs = [m for m in msgs if diag_kind(m) == "hardware"]
                 if not msgs:
                     continue
-            if msgs and {_kind(m) for m in msgs} <= NOT_HARDWARE:
+            if msgs and {diag_kind(m) for m in msgs} <= NOT_HARDWARE:
                 continue  # DCGM's, CUDA's or the setup's failure: other rules say it
             per_gpu.setdefault(gpu, []).append((t, msgs))
     return per_gpu
@@ -185,7 +211,7 @@ def _scope(gpu: int | None) -> Scope:
     return gpu_scope(None, gpu) if gpu is not None else NODE
 
 
-def _ev(tests: Iterable[DiagTest]) -> list[Evidence]:
+def diag_evidence(tests: Iterable[DiagTest]) -> list[Evidence]:
     return [evidence("dcgmi_diag", [ln for t in tests for ln in t.lines], limit=24)]
 
 
@@ -197,11 +223,11 @@ def _hardware(gpu: int | None, failed: list[tuple[DiagTest, list[DiagMessage]]],
     hard = any(t.status != "warn" and (
         (gpu is not None and t.gpus.get(gpu) == "fail") or t.all_gpus == "fail" or
         (t.status == "fail" and not t.gpus and t.all_gpus is None)) for t, _ in failed)
-    thermal = [m for _, msgs in failed for m in msgs if _kind(m) == "thermal"]
-    said = [m.text.rstrip(".") for _, msgs in failed for m in msgs if _kind(m) != "thermal"][:2]
+    thermal = [m for _, msgs in failed for m in msgs if diag_kind(m) == "thermal"]
+    said = [m.text.rstrip(".") for _, msgs in failed for m in msgs if diag_kind(m) != "thermal"][:2]
     why = (f" DCGM says: {' / '.join(said)}." if said else "")
     fault = ("a fault of the GPU's memory or InfoROM, found before any test ran" if all(
-        _deployment(t) for t, _ in failed) else "a hardware fault under load")
+        is_deployment(t) for t, _ in failed) else "a hardware fault under load")
     cooling = (f" It also logged thermal violations ({thermal[0].text.split(' Verify')[0]}): "
                f"check the cooling of {who} (fans, airflow, the thermal interface) as part of "
                "the repair." if thermal else "")
@@ -212,12 +238,12 @@ def _hardware(gpu: int | None, failed: list[tuple[DiagTest, list[DiagMessage]]],
             f"DCGM's {names} test failed on {who}: {fault}.{why}{cooling} "
             "Drain the node, rerun the diagnostic on it (dcgmi diag -r 3) to confirm, and "
             "repair or RMA the GPU if it fails again.", Action.DRAIN_AND_REPAIR, Blame.NODE,
-            _scope(gpu), _ev(t for t, _ in failed), references=(DOC,))
+            _scope(gpu), diag_evidence(t for t, _ in failed), references=(DOC,))
     return finding(
         "dcgm.test-failed", Severity.WARNING, f"DCGM diag{level}: {names} warned on {who}",
         f"DCGM's {names} test passed with a warning on {who}.{why}{cooling} The GPU still "
         "works; look at it at the next maintenance window and rerun the diagnostic.",
-        Action.PLAN_REPAIR, Blame.NODE, _scope(gpu), _ev(t for t, _ in failed),
+        Action.PLAN_REPAIR, Blame.NODE, _scope(gpu), diag_evidence(t for t, _ in failed),
         references=(DOC,))
 
 
@@ -239,11 +265,11 @@ def _other_entities(who: str, failed: list[tuple[DiagTest, list[DiagMessage]]],
             "dcgm.test-failed", Severity.CRITICAL, title, text + "Drain the node, rerun the "
             f"diagnostic to confirm, and have {who} (or what it sits on: its memory, "
             "board or cabling) repaired.", Action.DRAIN_AND_REPAIR, Blame.NODE, NODE,
-            _ev(t for t, _ in failed), references=(DOC,))
+            diag_evidence(t for t, _ in failed), references=(DOC,))
     return finding(
         "dcgm.test-failed", Severity.WARNING, title, text + "Look at it at the next "
         "maintenance window and rerun the diagnostic.", Action.PLAN_REPAIR, Blame.NODE,
-        NODE, _ev(t for t, _ in failed), references=(DOC,))
+        NODE, diag_evidence(t for t, _ in failed), references=(DOC,))
 
 
 def _link_of(gpu: int | None, links: list[PcieLink] | None) -> PcieLink | None:
@@ -261,7 +287,7 @@ def _pcie(gpu: int | None, t: DiagTest, msgs: list[DiagMessage],
     who = f"GPU {gpu}" if gpu is not None else "the GPUs"
     link = _link_of(gpu, links)
     said = f" DCGM says: {msgs[0].text}." if msgs else ""
-    ev = _ev([t])
+    ev = diag_evidence([t])
     if link is not None:
         ev += [evidence(s, lines) for s, lines in link.evidence.items() if lines]
         return finding(
@@ -293,122 +319,7 @@ def _power(gpu: int | None, t: DiagTest, msgs: list[DiagMessage]) -> Finding:
         "held down explain more often than a failing board. Rerun the test and check the "
         "power limit and clocks (nvidia-smi -q -d POWER,PERFORMANCE); take the GPU out of "
         "service only if it fails again by more.", Action.FIX_CONFIG, Blame.UNKNOWN,
-        _scope(gpu), _ev([t]), references=(DOC,))
-
-
-# --- the run's prerequisites --------------------------------------------------------------
-
-@rule("dcgm.diag-setup",
-      produces=("dcgm.persistence-off", "dcgm.deployment-failed", "dcgm.cuda-not-ready",
-                NO_RESULT))
-def diag_setup(dcgmi_diag: DiagReport) -> Iterator[Finding]:
-    """What kept the diagnostic from judging the GPUs: persistence mode off (DCGM then
-    skips its tests), another deployment check failed, CUDA not initialised on every GPU
-    (the NVLink fabric), or every test skipped."""
-    report = dcgmi_diag
-    tests = report.tests
-    persistence = [(t, m) for t in tests if t.status == "fail"
-                   for m in t.messages if _kind(m) == "persistence"]
-    skipped = [t for t in tests if t.status == "skip" and not _deployment(t)]
-    if persistence:
-        yield _persistence(persistence, skipped, len(report.device_ids))
-    yield from _deployment_failed(tests)
-    not_ready = [(t, m) for t in tests for m in t.messages if _kind(m) == "cuda-not-ready"]
-    if not_ready:
-        yield _not_ready(not_ready, report)
-    judged = [t for t in tests if not _deployment(t)]
-    stopped = any(t.status == "fail" and _deployment(t) for t in tests)  # DCGM then skips
-    if judged and not persistence and not stopped and all(t.status == "skip" for t in judged):
-        yield _no_result(judged, report)
-    elif _cut_short(report):
-        yield _cut(report)
-
-
-def _cut_short(report: DiagReport) -> bool:
-    """Output that ends before the table's last line (or the JSON's), with nothing
-    failed or warned in what is there: the tests after it are unknown."""
-    return bool(report.tests) and not report.complete and not report.errors and not any(
-        t.status in ("fail", "warn") for t in report.tests)
-
-
-def _deployment_failed(tests: list[DiagTest]) -> Iterator[Finding]:
-    """Deployment checks failed for another reason than persistence mode (or than the
-    GPU's memory or InfoROM, which diag_hardware judges)."""
-    for t in tests:
-        said = [m for m in t.messages if _kind(m) != "hardware"]
-        if (t.status == "fail" and _deployment(t) and t.key not in _HW_DEPLOYMENT
-                and not any(_kind(m) == "persistence" for m in t.messages)
-                and (said or not t.messages)):
-            yield finding(
-                "dcgm.deployment-failed", Severity.WARNING,
-                f"DCGM diag: deployment check {t.name} failed",
-                f"DCGM checks the node's software before it tests the GPUs; {t.name} failed"
-                + (f": {said[0].text}" if said else "")
-                + ". Fix it (a denylisted driver, CUDA_VISIBLE_DEVICES or another variable "
-                "set, a graphics process on the GPU, libraries not found) and rerun.",
-                Action.FIX_CONFIG, Blame.CONFIG, evidence=_ev([t]), references=(DOC,))
-
-
-def _persistence(hits: list[tuple[DiagTest, DiagMessage]], skipped: list[DiagTest],
-                 tested: int) -> Finding:
-    gpus = sorted({g for _, m in hits for g in m.gpus})
-    on = _gpu_list(gpus) if gpus else "the GPUs"
-    if gpus and tested > len(gpus):
-        on += f" (of the {tested} tested; DCGM's message is cut short)"
-    skip = (f" The {len(skipped)} test(s) it then skipped ({', '.join(t.name for t in skipped)})"
-            " are its consequence, not results." if skipped else "")
-    return finding(
-        "dcgm.persistence-off", Severity.WARNING,
-        f"DCGM diag refused to test: persistence mode off on {on}",
-        "DCGM's diagnostic needs persistence mode and stops at its deployment checks "
-        f"without it: a configuration problem, not a hardware fault.{skip} Enable "
-        "persistence (systemctl enable --now nvidia-persistenced, or nvidia-smi -pm 1) and "
-        "rerun the diagnostic.", Action.FIX_CONFIG, Blame.CONFIG,
-        evidence=_ev(dict.fromkeys(t for t, _ in hits)), references=(DOC,))
-
-
-def _not_ready(hits: list[tuple[DiagTest, DiagMessage]], report: DiagReport) -> Finding:
-    gpus = sorted({g for _, m in hits for g in m.gpus})
-    tests = list(dict.fromkeys(t for t, _ in hits))
-    first = hits[0][1]
-    lines = [ln for t in tests for ln in t.lines[:2]] + first.lines
-    return finding(
-        "dcgm.cuda-not-ready", Severity.CRITICAL,
-        f"DCGM diag: CUDA not initialised on {_gpu_list(gpus) if gpus else 'the GPUs'} "
-        "(system not yet initialized: the NVLink fabric)",
-        f"{', '.join(t.name for t in tests)} failed because cuInit returned 'system not yet "
-        "initialized' (CUDA error 802) on every GPU it tried: not a GPU fault. On an "
-        "NVSwitch system (HGX, DGX) CUDA waits for the fabric manager to configure the "
-        "fabric: start and enable nvidia-fabricmanager (the driver's version), wait for the "
-        "GPUs' fabric state to read Completed, and rerun the diagnostic.",
-        Action.FIX_CONFIG, Blame.NODE, evidence=[evidence("dcgmi_diag", lines)],
-        references=(DOC,))
-
-
-def _no_result(judged: list[DiagTest], report: DiagReport) -> Finding:
-    reasons = [m.text for t in judged for m in t.messages][:2]
-    why = (f" DCGM says: {' / '.join(reasons)}." if reasons else
-           " DCGM skips a test when the GPU is not supported at that level (non-datacenter "
-           "GPUs run level 1 only), when its diag configuration is missing "
-           "(datacenter-gpu-manager-config's diag-skus.yaml) or its packages disagree: "
-           "nvvs.log (/var/log/nvidia-dcgm/nvvs.log) says which.")
-    return finding(
-        NO_RESULT, Severity.INFO,
-        f"DCGM diag gave no result: all {len(judged)} test(s) skipped",
-        "Every test skipped: the diagnostic says nothing of the GPUs, neither pass nor "
-        f"fail.{why} Fix what made it skip and rerun before trusting the node to it.",
-        Action.NONE, Blame.UNKNOWN, evidence=_ev(judged), references=(DOC,))
-
-
-def _cut(report: DiagReport) -> Finding:
-    last = report.tests[-1]
-    return finding(
-        NO_RESULT, Severity.INFO, f"dcgmi diag output cut short after {last.name}",
-        f"The diagnostic's output ends after {len(report.tests)} test(s), before the end of "
-        "its table (or of its JSON): what it shows passed or skipped, but the tests after "
-        f"{last.name} are not in it, so it says nothing for sure of the GPUs. Paste or "
-        "collect the whole output (dcgmi diag -r LEVEL -j), rerunning it if it was "
-        "interrupted.", Action.NONE, Blame.UNKNOWN, evidence=_ev([last]), references=(DOC,))
+        _scope(gpu), diag_evidence([t]), references=(DOC,))
 
 
 # --- DCGM itself --------------------------------------------------------------------------
@@ -425,10 +336,12 @@ def diag_tool(dcgmi_diag: DiagReport | None = None,
     if dcgmi_diag is not None:
         for t in dcgmi_diag.tests:
             for m in t.messages:
-                if (k := _kind(m)) in INSTALL | RUN:
+                if (k := diag_kind(m)) in INSTALL | RUN:
                     found.setdefault(k, []).append((m.text, [t.lines[0], *m.lines], "dcgmi_diag"))
         for m in dcgmi_diag.errors:
-            k = _kind(m) or "returned"
+            k = diag_kind(m) or "returned"
+            if k == "mig":
+                continue  # not DCGM's fault: diag_setup says it
             found.setdefault(k if k in INSTALL | RUN else "returned", []).append(
                 (m.text, m.lines, "dcgmi_diag"))
     for e in nvvs_log.problems if nvvs_log is not None else ():
@@ -442,7 +355,9 @@ def diag_tool(dcgmi_diag: DiagReport | None = None,
         yield _run_problem(run, dcgmi_diag)
 
 
-_WHAT = {"plugins": "plugins missing or not loadable", "config": "its diag config missing",
+_WHAT = {"plugins": "plugins missing or not loadable",
+         "missing-test": "the requested test is not among its plugins",
+         "config": "its diag config missing",
          "unsupported": "the driver not supported", "mismatch": "versions that differ",
          "returned": "dcgmi diag returned an error"}
 
@@ -464,6 +379,11 @@ def _install(found: dict[str, list[tuple[str, list[str], str]]],
     pkgs = (f" The {'/'.join(cuda)} plugins are missing: install the DCGM support packages "
             "for every CUDA major version the driver supports (datacenter-gpu-manager-4-"
             f"{cuda[0]} and the others)." if cuda else "")
+    if "missing-test" in found:
+        pkgs += (" dcgmi diag has no test of the name asked for: its plugin is not installed "
+                 "(a DCGM built from source lacks the plugins NVIDIA does not publish, such "
+                 "as memory bandwidth; a package of the CUDA support plugins is missing) or "
+                 "the name is not one this release knows. Nothing was tested.")
     return finding(
         "dcgm.install-problem", Severity.WARNING,
         f"DCGM's installation cannot run its diagnostic: {what}{code}",
@@ -478,10 +398,10 @@ def _install(found: dict[str, list[tuple[str, list[str], str]]],
 def _run_problem(found: dict[str, list[tuple[str, list[str], str]]],
                  report: DiagReport | None) -> Finding:
     tests = [t for t in (report.tests if report else []) if t.status == "fail"
-             and any(_kind(m) in RUN for m in t.messages)]
+             and any(diag_kind(m) in RUN for m in t.messages)]
     passed = [t for t in tests if t.gpus and set(t.gpus.values()) == {"pass"}]
     names = ", ".join(t.name for t in tests) or "a test"
-    gpus = (f" Every GPU passed it ({_gpu_list(passed[0].gpus)}): the Fail is DCGM's, "
+    gpus = (f" Every GPU passed it ({gpu_list(passed[0].gpus)}): the Fail is DCGM's, "
             "not the hardware's." if passed else "")
     slurm = "affinity" in found or bool(report and report.command and
                                         _SLURM.search(report.command))

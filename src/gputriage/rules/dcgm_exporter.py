@@ -236,37 +236,82 @@ def exporter_fields(dcgm_exporter_metrics: ExporterMetrics,
                 found += 1
                 yield f
     if not found:
-        gpus = {g.uuid or g.gpu for g in m.gpus}
-        migs = sum(1 for g in m.gpus if g.mig_instance is not None)
-        first = next(iter(m.gpus[0].lines.values()), "")
-        fields = ", ".join(sorted(f.removeprefix("DCGM_FI_DEV_") for f in m.fields))[:160]
-        yield finding(
-            "dcgm.metrics-healthy", Severity.OK,
-            f"dcgm-exporter: {len(gpus)} GPU(s)"
-            + (f", {migs} MIG instance(s)" if migs else "") + ", no error field set",
-            f"The exported fields ({fields}) "
-            "show no Xid, ECC, remap, replay or slowdown."
-            + (f" {m.unreadable} damaged line(s) were skipped." if m.unreadable else "")
-            + (f" {m.non_finite} NaN or infinite value(s) were skipped." if m.non_finite
-               else ""),
-            Action.NONE, Blame.UNKNOWN, evidence=[evidence(SRC, [first])])
+        yield _healthy(m)
+
+
+def _healthy(m: ExporterMetrics) -> Finding:
+    gpus = {g.uuid or g.gpu for g in m.gpus}
+    migs = sum(1 for g in m.gpus if g.mig_instance is not None)
+    first = next(iter(m.gpus[0].lines.values()), "")
+    fields = ", ".join(sorted(f.removeprefix("DCGM_FI_DEV_") for f in m.fields))[:160]
+    what = (f"The exported fields ({fields}) show no Xid, ECC, remap, replay or slowdown."
+            if m.fields else
+            f"{m.series} series listed by their labels only, without values: the GPUs are "
+            "exported; their values are not in this paste.")
+    pods = ("" if any(g.pod for g in m.gpus) else
+            " No series carries pod, namespace or container labels: dcgm-exporter adds them "
+            "only to the GPUs a pod is using at the time (through the kubelet's pod-resources "
+            "socket), so an idle GPU has none; that is expected.")
+    return finding(
+        "dcgm.metrics-healthy", Severity.OK,
+        f"dcgm-exporter: {len(gpus)} GPU(s)"
+        + (f", {migs} MIG instance(s)" if migs else "")
+        + (", no error field set" if m.fields else ", exported"),
+        what + (f" {m.unreadable} damaged line(s) were skipped." if m.unreadable else "")
+        + (f" {m.non_finite} NaN or infinite value(s) were skipped." if m.non_finite else "")
+        + pods, Action.NONE, Blame.UNKNOWN, evidence=[evidence(SRC, [first])])
 
 
 # --- the exporter's log ----------------------------------------------------------------------
 
 
+DOC_EXPORTER = "https://docs.nvidia.com/datacenter/cloud-native/gpu-telemetry/latest/dcgm-exporter.html"
+_FAILED = ("error", "fatal", "panic")
+
+
 @rule("dcgm.exporter-log",
       produces=("dcgm.exporter-hostengine-unreachable", "dcgm.exporter-stale",
                 "dcgm.exporter-profiling-unsupported", "dcgm.exporter-metrics-file-invalid",
-                "dcgm.exporter-unsupported-gpu"))
+                "dcgm.exporter-unsupported-gpu", "dcgm.exporter-nvml-missing",
+                "dcgm.exporter-running"))
 def exporter_log(dcgm_exporter_log: ExporterLog, visible_gpus: Visible | None = None
                  ) -> Iterator[Finding]:
-    """What keeps dcgm-exporter from exporting: no host engine to connect to, a lost
-    connection (stale metrics), a profiling module the GPU does not have, a malformed
-    counters file, a GPU DCGM does not support. Monitoring problems, not GPU faults."""
+    """What keeps dcgm-exporter from exporting: no NVML in its container, no host engine
+    to connect to, a lost connection (stale metrics), a profiling module the GPU does not
+    have, a malformed counters file, a GPU DCGM does not support. Monitoring problems,
+    not GPU faults. An exporter that started serving without an error is said so."""
     log = dcgm_exporter_log
     names = [g.name for g in (visible_gpus[1] if visible_gpus else ()) if g.name]
     support = next((s for s in map(dcgm_support, names) if s), None)
+    found = list(_problems(log, support))
+    yield from found
+    serving = log.of("serving")
+    if serving and not found and not any(e.level in _FAILED for e in log.entries):
+        yield finding(
+            "dcgm.exporter-running", Severity.OK,
+            "dcgm-exporter started and serves its metrics",
+            "It initialised DCGM and started its web server with no error. Lines that it is "
+            "not collecting NvSwitch, NvLink or CPU metrics say that the node has no such "
+            "entities or no such fields listed: expected.", Action.NONE, Blame.UNKNOWN,
+            evidence=[evidence("dcgm_exporter_log", [e.line for e in serving][:2])])
+
+
+def _problems(log: ExporterLog, support) -> Iterator[Finding]:
+    if nvml := log.of("nvml-init-failed"):
+        yield finding(
+            "dcgm.exporter-nvml-missing", Severity.WARNING,
+            "dcgm-exporter has no NVML: its container was not given the driver",
+            "The exporter (and the host engine it embeds) could not load or initialise "
+            "libnvidia-ml inside its container, so it exports nothing and restarts. The "
+            "container was started without the NVIDIA runtime: in Kubernetes give its pod "
+            "runtimeClassName: nvidia (or make nvidia the node's default runtime, or use CDI); "
+            "on GKE the driver sits under /home/kubernetes/bin/nvidia and is mounted only into "
+            "pods that request nvidia.com/gpu, so deploy the exporter the way GKE documents; "
+            "in kind or another nested node, the node container itself must carry the "
+            f"driver's libraries (the GPU operator's toolkit does this). {NOT_THE_GPU}",
+            Action.FIX_CONFIG, Blame.CONFIG,
+            evidence=[evidence("dcgm_exporter_log", [e.line for e in nvml][:4])],
+            references=(DOC_EXPORTER,))
     if bad := log.of("metrics-file-invalid"):
         yield finding(
             "dcgm.exporter-metrics-file-invalid", Severity.WARNING,
@@ -277,17 +322,35 @@ def exporter_log(dcgm_exporter_log: ExporterLog, visible_gpus: Visible | None = 
             f"itself initialised. {NOT_THE_GPU}", Action.FIX_CONFIG, Blame.CONFIG,
             evidence=[evidence("dcgm_exporter_log", [e.line for e in bad][:3])])
     if dcp := log.of("dcp-unavailable"):
-        arch = (f" ({support.architecture})" if support and support.profiling is False
-                else "")
-        yield finding(
-            "dcgm.exporter-profiling-unsupported", Severity.WARNING,
-            f"dcgm-exporter: DCGM's profiling (DCP) metrics are not available{arch}",
-            "DCGM's profiling module is not loaded: profiling fields (DCGM_FI_PROF_*) exist on "
-            "Volta and newer datacenter GPUs only, so on older ones it never loads. The "
-            "DCGM_FI_DEV_* fields still work: use a counters file without DCGM_FI_PROF_* "
-            f"lines (or run on a supported GPU). {NOT_THE_GPU}", Action.FIX_CONFIG,
-            Blame.CONFIG, evidence=[evidence("dcgm_exporter_log", [e.line for e in dcp][:4])])
+        yield _dcp(dcp, support)
     yield from _connection(log, support)
+
+
+def _dcp(dcp: list, support) -> Finding:
+    """DCGM's profiling module not loaded: an exporter that stops on it (old releases
+    watched every listed field) is a warning; one that skips the fields and goes on is
+    what a GPU without profiling support looks like."""
+    arch = (f" ({support.architecture})" if support and support.profiling is False else "")
+    ev = [evidence("dcgm_exporter_log", [e.line for e in dcp][:4])]
+    why = ("DCGM's profiling module is not loaded: profiling fields (DCGM_FI_PROF_*) exist on "
+           "Volta and newer datacenter GPUs only, so on older ones (Kepler, Maxwell, Pascal) "
+           "it never loads. The DCGM_FI_DEV_* fields still work")
+    if any(e.level in _FAILED or e.message.startswith("Error") for e in dcp):
+        return finding(
+            "dcgm.exporter-profiling-unsupported", Severity.WARNING,
+            f"dcgm-exporter stops: DCGM's profiling (DCP) metrics are not available{arch}",
+            f"{why}, but this exporter stops on the profiling fields it was given: releases "
+            "before 2.1.2 watched every listed field and exit (CrashLoopBackOff) where the "
+            "GPU has none. Upgrade dcgm-exporter (newer releases skip the fields the GPU "
+            "lacks), or give it a counters file without DCGM_FI_PROF_* lines. "
+            f"{NOT_THE_GPU}", Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
+    return finding(
+        "dcgm.exporter-profiling-unsupported", Severity.INFO,
+        f"dcgm-exporter skips DCGM's profiling (DCP) metrics{arch}",
+        f"{why}: the exporter skips the DCGM_FI_PROF_* lines of its counters file and goes "
+        "on. Expected on GPUs without profiling support (use DCGM_FI_DEV_GPU_UTIL there); on "
+        "a Volta-or-newer datacenter GPU it means the profiling module failed to load: "
+        f"read nv-hostengine's log. {NOT_THE_GPU}", Action.NONE, Blame.UNKNOWN, evidence=ev)
 
 
 def _connection(log: ExporterLog, support) -> Iterator[Finding]:

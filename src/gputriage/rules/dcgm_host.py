@@ -13,8 +13,10 @@ from collections.abc import Iterator
 
 from gputriage import knowledge
 from gputriage.hostfacts.dcgm import DcgmVersion, dcgm_support
+from gputriage.hostfacts.fabric import FabricNeed
 from gputriage.knowledge.cuda_compat import version_key
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.parsers.dcgm_exporter import ExporterLog
 from gputriage.parsers.dcgmi import Discovery, HealthIncident, HealthReport, NvlinkReport
 from gputriage.parsers.nv_hostengine import HostengineLog
 from gputriage.rules.base import action_for, evidence, finding, gpu_scope, rule
@@ -359,3 +361,68 @@ def _unreachable_evidence(log: HostengineLog | None, unanswered: dict[str, dict]
         if out is not None and out.hostengine_error:
             ev.append(evidence(name, out.hostengine_error[:2]))
     return ev
+
+
+DOC_PROF = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/feature-overview.html"
+
+
+@rule("dcgm.profiling", any_of=("nv_hostengine_log", "dcgm_exporter_log"),
+      produces=("dcgm.profiling-busy",))
+def profiling(nv_hostengine_log: HostengineLog | None = None,
+              dcgm_exporter_log: ExporterLog | None = None) -> Iterator[Finding]:
+    """DCGM's profiling (DCP) fields cannot be watched because the profiling library
+    could not open its session on the GPU (DCGM_ST_PROFILING_LIBRARY_ERROR): another
+    profiler holds the GPU's performance monitor. Software contention, not the GPU."""
+    lines = [e.line for e in (nv_hostengine_log.of("profiling-busy")
+                              if nv_hostengine_log else [])]
+    exporter = [e.line for e in (dcgm_exporter_log.of("profiling-busy")
+                                 if dcgm_exporter_log else [])]
+    if not lines and not exporter:
+        return
+    ev = [evidence(src, found[:4]) for src, found in (("nv_hostengine_log", lines),
+                                                      ("dcgm_exporter_log", exporter)) if found]
+    yield finding(
+        "dcgm.profiling-busy", Severity.WARNING,
+        "DCGM's profiling fields cannot be watched: another profiler holds the GPU's "
+        "performance monitor",
+        "The profiling (DCP) fields (DCGM_FI_PROF_*, dcgmi dmon -e 1001-1012) need the GPU's "
+        "performance monitor to themselves. Its session could not start (the third-party "
+        "profiling module's unrecoverable error, -37): a second DCGM host engine (dcgm-"
+        "exporter's embedded one beside the nvidia-dcgm service, or two exporters), Nsight "
+        "Systems / Nsight Compute / nvprof / CUPTI, or another DCGM instance holds it. Keep "
+        "one host engine per node (point dcgm-exporter at the standalone one with "
+        "-r localhost:5555), and pause DCGM's profiling while a profiler runs (dcgmi profile "
+        "--pause, then --resume). The other fields still work. " + NOT_THE_GPU,
+        Action.FIX_CONFIG, Blame.CONFIG, evidence=ev, references=(DOC_PROF,))
+
+
+@rule("dcgm.nvswitch-libraries", produces=("dcgm.nvswitch-libs-missing",))
+def nvswitch_libraries(nv_hostengine_log: HostengineLog,
+                       needs_fabric_manager: FabricNeed | None = None) -> Iterator[Finding]:
+    """nv-hostengine could not load NSCQ / NVSDM, the libraries of its NvSwitch module:
+    expected on a node without NVSwitches (PCIe GPUs), a monitoring gap on one with."""
+    found = nv_hostengine_log.of("nvswitch-libs-missing")
+    if not found:
+        return
+    ev = [evidence("nv_hostengine_log", [e.line for e in found][:4])]
+    if needs_fabric_manager is not None and needs_fabric_manager.where == "here":
+        yield finding(
+            "dcgm.nvswitch-libs-missing", Severity.WARNING,
+            "nv-hostengine cannot load NSCQ/NVSDM on a node with NVSwitches",
+            f"This node has NVSwitches ({needs_fabric_manager.reason}), and DCGM's NvSwitch "
+            "module could not load libnvidia-nscq (or NVSDM): DCGM reports nothing of the "
+            "switches (no NVSwitch fields, health or errors). Install libnvidia-nscq of the "
+            "driver's version (NVSDM for NVLink 5 switch trays) where the host engine runs "
+            "and restart nvidia-dcgm. " + NOT_THE_GPU, Action.FIX_SOFTWARE, Blame.CONFIG,
+            evidence=[*ev, *needs_fabric_manager.evidence])
+        return
+    where = (f" ({needs_fabric_manager.reason})" if needs_fabric_manager is not None
+             and needs_fabric_manager.where == "nowhere" else "")
+    yield finding(
+        "dcgm.nvswitch-libs-missing", Severity.INFO,
+        "nv-hostengine: NSCQ/NVSDM not loaded (needed only with NVSwitches)",
+        "DCGM's NvSwitch module looks for libnvidia-nscq and NVSDM at start and logs an "
+        "ERROR when they are absent; its own message says they matter only if the system has "
+        f"NvSwitches. On PCIe GPUs or a board without NVSwitches{where} this is expected and "
+        "the module still loads. Only on an HGX/DGX board with NVSwitches should "
+        "libnvidia-nscq be installed.", Action.NONE, Blame.UNKNOWN, evidence=ev)

@@ -3,6 +3,7 @@ driver, the errors nvidia-smi prints instead of output, GPU init failures."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -266,16 +267,23 @@ _SMI_ERRORS = {
 
 @rule("nvidia-smi.errors",
       produces=("nvidia-smi.cannot-communicate", "nvidia-smi.no-devices", "nvidia-smi.gpu-lost",
-                "nvidia-smi.no-permission", "nvidia-smi.nvml-init-failed", "nvidia-smi.error"))
+                "nvidia-smi.gpus-unreachable", "nvidia-smi.no-permission",
+                "nvidia-smi.nvml-init-failed", "nvidia-smi.error"))
 def smi_errors(smi: Sequence[tuple[str, SmiReport]],
                in_container: bool | None = None,
                job_log: JobLog | None = None) -> Iterator[Finding]:
     """nvidia-smi prints an error instead of output: each message has a meaning
     and a next step (a version mismatch is the driver.version-mismatch rule's). An
     NVML error printed inside a container (gputriage runs in one, or the paste shows
-    the container's prompt) is the container's, not the node's."""
+    the container's prompt) is the container's, not the node's. Every GPU failing at
+    once with NVML's Unknown Error is one cause that this output cannot name (the
+    environment's access to the GPUs more often than that many failed GPUs)."""
     seen: set[tuple[str, str | None]] = set()
     for source, report in smi:
+        if (f := _all_unreachable(source, report)) is not None:
+            seen.update((e.kind, e.bus_id) for e in report.errors
+                        if e.kind in ("device-handle", "no-devices"))
+            yield f
         for err in report.errors:
             if err.kind == "version-mismatch" or (err.kind, err.bus_id) in seen:
                 continue
@@ -299,6 +307,35 @@ def smi_errors(smi: Sequence[tuple[str, SmiReport]],
                               Action.NONE, Blame.UNKNOWN, evidence=ev)
 
 
+def _all_unreachable(source: str, report: SmiReport) -> Finding | None:
+    """Two GPUs or more whose handles NVML could not open with an error that is not
+    "GPU is lost", and no GPU listed: one finding, blame unknown (WSL2 with a GPU in TCC
+    mode, a VM's passthrough, a container's device access, or the driver), never a
+    drain on this output alone."""
+    handles = [e for e in report.errors if e.kind == "device-handle"]
+    buses = sorted({e.bus_id for e in handles if e.bus_id})
+    if len(buses) < 2 or report.gpus:
+        return None
+    lines = [e.line for e in report.errors if e.kind in ("device-handle", "no-devices")]
+    reason = handles[0].reason or "an error"
+    return finding(
+        "nvidia-smi.gpus-unreachable", Severity.WARNING,
+        f"nvidia-smi could open none of its {len(buses)} GPUs ({reason})",
+        f"NVML found {len(buses)} GPUs ({', '.join(buses)}) but could not open any of them "
+        f"({reason}), and nvidia-smi then found no device. Every GPU failing at once this "
+        "way is more often the environment than that many failed GPUs: under WSL2, "
+        "paravirtualisation serves only GPUs in WDDM mode, and one GPU in TCC mode breaks "
+        "it for all (nvidia-smi -dm 0 on the Windows host, or exclude that GPU); in a VM, "
+        "the passthrough; in a container, its device access; or the driver's state. On "
+        "bare metal, the kernel log tells: Xid 79 or 'fallen off the bus' for each GPU "
+        "makes it the GPUs' (drain and repair); run gputriage check (or paste dmesg) there "
+        "before draining.", Action.FIX_CONFIG, Blame.UNKNOWN,
+        evidence=[evidence(source, lines[:6])])
+
+
+_OS_BLOCKED = re.compile(r"blocked by the operating system", re.IGNORECASE)
+
+
 def _container_side(in_container: bool | None, job_log: JobLog | None) -> list[str] | None:
     """The lines showing that nvidia-smi ran inside a container (gputriage's own cgroup,
     or a container's prompt in the paste); None when nothing shows it."""
@@ -316,6 +353,19 @@ def _nvml_init_failed(err: SmiError, ev: list[Evidence], container: list[str] | 
     printed inside one, else the node's; ``gpus_listed``: GPUs the host's own
     nvidia-smi lists beside it in the paste."""
     reason = err.reason or "unknown error"
+    if _OS_BLOCKED.search(reason):
+        return finding(
+            "nvidia-smi.nvml-init-failed", Severity.WARNING,
+            f"NVML cannot initialise: {reason}",
+            "NVML_ERROR_OPERATING_SYSTEM: the operating system (or a cgroup) blocks the GPU's "
+            "control device, so this is where NVML ran, not the GPUs. In a container: its "
+            "device rules do not allow /dev/nvidiactl and /dev/nvidia* (start it with the "
+            "NVIDIA runtime, --gpus or CDI). Under WSL2 or in a Hyper-V GPU-PV VM: the guest "
+            "lacks the host driver's user-space files: copy the Windows driver's files "
+            "(C:\\Windows\\System32\\lxss\\lib, and C:\\Program Files\\WSL\\lib for "
+            "libd3d12) into /usr/lib/wsl/lib with their symlinks, and keep the host's and "
+            "the guest's driver files of one release.", Action.FIX_CONFIG, Blame.CONFIG,
+            evidence=ev)
     if container is not None and "driver not loaded" not in reason.lower():
         ev = [*ev, evidence("job_log", container, "the container's prompt")]
         beside = (f" The host's own nvidia-smi beside it lists {gpus_listed} GPU(s): the "

@@ -69,7 +69,9 @@ def verdict_line(result: Result, *, who: str | None = None, unicode: bool = True
     causes, folded = cause_counts(result)
     counts = f"{_plural(causes, 'cause')}, {_plural(folded, 'consequence')}"
     if word == "unknown":
-        return printable(head + "could not tell (no rule could decide)")
+        why = next((f.title for f in result.findings if f.current), None)
+        return printable(head + (f"could not tell: {why}" if why else
+                                 "could not tell (no rule could decide)"))
     found = _causes(result)
     lead = leading_side(result)
     worst = next((f for f in found if f.blame.side == lead), found[0] if found else None)
