@@ -48,7 +48,7 @@ def pci_links(gpus: dict[str, dict] | None = None, nics: dict[str, dict] | None 
 
 def smi_q(gpus: list[dict]) -> str:
     """A minimal ``nvidia-smi -q`` text; each GPU dict: bus, gen, max_gen, width,
-    max_width, replays, util, pstate, used, virt."""
+    max_width, replays, util, pstate, used, virt, procs (idle compute processes)."""
     out = ["==============NVSMI LOG==============", "",
            "Driver Version                            : 550.54.15",
            "CUDA Version                              : 12.4", "",
@@ -76,6 +76,14 @@ def smi_q(gpus: list[dict]) -> str:
                 f"        Used                              : {g.get('used', 1)} MiB",
                 "    Utilization",
                 f"        Gpu                               : {g.get('util', 0)} %"]
+        for pid in range(g.get("procs", 0)):
+            out += ["    Processes" if pid == 0 else "",
+                    "        GPU instance ID                   : N/A",
+                    "        Compute instance ID               : N/A",
+                    f"        Process ID                        : {4242 + pid}",
+                    "            Type                          : C",
+                    "            Name                          : llama-server",
+                    "            Used GPU Memory               : 20000 MiB"]
     return "\n".join(out) + "\n"
 
 
@@ -167,6 +175,31 @@ def test_idle_gpu_at_gen1_is_no_alarm():
     result = run(pci_devices=pci_links({G0: {"cur": 1}}),
                  nvidia_smi_q=smi_q([{"bus": G0, "gen": 1, "pstate": "P8"}]))
     assert not _pcie(result)
+
+
+@pytest.mark.parametrize("pstate", ["P8", "P12", "P5"])
+def test_idle_pstate_with_a_resident_process_is_power_saving(pstate):
+    # a model server holds memory but does no work: the driver parks the GPU in a low
+    # P-state and trains its link down with it, process or not
+    for name in ("NVIDIA RTX 4000 SFF Ada Generation", "NVIDIA GeForce RTX 4090",
+                 "NVIDIA L40S"):
+        result = run(nvidia_smi_q=smi_q([{"bus": G0, "gen": 1, "max_gen": 4, "pstate": pstate,
+                                          "used": 60000, "procs": 2, "name": name}]))
+        assert not _pcie(result), name
+
+
+def test_resident_process_at_p0_or_p2_still_counts_as_busy():
+    for pstate in ("P0", "P2"):
+        result = run(nvidia_smi_q=smi_q([{"bus": G0, "gen": 1, "max_gen": 4, "pstate": pstate,
+                                          "procs": 1}]))
+        f = _only(result, "pcie.speed-degraded")
+        assert f.severity is Severity.WARNING and "compute process" in f.title
+
+
+def test_low_pstate_with_utilization_is_busy():
+    f = _only(run(nvidia_smi_q=smi_q([{"bus": G0, "gen": 1, "pstate": "P8", "util": 40}])),
+              "pcie.speed-degraded")
+    assert f.severity is Severity.WARNING and "utilization 40 %" in f.title
 
 
 def test_busy_by_memory_in_p0():
