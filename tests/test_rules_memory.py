@@ -177,6 +177,23 @@ def test_ecc_disabled_only_on_datacenter_gpus():
     assert "memory.ecc-disabled" not in ids(run(**xml_host(unsupported)))
 
 
+@pytest.mark.parametrize(("name", "warned"), [
+    # workstation cards ship with ECC off: their default, not a misconfiguration
+    ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", False),
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", False),
+    ("NVIDIA RTX 4000 SFF Ada Generation", False),
+    ("NVIDIA RTX A6000", False),
+    # the server edition and data-center parts ship with it on
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", True),
+    ("NVIDIA L40S", True),
+    ("Tesla T4", True),
+])
+def test_ecc_disabled_is_the_default_of_workstation_cards(name, warned):
+    off = {"current_ecc": "Disabled", "pending_ecc": "Disabled"}
+    found = ids(run(**xml_host(gpu("00000000:61:00.0", name, ecc_mode=off))))
+    assert ("memory.ecc-disabled" in found) is warned
+
+
 def test_ecc_enabled_at_next_reset_says_reset():
     f = one(run(**xml_host(healthy_gpu(ecc_mode={"current_ecc": "Disabled",
                                                  "pending_ecc": "Enabled"}))),
