@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from gputriage.knowledge.cuda_compat import capability_of, version_key
 from gputriage.model import Action, Blame, Finding
 from gputriage.next_steps.host import Host, bus_ids, dash_i, gpu_scopes, serials, what
 
@@ -36,7 +37,28 @@ def _rma(f: Finding, host: Host) -> str:
             "repaired by remapping, a reset does not cure it")
 
 
+def _retires_pages(f: Finding, host: Host) -> bool:
+    """Whether the finding's GPU answers memory errors by retiring pages (before Ampere)
+    rather than remapping rows: what its nvidia-smi view reports, else its name."""
+    bus = f.scope.pci_bus_id
+    for view in host.fact("smi_views") or ():
+        if bus and view.bus_id != bus:
+            continue
+        if any(view.value(k) is not None for k in ("remapping_pending", "remapping_failure")):
+            return False
+        if any(view.value(k) is not None for k in ("retired_pages_pending",
+                                                   "retired_pages_dbe", "retired_pages_sbe")):
+            return True
+        capability = capability_of(view.name)
+        return capability is not None and version_key(capability) < (8,)
+    return False
+
+
 def _remap_check(f: Finding, host: Host) -> str:
+    if _retires_pages(f, host):
+        return (f"nvidia-smi -q -d PAGE_RETIREMENT{dash_i(f)} should then show no page "
+                "pending retirement (Pending Page Blacklist: No); track the retired-page "
+                "count, and replace the GPU if it keeps growing or double-bit errors recur")
     return (f"nvidia-smi -q -d ROW_REMAPPER{dash_i(f)} should then show no pending and no "
             "failed remap")
 
