@@ -161,9 +161,15 @@ def _fm_package(host: Host, version: str) -> str:
 
 
 def _fabric_state(f: Finding, host: Host) -> str:
-    check = f"nvidia-smi -q{dash_i(f)} | grep -A2 Fabric"
+    check = f"nvidia-smi -q{dash_i(f)} | grep -A4 Fabric"
     if f.action is Action.RESET_GPU:
-        return f"{check} should then read State: Completed"
+        return f"{check} should then read State: Completed, Status: Success"
+    if f.action is Action.DRAIN_AND_REPAIR:
+        return ("have the NVLink fabric repaired: on an NVSwitch baseboard read journalctl -u "
+                "nvidia-fabricmanager -b, restart the service and reset the GPUs; on a "
+                "rack-scale NVLink system have the switch trays' fabric manager place this "
+                f"tray in a partition; {check} should then read Status: Success (and, with "
+                "multi-node NVLink, a non-zero CliqueId and ClusterUUID)")
     return (f"start the fabric manager (systemctl enable --now nvidia-fabricmanager; "
             f"journalctl -u nvidia-fabricmanager -b says why it fails), and {check} reads "
             "State: Completed about a minute later")

@@ -110,6 +110,8 @@ class SmiGpu:
     clock_event_reasons: dict[str, bool] = field(default_factory=dict)
     fabric_state: str | None = None
     fabric_status: str | None = None
+    fabric_clique_id: str | None = None  # the NVLink partition ("0" outside multi-node NVLink)
+    fabric_cluster_uuid: str | None = None
     mig_mode_current: str | None = None
     recovery_action: str | None = None
     processes: list[SmiProcess] = field(default_factory=list)
