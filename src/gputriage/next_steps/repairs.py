@@ -175,6 +175,16 @@ def _fabric_state(f: Finding, host: Host) -> str:
             "State: Completed about a minute later")
 
 
+def _mig_instances(f: Finding, host: Host) -> str:
+    gpu = f" -i {f.scope.gpu_index}" if f.scope.gpu_index is not None else ""
+    return (f"create the MIG instances {host.name} is meant to have: nvidia-smi mig{gpu} -lgip "
+            f"lists the profiles, nvidia-smi mig{gpu} -cgi PROFILE[,PROFILE...] -C creates GPU "
+            "and compute instances (under the GPU operator, set the node's nvidia.com/mig.config"
+            " label and let mig-manager apply it), and nvidia-smi -L should then list the MIG "
+            f"devices; if whole GPUs are wanted instead, turn MIG off (nvidia-smi{gpu} -mig 0, "
+            "then reset the GPU)")
+
+
 def _version_mismatch(f: Finding, host: Host) -> str | None:
     module, user = host.driver.kernel_module, host.driver.userspace
     if not (module and user and module != user):
@@ -648,7 +658,7 @@ BY_ID: dict[str, Repair] = {
     "nvidia-smi.nvml-init-failed": _nvml_init,
     "container.nvml-unknown-error": _container_devices,
     "fabric.manager-inactive": _fabric_manager, "fabric.manager-not-needed": _fabric_manager,
-    "fabric.state-not-completed": _fabric_state,
+    "fabric.state-not-completed": _fabric_state, "mig.no-instances": _mig_instances,
     "module.nvidia-uvm-missing": _module("nvidia_uvm"),
     "module.peermem-missing": _module("nvidia_peermem"),
     "memory.remap-failed": _rma, "memory.remap-exhausting": _rma,

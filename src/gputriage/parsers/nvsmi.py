@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from gputriage.parsers.base import normalize_bus_id, parse_bool
 
 __all__ = [
+    "MigDevice",
     "SmiError",
     "SmiGpu",
     "SmiProcess",
@@ -119,6 +120,23 @@ class SmiGpu:
 
 
 @dataclass
+class MigDevice:
+    """One MIG instance as an nvidia-smi listing shows it: a row of the table's MIG
+    devices box, an ``nvidia-smi -L`` MIG line, or a row of ``nvidia-smi mig -lgi`` /
+    ``-lci``; each field None where that listing does not print it."""
+
+    gpu_index: int | None
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+    device: int | None = None  # the MIG device number (the table's "MIG Dev", -L's "Device N")
+    profile: str | None = None  # "1g.10gb"
+    profile_id: int | None = None
+    placement: str | None = None  # "start:size" in memory slices
+    uuid: str | None = None
+    line: str = ""  # the row as printed
+
+
+@dataclass
 class SmiReport:
     """What one nvidia-smi output says: header facts, GPUs, processes and errors.
 
@@ -136,6 +154,12 @@ class SmiReport:
     gpus: list[SmiGpu] = field(default_factory=list)
     errors: list[SmiError] = field(default_factory=list)
     processes: list[SmiProcess] = field(default_factory=list)
+    #: the MIG instances a listing shows (the table's MIG devices box, -L, mig -lgi/-lci);
+    #: None when the output lists none ([] when it says there are none)
+    mig_devices: list[MigDevice] | None = None
+    mig_listing: str | None = None  # "table", "list", "gpu-instances", "compute-instances"
+    mig_enabled: bool | None = None  # False: "No MIG-enabled devices found"
+    mig_notes: list[str] = field(default_factory=list)  # MIG messages as printed
 
 
 # --- value helpers -------------------------------------------------------------------------
