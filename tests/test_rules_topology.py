@@ -271,6 +271,42 @@ def test_p2p_matrix_names_the_pairs_without_peer_access():
     assert not _by_id(run(nvidia_smi_topo=TOPO_GOOD), "topology.p2p")
 
 
+P2P_LEGEND = ("\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n"
+              "  GNS  = GPU not supported\n")
+
+
+@pytest.mark.parametrize("gpus", [2, 4])
+def test_gns_is_the_gpus_own_answer_not_a_platform_fault(gpus):
+    # GeForce / workstation cards without PCIe peer-to-peer: by design, nothing to fix
+    p2p = topo(gpus, 0, lambda a, b: "GNS").split("\n\nLegend")[0] + P2P_LEGEND
+    [f] = _by_id(run(nvidia_smi_topo=p2p), "topology.p2p")
+    assert f.severity is Severity.INFO and f.action is Action.NONE and "GNS" in f.title
+
+
+def test_gns_beside_a_platform_code_still_warns_for_the_platform():
+    p2p = topo(4, 0, lambda a, b: "CNS" if "GPU3" in (a, b) else "GNS")
+    [f] = _by_id(run(nvidia_smi_topo=p2p), "topology.p2p")
+    assert f.severity is Severity.WARNING and "CNS" in f.title
+
+
+@pytest.mark.parametrize("order", ["topo first", "p2p first"])
+def test_topo_and_p2p_matrices_pasted_together_are_both_read(order):
+    matrix = topo(2, 0, lambda a, b: "PHB")
+    p2p = "\tGPU0\tGPU1\t\nGPU0\tX\tGNS\t\nGPU1\tGNS\tX\t\n" + P2P_LEGEND
+    text = matrix + "\n" + p2p if order == "topo first" else p2p + "\n" + matrix
+    result = run(nvidia_smi_topo=text)
+    assert [f.id for f in _topology(result)] == ["topology.map", "topology.p2p"]
+    assert all(f.severity is Severity.INFO for f in _topology(result))
+    assert "topo -p2p" not in _by_id(result, "topology.map")[0].explanation
+
+
+def test_map_says_what_a_pcie_matrix_cannot_tell():
+    [f] = _by_id(run(nvidia_smi_topo=topo(4, 0, lambda a, b: "PXB")), "topology.map")
+    assert "ACSCtl" in f.explanation and "topo -p2p" in f.explanation
+    [f] = _by_id(run(nvidia_smi_topo=topo(2, 0, lambda a, b: "NV3")), "topology.map")
+    assert "nvlink -s" in f.explanation and "ACSCtl" not in f.explanation
+
+
 # -- pastes from a colour terminal ----------------------------------------------------------
 
 def test_topo_paste_with_colour_escapes_reads_like_the_plain_one(corpus):

@@ -70,6 +70,15 @@ def topology_map(gpu_nic_map: list[GpuPlacement], topology: TopoMatrix) -> Itera
             why += (" NVLink pairs differ in link count "
                     f"({', '.join(sorted(nv, key=lambda k: nvlink_count(k) or 0, reverse=True))}): "
                     "check nvidia-smi nvlink -s for links that are down.")
+        if not nv and len(placements) > 1 and matrix.p2p is None:
+            why += (" Whether peer-to-peer works over these PCIe paths the matrix cannot show: "
+                    "PCIe ACS or an IOMMU redirecting peer traffic through the root complex "
+                    "(NCCL hangs or crawls, NCCL_P2P_DISABLE=1 cures it) shows only in lspci "
+                    "-vvv's ACSCtl lines and in nvidia-smi topo -p2p r.")
+        elif nv:
+            why += (" An NV# cell counts the links that trained; whether that is all the "
+                    "GPU or bridge has the matrix cannot show: nvidia-smi nvlink -s lists "
+                    "each link.")
     if not matrix.nics:
         why += " The matrix shows no NIC, so GPU-to-network placement cannot be judged."
     yield finding("topology.map", Severity.INFO, title, why, Action.NONE, Blame.UNKNOWN,
@@ -121,8 +130,8 @@ _P2P_MEANING = {"CNS": "chipset not supported", "GNS": "GPU not supported",
 def p2p_matrix(topology: TopoMatrix) -> Iterator[Finding]:
     """``nvidia-smi topo -p2p``: which GPU pairs can use peer-to-peer access. Pairs
     that cannot make NCCL and CUDA copies go through host memory."""
-    matrix = topology
-    if matrix.kind != "p2p":
+    matrix = topology if topology.kind == "p2p" else topology.p2p
+    if matrix is None:
         return
     gpus = matrix.gpus
     pairs = [(a, b, matrix.link(a, b)) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
@@ -134,6 +143,17 @@ def p2p_matrix(topology: TopoMatrix) -> Iterator[Finding]:
             f"peer-to-peer: all {len(pairs)} pairs of {len(gpus)} GPUs OK",
             "Every GPU pair supports peer-to-peer access for this operation.",
             Action.NONE, Blame.UNKNOWN, evidence=[evidence(TOPO, lines)])
+        return
+    if all(c.upper() == "GNS" for _, _, c in bad):
+        yield finding(
+            "topology.p2p", Severity.INFO,
+            f"peer-to-peer: the GPUs do not support it (GNS) on {len(bad)} of {len(pairs)} "
+            "pairs",
+            "GNS ('GPU not supported') is the GPU's own answer, not the platform's: GeForce "
+            "and many workstation cards (or a vGPU) do not offer PCIe peer-to-peer, so NCCL "
+            "and cudaMemcpyPeer go through host memory by design. No BIOS, ACS or IOMMU "
+            "setting changes it; only a P2P-capable GPU (or an NVLink bridge where the model "
+            "has one) would.", Action.NONE, Blame.UNKNOWN, evidence=[evidence(TOPO, lines)])
         return
     codes = Counter(c for _, _, c in bad)
     what = ", ".join(f"{c} ({_P2P_MEANING.get(c.upper(), c)}) x{n}" for c, n in codes.items())
