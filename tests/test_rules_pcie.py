@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from gputriage.engine import analyze
 from gputriage.errors import InputError
-from gputriage.ingest import load_input
-from gputriage.model import Action, Severity
+from gputriage.ingest import load_input, load_text
+from gputriage.ingest.detect import detect
+from gputriage.model import Action, Blame, Severity
 
 GEN = {1: "2.5 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe"}
 
@@ -127,6 +128,12 @@ RULE_CASES = {
     "pcie.aer": [
         ({"pci_devices": pci_links({G0: {"aer": AER_FATAL}})}, "pcie.aer-errors"),
         ({"lspci_nvidia": LSPCI_GPU_UE}, "pcie.aer-errors"),
+    ],
+    "acs.redirect": [
+        ({"lspci_nvidia": "40:01.1 PCI bridge [0604]: Advanced Micro Devices, Inc. [AMD] "
+                          "Starship/Matisse GPP Bridge [1022:1483]\n\t\tACSCtl:\tSrcValid+ "
+                          "TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+\n"},
+         "pcie.acs-redirect"),
     ],
 }
 
@@ -355,3 +362,49 @@ def test_pcie_rules_never_crash(attrs, aer, gen, util, replays):
     result = run(pci_devices=tree,
                  nvidia_smi_q=smi_q([{"bus": G0, "gen": gen, "util": util, "replays": replays}]))
     assert not [s for s in result.skipped if s.rule.startswith("pcie.")]
+
+
+# -- PCIe ACS (lspci -vvv ACSCtl) ------------------------------------------------------------
+
+def _bridge(addr: str, ctl: str) -> str:
+    return (f"{addr} PCI bridge [0604]: Advanced Micro Devices, Inc. [AMD] Starship/Matisse "
+            "GPP Bridge [1022:1483] (prog-if 00 [Normal decode])\n"
+            "\tCapabilities: [2a0 v1] Access Control Services\n"
+            "\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- "
+            "DirectTrans-\n"
+            f"\t\tACSCtl:\t{ctl}\n"
+            "\tKernel driver in use: pcieport\n\n")
+
+
+ACS_ON = "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
+ACS_OFF = "SrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-"
+GPU_BLOCK = ("41:00.0 VGA compatible controller [0300]: NVIDIA Corporation AD102GL [RTX 5880 "
+             "Ada Generation] [10de:26b9] (rev a1)\n"
+             "\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM L1, Exit Latency L1 <4us\n"
+             "\t\tLnkSta:\tSpeed 16GT/s, Width x16\n"
+             "\tKernel driver in use: nvidia\n\n")
+
+
+@pytest.mark.parametrize("bridges", [("0000:40:01.1",), ("40:01.1", "60:01.1")])
+def test_acs_redirect_on_gpu_bridges_is_a_configuration_warning(bridges):
+    text = "".join(_bridge(b, ACS_ON) for b in bridges) + GPU_BLOCK
+    assert "lspci_nvidia" in dict(detect(text))
+    f = _only(run(lspci_nvidia=dict(detect(text))["lspci_nvidia"]), "pcie.acs-redirect")
+    assert (f.severity, f.action, f.blame) == (Severity.WARNING, Action.FIX_CONFIG, Blame.CONFIG)
+    assert "SrcValid+ ReqRedir+ CmpltRedir+" in f.title and "0000:40:01.1" in f.title
+    assert "ECAP_ACS+6.w=0000" in f.step and "0000:40:01.1" in f.step
+    assert any("ACSCtl" in ln for e in f.evidence for ln in e.lines)
+
+
+def test_acs_lines_grepped_alone_are_read():
+    text = ("$ sudo lspci -vvv | grep ACSCtl\n" + f"\t\tACSCtl:\t{ACS_OFF}\n"
+            + f"\t\tACSCtl:\t{ACS_ON}\n")
+    f = _only(analyze(load_text(text, "paste")), "pcie.acs-redirect")
+    assert f.severity is Severity.WARNING and "1 PCIe port" in f.title
+
+
+def test_acs_off_or_only_upstream_forwarding_is_silent():
+    only_fwd = ACS_OFF.replace("UpstreamFwd-", "UpstreamFwd+")
+    for ctl in (ACS_OFF, only_fwd):
+        assert not [f for f in run(lspci_nvidia=_bridge("40:01.1", ctl) + GPU_BLOCK).findings
+                    if f.id == "pcie.acs-redirect"]

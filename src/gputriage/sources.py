@@ -241,7 +241,8 @@ SOURCES: tuple[Source, ...] = (
            description="NVIDIA and network PCI functions: ids, class, NUMA, link speed/width",
            parser="pci:parse_pci_tree"),
     _cmd("lspci_nvidia", ("lspci", "-vvv", "-nn", "-D", "-d", "10de:"),
-         "lspci -vvv of NVIDIA functions (or its LnkCap/LnkSta lines)", applies="nvidia",
+         "lspci -vvv of NVIDIA functions and the bridges above them (or its LnkCap/LnkSta/"
+         "ACSCtl lines)", applies="nvidia",
          parser="lspci:parse_lspci",
          detector="parsers.lspci:claim_lspci", detect_order=170,
          aliases=("lspci ~10de|~nvidia",)),

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 FACTS = FactTable()
 
-__all__ = ["GEN_GTS", "PcieLink", "aer_total", "gen_to_gts", "pcie_links"]
+__all__ = ["GEN_GTS", "PcieLink", "aer_total", "gen_to_gts", "pcie_acs", "pcie_links"]
 
 # PCIe generation -> transfer rate per lane in GT/s.
 GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
@@ -321,3 +321,14 @@ def aer_total(link: PcieLink, which: str) -> int:
     counts: dict[str, Any] = link.aer.get(f"aer_dev_{which}", {})
     totals = [v for k, v in counts.items() if k.startswith("TOTAL_")]
     return totals[0] if totals else sum(counts.values())
+
+
+@FACTS.fact("pcie_acs", sources=_LSPCI_SOURCES)
+def pcie_acs(facts: Facts) -> list[tuple[str, lspci.AcsControl]]:
+    """(source, control) for every ACSCtl line of the lspci inputs, bridges included."""
+    found: list[tuple[str, lspci.AcsControl]] = []
+    for source in _LSPCI_SOURCES:
+        found += [(source, c) for c in lspci.acs_controls(facts.text(source) or "")]
+    if not found:
+        raise Missing("no ACSCtl line in the lspci input (lspci -vvv run as root prints them)")
+    return found

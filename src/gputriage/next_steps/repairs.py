@@ -185,6 +185,17 @@ def _mig_instances(f: Finding, host: Host) -> str:
             "then reset the GPU)")
 
 
+def _acs(f: Finding, host: Host) -> str:
+    ports = re.findall(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", f.title)
+    each = f"for {', '.join(ports)}" if ports else "for each bridge that shows it"
+    return ("turn PCIe ACS off on " + host.name + ": in the BIOS (its ACS / PCIe access "
+            "control setting; VT-d/IOMMU off or iommu=pt on the kernel command line where "
+            f"nothing needs the isolation), or until the next boot {each}: setpci -s BUS "
+            "ECAP_ACS+6.w=0000; sudo lspci -vvv | grep ACSCtl should then show SrcValid- "
+            "ReqRedir- CmpltRedir-, and a P2P test (nccl-tests all_reduce_perf over the "
+            "node's GPUs) should then finish at full bandwidth")
+
+
 def _version_mismatch(f: Finding, host: Host) -> str | None:
     module, user = host.driver.kernel_module, host.driver.userspace
     if not (module and user and module != user):
@@ -659,6 +670,7 @@ BY_ID: dict[str, Repair] = {
     "container.nvml-unknown-error": _container_devices,
     "fabric.manager-inactive": _fabric_manager, "fabric.manager-not-needed": _fabric_manager,
     "fabric.state-not-completed": _fabric_state, "mig.no-instances": _mig_instances,
+    "pcie.acs-redirect": _acs,
     "module.nvidia-uvm-missing": _module("nvidia_uvm"),
     "module.peermem-missing": _module("nvidia_peermem"),
     "memory.remap-failed": _rma, "memory.remap-exhausting": _rma,
