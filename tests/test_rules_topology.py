@@ -118,7 +118,19 @@ RULE_CASES = {
         ({**GPU_HOST, "numa_balancing": "1\n", "numactl": TWO_NODES},
          "topology.numa-balancing"),
     ],
+    "topology.numa-layout": [({"numactl": TWO_NODES}, "topology.numa-layout")],
 }
+
+# a Grace Hopper superchip: the Grace CPUs' node, the H100's memory as a CPU-less node,
+# and empty nodes reserved for GPU memory partitions, 255 between the CPU-less ones
+GH200 = ("available: 4 nodes (0-3)\nnode 0 cpus: " + " ".join(map(str, range(72)))
+         + "\nnode 0 size: 490029 MB\nnode 0 free: 463853 MB\nnode 1 cpus:\n"
+         "node 1 size: 97280 MB\nnode 1 free: 97279 MB\nnode 2 cpus:\nnode 2 size: 0 MB\n"
+         "node 2 free: 0 MB\nnode 3 cpus:\nnode 3 size: 0 MB\nnode 3 free: 0 MB\n"
+         "node distances:\nnode   0   1   2   3\n  0:  10  80  80  80\n"
+         "  1:  80  10  255  255\n  2:  80  255  10  255\n  3:  80  255  255  10\n")
+EPYC_NPS1 = TWO_NODES.replace("21", "32").replace("0 1 2 3", "0-15 (16)").replace(
+    "4 5 6 7", "16-31 (16)")
 
 def _topology(result) -> list:
     return [f for f in result.findings if f.id.startswith("topology.")]
@@ -243,6 +255,24 @@ def test_malformed_numa_balancing_is_reported_not_raised():
     result = run(**GPU_HOST, numa_balancing="always\n")
     assert not _by_id(result, "topology.numa-balancing")
     assert any("numa_balancing" in p for p in result.unreadable)
+
+
+# -- topology.numa-layout ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "says"), [
+    (GH200, "1 node(s) with CPUs (0: CPUs 0-71, 479 GB); 3 without CPUs (1: 95 GB)"),
+    (EPYC_NPS1, "2 node(s) with CPUs (0: CPUs 0-15, 62 GB; 1: CPUs 16-31, 62 GB)"),
+])
+def test_numa_layout_of_a_lone_numactl_is_information(text, says):
+    result = run(numactl=text)
+    [f] = _by_id(result, "topology.numa-layout")
+    assert f.severity is Severity.INFO and says in f.title
+    assert not [x for x in result.findings if x.severity.rank >= Severity.WARNING.rank]
+
+
+def test_numa_layout_leaves_a_hosts_report_to_the_topology_map():
+    assert not _by_id(run(numactl=TWO_NODES, nvidia_smi_topo=TOPO_GOOD), "topology.numa-layout")
+    assert not _by_id(run(numactl=TWO_NODES, **GPU_HOST), "topology.numa-layout")
 
 
 # -- topology.nvlink-uneven ----------------------------------------------------------------
