@@ -9,6 +9,9 @@ from __future__ import annotations
 import pytest
 from golden import CALM, cases, check_verdict, missing_rows
 
+from gputriage.engine import analyze
+from gputriage.ingest import load_input
+
 TOPO_FAULTS = ("topology.nic-far", "topology.nvlink-uneven", "gpu.board-short")
 IB_FAULTS = ("ib.port-not-active", "ib.rate-below-peers")
 
@@ -26,6 +29,15 @@ GOLDEN: dict[str, tuple] = {
     "sm120-6gpu-pcie": (("topology.map=info",), (CALM, *TOPO_FAULTS)),
     "xe9780-b300-7gpu": (("gpu.board-short=warning", "topology.map"),
                          ("topology.nvlink-uneven",)),
+    "mleng-8gpu-nv18-2numa": (("topology.map=info",), (CALM, *TOPO_FAULTS)),
+    "nccl1617-4x-h100-nv6": (("topology.map=info",), (CALM, *TOPO_FAULTS)),
+    "club3090-1229-2x-rtx5090": (("topology.map=info", "topology.p2p=info"),
+                                 (CALM, "topology.p2p=warning", *TOPO_FAULTS)),
+    # MANIFEST blames ACS/VT-d (nccl667, nccl2079) and a bridge making partial contact
+    # (nccl557): none of it is in a topo matrix, which the map says (test below)
+    "nccl667-4gpu-pxb-pix": (("topology.map=info",), (CALM, *TOPO_FAULTS)),
+    "nccl2079-2x-rtx5880ada": (("topology.map=info",), (CALM, *TOPO_FAULTS)),
+    "nccl557-2gpu-nvlink-bridge-nv3": (("topology.map=info",), (CALM, *TOPO_FAULTS)),
     # --- 6: ibstat / ibstatus / ibv_devinfo / ibdev2netdev / show_gids ---
     "bernie-connectx6": ((), (CALM, *IB_FAULTS)),
     "cn-doc-ibv-devinfo-v-mlx4-port2": (("ib.port-not-active=warning",),
@@ -49,6 +61,12 @@ GOLDEN: dict[str, tuple] = {
     "nolebase-lspci-grep-nvidia": (("gpu.board-short=warning",), ()),
     "talos9121": ((), (CALM, "gpu.board-short", "gpu.count-unexpected")),
     "xpuperf129-gh200": ((), (CALM, "topology.numa-unknown")),
+    "gpud-lspci-nn-qemu-vm-1x-a10": ((), (CALM, "gpu.board-short", "gpu.count-unexpected",
+                                          "fabric.")),
+    "ktransformers797-numactl": (("topology.numa-layout=info",),
+                                 (CALM, "topology.numa-unknown")),
+    "ghbench-numactl-H-gh200": (("topology.numa-layout=info",),
+                                (CALM, "topology.numa-unknown")),
 }
 
 
@@ -59,3 +77,13 @@ def test_golden_verdict(corpus, part, must, must_not):
 
 def test_every_category_3_6_and_7_sample_has_a_golden_row(corpus):
     assert not missing_rows(corpus, GOLDEN, ("3", "6", "7"))
+
+
+@pytest.mark.parametrize(("part", "says"), [
+    ("nccl667-4gpu-pxb-pix", "ACSCtl"), ("nccl2079-2x-rtx5880ada", "ACSCtl"),
+    ("nccl557-2gpu-nvlink-bridge-nv3", "nvlink -s")])
+def test_topology_map_says_what_the_matrix_cannot_tell(corpus, part, says):
+    result = analyze(load_input(str(corpus.sample(part).path)))
+    (f,) = [f for f in result.findings if f.id == "topology.map"]
+    assert says in f.explanation
+

@@ -15,7 +15,7 @@ from golden import flat
 
 from gputriage.engine import analyze
 from gputriage.ingest import load_input
-from gputriage.model import Action, Severity
+from gputriage.model import Action, Blame, Severity
 
 
 class Gold(NamedTuple):
@@ -43,6 +43,19 @@ GOLDEN: dict[str, Gold] = {
     "thamada-l40s-nvidia-smi-a": HEALTHY,
     "amax-a100-pcie-row-remapper-14": Gold(must=("memory.remap-exhausting",),
                                            never=("memory.remap-pending",)),
+    # idle at P8 with the link trained down and ECC off: a workstation card's defaults
+    "telegraf-rtx-pro-6000-blackwell-maxq": Gold(never=("memory.ecc-disabled",
+                                                        "pcie.speed-degraded"), quiet=_MINE),
+    "gpud-q-8x-rtx4090-535.154.05": Gold(never=("pcie.speed-degraded", "memory.ecc-disabled"),
+                                         quiet=(*_MINE, "power.")),
+    "pai-q-x-dgx2-v100-sxm3": Gold(must=("memory.uncorrectable", "memory.retired-pages-pending"),
+                                   never=("memory.remap-", "memory.retired-pages-limit")),
+    "gpuexporter-rtx2080super": Gold(never=("pcie.speed-degraded", "memory.ecc-disabled"),
+                                     quiet=_MINE),
+    "telegraf-rtx4000-sff-ada": Gold(never=("pcie.speed-degraded", "memory.ecc-disabled",
+                                            "clocks."), quiet=_MINE),
+    "netdata-query-gpu-csv-tesla-p100": Gold(quiet=(*_MINE, "clocks.", "power.")),
+    "azhpcimages506-fabric-completed": Gold(must=("fabric.state-not-completed",)),
     # category 2: the table, its errors, CSV queries, resets
     "aws-p5-rhel9-8x-h100": Gold(never=("gpu.error-state",)),
     "gpud-sxid-readme-unable-to-determine": Gold(must=("nvidia-smi.gpu-lost",)),
@@ -70,6 +83,14 @@ GOLDEN: dict[str, Gold] = {
     "lambda-docs-a100-sxm-gpu5-err": Gold(must=("gpu.error-state",)),
     "l40s-8gpu-query-pcie": Gold(never=("pcie.width-degraded",), quiet=_MINE),
     "jon-x570-rtx5060ti": HEALTHY,
+    "gpuexporter-h100-mig-4-instances": Gold(must=("mig.layout",), quiet=(*_MINE, "mig.")),
+    "cnd-container-toolkit-t4": HEALTHY,
+    "cnd-gpuop-mig-single-h100-7x-1g10gb": Gold(must=("mig.layout",), quiet=(*_MINE, "mig.")),
+    "dcgm138-nvidia-smi-mig-lgi": Gold(must=("mig.layout",), quiet=(*_MINE, "mig.")),
+    "bottlerocket4418-h100-sxm-nvlink-status": Gold(never=("nvlink.links-down",), quiet=_MINE),
+    "mbab101-nvidia-smi-couldnt-communicate-dkms": Gold(
+        must=("driver.dkms-build-failed", "nvidia-smi.cannot-communicate"),
+        never=("gpu.", "memory.", "xid.", "pcie.")),
     # category 8: driver, fabric manager and other single outputs
     "aws-p5-devicequery-cudagetdevicecount-802": Gold(must=("cuda.device-query-failed",)),
     "azurehpc-nvlink-status-a100": Gold(must=("nvlink.links-down",)),
@@ -145,3 +166,32 @@ def test_devicequery_802_says_fabric_manager(corpus):
     result = analyze(load_input(str(corpus.sample(part).path)))
     (f,) = [f for f in result.findings if f.id == "cuda.device-query-failed"]
     assert "802" in f.title and "fabricmanager" in f.explanation
+
+
+def test_v100_double_bit_error_with_pending_retirement_is_one_reset(corpus):
+    # the DBE since the last reset marked its page; the reset retires it (pre-Ampere)
+    result = analyze(load_input(str(corpus.sample("pai-q-x-dgx2-v100-sxm3").path)))
+    (f,) = [f for f in result.findings if f.severity.rank >= Severity.WARNING.rank]
+    assert (f.id, f.severity, f.action) == ("memory.uncorrectable", Severity.CRITICAL,
+                                            Action.RESET_GPU)
+    assert [c.id for c in f.consequences] == ["memory.retired-pages-pending"]
+    assert "PAGE_RETIREMENT" in f.step and "ROW_REMAPPER" not in f.step
+
+
+def test_fabric_completed_without_success_stays_out_until_the_fabric_is_repaired(corpus):
+    result = analyze(load_input(str(corpus.sample("azhpcimages506-fabric-completed").path)))
+    (f,) = [f for f in result.findings if f.id == "fabric.state-not-completed"]
+    assert (f.severity, f.action, f.blame) == (Severity.CRITICAL, Action.DRAIN_AND_REPAIR,
+                                               Blame.NODE)
+    assert "Insufficient Resources" in f.title and "CliqueId 0" in f.title
+
+
+def test_dkms_build_failure_is_the_cause_of_the_unreachable_driver(corpus):
+    part = "mbab101-nvidia-smi-couldnt-communicate-dkms"
+    result = analyze(load_input(str(corpus.sample(part).path)))
+    (f,) = [f for f in result.findings if f.severity.rank >= Severity.WARNING.rank]
+    assert (f.id, f.severity, f.action, f.blame) == (
+        "driver.dkms-build-failed", Severity.CRITICAL, Action.FIX_SOFTWARE, Blame.NODE)
+    assert "5.13.18-21.09.16.amdgpu.ubuntu" in f.title and "-k 5.13.18-21.09.16" in f.step
+    assert [c.id for c in f.consequences] == ["nvidia-smi.cannot-communicate"]
+

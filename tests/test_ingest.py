@@ -48,14 +48,19 @@ def _check(corpus, cat: str, pred) -> None:
 
 
 def test_corpus_nvidia_smi_q(corpus) -> None:
-    _check(corpus, "1", lambda s, n: {"nvidia_smi_q", "nvidia_smi_q_xml"} & set(n))
+    # the full query also comes as --query-gpu CSV (a monitoring collector's form)
+    _check(corpus, "1", lambda s, n: {"nvidia_smi_q", "nvidia_smi_q_xml", "nvidia_smi_csv"}
+           & set(n))
 
 
 def test_corpus_nvidia_smi_table_and_errors(corpus) -> None:
-    # category 2: the table (or its error), its CSV queries and reset outputs, by content
-    _check(corpus, "2", lambda s, n: bool({"nvidia_smi", "nvidia_smi_csv", "gpu_reset"} & set(n)))
-    table_like = [s for s in corpus.category("2") if "|" in s.text() or "(UUID:" in s.text()
-                  or "Unable to determine" in s.text()]
+    # category 2: the table (or its error, -L, MIG listings), its CSV queries, reset
+    # outputs and nvidia-smi nvlink -s, by content
+    _check(corpus, "2", lambda s, n: bool({"nvidia_smi", "nvidia_smi_csv", "gpu_reset",
+                                           "nvidia_smi_nvlink_status"} & set(n)))
+    table_like = [s for s in corpus.category("2") if ("|" in s.text() or "(UUID:" in s.text()
+                  or "Unable to determine" in s.text())
+                  and "nvidia_smi_nvlink_status" not in names(s.text())]  # nvlink -s: GPU lines
     assert table_like and all("nvidia_smi" in names(s.text()) for s in table_like)
     mixed = corpus.sample("ogkm862")
     assert names(mixed.text()) == ["nvidia_smi", "kernel_log"]

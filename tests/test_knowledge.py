@@ -62,6 +62,10 @@ def test_profile_values_are_sane(profile: GpuProfile):
     ("NVIDIA H200 NVL", None, "H200 NVL"),
     ("Tesla P100-PCIE-16GB", None, "P100"),
     ("NVIDIA RTX PRO 6000 Blackwell Server Edition", None, "RTX PRO 6000 Blackwell"),
+    ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", None,
+     "RTX PRO 6000 Blackwell Workstation"),
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", None,
+     "RTX PRO 6000 Blackwell Workstation"),
     ("NVIDIA GeForce RTX 4090", None, None),
     (None, None, None),
 ])

@@ -23,18 +23,22 @@ def _fixture(name: str) -> str:
 
 def test_every_category2_sample_parses(corpus) -> None:
     """Category 2 holds the table and other pasted nvidia-smi outputs (CSV queries,
-    resets): the pieces detected as the table parse with the table parser."""
+    resets, nvidia-smi nvlink -s): the pieces detected as the table parse with the table
+    parser."""
     tables = 0
     for sample in corpus.category("2"):
         pieces = dict(detect(sample.text()))
         if "nvidia_smi" not in pieces:
-            assert {"nvidia_smi_csv", "gpu_reset"} & set(pieces), (sample.name, list(pieces))
+            assert {"nvidia_smi_csv", "gpu_reset", "nvidia_smi_nvlink_status"} & set(pieces), (
+                sample.name, list(pieces))
             continue
         tables += 1
         report = parse_nvsmi_table(pieces["nvidia_smi"])
-        assert report.format in {"table", "list", "error"}, sample.name
+        assert report.format in {"table", "list", "error", "mig"}, sample.name
         if report.format == "error":
             assert report.errors, sample.name
+        elif report.format == "mig":  # nvidia-smi mig -lgi/-lci: instances, not GPU rows
+            assert report.mig_devices or report.mig_notes, sample.name
         else:
             assert report.gpus, sample.name
             if "NVIDIA-SMI" in pieces["nvidia_smi"]:  # an excerpt may lack the header

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from gputriage.errors import ParseError
 from gputriage.parsers.nvsmi import SmiReport, clock_reason_key
+from gputriage.parsers.nvsmi_csv import parse_nvsmi_csv
 from gputriage.parsers.nvsmi_text import parse_nvsmi_text
 from gputriage.parsers.nvsmi_xml import parse_nvsmi_xml
 
@@ -21,7 +22,9 @@ def test_every_category1_sample_parses(corpus) -> None:
     samples = corpus.category("1")
     assert samples, "no category 1 samples"
     for sample in samples:
-        parser = parse_nvsmi_xml if sample.name.endswith(".xml") else parse_nvsmi_text
+        # category 1 holds the --query-gpu CSV form of the full query too (netdata's)
+        parser = (parse_nvsmi_xml if sample.name.endswith(".xml") else
+                  parse_nvsmi_csv if sample.name.endswith(".csv") else parse_nvsmi_text)
         report = parser(sample.text())
         assert isinstance(report, SmiReport), sample.name
         assert report.gpus, f"{sample.name}: no GPU parsed"

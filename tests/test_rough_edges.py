@@ -78,16 +78,18 @@ def _walk(f: Finding) -> Iterator[Finding]:
 
 def repeated_evidence(result: Result) -> list[tuple[str, str, str]]:
     """(finding, source, line) for each evidence line a finding quotes twice (a quoted
-    line with an embedded newline counts as its lines)."""
+    line with an embedded newline counts as its lines). A finding merged over several
+    GPUs quotes each GPU's section under its own note ("GPU 1", "GPU 4"): the same text
+    in two GPUs' sections is two lines of the input, not one quoted twice."""
     found = []
     for top in result.findings:
         for f in _walk(top):
-            seen: set[tuple[str, str]] = set()
+            seen: set[tuple[str, str | None, str]] = set()
             for e in f.evidence:
                 for line in (part for ln in e.lines for part in ln.split("\n")):
-                    if line.strip() and (e.source, line) in seen:
+                    if line.strip() and (e.source, e.note, line) in seen:
                         found.append((f.id, e.source, line))
-                    seen.add((e.source, line))
+                    seen.add((e.source, e.note, line))
     return found
 
 

@@ -11,6 +11,7 @@ from hostkit import MODULES_FULL, VERSION_FILE, ids, nvml_doc, pci_tree, run, sn
 
 from gputriage.engine import analyze
 from gputriage.facts import Facts
+from gputriage.ingest import load_text
 from gputriage.model import Action, Blame, Severity
 from gputriage.rules.driver import driver_wedged
 
@@ -53,6 +54,18 @@ def switched_topo(n: int, cell: str = "NV18") -> str:
 
 TOPO_7_SWITCHED = switched_topo(7)
 
+# apt upgrading the driver for a kernel it cannot build against (DKMS 3, Ubuntu)
+DKMS_APT = """\
+Setting up nvidia-dkms-550 (550.120-0ubuntu1) ...
+Building for 6.11.0-1-generic
+Building initial module for 6.11.0-1-generic
+Error! Bad return status for module build on kernel: 6.11.0-1-generic (x86_64)
+Consult /var/lib/dkms/nvidia/550.120/build/make.log for more information.
+dpkg: error processing package nvidia-dkms-550 (--configure):
+"""
+SMI_NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                 "Make sure that the latest NVIDIA driver is installed and running.\n")
+
 RULE_CASES = {
     "driver.presence": [
         (host(proc_modules="ext4 1 0 - Live 0x0\nnouveau 2 0 - Live 0x0\n", nvml=None,
@@ -81,6 +94,9 @@ RULE_CASES = {
     "driver.init-events": [
         ({"kernel_log": "[   12.345678] NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! "
                         "(0x24:0x72:1568)\n"}, "driver.gpu-init-failed"),
+    ],
+    "driver.dkms-build": [
+        ({"kernel_log": DKMS_APT}, "driver.dkms-build-failed"),
     ],
     "gpu.count": [
         (host(nvml=nvml_doc(BUSES[:4] + BUSES[5:])), "gpu.missing"),
@@ -269,3 +285,32 @@ def test_topology_one_gpu_short_of_a_switched_board():
     for healthy in (switched_topo(8), switched_topo(4), switched_topo(2),
                     switched_topo(3, "NV6")):  # 3 x NV6 direct links: no switch implied
         assert "gpu.board-short" not in ids(run(nvidia_smi_topo=healthy))
+
+
+# -- DKMS building the module ------------------------------------------------------------------
+
+def _dkms(result):
+    return [f for f in flat(result.findings) if f.id == "driver.dkms-build-failed"]
+
+
+def test_dkms_failure_in_apt_output_is_a_software_warning_for_that_kernel():
+    [f] = _dkms(run(kernel_log=DKMS_APT))
+    assert (f.severity, f.action, f.blame) == (Severity.WARNING, Action.FIX_SOFTWARE, Blame.NODE)
+    assert "kernel 6.11.0-1-generic" in f.title and "next boot" in f.explanation
+    assert "dkms install -m nvidia -v VERSION -k 6.11.0-1-generic" in f.step
+
+
+def test_dkms_failure_with_no_driver_is_the_critical_cause():
+    journal = "".join(f"Mar 03 10:00:0{i} gpu-b12 dkms[812]: {ln}\n"
+                      for i, ln in enumerate(DKMS_APT.splitlines()[2:5]))
+    result = analyze(load_text(journal + SMI_NO_DRIVER, "paste"))
+    top = [f for f in result.findings if f.severity is Severity.CRITICAL]
+    assert [f.id for f in top] == ["driver.dkms-build-failed"]
+    assert [c.id for c in top[0].consequences] == ["nvidia-smi.cannot-communicate"]
+
+
+def test_a_dkms_failure_without_a_module_named_is_only_information():
+    line = "Error! Bad return status for module build on kernel: 6.8.0-45-generic (x86_64)\n"
+    [f] = _dkms(run(kernel_log=line))
+    assert f.severity is Severity.INFO and f.action is Action.NONE
+

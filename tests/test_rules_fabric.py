@@ -280,9 +280,45 @@ def test_state_in_progress_with_manager_running_says_reset():
 
 
 def test_state_completed_with_error_status():
+    # registration ended in error: the fabric must be repaired, a GPU reset alone does not
     f = one(run(**HGX, nvidia_smi_q=smi_q([("Completed", "NV_ERR_GENERIC")]),
                 systemctl_fabricmanager=unit()), "fabric.state-not-completed")
-    assert "NV_ERR_GENERIC" in f.title and f.action is Action.RESET_GPU
+    assert "NV_ERR_GENERIC" in f.title and "registration failed" in f.title
+    assert (f.severity, f.action, f.blame) == (Severity.CRITICAL, Action.DRAIN_AND_REPAIR,
+                                               Blame.NODE)
+    assert "journalctl -u nvidia-fabricmanager" in f.step and "Status: Success" in f.step
+
+
+PARTITION = ("        CliqueId                          : {clique}\n"
+             "        ClusterUUID                       : {uuid}\n")
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+def _with_partition(text: str, clique: str, uuid: str) -> str:
+    """``smi_q`` text with CliqueId / ClusterUUID lines after each Fabric Status."""
+    lines = []
+    for line in text.splitlines(keepends=True):
+        lines.append(line if line.endswith("\n") else line + "\n")
+        if line.strip().startswith("Status"):
+            lines.append(PARTITION.format(clique=clique, uuid=uuid))
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("status", ["Insufficient Resources", "NV_ERR_INSUFFICIENT_RESOURCES",
+                                    "Unknown Error"])
+def test_completed_with_error_and_no_partition_names_the_partition(status):
+    # a multi-node NVLink tray the fabric placed in no partition (Azure/azhpc-images#506)
+    text = _with_partition(smi_q([("Completed", status)], name="NVIDIA GB200"), "0", ZERO_UUID)
+    f = one(run(nvidia_smi_q=text), "fabric.state-not-completed")
+    assert "no NVLink partition (CliqueId 0)" in f.title and f.action is Action.DRAIN_AND_REPAIR
+    assert any("CliqueId" in ln for ln in f.evidence[0].lines)
+
+
+def test_completed_success_with_clique_0_is_a_single_board_not_a_fault():
+    # an HGX board outside multi-node NVLink reports CliqueId 0 and a zero UUID: normal
+    text = _with_partition(smi_q([("Completed", "Success")] * 2), "0", ZERO_UUID)
+    assert not [f for f in run(**HGX, nvidia_smi_q=text).findings
+                if f.id == "fabric.state-not-completed"]
 
 
 def test_vm_with_sxm_gpu_and_no_switch_blames_the_config():
@@ -356,3 +392,14 @@ def test_version_mismatch_that_stopped_the_service_is_one_finding():
     assert "does not match the driver" in f.title and f.action is Action.FIX_SOFTWARE
     assert any("don't match" in ln for e in f.evidence for ln in e.lines)
     assert "fabric.manager-errors" not in {x.id for x in result.findings}
+
+
+def test_completed_with_error_read_from_the_xml_too():
+    xml = ('<?xml version="1.0" ?>\n<nvidia_smi_log>\n<driver_version>570.124.06'
+           '</driver_version>\n<attached_gpus>1</attached_gpus>\n<gpu id="00000008:01:00.0">\n'
+           '<product_name>NVIDIA GB200</product_name>\n<fabric>\n<state>Completed</state>\n'
+           '<status>Insufficient Resources</status>\n<cliqueId>0</cliqueId>\n'
+           f'<clusterUuid>{ZERO_UUID}</clusterUuid>\n</fabric>\n</gpu>\n</nvidia_smi_log>\n')
+    f = one(run(nvidia_smi_q_xml=xml), "fabric.state-not-completed")
+    assert "CliqueId 0" in f.title and f.action is Action.DRAIN_AND_REPAIR
+    assert "<cliqueId>0</cliqueId>" in f.evidence[0].lines

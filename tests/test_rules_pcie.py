@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from gputriage.engine import analyze
 from gputriage.errors import InputError
-from gputriage.ingest import load_input
-from gputriage.model import Action, Severity
+from gputriage.ingest import load_input, load_text
+from gputriage.ingest.detect import detect
+from gputriage.model import Action, Blame, Severity
 
 GEN = {1: "2.5 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe"}
 
@@ -48,7 +49,7 @@ def pci_links(gpus: dict[str, dict] | None = None, nics: dict[str, dict] | None 
 
 def smi_q(gpus: list[dict]) -> str:
     """A minimal ``nvidia-smi -q`` text; each GPU dict: bus, gen, max_gen, width,
-    max_width, replays, util, pstate, used, virt."""
+    max_width, replays, util, pstate, used, virt, procs (idle compute processes)."""
     out = ["==============NVSMI LOG==============", "",
            "Driver Version                            : 550.54.15",
            "CUDA Version                              : 12.4", "",
@@ -76,6 +77,14 @@ def smi_q(gpus: list[dict]) -> str:
                 f"        Used                              : {g.get('used', 1)} MiB",
                 "    Utilization",
                 f"        Gpu                               : {g.get('util', 0)} %"]
+        for pid in range(g.get("procs", 0)):
+            out += ["    Processes" if pid == 0 else "",
+                    "        GPU instance ID                   : N/A",
+                    "        Compute instance ID               : N/A",
+                    f"        Process ID                        : {4242 + pid}",
+                    "            Type                          : C",
+                    "            Name                          : llama-server",
+                    "            Used GPU Memory               : 20000 MiB"]
     return "\n".join(out) + "\n"
 
 
@@ -119,6 +128,12 @@ RULE_CASES = {
     "pcie.aer": [
         ({"pci_devices": pci_links({G0: {"aer": AER_FATAL}})}, "pcie.aer-errors"),
         ({"lspci_nvidia": LSPCI_GPU_UE}, "pcie.aer-errors"),
+    ],
+    "acs.redirect": [
+        ({"lspci_nvidia": "40:01.1 PCI bridge [0604]: Advanced Micro Devices, Inc. [AMD] "
+                          "Starship/Matisse GPP Bridge [1022:1483]\n\t\tACSCtl:\tSrcValid+ "
+                          "TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+\n"},
+         "pcie.acs-redirect"),
     ],
 }
 
@@ -167,6 +182,31 @@ def test_idle_gpu_at_gen1_is_no_alarm():
     result = run(pci_devices=pci_links({G0: {"cur": 1}}),
                  nvidia_smi_q=smi_q([{"bus": G0, "gen": 1, "pstate": "P8"}]))
     assert not _pcie(result)
+
+
+@pytest.mark.parametrize("pstate", ["P8", "P12", "P5"])
+def test_idle_pstate_with_a_resident_process_is_power_saving(pstate):
+    # a model server holds memory but does no work: the driver parks the GPU in a low
+    # P-state and trains its link down with it, process or not
+    for name in ("NVIDIA RTX 4000 SFF Ada Generation", "NVIDIA GeForce RTX 4090",
+                 "NVIDIA L40S"):
+        result = run(nvidia_smi_q=smi_q([{"bus": G0, "gen": 1, "max_gen": 4, "pstate": pstate,
+                                          "used": 60000, "procs": 2, "name": name}]))
+        assert not _pcie(result), name
+
+
+def test_resident_process_at_p0_or_p2_still_counts_as_busy():
+    for pstate in ("P0", "P2"):
+        result = run(nvidia_smi_q=smi_q([{"bus": G0, "gen": 1, "max_gen": 4, "pstate": pstate,
+                                          "procs": 1}]))
+        f = _only(result, "pcie.speed-degraded")
+        assert f.severity is Severity.WARNING and "compute process" in f.title
+
+
+def test_low_pstate_with_utilization_is_busy():
+    f = _only(run(nvidia_smi_q=smi_q([{"bus": G0, "gen": 1, "pstate": "P8", "util": 40}])),
+              "pcie.speed-degraded")
+    assert f.severity is Severity.WARNING and "utilization 40 %" in f.title
 
 
 def test_busy_by_memory_in_p0():
@@ -322,3 +362,49 @@ def test_pcie_rules_never_crash(attrs, aer, gen, util, replays):
     result = run(pci_devices=tree,
                  nvidia_smi_q=smi_q([{"bus": G0, "gen": gen, "util": util, "replays": replays}]))
     assert not [s for s in result.skipped if s.rule.startswith("pcie.")]
+
+
+# -- PCIe ACS (lspci -vvv ACSCtl) ------------------------------------------------------------
+
+def _bridge(addr: str, ctl: str) -> str:
+    return (f"{addr} PCI bridge [0604]: Advanced Micro Devices, Inc. [AMD] Starship/Matisse "
+            "GPP Bridge [1022:1483] (prog-if 00 [Normal decode])\n"
+            "\tCapabilities: [2a0 v1] Access Control Services\n"
+            "\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- "
+            "DirectTrans-\n"
+            f"\t\tACSCtl:\t{ctl}\n"
+            "\tKernel driver in use: pcieport\n\n")
+
+
+ACS_ON = "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
+ACS_OFF = "SrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-"
+GPU_BLOCK = ("41:00.0 VGA compatible controller [0300]: NVIDIA Corporation AD102GL [RTX 5880 "
+             "Ada Generation] [10de:26b9] (rev a1)\n"
+             "\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM L1, Exit Latency L1 <4us\n"
+             "\t\tLnkSta:\tSpeed 16GT/s, Width x16\n"
+             "\tKernel driver in use: nvidia\n\n")
+
+
+@pytest.mark.parametrize("bridges", [("0000:40:01.1",), ("40:01.1", "60:01.1")])
+def test_acs_redirect_on_gpu_bridges_is_a_configuration_warning(bridges):
+    text = "".join(_bridge(b, ACS_ON) for b in bridges) + GPU_BLOCK
+    assert "lspci_nvidia" in dict(detect(text))
+    f = _only(run(lspci_nvidia=dict(detect(text))["lspci_nvidia"]), "pcie.acs-redirect")
+    assert (f.severity, f.action, f.blame) == (Severity.WARNING, Action.FIX_CONFIG, Blame.CONFIG)
+    assert "SrcValid+ ReqRedir+ CmpltRedir+" in f.title and "0000:40:01.1" in f.title
+    assert "ECAP_ACS+6.w=0000" in f.step and "0000:40:01.1" in f.step
+    assert any("ACSCtl" in ln for e in f.evidence for ln in e.lines)
+
+
+def test_acs_lines_grepped_alone_are_read():
+    text = ("$ sudo lspci -vvv | grep ACSCtl\n" + f"\t\tACSCtl:\t{ACS_OFF}\n"
+            + f"\t\tACSCtl:\t{ACS_ON}\n")
+    f = _only(analyze(load_text(text, "paste")), "pcie.acs-redirect")
+    assert f.severity is Severity.WARNING and "1 PCIe port" in f.title
+
+
+def test_acs_off_or_only_upstream_forwarding_is_silent():
+    only_fwd = ACS_OFF.replace("UpstreamFwd-", "UpstreamFwd+")
+    for ctl in (ACS_OFF, only_fwd):
+        assert not [f for f in run(lspci_nvidia=_bridge("40:01.1", ctl) + GPU_BLOCK).findings
+                    if f.id == "pcie.acs-redirect"]

@@ -118,7 +118,19 @@ RULE_CASES = {
         ({**GPU_HOST, "numa_balancing": "1\n", "numactl": TWO_NODES},
          "topology.numa-balancing"),
     ],
+    "topology.numa-layout": [({"numactl": TWO_NODES}, "topology.numa-layout")],
 }
+
+# a Grace Hopper superchip: the Grace CPUs' node, the H100's memory as a CPU-less node,
+# and empty nodes reserved for GPU memory partitions, 255 between the CPU-less ones
+GH200 = ("available: 4 nodes (0-3)\nnode 0 cpus: " + " ".join(map(str, range(72)))
+         + "\nnode 0 size: 490029 MB\nnode 0 free: 463853 MB\nnode 1 cpus:\n"
+         "node 1 size: 97280 MB\nnode 1 free: 97279 MB\nnode 2 cpus:\nnode 2 size: 0 MB\n"
+         "node 2 free: 0 MB\nnode 3 cpus:\nnode 3 size: 0 MB\nnode 3 free: 0 MB\n"
+         "node distances:\nnode   0   1   2   3\n  0:  10  80  80  80\n"
+         "  1:  80  10  255  255\n  2:  80  255  10  255\n  3:  80  255  255  10\n")
+EPYC_NPS1 = TWO_NODES.replace("21", "32").replace("0 1 2 3", "0-15 (16)").replace(
+    "4 5 6 7", "16-31 (16)")
 
 def _topology(result) -> list:
     return [f for f in result.findings if f.id.startswith("topology.")]
@@ -245,6 +257,24 @@ def test_malformed_numa_balancing_is_reported_not_raised():
     assert any("numa_balancing" in p for p in result.unreadable)
 
 
+# -- topology.numa-layout ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "says"), [
+    (GH200, "1 node(s) with CPUs (0: CPUs 0-71, 479 GB); 3 without CPUs (1: 95 GB)"),
+    (EPYC_NPS1, "2 node(s) with CPUs (0: CPUs 0-15, 62 GB; 1: CPUs 16-31, 62 GB)"),
+])
+def test_numa_layout_of_a_lone_numactl_is_information(text, says):
+    result = run(numactl=text)
+    [f] = _by_id(result, "topology.numa-layout")
+    assert f.severity is Severity.INFO and says in f.title
+    assert not [x for x in result.findings if x.severity.rank >= Severity.WARNING.rank]
+
+
+def test_numa_layout_leaves_a_hosts_report_to_the_topology_map():
+    assert not _by_id(run(numactl=TWO_NODES, nvidia_smi_topo=TOPO_GOOD), "topology.numa-layout")
+    assert not _by_id(run(numactl=TWO_NODES, **GPU_HOST), "topology.numa-layout")
+
+
 # -- topology.nvlink-uneven ----------------------------------------------------------------
 
 def test_gpu_with_fewer_nvlinks_than_its_peers():
@@ -269,6 +299,42 @@ def test_p2p_matrix_names_the_pairs_without_peer_access():
     ok = _by_id(run(nvidia_smi_topo=topo(4, 0, lambda a, b: "OK")), "topology.p2p")
     assert [f.severity for f in ok] == [Severity.INFO]
     assert not _by_id(run(nvidia_smi_topo=TOPO_GOOD), "topology.p2p")
+
+
+P2P_LEGEND = ("\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n"
+              "  GNS  = GPU not supported\n")
+
+
+@pytest.mark.parametrize("gpus", [2, 4])
+def test_gns_is_the_gpus_own_answer_not_a_platform_fault(gpus):
+    # GeForce / workstation cards without PCIe peer-to-peer: by design, nothing to fix
+    p2p = topo(gpus, 0, lambda a, b: "GNS").split("\n\nLegend")[0] + P2P_LEGEND
+    [f] = _by_id(run(nvidia_smi_topo=p2p), "topology.p2p")
+    assert f.severity is Severity.INFO and f.action is Action.NONE and "GNS" in f.title
+
+
+def test_gns_beside_a_platform_code_still_warns_for_the_platform():
+    p2p = topo(4, 0, lambda a, b: "CNS" if "GPU3" in (a, b) else "GNS")
+    [f] = _by_id(run(nvidia_smi_topo=p2p), "topology.p2p")
+    assert f.severity is Severity.WARNING and "CNS" in f.title
+
+
+@pytest.mark.parametrize("order", ["topo first", "p2p first"])
+def test_topo_and_p2p_matrices_pasted_together_are_both_read(order):
+    matrix = topo(2, 0, lambda a, b: "PHB")
+    p2p = "\tGPU0\tGPU1\t\nGPU0\tX\tGNS\t\nGPU1\tGNS\tX\t\n" + P2P_LEGEND
+    text = matrix + "\n" + p2p if order == "topo first" else p2p + "\n" + matrix
+    result = run(nvidia_smi_topo=text)
+    assert [f.id for f in _topology(result)] == ["topology.map", "topology.p2p"]
+    assert all(f.severity is Severity.INFO for f in _topology(result))
+    assert "topo -p2p" not in _by_id(result, "topology.map")[0].explanation
+
+
+def test_map_says_what_a_pcie_matrix_cannot_tell():
+    [f] = _by_id(run(nvidia_smi_topo=topo(4, 0, lambda a, b: "PXB")), "topology.map")
+    assert "ACSCtl" in f.explanation and "topo -p2p" in f.explanation
+    [f] = _by_id(run(nvidia_smi_topo=topo(2, 0, lambda a, b: "NV3")), "topology.map")
+    assert "nvlink -s" in f.explanation and "ACSCtl" not in f.explanation
 
 
 # -- pastes from a colour terminal ----------------------------------------------------------

@@ -99,6 +99,11 @@ RELATIONS: tuple[Relation, ...] = (
              "Xid 171 details the uncorrectable DRAM error that Xid 48 reports"),
     Relation("xid.64", "memory.remap-failed", SAME_GPU,
              "nvidia-smi's failed row remap is the one Xid 64 logged"),
+    *(Relation("memory.uncorrectable", c, SAME_GPU,
+               "an uncorrectable error since the last reset marks its page for retirement "
+               "(or its row for remapping); the reset that error calls for applies it",
+               Severity.CRITICAL)
+      for c in ("memory.retired-pages-pending", "memory.remap-pending")),
     Relation("pcie.width-degraded", "kernel.pcie-bandwidth-limited", SAME_GPU,
              "the kernel's 'bandwidth limited' line reports the narrow link"),
     Relation("pcie.speed-degraded", "kernel.pcie-bandwidth-limited", SAME_GPU,
@@ -114,6 +119,11 @@ RELATIONS: tuple[Relation, ...] = (
              "CUDA returns 802 while the GPUs' fabric registration is not complete"),
     Relation("driver.not-loaded", "cuda.no-device", ANYWHERE,
              "CUDA sees no device when the driver is not loaded"),
+    *(Relation("driver.dkms-build-failed", c, ANYWHERE,
+               "a module DKMS could not build cannot be loaded, so nothing can reach the "
+               "driver", Severity.CRITICAL)
+      for c in ("nvidia-smi.cannot-communicate", "driver.module-load-failed",
+                "driver.not-loaded")),
     *(Relation(c, "cuda.no-device", ANYWHERE,
                "the container hook runs CUDA on the host before the container starts: its "
                "error is the same missing device")

@@ -162,10 +162,11 @@ SOURCES: tuple[Source, ...] = (
            detector="parsers.nvsmi_text:claim_nvsmi_text", detect_order=40,
            aliases=(f"nvidia-smi {_SMI_QUERY} !-u|--unit",)),
     _cmd("nvidia_smi", ("nvidia-smi",), "the nvidia-smi table (or an excerpt), its error "
-         "message, nvidia-smi -L", applies="nvidia",
+         "message, nvidia-smi -L, nvidia-smi mig -lgi/-lci (MIG instances)", applies="nvidia",
          parser="nvsmi_table:parse_nvsmi_table",
          detector="parsers.nvsmi_table:claim_nvsmi_table", detect_order=100,
-         aliases=("nvidia-smi ?-i|--id|--id=*|#|-L|--list-gpus",)),
+         aliases=("nvidia-smi ?-i|--id|--id=*|#|-L|--list-gpus",
+                  "nvidia-smi mig -lgi|--list-gpu-instances|-lci|--list-compute-instances")),
     _input("nvidia_smi_csv", ("nvidia-smi", "--query-gpu=index,pci.bus_id,name,driver_version,"
                               "pstate,utilization.gpu,pcie.link.gen.current,pcie.link.gen.max,"
                               "pcie.link.width.current,pcie.link.width.max", "--format=csv"),
@@ -240,7 +241,8 @@ SOURCES: tuple[Source, ...] = (
            description="NVIDIA and network PCI functions: ids, class, NUMA, link speed/width",
            parser="pci:parse_pci_tree"),
     _cmd("lspci_nvidia", ("lspci", "-vvv", "-nn", "-D", "-d", "10de:"),
-         "lspci -vvv of NVIDIA functions (or its LnkCap/LnkSta lines)", applies="nvidia",
+         "lspci -vvv of NVIDIA functions and the bridges above them (or its LnkCap/LnkSta/"
+         "ACSCtl lines)", applies="nvidia",
          parser="lspci:parse_lspci",
          detector="parsers.lspci:claim_lspci", detect_order=170,
          aliases=("lspci ~10de|~nvidia",)),

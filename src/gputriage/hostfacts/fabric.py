@@ -31,6 +31,7 @@ FM_SOURCE = "fabricmanager_journal"
 _NVSWITCH_NODE = re.compile(r"/dev/nvidia-nvswitch\d+$")
 _FABRIC_HEAD = re.compile(r"^\s*Fabric\s*$|<fabric>")
 _FABRIC_FIELD = re.compile(r"^\s*(?:State|Status)\s*:|<(?:state|status)>")
+_PARTITION_FIELD = re.compile(r"^\s*(?:CliqueId|ClusterUUID)\s*:|<(?:cliqueId|clusterUuid)>")
 _PENDING = ("in progress", "not started")
 
 
@@ -55,6 +56,14 @@ class FabricState:
     status: str | None  # Success, an NV_ERR_* code, or None for N/A
     source: str
     lines: tuple[str, ...]
+    clique_id: str | None = None  # "0" and an all-zero cluster UUID outside an NVLink
+    cluster_uuid: str | None = None  # partition (normal on a single NVSwitch board)
+    partition_lines: tuple[str, ...] = ()  # the CliqueId / ClusterUUID lines as printed
+
+    @property
+    def failed(self) -> bool:
+        """Registration finished with an error status (Completed, not Success)."""
+        return self.state.strip().lower() == "completed" and not self.completed
 
     @property
     def pending(self) -> bool:
@@ -141,17 +150,17 @@ def _nvswitches(facts: Facts) -> list[NvSwitchSighting]:
     return seen
 
 
-def _fabric_blocks(text: str) -> list[tuple[str, ...]]:
-    """The lines of each GPU's Fabric section of nvidia-smi -q (text or XML), in order."""
+def _fabric_blocks(text: str) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Each GPU's Fabric section of nvidia-smi -q (text or XML), in order: its state and
+    status lines, and its CliqueId / ClusterUUID lines."""
     lines = text.splitlines()
-    blocks: list[tuple[str, ...]] = []
+    blocks: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
     for i, line in enumerate(lines):
         if _FABRIC_HEAD.search(line):
             block = [line.strip()] if "<fabric>" not in line else []
-            for nxt in lines[i + 1:i + 8]:
-                if _FABRIC_FIELD.search(nxt):
-                    block.append(nxt.strip())
-            blocks.append(tuple(block))
+            ids = [nxt.strip() for nxt in lines[i + 1:i + 8] if _PARTITION_FIELD.search(nxt)]
+            block += [nxt.strip() for nxt in lines[i + 1:i + 8] if _FABRIC_FIELD.search(nxt)]
+            blocks.append((tuple(block), tuple(ids)))
     return blocks
 
 
@@ -170,10 +179,12 @@ def _fabric_states(facts: Facts) -> list[FabricState]:
         for pos, g in enumerate(report.gpus):
             if not any(g is x for x in gpus):
                 continue
-            lines = blocks[pos] if aligned else (
-                f"Fabric State: {g.fabric_state}", f"Fabric Status: {g.fabric_status or 'N/A'}")
+            lines, ids = blocks[pos] if aligned else ((
+                f"Fabric State: {g.fabric_state}", f"Fabric Status: {g.fabric_status or 'N/A'}"),
+                ())
             states.append(FabricState(g.index, g.pci_bus_id, g.uuid, g.name,
-                                      g.fabric_state.strip(), g.fabric_status, source, lines))
+                                      g.fabric_state.strip(), g.fabric_status, source, lines,
+                                      g.fabric_clique_id, g.fabric_cluster_uuid, ids))
         return states
     return []
 

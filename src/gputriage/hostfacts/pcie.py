@@ -7,6 +7,7 @@ Registers the fact ``pcie_links``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +23,16 @@ if TYPE_CHECKING:
 
 FACTS = FactTable()
 
-__all__ = ["GEN_GTS", "PcieLink", "aer_total", "gen_to_gts", "pcie_links"]
+__all__ = ["GEN_GTS", "PcieLink", "aer_total", "gen_to_gts", "pcie_acs", "pcie_links"]
 
 # PCIe generation -> transfer rate per lane in GT/s.
 GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 IDLE_GTS = 2.5  # the speed NVIDIA GPUs drop their link to when idle
 BUSY_MEMORY_MIB = 1024  # memory in use above this (and 5 % of the total) with P0: a job
+#: P-states from this one down are idle ones (NVIDIA: P0/P1 full speed, P2/P3 compute,
+#: P8 idle, P12 minimum power); the driver lowers the link's generation with them
+LOW_POWER_PSTATE = 5
+_PSTATE = re.compile(r"^\s*P(\d{1,2})\s*$")
 _LSPCI_SOURCES = ("lspci_nvidia", "lspci_mellanox")
 
 
@@ -171,6 +176,13 @@ def _headerless(facts: Facts) -> list[tuple[str, PciFunction]]:
     return out
 
 
+def _low_power_state(state: str | None) -> bool:
+    """P5 and below (P8 idle, P12 minimum): the driver has clocked the GPU, and trained
+    its link, down for want of work, whatever process holds memory on it."""
+    m = _PSTATE.match(state or "")
+    return m is not None and int(m.group(1)) >= LOW_POWER_PSTATE
+
+
 def _smi_load(g: SmiGpu) -> tuple[str, str | None]:
     """Whether nvidia-smi shows the GPU working, idle, or cannot tell."""
     util, state, used, total = (g.utilization_gpu_pct, g.performance_state,
@@ -178,6 +190,9 @@ def _smi_load(g: SmiGpu) -> tuple[str, str | None]:
     if util is not None and util > 0:
         return "busy", f"utilization {util} %"
     compute = [p for p in g.processes if "c" in (p.type or "").lower()]
+    if _low_power_state(state):
+        held = f", {len(compute)} idle compute process(es) holding memory" if compute else ""
+        return "idle", f"performance state {state}{held}"
     if compute:
         return "busy", f"{len(compute)} compute process(es) on the GPU"
     if state == "P0" and used is not None and used > BUSY_MEMORY_MIB and (
@@ -306,3 +321,14 @@ def aer_total(link: PcieLink, which: str) -> int:
     counts: dict[str, Any] = link.aer.get(f"aer_dev_{which}", {})
     totals = [v for k, v in counts.items() if k.startswith("TOTAL_")]
     return totals[0] if totals else sum(counts.values())
+
+
+@FACTS.fact("pcie_acs", sources=_LSPCI_SOURCES)
+def pcie_acs(facts: Facts) -> list[tuple[str, lspci.AcsControl]]:
+    """(source, control) for every ACSCtl line of the lspci inputs, bridges included."""
+    found: list[tuple[str, lspci.AcsControl]] = []
+    for source in _LSPCI_SOURCES:
+        found += [(source, c) for c in lspci.acs_controls(facts.text(source) or "")]
+    if not found:
+        raise Missing("no ACSCtl line in the lspci input (lspci -vvv run as root prints them)")
+    return found

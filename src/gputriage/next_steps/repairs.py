@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from gputriage.knowledge.cuda_compat import capability_of, version_key
 from gputriage.model import Action, Blame, Finding
 from gputriage.next_steps.host import Host, bus_ids, dash_i, gpu_scopes, serials, what
 
@@ -36,7 +37,28 @@ def _rma(f: Finding, host: Host) -> str:
             "repaired by remapping, a reset does not cure it")
 
 
+def _retires_pages(f: Finding, host: Host) -> bool:
+    """Whether the finding's GPU answers memory errors by retiring pages (before Ampere)
+    rather than remapping rows: what its nvidia-smi view reports, else its name."""
+    bus = f.scope.pci_bus_id
+    for view in host.fact("smi_views") or ():
+        if bus and view.bus_id != bus:
+            continue
+        if any(view.value(k) is not None for k in ("remapping_pending", "remapping_failure")):
+            return False
+        if any(view.value(k) is not None for k in ("retired_pages_pending",
+                                                   "retired_pages_dbe", "retired_pages_sbe")):
+            return True
+        capability = capability_of(view.name)
+        return capability is not None and version_key(capability) < (8,)
+    return False
+
+
 def _remap_check(f: Finding, host: Host) -> str:
+    if _retires_pages(f, host):
+        return (f"nvidia-smi -q -d PAGE_RETIREMENT{dash_i(f)} should then show no page "
+                "pending retirement (Pending Page Blacklist: No); track the retired-page "
+                "count, and replace the GPU if it keeps growing or double-bit errors recur")
     return (f"nvidia-smi -q -d ROW_REMAPPER{dash_i(f)} should then show no pending and no "
             "failed remap")
 
@@ -139,12 +161,50 @@ def _fm_package(host: Host, version: str) -> str:
 
 
 def _fabric_state(f: Finding, host: Host) -> str:
-    check = f"nvidia-smi -q{dash_i(f)} | grep -A2 Fabric"
+    check = f"nvidia-smi -q{dash_i(f)} | grep -A4 Fabric"
     if f.action is Action.RESET_GPU:
-        return f"{check} should then read State: Completed"
+        return f"{check} should then read State: Completed, Status: Success"
+    if f.action is Action.DRAIN_AND_REPAIR:
+        return ("have the NVLink fabric repaired: on an NVSwitch baseboard read journalctl -u "
+                "nvidia-fabricmanager -b, restart the service and reset the GPUs; on a "
+                "rack-scale NVLink system have the switch trays' fabric manager place this "
+                f"tray in a partition; {check} should then read Status: Success (and, with "
+                "multi-node NVLink, a non-zero CliqueId and ClusterUUID)")
     return (f"start the fabric manager (systemctl enable --now nvidia-fabricmanager; "
             f"journalctl -u nvidia-fabricmanager -b says why it fails), and {check} reads "
             "State: Completed about a minute later")
+
+
+def _mig_instances(f: Finding, host: Host) -> str:
+    gpu = f" -i {f.scope.gpu_index}" if f.scope.gpu_index is not None else ""
+    return (f"create the MIG instances {host.name} is meant to have: nvidia-smi mig{gpu} -lgip "
+            f"lists the profiles, nvidia-smi mig{gpu} -cgi PROFILE[,PROFILE...] -C creates GPU "
+            "and compute instances (under the GPU operator, set the node's nvidia.com/mig.config"
+            " label and let mig-manager apply it), and nvidia-smi -L should then list the MIG "
+            f"devices; if whole GPUs are wanted instead, turn MIG off (nvidia-smi{gpu} -mig 0, "
+            "then reset the GPU)")
+
+
+def _acs(f: Finding, host: Host) -> str:
+    ports = re.findall(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", f.title)
+    each = f"for {', '.join(ports)}" if ports else "for each bridge that shows it"
+    return ("turn PCIe ACS off on " + host.name + ": in the BIOS (its ACS / PCIe access "
+            "control setting; VT-d/IOMMU off or iommu=pt on the kernel command line where "
+            f"nothing needs the isolation), or until the next boot {each}: setpci -s BUS "
+            "ECAP_ACS+6.w=0000; sudo lspci -vvv | grep ACSCtl should then show SrcValid- "
+            "ReqRedir- CmpltRedir-, and a P2P test (nccl-tests all_reduce_perf over the "
+            "node's GPUs) should then finish at full bandwidth")
+
+
+def _dkms(f: Finding, host: Host) -> str:
+    m = re.search(r"for kernel ([^\s,:()]+)", f.title)
+    kernel = m.group(1) if m else "KERNEL"
+    version = host.version or "VERSION"
+    return (f"boot a kernel the driver supports, with its headers installed (your "
+            f"distribution's kernel and its linux-headers package), or install a driver "
+            f"release that supports {kernel}; then rebuild: dkms install -m nvidia -v "
+            f"{version} -k {kernel}; dkms status should then list nvidia installed for "
+            f"{kernel}, and after modprobe nvidia, nvidia-smi lists the GPUs")
 
 
 def _version_mismatch(f: Finding, host: Host) -> str | None:
@@ -713,7 +773,8 @@ BY_ID: dict[str, Repair] = {
     "nvidia-smi.nvml-init-failed": _nvml_init,
     "container.nvml-unknown-error": _container_devices,
     "fabric.manager-inactive": _fabric_manager, "fabric.manager-not-needed": _fabric_manager,
-    "fabric.state-not-completed": _fabric_state,
+    "fabric.state-not-completed": _fabric_state, "mig.no-instances": _mig_instances,
+    "pcie.acs-redirect": _acs, "driver.dkms-build-failed": _dkms,
     "module.nvidia-uvm-missing": _module("nvidia_uvm"),
     "module.peermem-missing": _module("nvidia_peermem"),
     "memory.remap-failed": _rma, "memory.remap-exhausting": _rma,

@@ -21,7 +21,8 @@ from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.pci import PciFunction
 
-__all__ = ["CLASS_NAMES", "VENDOR_NAMES", "claim_lspci", "parse_lspci"]
+__all__ = ["ACS_REDIRECT", "CLASS_NAMES", "VENDOR_NAMES", "AcsControl", "acs_controls",
+           "claim_lspci", "parse_lspci"]
 
 # Vendor names as pci.ids spells them -> vendor id (used when -nn is absent).
 VENDOR_NAMES: dict[str, int] = {
@@ -77,7 +78,7 @@ _INT = re.compile(r"^\s*(-?[0-9]{1,6})\b")
 # Keys that only lspci prints: enough to recognise a block without its header.
 _STRONG = frozenset({"LnkCap", "LnkSta", "LnkCtl", "LnkCap2", "LnkSta2", "LnkCtl2", "DevCap",
                      "DevSta", "DevCtl", "DevCap2", "DevCtl2", "UESta", "CESta", "UEMsk",
-                     "CEMsk", "UESvrt", "Kernel driver in use"})
+                     "CEMsk", "UESvrt", "ACSCap", "ACSCtl", "Kernel driver in use"})
 # Keys read from a block even when a paste lost their indentation.
 _DETAIL = _STRONG | {"Subsystem", "NUMA node", "Kernel modules", "Physical Slot",
                      "IOMMU group", "Flags", "Capabilities"}
@@ -86,7 +87,7 @@ _CONTINUED = frozenset({"LnkCap", "LnkSta", "UESta", "CESta", "UEMsk", "CEMsk", 
 _MAX_CONTINUATION = 8  # real AER status lines wrap over at most a few lines
 _RAW_KEYS = {"LnkCap": "lnkcap", "LnkSta": "lnksta", "LnkCap2": "lnkcap2", "UESta": "uesta",
              "CESta": "cesta", "Subsystem": "subsystem", "Kernel modules": "kernel_modules",
-             "Physical Slot": "physical_slot", "DevSta": "devsta"}
+             "Physical Slot": "physical_slot", "DevSta": "devsta", "ACSCtl": "acsctl"}
 
 
 @dataclass
@@ -353,12 +354,57 @@ def parse_lspci(text: str) -> list[PciFunction]:
     return out
 
 
+# --- Access Control Services ---------------------------------------------------------
+#: ACS controls that send peer-to-peer requests and completions up to the root complex
+#: (SrcValid+ alone is what NCCL's troubleshooting guide tells to look for)
+ACS_REDIRECT = ("SrcValid", "ReqRedir", "CmpltRedir")
+_ACSCTL = re.compile(r"^\s*ACSCtl:\s*(?P<flags>.*?)\s*$")
+_ACS_FLAG = re.compile(r"\b(?P<name>[A-Za-z]+)(?P<on>[+-])")
+
+
+@dataclass(frozen=True)
+class AcsControl:
+    """One ``ACSCtl:`` line of ``lspci -vvv``: the function it belongs to ("" when the
+    paste has no header above it, as ``lspci -vvv | grep ACSCtl`` prints) and the
+    controls it has on."""
+
+    address: str
+    header: str
+    line: str
+    enabled: frozenset[str]
+
+    @property
+    def redirects(self) -> bool:
+        """Peer traffic below this port is validated or redirected upstream."""
+        return bool(self.enabled & set(ACS_REDIRECT))
+
+
+def acs_controls(text: str) -> list[AcsControl]:
+    """Every ``ACSCtl:`` line of an lspci paste, with the function header above it."""
+    out: list[AcsControl] = []
+    address, header = "", ""
+    for raw_line in text.splitlines():
+        line = _QUOTE.sub("", raw_line).rstrip()
+        head = _HEADER.match(line.lstrip(" \t"))
+        if head:
+            address = normalize_bus_id(head.group("addr")) or ""
+            header = line.strip()
+            continue
+        m = _ACSCTL.match(line)
+        if m:
+            on = frozenset(f.group("name") for f in _ACS_FLAG.finditer(m.group("flags"))
+                           if f.group("on") == "+")
+            out.append(AcsControl(address, header, line.strip(), on))
+    return out
+
+
 # --- recognising it in a paste -------------------------------------------------------
 _HEAD = re.compile(r"^\s*(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [^:]+:")
 _BODY = re.compile(r"^\s+\S|^\s*$")
 _NVIDIA = re.compile(r"NVIDIA|\[10de:")
 _MELLANOX = re.compile(r"Mellanox|\[15b3:")
-_LINK_LINE = re.compile(r"^\s*(?:LnkCap|LnkSta|LnkCtl|DevSta|UESta|CESta)2?:\s")
+_LINK_LINE = re.compile(r"^\s*(?:LnkCap|LnkSta|LnkCtl|DevSta|UESta|CESta|ACSCtl)2?:\s")
+_ACS_LINE = re.compile(r"^\s*ACSCtl:\s")
 
 
 def _body_line(line: str) -> bool:
@@ -374,6 +420,8 @@ def _claim_functions(doc: PasteDoc) -> None:
             doc.claim("lspci_nvidia", i, e)
         elif _MELLANOX.search(ln):
             doc.claim("lspci_mellanox", i, e)
+        elif any(_ACS_LINE.match(x) for x in doc.lines[i + 1:e]):
+            doc.claim("lspci_nvidia", i, e)  # a bridge on the GPUs' paths: its ACS controls
 
 
 def _claim_excerpt(doc: PasteDoc) -> None:
@@ -392,7 +440,7 @@ def _claim_excerpt(doc: PasteDoc) -> None:
 
 
 def claim_lspci(doc: PasteDoc) -> None:
-    """``lspci -vvv`` blocks of NVIDIA and Mellanox functions, else an excerpt of their
-    link lines."""
+    """``lspci -vvv`` blocks of NVIDIA and Mellanox functions and of bridges that show
+    their ACS controls, else an excerpt of link or ACSCtl lines."""
     _claim_functions(doc)
     _claim_excerpt(doc)

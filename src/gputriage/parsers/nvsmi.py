@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from gputriage.parsers.base import normalize_bus_id, parse_bool
 
 __all__ = [
+    "MigDevice",
     "SmiError",
     "SmiGpu",
     "SmiProcess",
@@ -110,10 +111,29 @@ class SmiGpu:
     clock_event_reasons: dict[str, bool] = field(default_factory=dict)
     fabric_state: str | None = None
     fabric_status: str | None = None
+    fabric_clique_id: str | None = None  # the NVLink partition ("0" outside multi-node NVLink)
+    fabric_cluster_uuid: str | None = None
     mig_mode_current: str | None = None
     recovery_action: str | None = None
     processes: list[SmiProcess] = field(default_factory=list)
     raw: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class MigDevice:
+    """One MIG instance as an nvidia-smi listing shows it: a row of the table's MIG
+    devices box, an ``nvidia-smi -L`` MIG line, or a row of ``nvidia-smi mig -lgi`` /
+    ``-lci``; each field None where that listing does not print it."""
+
+    gpu_index: int | None
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+    device: int | None = None  # the MIG device number (the table's "MIG Dev", -L's "Device N")
+    profile: str | None = None  # "1g.10gb"
+    profile_id: int | None = None
+    placement: str | None = None  # "start:size" in memory slices
+    uuid: str | None = None
+    line: str = ""  # the row as printed
 
 
 @dataclass
@@ -134,6 +154,12 @@ class SmiReport:
     gpus: list[SmiGpu] = field(default_factory=list)
     errors: list[SmiError] = field(default_factory=list)
     processes: list[SmiProcess] = field(default_factory=list)
+    #: the MIG instances a listing shows (the table's MIG devices box, -L, mig -lgi/-lci);
+    #: None when the output lists none ([] when it says there are none)
+    mig_devices: list[MigDevice] | None = None
+    mig_listing: str | None = None  # "table", "list", "gpu-instances", "compute-instances"
+    mig_enabled: bool | None = None  # False: "No MIG-enabled devices found"
+    mig_notes: list[str] = field(default_factory=list)  # MIG messages as printed
 
 
 # --- value helpers -------------------------------------------------------------------------

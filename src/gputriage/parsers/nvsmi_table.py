@@ -15,8 +15,10 @@ import re
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc, claim_lines
+from gputriage.parsers import nvsmi_mig
 from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.nvsmi import (
+    MigDevice,
     SmiError,
     SmiGpu,
     SmiProcess,
@@ -40,6 +42,7 @@ _NAME_CELL_RE = re.compile(
     r"^\s*(?P<idx>\d{1,6})\s+(?P<name>.*?)(?:\s+(?P<pm>On|Off|WDDM|TCC))?\s*$"
 )
 _ERR = "ERR!"  # what nvidia-smi prints for a field it failed to read
+_NOTE_LISTING = {"No GPU": "gpu-instances", "No com": "compute-instances"}
 _TEMP_RE = re.compile(r"(?<!\d)(-?\d{1,6})C\b")
 _PERF_RE = re.compile(r"\b(P\d{1,2})\b")
 _POWER_RE = re.compile(r"(?P<draw>\S+)\s*/\s*(?P<cap>\S+)\s*$")
@@ -78,18 +81,19 @@ def parse_nvsmi_table(text: str) -> SmiReport:
 
 
 class _TableReader:
-    """The table read line by line: the header, GPU blocks, processes, -L lines."""
+    """The table read line by line: the header, GPU blocks, processes, MIG listings and
+    messages, -L lines."""
 
     def __init__(self, errors: list[SmiError]) -> None:
         self.report = SmiReport(format="table", errors=errors)
         self.seen_header = False
-        self.in_processes = False
+        self.section = ""  # "processes" or a MIG box kind (nvsmi_mig.MIG_BOXES)
         self.gpu: SmiGpu | None = None
         self.row_in_block = 0
         self.listed: list[SmiGpu] = []
 
     def line(self, line: str) -> None:
-        if self._header(line) or self._list_line(line):
+        if self._header(line) or self._list_line(line) or self._mig_note(line):
             return
         stripped = line.strip()
         if stripped.startswith(("+", "|=")) or not stripped:
@@ -97,13 +101,31 @@ class _TableReader:
             return
         cells = _cells(line)
         if cells is not None:
-            self._row(cells)
+            self._row(cells, stripped)
+
+    def _mig_note(self, line: str) -> bool:
+        text = nvsmi_mig.note(line)
+        if text is None:
+            return False
+        report = self.report
+        report.mig_notes.append(text)
+        if text.startswith("No MIG-enabled"):
+            report.mig_enabled = False
+        else:  # no instances: the listing is shown, and empty
+            report.mig_listing = report.mig_listing or _NOTE_LISTING.get(text[:6], "table")
+            report.mig_devices = report.mig_devices or []
+        return True
+
+    def _mig(self, device: MigDevice, listing: str) -> None:
+        report = self.report
+        report.mig_devices = [*(report.mig_devices or []), device]
+        report.mig_listing = report.mig_listing or listing
 
     def _header(self, line: str) -> bool:
         m = _HEADER_RE.search(line)
         if m is None:
             return False
-        self.seen_header = True
+        self.seen_header, self.section = True, ""
         self.report.driver_version = m.group("driver")
         if m.group("dkind") == "KMD":
             self.report.kmd_version = m.group("driver")
@@ -113,19 +135,31 @@ class _TableReader:
     def _list_line(self, line: str) -> bool:
         lm = _LIST_RE.match(line)
         if lm is None:
-            return False
+            device = nvsmi_mig.list_line(line, self.listed[-1].index if self.listed else None)
+            if device is not None:
+                self._mig(device, "list")
+            return device is not None
         self.listed.append(SmiGpu(index=int(lm.group("idx")), pci_bus_id=None,
                                   name=parse_str(lm.group("name")), uuid=lm.group("uuid")))
         return True
 
-    def _row(self, cells: list[str]) -> None:
+    def _row(self, cells: list[str], printed: str) -> None:
         joined = " ".join(c.strip() for c in cells)
-        if joined.startswith(("Processes:", "MIG devices:")):
-            self.in_processes = joined.startswith("Processes:")
-        elif self.in_processes:
+        kind = nvsmi_mig.box_kind(joined)
+        if joined.startswith("Processes:") or kind:
+            self.section = kind or "processes"
+            if kind and kind != "profiles":  # the box is shown: its instances, or none
+                self.report.mig_devices = self.report.mig_devices or []
+                self.report.mig_listing = self.report.mig_listing or kind
+        elif self.section == "processes":
             proc = _process_row(joined)
             if proc is not None:
                 self.report.processes.append(proc)
+        elif self.section:
+            device = nvsmi_mig.row(self.section, cells, joined)
+            if device is not None:
+                device.line = printed
+                self._mig(device, self.section)
         elif len(cells) >= 3 and _BUS_CELL_RE.match(cells[1]):
             self.gpu = _first_row(cells, len(self.report.gpus))
             if self.gpu is not None:
@@ -155,11 +189,15 @@ class _TableReader:
                     target.uuid = item.uuid
             return report
         if self.listed:
-            return SmiReport(format="list", gpus=self.listed, errors=report.errors)
+            report.format, report.gpus = "list", self.listed
+            return report
+        if report.mig_devices is not None or report.mig_enabled is not None:
+            report.format = "mig"
+            return report
         if report.errors:
             return SmiReport(format="error", errors=report.errors)
-        raise ParseError("not nvidia-smi table output: no header, GPU row, -L line or known "
-                         "error")
+        raise ParseError("not nvidia-smi table output: no header, GPU row, -L line, MIG "
+                         "listing or known error")
 
 
 def _first_row(cells: list[str], position: int) -> SmiGpu | None:
@@ -266,6 +304,9 @@ _GPU_ROW = re.compile(r"^\s*\|\s*\d{1,3}\s+[^|]*\|\s*(?:[0-9A-Fa-f]{4,8}:)?[0-9A
 _SMI_ERR = re.compile(r"^\s*(?:NVIDIA-SMI has failed|NVIDIA-SMI couldn't find|No devices were "
                       r"found|Unable to determine the device handle|Failed to initialize NVML:"
                       r"|NVML library version:)")
+_MIG_BOX_HEAD = re.compile(r"^\s*\|\s*(?:GPU|Compute) instance(?:s| profiles):")
+_MIG_MESSAGE = re.compile(r"^\s*(?:No MIG-enabled devices found|No GPU instances found"
+                          r"|No compute instances found)\b")
 _SMI_L = re.compile(r"^\s*(?:GPU \d+: .+\(UUID: GPU-[^)]*\)\s*$|MIG .+Device\s+\d+: \(UUID: MIG-)")
 
 
@@ -309,10 +350,24 @@ def _claim_excerpts(doc: PasteDoc) -> None:
         doc.claim("nvidia_smi", s, doc.extend(i + 1, _table_line))
 
 
+def _claim_mig_boxes(doc: PasteDoc) -> None:
+    """The boxes of ``nvidia-smi mig -lgi`` / ``-lci`` (and their profile lists)."""
+    for i, ln in enumerate(doc.lines):
+        if not (doc.free(i) and _MIG_BOX_HEAD.match(ln)):
+            continue
+        s = i
+        while doc.free(s - 1) and _TABLE_LINE.match(doc.lines[s - 1]):
+            s -= 1
+        doc.claim("nvidia_smi", s, _table_end(doc, i + 1))
+
+
 def claim_nvsmi_table(doc: PasteDoc) -> None:
     """The nvidia-smi table (with the clock line above it), excerpts of its GPU rows,
-    nvidia-smi's error messages and ``nvidia-smi -L`` lines."""
+    nvidia-smi's error messages, ``nvidia-smi -L`` lines and the MIG listings
+    (``nvidia-smi mig -lgi`` / ``-lci`` and their messages)."""
     _claim_tables(doc)
     _claim_excerpts(doc)
+    _claim_mig_boxes(doc)
     claim_lines(doc, "nvidia_smi", _SMI_ERR)
     claim_lines(doc, "nvidia_smi", _SMI_L)
+    claim_lines(doc, "nvidia_smi", _MIG_MESSAGE)

@@ -82,6 +82,8 @@ _SPECS: tuple[FieldSpec, ...] = (
     ("performance_state", parse_str, ("performance state",)),
     ("fabric_state", parse_str, ("fabric/state",)),
     ("fabric_status", parse_str, ("fabric/status",)),
+    ("fabric_clique_id", parse_str, ("fabric/cliqueid",)),
+    ("fabric_cluster_uuid", parse_str, ("fabric/clusteruuid",)),
 )
 
 

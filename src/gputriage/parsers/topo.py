@@ -68,6 +68,7 @@ class TopoMatrix:
     columns: list[str] = field(default_factory=list)  # affinity columns as named
     header: str = ""  # the header line as printed
     rows: dict[str, str] = field(default_factory=dict)  # row device -> its line as printed
+    p2p: TopoMatrix | None = None  # a topo -p2p matrix pasted with this topo -m one
 
     @property
     def gpus(self) -> list[str]:
@@ -160,14 +161,26 @@ def parse_topo(text: str) -> TopoMatrix:
 
     Leading text, ``>`` quote prefixes, spaces instead of tabs and a cut
     legend are tolerated; empty input gives an empty matrix; text without a
-    ``GPU0`` matrix header followed by device rows raises ParseError.
+    ``GPU0`` matrix header followed by device rows raises ParseError. A ``topo -p2p``
+    matrix pasted after (or before) the ``topo -m`` one rides along as ``p2p``.
     """
     if not text or not text.strip():
         return TopoMatrix()
     lines = [_clean(ln) for ln in text.splitlines()]
-    start = next((i for i, ln in enumerate(lines) if _is_header(ln.split())), None)
-    if start is None:
+    starts = [i for i, ln in enumerate(lines) if _is_header(ln.split())]
+    if not starts:
         raise ParseError("not nvidia-smi topo output: no matrix header starting with GPU0")
+    matrices = [_matrix(lines[a:b]) for a, b in zip(starts, [*starts[1:], len(lines)],
+                                                     strict=True)]
+    main = next((m for m in matrices if m.kind == "matrix"), matrices[0])
+    if main.kind == "matrix":
+        main.p2p = next((m for m in matrices if m.kind == "p2p"), None)
+    return main
+
+
+def _matrix(lines: list[str]) -> TopoMatrix:
+    """One matrix: its header line first, then its rows and legends."""
+    start = 0
     devices, columns = _header_columns(lines[start].split())
     matrix = TopoMatrix(devices=devices, columns=columns, header=lines[start])
     end = start + 1

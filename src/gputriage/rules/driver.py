@@ -440,3 +440,50 @@ def init_events(driver_events: Sequence[DriverEvent]) -> Iterator[Finding]:
                                 f"{weight(events)} occurrence(s)" if weight(events) > 1
                                 else None,
                                 limit=12)])
+
+
+# --- DKMS building the module ----------------------------------------------------------
+
+def _no_driver(events: Sequence[DriverEvent], smi: Sequence[tuple[str, SmiReport]]) -> bool:
+    """The input shows the node without a working NVIDIA driver."""
+    return (any(e.kind == "module-load-failed" for e in events)
+            or any(err.kind == "driver-communication" for _, r in smi for err in r.errors))
+
+
+@rule("driver.dkms-build", produces=("driver.dkms-build-failed",))
+def dkms_build(driver_events: Sequence[DriverEvent],
+               smi: Sequence[tuple[str, SmiReport]] = ()) -> Iterator[Finding]:
+    """DKMS could not build the NVIDIA kernel module for a kernel: on that kernel the
+    driver cannot load. Critical when the input shows the node without a driver now;
+    a warning (the next boot into that kernel) otherwise."""
+    events = [e for e in driver_events if e.kind == "dkms-build-failed"]
+    if not events:
+        return
+    nvidia, down = any(e.details.get("module") == "nvidia" for e in events), \
+        _no_driver(driver_events, smi)
+    kernels = sorted({e.details["kernel"] for e in events if e.details.get("kernel")})
+    headers = sorted({e.details["headers"] for e in events if e.details.get("headers")})
+    on = f" for kernel {', '.join(kernels)}" if kernels else ""
+    ev = [evidence("kernel_log", [ln for e in events for ln in e.line.splitlines()], limit=12)]
+    if not (nvidia or down):
+        yield finding(
+            "driver.dkms-build-failed", Severity.INFO, f"a DKMS module failed to build{on}",
+            "DKMS could not build a kernel module, and the lines do not say which: dkms "
+            "status tells whether it is the NVIDIA driver's.", Action.NONE, Blame.UNKNOWN,
+            evidence=ev)
+        return
+    why = (f" (a kernel the distribution does not support: {', '.join(headers)})" if headers
+           else "")
+    severity = Severity.CRITICAL if down else Severity.WARNING
+    yield finding(
+        "driver.dkms-build-failed", severity,
+        f"the NVIDIA kernel module failed to build{on}{why}",
+        "DKMS could not compile nvidia.ko for this kernel, so the driver cannot load on it "
+        + ("and nvidia-smi cannot reach a driver" if down else "(the next boot into it has "
+           "no GPU driver)")
+        + ": the GPUs are not at fault. Usual causes: a kernel newer than the driver "
+        "release supports, a custom or third-party kernel whose headers DKMS cannot use, or "
+        "its headers not installed. Boot a distribution kernel the driver supports, with its "
+        "linux-headers installed (or install a driver release that supports this kernel), "
+        "and rebuild; make.log under /var/lib/dkms/nvidia/ says what failed.",
+        Action.FIX_SOFTWARE, Blame.NODE, evidence=ev)

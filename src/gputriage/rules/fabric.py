@@ -409,12 +409,36 @@ def _state_finding(state: FabricState, profile: GpuProfile | None, need: FabricN
             "CUDA cannot initialise on a GPU whose NVLink fabric registration has not "
             f"completed (error 802, 'system not yet initialized'). {why}",
             action, Blame.NODE, scope, ev)
+    return _registration_failed(state, title, scope, ev)
+
+
+def _unplaced(state: FabricState) -> bool:
+    """CliqueId 0 with an all-zero (or no) ClusterUUID: in no NVLink partition."""
+    uuid = (state.cluster_uuid or "").replace("-", "").replace("0", "")
+    return (state.clique_id or "").strip() == "0" and not uuid
+
+
+def _registration_failed(state: FabricState, title: str, scope: Scope,
+                         ev: list[Evidence]) -> Finding:
+    """State Completed with a status other than Success: registration ended in error.
+    The fault is the fabric's, not the GPU's: a reset alone does not put it back."""
+    unplaced = _unplaced(state)
+    if unplaced:
+        title += ", in no NVLink partition (CliqueId 0)"
+    ev[0] = evidence(state.source, [*state.lines, *state.partition_lines])
+    where = (" CliqueId 0 with an all-zero ClusterUUID says the fabric placed it in no "
+             "partition." if unplaced else "")
     return finding(
-        "fabric.state-not-completed", Severity.CRITICAL, title,
-        "Fabric registration finished with an error: the GPU cannot join the NVLink "
-        "fabric and CUDA jobs on it fail. Restart nvidia-fabricmanager and reset the "
-        "GPU; if it fails again, drain the node and look for NVLink / SXid errors.",
-        Action.RESET_GPU, Blame.NODE, scope, ev)
+        "fabric.state-not-completed", Severity.CRITICAL,
+        title.replace("NVLink fabric state", "NVLink fabric registration failed: state"),
+        f"The GPU finished NVLink fabric registration with an error ({state.status}), so it "
+        "is not part of a working NVLink fabric: peer traffic over NVLink, and on a "
+        "multi-node NVLink system every job that spans the rack, fails on it, although "
+        f"a check of State alone passes it.{where} Keep the node out of production until "
+        "the fabric is repaired: on an NVSwitch baseboard the fabric manager's journal "
+        "says why (restart it, then reset the GPUs); on a rack-scale NVLink system the "
+        "switch trays' fabric manager must give this tray a partition. A GPU reset alone "
+        "does not.", Action.DRAIN_AND_REPAIR, Blame.NODE, scope, ev)
 
 
 # --- errors in the fabric manager's log --------------------------------------------------

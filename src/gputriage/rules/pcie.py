@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from gputriage.hostfacts.pcie import IDLE_GTS, PcieLink, aer_total
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.dmidecode import Slot
+from gputriage.parsers.lspci import ACS_REDIRECT, AcsControl
 from gputriage.rules.base import action_for, evidence, finding, gpu_scope, rule
 
 REPLAYS_WARN = 1000  # replays since reset: a link that keeps retrying packets
@@ -262,3 +263,41 @@ def aer_errors(pcie_links: list[PcieLink]) -> Iterator[Finding]:
                 "lspci shows that the link corrected errors since the status was last cleared, "
                 "without counts. Worth watching; the sysfs aer_dev_correctable counters tell "
                 "how many.", Action.NONE, Blame.UNKNOWN, scope, ev)
+
+
+@rule("acs.redirect", produces=("pcie.acs-redirect",))
+def acs_redirect(pcie_acs: list[tuple[str, AcsControl]],
+                 pcie_links: list[PcieLink] | None = None) -> Iterator[Finding]:
+    """PCIe Access Control Services that validate or redirect peer traffic (ACSCtl
+    SrcValid+ / ReqRedir+ / CmpltRedir+) send GPU-to-GPU and GPU-to-NIC transfers up to
+    the root complex and the IOMMU: NCCL hangs or crawls over P2P on such a host (NCCL's
+    troubleshooting guide). On bare metal it is a BIOS/kernel setting to turn off; a VM
+    guest's virtual ports are the hypervisor's business."""
+    on = [(source, c) for source, c in pcie_acs if c.redirects]
+    if not on:
+        return
+    flags = [f for f in ACS_REDIRECT if any(f in c.enabled for _, c in on)]
+    ports = sorted({c.address for _, c in on if c.address})
+    more = ", ..." if len(ports) > 6 else ""
+    where = (f"{len(ports)} PCIe port(s) ({', '.join(ports[:6])}{more})" if ports
+             else f"{len(on)} PCIe port(s)")
+    by_source: dict[str, list[str]] = {}
+    for source, c in on:
+        by_source.setdefault(source, []).extend([c.header, c.line] if c.header else [c.line])
+    ev = [evidence(s, list(dict.fromkeys(lines))) for s, lines in by_source.items()]
+    title = f"PCIe ACS redirects peer traffic on {where}: {' '.join(f + '+' for f in flags)}"
+    if any(link.is_virtualized for link in pcie_links or ()):
+        yield finding(
+            "pcie.acs-redirect", Severity.INFO, f"{title} (inside a VM)",
+            "Inside a virtual machine the ports and their ACS controls are the hypervisor's; "
+            "GPUDirect peer traffic there depends on the host's ACS and ATS setup, not on "
+            "these lines.", Action.NONE, Blame.UNKNOWN, evidence=ev)
+        return
+    yield finding(
+        "pcie.acs-redirect", Severity.WARNING, title,
+        "With ACS source validation or request/completion redirect on, peer-to-peer "
+        "transfers between GPUs (and GPUDirect RDMA between a GPU and a NIC) below these "
+        "ports are sent up to the root complex and through the IOMMU: NCCL all-reduce over "
+        "P2P hangs or runs far below its bandwidth, and NCCL_P2P_DISABLE=1 makes it work, "
+        "slowly. The GPUs are fine: turn ACS off (BIOS, or per bridge with setpci) on a "
+        "bare-metal GPU host.", Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)

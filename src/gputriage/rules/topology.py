@@ -5,11 +5,12 @@ multi-socket host, and automatic NUMA balancing on a GPU host."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from gputriage.hostfacts.stack import GpuSighting
 from gputriage.hostfacts.topology import GpuPlacement, multi_node_evidence
 from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.numactl import NumaHardware
 from gputriage.parsers.pci import PciFunction
 from gputriage.parsers.topo import TopoMatrix, distance, nvlink_count
@@ -70,6 +71,15 @@ def topology_map(gpu_nic_map: list[GpuPlacement], topology: TopoMatrix) -> Itera
             why += (" NVLink pairs differ in link count "
                     f"({', '.join(sorted(nv, key=lambda k: nvlink_count(k) or 0, reverse=True))}): "
                     "check nvidia-smi nvlink -s for links that are down.")
+        if not nv and len(placements) > 1 and matrix.p2p is None:
+            why += (" Whether peer-to-peer works over these PCIe paths the matrix cannot show: "
+                    "PCIe ACS or an IOMMU redirecting peer traffic through the root complex "
+                    "(NCCL hangs or crawls, NCCL_P2P_DISABLE=1 cures it) shows only in lspci "
+                    "-vvv's ACSCtl lines and in nvidia-smi topo -p2p r.")
+        elif nv:
+            why += (" An NV# cell counts the links that trained; whether that is all the "
+                    "GPU or bridge has the matrix cannot show: nvidia-smi nvlink -s lists "
+                    "each link.")
     if not matrix.nics:
         why += " The matrix shows no NIC, so GPU-to-network placement cannot be judged."
     yield finding("topology.map", Severity.INFO, title, why, Action.NONE, Blame.UNKNOWN,
@@ -121,8 +131,8 @@ _P2P_MEANING = {"CNS": "chipset not supported", "GNS": "GPU not supported",
 def p2p_matrix(topology: TopoMatrix) -> Iterator[Finding]:
     """``nvidia-smi topo -p2p``: which GPU pairs can use peer-to-peer access. Pairs
     that cannot make NCCL and CUDA copies go through host memory."""
-    matrix = topology
-    if matrix.kind != "p2p":
+    matrix = topology if topology.kind == "p2p" else topology.p2p
+    if matrix is None:
         return
     gpus = matrix.gpus
     pairs = [(a, b, matrix.link(a, b)) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
@@ -134,6 +144,17 @@ def p2p_matrix(topology: TopoMatrix) -> Iterator[Finding]:
             f"peer-to-peer: all {len(pairs)} pairs of {len(gpus)} GPUs OK",
             "Every GPU pair supports peer-to-peer access for this operation.",
             Action.NONE, Blame.UNKNOWN, evidence=[evidence(TOPO, lines)])
+        return
+    if all(c.upper() == "GNS" for _, _, c in bad):
+        yield finding(
+            "topology.p2p", Severity.INFO,
+            f"peer-to-peer: the GPUs do not support it (GNS) on {len(bad)} of {len(pairs)} "
+            "pairs",
+            "GNS ('GPU not supported') is the GPU's own answer, not the platform's: GeForce "
+            "and many workstation cards (or a vGPU) do not offer PCIe peer-to-peer, so NCCL "
+            "and cudaMemcpyPeer go through host memory by design. No BIOS, ACS or IOMMU "
+            "setting changes it; only a P2P-capable GPU (or an NVLink bridge where the model "
+            "has one) would.", Action.NONE, Blame.UNKNOWN, evidence=[evidence(TOPO, lines)])
         return
     codes = Counter(c for _, _, c in bad)
     what = ", ".join(f"{c} ({_P2P_MEANING.get(c.upper(), c)}) x{n}" for c, n in codes.items())
@@ -233,3 +254,46 @@ def numa_balancing(numa_balancing: str, pci_gpus: list[PciFunction] | None = Non
         "GPU's NUMA node instead.",
         Action.FIX_CONFIG, Blame.CONFIG,
         evidence=[evidence("numa_balancing", [f"kernel.numa_balancing = {value}"])])
+
+
+def _gb(mb: int | None) -> str:
+    return "? GB" if mb is None else f"{mb / 1024:.0f} GB"
+
+
+@rule("topology.numa-layout", produces=("topology.numa-layout",))
+def numa_layout(numa: NumaHardware, topology: TopoMatrix | None = None,
+                visible_gpus: tuple[str, list[GpuSighting]] | None = None,
+                pci_gpus: list[PciFunction] | None = None,
+                driver_events: Sequence[DriverEvent] = ()) -> Iterator[Finding]:
+    """The NUMA layout of a numactl (or lscpu) paste read on its own (a host's report
+    places its GPUs on it through the topology map instead): the nodes with CPUs and
+    their memory, and the CPU-less nodes (GPU memory onlined as NUMA memory on GH200 and
+    POWER9, CXL memory, or empty nodes the firmware reserves), which are not sockets."""
+    if not numa.available or not numa.nodes or driver_events \
+            or _has_gpus(pci_gpus, topology, visible_gpus):
+        return
+    cpu_nodes = [numa.nodes[i] for i in numa.cpu_nodes]
+    others = [n for n in numa.nodes.values() if not n.cpus]
+    with_memory = [n for n in others if n.size_mb]
+    title = (f"NUMA: {len(cpu_nodes)} node(s) with CPUs ("
+             + "; ".join(f"{n.id}: CPUs {n.cpulist or '?'}"
+                         + (f", {_gb(n.size_mb)}" if n.size_mb is not None else "")
+                         for n in cpu_nodes[:8]) + ")")
+    why = ("Pin each GPU's host threads and buffers to the node its GPU is attached to "
+           "(nvidia-smi topo -m's NUMA column).")
+    if others:
+        title += (f"; {len(others)} without CPUs"
+                  + (f" ({', '.join(f'{n.id}: {_gb(n.size_mb)}' for n in with_memory[:4])})"
+                     if with_memory else ""))
+        why += (" Nodes without CPUs are memory only: on GH200/GB200 and POWER9 the GPU's "
+                "memory onlined as NUMA memory, or CXL memory; on Grace Hopper the empty ones "
+                "are reserved for GPU memory partitions. They are not sockets, and a large "
+                "distance to them is normal.")
+    far = sorted({d for (a, b), d in numa.distances.items() if a != b
+                  and a in numa.cpu_nodes and b in numa.cpu_nodes})
+    if far:
+        why += (f" Distance between CPU nodes: {', '.join(map(str, far))} (10 is local; the "
+                "firmware's relative cost of a remote access).")
+    yield finding("topology.numa-layout", Severity.INFO, title, why, Action.NONE,
+                  Blame.UNKNOWN, evidence=[evidence(numa.source or "numactl",
+                                                    numa.lines[:12] or [title])])
