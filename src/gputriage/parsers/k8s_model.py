@@ -222,6 +222,12 @@ class KEvent:
     age: str | None = None  # as printed (kubectl describe: "3m (x5 over 10m)")
     time: str | None = None  # lastTimestamp / eventTime when given
     line: str = ""
+    continued: list[str] = field(default_factory=list)  # lines a wrapped message went on to
+
+    @property
+    def lines(self) -> list[str]:
+        """The lines the event was read from (its own and those its message wrapped to)."""
+        return [ln for ln in (self.line, *self.continued) if ln] or [self.message]
 
     @property
     def about(self) -> str | None:
