@@ -152,7 +152,11 @@ RELATIONS: tuple[Relation, ...] = (
     *(Relation(c, "k8s.operator-operand-failing", ANYWHERE,
                "the device plugin, GFD and dcgm-exporter wait for the driver and the toolkit "
                "to be validated") for c in ("k8s.operator-driver-failed",
+                                            "driver.container-modules-in-use",
                                             "k8s.operator-validation-stuck")),
+    Relation("driver.container-modules-in-use", "k8s.operator-validation-stuck", ANYWHERE,
+             "the validator's first step checks the driver the driver container could not "
+             "load"),
     Relation("k8s.operator-driver-failed", "k8s.operator-validation-stuck", ANYWHERE,
              "the validator's first step checks the driver the driver container failed to "
              "install"),

@@ -66,13 +66,31 @@ def _yaml_end(doc: PasteDoc, start: int, base: int) -> int:
 _JSON_TRIES = 50  # JSON values tried per paste (a paste of many brackets stays linear)
 
 
+# a bare JSON mapping of a node's labels or resources (``kubectl get node -o json | jq
+# .metadata.labels``, ``.status.capacity``): no kind, but keys only Kubernetes gives
+_LABEL_KEY = re.compile(r'"(?:[\w-]+\.)*(?:nvidia\.com|kubernetes\.io)/[\w./-]+"\s*:|'
+                        r'"(?:cpu|pods)"\s*:')
+_RESOURCE_KEYS = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+
+
+def _bare_map(obj: object) -> bool:
+    """A flat JSON mapping of node labels (a GFD/NFD key among them) or of a node's
+    resources (cpu, memory, pods)."""
+    if not isinstance(obj, dict) or not obj or not all(
+            isinstance(v, (str, int, float)) for v in obj.values()):
+        return False
+    keys = {str(k) for k in obj}
+    return len(keys & _RESOURCE_KEYS) >= 2 or any(
+        k.startswith(("nvidia.com/", "feature.node.kubernetes.io/")) for k in keys)
+
+
 def _claim_json(doc: PasteDoc) -> None:
     tries = 0
     for i, line in enumerate(doc.lines):
         if not (doc.free(i) and line.lstrip().startswith(("{", "["))):
             continue
         text = "\n".join(doc.lines[i:])
-        if '"kind"' not in text or tries >= _JSON_TRIES:
+        if tries >= _JSON_TRIES or not ('"kind"' in text or _LABEL_KEY.search(text)):
             return
         tries += 1
         try:
@@ -80,8 +98,8 @@ def _claim_json(doc: PasteDoc) -> None:
         except (ValueError, RecursionError):
             continue
         body = text.lstrip()[:length]
-        if not _JSON_KEYS.search(body) or not isinstance(obj, (dict, list)) \
-                or ('"kind"' not in body) or '"cdiVersion"' in body:
+        if not isinstance(obj, (dict, list)) or '"cdiVersion"' in body or not (
+                (_JSON_KEYS.search(body) and '"kind"' in body) or _bare_map(obj)):
             continue
         end = i + text[:len(text) - len(text.lstrip()) + length].count("\n") + 1
         if all(doc.free(j) for j in range(i, end)):

@@ -84,7 +84,7 @@ def _add(cluster: Cluster, kind: str, row: dict[str, str], line: str) -> None:
     if kind == "Pod":
         restarts = (get("RESTARTS") or "").split(" ")[0]
         pod = KPod(name=row["NAME"], namespace=get("NAMESPACE"), status=get("STATUS"),
-                   restarts=_int(restarts), lines=[line])
+                   restarts=_int(restarts), lines=[line], ready=get("READY"))
         node = get("NODE")
         pod.node = node if node and node != "<none>" else None
         status = pod.status or ""
