@@ -69,6 +69,16 @@ def test_plugin_validation_waiting_for_a_gpu_nothing_advertises():
     assert (f.severity, f.blame) == (Severity.WARNING, Blame.CONFIG)
 
 
+def test_a_plugin_validator_refused_at_admission_is_the_race_not_a_missing_plugin():
+    pods = ("NAME                                   READY   STATUS                     RESTARTS\n"
+            "nvidia-device-plugin-daemonset-p2q9w   1/1     Running                    0\n"
+            "nvidia-device-plugin-validator-8s7tq   0/1     UnexpectedAdmissionError   0\n"
+            "nvidia-operator-validator-d7k2m        0/1     Init:3/4                   4\n")
+    f = _all(run(k8s_table=pods))["k8s.operator-validation-stuck"]
+    assert "WITH_WORKLOAD=false" in f.explanation and "nothing does" not in f.explanation
+    assert "WITH_WORKLOAD=false" in (f.step or "")
+
+
 def test_the_driver_container_cannot_unload_modules_in_use():
     found = _all(run(gpu_operator_log=TEARDOWN))
     f = found["driver.container-modules-in-use"]

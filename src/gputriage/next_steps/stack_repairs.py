@@ -40,11 +40,16 @@ _STEP = re.compile(r"stuck at the (?P<step>\w+) step")
 def _validation(f: Finding, host: Host) -> str:
     m = _STEP.search(f.title)
     step = m.group("step") if m else "<step>"
+    race = ("set validator.plugin.env WITH_WORKLOAD=false in the ClusterPolicy (kubectl edit "
+            "clusterpolicy) or free a GPU, so that the plugin validator needs none")
+    advertise = ("make the device plugin run on the node (devicePlugin.enabled=true in the "
+                 "ClusterPolicy, no nvidia.com/gpu.deploy.device-plugin=false label) until "
+                 "kubectl describe node lists nvidia.com/gpu under Capacity")
     if step == "plugin":
-        return ("make the device plugin run on the node (devicePlugin.enabled=true in the "
-                "ClusterPolicy, no nvidia.com/gpu.deploy.device-plugin=false label), then "
-                "kubectl describe node must list nvidia.com/gpu under Capacity and the "
-                "validator's plugin-validation passes")
+        taken, nothing = "found none free" in f.explanation, "nothing does" in f.explanation
+        fix = (f"{advertise}; or, if the device plugin runs and the GPUs are all in use, {race}"
+               if taken and nothing else race if taken else advertise)
+        return f"{fix}; the validator's plugin-validation then passes"
     return (f"read the stuck step's log: kubectl logs -n <namespace> <validator pod> -c "
             f"{step}-validation; its pod turns Running once the step passes")
 

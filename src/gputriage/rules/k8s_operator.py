@@ -265,19 +265,32 @@ def _cuda_stuck(title: str, ev: list[Evidence]) -> Finding:
         Action.FIX_CONFIG, Blame.UNKNOWN, evidence=ev)
 
 
-def _plugin_stuck(title: str, ev: list[Evidence]) -> Finding:
-    """Validation stuck at the plugin step: the node never advertises a GPU."""
+_NO_GPU = ("the plugin step waits for the node to advertise nvidia.com/gpu (or "
+           "nvidia.com/mig-*) and nothing does. The device plugin is disabled "
+           "(devicePlugin.enabled=false in the ClusterPolicy, or the node labelled "
+           "nvidia.com/gpu.deploy.device-plugin=false), not running on the node, or registered "
+           "no GPU (its log says why). With the plugin disabled on purpose (a DRA driver or "
+           "another plugin serves the GPUs) this step can never pass, and until the validator "
+           "skips it for a disabled plugin (gpu-operator PR #2686) it crash-loops there while "
+           "the driver and the operands work: re-enable the device plugin, or accept the "
+           "validator's loop there.")
+_TAKEN = ("the plugin step's test pod (nvidia-device-plugin-validator) asks for a GPU and "
+          "the kubelet found none free (UnexpectedAdmissionError): GPU pods took them first. Set "
+          "validator.plugin.env WITH_WORKLOAD=false in the ClusterPolicy so that the step "
+          "checks the node's advertised GPUs without running a workload, or free a GPU.")
+
+
+def _plugin_stuck(title: str, ev: list[Evidence], log: GpuOperatorLog | None,
+                  pods: list[KPod]) -> Finding:
+    """Validation stuck at the plugin step: the node never advertises a GPU, or the
+    plugin validator's test pod found every GPU taken."""
+    undiscovered = bool(log and log.having("resources-undiscovered"))
+    refused = any((p.status or "") == "UnexpectedAdmissionError" for p in pods)
+    why = (_TAKEN if refused and not undiscovered else _NO_GPU if undiscovered else
+           f"either {_NO_GPU[0].lower()}{_NO_GPU[1:]} Or {_TAKEN}")
     return finding(
         "k8s.operator-validation-stuck", Severity.WARNING, title,
-        "The driver, toolkit and CUDA steps passed; the plugin step waits for the node to "
-        "advertise nvidia.com/gpu (or nvidia.com/mig-*) and nothing does. The device plugin "
-        "is disabled (devicePlugin.enabled=false in the ClusterPolicy, or the node labelled "
-        "nvidia.com/gpu.deploy.device-plugin=false), not running on the node, or registered "
-        "no GPU (its log says why). With the plugin disabled on purpose (a DRA driver or "
-        "another plugin serves the GPUs) this step can never pass, and until the validator "
-        "skips it for a disabled plugin (gpu-operator PR #2686) it crash-loops there while "
-        "the driver and the operands work. Re-enable the "
-        "device plugin, or accept the validator's loop there. The operator's configuration, "
+        f"The driver, toolkit and CUDA steps passed; {why} The operator's configuration, "
         "not the GPUs.", Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
 
 
@@ -322,8 +335,8 @@ def operator_validation(gpu_operator_log: GpuOperatorLog | None = None,
     if step == "cuda":
         yield _cuda_stuck(title, ev)
         return
-    if step == "plugin" and not no_driver:
-        yield _plugin_stuck(title, ev)
+    if step == "plugin":
+        yield _plugin_stuck(title, ev, gpu_operator_log, others)
         return
     yield _step_stuck(step, no_driver, title, ev)
 
