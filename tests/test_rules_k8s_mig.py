@@ -80,6 +80,15 @@ def test_a_failed_apply_from_the_log_or_the_label():
     assert f.blame is Blame.CONFIG and f.severity is Severity.WARNING
 
 
+def test_show_labels_column_is_read():
+    text = ("NAME      STATUS   ROLES    AGE   VERSION   LABELS\n"
+            "gpu-a-3   Ready    <none>   41d   v1.29.4   kubernetes.io/hostname=gpu-a-3,"
+            "nvidia.com/gpu.count=8,nvidia.com/mig.config=all-disabled,"
+            "nvidia.com/mig.config.state=failed\n")
+    f = _all(run(k8s_table=text))["k8s.mig-config-failed"]
+    assert "gpu-a-3" in f.title and "all-disabled" in f.title
+
+
 def test_a_bare_label_map_is_a_node_named_by_its_hostname():
     text = json.dumps({**{k: v.format(state="success") for k, v in LABELS.items()},
                        "feature.node.kubernetes.io/pci-10de.present": "true"}, indent=2)
