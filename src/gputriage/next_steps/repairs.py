@@ -159,11 +159,14 @@ def _version_mismatch(f: Finding, host: Host) -> str | None:
 def _not_loaded(f: Finding, host: Host) -> str:
     kernel = f" {host.kernel}" if host.kernel else ""
     version = f" {host.version}" if host.version else ""
+    # with the host unknown (a pasted message alone), a driver installed by a container
+    # is one of the ways it goes missing after a reboot
+    container = ("; a driver that a container installs (GKE's nvidia-driver-installer, the GPU "
+                 "operator's driver) is gone after each reboot unless it runs as a DaemonSet"
+                 if host.kernel is None else "")
     return (f"load the driver: modprobe nvidia (dmesg | grep -i nvrm says why it fails); if "
             f"no module is built for kernel{kernel}, reinstall the{version} driver for it "
-            "(dkms status lists what is built); a driver that a container installs (GKE's "
-            "nvidia-driver-installer, the GPU operator's driver) is gone after each reboot "
-            "unless it runs as a DaemonSet")
+            f"(dkms status lists what is built){container}")
 
 
 def _permissions(f: Finding, host: Host) -> str:
