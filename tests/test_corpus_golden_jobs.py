@@ -91,6 +91,43 @@ GOLDEN: dict[str, tuple | Partial | Refused] = {
     "k3s-crictl-info-systemdcgroup": (("container.cri-config-not-loaded=warning",), CALM_GPUS),
     # Caffe's error 35: the driver is older than the image's CUDA (its version not printed)
     "nvdocker747-k80-caffe": (("cuda.driver-too-old=warning",), (CALM, *GPU_FAULTS)),
+    # new captures (corpus rows 290-296, 322-338): the device plugin and the kubelet
+    # a Kepler GeForce NVML cannot watch for Xids: the old plugin's fault, not the GPU's
+    "devplugin33-gtx760": (("k8s.plugin-healthcheck-unsupported=warning",), CALM_GPUS),
+    # the kubelet's GetPreferredAllocation on a lost GPU folds under nvidia-smi's lost GPU
+    "devplugin231-getpreferredallocation": (("nvidia-smi.gpu-lost=critical",
+                                             "k8s.allocate-gpu-lost"), (CALM,)),
+    # the plugin's link information fails on the GPU that fell off the bus (Xid 79)
+    "devplugin2038-xid79-rtx5090": (("k8s.allocate-gpu-lost=critical",), (CALM,)),
+    # a workload took the GPU before the operator's plugin validator: a race, not the GPU
+    "gpuop233-device-plugin-validator": (("k8s.allocate-devices-unavailable=warning",),
+                                         CALM_GPUS),
+    # the labels of a healthy MIG-mixed H100 (mig.config.state=success)
+    "gpuopdocs-gfd-node-labels-h100": (("k8s.mig-config-applied=ok", "k8s.gpus-advertised=ok"),
+                                       CALM_GPUS),
+    # the plugin's start up to its registration (non-Tegra: information), then capacity 1
+    "aks-gpuoperator-device-plugin-migsingle": (("k8s.plugin-registered=ok",), CALM_GPUS),
+    # two containers of one pod share one ResourceClaim: one GPU, printed twice
+    "dradriver-readme-gpu-test2": ((), CALM_GPUS),
+    # the GPU operator: its driver pod restarting behind the operands waiting in Init
+    "gpuopdocs-operands-stuck-init": (("k8s.operator-driver-failed=warning",
+                                       "k8s.operator-validation-stuck",
+                                       "k8s.operator-operand-failing"), CALM_GPUS),
+    # nvidia-smi exits 14 for a corrupted infoROM: replace the GPU
+    "gpuopdocs-driver-validation-p100": (("nvidia-smi.inforom-corrupted=critical",), ()),
+    "gpuopdocs-validator-failedcreatepodsandbox": (("container.unknown-runtime=warning",),
+                                                   CALM_GPUS),
+    # the device plugin disabled: plugin validation waits for a GPU nothing advertises
+    "gpuop486-plugin-validation": (("k8s.operator-validation-stuck=warning",), CALM_GPUS),
+    # the MIG manager and mig-parted: a GPU it does not know "applied successfully"
+    "hami2131-mig-parted-rtxpro6000": (("k8s.mig-unknown-device=warning",),
+                                       (*CALM_GPUS, "k8s.mig-config-applied")),
+    "gpuop603-mig-manager-mode-change": (("k8s.mig-config-applied=ok",), CALM_GPUS),
+    # the driver gone after a reboot: the driver's software, not a GPU
+    "gkeaccel61-after-reboot": (("nvidia-smi.cannot-communicate=critical",), GPU_FAULTS),
+    # KAI refuses an exact fit of a fractional quota: the scheduler's rounding
+    "kai2209-nonpreemptible-over-quota": (("k8s.scheduler-quota-exact-fit=warning",),
+                                          (*CALM_GPUS, "k8s.pending-queue-quota")),
     # --- 10: DCGM (dcgmi diag/discovery/nvlink, exporter, nv-hostengine) ---
     # the exporter (rules/dcgm_exporter.py): a monitoring stack's problems, GPUs fine
     "dcgm-exporter-cannot-connect-hostengine": (("dcgm.exporter-hostengine-unreachable=warning",),
@@ -216,6 +253,33 @@ GOLDEN: dict[str, tuple | Partial | Refused] = {
                                         ("container.hook-failed",)),
     "podman-cdi-unresolvable-rtx2060": (("container.cdi-unresolvable=warning",),
                                         (CALM, *GPU_FAULTS)),
+    # container stack, new captures (corpus rows 288-326): the toolkit and the engine
+    # the image's CUDA is newer than the host driver: upgrade the driver, or an older image
+    "nvdocker1442-requirement-cuda-11.0": (("container.cuda-requirement=warning",),
+                                           (CALM, *GPU_FAULTS)),
+    "petric2-27-docker-desktop-windows": (("container.cuda-requirement=warning",),
+                                          (CALM, *GPU_FAULTS)),
+    "ctkdocs-nvidia-docker-wrapper-selinux": (("container.selinux-denied=warning",),
+                                              (CALM, *GPU_FAULTS)),
+    "ctkdocs-groups-cannot-find-name": ((), (CALM, *GPU_FAULTS)),
+    "nvidiactk-runtime-configure-docker-containerd-v1": (("container.ctk-configured=ok",),
+                                                         (CALM, *GPU_FAULTS)),
+    "nvidiactk-runtime-configure-containerd-v3": (("container.ctk-configured=ok",),
+                                                  (CALM, *GPU_FAULTS)),
+    # the image ships nvidia-smi (its lines wrapped mid-word as posted): the image's fault
+    "nvdocker825-mount-error-nvidia-smi": (("container.mount-file-exists=warning",),
+                                           (CALM, *GPU_FAULTS, "container.hook-failed")),
+    # /proc/driver/nvidia of another driver release: reboot into the installed driver
+    "nvdocker1068-mount-operation-failed": (("container.mount-proc-driver=critical",),
+                                            (*GPU_FAULTS, "container.mount-missing-file")),
+    # the driver container's teardown finds the modules held: stop the GPU clients
+    "nvdocker1242-driver-container": (("driver.container-modules-in-use=warning",),
+                                      (CALM, *GPU_FAULTS, "k8s.operator-driver-failed")),
+    "nvctk63-cdi-generate-undefined-symbol": (("container.nvml-symbol-missing=warning",),
+                                              (CALM, *GPU_FAULTS)),
+    # docker run without --gpus: the job's command, not the host
+    "mediapreview124-docker-run-without-gpus": (("cuda.no-device=warning",),
+                                                (CALM, *GPU_FAULTS)),
     "tf-cublas-not-initialized": (("cuda.out-of-memory=warning",), (CALM, *GPU_FAULTS)),
     "torch-driver-too-old-11040": (("cuda.driver-too-old=warning",), (CALM, *GPU_FAULTS)),
     "torch-driver-too-old-9000": (("cuda.driver-too-old=warning",), (CALM, *GPU_FAULTS)),

@@ -95,9 +95,13 @@ def test_a_hook_error_without_a_known_cause_stays_generic():
 
 
 def test_the_cuda_requirement_against_the_drivers_cuda():
+    """The driver is older than the image's CUDA on a GPU that newer drivers serve: the
+    node's driver is what to upgrade (the expert's reading of corpus rows 288-289), the
+    image older than the driver's CUDA the alternative the step names."""
     f = _findings(run(job_log=REQUIRE, nvidia_smi=SMI_535))["container.cuda-requirement"]
     assert "12.8" in f.title and "12.2" in f.title
-    assert (f.blame, f.severity) == (Blame.JOB_CONFIG, Severity.WARNING)
+    assert (f.blame, f.severity) == (Blame.NODE, Severity.WARNING)
+    assert "570.26" in f.explanation and "NVIDIA_DISABLE_REQUIRE" in f.explanation
 
 
 def test_a_driver_mismatch_in_the_hook_folds_under_the_hosts_mismatch(tmp_path):

@@ -171,7 +171,11 @@ RELATIONS: tuple[Relation, ...] = (
     *(Relation(c, "k8s.operator-operand-failing", ANYWHERE,
                "the device plugin, GFD and dcgm-exporter wait for the driver and the toolkit "
                "to be validated") for c in ("k8s.operator-driver-failed",
+                                            "driver.container-modules-in-use",
                                             "k8s.operator-validation-stuck")),
+    Relation("driver.container-modules-in-use", "k8s.operator-validation-stuck", ANYWHERE,
+             "the validator's first step checks the driver the driver container could not "
+             "load"),
     Relation("k8s.operator-driver-failed", "k8s.operator-validation-stuck", ANYWHERE,
              "the validator's first step checks the driver the driver container failed to "
              "install"),
@@ -184,6 +188,12 @@ RELATIONS: tuple[Relation, ...] = (
     *(Relation(c, "k8s.pending-insufficient-gpu", ANYWHERE,
                "the GPU pods wait for GPUs that a node has but does not offer")
       for c in ("k8s.gpus-not-advertised", "k8s.gpus-short", "k8s.plugin-unregistered")),
+    # the kubelet refuses GPU pods (rules/k8s_allocate.py) for a GPU lost on the node
+    *(Relation(c, "k8s.allocate-gpu-lost", ANYWHERE,
+               "the device plugin's allocation fails on the GPU the node lost")
+      for c in ("xid.79", "nvidia-smi.gpu-lost", "gpu.missing")),
+    Relation("k8s.plugin-devices-unhealthy", "k8s.allocate-unhealthy-devices", ANYWHERE,
+             "the kubelet refuses the devices the plugin marked unhealthy"),
     Relation("k8s.sharing-renamed", "k8s.pending-insufficient-gpu", ANYWHERE,
              "the pod asks for a name the shared GPUs no longer go by"),
     # DCGM's diagnostic (rules/dcgm_diag.py): what kept it from judging the GPUs

@@ -359,6 +359,12 @@ SOURCES: tuple[Source, ...] = (
          parser="container_cfg:parse_ctk_cdi_list",
          detector="ingest.container:claim_container_config", detect_order=62,
          aliases=("nvidia-ctk cdi list",)),
+    _input("nvidia_ctk_log", ("nvidia-ctk", "runtime", "configure", "--runtime=containerd"),
+           "nvidia-ctk's log lines (runtime configure, cdi generate, system create-*: "
+           "INFO[0000] ...) and docker info's Runtimes lines",
+           parser="ctk_log:parse_ctk_log",
+           detector="parsers.ctk_log:claim_ctk_log", detect_order=206,
+           aliases=("nvidia-ctk runtime|system|config",)),
     _cmd("nvidia_container_cli_info", ("nvidia-container-cli", "info"),
          "nvidia-container-cli info (what libnvidia-container sees)",
          parser="container_cfg:parse_container_cli_info",

@@ -1,14 +1,18 @@
 """Kubernetes outputs in a paste: API objects (JSON, YAML, fragments of them),
 ``kubectl describe`` (whole or grep excerpts) and ``kubectl get`` tables.
 
-* ``k8s_objects``: a JSON object with ``apiVersion`` and ``kind``; YAML from an
+* ``k8s_objects``: a JSON object with ``apiVersion`` and ``kind``, or a bare mapping of a
+  node's labels or resources (``jq .metadata.labels``, ``.status.capacity``); YAML from an
   ``apiVersion:`` / ``kind:`` line or a ``---`` to the end of the indented block; YAML
   fragments users paste without a kind (a ``conditions:`` list, a ``status:`` or
   ``spec:`` block, a ``labels:`` mapping of GFD labels) when they carry Kubernetes keys
   (:data:`gputriage.parsers.k8s_fragments.FRAGMENT_KEYS`).
 * ``k8s_describe``: a block of describe fields (two distinct sections of a node or a pod,
-  or a Capacity/Allocatable/Events section with its rows), describe's event rows and a
-  scheduler's ``0/N nodes are available:`` message, condition rows with their times, and
+  or a Capacity/Allocatable/Events section with its rows), describe's event rows (and
+  ``kubectl get events`` rows without their header), a scheduler's ``0/N nodes are
+  available:`` message, the kubelet's ``Allocate failed due to ...`` and KAI's
+  ``Non-preemptible workload is over quota`` (each with the
+  lines a paste wrapped its message onto), condition rows with their times, and
   runs of GFD / NFD labels (``nvidia.com/gpu.count=2``: ``describe node | grep``).
 * ``k8s_table``: a header of a table :func:`gputriage.parsers.k8s_table.table_kind`
   knows and its rows, and runs of pod rows without their header.
@@ -20,7 +24,15 @@ import json
 import re
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.k8s_describe import EVENT_ROW, SCHEDULER_MESSAGE, condition_row
+from gputriage.parsers.k8s_describe import (
+    EVENT_ROW,
+    GET_EVENT_ROW,
+    KUBELET_MESSAGE,
+    QUOTA_MESSAGE,
+    SCHEDULER_MESSAGE,
+    condition_row,
+    message_end,
+)
 from gputriage.parsers.k8s_fragments import FRAGMENT_KEYS
 from gputriage.parsers.k8s_table import POD_ROW, table_kind
 
@@ -54,13 +66,31 @@ def _yaml_end(doc: PasteDoc, start: int, base: int) -> int:
 _JSON_TRIES = 50  # JSON values tried per paste (a paste of many brackets stays linear)
 
 
+# a bare JSON mapping of a node's labels or resources (``kubectl get node -o json | jq
+# .metadata.labels``, ``.status.capacity``): no kind, but keys only Kubernetes gives
+_LABEL_KEY = re.compile(r'"(?:[\w-]+\.)*(?:nvidia\.com|kubernetes\.io)/[\w./-]+"\s*:|'
+                        r'"(?:cpu|pods)"\s*:')
+_RESOURCE_KEYS = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+
+
+def _bare_map(obj: object) -> bool:
+    """A flat JSON mapping of node labels (a GFD/NFD key among them) or of a node's
+    resources (cpu, memory, pods)."""
+    if not isinstance(obj, dict) or not obj or not all(
+            isinstance(v, (str, int, float)) for v in obj.values()):
+        return False
+    keys = {str(k) for k in obj}
+    return len(keys & _RESOURCE_KEYS) >= 2 or any(
+        k.startswith(("nvidia.com/", "feature.node.kubernetes.io/")) for k in keys)
+
+
 def _claim_json(doc: PasteDoc) -> None:
     tries = 0
     for i, line in enumerate(doc.lines):
         if not (doc.free(i) and line.lstrip().startswith(("{", "["))):
             continue
         text = "\n".join(doc.lines[i:])
-        if '"kind"' not in text or tries >= _JSON_TRIES:
+        if tries >= _JSON_TRIES or not ('"kind"' in text or _LABEL_KEY.search(text)):
             return
         tries += 1
         try:
@@ -68,8 +98,8 @@ def _claim_json(doc: PasteDoc) -> None:
         except (ValueError, RecursionError):
             continue
         body = text.lstrip()[:length]
-        if not _JSON_KEYS.search(body) or not isinstance(obj, (dict, list)) \
-                or ('"kind"' not in body) or '"cdiVersion"' in body:
+        if not isinstance(obj, (dict, list)) or '"cdiVersion"' in body or not (
+                (_JSON_KEYS.search(body) and '"kind"' in body) or _bare_map(obj)):
             continue
         end = i + text[:len(text) - len(text.lstrip()) + length].count("\n") + 1
         if all(doc.free(j) for j in range(i, end)):
@@ -211,6 +241,18 @@ def _claim_grep_runs(doc: PasteDoc) -> None:
         i = max(end, i + 1)
 
 
+_EVENTS_HEADER = re.compile(r"\bTYPE\s+REASON\s+OBJECT\b")
+
+
+def _headless_event(doc: PasteDoc, i: int) -> bool:
+    """Whether a ``kubectl get events`` row has no table header above it (the table's
+    detector reads the rows under one)."""
+    j = i
+    while j > 0 and GET_EVENT_ROW.match(doc.lines[j - 1]):
+        j -= 1
+    return not (j > 0 and _EVENTS_HEADER.search(doc.lines[j - 1]))
+
+
 def claim_k8s_describe(doc: PasteDoc) -> None:
     """``kubectl describe`` output (nodes, pods, other objects) whole or grep-ed: its
     fields and sections, event rows, condition rows, scheduler messages, GFD labels."""
@@ -224,9 +266,17 @@ def claim_k8s_describe(doc: PasteDoc) -> None:
                 continue
         i += 1
     for i, ln in enumerate(doc.lines):
-        if doc.free(i) and (EVENT_ROW.match(ln) or SCHEDULER_MESSAGE.match(ln)
-                            or (condition_row(ln) and re.search(r"\d\d:\d\d:\d\d", ln))):
+        if doc.free(i) and (condition_row(ln) and re.search(r"\d\d:\d\d:\d\d", ln)):
             doc.claim("k8s_describe", i, i + 1)
+        elif GET_EVENT_ROW.match(ln) and not _headless_event(doc, i):
+            continue  # a row of a get events table: the table's
+        elif doc.free(i) and (EVENT_ROW.match(ln) or GET_EVENT_ROW.match(ln)
+                              or SCHEDULER_MESSAGE.match(ln) or KUBELET_MESSAGE.search(ln)
+                              or QUOTA_MESSAGE.search(ln)):
+            end = message_end(doc.lines, i)  # with the lines its message wraps onto
+            while end > i + 1 and not all(doc.free(j) for j in range(i, end)):
+                end -= 1
+            doc.claim("k8s_describe", i, end)
     _claim_grep_runs(doc)
     for i, ln in enumerate(doc.lines):  # ``k``, kubectl's usual alias, names the node
         nxt = doc.next_nonblank(i + 1)

@@ -44,8 +44,8 @@ _HERE = Path(__file__).parent  # the tables beside this module (importlib.resour
 # words that must be on a line for any message to be looked for (a cheap first filter)
 _WORDS = re.compile(r"cuda|curesult|nvml|nvidia|cublas|cudnn|gpu|driver|runtime|cdi|hook|device|"
                     r"oci|nccl|ptx|sm_\d|kernel image|out of memory|launch|ecc|nvlink|"
-                    r"illegal|os call|not yet initiali[sz]ed|forward compat|tegra",
-                    re.IGNORECASE)
+                    r"illegal|os call|not yet initiali[sz]ed|forward compat|tegra|selinux|"
+                    r"name for group", re.IGNORECASE)
 # a line that names CUDA itself (not libcuda.so): where a generic text counts
 _CUDA_CONTEXT = re.compile(
     r"(?<![a-z])cuda(?:(?![a-z])|error|get|set|malloc|memcpy|launch|stream|device|runtime)"

@@ -10,6 +10,7 @@ from typing import Any
 from gputriage.knowledge.cuda_compat import capability_of, version_key
 from gputriage.model import Action, Blame, Finding
 from gputriage.next_steps.host import Host, bus_ids, dash_i, gpu_scopes, serials, what
+from gputriage.next_steps.stack_repairs import REPAIRS as STACK_REPAIRS
 
 __all__ = ["BY_FAMILY", "BY_ID", "Repair", "repair"]
 
@@ -218,9 +219,14 @@ def _version_mismatch(f: Finding, host: Host) -> str | None:
 def _not_loaded(f: Finding, host: Host) -> str:
     kernel = f" {host.kernel}" if host.kernel else ""
     version = f" {host.version}" if host.version else ""
+    # with the host unknown (a pasted message alone), a driver installed by a container
+    # is one of the ways it goes missing after a reboot
+    container = ("; a driver that a container installs (GKE's nvidia-driver-installer, the GPU "
+                 "operator's driver) is gone after each reboot unless it runs as a DaemonSet"
+                 if host.kernel is None else "")
     return (f"load the driver: modprobe nvidia (dmesg | grep -i nvrm says why it fails); if "
             f"no module is built for kernel{kernel}, reinstall the{version} driver for it "
-            "(dkms status lists what is built)")
+            f"(dkms status lists what is built){container}")
 
 
 def _permissions(f: Finding, host: Host) -> str:
@@ -802,6 +808,7 @@ BY_ID: dict[str, Repair] = {
     "dcgm.hostengine-unreachable": _dcgm_service, "dcgm.gpus-unseen": _dcgm_service,
     "dcgm.too-old": _dcgm_service, "dcgm.remap-failed": _rma, "dcgm.nvlink-down": _nvlink,
     "dcgm.pcie-replays": _pcie, "dcgm.gpu-count-unexpected": _missing_boards,
+    **STACK_REPAIRS,
 }
 BY_FAMILY: tuple[tuple[str, Repair], ...] = (
     ("xid.", _xid), ("sxid.", _sxid), ("kernel.", _kernel), ("nvlink.", _nvlink),

@@ -30,6 +30,9 @@ _ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)"
 _CRI = re.compile(rf"^(?P<ts>{_ISO})\s(?:stdout|stderr)\s[FP]\s?")
 _STAMP = re.compile(rf"^(?P<ts>{_ISO})\s")
 _GOLOG = re.compile(r"^(?P<ts>\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?)(?:\s|$)")
+# logrus's text format (the operator's validator, mig-manager): time="..." level=info msg="..."
+_LOGRUS = re.compile(r'^time="(?P<ts>[^"]{1,40})"\s+level=(?P<level>[a-z]{1,10})\s+'
+                     r'msg="(?P<msg>(?:[^"\\]|\\.){0,4000})"')
 _KLOG = re.compile(r"^(?P<level>[IWEF])(?P<ts>\d{4} \d\d:\d\d:\d\d\.\d{1,9})\s+(?:\d{1,10}\s+)?"
                    r"(?P<file>[\w./-]{1,200}:\d{1,6})\]\s?")
 
@@ -50,7 +53,8 @@ class LogLine:
 
 def split_log_line(line: str) -> LogLine:
     """The prefixes of one line (markdown backticks, ``--prefix``, CRI or
-    ``--timestamps``, then Go log or klog), each optional, taken off in that order."""
+    ``--timestamps``, then logrus, Go log or klog), each optional, taken off in that
+    order (logrus's message is its ``msg`` field)."""
     text = line.strip().strip("`")
     out = LogLine(text)
     if m := _KPREFIX.match(text):
@@ -59,7 +63,10 @@ def split_log_line(line: str) -> LogLine:
     if m := (_CRI.match(text) or _STAMP.match(text)):
         out.time, out.prefixed = m.group("ts"), True
         text = text[m.end():]
-    if m := _GOLOG.match(text):
+    if m := _LOGRUS.match(text):
+        out.time, out.level, out.prefixed = m.group("ts"), m.group("level")[:1].upper(), True
+        text = m.group("msg").replace('\\"', '"').replace("\\n", " ")
+    elif m := _GOLOG.match(text):
         out.time, out.prefixed = m.group("ts"), True
         text = text[m.end():]
     elif m := _KLOG.match(text):
@@ -80,6 +87,11 @@ EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
                           r"[^;,\s]{1,128})")),
     ("event-error", _re(r"Error waiting for event: (?P<detail>[^;]{1,200}?)\s*(?:;|$)")),
     ("all-unhealthy", _re(r"marking all devices as unhealthy")),
+    # NVML cannot register the GPU for Xid events (older consumer GPUs): the 2018 plugin
+    # said "GPU with UUID X is too old to support healtchecking [sic] ... Marking it
+    # unhealthy", later ones "Device X is too old to support healthchecking."
+    ("healthcheck-unsupported", _re(r"(?:GPU with UUID|Device) (?P<device>\S{1,128}) is too "
+                                    r"old to support heal\w{0,4}checking")),
     ("device-unhealthy", _re(r"'(?P<resource>[^']{1,100})' device marked unhealthy: "
                              r"(?P<device>\S{1,128})|Marking device (?P<device2>\S{1,128}) as "
                              r"unhealthy")),
@@ -118,7 +130,7 @@ EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 # messages only this plugin prints: a paste is the plugin's log where it has one of these
 _OWN = frozenset({"xid-unhealthy", "event-error", "device-unhealthy", "hint-docker-runtime",
-                  "endpoint-lost",
+                  "endpoint-lost", "healthcheck-unsupported",
                   "hint-toolkit", "hint-not-gpu-node", "platform-non-nvml", "platform-nvml",
                   "platform-non-tegra", "platform-tegra", "incompatible-strategy",
                   "incompatible-platform", "no-devices", "mig-fallback", "grpc-start",
@@ -188,6 +200,7 @@ class DevicePluginLog:
 NEEDS: dict[str, tuple[str, ...]] = {
     "xid-unhealthy": ("xidcriticalerror",), "event-error": ("error waiting for event",),
     "all-unhealthy": ("all devices as unhealthy",),
+    "healthcheck-unsupported": ("too old to support",),
     "device-unhealthy": ("marked unhealthy", "as unhealthy"),
     "nvml-init-failed": ("nvml",), "hint-docker-runtime": ("docker default runtime",),
     "hint-toolkit": ("container toolkit",), "hint-not-gpu-node": ("not a gpu node",),

@@ -10,7 +10,12 @@
   (``nvidia-smi: executable file not found in $PATH``, ``Failed to allocate device
   vector``, ``cuda workload validation failed``), the operator's controller
   (ClusterPolicy not ready), NFD's kernel version, and the upgrade state of a node
-  (``upgrade-done``, ``Successfully updated node state label to cordon-required``).
+  (``upgrade-done``, ``Successfully updated node state label to cordon-required``);
+* the plugin validator waiting for the node to advertise GPUs (``GPU resources are not
+  yet discovered by the node, retry: N``);
+* the MIG manager and ``nvidia-mig-parted`` (run alone, or by HAMi): its steps, ``MIG
+  configuration applied successfully``, the ``mig.config.state`` label it sets, its errors
+  and a GPU it does not know (``failed to find device with id '2bb5'``).
 
 Lines may carry the prefixes of :func:`gputriage.parsers.device_plugin_log.split_log_line`.
 Each record is a :class:`OpEntry` with an ``event`` (see :data:`EVENTS`) and the
@@ -90,12 +95,30 @@ EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("validation-failed", "validator", _re(r"(?P<detail>driver|toolkit|cuda|plugin) "
                                            r"validation failed|failed to validate (?:the )?"
                                            r"(?P<detail2>driver|toolkit|cuda|plugin)")),
+    ("resources-undiscovered", "validator", _re(r"GPU resources are not (?:yet )?discovered "
+                                                r"by the node(?:, retry: (?P<detail>\d+))?")),
     ("validation-ok", "validator", _re(r"(?:all )?validations? (?:are |is )?successful")),
     ("toolkit-failed", "toolkit", _re(r"unable to (?:setup|install|configure) (?:the )?"
                                       r"(?:runtime|toolkit)|error running nvidia-toolkit")),
     ("policy-not-ready", "operator", _re(r"ClusterPolicy (?:is )?not ready|ClusterPolicy "
                                          r"step wasn't ready|\"?state\"?:\s*\"?notReady")),
     ("nfd-kernel", "nfd", _re(r"kernel-version\.full\s*=\s*(?P<kernel>\S{1,100})")),
+    # the MIG manager (and nvidia-mig-parted run alone, or by HAMi): how an apply ended
+    ("mig-unknown-device", "mig", _re(r"failed to find device with id '?(?P<detail>(?:0x)?"
+                                      r"[0-9a-f]{4,8})'?")),
+    ("mig-failed", "mig", _re(r"error (?:applying|asserting|selecting) MIG (?:config\w*|mode)"
+                              r"(?P<detail>.{0,200})|(?:Failed|Unable) to (?:apply|set) MIG "
+                              r"(?:config\w*|mode)(?P<detail2>.{0,200})|mig\.config\.state' "
+                              r"node label to 'failed'")),
+    ("mig-state", "mig", _re(r"mig\.config\.state' node label to '(?P<detail>[\w-]{1,40})'")),
+    ("mig-applied", "mig", _re(r"MIG configuration applied successfully|Successfully updated to "
+                               r"MIG config:?\s*(?P<detail>\S{0,100})")),
+    ("mig-mode", "mig", _re(r"Current MIG mode: (?P<detail>\w{1,20})")),
+    ("mig-step", "mig", _re(r"^(?:Applying the (?:MIG mode change|selected MIG config)|Walking "
+                            r"MigConfig|Checking current MIG mode|Running [\w-]{1,40} hook|"
+                            r"Parsing config file|Selecting specific MIG config|Asserting MIG "
+                            r"(?:mode|config)|Applying MIG (?:device configuration|mode change)|"
+                            r"Updating MIG config|MIG capable:)")),
     ("upgrade-step", "upgrade", _re(rf"updated node state label to (?P<detail>{_STATE})")),
     ("upgrade-state", "upgrade", _re(rf"^(?P<detail>{_STATE})$")),
     ("upgrade-enabled", "upgrade", _re(r"\"nvidia\.com/gpu-driver-upgrade-enabled\":\s*"
@@ -104,14 +127,15 @@ EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
 # the events that say a step failed, in the order they explain one another
 FAILURES = ("kernel-unresolved", "modules-missing", "packages-failed", "build-failed",
             "key-rejected", "module-in-use", "modprobe-failed", "fatal", "smi-not-found",
-            "cuda-alloc-failed", "cuda-failed", "validation-failed", "toolkit-failed",
-            "policy-not-ready")
+            "cuda-alloc-failed", "cuda-failed", "validation-failed", "resources-undiscovered",
+            "toolkit-failed", "policy-not-ready", "mig-unknown-device", "mig-failed")
 # a line that starts a block of the operator's output (the lifecycle lines that are not
 # the installer's own words are not enough alone)
 _ANCHORS = frozenset(FAILURES) | {"install-start", "done", "headers", "compiling",
                                   "resolving-kernel", "kernel-resolved", "installer-step",
                                   "teardown", "upgrade-step", "upgrade-state",
-                                  "upgrade-enabled", "nfd-kernel"} - {"fatal"}
+                                  "upgrade-enabled", "nfd-kernel", "mig-applied", "mig-state",
+                                  "mig-step"} - {"fatal"}
 
 
 @dataclass
@@ -125,6 +149,7 @@ class OpEntry:
     container: str | None = None
     event: str | None = None
     component: str | None = None  # driver | toolkit | validator | operator | nfd | upgrade
+    # | mig (the MIG manager, nvidia-mig-parted)
     kernel: str | None = None
     driver: str | None = None
     detail: str | None = None
@@ -171,8 +196,9 @@ class GpuOperatorLog:
 def _container_component(name: str | None) -> str | None:
     if not name:
         return None
-    for word, component in (("driver", "driver"), ("validat", "validator"),
-                            ("toolkit", "toolkit"), ("gpu-operator", "operator")):
+    for word, component in (("mig-manager", "mig"), ("driver", "driver"),
+                            ("validat", "validator"), ("toolkit", "toolkit"),
+                            ("gpu-operator", "operator")):
         if word in name:
             return component
     return None
@@ -197,10 +223,16 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "installer-step": ("nvidia", "linux kernel", "ipmi"), "smi-not-found": ("nvidia-smi",),
     "cuda-alloc-failed": ("device vector",), "cuda-failed": ("validation failed", "failed to"),
     "validation-failed": ("validation failed", "failed to validate"),
+    "resources-undiscovered": ("not yet discovered", "not discovered"),
     "validation-ok": ("successful",), "toolkit-failed": ("runtime", "toolkit"),
     "policy-not-ready": ("clusterpolicy", "notready"), "nfd-kernel": ("kernel-version.full",),
     "upgrade-step": ("state label",), "upgrade-state": ("required", "upgrade-"),
     "upgrade-enabled": ("gpu-driver-upgrade-enabled",),
+    "mig-unknown-device": ("failed to find device with id",),
+    "mig-failed": (" mig ", "mig.config.state"), "mig-state": ("mig.config.state",),
+    "mig-applied": ("mig configuration applied", "updated to mig config"),
+    "mig-mode": ("current mig mode",),
+    "mig-step": ("mig", "hook", "parsing config"),
 }
 _WORDS = tuple(dict.fromkeys(w for words in NEEDS.values() for w in words))
 

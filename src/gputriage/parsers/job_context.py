@@ -44,6 +44,8 @@ _CDI_DEVICE = re.compile(r"--device(?:=|\s+)(?P<v>[\w.-]+/gpu=\S+)")
 _ENV = re.compile(r"\b(?P<key>NVIDIA_VISIBLE_DEVICES|NVIDIA_DRIVER_CAPABILITIES)"
                   r"(?:=|\s+(?=[\w,-]+\s*$))(?P<value>[^\s'\"`]*)")
 _PODMAN_SHIM = re.compile(r"Emulate Docker CLI using podman")
+_ENGINES = ("docker", "podman", "nerdctl")  # engines whose run takes --gpus / a CDI device
+_NVIDIA_DEVICE = re.compile(r"--device(?:=|\s+)\S*nvidia")  # /dev/nvidia0 passed by hand
 # a graphics adapter that is not NVIDIA's ("Graphics Mesa Intel Xe Graphics")
 _OTHER_GPU = re.compile(r"\b(?:graphics|vga|gpu)\b.*\b(?:intel|amd|radeon|mesa|matrox|aspeed)\b"
                         r"|\b(?:intel|amd|radeon|mesa)\b.*\b(?:graphics|vga)\b", re.IGNORECASE)
@@ -64,6 +66,8 @@ class JobContext:
     host_commands: list[str] = field(default_factory=list)  # run at the host's prompt
     other_gpus: list[str] = field(default_factory=list)  # lines naming a non-NVIDIA adapter
     lines: list[str] = field(default_factory=list)  # the lines that show it
+    # the docker/podman/nerdctl run (or create) commands that asked for no GPU at all
+    gpuless_runs: list[str] = field(default_factory=list)
 
     @property
     def lacks_compute(self) -> bool:
@@ -123,9 +127,15 @@ def _apply(ctx: JobContext, line: str) -> bool:
     if m := _LAUNCH.search(line):
         ctx.engine = ctx.engine or m.group("engine")
         rest = m.group("rest")
+        asked = False
         for pat, name in ((_GPUS, "gpus"), (_CDI_DEVICE, "gpus"), (_RUNTIME, "runtime")):
-            if (v := pat.search(rest)) and getattr(ctx, name) is None:
-                setattr(ctx, name, v.group("v").strip("\"'"))
+            if v := pat.search(rest):
+                asked = True
+                if getattr(ctx, name) is None:
+                    setattr(ctx, name, v.group("v").strip("\"'"))
+        if m.group("verb") in ("run", "create") and m.group("engine") in _ENGINES \
+                and not (asked or _ENV.search(rest) or _NVIDIA_DEVICE.search(rest)):
+            ctx.gpuless_runs.append(line.strip())
         if m.group("verb") == "exec":
             ctx.in_container = True
             if cmd := _exec_command(rest):

@@ -301,14 +301,48 @@ def _read_tf(v: JobVersions, line: str) -> bool:
     return True
 
 
+_WRAP_MIN = 100  # a line this long may have been hard-wrapped by the paste
+_WRAP_LINES = 4  # lines one message may be wrapped onto
+_WRAP_NEXT = re.compile(r"^[a-z:\\\"'/.,)\]-]")  # how a wrapped piece goes on
+
+
+def _unwrapped(lines: Sequence[str], i: int, usable: Callable[[int], bool],
+               hits: list[Hit]) -> tuple[int, str, list[Hit]] | None:
+    """A long line hard-wrapped mid-word by the paste (``nvidia-container-cli: m`` /
+    ``ount error: ...``): the index after its pieces, the joined text and its messages,
+    when joining finds a message no piece shows alone; None otherwise."""
+    line = lines[i]
+    if len(line) < _WRAP_MIN or line[-1:].isspace():
+        return None
+    end, joined = i + 1, line
+    while end < len(lines) and end - i <= _WRAP_LINES and usable(end) and \
+            _WRAP_NEXT.match(lines[end]) and len(joined.split("\n")[-1]) >= _WRAP_MIN:
+        joined += "\n" + lines[end]
+        end += 1
+    if end == i + 1:
+        return None
+    text = joined.replace("\n", "")
+    found = scan_line(text, i)
+    alone = {h.message.id for h in hits} | {h.message.id for j in range(i + 1, end)
+                                            for h in scan_line(lines[j], j)}
+    if not {h.message.id for h in found} - alone:
+        return None
+    return end, text, found
+
+
 def _walk(lines: Sequence[str], v: JobVersions, usable: Callable[[int], bool] = lambda i: True
           ) -> Iterator[tuple[int, list[Hit], bool]]:
     """``(index, hits, strong)`` of each line the job log takes: one with a message of
     the catalog or a version, the value line of an interactive expression, the lines
-    of a TensorFlow device block; ``strong``: enough alone to call the text a job's."""
+    of a TensorFlow device block; ``strong``: enough alone to call the text a job's. A
+    message hard-wrapped over several lines is read joined, its lines taken with it."""
     pending: str | None = None  # an interactive expression waiting for its value
     tf_block = 0  # lines left in a TensorFlow device block
+    skip_to = 0  # the pieces of a wrapped message already read
     for i, line in enumerate(lines):
+        if i < skip_to:
+            yield i, [], True
+            continue
         if not usable(i):
             pending, tf_block = None, 0
             continue
@@ -323,6 +357,11 @@ def _walk(lines: Sequence[str], v: JobVersions, usable: Callable[[int], bool] = 
             continue
         tf_block = 0
         hits = scan_line(line, i)
+        if (wrapped := _unwrapped(lines, i, usable, hits)) is not None:
+            skip_to, joined, hits = wrapped
+            _read(v, joined)
+            yield i, hits, True
+            continue
         versions = _read(v, line)
         if m := _REPL.match(line):
             pending, versions = m.group("expr"), True

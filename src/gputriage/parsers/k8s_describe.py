@@ -37,8 +37,8 @@ from gputriage.parsers.k8s_model import (
     quantity,
 )
 
-__all__ = ["EVENT_ROW", "SCHEDULER_MESSAGE", "condition_row", "event_from_row",
-           "parse_k8s_describe"]
+__all__ = ["EVENT_ROW", "GET_EVENT_ROW", "KUBELET_MESSAGE", "QUOTA_MESSAGE", "SCHEDULER_MESSAGE",
+           "condition_row", "event_from_row", "message_end", "parse_k8s_describe"]
 
 # --- rows read wherever they stand ------------------------------------------------------
 AGE = r"(?:<unknown>|<invalid>|\d+(?:\.\d+)?[smhdy](?:\d+[smhdy])*)"
@@ -48,6 +48,18 @@ EVENT_ROW = re.compile(
     r"(?P<source>[\w./-]+(?:, [\w./-]+)?)\s+(?P<message>\S.*)$")
 _EVENT_HEAD = re.compile(r"^\s*(?:Type\s+Reason\s+Age\s+From\s+Message|[-\s]+)\s*$")
 SCHEDULER_MESSAGE = re.compile(r"^\s*(?P<message>\d+/\d+ nodes are available: .*)$")
+# a row of ``kubectl get events`` without its header: [LAST SEEN] TYPE REASON KIND/NAME MESSAGE
+GET_EVENT_ROW = re.compile(
+    rf"^\s*(?:{AGE}\s+)?(?P<type>Normal|Warning)\s+(?P<reason>[A-Z][\w-]*)\s+"
+    r"(?P<kind>[a-z][\w.-]{0,62})/(?P<name>[\w.-]{1,253})\s+(?P<message>\S.*)$")
+# the kubelet's refusal of a pod's devices when only its message is pasted (the pod's
+# status, the kubelet's journal): "Pod was rejected: Allocate failed due to ..."
+KUBELET_MESSAGE = re.compile(r"(?P<message>(?:Pod was rejected: )?Allocate failed due to \S.*)$")
+# KAI Scheduler's (Run:ai's) quota refusal, alone or as an event's message
+QUOTA_MESSAGE = re.compile(r"(?P<message>(?:NonPreemptibleOverQuota:?\s*)?Non-preemptible "
+                           r"workload is over quota\..*)$")
+_ADMISSION = "UnexpectedAdmissionError"  # the reason the kubelet gives such a refusal
+_WRAP_MAX = 8  # lines one event message may be wrapped onto
 _TS = r"\w{3}, \d{1,2} \w{3} \d{4} \d\d:\d\d:\d\d [+-]\d{4}"
 _CONDITION = re.compile(rf"^\s*(?P<type>[A-Z][\w-]*)\s+(?P<status>True|False|Unknown)"
                         rf"(?:\s+(?:{_TS}|<unknown>)\s+(?:{_TS}|<unknown>))?"
@@ -86,6 +98,44 @@ def event_from_row(line: str, kind: str | None = None, name: str | None = None,
     return KEvent(reason=m["reason"], message=m["message"].strip(), type=m["type"], kind=kind,
                   name=name, namespace=namespace, count=count, source=m["source"],
                   age=m["age"], line=line.strip())
+
+
+def _wraps(previous: str, line: str) -> bool:
+    """Whether ``line`` goes on with the message of ``previous`` (a paste wrapped it): the
+    message did not end a sentence and the line goes on in lower case."""
+    text = line.strip()
+    if not text or EVENT_ROW.match(line) or GET_EVENT_ROW.match(line) \
+            or SCHEDULER_MESSAGE.match(line):
+        return False
+    return not previous.rstrip().endswith((".", "!", "?")) and text[:1].islower()
+
+
+def message_end(lines: list[str], i: int) -> int:
+    """The index after the lines an event's message at line ``i`` is wrapped onto."""
+    end = i + 1
+    while end < len(lines) and end - i <= _WRAP_MAX and _wraps(lines[end - 1], lines[end]):
+        end += 1
+    return end
+
+
+def _event_at(line: str) -> KEvent | None:
+    """The event a line starts: a describe row, a ``get events`` row, a scheduler's or the
+    kubelet's bare message."""
+    event = event_from_row(line)
+    if event is not None:
+        return event
+    if m := GET_EVENT_ROW.match(line):
+        return KEvent(reason=m["reason"], message=m["message"].strip(), type=m["type"],
+                      kind=m["kind"].capitalize(), name=m["name"], line=line.strip())
+    if m := SCHEDULER_MESSAGE.match(line):
+        return KEvent("FailedScheduling", m["message"].strip(), "Warning", line=line.strip())
+    if m := KUBELET_MESSAGE.search(line):
+        return KEvent(_ADMISSION, m["message"].strip(), "Warning", source="kubelet",
+                      line=line.strip())
+    if m := QUOTA_MESSAGE.search(line):
+        return KEvent("NonPreemptibleOverQuota", m["message"].strip(), "Warning",
+                      source="kai-scheduler", line=line.strip())
+    return None
 
 
 # --- the indentation tree ---------------------------------------------------------------
@@ -207,17 +257,24 @@ def _chunks(lines: list[str]) -> list[list[str]]:
 
 
 def _events(lines: list[str]) -> tuple[list[KEvent], list[str]]:
-    """The event rows (and scheduler messages) of an object, and its other lines."""
+    """The event rows (and scheduler's and kubelet's messages) of an object, each with
+    the lines its message was wrapped onto, and its other lines."""
     events, rest = [], []
-    for ln in lines:
-        event = event_from_row(ln)
-        m = SCHEDULER_MESSAGE.match(ln) if event is None else None
-        if m is not None:
-            event = KEvent("FailedScheduling", m["message"].strip(), "Warning", line=ln.strip())
+    i = 0
+    while i < len(lines):
+        ln = lines[i]
+        event = _event_at(ln)
         if event is not None:
+            end = message_end(lines, i)
+            event.continued = [x.strip() for x in lines[i + 1:end]]
+            if event.continued:
+                event.message = " ".join([event.message, *event.continued])
             events.append(event)
-        elif ln.strip() == "Events:" or not _EVENT_HEAD.match(ln):
+            i = end
+            continue
+        if ln.strip() == "Events:" or not _EVENT_HEAD.match(ln):
             rest.append(ln)
+        i += 1
     return events, rest
 
 

@@ -10,7 +10,9 @@ block without a kind is a fragment, and its kind is told by its keys (``spec:`` 
 
 * a **Node** (named ``?``) when it has a node's conditions (with ``lastHeartbeatTime``,
   or of a node's types: Ready, MemoryPressure...), ``capacity`` / ``allocatable`` /
-  ``nodeInfo``, or GFD labels (``nvidia.com/gpu.*`` keys, bare or under ``labels:``);
+  ``nodeInfo``, or GFD labels (``nvidia.com/gpu.*`` keys, bare or under ``labels:``); a
+  flat mapping of labels alone keeps them all and takes the node's name from
+  ``kubernetes.io/hostname``; one of resources alone (cpu, memory, pods) is its capacity;
 * a **PodGroup** (Volcano, scheduling.k8s.io) when it has ``minMember``, or a status of
   ``running`` / ``phase`` with gang conditions (``transitionID``, ``NotEnoughResources``,
   type ``Unschedulable``): its mapping under ``status`` (or ``spec``);
@@ -119,6 +121,26 @@ def _is_node(body: dict[str, Any], labels: dict[str, Any]) -> bool:
     return any("lastHeartbeatTime" in c or c.get("type") in _NODE_CONDITIONS for c in conds)
 
 
+_RESOURCE_KEYS = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+
+
+def _scalars(body: dict[str, Any]) -> bool:
+    return bool(body) and all(isinstance(v, (str, int, float)) for v in body.values())
+
+
+def _is_resources(body: dict[str, Any]) -> bool:
+    """A node's capacity or allocatable alone (``jq .status.capacity``)."""
+    return _scalars(body) and len(set(body) & _RESOURCE_KEYS) >= 2
+
+
+def _is_label_map(body: dict[str, Any]) -> bool:
+    """A node's labels alone (``jq .metadata.labels``): every key a label, one of GFD or
+    NFD among them."""
+    keys = [str(k) for k in body]
+    return _scalars(body) and all("/" in k or k.startswith("kubernetes.io") for k in keys) \
+        and any(k.startswith(("nvidia.com/", "feature.node.kubernetes.io/")) for k in keys)
+
+
 def _is_podgroup(body: dict[str, Any]) -> bool:
     if "minMember" in body:
         return True
@@ -141,9 +163,16 @@ def _kind_of(value: Any) -> tuple[str, dict[str, Any]]:
             section, body = key, {**_d(body[key]), **{k: v for k, v in body.items() if k != key}}
             break
     meta = _d(body.get("metadata"))
-    labels = _d(body.get("labels")) or _d(meta.get("labels")) or \
-        {k: v for k, v in body.items() if isinstance(k, str) and k.startswith("nvidia.com/")}
-    named = {"name": "?", **({"labels": labels} if labels else {})}
+    if _is_resources(body):
+        return "Node", {"kind": "Node", "metadata": {"name": "?"}, "status": {"capacity": body}}
+    flat = _is_label_map(body)
+    labels = _d(body.get("labels")) or _d(meta.get("labels")) or (
+        {str(k): str(v) for k, v in body.items()} if flat else
+        {k: v for k, v in body.items() if isinstance(k, str) and k.startswith("nvidia.com/")})
+    host = labels.get("kubernetes.io/hostname")
+    named = {"name": str(host) if host else "?", **({"labels": labels} if labels else {})}
+    if flat:
+        return "Node", {"kind": "Node", "metadata": named, "status": {}}
     if _is_node(body, labels):
         return "Node", {"kind": "Node", "metadata": named, "status": body}
     if _is_podgroup(body):

@@ -188,10 +188,17 @@ class KPod:
     conditions: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     restarts: int | None = None
     lines: list[str] = field(default_factory=list)
+    ready: str | None = None  # kubectl get's READY column: "0/2" (containers ready / all)
 
     @property
     def ref(self) -> str:
         return ref("Pod", self.name, self.namespace)
+
+    @property
+    def unready(self) -> bool:
+        """Whether kubectl's READY column counts fewer ready containers than the pod has."""
+        done, _, of = (self.ready or "").partition("/")
+        return done.isdigit() and of.isdigit() and int(done) < int(of)
 
     def gpu_requests(self) -> dict[str, float]:
         """GPU resources the pod asks for: the sum over its app containers (limits
@@ -222,6 +229,12 @@ class KEvent:
     age: str | None = None  # as printed (kubectl describe: "3m (x5 over 10m)")
     time: str | None = None  # lastTimestamp / eventTime when given
     line: str = ""
+    continued: list[str] = field(default_factory=list)  # lines a wrapped message went on to
+
+    @property
+    def lines(self) -> list[str]:
+        """The lines the event was read from (its own and those its message wrapped to)."""
+        return [ln for ln in (self.line, *self.continued) if ln] or [self.message]
 
     @property
     def about(self) -> str | None:

@@ -84,7 +84,7 @@ def _add(cluster: Cluster, kind: str, row: dict[str, str], line: str) -> None:
     if kind == "Pod":
         restarts = (get("RESTARTS") or "").split(" ")[0]
         pod = KPod(name=row["NAME"], namespace=get("NAMESPACE"), status=get("STATUS"),
-                   restarts=_int(restarts), lines=[line])
+                   restarts=_int(restarts), lines=[line], ready=get("READY"))
         node = get("NODE")
         pod.node = node if node and node != "<none>" else None
         status = pod.status or ""
@@ -98,6 +98,9 @@ def _add(cluster: Cluster, kind: str, row: dict[str, str], line: str) -> None:
                       kubelet_version=get("VERSION"), os_image=get("OS-IMAGE"),
                       kernel=get("KERNEL-VERSION"), runtime_version=get("CONTAINER-RUNTIME"),
                       lines=[line])
+        # --show-labels: one comma-separated column of key=value
+        knode.labels = dict(p.partition("=")[::2] for p in (get("LABELS") or "").split(",")
+                            if "=" in p)
         cluster.merge(Cluster(nodes={knode.name: knode}))
     elif kind == "DaemonSet":
         selector = get("NODE SELECTOR") or "<none>"

@@ -41,7 +41,8 @@ class SmiError:
     """An nvidia-smi / NVML error message found in place of (or among) the output.
 
     ``kind`` is one of: driver-communication, no-devices, device-handle,
-    version-mismatch, nvml-init, gpu-lost, insufficient-permissions, other.
+    version-mismatch, nvml-init, gpu-lost, insufficient-permissions, inforom-corrupted
+    (nvidia-smi's warning, with which it exits 14), other.
     """
 
     kind: str
@@ -352,6 +353,8 @@ _HANDLE_RE = re.compile(
 _NVML_INIT_RE = re.compile(r"Failed to initialize NVML:\s*(?P<reason>.*)$")
 _LIBVERSION_RE = re.compile(r"NVML library version:\s*(?P<ver>\S+)")
 _GPU_BUS_RE = re.compile(rf"GPU\s*(?P<bus>{_BUS})")
+# printed above (nvidia-smi -q) or below (the table) the output; nvidia-smi then exits 14
+_INFOROM_RE = re.compile(rf"infoROM is corrupted at gpu\s*(?P<bus>{_BUS})?", re.IGNORECASE)
 
 
 def _clean_reason(reason: str) -> str | None:
@@ -386,6 +389,11 @@ def _match_line(line: str) -> SmiError | None:
     if m:
         reason = _clean_reason(m.group("reason"))
         return SmiError(_kind_for_reason(reason, "nvml-init"), stripped, None, reason)
+    m = _INFOROM_RE.search(stripped)
+    if m:
+        return SmiError("inforom-corrupted", stripped,
+                        normalize_bus_id(m.group("bus")) if m.group("bus") else None,
+                        "infoROM is corrupted")
     low = stripped.lower()
     if "nvidia-smi has failed because it couldn't communicate with the nvidia driver" in low:
         return SmiError("driver-communication", stripped, None,

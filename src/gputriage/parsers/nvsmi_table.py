@@ -6,7 +6,8 @@ header that says ``KMD Version`` / ``CUDA UMD Version``. Each GPU block is
 two or three rows whose second cell holds the bus id; the Processes box may
 be present, absent, empty, or say "No running processes found", with or
 without the GI/CI columns. ``nvidia-smi -L`` lines
-(``GPU 0: NAME (UUID: GPU-...)``) give a ``format="list"`` report.
+(``GPU 0: NAME (UUID: GPU-...)``) give a ``format="list"`` report, one GPU per UUID; they
+and the error lines may carry ``kubectl logs --prefix``'s ``[pod/NAME/CONTAINER]``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ _PERF_RE = re.compile(r"\b(P\d{1,2})\b")
 _POWER_RE = re.compile(r"(?P<draw>\S+)\s*/\s*(?P<cap>\S+)\s*$")
 _MEM_RE = re.compile(r"(?<!\d)(?P<used>\d{1,18})\s*MiB\s*/\s*(?P<total>\d{1,18})\s*MiB")
 _UTIL_RE = re.compile(r"^\s*(?P<util>\d+%|N/A|ERR!)\s*(?P<mode>.*?)\s*$")
+# ``kubectl logs --prefix``: the pod and container each line came from
+_POD_PREFIX = re.compile(r"^\s*\[pod/[^\]\s]{1,300}\]\s")
 _LIST_RE = re.compile(
     r"^\s*GPU\s+(?P<idx>\d{1,6}):\s*(?P<name>.*?)\s*\(UUID:\s*(?P<uuid>[^)\s]+)\)\s*$"
 )
@@ -74,8 +77,9 @@ def parse_nvsmi_table(text: str) -> SmiReport:
     """
     if not text or not text.strip():
         return SmiReport(format="table")
-    reader = _TableReader(scan_smi_errors(text))
-    for line in text.splitlines():
+    lines = [_POD_PREFIX.sub("", ln, count=1) for ln in text.splitlines()]
+    reader = _TableReader(scan_smi_errors(lines))
+    for line in lines:
         reader.line(line.replace("\r", "").expandtabs(8))
     return reader.result()
 
@@ -139,6 +143,8 @@ class _TableReader:
             if device is not None:
                 self._mig(device, "list")
             return device is not None
+        if any(g.uuid == lm.group("uuid") for g in self.listed):
+            return True  # the same GPU again (two containers given one GPU print it twice)
         self.listed.append(SmiGpu(index=int(lm.group("idx")), pci_bus_id=None,
                                   name=parse_str(lm.group("name")), uuid=lm.group("uuid")))
         return True
@@ -301,13 +307,16 @@ _TABLE_LINE = re.compile(r"^\s*[+|]")
 _CLOCK = re.compile(r"^\s*[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d \d{4}\s*$")
 _GPU_ROW = re.compile(r"^\s*\|\s*\d{1,3}\s+[^|]*\|\s*(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:"
                       r"[0-9A-Fa-f]{2}\.[0-7]\s+\S*\s*\|")
-_SMI_ERR = re.compile(r"^\s*(?:NVIDIA-SMI has failed|NVIDIA-SMI couldn't find|No devices were "
-                      r"found|Unable to determine the device handle|Failed to initialize NVML:"
-                      r"|NVML library version:)")
+_PREFIXED = r"^\s*(?:\[pod/[^\]\s]{1,300}\]\s+)?"  # a kubectl --prefix, or none
+_SMI_ERR = re.compile(_PREFIXED + r"(?:NVIDIA-SMI has failed|NVIDIA-SMI couldn't find|No "
+                      r"devices were found|Unable to determine the device handle|Failed to "
+                      r"initialize NVML:|NVML library version:|WARNING: infoROM is corrupted "
+                      r"at gpu)")
 _MIG_BOX_HEAD = re.compile(r"^\s*\|\s*(?:GPU|Compute) instance(?:s| profiles):")
 _MIG_MESSAGE = re.compile(r"^\s*(?:No MIG-enabled devices found|No GPU instances found"
                           r"|No compute instances found)\b")
-_SMI_L = re.compile(r"^\s*(?:GPU \d+: .+\(UUID: GPU-[^)]*\)\s*$|MIG .+Device\s+\d+: \(UUID: MIG-)")
+_SMI_L = re.compile(_PREFIXED + r"(?:GPU \d+: .+\(UUID: GPU-[^)]*\)\s*$|MIG .+Device\s+\d+: "
+                    r"\(UUID: MIG-)")
 
 
 def _table_line(line: str) -> bool:

@@ -13,13 +13,16 @@ the node's, which causes.py folds under the host's own finding when it is there.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from gputriage.knowledge.job_messages import Hit
+from gputriage.knowledge import cuda_compat as cc
+from gputriage.knowledge.job_messages import Hit, scan_line
 from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity
 from gputriage.parsers.job_context import JobContext
 from gputriage.parsers.job_log import JobLog
+from gputriage.parsers.k8s_model import Cluster
 from gputriage.parsers.nvsmi import SmiReport
 from gputriage.parsers.pci import PciFunction
 from gputriage.rules.base import evidence, finding, rule
@@ -52,6 +55,7 @@ class Host:
     pci_gpus: int | None  # NVIDIA GPUs on the PCI bus (None: unknown)
     driver_loaded: bool | None
     smi_source: str | None = None  # the nvidia-smi output that lists them
+    gpu_name: str | None = None  # the first GPU's name as nvidia-smi gives it
 
     @property
     def known(self) -> bool:
@@ -71,8 +75,9 @@ def _host(versions: DriverVersions | None, smi: Sequence[tuple[str, SmiReport]],
     failed = any(e.kind in ("nvml-init", "version-mismatch", "driver-communication")
                  for _, r in smi for e in r.errors)
     source = next((src for src, r in smi if len(r.gpus) == gpus), None) if gpus else None
+    name = next((g.name for _, r in smi for g in r.gpus if g.name), None)
     return Host(versions, gpus, failed, None if pci_gpus is None else len(pci_gpus),
-                driver_loaded, source)
+                driver_loaded, source, name)
 
 
 def _kept(hits: list[Hit]) -> list[Hit]:
@@ -120,26 +125,31 @@ PRODUCES = (
     "container.hook-failed", "container.nvml-unknown-error", "container.nvml-version-mismatch",
     "container.nvml-driver-not-loaded", "container.nvml-insufficient-permissions",
     "container.nvml-library-not-found", "container.nvml-os-blocked", "container.nvml-init-failed",
-    "container.no-compute-capability",
+    "container.no-compute-capability", "container.mount-proc-driver",
+    "container.selinux-denied", "container.group-name-missing",
+    "container.nvml-symbol-missing",
 )
 
 
-@rule("container.job-errors", produces=PRODUCES)
-def job_errors(job_log: JobLog, driver_versions: DriverVersions | None = None,
+@rule("container.job-errors", any_of=("job_log", "cluster"), produces=PRODUCES)
+def job_errors(job_log: JobLog | None = None, driver_versions: DriverVersions | None = None,
                smi: Sequence[tuple[str, SmiReport]] = (),
                pci_gpus: list[PciFunction] | None = None,
-               driver_loaded: bool | None = None) -> Iterator[Finding]:
-    """The container stack's and NVML's errors in a job's output: each with its cause
-    (a hook's stderr unwrapped), judged by where the output was printed (a container's
-    prompt, the host's) and by the host's facts when the snapshot has them; and a
-    container given driver capabilities without ``compute``."""
+               driver_loaded: bool | None = None,
+               cluster: Cluster | None = None) -> Iterator[Finding]:
+    """The container stack's and NVML's errors in a job's output or in a pod's events
+    (the kubelet's FailedCreatePodSandBox): each with its cause (a hook's stderr
+    unwrapped), judged by where the output was printed (a container's prompt, the
+    host's) and by the host's facts when the snapshot has them; and a container given
+    driver capabilities without ``compute``."""
     host = _host(driver_versions, smi, pci_gpus, driver_loaded)
-    ctx = job_log.context
+    ctx = job_log.context if job_log is not None else JobContext()
     groups: dict[str, list[Hit]] = {}
-    for hit in _kept(job_log.hits):
+    for hit in _kept(job_log.hits if job_log is not None else []):
         groups.setdefault(finding_id(hit), []).append(hit)
     for fid, hits in groups.items():
         yield _judge(fid, hits, ctx, host)
+    yield from _event_errors(cluster, set(groups), host)
     if ctx.lacks_compute:
         yield finding(
             "container.no-compute-capability", Severity.WARNING,
@@ -153,6 +163,42 @@ def job_errors(job_log: JobLog, driver_versions: DriverVersions | None = None,
                                            if "NVIDIA_DRIVER_CAPABILITIES" in ln])])
 
 
+# a pod's sandbox asks containerd for the RuntimeClass's handler: in a cluster, the
+# toolkit (the GPU operator's toolkit DaemonSet) adds it once the driver is in place
+SANDBOX_WHY = (
+    "In Kubernetes the pod's RuntimeClass (nvidia) names a containerd runtime handler the "
+    "node's containerd does not have: the NVIDIA container toolkit has not configured it "
+    "there. With the GPU operator the toolkit DaemonSet adds it only after the driver "
+    "container has loaded the driver; read that pod's log first (a nouveau module it cannot "
+    "unload is a common cause: blacklist nouveau in /etc/modprobe.d, update-initramfs -u, "
+    "reboot). The GPUs are not at fault.")
+
+
+def _event_errors(cluster: Cluster | None, seen: set[str], host: Host) -> Iterator[Finding]:
+    """The catalog's messages in the cluster's events, as the job's would be judged; an
+    event's finding that the job's output already gives is not repeated."""
+    hits: list[Hit] = []
+    lines: dict[int, list[str]] = {}
+    for n, e in enumerate(cluster.events if cluster else []):
+        for hit in scan_line(e.message, n):
+            hits.append(hit)
+            lines[n] = e.lines
+    groups: dict[str, list[Hit]] = {}
+    for hit in _kept(hits):
+        groups.setdefault(finding_id(hit), []).append(hit)
+    events = cluster.events if cluster else []
+    for fid, found in groups.items():
+        if fid in seen:
+            continue
+        f = _judge(fid, found, JobContext(), host)
+        ev = [evidence("cluster", [ln for h in found for ln in lines[h.lineno]], limit=12)]
+        why = f.explanation
+        if fid == "container.unknown-runtime" and any(
+                events[h.lineno].reason == "FailedCreatePodSandBox" for h in found):
+            why = f"{SANDBOX_WHY} {why}"
+        yield replace(f, evidence=tuple(ev), explanation=why)
+
+
 def _evidence(hits: list[Hit], ctx: JobContext) -> list[Evidence]:
     lines = [h.line.strip() for h in hits]
     return [evidence("job_log", list(dict.fromkeys(ctx.launch_lines() + lines)), limit=8)]
@@ -164,6 +210,8 @@ def _judge(fid: str, hits: list[Hit], ctx: JobContext, host: Host) -> Finding:
     severity, blame, action = msg.severity, msg.blame, msg.action
     detail = next((fields[k] for k in ("device", "want", "cause", "library", "path", "reason")
                    if fields.get(k)), None)
+    if detail and fields.get("path") == detail:  # a file in the container: its own path
+        detail = re.sub(r"^/\S*?/(?:merged|rootfs)(?=/)", "", detail)
     meaning = msg.meaning.rstrip(".")
     if meaning[1:2].islower():  # "The engine ..." -> "the engine ...", NVML kept
         meaning = meaning[:1].lower() + meaning[1:]
@@ -186,7 +234,7 @@ def _judge(fid: str, hits: list[Hit], ctx: JobContext, host: Host) -> Finding:
     if fid == "container.nvml-unknown-error":
         return _nvml_unknown(hits, ctx, host, ev)
     if fid == "container.cuda-requirement":
-        title, why = _cuda_requirement(fields.get("want"), host, why)
+        title, why, blame = _cuda_requirement(fields.get("want"), host, blame)
     if fid in ("container.hook-driver-mismatch", "container.nvml-version-mismatch",
                "container.mount-missing-file", "container.cdi-host-device-missing"):
         why.append(REPAIR_ORDER)
@@ -242,19 +290,41 @@ def _nvml_unknown(hits: list[Hit], ctx: JobContext, host: Host,
                    Action.FIX_CONFIG, Blame.UNKNOWN, evidence=ev)
 
 
-def _cuda_requirement(want: str | None, host: Host, why: list[str]) -> tuple[str, list[str]]:
-    """The image's CUDA requirement against the driver's CUDA version when known."""
+def _cuda_requirement(want: str | None, host: Host, blame: Blame
+                      ) -> tuple[str, list[str], Blame]:
+    """The image's CUDA requirement against the node's driver and GPU: the driver is
+    older than the image's CUDA needs (upgrade it: the node's software), unless the GPU
+    itself is too old for any driver of that CUDA (the image is too new for it)."""
     have = host.versions.cuda if host.versions else None
     driver = host.versions.userspace if host.versions else None
+    need, floor = cc.min_driver(want), cc.family_floor(want)
+    last = cc.last_cuda_for(cc.capability_of(host.gpu_name))
+    if want and last and cc.version_key(want) > cc.version_key(last):
+        return (f"the image needs CUDA >= {want}; the node's {host.gpu_name} is served up to "
+                f"CUDA {last}",
+                [f"The image was built for CUDA {want}, and no driver for CUDA {want} supports "
+                 f"the {host.gpu_name} (its last CUDA release is {last}): upgrading the driver "
+                 f"cannot help. Run an image built for CUDA {last} or older, or run the job on "
+                 "newer GPUs."], Blame.JOB_CONFIG)
+    minimum = f"driver {need} or newer" if need else f"a driver for CUDA {want}"
+    if need and floor and cc.version_key(floor) < cc.version_key(need):
+        minimum += (f" (CUDA {cc.version_key(want)[0]}.x programs also start on any driver "
+                    f">= {floor} by minor-version compatibility, PTX JIT aside, but the check "
+                    "refuses them unless the container is given NVIDIA_DISABLE_REQUIRE=1)")
+    tell = ("Which side to change: if other nodes run this image, this node's driver lags the "
+            "fleet (upgrade it); if the fleet keeps this driver on purpose, use an image tag "
+            "for the driver's CUDA version or older.")
     if have:
         title = (f"the image needs CUDA >= {want}; the node's driver "
                  f"{driver or ''} supports CUDA {have}".replace("  ", " "))
-        why = [f"The image was built for CUDA {want} and the driver supports up to CUDA "
-               f"{have}: pick an image tag for CUDA {have} or older, or upgrade the node's "
-               f"driver to one that supports CUDA {want} (forward compatibility, "
-               "cuda-compat, is for data-center GPUs only)."]
+        why = [f"libnvidia-container compared the image's NVIDIA_REQUIRE_CUDA with the "
+               f"node's driver: it supports up to CUDA {have}, the image needs {want}. "
+               f"Upgrade the node's driver to {minimum}, or pick an image tag for CUDA {have} "
+               f"or older. {tell}"]
     else:
         title = f"the image needs CUDA >= {want}, newer than the node's driver supports"
-        why = [*why, CHECK_NODE.format(what="the driver's CUDA version (nvidia-smi's "
-                                                 "CUDA Version)")]
-    return title, why
+        why = [f"libnvidia-container compared the image's NVIDIA_REQUIRE_CUDA with the node's "
+               f"driver: the driver is older than CUDA {want} needs, so the node needs "
+               f"{minimum}; with WSL2 or Docker Desktop that is the Windows host's driver. "
+               f"Otherwise the job needs an image for the driver's CUDA. {tell}"]
+    return title, why, blame

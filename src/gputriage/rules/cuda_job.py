@@ -29,7 +29,8 @@ ASK_HOST = ("run `gputriage check` on the node (or paste its nvidia-smi) to conf
 TOO_OLD = frozenset({"cuda.35", "cuda.36", "cuda.221", "cuda.222", "torch.driver-too-old",
                      "ngc.driver-too-old"})
 NO_IMAGE = frozenset({"cuda.209", "torch.arch-unsupported"})
-NO_DEVICE = frozenset({"cuda.100", "cuda.101", "torch.no-cuda-gpus", "torch.no-driver"})
+NO_DEVICE = frozenset({"cuda.100", "cuda.101", "torch.no-cuda-gpus", "torch.no-driver",
+                       "app.no-gpu-found"})
 OOM = frozenset({"cuda.2", "torch.cuda-oom", "cublas.not-initialized", "cublas.alloc-failed",
                  "cudnn.not-initialized"})
 KERNEL_FAULT = frozenset({"cuda.700", "cuda.710", "cuda.715", "cuda.716", "cuda.719"})

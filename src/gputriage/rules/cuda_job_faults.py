@@ -109,6 +109,19 @@ def _no_device(log: JobLog, hits: list[Hit], drv: DriverVersions | None) -> Find
             "program expects. Fix the job's device selection.", Action.FIX_CONFIG,
             Blame.JOB_CONFIG, evidence=ev)
     driver = (drv.kernel_module or drv.userspace) if drv is not None else None
+    runs = list(getattr(ctx, "gpuless_runs", ()) or ())
+    if runs and getattr(ctx, "gpus", None) is None and getattr(ctx, "runtime", None) is None:
+        return finding(
+            "cuda.no-device", Severity.WARNING,
+            "the container was started without a GPU: no --gpus, CDI device or nvidia runtime",
+            f"The container was started with `{runs[0][:160]}`, which asks for no GPU, so "
+            "the NVIDIA runtime injected neither the GPU's device files nor the driver's "
+            "libraries and the program finds no GPU (only an engine whose default runtime "
+            "is nvidia, with NVIDIA_VISIBLE_DEVICES set in the image, gives GPUs without "
+            "asking). Start it with --gpus all (or --device "
+            "nvidia.com/gpu=all with CDI, --runtime=nvidia; in Kubernetes, a nvidia.com/gpu "
+            "request). The node and its toolkit are not at fault.", Action.FIX_CONFIG,
+            Blame.JOB_CONFIG, evidence=ev)
     if in_container:
         blame, why = Blame.JOB_CONFIG, (
             "The process runs in a container that was not given a GPU (or not the driver's "

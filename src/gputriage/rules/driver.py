@@ -258,6 +258,14 @@ _SMI_ERRORS = {
         "nvidia-smi.gpu-lost", "nvidia-smi reports a GPU as lost",
         "The GPU stopped responding to the driver. Drain the node, power-cycle it, and "
         "reseat or RMA the GPU if it recurs.", Action.DRAIN_AND_REPAIR, Blame.NODE),
+    "inforom-corrupted": (
+        "nvidia-smi.inforom-corrupted", "nvidia-smi: the GPU's infoROM is corrupted",
+        "The GPU's infoROM (the on-board store of its configuration and of its ECC and page "
+        "retirement records) cannot be read back intact, and nvidia-smi exits with status 14 "
+        "for it, so every check that runs nvidia-smi fails on this node (the GPU operator's "
+        "driver validation, health probes). NVIDIA's remedy is to replace the GPU: drain the "
+        "node and open a hardware case (an infoROM reflash by the vendor is the only "
+        "alternative); a reboot does not repair it.", Action.DRAIN_AND_REPAIR, Blame.NODE),
     "insufficient-permissions": (
         "nvidia-smi.no-permission", "nvidia-smi lacks permission to open the GPU devices",
         "The user or container cannot open /dev/nvidia*: check the device node modes and "
@@ -268,7 +276,8 @@ _SMI_ERRORS = {
 @rule("nvidia-smi.errors",
       produces=("nvidia-smi.cannot-communicate", "nvidia-smi.no-devices", "nvidia-smi.gpu-lost",
                 "nvidia-smi.gpus-unreachable", "nvidia-smi.no-permission",
-                "nvidia-smi.nvml-init-failed", "nvidia-smi.error"))
+                "nvidia-smi.nvml-init-failed", "nvidia-smi.inforom-corrupted",
+                "nvidia-smi.error"))
 def smi_errors(smi: Sequence[tuple[str, SmiReport]],
                in_container: bool | None = None,
                job_log: JobLog | None = None) -> Iterator[Finding]:

@@ -1,24 +1,32 @@
 """What holds GPU work before the scheduler: a ResourceQuota that refuses the pod,
 Kueue's ClusterQueue with no quota for a resource the job asks, a gang (Volcano PodGroup)
-that cannot fit whole. Each is the job's or the queue's settings (job-config), never the
-nodes'.
+that cannot fit whole, KAI's queue quota for non-preemptible workloads. Each is the job's
+or the queue's settings (job-config), never the nodes'; except KAI refusing a request that
+fits its quota exactly, which is the scheduler's own arithmetic.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.model import NODE, Action, Blame, Finding, Severity
 from gputriage.parsers.k8s_model import Cluster, KEvent
 from gputriage.rules.base import evidence, finding, rule
 from gputriage.rules.k8s_common import object_scope
-from gputriage.rules.k8s_sched import gang_message, queue_message, quota_message
+from gputriage.rules.k8s_sched import (
+    QueueQuota,
+    gang_message,
+    kai_quota_message,
+    queue_message,
+    quota_message,
+)
 
 SOURCE = "cluster"
 
 
 @rule("k8s.admission", produces=("k8s.pending-quota", "k8s.pending-queue",
-                                 "k8s.gang-unschedulable"))
+                                 "k8s.gang-unschedulable", "k8s.pending-queue-quota",
+                                 "k8s.scheduler-quota-exact-fit"))
 def admission(cluster: Cluster) -> Iterator[Finding]:
     """What holds GPU work before the scheduler: a ResourceQuota that refuses the pod,
     Kueue's ClusterQueue that has no quota for a resource the job asks, a gang
@@ -41,6 +49,10 @@ def admission(cluster: Cluster) -> Iterator[Finding]:
         if gang is not None and ("gang", who) not in seen:
             seen.add(("gang", who))
             yield _gang(who, gang, [e.line or e.message], e.name)
+        kai = kai_quota_message(e.message)
+        if kai is not None and ("kai", who) not in seen:
+            seen.add(("kai", who))
+            yield _kai_quota(e, who, kai)
     for obj in cluster.of_kind("PodGroup"):
         raw = obj.raw.get("status")
         status: dict = raw if isinstance(raw, dict) else {}
@@ -96,3 +108,31 @@ def _gang(who: str, gang: tuple[int, int, int | None], lines: list[str],
         "Free capacity, or lower minAvailable and the replicas to what the pool holds. "
         "The nodes are not faulty.", Action.FIX_CONFIG, Blame.JOB_CONFIG,
         object_scope("PodGroup", name or "podgroup"), [evidence(SOURCE, lines, limit=10)])
+
+
+def _kai_quota(e: KEvent, who: str, q: QueueQuota) -> Finding:
+    """KAI's refusal of a non-preemptible workload over its queue's GPU quota."""
+    have = f"{q.allocated:g} allocated + " if q.allocated is not None else ""
+    sums = f"{have}{q.requested:g} requested against a quota of {q.quota:g} GPUs"
+    scope = object_scope(e.kind or "Pod", e.name, e.namespace) if e.name else NODE
+    ev = [evidence(SOURCE, e.lines)]
+    if q.fits:
+        return finding(
+            "k8s.scheduler-quota-exact-fit", Severity.WARNING,
+            f"KAI refuses {'the workload' if who == 'a workload' else who} although it fits "
+            f"queue {q.queue}'s quota exactly ({sums})",
+            f"The numbers add up to the quota ({sums}), yet the scheduler calls the "
+            "non-preemptible workload over quota: its comparison of fractional GPUs is off "
+            "by a rounding error (KAI-Scheduler issue #2209, 0.1 + 0.2 > 0.3 in floating "
+            "point). A scheduler bug: the nodes and GPUs are free and healthy. Until a KAI "
+            "release fixes it, give the queue a little headroom (a quota of "
+            f"{q.quota + 0.01:g} for {q.quota:g}) or submit the workload as preemptible.",
+            Action.FIX_SOFTWARE, Blame.CONFIG, scope, ev)
+    return finding(
+        "k8s.pending-queue-quota", Severity.WARNING,
+        f"KAI holds {'the workload' if who == 'a workload' else who}: queue {q.queue}'s GPU "
+        f"quota is used up for non-preemptible work ({sums})",
+        f"KAI admits a non-preemptible workload only within its queue's deserved quota "
+        f"({sums}). Submit it as preemptible (a preemptible priority class) to run over "
+        "quota, wait for the queue's other non-preemptible work to end, or raise the queue's "
+        "GPU quota. The nodes are fine.", Action.FIX_CONFIG, Blame.JOB_CONFIG, scope, ev)

@@ -45,15 +45,12 @@ _WHY = {
     "packages-failed": "the package repositories could not be reached or lack the packages",
     "build-failed": "the kernel module did not compile against the running kernel",
     "key-rejected": "Secure Boot refused the unsigned module",
-    "module-in-use": "a driver is already loaded on the host (a host-installed driver)",
     "modprobe-failed": "the kernel refused to load the module",
     "fatal": "the installer stopped",
 }
 _FIX = {
     "key-rejected": "sign the modules or use the operator's precompiled/signed driver images, "
                     "or disable Secure Boot",
-    "module-in-use": "with a driver installed on the host, set driver.enabled=false in the "
-                     "ClusterPolicy (or remove the host driver)",
 }
 
 
@@ -67,7 +64,11 @@ def failing(pod: KPod) -> str | None:
     status = pod.status or ""
     if status in ("Running", "Completed", "Succeeded", ""):
         bad = [c for c in pod.containers if c.reason in ("CrashLoopBackOff", "Error")]
-        return bad[0].reason if bad else None
+        if bad:
+            return bad[0].reason
+        # running but not ready, and restarted: its container keeps failing its start
+        return f"{status}, {pod.ready} ready" if status == "Running" and pod.unready \
+            and pod.restarts else None
     return status
 
 
@@ -137,7 +138,7 @@ def _driver_not_ready(sets: list[KDaemonSet], pods: list[KPod],
 
 
 @rule("k8s.operator-driver", any_of=("gpu_operator_log", "cluster"),
-      produces=("k8s.operator-driver-failed",))
+      produces=("k8s.operator-driver-failed", "driver.container-modules-in-use"))
 def operator_driver(gpu_operator_log: GpuOperatorLog | None = None,
                     cluster: Cluster | None = None) -> Iterator[Finding]:
     """The operator's driver container could not install the driver: the running kernel's
@@ -153,7 +154,35 @@ def operator_driver(gpu_operator_log: GpuOperatorLog | None = None,
     if not failures:
         yield _driver_not_ready(sets, pods, ev)
         return
+    if failures[0].event == "module-in-use":
+        yield _modules_in_use(log, ev)
+        return
     yield _driver_failed(log, failures, ev)
+
+
+def _modules_in_use(log: GpuOperatorLog | None, ev: list[Evidence]) -> Finding:
+    """The driver container cannot unload the nvidia modules loaded on the node."""
+    driver = log.driver if log else None
+    tore_down = bool(log and log.having("teardown"))
+    if log is not None:  # the installer's steps up to the refusal, then what else is shown
+        steps = [e.line for e in log.having("install-start", "teardown", "module-in-use")]
+        ev = [evidence(SOURCE, list(dict.fromkeys(steps)), limit=12),
+              *[e for e in ev if e.source != SOURCE]]
+    return finding(
+        "driver.container-modules-in-use", Severity.WARNING,
+        "the driver container cannot unload the NVIDIA kernel modules: something on the node "
+        "still uses them",
+        f"Before it installs driver {driver or '(version not shown)'} the driver container "
+        + ("stopped the persistence daemon and " if tore_down else "")
+        + "tried to unload the nvidia modules already loaded on the node, and they are in "
+        "use: a driver installed on the host, or a previous driver container's modules still "
+        "held by GPU clients (nvidia-persistenced, the device plugin, DCGM or dcgm-exporter, "
+        "GFD, Xorg, running GPU jobs). The new driver cannot load until they are released; "
+        "the GPUs are not at fault. Find the holders (lsmod | grep nvidia shows the use "
+        "counts; lsof /dev/nvidia*), stop them and restart the driver pod, or drain and "
+        "reboot the node before switching driver versions; with a driver meant to stay on "
+        "the host, set driver.enabled=false in the ClusterPolicy instead.",
+        Action.FIX_SOFTWARE, Blame.NODE, evidence=ev)
 
 
 def _driver_failed(log: GpuOperatorLog | None, failures: list[OpEntry],
@@ -199,6 +228,8 @@ def _log_step(log: GpuOperatorLog | None) -> tuple[str | None, list[OpEntry]]:
             return "cuda", found
         if e.event == "validation-failed" and e.detail:
             return e.detail.lower(), found
+        if e.event == "resources-undiscovered":
+            return "plugin", found
         if e.event == "smi-not-found":
             return ("toolkit" if "toolkit" in (e.line or "") else "driver"), found
     return None, found
@@ -232,6 +263,35 @@ def _cuda_stuck(title: str, ev: list[Evidence]) -> Finding:
         "-c cuda-validation): a CUDA error names a driver, runtime or GPU problem, and "
         "only a GPU error reported on the node (Xid, nvidia-smi) blames the hardware.",
         Action.FIX_CONFIG, Blame.UNKNOWN, evidence=ev)
+
+
+_NO_GPU = ("the plugin step waits for the node to advertise nvidia.com/gpu (or "
+           "nvidia.com/mig-*) and nothing does. The device plugin is disabled "
+           "(devicePlugin.enabled=false in the ClusterPolicy, or the node labelled "
+           "nvidia.com/gpu.deploy.device-plugin=false), not running on the node, or registered "
+           "no GPU (its log says why). With the plugin disabled on purpose (a DRA driver or "
+           "another plugin serves the GPUs) this step can never pass, and until the validator "
+           "skips it for a disabled plugin (gpu-operator PR #2686) it crash-loops there while "
+           "the driver and the operands work: re-enable the device plugin, or accept the "
+           "validator's loop there.")
+_TAKEN = ("the plugin step's test pod (nvidia-device-plugin-validator) asks for a GPU and "
+          "the kubelet found none free (UnexpectedAdmissionError): GPU pods took them first. Set "
+          "validator.plugin.env WITH_WORKLOAD=false in the ClusterPolicy so that the step "
+          "checks the node's advertised GPUs without running a workload, or free a GPU.")
+
+
+def _plugin_stuck(title: str, ev: list[Evidence], log: GpuOperatorLog | None,
+                  pods: list[KPod]) -> Finding:
+    """Validation stuck at the plugin step: the node never advertises a GPU, or the
+    plugin validator's test pod found every GPU taken."""
+    undiscovered = bool(log and log.having("resources-undiscovered"))
+    refused = any((p.status or "") == "UnexpectedAdmissionError" for p in pods)
+    why = (_TAKEN if refused and not undiscovered else _NO_GPU if undiscovered else
+           f"either {_NO_GPU[0].lower()}{_NO_GPU[1:]} Or {_TAKEN}")
+    return finding(
+        "k8s.operator-validation-stuck", Severity.WARNING, title,
+        f"The driver, toolkit and CUDA steps passed; {why} The operator's configuration, "
+        "not the GPUs.", Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
 
 
 def _step_stuck(step: str | None, no_driver: bool, title: str, ev: list[Evidence]) -> Finding:
@@ -274,6 +334,9 @@ def operator_validation(gpu_operator_log: GpuOperatorLog | None = None,
     title = _validation_title(step, validators + others)
     if step == "cuda":
         yield _cuda_stuck(title, ev)
+        return
+    if step == "plugin":
+        yield _plugin_stuck(title, ev, gpu_operator_log, others)
         return
     yield _step_stuck(step, no_driver, title, ev)
 

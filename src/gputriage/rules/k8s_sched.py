@@ -1,5 +1,6 @@
 """The scheduler's words: a FailedScheduling message read into per-reason node counts,
-and what the events around a pod say (autoscaler, Kueue, quota, gang schedulers).
+and what the events around a pod say (autoscaler, Kueue, quota, gang schedulers, KAI's
+queue quota).
 
 ``0/6 nodes are available: 3 node(s) didn't match node selector, 6 Insufficient
 nvidia.com/gpu. preemption: 0/6 nodes are available: 6 No preemption victims found for
@@ -15,8 +16,8 @@ from dataclasses import dataclass
 from gputriage.parsers.k8s_model import KEvent
 
 __all__ = ["INSUFFICIENT", "SELECTOR", "AFFINITY", "TAINT", "UNSCHEDULABLE", "OTHER",
-           "Reason", "SchedMessage", "gang_message", "parse_failed_scheduling",
-           "quota_message", "queue_message"]
+           "QueueQuota", "Reason", "SchedMessage", "gang_message", "kai_quota_message",
+           "parse_failed_scheduling", "quota_message", "queue_message"]
 
 INSUFFICIENT, SELECTOR, AFFINITY, TAINT, UNSCHEDULABLE, OTHER = (
     "insufficient", "selector", "affinity", "taint", "unschedulable", "other")
@@ -38,6 +39,39 @@ _QUOTA = re.compile(r"exceeded quota: (?P<quota>[^,]+)(?:, requested: (?P<req>[^
 # Volcano: "12/8 tasks in gang unschedulable: pod group is not ready, 20 minAvailable, 8 Running"
 _GANG = re.compile(r"(?P<pending>\d+)/(?P<ready>\d+) tasks in gang unschedulable.*?"
                    r"(?P<min>\d+) minAvailable(?:,\s*(?P<running>\d+) Running)?", re.I | re.S)
+
+
+# KAI Scheduler: "Non-preemptible workload is over quota. Workload requested 0.2 GPUs, but
+# aafa quota is 0.3 GPUs, while 0.1 GPUs are already allocated for non-preemptible pods."
+_KAI_QUOTA = re.compile(r"Non-preemptible workload is over quota\.\s*Workload requested "
+                        r"(?P<req>\d+(?:\.\d+)?) GPUs?,?\s+but (?P<queue>.{1,100}?) quota is "
+                        r"(?P<quota>\d+(?:\.\d+)?) GPUs?(?:,?\s+while (?P<alloc>\d+(?:\.\d+)?) "
+                        r"GPUs? (?:are|is) already allocated)?", re.I | re.S)
+
+
+@dataclass(frozen=True)
+class QueueQuota:
+    """KAI's refusal of a non-preemptible workload: its queue and the GPU numbers."""
+
+    queue: str
+    requested: float
+    quota: float
+    allocated: float | None  # None: not printed
+
+    @property
+    def fits(self) -> bool:
+        """Whether the request fits the quota when counted exactly (to a millionth)."""
+        return round((self.allocated or 0.0) + self.requested, 6) <= round(self.quota, 6)
+
+
+def kai_quota_message(text: str) -> QueueQuota | None:
+    """The numbers of KAI's over-quota refusal; None when ``text`` is not one."""
+    m = _KAI_QUOTA.search(text)
+    if m is None:
+        return None
+    alloc = m.group("alloc")
+    return QueueQuota(m.group("queue").strip(), float(m.group("req")), float(m.group("quota")),
+                      float(alloc) if alloc is not None else None)
 
 
 @dataclass(frozen=True)

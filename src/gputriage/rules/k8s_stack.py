@@ -202,16 +202,21 @@ def _stale_reason(log: DevicePluginLog) -> str | None:
 
 
 @rule("k8s.plugin-health", produces=("k8s.plugin-devices-unhealthy", "k8s.plugin-stale-nvml",
-                                     "k8s.plugin-unregistered"))
+                                     "k8s.plugin-unregistered",
+                                     "k8s.plugin-healthcheck-unsupported"))
 def plugin_health(device_plugin_log: DevicePluginLog, cluster: Cluster | None = None
                   ) -> Iterator[Finding]:
     """Devices the plugin took away: one GPU after a critical Xid (blamed as the Xid
     catalog says), or all of them when NVML's event wait fails after a driver change;
-    and the kubelet that lost the plugin's endpoint (a registration not renewed)."""
+    a GPU NVML cannot watch for Xids, marked unhealthy by an old plugin; and the
+    kubelet that lost the plugin's endpoint (a registration not renewed)."""
     log = device_plugin_log
     lost = log.having("endpoint-lost")
     if lost:
         yield _unregistered(lost, log)
+    unsupported = log.having("healthcheck-unsupported")
+    if unsupported:
+        yield _healthcheck_unsupported(unsupported, log)
     by_device: dict[tuple[int, str], list[DpEntry]] = {}
     for e in log.having("xid-unhealthy"):
         if e.xid is not None and e.device:
@@ -285,3 +290,31 @@ def _unregistered(lost: list[DpEntry], log: DevicePluginLog) -> Finding:
         "kubectl describe node must then list nvidia.com/gpu under Allocatable. Not the "
         "GPUs' fault.", Action.NONE if after else Action.FIX_CONFIG, Blame.CONFIG,
         evidence=[evidence(SOURCE, [e.line for e in lost])])
+
+
+def _healthcheck_unsupported(entries: list[DpEntry], log: DevicePluginLog) -> Finding:
+    """GPUs NVML cannot register for Xid events: not faulty, but an old plugin took them
+    away (its "Marking ... unhealthy" lines say so)."""
+    devices = list(dict.fromkeys(e.device for e in entries if e.device))
+    marked = [e for e in log.having("device-unhealthy") if e.device in devices
+              or "not supported" in e.message.lower()]
+    removed = marked or [e for e in entries if "unhealthy" in e.message.lower()]
+    scope: Scope = gpu_scope(None, uuid=devices[0]) if devices and devices[0].startswith(
+        "GPU-") else Scope()
+    names = ", ".join(devices[:4]) or "a GPU"
+    fate = ("The plugin then marked it unhealthy, so the node offers one GPU fewer "
+            "(allocatable nvidia.com/gpu 0 on a one-GPU node) and GPU pods stay Pending with "
+            "'Insufficient nvidia.com/gpu'." if removed else
+            "Plugins before the fix of December 2025 (k8s-device-plugin PR #1562) then mark "
+            "the GPU unhealthy and the node stops offering it.")
+    return finding(
+        "k8s.plugin-healthcheck-unsupported", Severity.WARNING,
+        f"device plugin cannot watch {names} for Xid events (GPU too old for its health "
+        "check)" + (": marked unhealthy" if removed else ""),
+        "NVML cannot register this GPU for its critical-error events (NOT_SUPPORTED): older "
+        f"and consumer GPUs (Kepler GeForce cards among them) lack it. {fate} The GPU is "
+        "not faulty and the node needs no repair: upgrade the device plugin to a release "
+        "that skips such GPUs' health check, or set DP_DISABLE_HEALTHCHECKS=xids in the "
+        "plugin's environment, then restart its pod.",
+        Action.FIX_SOFTWARE, Blame.CONFIG, scope,
+        [evidence(SOURCE, _lines(entries + [e for e in removed if e not in entries]))])

@@ -1,0 +1,126 @@
+"""The GPU stack in Kubernetes as the corpus rows 290-338 brought it, each as a class: a GPU
+the device plugin cannot watch for Xids, the operator's driver pod restarting, the driver
+container unable to unload modules in use, plugin validation waiting for a GPU nothing
+advertises, nvidia-smi's corrupted infoROM, and nvidia-smi -L behind kubectl's --prefix."""
+
+from __future__ import annotations
+
+import pytest
+from hostkit import run
+
+from gputriage.engine import analyze
+from gputriage.ingest import load_input
+from gputriage.ingest.detect import detect
+from gputriage.model import Action, Blame, Severity
+from gputriage.parsers.device_plugin_log import parse_device_plugin_log, split_log_line
+from gputriage.parsers.nvsmi_table import parse_nvsmi_table
+
+UUID = "GPU-edae6d5d-6698-fb8d-2c6b-2a791224f089"
+TOO_OLD = [
+    f"2018/02/27 16:43:50 Warning: GPU with UUID {UUID} is too old to support healtchecking "
+    "with error: %!s(MISSING). Marking it unhealthy",
+    f"W0301 10:00:00.000000       1 health.go:140] Device {UUID} is too old to support "
+    "healthchecking.\nI0301 10:00:00.000001       1 health.go:145] Marking device "
+    f"{UUID} as unhealthy: Not Supported",
+]
+TEARDOWN = """\
+========== NVIDIA Software Installer ==========
+Starting installation of NVIDIA driver version 535.104.05 for Linux kernel version 5.15.0-91-generic
+Stopping NVIDIA persistence daemon...
+Unloading NVIDIA driver kernel modules...
+Could not unload NVIDIA driver kernel modules, driver is in use
+"""
+PODS = """\
+NAME                                  READY   STATUS     RESTARTS   AGE
+nvidia-container-toolkit-daemonset-a  0/1     Init:0/1   0          5m
+nvidia-operator-validator-b           0/1     Init:0/4   0          5m
+nvidia-driver-daemonset-c             0/{n}     Running    {r}          6m
+"""
+INFOROM = "WARNING: infoROM is corrupted at gpu 0000:0B:00.0\n"
+
+
+def _all(result) -> dict:
+    return {x.id: x for f in result.findings for x in (f, *f.consequences)}
+
+
+@pytest.mark.parametrize("text", TOO_OLD)
+def test_a_gpu_too_old_for_xid_events_is_the_plugins_not_the_gpus(text):
+    log = parse_device_plugin_log(text)
+    assert log.having("healthcheck-unsupported")[0].device == UUID
+    f = _all(run(device_plugin_log=text + "\n"))["k8s.plugin-healthcheck-unsupported"]
+    assert (f.severity, f.blame, f.action) == (Severity.WARNING, Blame.CONFIG,
+                                               Action.FIX_SOFTWARE)
+    assert "DP_DISABLE_HEALTHCHECKS=xids" in f.explanation and "marked unhealthy" in f.title
+    assert f.scope.uuid == UUID
+
+
+def test_logrus_lines_are_split_like_the_others():
+    parts = split_log_line('time="2023-02-08T14:19:01Z" level=info msg="GPU resources are not '
+                           'yet discovered by the node, retry: 24"')
+    assert parts.prefixed and parts.level == "I" and parts.message.startswith("GPU resources")
+
+
+def test_plugin_validation_waiting_for_a_gpu_nothing_advertises():
+    text = "".join(f'time="2023-02-08T14:19:{i:02d}Z" level=info msg="GPU resources are not yet '
+                   f'discovered by the node, retry: {i}"\n' for i in range(24, 30))
+    assert "gpu_operator_log" in dict(detect(text))
+    f = _all(run(gpu_operator_log=text))["k8s.operator-validation-stuck"]
+    assert "plugin step" in f.title and "devicePlugin.enabled=false" in f.explanation
+    assert (f.severity, f.blame) == (Severity.WARNING, Blame.CONFIG)
+
+
+def test_a_plugin_validator_refused_at_admission_is_the_race_not_a_missing_plugin():
+    pods = ("NAME                                   READY   STATUS                     RESTARTS\n"
+            "nvidia-device-plugin-daemonset-p2q9w   1/1     Running                    0\n"
+            "nvidia-device-plugin-validator-8s7tq   0/1     UnexpectedAdmissionError   0\n"
+            "nvidia-operator-validator-d7k2m        0/1     Init:3/4                   4\n")
+    f = _all(run(k8s_table=pods))["k8s.operator-validation-stuck"]
+    assert "WITH_WORKLOAD=false" in f.explanation and "nothing does" not in f.explanation
+    assert "WITH_WORKLOAD=false" in (f.step or "")
+
+
+def test_the_driver_container_cannot_unload_modules_in_use():
+    found = _all(run(gpu_operator_log=TEARDOWN))
+    f = found["driver.container-modules-in-use"]
+    assert (f.severity, f.blame, f.action) == (Severity.WARNING, Blame.NODE, Action.FIX_SOFTWARE)
+    assert "k8s.operator-driver-failed" not in found
+    assert "Stopping NVIDIA persistence daemon..." in f.evidence[0].lines
+    assert "driver.enabled=false" in f.explanation and "lsmod" in f.explanation
+
+
+@pytest.mark.parametrize(("containers", "restarts", "failing"), [
+    (2, 3, True), (2, 0, False), (1, 5, True)])
+def test_a_driver_pod_running_but_never_ready(containers, restarts, failing):
+    found = _all(run(k8s_table=PODS.format(n=containers, r=restarts)))
+    if failing:
+        f = found["k8s.operator-driver-failed"]
+        assert f.severity is Severity.WARNING and "ready" in f.title
+        assert f.action not in (Action.DRAIN_AND_REPAIR, Action.REBOOT_NODE)
+    else:
+        assert "k8s.operator-driver-failed" not in found
+
+
+@pytest.mark.parametrize("where", ["below", "above"])
+def test_a_corrupted_inforom_is_the_gpus(tmp_path, where):
+    table = ("| NVIDIA-SMI 470.82.01    Driver Version: 470.82.01    CUDA Version: 11.4     |\n"
+             "|===============================+======================+======================|\n"
+             "|   0  Tesla P100-PCIE...  On   | 00000000:0B:00.0 Off |                    0 |\n"
+             "| N/A   42C    P0    29W / 250W |      0MiB / 16280MiB |      0%      Default |\n"
+             "+-------------------------------+----------------------+----------------------+\n")
+    path = tmp_path / "p.txt"
+    path.write_text(table + INFOROM + "14\n" if where == "below" else INFOROM + table)
+    f = _all(analyze(load_input(str(path))))["nvidia-smi.inforom-corrupted"]
+    assert (f.severity, f.blame, f.action) == (Severity.CRITICAL, Blame.NODE,
+                                               Action.DRAIN_AND_REPAIR)
+    assert f.scope.pci_bus_id == "0000:0b:00.0"
+
+
+def test_nvidia_smi_list_behind_kubectl_prefix_counts_one_gpu_per_uuid():
+    line = "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-4404041a-04cf-1ccf-9e70-f139a9b1e23c)"
+    text = f"[pod/pod/ctr0] {line}\n[pod/pod/ctr1] {line}\n[pod/pod/ctr1] GPU 1: NVIDIA " \
+           "A100-SXM4-40GB (UUID: GPU-5504041a-04cf-1ccf-9e70-f139a9b1e23c)\n"
+    assert "nvidia_smi" in dict(detect(text))
+    report = parse_nvsmi_table(text)
+    assert report.format == "list" and len(report.gpus) == 2
+    assert not [f for f in run(nvidia_smi=text).findings
+                if f.severity.rank >= Severity.WARNING.rank]
