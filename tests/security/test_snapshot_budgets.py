@@ -355,6 +355,20 @@ def test_deep_json_given_to_diff_is_exit_66(tmp_path, body):
     assert code == EXIT_INPUT and err.count("\n") == 1
 
 
+def test_a_result_with_a_field_nested_past_the_parser_is_refused_not_read_as_empty(tmp_path):
+    """Read as a paste it would be a host with no GPU: "8 GPUs removed" against a good
+    result. It is refused, one line naming it (issue 29)."""
+    good = {"schema": "gputriage/result/v1", "gpus": [
+        {"pci_bus_id": f"0000:{i:02x}:00.0", "uuid": f"GPU-{i}"} for i in range(8)]}
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    body = json.dumps(good)[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    (tmp_path / "deep.json").write_text(body)
+    code, out, err = cli("diff", str(tmp_path / "good.json"), str(tmp_path / "deep.json"))
+    assert (code, out) == (EXIT_INPUT, "")
+    assert err == (f"gputriage: input error: {tmp_path / 'deep.json'}: JSON nested too deeply "
+                   "to read: not a result\n")
+
+
 # -- fleet inputs ------------------------------------------------------------------------
 def _result(host: str) -> str:
     return json.dumps({"schema": "gputriage/result/v1", "host": {"hostname": host},
