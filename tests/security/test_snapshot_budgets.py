@@ -394,6 +394,27 @@ def test_fleet_skips_fifos_and_outside_links_and_refuses_a_fifo_argument(tmp_pat
     assert report.nodes == 1 and report.duplicates == 1  # type: ignore[union-attr]
 
 
+def test_fleet_skips_and_names_symbolic_link_loops_and_reads_the_other_nodes(tmp_path):
+    """One loop in a results folder hid every node of it (exit 66): a regression."""
+    top = tmp_path / "fleet"
+    (top / "rack2").mkdir(parents=True)
+    for name in ("a", "b"):
+        (top / f"{name}.json").write_text(_result(name))
+    (top / "rack2" / "c.json").write_text(_result("c"))
+    (top / "self").symlink_to("self")
+    (top / "ping.json").symlink_to("pong.json")
+    (top / "pong.json").symlink_to("ping.json")
+    (top / "rack2" / "up").symlink_to("..")  # a link to a folder: not walked
+    report = bounded(lambda: load_fleet([str(top), str(top / "self")]))
+    reasons = sorted((Path(b.path).name, b.reason) for b in report.bad_inputs)  # type: ignore[union-attr]
+    assert reasons == [("ping.json", "a symbolic link loop"),
+                       ("pong.json", "a symbolic link loop"),
+                       ("self", "a symbolic link loop"), ("self", "a symbolic link loop")]
+    assert report.nodes == 3  # type: ignore[union-attr]
+    code, out, err = cli("fleet", str(top))
+    assert code == 1 and "a symbolic link loop" in out, err  # the nodes' warning
+
+
 def test_fleet_walk_budget(tmp_path, monkeypatch):
     monkeypatch.setattr(fleet_walk, "MAX_ENTRIES", 10)
     for i in range(20):
