@@ -33,7 +33,50 @@ def test_hostnames_short_fqdn_and_case_with_word_edges():
     r = Redactor(hostnames=["gpu01.example.com"])
     out = r.text("Linux gpu01 5.15\nGPU01.example.com kernel: x\nxgpu01 gpu012 gpu01-ib0\n")
     assert out.splitlines()[:2] == ["Linux host-1 5.15", "host-1.domain.invalid kernel: x"]
-    assert out.splitlines()[2] == "xgpu01 gpu012 gpu01-ib0"  # other names stay
+    assert out.splitlines()[2] == "xgpu01 gpu012 host-1-ib0"  # other names stay
+
+
+def test_a_host_name_inside_longer_names_but_a_short_one_only_as_a_word():
+    r = Redactor(hostnames=["node7"])
+    out = r.text("node7-ib0 bmc_node7 ipmi-node7-mgmt /var/log/node7.log xnode7 node70 N7\n")
+    assert out == "host-1-ib0 bmc_host-1 ipmi-host-1-mgmt /var/log/host-1.log xnode7 node70 N7\n"
+    short = Redactor(hostnames=["a100"])  # a host named like its GPUs
+    assert short.text("NVIDIA A100-SXM4-80GB on a100\n") == "NVIDIA A100-SXM4-80GB on host-1\n"
+
+
+def test_the_dns_domain_and_every_name_in_it_get_consistent_tokens():
+    r = Redactor()
+    payloads = {"hostname": b"node7\n", "kernel_log": (
+        b"ib0: node7-ib0.corp.example.com up\nssh node8.corp.example.com: ok\n"
+        b"mail admin@corp.example.com search corp.example.com\n"
+        b"NODE7.Corp.Example.Com. node8 again; node7.tar.gz is a file\n")}
+    manifest, out = r.snapshot({"host": "node7", "sources": {}}, payloads)
+    assert out["kernel_log"] == (
+        b"ib0: host-1-ib0.domain.invalid up\nssh host-2.domain.invalid: ok\n"
+        b"mail admin@domain.invalid search domain.invalid\n"
+        b"host-1.domain.invalid. host-2 again; host-1.tar.gz is a file\n")
+    assert manifest["redacted"]["replaced"]["hostname"] == 3  # node7, node8, the domain
+
+
+def test_a_domain_is_told_from_file_names_and_the_stack_s_own_domains():
+    r = Redactor(hostnames=["gpu01.nvidia.com"])
+    text = "nvidia.com/gpu: 8 on gpu01.nvidia.com; gpu01.log.gz gpu01.json\n"
+    assert r.text(text) == ("nvidia.com/gpu: 8 on host-1.domain.invalid; host-1.log.gz "
+                            "host-1.json\n")
+    learned = Redactor()
+    learned.learn({"host": "gpu01"}, {"kernel_log": b"gpu01.tar.gz gpu01.service\n"})
+    assert learned.text("a.tar.gz x.service") == "a.tar.gz x.service"
+
+
+def test_mac_addresses_in_every_notation_share_one_token_in_their_own_notation():
+    r = Redactor()
+    out = r.text("a 3c:fd:fe:12:34:56 b 3C-FD-FE-12-34-56 c 3cfd.fe12.3456 d 3cfd.fe12.3457\n"
+                 "bcast FF-FF-FF-FF-FF-FF ver 535.104.05 date 2024-01-02 "
+                 "dsn 08-c0-eb-03-00-a4-13-e3\n")
+    assert out.splitlines()[0] == ("a 02:00:00:00:00:01 b 02-00-00-00-00-01 c 0200.0000.0001 "
+                                   "d 0200.0000.0002")
+    assert out.splitlines()[1] == ("bcast FF-FF-FF-FF-FF-FF ver 535.104.05 date 2024-01-02 "
+                                   "dsn 08-c0-eb-03-00-a4-13-e3")
 
 
 def test_generic_names_are_not_redacted():

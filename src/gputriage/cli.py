@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import click
 
@@ -26,8 +26,8 @@ from gputriage.commands.common import (
 from gputriage.views.safe import printable
 from gputriage.views.status import ExitStatus
 
-__all__ = ["EXIT_INPUT", "EXIT_INTERNAL", "EXIT_USAGE", "Environment", "PipeSafeStdout", "cli",
-           "main", "run"]
+__all__ = ["EXIT_INPUT", "EXIT_INTERNAL", "EXIT_USAGE", "Environment", "PipeSafeStdout",
+           "QuietStderr", "cli", "main", "run"]
 
 EXIT_USAGE = int(ExitStatus.USAGE)
 EXIT_INPUT = int(ExitStatus.INPUT_ERROR)
@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
     from gputriage.errors import InputError
 
     env = env or Environment()
+    if not isinstance(env.stderr, QuietStderr):  # notes never decide the verdict
+        env.stderr = cast("IO[str]", QuietStderr(env.stderr))
     args = sys.argv[1:] if argv is None else argv
     try:
         cli.main(args=args, prog_name="gputriage", standalone_mode=False, obj=env)
@@ -196,8 +198,74 @@ class PipeSafeStdout:
         return getattr(self._stream, name)
 
 
+class QuietStderr:
+    """Standard error that never decides a command's outcome: progress, notes, warnings
+    and error lines go there, the verdict and the exit status do not depend on them.
+
+    A write or flush that fails (a full disk: stderr on /dev/full; a closed or broken
+    descriptor) drops that text and all that follows, and points the descriptor at
+    /dev/null so that the interpreter's own flush at exit does not fail either.
+    ``None`` (Python's stderr when descriptor 2 was closed) writes nothing."""
+
+    def __init__(self, stream: IO[str] | None) -> None:
+        self._stream = stream
+        self.broken = stream is None
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self._stream.write(text)  # type: ignore[union-attr]
+            except (OSError, ValueError):  # ValueError: the stream was closed
+                self._broke()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._stream.flush()  # type: ignore[union-attr]
+            except (OSError, ValueError):
+                self._broke()
+
+    def isatty(self) -> bool:
+        try:
+            return not self.broken and bool(self._stream.isatty())  # type: ignore[union-attr]
+        except (AttributeError, OSError, ValueError):
+            return False
+
+    def _broke(self) -> None:
+        self.broken = True
+        _silence(self._stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _hold_standard_descriptors() -> None:
+    """Open /dev/null on a standard descriptor (0, 1, 2) that was closed when the
+    command started (``2>&-``): else the next file opened would take its number and
+    whatever writes to it (a child's errors) would land in that file."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                return
+            if null != fd:
+                os.dup2(null, fd, inheritable=True)
+                os.close(null)
+            else:
+                os.set_inheritable(fd, True)
+
+
 def run() -> None:
     """Console-script entry point."""
-    if sys.stdout is not None and not isinstance(sys.stdout, PipeSafeStdout):
+    _hold_standard_descriptors()
+    if sys.stdout is None:  # descriptor 1 was closed: the verdict is the exit status
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+    if not isinstance(sys.stdout, PipeSafeStdout):
         sys.stdout = PipeSafeStdout(sys.stdout)
+    if not isinstance(sys.stderr, QuietStderr):
+        sys.stderr = QuietStderr(sys.stderr)
     sys.exit(main())

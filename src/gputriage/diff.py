@@ -347,13 +347,18 @@ JSON_CAP = 64 << 20  # a result document larger than this is not read as JSON
 _WS = b" \t\r\n"
 
 
-def _json_document(data: bytes) -> Any:
-    """The JSON document ``data`` holds when it is one with a schema (None otherwise)."""
+def _json_document(data: bytes, label: str) -> Any:
+    """The JSON document ``data`` holds when it is one with a schema (None otherwise).
+    An object nested too deeply for the parser is refused (InputError), not read as
+    a paste: nothing else would read it, and a side read as nothing is "every GPU
+    removed"."""
     if not data.lstrip(_WS).startswith(b"{") or len(data) > JSON_CAP:
         return None
     try:
         doc = json.loads(data.decode("utf-8", errors="replace"))
-    except (ValueError, RecursionError):  # RecursionError: nested too deeply
+    except RecursionError:
+        raise InputError(f"{label}: JSON nested too deeply to read: not a result") from None
+    except ValueError:
         return None
     return doc if isinstance(doc, dict) and "schema" in doc else None
 
@@ -382,7 +387,7 @@ def load_view(path: str, include_noise: bool = False, window: Any = None) -> Dif
 
     with open_input(path) as inp:
         data = b"" if inp.kind == DIR else _head(inp.fh)
-        doc = _json_document(data)
+        doc = _json_document(data, inp.name)
         if doc is not None:
             return view_from_json(doc, inp.name)
         snap = load_opened(inp, data) if inp.kind == STREAM else load_inputs([path])

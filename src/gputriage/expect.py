@@ -41,7 +41,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
 
-from gputriage.errors import InputError, unreadable
+from gputriage.errors import InputError
+from gputriage.inputs import read_bytes
 
 __all__ = ["DEFAULT_PATH", "ENV_VAR", "Expectations", "GpuExpect", "HugepagesExpect",
            "InfinibandExpect", "NvSwitchExpect", "PcieExpect", "WeightsExpect", "default_path",
@@ -185,13 +186,7 @@ def default_path() -> Path | None:
 def load(path: str) -> Expectations:
     """The expectations of the file at ``path``; InputError when it cannot be read or
     is not a valid expectations file."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise unreadable(path, exc) from None
-    if len(data) > MAX_BYTES:
-        raise InputError(f"{path}: over {MAX_BYTES >> 10} KiB: not an expectations file")
+    data = read_bytes(path, MAX_BYTES, what="an expectations file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

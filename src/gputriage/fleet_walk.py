@@ -18,6 +18,7 @@ that of the inputs found.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable, Iterator
@@ -38,7 +39,7 @@ def discover(paths: Iterable[str]) -> Iterator[tuple[str, str, str]]:
         try:
             mode = os.stat(top).st_mode
         except OSError as exc:
-            yield top, SKIP, _reason(exc)
+            yield top, SKIP, _link_reason(exc)
             continue
         if stat.S_ISDIR(mode):
             if _is_snapshot(top):
@@ -68,7 +69,8 @@ def _inside(path: str, root: str) -> bool:
 
 def _walk(top: str) -> Iterator[tuple[str, str, str]]:
     """Depth first, in name order: a folder's snapshot subfolders, then its files,
-    then its other subfolders."""
+    then its other subfolders. An entry that cannot be looked at (a symbolic link loop,
+    a dangling link, no permission) is skipped and named, never its whole folder."""
     root = os.path.realpath(top)
     left = MAX_ENTRIES
     stack = [top]
@@ -76,6 +78,7 @@ def _walk(top: str) -> Iterator[tuple[str, str, str]]:
         folder = stack.pop()
         dirs: list[os.DirEntry] = []
         files: list[os.DirEntry] = []
+        broken: list[tuple[str, str]] = []
         try:
             with os.scandir(folder) as it:
                 for entry in it:
@@ -84,13 +87,20 @@ def _walk(top: str) -> Iterator[tuple[str, str, str]]:
                         yield top, SKIP, (f"more than {MAX_ENTRIES:,} entries: the rest of it "
                                           "was not walked")
                         return
-                    if entry.is_dir():
+                    try:
+                        is_dir = entry.is_dir()
+                    except OSError as exc:  # ELOOP: a link loop; only this entry
+                        broken.append((entry.path, _link_reason(exc)))
+                        continue
+                    if is_dir:
                         dirs.append(entry)
                     elif entry.name.endswith((".json", *TAR_SUFFIXES)):
                         files.append(entry)
         except OSError as exc:
             yield folder, SKIP, _reason(exc)
             continue
+        for path, reason in sorted(broken):
+            yield path, SKIP, reason
         walk_on = []
         for entry in sorted(dirs, key=lambda e: e.name):
             if not _is_snapshot(entry.path):
@@ -105,6 +115,12 @@ def _walk(top: str) -> Iterator[tuple[str, str, str]]:
         stack.extend(reversed(walk_on))
 
 
+def _link_reason(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "a symbolic link loop"
+    return _reason(exc)
+
+
 def _file(entry: os.DirEntry, root: str, top: str) -> tuple[str, str, str]:
     """A walked file: an input when it is (a link inside ``top`` to) a regular file."""
     path = entry.path
@@ -115,7 +131,7 @@ def _file(entry: os.DirEntry, root: str, top: str) -> tuple[str, str, str]:
                 return path, SKIP, f"a symbolic link pointing outside {top}"
             mode = os.stat(path).st_mode
     except OSError as exc:
-        return path, SKIP, _reason(exc)
+        return path, SKIP, _link_reason(exc)
     if not stat.S_ISREG(mode):
         return path, SKIP, f"{file_kind(mode)}, not a regular file"
     return path, SNAPSHOT if path.endswith(TAR_SUFFIXES) else RESULT, ""

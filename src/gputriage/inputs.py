@@ -1,8 +1,10 @@
 """One policy for opening what the user names on the command line.
 
 Every command that reads a user-named input (``analyze``, ``triage``, ``check``'s
-job outputs, ``logs``, ``nccl``, ``diff``) opens it with :func:`open_input`, which
-looks at what the path is before reading a byte of it:
+job outputs, ``logs``, ``nccl``, ``diff``) opens it with :func:`open_input`, and every
+small document named by the user (``--expect``, ``k8s lint``'s manifests, ``explain -``,
+``weights --config``) is read whole with :func:`read_bytes`, which opens it the same
+way. Both look at what the path is before reading a byte of it:
 
 ==========  ========================================================================
 kind        what happens
@@ -42,6 +44,7 @@ Memory is each reader's own bound: ``analyze`` keeps the last 256 MiB of text
 from __future__ import annotations
 
 import fcntl
+import io
 import os
 import select
 import stat
@@ -56,7 +59,7 @@ from gputriage.sniff import looks_binary
 
 __all__ = ["BUDGETS", "DIR", "FILE", "IDLE_TIMEOUT_S", "SNIFF_BYTES", "STREAM",
            "STREAM_MAX_BYTES", "STREAM_MAX_S", "Budgets", "Input", "Stream", "file_kind", "human",
-           "is_binary", "limit", "open_input"]
+           "is_binary", "limit", "open_input", "read_bytes"]
 
 STREAM_MAX_BYTES = 64 << 30
 IDLE_TIMEOUT_S = 60.0
@@ -270,6 +273,8 @@ def _stdin(problems: list[str], budgets: Budgets) -> Input:
         fd = buf.fileno()
         mode = os.fstat(fd).st_mode
     except (AttributeError, OSError, ValueError):  # replaced in memory (tests)
+        if isinstance(buf, io.TextIOBase):  # a StringIO: already whole in memory
+            buf = io.BytesIO(buf.read().encode("utf-8", errors="surrogateescape"))
         return Input(name, "-", STREAM, Stream(name, problems, budgets, fh=buf), problems)
     refused = _refusal(mode)
     if refused and not os.isatty(fd):
@@ -327,3 +332,33 @@ def limit(blocks: Iterable[bytes], name: str, problems: list[str],
             return
         total += len(block)
         yield block
+
+
+def read_bytes(path: str, cap_bytes: int, *, what: str = "input", whole: bool = True,
+               budgets: Budgets | None = None) -> bytes:
+    """A small document the user named (``-``: stdin), read under the policy of this
+    module: a device or socket refused, a FIFO never waited on past the idle budget.
+
+    ``whole`` (a file to parse: TOML, YAML, JSON): more than ``cap_bytes``, or a stream
+    that a budget stopped before its end, is an InputError naming the ``what``;
+    otherwise (a paste to explain) the first ``cap_bytes`` are enough and a stream
+    stopped by a budget gives what came."""
+    problems: list[str] = []
+    with open_input(path, problems, budgets) as inp:
+        if inp.kind == DIR:
+            raise InputError(f"{inp.name}: a directory, not {what}")
+        parts: list[bytes] = []
+        got = 0
+        want = cap_bytes + 1 if whole else cap_bytes
+        while got < want:
+            piece = inp.fh.read(min(want - got, _PIECE))
+            if not piece:
+                break
+            parts.append(piece)
+            got += len(piece)
+    data = b"".join(parts)
+    if whole and len(data) > cap_bytes:
+        raise InputError(f"{inp.name}: over {human(cap_bytes)}: not {what}")
+    if whole and problems:
+        raise InputError(f"{problems[0]}; not read as {what}")
+    return data

@@ -1,14 +1,17 @@
 """Redaction: identities taken out of a snapshot before it leaves the host.
 
 ``collect --redact`` replaces host names (the host's own, its FQDN, the name in
-the manifest), IPv4 and IPv6 addresses, MAC addresses and InfiniBand GUIDs,
+the manifest, the names it is part of such as ``node7-ib0``, and every name in
+the host's DNS domain), the DNS domain itself, IPv4 and IPv6 addresses, MAC
+addresses (``aa:bb:..``, ``aa-bb-..``, ``aabb.ccdd.eeff``) and InfiniBand GUIDs,
 serial numbers, GPU and MIG UUIDs, and user names. Each distinct value maps to
-one token for the whole snapshot (``host-1``, ``198.18.0.1``, ``2001:db8::1``,
-``02:00:00:00:00:01``, ``GPU-00000000-0000-0000-0000-000000000001``,
-``user-1``), in the value's own shape, so parsers still read every source and
-the analysis finds the same GPUs and the same findings. PCI bus ids are
-topology, not identity: they stay. The manifest records that (and how many
-values of each kind) were replaced, never the mapping.
+one token for the whole snapshot (``host-1``, ``domain.invalid``, ``198.18.0.1``,
+``2001:db8::1``, ``02:00:00:00:00:01``,
+``GPU-00000000-0000-0000-0000-000000000001``, ``user-1``), in the value's own
+shape, so parsers still read every source and the analysis finds the same GPUs
+and the same findings. PCI bus ids are topology, not identity: they stay. The
+manifest records that (and how many values of each kind) were replaced, never
+the mapping.
 
 Pure functions over text; :class:`Redactor` holds the mapping of one snapshot.
 """
@@ -55,6 +58,9 @@ _IPV6_RE = re.compile(
     rf"(?<![\w:.])(?:{_HEX}{{0,4}}:){{2,7}}(?:\d{{1,3}}(?:\.\d{{1,3}}){{3}}|{_HEX}{{0,4}})"
     r"(?![\w:])(?!\.\d)")
 _MAC_RE = re.compile(rf"(?<![\w:])({_HEX}{{2}}(?::{_HEX}{{2}}){{5,19}})(?![\w:])")
+# the same six bytes as Windows and some switches write them, and as Cisco does
+_MAC_DASH_RE = re.compile(rf"(?<![\w-])({_HEX}{{2}}(?:-{_HEX}{{2}}){{5}})(?![\w-])")
+_MAC_DOT_RE = re.compile(rf"(?<![\w.:-])({_HEX}{{4}}\.{_HEX}{{4}}\.{_HEX}{{4}})(?![\w-]|\.\w)")
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4_RE = re.compile(rf"(?<![\w.])({_OCTET}(?:\.{_OCTET}){{3}})(?![\w]|\.\d)")
 _USER_RES = (
@@ -63,16 +69,36 @@ _USER_RES = (
     re.compile(r"\bfor user ([A-Za-z_][\w.-]{0,31})"),
 )
 _NAME_EDGE = "A-Za-z0-9_-"
+# a distinctive host name (``node7``, ``gpu-node-017``) is also replaced inside the
+# longer names it is part of (``node7-ib0``, ``bmc_node7``); a short one (``a100``,
+# ``n7``) only as a word of its own, or ``A100-SXM4-80GB`` would lose its GPU model
+_PART_EDGE = "A-Za-z0-9"
+_DISTINCT = re.compile(r"^(?=.*\d)(?=.*[a-z]).{5,}$|^[a-z0-9]+(?:[-_][a-z0-9]+)+$")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+# what follows ``name.`` in a file name, not a DNS domain (``node7.log``, ``n7.tar.gz``)
+_FILE_SUFFIXES = frozenset({
+    "gz", "tgz", "xz", "bz2", "zst", "zip", "tar", "json", "log", "txt", "yaml", "yml",
+    "toml", "csv", "prom", "html", "xml", "conf", "cfg", "ini", "service", "socket",
+    "target", "mount", "timer", "slice", "scope", "sh", "py", "so", "pid", "lock",
+    "sock", "out", "err", "bak", "old", "tmp", "part", "d", "db", "sqlite", "pem", "crt",
+    "key", "pub", "img", "iso", "deb", "rpm", "ko"})
+# domains whose names are the stack's vocabulary (``nvidia.com/gpu``), not the site's
+_KEPT_DOMAINS = frozenset({"nvidia.com", "k8s.io", "kubernetes.io", "x-k8s.io",
+                           "docker.io", "nvcr.io", "github.com", "cluster.local",
+                           "svc.cluster.local"})
 
 
 class Redactor:
     """The consistent mapping of one snapshot's identities to tokens."""
 
     def __init__(self, hostnames: Iterable[str] = (), users: Iterable[str] = ()) -> None:
-        # one table per token family; ip6 counts as "ip", guid as "mac"
-        self._maps: dict[str, dict[str, str]] = {k: {} for k in (*KINDS, "ip6", "guid")}
-        self._names: dict[str, str] = {}  # lowercased name -> its token
-        self._names_re: re.Pattern[str] | None = None
+        # one table per token family; ip6 counts as "ip", guid as "mac", domain as
+        # "hostname"
+        self._maps: dict[str, dict[str, str]] = {
+            k: {} for k in (*KINDS, "ip6", "guid", "domain")}
+        self._hosts: dict[str, str] = {}  # lowercased host name -> its token
+        self._users: dict[str, str] = {}  # lowercased user name -> its token
+        self._patterns: dict[str, re.Pattern[str]] = {}  # compiled from the tables
         for name in hostnames:
             self.add_hostname(name)
         for name in users:
@@ -80,15 +106,15 @@ class Redactor:
 
     # -- learning the names ----------------------------------------------------------
     def add_hostname(self, name: str | None) -> None:
-        """A host name to replace (an FQDN also gives its first label)."""
+        """A host name to replace (an FQDN also gives its first label and its domain)."""
         name = (name or "").strip().rstrip(".")
         if name.lower() in _GENERIC:
             return
         short, _, domain = name.partition(".")
         token = self._name_token("hostname", short)
-        if domain and token is not None:
-            self._names[name.lower()] = f"{token}.domain.invalid"
-            self._names_re = None
+        if domain and token is not None and not self._add_domain(domain, own=True):
+            self._hosts[name.lower()] = f"{token}.domain.invalid"  # a one-label domain
+            self._patterns.clear()
 
     def add_user(self, name: str | None) -> None:
         """A user name to replace (system accounts are left alone)."""
@@ -100,22 +126,92 @@ class Redactor:
         key = name.lower()
         if key in _GENERIC or len(key) < 2:
             return None
-        if key not in self._names:
+        table = self._hosts if kind == "hostname" else self._users
+        if key not in table:
             prefix = "host" if kind == "hostname" else kind
-            self._names[key] = self._token(kind, key, lambda n: f"{prefix}-{n}")
-            self._names_re = None
-        return self._names[key]
+            table[key] = self._token(kind, key, lambda n: f"{prefix}-{n}")
+            self._patterns.clear()
+        return table[key]
+
+    def _add_domain(self, domain: str, own: bool = False) -> bool:
+        """Learn a DNS domain to replace; False for one that cannot be told from other
+        dotted words (one label, a file suffix, the stack's own domains)."""
+        key = domain.lower().rstrip(".")
+        labels = key.split(".")
+        if len(labels) < 2 or key in _KEPT_DOMAINS or not re.fullmatch(
+                rf"{_LABEL}(?:\.{_LABEL})+", key):
+            return False
+        if not own and (labels[-1] in _FILE_SUFFIXES or not labels[-1].isalpha()):
+            return False
+        if key not in self._maps["domain"]:
+            self._token("domain", key,
+                        lambda n: "domain.invalid" if n == 1 else f"domain{n}.invalid")
+            self._patterns.clear()
+        return True
 
     def learn(self, manifest: dict, payloads: dict[str, bytes]) -> None:
-        """Find the names a snapshot holds: its host name, and user names in paths
-        and ``USER=``-style fields."""
+        """Find the names a snapshot holds: its host name, the DNS domain of the names
+        the host is part of (``node7-ib0.corp.example.com``), every name in that domain,
+        and user names in paths and ``USER=``-style fields."""
         self.add_hostname(manifest.get("host"))
         self.add_hostname(_decode(payloads.get("hostname", b"")))
-        for data in payloads.values():
-            text = _decode(data)
+        texts = [_decode(data) for data in payloads.values()]
+        for text in texts:
             for pattern in _USER_RES:
                 for match in pattern.finditer(text):
                     self.add_user(match.group(1))
+        lows = [text.lower() for text in texts]  # cheap guards: the passes are slow
+        if self._hosts:
+            fqdn = self._pattern("fqdn")
+            for text, low in zip(texts, lows, strict=True):
+                if any(h in low for h in self._hosts):
+                    for match in fqdn.finditer(text):
+                        self._add_domain(match["domain"])
+        if self._maps["domain"]:
+            in_domain = self._pattern("domain")
+            for text, low in zip(texts, lows, strict=True):
+                if any(d in low for d in self._maps["domain"]):
+                    for match in in_domain.finditer(text):
+                        self._lead(match["lead"])
+
+    def _lead(self, lead: str | None) -> str | None:
+        """The token of the labels before a known domain: the host names it holds
+        replaced, else (another host of the site) a host token of its own."""
+        if not lead:
+            return lead
+        if self._hosts:
+            replaced = self._pattern("host").sub(self._host, lead)
+            if replaced != lead:
+                return replaced
+        return self._name_token("hostname", lead) or lead
+
+    def _pattern(self, which: str) -> re.Pattern[str]:
+        """The compiled pattern ``which`` of the names learned so far: ``host`` (host
+        names), ``user``, ``domain`` (a name in a learned domain, or the domain alone),
+        ``fqdn`` (a name holding a host name, then a domain)."""
+        if which not in self._patterns:
+            self._patterns[which] = re.compile(self._source(which), re.IGNORECASE)
+        return self._patterns[which]
+
+    def _source(self, which: str) -> str:
+        def alt(names: Iterable[str]) -> str:
+            ordered = sorted(names, key=len, reverse=True)
+            return "|".join(re.escape(n) for n in ordered) if ordered else "(?!)"
+
+        hosts = alt(self._hosts)
+        if which == "user":
+            return rf"(?<![{_NAME_EDGE}])(?:{alt(self._users)})(?![{_NAME_EDGE}])"
+        if which == "host":
+            parts = alt(n for n in self._hosts if _DISTINCT.match(n))
+            words = alt(n for n in self._hosts if not _DISTINCT.match(n))
+            return (rf"(?<![{_PART_EDGE}])(?:{parts})(?![{_PART_EDGE}])"
+                    rf"|(?<![{_NAME_EDGE}])(?:{words})(?![{_NAME_EDGE}])")
+        end = r"(?![\w-]|\.\w)"
+        if which == "fqdn":
+            return (rf"(?<![\w.-])(?:[A-Za-z0-9]+[-_])*(?:{hosts})(?:[-_][A-Za-z0-9]+)*"
+                    rf"\.(?P<domain>{_LABEL}(?:\.{_LABEL})+){end}")
+        return (rf"(?<![\w.-])(?:(?P<lead>{_LABEL}(?:\.{_LABEL})*)\.)?"
+                rf"(?P<domain>{alt(self._maps['domain'])}){end}")
 
     # -- replacing -------------------------------------------------------------------
     def _token(self, kind: str, key: str, make: Callable[[int], str]) -> str:
@@ -126,7 +222,7 @@ class Redactor:
 
     def counts(self) -> dict[str, int]:
         """How many distinct values of each kind were replaced."""
-        merged = {"ip6": "ip", "guid": "mac"}
+        merged = {"ip6": "ip", "guid": "mac", "domain": "hostname"}
         counts = dict.fromkeys(KINDS, 0)
         for kind, table in self._maps.items():
             counts[merged.get(kind, kind)] += len(table)
@@ -146,11 +242,26 @@ class Redactor:
         if ":" in text:
             text = _IPV6_RE.sub(self._ipv6, text)
             text = _MAC_RE.sub(lambda m: self._mac(m[1]), text)
+        if "-" in text:
+            text = _MAC_DASH_RE.sub(lambda m: self._mac(m[1]), text)
         if "." in text:
+            text = _MAC_DOT_RE.sub(lambda m: self._mac(m[1]), text)
             text = _IPV4_RE.sub(self._ipv4, text)
-        if self._names:
-            text = self._names_pattern().sub(lambda m: self._names[m[0].lower()], text)
+            if any(d in low for d in self._maps["domain"]):
+                text = self._pattern("domain").sub(self._in_domain, text)
+        if any(h in low for h in self._hosts):
+            text = self._pattern("host").sub(self._host, text)
+        if self._users:
+            text = self._pattern("user").sub(lambda m: self._users[m[0].lower()], text)
         return text
+
+    def _host(self, m: re.Match[str]) -> str:
+        return self._hosts[m[0].lower()]
+
+    def _in_domain(self, m: re.Match[str]) -> str:
+        lead = self._lead(m["lead"])
+        domain = self._maps["domain"][m["domain"].lower()]
+        return f"{lead}.{domain}" if lead else domain
 
     def serial(self, value: str) -> str:
         """The token of a serial number, in its shape (placeholders stay)."""
@@ -167,15 +278,21 @@ class Redactor:
         return self._token("guid", value.lower(), lambda n: f"0x0200000000{n:06x}")
 
     def _mac(self, value: str) -> str:
-        groups = value.split(":")
-        if len(set(g.lower() for g in groups)) == 1 and groups[0].lower() in ("00", "ff"):
+        """A MAC (or IPoIB) address's token in the value's own notation: ``:`` or ``-``
+        between bytes, or Cisco's ``.`` between groups of four; one token per address
+        whatever the notation it is met in."""
+        digits = re.sub(r"[^0-9a-f]", "", value.lower())
+        if len(set(digits)) == 1 and digits[0] in "0f":
             return value  # unset or broadcast
-        width = len(groups) - 1
+        width = len(digits) // 2 - 1
 
         def make(n: int) -> str:
-            tail = f"{n:0{2 * width}x}"[-2 * width:]
-            return ":".join(["02", *(tail[i:i + 2] for i in range(0, len(tail), 2))])
-        return self._token("mac", value.lower(), make)
+            return "02" + f"{n:0{2 * width}x}"[-2 * width:]
+        token = self._token("mac", digits, make)
+        if "." in value:
+            return ".".join(token[i:i + 4] for i in range(0, len(token), 4))
+        sep = "-" if "-" in value else ":"
+        return sep.join(token[i:i + 2] for i in range(0, len(token), 2))
 
     def _ipv4(self, m: re.Match[str]) -> str:
         addr = ipaddress.IPv4Address(m[1])
@@ -199,14 +316,6 @@ class Redactor:
         token = self._token("ip6", addr.exploded,
                             lambda n: str(ipaddress.IPv6Address(base) + n))
         return ipaddress.IPv6Address(token).exploded if "::" not in value else token
-
-    def _names_pattern(self) -> re.Pattern[str]:
-        if self._names_re is None:
-            names = sorted(self._names, key=len, reverse=True)
-            alt = "|".join(re.escape(n) for n in names) if names else "(?!)"
-            self._names_re = re.compile(
-                rf"(?<![{_NAME_EDGE}])(?:{alt})(?![{_NAME_EDGE}])", re.IGNORECASE)
-        return self._names_re
 
     def data(self, value: Any, key: str = "") -> Any:
         """A JSON document with every string (keys too) redacted; a string under a

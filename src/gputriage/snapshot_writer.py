@@ -104,22 +104,22 @@ def check_output(out: str | os.PathLike, force: bool = False) -> str:
     :func:`output_kind`), and OutputError when something is already there
     (unless ``force``). Returns the kind."""
     kind = output_kind(out)
-    if not force and _occupied(Path(out)):
+    if not force and occupied(Path(out)):
         raise OutputError(f"{out} already exists (use --force to replace it)")
     return kind
 
 
-def _occupied(path: Path) -> bool:
+def occupied(path: str | os.PathLike) -> bool:
     """Whether ``path`` holds something an output would destroy: anything but
     nothing, an empty regular file or an empty directory (links count)."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except OSError:  # absent, ENOTDIR, ENAMETOOLONG: nothing an output would destroy
         return False
     if stat.S_ISREG(st.st_mode):
         return st.st_size > 0
     if stat.S_ISDIR(st.st_mode):
-        with os.scandir(path) as entries:
+        with os.scandir(Path(path)) as entries:
             return any(True for _ in entries)
     return True
 
@@ -154,9 +154,17 @@ def staged_file(out: str | os.PathLike, force: bool = False) -> Iterator[io.Buff
     out = Path(out)
     check_output(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
+    with _staged(out, force, FILE_MODE) as f:
+        yield f
+
+
+@contextlib.contextmanager
+def _staged(out: Path, force: bool, mode: int) -> Iterator[io.BufferedWriter]:
     fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent)
     tmp = Path(name)
     try:
+        if mode != FILE_MODE:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             yield f
         _install(tmp, out, force)
@@ -166,11 +174,37 @@ def staged_file(out: str | os.PathLike, force: bool = False) -> Iterator[io.Buff
         raise
 
 
+def write_file(out: str | os.PathLike, data: bytes, *, force: bool = False,
+               mode: int = FILE_MODE, option: str = "") -> Path:
+    """One output file (an expectations file, an HTML report, a textfile), written as
+    every output is: built in a private temporary beside ``out`` and renamed into place,
+    so nothing is ever written through a link and a reader never sees half a file. An
+    existing file, link or anything else at ``out`` is refused (OutputError, exit 64)
+    unless ``force``, which replaces that entry itself (a link is replaced, never
+    followed). The folder must exist. ``option`` (``--html``) prefixes the messages."""
+    out = Path(out)
+    name = f"{option} {out}" if option else str(out)
+    if not force and occupied(out):
+        raise OutputError(f"{name} already exists (use --force to replace it)")
+    if os.path.isdir(out) and not os.path.islink(out):
+        raise OutputError(f"{name}: is a directory (name a file)")
+    try:
+        with _staged(out, force, mode) as f:
+            f.write(data)
+    except FileNotFoundError:
+        raise OutputError(f"{name}: no such directory {out.parent}") from None
+    except OutputError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"{name}: cannot write ({exc.strerror or exc})") from None
+    return out
+
+
 def _install(tmp: Path, out: Path, force: bool) -> None:
     """Move the finished temporary ``tmp`` to ``out``: into a free place without
     replacing anything that appeared meanwhile; over an existing output only with
     ``force``, and then never through a link (rename replaces the link itself)."""
-    if not _occupied(out):
+    if not occupied(out):
         try:
             _rename_no_replace(tmp, out)
             return

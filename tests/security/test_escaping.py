@@ -157,3 +157,88 @@ def test_printable_output_has_no_controls(text: str) -> None:
 ])
 def test_csv_cell(cell: object, written: object) -> None:
     assert csv_cell(cell) == written
+
+
+# --- names from input, through every command (issue 29) ----------------------------------
+
+NAME = TITLE_SET + CLEAR + "\x9b31m"  # no newline: a file name holds it as it is
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Inputs whose file and folder names (and a few contents) carry escape sequences."""
+    import struct
+
+    root = tmp_path_factory.mktemp("names")
+    snap = root / f"snap{NAME}"
+    assert _run(["scenario", "build", "gpu-fallen-off-bus", "-o", str(snap)])[0] == 0
+    log = root / f"kern{NAME}.log"
+    log.write_text("[ 4254.197860] NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', "
+                   "name=<unknown>, GPU has fallen off the bus.\n")
+    model = root / f"model{NAME}"
+    model.mkdir()
+    header = json.dumps({"w": {"dtype": "F16", "shape": [4, 4], "data_offsets": [0, 32]}})
+    (model / "model.safetensors").write_bytes(
+        struct.pack("<Q", len(header)) + header.encode() + b"\0" * 32)
+    sharded = root / "sharded"
+    sharded.mkdir()
+    (sharded / "config.json").write_text(json.dumps(
+        {"num_hidden_layers": 2, "hidden_size": 8, "num_attention_heads": 2, "vocab_size": 9}))
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"a": f"gone{NAME}.safetensors", "b": f"/abs{NAME}"}}))
+    fleet = root / f"fleet{NAME}"
+    fleet.mkdir()
+    code, out, _ = _run(["analyze", "--json", str(snap)])
+    (fleet / f"node{NAME}.json").write_text(out)
+    (fleet / f"loop{NAME}").symlink_to(f"loop{NAME}")
+    manifest = root / f"pod{NAME}.yaml"
+    manifest.write_text('apiVersion: v1\nkind: Pod\nmetadata: {name: "p\\e]0;pwned\\a"}\n'
+                        "spec:\n  containers:\n  - name: c\n    image: i\n"
+                        "    resources: {limits: {nvidia.com/gpu: 1}}\n")
+    return {"snap": str(snap), "log": str(log), "model": str(model), "sharded": str(sharded),
+            "fleet": str(fleet), "manifest": str(manifest), "state": str(root / f"st{NAME}"),
+            "out": str(root / f"out{NAME}")}
+
+
+@pytest.mark.parametrize("argv", [
+    ["weights", "{model}", "--model-dir", "{model}"],
+    ["weights", "{sharded}"],
+    ["weights", "{model}", "--model-dir", "{model}", "--host-report"],
+    ["history", "--state-dir", "{state}"],
+    ["analyze", "-v", "{log}"],
+    ["logs", "-v", "{log}"],
+    ["nccl", "{log}"],
+    ["diff", "{snap}", "{log}"],
+    ["fleet", "{fleet}"],
+    ["k8s", "lint", "-v", "{manifest}"],
+    ["expect", "--from", "{snap}"],
+    ["check", "--snapshot", "{snap}", "--no-history", "-v"],
+    ["triage", "{snap}", "--baseline", "{log}"],
+    ["npd", "--snapshot", "{snap}"],
+    ["scenario", "build", "healthy-8xh100", "-o", "{out}"],
+], ids=lambda argv: " ".join(a for a in argv if "{" not in a))
+def test_names_from_input_reach_stdout_and_stderr_escaped(hostile: dict[str, str],
+                                                          argv: list[str]) -> None:
+    code, out, err = _run([a.format(**hostile) for a in argv])
+    assert code not in (64, 70), err
+    if argv[0] not in ("logs", "npd"):  # these two do not name their inputs
+        assert "pwned" in out + err  # the name is shown, escaped
+    _assert_safe(out)
+    _assert_safe(err)
+
+
+def test_expect_states_a_hostile_host_name_in_a_file_check_can_read(tmp_path: Path) -> None:
+    snap = tmp_path / "snap"
+    assert _run(["scenario", "build", "healthy-8xh100", "-o", str(snap)])[0] == 0
+    manifest = json.loads((snap / "manifest.json").read_text())
+    manifest["host"] = "n" + EVIL
+    (snap / "manifest.json").write_text(json.dumps(manifest))
+    code, out, err = _run(["expect", "--from", str(snap), "-o", str(tmp_path / "e.toml")])
+    assert code == 0, err
+    text = (tmp_path / "e.toml").read_text()
+    assert "pwned" in text and "FAKE LINE" in text
+    assert all(line.startswith(("#", "[")) or " = " in line or not line
+               for line in text.splitlines())  # the forged line is a comment too
+    assert not RAW.search(text.replace("\n", ""))
+    code, out, err = _run(["analyze", "-q", "--expect", str(tmp_path / "e.toml"), str(snap)])
+    assert code == 0, err

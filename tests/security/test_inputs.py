@@ -4,6 +4,7 @@ binary data stops the read at its first block, and nothing waits without a bound
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -330,3 +331,116 @@ def test_a_pipe_that_drips_for_ever_stops_at_the_time_budget(tmp_path, budgets):
     assert code == 2 and took < 5, err
     assert any(p.startswith(f"{path}: still open after 0.5 s (the time budget); stopped "
                             "reading after ") for p in problems("logs", out))
+
+
+# --- small documents the user names: one policy too (issue 29) ---------------------------
+
+MANIFEST = (b"apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n"
+            b"  - name: c\n    image: i\n    resources: {limits: {nvidia.com/gpu: 1}}\n")
+EXPECT = b"[gpu]\ncount = 8\n"
+
+
+@pytest.fixture(scope="module")
+def crit(tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("named") / "crit"
+    assert cli("scenario", "build", "gpu-fallen-off-bus", "-o", str(out))[0] == 0
+    return str(out)
+
+
+def _document_readers(path: str, crit: str) -> dict[str, list[str]]:
+    """Each command that reads a whole small document the user names at ``path``."""
+    return {
+        "check --expect": ["check", "--snapshot", crit, "--no-history", "-q", "--expect", path],
+        "analyze --expect": ["analyze", "-q", "--expect", path, crit],
+        "k8s lint": ["k8s", "lint", "-q", path],
+        "weights --config": ["weights", "--params", "7B", "--config", path],
+        "weights MODEL": ["weights", path],  # a FIFO named config.json
+    }
+
+
+def bounded_cli(fifo_path: str, *argv: str, seconds: float = 5.0) -> tuple[int, str, str]:
+    """``cli(*argv)`` in a thread that must end within ``seconds``; a reader still
+    blocked on the FIFO then is let go (a writer opens and closes it) and the test fails."""
+    box: dict[str, tuple[int, str, str]] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("r", cli(*argv)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(5)
+        pytest.fail(f"{' '.join(argv)}: still waiting after {seconds} s")
+    return box["r"]
+
+
+READERS = ("check --expect", "analyze --expect", "k8s lint", "weights --config",
+           "weights MODEL")
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_named_document_fifo_without_a_writer_is_a_bounded_wait(tmp_path, budgets, crit,
+                                                                   reader):
+    budgets(idle_s=0.3)
+    with fifo(tmp_path, "config.json", None) as path:
+        code, out, err = bounded_cli(path, *_document_readers(path, crit)[reader])
+    assert (code, out) == (EXIT_INPUT, "")
+    assert err == (f"gputriage: input error: {path}: no data for 0.3 s (the idle budget; "
+                   "a FIFO no writer opened?); nothing read\n")
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_named_document_device_is_refused_at_once(crit, reader):
+    code, out, err = cli(*_document_readers("/dev/zero", crit)[reader])
+    assert (code, out) == (EXIT_INPUT, "")
+    assert err == "gputriage: input error: /dev/zero: a character device, not a file\n"
+
+
+@pytest.mark.parametrize(("reader", "payload"), [("check --expect", EXPECT),
+                                                 ("k8s lint", MANIFEST)])
+def test_a_named_document_fifo_with_a_writer_is_read(tmp_path, crit, reader, payload):
+    with fifo(tmp_path, "doc.yaml", payload) as path:
+        code, out, err = cli(*_document_readers(path, crit)[reader])
+    assert code in (0, 1, 2) and out, err  # judged
+
+
+def test_a_document_cut_short_by_the_idle_budget_is_not_read(tmp_path, budgets, crit):
+    def half(fh: io.BufferedWriter, done: threading.Event) -> None:
+        fh.write(b"[gpu]\ncou")
+        fh.flush()
+        done.wait(10)
+
+    budgets(idle_s=0.3)
+    with fifo(tmp_path, "expect.toml", half) as path:
+        code, out, err = bounded_cli(path, *_document_readers(path, crit)["check --expect"])
+    assert (code, out) == (EXIT_INPUT, "")
+    assert err.startswith(f"gputriage: input error: {path}: no data for 0.3 s (the idle "
+                          "budget); stopped reading after 9 bytes") and err.count("\n") == 1
+    assert err.endswith("not read as an expectations file\n")
+
+
+@pytest.mark.parametrize("argv", [["explain", "-"], ["k8s", "lint", "-"],
+                                  ["analyze", "--expect", "-", "x"]])
+def test_an_idle_stdin_is_given_up_after_the_idle_budget(argv):
+    read_end, write_end = os.pipe()  # a writer that never writes nor closes
+    try:
+        start = time.monotonic()
+        proc = gputriage_proc(argv, stdin=read_end, budgets="idle_s=0.3")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert proc.returncode == EXIT_INPUT and out == b"", err
+    assert err == (b"gputriage: input error: <stdin>: no data for 0.3 s (the idle budget; "
+                   b"a FIFO no writer opened?); nothing read\n")
+    assert time.monotonic() - start < 30  # the interpreter's start, then 0.3 s
+
+
+def test_a_kubeconfig_that_is_not_a_regular_file_is_refused_before_the_client_opens_it(
+        tmp_path, monkeypatch):
+    with fifo(tmp_path, "kubeconfig", None) as path:
+        code, out, err = bounded_cli(path, "k8s", "status", "--kubeconfig", path)
+    assert (code, out) == (EXIT_INPUT, "")
+    assert err == f"gputriage: input error: {path}: a FIFO, not a kubeconfig file\n"
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'absent'}{os.pathsep}/dev/zero")
+    code, out, err = cli("k8s", "status")
+    assert err == "gputriage: input error: /dev/zero: a character device, not a kubeconfig file\n"

@@ -237,3 +237,87 @@ def test_fleet_demo_refuses_an_existing_directory_unless_forced(tmp_path):
     assert code == EXIT_USAGE and "--force" in _one_line_error(err)
     assert _run(["fleet", "--demo", str(out), "--force"])[0] == 0
     assert _leftovers(tmp_path) == []
+
+
+# --- every single-file output goes through the same writer (issue 29) --------------------
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("outputs") / "ok"
+    assert _run(["scenario", "build", "healthy-8xh100", "-o", str(out)])[0] == 0
+    return str(out)
+
+
+def _expect(out: Path, healthy: str, *force: str) -> tuple[int, str]:
+    return _run(["expect", "--from", healthy, "-o", str(out), *force])
+
+
+def test_expect_never_creates_the_target_of_a_dangling_link(tmp_path, healthy):
+    target = tmp_path / "elsewhere" / "created-as-root"
+    target.parent.mkdir()
+    out = tmp_path / "expect.toml"
+    out.symlink_to(target)
+    code, err = _expect(out, healthy)
+    assert code == EXIT_USAGE and "already exists" in _one_line_error(err)
+    assert not target.exists()
+    code, err = _expect(out, healthy, "--force")
+    assert code == 0, err
+    assert not target.exists() and not out.is_symlink()
+    assert out.read_text().startswith("# What ") and stat.S_IMODE(out.stat().st_mode) == 0o644
+
+
+def test_expect_force_replaces_a_link_and_never_writes_through_it(tmp_path, healthy):
+    victim = _victim(tmp_path)
+    out = tmp_path / "expect.toml"
+    out.symlink_to(victim)
+    code, err = _expect(out, healthy, "--force")
+    assert code == 0, err
+    assert victim.read_text() == "precious\n" and "[gpu]" in out.read_text()
+    assert _leftovers(tmp_path) == []
+
+
+def test_expect_refuses_a_file_then_replaces_it_with_force(tmp_path, healthy):
+    out = _victim(tmp_path)
+    code, err = _expect(out, healthy)
+    assert code == EXIT_USAGE and "already exists" in _one_line_error(err)
+    assert out.read_text() == "precious\n"
+    assert _expect(out, healthy, "--force")[0] == 0 and "[gpu]" in out.read_text()
+
+
+def test_expect_into_a_missing_folder_is_one_line_and_leaves_nothing(tmp_path, healthy):
+    code, err = _expect(tmp_path / "nowhere" / "expect.toml", healthy)
+    assert code == EXIT_USAGE and "no such directory" in _one_line_error(err)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_html_replaces_a_link_and_never_writes_through_it(tmp_path, healthy):
+    victim = _victim(tmp_path)
+    out = tmp_path / "report.html"
+    out.symlink_to(victim)
+    code, err = _run(["analyze", "-q", "--html", str(out), healthy])
+    assert code == 0, err
+    assert victim.read_text() == "precious\n" and not out.is_symlink()
+    assert out.read_text().startswith("<!DOCTYPE html>") and _leftovers(tmp_path) == []
+
+
+def test_watch_textfile_writes_through_no_link_planted_in_its_directory(tmp_path, healthy):
+    """The textfile's directory is node_exporter's: links planted at the output's name,
+    at the old probe's and at the old temporary's (pid and thread id) are not followed."""
+    import threading
+
+    textfiles = tmp_path / "textfiles"
+    textfiles.mkdir()
+    victim = _victim(tmp_path)
+    planted = [textfiles / "gputriage.prom",
+               textfiles / f".gputriage.prom.probe.{os.getpid()}",
+               textfiles / f"gputriage.prom.{os.getpid()}.{threading.get_ident()}"]
+    for link in planted:
+        link.symlink_to(victim)
+    code, err = _run(["watch", "--snapshot", healthy, "--interval", "0", "--max-cycles", "1",
+                      "--no-history", "--textfile", str(textfiles)])
+    assert code == 0, err
+    assert victim.read_text() == "precious\n"
+    prom = textfiles / "gputriage.prom"
+    assert not prom.is_symlink() and "gputriage_build_info" in prom.read_text()
+    assert stat.S_IMODE(prom.stat().st_mode) == 0o644
+    assert sorted(p.name for p in textfiles.iterdir() if not p.is_symlink()) == ["gputriage.prom"]

@@ -355,6 +355,20 @@ def test_deep_json_given_to_diff_is_exit_66(tmp_path, body):
     assert code == EXIT_INPUT and err.count("\n") == 1
 
 
+def test_a_result_with_a_field_nested_past_the_parser_is_refused_not_read_as_empty(tmp_path):
+    """Read as a paste it would be a host with no GPU: "8 GPUs removed" against a good
+    result. It is refused, one line naming it (issue 29)."""
+    good = {"schema": "gputriage/result/v1", "gpus": [
+        {"pci_bus_id": f"0000:{i:02x}:00.0", "uuid": f"GPU-{i}"} for i in range(8)]}
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    body = json.dumps(good)[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    (tmp_path / "deep.json").write_text(body)
+    code, out, err = cli("diff", str(tmp_path / "good.json"), str(tmp_path / "deep.json"))
+    assert (code, out) == (EXIT_INPUT, "")
+    assert err == (f"gputriage: input error: {tmp_path / 'deep.json'}: JSON nested too deeply "
+                   "to read: not a result\n")
+
+
 # -- fleet inputs ------------------------------------------------------------------------
 def _result(host: str) -> str:
     return json.dumps({"schema": "gputriage/result/v1", "host": {"hostname": host},
@@ -378,6 +392,27 @@ def test_fleet_skips_fifos_and_outside_links_and_refuses_a_fifo_argument(tmp_pat
                        "out.json": f"a symbolic link pointing outside {top}",
                        "arg.json": "a FIFO, not a regular file"}
     assert report.nodes == 1 and report.duplicates == 1  # type: ignore[union-attr]
+
+
+def test_fleet_skips_and_names_symbolic_link_loops_and_reads_the_other_nodes(tmp_path):
+    """One loop in a results folder hid every node of it (exit 66): a regression."""
+    top = tmp_path / "fleet"
+    (top / "rack2").mkdir(parents=True)
+    for name in ("a", "b"):
+        (top / f"{name}.json").write_text(_result(name))
+    (top / "rack2" / "c.json").write_text(_result("c"))
+    (top / "self").symlink_to("self")
+    (top / "ping.json").symlink_to("pong.json")
+    (top / "pong.json").symlink_to("ping.json")
+    (top / "rack2" / "up").symlink_to("..")  # a link to a folder: not walked
+    report = bounded(lambda: load_fleet([str(top), str(top / "self")]))
+    reasons = sorted((Path(b.path).name, b.reason) for b in report.bad_inputs)  # type: ignore[union-attr]
+    assert reasons == [("ping.json", "a symbolic link loop"),
+                       ("pong.json", "a symbolic link loop"),
+                       ("self", "a symbolic link loop"), ("self", "a symbolic link loop")]
+    assert report.nodes == 3  # type: ignore[union-attr]
+    code, out, err = cli("fleet", str(top))
+    assert code == 1 and "a symbolic link loop" in out, err  # the nodes' warning
 
 
 def test_fleet_walk_budget(tmp_path, monkeypatch):

@@ -64,7 +64,7 @@ def history(state_dir: str | None, as_json: bool, count: int) -> None:
         doc = {"schema": "gputriage/history/v1", "state_dir": where, "entries": rows}
         env.write_json(doc)
     elif not rows:
-        env.stdout.write(f"no checks recorded in {where}\n")
+        env.stdout.write(f"no checks recorded in {printable(where)}\n")
     else:
         render_rows(rows, make_console(env.stdout))
     raise CommandExit(0)

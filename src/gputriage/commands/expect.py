@@ -44,52 +44,34 @@ def expect(source: str, output: str | None, force: bool) -> None:
                         "has; check it before use")
     host = (snapshot.manifest or {}).get("host") or result.host.hostname or "the node"
     when = (snapshot.manifest or {}).get("created")
-    header = (f"What {host} had{' at ' + str(when) if when else ''}: gputriage expect "
-              "--from.\nInstall as /etc/gputriage/expect.toml; see docs/expectations.md.")
+    # escaped: a control character in a TOML comment makes the whole file invalid
+    header = (f"What {printable(host)} had{' at ' + printable(when) if when else ''}: "
+              "gputriage expect --from.\nInstall as /etc/gputriage/expect.toml; see "
+              "docs/expectations.md.")
     text = found.to_toml(header)
     for note in notes:
         env.stderr.write(f"gputriage: {printable(note)}\n")
     if output is None:
         env.stdout.write(text)
         return
-    try:
-        # "x": a file that appeared since the check is not overwritten either
-        mode = "w" if force or _exists(output) else "x"  # existing here: empty
-        with open(output, mode, encoding="utf-8") as fh:
-            fh.write(text)
-    except FileExistsError:
-        raise click.ClickException(f"{output} already exists (use --force to replace "
-                                   "it)") from None
-    except OSError as exc:
-        raise click.ClickException(f"{output}: cannot write ({exc.strerror or exc})") from None
+    from gputriage.snapshot_writer import write_file
+
+    # a private temporary renamed into place: never through a link, never over a file
+    # without --force, and a file readable by the checks that run as other users
+    write_file(output, text.encode("utf-8"), force=force, mode=0o644)
     env.stderr.write(f"expectations written to {printable(output)}\n")
 
 
 def _check_output(output: str, force: bool) -> None:
     """A usage error for a name that says archive (the file is TOML) and for an
     existing file, unless ``force``."""
-    from gputriage.snapshot_writer import ARCHIVE_SUFFIXES
+    from gputriage.snapshot_writer import ARCHIVE_SUFFIXES, OutputError, occupied
 
     if output.lower().endswith(ARCHIVE_SUFFIXES):
         raise click.UsageError(f"{output}: expectations are a TOML file, not an archive "
                                "(name it e.g. expect.toml)")
-    if not force and _occupied(output):
-        raise click.ClickException(f"{output} already exists (use --force to replace it)")
-
-
-def _exists(path: str) -> bool:
-    import os
-
-    return os.path.lexists(path)
-
-
-def _occupied(path: str) -> bool:
-    import os
-
-    try:
-        return os.path.getsize(path) > 0 or not os.path.isfile(path)
-    except OSError:
-        return False
+    if not force and occupied(output):
+        raise OutputError(f"{output} already exists (use --force to replace it)")
 
 
 def generate(facts: Any) -> tuple[Any, list[str]]:

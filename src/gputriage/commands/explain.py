@@ -3,8 +3,6 @@ CUDA, NVML, container-runtime and framework messages."""
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from gputriage.commands.common import CommandExit, current_env
@@ -14,8 +12,14 @@ STDIN_LIMIT = 1 << 20
 
 
 def _texts(args: tuple[str, ...]) -> list[str]:
-    """One text per argument; ``-`` is what stdin holds (read once)."""
-    stdin_text = sys.stdin.read(STDIN_LIMIT) if "-" in args and sys.stdin else ""
+    """One text per argument; ``-`` is what stdin holds (read once, under the input
+    policy: an idle pipe or terminal is given up after the idle budget, exit 66)."""
+    stdin_text = ""
+    if "-" in args:
+        from gputriage.inputs import read_bytes
+
+        stdin_text = read_bytes("-", STDIN_LIMIT, what="a message", whole=False).decode(
+            "utf-8", errors="replace")
     return [stdin_text if arg == "-" else arg for arg in args]
 
 

@@ -5,7 +5,6 @@ applied. Both judge with the same rules as ``analyze`` of pasted kubectl outputs
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +76,7 @@ def status(node_results: tuple[str, ...], kubeconfig: str | None, context: str |
     from gputriage.collect.k8s_api import ClusterUnavailable, ReadOptions, read_cluster
 
     env = current_env()
+    _check_kubeconfigs(kubeconfig)
     if save is not None:
         from gputriage.snapshot_writer import check_output
 
@@ -105,6 +105,34 @@ def status(node_results: tuple[str, ...], kubeconfig: str | None, context: str |
     summary.cluster = {"server": read.server, "context": read.context,
                        "read": dict(read.read), "seconds": round(read.seconds, 3)}
     _report(result, summary, as_json, verbose, quiet, no_pager, who)
+
+
+MAX_KUBECONFIG_BYTES = 16 << 20  # a kubeconfig is a few KiB, with certificates
+
+
+def _check_kubeconfigs(named: str | None) -> None:
+    """The kubeconfig files the client would read (``--kubeconfig``, else $KUBECONFIG's,
+    else ~/.kube/config), classified before the client opens them: a FIFO would block it
+    for ever and a device is no file; either, or a file past MAX_KUBECONFIG_BYTES, is an
+    input error (exit 66)."""
+    import stat
+
+    from gputriage.errors import InputError
+    from gputriage.inputs import file_kind, human
+
+    listed = os.environ.get("KUBECONFIG", "")
+    paths = [named] if named else [p for p in listed.split(os.pathsep) if p] if listed \
+        else [os.path.expanduser("~/.kube/config")]
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # absent: the client says so, or uses the others
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{path}: {file_kind(st.st_mode)}, not a kubeconfig file")
+        if st.st_size > MAX_KUBECONFIG_BYTES:
+            raise InputError(f"{path}: over {human(MAX_KUBECONFIG_BYTES)}: not a kubeconfig "
+                             "file")
 
 
 def _snapshot(read: Any, extra: Any, who: str) -> tuple[Any, Any]:
@@ -235,7 +263,8 @@ def _objects_of(name: str, text: str) -> Any:
 def _manifest_files(paths: tuple[str, ...]) -> list[tuple[str, str]]:
     """(name, text) of every manifest named: files, directories walked (sorted, bounded),
     ``-`` for stdin."""
-    from gputriage.errors import InputError, unreadable
+    from gputriage.errors import InputError
+    from gputriage.inputs import read_bytes
 
     found: list[Path | str] = []
     for path in paths:
@@ -252,20 +281,11 @@ def _manifest_files(paths: tuple[str, ...]) -> list[tuple[str, str]]:
         raise InputError(f"{', '.join(paths)}: no *.yaml, *.yml or *.json file")
     out: list[tuple[str, str]] = []
     total = 0
-    for item in found:
-        if item == "-":
-            text = sys.stdin.read(MAX_MANIFEST_BYTES + 1)
-            out.append(("<stdin>", text))
-        else:
-            assert isinstance(item, Path)
-            try:
-                with open(item, "rb") as f:
-                    data = f.read(MAX_MANIFEST_BYTES + 1)
-            except OSError as exc:
-                raise unreadable(str(item), exc) from None
-            out.append((str(item), data.decode("utf-8", errors="replace")))
-            text = out[-1][1]
-        total += len(text)
+    for item in found:  # each under the input policy: a FIFO or stdin waits a bounded time
+        data = read_bytes(str(item), MAX_MANIFEST_BYTES, what="Kubernetes manifests")
+        out.append(("<stdin>" if item == "-" else str(item),
+                    data.decode("utf-8", errors="replace")))
+        total += len(data)
         if total > MAX_MANIFEST_BYTES:
             raise InputError(f"manifests larger than {MAX_MANIFEST_BYTES // 2 ** 20} MiB "
                              "in all")

@@ -76,10 +76,16 @@ def _host_lines(host: dict[str, Any]) -> list[str]:
 
 
 def print_weights(console: Console, doc: dict[str, Any]) -> None:
-    """Print the weights report onto ``console``."""
-    from rich.text import Text
+    """Print the weights report onto ``console``. Paths, file and shard names, notes and
+    titles come from the model's files and the host: every line and cell is shown
+    through :func:`gputriage.views.safe.printable`, never raw."""
+    from rich.text import Text as RichText
 
+    from gputriage.views.safe import printable
     from gputriage.views.tables import new_table, print_table, say
+
+    def Text(value: str) -> Any:  # noqa: N802 - stands in for rich's Text, escaped
+        return RichText(printable(value))
 
     figures = ("memory", "bandwidth", "time", "ready in")  # never wrapped, right-aligned
 
@@ -87,7 +93,7 @@ def print_weights(console: Console, doc: dict[str, Any]) -> None:
         say(console, Text(title))
         grid = new_table(console)
         for i, name in enumerate(head):
-            widest = max([len(name), *(len(row[i]) for row in rows)])
+            widest = max([len(name), *(len(printable(row[i])) for row in rows)])
             if name in figures:
                 grid.add_column(name, no_wrap=True, min_width=widest, justify="right")
             else:

@@ -1,14 +1,17 @@
 """node_exporter's textfile collector: ``DIR/gputriage.prom``, the same series as
 ``/metrics``, written after every cycle (and when a tick is skipped or a check overruns).
 
-prometheus_client's ``write_to_textfile`` writes a temporary file in DIR (its name does
-not end in ``.prom``, so node_exporter ignores it) and renames it over the old one: a
-reader sees the whole previous file or the whole new one, never a part.
+The series are written by the writer every output uses
+(:func:`gputriage.snapshot_writer.write_file`): a private temporary file in DIR (its name
+does not end in ``.prom``, so node_exporter ignores it) renamed over the old one. A
+reader sees the whole previous file or the whole new one, never a part, and a link
+planted in DIR (at the output's or a temporary's name) is never written through.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -37,19 +40,22 @@ class TextfileWriter:
         renamed over the output): said before the first cycle, not after."""
         if not self.directory.is_dir():
             raise TextfileError(f"{self.directory}: no such directory")
-        probe = self.directory / f".{TEXTFILE_NAME}.probe.{os.getpid()}"
-        try:
-            probe.write_bytes(b"")
-            probe.unlink()
+        try:  # a fresh private file (mkstemp: O_EXCL, never through a link)
+            fd, probe = tempfile.mkstemp(prefix=f".{TEXTFILE_NAME}.", suffix=".probe",
+                                         dir=self.directory)
+            os.close(fd)
+            os.unlink(probe)
         except OSError as exc:
             raise TextfileError(f"{self.directory}: cannot write there "
                                 f"({exc.strerror or exc})") from None
 
     def write(self) -> None:
-        from prometheus_client import write_to_textfile
+        from prometheus_client import generate_latest
+
+        from gputriage.snapshot_writer import write_file
 
         with self._lock:
-            write_to_textfile(str(self.path), self.registry)
+            write_file(self.path, generate_latest(self.registry), force=True, mode=0o644)
 
     def __call__(self, outcome: Any = None) -> None:
         self.write()

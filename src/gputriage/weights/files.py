@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gputriage.errors import InputError
+from gputriage.inputs import file_kind, read_bytes
 from gputriage.weights.arch import ModelConfig, parse_config
 from gputriage.weights.ggufheader import read_gguf_header
 from gputriage.weights.stheader import read_safetensors_header, safetensors_tensors
@@ -33,6 +34,7 @@ __all__ = ["ModelFiles", "TensorFile", "read_model", "read_safetensors_header",
 
 _WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
 MAX_ENTRIES = 10_000  # of a directory, for weights_files_bytes
+MAX_JSON_BYTES = 16 * 1000 * 1000  # a config.json or an index: far less
 
 
 @dataclass
@@ -120,11 +122,12 @@ def _read_file(path: str) -> TensorFile:
 
 
 def _json_file(path: Path) -> Any:
+    """A config.json or an index, read under the input policy (a FIFO or a device named
+    config.json is refused or given up, never waited on)."""
+    data = read_bytes(str(path), MAX_JSON_BYTES, what="a model's JSON file")
     try:
-        if path.stat().st_size > 16 * 1000 * 1000:
-            raise InputError(f"{path}: too large for a model's JSON file")
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # ValueError: bad UTF-8, JSON, a huge integer
+        return json.loads(data.decode("utf-8"))
+    except ValueError as exc:  # bad UTF-8, JSON, a huge integer
         raise InputError(f"{path}: not readable JSON ({exc})") from None
     except RecursionError:
         raise InputError(f"{path}: not readable JSON (nested too deep)") from None
@@ -231,7 +234,7 @@ def read_model(paths: list[str]) -> ModelFiles:
         elif path.is_file():
             weights.append(path)
         else:
-            raise InputError(f"{raw}: no such file or directory")
+            raise _not_a_file(raw)
     if configs:
         _config(found, configs[0], bool(weights))
     if not weights and found.config is None:
@@ -250,6 +253,20 @@ def read_model(paths: list[str]) -> ModelFiles:
                            f"(absolute, outside its directory or not a file name): "
                            f"{_names(found.index_ignored)}")
     return found
+
+
+def _not_a_file(raw: str) -> InputError:
+    """Why ``raw`` is neither a model directory nor a file to read."""
+    import stat
+
+    try:
+        mode = os.stat(raw).st_mode
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            return InputError(f"{raw}: no such file or directory")
+        return InputError(f"{raw}: cannot read ({exc.strerror or exc})")
+    return InputError(f"{raw}: {file_kind(mode)}, not a file" if not stat.S_ISREG(mode)
+                      else f"{raw}: not a model file")
 
 
 def weights_files_bytes(directory: str) -> int | None:

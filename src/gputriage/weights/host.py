@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gputriage.errors import InputError
 from gputriage.parsers.weights_host import HEADER, Mount, classify_mount, parse_mountinfo
+from gputriage.views.safe import printable
 
 __all__ = ["host_report", "mount_of"]
 
@@ -74,7 +75,7 @@ def host_report(model_dir: str, model_bytes: int | None, *, stage_dir: str | Non
         mounts = parse_mountinfo(text)
     except ValueError:
         mounts = []
-    lines = [HEADER, f"model_dir: {real}"]
+    lines = [HEADER, f"model_dir: {printable(real)}"]  # a name cannot forge a line
     if model_bytes is not None:
         lines.append(f"model_bytes: {model_bytes}")
     mount = mount_of(real, mounts)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from gputriage.errors import InputError
+from gputriage.inputs import file_kind
 
 __all__ = ["MIN_ADOPT_BYTES", "MIN_LIMIT", "Measured", "measure_read", "not_usable",
            "pick_file"]
@@ -101,19 +103,28 @@ def pick_file(path: str) -> str:
 
 
 def _open(path: str) -> tuple[int, bool, str]:
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+    """The file opened for the measure (O_DIRECT when allowed); InputError unless what
+    was opened is a regular file (a FIFO put there meanwhile is never waited on)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     direct = getattr(os, "O_DIRECT", 0)
+    opened: tuple[int, bool, str] | None = None
     if direct:
         try:
-            return os.open(path, flags | direct), True, ""
+            opened = os.open(path, flags | direct), True, ""
         except OSError as exc:
             note = f"O_DIRECT refused ({exc.strerror}): read through the page cache"
     else:
         note = "no O_DIRECT on this system: read through the page cache"
     try:
-        return os.open(path, flags), False, note
+        opened = opened or (os.open(path, flags), False, note)
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    mode = os.fstat(opened[0]).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(opened[0])
+        raise InputError(f"{path}: {file_kind(mode)}, not a regular file")
+    os.set_blocking(opened[0], True)
+    return opened
 
 
 def measure_read(path: str, limit: int, chunk: int = CHUNK) -> Measured:

@@ -1,17 +1,15 @@
 """Writing the HTML file: the path is checked before any work (a directory, a missing
-or unwritable folder is an error up front), then the file is written 0644 through a
-temporary file in the same folder and ``os.replace`` (a reader never sees half a
-report). An existing regular file is replaced: the report is derived output, made
-again by running the command again."""
+or unwritable folder is an error up front), then the file is written 0644 by the one
+output writer (a temporary file in the same folder renamed into place: a reader never
+sees half a report, a link is never written through). An existing regular file is
+replaced: the report is derived output, made again by running the command again."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from pathlib import Path
 
-from gputriage.snapshot_writer import OutputError
+from gputriage.snapshot_writer import OutputError, write_file
 
 MODE = 0o644
 
@@ -37,18 +35,9 @@ def check_html_path(path: str) -> Path:
 
 
 def write_html(path: str, text: str) -> Path:
-    """Write ``text`` to ``path`` (UTF-8, mode 0644) atomically; OutputError on failure."""
+    """Write ``text`` to ``path`` (UTF-8, mode 0644) through the writer every output
+    uses (:func:`gputriage.snapshot_writer.write_file`): a private temporary renamed into
+    place, so a link at ``path`` is replaced, never written through; OutputError on
+    failure."""
     out = check_html_path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, MODE)
-        os.replace(tmp, out)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise OutputError(f"--html {path}: {exc.strerror or exc}") from None
-        raise
-    return out
+    return write_file(out, text.encode("utf-8"), force=True, mode=MODE, option="--html")
