@@ -237,6 +237,22 @@ def _bandwidth(line: LogLine, msg: str, m: Match | None) -> Found:
     return make_event(K.PCIE_BANDWIDTH_LIMITED, line, bus_near(msg, line.bus_hint), details)
 
 
+# an mlx4/mlx5 driver saying the HCA's firmware is too old for it: "mlx4_en 0000:0d:00.0:
+# LSO not supported, please upgrade to later FW version", "mlx4_core 0000:0d:00.0: Installed
+# FW has unsupported command interface revision 2"
+_HCA_FIRMWARE = re.compile(
+    r"(?P<driver>mlx[45]_\w{1,8})\s+(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)"
+    r"?:?.{0,160}?(?P<what>upgrade to (?:a )?(?:later|newer) FW version|unsupported command "
+    r"interface revision|FW version .{0,40}(?:too old|is not supported|unsupported))",
+    re.IGNORECASE)
+
+
+def _hca_firmware(line: LogLine, msg: str, m: Match | None) -> Found:
+    assert m is not None
+    return make_event(K.HCA_FIRMWARE_OLD, line, normalize_bus_id(m.group("bus") or ""),
+                      {"driver": m.group("driver"), "what": m.group("what")})
+
+
 def _mlx5_link(line: LogLine, msg: str, m: Match | None) -> Found:
     assert m is not None
     details = {"state": m.group("state").lower()}
@@ -393,6 +409,10 @@ EVENTS: tuple[EventPattern, ...] = (
     P(K.PCIE_BANDWIDTH_LIMITED, ("PCIe bandwidth",), ("PCIe bandwidth limited",), _bandwidth,
       "[    2.113040] nvidia 0000:3b:00.0: PCIe bandwidth limited by the slot"),
     # network links
+    P(K.HCA_FIRMWARE_OLD, ("FW version", "command interface revision"),
+      ("FW version", "command interface revision"), _hca_firmware,
+      "[  939.318810] mlx4_en 0000:0d:00.0: LSO not supported, please upgrade to later FW "
+      "version to enable LSO", regex=_HCA_FIRMWARE),
     P(K.MLX5_LINK, ("mlx5_core ",), ("mlx5_core",), _mlx5_link,
       "[ 4435.115811] mlx5_core 0000:53:00.0 enp83s0f0np0: Link down", regex=MLX5_LINK,
       requires=("Link up", "Link down")),
