@@ -66,6 +66,11 @@ RELATIONS: tuple[Relation, ...] = (
              "up, and the failed initialisation says why"),
     Relation("gpu.missing", "nvidia-smi.gpu-lost", SAME_GPU,
              "nvidia-smi's lost handle is the GPU the driver no longer lists"),
+    Relation("fabric.manager-prerequisite", "fabric.manager-inactive", ANYWHERE,
+             "the fabric manager of an NVL5+ system does not start without ib_umad"),
+    Relation("fabric.manager-prerequisite", "fabric.state-not-completed", ANYWHERE,
+             "GPUs register with the fabric only once the fabric manager runs, and it cannot "
+             "start without ib_umad"),
     Relation("fabric.manager-inactive", "fabric.state-not-completed", ANYWHERE,
              "GPUs of an NVSwitch system register with the fabric only once the fabric "
              "manager has configured the switches"),
