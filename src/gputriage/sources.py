@@ -331,6 +331,11 @@ SOURCES: tuple[Source, ...] = (
          applies="nvidia", parser="persistenced:parse_persistenced_journal",
          detector="parsers.persistenced:claim_persistenced_journal", detect_order=201,
          aliases=("journalctl ~persistenced",)),
+    _input("gdrcopy", ("gdrcopy_sanity",),
+           "GDRCopy's tests (gdrcopy_sanity, gdrcopy_copybw, their older sanity and copybw)",
+           parser="gdrcopy:parse_gdrcopy",
+           detector="parsers.gdrcopy:claim_gdrcopy", detect_order=143,
+           aliases=("gdrcopy_*",)),
     # --- InfiniBand / RoCE
     Source(name="infiniband", kind="tree", path="/sys/class/infiniband",
            globs=tuple(f"*/ports/*/{a}" for a in _IB_PORT_ATTRS)
