@@ -447,6 +447,13 @@ SOURCES: tuple[Source, ...] = (
            parser="device_plugin_log:parse_device_plugin_log",
            detector="parsers.device_plugin_log:claim_device_plugin_log", detect_order=196,
            aliases=_kubectl("logs ~device-plugin")),
+    _input("module_build", ("dkms", "autoinstall"),
+           "a kernel module's build or install output (DKMS and its make.log, a module's "
+           "make against /lib/modules/<kernel>/build, the NVIDIA .run installer)",
+           parser="module_build:parse_module_build",
+           detector="parsers.module_build:claim_module_build", detect_order=193,
+           aliases=("dkms", "nvidia-installer", "NVIDIA-Linux-*.run", "/var/lib/dkms/*/make.log",
+                    "/var/log/nvidia-installer.log")),
     _input("gpu_operator_log", ("kubectl", "logs", "-n", "gpu-operator",
                                 "ds/nvidia-driver-daemonset"),
            "logs of the GPU operator's containers (driver, toolkit, validator, operator)",

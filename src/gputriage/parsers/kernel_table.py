@@ -132,6 +132,18 @@ def _no_adapter(line: LogLine, msg: str, m: Match | None) -> Found:
     return make_event(K.NO_ADAPTER_PROBED, line, None)
 
 
+# "NVRM: GPU 0000:01:00.0 is already bound to NovaCore." (nouveau, nova_core, vfio-pci...)
+_BOUND_ELSEWHERE = re.compile(r"GPU (?P<bus>[0-9a-fA-F:.]{7,16}) is already bound to "
+                              r"(?P<holder>[\w.-]{1,40})")
+
+
+def _bound_elsewhere(line: LogLine, msg: str, m: Match | None) -> Found:
+    """The driver found a GPU another kernel driver had taken: why it probed none."""
+    assert m is not None
+    return make_event(K.NO_ADAPTER_PROBED, line, normalize_bus_id(m.group("bus")),
+                      {"holder": m.group("holder").rstrip(".")})
+
+
 def _firmware_load(line: LogLine, msg: str, m: Match | None) -> Found:
     assert m is not None
     details = {"file": m.group("file"), "error": m.group("err")}
@@ -338,6 +350,11 @@ EVENTS: tuple[EventPattern, ...] = (
       "[    9.804214] NVRM: GPU 0000:41:00.0: RmInitAdapter failed!"),
     P(K.NO_ADAPTER_PROBED, ("NVRM:",), ("No NVIDIA graphics adapter probed",), _no_adapter,
       "[188497.595099] NVRM: No NVIDIA graphics adapter probed!"),
+    P(K.NO_ADAPTER_PROBED, ("NVRM:",), ("No NVIDIA devices probed",), _no_adapter,
+      "[  201.913648] NVRM: No NVIDIA devices probed."),
+    P(K.NO_ADAPTER_PROBED, ("NVRM:",), ("is already bound to",), _bound_elsewhere,
+      "[  201.910514] NVRM: GPU 0000:01:00.0 is already bound to NovaCore.",
+      regex=_BOUND_ELSEWHERE),
     P(K.GSP_FIRMWARE_MISSING, ("nvidia",), ("Direct firmware load for nvidia/",),
       _firmware_load, "[   23.991660] nvidia 0000:07:00.0: Direct firmware load for "
       "nvidia/570.144/gsp_ga10x.bin failed with error -2", regex=FW_LOAD),
