@@ -140,9 +140,20 @@ class FmLog:
         return [e for e in self.entries if e.is_error]
 
 
+# literals one of which every _FM_MESSAGE holds (a cheap test first)
+_FM_WORDS = ("NVL5", "NVSwitch", "Successfully configured", "abric", "Polling for",
+             "ib_umad", "NV_WARN_NOTHING_TO_DO")
+
+
+def _fm_message(line: str) -> re.Match[str] | None:
+    if not any(w in line for w in _FM_WORDS):
+        return None
+    return _FM_MESSAGE.search(line)
+
+
 def is_fm_message(line: str) -> bool:
     """A message only the fabric manager prints, behind any prefix or none."""
-    return _FM_MESSAGE.search(line) is not None
+    return _fm_message(line) is not None
 
 
 def _level(raw: str | None, message: str, event: str | None) -> str:
@@ -234,7 +245,7 @@ def parse_fabricmanager_log(text: str) -> FmLog:
             continue
         wrapped = last is not None and last_kind != "log" and line[:1].isspace()
         b = _BARE.match(line) or _JOB_FAILED.match(line) or (
-            None if wrapped else _FM_MESSAGE.search(line))
+            None if wrapped else _fm_message(line))
         if b:
             prog = b.groupdict().get("prog") or (
                 "systemctl" if _JOB_FAILED.match(line) else "nv-fabricmanager")
@@ -289,7 +300,7 @@ def _shape(line: str, end: int) -> str:
 def _claim_same_prefix(doc: PasteDoc, i: int) -> None:
     """The lines around a fabric-manager message behind an unknown prefix that carry the
     same prefix: the rest of that program's records (``Checking mlx5_10...``)."""
-    m = _FM_MESSAGE.search(doc.lines[i])
+    m = _fm_message(doc.lines[i])
     if m is None or m.start("msg") < 8:
         return
     shape = _shape(doc.lines[i], m.start("msg"))

@@ -127,20 +127,20 @@ def parse_gdrcopy(text: str) -> GdrcopyRun:
     return run
 
 
+# literals one of which a line only GDRCopy prints holds (a cheap test before _MARK)
+_MARK_WORDS = ("gdr", "sanity.cpp", "GPU id:", "info.", "map_d_ptr", " BW: ")
+
+
 def claim_gdrcopy(doc: PasteDoc) -> None:
-    """Each run of GDRCopy output lines that holds a line only GDRCopy prints."""
-    i = 0
-    while i < len(doc.lines):
-        if not (doc.free(i) and _ours(doc.lines[i])):
-            i += 1
+    """Each run of GDRCopy output lines around a line only GDRCopy prints."""
+    for i, line in enumerate(doc.lines):
+        if not (doc.free(i) and any(w in line for w in _MARK_WORDS) and _ours(line)
+                and _MARK.search(line)):
             continue
         first = i
         while doc.free(first - 1) and _ours(doc.lines[first - 1]):
             first -= 1
-        end = doc.extend(i, _ours)
-        if any(_MARK.search(doc.lines[j]) for j in range(i, end)):
-            doc.claim("gdrcopy", first, end)
-        i = max(end, i + 1)
+        doc.claim("gdrcopy", first, doc.extend(i, _ours))
 
 
 # a row of lsmod or /proc/modules ("gdrdrv  17384  0"): the module listing's, not ours

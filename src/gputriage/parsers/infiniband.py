@@ -634,6 +634,8 @@ _GIDS_HEAD = re.compile(r"^\s*DEV\s+PORT\s+INDEX\s+GID\b")
 _GIDS_ROW = re.compile(r"^\s*(?:-{2,}\s+)+-{2,}\s*$|^\s*[A-Za-z][\w.-]*\s+\d+\s+\d+\s+"
                        r"[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7}\s|^n_gids_found=\d+")
 _INDENTED = re.compile(r"^(?:\s*$|\s)")
+# literals one of which a tool's "no device" complaint holds (a cheap test first)
+_PROBLEM_WORDS = ("libibverbs", "umad", "IB device", "sys files", "ibpanic")
 
 
 def _indented(line: str) -> bool:
@@ -649,7 +651,9 @@ def claim_ib_tools(doc: PasteDoc) -> None:
     claim_lines(doc, "ibstat", _IBDEV2NETDEV)
     claim_blocks(doc, "ibstat", _GIDS_HEAD, lambda s: bool(_GIDS_ROW.match(s)))
     claim_blocks(doc, "ibstat", PERFQUERY_HEAD, lambda s: bool(PERFQUERY_ROW.match(s)))
-    claim_lines(doc, "ibstat", RDMA_LINK)
     for i, line in enumerate(doc.lines):
-        if doc.free(i) and is_problem_line(line):
+        if not doc.free(i):
+            continue
+        if ("state " in line and "/" in line and RDMA_LINK.match(line)) or (
+                any(w in line for w in _PROBLEM_WORDS) and is_problem_line(line)):
             doc.claim("ibstat", i, i + 1)

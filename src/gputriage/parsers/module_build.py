@@ -67,6 +67,10 @@ _MARK = re.compile(r"/var/lib/dkms/|\bdkms (?:install|build|autoinstall)\b|Error
                    r"stage \d|parse error in symbol dump file|/lib/modules/[^/\s]{3,80}/build/"
                    r"\S{0,200}: No such file|Unable to (?:load|build) the (?:NVIDIA )?kernel "
                    r"module|Kernel module load error:|nvidia-installer|create_nv\.symvers")
+# literals one of which every _MARK line holds (a cheap test first)
+_MARK_WORDS = ("dkms", "kernel headers", "/lib/modules/", "MODPOST", "Building modules",
+               "symbol dump", "kernel module", "Kernel module", "nvidia-installer",
+               "create_nv", "Bad return status")
 _DKMS_MARK = re.compile(r"/var/lib/dkms/|\bdkms |Error! Bad return status for module build|"
                         r"kernel headers for module")
 # the GPU operator's driver container builds the driver too: its log is its reader's
@@ -169,12 +173,13 @@ def claim_module_build(doc: PasteDoc) -> None:
     """Each run of non-blank lines holding a build or install marker (and the runs
     beside it, one blank line apart, that hold a failure), kernel log lines left out;
     the GPU operator's driver container keeps its own log, DKMS's excepted."""
+    marked = [i for i, line in enumerate(doc.lines)
+              if any(w in line for w in _MARK_WORDS) and _MARK.search(line)]
+    if not marked:
+        return
     operator = any(_OPERATOR.search(line) for line in doc.lines)
-    i = 0
-    while i < len(doc.lines):
-        line = doc.lines[i]
-        if not (doc.free(i) and _MARK.search(line)) or (operator and not _DKMS_MARK.search(line)):
-            i += 1
+    for i in marked:
+        if not doc.free(i) or (operator and not _DKMS_MARK.search(doc.lines[i])):
             continue
         first = i
         while doc.free(first - 1) and _ours(doc.lines[first - 1]):
@@ -183,7 +188,6 @@ def claim_module_build(doc: PasteDoc) -> None:
         while doc.free(end + 1) and not doc.lines[end].strip() and _failing_run(doc, end + 1):
             end = doc.extend(end + 1, _ours)
         doc.claim("module_build", first, end)
-        i = max(end, i + 1)
 
 
 def _ours(line: str) -> bool:
