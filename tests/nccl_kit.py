@@ -71,8 +71,9 @@ def hcas(n: int = 8, port: dict[str, str] | None = None,
 
 
 NO_HCA = {"files": {}, "links": {}, "errors": {}}
-NO_PEERMEM = "".join(ln + "\n" for ln in MODULES_FULL.splitlines()
-                     if not ln.startswith("nvidia_peermem"))
+# without the module: no row of its own, and no other row names it as a user
+NO_PEERMEM = "".join(ln.replace("nvidia_peermem,", "") + "\n"
+                     for ln in MODULES_FULL.splitlines() if not ln.startswith("nvidia_peermem"))
 
 # GPU0 and NIC0 (mlx5_0) share a PCIe switch, GPU1 and NIC1 (mlx5_1) another, on two
 # sockets; GPU0-GPU1 are joined by NVLink (``nv``) or not.

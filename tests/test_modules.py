@@ -75,3 +75,18 @@ def test_property(data):
     for candidate in (text, PROC_MODULES + text):
         with contextlib.suppress(ParseError):
             parse_modules(candidate)
+
+
+def test_a_module_named_as_a_user_is_loaded_even_without_its_row():
+    """``lsmod | grep gdrdrv`` shows two rows; nvidia's users name nvidia_uvm, so it is
+    loaded and the rule must not call it missing (nor peermem, named the same way)."""
+    from gputriage.rules.modules import loaded_names, required_modules
+
+    grepped = ("gdrdrv                 17384  0\n"
+               "nvidia              34654122  221 gdrdrv,nvidia_modeset,nvidia_uvm\n")
+    mods = {m.name: m for m in parse_modules(grepped)}
+    assert {"nvidia_uvm", "nvidia_modeset", "gdrdrv"} <= loaded_names(mods)
+    ids = {f.id for f in required_modules(mods, has_infiniband=False)}
+    assert "module.nvidia-uvm-missing" not in ids
+    alone = {m.name: m for m in parse_modules("nvidia 56463360 3 nvidia_modeset\n")}
+    assert "module.nvidia-uvm-missing" in {f.id for f in required_modules(alone)}

@@ -208,8 +208,11 @@ def test_init_port_with_link_up_blames_the_subnet_manager() -> None:
 
 
 def test_down_netdev_from_ibdev2netdev() -> None:
+    # a RoCE port's netdev is its link; an IPoIB netdev is only the IP side of the port
+    [f] = _ib(run(ibstat="mlx5_0 port 1 ==> ens1f0np0 (Up)\nmlx5_1 port 1 ==> ens2f0np0 (Down)\n"))
+    assert f.scope.name == "mlx5_1/1" and "netdev ens2f0np0 is Down" in f.title
     [f] = _ib(run(ibstat="mlx5_0 port 1 ==> ib0 (Up)\nmlx5_1 port 1 ==> ib1 (Down)\n"))
-    assert f.scope.name == "mlx5_1/1" and "netdev ib1 is Down" in f.title
+    assert f.id == "ib.link-state-unshown" and f.severity is Severity.INFO
 
 
 def test_down_second_port_beside_an_active_one_is_an_unused_port() -> None:
@@ -316,6 +319,17 @@ EXPECTED = {
     "bernie-connectx6": {},
     "oyanghd-ibstat-connectx3": {},
     "nccl1510-show-gids": {"mlx5_0/1": (Severity.INFO, Action.NONE)},  # ib.roce-gid: use 5
+    # IPoIB netdevs Down say nothing of the links (said once, at the first); the CX-6
+    # cards' second Ethernet ports are down beside an up first port: unused
+    "imbue-h100-ibdev2netdev": {"mlx5_0/1": (Severity.INFO, Action.NONE),
+                                "mlx5_2/1": (Severity.INFO, Action.NONE),
+                                "mlx5_8/1": (Severity.INFO, Action.NONE)},
+    "sriovop382-pod-ib-vf": {"mlx5_3/1": (Severity.WARNING, Action.FIX_CONFIG)},
+    "treydock-perfquery": {},
+    "rccl1423-rdma-link": {"mlx5_7/1": (Severity.WARNING, Action.PLAN_REPAIR)},  # unstable
+    # no device at all: ib.no-devices, about the node
+    "dsxinfra5251-ibv-devinfo": {None: (Severity.WARNING, Action.FIX_CONFIG)},
+    "trinity219-ibstatus": {None: (Severity.WARNING, Action.FIX_SOFTWARE)},
 }
 
 

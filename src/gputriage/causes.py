@@ -66,9 +66,21 @@ RELATIONS: tuple[Relation, ...] = (
              "up, and the failed initialisation says why"),
     Relation("gpu.missing", "nvidia-smi.gpu-lost", SAME_GPU,
              "nvidia-smi's lost handle is the GPU the driver no longer lists"),
+    Relation("fabric.manager-prerequisite", "fabric.manager-inactive", ANYWHERE,
+             "the fabric manager of an NVL5+ system does not start without ib_umad"),
+    Relation("fabric.manager-prerequisite", "fabric.state-not-completed", ANYWHERE,
+             "GPUs register with the fabric only once the fabric manager runs, and it cannot "
+             "start without ib_umad"),
     Relation("fabric.manager-inactive", "fabric.state-not-completed", ANYWHERE,
              "GPUs of an NVSwitch system register with the fabric only once the fabric "
              "manager has configured the switches"),
+    Relation("driver.module-build-failed", "nvidia-smi.cannot-communicate", ANYWHERE,
+             "the driver's module did not build for the kernel, so none is loaded for "
+             "nvidia-smi to talk to; a critical module-build-failed is the driver's own",
+             Severity.CRITICAL),
+    Relation("driver.no-adapter-probed", "driver.install-failed", ANYWHERE,
+             "a module that finds no GPU free to bind fails to load with 'No such device', "
+             "and the installer stops there"),
     Relation("driver.version-mismatch", "nvidia-smi.nvml-init-failed", ANYWHERE,
              "NVML refuses to start when the library and the loaded module differ"),
     Relation("driver.version-mismatch", "cuda.device-query-failed", ANYWHERE,

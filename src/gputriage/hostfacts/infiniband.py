@@ -5,6 +5,7 @@
   outputs (netdev names, GIDs); from ``ibstat`` alone otherwise.
 * ``ib_gpu_affinity``: device name -> :class:`HcaAffinity`: whether the HCA
   shares a PCIe switch or NUMA node with a GPU (a "GPU rail"), and on what basis.
+* ``ib_tool_problems``: what the RDMA tools said when they found no device.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gputriage.factbase import FactTable, Missing
-from gputriage.parsers.infiniband import IbPort, merge_ports, parse_ib_tree, parse_ibstat
+from gputriage.parsers.ib_tools import IbToolProblem
+from gputriage.parsers.infiniband import (
+    IbPort,
+    merge_ports,
+    parse_ib_problems,
+    parse_ib_tree,
+    parse_ibstat,
+)
 from gputriage.parsers.pci import PciFunction
 
 if TYPE_CHECKING:
@@ -22,7 +30,8 @@ if TYPE_CHECKING:
 
 FACTS = FactTable()
 
-__all__ = ["LOCAL_LINKS", "RAIL_GROUP_MIN", "HcaAffinity", "ib_gpu_affinity", "ib_ports"]
+__all__ = ["LOCAL_LINKS", "RAIL_GROUP_MIN", "HcaAffinity", "ib_gpu_affinity", "ib_ports",
+           "ib_tool_problems"]
 
 # topo -m link types meaning "same PCIe switch / host bridge / NUMA node"
 SWITCH_LINKS = frozenset({"PIX", "PXB"})
@@ -85,6 +94,16 @@ def ib_ports(facts: Facts) -> list[IbPort]:
     if ports is not None:
         return ports  # the sysfs tree exists and holds no HCA
     raise Missing("; ".join(reasons))
+
+
+@FACTS.fact("ib_tool_problems", sources=("ibstat",))
+def ib_tool_problems(facts: Facts) -> list[IbToolProblem]:
+    """The RDMA tools' complaints that they found no device (``No IB devices found``,
+    libibverbs' missing providers, ``sys files not found``)."""
+    problems = facts.parse("ibstat", parse_ib_problems)
+    if not problems:
+        raise Missing("ibstat: no tool complained of a missing device")
+    return problems
 
 
 def _topo_affinity(topo: Any, device: str) -> tuple[bool | None, tuple[str, ...], str | None]:

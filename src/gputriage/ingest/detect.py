@@ -21,6 +21,7 @@ from gputriage.ingest.commands import programs, source_for_command, subcommands
 from gputriage.ingest.detect_jobs import is_tests_prompt
 from gputriage.ingest.kernel_log import is_kernel_line, kernel_lines
 from gputriage.ingest.paste import BARRIER, PasteDoc
+from gputriage.parsers.ib_tools import PERFQUERY_HEAD
 
 __all__ = ["EXPECTED", "detect", "expected", "is_kernel_line", "kernel_lines",
            "source_for_command"]
@@ -84,8 +85,8 @@ def _segments(doc: PasteDoc) -> list[_Segment]:
     while i < len(doc.lines):
         ln = doc.lines[i]
         m = _PROMPT.match(ln) or _BARE_CMD.match(ln)
-        if m and is_tests_prompt(doc.lines, i):
-            m = None  # "# nThread 1 nGpus 8 ...": nccl-tests output, not a root prompt
+        if m and (is_tests_prompt(doc.lines, i) or PERFQUERY_HEAD.match(ln)):
+            m = None  # "# nThread 1 nGpus 8 ...", "# Port counters: Lid 2 port 1": output
         elif m or _FENCE.match(ln):
             cmd = m.group("cmd").strip() if m else None
             first = i

@@ -9,8 +9,9 @@ from typing import Any
 
 from gputriage.knowledge.cuda_compat import capability_of, version_key
 from gputriage.model import Action, Blame, Finding
+from gputriage.next_steps.container_stack import REPAIRS as CONTAINER_STACK
 from gputriage.next_steps.host import Host, bus_ids, dash_i, gpu_scopes, serials, what
-from gputriage.next_steps.stack_repairs import REPAIRS as STACK_REPAIRS
+from gputriage.next_steps.node_software import REPAIRS as NODE_SOFTWARE
 
 __all__ = ["BY_FAMILY", "BY_ID", "Repair", "repair"]
 
@@ -99,9 +100,21 @@ def _ib_port(f: Finding, host: Host) -> str:
     port = what(f, host)
     dev, _, num = (f.scope.name or "").partition("/")
     check = f"ibstat {dev} {num}".rstrip() if dev else "ibstat"
+    if dev.startswith("LID "):  # read by perfquery: the port is known by its LID
+        check = f"perfquery -x {dev.removeprefix('LID ')} {num}"
+    if f.id == "ib.port-not-active" and f.action is Action.FIX_CONFIG and "virtual function" \
+            in f.explanation:
+        return (f"enable the link of {port}'s virtual function: linkState: enable in its "
+                "SriovIBNetwork / SriovNetwork (or ip link set <PF> vf <n> state enable on the "
+                "host), bring the PF up, and recreate the pod; ibdev2netdev in the pod must "
+                "then show it (Up)")
     if f.id == "ib.port-not-active" and f.action is Action.FIX_CONFIG:
         return (f"enable {port} or have its subnet manager (opensm / UFM) configure it; "
                 f"{check} should then show State: Active")
+    if f.id == "ib.port-errors":
+        return (f"clear {port}'s counters (perfquery -x -R) and read them again under load; if "
+                f"they climb, reseat or replace its cable or transceiver and have the switch "
+                f"port checked ({check})")
     if f.id in ("ib.symbol-errors", "ib.link-downed"):
         return (f"replace the cable or transceiver of {port} and have the switch port checked;"
                 f" its counters ({check}) should then stay still")
@@ -757,6 +770,7 @@ def _dcgm_service(f: Finding, host: Host) -> str:
 
 
 BY_ID: dict[str, Repair] = {
+    **NODE_SOFTWARE,
     **{fid: _k8s_stack for fid in _K8S_STACK},
     **{fid: _k8s_nodes for fid in _K8S_NODES},
     **{fid: _k8s_lint for fid in _K8S_LINT},
@@ -808,7 +822,7 @@ BY_ID: dict[str, Repair] = {
     "dcgm.hostengine-unreachable": _dcgm_service, "dcgm.gpus-unseen": _dcgm_service,
     "dcgm.too-old": _dcgm_service, "dcgm.remap-failed": _rma, "dcgm.nvlink-down": _nvlink,
     "dcgm.pcie-replays": _pcie, "dcgm.gpu-count-unexpected": _missing_boards,
-    **STACK_REPAIRS,
+    **CONTAINER_STACK,
 }
 BY_FAMILY: tuple[tuple[str, Repair], ...] = (
     ("xid.", _xid), ("sxid.", _sxid), ("kernel.", _kernel), ("nvlink.", _nvlink),

@@ -8,10 +8,11 @@ Two line formats, possibly mixed in one paste:
 * journal / syslog records of the unit (``journalctl -u nvidia-fabricmanager``):
   ``Sep 18 03:19:01 host nv-fabricmanager[4177]: message`` (the month may be
   localised, e.g. ``11月 15``; ``short-iso`` times are read too), or bare
-  ``nv-fabricmanager: message`` lines as people paste them, with indented
-  continuation lines, or the messages alone (journal prefix stripped) when
-  they are ones only the fabric manager prints (``Detected Pre-NVL5 system``,
-  ``[NV_WARN_NOTHING_TO_DO]``).
+  ``nv-fabricmanager: message`` lines as people paste them (after any prefix: a
+  node's address from ``talosctl logs``, an elided host), with indented
+  continuation lines, or the messages alone (behind any prefix) when they are ones
+  only the fabric manager and its start script print (``Detected Pre-NVL5 system``,
+  ``[NV_WARN_NOTHING_TO_DO]``, ``Kernel module "ib_umad" has not been loaded``).
 
 Each record becomes an :class:`FmEntry` with a level and, when the message is
 one gputriage knows, an ``event`` (see :data:`EVENTS`). Other lines (shell
@@ -27,17 +28,22 @@ from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import ParseError, normalize_bus_id
 from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
 
-__all__ = ["EVENTS", "LIFECYCLE", "FmEntry", "FmLog", "claim_fabricmanager_log", "is_fm_message",
-           "parse_fabricmanager_log"]
+__all__ = ["EVENTS", "LIFECYCLE", "LOG_LINE", "FmEntry", "FmLog", "claim_fabricmanager_log",
+           "is_fm_message", "parse_fabricmanager_log"]
 
 _FM_LINE = re.compile(r"^\s{0,4}\[(?P<time>[^\]\n]{1,40})\]\s{0,4}\[(?P<level>[A-Za-z]{1,12})\]"
                       r"\s{0,4}(?:\[tid\s{0,4}\d{1,12}\]\s{0,4})?(?P<msg>.{0,4000})$")
-_BARE = re.compile(r"^\s{0,4}(?P<prog>nv-fabricmanager|nvidia-fabricmanager(?:-start\.sh)?|"
+LOG_LINE = _FM_LINE  # "[time] [LEVEL] [tid N] message": the NVIDIA daemons' log line (IMEX too)
+_BARE = re.compile(r"^\s{0,4}(?:(?:\d{1,3}(?:\.\d{1,3}){3}|[\w.-]{1,64}):\s{1,4})?"
+                   r"(?P<prog>nv-fabricmanager|nvidia-fabricmanager(?:-start\.sh)?|"
                    r"nvlsm|systemd)(?:\[(?P<pid>\d{1,10})\])?:\s{0,4}(?P<msg>.{0,4000})$")
-# messages only the fabric manager prints, pasted without their journal prefix
-_FM_MESSAGE = re.compile(r"^(?P<msg>(?:Detected (?:Pre-)?NVL5 system|request to query "
-                         r"NVSwitch device information|Successfully configured all the available "
-                         r"(?:NVSwitches|GPUs)|Fabric ?Manager version|"
+# messages only the fabric manager and its start script print, behind any prefix (a
+# journal prefix stripped, elided or of an unknown tool)
+_FM_MESSAGE = re.compile(r"(?:^|(?<=\s))(?P<msg>(?:Detected (?:Pre-)?NVL5\+? system|request to "
+                         r"query NVSwitch device information|Successfully configured all the "
+                         r"available (?:NVSwitches|GPUs)|Fabric ?Manager version|Polling for at "
+                         r"least one Infiniband device before starting Fabric ?Manager|Kernel "
+                         r"module \W?ib_umad\W? has not been loaded|"
                          r"\S[^\n]{0,200}\[NV_WARN_NOTHING_TO_DO\])[^\n]{0,4000})$", re.IGNORECASE)
 _JOB_FAILED = re.compile(r"^\s{0,4}(?P<msg>Job for nvidia-fabricmanager\S{0,16} failed.{0,400})$")
 _BOOT_MARK = re.compile(r"^-- (?:Boot [0-9a-f]{1,64}|Logs begin|Journal begins|No entries|Reboot)")
@@ -49,6 +55,10 @@ _LEVELS = {"INFO": "info", "DEBUG": "debug", "WARN": "warning", "WARNING": "warn
 # event -> pattern, first match wins (order matters)
 EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nothing-to-do", re.compile(r"NV_WARN_NOTHING_TO_DO|Nothing to do", re.IGNORECASE)),
+    # NVL5+ systems: the start script's pre-check, or NVLSM itself (through libibumad)
+    ("umad-missing", re.compile(r"ib_umad\W? has not been loaded|is ib_umad module loaded|"
+                                r"umad_init: can't read ABI version|modprobe ib_umad",
+                                re.IGNORECASE)),
     ("uncorrectable", re.compile(r"\buncorrectable\b", re.IGNORECASE)),
     ("nvswitch-nonfatal", re.compile(r"non-?fatal error", re.IGNORECASE)),
     ("nvswitch-fatal", re.compile(r"NVSwitch.{0,200}\bfatal\b|\bfatal\b.{0,200}NVSwitch",
@@ -57,6 +67,10 @@ EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
                                     r"not compatible|incompatible)", re.IGNORECASE)),
     ("link-training-failed", re.compile(r"train\w{0,4}.{0,40}fail|fail\w{0,4}.{0,40}train",
                                         re.IGNORECASE)),
+    # NVLS multicast teams the fabric manager lost track of (the release of a team it does
+    # not know, a GPU handle missing from a team); a failed setup alone is multicast-error
+    ("multicast-team", re.compile(r"fail\w{0,3} to (?:release|find).{0,80}multicast team|"
+                                  r"cannot find the team", re.IGNORECASE)),
     ("multicast-error", re.compile(r"multicast.{0,200}(?:fail|error)|(?:fail|error).{0,200}"
                                    r"multicast", re.IGNORECASE)),
     ("start-failed", re.compile(r"\" failed! Exit code|Control process exited.{0,80}FAILURE|"
@@ -74,7 +88,7 @@ LIFECYCLE = frozenset({"starting", "started", "configured", "stopping", "stopped
                        "start-failed", "nothing-to-do"})
 _ERROR_EVENTS = frozenset({"uncorrectable", "nvswitch-fatal", "nvswitch-nonfatal",
                            "version-mismatch", "link-training-failed", "multicast-error",
-                           "start-failed", "error"})
+                           "multicast-team", "umad-missing", "start-failed", "error"})
 _SWITCH_BUS = re.compile(r"NVSwitch\s{1,4}pci\s{1,4}bus\s{1,4}id\s{1,4}"
                          r"(?P<bus>[0-9A-Fa-f:.]{7,20})", re.IGNORECASE)
 _CODE = re.compile(r"(?:non-?fatal|fatal) error (?P<code>\d{1,6})", re.IGNORECASE)
@@ -126,9 +140,20 @@ class FmLog:
         return [e for e in self.entries if e.is_error]
 
 
+# literals one of which every _FM_MESSAGE holds (a cheap test first)
+_FM_WORDS = ("NVL5", "NVSwitch", "Successfully configured", "abric", "Polling for",
+             "ib_umad", "NV_WARN_NOTHING_TO_DO")
+
+
+def _fm_message(line: str) -> re.Match[str] | None:
+    if not any(w in line for w in _FM_WORDS):
+        return None
+    return _FM_MESSAGE.search(line)
+
+
 def is_fm_message(line: str) -> bool:
-    """A message only the fabric manager prints, without its journal prefix."""
-    return _FM_MESSAGE.match(line) is not None
+    """A message only the fabric manager prints, behind any prefix or none."""
+    return _fm_message(line) is not None
 
 
 def _level(raw: str | None, message: str, event: str | None) -> str:
@@ -218,7 +243,9 @@ def parse_fabricmanager_log(text: str) -> FmLog:
             log.formats.add("journal")
             log.entries.append(last)
             continue
-        b = _BARE.match(line) or _JOB_FAILED.match(line) or _FM_MESSAGE.match(line)
+        wrapped = last is not None and last_kind != "log" and line[:1].isspace()
+        b = _BARE.match(line) or _JOB_FAILED.match(line) or (
+            None if wrapped else _fm_message(line))
         if b:
             prog = b.groupdict().get("prog") or (
                 "systemctl" if _JOB_FAILED.match(line) else "nv-fabricmanager")
@@ -240,7 +267,8 @@ def parse_fabricmanager_log(text: str) -> FmLog:
 
 # --- recognising it in a paste -------------------------------------------------------
 _FM_LOG = re.compile(r"^\[[A-Z][a-z]{2} \d{1,2} \d{4} \d\d:\d\d:\d\d\] \[[A-Z]+\] \[tid \d+\]")
-_FM_JOURNAL = re.compile(r"(?:^|\s)(?:nv-fabricmanager|nvidia-fabricmanager-start\.sh)(?:\[\d+\])?:"
+_FM_JOURNAL = re.compile(r"(?:^|\s)(?:nv-fabricmanager|nvidia-fabricmanager-start\.sh|nvlsm)"
+                         r"(?:\[\d+\])?:"
                          r"|systemd\[1\]: .*(?:nvidia-fabricmanager|NVIDIA fabric manager)"
                          r"|^Job for nvidia-fabricmanager\S* failed")
 _WRAPPED = re.compile(r"^\s+\S")
@@ -260,3 +288,25 @@ def claim_fabricmanager_log(doc: PasteDoc) -> None:
             while doc.free(j) and _WRAPPED.match(doc.lines[j]):
                 doc.owner[j] = "fabricmanager_journal"
                 j += 1
+            _claim_same_prefix(doc, i)
+
+
+def _shape(line: str, end: int) -> str:
+    """A line's prefix (up to ``end``) with its digits blanked: the frame a journal or a
+    log tool puts around each message (``Jul 20 16:15:36 edge-...:``)."""
+    return re.sub(r"\d", "0", line[:end])
+
+
+def _claim_same_prefix(doc: PasteDoc, i: int) -> None:
+    """The lines around a fabric-manager message behind an unknown prefix that carry the
+    same prefix: the rest of that program's records (``Checking mlx5_10...``)."""
+    m = _fm_message(doc.lines[i])
+    if m is None or m.start("msg") < 8:
+        return
+    shape = _shape(doc.lines[i], m.start("msg"))
+    for step in (-1, 1):
+        j = i + step
+        while doc.free(j) and len(doc.lines[j]) > len(shape) and \
+                _shape(doc.lines[j], len(shape)) == shape:
+            doc.owner[j] = "fabricmanager_journal"
+            j += step

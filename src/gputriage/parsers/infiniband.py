@@ -6,8 +6,11 @@ Two entry points, one result type (a list of :class:`IbPort`):
   (``mlx5_0/ports/1/state`` = ``4: ACTIVE``, ``rate`` = ``400 Gb/sec (4X NDR)``,
   ``counters/symbol_error``, ``mlx5_0/fw_ver``, ``hca_type``, ...).
 * :func:`parse_ibstat` reads pasted text from ``ibstat``, ``ibstatus``,
-  ``ibv_devinfo [-v]``, ``ibdev2netdev [-v]`` and ``show_gids``, in any mix;
-  what several outputs say about one port is merged into one record.
+  ``ibv_devinfo [-v]``, ``ibdev2netdev [-v]``, ``show_gids``, ``rdma link`` and
+  ``perfquery`` (see :mod:`gputriage.parsers.ib_tools`), in any mix; what several
+  outputs say about one port is merged into one record, and a port read more than once
+  keeps its earlier states (``history``).
+* :func:`parse_ib_problems` reads what those tools print when they find no device.
 """
 
 from __future__ import annotations
@@ -20,9 +23,19 @@ from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc, claim_blocks, claim_lines
 from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.driver import split_tree
+from gputriage.parsers.ib_tools import (
+    PERFQUERY_HEAD,
+    PERFQUERY_ROW,
+    RDMA_LINK,
+    IbToolProblem,
+    is_problem_line,
+    perfquery_counter,
+    problem_of,
+    rdma_link_fields,
+)
 
 __all__ = ["IbGid", "IbPort", "claim_ib_tools", "normalize_phys_state", "normalize_state",
-           "parse_ib_tree", "parse_ibstat", "parse_rate"]
+           "parse_ib_problems", "parse_ib_tree", "parse_ibstat", "parse_rate"]
 
 _STATES = {1: "Down", 2: "Init", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
 _PHYS_STATES = {1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining",
@@ -72,8 +85,14 @@ class IbPort:
     pci_address: str | None = None  # "0000:18:00.0"
     gids: list[IbGid] = field(default_factory=list)
     source: str = "ibstat"  # the snapshot source the record came from
-    fmt: str = ""  # sysfs | ibstat | ibstatus | ibv_devinfo | ibdev2netdev | show_gids
+    fmt: str = ""  # sysfs | ibstat | ibstatus | ibv_devinfo | ibdev2netdev | show_gids |
+    # rdma_link | perfquery
     lines: list[str] = field(default_factory=list)  # the lines that describe the port
+    # earlier readings of the port's state in one paste, oldest first: (state, physical
+    # state, the reading's first line); the fields above are the latest reading
+    history: list[tuple[str | None, str | None, str]] = field(default_factory=list)
+    reading_line: str | None = None  # the first line of the latest reading
+    counter_lines: dict[str, str] = field(default_factory=dict)  # counter -> line printed
 
     @property
     def key(self) -> str:
@@ -86,11 +105,33 @@ class IbPort:
         return self.state in ("Active", "ActiveDefer")
 
     @property
+    def netdev_kind(self) -> str | None:
+        """What the port's network interface is, by its name: ``ipoib`` (``ib0``,
+        ``ibp26s0``: IP over InfiniBand, whose state is not the port's), ``ethernet``
+        (``enp1s0f0np0``, ``eth2``: a RoCE port, whose state is the link's), ``pod`` (a
+        secondary interface a CNI gave a pod, ``net1``: an SR-IOV virtual function)."""
+        name = (self.netdev or "").lower()
+        if not name:
+            return None
+        if re.fullmatch(r"net\d{1,3}", name):
+            return "pod"
+        if name.startswith("ib"):
+            return "ipoib"
+        if name.startswith(("en", "eth")):
+            return "ethernet"
+        return None
+
+    @property
     def is_down(self) -> bool:
-        """Known not to pass traffic: state Down, Init or Armed, or a Down netdev
-        when the port state itself is unknown (``ibdev2netdev`` alone)."""
+        """Known not to pass traffic: state Down, Init or Armed, or a Down netdev when the
+        port state itself is unknown (``ibdev2netdev`` alone) and the netdev's state is
+        the link's: an IPoIB interface is Down whenever IPoIB is not configured, while the
+        InfiniBand link may well be Active."""
         if self.state is not None:
             return self.state in ("Down", "Init", "Armed")
+        if self.netdev_kind == "ipoib" or (self.link_layer or "").lower() == "infiniband" \
+                and self.netdev_kind != "pod":
+            return False
         return self.netdev_state is not None and self.netdev_state.lower() == "down"
 
 
@@ -274,8 +315,8 @@ _DEVINFO_PORT = re.compile(r"^\s*port:\s*(?P<port>\d{1,3})\s*$")
 _NETDEV = re.compile(
     r"^\s*(?:(?P<pci>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+)?"
     r"(?P<dev>[A-Za-z][\w.-]*)\s+(?:\((?P<pci2>[0-9a-fA-F:.]+)\)\s+)?(?P<rest>[^=]*?)"
-    r"\bport (?P<port>\d{1,3})(?:\s+\(\s*(?P<state>[A-Z_]+)\s*\))?\s+<?=+>\s+(?P<netdev>\S+)"
-    r"\s+\((?P<up>[A-Za-z]+)\)\s*$")
+    r"\bport\s+(?P<port>\d{1,3})(?:\s+\(\s*(?P<state>[A-Z_]+)\s*\))?\s+<?=+>\s+"
+    r"(?P<netdev>\S+)\s+\((?P<up>[A-Za-z]+)\)\s*(?:#.{0,200})?$")
 _GID_HEAD = re.compile(r"^\s*DEV\s+PORT\s+INDEX\s+GID\b")
 _GID_ROW = re.compile(r"^\s*(?P<dev>[A-Za-z][\w.-]*)\s+(?P<port>\d{1,3})\s+(?P<idx>\d{1,5})\s+"
                       r"(?P<gid>[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7})\s+"
@@ -299,6 +340,7 @@ class _Reader:
         self.devinfo: dict[str, str] = {}
         self.dev_lines: list[str] = []
         self.port: IbPort | None = None
+        self.perf: IbPort | None = None  # the port of the perfquery block being read
         self.fmt = ""
         self.recognised = False
 
@@ -317,6 +359,7 @@ class _Reader:
     def start_port(self, num: int, line: str) -> None:
         assert self.device is not None
         self.port = self.get(self.device, num, self.fmt)
+        _new_reading(self.port, line)
         self.port.lines.extend(ln for ln in self.dev_lines if ln not in self.port.lines)
         self.port.lines.append(line.strip())
         _fill(self.port, self.fmt, self.devinfo)
@@ -339,6 +382,8 @@ class _Reader:
         m = _NETDEV.match(line) if "port" in line and "=>" in line else None
         if m:
             self.netdev(m, line)
+            return
+        if self.other_tools(line):
             return
         if _GID_HEAD.match(line):
             self.recognised = True
@@ -376,6 +421,48 @@ class _Reader:
             self.port.lines.append(line.strip())
         _port_field(self.port, self.fmt, key, value)
 
+    def other_tools(self, line: str) -> bool:
+        """An ``rdma link`` line, or a ``perfquery`` header or counter row."""
+        m = RDMA_LINK.match(line) if "state" in line else None
+        if m:
+            self.rdma_link(m, line)
+            return True
+        m = PERFQUERY_HEAD.match(line) if "ounters" in line else None
+        if m:
+            self.recognised = True
+            lid = int(m.group("lid"))
+            self.device, self.fmt = None, ""
+            self.port = self.get(f"LID {lid}", int(m.group("port")), "perfquery")
+            self.port.lid = lid
+            self.port.lines.append(line.strip())
+            self.perf = self.port
+            return True
+        m = PERFQUERY_ROW.match(line) if self.perf is not None else None
+        if m:
+            assert self.perf is not None
+            counter = perfquery_counter(m.group("key"), m.group("value"))
+            if counter is not None:
+                self.perf.counters[counter[0]] = counter[1]
+                self.perf.counter_lines[counter[0]] = line.strip()
+            return True
+        self.perf = None
+        return False
+
+    def rdma_link(self, m: re.Match[str], line: str) -> None:
+        self.recognised = True
+        self.device = self.port = self.perf = None
+        port = self.get(m.group("dev"), int(m.group("port")), "rdma_link")
+        _new_reading(port, line)
+        found = rdma_link_fields(m.group("rest"))
+        if "state" in found:
+            port.state = normalize_state(found["state"])
+        if "physical_state" in found:
+            port.phys_state = normalize_phys_state(found["physical_state"])
+        port.lid = _int(found.get("lid")) if _int(found.get("lid")) is not None else port.lid
+        port.sm_lid = _int(found.get("sm_lid")) if found.get("sm_lid") else port.sm_lid
+        port.netdev = found.get("netdev") or port.netdev
+        port.lines.append(line.strip())
+
     def netdev(self, m: re.Match[str], line: str) -> None:
         self.recognised = True
         self.device = self.port = None
@@ -403,6 +490,14 @@ class _Reader:
         if m.group("netdev") and port.netdev is None:
             port.netdev = m.group("netdev")
         port.lines.append(line.strip())
+
+
+def _new_reading(port: IbPort, line: str) -> None:
+    """A new reading of a port starts: keep the state the last one left."""
+    if port.state is not None or port.phys_state is not None:
+        first = port.reading_line or line.strip()
+        port.history.append((port.state, port.phys_state, first))
+    port.reading_line = line.strip()
 
 
 def _fill(port: IbPort, fmt: str, devinfo: dict[str, str]) -> None:
@@ -497,10 +592,17 @@ def parse_ibstat(text: str) -> list[IbPort]:
     for line in text.splitlines():
         reader.feed(line.replace("\x00", ""))
     if not reader.recognised:
-        if _NO_DEVICES.search(text):
+        if _NO_DEVICES.search(text) or parse_ib_problems(text):
             return []
-        raise ParseError("not ibstat, ibstatus, ibv_devinfo, ibdev2netdev or show_gids output")
+        raise ParseError("not ibstat, ibstatus, ibv_devinfo, ibdev2netdev, show_gids, rdma link "
+                         "or perfquery output")
     return _sorted(reader.ports)
+
+
+def parse_ib_problems(text: str) -> list[IbToolProblem]:
+    """What the RDMA tools said when they found no device (each line once, in order)."""
+    found = (problem_of(line) for line in text.splitlines() if line.strip())
+    return list({p.line: p for p in found if p is not None}.values())
 
 
 def merge_ports(primary: list[IbPort], extra: list[IbPort]) -> list[IbPort]:
@@ -526,12 +628,14 @@ _IBSTATUS_START = re.compile(r"^Infiniband device '[^']+' port \d+ status:\s*$")
 _HCA_START = re.compile(r"^hca_id:\s*\S+\s*$")
 _IBDEV2NETDEV = re.compile(
     r"^\s*(?:(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\s+)?[A-Za-z][\w.-]*\s"
-    r"[^=]*?\bport \d+(?:\s+\(\s*[A-Z_]+\s*\))?\s+<?=+>\s+\S+\s+"
-    r"\((?:Up|Down|up|down|UP|DOWN)\)\s*$")
+    r"[^=]*?\bport\s+\d+(?:\s+\(\s*[A-Z_]+\s*\))?\s+<?=+>\s+\S+\s+"
+    r"\((?:Up|Down|up|down|UP|DOWN)\)\s*(?:#.{0,200})?$")
 _GIDS_HEAD = re.compile(r"^\s*DEV\s+PORT\s+INDEX\s+GID\b")
 _GIDS_ROW = re.compile(r"^\s*(?:-{2,}\s+)+-{2,}\s*$|^\s*[A-Za-z][\w.-]*\s+\d+\s+\d+\s+"
                        r"[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7}\s|^n_gids_found=\d+")
 _INDENTED = re.compile(r"^(?:\s*$|\s)")
+# literals one of which a tool's "no device" complaint holds (a cheap test first)
+_PROBLEM_WORDS = ("libibverbs", "umad", "IB device", "sys files", "ibpanic")
 
 
 def _indented(line: str) -> bool:
@@ -539,10 +643,17 @@ def _indented(line: str) -> bool:
 
 
 def claim_ib_tools(doc: PasteDoc) -> None:
-    """ibstat, ibstatus, ibv_devinfo, ibdev2netdev and show_gids outputs: the ``ibstat``
-    source."""
+    """ibstat, ibstatus, ibv_devinfo, ibdev2netdev, show_gids, rdma link and perfquery
+    outputs, and the tools' "no device" complaints: the ``ibstat`` source."""
     claim_blocks(doc, "ibstat", _CA_START, _indented)
     claim_blocks(doc, "ibstat", _IBSTATUS_START, _indented)
     claim_blocks(doc, "ibstat", _HCA_START, _indented)
     claim_lines(doc, "ibstat", _IBDEV2NETDEV)
     claim_blocks(doc, "ibstat", _GIDS_HEAD, lambda s: bool(_GIDS_ROW.match(s)))
+    claim_blocks(doc, "ibstat", PERFQUERY_HEAD, lambda s: bool(PERFQUERY_ROW.match(s)))
+    for i, line in enumerate(doc.lines):
+        if not doc.free(i):
+            continue
+        if ("state " in line and "/" in line and RDMA_LINK.match(line)) or (
+                any(w in line for w in _PROBLEM_WORDS) and is_problem_line(line)):
+            doc.claim("ibstat", i, i + 1)

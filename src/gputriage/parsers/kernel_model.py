@@ -35,6 +35,7 @@ class EventKind(str, Enum):
     PCIE_AER = "pcie-aer"
     PCIE_BANDWIDTH_LIMITED = "pcie-bandwidth-limited"
     MLX5_LINK = "mlx5-link"
+    HCA_FIRMWARE_OLD = "hca-firmware-old"  # an mlx4/mlx5 driver asks for newer HCA firmware
     LINK_STATE = "link-state"
     HW_ERROR = "hw-error"
     SEGFAULT = "segfault"

@@ -137,6 +137,18 @@ def _no_adapter(line: LogLine, msg: str, m: Match | None) -> Found:
     return make_event(K.NO_ADAPTER_PROBED, line, None)
 
 
+# "NVRM: GPU 0000:01:00.0 is already bound to NovaCore." (nouveau, nova_core, vfio-pci...)
+_BOUND_ELSEWHERE = re.compile(r"GPU (?P<bus>[0-9a-fA-F:.]{7,16}) is already bound to "
+                              r"(?P<holder>[\w.-]{1,40})")
+
+
+def _bound_elsewhere(line: LogLine, msg: str, m: Match | None) -> Found:
+    """The driver found a GPU another kernel driver had taken: why it probed none."""
+    assert m is not None
+    return make_event(K.NO_ADAPTER_PROBED, line, normalize_bus_id(m.group("bus")),
+                      {"holder": m.group("holder").rstrip(".")})
+
+
 def _firmware_load(line: LogLine, msg: str, m: Match | None) -> Found:
     assert m is not None
     details = {"file": m.group("file"), "error": m.group("err")}
@@ -251,6 +263,22 @@ def _bandwidth(line: LogLine, msg: str, m: Match | None) -> Found:
     return make_event(K.PCIE_BANDWIDTH_LIMITED, line, bus_near(msg, line.bus_hint), details)
 
 
+# an mlx4/mlx5 driver saying the HCA's firmware is too old for it: "mlx4_en 0000:0d:00.0:
+# LSO not supported, please upgrade to later FW version", "mlx4_core 0000:0d:00.0: Installed
+# FW has unsupported command interface revision 2"
+_HCA_FIRMWARE = re.compile(
+    r"(?P<driver>mlx[45]_\w{1,8})\s+(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)"
+    r"?:?.{0,160}?(?P<what>upgrade to (?:a )?(?:later|newer) FW version|unsupported command "
+    r"interface revision|FW version .{0,40}(?:too old|is not supported|unsupported))",
+    re.IGNORECASE)
+
+
+def _hca_firmware(line: LogLine, msg: str, m: Match | None) -> Found:
+    assert m is not None
+    return make_event(K.HCA_FIRMWARE_OLD, line, normalize_bus_id(m.group("bus") or ""),
+                      {"driver": m.group("driver"), "what": m.group("what")})
+
+
 def _mlx5_link(line: LogLine, msg: str, m: Match | None) -> Found:
     assert m is not None
     details = {"state": m.group("state").lower()}
@@ -336,6 +364,11 @@ EVENTS: tuple[EventPattern, ...] = (
       "[    9.804214] NVRM: GPU 0000:41:00.0: RmInitAdapter failed!"),
     P(K.NO_ADAPTER_PROBED, ("NVRM:",), ("No NVIDIA graphics adapter probed",), _no_adapter,
       "[188497.595099] NVRM: No NVIDIA graphics adapter probed!"),
+    P(K.NO_ADAPTER_PROBED, ("NVRM:",), ("No NVIDIA devices probed",), _no_adapter,
+      "[  201.913648] NVRM: No NVIDIA devices probed."),
+    P(K.NO_ADAPTER_PROBED, ("NVRM:",), ("is already bound to",), _bound_elsewhere,
+      "[  201.910514] NVRM: GPU 0000:01:00.0 is already bound to NovaCore.",
+      regex=_BOUND_ELSEWHERE),
     P(K.GSP_FIRMWARE_MISSING, ("nvidia",), ("Direct firmware load for nvidia/",),
       _firmware_load, "[   23.991660] nvidia 0000:07:00.0: Direct firmware load for "
       "nvidia/570.144/gsp_ga10x.bin failed with error -2", regex=FW_LOAD),
@@ -420,6 +453,10 @@ EVENTS: tuple[EventPattern, ...] = (
     P(K.PCIE_BANDWIDTH_LIMITED, ("PCIe bandwidth",), ("PCIe bandwidth limited",), _bandwidth,
       "[    2.113040] nvidia 0000:3b:00.0: PCIe bandwidth limited by the slot"),
     # network links
+    P(K.HCA_FIRMWARE_OLD, ("FW version", "command interface revision"),
+      ("FW version", "command interface revision"), _hca_firmware,
+      "[  939.318810] mlx4_en 0000:0d:00.0: LSO not supported, please upgrade to later FW "
+      "version to enable LSO", regex=_HCA_FIRMWARE),
     P(K.MLX5_LINK, ("mlx5_core ",), ("mlx5_core",), _mlx5_link,
       "[ 4435.115811] mlx5_core 0000:53:00.0 enp83s0f0np0: Link down", regex=MLX5_LINK,
       requires=("Link up", "Link down")),

@@ -415,9 +415,11 @@ _INIT_WHY = {
     "driver.gpu-init-failed": "RmInitAdapter failed: the GPU did not come up (firmware that "
     "did not boot, a BAR that could not be mapped, or failing hardware). It is unusable "
     "until fixed; power-cycle the node, then repair if it persists.",
-    "driver.no-adapter-probed": "The nvidia module loaded but bound no GPU: nouveau or "
-    "another driver claimed them, or the GPUs are not visible. Blacklist nouveau, rebuild "
-    "the initramfs and reboot.",
+    "driver.no-adapter-probed": "The nvidia module loaded but bound no GPU: another kernel "
+    "driver claimed them first (nouveau; on kernels built with CONFIG_NOVA_CORE its "
+    "successor nova_core, which the driver names NovaCore; vfio-pci for passthrough), or the "
+    "GPUs are not visible. The GPU is not at fault: blacklist the driver that holds it "
+    "(nouveau, or nova_core, nova_drm and nova), rebuild the initramfs and reboot.",
     "driver.gsp-firmware-missing": "The kernel module's GSP firmware file is not installed: a "
     "half-applied driver update. Reinstall the matching driver packages (module and "
     "firmware) and reboot.",
@@ -434,17 +436,25 @@ def init_events(driver_events: Sequence[DriverEvent]) -> Iterator[Finding]:
     groups: dict[tuple[str, str | None], list[DriverEvent]] = {}
     for ev in driver_events:
         if ev.kind in _INIT_EVENTS:
-            groups.setdefault((ev.kind, ev.bus_id), []).append(ev)
+            # a probe that bound nothing is one cause, whichever GPUs its lines name
+            bus = None if ev.kind == "no-adapter-probed" else ev.bus_id
+            groups.setdefault((ev.kind, bus), []).append(ev)
     for (kind, bus_id), events in groups.items():
         fid, title, action, blame = _INIT_EVENTS[kind]
         codes = sorted({e.details.get("code") or e.details.get("module") or ""
                         for e in events} - {""})
         if codes:
             title += f" ({', '.join(codes)})"
+        held = sorted({f"{e.bus_id or 'a GPU'} is held by {e.details['holder']}"
+                       for e in events if e.details.get("holder")})
+        if held:
+            title = f"the nvidia module probed no GPU: {'; '.join(held)}"
         if bus_id:
             title += f" at {bus_id}"
+        buses = {e.bus_id for e in events if e.bus_id}
+        where = bus_id or (buses.pop() if len(buses) == 1 else None)
         yield finding(fid, Severity.CRITICAL, title, _INIT_WHY[fid], action, blame,
-                      gpu_scope(bus_id) if bus_id else Scope(),
+                      gpu_scope(where) if where else Scope(),
                       [evidence("kernel_log", [ln for e in events for ln in e.line.splitlines()],
                                 f"{weight(events)} occurrence(s)" if weight(events) > 1
                                 else None,

@@ -491,11 +491,16 @@ def _event_of(entry: FmEntry) -> str:
     return entry.event or "error"
 
 
+# records other rules report: a failed start (fabric.manager), a lost NVLS multicast team
+# and a missing ib_umad (fabric_services)
+_OWN_RULES = frozenset({"start-failed", "multicast-team", "umad-missing"})
+
+
 def _logged_errors(log: FmLog, need: FabricNeed | None, units: Units | None) -> list[FmEntry]:
     """The error records this rule reports: not failed starts (fabric.manager's), not a
     version mismatch while the service is down (ditto), and no generic errors where
     no fabric manager is needed."""
-    errors = [e for e in log.errors if e.event != "start-failed"]
+    errors = [e for e in log.errors if e.event not in _OWN_RULES]
     if _needed_and_down(need, units, log) is not None:
         errors = [e for e in errors if e.event != "version-mismatch"]
     if need is not None and not need.needed:

@@ -147,6 +147,14 @@ def _port_advice(port: IbPort) -> tuple[Action, Blame, str]:
                 "The physical link is up but no subnet manager has configured the port "
                 "(opensm / UFM not running or not reaching it). Check the fabric's subnet "
                 "manager and the port's partition.")
+    if port.state is None and port.netdev_kind == "pod":
+        return (Action.FIX_CONFIG, Blame.CONFIG,
+                f"{port.netdev} is a secondary interface a CNI gave a pod: an SR-IOV virtual "
+                "function of the HCA. A VF is Down when its link state is disabled (the "
+                "SR-IOV network's linkState: disable, or auto with the PF down), not because "
+                "of a cable: set linkState: enable in the SriovIBNetwork / SriovNetwork (or "
+                "ip link set <PF> vf <n> state enable on the host), check that the PF is up, "
+                "and recreate the pod.")
     if port.state is None:
         return (Action.DRAIN_AND_REPAIR, Blame.NODE,
                 "The RDMA device's network interface is down: check `ip link` (it may be "
@@ -249,7 +257,16 @@ def _count(port: IbPort, name: str) -> str:
 
 
 def _counter_lines(port: IbPort, names: tuple[str, ...]) -> list[str]:
-    return [ln for ln in port.lines if any(f"/counters/{n}:" in ln for n in names)]
+    """The lines that printed these counters (sysfs files, perfquery rows)."""
+    printed = [port.counter_lines[n] for n in names if n in port.counter_lines]
+    return printed or [ln for ln in port.lines if any(f"/counters/{n}:" in ln for n in names)]
+
+
+def link_errors_judged(port: IbPort) -> bool:
+    """Whether ib.symbol-errors reports this port's link (its symbol errors or link
+    recoveries are past their thresholds)."""
+    return (port.counters.get("symbol_error", 0) >= SYMBOL_ERROR_WARN
+            or port.counters.get("link_error_recovery", 0) >= LINK_ERROR_RECOVERY_WARN)
 
 
 @rule("ib.symbol-errors", produces=("ib.symbol-errors",))
@@ -259,7 +276,7 @@ def symbol_errors(ib_ports: list[IbPort]) -> Iterator[Finding]:
     for port in ib_ports:
         sym = port.counters.get("symbol_error", 0)
         rec = port.counters.get("link_error_recovery", 0)
-        if sym < SYMBOL_ERROR_WARN and rec < LINK_ERROR_RECOVERY_WARN:
+        if not link_errors_judged(port):
             continue
         parts = []
         if sym >= SYMBOL_ERROR_WARN:

@@ -17,6 +17,25 @@ def _nvidia_lines(mods: dict[str, Module]) -> list[str]:
     return [m.line for name, m in sorted(mods.items()) if name.startswith(("nvidia", "nv_"))]
 
 
+def loaded_names(mods: dict[str, Module]) -> set[str]:
+    """The modules a listing shows loaded: its rows, and every module a row names as its
+    user (``nvidia ... gdrdrv,nvidia_uvm``: nvidia_uvm uses nvidia, so it is loaded even
+    when the listing was filtered, ``lsmod | grep gdrdrv``, and has no row of its own)."""
+    names = set(mods)
+    for mod in mods.values():
+        names.update(u.replace("-", "_") for u in mod.used_by)
+    return names
+
+
+def loaded_line(mods: dict[str, Module], wanted: tuple[str, ...]) -> str | None:
+    """The line that shows one of ``wanted`` loaded: its own row, else a row that names it
+    as a user; None when none does."""
+    rows = [m.line for name, m in mods.items() if name in wanted]
+    users = [m.line for m in mods.values() if set(wanted) & {u.replace("-", "_")
+                                                             for u in m.used_by}]
+    return next(iter(rows + users), None)
+
+
 @rule("module.required",
       produces=("module.nvidia-uvm-missing", "module.display-modules-absent",
                 "module.peermem-missing"))
@@ -27,8 +46,9 @@ def required_modules(modules: dict[str, Module],
     mods = modules
     if "nvidia" not in mods:
         return  # driver.presence reports a driver that is not loaded
+    names = loaded_names(mods)
     loaded = evidence("proc_modules", _nvidia_lines(mods), "NVIDIA modules loaded")
-    if "nvidia_uvm" not in mods:
+    if "nvidia_uvm" not in names:
         yield finding(
             "module.nvidia-uvm-missing", Severity.CRITICAL,
             "nvidia_uvm is not loaded: CUDA cannot run",
@@ -37,7 +57,7 @@ def required_modules(modules: dict[str, Module],
             "Load it (modprobe nvidia-uvm, or nvidia-modprobe -u -c=0) and make it load at "
             "boot.", Action.FIX_CONFIG, Blame.NODE, Scope("module", name="nvidia_uvm"),
             [loaded])
-    absent_display = [m for m in ("nvidia_modeset", "nvidia_drm") if m not in mods]
+    absent_display = [m for m in ("nvidia_modeset", "nvidia_drm") if m not in names]
     if absent_display:
         yield finding(
             "module.display-modules-absent", Severity.INFO,
@@ -45,7 +65,7 @@ def required_modules(modules: dict[str, Module],
             "Only display, some container setups and GB200/GH200 power management need "
             "them; compute jobs do not.", Action.NONE, Blame.UNKNOWN,
             Scope("module", name=absent_display[0]))
-    if has_infiniband and not any(m in mods for m in PEERMEM_MODULES):
+    if has_infiniband and not any(m in names for m in PEERMEM_MODULES):
         ib = [m.line for name, m in sorted(mods.items())
               if name.startswith(("mlx5", "ib_", "rdma"))][:6]
         yield finding(

@@ -19,7 +19,7 @@ from gputriage.parsers.modules import Module
 from gputriage.parsers.nccl_model import NET_IB, NcclLog, NcclProcess, NcclTestRow, NcclTestRun
 from gputriage.parsers.systemd import UnitState
 from gputriage.rules.base import action_for, evidence, finding, rule
-from gputriage.rules.modules import PEERMEM_MODULES
+from gputriage.rules.modules import PEERMEM_MODULES, loaded_line
 from gputriage.rules.nccl_transport_causes import socket_causes
 
 TESTS = "nccl_tests"
@@ -191,7 +191,7 @@ def _inter_node_hints(ctx: Context, exp: Expectation, hints: Hints) -> Hints:
         found.append(f"rail port(s) {', '.join(exp.down_rails)} are not active: see "
                      "ib.port-not-active")
         blame, action = Blame.NODE, Action.DRAIN_AND_REPAIR
-    if ctx.modules is not None and not any(m in ctx.modules for m in PEERMEM_MODULES):
+    if ctx.modules is not None and loaded_line(ctx.modules, PEERMEM_MODULES) is None:
         found.append("nvidia_peermem is not loaded here: see module.peermem-missing")
     return found, blame, action
 

@@ -15,7 +15,7 @@ from gputriage.parsers.hostcfg import KernelCmdline
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.modules import Module
 from gputriage.rules.base import evidence
-from gputriage.rules.modules import PEERMEM_MODULES
+from gputriage.rules.modules import PEERMEM_MODULES, loaded_line
 
 if TYPE_CHECKING:
     from gputriage.rules.nccl_completions import Completion
@@ -59,12 +59,12 @@ def _gdr_hints(host: HostRdma, comps: list[Completion]) -> tuple[list[str], list
     ev: list[Evidence] = []
     mods = host.modules
     if mods is not None:
-        peer = [m for name, m in mods.items() if name in PEERMEM_MODULES]
-        if not peer:
+        peer = loaded_line(mods, PEERMEM_MODULES)
+        if peer is None:
             hints.append("nvidia_peermem is not loaded on this host")
             ev.append(evidence("proc_modules", [], "no nvidia_peermem / nv_peer_mem loaded"))
         else:
-            ev.append(evidence("proc_modules", [peer[0].line], "peer-memory module loaded"))
+            ev.append(evidence("proc_modules", [peer], "peer-memory module loaded"))
     if any(c.proc.dmabuf for c in comps):
         hints.append("the log shows DMA-BUF in use")
     cmd = host.cmdline

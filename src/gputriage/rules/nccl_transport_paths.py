@@ -23,6 +23,7 @@ from gputriage.parsers.pci import PciFunction
 from gputriage.parsers.topo import TopoMatrix, distance, nvlink_count
 from gputriage.rules.base import evidence, finding, gpu_scope
 from gputriage.rules.modules import PEERMEM_MODULES as PEERMEM
+from gputriage.rules.modules import loaded_line
 
 __all__ = ["LOW_P2P_LEVELS", "HostLayout", "gdr_findings", "shm_findings"]
 
@@ -278,9 +279,9 @@ def _off_with_support(mods: dict[str, Module] | None, loaded: bool) -> Cause:
     off."""
     basis = "nvidia_peermem is loaded" if loaded else "DMA-BUF is available"
     ev = []
-    if loaded and mods:
-        ev.append(evidence("proc_modules",
-                           [next(m.line for name, m in mods.items() if name in PEERMEM)]))
+    line = loaded_line(mods, PEERMEM) if loaded and mods else None
+    if line is not None:
+        ev.append(evidence("proc_modules", [line]))
     return (f"GPUDirect RDMA is off although {basis}",
             f"{basis[0].upper() + basis[1:]}, so GPUDirect support exists; NCCL still turned "
             "it off, most often because the HCA is too far from the GPU (the log does not "
@@ -299,7 +300,7 @@ _NO_SUPPORT: Cause = (
 
 def _unsupported_cause(procs: list[Proc], level: str | None,
                        mods: dict[str, Module] | None) -> Cause:
-    loaded = None if mods is None else any(m in mods for m in PEERMEM)
+    loaded = None if mods is None else loaded_line(mods, PEERMEM) is not None
     dmabuf = any(p.dmabuf for p in procs)
     if level:
         return _gdr_limited(level)
