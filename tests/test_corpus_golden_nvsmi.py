@@ -89,7 +89,7 @@ GOLDEN: dict[str, Gold] = {
     "dcgm138-nvidia-smi-mig-lgi": Gold(must=("mig.layout",), quiet=(*_MINE, "mig.")),
     "bottlerocket4418-h100-sxm-nvlink-status": Gold(never=("nvlink.links-down",), quiet=_MINE),
     "mbab101-nvidia-smi-couldnt-communicate-dkms": Gold(
-        must=("driver.dkms-build-failed", "nvidia-smi.cannot-communicate"),
+        must=("driver.module-build-failed", "nvidia-smi.cannot-communicate"),
         never=("gpu.", "memory.", "xid.", "pcie.")),
     # category 8: driver, fabric manager and other single outputs
     "aws-p5-devicequery-cudagetdevicecount-802": Gold(must=("cuda.device-query-failed",)),
@@ -212,7 +212,7 @@ def test_dkms_build_failure_is_the_cause_of_the_unreachable_driver(corpus):
     result = analyze(load_input(str(corpus.sample(part).path)))
     (f,) = [f for f in result.findings if f.severity.rank >= Severity.WARNING.rank]
     assert (f.id, f.severity, f.action, f.blame) == (
-        "driver.dkms-build-failed", Severity.CRITICAL, Action.FIX_SOFTWARE, Blame.NODE)
+        "driver.module-build-failed", Severity.CRITICAL, Action.FIX_SOFTWARE, Blame.NODE)
     assert "5.13.18-21.09.16.amdgpu.ubuntu" in f.title and "-k 5.13.18-21.09.16" in f.step
     assert [c.id for c in f.consequences] == ["nvidia-smi.cannot-communicate"]
 

@@ -96,7 +96,6 @@ RULE_CASES = {
                         "(0x24:0x72:1568)\n"}, "driver.gpu-init-failed"),
     ],
     "driver.dkms-build": [
-        ({"kernel_log": DKMS_APT}, "driver.dkms-build-failed"),
     ],
     "gpu.count": [
         (host(nvml=nvml_doc(BUSES[:4] + BUSES[5:])), "gpu.missing"),
@@ -289,17 +288,16 @@ def test_topology_one_gpu_short_of_a_switched_board():
         assert "gpu.board-short" not in ids(run(nvidia_smi_topo=healthy))
 
 
-# -- DKMS building the module ------------------------------------------------------------------
+# -- DKMS building the module (rules/module_build.py) ------------------------------------------
 
 def _dkms(result):
-    return [f for f in flat(result.findings) if f.id == "driver.dkms-build-failed"]
+    return [f for f in flat(result.findings) if f.id == "driver.module-build-failed"]
 
 
 def test_dkms_failure_in_apt_output_is_a_software_warning_for_that_kernel():
-    [f] = _dkms(run(kernel_log=DKMS_APT))
+    [f] = _dkms(analyze(load_text(DKMS_APT, "paste")))
     assert (f.severity, f.action, f.blame) == (Severity.WARNING, Action.FIX_SOFTWARE, Blame.NODE)
-    assert "kernel 6.11.0-1-generic" in f.title and "next boot" in f.explanation
-    assert "dkms install -m nvidia -v VERSION -k 6.11.0-1-generic" in f.step
+    assert "6.11.0-1-generic" in f.title and "next boot" in f.explanation
 
 
 def test_dkms_failure_with_no_driver_is_the_critical_cause():
@@ -307,12 +305,18 @@ def test_dkms_failure_with_no_driver_is_the_critical_cause():
                       for i, ln in enumerate(DKMS_APT.splitlines()[2:5]))
     result = analyze(load_text(journal + SMI_NO_DRIVER, "paste"))
     top = [f for f in result.findings if f.severity is Severity.CRITICAL]
-    assert [f.id for f in top] == ["driver.dkms-build-failed"]
+    assert [f.id for f in top] == ["driver.module-build-failed"]
     assert [c.id for c in top[0].consequences] == ["nvidia-smi.cannot-communicate"]
+
+
+def test_dkms_failure_on_the_running_kernel_is_critical():
+    uname = "Linux gpu-b12 6.11.0-1-generic #1 SMP PREEMPT_DYNAMIC x86_64 GNU/Linux\n"
+    [f] = _dkms(run(module_build=DKMS_APT, uname=uname))
+    assert f.severity is Severity.CRITICAL and f.action is Action.FIX_SOFTWARE
 
 
 def test_a_dkms_failure_without_a_module_named_is_only_information():
     line = "Error! Bad return status for module build on kernel: 6.8.0-45-generic (x86_64)\n"
-    [f] = _dkms(run(kernel_log=line))
+    [f] = _dkms(analyze(load_text(line, "paste")))
     assert f.severity is Severity.INFO and f.action is Action.NONE
 

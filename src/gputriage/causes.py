@@ -131,11 +131,6 @@ RELATIONS: tuple[Relation, ...] = (
              "CUDA returns 802 while the GPUs' fabric registration is not complete"),
     Relation("driver.not-loaded", "cuda.no-device", ANYWHERE,
              "CUDA sees no device when the driver is not loaded"),
-    *(Relation("driver.dkms-build-failed", c, ANYWHERE,
-               "a module DKMS could not build cannot be loaded, so nothing can reach the "
-               "driver", Severity.CRITICAL)
-      for c in ("nvidia-smi.cannot-communicate", "driver.module-load-failed",
-                "driver.not-loaded")),
     *(Relation(c, "cuda.no-device", ANYWHERE,
                "the container hook runs CUDA on the host before the container starts: its "
                "error is the same missing device")

@@ -210,17 +210,6 @@ def _acs(f: Finding, host: Host) -> str:
             "node's GPUs) should then finish at full bandwidth")
 
 
-def _dkms(f: Finding, host: Host) -> str:
-    m = re.search(r"for kernel ([^\s,:()]+)", f.title)
-    kernel = m.group(1) if m else "KERNEL"
-    version = host.version or "VERSION"
-    return (f"boot a kernel the driver supports, with its headers installed (your "
-            f"distribution's kernel and its linux-headers package), or install a driver "
-            f"release that supports {kernel}; then rebuild: dkms install -m nvidia -v "
-            f"{version} -k {kernel}; dkms status should then list nvidia installed for "
-            f"{kernel}, and after modprobe nvidia, nvidia-smi lists the GPUs")
-
-
 def _version_mismatch(f: Finding, host: Host) -> str | None:
     module, user = host.driver.kernel_module, host.driver.userspace
     if not (module and user and module != user):
@@ -794,7 +783,7 @@ BY_ID: dict[str, Repair] = {
     "container.nvml-unknown-error": _container_devices,
     "fabric.manager-inactive": _fabric_manager, "fabric.manager-not-needed": _fabric_manager,
     "fabric.state-not-completed": _fabric_state, "mig.no-instances": _mig_instances,
-    "pcie.acs-redirect": _acs, "driver.dkms-build-failed": _dkms,
+    "pcie.acs-redirect": _acs,
     "module.nvidia-uvm-missing": _module("nvidia_uvm"),
     "module.peermem-missing": _module("nvidia_peermem"),
     "memory.remap-failed": _rma, "memory.remap-exhausting": _rma,

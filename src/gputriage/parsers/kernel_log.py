@@ -24,9 +24,6 @@ _KERNEL_START = re.compile("|".join(f"(?:{p})" for p in (
     r"\d{1,3},\d{1,20},\d{1,20},[^;]{0,32};",  # /dev/kmsg record
     r"\s*(?:[\w\-]{1,32} [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]:|nv_peer_mem:"
     r"|modprobe: (?:ERROR|FATAL): could not insert)\s",  # dmesg -t device / module messages
-    # DKMS failing to build the module, as dkms, apt or dkms.service print it
-    r"\s*(?:Error! Bad return status for module build|ERROR \(dkms apport\):"
-    r"|Consult /var/lib/dkms/nvidia/|unset ARCH; .{0,200}NV_EXCLUDE_BUILD_MODULES)",
     r"\s*(?:>\s*)?\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\]",
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d+[+-]\d\d:?\d\d\s",  # dmesg --time-format iso
     r"\s*kernel:\s",

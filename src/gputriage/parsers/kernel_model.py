@@ -23,7 +23,6 @@ class EventKind(str, Enum):
     NO_ADAPTER_PROBED = "no-adapter-probed"
     GSP_FIRMWARE_MISSING = "gsp-firmware-missing"
     MODULE_LOAD_FAILED = "module-load-failed"
-    DKMS_BUILD_FAILED = "dkms-build-failed"  # DKMS could not build a module for a kernel
     XID = "xid"
     SXID = "sxid"
     GSP_RPC_TIMEOUT = "gsp-rpc-timeout"

@@ -110,17 +110,6 @@ UDEV_MODPROBE = re.compile(r"Process '\S{0,64}modprobe (?P<module>nvidia[\w\-]{0
                             r"with exit code (?P<code>\d{1,4})")
 SYMBOL = re.compile(r"^(?P<module>nvidia[\w\-]{0,32}): (?P<reason>Unknown symbol .{0,200}|"
                      r"disagrees about version of symbol .{0,200})")
-# DKMS (dkms install / autoinstall, in a terminal, apt's output or dkms.service's journal)
-DKMS_BUILD = re.compile(r"Bad return status for module build on kernel:?\s*(?P<kernel>[\w.+~-]"
-                        r"{1,100})(?:\s*\((?P<arch>[\w-]{1,20})\))?")
-DKMS_HEADERS = re.compile(r"kernel package (?P<headers>linux-headers-[\w.+~-]{1,100}) is not "
-                          r"supported")
-DKMS_LOG = re.compile(r"/var/lib/dkms/nvidia/(?P<version>[\w.+~-]{1,40})/(?:(?P<kernel>[\w.+~-]"
-                      r"{1,100})/[\w-]{1,20}/log/|build/)make\.log")
-DKMS_MAKE = re.compile(r"KERNEL_UNAME=(?P<kernel>[\w.+~-]{1,100}).{0,400}?\(bad exit status: "
-                       r"(?P<code>\d{1,4})\)")
-DKMS_NVIDIA = re.compile(r"/var/lib/dkms/nvidia\b|dkms (?:install|build)\b.{0,40}-m nvidia\b"
-                         r"|\bNV_EXCLUDE_BUILD_MODULES\b")
 NVRM_TEXT = re.compile(r"^NVRM:\s?")
 _FUNCTION = re.compile(r"^(?:NVRM:\s{0,4})?(?:GPU\d{1,3}\s{1,4})?(?P<fn>[A-Za-z_]\w{2,80}):")
 RPC_TIMEOUT = re.compile(r"Timeout after (?P<secs>\d{1,6})s of waiting for RPC response")

@@ -37,11 +37,6 @@ from gputriage.parsers.kernel_patterns import (
     AER_RECEIVED,
     BANDWIDTH,
     DEV_BUS,
-    DKMS_BUILD,
-    DKMS_HEADERS,
-    DKMS_LOG,
-    DKMS_MAKE,
-    DKMS_NVIDIA,
     FALLEN_HEAD,
     FW_LOAD,
     GPU_LIB,
@@ -167,15 +162,6 @@ def _module_load(line: LogLine, msg: str, m: Match | None) -> Found:
     assert m is not None
     return make_event(K.MODULE_LOAD_FAILED, line, None,
                       {k: v.strip() for k, v in m.groupdict().items() if v})
-
-
-def _dkms(line: LogLine, msg: str, m: Match | None) -> Found:
-    """A DKMS build that failed: the kernel, the headers package, the module's version."""
-    assert m is not None
-    details = {k: v for k, v in m.groupdict().items() if v}
-    if DKMS_NVIDIA.search(msg):
-        details["module"] = "nvidia"
-    return make_event(K.DKMS_BUILD_FAILED, line, None, details)
 
 
 def _gsp_dump(line: LogLine, msg: str, m: Match | None) -> Found:
@@ -390,19 +376,6 @@ EVENTS: tuple[EventPattern, ...] = (
       "'/sbin/modprobe nvidia-drm' failed with exit code 1.", regex=UDEV_MODPROBE),
     P(K.MODULE_LOAD_FAILED, ("nvidia",), ("nvidia",), _module_load,
       "[    5.120311] nvidia: Unknown symbol drm_gem_object_free (err -2)", regex=SYMBOL),
-    # DKMS building the module (dkms install / autoinstall, apt's output, dkms.service)
-    P(K.DKMS_BUILD_FAILED, ("module build on kernel",), ("Bad return status",), _dkms,
-      "Error! Bad return status for module build on kernel: 6.8.0-45-generic (x86_64)",
-      regex=DKMS_BUILD),
-    P(K.DKMS_BUILD_FAILED, ("/var/lib/dkms/nvidia/",), ("make.log",), _dkms,
-      "Consult /var/lib/dkms/nvidia/550.120/build/make.log for more information.",
-      regex=DKMS_LOG),
-    P(K.DKMS_BUILD_FAILED, ("NV_EXCLUDE_BUILD_MODULES",), ("bad exit status",), _dkms,
-      "unset ARCH; env NV_VERBOSE=1 'make' -j16 NV_EXCLUDE_BUILD_MODULES='' KERNEL_UNAME="
-      "6.8.0-45-generic modules.....(bad exit status: 2)", regex=DKMS_MAKE),
-    P(K.DKMS_BUILD_FAILED, ("dkms apport",), ("kernel package",), _dkms,
-      "ERROR (dkms apport): kernel package linux-headers-6.8.0-45-generic is not supported",
-      regex=DKMS_HEADERS),
     P(K.DRIVER_LOAD, ("NVRM:",), ("NVRM: loading NVIDIA UNIX",), _driver_load,
       "[    6.060263] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 "
       "18:56:32 UTC 2023", regex=_DRIVER_LOAD),

@@ -55,6 +55,10 @@ _NVIDIA_MAKE = re.compile(rf"\bNV_(?:EXCLUDE_BUILD_MODULES|VERBOSE)=.{{0,400}}?\
 _OBJECT = re.compile(r"CC \[M\]\s+\S{0,200}/(?P<module>[\w-]{1,64})\.o\b|"
                      r"\[\S{0,200}/(?P<module2>[\w-]{1,64})\.ko\]|\sM=\S{0,200}/(?P<module3>[\w-]{1,64})"
                      r"/?(?:\s|$)")
+# a distribution's DKMS package of the driver (Debian nvidia-kernel-dkms, Ubuntu
+# nvidia-dkms-550, its -open flavour): apt's "Setting up" names the module being built
+_DRIVER_PACKAGE = re.compile(r"\b(?:Setting up|Unpacking|Preparing to unpack \S{0,200}?)\s?"
+                             r"nvidia(?:-kernel)?-dkms(?:-\d{3,4}(?:-open)?)?\b")
 _DRIVER_SOURCE = re.compile(r"/usr/src/nvidia-(?P<version>\d{3,4}\.\d{1,4}(?:\.\d{1,4})?)/")
 _INSTALLER = re.compile(r"nvidia-installer|NVIDIA Software Installer|Unable to (?:load|build) "
                         r"the (?:NVIDIA )?kernel module|Kernel module load error:",
@@ -129,6 +133,8 @@ def _context(build: ModuleBuild, line: str) -> None:
     if (m := _NVIDIA_MAKE.search(line)) is not None:
         build.module = build.module or "nvidia"
         _kernel(build, m.group("kernel") or m.group("kernel2"))
+    if build.module is None and _DRIVER_PACKAGE.search(line):
+        build.module = "nvidia"
     if (m := _OBJECT.search(line)) is not None and build.module is None:
         build.module = m.group("module") or m.group("module2") or m.group("module3")
     if (m := _DRIVER_SOURCE.search(line)) is not None:

@@ -6,10 +6,12 @@ GPUDirect Storage)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
-from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Finding, HostIdentity, Scope, Severity
+from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.module_build import ModuleBuild, is_driver_module
+from gputriage.parsers.nvsmi import SmiReport
 from gputriage.rules.base import evidence, finding, rule
 
 # what each kind of failure means and what fixes it ({kernel}: the kernel it names)
@@ -42,8 +44,14 @@ def _lines(build: ModuleBuild, limit: int = 8) -> list[str]:
 
 
 @rule("driver.module-build", produces=("driver.module-build-failed", "driver.install-failed"))
-def module_build(module_build: ModuleBuild) -> Iterator[Finding]:
-    """A kernel module build (DKMS, make) or the NVIDIA installer that failed."""
+def module_build(module_build: ModuleBuild,
+                 smi: Sequence[tuple[str, SmiReport]] = (),
+                 driver_events: Sequence[DriverEvent] = (),
+                 host_identity: HostIdentity | None = None) -> Iterator[Finding]:
+    """A kernel module build (DKMS, make) or the NVIDIA installer that failed. The
+    driver's own module is critical where the input shows the node without a driver now
+    (nvidia-smi cannot reach it, the module would not load, the build was for the running
+    kernel), a warning otherwise: the next boot into that kernel has no driver."""
     build = module_build
     kinds = build.kinds()
     if not kinds:
@@ -60,20 +68,36 @@ def module_build(module_build: ModuleBuild) -> Iterator[Finding]:
     detail = next((f.detail for f in build.failures if f.kind == cause and f.detail), "")
     what, fix = _CAUSES[cause]
     what = what.format(kernel=kernel, detail=detail)
-    if driver:
+    running = host_identity.kernel if host_identity is not None else None
+    severity, action, blame = Severity.WARNING, Action.FIX_SOFTWARE, Blame.NODE
+    if driver and (build.installer or _no_driver(smi, driver_events)
+                   or (running is not None and running in build.kernels)):
         severity, impact = Severity.CRITICAL, (
-            "Without it the nvidia module is missing for that kernel: booted on it, the node "
-            "has no usable GPU (nvidia-smi cannot talk to the driver).")
+            "Without it the nvidia module cannot load: the node has no usable GPU now "
+            "(nvidia-smi cannot talk to the driver).")
+    elif driver:
+        impact = (f"Without it the nvidia module is missing for {kernel}: the next boot into "
+                  "that kernel has no GPU driver, so fix it before the node reboots.")
+    elif build.module is None:
+        severity, action, blame = Severity.INFO, Action.NONE, Blame.UNKNOWN
+        impact = ("The lines do not say which module: dkms status lists each module and "
+                  "whether it is installed for each kernel.")
     else:
-        severity, impact = Severity.WARNING, (
-            "Without it what the module adds is off (nv_peer_mem: GPUDirect RDMA, multi-node "
-            "jobs stage through host memory; gdrdrv: GDRCopy; nvidia-fs: GPUDirect "
-            "Storage); the GPUs still work.")
+        impact = ("Without it what the module adds is off (nv_peer_mem: GPUDirect RDMA, "
+                  "multi-node jobs stage through host memory; gdrdrv: GDRCopy; nvidia-fs: "
+                  "GPUDirect Storage); the GPUs still work.")
     yield finding(
         "driver.module-build-failed", severity, f"{where} did not build: {what}",
         f"{impact} The node's software is at fault, not the GPU. {fix}",
-        Action.FIX_SOFTWARE, Blame.NODE, Scope("module", name=build.module or "module"),
+        action, blame, Scope("module", name=build.module or "module"),
         [evidence("module_build", _lines(build))])
+
+
+def _no_driver(smi: Sequence[tuple[str, SmiReport]],
+               events: Sequence[DriverEvent]) -> bool:
+    """The input shows the node without a working NVIDIA driver."""
+    return (any(e.kind == "module-load-failed" for e in events)
+            or any(err.kind == "driver-communication" for _, r in smi for err in r.errors))
 
 
 def _install_failed(build: ModuleBuild, where: str) -> Finding:
