@@ -5,7 +5,7 @@ from MANIFEST.tsv's expected_diagnosis (see golden.py)."""
 from __future__ import annotations
 
 import pytest
-from golden import cases, check_verdict, missing_rows
+from golden import CALM, GPU_FAULTS, cases, check_verdict, missing_rows
 
 # sample name part -> (must, must not)
 GOLDEN: dict[str, tuple] = {
@@ -57,6 +57,20 @@ GOLDEN: dict[str, tuple] = {
     "gpuburn1": (("kernel.pcie-aer=critical", "xid.79"), ()),
     "returnn1500": (("kernel.pcie-aer=critical",), ("kernel.segfault-in-gpu-library",)),
     "meta-gcm": (("kernel.link-down=critical",), ()),
+    # the VM's firmware left the GPUs' BAR1 unmapped: the platform's configuration
+    "gpuop492": (("driver.bar-unmapped=critical",), (*GPU_FAULTS, "driver.probe-failed")),
+    # the open module (560's default) refuses a Pascal GPU without GSP: software
+    "negativo158": (("driver.gpu-unsupported=critical",),
+                    (*GPU_FAULTS, "driver.probe-failed")),
+    # a contained double-bit error: reset for the remap; peermem teardown lines are noise
+    "gpud-dmesg-iso-xid48": (("xid.48=critical", "xid.63", "xid.94"),
+                             ("kernel.peermem-invalid-context=warning",)),
+    "gpud-journal-short-iso-a800": ((), (CALM,)),
+    # a failing NVMe drive under an md/XFS volume: the node's disk, not its GPUs
+    "gcm-dmesg-nvme2n1": (("kernel.storage-error=critical",), GPU_FAULTS),
+    # one program faulting at one address on its host engine: the job's stack
+    "tinygrad6947": (("xid.31=warning",), ("xid.79", "kernel.pcie-aer", "xid.31=critical")),
+    "nvpeermem8": (("kernel.peermem-load-failed=warning",), ("driver.module-load-failed",)),
     # --- 5: NCCL logs ---
     "awsofinccl715": ((), ("nccl.socket-transport", "nccl.warn")),
     "detectron4730": (("nccl.socket-transport",), ()),

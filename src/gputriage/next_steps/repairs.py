@@ -9,6 +9,7 @@ from typing import Any
 
 from gputriage.model import Action, Blame, Finding
 from gputriage.next_steps.host import Host, bus_ids, dash_i, gpu_scopes, serials, what
+from gputriage.next_steps.logs import BY_ID as LOG_REPAIRS
 
 __all__ = ["BY_FAMILY", "BY_ID", "Repair", "repair"]
 
@@ -598,6 +599,7 @@ def _dcgm_service(f: Finding, host: Host) -> str:
 
 
 BY_ID: dict[str, Repair] = {
+    **LOG_REPAIRS,
     **{fid: _k8s_stack for fid in _K8S_STACK},
     **{fid: _k8s_nodes for fid in _K8S_NODES},
     **{fid: _k8s_lint for fid in _K8S_LINT},
