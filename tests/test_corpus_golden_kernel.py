@@ -100,6 +100,24 @@ GOLDEN: dict[str, tuple] = {
     "nccl2057": (("nccl.p2p-disabled=warning",), ("nccl.socket-transport",)),
     "nccl1788": (("nccl.nvls-failed=critical",), ("nccl.warn",)),
     "pie500": (("nccl.nvls-failed=warning",), ("nccl.warn",)),
+    # healthy nccl-tests sweeps over AWS EFA (p5) and RoCE (DGX-1, SR-IOV VFs)
+    "awsome-dt-2x-p5": ((), (CALM, "nccl.busbw-low")),
+    "awsome-dt-aws-batch-p5": ((), (CALM, "nccl.busbw-low")),
+    "deepops-roce-k8s": ((), (CALM, "nccl.busbw-low")),
+    # Azure VMs outside one IB partition: the cloud's configuration, no drain
+    "mleng-azure-2node": (("nccl.ib-completion-error=warning",),
+                          (*GPU_FAULTS, "nccl.ib-completion-error=critical")),
+    # the peer node refused: that node, not this one and not the job
+    "mleng-slurm-jeanzay": (("nccl.peer-connect-failed=warning",), (*GPU_FAULTS, "nccl.warn")),
+    # NVLS multicast: the fabric manager's state on the node, not the job, not hardware
+    "nccl1338": (("nccl.nvls-failed=warning",), (*GPU_FAULTS, "nccl.warn")),
+    "nccltests276": (("nccl.nvls-failed=critical",), (*GPU_FAULTS, "nccl.warn")),
+    "pytorch177472": (("nccl.nvls-failed=critical",), (*GPU_FAULTS, "nccl.warn")),
+    "awsomeai203": (("nccl.ofi-register-failed=warning",), (*GPU_FAULTS, "nccl.warn")),
+    "nccl210": (("nccl.no-socket-interface=warning",), (*GPU_FAULTS, "nccl.warn")),
+    # one NCCL_SOCKET_IFNAME for two hosts whose NICs differ: the job's settings
+    "nccltests219": (("nccl.tests-failed=warning",),
+                     (*GPU_FAULTS, "nccl.tests-failed=critical")),
 }
 
 
