@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from gputriage.factbase import FactTable, Missing
@@ -170,7 +171,20 @@ def log_scan(facts: Facts) -> Any:
     scanned = getattr(cap, "scan", None)  # a large log scanned whole (ingest.streamed)
     if scanned is not None:
         return scanned
-    return scan_text(cap.text or "", cap.origin or "kernel_log")
+    return scan_text(cap.text or "", cap.origin or "kernel_log", now=_collected(facts))
+
+
+def _collected(facts: Facts) -> datetime | None:
+    """When a snapshot was collected (its manifest's ``created``): the reference of its
+    kernel log's year-less stamps. None for pastes, which carry no such time."""
+    created = (facts.snapshot.manifest or {}).get("created")
+    try:
+        when = datetime.fromisoformat(str(created)) if created else None
+    except ValueError:
+        return None
+    if when is not None and when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when
 
 
 @FACTS.fact("log_events")
