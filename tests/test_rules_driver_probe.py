@@ -273,3 +273,16 @@ def _write(tmp_path, text: str):
     path = tmp_path / "paste.txt"
     path.write_text(text)
     return path
+
+
+def test_steps_name_the_host_the_logs_lines_name(tmp_path):
+    """A journal of gpu-b07 drains gpu-b07, not "<node>" (issue 32); lines of two hosts
+    name no one."""
+    lost = ("Dec  6 19:25:33 at7tj000004 systemd-networkd[2385]: ib1: Lost carrier\n"
+            "Dec  6 19:25:34 at7tj000004 kernel: docker0: port 1(veth9d4400a) entered "
+            "disabled state\n")
+    down = _one(_findings(lost, tmp_path), "kernel.link-down")
+    assert "scontrol update nodename=at7tj000004 state=drain" in (down.step or "")
+    two = lost.replace("34 at7tj000004", "34 at7tj000005")
+    down = _one(_findings(two, tmp_path), "kernel.link-down")
+    assert "at7tj00000" not in (down.step or "") and "<node>" in (down.step or "")

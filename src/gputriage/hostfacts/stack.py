@@ -187,6 +187,24 @@ def _collected(facts: Facts) -> datetime | None:
     return when
 
 
+# "<stamp> <host> kernel:" / "<stamp> <host> <program>[pid]:" (syslog, journalctl)
+_LOG_HOST = re.compile(r"(?m)^[ \t]{0,4}(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?|"
+                       r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[\d.,:+Z-]{0,20})[ \t]{1,4}"
+                       r"(?P<host>[A-Za-z][\w.-]{0,62})[ \t](?:kernel|[\w.@-]{1,40}\[\d{1,10}\]):")
+LOG_HOST_BYTES = 64 << 10  # of the kernel log read for the host its lines name
+
+
+@FACTS.fact("log_host", sources=("kernel_log",))
+def log_host(facts: Facts) -> str:
+    """The host every syslog- or journal-framed line of the kernel log names (a paste
+    of another machine's journal names that machine)."""
+    text = (facts.text("kernel_log") or "")[:LOG_HOST_BYTES]
+    hosts = {m.group("host") for m in _LOG_HOST.finditer(text)}
+    if len(hosts) != 1:
+        raise Missing("kernel_log: no single host named by its lines")
+    return hosts.pop()
+
+
 @FACTS.fact("log_events")
 def log_events(facts: Facts) -> list[kernel_events.DriverEvent]:
     """Kernel-log events inside the log window, in log order; a ``--boot`` the log does
