@@ -286,3 +286,14 @@ def test_steps_name_the_host_the_logs_lines_name(tmp_path):
     two = lost.replace("34 at7tj000004", "34 at7tj000005")
     down = _one(_findings(two, tmp_path), "kernel.link-down")
     assert "at7tj00000" not in (down.step or "") and "<node>" in (down.step or "")
+
+
+def test_the_drivers_summary_is_quoted_once(tmp_path):
+    second = BAR_DMESG.replace("14:00.0", "1c:00.0").replace("83260.0635", "83260.0735")
+    two = second.split("[83260.106438]")[0] + BAR_DMESG.replace("1 device(s)", "2 device(s)")
+    (f,) = [x for x in _findings(two, tmp_path) if x.id == "driver.bar-unmapped"]
+    lines = [ln for e in f.evidence for ln in e.lines]
+    assert len(lines) == len(set(lines)) and any("2 device(s)" in ln for ln in lines)
+    probes = PROBE_ONLY.replace("67:00.0", "68:00.0") + PROBE_ONLY.split("\n")[0] + "\n"
+    lines = [ln for x in _findings(probes, tmp_path) for e in x.evidence for ln in e.lines]
+    assert len(lines) == len(set(lines))

@@ -140,6 +140,7 @@ def probe_refusals(driver_events: Sequence[DriverEvent]) -> Iterator[Finding]:
         yield finding(fid, severity, title, why, action, blame,
                       gpu_scope(bus) if bus else Scope(),
                       _evidence(events, shown, summary), (DOC_README,))
+        summary = []  # quoted once, with the first cause
     if causes or other:
         probes.pop(None, None)
     elif summary and not probes:
@@ -150,3 +151,4 @@ def probe_refusals(driver_events: Sequence[DriverEvent]) -> Iterator[Finding]:
                       gpu_scope(bus) if bus else Scope(),
                       _evidence(events, (), summary if bus is not None else ()),
                       (DOC_README,))
+        summary = []
