@@ -5,7 +5,7 @@ from MANIFEST.tsv's expected_diagnosis (see golden.py)."""
 from __future__ import annotations
 
 import pytest
-from golden import cases, check_verdict, missing_rows
+from golden import CALM, GPU_FAULTS, cases, check_verdict, missing_rows
 
 # sample name part -> (must, must not)
 GOLDEN: dict[str, tuple] = {
@@ -57,6 +57,20 @@ GOLDEN: dict[str, tuple] = {
     "gpuburn1": (("kernel.pcie-aer=critical", "xid.79"), ()),
     "returnn1500": (("kernel.pcie-aer=critical",), ("kernel.segfault-in-gpu-library",)),
     "meta-gcm": (("kernel.link-down=critical",), ()),
+    # the VM's firmware left the GPUs' BAR1 unmapped: the platform's configuration
+    "gpuop492": (("driver.bar-unmapped=critical",), (*GPU_FAULTS, "driver.probe-failed")),
+    # the open module (560's default) refuses a Pascal GPU without GSP: software
+    "negativo158": (("driver.gpu-unsupported=critical",),
+                    (*GPU_FAULTS, "driver.probe-failed")),
+    # a contained double-bit error: reset for the remap; peermem teardown lines are noise
+    "gpud-dmesg-iso-xid48": (("xid.48=critical", "xid.63", "xid.94"),
+                             ("kernel.peermem-invalid-context=warning",)),
+    "gpud-journal-short-iso-a800": ((), (CALM,)),
+    # a failing NVMe drive under an md/XFS volume: the node's disk, not its GPUs
+    "gcm-dmesg-nvme2n1": (("kernel.storage-error=critical",), GPU_FAULTS),
+    # one program faulting at one address on its host engine: the job's stack
+    "tinygrad6947": (("xid.31=warning",), ("xid.79", "kernel.pcie-aer", "xid.31=critical")),
+    "nvpeermem8": (("kernel.peermem-load-failed=warning",), ("driver.module-load-failed",)),
     # --- 5: NCCL logs ---
     "awsofinccl715": ((), ("nccl.socket-transport", "nccl.warn")),
     "detectron4730": (("nccl.socket-transport",), ()),
@@ -86,6 +100,24 @@ GOLDEN: dict[str, tuple] = {
     "nccl2057": (("nccl.p2p-disabled=warning",), ("nccl.socket-transport",)),
     "nccl1788": (("nccl.nvls-failed=critical",), ("nccl.warn",)),
     "pie500": (("nccl.nvls-failed=warning",), ("nccl.warn",)),
+    # healthy nccl-tests sweeps over AWS EFA (p5) and RoCE (DGX-1, SR-IOV VFs)
+    "awsome-dt-2x-p5": ((), (CALM, "nccl.busbw-low")),
+    "awsome-dt-aws-batch-p5": ((), (CALM, "nccl.busbw-low")),
+    "deepops-roce-k8s": ((), (CALM, "nccl.busbw-low")),
+    # Azure VMs outside one IB partition: the cloud's configuration, no drain
+    "mleng-azure-2node": (("nccl.ib-completion-error=warning",),
+                          (*GPU_FAULTS, "nccl.ib-completion-error=critical")),
+    # the peer node refused: that node, not this one and not the job
+    "mleng-slurm-jeanzay": (("nccl.peer-connect-failed=warning",), (*GPU_FAULTS, "nccl.warn")),
+    # NVLS multicast: the fabric manager's state on the node, not the job, not hardware
+    "nccl1338": (("nccl.nvls-failed=warning",), (*GPU_FAULTS, "nccl.warn")),
+    "nccltests276": (("nccl.nvls-failed=critical",), (*GPU_FAULTS, "nccl.warn")),
+    "pytorch177472": (("nccl.nvls-failed=critical",), (*GPU_FAULTS, "nccl.warn")),
+    "awsomeai203": (("nccl.ofi-register-failed=warning",), (*GPU_FAULTS, "nccl.warn")),
+    "nccl210": (("nccl.no-socket-interface=warning",), (*GPU_FAULTS, "nccl.warn")),
+    # one NCCL_SOCKET_IFNAME for two hosts whose NICs differ: the job's settings
+    "nccltests219": (("nccl.tests-failed=warning",),
+                     (*GPU_FAULTS, "nccl.tests-failed=critical")),
 }
 
 

@@ -151,6 +151,10 @@ def test_find_names_alone_and_whole_texts():
 
 # category 5 (NCCL) samples whose CUDA errors are real, and what they are
 NCCL_TRUE = {"pie500-4xh200-container-no-nvidia-caps-nvls": {"cuda.1"},
+             "nccl1338-h800-single-node-nvls-invalid-argument": {"cuda.1"},
+             "nccltests276-h200-nvls-cuda-failure-999": {"cuda.999"},
+             "nccl1788-8xh100-nvls-cuMulticastAddDevice": {"cuda.401"},
+             "pytorch177472-h100-ci-nvls-multicast-bind": {"cuda.401"},
              "rtxpro6000-dbe-rank1-uncorrectable-ecc": {"cuda.214"},
              "nccltests264-all-reduce-perf-cuda-failure-system-not-yet": {"cuda.802"}}
 

@@ -424,14 +424,16 @@ def test_events_that_do_not_concern_gpus_are_quiet():
     assert judge(quiet) == []
 
 
-def test_peermem_invalid_context_is_info_unless_a_burst():
+def test_peermem_invalid_context_is_info_even_in_a_burst():
+    """NVIDIA's GPUDirect maintainers call the message harmless (a mitigation prints it,
+    R560 drivers no longer do): a burst is a process's teardown, never a warning."""
     line = ("nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context, "
             "skipping further processing")
     few = one(judge([other("peermem-invalid-context", line)]), "kernel.peermem-invalid-context")
     assert few.severity is Severity.INFO and few.action is Action.NONE
-    burst = one(judge([other("peermem-invalid-context", line, t=i) for i in range(12)]),
+    burst = one(judge([other("peermem-invalid-context", line, t=i) for i in range(30)]),
                 "kernel.peermem-invalid-context")
-    assert burst.severity is Severity.WARNING
+    assert burst.severity is Severity.INFO and burst.action is Action.NONE
 
 
 def test_gsp_error_beside_a_reset_required_or_init_failure_is_not_repeated():

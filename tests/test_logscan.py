@@ -486,9 +486,11 @@ def test_anchors_cover_every_trigger():
 # --- corpus ------------------------------------------------------------------------------
 
 def test_corpus_category_4_all_scan(corpus):
+    """Every kernel log scans; each problem capture gives events (a healthy one, such as
+    container veth churn, may hold nothing the scanner looks for)."""
     for s in corpus.category("4"):
         scan = scan_paths([str(s.path)])
-        assert scan.events, s.name
+        assert scan.events or s.expected.startswith("Healthy"), s.name
         assert scan.lines >= 1 and not scan.problems, s.name
 
 

@@ -107,6 +107,9 @@ RELATIONS: tuple[Relation, ...] = (
     Relation("xid.48", "xid.63", SAME_GPU,
              "a double-bit error makes the driver remap the row (or retire the page), "
              "which Xid 63 records"),
+    Relation("xid.48", "xid.94", SAME_GPU,
+             "the double-bit error was contained: Xid 94 names the process it ended, the GPU "
+             "went on serving the others"),
     Relation("xid.48", "xid.171", SAME_GPU,
              "Xid 171 details the uncorrectable DRAM error that Xid 48 reports"),
     Relation("xid.64", "memory.remap-failed", SAME_GPU,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from gputriage.factbase import FactTable, Missing
@@ -170,7 +171,38 @@ def log_scan(facts: Facts) -> Any:
     scanned = getattr(cap, "scan", None)  # a large log scanned whole (ingest.streamed)
     if scanned is not None:
         return scanned
-    return scan_text(cap.text or "", cap.origin or "kernel_log")
+    return scan_text(cap.text or "", cap.origin or "kernel_log", now=_collected(facts))
+
+
+def _collected(facts: Facts) -> datetime | None:
+    """When a snapshot was collected (its manifest's ``created``): the reference of its
+    kernel log's year-less stamps. None for pastes, which carry no such time."""
+    created = (facts.snapshot.manifest or {}).get("created")
+    try:
+        when = datetime.fromisoformat(str(created)) if created else None
+    except ValueError:
+        return None
+    if when is not None and when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when
+
+
+# "<stamp> <host> kernel:" / "<stamp> <host> <program>[pid]:" (syslog, journalctl)
+_LOG_HOST = re.compile(r"(?m)^[ \t]{0,4}(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?|"
+                       r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[\d.,:+Z-]{0,20})[ \t]{1,4}"
+                       r"(?P<host>[A-Za-z][\w.-]{0,62})[ \t](?:kernel|[\w.@-]{1,40}\[\d{1,10}\]):")
+LOG_HOST_BYTES = 64 << 10  # of the kernel log read for the host its lines name
+
+
+@FACTS.fact("log_host", sources=("kernel_log",))
+def log_host(facts: Facts) -> str:
+    """The host every syslog- or journal-framed line of the kernel log names (a paste
+    of another machine's journal names that machine)."""
+    text = (facts.text("kernel_log") or "")[:LOG_HOST_BYTES]
+    hosts = {m.group("host") for m in _LOG_HOST.finditer(text)}
+    if len(hosts) != 1:
+        raise Missing("kernel_log: no single host named by its lines")
+    return hosts.pop()
 
 
 @FACTS.fact("log_events")

@@ -2,8 +2,9 @@
 
 * ``nccl_log``: NCCL_DEBUG=INFO records (``host:pid:tid [dev] NCCL INFO ...``,
   with whatever prefixes a shipper added), bare ``NCCL WARN`` / ``NCCL version``
-  lines, and the NCCL errors of the framework around it (PyTorch
-  ProcessGroupNCCL watchdog lines with their wrapped continuation lines).
+  lines, old NCCL's ``include/socket.h:311 WARN ...``, and the NCCL errors of the
+  framework around it (PyTorch ProcessGroupNCCL watchdog lines with their wrapped
+  continuation lines).
 * ``nccl_tests``: the output of an nccl-tests binary (``all_reduce_perf`` and
   friends): header, device list, size table, footer and failure lines. NCCL
   records interleaved in it go to ``nccl_log``; the run is claimed around them.
@@ -46,7 +47,7 @@ _FOREIGN = re.compile(r"^\s*(?:[|+]|\[\s*\d+\.\d+\]|\d{4}-\d\d-\d\d|[A-Z][a-z]{2
 def nccl_record(line: str) -> bool:
     """One line of an NCCL debug log or an NCCL error line of the framework."""
     if "NCCL" not in line and "nccl" not in line and "DistBackendError" not in line:
-        return False
+        return "WARN" in line and is_nccl_line(line)  # an old NCCL's "file.h:311 WARN"
     return bool(_NCCL_RECORD.search(line) or _FRAMEWORK.search(line)) or is_nccl_line(line)
 
 
@@ -54,7 +55,8 @@ def nccl_lines(text: str) -> str:
     """The NCCL records of a large text, in order (without the wrapped lines of framework
     errors: for inputs too large for the full detector)."""
     kept = [ln for ln in text.splitlines()
-            if ("NCCL" in ln or "nccl" in ln or "DistBackendError" in ln) and nccl_record(ln)]
+            if ("NCCL" in ln or "nccl" in ln or "DistBackendError" in ln or "WARN" in ln)
+            and nccl_record(ln)]
     return "\n".join(kept) + "\n" if kept else ""
 
 

@@ -38,9 +38,15 @@ uptimes of the candidate lines around it: good enough for kernel logs,
 where the banner starts every boot. Boot 0 is the last boot of the input.
 
 Absolute times: ISO and JSON times as printed (naive ones taken as UTC);
-syslog ``Mon dd hh:mm:ss`` gets the current year (the previous one when that
-would lie in the future) and UTC; dmesg ``-T`` is taken as UTC; dmesg raw
-and /dev/kmsg only give ``uptime_s``.
+syslog ``Mon dd hh:mm:ss`` has no year: it takes the year of the input's own
+reference time (the previous year when that would put it after the reference),
+in UTC. The reference is the latest dated stamp the input prints (an ISO or
+``dmesg -T`` stamp leading a line, journalctl's "Logs begin at", a JSON
+journal's realtime), else the one the caller gives (``now``: a snapshot's
+collection time), else, for a file ``scan_paths`` reads, its modification time;
+without any, syslog stamps have no absolute time, never one that depends on the
+day gputriage runs. dmesg ``-T`` is taken as UTC; dmesg raw and /dev/kmsg only
+give ``uptime_s``.
 
 Several inputs make one timeline: they are ordered by their first time when
 every input has one, else by rotation number (``kern.log.2.gz`` before
@@ -73,6 +79,7 @@ from gputriage.logscan.forkpool import ForkWorkers, WorkerDied
 from gputriage.logscan.lines import LineSource
 from gputriage.logscan.reader import InputSpans, file_chunks
 from gputriage.logscan.search import ANCHORS, LIBC, anchors_for, run_input
+from gputriage.logscan.stamps import REFERENCE_BYTES, year_reference
 from gputriage.logscan.stream import compression
 from gputriage.logscan.timeline import BootInfo, InputResult, LogScan, merge
 
@@ -90,12 +97,14 @@ def _workers(config: ScanConfig) -> int:
     return config.parallel(LIBC.memmem is not None)
 
 
-def _scan_one(name: str, chunks: Iterator[bytes | bytearray], order: int, now: datetime,
-              pool: ThreadPoolExecutor | None, problems: list[str],
+def _scan_one(name: str, chunks: Iterator[bytes | bytearray], order: int,
+              now: datetime | None, pool: ThreadPoolExecutor | None, problems: list[str],
               config: ScanConfig) -> InputResult:
-    src = LineSource(name, now)
+    """One input read chunk by chunk; ``now``: its reference time when its own first
+    chunk prints no dated stamp (see the module docstring)."""
     inp = InputSpans(name, problems, config)
     first = next(chunks, b"")
+    src = LineSource(name, year_reference(first) or now)
     anchors = anchors_for(first[:4096])
 
     def all_chunks() -> Iterator[bytes | bytearray]:
@@ -105,6 +114,14 @@ def _scan_one(name: str, chunks: Iterator[bytes | bytearray], order: int, now: d
     lines = run_input(src, inp, all_chunks(), pool, anchors, _workers(config))
     src.finish()
     return InputResult(name, order, src, lines, inp.nbytes, problems)
+
+
+def _modified(fh: BinaryIO) -> datetime | None:
+    """A file's modification time: the reference of a log file's year-less stamps."""
+    try:
+        return datetime.fromtimestamp(os.fstat(fh.fileno()).st_mtime, timezone.utc)
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation, OverflowError):
+        return None
 
 
 def _plain_size(fh: BinaryIO) -> int:
@@ -119,11 +136,13 @@ def _plain_size(fh: BinaryIO) -> int:
     return st.st_size if compression(head) is None else -1
 
 
-def _scan_blocks(name: str, fh: BinaryIO, size: int, order: int, now: datetime,
+def _scan_blocks(name: str, fh: BinaryIO, size: int, order: int, now: datetime | None,
                  procs: ForkWorkers, problems: list[str], config: ScanConfig,
                  progress: ScanProgress | None = None) -> InputResult:
     """:func:`_scan_one` for a large plain file, its blocks searched by ``procs``."""
-    src = LineSource(name, now)
+    head = os.pread(fh.fileno(), REFERENCE_BYTES, 0)
+    tail = os.pread(fh.fileno(), REFERENCE_BYTES, max(0, size - REFERENCE_BYTES))
+    src = LineSource(name, year_reference(head, tail) or now)
     inp = InputSpans(name, problems, config)
     if progress is not None:
         inp.report = lambda done: progress(name, done, size)
@@ -143,8 +162,9 @@ def _text_chunks(data: bytes) -> Iterator[bytes]:
 
 def scan_text(text: str, origin: str = "<text>", *, now: datetime | None = None,
               config: ScanConfig = DEFAULT) -> LogScan:
-    """Scan a kernel log held in memory (same rules as :func:`scan_paths`); never raises."""
-    now = now or datetime.now(timezone.utc)
+    """Scan a kernel log held in memory (same rules as :func:`scan_paths`); never raises.
+    ``now``: the text's reference time when it prints no dated stamp of its own (a
+    snapshot's collection time); without one, its syslog stamps have no absolute time."""
     data = text.encode("utf-8", errors="surrogatepass")
     problems: list[str] = []
     workers = _workers(config)
@@ -216,8 +236,9 @@ class _Scanner:
     """Scans the inputs of one :func:`scan_paths` call, each into an
     :class:`InputResult`; worker processes are started when a large plain file comes."""
 
-    def __init__(self, now: datetime, config: ScanConfig, pool: ThreadPoolExecutor | None,
-                 shape: bool = False, progress: ScanProgress | None = None) -> None:
+    def __init__(self, now: datetime | None, config: ScanConfig,
+                 pool: ThreadPoolExecutor | None, shape: bool = False,
+                 progress: ScanProgress | None = None) -> None:
         self.now = now
         self.progress = progress
         self.shape = shape
@@ -231,6 +252,7 @@ class _Scanner:
             raise InputError(f"{name}: a directory, not a log file")
         fh = inp.fh
         size = _plain_size(fh) if inp.kind == FILE else -1
+        now = self.now or (_modified(fh) if inp.kind == FILE else None)
         if size >= self.config.process_min:
             if is_binary(os.pread(fh.fileno(), _SNIFF, 0), False):
                 raise _not_text(name)
@@ -240,7 +262,7 @@ class _Scanner:
                 self.procs = process_pool(_workers(self.config)) or False
             if self.procs:
                 try:
-                    return _scan_blocks(name, fh, size, order, self.now, self.procs,
+                    return _scan_blocks(name, fh, size, order, now, self.procs,
                                         self.problems, self.config, self.progress)
                 except WorkerDied:  # a worker died: read this one here
                     self.procs = False
@@ -249,7 +271,7 @@ class _Scanner:
         if self.progress is not None:
             read = _reported(read, fh, name, self.progress)
         chunks = _checked(inp, read, self.shape)
-        return _scan_one(name, chunks, order, self.now, self.pool, self.problems, self.config)
+        return _scan_one(name, chunks, order, now, self.pool, self.problems, self.config)
 
 
 def scan_paths(paths: Sequence[str], *, now: datetime | None = None,
@@ -269,7 +291,7 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None,
     failures: list[str] = []
     workers = _workers(config)
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
-    scanner = _Scanner(now or datetime.now(timezone.utc), config, pool, shape, progress)
+    scanner = _Scanner(now, config, pool, shape, progress)
     try:
         for order, path in enumerate(paths):
             name = "<stdin>" if path == "-" else str(path)

@@ -85,7 +85,7 @@ def _owned_start(buf: mmap.mmap | bytearray, at: int, lo: int) -> int:
 
 
 def block_task(path: str, index: int, *, anchors: tuple[bytes, ...], config: ScanConfig,
-               name: str, now: datetime) -> BlockResult:
+               name: str, now: datetime | None) -> BlockResult:
     """Read, search, parse and fold block ``index`` of ``path`` (in a worker process)."""
     block = config.block
     start = index * block
@@ -101,7 +101,7 @@ def block_task(path: str, index: int, *, anchors: tuple[bytes, ...], config: Sca
 
 
 def _block(buf: mmap.mmap | bytearray, off: int, n: int, before: int, block: int,
-           anchors: tuple[bytes, ...], config: ScanConfig, name: str, now: datetime,
+           anchors: tuple[bytes, ...], config: ScanConfig, name: str, now: datetime | None,
            keep: int | None) -> BlockResult:
     lo, end = off, off + n
     start = off + before

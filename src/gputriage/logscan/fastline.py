@@ -131,13 +131,15 @@ class FastLine:
 class FastXid:
     """Parses the dominant shapes of Xid lines; None for anything it is not sure of.
 
-    ``name`` (the input's name: a syslog file is told by it) and ``now`` (the year of
-    syslog stamps) mean what they mean to LineSource."""
+    ``name`` (the input's name: a syslog file is told by it) and ``now`` (the reference
+    of syslog stamps' year; None: they have no absolute time) mean what they mean to
+    LineSource."""
 
-    def __init__(self, name: str, now: datetime) -> None:
+    def __init__(self, name: str, now: datetime | None) -> None:
         self.now = now
         self.syslog_name = any(k in Path(name).name for k in SYSLOG_NAMES)
-        self._limit = now + timedelta(days=2)  # a later syslog stamp is last year's
+        # a later syslog stamp is last year's
+        self._limit = now + timedelta(days=2) if now is not None else None
         self._stamps: dict[str, Stamp] = {}
         self._bodies: dict[str, Body] = {}
         # the format of a syslog-led line: (host, uptime, ISO stamp, "." in it) -> name
@@ -214,6 +216,6 @@ class FastXid:
         if base is None:
             return None
         t = base + timedelta(0, 0, int(frac) if len(frac) == 6 else usec(frac))
-        if not iso and t > self._limit:  # the fraction crossed the year's edge
+        if not iso and self._limit is not None and t > self._limit:  # crossed the year's edge
             return stamp_time(ts, self.now)[0]
         return t

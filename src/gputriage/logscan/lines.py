@@ -48,7 +48,7 @@ class BootSegment:
 class LineSource:
     """Turns one input's candidate lines into events, boots and formats."""
 
-    def __init__(self, name: str, now: datetime) -> None:
+    def __init__(self, name: str, now: datetime | None) -> None:
         self.name = name
         self.now = now
         self.syslog_name = any(k in Path(name).name for k in SYSLOG_NAMES)

@@ -75,6 +75,7 @@ _PROBE_OF: dict[bytes, bytes] = {
     b"nv_peer_mem": b"_peer_mem", b"Hardware Error": b"dware ",
     b"hardware memory error": b"dware ", b"Memory failure": b"ry failure",
     b"Lost carrier": b" carrier", b"Gained carrier": b" carrier",
+    b"error, dev ": b"rror, dev ", b"nvme nvme": b"me nvme", b"EXT4-fs error": b"XT4-fs error",
 }
 
 

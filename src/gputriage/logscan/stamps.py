@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
-__all__ = ["SYSLOG_NAMES", "format_of", "stamp_time", "usec"]
+__all__ = ["SYSLOG_NAMES", "format_of", "stamp_time", "usec", "year_reference"]
 
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug",
                                        "Sep", "Oct", "Nov", "Dec"), 1)}
@@ -22,8 +22,10 @@ def usec(frac: str | None) -> int:
     return int((frac or "0")[:6].ljust(6, "0"))
 
 
-def stamp_time(stamp: str, now: datetime) -> tuple[datetime | None, float | None]:
-    """(absolute time, uptime seconds) of one printed timestamp."""
+def stamp_time(stamp: str, now: datetime | None) -> tuple[datetime | None, float | None]:
+    """(absolute time, uptime seconds) of one printed timestamp. A syslog stamp has no
+    year: it takes ``now``'s (the input's own reference time), the previous one when that
+    would lie after it; without a reference it has no absolute time."""
     try:
         m = _UPTIME.match(stamp)
         if m:
@@ -44,7 +46,7 @@ def stamp_time(stamp: str, now: datetime) -> tuple[datetime | None, float | None
                             int(m.group(3)), int(m.group(4)), int(m.group(5)),
                             tzinfo=timezone.utc), None
         m = _SYSLOG_TS.match(stamp)
-        if m and m.group(1) in _MONTHS:
+        if m and m.group(1) in _MONTHS and now is not None:
             args = (_MONTHS[m.group(1)], int(m.group(2)), int(m.group(3)), int(m.group(4)),
                     int(m.group(5)), usec(m.group(6)))
             t = datetime(now.year, *args, tzinfo=timezone.utc)
@@ -54,6 +56,50 @@ def stamp_time(stamp: str, now: datetime) -> tuple[datetime | None, float | None
     except (ValueError, OverflowError):
         return None, None
     return None, None
+
+
+# The input's own dated stamps, the reference of its year-less syslog stamps: ISO stamps
+# that lead a line (journalctl -o short-iso, dmesg --time-format iso, rsyslog's high-
+# precision format), dmesg -T's "[Sat Mar  1 10:00:01 2026]", journalctl's "-- Logs begin at
+# Mon 2023-12-04 09:00:01 UTC" and a JSON journal's __REALTIME_TIMESTAMP. Dates inside
+# messages (a certificate's expiry, a build date) are not stamps and are not taken.
+_REF_ISO = re.compile(rb"(?m)^(?:<\d{1,3}>|\[)?[ \t]{0,4}((?:19|20)\d\d)-(\d\d)-(\d\d)[T ](\d\d):"
+                      rb"(\d\d):(\d\d)|(?:Logs begin|, end) at \w{3} ((?:19|20)\d\d)-(\d\d)-(\d\d) "
+                      rb"(\d\d):(\d\d):(\d\d)|^\[\w{3} (\w{3}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) "
+                      rb"((?:19|20)\d\d)\]")
+_REF_JSON = re.compile(rb'"__REALTIME_TIMESTAMP"\s{0,4}:\s{0,4}"?(\d{16})')
+REFERENCE_BYTES = 256 << 10  # of an input's head and of its tail searched for its dates
+
+
+def _dated(m: re.Match[bytes]) -> datetime | None:
+    g = [x.decode() for x in m.groups() if x is not None]
+    try:
+        if g[0].isdigit():
+            y, mo, d, h, mi, s = (int(x) for x in g)
+        elif g[0] in _MONTHS:
+            y, mo = int(g[5]), _MONTHS[g[0]]
+            d, h, mi, s = (int(x) for x in g[1:5])
+        else:
+            return None
+        return datetime(y, mo, d, h, mi, s, tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def year_reference(*parts: bytes | bytearray) -> datetime | None:
+    """The latest dated stamp in ``parts`` (an input's head and tail): what its
+    year-less syslog stamps are dated against; None when it prints none."""
+    found: list[datetime] = []
+    for part in parts:
+        data = bytes(part[:REFERENCE_BYTES]) if len(part) <= 2 * REFERENCE_BYTES else (
+            bytes(part[:REFERENCE_BYTES]) + b"\n" + bytes(part[-REFERENCE_BYTES:]))
+        found += [t for m in _REF_ISO.finditer(data) if (t := _dated(m)) is not None]
+        for m in _REF_JSON.finditer(data):
+            try:
+                found.append(datetime.fromtimestamp(int(m.group(1)) / 1e6, timezone.utc))
+            except (ValueError, OverflowError, OSError):
+                continue
+    return max(found) if found else None
 
 
 def format_of(tags: tuple[str, ...], stamps: tuple[str, ...], syslog_name: bool) -> str:

@@ -28,7 +28,8 @@ class Host:
     def of(cls, facts: Any) -> Host:
         host = cls(facts=facts)
         ident = host.fact("host_identity")
-        host.name = getattr(ident, "hostname", None) or host.fact("host_name") or "<node>"
+        host.name = (getattr(ident, "hostname", None) or host.fact("host_name")
+                     or host.fact("log_host") or "<node>")
         host.os = getattr(ident, "os", None)
         host.kernel = getattr(ident, "kernel", None)
         host.driver = host.fact("driver_versions") or getattr(ident, "driver", None) \

@@ -11,6 +11,7 @@ from gputriage.knowledge.cuda_compat import capability_of, version_key
 from gputriage.model import Action, Blame, Finding
 from gputriage.next_steps.container_stack import REPAIRS as CONTAINER_STACK
 from gputriage.next_steps.host import Host, bus_ids, dash_i, gpu_scopes, serials, what
+from gputriage.next_steps.logs import REPAIRS as LOG_REPAIRS
 from gputriage.next_steps.node_software import REPAIRS as NODE_SOFTWARE
 
 __all__ = ["BY_FAMILY", "BY_ID", "Repair", "repair"]
@@ -760,6 +761,7 @@ def _dcgm_service(f: Finding, host: Host) -> str:
 
 BY_ID: dict[str, Repair] = {
     **NODE_SOFTWARE,
+    **LOG_REPAIRS,
     **{fid: _k8s_stack for fid in _K8S_STACK},
     **{fid: _k8s_nodes for fid in _K8S_NODES},
     **{fid: _k8s_lint for fid in _K8S_LINT},

@@ -9,6 +9,7 @@ but the events found.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 
@@ -32,6 +33,29 @@ def split_escaped(line: str) -> list[tuple[str, bool]]:
     return [(piece, i > 0) for i, piece in enumerate(line.split("#012"))]
 
 
+_FRACTION = re.compile(r"[.,]\d{1,9}")
+
+
+def _close(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether two lines' printed stamps belong to one message: the same, or the same
+    second (the driver prints a message's lines microseconds apart: dmesg's uptimes and
+    ISO fractions differ, the whole second does not)."""
+    if a == b:
+        return True
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x == y:
+            continue
+        try:
+            if abs(float(x) - float(y)) >= 1.0:
+                return False
+        except ValueError:
+            if _FRACTION.sub("", x) != _FRACTION.sub("", y):
+                return False
+    return True
+
+
 class _Pending:
     """A multi-line message being assembled from its continuation lines."""
 
@@ -47,12 +71,12 @@ class _Pending:
         msg = line.msg
         if len(self.lines) >= MAX_CONTINUATION or not msg.startswith("NVRM:"):
             return False
-        if starts_message(msg):
+        if starts_message(msg) or not self.message.continues(msg):
             return False
         if (line.lineno is not None and self.last_lineno is not None
                 and line.lineno - self.last_lineno > 1):
             return False
-        return not line.stamps or line.stamps == self.stamps
+        return not line.stamps or _close(line.stamps, self.stamps)
 
     def add(self, line: LogLine) -> None:
         self.lines.append(line.text)

@@ -27,10 +27,19 @@ from gputriage.parsers.kernel_patterns import (
     SXID_CONT,
     mismatch_details,
 )
+from gputriage.parsers.kernel_probe import (
+    BAR_HEAD,
+    LEGACY_HEAD,
+    bar_continues,
+    bar_message,
+    gpu_notice,
+    legacy_complete,
+    legacy_message,
+)
 
-__all__ = ["AER_REPORT", "CALL_TRACE", "CORE_DUMP", "FALLEN_OFF_BUS", "HW_RECORD",
-           "SXID_LINES", "API_MISMATCH", "Follow", "Message", "OpenEvent", "Verdict",
-           "starts_message"]
+__all__ = ["AER_REPORT", "API_MISMATCH", "BAR_INVALID", "CALL_TRACE", "CORE_DUMP",
+           "FALLEN_OFF_BUS", "HW_RECORD", "LEGACY_GPU", "SXID_LINES", "Follow", "Message",
+           "OpenEvent", "Verdict", "starts_message"]
 
 TRACE_WINDOW = 30  # lines after a hung task / soft lockup searched for nvidia frames
 MAX_GROUP = 64  # lines joined into one GSP core-dump event or hardware error record
@@ -210,6 +219,10 @@ class Message:
     def event(self, head: LogLine, lines: list[str], texts: list[str]) -> DriverEvent | None:
         raise NotImplementedError
 
+    def continues(self, msg: str) -> bool:
+        """Whether an ``NVRM:`` line may be the message's next line."""
+        return True
+
 
 class _ApiMismatch(Message):
     def complete(self, texts: list[str]) -> bool:
@@ -222,27 +235,57 @@ class _ApiMismatch(Message):
 
 
 class _FallenOffBus(Message):
+    """``NVRM: The NVIDIA GPU <bus> ...``: fallen off the bus, or (the open kernel module)
+    not supported because the GPU has no GSP."""
+
     def complete(self, texts: list[str]) -> bool:
-        return "fallen off the bus" in nvrm_text(texts)
+        text = nvrm_text(texts)
+        return "fallen off the bus" in text or "nvidia.com" in texts[-1]
 
     def event(self, head: LogLine, lines: list[str], texts: list[str]) -> DriverEvent | None:
         joined = " ".join(nvrm_text(texts).split())
-        if "fallen off the bus" not in joined:
-            return None
         m = FALLEN_HEAD.search(texts[0])
+        bus = normalize_bus_id(m.group("bus")) if m else None
+        if "fallen off the bus" not in joined:
+            return gpu_notice(joined, head, bus, lines)
         details = {}
         pci = PCI_ID.search(joined)
         if pci:
             details["pci_id"] = pci.group("id").lower()
-        return make_event(EventKind.FALLEN_OFF_BUS, head,
-                          normalize_bus_id(m.group("bus")) if m else None, details,
-                          "\n".join(lines))
+        return make_event(EventKind.FALLEN_OFF_BUS, head, bus, details, "\n".join(lines))
+
+
+class _BarInvalid(Message):
+    """The invalid PCI I/O region message: the BAR lines that name the regions and what
+    the driver adds about them (a 64-bit BAR above 4 GB, the BIOS)."""
+
+    def complete(self, texts: list[str]) -> bool:
+        return False  # it ends at the first line that is not its own
+
+    def continues(self, msg: str) -> bool:
+        return bar_continues(msg)
+
+    def event(self, head: LogLine, lines: list[str], texts: list[str]) -> DriverEvent | None:
+        return bar_message(head, lines, texts)
+
+
+class _LegacyGpu(Message):
+    """A GPU this driver branch left to a legacy driver ("... will ignore this GPU")."""
+
+    def complete(self, texts: list[str]) -> bool:
+        return legacy_complete(texts)
+
+    def event(self, head: LogLine, lines: list[str], texts: list[str]) -> DriverEvent | None:
+        return legacy_message(head, lines, texts)
 
 
 API_MISMATCH: Message = _ApiMismatch()
 FALLEN_OFF_BUS: Message = _FallenOffBus()
+BAR_INVALID: Message = _BarInvalid()
+LEGACY_GPU: Message = _LegacyGpu()
 
 
 def starts_message(msg: str) -> bool:
     """Whether a line starts a message of its own (so it continues none)."""
-    return "NVRM: API mismatch" in msg or msg.startswith("NVRM: The NVIDIA GPU ") or "Xid (" in msg
+    return ("NVRM: API mismatch" in msg or msg.startswith("NVRM: The NVIDIA GPU ")
+            or "Xid (" in msg or BAR_HEAD in msg or LEGACY_HEAD.match(msg) is not None)

@@ -1,7 +1,8 @@
 """Host-side kernel-log events beside the NVIDIA driver's own: PCIe AER details and
 the drivers' recovery lines, EDAC / MCE / APEI (GHES) hardware errors, nvidia-peermem
-and nv_peer_mem load failures, and network link state (mlx5 netdev and IB port
-states, carrier changes, NETDEV WATCHDOG).
+and nv_peer_mem load failures, network link state (mlx5 netdev and IB port states,
+carrier changes, NETDEV WATCHDOG) and storage failures (block-device I/O errors, NVMe
+controller resets, md disk failures, XFS / ext4 errors).
 
 The patterns and builders of these kinds' rows in :data:`gputriage.parsers.
 kernel_table.EVENTS` (which tries each pattern only after a literal test on the
@@ -193,7 +194,103 @@ def ib_port_state(line: LogLine, msg: str, m: Match) -> DriverEvent:
         "device": m.group("dev"), "port": m.group("port")})
 
 
-def carrier_change(line: LogLine, msg: str, m: Match) -> DriverEvent:
-    """A network interface lost or gained its carrier."""
+# Interfaces that containers, bridges, overlays and VPNs create and remove as they come
+# and go: their carrier changes are churn, not a cable (veth pairs, docker/CNI bridges,
+# Calico, Flannel, Cilium, VXLAN/Geneve, tun/tap, WireGuard, libvirt, loopback).
+VIRTUAL_IFNAME = re.compile(
+    r"(?:veth|docker|br-|virbr|cni|cali|flannel|vxlan|tunl|tun|tap|lxc|cilium|kube-|weave|"
+    r"genev|wg|tailscale|vnet|dummy|nodelocaldns|lo$|gre|ipip|sit|zt)", re.IGNORECASE)
+
+
+def is_virtual_interface(name: str) -> bool:
+    """Whether ``name`` is a virtual interface (container, bridge, overlay, tunnel)."""
+    return VIRTUAL_IFNAME.match(name) is not None
+
+
+def carrier_change(line: LogLine, msg: str, m: Match) -> DriverEvent | list[DriverEvent]:
+    """A network interface lost or gained its carrier (none for a virtual interface:
+    a container's veth coming and going is not a link)."""
+    if is_virtual_interface(m.group("ifname")):
+        return []
     return make_event(EventKind.LINK_STATE, line, None, {
         "interface": m.group("ifname"), "state": "up" if m.group("state") == "Gained" else "down"})
+
+
+# --- storage ---------------------------------------------------------------------------
+# The block layer's request errors: "blk_update_request: I/O error, dev nvme2n1, sector
+# 264192 op 0x1:(WRITE) flags ..." (before 5.14: print_req_error / end_request / blk_
+# update_request prefixes; after: the line alone), "critical medium error, dev sdb, ..."
+BLOCK_ERROR = re.compile(r"(?:^|: )(?P<what>I/O|critical medium|critical target|critical "
+                         r"nexus|critical space allocation|timeout|protection) error, dev "
+                         r"(?P<dev>[\w.\-]{1,32}), sector (?P<sector>\d{1,20})"
+                         r"(?: op 0x[0-9a-fA-F]{1,4}:\((?P<op>[A-Z_]{1,24})\))?")
+BUFFER_ERROR = re.compile(r"Buffer I/O error on dev(?:ice)? (?P<dev>[\w.\-]{1,32}), logical "
+                          r"block \d{1,20}(?:, (?P<op>lost async page write|async page read|"
+                          r"lost sync page write))?")
+# XFS and ext4 failures that stop or cripple a filesystem
+FS_ERROR = re.compile(
+    r"^(?:XFS \((?P<xfs>[\w.\-]{1,32})\): (?P<xmsg>(?:log|metadata) I/O error.{0,80}|"
+    r"Log I/O Error Detected.{0,60}|.{0,60}[Ss]hutting down filesystem.{0,20}|Filesystem has "
+    r"been shut down.{0,60}|Corruption .{0,80}detected.{0,60})"
+    r"|EXT4-fs error \(device (?P<ext>[\w.\-]{1,32})\): (?P<emsg>.{0,120})"
+    r"|EXT4-fs \((?P<ro>[\w.\-]{1,32})\): (?P<rmsg>Remounting filesystem read-only)"
+    r"|Aborting journal on device (?P<jdev>[\w.\-]{1,32}))")
+NVME_ERROR = re.compile(
+    r"^nvme (?P<ctrl>nvme\d{1,4}): (?P<what>controller is down; will reset|Device not ready; "
+    r"aborting (?:reset|initialisation)|Removing after probe failure|I/O \d{1,8} QID \d{1,4} "
+    r"timeout, (?:aborting|reset controller)|Abort status: 0x[0-9a-fA-F]{1,4}|Disabling device "
+    r"after reset failure)")
+MD_FAILURE = re.compile(r"^md/raid\d{1,2}:(?P<md>md[\w]{1,16}): Disk failure on (?P<dev>[\w.\-]"
+                        r"{1,32}), disabling device")
+_DISK = re.compile(r"(?:(?P<nvme>nvme\d{1,4}n\d{1,4}|mmcblk\d{1,4}|nbd\d{1,4}|loop\d{1,4})"
+                   r"(?:p\d{1,3})?|(?P<sd>(?:[shv]|xv)d[a-z]{1,3})\d{0,3})(?:-\d{1,3})?")
+
+
+def _disk(dev: str) -> str:
+    """The disk a partition or journal device is on: nvme2n1p1 -> nvme2n1, sda1-8 -> sda."""
+    m = _DISK.fullmatch(dev)
+    return (m.group("nvme") or m.group("sd")) if m else dev
+
+
+def _storage(line: LogLine, details: dict[str, str]) -> DriverEvent:
+    return make_event(EventKind.STORAGE_ERROR, line, None,
+                      {k: v for k, v in details.items() if v})
+
+
+def block_error(line: LogLine, msg: str, m: Match) -> DriverEvent:
+    """A block request that failed on a disk: read or write, and what kind of error."""
+    op = (m.group("op") or "").lower()
+    return _storage(line, {"layer": "block", "device": _disk(m.group("dev")),
+                           "error": m.group("what").lower(),
+                           "op": "write" if "write" in op else "read" if "read" in op else ""})
+
+
+def buffer_error(line: LogLine, msg: str, m: Match) -> DriverEvent:
+    """A page-cache buffer that could not be read or written back."""
+    op = m.group("op") or ""
+    return _storage(line, {"layer": "block", "device": _disk(m.group("dev")), "error": "i/o",
+                           "op": "write" if "write" in op else "read" if "read" in op else ""})
+
+
+def fs_error(line: LogLine, msg: str, m: Match) -> DriverEvent:
+    """An XFS or ext4 failure: I/O errors on its log or metadata, a shutdown, a journal
+    aborted, a remount read-only."""
+    g = m.groupdict()
+    dev = g["xfs"] or g["ext"] or g["ro"] or _disk(g["jdev"] or "")
+    text = g["xmsg"] or g["emsg"] or g["rmsg"] or "journal aborted"
+    return _storage(line, {"layer": "fs", "device": dev, "fs": "xfs" if g["xfs"] else "ext4",
+                           "error": " ".join(text.split())[:80]})
+
+
+def nvme_error(line: LogLine, msg: str, m: Match) -> DriverEvent:
+    """An NVMe controller that went down, timed out, or was removed."""
+    what = m.group("what")
+    return _storage(line, {"layer": "nvme", "device": m.group("ctrl"),
+                           "error": "timeout" if "timeout" in what or "Abort" in what
+                           else "controller"})
+
+
+def md_failure(line: LogLine, msg: str, m: Match) -> DriverEvent:
+    """An md array that dropped a failed member disk."""
+    return _storage(line, {"layer": "md", "device": m.group("md"),
+                           "failed": _disk(m.group("dev")), "error": "disk failure"})

@@ -21,6 +21,9 @@ class EventKind(str, Enum):
     FALLEN_OFF_BUS = "fallen-off-bus"
     RM_INIT_ADAPTER_FAILED = "rm-init-adapter-failed"
     NO_ADAPTER_PROBED = "no-adapter-probed"
+    BAR_INVALID = "bar-invalid"  # a PCI memory region the driver cannot use: GPU refused
+    GPU_UNSUPPORTED = "gpu-unsupported"  # the loaded module does not drive this GPU
+    PROBE_FAILED = "probe-failed"  # the driver's probe of a GPU failed (or its summary)
     GSP_FIRMWARE_MISSING = "gsp-firmware-missing"
     MODULE_LOAD_FAILED = "module-load-failed"
     XID = "xid"
@@ -37,6 +40,7 @@ class EventKind(str, Enum):
     HCA_FIRMWARE_OLD = "hca-firmware-old"  # an mlx4/mlx5 driver asks for newer HCA firmware
     LINK_STATE = "link-state"
     HW_ERROR = "hw-error"
+    STORAGE_ERROR = "storage-error"  # block-device, NVMe, md or filesystem I/O failures
     SEGFAULT = "segfault"
     HUNG_TASK = "hung-task"
     SOFT_LOCKUP = "soft-lockup"

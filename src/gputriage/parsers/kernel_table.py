@@ -19,14 +19,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gputriage.parsers import kernel_host as host
+from gputriage.parsers import kernel_probe as probe
 from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.kernel_follow import (
     AER_REPORT,
     API_MISMATCH,
+    BAR_INVALID,
     CALL_TRACE,
     CORE_DUMP,
     FALLEN_OFF_BUS,
     HW_RECORD,
+    LEGACY_GPU,
     SXID_LINES,
     Follow,
     Message,
@@ -298,7 +301,7 @@ def _lockup(line: LogLine, msg: str, m: Match | None) -> Found:
         "seconds": m.group("secs"), "in_nvidia": "no"})
 
 
-def _wrap(build: Callable[[LogLine, str, Match], DriverEvent]) -> Builder:
+def _wrap(build: Callable[[LogLine, str, Match], DriverEvent | list[DriverEvent]]) -> Builder:
     """A builder that needs its match (its row has a regular expression)."""
 
     def wrapped(line: LogLine, msg: str, m: Match | None) -> Found:
@@ -333,6 +336,16 @@ EVENTS: tuple[EventPattern, ...] = (
       "[17257.355377] NVRM: (PCI ID: 10de:20b5) installed in this system has\n"
       "[17257.355378] NVRM: fallen off the bus and is not responding to commands.",
       regex=FALLEN_HEAD, joins=FALLEN_OFF_BUS),
+    P(K.BAR_INVALID, ("NVRM:",), (probe.BAR_HEAD,), None,
+      "[83260.063553] NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:\n"
+      "               NVRM: BAR1 is 0M @ 0x0 (PCI:0000:14:00.0)", joins=BAR_INVALID),
+    P(K.GPU_UNSUPPORTED, ("NVRM:",), ("GPU installed in this system is",), None,
+      "[   11.737433] NVRM: The NVIDIA GeForce GT 710 GPU installed in this system is\n"
+      "[   11.737435] NVRM:  supported through the NVIDIA 470.xx Legacy drivers. Please\n"
+      "[   11.737437] NVRM:  visit http://www.nvidia.com/object/unix.html for more\n"
+      "[   11.737438] NVRM:  information.  The 535.54.03 NVIDIA driver will ignore\n"
+      "[   11.737440] NVRM:  this GPU.  Continuing probe...",
+      regex=probe.LEGACY_HEAD, joins=LEGACY_GPU),
     # Xid and SXid
     P(K.SXID, ("nvidia",), ("SXid",), _sxid,
       "[ 1843.220691] nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 30 "
@@ -360,6 +373,13 @@ EVENTS: tuple[EventPattern, ...] = (
       "nvidia/570.144/gsp_ga10x.bin failed with error -2", regex=FW_LOAD),
     P(K.GSP_FIRMWARE_MISSING, ("NVRM:",), ("No firmware image found",), _no_firmware,
       "[   23.991667] NVRM: RmFetchGspRmImages: No firmware image found"),
+    P(K.PROBE_FAILED, ("nvidia",), ("failed with error",), _wrap(probe.probe_failed),
+      "[83260.063557] nvidia: probe of 0000:14:00.0 failed with error -1",
+      regex=probe.PROBE_FAILED),
+    P(K.PROBE_FAILED, ("NVRM:",), ("probe routine failed", "were initiali"),
+      _wrap(probe.probe_summary),
+      "[83260.106438] NVRM: The NVIDIA probe routine failed for 2 device(s).",
+      regex=probe.PROBE_SUMMARY),
     P(K.PEERMEM_LOAD_FAILED, _PEER, ("peer",), _wrap(host.peermem_failed),
       "[Tue Sep  8 17:16:02 2026] nvidia_peermem: Unknown symbol "
       "ib_register_peer_memory_client (err -22)", regex=host.PEERMEM_SYMBOL),
@@ -455,6 +475,24 @@ EVENTS: tuple[EventPattern, ...] = (
     P(K.HW_ERROR, ("Hardware Error",), ("Hardware Error",), _wrap(host.hw_record),
       "[ 9300.120045] {1}[Hardware Error]: Hardware error from APEI Generic Hardware Error "
       "Source: 0", regex=host.HW_RECORD, follow=HW_RECORD),
+    # storage
+    P(K.STORAGE_ERROR, ("XFS (", "EXT4-fs error", "Remounting filesystem read-only",
+                        "Aborting journal"),
+      ("XFS (", "EXT4-fs", "Aborting journal"), _wrap(host.fs_error),
+      "[470911.895805] XFS (md127): log I/O error -5", regex=host.FS_ERROR,
+      requires=("error", "shut", "corrupt", "read-only", "journal")),
+    P(K.STORAGE_ERROR, ("error, dev ",), ("error, dev ",), _wrap(host.block_error),
+      "[470907.282230] blk_update_request: I/O error, dev nvme2n1, sector 6442712256 op "
+      "0x1:(WRITE) flags 0x1000 phys_seg 8 prio class 0", regex=host.BLOCK_ERROR),
+    P(K.STORAGE_ERROR, ("Buffer I/O error",), ("Buffer I/O error",), _wrap(host.buffer_error),
+      "[ 8113.901245] Buffer I/O error on dev nvme0n1p1, logical block 0, async page read",
+      regex=host.BUFFER_ERROR),
+    P(K.STORAGE_ERROR, ("nvme nvme",), ("nvme nvme",), _wrap(host.nvme_error),
+      "[91222.015566] nvme nvme0: controller is down; will reset: CSTS=0xffffffff, "
+      "PCI_STATUS=0xffff", regex=host.NVME_ERROR),
+    P(K.STORAGE_ERROR, ("Disk failure on",), ("Disk failure on",), _wrap(host.md_failure),
+      "[470912.100431] md/raid1:md127: Disk failure on nvme2n1p1, disabling device.",
+      regex=host.MD_FAILURE),
     # crashes and hangs
     P(K.SEGFAULT, ("segfault at ",), ("segfault at",), _segfault,
       "[ 5022.930157] llama-server[16980]: segfault at 20d803fdc ip 00007dbe270a3e47 sp "

@@ -343,6 +343,8 @@ class Builder:
         self.pending = [text]
         if kind == "timeout" and "ran for" not in text or kind is None:
             self.want = 3
+        elif kind == "nccl":
+            self.want = 4  # PyTorch's "ncclXError: ...", "Last error:" and NCCL's message
         else:
             self._fw_done()
 
@@ -351,7 +353,9 @@ class Builder:
         if not text.strip():
             self._fw_done()
             return True
-        if "NCCL INFO" in text or "NCCL WARN" in text or fw.FW_HEAD.search(text):
+        if "NCCL INFO" in text or "NCCL WARN" in text or fw.FW_HEAD.search(text) or (
+                fw.framework_kind(self.pending[0]) == "nccl" and not fw.nccl_detail(
+                    text, self.pending[-1])):
             self._fw_done()
             return False
         self.pending.append(text)

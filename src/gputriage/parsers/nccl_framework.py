@@ -12,7 +12,8 @@ import re
 
 from gputriage.parsers.nccl_model import NcclWarn
 
-__all__ = ["FW_HEAD", "framework_error", "framework_key", "framework_kind", "is_framework_line"]
+__all__ = ["FW_HEAD", "framework_error", "framework_key", "framework_kind", "is_framework_line",
+           "nccl_detail"]
 
 MAX_KEEP = 2000  # characters of the lines kept as evidence
 
@@ -41,6 +42,16 @@ def framework_kind(text: str) -> str | None:
     if _FW_NCCL.search(text):
         return "nccl"
     return None
+
+
+_NCCL_DETAIL = re.compile(r"^\s{0,8}(?:nccl[A-Z]\w{2,40}: |Last error:)")
+
+
+def nccl_detail(line: str, previous: str) -> bool:
+    """Whether ``line`` goes on a framework's NCCL error: PyTorch prints the NCCL result
+    (``ncclUnhandledCudaError: Call to CUDA function failed.``), then ``Last error:`` and
+    NCCL's own last message on the next line."""
+    return bool(_NCCL_DETAIL.match(line)) or previous.strip().endswith("Last error:")
 
 
 def framework_error(lines: list[str]) -> NcclWarn | None:

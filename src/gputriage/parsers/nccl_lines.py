@@ -1,6 +1,8 @@
 """The line grammar of ``NCCL_DEBUG=INFO`` output, for :mod:`gputriage.parsers.nccl_log`.
 
-A record is ``[shipper prefixes] host:pid:tid [dev] [file.cc:123] NCCL INFO|WARN|TRACE msg``.
+A record is ``[shipper prefixes] host:pid:tid [dev] [file.cc:123] NCCL INFO|WARN|TRACE msg``
+(before NCCL 2.4, and in pastes that keep only the message: ``include/socket.h:311 WARN
+msg``, a WARN without the word NCCL, taken where the location is NCCL's own source).
 Shipper prefixes (CloudWatch ``| ts |``, ISO or syslog times, Ray / kubectl
 tags, ``[1,0]<stdout>:`` of Open MPI, ``0:`` of srun) are skipped by finding
 the ``NCCL <LEVEL>`` marker first and reading the host prefix right before it,
@@ -46,6 +48,16 @@ _PLAIN = re.compile(  # the common case, a record with nothing before its host p
     r"(?:(?P<loc>[\w./+-]{1,200}:\d{1,7}) )?NCCL (?P<level>INFO|WARN|TRACE)\b ?")
 _NOT_HOST = re.compile(r"\d{1,2}|\d{4}-\d\d-\d\d[T ]?\d\d")  # a time "12:00:00 ", not a host
 _LOC = re.compile(r"(?:^|\s)(?P<loc>[\w./+-]{1,200}:\d{1,7})\s{1,8}$")
+# NCCL before 2.4 printed "host:pid:tid [dev] include/socket.h:311 WARN msg", without the
+# word NCCL; pastes often keep only "include/socket.h:344 WARN msg". Taken only where the
+# location is one of NCCL's own source files.
+_OLD_WARN = re.compile(
+    r"^(?:(?P<host>[^\s:|\[\]()/]{1,255}):(?P<pid>\d{1,10}):\d{1,10}\s{1,8}"
+    r"(?:\[(?P<dev>-?\d{1,5})\]\s{1,8})?)?"
+    r"(?P<loc>(?:(?:include|transport|misc|graph|collectives|device|plugin|register|ras)/"
+    r"[\w./+-]{1,150}|(?:init|bootstrap|proxy|enqueue|group|transport|channel|net|debug|"
+    r"socket|net_ib|net_socket|ibvwrap|shmutils|nvmlwrap|cudawrap|p2p|shm|nvls|coll_net)"
+    r"\.(?:cc|cu|h|cpp)):\d{1,7})\s{1,8}WARN\s{1,4}(?P<msg>\S.{0,4000})$")
 _HEAD_MAX = 700  # how far before a marker a host prefix may start
 
 _SHIPPERS = re.compile("|".join(f"(?:{p})" for p in (
@@ -94,7 +106,8 @@ def split_records(line: str, known_hosts: Collection[str] = ()) -> list[Record]:
         return [plain]
     first = _MARKER.search(line) if "NCCL " in line else None
     if first is None:
-        return []
+        old = _old_warn(line) if "WARN" in line else None
+        return [old] if old is not None else []
     # one record is the usual case
     marks = [first] if line.find("NCCL ", first.end()) < 0 else list(_MARKER.finditer(line))
     starts = _record_starts(line, marks, known_hosts)
@@ -117,6 +130,16 @@ def _plain_record(line: str) -> Record | None:
     return Record(pm.group("host"), int(pm.group("pid")), int(pm.group("dev")),
                   pm.group("level"), pm.group("loc"), line[pm.end():].strip(),
                   line.strip()[:MAX_KEEP])
+
+
+def _old_warn(line: str) -> Record | None:
+    """A WARN record in NCCL's old form (no "NCCL" before WARN), prefixes stripped."""
+    m = _OLD_WARN.match(strip_shippers(line).strip())
+    if m is None or (m.group("host") and _NOT_HOST.fullmatch(m.group("host"))):
+        return None
+    pid, dev = m.group("pid"), m.group("dev")
+    return Record(m.group("host"), int(pid) if pid else None, int(dev) if dev else None, "WARN",
+                  m.group("loc"), m.group("msg").strip(), line.strip()[:MAX_KEEP])
 
 
 # (record start, marker, host prefix match or None, host)
@@ -401,8 +424,10 @@ _IS_RECORD = re.compile(r"(?:^|[\s\]>|:])NCCL (?:INFO|WARN|TRACE)(?:\s|$)")
 
 def is_nccl_line(line: str) -> bool:
     """Whether a line is an NCCL debug record or a framework's NCCL error line."""
-    if "NCCL" not in line and "Error: nccl" not in line or len(line) > 65536:
+    if len(line) > 65536:
         return False
+    if "NCCL" not in line and "Error: nccl" not in line:
+        return "WARN" in line and _old_warn(line) is not None
     if _IS_RECORD.search(line):
         return True
     if bare_version(line):

@@ -1,8 +1,8 @@
 """``NCCL_DEBUG=INFO`` logs: one file per rank or every rank interleaved in one.
 
 :func:`parse_nccl_log` reads a text, :func:`read_nccl_log` streams the byte
-blocks of a big file. Both only look at lines that carry ``NCCL``, ``CUDA error``
-or ``Error: nccl`` (found with ``bytes.find``), so a 1 GB training log with a
+blocks of a big file. Both only look at lines that carry ``NCCL``, ``CUDA error``,
+``Error: nccl`` or `` WARN `` (found with ``bytes.find``), so a 1 GB training log with a
 few NCCL lines costs about as much as reading it. This module holds that
 byte-level scan; each line it picks goes to the
 :class:`~gputriage.parsers.nccl_build.Builder`, which applies it to the data
@@ -25,7 +25,8 @@ __all__ = ["is_nccl_line", "parse_nccl_log", "read_nccl_log"]
 
 # scan caps (what is kept per process is capped in nccl_build: CAPS, MAX_STORED, ...)
 LONG_LINE = 64 * 1024  # longer lines are skipped and counted in ``NcclLog.skipped``
-MARKERS = (b"NCCL", b"CUDA error", b"Error: nccl")  # the last: "DistBackendError: ncclSystemError"
+# the third: "DistBackendError: ncclSystemError"; the last: an old NCCL's "file.h:311 WARN"
+MARKERS = (b"NCCL", b"CUDA error", b"Error: nccl", b" WARN ")
 
 
 def parse_nccl_log(text: str) -> NcclLog:

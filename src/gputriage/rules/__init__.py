@@ -24,7 +24,7 @@ AREAS: tuple[str, ...] = tuple(sorted(
     m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)])
     if m.name not in _HELPERS))
 # the areas whose rules a kernel log alone can feed (tests/test_logs_cli.py checks this)
-LOG_AREAS: tuple[str, ...] = ("driver", "kernel_log", "kernel_xid")
+LOG_AREAS: tuple[str, ...] = ("driver", "driver_probe", "kernel_log", "kernel_xid")
 
 
 def rules_of(areas: tuple[str, ...]) -> list[Rule]:

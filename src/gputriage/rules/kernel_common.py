@@ -40,7 +40,6 @@ DOC_SXID = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/i
 EVIDENCE_HEAD, EVIDENCE_TAIL = 7, 2  # events whose lines are kept: the first few, the last
 EVENT_LINES = 6  # lines kept of one multi-line message (a GSP core dump runs to dozens)
 GSP_REPEAT = 3  # Xid 119 this often in one log: it survives resets, repair the GPU
-PEERMEM_BURST = 10
 AER_BURST = 10
 # what a reset of their GPU ends; a driver load ends these and the driver-wide ones too
 RESET_ENDS = frozenset({"xid", "fallen-off-bus", "gsp-rpc-timeout", "gsp-error",

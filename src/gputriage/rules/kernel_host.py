@@ -1,10 +1,11 @@
 """Judging the host-side kernel-log events: PCIe AER reports tied to the device
 that suffered them, EDAC / MCE / APEI hardware errors, nvidia-peermem load
-failures and network link flaps. Called by rule ``kernel.events``
+failures, network link flaps and failing disks. Called by rule ``kernel.events``
 (:mod:`gputriage.rules.kernel_log`), whose finding ids these are."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 
 from gputriage.model import NODE, Action, Blame, Finding, Scope, Severity
@@ -28,7 +29,7 @@ from gputriage.rules.kernel_common import (
 )
 
 HOST_KINDS = frozenset({"pcie-aer", "peermem-load-failed", "hw-error", "link-state",
-                        "mlx5-link"})
+                        "mlx5-link", "storage-error"})
 LINK_NEAR = 60  # lines between a port's AER report and a driver's recovery line of one error
 NIC_INIT_S = 180.0  # uptime within which a port still trains after boot
 CE_BURST = 10  # corrected memory errors worth a repair ticket
@@ -44,6 +45,7 @@ def judge_host(events: Sequence[DriverEvent], gpus: GpuMap,
         yield from _peermem(part, make)
         yield from _hw_errors(part, make)
         yield from _links(part, make)
+        yield from _storage(part, make)
 
 
 # --- PCIe AER -------------------------------------------------------------------------------
@@ -172,25 +174,43 @@ def _aer_judged(events: list[DriverEvent], label: str, on_gpu: bool) -> Judged:
 
 # --- nvidia-peermem -------------------------------------------------------------------------
 
+def _peermem_cause(reasons: str) -> str:
+    """Why the peer-memory module did not load, from the symbols its errors name: the
+    NVIDIA driver's (nvidia_p2p_*), ib_core's (ib_*), or both."""
+    mismatch = "disagrees about version" in reasons
+    nvidia = "nvidia_p2p_" in reasons
+    ib = re.search(r"\bib_\w+", reasons) is not None
+    if mismatch and nvidia and ib:
+        return ("Its symbol versions match neither the installed NVIDIA driver (nvidia_p2p_*) "
+                "nor the loaded ib_core: it was built against another Module.symvers (a "
+                "shipped or stale one) than the driver's and the OFED's on this host. Rebuild "
+                "it against both as installed (releases after nv_peer_mem 1.0 also resolve the "
+                "NVIDIA symbols at load time).")
+    if mismatch and nvidia:
+        return ("It was built against another NVIDIA driver than the one installed: the "
+                "nvidia_p2p_* symbols the driver exports have other versions. Rebuild it "
+                "against the installed driver (after every driver upgrade: DKMS).")
+    if mismatch:
+        return ("It was built against a different ib_core than the one loaded (MLNX/DOCA "
+                "OFED against the inbox RDMA stack, or the reverse): the symbol versions do "
+                "not match. Rebuild it against the running OFED (a driver container must see "
+                "the host's OFED headers), or load the host's OFED before the driver.")
+    if "Unknown symbol" in reasons:
+        return ("The loaded ib_core lacks the peer-memory API it was built for (the inbox "
+                "RDMA stack, or MLNX OFED reinstalled or upgraded after the module was "
+                "built). Rebuild or reinstall nv_peer_mem after (re)installing MLNX OFED, or "
+                "use nvidia-peermem from the driver (R470 and later) built after OFED.")
+    return ("Check dmesg for the reason; usually the module does not match the loaded "
+            "ib_core (OFED) or the NVIDIA driver: rebuild it against both.")
+
+
 def _peermem(events: list[DriverEvent], make) -> Iterator[Finding]:  # noqa: ANN001
     evs = [ev for ev in events if ev.kind == "peermem-load-failed"]
     if not evs:
         return
     modules = sorted({ev.details.get("module", "nvidia-peermem") for ev in evs})
     reasons = " ".join(ev.details.get("reason", "") for ev in evs)
-    if "disagrees about version" in reasons:
-        cause = ("It was built against a different ib_core than the one loaded (MLNX/DOCA "
-                 "OFED against the inbox RDMA stack, or the reverse): the symbol versions do "
-                 "not match. Rebuild it against the running OFED (a driver container must see "
-                 "the host's OFED headers), or load the host's OFED before the driver.")
-    elif "Unknown symbol" in reasons:
-        cause = ("The loaded ib_core lacks the peer-memory API it was built for (the inbox "
-                 "RDMA stack, or MLNX OFED reinstalled or upgraded after the module was "
-                 "built). Rebuild or reinstall nv_peer_mem after (re)installing MLNX OFED, or "
-                 "use nvidia-peermem from the driver (R470 and later) built after OFED.")
-    else:
-        cause = ("Check dmesg for the reason; usually the module does not match the loaded "
-                 "ib_core (OFED) or the NVIDIA driver: rebuild it against both.")
+    cause = _peermem_cause(reasons)
     judged = Judged(
         Severity.WARNING, Action.FIX_SOFTWARE, Blame.CONFIG,
         f"{'/'.join(modules)} could not load: GPUDirect RDMA is off on this node "
@@ -347,3 +367,63 @@ def _link_judged(steps: list[DriverEvent], label: str,
         "The port lost its link and came back: every flap breaks the connections over it "
         "(NCCL jobs hang or fail with retry-exceeded). A port that keeps flapping has a bad "
         "cable, transceiver or switch port: replace it at the next maintenance.")
+
+
+# --- storage --------------------------------------------------------------------------------
+
+def _disk_text(evs: Sequence[DriverEvent]) -> str:
+    """``nvme2n1 (3 write errors)``, ``XFS on md127: log I/O error -5`` ... per device."""
+    parts = []
+    for dev, mine in group(evs, lambda ev: ev.details.get("device") or "?").items():
+        layer = mine[0].details.get("layer")
+        n = weight(mine)
+        if layer == "fs":
+            fs = mine[0].details.get("fs", "").upper().replace("EXT4", "ext4")
+            parts.append(f"{fs} on {dev}: {mine[0].details.get('error', 'error')}"
+                         + (f" ({n}x)" if n > 1 else ""))
+        elif layer == "md":
+            failed = sorted({ev.details.get("failed", "?") for ev in mine})
+            parts.append(f"{dev} dropped {', '.join(failed)}")
+        else:
+            ops = sorted({ev.details.get("op", "") for ev in mine} - {""})
+            kind = f"{'/'.join(ops)} " if ops else ""
+            what = "timeouts" if {ev.details.get("error") for ev in mine} == {"timeout"} \
+                else "errors"
+            parts.append(f"{dev} ({n} {kind}{what if n != 1 else what[:-1]})")
+    return "; ".join(parts)
+
+
+def _serious(ev: DriverEvent) -> bool:
+    """Data was lost or a volume stopped: a failed write, a filesystem that shut down or
+    lost its journal, an array that dropped a disk, an NVMe controller that went away."""
+    d = ev.details
+    return (d.get("op") == "write" or d.get("layer") in ("fs", "md")
+            or (d.get("layer") == "nvme" and d.get("error") == "controller"))
+
+
+def _storage(events: list[DriverEvent], make) -> Iterator[Finding]:  # noqa: ANN001
+    evs = [ev for ev in events if ev.kind == "storage-error"]
+    if not evs:
+        return
+    disks = [ev.details["device"] for ev in evs
+             if ev.details.get("layer") in ("block", "nvme") and ev.details.get("device")]
+    first = disks[0] if disks else evs[0].details.get("device")
+    text = _disk_text(evs)
+    if any(_serious(ev) for ev in evs):
+        judged = Judged(
+            Severity.CRITICAL, Action.DRAIN_AND_REPAIR, Blame.NODE,
+            f"storage failing: {text}",
+            "A local disk failed I/O and the volume on it lost data or stopped (failed "
+            "writes, a filesystem shut down or remounted read-only, an array running "
+            "without a disk). Jobs that write checkpoints, caches or scratch there fail or "
+            "hang. This is the node's disk, not its GPUs, driver or the job: drain the "
+            "node, replace the disk and rebuild the volume.")
+    else:
+        judged = Judged(
+            Severity.WARNING, Action.PLAN_REPAIR, Blame.NODE,
+            f"storage errors: {text}",
+            "A local disk returned read errors or timed out: jobs reading from it can "
+            "fail. The GPUs are not involved. Check its health and replace it at the next "
+            "maintenance window if it reports media errors.")
+    yield make("kernel.storage-error", judged, evs,
+               Scope(kind="device", name=first) if first else NODE, ())

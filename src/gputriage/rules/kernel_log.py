@@ -34,7 +34,6 @@ from gputriage.rules.kernel_common import (
     DOC_SXID,
     GPU_LIBS,
     GSP_REPEAT,
-    PEERMEM_BURST,
     GpuMap,
     Judged,
     count_text,
@@ -201,14 +200,15 @@ def _reset_required(events: list[DriverEvent], label: str, xid_codes: set[int]) 
 
 def _peermem_context(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged:
     n = weight(events)
-    burst = n >= PEERMEM_BURST
-    return Judged(Severity.WARNING if burst else Severity.INFO,
-                  Action.FIX_SOFTWARE if burst else Action.NONE, Blame.UNKNOWN,
+    return Judged(Severity.INFO, Action.NONE, Blame.UNKNOWN,
                   f"nvidia-peermem: invalid context on free ({count_text(n)})",
                   "nvidia-peermem was asked to release GPUDirect RDMA memory whose CUDA "
-                  "context was already gone, typically as a job exits; a few are harmless. "
-                  "Bursts of them point at an RDMA stack (driver / MOFED / peermem) "
-                  "problem worth an upgrade.")
+                  "context was already gone, as a process that used GPUDirect RDMA exits or is "
+                  "killed. NVIDIA's GPUDirect maintainers call the message harmless: the "
+                  "driver's mitigation of a known issue prints it (R535), and drivers from "
+                  "R560 on carry the full fix and no longer print it. A burst is teardown, "
+                  "never a cause by itself: look at what ended the process (an Xid, the "
+                  "job's log).")
 
 
 def _nvlink(events: list[DriverEvent], label: str, xid_codes: set[int]) -> Judged:
@@ -306,7 +306,8 @@ def _incidents(events: Sequence[DriverEvent]) -> int:
 
 HOST_FINDING_IDS = ("kernel.pcie-aer", "kernel.peermem-load-failed", "kernel.host-memory-error",
                     "kernel.hardware-error", "kernel.link-down", "kernel.link-flaps",
-                    "kernel.link-down-at-boot", "kernel.netdev-tx-timeout")
+                    "kernel.link-down-at-boot", "kernel.netdev-tx-timeout",
+                    "kernel.storage-error")
 
 
 @rule("kernel.events", produces=tuple(EVENT_IDS.values()) + HOST_FINDING_IDS)

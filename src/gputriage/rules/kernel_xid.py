@@ -53,6 +53,7 @@ from gputriage.rules.kernel_common import (
 
 APP_FAULTS = (13, 31, 43)
 REMAP_PENDING, REMAP_FAILED = 63, 64  # row remap recorded / failed (after an Xid 48)
+CONTAINED = 94  # the error contained to one process, which the driver ended
 
 # --- Xid ------------------------------------------------------------------------------------
 
@@ -249,6 +250,15 @@ def _judge_48(j: Judged, g: _Group) -> None:
     elif REMAP_PENDING in g.ctx.codes:
         j.notes.append("Xid 63 follows: a row remap is pending; drain the GPU and reset it "
                        "to apply the remap, then check that no remap failed.")
+    if CONTAINED in g.ctx.codes:
+        procs = sorted({f"{ev.details['process']} pid {ev.details['pid']}"
+                        for c, ev in g.ctx.events if c == CONTAINED
+                        and ev.details.get("process", "<unknown>") != "<unknown>"
+                        and ev.details.get("pid")})
+        who = f" ({', '.join(procs[:3])})" if procs else ""
+        j.notes.append(f"Xid 94 follows: the error was contained to the process that read "
+                       f"the memory{who}, which the driver ended; the GPU's other work went "
+                       "on. Restart that job elsewhere; the reset applies the remap.")
 
 
 def _judge_63(j: Judged, g: _Group) -> None:
@@ -287,12 +297,41 @@ def _judge_45_group(j: Judged, g: _Group) -> None:
     _judge_45(j, g.events, g.ctx, g.causes_of, g.gpu)
 
 
+_MMU = re.compile(r"MMU Fault: ENGINE (?P<engine>[A-Z_]{1,24}\d{0,3}) (?P<client>\S{1,40}) "
+                  r"faulted @ (?P<addr>0x[0-9a-fA-F_]{1,24})\. Fault is of type (?P<type>\w{1,32})")
+
+
+def _mmu_note(events: Sequence[DriverEvent]) -> str | None:
+    """What an Xid 31's MMU fault details say: the engine, the fault type, one address."""
+    faults = [m for ev in events if (m := _MMU.search(ev.details.get("message", "")))]
+    if not faults:
+        return None
+    engines = sorted({m["engine"] for m in faults})
+    types = sorted({m["type"] for m in faults})
+    addrs = {m["addr"] for m in faults}
+    note = (f"MMU fault details: engine {', '.join(engines)}, {', '.join(types)}"
+            + (f", every time at {next(iter(addrs))}" if len(addrs) == 1 and len(faults) > 1
+               else ""))
+    if any(e.startswith("HOST") for e in engines):
+        note += (": the channel's host engine (its command fetch) faulted, so the commands "
+                 "or semaphores the program submitted point at memory that is not mapped: "
+                 "the program, or the user-space driver it drives the GPU with, does not "
+                 "match the kernel module (a program that programs the GPU directly needs "
+                 "the module it was written for), not a failing GPU")
+    elif any(t.startswith("FAULT_PDE") or t.startswith("FAULT_PTE") for t in types):
+        note += ": the address was never mapped, a bad pointer of the program"
+    return note + "."
+
+
 def _judge_app_fault_group(j: Judged, g: _Group) -> None:
     _judge_app_fault(j, g.ctx.app)
     loop = g.ctx.app.crash_loop()
     if loop is not None:
         j.title = (f"Xid {g.code} on {g.gpu}: one job ({loop}) crash-looping: "
                    f"{g.ctx.app.count()} restarts ({count_text(weight(g.events))})")
+    note = _mmu_note(g.events) if g.code == 31 else None
+    if note:
+        j.notes.append(note)
 
 
 # the codes whose verdict the GPU's other events refine (every other code: the catalog's)

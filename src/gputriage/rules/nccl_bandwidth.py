@@ -29,6 +29,8 @@ MIN_BYTES = 64 << 20  # runs whose largest size is smaller are not judged
 FULL_BYTES = 1 << 30  # from here the largest size is taken to show the plateau
 
 _NOT_INIT = re.compile(r"system not yet initialized", re.IGNORECASE)
+_FAILED_ON = re.compile(r"^\s*(?:\.\.\s+)?(?P<host>[^\s:]{1,255})(?: pid \d{1,10})?: Test "
+                        r"(?:NCCL |CUDA )?failure")
 _NCCL_FAIL = re.compile(r"Test NCCL failure \S+ '([^']+)'", re.IGNORECASE)
 _CUDA_FAIL = re.compile(r"Test CUDA failure \S+ '([^']+)'", re.IGNORECASE)
 
@@ -78,10 +80,39 @@ def tests_failed(nccl_tests: list[NcclTestRun], needs_fabric_manager: FabricNeed
         for key, b, a, w in _NCCL_RESULTS:
             if key in what.lower():
                 blame, action, why = b, a, w
+        if "internal error" in what.lower():
+            blame, action, why = _internal_error(run)
         kind = "NCCL" if _NCCL_FAIL.search(text) else "CUDA" if _CUDA_FAIL.search(text) else ""
-        yield finding("nccl.tests-failed", Severity.CRITICAL,
+        # the job's side, or a cause not known yet: never a reason to drain the node
+        severity = (Severity.WARNING if blame in (Blame.UNKNOWN, Blame.JOB, Blame.JOB_CONFIG)
+                    else Severity.CRITICAL)
+        yield finding("nccl.tests-failed", severity,
                       f"{_label(run)} failed: {kind + ' ' if kind else ''}error '{what}'",
                       why, action, blame, NODE, ev)
+
+
+def _internal_error(run: NcclTestRun) -> tuple[Blame, Action, str]:
+    """NCCL's "internal error" in an nccl-tests run: setup failures are reported so (NCCL
+    2.18 above all); on one host of several, the launch's settings for that host."""
+    failing = sorted({m.group("host") for ln in run.errors if (m := _FAILED_ON.match(ln))})
+    hosts = run.hosts
+    advice = (" Rerun with NCCL_DEBUG=WARN (or INFO) to see the step that failed. The "
+              "message's 'please report this issue' does not make it an NCCL bug, nor a GPU "
+              "fault.")
+    if len(hosts) > 1 and failing and set(failing) < set(hosts):
+        return (Blame.JOB_CONFIG, Action.FIX_CONFIG,
+                f"NCCL failed its setup on {', '.join(failing)} only, of the run's "
+                f"{len(hosts)} hosts ({', '.join(hosts)}). NCCL reports setup failures such "
+                "as a bootstrap interface it cannot use as an internal error, and a setting "
+                "that fits one host but not another is the usual cause: an "
+                "NCCL_SOCKET_IFNAME exported to every host (mpirun -x) while the hosts' "
+                "interfaces have different names, or an address that host cannot reach. "
+                "Give each host its own interface (a list such as "
+                "NCCL_SOCKET_IFNAME=enp6s0,enp4s0, a common prefix, or /etc/nccl.conf on each "
+                "host)." + advice)
+    return (Blame.UNKNOWN, Action.RESTART_JOB,
+            "NCCL stopped with an internal error before measuring anything: NCCL reports "
+            "several setup failures (its bootstrap network, the environment) this way." + advice)
 
 
 def _not_initialized(run: NcclTestRun, ev: list[Evidence], need: FabricNeed | None,

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from gputriage.hostfacts.nccl import on_sockets
+from gputriage.knowledge import nccl_warnings
 from gputriage.knowledge.ib_status import ib_wc_status
 from gputriage.model import NODE, Action, Blame, Finding, Occurrences, Scope, Severity
 from gputriage.parsers.hostcfg import KernelCmdline
@@ -19,7 +20,7 @@ from gputriage.parsers.modules import Module
 from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclWarn
 from gputriage.rules.base import evidence, finding, rule
 from gputriage.rules.nccl_completions import FLUSH, Completion, completions
-from gputriage.rules.nccl_ib_advice import HostRdma, advice, roce_path
+from gputriage.rules.nccl_ib_advice import HostRdma, advice, cloud_vm, roce_path
 
 LOG = "nccl_log"
 SHOWN = 6  # WARN lines kept as evidence per finding
@@ -109,7 +110,11 @@ def _root_error(status: int, group: list[Completion], echo: list[Completion],
                 "this first error on the queue pair, not separate faults.")
     lines = [c.warn.line for c in group[:SHOWN]] + [c.warn.line for c in echo[:1]]
     note = f"{len(group)} with status {status}" + (f", {len(echo)} flushed" if echo else "")
-    return finding("nccl.ib-completion-error", Severity.CRITICAL, title, why, action, blame,
+    # a dead peer or a path nobody can name yet, or cloud VMs not provisioned together:
+    # not a reason to drain this node (an unknown blame never exits 2)
+    severity = (Severity.WARNING if blame is Blame.UNKNOWN or cloud_vm(group)
+                else Severity.CRITICAL)
+    return finding("nccl.ib-completion-error", severity, title, why, action, blame,
                    scope, [evidence(LOG, lines, note), *extra],
                    occurrences=Occurrences(len(group) + len(echo)))
 
@@ -253,20 +258,37 @@ def _fabric_verdict(mnnvl: bool, code: int | None) -> tuple[str, str, Severity, 
                 Severity.WARNING, Action.FIX_CONFIG, Blame.CONFIG)
     if code in _REFUSED:
         return (f"NVLink SHARP (NVLS) setup refused by CUDA ({code}: {_REFUSED[code]})",
-                "CUDA refused the multicast object NVLS needs. The GPUs and NVLink are "
-                "usually fine: the job's container lacks the fabric capability devices "
-                "(/dev/nvidia-caps) or the rights to use them. Expose them to the "
-                "container, or set NCCL_NVLS_ENABLE=0 (all-reduce loses some bandwidth).",
+                "CUDA refused the multicast object NVLS needs; the GPUs and NVLink are not "
+                "at fault and neither is the job's code. Either the job runs in a container "
+                "without the fabric capability devices (/dev/nvidia-caps) or the rights to "
+                "use them, or the node's fabric manager and GPUs were not brought up in the "
+                "order the fabric manager guide requires (the fabric manager restarted "
+                "without a GPU reset), which leaves multicast unusable. In a container, "
+                "expose /dev/nvidia-caps; on the host, check nvidia-smi -q Fabric State and "
+                "restart the fabric manager with the GPUs reset in between (or reboot). "
+                "NCCL_NVLS_ENABLE=0 lets jobs run meanwhile (all-reduce loses some "
+                "bandwidth).",
                 Severity.WARNING, Action.FIX_CONFIG, Blame.CONFIG)
     what = f" (CUDA error {code})" if code is not None else ""
     return (f"NVLink SHARP (NVLS) multicast setup failed on the node's NVLink fabric{what}",
-            "NCCL believes multicast is available yet CUDA cannot bind GPUs to a multicast "
-            "object: the node's NVLink fabric is in a bad state (fabric manager or IMEX "
-            "not fully registered, NVSwitch errors, stale multicast state from an earlier "
-            "job). This is the node, not the job: check nvidia-smi -q Fabric State/Status "
-            "and the fabric manager log, restart the fabric manager or reboot the node. "
-            "NCCL_NVLS_ENABLE=0 lets jobs run meanwhile at lower all-reduce bandwidth.",
-            Severity.CRITICAL, Action.REBOOT_NODE, Blame.NODE)
+            "NCCL believes multicast is available yet CUDA cannot bind the GPUs' memory to a "
+            "multicast object: the node's NVLink fabric state is wrong. The usual cause is "
+            "the fabric manager stopped or restarted without the GPU reset its user guide "
+            "requires (its log then shows a non-critical error), or a fabric or IMEX "
+            "registration that never completed, or stale multicast state left by an earlier "
+            "job. This is the node's software state, not the job and not a part to replace: "
+            "stop the fabric manager, reset all GPUs, start it again and check nvidia-smi -q "
+            "Fabric State reads Completed (or reboot the node); look for SXids in the kernel "
+            "log if it comes back. NCCL_NVLS_ENABLE=0 lets jobs run meanwhile at lower "
+            "all-reduce bandwidth; draining the node protects the jobs until then.",
+            Severity.CRITICAL, Action.FIX_SOFTWARE, Blame.CONFIG)
+
+
+def _framework_fabric(log: NcclLog) -> list[NcclWarn]:
+    """The framework's NCCL errors that carry NCCL's last error about NVLS (PyTorch's
+    "Last error: Failed to bind NVLink SHARP (NVLS) Multicast memory ...")."""
+    return [w for w in log.framework_errors
+            if _NVLS.search(w.message) and _CUDA_CODE.search(w.message)]
 
 
 @rule("nccl.nvls-failed", produces=("nccl.nvls-failed",))
@@ -274,15 +296,24 @@ def nvls_failed(nccl_log: NcclLog) -> Iterator[Finding]:
     """NVLS (NVLink SHARP multicast) and multi-node NVLink failures: CUDA errors on the
     NVLS path point at the node's NVLink fabric (fabric manager, NVSwitch, IMEX), unless
     CUDA refused the object outright (container without the caps devices: config)."""
+    seen = False
     for p in nccl_log.processes:
         nvls, mnnvl = _fabric_warns(p)
         for warns, is_mnnvl in ((mnnvl, True), (nvls, False)):
             if not warns:
                 continue
+            seen = True
             title, why, sev, action, blame = _fabric_verdict(is_mnnvl, _cuda_code(warns))
             yield finding("nccl.nvls-failed", sev, f"{_host(p)}: {title}", why, action, blame,
                           NODE, [evidence(LOG, [w.line for w in warns[:SHOWN]])],
                           occurrences=Occurrences(len(warns)))
+    framework = [] if seen else _framework_fabric(nccl_log)
+    if framework:
+        imex = any(_MNNVL.search(w.message) for w in framework)
+        title, why, sev, action, blame = _fabric_verdict(imex, _cuda_code(framework))
+        yield finding("nccl.nvls-failed", sev, title, why, action, blame, NODE,
+                      [evidence(LOG, [ln for w in framework[:2] for ln in w.line.splitlines()])],
+                      occurrences=Occurrences(len(framework)))
 
 
 # --- every other WARN -------------------------------------------------------------------------
@@ -330,24 +361,98 @@ def _warn_class(w: NcclWarn) -> tuple:
     return _OTHER
 
 
-@rule("nccl.warn", produces=("nccl.warn",))
+_CONNECT = re.compile(r"Connect to (?P<peer>[\w.:\[\]%-]{1,64}?)(?:<\d{1,6}>)? failed"
+                      r"\s{0,2}:\s{0,2}(?P<why>Connection refused|Connection timed out|"
+                      r"No route to host|Network is unreachable)", re.IGNORECASE)
+
+
+def _peer_failure(host: str | None, warns: list[NcclWarn]) -> Finding:
+    """Connections from this host to one peer that refused them or never answered."""
+    m = _CONNECT.search(warns[0].message)
+    assert m is not None
+    peer, why = m.group("peer"), m.group("why")
+    refused = "refused" in why.lower()
+    here = host or "this node"
+    what = ("refused NCCL's connection" if refused else "did not answer NCCL's connection")
+    if refused:
+        detail = ("It answered with a reset: the machine is reachable but nothing listens on "
+                  "the port NCCL expects there, because its rank died or never started, or "
+                  "its network setup is broken (a firewall, interfaces that differ).")
+    else:
+        detail = ("It never answered: that node is down, or unreachable from here (routing, "
+                  "a firewall, an interface this node cannot reach).")
+    return finding(
+        "nccl.peer-connect-failed", Severity.WARNING,
+        f"{here}: the peer at {peer} {what} ({why}): that node is at fault",
+        f"Every failed connection of {here} goes to one peer, {peer}. {detail} Neither "
+        f"{here} nor the job's code is the cause. Find the node behind {peer} (the job's "
+        "host list, getent hosts), read its rank's log and check its network; resubmit "
+        "the job without that node and report it to the cluster's admins if it fails again.",
+        Action.RESTART_JOB, Blame.NODE, Scope("peer", name=peer),
+        [evidence(LOG, [w.line for w in warns[:SHOWN]])],
+        occurrences=Occurrences(len(warns)))
+
+
+def _known(host: str | None, row: nccl_warnings.NcclWarning, warns: list[NcclWarn],
+           env: dict[str, str]) -> Finding:
+    """A WARN of the catalog, judged as its row says (an NCCL_SOCKET_IFNAME the job set
+    makes a missing interface the job's setting)."""
+    blame, why = row.blame, f"{row.meaning} {row.cause}"
+    ifname = env.get("NCCL_SOCKET_IFNAME")
+    if row.id == "nccl.no-socket-interface" and ifname:
+        blame = Blame.JOB_CONFIG
+        why += f" The job set NCCL_SOCKET_IFNAME={ifname}: check that every host has it."
+    first = warns[0].message.strip()
+    prefix = f"{host}: " if host else ""
+    return finding(row.id, row.severity,
+                   f"{prefix}{row.title} ({plural(len(warns), 'WARN')}): {first[:100]}",
+                   f"{why} (Known from {row.source}.)", row.action, blame, NODE,
+                   [evidence(LOG, [w.line for w in warns[:SHOWN]])],
+                   occurrences=Occurrences(len(warns)))
+
+
+@rule("nccl.warn", produces=("nccl.warn", "nccl.peer-connect-failed",
+                             *(w.id for w in nccl_warnings.warnings())))
 def other_warns(nccl_log: NcclLog) -> Iterator[Finding]:
     """NCCL WARNs not judged by a more specific rule (completion errors and device
-    open failures are): one finding per kind and host, with the count and first lines."""
+    open failures are): a WARN of the known-message catalog as its row says; failed
+    connections that all go to one peer as that peer's fault; the others one finding per
+    kind and host, with the count and first lines."""
     groups: dict[tuple[str, str], tuple[tuple, list[NcclWarn]]] = {}
+    known: dict[tuple[str, str | None], list[NcclWarn]] = {}
+    envs: dict[str | None, dict[str, str]] = {}
+    peers: dict[str | None, list[NcclWarn]] = {}
     for p in nccl_log.processes:
         claimed = {id(w) for w in _open_failures(p)}
         if claimed:
             claimed |= {id(w) for w in p.warns if _HANG_NOTE.search(w.message)}
         claimed |= {id(w) for ws in _fabric_warns(p) for w in ws}
+        envs.setdefault(p.host, {}).update(p.env)
         for w in p.warns:
             if (id(w) in claimed or w.kind == "ib-completion"
                     or "Got completion" in w.message):
+                continue
+            row = nccl_warnings.match(w.message)
+            if row is not None:
+                known.setdefault((row.id, p.host), []).append(w)
+                continue
+            if _CONNECT.search(w.message):
+                peers.setdefault(p.host, []).append(w)
                 continue
             cls = _warn_class(w)
             if cls[0] == "setup" and on_sockets(p):
                 continue  # the reason nccl.socket-transport gives for the fallback
             groups.setdefault((cls[0], _host(p)), (cls, []))[1].append(w)
+    rows = {w.id: w for w in nccl_warnings.warnings()}
+    for (fid, host), warns in known.items():
+        yield _known(host, rows[fid], warns, envs.get(host, {}))
+    for host, warns in peers.items():
+        targets = {m.group("peer") for w in warns if (m := _CONNECT.search(w.message))}
+        if len(targets) == 1:
+            yield _peer_failure(host, warns)
+        else:
+            cls = _warn_class(warns[0])
+            groups.setdefault((cls[0], host or "(no host prefix)"), (cls, []))[1].extend(warns)
     for (_, host), (cls, warns) in groups.items():
         _, _, sev, what, why, action, blame = cls
         first = warns[0].message.strip()

@@ -20,7 +20,7 @@ from gputriage.rules.modules import PEERMEM_MODULES, loaded_line
 if TYPE_CHECKING:
     from gputriage.rules.nccl_completions import Completion
 
-__all__ = ["HostRdma", "advice", "roce_path"]
+__all__ = ["HostRdma", "advice", "cloud_vm", "roce_path"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,20 @@ def roce_path(comps: list[Completion], ib_ports: list[IbPort] | None) -> bool | 
     layers = {(p.link_layer or "").lower() for p in ib_ports or []}
     if layers in ({"ethernet"}, {"infiniband"}):
         return layers == {"ethernet"}
+    return None
+
+
+# Hyper-V names a VM's passed-through (SR-IOV) RDMA and Ethernet interfaces after their
+# virtual PCI slot: ibP111p0s0, rdmaP1111p0s2, enP30832s1 (Azure's InfiniBand VMs)
+_HYPERV = re.compile(r"^(?:ib|rdma|en|eth)P\d{1,5}(?:p\d{1,3})?s\d{1,3}\b")
+
+
+def cloud_vm(comps: list[Completion]) -> str | None:
+    """The interface that shows the ranks run in Azure (Hyper-V) VMs, else None."""
+    for c in comps:
+        for name in [*c.proc.ib_devices, *c.proc.net_devices, c.proc.oob_iface or ""]:
+            if _HYPERV.match(name):
+                return name.split(":", 1)[0]
     return None
 
 
@@ -115,6 +129,17 @@ def _retry_advice(roce: bool | None, host: HostRdma,
     if len(hosts) > 1 and len(peers) == 1:
         todo = (f"Every host lost the same peer {peers[0]}: that node, its process or its link "
                 f"failed first. Look at its log and its HCA port, and at {fabric} towards it.")
+    vm = cloud_vm(comps)
+    if vm is not None and len(peers) <= 1:
+        return (Action.FIX_CONFIG, Blame.CONFIG, context,
+                f"These ranks run in Azure (Hyper-V) VMs (the interface {vm} carries a "
+                "Hyper-V name): InfiniBand connects only VMs provisioned together, in one VM "
+                "scale set, availability set or cluster (one IB partition). VMs created "
+                "apart reach each other over Ethernet while their InfiniBand traffic is "
+                "dropped, which looks exactly like this. If the peer's process was alive, "
+                "check that both VMs belong to one scale set (and share the partition key: "
+                "cat /sys/class/infiniband/*/ports/1/pkeys/0) and recreate them together if "
+                "not. Not a GPU or HCA fault.", [])
     return Action.RESTART_JOB, Blame.UNKNOWN, context, todo, []
 
 
