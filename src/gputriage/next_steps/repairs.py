@@ -628,11 +628,6 @@ _K8S_STACK = {  # the GPU stack in the cluster (rules/k8s_stack.py, rules/k8s_op
     "under Allocatable",
     "k8s.plugin-devices-unhealthy": "after the GPU is checked on the node (gputriage check), "
     "delete the plugin's pod on that node so that it offers the GPU again",
-    "k8s.operator-driver-failed": "fix the node's kernel packages (or the driver's build), "
-    "then kubectl logs -n <namespace> <driver pod> -c nvidia-driver-ctr must end with "
-    "'Done, now waiting for signal'",
-    "k8s.operator-validation-stuck": "read the stuck step's log: kubectl logs -n <namespace> "
-    "<validator pod> -c <step>-validation; its pod turns Running once the step passes",
     "k8s.operator-operand-failing": "fix the driver or validation finding first; the "
     "operands start on their own once /run/nvidia/validations holds driver-ready and "
     "toolkit-ready",
@@ -798,7 +793,7 @@ BY_ID: dict[str, Repair] = {
     "nccl.shared-mem-exceeded": _shm, "nccl.version-mismatch": _nccl_version,
     "devnode.wrong-number": _devnodes,
     "cuda.driver-too-old": _cuda_build, "cuda.driver-unseen": _cuda_build,
-    "cuda.no-kernel-image": _cuda_build, "container.cuda-requirement": _cuda_build,
+    "cuda.no-kernel-image": _cuda_build,
     "cuda.compat-lib-shadowing": _compat_libs,
     "cuda.forward-compat-unsupported": lambda f, h: _cuda_node(f, h) or _compat_libs(f, h),
     "cuda.ecc-uncorrectable": _gpu_hardware, "cuda.nvlink-uncorrectable": _gpu_hardware,
@@ -813,7 +808,7 @@ BY_ID: dict[str, Repair] = {
     "dcgm.hostengine-unreachable": _dcgm_service, "dcgm.gpus-unseen": _dcgm_service,
     "dcgm.too-old": _dcgm_service, "dcgm.remap-failed": _rma, "dcgm.nvlink-down": _nvlink,
     "dcgm.pcie-replays": _pcie, "dcgm.gpu-count-unexpected": _missing_boards,
-    **CONTAINER_STACK,
+    **CONTAINER_STACK,  # its ids are its own: none is above
 }
 BY_FAMILY: tuple[tuple[str, Repair], ...] = (
     ("xid.", _xid), ("sxid.", _sxid), ("kernel.", _kernel), ("nvlink.", _nvlink),
