@@ -246,3 +246,14 @@ def test_identity_from_host_identity():
 
     host = next_steps.Host.of(Facts())
     assert host.name == "gpu-9" and host.version == "570.86.15"
+
+
+def test_a_finding_id_has_its_next_step_written_once():
+    from gputriage.next_steps.repairs import joined
+
+    def step(f, h):
+        return "x"
+
+    assert joined({"a.b": step}, {"a.c": step}) == {"a.b": step, "a.c": step}
+    with pytest.raises(ValueError, match="written twice for a.b"):
+        joined({"a.b": step}, {"a.b": step})

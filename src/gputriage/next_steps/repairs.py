@@ -14,7 +14,7 @@ from gputriage.next_steps.host import Host, bus_ids, dash_i, gpu_scopes, serials
 from gputriage.next_steps.logs import REPAIRS as LOG_REPAIRS
 from gputriage.next_steps.node_software import REPAIRS as NODE_SOFTWARE
 
-__all__ = ["BY_FAMILY", "BY_ID", "Repair", "repair"]
+__all__ = ["BY_FAMILY", "BY_ID", "Repair", "joined", "repair"]
 
 
 Repair = Callable[[Finding, Host], str | None]
@@ -754,12 +754,7 @@ def _dcgm_service(f: Finding, host: Host) -> str:
             "GPUs; dcgmi discovery -l should then list every GPU")
 
 
-BY_ID: dict[str, Repair] = {
-    **NODE_SOFTWARE,
-    **LOG_REPAIRS,
-    **{fid: _k8s_stack for fid in _K8S_STACK},
-    **{fid: _k8s_nodes for fid in _K8S_NODES},
-    **{fid: _k8s_lint for fid in _K8S_LINT},
+_OWN: dict[str, Repair] = {
     "weights.network-read": _weights, "weights.local-nvme-short": _weights,
     "container.cdi-stale-spec": _stale_cdi, "container.cdi-spec-version": _stale_cdi,
     "container.toolkit-cdi-mode-without-spec": _stale_cdi,
@@ -802,14 +797,34 @@ BY_ID: dict[str, Repair] = {
     "nvidia-smi.gpus-unreachable": _unreachable, "container.nvml-os-blocked": _nvml_init,
     "dcgm.persistence-off": _persistence, "dcgm.cuda-not-ready": _fabric_manager,
     "dcgm.pcie-failed": _pcie, "dcgm.power-marginal": _dcgm_rerun,
-    **{fid: _dcgm for fid in _DCGM},
     "dcgm.test-failed": _dcgm_rerun,
     "dcgm.internal-error": _dcgm_rerun, "dcgm.deployment-failed": _dcgm_rerun,
     "dcgm.hostengine-unreachable": _dcgm_service, "dcgm.gpus-unseen": _dcgm_service,
     "dcgm.too-old": _dcgm_service, "dcgm.remap-failed": _rma, "dcgm.nvlink-down": _nvlink,
     "dcgm.pcie-replays": _pcie, "dcgm.gpu-count-unexpected": _missing_boards,
-    **CONTAINER_STACK,  # its ids are its own: none is above
 }
+
+
+def joined(*tables: dict[str, Repair]) -> dict[str, Repair]:
+    """The tables as one; ValueError when two answer one finding id (the later would
+    silently win, the earlier be dead text)."""
+    out: dict[str, Repair] = {}
+    for table in tables:
+        twice = sorted(out.keys() & table.keys())
+        if twice:
+            raise ValueError(f"next steps written twice for {', '.join(twice)}")
+        out.update(table)
+    return out
+
+
+BY_ID: dict[str, Repair] = joined(
+    NODE_SOFTWARE, LOG_REPAIRS, CONTAINER_STACK,
+    {fid: _k8s_stack for fid in _K8S_STACK},
+    {fid: _k8s_nodes for fid in _K8S_NODES},
+    {fid: _k8s_lint for fid in _K8S_LINT},
+    {fid: _dcgm for fid in _DCGM},
+    _OWN,
+)
 BY_FAMILY: tuple[tuple[str, Repair], ...] = (
     ("xid.", _xid), ("sxid.", _sxid), ("kernel.", _kernel), ("nvlink.", _nvlink),
     ("pcie.", _pcie), ("ib.", _ib_port), ("memory.", _memory),
