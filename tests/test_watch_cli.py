@@ -139,6 +139,13 @@ def test_an_unreadable_snapshot_is_an_input_error_at_start(tmp_path):
     (["--listen", "::1:9400"], "brackets"),
     (["--listen", "127.0.0.1:99999"], "0 to 65535"),
     (["--listen", "[::1]9400"], "[IPv6]:PORT"),
+    (["--listen", "[]:9400"], "[IPv6]:PORT"),
+    # digits that are not ASCII, signs, spaces: issue 29 (exit 70 before)
+    (["--listen", "127.0.0.1:\u00b2"], "0 to 65535"),
+    (["--listen", "127.0.0.1:\u0661\u0662"], "0 to 65535"),
+    (["--listen", "127.0.0.1:--1"], "0 to 65535"),
+    (["--listen", "127.0.0.1: 80"], "0 to 65535"),
+    (["--listen", "nul\x00host:80"], "not an address here"),
     (["--textfile", "/nonexistent/gputriage-dir"], "no such directory"),
     (["--node-name", "n1"], "--node-conditions"),
 ])
@@ -293,14 +300,16 @@ def test_every_address_and_ipv6_are_served(listen):
         server.stop()
 
 
-def _server_with_log(log: io.StringIO) -> Any:
+def _server_with_log(log: io.StringIO, **limits: Any) -> Any:
+    from gputriage.watch.httpd import Limits
     from gputriage.watch.logs import WatchLog
     from gputriage.watch.loop import WatchState
     from gputriage.watch.metrics import make_registry
     from gputriage.watch.server import WatchServer
 
     state = WatchState(60, 120)
-    server = WatchServer("127.0.0.1:0", state, make_registry(state), log=WatchLog(log))
+    server = WatchServer("127.0.0.1:0", state, make_registry(state), log=WatchLog(log),
+                         limits=Limits(**limits))
     server.start()
     return server
 
@@ -309,16 +318,15 @@ def _port(server: Any) -> int:
     return int(server.address.rsplit(":", 1)[1])
 
 
-def test_an_idle_connection_is_closed(monkeypatch):
-    from gputriage.watch import server as module
+def test_an_idle_connection_is_closed():
+    from gputriage.watch.server import LIMITS
 
-    assert module._Handler.timeout == module.HANDLER_TIMEOUT_S <= 60
-    monkeypatch.setattr(module._Handler, "timeout", 0.3)
-    server = _server_with_log(io.StringIO())
+    assert LIMITS.request_timeout_s <= 60 and LIMITS.idle_timeout_s <= 60
+    server = _server_with_log(io.StringIO(), request_timeout_s=0.3)
     try:
         with socket.create_connection(("127.0.0.1", _port(server)), timeout=WAIT_S) as idle:
             start = time.monotonic()
-            assert idle.recv(1) == b""  # closed by the server, its thread gone
+            assert idle.recv(1) == b""  # closed by the server
             assert time.monotonic() - start < 10
     finally:
         server.stop()
@@ -335,25 +343,29 @@ def _ask(port: int) -> bytes:
 
 def test_a_client_gone_mid_answer_is_no_traceback_and_a_bug_one_log_line(capfd,
                                                                           monkeypatch):
-    from gputriage.watch import server as module
-
-    def gone(*args: Any) -> None:
-        raise ConnectionResetError(104, "Connection reset by peer")
-
-    def bug(*args: Any) -> None:
-        raise ValueError("a bug")
+    import struct
 
     log = io.StringIO()
     server = _server_with_log(log)
     try:
-        monkeypatch.setattr(module._Handler, "_send", gone)
-        assert _ask(_port(server)) == b""
+        for _ in range(3):  # the request sent, the connection reset at once
+            with socket.create_connection(("127.0.0.1", _port(server)),
+                                          timeout=WAIT_S) as gone:
+                gone.sendall(b"GET /result HTTP/1.1\r\nHost: x\r\n\r\n")
+                gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        assert _ask(_port(server)).startswith(b"HTTP/1.1 200 OK\r\n")
         assert log.getvalue() == "" and capfd.readouterr().err == ""
-        monkeypatch.setattr(module._Handler, "_send", bug)
-        assert _ask(_port(server)) == b""
-        assert capfd.readouterr().err == ""  # no socketserver traceback
-        (line,) = log.getvalue().splitlines()
-        assert " error HTTP request failed " in line and "ValueError: a bug" in line
+
+        def bug(self: Any, request: Any) -> Any:
+            raise ValueError("a bug")
+
+        monkeypatch.setattr(server.server, "handler", bug.__get__(server))
+        assert _ask(_port(server)).startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+        assert _ask(_port(server)).startswith(b"HTTP/1.1 500 ")  # still serving
+        assert capfd.readouterr().err == ""  # no traceback
+        lines = log.getvalue().splitlines()
+        assert len(lines) == 2 and all(" error HTTP request failed " in line
+                                       and "ValueError: a bug" in line for line in lines)
     finally:
         server.stop()
 

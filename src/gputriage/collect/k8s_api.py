@@ -14,6 +14,14 @@ page. A kind the credentials may not list (403) or the server does not serve (40
 recorded in ``errors`` and the rest is judged; no answer at all (connection refused,
 TLS, the time budget spent) raises :class:`ClusterUnavailable`, which the command
 reports in one line with exit status 3.
+
+What a server can make it hold is bounded (:mod:`gputriage.netbounds`): one deadline
+for the whole read, which shuts the connection down when spent (a server sending a
+header line every few seconds never trips a per-read timeout); a page of at most
+``PAGE_MAX_BYTES``, decoded only when its cost bound is within ``PAGE_DECODE_BUDGET``
+(a page over either is asked again with a quarter of the ``limit``, down to one
+object, then the kind is reported not read); an error answer read to
+``ERROR_MAX_BYTES`` and its message cut to ``MESSAGE_MAX_CHARS``.
 """
 
 from __future__ import annotations
@@ -21,11 +29,14 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from gputriage.collect.k8s_slim import slim
+from gputriage.netbounds import Deadline, TooLarge, loads_within, read_capped
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.k8s_model import Cluster
 
 __all__ = ["CORE_KINDS", "OPTIONAL_KINDS", "ClusterRead", "ClusterUnavailable", "ReadOptions",
@@ -33,8 +44,15 @@ __all__ = ["CORE_KINDS", "OPTIONAL_KINDS", "ClusterRead", "ClusterUnavailable", 
 
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_PAGE_SIZE = 500  # kubectl's chunk size
-REQUEST_TIMEOUT_S = 30.0  # one request at most, within the total
+REQUEST_TIMEOUT_S = 30.0  # one read at most, within the total
 _CONNECT_TIMEOUT_S = 10.0
+# A page of 500 pods is 2-8 MB as the API server sends it; a page over these bounds is
+# asked again with fewer objects.
+PAGE_MAX_BYTES = 16 * 2**20
+PAGE_DECODE_BUDGET = 128 * 2**20
+ERROR_MAX_BYTES = 64 * 1024  # of an error answer (a Status object is a few hundred bytes)
+MESSAGE_MAX_CHARS = 300  # of an API server's message, as printed
+_SMALLER_PAGE = 4  # a page too large is asked again with limit // this
 
 
 class ClusterUnavailable(Exception):
@@ -145,23 +163,37 @@ def api_client(opts: ReadOptions) -> tuple[Any, str, str | None]:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300] if text else type(exc).__name__
+    return cut_message(str(exc)) or type(exc).__name__
+
+
+def cut_message(text: str) -> str:
+    """``text`` on one line, at most ``MESSAGE_MAX_CHARS`` characters (``...`` marks a
+    cut): an API server's message is printed, whatever its size."""
+    line = " ".join(text[:MESSAGE_MAX_CHARS * 4].split())
+    return line if len(line) <= MESSAGE_MAX_CHARS else \
+        line[:MESSAGE_MAX_CHARS - 3].rstrip() + "..."
+
+
+# the message of a Status object cut short (its JSON does not parse then)
+_MESSAGE = re.compile(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)')
 
 
 def _status_message(body: Any) -> str:
-    """The message of the Status object an API error carries (the body otherwise)."""
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", "replace")
+    """The message of the Status object an API error carries (the body otherwise), cut
+    to ``MESSAGE_MAX_CHARS``."""
+    if isinstance(body, (bytes, bytearray)):
+        body = bytes(body[:ERROR_MAX_BYTES]).decode("utf-8", "replace")
     if not isinstance(body, str):
         return ""
+    body = body[:ERROR_MAX_BYTES]
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         doc = None
     if isinstance(doc, dict) and isinstance(doc.get("message"), str):
-        return str(doc["message"])
-    return " ".join(body.split())[:300]
+        return cut_message(str(doc["message"]))
+    found = _MESSAGE.search(body)
+    return cut_message(found.group(1) if found else body)
 
 
 class _ApiError(Exception):
@@ -173,41 +205,89 @@ class _ApiError(Exception):
         self.body = body
 
 
+class _PageTooLarge(Exception):
+    """A page over PAGE_MAX_BYTES, or its JSON over PAGE_DECODE_BUDGET."""
+
+
 def _get(api: Any, path: str, query: list[tuple[str, Any]],
-         timeout: tuple[float, float]) -> bytes:
-    """GET ``path`` through the client's REST layer, its auth applied, the body raw."""
+         timeout: tuple[float, float]) -> bytearray:
+    """GET ``path`` through the client's REST layer, its auth applied, the body raw and
+    at most PAGE_MAX_BYTES (TooLarge beyond)."""
     from kubernetes.client.exceptions import ApiException
 
-    headers = {"Accept": "application/json"}
+    headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
     try:
         if hasattr(api, "param_serialize"):  # the client's newer generator (v31 on)
             request = api.param_serialize("GET", path, query_params=query,
                                           header_params=headers,
                                           auth_settings=["BearerToken"])
             resp = api.call_api(*request, _request_timeout=timeout)
-            data = resp.read()
-            if not 200 <= resp.status <= 299:
-                raise _ApiError(resp.status, data)
-            return bytes(data)
-        resp = api.call_api(path, "GET", query_params=query, header_params=headers,
-                            auth_settings=["BearerToken"], _preload_content=False,
-                            _return_http_data_only=True, _request_timeout=timeout)
-        return bytes(resp.data)
+        else:
+            resp = api.call_api(path, "GET", query_params=query, header_params=headers,
+                                auth_settings=["BearerToken"], _preload_content=False,
+                                _return_http_data_only=True, _request_timeout=timeout)
     except ApiException as exc:  # the older client raises non-2xx answers itself
         raise _ApiError(exc.status or 0, exc.body) from None
+    raw = getattr(resp, "response", resp)  # urllib3's response, its body not yet read
+    status = int(getattr(raw, "status", 200))
+    length = strict_int(str(raw.headers.get("Content-Length", "")), signed=False)
+    whole = False
+    try:
+        if not 200 <= status <= 299:
+            raise _ApiError(status, _read_head(raw, ERROR_MAX_BYTES))
+        body = read_capped(lambda n: raw.read(n, decode_content=False), PAGE_MAX_BYTES,
+                           length)
+        whole = True
+        return body
+    finally:
+        if whole:
+            raw.release_conn()
+        else:  # what was left unread must not go back to the pool
+            raw.close()
+
+
+def _read_head(raw: Any, cap: int) -> bytes:
+    """The first ``cap`` bytes of a body (the rest is left unread)."""
+    head = b""
+    while len(head) < cap and (chunk := raw.read(cap - len(head), decode_content=False)):
+        head += chunk
+    return head
+
+
+def _hold_connections(api: Any, deadline: Deadline) -> None:
+    """Every connection the client opens is held by ``deadline`` (cut when it is spent):
+    its pool manager's connection classes are extended to hand over their sockets as
+    soon as they are connected, before TLS."""
+    manager: Any = getattr(getattr(api, "rest_client", None), "pool_manager", None)
+    classes = getattr(manager, "pool_classes_by_scheme", None)
+    if not isinstance(classes, dict):
+        return
+    held = {}
+    for scheme, pool_class in classes.items():
+        base = pool_class.ConnectionCls
+
+        def new_conn(self: Any, base: Any = base) -> Any:
+            sock = base._new_conn(self)
+            deadline.hold(sock)
+            return sock
+
+        connection = type(base.__name__, (base,), {"_new_conn": new_conn})
+        held[scheme] = type(pool_class.__name__, (pool_class,), {"ConnectionCls": connection})
+    manager.pool_classes_by_scheme = held
 
 
 class _Reader:
     """Paginated lists under one deadline."""
 
-    def __init__(self, api: Any, opts: ReadOptions, result: ClusterRead) -> None:
+    def __init__(self, api: Any, opts: ReadOptions, result: ClusterRead,
+                 deadline: Deadline) -> None:
         self.api = api
         self.opts = opts
-        self.deadline = time.monotonic() + opts.timeout_s
+        self.deadline = deadline
         self.result = result
 
     def _timeout(self, what: str) -> tuple[float, float]:
-        left = self.deadline - time.monotonic()
+        left = self.deadline.left()
         if left <= 0:
             raise self._timed_out(what)
         return (min(_CONNECT_TIMEOUT_S, left), min(REQUEST_TIMEOUT_S, left))
@@ -218,13 +298,17 @@ class _Reader:
                                   "allows more)")
 
     def call(self, what: str, path: str, query: list[tuple[str, Any]]) -> Any:
-        """One request's JSON; an API error raises _ApiError, no answer at all ends the
-        read (ClusterUnavailable)."""
+        """One request's JSON; an API error raises _ApiError, a page too large
+        _PageTooLarge, no answer at all ends the read (ClusterUnavailable)."""
         import urllib3
 
         try:
             data = _get(self.api, path, query, self._timeout(what))
+            if self.deadline.cut:  # a head or body cut short can read as a whole one
+                raise TimeoutError
         except _ApiError as exc:
+            if self.deadline.cut:
+                raise self._timed_out(what) from None
             if exc.status == 401:
                 raise ClusterUnavailable(f"{self.result.server}: unauthorized "
                                          f"({_status_message(exc.body) or 'credentials'}"
@@ -233,32 +317,44 @@ class _Reader:
                 raise ClusterUnavailable(f"cannot reach {self.result.server}: "
                                          f"{_status_message(exc.body)}") from None
             raise
+        except TooLarge as exc:
+            raise _PageTooLarge(str(exc)) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            if time.monotonic() >= self.deadline or "timed out" in str(exc).lower():
+            if self.deadline.expired or "timed out" in str(exc).lower():
                 raise self._timed_out(what) from None
             raise ClusterUnavailable(f"cannot reach {self.result.server}: {_why(exc)}"
                                      ) from None
         try:
-            return json.loads(data)
-        except (ValueError, RecursionError) as exc:
+            return loads_within(data, PAGE_DECODE_BUDGET)
+        except TooLarge as exc:
+            raise _PageTooLarge(str(exc)) from None
+        except ValueError as exc:
             raise ClusterUnavailable(f"{self.result.server}: {what}: the answer is not JSON "
                                      f"({_one_line(exc)})") from None
 
     def list_kind(self, kind: str, api_version: str, path: str, label: str = "") -> None:
         """Every page of one list into the result; an API error is recorded (under
-        ``label``, default the kind)."""
+        ``label``, default the kind), as is a page too large even of one object."""
         label = label or kind
         token: str | None = None
         count = 0
+        limit = self.opts.page_size
         while True:
-            query: list[tuple[str, Any]] = [("limit", self.opts.page_size)]
+            query: list[tuple[str, Any]] = [("limit", limit)]
             if token:
                 query.append(("continue", token))
             try:
                 page = self.call(kind, path, query)
             except _ApiError as exc:
                 self.result.errors[label] = _api_error(exc)
-                return
+                break
+            except _PageTooLarge as exc:
+                if limit > 1:  # the same page again, with fewer objects
+                    limit = max(1, limit // _SMALLER_PAGE)
+                    continue
+                self.result.errors[label] = (f"not read past {count} objects: one object "
+                                             f"is too large ({exc})")
+                break
             if self.result.items is None and kind in _TYPED_ONLY:
                 items = [_kinded(o, kind, api_version) for o in _items(page)]
             else:
@@ -269,7 +365,8 @@ class _Reader:
             token = meta.get("continue") if isinstance(meta, dict) else None
             if not token or not isinstance(token, str):
                 break
-        self.result.read[label] = self.result.read.get(label, 0) + count
+        if count or label not in self.result.errors:
+            self.result.read[label] = self.result.read.get(label, 0) + count
 
     def _add(self, items: list[dict[str, Any]]) -> None:
         from gputriage.parsers.k8s_objects import cluster_from_api
@@ -328,6 +425,9 @@ def _served_groups(reader: _Reader) -> dict[str, str]:
     except _ApiError as exc:
         reader.result.errors["discovery"] = _api_error(exc)
         return {}
+    except _PageTooLarge as exc:
+        reader.result.errors["discovery"] = f"not read: {exc}"
+        return {}
     served = {}
     groups = doc.get("groups") if isinstance(doc, dict) else None
     for group in groups if isinstance(groups, list) else []:
@@ -358,12 +458,28 @@ def read_cluster(opts: ReadOptions | None = None) -> ClusterRead:
     api, server, context = api_client(opts)
     result = ClusterRead(Cluster(origin="api"), server, context,
                          items=[] if opts.keep_items else None)
-    reader = _Reader(api, opts, result)
+    deadline = Deadline(opts.timeout_s)
+    _hold_connections(api, deadline)
+    reader = _Reader(api, opts, result, deadline)
     # the objects read are kept to the end: the cyclic GC walking them again and again
     # while 50,000 pods are decoded would triple the time
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
+        _read_all(reader, result)
+    finally:
+        if gc_was_on:
+            gc.enable()
+        close = getattr(api, "close", None)
+        if close is not None:
+            close()
+    result.cluster.errors.update(result.errors)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _read_all(reader: _Reader, result: ClusterRead) -> None:
+    with reader.deadline:
         for kind, (api_version, plural) in CORE_KINDS.items():
             reader.list_kind(kind, api_version, _path(api_version, plural))
         for namespace in _gpu_namespaces(result.cluster):
@@ -375,12 +491,3 @@ def read_cluster(opts: ReadOptions | None = None) -> ClusterRead:
                 reader.list_kind(kind, version, _path(version, plural), label)
                 if result.errors.get(label, "").startswith("not found"):
                     del result.errors[label]  # the group is served, this kind is not
-    finally:
-        if gc_was_on:
-            gc.enable()
-        close = getattr(api, "close", None)
-        if close is not None:
-            close()
-    result.cluster.errors.update(result.errors)
-    result.seconds = time.monotonic() - started
-    return result

@@ -15,15 +15,12 @@ problem (the line says it was the job's).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import socket
-import threading
-import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from gputriage.netbounds import Deadline, TooLarge, loads_within, read_capped
 from gputriage.vocabulary import Blame
 
 __all__ = ["DEFAULT_MAX_LENGTH", "LEVELS", "OK", "PROBLEM", "SCHEMA", "UNKNOWN",
@@ -167,54 +164,63 @@ def result_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
+# A result is 20-30 KB for an 8-GPU node (a few hundred KB for a node of storms): its
+# body is capped far above that, and its decoding within a budget that, with Python and
+# gputriage loaded, keeps the plugin inside the 256 MiB limit of
+# deploy/node-problem-detector/node-problem-detector.yaml.
+RESULT_MAX_BYTES = 4 * 2**20
+RESULT_DECODE_BUDGET = 64 * 2**20
+
+
 def fetch_result(url: str, timeout_s: float, max_age_s: float | None = None,
                  now: datetime | None = None) -> dict[str, Any]:
     """A running watch's last result (``GET /result``), within ``timeout_s`` in all (a
-    server answering a byte at a time is cut off too). OSError when the watch cannot
-    be reached, answers with an error, not HTTP, or not in time; ValueError when the
-    answer is not a result, or one older than ``max_age_s`` (a watch whose checks
-    stopped)."""
+    server answering a byte at a time is cut off too) and ``RESULT_MAX_BYTES``. OSError
+    when the watch cannot be reached, answers with an error, not HTTP, too much, or not
+    in time; ValueError when the answer is not a result (or one too costly to decode),
+    or one older than ``max_age_s`` (a watch whose checks stopped)."""
     import http.client
     from urllib.parse import urlsplit
 
     target = result_url(url)
     parts = urlsplit(target)
-    deadline = time.monotonic() + timeout_s
     kind = http.client.HTTPSConnection if parts.scheme == "https" else \
         http.client.HTTPConnection
     conn = kind(parts.netloc, timeout=timeout_s)
-    held: list[socket.socket] = []  # the connection's socket (the answer may outlive conn's)
-    # the socket timeout bounds each read only: this bounds the whole exchange
-    watchdog = threading.Timer(timeout_s, _cut, (held,))
-    watchdog.daemon = True
-    watchdog.start()
     answer: Any = None
+    with Deadline(timeout_s) as deadline:
+        def connect(*args: Any, **kwargs: Any) -> socket.socket:
+            sock = socket.create_connection(*args, **kwargs)
+            deadline.hold(sock)  # before TLS wraps it: a trickled handshake is cut too
+            return sock
+
+        conn._create_connection = connect  # type: ignore[attr-defined] # http.client's hook
+        try:
+            conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""),
+                         headers={"Accept": "application/json",
+                                  "Accept-Encoding": "identity"})
+            answer = conn.getresponse()
+            if answer.status != 200:
+                raise _Answered(f"answered {answer.status} {answer.reason}")
+            body = _read_body(answer)
+            if deadline.cut:  # a cut head or body can read as a short, whole one
+                raise TimeoutError
+        except _Answered as exc:
+            raise OSError(f"{target} {exc}") from None
+        except (http.client.HTTPException, OSError) as exc:
+            if isinstance(exc, TimeoutError) or deadline.expired:
+                raise OSError(f"{target} did not answer within {timeout_s:g} s") from None
+            why = f"not an HTTP answer ({type(exc).__name__})" \
+                if isinstance(exc, http.client.HTTPException) else str(exc)
+            raise OSError(f"{target} unreachable: {why}") from None
+        finally:
+            if answer is not None:
+                answer.close()
+            conn.close()
     try:
-        conn.connect()
-        held.append(conn.sock)
-        conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""),
-                     headers={"Accept": "application/json"})
-        answer = conn.getresponse()
-        if answer.status != 200:
-            raise _Answered(f"answered {answer.status} {answer.reason}")
-        body = _read_body(answer, held[0], deadline)
-    except _Answered as exc:
-        raise OSError(f"{target} {exc}") from None
-    except (http.client.HTTPException, OSError) as exc:
-        if isinstance(exc, TimeoutError) or time.monotonic() >= deadline:
-            raise OSError(f"{target} did not answer within {timeout_s:g} s") from None
-        why = f"not an HTTP answer ({type(exc).__name__})" \
-            if isinstance(exc, http.client.HTTPException) else str(exc)
-        raise OSError(f"{target} unreachable: {why}") from None
-    finally:
-        watchdog.cancel()
-        if answer is not None:
-            answer.close()
-        conn.close()
-        for sock in held:
-            sock.close()
-    try:
-        doc = json.loads(body)
+        doc = loads_within(body, RESULT_DECODE_BUDGET)
+    except TooLarge as exc:
+        raise ValueError(f"{target}: JSON too costly to decode ({exc})") from None
     except ValueError:
         raise ValueError(f"{target} did not answer JSON") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
@@ -227,40 +233,22 @@ def fetch_result(url: str, timeout_s: float, max_age_s: float | None = None,
     return doc
 
 
-MAX_BODY = 64 * 1024 * 1024
-
-
 class _Answered(Exception):
     """The watch answered, but not a result: an HTTP error status, too much."""
 
 
-def _read_body(answer: Any, sock: socket.socket, deadline: float) -> bytes:
-    """The answer's body, read in chunks until ``deadline``."""
+def _read_body(answer: Any) -> bytearray:
+    """The answer's body, at most ``RESULT_MAX_BYTES`` (the deadline cuts a slow one)."""
     import http.client
 
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        sock.settimeout(left)
-        chunk = answer.read1(64 * 1024)
-        if not chunk:
-            if answer.length:  # the connection closed before the announced length
-                raise http.client.IncompleteRead(b"".join(chunks), answer.length)
-            return b"".join(chunks)
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise _Answered(f"answered more than {MAX_BODY // 2**20} MiB")
-
-
-def _cut(held: list[socket.socket]) -> None:
-    """The deadline: a read blocked on the connection returns at once."""
-    for sock in held:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
+    length = answer.length
+    try:
+        body = read_capped(answer.read1, RESULT_MAX_BYTES, length)
+    except TooLarge as exc:
+        raise _Answered(f"answered too much: {exc}") from None
+    if length and len(body) < length:  # the connection closed before the length
+        raise http.client.IncompleteRead(bytes(body), length - len(body))
+    return body
 
 
 def _age_s(generated: Any, now: datetime) -> float | None:

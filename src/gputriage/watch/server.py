@@ -5,9 +5,11 @@
 ``/result``   the last successful check's result, as ``check --json`` prints it
               (``gputriage/result/v1``); 503 before the first
 
-Only GET (and HEAD) are answered; a request never reaches the check, it reads what the
-last cycle left. A connection idle for ``HANDLER_TIMEOUT_S`` is closed (its thread
-ends); a client gone mid-answer is no error; any other error is one line in the log.
+Only GET (and HEAD) are answered, by the bounded server of :mod:`gputriage.watch.httpd`
+(one thread, at most ``LIMITS.max_connections`` connections, bounded heads and
+timeouts: docs/security.md). A request never reaches the check: it reads what the last
+cycle left, and the metrics text is made again only when the state changed (at most
+once a second), so a flood of scrapes costs the check nothing.
 """
 
 from __future__ import annotations
@@ -16,15 +18,20 @@ import contextlib
 import socket
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
 from typing import TYPE_CHECKING, Any
+
+from gputriage.parsers.base import strict_int
+from gputriage.watch.httpd import Answer, BoundedHTTPServer, Limits, Request
 
 if TYPE_CHECKING:
     from gputriage.watch.loop import WatchState
 
-__all__ = ["HANDLER_TIMEOUT_S", "ListenError", "WatchServer", "parse_listen"]
+__all__ = ["LIMITS", "ListenError", "WatchServer", "parse_listen", "result_json"]
 
-HANDLER_TIMEOUT_S = 30.0  # a connection silent this long is closed
+LIMITS = Limits()  # the exporter's bounds (docs/security.md states them)
+METRICS_REUSE_S = 1.0  # the longest a metrics text is served again for an unchanged state
+_TEXT = "text/plain; charset=utf-8"
 
 
 class ListenError(Exception):
@@ -33,10 +40,10 @@ class ListenError(Exception):
 
 def parse_listen(text: str) -> tuple[str, int]:
     """``ADDR:PORT`` → (host, port): ``:PORT`` is every address, ``[::1]:PORT`` an IPv6
-    address; port 0 asks the system for a free one."""
+    address; port 0 asks the system for a free one. The port is ASCII digits only."""
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
-        if not sep or not rest.startswith(":"):
+        if not sep or not host or not rest.startswith(":"):
             raise ListenError(f"{text!r}: expected [IPv6]:PORT")
         port_text = rest[1:]
     else:
@@ -45,37 +52,28 @@ def parse_listen(text: str) -> tuple[str, int]:
             raise ListenError(f"{text!r}: expected ADDR:PORT or :PORT")
         if ":" in host:
             raise ListenError(f"{text!r}: write an IPv6 address in brackets, [ADDR]:PORT")
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+    port = strict_int(port_text, signed=False)
+    if port is None or not 0 <= port <= 65535:
         raise ListenError(f"{text!r}: the port must be a number from 0 to 65535")
-    return host, int(port_text)
+    return host, port
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    watch_state: Any = None
-    registry: Any = None
-    result_cache: list = []  # set per server
-    log: Any = None  # the watch's log
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Not socketserver's traceback on stderr: a client that went away (or timed
-        out) is nothing, anything else one log line."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError)) or self.log is None:
-            return
-        self.log.error("HTTP request failed", client=str(client_address[0]),
-                       error=f"{type(exc).__name__}: {exc}")
-
-    def server_bind(self) -> None:
-        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
+def _listener(family: Any, addr: str, port: int) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and addr == "::":
             with contextlib.suppress(OSError):  # ":PORT": IPv4 too, where allowed
-                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((addr, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
-def _bind(host: str, port: int) -> _Server:
-    """The server bound to (host, port): the first address the name resolves to."""
+def _bind(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port): the first address the name resolves to."""
     candidates: list[tuple[Any, str]]
     if host == "":
         candidates = [(socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")]
@@ -83,15 +81,14 @@ def _bind(host: str, port: int) -> _Server:
         try:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                        flags=socket.AI_PASSIVE)
-        except (socket.gaierror, UnicodeError) as exc:
+        except (OSError, UnicodeError, ValueError) as exc:
             raise ListenError(f"{host!r}: not an address here ({exc})") from None
         candidates = [(family, str(addr[0])) for family, _, _, _, addr in infos
                       if family in (socket.AF_INET, socket.AF_INET6)]
     problem: OSError | None = None
     for family, addr in candidates:
-        server_class = type("_BoundServer", (_Server,), {"address_family": family})
         try:
-            return server_class((addr, port), _Handler)
+            return _listener(family, addr, port)
         except OSError as exc:
             problem = exc
             if host != "" or exc.errno not in _NO_FAMILY:
@@ -108,86 +105,75 @@ def _show(host: str, port: int) -> str:
 
 
 class WatchServer:
-    """The HTTP server in a daemon thread of its own."""
+    """The endpoints, served by a bounded server in a daemon thread of its own."""
 
     def __init__(self, listen: str, state: WatchState, registry: Any, *,
-                 log: Any = None) -> None:
+                 log: Any = None, limits: Limits | None = None) -> None:
         host, port = parse_listen(listen)
-        self.httpd = _bind(host, port)
-        self.httpd.watch_state = state
-        self.httpd.registry = registry
-        self.httpd.result_cache = []
+        listener = _bind(host, port)
+        bound_host, bound_port = listener.getsockname()[:2]
+        self.address = _show(str(bound_host), int(bound_port))  # the real port, for 0
+        self.state = state
+        self.registry = registry
+        self.result_cache: list = []
+        self._metrics_cache: dict[str, tuple[tuple, float, bytes]] = {}
         if log is None:
             from gputriage.watch.logs import WatchLog
 
             log = WatchLog(sys.stderr)
-        self.httpd.log = log
+        try:
+            self.server = BoundedHTTPServer(listener, self.answer, limits or LIMITS, log,
+                                            "gputriage-watch")
+        except BaseException:
+            listener.close()
+            raise
         self.thread: threading.Thread | None = None
 
-    @property
-    def address(self) -> str:
-        """Where it listens, as ADDR:PORT (the real port when 0 was asked)."""
-        host, port = self.httpd.server_address[:2]
-        return _show(str(host), int(port))
-
     def start(self) -> None:
-        self.thread = threading.Thread(target=self.httpd.serve_forever,
-                                       kwargs={"poll_interval": 0.2}, daemon=True,
+        self.thread = threading.Thread(target=self.server.serve, daemon=True,
                                        name="gputriage-http")
         self.thread.start()
 
     def stop(self) -> None:
+        self.server.stop()
         if self.thread is not None:
-            self.httpd.shutdown()
             self.thread.join(timeout=5)
-        self.httpd.server_close()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    server_version = "gputriage-watch"
-    protocol_version = "HTTP/1.1"
-    timeout = HANDLER_TIMEOUT_S  # each read and write of the connection
-
-    def do_GET(self) -> None:  # noqa: N802 - the http.server interface
-        self._answer(head=False)
-
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._answer(head=True)
-
-    def _answer(self, head: bool) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            from prometheus_client.exposition import choose_encoder
-
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            self._send(200, content_type, encoder(self.server.registry), head)
-        elif path == "/healthz":
-            why = self.server.watch_state.health()
-            self._send(200 if why is None else 503, "text/plain; charset=utf-8",
-                       f"{why or 'ok'}\n".encode(), head)
-        elif path == "/result":
-            body = result_json(self.server.watch_state, self.server.result_cache)
-            if body is None:
-                self._send(503, "text/plain; charset=utf-8", b"no check has completed yet\n",
-                           head)
-            else:
-                self._send(200, "application/json", body, head)
         else:
-            self._send(404, "text/plain; charset=utf-8",
-                       b"not found: try /metrics, /healthz or /result\n", head)
+            self.server.serve()  # never started: returns at once, having closed all
 
-    def _send(self, code: int, content_type: str, body: bytes, head: bool) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
+    def answer(self, request: Request) -> Answer:
+        """The answer to a GET or HEAD of ``request.path``."""
+        if request.path == "/metrics":
+            content_type, body = self._metrics(request.headers.get("accept", ""))
+            return Answer(200, content_type, body)
+        if request.path == "/healthz":
+            why = self.state.health()
+            return Answer(200 if why is None else 503, _TEXT, f"{why or 'ok'}\n".encode())
+        if request.path == "/result":
+            result = result_json(self.state, self.result_cache)
+            if result is None:
+                return Answer(503, _TEXT, b"no check has completed yet\n")
+            return Answer(200, "application/json", result)
+        return Answer(404, _TEXT, b"not found: try /metrics, /healthz or /result\n")
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass  # a scrape every few seconds is not worth a log line
+    def _metrics(self, accept: str) -> tuple[str, bytes]:
+        """The metrics text for the scraper's Accept, made again when the state changed
+        or ``METRICS_REUSE_S`` passed."""
+        from prometheus_client.exposition import choose_encoder
+
+        encoder, content_type = choose_encoder(accept)
+        state = self.state
+        with state.lock:
+            key = (state.last, state.last_good, tuple(state.counts.values()),
+                   state.last_success_time)
+        now = time.monotonic()
+        cached = self._metrics_cache.get(content_type)
+        if cached is not None and now - cached[1] < METRICS_REUSE_S and \
+                cached[0][0] is key[0] and cached[0][1] is key[1] and cached[0][2:] == key[2:]:
+            return content_type, cached[2]
+        body = encoder(self.registry)
+        self._metrics_cache[content_type] = (key, now, body)
+        return content_type, body
 
 
 def result_json(state: WatchState, cache: list) -> bytes | None:
