@@ -388,8 +388,8 @@ def _merge_occurrences(members: list[Finding]) -> Occurrences | None:
 # --- titles --------------------------------------------------------------------------------
 
 _INLINE, _BRACKET, _EVENTS = "\x00", "\x01", "\x02"  # placeholders in a title template
-_MODEL = r"(?: \((?!\d)[^()]*\))?"  # " (NVIDIA H100 80GB HBM3)" after a GPU's label
-_COUNT = re.compile(r"\b(\d+) events?\b")
+_MODEL = r"(?: \((?![0-9])[^()]*\))?"  # " (NVIDIA H100 80GB HBM3)" after a GPU's label
+_COUNT = re.compile(r"\b([0-9]+) events?\b")
 _MAX_VARIANTS = 3  # differing words shown at most ("a / b / c / ...")
 _MAX_NAMED = 8  # bus ids named in a title at most
 

@@ -90,7 +90,7 @@ def _stamp(when: datetime) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%SZ" if utc.second else "%Y-%m-%dT%H:%MZ")
 
 
-_RELATIVE = re.compile(r"^\s*(\d{1,9}(?:\.\d{1,6})?)\s*(s|sec|m|min|h|hr|d|day|w|week)s?"
+_RELATIVE = re.compile(r"^\s*([0-9]{1,9}(?:\.[0-9]{1,6})?)\s*(s|sec|m|min|h|hr|d|day|w|week)s?"
                        r"(?:\s+ago)?\s*$", re.IGNORECASE)
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400,
           "day": 86400, "w": 604800, "week": 604800}

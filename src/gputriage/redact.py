@@ -52,11 +52,11 @@ _DSN_RE = re.compile(rf"(Device Serial Number[ \t]+)({_HEX}{{2}}(?:-{_HEX}{{2}})
                      re.IGNORECASE)
 _GUID_RE = re.compile(rf"(GUID[ \t]*[:=][ \t]*)(0x{_HEX}{{16}})\b", re.IGNORECASE)
 _IPV6_RE = re.compile(
-    rf"(?<![\w:.])(?:{_HEX}{{0,4}}:){{2,7}}(?:\d{{1,3}}(?:\.\d{{1,3}}){{3}}|{_HEX}{{0,4}})"
-    r"(?![\w:])(?!\.\d)")
+    rf"(?<![\w:.])(?:{_HEX}{{0,4}}:){{2,7}}(?:[0-9]{{1,3}}(?:\.[0-9]{{1,3}}){{3}}|{_HEX}{{0,4}})"
+    r"(?![\w:])(?!\.[0-9])")
 _MAC_RE = re.compile(rf"(?<![\w:])({_HEX}{{2}}(?::{_HEX}{{2}}){{5,19}})(?![\w:])")
-_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-_IPV4_RE = re.compile(rf"(?<![\w.])({_OCTET}(?:\.{_OCTET}){{3}})(?![\w]|\.\d)")
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_IPV4_RE = re.compile(rf"(?<![\w.])({_OCTET}(?:\.{_OCTET}){{3}})(?![\w]|\.[0-9])")
 _USER_RES = (
     re.compile(r"/home/([A-Za-z_][\w.-]{0,31})"),
     re.compile(r"\b(?:USER|LOGNAME|SUDO_USER|user|uname)=\"?([A-Za-z_][\w.-]{0,31})"),

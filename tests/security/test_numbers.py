@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,19 @@ def test_odd_digits_in_inputs_are_not_internal_errors(tmp_path: Path, name: str,
     path.write_text(text, encoding="utf-8")
     code, _, err = _run([command, str(path)])
     assert code != EXIT_INTERNAL and "internal error" not in err, err
+
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "gputriage"
+
+
+def test_no_pattern_takes_unicode_digits() -> None:
+    """``\\d`` matches every Unicode decimal digit ("١٢", "߁") and int("٧٩") is 79: a
+    pattern that finds a number names ASCII digits, ``[0-9]``, as the tools print them."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        with path.open(encoding="utf-8") as fh:
+            for tok in tokenize.generate_tokens(fh.readline):
+                if tok.type == tokenize.STRING and re.search(r"(?<!\\)(?:\\\\)*\\[dD]",
+                                                             tok.string):
+                    found.append(f"{path.relative_to(SRC)}:{tok.start[0]}")
+    assert not found, found

@@ -32,10 +32,10 @@ GPU_EVENT_KINDS = frozenset({"xid", "sxid", "fallen-off-bus", "rm-init-adapter-f
                              "nvlink-error"})
 _LINES = 8  # evidence lines kept per kind of trace
 # "pci 0000:18:00.0: [10de:2330] type 00 class 0x030200": the kernel enumerating a GPU
-_ENUM = re.compile(r"\[10de:[0-9a-f]{4}\] type \d+ class 0x030[02]")
+_ENUM = re.compile(r"\[10de:[0-9a-f]{4}\] type [0-9]+ class 0x030[02]")
 _ANCHORS = ("NVRM: GPU at PCI:", "[10de:")
 _BUS = re.compile(r"\b([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\b")
-_GPU_NODE = re.compile(r"^/dev/nvidia\d+$")
+_GPU_NODE = re.compile(r"^/dev/nvidia[0-9]+$")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ __all__ = ["FM_SOURCE", "FabricNeed", "FabricState", "NvSwitchSighting", "gpu_pr
            "gpu_profile_of"]
 
 FM_SOURCE = "fabricmanager_journal"
-_NVSWITCH_NODE = re.compile(r"/dev/nvidia-nvswitch\d+$")
+_NVSWITCH_NODE = re.compile(r"/dev/nvidia-nvswitch[0-9]+$")
 _FABRIC_HEAD = re.compile(r"^\s*Fabric\s*$|<fabric>")
 _FABRIC_FIELD = re.compile(r"^\s*(?:State|Status)\s*:|<(?:state|status)>")
 _PENDING = ("in progress", "not started")

@@ -23,7 +23,7 @@ __all__ = ["FACTS", "TOOLKIT_VERSION", "toolkit_version"]
 FACTS = FactTable()
 
 # "NVIDIA Container Toolkit CLI version 1.15.0" (some builds print "v1.15.0")
-TOOLKIT_VERSION = re.compile(r"version\s+v?(\d[\w.+~-]*)", re.IGNORECASE)
+TOOLKIT_VERSION = re.compile(r"version\s+v?([0-9][\w.+~-]*)", re.IGNORECASE)
 
 
 def toolkit_version(text: str | None) -> str | None:

@@ -20,7 +20,7 @@ FACTS = FactTable()
 
 __all__ = ["GpuPlacement", "multi_node_evidence", "parse_balancing_value"]
 
-_GPU_INDEX = re.compile(r"^GPU(\d+)$")
+_GPU_INDEX = re.compile(r"^GPU([0-9]+)$")
 
 
 @dataclass(frozen=True)

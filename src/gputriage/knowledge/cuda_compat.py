@@ -50,7 +50,7 @@ class Toolkit:
 
 def version_key(version: str | None) -> tuple[int, ...]:
     """``"535.104.05"`` -> ``(535, 104, 5)``; the leading numbers only."""
-    m = re.match(r"\s*v?(\d+(?:\.\d+)*)", version or "")
+    m = re.match(r"\s*v?([0-9]+(?:\.[0-9]+)*)", version or "")
     return tuple(int(x) for x in m.group(1).split(".")) if m else ()
 
 
@@ -75,7 +75,7 @@ def cuda_from_int(value: int | str) -> str | None:
 
 def cuda_from_tag(tag: str | None) -> str | None:
     """A wheel's CUDA tag: ``cu128`` -> ``"12.8"``, ``cu92`` -> ``"9.2"``."""
-    m = re.fullmatch(r"cu(\d)(\d{1,2})", (tag or "").strip().lower())
+    m = re.fullmatch(r"cu([0-9])([0-9]{1,2})", (tag or "").strip().lower())
     if not m:
         return None
     digits = m.group(1) + m.group(2)
@@ -173,9 +173,9 @@ def _arches() -> tuple[Arch, ...]:
 def _capability(value: str | None) -> str | None:
     """``"sm_89"``, ``"89"``, ``"8.9"``, ``"compute_120"`` -> ``"8.9"`` / ``"12.0"``."""
     text = (value or "").strip().lower()
-    if m := re.fullmatch(r"(\d{1,2})\.(\d)", text):
+    if m := re.fullmatch(r"([0-9]{1,2})\.([0-9])", text):
         return f"{int(m.group(1))}.{m.group(2)}"
-    if m := re.fullmatch(r"(?:sm_|compute_)?(\d{1,2})(\d)[af]?", text):
+    if m := re.fullmatch(r"(?:sm_|compute_)?([0-9]{1,2})([0-9])[af]?", text):
         return f"{int(m.group(1))}.{m.group(2)}"
     return None
 
@@ -211,7 +211,7 @@ def last_cuda_for(capability: str | None) -> str | None:
 
 
 _CONSUMER = re.compile(r"GeForce|TITAN|Quadro|\bRTX\b|\bGTX\b", re.IGNORECASE)
-_DATACENTER = re.compile(r"\bTesla\b|\b[ABHLT]\d{1,3}[A-Z]?\b|\bG[BH]\d{3}\b|\bB\d{3}\b",
+_DATACENTER = re.compile(r"\bTesla\b|\b[ABHLT][0-9]{1,3}[A-Z]?\b|\bG[BH][0-9]{3}\b|\bB[0-9]{3}\b",
                          re.IGNORECASE)
 
 

@@ -193,7 +193,7 @@ _RECOVERY_CODES = {0: Action.NONE, 1: Action.RESET_GPU, 2: Action.REBOOT_NODE,
                    3: Action.RESTART_JOB, 4: Action.RESET_GPU, 5: Action.FIX_CONFIG,
                    6: Action.RESET_GPU, 7: Action.REBOOT_NODE}
 _CHANGED_TO = re.compile(r"\bto\s+(.*)$", re.IGNORECASE)
-_NUMBER = re.compile(r"^\s*(0x[0-9a-f]+|\d+)\b", re.IGNORECASE)
+_NUMBER = re.compile(r"^\s*(0x[0-9a-f]+|[0-9]+)\b", re.IGNORECASE)
 
 
 def recovery_action(text: str) -> Action | None:

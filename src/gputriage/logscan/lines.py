@@ -25,7 +25,7 @@ BOOT_ANCHORS = ("-- Boot ", "-- Reboot --", "Linux version ")
 
 # --- lines: formats, times -----------------------------------------------------------------
 
-_KMSG = re.compile(r"^(?P<pri>\d{1,4}),(?P<seq>\d{1,20}),(?P<usec>\d{1,20}),[^;]{0,32};")
+_KMSG = re.compile(r"^(?P<pri>[0-9]{1,4}),(?P<seq>[0-9]{1,20}),(?P<usec>[0-9]{1,20}),[^;]{0,32};")
 _KMSG_DICT = re.compile(r"^ [A-Z_]{1,32}=")
 _BOOT_MARK = re.compile(r"^-- (?:Boot (?P<id>[0-9a-fA-F\-]{8,40}) --|Reboot --)\s*$")
 

@@ -10,11 +10,14 @@ __all__ = ["SYSLOG_NAMES", "format_of", "stamp_time", "usec"]
 
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug",
                                        "Sep", "Oct", "Nov", "Dec"), 1)}
-_ISO = re.compile(r"^(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?"
-                  r"(Z|[+-]\d\d:?\d\d)?$")
-_CTIME = re.compile(r"^[A-Z][a-z]{2} ([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})$")
-_SYSLOG_TS = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?$")
-_UPTIME = re.compile(r"^\s*(\d{1,12}\.\d{1,9})$")
+_ISO = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.,]"
+                  r"([0-9]{1,9}))?"
+                  r"(Z|[+-][0-9]{2}:?[0-9]{2})?$")
+_CTIME = re.compile(r"^[A-Z][a-z]{2} ([A-Z][a-z]{2}) +([0-9]{1,2}) ([0-9]{2}):([0-9]{2}):"
+                    r"([0-9]{2}) ([0-9]{4})$")
+_SYSLOG_TS = re.compile(r"^([A-Z][a-z]{2}) +([0-9]{1,2}) ([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\."
+                        r"([0-9]{1,9}))?$")
+_UPTIME = re.compile(r"^\s*([0-9]{1,12}\.[0-9]{1,9})$")
 SYSLOG_NAMES = ("syslog", "kern.log", "messages")
 
 

@@ -123,7 +123,7 @@ def _fm_version(host: Host, driver: str) -> str | None:
     """The fabric manager's own version from its version-mismatch records."""
     log = host.fact("fm_log")
     for entry in log.having("version-mismatch") if log is not None else ():
-        for v in re.findall(r"\b\d{3}\.\d{1,3}(?:\.\d{1,3})?\b", entry.message):
+        for v in re.findall(r"\b[0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?\b", entry.message):
             if v != driver:
                 return str(v)
     return None
@@ -238,7 +238,7 @@ def _hugepages_asked(cmdline: Any) -> dict[int, int]:
 
 
 def _nic_far(f: Finding, host: Host) -> str:
-    nic = re.search(r"\bmlx5_\d+\b", f.title) or re.search(r"\bNIC\d+\b", f.title)
+    nic = re.search(r"\bmlx5_[0-9]+\b", f.title) or re.search(r"\bNIC[0-9]+\b", f.title)
     card = nic.group(0) if nic else "the HCA"
     return (f"give the rank on {what(f, host)} a NIC on its own CPU socket (NCCL_IB_HCA, the "
             f"rail mapping) or move {card} to a slot on that socket; nvidia-smi topo -m should "
@@ -414,7 +414,7 @@ def _expect_mig(f: Finding, host: Host) -> str:
 
 
 def _expect_hugepages(f: Finding, host: Host) -> str | None:
-    m = re.search(r"of (\d+) kB reserved, expected (\d+)", f.title)
+    m = re.search(r"of ([0-9]+) kB reserved, expected ([0-9]+)", f.title)
     if not m:
         return None
     size, want = m.groups()

@@ -120,8 +120,9 @@ def _strs(value: Any) -> tuple[str, ...]:
 
 # --- CDI specs (/etc/cdi, /var/run/cdi) ------------------------------------------------
 # the driver's own libraries: their file names carry the driver version the spec mounts
-_DRIVER_LIB = re.compile(r"/(?:libcuda|libnvidia-ml)\.so\.(?P<v>\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b")
-_FIRMWARE = re.compile(r"/firmware/nvidia/(?P<v>\d{3}\.\d{1,3}(?:\.\d{1,3})?)/")
+_DRIVER_LIB = re.compile(r"/(?:libcuda|libnvidia-ml)\.so\.(?P<v>[0-9]{3}\.[0-9]{1,3}"
+                         r"(?:\.[0-9]{1,3})?)\b")
+_FIRMWARE = re.compile(r"/firmware/nvidia/(?P<v>[0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?)/")
 
 
 @dataclass
@@ -243,8 +244,8 @@ def _host_paths(edits: Any) -> list[str]:
 
 
 # --- nvidia-ctk ------------------------------------------------------------------------
-_CTK_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version\s+v?(?P<v>\d[\w.+~-]*)"
-                          r"|^nvidia-ctk version\s+v?(?P<w>\d[\w.+~-]*)", re.I | re.M)
+_CTK_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version\s+v?(?P<v>[0-9][\w.+~-]*)"
+                          r"|^nvidia-ctk version\s+v?(?P<w>[0-9][\w.+~-]*)", re.I | re.M)
 
 
 def parse_ctk_version(text: str) -> str:
@@ -265,7 +266,7 @@ class CtkCdiList:
     lines: tuple[str, ...] = ()
 
 
-_FOUND = re.compile(r"Found (?P<n>\d+) CDI devices?", re.I)
+_FOUND = re.compile(r"Found (?P<n>[0-9]+) CDI devices?", re.I)
 _QUALIFIED = re.compile(r"^\s*(?P<d>[a-z0-9][\w.-]*\.[a-z]{2,}/[\w.-]+=[\w.:-]+)\s*$", re.I)
 
 

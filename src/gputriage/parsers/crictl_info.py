@@ -152,7 +152,7 @@ def _read(out: CrictlInfo, path: tuple[str, ...], key: str, value: Any, line: st
 # keys only the CRI plugin's JSON has (containerd's TOML writes them unquoted)
 _MARKER = re.compile(r'^\s*"(?:BinaryName|SystemdCgroup|runtimeType|defaultRuntimeName|'
                      r'enableCDI)"\s*:')
-_JSONISH = re.compile(r'^\s*(?:"[^"]*"\s*:.*|[\[\]{}]+,?|"[^"]*",?|-?\d[\d.eE+-]*,?|'
+_JSONISH = re.compile(r'^\s*(?:"[^"]*"\s*:.*|[\[\]{}]+,?|"[^"]*",?|-?[0-9][0-9.eE+-]*,?|'
                       r'(?:true|false|null),?|\.\.\.|…)\s*$')
 
 

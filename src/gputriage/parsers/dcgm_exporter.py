@@ -166,7 +166,7 @@ _PREFIX = re.compile(r"^\s*(?:\[pod/[^\]]{1,300}\]\s+|[\w.-]{1,100}\s+\|\s+)?")
 _LOGRUS = re.compile(r'time="(?P<time>[^"]{1,64})"\s+level=(?P<level>\w+)\s+msg="(?P<msg>.*?)"'
                      r'(?:\s|$)')
 _LOGRUS_TTY = re.compile(r"^(?P<level>INFO|WARN|WARNING|ERRO|ERROR|FATA|FATAL|DEBU|PANI)"
-                         r"\[\d{1,8}\]\s+(?P<msg>.*)$")
+                         r"\[[0-9]{1,8}\]\s+(?P<msg>.*)$")
 _LEVELS = {"INFO": "info", "WARN": "warning", "WARNING": "warning", "ERRO": "error",
            "ERROR": "error", "FATA": "fatal", "FATAL": "fatal", "DEBU": "debug",
            "PANI": "panic"}
@@ -188,7 +188,7 @@ EXPORTER_EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
                             r"enabled")),
     ("metrics-file-invalid", _re(r"Could not read metrics file|wrong number of fields|"
                                  r"bare \" in non-quoted field|extraneous or missing \" in quoted|"
-                                 r"record on line \d+")),
+                                 r"record on line [0-9]+")),
     ("nvml-init-failed", _re(r"Failed to initialize NVML|NVML doesn't exist|libnvidia-ml\.so")),
     ("started", _re(r"Starting dcgm-exporter|DCGM successfully initialized|Collecting DCP "
                     r"Metrics|Starting webserver|Listening on")),
@@ -199,9 +199,9 @@ EXPORTER_EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 _EXPORTER_HINT = _re(r"dcgm-exporter|dcgm_exporter|DCGM|hostengine|DCP metrics|metrics file|"
                      r"metric groups|Failed to collect metrics|configmap data")
-_LEGACY = _re(r"^(?:Starting NVIDIA host engine\.\.\.|Collecting metrics at /\S+ every \d+ms\.*|"
+_LEGACY = _re(r"^(?:Starting NVIDIA host engine\.\.\.|Collecting metrics at /\S+ every [0-9]+ms\.*|"
               r"Stopping NVIDIA host engine\.\.\.|Unable to terminate host engine, it may not be "
-              r"running\.|\S*dcgm-exporter: line \d+: .*|Done|Failed to get unit file state for "
+              r"running\.|\S*dcgm-exporter: line [0-9]+: .*|Done|Failed to get unit file state for "
               r"nvidia-fabricmanager\.service: .*)$")
 
 

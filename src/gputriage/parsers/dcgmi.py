@@ -25,11 +25,11 @@ HOSTENGINE_ERROR = re.compile(
     r"Unable to connect to host engine|unable to establish a connection to the specified host"
     r"|Host engine connection invalid/disconnected", re.IGNORECASE)
 # every quantifier bounded or followed by a literal: these run on every line of a paste
-_COUNT = re.compile(r"^\s*(?P<n>\d{1,9}) (?P<what>GPUs?|NvSwitch(?:es)?|CPUs?) found\.\s*$")
-_ROW = re.compile(r"^\|\s{0,8}(?P<id>\d{1,9})?\s{0,40}\|\s{0,8}(?P<key>[A-Za-z][\w ]{0,40}?):"
+_COUNT = re.compile(r"^\s*(?P<n>[0-9]{1,9}) (?P<what>GPUs?|NvSwitch(?:es)?|CPUs?) found\.\s*$")
+_ROW = re.compile(r"^\|\s{0,8}(?P<id>[0-9]{1,9})?\s{0,40}\|\s{0,8}(?P<key>[A-Za-z][\w ]{0,40}?):"
                   r"(?P<value>.*)\|\s*$")
 BOX = re.compile(r"^\s*[+|]")  # a line of a dcgmi box (its rules and rows)
-_VERSION = re.compile(r"^\s*(?:dcgmi\s+)?version\s*:\s*(?P<v>\d+(?:\.\d+){1,3})\s*$",
+_VERSION = re.compile(r"^\s*(?:dcgmi\s+)?version\s*:\s*(?P<v>[0-9]+(?:\.[0-9]+){1,3})\s*$",
                       re.IGNORECASE)
 
 
@@ -119,8 +119,9 @@ _SYSTEM = re.compile(r"^(?:->\s{0,8})?(?P<system>PCIe|NVLINK|PMU|MCU|Memory|SM|I
                      r"Power|Driver|NvSwitch (?:NF|F)|CPU|CPU Core|ConnectX)(?: system)?"
                      r"(?::\s{0,8}(?P<health>[A-Za-z][A-Za-z ]{0,30}?)"
                      r"(?:\s{1,8}-\s{1,8}(?P<msg>.*))?)?$", re.IGNORECASE)
-_ENTITY_OLD = re.compile(r"^(?P<group>GPU|Switch|NvSwitch|CPU|ConnectX) ID:\s{0,8}(?P<id>\d{1,9})$")
-_ENTITY = re.compile(r"^->\s{0,8}(?P<id>\d{1,9})$")
+_ENTITY_OLD = re.compile(r"^(?P<group>GPU|Switch|NvSwitch|CPU|ConnectX) ID:\s{0,8}"
+                         r"(?P<id>[0-9]{1,9})$")
+_ENTITY = re.compile(r"^->\s{0,8}(?P<id>[0-9]{1,9})$")
 _GROUP = re.compile(r"^(?P<group>GPU|Switch|NvSwitch|NVSWITCH|CPU|CPU_CORE|ConnectX|CONNECTX)$")
 _OVERALL = re.compile(r"Overall Health:?(?P<rest>.*)$")
 
@@ -231,13 +232,13 @@ def _entity(group: str) -> str:
 
 
 # --- dcgmi nvlink -----------------------------------------------------------------------
-_LINK_GPU = re.compile(r"^\s*gpuId (?P<id>\d{1,9}):\s*$")
-_LINK_SWITCH = re.compile(r"^\s*physicalId (?P<id>\d{1,9}):\s*$")
+_LINK_GPU = re.compile(r"^\s*gpuId (?P<id>[0-9]{1,9}):\s*$")
+_LINK_SWITCH = re.compile(r"^\s*physicalId (?P<id>[0-9]{1,9}):\s*$")
 _STATES = re.compile(r"^\s*(?:[UDX_] ){0,143}[UDX_]\s*$")  # up to 144 ports (NVSwitch 4: 72)
-_ERR_GPU = re.compile(r"^\|\s{0,40}GPU (?P<id>\d{1,9})(?:\s{0,200}\|)?\s*$")
-_ERR_LINK = re.compile(r"^\|\s{0,40}(?:Link (?P<link>\d{1,9}))?\s{0,40}\|\s{0,40}"
+_ERR_GPU = re.compile(r"^\|\s{0,40}GPU (?P<id>[0-9]{1,9})(?:\s{0,200}\|)?\s*$")
+_ERR_LINK = re.compile(r"^\|\s{0,40}(?:Link (?P<link>[0-9]{1,9}))?\s{0,40}\|\s{0,40}"
                        r"(?P<kind>CRC FLIT Error|CRC Data Error|Replay Error|Recovery Error)"
-                       r"\s{0,40}=>\s{0,40}(?P<n>\d{1,20})\s{0,80}\|")
+                       r"\s{0,40}=>\s{0,40}(?P<n>[0-9]{1,20})\s{0,80}\|")
 
 
 @dataclass

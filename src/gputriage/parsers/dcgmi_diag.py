@@ -52,13 +52,13 @@ _STATUS = r"(?:Pass|Fail|Skip|Warn|Not Run|PASS|FAIL|SKIP|WARN)"
 _GROUPS = "|".join(ENTITY_GROUPS)
 # every quantifier bounded or followed by a literal: these run on every line of a paste
 _RESULT = re.compile(rf"^(?P<status>{_STATUS})(?:\s{{0,8}}-\s{{0,8}}(?P<who>All|GPUs?:\s{{0,8}}"
-                     rf"\d{{1,4}}(?:[,\s]{{1,8}}\d{{1,4}}){{0,63}},?))?\s*$")
-_ENTITY = re.compile(rf"^(?P<group>{_GROUPS})\s?(?P<id>\d{{1,4}}):\s{{0,8}}"
+                     rf"[0-9]{{1,4}}(?:[,\s]{{1,8}}[0-9]{{1,4}}){{0,63}},?))?\s*$")
+_ENTITY = re.compile(rf"^(?P<group>{_GROUPS})\s?(?P<id>[0-9]{{1,4}}):\s{{0,8}}"
                      rf"(?P<status>{_STATUS})\s*$")
 _ROW = re.compile(r"^\s*\|(?P<name>[^|]*)\|(?P<value>.*)$")
 _SECTION = re.compile(r"^\s*[+|]-{3,}\s{1,40}(?P<name>[A-Za-z][\w ]{0,40}?)\s{1,40}-{3}")
 _MSG_NAME = re.compile(rf"^(?P<kind>Warning|Info|Error)(?::\s{{0,8}}(?P<group>{_GROUPS})\s?"
-                       rf"(?P<id>\d{{1,4}}))?$")
+                       rf"(?P<id>[0-9]{{1,4}}))?$")
 _COMMAND = re.compile(r"\bdcgmi\s{1,20}diag\b(?P<args>.*)$")
 _LEVEL = re.compile(r"(?:-r|--run)[\s=]{1,8}(?P<level>[1-4])\b")
 _ERROR = re.compile(r"^\s*Error:\s*(?P<text>\S.*)$")
@@ -71,7 +71,7 @@ _METADATA = {"dcgm version": "version", "version": "version",
              "gpu device ids": "device_ids"}
 _DCGMI_ERRORS = re.compile(
     r"^\s*Error: (?:Unable to complete diagnostic|Cannot load plugins|Diagnostic could not|"
-    r"Unable to (?:start|run) (?:the )?diag|.*\bReturn: \(-?\d{1,4}\))")
+    r"Unable to (?:start|run) (?:the )?diag|.*\bReturn: \(-?[0-9]{1,4}\))")
 
 
 def parse_dcgmi_diag(text: str) -> DiagReport:
@@ -182,7 +182,7 @@ class _Table:
             return False
         status, who = status_word(m.group("status")), m.group("who")
         if who and who.startswith("GPU"):
-            for g in re.findall(r"\d{1,4}", who):
+            for g in re.findall(r"[0-9]{1,4}", who):
                 test.gpus[int(g)] = status
         elif who:
             test.all_gpus = status

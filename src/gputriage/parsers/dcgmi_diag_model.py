@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 __all__ = ["ENTITY_GROUPS", "RETURN", "DiagMessage", "DiagReport", "DiagTest", "gpus_named",
            "status_word", "worst"]
 
-_GPU_IN_TEXT = re.compile(r"\bGPU\s?(\d{1,4})\b")
-RETURN = re.compile(r"Return:\s*\((?P<code>-?\d{1,4})\)\s*:?\s*(?P<text>.*)$")  # dcgmi's
+_GPU_IN_TEXT = re.compile(r"\bGPU\s?([0-9]{1,4})\b")
+RETURN = re.compile(r"Return:\s*\((?P<code>-?[0-9]{1,4})\)\s*:?\s*(?P<text>.*)$")  # dcgmi's
 # the entity groups DCGM prints a result or a message for (dcgm_structs.h's names; NvSwitch
 # and Link in older releases); longest first, so that a regex alternation takes CPU_CORE
 ENTITY_GROUPS = ("CPU_CORE", "ConnectX", "NvSwitch", "Switch", "vGPU", "LINK", "Link", "GPU",

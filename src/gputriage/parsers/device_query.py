@@ -22,18 +22,19 @@ __all__ = ["DeviceQuery", "DqDevice", "claim_device_query", "is_device_query_lin
 
 _BANNER = re.compile(r"CUDA Device Query \(Runtime API\)|^\s*\S*(?:deviceQuery|sample) "
                      r"Starting\.\.\.", re.IGNORECASE)
-_RETURNED = re.compile(r"cuda\w+ returned (?P<code>\d{1,5})")
+_RETURNED = re.compile(r"cuda\w+ returned (?P<code>[0-9]{1,5})")
 _ARROW = re.compile(r"^\s*->\s*(?P<text>\S.*)$")
 _RESULT = re.compile(r"^\s*Result = (?P<result>PASS|FAIL|WAIVED)\b")
-_DETECTED = re.compile(r"^\s*Detected (?P<n>\d{1,4}) CUDA Capable device")
+_DETECTED = re.compile(r"^\s*Detected (?P<n>[0-9]{1,4}) CUDA Capable device")
 _NO_DEVICE = re.compile(r"There (?:is|are) no (?:available )?device\(?s?\)? supporting CUDA",
                         re.IGNORECASE)
-_DEVICE = re.compile(r"^\s*Device (?P<index>\d{1,4}): \"(?P<name>[^\"]{1,120})\"")
-_VERSIONS = re.compile(r"CUDA Driver Version / Runtime Version\s+(?P<driver>\d+\.\d+)\s*/\s*"
-                       r"(?P<runtime>\d+\.\d+)")
-_CAPABILITY = re.compile(r"CUDA Capability Major/Minor version number:\s+(?P<cc>\d+\.\d+)")
+_DEVICE = re.compile(r"^\s*Device (?P<index>[0-9]{1,4}): \"(?P<name>[^\"]{1,120})\"")
+_VERSIONS = re.compile(r"CUDA Driver Version / Runtime Version\s+(?P<driver>[0-9]+\.[0-9]+)\s*/\s*"
+                       r"(?P<runtime>[0-9]+\.[0-9]+)")
+_CAPABILITY = re.compile(r"CUDA Capability Major/Minor version number:\s+(?P<cc>[0-9]+\.[0-9]+)")
 _SUMMARY = re.compile(r"deviceQuery, CUDA Driver = CUDART, CUDA Driver Version = "
-                      r"(?P<driver>\d+\.\d+), CUDA Runtime Version = (?P<runtime>\d+\.\d+)")
+                      r"(?P<driver>[0-9]+\.[0-9]+), CUDA Runtime Version = "
+                      r"(?P<runtime>[0-9]+\.[0-9]+)")
 
 
 @dataclass
@@ -112,7 +113,8 @@ def parse_device_query(text: str) -> DeviceQuery:
 
 
 # --- recognising it in a paste -------------------------------------------------------
-_DQ_CONT = re.compile(r"^\s*$|^\s|^(?:cuda\w+ returned|->|Result = |Detected \d+ CUDA|Device \d+: "
+_DQ_CONT = re.compile(r"^\s*$|^\s|^(?:cuda\w+ returned|->|Result = |Detected [0-9]+ CUDA|"
+                      r"Device [0-9]+: "
                       r"\"|There (?:is|are) no|deviceQuery, CUDA Driver|> )")
 
 

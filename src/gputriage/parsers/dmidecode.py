@@ -11,8 +11,8 @@ from gputriage.parsers.base import normalize_bus_id
 
 __all__ = ["Slot", "claim_dmidecode_slots", "parse_dmidecode_slots"]
 
-_WIDTH = re.compile(r"\bx(\d{1,2})\b")
-_GEN = re.compile(r"PCI Express (\d)\b", re.IGNORECASE)
+_WIDTH = re.compile(r"\bx([0-9]{1,2})\b")
+_GEN = re.compile(r"PCI Express ([0-9])\b", re.IGNORECASE)
 
 
 @dataclass

@@ -65,9 +65,10 @@ class KernelModuleVersion:
 
 
 _VERSION_AFTER_MODULE = re.compile(
-    r"Kernel Module(?:\s+for\s+\S{1,32})?\s+(\d{1,4}\.\d{1,4}(?:\.\d{1,4}){0,2})\b")
-_ANY_DRIVER_VERSION = re.compile(r"(?<![\w.])(\d{2,4}\.\d{1,4}(?:\.\d{1,4}){0,2})(?![\w.])")
-_GCC_VERSION = re.compile(r"gcc version\s+(\d{1,3}(?:\.\d{1,4}){0,3})")
+    r"Kernel Module(?:\s+for\s+\S{1,32})?\s+([0-9]{1,4}\.[0-9]{1,4}(?:\.[0-9]{1,4}){0,2})\b")
+_ANY_DRIVER_VERSION = re.compile(r"(?<![\w.])([0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4}){0,2})"
+                                 r"(?![\w.])")
+_GCC_VERSION = re.compile(r"gcc version\s+([0-9]{1,3}(?:\.[0-9]{1,4}){0,3})")
 
 
 def parse_proc_driver_version(text: str) -> KernelModuleVersion | None:
@@ -199,7 +200,7 @@ class LibFile:
 
 
 _LIB_NAME = re.compile(r"^(?P<lib>[A-Za-z0-9_+\-]{1,64})\.so(?:\.(?P<suffix>[0-9.]{1,32}))?$")
-_LIB_VERSION = re.compile(r"^\d{3,4}\.\d{1,4}(?:\.\d{1,4}){0,2}$")
+_LIB_VERSION = re.compile(r"^[0-9]{3,4}\.[0-9]{1,4}(?:\.[0-9]{1,4}){0,2}$")
 
 
 def parse_nvidia_libs(tree: dict) -> list[LibFile]:

@@ -31,9 +31,9 @@ __all__ = ["EVENTS", "LIFECYCLE", "FmEntry", "FmLog", "claim_fabricmanager_log",
            "parse_fabricmanager_log"]
 
 _FM_LINE = re.compile(r"^\s{0,4}\[(?P<time>[^\]\n]{1,40})\]\s{0,4}\[(?P<level>[A-Za-z]{1,12})\]"
-                      r"\s{0,4}(?:\[tid\s{0,4}\d{1,12}\]\s{0,4})?(?P<msg>.{0,4000})$")
+                      r"\s{0,4}(?:\[tid\s{0,4}[0-9]{1,12}\]\s{0,4})?(?P<msg>.{0,4000})$")
 _BARE = re.compile(r"^\s{0,4}(?P<prog>nv-fabricmanager|nvidia-fabricmanager(?:-start\.sh)?|"
-                   r"nvlsm|systemd)(?:\[(?P<pid>\d{1,10})\])?:\s{0,4}(?P<msg>.{0,4000})$")
+                   r"nvlsm|systemd)(?:\[(?P<pid>[0-9]{1,10})\])?:\s{0,4}(?P<msg>.{0,4000})$")
 # messages only the fabric manager prints, pasted without their journal prefix
 _FM_MESSAGE = re.compile(r"^(?P<msg>(?:Detected (?:Pre-)?NVL5 system|request to query "
                          r"NVSwitch device information|Successfully configured all the available "
@@ -77,8 +77,8 @@ _ERROR_EVENTS = frozenset({"uncorrectable", "nvswitch-fatal", "nvswitch-nonfatal
                            "start-failed", "error"})
 _SWITCH_BUS = re.compile(r"NVSwitch\s{1,4}pci\s{1,4}bus\s{1,4}id\s{1,4}"
                          r"(?P<bus>[0-9A-Fa-f:.]{7,20})", re.IGNORECASE)
-_CODE = re.compile(r"(?:non-?fatal|fatal) error (?P<code>\d{1,6})", re.IGNORECASE)
-_PORT = re.compile(r"\bport (?P<port>\d{1,4})\b", re.IGNORECASE)
+_CODE = re.compile(r"(?:non-?fatal|fatal) error (?P<code>[0-9]{1,6})", re.IGNORECASE)
+_PORT = re.compile(r"\bport (?P<port>[0-9]{1,4})\b", re.IGNORECASE)
 
 
 @dataclass
@@ -239,8 +239,10 @@ def parse_fabricmanager_log(text: str) -> FmLog:
 
 
 # --- recognising it in a paste -------------------------------------------------------
-_FM_LOG = re.compile(r"^\[[A-Z][a-z]{2} \d{1,2} \d{4} \d\d:\d\d:\d\d\] \[[A-Z]+\] \[tid \d+\]")
-_FM_JOURNAL = re.compile(r"(?:^|\s)(?:nv-fabricmanager|nvidia-fabricmanager-start\.sh)(?:\[\d+\])?:"
+_FM_LOG = re.compile(r"^\[[A-Z][a-z]{2} [0-9]{1,2} [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}\] \[[A-Z]+"
+                     r"\] \[tid [0-9]+\]")
+_FM_JOURNAL = re.compile(r"(?:^|\s)(?:nv-fabricmanager|nvidia-fabricmanager-start\.sh)"
+                         r"(?:\[[0-9]+\])?:"
                          r"|systemd\[1\]: .*(?:nvidia-fabricmanager|NVIDIA fabric manager)"
                          r"|^Job for nvidia-fabricmanager\S* failed")
 _WRAPPED = re.compile(r"^\s+\S")

@@ -53,8 +53,8 @@ EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                                       r"Cannot find a valid baseurl|Could not resolve host|"
                                       r"Failed to download|Error downloading packages|"
                                       r"Unable to find a match|FATAL: failed to install")),
-    ("build-failed", "driver", _re(r"\.[ch]:\d+:\d+: (?:fatal )?error: |"
-                                   r"make(?:\[\d+\])?: \*\*\* .{0,200}Error \d+|"
+    ("build-failed", "driver", _re(r"\.[ch]:[0-9]+:[0-9]+: (?:fatal )?error: |"
+                                   r"make(?:\[[0-9]+\])?: \*\*\* .{0,200}Error [0-9]+|"
                                    r"Unable to build the NVIDIA kernel module|"
                                    r"An error occurred while performing the step|"
                                    r"nvidia-installer .{0,40}ERROR|Compilation failed")),

@@ -22,12 +22,12 @@ __all__ = [
 ]
 
 _PROMPT = re.compile(r"^\S{0,80}[#$]\s+(?:sudo\s+)?cat\s+\S*cmdline\s*$")
-_SIZE = re.compile(r"^\s*(?P<n>\d{1,15})\s*(?P<u>[kKmMgGtT]?)[bB]?\s*$")
+_SIZE = re.compile(r"^\s*(?P<n>[0-9]{1,15})\s*(?P<u>[kKmMgGtT]?)[bB]?\s*$")
 _UNIT = {"": 1 / 1024, "k": 1, "m": 1024, "g": 1024 ** 2, "t": 1024 ** 3}
-_NODE_COUNT = re.compile(r"^\d{1,5}:\d{1,12}(?:,\d{1,5}:\d{1,12})*$")
+_NODE_COUNT = re.compile(r"^[0-9]{1,5}:[0-9]{1,12}(?:,[0-9]{1,5}:[0-9]{1,12})*$")
 _THP_WORD = re.compile(r"^\[?[a-z+_-]{1,24}\]?$")
 _CONTROLLER = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
-_CGROUP_LINE = re.compile(r"^(?P<id>\d{1,6}):(?P<ctl>[^:]*):(?P<path>.*)$")
+_CGROUP_LINE = re.compile(r"^(?P<id>[0-9]{1,6}):(?P<ctl>[^:]*):(?P<path>.*)$")
 
 
 def parse_size_kb(text: str | None) -> int | None:

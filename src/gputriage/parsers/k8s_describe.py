@@ -41,14 +41,14 @@ __all__ = ["EVENT_ROW", "SCHEDULER_MESSAGE", "condition_row", "event_from_row",
            "parse_k8s_describe"]
 
 # --- rows read wherever they stand ------------------------------------------------------
-AGE = r"(?:<unknown>|<invalid>|\d+(?:\.\d+)?[smhdy](?:\d+[smhdy])*)"
+AGE = r"(?:<unknown>|<invalid>|[0-9]+(?:\.[0-9]+)?[smhdy](?:[0-9]+[smhdy])*)"
 EVENT_ROW = re.compile(
     rf"^\s*(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z][\w-]*)\s+"
-    rf"(?P<age>{AGE}(?:\s*\(x(?P<count>\d+) over {AGE}\))?)\s+"
+    rf"(?P<age>{AGE}(?:\s*\(x(?P<count>[0-9]+) over {AGE}\))?)\s+"
     r"(?P<source>[\w./-]+(?:, [\w./-]+)?)\s+(?P<message>\S.*)$")
 _EVENT_HEAD = re.compile(r"^\s*(?:Type\s+Reason\s+Age\s+From\s+Message|[-\s]+)\s*$")
-SCHEDULER_MESSAGE = re.compile(r"^\s*(?P<message>\d+/\d+ nodes are available: .*)$")
-_TS = r"\w{3}, \d{1,2} \w{3} \d{4} \d\d:\d\d:\d\d [+-]\d{4}"
+SCHEDULER_MESSAGE = re.compile(r"^\s*(?P<message>[0-9]+/[0-9]+ nodes are available: .*)$")
+_TS = r"\w{3}, [0-9]{1,2} \w{3} [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} [+-][0-9]{4}"
 _CONDITION = re.compile(rf"^\s*(?P<type>[A-Z][\w-]*)\s+(?P<status>True|False|Unknown)"
                         rf"(?:\s+(?:{_TS}|<unknown>)\s+(?:{_TS}|<unknown>))?"
                         r"(?:\s+(?P<reason>\S+)(?:\s+(?P<message>\S.*?))?)?\s*$")
@@ -57,8 +57,8 @@ _PROMPT_NAME = re.compile(r"\b(?:kubectl|oc|k)\s+describe\s+(?:no|nodes?)\s+"
                           r"(?P<name>[^\s|-][^\s|]*)")
 _FIELD = re.compile(r"^(?P<key>[^\s:][^:]*?):(?:\s+(?P<value>\S.*?))?\s*$")
 _LABEL = re.compile(r"^\s*(?P<key>[\w.-]+(?:/[\w.-]+)?)=(?P<value>\S*)\s*$")
-_ALLOCATED = re.compile(r"^\s*(?P<res>[\w.-]+(?:/[\w.-]+)?)\s+(?P<req>[\d.]+\w*)(?:\s+\([^)]*\))?"
-                        r"\s+(?P<lim>[\d.]+\w*)(?:\s+\([^)]*\))?\s*$")
+_ALLOCATED = re.compile(r"^\s*(?P<res>[\w.-]+(?:/[\w.-]+)?)\s+(?P<req>[0-9.]+\w*)(?:\s+\([^)]*\))?"
+                        r"\s+(?P<lim>[0-9.]+\w*)(?:\s+\([^)]*\))?\s*$")
 _NONE = ("<none>", "<unset>", "")
 
 _NODE_KEYS = {"Roles", "Taints", "Capacity", "Allocatable", "System Info", "Unschedulable",

@@ -25,8 +25,9 @@ __all__ = ["GPU", "UNNAMED", "Cluster", "KContainer", "KDaemonSet", "KEvent", "K
 T = TypeVar("T")
 GPU = "nvidia.com/gpu"
 UNNAMED = "?"  # the name of a node read from an excerpt or a fragment that does not name it
-_GPU_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu(?:\.shared)?|mig-\d+g\.\d+gb(?:\.shared)?)$")
-_QUANTITY = re.compile(r"^\s*(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:[eE](?P<exp>[+-]?\d+))?"
+_GPU_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu(?:\.shared)?|mig-[0-9]+g\.[0-9]+gb(?:\.shared)?)$")
+_QUANTITY = re.compile(r"^\s*(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+                       r"(?:[eE](?P<exp>[+-]?[0-9]+))?"
                        r"(?P<unit>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\s*$")
 _UNITS = {"": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
           "Ki": 2.0 ** 10, "Mi": 2.0 ** 20, "Gi": 2.0 ** 30, "Ti": 2.0 ** 40, "Pi": 2.0 ** 50,

@@ -20,9 +20,9 @@ from gputriage.parsers.k8s_model import GPU, Cluster, KDaemonSet, KEvent, KNode,
 
 __all__ = ["POD_ROW", "parse_k8s_table", "table_kind"]
 
-POD_ROW = re.compile(r"^\s*(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>\d+/\d+)\s+"
+POD_ROW = re.compile(r"^\s*(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>[0-9]+/[0-9]+)\s+"
                      r"(?P<status>[A-Za-z][\w:/-]*)"
-                     r"\s+(?P<restarts>\d+(?: \([^)]*\))?)\s+(?P<age>\d+[smhdy]\w*)\s*$")
+                     r"\s+(?P<restarts>[0-9]+(?: \([^)]*\))?)\s+(?P<age>[0-9]+[smhdy]\w*)\s*$")
 _GPU_COLUMN = re.compile(r"gpu", re.I)
 _KINDS = {"pod": "Pod", "pods": "Pod", "po": "Pod", "node": "Node", "no": "Node",
           "daemonset": "DaemonSet", "ds": "DaemonSet", "deployment": "Deployment",
@@ -134,7 +134,7 @@ def _gpu_row(cluster: Cluster, row: dict[str, str], line: str) -> None:
     node = KNode(name=row[names[0]], lines=[line])
     for col in names[1:]:
         value = row[col]
-        if not re.fullmatch(r"\d+(?:\.\d+)?", value):
+        if not re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", value):
             continue
         low = col.lower()
         if re.search(r"used|alloc(?:ated)?\b|request", low):

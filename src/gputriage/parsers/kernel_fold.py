@@ -64,7 +64,7 @@ def process_key(ev: DriverEvent) -> tuple[str, str]:
     return (pid if pid.isdigit() else name), name
 
 
-_VARIABLE = re.compile(r"0x[0-9a-fA-F_]+|\b[0-9a-fA-F]{8}\b|\d+")
+_VARIABLE = re.compile(r"0x[0-9a-fA-F_]+|\b[0-9a-fA-F]{8}\b|[0-9]+")
 
 
 def fault_pattern(code: str | int, ev: DriverEvent) -> str:

@@ -30,7 +30,7 @@ AER_STATUS = re.compile(r"^(?P<key>[\w\-]{1,32} " + _BUS + r":)\s{1,8}device \[(
                         r"[0-9a-fA-F]{4}):(?P<did>[0-9a-fA-F]{4})\] error status/mask="
                         r"(?P<status>[0-9a-fA-F]{1,8})")
 # "pcieport 0000:00:03.0:    [14] CmpltTO                (First)"
-AER_BIT = re.compile(r"^(?P<key>[\w\-]{1,32} " + _BUS + r":)\s{1,8}\[\s?(?P<bit>\d{1,2})\]\s"
+AER_BIT = re.compile(r"^(?P<key>[\w\-]{1,32} " + _BUS + r":)\s{1,8}\[\s?(?P<bit>[0-9]{1,2})\]\s"
                      r"(?P<name>[A-Za-z][\w /\-]{0,40}?)\s*(?P<first>\(First\))?\s*$")
 AER_KEY = re.compile(r"^[\w\-]{1,32} " + _BUS + ":")
 
@@ -74,14 +74,14 @@ def pci_class(vendor_device: str | None, driver: str | None) -> str:
 
 
 # --- EDAC / MCE / APEI -----------------------------------------------------------------
-EDAC = re.compile(r"EDAC (?P<mc>[\w ]{0,24}?MC\d{1,3}): (?:(?P<n>\d{1,9}) )?(?P<kind>CE|UE)\b"
+EDAC = re.compile(r"EDAC (?P<mc>[\w ]{0,24}?MC[0-9]{1,3}): (?:(?P<n>[0-9]{1,9}) )?(?P<kind>CE|UE)\b"
                    r"(?P<rest>.{0,400})")
 _DIMM = re.compile(r"label \"(?P<label>[^\"]{1,64})\"|\bon (?P<loc>[\w#]{0,64}DIMM[\w#]{0,24})"
                    r"|DIMM location: (?P<ghes>[^\n]{1,120})|\b(?P<name>DIMM[_ #-]?[\w#]{1,16})")
-_MCE_BANK = re.compile(r"Bank (?P<bank>\d{1,3}): (?P<status>[0-9a-fA-F]{16})")
+_MCE_BANK = re.compile(r"Bank (?P<bank>[0-9]{1,3}): (?P<status>[0-9a-fA-F]{16})")
 _GHES_SEV = re.compile(r"event severity: (?P<sev>\w{1,16})")
 _GHES_SECTION = re.compile(r"section_type: (?P<section>[\w /\-]{1,40})")
-_HWERR_KEY = re.compile(r"^(?:\{\d{1,6}\})?\[Hardware Error\]:|^mce: \[Hardware Error\]:")
+_HWERR_KEY = re.compile(r"^(?:\{[0-9]{1,6}\})?\[Hardware Error\]:|^mce: \[Hardware Error\]:")
 
 
 def _dimm(text: str) -> str | None:
@@ -155,7 +155,7 @@ def hw_detail(msg: str, details: dict[str, str]) -> None:
 # --- nvidia-peermem / nv_peer_mem --------------------------------------------------------
 _PEERMEM = r"(?P<module>nv_peer_mem|nvidia[_\-]peermem)"
 PEERMEM_SYMBOL = re.compile(r"^" + _PEERMEM + r": (?P<reason>Unknown symbol [\w]{1,64}"
-                            r"(?: \(err -?\d{1,4}\))?|disagrees about version of symbol "
+                            r"(?: \(err -?[0-9]{1,4}\))?|disagrees about version of symbol "
                             r"[\w]{1,64})")
 PEERMEM_INSERT = re.compile(r"could not insert '" + _PEERMEM + r"': ?(?P<reason>.{0,160})")
 PEERMEM_REGISTER = re.compile(r"^" + _PEERMEM + r":? (?P<reason>.{0,80}?(?:register\w{0,16}|"
@@ -171,10 +171,10 @@ def peermem_failed(line: LogLine, msg: str, m: Match) -> DriverEvent:
 
 # --- network links ---------------------------------------------------------------------
 MLX5_PORT = re.compile(r"mlx5_core (?P<bus>" + _BUS + r") (?P<dev>[\w\-]{1,32}): Port: "
-                       r"(?P<port>\d{1,2}) Link (?P<state>ACTIVE|DOWN)\b")
+                       r"(?P<port>[0-9]{1,2}) Link (?P<state>ACTIVE|DOWN)\b")
 CARRIER = re.compile(r"(?:^|\s)(?P<ifname>[\w.\-]{1,32}): (?P<state>Lost|Gained) carrier\b")
 WATCHDOG = re.compile(r"NETDEV WATCHDOG: (?P<ifname>[\w.\-]{1,32})(?: \((?P<drv>[\w\-]{1,32})"
-                      r"\))?: transmit queue (?P<queue>\d{1,5}) timed out")
+                      r"\))?: transmit queue (?P<queue>[0-9]{1,5}) timed out")
 
 
 def tx_timeout(line: LogLine, msg: str, m: Match) -> DriverEvent:

@@ -281,11 +281,12 @@ def _wrap(build: Callable[[LogLine, str, Match], DriverEvent]) -> Builder:
     return wrapped
 
 
-_GSP_TIMEOUT = re.compile(r"Timeout after \d{1,6}s of waiting for RPC response|(?i:gsp rpc "
+_GSP_TIMEOUT = re.compile(r"Timeout after [0-9]{1,6}s of waiting for RPC response|(?i:gsp rpc "
                           r"timeout|_kgsprpcrecvpoll|timeout waiting for rpc from gsp|rate "
                           r"limiting gsp rpc)")
 _DRIVER_LOAD = re.compile(r"NVRM: loading NVIDIA UNIX (?P<flavour>[\w ]{0,40}?Kernel Module)"
-                          r"(?: for [\w-]{1,16})?\s+(?P<ver>\d{2,4}\.\d{1,4}(?:\.\d{1,4})?)\b")
+                          r"(?: for [\w-]{1,16})?\s+(?P<ver>[0-9]{2,4}\.[0-9]{1,4}"
+                          r"(?:\.[0-9]{1,4})?)\b")
 _RESET_REQUIRED = re.compile(r"NV_ERR_RESET_REQUIRED|(?i:gpu reset required)")
 _GSP_DUMP = ("_kgspLogXid119", "RPC history (CPU -> GSP)")
 _AER_LINE = ("error received", "PCIe Bus Error")

@@ -89,9 +89,10 @@ def parse_modules(text: str) -> list[Module]:
 
 # --- recognising it in a paste -------------------------------------------------------
 _LSMOD_HEAD = re.compile(r"^Module\s+Size\s+Used by")
-_LSMOD_ROW = re.compile(r"^\w+\s+\d+\s+\d+")
+_LSMOD_ROW = re.compile(r"^\w+\s+[0-9]+\s+[0-9]+")
 _PROC_ROW = re.compile(
-    r"^\w+ \d+ \d+ \S+ (?:Live|Loading|Unloading)\b|^nvidia\w*\s+\d+\s+\d+(?:\s+\S+)?\s*$")
+    r"^\w+ [0-9]+ [0-9]+ \S+ (?:Live|Loading|Unloading)\b|^nvidia\w*\s+[0-9]+\s+[0-9]+"
+    r"(?:\s+\S+)?\s*$")
 
 
 def claim_modules(doc: PasteDoc) -> None:

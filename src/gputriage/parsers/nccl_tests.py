@@ -24,23 +24,25 @@ __all__ = ["is_nccl_tests_line", "operation_of", "parse_nccl_tests"]
 _COMMAND = re.compile(r"(?:^|[\s/=])(?P<name>[a-z][a-z_]{1,40}_perf)(?:_mpi)?(?:\s|$)")
 _STARTING = re.compile(r"#\s{0,8}Collective test (?P<what>starting|concluded):\s{0,8}"
                        r"(?P<name>\w{1,60})")
-_HEADER = re.compile(r"#\s{0,8}nThread\s{1,8}\d")
-_PARAM = re.compile(r"(?P<k>[A-Za-z][\w ]{0,30}?):?\s{1,8}(?P<v>-?[\d.]{1,24}(?:\([^)\s]{0,20}\))?)"
+_HEADER = re.compile(r"#\s{0,8}nThread\s{1,8}[0-9]")
+_PARAM = re.compile(r"(?P<k>[A-Za-z][\w ]{0,30}?):?\s{1,8}(?P<v>-?[0-9.]{1,24}"
+                    r"(?:\([^)\s]{0,20}\))?)"
                     r"(?=\s|$)")
 _DEVICE = re.compile(
-    r"#\s{0,8}Rank\s{1,8}(?P<rank>\d{1,7})(?:\s{1,8}Group\s{1,8}\d{1,7})?"
-    r"(?:\s{1,8}Pid\s{1,8}(?P<pid>\d{1,10}))?\s{1,8}on\s{1,8}(?P<host>\S{1,255})\s{1,8}"
-    r"device\s{1,8}(?P<dev>\d{1,5})\s{1,8}\[(?P<bus>[^\]]{0,40})\]\s{0,8}(?P<name>.{0,200}?)\s*$")
-_AVG = re.compile(r"#\s{0,8}Avg bus bandwidth\s{0,8}:\s{0,8}(?P<v>[\d.eE+-]{1,24}|N/A)")
-_OOB = re.compile(r"#\s{0,8}Out of bounds values\s{0,8}:\s{0,8}(?P<v>\d{1,18})")
+    r"#\s{0,8}Rank\s{1,8}(?P<rank>[0-9]{1,7})(?:\s{1,8}Group\s{1,8}[0-9]{1,7})?"
+    r"(?:\s{1,8}Pid\s{1,8}(?P<pid>[0-9]{1,10}))?\s{1,8}on\s{1,8}(?P<host>\S{1,255})\s{1,8}"
+    r"device\s{1,8}(?P<dev>[0-9]{1,5})\s{1,8}\[(?P<bus>[^\]]{0,40})\]\s{0,8}(?P<name>.{0,200}?)\s*$")
+_AVG = re.compile(r"#\s{0,8}Avg bus bandwidth\s{0,8}:\s{0,8}(?P<v>[0-9.eE+-]{1,24}|N/A)")
+_OOB = re.compile(r"#\s{0,8}Out of bounds values\s{0,8}:\s{0,8}(?P<v>[0-9]{1,18})")
 _FAILURE = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b|\b(?:NCCL|CUDA) failure\b.{0,200}'")
-_TESTS_VERSION = re.compile(r"#\s{0,8}nccl-tests version \S{1,40}.{0,80}?nccl-library=(\d{4,6})")
+_TESTS_VERSION = re.compile(r"#\s{0,8}nccl-tests version \S{1,40}.{0,80}?nccl-library=([0-9]{4,6})")
 _COMMENT = re.compile(r"#\s{0,40}(?:Using devices|size\s{1,40}count|\(B\)\s{1,40}\(elements\)|"
                       r"out-of-place\s{1,80}in-place)")
 _COLUMNS = re.compile(r"#\s{0,40}size\s{1,40}count\s")  # the column header of a table
-_DATE, _CLOCK = re.compile(r"\d{4}-\d\d-\d\d"), re.compile(r"\d\d:\d\d:\d\d")
-_CELL = re.compile(r"-?[\d.]{1,24}(?:e[+-]?\d{1,3})?|N/A|\d{4}-\d\d-\d\d|\d\d:\d\d:\d\d")
-_ROW_START = re.compile(r"\s{0,40}\d{1,20}\s{1,40}\d{1,20}\s{1,40}[A-Za-z]")
+_DATE, _CLOCK = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}"), re.compile(r"[0-9]{2}:[0-9]{2}:[0-9]{2}")
+_CELL = re.compile(r"-?[0-9.]{1,24}(?:e[+-]?[0-9]{1,3})?|N/A|[0-9]{4}-[0-9]{2}-[0-9]{2}|"
+                   r"[0-9]{2}:[0-9]{2}:[0-9]{2}")
+_ROW_START = re.compile(r"\s{0,40}[0-9]{1,20}\s{1,40}[0-9]{1,20}\s{1,40}[A-Za-z]")
 
 
 def operation_of(test: str | None) -> str | None:

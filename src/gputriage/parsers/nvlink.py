@@ -327,9 +327,9 @@ def parse_nvlink_errors(text: str) -> NvlinkErrors:
 
 
 # --- recognising it in a paste -------------------------------------------------------
-_GPU_UUID = re.compile(r"^GPU \d+: .*\(UUID: ")
-_LINK_ROW = re.compile(r"^\s+Link \d+: |^NVML: Unable to retrieve NVLink")
-_ERROR_LINK = re.compile(r"Link \d+: .*(?:Errors?|Replay|Recovery|CRC)")
+_GPU_UUID = re.compile(r"^GPU [0-9]+: .*\(UUID: ")
+_LINK_ROW = re.compile(r"^\s+Link [0-9]+: |^NVML: Unable to retrieve NVLink")
+_ERROR_LINK = re.compile(r"Link [0-9]+: .*(?:Errors?|Replay|Recovery|CRC)")
 
 
 def _link_line(line: str) -> bool:

@@ -138,7 +138,7 @@ class SmiReport:
 
 # --- value helpers -------------------------------------------------------------------------
 
-_INT_RE = re.compile(r"^\s*(-?\d{1,18})(?!\d)")
+_INT_RE = re.compile(r"^\s*(-?[0-9]{1,18})(?![0-9])")
 
 
 def parse_int(raw: str | None) -> int | None:
@@ -153,7 +153,7 @@ def parse_int(raw: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-_FLOAT_RE = re.compile(r"^\s*(-?\d{1,18}(?!\d)(?:\.\d+)?)")
+_FLOAT_RE = re.compile(r"^\s*(-?[0-9]{1,18}(?![0-9])(?:\.[0-9]+)?)")
 
 
 def parse_float(raw: str | None) -> float | None:
@@ -168,7 +168,7 @@ def parse_link_width(raw: str | None) -> int | None:
     """PCIe link width ``"16x"`` / ``"x16"`` -> 16; None when unknown."""
     if raw is None:
         return None
-    m = re.match(r"^\s*x?(\d{1,6})\s*x?\s*$", raw, re.IGNORECASE)
+    m = re.match(r"^\s*x?([0-9]{1,6})\s*x?\s*$", raw, re.IGNORECASE)
     return int(m.group(1)) if m else None
 
 

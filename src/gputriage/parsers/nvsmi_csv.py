@@ -52,8 +52,8 @@ _FIELD = re.compile(r"^(?P<name>[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*)"
 _COMMENT = re.compile(r"(?<=\s)#\s.*$")  # anchored on "#": linear on long blank runs
 _BUS = re.compile(r"^(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _UUID = re.compile(r"^(?:GPU|MIG)-[0-9A-Fa-f-]{8,}$")
-_DRIVER = re.compile(r"^\d{3}\.\d{1,3}(?:\.\d{1,3})?$")
-_PSTATE = re.compile(r"^P\d{1,2}$")
+_DRIVER = re.compile(r"^[0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?$")
+_PSTATE = re.compile(r"^P[0-9]{1,2}$")
 _NAME = re.compile(r"\b(?:NVIDIA|GeForce|Tesla|Quadro|TITAN|RTX|Jetson|GRID)\b")
 _ERROR_VALUE = re.compile(r"^\[(?!N/A\]|Not Supported\]|Unknown\]|Not Available\])[^\]]{2,40}\]$")
 

@@ -37,20 +37,20 @@ _BUS_CELL_RE = re.compile(
     r"^\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*(?P<disp>\S+)?\s*$"
 )
 _NAME_CELL_RE = re.compile(
-    r"^\s*(?P<idx>\d{1,6})\s+(?P<name>.*?)(?:\s+(?P<pm>On|Off|WDDM|TCC))?\s*$"
+    r"^\s*(?P<idx>[0-9]{1,6})\s+(?P<name>.*?)(?:\s+(?P<pm>On|Off|WDDM|TCC))?\s*$"
 )
 _ERR = "ERR!"  # what nvidia-smi prints for a field it failed to read
-_TEMP_RE = re.compile(r"(?<!\d)(-?\d{1,6})C\b")
-_PERF_RE = re.compile(r"\b(P\d{1,2})\b")
+_TEMP_RE = re.compile(r"(?<![0-9])(-?[0-9]{1,6})C\b")
+_PERF_RE = re.compile(r"\b(P[0-9]{1,2})\b")
 _POWER_RE = re.compile(r"(?P<draw>\S+)\s*/\s*(?P<cap>\S+)\s*$")
-_MEM_RE = re.compile(r"(?<!\d)(?P<used>\d{1,18})\s*MiB\s*/\s*(?P<total>\d{1,18})\s*MiB")
-_UTIL_RE = re.compile(r"^\s*(?P<util>\d+%|N/A|ERR!)\s*(?P<mode>.*?)\s*$")
+_MEM_RE = re.compile(r"(?<![0-9])(?P<used>[0-9]{1,18})\s*MiB\s*/\s*(?P<total>[0-9]{1,18})\s*MiB")
+_UTIL_RE = re.compile(r"^\s*(?P<util>[0-9]+%|N/A|ERR!)\s*(?P<mode>.*?)\s*$")
 _LIST_RE = re.compile(
-    r"^\s*GPU\s+(?P<idx>\d{1,6}):\s*(?P<name>.*?)\s*\(UUID:\s*(?P<uuid>[^)\s]+)\)\s*$"
+    r"^\s*GPU\s+(?P<idx>[0-9]{1,6}):\s*(?P<name>.*?)\s*\(UUID:\s*(?P<uuid>[^)\s]+)\)\s*$"
 )
 _PROC_RE = re.compile(
-    r"^\s*(?P<gpu>\d{1,6}|N/A)\s+(?:(?P<gi>\d{1,6}|N/A)\s+(?P<ci>\d{1,6}|N/A)\s+)?(?P<pid>\d{1,18})\s+"
-    r"(?P<type>[A-Z+]{1,5})\s+(?P<name>.*?)\s*(?P<mem>\d+\s*MiB|N/A)?\s*$"
+    r"^\s*(?P<gpu>[0-9]{1,6}|N/A)\s+(?:(?P<gi>[0-9]{1,6}|N/A)\s+(?P<ci>[0-9]{1,6}|N/A)\s+)?(?P<pid>[0-9]{1,18})\s+"
+    r"(?P<type>[A-Z+]{1,5})\s+(?P<name>.*?)\s*(?P<mem>[0-9]+\s*MiB|N/A)?\s*$"
 )
 
 
@@ -187,7 +187,7 @@ def _first_row(cells: list[str], position: int) -> SmiGpu | None:
     if ecc == _ERR:
         _error_field(gpu, "volatile uncorrectable ECC")
     gpu.raw["volatile_uncorr_ecc"] = ecc
-    gpu.ecc_volatile_uncorrected = parse_int(ecc) if re.fullmatch(r"\d+", ecc) else None
+    gpu.ecc_volatile_uncorrected = parse_int(ecc) if re.fullmatch(r"[0-9]+", ecc) else None
     gpu.raw["position"] = str(position)
     return gpu
 
@@ -260,13 +260,15 @@ def _process_row(joined: str) -> SmiProcess | None:
 # --- recognising it in a paste -------------------------------------------------------
 _TABLE_HEAD = re.compile(r"^\s*\|\s*NVIDIA-SMI\s+\S")
 _TABLE_LINE = re.compile(r"^\s*[+|]")
-_CLOCK = re.compile(r"^\s*[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d \d{4}\s*$")
-_GPU_ROW = re.compile(r"^\s*\|\s*\d{1,3}\s+[^|]*\|\s*(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:"
+_CLOCK = re.compile(r"^\s*[A-Z][a-z]{2} [A-Z][a-z]{2}"
+                    r"\s+[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}\s*$")
+_GPU_ROW = re.compile(r"^\s*\|\s*[0-9]{1,3}\s+[^|]*\|\s*(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:"
                       r"[0-9A-Fa-f]{2}\.[0-7]\s+\S*\s*\|")
 _SMI_ERR = re.compile(r"^\s*(?:NVIDIA-SMI has failed|NVIDIA-SMI couldn't find|No devices were "
                       r"found|Unable to determine the device handle|Failed to initialize NVML:"
                       r"|NVML library version:)")
-_SMI_L = re.compile(r"^\s*(?:GPU \d+: .+\(UUID: GPU-[^)]*\)\s*$|MIG .+Device\s+\d+: \(UUID: MIG-)")
+_SMI_L = re.compile(r"^\s*(?:GPU [0-9]+: .+\(UUID: GPU-[^)]*\)\s*$|"
+                    r"MIG .+Device\s+[0-9]+: \(UUID: MIG-)")
 
 
 def _table_line(line: str) -> bool:

@@ -23,7 +23,7 @@ _INFINIBAND = 0x0207
 _NETWORK_BASE = 0x02
 
 _ADDRESS = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-_SPEED = re.compile(r"^\s*(\d{1,4}(?:\.\d{1,4})?)\s*GT/s")
+_SPEED = re.compile(r"^\s*([0-9]{1,4}(?:\.[0-9]{1,4})?)\s*GT/s")
 
 
 def parse_link_speed(text: str | None) -> float | None:

@@ -27,7 +27,7 @@ __all__ = ["ENDS", "EVENTS", "STARTS", "PdEntry", "PersistencedLog", "claim_pers
 
 _DAEMON = r"nvidia-persistenced"
 _UNIT_WORDS = r"(?:nvidia-persistenced(?:\.service)?|NVIDIA Persistence Daemon)"
-_BARE = re.compile(r"^\s{0,4}(?P<prog>nvidia-persistenced|systemd)(?:\[(?P<pid>\d{1,10})\])?:"
+_BARE = re.compile(r"^\s{0,4}(?P<prog>nvidia-persistenced|systemd)(?:\[(?P<pid>[0-9]{1,10})\])?:"
                    r"\s{0,4}(?P<msg>.{0,4000})$")
 _ABOUT_UNIT = re.compile(_UNIT_WORDS, re.IGNORECASE)
 _BOOT_MARK = re.compile(r"^-- (?:Boot [0-9a-f]{1,64}|Logs begin|Journal begins|No entries|Reboot)")
@@ -39,7 +39,7 @@ EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("device-failed", re.compile(r"^device \S{1,32} - failed", re.IGNORECASE)),
     ("failed", re.compile(r"^Failed\b|failed to initiali[sz]e|Main process exited|"
                           r"Control process exited|Failed with result", re.IGNORECASE)),
-    ("signal", re.compile(r"^Received signal (?P<signal>\d{1,3})", re.IGNORECASE)),
+    ("signal", re.compile(r"^Received signal (?P<signal>[0-9]{1,3})", re.IGNORECASE)),
     ("shutdown", re.compile(r"^Shutdown\b", re.IGNORECASE)),
     *UNIT_LIFECYCLE,
     ("registered", re.compile(r"^device \S{1,32} - (?:registered|persistence mode enabled)",
@@ -155,7 +155,7 @@ def parse_persistenced_journal(text: str) -> PersistencedLog:
 
 
 # --- recognising it in a paste -------------------------------------------------------
-_CLAIM = re.compile(r"(?:^|\s)nvidia-persistenced(?:\[\d+\])?:"
+_CLAIM = re.compile(r"(?:^|\s)nvidia-persistenced(?:\[[0-9]+\])?:"
                     rf"|(?:^|\s)systemd(?:\[1\])?: .*{_UNIT_WORDS}")
 
 

@@ -18,13 +18,13 @@ from gputriage.ingest.paste import PasteDoc
 
 __all__ = ["XidCountTable", "XidCounts", "claim_xid_counts", "parse_xid_counts"]
 
-_XID = re.compile(r"\bxids?[\s_#:=-]*(\d{1,3})\b", re.IGNORECASE)
+_XID = re.compile(r"\bxids?[\s_#:=-]*([0-9]{1,3})\b", re.IGNORECASE)
 # a host name with a digit, starting a word (the lookahead, atomic in Python, settles
 # where its digit is: no backtracking over them; a name is at most 253 characters) and a
 # count; a row is pairs and nothing else, tested
 # pair by pair (never one regex repeating pairs, which backtracks exponentially)
-_HOST = r"(?<![\w.-])(?=[A-Za-z][\w.-]{0,252}\d)[A-Za-z][\w.-]{0,252}"
-_COUNT = r"\d{1,3}(?:,\d{3}){1,4}|\d{1,15}"
+_HOST = r"(?<![\w.-])(?=[A-Za-z][\w.-]{0,252}[0-9])[A-Za-z][\w.-]{0,252}"
+_COUNT = r"[0-9]{1,3}(?:,[0-9]{3}){1,4}|[0-9]{1,15}"
 _MARK = r"<-+|\u2190|\*"
 _PAIR = re.compile(rf"(?P<host>{_HOST})(?:\s*:\s*|\s+)(?P<count>{_COUNT})(?![\w.,])"
                    rf"(?:\s*(?P<mark>{_MARK}))?")

@@ -34,7 +34,7 @@ CONVENTION_TAINT = Taint("nvidia.com/gpu", None, "NoSchedule")
 _GPU_LABEL = re.compile(r"(?i)gpu|accelerator|nvidia")
 READ_FAST_GBS, READ_SLOW_GBS = 2.0, 1.0  # weights read from network storage, GB/s
 _SHM_HINT = re.compile(r"(?i)num[_-]workers|dataloader|torchrun|deepspeed|nccl|"
-                       r"tensor[_-]parallel[_-]size[= ]*(?:[2-9]|\d\d)")
+                       r"tensor[_-]parallel[_-]size[= ]*(?:[2-9]|[0-9]{2})")
 _BUILTIN_TAINT = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
 
 

@@ -37,7 +37,7 @@ OPERANDS = (
     ("mig-manager", re.compile(r"^nvidia-mig-manager")),
     ("node-status-exporter", re.compile(r"^nvidia-node-status-exporter")),
 )
-_INIT = re.compile(r"^Init:(?P<done>\d+)/(?P<of>\d+)$")
+_INIT = re.compile(r"^Init:(?P<done>[0-9]+)/(?P<of>[0-9]+)$")
 _WHY = {
     "kernel-unresolved": "the packages of the running kernel (headers, kernel-devel) are not "
                          "in the driver container's repositories",

@@ -21,8 +21,8 @@ __all__ = ["INSUFFICIENT", "SELECTOR", "AFFINITY", "TAINT", "UNSCHEDULABLE", "OT
 INSUFFICIENT, SELECTOR, AFFINITY, TAINT, UNSCHEDULABLE, OTHER = (
     "insufficient", "selector", "affinity", "taint", "unschedulable", "other")
 
-_HEAD = re.compile(r"(?P<avail>\d+)/(?P<total>\d+) nodes are available(?::\s*)?")
-_PART = re.compile(r"(?:^|,\s*)(?P<n>\d+)\s+(?P<text>.+?)(?=,\s*\d+\s|$)")
+_HEAD = re.compile(r"(?P<avail>[0-9]+)/(?P<total>[0-9]+) nodes are available(?::\s*)?")
+_PART = re.compile(r"(?:^|,\s*)(?P<n>[0-9]+)\s+(?P<text>.+?)(?=,\s*[0-9]+\s|$)")
 _INSUFFICIENT = re.compile(r"^Insufficient (?P<res>\S+)$")
 _TAINT = re.compile(r"had (?:untolerated )?taints? \{(?P<taint>[^}]*)\}|had taints? that the "
                     r"pod didn't tolerate")
@@ -36,8 +36,8 @@ _QUEUE = re.compile(r"resource (?P<res>\S+) unavailable in ClusterQueue|insuffic
 _QUOTA = re.compile(r"exceeded quota: (?P<quota>[^,]+)(?:, requested: (?P<req>[^,]+(?:,[^,:]"
                     r"+)*?))?(?:, used: (?P<used>[^,]+))?(?:, limited: (?P<lim>[^,\s]+))?")
 # Volcano: "12/8 tasks in gang unschedulable: pod group is not ready, 20 minAvailable, 8 Running"
-_GANG = re.compile(r"(?P<pending>\d+)/(?P<ready>\d+) tasks in gang unschedulable.*?"
-                   r"(?P<min>\d+) minAvailable(?:,\s*(?P<running>\d+) Running)?", re.I | re.S)
+_GANG = re.compile(r"(?P<pending>[0-9]+)/(?P<ready>[0-9]+) tasks in gang unschedulable.*?"
+                   r"(?P<min>[0-9]+) minAvailable(?:,\s*(?P<running>[0-9]+) Running)?", re.I | re.S)
 
 
 @dataclass(frozen=True)

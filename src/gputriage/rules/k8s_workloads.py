@@ -361,7 +361,7 @@ def _workloads(cluster: Cluster) -> list[Workload]:
 
 
 # --- a model's size from its name --------------------------------------------------
-_PARAMS = re.compile(r"(?i)(?:^|[-_/.:=])(?:(\d+)x)?(\d+(?:\.\d+)?)b(?=$|[-_/.:,\s])")
+_PARAMS = re.compile(r"(?i)(?:^|[-_/.:=])(?:([0-9]+)x)?([0-9]+(?:\.[0-9]+)?)b(?=$|[-_/.:,\s])")
 _BYTES = ((re.compile(r"(?i)awq|gptq|int4|4bit|w4a16|nf4|q4|bnb-4"), 0.5, "4-bit"),
           (re.compile(r"(?i)fp8|int8|8bit|w8a8|q8"), 1.0, "8-bit"),
           (re.compile(r"(?i)fp32|float32"), 4.0, "FP32"))

@@ -26,7 +26,7 @@ REMAP_UNCORRECTABLE_RMA = 8
 
 def _nonzero(line: str) -> bool:
     """A counter line whose value is a non-zero number."""
-    m = re.search(r"(?::|>)\s*(\d+)\s*(?:<|$)", line)
+    m = re.search(r"(?::|>)\s*([0-9]+)\s*(?:<|$)", line)
     return bool(m and int(m.group(1)) > 0)
 
 

@@ -24,14 +24,14 @@ from gputriage.rules.nccl_ib_advice import HostRdma, advice, roce_path
 LOG = "nccl_log"
 SHOWN = 6  # WARN lines kept as evidence per finding
 
-_VENDOR = re.compile(r"vendor err (\d+)")
+_VENDOR = re.compile(r"vendor err ([0-9]+)")
 _OPEN_FAIL = re.compile(r"could not open (?P<dev>[\w.-]+)|(?:Failed to open|Unable to open|"
-                        r"cannot open) (?P<dev2>/dev/infiniband/\S+|uverbs\d+|(?:mlx5|erdma|"
+                        r"cannot open) (?P<dev2>/dev/infiniband/\S+|uverbs[0-9]+|(?:mlx5|erdma|"
                         r"irdma|bnxt_re|efa|rxe)\w*)|ibv_open_device\S* (?:failed|error)",
                         re.IGNORECASE)
-_ERRNO = re.compile(r"\(([^()]*?),?\s*errno (\d+)\)|errno[ =](\d+)")
+_ERRNO = re.compile(r"\(([^()]*?),?\s*errno ([0-9]+)\)|errno[ =]([0-9]+)")
 _HANG_NOTE = re.compile(r"no peer here|may hang", re.IGNORECASE)
-_RANK_ON = re.compile(r"Rank (\d+) on (\S+)")
+_RANK_ON = re.compile(r"Rank ([0-9]+) on (\S+)")
 
 
 def _host(p: NcclProcess) -> str:
@@ -204,7 +204,8 @@ def device_open_failed(nccl_log: NcclLog,
 
 # --- NVLS / multi-node NVLink (NVLink fabric) ----------------------------------------------
 
-_CUDA_CODE = re.compile(r"Cuda failure (\d{1,4})|CUDA error (\d{1,4})|cuda error (\d{1,4})",
+_CUDA_CODE = re.compile(r"Cuda failure ([0-9]{1,4})|CUDA error ([0-9]{1,4})|cuda error "
+                        r"([0-9]{1,4})",
                         re.IGNORECASE)
 _MNNVL = re.compile(r"MNNVL|IMEX|nvidia-caps-imex", re.IGNORECASE)
 _NVLS = re.compile(r"nvls|multicast|cuMulticast", re.IGNORECASE)

@@ -161,11 +161,11 @@ def init_incomplete(nccl_log: NcclLog) -> Iterator[Finding]:
 
 _TIMEOUT = re.compile(r"collective operation timeout|Watchdog caught|timed out", re.IGNORECASE)
 _CUDA = re.compile(r"CUDA error:\s*([^\n]+)|Cuda failure '?([^'\n]+)'?", re.IGNORECASE)
-_RANK = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\bRank (\d+)\b", re.IGNORECASE)
-_SEQ = re.compile(r"SeqNum=(\d+)")
+_RANK = re.compile(r"\[rank([0-9]+)\]|\[Rank ([0-9]+)\]|\bRank ([0-9]+)\b", re.IGNORECASE)
+_SEQ = re.compile(r"SeqNum=([0-9]+)")
 _OP = re.compile(r"OpType=(\w+)")
-_TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(\d+)")
-_RAN = re.compile(r"ran for (\d+) milliseconds")
+_TIMEOUT_MS = re.compile(r"Timeout\(ms\)=([0-9]+)")
+_RAN = re.compile(r"ran for ([0-9]+) milliseconds")
 _ECC = re.compile(r"ECC", re.IGNORECASE)
 _APP = re.compile(r"illegal memory access|illegal address|misaligned address|illegal instruction|"
                   r"invalid argument|device-side assert", re.IGNORECASE)

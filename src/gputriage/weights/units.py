@@ -53,7 +53,7 @@ def dtype_bytes(name: str) -> float:
 MAX_PARAMS = 10**15
 MAX_QUANTITY = 1e18  # an exabyte (per second): past any disk, link or model
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-_PARAMS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmbgt]?)\s*$", re.IGNORECASE)
+_PARAMS = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmbgt]?)\s*$", re.IGNORECASE)
 
 
 def parse_params(text: str) -> int:
@@ -73,7 +73,7 @@ def parse_params(text: str) -> int:
     return int(round(value * scale))
 
 
-_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)(b|bit|byte|bytes)?\s*$",
+_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgtp]?)(i?)(b|bit|byte|bytes)?\s*$",
                    re.IGNORECASE)
 _PREFIX = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
