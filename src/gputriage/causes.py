@@ -25,6 +25,7 @@ from gputriage.model import (
     finding_order,
     inconsistency,
 )
+from gputriage.parsers.base import strict_int
 
 __all__ = ["RELATIONS", "Relation", "fold", "merge_repeats"]
 
@@ -447,8 +448,8 @@ def _template(f: Finding) -> tuple[str, int]:
         mark = _BRACKET if m.lastgroup == "bracket" else _INLINE
         title = title[:m.start()] + mark + title[m.end():]
     counts = list(_COUNT.finditer(title))
-    if len(counts) == 1:
-        count = int(counts[0].group(1))
+    if len(counts) == 1 and (n := strict_int(counts[0].group(1))) is not None:
+        count = n
         title = title[:counts[0].start()] + _EVENTS + title[counts[0].end():]
     return title, count
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage.factbase import FactTable
 from gputriage.model import DriverVersions, HostIdentity
+from gputriage.parsers.base import strict_float
 
 if TYPE_CHECKING:
     from gputriage.facts import Facts
@@ -48,8 +49,8 @@ def _boot_time(created: Any, uptime: str | None) -> str | None:
     fields = (uptime or "").split()
     try:
         when = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
-        seconds = float(fields[0]) if fields else None
-        if seconds is None or not 0 <= seconds < 1e9:
+        seconds = strict_float(fields[0], lo=0, hi=1e9) if fields else None
+        if seconds is None:
             return None
         return (when - timedelta(seconds=seconds)).isoformat(timespec="seconds")
     except (ValueError, OverflowError):  # no such time

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from gputriage.knowledge import csv_rows, gpu_profile
+from gputriage.parsers.base import as_int
 
 __all__ = ["Fit", "Toolkit", "arch_of", "capability_of", "cuda_from_int", "cuda_from_tag",
            "family_floor", "first_cuda_for", "forward_compat_supported", "last_cuda_for",
@@ -63,11 +64,8 @@ def _minor(cuda: str | None) -> str | None:
 def cuda_from_int(value: int | str) -> str | None:
     """A CUDA version as the driver API encodes it (``1000*major + 10*minor``):
     ``11040`` -> ``"11.4"``, ``9000`` -> ``"9.0"``."""
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        return None
-    if n < 1000:
+    n = as_int(value)
+    if n is None or n < 1000:
         return None
     major, rest = divmod(n, 1000)
     return f"{major}.{rest // 10}"

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
+from gputriage.parsers.base import strict_hex, strict_int
 from gputriage.parsers.kernel_model import EventKind
 from gputriage.vocabulary import Action, Blame, Severity, inconsistency
 
@@ -222,9 +223,6 @@ def recovery_action(text: str) -> Action | None:
     number = _NUMBER.match(lowered)
     if number:
         raw = number.group(1)
-        base = 16 if raw[:2] in ("0x", "0X") else 10  # "01" is not valid with base 0
-        try:
-            return _RECOVERY_CODES.get(int(raw, base))
-        except ValueError:
-            return None
+        code = strict_hex(raw) if raw[:2] in ("0x", "0X") else strict_int(raw, signed=False)
+        return None if code is None else _RECOVERY_CODES.get(code)
     return None

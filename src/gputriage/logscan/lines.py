@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gputriage.logscan.fastline import FastLine, FastXid
 from gputriage.logscan.stamps import SYSLOG_NAMES, format_of, stamp_time
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import as_int, normalize_bus_id
 from gputriage.parsers.kernel_extractor import MAX_LINE, EventExtractor, split_escaped
 from gputriage.parsers.kernel_fold import Folder
 from gputriage.parsers.kernel_model import DriverEvent, LogLine
@@ -223,10 +223,12 @@ class LineSource:
         if not isinstance(msg, str):
             return True
         t = up = None
-        with contextlib.suppress(KeyError, TypeError, ValueError, OverflowError, OSError):
-            t = datetime.fromtimestamp(int(obj["__REALTIME_TIMESTAMP"]) / 1e6, tz=timezone.utc)
-        with contextlib.suppress(KeyError, TypeError, ValueError, OverflowError):
-            up = int(obj["__MONOTONIC_TIMESTAMP"]) / 1e6
+        realtime = as_int(obj.get("__REALTIME_TIMESTAMP"), lo=0)
+        monotonic = as_int(obj.get("__MONOTONIC_TIMESTAMP"), lo=0)
+        with contextlib.suppress(ValueError, OverflowError, OSError):  # beyond any date
+            t = None if realtime is None else datetime.fromtimestamp(realtime / 1e6,
+                                                                     tz=timezone.utc)
+        up = None if monotonic is None else monotonic / 1e6
         boot_id = obj.get("_BOOT_ID") if isinstance(obj.get("_BOOT_ID"), str) else None
         ident = str(obj.get("SYSLOG_IDENTIFIER") or obj.get("_TRANSPORT") or "kernel")
         stamp = t.isoformat() if t else ""

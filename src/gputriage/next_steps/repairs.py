@@ -9,6 +9,7 @@ from typing import Any
 
 from gputriage.model import Action, Blame, Finding
 from gputriage.next_steps.host import Host, bus_ids, dash_i, gpu_scopes, serials, what
+from gputriage.parsers.base import strict_int
 
 __all__ = ["BY_FAMILY", "BY_ID", "Repair", "repair"]
 
@@ -232,8 +233,8 @@ def _hugepages_asked(cmdline: Any) -> dict[int, int]:
     for key, value in params:
         if key == "hugepagesz" and value:
             size = sizes.get(value.upper(), size)
-        elif key == "hugepages" and value and value.isdigit():
-            asked[size] = int(value)
+        elif key == "hugepages" and (count := strict_int(value, signed=False)) is not None:
+            asked[size] = count
     return asked
 
 
@@ -346,8 +347,7 @@ def _sxid(f: Finding, host: Host) -> str | None:
 
 
 def _code(fid: str) -> int | None:
-    tail = fid.rsplit(".", 1)[-1]
-    return int(tail) if tail.isdigit() else None
+    return strict_int(fid.rsplit(".", 1)[-1], signed=False)
 
 
 def _kernel(f: Finding, host: Host) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from gputriage import safejson
 from gputriage.errors import ParseError
+from gputriage.parsers.base import strict_int
 
 __all__ = ["CdiSpec", "CdiSpecs", "CliDevice", "CliInfo", "CtkCdiList", "ToolkitConfig",
            "parse_cdi_specs", "parse_container_cli_info", "parse_ctk_cdi_list",
@@ -55,9 +56,12 @@ def toml_loads(text: str) -> dict[str, Any]:
     if reader is None:
         raise ParseError("reading TOML needs Python 3.11 or the tomli package")
     try:
-        return reader.loads(text)
+        doc: dict[str, Any] = reader.loads(text)
     except (reader.TOMLDecodeError, RecursionError, ValueError) as exc:
         raise ParseError(f"malformed TOML ({str(exc)[:120]})") from None
+    if safejson.too_deep(doc):  # a later walk of it would recurse as deep
+        raise ParseError(f"malformed TOML (nested more than {safejson.MAX_DEPTH} levels)")
+    return doc
 
 
 # --- /etc/nvidia-container-runtime/config.toml ------------------------------------------
@@ -278,7 +282,7 @@ def parse_ctk_cdi_list(text: str) -> CtkCdiList:
     lines: list[str] = []
     for line in (text or "").splitlines():
         if m := _FOUND.search(line):
-            out.count = int(m.group("n"))
+            out.count = strict_int(m.group("n"), signed=False)
             lines.append(line.strip())
         elif m := _QUALIFIED.match(line):
             devices.append(m.group("d"))
@@ -361,7 +365,7 @@ def _null(value: str) -> str | None:
 
 
 def _int(value: str | None) -> int | None:
-    return int(value) if value and value.isdigit() and len(value) < 6 else None
+    return strict_int(value, signed=False, hi=99999)
 
 
 def dumps_tree(files: dict[str, str]) -> str:

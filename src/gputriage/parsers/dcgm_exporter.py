@@ -13,12 +13,11 @@ plain lines of the old shell-script exporter (``Starting NVIDIA host engine...``
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id, strict_int
+from gputriage.parsers.base import ParseError, as_float, normalize_bus_id, strict_int
 
 __all__ = ["EXPORTER_EVENTS", "ExporterEntry", "ExporterLog", "ExporterMetrics", "GpuMetrics",
            "claim_exporter_log", "claim_metrics", "parse_exporter_log", "parse_metrics"]
@@ -127,11 +126,7 @@ def parse_metrics(text: str) -> ExporterMetrics:
 
 
 def _finite(value: object) -> float | None:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if math.isfinite(number) else None
+    return as_float(value)
 
 
 def _add(out: ExporterMetrics, name: str, labels: dict[str, str], value: float,

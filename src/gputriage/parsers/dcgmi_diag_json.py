@@ -253,7 +253,7 @@ def _scan_json(text: str, out: DiagReport) -> None:
     for m in _TOKEN.finditer(text):
         key, raw = m.group("key"), m.group("value")
         try:
-            value: Any = json.loads(raw) if raw.startswith('"') else int(raw)
+            value: Any = json.loads(raw) if raw.startswith('"') else strict_int(raw)
         except ValueError:
             continue
         scan.key(key, value, _line_at(text, m))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.parsers.base import strict_int
+
 __all__ = ["ENTITY_GROUPS", "RETURN", "DiagMessage", "DiagReport", "DiagTest", "gpus_named",
            "status_word", "worst"]
 
@@ -79,7 +81,8 @@ class DiagReport:
 
 def gpus_named(text: str) -> tuple[int, ...]:
     """The GPU indexes a message names ("GPU 0", "GPU1"), each once, in order."""
-    return tuple(dict.fromkeys(int(m) for m in _GPU_IN_TEXT.findall(text)))
+    found = (strict_int(m, signed=False) for m in _GPU_IN_TEXT.findall(text))
+    return tuple(dict.fromkeys(n for n in found if n is not None))
 
 
 def status_word(word: str) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import strict_int
 
 __all__ = ["DeviceQuery", "DqDevice", "claim_device_query", "is_device_query_line",
            "parse_device_query"]
@@ -73,17 +74,17 @@ def is_device_query_line(line: str) -> bool:
 def _read(dq: DeviceQuery, line: str) -> bool:
     """Apply one line; False when it is not deviceQuery's."""
     if m := _RETURNED.search(line):
-        dq.error_code = int(m.group("code"))
+        dq.error_code = strict_int(m.group("code"), signed=False)
     elif (m := _ARROW.match(line)) and dq.error_code is not None and dq.error_text is None:
         dq.error_text = m.group("text").strip()
     elif m := _RESULT.match(line):
         dq.result = m.group("result")
     elif m := _DETECTED.match(line):
-        dq.detected = int(m.group("n"))
+        dq.detected = strict_int(m.group("n"), signed=False)
     elif _NO_DEVICE.search(line):
         dq.detected = 0
-    elif m := _DEVICE.match(line):
-        dq.devices.append(DqDevice(int(m.group("index")), m.group("name").strip()))
+    elif (m := _DEVICE.match(line)) and (index := strict_int(m.group("index"))) is not None:
+        dq.devices.append(DqDevice(index, m.group("name").strip()))
     elif (m := _VERSIONS.search(line) or _SUMMARY.search(line)) and dq.devices:
         dq.devices[-1].driver_version = m.group("driver")
         dq.devices[-1].runtime_version = m.group("runtime")

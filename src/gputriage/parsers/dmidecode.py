@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc, claim_blocks
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import normalize_bus_id, strict_int
 
 __all__ = ["Slot", "claim_dmidecode_slots", "parse_dmidecode_slots"]
 
@@ -50,9 +50,9 @@ def parse_dmidecode_slots(text: str) -> list[Slot]:
         elif key == "Type":
             current.type = value
             widths = _WIDTH.findall(value)
-            current.width = int(widths[-1]) if widths else None
+            current.width = strict_int(widths[-1], signed=False) if widths else None
             gen = _GEN.search(value)
-            current.gen = int(gen.group(1)) if gen else None
+            current.gen = strict_int(gen.group(1), signed=False) if gen else None
         elif key == "Current Usage":
             current.usage = value
         elif key == "Bus Address":

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import normalize_bus_id, strict_int
 
 __all__ = ["Holder", "ResetAttempt", "ResetLog", "claim_gpu_reset", "is_reset_context",
            "is_reset_line", "is_reset_step", "parse_gpu_reset", "wraps"]
@@ -198,12 +198,13 @@ class _Reader:
             rest = more.group("rest") if more else None
             dev = self.log.holders[-1].device if self.log.holders else None
         row = _FUSER_ROW.match(rest.strip()) if rest else None
-        if row is None:
+        pid = strict_int(row.group("pid"), signed=False) if row else None
+        if row is None or pid is None:
             return False
         # fuser -v prints the user first; the command column is cut to 15 characters
         user, cmd = row.group("user"), row.group("cmd")
         name = user if user.startswith(cmd) and len(user) > len(cmd) else cmd
-        self.log.holders.append(Holder(name, int(row.group("pid")), dev, line.strip()))
+        self.log.holders.append(Holder(name, pid, dev, line.strip()))
         return True
 
 

@@ -18,7 +18,12 @@ from dataclasses import dataclass, field, fields
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc, claim_blocks, claim_lines
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import (
+    normalize_bus_id,
+    strict_float,
+    strict_hex,
+    strict_int,
+)
 from gputriage.parsers.driver import split_tree
 
 __all__ = ["IbGid", "IbPort", "claim_ib_tools", "normalize_phys_state", "normalize_state",
@@ -104,7 +109,7 @@ def _clean(raw: str) -> str:
 
 def _code(raw: str) -> int | None:
     m = re.match(r"^\s*([0-9]{1,2})\s*:", raw) or re.search(r"\(\s*([0-9]{1,2})\s*\)\s*$", raw)
-    return int(m.group(1)) if m else None
+    return strict_int(m.group(1), signed=False) if m else None
 
 
 def normalize_state(raw: str | None) -> str | None:
@@ -138,7 +143,7 @@ def parse_rate(raw: str | None) -> tuple[float | None, str | None, str | None]:
     m = _RATE.match(raw)
     if not m:
         return None, None, None
-    return float(m.group(1)), m.group("w"), m.group("s")
+    return strict_float(m.group(1)), m.group("w"), m.group("s")
 
 
 def _lane_rate(width: str | None, speed: str | None) -> float | None:
@@ -149,7 +154,8 @@ def _lane_rate(width: str | None, speed: str | None) -> float | None:
     s = re.match(r"^\s*([0-9]{1,4}(?:\.[0-9]{1,4})?)\s*Gbps", speed)
     if not (w and s) or w.group(1) not in _WIDTHS:
         return None
-    return round(_WIDTHS[w.group(1)] * float(s.group(1)), 1)
+    lane = strict_float(s.group(1))
+    return None if lane is None else round(_WIDTHS[w.group(1)] * lane, 1)
 
 
 def _int(raw: str | None) -> int | None:
@@ -157,11 +163,9 @@ def _int(raw: str | None) -> int | None:
     if raw is None:
         return None
     text = raw.strip()
-    m = re.fullmatch(r"0x([0-9a-fA-F]{1,16})", text)
-    if m:
-        return int(m.group(1), 16)
-    m = re.fullmatch(r"([0-9]{1,19})", text)
-    return int(m.group(1)) if m else None
+    if text[:2].lower() == "0x":
+        return strict_hex(text)
+    return strict_int(text, signed=False)
 
 
 def _text(raw: str | None) -> str | None:
@@ -170,7 +174,9 @@ def _text(raw: str | None) -> str | None:
 
 
 def _natural(key: str) -> list[object]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"([0-9]+)", key)]
+    """``mlx5_10`` after ``mlx5_9``: digit runs compare by value (length, then digits)."""
+    return [(len(p.lstrip("0")), p.lstrip("0")) if i % 2 else p
+            for i, p in enumerate(re.split(r"([0-9]+)", key))]
 
 
 def _sorted(ports: dict[tuple[str, int], IbPort]) -> list[IbPort]:
@@ -211,7 +217,9 @@ def parse_ib_tree(tree: object) -> list[IbPort]:
         if m.group("devattr"):
             devattrs.setdefault(dev, {})[m.group("devattr")] = value
             continue
-        num = int(m.group("port"))
+        num = strict_int(m.group("port"), signed=False)
+        if num is None:
+            continue
         port = ports.setdefault((dev, num), IbPort(dev, num, source="infiniband", fmt="sysfs"))
         attr = m.group("attr")
         if value:
@@ -316,8 +324,12 @@ class _Reader:
         self.devinfo = {}
         self.dev_lines = [line.strip()]
 
-    def start_port(self, num: int, line: str) -> None:
+    def start_port(self, num: int | None, line: str) -> None:
+        """The port block of ``line``; a port whose number is not one is not read."""
         assert self.device is not None
+        if num is None:
+            self.port = None
+            return
         self.port = self.get(self.device, num, self.fmt)
         self.port.lines.extend(ln for ln in self.dev_lines if ln not in self.port.lines)
         self.port.lines.append(line.strip())
@@ -332,7 +344,7 @@ class _Reader:
         if m:
             self.start_device(m.group("dev"), "ibstatus", line)
             self.dev_lines = []
-            self.start_port(int(m.group("port")), line)
+            self.start_port(strict_int(m.group("port"), signed=False), line)
             return
         m = _HCA_ID.match(line)
         if m:
@@ -355,12 +367,12 @@ class _Reader:
         if self.fmt == "ibstat":
             pm = _IBSTAT_PORT.match(line)
             if pm:
-                self.start_port(int(pm.group(1)), line)
+                self.start_port(strict_int(pm.group(1), signed=False), line)
                 return
         elif self.fmt == "ibv_devinfo":
             pm = _DEVINFO_PORT.match(line)
             if pm:
-                self.start_port(int(pm.group(1)), line)
+                self.start_port(strict_int(pm.group(1), signed=False), line)
                 return
         if line.strip() and not line[:1].isspace():
             self.device = self.port = None  # an unindented line ends the block
@@ -381,7 +393,10 @@ class _Reader:
     def netdev(self, m: re.Match[str], line: str) -> None:
         self.recognised = True
         self.device = self.port = None
-        port = self.get(m.group("dev"), int(m.group("port")), "ibdev2netdev")
+        num = strict_int(m.group("port"), signed=False)
+        if num is None:
+            return
+        port = self.get(m.group("dev"), num, "ibdev2netdev")
         port.netdev = port.netdev or m.group("netdev")
         port.netdev_state = m.group("up").capitalize()
         if m.group("state") and port.state is None:
@@ -398,10 +413,12 @@ class _Reader:
 
     def gid(self, m: re.Match[str], line: str) -> None:
         self.recognised = True
-        port = self.get(m.group("dev"), int(m.group("port")), "show_gids")
+        num, idx = strict_int(m.group("port"), signed=False), strict_int(m.group("idx"))
+        if num is None or idx is None:
+            return
+        port = self.get(m.group("dev"), num, "show_gids")
         ipv4 = m.group("ipv4") if m.group("ipv4") and "." in m.group("ipv4") else None
-        port.gids.append(IbGid(int(m.group("idx")), m.group("gid"), ipv4, m.group("ver"),
-                               m.group("netdev")))
+        port.gids.append(IbGid(idx, m.group("gid"), ipv4, m.group("ver"), m.group("netdev")))
         if m.group("netdev") and port.netdev is None:
             port.netdev = m.group("netdev")
         port.lines.append(line.strip())

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
 from gputriage.knowledge.job_messages import Hit, scan_line
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.job_context import JobContext, claim_context, read_context
 
 __all__ = ["JobLog", "JobVersions", "claim_job_log", "is_job_line", "parse_job_log"]
@@ -123,7 +124,8 @@ def _driver_int(raw: str) -> str | None:
 def _capability(raw: str) -> str | None:
     """``sm_120`` -> ``"12.0"``."""
     digits = raw.strip().lower().removeprefix("sm_")
-    return f"{int(digits[:-1])}.{digits[-1]}" if digits.isdigit() and len(digits) >= 2 else None
+    number = strict_int(digits, signed=False, hi=9999) if len(digits) >= 2 else None
+    return None if number is None else f"{number // 10}.{number % 10}"
 
 
 def _archs(raw: str) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from gputriage.ingest.paste import PasteDoc, claim_blocks, claim_lines
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, strict_int
 
 __all__ = ["Module", "claim_modules", "parse_modules"]
 
@@ -30,12 +30,8 @@ class Module:
     line: str
 
 
-def _isnum(token: str) -> bool:
-    return token.isascii() and token.isdigit()
-
-
 def _int(token: str | None) -> int | None:
-    return int(token) if token is not None and _isnum(token) else None
+    return strict_int(token, signed=False)
 
 
 def _users(token: str | None) -> tuple[str, ...]:
@@ -46,7 +42,8 @@ def _users(token: str | None) -> tuple[str, ...]:
 
 def _parse_line(line: str) -> Module | None:
     tokens = line.split()
-    if len(tokens) < 2 or not _isnum(tokens[1]):
+    size = strict_int(tokens[1], signed=False) if len(tokens) >= 2 else None
+    if size is None:
         return None
     name = tokens[0]
     if not all(c.isalnum() or c in "_-" for c in name):
@@ -59,7 +56,7 @@ def _parse_line(line: str) -> Module | None:
         state = rest[1]
     else:  # lsmod: the Used-by list, possibly followed by "[permanent]"
         used_by = _users(rest[0]) if rest else ()
-    return Module(name=name, size=int(tokens[1]), refcount=refcount, used_by=used_by,
+    return Module(name=name, size=size, refcount=refcount, used_by=used_by,
                   state=state, line=line.rstrip())
 
 

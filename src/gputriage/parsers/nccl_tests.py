@@ -119,26 +119,26 @@ class _Parser:
                 cur = self.start(None, s)
             cur.params = {m.group("k").strip(): m.group("v")
                           for m in _PARAM.finditer(s.lstrip("# "))}
-        elif m := _DEVICE.match(s):
+        elif (m := _DEVICE.match(s)) and (rank := strict_int(m.group("rank"))) is not None \
+                and (dev := strict_int(m.group("dev"))) is not None:
             cur = cur or self.start(None, s)
             if len(cur.devices) < 65536:
                 cur.devices.append(NcclTestDevice(
-                    rank=int(m.group("rank")), host=m.group("host"),
-                    pid=int(m.group("pid")) if m.group("pid") else None,
-                    device=int(m.group("dev")), bus=m.group("bus").strip() or None,
+                    rank=rank, host=m.group("host"), pid=strict_int(m.group("pid")),
+                    device=dev, bus=m.group("bus").strip() or None,
                     name=m.group("name").strip(), line=s[:500]))
         elif _COLUMNS.match(s):
             self.cols = _layout(s)
         elif cur is None:
             if m := _TESTS_VERSION.match(s):  # the first line a run prints
-                self.start(None, s).nccl_version = _version_code(int(m.group(1)))
+                self.start(None, s).nccl_version = _version_code(strict_int(m.group(1)))
         elif m := _AVG.match(s):
             cur.avg_busbw = strict_float(m.group("v"))
             cur.avg_line = s[:500]
         elif m := _OOB.match(s):
-            cur.out_of_bounds = int(m.group("v"))
+            cur.out_of_bounds = strict_int(m.group("v"))
         elif m := _TESTS_VERSION.match(s):
-            self.fresh(s).nccl_version = _version_code(int(m.group(1)))
+            self.fresh(s).nccl_version = _version_code(strict_int(m.group(1)))
 
 
 def _is_prompt(s: str) -> bool:
@@ -151,8 +151,10 @@ def _started(run: NcclTestRun) -> bool:
     return bool(run.params or run.rows or run.devices or run.errors or run.avg_busbw is not None)
 
 
-def _version_code(code: int) -> str:
+def _version_code(code: int | None) -> str | None:
     """``22105`` -> ``2.21.5`` (NCCL_VERSION_CODE; before 2.9 it was ``2708`` for 2.7.8)."""
+    if code is None:
+        return None
     if code < 10000:
         return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
     return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
@@ -190,8 +192,8 @@ def _row(s: str, cols: tuple[str, ...] | None = None) -> NcclTestRow | None:
         return None
     redop, root = "none", -1
     for t in middle:
-        if re.fullmatch(r"-?[0-9]{1,7}", t):
-            root = int(t)
+        if (number := strict_int(t)) is not None and re.fullmatch(r"-?[0-9]{1,7}", t):
+            root = number
         else:
             redop = t
     vals = [strict_float(t) for t in groups]
@@ -210,7 +212,7 @@ def _wrong(raw: str) -> int | None:
     """#wrong as a count (printed ``%g``: ``3``, ``1.67772e+07``); None for ``N/A`` and
     for the float max-error (``2e-07``) of the oldest versions, which had no header."""
     if re.fullmatch(r"[0-9]{1,18}", raw):
-        return int(raw)
+        return strict_int(raw)
     v = strict_float(raw) if "e+" in raw else None
     return int(v) if v is not None and v >= 1 and v == int(v) else None
 

@@ -14,7 +14,13 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gputriage.parsers.base import normalize_bus_id, parse_bool
+from gputriage.parsers.base import (
+    normalize_bus_id,
+    parse_bool,
+    parse_int,
+    strict_float,
+    strict_int,
+)
 
 __all__ = [
     "SmiError",
@@ -138,30 +144,13 @@ class SmiReport:
 
 # --- value helpers -------------------------------------------------------------------------
 
-_INT_RE = re.compile(r"^\s*(-?[0-9]{1,18})(?![0-9])")
-
-
-def parse_int(raw: str | None) -> int | None:
-    """A leading integer (``"386 MiB"`` -> 386), or None for N/A, garbage or absurd lengths.
-
-    Like :func:`gputriage.parsers.base.parse_int` but bounded to 18 digits, so a
-    hostile digit run cannot trip Python's int-string conversion limit.
-    """
-    if raw is None:
-        return None
-    m = _INT_RE.match(raw)
-    return int(m.group(1)) if m else None
-
-
-_FLOAT_RE = re.compile(r"^\s*(-?[0-9]{1,18}(?![0-9])(?:\.[0-9]+)?)")
+_FLOAT_RE = re.compile(r"^\s*(-?[0-9]{1,18}(?![0-9])(?:\.[0-9]{1,18})?)")
 
 
 def parse_float(raw: str | None) -> float | None:
     """A leading decimal number (``"74.58 W"`` -> 74.58), or None for N/A / garbage."""
-    if raw is None:
-        return None
-    m = _FLOAT_RE.match(raw)
-    return float(m.group(1)) if m else None
+    m = _FLOAT_RE.match(raw) if raw is not None else None
+    return strict_float(m.group(1)) if m else None
 
 
 def parse_link_width(raw: str | None) -> int | None:
@@ -169,7 +158,7 @@ def parse_link_width(raw: str | None) -> int | None:
     if raw is None:
         return None
     m = re.match(r"^\s*x?([0-9]{1,6})\s*x?\s*$", raw, re.IGNORECASE)
-    return int(m.group(1)) if m else None
+    return strict_int(m.group(1)) if m else None
 
 
 def parse_active(raw: str | None) -> bool | None:
@@ -307,10 +296,10 @@ def _remap_histogram(gpu: SmiGpu, values: Mapping[str, str]) -> int:
     for key, raw in values.items():
         if not key.startswith("remapped rows/") or "histogram/" not in key:
             continue
-        last = key.rsplit("/", 1)[-1].split()[-1]
+        words = key.rsplit("/", 1)[-1].split()
         n = parse_int(raw)
-        if last in _HISTOGRAM_BINS and n is not None:
-            gpu.remap_histogram[last] = n
+        if words and words[-1] in _HISTOGRAM_BINS and n is not None:
+            gpu.remap_histogram[words[-1]] = n
             found += 1
     return found
 

@@ -26,7 +26,7 @@ from functools import partial
 from gputriage.errors import ParseError
 from gputriage.ingest.kernel_log import is_kernel_line
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import normalize_bus_id, parse_bool
+from gputriage.parsers.base import normalize_bus_id, parse_bool, strict_int
 from gputriage.parsers.nvsmi import (
     SmiGpu,
     SmiProcess,
@@ -181,8 +181,8 @@ def _gpu_for(state: _State, ident: Mapping[str, str], position: int,
     bus = normalize_bus_id(parse_str(ident.get("pci.bus_id")))
     uuid = parse_str(ident.get("uuid"))
     index = parse_int(ident.get("index"))
-    if index is None and target is not None and target.isdigit():
-        index = int(target)
+    if index is None:
+        index = strict_int(target, signed=False)
     if bus is None and target and _BUS.match(target):
         bus = normalize_bus_id(target)
     keys = [k for k in (bus and f"bus:{bus}", uuid and f"uuid:{uuid}",
@@ -239,7 +239,7 @@ def _apply_retired(gpu: SmiGpu | None, row: dict[str, str]) -> None:
 def _apply_process(state: _State, row: dict[str, str], target: str | None) -> None:
     bus = normalize_bus_id(parse_str(row.get("pci.bus_id")))
     uuid = parse_str(row.get("uuid"))
-    index = int(target) if target and target.isdigit() else None
+    index = strict_int(target, signed=False)
     proc = SmiProcess(gpu_index=index, pid=parse_int(row.get("pid")), type="C",
                       name=parse_str(row.get("name")),
                       used_memory_mib=parse_int(row.get("used_memory")),

@@ -10,7 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import (
+    normalize_bus_id,
+    strict_float,
+    strict_hex,
+    strict_int,
+)
 from gputriage.parsers.driver import split_tree
 
 __all__ = ["PciFunction", "parse_aer", "parse_link_speed", "parse_pci_tree"]
@@ -31,7 +36,7 @@ def parse_link_speed(text: str | None) -> float | None:
     if not text:
         return None
     m = _SPEED.match(text)
-    return float(m.group(1)) if m else None
+    return strict_float(m.group(1)) if m else None
 
 
 def parse_aer(text: str) -> dict[str, int]:
@@ -39,8 +44,9 @@ def parse_aer(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1].isascii() and parts[1].isdigit():
-            out[parts[0]] = int(parts[1])
+        count = strict_int(parts[1], signed=False) if len(parts) == 2 else None
+        if count is not None:
+            out[parts[0]] = count
     return out
 
 
@@ -105,21 +111,15 @@ class PciFunction:
 def _hex(text: str | None) -> int | None:
     if not text:
         return None
-    v = text.strip().lower().removeprefix("0x")
-    if not v or len(v) > 8 or any(c not in "0123456789abcdef" for c in v):
-        return None
-    return int(v, 16)
+    v = text.strip()
+    return strict_hex(v) if len(v.lower().removeprefix("0x")) <= 8 else None
 
 
 def _dec(text: str | None) -> int | None:
     if text is None:
         return None
     v = text.strip()
-    neg = v.startswith("-")
-    digits = v[1:] if neg else v
-    if not digits or len(digits) > 9 or not (digits.isascii() and digits.isdigit()):
-        return None
-    return -int(digits) if neg else int(digits)
+    return strict_int(v, lo=-999_999_999, hi=999_999_999) if not v.startswith("+") else None
 
 
 def _text(text: str | None) -> str | None:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id
+from gputriage.parsers.base import ParseError, normalize_bus_id, strict_int
 from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
 
 __all__ = ["ENDS", "EVENTS", "STARTS", "PdEntry", "PersistencedLog", "claim_persistenced_journal",
@@ -107,13 +107,13 @@ class PersistencedLog:
 
 def _entry(time: str | None, prog: str, pid: str | None, message: str, line: str) -> PdEntry:
     text = message.strip()
-    entry = PdEntry(time, prog, int(pid) if pid else None, text, line.rstrip())
+    entry = PdEntry(time, prog, strict_int(pid, signed=False), text, line.rstrip())
     for name, pattern in EVENTS:
         m = pattern.search(text)
         if m:
             entry.event = name
             if name == "signal":
-                entry.signal = int(m.group("signal"))
+                entry.signal = strict_int(m.group("signal"), signed=False)
             break
     dev = _DEVICE.match(text)
     entry.device = normalize_bus_id(dev.group("bus")) if dev else None

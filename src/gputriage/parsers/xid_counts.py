@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import strict_int
 
 __all__ = ["XidCountTable", "XidCounts", "claim_xid_counts", "parse_xid_counts"]
 
@@ -52,7 +53,8 @@ class XidCounts:
 
 
 def _xids(line: str) -> set[int]:
-    return {int(m.group(1)) for m in _XID.finditer(line)}
+    found = {strict_int(m.group(1), signed=False) for m in _XID.finditer(line)}
+    return {n for n in found if n is not None}
 
 
 def _is_row(line: str) -> bool:
@@ -64,8 +66,8 @@ def _is_row(line: str) -> bool:
 def _pairs(line: str) -> list[tuple[str, int, bool]]:
     md = _MD_ROW.match(line)
     found = [md] if md else ([] if _MD_RULE.match(line) else list(_PAIR.finditer(line)))
-    return [(m.group("host"), int(m.group("count").replace(",", "")), bool(m.group("mark")))
-            for m in found]
+    return [(m.group("host"), n, bool(m.group("mark"))) for m in found
+            if (n := strict_int(m.group("count").replace(",", ""), signed=False)) is not None]
 
 
 def parse_xid_counts(text: str) -> XidCounts:

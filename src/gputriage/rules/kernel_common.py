@@ -27,6 +27,7 @@ from gputriage.model import (
     Severity,
     Status,
 )
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.kernel_events import DriverEvent, EventKind
 from gputriage.parsers.kernel_fold import seconds, weight
 from gputriage.rules.base import action_for, finding, gpu_scope
@@ -73,10 +74,7 @@ def when(ev: DriverEvent) -> str | None:
 
 def xid_code(ev: DriverEvent) -> int | None:
     """The numeric code of an Xid / SXid event."""
-    try:
-        return int(ev.details.get("code", ""))
-    except ValueError:
-        return None
+    return strict_int(ev.details.get("code"), signed=False)
 
 
 def scope_of(bus: str | None, gpus: GpuMap, *, device: bool = False,

@@ -20,6 +20,7 @@ from gputriage.hostfacts.resets import Resets
 from gputriage.hostfacts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
 from gputriage.model import DRAINING_ACTIONS, Action, Blame, Finding, Severity
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.kernel_fold import (
     FOLLOW_ON_S,
@@ -61,9 +62,9 @@ def _follow_on_causes(ev: DriverEvent, earlier_on_gpu: Sequence[tuple[int, Drive
     """The Xids an Xid 45 is a consequence of (empty when it stands alone), from the
     GPU's Xids before it: for events the scan did not judge (``follows`` None)."""
     causes: set[int] = set()
-    named = ev.details.get("caused_by")
-    if named and named.isdigit():
-        causes.add(int(named))
+    named = strict_int(ev.details.get("caused_by"), signed=False)
+    if named is not None:
+        causes.add(named)
     t = seconds(ev)
     for code, prev in reversed(earlier_on_gpu[-LOOKBACK:]):
         if code == 45:
@@ -154,7 +155,7 @@ def _app_faults(items: Iterable[tuple[int, DriverEvent]]) -> _AppFaults:
             out.unnamed = True
             continue
         pids = out.programs.setdefault(names[key], set())
-        if key.isdigit():
+        if strict_int(key, signed=False) is not None:
             pids.add(key)
     if patterns:
         out.shared_pattern = bool(set.intersection(*patterns.values()))
