@@ -159,6 +159,7 @@ def _judge(snapshot: Any, cluster: Any, who: str) -> Any:
     gc.freeze()
     facts = Facts(snapshot, context=CheckContext())
     facts.prefill("k8s_objects", cluster)
+    facts.problems += [f"{who}: {p}" for p in cluster.unreadable_fields()]
     result = analyze_facts(facts)
     if not result.host.hostname:
         result.host = replace(result.host, hostname=who)

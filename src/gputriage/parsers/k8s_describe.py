@@ -24,7 +24,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, strict_int
 from gputriage.parsers.k8s_model import (
     Cluster,
     KContainer,
@@ -82,7 +82,7 @@ def event_from_row(line: str, kind: str | None = None, name: str | None = None,
     m = EVENT_ROW.match(line)
     if m is None:
         return None
-    count = int(m["count"]) if m["count"] else None
+    count = strict_int(m["count"], signed=False)
     return KEvent(reason=m["reason"], message=m["message"].strip(), type=m["type"], kind=kind,
                   name=name, namespace=namespace, count=count, source=m["source"],
                   age=m["age"], line=line.strip())
@@ -374,7 +374,7 @@ def _pod(top: dict[str, _Node], name: str) -> KPod:
                priority_class=val("Priority Class Name"), owner=val("Controlled By"),
                runtime_class=val("Runtime Class Name"))
     priority = val("Priority")
-    pod.priority = int(priority) if priority and priority.lstrip("-").isdigit() else None
+    pod.priority = strict_int(priority)
     pod.labels = _mapping(top.get("Labels"), "=")
     pod.annotations = _mapping(top.get("Annotations"))
     if "Node-Selectors" in top:
@@ -413,12 +413,12 @@ def _container(node: _Node, init: bool) -> KContainer:
             if key in sf and sf[key].value:
                 setattr(c, attr, sf[key].value)
         code = sf.get("Exit Code")
-        if code is not None and code.value.lstrip("-").isdigit():
-            c.exit_code = int(code.value)
+        if code is not None:
+            c.exit_code = strict_int(code.value)
     ready = f.get("Ready")
     c.ready = None if ready is None else ready.value == "True"
     restarts = f.get("Restart Count")
-    c.restarts = int(restarts.value) if restarts is not None and restarts.value.isdigit() else None
+    c.restarts = strict_int(restarts.value, signed=False) if restarts is not None else None
     return c
 
 

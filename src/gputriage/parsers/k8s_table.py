@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.base import ParseError
-from gputriage.parsers.k8s_model import GPU, Cluster, KDaemonSet, KEvent, KNode, KPod
+from gputriage.parsers.base import ParseError, strict_int
+from gputriage.parsers.k8s_model import GPU, Cluster, KDaemonSet, KEvent, KNode, KPod, quantity
 
 __all__ = ["POD_ROW", "parse_k8s_table", "table_kind"]
 
@@ -76,7 +76,7 @@ def _cells(row: str, cols: list[tuple[int, str]]) -> list[str] | None:
 
 
 def _int(raw: str | None) -> int | None:
-    return int(raw) if raw is not None and raw.isdigit() else None
+    return strict_int(raw, signed=False)
 
 
 def _add(cluster: Cluster, kind: str, row: dict[str, str], line: str) -> None:
@@ -134,7 +134,7 @@ def _gpu_row(cluster: Cluster, row: dict[str, str], line: str) -> None:
     node = KNode(name=row[names[0]], lines=[line])
     for col in names[1:]:
         value = row[col]
-        if not re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", value):
+        if quantity(value) is None:
             continue
         low = col.lower()
         if re.search(r"used|alloc(?:ated)?\b|request", low):

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 from gputriage.knowledge.xid import xid_info
 from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.k8s_model import GPU, Cluster, KNode
 from gputriage.rules.base import action_for, evidence, finding, rule
 from gputriage.rules.k8s_nodes import SOURCE, lines_of, named, scope_of
@@ -47,10 +48,9 @@ def driver_drift(cluster: Cluster) -> Iterator[Finding]:
 
 
 def _xids(reason: str, message: str) -> list[int]:
-    codes = []
-    for m in _XID_REASON.finditer(f"{reason} {message}"):
-        codes.append(int(m.group(1) or m.group(2)))
-    return sorted(set(codes))
+    codes = {strict_int(m.group(1) or m.group(2), signed=False)
+             for m in _XID_REASON.finditer(f"{reason} {message}")}
+    return sorted(c for c in codes if c is not None)
 
 
 @rule("k8s.node-condition", produces=("k8s.node-condition",))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.k8s_model import KEvent
 
 __all__ = ["INSUFFICIENT", "SELECTOR", "AFFINITY", "TAINT", "UNSCHEDULABLE", "OTHER",
@@ -96,12 +97,17 @@ def parse_failed_scheduling(message: str) -> SchedMessage | None:
     body = message[head.end():]
     main, _, preemption = body.partition(" preemption:")
     main = main.strip().rstrip(".").strip()
+    available, total = strict_int(head.group("avail")), strict_int(head.group("total"))
+    if available is None or total is None:
+        return None
     reasons = []
     for m in _PART.finditer(main):
         text = m.group("text").strip().rstrip(".")
         kind, detail = _kind(text)
-        reasons.append(Reason(int(m.group("n")), text, kind, detail))
-    return SchedMessage(int(head.group("avail")), int(head.group("total")), tuple(reasons),
+        n = strict_int(m.group("n"))
+        if n is not None:
+            reasons.append(Reason(n, text, kind, detail))
+    return SchedMessage(available, total, tuple(reasons),
                         preemption.strip().rstrip(".").strip() or None)
 
 
@@ -129,5 +135,7 @@ def gang_message(text: str) -> tuple[int, int, int | None] | None:
     m = _GANG.search(text)
     if m is None:
         return None
-    running = m.group("running")
-    return int(m.group("pending")), int(m.group("min")), int(running) if running else None
+    pending, least = strict_int(m.group("pending")), strict_int(m.group("min"))
+    if pending is None or least is None:
+        return None
+    return pending, least, strict_int(m.group("running"))
