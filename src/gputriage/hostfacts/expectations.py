@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from gputriage.factbase import FactTable, Missing
 from gputriage.model import Evidence
+from gputriage.parsers.base import split_lines
 
 if TYPE_CHECKING:
     from gputriage.expect import Expectations
@@ -72,7 +73,7 @@ def gpu_traces(facts: Facts) -> GpuTraces:
     hints: list[Evidence] = []
     probed = [e for e in events if e.kind == "no-adapter-probed"]
     if probed:
-        hints.append(Evidence("kernel_log", _first(e.line.splitlines()[0] for e in probed),
+        hints.append(Evidence("kernel_log", _first(split_lines(e.line)[0] for e in probed),
                               "the nvidia module tried to load and found no GPU"))
     libs = [lib.path for lib in facts.maybe("libs", []) or []]
     if libs:
@@ -87,7 +88,7 @@ def _kernel_traces(facts: Facts, events: list) -> tuple[list[Evidence], tuple[st
     buses = {e.bus_id for e in gpu_events if e.bus_id}
     if gpu_events:
         kinds = sorted({str(e.kind) for e in gpu_events})
-        evidence.append(Evidence("kernel_log", _first(e.line.splitlines()[0] for e in gpu_events),
+        evidence.append(Evidence("kernel_log", _first(split_lines(e.line)[0] for e in gpu_events),
                                  f"{sum(e.count for e in gpu_events)} GPU event(s) in the "
                                  f"kernel log: {', '.join(kinds)}"))
     seen = _kernel_lines(facts.text("kernel_log") or "")

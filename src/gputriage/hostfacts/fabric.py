@@ -17,6 +17,7 @@ from gputriage.hostfacts.stack import SMI_SOURCES, GpuSighting
 from gputriage.knowledge import GpuProfile, gpu_profile
 from gputriage.model import Evidence
 from gputriage.parsers import fabricmanager, nvlink
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.pci import PciFunction
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def _nvswitches(facts: Facts) -> list[NvSwitchSighting]:
         for entry in log.entries:
             if entry.nvswitch or (entry.event == "configured" and "NVSwitch" in entry.message):
                 seen.append(NvSwitchSighting(FM_SOURCE, entry.nvswitch or "fabric manager",
-                                             entry.line.splitlines()[0]))
+                                             split_lines(entry.line)[0]))
         if log.having("nothing-to-do"):
             known = True
     if not seen and not known:
@@ -143,7 +144,7 @@ def _nvswitches(facts: Facts) -> list[NvSwitchSighting]:
 
 def _fabric_blocks(text: str) -> list[tuple[str, ...]]:
     """The lines of each GPU's Fabric section of nvidia-smi -q (text or XML), in order."""
-    lines = text.splitlines()
+    lines = split_lines(text)
     blocks: list[tuple[str, ...]] = []
     for i, line in enumerate(lines):
         if _FABRIC_HEAD.search(line):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage.factbase import FactTable
 from gputriage.model import DriverVersions, HostIdentity
-from gputriage.parsers.base import strict_float
+from gputriage.parsers.base import split_lines, strict_float
 
 if TYPE_CHECKING:
     from gputriage.facts import Facts
@@ -34,11 +34,11 @@ def toolkit_version(text: str | None) -> str | None:
 
 
 def _first_line(text: str | None) -> str | None:
-    return text.strip().splitlines()[0] if text and text.strip() else None
+    return split_lines(text.strip())[0] if text and text.strip() else None
 
 
 def _os_name(text: str | None) -> str | None:
-    for line in (text or "").splitlines():
+    for line in split_lines(text or ""):
         if line.startswith("PRETTY_NAME="):
             return line.split("=", 1)[1].strip().strip('"')
     return None

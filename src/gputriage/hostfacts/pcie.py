@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gputriage import knowledge
 from gputriage.factbase import FactTable, Missing
 from gputriage.parsers import lspci
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import normalize_bus_id, split_lines
 from gputriage.parsers.nvsmi import SmiGpu
 from gputriage.parsers.pci import PciFunction
 
@@ -258,7 +258,7 @@ def _skip_sibling(f: PciFunction, kinds: dict[str, str]) -> bool:
 
 
 def _text(facts: Facts, source: str) -> list[str]:
-    return [] if source == "pci_devices" else (facts.text(source) or "").splitlines()
+    return [] if source == "pci_devices" else split_lines(facts.text(source) or "")
 
 
 def _evidence_source(facts: Facts, f: PciFunction, kind: str, source: str) -> str:

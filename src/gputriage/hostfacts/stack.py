@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gputriage.factbase import FactTable, Missing
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import normalize_bus_id, split_lines
 
 if TYPE_CHECKING:  # parsers are imported when a fact first needs them
     from gputriage.facts import Facts
@@ -323,7 +323,7 @@ def container_cgroup_lines(facts: Facts) -> list[str]:
     text = facts.text("proc_self_cgroup")
     if text is None:
         raise Missing(facts.snapshot.missing_reason("proc_self_cgroup"))
-    return [ln for ln in text.splitlines() if CONTAINER_CGROUP.search(ln)]
+    return [ln for ln in split_lines(text) if CONTAINER_CGROUP.search(ln)]
 
 
 @FACTS.fact("in_container")

@@ -21,6 +21,7 @@ import re
 from gputriage.ingest.commands import source_for_command
 from gputriage.ingest.kernel_log import is_kernel_line
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.nccl_lines import is_nccl_line, strip_shippers
 from gputriage.parsers.nccl_tests import is_nccl_tests_line
 
@@ -54,7 +55,7 @@ def nccl_record(line: str) -> bool:
 def nccl_lines(text: str) -> str:
     """The NCCL records of a large text, in order (without the wrapped lines of framework
     errors: for inputs too large for the full detector)."""
-    kept = [ln for ln in text.splitlines()
+    kept = [ln for ln in split_lines(text)
             if ("NCCL" in ln or "nccl" in ln or "DistBackendError" in ln) and nccl_record(ln)]
     return "\n".join(kept) + "\n" if kept else ""
 

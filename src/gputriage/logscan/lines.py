@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gputriage.logscan.fastline import FastLine, FastXid
 from gputriage.logscan.stamps import SYSLOG_NAMES, format_of, stamp_time
-from gputriage.parsers.base import as_int, normalize_bus_id
+from gputriage.parsers.base import as_int, normalize_bus_id, split_lines
 from gputriage.parsers.kernel_extractor import MAX_LINE, EventExtractor, split_escaped
 from gputriage.parsers.kernel_fold import Folder
 from gputriage.parsers.kernel_model import DriverEvent, LogLine
@@ -233,7 +233,7 @@ class LineSource:
         ident = str(obj.get("SYSLOG_IDENTIFIER") or obj.get("_TRANSPORT") or "kernel")
         stamp = t.isoformat() if t else ""
         host = str(obj.get("_HOSTNAME") or "-")
-        for piece in msg[:MAX_LINE].splitlines() or [""]:
+        for piece in split_lines(msg[:MAX_LINE]) or [""]:
             ll = LogLine(f"{stamp} {host} {ident}: {piece}".strip(), piece.strip(),
                          (stamp,) if stamp else (), lineno, t, up, origin=self.name)
             self._note(ll, None, boot_id)

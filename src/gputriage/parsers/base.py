@@ -9,7 +9,7 @@ import re
 from gputriage.errors import ParseError
 
 __all__ = ["INT_DIGITS", "ParseError", "as_float", "as_int", "normalize_bus_id", "parse_bool",
-           "parse_int", "strict_float", "strict_hex", "strict_int"]
+           "parse_int", "split_lines", "strict_float", "strict_hex", "strict_int"]
 
 _BUS_RE = re.compile(
     r"^(?:(?P<dom>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})"
@@ -42,6 +42,21 @@ def _normalize(raw: str) -> str | None:
     dom = int(m.group("dom") or "0", 16)
     return (f"{dom:04x}:{int(m.group('bus'), 16):02x}:{int(m.group('dev'), 16):02x}."
             f"{int(m.group('fn') or '0')}")
+
+
+_BREAK = re.compile(r"\r\n?|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text`` as the tools print them and the log scanner reads them: cut
+    at ``\n``, ``\r\n`` and ``\r`` only. ``str.splitlines()`` also cuts at ``\v``,
+    ``\f``, ``\x1c``-``\x1e``, ``\x85``, ``\u2028`` and ``\u2029``: a byte in a field
+    would start a line of its own there (a forged record), and a pasted output would
+    not be cut where a file of it is."""
+    lines = _BREAK.split(text) if "\r" in text else text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def parse_bool(raw: str | None) -> bool | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from gputriage import safejson
 from gputriage.errors import ParseError
-from gputriage.parsers.base import strict_int
+from gputriage.parsers.base import split_lines, strict_int
 
 __all__ = ["CdiSpec", "CdiSpecs", "CliDevice", "CliInfo", "CtkCdiList", "ToolkitConfig",
            "parse_cdi_specs", "parse_container_cli_info", "parse_ctk_cdi_list",
@@ -101,7 +101,7 @@ def parse_toolkit_config(text: str) -> ToolkitConfig:
         ldconfig=_str(cli.get("ldconfig")), spec_dirs=_strs(cdi.get("spec-dirs")),
         capabilities=tuple(c.strip() for c in caps.split(",") if c.strip())
         if isinstance(caps, str) else ())
-    for line in text.splitlines():
+    for line in split_lines(text):
         key = line.split("=", 1)[0].strip()
         if "=" in line and not line.lstrip().startswith("#") and key in (*_TOOLKIT_KEYS,
                                                                           "runtimes"):
@@ -193,7 +193,7 @@ def _cdi_doc(body: str) -> Any:
 def _cdi_lines(body: str) -> dict[str, Any]:
     """The keys a spec is judged on, read line by line (no YAML library)."""
     doc: dict[str, Any] = {"devices": [], "containerEdits": {"mounts": []}}
-    for line in body.splitlines():
+    for line in split_lines(body):
         m = re.match(r"^(kind|cdiVersion):\s*['\"]?([^'\"\s]+)", line)
         if m:
             doc[m.group(1)] = m.group(2)
@@ -217,7 +217,7 @@ def _cdi_spec(path: str, body: str) -> CdiSpec:
     for d in devices:
         hosts.extend(_host_paths(d.get("containerEdits")))
     versions = _driver_versions(hosts)
-    shown = [ln.strip() for ln in body.splitlines() if "containerPath" not in ln
+    shown = [ln.strip() for ln in split_lines(body) if "containerPath" not in ln
              and any(f".so.{v}" in ln or f"/{v}/" in ln for v in versions)]
     kind, cdi = doc.get("kind"), doc.get("cdiVersion")
     return CdiSpec(path, kind if isinstance(kind, str) else None,
@@ -280,7 +280,7 @@ def parse_ctk_cdi_list(text: str) -> CtkCdiList:
     out = CtkCdiList()
     devices: list[str] = []
     lines: list[str] = []
-    for line in (text or "").splitlines():
+    for line in split_lines(text or ""):
         if m := _FOUND.search(line):
             out.count = strict_int(m.group("n"), signed=False)
             lines.append(line.strip())
@@ -337,7 +337,7 @@ def parse_container_cli_info(text: str) -> CliInfo:
     dev: CliDevice | None = None
     shown: list[str] = []
     listed: list[str] = []
-    for line in (text or "").splitlines():
+    for line in split_lines(text or ""):
         m = _CLI_LINE.match(line.strip())
         if m:
             key, value = m.group("k"), _null(m.group("v"))

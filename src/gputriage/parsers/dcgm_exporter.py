@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, as_float, normalize_bus_id, strict_int
+from gputriage.parsers.base import ParseError, as_float, normalize_bus_id, split_lines, strict_int
 
 __all__ = ["EXPORTER_EVENTS", "ExporterEntry", "ExporterLog", "ExporterMetrics", "GpuMetrics",
            "claim_exporter_log", "claim_metrics", "parse_exporter_log", "parse_metrics"]
@@ -87,7 +87,7 @@ def parse_metrics(text: str) -> ExporterMetrics:
     """Parse a dcgm-exporter ``/metrics`` text; ParseError when no DCGM sample is read."""
     out = ExporterMetrics()
     lines = []
-    for ln in text.splitlines():
+    for ln in split_lines(text):
         if _SAMPLE.match(ln) or _META.match(ln):
             lines.append(ln)
         elif _NAME.match(ln):
@@ -245,7 +245,7 @@ def _event(message: str) -> tuple[str | None, str | None]:
 def parse_exporter_log(text: str) -> ExporterLog:
     """Parse dcgm-exporter's log; ParseError when no line is one of its records."""
     out = ExporterLog()
-    for line in text.splitlines():
+    for line in split_lines(text):
         parts = _split(line)
         if parts is None:
             continue

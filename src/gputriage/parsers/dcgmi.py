@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id, strict_int
+from gputriage.parsers.base import ParseError, normalize_bus_id, split_lines, strict_int
 
 __all__ = ["BOX", "HOSTENGINE_ERROR", "Discovery", "DiscoveredGpu", "HealthIncident",
            "HealthReport", "NvlinkReport", "claim_dcgmi", "hostengine_error", "parse_discovery",
@@ -35,7 +35,7 @@ _VERSION = re.compile(r"^\s*(?:dcgmi\s+)?version\s*:\s*(?P<v>[0-9]+(?:\.[0-9]+){
 
 def hostengine_error(text: str) -> list[str]:
     """The lines of ``text`` that say dcgmi could not reach nv-hostengine."""
-    return [ln.strip() for ln in text.splitlines() if HOSTENGINE_ERROR.search(ln)]
+    return [ln.strip() for ln in split_lines(text) if HOSTENGINE_ERROR.search(ln)]
 
 
 # --- dcgmi discovery -l -----------------------------------------------------------------
@@ -70,7 +70,7 @@ def parse_discovery(text: str) -> Discovery:
     out = Discovery(hostengine_error=hostengine_error(text))
     section = "GPU"
     current: DiscoveredGpu | None = None
-    for line in text.splitlines():
+    for line in split_lines(text):
         if m := _COUNT.match(line):
             what, n = m.group("what"), int(m.group("n"))
             section = what[:3].upper() if not what.startswith("NvSwitch") else "SWITCH"
@@ -106,7 +106,7 @@ def parse_discovery(text: str) -> Discovery:
 def parse_version(text: str) -> str:
     """``dcgmi --version`` (``dcgmi  version: 3.3.9``): the version (the dcgm_version fact
     reads the collected line with it)."""
-    for line in text.splitlines():
+    for line in split_lines(text):
         if m := _VERSION.match(line):
             return m.group("v")
     raise ParseError("not dcgmi --version output: no 'version: N.N.N' line")
@@ -173,7 +173,7 @@ def parse_health(text: str) -> HealthReport:
     group, entity_id = "GPU", None
     incident: HealthIncident | None = None
     seen_header = False
-    for line in text.splitlines():
+    for line in split_lines(text):
         stripped = line.strip()
         if stripped.startswith("Error:"):
             out.error = out.error or stripped
@@ -261,7 +261,7 @@ def parse_nvlink(text: str) -> NvlinkReport:
     owner: tuple[str, int] | None = None
     err_gpu: int | None = None
     link: int | None = None
-    for line in text.splitlines():
+    for line in split_lines(text):
         if m := _LINK_GPU.match(line):
             owner = ("gpu", int(m.group("id")))
             out.lines[owner[1]] = [line.strip()]

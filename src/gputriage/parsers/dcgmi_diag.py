@@ -17,7 +17,7 @@ import re
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import strict_int
+from gputriage.parsers.base import split_lines, strict_int
 from gputriage.parsers.dcgmi import BOX
 from gputriage.parsers.dcgmi_diag_json import read_json
 from gputriage.parsers.dcgmi_diag_model import (
@@ -78,7 +78,7 @@ def parse_dcgmi_diag(text: str) -> DiagReport:
     """Parse ``dcgmi diag`` output (table, ``-j`` JSON, or dcgmi's error); ParseError
     when it holds no test result and no dcgmi diag error."""
     out = DiagReport()
-    for ln in text.splitlines():
+    for ln in split_lines(text):
         if m := _COMMAND.search(ln):
             out.command = ln.strip()
             if lv := _LEVEL.search(m.group("args")):
@@ -87,7 +87,7 @@ def parse_dcgmi_diag(text: str) -> DiagReport:
     if _JSON_ROOT.search(text):
         read_json(text, out)
     else:
-        _read_table(text.splitlines(), out)
+        _read_table(split_lines(text), out)
     if not out.tests and not out.errors:
         raise ParseError("not dcgmi diag output: no test result and no dcgmi error")
     return out

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, split_lines
 
 __all__ = ["EVENTS", "NEEDS", "DevicePluginLog", "DpEntry", "LogLine", "claim_device_plugin_log",
            "parse_device_plugin_log", "split_log_line"]
@@ -253,7 +253,7 @@ def _json_end(lines: list[str], start: int) -> int:
 def parse_device_plugin_log(text: str) -> DevicePluginLog:
     """Parse the plugin's log; ParseError when no line is one of its records."""
     out = DevicePluginLog()
-    lines = text.splitlines()
+    lines = split_lines(text)
     i = 0
     while i < len(lines):
         line = lines[i]

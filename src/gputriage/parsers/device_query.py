@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import strict_int
+from gputriage.parsers.base import split_lines, strict_int
 
 __all__ = ["DeviceQuery", "DqDevice", "claim_device_query", "is_device_query_line",
            "parse_device_query"]
@@ -104,7 +104,7 @@ def parse_device_query(text: str) -> DeviceQuery:
     dq = DeviceQuery()
     if not text or not text.strip():
         return dq
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         if _read(dq, raw):
             dq.lines.append(raw.strip())
     if not dq.lines:

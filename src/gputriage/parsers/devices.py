@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gputriage.parsers.base import ParseError, as_int, strict_int
+from gputriage.parsers.base import ParseError, as_int, split_lines, strict_int
 
 __all__ = ["DevNode", "parse_devnodes", "parse_proc_devices"]
 
@@ -26,7 +26,7 @@ def parse_proc_devices(text: str) -> dict[str, int]:
     section = "char"
     recognised = False
     other = False
-    for line in text.splitlines():
+    for line in split_lines(text):
         stripped = line.strip()
         if not stripped:
             continue

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc, claim_blocks
-from gputriage.parsers.base import normalize_bus_id, strict_int
+from gputriage.parsers.base import normalize_bus_id, split_lines, strict_int
 
 __all__ = ["Slot", "claim_dmidecode_slots", "parse_dmidecode_slots"]
 
@@ -35,7 +35,7 @@ def parse_dmidecode_slots(text: str) -> list[Slot]:
         return []
     slots: list[Slot] = []
     current: Slot | None = None
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.rstrip()
         if line.strip() == "System Slot Information":
             current = Slot(lines=[line.strip()])

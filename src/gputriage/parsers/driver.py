@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc, claim_blocks
-from gputriage.parsers.base import ParseError, normalize_bus_id, parse_int
+from gputriage.parsers.base import ParseError, normalize_bus_id, parse_int, split_lines
 
 __all__ = ["KernelModuleVersion", "LibFile", "ModuleVersions", "ProcGpu", "claim_driver_version",
            "parse_gpu_information", "parse_gpus_information", "parse_nvidia_libs",
@@ -80,7 +80,7 @@ def parse_proc_driver_version(text: str) -> KernelModuleVersion | None:
         return None
     nvrm: str | None = None
     gcc_line: str | None = None
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.strip()
         if nvrm is None and line.startswith("NVRM version:"):
             nvrm = line
@@ -157,7 +157,7 @@ def _none_if_na(value: str | None) -> str | None:
 def parse_gpu_information(text: str, bus_hint: str | None = None) -> ProcGpu:
     """Parse one ``information`` file (``Key: value`` lines); ``bus_hint`` is its directory."""
     raw: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in split_lines(text):
         key, sep, value = line.partition(":")
         key = key.strip()
         if sep and key and len(key) <= 64:

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id
+from gputriage.parsers.base import ParseError, normalize_bus_id, split_lines
 from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
 
 __all__ = ["EVENTS", "LIFECYCLE", "FmEntry", "FmLog", "claim_fabricmanager_log", "is_fm_message",
@@ -194,7 +194,7 @@ def parse_fabricmanager_log(text: str) -> FmLog:
     saw_marker = False
     last: FmEntry | None = None
     last_kind: str | None = None
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.rstrip()
         if not line.strip():
             last = None if last_kind == "bare" else last

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, split_lines
 from gputriage.parsers.device_plugin_log import split_log_line
 
 __all__ = ["EVENTS", "FAILURES", "NEEDS", "UPGRADE_STATES", "GpuOperatorLog", "OpEntry",
@@ -232,7 +232,7 @@ def parse_gpu_operator_log(text: str) -> GpuOperatorLog:
     """Parse the operator's container logs; ParseError when no line is one of their
     records."""
     out = GpuOperatorLog()
-    for line in text.splitlines():
+    for line in split_lines(text):
         if not line.strip():
             continue
         out.entries.append(_entry(line))

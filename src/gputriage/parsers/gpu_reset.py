@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import normalize_bus_id, strict_int
+from gputriage.parsers.base import normalize_bus_id, split_lines, strict_int
 
 __all__ = ["Holder", "ResetAttempt", "ResetLog", "claim_gpu_reset", "is_reset_context",
            "is_reset_line", "is_reset_step", "parse_gpu_reset", "wraps"]
@@ -217,7 +217,7 @@ def parse_gpu_reset(text: str) -> ResetLog:
     reader = _Reader()
     if not text or not text.strip():
         return reader.log
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         if reader.line(raw) and raw.strip():
             reader.log.lines.append(raw.rstrip())
     log = reader.log

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.base import split_lines
 
 __all__ = [
     "CgroupLine",
@@ -138,7 +139,7 @@ def parse_cmdline(text: str) -> KernelCmdline:
     ``$ cat /proc/cmdline`` prompt line is skipped. Empty text gives an empty
     result; text of several lines is not a command line and raises ParseError.
     """
-    lines = [ln.strip() for ln in text.replace("\x00", " ").splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in split_lines(text.replace("\x00", " ")) if ln.strip()]
     lines = [ln for ln in lines if not _PROMPT.match(ln)]
     if not lines:
         return KernelCmdline()
@@ -211,7 +212,7 @@ def parse_self_cgroup(text: str) -> list[CgroupLine]:
     """Parse ``/proc/self/cgroup``; lines not in ``id:controllers:path`` form are
     skipped. Empty text gives []; text without one such line raises ParseError."""
     out: list[CgroupLine] = []
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         m = _CGROUP_LINE.match(raw.strip())
         if not m:
             continue

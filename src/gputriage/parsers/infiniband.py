@@ -20,6 +20,7 @@ from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc, claim_blocks, claim_lines
 from gputriage.parsers.base import (
     normalize_bus_id,
+    split_lines,
     strict_float,
     strict_hex,
     strict_int,
@@ -513,7 +514,7 @@ def parse_ibstat(text: str) -> list[IbPort]:
     if not text or not text.strip():
         return []
     reader = _Reader()
-    for line in text.splitlines():
+    for line in split_lines(text):
         reader.feed(line.replace("\x00", ""))
     if not reader.recognised:
         if _NO_DEVICES.search(text):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
 from gputriage.knowledge.job_messages import Hit, scan_line
-from gputriage.parsers.base import strict_int
+from gputriage.parsers.base import split_lines, strict_int
 from gputriage.parsers.job_context import JobContext, claim_context, read_context
 
 __all__ = ["JobLog", "JobVersions", "claim_job_log", "is_job_line", "parse_job_log"]
@@ -327,7 +327,7 @@ def parse_job_log(text: str) -> JobLog:
     log = JobLog()
     if not text or not text.strip():
         return log
-    raw = text.splitlines()
+    raw = split_lines(text)
     strong = False
     for i, hits, enough in _walk(raw, log.versions):
         log.hits.extend(hits)

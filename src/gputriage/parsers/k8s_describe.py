@@ -24,7 +24,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
-from gputriage.parsers.base import ParseError, strict_int
+from gputriage.parsers.base import ParseError, split_lines, strict_int
 from gputriage.parsers.k8s_model import (
     Cluster,
     KContainer,
@@ -425,7 +425,7 @@ def _container(node: _Node, init: bool) -> KContainer:
 def parse_k8s_describe(text: str) -> Cluster:
     """Nodes, pods, other objects and events of ``kubectl describe`` output (whole or a
     ``| grep`` excerpt); ParseError when the text holds none."""
-    lines = [ln.rstrip() for ln in text.replace("\t", "    ").splitlines()]
+    lines = [ln.rstrip() for ln in split_lines(text.replace("\t", "    "))]
     prompt_name = None
     kept = []
     for ln in lines:
@@ -436,7 +436,7 @@ def parse_k8s_describe(text: str) -> Cluster:
         if re.match(r"^\s*(?:\S+@\S+\s*)?[$#%]\s|^\s*(?:sudo\s+)?(?:kubectl|oc|k)\s+\w", ln):
             continue  # another prompt line
         kept.append(ln)
-    kept = textwrap.dedent("\n".join(kept)).splitlines()
+    kept = split_lines(textwrap.dedent("\n".join(kept)))
     cluster = Cluster(origin="paste")
     for chunk in _chunks(kept):
         _object(chunk, prompt_name, cluster)

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from gputriage.parsers.base import ParseError, as_int
+from gputriage.parsers.base import ParseError, as_int, split_lines
 from gputriage.parsers.k8s_model import (
     Cluster,
     KContainer,
@@ -149,7 +149,7 @@ def _tolerant(text: str, error: ParseError) -> Cluster:
 
     cluster = Cluster(origin="paste")
     for n, block in enumerate(split_blocks(text), 1):
-        docs = _cut_short(textwrap.dedent("\n".join(block)).splitlines())
+        docs = _cut_short(split_lines(textwrap.dedent("\n".join(block))))
         if docs is None:
             continue
         part = cluster_from_api(docs, origin=f"paste #{n}")

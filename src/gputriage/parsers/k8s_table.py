@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.base import ParseError, strict_int
+from gputriage.parsers.base import ParseError, split_lines, strict_int
 from gputriage.parsers.k8s_model import GPU, Cluster, KDaemonSet, KEvent, KNode, KPod, quantity
 
 __all__ = ["POD_ROW", "parse_k8s_table", "table_kind"]
@@ -152,7 +152,7 @@ def parse_k8s_table(text: str) -> Cluster:
     cluster = Cluster(origin="paste")
     cols: list[tuple[int, str]] | None = None
     kind: str | None = None
-    for raw in text.replace("\t", "    ").splitlines():
+    for raw in split_lines(text.replace("\t", "    ")):
         line = raw.rstrip()
         if not line.strip():
             continue

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.driver import split_tree
 
 __all__ = [
@@ -118,7 +119,7 @@ def parse_meminfo(text: str) -> MemInfo:
     info = MemInfo()
     if not text.strip():
         return info
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.strip()
         if line.startswith("Node "):  # /sys/devices/system/node/nodeN/meminfo
             parts = line.split(None, 2)

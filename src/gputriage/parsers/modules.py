@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from gputriage.ingest.paste import PasteDoc, claim_blocks, claim_lines
-from gputriage.parsers.base import ParseError, strict_int
+from gputriage.parsers.base import ParseError, split_lines, strict_int
 
 __all__ = ["Module", "claim_modules", "parse_modules"]
 
@@ -68,7 +68,7 @@ def parse_modules(text: str) -> list[Module]:
     """
     modules: list[Module] = []
     other = 0
-    for line in text.splitlines():
+    for line in split_lines(text):
         stripped = line.strip()
         if not stripped:
             continue

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.base import strict_float, strict_int
+from gputriage.parsers.base import split_lines, strict_float, strict_int
 from gputriage.parsers.nccl_lines import parse_version, split_records, strip_shippers
 from gputriage.parsers.nccl_model import NcclTestDevice, NcclTestRow, NcclTestRun
 
@@ -56,7 +56,7 @@ def operation_of(test: str | None) -> str | None:
 def parse_nccl_tests(text: str) -> list[NcclTestRun]:
     """Every nccl-tests run of a text ([] when there is none)."""
     p = _Parser()
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         if len(raw) <= 65536:
             p.line(strip_shippers(raw).strip())
     return [r for r in p.runs if _started(r) or r.test and r.errors]

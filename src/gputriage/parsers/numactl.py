@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc, claim_blocks
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.driver import split_tree
 
 __all__ = ["NumaHardware", "NumaNode", "claim_numactl", "format_cpulist", "parse_cpulist",
@@ -153,7 +154,7 @@ def parse_lscpu(text: str) -> NumaHardware:
         return NumaHardware()
     hw = NumaHardware(source="lscpu")
     seen = False
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.strip()
         if _LSCPU_ANY.match(line):
             seen = True
@@ -179,7 +180,7 @@ def parse_numactl(text: str) -> NumaHardware:
     """
     if not text or not text.strip():
         return NumaHardware()
-    lines = text.splitlines()
+    lines = split_lines(text)
     if any(_AVAILABLE.match(ln.strip()) or _NODE_CPUS.match(ln.strip())
            or _NO_NUMA.match(ln.strip()) for ln in lines):
         return _numactl(lines)

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, split_lines
 from gputriage.parsers.dcgmi import HOSTENGINE_ERROR
 
 __all__ = ["HostengineEntry", "HostengineLog", "claim_hostengine_log", "parse_hostengine_log"]
@@ -77,7 +77,7 @@ def _split(line: str) -> tuple[str | None, str] | None:
 def parse_hostengine_log(text: str) -> HostengineLog:
     """Parse nv-hostengine's log or journal; ParseError when no line is one of its."""
     out = HostengineLog()
-    for line in text.splitlines():
+    for line in split_lines(text):
         parts = _split(line)
         if parts is None:
             continue

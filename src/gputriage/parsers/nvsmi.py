@@ -18,6 +18,7 @@ from gputriage.parsers.base import (
     normalize_bus_id,
     parse_bool,
     parse_int,
+    split_lines,
     strict_float,
     strict_int,
 )
@@ -375,7 +376,7 @@ def scan_smi_errors(text: str | Iterable[str]) -> list[SmiError]:
     (a following "NVML library version: X" line is folded into a version
     mismatch) and "GPU is lost". Never raises.
     """
-    lines = text.splitlines() if isinstance(text, str) else list(text)
+    lines = split_lines(text) if isinstance(text, str) else list(text)
     errors: list[SmiError] = []
     for raw in lines:
         line = raw.replace("\r", "")

@@ -26,7 +26,7 @@ from functools import partial
 from gputriage.errors import ParseError
 from gputriage.ingest.kernel_log import is_kernel_line
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import normalize_bus_id, parse_bool, strict_int
+from gputriage.parsers.base import normalize_bus_id, parse_bool, split_lines, strict_int
 from gputriage.parsers.nvsmi import (
     SmiGpu,
     SmiProcess,
@@ -329,7 +329,7 @@ def parse_nvsmi_csv(text: str) -> SmiReport:
         return report
     report.errors = scan_smi_errors(text)
     reader = _CsvReader(_State(report))
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.replace("\r", "").strip()
         if line:
             reader.line(line)

@@ -15,7 +15,7 @@ import re
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc, claim_lines
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import normalize_bus_id, split_lines
 from gputriage.parsers.nvsmi import (
     SmiError,
     SmiGpu,
@@ -72,7 +72,7 @@ def parse_nvsmi_table(text: str) -> SmiReport:
     if not text or not text.strip():
         return SmiReport(format="table")
     reader = _TableReader(scan_smi_errors(text))
-    for line in text.splitlines():
+    for line in split_lines(text):
         reader.line(line.replace("\r", "").expandtabs(8))
     return reader.result()
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import split_lines
 
 __all__ = ["NvvsEntry", "NvvsLog", "claim_nvvs_log", "parse_nvvs_log"]
 
@@ -65,7 +66,7 @@ def parse_nvvs_log(text: str) -> NvvsLog:
     """Parse nvvs.log records; ParseError when no line is an NVVS record."""
     out = NvvsLog()
     cur: NvvsEntry | None = None
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         if m := _LINE.match(raw):
             msg = m.group("msg").strip()
             plugin = None

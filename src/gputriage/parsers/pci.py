@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from gputriage.parsers.base import (
     normalize_bus_id,
+    split_lines,
     strict_float,
     strict_hex,
     strict_int,
@@ -42,7 +43,7 @@ def parse_link_speed(text: str | None) -> float | None:
 def parse_aer(text: str) -> dict[str, int]:
     """An ``aer_dev_*`` file (``Name count`` lines) -> {name: count}; bad lines skipped."""
     out: dict[str, int] = {}
-    for line in text.splitlines():
+    for line in split_lines(text):
         parts = line.split()
         count = strict_int(parts[1], signed=False) if len(parts) == 2 else None
         if count is not None:

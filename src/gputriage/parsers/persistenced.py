@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id, strict_int
+from gputriage.parsers.base import ParseError, normalize_bus_id, split_lines, strict_int
 from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
 
 __all__ = ["ENDS", "EVENTS", "STARTS", "PdEntry", "PersistencedLog", "claim_persistenced_journal",
@@ -140,7 +140,7 @@ def parse_persistenced_journal(text: str) -> PersistencedLog:
     if not text or not text.strip():
         return log
     saw_marker = False
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.rstrip()
         if _BOOT_MARK.match(line.strip()):
             saw_marker = True

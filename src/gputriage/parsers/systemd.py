@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, parse_int
+from gputriage.parsers.base import ParseError, parse_int, split_lines
 
 __all__ = ["JOURNAL_LINE", "UNIT_LIFECYCLE", "UnitState", "claim_units", "parse_systemctl_show"]
 
@@ -146,7 +146,7 @@ def parse_systemctl_show(text: str) -> UnitState | None:
     """
     if not text or not text.strip():
         return None
-    lines = text.splitlines()
+    lines = split_lines(text)
     raw: dict[str, str] = {}
     if any((m := _KEY_VALUE.match(line.strip())) and m.group(1) in _SHOW_KEYS for line in lines):
         for line in lines:

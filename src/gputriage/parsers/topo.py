@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import split_lines
 
 __all__ = ["P2P_CODES", "UNKNOWN_DISTANCE", "TopoMatrix", "claim_topo", "distance",
            "nvlink_count", "parse_topo"]
@@ -164,7 +165,7 @@ def parse_topo(text: str) -> TopoMatrix:
     """
     if not text or not text.strip():
         return TopoMatrix()
-    lines = [_clean(ln) for ln in text.splitlines()]
+    lines = [_clean(ln) for ln in split_lines(text)]
     start = next((i for i, ln in enumerate(lines) if _is_header(ln.split())), None)
     if start is None:
         raise ParseError("not nvidia-smi topo output: no matrix header starting with GPU0")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import strict_int
+from gputriage.parsers.base import split_lines, strict_int
 
 __all__ = ["HEADER", "Mount", "WeightsHost", "claim_weights_host", "classify_mount",
            "parse_mountinfo", "parse_mountinfo_line", "parse_weights_host"]
@@ -63,7 +63,7 @@ def parse_mountinfo(text: str) -> list[Mount]:
     """Every mount of ``/proc/self/mountinfo`` (lines that are not mounts are skipped);
     ParseError when there is none."""
     mounts = []
-    for line in text.splitlines():
+    for line in split_lines(text):
         try:
             mounts.append(parse_mountinfo_line(line))
         except ParseError:
@@ -134,7 +134,7 @@ def _number(out: WeightsHost, key: str, value: str) -> int | None:
 
 def parse_weights_host(text: str) -> WeightsHost:
     """The host report; ParseError without its header or its ``model_dir``."""
-    lines = text.splitlines()
+    lines = split_lines(text)
     if not any(ln.strip() == HEADER for ln in lines):
         raise ParseError(f"not a weights host report: no '{HEADER}' line")
     values: dict[str, str] = {}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import strict_int
+from gputriage.parsers.base import split_lines, strict_int
 
 __all__ = ["XidCountTable", "XidCounts", "claim_xid_counts", "parse_xid_counts"]
 
@@ -84,7 +84,7 @@ def parse_xid_counts(text: str) -> XidCounts:
             tables.append(XidCountTable(xid, tuple((h, c) for h, c, _ in rows),
                                         tuple(h for h, _, m in rows if m), tuple(lines)))
 
-    for line in text.splitlines():
+    for line in split_lines(text):
         if not line.strip():
             continue
         named = _xids(line)

@@ -20,7 +20,7 @@ from gputriage.hostfacts.stack import GpuSighting
 from gputriage.knowledge import GpuProfile
 from gputriage.knowledge import xid as catalog
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
-from gputriage.parsers.base import strict_int
+from gputriage.parsers.base import split_lines, strict_int
 from gputriage.parsers.fabricmanager import FmEntry, FmLog
 from gputriage.parsers.nvlink import (
     NvlinkErrorGpu,
@@ -69,7 +69,7 @@ def _label(index: int | None, name: str | None) -> str:
 def _fm_lines(entries: list[FmEntry], limit: int = 12) -> list[str]:
     """The printed lines of some records, each record once, in log order."""
     unique = list({id(e): e for e in entries}.values())
-    return [ln for e in unique for ln in e.line.splitlines()][:limit]
+    return [ln for e in unique for ln in split_lines(e.line)][:limit]
 
 
 # --- NVLink state ------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from gputriage.model import (
     Severity,
     Status,
 )
-from gputriage.parsers.base import strict_int
+from gputriage.parsers.base import split_lines, strict_int
 from gputriage.parsers.kernel_events import DriverEvent, EventKind
 from gputriage.parsers.kernel_fold import seconds, weight
 from gputriage.rules.base import action_for, finding, gpu_scope
@@ -126,7 +126,7 @@ def latest_of(events: Sequence[DriverEvent]) -> DriverEvent:
 
 
 def _lines(ev: DriverEvent) -> list[str]:
-    own = ev.line.splitlines() or [""]
+    own = split_lines(ev.line) or [""]
     more = len(own) - EVENT_LINES
     return own[:EVENT_LINES] + ([f"... ({more} more lines of this message)"] if more > 0 else [])
 

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
-from gputriage.parsers.base import strict_int
+from gputriage.parsers.base import split_lines, strict_int
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.nccl_model import NcclComm, NcclLog, NcclProcess, NcclWarn
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
@@ -224,7 +224,7 @@ def _xids(events: list[DriverEvent]) -> tuple[str, list[str], set[str]]:
     found = [ev for ev, _ in coded]
     counts = Counter(code for _, code in coded)
     text = ", ".join(f"Xid {c}" + (f" ({n})" if n > 1 else "") for c, n in sorted(counts.items()))
-    return text, [ev.line.splitlines()[0] for ev in found[:4]], {ev.bus_id for ev in found
+    return text, [split_lines(ev.line)[0] for ev in found[:4]], {ev.bus_id for ev in found
                                                                   if ev.bus_id}
 
 
