@@ -348,3 +348,21 @@ def test_an_expectations_file_that_cannot_be_one(tmp_path: Path, toml: str) -> N
     assert code in (EXIT_USAGE, EXIT_INPUT), err
     assert "internal error" not in err and len(err.strip().splitlines()) == 1, err
     assert str(expect) in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["k8s", "status", "--timeout", "nan"], ["k8s", "status", "--timeout", "inf"],
+    ["k8s", "status", "--page-size", "١٢"], ["weights", "--params", "70B", "--overhead", "nan"],
+    ["weights", "--params", "70B", "--batch", "1_000"], ["weights", "--params", "1e400"],
+    ["weights", "--params", "70B", "--context", "9" * 5000], ["ack", "--clear", "١"],
+    ["npd", "--max-age", "1e400"], ["logs", "--boot", "١", "x.log"],
+    ["logs", "--since", "999999999w", "x.log"], ["logs", "--since", "٣h", "x.log"],
+])
+def test_option_numbers_are_read_by_the_converter(tmp_path: Path, argv: list[str]) -> None:
+    """A number on the command line is ASCII digits and finite: nan passes every range
+    check, ١٢ and 1_000 pass int(), 999999999w overflowed the log window."""
+    (tmp_path / "x.log").write_text("[ 1.0] NVRM: Xid (PCI:0000:5d:00): 13, x\n")
+    argv = [str(tmp_path / a) if a == "x.log" else a for a in argv]
+    code, _, err = _run(argv)
+    assert code == EXIT_USAGE and "internal error" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
