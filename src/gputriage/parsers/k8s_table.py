@@ -42,7 +42,7 @@ def table_kind(names: list[str]) -> str | None:
     """The kind a header's columns stand for; None for a table gputriage does not read."""
     upper = [n.upper() for n in names]
     have = set(upper)
-    if {"DESIRED", "CURRENT", "READY"} <= have:
+    if {"NAME", "DESIRED", "CURRENT", "READY"} <= have:
         return "DaemonSet"
     if "REASON" in have and "MESSAGE" in have and ("TYPE" in have or "LAST SEEN" in have
                                                     or "LASTSEEN" in have):
