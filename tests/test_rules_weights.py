@@ -59,12 +59,19 @@ def test_parse_weights_host_keeps_the_kernel_lines() -> None:
 
 @pytest.mark.parametrize("text", ["", "model_dir: /x\n", "== gputriage weights: host check ==\n",
                                   "== gputriage weights: host check ==\nmodel_dir: /m\n"
-                                  "model_bytes: lots\n",
-                                  "== gputriage weights: host check ==\nmodel_dir: /m\n"
                                   "mount: 1 2 0:3 / /m rw\n"])
 def test_bad_reports_raise_parse_error(text: str) -> None:
     with pytest.raises(ParseError):
         parse_weights_host(text)
+
+
+@pytest.mark.parametrize("bad", ["lots", "²", "١٢", "--1", "1e400", "9" * 5000, ""])
+def test_a_field_that_is_not_a_number_is_unknown_and_said(bad: str) -> None:
+    """One bad number leaves that field unknown, names it, and the rest is read."""
+    host = parse_weights_host(NFS.replace("free_bytes: 4837212160000", f"free_bytes: {bad}"))
+    assert host.free_bytes is None and host.model_bytes == 141_107_412_992
+    assert host.tier == "nfs" and host.unreadable_fields() == \
+        [f"free_bytes: not a number: {bad[:40]!r}"]
 
 
 def test_detector_claims_the_report_in_a_paste() -> None:

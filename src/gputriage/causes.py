@@ -25,6 +25,7 @@ from gputriage.model import (
     finding_order,
     inconsistency,
 )
+from gputriage.parsers.base import strict_int
 
 __all__ = ["RELATIONS", "Relation", "fold", "merge_repeats"]
 
@@ -427,8 +428,8 @@ def _merge_occurrences(members: list[Finding]) -> Occurrences | None:
 # --- titles --------------------------------------------------------------------------------
 
 _INLINE, _BRACKET, _EVENTS = "\x00", "\x01", "\x02"  # placeholders in a title template
-_MODEL = r"(?: \((?!\d)[^()]*\))?"  # " (NVIDIA H100 80GB HBM3)" after a GPU's label
-_COUNT = re.compile(r"\b(\d+) events?\b")
+_MODEL = r"(?: \((?![0-9])[^()]*\))?"  # " (NVIDIA H100 80GB HBM3)" after a GPU's label
+_COUNT = re.compile(r"\b([0-9]+) events?\b")
 _MAX_VARIANTS = 3  # differing words shown at most ("a / b / c / ...")
 _MAX_NAMED = 8  # bus ids named in a title at most
 
@@ -486,8 +487,8 @@ def _template(f: Finding) -> tuple[str, int]:
         mark = _BRACKET if m.lastgroup == "bracket" else _INLINE
         title = title[:m.start()] + mark + title[m.end():]
     counts = list(_COUNT.finditer(title))
-    if len(counts) == 1:
-        count = int(counts[0].group(1))
+    if len(counts) == 1 and (n := strict_int(counts[0].group(1))) is not None:
+        count = n
         title = title[:counts[0].start()] + _EVENTS + title[counts[0].end():]
     return title, count
 

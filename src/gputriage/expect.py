@@ -41,8 +41,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
 
+from gputriage import safejson
 from gputriage.errors import InputError
 from gputriage.inputs import read_bytes
+from gputriage.parsers.base import as_float, as_int, strict_int
 
 __all__ = ["DEFAULT_PATH", "ENV_VAR", "Expectations", "GpuExpect", "HugepagesExpect",
            "InfinibandExpect", "NvSwitchExpect", "PcieExpect", "WeightsExpect", "default_path",
@@ -51,6 +53,9 @@ __all__ = ["DEFAULT_PATH", "ENV_VAR", "Expectations", "GpuExpect", "HugepagesExp
 DEFAULT_PATH = Path("/etc/gputriage/expect.toml")
 ENV_VAR = "GPUTRIAGE_EXPECT"
 MAX_BYTES = 1 << 20  # an expectations file is a few lines: more is not one
+MAX_DEPTH = 8  # tables of keys: a value nested deeper is not an expectation
+MAX_WHOLE = 2 ** 31 - 1  # a count, a generation, a width, a size in kB
+MAX_NUMBER = 1e9  # a rate in Gb/s
 
 
 @dataclass(frozen=True)
@@ -199,8 +204,13 @@ def parse(text: str, path: str = "<expect>") -> Expectations:
     toml = _toml_reader()
     try:
         doc = toml.loads(text)
-    except toml.TOMLDecodeError as exc:
-        raise InputError(f"{path}: TOML syntax error: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply: not an expectations file") from None
+    except ValueError as exc:  # TOMLDecodeError, and a number of over 4,300 digits
+        raise InputError(f"{path}: TOML syntax error: {str(exc)[:200]}") from None
+    if safejson.too_deep(doc, MAX_DEPTH):
+        raise InputError(f"{path}: nested more than {MAX_DEPTH} levels deep: not an "
+                         "expectations file")
     tables: dict[str, Any] = {}
     for name, body in doc.items():
         if name not in _TABLES:
@@ -243,8 +253,14 @@ def _checked(where: str, key: str, kind: str, value: Any) -> Any:
     types, words = _KINDS[kind]
     if isinstance(value, bool) and bool not in types or not isinstance(value, types):
         raise InputError(f"{where} must be {words}, not {_toml_type(value)} {_shown(value)}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-        raise InputError(f"{where} must not be negative ({value})")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        whole = kind == "int | None"
+        if value < 0:
+            raise InputError(f"{where} must not be negative ({_shown(value)})")
+        if (as_int(value, hi=MAX_WHOLE) if whole else as_float(value, hi=MAX_NUMBER)) is None:
+            top = f"{MAX_WHOLE:,}" if whole else f"{MAX_NUMBER:,.0f}"
+            raise InputError(f"{where} must be a finite number up to {top}, not "
+                             f"{_shown(value)}")
     if key in _VERSIONS and not _is_version(str(value)):
         raise InputError(f"{where} must be a version such as \"550.54.15\", not "
                          f"{_shown(value)}")
@@ -252,8 +268,7 @@ def _checked(where: str, key: str, kind: str, value: Any) -> Any:
 
 
 def _is_version(text: str) -> bool:
-    parts = text.strip().split(".")
-    return bool(text.strip()) and all(p.isdigit() for p in parts)
+    return all(strict_int(p, signed=False) is not None for p in text.strip().split("."))
 
 
 def _toml_type(value: Any) -> str:
@@ -262,5 +277,5 @@ def _toml_type(value: Any) -> str:
 
 
 def _shown(value: Any) -> str:
-    text = json.dumps(value, default=str)
+    text = json.dumps(value, default=str) if not isinstance(value, float) else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -5,7 +5,8 @@ facts of every area) or, for a source that declares its parser in
 :mod:`gputriage.sources`, is that source parsed. Each is computed on first use; a
 fact whose sources are absent raises :class:`Missing` with the reason, which the
 engine reports as a skipped rule. A malformed source is reported once in
-``problems`` and treated as missing.
+``problems`` and treated as missing; a parsed value with an ``unreadable_fields()`` method
+(fields that are not numbers, read as unknown) has each of its lines reported there too.
 """
 
 from __future__ import annotations
@@ -106,14 +107,20 @@ class Facts:
         if cap is None:
             raise Missing(self.snapshot.missing_reason(source))
         try:
-            return parser(cap.json() if as_json else cap.text)
+            value = parser(cap.json() if as_json else cap.text)
         except (ParseError, InputError) as exc:
             if cap.record.get("error"):  # a failed command printed its complaint
                 raise Missing(self.snapshot.missing_reason(source)) from None
-            msg = f"{cap.origin or source}: {exc}"
-            if msg not in self.problems:
-                self.problems.append(msg)
+            self._problem(f"{cap.origin or source}: {exc}")
             raise Missing(f"{source}: malformed ({exc})") from None
+        unreadable = getattr(value, "unreadable_fields", None)
+        for field_problem in unreadable() if callable(unreadable) else ():
+            self._problem(f"{cap.origin or source}: {field_problem}")
+        return value
+
+    def _problem(self, msg: str) -> None:
+        if msg not in self.problems:
+            self.problems.append(msg)
 
     def text(self, source: str) -> str | None:
         """The raw text of a source, None when absent."""

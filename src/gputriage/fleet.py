@@ -53,7 +53,7 @@ ATTRIBUTES: tuple[str, ...] = (
 )
 _ATTR_ORDER = {name: i for i, name in enumerate(ATTRIBUTES)}
 _SEVERITY_RANK = {"ok": 0, "info": 1, "warning": 2, "critical": 3}
-_TRAILING_DIGITS = re.compile(r"\d+$")
+_TRAILING_DIGITS = re.compile(r"[0-9]+$")
 _SPLIT = re.compile(r"[-_.]")
 
 

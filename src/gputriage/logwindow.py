@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gputriage.parsers.base import strict_float, strict_int
+
 if TYPE_CHECKING:
     from gputriage.parsers.kernel_events import DriverEvent
 
@@ -90,7 +92,7 @@ def _stamp(when: datetime) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%SZ" if utc.second else "%Y-%m-%dT%H:%MZ")
 
 
-_RELATIVE = re.compile(r"^\s*(\d{1,9}(?:\.\d{1,6})?)\s*(s|sec|m|min|h|hr|d|day|w|week)s?"
+_RELATIVE = re.compile(r"^\s*([0-9]{1,9}(?:\.[0-9]{1,6})?)\s*(s|sec|m|min|h|hr|d|day|w|week)s?"
                        r"(?:\s+ago)?\s*$", re.IGNORECASE)
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400,
           "day": 86400, "w": 604800, "week": 604800}
@@ -102,7 +104,12 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     m = _RELATIVE.match(text)
     if m:
         now = now or datetime.now(timezone.utc)
-        return now - timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2).lower()])
+        age = strict_float(m.group(1))
+        try:
+            return now - timedelta(seconds=(age or 0.0) * _UNITS[m.group(2).lower()])
+        except OverflowError:  # 999999999w: before year 1
+            raise ValueError(f"not a time: {text!r} (an age of at most a few centuries)"
+                             ) from None
     raw = text.strip()
     if raw.endswith(("Z", "z")):
         raw = raw[:-1] + "+00:00"
@@ -118,10 +125,9 @@ def parse_boot(text: str) -> int | None:
     """``--boot``: ``all`` (None), ``0`` (the current boot), ``-1`` (the one before)..."""
     if text.strip().lower() == "all":
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"not a boot: {text!r} (use 0, -1, -2... or all)") from None
+    value = strict_int(text.strip())
+    if value is None:
+        raise ValueError(f"not a boot: {text!r} (use 0, -1, -2... or all)")
     if value > 0:
         raise ValueError(f"boot {value}: boots count back from 0 (current), -1, -2...")
     return value

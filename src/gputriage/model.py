@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
+from gputriage.parsers.base import strict_float
 from gputriage.vocabulary import (  # noqa: F401 - re-exported: the model's vocabulary
     DRAINING_ACTIONS,
     Action,
@@ -285,10 +286,9 @@ def _time_key(when: str | None) -> tuple:
     other printed forms as text."""
     if not when:
         return (3, 0.0, "")
-    try:
-        return (1, float(when), "")
-    except ValueError:
-        pass
+    uptime = strict_float(when)
+    if uptime is not None:
+        return (1, uptime, "")
     try:
         at = datetime.fromisoformat(when)
     except ValueError:

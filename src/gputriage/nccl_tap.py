@@ -15,7 +15,7 @@ __all__ = ["MARKERS", "ROWISH", "TYPES", "lines_with"]
 # launcher's or log shipper's prefix ("[1,0]<stdout>:", "0: ", "| <ts> |"). Once such a
 # prefixed comment line was an nccl-tests one, rows are also found by their data type.
 # The nccl-tests line test sorts them out.
-ROWISH = re.compile(rb"\n[ \t]*(?:#|\d+[ \t]+\d+[ \t]+[A-Za-z])[^\n]*")
+ROWISH = re.compile(rb"\n[ \t]*(?:#|[0-9]+[ \t]+[0-9]+[ \t]+[A-Za-z])[^\n]*")
 MARKERS = (b"_perf", b"failure", b"#")
 TYPES = tuple(f" {t} ".encode() for t in (
     "float", "half", "double", "bfloat16", "int8", "uint8", "int32", "uint32", "int64", "uint64",

@@ -55,14 +55,14 @@ _DSN_RE = re.compile(rf"(Device Serial Number[ \t]+)({_HEX}{{2}}(?:-{_HEX}{{2}})
                      re.IGNORECASE)
 _GUID_RE = re.compile(rf"(GUID[ \t]*[:=][ \t]*)(0x{_HEX}{{16}})\b", re.IGNORECASE)
 _IPV6_RE = re.compile(
-    rf"(?<![\w:.])(?:{_HEX}{{0,4}}:){{2,7}}(?:\d{{1,3}}(?:\.\d{{1,3}}){{3}}|{_HEX}{{0,4}})"
-    r"(?![\w:])(?!\.\d)")
+    rf"(?<![\w:.])(?:{_HEX}{{0,4}}:){{2,7}}(?:[0-9]{{1,3}}(?:\.[0-9]{{1,3}}){{3}}|{_HEX}{{0,4}})"
+    r"(?![\w:])(?!\.[0-9])")
 _MAC_RE = re.compile(rf"(?<![\w:])({_HEX}{{2}}(?::{_HEX}{{2}}){{5,19}})(?![\w:])")
 # the same six bytes as Windows and some switches write them, and as Cisco does
 _MAC_DASH_RE = re.compile(rf"(?<![\w-])({_HEX}{{2}}(?:-{_HEX}{{2}}){{5}})(?![\w-])")
 _MAC_DOT_RE = re.compile(rf"(?<![\w.:-])({_HEX}{{4}}\.{_HEX}{{4}}\.{_HEX}{{4}})(?![\w-]|\.\w)")
-_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-_IPV4_RE = re.compile(rf"(?<![\w.])({_OCTET}(?:\.{_OCTET}){{3}})(?![\w]|\.\d)")
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4_RE = re.compile(rf"(?<![\w.])({_OCTET}(?:\.{_OCTET}){{3}})(?![\w]|\.[0-9])")
 _USER_RES = (
     re.compile(r"/home/([A-Za-z_][\w.-]{0,31})"),
     re.compile(r"\b(?:USER|LOGNAME|SUDO_USER|user|uname)=\"?([A-Za-z_][\w.-]{0,31})"),
@@ -73,7 +73,7 @@ _NAME_EDGE = "A-Za-z0-9_-"
 # longer names it is part of (``node7-ib0``, ``bmc_node7``); a short one (``a100``,
 # ``n7``) only as a word of its own, or ``A100-SXM4-80GB`` would lose its GPU model
 _PART_EDGE = "A-Za-z0-9"
-_DISTINCT = re.compile(r"^(?=.*\d)(?=.*[a-z]).{5,}$|^[a-z0-9]+(?:[-_][a-z0-9]+)+$")
+_DISTINCT = re.compile(r"^(?=.*[0-9])(?=.*[a-z]).{5,}$|^[a-z0-9]+(?:[-_][a-z0-9]+)+$")
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 # what follows ``name.`` in a file name, not a DNS domain (``node7.log``, ``n7.tar.gz``)
 _FILE_SUFFIXES = frozenset({

@@ -5,14 +5,18 @@ nvlink and kernel-log inputs, and the one helper pair every parser uses for them
 from __future__ import annotations
 
 import io
+import json
 import re
+import tokenize
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from k8s_replay import ReplayServer, load_objects
 
-from gputriage.cli import EXIT_INTERNAL, Environment, main
+from gputriage.cli import EXIT_INPUT, EXIT_INTERNAL, EXIT_USAGE, Environment, main
 from gputriage.parsers.base import strict_float, strict_int
 from gputriage.parsers.nccl_log import parse_nccl_log
 from gputriage.parsers.nvlink import parse_nvlink_errors, parse_nvlink_status
@@ -145,3 +149,220 @@ def test_odd_digits_in_inputs_are_not_internal_errors(tmp_path: Path, name: str,
     path.write_text(text, encoding="utf-8")
     code, _, err = _run([command, str(path)])
     assert code != EXIT_INTERNAL and "internal error" not in err, err
+
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "gputriage"
+
+
+def test_no_pattern_takes_unicode_digits() -> None:
+    """``\\d`` matches every Unicode decimal digit ("١٢", "߁") and int("٧٩") is 79: a
+    pattern that finds a number names ASCII digits, ``[0-9]``, as the tools print them."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        with path.open(encoding="utf-8") as fh:
+            for tok in tokenize.generate_tokens(fh.readline):
+                if tok.type == tokenize.STRING and re.search(r"(?<!\\)(?:\\\\)*\\[dD]",
+                                                             tok.string):
+                    found.append(f"{path.relative_to(SRC)}:{tok.start[0]}")
+    assert not found, found
+
+
+# --- issue 29: one hostile number in a field of each reader, through the CLI -------------
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+DESCRIBE_POD = """Name:             vllm-1
+Namespace:        llm
+Priority:         {priority}
+Node:             gpu-node-4/10.224.0.6
+Status:           Running
+Containers:
+  vllm:
+    Image:          vllm/vllm-openai:v0.6.3
+    State:          Waiting
+      Reason:       CrashLoopBackOff
+    Last State:     Terminated
+      Reason:       Error
+      Exit Code:    {code}
+    Ready:          False
+    Restart Count:  {restarts}
+    Limits:
+      nvidia.com/gpu:  {gpus}
+    Requests:
+      nvidia.com/gpu:  {gpus}
+Events:
+  Type     Reason   Age                 From     Message
+  ----     ------   ----                ----     -------
+  Warning  BackOff  2m (x{count} over 9m)  kubelet  Back-off restarting failed container vllm
+"""
+CLI_INFO = """NVRM version:   465.19.01
+CUDA version:   11.3
+
+Device Index:   {index}
+Device Minor:   {minor}
+Model:          NVIDIA GeForce RTX 2080 Ti
+Brand:          GeForce
+GPU UUID:       GPU-5d49bdf4-b8d0-21ce-9260-a89c66748d92
+Bus Location:   00000000:1a:00.0
+Architecture:   7.5
+"""
+REMAP = """==============NVSMI LOG==============
+
+Driver Version                            : 580.105.08
+CUDA Version                              : 13.0
+
+Attached GPUs                             : 1
+GPU 00000000:41:00.0
+    Product Name                          : NVIDIA A100 80GB PCIe
+    Remapped Rows
+        Correctable Error                 : 0
+        Uncorrectable Error               : {uncorrectable}
+        Pending                           : No
+        Remapping Failure Occurred        : No
+        Bank Remap Availability Histogram
+            Max                           : 629 bank(s)
+            High                          : 10 bank(s)
+            {partial}                       : 1 bank(s)
+            Low                           : 0 bank(s)
+            None                          : 0 bank(s)
+"""
+HOSTILE = ["²", "١٢", "--1", "1e400", "nan", "9" * 5000]
+
+
+def _analyzed(tmp_path: Path, name: str, text: str, *extra: str) -> tuple[int, dict, str]:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    code, out, err = _run(["analyze", "--json", *extra, str(path)])
+    assert code != EXIT_INTERNAL and "internal error" not in err, err
+    return code, json.loads(out), err
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_kubectl_get_table_with_a_bad_count(tmp_path: Path, bad: str) -> None:
+    text = (FIXTURES / "k8s" / "A-get-tables.txt").read_text().replace("12 (2m ago) ",
+                                                                      f"{bad} (2m ago) ")
+    code, doc, _ = _analyzed(tmp_path, "get.txt", text)
+    assert code in (0, 1, 2, 3) and doc["findings"]  # the rest of the tables is judged
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_kubectl_describe_with_bad_numbers(tmp_path: Path, bad: str) -> None:
+    text = DESCRIBE_POD.format(priority=bad, code=bad, restarts=bad, gpus=bad, count=bad)
+    code, _, _ = _analyzed(tmp_path, "describe.txt", text)
+    assert code in (0, 1, 2, 3)
+    node = (FIXTURES / "k8s" / "A-describe-node-full.txt").read_text()
+    code, _, _ = _analyzed(tmp_path, "node.txt", node.replace("nvidia.com/gpu:     4",
+                                                              f"nvidia.com/gpu:     {bad}"))
+    assert code in (0, 1, 2, 3)
+
+
+def _nodes_with(quantity: Any) -> dict:
+    doc = json.loads((FIXTURES / "k8s" / "C-nodes.json").read_text())
+    status = doc["items"][0]["status"]  # gpu-h100-a: 8 GPUs
+    status["capacity"]["nvidia.com/gpu"] = status["allocatable"]["nvidia.com/gpu"] = quantity
+    return doc
+
+
+@pytest.mark.parametrize("bad", [*HOSTILE, "1e18Ei", 1e308, 10 ** 30])
+def test_kubernetes_objects_with_a_gpu_quantity_that_is_not_one(tmp_path: Path,
+                                                                bad: Any) -> None:
+    """``nvidia.com/gpu: "1e400"`` on one node: its GPU count is unknown and said, never a
+    crash, and never "advertises no GPU" on its account."""
+    code, doc, _ = _analyzed(tmp_path, "nodes.json", json.dumps(_nodes_with(bad)))
+    assert code in (0, 1, 2, 3)
+    assert any("gpu-h100-a" in p and "nvidia.com/gpu" in p and "not a number" in p
+               for p in doc["unreadable"])
+    assert not [f for f in doc["findings"] if f["id"] == "k8s.gpus-not-advertised"
+                and "gpu-h100-a" in f["title"]]
+
+
+def test_k8s_status_reads_a_cluster_whose_node_says_1e400(tmp_path: Path) -> None:
+    objects = load_objects([_nodes_with("1e400")])
+    with ReplayServer(objects) as server:
+        code, out, err = _run(["k8s", "status", "--json", "--kubeconfig",
+                               str(server.kubeconfig(tmp_path / "kubeconfig"))])
+    assert code != EXIT_INTERNAL and "internal error" not in err, err
+    doc = json.loads(out)
+    assert any("1e400" in p for p in doc["unreadable"]) and doc["summary"]["gpu_nodes"] >= 1
+
+
+@pytest.mark.parametrize("bad", ["1e400", "²", "--1", "nan"])
+def test_k8s_lint_of_a_manifest_with_bad_numbers(tmp_path: Path, bad: str) -> None:
+    manifest = tmp_path / "deploy.yaml"
+    manifest.write_text(f"""apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: llama-70b, namespace: llm}}
+spec:
+  replicas: "{bad}"
+  template:
+    spec:
+      containers:
+      - name: vllm
+        image: vllm/vllm-openai:v0.6.3
+        args: ["--model", "meta-llama/Llama-3.1-70B-Instruct"]
+        startupProbe: {{httpGet: {{path: /health, port: 8000}}, periodSeconds: "{bad}",
+                       failureThreshold: {bad}}}
+        resources:
+          limits: {{nvidia.com/gpu: "{bad}"}}
+""", encoding="utf-8")
+    code, _, err = _run(["k8s", "lint", str(manifest)])
+    assert code in (0, 1) and "internal error" not in err, err
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_nvidia_container_cli_info_with_a_bad_device_number(tmp_path: Path, bad: str) -> None:
+    code, doc, _ = _analyzed(tmp_path, "cli.txt", CLI_INFO.format(index=bad, minor=bad))
+    assert code in (0, 1, 2, 3) and "nvidia_container_cli_info" in str(doc["inputs"])
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_weights_host_report_with_a_bad_byte_count(tmp_path: Path, bad: str) -> None:
+    text = (FIXTURES / "weights" / "host-nfs-models.txt").read_text().replace(
+        "model_bytes: 141107412992", f"model_bytes: {bad}")
+    code, doc, _ = _analyzed(tmp_path, "host.txt", text)
+    assert code in (0, 1, 2, 3)
+    assert any("model_bytes: not a number" in p for p in doc["unreadable"])
+
+
+@pytest.mark.parametrize("key", ["\x1c", "\x85", "\u2028", "\x1f", "Partial²"])
+@pytest.mark.parametrize("count", ["14", "²", "9" * 5000])
+def test_remapped_rows_histogram_with_a_bad_bin(tmp_path: Path, key: str, count: str) -> None:
+    text = REMAP.format(uncorrectable=count, partial=key.ljust(7))
+    code, _, _ = _analyzed(tmp_path, "remap.txt", text)
+    assert code in (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize("toml", [
+    "a = " + "[" * 100_000 + "]" * 100_000 + "\n",
+    "a = " + "{b = " * 2000 + "1" + "}" * 2000 + "\n",
+    "[gpu]\ncount = " + "9" * 5000 + "\n",
+    "[gpu]\ncount = 99999999999999999999999\n",
+    "[infiniband]\nrate_gbps = inf\n",
+    "[infiniband]\nrate_gbps = nan\n",
+    '[gpu]\ndriver = "550.²"\n',
+])
+def test_an_expectations_file_that_cannot_be_one(tmp_path: Path, toml: str) -> None:
+    expect = tmp_path / "expect.toml"
+    expect.write_text(toml, encoding="utf-8")
+    paste = tmp_path / "smi.txt"
+    paste.write_text(REMAP.format(uncorrectable="0", partial="Partial"), encoding="utf-8")
+    code, _, err = _run(["analyze", "--expect", str(expect), str(paste)])
+    assert code in (EXIT_USAGE, EXIT_INPUT), err
+    assert "internal error" not in err and len(err.strip().splitlines()) == 1, err
+    assert str(expect) in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["k8s", "status", "--timeout", "nan"], ["k8s", "status", "--timeout", "inf"],
+    ["k8s", "status", "--page-size", "١٢"], ["weights", "--params", "70B", "--overhead", "nan"],
+    ["weights", "--params", "70B", "--batch", "1_000"], ["weights", "--params", "1e400"],
+    ["weights", "--params", "70B", "--context", "9" * 5000], ["ack", "--clear", "١"],
+    ["npd", "--max-age", "1e400"], ["logs", "--boot", "١", "x.log"],
+    ["logs", "--since", "999999999w", "x.log"], ["logs", "--since", "٣h", "x.log"],
+])
+def test_option_numbers_are_read_by_the_converter(tmp_path: Path, argv: list[str]) -> None:
+    """A number on the command line is ASCII digits and finite: nan passes every range
+    check, ١٢ and 1_000 pass int(), 999999999w overflowed the log window."""
+    (tmp_path / "x.log").write_text("[ 1.0] NVRM: Xid (PCI:0000:5d:00): 13, x\n")
+    argv = [str(tmp_path / a) if a == "x.log" else a for a in argv]
+    code, _, err = _run(argv)
+    assert code == EXIT_USAGE and "internal error" not in err, err
+    assert len(err.strip().splitlines()) == 1, err

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from gputriage.commands.common import STATE_DIR_HELP, current_env
+from gputriage.commands.common import STATE_DIR_HELP, StrictInt, current_env
 from gputriage.views.safe import printable
 
 
@@ -34,7 +34,7 @@ def _who() -> str:
 @click.option("--host", metavar="NAME", help="The host it is for (default: any host "
               "sharing this history directory).")
 @click.option("--list", "show", is_flag=True, help="List the acknowledgements.")
-@click.option("--clear", "clear_id", type=int, metavar="ID",
+@click.option("--clear", "clear_id", type=StrictInt(), metavar="ID",
               help="Withdraw acknowledgement ID.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 @click.option("--state-dir", type=click.Path(), default=None, help=STATE_DIR_HELP)

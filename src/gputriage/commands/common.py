@@ -15,6 +15,53 @@ from typing import IO, Any
 import click
 
 
+def _strict_int(kind: click.ParamType, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+    if not isinstance(value, str):
+        return value
+    from gputriage.parsers.base import strict_int
+
+    number = strict_int(value.strip())
+    if number is None:
+        kind.fail(f"{value[:40]!r} is not a whole number (ASCII digits, at most 20).", param, ctx)
+    return number
+
+
+class StrictInt(click.types.IntParamType):
+    """click's INT, reading the text with the one number converter
+    (:func:`gputriage.parsers.base.strict_int`): ASCII digits only, so ``١٢``, ``1_000``
+    and 5,000 digits are usage errors, as click words them."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        return super().convert(_strict_int(self, value, param, ctx), param, ctx)
+
+
+class StrictIntRange(click.IntRange):
+    """click's IntRange, reading the text as :class:`StrictInt` does."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        return super().convert(_strict_int(self, value, param, ctx), param, ctx)
+
+
+class StrictFloatRange(click.FloatRange):
+    """click's FloatRange, reading the text with the one number converter
+    (:func:`gputriage.parsers.base.strict_float`): ``nan``, ``inf``, ``1e400`` and
+    Unicode digits are usage errors (a NaN passes every range check)."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            from gputriage.parsers.base import strict_float
+
+            number = strict_float(value.strip())
+            if number is None:
+                self.fail(f"{value[:40]!r} is not a finite number.", param, ctx)
+            value = number
+        return super().convert(value, param, ctx)
+
+
 @dataclass
 class Environment:
     """What the CLI touches, replaced wholesale in tests."""
@@ -201,7 +248,7 @@ no_pager_option = click.option(
     "--no-pager", is_flag=True,
     help="Never page the report (by default a report longer than the terminal goes "
          "through $GPUTRIAGE_PAGER, else $PAGER, else less -FRX; never when piped).")
-timeout_option = click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
+timeout_option = click.option("--timeout", type=StrictFloatRange(min=0.1), default=None,
                             help="Per-command timeout in seconds (default 10, 30 for "
                                  "nvidia-smi -q and the kernel log).")
 since_option = click.option("--since", default=None, metavar="TIME",
@@ -211,7 +258,7 @@ boot_option = click.option("--boot", default=None, metavar="N|all",
                          help="Judge the kernel-log events of one boot: 0 the current (last) "
                               "boot, -1 the one before...; default all, where only boot 0 "
                               "counts as current and earlier boots are history.")
-deadline_option = click.option("--deadline", type=click.FloatRange(min=1), default=90.0,
+deadline_option = click.option("--deadline", type=StrictFloatRange(min=1), default=90.0,
                              show_default=True, help="Global collection deadline in seconds.")
 job_faults_option = click.option(
     "--job-faults-fail", is_flag=True,

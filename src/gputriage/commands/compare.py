@@ -11,6 +11,8 @@ import click
 from gputriage.commands.common import (
     STATE_DIR_HELP,
     CommandExit,
+    StrictFloatRange,
+    StrictIntRange,
     boot_option,
     current_env,
     deadline_option,
@@ -30,7 +32,7 @@ from gputriage.views.safe import printable
               help=STATE_DIR_HELP)
 @click.option("--json", "as_json", is_flag=True,
               help="Print the entries as JSON (schema gputriage/history/v1).")
-@click.option("-n", "count", type=click.IntRange(min=1), default=20, show_default=True,
+@click.option("-n", "count", type=StrictIntRange(min=1), default=20, show_default=True,
               help="Show the last N entries.")
 def history(state_dir: str | None, as_json: bool, count: int) -> None:
     """List the recorded checks, oldest first: time, host, boot id, verdict,
@@ -185,13 +187,13 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool, html: st
 @click.option("--csv", "as_csv", is_flag=True, help="Print one CSV row per finding and "
               "separating attribute.")
 @html_option
-@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--top", type=StrictIntRange(min=1), default=5, show_default=True,
               help="Separating attributes shown per finding.")
 @click.option("--min-severity", type=click.Choice(["info", "warning", "critical"]),
               default="warning", show_default=True, help="Findings to report.")
-@click.option("--boot-window", type=click.FloatRange(min=0.02), default=1.0,
+@click.option("--boot-window", type=StrictFloatRange(min=0.02), default=1.0,
               show_default=True, metavar="HOURS", help="Width of the boot time buckets.")
-@click.option("-j", "--jobs", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("-j", "--jobs", type=StrictIntRange(min=0), default=0, show_default=True,
               help="Worker processes reading inputs (0: one per CPU, at most 8).")
 @click.option("--demo", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Write the 64-node demo fleet (6 nodes with Xid 79, all on one new "

@@ -10,6 +10,8 @@ import click
 
 from gputriage.commands.common import (
     STATE_DIR_HELP,
+    StrictFloatRange,
+    StrictIntRange,
     boot_option,
     current_env,
     dcgm_diag_option,
@@ -95,9 +97,9 @@ def collect(output: str | None, force: bool, redact: bool, timeout: float | None
 @boot_option
 @click.option("--state-dir", type=click.Path(), default=None, help=STATE_DIR_HELP)
 @click.option("--no-history", is_flag=True, help="Do not record this check in the history.")
-@click.option("--history-keep", type=click.IntRange(min=0), default=500, show_default=True,
+@click.option("--history-keep", type=StrictIntRange(min=0), default=500, show_default=True,
               help="Keep at least the last N history entries.")
-@click.option("--history-days", type=click.FloatRange(min=0), default=90.0,
+@click.option("--history-days", type=StrictFloatRange(min=0), default=90.0,
               show_default=True, help="Keep history entries younger than DAYS.")
 @expect_option
 @model_dir_option

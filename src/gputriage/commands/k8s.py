@@ -12,6 +12,8 @@ import click
 
 from gputriage.commands.common import (
     CommandExit,
+    StrictFloatRange,
+    StrictIntRange,
     current_env,
     no_pager_option,
     quiet_option,
@@ -52,9 +54,9 @@ def k8s() -> None:
 @verbose_option
 @quiet_option
 @no_pager_option
-@click.option("--timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
+@click.option("--timeout", type=StrictFloatRange(min=1), default=60.0, show_default=True,
               help="Seconds for the whole read; no answer in time exits 3.")
-@click.option("--page-size", type=click.IntRange(min=1, max=10_000), default=500,
+@click.option("--page-size", type=StrictIntRange(min=1, max=10_000), default=500,
               show_default=True, help="Objects per list request (limit/continue).")
 @click.option("--save", type=click.Path(), default=None, metavar="FILE",
               help="Also write what was read as a snapshot (FILE.tar.gz or a directory) "
@@ -187,6 +189,7 @@ def _judge(snapshot: Any, cluster: Any, who: str) -> Any:
     gc.freeze()
     facts = Facts(snapshot, context=CheckContext())
     facts.prefill("k8s_objects", cluster)
+    facts.problems += [f"{who}: {p}" for p in cluster.unreadable_fields()]
     result = analyze_facts(facts)
     if not result.host.hostname:
         result.host = replace(result.host, hostname=who)

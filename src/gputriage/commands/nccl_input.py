@@ -30,6 +30,7 @@ from gputriage.nccl_tap import MARKERS as _MARKERS
 from gputriage.nccl_tap import ROWISH as _ROWISH
 from gputriage.nccl_tap import TYPES as _TYPES
 from gputriage.nccl_tap import lines_with as _lines_with
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.nccl_log import LONG_LINE
 from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
 
@@ -242,7 +243,7 @@ def _host_pieces(text: str) -> bool:
     for name, body in detect(text[:cut] if cut > 0 else text):
         if name in JOB_SOURCES:
             continue
-        if name != "kernel_log" or any(is_kernel_line(x) for x in body.splitlines()):
+        if name != "kernel_log" or any(is_kernel_line(x) for x in split_lines(body)):
             return True
     return False
 

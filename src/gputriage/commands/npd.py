@@ -12,6 +12,8 @@ import click
 from gputriage.commands.common import (
     STATE_DIR_HELP,
     CommandExit,
+    StrictFloatRange,
+    StrictIntRange,
     current_env,
     expect_option,
     timeout_option,
@@ -35,20 +37,20 @@ FETCH_TIMEOUT_S = 10.0  # --from: the most the watch's answer may take
                    "checking now: fast. Unreachable: Unknown, or --fallback.")
 @click.option("--fallback", is_flag=True,
               help="With --from: run the check here when the watch cannot be reached.")
-@click.option("--max-age", type=click.FloatRange(min=1), default=600.0, show_default=True,
+@click.option("--max-age", type=StrictFloatRange(min=1), default=600.0, show_default=True,
               metavar="SECONDS",
               help="With --from: a last result older than this is Unknown (the watch's "
                    "checks stopped).")
 @click.option("--snapshot", "from_snapshot", type=click.Path(), default=None,
               metavar="PATH", help="Judge this snapshot (directory or .tar.gz) instead "
                                    "of collecting now.")
-@click.option("--max-length", type=click.IntRange(min=20), default=80, show_default=True,
+@click.option("--max-length", type=StrictIntRange(min=20), default=80, show_default=True,
               help="The longest line printed, in bytes: at most the monitor config's "
                    "max_output_length (NPD's default is 80).")
-@click.option("--deadline", type=click.FloatRange(min=1), default=40.0, show_default=True,
+@click.option("--deadline", type=StrictFloatRange(min=1), default=40.0, show_default=True,
               help="Collection deadline in seconds; keep it well under the plugin timeout "
                    f"(the check gives up, Unknown, {ANALYSIS_GRACE_S:.0f} s after it).")
-@click.option("--unknown-exit", type=click.IntRange(0, 255), default=2, show_default=True,
+@click.option("--unknown-exit", type=StrictIntRange(0, 255), default=2, show_default=True,
               metavar="N",
               help="The exit status when the check could not conclude (the line still "
                    "says UNKNOWN). NPD makes an event of any status but 0 for a temporary "

@@ -13,6 +13,8 @@ import click
 
 from gputriage.commands.common import (
     STATE_DIR_HELP,
+    StrictFloatRange,
+    StrictIntRange,
     current_env,
     deadline_option,
     expect_option,
@@ -27,7 +29,7 @@ OVERRUN_MARGIN_S = 30.0  # a check is late once it has run for the deadline and 
 
 
 @click.command()
-@click.option("--interval", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@click.option("--interval", type=StrictFloatRange(min=0), default=60.0, show_default=True,
               metavar="SECONDS", help="Seconds between the starts of two checks (0: back "
                                       "to back). A check still running at the next tick "
                                       "skips that tick: never two at once.")
@@ -40,14 +42,14 @@ OVERRUN_MARGIN_S = 30.0  # a check is late once it has run for the deadline and 
 @click.option("--snapshot", "from_snapshot", type=click.Path(exists=True), default=None,
               metavar="PATH", help="Judge this snapshot (directory or .tar.gz) every "
                                    "cycle instead of collecting this host.")
-@click.option("--max-cycles", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("--max-cycles", type=StrictIntRange(min=1), default=None, metavar="N",
               help="Stop after N checks (default: run until SIGTERM or SIGINT).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="stderr log lines: text, or JSON lines (ts, level, "
                                       "msg, fields).")
 @click.option("--state-dir", type=click.Path(), default=None, help=STATE_DIR_HELP)
 @click.option("--no-history", is_flag=True, help="Record no check in the history.")
-@click.option("--history-every", type=click.FloatRange(min=0), default=60.0,
+@click.option("--history-every", type=StrictFloatRange(min=0), default=60.0,
               show_default=True, metavar="MINUTES",
               help="Record a check whose verdict and findings are unchanged once per "
                    "MINUTES (a changed one is always recorded).")

@@ -8,7 +8,13 @@ from typing import Any
 
 import click
 
-from gputriage.commands.common import CommandExit, current_env, html_option
+from gputriage.commands.common import (
+    CommandExit,
+    StrictFloatRange,
+    StrictIntRange,
+    current_env,
+    html_option,
+)
 
 _TIER_NAMES = {"local_nvme": "local_nvme", "nvme": "local_nvme", "local": "local_nvme",
                "page_cache": "page_cache", "cache": "page_cache", "nfs": "nfs",
@@ -167,13 +173,13 @@ def _numbers(inp: Any, params: str | None, dtype: str | None, kv_dtype: str,
               "fp32, bf16, fp16, fp8, int8, int4 (default: as stored, else bf16).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", help="A config.json for the shape (KV cache, heads).")
-@click.option("--context", type=click.IntRange(min=1), default=4096, show_default=True,
+@click.option("--context", type=StrictIntRange(min=1), default=4096, show_default=True,
               help="Tokens of context per sequence for the KV cache.")
-@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--batch", type=StrictIntRange(min=1), default=1, show_default=True,
               help="Sequences held at once for the KV cache.")
 @click.option("--kv-dtype", default="fp16", show_default=True, metavar="DTYPE",
               help="KV cache dtype.")
-@click.option("--overhead", type=click.FloatRange(0, 0.9), default=0.10, show_default=True,
+@click.option("--overhead", type=StrictFloatRange(0, 0.9), default=0.10, show_default=True,
               help="Share of each GPU's memory kept for the CUDA context, activations and "
                    "fragmentation.")
 @click.option("--gpu", "gpu_names", multiple=True, metavar="NAME",
@@ -188,9 +194,9 @@ def _numbers(inp: Any, params: str | None, dtype: str | None, kv_dtype: str,
               help="Read at most this much for --measure.")
 @click.option("--measure-tier", type=_TIER, default=None,
               help="The tier --measure stands for (default: from the path's mount).")
-@click.option("--replicas", type=click.IntRange(min=1), default=None,
+@click.option("--replicas", type=StrictIntRange(min=1), default=None,
               help="Replicas starting together (needs --link).")
-@click.option("--per-node", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--per-node", type=StrictIntRange(min=1), default=1, show_default=True,
               help="Replicas that share a node (and a node-local cache).")
 @click.option("--link", default=None, metavar="RATE",
               help="The shared link the replicas pull through: 100Gb/s, 400Gb/s, 12GB/s.")

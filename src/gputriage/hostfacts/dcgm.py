@@ -12,7 +12,7 @@ from gputriage.errors import ParseError
 from gputriage.factbase import FactTable, Missing
 from gputriage.knowledge import csv_rows
 from gputriage.knowledge.cuda_compat import arch_of, capability_of, version_key
-from gputriage.parsers.base import parse_bool
+from gputriage.parsers.base import parse_bool, split_lines
 from gputriage.parsers.dcgmi import parse_version
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def dcgm_version(facts: Facts) -> DcgmVersion:
     if text:
         try:
             version = parse_version(text)
-            line = next(ln.strip() for ln in text.splitlines() if version in ln)
+            line = next(ln.strip() for ln in split_lines(text) if version in ln)
             return DcgmVersion(version, "dcgmi_version", line)
         except ParseError:
             pass

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from gputriage.factbase import FactTable, Missing
 from gputriage.model import Evidence
+from gputriage.parsers.base import split_lines
 
 if TYPE_CHECKING:
     from gputriage.expect import Expectations
@@ -32,10 +33,10 @@ GPU_EVENT_KINDS = frozenset({"xid", "sxid", "fallen-off-bus", "rm-init-adapter-f
                              "nvlink-error"})
 _LINES = 8  # evidence lines kept per kind of trace
 # "pci 0000:18:00.0: [10de:2330] type 00 class 0x030200": the kernel enumerating a GPU
-_ENUM = re.compile(r"\[10de:[0-9a-f]{4}\] type \d+ class 0x030[02]")
+_ENUM = re.compile(r"\[10de:[0-9a-f]{4}\] type [0-9]+ class 0x030[02]")
 _ANCHORS = ("NVRM: GPU at PCI:", "[10de:")
 _BUS = re.compile(r"\b([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\b")
-_GPU_NODE = re.compile(r"^/dev/nvidia\d+$")
+_GPU_NODE = re.compile(r"^/dev/nvidia[0-9]+$")
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def gpu_traces(facts: Facts) -> GpuTraces:
     hints: list[Evidence] = []
     probed = [e for e in events if e.kind == "no-adapter-probed"]
     if probed:
-        hints.append(Evidence("kernel_log", _first(e.line.splitlines()[0] for e in probed),
+        hints.append(Evidence("kernel_log", _first(split_lines(e.line)[0] for e in probed),
                               "the nvidia module tried to load and found no GPU"))
     libs = [lib.path for lib in facts.maybe("libs", []) or []]
     if libs:
@@ -87,7 +88,7 @@ def _kernel_traces(facts: Facts, events: list) -> tuple[list[Evidence], tuple[st
     buses = {e.bus_id for e in gpu_events if e.bus_id}
     if gpu_events:
         kinds = sorted({str(e.kind) for e in gpu_events})
-        evidence.append(Evidence("kernel_log", _first(e.line.splitlines()[0] for e in gpu_events),
+        evidence.append(Evidence("kernel_log", _first(split_lines(e.line)[0] for e in gpu_events),
                                  f"{sum(e.count for e in gpu_events)} GPU event(s) in the "
                                  f"kernel log: {', '.join(kinds)}"))
     seen = _kernel_lines(facts.text("kernel_log") or "")

@@ -17,6 +17,7 @@ from gputriage.hostfacts.stack import SMI_SOURCES, GpuSighting
 from gputriage.knowledge import GpuProfile, gpu_profile
 from gputriage.model import Evidence
 from gputriage.parsers import fabricmanager, nvlink
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.pci import PciFunction
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ __all__ = ["FM_SOURCE", "FabricNeed", "FabricState", "NvSwitchSighting", "gpu_pr
            "gpu_profile_of"]
 
 FM_SOURCE = "fabricmanager_journal"
-_NVSWITCH_NODE = re.compile(r"/dev/nvidia-nvswitch\d+$")
+_NVSWITCH_NODE = re.compile(r"/dev/nvidia-nvswitch[0-9]+$")
 _FABRIC_HEAD = re.compile(r"^\s*Fabric\s*$|<fabric>")
 _FABRIC_FIELD = re.compile(r"^\s*(?:State|Status)\s*:|<(?:state|status)>")
 _PARTITION_FIELD = re.compile(r"^\s*(?:CliqueId|ClusterUUID)\s*:|<(?:cliqueId|clusterUuid)>")
@@ -141,7 +142,7 @@ def _nvswitches(facts: Facts) -> list[NvSwitchSighting]:
         for entry in log.entries:
             if entry.nvswitch or (entry.event == "configured" and "NVSwitch" in entry.message):
                 seen.append(NvSwitchSighting(FM_SOURCE, entry.nvswitch or "fabric manager",
-                                             entry.line.splitlines()[0]))
+                                             split_lines(entry.line)[0]))
         if log.having("nothing-to-do"):
             known = True
     if not seen and not known:
@@ -153,7 +154,7 @@ def _nvswitches(facts: Facts) -> list[NvSwitchSighting]:
 def _fabric_blocks(text: str) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """Each GPU's Fabric section of nvidia-smi -q (text or XML), in order: its state and
     status lines, and its CliqueId / ClusterUUID lines."""
-    lines = text.splitlines()
+    lines = split_lines(text)
     blocks: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
     for i, line in enumerate(lines):
         if _FABRIC_HEAD.search(line):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage.factbase import FactTable
 from gputriage.model import DriverVersions, HostIdentity
+from gputriage.parsers.base import split_lines, strict_float
 
 if TYPE_CHECKING:
     from gputriage.facts import Facts
@@ -23,7 +24,7 @@ __all__ = ["FACTS", "TOOLKIT_VERSION", "toolkit_version"]
 FACTS = FactTable()
 
 # "NVIDIA Container Toolkit CLI version 1.15.0" (some builds print "v1.15.0")
-TOOLKIT_VERSION = re.compile(r"version\s+v?(\d[\w.+~-]*)", re.IGNORECASE)
+TOOLKIT_VERSION = re.compile(r"version\s+v?([0-9][\w.+~-]*)", re.IGNORECASE)
 
 
 def toolkit_version(text: str | None) -> str | None:
@@ -33,11 +34,11 @@ def toolkit_version(text: str | None) -> str | None:
 
 
 def _first_line(text: str | None) -> str | None:
-    return text.strip().splitlines()[0] if text and text.strip() else None
+    return split_lines(text.strip())[0] if text and text.strip() else None
 
 
 def _os_name(text: str | None) -> str | None:
-    for line in (text or "").splitlines():
+    for line in split_lines(text or ""):
         if line.startswith("PRETTY_NAME="):
             return line.split("=", 1)[1].strip().strip('"')
     return None
@@ -48,8 +49,8 @@ def _boot_time(created: Any, uptime: str | None) -> str | None:
     fields = (uptime or "").split()
     try:
         when = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
-        seconds = float(fields[0]) if fields else None
-        if seconds is None or not 0 <= seconds < 1e9:
+        seconds = strict_float(fields[0], lo=0, hi=1e9) if fields else None
+        if seconds is None:
             return None
         return (when - timedelta(seconds=seconds)).isoformat(timespec="seconds")
     except (ValueError, OverflowError):  # no such time

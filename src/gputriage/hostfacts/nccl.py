@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gputriage.factbase import FactTable, Missing
+from gputriage.parsers.base import strict_hex
 from gputriage.parsers.nccl_model import (
     NET_IB,
     NET_PLUGIN,
@@ -96,9 +97,9 @@ def nccl_bus_id(value: str | None) -> str | None:
     """NCCL's compact bus id (``42000``, ``c8000``, ``100000``: the PCI address's hex
     digits run together) as ``0000:42:00.0``; None for anything else (``2[2]``)."""
     text = (value or "").strip().lower()
-    if not (4 <= len(text) <= 12) or any(c not in "0123456789abcdef" for c in text):
+    num = strict_hex(text) if 4 <= len(text) <= 12 and not text.startswith("0x") else None
+    if num is None:
         return None
-    num = int(text, 16)
     fn, dev, bus, dom = num & 0xF, (num >> 4) & 0xFF, (num >> 12) & 0xFF, num >> 20
     if dev > 0x1F or fn > 7:
         return None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gputriage import knowledge
 from gputriage.factbase import FactTable, Missing
 from gputriage.parsers import lspci
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import normalize_bus_id, split_lines
 from gputriage.parsers.nvsmi import SmiGpu
 from gputriage.parsers.pci import PciFunction
 
@@ -32,7 +32,7 @@ BUSY_MEMORY_MIB = 1024  # memory in use above this (and 5 % of the total) with P
 #: P-states from this one down are idle ones (NVIDIA: P0/P1 full speed, P2/P3 compute,
 #: P8 idle, P12 minimum power); the driver lowers the link's generation with them
 LOW_POWER_PSTATE = 5
-_PSTATE = re.compile(r"^\s*P(\d{1,2})\s*$")
+_PSTATE = re.compile(r"^\s*P([0-9]{1,2})\s*$")
 _LSPCI_SOURCES = ("lspci_nvidia", "lspci_mellanox")
 
 
@@ -273,7 +273,7 @@ def _skip_sibling(f: PciFunction, kinds: dict[str, str]) -> bool:
 
 
 def _text(facts: Facts, source: str) -> list[str]:
-    return [] if source == "pci_devices" else (facts.text(source) or "").splitlines()
+    return [] if source == "pci_devices" else split_lines(facts.text(source) or "")
 
 
 def _evidence_source(facts: Facts, f: PciFunction, kind: str, source: str) -> str:

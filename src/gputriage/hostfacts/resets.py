@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gputriage.factbase import FactTable, Missing
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import normalize_bus_id, split_lines
 from gputriage.parsers.kernel_fold import recovery_cleared
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def _when(ev: DriverEvent) -> str | None:
 
 
 def _of_event(ev: DriverEvent, bus: str | None, kind: str) -> Reset:
-    return Reset(bus, kind, _when(ev), "kernel_log", ev.line.splitlines()[0] if ev.line else "",
+    return Reset(bus, kind, _when(ev), "kernel_log", split_lines(ev.line)[0] if ev.line else "",
                  ev.boot, ev.lineno, ev.origin, ev.uptime_s, ev.time)
 
 

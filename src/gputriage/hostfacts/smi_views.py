@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gputriage.factbase import FactTable
 from gputriage.hostfacts.stack import SMI_SOURCES
 from gputriage.model import Evidence, Scope
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import normalize_bus_id, split_lines
 from gputriage.parsers.nvsmi import SmiGpu, norm_key, parse_str
 from gputriage.rules.base import evidence, gpu_scope
 
@@ -138,7 +138,7 @@ def smi_views(facts: Facts) -> list[SmiView]:
     for source, report in facts.get("smi"):
         if not report.gpus:
             continue
-        lines = (facts.text(source) or "").splitlines()
+        lines = split_lines(facts.text(source) or "")
         trusted = (report.attached_gpus == len(report.gpus) if report.attached_gpus is not None
                    else len(report.gpus) > 1)
         for gpu in report.gpus:

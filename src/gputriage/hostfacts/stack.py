@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from gputriage.factbase import FactTable, Missing
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import normalize_bus_id, split_lines
 
 if TYPE_CHECKING:  # parsers are imported when a fact first needs them
     from gputriage.facts import Facts
@@ -188,9 +188,12 @@ def _collected(facts: Facts) -> datetime | None:
 
 
 # "<stamp> <host> kernel:" / "<stamp> <host> <program>[pid]:" (syslog, journalctl)
-_LOG_HOST = re.compile(r"(?m)^[ \t]{0,4}(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?|"
-                       r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[\d.,:+Z-]{0,20})[ \t]{1,4}"
-                       r"(?P<host>[A-Za-z][\w.-]{0,62})[ \t](?:kernel|[\w.@-]{1,40}\[\d{1,10}\]):")
+_LOG_HOST = re.compile(r"(?m)^[ \t]{0,4}(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-"
+                       r"9](?:\.[0-9]{1,9})?|"
+                       r"[0-9]{4}-[0-9][0-9]-[0-9][0-9][T ][0-9][0-9]:[0-9][0-9]:[0-9][0-9][0-9.,:+"
+                       r"Z-]{0,20})[ \t]{1,4}"
+                       r"(?P<host>[A-Za-z][\w.-]{0,62})[ \t](?:kernel|[\w.@-]{1,40}\[[0-9]{1,10}\])"
+                       r":")
 LOG_HOST_BYTES = 64 << 10  # of the kernel log read for the host its lines name
 
 
@@ -355,7 +358,7 @@ def container_cgroup_lines(facts: Facts) -> list[str]:
     text = facts.text("proc_self_cgroup")
     if text is None:
         raise Missing(facts.snapshot.missing_reason("proc_self_cgroup"))
-    return [ln for ln in text.splitlines() if CONTAINER_CGROUP.search(ln)]
+    return [ln for ln in split_lines(text) if CONTAINER_CGROUP.search(ln)]
 
 
 @FACTS.fact("in_container")

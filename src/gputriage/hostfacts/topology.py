@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from gputriage.errors import ParseError
 from gputriage.factbase import FactTable, Missing
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.numactl import NumaHardware, parse_numactl, parse_sysfs_nodes
 from gputriage.parsers.topo import TopoMatrix, distance, parse_topo
 
@@ -20,7 +21,7 @@ FACTS = FactTable()
 
 __all__ = ["GpuPlacement", "multi_node_evidence", "parse_balancing_value"]
 
-_GPU_INDEX = re.compile(r"^GPU(\d+)$")
+_GPU_INDEX = re.compile(r"^GPU([0-9]{1,4})$")
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def parse_balancing_value(text: str) -> str:
     """``/proc/sys/kernel/numa_balancing`` -> "0", "1", "2" or "3" as printed;
     ParseError for anything else (empty text gives "")."""
     value = (text or "").strip()
-    if value and not (value.isascii() and value.isdigit() and len(value) <= 3):
+    if value and strict_int(value, signed=False, hi=999) is None:
         raise ParseError(f"numa_balancing is not a number: {value[:40]!r}")
     return value
 
@@ -157,8 +158,8 @@ def gpu_nic_map(facts: Facts) -> list[GpuPlacement]:
         numa_text = matrix.numa_affinity.get(gpu, "")
         numa_node: int | None = None
         numa_source: str | None = None
-        if numa_text.isascii() and numa_text.isdigit():
-            numa_node, numa_source = int(numa_text), "nvidia_smi_topo"
+        if (numa := strict_int(numa_text, signed=False)) is not None:
+            numa_node, numa_source = numa, "nvidia_smi_topo"
         elif bus_id and sysfs_numa.get(bus_id) is not None:
             numa_node, numa_source = sysfs_numa[bus_id], facts.maybe("pci_source")
         link, nics = nearest[gpu]
@@ -185,7 +186,8 @@ def multi_node_evidence(hw: NumaHardware | None, matrix: TopoMatrix | None,
         src = "numactl" if hw.source in ("numactl", "lscpu") else "hugepages_per_node"
         lines += [(src, ln) for ln in hw.lines[:4]]
     if matrix is not None and matrix.kind == "matrix":
-        numas = {v for g, v in matrix.numa_affinity.items() if v.isascii() and v.isdigit()}
+        numas = {n for v in matrix.numa_affinity.values()
+                 if (n := strict_int(v, signed=False)) is not None}
         if len(numas) > 1:
             answer = True
             lines.append(("nvidia_smi_topo", matrix.header))

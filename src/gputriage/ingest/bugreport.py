@@ -26,6 +26,7 @@ from gputriage.ingest.commands import (
     source_for_section,
 )
 from gputriage.ingest.kernel_log import kernel_lines
+from gputriage.parsers.base import split_lines
 
 __all__ = ["Section", "is_bug_report", "sections", "split_bug_report", "split_with_headers"]
 
@@ -52,7 +53,7 @@ def is_bug_report(text: str) -> bool:
     head = text[: 1 << 20]
     if any(m in head for m in _MARKERS):
         return True
-    seps = sum(1 for ln in head.splitlines() if _SEP.match(ln))
+    seps = sum(1 for ln in split_lines(head) if _SEP.match(ln))
     return seps >= 3 and re.search(r"^\*\*\* /(?:proc|etc|var|sys)/", head, re.M) is not None
 
 
@@ -60,7 +61,7 @@ def sections(text: str) -> list[Section]:
     """The report's sections in order, commands of one section split apart."""
     out: list[Section] = []
     chunk: list[str] = []
-    for ln in text.splitlines() + ["_" * 44]:
+    for ln in split_lines(text) + ["_" * 44]:
         if not _SEP.match(ln):
             chunk.append(ln)
             continue
@@ -127,7 +128,7 @@ def _uname(out: dict[str, tuple[str, str | None, str | None]], sec: Section) -> 
     if sec.header.startswith("uname:"):
         out.setdefault("uname", (sec.header, sec.header[6:].strip() + "\n", None))
         return True
-    for ln in sec.body.splitlines():
+    for ln in split_lines(sec.body):
         if ln.startswith("uname:"):
             out.setdefault("uname", ("uname", ln[6:].strip() + "\n", None))
     return False

@@ -14,9 +14,10 @@ __all__ = ["claim_container_cli_info", "claim_container_config", "claim_containe
 
 _NVRM = re.compile(r"^NVRM version:", re.M)
 _DEVICE_INDEX = re.compile(r"^Device Index:", re.M)
-_START = re.compile(r"^[IWEF]\d{4} |^NVRM version:")
+_START = re.compile(r"^[IWEF][0-9]{4} |^NVRM version:")
 _FIELD = re.compile(r"^(?:NVRM|CUDA) version:|^(?:Device (?:Index|Minor)|Model|Brand|GPU UUID|"
-                    r"Bus Location|Architecture):|^\s*$|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ ")
+                    r"Bus Location|Architecture):|^\s*$|"
+                    r"^[IWEF][0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]+\s+[0-9]+ ")
 
 
 def claim_container_cli_info(doc: PasteDoc) -> None:
@@ -36,11 +37,11 @@ _TOOLKIT_ANCHOR = re.compile(r"^\s*\[nvidia-container-(?:cli|runtime)\]\s*$")
 _CONTAINERD_ANCHOR = re.compile(rf"^{_DIFF}\s*\[plugins\.[\"']io\.containerd|"
                                 rf"^{_DIFF}\s*default_runtime_name\s*=")
 _YAML_LINE = re.compile(r"^(?:\s*$|\s*#|---\s*$|\s+\S|- |[\w.-]+:(?:\s|$))")
-_CDI_ANCHOR = re.compile(r"^cdiVersion:\s*['\"]?\d|^kind:\s*['\"]?[\w.-]+\.\w+/[\w.-]+")
+_CDI_ANCHOR = re.compile(r"^cdiVersion:\s*['\"]?[0-9]|^kind:\s*['\"]?[\w.-]+\.\w+/[\w.-]+")
 _CDI_JSON = re.compile(r'"cdiVersion"\s*:')
 _DAEMON_KEY = re.compile(r'"(?:runtimes|default-runtime)"\s*:')
 _CTK_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version|^commit: [0-9a-f]{7,40}\s*$")
-_CTK_LIST = re.compile(r"Found \d+ CDI devices?|^\s*[a-z0-9][\w.-]*\.[a-z]{2,}/[\w.-]+="
+_CTK_LIST = re.compile(r"Found [0-9]+ CDI devices?|^\s*[a-z0-9][\w.-]*\.[a-z]{2,}/[\w.-]+="
                        r"[\w.:-]+\s*$")
 
 

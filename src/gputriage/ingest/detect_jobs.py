@@ -22,6 +22,7 @@ import re
 from gputriage.ingest.commands import source_for_command
 from gputriage.ingest.kernel_log import is_kernel_line
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.nccl_lines import is_nccl_line, strip_shippers
 from gputriage.parsers.nccl_tests import is_nccl_tests_line
 
@@ -30,18 +31,19 @@ __all__ = ["claim_nccl_log", "claim_nccl_tests", "is_tests_prompt", "nccl_lines"
 
 
 # --- NCCL log ---------------------------------------------------------------------
-_NCCL_RECORD = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b|^\W*NCCL version \d+\.\d+")
+_NCCL_RECORD = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b|^\W*NCCL version [0-9]+\.[0-9]+")
 # framework lines that may wrap over the next lines (a PyTorch watchdog message)
 _FRAMEWORK = re.compile(r"ProcessGroupNCCL|DistBackendError|\bWorkNCCL\(|ncclInternalError"
                         r"|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError"
                         r"|ncclInvalidUsage|\bNCCL (?:error|communicator was aborted)")
 _CONT_MAX = 16  # continuation lines kept after a framework error line
 # ... an error (PyTorch's E level, an exception, a timeout), not a warning
-_FRAMEWORK_ERROR = re.compile(r"\[E\d{3,4} |[Ee]rror|[Ee]xception|[Tt]imeout|timed out"
+_FRAMEWORK_ERROR = re.compile(r"\[E[0-9]{3,4} |[Ee]rror|[Ee]xception|[Tt]imeout|timed out"
                               r"|DistBackendError")
 # the start of another kind of record: a table, dmesg, a timestamp, XML, a prompt...
-_FOREIGN = re.compile(r"^\s*(?:[|+]|\[\s*\d+\.\d+\]|\d{4}-\d\d-\d\d|[A-Z][a-z]{2} [ \d]\d "
-                      r"\d\d:\d\d|<|GPU \d|CA '|\S+@\S+[:$#]|[$#] )")
+_FOREIGN = re.compile(r"^\s*(?:[|+]|\[\s*[0-9]+\.[0-9]+\]|[0-9]{4}-[0-9]{2}-[0-9]{2}|"
+                      r"[A-Z][a-z]{2} [ 0-9][0-9] "
+                      r"[0-9]{2}:[0-9]{2}|<|GPU [0-9]|CA '|\S+@\S+[:$#]|[$#] )")
 
 
 def nccl_record(line: str) -> bool:
@@ -54,7 +56,7 @@ def nccl_record(line: str) -> bool:
 def nccl_lines(text: str) -> str:
     """The NCCL records of a large text, in order (without the wrapped lines of framework
     errors: for inputs too large for the full detector)."""
-    kept = [ln for ln in text.splitlines()
+    kept = [ln for ln in split_lines(text)
             if ("NCCL" in ln or "nccl" in ln or "DistBackendError" in ln or "WARN" in ln)
             and nccl_record(ln)]
     return "\n".join(kept) + "\n" if kept else ""
@@ -90,11 +92,11 @@ def claim_nccl_log(doc: PasteDoc) -> None:
 # --- nccl-tests -------------------------------------------------------------------
 _PERF_BIN = re.compile(r"(?:^|[\s/])[a-z_]+_perf(?:_mpi)?(?:\s|$)")
 _TESTS_EXTRA = re.compile(
-    r"^\s*(?:\S+:\s+)?Test (?:CUDA |NCCL )?failure\b|^\s*\.\. \S+ pid \d+: Test failure"
+    r"^\s*(?:\S+:\s+)?Test (?:CUDA |NCCL )?failure\b|^\s*\.\. \S+ pid [0-9]+: Test failure"
     r"|^\s*#\s*$")
 # lines that make a run of candidate lines an nccl-tests output for sure
 _TESTS_STRONG = re.compile(
-    r"^\s*#\s*(?:nThread\s+\d|Using devices|Rank\s+\d+\s+Group|size\s+count|Avg bus bandwidth"
+    r"^\s*#\s*(?:nThread\s+[0-9]|Using devices|Rank\s+[0-9]+\s+Group|size\s+count|Avg bus bandwidth"
     r"|Out of bounds values|Collective test|nccl-tests version)"
     r"|Test (?:CUDA |NCCL )?failure")
 

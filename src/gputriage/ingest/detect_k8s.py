@@ -182,7 +182,7 @@ _DESCRIBE_FIELD = re.compile(r"^\s{0,4}(?P<key>" + "|".join(re.escape(k) for k i
     "PodCIDR", "PodCIDRs", "ProviderID", "Lease", "Volumes", "Runtime Class Name", "Kind",
     "API Version", "Spec", "Metadata")) + r"):(?:\s|$)")
 _RESOURCE = re.compile(r"^\s+(?:cpu|memory|pods|ephemeral-storage|hugepages-\w+|"
-                       r"attachable-volumes-[\w-]+|[\w.-]+\.[a-z]{2,}/[\w.-]+):\s+\d")
+                       r"attachable-volumes-[\w-]+|[\w.-]+\.[a-z]{2,}/[\w.-]+):\s+[0-9]")
 # (``nvidia.com/gpu=0``, ``=all``, ``=GPU-<uuid>``: CDI device names, not labels)
 _LABEL_LINE = re.compile(r"^\s*(?!nvidia\.com/gpu=)(?:[\w-]+\.)*"
                          r"(?:nvidia\.com|kubernetes\.io|k8s\.io)/[\w./-]+=\S*\s*$")
@@ -191,8 +191,8 @@ _EVENT_HEADER = re.compile(r"^\s*Type\s+Reason\s+Age\s+From\s+Message\s*$")
 # a line of ``describe node | grep``: a resource of Capacity/Allocatable, or its row of
 # Allocated resources (requests, limits)
 _GREP_RESOURCE = re.compile(r"^\s*(?:[\w-]+\.)*nvidia\.com/[\w.-]+"
-                            r"(?::\s+\d+|\s+\d+\S*(?:\s+\([^)]*\))?"
-                            r"\s+\d+\S*(?:\s+\([^)]*\))?)\s*$")
+                            r"(?::\s+[0-9]+|\s+[0-9]+\S*(?:\s+\([^)]*\))?"
+                            r"\s+[0-9]+\S*(?:\s+\([^)]*\))?)\s*$")
 _K_DESCRIBE = re.compile(r"^\s*(?:sudo\s+)?k\s+describe\s+(?:no|nodes?|po|pods?)\b")
 
 
@@ -266,7 +266,7 @@ def claim_k8s_describe(doc: PasteDoc) -> None:
                 continue
         i += 1
     for i, ln in enumerate(doc.lines):
-        if doc.free(i) and (condition_row(ln) and re.search(r"\d\d:\d\d:\d\d", ln)):
+        if doc.free(i) and condition_row(ln) and re.search(r"[0-9]{2}(?::[0-9]{2}){2}", ln):
             doc.claim("k8s_describe", i, i + 1)
         elif GET_EVENT_ROW.match(ln) and not _headless_event(doc, i):
             continue  # a row of a get events table: the table's

@@ -12,6 +12,7 @@ quotes ``NVRM: Xid ...`` is not a log line.
 from __future__ import annotations
 
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.kernel_log import is_kernel_line, is_log_record, is_system_log_line
 
 __all__ = ["claim_kernel_log", "is_kernel_line", "is_log", "is_system_log_line", "kernel_lines"]
@@ -29,7 +30,7 @@ def is_log(lines: list[str]) -> bool:
 def kernel_lines(text: str) -> str:
     """The system log records (kernel first of all, and journal boot markers) of a
     text, in order."""
-    lines = text.splitlines()
+    lines = split_lines(text)
     if not is_log(lines):
         return ""
     kept = [ln for ln in lines if is_log_record(ln)]

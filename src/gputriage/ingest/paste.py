@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from gputriage.parsers.base import split_lines
+
 __all__ = ["BARRIER", "PasteDoc", "claim_blocks", "claim_lines"]
 
 BARRIER = "#barrier"  # owner of prompt lines and fences: no detector may take them
@@ -21,7 +23,7 @@ class PasteDoc:
     """Lines of a paste and which source claimed each one (``None``: nobody yet)."""
 
     def __init__(self, text: str) -> None:
-        self.lines = text.splitlines()
+        self.lines = split_lines(text)
         self.owner: list[str | None] = [None] * len(self.lines)
 
     def free(self, i: int) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 
 from gputriage.errors import InputError
 from gputriage.inputs import FILE, open_input
+from gputriage.parsers.base import split_lines
 from gputriage.snapshot import Captured, Snapshot, decode
 
 __all__ = ["STREAM_MIN_BYTES", "LargeLogs", "ScannedLog"]
@@ -94,7 +95,7 @@ def _is_kernel_log(path: str, head: bytes) -> bool:
         return False
     text = decode(head)
     text = text[:text.rfind("\n") + 1] or text
-    if is_bug_report(text) or shape_refusal(path, text.splitlines()):
+    if is_bug_report(text) or shape_refusal(path, split_lines(text)):
         return False
     return [name for name, _ in detect(text)] == ["kernel_log"]
 

@@ -102,7 +102,8 @@ def gpu_profile(name: str | None = None, device_id: int | None = None) -> GpuPro
 
 
 _DATACENTER_NAME = re.compile(
-    r"Tesla|\b[ABHLT]\d{1,3}[A-Z]?\b|GH200|GB[23]00|B[123]00|RTX PRO 6000|DGX|HGX", re.IGNORECASE)
+    r"Tesla|\b[ABHLT][0-9]{1,3}[A-Z]?\b|GH200|GB[23]00|B[123]00|RTX PRO 6000|DGX|HGX",
+    re.IGNORECASE)
 
 
 def is_datacenter(name: str | None, device_id: int | None = None) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from gputriage.knowledge import csv_rows, gpu_profile
+from gputriage.parsers.base import as_int
 
 __all__ = ["Fit", "Toolkit", "arch_of", "capability_of", "cuda_from_int", "cuda_from_tag",
            "family_floor", "first_cuda_for", "forward_compat_supported", "last_cuda_for",
@@ -50,7 +51,7 @@ class Toolkit:
 
 def version_key(version: str | None) -> tuple[int, ...]:
     """``"535.104.05"`` -> ``(535, 104, 5)``; the leading numbers only."""
-    m = re.match(r"\s*v?(\d+(?:\.\d+)*)", version or "")
+    m = re.match(r"\s*v?([0-9]+(?:\.[0-9]+)*)", version or "")
     return tuple(int(x) for x in m.group(1).split(".")) if m else ()
 
 
@@ -63,11 +64,8 @@ def _minor(cuda: str | None) -> str | None:
 def cuda_from_int(value: int | str) -> str | None:
     """A CUDA version as the driver API encodes it (``1000*major + 10*minor``):
     ``11040`` -> ``"11.4"``, ``9000`` -> ``"9.0"``."""
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        return None
-    if n < 1000:
+    n = as_int(value)
+    if n is None or n < 1000:
         return None
     major, rest = divmod(n, 1000)
     return f"{major}.{rest // 10}"
@@ -75,7 +73,7 @@ def cuda_from_int(value: int | str) -> str | None:
 
 def cuda_from_tag(tag: str | None) -> str | None:
     """A wheel's CUDA tag: ``cu128`` -> ``"12.8"``, ``cu92`` -> ``"9.2"``."""
-    m = re.fullmatch(r"cu(\d)(\d{1,2})", (tag or "").strip().lower())
+    m = re.fullmatch(r"cu([0-9])([0-9]{1,2})", (tag or "").strip().lower())
     if not m:
         return None
     digits = m.group(1) + m.group(2)
@@ -173,9 +171,9 @@ def _arches() -> tuple[Arch, ...]:
 def _capability(value: str | None) -> str | None:
     """``"sm_89"``, ``"89"``, ``"8.9"``, ``"compute_120"`` -> ``"8.9"`` / ``"12.0"``."""
     text = (value or "").strip().lower()
-    if m := re.fullmatch(r"(\d{1,2})\.(\d)", text):
+    if m := re.fullmatch(r"([0-9]{1,2})\.([0-9])", text):
         return f"{int(m.group(1))}.{m.group(2)}"
-    if m := re.fullmatch(r"(?:sm_|compute_)?(\d{1,2})(\d)[af]?", text):
+    if m := re.fullmatch(r"(?:sm_|compute_)?([0-9]{1,2})([0-9])[af]?", text):
         return f"{int(m.group(1))}.{m.group(2)}"
     return None
 
@@ -211,7 +209,7 @@ def last_cuda_for(capability: str | None) -> str | None:
 
 
 _CONSUMER = re.compile(r"GeForce|TITAN|Quadro|\bRTX\b|\bGTX\b", re.IGNORECASE)
-_DATACENTER = re.compile(r"\bTesla\b|\b[ABHLT]\d{1,3}[A-Z]?\b|\bG[BH]\d{3}\b|\bB\d{3}\b",
+_DATACENTER = re.compile(r"\bTesla\b|\b[ABHLT][0-9]{1,3}[A-Z]?\b|\bG[BH][0-9]{3}\b|\bB[0-9]{3}\b",
                          re.IGNORECASE)
 
 

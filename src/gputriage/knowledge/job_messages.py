@@ -43,7 +43,7 @@ _HERE = Path(__file__).parent  # the tables beside this module (importlib.resour
 # to import, and start-up is what `gputriage explain` is measured on)
 # words that must be on a line for any message to be looked for (a cheap first filter)
 _WORDS = re.compile(r"cuda|curesult|nvml|nvidia|cublas|cudnn|gpu|driver|runtime|cdi|hook|device|"
-                    r"oci|nccl|ptx|sm_\d|kernel image|out of memory|launch|ecc|nvlink|"
+                    r"oci|nccl|ptx|sm_[0-9]|kernel image|out of memory|launch|ecc|nvlink|"
                     r"illegal|os call|not yet initiali[sz]ed|forward compat|tegra|selinux|"
                     r"name for group", re.IGNORECASE)
 # a line that names CUDA itself (not libcuda.so): where a generic text counts
@@ -55,9 +55,9 @@ _CUDA_CONTEXT = re.compile(
 # PyTorch's "Error 802: system not yet initialized" on a line that names CUDA
 _CUDA_NUMBER = (
     re.compile(r"(?:\bcuda\w*(?:\(\))?\s+returned|\bcuda(?:\s+runtime)?\s+(?:error|failure)|"
-               r"\bCUresult|\berror\s+code)\s*[:=]?\s*\(?(?P<code>\d{1,3})\)?"
-               r"(?!\.\d|\d)", re.IGNORECASE),
-    re.compile(r"\berror\s+(?P<code>\d{1,3}):", re.IGNORECASE),
+               r"\bCUresult|\berror\s+code)\s*[:=]?\s*\(?(?P<code>[0-9]{1,3})\)?"
+               r"(?!\.[0-9]|[0-9])", re.IGNORECASE),
+    re.compile(r"\berror\s+(?P<code>[0-9]{1,3}):", re.IGNORECASE),
 )
 # a runtime enum or driver API name
 _CUDA_NAME = re.compile(r"\b(?:cudaError[A-Za-z]+|CUDA_ERROR_[A-Z_]+)\b")

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
+from gputriage.parsers.base import strict_hex, strict_int
 from gputriage.parsers.kernel_model import EventKind
 from gputriage.vocabulary import Action, Blame, Severity, inconsistency
 
@@ -193,7 +194,7 @@ _RECOVERY_CODES = {0: Action.NONE, 1: Action.RESET_GPU, 2: Action.REBOOT_NODE,
                    3: Action.RESTART_JOB, 4: Action.RESET_GPU, 5: Action.FIX_CONFIG,
                    6: Action.RESET_GPU, 7: Action.REBOOT_NODE}
 _CHANGED_TO = re.compile(r"\bto\s+(.*)$", re.IGNORECASE)
-_NUMBER = re.compile(r"^\s*(0x[0-9a-f]+|\d+)\b", re.IGNORECASE)
+_NUMBER = re.compile(r"^\s*(0x[0-9a-f]+|[0-9]+)\b", re.IGNORECASE)
 
 
 def recovery_action(text: str) -> Action | None:
@@ -222,9 +223,6 @@ def recovery_action(text: str) -> Action | None:
     number = _NUMBER.match(lowered)
     if number:
         raw = number.group(1)
-        base = 16 if raw[:2] in ("0x", "0X") else 10  # "01" is not valid with base 0
-        try:
-            return _RECOVERY_CODES.get(int(raw, base))
-        except ValueError:
-            return None
+        code = strict_hex(raw) if raw[:2] in ("0x", "0X") else strict_int(raw, signed=False)
+        return None if code is None else _RECOVERY_CODES.get(code)
     return None

@@ -82,6 +82,7 @@ from gputriage.logscan.search import ANCHORS, LIBC, anchors_for, run_input
 from gputriage.logscan.stamps import REFERENCE_BYTES, year_reference
 from gputriage.logscan.stream import compression
 from gputriage.logscan.timeline import BootInfo, InputResult, LogScan, merge
+from gputriage.parsers.base import split_lines
 
 __all__ = ["ANCHORS", "BootInfo", "LogScan", "ScanConfig", "ScanProgress", "scan_paths",
            "scan_text"]
@@ -210,7 +211,7 @@ def _shape_check(name: str, head: bytes | bytearray) -> None:
     a table or code that quotes an Xid is not judged as a log)."""
     from gputriage.parsers.kernel_log import shape_refusal
 
-    lines = bytes(head[:_SHAPE_BYTES]).decode("utf-8", errors="replace").splitlines()
+    lines = split_lines(bytes(head[:_SHAPE_BYTES]).decode("utf-8", errors="replace"))
     if len(head) > _SHAPE_BYTES and len(lines) > 1:
         lines.pop()  # cut in the middle
     why = shape_refusal(name, lines)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gputriage.logscan.fastline import FastLine, FastXid
 from gputriage.logscan.stamps import SYSLOG_NAMES, format_of, stamp_time
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import as_int, normalize_bus_id, split_lines
 from gputriage.parsers.kernel_extractor import MAX_LINE, EventExtractor, split_escaped
 from gputriage.parsers.kernel_fold import Folder
 from gputriage.parsers.kernel_model import DriverEvent, LogLine
@@ -25,7 +25,7 @@ BOOT_ANCHORS = ("-- Boot ", "-- Reboot --", "Linux version ")
 
 # --- lines: formats, times -----------------------------------------------------------------
 
-_KMSG = re.compile(r"^(?P<pri>\d{1,4}),(?P<seq>\d{1,20}),(?P<usec>\d{1,20}),[^;]{0,32};")
+_KMSG = re.compile(r"^(?P<pri>[0-9]{1,4}),(?P<seq>[0-9]{1,20}),(?P<usec>[0-9]{1,20}),[^;]{0,32};")
 _KMSG_DICT = re.compile(r"^ [A-Z_]{1,32}=")
 _BOOT_MARK = re.compile(r"^-- (?:Boot (?P<id>[0-9a-fA-F\-]{8,40}) --|Reboot --)\s*$")
 
@@ -223,15 +223,17 @@ class LineSource:
         if not isinstance(msg, str):
             return True
         t = up = None
-        with contextlib.suppress(KeyError, TypeError, ValueError, OverflowError, OSError):
-            t = datetime.fromtimestamp(int(obj["__REALTIME_TIMESTAMP"]) / 1e6, tz=timezone.utc)
-        with contextlib.suppress(KeyError, TypeError, ValueError, OverflowError):
-            up = int(obj["__MONOTONIC_TIMESTAMP"]) / 1e6
+        realtime = as_int(obj.get("__REALTIME_TIMESTAMP"), lo=0)
+        monotonic = as_int(obj.get("__MONOTONIC_TIMESTAMP"), lo=0)
+        with contextlib.suppress(ValueError, OverflowError, OSError):  # beyond any date
+            t = None if realtime is None else datetime.fromtimestamp(realtime / 1e6,
+                                                                     tz=timezone.utc)
+        up = None if monotonic is None else monotonic / 1e6
         boot_id = obj.get("_BOOT_ID") if isinstance(obj.get("_BOOT_ID"), str) else None
         ident = str(obj.get("SYSLOG_IDENTIFIER") or obj.get("_TRANSPORT") or "kernel")
         stamp = t.isoformat() if t else ""
         host = str(obj.get("_HOSTNAME") or "-")
-        for piece in msg[:MAX_LINE].splitlines() or [""]:
+        for piece in split_lines(msg[:MAX_LINE]) or [""]:
             ll = LogLine(f"{stamp} {host} {ident}: {piece}".strip(), piece.strip(),
                          (stamp,) if stamp else (), lineno, t, up, origin=self.name)
             self._note(ll, None, boot_id)

@@ -10,11 +10,14 @@ __all__ = ["SYSLOG_NAMES", "format_of", "stamp_time", "usec", "year_reference"]
 
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug",
                                        "Sep", "Oct", "Nov", "Dec"), 1)}
-_ISO = re.compile(r"^(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?"
-                  r"(Z|[+-]\d\d:?\d\d)?$")
-_CTIME = re.compile(r"^[A-Z][a-z]{2} ([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})$")
-_SYSLOG_TS = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?$")
-_UPTIME = re.compile(r"^\s*(\d{1,12}\.\d{1,9})$")
+_ISO = re.compile(r"^([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.,]"
+                  r"([0-9]{1,9}))?"
+                  r"(Z|[+-][0-9]{2}:?[0-9]{2})?$")
+_CTIME = re.compile(r"^[A-Z][a-z]{2} ([A-Z][a-z]{2}) +([0-9]{1,2}) ([0-9]{2}):([0-9]{2}):"
+                    r"([0-9]{2}) ([0-9]{4})$")
+_SYSLOG_TS = re.compile(r"^([A-Z][a-z]{2}) +([0-9]{1,2}) ([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\."
+                        r"([0-9]{1,9}))?$")
+_UPTIME = re.compile(r"^\s*([0-9]{1,12}\.[0-9]{1,9})$")
 SYSLOG_NAMES = ("syslog", "kern.log", "messages")
 
 
@@ -63,11 +66,14 @@ def stamp_time(stamp: str, now: datetime | None) -> tuple[datetime | None, float
 # precision format), dmesg -T's "[Sat Mar  1 10:00:01 2026]", journalctl's "-- Logs begin at
 # Mon 2023-12-04 09:00:01 UTC" and a JSON journal's __REALTIME_TIMESTAMP. Dates inside
 # messages (a certificate's expiry, a build date) are not stamps and are not taken.
-_REF_ISO = re.compile(rb"(?m)^(?:<\d{1,3}>|\[)?[ \t]{0,4}((?:19|20)\d\d)-(\d\d)-(\d\d)[T ](\d\d):"
-                      rb"(\d\d):(\d\d)|(?:Logs begin|, end) at \w{3} ((?:19|20)\d\d)-(\d\d)-(\d\d) "
-                      rb"(\d\d):(\d\d):(\d\d)|^\[\w{3} (\w{3}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) "
-                      rb"((?:19|20)\d\d)\]")
-_REF_JSON = re.compile(rb'"__REALTIME_TIMESTAMP"\s{0,4}:\s{0,4}"?(\d{16})')
+_REF_ISO = re.compile(rb"(?m)^(?:<[0-9]{1,3}>|\[)?[ \t]{0,4}((?:19|20)[0-9][0-9])-([0-9][0-9])-([0-"
+                      rb"9][0-9])[T ]([0-9][0-9]):"
+                      rb"([0-9][0-9]):([0-9][0-9])|(?:Logs begin|, end) at \w{3} ((?:19|20)[0-9][0-"
+                      rb"9])-([0-9][0-9])-([0-9][0-9]) "
+                      rb"([0-9][0-9]):([0-9][0-9]):([0-9][0-9])|^\[\w{3} (\w{3}) +([0-9]{1,2}) ([0-"
+                      rb"9][0-9]):([0-9][0-9]):([0-9][0-9]) "
+                      rb"((?:19|20)[0-9][0-9])\]")
+_REF_JSON = re.compile(rb'"__REALTIME_TIMESTAMP"\s{0,4}:\s{0,4}"?([0-9]{16})')
 REFERENCE_BYTES = 256 << 10  # of an input's head and of its tail searched for its dates
 
 

@@ -13,7 +13,7 @@ from gputriage.parsers.kernel_model import DriverEvent
 
 __all__ = ["BootInfo", "InputResult", "LogScan", "merge"]
 
-_ROTATION = re.compile(r"\.(\d{1,4})(?:\.(?:gz|xz|bz2|lzma))?$")
+_ROTATION = re.compile(r"\.([0-9]{1,4})(?:\.(?:gz|xz|bz2|lzma))?$")
 
 
 @dataclass

@@ -50,8 +50,8 @@ def _probe_failed(f: Finding, host: Host) -> str:
 
 
 def _storage(f: Finding, host: Host) -> str:
-    disks = re.findall(r"\b((?:nvme\d+n\d+|[shv]d[a-z]+|xvd[a-z]+))\b", f.title)
-    arrays = re.findall(r"\b(md\d+)\b", f"{f.title} {f.explanation}")
+    disks = re.findall(r"\b((?:nvme[0-9]+n[0-9]+|[shv]d[a-z]+|xvd[a-z]+))\b", f.title)
+    arrays = re.findall(r"\b(md[0-9]+)\b", f"{f.title} {f.explanation}")
     disk = disks[0] if disks else "DISK"
     check = (f"nvme smart-log /dev/{disk}" if disk.startswith("nvme")
              else f"smartctl -a /dev/{disk}")

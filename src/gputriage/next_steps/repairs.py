@@ -4,7 +4,7 @@ reload), with the versions, GPUs and commands its host names; ``repair`` looks o
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gputriage.knowledge.cuda_compat import capability_of, version_key
@@ -13,6 +13,7 @@ from gputriage.next_steps.container_stack import REPAIRS as CONTAINER_STACK
 from gputriage.next_steps.host import Host, bus_ids, dash_i, gpu_scopes, serials, what
 from gputriage.next_steps.logs import REPAIRS as LOG_REPAIRS
 from gputriage.next_steps.node_software import REPAIRS as NODE_SOFTWARE
+from gputriage.parsers.base import strict_int
 
 __all__ = ["BY_FAMILY", "BY_ID", "Repair", "joined", "repair"]
 
@@ -160,7 +161,7 @@ def _fm_version(host: Host, driver: str) -> str | None:
     """The fabric manager's own version from its version-mismatch records."""
     log = host.fact("fm_log")
     for entry in log.having("version-mismatch") if log is not None else ():
-        for v in re.findall(r"\b\d{3}\.\d{1,3}(?:\.\d{1,3})?\b", entry.message):
+        for v in re.findall(r"\b[0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?\b", entry.message):
             if v != driver:
                 return str(v)
     return None
@@ -301,13 +302,13 @@ def _hugepages_asked(cmdline: Any) -> dict[int, int]:
     for key, value in params:
         if key == "hugepagesz" and value:
             size = sizes.get(value.upper(), size)
-        elif key == "hugepages" and value and value.isdigit():
-            asked[size] = int(value)
+        elif key == "hugepages" and (count := strict_int(value, signed=False)) is not None:
+            asked[size] = count
     return asked
 
 
 def _nic_far(f: Finding, host: Host) -> str:
-    nic = re.search(r"\bmlx5_\d+\b", f.title) or re.search(r"\bNIC\d+\b", f.title)
+    nic = re.search(r"\bmlx5_[0-9]+\b", f.title) or re.search(r"\bNIC[0-9]+\b", f.title)
     card = nic.group(0) if nic else "the HCA"
     return (f"give the rank on {what(f, host)} a NIC on its own CPU socket (NCCL_IB_HCA, the "
             f"rail mapping) or move {card} to a slot on that socket; nvidia-smi topo -m should "
@@ -415,8 +416,7 @@ def _sxid(f: Finding, host: Host) -> str | None:
 
 
 def _code(fid: str) -> int | None:
-    tail = fid.rsplit(".", 1)[-1]
-    return int(tail) if tail.isdigit() else None
+    return strict_int(fid.rsplit(".", 1)[-1], signed=False)
 
 
 def _kernel(f: Finding, host: Host) -> str | None:
@@ -483,7 +483,7 @@ def _expect_mig(f: Finding, host: Host) -> str:
 
 
 def _expect_hugepages(f: Finding, host: Host) -> str | None:
-    m = re.search(r"of (\d+) kB reserved, expected (\d+)", f.title)
+    m = re.search(r"of ([0-9]+) kB reserved, expected ([0-9]+)", f.title)
     if not m:
         return None
     size, want = m.groups()
@@ -805,7 +805,7 @@ _OWN: dict[str, Repair] = {
 }
 
 
-def joined(*tables: dict[str, Repair]) -> dict[str, Repair]:
+def joined(*tables: Mapping[str, Repair]) -> dict[str, Repair]:
     """The tables as one; ValueError when two answer one finding id (the later would
     silently win, the earlier be dead text)."""
     out: dict[str, Repair] = {}

@@ -15,6 +15,7 @@ from typing import Any
 
 from gputriage import safejson
 from gputriage.errors import ParseError
+from gputriage.parsers.base import split_lines, strict_int
 
 __all__ = ["CdiSpec", "CdiSpecs", "CliDevice", "CliInfo", "CtkCdiList", "ToolkitConfig",
            "parse_cdi_specs", "parse_container_cli_info", "parse_ctk_cdi_list",
@@ -55,9 +56,12 @@ def toml_loads(text: str) -> dict[str, Any]:
     if reader is None:
         raise ParseError("reading TOML needs Python 3.11 or the tomli package")
     try:
-        return reader.loads(text)
+        doc: dict[str, Any] = reader.loads(text)
     except (reader.TOMLDecodeError, RecursionError, ValueError) as exc:
         raise ParseError(f"malformed TOML ({str(exc)[:120]})") from None
+    if safejson.too_deep(doc):  # a later walk of it would recurse as deep
+        raise ParseError(f"malformed TOML (nested more than {safejson.MAX_DEPTH} levels)")
+    return doc
 
 
 # --- /etc/nvidia-container-runtime/config.toml ------------------------------------------
@@ -97,7 +101,7 @@ def parse_toolkit_config(text: str) -> ToolkitConfig:
         ldconfig=_str(cli.get("ldconfig")), spec_dirs=_strs(cdi.get("spec-dirs")),
         capabilities=tuple(c.strip() for c in caps.split(",") if c.strip())
         if isinstance(caps, str) else ())
-    for line in text.splitlines():
+    for line in split_lines(text):
         key = line.split("=", 1)[0].strip()
         if "=" in line and not line.lstrip().startswith("#") and key in (*_TOOLKIT_KEYS,
                                                                           "runtimes"):
@@ -120,8 +124,9 @@ def _strs(value: Any) -> tuple[str, ...]:
 
 # --- CDI specs (/etc/cdi, /var/run/cdi) ------------------------------------------------
 # the driver's own libraries: their file names carry the driver version the spec mounts
-_DRIVER_LIB = re.compile(r"/(?:libcuda|libnvidia-ml)\.so\.(?P<v>\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b")
-_FIRMWARE = re.compile(r"/firmware/nvidia/(?P<v>\d{3}\.\d{1,3}(?:\.\d{1,3})?)/")
+_DRIVER_LIB = re.compile(r"/(?:libcuda|libnvidia-ml)\.so\.(?P<v>[0-9]{3}\.[0-9]{1,3}"
+                         r"(?:\.[0-9]{1,3})?)\b")
+_FIRMWARE = re.compile(r"/firmware/nvidia/(?P<v>[0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?)/")
 
 
 @dataclass
@@ -188,7 +193,7 @@ def _cdi_doc(body: str) -> Any:
 def _cdi_lines(body: str) -> dict[str, Any]:
     """The keys a spec is judged on, read line by line (no YAML library)."""
     doc: dict[str, Any] = {"devices": [], "containerEdits": {"mounts": []}}
-    for line in body.splitlines():
+    for line in split_lines(body):
         m = re.match(r"^(kind|cdiVersion):\s*['\"]?([^'\"\s]+)", line)
         if m:
             doc[m.group(1)] = m.group(2)
@@ -212,7 +217,7 @@ def _cdi_spec(path: str, body: str) -> CdiSpec:
     for d in devices:
         hosts.extend(_host_paths(d.get("containerEdits")))
     versions = _driver_versions(hosts)
-    shown = [ln.strip() for ln in body.splitlines() if "containerPath" not in ln
+    shown = [ln.strip() for ln in split_lines(body) if "containerPath" not in ln
              and any(f".so.{v}" in ln or f"/{v}/" in ln for v in versions)]
     kind, cdi = doc.get("kind"), doc.get("cdiVersion")
     return CdiSpec(path, kind if isinstance(kind, str) else None,
@@ -243,8 +248,8 @@ def _host_paths(edits: Any) -> list[str]:
 
 
 # --- nvidia-ctk ------------------------------------------------------------------------
-_CTK_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version\s+v?(?P<v>\d[\w.+~-]*)"
-                          r"|^nvidia-ctk version\s+v?(?P<w>\d[\w.+~-]*)", re.I | re.M)
+_CTK_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version\s+v?(?P<v>[0-9][\w.+~-]*)"
+                          r"|^nvidia-ctk version\s+v?(?P<w>[0-9][\w.+~-]*)", re.I | re.M)
 
 
 def parse_ctk_version(text: str) -> str:
@@ -265,7 +270,7 @@ class CtkCdiList:
     lines: tuple[str, ...] = ()
 
 
-_FOUND = re.compile(r"Found (?P<n>\d+) CDI devices?", re.I)
+_FOUND = re.compile(r"Found (?P<n>[0-9]+) CDI devices?", re.I)
 _QUALIFIED = re.compile(r"^\s*(?P<d>[a-z0-9][\w.-]*\.[a-z]{2,}/[\w.-]+=[\w.:-]+)\s*$", re.I)
 
 
@@ -275,9 +280,9 @@ def parse_ctk_cdi_list(text: str) -> CtkCdiList:
     out = CtkCdiList()
     devices: list[str] = []
     lines: list[str] = []
-    for line in (text or "").splitlines():
+    for line in split_lines(text or ""):
         if m := _FOUND.search(line):
-            out.count = int(m.group("n"))
+            out.count = strict_int(m.group("n"), signed=False)
             lines.append(line.strip())
         elif m := _QUALIFIED.match(line):
             devices.append(m.group("d"))
@@ -332,7 +337,7 @@ def parse_container_cli_info(text: str) -> CliInfo:
     dev: CliDevice | None = None
     shown: list[str] = []
     listed: list[str] = []
-    for line in (text or "").splitlines():
+    for line in split_lines(text or ""):
         m = _CLI_LINE.match(line.strip())
         if m:
             key, value = m.group("k"), _null(m.group("v"))
@@ -360,7 +365,7 @@ def _null(value: str) -> str | None:
 
 
 def _int(value: str | None) -> int | None:
-    return int(value) if value and value.isdigit() and len(value) < 6 else None
+    return strict_int(value, signed=False, hi=99999)
 
 
 def dumps_tree(files: dict[str, str]) -> str:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from gputriage import safejson
 from gputriage.errors import ParseError
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.container_cfg import PASTED, toml_loads, tree_files
 
 __all__ = ["ContainerEnv", "ContainerdConfig", "CriRuntime", "DaemonConfig", "DockerConfigs",
@@ -63,7 +64,7 @@ def parse_docker_daemon_json(text: str) -> DockerConfigs:
         found = {str(k): str(v.get("path", "")) if isinstance(v, dict) else ""
                  for k, v in runtimes.items()} if isinstance(runtimes, dict) else {}
         default = doc.get("default-runtime")
-        lines = tuple(ln.strip() for ln in body.splitlines()
+        lines = tuple(ln.strip() for ln in split_lines(body)
                       if re.search(r'"(?:default-runtime|runtimes|path)"|"nvidia"', ln))
         out.files.append(DaemonConfig(path, found, default if isinstance(default, str) else None,
                                       lines))
@@ -125,7 +126,7 @@ def parse_containerd_config(text: str) -> ContainerdConfig:
     seen = False
     files = tree_files(text)
     for path, body in sorted(files.items()):
-        lines = body.splitlines()
+        lines = split_lines(body)
         if _is_diff(lines):
             out.diff = True
             lines = [ln[1:] for ln in lines if ln[:1] in (" ", "+")
@@ -272,7 +273,7 @@ def parse_container_env(text: str) -> ContainerEnv:
                 out.engine = m.group(1)
             continue
         out.read_environment = out.read_environment or path == ENVIRON
-        for raw in body.replace("\0", "\n").splitlines():
+        for raw in split_lines(body.replace("\0", "\n")):
             m = _ENV_LINE.match(raw)
             if m and ENV_NAME.match(m.group("k")):
                 out.variables[m.group("k")] = m.group("v").strip().strip("'\"")

@@ -19,6 +19,7 @@ from typing import Any
 from gputriage import safejson
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.container_engines import nvidia_runtime
 
 __all__ = ["CrictlInfo", "RunningRuntime", "claim_crictl_info", "parse_crictl_info"]
@@ -70,7 +71,7 @@ def parse_crictl_info(text: str) -> CrictlInfo:
     """Parse ``crictl info`` (whole or cut short); ParseError when it names neither a
     runtime nor a default runtime."""
     out = CrictlInfo()
-    lines = text.splitlines()
+    lines = split_lines(text)
     try:
         doc = safejson.loads(text)
     except ValueError:
@@ -78,7 +79,7 @@ def parse_crictl_info(text: str) -> CrictlInfo:
     if isinstance(doc, dict):
         out.whole = True
         if len(lines) < 3:  # a one-line dump: its keys one per line
-            lines = json.dumps(doc, indent=2).splitlines()
+            lines = split_lines(json.dumps(doc, indent=2))
     for path, key, value, line in _leaves(lines):
         _read(out, path, key, value, line)
     if not out.runtimes and out.default_runtime is None:
@@ -152,7 +153,7 @@ def _read(out: CrictlInfo, path: tuple[str, ...], key: str, value: Any, line: st
 # keys only the CRI plugin's JSON has (containerd's TOML writes them unquoted)
 _MARKER = re.compile(r'^\s*"(?:BinaryName|SystemdCgroup|runtimeType|defaultRuntimeName|'
                      r'enableCDI)"\s*:')
-_JSONISH = re.compile(r'^\s*(?:"[^"]*"\s*:.*|[\[\]{}]+,?|"[^"]*",?|-?\d[\d.eE+-]*,?|'
+_JSONISH = re.compile(r'^\s*(?:"[^"]*"\s*:.*|[\[\]{}]+,?|"[^"]*",?|-?[0-9][0-9.eE+-]*,?|'
                       r'(?:true|false|null),?|\.\.\.|…)\s*$')
 
 

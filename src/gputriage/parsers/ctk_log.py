@@ -15,19 +15,20 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.device_plugin_log import split_log_line
 
 __all__ = ["CtkLine", "CtkLog", "claim_ctk_log", "parse_ctk_log"]
 
 _LEVEL = re.compile(r"^(?P<level>INFO|WARN|WARNING|ERRO|ERROR|FATA|FATAL|DEBU|DEBUG|TRAC|PANI)"
-                    r"\[\d{1,8}\]\s*(?P<msg>.*)$")
+                    r"\[[0-9]{1,8}\]\s*(?P<msg>.*)$")
 _RUNTIMES = re.compile(r"^\s*Runtimes:\s*(?P<v>[\w.-]+(?:\s+[\w.-]+)*)\s*$")
 _DEFAULT = re.compile(r"^\s*Default Runtime:\s*(?P<v>[\w.-]+)\s*$")
 _WROTE = re.compile(r"Wrote updated config to (?P<path>\S+)")
-_VERSION = re.compile(r"Using config version (?P<v>\d+)")
+_VERSION = re.compile(r"Using config version (?P<v>[0-9]+)")
 _PLUGIN = re.compile(r"Using CRI runtime plugin name \"?(?P<v>[\w.\"-]+?)\"?\s*$")
 _RESTART = re.compile(r"It is recommended that (?P<v>[\w-]+) daemon be restarted")
-_SPEC = re.compile(r"Generated CDI spec with version (?P<v>[\d.]+)")
+_SPEC = re.compile(r"Generated CDI spec with version (?P<v>[0-9.]+)")
 _MODE = re.compile(r"Auto-detected mode as \"?(?P<v>[\w-]+)\"?")
 # the warnings nvidia-ctk prints on every healthy run: nothing to act on
 _BENIGN = re.compile(r"could not infer options from runtimes|Config file does not exist; "
@@ -104,7 +105,7 @@ def _ctk_line(line: str) -> CtkLine | None:
 def parse_ctk_log(text: str) -> CtkLog:
     """Parse nvidia-ctk's lines (and docker info's runtimes); ParseError when none."""
     out = CtkLog()
-    for line in text.splitlines():
+    for line in split_lines(text):
         if (entry := _ctk_line(line)) is not None:
             out.lines.append(entry)
             _read(entry.message, out)

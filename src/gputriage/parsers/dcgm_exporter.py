@@ -16,12 +16,11 @@ engine...``); and the exporter's own messages quoted bare (``Not collecting DCP 
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id, strict_int
+from gputriage.parsers.base import ParseError, as_float, normalize_bus_id, split_lines, strict_int
 from gputriage.parsers.nv_hostengine import PROFILING_BUSY
 
 __all__ = ["EXPORTER_EVENTS", "ExporterEntry", "ExporterLog", "ExporterMetrics", "GpuMetrics",
@@ -96,7 +95,7 @@ def parse_metrics(text: str) -> ExporterMetrics:
     """Parse a dcgm-exporter ``/metrics`` text; ParseError when no DCGM sample is read."""
     out = ExporterMetrics()
     lines = []
-    for ln in text.splitlines():
+    for ln in split_lines(text):
         if _SAMPLE.match(ln) or _META.match(ln):
             lines.append(ln)
         elif _NAME.match(ln):
@@ -129,7 +128,7 @@ def parse_metrics(text: str) -> ExporterMetrics:
             out.non_finite += 1  # NaN, +Inf: a field DCGM could not read, not a count
             continue
         _add(out, name, labels, number, line.strip())
-    for ln in text.splitlines():
+    for ln in split_lines(text):
         if (m := _SERIES.match(ln)) and (series := _series_labels(ln)) is not None:
             out.series += 1
             _add(out, m.group("name"), series, None, ln.strip())
@@ -139,11 +138,7 @@ def parse_metrics(text: str) -> ExporterMetrics:
 
 
 def _finite(value: object) -> float | None:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if math.isfinite(number) else None
+    return as_float(value)
 
 
 def _series_labels(line: str) -> dict[str, str] | None:
@@ -193,18 +188,19 @@ def claim_metrics(doc: PasteDoc) -> None:
 # --- the exporter's log ------------------------------------------------------------------
 _PREFIX = re.compile(r"^\s*(?:\[pod/[^\]]{1,300}\]\s+|[\w.-]{1,100}\s+\|\s+)?")
 # logrus quotes the time; slog (4.x) does not, and leaves a one-word message unquoted
-_LOGRUS = re.compile(r'time=(?:"(?P<time>[^"]{1,64})"|(?P<bare>\d{4}-\d\d-\d\dT[\w:.+-]{1,40}))'
+_LOGRUS = re.compile(r'time=(?:"(?P<time>[^"]{1,64})"|(?P<bare>[0-9]{4}-[0-9][0-9]-[0-9][0-9]T[\w:.'
+                     r'+-]{1,40}))'
                      r'\s+level=(?P<level>\w{1,10})\s+msg=(?:"(?P<msg>.*?)"(?:\s|$)|'
                      r'"(?P<cut>.*?)>?$|(?P<word>\S{1,200}))')  # cut: a line systemctl cut
 # the exporter's own messages, quoted without their log frame
 _BARE = re.compile(r"^(?:Not collecting (?:DCP|GPU|NvSwitch|NvLink|CPU|CPU Core) metrics[:;] .+|"
-                   r"Skipping line \d{1,6} \('DCGM_\w{1,80}'\): .+|"
+                   r"Skipping line [0-9]{1,6} \('DCGM_\w{1,80}'\): .+|"
                    r"Error starting nv-hostengine: .+|Failed to watch metrics: .+|"
                    r"Error watching fields: .+|Cannot init NVML library; err: .+)$")
 # what any NVML user prints: the exporter's only beside one of its own lines
 _SHARED = re.compile(r"^Failed to initiali[sz]e NVML(?::.{0,200})?$")
 _LOGRUS_TTY = re.compile(r"^(?P<level>INFO|WARN|WARNING|ERRO|ERROR|FATA|FATAL|DEBU|PANI)"
-                         r"\[\d{1,8}\]\s+(?P<msg>.*)$")
+                         r"\[[0-9]{1,8}\]\s+(?P<msg>.*)$")
 _LEVELS = {"INFO": "info", "WARN": "warning", "WARNING": "warning", "ERRO": "error",
            "ERROR": "error", "FATA": "fatal", "FATAL": "fatal", "DEBU": "debug",
            "PANI": "panic"}
@@ -227,7 +223,7 @@ EXPORTER_EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
                             r"enabled")),
     ("metrics-file-invalid", _re(r"Could not read metrics file|wrong number of fields|"
                                  r"bare \" in non-quoted field|extraneous or missing \" in quoted|"
-                                 r"record on line \d+")),
+                                 r"record on line [0-9]+")),
     ("nvml-init-failed", _re(r"Failed to initiali[sz]e NVML|NVML doesn't exist|libnvidia-ml\.so|"
                              r"Cannot init NVML library|ERROR_LIBRARY_NOT_FOUND|"
                              r"Error starting nv-hostengine: DCGM initiali[sz]ation error")),
@@ -241,9 +237,9 @@ EXPORTER_EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 _EXPORTER_HINT = _re(r"dcgm-exporter|dcgm_exporter|DCGM|hostengine|DCP metrics|metrics file|"
                      r"metric groups|Failed to collect metrics|configmap data")
-_LEGACY = _re(r"^(?:Starting NVIDIA host engine\.\.\.|Collecting metrics at /\S+ every \d+ms\.*|"
+_LEGACY = _re(r"^(?:Starting NVIDIA host engine\.\.\.|Collecting metrics at /\S+ every [0-9]+ms\.*|"
               r"Stopping NVIDIA host engine\.\.\.|Unable to terminate host engine, it may not be "
-              r"running\.|\S*dcgm-exporter: line \d+: .*|Done|Failed to get unit file state for "
+              r"running\.|\S*dcgm-exporter: line [0-9]+: .*|Done|Failed to get unit file state for "
               r"nvidia-fabricmanager\.service: .*)$")
 
 
@@ -297,7 +293,7 @@ def _event(message: str) -> tuple[str | None, str | None]:
 def parse_exporter_log(text: str) -> ExporterLog:
     """Parse dcgm-exporter's log; ParseError when no line is one of its records."""
     out = ExporterLog()
-    for line in text.splitlines():
+    for line in split_lines(text):
         parts = _split(line)
         if parts is None:
             continue

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id, strict_int
+from gputriage.parsers.base import ParseError, normalize_bus_id, split_lines, strict_int
 
 __all__ = ["BOX", "HOSTENGINE_ERROR", "Discovery", "DiscoveredGpu", "HealthIncident",
            "HealthReport", "NvlinkReport", "claim_dcgmi", "hostengine_error", "parse_discovery",
@@ -25,17 +25,17 @@ HOSTENGINE_ERROR = re.compile(
     r"Unable to connect to host engine|unable to establish a connection to the specified host"
     r"|Host engine connection invalid/disconnected", re.IGNORECASE)
 # every quantifier bounded or followed by a literal: these run on every line of a paste
-_COUNT = re.compile(r"^\s*(?P<n>\d{1,9}) (?P<what>GPUs?|NvSwitch(?:es)?|CPUs?) found\.\s*$")
-_ROW = re.compile(r"^\|\s{0,8}(?P<id>\d{1,9})?\s{0,40}\|\s{0,8}(?P<key>[A-Za-z][\w ]{0,40}?):"
+_COUNT = re.compile(r"^\s*(?P<n>[0-9]{1,9}) (?P<what>GPUs?|NvSwitch(?:es)?|CPUs?) found\.\s*$")
+_ROW = re.compile(r"^\|\s{0,8}(?P<id>[0-9]{1,9})?\s{0,40}\|\s{0,8}(?P<key>[A-Za-z][\w ]{0,40}?):"
                   r"(?P<value>.*)\|\s*$")
 BOX = re.compile(r"^\s*[+|]")  # a line of a dcgmi box (its rules and rows)
-_VERSION = re.compile(r"^\s*(?:dcgmi\s+)?version\s*:\s*(?P<v>\d+(?:\.\d+){1,3})\s*$",
+_VERSION = re.compile(r"^\s*(?:dcgmi\s+)?version\s*:\s*(?P<v>[0-9]+(?:\.[0-9]+){1,3})\s*$",
                       re.IGNORECASE)
 
 
 def hostengine_error(text: str) -> list[str]:
     """The lines of ``text`` that say dcgmi could not reach nv-hostengine."""
-    return [ln.strip() for ln in text.splitlines() if HOSTENGINE_ERROR.search(ln)]
+    return [ln.strip() for ln in split_lines(text) if HOSTENGINE_ERROR.search(ln)]
 
 
 # --- dcgmi discovery -l -----------------------------------------------------------------
@@ -70,7 +70,7 @@ def parse_discovery(text: str) -> Discovery:
     out = Discovery(hostengine_error=hostengine_error(text))
     section = "GPU"
     current: DiscoveredGpu | None = None
-    for line in text.splitlines():
+    for line in split_lines(text):
         if m := _COUNT.match(line):
             what, n = m.group("what"), int(m.group("n"))
             section = what[:3].upper() if not what.startswith("NvSwitch") else "SWITCH"
@@ -106,7 +106,7 @@ def parse_discovery(text: str) -> Discovery:
 def parse_version(text: str) -> str:
     """``dcgmi --version`` (``dcgmi  version: 3.3.9``): the version (the dcgm_version fact
     reads the collected line with it)."""
-    for line in text.splitlines():
+    for line in split_lines(text):
         if m := _VERSION.match(line):
             return m.group("v")
     raise ParseError("not dcgmi --version output: no 'version: N.N.N' line")
@@ -119,8 +119,9 @@ _SYSTEM = re.compile(r"^(?:->\s{0,8})?(?P<system>PCIe|NVLINK|PMU|MCU|Memory|SM|I
                      r"Power|Driver|NvSwitch (?:NF|F)|CPU|CPU Core|ConnectX)(?: system)?"
                      r"(?::\s{0,8}(?P<health>[A-Za-z][A-Za-z ]{0,30}?)"
                      r"(?:\s{1,8}-\s{1,8}(?P<msg>.*))?)?$", re.IGNORECASE)
-_ENTITY_OLD = re.compile(r"^(?P<group>GPU|Switch|NvSwitch|CPU|ConnectX) ID:\s{0,8}(?P<id>\d{1,9})$")
-_ENTITY = re.compile(r"^->\s{0,8}(?P<id>\d{1,9})$")
+_ENTITY_OLD = re.compile(r"^(?P<group>GPU|Switch|NvSwitch|CPU|ConnectX) ID:\s{0,8}"
+                         r"(?P<id>[0-9]{1,9})$")
+_ENTITY = re.compile(r"^->\s{0,8}(?P<id>[0-9]{1,9})$")
 _GROUP = re.compile(r"^(?P<group>GPU|Switch|NvSwitch|NVSWITCH|CPU|CPU_CORE|ConnectX|CONNECTX)$")
 _OVERALL = re.compile(r"Overall Health:?(?P<rest>.*)$")
 
@@ -172,7 +173,7 @@ def parse_health(text: str) -> HealthReport:
     group, entity_id = "GPU", None
     incident: HealthIncident | None = None
     seen_header = False
-    for line in text.splitlines():
+    for line in split_lines(text):
         stripped = line.strip()
         if stripped.startswith("Error:"):
             out.error = out.error or stripped
@@ -231,13 +232,13 @@ def _entity(group: str) -> str:
 
 
 # --- dcgmi nvlink -----------------------------------------------------------------------
-_LINK_GPU = re.compile(r"^\s*gpuId (?P<id>\d{1,9}):\s*$")
-_LINK_SWITCH = re.compile(r"^\s*physicalId (?P<id>\d{1,9}):\s*$")
+_LINK_GPU = re.compile(r"^\s*gpuId (?P<id>[0-9]{1,9}):\s*$")
+_LINK_SWITCH = re.compile(r"^\s*physicalId (?P<id>[0-9]{1,9}):\s*$")
 _STATES = re.compile(r"^\s*(?:[UDX_] ){0,143}[UDX_]\s*$")  # up to 144 ports (NVSwitch 4: 72)
-_ERR_GPU = re.compile(r"^\|\s{0,40}GPU (?P<id>\d{1,9})(?:\s{0,200}\|)?\s*$")
-_ERR_LINK = re.compile(r"^\|\s{0,40}(?:Link (?P<link>\d{1,9}))?\s{0,40}\|\s{0,40}"
+_ERR_GPU = re.compile(r"^\|\s{0,40}GPU (?P<id>[0-9]{1,9})(?:\s{0,200}\|)?\s*$")
+_ERR_LINK = re.compile(r"^\|\s{0,40}(?:Link (?P<link>[0-9]{1,9}))?\s{0,40}\|\s{0,40}"
                        r"(?P<kind>CRC FLIT Error|CRC Data Error|Replay Error|Recovery Error)"
-                       r"\s{0,40}=>\s{0,40}(?P<n>\d{1,20})\s{0,80}\|")
+                       r"\s{0,40}=>\s{0,40}(?P<n>[0-9]{1,20})\s{0,80}\|")
 
 
 @dataclass
@@ -260,7 +261,7 @@ def parse_nvlink(text: str) -> NvlinkReport:
     owner: tuple[str, int] | None = None
     err_gpu: int | None = None
     link: int | None = None
-    for line in text.splitlines():
+    for line in split_lines(text):
         if m := _LINK_GPU.match(line):
             owner = ("gpu", int(m.group("id")))
             out.lines[owner[1]] = [line.strip()]

@@ -17,7 +17,7 @@ import re
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import strict_int
+from gputriage.parsers.base import split_lines, strict_int
 from gputriage.parsers.dcgmi import BOX
 from gputriage.parsers.dcgmi_diag_json import read_json
 from gputriage.parsers.dcgmi_diag_model import (
@@ -52,13 +52,13 @@ _STATUS = r"(?:Pass|Fail|Skip|Warn|Not Run|PASS|FAIL|SKIP|WARN)"
 _GROUPS = "|".join(ENTITY_GROUPS)
 # every quantifier bounded or followed by a literal: these run on every line of a paste
 _RESULT = re.compile(rf"^(?P<status>{_STATUS})(?:\s{{0,8}}-\s{{0,8}}(?P<who>All|GPUs?:\s{{0,8}}"
-                     rf"\d{{1,4}}(?:[,\s]{{1,8}}\d{{1,4}}){{0,63}},?))?\s*$")
-_ENTITY = re.compile(rf"^(?P<group>{_GROUPS})\s?(?P<id>\d{{1,4}}):\s{{0,8}}"
+                     rf"[0-9]{{1,4}}(?:[,\s]{{1,8}}[0-9]{{1,4}}){{0,63}},?))?\s*$")
+_ENTITY = re.compile(rf"^(?P<group>{_GROUPS})\s?(?P<id>[0-9]{{1,4}}):\s{{0,8}}"
                      rf"(?P<status>{_STATUS})\s*$")
 _ROW = re.compile(r"^\s*\|(?P<name>[^|]*)\|(?P<value>.*)$")
 _SECTION = re.compile(r"^\s*[+|]-{3,}\s{1,40}(?P<name>[A-Za-z][\w ]{0,40}?)\s{1,40}-{3}")
 _MSG_NAME = re.compile(rf"^(?P<kind>Warning|Info|Error)(?::\s{{0,8}}(?P<group>{_GROUPS})\s?"
-                       rf"(?P<id>\d{{1,4}}))?$")
+                       rf"(?P<id>[0-9]{{1,4}}))?$")
 _COMMAND = re.compile(r"\bdcgmi\s{1,20}diag\b(?P<args>.*)$")
 _LEVEL = re.compile(r"(?:-r|--run)[\s=]{1,8}(?P<level>[1-4])\b")
 _ERROR = re.compile(r"^\s*Error:\s*(?P<text>\S.*)$")
@@ -78,12 +78,12 @@ _METADATA = {"dcgm version": "version", "version": "version",
 _DCGMI_ERRORS = re.compile(
     r"^\s*(?:Error|Warning): (?:Unable to complete diagnostic|Cannot load plugins|"
     r"Diagnostic could not|Unable to (?:start|run) (?:the )?diag|requested test .{1,80} was "
-    r"not found among possible test choices|.*\bReturn: \(-?\d{1,4}\))")
+    r"not found among possible test choices|.*\bReturn: \(-?[0-9]{1,4}\))")
 # NVVS's refusals to run on MIG-enabled GPUs, printed without "Error:" (NVVS's gpu list)
 MIG_REFUSAL = re.compile(
     r"MIG configuration is incompatible with the diagnostic|CUDA does not support enumerating "
     r"GPUs with MIG mode enabled|MIG is enabled, but no compute instances are configured")
-_REFUSAL = re.compile(r"(?P<text>(?:GPU \d{1,4}'s |Cannot run diagnostic: )?"
+_REFUSAL = re.compile(r"(?P<text>(?:GPU [0-9]{1,4}'s |Cannot run diagnostic: )?"
                       r"(?:" + MIG_REFUSAL.pattern + r").{0,200})$")  # any prefix before
 
 
@@ -91,16 +91,16 @@ def parse_dcgmi_diag(text: str) -> DiagReport:
     """Parse ``dcgmi diag`` output (table, ``-j`` JSON, or dcgmi's error); ParseError
     when it holds no test result and no dcgmi diag error."""
     out = DiagReport()
-    for ln in text.splitlines():
+    for ln in split_lines(text):
         if m := _COMMAND.search(ln):
             out.command = ln.strip()
             if lv := _LEVEL.search(m.group("args")):
                 out.level = int(lv.group("level"))
             break
-    if _JSON_ROOT.search(text) or any(_piece_line(ln) for ln in text.splitlines()[:8]):
+    if _JSON_ROOT.search(text) or any(_piece_line(ln) for ln in split_lines(text)[:8]):
         read_json(text, out)
     else:
-        _read_table(text.splitlines(), out)
+        _read_table(split_lines(text), out)
     if not out.tests and not out.errors:
         raise ParseError("not dcgmi diag output: no test result and no dcgmi error")
     return out
@@ -195,7 +195,7 @@ class _Table:
             return False
         status, who = status_word(m.group("status")), m.group("who")
         if who and who.startswith("GPU"):
-            for g in re.findall(r"\d{1,4}", who):
+            for g in re.findall(r"[0-9]{1,4}", who):
                 test.gpus[int(g)] = status
         elif who:
             test.all_gpus = status

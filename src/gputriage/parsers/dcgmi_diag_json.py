@@ -104,7 +104,7 @@ def _json_test(t: dict[str, Any], category: str | None) -> DiagTest:
             gpus = (gid,)
             test.gpus[gid] = status
         elif isinstance(r.get("gpu_ids"), str):  # DCGM 1.x/2.x: "0,1,2,3"
-            gpus = tuple(int(g) for g in re.findall(r"(?<!\d)\d{1,4}(?!\d)", r["gpu_ids"]))
+            gpus = tuple(int(g) for g in re.findall(r"(?<![0-9])[0-9]{1,4}(?![0-9])", r["gpu_ids"]))
             test.gpus.update({g: status for g in gpus})
         if status and not own:
             test.status = worst(test.status, status)
@@ -170,7 +170,7 @@ def _lines_with(text: str, needle: str) -> list[str]:
 
 
 _TOKEN = re.compile(r'"(?P<key>[^"\\]{1,40})"\s{0,40}:\s{0,40}'
-                    r'(?P<value>"(?:[^"\\]|\\.)*"|-?\d{1,9}(?![\d.eE]))')
+                    r'(?P<value>"(?:[^"\\]|\\.)*"|-?[0-9]{1,9}(?![0-9.eE]))')
 _RESULT_KEYS = ("gpu_id", "entity_id")
 
 
@@ -253,7 +253,7 @@ def _scan_json(text: str, out: DiagReport) -> None:
     for m in _TOKEN.finditer(text):
         key, raw = m.group("key"), m.group("value")
         try:
-            value: Any = json.loads(raw) if raw.startswith('"') else int(raw)
+            value: Any = json.loads(raw) if raw.startswith('"') else strict_int(raw)
         except ValueError:
             continue
         scan.key(key, value, _line_at(text, m))

@@ -7,11 +7,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.parsers.base import strict_int
+
 __all__ = ["ENTITY_GROUPS", "RETURN", "DiagMessage", "DiagReport", "DiagTest", "gpus_named",
            "status_word", "worst"]
 
-_GPU_IN_TEXT = re.compile(r"\bGPU\s?(\d{1,4})\b")
-RETURN = re.compile(r"Return:\s*\((?P<code>-?\d{1,4})\)\s*:?\s*(?P<text>.*)$")  # dcgmi's
+_GPU_IN_TEXT = re.compile(r"\bGPU\s?([0-9]{1,4})\b")
+RETURN = re.compile(r"Return:\s*\((?P<code>-?[0-9]{1,4})\)\s*:?\s*(?P<text>.*)$")  # dcgmi's
 # the entity groups DCGM prints a result or a message for (dcgm_structs.h's names; NvSwitch
 # and Link in older releases); longest first, so that a regex alternation takes CPU_CORE
 ENTITY_GROUPS = ("CPU_CORE", "ConnectX", "NvSwitch", "Switch", "vGPU", "LINK", "Link", "GPU",
@@ -79,7 +81,8 @@ class DiagReport:
 
 def gpus_named(text: str) -> tuple[int, ...]:
     """The GPU indexes a message names ("GPU 0", "GPU1"), each once, in order."""
-    return tuple(dict.fromkeys(int(m) for m in _GPU_IN_TEXT.findall(text)))
+    found = (strict_int(m, signed=False) for m in _GPU_IN_TEXT.findall(text))
+    return tuple(dict.fromkeys(n for n in found if n is not None))
 
 
 def status_word(word: str) -> str:

@@ -20,21 +20,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, split_lines
 
 __all__ = ["EVENTS", "NEEDS", "DevicePluginLog", "DpEntry", "LogLine", "claim_device_plugin_log",
            "parse_device_plugin_log", "split_log_line"]
 
 _KPREFIX = re.compile(r"^\[pod/(?P<pod>[^/\]\s]{1,253})/(?P<ctr>[^\]\s]{1,253})\]\s")
-_ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)"
+_ISO = (r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
+        r"(?:Z|[+-][0-9]{2}:?[0-9]{2})")
 _CRI = re.compile(rf"^(?P<ts>{_ISO})\s(?:stdout|stderr)\s[FP]\s?")
 _STAMP = re.compile(rf"^(?P<ts>{_ISO})\s")
-_GOLOG = re.compile(r"^(?P<ts>\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?)(?:\s|$)")
+_GOLOG = re.compile(r"^(?P<ts>[0-9]{4}/[0-9][0-9]/[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9](?:\.["
+                    r"0-9]{1,9})?)(?:\s|$)")
 # logrus's text format (the operator's validator, mig-manager): time="..." level=info msg="..."
 _LOGRUS = re.compile(r'^time="(?P<ts>[^"]{1,40})"\s+level=(?P<level>[a-z]{1,10})\s+'
                      r'msg="(?P<msg>(?:[^"\\]|\\.){0,4000})"')
-_KLOG = re.compile(r"^(?P<level>[IWEF])(?P<ts>\d{4} \d\d:\d\d:\d\d\.\d{1,9})\s+(?:\d{1,10}\s+)?"
-                   r"(?P<file>[\w./-]{1,200}:\d{1,6})\]\s?")
+_KLOG = re.compile(r"^(?P<level>[IWEF])(?P<ts>[0-9]{4} [0-9][0-9]:[0-9][0-9]:[0-9][0-9]\.[0-9]{1,9}"
+                   r")\s+(?:[0-9]{1,10}\s+)?"
+                   r"(?P<file>[\w./-]{1,200}:[0-9]{1,6})\]\s?")
 
 
 @dataclass
@@ -83,7 +86,7 @@ def _re(pattern: str) -> re.Pattern[str]:
 
 # event -> pattern on the message, first match wins (order matters)
 EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("xid-unhealthy", _re(r"XidCriticalError: Xid=(?P<xid>\d{1,4}) on Device=(?P<device>"
+    ("xid-unhealthy", _re(r"XidCriticalError: Xid=(?P<xid>[0-9]{1,4}) on Device=(?P<device>"
                           r"[^;,\s]{1,128})")),
     ("event-error", _re(r"Error waiting for event: (?P<detail>[^;]{1,200}?)\s*(?:;|$)")),
     ("all-unhealthy", _re(r"marking all devices as unhealthy")),
@@ -263,7 +266,7 @@ def _json_end(lines: list[str], start: int) -> int:
 def parse_device_plugin_log(text: str) -> DevicePluginLog:
     """Parse the plugin's log; ParseError when no line is one of its records."""
     out = DevicePluginLog()
-    lines = text.splitlines()
+    lines = split_lines(text)
     i = 0
     while i < len(lines):
         line = lines[i]

@@ -16,24 +16,26 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import split_lines, strict_int
 
 __all__ = ["DeviceQuery", "DqDevice", "claim_device_query", "is_device_query_line",
            "parse_device_query"]
 
 _BANNER = re.compile(r"CUDA Device Query \(Runtime API\)|^\s*\S*(?:deviceQuery|sample) "
                      r"Starting\.\.\.", re.IGNORECASE)
-_RETURNED = re.compile(r"cuda\w+ returned (?P<code>\d{1,5})")
+_RETURNED = re.compile(r"cuda\w+ returned (?P<code>[0-9]{1,5})")
 _ARROW = re.compile(r"^\s*->\s*(?P<text>\S.*)$")
 _RESULT = re.compile(r"^\s*Result = (?P<result>PASS|FAIL|WAIVED)\b")
-_DETECTED = re.compile(r"^\s*Detected (?P<n>\d{1,4}) CUDA Capable device")
+_DETECTED = re.compile(r"^\s*Detected (?P<n>[0-9]{1,4}) CUDA Capable device")
 _NO_DEVICE = re.compile(r"There (?:is|are) no (?:available )?device\(?s?\)? supporting CUDA",
                         re.IGNORECASE)
-_DEVICE = re.compile(r"^\s*Device (?P<index>\d{1,4}): \"(?P<name>[^\"]{1,120})\"")
-_VERSIONS = re.compile(r"CUDA Driver Version / Runtime Version\s+(?P<driver>\d+\.\d+)\s*/\s*"
-                       r"(?P<runtime>\d+\.\d+)")
-_CAPABILITY = re.compile(r"CUDA Capability Major/Minor version number:\s+(?P<cc>\d+\.\d+)")
+_DEVICE = re.compile(r"^\s*Device (?P<index>[0-9]{1,4}): \"(?P<name>[^\"]{1,120})\"")
+_VERSIONS = re.compile(r"CUDA Driver Version / Runtime Version\s+(?P<driver>[0-9]+\.[0-9]+)\s*/\s*"
+                       r"(?P<runtime>[0-9]+\.[0-9]+)")
+_CAPABILITY = re.compile(r"CUDA Capability Major/Minor version number:\s+(?P<cc>[0-9]+\.[0-9]+)")
 _SUMMARY = re.compile(r"deviceQuery, CUDA Driver = CUDART, CUDA Driver Version = "
-                      r"(?P<driver>\d+\.\d+), CUDA Runtime Version = (?P<runtime>\d+\.\d+)")
+                      r"(?P<driver>[0-9]+\.[0-9]+), CUDA Runtime Version = "
+                      r"(?P<runtime>[0-9]+\.[0-9]+)")
 
 
 @dataclass
@@ -72,17 +74,17 @@ def is_device_query_line(line: str) -> bool:
 def _read(dq: DeviceQuery, line: str) -> bool:
     """Apply one line; False when it is not deviceQuery's."""
     if m := _RETURNED.search(line):
-        dq.error_code = int(m.group("code"))
+        dq.error_code = strict_int(m.group("code"), signed=False)
     elif (m := _ARROW.match(line)) and dq.error_code is not None and dq.error_text is None:
         dq.error_text = m.group("text").strip()
     elif m := _RESULT.match(line):
         dq.result = m.group("result")
     elif m := _DETECTED.match(line):
-        dq.detected = int(m.group("n"))
+        dq.detected = strict_int(m.group("n"), signed=False)
     elif _NO_DEVICE.search(line):
         dq.detected = 0
-    elif m := _DEVICE.match(line):
-        dq.devices.append(DqDevice(int(m.group("index")), m.group("name").strip()))
+    elif (m := _DEVICE.match(line)) and (index := strict_int(m.group("index"))) is not None:
+        dq.devices.append(DqDevice(index, m.group("name").strip()))
     elif (m := _VERSIONS.search(line) or _SUMMARY.search(line)) and dq.devices:
         dq.devices[-1].driver_version = m.group("driver")
         dq.devices[-1].runtime_version = m.group("runtime")
@@ -102,7 +104,7 @@ def parse_device_query(text: str) -> DeviceQuery:
     dq = DeviceQuery()
     if not text or not text.strip():
         return dq
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         if _read(dq, raw):
             dq.lines.append(raw.strip())
     if not dq.lines:
@@ -112,7 +114,8 @@ def parse_device_query(text: str) -> DeviceQuery:
 
 
 # --- recognising it in a paste -------------------------------------------------------
-_DQ_CONT = re.compile(r"^\s*$|^\s|^(?:cuda\w+ returned|->|Result = |Detected \d+ CUDA|Device \d+: "
+_DQ_CONT = re.compile(r"^\s*$|^\s|^(?:cuda\w+ returned|->|Result = |Detected [0-9]+ CUDA|"
+                      r"Device [0-9]+: "
                       r"\"|There (?:is|are) no|deviceQuery, CUDA Driver|> )")
 
 

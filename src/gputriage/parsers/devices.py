@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, as_int, split_lines, strict_int
 
 __all__ = ["DevNode", "parse_devnodes", "parse_proc_devices"]
 
@@ -26,7 +26,7 @@ def parse_proc_devices(text: str) -> dict[str, int]:
     section = "char"
     recognised = False
     other = False
-    for line in text.splitlines():
+    for line in split_lines(text):
         stripped = line.strip()
         if not stripped:
             continue
@@ -37,10 +37,11 @@ def parse_proc_devices(text: str) -> dict[str, int]:
             section, recognised = "block", True
             continue
         parts = stripped.split()
-        if len(parts) == 2 and parts[0].isascii() and parts[0].isdigit():
+        major = strict_int(parts[0], signed=False) if len(parts) == 2 else None
+        if major is not None:
             recognised = True
             if section == "char":
-                out.setdefault(parts[1], int(parts[0]))
+                out.setdefault(parts[1], major)
         else:
             other = True
     if other and not recognised:
@@ -61,13 +62,7 @@ class DevNode:
 
 
 def _as_int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        return int(value.strip())
-    return None
+    return as_int(value, lo=0)
 
 
 def parse_devnodes(doc: list) -> list[DevNode]:

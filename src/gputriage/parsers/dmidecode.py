@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc, claim_blocks
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import normalize_bus_id, split_lines, strict_int
 
 __all__ = ["Slot", "claim_dmidecode_slots", "parse_dmidecode_slots"]
 
-_WIDTH = re.compile(r"\bx(\d{1,2})\b")
-_GEN = re.compile(r"PCI Express (\d)\b", re.IGNORECASE)
+_WIDTH = re.compile(r"\bx([0-9]{1,2})\b")
+_GEN = re.compile(r"PCI Express ([0-9])\b", re.IGNORECASE)
 
 
 @dataclass
@@ -35,7 +35,7 @@ def parse_dmidecode_slots(text: str) -> list[Slot]:
         return []
     slots: list[Slot] = []
     current: Slot | None = None
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.rstrip()
         if line.strip() == "System Slot Information":
             current = Slot(lines=[line.strip()])
@@ -50,9 +50,9 @@ def parse_dmidecode_slots(text: str) -> list[Slot]:
         elif key == "Type":
             current.type = value
             widths = _WIDTH.findall(value)
-            current.width = int(widths[-1]) if widths else None
+            current.width = strict_int(widths[-1], signed=False) if widths else None
             gen = _GEN.search(value)
-            current.gen = int(gen.group(1)) if gen else None
+            current.gen = strict_int(gen.group(1), signed=False) if gen else None
         elif key == "Current Usage":
             current.usage = value
         elif key == "Bus Address":

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc, claim_blocks
-from gputriage.parsers.base import ParseError, normalize_bus_id, parse_int
+from gputriage.parsers.base import ParseError, normalize_bus_id, parse_int, split_lines
 
 __all__ = ["KernelModuleVersion", "LibFile", "ModuleVersions", "ProcGpu", "claim_driver_version",
            "parse_gpu_information", "parse_gpus_information", "parse_nvidia_libs",
@@ -65,9 +65,10 @@ class KernelModuleVersion:
 
 
 _VERSION_AFTER_MODULE = re.compile(
-    r"Kernel Module(?:\s+for\s+\S{1,32})?\s+(\d{1,4}\.\d{1,4}(?:\.\d{1,4}){0,2})\b")
-_ANY_DRIVER_VERSION = re.compile(r"(?<![\w.])(\d{2,4}\.\d{1,4}(?:\.\d{1,4}){0,2})(?![\w.])")
-_GCC_VERSION = re.compile(r"gcc version\s+(\d{1,3}(?:\.\d{1,4}){0,3})")
+    r"Kernel Module(?:\s+for\s+\S{1,32})?\s+([0-9]{1,4}\.[0-9]{1,4}(?:\.[0-9]{1,4}){0,2})\b")
+_ANY_DRIVER_VERSION = re.compile(r"(?<![\w.])([0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4}){0,2})"
+                                 r"(?![\w.])")
+_GCC_VERSION = re.compile(r"gcc version\s+([0-9]{1,3}(?:\.[0-9]{1,4}){0,3})")
 
 
 def parse_proc_driver_version(text: str) -> KernelModuleVersion | None:
@@ -79,7 +80,7 @@ def parse_proc_driver_version(text: str) -> KernelModuleVersion | None:
         return None
     nvrm: str | None = None
     gcc_line: str | None = None
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.strip()
         if nvrm is None and line.startswith("NVRM version:"):
             nvrm = line
@@ -156,7 +157,7 @@ def _none_if_na(value: str | None) -> str | None:
 def parse_gpu_information(text: str, bus_hint: str | None = None) -> ProcGpu:
     """Parse one ``information`` file (``Key: value`` lines); ``bus_hint`` is its directory."""
     raw: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in split_lines(text):
         key, sep, value = line.partition(":")
         key = key.strip()
         if sep and key and len(key) <= 64:
@@ -199,7 +200,7 @@ class LibFile:
 
 
 _LIB_NAME = re.compile(r"^(?P<lib>[A-Za-z0-9_+\-]{1,64})\.so(?:\.(?P<suffix>[0-9.]{1,32}))?$")
-_LIB_VERSION = re.compile(r"^\d{3,4}\.\d{1,4}(?:\.\d{1,4}){0,2}$")
+_LIB_VERSION = re.compile(r"^[0-9]{3,4}\.[0-9]{1,4}(?:\.[0-9]{1,4}){0,2}$")
 
 
 def parse_nvidia_libs(tree: dict) -> list[LibFile]:

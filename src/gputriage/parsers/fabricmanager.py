@@ -25,18 +25,18 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id
+from gputriage.parsers.base import ParseError, normalize_bus_id, split_lines
 from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
 
 __all__ = ["EVENTS", "LIFECYCLE", "LOG_LINE", "FmEntry", "FmLog", "claim_fabricmanager_log",
            "is_fm_message", "parse_fabricmanager_log"]
 
 _FM_LINE = re.compile(r"^\s{0,4}\[(?P<time>[^\]\n]{1,40})\]\s{0,4}\[(?P<level>[A-Za-z]{1,12})\]"
-                      r"\s{0,4}(?:\[tid\s{0,4}\d{1,12}\]\s{0,4})?(?P<msg>.{0,4000})$")
+                      r"\s{0,4}(?:\[tid\s{0,4}[0-9]{1,12}\]\s{0,4})?(?P<msg>.{0,4000})$")
 LOG_LINE = _FM_LINE  # "[time] [LEVEL] [tid N] message": the NVIDIA daemons' log line (IMEX too)
-_BARE = re.compile(r"^\s{0,4}(?:(?:\d{1,3}(?:\.\d{1,3}){3}|[\w.-]{1,64}):\s{1,4})?"
+_BARE = re.compile(r"^\s{0,4}(?:(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|[\w.-]{1,64}):\s{1,4})?"
                    r"(?P<prog>nv-fabricmanager|nvidia-fabricmanager(?:-start\.sh)?|"
-                   r"nvlsm|systemd)(?:\[(?P<pid>\d{1,10})\])?:\s{0,4}(?P<msg>.{0,4000})$")
+                   r"nvlsm|systemd)(?:\[(?P<pid>[0-9]{1,10})\])?:\s{0,4}(?P<msg>.{0,4000})$")
 # messages only the fabric manager and its start script print, behind any prefix (a
 # journal prefix stripped, elided or of an unknown tool)
 _FM_MESSAGE = re.compile(r"(?:^|(?<=\s))(?P<msg>(?:Detected (?:Pre-)?NVL5\+? system|request to "
@@ -91,8 +91,8 @@ _ERROR_EVENTS = frozenset({"uncorrectable", "nvswitch-fatal", "nvswitch-nonfatal
                            "multicast-team", "umad-missing", "start-failed", "error"})
 _SWITCH_BUS = re.compile(r"NVSwitch\s{1,4}pci\s{1,4}bus\s{1,4}id\s{1,4}"
                          r"(?P<bus>[0-9A-Fa-f:.]{7,20})", re.IGNORECASE)
-_CODE = re.compile(r"(?:non-?fatal|fatal) error (?P<code>\d{1,6})", re.IGNORECASE)
-_PORT = re.compile(r"\bport (?P<port>\d{1,4})\b", re.IGNORECASE)
+_CODE = re.compile(r"(?:non-?fatal|fatal) error (?P<code>[0-9]{1,6})", re.IGNORECASE)
+_PORT = re.compile(r"\bport (?P<port>[0-9]{1,4})\b", re.IGNORECASE)
 
 
 @dataclass
@@ -219,7 +219,7 @@ def parse_fabricmanager_log(text: str) -> FmLog:
     saw_marker = False
     last: FmEntry | None = None
     last_kind: str | None = None
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.rstrip()
         if not line.strip():
             last = None if last_kind == "bare" else last
@@ -266,9 +266,10 @@ def parse_fabricmanager_log(text: str) -> FmLog:
 
 
 # --- recognising it in a paste -------------------------------------------------------
-_FM_LOG = re.compile(r"^\[[A-Z][a-z]{2} \d{1,2} \d{4} \d\d:\d\d:\d\d\] \[[A-Z]+\] \[tid \d+\]")
+_FM_LOG = re.compile(r"^\[[A-Z][a-z]{2} [0-9]{1,2} [0-9]{4} [0-9][0-9]:[0-9][0-9]:[0-9][0-9]\] \[[A"
+                     r"-Z]+\] \[tid [0-9]+\]")
 _FM_JOURNAL = re.compile(r"(?:^|\s)(?:nv-fabricmanager|nvidia-fabricmanager-start\.sh|nvlsm)"
-                         r"(?:\[\d+\])?:"
+                         r"(?:\[[0-9]+\])?:"
                          r"|systemd\[1\]: .*(?:nvidia-fabricmanager|NVIDIA fabric manager)"
                          r"|^Job for nvidia-fabricmanager\S* failed")
 _WRAPPED = re.compile(r"^\s+\S")
@@ -294,7 +295,7 @@ def claim_fabricmanager_log(doc: PasteDoc) -> None:
 def _shape(line: str, end: int) -> str:
     """A line's prefix (up to ``end``) with its digits blanked: the frame a journal or a
     log tool puts around each message (``Jul 20 16:15:36 edge-...:``)."""
-    return re.sub(r"\d", "0", line[:end])
+    return re.sub(r"[0-9]", "0", line[:end])
 
 
 def _claim_same_prefix(doc: PasteDoc, i: int) -> None:

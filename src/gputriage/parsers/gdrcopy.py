@@ -16,40 +16,44 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, split_lines
 
 __all__ = ["GdrcopyRun", "claim_gdrcopy", "parse_gdrcopy"]
 
 _ASSERTION = re.compile(r'^\s*Assertion "(?P<expr>.{1,300})" failed at (?P<where>[\w./-]{1,80}'
-                        r':\d{1,6})')
-_OPEN_ERROR = re.compile(r"gdr_open error|ERR:\s+error opening driver(?: \(errno=(?P<errno>\d{1,4})"
+                        r':[0-9]{1,6})')
+_OPEN_ERROR = re.compile(r"gdr_open error|ERR:\s+error opening driver(?: \(errno=(?P<errno>[0-9]{1,"
+                         r"4})"
                          r"(?:/(?P<text>[^)]{1,80}))?\))?", re.IGNORECASE)
 _NULL_HANDLE = re.compile(r"\(\(\s*(?:\w+\.)?g\s*\)\s*==\s*\(\(void\s*\*\)0\)\)|\bg\s*!=\s*NULL|"
                           r"gdr_open\(")
 _PIN = re.compile(r"gdr_pin_buffer", re.IGNORECASE)
 _MAP = re.compile(r"\bgdr_map\b", re.IGNORECASE)
-_SUMMARY_V2 = re.compile(r"^\s*Total:\s*(?P<total>\d{1,6}),\s*Passed:\s*(?P<passed>\d{1,6}),\s*"
-                         r"Failed:\s*(?P<failed>\d{1,6})(?:,\s*Waived:\s*(?P<waived>\d{1,6}))?")
-_SUMMARY_CHECK = re.compile(r"^\s*(?P<pct>\d{1,3})%:\s*Checks:\s*(?P<total>\d{1,6}),\s*Failures:"
-                            r"\s*(?P<failed>\d{1,6}),\s*Errors:\s*(?P<errors>\d{1,6})")
-_GPU = re.compile(r"^\s*GPU id:\s*(?P<index>\d{1,3});\s*name:\s*(?P<name>[^;]{1,80});\s*Bus id:"
+_SUMMARY_V2 = re.compile(r"^\s*Total:\s*(?P<total>[0-9]{1,6}),\s*Passed:\s*(?P<passed>[0-9]{1,6}),"
+                         r"\s*"
+                         r"Failed:\s*(?P<failed>[0-9]{1,6})(?:,\s*Waived:\s*(?P<waived>[0-9]{1,6}))"
+                         r"?")
+_SUMMARY_CHECK = re.compile(r"^\s*(?P<pct>[0-9]{1,3})%:\s*Checks:\s*(?P<total>[0-9]{1,6}),\s*Failur"
+                            r"es:"
+                            r"\s*(?P<failed>[0-9]{1,6}),\s*Errors:\s*(?P<errors>[0-9]{1,6})")
+_GPU = re.compile(r"^\s*GPU id:\s*(?P<index>[0-9]{1,3});\s*name:\s*(?P<name>[^;]{1,80});\s*Bus id:"
                   r"\s*(?P<bus>[0-9a-fA-F:.]{5,16})")
-_BW = re.compile(r"^\s*(?P<dir>write|read) BW:\s*(?P<mbps>\d{1,7}(?:\.\d{1,4})?)\s*MB/s")
-_MAPPED = re.compile(r"^\s*info\.(?P<key>mapped|wc_mapping):\s*(?P<value>\d)")
+_BW = re.compile(r"^\s*(?P<dir>write|read) BW:\s*(?P<mbps>[0-9]{1,7}(?:\.[0-9]{1,4})?)\s*MB/s")
+_MAPPED = re.compile(r"^\s*info\.(?P<key>mapped|wc_mapping):\s*(?P<value>[0-9])")
 
 # a line only GDRCopy prints: where a block of its output is recognised
 _MARK = re.compile(r"\bgdr_(?:open|close|pin_buffer|unpin_buffer|map|unmap|copy_\w{1,20}|"
                    r"get_info\w{0,4})\b|closing gdrdrv|failed at sanity\.cpp:|"
-                   r"^\s*GPU id:\d{1,3}; name: .{1,80}; Bus id:|"
+                   r"^\s*GPU id:[0-9]{1,3}; name: .{1,80}; Bus id:|"
                    r"^\s*info\.(?:va|mapped_size|page_size|mapped|wc_mapping):|"
-                   r"^\s*map_d_ptr:|^\s*(?:write|read) BW: \d", re.IGNORECASE)
+                   r"^\s*map_d_ptr:|^\s*(?:write|read) BW: [0-9]", re.IGNORECASE)
 # the other lines of its output
 _LINE = re.compile(r"^\s*(?:Running suite\(s\):|(?:ERR|WARN|INFO|DBG):\s+\S|Assertion \"|"
-                   r"\d{1,3}%: Checks:|Total: \d|Test: |"
+                   r"[0-9]{1,3}%: Checks:|Total: [0-9]|Test: |"
                    r"selecting device|testing size:|rounded size:|gpu alloc fn:|device ptr:|"
                    r"page offset:|user-space pointer:|(?:writing|reading) test, size=|"
                    r"(?:unmapping|unpinning) buffer|closing gdrdrv|Passed|Failed|Waived|"
-                   r"buffer size:|size: \d|\d{1,12}\s+\d{1,9}(?:\.\d{1,4})?\s*$)")
+                   r"buffer size:|size: [0-9]|[0-9]{1,12}\s+[0-9]{1,9}(?:\.[0-9]{1,4})?\s*$)")
 
 
 @dataclass
@@ -118,10 +122,10 @@ def _read_line(run: GdrcopyRun, line: str) -> bool:
 def parse_gdrcopy(text: str) -> GdrcopyRun:
     """GDRCopy's test output; ParseError when no line of it is GDRCopy's own."""
     run = GdrcopyRun()
-    if not any(_MARK.search(line) for line in text.splitlines()):
+    if not any(_MARK.search(line) for line in split_lines(text)):
         raise ParseError("not GDRCopy test output: no gdr_* call, sanity.cpp assertion or "
                          "copybw line")
-    for line in text.splitlines():
+    for line in split_lines(text):
         if line.strip():
             _read_line(run, line)
     return run
@@ -144,7 +148,7 @@ def claim_gdrcopy(doc: PasteDoc) -> None:
 
 
 # a row of lsmod or /proc/modules ("gdrdrv  17384  0"): the module listing's, not ours
-_MODULE_ROW = re.compile(r"^\s*[\w-]{1,64}\s+\d{1,12}\s+\d{1,6}(?:\s|$)")
+_MODULE_ROW = re.compile(r"^\s*[\w-]{1,64}\s+[0-9]{1,12}\s+[0-9]{1,6}(?:\s|$)")
 
 
 def _ours(line: str) -> bool:

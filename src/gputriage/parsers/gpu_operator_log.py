@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, split_lines
 from gputriage.parsers.device_plugin_log import split_log_line
 
 __all__ = ["EVENTS", "FAILURES", "NEEDS", "UPGRADE_STATES", "GpuOperatorLog", "OpEntry",
@@ -58,8 +58,8 @@ EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                                       r"Cannot find a valid baseurl|Could not resolve host|"
                                       r"Failed to download|Error downloading packages|"
                                       r"Unable to find a match|FATAL: failed to install")),
-    ("build-failed", "driver", _re(r"\.[ch]:\d+:\d+: (?:fatal )?error: |"
-                                   r"make(?:\[\d+\])?: \*\*\* .{0,200}Error \d+|"
+    ("build-failed", "driver", _re(r"\.[ch]:[0-9]+:[0-9]+: (?:fatal )?error: |"
+                                   r"make(?:\[[0-9]+\])?: \*\*\* .{0,200}Error [0-9]+|"
                                    r"Unable to build the NVIDIA kernel module|"
                                    r"An error occurred while performing the step|"
                                    r"nvidia-installer .{0,40}ERROR|Compilation failed")),
@@ -96,7 +96,7 @@ EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                                            r"validation failed|failed to validate (?:the )?"
                                            r"(?P<detail2>driver|toolkit|cuda|plugin)")),
     ("resources-undiscovered", "validator", _re(r"GPU resources are not (?:yet )?discovered "
-                                                r"by the node(?:, retry: (?P<detail>\d+))?")),
+                                                r"by the node(?:, retry: (?P<detail>[0-9]+))?")),
     ("validation-ok", "validator", _re(r"(?:all )?validations? (?:are |is )?successful")),
     ("toolkit-failed", "toolkit", _re(r"unable to (?:setup|install|configure) (?:the )?"
                                       r"(?:runtime|toolkit)|error running nvidia-toolkit")),
@@ -264,7 +264,7 @@ def parse_gpu_operator_log(text: str) -> GpuOperatorLog:
     """Parse the operator's container logs; ParseError when no line is one of their
     records."""
     out = GpuOperatorLog()
-    for line in text.splitlines():
+    for line in split_lines(text):
         if not line.strip():
             continue
         out.entries.append(_entry(line))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import normalize_bus_id, split_lines, strict_int
 
 __all__ = ["Holder", "ResetAttempt", "ResetLog", "claim_gpu_reset", "is_reset_context",
            "is_reset_line", "is_reset_step", "parse_gpu_reset", "wraps"]
@@ -34,20 +34,20 @@ _UNABLE = re.compile(rf"^\s*Unable to reset (?:this )?GPU(?: {_BUS})?(?:\s*(?:be
                      r"(?P<why>.*))?$", re.IGNORECASE)
 _MIG = re.compile(rf"MIG mode is in pending (?P<to>enable|disable) state for GPU {_BUS}:?\s*"
                   r"(?P<why>.*)$", re.IGNORECASE)
-_N_DEVICES = re.compile(r"^\s*\d+ devices? (?:is|are) currently being used by one or more other "
+_N_DEVICES = re.compile(r"^\s*[0-9]+ devices? (?:is|are) currently being used by one or more other "
                         r"processes", re.IGNORECASE)
 _PM_OFF = re.compile(rf"^\s*Disabled persistence mode for GPU {_BUS}", re.IGNORECASE)
 _PM_ON = re.compile(rf"^\s*Enabled persistence mode for GPU {_BUS}", re.IGNORECASE)
 _ALL_DONE = re.compile(r"^\s*All done\.?\s*$")
 _FUSER_HEAD = re.compile(r"^\s*USER\s+PID\s+ACCESS\s+COMMAND\s*$")
 _FUSER_DEV = re.compile(r"^\s*(?P<dev>/dev/nvidia[\w-]*):\s+(?P<rest>\S.*)$")
-_FUSER_MORE = re.compile(r"^\s+(?P<rest>\S+\s+\d{1,10}\s+[Ffcemr.]{1,6}\s+\S.*)$")
-_FUSER_ROW = re.compile(r"^(?P<user>\S+)\s+(?P<pid>\d{1,10})\s+[Ffcemr.]{1,6}\s+(?P<cmd>\S+)")
+_FUSER_MORE = re.compile(r"^\s+(?P<rest>\S+\s+[0-9]{1,10}\s+[Ffcemr.]{1,6}\s+\S.*)$")
+_FUSER_ROW = re.compile(r"^(?P<user>\S+)\s+(?P<pid>[0-9]{1,10})\s+[Ffcemr.]{1,6}\s+(?P<cmd>\S+)")
 _PROMPT = re.compile(r"^\s*(?:\S+@\S+?[:\s]\S*\s*[$#]|[$#])\s+(?P<cmd>\S.*)$")
 _STOP = re.compile(r"\b(?:killall|pkill(?:\s+-\S+)*|systemctl\s+(?:stop|disable|mask)"
                    r"(?:\s+--now)?)\s+(?P<name>[\w@.-]+)")
 _SMI_PM_OFF = re.compile(r"\bnvidia-smi\b.*\s-pm\s+0\b|\bnvidia-smi\b.*--persistence-mode[= ]0")
-_EXIT = re.compile(r"^\s*exit(?:\s+code)?\s*[=:]\s*(?P<rc>\d{1,3})\s*$", re.IGNORECASE)
+_EXIT = re.compile(r"^\s*exit(?:\s+code)?\s*[=:]\s*(?P<rc>[0-9]{1,3})\s*$", re.IGNORECASE)
 _OTHER_FAIL = re.compile(r"GPU Reset couldn't run|Failed to reset GPU|Resetting GPU .{0,80} is "
                          r"not supported|reset (?:is )?not supported", re.IGNORECASE)
 
@@ -198,12 +198,13 @@ class _Reader:
             rest = more.group("rest") if more else None
             dev = self.log.holders[-1].device if self.log.holders else None
         row = _FUSER_ROW.match(rest.strip()) if rest else None
-        if row is None:
+        pid = strict_int(row.group("pid"), signed=False) if row else None
+        if row is None or pid is None:
             return False
         # fuser -v prints the user first; the command column is cut to 15 characters
         user, cmd = row.group("user"), row.group("cmd")
         name = user if user.startswith(cmd) and len(user) > len(cmd) else cmd
-        self.log.holders.append(Holder(name, int(row.group("pid")), dev, line.strip()))
+        self.log.holders.append(Holder(name, pid, dev, line.strip()))
         return True
 
 
@@ -216,7 +217,7 @@ def parse_gpu_reset(text: str) -> ResetLog:
     reader = _Reader()
     if not text or not text.strip():
         return reader.log
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         if reader.line(raw) and raw.strip():
             reader.log.lines.append(raw.rstrip())
     log = reader.log

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.base import split_lines
 
 __all__ = [
     "CgroupLine",
@@ -22,12 +23,12 @@ __all__ = [
 ]
 
 _PROMPT = re.compile(r"^\S{0,80}[#$]\s+(?:sudo\s+)?cat\s+\S*cmdline\s*$")
-_SIZE = re.compile(r"^\s*(?P<n>\d{1,15})\s*(?P<u>[kKmMgGtT]?)[bB]?\s*$")
+_SIZE = re.compile(r"^\s*(?P<n>[0-9]{1,15})\s*(?P<u>[kKmMgGtT]?)[bB]?\s*$")
 _UNIT = {"": 1 / 1024, "k": 1, "m": 1024, "g": 1024 ** 2, "t": 1024 ** 3}
-_NODE_COUNT = re.compile(r"^\d{1,5}:\d{1,12}(?:,\d{1,5}:\d{1,12})*$")
+_NODE_COUNT = re.compile(r"^[0-9]{1,5}:[0-9]{1,12}(?:,[0-9]{1,5}:[0-9]{1,12})*$")
 _THP_WORD = re.compile(r"^\[?[a-z+_-]{1,24}\]?$")
 _CONTROLLER = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
-_CGROUP_LINE = re.compile(r"^(?P<id>\d{1,6}):(?P<ctl>[^:]*):(?P<path>.*)$")
+_CGROUP_LINE = re.compile(r"^(?P<id>[0-9]{1,6}):(?P<ctl>[^:]*):(?P<path>.*)$")
 
 
 def parse_size_kb(text: str | None) -> int | None:
@@ -138,7 +139,7 @@ def parse_cmdline(text: str) -> KernelCmdline:
     ``$ cat /proc/cmdline`` prompt line is skipped. Empty text gives an empty
     result; text of several lines is not a command line and raises ParseError.
     """
-    lines = [ln.strip() for ln in text.replace("\x00", " ").splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in split_lines(text.replace("\x00", " ")) if ln.strip()]
     lines = [ln for ln in lines if not _PROMPT.match(ln)]
     if not lines:
         return KernelCmdline()
@@ -211,7 +212,7 @@ def parse_self_cgroup(text: str) -> list[CgroupLine]:
     """Parse ``/proc/self/cgroup``; lines not in ``id:controllers:path`` form are
     skipped. Empty text gives []; text without one such line raises ParseError."""
     out: list[CgroupLine] = []
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         m = _CGROUP_LINE.match(raw.strip())
         if not m:
             continue

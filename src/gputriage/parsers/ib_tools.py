@@ -20,15 +20,15 @@ __all__ = ["PERFQUERY_HEAD", "PERFQUERY_ROW", "RDMA_LINK", "IbToolProblem", "is_
 
 # "# Port extended counters: Lid 133 port 1 (CapMask: 0x5A00 CapMask2: 0x0000000)",
 # "# Port counters: Lid 2 port 1 (CapMask: 0x1400)"
-PERFQUERY_HEAD = re.compile(r"^\s*#\s*Port (?:extended )?counters:\s*Lid (?P<lid>\d{1,5}) "
-                            r"port (?P<port>\d{1,3})\b", re.IGNORECASE)
+PERFQUERY_HEAD = re.compile(r"^\s*#\s*Port (?:extended )?counters:\s*Lid (?P<lid>[0-9]{1,5}) "
+                            r"port (?P<port>[0-9]{1,3})\b", re.IGNORECASE)
 # "SymbolErrorCounter:..............0", "PortXmitData:....................37108676853855"
 PERFQUERY_ROW = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z0-9]{2,48}):\.{2,}\s*(?P<value>\S{1,24})"
                            r"\s*$")
 # "link mlx5_7/1 subnet_prefix fe80:... lid 3403 sm_lid 1 lmc 0 state DOWN physical_state
 # POLLING", older iproute2: "1/1: mlx5_0/1: state ACTIVE physical_state LINK_UP netdev ib0"
-RDMA_LINK = re.compile(r"^\s*(?:link\s+|\d{1,4}/\d{1,3}:\s+)(?P<dev>[A-Za-z][\w.-]{0,40})/"
-                       r"(?P<port>\d{1,3}):?\s+(?P<rest>(?:\S+\s+\S+\s*){0,16}?\bstate\s+[A-Z_]+"
+RDMA_LINK = re.compile(r"^\s*(?:link\s+|[0-9]{1,4}/[0-9]{1,3}:\s+)(?P<dev>[A-Za-z][\w.-]{0,40})/"
+                       r"(?P<port>[0-9]{1,3}):?\s+(?P<rest>(?:\S+\s+\S+\s*){0,16}?\bstate\s+[A-Z_]+"
                        r"\b.{0,400})$")
 _RDMA_KEYS = ("subnet_prefix", "lid", "sm_lid", "lmc", "state", "physical_state", "netdev",
               "netdev_index")
@@ -49,7 +49,7 @@ def perfquery_counter(key: str, value: str) -> tuple[str, int] | None:
     text = value.strip()
     if re.fullmatch(r"0x[0-9a-fA-F]{1,16}", text):
         return counter.name, int(text, 16)
-    return (counter.name, int(text)) if re.fullmatch(r"\d{1,20}", text) else None
+    return (counter.name, int(text)) if re.fullmatch(r"[0-9]{1,20}", text) else None
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,14 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, split_lines
 from gputriage.parsers.fabricmanager import LOG_LINE
 from gputriage.parsers.systemd import JOURNAL_LINE
 
 __all__ = ["EVENTS", "ImexEntry", "ImexLog", "claim_imex_log", "parse_imex_log"]
 
 _HEADER = re.compile(r"IMEX Log initializing at:?\s*(?P<time>.{0,40})$")
-_VERSION = re.compile(r"IMEX version (?P<version>\d{2,4}(?:\.\d{1,4}){1,3}) is running")
+_VERSION = re.compile(r"IMEX version (?P<version>[0-9]{2,4}(?:\.[0-9]{1,4}){1,3}) is running")
 # event -> pattern, first match wins. Sources: kubernetes-sigs/dra-driver-nvidia-gpu#289 and
 # #298 (the daemon's own messages when its nodes_config.cfg names no local address)
 EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -34,7 +34,7 @@ _LEVELS = {"INFO": "info", "DEBUG": "debug", "WARN": "warning", "WARNING": "warn
            "ERROR": "error", "ERR": "error", "FATAL": "fatal", "CRITICAL": "fatal"}
 # a message only the IMEX daemon prints (recognised even without its header)
 _IMEX_ONLY = re.compile(r"IMEX Log initializing|IMEX version \S{1,20} is running|"
-                        r"IMEX [Ll]ibrary communication|nvidia-imex(?:\[\d{1,10}\])?:|"
+                        r"IMEX [Ll]ibrary communication|nvidia-imex(?:\[[0-9]{1,10}\])?:|"
                         r"No matching network interface found for any IP addresses in the node "
                         r"configuration")
 
@@ -83,7 +83,7 @@ def parse_imex_log(text: str) -> ImexLog:
     """The IMEX daemon's records; ParseError when the text holds none of them."""
     log = ImexLog()
     imex = False
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.rstrip()
         if not line.strip():
             continue

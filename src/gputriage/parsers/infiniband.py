@@ -21,7 +21,13 @@ from dataclasses import dataclass, field, fields
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc, claim_blocks, claim_lines
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import (
+    normalize_bus_id,
+    split_lines,
+    strict_float,
+    strict_hex,
+    strict_int,
+)
 from gputriage.parsers.driver import split_tree
 from gputriage.parsers.ib_tools import (
     PERFQUERY_HEAD,
@@ -47,7 +53,8 @@ _PHYS_WORDS.update({"configtraining": "PortConfigurationTraining",
 _WIDTHS = {"1X": 1, "2X": 2, "4X": 4, "8X": 8, "12X": 12}
 
 # "400 Gb/sec (4X NDR)", "200", "56", "2.5 Gbps (1)"
-_RATE = re.compile(r"^\s*(\d{1,5}(?:\.\d{1,4})?)\s*(?:Gb/sec|Gbps|Gb/s)?\s*(?:\((?P<w>\d{1,2}X)"
+_RATE = re.compile(r"^\s*([0-9]{1,5}(?:\.[0-9]{1,4})?)\s*(?:Gb/sec|Gbps|Gb/s)?\s*(?:\("
+                   r"(?P<w>[0-9]{1,2}X)"
                    r"\s*(?P<s>[A-Za-z0-9.]+)?\))?", re.IGNORECASE)
 
 
@@ -113,7 +120,7 @@ class IbPort:
         name = (self.netdev or "").lower()
         if not name:
             return None
-        if re.fullmatch(r"net\d{1,3}", name):
+        if re.fullmatch(r"net[0-9]{1,3}", name):
             return "pod"
         if name.startswith("ib"):
             return "ipoib"
@@ -137,14 +144,14 @@ class IbPort:
 
 def _clean(raw: str) -> str:
     """``4: ACTIVE``, ``PORT_ACTIVE (4)``, ``LINK_UP`` -> ``port active`` / ``linkup``."""
-    text = re.sub(r"\(\s*\d+\s*\)", "", raw.strip())
-    text = re.sub(r"^\d+\s*:\s*", "", text)
+    text = re.sub(r"\(\s*[0-9]+\s*\)", "", raw.strip())
+    text = re.sub(r"^[0-9]+\s*:\s*", "", text)
     return re.sub(r"[\s_]", "", text).lower()
 
 
 def _code(raw: str) -> int | None:
-    m = re.match(r"^\s*(\d{1,2})\s*:", raw) or re.search(r"\(\s*(\d{1,2})\s*\)\s*$", raw)
-    return int(m.group(1)) if m else None
+    m = re.match(r"^\s*([0-9]{1,2})\s*:", raw) or re.search(r"\(\s*([0-9]{1,2})\s*\)\s*$", raw)
+    return strict_int(m.group(1), signed=False) if m else None
 
 
 def normalize_state(raw: str | None) -> str | None:
@@ -178,18 +185,19 @@ def parse_rate(raw: str | None) -> tuple[float | None, str | None, str | None]:
     m = _RATE.match(raw)
     if not m:
         return None, None, None
-    return float(m.group(1)), m.group("w"), m.group("s")
+    return strict_float(m.group(1)), m.group("w"), m.group("s")
 
 
 def _lane_rate(width: str | None, speed: str | None) -> float | None:
     """``ibv_devinfo`` active_width ``4X (2)`` x active_speed ``50.0 Gbps (64)`` -> 200."""
     if not width or not speed:
         return None
-    w = re.match(r"^\s*(\d{1,2}X)", width)
-    s = re.match(r"^\s*(\d{1,4}(?:\.\d{1,4})?)\s*Gbps", speed)
+    w = re.match(r"^\s*([0-9]{1,2}X)", width)
+    s = re.match(r"^\s*([0-9]{1,4}(?:\.[0-9]{1,4})?)\s*Gbps", speed)
     if not (w and s) or w.group(1) not in _WIDTHS:
         return None
-    return round(_WIDTHS[w.group(1)] * float(s.group(1)), 1)
+    lane = strict_float(s.group(1))
+    return None if lane is None else round(_WIDTHS[w.group(1)] * lane, 1)
 
 
 def _int(raw: str | None) -> int | None:
@@ -197,11 +205,9 @@ def _int(raw: str | None) -> int | None:
     if raw is None:
         return None
     text = raw.strip()
-    m = re.fullmatch(r"0x([0-9a-fA-F]{1,16})", text)
-    if m:
-        return int(m.group(1), 16)
-    m = re.fullmatch(r"(\d{1,19})", text)
-    return int(m.group(1)) if m else None
+    if text[:2].lower() == "0x":
+        return strict_hex(text)
+    return strict_int(text, signed=False)
 
 
 def _text(raw: str | None) -> str | None:
@@ -210,7 +216,9 @@ def _text(raw: str | None) -> str | None:
 
 
 def _natural(key: str) -> list[object]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", key)]
+    """``mlx5_10`` after ``mlx5_9``: digit runs compare by value (length, then digits)."""
+    return [(len(p.lstrip("0")), p.lstrip("0")) if i % 2 else p
+            for i, p in enumerate(re.split(r"([0-9]+)", key))]
 
 
 def _sorted(ports: dict[tuple[str, int], IbPort]) -> list[IbPort]:
@@ -219,7 +227,7 @@ def _sorted(ports: dict[tuple[str, int], IbPort]) -> list[IbPort]:
 
 # --- sysfs tree ------------------------------------------------------------------
 
-_TREE_KEY = re.compile(r"^(?P<dev>[^/]+)/(?:ports/(?P<port>\d{1,3})/(?P<attr>.+)|"
+_TREE_KEY = re.compile(r"^(?P<dev>[^/]+)/(?:ports/(?P<port>[0-9]{1,3})/(?P<attr>.+)|"
                        r"(?P<devattr>fw_ver|hca_type|node_desc|board_id|node_guid))$")
 _PCI_IN_PATH = re.compile(r"(?:^|/)((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
                           r"(?=/|$)")
@@ -251,7 +259,9 @@ def parse_ib_tree(tree: object) -> list[IbPort]:
         if m.group("devattr"):
             devattrs.setdefault(dev, {})[m.group("devattr")] = value
             continue
-        num = int(m.group("port"))
+        num = strict_int(m.group("port"), signed=False)
+        if num is None:
+            continue
         port = ports.setdefault((dev, num), IbPort(dev, num, source="infiniband", fmt="sysfs"))
         attr = m.group("attr")
         if value:
@@ -308,23 +318,24 @@ def _tree_attr(port: IbPort, attr: str, value: str) -> None:
 # --- text outputs ----------------------------------------------------------------
 
 _CA = re.compile(r"^\s*CA '(?P<dev>[^']+)'\s*$")
-_IBSTAT_PORT = re.compile(r"^\s*Port (?P<port>\d{1,3}):\s*$")
-_IBSTATUS = re.compile(r"^\s*Infiniband device '(?P<dev>[^']+)' port (?P<port>\d{1,3}) status:")
+_IBSTAT_PORT = re.compile(r"^\s*Port (?P<port>[0-9]{1,3}):\s*$")
+_IBSTATUS = re.compile(r"^\s*Infiniband device '(?P<dev>[^']+)' port (?P<port>[0-9]{1,3}) status:")
 _HCA_ID = re.compile(r"^\s*hca_id:\s*(?P<dev>\S+)\s*$")
-_DEVINFO_PORT = re.compile(r"^\s*port:\s*(?P<port>\d{1,3})\s*$")
+_DEVINFO_PORT = re.compile(r"^\s*port:\s*(?P<port>[0-9]{1,3})\s*$")
 _NETDEV = re.compile(
     r"^\s*(?:(?P<pci>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+)?"
     r"(?P<dev>[A-Za-z][\w.-]*)\s+(?:\((?P<pci2>[0-9a-fA-F:.]+)\)\s+)?(?P<rest>[^=]*?)"
-    r"\bport\s+(?P<port>\d{1,3})(?:\s+\(\s*(?P<state>[A-Z_]+)\s*\))?\s+<?=+>\s+"
+    r"\bport\s+(?P<port>[0-9]{1,3})(?:\s+\(\s*(?P<state>[A-Z_]+)\s*\))?\s+<?=+>\s+"
     r"(?P<netdev>\S+)\s+\((?P<up>[A-Za-z]+)\)\s*(?:#.{0,200})?$")
 _GID_HEAD = re.compile(r"^\s*DEV\s+PORT\s+INDEX\s+GID\b")
-_GID_ROW = re.compile(r"^\s*(?P<dev>[A-Za-z][\w.-]*)\s+(?P<port>\d{1,3})\s+(?P<idx>\d{1,5})\s+"
+_GID_ROW = re.compile(r"^\s*(?P<dev>[A-Za-z][\w.-]*)\s+(?P<port>[0-9]{1,3})\s+"
+                      r"(?P<idx>[0-9]{1,5})\s+"
                       r"(?P<gid>[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7})\s+"
-                      r"(?:(?P<ipv4>\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F:]*:[0-9a-fA-F:]*)\s+)?"
-                      r"(?P<ver>v\d)(?:\s+(?P<netdev>\S+))?\s*$")
+                      r"(?:(?P<ipv4>[0-9]{1,3}(?:\.[0-9]{1,3}){3}|[0-9a-fA-F:]*:[0-9a-fA-F:]*)\s+)?"
+                      r"(?P<ver>v[0-9])(?:\s+(?P<netdev>\S+))?\s*$")
 _NO_DEVICES = re.compile(r"No IB devices found|ibpanic:|Failed to get IB devices|"
                          r"can't find any IB device|No such file or directory", re.IGNORECASE)
-_KV = re.compile(r"^\s*(?P<key>[A-Za-z][\w ]*?|GID\[\s*\d+\])\s*:\s*(?P<value>.*?)\s*$")
+_KV = re.compile(r"^\s*(?P<key>[A-Za-z][\w ]*?|GID\[\s*[0-9]+\])\s*:\s*(?P<value>.*?)\s*$")
 # keys whose lines are kept as evidence
 _EVIDENCE_KEYS = {"state", "physical state", "phys state", "phys_state", "rate", "link layer",
                   "link_layer", "active_width", "active_speed", "ca type", "base lid", "sm lid",
@@ -356,8 +367,12 @@ class _Reader:
         self.devinfo = {}
         self.dev_lines = [line.strip()]
 
-    def start_port(self, num: int, line: str) -> None:
+    def start_port(self, num: int | None, line: str) -> None:
+        """The port block of ``line``; a port whose number is not one is not read."""
         assert self.device is not None
+        if num is None:
+            self.port = None
+            return
         self.port = self.get(self.device, num, self.fmt)
         _new_reading(self.port, line)
         self.port.lines.extend(ln for ln in self.dev_lines if ln not in self.port.lines)
@@ -373,7 +388,7 @@ class _Reader:
         if m:
             self.start_device(m.group("dev"), "ibstatus", line)
             self.dev_lines = []
-            self.start_port(int(m.group("port")), line)
+            self.start_port(strict_int(m.group("port"), signed=False), line)
             return
         m = _HCA_ID.match(line)
         if m:
@@ -398,12 +413,12 @@ class _Reader:
         if self.fmt == "ibstat":
             pm = _IBSTAT_PORT.match(line)
             if pm:
-                self.start_port(int(pm.group(1)), line)
+                self.start_port(strict_int(pm.group(1), signed=False), line)
                 return
         elif self.fmt == "ibv_devinfo":
             pm = _DEVINFO_PORT.match(line)
             if pm:
-                self.start_port(int(pm.group(1)), line)
+                self.start_port(strict_int(pm.group(1), signed=False), line)
                 return
         if line.strip() and not line[:1].isspace():
             self.device = self.port = None  # an unindented line ends the block
@@ -466,27 +481,32 @@ class _Reader:
     def netdev(self, m: re.Match[str], line: str) -> None:
         self.recognised = True
         self.device = self.port = None
-        port = self.get(m.group("dev"), int(m.group("port")), "ibdev2netdev")
+        num = strict_int(m.group("port"), signed=False)
+        if num is None:
+            return
+        port = self.get(m.group("dev"), num, "ibdev2netdev")
         port.netdev = port.netdev or m.group("netdev")
         port.netdev_state = m.group("up").capitalize()
         if m.group("state") and port.state is None:
             port.state = normalize_state(m.group("state"))
         pci = normalize_bus_id(m.group("pci") or m.group("pci2"))
         port.pci_address = port.pci_address or pci
-        fw = re.search(r"\bfw\s+(\d+\.\d+\.\d+)", m.group("rest") or "")
+        fw = re.search(r"\bfw\s+([0-9]+\.[0-9]+\.[0-9]+)", m.group("rest") or "")
         if fw and port.fw_ver is None:
             port.fw_ver = fw.group(1)
-        hca = re.search(r"\((MT\d+)\b", m.group("rest") or "")
+        hca = re.search(r"\((MT[0-9]+)\b", m.group("rest") or "")
         if hca and port.hca_type is None:
             port.hca_type = hca.group(1)
         port.lines.append(line.strip())
 
     def gid(self, m: re.Match[str], line: str) -> None:
         self.recognised = True
-        port = self.get(m.group("dev"), int(m.group("port")), "show_gids")
+        num, idx = strict_int(m.group("port"), signed=False), strict_int(m.group("idx"))
+        if num is None or idx is None:
+            return
+        port = self.get(m.group("dev"), num, "show_gids")
         ipv4 = m.group("ipv4") if m.group("ipv4") and "." in m.group("ipv4") else None
-        port.gids.append(IbGid(int(m.group("idx")), m.group("gid"), ipv4, m.group("ver"),
-                               m.group("netdev")))
+        port.gids.append(IbGid(idx, m.group("gid"), ipv4, m.group("ver"), m.group("netdev")))
         if m.group("netdev") and port.netdev is None:
             port.netdev = m.group("netdev")
         port.lines.append(line.strip())
@@ -539,12 +559,12 @@ def _set_sm_lid(port: IbPort, value: str) -> None:
 
 
 def _set_width(port: IbPort, value: str) -> None:
-    wm = re.match(r"^\s*(\d{1,2}X)\b", value)
+    wm = re.match(r"^\s*([0-9]{1,2}X)\b", value)
     port.width = wm.group(1) if wm else port.width
 
 
 def _set_speed(port: IbPort, value: str) -> None:
-    port.speed = re.sub(r"\s*\(\s*\d+\s*\)\s*$", "", value).strip() or port.speed
+    port.speed = re.sub(r"\s*\(\s*[0-9]+\s*\)\s*$", "", value).strip() or port.speed
 
 
 # a port's "key: value" fields (ibstat, ibstatus and ibv_devinfo spellings)
@@ -559,7 +579,7 @@ _PORT_FIELDS: dict[str, Callable[[IbPort, str], None]] = {
 
 def _add_gid(port: IbPort, key: str, value: str) -> None:
     """A ``GID[ n]: value`` line of ``ibv_devinfo -v``."""
-    idx = _int(re.sub(r"\D", "", key))
+    idx = _int(re.sub(r"[^0-9]", "", key))
     gid = value.strip()
     if idx is not None and gid and not any(g.index == idx for g in port.gids):
         port.gids.append(IbGid(idx, gid))
@@ -589,7 +609,7 @@ def parse_ibstat(text: str) -> list[IbPort]:
     if not text or not text.strip():
         return []
     reader = _Reader()
-    for line in text.splitlines():
+    for line in split_lines(text):
         reader.feed(line.replace("\x00", ""))
     if not reader.recognised:
         if _NO_DEVICES.search(text) or parse_ib_problems(text):
@@ -601,7 +621,7 @@ def parse_ibstat(text: str) -> list[IbPort]:
 
 def parse_ib_problems(text: str) -> list[IbToolProblem]:
     """What the RDMA tools said when they found no device (each line once, in order)."""
-    found = (problem_of(line) for line in text.splitlines() if line.strip())
+    found = (problem_of(line) for line in split_lines(text) if line.strip())
     return list({p.line: p for p in found if p is not None}.values())
 
 
@@ -624,15 +644,15 @@ def merge_ports(primary: list[IbPort], extra: list[IbPort]) -> list[IbPort]:
 
 # --- recognising it in a paste -------------------------------------------------------
 _CA_START = re.compile(r"^CA '[^']+'\s*$")
-_IBSTATUS_START = re.compile(r"^Infiniband device '[^']+' port \d+ status:\s*$")
+_IBSTATUS_START = re.compile(r"^Infiniband device '[^']+' port [0-9]+ status:\s*$")
 _HCA_START = re.compile(r"^hca_id:\s*\S+\s*$")
 _IBDEV2NETDEV = re.compile(
     r"^\s*(?:(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\s+)?[A-Za-z][\w.-]*\s"
-    r"[^=]*?\bport\s+\d+(?:\s+\(\s*[A-Z_]+\s*\))?\s+<?=+>\s+\S+\s+"
+    r"[^=]*?\bport\s+[0-9]+(?:\s+\(\s*[A-Z_]+\s*\))?\s+<?=+>\s+\S+\s+"
     r"\((?:Up|Down|up|down|UP|DOWN)\)\s*(?:#.{0,200})?$")
 _GIDS_HEAD = re.compile(r"^\s*DEV\s+PORT\s+INDEX\s+GID\b")
-_GIDS_ROW = re.compile(r"^\s*(?:-{2,}\s+)+-{2,}\s*$|^\s*[A-Za-z][\w.-]*\s+\d+\s+\d+\s+"
-                       r"[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7}\s|^n_gids_found=\d+")
+_GIDS_ROW = re.compile(r"^\s*(?:-{2,}\s+)+-{2,}\s*$|^\s*[A-Za-z][\w.-]*\s+[0-9]+\s+[0-9]+\s+"
+                       r"[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{0,4}){2,7}\s|^n_gids_found=[0-9]+")
 _INDENTED = re.compile(r"^(?:\s*$|\s)")
 # literals one of which a tool's "no device" complaint holds (a cheap test first)
 _PROBLEM_WORDS = ("libibverbs", "umad", "IB device", "sys files", "ibpanic")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
 from gputriage.knowledge.job_messages import Hit, scan_line
+from gputriage.parsers.base import split_lines, strict_int
 from gputriage.parsers.job_context import JobContext, claim_context, read_context
 
 __all__ = ["JobLog", "JobVersions", "claim_job_log", "is_job_line", "parse_job_log"]
@@ -86,8 +87,8 @@ class JobLog:
 
 
 # --- versions ------------------------------------------------------------------------
-_V = r"\d+\.\d+(?:\.\d+)?"
-_TORCH_V = _V + r"(?:\.?(?:dev|a|b|rc|post)\d*)*(?:\+[\w.]+)?"
+_V = r"[0-9]+\.[0-9]+(?:\.[0-9]+)?"
+_TORCH_V = _V + r"(?:\.?(?:dev|a|b|rc|post)[0-9]*)*(?:\+[\w.]+)?"
 Setter = Callable[[JobVersions, "re.Match[str]"], None]
 
 
@@ -109,7 +110,7 @@ def _set(name: str, group: str = "v", convert: Callable[[str], object] | None = 
 
 def _torch(v: JobVersions, m: re.Match[str]) -> None:
     _set("torch")(v, m)
-    if tag := re.search(r"\+(cu\d+)", m.group("v")):
+    if tag := re.search(r"\+(cu[0-9]+)", m.group("v")):
         _set("torch_cuda", convert=lambda _: _cuda_of(tag.group(1)))(v, m)
 
 
@@ -126,11 +127,12 @@ def _driver_int(raw: str) -> str | None:
 def _capability(raw: str) -> str | None:
     """``sm_120`` -> ``"12.0"``."""
     digits = raw.strip().lower().removeprefix("sm_")
-    return f"{int(digits[:-1])}.{digits[-1]}" if digits.isdigit() and len(digits) >= 2 else None
+    number = strict_int(digits, signed=False, hi=9999) if len(digits) >= 2 else None
+    return None if number is None else f"{number // 10}.{number % 10}"
 
 
 def _archs(raw: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(re.findall(r"(?:sm|compute)_\d+[af]?", raw)))
+    return tuple(dict.fromkeys(re.findall(r"(?:sm|compute)_[0-9]+[af]?", raw)))
 
 
 def _tf_device(v: JobVersions, m: re.Match[str]) -> None:
@@ -160,9 +162,9 @@ def _image(v: JobVersions, m: re.Match[str]) -> None:
     _set("image", "img")(v, m)
     repo, _, tag = m.group("img").rpartition(":")
     cuda = None
-    if c := re.search(r"(?:^|-)cuda-?(\d+\.\d+)|-cu(\d{2,3})\b", tag):
+    if c := re.search(r"(?:^|-)cuda-?([0-9]+\.[0-9]+)|-cu([0-9]{2,3})\b", tag):
         cuda = c.group(1) or _cuda_of(f"cu{c.group(2)}")
-    elif repo.endswith("/cuda") and (c := re.match(r"(\d+\.\d+)", tag)):
+    elif repo.endswith("/cuda") and (c := re.match(r"([0-9]+\.[0-9]+)", tag)):
         cuda = c.group(1)  # nvidia/cuda:12.8.0-...: the tag is the CUDA release
     if cuda:
         _set("image_cuda", "img", lambda _: cuda)(v, m)
@@ -191,73 +193,81 @@ _READERS: tuple[tuple[re.Pattern[str], Setter], ...] = tuple(
         (rf"PyTorch version:\s*(?P<v>{_TORCH_V})", _torch),
         (rf"\btorch(?:\.__version__)?\s*(?:version)?\s*[:=]?\s*'?(?P<v>{_TORCH_V})\b", _torch),
         (rf"\bpip3?\s+install\b.*?\btorch==(?P<v>{_TORCH_V})", _torch),
-        (r"CUDA used to build PyTorch:\s*(?P<v>\d+\.\d+)", _set("torch_cuda")),
-        (r"torch\.version\.cuda\W*(?:=|:|->|#|returns?)?\W*(?P<v>\d+\.\d+)", _set("torch_cuda")),
+        (r"CUDA used to build PyTorch:\s*(?P<v>[0-9]+\.[0-9]+)", _set("torch_cuda")),
+        (r"torch\.version\.cuda\W*(?:=|:|->|#|returns?)?\W*(?P<v>[0-9]+\.[0-9]+)", _set("torch_cud"
+                                                                                        "a")),
         (r"Is CUDA available:\s*(?P<v>True|False|Yes|No)\b", _set("cuda_available",
                                                                     convert=_bool)),
         (r"torch\.cuda\.is_available\(\)[\s`:=#>*-]*(?:returns?\s*)?[\s*]*(?P<v>True|False)\b",
          _set("cuda_available", convert=_bool)),
-        (r"CUDA runtime version:\s*(?P<v>\d+\.\d+)", _set("nvcc")),
-        (r"Cuda compilation tools,\s*release\s*(?P<v>\d+\.\d+)", _set("nvcc")),
-        (r"GPU models and configuration:\s*(?:GPU \d+:\s*)?(?P<v>[^\n(]*\w)", _set("gpu_name")),
+        (r"CUDA runtime version:\s*(?P<v>[0-9]+\.[0-9]+)", _set("nvcc")),
+        (r"Cuda compilation tools,\s*release\s*(?P<v>[0-9]+\.[0-9]+)", _set("nvcc")),
+        (r"GPU models and configuration:\s*(?:GPU [0-9]+:\s*)?(?P<v>[^\n(]*\w)", _set("gpu_name")),
         (r"get_device_name\(\w*\)\W*'(?P<v>[^']+)'", _set("gpu_name")),
-        (r"get_device_capability\(\w*\)\W*\((?P<maj>\d+),\s*(?P<min>\d+)\)",
+        (r"get_device_capability\(\w*\)\W*\((?P<maj>[0-9]+),\s*(?P<min>[0-9]+)\)",
          lambda v, m: _set("capability", "maj", lambda _: f"{m['maj']}.{m['min']}")(v, m)),
-        (r"(?<![A-Za-z])GPU(?:\s+\d+)?\s*:\s*[_*]*(?P<v>(?:NVIDIA\s+)?(?:GeForce|Quadro|Tesla|TITAN|RTX|GTX)"
+        (r"(?<![A-Za-z])GPU(?:\s+[0-9]+)?\s*:\s*[_*]*(?P<v>(?:NVIDIA\s+)?(?:GeForce|Quadro|Tesla|TI"
+         r"TAN|RTX|GTX)"
          r"\b[\w -]*\w)", _set("gpu_name")),
-        (r"\bcudatoolkit\s*[=: ]\s*(?P<v>\d+\.\d+)", _set("runtime_cuda")),
-        (r"Nvidia driver version:\s*(?P<v>\d+\.\d+(?:\.\d+)?)", _set("driver_version")),
-        (r"cuDNN version:.*?(?P<v>\d+\.\d+\.\d+)", _set("cudnn")),
-        (r"\b(?:tensorflow|tf)(?:\.__version__)?\s*(?:version)?\s*[:=]\s*'?(?P<v>\d+\.\d+\.\d+)",
+        (r"\bcudatoolkit\s*[=: ]\s*(?P<v>[0-9]+\.[0-9]+)", _set("runtime_cuda")),
+        (r"Nvidia driver version:\s*(?P<v>[0-9]+\.[0-9]+(?:\.[0-9]+)?)", _set("driver_version")),
+        (r"cuDNN version:.*?(?P<v>[0-9]+\.[0-9]+\.[0-9]+)", _set("cudnn")),
+        (r"\b(?:tensorflow|tf)(?:\.__version__)?\s*(?:version)?\s*[:=]\s*'?(?P<v>[0-9]+\.[0-9]+\.[0"
+         r"-9]+)",
          _set("tensorflow")),
-        (r"^\s*jax(?:\.__version__)?\s*[:=]\s*'?(?P<v>\d+\.\d+\.\d+)", _set("jax")),
-        (r"name:\s{0,8}(?P<name>[^,\s][^,\n]{0,199}?)\s{1,8}(?:major:\s{0,8}(?P<maj>\d+)\s{1,8}"
-         r"minor:\s{0,8}(?P<min>\d+)|"
-         r"computeCapability:\s*(?P<cc>\d+\.\d+))", _tf_device),
-        (r"device:\s*\d+,\s*name:\s*(?P<name>[^,]+),.*?compute capability:\s*(?P<cc>\d+\.\d+)"
+        (r"^\s*jax(?:\.__version__)?\s*[:=]\s*'?(?P<v>[0-9]+\.[0-9]+\.[0-9]+)", _set("jax")),
+        (r"name:\s{0,8}(?P<name>[^,\s][^,\n]{0,199}?)\s{1,8}(?:major:\s{0,8}(?P<maj>[0-9]+)\s{1,8}"
+         r"minor:\s{0,8}(?P<min>[0-9]+)|"
+         r"computeCapability:\s*(?P<cc>[0-9]+\.[0-9]+))", _tf_device),
+        (r"device:\s*[0-9]+,\s*name:\s*(?P<name>[^,]+),.*?compute capability:\s*"
+         r"(?P<cc>[0-9]+\.[0-9]+)"
          r"(?P<maj>)?", _tf_device),
         (r"(?P<v>\b(?:NVIDIA|GeForce|Tesla|Quadro|TITAN|RTX)\b[\w -]*?) with CUDA capability "
-         r"sm_\d+", _set("gpu_name")),
-        (r"with CUDA capability (?P<v>sm_\d+)", _set("capability", convert=_capability)),
-        (r"supports CUDA capabilities\s+(?P<v>(?:(?:sm|compute)_\d+\w*[\s.]*)+)",
+         r"sm_[0-9]+", _set("gpu_name")),
+        (r"with CUDA capability (?P<v>sm_[0-9]+)", _set("capability", convert=_capability)),
+        (r"supports CUDA capabilities\s+(?P<v>(?:(?:sm|compute)_[0-9]+\w*[\s.]*)+)",
          _set("archs", convert=_archs)),
-        (r"(?:get_arch_list\(\)|Arch list)\W*(?P<v>\[?\s*'?(?:sm|compute)_\d+.*)",
+        (r"(?:get_arch_list\(\)|Arch list)\W*(?P<v>\[?\s*'?(?:sm|compute)_[0-9]+.*)",
          _set("archs", convert=_archs)),
-        (r"found version (?P<v>\d{4,5})\b", _set("driver_cuda", convert=_driver_int)),
-        (r"\bcudaDriverVersion\s*[:=]?\s*(?P<v>\d{4,5})\b",
+        (r"found version (?P<v>[0-9]{4,5})\b", _set("driver_cuda", convert=_driver_int)),
+        (r"\bcudaDriverVersion\s*[:=]?\s*(?P<v>[0-9]{4,5})\b",
          _set("driver_cuda", convert=_driver_int)),
-        (r"Driver Version:\s*(?P<drv>\d+\.\d+(?:\.\d+)?)\s+CUDA Version:\s*(?P<cuda>\d+\.\d+)",
+        (r"Driver Version:\s*(?P<drv>[0-9]+\.[0-9]+(?:\.[0-9]+)?)\s+CUDA Version:\s*"
+         r"(?P<cuda>[0-9]+\.[0-9]+)",
          _smi_header),
-        (r"^\s*CUDA Version\s+(?P<v>\d+\.\d+)(?:\.\d+)?\s*$", _set("image_cuda")),
-        (r"built for NVIDIA Driver Release (?P<want>\d+\.\d+(?:\.\d+)?) or later, but version "
-         r"(?P<found>\d+\.\d+(?:\.\d+)?) was detected(?:.*compatibility mode is (?P<mode>\w+))?",
+        (r"^\s*CUDA Version\s+(?P<v>[0-9]+\.[0-9]+)(?:\.[0-9]+)?\s*$", _set("image_cuda")),
+        (r"built for NVIDIA Driver Release (?P<want>[0-9]+\.[0-9]+"
+         r"(?:\.[0-9]+)?) or later, but version "
+         r"(?P<found>[0-9]+\.[0-9]+(?:\.[0-9]+)?) was detected(?:.*compatibility mode is "
+         r"(?P<mode>\w+))?",
          _ngc),
-        (r"libcuda\.so(?:\.\d+)*\s+\([^)]*\)\s*=>\s*(?P<path>\S+)", _libcuda),
+        (r"libcuda\.so(?:\.[0-9]+)*\s+\([^)]*\)\s*=>\s*(?P<path>\S+)", _libcuda),
         # the kernel module's banner (/proc/driver/nvidia/version, cuda_memtest's log)
         (r"NVRM version:\s*NVIDIA UNIX (?:Open )?\S{1,12} Kernel Module(?: for \S{1,12})?\s+"
-         r"(?P<v>\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b", _set("driver_version")),
-        (r"msg=\W?inference compute\W.{0,200}?\blibrary=cuda\b.{0,80}?\bcompute=(?P<cc>\d+\.\d+)"
-         r".{0,40}?\bdriver=(?P<drv>\d+\.\d+).{0,20}?\bname=(?:\"(?P<qname>[^\"]{1,80})\"|"
+         r"(?P<v>[0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?)\b", _set("driver_version")),
+        (r"msg=\W?inference compute\W.{0,200}?\blibrary=cuda\b.{0,80}?\bcompute=(?P<cc>[0-9]+\.[0-9"
+         r"]+)"
+         r".{0,40}?\bdriver=(?P<drv>[0-9]+\.[0-9]+).{0,20}?\bname=(?:\"(?P<qname>[^\"]{1,80})\"|"
          r"(?P<name>\S{1,80}))(?:.{0,20}?\btotal=\"(?P<total>[^\"]{1,20})\")?", _ollama),
-        (r"ggml_cuda_init: found (?P<v>\d{1,3}) CUDA devices?", _set("cuda_devices",
+        (r"ggml_cuda_init: found (?P<v>[0-9]{1,3}) CUDA devices?", _set("cuda_devices",
                                                                      convert=int)),
-        (r"^\s*total allocation:\s*(?P<v>\d{1,9}(?:\.\d{1,4})?\s?[KMGT]i?B)\s*$", _NEEDS),
-        (r"(?P<img>\b(?:nvcr\.io/nvidia/|nvidia/|pytorch/|tensorflow/)[\w.-]+:[\w.-]*\d[\w.-]*)",
+        (r"^\s*total allocation:\s*(?P<v>[0-9]{1,9}(?:\.[0-9]{1,4})?\s?[KMGT]i?B)\s*$", _NEEDS),
+        (r"(?P<img>\b(?:nvcr\.io/nvidia/|nvidia/|pytorch/|tensorflow/)[\w.-]+:[\w.-]*[0-9][\w.-]*)",
          _image),
     ))
-_WORD = re.compile(r"torch|cuda|nvcc|tensorflow|\btf\b|jax|cudnn|driver|capabilit|sm_\d|"
+_WORD = re.compile(r"torch|cuda|nvcc|tensorflow|\btf\b|jax|cudnn|driver|capabilit|sm_[0-9]|"
                    r"libcuda|nvidia|pytorch|name:|gpu|version|total allocation",
                    re.IGNORECASE)
 
 # an interactive session: the expression on one line, its value on the next
-_REPL = re.compile(r"^\s*(?:>>>\s*|In \[\d+\]:\s*)?(?:print\()?(?P<expr>torch\.__version__|"
+_REPL = re.compile(r"^\s*(?:>>>\s*|In \[[0-9]+\]:\s*)?(?:print\()?(?P<expr>torch\.__version__|"
                    r"torch\.version\.cuda|torch\.cuda\.is_available\(\)|"
                    r"torch\.cuda\.get_device_name\(\w*\)|torch\.cuda\.get_arch_list\(\))\)?\s*$")
-_REPL_VALUE = re.compile(r"^\s*(?:Out\[\d+\]:\s*)?(?P<v>'[^']*'|True|False|None|\[.*\])\s*$")
+_REPL_VALUE = re.compile(r"^\s*(?:Out\[[0-9]+\]:\s*)?(?P<v>'[^']*'|True|False|None|\[.*\])\s*$")
 # TensorFlow 1.x: "Found device 0 with properties:" then "name: ..." and "major: 6 minor: 1"
-_TF_HEAD = re.compile(r"Found device \d+ with properties")
-_TF_BODY = re.compile(r"^\s*(?:name:\s*(?P<name>.+?)\s*$|major:\s*(?P<maj>\d+)\s+minor:\s*"
-                      r"(?P<min>\d+)|pciBusID|totalMemory|freeMemory)")
+_TF_HEAD = re.compile(r"Found device [0-9]+ with properties")
+_TF_BODY = re.compile(r"^\s*(?:name:\s*(?P<name>.+?)\s*$|major:\s*(?P<maj>[0-9]+)\s+minor:\s*"
+                      r"(?P<min>[0-9]+)|pciBusID|totalMemory|freeMemory)")
 
 
 # readers that alone do not make a text a job's output (a pod spec names an image)
@@ -384,7 +394,7 @@ def parse_job_log(text: str) -> JobLog:
     log = JobLog()
     if not text or not text.strip():
         return log
-    raw = text.splitlines()
+    raw = split_lines(text)
     strong = False
     for i, hits, enough in _walk(raw, log.versions):
         log.hits.extend(hits)

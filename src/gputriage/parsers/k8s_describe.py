@@ -24,7 +24,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, split_lines, strict_int
 from gputriage.parsers.k8s_model import (
     Cluster,
     KContainer,
@@ -41,13 +41,13 @@ __all__ = ["EVENT_ROW", "GET_EVENT_ROW", "KUBELET_MESSAGE", "QUOTA_MESSAGE", "SC
            "condition_row", "event_from_row", "message_end", "parse_k8s_describe"]
 
 # --- rows read wherever they stand ------------------------------------------------------
-AGE = r"(?:<unknown>|<invalid>|\d+(?:\.\d+)?[smhdy](?:\d+[smhdy])*)"
+AGE = r"(?:<unknown>|<invalid>|[0-9]+(?:\.[0-9]+)?[smhdy](?:[0-9]+[smhdy])*)"
 EVENT_ROW = re.compile(
     rf"^\s*(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z][\w-]*)\s+"
-    rf"(?P<age>{AGE}(?:\s*\(x(?P<count>\d+) over {AGE}\))?)\s+"
+    rf"(?P<age>{AGE}(?:\s*\(x(?P<count>[0-9]+) over {AGE}\))?)\s+"
     r"(?P<source>[\w./-]+(?:, [\w./-]+)?)\s+(?P<message>\S.*)$")
 _EVENT_HEAD = re.compile(r"^\s*(?:Type\s+Reason\s+Age\s+From\s+Message|[-\s]+)\s*$")
-SCHEDULER_MESSAGE = re.compile(r"^\s*(?P<message>\d+/\d+ nodes are available: .*)$")
+SCHEDULER_MESSAGE = re.compile(r"^\s*(?P<message>[0-9]+/[0-9]+ nodes are available: .*)$")
 # a row of ``kubectl get events`` without its header: [LAST SEEN] TYPE REASON KIND/NAME MESSAGE
 GET_EVENT_ROW = re.compile(
     rf"^\s*(?:{AGE}\s+)?(?P<type>Normal|Warning)\s+(?P<reason>[A-Z][\w-]*)\s+"
@@ -60,7 +60,7 @@ QUOTA_MESSAGE = re.compile(r"(?P<message>(?:NonPreemptibleOverQuota:?\s*)?Non-pr
                            r"workload is over quota\..*)$")
 _ADMISSION = "UnexpectedAdmissionError"  # the reason the kubelet gives such a refusal
 _WRAP_MAX = 8  # lines one event message may be wrapped onto
-_TS = r"\w{3}, \d{1,2} \w{3} \d{4} \d\d:\d\d:\d\d [+-]\d{4}"
+_TS = r"\w{3}, [0-9]{1,2} \w{3} [0-9]{4} [0-9][0-9]:[0-9][0-9]:[0-9][0-9] [+-][0-9]{4}"
 _CONDITION = re.compile(rf"^\s*(?P<type>[A-Z][\w-]*)\s+(?P<status>True|False|Unknown)"
                         rf"(?:\s+(?:{_TS}|<unknown>)\s+(?:{_TS}|<unknown>))?"
                         r"(?:\s+(?P<reason>\S+)(?:\s+(?P<message>\S.*?))?)?\s*$")
@@ -69,8 +69,8 @@ _PROMPT_NAME = re.compile(r"\b(?:kubectl|oc|k)\s+describe\s+(?:no|nodes?)\s+"
                           r"(?P<name>[^\s|-][^\s|]*)")
 _FIELD = re.compile(r"^(?P<key>[^\s:][^:]*?):(?:\s+(?P<value>\S.*?))?\s*$")
 _LABEL = re.compile(r"^\s*(?P<key>[\w.-]+(?:/[\w.-]+)?)=(?P<value>\S*)\s*$")
-_ALLOCATED = re.compile(r"^\s*(?P<res>[\w.-]+(?:/[\w.-]+)?)\s+(?P<req>[\d.]+\w*)(?:\s+\([^)]*\))?"
-                        r"\s+(?P<lim>[\d.]+\w*)(?:\s+\([^)]*\))?\s*$")
+_ALLOCATED = re.compile(r"^\s*(?P<res>[\w.-]+(?:/[\w.-]+)?)\s+(?P<req>[0-9.]+\w*)(?:\s+\([^)]*\))?"
+                        r"\s+(?P<lim>[0-9.]+\w*)(?:\s+\([^)]*\))?\s*$")
 _NONE = ("<none>", "<unset>", "")
 
 _NODE_KEYS = {"Roles", "Taints", "Capacity", "Allocatable", "System Info", "Unschedulable",
@@ -94,7 +94,7 @@ def event_from_row(line: str, kind: str | None = None, name: str | None = None,
     m = EVENT_ROW.match(line)
     if m is None:
         return None
-    count = int(m["count"]) if m["count"] else None
+    count = strict_int(m["count"], signed=False)
     return KEvent(reason=m["reason"], message=m["message"].strip(), type=m["type"], kind=kind,
                   name=name, namespace=namespace, count=count, source=m["source"],
                   age=m["age"], line=line.strip())
@@ -431,7 +431,7 @@ def _pod(top: dict[str, _Node], name: str) -> KPod:
                priority_class=val("Priority Class Name"), owner=val("Controlled By"),
                runtime_class=val("Runtime Class Name"))
     priority = val("Priority")
-    pod.priority = int(priority) if priority and priority.lstrip("-").isdigit() else None
+    pod.priority = strict_int(priority)
     pod.labels = _mapping(top.get("Labels"), "=")
     pod.annotations = _mapping(top.get("Annotations"))
     if "Node-Selectors" in top:
@@ -470,19 +470,19 @@ def _container(node: _Node, init: bool) -> KContainer:
             if key in sf and sf[key].value:
                 setattr(c, attr, sf[key].value)
         code = sf.get("Exit Code")
-        if code is not None and code.value.lstrip("-").isdigit():
-            c.exit_code = int(code.value)
+        if code is not None:
+            c.exit_code = strict_int(code.value)
     ready = f.get("Ready")
     c.ready = None if ready is None else ready.value == "True"
     restarts = f.get("Restart Count")
-    c.restarts = int(restarts.value) if restarts is not None and restarts.value.isdigit() else None
+    c.restarts = strict_int(restarts.value, signed=False) if restarts is not None else None
     return c
 
 
 def parse_k8s_describe(text: str) -> Cluster:
     """Nodes, pods, other objects and events of ``kubectl describe`` output (whole or a
     ``| grep`` excerpt); ParseError when the text holds none."""
-    lines = [ln.rstrip() for ln in text.replace("\t", "    ").splitlines()]
+    lines = [ln.rstrip() for ln in split_lines(text.replace("\t", "    "))]
     prompt_name = None
     kept = []
     for ln in lines:
@@ -493,7 +493,7 @@ def parse_k8s_describe(text: str) -> Cluster:
         if re.match(r"^\s*(?:\S+@\S+\s*)?[$#%]\s|^\s*(?:sudo\s+)?(?:kubectl|oc|k)\s+\w", ln):
             continue  # another prompt line
         kept.append(ln)
-    kept = textwrap.dedent("\n".join(kept)).splitlines()
+    kept = split_lines(textwrap.dedent("\n".join(kept)))
     cluster = Cluster(origin="paste")
     for chunk in _chunks(kept):
         _object(chunk, prompt_name, cluster)

@@ -34,6 +34,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.k8s_model import Cluster, KObject
 
 __all__ = ["FRAGMENT_KEYS", "fragment_cluster", "is_fragment", "split_blocks"]
@@ -62,7 +63,7 @@ def split_blocks(text: str) -> list[list[str]]:
     """The blocks of a paste: JSON values, and YAML blocks cut where the indentation
     falls below the block's first line or a second object starts at the margin."""
     blocks: list[list[str]] = []
-    lines = text.splitlines()
+    lines = split_lines(text)
     i = 0
     while i < len(lines):
         if not lines[i].strip() or lines[i].strip() in ("---", "..."):
@@ -211,7 +212,7 @@ def fragment_cluster(value: Any, lines: list[str], origin: str,
     cluster by ``cluster_from_api`` (:func:`gputriage.parsers.k8s_objects.cluster_from_api`,
     which calls this module)."""
     kind, obj = _kind_of(value)
-    text = [ln.rstrip() for ln in textwrap.dedent("\n".join(lines)).splitlines() if ln.strip()]
+    text = [ln.rstrip() for ln in split_lines(textwrap.dedent("\n".join(lines))) if ln.strip()]
     if kind == "Fragment":
         return Cluster(objects=[KObject(kind, "?", raw=obj, origin=origin, lines=text)],
                        origin="paste")

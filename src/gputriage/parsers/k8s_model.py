@@ -19,36 +19,40 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
+from gputriage.parsers.base import as_float, strict_float, strict_int
+
 __all__ = ["GPU", "UNNAMED", "Cluster", "KContainer", "KDaemonSet", "KEvent", "KNode", "KObject",
-           "KPod", "Taint", "Toleration", "gpu_resources", "quantity", "ref"]
+           "KPod", "QUANTITY_MAX", "Taint", "Toleration", "gpu_resources", "quantity", "ref"]
 
 T = TypeVar("T")
 GPU = "nvidia.com/gpu"
 UNNAMED = "?"  # the name of a node read from an excerpt or a fragment that does not name it
-_GPU_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu(?:\.shared)?|mig-\d+g\.\d+gb(?:\.shared)?)$")
-_QUANTITY = re.compile(r"^\s*(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:[eE](?P<exp>[+-]?\d+))?"
-                       r"(?P<unit>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\s*$")
+_GPU_RESOURCE = re.compile(r"^nvidia\.com/(?:gpu(?:\.shared)?|mig-[0-9]+g\.[0-9]+gb(?:\.shared)?)$")
+# Kubernetes' quantity grammar (kubernetes.io, API reference "Quantity"): a signed decimal
+# number of ASCII digits, then a binary-SI suffix, a decimal-SI suffix or an exponent; no
+# quantity is more than 2^63-1 in magnitude.
+_QUANTITY = re.compile(r"(?P<num>[+-]?(?:[0-9]{1,40}(?:\.[0-9]{0,40})?|\.[0-9]{1,40}))"
+                       r"(?:(?P<unit>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)|[eE](?P<exp>[+-]?[0-9]{1,4}))?")
 _UNITS = {"": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
           "Ki": 2.0 ** 10, "Mi": 2.0 ** 20, "Gi": 2.0 ** 30, "Ti": 2.0 ** 40, "Pi": 2.0 ** 50,
           "Ei": 2.0 ** 60}
+QUANTITY_MAX = 2 ** 63 - 1
 
 
 def quantity(raw: Any) -> float | None:
-    """A Kubernetes quantity (``8``, ``500m``, ``16Gi``, ``1e3``) as a number; None when
-    it is not one."""
-    if isinstance(raw, bool):
-        return None
-    if isinstance(raw, (int, float)):
-        return float(raw)
-    if not isinstance(raw, str):
-        return None
-    if raw.isdigit():  # the usual form of a count
-        return float(raw)
-    m = _QUANTITY.match(raw)
-    if m is None:
-        return None
-    value = float(m.group("num")) * _UNITS[m.group("unit") or ""]
-    return value * 10.0 ** int(m.group("exp")) if m.group("exp") else value
+    """A Kubernetes quantity (``8``, ``500m``, ``16Gi``, ``1e3``, or a JSON number) as a
+    number; None when it is not one (``1e400``, ``²``, ``nan``) or is beyond the 2^63-1
+    that Kubernetes allows."""
+    if isinstance(raw, str):
+        m = _QUANTITY.fullmatch(raw.strip())
+        if m is None:
+            return None
+        text = m.group("num") + (f"e{m.group('exp')}" if m.group("exp") else "")
+        mantissa = strict_float(text)  # "1e400" is inf: refused here
+        value = None if mantissa is None else mantissa * _UNITS[m.group("unit") or ""]
+    else:
+        value = as_float(raw)
+    return value if value is not None and abs(value) <= QUANTITY_MAX else None
 
 
 def gpu_resources(resources: Mapping[str, Any]) -> dict[str, float]:
@@ -140,15 +144,26 @@ class KNode:
     lines: list[str] = field(default_factory=list)
 
     def gpus(self, which: str = "allocatable") -> dict[str, float] | None:
-        """The GPU resources of ``capacity`` or ``allocatable``; None when not shown."""
+        """The GPU resources of ``capacity`` or ``allocatable``; None when not shown, or
+        when a GPU resource there is not a quantity (the count is unknown)."""
         table = self.capacity if which == "capacity" else self.allocatable
-        return None if table is None else gpu_resources(table)
+        if table is None or any(_GPU_RESOURCE.match(name) and quantity(value) is None
+                                for name, value in table.items()):
+            return None
+        return gpu_resources(table)
+
+    def unreadable_fields(self) -> list[str]:
+        """The GPU resources of capacity and allocatable whose value is not a quantity."""
+        return [f"{which} {name}: not a number: {str(value)[:40]!r}"
+                for which, table in (("capacity", self.capacity),
+                                     ("allocatable", self.allocatable))
+                for name, value in (table or {}).items()
+                if _GPU_RESOURCE.match(name) and quantity(value) is None]
 
     @property
     def gpu_label_count(self) -> int | None:
         """GFD's ``nvidia.com/gpu.count`` label."""
-        raw = self.labels.get("nvidia.com/gpu.count")
-        return int(raw) if raw is not None and raw.isdigit() else None
+        return strict_int(self.labels.get("nvidia.com/gpu.count"), lo=0, hi=QUANTITY_MAX)
 
 
 @dataclass(slots=True)
@@ -287,6 +302,12 @@ class Cluster:
     def events_about(self, kind: str, name: str, namespace: str | None = None) -> list[KEvent]:
         return [e for e in self.events if e.kind == kind and e.name == name
                 and (namespace is None or e.namespace in (None, namespace))]
+
+    def unreadable_fields(self) -> list[str]:
+        """What the objects hold that is not readable (a node's GPU count that is not a
+        number), one line each, for the report's "could not read"."""
+        return [f"node {node.name}: {what}" for node in self.nodes.values()
+                for what in node.unreadable_fields()]
 
     def gpu_nodes(self) -> Iterator[KNode]:
         """Nodes that have, or should have, GPUs: a GPU resource in capacity, a GFD or

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, as_int, split_lines
 from gputriage.parsers.k8s_model import (
     Cluster,
     KContainer,
@@ -46,16 +46,6 @@ def _s(value: Any) -> str | None:
 
 def _strs(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in _d(value).items() if v is not None}
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
 
 
 def load_documents(text: str) -> list[Any]:
@@ -159,7 +149,7 @@ def _tolerant(text: str, error: ParseError) -> Cluster:
 
     cluster = Cluster(origin="paste")
     for n, block in enumerate(split_blocks(text), 1):
-        docs = _cut_short(textwrap.dedent("\n".join(block)).splitlines())
+        docs = _cut_short(split_lines(textwrap.dedent("\n".join(block))))
         if docs is None:
             continue
         part = cluster_from_api(docs, origin=f"paste #{n}")
@@ -247,13 +237,13 @@ def _container(raw: dict[str, Any], init: bool, statuses: dict[str, dict[str, An
                    env=env)
     st = statuses.get(c.name)
     if st is not None:
-        c.ready, c.restarts = st.get("ready") is True, _int(st.get("restartCount"))
+        c.ready, c.restarts = st.get("ready") is True, as_int(st.get("restartCount"))
         state = _d(st.get("state"))
         for key in ("waiting", "terminated", "running"):
             if key in state:
                 detail = _d(state[key])
                 c.state, c.reason = key, _s(detail.get("reason"))
-                c.message, c.exit_code = _s(detail.get("message")), _int(detail.get("exitCode"))
+                c.message, c.exit_code = _s(detail.get("message")), as_int(detail.get("exitCode"))
                 break
     return c
 
@@ -280,7 +270,7 @@ def _pod(obj: dict[str, Any]) -> KPod:
         tolerations=_tolerations(spec.get("tolerations")),
         node_selector=_strs(spec.get("nodeSelector")),
         affinity=_d(spec.get("affinity")) or None,
-        priority_class=_s(spec.get("priorityClassName")), priority=_int(spec.get("priority")),
+        priority_class=_s(spec.get("priorityClassName")), priority=as_int(spec.get("priority")),
         scheduler=_s(spec.get("schedulerName")), runtime_class=_s(spec.get("runtimeClassName")),
         owner=_owner(meta), labels=_strs(meta.get("labels")),
         annotations=_strs(meta.get("annotations")),
@@ -316,7 +306,7 @@ def _event(obj: dict[str, Any]) -> KEvent:
     regarding = _d(obj.get("involvedObject") or obj.get("regarding"))
     source = _d(obj.get("source"))
     series = _d(obj.get("series"))
-    count = _int(obj.get("count")) or _int(series.get("count"))
+    count = as_int(obj.get("count")) or as_int(series.get("count"))
     event = KEvent(
         reason=_s(obj.get("reason")) or "", message=_s(obj.get("message") or obj.get("note"))
         or "", type=_s(obj.get("type")), kind=_s(regarding.get("kind")),
@@ -337,9 +327,9 @@ def _daemonset(obj: dict[str, Any]) -> KDaemonSet:
     pod_spec = _d(_d(spec.get("template")).get("spec"))
     ds = KDaemonSet(
         name=_s(meta.get("name")) or "", namespace=_s(meta.get("namespace")),
-        desired=_int(status.get("desiredNumberScheduled")),
-        current=_int(status.get("currentNumberScheduled")),
-        ready=_int(status.get("numberReady")), available=_int(status.get("numberAvailable")),
+        desired=as_int(status.get("desiredNumberScheduled")),
+        current=as_int(status.get("currentNumberScheduled")),
+        ready=as_int(status.get("numberReady")), available=as_int(status.get("numberAvailable")),
         node_selector=_strs(pod_spec.get("nodeSelector")),
         tolerations=_tolerations(pod_spec.get("tolerations")),
         images=[str(c.get("image")) for c in _l(pod_spec.get("containers"))

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.base import ParseError
-from gputriage.parsers.k8s_model import GPU, Cluster, KDaemonSet, KEvent, KNode, KPod
+from gputriage.parsers.base import ParseError, split_lines, strict_int
+from gputriage.parsers.k8s_model import GPU, Cluster, KDaemonSet, KEvent, KNode, KPod, quantity
 
 __all__ = ["POD_ROW", "parse_k8s_table", "table_kind"]
 
-POD_ROW = re.compile(r"^\s*(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>\d+/\d+)\s+"
+POD_ROW = re.compile(r"^\s*(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>[0-9]+/[0-9]+)\s+"
                      r"(?P<status>[A-Za-z][\w:/-]*)"
-                     r"\s+(?P<restarts>\d+(?: \([^)]*\))?)\s+(?P<age>\d+[smhdy]\w*)\s*$")
+                     r"\s+(?P<restarts>[0-9]+(?: \([^)]*\))?)\s+(?P<age>[0-9]+[smhdy]\w*)\s*$")
 _GPU_COLUMN = re.compile(r"gpu", re.I)
 _KINDS = {"pod": "Pod", "pods": "Pod", "po": "Pod", "node": "Node", "no": "Node",
           "daemonset": "DaemonSet", "ds": "DaemonSet", "deployment": "Deployment",
@@ -42,7 +42,7 @@ def table_kind(names: list[str]) -> str | None:
     """The kind a header's columns stand for; None for a table gputriage does not read."""
     upper = [n.upper() for n in names]
     have = set(upper)
-    if {"DESIRED", "CURRENT", "READY"} <= have:
+    if {"NAME", "DESIRED", "CURRENT", "READY"} <= have:
         return "DaemonSet"
     if "REASON" in have and "MESSAGE" in have and ("TYPE" in have or "LAST SEEN" in have
                                                     or "LASTSEEN" in have):
@@ -76,7 +76,7 @@ def _cells(row: str, cols: list[tuple[int, str]]) -> list[str] | None:
 
 
 def _int(raw: str | None) -> int | None:
-    return int(raw) if raw is not None and raw.isdigit() else None
+    return strict_int(raw, signed=False)
 
 
 def _add(cluster: Cluster, kind: str, row: dict[str, str], line: str) -> None:
@@ -137,7 +137,7 @@ def _gpu_row(cluster: Cluster, row: dict[str, str], line: str) -> None:
     node = KNode(name=row[names[0]], lines=[line])
     for col in names[1:]:
         value = row[col]
-        if not re.fullmatch(r"\d+(?:\.\d+)?", value):
+        if quantity(value) is None:
             continue
         low = col.lower()
         if re.search(r"used|alloc(?:ated)?\b|request", low):
@@ -155,7 +155,7 @@ def parse_k8s_table(text: str) -> Cluster:
     cluster = Cluster(origin="paste")
     cols: list[tuple[int, str]] | None = None
     kind: str | None = None
-    for raw in text.replace("\t", "    ").splitlines():
+    for raw in split_lines(text.replace("\t", "    ")):
         line = raw.rstrip()
         if not line.strip():
             continue

@@ -33,7 +33,7 @@ def split_escaped(line: str) -> list[tuple[str, bool]]:
     return [(piece, i > 0) for i, piece in enumerate(line.split("#012"))]
 
 
-_FRACTION = re.compile(r"[.,]\d{1,9}")
+_FRACTION = re.compile(r"[.,][0-9]{1,9}")
 
 
 def _close(a: tuple[str, ...], b: tuple[str, ...]) -> bool:

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gputriage.parsers.base import strict_hex, strict_int
 from gputriage.parsers.kernel_model import DriverEvent, Repeats
 
 __all__ = ["FOLLOW_ON_S", "KEEP", "LOOKBACK", "FollowChain", "Folder", "fault_pattern",
@@ -64,7 +65,7 @@ def process_key(ev: DriverEvent) -> tuple[str, str]:
     return (pid if pid.isdigit() else name), name
 
 
-_VARIABLE = re.compile(r"0x[0-9a-fA-F_]+|\b[0-9a-fA-F]{8}\b|\d+")
+_VARIABLE = re.compile(r"0x[0-9a-fA-F_]+|\b[0-9a-fA-F]{8}\b|[0-9]+")
 
 
 def fault_pattern(code: str | int, ev: DriverEvent) -> str:
@@ -94,10 +95,7 @@ def recovery_cleared(ev: DriverEvent) -> bool:
     d = ev.details
     if ev.kind != "xid" or d.get("code") != "154" or not ev.bus_id:
         return False
-    try:
-        to = int(d.get("recovery_action_code", ""), 16)
-    except ValueError:
-        return False
+    to = strict_hex(d.get("recovery_action_code", ""))
     return to == 0 and (d.get("recovery_action_from") or "").strip().lower() not in (
         "", "none", "no", "n/a", "0x0")
 
@@ -105,8 +103,7 @@ def recovery_cleared(ev: DriverEvent) -> bool:
 def _xid_code(ev: DriverEvent) -> int | None:
     if ev.kind != "xid":
         return 79 if ev.kind == "fallen-off-bus" else None
-    code = ev.details.get("code", "")
-    return int(code) if code.isdigit() else None
+    return strict_int(ev.details.get("code", ""), signed=False)
 
 
 @dataclass
@@ -188,8 +185,7 @@ class Folder:
         if code != 45:
             self.states[key] = _State(code, seconds(ev), 0)
             return None
-        named_text = ev.details.get("caused_by") or ""
-        named = int(named_text) if named_text.isdigit() else None
+        named = strict_int(ev.details.get("caused_by"), signed=False)
         at = seconds(ev)
         found = _follows(st, at)
         if ev.follows is None:
@@ -290,13 +286,15 @@ class Folder:
         if code != "45":
             if code == "79":
                 self._lost79.add(key)
+            number = strict_int(code, signed=False)
+            if number is None:
+                return
             if st is None:
-                self.states[key] = _State(int(code), at, 0)
+                self.states[key] = _State(number, at, 0)
             else:
-                st.code, st.at, st.since = int(code), at, 0
+                st.code, st.at, st.since = number, at, 0
             return
-        named_text = line.details.get("caused_by") or ""
-        named = int(named_text) if named_text.isdigit() else None
+        named = strict_int(line.details.get("caused_by"), signed=False)
         found = _follows(st, at)
         causes = {c for c in (named, found) if c is not None}
         for c in causes:

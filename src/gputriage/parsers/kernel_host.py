@@ -31,7 +31,7 @@ AER_STATUS = re.compile(r"^(?P<key>[\w\-]{1,32} " + _BUS + r":)\s{1,8}device \[(
                         r"[0-9a-fA-F]{4}):(?P<did>[0-9a-fA-F]{4})\] error status/mask="
                         r"(?P<status>[0-9a-fA-F]{1,8})")
 # "pcieport 0000:00:03.0:    [14] CmpltTO                (First)"
-AER_BIT = re.compile(r"^(?P<key>[\w\-]{1,32} " + _BUS + r":)\s{1,8}\[\s?(?P<bit>\d{1,2})\]\s"
+AER_BIT = re.compile(r"^(?P<key>[\w\-]{1,32} " + _BUS + r":)\s{1,8}\[\s?(?P<bit>[0-9]{1,2})\]\s"
                      r"(?P<name>[A-Za-z][\w /\-]{0,40}?)\s*(?P<first>\(First\))?\s*$")
 AER_KEY = re.compile(r"^[\w\-]{1,32} " + _BUS + ":")
 
@@ -75,14 +75,14 @@ def pci_class(vendor_device: str | None, driver: str | None) -> str:
 
 
 # --- EDAC / MCE / APEI -----------------------------------------------------------------
-EDAC = re.compile(r"EDAC (?P<mc>[\w ]{0,24}?MC\d{1,3}): (?:(?P<n>\d{1,9}) )?(?P<kind>CE|UE)\b"
+EDAC = re.compile(r"EDAC (?P<mc>[\w ]{0,24}?MC[0-9]{1,3}): (?:(?P<n>[0-9]{1,9}) )?(?P<kind>CE|UE)\b"
                    r"(?P<rest>.{0,400})")
 _DIMM = re.compile(r"label \"(?P<label>[^\"]{1,64})\"|\bon (?P<loc>[\w#]{0,64}DIMM[\w#]{0,24})"
                    r"|DIMM location: (?P<ghes>[^\n]{1,120})|\b(?P<name>DIMM[_ #-]?[\w#]{1,16})")
-_MCE_BANK = re.compile(r"Bank (?P<bank>\d{1,3}): (?P<status>[0-9a-fA-F]{16})")
+_MCE_BANK = re.compile(r"Bank (?P<bank>[0-9]{1,3}): (?P<status>[0-9a-fA-F]{16})")
 _GHES_SEV = re.compile(r"event severity: (?P<sev>\w{1,16})")
 _GHES_SECTION = re.compile(r"section_type: (?P<section>[\w /\-]{1,40})")
-_HWERR_KEY = re.compile(r"^(?:\{\d{1,6}\})?\[Hardware Error\]:|^mce: \[Hardware Error\]:")
+_HWERR_KEY = re.compile(r"^(?:\{[0-9]{1,6}\})?\[Hardware Error\]:|^mce: \[Hardware Error\]:")
 
 
 def _dimm(text: str) -> str | None:
@@ -156,7 +156,7 @@ def hw_detail(msg: str, details: dict[str, str]) -> None:
 # --- nvidia-peermem / nv_peer_mem --------------------------------------------------------
 _PEERMEM = r"(?P<module>nv_peer_mem|nvidia[_\-]peermem)"
 PEERMEM_SYMBOL = re.compile(r"^" + _PEERMEM + r": (?P<reason>Unknown symbol [\w]{1,64}"
-                            r"(?: \(err -?\d{1,4}\))?|disagrees about version of symbol "
+                            r"(?: \(err -?[0-9]{1,4}\))?|disagrees about version of symbol "
                             r"[\w]{1,64})")
 PEERMEM_INSERT = re.compile(r"could not insert '" + _PEERMEM + r"': ?(?P<reason>.{0,160})")
 PEERMEM_REGISTER = re.compile(r"^" + _PEERMEM + r":? (?P<reason>.{0,80}?(?:register\w{0,16}|"
@@ -172,10 +172,10 @@ def peermem_failed(line: LogLine, msg: str, m: Match) -> DriverEvent:
 
 # --- network links ---------------------------------------------------------------------
 MLX5_PORT = re.compile(r"mlx5_core (?P<bus>" + _BUS + r") (?P<dev>[\w\-]{1,32}): Port: "
-                       r"(?P<port>\d{1,2}) Link (?P<state>ACTIVE|DOWN)\b")
+                       r"(?P<port>[0-9]{1,2}) Link (?P<state>ACTIVE|DOWN)\b")
 CARRIER = re.compile(r"(?:^|\s)(?P<ifname>[\w.\-]{1,32}): (?P<state>Lost|Gained) carrier\b")
 WATCHDOG = re.compile(r"NETDEV WATCHDOG: (?P<ifname>[\w.\-]{1,32})(?: \((?P<drv>[\w\-]{1,32})"
-                      r"\))?: transmit queue (?P<queue>\d{1,5}) timed out")
+                      r"\))?: transmit queue (?P<queue>[0-9]{1,5}) timed out")
 
 
 def tx_timeout(line: LogLine, msg: str, m: Match) -> DriverEvent:
@@ -222,10 +222,10 @@ def carrier_change(line: LogLine, msg: str, m: Match) -> DriverEvent | list[Driv
 # update_request prefixes; after: the line alone), "critical medium error, dev sdb, ..."
 BLOCK_ERROR = re.compile(r"(?:^|: )(?P<what>I/O|critical medium|critical target|critical "
                          r"nexus|critical space allocation|timeout|protection) error, dev "
-                         r"(?P<dev>[\w.\-]{1,32}), sector (?P<sector>\d{1,20})"
+                         r"(?P<dev>[\w.\-]{1,32}), sector (?P<sector>[0-9]{1,20})"
                          r"(?: op 0x[0-9a-fA-F]{1,4}:\((?P<op>[A-Z_]{1,24})\))?")
 BUFFER_ERROR = re.compile(r"Buffer I/O error on dev(?:ice)? (?P<dev>[\w.\-]{1,32}), logical "
-                          r"block \d{1,20}(?:, (?P<op>lost async page write|async page read|"
+                          r"block [0-9]{1,20}(?:, (?P<op>lost async page write|async page read|"
                           r"lost sync page write))?")
 # XFS and ext4 failures that stop or cripple a filesystem
 FS_ERROR = re.compile(
@@ -236,14 +236,15 @@ FS_ERROR = re.compile(
     r"|EXT4-fs \((?P<ro>[\w.\-]{1,32})\): (?P<rmsg>Remounting filesystem read-only)"
     r"|Aborting journal on device (?P<jdev>[\w.\-]{1,32}))")
 NVME_ERROR = re.compile(
-    r"^nvme (?P<ctrl>nvme\d{1,4}): (?P<what>controller is down; will reset|Device not ready; "
-    r"aborting (?:reset|initialisation)|Removing after probe failure|I/O \d{1,8} QID \d{1,4} "
+    r"^nvme (?P<ctrl>nvme[0-9]{1,4}): (?P<what>controller is down; will reset|Device not ready; "
+    r"aborting (?:reset|initialisation)|Removing after probe failure|I/O [0-9]{1,8} QID [0-9]{1,4} "
     r"timeout, (?:aborting|reset controller)|Abort status: 0x[0-9a-fA-F]{1,4}|Disabling device "
     r"after reset failure)")
-MD_FAILURE = re.compile(r"^md/raid\d{1,2}:(?P<md>md[\w]{1,16}): Disk failure on (?P<dev>[\w.\-]"
+MD_FAILURE = re.compile(r"^md/raid[0-9]{1,2}:(?P<md>md[\w]{1,16}): Disk failure on (?P<dev>[\w.\-]"
                         r"{1,32}), disabling device")
-_DISK = re.compile(r"(?:(?P<nvme>nvme\d{1,4}n\d{1,4}|mmcblk\d{1,4}|nbd\d{1,4}|loop\d{1,4})"
-                   r"(?:p\d{1,3})?|(?P<sd>(?:[shv]|xv)d[a-z]{1,3})\d{0,3})(?:-\d{1,3})?")
+_DISK = re.compile(r"(?:(?P<nvme>nvme[0-9]{1,4}n[0-9]{1,4}|mmcblk[0-9]{1,4}|nbd[0-9]{1,4}|loop[0-9]"
+                   r"{1,4})"
+                   r"(?:p[0-9]{1,3})?|(?P<sd>(?:[shv]|xv)d[a-z]{1,3})[0-9]{0,3})(?:-[0-9]{1,3})?")
 
 
 def _disk(dev: str) -> str:

@@ -19,37 +19,41 @@ __all__ = ["HEAD_LINES", "BOOT_MARK", "is_kernel_line", "is_log_record", "is_sys
 HEAD_LINES = 1000  # the lines of an input's head that the shape check reads
 
 _KERNEL_START = re.compile("|".join(f"(?:{p})" for p in (
-    r"\s*(?:>\s*)?(?:<\d{1,3}>)?\[\s*\+?\d+\.\d+\]",  # dmesg raw, /proc/kmsg, dmesg -H delta
-    r"\s*(?:>\s*)?\[[A-Z][a-z]{2}\s?\d{1,2} \d\d:\d\d\]",  # dmesg -H minute stamp
-    r"\d{1,3},\d{1,20},\d{1,20},[^;]{0,32};",  # /dev/kmsg record
+    # dmesg raw, /proc/kmsg, dmesg -H delta
+    r"\s*(?:>\s*)?(?:<[0-9]{1,3}>)?\[\s*\+?[0-9]+\.[0-9]+\]",
+    r"\s*(?:>\s*)?\[[A-Z][a-z]{2}\s?[0-9]{1,2} [0-9]{2}:[0-9]{2}\]",  # dmesg -H minute stamp
+    r"[0-9]{1,3},[0-9]{1,20},[0-9]{1,20},[^;]{0,32};",  # /dev/kmsg record
     r"\s*(?:[\w\-]{1,32} [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]:|nv_peer_mem:"
     r"|modprobe: (?:ERROR|FATAL): could not insert)\s",  # dmesg -t device / module messages
-    r"\s*(?:>\s*)?\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\]",
-    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d+[+-]\d\d:?\d\d\s",  # dmesg --time-format iso
+    r"\s*(?:>\s*)?\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ 0-9][0-9] "
+    r"[0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}\]",
+    # dmesg --time-format iso
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]+[+-][0-9]{2}:?[0-9]{2}\s",
     r"\s*kernel:\s",
     r"\{.*\"(?:_TRANSPORT|SYSLOG_IDENTIFIER)\"\s*:\s*\"kernel\"",  # journalctl -o json
-    r"\s*(?:nvidia(?:-(?:modeset|nvlink|uvm|drm|peermem|nvswitch\d*))?|nvidia_uvm|nvidia_drm)"
+    r"\s*(?:nvidia(?:-(?:modeset|nvlink|uvm|drm|peermem|nvswitch[0-9]*))?|nvidia_uvm|nvidia_drm)"
     r"(?::|\s+[0-9a-f]{4}:[0-9a-f]{2}:)",
     r"\s*[a-z]{2,8}\s*:[a-z]{2,7}\s*:\s*\[",  # dmesg -x: "kern  :warn  : [ 12.3]"
-    r"\d{9,11}\.\d{1,9}\s+\S+\s+kernel:\s",  # journalctl -o short-unix
+    r"[0-9]{9,11}\.[0-9]{1,9}\s+\S+\s+kernel:\s",  # journalctl -o short-unix
 )))
 # NVRM: first on the line, or after a prefix that ends in "]" or ":" and holds none of
 # the characters of Markdown, JSON or code ("|", "`", quotes, braces)
 _NVRM = re.compile(r"\s*(?:[^|`\"'{}]{0,160}[\]:]\s*)?NVRM:")
-_SYSLOG_KERNEL = re.compile(r"\d\d:\d\d:\d\d\S*\s+\S+\s+kernel(?:\[\d+\])?:\s")
+_SYSLOG_KERNEL = re.compile(r"[0-9]{2}:[0-9]{2}:[0-9]{2}\S*\s+\S+\s+kernel(?:\[[0-9]+\])?:\s")
 _TALOS_KERNEL = re.compile(r"\bkern:\s*\w+:\s*\[")
 BOOT_MARK = re.compile(r"^-- (?:Boot [0-9a-f]+|Logs begin|Journal begins|No entries|Reboot)")
 # a dmesg -t record of any driver: "usb 1-1: new ...", "EXT4-fs (sda1): mounted ..."
-_DMESG_T = re.compile(r"[A-Za-z][\w\-.]{0,31}(?:\[\d+\])?(?: [\w\-.:/]{1,40})?"
+_DMESG_T = re.compile(r"[A-Za-z][\w\-.]{0,31}(?:\[[0-9]+\])?(?: [\w\-.:/]{1,40})?"
                       r"(?: \([\w\-.]{1,40}\))?: \S")
 # a dmesg stamp after a few stray characters ("> ", the cut end of a line before it),
 # none of them Markdown's or a quote
-_LATE_STAMP = re.compile(r"[^|`\"']{0,15}?\[\s*\d+\.\d+\]")
+_LATE_STAMP = re.compile(r"[^|`\"']{0,15}?\[\s*[0-9]+\.[0-9]+\]")
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]")
 # a syslog / journal record of any program: "May 31 05:33:40 host prog[123]: ..."
 _SYSTEM_LOG = re.compile(
-    r"^\s*(?:[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S*)"
-    r"\s+\S+\s+[^\s:\[]+(?:\[\d+\])?:\s")
+    r"^\s*(?:[A-Z][a-z]{2}\s+[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2}|"
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}\S*)"
+    r"\s+\S+\s+[^\s:\[]+(?:\[[0-9]+\])?:\s")
 
 
 def is_kernel_line(line: str) -> bool:

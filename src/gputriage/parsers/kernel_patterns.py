@@ -12,16 +12,18 @@ from gputriage.parsers.base import normalize_bus_id
 # --- line prefixes ----------------------------------------------------------------------
 
 QUOTE = re.compile(r"^\s{0,8}(?:>\s?){1,8}")
-_LEVEL = re.compile(r"^<\d{1,3}>")
+_LEVEL = re.compile(r"^<[0-9]{1,3}>")
 _TALOS = re.compile(r"^\S{1,255}: kern:\s{1,4}[a-z]{1,10}: \[(?P<ts>[^\]]{1,64})\]:?\s?")
 _FACILITY = re.compile(r"^[a-z]{2,8}\s{0,3}:[a-z]{2,7}\s{0,3}: ")  # dmesg -x
 _SYSLOG = re.compile(
-    r"^(?P<ts>(?:[A-Z][a-z]{2} [ \d]?\d|\d{4}-\d\d-\d\d[T ])\s?\d\d:\d\d:\d\d"
-    r"(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s{1,4}")
+    r"^(?P<ts>(?:[A-Z][a-z]{2} [ 0-9]?[0-9]|"
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ])\s?[0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"(?:[.,][0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})?)\s{1,4}")
 _HOST_KERNEL = re.compile(r"^\S{1,255} kernel: ?")
 _KERNEL_TAG = re.compile(r"^kernel: ?")
-_BRACKET = re.compile(r"^\[(?P<ts>\s{0,12}\+?\d{1,12}\.\d{1,9}|[A-Z][a-z]{2} [A-Z][a-z]{2}"
-                      r" [ \d]?\d \d\d:\d\d:\d\d \d{4}|[A-Z][a-z]{2}\s?\d{1,2} \d\d:\d\d)"
+_BRACKET = re.compile(r"^\[(?P<ts>\s{0,12}\+?[0-9]{1,12}\.[0-9]{1,9}|[A-Z][a-z]{2} [A-Z][a-z]{2}"
+                      r" [ 0-9]?[0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}|"
+                      r"[A-Z][a-z]{2}\s?[0-9]{1,2} [0-9]{2}:[0-9]{2})"
                       r"\]\s?")  # dmesg, dmesg -T, dmesg -H ("[Feb12 11:47]", "[  +0.000844]")
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]")
 
@@ -70,50 +72,52 @@ def split_prefix(raw: str) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
 
 _BUS = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 XID = re.compile(r"(?<![A-Za-z])Xid\s{0,4}\((?:PCI:)?(?P<bus>[^)]{0,40})\):\s{0,4}"
-                  r"(?P<code>\d{1,5})\b,?\s{0,4}(?P<rest>.*)")
-SXID = re.compile(r"SXid\s{0,4}\((?:PCI:)?(?P<bus>[^)]{0,40})\):\s{0,4}(?P<code>\d{1,6})\b,?"
+                  r"(?P<code>[0-9]{1,5})\b,?\s{0,4}(?P<rest>.*)")
+SXID = re.compile(r"SXid\s{0,4}\((?:PCI:)?(?P<bus>[^)]{0,40})\):\s{0,4}(?P<code>[0-9]{1,6})\b,?"
                    r"\s{0,4}(?P<rest>.*)")
-_SWITCH = re.compile(r"(?P<sw>nvidia-nvswitch(?P<num>\d{1,3}))")
+_SWITCH = re.compile(r"(?P<sw>nvidia-nvswitch(?P<num>[0-9]{1,3}))")
 _SXID_SEV = re.compile(r"^(?P<sev>Fatal|Non-?fatal|NonFatal)\b,?\s{0,4}(?:Link\s{1,4}"
-                       r"(?P<link>\d{1,4}))?", re.IGNORECASE)
-SXID_CONT = re.compile(r"^(?:Severity\s{1,4}(?P<lvl>\d{1,3})\s{1,4}Engine instance\s{1,4}"
-                        r"(?P<eng>\d{1,4})(?:\s{1,4}Sub-engine instance\s{1,4}(?P<sub>\d{1,4}))?"
+                       r"(?P<link>[0-9]{1,4}))?", re.IGNORECASE)
+SXID_CONT = re.compile(r"^(?:Severity\s{1,4}(?P<lvl>[0-9]{1,3})\s{1,4}Engine instance\s{1,4}"
+                        r"(?P<eng>[0-9]{1,4})(?:\s{1,4}Sub-engine instance\s{1,4}"
+                        r"(?P<sub>[0-9]{1,4}))?"
                         r"|Data\s{0,4}(?P<data>\{[^}]{0,400}\}?))")
 _XID_PID = re.compile(r"^pid=(?P<pid>'?[^,']{0,32}'?),\s?")
 _XID_NAME = re.compile(r"^name=(?P<name>[^,]{0,64}),\s?")
 _CHANNEL = re.compile(r"(?:\bChId|\bCh|\bchannel|\bChannel ID)\s{1,4}(?P<ch>0x[0-9a-fA-F]{1,8}"
                       r"|[0-9a-fA-F]{4,8})\b")
-_CAUSED_BY = re.compile(r"caused by previous Xid\s{0,4}(?P<code>\d{1,5})")
+_CAUSED_BY = re.compile(r"caused by previous Xid\s{0,4}(?P<code>[0-9]{1,5})")
 _RECOVERY = re.compile(r"recovery action changed from\s{0,4}(?P<from_code>0x[0-9a-fA-F]{1,8})"
                        r"\s{0,4}\((?P<from>[^)]{0,64})\)\s{0,4}to\s{0,4}"
                        r"(?P<to_code>0x[0-9a-fA-F]{1,8})\s{0,4}\((?P<to>[^)]{0,64})\)")
 _NVLINK5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]{1,40})\s{1,8}(?P<sev>Fatal|Non-?fatal|NonFatal)"
-                      r"\s{1,8}(?P<xc>XC\d{1,3})\s{1,8}(?P<inst>i\d{1,3})\s{1,8}Link\s{1,8}"
-                      r"(?P<link>-?\d{1,4})\s{0,8}\((?P<intr>0x[0-9a-fA-F]{1,8})?", re.IGNORECASE)
-LINK = re.compile(r"\b[Ll]ink\s{1,4}(?P<link>-?\d{1,4})\b")
-_GPU_INDEX = re.compile(r"\bGPU(?P<idx>\d{1,3})\b")
+                      r"\s{1,8}(?P<xc>XC[0-9]{1,3})\s{1,8}(?P<inst>i[0-9]{1,3})\s{1,8}Link\s{1,8}"
+                      r"(?P<link>-?[0-9]{1,4})\s{0,8}\((?P<intr>0x[0-9a-fA-F]{1,8})?",
+                      re.IGNORECASE)
+LINK = re.compile(r"\b[Ll]ink\s{1,4}(?P<link>-?[0-9]{1,4})\b")
+_GPU_INDEX = re.compile(r"\bGPU(?P<idx>[0-9]{1,3})\b")
 _GPU_BUS = re.compile(r"\bGPU (?:at (?:PCI:)?)?(?P<bus>" + _BUS + ")")
 _AT_PCI = re.compile(r"\bat PCI:(?P<bus>" + _BUS + ")")
 DEV_BUS = re.compile(r"^[\w\-]{1,32} (?P<bus>" + _BUS + r")(?::| [\w.\-]{1,32}:) ")
 RMINIT = re.compile(r"RmInitAdapter failed! \((?P<code>0x[0-9a-fA-F]{1,8}:0x[0-9a-fA-F]{1,8}"
-                     r":\d{1,6})\)")
-FW_LOAD = re.compile(r"Direct firmware load for (?P<file>nvidia/(?:(?P<ver>[\d.]{1,20})/)?"
-                      r"[\w.\-]{1,64}) failed with error (?P<err>-?\d{1,5})")
-_VER = r"(\d{1,4}(?:\.\d{1,4}){0,3})"
-_MISMATCH_CLIENT = re.compile(r"API mismatch: the client '([^']{0,64})'(?: \(pid (\d{1,10})\))?")
+                     r":[0-9]{1,6})\)")
+FW_LOAD = re.compile(r"Direct firmware load for (?P<file>nvidia/(?:(?P<ver>[0-9.]{1,20})/)?"
+                      r"[\w.\-]{1,64}) failed with error (?P<err>-?[0-9]{1,5})")
+_VER = r"([0-9]{1,4}(?:\.[0-9]{1,4}){0,3})"
+_MISMATCH_CLIENT = re.compile(r"API mismatch: the client '([^']{0,64})'(?: \(pid ([0-9]{1,10})\))?")
 _MISMATCH_CLIENT_VERSION = re.compile(r"has the version " + _VER + r",? but")
 _MISMATCH_KERNEL_VERSION = re.compile(r"kernel module has the version " + _VER)
 FALLEN_HEAD = re.compile(r"NVRM: The NVIDIA GPU (?P<bus>" + _BUS + ")")
 PCI_ID = re.compile(r"\(PCI ID: (?P<id>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)")
 MODPROBE = re.compile(r"could not insert '(?P<module>nvidia[\w\-]{0,32})': ?(?P<reason>.{0,200})")
 UDEV_MODPROBE = re.compile(r"Process '\S{0,64}modprobe (?P<module>nvidia[\w\-]{0,32})' failed "
-                            r"with exit code (?P<code>\d{1,4})")
+                            r"with exit code (?P<code>[0-9]{1,4})")
 SYMBOL = re.compile(r"^(?P<module>nvidia[\w\-]{0,32}): (?P<reason>Unknown symbol .{0,200}|"
                      r"disagrees about version of symbol .{0,200})")
 NVRM_TEXT = re.compile(r"^NVRM:\s?")
-_FUNCTION = re.compile(r"^(?:NVRM:\s{0,4})?(?:GPU\d{1,3}\s{1,4})?(?P<fn>[A-Za-z_]\w{2,80}):")
-RPC_TIMEOUT = re.compile(r"Timeout after (?P<secs>\d{1,6})s of waiting for RPC response")
-RPC_FUNCTION = re.compile(r"Expected function (?P<num>\d{1,6}) \((?P<name>\w{1,64})\)")
+_FUNCTION = re.compile(r"^(?:NVRM:\s{0,4})?(?:GPU[0-9]{1,3}\s{1,4})?(?P<fn>[A-Za-z_]\w{2,80}):")
+RPC_TIMEOUT = re.compile(r"Timeout after (?P<secs>[0-9]{1,6})s of waiting for RPC response")
+RPC_FUNCTION = re.compile(r"Expected function (?P<num>[0-9]{1,6}) \((?P<name>\w{1,64})\)")
 GSP_FAILURE = re.compile(r"fail|error|exception|crash|fault|assert|cannot|health ?check",
                           re.IGNORECASE)
 NVLINK_FAILURE = re.compile(r"error|fatal|fail|\bdown\b", re.IGNORECASE)
@@ -122,22 +126,23 @@ AER_RECEIVED = re.compile(
     r"\s{0,4}(?:(?P<bus>" + _BUS + r")|id=(?P<id>[0-9a-fA-F]{4}))?")
 AER_BUS_ERROR = re.compile(r"PCIe Bus Error: severity=(?P<sev>[^,]{1,40}),\s{0,4}"
                             r"type=(?P<type>[^,]{1,40})(?:,\s{0,4}\(?(?P<agent>[^)]{1,40})\)?)?")
-BANDWIDTH = re.compile(r"(?P<avail>[\d.]{1,12} [GM]b/s) available PCIe bandwidth, limited by "
-                        r"(?P<limit>[\d.]{1,8} GT/s PCIe x\d{1,2}) link at (?P<at>" + _BUS + r")"
+BANDWIDTH = re.compile(r"(?P<avail>[0-9.]{1,12} [GM]b/s) available PCIe bandwidth, limited by "
+                        r"(?P<limit>[0-9.]{1,8} GT/s PCIe x[0-9]{1,2}) link at "
+                        r"(?P<at>" + _BUS + r")"
                         r"(?: \(capable of (?P<cap>[^)]{1,80})\))?")
 MLX5_LINK = re.compile(r"mlx5_core (?P<bus>" + _BUS + r")(?: (?P<ifname>[\w.\-]{1,32}))?: "
                         r"Link (?P<state>up|down)", re.IGNORECASE)
-SEGFAULT = re.compile(r"(?P<proc>[^\s\[\]]{1,64})\[(?P<pid>\d{1,10})\]: segfault at "
+SEGFAULT = re.compile(r"(?P<proc>[^\s\[\]]{1,64})\[(?P<pid>[0-9]{1,10})\]: segfault at "
                        r"(?P<addr>[0-9a-fA-F]{1,16}) ip (?P<ip>[0-9a-fA-F]{1,16})(?:.{0,120}? in "
                        r"(?P<lib>[^\s\[]{1,128})\[)?")
 GPU_LIB = re.compile(r"libcuda|libnccl|libnvidia|libcudnn|libcublas|libcudart|libnvrtc|"
                       r"libnvJitLink|libcufft|libcusparse|libcusolver|libcurand|libtorch_cuda|"
                       r"libnvinfer|libdcgm|libnvrm|nvidia", re.IGNORECASE)
-HUNG = re.compile(r"INFO: task (?P<proc>.{1,64}?):(?P<pid>\d{1,10}) blocked for more than "
-                   r"(?P<secs>\d{1,8}) seconds")
-LOCKUP = re.compile(r"soft lockup - CPU#(?P<cpu>\d{1,5}) stuck for (?P<secs>\d{1,8})s! "
-                     r"\[(?P<proc>.{1,64}?):(?P<pid>\d{1,10})\]")
-NV_FRAME = re.compile(r"\[nvidia[\w\-]{0,16}\]|\bnv_\w|\bos_\w|\b_nv\d{3,8}rm\b|\bnvidia\w{0,16}"
+HUNG = re.compile(r"INFO: task (?P<proc>.{1,64}?):(?P<pid>[0-9]{1,10}) blocked for more than "
+                   r"(?P<secs>[0-9]{1,8}) seconds")
+LOCKUP = re.compile(r"soft lockup - CPU#(?P<cpu>[0-9]{1,5}) stuck for (?P<secs>[0-9]{1,8})s! "
+                     r"\[(?P<proc>.{1,64}?):(?P<pid>[0-9]{1,10})\]")
+NV_FRAME = re.compile(r"\[nvidia[\w\-]{0,16}\]|\bnv_\w|\bos_\w|\b_nv[0-9]{3,8}rm\b|\bnvidia\w{0,16}"
                        r"\+0x|\buvm_\w|\brm_\w")
 
 

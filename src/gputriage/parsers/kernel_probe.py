@@ -40,20 +40,21 @@ _BUS = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 
 BAR_HEAD = "This PCI I/O region assigned to your NVIDIA device is invalid"
 # "BAR1 is 0M @ 0x0 (PCI:0000:14:00.0)"; very old drivers print "(PCI:0002:00.0)"
-BAR_REGION = re.compile(r"BAR(?P<bar>\d) is (?P<size>\d{1,9})M @ 0x(?P<addr>[0-9a-fA-F]{1,16})"
+BAR_REGION = re.compile(r"BAR(?P<bar>[0-9]) is (?P<size>[0-9]{1,9})M @ 0x(?P<addr>[0-9a-fA-F]{1,16}"
+                        r")"
                         r"(?: \(PCI:(?P<bus>[0-9a-fA-F:.]{4,20})\))?")
 # "nvidia: probe of 0000:14:00.0 failed with error -1" (older kernels) and
 # "nvidia 0000:09:00.0: probe with driver nvidia failed with error -1" (newer)
 PROBE_FAILED = re.compile(r"^(?:nvidia: probe of (?P<bus>" + _BUS + r")|nvidia (?P<bus2>" + _BUS
-                          + r"): probe with driver nvidia) failed with error (?P<err>-?\d{1,5})")
+                          + r"): probe with driver nvidia) failed with error (?P<err>-?[0-9]{1,5})")
 # "NVRM: The NVIDIA probe routine failed for 2 device(s)." and "None of the NVIDIA devices
 # were initialized." ("... graphics adapters were initialized!" in older drivers)
-PROBE_SUMMARY = re.compile(r"The NVIDIA probe routine failed for (?P<n>\d{1,4}) device|"
+PROBE_SUMMARY = re.compile(r"The NVIDIA probe routine failed for (?P<n>[0-9]{1,4}) device|"
                            r"(?P<none>None of the NVIDIA (?:devices|graphics adapters) were "
                            r"initiali[sz]ed)")
 LEGACY_HEAD = re.compile(r"NVRM: The NVIDIA (?P<name>.{1,80}?) GPU installed in this system is")
 _LEGACY = re.compile(r"supported through the NVIDIA (?P<branch>[\w.\-]{1,16}) Legacy drivers"
-                     r".{0,200}?The (?P<ver>[\d.\-]{3,16}) NVIDIA driver will ignore")
+                     r".{0,200}?The (?P<ver>[0-9.\-]{3,16}) NVIDIA driver will ignore")
 _NO_GSP = re.compile(r"not supported by open\s{1,4}nvidia\.ko|does not include the required "
                      r"GPU\s{1,4}System Processor", re.IGNORECASE)
 _PCI_ID = re.compile(r"\(PCI ID: (?P<id>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)")
@@ -80,7 +81,7 @@ def bar_message(head: LogLine, lines: list[str], texts: list[str]) -> DriverEven
 
 
 # the lines the driver prints after the invalid-region head (nv-pci.c)
-_BAR_MORE = re.compile(r"^NVRM:\s{0,4}(?:BAR\d is|This is a 64-bit BAR|The system BIOS may|BIOS "
+_BAR_MORE = re.compile(r"^NVRM:\s{0,4}(?:BAR[0-9] is|This is a 64-bit BAR|The system BIOS may|BIOS "
                        r"or the|Linux kernel|graphics driver and|system software|do not "
                        r"support|reliably|a matching prefetchable|immediately upstream|This "
                        r"may be due|see the README|information\.)")

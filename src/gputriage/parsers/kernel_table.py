@@ -256,7 +256,7 @@ def _bandwidth(line: LogLine, msg: str, m: Match | None) -> Found:
 # LSO not supported, please upgrade to later FW version", "mlx4_core 0000:0d:00.0: Installed
 # FW has unsupported command interface revision 2"
 _HCA_FIRMWARE = re.compile(
-    r"(?P<driver>mlx[45]_\w{1,8})\s+(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)"
+    r"(?P<driver>mlx[45]_\w{1,8})\s+(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9])"
     r"?:?.{0,160}?(?P<what>upgrade to (?:a )?(?:later|newer) FW version|unsupported command "
     r"interface revision|FW version .{0,40}(?:too old|is not supported|unsupported))",
     re.IGNORECASE)
@@ -312,11 +312,12 @@ def _wrap(build: Callable[[LogLine, str, Match], DriverEvent | list[DriverEvent]
     return wrapped
 
 
-_GSP_TIMEOUT = re.compile(r"Timeout after \d{1,6}s of waiting for RPC response|(?i:gsp rpc "
+_GSP_TIMEOUT = re.compile(r"Timeout after [0-9]{1,6}s of waiting for RPC response|(?i:gsp rpc "
                           r"timeout|_kgsprpcrecvpoll|timeout waiting for rpc from gsp|rate "
                           r"limiting gsp rpc)")
 _DRIVER_LOAD = re.compile(r"NVRM: loading NVIDIA UNIX (?P<flavour>[\w ]{0,40}?Kernel Module)"
-                          r"(?: for [\w-]{1,16})?\s+(?P<ver>\d{2,4}\.\d{1,4}(?:\.\d{1,4})?)\b")
+                          r"(?: for [\w-]{1,16})?\s+(?P<ver>[0-9]{2,4}\.[0-9]{1,4}"
+                          r"(?:\.[0-9]{1,4})?)\b")
 _RESET_REQUIRED = re.compile(r"NV_ERR_RESET_REQUIRED|(?i:gpu reset required)")
 _GSP_DUMP = ("_kgspLogXid119", "RPC history (CPU -> GSP)")
 _AER_LINE = ("error received", "PCIe Bus Error")

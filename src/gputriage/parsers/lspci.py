@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import normalize_bus_id, split_lines
 from gputriage.parsers.pci import PciFunction
 
 __all__ = ["ACS_REDIRECT", "CLASS_NAMES", "VENDOR_NAMES", "AcsControl", "acs_controls",
@@ -144,7 +144,7 @@ def _key(text: str) -> str | None:
 def _blocks(text: str) -> list[_Block]:
     out: list[_Block] = []
     cur: _Block | None = None
-    for raw_line in text.splitlines():
+    for raw_line in split_lines(text):
         line = _QUOTE.sub("", raw_line).rstrip()
         body = line.lstrip(" \t")
         if not body:
@@ -383,7 +383,7 @@ def acs_controls(text: str) -> list[AcsControl]:
     """Every ``ACSCtl:`` line of an lspci paste, with the function header above it."""
     out: list[AcsControl] = []
     address, header = "", ""
-    for raw_line in text.splitlines():
+    for raw_line in split_lines(text):
         line = _QUOTE.sub("", raw_line).rstrip()
         head = _HEADER.match(line.lstrip(" \t"))
         if head:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.driver import split_tree
 
 __all__ = [
@@ -25,10 +26,10 @@ __all__ = [
 ]
 
 _MEMINFO_LINE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z0-9_]{0,40}(?:\([A-Za-z0-9_]{1,20}\))?)"
-                           r"\s*:\s*(?P<val>\d{1,18})(?:\s*(?P<unit>[kKmMgG]B))?\s*$")
+                           r"\s*:\s*(?P<val>[0-9]{1,18})(?:\s*(?P<unit>[kKmMgG]B))?\s*$")
 _UNIT_KB = {"kb": 1, "mb": 1024, "gb": 1024 * 1024}
-_POOL_DIR = re.compile(r"^hugepages-(?P<kb>\d{1,12})kB$")
-_NODE_DIR = re.compile(r"^node(?P<n>\d{1,5})$")
+_POOL_DIR = re.compile(r"^hugepages-(?P<kb>[0-9]{1,12})kB$")
+_NODE_DIR = re.compile(r"^node(?P<n>[0-9]{1,5})$")
 _POOL_ATTRS = {"nr_hugepages": "nr", "free_hugepages": "free", "resv_hugepages": "resv",
                "surplus_hugepages": "surplus", "nr_overcommit_hugepages": "overcommit"}
 
@@ -118,7 +119,7 @@ def parse_meminfo(text: str) -> MemInfo:
     info = MemInfo()
     if not text.strip():
         return info
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.strip()
         if line.startswith("Node "):  # /sys/devices/system/node/nodeN/meminfo
             parts = line.split(None, 2)

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, split_lines
 
 __all__ = ["FAILURES", "BuildFailure", "ModuleBuild", "claim_module_build", "is_driver_module",
            "parse_module_build"]
@@ -33,33 +33,36 @@ FAILURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("symvers", re.compile(r"parse error in symbol dump file", re.IGNORECASE)),
     ("undefined-symbol", re.compile(r"(?:ERROR|WARNING): (?:modpost: )?\"(?P<symbol>\w{1,80})\" "
                                     r"\[[^\]]{1,200}\] undefined!")),
-    ("compile-error", re.compile(r"\.(?:c|h):\d{1,6}:\d{1,4}: (?:fatal )?error: ")),
+    ("compile-error", re.compile(r"\.(?:c|h):[0-9]{1,6}:[0-9]{1,4}: (?:fatal )?error: ")),
     ("load-failed", re.compile(r"Unable to load the kernel module '(?P<module>[\w.-]{1,64}?)"
                                r"(?:\.ko)?'|Kernel module load error: (?P<reason>.{1,160})",
                                re.IGNORECASE)),
     ("build-failed", re.compile(rf"Error! Bad return status for module build on kernel: "
-                                rf"(?P<kernel>{_K})|make(?:\[\d{{1,3}}\])?: \*\*\* .{{0,200}}"
-                                r"Error \d{1,4}|ERROR: Unable to build the NVIDIA kernel module|"
-                                r"\bexited (?P<status>\d{1,3})\b.{0,40}$|Installation has failed|"
-                                r"\(bad exit status: \d{1,3}\)")),
+                                rf"(?P<kernel>{_K})|make(?:\[[0-9]{{1,3}}\])?: \*\*\* .{{0,200}}"
+                                r"Error [0-9]{1,4}|ERROR: Unable to build the NVIDIA kernel module|"
+                                r"\bexited (?P<status>[0-9]{1,3})\b.{0,40}$|Installation has failed"
+                                r"|"
+                                r"\(bad exit status: [0-9]{1,3}\)")),
 )
 _DKMS = re.compile(r"dkms (?:install|build|autoinstall)\b.{0,80}?\b(?P<module>[\w.-]{1,64})/"
                    rf"(?P<version>[\w.-]{{1,40}})(?:.{{0,40}}-k (?P<kernel>{_K}))?")
 _DKMS_TREE = re.compile(r"/var/lib/dkms/(?P<module>[\w.-]{1,64})/(?P<version>[\w.-]{1,40})/")
-_MAKE = re.compile(rf"make(?:\[\d{{1,3}}\])?:? .{{0,40}}-C /lib/modules/(?P<kernel>{_K})/build\b"
+_MAKE = re.compile(rf"make(?:\[[0-9]{{1,3}}\])?:? .{{0,40}}-C /lib/modules/(?P<kernel>{_K})/build\b"
                    r"|Entering directory '/usr/src/linux-headers-(?P<kernel2>[\w.+~-]{3,80})'")
 # the NVIDIA driver's own make (DKMS's MAKE line for it): its variables name it
 _NVIDIA_MAKE = re.compile(rf"\bNV_(?:EXCLUDE_BUILD_MODULES|VERBOSE)=.{{0,400}}?\bKERNEL_UNAME="
                           rf"(?P<kernel>{_K})|\bKERNEL_UNAME=(?P<kernel2>{_K}).{{0,400}}?"
                           r"\bNV_(?:EXCLUDE_BUILD_MODULES|VERBOSE)=")
 _OBJECT = re.compile(r"CC \[M\]\s+\S{0,200}/(?P<module>[\w-]{1,64})\.o\b|"
-                     r"\[\S{0,200}/(?P<module2>[\w-]{1,64})\.ko\]|\sM=\S{0,200}/(?P<module3>[\w-]{1,64})"
+                     r"\[\S{0,200}/(?P<module2>[\w-]{1,64})\.ko\]|\sM=\S{0,200}/(?P<module3>[\w-]{1"
+                     r",64})"
                      r"/?(?:\s|$)")
 # a distribution's DKMS package of the driver (Debian nvidia-kernel-dkms, Ubuntu
 # nvidia-dkms-550, its -open flavour): apt's "Setting up" names the module being built
 _DRIVER_PACKAGE = re.compile(r"\b(?:Setting up|Unpacking|Preparing to unpack \S{0,200}?)\s?"
-                             r"nvidia(?:-kernel)?-dkms(?:-\d{3,4}(?:-open)?)?\b")
-_DRIVER_SOURCE = re.compile(r"/usr/src/nvidia-(?P<version>\d{3,4}\.\d{1,4}(?:\.\d{1,4})?)/")
+                             r"nvidia(?:-kernel)?-dkms(?:-[0-9]{3,4}(?:-open)?)?\b")
+_DRIVER_SOURCE = re.compile(r"/usr/src/nvidia-(?P<version>[0-9]{3,4}\.[0-9]{1,4}"
+                            r"(?:\.[0-9]{1,4})?)/")
 _INSTALLER = re.compile(r"nvidia-installer|NVIDIA Software Installer|Unable to (?:load|build) "
                         r"the (?:NVIDIA )?kernel module|Kernel module load error:",
                         re.IGNORECASE)
@@ -68,7 +71,7 @@ _INSTALLER = re.compile(r"nvidia-installer|NVIDIA Software Installer|Unable to (
 _MARK = re.compile(r"/var/lib/dkms/|\bdkms (?:install|build|autoinstall)\b|Error! Bad return "
                    r"status for module build|kernel headers for module|Your kernel headers for "
                    r"kernel|-C /lib/modules/\S{3,80}/build\b|^\s*MODPOST\b|Building modules, "
-                   r"stage \d|parse error in symbol dump file|/lib/modules/[^/\s]{3,80}/build/"
+                   r"stage [0-9]|parse error in symbol dump file|/lib/modules/[^/\s]{3,80}/build/"
                    r"\S{0,200}: No such file|Unable to (?:load|build) the (?:NVIDIA )?kernel "
                    r"module|Kernel module load error:|nvidia-installer|create_nv\.symvers")
 # literals one of which every _MARK line holds (a cheap test first)
@@ -82,8 +85,8 @@ _OPERATOR = re.compile(r"Starting installation of NVIDIA driver|Compiling NVIDIA
                        r"modules|Installing Linux kernel headers|Resolving Linux kernel version|"
                        r"Done, now waiting for signal|nvidia-driver-ctr", re.IGNORECASE)
 # a kernel log line (the kernel log's reader takes it)
-_KERNEL_LINE = re.compile(r"^\s*(?:<\d>)?\[\s*\d{1,8}\.\d{3,9}\]|\bNVRM:|"
-                          r"\d\d:\d\d:\d\d\S{0,16}\s{1,4}\S{1,64}\s{1,4}kernel: ")
+_KERNEL_LINE = re.compile(r"^\s*(?:<[0-9]>)?\[\s*[0-9]{1,8}\.[0-9]{3,9}\]|\bNVRM:|"
+                          r"[0-9][0-9]:[0-9][0-9]:[0-9][0-9]\S{0,16}\s{1,4}\S{1,64}\s{1,4}kernel: ")
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,7 @@ def is_driver_module(name: str | None) -> bool:
     ``nvidia-current``, ``nvidia-srv``...), not a module built on it (peer memory, GDS,
     gdrdrv)."""
     text = (name or "").lower().removesuffix(".ko")
-    return bool(re.fullmatch(r"nvidia(?:[-_](?:open|current|srv|dkms|kernel|\d{3,4}))*", text))
+    return bool(re.fullmatch(r"nvidia(?:[-_](?:open|current|srv|dkms|kernel|[0-9]{3,4}))*", text))
 
 
 def _kernel(build: ModuleBuild, kernel: str | None) -> None:
@@ -163,10 +166,10 @@ def _failure(build: ModuleBuild, line: str) -> None:
 def parse_module_build(text: str) -> ModuleBuild:
     """A module build's or install's output; ParseError when it shows neither a build
     nor an install of a kernel module."""
-    if not any(_MARK.search(line) for line in text.splitlines()):
+    if not any(_MARK.search(line) for line in split_lines(text)):
         raise ParseError("not a kernel module build: no DKMS, kbuild or nvidia-installer line")
     build = ModuleBuild()
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         if raw.strip() and not _KERNEL_LINE.search(raw):
             _context(build, raw)
             _failure(build, raw)

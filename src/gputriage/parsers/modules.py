@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from gputriage.ingest.paste import PasteDoc, claim_blocks, claim_lines
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, split_lines, strict_int
 
 __all__ = ["Module", "claim_modules", "parse_modules"]
 
@@ -30,12 +30,8 @@ class Module:
     line: str
 
 
-def _isnum(token: str) -> bool:
-    return token.isascii() and token.isdigit()
-
-
 def _int(token: str | None) -> int | None:
-    return int(token) if token is not None and _isnum(token) else None
+    return strict_int(token, signed=False)
 
 
 def _users(token: str | None) -> tuple[str, ...]:
@@ -46,7 +42,8 @@ def _users(token: str | None) -> tuple[str, ...]:
 
 def _parse_line(line: str) -> Module | None:
     tokens = line.split()
-    if len(tokens) < 2 or not _isnum(tokens[1]):
+    size = strict_int(tokens[1], signed=False) if len(tokens) >= 2 else None
+    if size is None:
         return None
     name = tokens[0]
     if not all(c.isalnum() or c in "_-" for c in name):
@@ -59,7 +56,7 @@ def _parse_line(line: str) -> Module | None:
         state = rest[1]
     else:  # lsmod: the Used-by list, possibly followed by "[permanent]"
         used_by = _users(rest[0]) if rest else ()
-    return Module(name=name, size=int(tokens[1]), refcount=refcount, used_by=used_by,
+    return Module(name=name, size=size, refcount=refcount, used_by=used_by,
                   state=state, line=line.rstrip())
 
 
@@ -71,7 +68,7 @@ def parse_modules(text: str) -> list[Module]:
     """
     modules: list[Module] = []
     other = 0
-    for line in text.splitlines():
+    for line in split_lines(text):
         stripped = line.strip()
         if not stripped:
             continue
@@ -89,9 +86,10 @@ def parse_modules(text: str) -> list[Module]:
 
 # --- recognising it in a paste -------------------------------------------------------
 _LSMOD_HEAD = re.compile(r"^Module\s+Size\s+Used by")
-_LSMOD_ROW = re.compile(r"^\w+\s+\d+\s+\d+")
+_LSMOD_ROW = re.compile(r"^\w+\s+[0-9]+\s+[0-9]+")
 _PROC_ROW = re.compile(
-    r"^\w+ \d+ \d+ \S+ (?:Live|Loading|Unloading)\b|^nvidia\w*\s+\d+\s+\d+(?:\s+\S+)?\s*$")
+    r"^\w+ [0-9]+ [0-9]+ \S+ (?:Live|Loading|Unloading)\b|^nvidia\w*\s+[0-9]+\s+[0-9]+"
+    r"(?:\s+\S+)?\s*$")
 
 
 def claim_modules(doc: PasteDoc) -> None:

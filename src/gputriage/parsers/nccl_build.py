@@ -31,18 +31,19 @@ MAX_STORED = 2_000_000  # list items kept over all processes (about 1 GB at most
 MAX_SET = 65_536  # ranks / devices of one process, distinct versions
 MAX_FRAMEWORK = 512
 _NOTES_MAX = 48
-_SHARED_MEM = re.compile(r"ncclMaxSharedMem (\d{1,12}) exceeds device/fn maxSharedMem (\d{1,12})")
+_SHARED_MEM = re.compile(r"ncclMaxSharedMem ([0-9]{1,12}) exceeds device/fn maxSharedMem "
+                         r"([0-9]{1,12})")
 _ENV_MAX = 256
 
 _ENV = re.compile(r"(?P<k>[A-Z][A-Z0-9_]{1,80}) set by environment to\s?(?P<v>.{0,500})$")
 _POINTER = re.compile(r"0x[0-9a-fA-F]{1,16}")
-_TRACE = re.compile(r"[\w./+-]{1,200}:\d{1,7} -> \d{1,4}")
-_COUNTS = re.compile(r"(\d{1,6}) ([a-z0-9]{1,12}) channels( per peer)?")
-_PLUGIN = re.compile(r"Loaded (?:net|collnet|coll) plugin (.{1,120}?)(?:\s\(v\d{1,3}\))?$|"
+_TRACE = re.compile(r"[\w./+-]{1,200}:[0-9]{1,7} -> [0-9]{1,4}")
+_COUNTS = re.compile(r"([0-9]{1,6}) ([a-z0-9]{1,12}) channels( per peer)?")
+_PLUGIN = re.compile(r"Loaded (?:net|collnet|coll) plugin (.{1,120}?)(?:\s\(v[0-9]{1,3}\))?$|"
                      r"(?:Successfully )?[Ll]oaded external plugin (\S{1,200})")
 _OFI = re.compile(r"Selected [Pp]rovider is (\S{1,40})|"
                   r"(?:Using|Initializing) (aws-ofi-nccl \S{1,40})")
-_BOOTSTRAP = re.compile(r"Using\s{1,4}(?:\[\d{1,4}\])?([^\s:<]{1,64})")
+_BOOTSTRAP = re.compile(r"Using\s{1,4}(?:\[[0-9]{1,4}\])?([^\s:<]{1,64})")
 _USING_NETWORK = re.compile(r"Using network (.{1,80}?)\.?$")
 _NEGATED = re.compile(r"\bnot\b|unavailable|disabled")
 _NEGATED_ANY_CASE = re.compile(_NEGATED.pattern, re.IGNORECASE)

@@ -17,19 +17,20 @@ __all__ = ["FW_HEAD", "framework_error", "framework_key", "framework_kind", "is_
 
 MAX_KEEP = 2000  # characters of the lines kept as evidence
 
-FW_HEAD = re.compile(r"\[(?P<lvl>[EFWI])(?P<md>\d{3,4})?\s{0,4}"
-                     r"(?P<time>\d\d:\d\d:\d\d[\d.]{0,12})?\s{0,4}ProcessGroupNCCL\.cpp:\d{1,6}\]")
-_FW_RANK = re.compile(r"\[rank(\d{1,7})\]|\bRank\s{1,4}(\d{1,7})\]")
+FW_HEAD = re.compile(r"\[(?P<lvl>[EFWI])(?P<md>[0-9]{3,4})?\s{0,4}"
+                     r"(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2}[0-9.]{0,12})?\s{0,4}ProcessGroupNCCL\.cpp:[0-9]{1,6}\]")
+_FW_RANK = re.compile(r"\[rank([0-9]{1,7})\]|\bRank\s{1,4}([0-9]{1,7})\]")
 _FW_CUDA = re.compile(r"CUDA error:\s{0,4}([^\n.]{1,300})")
 _FW_NCCL = re.compile(r"NCCL error(?: in:)?\s{0,4}.{0,400}|DistBackendError: NCCL.{0,400}"
                       r"|NCCL communicator was aborted.{0,300}|Error: nccl\w{2,30}Error\b.{0,300}")
 _FW_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|Timeout at NCCL work"
                          r"|WorkNCCL\(SeqNum=.{0,300}ran for")
-_FW_TAGS = re.compile(r"^.{0,200}?ProcessGroupNCCL\.cpp:\d{1,6}\]\s{0,4}|^\[rank\d{1,7}\]:\s{0,4}"
-                      r"|\[PG [^\]]{0,120}\]\s{0,4}|\[Rank \d{1,7}\]\s{0,4}")
-_NUMS = {"seq_num": re.compile(r"SeqNum=(\d{1,18})"),
-         "timeout_ms": re.compile(r"Timeout\(ms\)=(\d{1,18})"),
-         "elapsed_ms": re.compile(r"ran for (\d{1,18}) milliseconds")}
+_FW_TAGS = re.compile(r"^.{0,200}?ProcessGroupNCCL\.cpp:[0-9]{1,6}\]\s{0,4}|"
+                      r"^\[rank[0-9]{1,7}\]:\s{0,4}"
+                      r"|\[PG [^\]]{0,120}\]\s{0,4}|\[Rank [0-9]{1,7}\]\s{0,4}")
+_NUMS = {"seq_num": re.compile(r"SeqNum=([0-9]{1,18})"),
+         "timeout_ms": re.compile(r"Timeout\(ms\)=([0-9]{1,18})"),
+         "elapsed_ms": re.compile(r"ran for ([0-9]{1,18}) milliseconds")}
 _OPTYPE = re.compile(r"OpType=(\w{1,40})")
 
 
@@ -87,7 +88,8 @@ def framework_key(w: NcclWarn) -> tuple:
     return w.kind, w.rank, w.seq_num, core[:200]
 
 
-_IS_FRAMEWORK = re.compile(r"ProcessGroupNCCL\.cpp:\d{1,6}\]|Watchdog caught collective operation"
+_IS_FRAMEWORK = re.compile(r"ProcessGroupNCCL\.cpp:[0-9]{1,6}\]|"
+                           r"Watchdog caught collective operation"
                            r" timeout|NCCL error in:|DistBackendError: NCCL|WorkNCCL\(SeqNum="
                            r"|NCCL communicator was aborted|Error: nccl\w{2,30}Error\b")
 

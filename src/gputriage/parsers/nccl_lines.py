@@ -40,34 +40,37 @@ __all__ = ["Record", "bare_version", "classify_warn", "is_nccl_line", "parse_cha
 
 _MARKER = re.compile(r"NCCL (INFO|WARN|TRACE)\b ?")
 _HOST = re.compile(
-    r"(?P<host>[^\s:|\[\]()/]{1,255}):(?P<pid>\d{1,10}):(?P<tid>\d{1,10})\s{1,8}"
-    r"(?:\[(?P<dev>-?\d{1,5})\]\s{1,8})?(?:\d{1,12}\.\d{1,9}\s{1,8})?"  # TRACE: elapsed time
-    r"(?:(?P<loc>[\w./+-]{1,200}:\d{1,7})\s{1,8})?$")
+    r"(?P<host>[^\s:|\[\]()/]{1,255}):(?P<pid>[0-9]{1,10}):(?P<tid>[0-9]{1,10})\s{1,8}"
+    # the TRACE level's elapsed time
+    r"(?:\[(?P<dev>-?[0-9]{1,5})\]\s{1,8})?(?:[0-9]{1,12}\.[0-9]{1,9}\s{1,8})?"
+    r"(?:(?P<loc>[\w./+-]{1,200}:[0-9]{1,7})\s{1,8})?$")
 _PLAIN = re.compile(  # the common case, a record with nothing before its host prefix
-    r"(?P<host>[^\s:|\[\]()/]{3,255}):(?P<pid>\d{1,10}):\d{1,10} \[(?P<dev>-?\d{1,5})\] "
-    r"(?:(?P<loc>[\w./+-]{1,200}:\d{1,7}) )?NCCL (?P<level>INFO|WARN|TRACE)\b ?")
-_NOT_HOST = re.compile(r"\d{1,2}|\d{4}-\d\d-\d\d[T ]?\d\d")  # a time "12:00:00 ", not a host
-_LOC = re.compile(r"(?:^|\s)(?P<loc>[\w./+-]{1,200}:\d{1,7})\s{1,8}$")
+    r"(?P<host>[^\s:|\[\]()/]{3,255}):(?P<pid>[0-9]{1,10}):[0-9]{1,10} \[(?P<dev>-?[0-9]{1,5})\] "
+    r"(?:(?P<loc>[\w./+-]{1,200}:[0-9]{1,7}) )?NCCL (?P<level>INFO|WARN|TRACE)\b ?")
+# a time "12:00:00 ", not a host
+_NOT_HOST = re.compile(r"[0-9]{1,2}|[0-9]{4}-[0-9]{2}-[0-9]{2}[T ]?[0-9]{2}")
+_LOC = re.compile(r"(?:^|\s)(?P<loc>[\w./+-]{1,200}:[0-9]{1,7})\s{1,8}$")
 # NCCL before 2.4 printed "host:pid:tid [dev] include/socket.h:311 WARN msg", without the
 # word NCCL; pastes often keep only "include/socket.h:344 WARN msg". Taken only where the
 # location is one of NCCL's own source files.
 _OLD_WARN = re.compile(
-    r"^(?:(?P<host>[^\s:|\[\]()/]{1,255}):(?P<pid>\d{1,10}):\d{1,10}\s{1,8}"
-    r"(?:\[(?P<dev>-?\d{1,5})\]\s{1,8})?)?"
+    r"^(?:(?P<host>[^\s:|\[\]()/]{1,255}):(?P<pid>[0-9]{1,10}):[0-9]{1,10}\s{1,8}"
+    r"(?:\[(?P<dev>-?[0-9]{1,5})\]\s{1,8})?)?"
     r"(?P<loc>(?:(?:include|transport|misc|graph|collectives|device|plugin|register|ras)/"
     r"[\w./+-]{1,150}|(?:init|bootstrap|proxy|enqueue|group|transport|channel|net|debug|"
     r"socket|net_ib|net_socket|ibvwrap|shmutils|nvmlwrap|cudawrap|p2p|shm|nvls|coll_net)"
-    r"\.(?:cc|cu|h|cpp)):\d{1,7})\s{1,8}WARN\s{1,4}(?P<msg>\S.{0,4000})$")
+    r"\.(?:cc|cu|h|cpp)):[0-9]{1,7})\s{1,8}WARN\s{1,4}(?P<msg>\S.{0,4000})$")
 _HEAD_MAX = 700  # how far before a marker a host prefix may start
 
 _SHIPPERS = re.compile("|".join(f"(?:{p})" for p in (
     r"\s{0,40}\|\s{0,8}[^|\s]{1,64}\s{0,8}\|\s?",  # CloudWatch export: "  | <ts> | "
-    r"\s{0,8}\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[\d.,:+Z-]{0,20}\]?\s{1,8}",  # ISO time
-    r"[A-Z][a-z]{2}\s{1,3}\d{1,2} \d\d:\d\d:\d\d\s{1,4}\S{1,128}\s{1,4}"
-    r"[^\s:\[]{1,128}(?:\[\d{1,10}\])?:\s",  # syslog / journal
-    r"\s{0,8}\([\w.@-]{1,80}(?: pid=\d{1,10}(?:, ip=[\w.:]{1,64})?)?\)\s{0,8}",  # Ray worker
-    r"\[\d{1,7},\d{1,7}\]<std(?:out|err)>:\s?",  # Open MPI --tag-output
-    r"\s{0,8}\d{1,7}:\s",  # srun --label
+    r"\s{0,8}\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}[0-9.,:+Z-]{0,20}\]?"
+    r"\s{1,8}",  # ISO time
+    r"[A-Z][a-z]{2}\s{1,3}[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2}\s{1,4}\S{1,128}\s{1,4}"
+    r"[^\s:\[]{1,128}(?:\[[0-9]{1,10}\])?:\s",  # syslog / journal
+    r"\s{0,8}\([\w.@-]{1,80}(?: pid=[0-9]{1,10}(?:, ip=[\w.:]{1,64})?)?\)\s{0,8}",  # Ray worker
+    r"\[[0-9]{1,7},[0-9]{1,7}\]<std(?:out|err)>:\s?",  # Open MPI --tag-output
+    r"\s{0,8}[0-9]{1,7}:\s",  # srun --label
     r"\[pod/[^\]\s]{1,253}\]\s",  # kubectl logs --prefix
 )))
 
@@ -195,8 +198,8 @@ def _cut_record(line: str, start: int, m: re.Match[str], hm: re.Match[str] | Non
                   line[:end].strip()[:MAX_KEEP])
 
 
-_VERSION = re.compile(r"NCCL version (\d{1,3}\.\d{1,3}\.\d{1,4})[\w.-]{0,20}"
-                      r"(?:\+cuda(\d{1,3}\.\d{1,3}))?")
+_VERSION = re.compile(r"NCCL version ([0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,4})[\w.-]{0,20}"
+                      r"(?:\+cuda([0-9]{1,3}\.[0-9]{1,3}))?")
 
 
 def parse_version(msg: str) -> tuple[str, str | None] | None:
@@ -217,13 +220,14 @@ def bare_version(line: str) -> tuple[str, str | None] | None:
 # --- channels ---------------------------------------------------------------------
 
 _CHANNEL = re.compile(
-    r"(?P<kind>Channel|Ring|CollNet|NVLS)\s{1,4}(?P<ch>\d{1,5})(?:/(?P<conn>\d{1,5}))?\s{0,8}:"
-    r"\s{0,8}(?P<r>\d{1,7})(?:\[(?P<rd>[0-9a-fA-F]{1,16})\])?"
-    r"(?:\s{0,4}->\s{0,4}(?P<p>\d{1,7})(?:\[(?P<pd>[0-9a-fA-F]{1,16})\])?)?"
+    r"(?P<kind>Channel|Ring|CollNet|NVLS)\s{1,4}(?P<ch>[0-9]{1,5})(?:/(?P<conn>[0-9]{1,5}))?\s{0,8}"
+    r":"
+    r"\s{0,8}(?P<r>[0-9]{1,7})(?:\[(?P<rd>[0-9a-fA-F]{1,16})\])?"
+    r"(?:\s{0,4}->\s{0,4}(?P<p>[0-9]{1,7})(?:\[(?P<pd>[0-9a-fA-F]{1,16})\])?)?"
     r"(?:\s{0,4}\[(?P<dir>send|receive)\])?\s{1,8}via\s{1,8}(?P<t>\S.{0,300}?)\s*$")
-_NET = re.compile(r"(?:NET|COLLNET)/(?P<name>[^/(]{1,64}?)/(?P<dev>\d{1,4})"
-                  r"(?:\((?P<proxy>\d{1,7})\))?(?P<rest>/.{0,200})?$")
-_LAYOUT = re.compile(r"(?:Channel|Ring)\s{1,4}\d{1,5}(?:/\d{1,5})?\s{0,8}:\s")
+_NET = re.compile(r"(?:NET|COLLNET)/(?P<name>[^/(]{1,64}?)/(?P<dev>[0-9]{1,4})"
+                  r"(?:\((?P<proxy>[0-9]{1,7})\))?(?P<rest>/.{0,200})?$")
+_LAYOUT = re.compile(r"(?:Channel|Ring)\s{1,4}[0-9]{1,5}(?:/[0-9]{1,5})?\s{0,8}:\s")
 
 
 def family_of(transport: str, kind: str = "Channel") -> str:
@@ -280,9 +284,9 @@ def is_layout(msg: str) -> bool:
 _GDR = re.compile(
     r"(?:NET/(?P<net>[^\s:/]{1,64})\s{0,4}:\s{0,4})?GPU Direct RDMA"
     r"(?:\s{1,4}\((?P<mech>[^)]{1,40})\))?\s{1,4}(?P<state>Enabled|Disabled)\s{1,4}for"
-    r"(?:\s{1,4}GPU\s{1,4}(?P<gpu>[0-9a-fA-F]{1,16}(?:\[\d{1,5}\])?)\s{0,4}/)?"
+    r"(?:\s{1,4}GPU\s{1,4}(?P<gpu>[0-9a-fA-F]{1,16}(?:\[[0-9]{1,5}\])?)\s{0,4}/)?"
     r"\s{1,4}HCA\s{1,4}(?P<hca>[\w.:-]{1,64})(?:\s{1,4}'(?P<name>[^']{0,64})'?)?"
-    r"(?:\s{1,4}\(distance\s{1,4}(?P<d>-?\d{1,4})\s{0,4}[<>]=?\s{0,4}(?P<max>-?\d{1,4})\))?"
+    r"(?:\s{1,4}\(distance\s{1,4}(?P<d>-?[0-9]{1,4})\s{0,4}[<>]=?\s{0,4}(?P<max>-?[0-9]{1,4})\))?"
     r"(?:,?\s{0,4}read\s{1,4}(?P<read>[01]))?", re.IGNORECASE)
 
 
@@ -302,7 +306,7 @@ def parse_gdr(msg: str, line: str) -> NcclGdr | None:
 
 # --- interfaces, comms, timings --------------------------------------------------------
 
-_ITEM = re.compile(r"\[(?P<i>\d{1,4})\](?P<v>[^\s\[;]{1,200})")
+_ITEM = re.compile(r"\[(?P<i>[0-9]{1,4})\](?P<v>[^\s\[;]{1,200})")
 _OOB = re.compile(r"OOB\s{1,4}(?P<iface>[^\s:]{1,64}):")
 
 
@@ -315,7 +319,7 @@ def parse_using(rest: str) -> tuple[list[str], str | None]:
 @lru_cache(maxsize=_MEMO)
 def _using(rest: str) -> tuple[tuple[str, ...], str | None]:
     body, _, oob = rest.partition(";")
-    items = tuple(re.sub(r"<\d{1,4}>$", "", m.group("v")) for m in _ITEM.finditer(body))
+    items = tuple(re.sub(r"<[0-9]{1,4}>$", "", m.group("v")) for m in _ITEM.finditer(body))
     om = _OOB.search(oob)
     return items, om.group("iface") if om else None
 
@@ -337,10 +341,10 @@ def _comm_pairs(msg: str) -> tuple[tuple[str, str], ...]:
     return tuple(out.items())
 
 
-_TIMINGS = re.compile(r"Init timings\b[^:]{0,60}:\s{0,4}rank\s{1,4}(?P<rank>\d{1,7})\s{1,4}"
-                      r"nranks\s{1,4}(?P<n>\d{1,7})\s{1,4}total\s{1,4}(?P<total>[\d.]{1,12})"
+_TIMINGS = re.compile(r"Init timings\b[^:]{0,60}:\s{0,4}rank\s{1,4}(?P<rank>[0-9]{1,7})\s{1,4}"
+                      r"nranks\s{1,4}(?P<n>[0-9]{1,7})\s{1,4}total\s{1,4}(?P<total>[0-9.]{1,12})"
                       r"(?:\s{1,4}\((?P<steps>[^)]{0,400})\))?")
-_STEP = re.compile(r"([A-Za-z][\w ]{0,30}?)\s{1,4}([\d.]{1,12})(?:,|$)")
+_STEP = re.compile(r"([A-Za-z][\w ]{0,30}?)\s{1,4}([0-9.]{1,12})(?:,|$)")
 
 
 def parse_timings(msg: str) -> tuple[int, int, float, dict[str, float]] | None:
@@ -360,13 +364,13 @@ def parse_timings(msg: str) -> tuple[int, int, float, dict[str, float]] | None:
 
 _COMPLETION = re.compile(
     r"Got completion from peer\s{1,4}(?P<peer>\S{1,200})\s{1,4}with\s{1,4}"
-    r"(?:status=(?:[^()=]{0,80}\()?(?P<st>\d{1,4})\)?|error\s{1,4}(?P<err>\d{1,4}))"
-    r"[,\s]{0,4}(?:opcode[=\s]{1,2}(?:[^()=\s]{0,40}\()?(?P<op>\d{1,10})\)?)?"
-    r".{0,80}?vendor[ _]err[=\s]{1,2}(?P<vendor>\d{1,10})"
+    r"(?:status=(?:[^()=]{0,80}\()?(?P<st>[0-9]{1,4})\)?|error\s{1,4}(?P<err>[0-9]{1,4}))"
+    r"[,\s]{0,4}(?:opcode[=\s]{1,2}(?:[^()=\s]{0,40}\()?(?P<op>[0-9]{1,10})\)?)?"
+    r".{0,80}?vendor[ _]err[=\s]{1,2}(?P<vendor>[0-9]{1,10})"
     r"(?:\s{0,4}\((?P<dir>[A-Za-z ]{1,20})\)|\s{1,4}req_type=(?P<req>[A-Za-z]{1,20}))?")
 _HCA = re.compile(r"\bhca\s{1,4}([\w.-]{1,64})|\bcould not open\s{1,4}([\w.-]{1,64})|"
-                  r"\b((?:mlx[45]|erdma|bnxt_re|ionic|hns|qedr|rxe|siw|efa|irdma)_?\d{1,4})\b")
-_RANK = re.compile(r"^\[?Rank\s{1,4}(\d{1,7})\b", re.IGNORECASE)
+                  r"\b((?:mlx[45]|erdma|bnxt_re|ionic|hns|qedr|rxe|siw|efa|irdma)_?[0-9]{1,4})\b")
+_RANK = re.compile(r"^\[?Rank\s{1,4}([0-9]{1,7})\b", re.IGNORECASE)
 _SOCKET = re.compile(r"socketProgress|Connection closed|Connection refused|Connection reset|"
                      r"[Ss]ocket|connect to .{0,200} failed|Net : ", re.IGNORECASE)
 _CUDA = re.compile(r"Cuda failure|CUDA error|cuda\w{0,20} failed|cudaError|CUDA driver",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.base import strict_float, strict_int
+from gputriage.parsers.base import split_lines, strict_float, strict_int
 from gputriage.parsers.nccl_lines import parse_version, split_records, strip_shippers
 from gputriage.parsers.nccl_model import NcclTestDevice, NcclTestRow, NcclTestRun
 
@@ -24,23 +24,25 @@ __all__ = ["is_nccl_tests_line", "operation_of", "parse_nccl_tests"]
 _COMMAND = re.compile(r"(?:^|[\s/=])(?P<name>[a-z][a-z_]{1,40}_perf)(?:_mpi)?(?:\s|$)")
 _STARTING = re.compile(r"#\s{0,8}Collective test (?P<what>starting|concluded):\s{0,8}"
                        r"(?P<name>\w{1,60})")
-_HEADER = re.compile(r"#\s{0,8}nThread\s{1,8}\d")
-_PARAM = re.compile(r"(?P<k>[A-Za-z][\w ]{0,30}?):?\s{1,8}(?P<v>-?[\d.]{1,24}(?:\([^)\s]{0,20}\))?)"
+_HEADER = re.compile(r"#\s{0,8}nThread\s{1,8}[0-9]")
+_PARAM = re.compile(r"(?P<k>[A-Za-z][\w ]{0,30}?):?\s{1,8}(?P<v>-?[0-9.]{1,24}"
+                    r"(?:\([^)\s]{0,20}\))?)"
                     r"(?=\s|$)")
 _DEVICE = re.compile(
-    r"#\s{0,8}Rank\s{1,8}(?P<rank>\d{1,7})(?:\s{1,8}Group\s{1,8}\d{1,7})?"
-    r"(?:\s{1,8}Pid\s{1,8}(?P<pid>\d{1,10}))?\s{1,8}on\s{1,8}(?P<host>\S{1,255})\s{1,8}"
-    r"device\s{1,8}(?P<dev>\d{1,5})\s{1,8}\[(?P<bus>[^\]]{0,40})\]\s{0,8}(?P<name>.{0,200}?)\s*$")
-_AVG = re.compile(r"#\s{0,8}Avg bus bandwidth\s{0,8}:\s{0,8}(?P<v>[\d.eE+-]{1,24}|N/A)")
-_OOB = re.compile(r"#\s{0,8}Out of bounds values\s{0,8}:\s{0,8}(?P<v>\d{1,18})")
+    r"#\s{0,8}Rank\s{1,8}(?P<rank>[0-9]{1,7})(?:\s{1,8}Group\s{1,8}[0-9]{1,7})?"
+    r"(?:\s{1,8}Pid\s{1,8}(?P<pid>[0-9]{1,10}))?\s{1,8}on\s{1,8}(?P<host>\S{1,255})\s{1,8}"
+    r"device\s{1,8}(?P<dev>[0-9]{1,5})\s{1,8}\[(?P<bus>[^\]]{0,40})\]\s{0,8}(?P<name>.{0,200}?)\s*$")
+_AVG = re.compile(r"#\s{0,8}Avg bus bandwidth\s{0,8}:\s{0,8}(?P<v>[0-9.eE+-]{1,24}|N/A)")
+_OOB = re.compile(r"#\s{0,8}Out of bounds values\s{0,8}:\s{0,8}(?P<v>[0-9]{1,18})")
 _FAILURE = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b|\b(?:NCCL|CUDA) failure\b.{0,200}'")
-_TESTS_VERSION = re.compile(r"#\s{0,8}nccl-tests version \S{1,40}.{0,80}?nccl-library=(\d{4,6})")
+_TESTS_VERSION = re.compile(r"#\s{0,8}nccl-tests version \S{1,40}.{0,80}?nccl-library=([0-9]{4,6})")
 _COMMENT = re.compile(r"#\s{0,40}(?:Using devices|size\s{1,40}count|\(B\)\s{1,40}\(elements\)|"
                       r"out-of-place\s{1,80}in-place)")
 _COLUMNS = re.compile(r"#\s{0,40}size\s{1,40}count\s")  # the column header of a table
-_DATE, _CLOCK = re.compile(r"\d{4}-\d\d-\d\d"), re.compile(r"\d\d:\d\d:\d\d")
-_CELL = re.compile(r"-?[\d.]{1,24}(?:e[+-]?\d{1,3})?|N/A|\d{4}-\d\d-\d\d|\d\d:\d\d:\d\d")
-_ROW_START = re.compile(r"\s{0,40}\d{1,20}\s{1,40}\d{1,20}\s{1,40}[A-Za-z]")
+_DATE, _CLOCK = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}"), re.compile(r"[0-9]{2}:[0-9]{2}:[0-9]{2}")
+_CELL = re.compile(r"-?[0-9.]{1,24}(?:e[+-]?[0-9]{1,3})?|N/A|[0-9]{4}-[0-9]{2}-[0-9]{2}|"
+                   r"[0-9]{2}:[0-9]{2}:[0-9]{2}")
+_ROW_START = re.compile(r"\s{0,40}[0-9]{1,20}\s{1,40}[0-9]{1,20}\s{1,40}[A-Za-z]")
 
 
 def operation_of(test: str | None) -> str | None:
@@ -54,7 +56,7 @@ def operation_of(test: str | None) -> str | None:
 def parse_nccl_tests(text: str) -> list[NcclTestRun]:
     """Every nccl-tests run of a text ([] when there is none)."""
     p = _Parser()
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         if len(raw) <= 65536:
             p.line(strip_shippers(raw).strip())
     return [r for r in p.runs if _started(r) or r.test and r.errors]
@@ -117,26 +119,26 @@ class _Parser:
                 cur = self.start(None, s)
             cur.params = {m.group("k").strip(): m.group("v")
                           for m in _PARAM.finditer(s.lstrip("# "))}
-        elif m := _DEVICE.match(s):
+        elif (m := _DEVICE.match(s)) and (rank := strict_int(m.group("rank"))) is not None \
+                and (dev := strict_int(m.group("dev"))) is not None:
             cur = cur or self.start(None, s)
             if len(cur.devices) < 65536:
                 cur.devices.append(NcclTestDevice(
-                    rank=int(m.group("rank")), host=m.group("host"),
-                    pid=int(m.group("pid")) if m.group("pid") else None,
-                    device=int(m.group("dev")), bus=m.group("bus").strip() or None,
+                    rank=rank, host=m.group("host"), pid=strict_int(m.group("pid")),
+                    device=dev, bus=m.group("bus").strip() or None,
                     name=m.group("name").strip(), line=s[:500]))
         elif _COLUMNS.match(s):
             self.cols = _layout(s)
         elif cur is None:
             if m := _TESTS_VERSION.match(s):  # the first line a run prints
-                self.start(None, s).nccl_version = _version_code(int(m.group(1)))
+                self.start(None, s).nccl_version = _version_code(strict_int(m.group(1)))
         elif m := _AVG.match(s):
             cur.avg_busbw = strict_float(m.group("v"))
             cur.avg_line = s[:500]
         elif m := _OOB.match(s):
-            cur.out_of_bounds = int(m.group("v"))
+            cur.out_of_bounds = strict_int(m.group("v"))
         elif m := _TESTS_VERSION.match(s):
-            self.fresh(s).nccl_version = _version_code(int(m.group(1)))
+            self.fresh(s).nccl_version = _version_code(strict_int(m.group(1)))
 
 
 def _is_prompt(s: str) -> bool:
@@ -149,8 +151,10 @@ def _started(run: NcclTestRun) -> bool:
     return bool(run.params or run.rows or run.devices or run.errors or run.avg_busbw is not None)
 
 
-def _version_code(code: int) -> str:
+def _version_code(code: int | None) -> str | None:
     """``22105`` -> ``2.21.5`` (NCCL_VERSION_CODE; before 2.9 it was ``2708`` for 2.7.8)."""
+    if code is None:
+        return None
     if code < 10000:
         return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
     return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
@@ -188,8 +192,8 @@ def _row(s: str, cols: tuple[str, ...] | None = None) -> NcclTestRow | None:
         return None
     redop, root = "none", -1
     for t in middle:
-        if re.fullmatch(r"-?[0-9]{1,7}", t):
-            root = int(t)
+        if (number := strict_int(t)) is not None and re.fullmatch(r"-?[0-9]{1,7}", t):
+            root = number
         else:
             redop = t
     vals = [strict_float(t) for t in groups]
@@ -208,7 +212,7 @@ def _wrong(raw: str) -> int | None:
     """#wrong as a count (printed ``%g``: ``3``, ``1.67772e+07``); None for ``N/A`` and
     for the float max-error (``2e-07``) of the oldest versions, which had no header."""
     if re.fullmatch(r"[0-9]{1,18}", raw):
-        return int(raw)
+        return strict_int(raw)
     v = strict_float(raw) if "e+" in raw else None
     return int(v) if v is not None and v >= 1 and v == int(v) else None
 

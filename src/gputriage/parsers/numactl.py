@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc, claim_blocks
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.driver import split_tree
 
 __all__ = ["NumaHardware", "NumaNode", "claim_numactl", "format_cpulist", "parse_cpulist",
@@ -23,17 +24,17 @@ __all__ = ["NumaHardware", "NumaNode", "claim_numactl", "format_cpulist", "parse
 _MAX_CPUS = 1 << 16
 _MAX_NODE = 1 << 12
 
-_AVAILABLE = re.compile(r"^available:\s*(\d{1,5})\s+nodes?\s*\(([^)]*)\)")
+_AVAILABLE = re.compile(r"^available:\s*([0-9]{1,5})\s+nodes?\s*\(([^)]*)\)")
 _NO_NUMA = re.compile(r"^No NUMA available", re.IGNORECASE)
-_NODE_CPUS = re.compile(r"^node\s+(\d{1,5})\s+cpus:\s*(.*)$")
-_NODE_MEM = re.compile(r"^node\s+(\d{1,5})\s+(size|free):\s*(\d{1,15})\s*MB\s*$")
+_NODE_CPUS = re.compile(r"^node\s+([0-9]{1,5})\s+cpus:\s*(.*)$")
+_NODE_MEM = re.compile(r"^node\s+([0-9]{1,5})\s+(size|free):\s*([0-9]{1,15})\s*MB\s*$")
 _DISTANCES = re.compile(r"^node distances:\s*$")
-_DIST_HEAD = re.compile(r"^node((?:\s+\d{1,5})+)\s*$")
-_DIST_ROW = re.compile(r"^(\d{1,5}):((?:\s+\d{1,5})+)\s*$")
+_DIST_HEAD = re.compile(r"^node((?:\s+[0-9]{1,5})+)\s*$")
+_DIST_ROW = re.compile(r"^([0-9]{1,5}):((?:\s+[0-9]{1,5})+)\s*$")
 
-_LSCPU_NODES = re.compile(r"^NUMA node\(s\):\s*(\d{1,5})\s*$")
-_LSCPU_NODE = re.compile(r"^NUMA node(\d{1,5}) CPU\(s\):\s*(.*)$")
-_LSCPU_SOCKETS = re.compile(r"^Socket\(s\):\s*(\d{1,5})\s*$")
+_LSCPU_NODES = re.compile(r"^NUMA node\(s\):\s*([0-9]{1,5})\s*$")
+_LSCPU_NODE = re.compile(r"^NUMA node([0-9]{1,5}) CPU\(s\):\s*(.*)$")
+_LSCPU_SOCKETS = re.compile(r"^Socket\(s\):\s*([0-9]{1,5})\s*$")
 _LSCPU_ANY = re.compile(r"^(?:Architecture|CPU\(s\)|Socket\(s\)|NUMA node\S*|Model name|"
                         r"Vendor ID|Thread\(s\) per core|Core\(s\) per socket|"
                         r"On-line CPU\(s\) list)\s*(?:\S.*)?:")
@@ -86,7 +87,7 @@ def parse_cpulist(text: str | None) -> tuple[int, ...]:
     """``"0-47,96-143"`` or ``"0 1 2"`` -> sorted CPU numbers; bad pieces are skipped."""
     cpus: set[int] = set()
     for piece in re.split(r"[,\s]+", (text or "").strip()):
-        m = re.fullmatch(r"(\d{1,6})(?:-(\d{1,6}))?", piece)
+        m = re.fullmatch(r"([0-9]{1,6})(?:-([0-9]{1,6}))?", piece)
         if not m:
             continue
         lo = int(m.group(1))
@@ -153,7 +154,7 @@ def parse_lscpu(text: str) -> NumaHardware:
         return NumaHardware()
     hw = NumaHardware(source="lscpu")
     seen = False
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.strip()
         if _LSCPU_ANY.match(line):
             seen = True
@@ -179,7 +180,7 @@ def parse_numactl(text: str) -> NumaHardware:
     """
     if not text or not text.strip():
         return NumaHardware()
-    lines = text.splitlines()
+    lines = split_lines(text)
     if any(_AVAILABLE.match(ln.strip()) or _NODE_CPUS.match(ln.strip())
            or _NO_NUMA.match(ln.strip()) for ln in lines):
         return _numactl(lines)
@@ -194,7 +195,7 @@ def parse_sysfs_nodes(tree: object) -> NumaHardware:
     files, _links, _errors = split_tree(tree)
     hw = NumaHardware(source="sysfs")
     for rel, text in sorted(files.items()):
-        m = re.fullmatch(r"node(\d{1,5})/cpulist", rel.strip("/"))
+        m = re.fullmatch(r"node([0-9]{1,5})/cpulist", rel.strip("/"))
         if m and (node := _node(hw, int(m.group(1)))):
             node.cpulist = text.strip()[:200]
             node.cpus = parse_cpulist(node.cpulist)
@@ -203,11 +204,11 @@ def parse_sysfs_nodes(tree: object) -> NumaHardware:
 
 
 # --- recognising it in a paste -------------------------------------------------------
-_NUMACTL_START = re.compile(r"^available: \d+ nodes? \(")
-_NUMACTL_LINE = re.compile(r"^(?:node\b|\s*\d+:|\s*$|No distance)")
-_LSCPU_START = re.compile(r"^\s*(?:Architecture:\s+\S|NUMA:\s*$|NUMA node\(s\):\s+\d)")
+_NUMACTL_START = re.compile(r"^available: [0-9]+ nodes? \(")
+_NUMACTL_LINE = re.compile(r"^(?:node\b|\s*[0-9]+:|\s*$|No distance)")
+_LSCPU_START = re.compile(r"^\s*(?:Architecture:\s+\S|NUMA:\s*$|NUMA node\(s\):\s+[0-9])")
 _LSCPU_LINE = re.compile(r"^\s*[A-Za-z][\w()/.,+ -]*[\w)]:(?:\s|$)")
-_LSCPU_KEY = re.compile(r"^\s*(?:NUMA node\d*(?:\(s\))? ?(?:CPU\(s\))?|Socket\(s\)|CPU\(s\)"
+_LSCPU_KEY = re.compile(r"^\s*(?:NUMA node[0-9]*(?:\(s\))? ?(?:CPU\(s\))?|Socket\(s\)|CPU\(s\)"
                         r"|Model name):")
 
 

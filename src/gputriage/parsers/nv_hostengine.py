@@ -11,22 +11,24 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError
+from gputriage.parsers.base import ParseError, split_lines
 from gputriage.parsers.dcgmi import HOSTENGINE_ERROR
 
 __all__ = ["PROFILING_BUSY", "HostengineEntry", "HostengineLog", "claim_hostengine_log",
            "parse_hostengine_log"]
 
 # 2021-11-23 00:15:20.507 ERROR [76:76] message [/path/File.cpp:3647] [Function]
-_DEBUG = re.compile(r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)\s+"
+_DEBUG = re.compile(r"^(?P<time>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
+                    r"(?:\.[0-9]{1,6})?)\s+"
                     r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|VERBOSE)\s+"
-                    r"\[\d{1,10}:\d{1,10}\]\s+(?P<msg>.*)$")
+                    r"\[[0-9]{1,10}:[0-9]{1,10}\]\s+(?P<msg>.*)$")
 # Aug 28 01:36:35 dell nv-hostengine[100107]: Started host engine version 3.3.9 ...
-_JOURNAL = re.compile(r"^(?P<time>\S{3,20} +\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S{8,40})\s+"
-                      r"\S{1,253}\s+nv-hostengine\[\d{1,10}\]:\s+(?P<msg>.*)$")
+_JOURNAL = re.compile(r"^(?P<time>\S{3,20} +[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2}|"
+                      r"[0-9]{4}-[0-9]{2}-[0-9]{2}T\S{8,40})\s+"
+                      r"\S{1,253}\s+nv-hostengine\[[0-9]{1,10}\]:\s+(?P<msg>.*)$")
 _VERSION = re.compile(r"(?:host engine version|version:)\s{0,40}"
-                      r"(?P<v>\d{1,6}\.\d{1,6}(?:\.\d{1,9}){0,2})\b")
-_SUFFIX = re.compile(r"(?<!\s)\s+\[[^\]]{1,300}:\d{1,6}\]\s{1,40}\[[^\]]{1,200}\]\s*$")
+                      r"(?P<v>[0-9]{1,6}\.[0-9]{1,6}(?:\.[0-9]{1,9}){0,2})\b")
+_SUFFIX = re.compile(r"(?<!\s)\s+\[[^\]]{1,300}:[0-9]{1,6}\]\s{1,40}\[[^\]]{1,200}\]\s*$")
 
 
 def _re(pattern: str) -> re.Pattern[str]:
@@ -90,7 +92,7 @@ def _split(line: str) -> tuple[str | None, str] | None:
 def parse_hostengine_log(text: str) -> HostengineLog:
     """Parse nv-hostengine's log or journal; ParseError when no line is one of its."""
     out = HostengineLog()
-    for line in text.splitlines():
+    for line in split_lines(text):
         parts = _split(line)
         if parts is None:
             continue

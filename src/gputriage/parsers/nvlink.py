@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, strict_float, strict_int
+from gputriage.parsers.base import ParseError, split_lines, strict_float, strict_int
 
 __all__ = ["NvlinkErrorGpu", "NvlinkErrors", "NvlinkGpu", "NvlinkLink", "NvlinkStatus",
            "claim_nvlink", "counter_kind", "parse_nvlink_errors", "parse_nvlink_status"]
@@ -172,7 +172,7 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
         return status
     current: NvlinkGpu | None = None
     recognised = False
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.rstrip()
         if not line.strip():
             continue
@@ -282,7 +282,7 @@ def parse_nvlink_errors(text: str) -> NvlinkErrors:
             g.lines.setdefault(link, []).append(line.strip())
         return True
 
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.rstrip()
         if not line.strip():
             continue
@@ -327,9 +327,9 @@ def parse_nvlink_errors(text: str) -> NvlinkErrors:
 
 
 # --- recognising it in a paste -------------------------------------------------------
-_GPU_UUID = re.compile(r"^GPU \d+: .*\(UUID: ")
-_LINK_ROW = re.compile(r"^\s+Link \d+: |^NVML: Unable to retrieve NVLink")
-_ERROR_LINK = re.compile(r"Link \d+: .*(?:Errors?|Replay|Recovery|CRC)")
+_GPU_UUID = re.compile(r"^GPU [0-9]+: .*\(UUID: ")
+_LINK_ROW = re.compile(r"^\s+Link [0-9]+: |^NVML: Unable to retrieve NVLink")
+_ERROR_LINK = re.compile(r"Link [0-9]+: .*(?:Errors?|Replay|Recovery|CRC)")
 
 
 def _link_line(line: str) -> bool:

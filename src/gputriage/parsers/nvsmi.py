@@ -14,7 +14,14 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gputriage.parsers.base import normalize_bus_id, parse_bool
+from gputriage.parsers.base import (
+    normalize_bus_id,
+    parse_bool,
+    parse_int,
+    split_lines,
+    strict_float,
+    strict_int,
+)
 
 __all__ = [
     "MigDevice",
@@ -165,38 +172,21 @@ class SmiReport:
 
 # --- value helpers -------------------------------------------------------------------------
 
-_INT_RE = re.compile(r"^\s*(-?\d{1,18})(?!\d)")
-
-
-def parse_int(raw: str | None) -> int | None:
-    """A leading integer (``"386 MiB"`` -> 386), or None for N/A, garbage or absurd lengths.
-
-    Like :func:`gputriage.parsers.base.parse_int` but bounded to 18 digits, so a
-    hostile digit run cannot trip Python's int-string conversion limit.
-    """
-    if raw is None:
-        return None
-    m = _INT_RE.match(raw)
-    return int(m.group(1)) if m else None
-
-
-_FLOAT_RE = re.compile(r"^\s*(-?\d{1,18}(?!\d)(?:\.\d+)?)")
+_FLOAT_RE = re.compile(r"^\s*(-?[0-9]{1,18}(?![0-9])(?:\.[0-9]{1,18})?)")
 
 
 def parse_float(raw: str | None) -> float | None:
     """A leading decimal number (``"74.58 W"`` -> 74.58), or None for N/A / garbage."""
-    if raw is None:
-        return None
-    m = _FLOAT_RE.match(raw)
-    return float(m.group(1)) if m else None
+    m = _FLOAT_RE.match(raw) if raw is not None else None
+    return strict_float(m.group(1)) if m else None
 
 
 def parse_link_width(raw: str | None) -> int | None:
     """PCIe link width ``"16x"`` / ``"x16"`` -> 16; None when unknown."""
     if raw is None:
         return None
-    m = re.match(r"^\s*x?(\d{1,6})\s*x?\s*$", raw, re.IGNORECASE)
-    return int(m.group(1)) if m else None
+    m = re.match(r"^\s*x?([0-9]{1,6})\s*x?\s*$", raw, re.IGNORECASE)
+    return strict_int(m.group(1)) if m else None
 
 
 def parse_active(raw: str | None) -> bool | None:
@@ -334,10 +324,10 @@ def _remap_histogram(gpu: SmiGpu, values: Mapping[str, str]) -> int:
     for key, raw in values.items():
         if not key.startswith("remapped rows/") or "histogram/" not in key:
             continue
-        last = key.rsplit("/", 1)[-1].split()[-1]
+        words = key.rsplit("/", 1)[-1].split()
         n = parse_int(raw)
-        if last in _HISTOGRAM_BINS and n is not None:
-            gpu.remap_histogram[last] = n
+        if words and words[-1] in _HISTOGRAM_BINS and n is not None:
+            gpu.remap_histogram[words[-1]] = n
             found += 1
     return found
 
@@ -347,7 +337,7 @@ def _remap_histogram(gpu: SmiGpu, values: Mapping[str, str]) -> int:
 _BUS = r"(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
 # "for GPU 0000:0B:00.0:", "for GPU0000:07:00.0:", and (newer) "for GPU0: 0000:C1:00.0:"
 _HANDLE_RE = re.compile(
-    rf"Unable to determine the device handle for (?:GPU|gpu)\s*(?:\d{{1,3}}:\s+)?(?P<bus>{_BUS})"
+    rf"Unable to determine the device handle for (?:GPU|gpu)\s*(?:[0-9]{{1,3}}:\s+)?(?P<bus>{_BUS})"
     r"\s*:\s*(?P<reason>.*)$"
 )
 _NVML_INIT_RE = re.compile(r"Failed to initialize NVML:\s*(?P<reason>.*)$")
@@ -421,7 +411,7 @@ def scan_smi_errors(text: str | Iterable[str]) -> list[SmiError]:
     (a following "NVML library version: X" line is folded into a version
     mismatch) and "GPU is lost". Never raises.
     """
-    lines = text.splitlines() if isinstance(text, str) else list(text)
+    lines = split_lines(text) if isinstance(text, str) else list(text)
     errors: list[SmiError] = []
     for raw in lines:
         line = raw.replace("\r", "")

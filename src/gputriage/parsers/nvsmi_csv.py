@@ -26,7 +26,7 @@ from functools import partial
 from gputriage.errors import ParseError
 from gputriage.ingest.kernel_log import is_kernel_line
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import normalize_bus_id, parse_bool
+from gputriage.parsers.base import normalize_bus_id, parse_bool, split_lines, strict_int
 from gputriage.parsers.nvsmi import (
     SmiGpu,
     SmiProcess,
@@ -52,8 +52,8 @@ _FIELD = re.compile(r"^(?P<name>[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*)"
 _COMMENT = re.compile(r"(?<=\s)#\s.*$")  # anchored on "#": linear on long blank runs
 _BUS = re.compile(r"^(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 _UUID = re.compile(r"^(?:GPU|MIG)-[0-9A-Fa-f-]{8,}$")
-_DRIVER = re.compile(r"^\d{3}\.\d{1,3}(?:\.\d{1,3})?$")
-_PSTATE = re.compile(r"^P\d{1,2}$")
+_DRIVER = re.compile(r"^[0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?$")
+_PSTATE = re.compile(r"^P[0-9]{1,2}$")
 _NAME = re.compile(r"\b(?:NVIDIA|GeForce|Tesla|Quadro|TITAN|RTX|Jetson|GRID)\b")
 _ERROR_VALUE = re.compile(r"^\[(?!N/A\]|Not Supported\]|Unknown\]|Not Available\])[^\]]{2,40}\]$")
 
@@ -181,8 +181,8 @@ def _gpu_for(state: _State, ident: Mapping[str, str], position: int,
     bus = normalize_bus_id(parse_str(ident.get("pci.bus_id")))
     uuid = parse_str(ident.get("uuid"))
     index = parse_int(ident.get("index"))
-    if index is None and target is not None and target.isdigit():
-        index = int(target)
+    if index is None:
+        index = strict_int(target, signed=False)
     if bus is None and target and _BUS.match(target):
         bus = normalize_bus_id(target)
     keys = [k for k in (bus and f"bus:{bus}", uuid and f"uuid:{uuid}",
@@ -239,7 +239,7 @@ def _apply_retired(gpu: SmiGpu | None, row: dict[str, str]) -> None:
 def _apply_process(state: _State, row: dict[str, str], target: str | None) -> None:
     bus = normalize_bus_id(parse_str(row.get("pci.bus_id")))
     uuid = parse_str(row.get("uuid"))
-    index = int(target) if target and target.isdigit() else None
+    index = strict_int(target, signed=False)
     proc = SmiProcess(gpu_index=index, pid=parse_int(row.get("pid")), type="C",
                       name=parse_str(row.get("name")),
                       used_memory_mib=parse_int(row.get("used_memory")),
@@ -329,7 +329,7 @@ def parse_nvsmi_csv(text: str) -> SmiReport:
         return report
     report.errors = scan_smi_errors(text)
     reader = _CsvReader(_State(report))
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.replace("\r", "").strip()
         if line:
             reader.line(line)

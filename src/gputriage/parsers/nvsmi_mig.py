@@ -26,14 +26,14 @@ MIG_BOXES = {"MIG devices:": "table", "GPU instances:": "gpu-instances",
 MIG_NOTE = re.compile(r"^\s*(?P<text>No MIG-enabled devices found\.?|No GPU instances found\b.*"
                       r"|No compute instances found\b.*|No MIG devices found)\s*$")
 
-_ID = r"(\d{1,6}|N/A)"
-_TABLE_ROW = re.compile(rf"^\s*(?P<gpu>\d{{1,6}})\s+(?P<gi>{_ID})\s+(?P<ci>{_ID})\s+"
-                        r"(?P<dev>\d{1,6})\s*$")
-_GI_ROW = re.compile(r"^(?P<gpu>\d{1,6})\s+MIG\s+(?P<profile>\S+)\s+(?P<pid>\d{1,6})\s+"
-                     r"(?P<gi>\d{1,6})\s+(?P<place>\d{1,3}:\d{1,3})$")
-_CI_ROW = re.compile(r"^(?P<gpu>\d{1,6})\s+(?P<gi>\d{1,6})\s+MIG\s+(?P<profile>\S+)\s+"
-                     r"(?P<pid>\d{1,6})\s+(?P<ci>\d{1,6})\s+(?P<place>\d{1,3}:\d{1,3})$")
-_LIST_LINE = re.compile(r"^\s*MIG\s+(?P<profile>\S+)\s+Device\s+(?P<dev>\d{1,6}):\s*"
+_ID = r"([0-9]{1,6}|N/A)"
+_TABLE_ROW = re.compile(rf"^\s*(?P<gpu>[0-9]{{1,6}})\s+(?P<gi>{_ID})\s+(?P<ci>{_ID})\s+"
+                        r"(?P<dev>[0-9]{1,6})\s*$")
+_GI_ROW = re.compile(r"^(?P<gpu>[0-9]{1,6})\s+MIG\s+(?P<profile>\S+)\s+(?P<pid>[0-9]{1,6})\s+"
+                     r"(?P<gi>[0-9]{1,6})\s+(?P<place>[0-9]{1,3}:[0-9]{1,3})$")
+_CI_ROW = re.compile(r"^(?P<gpu>[0-9]{1,6})\s+(?P<gi>[0-9]{1,6})\s+MIG\s+(?P<profile>\S+)\s+"
+                     r"(?P<pid>[0-9]{1,6})\s+(?P<ci>[0-9]{1,6})\s+(?P<place>[0-9]{1,3}:[0-9]{1,3})$")
+_LIST_LINE = re.compile(r"^\s*MIG\s+(?P<profile>\S+)\s+Device\s+(?P<dev>[0-9]{1,6}):\s*"
                         r"\(UUID:\s*(?P<uuid>[^)\s]+)\)\s*$")
 
 

@@ -17,7 +17,7 @@ import re
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc, claim_lines
 from gputriage.parsers import nvsmi_mig
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import normalize_bus_id, split_lines
 from gputriage.parsers.nvsmi import (
     MigDevice,
     SmiError,
@@ -40,23 +40,23 @@ _BUS_CELL_RE = re.compile(
     r"^\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*(?P<disp>\S+)?\s*$"
 )
 _NAME_CELL_RE = re.compile(
-    r"^\s*(?P<idx>\d{1,6})\s+(?P<name>.*?)(?:\s+(?P<pm>On|Off|WDDM|TCC))?\s*$"
+    r"^\s*(?P<idx>[0-9]{1,6})\s+(?P<name>.*?)(?:\s+(?P<pm>On|Off|WDDM|TCC))?\s*$"
 )
 _ERR = "ERR!"  # what nvidia-smi prints for a field it failed to read
 _NOTE_LISTING = {"No GPU": "gpu-instances", "No com": "compute-instances"}
-_TEMP_RE = re.compile(r"(?<!\d)(-?\d{1,6})C\b")
-_PERF_RE = re.compile(r"\b(P\d{1,2})\b")
+_TEMP_RE = re.compile(r"(?<![0-9])(-?[0-9]{1,6})C\b")
+_PERF_RE = re.compile(r"\b(P[0-9]{1,2})\b")
 _POWER_RE = re.compile(r"(?P<draw>\S+)\s*/\s*(?P<cap>\S+)\s*$")
-_MEM_RE = re.compile(r"(?<!\d)(?P<used>\d{1,18})\s*MiB\s*/\s*(?P<total>\d{1,18})\s*MiB")
-_UTIL_RE = re.compile(r"^\s*(?P<util>\d+%|N/A|ERR!)\s*(?P<mode>.*?)\s*$")
+_MEM_RE = re.compile(r"(?<![0-9])(?P<used>[0-9]{1,18})\s*MiB\s*/\s*(?P<total>[0-9]{1,18})\s*MiB")
+_UTIL_RE = re.compile(r"^\s*(?P<util>[0-9]+%|N/A|ERR!)\s*(?P<mode>.*?)\s*$")
 # ``kubectl logs --prefix``: the pod and container each line came from
 _POD_PREFIX = re.compile(r"^\s*\[pod/[^\]\s]{1,300}\]\s")
 _LIST_RE = re.compile(
-    r"^\s*GPU\s+(?P<idx>\d{1,6}):\s*(?P<name>.*?)\s*\(UUID:\s*(?P<uuid>[^)\s]+)\)\s*$"
+    r"^\s*GPU\s+(?P<idx>[0-9]{1,6}):\s*(?P<name>.*?)\s*\(UUID:\s*(?P<uuid>[^)\s]+)\)\s*$"
 )
 _PROC_RE = re.compile(
-    r"^\s*(?P<gpu>\d{1,6}|N/A)\s+(?:(?P<gi>\d{1,6}|N/A)\s+(?P<ci>\d{1,6}|N/A)\s+)?(?P<pid>\d{1,18})\s+"
-    r"(?P<type>[A-Z+]{1,5})\s+(?P<name>.*?)\s*(?P<mem>\d+\s*MiB|N/A)?\s*$"
+    r"^\s*(?P<gpu>[0-9]{1,6}|N/A)\s+(?:(?P<gi>[0-9]{1,6}|N/A)\s+(?P<ci>[0-9]{1,6}|N/A)\s+)?(?P<pid>[0-9]{1,18})\s+"
+    r"(?P<type>[A-Z+]{1,5})\s+(?P<name>.*?)\s*(?P<mem>[0-9]+\s*MiB|N/A)?\s*$"
 )
 
 
@@ -77,7 +77,7 @@ def parse_nvsmi_table(text: str) -> SmiReport:
     """
     if not text or not text.strip():
         return SmiReport(format="table")
-    lines = [_POD_PREFIX.sub("", ln, count=1) for ln in text.splitlines()]
+    lines = [_POD_PREFIX.sub("", ln, count=1) for ln in split_lines(text)]
     reader = _TableReader(scan_smi_errors(lines))
     for line in lines:
         reader.line(line.replace("\r", "").expandtabs(8))
@@ -231,7 +231,7 @@ def _first_row(cells: list[str], position: int) -> SmiGpu | None:
     if ecc == _ERR:
         _error_field(gpu, "volatile uncorrectable ECC")
     gpu.raw["volatile_uncorr_ecc"] = ecc
-    gpu.ecc_volatile_uncorrected = parse_int(ecc) if re.fullmatch(r"\d+", ecc) else None
+    gpu.ecc_volatile_uncorrected = parse_int(ecc) if re.fullmatch(r"[0-9]+", ecc) else None
     gpu.raw["position"] = str(position)
     return gpu
 
@@ -304,8 +304,9 @@ def _process_row(joined: str) -> SmiProcess | None:
 # --- recognising it in a paste -------------------------------------------------------
 _TABLE_HEAD = re.compile(r"^\s*\|\s*NVIDIA-SMI\s+\S")
 _TABLE_LINE = re.compile(r"^\s*[+|]")
-_CLOCK = re.compile(r"^\s*[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d \d{4}\s*$")
-_GPU_ROW = re.compile(r"^\s*\|\s*\d{1,3}\s+[^|]*\|\s*(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:"
+_CLOCK = re.compile(r"^\s*[A-Z][a-z]{2} [A-Z][a-z]{2}"
+                    r"\s+[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}\s*$")
+_GPU_ROW = re.compile(r"^\s*\|\s*[0-9]{1,3}\s+[^|]*\|\s*(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:"
                       r"[0-9A-Fa-f]{2}\.[0-7]\s+\S*\s*\|")
 _PREFIXED = r"^\s*(?:\[pod/[^\]\s]{1,300}\]\s+)?"  # a kubectl --prefix, or none
 _SMI_ERR = re.compile(_PREFIXED + r"(?:NVIDIA-SMI has failed|NVIDIA-SMI couldn't find|No "
@@ -315,7 +316,7 @@ _SMI_ERR = re.compile(_PREFIXED + r"(?:NVIDIA-SMI has failed|NVIDIA-SMI couldn't
 _MIG_BOX_HEAD = re.compile(r"^\s*\|\s*(?:GPU|Compute) instance(?:s| profiles):")
 _MIG_MESSAGE = re.compile(r"^\s*(?:No MIG-enabled devices found|No GPU instances found"
                           r"|No compute instances found)\b")
-_SMI_L = re.compile(_PREFIXED + r"(?:GPU \d+: .+\(UUID: GPU-[^)]*\)\s*$|MIG .+Device\s+\d+: "
+_SMI_L = re.compile(_PREFIXED + r"(?:GPU [0-9]+: .+\(UUID: GPU-[^)]*\)\s*$|MIG .+Device\s+[0-9]+: "
                     r"\(UUID: MIG-)")
 
 

@@ -14,7 +14,7 @@ import re
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc, claim_blocks
-from gputriage.parsers.base import normalize_bus_id, parse_bool
+from gputriage.parsers.base import normalize_bus_id, parse_bool, split_lines
 from gputriage.parsers.nvsmi import (
     FieldSpec,
     SmiGpu,
@@ -160,7 +160,7 @@ def parse_nvsmi_text(text: str) -> SmiReport:
     builders: list[_GpuBuilder] = []
     current: _GpuBuilder | None = None
     recognised = False
-    for raw_line in text.splitlines():
+    for raw_line in split_lines(text):
         line = raw_line.replace("\r", "").expandtabs(4).rstrip()
         content = line.strip()
         if not content:

@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import split_lines
 
 __all__ = ["NvvsEntry", "NvvsLog", "claim_nvvs_log", "parse_nvvs_log"]
 
 _LINE = re.compile(
-    r"^\s*(?P<time>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d{1,9})?)\s+"
+    r"^\s*(?P<time>[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?)\s+"
     r"(?P<level>DEBUG|VERB|VERBOSE|INFO|WARN|WARNING|ERROR|CRIT|CRITICAL|FATAL)\s+"
-    r"\[(?P<pid>\d{1,10}):\d{1,10}\]\s*(?P<msg>.*)$")  # msg stripped by the reader
+    r"\[(?P<pid>[0-9]{1,10}):[0-9]{1,10}\]\s*(?P<msg>.*)$")  # msg stripped by the reader
 _PLUGIN = re.compile(r"^\[\[(?P<plugin>[\w .-]{1,40})\]\]\s*")
-_WHERE = re.compile(r"\[(?P<file>[^\[\]]{0,300}?\.(?:cpp|h|hpp|c):\d{1,9})\]"
+_WHERE = re.compile(r"\[(?P<file>[^\[\]]{0,300}?\.(?:cpp|h|hpp|c):[0-9]{1,9})\]"
                     r"(?:\s{0,40}\[[^\[\]]{0,300}\])?\s*$")
 # what only NVVS prints (its sources, its plugins, its config and child processes)
 # (nv-hostengine tags its own modules' lines the same way: [[NvSwitch]], [[Profiling]]...)
@@ -31,7 +32,7 @@ _NVVS = re.compile(
     r"SysMon|Sysmon|MnDiag|NvSwitchManager|Nvsdm)\]\])\w|\bnvvs\b|diag-skus|"
     r"package diag config|Output of child process|"
     r"numa_sched_setaffinity|PluginLib|PluginTest|ConfigFileParser|ShutdownPlugin|"
-    r"/plugins/cuda\d+/|datac[ae]nter-gpu-manager-config|Test \w[\w ]*: ",
+    r"/plugins/cuda[0-9]+/|datac[ae]nter-gpu-manager-config|Test \w[\w ]*: ",
     re.IGNORECASE)
 
 
@@ -68,7 +69,7 @@ def parse_nvvs_log(text: str) -> NvvsLog:
     """Parse nvvs.log records; ParseError when no line is an NVVS record."""
     out = NvvsLog()
     cur: NvvsEntry | None = None
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         if m := _LINE.match(raw):
             msg = m.group("msg").strip()
             plugin = None

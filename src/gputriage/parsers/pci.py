@@ -10,7 +10,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.parsers.base import (
+    normalize_bus_id,
+    split_lines,
+    strict_float,
+    strict_hex,
+    strict_int,
+)
 from gputriage.parsers.driver import split_tree
 
 __all__ = ["PciFunction", "parse_aer", "parse_link_speed", "parse_pci_tree"]
@@ -23,7 +29,7 @@ _INFINIBAND = 0x0207
 _NETWORK_BASE = 0x02
 
 _ADDRESS = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-_SPEED = re.compile(r"^\s*(\d{1,4}(?:\.\d{1,4})?)\s*GT/s")
+_SPEED = re.compile(r"^\s*([0-9]{1,4}(?:\.[0-9]{1,4})?)\s*GT/s")
 
 
 def parse_link_speed(text: str | None) -> float | None:
@@ -31,16 +37,17 @@ def parse_link_speed(text: str | None) -> float | None:
     if not text:
         return None
     m = _SPEED.match(text)
-    return float(m.group(1)) if m else None
+    return strict_float(m.group(1)) if m else None
 
 
 def parse_aer(text: str) -> dict[str, int]:
     """An ``aer_dev_*`` file (``Name count`` lines) -> {name: count}; bad lines skipped."""
     out: dict[str, int] = {}
-    for line in text.splitlines():
+    for line in split_lines(text):
         parts = line.split()
-        if len(parts) == 2 and parts[1].isascii() and parts[1].isdigit():
-            out[parts[0]] = int(parts[1])
+        count = strict_int(parts[1], signed=False) if len(parts) == 2 else None
+        if count is not None:
+            out[parts[0]] = count
     return out
 
 
@@ -105,21 +112,15 @@ class PciFunction:
 def _hex(text: str | None) -> int | None:
     if not text:
         return None
-    v = text.strip().lower().removeprefix("0x")
-    if not v or len(v) > 8 or any(c not in "0123456789abcdef" for c in v):
-        return None
-    return int(v, 16)
+    v = text.strip()
+    return strict_hex(v) if len(v.lower().removeprefix("0x")) <= 8 else None
 
 
 def _dec(text: str | None) -> int | None:
     if text is None:
         return None
     v = text.strip()
-    neg = v.startswith("-")
-    digits = v[1:] if neg else v
-    if not digits or len(digits) > 9 or not (digits.isascii() and digits.isdigit()):
-        return None
-    return -int(digits) if neg else int(digits)
+    return strict_int(v, lo=-999_999_999, hi=999_999_999) if not v.startswith("+") else None
 
 
 def _text(text: str | None) -> str | None:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id
+from gputriage.parsers.base import ParseError, normalize_bus_id, split_lines, strict_int
 from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
 
 __all__ = ["ENDS", "EVENTS", "STARTS", "PdEntry", "PersistencedLog", "claim_persistenced_journal",
@@ -27,7 +27,7 @@ __all__ = ["ENDS", "EVENTS", "STARTS", "PdEntry", "PersistencedLog", "claim_pers
 
 _DAEMON = r"nvidia-persistenced"
 _UNIT_WORDS = r"(?:nvidia-persistenced(?:\.service)?|NVIDIA Persistence Daemon)"
-_BARE = re.compile(r"^\s{0,4}(?P<prog>nvidia-persistenced|systemd)(?:\[(?P<pid>\d{1,10})\])?:"
+_BARE = re.compile(r"^\s{0,4}(?P<prog>nvidia-persistenced|systemd)(?:\[(?P<pid>[0-9]{1,10})\])?:"
                    r"\s{0,4}(?P<msg>.{0,4000})$")
 _ABOUT_UNIT = re.compile(_UNIT_WORDS, re.IGNORECASE)
 _BOOT_MARK = re.compile(r"^-- (?:Boot [0-9a-f]{1,64}|Logs begin|Journal begins|No entries|Reboot)")
@@ -39,7 +39,7 @@ EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("device-failed", re.compile(r"^device \S{1,32} - failed", re.IGNORECASE)),
     ("failed", re.compile(r"^Failed\b|failed to initiali[sz]e|Main process exited|"
                           r"Control process exited|Failed with result", re.IGNORECASE)),
-    ("signal", re.compile(r"^Received signal (?P<signal>\d{1,3})", re.IGNORECASE)),
+    ("signal", re.compile(r"^Received signal (?P<signal>[0-9]{1,3})", re.IGNORECASE)),
     ("shutdown", re.compile(r"^Shutdown\b", re.IGNORECASE)),
     *UNIT_LIFECYCLE,
     ("registered", re.compile(r"^device \S{1,32} - (?:registered|persistence mode enabled)",
@@ -107,13 +107,13 @@ class PersistencedLog:
 
 def _entry(time: str | None, prog: str, pid: str | None, message: str, line: str) -> PdEntry:
     text = message.strip()
-    entry = PdEntry(time, prog, int(pid) if pid else None, text, line.rstrip())
+    entry = PdEntry(time, prog, strict_int(pid, signed=False), text, line.rstrip())
     for name, pattern in EVENTS:
         m = pattern.search(text)
         if m:
             entry.event = name
             if name == "signal":
-                entry.signal = int(m.group("signal"))
+                entry.signal = strict_int(m.group("signal"), signed=False)
             break
     dev = _DEVICE.match(text)
     entry.device = normalize_bus_id(dev.group("bus")) if dev else None
@@ -140,7 +140,7 @@ def parse_persistenced_journal(text: str) -> PersistencedLog:
     if not text or not text.strip():
         return log
     saw_marker = False
-    for raw in text.splitlines():
+    for raw in split_lines(text):
         line = raw.rstrip()
         if _BOOT_MARK.match(line.strip()):
             saw_marker = True
@@ -155,7 +155,7 @@ def parse_persistenced_journal(text: str) -> PersistencedLog:
 
 
 # --- recognising it in a paste -------------------------------------------------------
-_CLAIM = re.compile(r"(?:^|\s)nvidia-persistenced(?:\[\d+\])?:"
+_CLAIM = re.compile(r"(?:^|\s)nvidia-persistenced(?:\[[0-9]+\])?:"
                     rf"|(?:^|\s)systemd(?:\[1\])?: .*{_UNIT_WORDS}")
 
 

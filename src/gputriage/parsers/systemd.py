@@ -11,16 +11,16 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, parse_int
+from gputriage.parsers.base import ParseError, parse_int, split_lines
 
 __all__ = ["JOURNAL_LINE", "UNIT_LIFECYCLE", "UnitState", "claim_units", "parse_systemctl_show"]
 
 
 # a journal record as journalctl or syslog prints it: time, host, program[pid]: message
 JOURNAL_LINE = re.compile(
-    r"^\s{0,4}(?P<time>(?:\S{1,12}\s{1,4}\d{1,2}|\d{4}-\d\d-\d\d[T ])\s{0,4}"
-    r"\d\d:\d\d:\d\d\S{0,16})\s{1,4}(?P<host>\S{1,128})\s{1,4}"
-    r"(?P<prog>[^\s:\[\]]{1,128})(?:\[(?P<pid>\d{1,10})\])?:\s{0,4}(?P<msg>.{0,4000})$")
+    r"^\s{0,4}(?P<time>(?:\S{1,12}\s{1,4}[0-9]{1,2}|[0-9]{4}-[0-9]{2}-[0-9]{2}[T ])\s{0,4}"
+    r"[0-9]{2}:[0-9]{2}:[0-9]{2}\S{0,16})\s{1,4}(?P<host>\S{1,128})\s{1,4}"
+    r"(?P<prog>[^\s:\[\]]{1,128})(?:\[(?P<pid>[0-9]{1,10})\])?:\s{0,4}(?P<msg>.{0,4000})$")
 
 # systemd's own records of a unit's life (journalctl -u), shared by the service journals
 UNIT_LIFECYCLE: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -65,7 +65,7 @@ _NOT_FOUND = re.compile(r"Unit (\S{1,256}) could not be found")
 _STATE_WORD = re.compile(r"^([a-z][a-z\-]{0,31})(?:\s+\(([^)]{0,64})\))?")
 _RESULT = re.compile(r"\(Result: ([a-z\-]{1,32})\)")
 _SINCE = re.compile(r"\bsince (.{1,64}?)(?:;|$)")
-_STATUS_CODE = re.compile(r"status=(\d{1,5})")
+_STATUS_CODE = re.compile(r"status=([0-9]{1,5})")
 
 
 def _none(value: str | None) -> str | None:
@@ -146,7 +146,7 @@ def parse_systemctl_show(text: str) -> UnitState | None:
     """
     if not text or not text.strip():
         return None
-    lines = text.splitlines()
+    lines = split_lines(text)
     raw: dict[str, str] = {}
     if any((m := _KEY_VALUE.match(line.strip())) and m.group(1) in _SHOW_KEYS for line in lines):
         for line in lines:
@@ -172,8 +172,10 @@ _STATUS_HEAD = re.compile(r"^\s*[●○×*]?\s*(?P<unit>nvidia-(?:persistenced|f
 _UNIT_NOT_FOUND = re.compile(
     r"^Unit nvidia-(?:persistenced|fabricmanager)\S* could not be found")
 _INDENTED = re.compile(r"^(?:\s*$|\s)")
-_JOURNAL = re.compile(r"^(?:\S+\s+\d{1,2}|\d{4}-\d\d-\d\dT\S+)\s+\d\d:\d\d:\d\d\S*\s+\S+\s+\S+:|"
-                      r"^\S+\s+\d{1,2} \d\d:\d\d:\d\d \S+ \S+:")
+_JOURNAL = re.compile(r"^(?:\S+\s+[0-9]{1,2}|"
+                      r"[0-9]{4}-[0-9]{2}-[0-9]{2}T\S+)"
+                      r"\s+[0-9]{2}:[0-9]{2}:[0-9]{2}\S*\s+\S+\s+\S+:|"
+                      r"^\S+\s+[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2} \S+ \S+:")
 _STATE_KEY = re.compile(r"^(?:ActiveState|LoadState)=", re.M)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import split_lines
 
 __all__ = ["P2P_CODES", "UNKNOWN_DISTANCE", "TopoMatrix", "claim_topo", "distance",
            "nvlink_count", "parse_topo"]
@@ -27,13 +28,13 @@ UNKNOWN_DISTANCE = 9
 
 _RANK = {"X": 0, "C2C": 1, "NVL": 1, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6,
          "SOC": 6}  # SOC: the name older drivers printed for SYS
-_NV = re.compile(r"^NV(\d{1,3})$")
+_NV = re.compile(r"^NV([0-9]{1,3})$")
 _QUOTE = re.compile(r"^\s*(?:>\s?)+")
-_DEVICE = re.compile(r"^(?:GPU\d{1,4}|NIC\d{1,4}|[a-z][a-z0-9_-]{0,30}\d)$")
+_DEVICE = re.compile(r"^(?:GPU[0-9]{1,4}|NIC[0-9]{1,4}|[a-z][a-z0-9_-]{0,30}[0-9])$")
 _AFFINITY_WORDS = frozenset({"CPU", "NUMA", "GPU", "Affinity", "ID"})
 _CELL = re.compile(r"^(?:X|[A-Z][A-Z0-9/]{0,7})$")
 _LEGEND = re.compile(r"^\s*(X|NV#|[A-Z][A-Z0-9]{0,5})\s+=\s+(\S.*?)\s*$")
-_NIC_LEGEND = re.compile(r"^\s*(NIC\d{1,4})\s*:\s*(\S+)\s*$")
+_NIC_LEGEND = re.compile(r"^\s*(NIC[0-9]{1,4})\s*:\s*(\S+)\s*$")
 
 
 def distance(link: str | None) -> int:
@@ -166,7 +167,7 @@ def parse_topo(text: str) -> TopoMatrix:
     """
     if not text or not text.strip():
         return TopoMatrix()
-    lines = [_clean(ln) for ln in text.splitlines()]
+    lines = [_clean(ln) for ln in split_lines(text)]
     starts = [i for i, ln in enumerate(lines) if _is_header(ln.split())]
     if not starts:
         raise ParseError("not nvidia-smi topo output: no matrix header starting with GPU0")
@@ -213,8 +214,9 @@ def _matrix(lines: list[str]) -> TopoMatrix:
 
 
 # --- recognising it in a paste -------------------------------------------------------
-_TOPO_HEAD = re.compile(r"^\s*GPU0(?:\s+(?:GPU\d+|NIC\d+|mlx\S+|CPU|NUMA|Affinity|ID|GPU))*\s*$")
-_TOPO_ROW = re.compile(r"^\s*(?:GPU\d+|NIC\d+|mlx\S+)\s")
+_TOPO_HEAD = re.compile(r"^\s*GPU0(?:\s+(?:GPU[0-9]+|NIC[0-9]+|mlx\S+|CPU|NUMA|Affinity|ID|"
+                        r"GPU))*\s*$")
+_TOPO_ROW = re.compile(r"^\s*(?:GPU[0-9]+|NIC[0-9]+|mlx\S+)\s")
 _TOPO_FIRST = re.compile(r"^\s*GPU0\s+X\b")
 _LEGEND_HEAD = re.compile(r"^\s*(?:NIC )?Legend:\s*$")
 

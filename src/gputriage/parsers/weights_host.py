@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import split_lines, strict_int
 
 __all__ = ["HEADER", "Mount", "WeightsHost", "claim_weights_host", "classify_mount",
            "parse_mountinfo", "parse_mountinfo_line", "parse_weights_host"]
@@ -62,7 +63,7 @@ def parse_mountinfo(text: str) -> list[Mount]:
     """Every mount of ``/proc/self/mountinfo`` (lines that are not mounts are skipped);
     ParseError when there is none."""
     mounts = []
-    for line in text.splitlines():
+    for line in split_lines(text):
         try:
             mounts.append(parse_mountinfo_line(line))
         except ParseError:
@@ -105,6 +106,10 @@ class WeightsHost:
     local_free_bytes: int | None = None
     mem_available_kb: int | None = None
     lines: dict[str, str] = field(default_factory=dict)  # key -> its line, for evidence
+    problems: list[str] = field(default_factory=list)  # fields that are not numbers
+
+    def unreadable_fields(self) -> list[str]:
+        return self.problems
 
     @property
     def tier(self) -> str | None:
@@ -116,16 +121,20 @@ class WeightsHost:
         return classify_mount(self.local_mount) if self.local_mount else None
 
 
-def _number(key: str, value: str) -> int:
-    digits = value.split()[0] if value.split() else ""
-    if not digits.isdigit():
-        raise ParseError(f"{key}: not a number: {value[:40]!r}")
-    return int(digits)
+def _number(out: WeightsHost, key: str, value: str) -> int | None:
+    """A byte or kB count (``4837212160000``, ``98304000 kB``); None, noted in the
+    report's unreadable fields, when it is not one."""
+    words = value.split()
+    number = strict_int(words[0], signed=False) if words else None
+    if number is None:
+        out.problems.append(f"{key}: not a number: {value[:40]!r}")
+        return None
+    return number
 
 
 def parse_weights_host(text: str) -> WeightsHost:
     """The host report; ParseError without its header or its ``model_dir``."""
-    lines = text.splitlines()
+    lines = split_lines(text)
     if not any(ln.strip() == HEADER for ln in lines):
         raise ParseError(f"not a weights host report: no '{HEADER}' line")
     values: dict[str, str] = {}
@@ -138,13 +147,13 @@ def parse_weights_host(text: str) -> WeightsHost:
         raise ParseError("weights host report without model_dir")
     out = WeightsHost(values["model_dir"], lines=kept)
     if "model_bytes" in values:
-        out.model_bytes = _number("model_bytes", values["model_bytes"])
+        out.model_bytes = _number(out, "model_bytes", values["model_bytes"])
     if "free_bytes" in values:
-        out.free_bytes = _number("free_bytes", values["free_bytes"])
+        out.free_bytes = _number(out, "free_bytes", values["free_bytes"])
     if "local_free_bytes" in values:
-        out.local_free_bytes = _number("local_free_bytes", values["local_free_bytes"])
+        out.local_free_bytes = _number(out, "local_free_bytes", values["local_free_bytes"])
     if "MemAvailable" in values:
-        out.mem_available_kb = _number("MemAvailable", values["MemAvailable"])
+        out.mem_available_kb = _number(out, "MemAvailable", values["MemAvailable"])
     if values.get("mount"):
         out.mount = parse_mountinfo_line(values["mount"])
     if values.get("local_mount"):

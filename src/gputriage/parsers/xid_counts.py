@@ -15,16 +15,17 @@ from dataclasses import dataclass
 
 from gputriage.errors import ParseError
 from gputriage.ingest.paste import PasteDoc
+from gputriage.parsers.base import split_lines, strict_int
 
 __all__ = ["XidCountTable", "XidCounts", "claim_xid_counts", "parse_xid_counts"]
 
-_XID = re.compile(r"\bxids?[\s_#:=-]*(\d{1,3})\b", re.IGNORECASE)
+_XID = re.compile(r"\bxids?[\s_#:=-]*([0-9]{1,3})\b", re.IGNORECASE)
 # a host name with a digit, starting a word (the lookahead, atomic in Python, settles
 # where its digit is: no backtracking over them; a name is at most 253 characters) and a
 # count; a row is pairs and nothing else, tested
 # pair by pair (never one regex repeating pairs, which backtracks exponentially)
-_HOST = r"(?<![\w.-])(?=[A-Za-z][\w.-]{0,252}\d)[A-Za-z][\w.-]{0,252}"
-_COUNT = r"\d{1,3}(?:,\d{3}){1,4}|\d{1,15}"
+_HOST = r"(?<![\w.-])(?=[A-Za-z][\w.-]{0,252}[0-9])[A-Za-z][\w.-]{0,252}"
+_COUNT = r"[0-9]{1,3}(?:,[0-9]{3}){1,4}|[0-9]{1,15}"
 _MARK = r"<-+|\u2190|\*"
 _PAIR = re.compile(rf"(?P<host>{_HOST})(?:\s*:\s*|\s+)(?P<count>{_COUNT})(?![\w.,])"
                    rf"(?:\s*(?P<mark>{_MARK}))?")
@@ -52,7 +53,8 @@ class XidCounts:
 
 
 def _xids(line: str) -> set[int]:
-    return {int(m.group(1)) for m in _XID.finditer(line)}
+    found = {strict_int(m.group(1), signed=False) for m in _XID.finditer(line)}
+    return {n for n in found if n is not None}
 
 
 def _is_row(line: str) -> bool:
@@ -64,8 +66,8 @@ def _is_row(line: str) -> bool:
 def _pairs(line: str) -> list[tuple[str, int, bool]]:
     md = _MD_ROW.match(line)
     found = [md] if md else ([] if _MD_RULE.match(line) else list(_PAIR.finditer(line)))
-    return [(m.group("host"), int(m.group("count").replace(",", "")), bool(m.group("mark")))
-            for m in found]
+    return [(m.group("host"), n, bool(m.group("mark"))) for m in found
+            if (n := strict_int(m.group("count").replace(",", ""), signed=False)) is not None]
 
 
 def parse_xid_counts(text: str) -> XidCounts:
@@ -82,7 +84,7 @@ def parse_xid_counts(text: str) -> XidCounts:
             tables.append(XidCountTable(xid, tuple((h, c) for h, c, _ in rows),
                                         tuple(h for h, _, m in rows if m), tuple(lines)))
 
-    for line in text.splitlines():
+    for line in split_lines(text):
         if not line.strip():
             continue
         named = _xids(line)

@@ -36,7 +36,8 @@ REPAIR_ORDER = (
     "advertises its GPUs again.")
 CHECK_ON_NODE = "run `gputriage check` on the node to confirm the loaded driver version"
 # a driver library named in a job's error: "libcuda.so.535.161.07", "libnvidia-ml.so.550.54.15"
-_JOB_LIB = re.compile(r"lib(?:cuda|nvidia-[\w-]+)\.so\.(?P<v>\d{3}\.\d{1,3}(?:\.\d{1,3})?)")
+_JOB_LIB = re.compile(r"lib(?:cuda|nvidia-[\w-]+)\.so\.(?P<v>[0-9]{3}\.[0-9]{1,3}"
+                      r"(?:\.[0-9]{1,3})?)")
 _MISSING = re.compile(r"no such file|not found|does not exist|error mounting|mount error", re.I)
 _UNKNOWN_RUNTIME = re.compile(r"unknown or invalid runtime name: nvidia|unknown runtime "
                               r"(?:name|specified)?:? ?nvidia|no runtime for \"?nvidia", re.I)

@@ -206,7 +206,7 @@ def _hardware(hits: list[Hit]) -> Iterator[Finding]:
         mine = [h for h in hits if h.message.id == mid]
         if not mine:
             continue
-        ordinal = re.search(r"device (?:ordinal )?(\d{1,3})\b", mine[0].line)
+        ordinal = re.search(r"device (?:ordinal )?([0-9]{1,3})\b", mine[0].line)
         on = f" on CUDA device {ordinal.group(1)}" if ordinal else ""
         yield finding(
             fid, Severity.CRITICAL, f"CUDA error {mid[5:]}: {what}{on} (the GPU's hardware)",
@@ -288,7 +288,7 @@ def _kernel_fault(hits: list[Hit], events: list[DriverEvent] | None) -> Finding:
         Action.RESTART_JOB, Blame.JOB, evidence=ev, references=(DOC_XID,))
 
 
-_SIZE = r"(\d{1,9}(?:\.\d{1,4})?)\s?([KMGT]i?B)"
+_SIZE = r"([0-9]{1,9}(?:\.[0-9]{1,4})?)\s?([KMGT]i?B)"
 # PyTorch's out-of-memory message, before 2.1 and after
 _TORCH_TOTAL = re.compile(rf"(?:{_SIZE} total capacity|total capacity of {_SIZE})")
 _TORCH_OWN = re.compile(rf"(?:{_SIZE} reserved in total by PyTorch|this process has {_SIZE} "

@@ -52,13 +52,13 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     ("unsupported", r"unsupported driver combination|driver .{0,40}not supported"),
     ("mismatch", r"version mismatch|versions? (?:do|does) not match|hostengine version"),
     ("internal", r"internal error during the test|\binternal error\b"),
-    ("persistence", r"Persistence mode for GPU \d+ is (?:currently )?disabled"),
+    ("persistence", r"Persistence mode for GPU [0-9]+ is (?:currently )?disabled"),
     ("thermal", r"Thermal violations"),
-    ("power", r"Max power of [\d.]{1,20} did not reach desired power minimum"),
+    ("power", r"Max power of [0-9.]{1,20} did not reach desired power minimum"),
     # DCGM_FR_ROW_REMAP_FAILURE, _UNCORRECTABLE_ROW_REMAP, _PENDING_ROW_REMAP,
     # _PENDING_PAGE_RETIREMENTS, _RETIRED_PAGES_LIMIT, _RETIRED_PAGES_DBE_LIMIT,
     # _DBE_PENDING_PAGE_RETIREMENTS, _CORRUPT_INFOROM, _VOLATILE_DBE_DETECTED, _UNCONTAINED
-    ("hardware", r"row remapping failed|uncorrectable memory errors and \d{1,9} rows were "
+    ("hardware", r"row remapping failed|uncorrectable memory errors and [0-9]{1,9} rows were "
                  r"remapped|row remappings are pending|pending retired page|retired pages "
                  r"have been detected|retired pages due to DBEs|Pending page retirements "
                  r"together with a DBE|corrupt InfoROM|volatile double-bit ECC error|"
@@ -68,8 +68,9 @@ INSTALL = frozenset({"plugins", "missing-test", "config", "unsupported", "mismat
 RUN = frozenset({"affinity", "unparsable", "internal"})
 NOT_HARDWARE = INSTALL | RUN | {"cuda-not-ready", "persistence", "mig"}
 HW_DEPLOYMENT = frozenset({"page retirement/row remap", "page retirement", "inforom"})
-_POWER = re.compile(r"Max power of (?P<got>\d{1,6}(?:\.\d{1,6})?) did not reach desired power "
-                    r"minimum (?:\S{1,60} )?of (?P<want>\d{1,6}(?:\s?\.\s?\d{1,6})?)")
+_POWER = re.compile(r"Max power of (?P<got>[0-9]{1,6}(?:\.[0-9]{1,6})?) did not reach desired power"
+                    r" "
+                    r"minimum (?:\S{1,60} )?of (?P<want>[0-9]{1,6}(?:\s?\.\s?[0-9]{1,6})?)")
 _SLURM = re.compile(r"\b(?:srun|sbatch|salloc)\b")
 
 
@@ -375,7 +376,7 @@ def _install(found: dict[str, list[tuple[str, list[str], str]]],
     code = (f" (Return {report.return_code}: {report.return_text})"
             if report is not None and report.return_code is not None else "")
     texts = " ".join(t for items in found.values() for t, _, _ in items)
-    cuda = sorted(set(re.findall(r"plugins/(cuda\d+)/", texts)))
+    cuda = sorted(set(re.findall(r"plugins/(cuda[0-9]+)/", texts)))
     pkgs = (f" The {'/'.join(cuda)} plugins are missing: install the DCGM support packages "
             "for every CUDA major version the driver supports (datacenter-gpu-manager-4-"
             f"{cuda[0]} and the others)." if cuda else "")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from gputriage.hostfacts.expectations import GpuTraces
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.driver import KernelModuleVersion, LibFile, ModuleVersions
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.kernel_fold import weight
@@ -121,7 +122,7 @@ def _mismatch_events(events: Iterable[DriverEvent], kernel: Versions, user: Vers
     """The kernel log's API-mismatch lines: the versions the first one names, and a flag."""
     mismatch_events = [e for e in events if e.kind == "api-mismatch"]
     for ev in mismatch_events[:1]:
-        line = ev.line.splitlines()
+        line = split_lines(ev.line)
         if ev.details.get("kernel_version"):
             kernel.setdefault(ev.details["kernel_version"], []).append(
                 evidence("kernel_log", line))
@@ -129,7 +130,7 @@ def _mismatch_events(events: Iterable[DriverEvent], kernel: Versions, user: Vers
             user.setdefault(ev.details["client_version"], []).append(
                 evidence("kernel_log", line))
     if mismatch_events:
-        flags.append(evidence("kernel_log", mismatch_events[0].line.splitlines(),
+        flags.append(evidence("kernel_log", split_lines(mismatch_events[0].line),
                               f"API mismatch reported {weight(mismatch_events)} time(s)"))
 
 
@@ -153,7 +154,7 @@ def _userspace_versions(libs: Iterable[LibFile], reading: NvmlReading | None,
                     user.setdefault(err.nvml_library_version, []).append(
                         evidence(source, [f"NVML library version: {err.nvml_library_version}"]))
                 # the complaint quotes the version line too: one line each, kept once
-                flags.append(evidence(source, err.line.splitlines()))
+                flags.append(evidence(source, split_lines(err.line)))
 
 
 def _active_libs(libs: Iterable[LibFile], targets: set[str] | None) -> list[LibFile]:
@@ -297,7 +298,7 @@ def smi_errors(smi: Sequence[tuple[str, SmiReport]],
             if err.kind == "version-mismatch" or (err.kind, err.bus_id) in seen:
                 continue
             seen.add((err.kind, err.bus_id))
-            ev = [evidence(source, err.line.splitlines())]
+            ev = [evidence(source, split_lines(err.line))]
             if err.kind in _SMI_ERRORS:
                 fid, title, why, action, blame = _SMI_ERRORS[err.kind]
                 scope = gpu_scope(err.bus_id) if err.bus_id else Scope()
@@ -455,7 +456,7 @@ def init_events(driver_events: Sequence[DriverEvent]) -> Iterator[Finding]:
         where = bus_id or (buses.pop() if len(buses) == 1 else None)
         yield finding(fid, Severity.CRITICAL, title, _INIT_WHY[fid], action, blame,
                       gpu_scope(where) if where else Scope(),
-                      [evidence("kernel_log", [ln for e in events for ln in e.line.splitlines()],
+                      [evidence("kernel_log", [ln for e in events for ln in split_lines(e.line)],
                                 f"{weight(events)} occurrence(s)" if weight(events) > 1
                                 else None,
                                 limit=12)])

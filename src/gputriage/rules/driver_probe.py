@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.kernel_fold import weight
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
@@ -27,7 +28,7 @@ _OTHER_CAUSES = ("rm-init-adapter-failed", "gsp-firmware-missing", "fallen-off-b
 
 
 def _lines(events: Sequence[DriverEvent]) -> list[str]:
-    return [ln for e in events for ln in e.line.splitlines()]
+    return [ln for e in events for ln in split_lines(e.line)]
 
 
 def _evidence(events: Sequence[DriverEvent], probes: Sequence[DriverEvent],

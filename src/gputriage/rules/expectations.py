@@ -18,6 +18,7 @@ from gputriage.hostfacts.host import DEFAULT_HUGEPAGE_KB
 from gputriage.hostfacts.pcie import GEN_GTS, IDLE_GTS, PcieLink
 from gputriage.hostfacts.stack import GpuSighting
 from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Scope, Severity
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.driver import KernelModuleVersion
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.memory import HugePagePool
@@ -270,7 +271,8 @@ def driver(expectations: Expectations, driver_versions: DriverVersions | None = 
 
 
 def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.split(".") if p.isdigit())
+    parts = (strict_int(p, signed=False) for p in text.split("."))
+    return tuple(p for p in parts if p is not None)
 
 
 @rule("expect.cuda", produces=("expect.cuda",))

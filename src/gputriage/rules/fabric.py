@@ -20,6 +20,7 @@ from gputriage.hostfacts.stack import GpuSighting
 from gputriage.knowledge import GpuProfile
 from gputriage.knowledge import xid as catalog
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.parsers.base import split_lines, strict_int
 from gputriage.parsers.fabricmanager import FmEntry, FmLog
 from gputriage.parsers.nvlink import (
     NvlinkErrorGpu,
@@ -68,7 +69,7 @@ def _label(index: int | None, name: str | None) -> str:
 def _fm_lines(entries: list[FmEntry], limit: int = 12) -> list[str]:
     """The printed lines of some records, each record once, in log order."""
     unique = list({id(e): e for e in entries}.values())
-    return [ln for e in unique for ln in e.line.splitlines()][:limit]
+    return [ln for e in unique for ln in split_lines(e.line)][:limit]
 
 
 # --- NVLink state ------------------------------------------------------------------------
@@ -480,7 +481,8 @@ def fabric_manager_log(fm_log: FmLog, needs_fabric_manager: FabricNeed | None = 
 
 def _never_fatal(entry: FmEntry) -> bool:
     """An NVSwitch error whose code the SXid catalog calls non-fatal, however logged."""
-    info = catalog.sxid_info(int(entry.code)) if entry.code and entry.code.isdigit() else None
+    code = strict_int(entry.code, signed=False)
+    info = catalog.sxid_info(code) if code is not None else None
     return info is not None and not info.fatal
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from gputriage.hostfacts.fabric import FM_SOURCE
 from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.fabricmanager import FmEntry, FmLog
 from gputriage.parsers.imex import ImexLog
 from gputriage.rules.base import evidence, finding, rule
@@ -18,7 +19,7 @@ IMEX_UNIT = "nvidia-imex"
 
 def _lines(entries: list[FmEntry], limit: int = 8) -> list[str]:
     unique = list({id(e): e for e in entries}.values())
-    return [ln for e in unique for ln in e.line.splitlines()][:limit]
+    return [ln for e in unique for ln in split_lines(e.line)][:limit]
 
 
 @rule("fabric.manager-prerequisite", produces=("fabric.manager-prerequisite",))

@@ -82,7 +82,7 @@ def _open_failed(run: GdrcopyRun, modules: dict[str, Module] | None) -> Finding:
 
 def _branch(versions: DriverVersions | None) -> int | None:
     for version in (versions.kernel_module, versions.userspace) if versions else ():
-        m = re.match(r"(\d{3,4})\.", version or "")
+        m = re.match(r"([0-9]{3,4})\.", version or "")
         if m:
             return int(m.group(1))
     return None

@@ -55,7 +55,8 @@ def _affinity(affinity: Affinity | None, port: IbPort) -> HcaAffinity | None:
 
 
 # PCI location in predictable RDMA / netdev names: roceP2p1s0f1, enp1s0f0np0, ibp24s0f1
-_NAME_PCI = re.compile(r"(?:P(?P<dom>\d{1,4}))?p(?P<bus>\d{1,3})s(?P<slot>\d{1,3})f\d{1,2}")
+_NAME_PCI = re.compile(r"(?:P(?P<dom>[0-9]{1,4}))?p(?P<bus>[0-9]{1,3})s"
+                       r"(?P<slot>[0-9]{1,3})f[0-9]{1,2}")
 
 
 def _adapter(port: IbPort) -> str | None:

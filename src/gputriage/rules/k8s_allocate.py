@@ -31,10 +31,11 @@ from gputriage.rules.k8s_common import object_scope
 SOURCE = "cluster"
 _ALLOCATE = re.compile(r"Allocate failed due to", re.IGNORECASE)
 _UNAVAILABLE = re.compile(r"requested number of devices unavailable for (?P<res>\S+?)\.?\s+"
-                          r"Requested: (?P<req>\d+), Available: (?P<avail>\d+)", re.IGNORECASE)
+                          r"Requested: (?P<req>[0-9]+), Available: (?P<avail>[0-9]+)",
+                          re.IGNORECASE)
 _UNHEALTHY = re.compile(r"no healthy devices present|cannot allocate unhealthy devices "
                         r"(?P<res>\S+?)(?:,|$)", re.IGNORECASE)
-_SHARED = re.compile(r"maximum request size for shared resources is (?P<max>\d+)", re.I)
+_SHARED = re.compile(r"maximum request size for shared resources is (?P<max>[0-9]+)", re.I)
 _PLUGIN_RPC = re.compile(r"device plugin (?P<call>\w+) rpc failed|rpc error", re.IGNORECASE)
 # NVML's own words at the end of the plugin's error chain
 _NVML_REASON = re.compile(r"(?P<reason>GPU is lost|GPU requires reset|Unknown Error|Driver Not "
@@ -42,7 +43,8 @@ _NVML_REASON = re.compile(r"(?P<reason>GPU is lost|GPU requires reset|Unknown Er
                           r"Not Supported|Timeout)", re.IGNORECASE)
 _LINKS = re.compile(r"unable to get device link information|error getting NVLink for devices",
                     re.IGNORECASE)
-_DEVICE = re.compile(r"nvml\.Device (?P<index>\d{1,3})|for devices \((?P<pair>\d{1,3}, ?\d{1,3})"
+_DEVICE = re.compile(r"nvml\.Device (?P<index>[0-9]{1,3})|for devices \((?P<pair>[0-9]{1,3}, ?[0-9]"
+                     r"{1,3})"
                      r"\)")
 
 

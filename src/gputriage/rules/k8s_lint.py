@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.parsers.base import as_int
 from gputriage.parsers.k8s_model import Cluster, KNode, Taint, Toleration
 from gputriage.rules.base import finding, rule
 from gputriage.rules.k8s_common import object_scope
@@ -30,11 +31,12 @@ from gputriage.rules.k8s_workloads import (
     workloads,
 )
 
+INT32_MAX = 2 ** 31 - 1  # the API's probe fields are int32
 CONVENTION_TAINT = Taint("nvidia.com/gpu", None, "NoSchedule")
 _GPU_LABEL = re.compile(r"(?i)gpu|accelerator|nvidia")
 READ_FAST_GBS, READ_SLOW_GBS = 2.0, 1.0  # weights read from network storage, GB/s
 _SHM_HINT = re.compile(r"(?i)num[_-]workers|dataloader|torchrun|deepspeed|nccl|"
-                       r"tensor[_-]parallel[_-]size[= ]*(?:[2-9]|\d\d)")
+                       r"tensor[_-]parallel[_-]size[= ]*(?:[2-9]|[0-9]{2})")
 _BUILTIN_TAINT = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
 
 
@@ -334,10 +336,15 @@ def lint_no_gang(cluster: Cluster) -> Iterator[Finding]:
 
 
 # --- probes against model loading ------------------------------------------------------
-def _budget(probe: dict[str, Any]) -> tuple[int, str]:
-    delay = int(probe.get("initialDelaySeconds") or 0)
-    period = int(probe.get("periodSeconds") or 10)
-    failures = int(probe.get("failureThreshold") or 3)
+def _budget(probe: dict[str, Any]) -> tuple[int, str] | None:
+    """The seconds a probe allows and how; None when a field is not a whole number of
+    the int32 the API takes (the manifest is refused, its probe is not judged)."""
+    numbers = [as_int(probe.get(key) or default, lo=0, hi=INT32_MAX)
+               for key, default in (("initialDelaySeconds", 0), ("periodSeconds", 10),
+                                    ("failureThreshold", 3))]
+    if None in numbers:
+        return None
+    delay, period, failures = cast(list[int], numbers)
     return delay + failures * period, (f"initialDelaySeconds {delay} + failureThreshold "
                                        f"{failures} x periodSeconds {period}")
 
@@ -360,7 +367,10 @@ def lint_probe_vs_load(cluster: Cluster) -> Iterator[Finding]:
             if size is None or kind is None:
                 continue
             gb, how = size
-            budget, terms = _budget(c.raw[kind])
+            allowed = _budget(c.raw[kind])
+            if allowed is None:
+                continue
+            budget, terms = allowed
             fast, slow = gb / READ_FAST_GBS, gb / READ_SLOW_GBS
             if budget >= fast:
                 continue

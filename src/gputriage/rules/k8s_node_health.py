@@ -10,11 +10,12 @@ from collections.abc import Iterator
 
 from gputriage.knowledge.xid import xid_info
 from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.k8s_model import GPU, Cluster, KNode
 from gputriage.rules.base import action_for, evidence, finding, rule
 from gputriage.rules.k8s_nodes import SOURCE, lines_of, named, scope_of
 
-_XID_REASON = re.compile(r"\"?(\d{1,3})\"?\s*:\s*true|\bxid[ _-]?(\d{1,3})\b", re.I)
+_XID_REASON = re.compile(r"\"?([0-9]{1,3})\"?\s*:\s*true|\bxid[ _-]?([0-9]{1,3})\b", re.I)
 
 
 @rule("k8s.driver-drift", produces=("k8s.driver-drift",))
@@ -47,10 +48,9 @@ def driver_drift(cluster: Cluster) -> Iterator[Finding]:
 
 
 def _xids(reason: str, message: str) -> list[int]:
-    codes = []
-    for m in _XID_REASON.finditer(f"{reason} {message}"):
-        codes.append(int(m.group(1) or m.group(2)))
-    return sorted(set(codes))
+    codes = {strict_int(m.group(1) or m.group(2), signed=False)
+             for m in _XID_REASON.finditer(f"{reason} {message}")}
+    return sorted(c for c in codes if c is not None)
 
 
 @rule("k8s.node-condition", produces=("k8s.node-condition",))
@@ -109,7 +109,7 @@ def mig_resources(cluster: Cluster) -> Iterator[Finding]:
         alloc = node.gpus("allocatable") or node.gpus("capacity") or {}
         slices = {k: v for k, v in alloc.items() if k.startswith("nvidia.com/mig-")}
         labelled = {m.group(1) for k in node.labels
-                    if (m := re.match(r"nvidia\.com/mig-(\d+g\.\d+gb)\.count$", k))}
+                    if (m := re.match(r"nvidia\.com/mig-([0-9]+g\.[0-9]+gb)\.count$", k))}
         strategy = node.labels.get("nvidia.com/mig.strategy")
         if labelled and slices:
             named = {k.removeprefix("nvidia.com/mig-") for k in slices}

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
-from gputriage.parsers.k8s_model import GPU, Cluster, KDaemonSet, KNode
+from gputriage.parsers.k8s_model import GPU, Cluster, KDaemonSet, KNode, quantity
 from gputriage.rules.base import action_for, evidence, finding, rule
 from gputriage.rules.k8s_common import object_scope
 
@@ -329,8 +329,5 @@ def node_gpus_free(node: KNode) -> float | None:
     a = _whole(node.gpus("allocatable"))
     if a is None or node.allocated is None:
         return None
-    used: Any = node.allocated.get(GPU, ("0", "0"))[0]
-    try:
-        return a - float(used)
-    except ValueError:
-        return None
+    used = quantity(node.allocated.get(GPU, ("0", "0"))[0])
+    return None if used is None else a - used

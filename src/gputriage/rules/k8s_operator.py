@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.gpu_operator_log import GpuOperatorLog, OpEntry
 from gputriage.parsers.k8s_model import Cluster, KDaemonSet, KPod
 from gputriage.rules.base import evidence, finding, rule
@@ -37,7 +38,7 @@ OPERANDS = (
     ("mig-manager", re.compile(r"^nvidia-mig-manager")),
     ("node-status-exporter", re.compile(r"^nvidia-node-status-exporter")),
 )
-_INIT = re.compile(r"^Init:(?P<done>\d+)/(?P<of>\d+)$")
+_INIT = re.compile(r"^Init:(?P<done>[0-9]+)/(?P<of>[0-9]+)$")
 _WHY = {
     "kernel-unresolved": "the packages of the running kernel (headers, kernel-devel) are not "
                          "in the driver container's repositories",
@@ -209,8 +210,9 @@ def _driver_failed(log: GpuOperatorLog | None, failures: list[OpEntry],
 
 def _stuck_step(pod: KPod) -> str | None:
     m = _INIT.match(pod.status or "")
-    if m and int(m.group("of")) == len(STEPS) and int(m.group("done")) < len(STEPS):
-        return STEPS[int(m.group("done"))]
+    done = strict_int(m.group("done"), lo=0, hi=len(STEPS) - 1) if m else None
+    if m and done is not None and strict_int(m.group("of")) == len(STEPS):
+        return STEPS[done]
     waiting = [c.name for c in pod.containers if c.init and c.state != "terminated"]
     for name in waiting:
         step = next((s for s in STEPS if name.startswith(s)), None)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.parsers.base import as_int
 from gputriage.parsers.k8s_model import Cluster, KObject
 from gputriage.rules.base import evidence, finding, rule
 from gputriage.rules.k8s_common import object_scope
@@ -91,7 +92,7 @@ class Priorities:
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return as_int(value) if isinstance(value, int) else None
 
 
 def _share(cluster: Cluster, a: Workload, b: Workload) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.k8s_model import KEvent
 
 __all__ = ["INSUFFICIENT", "SELECTOR", "AFFINITY", "TAINT", "UNSCHEDULABLE", "OTHER",
@@ -22,8 +23,8 @@ __all__ = ["INSUFFICIENT", "SELECTOR", "AFFINITY", "TAINT", "UNSCHEDULABLE", "OT
 INSUFFICIENT, SELECTOR, AFFINITY, TAINT, UNSCHEDULABLE, OTHER = (
     "insufficient", "selector", "affinity", "taint", "unschedulable", "other")
 
-_HEAD = re.compile(r"(?P<avail>\d+)/(?P<total>\d+) nodes are available(?::\s*)?")
-_PART = re.compile(r"(?:^|,\s*)(?P<n>\d+)\s+(?P<text>.+?)(?=,\s*\d+\s|$)")
+_HEAD = re.compile(r"(?P<avail>[0-9]+)/(?P<total>[0-9]+) nodes are available(?::\s*)?")
+_PART = re.compile(r"(?:^|,\s*)(?P<n>[0-9]+)\s+(?P<text>.+?)(?=,\s*[0-9]+\s|$)")
 _INSUFFICIENT = re.compile(r"^Insufficient (?P<res>\S+)$")
 _TAINT = re.compile(r"had (?:untolerated )?taints? \{(?P<taint>[^}]*)\}|had taints? that the "
                     r"pod didn't tolerate")
@@ -37,15 +38,16 @@ _QUEUE = re.compile(r"resource (?P<res>\S+) unavailable in ClusterQueue|insuffic
 _QUOTA = re.compile(r"exceeded quota: (?P<quota>[^,]+)(?:, requested: (?P<req>[^,]+(?:,[^,:]"
                     r"+)*?))?(?:, used: (?P<used>[^,]+))?(?:, limited: (?P<lim>[^,\s]+))?")
 # Volcano: "12/8 tasks in gang unschedulable: pod group is not ready, 20 minAvailable, 8 Running"
-_GANG = re.compile(r"(?P<pending>\d+)/(?P<ready>\d+) tasks in gang unschedulable.*?"
-                   r"(?P<min>\d+) minAvailable(?:,\s*(?P<running>\d+) Running)?", re.I | re.S)
+_GANG = re.compile(r"(?P<pending>[0-9]+)/(?P<ready>[0-9]+) tasks in gang unschedulable.*?"
+                   r"(?P<min>[0-9]+) minAvailable(?:,\s*(?P<running>[0-9]+) Running)?", re.I | re.S)
 
 
 # KAI Scheduler: "Non-preemptible workload is over quota. Workload requested 0.2 GPUs, but
 # aafa quota is 0.3 GPUs, while 0.1 GPUs are already allocated for non-preemptible pods."
 _KAI_QUOTA = re.compile(r"Non-preemptible workload is over quota\.\s*Workload requested "
-                        r"(?P<req>\d+(?:\.\d+)?) GPUs?,?\s+but (?P<queue>.{1,100}?) quota is "
-                        r"(?P<quota>\d+(?:\.\d+)?) GPUs?(?:,?\s+while (?P<alloc>\d+(?:\.\d+)?) "
+                        r"(?P<req>[0-9]+(?:\.[0-9]+)?) GPUs?,?\s+but (?P<queue>.{1,100}?) quota is "
+                        r"(?P<quota>[0-9]+(?:\.[0-9]+)?) GPUs?(?:,?\s+while (?P<alloc>[0-9]+(?:\.[0"
+                        r"-9]+)?) "
                         r"GPUs? (?:are|is) already allocated)?", re.I | re.S)
 
 
@@ -130,12 +132,17 @@ def parse_failed_scheduling(message: str) -> SchedMessage | None:
     body = message[head.end():]
     main, _, preemption = body.partition(" preemption:")
     main = main.strip().rstrip(".").strip()
+    available, total = strict_int(head.group("avail")), strict_int(head.group("total"))
+    if available is None or total is None:
+        return None
     reasons = []
     for m in _PART.finditer(main):
         text = m.group("text").strip().rstrip(".")
         kind, detail = _kind(text)
-        reasons.append(Reason(int(m.group("n")), text, kind, detail))
-    return SchedMessage(int(head.group("avail")), int(head.group("total")), tuple(reasons),
+        n = strict_int(m.group("n"))
+        if n is not None:
+            reasons.append(Reason(n, text, kind, detail))
+    return SchedMessage(available, total, tuple(reasons),
                         preemption.strip().rstrip(".").strip() or None)
 
 
@@ -163,5 +170,7 @@ def gang_message(text: str) -> tuple[int, int, int | None] | None:
     m = _GANG.search(text)
     if m is None:
         return None
-    running = m.group("running")
-    return int(m.group("pending")), int(m.group("min")), int(running) if running else None
+    pending, least = strict_int(m.group("pending")), strict_int(m.group("min"))
+    if pending is None or least is None:
+        return None
+    return pending, least, strict_int(m.group("running"))

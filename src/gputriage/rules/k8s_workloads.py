@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputriage.model import Evidence
+from gputriage.parsers.base import strict_float, strict_int
 from gputriage.parsers.k8s_model import Cluster, KObject, KPod, gpu_resources, quantity
 from gputriage.rules.base import evidence
 
@@ -361,12 +362,13 @@ def _workloads(cluster: Cluster) -> list[Workload]:
 
 
 # --- a model's size from its name --------------------------------------------------
-_PARAMS = re.compile(r"(?i)(?:^|[-_/.:=])(?:(\d+)x)?(\d+(?:\.\d+)?)b(?=$|[-_/.:,\s])")
+_PARAMS = re.compile(r"(?i)(?:^|[-_/.:=])(?:([0-9]+)x)?([0-9]+(?:\.[0-9]+)?)b(?=$|[-_/.:,\s])")
 _BYTES = ((re.compile(r"(?i)awq|gptq|int4|4bit|w4a16|nf4|q4|bnb-4"), 0.5, "4-bit"),
           (re.compile(r"(?i)fp8|int8|8bit|w8a8|q8"), 1.0, "8-bit"),
           (re.compile(r"(?i)fp32|float32"), 4.0, "FP32"))
 _MODEL_ENV = ("HF_MODEL", "HF_MODEL_ID", "MODEL_ID", "MODEL_NAME", "MODEL", "MODEL_PATH",
               "HUGGING_FACE_HUB_MODEL", "LLM_MODEL")
+MAX_BILLIONS, MAX_EXPERTS = 1e6, 4096  # beyond these a name's "NxMB" is not a model size
 MOE_SHARE = 0.83  # an NxMB mixture of experts shares its attention: ~0.83 x N x M params
 
 
@@ -400,7 +402,11 @@ def model_size_gb(w: Workload, c: Container | None = None) -> tuple[float, str] 
             m = _PARAMS.search(name)
             if m is None:
                 continue
-            params = float(m.group(2)) * (int(m.group(1)) * MOE_SHARE if m.group(1) else 1)
+            billions = strict_float(m.group(2), hi=MAX_BILLIONS)
+            experts = strict_int(m.group(1), lo=1, hi=MAX_EXPERTS) if m.group(1) else 1
+            if billions is None or experts is None:
+                continue
+            params = billions * (experts * MOE_SHARE if m.group(1) else 1)
             per, dtype = next(((b, d) for rx, b, d in _BYTES if rx.search(name + " " + flags)),
                               (2.0, "FP16/BF16"))
             return params * per, f"{name}: ~{params:g}B parameters x {per:g} bytes ({dtype})"

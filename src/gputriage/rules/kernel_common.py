@@ -27,6 +27,7 @@ from gputriage.model import (
     Severity,
     Status,
 )
+from gputriage.parsers.base import split_lines, strict_int
 from gputriage.parsers.kernel_events import DriverEvent, EventKind
 from gputriage.parsers.kernel_fold import seconds, weight
 from gputriage.rules.base import action_for, finding, gpu_scope
@@ -72,10 +73,7 @@ def when(ev: DriverEvent) -> str | None:
 
 def xid_code(ev: DriverEvent) -> int | None:
     """The numeric code of an Xid / SXid event."""
-    try:
-        return int(ev.details.get("code", ""))
-    except ValueError:
-        return None
+    return strict_int(ev.details.get("code"), signed=False)
 
 
 def scope_of(bus: str | None, gpus: GpuMap, *, device: bool = False,
@@ -127,7 +125,7 @@ def latest_of(events: Sequence[DriverEvent]) -> DriverEvent:
 
 
 def _lines(ev: DriverEvent) -> list[str]:
-    own = ev.line.splitlines() or [""]
+    own = split_lines(ev.line) or [""]
     more = len(own) - EVENT_LINES
     return own[:EVENT_LINES] + ([f"... ({more} more lines of this message)"] if more > 0 else [])
 

@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator, Sequence
 
 from gputriage.model import NODE, Action, Blame, Finding, Scope, Severity
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.kernel_fold import fold_key, weight
 from gputriage.parsers.kernel_host import pci_class
@@ -251,10 +252,7 @@ def _hw_errors(events: list[DriverEvent], make) -> Iterator[Finding]:  # noqa: A
 
 
 def _count(ev: DriverEvent) -> int:
-    try:
-        return max(1, int(ev.details.get("count", "1")))
-    except ValueError:
-        return 1
+    return max(1, strict_int(ev.details.get("count", "1")) or 1)
 
 
 # --- network links --------------------------------------------------------------------------

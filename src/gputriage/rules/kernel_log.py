@@ -27,6 +27,7 @@ from gputriage.hostfacts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
 from gputriage.knowledge.xid import SxidInfo, XidInfo
 from gputriage.model import NODE, Action, Blame, Finding, Scope, Severity
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.kernel_fold import weight
 from gputriage.rules.base import action_for, rule
@@ -70,7 +71,7 @@ def sxid_findings(log_events: list[DriverEvent],
 def _sxid_judged(code: int, events: list[DriverEvent]) -> Judged:
     info = catalog.sxid_info(code)
     switch = events[0].details.get("switch") or events[0].bus_id or "?"
-    if switch.isdigit():
+    if strict_int(switch, signed=False) is not None:
         switch = f"nvidia-nvswitch{switch}"
     links = sorted({ev.details["link"] for ev in events if ev.details.get("link")},
                    key=lambda s: (len(s), s))

@@ -20,6 +20,7 @@ from gputriage.hostfacts.resets import Resets
 from gputriage.hostfacts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
 from gputriage.model import DRAINING_ACTIONS, Action, Blame, Finding, Severity
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.kernel_fold import (
     FOLLOW_ON_S,
@@ -62,9 +63,9 @@ def _follow_on_causes(ev: DriverEvent, earlier_on_gpu: Sequence[tuple[int, Drive
     """The Xids an Xid 45 is a consequence of (empty when it stands alone), from the
     GPU's Xids before it: for events the scan did not judge (``follows`` None)."""
     causes: set[int] = set()
-    named = ev.details.get("caused_by")
-    if named and named.isdigit():
-        causes.add(int(named))
+    named = strict_int(ev.details.get("caused_by"), signed=False)
+    if named is not None:
+        causes.add(named)
     t = seconds(ev)
     for code, prev in reversed(earlier_on_gpu[-LOOKBACK:]):
         if code == 45:
@@ -155,7 +156,7 @@ def _app_faults(items: Iterable[tuple[int, DriverEvent]]) -> _AppFaults:
             out.unnamed = True
             continue
         pids = out.programs.setdefault(names[key], set())
-        if key.isdigit():
+        if strict_int(key, signed=False) is not None:
             pids.add(key)
     if patterns:
         out.shared_pattern = bool(set.intersection(*patterns.values()))
@@ -297,7 +298,7 @@ def _judge_45_group(j: Judged, g: _Group) -> None:
     _judge_45(j, g.events, g.ctx, g.causes_of, g.gpu)
 
 
-_MMU = re.compile(r"MMU Fault: ENGINE (?P<engine>[A-Z_]{1,24}\d{0,3}) (?P<client>\S{1,40}) "
+_MMU = re.compile(r"MMU Fault: ENGINE (?P<engine>[A-Z_]{1,24}[0-9]{0,3}) (?P<client>\S{1,40}) "
                   r"faulted @ (?P<addr>0x[0-9a-fA-F_]{1,24})\. Fault is of type (?P<type>\w{1,32})")
 
 

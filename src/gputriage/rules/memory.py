@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from gputriage import knowledge
 from gputriage.hostfacts.smi_views import SmiView
 from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.parsers.base import strict_int
 from gputriage.rules.base import evidence, finding, rule
 
 #: aggregate (lifetime) corrected ECC errors from which we mention them
@@ -26,8 +27,8 @@ REMAP_UNCORRECTABLE_RMA = 8
 
 def _nonzero(line: str) -> bool:
     """A counter line whose value is a non-zero number."""
-    m = re.search(r"(?::|>)\s*(\d+)\s*(?:<|$)", line)
-    return bool(m and int(m.group(1)) > 0)
+    m = re.search(r"(?::|>)\s*([0-9]+)\s*(?:<|$)", line)
+    return bool(m and strict_int(m.group(1)))
 
 
 def _yes(line: str) -> bool:

@@ -29,7 +29,7 @@ MIN_BYTES = 64 << 20  # runs whose largest size is smaller are not judged
 FULL_BYTES = 1 << 30  # from here the largest size is taken to show the plateau
 
 _NOT_INIT = re.compile(r"system not yet initialized", re.IGNORECASE)
-_FAILED_ON = re.compile(r"^\s*(?:\.\.\s+)?(?P<host>[^\s:]{1,255})(?: pid \d{1,10})?: Test "
+_FAILED_ON = re.compile(r"^\s*(?:\.\.\s+)?(?P<host>[^\s:]{1,255})(?: pid [0-9]{1,10})?: Test "
                         r"(?:NCCL |CUDA )?failure")
 _NCCL_FAIL = re.compile(r"Test NCCL failure \S+ '([^']+)'", re.IGNORECASE)
 _CUDA_FAIL = re.compile(r"Test CUDA failure \S+ '([^']+)'", re.IGNORECASE)

@@ -11,8 +11,8 @@ from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclWarn
 
 FLUSH = 5  # IBV_WC_WR_FLUSH_ERR: the queue pair already failed
 
-_STATUS = re.compile(r"(?:status=|with error )(\d{1,3})")
-_PEER = re.compile(r"from peer (\S+?)(?:<\d+>)?(?:,|\s|$)")
+_STATUS = re.compile(r"(?:status=|with error )([0-9]{1,3})")
+_PEER = re.compile(r"from peer (\S+?)(?:<[0-9]+>)?(?:,|\s|$)")
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def completions(log: NcclLog) -> list[Completion]:
             if status is None and (m := _STATUS.search(w.message)):
                 status = int(m.group(1))
             peer = w.peer or ((m := _PEER.search(w.message)) and m.group(1)) or None
-            peer = re.sub(r"<\d+>$", "", peer) if peer else None
+            peer = re.sub(r"<[0-9]+>$", "", peer) if peer else None
             secondary = status == FLUSH and first is not None
             out.append(Completion(p, w, status, peer, secondary, first if secondary else None))
             if first is None and status is not None and status != FLUSH:

@@ -14,6 +14,7 @@ from gputriage.hostfacts.nccl import on_sockets
 from gputriage.knowledge import nccl_warnings
 from gputriage.knowledge.ib_status import ib_wc_status
 from gputriage.model import NODE, Action, Blame, Finding, Occurrences, Scope, Severity
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.hostcfg import KernelCmdline
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.modules import Module
@@ -25,14 +26,14 @@ from gputriage.rules.nccl_ib_advice import HostRdma, advice, cloud_vm, roce_path
 LOG = "nccl_log"
 SHOWN = 6  # WARN lines kept as evidence per finding
 
-_VENDOR = re.compile(r"vendor err (\d+)")
+_VENDOR = re.compile(r"vendor err ([0-9]+)")
 _OPEN_FAIL = re.compile(r"could not open (?P<dev>[\w.-]+)|(?:Failed to open|Unable to open|"
-                        r"cannot open) (?P<dev2>/dev/infiniband/\S+|uverbs\d+|(?:mlx5|erdma|"
+                        r"cannot open) (?P<dev2>/dev/infiniband/\S+|uverbs[0-9]+|(?:mlx5|erdma|"
                         r"irdma|bnxt_re|efa|rxe)\w*)|ibv_open_device\S* (?:failed|error)",
                         re.IGNORECASE)
-_ERRNO = re.compile(r"\(([^()]*?),?\s*errno (\d+)\)|errno[ =](\d+)")
+_ERRNO = re.compile(r"\(([^()]*?),?\s*errno ([0-9]+)\)|errno[ =]([0-9]+)")
 _HANG_NOTE = re.compile(r"no peer here|may hang", re.IGNORECASE)
-_RANK_ON = re.compile(r"Rank (\d+) on (\S+)")
+_RANK_ON = re.compile(r"Rank ([0-9]+) on (\S+)")
 
 
 def _host(p: NcclProcess) -> str:
@@ -209,7 +210,8 @@ def device_open_failed(nccl_log: NcclLog,
 
 # --- NVLS / multi-node NVLink (NVLink fabric) ----------------------------------------------
 
-_CUDA_CODE = re.compile(r"Cuda failure (\d{1,4})|CUDA error (\d{1,4})|cuda error (\d{1,4})",
+_CUDA_CODE = re.compile(r"Cuda failure ([0-9]{1,4})|CUDA error ([0-9]{1,4})|cuda error "
+                        r"([0-9]{1,4})",
                         re.IGNORECASE)
 _MNNVL = re.compile(r"MNNVL|IMEX|nvidia-caps-imex", re.IGNORECASE)
 _NVLS = re.compile(r"nvls|multicast|cuMulticast", re.IGNORECASE)
@@ -312,7 +314,7 @@ def nvls_failed(nccl_log: NcclLog) -> Iterator[Finding]:
         imex = any(_MNNVL.search(w.message) for w in framework)
         title, why, sev, action, blame = _fabric_verdict(imex, _cuda_code(framework))
         yield finding("nccl.nvls-failed", sev, title, why, action, blame, NODE,
-                      [evidence(LOG, [ln for w in framework[:2] for ln in w.line.splitlines()])],
+                      [evidence(LOG, [ln for w in framework[:2] for ln in split_lines(w.line)])],
                       occurrences=Occurrences(len(framework)))
 
 
@@ -361,7 +363,7 @@ def _warn_class(w: NcclWarn) -> tuple:
     return _OTHER
 
 
-_CONNECT = re.compile(r"Connect to (?P<peer>[\w.:\[\]%-]{1,64}?)(?:<\d{1,6}>)? failed"
+_CONNECT = re.compile(r"Connect to (?P<peer>[\w.:\[\]%-]{1,64}?)(?:<[0-9]{1,6}>)? failed"
                       r"\s{0,2}:\s{0,2}(?P<why>Connection refused|Connection timed out|"
                       r"No route to host|Network is unreachable)", re.IGNORECASE)
 

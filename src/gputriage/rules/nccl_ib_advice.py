@@ -55,7 +55,7 @@ def roce_path(comps: list[Completion], ib_ports: list[IbPort] | None) -> bool | 
 
 # Hyper-V names a VM's passed-through (SR-IOV) RDMA and Ethernet interfaces after their
 # virtual PCI slot: ibP111p0s0, rdmaP1111p0s2, enP30832s1 (Azure's InfiniBand VMs)
-_HYPERV = re.compile(r"^(?:ib|rdma|en|eth)P\d{1,5}(?:p\d{1,3})?s\d{1,3}\b")
+_HYPERV = re.compile(r"^(?:ib|rdma|en|eth)P[0-9]{1,5}(?:p[0-9]{1,3})?s[0-9]{1,3}\b")
 
 
 def cloud_vm(comps: list[Completion]) -> str | None:

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
+from gputriage.parsers.base import split_lines, strict_int
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.nccl_model import NcclComm, NcclLog, NcclProcess, NcclWarn
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
@@ -161,11 +162,11 @@ def init_incomplete(nccl_log: NcclLog) -> Iterator[Finding]:
 
 _TIMEOUT = re.compile(r"collective operation timeout|Watchdog caught|timed out", re.IGNORECASE)
 _CUDA = re.compile(r"CUDA error:\s*([^\n]+)|Cuda failure '?([^'\n]+)'?", re.IGNORECASE)
-_RANK = re.compile(r"\[rank(\d+)\]|\[Rank (\d+)\]|\bRank (\d+)\b", re.IGNORECASE)
-_SEQ = re.compile(r"SeqNum=(\d+)")
+_RANK = re.compile(r"\[rank([0-9]+)\]|\[Rank ([0-9]+)\]|\bRank ([0-9]+)\b", re.IGNORECASE)
+_SEQ = re.compile(r"SeqNum=([0-9]+)")
 _OP = re.compile(r"OpType=(\w+)")
-_TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(\d+)")
-_RAN = re.compile(r"ran for (\d+) milliseconds")
+_TIMEOUT_MS = re.compile(r"Timeout\(ms\)=([0-9]+)")
+_RAN = re.compile(r"ran for ([0-9]+) milliseconds")
 _ECC = re.compile(r"ECC", re.IGNORECASE)
 _APP = re.compile(r"illegal memory access|illegal address|misaligned address|illegal instruction|"
                   r"invalid argument|device-side assert", re.IGNORECASE)
@@ -176,7 +177,7 @@ def _rank(w: NcclWarn) -> int | None:
     if w.rank is not None:
         return w.rank
     m = _RANK.search(w.line) or _RANK.search(w.message)
-    return int(next(g for g in m.groups() if g)) if m else None
+    return strict_int(next(g for g in m.groups() if g), signed=False) if m else None
 
 
 def _num(w: NcclWarn, attr: str, pattern: re.Pattern[str]) -> str | None:
@@ -200,10 +201,10 @@ def _timeout_text(group: list[NcclWarn]) -> str:
     op, seq = pick("op_type", _OP), pick("seq_num", _SEQ)
     limit, ran = pick("timeout_ms", _TIMEOUT_MS), pick("elapsed_ms", _RAN)
     parts = [" ".join(x for x in (op, f"SeqNum {seq}" if seq else None) if x)]
-    if ran:
-        parts.append(f"ran {int(ran) / 1000:g} s")
-    if limit:
-        parts.append(f"timeout {int(limit) / 1000:g} s")
+    if (ran_ms := strict_int(ran, signed=False)) is not None:
+        parts.append(f"ran {ran_ms / 1000:g} s")
+    if (limit_ms := strict_int(limit, signed=False)) is not None:
+        parts.append(f"timeout {limit_ms / 1000:g} s")
     return ", ".join(p for p in parts if p) or "collective"
 
 
@@ -217,12 +218,13 @@ def _rank_gpu(log: NcclLog, rank: int | None) -> int | None:
 
 def _xids(events: list[DriverEvent]) -> tuple[str, list[str], set[str]]:
     """('Xid 48, Xid 63 (3)', lines, bus ids) of GPU-fault Xids in this host's kernel log."""
-    found = [ev for ev in events
-             if ev.kind == "xid" and str(ev.details.get("code", "")).isdigit()
-             and int(ev.details["code"]) in GPU_XIDS]
-    counts = Counter(int(ev.details["code"]) for ev in found)
+    coded = [(ev, code) for ev in events if ev.kind == "xid"
+             and (code := strict_int(str(ev.details.get("code", "")), signed=False)) in GPU_XIDS
+             and code is not None]
+    found = [ev for ev, _ in coded]
+    counts = Counter(code for _, code in coded)
     text = ", ".join(f"Xid {c}" + (f" ({n})" if n > 1 else "") for c, n in sorted(counts.items()))
-    return text, [ev.line.splitlines()[0] for ev in found[:4]], {ev.bus_id for ev in found
+    return text, [split_lines(ev.line)[0] for ev in found[:4]], {ev.bus_id for ev in found
                                                                   if ev.bus_id}
 
 

@@ -39,7 +39,7 @@ SRC = "nccl_log"
 VIRTUAL_IFACE = re.compile(
     r"^(?:lo(?::.*)?$|docker|br-|virbr|veth|cni|flannel|cali|tun|tap|wg|tailscale|"
     r"cloudflarewarp|vxlan|cilium|weave|kube-|lxcbr|lxdbr|podman|zt)", re.IGNORECASE)
-IPOIB_IFACE = re.compile(r"^ib[a-z]?\d", re.IGNORECASE)  # ib0, ibs85f0, ibp12s0
+IPOIB_IFACE = re.compile(r"^ib[a-z]?[0-9]", re.IGNORECASE)  # ib0, ibs85f0, ibp12s0
 
 
 def _hosts_text(procs: list[NcclProcess]) -> str:

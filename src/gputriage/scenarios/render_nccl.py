@@ -46,7 +46,7 @@ def _peer_name(host: Host, k: int) -> str:
     """The ``k``-th host of the job: the scenario's host, then the next numbers."""
     if k == 0:
         return host.hostname
-    m = re.search(r"(\d+)$", host.hostname)
+    m = re.search(r"([0-9]+)$", host.hostname)
     if not m:
         return f"{host.hostname}-{k}"
     num = int(m.group(1)) + k
@@ -54,7 +54,7 @@ def _peer_name(host: Host, k: int) -> str:
 
 
 def _host_number(name: str) -> int:
-    m = re.search(r"(\d+)$", name)
+    m = re.search(r"([0-9]+)$", name)
     return (int(m.group(1)) - 1) % 253 + 1 if m else 1
 
 

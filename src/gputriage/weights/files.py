@@ -169,7 +169,7 @@ def _index_shards(index: Path, found: ModelFiles) -> list[Path]:
     return shards
 
 
-_SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$")
+_SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>[0-9]{5})-of-(?P<total>[0-9]{5})\.gguf$")
 
 
 def _one_gguf_model(root: Path, ggufs: list[Path], found: ModelFiles) -> None:

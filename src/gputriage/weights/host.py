@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from gputriage.errors import InputError
+from gputriage.parsers.base import split_lines
 from gputriage.parsers.weights_host import HEADER, Mount, classify_mount, parse_mountinfo
 from gputriage.views.safe import printable
 
@@ -90,5 +91,5 @@ def host_report(model_dir: str, model_bytes: int | None, *, stage_dir: str | Non
         if local_free is not None:
             lines.append(f"local_free_bytes: {local_free}")
     mem = _read("/proc/meminfo") if meminfo is None else meminfo
-    lines += [ln for ln in mem.splitlines() if ln.startswith("MemAvailable:")][:1]
+    lines += [ln for ln in split_lines(mem) if ln.startswith("MemAvailable:")][:1]
     return "\n".join(lines) + "\n"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import re
 
+from gputriage.parsers.base import strict_float
+
 __all__ = ["DTYPE_BYTES", "dtype_bytes", "format_bytes", "format_duration", "format_params",
            "normalise_dtype", "parse_params", "parse_rate", "parse_size"]
 
@@ -53,27 +55,22 @@ def dtype_bytes(name: str) -> float:
 MAX_PARAMS = 10**15
 MAX_QUANTITY = 1e18  # an exabyte (per second): past any disk, link or model
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-_PARAMS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmbgt]?)\s*$", re.IGNORECASE)
+_PARAMS = re.compile(r"^\s*([0-9.]+)\s*([kmbgt]?)\s*$", re.IGNORECASE)
 
 
 def parse_params(text: str) -> int:
     """A parameter count: ``70B``, ``7.5b``, ``405B``, ``125M``, ``8e9``; ValueError."""
     m = _PARAMS.match(text)
-    if m is None:
-        try:
-            value = float(text)
-        except ValueError:
-            raise ValueError(f"not a parameter count: {text[:40]!r} (write 70B, 8B, "
-                             "125M)") from None
-        scale = 1.0
-    else:
-        value, scale = float(m.group(1)), _SCALE[m.group(2).lower()]
-    if not math.isfinite(value) or not 0 < value * scale <= MAX_PARAMS:
+    number = strict_float(m.group(1) if m else text.strip())
+    if number is None:
+        raise ValueError(f"not a parameter count: {text[:40]!r} (write 70B, 8B, 125M)")
+    value, scale = number, _SCALE[m.group(2).lower()] if m else 1.0
+    if not 0 < value * scale <= MAX_PARAMS:
         raise ValueError(f"not a parameter count: {text[:40]!r} (1 to 10^15)")
     return int(round(value * scale))
 
 
-_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)(b|bit|byte|bytes)?\s*$",
+_UNIT = re.compile(r"^\s*([0-9.]+)\s*([kmgtp]?)(i?)(b|bit|byte|bytes)?\s*$",
                    re.IGNORECASE)
 _PREFIX = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
@@ -95,7 +92,10 @@ def _quantity(text: str, *, rate: bool) -> float:
         raise ValueError(f"not a {what}: {text[:40]!r} (GB = bytes, Gb = bits: 1.2GB/s, "
                          "100Gb/s)")
     number, prefix, binary, unit = m.groups()
-    value = float(number) * (1024 if binary else 1000) ** _PREFIX[prefix.lower()]
+    mantissa = strict_float(number)
+    if mantissa is None:
+        raise ValueError(f"{text[:40]!r} is not a number")
+    value = mantissa * (1024 if binary else 1000) ** _PREFIX[prefix.lower()]
     if unit and (unit == "b" or unit.lower() == "bit"):  # a lower-case b: bits
         value /= 8
     if not math.isfinite(value) or value <= 0:

@@ -18,7 +18,7 @@ from gputriage.views.html.markup import esc, para, section, table, tag
 DEVICES_CAP = 72  # matrix rows and columns shown
 # the nvlink-uneven evidence line: "NVLink links per GPU: GPU0 12, GPU1 8, ..."
 NVLINK_TOTALS = "NVLink links per GPU: "
-_TOTAL = re.compile(r"(\S+) (\d+)")
+_TOTAL = re.compile(r"(\S+) ([0-9]+)")
 _KIND = {1: "l-nv", 2: "l-pix", 3: "l-pix", 4: "l-node", 5: "l-node", 6: "l-sys"}
 LEGEND = (("l-nv", "NV# / C2C: NVLink"), ("l-pix", "PIX / PXB: PCIe switch"),
           ("l-node", "PHB / NODE: host bridge, same socket"),
