@@ -145,7 +145,7 @@ class Cell:
         if self.leaf is not None:
             pids = _read_pids(self.leaf / "cgroup.procs")
         else:
-            pids = set(_carrying(self.token))
+            pids = set(_carrying(self.token, self.proc.pid if self.proc else None))
         pids.discard(os.getpid())
         if self.proc is not None:
             pids.discard(self.proc.pid)
@@ -293,22 +293,42 @@ def _read_pids(path: Path) -> set[int]:
         return set()
 
 
-def _carrying(token: str) -> Iterable[int]:
+def _carrying(token: str, after: int | None) -> Iterable[int]:
     """The processes whose environment holds ``TOKEN_VAR=token`` (those this user may
-    read: all of them as root)."""
+    read: all of them as root). Only pids handed out since ``after`` (the leader's) can
+    be its descendants: the kernel allocates them in order (``ns_last_pid``), wrapping at
+    ``pid_max``, so a busy node's thousands of other processes are not opened."""
     needle = f"\0{TOKEN_VAR}={token}\0".encode()
-    me = os.getpid()
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit() or int(entry.name) == me:
-                continue
-            try:
-                with open(f"/proc/{entry.name}/environ", "rb") as fh:
-                    env = fh.read(1 << 20)
-            except OSError:
-                continue
-            if needle in b"\0" + env:
-                yield int(entry.name)
+    for pid in _pids_since(after):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read(1 << 20)
+        except OSError:
+            continue
+        if needle in b"\0" + env:
+            yield pid
+
+
+_PROBE_RANGE = 512  # fewer new pids than this: open them by number, no listing of /proc
+
+
+def _pids_since(after: int | None) -> Iterable[int]:
+    try:
+        last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    except (OSError, ValueError):
+        last = None
+    if after is not None and last is not None and 0 <= last - after <= _PROBE_RANGE:
+        return range(after + 1, last + 1)
+
+    def new(pid: int) -> bool:
+        if after is None or last is None:
+            return True
+        return after < pid <= last if last >= after else (pid > after or pid <= last)
+
+    try:
+        return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and new(int(e.name))]
+    except OSError:
+        return []
 
 
 def _stat_fields(pid: int) -> list[str] | None:
