@@ -44,6 +44,8 @@ def quantity(raw: Any) -> float | None:
     number; None when it is not one (``1e400``, ``²``, ``nan``) or is beyond the 2^63-1
     that Kubernetes allows."""
     if isinstance(raw, str):
+        if len(raw) <= 18 and raw.isascii() and raw.isdigit():  # a count: the usual form
+            return float(raw)
         m = _QUANTITY.fullmatch(raw.strip())
         if m is None:
             return None
