@@ -50,6 +50,10 @@ class Served:
     def open_count(self) -> int:
         return len(self.server.conns)
 
+    def answering(self) -> int:
+        """Connections whose answer is being written."""
+        return sum(c.state == "writing" for c in list(self.server.conns.values()))
+
     def stop(self) -> None:
         self.server.stop()
         self.thread.join(WAIT_S)
@@ -262,6 +266,7 @@ def test_an_answer_not_taken_is_dropped_at_the_write_deadline(serve: Any) -> Non
     with served.connect() as sock:
         sock.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.send(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _wait_until(lambda: served.answering() == 1, 3.0)  # accepted, answering
         assert _wait_until(lambda: served.open_count() == 0, 3.0)  # never read: dropped
 
 
