@@ -162,3 +162,24 @@ def test_k8s_status_cuts_an_api_servers_message(hostile: Any, tmp_path: Path) ->
         assert err == "" and code in (0, 1, 3), err
         assert len(out) < 64 * 1024, f"a report of {len(out)} bytes"
         assert "forbidden: forbidden forbidden" in out and "..." in out
+
+
+def test_an_error_answer_is_cut_before_any_client_generation_reads_it(hostile: Any,
+                                                                       tmp_path: Path) -> None:
+    """The clients before v37 build an ApiException from the whole body of a non-2xx
+    answer (its ``data``): the connection pool hands them the cut answer instead."""
+    from kubernetes.client.exceptions import ApiException
+
+    from gputriage.collect import k8s_api
+
+    server = hostile(forbidden(5 * 2**20))
+    config = kubeconfig(server, tmp_path / "kubeconfig")
+    api, _, _ = k8s_api.api_client(k8s_api.ReadOptions(kubeconfig=str(config)))
+    k8s_api._cut_error_answers(api)
+    # what the older client's REST layer does with every list answer
+    answer = api.rest_client.pool_manager.request("GET", f"{server.url}/api/v1/pods",
+                                                  preload_content=False)
+    error = ApiException(http_resp=answer)
+    assert error.status == 403 and len(error.body) <= k8s_api.ERROR_MAX_BYTES
+    assert k8s_api._status_message(answer.data).startswith("forbidden forbidden")
+    api.close()
