@@ -235,6 +235,18 @@ def _send_quietly(sock: socket.socket, data: bytes) -> None:
         sock.sendall(data)
 
 
+@pytest.mark.parametrize("end", [b"\r\n\r\n", b"\n\n", b"\r\n\n", b"\n\r\n"])
+def test_a_head_trickled_a_byte_per_read_is_answered(serve: Any, end: bytes) -> None:
+    served = serve()  # each byte is looked at once: the blank line comes split over reads
+    with served.connect() as sock:
+        sock.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for byte in b"\r\nGET /metrics HTTP/1.1\r\nHost: x" + end:
+            sock.send(bytes([byte]))
+            time.sleep(0.002)
+        status, _, body = sock.answer()
+        assert (status, body) == (200, b"GET /metrics\n")
+
+
 # --- deadlines ---------------------------------------------------------------------------
 
 def test_a_slowloris_is_cut_at_the_request_deadline(serve: Any) -> None:
