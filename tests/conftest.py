@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parent.parent
-# the ``hostile`` fixture: an HTTP server that answers garbage, too much, or slowly
+# the ``serve_hostile`` fixture (tests/hostile.py): an HTTP server answering garbage,
+# too much, or slowly
 pytest_plugins = ["hostile"]
 
 # Hypothesis profiles. "ci" (the default, run by .ci/run): few examples, derandomized so

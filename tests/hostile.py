@@ -59,8 +59,8 @@ class Hostile:
 
 
 @pytest.fixture
-def hostile() -> Iterator[Callable[..., Hostile]]:
-    """``hostile(answer, routed=False)`` starts a server, stopped after the test."""
+def serve_hostile() -> Iterator[Callable[..., Hostile]]:
+    """``serve_hostile(answer, routed=False)`` starts a server, stopped after the test."""
     started: list[Hostile] = []
 
     def start(answer: Answer | Routed, routed: bool = False) -> Hostile:

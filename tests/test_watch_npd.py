@@ -270,8 +270,8 @@ TRICKLES = {  # a byte every 0.1 s, for ever
 
 
 def test_a_reply_that_is_not_http_is_unreachable_and_falls_back(
-        hostile: Any, scenarios: dict[str, Path]) -> None:
-    url = hostile(_garbage).url
+        serve_hostile: Any, scenarios: dict[str, Path]) -> None:
+    url = serve_hostile(_garbage).url
     code, out, _ = run("--from", url)
     assert code == plugin.UNKNOWN and "unreachable: not an HTTP answer" in _line(out)
     code, out, err = run("--from", url, "--fallback",
@@ -281,15 +281,15 @@ def test_a_reply_that_is_not_http_is_unreachable_and_falls_back(
 
 
 @pytest.mark.parametrize("where", sorted(TRICKLES))
-def test_a_watch_answering_a_byte_at_a_time_is_cut_off(hostile: Any, where: str) -> None:
-    url = hostile(TRICKLES[where]).url
+def test_a_watch_answering_a_byte_at_a_time_is_cut_off(serve_hostile: Any, where: str) -> None:
+    url = serve_hostile(TRICKLES[where]).url
     start = time.monotonic()
     with pytest.raises(OSError, match="did not answer within 1 s"):
         plugin.fetch_result(url, timeout_s=1.0)
     assert time.monotonic() - start < 3  # one deadline in all, not one per read
 
 
-def test_the_fallback_check_gets_what_the_fetch_left(hostile: Any,
+def test_the_fallback_check_gets_what_the_fetch_left(serve_hostile: Any,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      scenarios: dict[str, Path]) -> None:
     from gputriage.commands import npd as command
@@ -302,7 +302,7 @@ def test_the_fallback_check_gets_what_the_fetch_left(hostile: Any,
 
     monkeypatch.setattr(command, "FETCH_TIMEOUT_S", 1.0)
     monkeypatch.setattr(command, "_bounded_check", check)
-    code, out, _ = run("--from", hostile(TRICKLES["body"]).url, "--fallback",
+    code, out, _ = run("--from", serve_hostile(TRICKLES["body"]).url, "--fallback",
                        "--deadline", "5")
     assert code == plugin.OK, out
     (budget,) = budgets

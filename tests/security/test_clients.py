@@ -64,20 +64,20 @@ RESULT_HEAD = b'{"schema":"gputriage/result/v1","findings":['
 
 
 @pytest.mark.parametrize("length", [True, False], ids=["announced", "unannounced"])
-def test_npd_reads_no_more_than_a_result_can_be(hostile: Any, length: bool) -> None:
+def test_npd_reads_no_more_than_a_result_can_be(serve_hostile: Any, length: bool) -> None:
     # the issue: a 57 MiB body took 1.5 GB (the plugin's limit is 256 MiB)
-    server = hostile(streamed(57 * 2**20, b"[],", RESULT_HEAD, length))
+    server = serve_hostile(streamed(57 * 2**20, b"[],", RESULT_HEAD, length))
     code, out, err, peak, took = run_measured(["npd", "--from", server.url])
     assert peak < NPD_MEMORY_LIMIT_MIB / 2 and took < 30, (peak, took)
     assert code == 2 and out.startswith("UNKNOWN: watch: ") and "too much" in out, out
     assert err == ""
 
 
-def test_npd_refuses_a_result_too_costly_to_decode(hostile: Any) -> None:
+def test_npd_refuses_a_result_too_costly_to_decode(serve_hostile: Any) -> None:
     from gputriage.watch.npd import RESULT_MAX_BYTES
 
     # under the byte cap, but 2 bytes a list: ~100 MiB as objects
-    server = hostile(streamed(RESULT_MAX_BYTES - 16, b"[],", RESULT_HEAD))
+    server = serve_hostile(streamed(RESULT_MAX_BYTES - 16, b"[],", RESULT_HEAD))
     code, out, _, peak, _ = run_measured(["npd", "--from", server.url,
                                           "--max-length", "200"])
     assert peak < NPD_MEMORY_LIMIT_MIB / 2, peak
@@ -107,11 +107,11 @@ def api_server(pods: Answer) -> Routed:
         NO_GROUPS if path == "/apis" else EMPTY_LIST
 
 
-def test_k8s_status_timeout_is_a_deadline_not_a_read_timeout(hostile: Any,
+def test_k8s_status_timeout_is_a_deadline_not_a_read_timeout(serve_hostile: Any,
                                                              tmp_path: Path) -> None:
     # the issue: one header line every 5 s kept --timeout 10 reading for ever (here 0.5 s:
     # far within the client's read timeouts too)
-    server = hostile(trickled(b"HTTP/1.1 200 OK\r\n", 0.5, b"X-Slow: a\r\n"))
+    server = serve_hostile(trickled(b"HTTP/1.1 200 OK\r\n", 0.5, b"X-Slow: a\r\n"))
     config = kubeconfig(server, tmp_path / "kubeconfig")
     code, out, err, _, took = run_measured(["k8s", "status", "--kubeconfig", str(config),
                                             "--timeout", "2"], timeout_s=30)
@@ -136,10 +136,10 @@ def forbidden(size: int) -> Answer:
                     status="403 Forbidden")
 
 
-def test_k8s_status_reads_a_huge_page_in_bounded_memory(hostile: Any,
+def test_k8s_status_reads_a_huge_page_in_bounded_memory(serve_hostile: Any,
                                                         tmp_path: Path) -> None:
     # the issue: one page of 151 MiB took 593 MiB (a page ignoring the limit asked for)
-    server = hostile(api_server(pod_list(151 * 2**20, length=False)), routed=True)
+    server = serve_hostile(api_server(pod_list(151 * 2**20, length=False)), routed=True)
     config = kubeconfig(server, tmp_path / "kubeconfig")
     code, out, err, peak, took = run_measured(
         ["k8s", "status", "--kubeconfig", str(config), "--json"], timeout_s=120)
@@ -152,9 +152,9 @@ def test_k8s_status_reads_a_huge_page_in_bounded_memory(hostile: Any,
                                                                       "7", "1"]
 
 
-def test_k8s_status_cuts_an_api_servers_message(hostile: Any, tmp_path: Path) -> None:
+def test_k8s_status_cuts_an_api_servers_message(serve_hostile: Any, tmp_path: Path) -> None:
     # the issue: a 5 MB message of a 403 made a 30 MB report
-    server = hostile(api_server(forbidden(5 * 2**20)), routed=True)
+    server = serve_hostile(api_server(forbidden(5 * 2**20)), routed=True)
     config = kubeconfig(server, tmp_path / "kubeconfig")
     for extra in ([], ["--json"]):
         code, out, err, _, _ = run_measured(["k8s", "status", "--kubeconfig", str(config),
@@ -164,7 +164,7 @@ def test_k8s_status_cuts_an_api_servers_message(hostile: Any, tmp_path: Path) ->
         assert "forbidden: forbidden forbidden" in out and "..." in out
 
 
-def test_an_error_answer_is_cut_before_any_client_generation_reads_it(hostile: Any,
+def test_an_error_answer_is_cut_before_any_client_generation_reads_it(serve_hostile: Any,
                                                                        tmp_path: Path) -> None:
     """The clients before v37 build an ApiException from the whole body of a non-2xx
     answer (its ``data``): the connection pool hands them the cut answer instead."""
@@ -172,7 +172,7 @@ def test_an_error_answer_is_cut_before_any_client_generation_reads_it(hostile: A
 
     from gputriage.collect import k8s_api
 
-    server = hostile(forbidden(5 * 2**20))
+    server = serve_hostile(forbidden(5 * 2**20))
     config = kubeconfig(server, tmp_path / "kubeconfig")
     api, _, _ = k8s_api.api_client(k8s_api.ReadOptions(kubeconfig=str(config)))
     k8s_api._cut_error_answers(api)
