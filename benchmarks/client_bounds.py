@@ -21,18 +21,16 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "security"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "security")]
 
-from test_clients import (  # noqa: E402 - tests/security on the path first
+from hostile import Hostile, streamed, trickled  # noqa: E402 - tests/ on the path first
+from test_clients import (  # noqa: E402
     RESULT_HEAD,
-    Hostile,
     api_server,
     forbidden,
     kubeconfig,
     pod_list,
     run_measured,
-    streamed,
-    trickled,
 )
 
 

@@ -12,6 +12,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parent.parent
+# the ``serve_hostile`` fixture (tests/hostile.py): an HTTP server answering garbage,
+# too much, or slowly
+pytest_plugins = ["hostile"]
 
 # Hypothesis profiles. "ci" (the default, run by .ci/run): few examples, derandomized so
 # that a CI run is reproducible, no deadline (a loaded machine must not fail a test), no

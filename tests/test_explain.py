@@ -77,7 +77,7 @@ def test_stdin(monkeypatch):
     log = ("Traceback (most recent call last):\n  File \"train.py\", line 3\n"
            "RuntimeError: CUDA error: no kernel image is available for execution on the "
            "device\nFailed to initialize NVML: Unknown Error\n")
-    monkeypatch.setattr(sys, "stdin", io.StringIO(log))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(log.encode())))
     code, out, _ = _run(["-"])
     assert code == 0
     heads = [ln.split()[0] for ln in out.splitlines() if ln and not ln.startswith(" ")]

@@ -51,7 +51,7 @@ def run(*argv: str, stdin: str | None = None,
         monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[int, str, str]:
     if stdin is not None:
         assert monkeypatch is not None
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
     out, err = io.StringIO(), io.StringIO()
     code = main(list(argv), Environment(stdout=out, stderr=err))
     return code, out.getvalue(), err.getvalue()

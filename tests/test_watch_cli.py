@@ -332,6 +332,43 @@ def test_an_idle_connection_is_closed():
         server.stop()
 
 
+def test_the_metrics_text_is_made_again_only_for_a_new_state(monkeypatch):
+    """A flood of scrapes reuses one text; a check that changes the state gets a new one
+    at once, and an unchanged state's text is made again after METRICS_REUSE_S."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import GaugeMetricFamily
+
+    from gputriage.watch import server as module
+    from gputriage.watch.httpd import Request
+    from gputriage.watch.logs import WatchLog
+    from gputriage.watch.loop import WatchState
+
+    made: list[int] = []
+
+    class Counting:
+        def collect(self) -> Iterator[Any]:
+            made.append(1)
+            yield GaugeMetricFamily("made", "texts made", value=len(made))
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Counting())
+    state = WatchState(60, 120)
+    served = module.WatchServer("127.0.0.1:0", state, registry, log=WatchLog(io.StringIO()))
+    now = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    scrape = Request("GET", "/metrics", {"host": "x"})
+    try:
+        first = served.answer(scrape).body
+        assert all(served.answer(scrape).body == first for _ in range(50)) and made == [1]
+        state.count("skipped_overlap")  # what a check does to the state
+        assert served.answer(scrape).body != first and len(made) == 2
+        now[0] += module.METRICS_REUSE_S
+        served.answer(scrape)
+        assert len(made) == 3
+    finally:
+        served.stop()
+
+
 def _ask(port: int) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as conn:
         conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")

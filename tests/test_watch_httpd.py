@@ -50,6 +50,10 @@ class Served:
     def open_count(self) -> int:
         return len(self.server.conns)
 
+    def answering(self) -> int:
+        """Connections whose answer is being written."""
+        return sum(c.state == "writing" for c in list(self.server.conns.values()))
+
     def stop(self) -> None:
         self.server.stop()
         self.thread.join(WAIT_S)
@@ -231,6 +235,18 @@ def _send_quietly(sock: socket.socket, data: bytes) -> None:
         sock.sendall(data)
 
 
+@pytest.mark.parametrize("end", [b"\r\n\r\n", b"\n\n", b"\r\n\n", b"\n\r\n"])
+def test_a_head_trickled_a_byte_per_read_is_answered(serve: Any, end: bytes) -> None:
+    served = serve()  # each byte is looked at once: the blank line comes split over reads
+    with served.connect() as sock:
+        sock.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for byte in b"\r\nGET /metrics HTTP/1.1\r\nHost: x" + end:
+            sock.send(bytes([byte]))
+            time.sleep(0.002)
+        status, _, body = sock.answer()
+        assert (status, body) == (200, b"GET /metrics\n")
+
+
 # --- deadlines ---------------------------------------------------------------------------
 
 def test_a_slowloris_is_cut_at_the_request_deadline(serve: Any) -> None:
@@ -262,6 +278,7 @@ def test_an_answer_not_taken_is_dropped_at_the_write_deadline(serve: Any) -> Non
     with served.connect() as sock:
         sock.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.send(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _wait_until(lambda: served.answering() == 1, 3.0)  # accepted, answering
         assert _wait_until(lambda: served.open_count() == 0, 3.0)  # never read: dropped
 
 

@@ -5,20 +5,20 @@ path that reads a running watch's ``/result``; and the monitor config NPD loads
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hostile import trickled
 
 from gputriage.cli import Environment, main
 from gputriage.scenarios import build_scenario
@@ -259,74 +259,19 @@ def test_from_a_stale_or_broken_watch_is_unknown(watch_of: Any,
     assert code == plugin.UNKNOWN and "503" in _line(out)
 
 
-class _RawWatch:
-    """A TCP server answering each connection with ``answer(conn)``: not HTTP, or
-    HTTP a byte at a time."""
-
-    def __init__(self, answer: Callable[[socket.socket, threading.Event], None]) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.stopped = threading.Event()
-        self.answer = answer
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _serve(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            conn.recv(65536)
-            with contextlib.suppress(OSError):  # the client gave up
-                self.answer(conn, self.stopped)
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.sock.close()
-
-
-@pytest.fixture
-def raw_watch() -> Iterator[Callable[..., _RawWatch]]:
-    started: list[_RawWatch] = []
-
-    def start(answer: Callable[[socket.socket, threading.Event], None]) -> _RawWatch:
-        started.append(_RawWatch(answer))
-        return started[-1]
-
-    yield start
-    for server in started:
-        server.stop()
-
-
 def _garbage(conn: socket.socket, stopped: threading.Event) -> None:
     conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
 
 
-def _trickle(head: bytes) -> Callable[[socket.socket, threading.Event], None]:
-    """``head`` at once, then a byte every 0.1 s, forever."""
-    def answer(conn: socket.socket, stopped: threading.Event) -> None:
-        conn.sendall(head)
-        while not stopped.wait(0.1):
-            conn.sendall(b"x")
-    return answer
-
-
-TRICKLES = {
-    "body": _trickle(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n{"),
-    "headers": _trickle(b"HTTP/1.1 200 OK\r\nX-Slow: "),
+TRICKLES = {  # a byte every 0.1 s, for ever
+    "body": trickled(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n{", 0.1, b"x"),
+    "headers": trickled(b"HTTP/1.1 200 OK\r\nX-Slow: ", 0.1, b"x"),
 }
 
 
 def test_a_reply_that_is_not_http_is_unreachable_and_falls_back(
-        raw_watch: Any, scenarios: dict[str, Path]) -> None:
-    url = raw_watch(_garbage).url
+        serve_hostile: Any, scenarios: dict[str, Path]) -> None:
+    url = serve_hostile(_garbage).url
     code, out, _ = run("--from", url)
     assert code == plugin.UNKNOWN and "unreachable: not an HTTP answer" in _line(out)
     code, out, err = run("--from", url, "--fallback",
@@ -336,15 +281,15 @@ def test_a_reply_that_is_not_http_is_unreachable_and_falls_back(
 
 
 @pytest.mark.parametrize("where", sorted(TRICKLES))
-def test_a_watch_answering_a_byte_at_a_time_is_cut_off(raw_watch: Any, where: str) -> None:
-    url = raw_watch(TRICKLES[where]).url
+def test_a_watch_answering_a_byte_at_a_time_is_cut_off(serve_hostile: Any, where: str) -> None:
+    url = serve_hostile(TRICKLES[where]).url
     start = time.monotonic()
     with pytest.raises(OSError, match="did not answer within 1 s"):
         plugin.fetch_result(url, timeout_s=1.0)
     assert time.monotonic() - start < 3  # one deadline in all, not one per read
 
 
-def test_the_fallback_check_gets_what_the_fetch_left(raw_watch: Any,
+def test_the_fallback_check_gets_what_the_fetch_left(serve_hostile: Any,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      scenarios: dict[str, Path]) -> None:
     from gputriage.commands import npd as command
@@ -357,7 +302,7 @@ def test_the_fallback_check_gets_what_the_fetch_left(raw_watch: Any,
 
     monkeypatch.setattr(command, "FETCH_TIMEOUT_S", 1.0)
     monkeypatch.setattr(command, "_bounded_check", check)
-    code, out, _ = run("--from", raw_watch(TRICKLES["body"]).url, "--fallback",
+    code, out, _ = run("--from", serve_hostile(TRICKLES["body"]).url, "--fallback",
                        "--deadline", "5")
     assert code == plugin.OK, out
     (budget,) = budgets

@@ -44,7 +44,6 @@ Memory is each reader's own bound: ``analyze`` keeps the last 256 MiB of text
 from __future__ import annotations
 
 import fcntl
-import io
 import os
 import select
 import stat
@@ -273,8 +272,6 @@ def _stdin(problems: list[str], budgets: Budgets) -> Input:
         fd = buf.fileno()
         mode = os.fstat(fd).st_mode
     except (AttributeError, OSError, ValueError):  # replaced in memory (tests)
-        if isinstance(buf, io.TextIOBase):  # a StringIO: already whole in memory
-            buf = io.BytesIO(buf.read().encode("utf-8", errors="surrogateescape"))
         return Input(name, "-", STREAM, Stream(name, problems, budgets, fh=buf), problems)
     refused = _refusal(mode)
     if refused and not os.isatty(fd):

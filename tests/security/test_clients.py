@@ -5,112 +5,20 @@ process on 127.0.0.1 and bounds its peak memory (its own rusage) and its time.""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hostile import Answer, Hostile, Routed, streamed, trickled
 
 REPO = Path(__file__).resolve().parents[2]
 NPD_MEMORY_LIMIT_MIB = 256  # deploy/node-problem-detector/node-problem-detector.yaml
-
-Answer = Callable[[socket.socket, threading.Event], None]
-Routed = Callable[[str], Answer]
-
-
-class Hostile:
-    """A TCP server on 127.0.0.1 that reads a request head and answers with
-    ``answer(conn, stopped)``, one thread per connection (a test server)."""
-
-    def __init__(self, answer: Answer | Routed, routed: bool = False) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.stopped = threading.Event()
-        self.answer = answer
-        self.routed = routed  # answer(path) gives the answer for the path asked
-        self.asked: list[str] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _serve(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with conn, contextlib.suppress(OSError):  # the client gave up
-            head = b""
-            while b"\r\n\r\n" not in head and len(head) < 65536:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                head += chunk
-            path = head.split(b" ", 2)[1].decode(errors="replace") if b" " in head else ""
-            self.asked.append(path)
-            answer = self.answer(path.split("?")[0]) if self.routed else self.answer
-            answer(conn, self.stopped)  # type: ignore[call-arg]
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.sock.close()
-
-
-@pytest.fixture
-def hostile() -> Iterator[Callable[..., Hostile]]:
-    started: list[Hostile] = []
-
-    def start(answer: Answer | Routed, routed: bool = False) -> Hostile:
-        started.append(Hostile(answer, routed))
-        return started[-1]
-
-    yield start
-    for server in started:
-        server.stop()
-
-
-def streamed(total: int, unit: bytes, head: bytes, length: bool = True,
-             tail: bytes = b"", status: str = "200 OK") -> Answer:
-    """An HTTP answer whose body is ``head``, ``unit`` repeated, ``tail``: ``total`` bytes
-    (about), sent as fast as the client takes it (Content-Length announced or not)."""
-    repeats = max(0, total - len(head) - len(tail)) // len(unit)
-    size = len(head) + repeats * len(unit) + len(tail)
-
-    def answer(conn: socket.socket, stopped: threading.Event) -> None:
-        fields = f"Content-Length: {size}\r\n" if length else "Connection: close\r\n"
-        conn.sendall(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n".encode()
-                     + fields.encode() + b"\r\n" + head)
-        per_block = max(1, 65536 // len(unit))
-        left = repeats
-        while left and not stopped.is_set():
-            n = min(per_block, left)
-            conn.sendall(unit * n)
-            left -= n
-        conn.sendall(tail)
-    return answer
-
-
-def trickled(head: bytes, every_s: float, line: bytes) -> Answer:
-    """``head`` at once, then ``line`` every ``every_s`` seconds, for ever."""
-    def answer(conn: socket.socket, stopped: threading.Event) -> None:
-        conn.sendall(head)
-        while not stopped.wait(every_s):
-            conn.sendall(line)
-    return answer
-
 
 # ``gputriage ARGV`` reporting its own peak RSS at exit: VmHWM of the process's memory
 # since exec (the children's ru_maxrss counts the memory of the parent it was forked
@@ -156,20 +64,20 @@ RESULT_HEAD = b'{"schema":"gputriage/result/v1","findings":['
 
 
 @pytest.mark.parametrize("length", [True, False], ids=["announced", "unannounced"])
-def test_npd_reads_no_more_than_a_result_can_be(hostile: Any, length: bool) -> None:
+def test_npd_reads_no_more_than_a_result_can_be(serve_hostile: Any, length: bool) -> None:
     # the issue: a 57 MiB body took 1.5 GB (the plugin's limit is 256 MiB)
-    server = hostile(streamed(57 * 2**20, b"[],", RESULT_HEAD, length))
+    server = serve_hostile(streamed(57 * 2**20, b"[],", RESULT_HEAD, length))
     code, out, err, peak, took = run_measured(["npd", "--from", server.url])
     assert peak < NPD_MEMORY_LIMIT_MIB / 2 and took < 30, (peak, took)
     assert code == 2 and out.startswith("UNKNOWN: watch: ") and "too much" in out, out
     assert err == ""
 
 
-def test_npd_refuses_a_result_too_costly_to_decode(hostile: Any) -> None:
+def test_npd_refuses_a_result_too_costly_to_decode(serve_hostile: Any) -> None:
     from gputriage.watch.npd import RESULT_MAX_BYTES
 
     # under the byte cap, but 2 bytes a list: ~100 MiB as objects
-    server = hostile(streamed(RESULT_MAX_BYTES - 16, b"[],", RESULT_HEAD))
+    server = serve_hostile(streamed(RESULT_MAX_BYTES - 16, b"[],", RESULT_HEAD))
     code, out, _, peak, _ = run_measured(["npd", "--from", server.url,
                                           "--max-length", "200"])
     assert peak < NPD_MEMORY_LIMIT_MIB / 2, peak
@@ -199,11 +107,11 @@ def api_server(pods: Answer) -> Routed:
         NO_GROUPS if path == "/apis" else EMPTY_LIST
 
 
-def test_k8s_status_timeout_is_a_deadline_not_a_read_timeout(hostile: Any,
+def test_k8s_status_timeout_is_a_deadline_not_a_read_timeout(serve_hostile: Any,
                                                              tmp_path: Path) -> None:
     # the issue: one header line every 5 s kept --timeout 10 reading for ever (here 0.5 s:
     # far within the client's read timeouts too)
-    server = hostile(trickled(b"HTTP/1.1 200 OK\r\n", 0.5, b"X-Slow: a\r\n"))
+    server = serve_hostile(trickled(b"HTTP/1.1 200 OK\r\n", 0.5, b"X-Slow: a\r\n"))
     config = kubeconfig(server, tmp_path / "kubeconfig")
     code, out, err, _, took = run_measured(["k8s", "status", "--kubeconfig", str(config),
                                             "--timeout", "2"], timeout_s=30)
@@ -228,10 +136,10 @@ def forbidden(size: int) -> Answer:
                     status="403 Forbidden")
 
 
-def test_k8s_status_reads_a_huge_page_in_bounded_memory(hostile: Any,
+def test_k8s_status_reads_a_huge_page_in_bounded_memory(serve_hostile: Any,
                                                         tmp_path: Path) -> None:
     # the issue: one page of 151 MiB took 593 MiB (a page ignoring the limit asked for)
-    server = hostile(api_server(pod_list(151 * 2**20, length=False)), routed=True)
+    server = serve_hostile(api_server(pod_list(151 * 2**20, length=False)), routed=True)
     config = kubeconfig(server, tmp_path / "kubeconfig")
     code, out, err, peak, took = run_measured(
         ["k8s", "status", "--kubeconfig", str(config), "--json"], timeout_s=120)
@@ -244,9 +152,9 @@ def test_k8s_status_reads_a_huge_page_in_bounded_memory(hostile: Any,
                                                                       "7", "1"]
 
 
-def test_k8s_status_cuts_an_api_servers_message(hostile: Any, tmp_path: Path) -> None:
+def test_k8s_status_cuts_an_api_servers_message(serve_hostile: Any, tmp_path: Path) -> None:
     # the issue: a 5 MB message of a 403 made a 30 MB report
-    server = hostile(api_server(forbidden(5 * 2**20)), routed=True)
+    server = serve_hostile(api_server(forbidden(5 * 2**20)), routed=True)
     config = kubeconfig(server, tmp_path / "kubeconfig")
     for extra in ([], ["--json"]):
         code, out, err, _, _ = run_measured(["k8s", "status", "--kubeconfig", str(config),
@@ -254,3 +162,24 @@ def test_k8s_status_cuts_an_api_servers_message(hostile: Any, tmp_path: Path) ->
         assert err == "" and code in (0, 1, 3), err
         assert len(out) < 64 * 1024, f"a report of {len(out)} bytes"
         assert "forbidden: forbidden forbidden" in out and "..." in out
+
+
+def test_an_error_answer_is_cut_before_any_client_generation_reads_it(serve_hostile: Any,
+                                                                       tmp_path: Path) -> None:
+    """The clients before v37 build an ApiException from the whole body of a non-2xx
+    answer (its ``data``): the connection pool hands them the cut answer instead."""
+    from kubernetes.client.exceptions import ApiException
+
+    from gputriage.collect import k8s_api
+
+    server = serve_hostile(forbidden(5 * 2**20))
+    config = kubeconfig(server, tmp_path / "kubeconfig")
+    api, _, _ = k8s_api.api_client(k8s_api.ReadOptions(kubeconfig=str(config)))
+    k8s_api._cut_error_answers(api)
+    # what the older client's REST layer does with every list answer
+    answer = api.rest_client.pool_manager.request("GET", f"{server.url}/api/v1/pods",
+                                                  preload_content=False)
+    error = ApiException(http_resp=answer)
+    assert error.status == 403 and len(error.body) <= k8s_api.ERROR_MAX_BYTES
+    assert k8s_api._status_message(answer.data).startswith("forbidden forbidden")
+    api.close()

@@ -27,6 +27,7 @@ object, then the kind is reported not read); an error answer read to
 from __future__ import annotations
 
 import gc
+import io
 import json
 import os
 import re
@@ -217,7 +218,7 @@ def _get(api: Any, path: str, query: list[tuple[str, Any]],
 
     headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
     try:
-        if hasattr(api, "param_serialize"):  # the client's newer generator (v31 on)
+        if hasattr(api, "param_serialize"):  # the client's newer generator (v37 on)
             request = api.param_serialize("GET", path, query_params=query,
                                           header_params=headers,
                                           auth_settings=["BearerToken"])
@@ -226,7 +227,8 @@ def _get(api: Any, path: str, query: list[tuple[str, Any]],
             resp = api.call_api(path, "GET", query_params=query, header_params=headers,
                                 auth_settings=["BearerToken"], _preload_content=False,
                                 _return_http_data_only=True, _request_timeout=timeout)
-    except ApiException as exc:  # the older client raises non-2xx answers itself
+    except ApiException as exc:  # the older client raises non-2xx answers itself (its
+        # body cut by _cut_error_answers)
         raise _ApiError(exc.status or 0, exc.body) from None
     raw = getattr(resp, "response", resp)  # urllib3's response, its body not yet read
     status = int(getattr(raw, "status", 200))
@@ -252,6 +254,47 @@ def _read_head(raw: Any, cap: int) -> bytes:
     while len(head) < cap and (chunk := raw.read(cap - len(head), decode_content=False)):
         head += chunk
     return head
+
+
+class _ErrorAnswer:
+    """A non-2xx answer with only the first ``ERROR_MAX_BYTES`` of its body read and its
+    connection closed, in place of urllib3's answer: the clients before v37 build their
+    ApiException from the whole body (``data``), whatever its size."""
+
+    def __init__(self, raw: Any) -> None:
+        self.status, self.reason, self.headers = raw.status, raw.reason, raw.headers
+        try:
+            self.data = _read_head(raw, ERROR_MAX_BYTES)
+        finally:
+            raw.close()  # the rest is never read
+        self._unread = io.BytesIO(self.data)
+
+    def getheaders(self) -> Any:
+        return self.headers
+
+    def read(self, amt: int | None = None, decode_content: bool | None = None) -> bytes:
+        return self._unread.read(-1 if amt is None else amt)
+
+    def release_conn(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _cut_error_answers(api: Any) -> None:
+    """Every non-2xx answer the client's connection pool returns is an
+    :class:`_ErrorAnswer`, before the client (of either generation) reads its body."""
+    manager: Any = getattr(getattr(api, "rest_client", None), "pool_manager", None)
+    request = getattr(manager, "request", None)
+    if request is None:
+        return
+
+    def cut(*args: Any, **kwargs: Any) -> Any:
+        answer = request(*args, **kwargs)
+        return answer if 200 <= getattr(answer, "status", 200) <= 299 else _ErrorAnswer(answer)
+
+    manager.request = cut
 
 
 def _hold_connections(api: Any, deadline: Deadline) -> None:
@@ -460,6 +503,7 @@ def read_cluster(opts: ReadOptions | None = None) -> ClusterRead:
                          items=[] if opts.keep_items else None)
     deadline = Deadline(opts.timeout_s)
     _hold_connections(api, deadline)
+    _cut_error_answers(api)
     reader = _Reader(api, opts, result, deadline)
     # the objects read are kept to the end: the cyclic GC walking them again and again
     # while 50,000 pods are decoded would triple the time

@@ -163,14 +163,15 @@ _READING, _WRITING, _LINGERING = "reading", "writing", "lingering"
 class _Conn:
     """One connection: what it has sent of its request, what is left of its answer."""
 
-    __slots__ = ("buf", "close_after", "deadline", "fd", "lingered", "out", "peer", "since",
-                 "sock", "started", "state")
+    __slots__ = ("buf", "close_after", "deadline", "fd", "lingered", "out", "peer",
+                 "scanned", "since", "sock", "started", "state")
 
     def __init__(self, sock: socket.socket, peer: str, now: float, limits: Limits) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
         self.buf = bytearray()
+        self.scanned = 0  # how much of buf holds no end of a head (each byte looked at once)
         self.state = _READING
         self.since = now  # when it began waiting for its current request
         self.started = True  # the request's clock runs (from the accept, for the first)
@@ -353,8 +354,12 @@ class BoundedHTTPServer:
         limits = self.limits
         if conn.buf[:1] in (b"\r", b"\n"):  # empty lines before a request are ignored
             del conn.buf[:len(conn.buf) - len(conn.buf.lstrip(b"\r\n"))]
-        end = _HEAD_END.search(conn.buf)
+            conn.scanned = 0
+        # from just before what the last look ended at: a head trickled a byte per read
+        # is scanned once, not once per byte
+        end = _HEAD_END.search(conn.buf, max(0, conn.scanned - 3))
         if end is None:
+            conn.scanned = len(conn.buf)
             if conn.buf.find(b"\n") < 0 and len(conn.buf) > limits.max_line_bytes:
                 self._answer(conn, _error(414, "request line longer than "
                                                f"{limits.max_line_bytes} bytes"), False, True)
@@ -364,6 +369,7 @@ class BoundedHTTPServer:
             return
         head = bytes(conn.buf[:end.start()])
         del conn.buf[:end.end()]
+        conn.scanned = 0
         parsed = parse_head(head, limits)
         if isinstance(parsed, Answer):
             self._answer(conn, parsed, False, True)

@@ -8,8 +8,8 @@
 Only GET (and HEAD) are answered, by the bounded server of :mod:`gputriage.watch.httpd`
 (one thread, at most ``LIMITS.max_connections`` connections, bounded heads and
 timeouts: docs/security.md). A request never reaches the check: it reads what the last
-cycle left, and the metrics text is made again only when the state changed (at most
-once a second), so a flood of scrapes costs the check nothing.
+cycle left, and the metrics text is made again when a check changed the state (else at
+most once a second), so a flood of scrapes costs the check nothing.
 """
 
 from __future__ import annotations
