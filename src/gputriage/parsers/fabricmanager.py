@@ -282,12 +282,12 @@ def claim_fabricmanager_log(doc: PasteDoc) -> None:
     if hits:
         end = doc.extend(hits[-1] + 1, lambda s: bool(s.strip()) and not s.startswith("["))
         doc.claim("fabricmanager_journal", hits[0], end)
-    for i, ln in enumerate(doc.lines):
+    for i in doc.lines_with(("fabric", "nvlsm", *_FM_WORDS)):
+        ln = doc.lines[i]
         if doc.owner[i] is not None:
             continue
         message = _fm_message(ln)
-        if message is None and not (("fabric" in ln or "nvlsm" in ln)
-                                    and _FM_JOURNAL.search(ln)):
+        if message is None and not _FM_JOURNAL.search(ln):
             continue
         doc.owner[i] = "fabricmanager_journal"
         j = i + 1

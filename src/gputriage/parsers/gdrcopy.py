@@ -137,9 +137,8 @@ _MARK_WORDS = ("gdr", "sanity.cpp", "GPU id:", "info.", "map_d_ptr", " BW: ")
 
 def claim_gdrcopy(doc: PasteDoc) -> None:
     """Each run of GDRCopy output lines around a line only GDRCopy prints."""
-    for i, line in enumerate(doc.lines):
-        if not (doc.free(i) and any(w in line for w in _MARK_WORDS) and _ours(line)
-                and _MARK.search(line)):
+    for i in doc.lines_with(_MARK_WORDS):
+        if not (doc.free(i) and _ours(doc.lines[i]) and _MARK.search(doc.lines[i])):
             continue
         first = i
         while doc.free(first - 1) and _ours(doc.lines[first - 1]):

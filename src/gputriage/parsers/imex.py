@@ -110,6 +110,10 @@ def parse_imex_log(text: str) -> ImexLog:
     return log
 
 
+# literals one of which every _IMEX_ONLY line holds (a cheap test first)
+_IMEX_WORDS = ("IMEX", "imex", "No matching network")
+
+
 def _imex_only(line: str) -> bool:
     """A line only the IMEX daemon prints."""
     return ("IMEX" in line or "imex" in line or "No matching network" in line) \
@@ -119,8 +123,8 @@ def _imex_only(line: str) -> bool:
 def claim_imex_log(doc: PasteDoc) -> None:
     """From an IMEX header, banner or IMEX-only message to the end of the run of log
     records around it."""
-    for i, line in enumerate(doc.lines):
-        if not doc.free(i) or not _imex_only(line):
+    for i in doc.lines_with(_IMEX_WORDS):
+        if not doc.free(i) or not _imex_only(doc.lines[i]):
             continue
         first = i
         while doc.free(first - 1) and (LOG_LINE.match(doc.lines[first - 1])
