@@ -6,7 +6,7 @@ judged as the node's software or configuration, never the GPU."""
 from __future__ import annotations
 
 import pytest
-from hostkit import run
+from hostkit import pci_tree, run
 
 from gputriage.ingest.detect import detect
 from gputriage.model import Action, Blame, Severity
@@ -91,6 +91,22 @@ def test_the_drivers_own_module_failing_on_the_running_kernel_is_critical() -> N
         "driver.module-build-failed"].severity is Severity.WARNING
     assert "dkms autoinstall -k 6.8.0-45-generic" in f.step
     assert "nvidia/535.183.01 installed for 6.8.0-45-generic" in f.step
+
+
+def test_the_drivers_own_module_failing_while_none_is_loaded_is_the_one_cause() -> None:
+    """The driver's module did not build and no nvidia module is loaded: one critical
+    finding, the build, with the module not loaded and nvidia-smi's complaint under it."""
+    modules = "xt_conntrack 16384 1 - Live 0x0000000000000000\n"
+    smi = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make "
+           "sure that the latest NVIDIA driver is installed and running.\n")
+    for build, cause in ((MAKE_LOG_COMPILE, "driver.module-build-failed"),
+                         (INSTALLER_KEY, "driver.install-failed")):
+        result = run(module_build=build, proc_modules=modules, nvidia_smi=smi,
+                     pci_devices=pci_tree({"0000:41:00.0": ""}))
+        [f] = [f for f in result.findings if f.severity is Severity.CRITICAL]
+        assert f.id == cause
+        assert sorted(c.id for c in f.consequences) == ["driver.not-loaded",
+                                                        "nvidia-smi.cannot-communicate"]
 
 
 def test_a_peer_memory_build_is_not_the_gpu_operator(corpus) -> None:
