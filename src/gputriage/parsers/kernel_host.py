@@ -194,16 +194,20 @@ def ib_port_state(line: LogLine, msg: str, m: Match) -> DriverEvent:
         "device": m.group("dev"), "port": m.group("port")})
 
 
-# Interfaces that containers, bridges, overlays and VPNs create and remove as they come
-# and go: their carrier changes are churn, not a cable (veth pairs, docker/CNI bridges,
-# Calico, Flannel, Cilium, VXLAN/Geneve, tun/tap, WireGuard, libvirt, loopback).
+# Interface name prefixes of what containers, bridges, overlays, tunnels and VPNs create
+# and remove as they come and go (veth pairs, docker/podman/CNI/LXC bridges, Calico,
+# Flannel, Cilium, Weave, VXLAN/Geneve, tun/tap, GRE/IPIP/SIT, WireGuard, Tailscale,
+# ZeroTier, Cloudflare WARP, libvirt, dummy, loopback and its aliases): their carrier
+# changes are churn, not a cable, and traffic between nodes over them is not the fabric's.
 VIRTUAL_IFNAME = re.compile(
-    r"(?:veth|docker|br-|virbr|cni|cali|flannel|vxlan|tunl|tun|tap|lxc|cilium|kube-|weave|"
-    r"genev|wg|tailscale|vnet|dummy|nodelocaldns|lo$|gre|ipip|sit|zt)", re.IGNORECASE)
+    r"(?:lo(?::.*)?$|veth|docker|podman|br-|virbr|cni|cali|flannel|vxlan|genev|tunl|tun|tap|"
+    r"lxc|lxdbr|cilium|kube-|weave|wg|tailscale|cloudflarewarp|vnet|dummy|nodelocaldns|gre|"
+    r"ipip|sit|zt)", re.IGNORECASE)
 
 
 def is_virtual_interface(name: str) -> bool:
-    """Whether ``name`` is a virtual interface (container, bridge, overlay, tunnel)."""
+    """Whether ``name`` is a virtual interface (container, bridge, overlay, tunnel, VPN,
+    loopback)."""
     return VIRTUAL_IFNAME.match(name) is not None
 
 
