@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from hostkit import pci_tree, run
 
-from gputriage.ingest.detect import detect
+from gputriage.ingest.detect import detect, source_for_command
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.base import ParseError
 from gputriage.parsers.module_build import is_driver_module, parse_module_build
@@ -159,6 +159,16 @@ def test_kernel_lines_are_left_to_the_kernel_log() -> None:
     text = ("Error! Bad return status for module build on kernel: 6.1.0 (x86_64)\n"
             "Mar 13 15:07:06 ape kernel: NVRM: No NVIDIA devices probed.\n")
     assert dict(detect(text))["module_build"].count("\n") == 1
+
+
+def test_only_dkms_commands_that_build_name_a_module_build() -> None:
+    """``dkms status`` lists modules, it builds none: its output is not read as a build
+    (and then refused as one)."""
+    for cmd in ("sudo dkms install -m nvidia -v 470.86", "dkms autoinstall",
+                "dkms build nvidia/535.183.01 -k 6.8.0-45-generic"):
+        assert source_for_command(cmd) == "module_build", cmd
+    for cmd in ("dkms status", "sudo dkms remove nvidia/535.183.01 --all"):
+        assert source_for_command(cmd) is None, cmd
 
 
 def test_is_driver_module() -> None:
