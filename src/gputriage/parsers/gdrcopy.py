@@ -122,10 +122,11 @@ def _read_line(run: GdrcopyRun, line: str) -> bool:
 def parse_gdrcopy(text: str) -> GdrcopyRun:
     """GDRCopy's test output; ParseError when no line of it is GDRCopy's own."""
     run = GdrcopyRun()
-    if not any(_MARK.search(line) for line in split_lines(text)):
+    lines = split_lines(text)
+    if not any(_MARK.search(line) for line in lines):
         raise ParseError("not GDRCopy test output: no gdr_* call, sanity.cpp assertion or "
                          "copybw line")
-    for line in split_lines(text):
+    for line in lines:
         if line.strip():
             _read_line(run, line)
     return run

@@ -167,10 +167,11 @@ def _failure(build: ModuleBuild, line: str) -> None:
 def parse_module_build(text: str) -> ModuleBuild:
     """A module build's or install's output; ParseError when it shows neither a build
     nor an install of a kernel module."""
-    if not any(_MARK.search(line) for line in split_lines(text)):
+    lines = split_lines(text)
+    if not any(_MARK.search(line) for line in lines):
         raise ParseError("not a kernel module build: no DKMS, kbuild or nvidia-installer line")
     build = ModuleBuild()
-    for raw in split_lines(text):
+    for raw in lines:
         if raw.strip() and not _KERNEL_LINE.search(raw):
             _context(build, raw)
             _failure(build, raw)
