@@ -18,6 +18,7 @@ import gputriage.ingest as ingest
 from gputriage.errors import InputError
 from gputriage.ingest import load_input, load_inputs, load_text
 from gputriage.ingest.detect import EXPECTED, detect, kernel_lines, source_for_command
+from gputriage.ingest.paste import PasteDoc
 from gputriage.snapshot_writer import new_manifest, source_record, write_snapshot
 
 TABLE = """\
@@ -400,3 +401,17 @@ def test_gzip_members_and_trailing_data_read_as_logs_and_nccl_read_them(tmp_path
     text = snap.text("kernel_log") or ""
     assert "first member" in text and "second member" in text
     assert any("data after the end of the gzip stream" in p for p in snap.problems)
+
+
+_PIECES = st.sampled_from(["a", "b", "ab", " ", "\n", "\r\n", "\r"])
+
+
+@given(st.lists(_PIECES, max_size=30).map("".join),
+       st.lists(st.sampled_from(["a", "b", "ab", "ba", " a", "zz"]), max_size=3))
+def test_paste_lines_with_finds_the_lines_a_scan_would(text: str, words: list[str]) -> None:
+    """The detectors' literal test over the whole paste picks the lines a per-line test
+    picks, and the paste's text holds its lines as they are."""
+    doc = PasteDoc(text)
+    assert doc.lines_with(words) == [i for i, ln in enumerate(doc.lines)
+                                     if any(w in ln for w in words)]
+    assert doc.text.split("\n") == (doc.lines or [""])

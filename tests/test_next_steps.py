@@ -15,6 +15,7 @@ from gputriage.cli import Environment, main
 from gputriage.engine import analyze
 from gputriage.facts import Facts
 from gputriage.ingest import load_inputs
+from gputriage.knowledge import nccl_warnings
 from gputriage.knowledge.xid import all_sxids, all_xids
 from gputriage.model import (
     DRAINING_ACTIONS,
@@ -211,6 +212,18 @@ def test_catalog_verdicts_get_their_codes_step():
         f = Finding(f"xid.{x.code}", sev if sev is not Severity.OK else Severity.INFO, "t",
                     "e", x.action, blame, GPU4)
         assert "0000:9a:00.0" in next_steps.step_for(f, host), x.code
+
+
+def test_every_known_nccl_warning_gets_its_rows_step(monkeypatch):
+    """The known-WARN catalog's next step reaches each of its ids, a row added to the
+    table included: not a hand-kept list of ids."""
+    rows = nccl_warnings.warnings()
+    added = replace(rows[0], id="nccl.added-row", next="Do what the added row says.")
+    monkeypatch.setattr(nccl_warnings, "warnings", lambda: (*rows, added))
+    host = next_steps.Host(name="n1")
+    for w in nccl_warnings.warnings():
+        f = Finding(w.id, w.severity, "t", "e", w.action, w.blame, NODE)
+        assert next_steps.repair(f, host) == w.next, w.id
 
 
 def test_per_gpu_repeat_names_every_gpu():

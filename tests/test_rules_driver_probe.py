@@ -208,6 +208,19 @@ def test_routine_mount_lines_are_not_storage_errors():
     assert not [e for e in scan_text(text).events if e.kind == "storage-error"]
 
 
+def test_an_empty_virtual_floppy_or_cd_drive_is_no_failing_disk(tmp_path):
+    # a VM probing its virtual floppy and CD-ROM without media, old and new kernels
+    text = ("[    3.456789] blk_update_request: I/O error, dev fd0, sector 0\n"
+            "[    3.456800] Buffer I/O error on dev fd0, logical block 0, async page read\n"
+            "[   12.100000] I/O error, dev sr0, sector 0 op 0x0:(READ) flags 0x80700 phys_seg 1 "
+            "prio class 0\n"
+            "[   12.200000] Buffer I/O error on dev sr0, logical block 0, async page read\n")
+    assert not [e for e in scan_text(text).events if e.kind == "storage-error"]
+    assert not _loud(_findings(text, tmp_path))
+    disk = text.replace("fd0", "sda").replace("sr0", "sdb")
+    assert _one(_findings(disk, tmp_path), "kernel.storage-error").severity is Severity.WARNING
+
+
 def test_container_network_churn_is_healthy(tmp_path):
     found = _findings(VETH, tmp_path)
     assert not _loud(found)
@@ -215,6 +228,9 @@ def test_container_network_churn_is_healthy(tmp_path):
     real = _findings("Dec  6 19:25:33 gpu1 systemd-networkd[2385]: ib1: Lost carrier\n",
                      tmp_path)
     assert _one(real, "kernel.link-down").severity is Severity.CRITICAL
+    for virtual in ("podman0", "lxdbr0", "CloudflareWARP", "lo:1"):  # NCCL's list too
+        assert not _loud(_findings(f"Dec  6 19:25:33 gpu1 kernel: {virtual}: Lost carrier\n",
+                                   tmp_path))
 
 
 def test_a_contained_ecc_error_folds_under_its_double_bit_error(tmp_path):

@@ -10,6 +10,7 @@ from hostkit import run
 
 from gputriage.ingest.detect import detect
 from gputriage.model import Action, Blame, Severity
+from gputriage.parsers.ib_tools import perfquery_counter
 from gputriage.parsers.infiniband import parse_ib_problems, parse_ibstat
 
 SOURCE_SAMPLES = {"ibstat": ("corpus:rccl1423-rdma-link", "corpus:treydock-perfquery",
@@ -109,6 +110,10 @@ def test_perfquery_counters_map_to_the_kernels_names() -> None:
     assert port.counters["local_link_integrity_errors"] == 3
     assert port.counters["port_xmit_data"] == 98221311
     assert port.counter_lines["port_rcv_errors"] == "PortRcvErrors:...................2417"
+    # values through the one converter: hex as perfquery -x may print it, no other digits
+    assert perfquery_counter("PortRcvErrors", "0x1F") == ("port_rcv_errors", 31)
+    assert perfquery_counter("PortRcvErrors", "2\u00b2") is None
+    assert perfquery_counter("PortSelect", "1") is None
 
 
 def test_perfquery_receive_errors_are_a_warning_with_the_perfquery_check() -> None:

@@ -6,9 +6,9 @@ judged as the node's software or configuration, never the GPU."""
 from __future__ import annotations
 
 import pytest
-from hostkit import run
+from hostkit import pci_tree, run
 
-from gputriage.ingest.detect import detect
+from gputriage.ingest.detect import detect, source_for_command
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.base import ParseError
 from gputriage.parsers.module_build import is_driver_module, parse_module_build
@@ -93,6 +93,22 @@ def test_the_drivers_own_module_failing_on_the_running_kernel_is_critical() -> N
     assert "nvidia/535.183.01 installed for 6.8.0-45-generic" in f.step
 
 
+def test_the_drivers_own_module_failing_while_none_is_loaded_is_the_one_cause() -> None:
+    """The driver's module did not build and no nvidia module is loaded: one critical
+    finding, the build, with the module not loaded and nvidia-smi's complaint under it."""
+    modules = "xt_conntrack 16384 1 - Live 0x0000000000000000\n"
+    smi = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make "
+           "sure that the latest NVIDIA driver is installed and running.\n")
+    for build, cause in ((MAKE_LOG_COMPILE, "driver.module-build-failed"),
+                         (INSTALLER_KEY, "driver.install-failed")):
+        result = run(module_build=build, proc_modules=modules, nvidia_smi=smi,
+                     pci_devices=pci_tree({"0000:41:00.0": ""}))
+        [f] = [f for f in result.findings if f.severity is Severity.CRITICAL]
+        assert f.id == cause
+        assert sorted(c.id for c in f.consequences) == ["driver.not-loaded",
+                                                        "nvidia-smi.cannot-communicate"]
+
+
 def test_a_peer_memory_build_is_not_the_gpu_operator(corpus) -> None:
     text = corpus.sample("nvpeermem70").text()
     found = _found(text)
@@ -143,6 +159,16 @@ def test_kernel_lines_are_left_to_the_kernel_log() -> None:
     text = ("Error! Bad return status for module build on kernel: 6.1.0 (x86_64)\n"
             "Mar 13 15:07:06 ape kernel: NVRM: No NVIDIA devices probed.\n")
     assert dict(detect(text))["module_build"].count("\n") == 1
+
+
+def test_only_dkms_commands_that_build_name_a_module_build() -> None:
+    """``dkms status`` lists modules, it builds none: its output is not read as a build
+    (and then refused as one)."""
+    for cmd in ("sudo dkms install -m nvidia -v 470.86", "dkms autoinstall",
+                "dkms build nvidia/535.183.01 -k 6.8.0-45-generic"):
+        assert source_for_command(cmd) == "module_build", cmd
+    for cmd in ("dkms status", "sudo dkms remove nvidia/535.183.01 --all"):
+        assert source_for_command(cmd) is None, cmd
 
 
 def test_is_driver_module() -> None:

@@ -124,8 +124,15 @@ def test_ofi_memory_registration_einval_is_the_efa_installer():
 
 # --- a peer that refused ------------------------------------------------------------------
 
+# older NCCL prints "Connect to ... failed", newer "socketPollConnect: connect
+# to ... failed" (lower case), each with the errno's text
+NEWER_DOWN = ("node7:120:130 [0] misc/socket.cc:526 NCCL WARN socketPollConnect: connect to "
+              "192.168.5.17<40111> failed : Host is down\n")
+
+
 @pytest.mark.parametrize("text, peer, word", [(REFUSED, "10.148.3.247", "refused"),
-                                              (TIMED_OUT, "192.168.5.17", "did not answer")])
+                                              (TIMED_OUT, "192.168.5.17", "did not answer"),
+                                              (NEWER_DOWN, "192.168.5.17", "did not answer")])
 def test_connections_that_one_peer_refused_blame_that_peer(text, peer, word):
     result = run(nccl_log=text)
     (f,) = _ours(result, "nccl.peer-connect-failed")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hostkit import nvml_doc, pci_tree, run, snap
 from nccl_kit import (
     DOWN,
@@ -27,6 +28,7 @@ from gputriage.engine import analyze, analyze_facts
 from gputriage.facts import Facts
 from gputriage.hostfacts.nccl import nccl_bus_id, process_network
 from gputriage.model import Action, Blame, Severity
+from gputriage.parsers.kernel_host import is_virtual_interface
 from gputriage.parsers.nccl_log import parse_nccl_log
 
 RULE_CASES = {
@@ -232,6 +234,16 @@ def test_loopback_on_one_node_is_info_and_real_interfaces_are_silent() -> None:
     assert f.severity is Severity.INFO and "one node" in f.explanation
     for iface in ("eth0", "ens5", "ibs85f0", "enp36s0f1"):
         assert not mine(run(nccl_log=job_log(iface=iface)), "nccl.socket-iface-virtual")
+
+
+@pytest.mark.parametrize("iface", ["gre1", "dummy0", "genev_sys_6081", "vnet3", "podman0"])
+def test_tunnels_and_container_bridges_are_virtual_too(iface: str) -> None:
+    """One list of virtual interface names serves NCCL and the kernel log's carrier
+    changes (parsers.kernel_host.is_virtual_interface)."""
+    assert one(run(nccl_log=job_log(iface=iface)), "nccl.socket-iface-virtual")
+    assert is_virtual_interface(iface)
+    for real in ("eth0", "eno1", "ens5", "enp36s0f1", "ibs85f0", "ib0", "bond0", "team0"):
+        assert not is_virtual_interface(real)
 
 
 def test_vpn_interface_in_the_socket_list(corpus) -> None:

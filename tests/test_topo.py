@@ -200,6 +200,9 @@ def test_single_gpu_and_cut_rows():
     cut = "        GPU0    GPU1    GPU2\nGPU0     X      NV4     NV4\n"
     m = parse_topo(cut)
     assert list(m.rows) == ["GPU0"] and m.link("GPU2", "GPU0") == "NV4"
+    # a second header whose rows the paste lost does not cost the matrix above it
+    m = parse_topo(single + "\n\tGPU0\tCPU Affinity\tNUMA Affinity\n")
+    assert m.devices == ["GPU0"] and m.p2p is None
 
 
 def test_empty_and_malformed():

@@ -75,10 +75,15 @@ RELATIONS: tuple[Relation, ...] = (
     Relation("fabric.manager-inactive", "fabric.state-not-completed", ANYWHERE,
              "GPUs of an NVSwitch system register with the fabric only once the fabric "
              "manager has configured the switches"),
-    Relation("driver.module-build-failed", "nvidia-smi.cannot-communicate", ANYWHERE,
-             "the driver's module did not build for the kernel, so none is loaded for "
-             "nvidia-smi to talk to; a critical module-build-failed is the driver's own",
-             Severity.CRITICAL),
+    *(Relation("driver.module-build-failed", c, ANYWHERE,
+               "the driver's module did not build for the kernel, so none is loaded (for "
+               "nvidia-smi to talk to); a critical module-build-failed is the driver's own",
+               Severity.CRITICAL)
+      for c in ("driver.not-loaded", "nvidia-smi.cannot-communicate")),
+    *(Relation("driver.install-failed", c, ANYWHERE,
+               "the installer could not load the module it installed, so none is loaded (for "
+               "nvidia-smi to talk to)")
+      for c in ("driver.not-loaded", "nvidia-smi.cannot-communicate")),
     Relation("driver.no-adapter-probed", "driver.install-failed", ANYWHERE,
              "a module that finds no GPU free to bind fails to load with 'No such device', "
              "and the installer stops there"),

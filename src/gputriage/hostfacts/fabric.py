@@ -62,11 +62,6 @@ class FabricState:
     partition_lines: tuple[str, ...] = ()  # the CliqueId / ClusterUUID lines as printed
 
     @property
-    def failed(self) -> bool:
-        """Registration finished with an error status (Completed, not Success)."""
-        return self.state.strip().lower() == "completed" and not self.completed
-
-    @property
     def pending(self) -> bool:
         """Registration has not finished (CUDA reports 802 until it does)."""
         return self.state.strip().lower() in _PENDING

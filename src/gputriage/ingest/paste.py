@@ -9,8 +9,10 @@ lines and markdown fences are marked :data:`BARRIER` before any detector runs.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from gputriage.parsers.base import split_lines
 
@@ -25,6 +27,33 @@ class PasteDoc:
     def __init__(self, text: str) -> None:
         self.lines = split_lines(text)
         self.owner: list[str | None] = [None] * len(self.lines)
+        self._joined: str | None = None  # the lines joined by "\n", once a detector asks
+        self._starts: list[int] = []  # where each line starts in it
+
+    @property
+    def text(self) -> str:
+        """The whole paste, its lines joined by "\n" (claimed or not): one regex search
+        over it says whether any line holds a match of a pattern that spans no line."""
+        if self._joined is None:
+            self._joined = "\n".join(self.lines)
+            self._starts = list(itertools.accumulate(map((1).__add__, map(len, self.lines)),
+                                                     initial=0))
+        return self._joined
+
+    def lines_with(self, words: Iterable[str]) -> list[int]:
+        """The indices, in order, of the lines that hold one of ``words`` (claimed or
+        not; no word holds a line break). Each word is looked for with ``str.find`` over
+        the whole paste: a detector's literal test costs a pass in C per word, not a
+        Python step per line."""
+        text, starts = self.text, self._starts
+        found: set[int] = set()
+        for word in filter(None, words):
+            at = text.find(word)
+            while at >= 0:
+                i = bisect.bisect_right(starts, at) - 1
+                found.add(i)
+                at = text.find(word, starts[i + 1])
+        return sorted(found)
 
     def free(self, i: int) -> bool:
         """Whether line ``i`` exists and nobody claimed it."""

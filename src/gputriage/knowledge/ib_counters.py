@@ -4,10 +4,10 @@ is ``ib_counters.csv`` in this package, loaded once."""
 
 from __future__ import annotations
 
-import csv
 import functools
 from dataclasses import dataclass
-from importlib import resources
+
+from gputriage.knowledge import csv_rows
 
 __all__ = ["IbCounter", "by_perfquery_name", "ib_counter", "ib_counters"]
 
@@ -26,12 +26,10 @@ class IbCounter:
 @functools.cache
 def ib_counters() -> tuple[IbCounter, ...]:
     """Every counter of the table, in its order."""
-    text = resources.files(__package__).joinpath("ib_counters.csv").read_text(encoding="utf-8")
-    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     return tuple(IbCounter(row["counter"], row["perfquery"], row["kind"],
                            int(row["warn_at"]) if row["warn_at"].strip() else None,
                            row["meaning"])
-                 for row in csv.DictReader(lines))
+                 for row in csv_rows("ib_counters.csv"))
 
 
 @functools.cache

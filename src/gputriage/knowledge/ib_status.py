@@ -8,9 +8,9 @@ The table is ``ib_wc_status.csv`` in this package, loaded once.
 
 from __future__ import annotations
 
-import csv
 import functools
-from importlib import resources
+
+from gputriage.knowledge import csv_rows
 
 __all__ = ["ib_wc_status", "ib_wc_statuses"]
 
@@ -18,10 +18,8 @@ __all__ = ["ib_wc_status", "ib_wc_statuses"]
 @functools.cache
 def ib_wc_statuses() -> dict[int, tuple[str, str, str]]:
     """code -> (enum name, verbs text, meaning) for every row of the table."""
-    text = resources.files(__package__).joinpath("ib_wc_status.csv").read_text(encoding="utf-8")
-    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     return {int(row["code"]): (row["name"], row["verbs_text"], row["meaning"])
-            for row in csv.DictReader(lines)}
+            for row in csv_rows("ib_wc_status.csv")}
 
 
 def ib_wc_status(code: int) -> tuple[str, str] | None:

@@ -10,7 +10,7 @@ import re
 from gputriage.model import Action, Finding
 from gputriage.next_steps.host import Host, bus_ids, dash_i, what
 
-__all__ = ["REPAIRS"]
+__all__ = ["REPAIRS", "known_warning"]
 
 
 def _bus_arg(f: Finding) -> str:
@@ -186,7 +186,9 @@ def _tests_failed(f: Finding, host: Host) -> str | None:
     return None
 
 
-def _known_warning(f: Finding, host: Host) -> str | None:
+def known_warning(f: Finding, host: Host) -> str | None:
+    """The next step the known-WARN catalog (knowledge/nccl_warnings.csv) gives the
+    finding's id, for every row of it; None for an id it has no row of."""
     from gputriage.knowledge.nccl_warnings import row
 
     found = row(f.id)
@@ -198,8 +200,6 @@ REPAIRS = {
     "nccl.peer-connect-failed": _peer,
     "nccl.ib-completion-error": _ib_completion,
     "nccl.tests-failed": _tests_failed,
-    "nccl.no-socket-interface": _known_warning,
-    "nccl.ofi-register-failed": _known_warning,
     "driver.bar-unmapped": _bar_unmapped,
     "driver.gpu-unsupported": _gpu_unsupported,
     "driver.probe-failed": _probe_failed,

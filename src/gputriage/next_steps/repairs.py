@@ -12,6 +12,7 @@ from gputriage.model import Action, Blame, Finding
 from gputriage.next_steps.container_stack import REPAIRS as CONTAINER_STACK
 from gputriage.next_steps.host import Host, bus_ids, dash_i, gpu_scopes, serials, what
 from gputriage.next_steps.logs import REPAIRS as LOG_REPAIRS
+from gputriage.next_steps.logs import known_warning
 from gputriage.next_steps.node_software import REPAIRS as NODE_SOFTWARE
 from gputriage.parsers.base import strict_int
 
@@ -365,7 +366,11 @@ def _nccl_version(f: Finding, host: Host) -> str:
 
 
 def _nccl(f: Finding, host: Host) -> str | None:
-    """A job setting the finding names (NCCL_IB_DISABLE=1), or the finding it points to."""
+    """The known-WARN catalog's step for its ids; else a job setting the finding names
+    (NCCL_IB_DISABLE=1), or the finding it points to."""
+    known = known_warning(f, host)
+    if known is not None:
+        return known
     text = f"{f.title} {f.explanation}"
     env = re.search(r"\b(NCCL_[A-Z0-9_]{1,40})=(\S{1,40}?)[,;:)]?(?:\s|$)", text)
     if env and f.action is Action.FIX_CONFIG:

@@ -282,14 +282,20 @@ def claim_fabricmanager_log(doc: PasteDoc) -> None:
     if hits:
         end = doc.extend(hits[-1] + 1, lambda s: bool(s.strip()) and not s.startswith("["))
         doc.claim("fabricmanager_journal", hits[0], end)
-    for i, ln in enumerate(doc.lines):
-        if doc.owner[i] is None and (_FM_JOURNAL.search(ln) or is_fm_message(ln)):
-            doc.owner[i] = "fabricmanager_journal"
-            j = i + 1
-            while doc.free(j) and _WRAPPED.match(doc.lines[j]):
-                doc.owner[j] = "fabricmanager_journal"
-                j += 1
-            _claim_same_prefix(doc, i)
+    for i in doc.lines_with(("fabric", "nvlsm", *_FM_WORDS)):
+        ln = doc.lines[i]
+        if doc.owner[i] is not None:
+            continue
+        message = _fm_message(ln)
+        if message is None and not _FM_JOURNAL.search(ln):
+            continue
+        doc.owner[i] = "fabricmanager_journal"
+        j = i + 1
+        while doc.free(j) and _WRAPPED.match(doc.lines[j]):
+            doc.owner[j] = "fabricmanager_journal"
+            j += 1
+        if message is not None:
+            _claim_same_prefix(doc, i, message)
 
 
 def _shape(line: str, end: int) -> str:
@@ -298,11 +304,11 @@ def _shape(line: str, end: int) -> str:
     return re.sub(r"[0-9]", "0", line[:end])
 
 
-def _claim_same_prefix(doc: PasteDoc, i: int) -> None:
-    """The lines around a fabric-manager message behind an unknown prefix that carry the
-    same prefix: the rest of that program's records (``Checking mlx5_10...``)."""
-    m = _fm_message(doc.lines[i])
-    if m is None or m.start("msg") < 8:
+def _claim_same_prefix(doc: PasteDoc, i: int, m: re.Match[str]) -> None:
+    """The lines around a fabric-manager message (``m``, on line ``i``) behind an unknown
+    prefix that carry the same prefix: the rest of that program's records (``Checking
+    mlx5_10...``)."""
+    if m.start("msg") < 8:
         return
     shape = _shape(doc.lines[i], m.start("msg"))
     for step in (-1, 1):

@@ -122,10 +122,11 @@ def _read_line(run: GdrcopyRun, line: str) -> bool:
 def parse_gdrcopy(text: str) -> GdrcopyRun:
     """GDRCopy's test output; ParseError when no line of it is GDRCopy's own."""
     run = GdrcopyRun()
-    if not any(_MARK.search(line) for line in split_lines(text)):
+    lines = split_lines(text)
+    if not any(_MARK.search(line) for line in lines):
         raise ParseError("not GDRCopy test output: no gdr_* call, sanity.cpp assertion or "
                          "copybw line")
-    for line in split_lines(text):
+    for line in lines:
         if line.strip():
             _read_line(run, line)
     return run
@@ -137,9 +138,8 @@ _MARK_WORDS = ("gdr", "sanity.cpp", "GPU id:", "info.", "map_d_ptr", " BW: ")
 
 def claim_gdrcopy(doc: PasteDoc) -> None:
     """Each run of GDRCopy output lines around a line only GDRCopy prints."""
-    for i, line in enumerate(doc.lines):
-        if not (doc.free(i) and any(w in line for w in _MARK_WORDS) and _ours(line)
-                and _MARK.search(line)):
+    for i in doc.lines_with(_MARK_WORDS):
+        if not (doc.free(i) and _ours(doc.lines[i]) and _MARK.search(doc.lines[i])):
             continue
         first = i
         while doc.free(first - 1) and _ours(doc.lines[first - 1]):

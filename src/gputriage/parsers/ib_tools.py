@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from gputriage.knowledge.ib_counters import by_perfquery_name
+from gputriage.parsers.base import strict_hex, strict_int
 
 __all__ = ["PERFQUERY_HEAD", "PERFQUERY_ROW", "RDMA_LINK", "IbToolProblem", "is_problem_line",
            "perfquery_counter", "problem_of", "rdma_link_fields"]
@@ -47,9 +48,8 @@ def perfquery_counter(key: str, value: str) -> tuple[str, int] | None:
     if counter is None:
         return None
     text = value.strip()
-    if re.fullmatch(r"0x[0-9a-fA-F]{1,16}", text):
-        return counter.name, int(text, 16)
-    return (counter.name, int(text)) if re.fullmatch(r"[0-9]{1,20}", text) else None
+    number = strict_hex(text) if text[:2].lower() == "0x" else strict_int(text, signed=False)
+    return None if number is None else (counter.name, number)
 
 
 @dataclass(frozen=True)

@@ -103,22 +103,32 @@ def parse_imex_log(text: str) -> ImexLog:
             continue
         if (v := _VERSION.search(line)) is not None:
             log.version = v.group("version")
-        imex = imex or bool(_IMEX_ONLY.search(line))
+        imex = imex or _imex_only(line)
     if not imex or not log.entries:
         raise ParseError("not an IMEX daemon log: no 'IMEX Log initializing' header, no 'IMEX "
                          "version ... is running' banner and no IMEX-only message")
     return log
 
 
+# literals one of which every _IMEX_ONLY line holds (a cheap test first)
+_IMEX_WORDS = ("IMEX", "imex", "No matching network")
+
+
+def _imex_only(line: str) -> bool:
+    """A line only the IMEX daemon prints."""
+    return ("IMEX" in line or "imex" in line or "No matching network" in line) \
+        and _IMEX_ONLY.search(line) is not None
+
+
 def claim_imex_log(doc: PasteDoc) -> None:
     """From an IMEX header, banner or IMEX-only message to the end of the run of log
     records around it."""
-    for i, line in enumerate(doc.lines):
-        if not doc.free(i) or not _IMEX_ONLY.search(line):
+    for i in doc.lines_with(_IMEX_WORDS):
+        if not doc.free(i) or not _imex_only(doc.lines[i]):
             continue
         first = i
         while doc.free(first - 1) and (LOG_LINE.match(doc.lines[first - 1])
                                        or _HEADER.search(doc.lines[first - 1])):
             first -= 1
-        end = doc.extend(i + 1, lambda s: bool(LOG_LINE.match(s) or _IMEX_ONLY.search(s)))
+        end = doc.extend(i + 1, lambda s: bool(LOG_LINE.match(s)) or _imex_only(s))
         doc.claim("imex_log", first, end)

@@ -671,9 +671,9 @@ def claim_ib_tools(doc: PasteDoc) -> None:
     claim_lines(doc, "ibstat", _IBDEV2NETDEV)
     claim_blocks(doc, "ibstat", _GIDS_HEAD, lambda s: bool(_GIDS_ROW.match(s)))
     claim_blocks(doc, "ibstat", PERFQUERY_HEAD, lambda s: bool(PERFQUERY_ROW.match(s)))
-    for i, line in enumerate(doc.lines):
-        if not doc.free(i):
-            continue
-        if ("state " in line and "/" in line and RDMA_LINK.match(line)) or (
-                any(w in line for w in _PROBLEM_WORDS) and is_problem_line(line)):
+    for i in doc.lines_with(("state ",)):
+        if doc.free(i) and "/" in doc.lines[i] and RDMA_LINK.match(doc.lines[i]):
+            doc.claim("ibstat", i, i + 1)
+    for i in doc.lines_with(_PROBLEM_WORDS):
+        if doc.free(i) and is_problem_line(doc.lines[i]):
             doc.claim("ibstat", i, i + 1)

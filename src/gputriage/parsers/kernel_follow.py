@@ -21,11 +21,11 @@ from gputriage.parsers.kernel_model import DriverEvent, EventKind, LogLine, make
 from gputriage.parsers.kernel_patterns import (
     FALLEN_HEAD,
     NV_FRAME,
-    NVRM_TEXT,
     PCI_ID,
     SXID,
     SXID_CONT,
     mismatch_details,
+    nvrm_text,
 )
 from gputriage.parsers.kernel_probe import (
     BAR_HEAD,
@@ -203,11 +203,6 @@ CORE_DUMP: Follow = _Record(_dump_key, _dump_add)
 
 
 # --- messages over several lines -----------------------------------------------------
-
-def nvrm_text(texts: list[str]) -> str:
-    """The text of a message's lines without their ``NVRM:`` tags."""
-    return " ".join(NVRM_TEXT.sub("", t).strip() for t in texts)
-
 
 class Message:
     """A message printed over several ``NVRM:`` lines: when it is complete, and the

@@ -194,16 +194,20 @@ def ib_port_state(line: LogLine, msg: str, m: Match) -> DriverEvent:
         "device": m.group("dev"), "port": m.group("port")})
 
 
-# Interfaces that containers, bridges, overlays and VPNs create and remove as they come
-# and go: their carrier changes are churn, not a cable (veth pairs, docker/CNI bridges,
-# Calico, Flannel, Cilium, VXLAN/Geneve, tun/tap, WireGuard, libvirt, loopback).
+# Interface name prefixes of what containers, bridges, overlays, tunnels and VPNs create
+# and remove as they come and go (veth pairs, docker/podman/CNI/LXC bridges, Calico,
+# Flannel, Cilium, Weave, VXLAN/Geneve, tun/tap, GRE/IPIP/SIT, WireGuard, Tailscale,
+# ZeroTier, Cloudflare WARP, libvirt, dummy, loopback and its aliases): their carrier
+# changes are churn, not a cable, and traffic between nodes over them is not the fabric's.
 VIRTUAL_IFNAME = re.compile(
-    r"(?:veth|docker|br-|virbr|cni|cali|flannel|vxlan|tunl|tun|tap|lxc|cilium|kube-|weave|"
-    r"genev|wg|tailscale|vnet|dummy|nodelocaldns|lo$|gre|ipip|sit|zt)", re.IGNORECASE)
+    r"(?:lo(?::.*)?$|veth|docker|podman|br-|virbr|cni|cali|flannel|vxlan|genev|tunl|tun|tap|"
+    r"lxc|lxdbr|cilium|kube-|weave|wg|tailscale|cloudflarewarp|vnet|dummy|nodelocaldns|gre|"
+    r"ipip|sit|zt)", re.IGNORECASE)
 
 
 def is_virtual_interface(name: str) -> bool:
-    """Whether ``name`` is a virtual interface (container, bridge, overlay, tunnel)."""
+    """Whether ``name`` is a virtual interface (container, bridge, overlay, tunnel, VPN,
+    loopback)."""
     return VIRTUAL_IFNAME.match(name) is not None
 
 
@@ -247,6 +251,11 @@ _DISK = re.compile(r"(?:(?P<nvme>nvme[0-9]{1,4}n[0-9]{1,4}|mmcblk[0-9]{1,4}|nbd[
                    r"(?:p[0-9]{1,3})?|(?P<sd>(?:[shv]|xv)d[a-z]{1,3})[0-9]{0,3})(?:-[0-9]{1,3})?")
 
 
+# floppy and optical drives (a VM's empty virtual floppy or CD-ROM fails every probe of
+# it: "I/O error, dev fd0, sector 0", "Buffer I/O error on dev sr0"): not the node's disks
+_REMOVABLE = re.compile(r"(?:fd|sr|scd)[0-9]{1,3}")
+
+
 def _disk(dev: str) -> str:
     """The disk a partition or journal device is on: nvme2n1p1 -> nvme2n1, sda1-8 -> sda."""
     m = _DISK.fullmatch(dev)
@@ -258,16 +267,22 @@ def _storage(line: LogLine, details: dict[str, str]) -> DriverEvent:
                       {k: v for k, v in details.items() if v})
 
 
-def block_error(line: LogLine, msg: str, m: Match) -> DriverEvent:
-    """A block request that failed on a disk: read or write, and what kind of error."""
+def block_error(line: LogLine, msg: str, m: Match) -> DriverEvent | list[DriverEvent]:
+    """A block request that failed on a disk: read or write, and what kind of error (none
+    for a floppy or optical drive)."""
+    if _REMOVABLE.fullmatch(m.group("dev")):
+        return []
     op = (m.group("op") or "").lower()
     return _storage(line, {"layer": "block", "device": _disk(m.group("dev")),
                            "error": m.group("what").lower(),
                            "op": "write" if "write" in op else "read" if "read" in op else ""})
 
 
-def buffer_error(line: LogLine, msg: str, m: Match) -> DriverEvent:
-    """A page-cache buffer that could not be read or written back."""
+def buffer_error(line: LogLine, msg: str, m: Match) -> DriverEvent | list[DriverEvent]:
+    """A page-cache buffer that could not be read or written back (none for a floppy or
+    optical drive)."""
+    if _REMOVABLE.fullmatch(m.group("dev")):
+        return []
     op = m.group("op") or ""
     return _storage(line, {"layer": "block", "device": _disk(m.group("dev")), "error": "i/o",
                            "op": "write" if "write" in op else "read" if "read" in op else ""})

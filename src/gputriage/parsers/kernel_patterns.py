@@ -115,6 +115,13 @@ UDEV_MODPROBE = re.compile(r"Process '\S{0,64}modprobe (?P<module>nvidia[\w\-]{0
 SYMBOL = re.compile(r"^(?P<module>nvidia[\w\-]{0,32}): (?P<reason>Unknown symbol .{0,200}|"
                      r"disagrees about version of symbol .{0,200})")
 NVRM_TEXT = re.compile(r"^NVRM:\s?")
+
+
+def nvrm_text(texts: list[str]) -> str:
+    """The text of a message's lines without their ``NVRM:`` tags."""
+    return " ".join(NVRM_TEXT.sub("", t).strip() for t in texts)
+
+
 _FUNCTION = re.compile(r"^(?:NVRM:\s{0,4})?(?:GPU[0-9]{1,3}\s{1,4})?(?P<fn>[A-Za-z_]\w{2,80}):")
 RPC_TIMEOUT = re.compile(r"Timeout after (?P<secs>[0-9]{1,6})s of waiting for RPC response")
 RPC_FUNCTION = re.compile(r"Expected function (?P<num>[0-9]{1,6}) \((?P<name>\w{1,64})\)")

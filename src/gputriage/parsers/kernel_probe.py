@@ -30,6 +30,7 @@ import re
 
 from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.kernel_model import DriverEvent, EventKind, LogLine, make_event
+from gputriage.parsers.kernel_patterns import PCI_ID, nvrm_text
 
 __all__ = ["BAR_HEAD", "BAR_REGION", "LEGACY_HEAD", "PROBE_FAILED", "PROBE_SUMMARY",
            "bar_continues", "bar_message", "gpu_notice", "legacy_complete", "legacy_message",
@@ -57,12 +58,11 @@ _LEGACY = re.compile(r"supported through the NVIDIA (?P<branch>[\w.\-]{1,16}) Le
                      r".{0,200}?The (?P<ver>[0-9.\-]{3,16}) NVIDIA driver will ignore")
 _NO_GSP = re.compile(r"not supported by open\s{1,4}nvidia\.ko|does not include the required "
                      r"GPU\s{1,4}System Processor", re.IGNORECASE)
-_PCI_ID = re.compile(r"\(PCI ID: (?P<id>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)")
 
 
 def _text(texts: list[str]) -> str:
     """The message's lines joined, without their ``NVRM:`` tags and runs of blanks."""
-    return " ".join(" ".join(re.sub(r"^NVRM:\s?", "", t).split()) for t in texts)
+    return " ".join(nvrm_text(texts).split())
 
 
 def bar_message(head: LogLine, lines: list[str], texts: list[str]) -> DriverEvent:
@@ -118,7 +118,7 @@ def gpu_notice(joined: str, head: LogLine, bus: str | None, lines: list[str]
     if not _NO_GSP.search(joined):
         return None
     details = {"reason": "open-module-no-gsp"}
-    pci = _PCI_ID.search(joined)
+    pci = PCI_ID.search(joined)
     if pci:
         details["pci_id"] = pci.group("id").lower()
     return make_event(EventKind.GPU_UNSUPPORTED, head, bus, details, "\n".join(lines))

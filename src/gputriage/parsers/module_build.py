@@ -80,10 +80,11 @@ _MARK_WORDS = ("dkms", "kernel headers", "/lib/modules/", "MODPOST", "Building m
                "create_nv", "Bad return status")
 _DKMS_MARK = re.compile(r"/var/lib/dkms/|\bdkms |Error! Bad return status for module build|"
                         r"kernel headers for module")
-# the GPU operator's driver container builds the driver too: its log is its reader's
-_OPERATOR = re.compile(r"Starting installation of NVIDIA driver|Compiling NVIDIA driver kernel "
-                       r"modules|Installing Linux kernel headers|Resolving Linux kernel version|"
-                       r"Done, now waiting for signal|nvidia-driver-ctr", re.IGNORECASE)
+# the GPU operator's driver container builds the driver too: its log (these messages, in
+# lower case) is its reader's
+_OPERATOR = ("starting installation of nvidia driver", "compiling nvidia driver kernel modules",
+             "installing linux kernel headers", "resolving linux kernel version",
+             "done, now waiting for signal", "nvidia-driver-ctr")
 # a kernel log line (the kernel log's reader takes it)
 _KERNEL_LINE = re.compile(r"^\s*(?:<[0-9]>)?\[\s*[0-9]{1,8}\.[0-9]{3,9}\]|\bNVRM:|"
                           r"[0-9][0-9]:[0-9][0-9]:[0-9][0-9]\S{0,16}\s{1,4}\S{1,64}\s{1,4}kernel: ")
@@ -166,10 +167,11 @@ def _failure(build: ModuleBuild, line: str) -> None:
 def parse_module_build(text: str) -> ModuleBuild:
     """A module build's or install's output; ParseError when it shows neither a build
     nor an install of a kernel module."""
-    if not any(_MARK.search(line) for line in split_lines(text)):
+    lines = split_lines(text)
+    if not any(_MARK.search(line) for line in lines):
         raise ParseError("not a kernel module build: no DKMS, kbuild or nvidia-installer line")
     build = ModuleBuild()
-    for raw in split_lines(text):
+    for raw in lines:
         if raw.strip() and not _KERNEL_LINE.search(raw):
             _context(build, raw)
             _failure(build, raw)
@@ -182,11 +184,11 @@ def claim_module_build(doc: PasteDoc) -> None:
     """Each run of non-blank lines holding a build or install marker (and the runs
     beside it, one blank line apart, that hold a failure), kernel log lines left out;
     the GPU operator's driver container keeps its own log, DKMS's excepted."""
-    marked = [i for i, line in enumerate(doc.lines)
-              if any(w in line for w in _MARK_WORDS) and _MARK.search(line)]
+    marked = [i for i in doc.lines_with(_MARK_WORDS) if _MARK.search(doc.lines[i])]
     if not marked:
         return
-    operator = any(_OPERATOR.search(line) for line in doc.lines)
+    lowered = doc.text.lower()
+    operator = any(phrase in lowered for phrase in _OPERATOR)
     for i in marked:
         if not doc.free(i) or (operator and not _DKMS_MARK.search(doc.lines[i])):
             continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from gputriage.parsers.base import strict_int
 from gputriage.parsers.nvsmi import MigDevice
 
 __all__ = ["MIG_BOXES", "MIG_NOTE", "box_kind", "list_line", "note", "row"]
@@ -37,10 +38,6 @@ _LIST_LINE = re.compile(r"^\s*MIG\s+(?P<profile>\S+)\s+Device\s+(?P<dev>[0-9]{1,
                         r"\(UUID:\s*(?P<uuid>[^)\s]+)\)\s*$")
 
 
-def _int(raw: str | None) -> int | None:
-    return int(raw) if raw and raw.isdigit() else None
-
-
 def box_kind(joined: str) -> str | None:
     """The listing a box heading opens (``MIG devices:`` -> "table"), else None."""
     return next((kind for head, kind in MIG_BOXES.items() if joined.startswith(head)), None)
@@ -53,7 +50,8 @@ def row(kind: str, cells: list[str], joined: str) -> MigDevice | None:
         m = _TABLE_ROW.match(cells[0]) if cells else None
         if m is None:
             return None
-        return MigDevice(int(m.group("gpu")), _int(m.group("gi")), _int(m.group("ci")),
+        return MigDevice(int(m.group("gpu")), strict_int(m.group("gi"), signed=False),
+                         strict_int(m.group("ci"), signed=False),
                          int(m.group("dev")), line=joined)
     if kind == "gpu-instances" and (m := _GI_ROW.match(joined)):
         return MigDevice(int(m.group("gpu")), int(m.group("gi")), profile=m.group("profile"),

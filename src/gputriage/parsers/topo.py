@@ -171,8 +171,14 @@ def parse_topo(text: str) -> TopoMatrix:
     starts = [i for i, ln in enumerate(lines) if _is_header(ln.split())]
     if not starts:
         raise ParseError("not nvidia-smi topo output: no matrix header starting with GPU0")
-    matrices = [_matrix(lines[a:b]) for a, b in zip(starts, [*starts[1:], len(lines)],
-                                                     strict=True)]
+    matrices: list[TopoMatrix] = []
+    for a, b in zip(starts, [*starts[1:], len(lines)], strict=True):
+        try:
+            matrices.append(_matrix(lines[a:b]))
+        except ParseError:
+            continue  # a header a paste cut off from its rows: the others still count
+    if not matrices:
+        raise ParseError("nvidia-smi topo header without any device row")
     main = next((m for m in matrices if m.kind == "matrix"), matrices[0])
     if main.kind == "matrix":
         main.p2p = next((m for m in matrices if m.kind == "p2p"), None)
@@ -181,11 +187,10 @@ def parse_topo(text: str) -> TopoMatrix:
 
 def _matrix(lines: list[str]) -> TopoMatrix:
     """One matrix: its header line first, then its rows and legends."""
-    start = 0
-    devices, columns = _header_columns(lines[start].split())
-    matrix = TopoMatrix(devices=devices, columns=columns, header=lines[start])
-    end = start + 1
-    for end in range(start + 1, len(lines)):
+    devices, columns = _header_columns(lines[0].split())
+    matrix = TopoMatrix(devices=devices, columns=columns, header=lines[0])
+    end = 1
+    for end in range(1, len(lines)):
         line = lines[end]
         if not line.strip():
             if matrix.rows:

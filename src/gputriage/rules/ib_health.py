@@ -15,7 +15,7 @@ from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.modules import Module
 from gputriage.rules.base import evidence, finding, rule
-from gputriage.rules.infiniband import link_errors_judged
+from gputriage.rules.infiniband import counter_lines, link_errors_judged
 
 
 def _scope(port: IbPort) -> Scope:
@@ -76,8 +76,7 @@ def port_errors(ib_ports: list[IbPort]) -> Iterator[Finding]:
 
 def _errors_finding(port: IbPort, counts: list[tuple[str, int]], severity: Severity) -> Finding:
     names = [n for n, _ in counts]
-    lines = [port.counter_lines[n] for n in names if n in port.counter_lines] or \
-        [ln for ln in port.lines if any(f"/counters/{n}:" in ln for n in names)]
+    lines = counter_lines(port, tuple(names))
     text = ", ".join(f"{value} {name}" for name, value in counts)
     if severity is Severity.WARNING:
         return finding(

@@ -257,7 +257,7 @@ def _count(port: IbPort, name: str) -> str:
     return f"{value}{'+ (saturated)' if sat is not None and value >= sat else ''}"
 
 
-def _counter_lines(port: IbPort, names: tuple[str, ...]) -> list[str]:
+def counter_lines(port: IbPort, names: tuple[str, ...]) -> list[str]:
     """The lines that printed these counters (sysfs files, perfquery rows)."""
     printed = [port.counter_lines[n] for n in names if n in port.counter_lines]
     return printed or [ln for ln in port.lines if any(f"/counters/{n}:" in ln for n in names)]
@@ -293,7 +293,7 @@ def symbol_errors(ib_ports: list[IbPort]) -> Iterator[Finding]:
             "retransmits, lower bandwidth and NCCL timeouts. Clear the counters and watch "
             "them; if they keep climbing, replace the cable or transceiver at the next "
             "maintenance window.", Action.PLAN_REPAIR, Blame.NODE, _scope(port),
-            [evidence(port.source, _counter_lines(port, names),
+            [evidence(port.source, counter_lines(port, names),
                       f"thresholds: symbol_error >= {SYMBOL_ERROR_WARN}, "
                       f"link_error_recovery >= {LINK_ERROR_RECOVERY_WARN}")])
 
@@ -316,4 +316,4 @@ def link_downed(ib_ports: list[IbPort]) -> Iterator[Finding]:
             "(the counter counts since it was cleared; a link down now is reported as not "
             "active).",
             Action.PLAN_REPAIR if repair else Action.NONE, Blame.NODE, _scope(port),
-            [evidence(port.source, _counter_lines(port, ("link_downed",)))])
+            [evidence(port.source, counter_lines(port, ("link_downed",)))])

@@ -47,11 +47,13 @@ def _lines(build: ModuleBuild, limit: int = 8) -> list[str]:
 def module_build(module_build: ModuleBuild,
                  smi: Sequence[tuple[str, SmiReport]] = (),
                  driver_events: Sequence[DriverEvent] = (),
-                 host_identity: HostIdentity | None = None) -> Iterator[Finding]:
+                 host_identity: HostIdentity | None = None,
+                 driver_loaded: bool | None = None) -> Iterator[Finding]:
     """A kernel module build (DKMS, make) or the NVIDIA installer that failed. The
     driver's own module is critical where the input shows the node without a driver now
-    (nvidia-smi cannot reach it, the module would not load, the build was for the running
-    kernel), a warning otherwise: the next boot into that kernel has no driver."""
+    (nvidia-smi cannot reach it, the module is not loaded or would not load, the build was
+    for the running kernel), a warning otherwise: the next boot into that kernel has no
+    driver."""
     build = module_build
     kinds = build.kinds()
     if not kinds:
@@ -70,7 +72,7 @@ def module_build(module_build: ModuleBuild,
     what = what.format(kernel=kernel, detail=detail)
     running = host_identity.kernel if host_identity is not None else None
     severity, action, blame = Severity.WARNING, Action.FIX_SOFTWARE, Blame.NODE
-    if driver and (build.installer or _no_driver(smi, driver_events)
+    if driver and (build.installer or driver_loaded is False or _no_driver(smi, driver_events)
                    or (running is not None and running in build.kernels)):
         severity, impact = Severity.CRITICAL, (
             "Without it the nvidia module cannot load: the node has no usable GPU now "

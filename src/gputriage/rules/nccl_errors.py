@@ -365,7 +365,7 @@ def _warn_class(w: NcclWarn) -> tuple:
 
 _CONNECT = re.compile(r"Connect to (?P<peer>[\w.:\[\]%-]{1,64}?)(?:<[0-9]{1,6}>)? failed"
                       r"\s{0,2}:\s{0,2}(?P<why>Connection refused|Connection timed out|"
-                      r"No route to host|Network is unreachable)", re.IGNORECASE)
+                      r"No route to host|Network is unreachable|Host is down)", re.IGNORECASE)
 
 
 def _peer_failure(host: str | None, warns: list[NcclWarn]) -> Finding:

@@ -25,6 +25,7 @@ from gputriage.hostfacts.stack import GpuSighting
 from gputriage.hostfacts.topology import GpuPlacement
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.infiniband import IbPort
+from gputriage.parsers.kernel_host import is_virtual_interface
 from gputriage.parsers.modules import Module
 from gputriage.parsers.nccl_model import NET_IB, NET_SOCKET, SHM, NcclChannel, NcclComm, NcclProcess
 from gputriage.parsers.pci import PciFunction
@@ -35,10 +36,6 @@ from gputriage.rules.nccl_errors import plural as _plural
 from gputriage.rules.nccl_transport_causes import Cause, socket_causes
 
 SRC = "nccl_log"
-# interface name prefixes of bridges, tunnels, VPNs and container/overlay networks
-VIRTUAL_IFACE = re.compile(
-    r"^(?:lo(?::.*)?$|docker|br-|virbr|veth|cni|flannel|cali|tun|tap|wg|tailscale|"
-    r"cloudflarewarp|vxlan|cilium|weave|kube-|lxcbr|lxdbr|podman|zt)", re.IGNORECASE)
 IPOIB_IFACE = re.compile(r"^ib[a-z]?[0-9]", re.IGNORECASE)  # ib0, ibs85f0, ibp12s0
 
 
@@ -236,7 +233,7 @@ def _virtual_ifaces(job: NcclJob) -> dict[str, list[tuple[NcclProcess, str]]]:
         if process_network(p) == "Socket":
             uses += [("NET/Socket data", i) for i in p.socket_ifaces]
         for role, name in uses:
-            if name and VIRTUAL_IFACE.match(name):
+            if name and is_virtual_interface(name):
                 found.setdefault(name, []).append((p, role))
     return found
 
