@@ -320,3 +320,20 @@ def test_a_dkms_failure_without_a_module_named_is_only_information():
     [f] = _dkms(analyze(load_text(line, "paste")))
     assert f.severity is Severity.INFO and f.action is Action.NONE
 
+
+
+# -- an unknown blame never drains (exit 2): the verdict says what it could not tell -------
+
+def test_a_critical_whose_fault_is_unknown_is_no_drain():
+    from gputriage.views.status import ExitStatus, exit_status
+
+    alone = analyze(load_text("Failed to initialize NVML: Unknown Error\n", "paste"))
+    [f] = [f for f in alone.findings if f.severity is Severity.CRITICAL]
+    assert f.blame is Blame.UNKNOWN
+    assert alone.host.verdict == "unknown" and exit_status(alone) is ExitStatus.UNKNOWN
+    beside = analyze(load_text("Failed to initialize NVML: Unknown Error\n" + SMI_NO_DRIVER
+                               .replace("NVIDIA-SMI has failed", "\nNVIDIA-SMI has failed"),
+                               "paste"))
+    node = [f for f in beside.findings if f.severity is Severity.CRITICAL
+            and f.blame is Blame.NODE]
+    assert node and exit_status(beside) is ExitStatus.CRITICAL

@@ -12,6 +12,7 @@ from gputriage.facts import Facts, Missing
 from gputriage.logwindow import LogWindow
 from gputriage.model import (
     UNKNOWN_STATE,
+    Blame,
     Finding,
     GpuRow,
     HostSummary,
@@ -215,6 +216,10 @@ def _verdict(result: Result, ran: int) -> str:
     if not result.findings and ran == 0:
         return "unknown"  # nothing could be checked: say so, never "OK"
     worst = result.worst_of("node")
+    if worst is Severity.CRITICAL and not any(
+            f.current and f.severity is Severity.CRITICAL and f.blame.side == "node"
+            and f.blame is not Blame.UNKNOWN for f in result.findings):
+        return "unknown"  # critical, but whose fault is not known: never a drain (exit 2)
     if worst is not Severity.CRITICAL and any(f.id == UNKNOWN_COUNT and f.current
                                               for f in result.findings):
         return "unknown"
