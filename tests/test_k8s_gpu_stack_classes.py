@@ -89,8 +89,10 @@ def test_the_driver_container_cannot_unload_modules_in_use():
 
 
 @pytest.mark.parametrize(("containers", "restarts", "failing"), [
-    (2, 3, True), (2, 0, False), (1, 5, True)])
+    (2, 3, True), (2, 0, False), (1, 5, True), ("²", 3, False), ("١", 3, False)])
 def test_a_driver_pod_running_but_never_ready(containers, restarts, failing):
+    """READY counts fewer ready containers than the pod has, and it restarted; a count
+    that is not ASCII digits is unknown (int("²") would raise)."""
     found = _all(run(k8s_table=PODS.format(n=containers, r=restarts)))
     if failing:
         f = found["k8s.operator-driver-failed"]
