@@ -109,6 +109,26 @@ def test_a_hook_error_wrapped_mid_word_is_read_whole(tmp_path, width):
     assert "container.hook-failed" not in found
 
 
+def test_long_records_of_a_log_are_not_joined_as_wrapped_pieces(monkeypatch):
+    """A log of long records that all start alike (logrus, slog, ollama) is read line by
+    line: paste detection runs this reader on every input, and joining each record with
+    the next four made it scan every line five more times."""
+    from gputriage.parsers import job_log
+
+    scanned: list[str] = []
+
+    def counting(line: str, lineno: int = 0):
+        scanned.append(line)
+        return scan_line(line, lineno)
+
+    monkeypatch.setattr(job_log, "scan_line", counting)
+    records = [f'time="2024-05-01T10:00:{i:02d}Z" level=info msg="collecting GPU {i % 8} '
+               f'metrics through the driver and NVML, device uuid GPU-{i:04d}" extra=value'
+               for i in range(40)]
+    job_log.parse_job_log("\n".join(records) + "\nRuntimeError: CUDA error: out of memory\n")
+    assert len(scanned) == len(records) + 1
+
+
 def test_short_lines_are_never_joined():
     assert not scan_line("nvidia-container-cli: m")
     assert [h.message.id for h in scan_line("ount error: file creation failed: /x: file "

@@ -314,28 +314,36 @@ def _read_tf(v: JobVersions, line: str) -> bool:
 _WRAP_MIN = 100  # a line this long may have been hard-wrapped by the paste
 _WRAP_LINES = 4  # lines one message may be wrapped onto
 _WRAP_NEXT = re.compile(r"^[a-z:\\\"'/.,)\]-]")  # how a wrapped piece goes on
+_RECORD_HEAD = 4  # characters that, shared with the line before, start a new record
+
+
+def _goes_on(line: str, piece: str) -> bool:
+    """Whether ``piece`` may be the rest of ``line`` cut by a hard wrap: it goes on as a
+    cut-off piece does and does not start as ``line`` did (a log's next record,
+    ``time=...`` after ``time=...``)."""
+    return bool(_WRAP_NEXT.match(piece)) and piece[:_RECORD_HEAD] != line[:_RECORD_HEAD]
 
 
 def _unwrapped(lines: Sequence[str], i: int, usable: Callable[[int], bool],
                hits: list[Hit]) -> tuple[int, str, list[Hit]] | None:
     """A long line hard-wrapped mid-word by the paste (``nvidia-container-cli: m`` /
     ``ount error: ...``): the index after its pieces, the joined text and its messages,
-    when joining finds a message no piece shows alone; None otherwise."""
+    when joining finds a message no piece shows alone; None otherwise. Paste detection
+    runs this on every long line: what is cheap to refuse is refused before a scan."""
     line = lines[i]
     if len(line) < _WRAP_MIN or line[-1:].isspace():
         return None
-    end, joined = i + 1, line
-    while end < len(lines) and end - i <= _WRAP_LINES and usable(end) and \
-            _WRAP_NEXT.match(lines[end]) and len(joined.split("\n")[-1]) >= _WRAP_MIN:
-        joined += "\n" + lines[end]
+    end = i + 1
+    while end < len(lines) and end - i <= _WRAP_LINES and len(lines[end - 1]) >= _WRAP_MIN \
+            and usable(end) and _goes_on(line, lines[end]):
         end += 1
     if end == i + 1:
         return None
-    text = joined.replace("\n", "")
+    text = "".join(lines[i:end])
     found = scan_line(text, i)
-    alone = {h.message.id for h in hits} | {h.message.id for j in range(i + 1, end)
-                                            for h in scan_line(lines[j], j)}
-    if not {h.message.id for h in found} - alone:
+    new = {h.message.id for h in found} - {h.message.id for h in hits}
+    if not new or new <= {h.message.id for j in range(i + 1, end)
+                          for h in scan_line(lines[j], j)}:
         return None
     return end, text, found
 
