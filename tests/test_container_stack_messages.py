@@ -11,7 +11,7 @@ from hostkit import run
 
 from gputriage.engine import analyze
 from gputriage.ingest import load_input
-from gputriage.knowledge.job_messages import scan_line
+from gputriage.knowledge.job_messages import find, scan_line
 from gputriage.model import Action, Blame, Severity
 
 K80_470 = """\
@@ -96,6 +96,21 @@ def test_a_library_file_missing_stays_the_configurations(tmp_path):
         cause="nvidia-container-cli: mount error: stat failed: /usr/lib/x86_64-linux-gnu/"
               "libnvidia-ml.so.535.104.05: no such file or directory"))
     assert "container.mount-missing-file" in found and "container.mount-proc-driver" not in found
+
+
+@pytest.mark.parametrize("cause", [
+    "nvidia-container-cli: mount error: mount operation failed: /var/lib/docker/overlay2/9c1e/"
+    "merged/proc/driver/nvidia/params/version/registry: no such file or directory",
+    "nvidia-container-cli: mount error: file creation failed: /var/lib/docker/overlay2/bd45/"
+    "merged/usr/bin/nvidia-smi: file exists",
+])
+def test_explain_says_one_message_of_a_hook_error_as_analyze_does(tmp_path, cause):
+    """The hook's failure wraps its cause: explain, like analyze, names the cause alone (not
+    the wrapper, nor a second message whose verdict contradicts it)."""
+    text = HOOK.format(cause=cause)
+    said = [m.id for m in find(text)]
+    judged = {f.id for f in _paste(tmp_path, text).values() if f.id.startswith("container.")}
+    assert len(said) == 1 and set(said) == judged
 
 
 @pytest.mark.parametrize("width", [120, 150, 212])
