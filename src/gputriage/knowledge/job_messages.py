@@ -36,7 +36,7 @@ from pathlib import Path
 from gputriage.vocabulary import Action, Blame, Severity
 
 __all__ = ["CUDA_FAMILY", "WRAPPERS", "Hit", "Message", "catalog", "cuda_error", "find",
-           "find_hits", "one_per_line", "scan", "scan_line"]
+           "find_hits", "message", "one_per_line", "scan", "scan_line"]
 
 CUDA_FAMILY = "cuda"
 _HERE = Path(__file__).parent  # the tables beside this module (importlib.resources is slow
@@ -178,6 +178,16 @@ def _cuda_texts() -> tuple[tuple[str, Message], ...]:
     pairs = [(t.rstrip(".").lower(), m) for m in _cuda_catalog()
              for t in (m.text, *m.also) if t]
     return tuple(sorted(pairs, key=lambda p: -len(p[0])))
+
+
+@functools.cache
+def _by_id() -> dict[str, Message]:
+    return {m.id: m for m in catalog()}
+
+
+def message(mid: str) -> Message | None:
+    """The message of an id (``cuda.401``, ``container.selinux-denied``, ``nvml.os-blocked``)."""
+    return _by_id().get(mid)
 
 
 def cuda_error(key: int | str) -> Message | None:
