@@ -33,7 +33,7 @@ from gputriage.parsers.k8s_describe import (
     condition_row,
     message_end,
 )
-from gputriage.parsers.k8s_fragments import FRAGMENT_KEYS
+from gputriage.parsers.k8s_fragments import FRAGMENT_KEYS, is_bare_node_map
 from gputriage.parsers.k8s_table import POD_ROW, table_kind
 
 __all__ = ["claim_k8s_describe", "claim_k8s_objects", "claim_k8s_table"]
@@ -70,18 +70,6 @@ _JSON_TRIES = 50  # JSON values tried per paste (a paste of many brackets stays 
 # .metadata.labels``, ``.status.capacity``): no kind, but keys only Kubernetes gives
 _LABEL_KEY = re.compile(r'"(?:[\w-]+\.)*(?:nvidia\.com|kubernetes\.io)/[\w./-]+"\s*:|'
                         r'"(?:cpu|pods)"\s*:')
-_RESOURCE_KEYS = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
-
-
-def _bare_map(obj: object) -> bool:
-    """A flat JSON mapping of node labels (a GFD/NFD key among them) or of a node's
-    resources (cpu, memory, pods)."""
-    if not isinstance(obj, dict) or not obj or not all(
-            isinstance(v, (str, int, float)) for v in obj.values()):
-        return False
-    keys = {str(k) for k in obj}
-    return len(keys & _RESOURCE_KEYS) >= 2 or any(
-        k.startswith(("nvidia.com/", "feature.node.kubernetes.io/")) for k in keys)
 
 
 def _claim_json(doc: PasteDoc) -> None:
@@ -99,7 +87,7 @@ def _claim_json(doc: PasteDoc) -> None:
             continue
         body = text.lstrip()[:length]
         if not isinstance(obj, (dict, list)) or '"cdiVersion"' in body or not (
-                (_JSON_KEYS.search(body) and '"kind"' in body) or _bare_map(obj)):
+                (_JSON_KEYS.search(body) and '"kind"' in body) or is_bare_node_map(obj)):
             continue
         end = i + text[:len(text) - len(text.lstrip()) + length].count("\n") + 1
         if all(doc.free(j) for j in range(i, end)):
