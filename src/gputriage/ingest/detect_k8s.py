@@ -232,15 +232,6 @@ def _claim_grep_runs(doc: PasteDoc) -> None:
 _EVENTS_HEADER = re.compile(r"\bTYPE\s+REASON\s+OBJECT\b")
 
 
-def _headless_event(doc: PasteDoc, i: int) -> bool:
-    """Whether a ``kubectl get events`` row has no table header above it (the table's
-    detector reads the rows under one)."""
-    j = i
-    while j > 0 and GET_EVENT_ROW.match(doc.lines[j - 1]):
-        j -= 1
-    return not (j > 0 and _EVENTS_HEADER.search(doc.lines[j - 1]))
-
-
 def claim_k8s_describe(doc: PasteDoc) -> None:
     """``kubectl describe`` output (nodes, pods, other objects) whole or grep-ed: its
     fields and sections, event rows, condition rows, scheduler messages, GFD labels."""
@@ -253,14 +244,18 @@ def claim_k8s_describe(doc: PasteDoc) -> None:
                 i = end
                 continue
         i += 1
+    headed = in_run = False  # the run of ``kubectl get events`` rows has the table's header
     for i, ln in enumerate(doc.lines):
+        get_event = bool(GET_EVENT_ROW.match(ln))
+        if get_event and not in_run:
+            headed = i > 0 and bool(_EVENTS_HEADER.search(doc.lines[i - 1]))
+        in_run = get_event
         if doc.free(i) and condition_row(ln) and re.search(r"[0-9]{2}(?::[0-9]{2}){2}", ln):
             doc.claim("k8s_describe", i, i + 1)
-        elif GET_EVENT_ROW.match(ln) and not _headless_event(doc, i):
-            continue  # a row of a get events table: the table's
-        elif doc.free(i) and (EVENT_ROW.match(ln) or GET_EVENT_ROW.match(ln)
-                              or SCHEDULER_MESSAGE.match(ln) or KUBELET_MESSAGE.search(ln)
-                              or QUOTA_MESSAGE.search(ln)):
+        elif get_event and headed:
+            continue  # a row of a get events table: the table's detector reads it
+        elif doc.free(i) and (get_event or EVENT_ROW.match(ln) or SCHEDULER_MESSAGE.match(ln)
+                              or KUBELET_MESSAGE.search(ln) or QUOTA_MESSAGE.search(ln)):
             end = message_end(doc.lines, i)  # with the lines its message wraps onto
             while end > i + 1 and not all(doc.free(j) for j in range(i, end)):
                 end -= 1
