@@ -7,6 +7,7 @@ hook error wrapped mid-word by the paste, and the same catalog in a pod's events
 from __future__ import annotations
 
 import pytest
+from golden import by_id
 from hostkit import run
 
 from gputriage.engine import analyze
@@ -33,27 +34,23 @@ HOOK = ("docker: Error response from daemon: OCI runtime create failed: containe
         "unknown.\n")
 
 
-def _all(result) -> dict:
-    return {x.id: x for f in result.findings for x in (f, *f.consequences)}
-
-
 def _paste(tmp_path, text: str) -> dict:
     path = tmp_path / "paste.txt"
     path.write_text(text)
-    return _all(analyze(load_input(str(path))))
+    return by_id(analyze(load_input(str(path))))
 
 
 @pytest.mark.parametrize(("want", "driver_min"), [("11.0", "450.51.05"), ("12.8", "570.26"),
                                                   ("12.4", "550.54.14")])
 def test_an_image_newer_than_the_driver_is_the_nodes_driver_to_upgrade(want, driver_min):
-    f = _all(run(job_log=REQUIRE.format(v=want)))["container.cuda-requirement"]
+    f = by_id(run(job_log=REQUIRE.format(v=want)))["container.cuda-requirement"]
     assert (f.severity, f.blame, f.action) == (Severity.WARNING, Blame.NODE, Action.FIX_SOFTWARE)
     assert driver_min in f.explanation and "Windows" in f.explanation
 
 
 def test_an_image_newer_than_the_gpu_is_the_jobs():
     """No driver of CUDA 12 serves a Kepler K80: upgrading cannot help, the image must."""
-    f = _all(run(job_log=REQUIRE.format(v="12.2"), nvidia_smi=K80_470))[
+    f = by_id(run(job_log=REQUIRE.format(v="12.2"), nvidia_smi=K80_470))[
         "container.cuda-requirement"]
     assert f.blame is Blame.JOB_CONFIG and "K80" in f.title
 
