@@ -33,7 +33,7 @@ import pytest
 from gputriage.cli import EXIT_INPUT, Environment, main
 from gputriage.engine import analyze
 from gputriage.ingest import load_input
-from gputriage.model import Finding, Severity
+from gputriage.model import Finding, Result, Severity
 
 CALM = "calm"
 
@@ -118,6 +118,11 @@ def _hits(found: list[tuple[str, str]], item: str) -> list[tuple[str, str]]:
 def flat(findings: Iterable[Finding]) -> list[Finding]:
     """``findings`` and their consequences, at any depth, each cause before its own."""
     return [x for f in findings for x in (f, *flat(f.consequences))]
+
+
+def by_id(result: Result) -> dict[str, Finding]:
+    """A result's findings and their consequences, at any depth, by finding id."""
+    return {f.id: f for f in flat(result.findings)}
 
 
 def said(findings: Iterable[Finding]) -> list[tuple[str, str]]:

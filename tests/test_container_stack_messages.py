@@ -7,11 +7,12 @@ hook error wrapped mid-word by the paste, and the same catalog in a pod's events
 from __future__ import annotations
 
 import pytest
+from golden import by_id
 from hostkit import run
 
 from gputriage.engine import analyze
 from gputriage.ingest import load_input
-from gputriage.knowledge.job_messages import scan_line
+from gputriage.knowledge.job_messages import find, scan_line
 from gputriage.model import Action, Blame, Severity
 
 K80_470 = """\
@@ -33,27 +34,23 @@ HOOK = ("docker: Error response from daemon: OCI runtime create failed: containe
         "unknown.\n")
 
 
-def _all(result) -> dict:
-    return {x.id: x for f in result.findings for x in (f, *f.consequences)}
-
-
 def _paste(tmp_path, text: str) -> dict:
     path = tmp_path / "paste.txt"
     path.write_text(text)
-    return _all(analyze(load_input(str(path))))
+    return by_id(analyze(load_input(str(path))))
 
 
 @pytest.mark.parametrize(("want", "driver_min"), [("11.0", "450.51.05"), ("12.8", "570.26"),
                                                   ("12.4", "550.54.14")])
 def test_an_image_newer_than_the_driver_is_the_nodes_driver_to_upgrade(want, driver_min):
-    f = _all(run(job_log=REQUIRE.format(v=want)))["container.cuda-requirement"]
+    f = by_id(run(job_log=REQUIRE.format(v=want)))["container.cuda-requirement"]
     assert (f.severity, f.blame, f.action) == (Severity.WARNING, Blame.NODE, Action.FIX_SOFTWARE)
     assert driver_min in f.explanation and "Windows" in f.explanation
 
 
 def test_an_image_newer_than_the_gpu_is_the_jobs():
     """No driver of CUDA 12 serves a Kepler K80: upgrading cannot help, the image must."""
-    f = _all(run(job_log=REQUIRE.format(v="12.2"), nvidia_smi=K80_470))[
+    f = by_id(run(job_log=REQUIRE.format(v="12.2"), nvidia_smi=K80_470))[
         "container.cuda-requirement"]
     assert f.blame is Blame.JOB_CONFIG and "K80" in f.title
 
@@ -98,6 +95,21 @@ def test_a_library_file_missing_stays_the_configurations(tmp_path):
     assert "container.mount-missing-file" in found and "container.mount-proc-driver" not in found
 
 
+@pytest.mark.parametrize("cause", [
+    "nvidia-container-cli: mount error: mount operation failed: /var/lib/docker/overlay2/9c1e/"
+    "merged/proc/driver/nvidia/params/version/registry: no such file or directory",
+    "nvidia-container-cli: mount error: file creation failed: /var/lib/docker/overlay2/bd45/"
+    "merged/usr/bin/nvidia-smi: file exists",
+])
+def test_explain_says_one_message_of_a_hook_error_as_analyze_does(tmp_path, cause):
+    """The hook's failure wraps its cause: explain, like analyze, names the cause alone (not
+    the wrapper, nor a second message whose verdict contradicts it)."""
+    text = HOOK.format(cause=cause)
+    said = [m.id for m in find(text)]
+    judged = {f.id for f in _paste(tmp_path, text).values() if f.id.startswith("container.")}
+    assert len(said) == 1 and set(said) == judged
+
+
 @pytest.mark.parametrize("width", [120, 150, 212])
 def test_a_hook_error_wrapped_mid_word_is_read_whole(tmp_path, width):
     text = HOOK.format(cause="nvidia-container-cli: mount error: file creation failed: /var/lib/"
@@ -107,6 +119,26 @@ def test_a_hook_error_wrapped_mid_word_is_read_whole(tmp_path, width):
     f = found["container.mount-file-exists"]
     assert f.blame is Blame.JOB_CONFIG and "/usr/bin/nvidia-smi" in f.title
     assert "container.hook-failed" not in found
+
+
+def test_long_records_of_a_log_are_not_joined_as_wrapped_pieces(monkeypatch):
+    """A log of long records that all start alike (logrus, slog, ollama) is read line by
+    line: paste detection runs this reader on every input, and joining each record with
+    the next four made it scan every line five more times."""
+    from gputriage.parsers import job_log
+
+    scanned: list[str] = []
+
+    def counting(line: str, lineno: int = 0):
+        scanned.append(line)
+        return scan_line(line, lineno)
+
+    monkeypatch.setattr(job_log, "scan_line", counting)
+    records = [f'time="2024-05-01T10:00:{i:02d}Z" level=info msg="collecting GPU {i % 8} '
+               f'metrics through the driver and NVML, device uuid GPU-{i:04d}" extra=value'
+               for i in range(40)]
+    job_log.parse_job_log("\n".join(records) + "\nRuntimeError: CUDA error: out of memory\n")
+    assert len(scanned) == len(records) + 1
 
 
 def test_short_lines_are_never_joined():

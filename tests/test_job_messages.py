@@ -187,3 +187,11 @@ def test_nccl_logs_give_only_their_true_cuda_errors(corpus):
 ])
 def test_corpus_errors_are_found(corpus, part, code):
     assert _cuda_ids(corpus.sample(part)) == {f"cuda.{code}"}
+
+
+def test_catalog_patterns_name_ascii_digits():
+    """A pattern's number is a field a rule reads (a CUDA version, a driver release): it
+    names ASCII digits, [0-9], as the tools print them; \\d matches every Unicode digit."""
+    for m in catalog():
+        for pattern in m.patterns:
+            assert not re.search(r"(?<!\\)(?:\\\\)*\\[dD]", pattern.pattern), m.id

@@ -6,6 +6,7 @@ advertises, nvidia-smi's corrupted infoROM, and nvidia-smi -L behind kubectl's -
 from __future__ import annotations
 
 import pytest
+from golden import by_id
 from hostkit import run
 
 from gputriage.engine import analyze
@@ -39,15 +40,11 @@ nvidia-driver-daemonset-c             0/{n}     Running    {r}          6m
 INFOROM = "WARNING: infoROM is corrupted at gpu 0000:0B:00.0\n"
 
 
-def _all(result) -> dict:
-    return {x.id: x for f in result.findings for x in (f, *f.consequences)}
-
-
 @pytest.mark.parametrize("text", TOO_OLD)
 def test_a_gpu_too_old_for_xid_events_is_the_plugins_not_the_gpus(text):
     log = parse_device_plugin_log(text)
     assert log.having("healthcheck-unsupported")[0].device == UUID
-    f = _all(run(device_plugin_log=text + "\n"))["k8s.plugin-healthcheck-unsupported"]
+    f = by_id(run(device_plugin_log=text + "\n"))["k8s.plugin-healthcheck-unsupported"]
     assert (f.severity, f.blame, f.action) == (Severity.WARNING, Blame.CONFIG,
                                                Action.FIX_SOFTWARE)
     assert "DP_DISABLE_HEALTHCHECKS=xids" in f.explanation and "marked unhealthy" in f.title
@@ -64,7 +61,7 @@ def test_plugin_validation_waiting_for_a_gpu_nothing_advertises():
     text = "".join(f'time="2023-02-08T14:19:{i:02d}Z" level=info msg="GPU resources are not yet '
                    f'discovered by the node, retry: {i}"\n' for i in range(24, 30))
     assert "gpu_operator_log" in dict(detect(text))
-    f = _all(run(gpu_operator_log=text))["k8s.operator-validation-stuck"]
+    f = by_id(run(gpu_operator_log=text))["k8s.operator-validation-stuck"]
     assert "plugin step" in f.title and "devicePlugin.enabled=false" in f.explanation
     assert (f.severity, f.blame) == (Severity.WARNING, Blame.CONFIG)
 
@@ -74,13 +71,13 @@ def test_a_plugin_validator_refused_at_admission_is_the_race_not_a_missing_plugi
             "nvidia-device-plugin-daemonset-p2q9w   1/1     Running                    0\n"
             "nvidia-device-plugin-validator-8s7tq   0/1     UnexpectedAdmissionError   0\n"
             "nvidia-operator-validator-d7k2m        0/1     Init:3/4                   4\n")
-    f = _all(run(k8s_table=pods))["k8s.operator-validation-stuck"]
+    f = by_id(run(k8s_table=pods))["k8s.operator-validation-stuck"]
     assert "WITH_WORKLOAD=false" in f.explanation and "nothing does" not in f.explanation
     assert "WITH_WORKLOAD=false" in (f.step or "")
 
 
 def test_the_driver_container_cannot_unload_modules_in_use():
-    found = _all(run(gpu_operator_log=TEARDOWN))
+    found = by_id(run(gpu_operator_log=TEARDOWN))
     f = found["driver.container-modules-in-use"]
     assert (f.severity, f.blame, f.action) == (Severity.WARNING, Blame.NODE, Action.FIX_SOFTWARE)
     assert "k8s.operator-driver-failed" not in found
@@ -89,9 +86,11 @@ def test_the_driver_container_cannot_unload_modules_in_use():
 
 
 @pytest.mark.parametrize(("containers", "restarts", "failing"), [
-    (2, 3, True), (2, 0, False), (1, 5, True)])
+    (2, 3, True), (2, 0, False), (1, 5, True), ("²", 3, False), ("١", 3, False)])
 def test_a_driver_pod_running_but_never_ready(containers, restarts, failing):
-    found = _all(run(k8s_table=PODS.format(n=containers, r=restarts)))
+    """READY counts fewer ready containers than the pod has, and it restarted; a count
+    that is not ASCII digits is unknown (int("²") would raise)."""
+    found = by_id(run(k8s_table=PODS.format(n=containers, r=restarts)))
     if failing:
         f = found["k8s.operator-driver-failed"]
         assert f.severity is Severity.WARNING and "ready" in f.title
@@ -109,7 +108,7 @@ def test_a_corrupted_inforom_is_the_gpus(tmp_path, where):
              "+-------------------------------+----------------------+----------------------+\n")
     path = tmp_path / "p.txt"
     path.write_text(table + INFOROM + "14\n" if where == "below" else INFOROM + table)
-    f = _all(analyze(load_input(str(path))))["nvidia-smi.inforom-corrupted"]
+    f = by_id(analyze(load_input(str(path))))["nvidia-smi.inforom-corrupted"]
     assert (f.severity, f.blame, f.action) == (Severity.CRITICAL, Blame.NODE,
                                                Action.DRAIN_AND_REPAIR)
     assert f.scope.pci_bus_id == "0000:0b:00.0"

@@ -5,6 +5,7 @@ an error or a runtime docker does not list is the node's configuration."""
 from __future__ import annotations
 
 import pytest
+from golden import by_id
 from hostkit import run
 
 from gputriage.errors import ParseError
@@ -39,10 +40,6 @@ RULE_CASES = {
 }
 
 
-def _all(result) -> dict:
-    return {x.id: x for f in result.findings for x in (f, *f.consequences)}
-
-
 def test_parse_containerd_configure():
     log = parse_ctk_log(CONTAINERD)
     assert log.written == ["/etc/containerd/config.toml"] and log.engines == ["containerd"]
@@ -57,27 +54,27 @@ def test_a_healthy_configure_is_ok_in_any_frame(prefix):
     text = "".join(prefix + ln + "\n" for ln in CONTAINERD.splitlines())
     assert "nvidia_ctk_log" in dict(detect("$ sudo nvidia-ctk runtime configure "
                                            "--runtime=containerd\n" + text))
-    found = _all(run(nvidia_ctk_log=text))
+    found = by_id(run(nvidia_ctk_log=text))
     f = found["container.ctk-configured"]
     assert f.severity is Severity.OK and "default runtime options" in f.explanation
     assert not [x for x in found.values() if x.severity.rank >= Severity.WARNING.rank]
 
 
 def test_docker_lists_the_runtime_with_runc_as_default():
-    f = _all(run(nvidia_ctk_log=DOCKER + " Runtimes: nvidia runc\n Default Runtime: runc\n"))
+    f = by_id(run(nvidia_ctk_log=DOCKER + " Runtimes: nvidia runc\n Default Runtime: runc\n"))
     assert f["container.ctk-configured"].severity is Severity.OK
     assert "--gpus" in f["container.ctk-configured"].explanation
 
 
 def test_docker_without_the_runtime_was_not_restarted():
-    f = _all(run(nvidia_ctk_log=DOCKER + " Runtimes: io.containerd.runc.v2 runc\n"))
+    f = by_id(run(nvidia_ctk_log=DOCKER + " Runtimes: io.containerd.runc.v2 runc\n"))
     g = f["container.ctk-runtime-not-loaded"]
     assert (g.severity, g.blame) == (Severity.WARNING, Blame.CONFIG)
     assert "not restarted" in g.explanation
 
 
 def test_an_error_is_a_failure_of_the_configuration():
-    f = _all(run(nvidia_ctk_log=FAILED))["container.ctk-failed"]
+    f = by_id(run(nvidia_ctk_log=FAILED))["container.ctk-failed"]
     assert (f.severity, f.blame) == (Severity.WARNING, Blame.CONFIG)
 
 

@@ -18,7 +18,7 @@ from hostkit import run
 from gputriage.engine import analyze
 from gputriage.ingest import load_text
 from gputriage.knowledge.job_messages import find
-from gputriage.model import Action, Blame, Severity
+from gputriage.model import DRAINING_ACTIONS, Action, Blame, Severity
 from gputriage.parsers.nvsmi import scan_smi_errors
 
 OLLAMA = ('time=2025-02-27T21:01:42.643Z level=INFO source=types.go:130 msg="inference '
@@ -29,6 +29,8 @@ TEGRA = ("NvTegraPrivGetProductionMode: Could not read Tegra production mode\n"
 RULE_CASES = {
     "cuda.job-notes": [({"job_log": OLLAMA}, "cuda.gpu-found"),
                        ({"job_log": TEGRA + OLLAMA}, "tegra.production-mode")],
+    "cuda.job-error": [({"job_log": "RuntimeError: CUDA error: all CUDA-capable devices are "
+                                    "busy or unavailable\n"}, "cuda.46")],
 }
 
 
@@ -248,3 +250,55 @@ def test_tegra_production_mode_is_harmless_and_an_error_is_not_hidden() -> None:
         "tegra.production-mode": Severity.INFO, "cuda.gpu-found": Severity.OK}
     failed = _all("ggml_cuda_init: found 1 CUDA devices:\nCUDA error: out of memory\n")
     assert "cuda.gpu-found" not in failed and "cuda.out-of-memory" in failed
+
+
+# one line of each message the catalog gained for issue 31 (and CUDA errors no rule judges
+# with the host's facts), as a job prints it alone: nothing around it to refine the verdict
+ALONE = {
+    "container.mount-proc-driver": "nvidia-container-cli: mount error: mount operation failed: "
+    "/var/lib/docker/overlay2/9c1e/merged/proc/driver/nvidia/params/version/registry: no such "
+    "file or directory",
+    "container.selinux-denied": "SELinux is preventing /usr/bin/docker from entrypoint access "
+    "on the file /usr/bin/docker.",
+    "container.group-name-missing": "groups: cannot find name for group ID 107",
+    "container.cuda-requirement": "nvidia-container-cli: requirement error: unsatisfied "
+    "condition: cuda>=12.4, please update your driver to a newer version, or use an earlier "
+    "cuda container",
+    "nvml.symbol-missing": "nvidia-ctk: symbol lookup error: nvidia-ctk: undefined symbol: "
+    "nvmlDeviceGetMigMode",
+    "nvml.os-blocked": "Failed to initialize NVML: GPU access blocked by the operating system",
+    "app.no-gpu-found": "[worker] No GPUs detected, falling back to CPU",
+    "tegra.production-mode": "NvTegraPrivGetProductionMode: Could not read Tegra production "
+    "mode",
+    "cuda.401": "RuntimeError: CUDA error: the operation cannot be performed in the present "
+    "state",
+    "cuda.46": "RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable",
+    "cuda.217": "cudaErrorPeerAccessUnsupported: peer access is not supported between these "
+    "two devices",
+    "cuda.803": "RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 803: system has "
+    "unsupported display driver / cuda driver combination",
+    "cuda.804": "cudaErrorCompatNotSupportedOnDevice: forward compatibility was attempted on "
+    "non supported HW",
+}
+
+
+@pytest.mark.parametrize("mid", sorted(ALONE))
+def test_explain_and_analyze_give_one_verdict_for_a_line(mid):
+    """Issue 32: ``gputriage explain LINE`` and ``analyze`` of the same line alone say one
+    message with the same severity, blame and action; where the finding is the message
+    itself, analyze's step is the row's next step (a draining one is put in its frame)."""
+    line = ALONE[mid]
+    (msg,) = find(line)
+    assert msg.id == mid
+    quoted = [f for f in flat(_paste(line + "\n").findings)
+              if any(line in ln for e in f.evidence for ln in e.lines)]
+    assert quoted, f"analyze says nothing of {mid}"
+    assert {(f.severity, f.blame, f.action) for f in quoted} == {
+        (msg.severity, msg.blame, msg.action)}, [f.id for f in quoted]
+    same = [f for f in quoted if f.id == msg.id.replace("nvml.", "container.nvml-")]
+    if same and msg.action is not Action.NONE:
+        step = same[0].step or ""
+        if msg.action in DRAINING_ACTIONS:
+            assert step.startswith("Drain ") and "resume it" in step
+        else:
+            assert step.rstrip(".").lower() == msg.next.rstrip(".").lower()

@@ -316,8 +316,10 @@ def test_series_without_values_name_their_gpus() -> None:
     metrics = parse_metrics(SERIES)
     (g,) = metrics.gpus
     assert (g.gpu, g.model, g.pod, metrics.series) == ("0", "NVIDIA L40S", None, 1)
+    assert metrics.unreadable == 0  # a series is whole, not a sample cut short
     (f,) = run(dcgm_exporter_metrics=SERIES).findings
     assert f.id == "dcgm.metrics-healthy" and "an idle GPU has none" in f.explanation
+    assert "damaged" not in f.explanation
     busy = SERIES.replace('modelName="NVIDIA L40S"', 'modelName="NVIDIA L40S", '
                           'namespace="ml", pod="train-0", container="main"')
     (b,) = run(dcgm_exporter_metrics=busy).findings

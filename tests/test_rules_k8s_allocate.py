@@ -6,13 +6,14 @@ kubelet's journal), wrapped over several lines."""
 from __future__ import annotations
 
 import pytest
+from golden import by_id
 from hostkit import run
 
 from gputriage.engine import analyze
 from gputriage.ingest import load_input
 from gputriage.ingest.detect import detect
 from gputriage.model import Action, Blame, Severity
-from gputriage.parsers.k8s_describe import parse_k8s_describe
+from gputriage.parsers.k8s_describe import GET_EVENT_ROW, parse_k8s_describe
 
 LINK_LOST = ("Allocate failed due to device plugin GetPreferredAllocation rpc failed with err: "
              "rpc error: code = Unknown desc = error getting list of preferred allocation "
@@ -48,10 +49,6 @@ def _analyze(tmp_path, text: str):
     return analyze(load_input(str(path)))
 
 
-def _all(result) -> dict:
-    return {x.id: x for f in result.findings for x in (f, *f.consequences)}
-
-
 @pytest.mark.parametrize("text", [
     f"  Warning  UnexpectedAdmissionError  2m  kubelet  {LINK_LOST}\n",  # describe's row
     f"5m   Warning   UnexpectedAdmissionError   pod/train-0   {LINK_LOST}\n",  # get events
@@ -61,7 +58,7 @@ def _all(result) -> dict:
     DEVICE_LOST + "\n",
 ])
 def test_a_lost_gpu_refused_at_admission_in_any_frame(tmp_path, text):
-    found = _all(_analyze(tmp_path, text))
+    found = by_id(_analyze(tmp_path, text))
     f = found["k8s.allocate-gpu-lost"]
     assert (f.severity, f.blame, f.action) == (Severity.CRITICAL, Blame.NODE,
                                                Action.DRAIN_AND_REPAIR)
@@ -77,13 +74,13 @@ def test_a_wrapped_event_message_is_read_whole():
     first = events[0]
     assert "unable to get device link information" in first.message
     assert len(first.lines) == 3 and first.kind == "Pod"
-    f = _all(run(k8s_describe=text))["k8s.allocate-gpu-lost"]
+    f = by_id(run(k8s_describe=text))["k8s.allocate-gpu-lost"]
     assert "cut off" in f.explanation  # the reason is elided: said so
 
 
 def test_another_nvml_reason_is_not_a_drain():
     text = LINK_LOST.replace("GPU is lost", "Unknown Error")
-    f = _all(run(k8s_describe=f"  Warning  UnexpectedAdmissionError  1m  kubelet  {text}\n"))
+    f = by_id(run(k8s_describe=f"  Warning  UnexpectedAdmissionError  1m  kubelet  {text}\n"))
     g = f["k8s.allocate-nvml-failed"]
     assert g.severity is Severity.WARNING and g.action not in (Action.DRAIN_AND_REPAIR,
                                                                 Action.REBOOT_NODE)
@@ -91,7 +88,7 @@ def test_another_nvml_reason_is_not_a_drain():
 
 
 def test_devices_taken_before_admission_are_a_race_not_the_gpus():
-    f = _all(run(k8s_describe=TAKEN))["k8s.allocate-devices-unavailable"]
+    f = by_id(run(k8s_describe=TAKEN))["k8s.allocate-devices-unavailable"]
     assert (f.severity, f.blame) == (Severity.WARNING, Blame.CONFIG)
     assert "requested 2, available 1" in f.title and "WITH_WORKLOAD=false" in f.explanation
 
@@ -104,7 +101,7 @@ def test_devices_taken_before_admission_are_a_race_not_the_gpus():
      "k8s.allocate-shared-limit", Blame.JOB_CONFIG),
 ])
 def test_other_refusals(message, fid, blame):
-    f = _all(run(k8s_describe=f"  Warning  UnexpectedAdmissionError  9s  kubelet  {message}\n"))
+    f = by_id(run(k8s_describe=f"  Warning  UnexpectedAdmissionError  9s  kubelet  {message}\n"))
     assert f[fid].blame is blame and f[fid].severity is Severity.WARNING
 
 
@@ -122,7 +119,28 @@ def test_a_table_of_get_events_stays_the_tables(tmp_path):
             f"2m          Warning   UnexpectedAdmissionError   pod/train-0   {LINK_LOST}\n")
     found = dict(detect(text))
     assert "k8s_table" in found and "k8s_describe" not in found
-    assert "k8s.allocate-gpu-lost" in _all(_analyze(tmp_path, text))
+    assert "k8s.allocate-gpu-lost" in by_id(_analyze(tmp_path, text))
+
+
+def test_get_events_rows_are_read_once_each(monkeypatch):
+    """Whether a run of ``kubectl get events`` rows stands under the table's header is
+    told once per run: paste detection looked back over the run from every row (a
+    3,000-row table took 15 times as long to recognise)."""
+    from gputriage.ingest import detect_k8s
+
+    calls = []
+
+    class Counting:
+        def match(self, line: str):
+            calls.append(line)
+            return GET_EVENT_ROW.match(line)
+
+    monkeypatch.setattr(detect_k8s, "GET_EVENT_ROW", Counting())
+    rows = [f"{n}m   Normal   Pulled   pod/train-{n}   Container image already present"
+            for n in range(200)]
+    text = "LAST SEEN   TYPE   REASON   OBJECT   MESSAGE\n" + "\n".join(rows) + "\n"
+    assert "k8s_table" in dict(detect(text))
+    assert len(calls) <= len(rows) + 1
 
 
 @pytest.mark.parametrize(("req", "quota", "alloc", "fid"), [
@@ -132,7 +150,7 @@ def test_a_table_of_get_events_stays_the_tables(tmp_path):
     ("1", "1", "1", "k8s.pending-queue-quota"),
 ])
 def test_kai_quota_exact_fit_is_the_schedulers_rounding(req, quota, alloc, fid):
-    found = _all(run(k8s_describe=KAI.format(req=req, quota=quota, alloc=alloc)))
+    found = by_id(run(k8s_describe=KAI.format(req=req, quota=quota, alloc=alloc)))
     assert fid in found and len(found) == 1
     f = found[fid]
     assert f.severity is Severity.WARNING and f.action not in (Action.DRAIN_AND_REPAIR,
@@ -145,5 +163,5 @@ def test_kai_quota_in_a_wrapped_event(tmp_path):
             "  NonPreemptibleOverQuota: Non-preemptible workload is over quota. Workload "
             "requested 1 GPUs,\n  but Inference Prod quota is 1 GPUs, while 1 GPUs are already "
             "allocated for non-preemptible pods.\n")
-    f = _all(_analyze(tmp_path, text))["k8s.pending-queue-quota"]
+    f = by_id(_analyze(tmp_path, text))["k8s.pending-queue-quota"]
     assert "Inference Prod" in f.title

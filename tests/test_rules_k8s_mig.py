@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from golden import by_id
 from hostkit import run
 
 from gputriage.ingest.detect import detect
@@ -48,10 +49,6 @@ RULE_CASES = {
 }
 
 
-def _all(result) -> dict:
-    return {x.id: x for f in result.findings for x in (f, *f.consequences)}
-
-
 @pytest.mark.parametrize("prefix", ["", "[pod/nvidia-mig-manager-x7/nvidia-mig-manager] ",
                                     "2024-05-15T13:40:09.1Z stdout F "])
 def test_mig_manager_lines_in_any_frame(prefix):
@@ -60,12 +57,12 @@ def test_mig_manager_lines_in_any_frame(prefix):
     log = parse_gpu_operator_log(text)
     assert [e.event for e in log.of("mig")][-2:] == ["mig-applied", "mig-state"]
     assert any(e.detail == "Enabled" for e in log.having("mig-mode"))
-    f = _all(run(gpu_operator_log=text))["k8s.mig-config-applied"]
+    f = by_id(run(gpu_operator_log=text))["k8s.mig-config-applied"]
     assert f.severity is Severity.OK
 
 
 def test_an_unknown_device_makes_the_success_line_a_lie():
-    found = _all(run(gpu_operator_log=UNKNOWN))
+    found = by_id(run(gpu_operator_log=UNKNOWN))
     f = found["k8s.mig-unknown-device"]
     assert (f.severity, f.blame) == (Severity.WARNING, Blame.CONFIG)
     assert "2bb5" in f.title and "k8s.mig-config-applied" not in found
@@ -73,9 +70,9 @@ def test_an_unknown_device_makes_the_success_line_a_lie():
 
 
 def test_a_failed_apply_from_the_log_or_the_label():
-    assert "k8s.mig-config-failed" in _all(run(gpu_operator_log=FAILED))
+    assert "k8s.mig-config-failed" in by_id(run(gpu_operator_log=FAILED))
     labels = {k: v.format(state="failed") for k, v in LABELS.items()}
-    f = _all(run(k8s_objects=json.dumps(labels)))["k8s.mig-config-failed"]
+    f = by_id(run(k8s_objects=json.dumps(labels)))["k8s.mig-config-failed"]
     assert "all-1g.5gb" in f.title and "gpu-17" in f.title
     assert f.blame is Blame.CONFIG and f.severity is Severity.WARNING
 
@@ -85,7 +82,7 @@ def test_show_labels_column_is_read():
             "gpu-a-3   Ready    <none>   41d   v1.29.4   kubernetes.io/hostname=gpu-a-3,"
             "nvidia.com/gpu.count=8,nvidia.com/mig.config=all-disabled,"
             "nvidia.com/mig.config.state=failed\n")
-    f = _all(run(k8s_table=text))["k8s.mig-config-failed"]
+    f = by_id(run(k8s_table=text))["k8s.mig-config-failed"]
     assert "gpu-a-3" in f.title and "all-disabled" in f.title
 
 
@@ -97,7 +94,7 @@ def test_a_bare_label_map_is_a_node_named_by_its_hostname():
     cluster = parse_k8s_objects(text)
     node = cluster.nodes["gpu-17"]
     assert node.labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
-    assert "k8s.mig-config-applied" in _all(run(k8s_objects=text))
+    assert "k8s.mig-config-applied" in by_id(run(k8s_objects=text))
 
 
 def test_a_bare_resource_map_is_a_nodes_capacity():

@@ -33,7 +33,7 @@ from gputriage.parsers.k8s_describe import (
     condition_row,
     message_end,
 )
-from gputriage.parsers.k8s_fragments import FRAGMENT_KEYS
+from gputriage.parsers.k8s_fragments import FRAGMENT_KEYS, is_bare_node_map
 from gputriage.parsers.k8s_table import POD_ROW, table_kind
 
 __all__ = ["claim_k8s_describe", "claim_k8s_objects", "claim_k8s_table"]
@@ -70,18 +70,6 @@ _JSON_TRIES = 50  # JSON values tried per paste (a paste of many brackets stays 
 # .metadata.labels``, ``.status.capacity``): no kind, but keys only Kubernetes gives
 _LABEL_KEY = re.compile(r'"(?:[\w-]+\.)*(?:nvidia\.com|kubernetes\.io)/[\w./-]+"\s*:|'
                         r'"(?:cpu|pods)"\s*:')
-_RESOURCE_KEYS = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
-
-
-def _bare_map(obj: object) -> bool:
-    """A flat JSON mapping of node labels (a GFD/NFD key among them) or of a node's
-    resources (cpu, memory, pods)."""
-    if not isinstance(obj, dict) or not obj or not all(
-            isinstance(v, (str, int, float)) for v in obj.values()):
-        return False
-    keys = {str(k) for k in obj}
-    return len(keys & _RESOURCE_KEYS) >= 2 or any(
-        k.startswith(("nvidia.com/", "feature.node.kubernetes.io/")) for k in keys)
 
 
 def _claim_json(doc: PasteDoc) -> None:
@@ -99,7 +87,7 @@ def _claim_json(doc: PasteDoc) -> None:
             continue
         body = text.lstrip()[:length]
         if not isinstance(obj, (dict, list)) or '"cdiVersion"' in body or not (
-                (_JSON_KEYS.search(body) and '"kind"' in body) or _bare_map(obj)):
+                (_JSON_KEYS.search(body) and '"kind"' in body) or is_bare_node_map(obj)):
             continue
         end = i + text[:len(text) - len(text.lstrip()) + length].count("\n") + 1
         if all(doc.free(j) for j in range(i, end)):
@@ -244,15 +232,6 @@ def _claim_grep_runs(doc: PasteDoc) -> None:
 _EVENTS_HEADER = re.compile(r"\bTYPE\s+REASON\s+OBJECT\b")
 
 
-def _headless_event(doc: PasteDoc, i: int) -> bool:
-    """Whether a ``kubectl get events`` row has no table header above it (the table's
-    detector reads the rows under one)."""
-    j = i
-    while j > 0 and GET_EVENT_ROW.match(doc.lines[j - 1]):
-        j -= 1
-    return not (j > 0 and _EVENTS_HEADER.search(doc.lines[j - 1]))
-
-
 def claim_k8s_describe(doc: PasteDoc) -> None:
     """``kubectl describe`` output (nodes, pods, other objects) whole or grep-ed: its
     fields and sections, event rows, condition rows, scheduler messages, GFD labels."""
@@ -265,14 +244,18 @@ def claim_k8s_describe(doc: PasteDoc) -> None:
                 i = end
                 continue
         i += 1
+    headed = in_run = False  # the run of ``kubectl get events`` rows has the table's header
     for i, ln in enumerate(doc.lines):
+        get_event = bool(GET_EVENT_ROW.match(ln))
+        if get_event and not in_run:
+            headed = i > 0 and bool(_EVENTS_HEADER.search(doc.lines[i - 1]))
+        in_run = get_event
         if doc.free(i) and condition_row(ln) and re.search(r"[0-9]{2}(?::[0-9]{2}){2}", ln):
             doc.claim("k8s_describe", i, i + 1)
-        elif GET_EVENT_ROW.match(ln) and not _headless_event(doc, i):
-            continue  # a row of a get events table: the table's
-        elif doc.free(i) and (EVENT_ROW.match(ln) or GET_EVENT_ROW.match(ln)
-                              or SCHEDULER_MESSAGE.match(ln) or KUBELET_MESSAGE.search(ln)
-                              or QUOTA_MESSAGE.search(ln)):
+        elif get_event and headed:
+            continue  # a row of a get events table: the table's detector reads it
+        elif doc.free(i) and (get_event or EVENT_ROW.match(ln) or SCHEDULER_MESSAGE.match(ln)
+                              or KUBELET_MESSAGE.search(ln) or QUOTA_MESSAGE.search(ln)):
             end = message_end(doc.lines, i)  # with the lines its message wraps onto
             while end > i + 1 and not all(doc.free(j) for j in range(i, end)):
                 end -= 1

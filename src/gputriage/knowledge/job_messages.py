@@ -35,8 +35,8 @@ from pathlib import Path
 
 from gputriage.vocabulary import Action, Blame, Severity
 
-__all__ = ["CUDA_FAMILY", "Hit", "Message", "catalog", "cuda_error", "find", "find_hits",
-           "scan", "scan_line"]
+__all__ = ["CUDA_FAMILY", "WRAPPERS", "Hit", "Message", "catalog", "cuda_error", "find",
+           "find_hits", "message", "one_per_line", "scan", "scan_line"]
 
 CUDA_FAMILY = "cuda"
 _HERE = Path(__file__).parent  # the tables beside this module (importlib.resources is slow
@@ -180,6 +180,16 @@ def _cuda_texts() -> tuple[tuple[str, Message], ...]:
     return tuple(sorted(pairs, key=lambda p: -len(p[0])))
 
 
+@functools.cache
+def _by_id() -> dict[str, Message]:
+    return {m.id: m for m in catalog()}
+
+
+def message(mid: str) -> Message | None:
+    """The message of an id (``cuda.401``, ``container.selinux-denied``, ``nvml.os-blocked``)."""
+    return _by_id().get(mid)
+
+
 def cuda_error(key: int | str) -> Message | None:
     """The CUDA error of a number, a runtime enum name or a driver API name."""
     return _cuda_index().get(str(key).strip().lower())
@@ -240,6 +250,40 @@ def scan(lines: Iterable[str]) -> list[Hit]:
     return [hit for i, line in enumerate(lines) for hit in scan_line(line, i)]
 
 
+# the container stack's messages that only wrap a cause printed with them (a prestart
+# hook that failed, a CDI injection that failed): the cause's message speaks for them
+WRAPPERS = frozenset({"container.hook-failed", "container.cdi-inject-failed"})
+_CAUSE_REACH = 3  # lines after a wrapper where its cause may be printed
+_ONE_PER_LINE = ("container", "nvml")  # families of which a line says one thing
+
+
+def one_per_line(hits: list[Hit]) -> list[Hit]:
+    """The hits that say something of their own, in their order: of the container and
+    NVML messages of a line, the first container message (catalog order puts the
+    specific before the wrappers) or, with none, the first NVML one; a wrapper only when
+    no specific container message follows it within a few lines. The other families'
+    hits are all kept. ``analyze`` and ``explain`` judge a text by these."""
+    by_line: dict[int, list[Hit]] = {}
+    for h in hits:
+        if h.message.family in _ONE_PER_LINE:
+            by_line.setdefault(h.lineno, []).append(h)
+
+    def specific(lineno: int) -> list[Hit]:
+        return [h for h in by_line.get(lineno, ()) if h.message.family == "container"
+                and h.message.id not in WRAPPERS]
+
+    chosen: set[int] = set()
+    for lineno, line_hits in by_line.items():
+        container = [h for h in line_hits if h.message.family == "container"]
+        if here := specific(lineno):
+            chosen.add(id(here[0]))
+        elif not container:
+            chosen.add(id(line_hits[0]))
+        elif not any(specific(n) for n in range(lineno + 1, lineno + _CAUSE_REACH + 1)):
+            chosen.add(id(container[0]))
+    return [h for h in hits if h.message.family not in _ONE_PER_LINE or id(h) in chosen]
+
+
 def find_hits(text: str) -> list[Hit]:
     """The messages a short text names (``gputriage explain``), each once: a CUDA error's
     number or name alone; else the messages found on its lines; else a CUDA error whose
@@ -249,7 +293,7 @@ def find_hits(text: str) -> list[Hit]:
     if known is not None:
         return [Hit(known, bare, 0)]
     found: dict[Message, Hit] = {}
-    for hit in scan(text.splitlines()):
+    for hit in one_per_line(scan(text.splitlines())):
         found.setdefault(hit.message, hit)
     if not found:
         whole = " ".join(bare.split()).rstrip(".").lower()

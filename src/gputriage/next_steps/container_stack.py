@@ -8,10 +8,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from gputriage.model import Finding
+from gputriage.knowledge.job_messages import message
+from gputriage.model import DRAINING_ACTIONS, Finding
 from gputriage.next_steps.host import Host, serials, what
 
-__all__ = ["REPAIRS"]
+__all__ = ["REPAIRS", "catalog_next"]
 
 Repair = Callable[[Finding, Host], str | None]
 
@@ -20,6 +21,19 @@ def _fixed(text: str) -> Repair:
     def repair(f: Finding, host: Host) -> str:
         return text
     return repair
+
+
+def catalog_next(f: Finding, host: Host) -> str | None:
+    """The next step of the catalog's message a finding is (``cuda.401``,
+    ``container.selinux-denied``, ``container.nvml-os-blocked`` for ``nvml.os-blocked``):
+    the one ``gputriage explain`` gives for the same line. None for a finding that drains
+    (its frame takes the node out and back) or that is no message of the catalog."""
+    mid = f.id.replace("container.nvml-", "nvml.", 1)
+    msg = message(mid)
+    if msg is None or f.action in DRAINING_ACTIONS:
+        return None
+    text = msg.next.rstrip(".")
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
 
 
 def _allocate_lost(f: Finding, host: Host) -> str:
@@ -77,13 +91,11 @@ def _unknown_runtime(f: Finding, host: Host) -> str:
             "that engine; docker info (or crictl info) must then list the nvidia runtime")
 
 
-def _requirement(f: Finding, host: Host) -> str:
+def _requirement(f: Finding, host: Host) -> str | None:
     if "is served up to" in f.title:  # the GPU is too old for the image's CUDA
         return ("run an image built for the CUDA release the finding names, or move the job "
                 "to newer GPUs; docker run --rm --gpus all <image> nvidia-smi must then start")
-    return ("upgrade the node's driver to the minimum the finding names (nvidia-smi must then "
-            "print a CUDA Version at or above the image's), or run an image built for the "
-            "driver's CUDA; docker run --rm --gpus all <image> nvidia-smi must then start")
+    return catalog_next(f, host)
 
 
 REPAIRS: dict[str, Repair] = {
@@ -135,22 +147,9 @@ REPAIRS: dict[str, Repair] = {
     "nvidia-smi.inforom-corrupted": _inforom,
     "container.unknown-runtime": _unknown_runtime,
     "container.cuda-requirement": _requirement,
-    "container.mount-file-exists": _fixed(
-        "rebuild the image without the driver's files it carries (nvidia-smi, libnvidia-*, "
-        "libcuda: no driver packages in the Dockerfile; base it on nvidia/cuda), then it "
-        "starts with --gpus"),
     "container.mount-proc-driver": _fixed(
         "reboot it so that the installed driver's kernel module is the one loaded; cat "
         "/proc/driver/nvidia/version must then match nvidia-smi's driver version"),
-    "container.selinux-denied": _fixed(
-        "run docker directly (docker run --runtime=nvidia --gpus all ...) instead of the "
-        "nvidia-docker wrapper, or load a local policy for the denial: ausearch -c "
-        "'nvidia-docker' --raw | audit2allow -M my-nvidiadocker && semodule -X 300 -i "
-        "my-nvidiadocker.pp"),
-    "container.nvml-symbol-missing": _fixed(
-        "check that ldconfig -p | grep libnvidia-ml lists only the driver's libnvidia-ml.so.1; "
-        "on a legacy driver branch (390.xx) move to a GPU and driver the tool supports, or run "
-        "it in a mode without NVML (nvidia-ctk cdi generate --mode=management)"),
     "container.ctk-failed": _fixed(
         "fix what nvidia-ctk's error names (nvidia-smi must work on the host first), then run "
         "the same nvidia-ctk command again"),

@@ -10,6 +10,7 @@ from typing import Any
 from gputriage.knowledge.cuda_compat import capability_of, version_key
 from gputriage.model import Action, Blame, Finding
 from gputriage.next_steps.container_stack import REPAIRS as CONTAINER_STACK
+from gputriage.next_steps.container_stack import catalog_next
 from gputriage.next_steps.host import Host, bus_ids, dash_i, gpu_scopes, serials, what
 from gputriage.next_steps.logs import REPAIRS as LOG_REPAIRS
 from gputriage.next_steps.logs import known_warning
@@ -834,6 +835,8 @@ BY_FAMILY: tuple[tuple[str, Repair], ...] = (
     ("xid.", _xid), ("sxid.", _sxid), ("kernel.", _kernel), ("nvlink.", _nvlink),
     ("pcie.", _pcie), ("ib.", _ib_port), ("memory.", _memory),
     ("persistence.", _persistence), ("nccl.", _nccl),
+    # a message of the job's catalog (knowledge/job_messages.py): its row's next step
+    ("cuda.", catalog_next), ("container.", catalog_next),
 )
 
 

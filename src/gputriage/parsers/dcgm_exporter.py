@@ -94,10 +94,12 @@ _LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "GPU_
 def parse_metrics(text: str) -> ExporterMetrics:
     """Parse a dcgm-exporter ``/metrics`` text; ParseError when no DCGM sample is read."""
     out = ExporterMetrics()
-    lines = []
+    lines, series = [], []
     for ln in split_lines(text):
         if _SAMPLE.match(ln) or _META.match(ln):
             lines.append(ln)
+        elif _SERIES.match(ln):
+            series.append(ln)  # a series without its value: read after the samples
         elif _NAME.match(ln):
             out.unreadable += 1  # a sample cut short (the end of a paste)
     sample_lines = [ln for ln in lines if _SAMPLE.match(ln)]
@@ -123,22 +125,18 @@ def parse_metrics(text: str) -> ExporterMetrics:
         sample_lines = kept
     for (labels, value), line in zip(samples, sample_lines, strict=True):
         name = _SAMPLE.match(line).group("name")  # type: ignore[union-attr]
-        number = _finite(value)
+        number = as_float(value)
         if number is None:
             out.non_finite += 1  # NaN, +Inf: a field DCGM could not read, not a count
             continue
         _add(out, name, labels, number, line.strip())
-    for ln in split_lines(text):
-        if (m := _SERIES.match(ln)) and (series := _series_labels(ln)) is not None:
+    for ln in series:
+        if (m := _SERIES.match(ln)) and (found := _series_labels(ln)) is not None:
             out.series += 1
-            _add(out, m.group("name"), series, None, ln.strip())
+            _add(out, m.group("name"), found, None, ln.strip())
     if not out.gpus:
         raise ParseError("not dcgm-exporter metrics: no readable DCGM_FI_* sample")
     return out
-
-
-def _finite(value: object) -> float | None:
-    return as_float(value)
 
 
 def _series_labels(line: str) -> dict[str, str] | None:
@@ -188,9 +186,8 @@ def claim_metrics(doc: PasteDoc) -> None:
 # --- the exporter's log ------------------------------------------------------------------
 _PREFIX = re.compile(r"^\s*(?:\[pod/[^\]]{1,300}\]\s+|[\w.-]{1,100}\s+\|\s+)?")
 # logrus quotes the time; slog (4.x) does not, and leaves a one-word message unquoted
-_LOGRUS = re.compile(r'time=(?:"(?P<time>[^"]{1,64})"|(?P<bare>[0-9]{4}-[0-9][0-9]-[0-9][0-9]T[\w:.'
-                     r'+-]{1,40}))'
-                     r'\s+level=(?P<level>\w{1,10})\s+msg=(?:"(?P<msg>.*?)"(?:\s|$)|'
+_LOGRUS = re.compile(r'time=(?:"(?P<time>[^"]{1,64})"|'
+                     r'(?P<bare>[0-9]{4}-[0-9]{2}-[0-9]{2}T[\w:.+-]{1,40}))\s+level=(?P<level>\w{1,10})\s+msg=(?:"(?P<msg>.*?)"(?:\s|$)|'
                      r'"(?P<cut>.*?)>?$|(?P<word>\S{1,200}))')  # cut: a line systemctl cut
 # the exporter's own messages, quoted without their log frame
 _BARE = re.compile(r"^(?:Not collecting (?:DCP|GPU|NvSwitch|NvLink|CPU|CPU Core) metrics[:;] .+|"

@@ -91,16 +91,17 @@ def parse_dcgmi_diag(text: str) -> DiagReport:
     """Parse ``dcgmi diag`` output (table, ``-j`` JSON, or dcgmi's error); ParseError
     when it holds no test result and no dcgmi diag error."""
     out = DiagReport()
-    for ln in split_lines(text):
+    lines = split_lines(text)
+    for ln in lines:
         if m := _COMMAND.search(ln):
             out.command = ln.strip()
             if lv := _LEVEL.search(m.group("args")):
                 out.level = int(lv.group("level"))
             break
-    if _JSON_ROOT.search(text) or any(_piece_line(ln) for ln in split_lines(text)[:8]):
+    if _JSON_ROOT.search(text) or any(_piece_line(ln) for ln in lines[:8]):
         read_json(text, out)
     else:
-        _read_table(split_lines(text), out)
+        _read_table(lines, out)
     if not out.tests and not out.errors:
         raise ParseError("not dcgmi diag output: no test result and no dcgmi error")
     return out

@@ -194,8 +194,8 @@ _READERS: tuple[tuple[re.Pattern[str], Setter], ...] = tuple(
         (rf"\btorch(?:\.__version__)?\s*(?:version)?\s*[:=]?\s*'?(?P<v>{_TORCH_V})\b", _torch),
         (rf"\bpip3?\s+install\b.*?\btorch==(?P<v>{_TORCH_V})", _torch),
         (r"CUDA used to build PyTorch:\s*(?P<v>[0-9]+\.[0-9]+)", _set("torch_cuda")),
-        (r"torch\.version\.cuda\W*(?:=|:|->|#|returns?)?\W*(?P<v>[0-9]+\.[0-9]+)", _set("torch_cud"
-                                                                                        "a")),
+        (r"torch\.version\.cuda\W*(?:=|:|->|#|returns?)?\W*(?P<v>[0-9]+\.[0-9]+)",
+         _set("torch_cuda")),
         (r"Is CUDA available:\s*(?P<v>True|False|Yes|No)\b", _set("cuda_available",
                                                                     convert=_bool)),
         (r"torch\.cuda\.is_available\(\)[\s`:=#>*-]*(?:returns?\s*)?[\s*]*(?P<v>True|False)\b",
@@ -206,22 +206,20 @@ _READERS: tuple[tuple[re.Pattern[str], Setter], ...] = tuple(
         (r"get_device_name\(\w*\)\W*'(?P<v>[^']+)'", _set("gpu_name")),
         (r"get_device_capability\(\w*\)\W*\((?P<maj>[0-9]+),\s*(?P<min>[0-9]+)\)",
          lambda v, m: _set("capability", "maj", lambda _: f"{m['maj']}.{m['min']}")(v, m)),
-        (r"(?<![A-Za-z])GPU(?:\s+[0-9]+)?\s*:\s*[_*]*(?P<v>(?:NVIDIA\s+)?(?:GeForce|Quadro|Tesla|TI"
-         r"TAN|RTX|GTX)"
-         r"\b[\w -]*\w)", _set("gpu_name")),
+        (r"(?<![A-Za-z])GPU(?:\s+[0-9]+)?\s*:\s*[_*]*"
+         r"(?P<v>(?:NVIDIA\s+)?(?:GeForce|Quadro|Tesla|TITAN|RTX|GTX)\b[\w -]*\w)",
+         _set("gpu_name")),
         (r"\bcudatoolkit\s*[=: ]\s*(?P<v>[0-9]+\.[0-9]+)", _set("runtime_cuda")),
         (r"Nvidia driver version:\s*(?P<v>[0-9]+\.[0-9]+(?:\.[0-9]+)?)", _set("driver_version")),
         (r"cuDNN version:.*?(?P<v>[0-9]+\.[0-9]+\.[0-9]+)", _set("cudnn")),
-        (r"\b(?:tensorflow|tf)(?:\.__version__)?\s*(?:version)?\s*[:=]\s*'?(?P<v>[0-9]+\.[0-9]+\.[0"
-         r"-9]+)",
-         _set("tensorflow")),
+        (r"\b(?:tensorflow|tf)(?:\.__version__)?\s*(?:version)?\s*[:=]\s*'?"
+         r"(?P<v>[0-9]+\.[0-9]+\.[0-9]+)", _set("tensorflow")),
         (r"^\s*jax(?:\.__version__)?\s*[:=]\s*'?(?P<v>[0-9]+\.[0-9]+\.[0-9]+)", _set("jax")),
         (r"name:\s{0,8}(?P<name>[^,\s][^,\n]{0,199}?)\s{1,8}(?:major:\s{0,8}(?P<maj>[0-9]+)\s{1,8}"
          r"minor:\s{0,8}(?P<min>[0-9]+)|"
          r"computeCapability:\s*(?P<cc>[0-9]+\.[0-9]+))", _tf_device),
         (r"device:\s*[0-9]+,\s*name:\s*(?P<name>[^,]+),.*?compute capability:\s*"
-         r"(?P<cc>[0-9]+\.[0-9]+)"
-         r"(?P<maj>)?", _tf_device),
+         r"(?P<cc>[0-9]+\.[0-9]+)(?P<maj>)?", _tf_device),
         (r"(?P<v>\b(?:NVIDIA|GeForce|Tesla|Quadro|TITAN|RTX)\b[\w -]*?) with CUDA capability "
          r"sm_[0-9]+", _set("gpu_name")),
         (r"with CUDA capability (?P<v>sm_[0-9]+)", _set("capability", convert=_capability)),
@@ -233,21 +231,17 @@ _READERS: tuple[tuple[re.Pattern[str], Setter], ...] = tuple(
         (r"\bcudaDriverVersion\s*[:=]?\s*(?P<v>[0-9]{4,5})\b",
          _set("driver_cuda", convert=_driver_int)),
         (r"Driver Version:\s*(?P<drv>[0-9]+\.[0-9]+(?:\.[0-9]+)?)\s+CUDA Version:\s*"
-         r"(?P<cuda>[0-9]+\.[0-9]+)",
-         _smi_header),
+         r"(?P<cuda>[0-9]+\.[0-9]+)", _smi_header),
         (r"^\s*CUDA Version\s+(?P<v>[0-9]+\.[0-9]+)(?:\.[0-9]+)?\s*$", _set("image_cuda")),
-        (r"built for NVIDIA Driver Release (?P<want>[0-9]+\.[0-9]+"
-         r"(?:\.[0-9]+)?) or later, but version "
-         r"(?P<found>[0-9]+\.[0-9]+(?:\.[0-9]+)?) was detected(?:.*compatibility mode is "
-         r"(?P<mode>\w+))?",
-         _ngc),
+        (r"built for NVIDIA Driver Release (?P<want>[0-9]+\.[0-9]+(?:\.[0-9]+)?) or later, "
+         r"but version (?P<found>[0-9]+\.[0-9]+(?:\.[0-9]+)?) was detected"
+         r"(?:.*compatibility mode is (?P<mode>\w+))?", _ngc),
         (r"libcuda\.so(?:\.[0-9]+)*\s+\([^)]*\)\s*=>\s*(?P<path>\S+)", _libcuda),
         # the kernel module's banner (/proc/driver/nvidia/version, cuda_memtest's log)
         (r"NVRM version:\s*NVIDIA UNIX (?:Open )?\S{1,12} Kernel Module(?: for \S{1,12})?\s+"
          r"(?P<v>[0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?)\b", _set("driver_version")),
-        (r"msg=\W?inference compute\W.{0,200}?\blibrary=cuda\b.{0,80}?\bcompute=(?P<cc>[0-9]+\.[0-9"
-         r"]+)"
-         r".{0,40}?\bdriver=(?P<drv>[0-9]+\.[0-9]+).{0,20}?\bname=(?:\"(?P<qname>[^\"]{1,80})\"|"
+        (r"msg=\W?inference compute\W.{0,200}?\blibrary=cuda\b.{0,80}?"
+         r"\bcompute=(?P<cc>[0-9]+\.[0-9]+).{0,40}?\bdriver=(?P<drv>[0-9]+\.[0-9]+).{0,20}?\bname=(?:\"(?P<qname>[^\"]{1,80})\"|"
          r"(?P<name>\S{1,80}))(?:.{0,20}?\btotal=\"(?P<total>[^\"]{1,20})\")?", _ollama),
         (r"ggml_cuda_init: found (?P<v>[0-9]{1,3}) CUDA devices?", _set("cuda_devices",
                                                                      convert=int)),
@@ -314,28 +308,36 @@ def _read_tf(v: JobVersions, line: str) -> bool:
 _WRAP_MIN = 100  # a line this long may have been hard-wrapped by the paste
 _WRAP_LINES = 4  # lines one message may be wrapped onto
 _WRAP_NEXT = re.compile(r"^[a-z:\\\"'/.,)\]-]")  # how a wrapped piece goes on
+_RECORD_HEAD = 4  # characters that, shared with the line before, start a new record
+
+
+def _goes_on(line: str, piece: str) -> bool:
+    """Whether ``piece`` may be the rest of ``line`` cut by a hard wrap: it goes on as a
+    cut-off piece does and does not start as ``line`` did (a log's next record,
+    ``time=...`` after ``time=...``)."""
+    return bool(_WRAP_NEXT.match(piece)) and piece[:_RECORD_HEAD] != line[:_RECORD_HEAD]
 
 
 def _unwrapped(lines: Sequence[str], i: int, usable: Callable[[int], bool],
                hits: list[Hit]) -> tuple[int, str, list[Hit]] | None:
     """A long line hard-wrapped mid-word by the paste (``nvidia-container-cli: m`` /
     ``ount error: ...``): the index after its pieces, the joined text and its messages,
-    when joining finds a message no piece shows alone; None otherwise."""
+    when joining finds a message no piece shows alone; None otherwise. Paste detection
+    runs this on every long line: what is cheap to refuse is refused before a scan."""
     line = lines[i]
     if len(line) < _WRAP_MIN or line[-1:].isspace():
         return None
-    end, joined = i + 1, line
-    while end < len(lines) and end - i <= _WRAP_LINES and usable(end) and \
-            _WRAP_NEXT.match(lines[end]) and len(joined.split("\n")[-1]) >= _WRAP_MIN:
-        joined += "\n" + lines[end]
+    end = i + 1
+    while end < len(lines) and end - i <= _WRAP_LINES and len(lines[end - 1]) >= _WRAP_MIN \
+            and usable(end) and _goes_on(line, lines[end]):
         end += 1
     if end == i + 1:
         return None
-    text = joined.replace("\n", "")
+    text = "".join(lines[i:end])
     found = scan_line(text, i)
-    alone = {h.message.id for h in hits} | {h.message.id for j in range(i + 1, end)
-                                            for h in scan_line(lines[j], j)}
-    if not {h.message.id for h in found} - alone:
+    new = {h.message.id for h in found} - {h.message.id for h in hits}
+    if not new or new <= {h.message.id for j in range(i + 1, end)
+                          for h in scan_line(lines[j], j)}:
         return None
     return end, text, found
 

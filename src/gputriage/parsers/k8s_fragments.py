@@ -37,7 +37,8 @@ from typing import Any
 from gputriage.parsers.base import split_lines
 from gputriage.parsers.k8s_model import Cluster, KObject
 
-__all__ = ["FRAGMENT_KEYS", "fragment_cluster", "is_fragment", "split_blocks"]
+__all__ = ["FRAGMENT_KEYS", "fragment_cluster", "is_bare_node_map", "is_fragment",
+           "split_blocks"]
 
 # keys that make an indented YAML block a piece of a Kubernetes object (two are needed)
 FRAGMENT_KEYS = frozenset({
@@ -134,12 +135,24 @@ def _is_resources(body: dict[str, Any]) -> bool:
     return _scalars(body) and len(set(body) & _RESOURCE_KEYS) >= 2
 
 
+_GFD_NFD = ("nvidia.com/", "feature.node.kubernetes.io/")  # the GPU labels' prefixes
+
+
 def _is_label_map(body: dict[str, Any]) -> bool:
     """A node's labels alone (``jq .metadata.labels``): every key a label, one of GFD or
     NFD among them."""
     keys = [str(k) for k in body]
     return _scalars(body) and all("/" in k or k.startswith("kubernetes.io") for k in keys) \
-        and any(k.startswith(("nvidia.com/", "feature.node.kubernetes.io/")) for k in keys)
+        and any(k.startswith(_GFD_NFD) for k in keys)
+
+
+def is_bare_node_map(value: Any) -> bool:
+    """A flat JSON mapping of a node's resources (cpu, memory, pods) or of labels with a
+    GFD or NFD one among them (``kubectl get node -o json | jq .status.capacity``,
+    ``.metadata.labels``), without a kind: the paste detector claims it, and it is read
+    as a Node."""
+    return isinstance(value, dict) and (_is_resources(value) or (
+        _scalars(value) and any(str(k).startswith(_GFD_NFD) for k in value)))
 
 
 def _is_podgroup(body: dict[str, Any]) -> bool:

@@ -215,7 +215,8 @@ class KPod:
     def unready(self) -> bool:
         """Whether kubectl's READY column counts fewer ready containers than the pod has."""
         done, _, of = (self.ready or "").partition("/")
-        return done.isdigit() and of.isdigit() and int(done) < int(of)
+        ready, containers = strict_int(done, signed=False), strict_int(of, signed=False)
+        return ready is not None and containers is not None and ready < containers
 
     def gpu_requests(self) -> dict[str, float]:
         """GPU resources the pod asks for: the sum over its app containers (limits

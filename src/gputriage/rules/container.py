@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from gputriage.knowledge import cuda_compat as cc
-from gputriage.knowledge.job_messages import Hit, scan_line
+from gputriage.knowledge.job_messages import Hit, one_per_line, scan_line
 from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity
 from gputriage.parsers.job_context import JobContext
 from gputriage.parsers.job_log import JobLog
@@ -28,9 +28,6 @@ from gputriage.parsers.pci import PciFunction
 from gputriage.rules.base import evidence, finding, rule
 
 FAMILIES = ("container", "nvml")
-# generic messages: dropped where a specific one explains the same failure
-_GENERIC = frozenset({"container.hook-failed", "container.cdi-inject-failed"})
-_CAUSE_REACH = 3  # lines after a hook's failure where its cause may be printed
 CHECK_NODE = ("Run `gputriage check` on the node (or paste its nvidia-smi) to confirm "
               "{what}.")
 REPAIR_ORDER = ("Order of repair: finish the driver change (reboot, or reload the nvidia "
@@ -81,30 +78,9 @@ def _host(versions: DriverVersions | None, smi: Sequence[tuple[str, SmiReport]],
 
 
 def _kept(hits: list[Hit]) -> list[Hit]:
-    """The container and NVML hits that say something of their own: on a line, the
-    first container message (catalog order: specific before generic) and no NVML one
-    beside it; a generic hook failure only when no cause follows it."""
-    mine = [h for h in hits if h.message.family in FAMILIES]
-    by_line: dict[int, list[Hit]] = {}
-    for h in mine:
-        by_line.setdefault(h.lineno, []).append(h)
-    kept: list[Hit] = []
-    for lineno, line_hits in sorted(by_line.items()):
-        container = [h for h in line_hits if h.message.family == "container"]
-        specific = [h for h in container if h.message.id not in _GENERIC]
-        if specific:
-            kept.append(specific[0])
-            continue
-        if container:
-            hook = container[0]
-            near = any(n != lineno and lineno < n <= lineno + _CAUSE_REACH and any(
-                h.message.family == "container" and h.message.id not in _GENERIC
-                for h in by_line[n]) for n in by_line)
-            if not near:
-                kept.append(hook)
-            continue
-        kept.append(line_hits[0])
-    return kept
+    """The container and NVML hits that say something of their own (one per line, a
+    hook's failure only without its cause: the catalog's one_per_line)."""
+    return [h for h in one_per_line(hits) if h.message.family in FAMILIES]
 
 
 def finding_id(hit: Hit) -> str:

@@ -65,7 +65,7 @@ def _configured(log: CtkLog) -> Finding:
         parts.append(what)
     if log.cdi_spec:
         parts.append(f"generated a CDI spec (version {log.cdi_spec})")
-    benign = [x for x in log.lines if x.level == "WARN" and x.benign]
+    benign = [x for x in log.of("WARN") if x.benign]
     notes = []
     if benign:
         notes.append("its warning '" + benign[0].message[:80] + "' only means it used its "

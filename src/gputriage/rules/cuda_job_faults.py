@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 
 from gputriage.hostfacts.fabric import FabricNeed
-from gputriage.knowledge.job_messages import Hit
+from gputriage.knowledge.job_messages import CUDA_FAMILY, Hit, catalog
 from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity
 from gputriage.parsers.job_log import JobLog
 from gputriage.parsers.kernel_events import DriverEvent
@@ -21,8 +21,10 @@ from gputriage.rules.cuda_job import (
     JOB_XIDS,
     KERNEL_FAULT,
     NO_DEVICE,
+    NO_IMAGE,
     NODE_XIDS,
     OOM,
+    TOO_OLD,
 )
 from gputriage.rules.kernel_common import xid_code
 
@@ -366,3 +368,30 @@ def job_fault(job_log: JobLog, driver_events: list[DriverEvent] | None = None
     if hits := _of(job_log, OOM):
         yield _oom(hits, job_log.versions.needs_memory,
                    tuple(job_log.versions.line("needs_memory")))
+
+
+# the CUDA errors the rules above and rules/cuda_job.py judge with the host's facts
+JUDGED = (TOO_OLD | NO_IMAGE | NO_DEVICE | OOM | KERNEL_FAULT
+          | {"cuda.802", "cuda.803", "cuda.804", "cuda.999", *_HARDWARE})
+AS_CATALOGUED = tuple(m.id for m in catalog() if m.family == CUDA_FAMILY and m.id not in JUDGED)
+
+
+@rule("cuda.job-error", produces=AS_CATALOGUED)
+def job_error(job_log: JobLog) -> Iterator[Finding]:
+    """A CUDA error of the catalog that no rule judges with the host's facts (invalid
+    argument, a busy device, peer access, an illegal state...): said as its row says, as
+    ``gputriage explain`` says it, rather than left out of the verdict. On a line of the
+    container stack (``nvidia-container-cli: ... cuda error: ...``) it is the cause that
+    rules/container.py judges there."""
+    stack = {h.lineno for h in job_log.hits if h.message.family == "container"}
+    found: dict[str, list[Hit]] = {}
+    for h in job_log.hits:
+        if h.message.family == CUDA_FAMILY and h.message.id not in JUDGED \
+                and h.lineno not in stack:
+            found.setdefault(h.message.id, []).append(h)
+    for hits in found.values():
+        msg = hits[0].message
+        yield finding(
+            msg.id, msg.severity, f"CUDA error {msg.code}: {msg.text or msg.name}",
+            f"{msg.meaning} {msg.cause} {msg.next}", msg.action, msg.blame,
+            evidence=[_job_ev(hits)])

@@ -68,9 +68,8 @@ INSTALL = frozenset({"plugins", "missing-test", "config", "unsupported", "mismat
 RUN = frozenset({"affinity", "unparsable", "internal"})
 NOT_HARDWARE = INSTALL | RUN | {"cuda-not-ready", "persistence", "mig"}
 HW_DEPLOYMENT = frozenset({"page retirement/row remap", "page retirement", "inforom"})
-_POWER = re.compile(r"Max power of (?P<got>[0-9]{1,6}(?:\.[0-9]{1,6})?) did not reach desired power"
-                    r" "
-                    r"minimum (?:\S{1,60} )?of (?P<want>[0-9]{1,6}(?:\s?\.\s?[0-9]{1,6})?)")
+_POWER = re.compile(r"Max power of (?P<got>[0-9]{1,6}(?:\.[0-9]{1,6})?) did not reach desired "
+                    r"power minimum (?:\S{1,60} )?of (?P<want>[0-9]{1,6}(?:\s?\.\s?[0-9]{1,6})?)")
 _SLURM = re.compile(r"\b(?:srun|sbatch|salloc)\b")
 
 

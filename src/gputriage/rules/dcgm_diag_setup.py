@@ -61,8 +61,6 @@ def diag_setup(dcgmi_diag: DiagReport) -> Iterator[Finding]:
         yield _pass(report)
 
 
-
-
 def _cascade(run: list[DiagTest], skipped: list[DiagTest]) -> Finding:
     first, rest = run[0], run[1:]
     said = [m.text for m in first.messages if m.kind != "info"][:1]

@@ -13,10 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from gputriage.hostfacts.dcgm import dcgm_support
+from gputriage.hostfacts.dcgm import DcgmSupport, dcgm_support
 from gputriage.knowledge.xid import all_xids, xid_info
 from gputriage.model import Action, Blame, Finding, Severity
-from gputriage.parsers.dcgm_exporter import ExporterLog, ExporterMetrics, GpuMetrics
+from gputriage.parsers.dcgm_exporter import (
+    ExporterEntry,
+    ExporterLog,
+    ExporterMetrics,
+    GpuMetrics,
+)
 from gputriage.parsers.kernel_model import DriverEvent
 from gputriage.rules.base import action_for, evidence, finding, gpu_scope, rule
 from gputriage.rules.dcgm_host import NOT_THE_GPU, Visible
@@ -296,7 +301,7 @@ def exporter_log(dcgm_exporter_log: ExporterLog, visible_gpus: Visible | None = 
             evidence=[evidence("dcgm_exporter_log", [e.line for e in serving][:2])])
 
 
-def _problems(log: ExporterLog, support) -> Iterator[Finding]:
+def _problems(log: ExporterLog, support: DcgmSupport | None) -> Iterator[Finding]:
     if nvml := log.of("nvml-init-failed"):
         yield finding(
             "dcgm.exporter-nvml-missing", Severity.WARNING,
@@ -326,7 +331,7 @@ def _problems(log: ExporterLog, support) -> Iterator[Finding]:
     yield from _connection(log, support)
 
 
-def _dcp(dcp: list, support) -> Finding:
+def _dcp(dcp: list[ExporterEntry], support: DcgmSupport | None) -> Finding:
     """DCGM's profiling module not loaded: an exporter that stops on it (old releases
     watched every listed field) is a warning; one that skips the fields and goes on is
     what a GPU without profiling support looks like."""
@@ -353,7 +358,7 @@ def _dcp(dcp: list, support) -> Finding:
         f"read nv-hostengine's log. {NOT_THE_GPU}", Action.NONE, Blame.UNKNOWN, evidence=ev)
 
 
-def _connection(log: ExporterLog, support) -> Iterator[Finding]:
+def _connection(log: ExporterLog, support: DcgmSupport | None) -> Iterator[Finding]:
     remote = log.of("remote-hostengine")
     down = [e for e in log.of("hostengine-unreachable") if e.level in ("fatal", "error", None)]
     stale = log.of("collect-failed")

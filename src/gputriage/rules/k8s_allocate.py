@@ -43,9 +43,8 @@ _NVML_REASON = re.compile(r"(?P<reason>GPU is lost|GPU requires reset|Unknown Er
                           r"Not Supported|Timeout)", re.IGNORECASE)
 _LINKS = re.compile(r"unable to get device link information|error getting NVLink for devices",
                     re.IGNORECASE)
-_DEVICE = re.compile(r"nvml\.Device (?P<index>[0-9]{1,3})|for devices \((?P<pair>[0-9]{1,3}, ?[0-9]"
-                     r"{1,3})"
-                     r"\)")
+_DEVICE = re.compile(r"nvml\.Device (?P<index>[0-9]{1,3})|"
+                     r"for devices \((?P<pair>[0-9]{1,3}, ?[0-9]{1,3})\)")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 from gputriage.knowledge import gpu_profile
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity
+from gputriage.parsers.base import strict_hex
 from gputriage.parsers.gpu_operator_log import GpuOperatorLog, OpEntry
 from gputriage.parsers.k8s_model import Cluster, KNode
 from gputriage.rules.base import evidence, finding, rule
@@ -27,10 +28,8 @@ CONFIG = "nvidia.com/mig.config"
 
 def _named(device: str) -> str:
     """A PCI device id with the GPU model this project knows it as."""
-    try:
-        profile = gpu_profile(device_id=int(device.lower().removeprefix("0x")[-4:], 16))
-    except ValueError:
-        profile = None
+    device_id = strict_hex(device.lower().removeprefix("0x")[-4:])
+    profile = gpu_profile(device_id=device_id) if device_id is not None else None
     return f"{profile.model} (PCI device id {device})" if profile else f"PCI device id {device}"
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gputriage.parsers.base import strict_int
+from gputriage.parsers.base import strict_float, strict_int
 from gputriage.parsers.k8s_model import KEvent
 
 __all__ = ["INSUFFICIENT", "SELECTOR", "AFFINITY", "TAINT", "UNSCHEDULABLE", "OTHER",
@@ -44,10 +44,10 @@ _GANG = re.compile(r"(?P<pending>[0-9]+)/(?P<ready>[0-9]+) tasks in gang unsched
 
 # KAI Scheduler: "Non-preemptible workload is over quota. Workload requested 0.2 GPUs, but
 # aafa quota is 0.3 GPUs, while 0.1 GPUs are already allocated for non-preemptible pods."
-_KAI_QUOTA = re.compile(r"Non-preemptible workload is over quota\.\s*Workload requested "
-                        r"(?P<req>[0-9]+(?:\.[0-9]+)?) GPUs?,?\s+but (?P<queue>.{1,100}?) quota is "
-                        r"(?P<quota>[0-9]+(?:\.[0-9]+)?) GPUs?(?:,?\s+while (?P<alloc>[0-9]+(?:\.[0"
-                        r"-9]+)?) "
+_GPUS = r"[0-9]{1,12}(?:\.[0-9]{1,12})?"
+_KAI_QUOTA = re.compile(rf"Non-preemptible workload is over quota\.\s*Workload requested "
+                        rf"(?P<req>{_GPUS}) GPUs?,?\s+but (?P<queue>.{{1,100}}?) quota is "
+                        rf"(?P<quota>{_GPUS}) GPUs?(?:,?\s+while (?P<alloc>{_GPUS}) "
                         r"GPUs? (?:are|is) already allocated)?", re.I | re.S)
 
 
@@ -71,9 +71,11 @@ def kai_quota_message(text: str) -> QueueQuota | None:
     m = _KAI_QUOTA.search(text)
     if m is None:
         return None
-    alloc = m.group("alloc")
-    return QueueQuota(m.group("queue").strip(), float(m.group("req")), float(m.group("quota")),
-                      float(alloc) if alloc is not None else None)
+    requested, quota = strict_float(m.group("req")), strict_float(m.group("quota"))
+    if requested is None or quota is None:
+        return None
+    return QueueQuota(m.group("queue").strip(), requested, quota,
+                      strict_float(m.group("alloc")))
 
 
 @dataclass(frozen=True)
