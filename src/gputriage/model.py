@@ -7,12 +7,13 @@ frozen dataclasses with a stable JSON form (see docs/json-schema.md).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
 from gputriage.parsers.base import strict_float
-from gputriage.vocabulary import (  # noqa: F401 - re-exported: the model's vocabulary
+from gputriage.vocabulary import (
     DRAINING_ACTIONS,
     Action,
     Blame,
@@ -20,6 +21,15 @@ from gputriage.vocabulary import (  # noqa: F401 - re-exported: the model's voca
     Status,
     inconsistency,
 )
+
+# The result types, and the vocabulary they are written in (re-exported from
+# gputriage.vocabulary, so that a rule imports everything a finding needs from here).
+__all__ = [
+    "DRAINING_ACTIONS", "NODE", "UNKNOWN_STATE", "Action", "Blame", "DriverVersions",
+    "Evidence", "Finding", "GpuRow", "HealthyChange", "HostIdentity", "HostSummary",
+    "Occurrences", "Result", "Scope", "Severity", "Skipped", "Status", "finding_order",
+    "inconsistency",
+]
 
 
 @dataclass(frozen=True)
@@ -98,7 +108,7 @@ class Finding:
         """Every scope it covers: its own, then the others of a per-GPU repeat."""
         return (self.scope, *self.also)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "id": self.id, "severity": self.severity.value, "title": self.title,
             "explanation": self.explanation, "action": self.action.value,
@@ -122,7 +132,7 @@ class Finding:
         return data
 
 
-def _scope_json(scope: Scope) -> dict:
+def _scope_json(scope: Scope) -> dict[str, Any]:
     return {k: v for k, v in asdict(scope).items() if v is not None}
 
 
@@ -142,7 +152,7 @@ class DriverVersions:
     userspace: str | None = None  # NVML / nvidia-smi library
     cuda: str | None = None  # the highest CUDA version the driver supports
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"kernel_module": self.kernel_module, "userspace": self.userspace,
                 "cuda": self.cuda}
 
@@ -167,7 +177,7 @@ class HealthyChange:
     when: str  # ISO 8601 time of that healthy check
     changes: tuple[str, ...]  # "key: old -> new"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"when": self.when, "changes": list(self.changes)}
 
 
@@ -187,7 +197,7 @@ class HostSummary(HostIdentity):
         known = {f.name: getattr(identity, f.name) for f in fields(HostIdentity)}
         return cls(**known, **summary)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The JSON form, keys in the documented order."""
         data = {"hostname": self.hostname, "kernel": self.kernel, "os": self.os,
                 "boot_id": self.boot_id, "driver": self.driver.to_json(),
@@ -225,7 +235,7 @@ class GpuRow:
     def unknown(self) -> bool:
         return self.state == UNKNOWN_STATE
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The JSON form: board facts only when known, persistence only when listed,
         ``state`` only when the GPU's state is unknown."""
         data: dict[str, Any] = {"index": self.index, "pci_bus_id": self.pci_bus_id,
@@ -251,8 +261,8 @@ class Result:
     skipped: list[Skipped] = field(default_factory=list)
     host: HostSummary = field(default_factory=HostSummary)
     gpus: list[GpuRow] = field(default_factory=list)
-    inputs: list[dict] = field(default_factory=list)
-    manifest: dict | None = None
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    manifest: dict[str, Any] | None = None
     unreadable: list[str] = field(default_factory=list)
     job_faults_fail: bool = False  # the job's faults may fail the check (exit 2)
     not_read: list[str] = field(default_factory=list)  # what was skipped, and why
@@ -271,7 +281,7 @@ class Result:
         return sorted(self.findings, key=finding_order)
 
 
-def finding_order(f: Finding) -> tuple:
+def finding_order(f: Finding) -> tuple[bool, int, bool, tuple[int, float, str], str, str]:
     """The report order: current before history and acknowledged; worst first; then
     the causal order (earliest first event; findings with no time after those with
     one) and the id."""
@@ -280,7 +290,7 @@ def finding_order(f: Finding) -> tuple:
             f.scope.label())
 
 
-def _time_key(when: str | None) -> tuple:
+def _time_key(when: str | None) -> tuple[int, float, str]:
     """A first-event time as a sort key: ISO 8601 times in time order (naive ones read as
     UTC), then dmesg uptime seconds in numeric order ("999.5" before "1000.2"), then
     other printed forms as text."""
@@ -298,5 +308,5 @@ def _time_key(when: str | None) -> tuple:
     return (0, at.timestamp(), "")
 
 
-def _worst(findings: Any) -> Severity:
+def _worst(findings: Iterable[Finding]) -> Severity:
     return max((f.severity for f in findings), key=lambda s: s.rank, default=Severity.OK)

@@ -145,7 +145,7 @@ class Builder:
         elif " set by environment to" in msg:
             _env(p, msg, line)
         elif head.startswith(("Trees", "Tree ")):
-            self.add(p, "trees", msg[:g.MAX_KEEP])
+            self.add(p, "trees", msg[:fw.MAX_KEEP])
             p.last_step = "Trees"
         elif head.startswith("Connecte"):
             self._connected(p, msg)
@@ -167,7 +167,7 @@ class Builder:
                 p.collnet = True
             p.last_step = "Channel connect"
         elif g.is_layout(msg):
-            self.add(p, "rings", msg[:g.MAX_KEEP])
+            self.add(p, "rings", msg[:fw.MAX_KEEP])
             p.last_step = "Channel layout"
         elif head.startswith("NVLS "):  # "NVLS multicast support is [not] available"
             p.nvls = _NEGATED.search(msg) is None
@@ -190,7 +190,7 @@ class Builder:
 
     def _connected(self, p: NcclProcess, msg: str) -> None:
         """``Connected all rings``, ``Connected NVLS``, ``Connected CollNet``..."""
-        self.add(p, "connected", msg[:g.MAX_KEEP])
+        self.add(p, "connected", msg[:fw.MAX_KEEP])
         low = msg.lower()
         if "nvls" in low:
             p.nvls = True
@@ -439,7 +439,7 @@ def _other_info(p: NcclProcess, msg: str) -> None:
 def _note(p: NcclProcess, key: str, line: str) -> None:
     """Keep the first raw line of a setting (bounded: a few dozen keys per process)."""
     if key not in p.notes and len(p.notes) < _NOTES_MAX:
-        p.notes[key] = line[:g.MAX_KEEP]
+        p.notes[key] = line[:fw.MAX_KEEP]
 
 
 def _put(items: set, item: object) -> None:

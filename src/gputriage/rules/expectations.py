@@ -17,14 +17,14 @@ from gputriage.hostfacts.fabric import NvSwitchSighting
 from gputriage.hostfacts.host import DEFAULT_HUGEPAGE_KB
 from gputriage.hostfacts.pcie import GEN_GTS, IDLE_GTS, PcieLink
 from gputriage.hostfacts.stack import GpuSighting
-from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Scope, Severity
+from gputriage.model import NODE, Action, Blame, DriverVersions, Evidence, Finding, Scope, Severity
 from gputriage.parsers.base import strict_int
 from gputriage.parsers.driver import KernelModuleVersion
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.memory import HugePagePool
 from gputriage.parsers.nvsmi import SmiReport
 from gputriage.parsers.pci import PciFunction
-from gputriage.rules.base import NODE, evidence, finding, gpu_scope, rule, versions_agree
+from gputriage.rules.base import evidence, finding, gpu_scope, rule, versions_agree
 
 __all__ = ["PCI_SOURCES", "UNKNOWN_COUNT", "active_ports", "gen_of", "mig_modes",
            "model_matches", "nvswitch_count", "pcie_gaps", "usable_gpus"]

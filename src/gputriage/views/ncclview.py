@@ -228,6 +228,7 @@ def _num(v: float | None) -> str:
 def _job_line(out: Out, result: Result, summary: NcclSummary, host_given: bool) -> None:
     """The verdict line (or the host header) and what the job's inputs hold."""
     from gputriage.views import terminal
+    from gputriage.views.styles import STYLES
 
     procs, hosts, runs = len(summary.log.processes), summary.host_count, len(summary.runs)
     what = [f"{procs} process{'es' if procs != 1 else ''} on {hosts} host"
@@ -238,7 +239,7 @@ def _job_line(out: Out, result: Result, summary: NcclSummary, host_given: bool) 
         out.line(("NCCL job: ", "bold"), (out.dot.join(what), ""), indent=10)
     else:
         word = verdict(result)
-        out.line((f"{word.upper():<8}", terminal.STYLES.get(word, "")), ("  ", ""),
+        out.line((f"{word.upper():<8}", STYLES.get(word, "")), ("  ", ""),
                  ("NCCL job", "bold"), (out.dot, ""), (out.dot.join(what), ""))
 
 

@@ -361,12 +361,13 @@ def render_logs(scan: Any, lanes: list[Lane], result: Result, console: Console |
     from rich.console import Console as RichConsole
 
     from gputriage.views import terminal
+    from gputriage.views.styles import STYLES
 
     console = console or RichConsole(highlight=False)
     out = terminal.Out(console, verbose)
     out.evidence_lines = EVIDENCE_LINES
     word = verdict(result)
-    out.line((f"{word.upper():<8}", terminal.STYLES.get(word, "")), ("  ", ""),
+    out.line((f"{word.upper():<8}", STYLES.get(word, "")), ("  ", ""),
              ("kernel log timeline", "bold"), (out.dot, ""), (_headline(scan, lanes), ""))
     if not lanes:
         out.line(("No NVIDIA-relevant events in the log.", "dim"), indent=10)
