@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gputriage.ingest.paste import PasteDoc
 from gputriage.parsers.base import ParseError, as_float, normalize_bus_id, split_lines, strict_int
 from gputriage.parsers.nv_hostengine import PROFILING_BUSY
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 __all__ = ["EXPORTER_EVENTS", "ExporterEntry", "ExporterLog", "ExporterMetrics", "GpuMetrics",
            "claim_exporter_log", "claim_metrics", "parse_exporter_log", "parse_metrics"]
@@ -73,15 +77,19 @@ class ExporterMetrics:
     fields: set[str] = field(default_factory=set)
     series: int = 0  # series read without a value (label sets only)
 
-    def gpu(self, key: tuple) -> GpuMetrics | None:
+    def gpu(self, key: _GpuKey) -> GpuMetrics | None:
         return next((g for g in self.gpus if _key(g) == key), None)
 
 
-def _key(g: GpuMetrics) -> tuple:
+# What tells the GPUs of a scrape apart: (its UUID, else its gpu label; its MIG instance)
+_GpuKey = tuple[str | None, str | None]
+
+
+def _key(g: GpuMetrics) -> _GpuKey:
     return (g.uuid or g.gpu, g.mig_instance)
 
 
-def _families(text: str):
+def _families(text: str) -> list[Metric]:
     from prometheus_client.parser import text_string_to_metric_families
 
     return list(text_string_to_metric_families(text))

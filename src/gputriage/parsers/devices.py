@@ -65,7 +65,7 @@ def _as_int(value: object) -> int | None:
     return as_int(value, lo=0)
 
 
-def parse_devnodes(doc: list) -> list[DevNode]:
+def parse_devnodes(doc: object) -> list[DevNode]:
     """Parse the ``devnodes`` source: a JSON list of node objects, sorted by path.
 
     Raises ParseError when ``doc`` is not a list; entries that are not objects

@@ -114,7 +114,7 @@ class ModuleVersions:
     initstate: dict[str, str] = field(default_factory=dict)  # {"nvidia": "live"}
 
 
-def parse_sys_module_versions(tree: dict) -> ModuleVersions:
+def parse_sys_module_versions(tree: object) -> ModuleVersions:
     """Parse the ``sys_module_nvidia`` tree (``<mod>/version``, ``<mod>/initstate``)."""
     files, _links, _errors = split_tree(tree)
     out = ModuleVersions()
@@ -176,7 +176,7 @@ def parse_gpu_information(text: str, bus_hint: str | None = None) -> ProcGpu:
     )
 
 
-def parse_gpus_information(tree: dict) -> list[ProcGpu]:
+def parse_gpus_information(tree: object) -> list[ProcGpu]:
     """Parse the ``proc_driver_nvidia_gpus`` tree; one ProcGpu per ``<bus>/information``."""
     files, _links, _errors = split_tree(tree)
     gpus: list[ProcGpu] = []
@@ -203,7 +203,7 @@ _LIB_NAME = re.compile(r"^(?P<lib>[A-Za-z0-9_+\-]{1,64})\.so(?:\.(?P<suffix>[0-9
 _LIB_VERSION = re.compile(r"^[0-9]{3,4}\.[0-9]{1,4}(?:\.[0-9]{1,4}){0,2}$")
 
 
-def parse_nvidia_libs(tree: dict) -> list[LibFile]:
+def parse_nvidia_libs(tree: object) -> list[LibFile]:
     """Parse the ``nvidia_libs`` tree (names only): files and links, sorted by path."""
     files, links, _errors = split_tree(tree)
     out: dict[str, LibFile] = {}

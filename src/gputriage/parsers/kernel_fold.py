@@ -27,8 +27,8 @@ from typing import Any
 from gputriage.parsers.base import strict_hex, strict_int
 from gputriage.parsers.kernel_model import DriverEvent, Repeats
 
-__all__ = ["FOLLOW_ON_S", "KEEP", "LOOKBACK", "FollowChain", "Folder", "fault_pattern",
-           "fold_key", "process_key", "recovery_cleared", "seconds", "weight"]
+__all__ = ["FOLLOW_ON_S", "KEEP", "LOOKBACK", "FoldKey", "FollowChain", "Folder",
+           "fault_pattern", "fold_key", "process_key", "recovery_cleared", "seconds", "weight"]
 
 KEEP = 64  # events of one key kept one by one before the rest are folded
 PROCESSES = 64  # processes named per folded event (then only counted)
@@ -43,6 +43,12 @@ _VOLATILE = frozenset({"pid", "process", "message", "channel", "caused_by", "int
 _NEVER = frozenset({"driver-load"})
 _WHO = frozenset({"xid", "segfault"})  # kinds whose processes a folded event names
 _XID_COMMON = frozenset({"code", "pid", "process", "message", "channel", "caused_by"})
+
+# What events folded together share (:func:`fold_key`): the kind, the bus, and the usual
+# Xid line's code or else the details that tell two events of the kind apart
+FoldKey = tuple[str, str | None, str | None | tuple[tuple[str, str], ...]]
+# A fold key in its boot and reset epoch: (boot, driver loads, GPU resets, key)
+_EpochKey = tuple[int, int, int, FoldKey]
 
 
 def seconds(ev: DriverEvent) -> float | None:
@@ -74,7 +80,7 @@ def fault_pattern(code: str | int, ev: DriverEvent) -> str:
     return f"{code}:{_VARIABLE.sub('#', ev.details.get('message') or '')}"
 
 
-def fold_key(ev: DriverEvent) -> tuple | None:
+def fold_key(ev: DriverEvent) -> FoldKey | None:
     """What two events must share to be folded (before boot and epoch); None: never."""
     if ev.kind in _NEVER:
         return None
@@ -155,8 +161,8 @@ class Folder:
         self.events: list[DriverEvent] = []
         self.attribute = attribute
         self.keep = KEEP if keep is None else keep  # events of a key kept one by one
-        self._kept: dict[tuple, int] = {}
-        self._folded: dict[tuple, DriverEvent] = {}
+        self._kept: dict[_EpochKey, int] = {}
+        self._folded: dict[_EpochKey, DriverEvent] = {}
         self._loads: dict[int, int] = {}  # boot -> driver loads so far
         self._resets: dict[tuple[int, str | None], int] = {}  # (boot, bus) -> resets
         self.states: dict[tuple[int, str | None], _State] = {}  # (boot, bus) -> Xid state
@@ -166,7 +172,10 @@ class Folder:
         self._lost79: set[tuple[int, str | None]] = set()
         self.chain: FollowChain | None = None  # set when this folder joins parts
         self._epochs = 0  # resets and driver loads seen (a change voids ``_hot``)
-        self._hot: dict[tuple, tuple[int, DriverEvent, DriverEvent | None]] = {}
+        # (boot, bus, code, also fallen off the bus) of a fast-parsed Xid line -> (the
+        # epochs seen, its folded event, its folded fallen-off-bus event)
+        self._hot: dict[tuple[int, str | None, str, bool],
+                        tuple[int, DriverEvent, DriverEvent | None]] = {}
 
     # -- attribution -------------------------------------------------------------------
     def _attribute(self, ev: DriverEvent) -> Lead | None:

@@ -148,7 +148,7 @@ def _fill(pool: HugePagePool, attr: str, text: str) -> None:
         setattr(pool, name, _count(text))
 
 
-def parse_hugepages(tree: dict) -> list[HugePagePool]:
+def parse_hugepages(tree: object) -> list[HugePagePool]:
     """Parse the ``hugepages`` tree into pools sorted by page size.
 
     Keys look like ``hugepages-2048kB/nr_hugepages``; unknown attributes are
@@ -168,7 +168,7 @@ def parse_hugepages(tree: dict) -> list[HugePagePool]:
     return [pools[k] for k in sorted(pools)]
 
 
-def parse_hugepages_per_node(tree: dict) -> list[NodeHugePages]:
+def parse_hugepages_per_node(tree: object) -> list[NodeHugePages]:
     """Parse the ``hugepages_per_node`` tree into NUMA nodes sorted by number.
 
     Keys look like ``node0/hugepages/hugepages-2048kB/nr_hugepages`` and

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from gputriage.parsers import nccl_framework as fw
 from gputriage.parsers import nccl_lines as g
 from gputriage.parsers.base import strict_int
 from gputriage.parsers.nccl_model import COLLNET, NcclComm, NcclLog, NcclProcess
+
+_T = TypeVar("_T")
 
 __all__ = ["CAPS", "MAX_FRAMEWORK", "MAX_PROCESSES", "MAX_SET", "MAX_STORED", "Builder"]
 
@@ -62,8 +64,8 @@ class Builder:
         self.hosts = {p.host for p in log.processes if p.host}
         self.stored = sum(len(getattr(p, k)) for p in log.processes for k in CAPS)
         # communicator indexes: (host, pid, comm pointer) and (host, pid, rank) -> position
-        self.by_ptr: dict[tuple, int] = {}
-        self.by_rank: dict[tuple, int] = {}
+        self.by_ptr: dict[tuple[str | None, int | None, str | None], int] = {}
+        self.by_rank: dict[tuple[str | None, int | None, int | None], int] = {}
         for p in log.processes:
             for i, c in enumerate(p.comms):
                 self._index_comm(p, i, c)
@@ -442,7 +444,7 @@ def _note(p: NcclProcess, key: str, line: str) -> None:
         p.notes[key] = line[:fw.MAX_KEEP]
 
 
-def _put(items: set, item: object) -> None:
+def _put(items: set[_T], item: _T) -> None:
     if len(items) < MAX_SET:
         items.add(item)
 

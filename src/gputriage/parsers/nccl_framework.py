@@ -78,7 +78,7 @@ def framework_error(lines: list[str]) -> NcclWarn | None:
                     timeout_ms=nums["timeout_ms"], elapsed_ms=nums["elapsed_ms"])
 
 
-def framework_key(w: NcclWarn) -> tuple:
+def framework_key(w: NcclWarn) -> tuple[str, int | None, int | None, str]:
     """What makes two framework errors the same (the log and the exception repeat them)."""
     core = w.message
     if w.kind == "cuda" and (m := _FW_CUDA.search(w.message)):

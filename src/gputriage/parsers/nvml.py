@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gputriage.errors import ParseError
+
+_T = TypeVar("_T")
 
 # NVML_ERROR_LIB_RM_VERSION_MISMATCH: the library and the kernel module differ.
 NVML_VERSION_MISMATCH = 18
@@ -48,10 +50,12 @@ class NvmlReading:
         return self.error_code == NVML_VERSION_MISMATCH or "version mismatch" in text
 
 
-def _opt(doc: dict, key: str, kind: type) -> Any:
+def _opt(doc: dict[str, object], key: str, kind: type[_T]) -> _T | None:
+    """``doc[key]`` when it is a ``kind`` (JSON true is not an int here), else None."""
     value = doc.get(key)
-    return value if isinstance(value, kind) and not isinstance(value, bool) or (
-        kind is bool and isinstance(value, bool)) else None
+    if isinstance(value, bool) and kind is not bool:
+        return None
+    return value if isinstance(value, kind) else None
 
 
 def parse_nvml(doc: Any) -> NvmlReading:

@@ -152,7 +152,7 @@ def _build(address: str, attrs: dict[str, str], links: dict[str, str]) -> PciFun
     return fn
 
 
-def parse_pci_tree(tree: dict) -> list[PciFunction]:
+def parse_pci_tree(tree: object) -> list[PciFunction]:
     """Parse the ``pci_devices`` tree into functions sorted by address.
 
     Entries whose first path component is not a full sysfs PCI address

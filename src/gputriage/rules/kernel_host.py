@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from gputriage.model import NODE, Action, Blame, Finding, Scope, Severity
 from gputriage.parsers.base import strict_int
 from gputriage.parsers.kernel_events import DriverEvent
-from gputriage.parsers.kernel_fold import fold_key, weight
+from gputriage.parsers.kernel_fold import FoldKey, fold_key, weight
 from gputriage.parsers.kernel_host import pci_class
 from gputriage.rules.kernel_common import (
     AER_BURST,
@@ -316,7 +316,7 @@ def _went_down(steps: list[DriverEvent], states: list[DriverEvent]) -> int:
     key = log_order(states)
     start = key(steps[0])
     ups = 0
-    per_line: dict[tuple | None, int] = {}
+    per_line: dict[FoldKey | None, int] = {}
     for ev in states:
         if ev.details["state"] == "up":
             ups += ev.count
