@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gputriage.errors import ParseError
 from gputriage.factbase import FactTable, Missing
@@ -79,7 +79,7 @@ def dcgm_version(facts: Facts) -> DcgmVersion:
 
 
 @FACTS.fact("dcgm_unanswered", sources=DCGM_QUERIES)
-def dcgm_unanswered(facts: Facts) -> dict[str, dict]:
+def dcgm_unanswered(facts: Facts) -> dict[str, dict[str, Any]]:
     """dcgmi queries killed at their timeout (nv-hostengine hung, or dcgmi waiting for a
     host engine that is not there): source -> its manifest record; Missing when none."""
     records = {s: facts.record(s) or {} for s in DCGM_QUERIES}

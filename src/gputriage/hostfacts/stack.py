@@ -117,7 +117,7 @@ def _nvml_link_targets(doc: Any) -> set[str]:
 
 
 @FACTS.fact("hung_driver_queries", sources=DRIVER_QUERIES)
-def hung_driver_queries(facts: Facts) -> dict[str, dict]:
+def hung_driver_queries(facts: Facts) -> dict[str, dict[str, Any]]:
     """Driver queries (nvidia-smi, NVML) killed at their timeout: source -> its
     record, in :data:`DRIVER_QUERIES` order; empty when none hung."""
     records = {source: facts.record(source) or {} for source in DRIVER_QUERIES}

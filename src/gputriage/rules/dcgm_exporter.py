@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 from gputriage.hostfacts.dcgm import DcgmSupport, dcgm_support
 from gputriage.knowledge.xid import all_xids, xid_info
-from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.dcgm_exporter import (
     ExporterEntry,
     ExporterLog,
@@ -52,12 +52,12 @@ def _v(g: GpuMetrics, *names: str) -> float | None:
     return next((g.values[n] for n in names if n in g.values), None)
 
 
-def _ev(g: GpuMetrics, *names: str) -> list:
+def _ev(g: GpuMetrics, *names: str) -> list[Evidence]:
     lines = [g.lines[n] for n in names if n in g.lines]
     return [evidence(SRC, lines)] if lines else []
 
 
-def _scope(g: GpuMetrics):
+def _scope(g: GpuMetrics) -> Scope:
     return gpu_scope(g.bus_id, g.index, g.uuid)
 
 

@@ -10,6 +10,7 @@ both are there (causes.py).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from gputriage import knowledge
 from gputriage.hostfacts.dcgm import DcgmVersion, dcgm_support
@@ -314,7 +315,7 @@ def _links_down(r: NvlinkReport, down: dict[int, list[str]],
                                  "dcgmi_health", "dcgmi_nvlink"),
       produces=("dcgm.hostengine-unreachable", "dcgm.hostengine-nvml-failed"))
 def hostengine(nv_hostengine_log: HostengineLog | None = None,
-               dcgm_unanswered: dict[str, dict] | None = None,
+               dcgm_unanswered: dict[str, dict[str, Any]] | None = None,
                dcgmi_discovery: Discovery | None = None, dcgmi_health: HealthReport | None = None,
                dcgmi_nvlink: NvlinkReport | None = None) -> Iterator[Finding]:
     """nv-hostengine that could not start (NVML unavailable to it) or that dcgmi cannot
@@ -346,7 +347,8 @@ def hostengine(nv_hostengine_log: HostengineLog | None = None,
         Action.NONE if restarted else Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
 
 
-def _unreachable_evidence(log: HostengineLog | None, unanswered: dict[str, dict] | None,
+def _unreachable_evidence(log: HostengineLog | None,
+                          unanswered: dict[str, dict[str, Any]] | None,
                           *outputs: Discovery | HealthReport | NvlinkReport | None
                           ) -> list[Evidence]:
     ev = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gputriage.hostfacts.expectations import GpuTraces
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
@@ -218,7 +218,8 @@ def _most_specific(versions: Versions) -> list[str]:
 
 
 @rule("driver.wedged", produces=("driver.wedged",))
-def driver_wedged(hung_driver_queries: dict[str, dict] | None = None) -> Iterator[Finding]:
+def driver_wedged(hung_driver_queries: dict[str, dict[str, Any]] | None = None
+                  ) -> Iterator[Finding]:
     """A driver query that never returns (nvidia-smi, NVML killed at their
     timeout) means the driver is wedged: that is a finding, not a hung tool."""
     hung = []

@@ -48,7 +48,7 @@ def _short(fid: str, title: str, explanation: str, action: Action, blame: Blame,
 
 
 # -- measures (shared with gputriage expect --from) -------------------------------------
-def usable_gpus(visible: Visible | None, lost: dict[str, list] | None
+def usable_gpus(visible: Visible | None, lost: dict[str, list[tuple[str, str]]] | None
                 ) -> list[GpuSighting] | None:
     """The GPUs the driver lists and no layer reports lost; None without a listing."""
     if visible is None:

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from gputriage.hostfacts.infiniband import HcaAffinity
-from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.infiniband import IbPort
 from gputriage.rules.base import action_for, evidence, finding, rule
 
@@ -41,7 +41,7 @@ def _what(port: IbPort) -> str:
     return f"{port.device} port {port.port}" + (f" ({extra})" if extra else "")
 
 
-def _evidence(port: IbPort, note: str | None = None):
+def _evidence(port: IbPort, note: str | None = None) -> Evidence:
     """The port's state lines (counters left out)."""
     lines = [ln for ln in port.lines if "counters/" not in ln]
     return evidence(port.source, lines or [f"{port.key}: state {port.state}"], note)

@@ -8,6 +8,7 @@ fits its quota exactly, which is the scheduler's own arithmetic.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from gputriage.model import NODE, Action, Blame, Finding, Severity
 from gputriage.parsers.k8s_model import Cluster, KEvent
@@ -55,7 +56,7 @@ def admission(cluster: Cluster) -> Iterator[Finding]:
             yield _kai_quota(e, who, kai)
     for obj in cluster.of_kind("PodGroup"):
         raw = obj.raw.get("status")
-        status: dict = raw if isinstance(raw, dict) else {}
+        status: dict[str, Any] = raw if isinstance(raw, dict) else {}
         for c in status.get("conditions") or ():
             gang = gang_message(str(c.get("message", ""))) if isinstance(c, dict) else None
             if gang is not None and ("gang", obj.ref) not in seen:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from gputriage.model import Evidence, Finding, Scope
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 
 __all__ = ["SHOWN", "group_pods", "object_scope"]
 
@@ -24,7 +24,7 @@ def group_pods(findings: Iterable[Finding], who: Callable[[Finding], str]) -> li
     """Findings about pods that say the same (id, severity, action, blame and
     explanation: one cause) become one: its scope the first pod, ``also`` the next
     ones, the title counting them. ``who(f)`` is how ``f``'s title names its pod."""
-    groups: dict[tuple, list[Finding]] = {}
+    groups: dict[tuple[str, Severity, Action, Blame, str], list[Finding]] = {}
     for f in findings:
         groups.setdefault((f.id, f.severity, f.action, f.blame, f.explanation), []).append(f)
     out = []

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, cast
 
-from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.model import Action, Blame, Finding, Scope, Severity
 from gputriage.parsers.base import as_int
 from gputriage.parsers.k8s_model import Cluster, KNode, Taint, Toleration
 from gputriage.rules.base import finding, rule
@@ -48,7 +48,7 @@ def _l(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _scope(w: Workload):  # noqa: ANN202 (a Scope)
+def _scope(w: Workload) -> Scope:
     return object_scope(w.kind, w.name, w.namespace)
 
 

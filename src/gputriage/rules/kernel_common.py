@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from gputriage.knowledge import xid as catalog
 from gputriage.model import (
@@ -35,6 +35,9 @@ from gputriage.rules.base import action_for, finding, gpu_scope
 if TYPE_CHECKING:
     from gputriage.hostfacts.resets import Reset, Resets
     from gputriage.hostfacts.stack import GpuSighting
+
+_Item = TypeVar("_Item")
+_Key = TypeVar("_Key")
 
 DOC_XID = "https://docs.nvidia.com/deploy/xid-errors/index.html"
 DOC_SXID = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html"
@@ -102,14 +105,15 @@ def folded(events: Iterable[DriverEvent]) -> bool:
     return any(ev.repeats is not None for ev in events)
 
 
-def log_order(events: Sequence[DriverEvent]) -> Callable[[DriverEvent], tuple]:
+def log_order(events: Sequence[DriverEvent]
+              ) -> Callable[[DriverEvent], tuple[int, int, int, float]]:
     """A sort key placing occurrences of ``events`` (first ones and ``latest`` ones) in
     log order: boot, input (in the order the group first shows it), line, time."""
     origins: dict[str | None, int] = {}
     for ev in (*events, *(e.latest for e in events)):
         origins.setdefault(ev.origin, len(origins))
 
-    def key(ev: DriverEvent) -> tuple:
+    def key(ev: DriverEvent) -> tuple[int, int, int, float]:
         return (ev.boot, origins.get(ev.origin, len(origins)),
                 ev.lineno if ev.lineno is not None else -1, seconds(ev) or 0.0)
 
@@ -230,6 +234,10 @@ def emit(fid: str, judged: Judged, events: Sequence[DriverEvent], scope: Scope,
                    scope, [_evidence(events)], refs, _occurrences(events, True))
 
 
+# How a group of events becomes a finding: :func:`emit` (current boot) or :func:`history`
+MakeFinding = Callable[[str, Judged, Sequence[DriverEvent], Scope, Iterable[str]], Finding]
+
+
 def split_boots(events: Iterable[DriverEvent]) -> tuple[list[DriverEvent], list[DriverEvent]]:
     """(events of the current boot, events of earlier boots)."""
     current: list[DriverEvent] = []
@@ -241,9 +249,8 @@ def split_boots(events: Iterable[DriverEvent]) -> tuple[list[DriverEvent], list[
 
 def _gap(ev: DriverEvent, reset: Reset) -> float | None:
     """Seconds from ``ev`` to ``reset`` on a clock both have; None when none."""
-    t = getattr(ev, "time", None)
-    if t is not None and reset.at is not None:
-        return (reset.at - t).total_seconds()
+    if ev.time is not None and reset.at is not None:
+        return (reset.at - ev.time).total_seconds()
     if ev.uptime_s is not None and reset.uptime_s is not None:
         return reset.uptime_s - ev.uptime_s
     return None
@@ -301,9 +308,9 @@ def split_resets(events: Iterable[DriverEvent], resets: Resets | None
     return current, ended
 
 
-def group(events: Iterable, key: Callable[[Any], Any]) -> dict:
+def group(events: Iterable[_Item], key: Callable[[_Item], _Key]) -> dict[_Key, list[_Item]]:
     """Items by ``key(item)``, keeping first-seen order (log order inside a group)."""
-    groups: dict = {}
+    groups: dict[_Key, list[_Item]] = {}
     for ev in events:
         groups.setdefault(key(ev), []).append(ev)
     return groups

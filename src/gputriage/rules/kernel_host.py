@@ -17,6 +17,7 @@ from gputriage.rules.kernel_common import (
     AER_BURST,
     GpuMap,
     Judged,
+    MakeFinding,
     count_text,
     emit,
     folded,
@@ -76,7 +77,8 @@ def _device(events: Sequence[DriverEvent], bus: str | None, gpus: GpuMap,
     return f"{what} {bus or '(address not logged)'}" + (f" [{ids}]" if ids else "")
 
 
-def _gpu_buses(by_bus: dict, gpus: GpuMap, xid_buses: set[str | None]) -> set[str | None]:
+def _gpu_buses(by_bus: dict[str | None, list[DriverEvent]], gpus: GpuMap,
+               xid_buses: set[str | None]) -> set[str | None]:
     """The addresses among ``by_bus`` that are GPUs (inventory, Xids or the report)."""
     return {bus for bus, evs in by_bus.items()
             if bus in gpus or bus in xid_buses or any(
@@ -116,7 +118,7 @@ def _link_failure_judged(label: str, own: list[DriverEvent], near: list[DriverEv
 
 
 def _aer(events: list[DriverEvent], gpus: GpuMap, xid_buses: set[str | None],
-         make) -> Iterator[Finding]:  # noqa: ANN001
+         make: MakeFinding) -> Iterator[Finding]:
     """A GPU's fatal link failure as one finding (with the ports' reports that belong to
     it), then the other devices' AER reports grouped by device."""
     aer = [ev for ev in events if ev.kind == "pcie-aer"]
@@ -205,7 +207,7 @@ def _peermem_cause(reasons: str) -> str:
             "ib_core (OFED) or the NVIDIA driver: rebuild it against both.")
 
 
-def _peermem(events: list[DriverEvent], make) -> Iterator[Finding]:  # noqa: ANN001
+def _peermem(events: list[DriverEvent], make: MakeFinding) -> Iterator[Finding]:
     evs = [ev for ev in events if ev.kind == "peermem-load-failed"]
     if not evs:
         return
@@ -224,7 +226,7 @@ def _peermem(events: list[DriverEvent], make) -> Iterator[Finding]:  # noqa: ANN
 
 # --- EDAC / MCE / APEI ----------------------------------------------------------------------
 
-def _hw_errors(events: list[DriverEvent], make) -> Iterator[Finding]:  # noqa: ANN001
+def _hw_errors(events: list[DriverEvent], make: MakeFinding) -> Iterator[Finding]:
     hw = [ev for ev in events if ev.kind == "hw-error"]
     for memory, evs in group(hw, lambda ev: ev.details.get("memory") == "yes").items():
         bad = [ev for ev in evs if ev.details.get("severity") == "uncorrected"]
@@ -276,7 +278,7 @@ def _transitions(evs: Sequence[DriverEvent]) -> list[DriverEvent]:
     return out
 
 
-def _links(events: list[DriverEvent], make) -> Iterator[Finding]:  # noqa: ANN001
+def _links(events: list[DriverEvent], make: MakeFinding) -> Iterator[Finding]:
     links = [ev for ev in events if ev.kind in ("link-state", "mlx5-link")]
     for key, evs in group(links, _port_key).items():
         first = evs[0]
@@ -399,7 +401,7 @@ def _serious(ev: DriverEvent) -> bool:
             or (d.get("layer") == "nvme" and d.get("error") == "controller"))
 
 
-def _storage(events: list[DriverEvent], make) -> Iterator[Finding]:  # noqa: ANN001
+def _storage(events: list[DriverEvent], make: MakeFinding) -> Iterator[Finding]:
     evs = [ev for ev in events if ev.kind == "storage-error"]
     if not evs:
         return

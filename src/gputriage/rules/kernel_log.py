@@ -37,6 +37,7 @@ from gputriage.rules.kernel_common import (
     GSP_REPEAT,
     GpuMap,
     Judged,
+    MakeFinding,
     count_text,
     emit,
     ended_by,
@@ -55,7 +56,6 @@ from gputriage.rules.kernel_common import (
 from gputriage.rules.kernel_host import judge_host
 
 SXID_IDS = tuple(f"sxid.{x.code}" for x in catalog.all_sxids())
-Make = Callable[[str, Judged, Sequence[DriverEvent], Scope, Iterable[str]], Finding]
 
 
 # --- SXid -----------------------------------------------------------------------------------
@@ -121,10 +121,11 @@ def judge_sxids(events: Iterable[DriverEvent], resets: Resets | None = None
     sx = [ev for ev in events if ev.kind == "sxid" and xid_code(ev) is not None]
     this_boot, earlier = split_boots(sx)
     current, ended = split_resets(this_boot, resets)
-    parts: list[tuple[list[DriverEvent], Make]] = [(current, emit), (earlier, history)]
+    parts: list[tuple[list[DriverEvent], MakeFinding]] = [(current, emit), (earlier, history)]
     parts += [(evs, _ended_by(r)) for r, evs in ended.items()]
     for part, make in parts:
         for (code, _), evs in group(part, _switch_key).items():
+            assert code is not None  # ``sx`` holds only SXids with a code
             judged = _sxid_judged(code, evs)
             first = evs[0]
             scope = (Scope(kind="device", pci_bus_id=first.bus_id,
@@ -134,7 +135,7 @@ def judge_sxids(events: Iterable[DriverEvent], resets: Resets | None = None
 
 
 
-def _ended_by(reset: Reset) -> Make:
+def _ended_by(reset: Reset) -> MakeFinding:
     """The finding maker for events ``reset`` ended."""
 
     def make(fid: str, judged: Judged, events: Sequence[DriverEvent], scope: Scope,

@@ -194,7 +194,8 @@ class _GpuContext:
     follow_ons: dict[int, int]  # cause code -> number of Xid 45 it triggered
 
 
-def _gpu_contexts(xids: list[tuple[int, DriverEvent]]) -> tuple[dict, dict]:
+def _gpu_contexts(xids: list[tuple[int, DriverEvent]]
+                  ) -> tuple[dict[str | None, _GpuContext], dict[int, _Follows]]:
     """Per-GPU context and, per Xid 45 event id, what its occurrences follow."""
     per_gpu = group(xids, lambda item: item[1].bus_id)
     contexts: dict[str | None, _GpuContext] = {}

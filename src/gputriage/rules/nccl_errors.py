@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from gputriage.hostfacts.nccl import on_sockets
 from gputriage.knowledge import nccl_warnings
@@ -320,45 +321,65 @@ def nvls_failed(nccl_log: NcclLog) -> Iterator[Finding]:
 
 # --- every other WARN -------------------------------------------------------------------------
 
-# (class, pattern, severity, title, explanation, action, blame)
+class _WarnClass(NamedTuple):
+    """A kind of WARN that no specific rule judges, and how its finding reads."""
+
+    name: str
+    pattern: re.Pattern[str] | None  # None: every other WARN
+    severity: Severity
+    title: str  # what the WARNs are called in the title
+    explanation: str
+    action: Action
+    blame: Blame
+
+
 _WARN_CLASSES = (
-    ("connection", re.compile(r"socket|Connection (?:closed|refused|reset|timed out)|connect|"
-                              r"Connect\b|remote peer", re.IGNORECASE), Severity.WARNING,
-     "connection failures",
-     "A TCP connection between ranks (bootstrap, socket transport or proxy) failed or was "
-     "closed by the peer: that peer usually died first (look at its log), or the network "
-     "between the hosts (firewall, NCCL_SOCKET_IFNAME on an interface the peer cannot "
-     "reach) is at fault.", Action.RESTART_JOB, Blame.UNKNOWN),
-    ("system", re.compile(r"system error|/dev/shm|shared memory|shm_open|No space left|"
-                          r"posix_fallocate|mmap", re.IGNORECASE), Severity.WARNING,
-     "system errors",
-     "NCCL got an error from the operating system. In containers it is usually /dev/shm too "
-     "small for NCCL's shared-memory buffers (Docker's default is 64 MB: use --shm-size or "
-     "--ipc=host), otherwise a resource limit (memlock, open files).", Action.FIX_CONFIG,
-     Blame.CONFIG),
-    ("cuda", re.compile(r"Cuda failure|CUDA error|cuda[A-Z]\w+ failed", re.IGNORECASE),
-     Severity.WARNING, "CUDA failures",
-     "A CUDA call inside NCCL failed; the message names the CUDA error. Illegal addresses "
-     "point at the application, ECC and 'unknown error' at the GPU (look for Xids).",
-     Action.RESTART_JOB, Blame.UNKNOWN),
-    ("setup", re.compile(r"libibverbs|NET/OFI|NET/Plugin|plugin|No device found|provider",
-                         re.IGNORECASE), Severity.INFO, "network setup messages",
-     "The network plugin or the verbs library reported a problem while NCCL chose its "
-     "network; what it fell back to is judged by the transport findings "
-     "(nccl.socket-transport).", Action.NONE, Blame.UNKNOWN),
-    ("limits", re.compile(r"ncclMaxSharedMem|maxSharedMem|exceeds", re.IGNORECASE),
-     Severity.INFO, "resource notes",
-     "NCCL adjusted a setting to what the device allows; harmless unless a failure follows.",
-     Action.NONE, Blame.UNKNOWN),
+    _WarnClass(
+        "connection",
+        re.compile(r"socket|Connection (?:closed|refused|reset|timed out)|connect|"
+                   r"Connect\b|remote peer", re.IGNORECASE), Severity.WARNING,
+        "connection failures",
+        "A TCP connection between ranks (bootstrap, socket transport or proxy) failed or was "
+        "closed by the peer: that peer usually died first (look at its log), or the network "
+        "between the hosts (firewall, NCCL_SOCKET_IFNAME on an interface the peer cannot "
+        "reach) is at fault.", Action.RESTART_JOB, Blame.UNKNOWN),
+    _WarnClass(
+        "system",
+        re.compile(r"system error|/dev/shm|shared memory|shm_open|No space left|"
+                   r"posix_fallocate|mmap", re.IGNORECASE), Severity.WARNING,
+        "system errors",
+        "NCCL got an error from the operating system. In containers it is usually /dev/shm too "
+        "small for NCCL's shared-memory buffers (Docker's default is 64 MB: use --shm-size or "
+        "--ipc=host), otherwise a resource limit (memlock, open files).", Action.FIX_CONFIG,
+        Blame.CONFIG),
+    _WarnClass(
+        "cuda", re.compile(r"Cuda failure|CUDA error|cuda[A-Z]\w+ failed", re.IGNORECASE),
+        Severity.WARNING, "CUDA failures",
+        "A CUDA call inside NCCL failed; the message names the CUDA error. Illegal addresses "
+        "point at the application, ECC and 'unknown error' at the GPU (look for Xids).",
+        Action.RESTART_JOB, Blame.UNKNOWN),
+    _WarnClass(
+        "setup",
+        re.compile(r"libibverbs|NET/OFI|NET/Plugin|plugin|No device found|provider",
+                   re.IGNORECASE), Severity.INFO, "network setup messages",
+        "The network plugin or the verbs library reported a problem while NCCL chose its "
+        "network; what it fell back to is judged by the transport findings "
+        "(nccl.socket-transport).", Action.NONE, Blame.UNKNOWN),
+    _WarnClass(
+        "limits", re.compile(r"ncclMaxSharedMem|maxSharedMem|exceeds", re.IGNORECASE),
+        Severity.INFO, "resource notes",
+        "NCCL adjusted a setting to what the device allows; harmless unless a failure follows.",
+        Action.NONE, Blame.UNKNOWN),
 )
-_OTHER = ("other", None, Severity.WARNING, "warnings",
-          "NCCL reported a problem not recognised here; read the lines in order, the first "
-          "WARN is usually the cause of the rest.", Action.RESTART_JOB, Blame.UNKNOWN)
+_OTHER = _WarnClass("other", None, Severity.WARNING, "warnings",
+                    "NCCL reported a problem not recognised here; read the lines in order, "
+                    "the first WARN is usually the cause of the rest.", Action.RESTART_JOB,
+                    Blame.UNKNOWN)
 
 
-def _warn_class(w: NcclWarn) -> tuple:
+def _warn_class(w: NcclWarn) -> _WarnClass:
     for cls in _WARN_CLASSES:
-        if cls[1].search(w.message):
+        if cls.pattern is not None and cls.pattern.search(w.message):
             return cls
     return _OTHER
 
@@ -420,7 +441,7 @@ def other_warns(nccl_log: NcclLog) -> Iterator[Finding]:
     open failures are): a WARN of the known-message catalog as its row says; failed
     connections that all go to one peer as that peer's fault; the others one finding per
     kind and host, with the count and first lines."""
-    groups: dict[tuple[str, str], tuple[tuple, list[NcclWarn]]] = {}
+    groups: dict[tuple[str, str], tuple[_WarnClass, list[NcclWarn]]] = {}
     known: dict[tuple[str, str | None], list[NcclWarn]] = {}
     envs: dict[str | None, dict[str, str]] = {}
     peers: dict[str | None, list[NcclWarn]] = {}
@@ -442,9 +463,9 @@ def other_warns(nccl_log: NcclLog) -> Iterator[Finding]:
                 peers.setdefault(p.host, []).append(w)
                 continue
             cls = _warn_class(w)
-            if cls[0] == "setup" and on_sockets(p):
+            if cls.name == "setup" and on_sockets(p):
                 continue  # the reason nccl.socket-transport gives for the fallback
-            groups.setdefault((cls[0], _host(p)), (cls, []))[1].append(w)
+            groups.setdefault((cls.name, _host(p)), (cls, []))[1].append(w)
     rows = {w.id: w for w in nccl_warnings.warnings()}
     for (fid, host), warns in known.items():
         yield _known(host, rows[fid], warns, envs.get(host, {}))
@@ -454,7 +475,7 @@ def other_warns(nccl_log: NcclLog) -> Iterator[Finding]:
             yield _peer_failure(host, warns)
         else:
             cls = _warn_class(warns[0])
-            groups.setdefault((cls[0], host or "(no host prefix)"), (cls, []))[1].extend(warns)
+            groups.setdefault((cls.name, host or "(no host prefix)"), (cls, []))[1].extend(warns)
     for (_, host), (cls, warns) in groups.items():
         _, _, sev, what, why, action, blame = cls
         first = warns[0].message.strip()

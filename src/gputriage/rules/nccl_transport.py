@@ -311,7 +311,7 @@ def node_split(nccl_job: NcclJob,
             key = c.comm_id or (c.nranks, c.nnodes, c.local_ranks)
             groups.setdefault(key, []).append((p, c))
     host_gpus = _host_gpu_count(visible_gpus, host_name, job)
-    seen: set[tuple] = set()
+    seen: set[tuple[int | None, int | None, int | None]] = set()
     for members in groups.values():
         c0 = members[0][1]
         shape = (c0.nranks, c0.nnodes, c0.local_ranks)

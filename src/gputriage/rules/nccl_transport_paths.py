@@ -34,6 +34,7 @@ LOW_P2P_LEVELS = ("LOC", "NVL", "PIX", "0", "1")
 GDR_LEVEL_LINE = "NCCL_NET_GDR_LEVEL set by environment"
 
 GdrLine = tuple[Proc, NcclGdr]
+_PairKey = tuple[str | None, str | None, str | None]  # (host, GPU, HCA) as printed
 Channel = tuple[Proc, NcclChannel]
 Verdict = tuple[str, str, Severity, Action, Blame]  # title, why, severity, action, blame
 
@@ -90,7 +91,8 @@ def _env_first(procs: Iterable[Proc], name: str) -> str | None:
 # --- where the host places a GPU and an HCA ------------------------------------------
 
 
-def _topo_note(host: HostLayout, gpu_bus: str | None, hca: str | None) -> tuple[str, list]:
+def _topo_note(host: HostLayout, gpu_bus: str | None, hca: str | None
+               ) -> tuple[str, list[Evidence]]:
     """How the host's own facts place a GPU (by PCI address) and an HCA."""
     if not gpu_bus:
         return "", []
@@ -180,9 +182,9 @@ _FAR_WHY = (
 
 
 def _far_pairs(far: list[GdrLine], many: bool, host: HostLayout
-               ) -> tuple[dict[tuple, GdrLine], list[str], list[str], list[Evidence]]:
+               ) -> tuple[dict[_PairKey, GdrLine], list[str], list[str], list[Evidence]]:
     """(one line per host/GPU/HCA, their texts, host notes, host evidence)."""
-    pairs: dict[tuple, GdrLine] = {}
+    pairs: dict[_PairKey, GdrLine] = {}
     for p, g in far:
         pairs.setdefault((p.host, g.gpu, g.hca), (p, g))
     texts, notes, host_ev = [], [], []

@@ -19,10 +19,10 @@ from gputriage.rules.base import evidence, finding, gpu_scope, rule
 TOPO = "nvidia_smi_topo"
 
 
-def _gpu_links(matrix: TopoMatrix) -> tuple[Counter, list[str]]:
+def _gpu_links(matrix: TopoMatrix) -> tuple[Counter[str], list[str]]:
     """GPU-to-GPU cells: a count per link kind and one line per pair."""
     gpus = matrix.gpus
-    counts: Counter = Counter()
+    counts: Counter[str] = Counter()
     pairs = []
     for i, a in enumerate(gpus):
         for b in gpus[i + 1:]:
