@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from log_scan import _parse_size, _timed  # noqa: E402
+from log_scan import _parse_size, _timed
 
 _STEP = ("2025-03-02 10:{m:02d}:{s:02d},{ms:03d} [rank{r}] INFO train.py:412 step {n} "
          "loss {loss:.4f} lr 3.0e-04 tokens/s {tok:.1f} mem {mem:.1f}G grad_norm {g:.3f}\n")

@@ -267,7 +267,7 @@ class ReplayServer:
                 super().setup()  # Go's net/http, the apiserver's, sends without delay
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:  # http.server's name
                 url = urlsplit(self.path)
                 server.requests.append(self.path)
                 if server.delay_s:
@@ -290,9 +290,9 @@ class ReplayServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            do_POST = do_PUT = do_PATCH = do_DELETE = _refuse  # noqa: N815
+            do_POST = do_PUT = do_PATCH = do_DELETE = _refuse
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         return Handler

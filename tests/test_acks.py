@@ -44,7 +44,7 @@ def _gpu_finding(fid: str = "xid.48", bus: str = BUS, last: str | None = None) -
 
 def _ack(**kw: object) -> acks.Ack:
     base = acks.Ack(1, NOW, "ana", "reset after the DBE, INC-1", gpu=BUS)
-    return replace(base, **kw)  # type: ignore[arg-type]
+    return replace(base, **kw)
 
 
 @pytest.fixture(autouse=True)

@@ -2,7 +2,6 @@
 NCCL, on synthetic logs with and without the host's own facts, and every category-5
 capture through all the transport rules (the data-path rules, GPUDirect RDMA and
 SHM, are tested in tests/test_rules_nccl_paths.py)."""
-# ruff: noqa: E501  (fixtures keep real line lengths)
 
 from __future__ import annotations
 

@@ -94,9 +94,9 @@ def test_mountinfo_classes() -> None:
 
 def test_mount_of_takes_the_deepest_mount() -> None:
     mounts = parse_mountinfo(MOUNTINFO)
-    assert mount_of("/models/llama/config.json", mounts).fs_type == "nfs4"  # type: ignore
-    assert mount_of("/modelsx", mounts).mount_point == "/"  # type: ignore[union-attr]
-    assert mount_of("/raid", mounts).source == "/dev/md0"  # type: ignore[union-attr]
+    assert mount_of("/models/llama/config.json", mounts).fs_type == "nfs4"
+    assert mount_of("/modelsx", mounts).mount_point == "/"
+    assert mount_of("/raid", mounts).source == "/dev/md0"
 
 
 def test_rules_on_the_nfs_host_say_what_and_quote_the_lines() -> None:

@@ -15,22 +15,22 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from k8s_replay import ReplayServer  # noqa: E402 - after the skip
+from k8s_replay import ReplayServer  # after the skip
 
-from gputriage.cli import Environment, main  # noqa: E402
-from gputriage.context import CheckContext  # noqa: E402
-from gputriage.engine import analyze  # noqa: E402
-from gputriage.ingest import load_inputs  # noqa: E402
-from gputriage.logwindow import LogWindow  # noqa: E402
-from gputriage.scenarios import build_scenario  # noqa: E402
-from gputriage.watch.conditions import (  # noqa: E402
+from gputriage.cli import Environment, main
+from gputriage.context import CheckContext
+from gputriage.engine import analyze
+from gputriage.ingest import load_inputs
+from gputriage.logwindow import LogWindow
+from gputriage.scenarios import build_scenario
+from gputriage.watch.conditions import (
     CONDITION,
     NodeConditionSink,
     condition_of,
     node_condition_sink,
     reason_of,
 )
-from gputriage.watch.cycle import CycleOutcome  # noqa: E402
+from gputriage.watch.cycle import CycleOutcome
 
 NODE = "gpu-node-017"
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -68,7 +68,7 @@ class NodeStatusServer(ReplayServer):
         base = super()._handler()
 
         class Handler(base):  # type: ignore[misc, valid-type]
-            def do_PATCH(self) -> None:  # noqa: N802 - http.server's name
+            def do_PATCH(self) -> None:  # http.server's name
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 status, answer = server.patch(self.path, self.headers.get("Content-Type", ""),

@@ -192,7 +192,7 @@ class _Watch:
         watch = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:  # http.server's name
                 watch.asked.append(self.path)
                 body = json.dumps(watch.doc).encode()
                 self.send_response(watch.status)
@@ -201,7 +201,7 @@ class _Watch:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

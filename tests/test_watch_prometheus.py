@@ -47,7 +47,7 @@ def _free_port() -> int:
 
 def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
             return int(answer.status), answer.read()
     except urllib.error.HTTPError as exc:
         return int(exc.code), exc.read()

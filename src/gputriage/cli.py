@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
     except OSError as exc:
         _error(env, f"error: {exc}")
         return EXIT_INPUT
-    except Exception as exc:  # noqa: BLE001 - last resort: one line, not a traceback
+    except Exception as exc:  # last resort: one line, not a traceback
         if os.environ.get("GPUTRIAGE_DEBUG"):
             raise
         _error(env, f"internal error: {type(exc).__name__}: {exc} "

@@ -509,7 +509,7 @@ def _load_one(item: tuple[str, str, str, float]) -> tuple[str, NodeRecord | None
         return path, loader(path, boot_hours), ""
     except FleetInputError as exc:
         return path, None, str(exc) or "unreadable"
-    except Exception as exc:  # noqa: BLE001 - one bad node never stops the fleet
+    except Exception as exc:  # one bad node never stops the fleet
         return path, None, f"could not be analysed: {type(exc).__name__}: {exc}"[:200]
 
 

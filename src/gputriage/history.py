@@ -728,7 +728,7 @@ def record_check(state_dir: Path | str, result: Result, when: datetime,
                notices=notes)
     except HistoryError as exc:
         return [str(exc)]
-    except Exception as exc:  # noqa: BLE001 - history must never fail the check
+    except Exception as exc:  # history must never fail the check
         return [f"{type(exc).__name__}: {_why(exc)}"]
     notes.extend(compared)
     return []

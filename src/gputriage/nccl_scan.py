@@ -92,7 +92,7 @@ def _hyperscan() -> Finder | None:
     try:
         db = hyperscan.Database()
         db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
-    except Exception:  # noqa: BLE001 - a wheel that cannot compile here: fall back
+    except Exception:  # a wheel that cannot compile here: fall back
         return None
 
     def find(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
@@ -114,7 +115,8 @@ def subprocess_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def gputriage_proc(argv: list[str], stdin, budgets: str = "", **kw) -> subprocess.Popen:  # noqa: ANN001
+def gputriage_proc(argv: list[str], stdin: int | IO[bytes] | None, budgets: str = "",
+                   **kw: Any) -> subprocess.Popen[bytes]:
     """``gputriage ARGV`` in a child process (optionally under smaller budgets)."""
     code = ("import sys\nimport gputriage.inputs as i\n"
             f"i.BUDGETS = i.Budgets({budgets})\n"

@@ -130,7 +130,7 @@ class _Job(threading.Thread):
             self.since = datetime.now(timezone.utc)
             try:
                 self.result = _collect_one(self.host, self.spec, self.timeout_s, self.argv)
-            except Exception as exc:  # noqa: BLE001 - an outcome is data, never a crash
+            except Exception as exc:  # an outcome is data, never a crash
                 self.result = (None, {"error": "failed", "error_detail": repr(exc)})
             self.duration = time.monotonic() - self.started_at
         finally:

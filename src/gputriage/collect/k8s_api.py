@@ -152,7 +152,7 @@ def api_client(opts: ReadOptions) -> tuple[Any, str, str | None]:
                                      "~/.kube/config) and not running in a cluster")
     except ClusterUnavailable:
         raise
-    except Exception as exc:  # noqa: BLE001 - ConfigException, a broken file, an auth plugin
+    except Exception as exc:  # ConfigException, a broken file, an auth plugin
         where = f"{opts.kubeconfig}: " if opts.kubeconfig else ""
         # the client indexes what it loaded as a mapping: text that is not one fails inside
         why = ("not a kubeconfig (a YAML mapping with clusters, users and contexts)"

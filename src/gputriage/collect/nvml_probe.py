@@ -23,7 +23,7 @@ def _text(value: Any) -> str:
 def _try(fn, *args) -> Any:
     try:
         return fn(*args)
-    except Exception:  # noqa: BLE001 - any NVML error means "not available"
+    except Exception:  # any NVML error means "not available"
         return None
 
 
@@ -34,7 +34,7 @@ def read_nvml(nvml: Any) -> dict:
                            "cuda_driver_version": None, "device_count": None, "devices": []}
     try:
         nvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001 - NVMLError or a missing library
+    except Exception as exc:  # NVMLError or a missing library
         doc["error"] = _text(exc)
         doc["error_code"] = getattr(exc, "value", None)
         return doc
@@ -47,7 +47,7 @@ def read_nvml(nvml: Any) -> dict:
         doc["device_count"] = count
         for i in range(count):
             doc["devices"].append(_read_device(nvml, i))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         doc["error"] = _text(exc)
         doc["error_code"] = getattr(exc, "value", None)
     finally:
@@ -59,7 +59,7 @@ def _read_device(nvml: Any, index: int) -> dict:
     dev: dict[str, Any] = {"index": index, "error": None}
     try:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         dev["error"] = _text(exc)
         return dev
     dev["name"] = _try(lambda: _text(nvml.nvmlDeviceGetName(handle)))

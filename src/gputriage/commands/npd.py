@@ -88,7 +88,7 @@ def npd(level: str, from_url: str | None, fallback: bool, max_age: float,
         verdict = plugin.judge(doc, level, max_length)
     except CommandExit:
         raise
-    except Exception as exc:  # noqa: BLE001 - NPD reads stdout: never only a traceback
+    except Exception as exc:  # NPD reads stdout: never only a traceback
         from gputriage.errors import InputError
 
         known = isinstance(exc, (InputError, OSError, TimeoutError, ValueError))
@@ -130,7 +130,7 @@ def _bounded_check(from_snapshot: str | None, deadline: float, timeout: float | 
             opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, opt_in=opt_in)
             done["doc"] = to_json(judge_host(env, LogWindow(), context, opts,
                                              from_snapshot=from_snapshot))
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+        except BaseException as exc:  # handed to the waiting thread
             done["error"] = exc
 
     worker = threading.Thread(target=work, name="gputriage-npd-check", daemon=True)

@@ -60,7 +60,7 @@ def _serve(task: Callable[[int], Any], first: int, count: int, step: int, fd: in
             result = exc
         try:
             payload = pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # noqa: BLE001 - whatever fails to pickle
+        except Exception as exc:  # whatever fails to pickle
             payload = pickle.dumps(_Failed(f"{type(exc).__name__}: {exc}"))
         _write_all(fd, _HEADER.pack(len(payload)) + payload)
 

@@ -84,7 +84,7 @@ def print_weights(console: Console, doc: dict[str, Any]) -> None:
     from gputriage.views.safe import printable
     from gputriage.views.tables import new_table, print_table, say
 
-    def Text(value: str) -> Any:  # noqa: N802 - stands in for rich's Text, escaped
+    def Text(value: str) -> Any:  # stands in for rich's Text, escaped
         return RichText(printable(value))
 
     figures = ("memory", "bandwidth", "time", "ready in")  # never wrapped, right-aligned

@@ -118,7 +118,7 @@ class NodeConditionSink:
             self._seen = max(self._seen, outcome.number)
             try:
                 self.publish(condition_of(outcome))
-            except Exception as exc:  # noqa: BLE001 - a condition never fails the cycle
+            except Exception as exc:  # a condition never fails the cycle
                 self._failed("judging", exc)
 
     def overran(self, number: int, running_s: float, limit_s: float) -> None:
@@ -151,7 +151,7 @@ class NodeConditionSink:
             "lastTransitionTime": transition}]}}
         try:
             self.api.patch_node_status(self.node, body, _request_timeout=self.timeout_s)
-        except Exception as exc:  # noqa: BLE001 - API, network, auth: all retried
+        except Exception as exc:  # API, network, auth: all retried
             self._failed("writing", exc)
             return
         self.updates += 1
@@ -163,7 +163,7 @@ class NodeConditionSink:
         """The condition as the Node holds it (a restart keeps its transition time)."""
         try:
             node = self.api.read_node_status(self.node, _request_timeout=self.timeout_s)
-        except Exception as exc:  # noqa: BLE001 - the write may still work: go on
+        except Exception as exc:  # the write may still work: go on
             self._failed("reading", exc)
             return
         self._read = True

@@ -263,7 +263,7 @@ class BoundedHTTPServer:
                 self._pump(conn)
         except OSError:  # reset, broken pipe: the client went away
             self._close(conn)
-        except Exception as exc:  # noqa: BLE001 - a bug costs its connection, not the server
+        except Exception as exc:  # a bug costs its connection, not the server
             if self.log is not None:
                 self.log.error("HTTP connection failed", client=conn.peer,
                                error=f"{type(exc).__name__}: {exc}")
@@ -376,7 +376,7 @@ class BoundedHTTPServer:
             return
         try:
             answer = self.handler(parsed)
-        except Exception as exc:  # noqa: BLE001 - a bug answers 500, the server goes on
+        except Exception as exc:  # a bug answers 500, the server goes on
             if self.log is not None:
                 self.log.error("HTTP request failed", client=conn.peer,
                                error=f"{type(exc).__name__}: {exc}")

@@ -251,7 +251,7 @@ class Watch:
         for listener in self.listeners:
             try:
                 listener()
-            except Exception as exc:  # noqa: BLE001 - a listener never stops the loop
+            except Exception as exc:  # a listener never stops the loop
                 self.log.error("state update failed", error=f"{type(exc).__name__}: {exc}")
 
     # -- the worker ------------------------------------------------------------------------
@@ -263,12 +263,12 @@ class Watch:
             for sink in self.sinks:
                 try:
                     sink(outcome)
-                except Exception as exc:  # noqa: BLE001 - the other sinks still run
+                except Exception as exc:  # the other sinks still run
                     self.log.error("sink failed", cycle=run.number,
                                    sink=getattr(sink, "__name__", type(sink).__name__),
                                    error=f"{type(exc).__name__}: {exc}")
             self._report(outcome)
-        except Exception as exc:  # noqa: BLE001 - a bug here must not end the watch
+        except Exception as exc:  # a bug here must not end the watch
             self.log.error("cycle failed", cycle=run.number,
                            error=f"{type(exc).__name__}: {exc}")
         finally:
@@ -286,7 +286,7 @@ class Watch:
         t0 = time.perf_counter()
         try:
             result = self.check()
-        except Exception as exc:  # noqa: BLE001 - a failed check is an outcome
+        except Exception as exc:  # a failed check is an outcome
             return CycleOutcome(run.number, started, time.perf_counter() - t0, None,
                                 int(ExitStatus.UNKNOWN), error=f"{type(exc).__name__}: {exc}",
                                 extra={"overran": run.overran})

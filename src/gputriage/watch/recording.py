@@ -47,7 +47,7 @@ def record_history(state_dir: str | Path | None, result: Any, when: datetime,
     try:
         problems = list(record_check(state_dir or default_state_dir(), result, when,
                                      retention or Retention(), notices=notices))
-    except Exception as exc:  # noqa: BLE001 - history never fails the check
+    except Exception as exc:  # history never fails the check
         problems = [f"{type(exc).__name__}: {exc}"]
     for text in notices:
         if notice is not None:
