@@ -35,10 +35,12 @@ from gputriage.scenarios.render_logs import container_toolkit_config
 from gputriage.snapshot import Snapshot
 from gputriage.sources import get
 
-SOURCE_SAMPLES = {  # the fixtures: the formats as the toolkit writes them (no real capture yet)
+SOURCE_SAMPLES = {  # the fixtures are written in the formats the toolkit's docs give
     "cdi_specs": ("fixture:container/cdi-nvidia-yaml-a100-550.yaml",),
-    "nvidia_ctk_cdi_list": ("fixture:container/nvidia-ctk-cdi-list.txt",),
-    "nvidia_ctk_version": ("fixture:container/nvidia-ctk-version.txt",),
+    "nvidia_ctk_cdi_list": ("corpus:podman-cdi-unresolvable-rtx2060-cdi-list-ok",
+                            "fixture:container/nvidia-ctk-cdi-list.txt"),
+    "nvidia_ctk_version": ("corpus:podman-cdi-unresolvable-rtx2060-cdi-list-ok",
+                           "fixture:container/nvidia-ctk-version.txt"),
     "container_env": ("fixture:container/env-grep-nvidia.txt",),
     "container_toolkit_config": ("fixture:container/nvidia-container-runtime-config.toml",),
     "containerd_config": ("corpus:containerd-config-toml-nvidia-runtime",),

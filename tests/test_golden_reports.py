@@ -3,32 +3,45 @@ exactly with tests/golden_reports/<scenario>.txt, and checked to read in an 80-c
 ticket: whole lines, no trailing blanks, no escape sequences, each finding's header on
 one line, evidence quoted verbatim, and no word broken when a terminal wraps it.
 
-The count of rules skipped for missing inputs is recorded as "N" (it changes whenever a
-rule is added, whatever it reads). Regenerate the files after a deliberate change of the
-report:
+What they guard: the report a person reads, as a person reviews it (the verdict line, the
+next step, each finding with its words and evidence, the host and GPU tables). Rewording
+a finding changes them, on purpose: the diff is that change, as the reader will see it.
+What does not change them: a rule that fires on nothing. The count of rules skipped for
+missing inputs is recorded as "N" (it changes whenever a rule is added, whatever it
+reads), and the list of skipped rules is only printed in verbose mode;
+``test_a_rule_that_fires_nowhere_changes_no_recorded_file`` checks it, with the behaviour
+record (tools/behaviour.py). Regenerate the files after a deliberate change of the report:
 
     GPUTRIAGE_UPDATE_GOLDEN=1 python -m pytest tests/test_golden_reports.py
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
 import re
+import sys
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from rich.console import Console
 
 from gputriage.cli import Environment, main
 from gputriage.engine import analyze
+from gputriage.model import Finding
+from gputriage.rules.base import REGISTRY, rule
 from gputriage.scenarios import build_scenario, list_scenarios
 from gputriage.snapshot import Snapshot
 from gputriage.views.safe import printable
 from gputriage.views.terminal import EVIDENCE_CAP, render_terminal
 
 GOLDEN = Path(__file__).resolve().parent / "golden_reports"
+BEHAVIOUR_TOOL = Path(__file__).resolve().parent.parent / "tools" / "behaviour.py"
 UPDATE = os.environ.get("GPUTRIAGE_UPDATE_GOLDEN") == "1"
 NAMES = [s.name for s in list_scenarios()]
 WIDTH = 80
@@ -122,3 +135,55 @@ def test_no_word_is_broken_on_an_80_column_terminal(built, name) -> None:
     piped = piped.replace(f"input: {name} ", f"input: {built / name} ")
     broken = {word for word in piped.split() if len(word) <= WIDTH - 20} - set(wrapped.split())
     assert {w for w in broken if not re.fullmatch(r"GPU-[0-9a-f]{8}", w)} == set()
+
+
+@cache
+def _behaviour_tool() -> ModuleType:
+    """tools/behaviour.py, which records what ``check`` says of every scenario."""
+    spec = importlib.util.spec_from_file_location("gputriage_behaviour", BEHAVIOUR_TOOL)
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.get(spec.name) or importlib.util.module_from_spec(spec)
+    if spec.name not in sys.modules:
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def silent_rule() -> Iterator[list[str]]:
+    """A rule registered for one test that reads an existing source (a job's log, which
+    some scenarios hold) and finds nothing; it lists the hosts it ran on."""
+    ran: list[str] = []
+
+    def reads_the_job_log_and_finds_nothing(job_log, host_identity) -> list[Finding]:
+        """A newcomer's first rule before it knows what to look for."""
+        ran.append(str(host_identity.hostname))
+        return []
+
+    rule("toy.silent", produces=("toy.nothing",))(reads_the_job_log_and_finds_nothing)
+    added = REGISTRY[-1]
+    try:
+        yield ran
+    finally:
+        REGISTRY.remove(added)
+
+
+def test_the_silent_rule_runs_on_some_scenarios_only(built) -> None:
+    """So that the next test sees the rule both run and be skipped."""
+    with_log = {name for name in NAMES if Snapshot.load(built / name).get("job_log")}
+    assert with_log and with_log != set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_rule_that_fires_nowhere_changes_no_recorded_file(silent_rule, built, tmp_path,
+                                                             monkeypatch, name) -> None:
+    """Issue 30: adding a rule that finds nothing changes neither the behaviour record of
+    a scenario (tests/fixtures/behaviour_baseline.json) nor its golden report, whether
+    the rule ran on it or was skipped."""
+    tool = _behaviour_tool()
+    recorded = json.loads(tool.BASELINE.read_text(encoding="utf-8"))
+    now = tool.measure(tool.scenario_inputs(tmp_path, [name]))
+    assert bool(silent_rule) == bool(Snapshot.load(built / name).get("job_log"))
+    assert tool.differences({f"scenario:{name}": recorded[f"scenario:{name}"]}, now) == []
+    _, text = _cli(built, monkeypatch, "analyze", name)
+    assert _recorded(text) == (GOLDEN / f"{name}.txt").read_text(encoding="utf-8")

@@ -54,7 +54,8 @@ NvSwitches:
 SOURCE_SAMPLES = {
     "dcgmi_discovery": ("corpus:discovery-l-8x-h800-healthy",
                         "corpus:xe9780-b300-dcgm-service-inactive"),
-    "dcgmi_health": ("fixture:dcgm/b-health-c-failures.txt",
+    "dcgmi_health": ("corpus:dcgm313-health-c-healthy-gb200",
+                     "fixture:dcgm/b-health-c-failures.txt",
                      "fixture:dcgm/b-health-c-old-layout.txt",
                      "fixture:dcgm/b-health-c-healthy.txt"),
     "dcgmi_nvlink": ("corpus:dcgm198-dcgmi-nvlink-link-status",

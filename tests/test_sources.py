@@ -1,9 +1,12 @@
 """Every source is declared once, end to end (issue 11): how it is collected, its parser
 (or why it is kept as text), its detector and aliases, and a real sample of it that the
-detector recognises and the parser reads."""
+detector recognises and the parser reads. Every file of tests/fixtures says in
+tests/fixtures/PROVENANCE.tsv whether it is a real capture (and from where) or written
+from documentation; only real ones (and corpus samples) count as real samples."""
 
 from __future__ import annotations
 
+import csv
 import importlib
 import inspect
 import json
@@ -20,13 +23,16 @@ from gputriage.sources import PARSED, parser_of
 TESTS = Path(__file__).parent
 FIXTURES = TESTS / "fixtures"
 BUG_REPORT = FIXTURES / "ingest" / "nvidia-bug-report.log"
+PROVENANCE = FIXTURES / "PROVENANCE.tsv"
+KINDS_OF_FIXTURE = {"real", "written", "recorded"}
 ALL_TEST_TEXT = "\n".join(p.read_text() for p in TESTS.glob("test_*.py"))
 KINDS = {"file", "command", "tree", "devnodes", "nvml", "input"}
 
-# Real samples of each parsed source: "corpus:<part of a corpus file name>",
-# "fixture:<path under tests/fixtures>", or "bugreport" (its section of the bug-report
-# fixture). A source with a detector is recognised in each one. A test module of a newer
-# source declares its own in a SOURCE_SAMPLES dict of the same shape (see _samples).
+# Samples of each parsed source: "corpus:<part of a corpus file name>", "fixture:<path
+# under tests/fixtures>", or "bugreport" (its section of the bug-report fixture). A source
+# with a detector is recognised in each one, and its parser reads it; a corpus sample and a
+# fixture PROVENANCE.tsv marks real are its real samples. A test module of a newer source
+# declares its own in a SOURCE_SAMPLES dict of the same shape (see _samples).
 _OWN_SAMPLES: dict[str, tuple[str, ...]] = {
     "nvidia_smi_q_xml": ("corpus:netdata-tesla-p100-pcie-510.47.03-aggregate-sbe.xml",
                          "corpus:telegraf-a10g-aws-515.105.01-pcie-x8.xml",
@@ -49,7 +55,7 @@ _OWN_SAMPLES: dict[str, tuple[str, ...]] = {
     "proc_driver_nvidia_version": ("corpus:proc-driver-nvidia-version-proprietary-570.181",
                                    "bugreport"),
     "proc_driver_nvidia_gpus": ("bugreport",),
-    "proc_modules": ("bugreport",),
+    "proc_modules": ("corpus:gdrcopy234-clara", "bugreport"),
     "proc_devices": ("fixture:sources/proc_devices-vm-no-nvidia.txt",),
     "pci_devices": ("fixture:pci/hgx-h100-8gpu-nvswitch-cx7.json",
                     "fixture:sources/pci_devices-vm-virtio-nic.json"),
@@ -77,7 +83,8 @@ _OWN_SAMPLES: dict[str, tuple[str, ...]] = {
     "nvidia_container_cli_info": ("corpus:nvidia-container-cli-info-8x-rtx2080ti",),
 }
 # Parsed sources with no real capture yet (none exists in the corpus, and the machines
-# the fixtures came from have no such hardware). Adding a sample means removing it here.
+# the real fixtures came from have no such hardware; written fixtures of some are samples
+# above). Adding a real sample means removing it here.
 NO_SAMPLE_YET = {
     "sys_module_nvidia": "a /sys/module tree of a host with the NVIDIA driver loaded",
     "dev_nvidia": "the /dev/nvidia* nodes of a GPU host",
@@ -87,6 +94,14 @@ NO_SAMPLE_YET = {
     "nvidia_smi_nvlink_errors": "nvidia-smi nvlink -e of an NVLink system",
     "systemctl_persistenced": "systemctl status or show of nvidia-persistenced",
     "cgroup_controllers": "/sys/fs/cgroup/cgroup.controllers of a cgroup v2 host",
+    # written fixtures only (tests/fixtures/PROVENANCE.tsv)
+    "proc_driver_nvidia_gpus": "/proc/driver/nvidia/gpus/*/information of a GPU host",
+    "proc_meminfo": "/proc/meminfo of a GPU host",
+    "proc_cmdline": "/proc/cmdline of a GPU host",
+    "cdi_specs": "a CDI spec that nvidia-ctk cdi generate wrote on a GPU host",
+    "container_env": "the NVIDIA_* environment inside a GPU container",
+    "container_toolkit_config": "the NVIDIA Container Toolkit's config.toml of a GPU host",
+    "weights_host": "gputriage weights --host-report run on a GPU node",
 }
 
 
@@ -101,6 +116,29 @@ def _samples() -> dict[str, tuple[str, ...]]:
 
 
 SAMPLES = _samples()
+
+
+def _provenance() -> dict[str, tuple[str, str]]:
+    """{path under tests/fixtures: (kind, where it comes from)} of PROVENANCE.tsv."""
+    lines = [line for line in PROVENANCE.read_text(encoding="utf-8").splitlines()
+             if line and not line.startswith("#")]
+    rows = list(csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE))
+    found = {row["file"]: (row["kind"], row["from"]) for row in rows}
+    assert len(found) == len(rows), "a file is listed twice in PROVENANCE.tsv"
+    return found
+
+
+FIXTURE_PROVENANCE = _provenance()
+
+
+def is_real(ref: str) -> bool:
+    """Whether a sample reference names a real capture: a corpus sample, or a fixture
+    (the bug report's, for "bugreport") that PROVENANCE.tsv marks real."""
+    kind, _, what = ref.partition(":")
+    if kind == "corpus":
+        return True
+    path = what if kind == "fixture" else str(BUG_REPORT.relative_to(FIXTURES))
+    return FIXTURE_PROVENANCE.get(path, ("", ""))[0] == "real"
 
 
 def _cases() -> list[tuple[str, str]]:
@@ -191,8 +229,29 @@ def test_the_unrecognised_message_names_every_pasted_source() -> None:
 
 def test_every_parsed_source_has_a_real_sample_or_says_what_is_missing() -> None:
     assert set(SAMPLES) <= set(sources.BY_NAME)
-    missing = {name for name in PARSED if not SAMPLES.get(name)}
+    missing = {name for name in PARSED if not any(map(is_real, SAMPLES.get(name, ())))}
     assert missing == set(NO_SAMPLE_YET), missing ^ set(NO_SAMPLE_YET)
+
+
+def test_every_fixture_says_whether_it_is_real_or_written() -> None:
+    """One PROVENANCE.tsv row per file of tests/fixtures, naming an existing file, its kind
+    and where it comes from."""
+    files = {str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*")
+             if p.is_file() and p != PROVENANCE}
+    listed = set(FIXTURE_PROVENANCE)
+    assert not files - listed, f"say in PROVENANCE.tsv where these come from: {files - listed}"
+    assert not listed - files, f"PROVENANCE.tsv lists files that are gone: {listed - files}"
+    for path, (kind, origin) in FIXTURE_PROVENANCE.items():
+        assert kind in KINDS_OF_FIXTURE, (path, kind)
+        assert len(origin.split()) >= 3, f"{path}: say where it comes from"
+
+
+def test_sample_references_name_existing_fixtures() -> None:
+    for name, ref in _cases():
+        kind, _, what = ref.partition(":")
+        assert kind in ("corpus", "fixture", "bugreport"), (name, ref)
+        if kind == "fixture":
+            assert what in FIXTURE_PROVENANCE, (name, ref)
 
 
 # --- samples -----------------------------------------------------------------------------

@@ -7,11 +7,14 @@ fact whose sources are absent raises :class:`Missing` with the reason, which the
 engine reports as a skipped rule. A malformed source is reported once in
 ``problems`` and treated as missing; a parsed value with an ``unreadable_fields()`` method
 (fields that are not numbers, read as unknown) has each of its lines reported there too.
+Each fact built remembers the snapshot sources it read, directly or through other facts
+(:meth:`Facts.sources_read`), so that a skipped rule can say whether it lacked an input or
+could not judge one that was there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +68,8 @@ class Facts:
     context: CheckContext = field(default_factory=CheckContext)
     problems: list[str] = field(default_factory=list)
     _cache: dict[str, Any] = field(default_factory=dict)
+    _read: dict[str, frozenset[str]] = field(default_factory=dict)  # sources per fact built
+    _reading: list[set[str]] = field(default_factory=list)  # the facts being built, innermost last
 
     def prefill(self, name: str, value: Any) -> None:
         """Supply a fact computed elsewhere (``gputriage logs`` scans files itself)."""
@@ -77,10 +82,14 @@ class Facts:
             item = fact_named(name)
             if item is None:
                 raise KeyError(f"no fact named {name}")
+            self._reading.append(set(item.sources))
             try:
                 self._cache[name] = item.build(self)
             except Missing as exc:
                 self._cache[name] = exc
+            finally:
+                self._read[name] = frozenset(self._reading.pop())
+        self._note_read(self._read.get(name, ()))
         value = self._cache[name]
         if isinstance(value, Missing):
             raise value
@@ -99,10 +108,21 @@ class Facts:
         except Missing:
             return default
 
+    def sources_read(self, name: str) -> frozenset[str]:
+        """The snapshot sources the fact ``name`` read when it was built (its declared
+        ones, those it read and those of the facts it asked for); empty when it was never
+        asked for or was supplied by :meth:`prefill`."""
+        return self._read.get(name, frozenset())
+
     # -- what fact builders read -------------------------------------------------------
+    def _note_read(self, sources: Iterable[str]) -> None:
+        if self._reading:
+            self._reading[-1].update(sources)
+
     def parse(self, source: str, parser: Callable[[Any], Any], *, as_json: bool = False) -> Any:
         """``parser`` applied to ``source`` (its text, or its JSON when ``as_json``);
         Missing when the source is absent or malformed (recorded in ``problems``)."""
+        self._note_read((source,))
         cap = self.snapshot.get(source)
         if cap is None:
             raise Missing(self.snapshot.missing_reason(source))
@@ -124,8 +144,10 @@ class Facts:
 
     def text(self, source: str) -> str | None:
         """The raw text of a source, None when absent."""
+        self._note_read((source,))
         return self.snapshot.text(source)
 
     def record(self, source: str) -> dict | None:
         """A source's manifest record, None when it has none."""
+        self._note_read((source,))
         return self.snapshot.record(source)
