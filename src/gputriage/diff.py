@@ -316,7 +316,7 @@ JSON_CAP = 64 << 20  # a result document larger than this is not read as JSON
 _WS = b" \t\r\n"
 
 
-def _json_document(data: bytes, label: str) -> dict | None:
+def _json_document(data: bytes, label: str) -> dict[str, object] | None:
     """The JSON document ``data`` holds when it is one with a schema (None otherwise).
     An object nested deeper than any result (``safejson.MAX_DEPTH``) is refused
     (InputError), not read as a paste: nothing else would read it, and a side read as

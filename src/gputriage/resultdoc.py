@@ -12,6 +12,9 @@ vocabulary is a :class:`ResultDocError` naming the field
 (``findings[2].scope.gpu_index``), never a KeyError or a default in its place. Keys it
 does not know are ignored: within v1 keys are only ever added.
 
+:func:`read_brief` reads only what an aggregate over many results needs (``fleet``:
+the host, the GPUs, each finding's id, severity, blame and status).
+
 Bounded by construction: it walks only the keys it knows, consequences at most
 :data:`MAX_CONSEQUENCE_DEPTH` deep; the snapshot manifest (its own schema,
 ``gputriage/snapshot/v1``) is kept as decoded. :func:`loads_result` decodes through
@@ -235,6 +238,8 @@ def _path(prefix: str, key: str) -> str:
 
 
 _MISSING = object()
+JsonObject = dict[str, object]  # a decoded JSON object
+JsonArray = list[object]
 
 
 class _Reader:
@@ -248,7 +253,7 @@ class _Reader:
     def fail(self, field: str, why: str) -> NoReturn:
         raise ResultDocError(self.label, field, why)
 
-    def need(self, obj: dict, key: str, prefix: str) -> object:
+    def need(self, obj: JsonObject, key: str, prefix: str) -> object:
         """The value of a required key, of any type (null included)."""
         value = obj.get(key, _MISSING)
         if value is _MISSING:
@@ -261,20 +266,20 @@ class _Reader:
         self.fail(_path(prefix, key), f"expected {expected}, got {_kind(value)}")
 
     # -- scalars -----------------------------------------------------------------------
-    def text(self, obj: dict, key: str, prefix: str) -> str:
+    def text(self, obj: JsonObject, key: str, prefix: str) -> str:
         value = obj.get(key, _MISSING)
         if type(value) is str:
             return value
         self.wrong(prefix, key, value, "a string")
 
-    def opt_text(self, obj: dict, key: str, prefix: str) -> str | None:
+    def opt_text(self, obj: JsonObject, key: str, prefix: str) -> str | None:
         """A string, or None when absent or null."""
         value = obj.get(key)
         if value is None or type(value) is str:
             return value
         self.wrong(prefix, key, value, "a string")
 
-    def some_text(self, obj: dict, key: str, prefix: str) -> str | None:
+    def some_text(self, obj: JsonObject, key: str, prefix: str) -> str | None:
         """A string, or None when absent (a key the writer leaves out when unknown:
         never null)."""
         value = obj.get(key, _MISSING)
@@ -284,13 +289,13 @@ class _Reader:
             return None
         self.wrong(prefix, key, value, "a string")
 
-    def flag(self, obj: dict, key: str, prefix: str) -> bool:
+    def flag(self, obj: JsonObject, key: str, prefix: str) -> bool:
         value = obj.get(key, _MISSING)
         if type(value) is bool:
             return value
         self.wrong(prefix, key, value, "true or false")
 
-    def integer(self, obj: dict, key: str, prefix: str, *, lo: int = 0,
+    def integer(self, obj: JsonObject, key: str, prefix: str, *, lo: int = 0,
                 hi: int = _MAX_NUMBER) -> int:
         """A whole number from ``lo`` to ``hi`` (``3.0`` too: JSON does not tell it
         from ``3``), read by the project's number converter."""
@@ -305,7 +310,7 @@ class _Reader:
             return number
         self.wrong(prefix, key, value, "an integer")
 
-    def opt_integer(self, obj: dict, key: str, prefix: str, *, nullable: bool = True
+    def opt_integer(self, obj: JsonObject, key: str, prefix: str, *, nullable: bool = True
                     ) -> int | None:
         """An integer, or None when absent (or null, when ``nullable``)."""
         value = obj.get(key, _MISSING)
@@ -313,7 +318,7 @@ class _Reader:
             return None
         return self.integer(obj, key, prefix)
 
-    def word(self, obj: dict, key: str, prefix: str, words: tuple[str, ...]) -> str:
+    def word(self, obj: JsonObject, key: str, prefix: str, words: tuple[str, ...]) -> str:
         """A string of the closed vocabulary ``words``."""
         value = obj.get(key, _MISSING)
         if value in words and type(value) is str:
@@ -323,13 +328,14 @@ class _Reader:
         self.wrong(prefix, key, value, "a string")
 
     # -- containers --------------------------------------------------------------------
-    def obj(self, parent: dict, key: str, prefix: str) -> dict:
+    def obj(self, parent: JsonObject, key: str, prefix: str) -> JsonObject:
         value = parent.get(key, _MISSING)
         if type(value) is dict:
             return value
         self.wrong(prefix, key, value, "an object")
 
-    def array(self, parent: dict, key: str, prefix: str, required: bool = True) -> list:
+    def array(self, parent: JsonObject, key: str, prefix: str,
+              required: bool = True) -> JsonArray:
         value = parent.get(key, _MISSING)
         if type(value) is list:
             return value
@@ -337,21 +343,22 @@ class _Reader:
             return []
         self.wrong(prefix, key, value, "an array")
 
-    def texts(self, parent: dict, key: str, prefix: str) -> tuple[str, ...]:
-        items = self.array(parent, key, prefix)
-        for i, item in enumerate(items):
+    def texts(self, parent: JsonObject, key: str, prefix: str) -> tuple[str, ...]:
+        texts: list[str] = []
+        for i, item in enumerate(self.array(parent, key, prefix)):
             if type(item) is not str:
                 self.fail(f"{_path(prefix, key)}[{i}]",
                           f"expected a string, got {_kind(item)}")
-        return tuple(items)
+            texts.append(item)
+        return tuple(texts)
 
-    def item(self, value: object, path: str) -> dict:
+    def item(self, value: object, path: str) -> JsonObject:
         if type(value) is dict:
             return value
         self.fail(path, f"expected an object, got {_kind(value)}")
 
     # -- the parts ---------------------------------------------------------------------
-    def document(self, doc: object) -> dict:
+    def document(self, doc: object) -> JsonObject:
         """``doc`` when it is an object of the result's schema."""
         if type(doc) is not dict:
             self.fail("", f"expected a JSON object, got {_kind(doc)}")
@@ -364,7 +371,7 @@ class _Reader:
                           "check --json or analyze --json)")
         return doc
 
-    def generated(self, top: dict) -> str:
+    def generated(self, top: JsonObject) -> str:
         generated = self.text(top, "generated", "")
         try:
             datetime.fromisoformat(generated)
@@ -372,20 +379,20 @@ class _Reader:
             self.fail("generated", f"{_show(generated)} is not an ISO 8601 time")
         return generated
 
-    def manifest(self, top: dict) -> dict | None:
+    def manifest(self, top: JsonObject) -> JsonObject | None:
         manifest = self.need(top, "manifest", "")
         if manifest is not None and type(manifest) is not dict:
             self.wrong("", "manifest", manifest, "an object or null")
         return manifest
 
-    def verdicts(self, v: dict) -> Verdicts:
+    def verdicts(self, v: JsonObject) -> Verdicts:
         at = "verdicts"
         return Verdicts(self.word(v, "node", at, VERDICTS),
                         self.word(v, "job", at, JOB_VERDICTS),
                         self.word(v, "at_fault", at, AT_FAULT),
                         self.flag(v, "job_faults_fail", at))
 
-    def host(self, h: dict) -> ResultHost:
+    def host(self, h: JsonObject) -> ResultHost:
         at = "host"
         driver = DriverVersions()
         if h.get("driver") is not None:
@@ -413,7 +420,7 @@ class _Reader:
             rules_run=self.opt_integer(h, "rules_run", at, nullable=False),
             verdict=verdict, changed_since_healthy=changed)
 
-    def gpus(self, items: list) -> tuple[GpuRow, ...]:
+    def gpus(self, items: JsonArray) -> tuple[GpuRow, ...]:
         return tuple(self.gpu(g, f"gpus[{i}]") for i, g in enumerate(items))
 
     def gpu(self, value: object, at: str) -> GpuRow:
@@ -467,14 +474,14 @@ class _Reader:
         return Evidence(self.text(e, "source", at), self.texts(e, "lines", at),
                         self.some_text(e, "note", at))
 
-    def occurrences(self, o: dict, at: str) -> Occurrences:
+    def occurrences(self, o: JsonObject, at: str) -> Occurrences:
         self.need(o, "first", at)
         self.need(o, "last", at)
         return Occurrences(self.integer(o, "count", at, lo=1),
                            self.opt_text(o, "first", at), self.opt_text(o, "last", at),
                            self.flag(o, "current_boot", at))
 
-    def findings(self, items: list, at: str, depth: int) -> tuple[Finding, ...]:
+    def findings(self, items: JsonArray, at: str, depth: int) -> tuple[Finding, ...]:
         return tuple(self.finding(f, f"{at}[{i}]", depth) for i, f in enumerate(items))
 
     def finding(self, value: object, at: str, depth: int) -> Finding:
@@ -517,7 +524,7 @@ class _Reader:
                             _BLAME_OF[self.word(f, "blame", at, _BLAMES)],
                             _STATUS_OF[self.word(f, "status", at, _STATUSES)])
 
-    def skipped(self, items: list) -> tuple[Skipped, ...]:
+    def skipped(self, items: JsonArray) -> tuple[Skipped, ...]:
         out = []
         for i, s in enumerate(items):
             if type(s) is dict and type(rule := s.get("rule")) is str \
