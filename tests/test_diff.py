@@ -8,6 +8,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from resultkit import document, finding, gpu_scope, host
 
 from gputriage.cli import EXIT_INPUT, Environment, main
 from gputriage.diff import (
@@ -21,6 +22,7 @@ from gputriage.diff import (
 )
 from gputriage.errors import InputError
 from gputriage.facts import Facts
+from gputriage.model import GpuRow
 from gputriage.scenarios import build_scenario, list_scenarios
 from gputriage.snapshot import Snapshot
 from gputriage.views.diffview import changed_line, diff_to_json, gpu_change_text
@@ -152,13 +154,10 @@ def test_result_json_against_a_snapshot(built, tmp_path):
 
 
 def test_view_from_a_hand_written_result():
-    doc = {"schema": "gputriage/result/v1",
-           "host": {"kernel": "5.15.0-112-generic", "driver": {"kernel_module": "550.54.15"}},
-           "gpus": [{"pci_bus_id": "0000:18:00.0", "uuid": "GPU-a", "visible": True,
-                     "persistence_mode": False}],
-           "findings": [{"id": "xid.79", "severity": "critical", "title": "t",
-                         "scope": {"kind": "gpu", "gpu_index": 0,
-                                   "pci_bus_id": "0000:18:00.0"}}]}
+    doc = document(finding("xid.79", scope=gpu_scope(0, "0000:18:00.0")),
+                   host_summary=host(kernel="5.15.0-112-generic", driver=None),
+                   gpu_rows=[GpuRow(0, "0000:18:00.0", uuid="GPU-a", persistence_mode=False)])
+    doc["host"]["driver"] = {"kernel_module": "550.54.15"}  # the other keys: optional
     view = view_from_json(doc, "r.json")
     assert view.digest == {"kernel": "5.15.0-112-generic", "driver.module": "550.54.15",
                            "gpu[0000:18:00.0].persistence": "off",
@@ -169,8 +168,8 @@ def test_view_from_a_hand_written_result():
 # --- pure comparison on hand-made views ---------------------------------------------
 
 def _view(label: str, gpus: list[tuple[str, str | None]], findings=(), **digest) -> DiffView:
-    rows = [{"pci_bus_id": bus, "uuid": uuid, "visible": True} for bus, uuid in gpus]
-    return DiffView(label, {}, rows, dict(digest), list(findings))
+    rows = [GpuRow(None, bus, uuid=uuid) for bus, uuid in gpus]
+    return DiffView(label, gpus=rows, digest=dict(digest), findings=list(findings))
 
 
 def test_moved_added_and_finding_matching():

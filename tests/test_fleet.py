@@ -6,12 +6,15 @@ import contextlib
 import csv
 import io
 import json
+import re
 import tarfile
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from resultkit import document, finding, gpus
+from resultkit import host as host_summary
 
 from gputriage.cli import EXIT_INPUT, EXIT_USAGE, Environment, main
 from gputriage.fleet import (
@@ -37,20 +40,11 @@ def cli(*argv: str) -> tuple[int, str, str]:
 
 def result_doc(host: str, driver: str = "550.54.15", kernel: str = "5.15.0-105-generic",
                findings: tuple[tuple[str, str], ...] = (), **host_extra: object) -> dict:
-    """A minimal gputriage/result/v1 document, as check --json writes it."""
-    return {
-        "schema": "gputriage/result/v1", "tool_version": "0", "verdict": "ok",
-        "generated": "2024-05-14T09:30:00+00:00", "exit_status": 0,
-        "host": {"hostname": host, "kernel": kernel, "os": "Ubuntu 22.04.4 LTS",
-                 "driver": {"kernel_module": driver, "userspace": driver, "cuda": "12.4"},
-                 **host_extra},
-        "gpus": [{"index": i, "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{host}-{i}"}
-                 for i in range(8)],
-        "findings": [{"id": fid, "severity": sev, "title": fid} for fid, sev in findings],
-        "skipped": [], "inputs": [],
-        "manifest": {"host": host, "created": "2024-05-14T09:30:00+00:00"},
-        "unreadable": [],
-    }
+    """A gputriage/result/v1 document, as check --json writes it."""
+    return document(*(finding(fid, sev, title=fid) for fid, sev in findings),
+                    host_summary=host_summary(host, driver, kernel, **host_extra),
+                    gpu_rows=gpus(8, uuid_prefix=f"GPU-{host}"),
+                    manifest={"host": host, "created": "2024-05-14T09:30:00+00:00"})
 
 
 def constructed_fleet() -> list[dict]:
@@ -106,10 +100,24 @@ def test_record_reads_driver_kernel_gpus_and_optional_fields():
 
 
 @pytest.mark.parametrize("when", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00",
-                                  "yesterday", 7])
+                                  "yesterday"])
 def test_impossible_boot_times_give_no_window(when):
     rec = record_from_result(result_doc("n1", boot_time=when), "x")
     assert "boot_window" not in dict(rec.attributes)
+
+
+@pytest.mark.parametrize(("where", "value", "field"), [
+    ("host", {"boot_time": 7}, "host.boot_time"),
+    ("host", {"driver": {"userspace": ["550"]}}, "host.driver.userspace"),
+    ("gpu", {"name": None, "vbios": 96}, "gpus[0].vbios"),
+    ("finding", {"severity": "CRITICAL"}, "findings[0].severity"),
+    ("finding", {"id": ""}, "findings[0].id")])
+def test_a_wrong_typed_field_makes_a_bad_input_naming_it(where, value, field):
+    doc = result_doc("n1", findings=(("xid.79", "critical"),))
+    part = {"host": doc["host"], "gpu": doc["gpus"][0], "finding": doc["findings"][0]}[where]
+    part.update(value)
+    with pytest.raises(FleetInputError, match=rf"^{re.escape(field)}: "):
+        record_from_result(doc, "n1.json")
 
 
 @pytest.mark.parametrize("doc", [[], "x", {"schema": "gputriage/logs/v1"}, {"host": {}}])

@@ -19,8 +19,10 @@ from typing import Any
 
 import pytest
 from hostile import trickled
+from resultkit import document, finding, gpu_scope, host
 
 from gputriage.cli import Environment, main
+from gputriage.model import Finding, Status
 from gputriage.scenarios import build_scenario
 from gputriage.watch import npd as plugin
 
@@ -133,50 +135,50 @@ def test_a_check_past_its_deadline_is_unknown(monkeypatch: pytest.MonkeyPatch,
 
 # --- the judgement itself --------------------------------------------------------
 
-def _finding(fid: str, severity: str, blame: str = "node", status: str = "current",
-             scope: dict | None = None, **extra: Any) -> dict[str, Any]:
-    return {"id": fid, "severity": severity, "blame": blame, "status": status,
-            "scope": scope or {"kind": "node"}, "title": f"the {fid} title", **extra}
-
-
-def _doc(*findings: dict, verdict: str = "critical", node: str | None = None,
-         **extra: Any) -> dict[str, Any]:
-    return {"schema": plugin.SCHEMA, "verdict": verdict,
-            "verdicts": {"node": node or verdict}, "findings": list(findings), **extra}
+def _doc(*findings: Finding, unknown: bool = False, **extra: Any) -> dict[str, Any]:
+    """The result document of ``findings``; ``unknown``: the check could not tell."""
+    return document(*findings, host_summary=host(verdict="unknown" if unknown else None),
+                    **extra)
 
 
 def test_levels_warnings_and_unknowns() -> None:
-    gpu = {"kind": "gpu", "gpu_index": 6, "pci_bus_id": "0000:ba:00.0"}
-    warn = _finding("remap.pending", "warning", scope=gpu)
-    assert plugin.judge(_doc(warn, verdict="warning")).status == plugin.OK
-    said = plugin.judge(_doc(warn, verdict="warning"))
+    gpu = gpu_scope(6, "0000:ba:00.0")
+    warn = finding("remap.pending", "warning", scope=gpu)
+    assert plugin.judge(_doc(warn)).status == plugin.OK
+    said = plugin.judge(_doc(warn))
     assert "WARNING remap.pending GPU 6 0000:ba:00.0" in said.message
-    said = plugin.judge(_doc(warn, verdict="warning"), level="warning")
+    said = plugin.judge(_doc(warn), level="warning")
     assert said.status == plugin.PROBLEM
     assert said.message.startswith("WARNING remap.pending GPU 6 0000:ba:00.0: ")
     # a critical of the node wins over what could not be told; nothing found does not
-    crit = _finding("xid.79", "critical", scope=gpu, also=[gpu, gpu])
-    said = plugin.judge(_doc(warn, crit, verdict="unknown"))
+    crit = finding("xid.79", "critical", scope=gpu, also=(gpu, gpu))
+    said = plugin.judge(_doc(warn, crit, unknown=True))
     assert said.status == plugin.PROBLEM
     assert said.message == "CRITICAL xid.79 GPU 6 0000:ba:00.0 +2 GPUs: the xid.79 title"
-    said = plugin.judge(_doc(warn, crit, verdict="unknown"), level="warning")
+    said = plugin.judge(_doc(warn, crit, unknown=True), level="warning")
     assert said.message.startswith("CRITICAL xid.79 GPU 6 0000:ba:00.0 +2 GPUs (+1 more): ")
-    said = plugin.judge(_doc(verdict="unknown", unreadable=["nvidia_smi_q"]))
+    said = plugin.judge(_doc(unknown=True, unreadable=["nvidia_smi_q"]))
     assert said.status == plugin.UNKNOWN and "nvidia_smi_q" in said.message
     # acknowledged, past and job-blamed criticals never make the node a problem
-    quiet = _doc(_finding("xid.79", "critical", status="acknowledged"),
-                 _finding("xid.48", "critical", status="past"),
-                 _finding("cuda.oom", "critical", blame="job-config"), verdict="warning",
-                 node="ok")
+    quiet = _doc(finding("xid.79", "critical", status=Status.ACKNOWLEDGED),
+                 finding("xid.48", "critical", status=Status.PAST),
+                 finding("cuda.oom", "critical", blame="job-config"))
+    assert (quiet["verdict"], quiet["verdicts"]["node"]) == ("warning", "ok")
     said = plugin.judge(quiet)
     assert said.status == plugin.OK and "the job's fault: cuda.oom" in said.message
+    # what is not a valid result is Unknown, the line saying what is wrong with it
     assert plugin.judge({"schema": "other"}).status == plugin.UNKNOWN
     assert plugin.judge(["not", "a", "dict"]).status == plugin.UNKNOWN
+    broken = quiet | {"findings": [{**quiet["findings"][0], "severity": "fatal"}]}
+    said = plugin.judge(broken, max_length=200)
+    assert said.status == plugin.UNKNOWN
+    assert said.message == ("UNKNOWN: not a gputriage result: findings[0].severity: 'fatal' "
+                            "is not one of ok, info, warning, critical")
 
 
 def test_the_line_stays_printable_ascii_within_the_limit() -> None:
     title = "überlang\tline\nwith \x1b[31mescapes " + "x" * 300
-    said = plugin.judge(_doc(_finding("odd", "critical") | {"title": title}), max_length=60)
+    said = plugin.judge(_doc(finding("odd", "critical", title=title)), max_length=60)
     assert len(said.message.encode()) <= 60 and said.message.endswith("...")
     assert re.fullmatch(r"[ -~]+", said.message), said.message
     assert plugin.shorten("short", 10) == "short"
@@ -253,8 +255,12 @@ def test_from_a_stale_or_broken_watch_is_unknown(watch_of: Any,
     old = (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat(timespec="seconds")
     code, out, _ = run("--from", watch_of({**lost_doc, "generated": old}).url)
     assert code == plugin.UNKNOWN and "s old" in _line(out)
+    code, out, err = run("--from", watch_of({"no": "result"}).url, "--fallback",
+                         "--snapshot", "absent")
+    assert code == plugin.UNKNOWN and "absent" in _line(out)
+    assert "did not answer a gputriage result (JSON without a schema" in err  # why, in full
     code, out, _ = run("--from", watch_of({"no": "result"}).url)
-    assert code == plugin.UNKNOWN and "not answer a gputriage result" in _line(out)
+    assert code == plugin.UNKNOWN and "did not answer a gputriage" in _line(out)
     code, out, _ = run("--from", watch_of(status=503).url)
     assert code == plugin.UNKNOWN and "503" in _line(out)
 

@@ -13,18 +13,21 @@ left out unless ``include_noise``.
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, TYPE_CHECKING
 
 from gputriage import safejson
 from gputriage.errors import InputError
 from gputriage.facts import Facts
-from gputriage.model import Finding, Result, Scope
+from gputriage.model import Finding, GpuRow, HostIdentity, Result
 from gputriage.parsers.base import normalize_bus_id
+from gputriage.resultdoc import read_result
 
-RESULT_SCHEMA = "gputriage/result/v1"
+if TYPE_CHECKING:
+    from gputriage.logwindow import LogWindow
+
 DIFF_SCHEMA = "gputriage/diff/v1"
 # Findings that are problems; ok / info confirmations come and go with the inputs.
 PROBLEM_SEVERITIES = ("warning", "critical")
@@ -41,6 +44,8 @@ _GPU_NOISE = (("temperature_c", "temperature_c"), ("power_draw_w", "power_draw_w
               ("ecc_volatile_uncorrected", "ecc.volatile_uncorrected"),
               ("ecc_aggregate_uncorrected", "ecc.aggregate_uncorrected"))
 _BRACKET = re.compile(r"\[[^\]]*\]")
+# A digest value: text ("550.54.15", "x16", "on"), or a count or figure.
+DigestValue = str | int | float
 
 
 @dataclass(frozen=True)
@@ -65,20 +70,6 @@ class FindingRef:
         return cls(f.id, f.scope.label(), f.severity.value, f.title, f.action.value,
                    f.blame.value)
 
-    @classmethod
-    def from_json(cls, data: dict) -> FindingRef:
-        """The reference of a finding in a result document (tolerant of missing keys)."""
-        raw = s if isinstance(s := data.get("scope"), dict) else {}
-        known = {k: raw[k] for k in ("kind", "gpu_index", "uuid", "pci_bus_id", "name")
-                 if k in raw}
-        try:
-            label = Scope(**known).label()
-        except TypeError:
-            label = "node"
-        return cls(str(data.get("id", "?")), label, str(data.get("severity", "info")),
-                   str(data.get("title", "")), str(data.get("action", "none")),
-                   str(data.get("blame", "unknown")))
-
     def to_json(self) -> dict:
         """Plain JSON form."""
         return {"id": self.id, "scope": self.scope, "severity": self.severity,
@@ -90,9 +81,9 @@ class DiffView:
     """One side of a diff: what a snapshot, a result document or a history entry says."""
 
     label: str
-    host: dict = field(default_factory=dict)
-    gpus: list[dict] = field(default_factory=list)
-    digest: dict[str, Any] = field(default_factory=dict)
+    host: HostIdentity = HostIdentity()
+    gpus: Sequence[GpuRow] = ()
+    digest: dict[str, DigestValue] = field(default_factory=dict)
     findings: list[FindingRef] = field(default_factory=list)
     kind: str = "snapshot"  # snapshot | result | history
 
@@ -102,8 +93,8 @@ class FactChange:
     """One digest key whose value differs (None: absent on that side)."""
 
     key: str
-    before: Any
-    after: Any
+    before: DigestValue | None
+    after: DigestValue | None
 
 
 @dataclass(frozen=True)
@@ -144,7 +135,7 @@ class Diff:
 
 
 # -- the facts digest ------------------------------------------------------------------
-def _put(out: dict[str, Any], key: str, value: Any) -> None:
+def _put(out: dict[str, DigestValue], key: str, value: DigestValue | None) -> None:
     if value is not None and value != "":
         out[key] = value
 
@@ -160,7 +151,7 @@ def _onoff(value: bool | None) -> str | None:
     return None if value is None else ("on" if value else "off")
 
 
-def _gpu_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None:
+def _gpu_digest(facts: Facts, out: dict[str, DigestValue], include_noise: bool) -> None:
     fields = _GPU_FIELDS + (_GPU_NOISE if include_noise else ())
     for _, report in facts.maybe("smi", []) or []:
         for g in report.gpus:
@@ -184,10 +175,11 @@ def _gpu_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None:
                     if getattr(d, attr):
                         out.setdefault(f"gpu[{bus}].{attr}", getattr(d, attr))
                 if d.persistence_mode is not None:
-                    out.setdefault(f"gpu[{bus}].persistence", _onoff(d.persistence_mode))
+                    out.setdefault(f"gpu[{bus}].persistence",
+                                   "on" if d.persistence_mode else "off")
 
 
-def _pcie_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None:
+def _pcie_digest(facts: Facts, out: dict[str, DigestValue], include_noise: bool) -> None:
     for link in facts.maybe("pcie_links", []) or []:
         if not link.bus_id or link.kind not in ("gpu", "nic"):
             continue
@@ -199,7 +191,7 @@ def _pcie_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None
             _put(out, f"{base}.speed", f"{link.cur_gts:g} GT/s" if link.cur_gts else None)
 
 
-def _nvlink_digest(facts: Facts, out: dict[str, Any]) -> None:
+def _nvlink_digest(facts: Facts, out: dict[str, DigestValue]) -> None:
     status = facts.maybe("nvlink")
     if status is None:
         return
@@ -213,7 +205,7 @@ def _nvlink_digest(facts: Facts, out: dict[str, Any]) -> None:
             out[f"gpu[{who}].nvlink.active"] = sum(1 for link in g.links if link.active)
 
 
-def _ib_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None:
+def _ib_digest(facts: Facts, out: dict[str, DigestValue], include_noise: bool) -> None:
     for port in facts.maybe("ib_ports", []) or []:
         base = f"ib[{port.key}]"
         _put(out, f"{base}.state", port.state)
@@ -225,7 +217,7 @@ def _ib_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None:
                 out[f"{base}.counter.{name}"] = value
 
 
-def _host_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None:
+def _host_digest(facts: Facts, out: dict[str, DigestValue], include_noise: bool) -> None:
     for pool in facts.maybe("host_hugepages", []) or []:
         base = f"hugepages[{pool.size_kb}kB]"
         _put(out, f"{base}.total", pool.nr)
@@ -238,7 +230,7 @@ def _host_digest(facts: Facts, out: dict[str, Any], include_noise: bool) -> None
     _container_digest(facts, out)
 
 
-def _container_digest(facts: Facts, out: dict[str, Any]) -> None:
+def _container_digest(facts: Facts, out: dict[str, DigestValue]) -> None:
     """The CDI specs (which driver each was generated for, how many devices) and the
     engines' runtimes: what a driver upgrade or a toolkit reconfiguration changes."""
     specs = facts.maybe("cdi_specs")
@@ -256,7 +248,7 @@ def _container_digest(facts: Facts, out: dict[str, Any]) -> None:
         _put(out, f"docker[{cfg.path}].default_runtime", cfg.default_runtime)
 
 
-def _stack_digest(facts: Facts, out: dict[str, Any]) -> None:
+def _stack_digest(facts: Facts, out: dict[str, DigestValue]) -> None:
     identity = facts.get("host_identity")
     _put(out, "kernel", identity.kernel)
     _put(out, "driver.module", identity.driver.kernel_module)
@@ -264,13 +256,13 @@ def _stack_digest(facts: Facts, out: dict[str, Any]) -> None:
     _put(out, "cuda", identity.driver.cuda)
 
 
-def facts_digest(facts: Facts, include_noise: bool = False) -> dict[str, Any]:
+def facts_digest(facts: Facts, include_noise: bool = False) -> dict[str, DigestValue]:
     """A flat dict of stable keys -> values describing what a diff compares.
 
     Every part is optional: a fact the inputs cannot establish adds no key.
     Never raises for missing or malformed inputs.
     """
-    out: dict[str, Any] = {}
+    out: dict[str, DigestValue] = {}
     _stack_digest(facts, out)
     _gpu_digest(facts, out, include_noise)
     _pcie_digest(facts, out, include_noise)
@@ -280,24 +272,22 @@ def facts_digest(facts: Facts, include_noise: bool = False) -> dict[str, Any]:
     return dict(sorted(out.items()))
 
 
-def host_digest(host: dict, gpus: list[dict]) -> dict[str, Any]:
+def host_digest(host: HostIdentity, gpus: Sequence[GpuRow]) -> dict[str, DigestValue]:
     """The digest keys a result's host summary and GPU rows can give (all a
     ``gputriage/result/v1`` document has)."""
-    out: dict[str, Any] = {}
-    host = host if isinstance(host, dict) else {}
-    driver = d if isinstance(d := host.get("driver"), dict) else {}
-    _put(out, "kernel", host.get("kernel"))
-    _put(out, "driver.module", driver.get("kernel_module"))
-    _put(out, "driver.userspace", driver.get("userspace"))
-    _put(out, "cuda", driver.get("cuda"))
-    for g in gpus or []:
-        bus = g.get("pci_bus_id") if isinstance(g, dict) else None
-        if not bus or not g.get("visible", True):
+    out: dict[str, DigestValue] = {}
+    _put(out, "kernel", host.kernel)
+    _put(out, "driver.module", host.driver.kernel_module)
+    _put(out, "driver.userspace", host.driver.userspace)
+    _put(out, "cuda", host.driver.cuda)
+    for g in gpus:
+        bus = g.pci_bus_id
+        if not bus or not g.visible:
             continue
-        _put(out, f"gpu[{bus}].uuid", g.get("uuid"))
-        _put(out, f"gpu[{bus}].name", g.get("name"))
-        if isinstance(g.get("persistence_mode"), bool):
-            out[f"gpu[{bus}].persistence"] = _onoff(g["persistence_mode"])
+        _put(out, f"gpu[{bus}].uuid", g.uuid)
+        _put(out, f"gpu[{bus}].name", g.name)
+        if g.listed and g.persistence_mode is not None:  # what the result says
+            out[f"gpu[{bus}].persistence"] = "on" if g.persistence_mode else "off"
     return out
 
 
@@ -305,65 +295,44 @@ def host_digest(host: dict, gpus: list[dict]) -> dict[str, Any]:
 def view_from_result(result: Result, facts: Facts | None, label: str,
                      include_noise: bool = False) -> DiffView:
     """The side of an analysed snapshot (``facts`` the engine used, when at hand)."""
-    host, gpus = result.host.to_json(), [g.to_json() for g in result.gpus]
-    digest = host_digest(host, gpus)
+    digest = host_digest(result.host, result.gpus)
     if facts is not None:
         digest.update(facts_digest(facts, include_noise))
-    return DiffView(label, host, gpus, dict(sorted(digest.items())),
+    return DiffView(label, result.host, tuple(result.gpus), dict(sorted(digest.items())),
                     [FindingRef.from_finding(f) for f in result.findings], "snapshot")
 
 
-def _list(value: Any) -> list:
-    return value if isinstance(value, list) else []
-
-
-def _scalar(value: Any) -> Any:
-    """A JSON value as a diff can compare, hash and print it: containers become text."""
-    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
-
-
-def view_from_json(doc: Any, label: str) -> DiffView:
-    """The side of a ``gputriage/result/v1`` document; InputError for another schema or
-    a document nested deeper than any result (``safejson.MAX_DEPTH``). Values of the
-    GPU rows and the digest are made scalars: they are compared and used as keys."""
-    if safejson.too_deep(doc):
-        raise InputError(f"{label}: JSON nested more than {safejson.MAX_DEPTH} levels deep: "
-                         "not a result")
-    schema = doc.get("schema") if isinstance(doc, dict) else None
-    if schema != RESULT_SCHEMA:
-        raise InputError(f"{label}: JSON of schema {str(schema)[:80]!r}, expected "
-                         f"{RESULT_SCHEMA!r} (the output of check --json or analyze --json)")
-    host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
-    gpus = [{str(k): _scalar(v) for k, v in g.items()}
-            for g in _list(doc.get("gpus")) if isinstance(g, dict)]
-    findings = [FindingRef.from_json(f) for f in _list(doc.get("findings"))
-                if isinstance(f, dict)]
-    digest = doc.get("digest") if isinstance(doc.get("digest"), dict) else {}
-    merged = {k: _scalar(v) for k, v in {**host_digest(host, gpus), **digest}.items()}
-    return DiffView(label, host, gpus, dict(sorted(merged.items())), findings, "result")
+def view_from_json(doc: object, label: str) -> DiffView:
+    """The side of a decoded ``gputriage/result/v1`` document, read by
+    :func:`gputriage.resultdoc.read_result`: InputError naming the field for anything
+    else."""
+    result = read_result(doc, label)
+    return DiffView(label, result.host, result.gpus,
+                    dict(sorted(host_digest(result.host, result.gpus).items())),
+                    [FindingRef.from_finding(f) for f in result.findings], "result")
 
 
 JSON_CAP = 64 << 20  # a result document larger than this is not read as JSON
 _WS = b" \t\r\n"
 
 
-def _json_document(data: bytes, label: str) -> Any:
+def _json_document(data: bytes, label: str) -> dict[str, object] | None:
     """The JSON document ``data`` holds when it is one with a schema (None otherwise).
-    An object nested too deeply for the parser is refused (InputError), not read as
-    a paste: nothing else would read it, and a side read as nothing is "every GPU
-    removed"."""
+    An object nested deeper than any result (``safejson.MAX_DEPTH``) is refused
+    (InputError), not read as a paste: nothing else would read it, and a side read as
+    nothing is "every GPU removed"."""
     if not data.lstrip(_WS).startswith(b"{") or len(data) > JSON_CAP:
         return None
     try:
-        doc = json.loads(data.decode("utf-8", errors="replace"))
-    except RecursionError:
+        doc = safejson.loads(data.decode("utf-8", errors="replace"))
+    except safejson.TooDeep:
         raise InputError(f"{label}: JSON nested too deeply to read: not a result") from None
     except ValueError:
         return None
     return doc if isinstance(doc, dict) and "schema" in doc else None
 
 
-def _head(fh: Any) -> bytes:
+def _head(fh: IO[bytes]) -> bytes:
     """The bytes that tell a result JSON from anything else, read once: up to the first
     non-blank byte, then, when it is ``{``, up to JSON_CAP + 1 bytes."""
     data = bytearray(fh.read(64 << 10))
@@ -379,7 +348,8 @@ def _head(fh: Any) -> bytes:
     return bytes(data)
 
 
-def load_view(path: str, include_noise: bool = False, window: Any = None) -> DiffView:
+def load_view(path: str, include_noise: bool = False,
+              window: LogWindow | None = None) -> DiffView:
     """Load and analyse one side: anything ``analyze`` accepts, or a result JSON. A
     pipe, FIFO or stdin is read once: the bytes that decided go on to the loader."""
     from gputriage.ingest import load_inputs, load_opened
@@ -409,30 +379,35 @@ def family(key: str) -> str:
 class _Gpu:
     """A GPU of one side as the comparison needs it."""
 
-    bus: Any  # JSON scalars: a result document may hold anything
-    ident: Any  # UUID, else serial
-    name: Any
+    bus: str
+    ident: str | None  # UUID, else serial
+    name: str | None
     visible: bool
 
     @property
-    def label(self) -> Any:
+    def label(self) -> str:
         return self.ident or self.bus
 
 
 def _gpu_rows(view: DiffView) -> list[_Gpu]:
     rows = []
     for g in view.gpus:
-        bus = g.get("pci_bus_id")
+        bus = g.pci_bus_id
         if not bus:
             continue
-        ident = (g.get("uuid") or view.digest.get(f"gpu[{bus}].uuid")
-                 or view.digest.get(f"gpu[{bus}].serial"))
-        rows.append(_Gpu(bus, ident, g.get("name"), g.get("visible", True) is not False))
+        ident = (g.uuid or _digest_text(view, f"gpu[{bus}].uuid")
+                 or _digest_text(view, f"gpu[{bus}].serial"))
+        rows.append(_Gpu(bus, ident, g.name, g.visible))
     return rows
 
 
-def _match(row: _Gpu, after: list[_Gpu], by_ident: dict[Any, int],
-           by_bus: dict[Any, int]) -> int | None:
+def _digest_text(view: DiffView, key: str) -> str | None:
+    value = view.digest.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _match(row: _Gpu, after: list[_Gpu], by_ident: dict[str, int],
+           by_bus: dict[str, int]) -> int | None:
     """Where ``row`` is in ``after``: the GPU of the same identity, else the one on the
     same bus unless both identities are known and differ."""
     if row.ident and row.ident in by_ident:
@@ -515,8 +490,8 @@ def diff_views(a: DiffView, b: DiffView) -> Diff:
 def host_warnings(a: DiffView, b: DiffView) -> list[str]:
     """A line when A and B name different hosts: their differences are then two
     machines', not what changed on one."""
-    name_a, name_b = a.host.get("hostname"), b.host.get("hostname")
-    if not (isinstance(name_a, str) and isinstance(name_b, str) and name_a and name_b):
+    name_a, name_b = a.host.hostname, b.host.hostname
+    if not (name_a and name_b):
         return []
     if name_a.casefold() == name_b.casefold():
         return []

@@ -22,12 +22,13 @@ The aggregation above the "inputs" line is pure; below it, :func:`load_fleet`
 reads result JSON files, snapshot directories and tarballs (in worker
 processes for large fleets), reporting and skipping the ones it cannot use;
 :mod:`gputriage.fleet_walk` finds them, reads only regular files and bounds the
-walk. Result JSON is read up to 64 MiB; nesting that the JSON decoder refuses
-(RecursionError) is "not valid JSON", and no field is walked recursively.
-Result JSON carries driver, kernel, OS and GPU models; VBIOS, GSP firmware,
-container toolkit and boot time come from snapshots (uptime and the
-manifest time), or from ``gpus[].vbios``, ``gpus[].firmware``,
-``host.container_toolkit`` and ``host.boot_time`` should results carry them.
+walk. Result JSON is read up to 64 MiB, by :mod:`gputriage.resultdoc`: a field
+missing or of another type makes the input a bad one, the field named; nesting that
+the JSON decoder refuses (RecursionError) is "not valid JSON". Result JSON carries
+driver, kernel, OS and GPU models; VBIOS, GSP firmware, container toolkit and boot
+time come from snapshots (uptime and the manifest time), or from ``gpus[].vbios``,
+``gpus[].firmware``, ``host.container_toolkit`` and ``host.boot_time`` should
+results carry them.
 """
 
 from __future__ import annotations
@@ -39,11 +40,17 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gputriage.fleet_walk import SKIP, discover
+from gputriage.resultdoc import ResultBrief, ResultDocError, read_brief
+from gputriage.vocabulary import RESULT_SCHEMA, Severity
 
-RESULT_SCHEMA = "gputriage/result/v1"
+if TYPE_CHECKING:
+    from gputriage.facts import Facts
+    from gputriage.model import GpuRow
+    from gputriage.resultdoc import FindingBrief, ResultHost
+
 FLEET_SCHEMA = "gputriage/fleet/v1"
 
 # Attribute names, in the order ties are broken (most telling first).
@@ -52,7 +59,7 @@ ATTRIBUTES: tuple[str, ...] = (
     "gpu.model", "firmware", "container_toolkit", "os", "boot_window", "host.pattern",
 )
 _ATTR_ORDER = {name: i for i, name in enumerate(ATTRIBUTES)}
-_SEVERITY_RANK = {"ok": 0, "info": 1, "warning": 2, "critical": 3}
+_SEVERITY_RANK = {s.value: s.rank for s in Severity}  # records keep severities as text
 _TRAILING_DIGITS = re.compile(r"[0-9]+$")
 _SPLIT = re.compile(r"[-_.]")
 
@@ -151,8 +158,8 @@ def boot_window(boot: datetime, hours: float) -> str:
     return f"{start.strftime('%Y-%m-%dT%H:%MZ')}/{hours:g}h"
 
 
-def _parse_time(text: object) -> datetime | None:
-    if not isinstance(text, str) or not text:
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
         return None
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -161,84 +168,77 @@ def _parse_time(text: object) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-def _text(value: object) -> str | None:
-    if type(value) is str:
-        text = value.strip()
-    elif type(value) in (int, float):
-        text = str(value)
-    else:
-        return None
+def _text(value: str | None) -> str | None:
+    text = value.strip() if value else None
     return sys.intern(text) if text else None
 
 
-def _gpu_sets(gpus: list) -> tuple[str | None, str | None, str | None]:
+def _gpu_sets(gpus: tuple[GpuRow, ...]) -> tuple[str | None, str | None, str | None]:
     """The GPU models, VBIOS versions and firmware versions of a node, each as one
     sorted comma-joined value (one pass over the GPUs: this runs 100,000 times)."""
-    sets: tuple[set, set, set] = (set(), set(), set())
+    names: set[str] = set()
+    vbioses: set[str] = set()
+    firmwares: set[str] = set()
     for g in gpus:
-        if type(g) is dict:
-            for bucket, key in zip(sets, ("name", "vbios", "firmware"), strict=True):
-                v = g.get(key)
-                if v and type(v) is str:
-                    bucket.add(v.strip())
-    return tuple(sys.intern(",".join(sorted(b - {""}))) if b - {""} else None
-                 for b in sets)  # type: ignore[return-value]
+        for bucket, value in ((names, g.name), (vbioses, g.vbios), (firmwares, g.firmware)):
+            if value:
+                bucket.add(value.strip())
+    return _joined(names), _joined(vbioses), _joined(firmwares)
 
 
-def _dict(value: object) -> dict:
-    return value if isinstance(value, dict) else {}
+def _joined(values: set[str]) -> str | None:
+    values.discard("")
+    return sys.intern(",".join(sorted(values))) if values else None
 
 
-def _attributes(host: dict, gpus: object) -> dict[str, str | None]:
+def _attributes(host: ResultHost, gpus: tuple[GpuRow, ...]) -> dict[str, str | None]:
     """The attributes a result's host summary and GPU rows give."""
-    driver = _dict(host.get("driver"))
-    model, vbios, firmware = _gpu_sets(gpus if isinstance(gpus, list) else [])
+    model, vbios, firmware = _gpu_sets(gpus)
     return {
-        "driver.userspace": _text(driver.get("userspace")),
-        "driver.kernel_module": _text(driver.get("kernel_module")),
-        "driver.cuda": _text(driver.get("cuda")),
-        "kernel": _text(host.get("kernel")),
+        "driver.userspace": _text(host.driver.userspace),
+        "driver.kernel_module": _text(host.driver.kernel_module),
+        "driver.cuda": _text(host.driver.cuda),
+        "kernel": _text(host.kernel),
         "vbios": vbios,
         "gpu.model": model,
         "firmware": firmware,
-        "container_toolkit": _text(host.get("container_toolkit")),
-        "os": _text(host.get("os")),
+        "container_toolkit": _text(host.container_toolkit),
+        "os": _text(host.os),
     }
 
 
-def _worst_findings(findings: object) -> tuple[tuple[str, str], ...]:
+def _worst_findings(findings: tuple[FindingBrief, ...]) -> tuple[tuple[str, str], ...]:
     """(finding id, worst severity) of each problem finding, sorted by id ("ok"
     findings are passed checks, not problems)."""
-    worst: dict[str, str] = {}
-    for f in findings if isinstance(findings, list) else ():
-        if not isinstance(f, dict):
+    worst: dict[str, Severity] = {}
+    for f in findings:
+        if f.severity.rank == 0:
             continue
-        sev = f.get("severity")
-        fid, sev = _text(f.get("id")), sev.lower() if isinstance(sev, str) else ""
-        if not fid or _SEVERITY_RANK.get(sev, 0) == 0:
-            continue
-        if _SEVERITY_RANK[sev] > _SEVERITY_RANK.get(worst.get(fid, ""), -1):
-            worst[fid] = sys.intern(sev)
-    return tuple(sorted(worst.items()))
+        if f.severity.rank > (worst[f.id].rank if f.id in worst else -1):
+            worst[f.id] = f.severity
+    return tuple(sorted((sys.intern(fid), sys.intern(sev.value))
+                        for fid, sev in worst.items()))
 
 
 def record_from_result(doc: object, origin: str, *, extra: dict[str, str] | None = None,
                        boot_hours: float = 1.0) -> NodeRecord:
-    """The :class:`NodeRecord` of a ``gputriage/result/v1`` document.
+    """The :class:`NodeRecord` of a ``gputriage/result/v1`` document (decoded, or
+    already read by :mod:`gputriage.resultdoc`).
 
     VBIOS, firmware, container toolkit and boot time are read from the result
     when present (``gpus[].vbios``, ``gpus[].firmware``,
     ``host.container_toolkit``, ``host.boot_time``); ``extra`` supplies them
-    from a snapshot. FleetInputError when ``doc`` is not such a result."""
-    if not isinstance(doc, dict):
-        raise FleetInputError("not a JSON object")
-    schema = doc.get("schema")
-    if schema != RESULT_SCHEMA:
-        raise FleetInputError(f"schema {schema!r}, expected {RESULT_SCHEMA!r}")
-    host, manifest = _dict(doc.get("host")), _dict(doc.get("manifest"))
-    name = _text(host.get("hostname")) or _text(manifest.get("host")) or origin
-    attrs = _attributes(host, doc.get("gpus"))
-    boot = _parse_time(host.get("boot_time"))
+    from a snapshot. FleetInputError, naming the field, when ``doc`` is not such a
+    result."""
+    if not isinstance(doc, ResultBrief):
+        try:
+            doc = read_brief(doc, origin)
+        except ResultDocError as exc:
+            raise FleetInputError(exc.detail) from None
+    host = doc.host
+    name = _text(host.hostname) or _text(doc.manifest_host) or origin
+    attrs = _attributes(host, doc.gpus)
+    boot = _parse_time(host.boot_time)
     for key, value in (extra or {}).items():
         if key == "boot_time":
             boot = boot or _parse_time(value)
@@ -249,9 +249,8 @@ def record_from_result(doc: object, origin: str, *, extra: dict[str, str] | None
             attrs["boot_window"] = sys.intern(boot_window(boot, boot_hours))
     pairs = [(k, v) for k, v in attrs.items() if v]
     pairs += [("host.pattern", sys.intern(p)) for p in host_patterns(name)]
-    created = _text(manifest.get("created")) or _text(doc.get("generated")) or ""
-    return NodeRecord(name, origin, tuple(pairs), _worst_findings(doc.get("findings")),
-                      created)
+    created = _text(doc.manifest_created) or _text(doc.generated) or ""
+    return NodeRecord(name, origin, tuple(pairs), _worst_findings(doc.findings), created)
 
 
 # -- aggregation -----------------------------------------------------------------------
@@ -437,8 +436,9 @@ _MANIFEST_KEY = re.compile(rb'\n    "(created|host)": ("(?:[^"\\\n]|\\.)*")')
 
 def _result_head(data: bytes) -> dict | None:
     """Fast path for the files ``check --json`` writes: decode only what the fleet
-    reads (host, gpus, findings and two manifest fields), not the manifest's
-    source records, which are most of the bytes. None: use the full decoder."""
+    reads (:func:`gputriage.resultdoc.read_brief`: host, gpus, findings and two
+    manifest fields), not the skipped rules, inputs and the manifest's source records,
+    which are most of the bytes. None: use the full decoder."""
     import json
 
     cut = data.find(_SKIPPED)
@@ -451,7 +451,7 @@ def _result_head(data: bytes) -> dict | None:
     if not isinstance(doc, dict) or doc.get("schema") != RESULT_SCHEMA:
         return None
     start = data.find(_MANIFEST, cut)
-    manifest: dict = {}
+    manifest: dict[str, object] = {}
     if start > 0:
         for m in _MANIFEST_KEY.finditer(data, start):
             with contextlib.suppress(ValueError):
@@ -460,7 +460,7 @@ def _result_head(data: bytes) -> dict | None:
     return doc
 
 
-def snapshot_extras(facts: Any) -> dict[str, str]:
+def snapshot_extras(facts: Facts) -> dict[str, str]:
     """VBIOS, GSP firmware, container toolkit version and boot time of an analysed
     snapshot's facts (what a result JSON may not carry)."""
     extra: dict[str, str] = {}
@@ -492,7 +492,7 @@ def load_snapshot(path: str, boot_hours: float = 1.0) -> NodeRecord:
         if snap.manifest is None:
             raise FleetInputError("no manifest.json: not a gputriage snapshot")
         facts = Facts(snap)
-        doc = to_json(analyze_facts(facts))
+        doc = read_brief(to_json(analyze_facts(facts)), path)  # as a result file reads
         extra = snapshot_extras(facts)
     except (InputError, OSError, ValueError, EOFError) as exc:
         raise FleetInputError(str(exc).replace(str(path) + ": ", "")[:200]) from None

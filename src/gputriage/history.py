@@ -173,7 +173,7 @@ def facts_digest(result: Result) -> dict[str, Any]:
     from gputriage.diff import host_digest
 
     host = result.host
-    out = host_digest(host.to_json(), [g.to_json() for g in result.gpus])
+    out: dict[str, Any] = dict(host_digest(host, result.gpus))
     for key, value in (("os", host.os), ("gpus.on_pci", host.gpus_on_pci),
                        ("gpus.visible", host.gpus_visible)):
         if value is not None and value != "":

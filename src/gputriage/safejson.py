@@ -4,8 +4,8 @@
 document just under the interpreter's limit makes each later recursive walk of
 it (``repr``, the JSON view, a parser) raise RecursionError instead. Real
 gputriage documents nest fewer than 10 levels; :func:`loads` refuses more than
-:data:`MAX_DEPTH` with a ValueError, which callers already treat as "not
-valid JSON".
+:data:`MAX_DEPTH` with :class:`TooDeep`, a ValueError, which callers already treat
+as "not valid JSON" (or tell apart, to refuse the input rather than pass it by).
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ import json
 from typing import Any
 
 MAX_DEPTH = 64
+
+
+class TooDeep(ValueError):
+    """JSON nested deeper than the limit (or than the decoder can go)."""
 
 
 def too_deep(doc: Any, limit: int = MAX_DEPTH) -> bool:
@@ -31,11 +35,12 @@ def too_deep(doc: Any, limit: int = MAX_DEPTH) -> bool:
 
 
 def loads(data: str | bytes | bytearray, limit: int = MAX_DEPTH) -> Any:
-    """``json.loads``; ValueError for broken JSON and for nesting deeper than ``limit``."""
+    """``json.loads``; ValueError for broken JSON, :class:`TooDeep` for nesting deeper
+    than ``limit``."""
     try:
         doc = json.loads(data)
     except RecursionError:
-        raise ValueError("nested too deeply") from None
+        raise TooDeep("nested too deeply") from None
     if too_deep(doc, limit):
-        raise ValueError(f"nested more than {limit} levels deep")
+        raise TooDeep(f"nested more than {limit} levels deep")
     return doc

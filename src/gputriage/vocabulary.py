@@ -1,5 +1,6 @@
 """The closed vocabularies every finding is written in: severity, action, blame and
-status, and the one rule that ties them (:func:`inconsistency`).
+status, and the one rule that ties them (:func:`inconsistency`); the verdict words
+and the name of the published result document.
 
 Kept apart from :mod:`gputriage.model` (whose dataclasses cost start-up time) so that
 the knowledge tables and the offline commands (``xid``, ``explain``) load only these.
@@ -9,8 +10,17 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["ACTION_WORDS", "DRAINING_ACTIONS", "Action", "Blame", "Severity", "Status",
-           "inconsistency"]
+__all__ = ["ACTION_WORDS", "AT_FAULT", "DRAINING_ACTIONS", "JOB_VERDICTS", "RESULT_SCHEMA",
+           "VERDICTS", "Action", "Blame", "Severity", "Status", "inconsistency"]
+
+# The schema of the published result (check --json, a watch's /result): written by
+# gputriage.views.jsonview, read back by gputriage.resultdoc.
+RESULT_SCHEMA = "gputriage/result/v1"
+# A result's verdict words (the node's side may be unknown; the job's never is), and
+# which side is at fault.
+VERDICTS = ("ok", "warning", "critical", "unknown")
+JOB_VERDICTS = ("ok", "warning", "critical")
+AT_FAULT = ("node", "job", "node and job", "neither")
 
 
 class Severity(str, Enum):

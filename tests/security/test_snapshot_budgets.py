@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
+from resultkit import document, finding, gpus, host
 
 from gputriage import fleet_walk, snapshot
 from gputriage.cli import EXIT_INPUT, Environment, main
@@ -358,8 +359,7 @@ def test_deep_json_given_to_diff_is_exit_66(tmp_path, body):
 def test_a_result_with_a_field_nested_past_the_parser_is_refused_not_read_as_empty(tmp_path):
     """Read as a paste it would be a host with no GPU: "8 GPUs removed" against a good
     result. It is refused, one line naming it (issue 29)."""
-    good = {"schema": "gputriage/result/v1", "gpus": [
-        {"pci_bus_id": f"0000:{i:02x}:00.0", "uuid": f"GPU-{i}"} for i in range(8)]}
+    good = document(gpu_rows=gpus(8))
     (tmp_path / "good.json").write_text(json.dumps(good))
     body = json.dumps(good)[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
     (tmp_path / "deep.json").write_text(body)
@@ -370,9 +370,8 @@ def test_a_result_with_a_field_nested_past_the_parser_is_refused_not_read_as_emp
 
 
 # -- fleet inputs ------------------------------------------------------------------------
-def _result(host: str) -> str:
-    return json.dumps({"schema": "gputriage/result/v1", "host": {"hostname": host},
-                       "findings": [{"id": "x.y", "severity": "warning"}]})
+def _result(name: str) -> str:
+    return json.dumps(document(finding("x.y", "warning"), host_summary=host(name)))
 
 
 def test_fleet_skips_fifos_and_outside_links_and_refuses_a_fifo_argument(tmp_path):
@@ -435,11 +434,14 @@ def test_fleet_deep_json_is_a_bad_input(tmp_path, body):
     assert all("could not be analysed" not in b.reason for b in report.bad_inputs)
 
 
-def test_diff_of_results_with_container_values_compares_them_as_text():
+def test_diff_of_results_with_container_values_refuses_them_naming_the_field():
+    """A diff compares and hashes the values it reads: a container where the schema has
+    text is refused, and keys outside the schema are never read."""
     from gputriage.diff import diff_views, view_from_json
 
-    doc = {"schema": "gputriage/result/v1", "gpus": [{"pci_bus_id": "0000:01:00.0"}],
-           "digest": {"gpu[0000:01:00.0].uuid": ["GPU-1"], "kernel": {"v": 1}}}
-    other = {**doc, "digest": {"gpu[0000:01:00.0].uuid": ["GPU-2"], "kernel": {"v": 1}}}
-    diff = diff_views(view_from_json(doc, "a"), view_from_json(other, "b"))
-    assert [c.change for c in diff.gpus] == ["removed", "added"]
+    doc = document(gpu_rows=gpus(1)) | {"digest": {"kernel": {"v": 1}}}
+    assert diff_views(view_from_json(doc, "a"), view_from_json(doc, "b")).exit_status == 0
+    doc["gpus"][0]["uuid"] = ["GPU-1"]
+    with pytest.raises(InputError) as caught:
+        view_from_json(doc, "a")
+    assert str(caught.value) == "a: gpus[0].uuid: expected a string, got an array of 1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,6 +18,9 @@ from gputriage.commands.common import (
     expect_option,
     timeout_option,
 )
+
+if TYPE_CHECKING:
+    from gputriage.resultdoc import ResultDoc
 
 # Beyond the collection deadline, what analysing the snapshot may take before the
 # plugin gives up and says Unknown (a kernel log of millions of lines takes seconds).
@@ -105,10 +108,10 @@ def _say(verdict: Any, unknown_exit: int) -> None:
 
 
 def _bounded_check(from_snapshot: str | None, deadline: float, timeout: float | None,
-                   state_dir: str | None, expect_file: str | None) -> dict:
-    """``check``'s judgement of this host (or a snapshot) as a result document; a check
-    still running ``ANALYSIS_GRACE_S`` after the deadline raises TimeoutError (its
-    thread is left behind: the plugin process ends anyway)."""
+                   state_dir: str | None, expect_file: str | None) -> ResultDoc:
+    """``check``'s judgement of this host (or a snapshot) as its result document reads
+    (as a watch's would); a check still running ``ANALYSIS_GRACE_S`` after the deadline
+    raises TimeoutError (its thread is left behind: the plugin process ends anyway)."""
     from gputriage.commands.common import load_expectations, opt_in_sources
     from gputriage.commands.host import host_acks
     from gputriage.context import CheckContext
@@ -124,12 +127,14 @@ def _bounded_check(from_snapshot: str | None, deadline: float, timeout: float | 
         from gputriage.collect import CollectOptions
         from gputriage.commands.host import judge_host
         from gputriage.logwindow import LogWindow
+        from gputriage.resultdoc import read_result
         from gputriage.views.jsonview import to_json
 
         try:
             opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, opt_in=opt_in)
-            done["doc"] = to_json(judge_host(env, LogWindow(), context, opts,
-                                             from_snapshot=from_snapshot))
+            done["doc"] = read_result(to_json(judge_host(env, LogWindow(), context, opts,
+                                                         from_snapshot=from_snapshot)),
+                                      "the check")
         except BaseException as exc:  # handed to the waiting thread
             done["error"] = exc
 

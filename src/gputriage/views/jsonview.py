@@ -17,8 +17,7 @@ from typing import Any
 from gputriage import __version__
 from gputriage.model import Result
 from gputriage.views.status import at_fault, exit_status, side_verdict, verdict
-
-SCHEMA = "gputriage/result/v1"
+from gputriage.vocabulary import RESULT_SCHEMA as SCHEMA  # read back by gputriage.resultdoc
 
 TOP_LEVEL_KEYS = (
     "schema", "tool_version", "generated", "verdict", "exit_status", "verdicts", "host",

@@ -29,8 +29,6 @@ class ExitStatus(IntEnum):
     INTERNAL = 70  # EX_SOFTWARE: a bug in gputriage (never for any input)
 
 
-VERDICTS = ("ok", "warning", "critical", "unknown")
-
 _BY_SEVERITY = {
     Severity.OK: ExitStatus.OK,
     Severity.INFO: ExitStatus.OK,

@@ -67,7 +67,7 @@ def condition_of(outcome: CycleOutcome) -> Condition:
                                      MESSAGE_LENGTH))
     said = npd.judge(to_json(outcome.result), "critical", MESSAGE_LENGTH)
     if said.status == npd.PROBLEM:
-        return Condition("False", reason_of(str((said.finding or {}).get("id", ""))),
+        return Condition("False", reason_of(said.finding.id if said.finding else ""),
                          said.message)
     if said.status == npd.UNKNOWN:
         return Condition("Unknown", "CheckUnknown", said.message)

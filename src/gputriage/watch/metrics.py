@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gputriage import __version__
+from gputriage.vocabulary import VERDICTS
 from gputriage.watch.cycle import NOT_FAILURES
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["GPU_STATES", "WatchCollector", "finding_labels", "gpu_state", "make_registry"]
 
 GPU_STATES = ("ok", "warning", "critical", "unknown")
-VERDICTS = ("ok", "warning", "critical", "unknown")
 SEVERITIES = ("critical", "warning", "info")
 SERIES_SEVERITIES = ("critical", "warning")  # the findings with a gputriage_finding series
 FINDING_LABELS = ("id", "severity", "blame", "action", "gpu", "bus_id", "uuid")

@@ -8,7 +8,9 @@ Nagios' 0/1/2/3: a warning is not a problem unless asked for (``level``), and a 
 could not conclude is Unknown (2), never OK.
 
 The judgement reads the ``gputriage/result/v1`` document (``check --json``, a running
-watch's ``/result``), so a fresh check and a watch's last result are judged alike. Only
+watch's ``/result``) through :mod:`gputriage.resultdoc`, so a fresh check and a watch's
+last result are judged alike, and a document that is not a valid result is Unknown,
+the line naming what is wrong with it. Only
 the node's side counts: a fault blamed on the job or its settings never makes the node a
 problem (the line says it was the job's).
 """
@@ -20,8 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from gputriage.model import Finding
 from gputriage.netbounds import Deadline, TooLarge, loads_within, read_capped
-from gputriage.vocabulary import Blame
+from gputriage.resultdoc import ResultDoc, ResultDocError, read_result
+from gputriage.vocabulary import RESULT_SCHEMA, Severity
 
 __all__ = ["DEFAULT_MAX_LENGTH", "LEVELS", "OK", "PROBLEM", "SCHEMA", "UNKNOWN",
            "PluginVerdict", "fetch_result", "job_side", "judge", "node_causes", "result_url",
@@ -30,8 +34,7 @@ __all__ = ["DEFAULT_MAX_LENGTH", "LEVELS", "OK", "PROBLEM", "SCHEMA", "UNKNOWN",
 OK, PROBLEM, UNKNOWN = 0, 1, 2  # NPD's OK, NonOK and Unknown
 DEFAULT_MAX_LENGTH = 80  # NPD's default max_output_length (bytes)
 LEVELS = ("critical", "warning")  # the least severity that makes the node a problem
-SCHEMA = "gputriage/result/v1"
-_RANK = {"ok": 0, "info": 1, "warning": 2, "critical": 3}
+SCHEMA = RESULT_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class PluginVerdict:
 
     status: int
     message: str
-    finding: dict[str, Any] | None = None
+    finding: Finding | None = None
 
 
 def shorten(text: str, max_length: int = DEFAULT_MAX_LENGTH) -> str:
@@ -58,95 +61,75 @@ def unknown(why: str, max_length: int = DEFAULT_MAX_LENGTH) -> PluginVerdict:
     return PluginVerdict(UNKNOWN, shorten(f"UNKNOWN: {why}", max_length))
 
 
-def _current(f: dict[str, Any]) -> bool:
-    return f.get("status", "current") == "current"
+def job_side(f: Finding) -> bool:
+    """Whether a finding is blamed on the job or its settings."""
+    return f.blame.side == "job"
 
 
-def job_side(f: dict[str, Any]) -> bool:
-    """Whether a result document's finding is blamed on the job or its settings."""
-    try:
-        return Blame(str(f.get("blame"))).side == "job"
-    except ValueError:
-        return False
+def _rank(f: Finding) -> int:
+    return f.severity.rank
 
 
-def _rank(f: dict[str, Any]) -> int:
-    return _RANK.get(str(f.get("severity")), 0)
-
-
-def node_causes(doc: dict[str, Any], least: str = "warning") -> list[dict[str, Any]]:
+def node_causes(doc: ResultDoc, least: str = "warning") -> list[Finding]:
     """The current node-side findings of ``least`` severity or worse, worst first (the
     document lists them in report order: a stable sort keeps it within a severity)."""
-    floor = _RANK[least]
-    found = [f for f in doc.get("findings") or [] if isinstance(f, dict)
-             and _current(f) and not job_side(f) and _rank(f) >= floor]
+    floor = Severity(least).rank
+    found = [f for f in doc.findings if f.current and not job_side(f) and _rank(f) >= floor]
     return sorted(found, key=lambda f: -_rank(f))
 
 
-def _gpu_text(scope: dict[str, Any]) -> str:
-    parts = ["GPU"]
-    if scope.get("gpu_index") is not None:
-        parts.append(str(scope["gpu_index"]))
-    if scope.get("pci_bus_id"):
-        parts.append(str(scope["pci_bus_id"]))
-    return " ".join(parts)
-
-
-def scope_text(f: dict[str, Any]) -> str:
+def scope_text(f: Finding) -> str:
     """Where a finding is: ``GPU 4 0000:9a:00.0`` (``+2 GPUs`` for a per-GPU repeat),
     ``unit nvidia-fabricmanager``; empty for the node."""
-    scope = f.get("scope") or {}
-    kind = scope.get("kind", "node")
-    if kind == "node":
+    if f.scope.kind == "node":
         return ""
-    text = _gpu_text(scope) if kind == "gpu" else " ".join(
-        str(p) for p in (kind, scope.get("name")) if p)
-    also = f.get("also") or []
-    return f"{text} +{len(also)} GPUs" if also else text
+    text = f.scope.label()
+    return f"{text} +{len(f.also)} GPUs" if f.also else text
 
 
-def _named(word: str, f: dict[str, Any], more: int, max_length: int) -> str:
+def _named(word: str, f: Finding, more: int, max_length: int) -> str:
     """``WORD id [scope] [(+N more)]: title``, the scope left out when the title names
     it within the line (it is never cut away)."""
-    head = f"{word} {f.get('id', '?')}"
+    head = f"{word} {f.id}"
     tail = f" (+{more} more)" if more else ""
-    title = str(f.get("title", ""))
-    scope = f.get("scope") or {}
-    named = str(scope.get("pci_bus_id") or scope.get("name") or "")
-    short = shorten(f"{head}{tail}: {title}", max_length)
-    if named and named in short.removesuffix("...") and not f.get("also"):
+    named = f.scope.pci_bus_id or f.scope.name or ""
+    short = shorten(f"{head}{tail}: {f.title}", max_length)
+    if named and named in short.removesuffix("...") and not f.also:
         return short
     where = scope_text(f)
-    return shorten(f"{head}{' ' + where if where else ''}{tail}: {title}", max_length)
+    return shorten(f"{head}{' ' + where if where else ''}{tail}: {f.title}", max_length)
 
 
-def judge(doc: Any, level: str = "critical",
+def judge(doc: ResultDoc | object, level: str = "critical",
           max_length: int = DEFAULT_MAX_LENGTH) -> PluginVerdict:
-    """The plugin's verdict on a result document: PROBLEM when a current node-side
-    finding is ``level`` or worse (naming the worst, its GPU, how many more), UNKNOWN
-    when the check could not tell and found nothing that bad, else OK (saying what the
-    job's faults or lesser warnings were)."""
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        return unknown("not a gputriage result", max_length)
+    """The plugin's verdict on a result (read, or a decoded document to read): PROBLEM
+    when a current node-side finding is ``level`` or worse (naming the worst, its GPU,
+    how many more), UNKNOWN when the check could not tell and found nothing that bad,
+    or when the document is not a valid result, else OK (saying what the job's faults or
+    lesser warnings were)."""
+    if not isinstance(doc, ResultDoc):
+        try:
+            doc = read_result(doc, "result")
+        except ResultDocError as exc:
+            return unknown(f"not a gputriage result: {exc.detail}", max_length)
     causes = node_causes(doc, level)
     if causes:
         worst = causes[0]
-        return PluginVerdict(PROBLEM, _named(str(worst.get("severity", "")).upper(), worst,
+        return PluginVerdict(PROBLEM, _named(worst.severity.value.upper(), worst,
                                              len(causes) - 1, max_length), worst)
-    verdicts = doc.get("verdicts") or {}
-    if doc.get("verdict") == "unknown" or verdicts.get("node") == "unknown":
-        why = ", ".join(str(u) for u in doc.get("unreadable") or []) or "no rule could decide"
+    if doc.verdict == "unknown" or doc.verdicts.node == "unknown":
+        why = ", ".join(doc.unreadable) or "no rule could decide"
         return unknown(f"the check could not tell ({why})", max_length)
     lesser = node_causes(doc, "warning")
     if lesser:
         return PluginVerdict(OK, _named(f"OK, no {level} problem; WARNING", lesser[0],
                                         len(lesser) - 1, max_length), lesser[0])
-    job = [f for f in doc.get("findings") or [] if isinstance(f, dict) and _current(f)
-           and job_side(f) and _rank(f) >= _RANK["warning"]]
+    job = [f for f in doc.findings
+           if f.current and job_side(f) and _rank(f) >= Severity.WARNING.rank]
     if job:
         worst = max(job, key=_rank)
         where = scope_text(worst)
-        text = f"OK: node fine; the job's fault: {worst.get('id', '?')}"
+        text = f"OK: node fine; the job's fault: {worst.id}"
         return PluginVerdict(OK, shorten(f"{text} {where}" if where else text, max_length),
                              worst)
     return PluginVerdict(OK, shorten("OK: no node-side GPU problem", max_length))
@@ -173,7 +156,7 @@ RESULT_DECODE_BUDGET = 64 * 2**20
 
 
 def fetch_result(url: str, timeout_s: float, max_age_s: float | None = None,
-                 now: datetime | None = None) -> dict[str, Any]:
+                 now: datetime | None = None) -> ResultDoc:
     """A running watch's last result (``GET /result``), within ``timeout_s`` in all (a
     server answering a byte at a time is cut off too) and ``RESULT_MAX_BYTES``. OSError
     when the watch cannot be reached, answers with an error, not HTTP, too much, or not
@@ -223,14 +206,17 @@ def fetch_result(url: str, timeout_s: float, max_age_s: float | None = None,
         raise ValueError(f"{target}: JSON too costly to decode ({exc})") from None
     except ValueError:
         raise ValueError(f"{target} did not answer JSON") from None
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise ValueError(f"{target} did not answer a gputriage result")
+    try:
+        result = read_result(doc, target)
+    except ResultDocError as exc:
+        raise ValueError(f"{target} did not answer a gputriage result ({exc.detail})") \
+            from None
     if max_age_s is not None:
-        age = _age_s(doc.get("generated"), now or datetime.now(timezone.utc))
-        if age is not None and age > max_age_s:
+        age = ((now or datetime.now(timezone.utc)) - result.generated_at).total_seconds()
+        if age > max_age_s:
             raise ValueError(f"the watch's last result is {age:.0f} s old "
                              f"(more than {max_age_s:.0f} s)")
-    return doc
+    return result
 
 
 class _Answered(Exception):
@@ -250,12 +236,3 @@ def _read_body(answer: Any) -> bytearray:
         raise http.client.IncompleteRead(bytes(body), length - len(body))
     return body
 
-
-def _age_s(generated: Any, now: datetime) -> float | None:
-    try:
-        when = datetime.fromisoformat(str(generated))
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return (now - when).total_seconds()
