@@ -239,9 +239,14 @@ def _required() -> list[tuple[str, list[str | int]]]:
     out = []
     for name, keys, node in [("", [], ROOT), *PLACES]:
         for key in _resolve(node).get("required", ()):
-            if name != "manifest" and key != "schema":
+            if name != "manifest" and key != "schema" and key not in LATER_IN_V1:
                 out.append((f"{name}.{key}" if name else key, [*keys, key]))
     return out
+
+
+# keys v1 gained after its first results: always written, read with a default when absent
+# (test_a_result_written_before_v1_judged_the_two_sides_apart_is_read)
+LATER_IN_V1 = ("verdicts", "not_read", "status")
 
 
 REQUIRED = _required()
@@ -365,3 +370,20 @@ def test_documents_made_by_the_test_kit_are_valid() -> None:
     doc = document(finding("xid.79"), finding("x", "ok"))
     assert _schema_errors(doc) == []
     assert [f.id for f in read_result(doc, "kit").findings] == ["xid.79", "x"]
+
+
+def test_a_result_written_before_v1_judged_the_two_sides_apart_is_read():
+    """verdicts, not_read and each finding's status came later in v1: a node that has not
+    been upgraded yet still counts in a fleet, with its findings current and its own."""
+    doc = copy.deepcopy(FULL)
+    del doc["verdicts"], doc["not_read"]
+    for f in doc["findings"]:
+        f.pop("status", None)
+    got = read_result(doc, "old.json")
+    assert got.not_read == ()
+    assert got.verdicts.node == doc["verdict"] and got.verdicts.job == "ok"
+    assert all(f.current for f in got.findings)
+    assert read_brief(doc, "old.json").findings
+    doc["verdicts"] = "critical"  # present, it is checked as ever
+    with pytest.raises(ResultDocError, match="verdicts"):
+        read_result(doc, "old.json")

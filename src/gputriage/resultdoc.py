@@ -175,7 +175,8 @@ def read_result(doc: object, label: str) -> ResultDoc:
         generated=r.generated(top),
         verdict=r.word(top, "verdict", "", VERDICTS),
         exit_status=r.integer(top, "exit_status", "", hi=3),
-        verdicts=r.verdicts(r.obj(top, "verdicts", "")),
+        verdicts=r.verdicts(r.obj(top, "verdicts", "")) if "verdicts" in top
+        else _verdicts_before_sides(r.word(top, "verdict", "", VERDICTS)),
         host=r.host(r.obj(top, "host", "")),
         gpus=r.gpus(r.array(top, "gpus", "")),
         findings=r.findings(r.array(top, "findings", ""), "findings", 0),
@@ -184,7 +185,15 @@ def read_result(doc: object, label: str) -> ResultDoc:
                      for i, s in enumerate(r.array(top, "inputs", ""))),
         manifest=r.manifest(top),
         unreadable=r.texts(top, "unreadable", ""),
-        not_read=r.texts(top, "not_read", ""))
+        not_read=r.texts(top, "not_read", "") if "not_read" in top else ())
+
+
+def _verdicts_before_sides(verdict: str) -> Verdicts:
+    """``verdicts`` of a result written before v1 judged the node and the job apart (it
+    gained ``verdicts``, ``not_read`` and each finding's ``status`` later): every finding
+    was the node's then, and every one current."""
+    bad = verdict in ("warning", "critical")
+    return Verdicts(verdict, "ok", "node" if bad else "neither", False)
 
 
 def read_brief(doc: object, label: str) -> ResultBrief:
@@ -318,9 +327,13 @@ class _Reader:
             return None
         return self.integer(obj, key, prefix)
 
-    def word(self, obj: JsonObject, key: str, prefix: str, words: tuple[str, ...]) -> str:
-        """A string of the closed vocabulary ``words``."""
+    def word(self, obj: JsonObject, key: str, prefix: str, words: tuple[str, ...],
+             absent: str | None = None) -> str:
+        """A string of the closed vocabulary ``words``; ``absent`` when the key is not
+        there and may be missing (a field v1 gained later: older results lack it)."""
         value = obj.get(key, _MISSING)
+        if value is _MISSING and absent is not None:
+            return absent
         if value in words and type(value) is str:
             return value
         if type(value) is str:
@@ -507,7 +520,7 @@ class _Reader:
                 occurrences=self.occurrences(self.obj(f, "occurrences", at),
                                              _path(at, "occurrences"))
                 if "occurrences" in f else None,
-                status=_STATUS_OF[self.word(f, "status", at, _STATUSES)],
+                status=_STATUS_OF[self.word(f, "status", at, _STATUSES, "current")],
                 status_note=self.some_text(f, "status_note", at),
                 also=tuple(self.scope(s, f"{at}.also[{i}]") for i, s in enumerate(also)),
                 consequences=self.findings(consequences, _path(at, "consequences"), depth + 1),
@@ -522,7 +535,8 @@ class _Reader:
             self.fail(_path(at, "id"), "empty")
         return FindingBrief(fid, _SEVERITY_OF[self.word(f, "severity", at, _SEVERITIES)],
                             _BLAME_OF[self.word(f, "blame", at, _BLAMES)],
-                            _STATUS_OF[self.word(f, "status", at, _STATUSES)])
+                            _STATUS_OF[self.word(f, "status", at, _STATUSES,
+                                                 "current")])
 
     def skipped(self, items: JsonArray) -> tuple[Skipped, ...]:
         out = []
