@@ -8,7 +8,9 @@ from typing import Any
 
 from gputriage.model import DriverVersions, Finding, Scope
 
-__all__ = ["Host", "bus_ids", "dash_i", "gpu_scopes", "serials", "what"]
+__all__ = ["UNNAMED", "Host", "bus_ids", "dash_i", "gpu_scopes", "serials", "what"]
+
+UNNAMED = "<node>"  # the host's name in a command when no input names it
 
 
 @dataclass
@@ -16,7 +18,7 @@ class Host:
     """The host as the steps name it, read from the facts once (parts None when
     unknown); ``fact`` reads any other fact and never raises."""
 
-    name: str = "<node>"
+    name: str = "<node>"  # UNNAMED: no input names the host
     os: str | None = None
     kernel: str | None = None
     driver: DriverVersions = field(default_factory=DriverVersions)
@@ -28,8 +30,8 @@ class Host:
     def of(cls, facts: Any) -> Host:
         host = cls(facts=facts)
         ident = host.fact("host_identity")
-        host.name = (getattr(ident, "hostname", None) or host.fact("host_name")
-                     or host.fact("log_host") or "<node>")
+        host.name = (getattr(ident, "hostname", None) or host.fact("named_host")
+                     or UNNAMED)
         host.os = getattr(ident, "os", None)
         host.kernel = getattr(ident, "kernel", None)
         host.driver = host.fact("driver_versions") or getattr(ident, "driver", None) \
@@ -46,6 +48,17 @@ class Host:
             return maybe(name)
         except Exception:  # a step is advice: an unreadable fact only makes it plainer
             return None
+
+    @property
+    def named(self) -> bool:
+        """Whether an input names the host."""
+        return self.name != UNNAMED
+
+    @property
+    def called(self) -> str:
+        """The host in a sentence: its name, else the node the outputs came from (the
+        placeholder ``<node>`` stays in commands, where the on-call types the name)."""
+        return self.name if self.named else "the node these outputs came from"
 
     @property
     def version(self) -> str | None:
@@ -97,7 +110,7 @@ def what(f: Finding, host: Host) -> str:
         dev, port = scope.name.split("/", 1)
         return f"{dev} port {port}"
     if scope.kind == "node":
-        return host.name
+        return host.called
     return scope.label()
 
 

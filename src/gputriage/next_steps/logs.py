@@ -30,11 +30,11 @@ def _bar_unmapped(f: Finding, host: Host) -> str:
 def _gpu_unsupported(f: Finding, host: Host) -> str:
     m = re.search(r"supported by the (\S+) legacy driver", f.title)
     if m:
-        return (f"install the {m.group(1)} legacy driver on {host.name} and pin its packages "
+        return (f"install the {m.group(1)} legacy driver on {host.called} and pin its packages "
                 "so that an upgrade does not replace it (or move the job to newer GPUs); "
                 "nvidia-smi should then list the GPU")
     version = f" {host.version}" if host.version else ""
-    return (f"install the proprietary kernel module of the{version} driver on {host.name} "
+    return (f"install the proprietary kernel module of the{version} driver on {host.called} "
             "instead of the open one (the non-open package flavour: kernel / akmod-nvidia in "
             "place of kernel-open, nvidia-driver-N in place of nvidia-driver-N-open, or the "
             "runfile with -m=kernel), rebuild it for the running kernel and reboot; "
@@ -107,7 +107,7 @@ def _node(f: Finding, host: Host) -> str:
     m = _TITLE_HOST.match(f.title)
     if m:
         return m.group("host")
-    return host.name if host.name != "<node>" else "the node this log came from"
+    return host.called
 
 
 def _drain(f: Finding, node: str) -> str:

@@ -195,7 +195,7 @@ def _fabric_state(f: Finding, host: Host) -> str:
 
 def _mig_instances(f: Finding, host: Host) -> str:
     gpu = f" -i {f.scope.gpu_index}" if f.scope.gpu_index is not None else ""
-    return (f"create the MIG instances {host.name} is meant to have: nvidia-smi mig{gpu} -lgip "
+    return (f"create the MIG instances {host.called} is meant to have: nvidia-smi mig{gpu} -lgip "
             f"lists the profiles, nvidia-smi mig{gpu} -cgi PROFILE[,PROFILE...] -C creates GPU "
             "and compute instances (under the GPU operator, set the node's nvidia.com/mig.config"
             " label and let mig-manager apply it), and nvidia-smi -L should then list the MIG "
@@ -206,7 +206,7 @@ def _mig_instances(f: Finding, host: Host) -> str:
 def _acs(f: Finding, host: Host) -> str:
     ports = re.findall(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", f.title)
     each = f"for {', '.join(ports)}" if ports else "for each bridge that shows it"
-    return ("turn PCIe ACS off on " + host.name + ": in the BIOS (its ACS / PCIe access "
+    return ("turn PCIe ACS off on " + host.called + ": in the BIOS (its ACS / PCIe access "
             "control setting; VT-d/IOMMU off or iommu=pt on the kernel command line where "
             f"nothing needs the isolation), or until the next boot {each}: setpci -s BUS "
             "ECAP_ACS+6.w=0000; sudo lspci -vvv | grep ACSCtl should then show SrcValid- "
@@ -406,7 +406,7 @@ def _xid(f: Finding, host: Host) -> str | None:
         return (f"check {what(f, host)}'s power cables, seating and cooling (ipmitool sel "
                 "list shows the BMC's power and thermal events)")
     if bucket == "UPDATE_SWFW":
-        return (f"update the driver on {host.name} and the firmware of {what(f, host)} to "
+        return (f"update the driver on {host.called} and the firmware of {what(f, host)} to "
                 "matching releases, then run gputriage check again")
     if f.action is Action.RESET_GPU:
         return "if it recurs after the reset, drain it for repair"
@@ -455,13 +455,13 @@ def _expected(f: Finding) -> str | None:
 def _expect_driver(f: Finding, host: Host) -> str:
     want = _expected(f) or "expected"
     return (f"install the {want} driver (kernel module and userspace together, and the "
-            f"fabric manager of the same version where NVSwitches are) on {host.name}, then "
+            f"fabric manager of the same version where NVSwitches are) on {host.called}, then "
             "reboot; nvidia-smi and /proc/driver/nvidia/version should both show it")
 
 
 def _expect_cuda(f: Finding, host: Host) -> str:
     want = _expected(f) or "the expected version"
-    return (f"install a driver that supports CUDA {want} on {host.name}, then reboot; "
+    return (f"install a driver that supports CUDA {want} on {host.called}, then reboot; "
             "nvidia-smi shows the CUDA version the driver supports")
 
 
