@@ -8,7 +8,7 @@ from collections.abc import Callable
 from gputriage.model import Action, Finding
 from gputriage.next_steps.host import Host, bus_ids, gpu_scopes, what
 
-__all__ = ["FRAMES", "Frame"]
+__all__ = ["FRAMES", "Frame", "confirm_first"]
 
 
 def _drain_cmd(f: Finding, host: Host) -> str:
@@ -65,6 +65,19 @@ def _plan(f: Finding, host: Host, fix: str | None) -> str:
             "plan.")
 
 
+_VERBS = {Action.DRAIN_AND_REPAIR: "repair it", Action.REBOOT_NODE: "reboot it",
+          Action.RESET_GPU: "reset the GPU"}
+
+
+def confirm_first(f: Finding, host: Host, fix: str | None) -> str:
+    """A draining action whose fault is not known (an unknown blame never drains by
+    itself): tell whose it is first, then drain only if it is the node's."""
+    fix = fix or "read the node's kernel log for Xids (journalctl -k | grep -i xid)"
+    return (f"Tell first whether {host.called} is at fault: {fix}; only if it is, drain it "
+            f"({_drain_cmd(f, host)}) and {_VERBS.get(f.action, 'repair it')}, then "
+            f"{_ack_cmd(f, 'repaired: TICKET')} and resume it ({_resume_cmd(host)}).")
+
+
 def _plain(default: Callable[[Finding, Host], str]) -> Callable[[Finding, Host, str | None],
                                                                  str]:
     """A frame that is the repair itself (configuration, software, the job)."""
@@ -90,9 +103,8 @@ def _fix_software(f: Finding, host: Host) -> str:
 
 def _restart_job(f: Finding, host: Host) -> str:
     on = f" on {what(f, host)}" if gpu_scopes(f) else ""
-    return (f"restart the job; the fault{on} is the application's: debug it (compute-sanitizer,"
-            " the job's own log) if it repeats, and suspect the GPU only if other jobs "
-            "fault on it too")
+    return (f"restart the job and read its own error{on}; if it fails the same way again, "
+            f"run gputriage on {host.called}'s kernel log before blaming the job or the node")
 
 
 Frame = Callable[[Finding, Host, str | None], str]  # (finding, host, repair) -> step

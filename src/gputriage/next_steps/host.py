@@ -3,12 +3,14 @@ finding is about, with their numbers, bus ids and serials."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gputriage.model import DriverVersions, Finding, Scope
 
-__all__ = ["UNNAMED", "Host", "bus_ids", "dash_i", "gpu_scopes", "serials", "what"]
+__all__ = ["UNNAMED", "Host", "Repair", "bus_ids", "dash_i", "fixed", "gpu_scopes", "gpus",
+           "serials", "what"]
 
 UNNAMED = "<node>"  # the host's name in a command when no input names it
 
@@ -66,6 +68,17 @@ class Host:
         return self.driver.kernel_module or self.driver.userspace
 
 
+Repair = Callable[[Finding, Host], "str | None"]
+"""What fixes a finding, filled from it and its host (None: nothing it can add)."""
+
+
+def fixed(text: str) -> Repair:
+    """A repair whose words need nothing from the finding."""
+    def repair(f: Finding, host: Host) -> str:
+        return text
+    return repair
+
+
 def _gpu_numbers(host: Host) -> tuple[dict[str, int], dict[str, str]]:
     """Index and serial by bus id. A GPU the driver lost takes its place in PCI bus
     order when every listed GPU's index is its place in that order."""
@@ -112,6 +125,11 @@ def what(f: Finding, host: Host) -> str:
     if scope.kind == "node":
         return host.called
     return scope.label()
+
+
+def gpus(f: Finding, host: Host) -> str:
+    """The GPUs a finding is about for a sentence, ``the GPUs`` when it names none."""
+    return what(f, host) if gpu_scopes(f) else "the GPUs"
 
 
 def bus_ids(f: Finding) -> list[str]:
