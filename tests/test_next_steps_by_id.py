@@ -216,3 +216,26 @@ def test_message_ids_follow_the_container_rule():
 def test_the_contradiction_checks_can_fail(action, blame, step):
     f = Finding("x.y", Severity.CRITICAL, "t", "e", action, blame, NODE)
     assert contradictions(f, step, named=True)
+
+
+# issue 32's examples of steps their own finding contradicted, on the real captures
+@pytest.mark.parametrize("sample,fid,says,never", [
+    ("nccl1405-ib-plugin-warn-status12", "nccl.ib-completion-error", "rank or node died first",
+     "application's"),
+    ("fasterwhisper1259-k8s-cuda-driver-insufficient", "cuda.driver-unseen", "--gpus",
+     "upgrade the driver"),
+    ("nvpeermem56-gdr-disabled", "nccl.gdr-disabled", "GDRDMA", "Unset"),
+    ("nccl2345-after-net-disable-intra", "nccl.gdr-disabled", "NCCL_CROSS_NIC=0",
+     "Unset NCCL_CROSS_NIC"),  # the explanation's advice, not the job's fault
+    ("ikllama485-rtx6000ada-xid31-fault-pde-then-segfault", "kernel.segfault-in-gpu-library",
+     "libcuda", "application's"),
+    ("gpud-pr46-xid13-illegal-instr-param-then-xid109", "xid.109", "comes back",
+     "application's"),
+    ("nccl2241-b200-xid145-xid137", "xid.137", "NVLink errors", "compute-sanitizer"),
+    ("bazzite2668-api-mismatch", "driver.version-mismatch", "570.153.02", "<node> ("),
+])
+def test_a_step_says_what_its_finding_says(corpus, sample, fid, says, never):
+    result = analyze(load_input(str(corpus.sample(sample).path)))
+    steps = [f.step or "" for f in result.findings if f.id == fid]
+    assert steps, [f.id for f in result.findings]
+    assert all(says in s and never not in s for s in steps), steps
