@@ -49,7 +49,7 @@ def _nvml_init(f: Finding, host: Host) -> str | None:
         return _container_devices(f, host)
     if "mismatch" in f.title.lower():
         return version_mismatch(f, host)
-    return ("first read why NVML cannot start: the kernel log's Xids (journalctl -k | grep -i "
+    return ("read why NVML cannot start: the kernel log's Xids (journalctl -k | grep -i "
             "-e xid -e nvrm) name a GPU to repair, and /proc/driver/nvidia/version against "
             "nvidia-smi's version a driver updated without a reboot; if nvidia-smi ran inside "
             "a container, recreate the container instead")
