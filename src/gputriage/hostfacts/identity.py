@@ -33,6 +33,10 @@ def toolkit_version(text: str | None) -> str | None:
     return m.group(1) if m else None
 
 
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+_NO_NAME = frozenset({"localhost", "localhost.localdomain"})
+
+
 def _first_line(text: str | None) -> str | None:
     return split_lines(text.strip())[0] if text and text.strip() else None
 
@@ -79,15 +83,46 @@ def driver_versions(facts: Facts) -> DriverVersions:
     return DriverVersions(km.version if km else None, userspace, cuda)
 
 
+def _named_elsewhere(facts: Facts) -> str | None:
+    """The one host the other inputs name, when they agree: every framed line of a
+    kernel log (``gpu-b12 kernel:``), the one node a Kubernetes input describes, the
+    one host an NCCL log's records come from."""
+    names = set()
+    if (log := facts.maybe("log_host")) is not None:
+        names.add(str(log))
+    cluster = facts.maybe("cluster")
+    if cluster is not None and len(cluster.nodes) == 1:
+        names.update(cluster.nodes)
+    nccl = facts.maybe("nccl_log")
+    hosts = nccl.hosts if nccl is not None else []
+    if len(hosts) == 1:
+        names.add(hosts[0])
+    # not a parser's "?" for none, nor a name every machine answers to
+    names = {n for n in names if _HOST_NAME.fullmatch(n) and n.lower() not in _NO_NAME}
+    return names.pop() if len(names) == 1 else None
+
+
+@FACTS.fact("named_host", sources=("hostname",))
+def named_host(facts: Facts) -> str | None:
+    """The host's name as the inputs give it: the snapshot manifest's or the hostname
+    source, else the one host the other inputs agree on (a pasted journal names its
+    machine: steps and the report say that name, not the machine gputriage runs on);
+    None when no input names one."""
+    manifest = facts.snapshot.manifest or {}
+    return (manifest.get("host") or _first_line(facts.text("hostname"))
+            or _named_elsewhere(facts))
+
+
 @FACTS.fact("host_identity", sources=("hostname", "uname", "os_release", "boot_id", "uptime",
                                       "nvidia_ctk_version"))
 def host_identity(facts: Facts) -> HostIdentity:
     """Name, kernel, OS, boot and driver stack of the host; each part None when the
-    inputs do not tell (the manifest's host name and boot id first)."""
+    inputs do not tell (the manifest's host name and boot id first; a name the inputs
+    agree on otherwise)."""
     manifest = facts.snapshot.manifest or {}
     uname = (_first_line(facts.text("uname")) or "").split()
     return HostIdentity(
-        hostname=manifest.get("host") or _first_line(facts.text("hostname")),
+        hostname=facts.get("named_host"),
         kernel=uname[2] if len(uname) > 2 else None,
         os=_os_name(facts.text("os_release")),
         boot_id=manifest.get("boot_id") or _first_line(facts.text("boot_id")),

@@ -187,13 +187,14 @@ def _collected(facts: Facts) -> datetime | None:
     return when
 
 
-# "<stamp> <host> kernel:" / "<stamp> <host> <program>[pid]:" (syslog, journalctl)
-_LOG_HOST = re.compile(r"(?m)^[ \t]{0,4}(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-"
-                       r"9](?:\.[0-9]{1,9})?|"
+# "<stamp> <host> kernel:" / "<stamp> <host> <program>[pid]:" (syslog, journalctl), and
+# "<host> kernel:" where the paste kept the host but cut the time
+_LOG_HOST = re.compile(r"(?m)^[ \t]{0,4}(?:(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9]"
+                       r"[0-9](?:\.[0-9]{1,9})?|"
                        r"[0-9]{4}-[0-9][0-9]-[0-9][0-9][T ][0-9][0-9]:[0-9][0-9]:[0-9][0-9][0-9.,:+"
                        r"Z-]{0,20})[ \t]{1,4}"
                        r"(?P<host>[A-Za-z][\w.-]{0,62})[ \t](?:kernel|[\w.@-]{1,40}\[[0-9]{1,10}\])"
-                       r":")
+                       r"|(?P<bare>[A-Za-z][\w.-]{0,62})[ \t]kernel):")
 LOG_HOST_BYTES = 64 << 10  # of the kernel log read for the host its lines name
 
 
@@ -202,7 +203,7 @@ def log_host(facts: Facts) -> str:
     """The host every syslog- or journal-framed line of the kernel log names (a paste
     of another machine's journal names that machine)."""
     text = (facts.text("kernel_log") or "")[:LOG_HOST_BYTES]
-    hosts = {m.group("host") for m in _LOG_HOST.finditer(text)}
+    hosts = {m.group("host") or m.group("bare") for m in _LOG_HOST.finditer(text)}
     if len(hosts) != 1:
         raise Missing("kernel_log: no single host named by its lines")
     return hosts.pop()

@@ -6,21 +6,12 @@ messages. :data:`REPAIRS` joins :data:`gputriage.next_steps.repairs.BY_ID`."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 from gputriage.knowledge.job_messages import message
 from gputriage.model import DRAINING_ACTIONS, Finding
-from gputriage.next_steps.host import Host, serials, what
+from gputriage.next_steps.host import Host, Repair, fixed, serials, what
 
 __all__ = ["REPAIRS", "catalog_next"]
-
-Repair = Callable[[Finding, Host], str | None]
-
-
-def _fixed(text: str) -> Repair:
-    def repair(f: Finding, host: Host) -> str:
-        return text
-    return repair
 
 
 def catalog_next(f: Finding, host: Host) -> str | None:
@@ -87,7 +78,7 @@ def _unknown_runtime(f: Finding, host: Host) -> str:
                 "operator, fix its driver pod first (its log; blacklist nouveau and reboot if "
                 "it cannot unload it), and the toolkit DaemonSet then adds the nvidia handler; "
                 "crictl info must list the nvidia runtime before the pod is recreated")
-    return ("nvidia-ctk runtime configure --runtime=docker (or containerd, crio) and restart "
+    return ("run nvidia-ctk runtime configure --runtime=docker (or containerd, crio), restart "
             "that engine; docker info (or crictl info) must then list the nvidia runtime")
 
 
@@ -99,47 +90,47 @@ def _requirement(f: Finding, host: Host) -> str | None:
 
 
 REPAIRS: dict[str, Repair] = {
-    "k8s.plugin-healthcheck-unsupported": _fixed(
+    "k8s.plugin-healthcheck-unsupported": fixed(
         "set DP_DISABLE_HEALTHCHECKS=xids on the device plugin (kubectl set env ds/<plugin "
         "DaemonSet> -n <namespace> DP_DISABLE_HEALTHCHECKS=xids, or the Helm chart's env) or "
         "upgrade it to a release with k8s-device-plugin PR #1562; kubectl describe node must "
         "then list the GPU under Allocatable"),
     "k8s.allocate-gpu-lost": _allocate_lost,
-    "k8s.allocate-nvml-failed": _fixed(
+    "k8s.allocate-nvml-failed": fixed(
         "run nvidia-smi and gputriage check on the node: a GPU lost or in ERR! is drained for "
         "repair; with every GPU fine, delete the device plugin's pod there so that it starts "
         "NVML afresh, then resubmit the refused pods"),
-    "k8s.allocate-devices-unavailable": _fixed(
+    "k8s.allocate-devices-unavailable": fixed(
         "delete the refused pod so that the scheduler places it again; for the GPU operator's "
         "plugin validator, set validator.plugin.env WITH_WORKLOAD=false in the ClusterPolicy "
         "(kubectl edit clusterpolicy) so that it needs no free GPU"),
-    "k8s.allocate-unhealthy-devices": _fixed(
+    "k8s.allocate-unhealthy-devices": fixed(
         "read the device plugin's log on the node (kubectl logs -n <namespace> <plugin pod> | "
         "grep -i -e xid -e unhealthy) and run gputriage check there; once the GPUs are fine, "
         "delete the plugin's pod so that it offers them again"),
-    "k8s.allocate-shared-limit": _fixed(
+    "k8s.allocate-shared-limit": fixed(
         "ask for 1 of the shared resource in the pod's resources.limits, or for a resource of "
         "a pool that does not time-share its GPUs"),
-    "k8s.allocate-failed": _fixed(
+    "k8s.allocate-failed": fixed(
         "read the device plugin's log on the node around the refusal (kubectl logs -n "
         "<namespace> <plugin pod>), fix what it names, then resubmit the pod"),
-    "k8s.mig-unknown-device": _fixed(
+    "k8s.mig-unknown-device": fixed(
         "update nvidia-mig-parted (the GPU operator's mig-manager image, or HAMi's bundled "
         "copy) to a release that knows this GPU, apply the configuration again, then nvidia-smi "
         "mig -lgi must list the GPU instances"),
-    "k8s.mig-config-failed": _fixed(
+    "k8s.mig-config-failed": fixed(
         "read the MIG manager's log (kubectl logs -n <namespace> -l app=nvidia-mig-manager), "
         "stop the GPU clients it names or reboot the node when the MIG mode change is pending, "
         "then set nvidia.com/mig.config again; nvidia.com/mig.config.state must turn success"),
-    "k8s.scheduler-quota-exact-fit": _fixed(
+    "k8s.scheduler-quota-exact-fit": fixed(
         "raise the queue's GPU quota by a hundredth (or submit the workload as preemptible) "
         "until a KAI release compares fractional quotas exactly"),
-    "k8s.pending-queue-quota": _fixed(
+    "k8s.pending-queue-quota": fixed(
         "submit the workload as preemptible (a preemptible priority class), raise the queue's "
         "GPU quota, or wait for the queue's non-preemptible work to finish"),
     "k8s.operator-validation-stuck": _validation,
     "k8s.operator-driver-failed": _driver_pod,
-    "driver.container-modules-in-use": _fixed(
+    "driver.container-modules-in-use": fixed(
         "find what holds the nvidia modules (lsmod | grep nvidia; lsof /dev/nvidia*), stop it "
         "(nvidia-persistenced, the device plugin, dcgm-exporter, GPU jobs) and delete the "
         "driver pod, or drain and reboot the node; with a host driver meant to stay, set "
@@ -147,13 +138,13 @@ REPAIRS: dict[str, Repair] = {
     "nvidia-smi.inforom-corrupted": _inforom,
     "container.unknown-runtime": _unknown_runtime,
     "container.cuda-requirement": _requirement,
-    "container.mount-proc-driver": _fixed(
+    "container.mount-proc-driver": fixed(
         "reboot it so that the installed driver's kernel module is the one loaded; cat "
         "/proc/driver/nvidia/version must then match nvidia-smi's driver version"),
-    "container.ctk-failed": _fixed(
+    "container.ctk-failed": fixed(
         "fix what nvidia-ctk's error names (nvidia-smi must work on the host first), then run "
         "the same nvidia-ctk command again"),
-    "container.ctk-runtime-not-loaded": _fixed(
+    "container.ctk-runtime-not-loaded": fixed(
         "nvidia-ctk runtime configure --runtime=docker, then systemctl restart docker; docker "
         "info must then list nvidia among its Runtimes"),
 }

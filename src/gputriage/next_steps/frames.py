@@ -8,7 +8,7 @@ from collections.abc import Callable
 from gputriage.model import Action, Finding
 from gputriage.next_steps.host import Host, bus_ids, gpu_scopes, what
 
-__all__ = ["FRAMES", "Frame"]
+__all__ = ["FRAMES", "Frame", "confirm_first"]
 
 
 def _drain_cmd(f: Finding, host: Host) -> str:
@@ -31,13 +31,13 @@ def _ack_cmd(f: Finding, reason: str) -> str:
 def _drain(f: Finding, host: Host, fix: str | None) -> str:
     fix = fix or (f"repair {what(f, host)}: capture nvidia-bug-report.sh and open a "
                   "hardware case with the system vendor")
-    return (f"Drain {host.name} ({_drain_cmd(f, host)}), then {fix}; then "
+    return (f"Drain {host.called} ({_drain_cmd(f, host)}), then {fix}; then "
             f"{_ack_cmd(f, 'repaired: TICKET')} and resume it ({_resume_cmd(host)}).")
 
 
 def _reboot(f: Finding, host: Host, fix: str | None) -> str:
     fix = fix or (f"reboot it to recover {what(f, host)}" if gpu_scopes(f) else "reboot it")
-    return (f"Drain {host.name} ({_drain_cmd(f, host)}), then {fix}; once gputriage "
+    return (f"Drain {host.called} ({_drain_cmd(f, host)}), then {fix}; once gputriage "
             f"check says OK after the reboot, resume it ({_resume_cmd(host)}).")
 
 
@@ -53,16 +53,29 @@ def _reset(f: Finding, host: Host, fix: str | None) -> str:
     else:
         reset = "once no process uses the GPUs, reset them: nvidia-smi -r"
     after = f"; {fix}" if fix else ""
-    return (f"With {host.name} drained ({_drain_cmd(f, host)}), {reset} (reboot if the reset "
+    return (f"With {host.called} drained ({_drain_cmd(f, host)}), {reset} (reboot if the reset "
             f"fails){after}; then {_ack_cmd(f, 'GPU reset')} and resume it "
             f"({_resume_cmd(host)}).")
 
 
 def _plan(f: Finding, host: Host, fix: str | None) -> str:
     fix = fix or f"repair {what(f, host)}"
-    return (f"Keep {host.name} in service and, at the next maintenance window, {fix}; "
+    return (f"Keep {host.called} in service and, at the next maintenance window, {fix}; "
             f"until then {_ack_cmd(f, 'repair planned: TICKET')} --until 14d records the "
             "plan.")
+
+
+_VERBS = {Action.DRAIN_AND_REPAIR: "repair it", Action.REBOOT_NODE: "reboot it",
+          Action.RESET_GPU: "reset the GPU"}
+
+
+def confirm_first(f: Finding, host: Host, fix: str | None) -> str:
+    """A draining action whose fault is not known (an unknown blame never drains by
+    itself): tell whose it is first, then drain only if it is the node's."""
+    fix = fix or "read the node's kernel log for Xids (journalctl -k | grep -i xid)"
+    return (f"Tell first whether {host.called} is at fault: {fix}; only if it is, drain it "
+            f"({_drain_cmd(f, host)}) and {_VERBS.get(f.action, 'repair it')}, then "
+            f"{_ack_cmd(f, 'repaired: TICKET')} and resume it ({_resume_cmd(host)}).")
 
 
 def _plain(default: Callable[[Finding, Host], str]) -> Callable[[Finding, Host, str | None],
@@ -76,23 +89,22 @@ def _plain(default: Callable[[Finding, Host], str]) -> Callable[[Finding, Host, 
 
 def _fix_config(f: Finding, host: Host) -> str:
     if f.blame.side == "job":
-        return (f"fix the job's settings ({f.title}) and resubmit it; {host.name} "
+        return (f"fix the job's settings ({f.title}) and resubmit it; {host.called} "
                 "needs nothing")
-    return (f"fix the configuration of {what(f, host)} on {host.name} ({f.title}), then run "
+    return (f"fix the configuration of {what(f, host)} on {host.called} ({f.title}), then run "
             "gputriage check again")
 
 
 def _fix_software(f: Finding, host: Host) -> str:
     on = f" for {what(f, host)}" if f.scope.kind != "node" else ""
-    return (f"update or reinstall the software at fault{on} on {host.name} ({f.title}), then "
+    return (f"update or reinstall the software at fault{on} on {host.called} ({f.title}), then "
             "run gputriage check again")
 
 
 def _restart_job(f: Finding, host: Host) -> str:
     on = f" on {what(f, host)}" if gpu_scopes(f) else ""
-    return (f"restart the job; the fault{on} is the application's: debug it (compute-sanitizer,"
-            " the job's own log) if it repeats, and suspect the GPU only if other jobs "
-            "fault on it too")
+    return (f"restart the job and read its own error{on}; if it fails the same way again, "
+            f"run gputriage on {host.called}'s kernel log before blaming the job or the node")
 
 
 Frame = Callable[[Finding, Host, str | None], str]  # (finding, host, repair) -> step

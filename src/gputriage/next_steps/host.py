@@ -3,12 +3,16 @@ finding is about, with their numbers, bus ids and serials."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gputriage.model import DriverVersions, Finding, Scope
 
-__all__ = ["Host", "bus_ids", "dash_i", "gpu_scopes", "serials", "what"]
+__all__ = ["UNNAMED", "Host", "Repair", "bus_ids", "dash_i", "fixed", "gpu_scopes", "gpus",
+           "serials", "what"]
+
+UNNAMED = "<node>"  # the host's name in a command when no input names it
 
 
 @dataclass
@@ -16,7 +20,7 @@ class Host:
     """The host as the steps name it, read from the facts once (parts None when
     unknown); ``fact`` reads any other fact and never raises."""
 
-    name: str = "<node>"
+    name: str = "<node>"  # UNNAMED: no input names the host
     os: str | None = None
     kernel: str | None = None
     driver: DriverVersions = field(default_factory=DriverVersions)
@@ -28,8 +32,8 @@ class Host:
     def of(cls, facts: Any) -> Host:
         host = cls(facts=facts)
         ident = host.fact("host_identity")
-        host.name = (getattr(ident, "hostname", None) or host.fact("host_name")
-                     or host.fact("log_host") or "<node>")
+        host.name = (getattr(ident, "hostname", None) or host.fact("named_host")
+                     or UNNAMED)
         host.os = getattr(ident, "os", None)
         host.kernel = getattr(ident, "kernel", None)
         host.driver = host.fact("driver_versions") or getattr(ident, "driver", None) \
@@ -48,9 +52,31 @@ class Host:
             return None
 
     @property
+    def named(self) -> bool:
+        """Whether an input names the host."""
+        return self.name != UNNAMED
+
+    @property
+    def called(self) -> str:
+        """The host in a sentence: its name, else the node the outputs came from (the
+        placeholder ``<node>`` stays in commands, where the on-call types the name)."""
+        return self.name if self.named else "the node these outputs came from"
+
+    @property
     def version(self) -> str | None:
         """The driver's version: the loaded module's, else the userspace's."""
         return self.driver.kernel_module or self.driver.userspace
+
+
+Repair = Callable[[Finding, Host], "str | None"]
+"""What fixes a finding, filled from it and its host (None: nothing it can add)."""
+
+
+def fixed(text: str) -> Repair:
+    """A repair whose words need nothing from the finding."""
+    def repair(f: Finding, host: Host) -> str:
+        return text
+    return repair
 
 
 def _gpu_numbers(host: Host) -> tuple[dict[str, int], dict[str, str]]:
@@ -97,8 +123,13 @@ def what(f: Finding, host: Host) -> str:
         dev, port = scope.name.split("/", 1)
         return f"{dev} port {port}"
     if scope.kind == "node":
-        return host.name
+        return host.called
     return scope.label()
+
+
+def gpus(f: Finding, host: Host) -> str:
+    """The GPUs a finding is about for a sentence, ``the GPUs`` when it names none."""
+    return what(f, host) if gpu_scopes(f) else "the GPUs"
 
 
 def bus_ids(f: Finding) -> list[str]:

@@ -5,10 +5,13 @@ from (the module, its version and kernel, the driver that holds a GPU)."""
 
 from __future__ import annotations
 
-from gputriage.model import Finding
-from gputriage.next_steps.host import Host, what
+import re
 
-__all__ = ["REPAIRS"]
+from gputriage.model import Action, Finding
+from gputriage.next_steps.hardware import fabric_errors
+from gputriage.next_steps.host import Host, Repair, dash_i, gpus, what
+
+__all__ = ["REPAIRS", "fabric_manager", "module_loaded", "not_loaded", "version_mismatch"]
 
 
 def _module_build(f: Finding, host: Host) -> str:
@@ -125,11 +128,139 @@ def _ib_unstable(f: Finding, host: Host) -> str:
             "switch port checked; it must then stay ACTIVE/LINK_UP")
 
 
-REPAIRS = {
+# "driver version mismatch: kernel module 510.73.05, userspace 515.48.07" (the rule's title)
+_VERSION = r"[0-9]{2,3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?"
+_MISMATCH = re.compile(rf"kernel module (?P<module>{_VERSION}), userspace (?P<user>{_VERSION})")
+
+
+def fabric_manager(f: Finding, host: Host) -> str | None:
+    if f.id == "fabric.manager-not-needed":
+        return ("disable the unit, it has no NVSwitch to manage here: systemctl disable --now "
+                "nvidia-fabricmanager (or mask it)")
+    start = ("systemctl enable --now nvidia-fabricmanager; the GPUs' fabric state reads "
+             "Completed about a minute later (nvidia-smi -q | grep -A2 Fabric)")
+    version = host.version
+    if f.action is not Action.FIX_SOFTWARE or not version:
+        return (f"start the fabric manager: {start}; journalctl -u nvidia-fabricmanager -b "
+                "says why it fails (its version must be the driver's)")
+    has = _fm_version(host, version)
+    return (f"install nvidia-fabricmanager {version} to match the driver"
+            + (f", in place of {has}" if has else "")
+            + f" ({_fm_package(host, version)} or your distribution's package), then {start}")
+
+
+def _fm_version(host: Host, driver: str) -> str | None:
+    """The fabric manager's own version from its version-mismatch records."""
+    log = host.fact("fm_log")
+    for entry in log.having("version-mismatch") if log is not None else ():
+        for v in re.findall(r"\b[0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?\b", entry.message):
+            if v != driver:
+                return str(v)
+    return None
+
+
+def _fm_package(host: Host, version: str) -> str:
+    os_name = (host.os or "").lower()
+    if any(n in os_name for n in ("red hat", "rhel", "rocky", "alma", "centos", "fedora",
+                                  "oracle")):
+        return f"dnf install nvidia-fabric-manager-{version}-1"
+    branch = version.split(".")[0]
+    return f"apt-get install nvidia-fabricmanager-{branch}={version}-1"
+
+
+def _fabric_state(f: Finding, host: Host) -> str:
+    check = f"nvidia-smi -q{dash_i(f)} | grep -A4 Fabric"
+    if f.action is Action.RESET_GPU:
+        return f"{check} should then read State: Completed, Status: Success"
+    if f.action is Action.DRAIN_AND_REPAIR:
+        return ("have the NVLink fabric repaired: on an NVSwitch baseboard read journalctl -u "
+                "nvidia-fabricmanager -b, restart the service and reset the GPUs; on a "
+                "rack-scale NVLink system have the switch trays' fabric manager place this "
+                f"tray in a partition; {check} should then read Status: Success (and, with "
+                "multi-node NVLink, a non-zero CliqueId and ClusterUUID)")
+    return (f"start the fabric manager (systemctl enable --now nvidia-fabricmanager; "
+            f"journalctl -u nvidia-fabricmanager -b says why it fails), and {check} reads "
+            "State: Completed about a minute later")
+
+
+def version_mismatch(f: Finding, host: Host) -> str | None:
+    module, user = host.driver.kernel_module, host.driver.userspace
+    if not (module and user and module != user):
+        m = _MISMATCH.search(f.title)
+        module, user = (m.group("module"), m.group("user")) if m else (None, None)
+    if not (module and user and module != user):
+        return ("reboot it so that the loaded kernel module is the installed userspace driver's "
+                "release (or, with no GPU client left, reload the nvidia modules); cat "
+                "/proc/driver/nvidia/version and nvidia-smi must then print one version")
+    return (f"reboot it to load the {user} kernel module the installed userspace expects (or "
+            f"reinstall the {module} userspace to match the running module)")
+
+
+def not_loaded(f: Finding, host: Host) -> str:
+    kernel = f" {host.kernel}" if host.kernel else ""
+    version = f" {host.version}" if host.version else ""
+    # with the host unknown (a pasted message alone), a driver installed by a container
+    # is one of the ways it goes missing after a reboot
+    container = ("; a driver that a container installs (GKE's nvidia-driver-installer, the GPU "
+                 "operator's driver) is gone after each reboot unless it runs as a DaemonSet"
+                 if host.kernel is None else "")
+    return (f"load the driver: modprobe nvidia (dmesg | grep -i nvrm says why it fails); if "
+            f"no module is built for kernel{kernel}, reinstall the{version} driver for it "
+            f"(dkms status lists what is built){container}")
+
+
+def module_loaded(name: str) -> Repair:
+    dash = name.replace("_", "-")
+
+    def repair(f: Finding, host: Host) -> str:
+        extra = " (or nvidia-modprobe -u -c=0, which also creates /dev/nvidia-uvm)" \
+            if name == "nvidia_uvm" else ""
+        return (f"load {name}: modprobe {dash}{extra}, and at every boot: echo {dash} > "
+                f"/etc/modules-load.d/{dash}.conf")
+    return repair
+
+
+def _peermem_build(f: Finding, host: Host) -> str:
+    kernel = f" {host.kernel}" if host.kernel else ""
+    return (f"rebuild nvidia-peermem for the{kernel} kernel against the installed MLNX_OFED / "
+            "DOCA-OFED (reinstall the driver after OFED), then modprobe nvidia-peermem")
+
+
+def _gsp_firmware(f: Finding, host: Host) -> str:
+    version = f"the {host.version} driver" if host.version else "the loaded module's driver"
+    path = f"/lib/firmware/nvidia/{host.version or 'VERSION'}/"
+    return (f"reinstall {version} completely on {host.called}: its kernel module and its "
+            f"firmware package together (ls {path} must list gsp_*.bin), then reboot; "
+            f"nvidia-smi should then list {gpus(f, host)}")
+
+
+def _module_load(f: Finding, host: Host) -> str:
+    kernel = f" {host.kernel}" if host.kernel else ""
+    return ("read why modprobe failed (dmesg | grep -i -e nvidia -e 'module verification'; "
+            "mokutil --sb-state for Secure Boot), then rebuild the module for the running "
+            f"kernel{kernel} (dkms autoinstall, or reinstall the driver) or sign it for Secure "
+            "Boot; lsmod | grep nvidia should then list it")
+
+
+def _fm_logged(f: Finding, host: Host) -> str | None:
+    """The fabric manager's logged errors: a version mismatch is its package's to fix, a
+    fatal fabric error the baseboard's."""
+    return fabric_manager(f, host) if f.action is Action.FIX_SOFTWARE else fabric_errors(f, host)
+
+
+REPAIRS: dict[str, Repair] = {
     "driver.module-build-failed": _module_build, "driver.install-failed": _install_failed,
     "driver.no-adapter-probed": _no_adapter,
     "fabric.manager-prerequisite": _umad, "fabric.multicast-state": _multicast,
     "imex.no-local-address": _imex,
     "gdrcopy.open-failed": _gdr_open, "gdrcopy.pin-failed": _gdr_pin,
     "ib.no-devices": _ib_no_devices, "ib.port-unstable": _ib_unstable,
+    "driver.version-mismatch": version_mismatch, "driver.not-loaded": not_loaded,
+    "nvidia-smi.cannot-communicate": not_loaded,
+    "driver.gsp-firmware-missing": _gsp_firmware, "driver.module-load-failed": _module_load,
+    "fabric.manager-inactive": fabric_manager, "fabric.manager-not-needed": fabric_manager,
+    "dcgm.cuda-not-ready": fabric_manager, "fabric.state-not-completed": _fabric_state,
+    "fabric.manager-errors": _fm_logged,
+    "module.nvidia-uvm-missing": module_loaded("nvidia_uvm"),
+    "module.peermem-missing": module_loaded("nvidia_peermem"),
 }

@@ -1,0 +1,133 @@
+"""The repairs of the GPU stack in a Kubernetes cluster: the device plugin, the GPU
+operator, nodes and scheduling, and the workloads' and pool's policy (rules/k8s_*.py).
+Each is written once, by finding id; a step names the node the finding is about where
+the input names it. :data:`REPAIRS` joins :data:`gputriage.next_steps.repairs.BY_ID`."""
+
+from __future__ import annotations
+
+import re
+
+from gputriage.model import Finding
+from gputriage.next_steps.host import Host, Repair
+
+__all__ = ["REPAIRS"]
+
+_K8S_STACK = {  # the GPU stack in the cluster (rules/k8s_stack.py, rules/k8s_operator.py)
+    "k8s.plugin-nvml-missing": "give the plugin's pod the NVIDIA runtime as the finding says "
+    "for the node's engine, then kubectl delete pod -n <namespace> <device plugin pod>; "
+    "kubectl describe node must then list nvidia.com/gpu under Allocatable",
+    "k8s.plugin-no-nvml-platform": "deploy a device plugin release that detects Tegra on "
+    "the Jetson nodes (and keep the NVML-only DaemonSet off them with a nodeSelector)",
+    "k8s.plugin-incompatible-strategy": "make nvidia the default runtime of the node's "
+    "containerd (nvidia-ctk runtime configure --runtime=containerd --set-as-default) or set "
+    "runtimeClassName: nvidia on the plugin's DaemonSet, then delete the plugin's pod",
+    "k8s.plugin-stale-nvml": "delete the device plugin, GFD and dcgm-exporter pods of the "
+    "node (kubectl delete pod -n <namespace> --field-selector spec.nodeName=<node>); "
+    "nvidia.com/gpu allocatable must then come back to the GPU count",
+    "k8s.plugin-unregistered": "delete the device plugin's pod on the node so that it "
+    "registers with the kubelet again; kubectl describe node must then list nvidia.com/gpu "
+    "under Allocatable",
+    "k8s.plugin-devices-unhealthy": "after the GPU is checked on the node (gputriage check), "
+    "delete the plugin's pod on that node so that it offers the GPU again",
+    "k8s.operator-upgrade": "read the driver pod's log on the node (kubectl logs -n "
+    "<namespace> <driver pod> -c nvidia-driver-ctr), fix what it names, then set the node's "
+    "label back: kubectl label node <node> nvidia.com/gpu-driver-upgrade-state=upgrade-required "
+    "--overwrite",
+    "k8s.operator-operand-failing": "fix the driver or validation finding first; the "
+    "operands start on their own once /run/nvidia/validations holds driver-ready and "
+    "toolkit-ready",
+}
+
+
+_K8S_NODES = {  # nodes and scheduling (rules/k8s_nodes.py, rules/k8s_pending.py)
+    "k8s.gpus-not-advertised": "find the device plugin's pod on the node (kubectl get pods "
+    "-A -o wide | grep device-plugin), make it run there (tolerations, node selector, the "
+    "NVIDIA runtime) and read its log; "
+    "kubectl describe node must then list nvidia.com/gpu under Allocatable",
+    "k8s.gpus-short": "find the unhealthy GPU in the plugin's log (XidCriticalError), run "
+    "gputriage check on the node, then delete the plugin's pod there so that it re-counts",
+    "k8s.driver-drift": "finish the driver upgrade on the odd nodes (drain, upgrade, reboot) "
+    "so that nvidia.com/cuda.driver-version.full is one value across the pool",
+    "k8s.node-condition": "act on the Xid as the finding says; the condition stays True "
+    "until the plugin's pod (or the node's GPU agent) is restarted",
+    "k8s.pending-insufficient-gpu": "compare Allocatable with Allocated resources in "
+    "kubectl describe node <gpu node>: GPUs in use, or not offered",
+    "k8s.pending-fragmented": "ask for GPUs per pod that one node can hold, or free a "
+    "whole node (bin-packing, a descheduler)",
+    "k8s.pending-untolerated-taint": "add the toleration {key, operator: Exists, effect: "
+    "NoSchedule} for the GPU pool's taint to the pod template",
+    "k8s.pending-selector-mismatch": "select on a label the GPU nodes carry (kubectl get "
+    "nodes -L nvidia.com/gpu.product)",
+    "k8s.pending-affinity": "pin the pod it must follow to the GPU nodes, or relax the "
+    "pod affinity",
+    "k8s.pending-unschedulable-node": "uncordon the node (kubectl uncordon <node>) once the "
+    "reason it was cordoned is gone",
+    "k8s.pending-quota": "free the GPUs finished jobs hold (kubectl describe resourcequota "
+    "-n <namespace>), or raise requests.nvidia.com/gpu",
+    "k8s.pending-queue": "add the resource to the ClusterQueue's coveredResources with a "
+    "nominalQuota in each flavor (kubectl edit clusterqueue <name>)",
+    "k8s.gang-unschedulable": "free GPUs for the whole gang, or lower minAvailable and the "
+    "replicas to what the pool holds",
+}
+
+
+_K8S_LINT = {  # workloads and the pool's policy (rules/k8s_lint.py, k8s_pool.py, k8s_herd.py)
+    "k8s.lint-gpu-requests": "set nvidia.com/gpu (or the MIG / shared name) in "
+    "resources.limits only, as a whole number; kubectl apply --dry-run=server -f <file> "
+    "must then pass",
+    "k8s.lint-gpu-toleration": "add tolerations: [{key: nvidia.com/gpu, operator: Exists, "
+    "effect: NoSchedule}] (or the pool's own taint) to the pod template",
+    "k8s.lint-shm": "mount an emptyDir {medium: Memory, sizeLimit: 16Gi} at /dev/shm; df -h "
+    "/dev/shm in the pod must then show it",
+    "k8s.lint-no-gang": "label the job kueue.x-k8s.io/queue-name: <LocalQueue>, or run it "
+    "with Volcano / coscheduling and a PodGroup whose minMember is every pod",
+    "k8s.lint-no-pdb": "add a budget: kubectl create poddisruptionbudget <name> -n "
+    "<namespace> --selector=<the pods' labels> --max-unavailable=1",
+    "k8s.lint-probe-vs-load": "give the container a startupProbe whose failureThreshold x "
+    "periodSeconds outlasts the load time the finding states",
+    "k8s.lint-hpa-cpu": "scale on DCGM_FI_DEV_GPU_UTIL or the server's queue length (Pods "
+    "or External metrics through the Prometheus adapter) instead of cpu",
+    "k8s.lint-pool-no-quota": "cap the namespace: kubectl create quota gpu -n <namespace> "
+    "--hard=requests.nvidia.com/gpu=<share>, or admit the namespace through a Kueue "
+    "ClusterQueue with a GPU quota",
+    "k8s.lint-pool-no-priority": "give production's GPU pods a PriorityClass above "
+    "research's, and research's class preemptionPolicy: Never",
+    "k8s.lint-preempts-production": "lower the research PriorityClass below production's "
+    "and set its preemptionPolicy: Never (kubectl edit priorityclass <name> cannot change "
+    "value: recreate it)",
+    "k8s.lint-weights-herd": "cache the weights once per node (a pre-pull DaemonSet into a "
+    "hostPath or local PV, or a ReadOnlyMany PVC) and mount it in place of the download",
+    "k8s.lint-pull-always": "pin the image by version or digest with imagePullPolicy: "
+    "IfNotPresent and pre-pull it on the GPU nodes",
+    "k8s.sharing-time-sliced": "keep training and latency-bound pods off the shared GPUs "
+    "(a nodeSelector on nvidia.com/gpu.sharing-strategy=none, or MIG)",
+    "k8s.sharing-multi-replica": "ask for 1 of the shared resource, or for GPUs of a pool "
+    "or config key that does not share them",
+    "k8s.sharing-renamed": "ask for the name the finding gives in resources.limits (kubectl "
+    "describe node shows it under Allocatable)",
+    "k8s.mig-strategy-config": "give the device plugin and GFD one MIG strategy (the "
+    "operator's ClusterPolicy mig.strategy), then restart both DaemonSets",
+}
+
+
+_THE_NODE = re.compile(r"\bthe node\b|<node>")
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+
+
+def _node(f: Finding, host: Host) -> str | None:
+    """The node a finding is about: its Kubernetes node, else the host the input names."""
+    name = f.scope.name if f.scope.kind == "k8s-node" else None
+    if name and _NODE_NAME.fullmatch(name):
+        return name
+    return host.name if host.named else None
+
+
+def _filled(text: str) -> Repair:
+    def repair(f: Finding, host: Host) -> str:
+        node = _node(f, host)
+        return _THE_NODE.sub(node, text) if node else text
+    return repair
+
+
+REPAIRS: dict[str, Repair] = {fid: _filled(text) for table in (_K8S_STACK, _K8S_NODES, _K8S_LINT)
+                              for fid, text in table.items()}

@@ -1,0 +1,142 @@
+"""The repairs of what DCGM reports and of the monitoring stack itself: its diagnostic
+and health watches (each watched system's own repair), its host engine and dcgm-exporter
+(rules/dcgm_*.py). :data:`REPAIRS` joins :data:`gputriage.next_steps.repairs.BY_ID`."""
+
+from __future__ import annotations
+
+from gputriage.model import Action, Blame, Finding
+from gputriage.next_steps.hardware import (
+    cooling,
+    hardware_case,
+    nvlink,
+    pcie,
+    remap_check,
+    thermal,
+)
+from gputriage.next_steps.host import Host, Repair, dash_i, fixed, serials, what
+
+__all__ = ["REPAIRS"]
+
+
+_FIXED = {  # DCGM's own problems and the monitoring stack's (rules/dcgm_*.py)
+    "dcgm.install-problem": "install one released DCGM whose dcgmi, nv-hostengine and "
+    "plugins are of one version, with the CUDA support package for the driver's CUDA "
+    "(datacenter-gpu-manager-4-cudaNN), restart nvidia-dcgm, and dcgmi diag -r 1 must run "
+    "every test it lists",
+    "dcgm.deployment-cascade": "fix the first check that failed (for persistence mode: "
+    "systemctl enable --now nvidia-persistenced, or nvidia-smi -pm 1), then dcgmi diag -r 1 "
+    "must pass every deployment check before the node goes back into service",
+    "dcgm.diag-mig-blocked": "test these GPUs while MIG can be off: when they are idle, "
+    "nvidia-smi -mig 0 (the GPU is reset), dcgmi diag -r 3, then re-create the MIG layout; "
+    "a health check should skip dcgmi diag on MIG nodes",
+    "dcgm.exporter-nvml-missing": "give the exporter's pod the NVIDIA runtime "
+    "(runtimeClassName: nvidia in its DaemonSet or Helm values, or nvidia as the node's "
+    "default runtime), then its log must show 'NVML provider successfully initialized' or "
+    "'Starting webserver' and curl NODE:9400/metrics must list DCGM_FI_DEV_* samples",
+    "dcgm.exporter-profiling-unsupported": "upgrade dcgm-exporter, or remove the "
+    "DCGM_FI_PROF_* lines from its counters CSV (its ConfigMap), and restart its pod",
+    "dcgm.profiling-busy": "list who holds the performance monitor (another nv-hostengine "
+    "or dcgm-exporter: ps -ef | grep -e nv-hostengine -e dcgm-exporter; a profiler: ncu, "
+    "nsys, nvprof), keep one host engine (dcgm-exporter -r localhost:5555), then dcgmi dmon "
+    "-e 1002,1003 must print values",
+    "dcgm.nvswitch-libs-missing": "install libnvidia-nscq of the driver's version where "
+    "the host engine runs, restart nvidia-dcgm, and dcgmi discovery -l must list the "
+    "NVSwitches",
+    "dcgm.exporter-hostengine-unreachable": "run the host engine the exporter is pointed "
+    "at (systemctl enable --now nvidia-dcgm, or the GPU operator's DCGM pod) at the address "
+    "DCGM_REMOTE_HOSTENGINE_INFO names, or remove that variable so that the exporter starts "
+    "its own; curl NODE:9400/metrics must then list DCGM_FI_DEV_* samples",
+    "dcgm.exporter-metrics-file-invalid": "mount a well-formed counters CSV (the raw file "
+    "of the exporter's release, one 'DCGM_FI_..., gauge|counter, help' per line) with -f "
+    "or its ConfigMap, then restart the exporter's pod; its log must then reach 'Starting "
+    "webserver'",
+    "dcgm.exporter-stale": "restart dcgm-exporter (delete its pod, or systemctl restart it) "
+    "after every nv-hostengine restart, or upgrade it to a release that reconnects; its "
+    "DCGM_FI_DEV_* values must then change from scrape to scrape",
+    "dcgm.exporter-unsupported-gpu": "monitor these GPUs with an nvidia-smi based exporter "
+    "and keep dcgm-exporter off their nodes (a nodeSelector on the GPU product label); the "
+    "GPUs need nothing",
+    "dcgm.hostengine-nvml-failed": "give nv-hostengine the GPUs: in a container the NVIDIA "
+    "runtime (runtimeClassName: nvidia, or --gpus all), on the host a working nvidia-smi "
+    "first; then restart it, and dcgmi discovery -l must list every GPU",
+}
+
+
+def _dcgm_rerun(f: Finding, host: Host) -> str:
+    """DCGM's diagnostic: the repair is in the finding; the check is a clean rerun."""
+    gpu = f" -i {f.scope.gpu_index}" if f.scope.gpu_index is not None else ""
+    if f.id == "dcgm.test-failed":
+        return (f"run the diagnostic on it again (dcgmi diag -r 3{gpu}) and repair or RMA "
+                f"{what(f, host)}{serials(f, host)} if it fails again")
+    where = ("on the whole node (sbatch --exclusive, or outside Slurm)"
+             if f.blame is Blame.JOB_CONFIG else "on the node")
+    return f"rerun dcgmi diag -r 3{gpu} {where}: every test must pass"
+
+
+def _dcgm_service(f: Finding, host: Host) -> str:
+    return ("start or restart DCGM's host engine (systemctl restart nvidia-dcgm; in Kubernetes "
+            "the GPU operator's nvidia-dcgm pod), upgrading DCGM first if it is older than the "
+            "GPUs; dcgmi discovery -l should then list every GPU")
+
+
+def _health_memory(f: Finding, host: Host) -> str:
+    return (f"reset {what(f, host)} (nvidia-smi -r{dash_i(f)}) so that pending remaps take "
+            f"effect; {remap_check(f, host)}; if a remap failed or errors come back, send it "
+            f"for RMA{serials(f, host)}")
+
+
+def _health_sm(f: Finding, host: Host) -> str:
+    return (f"run dcgmi diag -r 3 on {what(f, host)} when it is idle; if it fails, "
+            f"{hardware_case(f, host)}")
+
+
+def _health_inforom(f: Finding, host: Host) -> str:
+    return (f"replace {what(f, host)}{serials(f, host)}: capture nvidia-bug-report.sh and "
+            "open an RMA (its infoROM, the store of its error records, is corrupted; a reboot "
+            "does not repair it)")
+
+
+def _health_power(f: Finding, host: Host) -> str:
+    return (f"check the power of {what(f, host)}: its power cables and the node's PSUs "
+            "(ipmitool sdr type 'Power Supply'; ipmitool sel list) and its power limit "
+            f"(nvidia-smi -q -d POWER{dash_i(f)})")
+
+
+def _health_driver(f: Finding, host: Host) -> str:
+    return ("read the driver's error in the kernel log (journalctl -k | grep -i -e xid -e "
+            "nvrm) and act on the Xid it names; gputriage check on the node gives its step")
+
+
+def _health_nvswitch(f: Finding, host: Host) -> str:
+    return ("read the NVSwitch errors in the kernel log (journalctl -k | grep -i sxid) and the "
+            "fabric manager's log, and act on the SXids they name (gputriage check gives "
+            "their steps)")
+
+
+def _health_unknown(f: Finding, host: Host) -> str:
+    if f.action is Action.FIX_SOFTWARE:  # DCGM's own check failed
+        return ("read nv-hostengine's log (/var/log/nv-hostengine.log), restart it (systemctl "
+                "restart nvidia-dcgm) and run dcgmi health -c again: it must answer for every "
+                "system")
+    return ("run dcgmi health -c -j and read what DCGM says of that system, and compare with "
+            f"nvidia-smi -q{dash_i(f)}")
+
+
+def _clocks(f: Finding, host: Host) -> str:
+    return thermal(f, host) if f.action is Action.DRAIN_AND_REPAIR else cooling(f, host)
+
+
+REPAIRS: dict[str, Repair] = {
+    **{fid: fixed(text) for fid, text in _FIXED.items()},
+    "dcgm.power-marginal": _dcgm_rerun, "dcgm.test-failed": _dcgm_rerun,
+    "dcgm.internal-error": _dcgm_rerun, "dcgm.deployment-failed": _dcgm_rerun,
+    "dcgm.hostengine-unreachable": _dcgm_service, "dcgm.gpus-unseen": _dcgm_service,
+    "dcgm.too-old": _dcgm_service,
+    "dcgm.health-pcie": pcie, "dcgm.health-nvlink": nvlink,
+    "dcgm.health-memory": _health_memory, "dcgm.health-sm": _health_sm,
+    "dcgm.health-inforom": _health_inforom, "dcgm.health-thermal": thermal,
+    "dcgm.health-power": _health_power, "dcgm.health-driver": _health_driver,
+    "dcgm.health-nvswitch": _health_nvswitch, "dcgm.health-unknown": _health_unknown,
+    "dcgm.clock-events": _clocks,
+    **dict.fromkeys(("dcgm.nvlink-counters", "dcgm.nvlink-errors"), nvlink),
+}
