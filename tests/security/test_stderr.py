@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -84,8 +85,10 @@ def test_a_stderr_that_fails_changes_neither_stdout_nor_the_exit_status(
             os.symlink(snapshots / name, where / name)
         out = io.StringIO()
         code = main(_argv(where, case), Environment(stdout=out, stderr=err, host=_host(where)))
-        outcomes.append((code, out.getvalue().replace(str(where), "WHERE"),
-                         sorted(p.name for p in (where / "out").iterdir())))
+        said = out.getvalue().replace(str(where), "WHERE")
+        if case == "check-json":  # the two runs may straddle a second: not stderr's doing
+            said = re.sub(r'"generated": "[^"]*"', '"generated": "T"', said)
+        outcomes.append((code, said, sorted(p.name for p in (where / "out").iterdir())))
         if n == 0:
             assert err.getvalue(), f"{case} writes nothing on stderr: not a test of it"
     assert outcomes[1] == outcomes[0]
