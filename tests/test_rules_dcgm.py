@@ -313,6 +313,7 @@ def test_collect_without_dcgm_says_nothing_of_it(tmp_path) -> None:
     assert not [f for f in analyze(snap).findings if f.id.startswith("dcgm.")]
 
 
+@pytest.mark.slow  # waits out dcgmi's timeout
 def test_a_hung_dcgmi_is_the_host_engine_not_the_driver(tmp_path) -> None:
     argv = ("dcgmi", "discovery", "-l")
     host = _host(tmp_path, commands={argv: (0, "")}, hang={argv: 30.0})
