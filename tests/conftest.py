@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parent.parent
+# The suite keeps its compiled modules even where PYTHONDONTWRITEBYTECODE is set (some CI
+# images and sandboxes set it): without them each xdist worker compiles the package and
+# rewrites the asserts of every test module again, about 7 s of each run on 2 cores. The
+# CLI tests' child processes read what this process wrote.
+sys.dont_write_bytecode = False
 # the ``serve_hostile`` fixture (tests/hostile.py): an HTTP server answering garbage,
 # too much, or slowly
 pytest_plugins = ["hostile"]
