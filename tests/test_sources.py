@@ -4,12 +4,12 @@ detector recognises and the parser reads."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 from pathlib import Path
 
 import pytest
+from declared import source_samples
 
 from gputriage import sources
 from gputriage.ingest.bugreport import split_bug_report
@@ -26,8 +26,8 @@ KINDS = {"file", "command", "tree", "devnodes", "nvml", "input"}
 # Real samples of each parsed source: "corpus:<part of a corpus file name>",
 # "fixture:<path under tests/fixtures>", or "bugreport" (its section of the bug-report
 # fixture). A source with a detector is recognised in each one. A test module of a newer
-# source declares its own in a SOURCE_SAMPLES dict of the same shape (see _samples).
-_OWN_SAMPLES: dict[str, tuple[str, ...]] = {
+# source declares its own in a SOURCE_SAMPLES dict of the same shape (tests/declared.py).
+SOURCE_SAMPLES: dict[str, tuple[str, ...]] = {
     "nvidia_smi_q_xml": ("corpus:netdata-tesla-p100-pcie-510.47.03-aggregate-sbe.xml",
                          "corpus:telegraf-a10g-aws-515.105.01-pcie-x8.xml",
                          "fixture:nvsmi/xml-565-event-reasons-fabric.xml"),
@@ -90,17 +90,7 @@ NO_SAMPLE_YET = {
 }
 
 
-def _samples() -> dict[str, tuple[str, ...]]:
-    """_OWN_SAMPLES and the SOURCE_SAMPLES of every tests/test_*.py that declares some."""
-    found = dict(_OWN_SAMPLES)
-    for path in sorted(TESTS.glob("test_*.py")):
-        if path.stem != "test_sources" and "SOURCE_SAMPLES" in path.read_text():
-            for name, refs in importlib.import_module(path.stem).SOURCE_SAMPLES.items():
-                found[name] = found.get(name, ()) + tuple(refs)
-    return found
-
-
-SAMPLES = _samples()
+SAMPLES = source_samples()  # these and the SOURCE_SAMPLES of every other test module
 
 
 def _cases() -> list[tuple[str, str]]:
