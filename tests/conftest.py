@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import csv
-import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from suite import PROFILE, find_corpus
 
-REPO = Path(__file__).resolve().parent.parent
+# The suite keeps its compiled modules even where PYTHONDONTWRITEBYTECODE is set (some CI
+# images and sandboxes set it): without them each xdist worker compiles the package and
+# rewrites the asserts of every test module again, about 7 s of each run on 2 cores. The
+# CLI tests' child processes read what this process wrote.
+sys.dont_write_bytecode = False
 # the ``serve_hostile`` fixture (tests/hostile.py): an HTTP server answering garbage,
 # too much, or slowly
 pytest_plugins = ["hostile"]
@@ -26,7 +31,6 @@ settings.register_profile("ci", max_examples=CI_EXAMPLES, derandomize=True, dead
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("fuzz", max_examples=FUZZ_EXAMPLES, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
-PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 settings.load_profile(PROFILE)
 
 
@@ -92,16 +96,6 @@ class Corpus:
         if len(hits) != 1:
             raise LookupError(f"{len(hits)} corpus samples match {name_part!r}")
         return hits[0]
-
-
-def find_corpus() -> Path | None:
-    env = os.environ.get("GPUTRIAGE_CORPUS")
-    candidates = [Path(env)] if env else []
-    candidates += [REPO.parent / "shared" / "corpus", REPO / "shared" / "corpus"]
-    for c in candidates:
-        if (c / "MANIFEST.tsv").is_file():
-            return c
-    return None
 
 
 @pytest.fixture(scope="session")

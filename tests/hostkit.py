@@ -1,4 +1,5 @@
-"""Build small in-memory snapshots for rule tests."""
+"""Build small in-memory snapshots for rule tests, and the host sources the rule tests
+share: PCI and NVML documents, a healthy 8-GPU host, hugepage pools, InfiniBand trees."""
 
 from __future__ import annotations
 
@@ -79,3 +80,64 @@ ib_core 446464 8 mlx5_ib,nvidia_peermem, Live 0x0
 VERSION_FILE = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {v}  Release Build  "
                 "(dvs-builder@U16-I3-B03-4-3)  Thu Feb 22 01:25:25 UTC 2024\n"
                 "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n")
+
+
+# -- a healthy 8-GPU host (tests/test_rules.py's base) ------------------------------------
+
+BUSES = [f"0000:{b}:00.0" for b in ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")]
+HEALTHY = {
+    "pci_devices": pci_tree(dict.fromkeys(BUSES, "nvidia"), nics=("0000:19:00.0",)),
+    "nvml": nvml_doc(BUSES),
+    "proc_modules": MODULES_FULL,
+    "proc_driver_nvidia_version": VERSION_FILE.format(v="550.54.15"),
+    "sys_module_nvidia": {"files": {"nvidia/version": "550.54.15\n",
+                                    "nvidia_uvm/version": "550.54.15\n"}, "links": {}},
+    "nvidia_libs": {"files": {"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15": ""},
+                    "links": {"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1":
+                              "libnvidia-ml.so.550.54.15"}},
+    "proc_devices": "Character devices:\n195 nvidia-frontend\n508 nvidia-uvm\n\nBlock devices:\n",
+    "dev_nvidia": [{"path": "/dev/nvidiactl", "kind": "char", "major": 195, "minor": 255},
+                   {"path": "/dev/nvidia-uvm", "kind": "char", "major": 508, "minor": 0}]
+    + [{"path": f"/dev/nvidia{i}", "kind": "char", "major": 195, "minor": i} for i in range(8)],
+}
+
+
+# -- hugepages and InfiniBand sysfs trees -----------------------------------------------
+
+def pools(**sizes: int) -> dict:
+    """A ``hugepages`` tree: pools(kb2048=1024) -> hugepages-2048kB/nr_hugepages 1024."""
+    files = {}
+    for key, nr in sizes.items():
+        kb = key.removeprefix("kb")
+        files[f"hugepages-{kb}kB/nr_hugepages"] = f"{nr}\n"
+        files[f"hugepages-{kb}kB/free_hugepages"] = f"{nr}\n"
+    return {"files": files, "links": {}, "errors": {}}
+
+
+ACTIVE = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)",
+          "link_layer": "InfiniBand", "lid": "0x12", "sm_lid": "0x1"}
+POLLING = {**ACTIVE, "state": "1: DOWN", "phys_state": "2: Polling", "rate": "10 Gb/sec (4X SDR)"}
+
+
+def ib_tree(ports: dict[str, dict[str, str]], hca_type: str = "MT4129",
+            pci: dict[str, str] | None = None, fw: str = "28.39.1002") -> dict:
+    """An ``infiniband`` sysfs tree: ``{"mlx5_0/1": {attr: text}}`` -> tree document.
+
+    ``pci`` maps an HCA to its PCI address, stored as the ``<hca>/device`` link."""
+    files: dict[str, str] = {}
+    for key, attrs in ports.items():
+        dev, num = key.split("/")
+        files[f"{dev}/fw_ver"] = fw + "\n"
+        files[f"{dev}/hca_type"] = hca_type + "\n"
+        for attr, value in attrs.items():
+            files[f"{dev}/ports/{num}/{attr}"] = value + "\n"
+    links = {f"{dev}/device": f"../../../{addr}" for dev, addr in (pci or {}).items()}
+    return {"files": files, "links": links, "errors": {}}
+
+
+def rails(n: int = 8, **changes: dict[str, str]) -> dict:
+    """``n`` single-port NDR HCAs mlx5_0.., all active unless ``changes`` says otherwise."""
+    ports = {f"mlx5_{i}/1": dict(ACTIVE) for i in range(n)}
+    for dev, attrs in changes.items():
+        ports[f"{dev}/1"] = attrs
+    return ports

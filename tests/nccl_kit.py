@@ -1,5 +1,7 @@
-"""Synthetic NCCL logs and host inputs shared by the NCCL transport rule tests
-(tests/test_rules_nccl_transport.py, tests/test_rules_nccl_paths.py)."""
+"""Synthetic NCCL logs and host inputs shared by the NCCL rule tests
+(tests/test_rules_nccl_*.py): jobs' NCCL_DEBUG=INFO logs, and the InfiniBand ports the
+bandwidth expectation reads (bare NDR ports, without the LIDs and firmware of
+hostkit's ``ib_tree``)."""
 # ruff: noqa: E501  (fixtures keep real line lengths)
 
 from __future__ import annotations
@@ -137,3 +139,33 @@ def one(result, fid: str):
 
 def lines_of(f) -> list[str]:
     return [ln for e in f.evidence for ln in e.lines]
+
+
+# -- InfiniBand ports for the bus bandwidth expectation ------------------------------------
+
+NDR_ACTIVE = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)",
+              "link_layer": "InfiniBand"}
+NDR_POLLING = {**NDR_ACTIVE, "state": "1: DOWN", "phys_state": "2: Polling",
+               "rate": "10 Gb/sec (4X SDR)"}
+
+
+def ndr_ports(n: int, **changes: dict[str, str]) -> dict[str, dict[str, str]]:
+    """``n`` single-port HCAs mlx5_0.. (NDR, active unless ``changes`` says otherwise)."""
+    ports = {f"mlx5_{i}/1": dict(NDR_ACTIVE) for i in range(n)}
+    ports.update({f"{dev}/1": attrs for dev, attrs in changes.items()})
+    return ports
+
+
+def ports_tree(ports: dict[str, dict[str, str]]) -> dict:
+    """The ``infiniband`` sysfs tree source of some ports (``{"mlx5_0/1": {attr: text}}``)."""
+    files = {}
+    for key, attrs in ports.items():
+        dev, num = key.split("/")
+        files[f"{dev}/hca_type"] = "MT4129\n"
+        files.update({f"{dev}/ports/{num}/{a}": f"{v}\n" for a, v in attrs.items()})
+    return {"files": files, "links": {}, "errors": {}}
+
+
+def ndr_tree(n: int, **changes: dict[str, str]) -> dict:
+    """The ``infiniband`` tree of :func:`ndr_ports`."""
+    return ports_tree(ndr_ports(n, **changes))

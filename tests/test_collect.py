@@ -8,6 +8,7 @@ import threading
 import time
 from unittest import mock
 
+import pytest
 from fakehost import FakeHost, gpu_host
 
 from gputriage.collect import CollectOptions, collect, readers
@@ -75,6 +76,7 @@ def test_permission_denied_is_recorded(tmp_path):
     assert "permission" in snap.missing_reason("proc_modules")
 
 
+@pytest.mark.slow  # waits out a command's timeout
 def test_a_hung_command_is_abandoned_and_becomes_a_finding(tmp_path):
     host = _host(tmp_path, commands={("nvidia-smi", "-q", "-x"): (0, "")},
                  hang={("nvidia-smi", "-q", "-x"): 30.0})

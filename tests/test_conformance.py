@@ -3,31 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
-from pathlib import Path
 
 import pytest
+from declared import rule_case_list, rule_cases
 from hostkit import run
 
 from gputriage.facts import is_fact
 from gputriage.rules import all_rules
 
-TESTS = Path(__file__).parent
-
-
-def _rule_cases() -> dict:
-    """RULE_CASES of tests/test_rules.py and of every tests/test_rules_*.py."""
-    cases: dict = {}
-    for path in sorted(TESTS.glob("test_rules*.py")):
-        module = importlib.import_module(path.stem)
-        for rule_id, items in getattr(module, "RULE_CASES", {}).items():
-            cases.setdefault(rule_id, []).extend(items)
-    return cases
-
-
-RULE_CASES = _rule_cases()
-CASES = [(rule_id, sources, expected) for rule_id, items in RULE_CASES.items()
-         for sources, expected in items]
+RULE_CASES = rule_cases()  # of tests/test_rules.py and every tests/test_rules_*.py
+CASES = rule_case_list()
 
 
 @pytest.mark.parametrize(("rule_id", "sources", "expected"), CASES,

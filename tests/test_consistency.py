@@ -16,10 +16,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
+from declared import rule_case_list
 from hostkit import run
+from kernel_kit import A, judge, other, sxid, xid
 from nccl_kit import job_log
-from test_conformance import CASES
-from test_kernel_log_rules import A, judge, other, sxid, xid
 
 from gputriage.cli import Environment, main
 from gputriage.engine import analyze
@@ -56,6 +56,7 @@ def problems(findings: Iterable[Finding]) -> list[str]:
 
 XIDS = [x.code for x in catalog.all_xids()]
 SXIDS = [x.code for x in catalog.all_sxids()]
+CASES = rule_case_list()  # every RULE_CASES entry of tests/test_rules*.py
 
 
 def test_every_catalog_row_is_consistent() -> None:

@@ -12,6 +12,7 @@ appear.
 from __future__ import annotations
 
 import pytest
+from declared import golden_tables
 from golden import CALM, GPU_FAULTS, Partial, Refused, check_row, missing_rows
 
 CUDA, K8S, DCGM = 16, 17, 18
@@ -335,11 +336,7 @@ def test_every_category_9_10_11_sample_has_a_golden_row(corpus):
 
 def test_every_corpus_sample_has_one_golden_row(corpus):
     """Across the tables of every test_corpus_golden_* file."""
-    from test_corpus_golden_hw import GOLDEN as HW
-    from test_corpus_golden_kernel import GOLDEN as KERNEL
-    from test_corpus_golden_nvsmi import GOLDEN as NVSMI
-
-    parts = [*NVSMI, *HW, *KERNEL, *GOLDEN]
+    parts = [part for table in golden_tables().values() for part in table]
     rows = {s.name: [p for p in parts if p in s.name] for s in corpus.samples}
     assert not [n for n, r in rows.items() if not r], "samples without a golden row"
     assert not {n: r for n, r in rows.items() if len(r) > 1}, "samples with two rows"

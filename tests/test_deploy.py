@@ -436,6 +436,7 @@ def test_a_broken_tool_never_drains(fakes: Fakes) -> None:
     assert len(fakes.calls("logger")) == 4
 
 
+@pytest.mark.slow  # waits out two 1 s timeouts
 @needs_bash
 def test_hung_check_is_bounded(fakes: Fakes) -> None:
     proc = fakes.run("healthcheck.sh", FAKE_SLEEP="30", GPUTRIAGE_TIMEOUT="1")
@@ -618,6 +619,7 @@ def _later_xid79(snapshot: Path, where: Path) -> Path:
     return again
 
 
+@pytest.mark.slow  # the real check, run 6 times
 @needs_bash
 @needs_gputriage
 def test_repair_ack_resume_loop_with_the_real_check(tmp_path: Path) -> None:

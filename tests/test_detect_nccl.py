@@ -186,6 +186,7 @@ def test_expected_names_the_job_outputs() -> None:
         load_text("just some words\n", "paste")
 
 
+@pytest.mark.slow  # a 4.6 MB job log
 def test_a_large_job_log_keeps_nccl_lines_from_all_of_it_and_the_table_at_its_end(tmp_path):
     """Past the detector's first MiB: NCCL records come from the whole input, the
     nccl-tests table from its end (where a job prints it)."""

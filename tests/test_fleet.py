@@ -245,6 +245,7 @@ def test_cli_without_usable_input_or_paths(tmp_path):
     assert cli("fleet")[0] == EXIT_USAGE
 
 
+@pytest.mark.slow  # 320 results through a process pool
 def test_process_pool_gives_the_same_report(tmp_path):
     docs = constructed_fleet() * 8  # 320 inputs: enough to start the pool
     for i, d in enumerate(docs):

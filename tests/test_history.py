@@ -288,6 +288,7 @@ def test_corrupt_database_is_moved_aside_and_the_check_recorded(tmp_path):
     assert len(list_entries(state)) == 1
 
 
+@pytest.mark.slow  # waits out the 2 s lock timeout
 def test_locked_database_does_not_fail_the_check(tmp_path):
     state = tmp_path / "state"
     record(state, _result(), T0)

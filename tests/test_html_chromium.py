@@ -32,9 +32,9 @@ from gputriage.scenarios import build_scenario, list_scenarios
 
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser"))
                  if p), None)
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium); "
-                             "the HTML report is not rendered in a browser")
+                             "the HTML report is not rendered in a browser")]
 websocket = pytest.importorskip(
     "websocket", reason="websocket-client is not installed (pip install -e .[test])")
 

@@ -195,6 +195,7 @@ def test_hostile_text_stays_text() -> None:
     assert not any(a.get("href", "").startswith("javascript") for _, a in o.tags)
 
 
+@pytest.mark.slow  # 20,000 lines of 50,000 characters
 def test_huge_input_is_bounded() -> None:
     text = result_html(hostile_result(lines=20_000, width=50_000))
     assert len(text) < 2_000_000

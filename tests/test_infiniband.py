@@ -4,9 +4,9 @@ of those outputs in pasted text."""
 from __future__ import annotations
 
 import pytest
+from hostkit import ACTIVE, POLLING, ib_tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_rules_infiniband import ACTIVE, POLLING, ib_tree
 
 from gputriage.errors import ParseError
 from gputriage.ingest.detect import detect, source_for_command

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -60,6 +61,21 @@ def assert_valid(name: str, doc: object) -> None:
 def built(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("schema-scenarios")
     return {n: str(build_scenario(n, root / f"{n}.tar.gz")) for n in SCENARIOS}
+
+
+@pytest.fixture(scope="module")
+def analyzed(built) -> Callable[[str], dict]:
+    """``analyze SCENARIO --json``, run once a scenario for the module (a fresh copy each
+    call: a test may change it)."""
+    done: dict[str, str] = {}
+
+    def of(name: str) -> dict:
+        if name not in done:
+            code, out, err = _run(["analyze", built[name], "--json"])
+            assert code in (0, 1, 2, 3), (code, err)
+            done[name] = out
+        return json.loads(done[name])
+    return of
 
 
 # --- the schema files --------------------------------------------------------------------
@@ -123,16 +139,16 @@ def test_result_top_level_keys_are_the_views():
 # --- every scenario ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_scenario_analyze_and_check_snapshot_validate(name, built):
-    assert_valid("result", _json(["analyze", built[name], "--json"]))
+def test_scenario_analyze_and_check_snapshot_validate(name, built, analyzed):
+    assert_valid("result", analyzed(name))
     assert_valid("result", _json(["check", "--snapshot", built[name], "--json"]))
 
 
-def test_scenarios_cover_the_finding_shapes(built):
+def test_scenarios_cover_the_finding_shapes(analyzed):
     """The scenarios exercise the optional parts the schema describes."""
     seen: set[str] = set()
     for name in SCENARIOS:
-        for f in _json(["analyze", built[name], "--json"])["findings"]:
+        for f in analyzed(name)["findings"]:
             seen |= set(f)
     assert {"occurrences", "consequences", "also", "step", "status_note"} <= seen
 
@@ -206,14 +222,14 @@ CLOSED = ("result", "nccl", "logs", "diff", "triage", "fleet", "history", "xid")
 
 
 @pytest.fixture(scope="module")
-def documents(built, tmp_path_factory) -> dict[str, dict]:
+def documents(built, analyzed, tmp_path_factory) -> dict[str, dict]:
     bad, good = built["gpu-fallen-off-bus"], built["healthy-8xh100"]
     fleet_dir = tmp_path_factory.mktemp("schema-fleet") / "fleet"
     from gputriage.fleet_scenario import write_demo
 
     write_demo(str(fleet_dir))
     docs = {
-        "result": _json(["analyze", bad, "--json"]),
+        "result": analyzed("gpu-fallen-off-bus"),
         "nccl": _json(["nccl", built["nccl-socket-fallback"], "--json"]),
         "logs": {"schema": "gputriage/logs/v1", "tool_version": "0", "verdict": "ok",
                  "exit_status": 0, "scan": {"lines": 0, "skipped": 0, "bytes": 0,

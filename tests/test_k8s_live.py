@@ -108,6 +108,7 @@ def test_connection_refused_is_one_line_and_unknown(tmp_path: Path) -> None:
     assert "connection refused" in err
 
 
+@pytest.mark.slow  # waits out the client's timeout
 def test_a_slow_server_ends_at_the_timeout(tmp_path: Path) -> None:
     with ReplayServer(fixture_objects(), delay_s=0.6) as server:
         config = server.kubeconfig(tmp_path / "kubeconfig")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from test_kernel_log_rules import A, judge, one, other, xid
+from kernel_kit import A, judge, one, other, xid
 
 from gputriage.knowledge import xid as catalog
 from gputriage.model import Action, Blame, Severity

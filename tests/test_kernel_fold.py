@@ -165,7 +165,9 @@ def test_storm_folded_bounded_by_what_is_distinct():
         "NVRM: Xid")
 
 
-@pytest.mark.parametrize("block", [4096, 50_000, 1 << 20, 8 << 20])
+# the smallest block: the most region edges, and seconds of worker processes
+@pytest.mark.parametrize("block", [pytest.param(4096, marks=pytest.mark.slow), 50_000, 1 << 20,
+                                   8 << 20])
 def test_workers_fold_as_one_sequential_pass(monkeypatch, tmp_path, block):
     """Blocks parsed and folded in worker processes, joined in order: the same events,
     counts, latest occurrences, processes and Xid 45 causes as one pass."""

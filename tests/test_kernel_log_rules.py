@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from golden import flat
-from hostkit import snap
+from hostkit import HEALTHY, snap
 from hypothesis import given
 from hypothesis import strategies as st
-from test_rules import HEALTHY
+from kernel_kit import T0, A, B, judge, one, other, sxid, xid
 
 from gputriage.engine import analyze
 from gputriage.ingest import load_input
@@ -19,49 +19,8 @@ from gputriage.logwindow import LogWindow, parse_boot, parse_since
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.rules.kernel_common import EVIDENCE_HEAD, EVIDENCE_TAIL
-from gputriage.rules.kernel_log import judge_events, judge_sxids
-from gputriage.rules.kernel_xid import judge_xids
 from gputriage.scenarios import build_scenario, get_scenario
 from gputriage.snapshot import Snapshot
-
-T0 = datetime(2024, 5, 14, 8, 0, 0, tzinfo=timezone.utc)
-A, B = "0000:18:00.0", "0000:9a:00.0"
-
-
-def xid(code: int, bus: str | None = A, *, pid: str | None = None, name: str | None = None,
-        t: float = 0.0, boot: int = 0, message: str = "fault", **details: str) -> DriverEvent:
-    """An Xid event as the scanner gives it (line in the classic form)."""
-    short = bus[:-2] if bus else "..."
-    fields = ""
-    if pid is not None:
-        fields += f"pid={pid}, name={name or '<unknown>'}, "
-    line = f"[{100 + t:.6f}] NVRM: Xid (PCI:{short}): {code}, {fields}{message}"
-    d = {"code": str(code), "message": message, **details}
-    if pid is not None:
-        d["pid"] = pid
-        if name:
-            d["process"] = name
-    return DriverEvent("xid", line, bus, f"{100 + t:.6f}", d, time=T0 + timedelta(seconds=t),
-                       uptime_s=100 + t, boot=boot)
-
-
-def other(kind: str, line: str, bus: str | None = None, *, t: float = 0.0, boot: int = 0,
-          **details: str) -> DriverEvent:
-    return DriverEvent(kind, line, bus, None, dict(details), time=T0 + timedelta(seconds=t),
-                       boot=boot)
-
-
-def judge(events, gpus=None):
-    gpus = gpus or {}
-    return (list(judge_xids(events, gpus)) + list(judge_sxids(events))
-            + list(judge_events(events, gpus)))
-
-
-def one(findings, fid, bus=None):
-    hits = [f for f in findings if f.id == fid and (bus is None or f.scope.pci_bus_id == bus)]
-    assert len(hits) == 1, [(f.id, f.scope.pci_bus_id, f.title) for f in findings]
-    return hits[0]
-
 
 # --- grouping, counts, evidence, scope -----------------------------------------------------
 
@@ -365,13 +324,6 @@ def test_parse_since_gives_a_time_or_value_error(text):
 
 
 # --- SXid and the other event kinds -------------------------------------------------------
-
-def sxid(code: int, severity: str, link: str = "28", t: float = 0.0) -> DriverEvent:
-    line = (f"nvidia-nvswitch3: SXid (PCI:0000:07:00.0): {code}, {severity}, Link {link} "
-            "LTSSM Fault Up")
-    return other("sxid", line, "0000:07:00.0", t=t, code=str(code), severity=severity,
-                  link=link, switch="nvidia-nvswitch3", message="LTSSM Fault Up")
-
 
 def test_sxid_fatal_is_critical_nonfatal_warns_when_repeated():
     fatal = one(judge([sxid(20034, "Fatal")]), "sxid.20034")

@@ -366,7 +366,8 @@ def _awkward_log(tmp_path: Path) -> Path:
     return p
 
 
-@pytest.mark.parametrize("block", [257, 4096, 1 << 20])
+# the smallest block: the most region edges, and seconds of worker processes
+@pytest.mark.parametrize("block", [pytest.param(257, marks=pytest.mark.slow), 4096, 1 << 20])
 def test_worker_processes_agree_with_the_sequential_reader(monkeypatch, tmp_path, block):
     """Large plain files are searched block by block in worker processes: same events,
     line numbers, boots and counts as one sequential pass, wherever blocks end."""

@@ -254,6 +254,7 @@ def test_stdin_job_log_and_stdin_paste_with_host_output(built, monkeypatch) -> N
     assert doc["nccl"]["log"]["nccl_lines"] == 585  # read once, not twice
 
 
+@pytest.mark.slow  # a 50 MiB training log
 def test_big_mixed_log_streams_with_bounded_memory(tmp_path) -> None:
     path = tmp_path / "train.log"
     nccl_lines = 0
@@ -433,6 +434,7 @@ def test_communicators_counted_per_process(tmp_path) -> None:
     assert "communicators 2 of 2 init complete" in out
 
 
+@pytest.mark.slow  # an 8 MiB log
 def test_many_lines_that_only_look_like_nccl_tests_do_not_fill_its_budget(tmp_path) -> None:
     """A training log full of "failure" and "# ..." lines: only real nccl-tests lines count
     against the budget, so the table at the end is still read."""

@@ -169,6 +169,7 @@ def test_tap_cap_cuts_where_streaming_does(generated):
     assert full and kept == expect
 
 
+@pytest.mark.slow  # every NCCL sample, by workers, twice
 @pytest.mark.parametrize("engine", ENGINES)
 def test_corpus_nccl_samples_same_as_parsed(corpus, tmp_path, engine):
     for s in corpus.category("5"):
@@ -209,12 +210,14 @@ def _both_ways(paths: list[str], monkeypatch) -> tuple[tuple, tuple]:
     return slow, fast
 
 
+@pytest.mark.slow  # a 3 MiB log read both ways
 def test_read_inputs_same_either_way(generated, monkeypatch):
     slow, fast = _both_ways([str(generated)], monkeypatch)
     assert fast == slow
     assert slow[1]  # nccl-tests runs were read
 
 
+@pytest.mark.slow  # every NCCL sample, both ways
 def test_read_inputs_corpus_same_either_way(corpus, monkeypatch):
     """Every category-5 sample (and all of them at once), host outputs included."""
     paths = [str(s.path) for s in corpus.category("5")]

@@ -37,12 +37,13 @@ def built(tmp_path_factory) -> dict[str, str]:
             for n in ("healthy-8xh100", "gpu-fallen-off-bus", "xid31-one-job")}
 
 
-@pytest.fixture()
-def big_log(tmp_path) -> str:
-    """A 24 MB kernel log: an Xid 79 among link lines (three 8 MiB reads)."""
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory) -> str:
+    """A 24 MB kernel log: an Xid 79 among link lines (three 8 MiB reads). Written once:
+    the tests only read it."""
     lines = [FILLER.format(t=i / 100) for i in range(300_000)]
     lines.insert(1000, XID79.format(t=10.0))
-    path = tmp_path / "kern.log"
+    path = tmp_path_factory.mktemp("big") / "kern.log"
     path.write_text("".join(lines))
     return str(path)
 

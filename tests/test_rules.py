@@ -7,30 +7,13 @@ it fire; the conformance test checks that no rule is left without one.
 from __future__ import annotations
 
 from golden import flat
-from hostkit import MODULES_FULL, VERSION_FILE, ids, nvml_doc, pci_tree, run, snap
+from hostkit import BUSES, HEALTHY, MODULES_FULL, VERSION_FILE, ids, nvml_doc, pci_tree, run, snap
 
 from gputriage.engine import analyze
 from gputriage.facts import Facts
 from gputriage.ingest import load_text
 from gputriage.model import Action, Blame, Severity
 from gputriage.rules.driver import driver_wedged
-
-BUSES = [f"0000:{b}:00.0" for b in ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")]
-HEALTHY = {
-    "pci_devices": pci_tree(dict.fromkeys(BUSES, "nvidia"), nics=("0000:19:00.0",)),
-    "nvml": nvml_doc(BUSES),
-    "proc_modules": MODULES_FULL,
-    "proc_driver_nvidia_version": VERSION_FILE.format(v="550.54.15"),
-    "sys_module_nvidia": {"files": {"nvidia/version": "550.54.15\n",
-                                    "nvidia_uvm/version": "550.54.15\n"}, "links": {}},
-    "nvidia_libs": {"files": {"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15": ""},
-                    "links": {"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1":
-                              "libnvidia-ml.so.550.54.15"}},
-    "proc_devices": "Character devices:\n195 nvidia-frontend\n508 nvidia-uvm\n\nBlock devices:\n",
-    "dev_nvidia": [{"path": "/dev/nvidiactl", "kind": "char", "major": 195, "minor": 255},
-                   {"path": "/dev/nvidia-uvm", "kind": "char", "major": 508, "minor": 0}]
-    + [{"path": f"/dev/nvidia{i}", "kind": "char", "major": 195, "minor": i} for i in range(8)],
-}
 
 
 def host(**changes):

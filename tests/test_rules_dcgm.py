@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from fakehost import FakeHost
 from hostkit import nvml_doc, run
+from smi_kit import ecc, healthy_gpu, hot_gpu, nvlink_errors, smi_q, xml_host
 
 from gputriage.collect import CollectOptions, collect
 from gputriage.engine import analyze
@@ -161,14 +162,7 @@ XID79 = ("[  100.1] NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU h
 
 def _pairs() -> list[tuple[str, dict, str, str]]:
     """(what, the sources, nvidia-smi's or the kernel's finding, DCGM's): one cause each."""
-    from test_rules_fabric import nvlink_errors
-    from test_rules_memory import ecc, healthy_gpu
-    from test_rules_memory import xml_host as memory_host
-    from test_rules_pcie import smi_q
-    from test_rules_thermal import hot_gpu
-    from test_rules_thermal import xml_host as thermal_host
-
-    dbe = memory_host(healthy_gpu(ecc_errors=ecc(vol_unc=2, agg_unc=2)))
+    dbe = xml_host(healthy_gpu(ecc_errors=ecc(vol_unc=2, agg_unc=2)))
     gpus = nvml_doc(["0000:18:00.0", "0000:2a:00.0"])
     return [
         ("dbe+health", {**dbe, "dcgmi_health": _health(0, "Memory", "Failure", "A volatile "
@@ -179,7 +173,7 @@ def _pairs() -> list[tuple[str, dict, str, str]]:
          "dcgm.ecc-uncorrectable"),
         ("xid79", {"kernel_log": XID79, "dcgm_exporter_metrics": _metric(
             "DCGM_FI_DEV_XID_ERRORS", "79")}, "xid.79", "dcgm.xid.79"),
-        ("clocks", {**thermal_host(hot_gpu(60, "hw_thermal_slowdown")),
+        ("clocks", {**xml_host(hot_gpu(60, "hw_thermal_slowdown")),
                     "dcgm_exporter_metrics": _metric("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "64")},
          "clocks.hw-thermal-slowdown", "dcgm.clock-events"),
         ("nvlink", {"nvidia_smi_nvlink_errors": nvlink_errors({(0, 1): {"Recovery Errors": 1}}),
@@ -314,6 +308,7 @@ def test_collect_without_dcgm_says_nothing_of_it(tmp_path) -> None:
     assert not [f for f in analyze(snap).findings if f.id.startswith("dcgm.")]
 
 
+@pytest.mark.slow  # waits out dcgmi's timeout
 def test_a_hung_dcgmi_is_the_host_engine_not_the_driver(tmp_path) -> None:
     argv = ("dcgmi", "discovery", "-l")
     host = _host(tmp_path, commands={argv: (0, "")}, hang={argv: 30.0})

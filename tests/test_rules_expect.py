@@ -6,10 +6,7 @@ the ``context`` they carry); the scenario and CLI checks are in tests/test_expec
 
 from __future__ import annotations
 
-from hostkit import ids, nvml_doc, pci_tree, run
-from test_rules import BUSES, HEALTHY
-from test_rules_hostcfg import pools
-from test_rules_infiniband import POLLING, ib_tree, rails
+from hostkit import BUSES, HEALTHY, POLLING, ib_tree, ids, nvml_doc, pci_tree, pools, rails, run
 
 from gputriage.context import CheckContext
 from gputriage.expect import parse

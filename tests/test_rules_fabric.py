@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from hostkit import nvml_doc, run
+from smi_kit import nvlink_errors
 
 from gputriage.engine import analyze
 from gputriage.ingest import load_input
@@ -47,17 +48,6 @@ def nvlink_status(name: str = H100, gpus: int = 8, links: int = 18,
         for n in range(links):
             speed = "<inactive>" if n in (down or {}).get(i, []) else "26.562 GB/s"
             out.append(f"\t Link {n}: {speed}")
-    return "\n".join(out) + "\n"
-
-
-def nvlink_errors(counts: dict[tuple[int, int], dict[str, int]], gpus: int = 2) -> str:
-    out = []
-    for i in range(gpus):
-        out.append(f"GPU {i}: {H100} (UUID: GPU-{i:08x}-0000)")
-        for n in range(2):
-            values = {"Replay Errors": 0, "Recovery Errors": 0, "CRC Errors": 0}
-            values.update(counts.get((i, n), {}))
-            out += [f"\t Link {n}: {k}: {v}" for k, v in values.items()]
     return "\n".join(out) + "\n"
 
 

@@ -3,7 +3,7 @@ simulated hosts."""
 
 from __future__ import annotations
 
-from hostkit import ids, pci_tree, run
+from hostkit import ids, pci_tree, pools, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,16 +19,6 @@ def gpu_tree(numa: dict[str, int] | None = None, driver: str = "nvidia") -> dict
     for addr, node in (numa or {}).items():
         tree["files"][f"{addr}/numa_node"] = f"{node}\n"
     return tree
-
-
-def pools(**sizes: int) -> dict:
-    """A ``hugepages`` tree: pools(kb2048=1024) -> hugepages-2048kB/nr_hugepages 1024."""
-    files = {}
-    for key, nr in sizes.items():
-        kb = key.removeprefix("kb")
-        files[f"hugepages-{kb}kB/nr_hugepages"] = f"{nr}\n"
-        files[f"hugepages-{kb}kB/free_hugepages"] = f"{nr}\n"
-    return {"files": files, "links": {}, "errors": {}}
 
 
 def nodes(counts: dict[int, int], size_kb: int = 2048, cpuless: tuple[int, ...] = ()) -> dict:

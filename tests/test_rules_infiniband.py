@@ -9,41 +9,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from hostkit import pci_tree, run, snap
+from hostkit import ACTIVE, POLLING, ib_tree, pci_tree, rails, run, snap
 
 from gputriage.engine import analyze, analyze_facts
 from gputriage.facts import Facts
 from gputriage.ingest import load_input
 from gputriage.model import Action, Blame, Severity
 
-ACTIVE = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)",
-          "link_layer": "InfiniBand", "lid": "0x12", "sm_lid": "0x1"}
-POLLING = {**ACTIVE, "state": "1: DOWN", "phys_state": "2: Polling", "rate": "10 Gb/sec (4X SDR)"}
 DISABLED = {**POLLING, "phys_state": "3: Disabled"}
-
-
-def ib_tree(ports: dict[str, dict[str, str]], hca_type: str = "MT4129",
-            pci: dict[str, str] | None = None, fw: str = "28.39.1002") -> dict:
-    """An ``infiniband`` sysfs tree: ``{"mlx5_0/1": {attr: text}}`` -> tree document.
-
-    ``pci`` maps an HCA to its PCI address, stored as the ``<hca>/device`` link."""
-    files: dict[str, str] = {}
-    for key, attrs in ports.items():
-        dev, num = key.split("/")
-        files[f"{dev}/fw_ver"] = fw + "\n"
-        files[f"{dev}/hca_type"] = hca_type + "\n"
-        for attr, value in attrs.items():
-            files[f"{dev}/ports/{num}/{attr}"] = value + "\n"
-    links = {f"{dev}/device": f"../../../{addr}" for dev, addr in (pci or {}).items()}
-    return {"files": files, "links": links, "errors": {}}
-
-
-def rails(n: int = 8, **changes: dict[str, str]) -> dict:
-    """``n`` single-port NDR HCAs mlx5_0.., all active unless ``changes`` says otherwise."""
-    ports = {f"mlx5_{i}/1": dict(ACTIVE) for i in range(n)}
-    for dev, attrs in changes.items():
-        ports[f"{dev}/1"] = attrs
-    return ports
 
 
 def gpu_host_pci(hca_numa: dict[str, int], gpu_numa: dict[str, int]) -> dict:

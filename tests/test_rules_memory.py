@@ -1,20 +1,19 @@
 """GPU memory health rules (ECC, page retirement, row remapping) on hand-written
 nvidia-smi outputs, the nvsmi fixtures and the real captures of category 1.
 
-The small XML builder here (:func:`smi_xml`, :func:`gpu`) writes ``nvidia-smi
--q -x`` documents from nested dicts; the thermal tests reuse it.
+The documents are written by tests/smi_kit.py.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from golden import flat
 from hostkit import ids, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from smi_kit import ECC_ON, ecc, gpu, healthy_gpu, remap, retired, smi_xml, xml_host
 
 from gputriage.engine import analyze
 from gputriage.ingest import load_input
@@ -22,67 +21,6 @@ from gputriage.model import Action, Blame, Severity
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvsmi"
 AREAS = ("memory.", "clocks.", "thermal.", "power.")
-
-
-# -- a tiny nvidia-smi -q -x writer ------------------------------------------------------------
-
-def _elem(tag: str, value: Any, depth: int) -> str:
-    pad = "\t" * depth
-    if isinstance(value, dict):
-        inner = "".join(_elem(k, v, depth + 1) for k, v in value.items())
-        return f"{pad}<{tag}>\n{inner}{pad}</{tag}>\n"
-    return f"{pad}<{tag}>{value}</{tag}>\n"
-
-
-def gpu(bus: str = "00000000:18:00.0", name: str = "NVIDIA H100 80GB HBM3",
-        **sections: Any) -> str:
-    """One ``<gpu>`` element: the product name plus the given sections (dicts nest)."""
-    body = _elem("product_name", name, 2) + "".join(
-        _elem(tag, value, 2) for tag, value in sections.items())
-    return f'\t<gpu id="{bus}">\n{body}\t</gpu>\n'
-
-
-def smi_xml(*gpus: str, driver: str = "550.54.15") -> str:
-    """A whole ``nvidia-smi -q -x`` document holding the given ``<gpu>`` elements."""
-    return ('<?xml version="1.0" ?>\n'
-            '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n<nvidia_smi_log>\n'
-            f"\t<driver_version>{driver}</driver_version>\n"
-            f"\t<attached_gpus>{len(gpus)}</attached_gpus>\n" + "".join(gpus)
-            + "</nvidia_smi_log>\n")
-
-
-ECC_ON = {"current_ecc": "Enabled", "pending_ecc": "Enabled"}
-
-
-def ecc(vol_unc: int = 0, agg_unc: int = 0, vol_cor: int = 0, agg_cor: int = 0) -> dict:
-    """An ``<ecc_errors>`` block in the SRAM/DRAM schema."""
-    def scope(cor: int, unc: int) -> dict:
-        return {"sram_correctable": 0, "sram_uncorrectable_parity": 0,
-                "sram_uncorrectable_secded": 0, "dram_correctable": cor,
-                "dram_uncorrectable": unc}
-    return {"volatile": scope(vol_cor, vol_unc), "aggregate": scope(agg_cor, agg_unc)}
-
-
-def remap(pending: str = "No", failure: str = "No", unc: int = 0, corr: int = 0) -> dict:
-    return {"remapped_row_corr": corr, "remapped_row_unc": unc,
-            "remapped_row_pending": pending, "remapped_row_failure": failure}
-
-
-def retired(pending: str = "No", sbe: int = 0, dbe: int = 0) -> dict:
-    return {"multiple_single_bit_retirement": {"retired_count": sbe},
-            "double_bit_retirement": {"retired_count": dbe},
-            "pending_blacklist": pending, "pending_retirement": pending}
-
-
-def healthy_gpu(bus: str = "00000000:18:00.0", **changes: Any) -> str:
-    sections = {"ecc_mode": ECC_ON, "ecc_errors": ecc(), "retired_pages": retired(),
-                "remapped_rows": remap()}
-    sections.update(changes)
-    return gpu(bus, **{k: v for k, v in sections.items() if v is not None})
-
-
-def xml_host(*gpus: str) -> dict:
-    return {"nvidia_smi_q_xml": smi_xml(*gpus)}
 
 
 RULE_CASES = {

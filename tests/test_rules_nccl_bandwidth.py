@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from golden import flat
 from hostkit import nvml_doc, run, snap
+from nccl_kit import NDR_ACTIVE, NDR_POLLING, ndr_ports, ndr_tree, ports_tree
 
 from gputriage.engine import analyze_facts
 from gputriage.facts import Facts
@@ -92,32 +93,6 @@ def make_run(hosts: list[str], per_host: int, peak: float, max_bytes: int = 8 * 
                        rows=rows, avg_busbw=10.0, avg_line="# Avg bus bandwidth    : 10")
 
 
-ACTIVE = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)",
-          "link_layer": "InfiniBand"}
-POLLING = {**ACTIVE, "state": "1: DOWN", "phys_state": "2: Polling", "rate": "10 Gb/sec (4X SDR)"}
-
-
-def rails(n: int, **changes: dict[str, str]) -> dict[str, dict[str, str]]:
-    """``n`` single-port HCAs mlx5_0.. (NDR, active unless ``changes`` says otherwise)."""
-    ports = {f"mlx5_{i}/1": dict(ACTIVE) for i in range(n)}
-    ports.update({f"{dev}/1": attrs for dev, attrs in changes.items()})
-    return ports
-
-
-def ib_tree(ports: dict[str, dict[str, str]]) -> dict:
-    """The ``infiniband`` sysfs tree source of some ports (``{"mlx5_0/1": {attr: text}}``)."""
-    files = {}
-    for key, attrs in ports.items():
-        dev, num = key.split("/")
-        files[f"{dev}/hca_type"] = "MT4129\n"
-        files.update({f"{dev}/ports/{num}/{a}": f"{v}\n" for a, v in attrs.items()})
-    return {"files": files, "links": {}, "errors": {}}
-
-
-def ndr_tree(n: int, **changes) -> dict:
-    return ib_tree(rails(n, **changes))
-
-
 def facts_with(**sources) -> Facts:
     return Facts(snap(**sources))
 
@@ -179,15 +154,16 @@ def test_eight_rails_are_capped_by_gpus_per_node() -> None:
 
 
 def test_down_rail_is_named_but_not_counted() -> None:
-    exp = expect_busbw(make_run(TWO, 8, 300), facts_with(infiniband=ndr_tree(8, mlx5_3=POLLING)))
+    exp = expect_busbw(make_run(TWO, 8, 300),
+                       facts_with(infiniband=ndr_tree(8, mlx5_3=NDR_POLLING)))
     assert exp.busbw_gbs == pytest.approx(7 * 46.0)
     assert exp.down_rails == ("mlx5_3/1",) and "mlx5_3/1" not in exp.rails
 
 
 def test_frontend_port_is_not_a_rail() -> None:
-    ports = rails(4)
-    ports["mlx5_4/1"] = {**ACTIVE, "rate": "100 Gb/sec (4X EDR)", "link_layer": "Ethernet"}
-    picked = rail_ports(facts_with(infiniband=ib_tree(ports)).get("ib_ports"))
+    ports = ndr_ports(4)
+    ports["mlx5_4/1"] = {**NDR_ACTIVE, "rate": "100 Gb/sec (4X EDR)", "link_layer": "Ethernet"}
+    picked = rail_ports(facts_with(infiniband=ports_tree(ports)).get("ib_ports"))
     assert [p.device for p in picked] == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
 
 
@@ -281,7 +257,7 @@ def test_missing_gdr_and_down_rail_are_named() -> None:
     p = log.process("node-a", 1)
     p.channels += [NcclChannel(i, 0, 8, f"NET/IB/{i}", NET_IB, f"ch {i}", gdr=i == 0)
                    for i in range(4)]
-    [f] = _analyze([make_run(TWO, 8, 100.0)], log, infiniband=ndr_tree(8, mlx5_7=POLLING))
+    [f] = _analyze([make_run(TWO, 8, 100.0)], log, infiniband=ndr_tree(8, mlx5_7=NDR_POLLING))
     assert "3 of 4 NET/IB channels run without GPUDirect RDMA" in f.explanation
     assert "mlx5_7/1" in f.explanation and f.action is Action.DRAIN_AND_REPAIR
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from hostkit import run
-from test_rules_nccl_bandwidth import ACTIVE, ib_tree
+from nccl_kit import NDR_ACTIVE, ports_tree
 
 from gputriage.ingest.detect import detect
 from gputriage.model import Action, Blame, Severity
@@ -222,9 +222,9 @@ def test_healthy_runs_over_efa_and_roce_are_not_slow():
     """The tiny sizes and the average are not judged; 2x100G RoCE at ~23 GB/s is line
     rate (the expectation from the host's two RoCE ports)."""
     assert not _loud(run(nccl_tests=EFA_P5))
-    roce = {f"mlx5_{i}/1": {**ACTIVE, "rate": "100 Gb/sec (4X EDR)", "link_layer": "Ethernet"}
+    roce = {f"mlx5_{i}/1": {**NDR_ACTIVE, "rate": "100 Gb/sec (4X EDR)", "link_layer": "Ethernet"}
             for i in range(2)}
     head = "".join(f"#  Rank {r:>2} Group  0 Pid {100 + r} on dgx{r // 8} device {r % 8} "
                    f"[0x{r:02x}] Tesla V100-SXM2-32GB\n" for r in range(16))
-    result = run(nccl_tests="# Using devices\n" + head + ROCE_2X100G, infiniband=ib_tree(roce))
+    result = run(nccl_tests="# Using devices\n" + head + ROCE_2X100G, infiniband=ports_tree(roce))
     assert not _loud(result), _loud(result)

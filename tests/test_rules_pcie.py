@@ -7,6 +7,7 @@ import pytest
 from hostkit import ids, run, snap
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from smi_kit import smi_q
 
 from gputriage.engine import analyze
 from gputriage.errors import InputError
@@ -45,47 +46,6 @@ def pci_links(gpus: dict[str, dict] | None = None, nics: dict[str, dict] | None 
     for addr, o in (nics or {}).items():
         add(addr, ("0x15b3", "0x1021", "0x020700"), o, "mlx5_core")
     return {"files": files, "links": links, "errors": {}}
-
-
-def smi_q(gpus: list[dict]) -> str:
-    """A minimal ``nvidia-smi -q`` text; each GPU dict: bus, gen, max_gen, width,
-    max_width, replays, util, pstate, used, virt, procs (idle compute processes)."""
-    out = ["==============NVSMI LOG==============", "",
-           "Driver Version                            : 550.54.15",
-           "CUDA Version                              : 12.4", "",
-           f"Attached GPUs                             : {len(gpus)}"]
-    for g in gpus:
-        bus = g["bus"].upper().replace("0000:", "00000000:", 1)
-        out += [f"GPU {bus}",
-                "    Product Name                          : "
-                + g.get("name", "NVIDIA H100 80GB HBM3"),
-                "    GPU Virtualization Mode",
-                f"        Virtualization Mode               : {g.get('virt', 'None')}",
-                "    PCI",
-                f"        Bus Id                            : {bus}",
-                "        GPU Link Info",
-                "            PCIe Generation",
-                f"                Max                       : {g.get('max_gen', 5)}",
-                f"                Current                   : {g.get('gen', 5)}",
-                "            Link Width",
-                f"                Max                       : {g.get('max_width', 16)}x",
-                f"                Current                   : {g.get('width', 16)}x",
-                f"        Replays Since Reset               : {g.get('replays', 0)}",
-                f"    Performance State                     : {g.get('pstate', 'P0')}",
-                "    FB Memory Usage",
-                "        Total                             : 81559 MiB",
-                f"        Used                              : {g.get('used', 1)} MiB",
-                "    Utilization",
-                f"        Gpu                               : {g.get('util', 0)} %"]
-        for pid in range(g.get("procs", 0)):
-            out += ["    Processes" if pid == 0 else "",
-                    "        GPU instance ID                   : N/A",
-                    "        Compute instance ID               : N/A",
-                    f"        Process ID                        : {4242 + pid}",
-                    "            Type                          : C",
-                    "            Name                          : llama-server",
-                    "            Used GPU Memory               : 20000 MiB"]
-    return "\n".join(out) + "\n"
 
 
 G0, G1, NIC = "0000:18:00.0", "0000:2a:00.0", "0000:19:00.0"

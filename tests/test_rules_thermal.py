@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from hostkit import ids, run
-from test_rules_memory import gpu, smi_xml
+from smi_kit import gpu, hot_gpu, reasons, xml_host
 
 from gputriage.engine import analyze
 from gputriage.ingest import load_input
@@ -15,45 +15,10 @@ from gputriage.model import Action, Blame, Severity
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvsmi"
 AREAS = ("clocks.", "thermal.", "power.")
-REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown",
-           "hw_thermal_slowdown", "hw_power_brake_slowdown", "sync_boost",
-           "sw_thermal_slowdown", "display_clocks_setting")
-
-
-def reasons(*active: str, old: bool = False) -> dict:
-    """A clock event (or, with ``old``, throttle) reasons block with ``active`` on."""
-    prefix = "clocks_throttle_reason_" if old else "clocks_event_reason_"
-    return {prefix + r: "Active" if r in active else "Not Active" for r in REASONS}
-
-
-def hot_gpu(temp: int = 60, *active: str, util: int = 100, draw: float = 400.0,
-            limit: float = 700.0, default: float = 700.0, name: str = "NVIDIA H100 80GB HBM3",
-            bus: str = "00000000:18:00.0", tlimit: dict | None = None,
-            absolute: dict | None = None) -> str:
-    """A GPU with temperature, power, utilisation and clock-reason sections."""
-    temperature = {"gpu_temp": f"{temp} C"}
-    if tlimit is not None:
-        temperature.update({k: f"{v} C" for k, v in tlimit.items()})
-    if absolute is not None:
-        temperature.update({k: f"{v} C" for k, v in absolute.items()})
-    return gpu(bus, name, performance_state="P0",
-               clocks_event_reasons=reasons(*active),
-               fb_memory_usage={"total": "81559 MiB", "used": "60000 MiB" if util else "1 MiB"},
-               utilization={"gpu_util": f"{util} %"},
-               temperature=temperature,
-               gpu_power_readings={"power_draw": f"{draw:.2f} W",
-                                   "current_power_limit": f"{limit:.2f} W",
-                                   "default_power_limit": f"{default:.2f} W"})
-
-
 H100_TLIMIT = {"gpu_temp_max_tlimit_threshold": -8, "gpu_temp_slow_tlimit_threshold": -2,
                "gpu_temp_max_gpu_tlimit_threshold": 0}
 ABS_A10 = {"gpu_temp_max_threshold": 98, "gpu_temp_slow_threshold": 95,
            "gpu_temp_max_gpu_threshold": 88}
-
-
-def xml_host(*gpus: str) -> dict:
-    return {"nvidia_smi_q_xml": smi_xml(*gpus)}
 
 
 RULE_CASES = {

@@ -33,6 +33,8 @@ CLIENTS = ("sinfo", "scontrol", "srun", "scancel")
 UP_TIMEOUT = 30.0
 BUS = "0000:9a:00.0"  # GPU 4 of gpu-fallen-off-bus
 
+pytestmark = pytest.mark.slow  # three daemons and real jobs: the second stage of .ci/run
+
 
 def _missing() -> str | None:
     gone = [t for t in (*DAEMONS, *CLIENTS) if not shutil.which(t, path=_path())]

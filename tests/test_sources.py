@@ -7,12 +7,12 @@ from documentation; only real ones (and corpus samples) count as real samples.""
 from __future__ import annotations
 
 import csv
-import importlib
 import inspect
 import json
 from pathlib import Path
 
 import pytest
+from declared import source_samples
 
 from gputriage import sources
 from gputriage.ingest.bugreport import split_bug_report
@@ -32,8 +32,8 @@ KINDS = {"file", "command", "tree", "devnodes", "nvml", "input"}
 # under tests/fixtures>", or "bugreport" (its section of the bug-report fixture). A source
 # with a detector is recognised in each one, and its parser reads it; a corpus sample and a
 # fixture PROVENANCE.tsv marks real are its real samples. A test module of a newer source
-# declares its own in a SOURCE_SAMPLES dict of the same shape (see _samples).
-_OWN_SAMPLES: dict[str, tuple[str, ...]] = {
+# declares its own in a SOURCE_SAMPLES dict of the same shape (tests/declared.py).
+SOURCE_SAMPLES: dict[str, tuple[str, ...]] = {
     "nvidia_smi_q_xml": ("corpus:netdata-tesla-p100-pcie-510.47.03-aggregate-sbe.xml",
                          "corpus:telegraf-a10g-aws-515.105.01-pcie-x8.xml",
                          "fixture:nvsmi/xml-565-event-reasons-fabric.xml"),
@@ -105,17 +105,7 @@ NO_SAMPLE_YET = {
 }
 
 
-def _samples() -> dict[str, tuple[str, ...]]:
-    """_OWN_SAMPLES and the SOURCE_SAMPLES of every tests/test_*.py that declares some."""
-    found = dict(_OWN_SAMPLES)
-    for path in sorted(TESTS.glob("test_*.py")):
-        if path.stem != "test_sources" and "SOURCE_SAMPLES" in path.read_text():
-            for name, refs in importlib.import_module(path.stem).SOURCE_SAMPLES.items():
-                found[name] = found.get(name, ()) + tuple(refs)
-    return found
-
-
-SAMPLES = _samples()
+SAMPLES = source_samples()  # these and the SOURCE_SAMPLES of every other test module
 
 
 def _provenance() -> dict[str, tuple[str, str]]:

@@ -200,6 +200,7 @@ def storm():
     return scan, analyze_facts(facts, rules_of(LOG_AREAS)), facts.get("log_events")
 
 
+@pytest.mark.slow  # a 200,000-line Xid storm
 def test_a_storm_gives_bounded_json(storm):
     scan, result, events = storm
     lanes = build_timeline(events)
@@ -217,6 +218,7 @@ def test_a_storm_gives_bounded_json(storm):
     assert {f["id"] for f in doc["findings"]} >= {"xid.13", "xid.31", "xid.43", "xid.119"}
 
 
+@pytest.mark.slow  # the 200,000-line storm
 def test_a_storm_gives_a_short_terminal_report(storm):
     scan, result, events = storm
     text = piped(scan, build_timeline(events), result)
@@ -228,6 +230,7 @@ def test_a_storm_gives_a_short_terminal_report(storm):
     assert all(line == line.rstrip() for line in lines)
 
 
+@pytest.mark.slow  # the 200,000-line storm
 def test_a_storm_under_full_lists_what_the_scan_kept(storm):
     scan, result, events = storm
     doc = logs_document(scan, build_timeline(events, full=True), result, full=True)

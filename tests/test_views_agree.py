@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,18 @@ def _run(*argv: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+@pytest.fixture(scope="module")
+def report(built: Path) -> Callable[[str], tuple[int, str]]:
+    """``analyze SCENARIO``'s exit status and report: run once a scenario, for both tests."""
+    done: dict[str, tuple[int, str]] = {}
+
+    def of(name: str) -> tuple[int, str]:
+        if name not in done:
+            done[name] = _run("analyze", str(built / name))
+        return done[name]
+    return of
+
+
 def _row_word(gpu: dict) -> str:
     """The state word the GPU table must print for this JSON row."""
     if not gpu["visible"]:
@@ -41,8 +54,9 @@ def _row_word(gpu: dict) -> str:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_the_report_says_what_the_json_says(built: Path, name: str) -> None:
-    code, text = _run("analyze", str(built / name))
+def test_the_report_says_what_the_json_says(built: Path, report: Callable[[str], tuple[int, str]],
+                                            name: str) -> None:
+    code, text = report(name)
     json_code, doc_text = _run("analyze", "--json", str(built / name))
     doc = json.loads(doc_text)
     lines = text.splitlines()
@@ -75,8 +89,9 @@ def test_the_report_says_what_the_json_says(built: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_quiet_prints_the_reports_first_line(built: Path, name: str) -> None:
-    code, text = _run("analyze", str(built / name))
+def test_quiet_prints_the_reports_first_line(built: Path, report: Callable[[str], tuple[int, str]],
+                                             name: str) -> None:
+    code, text = report(name)
     quiet_code, quiet = _run("analyze", "-q", str(built / name))
     assert quiet_code == code
     assert quiet == text.splitlines()[0] + "\n"

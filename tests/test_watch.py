@@ -259,6 +259,7 @@ def test_a_check_past_its_limit_is_reported_and_awaited(results, running):
     assert "overran" in log.getvalue()
 
 
+@pytest.mark.slow  # watches a held loop for 2 x 0.5 s
 def test_the_next_check_and_the_end_wait_for_the_sinks(results, running):
     """A check is running until its sinks have run: the next one does not start, and
     --max-cycles does not return (the process would exit before the Node condition is
@@ -291,6 +292,7 @@ def test_the_next_check_and_the_end_wait_for_the_sinks(results, running):
         assert watch.state.running is None
 
 
+@pytest.mark.slow  # waits for two of the loop's 0.5 s polls
 def test_stop_abandons_a_check_that_outlives_the_grace(results):
     gate = Gate(results["healthy-8xh100"])
     watch, log = _watch(gate, interval=0.0, limit=60, grace_s=600)

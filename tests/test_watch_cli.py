@@ -73,6 +73,7 @@ def _hung_host(root: Path) -> FakeHost:
                     hang={("nvidia-smi", "-q", "-x"): 5.0})
 
 
+@pytest.mark.slow  # waits out a collector's timeout
 def test_a_hung_collector_is_a_finding_and_the_next_cycle_still_runs(tmp_path):
     host = _hung_host(tmp_path / "root")
     code, _, err = _run(["watch", "--interval", "0", "--max-cycles", "2", "--deadline", "1",
@@ -417,6 +418,7 @@ def test_healthz_says_why_when_checks_do_not_complete(served):
 
 # --- a real process --------------------------------------------------------------------------
 
+@pytest.mark.slow  # a watch process, then SIGTERM
 def test_sigterm_stops_a_running_watch_with_status_0(fallen):
     proc = subprocess.Popen(
         [sys.executable, "-m", "gputriage", "watch", "--snapshot", str(fallen),

@@ -182,6 +182,7 @@ def test_any_head_gets_an_answer_never_an_exception(head: bytes) -> None:
         assert 400 <= parsed.status < 600
 
 
+@pytest.mark.slow  # waits out request deadlines
 def test_garbage_costs_only_its_connection(serve: Any) -> None:
     served = serve(request_timeout_s=0.5)  # junk that never ends a head: 408
     for junk in (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" * 50,  # a TLS hello

@@ -112,6 +112,7 @@ def test_missing_input_is_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert _line(out) == "UNKNOWN: absent: no such file or directory"
 
 
+@pytest.mark.slow  # waits out the check's deadline
 def test_a_check_past_its_deadline_is_unknown(monkeypatch: pytest.MonkeyPatch,
                                               scenarios: dict[str, Path]) -> None:
     from gputriage.commands import host
@@ -207,7 +208,9 @@ class _Watch:
                 pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # stop() waits for the loop's next poll: 0.05 s, not the default 0.5 s
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     @property
@@ -286,6 +289,7 @@ def test_a_reply_that_is_not_http_is_unreachable_and_falls_back(
     assert "checking here" in err
 
 
+@pytest.mark.slow  # waits out the read deadline
 @pytest.mark.parametrize("where", sorted(TRICKLES))
 def test_a_watch_answering_a_byte_at_a_time_is_cut_off(serve_hostile: Any, where: str) -> None:
     url = serve_hostile(TRICKLES[where]).url
@@ -295,6 +299,7 @@ def test_a_watch_answering_a_byte_at_a_time_is_cut_off(serve_hostile: Any, where
     assert time.monotonic() - start < 3  # one deadline in all, not one per read
 
 
+@pytest.mark.slow  # waits out the fetch's deadline
 def test_the_fallback_check_gets_what_the_fetch_left(serve_hostile: Any,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      scenarios: dict[str, Path]) -> None:

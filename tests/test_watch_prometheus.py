@@ -33,10 +33,10 @@ PROGRAMS = ("prometheus", "promtool", "prometheus-node-exporter")
 WAIT_S = 30.0  # the longest any wait here may take
 LOST_BUS = "0000:9a:00.0"  # GPU 4 of gpu-fallen-off-bus
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     any(shutil.which(p) is None for p in PROGRAMS),
     reason="needs " + ", ".join(p for p in PROGRAMS if shutil.which(p) is None)
-           + " (Debian packages prometheus, prometheus-node-exporter; .ci/run installs them)")
+           + " (Debian packages prometheus, prometheus-node-exporter; .ci/run installs them)")]
 
 
 def _free_port() -> int:

@@ -194,6 +194,7 @@ def test_a_hung_command_times_out_with_its_whole_group(tmp_path):
     assert _gone_soon(int(pidfile.read_text()))
 
 
+@pytest.mark.slow  # waits out a kill grace
 def test_a_group_that_survives_the_kill_is_abandoned(tmp_path, monkeypatch):
     """Stands in for a process in uninterruptible sleep: the kill has no effect."""
     monkeypatch.setattr(confine.Cell, "kill", lambda self: None)
@@ -322,6 +323,7 @@ def test_strays_reach_the_report_as_problem_lines(tmp_path):
                      "pid 4242 (nv-daemon) in a session of its own: killed"]
 
 
+@pytest.mark.slow  # a watch process, stopped mid-check
 def test_a_watch_stopped_while_nvidia_smi_hangs_leaves_nothing_behind(tmp_path, cell_kind):
     """The attack run's reproducer: `gputriage watch` stopped (SIGTERM twice: the running
     check is abandoned) while every nvidia-smi call hangs and leaves a setsid child."""

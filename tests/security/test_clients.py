@@ -107,6 +107,7 @@ def api_server(pods: Answer) -> Routed:
         NO_GROUPS if path == "/apis" else EMPTY_LIST
 
 
+@pytest.mark.slow  # waits out a 2 s deadline
 def test_k8s_status_timeout_is_a_deadline_not_a_read_timeout(serve_hostile: Any,
                                                              tmp_path: Path) -> None:
     # the issue: one header line every 5 s kept --timeout 10 reading for ever (here 0.5 s:
@@ -136,6 +137,7 @@ def forbidden(size: int) -> Answer:
                     status="403 Forbidden")
 
 
+@pytest.mark.slow  # a 151 MiB page, in a child
 def test_k8s_status_reads_a_huge_page_in_bounded_memory(serve_hostile: Any,
                                                         tmp_path: Path) -> None:
     # the issue: one page of 151 MiB took 593 MiB (a page ignoring the limit asked for)
@@ -152,6 +154,7 @@ def test_k8s_status_reads_a_huge_page_in_bounded_memory(serve_hostile: Any,
                                                                       "7", "1"]
 
 
+@pytest.mark.slow  # a 5 MiB message, twice
 def test_k8s_status_cuts_an_api_servers_message(serve_hostile: Any, tmp_path: Path) -> None:
     # the issue: a 5 MB message of a 403 made a 30 MB report
     server = serve_hostile(api_server(forbidden(5 * 2**20)), routed=True)

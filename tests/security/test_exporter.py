@@ -22,6 +22,8 @@ from gputriage.scenarios import build_scenario
 REPO = Path(__file__).resolve().parents[2]
 SCRAPE_WITHIN_S = 5.0  # the longest a scrape may take under a flood (on a busy CI host)
 
+pytestmark = pytest.mark.slow  # a thousand connections against a real watch process
+
 
 def _memory_limit_kib() -> int:
     """The memory limit of the watch container in deploy/kubernetes/watch.yaml."""

@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROFILE, find_corpus
+from declared import rule_cases, source_samples
 from hostkit import snap
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_conformance import RULE_CASES
-from test_sources import BUG_REPORT, FIXTURES, SAMPLES
+from suite import PROFILE, REPO, find_corpus
 
 from gputriage import expect, sources
 from gputriage.cli import EXIT_INTERNAL, Environment, main
@@ -55,6 +54,8 @@ OWN_SEEDS = {
         "2024-08-28 01:36:36.507 ERROR [100107:100107] Cannot initialize the hostengine: "
         "Failed to initialize NVML [/workspaces/dcgm/hostengine/src/main.cpp:263] [main]\n"),
 }
+FIXTURES = REPO / "tests" / "fixtures"
+BUG_REPORT = FIXTURES / "ingest" / "nvidia-bug-report.log"
 SEED_BYTES = 6000  # a seed is cut to this many characters (whole lines): the tests stay fast
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
@@ -88,11 +89,11 @@ def seeds(name: str) -> tuple[Any, ...]:
     healthy = _healthy_host().get(name)
     if healthy is not None:
         found.append(json.loads(healthy) if as_json else _cut(healthy))
-    for ref in SAMPLES.get(name, ()):
+    for ref in source_samples().get(name, ()):
         text = _sample(ref, name)
         if text is not None:
             found.append(json.loads(text) if as_json else _cut(text))
-    for cases in RULE_CASES.values():
+    for cases in rule_cases().values():
         for case_sources, _ in cases:
             value = case_sources.get(name)
             if value is None:

@@ -239,6 +239,7 @@ def test_reading_a_corrupt_database_is_one_line_exit_66_and_moves_nothing(tmp_pa
     assert sorted(p.name for p in state.iterdir()) == before
 
 
+@pytest.mark.slow  # 4 checks, each a process
 def test_parallel_checks_on_a_corrupt_database_move_it_aside_once(tmp_path):
     state = tmp_path / "state"
     _corrupt(_recorded(state, 1))
@@ -280,6 +281,7 @@ def _parallel_checks(state: Path, n: int) -> list[dict]:
     return results
 
 
+@pytest.mark.slow  # 8 checks, each a process
 def test_parallel_first_checks_all_land_without_errors(tmp_path):
     state = tmp_path / "empty"
     results = _parallel_checks(state, 8)

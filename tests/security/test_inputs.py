@@ -172,6 +172,7 @@ def test_a_terminal_on_stdin_may_be_read():
 
 # --- endless and binary streams ----------------------------------------------------------
 
+@pytest.mark.slow  # 2 MiB through a pipe, per command
 @pytest.mark.parametrize("command", ["analyze", "logs", "nccl"])
 def test_an_endless_pipe_stops_at_the_stream_budget(tmp_path, budgets, command):
     budgets(stream_bytes=2 << 20)
@@ -182,6 +183,7 @@ def test_an_endless_pipe_stops_at_the_stream_budget(tmp_path, budgets, command):
     assert said and said[0].startswith(f"{path}: stopped reading at 2.0 MiB"), said
 
 
+@pytest.mark.slow  # 1 MiB through a child's stdin
 def test_endless_stdin_stops_at_the_stream_budget():
     yes = subprocess.Popen(["yes", XID79.decode().strip()], stdout=subprocess.PIPE)
     try:
@@ -197,6 +199,7 @@ def test_endless_stdin_stops_at_the_stream_budget():
                for p in json.loads(out)["unreadable"])
 
 
+@pytest.mark.slow  # 1 MiB inflated, per command
 def test_a_decompression_bomb_stops_at_the_stream_budget(tmp_path, budgets):
     budgets(stream_bytes=1 << 20)
     path = tmp_path / "kern.log.gz"
@@ -420,6 +423,7 @@ def test_a_document_cut_short_by_the_idle_budget_is_not_read(tmp_path, budgets, 
     assert err.endswith("not read as an expectations file\n")
 
 
+@pytest.mark.slow  # a child waiting out the idle budget, per command
 @pytest.mark.parametrize("argv", [["explain", "-"], ["k8s", "lint", "-"],
                                   ["analyze", "--expect", "-", "x"]])
 def test_an_idle_stdin_is_given_up_after_the_idle_budget(argv):
