@@ -50,9 +50,9 @@ def main() -> int:
     args = parser.parse_args()
     runs = args.runs
 
-    from gputriage.engine import analyze
+    from gputriage.engine.analysis import analyze
     from gputriage.scenarios import build_scenario
-    from gputriage.snapshot import Snapshot
+    from gputriage.snapshot.bundle import Snapshot
 
     gt = [sys.executable, "-m", "gputriage"]
     exe = shutil.which("gputriage")

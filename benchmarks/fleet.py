@@ -1,7 +1,7 @@
 """Benchmark ``gputriage fleet`` on 100,000 node results.
 
 Setup (not timed): the demo fleet's result documents
-(:mod:`gputriage.fleet_scenario`: real engine output for a healthy node and an
+(:mod:`gputriage.fleet.scenario`: real engine output for a healthy node and an
 Xid 79 node, on two drivers and two kernels) are used as templates; 100,000
 ``HOST.json`` files of schema ``gputriage/result/v1`` are written to a
 temporary directory (1,000 per sub-directory), each with its own host name,
@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 sys.path.insert(0, str(SRC))
 
-from gputriage.fleet_scenario import NEW_DRIVER, demo_plan, demo_results  # noqa: E402
+from gputriage.fleet.scenario import NEW_DRIVER, demo_plan, demo_results  # noqa: E402
 
 PER_DIR = 1000
 

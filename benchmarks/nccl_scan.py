@@ -6,7 +6,7 @@ scenario's) repeated through it at ``--nccl-percent`` of the lines (default 1 %,
 as when a job re-creates communicators), then times:
 
   * ``python -m gputriage nccl FILE --json > out`` (a large plain file is read by
-    worker processes: :mod:`gputriage.nccl_scan`);
+    worker processes: :mod:`gputriage.nccl.scan`);
   * ``grep -F NCCL FILE > out2``, the simplest pull of the NCCL lines (the target:
     gputriage at half its throughput or better);
   * ``grep -E 'NCCL (INFO|WARN)|Using network|via NET' FILE > out3``, the lines an

@@ -24,8 +24,8 @@ import subprocess
 import tempfile
 import time
 
+from gputriage.text.units import parse_size
 from gputriage.weights.measure import CHUNK, measure_read
-from gputriage.weights.units import parse_size
 
 
 def _make(path: str, size: int) -> None:

@@ -45,7 +45,7 @@ def main() -> int:
 
     from gputriage.commands.common import Environment
     from gputriage.commands.watch import _check
-    from gputriage.engine import analyze
+    from gputriage.engine.analysis import analyze
     from gputriage.ingest import load_inputs
     from gputriage.scenarios import build_scenario
     from gputriage.watch.logs import WatchLog

@@ -117,8 +117,7 @@ def _history_in_tmp(monkeypatch, tmp_path):
 def _strict_rules(monkeypatch, tmp_path):
     """A rule that raises fails the test (in production it is reported as skipped and
     the other rules still run); no test reads the machine's expectations file."""
-    from gputriage import expect
-
+    from gputriage.parsers import expect
     monkeypatch.setenv("GPUTRIAGE_STRICT", "1")
     monkeypatch.delenv("GPUTRIAGE_EXPECT", raising=False)
     monkeypatch.setattr(expect, "DEFAULT_PATH", tmp_path / "no-expect.toml")

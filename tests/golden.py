@@ -31,7 +31,7 @@ from typing import NamedTuple
 import pytest
 
 from gputriage.cli import EXIT_INPUT, Environment, main
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
 from gputriage.model import Finding, Result, Severity
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.model import Result
-from gputriage.snapshot import Captured, Snapshot
+from gputriage.snapshot.bundle import Captured, Snapshot
 
 
 def snap(live: bool = True, failed: dict[str, str] | None = None, **sources: Any) -> Snapshot:

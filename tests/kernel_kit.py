@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from gputriage.parsers.kernel_events import DriverEvent
+from gputriage.logscan.events import DriverEvent
 from gputriage.rules.kernel_log import judge_events, judge_sxids
 from gputriage.rules.kernel_xid import judge_xids
 

@@ -1,5 +1,5 @@
 """``gputriage/result/v1`` documents for the tests of what reads them back (diff, fleet,
-npd, :mod:`gputriage.resultdoc`): made by the real writer (:mod:`gputriage.views.jsonview`)
+npd, :mod:`gputriage.results.reader`): made by the real writer (:mod:`gputriage.results.document`)
 from model objects, so each is a document ``check --json`` could print."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from gputriage.model import (
     Severity,
     Skipped,
 )
-from gputriage.views.jsonview import to_json
+from gputriage.results.document import to_json
 
 GENERATED = datetime(2024, 5, 14, 9, 30, tzinfo=timezone.utc)
 

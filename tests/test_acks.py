@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gputriage import acks
 from gputriage.cli import Environment, main
+from gputriage.engine import acks
 from gputriage.model import (
     Action,
     Blame,
@@ -175,7 +175,7 @@ def test_another_gpus_failure_still_fails_after_an_acknowledgement(tmp_path: Pat
 
 def test_a_rule_that_raises_is_skipped_and_the_others_still_run(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from gputriage import engine
+    from gputriage.engine import analysis as engine
     from gputriage.ingest import load_inputs
     from gputriage.rules import all_rules
     from gputriage.rules.base import Rule

@@ -20,8 +20,8 @@ from types import ModuleType
 import pytest
 from hostkit import snap
 
-from gputriage.engine import analyze_facts
-from gputriage.facts import Facts
+from gputriage.engine.analysis import analyze_facts
+from gputriage.facts.store import Facts
 
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "behaviour.py"
 

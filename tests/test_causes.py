@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gputriage import causes
 from gputriage.cli import Environment, main
-from gputriage.engine import analyze
+from gputriage.engine import causes
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
 from gputriage.model import (
     Action,
@@ -26,7 +26,7 @@ from gputriage.model import (
 )
 from gputriage.rules import all_rules
 from gputriage.scenarios import build_scenario, list_scenarios
-from gputriage.snapshot import Snapshot
+from gputriage.snapshot.bundle import Snapshot
 
 HOST_SCENARIOS = [s.name for s in list_scenarios() if not s.name.startswith("fleet-")]
 FABRIC_BUSES = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",

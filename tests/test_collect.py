@@ -13,8 +13,8 @@ from fakehost import FakeHost, gpu_host
 
 from gputriage.collect import CollectOptions, collect, readers
 from gputriage.collect.host import run_bounded
-from gputriage.engine import analyze
-from gputriage.snapshot import Snapshot
+from gputriage.engine.analysis import analyze
+from gputriage.snapshot.bundle import Snapshot
 
 PYTHON = sys.executable
 

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from fakehost import FakeHost, gpu_host
 
-from gputriage import expect, sources
+from gputriage import sources
 from gputriage.cli import EXIT_USAGE, Environment, main
 from gputriage.collect import CollectOptions, collect
 from gputriage.commands.common import opt_in_sources
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.errors import InputError
-from gputriage.snapshot import Snapshot
+from gputriage.parsers import expect
+from gputriage.snapshot.bundle import Snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
 DIAG_2 = ("dcgmi", "diag", "-r", "2", "-j")

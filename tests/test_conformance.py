@@ -8,7 +8,7 @@ import pytest
 from declared import rule_case_list, rule_cases
 from hostkit import run
 
-from gputriage.facts import is_fact
+from gputriage.facts.store import is_fact
 from gputriage.rules import all_rules
 
 RULE_CASES = rule_cases()  # of tests/test_rules.py and every tests/test_rules_*.py
@@ -62,8 +62,8 @@ def test_an_explicit_fact_named_after_a_source_does_not_read_itself():
     from hostkit import nvml_doc, snap
 
     from gputriage import sources
-    from gputriage.facts import Facts, Missing
-    from gputriage.hostfacts import REGISTRY
+    from gputriage.facts.registry import REGISTRY
+    from gputriage.facts.store import Facts, Missing
 
     facts = Facts(snap(nvml=nvml_doc(["0000:01:00.0"]), device_query="Result = PASS\n"))
     for name in REGISTRY:

@@ -22,13 +22,13 @@ from kernel_kit import A, judge, other, sxid, xid
 from nccl_kit import job_log
 
 from gputriage.cli import Environment, main
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.errors import InputError, ParseError
 from gputriage.ingest import load_input
 from gputriage.knowledge import xid as catalog
 from gputriage.model import DRAINING_ACTIONS, Blame, Finding, Severity, inconsistency
 from gputriage.scenarios import build_scenario, list_scenarios
-from gputriage.snapshot import Snapshot
+from gputriage.snapshot.bundle import Snapshot
 
 FATAL_WORD = re.compile(r"(?<!non-)(?<!non)\bfatal\b", re.IGNORECASE)
 

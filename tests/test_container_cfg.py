@@ -10,9 +10,8 @@ import os
 import pytest
 
 from gputriage.collect.readers import read_tree
-from gputriage.diff import facts_digest
 from gputriage.errors import ParseError
-from gputriage.facts import Facts
+from gputriage.facts.store import Facts
 from gputriage.ingest import load_text
 from gputriage.ingest.detect import detect, source_for_command
 from gputriage.parsers.container_cfg import (
@@ -29,10 +28,11 @@ from gputriage.parsers.container_engines import (
     parse_containerd_config,
     parse_docker_daemon_json,
 )
+from gputriage.results.diff import facts_digest
 from gputriage.scenarios.container_cdi import OLD_DRIVER, cdi_specs
 from gputriage.scenarios.model import healthy_hgx_h100
 from gputriage.scenarios.render_logs import container_toolkit_config
-from gputriage.snapshot import Snapshot
+from gputriage.snapshot.bundle import Snapshot
 from gputriage.sources import get
 
 SOURCE_SAMPLES = {  # the fixtures are written in the formats the toolkit's docs give
@@ -254,7 +254,7 @@ def test_command_aliases(cmd, source):
 
 
 def test_pasted_spec_is_judged_without_host_facts():
-    from gputriage.engine import analyze
+    from gputriage.engine.analysis import analyze
 
     result = analyze(load_text(SPEC_YAML, "paste"))
     assert "container.cdi-spec-version" in {f.id for f in result.findings}

@@ -10,7 +10,7 @@ import pytest
 from golden import by_id
 from hostkit import run
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
 from gputriage.knowledge.job_messages import find, scan_line
 from gputriage.model import Action, Blame, Severity

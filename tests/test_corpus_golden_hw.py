@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from golden import CALM, cases, check_verdict, missing_rows
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
 
 TOPO_FAULTS = ("topology.nic-far", "topology.nvlink-uneven", "gpu.board-short")

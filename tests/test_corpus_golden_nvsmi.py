@@ -13,7 +13,7 @@ from typing import NamedTuple
 import pytest
 from golden import flat
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
 from gputriage.model import Action, Blame, Severity
 

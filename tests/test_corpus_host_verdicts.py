@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
 from gputriage.model import Action, Blame, Severity
-from gputriage.views.status import verdict
+from gputriage.status import verdict
 
 GENERIC = ("Fix the configuration of", "Update or reinstall the software at fault")
 C, W, I = Severity.CRITICAL, Severity.WARNING, Severity.INFO  # noqa: E741

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.errors import ParseError
 from gputriage.ingest import load_input
 from gputriage.ingest.detect import detect, source_for_command

@@ -7,7 +7,7 @@ import pytest
 from gputriage.errors import InputError
 from gputriage.ingest import load_input, load_text
 from gputriage.ingest.detect import EXPECTED, detect
-from gputriage.ingest.detect_jobs import is_tests_prompt, source_for_command
+from gputriage.parsers.detect_jobs import is_tests_prompt, source_for_command
 from gputriage.parsers.nccl_log import parse_nccl_log
 from gputriage.parsers.nccl_tests import parse_nccl_tests
 

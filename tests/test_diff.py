@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 from resultkit import document, finding, gpu_scope, host
 
 from gputriage.cli import EXIT_INPUT, Environment, main
-from gputriage.diff import (
+from gputriage.errors import InputError
+from gputriage.facts.store import Facts
+from gputriage.model import GpuRow
+from gputriage.results.diff import (
     DiffView,
     FindingRef,
     diff_views,
@@ -20,11 +23,8 @@ from gputriage.diff import (
     load_view,
     view_from_json,
 )
-from gputriage.errors import InputError
-from gputriage.facts import Facts
-from gputriage.model import GpuRow
 from gputriage.scenarios import build_scenario, list_scenarios
-from gputriage.snapshot import Snapshot
+from gputriage.snapshot.bundle import Snapshot
 from gputriage.views.diffview import changed_line, diff_to_json, gpu_change_text
 
 NAMES = ("healthy-8xh100", "driver-mismatch", "gpu-fallen-off-bus", "pcie-x8-gpu3")

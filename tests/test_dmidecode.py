@@ -9,7 +9,7 @@ from hostkit import run
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.errors import ParseError
 from gputriage.ingest import load_input
 from gputriage.model import Severity

@@ -10,12 +10,12 @@ from fakehost import FakeHost
 from golden import flat
 
 from gputriage.cli import EXIT_INPUT, EXIT_USAGE, Environment, main
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.errors import InputError
 from gputriage.ingest import load_input, load_inputs
 from gputriage.model import Severity
 from gputriage.scenarios import build_scenario, list_scenarios
-from gputriage.snapshot import Snapshot
+from gputriage.snapshot.bundle import Snapshot
 
 SCENARIOS = [s.name for s in list_scenarios()]
 
@@ -229,7 +229,8 @@ def test_cli_help_is_fast_to_import():
 
     src = Path(__file__).resolve().parent.parent / "src"
     code = ("import sys; import gputriage.cli; "
-            "heavy = [m for m in ('rich', 'pynvml', 'xml.etree.ElementTree', 'gputriage.engine')"
+            "heavy = [m for m in ('rich', 'pynvml', 'xml.etree.ElementTree',"
+            " 'gputriage.engine.analysis')"
             " if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(src)}, timeout=60)
@@ -237,7 +238,7 @@ def test_cli_help_is_fast_to_import():
 
 
 def test_results_carry_what_fleet_and_history_compare(built):
-    from gputriage.views.jsonview import to_json
+    from gputriage.results.document import to_json
 
     doc = to_json(analyze(Snapshot.load(built["healthy-8xh100"])))
     assert doc["host"]["container_toolkit"] and doc["host"]["boot_time"]
@@ -277,11 +278,11 @@ def test_cli_check_judges_a_jobs_nccl_log_with_the_host(tmp_path, monkeypatch):
 def test_host_identity_is_one_fact_for_check_diff_and_fleet(built):
     from dataclasses import fields
 
-    from gputriage.diff import facts_digest
-    from gputriage.engine import analyze_facts
-    from gputriage.facts import Facts
-    from gputriage.fleet import snapshot_extras
+    from gputriage.engine.analysis import analyze_facts
+    from gputriage.facts.store import Facts
+    from gputriage.fleet.report import snapshot_extras
     from gputriage.model import HostIdentity
+    from gputriage.results.diff import facts_digest
 
     facts = Facts(Snapshot.load(built["healthy-8xh100"]))
     identity = facts.get("host_identity")
@@ -304,7 +305,7 @@ def test_host_identity_is_one_fact_for_check_diff_and_fleet(built):
     (None, None),
 ])
 def test_container_toolkit_version(text, version):
-    from gputriage.hostfacts.identity import toolkit_version
+    from gputriage.facts.identity import toolkit_version
 
     assert toolkit_version(text) == version
 

@@ -11,7 +11,7 @@ import pytest
 from fakehost import FakeHost
 
 from gputriage.cli import EXIT_INPUT, EXIT_USAGE, Environment, main
-from gputriage.expect import Expectations, GpuExpect, load, parse
+from gputriage.parsers.expect import Expectations, GpuExpect, load, parse
 from gputriage.scenarios import build_scenario
 
 SCENARIOS = ("healthy-8xh100", "gpu-fallen-off-bus", "driver-mismatch", "ib-port-polling",

@@ -17,7 +17,7 @@ from resultkit import document, finding, gpus
 from resultkit import host as host_summary
 
 from gputriage.cli import EXIT_INPUT, EXIT_USAGE, Environment, main
-from gputriage.fleet import (
+from gputriage.fleet.report import (
     Fleet,
     FleetInputError,
     NodeRecord,
@@ -28,7 +28,7 @@ from gputriage.fleet import (
     load_result,
     record_from_result,
 )
-from gputriage.fleet_scenario import NEW_DRIVER, NEW_KERNEL, XID79_NODES, demo_plan, write_demo
+from gputriage.fleet.scenario import NEW_DRIVER, NEW_KERNEL, XID79_NODES, demo_plan, write_demo
 from gputriage.views.fleetview import CSV_COLUMNS, fleet_csv, fleet_json
 
 
@@ -204,7 +204,7 @@ def test_bad_inputs_are_counted_listed_and_skipped(tmp_path):
 
 
 def test_indented_and_compact_results_read_the_same(tmp_path):
-    from gputriage.fleet_scenario import demo_results
+    from gputriage.fleet.scenario import demo_results
 
     _, doc = list(demo_results(4))[3]  # an Xid 79 node, as check --json writes it
     doc["manifest"]["created"] = "2024-05-14T10:00:00+00:00"

@@ -32,12 +32,12 @@ import pytest
 from rich.console import Console
 
 from gputriage.cli import Environment, main
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.model import Finding
 from gputriage.rules.base import REGISTRY, rule
 from gputriage.scenarios import build_scenario, list_scenarios
-from gputriage.snapshot import Snapshot
-from gputriage.views.safe import printable
+from gputriage.snapshot.bundle import Snapshot
+from gputriage.text.safe import printable
 from gputriage.views.terminal import EVIDENCE_CAP, render_terminal
 
 GOLDEN = Path(__file__).resolve().parent / "golden_reports"

@@ -16,20 +16,7 @@ from fakehost import FakeHost
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gputriage import history
 from gputriage.cli import EXIT_INPUT, Environment, main
-from gputriage.history import (
-    Retention,
-    changes,
-    db_path,
-    default_state_dir,
-    digest_sha256,
-    facts_digest,
-    last_healthy,
-    list_entries,
-    record,
-    record_check,
-)
 from gputriage.model import (
     NODE,
     Action,
@@ -41,6 +28,19 @@ from gputriage.model import (
     HostSummary,
     Result,
     Severity,
+)
+from gputriage.state import history
+from gputriage.state.history import (
+    Retention,
+    changes,
+    db_path,
+    default_state_dir,
+    digest_sha256,
+    facts_digest,
+    last_healthy,
+    list_entries,
+    record,
+    record_check,
 )
 
 T0 = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)

@@ -255,7 +255,7 @@ def test_nccl_report_renders(browser: Browser, tmp_path: Path) -> None:
 
 
 def test_fleet_report_renders(browser: Browser, tmp_path: Path) -> None:
-    from gputriage.fleet_scenario import write_demo
+    from gputriage.fleet.scenario import write_demo
 
     write_demo(str(tmp_path / "fleet"))
     page = tmp_path / "fleet.html"

@@ -232,7 +232,7 @@ def test_triage_nccl_fleet_write_html(scenario_dir: Path, tmp_path: Path) -> Non
     words = outline(page.read_text()).words()
     assert code == 2 and "What changed" in words and "Next actions" in words
     fleet_dir = tmp_path / "fleet"
-    from gputriage.fleet_scenario import write_demo
+    from gputriage.fleet.scenario import write_demo
 
     write_demo(str(fleet_dir))
     code, _, _ = run("fleet", str(fleet_dir), "--html", str(tmp_path / "f.html"))
@@ -332,7 +332,7 @@ def test_banners_share_one_helper(scenario_dir: Path, tmp_path: Path) -> None:
     _, _, text = report(scenario_dir, "xid48-row-remap", tmp_path)
     assert '<section class="banner sev-critical" aria-label="verdict"><p class="verdict">' \
         '<span class="badge sev-critical">CRITICAL</span>' in text
-    from gputriage.fleet_scenario import write_demo
+    from gputriage.fleet.scenario import write_demo
 
     write_demo(str(tmp_path / "fleet"))
     run("fleet", str(tmp_path / "fleet"), "--html", str(tmp_path / "f.html"))

@@ -18,8 +18,8 @@ import gputriage.ingest as ingest
 from gputriage.errors import InputError
 from gputriage.ingest import load_input, load_inputs, load_text
 from gputriage.ingest.detect import EXPECTED, detect, kernel_lines, source_for_command
-from gputriage.ingest.paste import PasteDoc
-from gputriage.snapshot_writer import new_manifest, source_record, write_snapshot
+from gputriage.snapshot.writer import new_manifest, source_record, write_snapshot
+from gputriage.text.paste import PasteDoc
 
 TABLE = """\
 Tue Mar  4 09:12:44 2025

@@ -129,7 +129,7 @@ def test_vocabularies_are_the_models():
 
 
 def test_result_top_level_keys_are_the_views():
-    from gputriage.views.jsonview import TOP_LEVEL_KEYS
+    from gputriage.results.document import TOP_LEVEL_KEYS
 
     body = schemas.load("common")["$defs"]["result"]
     assert tuple(body["required"]) == TOP_LEVEL_KEYS
@@ -171,7 +171,7 @@ def test_nccl_of_the_scenario_and_a_corpus_log_validate(built, corpus):
 
 
 def test_fleet_of_the_fleet_scenario_validates(tmp_path):
-    from gputriage.fleet_scenario import write_demo
+    from gputriage.fleet.scenario import write_demo
 
     write_demo(str(tmp_path / "fleet"))
     doc = _json(["fleet", str(tmp_path / "fleet"), "--json", "-j", "1"])
@@ -225,7 +225,7 @@ CLOSED = ("result", "nccl", "logs", "diff", "triage", "fleet", "history", "xid")
 def documents(built, analyzed, tmp_path_factory) -> dict[str, dict]:
     bad, good = built["gpu-fallen-off-bus"], built["healthy-8xh100"]
     fleet_dir = tmp_path_factory.mktemp("schema-fleet") / "fleet"
-    from gputriage.fleet_scenario import write_demo
+    from gputriage.fleet.scenario import write_demo
 
     write_demo(str(fleet_dir))
     docs = {

@@ -1,4 +1,4 @@
-"""Tests for gputriage.parsers.kernel_events."""
+"""Tests for gputriage.logscan.events."""
 # ruff: noqa: E501  (fixtures keep real line lengths)
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gputriage.parsers.kernel_events import iter_driver_events, scan_driver_events
+from gputriage.logscan.events import iter_driver_events, scan_driver_events
 
 
 def kinds(events):

@@ -13,12 +13,12 @@ import pytest
 from golden import flat
 from hostkit import snap
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
+from gputriage.facts.window import LogWindow
 from gputriage.logscan import scan_text
-from gputriage.logwindow import LogWindow
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, Finding, Severity, Status
 from gputriage.parsers import kernel_fold
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.kernel_fold import fold_key
 from gputriage.rules.kernel_common import EVIDENCE_HEAD, EVIDENCE_TAIL, _evidence, latest_of
 

@@ -13,14 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kernel_kit import T0, A, B, judge, one, other, sxid, xid
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
+from gputriage.facts.window import LogWindow, parse_boot, parse_since
 from gputriage.ingest import load_input
-from gputriage.logwindow import LogWindow, parse_boot, parse_since
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, Severity
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.rules.kernel_common import EVIDENCE_HEAD, EVIDENCE_TAIL
 from gputriage.scenarios import build_scenario, get_scenario
-from gputriage.snapshot import Snapshot
+from gputriage.snapshot.bundle import Snapshot
 
 # --- grouping, counts, evidence, scope -----------------------------------------------------
 

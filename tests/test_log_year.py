@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 from hostkit import snap
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.logscan import scan_paths, scan_text
 from gputriage.logscan.stamps import year_reference
 

@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from gputriage.cli import EXIT_INPUT, EXIT_USAGE, Environment, main
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import (
     Action,
     Blame,
@@ -20,7 +21,6 @@ from gputriage.model import (
     Scope,
     Severity,
 )
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.views.terminal import render_terminal
 from gputriage.views.timeline import build_timeline
 
@@ -203,10 +203,10 @@ def test_logs_refuses_binary_input_and_skips_it_beside_a_log(log, tmp_path):
 
 
 def _log_only_result(text: str):
-    from gputriage.engine import analyze_facts
-    from gputriage.facts import Facts
+    from gputriage.engine.analysis import analyze_facts
+    from gputriage.facts.store import Facts
     from gputriage.logscan import scan_text
-    from gputriage.snapshot import Snapshot
+    from gputriage.snapshot.bundle import Snapshot
 
     facts = Facts(Snapshot({}, None, "logs"))
     facts.prefill("log_scan", scan_text(text, "test"))

@@ -24,9 +24,9 @@ import gputriage.logscan as logscan
 from gputriage.errors import InputError
 from gputriage.logscan import LogScan, ScanConfig, blocks, scan_paths, scan_text
 from gputriage.logscan.blocks import process_pool
+from gputriage.logscan.events import scan_driver_events
 from gputriage.logscan.forkpool import ForkWorkers, WorkerDied
 from gputriage.logscan.search import ANCHORS, anchor_hits, anchors_for, probes
-from gputriage.parsers.kernel_events import scan_driver_events
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "logs"
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)

@@ -65,10 +65,10 @@ def _signature(scan: LogScan) -> list[tuple]:
 
 
 def _findings(scan: LogScan) -> list:
-    from gputriage.engine import analyze_facts
-    from gputriage.facts import Facts
+    from gputriage.engine.analysis import analyze_facts
+    from gputriage.facts.store import Facts
     from gputriage.rules import LOG_AREAS, rules_of
-    from gputriage.snapshot import Snapshot
+    from gputriage.snapshot.bundle import Snapshot
 
     facts = Facts(Snapshot({}, None, "logs"))
     facts.prefill("log_scan", scan)

@@ -10,9 +10,9 @@ import lzma
 
 import pytest
 
-from gputriage.commands.nccl_input import read_inputs
 from gputriage.logscan import scan_paths
 from gputriage.logscan.stream import compression, decompressed
+from gputriage.nccl.inputs import read_inputs
 
 LINE = "dgx-b01:{pid}:{pid} [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
 PACK = {"gzip": gzip.compress, "xz": lzma.compress, "bzip2": bz2.compress}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
 from gputriage.model import Result
 

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gputriage.cli import EXIT_INPUT, EXIT_USAGE, Environment, main
-from gputriage.commands.nccl_input import read_inputs
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
+from gputriage.nccl.inputs import read_inputs
 from gputriage.scenarios import build_scenario, get_scenario
-from gputriage.snapshot import Snapshot
+from gputriage.snapshot.bundle import Snapshot
 
 SCENARIO = "nccl-socket-fallback"
 EXIT_STATUSES = {0, 1, 2, 3}
@@ -382,8 +382,7 @@ def test_a_snapshot_tarball_on_stdin_is_one_clear_error(built, tmp_path, monkeyp
 def test_a_read_error_is_one_line_or_a_problem(built, tmp_path, monkeypatch) -> None:
     import errno
 
-    from gputriage.commands import nccl_input
-
+    from gputriage.nccl import inputs as nccl_input
     good = built["payloads"]["nccl_log"].encode()
 
     class Failing(io.BytesIO):
@@ -392,7 +391,7 @@ def test_a_read_error_is_one_line_or_a_problem(built, tmp_path, monkeypatch) -> 
                 raise OSError(errno.EIO, "Input/output error")
             return super().read(min(size, len(self.getvalue()) // 2 - self.tell()))
 
-    from gputriage.inputs import FILE, Input
+    from gputriage.io.inputs import FILE, Input
 
     def opener(data: bytes):
         return lambda p, problems=None, budgets=None: Input(p, p, FILE, Failing(data), [])

@@ -1,4 +1,4 @@
-"""Large NCCL logs read by worker processes (gputriage.nccl_scan): the NCCL log reader and
+"""Large NCCL logs read by worker processes (gputriage.nccl.scan): the NCCL log reader and
 the nccl-tests tap see what the line-by-line reading gives them, at every region edge,
 with NUL bytes, long lines, framework errors over several lines and nccl-tests tables
 (plain and behind a launcher's prefix)."""
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gputriage import nccl_scan
-from gputriage.commands import nccl_input
-from gputriage.commands.nccl_input import BLOCK, TESTS_CAP, _TestsTap, read_inputs
+from gputriage.nccl import inputs as nccl_input
+from gputriage.nccl import scan as nccl_scan
+from gputriage.nccl.inputs import BLOCK, TESTS_CAP, _TestsTap, read_inputs
 from gputriage.parsers.nccl_log import LONG_LINE, parse_nccl_log, read_nccl_log
 from gputriage.parsers.nccl_model import NcclLog
 

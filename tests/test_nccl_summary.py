@@ -1,13 +1,13 @@
-"""The NCCL job summary (gputriage.nccl_summary), the quoting of raw log lines
+"""The NCCL job summary (gputriage.nccl.summary), the quoting of raw log lines
 (``nccl_log_text``), and NCCL rules called directly with their facts as keywords."""
 
 from __future__ import annotations
 
 from nccl_kit import job_log
 
-from gputriage.hostfacts.nccl import NcclJob, NcclLogText
-from gputriage.hostfacts.stack import GpuSighting
-from gputriage.nccl_summary import host_groups, peak_busbw, summarize
+from gputriage.facts.nccl import NcclJob, NcclLogText
+from gputriage.facts.stack import GpuSighting
+from gputriage.nccl.summary import host_groups, peak_busbw, summarize
 from gputriage.parsers.nccl_log import parse_nccl_log
 from gputriage.parsers.nccl_model import NcclTestRow, NcclTestRun
 from gputriage.rules.nccl_transport import node_split, socket_transport
@@ -16,8 +16,8 @@ ENV = ("NCCL_IB_DISABLE=1", "NCCL_SOCKET_IFNAME=eth0")
 
 
 def _job(text: str) -> NcclJob:
-    from gputriage.facts import Facts
-    from gputriage.snapshot import Snapshot
+    from gputriage.facts.store import Facts
+    from gputriage.snapshot.bundle import Snapshot
 
     facts = Facts(Snapshot({}, None, "test"))
     facts.prefill("nccl_log", parse_nccl_log(text))

@@ -1,4 +1,4 @@
-"""gputriage.netbounds: the JSON cost bound holds for the shapes that cost the most per
+"""gputriage.io.netbounds: the JSON cost bound holds for the shapes that cost the most per
 byte, the byte cap stops a read, and the deadline cuts a read that each socket timeout
 would let go on."""
 
@@ -12,7 +12,7 @@ import tracemalloc
 
 import pytest
 
-from gputriage.netbounds import Deadline, TooLarge, json_cost, loads_within, read_capped
+from gputriage.io.netbounds import Deadline, TooLarge, json_cost, loads_within, read_capped
 
 N = 20_000
 SHAPES = {

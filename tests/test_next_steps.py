@@ -12,8 +12,8 @@ import pytest
 
 from gputriage import next_steps
 from gputriage.cli import Environment, main
-from gputriage.engine import analyze
-from gputriage.facts import Facts
+from gputriage.engine.analysis import analyze
+from gputriage.facts.store import Facts
 from gputriage.ingest import load_inputs
 from gputriage.knowledge import nccl_warnings
 from gputriage.knowledge.xid import all_sxids, all_xids

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from gputriage import next_steps
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.errors import InputError, ParseError
-from gputriage.facts import Facts
+from gputriage.facts.store import Facts
 from gputriage.ingest import load_input
 from gputriage.knowledge import nccl_warnings
 from gputriage.knowledge.job_messages import catalog

@@ -16,13 +16,13 @@ from fakehost import FakeHost
 
 from gputriage import sources
 from gputriage.cli import Environment, main
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.errors import InputError
 from gputriage.ingest import load_inputs
-from gputriage.redact import KINDS, Redactor
 from gputriage.scenarios import build_scenario, get_scenario, list_scenarios
-from gputriage.snapshot import Snapshot
-from gputriage.snapshot_writer import write_snapshot
+from gputriage.snapshot.bundle import Snapshot
+from gputriage.snapshot.redact import KINDS, Redactor
+from gputriage.snapshot.writer import write_snapshot
 
 UUID_A = "GPU-3f1a2b3c-1234-4abc-8def-0123456789ab"
 UUID_B = "GPU-99999999-1234-4abc-8def-0123456789ab"

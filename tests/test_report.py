@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from gputriage.cli import Environment, main
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_inputs
 from gputriage.model import (
     NODE,
@@ -29,7 +29,7 @@ from gputriage.model import (
     Status,
 )
 from gputriage.scenarios import build_scenario
-from gputriage.snapshot import Snapshot
+from gputriage.snapshot.bundle import Snapshot
 from gputriage.views.oneline import verdict_line
 from gputriage.views.opening import CAPPED, worst_current
 from gputriage.views.scopes import index_ranges

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from gputriage.engine import analyze
-from gputriage.hostfacts.resets import Reset, Resets, pending_resets, resets_in_reset_log
+from gputriage.engine.analysis import analyze
+from gputriage.facts.resets import Reset, Resets, pending_resets, resets_in_reset_log
 from gputriage.ingest import load_input
 from gputriage.model import Action, Blame, Finding, Result, Severity, Status
 from gputriage.parsers.gpu_reset import parse_gpu_reset
 from gputriage.rules.kernel_common import ended_by
 from gputriage.scenarios import build_scenario, get_scenario, write_host
-from gputriage.snapshot import Snapshot
-from gputriage.views.status import exit_status
+from gputriage.snapshot.bundle import Snapshot
+from gputriage.status import exit_status
 
 A, B = "0000:9a:00.0", "0000:ab:00.0"
 XID48 = ("NVRM: Xid (PCI:0000:9a:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable "
@@ -173,7 +173,7 @@ def test_reset_status_fields(raw: dict[str, str], due: bool):
 
 
 def test_a_pending_gpu_is_never_ended():
-    from gputriage.parsers.kernel_events import DriverEvent
+    from gputriage.logscan.events import DriverEvent
 
     ev = DriverEvent("xid", XID48, A, None, {"code": "48"}, uptime_s=1000.0, lineno=1)
     reset = Reset(A, "gpu-reset", "2800.0", "kernel_log", CLEARED, 0, 3, None, 2800.0)

@@ -1,4 +1,4 @@
-"""The one reader of ``gputriage/result/v1`` (:mod:`gputriage.resultdoc`): every
+"""The one reader of ``gputriage/result/v1`` (:mod:`gputriage.results.reader`): every
 scenario's ``check --json`` reads back as the Result that wrote it; each field the
 published schema types or requires is checked, a wrong or missing one named; hostile
 documents (huge numbers, deep nesting, long values) are one-line errors."""
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from resultkit import GENERATED, document, finding, gpu_scope, host
 
 from gputriage.cli import Environment, main
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.model import (
     Evidence,
     GpuRow,
@@ -32,7 +32,8 @@ from gputriage.model import (
     Skipped,
     Status,
 )
-from gputriage.resultdoc import (
+from gputriage.results.document import dumps, plain
+from gputriage.results.reader import (
     MAX_CONSEQUENCE_DEPTH,
     FindingBrief,
     InputRef,
@@ -44,9 +45,8 @@ from gputriage.resultdoc import (
     read_result,
 )
 from gputriage.scenarios import build_scenario, list_scenarios
-from gputriage.snapshot import Snapshot
-from gputriage.views.jsonview import dumps, plain
-from gputriage.views.status import at_fault, exit_status, side_verdict, verdict
+from gputriage.snapshot.bundle import Snapshot
+from gputriage.status import at_fault, exit_status, side_verdict, verdict
 
 SCENARIOS = [s.name for s in list_scenarios()]
 

@@ -19,7 +19,7 @@ import pytest
 from fakehost import FakeHost
 
 from gputriage.cli import EXIT_USAGE, Environment, cli, main
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.errors import InputError, ParseError
 from gputriage.ingest import load_input
 from gputriage.model import Finding, Result

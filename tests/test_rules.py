@@ -9,8 +9,8 @@ from __future__ import annotations
 from golden import flat
 from hostkit import BUSES, HEALTHY, MODULES_FULL, VERSION_FILE, ids, nvml_doc, pci_tree, run, snap
 
-from gputriage.engine import analyze
-from gputriage.facts import Facts
+from gputriage.engine.analysis import analyze
+from gputriage.facts.store import Facts
 from gputriage.ingest import load_text
 from gputriage.model import Action, Blame, Severity
 from gputriage.rules.driver import driver_wedged
@@ -308,7 +308,7 @@ def test_a_dkms_failure_without_a_module_named_is_only_information():
 # -- an unknown blame never drains (exit 2): the verdict says what it could not tell -------
 
 def test_a_critical_whose_fault_is_unknown_is_no_drain():
-    from gputriage.views.status import ExitStatus, exit_status
+    from gputriage.status import ExitStatus, exit_status
 
     alone = analyze(load_text("Failed to initialize NVML: Unknown Error\n", "paste"))
     [f] = [f for f in alone.findings if f.severity is Severity.CRITICAL]

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 from hostkit import run
 
-from gputriage.causes import RELATIONS
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
+from gputriage.engine.causes import RELATIONS
 from gputriage.ingest import load_input
 from gputriage.knowledge.job_messages import catalog, scan_line
 from gputriage.model import Action, Blame, Severity

@@ -10,7 +10,7 @@ import pytest
 from golden import flat
 from hostkit import run
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
 from gputriage.model import Action, Blame, Severity
 from gputriage.scenarios import build_scenario, write_host

@@ -15,7 +15,7 @@ import pytest
 from golden import flat
 from hostkit import run
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_text
 from gputriage.knowledge.job_messages import find
 from gputriage.model import DRAINING_ACTIONS, Action, Blame, Severity

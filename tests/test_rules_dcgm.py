@@ -11,10 +11,10 @@ from hostkit import nvml_doc, run
 from smi_kit import ecc, healthy_gpu, hot_gpu, nvlink_errors, smi_q, xml_host
 
 from gputriage.collect import CollectOptions, collect
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
 from gputriage.model import Action, Blame, Severity
-from gputriage.snapshot import Snapshot
+from gputriage.snapshot.bundle import Snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
 METRICS = (FIXTURES / "b-metrics-8x-h100-faults.txt").read_text()

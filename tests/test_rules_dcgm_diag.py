@@ -15,16 +15,16 @@ import pytest
 from golden import flat, run_analyze
 from hostkit import run
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.errors import ParseError
-from gputriage.hostfacts.pcie import PcieLink
+from gputriage.facts.pcie import PcieLink
 from gputriage.ingest import load_input
-from gputriage.ingest.commands import source_for_command
 from gputriage.ingest.detect import detect
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.dcgmi_diag import parse_dcgmi_diag
 from gputriage.parsers.nvvs_log import parse_nvvs_log
 from gputriage.rules.dcgm_diag import diag_hardware, message_kind
+from gputriage.text.prompts import source_for_command
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
 JSON_4X = (FIXTURES / "a-diag-r3-4x-memory-fail.json").read_text()

@@ -17,8 +17,8 @@ import pytest
 from golden import run_analyze
 from hostkit import run
 
-from gputriage.engine import analyze
-from gputriage.hostfacts.fabric import FabricNeed
+from gputriage.engine.analysis import analyze
+from gputriage.facts.fabric import FabricNeed
 from gputriage.ingest import load_input, load_text
 from gputriage.ingest.detect import detect
 from gputriage.model import Action, Blame, Severity

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from golden import flat
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
 from gputriage.logscan import scan_text
 from gputriage.model import Action, Blame, Severity

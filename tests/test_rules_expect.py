@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from hostkit import BUSES, HEALTHY, POLLING, ib_tree, ids, nvml_doc, pci_tree, pools, rails, run
 
-from gputriage.context import CheckContext
-from gputriage.expect import parse
+from gputriage.facts.context import CheckContext
 from gputriage.model import Action, Blame, Severity
+from gputriage.parsers.expect import parse
 from gputriage.rules.expectations import UNKNOWN_COUNT
 
 

@@ -10,7 +10,7 @@ import pytest
 from hostkit import nvml_doc, run
 from smi_kit import nvlink_errors
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
 from gputriage.model import Action, Blame, Severity
 

@@ -10,8 +10,8 @@ from hostkit import run
 
 from gputriage.ingest.detect import detect
 from gputriage.model import Action, Blame, Severity
-from gputriage.parsers.base import ParseError
 from gputriage.parsers.gdrcopy import parse_gdrcopy
+from gputriage.text.fields import ParseError
 
 SOURCE_SAMPLES = {"gdrcopy": ("corpus:gdrcopy-readme-copybw", "corpus:gdrcopy305-a100",
                               "corpus:gdrcopy126-dgx1v", "corpus:gdrcopy234-clara")}

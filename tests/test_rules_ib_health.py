@@ -207,7 +207,7 @@ def test_a_tool_that_lost_one_device_among_others_is_not_no_devices(corpus) -> N
 
 
 def test_hca_firmware_lines_are_kernel_events() -> None:
-    from gputriage.parsers.kernel_events import scan_driver_events
+    from gputriage.logscan.events import scan_driver_events
     events = scan_driver_events(FIRMWARE_KERNEL + "[  939.3] mlx4_en 0000:0d:00.0: LSO not "
                                 "supported, please upgrade to later FW version to enable LSO\n")
     kinds = [e.kind for e in events]

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 from hostkit import ACTIVE, POLLING, ib_tree, pci_tree, rails, run, snap
 
-from gputriage.engine import analyze, analyze_facts
-from gputriage.facts import Facts
+from gputriage.engine.analysis import analyze, analyze_facts
+from gputriage.facts.store import Facts
 from gputriage.ingest import load_input
 from gputriage.model import Action, Blame, Severity
 

@@ -9,7 +9,7 @@ import pytest
 from golden import by_id
 from hostkit import run
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
 from gputriage.ingest.detect import detect
 from gputriage.model import Action, Blame, Severity
@@ -126,8 +126,7 @@ def test_get_events_rows_are_read_once_each(monkeypatch):
     """Whether a run of ``kubectl get events`` rows stands under the table's header is
     told once per run: paste detection looked back over the run from every row (a
     3,000-row table took 15 times as long to recognise)."""
-    from gputriage.ingest import detect_k8s
-
+    from gputriage.parsers import detect_k8s
     calls = []
 
     class Counting:

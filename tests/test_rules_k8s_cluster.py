@@ -333,7 +333,7 @@ CORPUS = {
 
 @pytest.mark.parametrize("part", sorted(CORPUS))
 def test_corpus_sample_is_judged_as_its_manifest_says(corpus, part):
-    from gputriage.engine import analyze
+    from gputriage.engine.analysis import analyze
     from gputriage.ingest import load_input
 
     fid, severity, blame, words = CORPUS[part]

@@ -10,7 +10,7 @@ import pytest
 from golden import CALM, GPU_FAULTS, check_judged
 from hostkit import run
 
-from gputriage.causes import fold
+from gputriage.engine.causes import fold
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.device_plugin_log import parse_device_plugin_log
 from gputriage.parsers.gpu_operator_log import parse_gpu_operator_log

@@ -10,8 +10,8 @@ from hostkit import pci_tree, run
 
 from gputriage.ingest.detect import detect, source_for_command
 from gputriage.model import Action, Blame, Severity
-from gputriage.parsers.base import ParseError
 from gputriage.parsers.module_build import is_driver_module, parse_module_build
+from gputriage.text.fields import ParseError
 
 SOURCE_SAMPLES = {"module_build": ("corpus:zenkernel305-nvidia-dkms", "corpus:nvpeermem70",
                                    "corpus:olares3963-runfile")}

@@ -8,14 +8,14 @@ from golden import flat
 from hostkit import nvml_doc, run, snap
 from nccl_kit import NDR_ACTIVE, NDR_POLLING, ndr_ports, ndr_tree, ports_tree
 
-from gputriage.engine import analyze_facts
-from gputriage.facts import Facts
-from gputriage.hostfacts.nccl_bandwidth import (
+from gputriage.engine.analysis import analyze_facts
+from gputriage.facts.nccl_bandwidth import (
     busbw_figures,
     expect_busbw,
     expect_busbw_why,
     rail_ports,
 )
+from gputriage.facts.store import Facts
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.nccl_model import (
     NET_IB,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hostkit import MODULES_FULL, run, snap
 
-from gputriage.facts import Facts
+from gputriage.facts.store import Facts
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.nccl_log import parse_nccl_log
 from gputriage.rules.nccl_errors import completions

@@ -23,9 +23,9 @@ from nccl_kit import (
     topo_m,
 )
 
-from gputriage.engine import analyze, analyze_facts
-from gputriage.facts import Facts
-from gputriage.hostfacts.nccl import nccl_bus_id, process_network
+from gputriage.engine.analysis import analyze, analyze_facts
+from gputriage.facts.nccl import nccl_bus_id, process_network
+from gputriage.facts.store import Facts
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.kernel_host import is_virtual_interface
 from gputriage.parsers.nccl_log import parse_nccl_log

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from smi_kit import smi_q
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.errors import InputError
 from gputriage.ingest import load_input, load_text
 from gputriage.ingest.detect import detect

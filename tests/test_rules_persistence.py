@@ -12,12 +12,12 @@ import pytest
 from golden import flat
 from hostkit import run
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
-from gputriage.ingest.commands import source_for_command
 from gputriage.model import Action, Blame, Severity
-from gputriage.parsers.base import ParseError
 from gputriage.parsers.persistenced import parse_persistenced_journal
+from gputriage.text.fields import ParseError
+from gputriage.text.prompts import source_for_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HEALTHY = (FIXTURES / "sources" / "persistenced_journal-healthy.txt").read_text()

@@ -9,7 +9,7 @@ import pytest
 from hostkit import ids, run
 from smi_kit import gpu, hot_gpu, reasons, xml_host
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
 from gputriage.model import Action, Blame, Severity
 
@@ -201,7 +201,7 @@ def test_corpus_healthy_gpus_raise_nothing(corpus):
 
 
 def test_corpus_tlimit_temperatures_read_as_margins(corpus):
-    from gputriage.facts import Facts
+    from gputriage.facts.store import Facts
     from gputriage.rules.thermal import thermal_state
 
     facts = Facts(load_input(str(corpus.sample("thamada-1x-h200-passthrough").path)))

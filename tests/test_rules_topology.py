@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from hostkit import ids, nvml_doc, pci_tree, run
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_text
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.topo import parse_topo

@@ -106,8 +106,8 @@ def test_a_line_that_almost_is_a_row_is_rejected_without_hanging(line: str) -> N
     alarm is a hang guard, far above the milliseconds it takes)."""
     import signal
 
-    from gputriage.ingest.paste import PasteDoc
     from gputriage.parsers.xid_counts import claim_xid_counts
+    from gputriage.text.paste import PasteDoc
 
     def hung(*_: object) -> None:
         raise AssertionError("the Xid-count detector hung")

@@ -17,7 +17,7 @@ from gputriage.scenarios import (
     write_host,
 )
 from gputriage.scenarios.model import healthy_hgx_h100
-from gputriage.snapshot import Snapshot
+from gputriage.snapshot.bundle import Snapshot
 
 NAMES = [s.name for s in list_scenarios()]
 GPU_BUSES = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",

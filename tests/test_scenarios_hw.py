@@ -9,13 +9,13 @@ import re
 import pytest
 from golden import flat
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.model import Severity
 from gputriage.parsers.nvsmi_table import parse_nvsmi_table
 from gputriage.parsers.nvsmi_xml import parse_nvsmi_xml
 from gputriage.rules.base import REGISTRY
 from gputriage.scenarios import build_scenario, get_scenario, render_outcomes
-from gputriage.snapshot import Snapshot
+from gputriage.snapshot.bundle import Snapshot
 
 EXPECTED = {
     "pcie-x8-gpu3": ("pcie.width-degraded", "kernel.pcie-bandwidth-limited"),

@@ -8,8 +8,8 @@ import tarfile
 import pytest
 
 from gputriage.errors import InputError
-from gputriage.snapshot import Snapshot
-from gputriage.snapshot_writer import new_manifest, source_record, write_snapshot
+from gputriage.snapshot.bundle import Snapshot
+from gputriage.snapshot.writer import new_manifest, source_record, write_snapshot
 
 
 def _write(tmp_path, name="snap"):

@@ -16,9 +16,9 @@ from declared import source_samples
 
 from gputriage import sources
 from gputriage.ingest.bugreport import split_bug_report
-from gputriage.ingest.commands import command_aliases, source_for_command, source_for_section
 from gputriage.ingest.detect import EXPECTED, detect
 from gputriage.sources import PARSED, parser_of
+from gputriage.text.prompts import command_aliases, source_for_command, source_for_section
 
 TESTS = Path(__file__).parent
 FIXTURES = TESTS / "fixtures"

@@ -188,11 +188,11 @@ def _storm_text(lines: int, seed: int = 15) -> str:
 @pytest.fixture(scope="module")
 def storm():
     """The storm scanned (storms folded by the scan itself) and judged as ``logs`` does."""
-    from gputriage.engine import analyze_facts
-    from gputriage.facts import Facts
+    from gputriage.engine.analysis import analyze_facts
+    from gputriage.facts.store import Facts
     from gputriage.logscan import scan_text
     from gputriage.rules import LOG_AREAS, rules_of
-    from gputriage.snapshot import Snapshot
+    from gputriage.snapshot.bundle import Snapshot
 
     scan = scan_text(_storm_text(STORM_LINES), "storm.log")
     facts = Facts(Snapshot({}, None, "logs"))

@@ -22,8 +22,8 @@ from gputriage.model import (
     Severity,
     Status,
 )
+from gputriage.results.triage import ACTION_ORDER, build_triage, next_actions, triage_snapshot
 from gputriage.scenarios import build_scenario
-from gputriage.triage import ACTION_ORDER, build_triage, next_actions, triage_snapshot
 
 
 @pytest.fixture(scope="module")

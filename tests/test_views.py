@@ -30,9 +30,9 @@ from gputriage.model import (
     Severity,
     Skipped,
 )
-from gputriage.views import jsonview
-from gputriage.views.jsonview import SCHEMA, TOP_LEVEL_KEYS, dumps, to_json
-from gputriage.views.status import ExitStatus, exit_status, verdict
+from gputriage.results import document as jsonview
+from gputriage.results.document import SCHEMA, TOP_LEVEL_KEYS, dumps, to_json
+from gputriage.status import ExitStatus, exit_status, verdict
 from gputriage.views.terminal import EVIDENCE_CAP, render_terminal
 
 REPO = Path(__file__).resolve().parent.parent
@@ -241,8 +241,8 @@ def test_colour_console_does_not_crash() -> None:
 
 
 def test_import_terminal_does_not_import_rich() -> None:
-    code = ("import sys, gputriage.views.terminal, gputriage.views.jsonview, "
-            "gputriage.views.status; print('rich' in sys.modules)")
+    code = ("import sys, gputriage.views.terminal, gputriage.results.document, "
+            "gputriage.status; print('rich' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=60, check=True)

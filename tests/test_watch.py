@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_inputs
 from gputriage.scenarios import build_scenario
 from gputriage.watch.cycle import CycleOutcome
@@ -83,7 +83,7 @@ def running() -> Iterator[Callable[[Watch], threading.Thread]]:
 
 
 def _publish(state: WatchState, result: Any, number: int = 1) -> None:
-    from gputriage.views.status import exit_status
+    from gputriage.status import exit_status
     from gputriage.watch.loop import Running
 
     run = Running(number, state.clock())
@@ -349,7 +349,7 @@ class Clock:
 
 def test_history_is_recorded_on_change_and_at_most_every_interval_otherwise(
         results, tmp_path):
-    from gputriage.history import list_entries
+    from gputriage.state.history import list_entries
 
     clock = Clock()
     recorder = HistoryRecorder(tmp_path / "state", WatchLog(io.StringIO()), every_s=3600,

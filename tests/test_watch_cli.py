@@ -220,7 +220,7 @@ def served(fallen: Path) -> Iterator[tuple[str, Any]]:
 
 
 def _load(path: Path) -> Any:
-    from gputriage.engine import analyze
+    from gputriage.engine.analysis import analyze
     from gputriage.ingest import load_inputs
 
     return analyze(load_inputs([str(path)]))

@@ -18,10 +18,10 @@ pytest.importorskip("kubernetes")
 from k8s_replay import ReplayServer  # after the skip
 
 from gputriage.cli import Environment, main
-from gputriage.context import CheckContext
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
+from gputriage.facts.context import CheckContext
+from gputriage.facts.window import LogWindow
 from gputriage.ingest import load_inputs
-from gputriage.logwindow import LogWindow
 from gputriage.scenarios import build_scenario
 from gputriage.watch.conditions import (
     CONDITION,

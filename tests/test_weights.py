@@ -15,11 +15,11 @@ import pytest
 
 from gputriage.cli import EXIT_INPUT, EXIT_USAGE, Environment, main
 from gputriage.errors import InputError
+from gputriage.text.units import dtype_bytes, parse_params, parse_rate, parse_size
 from gputriage.weights import plan
 from gputriage.weights.arch import kv_bytes_per_token, parse_config
 from gputriage.weights.files import read_model, read_safetensors_header
 from gputriage.weights.measure import measure_read
-from gputriage.weights.units import dtype_bytes, parse_params, parse_rate, parse_size
 
 np = pytest.importorskip("numpy")
 

@@ -102,7 +102,7 @@ def could_not_judge(facts: Any, result: Any) -> list[str]:
     that was there (malformed, failed, or without what the rule needs). A rule that an
     absent input alone kept from running is left out: a new rule reading another source
     adds nothing here."""
-    from gputriage.engine import RULE_ERROR
+    from gputriage.engine.analysis import RULE_ERROR
     from gputriage.rules import all_rules
 
     def there(name: str) -> bool:
@@ -148,11 +148,11 @@ def inputs(tmp: Path) -> Iterator[tuple[str, Path]]:
 
 def measure_one(path: Path) -> dict:
     """The summary of what ``check --json`` says of one input (or its input error)."""
-    from gputriage.engine import analyze_facts
+    from gputriage.engine.analysis import analyze_facts
     from gputriage.errors import InputError, ParseError
-    from gputriage.facts import Facts
+    from gputriage.facts.store import Facts
     from gputriage.ingest import load_input
-    from gputriage.views.jsonview import to_json
+    from gputriage.results.document import to_json
 
     try:
         facts = Facts(load_input(str(path)))

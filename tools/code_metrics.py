@@ -151,7 +151,7 @@ def _is_rule(func: ast.FunctionDef) -> bool:
 
 def undeclared_reads(mods: dict[str, Path]) -> list[str]:
     """Rules that take the fact store (``facts``) instead of their facts by name, and
-    rule modules that import gputriage.facts or touch ``.snapshot``."""
+    rule modules that import gputriage.facts.store or touch ``.snapshot``."""
     found = []
     for mod, path in mods.items():
         if not mod.startswith(f"{PACKAGE}.rules."):

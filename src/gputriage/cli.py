@@ -23,8 +23,8 @@ from gputriage.commands.common import (
     CommandExit,
     Environment,
 )
-from gputriage.views.safe import printable
-from gputriage.views.status import ExitStatus
+from gputriage.status import ExitStatus
+from gputriage.text.safe import printable
 
 __all__ = ["EXIT_INPUT", "EXIT_INTERNAL", "EXIT_USAGE", "Environment", "PipeSafeStdout",
            "QuietStderr", "cli", "main", "run"]

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
-from gputriage.parsers.base import strict_float
+from gputriage.text.fields import strict_float
 from gputriage.vocabulary import (
     DRAINING_ACTIONS,
     Action,

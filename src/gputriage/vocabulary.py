@@ -14,7 +14,7 @@ __all__ = ["ACTION_WORDS", "AT_FAULT", "DRAINING_ACTIONS", "JOB_VERDICTS", "RESU
            "VERDICTS", "Action", "Blame", "Severity", "Status", "inconsistency"]
 
 # The schema of the published result (check --json, a watch's /result): written by
-# gputriage.views.jsonview, read back by gputriage.resultdoc.
+# gputriage.results.document, read back by gputriage.results.reader.
 RESULT_SCHEMA = "gputriage/result/v1"
 # A result's verdict words (the node's side may be unknown; the job's never is), and
 # which side is at fault.

@@ -303,9 +303,9 @@ def test_a_command_that_hangs_when_gputriage_exits_does_not_outlive_it(tmp_path,
 
 
 def test_strays_reach_the_report_as_problem_lines(tmp_path):
-    from gputriage import snapshot_writer
-    from gputriage.engine import analyze
-    from gputriage.snapshot import Snapshot
+    from gputriage.engine.analysis import analyze
+    from gputriage.snapshot import writer as snapshot_writer
+    from gputriage.snapshot.bundle import Snapshot
 
     rec = snapshot_writer.source_record("nvidia_smi_q", rc=6, error="failed",
                                         error_detail="exit status 6", with_file=False)

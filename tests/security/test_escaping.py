@@ -18,7 +18,7 @@ from rich.console import Console
 
 from gputriage.cli import EXIT_INPUT, Environment, main
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, HostSummary, Result, Severity
-from gputriage.views.safe import csv_cell, printable
+from gputriage.text.safe import csv_cell, printable
 from gputriage.views.terminal import render_terminal
 
 TITLE_SET = "\x1b]0;pwned\x07"

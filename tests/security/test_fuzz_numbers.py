@@ -27,12 +27,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from suite import PROFILE, REPO, find_corpus
 
-from gputriage import expect, sources
+from gputriage import sources
 from gputriage.cli import EXIT_INTERNAL, Environment, main
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.errors import InputError, ParseError
 from gputriage.ingest.bugreport import split_bug_report
 from gputriage.ingest.detect import detect
+from gputriage.parsers import expect
 from gputriage.scenarios import list_scenarios
 from gputriage.sources import PARSED, parser_of
 

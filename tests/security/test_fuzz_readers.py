@@ -18,12 +18,12 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gputriage.diff import diff_views, load_view, view_from_json
-from gputriage.engine import analyze
+from gputriage.engine.analysis import analyze
 from gputriage.errors import InputError
-from gputriage.fleet import FleetInputError, load_result, record_from_result
-from gputriage.snapshot import Snapshot
-from gputriage.views.jsonview import to_json
+from gputriage.fleet.report import FleetInputError, load_result, record_from_result
+from gputriage.results.diff import diff_views, load_view, view_from_json
+from gputriage.results.document import to_json
+from gputriage.snapshot.bundle import Snapshot
 
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SCALARS = (st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20))

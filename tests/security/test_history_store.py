@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from gputriage import history
 from gputriage.cli import EXIT_INPUT, Environment, main
-from gputriage.history import (
+from gputriage.model import HostSummary, Result
+from gputriage.state import history
+from gputriage.state.history import (
     KEEP_CORRUPT,
     NoHistory,
     db_path,
@@ -33,7 +34,6 @@ from gputriage.history import (
     record,
     record_check,
 )
-from gputriage.model import HostSummary, Result
 
 T0 = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
 NOBODY = 65534
@@ -255,7 +255,7 @@ def test_parallel_checks_on_a_corrupt_database_move_it_aside_once(tmp_path):
 _CHILD = textwrap.dedent("""
     import json, sys, time
     from datetime import datetime, timezone
-    from gputriage.history import record_check
+    from gputriage.state.history import record_check
     from gputriage.model import HostSummary, Result
     state, i, start = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     res = Result(host=HostSummary(hostname=f"node-{i:02d}", kernel="6.8"))
@@ -329,7 +329,7 @@ def test_a_check_waits_for_another_creating_the_schema(tmp_path):
 _WRITER = textwrap.dedent("""
     import sys
     from datetime import datetime, timedelta, timezone
-    from gputriage.history import record
+    from gputriage.state.history import record
     from gputriage.model import HostSummary, Result
     t0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
     for i in range(100000):

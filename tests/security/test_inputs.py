@@ -1,4 +1,4 @@
-"""What a user names on the command line is opened under one policy (gputriage.inputs):
+"""What a user names on the command line is opened under one policy (gputriage.io.inputs):
 devices are refused, pipes, FIFOs and stdin are read once under byte and time budgets,
 binary data stops the read at its first block, and nothing waits without a bound."""
 
@@ -23,9 +23,9 @@ from typing import IO, Any
 import pytest
 
 import gputriage
-from gputriage import inputs
 from gputriage.cli import EXIT_INPUT, Environment, main
 from gputriage.errors import InputError
+from gputriage.io import inputs
 
 XID79 = (b"[ 4254.197860] NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', name=<unknown>, "
          b"GPU has fallen off the bus.\n")
@@ -118,7 +118,7 @@ def subprocess_env() -> dict[str, str]:
 def gputriage_proc(argv: list[str], stdin: int | IO[bytes] | None, budgets: str = "",
                    **kw: Any) -> subprocess.Popen[bytes]:
     """``gputriage ARGV`` in a child process (optionally under smaller budgets)."""
-    code = ("import sys\nimport gputriage.inputs as i\n"
+    code = ("import sys\nimport gputriage.io.inputs as i\n"
             f"i.BUDGETS = i.Budgets({budgets})\n"
             "from gputriage.cli import main\nsys.exit(main(sys.argv[1:]))\n")
     return subprocess.Popen([sys.executable, "-c", code, *argv], stdin=stdin,

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from gputriage.cli import Environment, main
 from gputriage.ingest.detect import detect
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import split_lines
+from gputriage.text.fields import split_lines
+from gputriage.text.paste import PasteDoc
 
 FIELD_BREAKS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 

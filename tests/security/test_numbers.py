@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from k8s_replay import ReplayServer, load_objects
 
 from gputriage.cli import EXIT_INPUT, EXIT_INTERNAL, EXIT_USAGE, Environment, main
-from gputriage.parsers.base import strict_float, strict_int
 from gputriage.parsers.nccl_log import parse_nccl_log
 from gputriage.parsers.nvlink import parse_nvlink_errors, parse_nvlink_status
+from gputriage.text.fields import strict_float, strict_int
 
 PREFIX = "gpu-a01:4411:4502 [0] NCCL INFO "
 BAD_NCCL = [

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from fakehost import FakeHost
 
-from gputriage import snapshot_writer
 from gputriage.cli import EXIT_USAGE, Environment, main
-from gputriage.fleet_scenario import write_demo
-from gputriage.snapshot import Snapshot
+from gputriage.fleet.scenario import write_demo
+from gputriage.snapshot import writer as snapshot_writer
+from gputriage.snapshot.bundle import Snapshot
 
 
 def _host(tmp_path: Path) -> FakeHost:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gputriage import expect, inputs, netbounds, safejson
 from gputriage.collect import k8s_api
 from gputriage.commands import explain, k8s, npd
+from gputriage.io import inputs, netbounds, safejson
+from gputriage.parsers import expect
 from gputriage.watch import httpd, server
 from gputriage.watch import npd as plugin
 from gputriage.weights import files

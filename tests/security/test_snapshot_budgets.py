@@ -20,12 +20,13 @@ from pathlib import Path
 import pytest
 from resultkit import document, finding, gpus, host
 
-from gputriage import fleet_walk, snapshot
 from gputriage.cli import EXIT_INPUT, Environment, main
 from gputriage.errors import InputError
-from gputriage.fleet import load_fleet
-from gputriage.snapshot import Snapshot
-from gputriage.snapshot_writer import new_manifest, source_record, write_snapshot
+from gputriage.fleet import walk as fleet_walk
+from gputriage.fleet.report import load_fleet
+from gputriage.snapshot import bundle as snapshot
+from gputriage.snapshot.bundle import Snapshot
+from gputriage.snapshot.writer import new_manifest, source_record, write_snapshot
 
 SCHEMA = "gputriage/snapshot/v1"
 DEEP = "[" * 100_000  # json.loads raises RecursionError on it
@@ -439,7 +440,7 @@ def test_fleet_deep_json_is_a_bad_input(tmp_path, body):
 def test_diff_of_results_with_container_values_refuses_them_naming_the_field():
     """A diff compares and hashes the values it reads: a container where the schema has
     text is refused, and keys outside the schema are never read."""
-    from gputriage.diff import diff_views, view_from_json
+    from gputriage.results.diff import diff_views, view_from_json
 
     doc = document(gpu_rows=gpus(1)) | {"digest": {"kernel": {"v": 1}}}
     assert diff_views(view_from_json(doc, "a"), view_from_json(doc, "b")).exit_status == 0

@@ -22,10 +22,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import gputriage
-from gputriage import snapshot_writer, sources
+from gputriage import sources
 from gputriage.collect import readers
 from gputriage.collect.host import Host
-from gputriage.redact import Redactor
+from gputriage.snapshot import writer as snapshot_writer
+from gputriage.snapshot.redact import Redactor
 from gputriage.sources import Source
 
 DEFAULT_DEADLINE_S = 90.0
@@ -38,7 +39,7 @@ class CollectOptions:
     deadline_s: float = DEFAULT_DEADLINE_S
     only: tuple[str, ...] = ()  # source names; empty = all collectable
     force: bool = False  # replace an existing output
-    redact: bool = False  # replace identities (gputriage.redact) before writing
+    redact: bool = False  # replace identities (gputriage.snapshot.redact) before writing
     # opt-in sources' options (sources.Source.opt_in): "model_dir" -> DIR,
     # "dcgm_diag" -> LEVEL; an opt-in source runs only when its option is here
     opt_in: dict[str, str] = field(default_factory=dict)

@@ -15,7 +15,7 @@ recorded in ``errors`` and the rest is judged; no answer at all (connection refu
 TLS, the time budget spent) raises :class:`ClusterUnavailable`, which the command
 reports in one line with exit status 3.
 
-What a server can make it hold is bounded (:mod:`gputriage.netbounds`): one deadline
+What a server can make it hold is bounded (:mod:`gputriage.io.netbounds`): one deadline
 for the whole read, which shuts the connection down when spent (a server sending a
 header line every few seconds never trips a per-read timeout); a page of at most
 ``PAGE_MAX_BYTES``, decoded only when its cost bound is within ``PAGE_DECODE_BUDGET``
@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputriage.collect.k8s_slim import slim
-from gputriage.netbounds import Deadline, TooLarge, loads_within, read_capped
-from gputriage.parsers.base import strict_int
+from gputriage.io.netbounds import Deadline, TooLarge, loads_within, read_capped
 from gputriage.parsers.k8s_model import Cluster
+from gputriage.text.fields import strict_int
 
 __all__ = ["CORE_KINDS", "OPTIONAL_KINDS", "ClusterRead", "ClusterUnavailable", "ReadOptions",
            "read_cluster"]

@@ -13,7 +13,7 @@ import re
 import stat
 from pathlib import Path
 
-from gputriage.inputs import file_kind
+from gputriage.io.inputs import file_kind
 from gputriage.sources import Source
 
 TREE_FILE_CAP = 256 * 1024

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from gputriage.commands.common import STATE_DIR_HELP, StrictInt, current_env
-from gputriage.views.safe import printable
+from gputriage.text.safe import printable
 
 
 def _who() -> str:
@@ -52,9 +52,10 @@ def ack(finding: str | None, gpu: str | None, reason: str | None, until: str | N
     gputriage ack --clear 3"""
     from datetime import datetime, timezone
 
-    from gputriage import acks, ackstore
-    from gputriage.history import HistoryError, default_state_dir
-    from gputriage.parsers.base import normalize_bus_id
+    from gputriage.engine import acks
+    from gputriage.state import ackstore
+    from gputriage.state.history import HistoryError, default_state_dir
+    from gputriage.text.fields import normalize_bus_id
 
     env = current_env()
     where = state_dir or default_state_dir()

@@ -19,7 +19,7 @@ def _strict_int(kind: click.ParamType, value: Any, param: click.Parameter | None
                 ctx: click.Context | None) -> Any:
     if not isinstance(value, str):
         return value
-    from gputriage.parsers.base import strict_int
+    from gputriage.text.fields import strict_int
 
     number = strict_int(value.strip())
     if number is None:
@@ -29,7 +29,7 @@ def _strict_int(kind: click.ParamType, value: Any, param: click.Parameter | None
 
 class StrictInt(click.types.IntParamType):
     """click's INT, reading the text with the one number converter
-    (:func:`gputriage.parsers.base.strict_int`): ASCII digits only, so ``١٢``, ``1_000``
+    (:func:`gputriage.text.fields.strict_int`): ASCII digits only, so ``١٢``, ``1_000``
     and 5,000 digits are usage errors, as click words them."""
 
     def convert(self, value: Any, param: click.Parameter | None,
@@ -47,13 +47,13 @@ class StrictIntRange(click.IntRange):
 
 class StrictFloatRange(click.FloatRange):
     """click's FloatRange, reading the text with the one number converter
-    (:func:`gputriage.parsers.base.strict_float`): ``nan``, ``inf``, ``1e400`` and
+    (:func:`gputriage.text.fields.strict_float`): ``nan``, ``inf``, ``1e400`` and
     Unicode digits are usage errors (a NaN passes every range check)."""
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> Any:
         if isinstance(value, str):
-            from gputriage.parsers.base import strict_float
+            from gputriage.text.fields import strict_float
 
             number = strict_float(value.strip())
             if number is None:
@@ -102,7 +102,7 @@ def current_env() -> Environment:
 
 def log_window(since: str | None, boot: str | None) -> Any:
     """The kernel-log window of ``--since`` / ``--boot`` (usage error when malformed)."""
-    from gputriage.logwindow import LogWindow, parse_boot, parse_since
+    from gputriage.facts.window import LogWindow, parse_boot, parse_since
 
     try:
         return LogWindow(boot=parse_boot(boot) if boot is not None else None,
@@ -187,8 +187,8 @@ def save_html(path: str | None, render: Callable[[], str], *, quiet: bool = Fals
     one stderr line says where, unless ``quiet``."""
     if path is None:
         return
+    from gputriage.text.safe import printable
     from gputriage.views.html.output import write_html
-    from gputriage.views.safe import printable
 
     out = write_html(path, render())
     if not quiet:
@@ -200,7 +200,7 @@ def report_result(result: Any, as_json: bool, verbose: bool, *, quiet: bool = Fa
     """Print ``result`` (JSON, the one-line verdict or the terminal report), write its
     HTML report when ``html`` names a file (topology and timeline from ``facts``), and
     end with its exit status."""
-    from gputriage.views.status import exit_status
+    from gputriage.status import exit_status
 
     env = current_env()
     if html is not None:
@@ -208,7 +208,7 @@ def report_result(result: Any, as_json: bool, verbose: bool, *, quiet: bool = Fa
 
         save_html(html, lambda: result_html(result, facts), quiet=quiet)
     if as_json:
-        from gputriage.views.jsonview import dumps
+        from gputriage.results.document import dumps
 
         env.stdout.write(dumps(result) + "\n")
     elif quiet:
@@ -275,8 +275,7 @@ expect_option = click.option(
 def load_expectations(path: str | None, *, default: bool) -> Any:
     """The expectations of ``--expect`` (or, with ``default``, the standard file when
     present); None when there are none. A bad file is an input error."""
-    from gputriage import expect
-
+    from gputriage.parsers import expect
     if path is None and default:
         found = expect.default_path()
         path = str(found) if found is not None else None

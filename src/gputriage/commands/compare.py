@@ -24,7 +24,7 @@ from gputriage.commands.common import (
     timeout_option,
     verbose_option,
 )
-from gputriage.views.safe import printable
+from gputriage.text.safe import printable
 
 
 @click.command("history")
@@ -39,7 +39,7 @@ def history(state_dir: str | None, as_json: bool, count: int) -> None:
     critical / warning counts, digest; "changed" marks a digest that differs from
     the entry before."""
     from gputriage.errors import InputError
-    from gputriage.history import (
+    from gputriage.state.history import (
         HistoryError,
         NoHistory,
         default_state_dir,
@@ -89,7 +89,7 @@ def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool,
     NVLinks, IB ports, hugepages, persistence, fabric manager, container toolkit, CDI),
     then findings new / resolved / still there. Exit status: 0 nothing changed, 1 facts
     changed or findings are new (resolved ones alone give 0); 64 usage, 66 unreadable."""
-    from gputriage.diff import diff_views, load_view
+    from gputriage.results.diff import diff_views, load_view
 
     env = current_env()
     window = log_window(since, boot)
@@ -134,7 +134,7 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool, html: st
     node-or-job blame, the next actions most drastic first. PATHs as for analyze; none:
     collect this host as check does (its expectations file and acknowledgements apply).
     Exit status as for check."""
-    from gputriage.triage import triage_snapshot
+    from gputriage.results.triage import triage_snapshot
     from gputriage.views.triage import render_triage, triage_to_json
 
     env = current_env()
@@ -150,8 +150,8 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool, html: st
         from gputriage.collect import collect as do_collect
         from gputriage.commands.common import load_expectations
         from gputriage.commands.host import host_acks
-        from gputriage.context import CheckContext
-        from gputriage.snapshot import Snapshot
+        from gputriage.facts.context import CheckContext
+        from gputriage.snapshot.bundle import Snapshot
 
         context = CheckContext(expectations=load_expectations(None, default=True),
                                acks=tuple(host_acks(None)), now=env.live_host().now())
@@ -209,7 +209,7 @@ def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, html: str | None,
     the worst finding in the fleet."""
     env = current_env()
     if demo is not None:
-        from gputriage.fleet_scenario import write_demo
+        from gputriage.fleet.scenario import write_demo
 
         written = write_demo(demo, force=force)
         env.stderr.write(f"{len(written)} node results written to {printable(demo)}; "
@@ -218,7 +218,7 @@ def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, html: str | None,
     if not paths:
         raise click.UsageError("give PATH... (or --demo DIR)")
     from gputriage.errors import InputError
-    from gputriage.fleet import load_fleet
+    from gputriage.fleet.report import load_fleet
     from gputriage.views.fleetview import fleet_csv, fleet_json, render_fleet
 
     if jobs == 0:

@@ -1,5 +1,5 @@
 """``gputriage expect --from SNAPSHOT``: write what a known-good node has as an
-expectations file (``gputriage.expect``), for ``check`` to hold its peers to."""
+expectations file (``gputriage.parsers.expect``), for ``check`` to hold its peers to."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from gputriage.commands.common import current_env
-from gputriage.views.safe import printable
+from gputriage.text.safe import printable
 
 
 @click.command()
@@ -27,8 +27,8 @@ def expect(source: str, output: str | None, force: bool) -> None:
 
     \b
     gputriage expect --from good-node.tar.gz -o expect.toml"""
-    from gputriage.engine import analyze
-    from gputriage.facts import Facts
+    from gputriage.engine.analysis import analyze
+    from gputriage.facts.store import Facts
     from gputriage.ingest import load_inputs
 
     env = current_env()
@@ -54,7 +54,7 @@ def expect(source: str, output: str | None, force: bool) -> None:
     if output is None:
         env.stdout.write(text)
         return
-    from gputriage.snapshot_writer import write_file
+    from gputriage.snapshot.writer import write_file
 
     # a private temporary renamed into place: never through a link, never over a file
     # without --force, and a file readable by the checks that run as other users
@@ -65,7 +65,7 @@ def expect(source: str, output: str | None, force: bool) -> None:
 def _check_output(output: str, force: bool) -> None:
     """A usage error for a name that says archive (the file is TOML) and for an
     existing file, unless ``force``."""
-    from gputriage.snapshot_writer import ARCHIVE_SUFFIXES, OutputError, occupied
+    from gputriage.snapshot.writer import ARCHIVE_SUFFIXES, OutputError, occupied
 
     if output.lower().endswith(ARCHIVE_SUFFIXES):
         raise click.UsageError(f"{output}: expectations are a TOML file, not an archive "
@@ -76,7 +76,7 @@ def _check_output(output: str, force: bool) -> None:
 
 def generate(facts: Any) -> tuple[Any, list[str]]:
     """The expectations a snapshot's facts show, and notes on what was left out."""
-    from gputriage.expect import (
+    from gputriage.parsers.expect import (
         Expectations,
         GpuExpect,
         HugepagesExpect,
@@ -96,7 +96,7 @@ def generate(facts: Any) -> tuple[Any, list[str]]:
 
 
 def _gpu(facts: Any, notes: list[str]) -> Any:
-    from gputriage.expect import GpuExpect
+    from gputriage.parsers.expect import GpuExpect
     from gputriage.rules.expectations import mig_modes, usable_gpus
 
     visible = facts.maybe("visible_gpus")
@@ -130,7 +130,7 @@ def _switches(facts: Any) -> int | None:
 
 
 def _pcie(facts: Any, notes: list[str]) -> dict[str, int | None]:
-    from gputriage.hostfacts.pcie import IDLE_GTS
+    from gputriage.facts.pcie import IDLE_GTS
     from gputriage.rules.expectations import gen_of
 
     links = [x for x in facts.maybe("pcie_links", []) if x.kind == "gpu"]
@@ -160,7 +160,7 @@ def _infiniband(facts: Any) -> dict[str, Any]:
 
 
 def _hugepages(facts: Any) -> dict[str, int]:
-    from gputriage.hostfacts.host import DEFAULT_HUGEPAGE_KB
+    from gputriage.facts.host import DEFAULT_HUGEPAGE_KB
 
     pools = [p for p in facts.maybe("host_hugepages", []) if p.nr]
     if not pools:

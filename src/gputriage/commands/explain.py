@@ -16,7 +16,7 @@ def _texts(args: tuple[str, ...]) -> list[str]:
     policy: an idle pipe or terminal is given up after the idle budget, exit 66)."""
     stdin_text = ""
     if "-" in args:
-        from gputriage.inputs import read_bytes
+        from gputriage.io.inputs import read_bytes
 
         stdin_text = read_bytes("-", STDIN_LIMIT, what="a message", whole=False).decode(
             "utf-8", errors="replace")
@@ -36,7 +36,7 @@ def explain(texts: tuple[str, ...], as_json: bool) -> None:
     one (words that mean nothing apart are read as one text). Offline: nothing on this
     host is read. Exit status 0 when a message is recognised, 3 when none is."""
     from gputriage.knowledge.job_messages import find_hits
-    from gputriage.views.status import ExitStatus
+    from gputriage.status import ExitStatus
 
     env = current_env()
     items = _texts(texts)

@@ -31,7 +31,7 @@ from gputriage.commands.common import (
     timeout_option,
     verbose_option,
 )
-from gputriage.views.safe import printable
+from gputriage.text.safe import printable
 
 _force_opt = click.option("--force", is_flag=True,
                           help="Replace an existing output (refused otherwise).")
@@ -127,13 +127,13 @@ def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: f
     most (unless --job-faults-fail). Acknowledgements (gputriage ack) in the history
     directory apply; a finding they cover is reported as acknowledged, not current."""
     from gputriage.collect import CollectOptions
-    from gputriage.context import CheckContext
+    from gputriage.facts.context import CheckContext
 
     env = current_env()
     window = log_window(since, boot)
     expectations = load_expectations(expect_file, default=True)
     if keep is not None:
-        from gputriage.snapshot_writer import check_output
+        from gputriage.snapshot.writer import check_output
 
         check_output(keep, force)  # a bad --keep fails now, not after collecting
     extra = None
@@ -164,9 +164,9 @@ def judge_host(env: Any, window: Any, context: Any, opts: Any, *,
     import tempfile
 
     from gputriage.collect import collect as do_collect
-    from gputriage.engine import analyze_facts
-    from gputriage.facts import Facts
-    from gputriage.snapshot import Snapshot
+    from gputriage.engine.analysis import analyze_facts
+    from gputriage.facts.store import Facts
+    from gputriage.snapshot.bundle import Snapshot
 
     with tempfile.TemporaryDirectory(prefix="gputriage-") as tmp:
         if from_snapshot is not None:
@@ -205,8 +205,8 @@ def _name_live_input(result: Any, tmp: str) -> None:
 def host_acks(state_dir: str | None, warn: Callable[[str], None] | None = None) -> list:
     """The acknowledgements in the history directory; a problem reading them is one
     stderr line (or ``warn(problem)``), and none apply."""
-    from gputriage import ackstore
-    from gputriage.history import CorruptHistory, HistoryError, default_state_dir
+    from gputriage.state import ackstore
+    from gputriage.state.history import CorruptHistory, HistoryError, default_state_dir
 
     try:
         return ackstore.load(state_dir or default_state_dir())
@@ -227,7 +227,7 @@ def _record_history(result: Any, state_dir: str | None, no_history: bool,
     is one stderr line, never a failed check."""
     if no_history:
         return
-    from gputriage.history import Retention
+    from gputriage.state.history import Retention
     from gputriage.watch.recording import record_history
 
     env = current_env()
@@ -256,9 +256,9 @@ def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool, n
     or pasted outputs (nvidia-smi -q/-x/table, /proc/driver/nvidia/version, lsmod,
     a kernel log...). Several paths combine into one host view; - reads stdin."""
     from gputriage.commands.progress import progress_for
-    from gputriage.context import CheckContext
-    from gputriage.engine import analyze_facts
-    from gputriage.facts import Facts
+    from gputriage.engine.analysis import analyze_facts
+    from gputriage.facts.context import CheckContext
+    from gputriage.facts.store import Facts
     from gputriage.ingest import load_inputs
 
     window = log_window(since, boot)

@@ -19,7 +19,7 @@ from gputriage.commands.common import (
     quiet_option,
     verbose_option,
 )
-from gputriage.views.safe import printable
+from gputriage.text.safe import printable
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 MAX_MANIFEST_FILES = 5_000
@@ -80,7 +80,7 @@ def status(node_results: tuple[str, ...], kubeconfig: str | None, context: str |
     env = current_env()
     _check_kubeconfigs(kubeconfig)
     if save is not None:
-        from gputriage.snapshot_writer import check_output
+        from gputriage.snapshot.writer import check_output
 
         check_output(save, force)  # a bad --save fails now, not after reading
     extra = None
@@ -120,7 +120,7 @@ def _check_kubeconfigs(named: str | None) -> None:
     import stat
 
     from gputriage.errors import InputError
-    from gputriage.inputs import file_kind, human
+    from gputriage.io.inputs import file_kind, human
 
     listed = os.environ.get("KUBECONFIG", "")
     paths = [named] if named else [p for p in listed.split(os.pathsep) if p] if listed \
@@ -140,7 +140,7 @@ def _check_kubeconfigs(named: str | None) -> None:
 def _snapshot(read: Any, extra: Any, who: str) -> tuple[Any, Any]:
     """The snapshot the engine reads: the node inputs, with the cluster as the
     ``k8s_objects`` source (a pasted one among the inputs merged into it)."""
-    from gputriage.snapshot import Captured, Snapshot
+    from gputriage.snapshot.bundle import Captured, Snapshot
 
     cluster = read.cluster
     snapshot = extra if extra is not None else Snapshot(origin=who)
@@ -180,9 +180,9 @@ def _judge(snapshot: Any, cluster: Any, who: str) -> Any:
     import gc
     from dataclasses import replace
 
-    from gputriage.context import CheckContext
-    from gputriage.engine import analyze_facts
-    from gputriage.facts import Facts
+    from gputriage.engine.analysis import analyze_facts
+    from gputriage.facts.context import CheckContext
+    from gputriage.facts.store import Facts
 
     # the cluster's objects live until the command ends: keep the collector from walking
     # them again and again while the rules run (a 50,000-pod cluster: ~2 s a collection)
@@ -202,7 +202,7 @@ def _save(read: Any, out: str, force: bool) -> None:
     from datetime import datetime, timezone
 
     from gputriage import __version__
-    from gputriage.snapshot_writer import new_manifest, source_record, write_snapshot
+    from gputriage.snapshot.writer import new_manifest, source_record, write_snapshot
 
     data = json.dumps(read.document(), separators=(",", ":")).encode()
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -236,7 +236,7 @@ def lint(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool,
 
         raise InputError(f"{', '.join(paths)}: no Kubernetes object (apiVersion, kind, "
                          "metadata) in the manifests")
-    from gputriage.snapshot import Captured, Snapshot
+    from gputriage.snapshot.bundle import Captured, Snapshot
 
     names = [n for n, _ in files]
     origin = names[0] if len(names) == 1 else f"{len(names)} manifests"
@@ -267,7 +267,7 @@ def _manifest_files(paths: tuple[str, ...]) -> list[tuple[str, str]]:
     """(name, text) of every manifest named: files, directories walked (sorted, bounded),
     ``-`` for stdin."""
     from gputriage.errors import InputError
-    from gputriage.inputs import read_bytes
+    from gputriage.io.inputs import read_bytes
 
     found: list[Path | str] = []
     for path in paths:
@@ -298,7 +298,7 @@ def _manifest_files(paths: tuple[str, ...]) -> list[tuple[str, str]]:
 def _report(result: Any, summary: Any, as_json: bool, verbose: bool, quiet: bool,
             no_pager: bool, who: str) -> None:
     from gputriage.commands.common import quiet_line, show
-    from gputriage.views.status import exit_status
+    from gputriage.status import exit_status
 
     env = current_env()
     if as_json:

@@ -26,10 +26,10 @@ def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
     ``log_scan`` is pre-filled; every rule the kernel log alone can feed runs."""
     from dataclasses import replace
 
-    from gputriage.engine import analyze_facts
-    from gputriage.facts import Facts
+    from gputriage.engine.analysis import analyze_facts
+    from gputriage.facts.store import Facts
     from gputriage.rules import LOG_AREAS, rules_of
-    from gputriage.snapshot import Snapshot
+    from gputriage.snapshot.bundle import Snapshot
 
     facts = Facts(Snapshot({}, None, "logs"), window=window)
     facts.prefill("log_scan", scan)
@@ -61,7 +61,7 @@ def logs(paths: tuple[str, ...], as_json: bool, full: bool, verbose: bool, quiet
     as for analyze."""
     from gputriage.commands.progress import progress_for
     from gputriage.logscan import scan_paths
-    from gputriage.views.status import exit_status
+    from gputriage.status import exit_status
     from gputriage.views.timeline import build_timeline, logs_document, render_logs
 
     env = current_env()
@@ -92,7 +92,7 @@ def xid(codes: tuple[str, ...], sxid: bool, as_json: bool) -> None:
     """Explain Xid (or --sxid SXid) CODEs: meaning, likely origin, node or job, what
     to do, NVIDIA's resolution bucket. A code not in the catalog gets a "not in the
     catalog" line (JSON: "known": false) and the exit status stays 0."""
-    from gputriage.parsers.base import strict_int
+    from gputriage.text.fields import strict_int
 
     numbers = []
     for raw in codes:

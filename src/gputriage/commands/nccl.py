@@ -19,7 +19,7 @@ from gputriage.commands.common import html_option, no_pager_option, quiet_option
 
 if TYPE_CHECKING:
     from gputriage.model import Result
-    from gputriage.nccl_summary import NcclSummary
+    from gputriage.nccl.summary import NcclSummary
 
 
 @click.command("nccl")
@@ -41,7 +41,7 @@ def nccl(paths: tuple[str, ...], as_json: bool, html: str | None, verbose: bool,
     against what the hardware should give, and what is wrong."""
     from gputriage.commands.common import CommandExit, current_env, quiet_line, show
     from gputriage.commands.progress import progress_for
-    from gputriage.views.status import exit_status
+    from gputriage.status import exit_status
 
     env = current_env()
     with progress_for(env, quiet) as progress:
@@ -51,7 +51,7 @@ def nccl(paths: tuple[str, ...], as_json: bool, html: str | None, verbose: bool,
 
     save_html(html, lambda: nccl_html(result, summary), quiet=quiet)
     if as_json:
-        from gputriage.views.jsonview import to_json
+        from gputriage.results.document import to_json
         from gputriage.views.ncclview import nccl_document
 
         doc = to_json(result)
@@ -71,12 +71,12 @@ def judge(paths: list[str], progress: Any = None) -> tuple[Result, NcclSummary, 
     """Read the inputs (``progress`` told the bytes read of each), run the engine over the
     combined facts, judge each nccl-tests run against its expectation, and summarise the
     job; also whether host outputs were among the inputs."""
-    from gputriage.commands.nccl_input import read_inputs
-    from gputriage.engine import analyze_facts
-    from gputriage.facts import Facts, Missing
-    from gputriage.hostfacts.nccl_bandwidth import expect_busbw_why
-    from gputriage.nccl_summary import summarize
-    from gputriage.snapshot import Snapshot
+    from gputriage.engine.analysis import analyze_facts
+    from gputriage.facts.nccl_bandwidth import expect_busbw_why
+    from gputriage.facts.store import Facts, Missing
+    from gputriage.nccl.inputs import read_inputs
+    from gputriage.nccl.summary import summarize
+    from gputriage.snapshot.bundle import Snapshot
 
     found = read_inputs(paths, progress)
     host_given = found.snapshot is not None and bool(found.snapshot.captures)

@@ -20,7 +20,7 @@ from gputriage.commands.common import (
 )
 
 if TYPE_CHECKING:
-    from gputriage.resultdoc import ResultDoc
+    from gputriage.results.reader import ResultDoc
 
 # Beyond the collection deadline, what analysing the snapshot may take before the
 # plugin gives up and says Unknown (a kernel log of millions of lines takes seconds).
@@ -114,7 +114,7 @@ def _bounded_check(from_snapshot: str | None, deadline: float, timeout: float | 
     raises TimeoutError (its thread is left behind: the plugin process ends anyway)."""
     from gputriage.commands.common import load_expectations, opt_in_sources
     from gputriage.commands.host import host_acks
-    from gputriage.context import CheckContext
+    from gputriage.facts.context import CheckContext
 
     env = current_env()
     expectations = load_expectations(expect_file, default=True)
@@ -126,9 +126,9 @@ def _bounded_check(from_snapshot: str | None, deadline: float, timeout: float | 
     def work() -> None:
         from gputriage.collect import CollectOptions
         from gputriage.commands.host import judge_host
-        from gputriage.logwindow import LogWindow
-        from gputriage.resultdoc import read_result
-        from gputriage.views.jsonview import to_json
+        from gputriage.facts.window import LogWindow
+        from gputriage.results.document import to_json
+        from gputriage.results.reader import read_result
 
         try:
             opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, opt_in=opt_in)

@@ -87,7 +87,7 @@ def _amount(done: float, total: float | None, unit: str) -> str:
 
 def _short(name: str, width: int = 40) -> str:
     """An input's name cut to ``width`` characters from the left (the file name stays)."""
-    from gputriage.views.safe import printable
+    from gputriage.text.safe import printable
 
     text = printable(name)
     return text if len(text) <= width else "…" + text[-(width - 1):]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from gputriage.commands.common import current_env
-from gputriage.views.safe import printable
+from gputriage.text.safe import printable
 
 FLEET_SCENARIO = "fleet-64-xid79-driver"
 
@@ -47,7 +47,7 @@ def scenario_build(name: str, output: str, force: bool) -> None:
     from gputriage.scenarios import build_scenario, get_scenario
 
     if name == FLEET_SCENARIO:
-        from gputriage.fleet_scenario import write_demo
+        from gputriage.fleet.scenario import write_demo
 
         written = write_demo(output, force=force)
         current_env().stderr.write(f"scenario {name}: {len(written)} node results written to "

@@ -23,7 +23,7 @@ from gputriage.commands.common import (
     opt_in_sources,
     timeout_option,
 )
-from gputriage.views.safe import printable
+from gputriage.text.safe import printable
 
 OVERRUN_MARGIN_S = 30.0  # a check is late once it has run for the deadline and this
 
@@ -170,8 +170,8 @@ def _check(env: Any, log: Any, *, from_snapshot: str | None, expectations: Any,
     then the history when due."""
     from gputriage.collect import CollectOptions
     from gputriage.commands.host import host_acks, judge_host
-    from gputriage.context import CheckContext
-    from gputriage.logwindow import LogWindow
+    from gputriage.facts.context import CheckContext
+    from gputriage.facts.window import LogWindow
     from gputriage.watch.recording import HistoryRecorder
 
     recorder = None if no_history else HistoryRecorder(

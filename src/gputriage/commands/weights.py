@@ -30,8 +30,8 @@ def _convert(parse: Any, text: str, hint: str) -> Any:
 
 
 def _bandwidths(stated: tuple[str, ...]) -> tuple[dict[str, float], dict[str, str]]:
+    from gputriage.text.units import parse_rate
     from gputriage.weights.plan import DEFAULT_BANDWIDTH
-    from gputriage.weights.units import parse_rate
 
     rates, origin = dict(DEFAULT_BANDWIDTH), dict.fromkeys(DEFAULT_BANDWIDTH, "assumed")
     for item in stated:
@@ -66,8 +66,8 @@ def _gpus(wanted: tuple[str, ...]) -> tuple[Any, ...]:
 
 def _measure(path: str, limit_text: str, tier: str | None) -> tuple[Any, str]:
     """The bounded read, and the tier it stands for (the path's mount when not told)."""
+    from gputriage.text.units import parse_size
     from gputriage.weights.measure import MIN_LIMIT, measure_read, pick_file
-    from gputriage.weights.units import parse_size
 
     limit = int(_convert(parse_size, limit_text, "--measure-bytes"))
     if limit < MIN_LIMIT:
@@ -129,10 +129,10 @@ def _files(sources: list[str], only_host: str | None, stage_dir: str | None,
 def _host(model_dir: str, model_bytes: float | None,
           stage_dir: str | None) -> tuple[str, dict]:
     """The host report of --model-dir and what the weights rules say of it."""
-    from gputriage.engine import analyze
+    from gputriage.engine.analysis import analyze
     from gputriage.parsers.weights_host import parse_weights_host
-    from gputriage.snapshot import Captured, Snapshot
-    from gputriage.views.jsonview import plain
+    from gputriage.results.document import plain
+    from gputriage.snapshot.bundle import Captured, Snapshot
     from gputriage.weights.host import host_report
 
     text = host_report(model_dir, None if model_bytes is None else int(model_bytes),
@@ -150,7 +150,7 @@ def _host(model_dir: str, model_bytes: float | None,
 def _numbers(inp: Any, params: str | None, dtype: str | None, kv_dtype: str,
              link: str | None, bandwidth: tuple[str, ...]) -> None:
     """The options written as numbers with units, into ``inp`` (usage errors when bad)."""
-    from gputriage.weights.units import normalise_dtype, parse_params, parse_rate
+    from gputriage.text.units import normalise_dtype, parse_params, parse_rate
 
     for option, value in (("--dtype", dtype), ("--kv-dtype", kv_dtype)):
         if value is not None and normalise_dtype(value) is None:

@@ -2,7 +2,7 @@
 
 An input is a snapshot directory or tarball, an nvidia-bug-report.log (plain
 or gzip), or a pasted output recognised by its content, or ``-`` for stdin.
-Inputs are opened under :mod:`gputriage.inputs` (devices refused, pipes and
+Inputs are opened under :mod:`gputriage.io.inputs` (devices refused, pipes and
 FIFOs read once under its byte and time budgets, binary data stopped at its
 first block). At most :data:`CAP_BYTES` of each input is kept (the tail, where
 the current boot is), NUL padding is skipped, and a truncated gzip gives a
@@ -23,12 +23,12 @@ from typing import BinaryIO
 from gputriage.errors import InputError, unreadable
 from gputriage.ingest.bugreport import is_bug_report, split_with_headers
 from gputriage.ingest.detect import EXPECTED, detect
-from gputriage.ingest.detect_jobs import nccl_lines
-from gputriage.ingest.kernel_log import kernel_lines
-from gputriage.inputs import DIR, STREAM, Input, human, is_binary, limit, open_input
+from gputriage.io.inputs import DIR, STREAM, Input, human, is_binary, limit, open_input
+from gputriage.io.sniff import looks_binary
+from gputriage.parsers.detect_jobs import nccl_lines
+from gputriage.parsers.detect_kernel import kernel_lines
 from gputriage.parsers.kernel_patterns import strip_ansi
-from gputriage.snapshot import READ_CAP_BYTES, Captured, Snapshot, decode
-from gputriage.sniff import looks_binary
+from gputriage.snapshot.bundle import READ_CAP_BYTES, Captured, Snapshot, decode
 
 __all__ = ["CAP_BYTES", "EXPECTED", "human_size", "load_input", "load_inputs", "load_opened",
            "load_text", "looks_binary"]
@@ -268,7 +268,7 @@ def load_input(path: str) -> Snapshot:
 
 
 def load_opened(inp: Input, head: bytes = b"") -> Snapshot:
-    """A stream already opened by :func:`gputriage.inputs.open_input` as a snapshot;
+    """A stream already opened by :func:`gputriage.io.inputs.open_input` as a snapshot;
     ``head`` holds the bytes a caller read from it first (never read twice)."""
     return _snapshot_of(_read_opened(inp, head), inp.name)
 

@@ -7,7 +7,7 @@ not readable``); a command section starts with the command line
 (``/usr/bin/nvidia-smi --query``) and may hold several commands; the kernel
 sections start ``dmesg:`` and ``Scanning kernel log files for NVIDIA kernel
 messages:``. Which source a section holds comes from the sources' aliases
-(:mod:`gputriage.ingest.commands`): a file section by its path, a command
+(:mod:`gputriage.text.prompts`): a file section by its path, a command
 section by its command line; a tree source gathers its files' sections.
 """
 
@@ -19,14 +19,14 @@ import re
 from dataclasses import dataclass
 
 from gputriage import sources
-from gputriage.ingest.commands import (
+from gputriage.parsers.detect_kernel import kernel_lines
+from gputriage.text.fields import split_lines
+from gputriage.text.prompts import (
     programs,
     report_pattern,
     source_for_command,
     source_for_section,
 )
-from gputriage.ingest.kernel_log import kernel_lines
-from gputriage.parsers.base import split_lines
 
 __all__ = ["Section", "is_bug_report", "sections", "split_bug_report", "split_with_headers"]
 

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gputriage import sources
-from gputriage.ingest.commands import programs, source_for_command, subcommands
-from gputriage.ingest.detect_jobs import is_tests_prompt
-from gputriage.ingest.kernel_log import is_kernel_line, kernel_lines
-from gputriage.ingest.paste import BARRIER, PasteDoc
+from gputriage.parsers.detect_jobs import is_tests_prompt
+from gputriage.parsers.detect_kernel import is_kernel_line, kernel_lines
 from gputriage.parsers.ib_tools import PERFQUERY_HEAD
+from gputriage.text.paste import BARRIER, PasteDoc
+from gputriage.text.prompts import programs, source_for_command, subcommands
 
 __all__ = ["EXPECTED", "detect", "expected", "is_kernel_line", "kernel_lines",
            "source_for_command"]

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gputriage.errors import InputError
-from gputriage.inputs import FILE, open_input
-from gputriage.parsers.base import split_lines
-from gputriage.snapshot import Captured, Snapshot, decode
+from gputriage.io.inputs import FILE, open_input
+from gputriage.snapshot.bundle import Captured, Snapshot, decode
+from gputriage.text.fields import split_lines
 
 __all__ = ["STREAM_MIN_BYTES", "LargeLogs", "ScannedLog"]
 
@@ -88,8 +88,8 @@ def _is_kernel_log(path: str, head: bytes) -> bool:
     no bug report, no other output the detector recognises)."""
     from gputriage.ingest.bugreport import is_bug_report
     from gputriage.ingest.detect import detect
+    from gputriage.io.sniff import looks_binary
     from gputriage.parsers.kernel_log import shape_refusal
-    from gputriage.sniff import looks_binary
 
     if looks_binary(head[:64 << 10]) or head[257:262] == b"ustar":
         return False

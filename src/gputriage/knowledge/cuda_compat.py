@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from gputriage.knowledge import csv_rows, gpu_profile
-from gputriage.parsers.base import as_int
+from gputriage.text.fields import as_int
 
 __all__ = ["Fit", "Toolkit", "arch_of", "capability_of", "cuda_from_int", "cuda_from_tag",
            "family_floor", "first_cuda_for", "forward_compat_supported", "last_cuda_for",

@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from gputriage.parsers.base import strict_hex, strict_int
 from gputriage.parsers.kernel_model import EventKind
+from gputriage.text.fields import strict_hex, strict_int
 from gputriage.vocabulary import Action, Blame, Severity, inconsistency
 
 ORIGINS = frozenset({"hardware", "driver", "application", "memory", "system", "thermal",

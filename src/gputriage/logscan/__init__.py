@@ -72,7 +72,7 @@ from datetime import datetime, timezone
 from typing import BinaryIO, Literal
 
 from gputriage.errors import InputError
-from gputriage.inputs import DIR, FILE, Input, is_binary, open_input
+from gputriage.io.inputs import DIR, FILE, Input, is_binary, open_input
 from gputriage.logscan.blocks import process_pool, run_blocks
 from gputriage.logscan.config import DEFAULT, ScanConfig
 from gputriage.logscan.forkpool import ForkWorkers, WorkerDied
@@ -82,7 +82,7 @@ from gputriage.logscan.search import ANCHORS, LIBC, anchors_for, run_input
 from gputriage.logscan.stamps import REFERENCE_BYTES, year_reference
 from gputriage.logscan.stream import compression
 from gputriage.logscan.timeline import BootInfo, InputResult, LogScan, merge
-from gputriage.parsers.base import split_lines
+from gputriage.text.fields import split_lines
 
 __all__ = ["ANCHORS", "BootInfo", "LogScan", "ScanConfig", "ScanProgress", "scan_paths",
            "scan_text"]
@@ -280,7 +280,7 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None,
                texts: Sequence[tuple[str, str]] = (),
                progress: ScanProgress | None = None) -> LogScan:
     """Scan kernel-log files (plain, .gz, .xz, .bz2; ``-`` = stdin, pipes, FIFOs) as one
-    timeline. Inputs are opened by :func:`gputriage.inputs.open_input` (devices refused,
+    timeline. Inputs are opened by :func:`gputriage.io.inputs.open_input` (devices refused,
     streams read under its budgets); one whose first block is binary is not read on,
     nor (with ``shape``) one whose first lines are not log records
     (:func:`gputriage.parsers.kernel_log.shape_refusal`). ``texts``: ``(origin, text)``

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from gputriage.logscan.fastline import FastLine, FastXid
 from gputriage.logscan.stamps import SYSLOG_NAMES, format_of, stamp_time
-from gputriage.parsers.base import as_int, normalize_bus_id, split_lines
 from gputriage.parsers.kernel_extractor import MAX_LINE, EventExtractor, split_escaped
 from gputriage.parsers.kernel_fold import Folder
 from gputriage.parsers.kernel_model import DriverEvent, LogLine
 from gputriage.parsers.kernel_patterns import split_prefix, strip_ansi
+from gputriage.text.fields import as_int, normalize_bus_id, split_lines
 
 __all__ = ["BOOT_ANCHORS", "BootSegment", "LineSource"]
 

@@ -1,5 +1,5 @@
 """Reading :mod:`gputriage.logscan` inputs: plain files and streams (stdin, pipes, FIFOs,
-opened by :func:`gputriage.inputs.open_input`) read into reused buffers, gzip / xz /
+opened by :func:`gputriage.io.inputs.open_input`) read into reused buffers, gzip / xz /
 bzip2 decompressed (:mod:`.stream`) up to the stream budget, all cut into line-aligned
 spans."""
 
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
-from gputriage.inputs import limit
+from gputriage.io.inputs import limit
 from gputriage.logscan.config import ScanConfig
 from gputriage.logscan.stream import compression, decompressed
 

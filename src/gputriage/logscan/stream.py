@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gputriage.inputs import human
+from gputriage.io.inputs import human
 
 __all__ = ["compression", "decompressed"]
 

@@ -28,7 +28,7 @@ from gputriage.next_steps.hardware import (
 )
 from gputriage.next_steps.host import Host, Repair, dash_i, gpus, serials
 from gputriage.next_steps.logs import contained_ecc, crash_loop
-from gputriage.parsers.base import strict_int
+from gputriage.text.fields import strict_int
 
 __all__ = ["catalog_repair", "message_id", "sxid_step", "xid_step"]
 

@@ -22,7 +22,7 @@ from gputriage.next_steps.logs import REPAIRS as LOG_REPAIRS
 from gputriage.next_steps.monitoring import REPAIRS as MONITORING
 from gputriage.next_steps.nccl import REPAIRS as NCCL
 from gputriage.next_steps.node_software import REPAIRS as NODE_SOFTWARE
-from gputriage.parsers.base import strict_int
+from gputriage.text.fields import strict_int
 
 __all__ = ["BY_ID", "joined", "repair", "repair_of"]
 

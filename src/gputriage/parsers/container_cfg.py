@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputriage import safejson
 from gputriage.errors import ParseError
-from gputriage.parsers.base import split_lines, strict_int
+from gputriage.io import safejson
+from gputriage.text.fields import split_lines, strict_int
 
 __all__ = ["CdiSpec", "CdiSpecs", "CliDevice", "CliInfo", "CtkCdiList", "ToolkitConfig",
            "parse_cdi_specs", "parse_container_cli_info", "parse_ctk_cdi_list",

@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from gputriage import safejson
 from gputriage.errors import ParseError
-from gputriage.parsers.base import split_lines
+from gputriage.io import safejson
 from gputriage.parsers.container_cfg import PASTED, toml_loads, tree_files
+from gputriage.text.fields import split_lines
 
 __all__ = ["ContainerEnv", "ContainerdConfig", "CriRuntime", "DaemonConfig", "DockerConfigs",
            "parse_container_env", "parse_containerd_config", "parse_docker_daemon_json"]

@@ -16,11 +16,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputriage import safejson
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import split_lines
+from gputriage.io import safejson
 from gputriage.parsers.container_engines import nvidia_runtime
+from gputriage.text.fields import split_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["CrictlInfo", "RunningRuntime", "claim_crictl_info", "parse_crictl_info"]
 

@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import split_lines
 from gputriage.parsers.device_plugin_log import split_log_line
+from gputriage.text.fields import split_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["CtkLine", "CtkLog", "claim_ctk_log", "parse_ctk_log"]
 

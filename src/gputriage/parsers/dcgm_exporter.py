@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, as_float, normalize_bus_id, split_lines, strict_int
 from gputriage.parsers.nv_hostengine import PROFILING_BUSY
+from gputriage.text.fields import ParseError, as_float, normalize_bus_id, split_lines, strict_int
+from gputriage.text.paste import PasteDoc
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id, split_lines, strict_int
+from gputriage.text.fields import ParseError, normalize_bus_id, split_lines, strict_int
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["BOX", "HOSTENGINE_ERROR", "Discovery", "DiscoveredGpu", "HealthIncident",
            "HealthReport", "NvlinkReport", "claim_dcgmi", "hostengine_error", "parse_discovery",

@@ -16,8 +16,6 @@ from __future__ import annotations
 import re
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import split_lines, strict_int
 from gputriage.parsers.dcgmi import BOX
 from gputriage.parsers.dcgmi_diag_json import read_json
 from gputriage.parsers.dcgmi_diag_model import (
@@ -30,6 +28,8 @@ from gputriage.parsers.dcgmi_diag_model import (
     status_word,
     worst,
 )
+from gputriage.text.fields import split_lines, strict_int
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["MIG_REFUSAL", "DiagMessage", "DiagReport", "DiagTest", "claim_dcgmi_diag",
            "gpus_named", "parse_dcgmi_diag"]

@@ -15,8 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gputriage import safejson
-from gputriage.parsers.base import strict_int
+from gputriage.io import safejson
 from gputriage.parsers.dcgmi_diag_model import (
     RETURN,
     DiagMessage,
@@ -26,6 +25,7 @@ from gputriage.parsers.dcgmi_diag_model import (
     status_word,
     worst,
 )
+from gputriage.text.fields import strict_int
 
 __all__ = ["read_json"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.parsers.base import strict_int
+from gputriage.text.fields import strict_int
 
 __all__ = ["ENTITY_GROUPS", "RETURN", "DiagMessage", "DiagReport", "DiagTest", "gpus_named",
            "status_word", "worst"]

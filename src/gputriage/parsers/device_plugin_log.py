@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, split_lines
+from gputriage.text.fields import ParseError, split_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["EVENTS", "NEEDS", "DevicePluginLog", "DpEntry", "LogLine", "claim_device_plugin_log",
            "parse_device_plugin_log", "split_log_line"]

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import split_lines, strict_int
+from gputriage.text.fields import split_lines, strict_int
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["DeviceQuery", "DqDevice", "claim_device_query", "is_device_query_line",
            "parse_device_query"]

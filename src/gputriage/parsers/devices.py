@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gputriage.parsers.base import ParseError, as_int, split_lines, strict_int
+from gputriage.text.fields import ParseError, as_int, split_lines, strict_int
 
 __all__ = ["DevNode", "parse_devnodes", "parse_proc_devices"]
 

@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc, claim_blocks
-from gputriage.parsers.base import normalize_bus_id, split_lines, strict_int
+from gputriage.text.fields import normalize_bus_id, split_lines, strict_int
+from gputriage.text.paste import PasteDoc, claim_blocks
 
 __all__ = ["Slot", "claim_dmidecode_slots", "parse_dmidecode_slots"]
 

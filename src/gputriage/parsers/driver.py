@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.ingest.paste import PasteDoc, claim_blocks
-from gputriage.parsers.base import ParseError, normalize_bus_id, parse_int, split_lines
+from gputriage.text.fields import ParseError, normalize_bus_id, parse_int, split_lines
+from gputriage.text.paste import PasteDoc, claim_blocks
 
 __all__ = ["KernelModuleVersion", "LibFile", "ModuleVersions", "ProcGpu", "claim_driver_version",
            "parse_gpu_information", "parse_gpus_information", "parse_nvidia_libs",

@@ -24,9 +24,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id, split_lines
 from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
+from gputriage.text.fields import ParseError, normalize_bus_id, split_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["EVENTS", "LIFECYCLE", "LOG_LINE", "FmEntry", "FmLog", "claim_fabricmanager_log",
            "is_fm_message", "parse_fabricmanager_log"]

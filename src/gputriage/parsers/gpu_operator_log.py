@@ -27,9 +27,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, split_lines
 from gputriage.parsers.device_plugin_log import split_log_line
+from gputriage.text.fields import ParseError, split_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["EVENTS", "FAILURES", "NEEDS", "UPGRADE_STATES", "GpuOperatorLog", "OpEntry",
            "claim_gpu_operator_log", "parse_gpu_operator_log"]

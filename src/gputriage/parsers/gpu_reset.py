@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import normalize_bus_id, split_lines, strict_int
+from gputriage.text.fields import normalize_bus_id, split_lines, strict_int
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["Holder", "ResetAttempt", "ResetLog", "claim_gpu_reset", "is_reset_context",
            "is_reset_line", "is_reset_step", "parse_gpu_reset", "wraps"]

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.parsers.base import split_lines
+from gputriage.text.fields import split_lines
 
 __all__ = [
     "CgroupLine",

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from gputriage.knowledge.ib_counters import by_perfquery_name
-from gputriage.parsers.base import strict_hex, strict_int
+from gputriage.text.fields import strict_hex, strict_int
 
 __all__ = ["PERFQUERY_HEAD", "PERFQUERY_ROW", "RDMA_LINK", "IbToolProblem", "is_problem_line",
            "perfquery_counter", "problem_of", "rdma_link_fields"]

@@ -14,10 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, split_lines
 from gputriage.parsers.fabricmanager import LOG_LINE
 from gputriage.parsers.systemd import JOURNAL_LINE
+from gputriage.text.fields import ParseError, split_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["EVENTS", "ImexEntry", "ImexLog", "claim_imex_log", "parse_imex_log"]
 

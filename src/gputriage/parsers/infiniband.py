@@ -20,14 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc, claim_blocks, claim_lines
-from gputriage.parsers.base import (
-    normalize_bus_id,
-    split_lines,
-    strict_float,
-    strict_hex,
-    strict_int,
-)
 from gputriage.parsers.driver import split_tree
 from gputriage.parsers.ib_tools import (
     PERFQUERY_HEAD,
@@ -39,6 +31,14 @@ from gputriage.parsers.ib_tools import (
     problem_of,
     rdma_link_fields,
 )
+from gputriage.text.fields import (
+    normalize_bus_id,
+    split_lines,
+    strict_float,
+    strict_hex,
+    strict_int,
+)
+from gputriage.text.paste import PasteDoc, claim_blocks, claim_lines
 
 __all__ = ["IbGid", "IbPort", "claim_ib_tools", "normalize_phys_state", "normalize_state",
            "parse_ib_problems", "parse_ib_tree", "parse_ibstat", "parse_rate"]

@@ -4,7 +4,7 @@ container was given (``--gpus``, ``--runtime=nvidia``, a CDI device,
 tells.
 
 How the context reaches the ``job_log`` fact: a paste's prompt lines are barriers
-(:mod:`gputriage.ingest.paste`) that split it into segments before any detector runs,
+(:mod:`gputriage.text.paste`) that split it into segments before any detector runs,
 and the lines nobody claims are dropped. The job log's detector ends with
 :func:`claim_context`, which takes for ``job_log`` the lines that say where the output
 was printed: a container's prompt (``root@098b49afe624:/#``: a 12-hex host name, ``(container)
@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gputriage.ingest.paste import BARRIER, PasteDoc
+from gputriage.text.paste import BARRIER, PasteDoc
 
 __all__ = ["JobContext", "claim_context", "is_context_line", "read_context"]
 

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc
 from gputriage.knowledge.job_messages import Hit, scan_line
-from gputriage.parsers.base import split_lines, strict_int
 from gputriage.parsers.job_context import JobContext, claim_context, read_context
+from gputriage.text.fields import split_lines, strict_int
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["JobLog", "JobVersions", "claim_job_log", "is_job_line", "parse_job_log"]
 

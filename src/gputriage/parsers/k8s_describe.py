@@ -24,7 +24,6 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
-from gputriage.parsers.base import ParseError, split_lines, strict_int
 from gputriage.parsers.k8s_model import (
     Cluster,
     KContainer,
@@ -36,6 +35,7 @@ from gputriage.parsers.k8s_model import (
     Toleration,
     quantity,
 )
+from gputriage.text.fields import ParseError, split_lines, strict_int
 
 __all__ = ["EVENT_ROW", "GET_EVENT_ROW", "KUBELET_MESSAGE", "QUOTA_MESSAGE", "SCHEDULER_MESSAGE",
            "condition_row", "event_from_row", "message_end", "parse_k8s_describe"]

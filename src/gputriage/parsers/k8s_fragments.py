@@ -34,8 +34,8 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from gputriage.parsers.base import split_lines
 from gputriage.parsers.k8s_model import Cluster, KObject
+from gputriage.text.fields import split_lines
 
 __all__ = ["FRAGMENT_KEYS", "fragment_cluster", "is_bare_node_map", "is_fragment",
            "split_blocks"]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
-from gputriage.parsers.base import as_float, strict_float, strict_int
+from gputriage.text.fields import as_float, strict_float, strict_int
 
 __all__ = ["GPU", "UNNAMED", "Cluster", "KContainer", "KDaemonSet", "KEvent", "KNode", "KObject",
            "KPod", "QUANTITY_MAX", "Taint", "Toleration", "gpu_resources", "quantity", "ref"]

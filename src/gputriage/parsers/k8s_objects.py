@@ -14,7 +14,6 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from gputriage.parsers.base import ParseError, as_int, split_lines
 from gputriage.parsers.k8s_model import (
     Cluster,
     KContainer,
@@ -26,6 +25,7 @@ from gputriage.parsers.k8s_model import (
     Taint,
     Toleration,
 )
+from gputriage.text.fields import ParseError, as_int, split_lines
 
 __all__ = ["cluster_from_api", "load_documents", "parse_k8s_objects"]
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.base import ParseError, split_lines, strict_int
 from gputriage.parsers.k8s_model import GPU, Cluster, KDaemonSet, KEvent, KNode, KPod, quantity
+from gputriage.text.fields import ParseError, split_lines, strict_int
 
 __all__ = ["POD_ROW", "parse_k8s_table", "table_kind"]
 

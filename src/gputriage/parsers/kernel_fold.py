@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputriage.parsers.base import strict_hex, strict_int
 from gputriage.parsers.kernel_model import DriverEvent, Repeats
+from gputriage.text.fields import strict_hex, strict_int
 
 __all__ = ["FOLLOW_ON_S", "KEEP", "LOOKBACK", "FoldKey", "FollowChain", "Folder",
            "fault_pattern", "fold_key", "process_key", "recovery_cleared", "seconds", "weight"]
@@ -97,7 +97,7 @@ def fold_key(ev: DriverEvent) -> FoldKey | None:
 
 def recovery_cleared(ev: DriverEvent) -> bool:
     """An Xid 154 whose recovery action went back to None: a reset of its GPU (as
-    :mod:`gputriage.hostfacts.resets` counts it)."""
+    :mod:`gputriage.facts.resets` counts it)."""
     d = ev.details
     if ev.kind != "xid" or d.get("code") != "154" or not ev.bus_id:
         return False

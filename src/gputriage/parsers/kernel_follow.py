@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.kernel_host import AER_KEY, aer_detail, hw_detail
 from gputriage.parsers.kernel_model import DriverEvent, EventKind, LogLine, make_event
 from gputriage.parsers.kernel_patterns import (
@@ -36,6 +35,7 @@ from gputriage.parsers.kernel_probe import (
     legacy_complete,
     legacy_message,
 )
+from gputriage.text.fields import normalize_bus_id
 
 __all__ = ["AER_REPORT", "API_MISMATCH", "BAR_INVALID", "CALL_TRACE", "CORE_DUMP",
            "FALLEN_OFF_BUS", "HW_RECORD", "LEGACY_GPU", "SXID_LINES", "Follow", "Message",

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.kernel_model import DriverEvent, EventKind, LogLine, make_event
+from gputriage.text.fields import normalize_bus_id
 
 Match = re.Match[str]
 

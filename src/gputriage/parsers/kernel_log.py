@@ -1,6 +1,6 @@
 """What a kernel-log line looks like: the record prefixes of every common format.
 
-Shared by the paste detector (:mod:`gputriage.ingest.kernel_log`) and ``gputriage logs``
+Shared by the paste detector (:mod:`gputriage.parsers.detect_kernel`) and ``gputriage logs``
 (:mod:`gputriage.logscan`): a text is judged as a kernel log only when its lines carry
 a log record's prefix (dmesg ``[ 12.345678]``, ``Mon DD HH:MM:SS host kernel:``, an
 ISO time then ``host kernel:``, ``NVRM:`` / ``nvidia-*:`` lines of ``dmesg -t``...).

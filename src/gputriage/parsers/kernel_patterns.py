@@ -1,4 +1,4 @@
-"""The compiled regular expressions behind :mod:`gputriage.parsers.kernel_events`:
+"""The compiled regular expressions behind :mod:`gputriage.logscan.events`:
 kernel-log line prefixes (timestamps, hosts, levels) and NVIDIA-relevant message
 shapes, with the small pure helpers that only apply them."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.text.fields import normalize_bus_id
 
 # --- line prefixes ----------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from gputriage.parsers import kernel_host as host
 from gputriage.parsers import kernel_probe as probe
-from gputriage.parsers.base import normalize_bus_id
 from gputriage.parsers.kernel_follow import (
     AER_REPORT,
     API_MISMATCH,
@@ -64,6 +63,7 @@ from gputriage.parsers.kernel_patterns import (
     sxid_details,
     xid_details,
 )
+from gputriage.text.fields import normalize_bus_id
 
 __all__ = ["ANCHORS", "CONTEXT_ANCHORS", "EVENTS", "EventPattern", "match_line"]
 

@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import normalize_bus_id, split_lines
 from gputriage.parsers.pci import PciFunction
+from gputriage.text.fields import normalize_bus_id, split_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["ACS_REDIRECT", "CLASS_NAMES", "VENDOR_NAMES", "AcsControl", "acs_controls",
            "claim_lspci", "parse_lspci"]

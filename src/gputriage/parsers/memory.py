@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.parsers.base import split_lines
 from gputriage.parsers.driver import split_tree
+from gputriage.text.fields import split_lines
 
 __all__ = [
     "HugePagePool",

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, split_lines
+from gputriage.text.fields import ParseError, split_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["FAILURES", "BuildFailure", "ModuleBuild", "claim_module_build", "is_driver_module",
            "parse_module_build"]

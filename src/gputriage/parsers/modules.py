@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gputriage.ingest.paste import PasteDoc, claim_blocks, claim_lines
-from gputriage.parsers.base import ParseError, split_lines, strict_int
+from gputriage.text.fields import ParseError, split_lines, strict_int
+from gputriage.text.paste import PasteDoc, claim_blocks, claim_lines
 
 __all__ = ["Module", "claim_modules", "parse_modules"]
 

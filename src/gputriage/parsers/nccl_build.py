@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 from gputriage.parsers import nccl_framework as fw
 from gputriage.parsers import nccl_lines as g
-from gputriage.parsers.base import strict_int
 from gputriage.parsers.nccl_model import COLLNET, NcclComm, NcclLog, NcclProcess
+from gputriage.text.fields import strict_int
 
 _T = TypeVar("_T")
 

@@ -18,7 +18,6 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from gputriage.knowledge.ib_status import ib_wc_status
-from gputriage.parsers.base import strict_float
 from gputriage.parsers.nccl_framework import MAX_KEEP, is_framework_line
 from gputriage.parsers.nccl_model import (
     COLLNET,
@@ -33,6 +32,7 @@ from gputriage.parsers.nccl_model import (
     NcclGdr,
     NcclWarn,
 )
+from gputriage.text.fields import strict_float
 
 __all__ = ["Record", "bare_version", "classify_warn", "is_nccl_line", "parse_channel",
            "parse_comm", "parse_gdr", "parse_timings", "parse_using", "parse_version",

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.base import split_lines, strict_float, strict_int
 from gputriage.parsers.nccl_lines import parse_version, split_records, strip_shippers
 from gputriage.parsers.nccl_model import NcclTestDevice, NcclTestRow, NcclTestRun
+from gputriage.text.fields import split_lines, strict_float, strict_int
 
 __all__ = ["is_nccl_tests_line", "operation_of", "parse_nccl_tests"]
 

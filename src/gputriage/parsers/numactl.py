@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc, claim_blocks
-from gputriage.parsers.base import split_lines
 from gputriage.parsers.driver import split_tree
+from gputriage.text.fields import split_lines
+from gputriage.text.paste import PasteDoc, claim_blocks
 
 __all__ = ["NumaHardware", "NumaNode", "claim_numactl", "format_cpulist", "parse_cpulist",
            "parse_lscpu", "parse_numactl", "parse_sysfs_nodes"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, split_lines
 from gputriage.parsers.dcgmi import HOSTENGINE_ERROR
+from gputriage.text.fields import ParseError, split_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["PROFILING_BUSY", "HostengineEntry", "HostengineLog", "claim_hostengine_log",
            "parse_hostengine_log"]

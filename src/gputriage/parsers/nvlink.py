@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, split_lines, strict_float, strict_int
+from gputriage.text.fields import ParseError, split_lines, strict_float, strict_int
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["NvlinkErrorGpu", "NvlinkErrors", "NvlinkGpu", "NvlinkLink", "NvlinkStatus",
            "claim_nvlink", "counter_kind", "parse_nvlink_errors", "parse_nvlink_status"]

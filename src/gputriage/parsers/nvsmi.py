@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gputriage.parsers.base import (
+from gputriage.text.fields import (
     normalize_bus_id,
     parse_bool,
     parse_int,

@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from gputriage.errors import ParseError
-from gputriage.ingest.kernel_log import is_kernel_line
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import normalize_bus_id, parse_bool, split_lines, strict_int
+from gputriage.parsers.detect_kernel import is_kernel_line
 from gputriage.parsers.nvsmi import (
     SmiGpu,
     SmiProcess,
@@ -39,6 +37,8 @@ from gputriage.parsers.nvsmi import (
     parse_str,
     scan_smi_errors,
 )
+from gputriage.text.fields import normalize_bus_id, parse_bool, split_lines, strict_int
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["CSV_QUERIES", "claim_nvsmi_csv", "csv_cells", "is_csv_header", "is_csv_row",
            "parse_nvsmi_csv", "query_of_command"]

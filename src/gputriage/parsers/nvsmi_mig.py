@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.base import strict_int
 from gputriage.parsers.nvsmi import MigDevice
+from gputriage.text.fields import strict_int
 
 __all__ = ["MIG_BOXES", "MIG_NOTE", "box_kind", "list_line", "note", "row"]
 

@@ -15,9 +15,7 @@ from __future__ import annotations
 import re
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc, claim_lines
 from gputriage.parsers import nvsmi_mig
-from gputriage.parsers.base import normalize_bus_id, split_lines
 from gputriage.parsers.nvsmi import (
     MigDevice,
     SmiError,
@@ -29,6 +27,8 @@ from gputriage.parsers.nvsmi import (
     parse_str,
     scan_smi_errors,
 )
+from gputriage.text.fields import normalize_bus_id, split_lines
+from gputriage.text.paste import PasteDoc, claim_lines
 
 __all__ = ["claim_nvsmi_table", "parse_nvsmi_table"]
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc, claim_blocks
-from gputriage.parsers.base import normalize_bus_id, parse_bool, split_lines
 from gputriage.parsers.nvsmi import (
     FieldSpec,
     SmiGpu,
@@ -28,6 +26,8 @@ from gputriage.parsers.nvsmi import (
     parse_str,
     scan_smi_errors,
 )
+from gputriage.text.fields import normalize_bus_id, parse_bool, split_lines
+from gputriage.text.paste import PasteDoc, claim_blocks
 
 __all__ = ["claim_nvsmi_text", "parse_nvsmi_text"]
 

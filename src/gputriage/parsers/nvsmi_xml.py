@@ -14,8 +14,6 @@ import re
 import xml.etree.ElementTree as ET
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import normalize_bus_id, parse_bool
 from gputriage.parsers.nvsmi import (
     FieldSpec,
     SmiGpu,
@@ -29,6 +27,8 @@ from gputriage.parsers.nvsmi import (
     parse_str,
     scan_smi_errors,
 )
+from gputriage.text.fields import normalize_bus_id, parse_bool
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["claim_nvsmi_xml", "parse_nvsmi_xml"]
 

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import split_lines
+from gputriage.text.fields import split_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["NvvsEntry", "NvvsLog", "claim_nvvs_log", "parse_nvvs_log"]
 

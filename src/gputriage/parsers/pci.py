@@ -10,14 +10,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.parsers.base import (
+from gputriage.parsers.driver import split_tree
+from gputriage.text.fields import (
     normalize_bus_id,
     split_lines,
     strict_float,
     strict_hex,
     strict_int,
 )
-from gputriage.parsers.driver import split_tree
 
 __all__ = ["PciFunction", "parse_aer", "parse_link_speed", "parse_pci_tree"]
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, normalize_bus_id, split_lines, strict_int
 from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
+from gputriage.text.fields import ParseError, normalize_bus_id, split_lines, strict_int
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["ENDS", "EVENTS", "STARTS", "PdEntry", "PersistencedLog", "claim_persistenced_journal",
            "parse_persistenced_journal"]

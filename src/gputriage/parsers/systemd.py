@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import ParseError, parse_int, split_lines
+from gputriage.text.fields import ParseError, parse_int, split_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["JOURNAL_LINE", "UNIT_LIFECYCLE", "UnitState", "claim_units", "parse_systemctl_show"]
 

@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import split_lines
+from gputriage.text.fields import split_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["P2P_CODES", "UNKNOWN_DISTANCE", "TopoMatrix", "claim_topo", "distance",
            "nvlink_count", "parse_topo"]

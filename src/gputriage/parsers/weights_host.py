@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import split_lines, strict_int
+from gputriage.text.fields import split_lines, strict_int
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["HEADER", "Mount", "WeightsHost", "claim_weights_host", "classify_mount",
            "parse_mountinfo", "parse_mountinfo_line", "parse_weights_host"]

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 
 from gputriage.errors import ParseError
-from gputriage.ingest.paste import PasteDoc
-from gputriage.parsers.base import split_lines, strict_int
+from gputriage.text.fields import split_lines, strict_int
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["XidCountTable", "XidCounts", "claim_xid_counts", "parse_xid_counts"]
 

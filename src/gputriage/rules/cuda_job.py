@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from gputriage.hostfacts.stack import GpuSighting
+from gputriage.facts.stack import GpuSighting
 from gputriage.knowledge import cuda_compat as cc
 from gputriage.knowledge.job_messages import Hit
 from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity

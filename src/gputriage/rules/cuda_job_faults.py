@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from gputriage.hostfacts.fabric import FabricNeed
+from gputriage.facts.fabric import FabricNeed
 from gputriage.knowledge.job_messages import CUDA_FAMILY, Hit, catalog
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity
 from gputriage.parsers.job_log import JobLog
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.rules.base import evidence, finding, rule
 from gputriage.rules.cuda_job import (
     ASK_HOST,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-from gputriage.hostfacts.pcie import PcieLink
+from gputriage.facts.pcie import PcieLink
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.dcgmi_diag import MIG_REFUSAL
 from gputriage.parsers.dcgmi_diag_model import DiagMessage, DiagReport, DiagTest

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from gputriage.hostfacts.dcgm import DcgmSupport, dcgm_support
+from gputriage.facts.dcgm import DcgmSupport, dcgm_support
 from gputriage.knowledge.xid import all_xids, xid_info
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.dcgm_exporter import (

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from gputriage import knowledge
-from gputriage.hostfacts.dcgm import DcgmVersion, dcgm_support
-from gputriage.hostfacts.fabric import FabricNeed
+from gputriage.facts.dcgm import DcgmVersion, dcgm_support
+from gputriage.facts.fabric import FabricNeed
 from gputriage.knowledge.cuda_compat import version_key
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.dcgm_exporter import ExporterLog

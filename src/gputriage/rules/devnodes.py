@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.hostfacts.stack import GpuSighting
+from gputriage.facts.stack import GpuSighting
 from gputriage.model import Action, Blame, Finding, Scope, Severity
 from gputriage.parsers.devices import DevNode
 from gputriage.parsers.driver import ProcGpu

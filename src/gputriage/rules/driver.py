@@ -7,17 +7,17 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gputriage.hostfacts.expectations import GpuTraces
+from gputriage.facts.expectations import GpuTraces
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
-from gputriage.parsers.base import split_lines
 from gputriage.parsers.driver import KernelModuleVersion, LibFile, ModuleVersions
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.kernel_fold import weight
 from gputriage.parsers.modules import Module
 from gputriage.parsers.nvml import NvmlReading
 from gputriage.parsers.nvsmi import SmiError, SmiReport
 from gputriage.parsers.pci import PciFunction
 from gputriage.rules.base import evidence, finding, gpu_scope, rule, versions_agree
+from gputriage.text.fields import split_lines
 
 if TYPE_CHECKING:
     from gputriage.parsers.job_log import JobLog

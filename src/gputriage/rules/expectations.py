@@ -1,4 +1,4 @@
-"""Rules on what the node should have (the expectations file, ``gputriage.expect``):
+"""Rules on what the node should have (the expectations file, ``gputriage.parsers.expect``):
 one rule per group, a node short of a stated value is critical with the gap in the
 title; what the snapshot cannot show is listed in one ``expect.unchecked`` finding.
 
@@ -12,19 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from gputriage.expect import Expectations
-from gputriage.hostfacts.fabric import NvSwitchSighting
-from gputriage.hostfacts.host import DEFAULT_HUGEPAGE_KB
-from gputriage.hostfacts.pcie import GEN_GTS, IDLE_GTS, PcieLink
-from gputriage.hostfacts.stack import GpuSighting
+from gputriage.facts.fabric import NvSwitchSighting
+from gputriage.facts.host import DEFAULT_HUGEPAGE_KB
+from gputriage.facts.pcie import GEN_GTS, IDLE_GTS, PcieLink
+from gputriage.facts.stack import GpuSighting
 from gputriage.model import NODE, Action, Blame, DriverVersions, Evidence, Finding, Scope, Severity
-from gputriage.parsers.base import strict_int
 from gputriage.parsers.driver import KernelModuleVersion
+from gputriage.parsers.expect import Expectations
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.memory import HugePagePool
 from gputriage.parsers.nvsmi import SmiReport
 from gputriage.parsers.pci import PciFunction
 from gputriage.rules.base import evidence, finding, gpu_scope, rule, versions_agree
+from gputriage.text.fields import strict_int
 
 __all__ = ["PCI_SOURCES", "UNKNOWN_COUNT", "active_ports", "gen_of", "mig_modes",
            "model_matches", "nvswitch_count", "pcie_gaps", "usable_gpus"]

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.hostfacts.fabric import (
+from gputriage.facts.fabric import (
     FM_SOURCE,
     FabricNeed,
     FabricState,
     NvSwitchSighting,
     gpu_profile_of,
 )
-from gputriage.hostfacts.stack import GpuSighting
+from gputriage.facts.stack import GpuSighting
 from gputriage.knowledge import GpuProfile
 from gputriage.knowledge import xid as catalog
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
-from gputriage.parsers.base import split_lines, strict_int
 from gputriage.parsers.fabricmanager import FmEntry, FmLog
 from gputriage.parsers.nvlink import (
     NvlinkErrorGpu,
@@ -32,6 +31,7 @@ from gputriage.parsers.nvlink import (
 from gputriage.parsers.pci import PciFunction
 from gputriage.parsers.systemd import UnitState
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
+from gputriage.text.fields import split_lines, strict_int
 
 FM_UNIT = "nvidia-fabricmanager"
 # a counter at or above this (per link, since the driver loaded) is a warning

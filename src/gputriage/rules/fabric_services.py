@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.hostfacts.fabric import FM_SOURCE
+from gputriage.facts.fabric import FM_SOURCE
 from gputriage.model import Action, Blame, Finding, Scope, Severity
-from gputriage.parsers.base import split_lines
 from gputriage.parsers.fabricmanager import FmEntry, FmLog
 from gputriage.parsers.imex import ImexLog
 from gputriage.rules.base import evidence, finding, rule
+from gputriage.text.fields import split_lines
 
 FM_UNIT = "nvidia-fabricmanager"
 IMEX_UNIT = "nvidia-imex"

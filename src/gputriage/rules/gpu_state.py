@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from gputriage.hostfacts.fabric import FabricNeed
-from gputriage.hostfacts.smi_views import SmiView
+from gputriage.facts.fabric import FabricNeed
+from gputriage.facts.smi_views import SmiView
 from gputriage.knowledge.job_messages import Message, cuda_error
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.device_query import DeviceQuery
 from gputriage.parsers.gpu_reset import ResetAttempt, ResetLog
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
 
 WHOLE_GPU_FIELDS = 3  # this many unreadable fields (or the name): the GPU, not a sensor

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.hostfacts.host import DEFAULT_HUGEPAGE_KB, CgroupHierarchy, hugepage_pool_sizes
-from gputriage.hostfacts.stack import GpuSighting
+from gputriage.facts.host import DEFAULT_HUGEPAGE_KB, CgroupHierarchy, hugepage_pool_sizes
+from gputriage.facts.stack import GpuSighting
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.devices import DevNode
 from gputriage.parsers.hostcfg import KernelCmdline, parse_size_kb

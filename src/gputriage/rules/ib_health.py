@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from gputriage.knowledge.ib_counters import ib_counter
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, Finding, Scope, Severity
 from gputriage.parsers.ib_tools import IbToolProblem
 from gputriage.parsers.infiniband import IbPort
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.modules import Module
 from gputriage.rules.base import evidence, finding, rule
 from gputriage.rules.infiniband import counter_lines, link_errors_judged

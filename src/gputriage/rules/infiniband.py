@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
-from gputriage.hostfacts.infiniband import HcaAffinity
+from gputriage.facts.infiniband import HcaAffinity
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.infiniband import IbPort
 from gputriage.rules.base import action_for, evidence, finding, rule

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 from gputriage import knowledge
-from gputriage.hostfacts.stack import GpuSighting
+from gputriage.facts.stack import GpuSighting
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.nvsmi import SmiReport
 from gputriage.parsers.pci import PciFunction

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 from gputriage.model import Action, Blame, Finding, Scope, Severity
-from gputriage.parsers.base import as_int
 from gputriage.parsers.k8s_model import Cluster, KNode, Taint, Toleration
 from gputriage.rules.base import finding, rule
 from gputriage.rules.k8s_common import object_scope
@@ -30,6 +29,7 @@ from gputriage.rules.k8s_workloads import (
     show,
     workloads,
 )
+from gputriage.text.fields import as_int
 
 INT32_MAX = 2 ** 31 - 1  # the API's probe fields are int32
 CONVENTION_TAINT = Taint("nvidia.com/gpu", None, "NoSchedule")

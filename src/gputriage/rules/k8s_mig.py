@@ -15,11 +15,11 @@ from collections.abc import Iterator
 
 from gputriage.knowledge import gpu_profile
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity
-from gputriage.parsers.base import strict_hex
 from gputriage.parsers.gpu_operator_log import GpuOperatorLog, OpEntry
 from gputriage.parsers.k8s_model import Cluster, KNode
 from gputriage.rules.base import evidence, finding, rule
 from gputriage.rules.k8s_common import object_scope
+from gputriage.text.fields import strict_hex
 
 SOURCE = "gpu_operator_log"
 STATE = "nvidia.com/mig.config.state"

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 from gputriage.knowledge.xid import xid_info
 from gputriage.model import Action, Blame, Finding, Severity
-from gputriage.parsers.base import strict_int
 from gputriage.parsers.k8s_model import GPU, Cluster, KNode
 from gputriage.rules.base import action_for, evidence, finding, rule
 from gputriage.rules.k8s_nodes import SOURCE, lines_of, named, scope_of
+from gputriage.text.fields import strict_int
 
 _XID_REASON = re.compile(r"\"?([0-9]{1,3})\"?\s*:\s*true|\bxid[ _-]?([0-9]{1,3})\b", re.I)
 

@@ -6,7 +6,7 @@ container toolkit, then its validator checks driver, toolkit, CUDA and the plugi
 init container each (``Init:2/4``: stuck at the third, cuda). The device plugin, GFD and
 dcgm-exporter wait for the driver and the toolkit to be validated, so when the driver
 fails every operand of that node waits or crash-loops: one cause, folded under it
-(:mod:`gputriage.causes`). A driver upgrade cordons and drains the node by design.
+(:mod:`gputriage.engine.causes`). A driver upgrade cordons and drains the node by design.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import re
 from collections.abc import Iterator
 
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
-from gputriage.parsers.base import strict_int
 from gputriage.parsers.gpu_operator_log import GpuOperatorLog, OpEntry
 from gputriage.parsers.k8s_model import Cluster, KDaemonSet, KPod
 from gputriage.rules.base import evidence, finding, rule
 from gputriage.rules.k8s_common import object_scope
+from gputriage.text.fields import strict_int
 
 SOURCE = "gpu_operator_log"
 NAMESPACES = ("gpu-operator", "nvidia-gpu-operator", "gpu-operator-resources")

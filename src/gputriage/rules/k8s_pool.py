@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from gputriage.model import Action, Blame, Finding, Severity
-from gputriage.parsers.base import as_int
 from gputriage.parsers.k8s_model import Cluster, KObject
 from gputriage.rules.base import evidence, finding, rule
 from gputriage.rules.k8s_common import object_scope
 from gputriage.rules.k8s_workloads import SOURCE, Template, Workload, autoscalers, show, workloads
+from gputriage.text.fields import as_int
 
 _PROD = re.compile(r"(?i)(?:^|[-_./])(prod|production|serving|live|online)(?:$|[-_./])")
 _RESEARCH = re.compile(r"(?i)(?:^|[-_./])(research|dev|development|experiments?|sandbox|"

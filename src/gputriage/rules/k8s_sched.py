@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gputriage.parsers.base import strict_float, strict_int
 from gputriage.parsers.k8s_model import KEvent
+from gputriage.text.fields import strict_float, strict_int
 
 __all__ = ["INSUFFICIENT", "SELECTOR", "AFFINITY", "TAINT", "UNSCHEDULABLE", "OTHER",
            "QueueQuota", "Reason", "SchedMessage", "gang_message", "kai_quota_message",

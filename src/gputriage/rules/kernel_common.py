@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from gputriage.knowledge import xid as catalog
+from gputriage.logscan.events import DriverEvent, EventKind
 from gputriage.model import (
     NODE,
     Action,
@@ -27,14 +28,13 @@ from gputriage.model import (
     Severity,
     Status,
 )
-from gputriage.parsers.base import split_lines, strict_int
-from gputriage.parsers.kernel_events import DriverEvent, EventKind
 from gputriage.parsers.kernel_fold import seconds, weight
 from gputriage.rules.base import action_for, finding, gpu_scope
+from gputriage.text.fields import split_lines, strict_int
 
 if TYPE_CHECKING:
-    from gputriage.hostfacts.resets import Reset, Resets
-    from gputriage.hostfacts.stack import GpuSighting
+    from gputriage.facts.resets import Reset, Resets
+    from gputriage.facts.stack import GpuSighting
 
 _Item = TypeVar("_Item")
 _Key = TypeVar("_Key")

@@ -8,9 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import NODE, Action, Blame, Finding, Scope, Severity
-from gputriage.parsers.base import strict_int
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.kernel_fold import FoldKey, fold_key, weight
 from gputriage.parsers.kernel_host import pci_class
 from gputriage.rules.kernel_common import (
@@ -29,6 +28,7 @@ from gputriage.rules.kernel_common import (
     split_boots,
     when,
 )
+from gputriage.text.fields import strict_int
 
 HOST_KINDS = frozenset({"pcie-aer", "peermem-load-failed", "hw-error", "link-state",
                         "mlx5-link", "storage-error"})

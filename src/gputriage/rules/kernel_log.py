@@ -9,7 +9,7 @@ one GPU point at the GPU, not the job; 48 with 63 / 64 is the row-remapping
 flow; a 119 that keeps coming back escalates; 154 names its own action.
 Events of earlier boots are history: same ids, severity info, never a
 current failure. The events judged are the fact ``log_events``: the kernel
-log's events inside the selected :class:`gputriage.logwindow.LogWindow`.
+log's events inside the selected :class:`gputriage.facts.window.LogWindow`.
 
 This module holds the SXid rule and the rule on the other event kinds; the Xid
 judgement is :mod:`.kernel_xid`, host hardware events :mod:`.kernel_host`, and the
@@ -22,13 +22,12 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from gputriage.hostfacts.resets import Reset, Resets
-from gputriage.hostfacts.stack import GpuSighting
+from gputriage.facts.resets import Reset, Resets
+from gputriage.facts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
 from gputriage.knowledge.xid import SxidInfo, XidInfo
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import NODE, Action, Blame, Finding, Scope, Severity
-from gputriage.parsers.base import strict_int
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.kernel_fold import weight
 from gputriage.rules.base import action_for, rule
 from gputriage.rules.kernel_common import (
@@ -54,6 +53,7 @@ from gputriage.rules.kernel_common import (
     xid_events,
 )
 from gputriage.rules.kernel_host import judge_host
+from gputriage.text.fields import strict_int
 
 SXID_IDS = tuple(f"sxid.{x.code}" for x in catalog.all_sxids())
 

@@ -16,12 +16,11 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from gputriage.hostfacts.resets import Resets
-from gputriage.hostfacts.stack import GpuSighting
+from gputriage.facts.resets import Resets
+from gputriage.facts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import DRAINING_ACTIONS, Action, Blame, Finding, Severity
-from gputriage.parsers.base import strict_int
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.kernel_fold import (
     FOLLOW_ON_S,
     LOOKBACK,
@@ -51,6 +50,7 @@ from gputriage.rules.kernel_common import (
     worse,
     xid_events,
 )
+from gputriage.text.fields import strict_int
 
 APP_FAULTS = (13, 31, 43)
 REMAP_PENDING, REMAP_FAILED = 63, 64  # row remap recorded / failed (after an Xid 48)

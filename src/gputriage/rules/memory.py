@@ -1,5 +1,5 @@
 """Rules on GPU memory health: ECC mode and counters, page retirement, row remapping,
-read from the per-GPU nvidia-smi views (:mod:`gputriage.hostfacts.smi_views`)."""
+read from the per-GPU nvidia-smi views (:mod:`gputriage.facts.smi_views`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import re
 from collections.abc import Iterator
 
 from gputriage import knowledge
-from gputriage.hostfacts.smi_views import SmiView
+from gputriage.facts.smi_views import SmiView
 from gputriage.model import Action, Blame, Finding, Severity
-from gputriage.parsers.base import strict_int
 from gputriage.rules.base import evidence, finding, rule
+from gputriage.text.fields import strict_int
 
 #: aggregate (lifetime) corrected ECC errors from which we mention them
 CORRECTED_AGGREGATE_HIGH = 1000

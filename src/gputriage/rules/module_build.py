@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, Finding, HostIdentity, Scope, Severity
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.module_build import ModuleBuild, is_driver_module
 from gputriage.parsers.nvsmi import SmiReport
 from gputriage.rules.base import evidence, finding, rule

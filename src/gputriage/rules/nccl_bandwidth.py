@@ -1,6 +1,6 @@
 """nccl-tests results: runs that failed, runs that moved wrong data, and bus
 bandwidth below what the hardware should give (the expectation is formed in
-:mod:`gputriage.hostfacts.nccl_bandwidth`).
+:mod:`gputriage.facts.nccl_bandwidth`).
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gputriage.hostfacts.fabric import FabricNeed
-from gputriage.hostfacts.nccl import NcclLogText, on_sockets
-from gputriage.hostfacts.nccl_bandwidth import Expectation
-from gputriage.hostfacts.pcie import PcieLink
+from gputriage.facts.fabric import FabricNeed
+from gputriage.facts.nccl import NcclLogText, on_sockets
+from gputriage.facts.nccl_bandwidth import Expectation
+from gputriage.facts.pcie import PcieLink
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.modules import Module

@@ -10,12 +10,12 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
-from gputriage.parsers.base import split_lines, strict_int
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.nccl_model import NcclComm, NcclLog, NcclProcess, NcclWarn
 from gputriage.rules.base import evidence, finding, gpu_scope, rule
 from gputriage.rules.nccl_errors import plural
+from gputriage.text.fields import split_lines, strict_int
 
 LOG = "nccl_log"
 SHOWN = 6

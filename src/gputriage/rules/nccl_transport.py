@@ -14,15 +14,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from gputriage.hostfacts.nccl import (
+from gputriage.facts.nccl import (
     NcclJob,
     NcclLogText,
     env_value,
     on_sockets,
     process_network,
 )
-from gputriage.hostfacts.stack import GpuSighting
-from gputriage.hostfacts.topology import GpuPlacement
+from gputriage.facts.stack import GpuSighting
+from gputriage.facts.topology import GpuPlacement
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.kernel_host import is_virtual_interface

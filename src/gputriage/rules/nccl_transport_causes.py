@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gputriage.hostfacts.nccl import NcclLogText, env_value
+from gputriage.facts.nccl import NcclLogText, env_value
 from gputriage.model import Action, Blame
 from gputriage.parsers.nccl_model import NcclProcess
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from gputriage.hostfacts.nccl import NcclJob, NcclLogText, env_value, nccl_bus_id
-from gputriage.hostfacts.topology import GpuPlacement
+from gputriage.facts.nccl import NcclJob, NcclLogText, env_value, nccl_bus_id
+from gputriage.facts.topology import GpuPlacement
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity
-from gputriage.parsers.base import strict_int
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.modules import Module
 from gputriage.parsers.nccl_model import NET_IB, NET_PLUGIN, P2P, SHM, NcclChannel, NcclGdr
@@ -24,6 +23,7 @@ from gputriage.parsers.topo import TopoMatrix, distance, nvlink_count
 from gputriage.rules.base import evidence, finding, gpu_scope
 from gputriage.rules.modules import PEERMEM_MODULES as PEERMEM
 from gputriage.rules.modules import loaded_line
+from gputriage.text.fields import strict_int
 
 __all__ = ["LOW_P2P_LEVELS", "HostLayout", "gdr_findings", "shm_findings"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.hostfacts.pcie import IDLE_GTS, PcieLink, aer_total
+from gputriage.facts.pcie import IDLE_GTS, PcieLink, aer_total
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
 from gputriage.parsers.dmidecode import Slot
 from gputriage.parsers.lspci import ACS_REDIRECT, AcsControl

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gputriage import knowledge
-from gputriage.hostfacts.stack import GpuSighting
+from gputriage.facts.stack import GpuSighting
 from gputriage.model import Action, Blame, Finding, Scope, Severity
 from gputriage.parsers.persistenced import PdEntry, PersistencedLog
 from gputriage.parsers.systemd import UnitState

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gputriage import knowledge
-from gputriage.hostfacts.smi_views import SmiView
+from gputriage.facts.smi_views import SmiView
 from gputriage.model import Action, Blame, Evidence, Finding, Severity
 from gputriage.parsers.nvsmi import parse_float, parse_int
 from gputriage.rules.base import action_for, finding, rule

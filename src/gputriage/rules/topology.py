@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
-from gputriage.hostfacts.stack import GpuSighting
-from gputriage.hostfacts.topology import GpuPlacement, multi_node_evidence
+from gputriage.facts.stack import GpuSighting
+from gputriage.facts.topology import GpuPlacement, multi_node_evidence
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, Finding, Scope, Severity
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.numactl import NumaHardware
 from gputriage.parsers.pci import PciFunction
 from gputriage.parsers.topo import TopoMatrix, distance, nvlink_count

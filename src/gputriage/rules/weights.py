@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from gputriage.model import Action, Blame, Finding, Severity
 from gputriage.parsers.weights_host import WeightsHost
 from gputriage.rules.base import evidence, finding, rule
-from gputriage.weights.units import format_bytes
+from gputriage.text.units import format_bytes
 
 _REMOTE = {"nfs": "NFS", "network": "a network file system", "object_store":
            "an object store (FUSE mount)"}

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gputriage
-from gputriage import snapshot_writer
 from gputriage.scenarios.catalog import CATALOG, Entry
 from gputriage.scenarios.model import Host
 from gputriage.scenarios.render import Rendered, render_all
+from gputriage.snapshot import writer as snapshot_writer
 
 __all__ = ["Scenario", "build_scenario", "get_scenario", "list_scenarios", "render_outcomes",
            "write_host"]

@@ -1,10 +1,10 @@
-"""Renderings of a :class:`gputriage.diff.Diff`: terminal lines and JSON.
+"""Renderings of a :class:`gputriage.results.diff.Diff`: terminal lines and JSON.
 
 The terminal view opens with one "changed:" line (``kernel 5.15.0-105 ->
 5.15.0-112; driver module 535.161.07 -> 550.54.15 ...``), then the GPU set
 changes, then the findings that are new, resolved and still there. Host text
 is printed as rich ``Text`` (never markup), so ``gpu[0000:18:00.0]`` keys
-print verbatim, with control characters escaped (:mod:`gputriage.views.safe`);
+print verbatim, with control characters escaped (:mod:`gputriage.text.safe`);
 wrapped between words on a terminal, one line each when piped.
 """
 
@@ -14,8 +14,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from gputriage import __version__
-from gputriage.diff import DIFF_SCHEMA, Diff, FactChange, FindingRef, GpuChange
-from gputriage.views.safe import printable
+from gputriage.results.diff import DIFF_SCHEMA, Diff, FactChange, FindingRef, GpuChange
+from gputriage.text.safe import printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console

@@ -20,8 +20,8 @@ import io
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from gputriage.fleet import FLEET_SCHEMA, FleetReport
-from gputriage.views.safe import csv_cell, printable
+from gputriage.fleet.report import FLEET_SCHEMA, FleetReport
+from gputriage.text.safe import csv_cell, printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from gputriage import __version__
-from gputriage.views.status import exit_status, verdict
+from gputriage.status import exit_status, verdict
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -69,7 +69,7 @@ def summarize(cluster: Cluster, command: str) -> Summary:
 def k8s_json(result: Result, summary: Summary, *, generated: datetime | None = None
              ) -> dict[str, Any]:
     """The ``gputriage/k8s/v1`` document."""
-    from gputriage.views.jsonview import plain
+    from gputriage.results.document import plain
 
     when = generated or datetime.now(timezone.utc)
     return {

@@ -1,7 +1,7 @@
 """The report of ``gputriage nccl``: what the job's NCCL said, per host; the
 nccl-tests runs against what the hardware should give; then the findings.
 
-Both formats render a :class:`~gputriage.nccl_summary.NcclSummary` and compute
+Both formats render a :class:`~gputriage.nccl.summary.NcclSummary` and compute
 nothing: :func:`nccl_document` is the ``nccl`` object added to the result/v1 JSON
 (docs/json-schema.md); :func:`render_nccl` the terminal report, its per-host lines
 and size tables as rich tables (plain columns piped). rich is imported inside the
@@ -14,9 +14,9 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gputriage.model import Result
-from gputriage.nccl_summary import JudgedRun, NcclSummary
+from gputriage.nccl.summary import JudgedRun, NcclSummary
 from gputriage.parsers.nccl_model import NcclTestRow
-from gputriage.views.status import verdict
+from gputriage.status import verdict
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console

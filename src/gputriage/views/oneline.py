@@ -5,7 +5,7 @@
 
 The verdict word is the exit status's; the cause is the worst current finding of the side
 that sets it (the job's marked ``job:``), with its scope when the title does not name it.
-Plain text, one line, whatever the host text holds (:func:`gputriage.views.safe.printable`).
+Plain text, one line, whatever the host text holds (:func:`gputriage.text.safe.printable`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 
 from gputriage.model import Action, Finding, Result, Scope, Severity
-from gputriage.views.safe import printable
+from gputriage.status import leading_side, verdict
+from gputriage.text.safe import printable
 from gputriage.views.scopes import also_text
-from gputriage.views.status import leading_side, verdict
 
 __all__ = ["ACTION_WORDS", "cause_counts", "verdict_line"]
 

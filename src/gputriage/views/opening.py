@@ -15,14 +15,14 @@ import re
 from typing import TYPE_CHECKING
 
 from gputriage.model import Blame, Finding, Result, Scope, Severity
-from gputriage.views.scopes import compact_scopes
-from gputriage.views.status import (
+from gputriage.status import (
     job_faults_capped,
     judged_job,
     leading_side,
     side_verdict,
     verdict,
 )
+from gputriage.views.scopes import compact_scopes
 
 if TYPE_CHECKING:  # pragma: no cover
     from gputriage.views.terminal import Out, Segment

@@ -28,11 +28,11 @@ from gputriage.model import (
     Severity,
     Status,
 )
-from gputriage.parsers.base import normalize_bus_id
+from gputriage.status import verdict
+from gputriage.text.fields import normalize_bus_id
+from gputriage.text.safe import printable
 from gputriage.views.opening import print_opening
-from gputriage.views.safe import printable
 from gputriage.views.scopes import also_text
-from gputriage.views.status import verdict
 from gputriage.views.styles import LABEL_WIDTH, STYLES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,7 +69,7 @@ class Out:
         self.evidence_lines: int | None = None  # per finding outside verbose; None: all
 
     def clean(self, value: Any) -> str:
-        """``value`` as one printable line (:func:`gputriage.views.safe.printable`),
+        """``value`` as one printable line (:func:`gputriage.text.safe.printable`),
         characters the console cannot encode replaced."""
         text = printable(value)
         if not self.unicode:

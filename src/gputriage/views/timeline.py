@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gputriage import __version__
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import Result
-from gputriage.parsers.base import strict_int
-from gputriage.parsers.kernel_events import DriverEvent
 from gputriage.parsers.kernel_fold import seconds, weight
-from gputriage.views.status import exit_status, verdict
+from gputriage.status import exit_status, verdict
+from gputriage.text.fields import strict_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console

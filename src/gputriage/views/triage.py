@@ -1,4 +1,4 @@
-"""The triage screen and its JSON: a :class:`~gputriage.triage.Triage` rendered.
+"""The triage screen and its JSON: a :class:`~gputriage.results.triage.Triage` rendered.
 
 :func:`render_triage` prints it with rich ``Text`` only (never markup, control
 characters escaped), the findings as a table (plain columns piped);
@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gputriage.model import Severity
-from gputriage.triage import Triage
+from gputriage.results.document import plain
+from gputriage.results.triage import Triage
+from gputriage.text.safe import printable
 from gputriage.views.diffview import changed_line, diff_to_json
-from gputriage.views.jsonview import plain
-from gputriage.views.safe import printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gputriage.text.units import format_bytes, format_duration, format_params
 from gputriage.weights import plan
 from gputriage.weights.text import fit_verdict, measured, rate
-from gputriage.weights.units import format_bytes, format_duration, format_params
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -78,10 +78,10 @@ def _host_lines(host: dict[str, Any]) -> list[str]:
 def print_weights(console: Console, doc: dict[str, Any]) -> None:
     """Print the weights report onto ``console``. Paths, file and shard names, notes and
     titles come from the model's files and the host: every line and cell is shown
-    through :func:`gputriage.views.safe.printable`, never raw."""
+    through :func:`gputriage.text.safe.printable`, never raw."""
     from rich.text import Text as RichText
 
-    from gputriage.views.safe import printable
+    from gputriage.text.safe import printable
     from gputriage.views.tables import new_table, print_table, say
 
     def Text(value: str) -> Any:  # stands in for rich's Text, escaped

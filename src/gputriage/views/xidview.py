@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from gputriage.knowledge.xid import SxidInfo, XidInfo, sxid_info, xid_info
-from gputriage.views.jsonview import plain
+from gputriage.results.document import plain
 from gputriage.vocabulary import ACTION_WORDS as VOCABULARY_ACTIONS
 
 if TYPE_CHECKING:  # pragma: no cover

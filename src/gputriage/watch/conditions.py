@@ -58,7 +58,7 @@ def reason_of(finding_id: str) -> str:
 
 def condition_of(outcome: CycleOutcome) -> Condition:
     """What a cycle says about the Node's GPUs."""
-    from gputriage.views.jsonview import to_json
+    from gputriage.results.document import to_json
     from gputriage.watch import npd
 
     if outcome.result is None:

@@ -39,7 +39,7 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
 
-from gputriage.parsers.base import strict_int
+from gputriage.text.fields import strict_int
 
 __all__ = ["Answer", "BoundedHTTPServer", "Limits", "Request", "parse_head"]
 

@@ -12,7 +12,7 @@ import threading
 from datetime import datetime, timezone
 from typing import IO, Any
 
-from gputriage.views.safe import printable
+from gputriage.text.safe import printable
 
 __all__ = ["LOG_FORMATS", "WatchLog"]
 

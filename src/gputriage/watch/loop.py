@@ -280,7 +280,7 @@ class Watch:
             self._wake.set()
 
     def _judge(self, run: Running) -> CycleOutcome:
-        from gputriage.views.status import ExitStatus, exit_status
+        from gputriage.status import ExitStatus, exit_status
 
         started = datetime.now(timezone.utc)
         t0 = time.perf_counter()
@@ -300,7 +300,7 @@ class Watch:
             self.log.error("check failed", cycle=outcome.number, error=outcome.error,
                            duration_s=round(outcome.duration_s, 3))
             return
-        from gputriage.views.status import verdict
+        from gputriage.status import verdict
 
         counts = {"critical": 0, "warning": 0, "info": 0}
         for finding in outcome.result.findings:

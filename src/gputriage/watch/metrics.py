@@ -113,12 +113,12 @@ class WatchCollector:
         yield findings
         yield self._gpus(result)
 
-        from gputriage.views.status import ExitStatus
+        from gputriage.status import ExitStatus
 
         verdict_now = "unknown"
         status = int(ExitStatus.UNKNOWN)
         if last is not None and last.result is not None:
-            from gputriage.views.status import verdict
+            from gputriage.status import verdict
 
             verdict_now, status = verdict(last.result), last.exit_status
         elif last is None:

@@ -8,7 +8,7 @@ Nagios' 0/1/2/3: a warning is not a problem unless asked for (``level``), and a 
 could not conclude is Unknown (2), never OK.
 
 The judgement reads the ``gputriage/result/v1`` document (``check --json``, a running
-watch's ``/result``) through :mod:`gputriage.resultdoc`, so a fresh check and a watch's
+watch's ``/result``) through :mod:`gputriage.results.reader`, so a fresh check and a watch's
 last result are judged alike, and a document that is not a valid result is Unknown,
 the line naming what is wrong with it. Only
 the node's side counts: a fault blamed on the job or its settings never makes the node a
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from gputriage.io.netbounds import Deadline, TooLarge, loads_within, read_capped
 from gputriage.model import Finding
-from gputriage.netbounds import Deadline, TooLarge, loads_within, read_capped
-from gputriage.resultdoc import ResultDoc, ResultDocError, read_result
+from gputriage.results.reader import ResultDoc, ResultDocError, read_result
 from gputriage.vocabulary import RESULT_SCHEMA, Severity
 
 __all__ = ["DEFAULT_MAX_LENGTH", "LEVELS", "OK", "PROBLEM", "SCHEMA", "UNKNOWN",

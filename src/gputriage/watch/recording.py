@@ -25,7 +25,7 @@ HISTORY_EVERY_S = 3600.0
 
 def signature(result: Any) -> tuple:
     """What a change of is worth recording: the verdict and the findings, by identity."""
-    from gputriage.views.status import verdict
+    from gputriage.status import verdict
 
     # as text: a GPU index is None on one scope and a number on another (no order)
     findings = sorted(
@@ -41,7 +41,7 @@ def record_history(state_dir: str | Path | None, result: Any, when: datetime,
     """Record ``result`` in the history (``history.record_check``), as ``check`` and
     ``watch`` do; each notice (recorded, but worth a line) told to ``notice``. The
     problems, when it was not recorded: never raised, the history never fails a check."""
-    from gputriage.history import Retention, default_state_dir, record_check
+    from gputriage.state.history import Retention, default_state_dir, record_check
 
     notices: list[str] = []
     try:

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from gputriage.parsers.base import strict_int
+from gputriage.text.fields import strict_int
 from gputriage.watch.httpd import Answer, BoundedHTTPServer, Limits, Request
 
 if TYPE_CHECKING:
@@ -186,7 +186,7 @@ def result_json(state: WatchState, cache: list) -> bytes | None:
     cached = cache[:]
     if cached and cached[0] is good:
         return cached[1]
-    from gputriage.views.jsonview import dumps
+    from gputriage.results.document import dumps
 
     body = (dumps(good.result, generated=good.started) + "\n").encode()
     cache[:] = [good, body]

@@ -2,7 +2,7 @@
 ``/metrics``, written after every cycle (and when a tick is skipped or a check overruns).
 
 The series are written by the writer every output uses
-(:func:`gputriage.snapshot_writer.write_file`): a private temporary file in DIR (its name
+(:func:`gputriage.snapshot.writer.write_file`): a private temporary file in DIR (its name
 does not end in ``.prom``, so node_exporter ignores it) renamed over the old one. A
 reader sees the whole previous file or the whole new one, never a part, and a link
 planted in DIR (at the output's or a temporary's name) is never written through.
@@ -52,7 +52,7 @@ class TextfileWriter:
     def write(self) -> None:
         from prometheus_client import generate_latest
 
-        from gputriage.snapshot_writer import write_file
+        from gputriage.snapshot.writer import write_file
 
         with self._lock:
             write_file(self.path, generate_latest(self.registry), force=True, mode=0o644)

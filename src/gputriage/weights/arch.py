@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gputriage.weights.units import normalise_dtype
+from gputriage.text.units import normalise_dtype
 
 __all__ = ["ModelConfig", "kv_bytes_per_token", "parse_config"]
 

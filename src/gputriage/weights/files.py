@@ -23,11 +23,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gputriage.errors import InputError
-from gputriage.inputs import file_kind, read_bytes
+from gputriage.io.inputs import file_kind, read_bytes
+from gputriage.text.units import normalise_dtype
 from gputriage.weights.arch import ModelConfig, parse_config
 from gputriage.weights.ggufheader import read_gguf_header
 from gputriage.weights.stheader import read_safetensors_header, safetensors_tensors
-from gputriage.weights.units import normalise_dtype
 
 __all__ = ["ModelFiles", "TensorFile", "read_model", "read_safetensors_header",
            "weights_files_bytes"]

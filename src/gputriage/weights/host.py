@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 from gputriage.errors import InputError
-from gputriage.parsers.base import split_lines
 from gputriage.parsers.weights_host import HEADER, Mount, classify_mount, parse_mountinfo
-from gputriage.views.safe import printable
+from gputriage.text.fields import split_lines
+from gputriage.text.safe import printable
 
 __all__ = ["host_report", "mount_of"]
 

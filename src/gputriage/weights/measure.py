@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gputriage.errors import InputError
-from gputriage.inputs import file_kind
+from gputriage.io.inputs import file_kind
 
 __all__ = ["MIN_ADOPT_BYTES", "MIN_LIMIT", "Measured", "measure_read", "not_usable",
            "pick_file"]

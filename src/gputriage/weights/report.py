@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gputriage.text.units import (
+    DTYPE_BYTES,
+    REPORTED,
+)
 from gputriage.weights import plan
 from gputriage.weights.arch import ModelConfig, kv_bytes_per_token
 from gputriage.weights.files import ModelFiles
 from gputriage.weights.measure import Measured
-from gputriage.weights.units import (
-    DTYPE_BYTES,
-    REPORTED,
-)
 
 __all__ = ["SCHEMA", "Inputs", "build"]
 

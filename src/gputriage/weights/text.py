@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gputriage.text.units import format_bytes
 from gputriage.weights import plan
-from gputriage.weights.units import format_bytes
 
 __all__ = ["fit_verdict", "measured", "rate"]
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from gputriage.model import Result
+from gputriage.status import verdict
 from gputriage.views.html.findings import banner, findings_sections, tail_section
 from gputriage.views.html.gpus import gpu_section, host_section
 from gputriage.views.html.markup import badge, esc, para, section, tag
 from gputriage.views.html.page import document, when_text
 from gputriage.views.html.topology import topology_section
-from gputriage.views.status import verdict
 
 __all__ = ["fleet_html", "nccl_html", "result_html", "triage_html"]
 

@@ -5,6 +5,7 @@ the minor findings as a table, then acknowledged and past findings set apart."""
 from __future__ import annotations
 
 from gputriage.model import Finding, Result, Severity, Status
+from gputriage.status import job_faults_capped, leading_side, side_verdict, verdict
 from gputriage.views.html.markup import (
     badge,
     banner_box,
@@ -18,7 +19,6 @@ from gputriage.views.html.markup import (
 )
 from gputriage.views.opening import CAPPED, SIDE_WORDS, worst_current
 from gputriage.views.scopes import also_text
-from gputriage.views.status import job_faults_capped, leading_side, side_verdict, verdict
 from gputriage.vocabulary import ACTION_WORDS
 
 BLAME_WORDS = {

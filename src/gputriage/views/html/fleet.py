@@ -4,7 +4,7 @@ ranked by F1), then the skipped and duplicate inputs."""
 
 from __future__ import annotations
 
-from gputriage.fleet import FleetReport
+from gputriage.fleet.report import FleetReport
 from gputriage.views.html.markup import (
     badge,
     banner_box,

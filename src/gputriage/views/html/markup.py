@@ -1,5 +1,5 @@
 """Safe HTML pieces: every text from an input goes through :func:`esc` (control
-characters escaped as ``\\xNN`` by :func:`gputriage.views.safe.printable`, then
+characters escaped as ``\\xNN`` by :func:`gputriage.text.safe.printable`, then
 ``html.escape`` with quotes), and is clipped first, so a hostile or huge input can
 neither become markup nor make the file unbounded."""
 
@@ -9,7 +9,7 @@ import html
 from collections.abc import Iterable
 from typing import Any
 
-from gputriage.views.safe import printable
+from gputriage.text.safe import printable
 
 TEXT_CAP = 4000  # characters of one text (title, explanation, step) kept
 LINE_CAP = 1000  # characters of one evidence line kept

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gputriage.snapshot_writer import OutputError, write_file
+from gputriage.snapshot.writer import OutputError, write_file
 
 MODE = 0o644
 
@@ -36,7 +36,7 @@ def check_html_path(path: str) -> Path:
 
 def write_html(path: str, text: str) -> Path:
     """Write ``text`` to ``path`` (UTF-8, mode 0644) through the writer every output
-    uses (:func:`gputriage.snapshot_writer.write_file`): a private temporary renamed into
+    uses (:func:`gputriage.snapshot.writer.write_file`): a private temporary renamed into
     place, so a link at ``path`` is replaced, never written through; OutputError on
     failure."""
     out = check_html_path(path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gputriage.text.units import format_bytes, format_duration, format_params
 from gputriage.views.html.markup import (
     badge,
     banner_box,
@@ -20,7 +21,6 @@ from gputriage.views.html.markup import (
 from gputriage.views.html.page import document
 from gputriage.weights import plan
 from gputriage.weights.text import fit_verdict, measured, rate
-from gputriage.weights.units import format_bytes, format_duration, format_params
 
 
 def _model(doc: dict[str, Any]) -> str:

@@ -1,0 +1,33 @@
+"""The cluster: what every Kubernetes source gave, in one :class:`Cluster`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gputriage.facts.table import FactTable, Missing
+from gputriage.parsers.k8s_model import Cluster
+
+if TYPE_CHECKING:
+    from gputriage.facts.store import Facts
+
+FACTS = FactTable()
+
+# the sources that each give a Cluster, in the order their objects are merged
+CLUSTER_SOURCES = ("k8s_objects", "k8s_describe", "k8s_table")
+
+
+@FACTS.fact("cluster", sources=CLUSTER_SOURCES)
+def cluster(facts: Facts) -> Cluster:
+    """Nodes, pods, events, DaemonSets and other objects of every Kubernetes source
+    (API objects first: a node described too keeps the fields each form shows)."""
+    found: Cluster | None = None
+    for source in CLUSTER_SOURCES:
+        part = facts.maybe(source)
+        if part is None:
+            continue
+        if found is None:
+            found = Cluster(origin=part.origin)
+        found.merge(part)
+    if found is None:
+        raise Missing("no Kubernetes objects (kubectl get, kubectl describe, the API)")
+    return found

@@ -1,0 +1,397 @@
+"""Read the inputs of ``gputriage nccl``: job logs streamed, host outputs loaded.
+
+Each input is sniffed from its first MiB (decompressed): a snapshot (dir or
+tarball) or a text that holds host outputs (nvidia-smi, ibstat, a kernel log,
+a bug report...) is loaded as ``analyze`` loads it; every text input is also
+streamed, 1 MiB at a time, through the NCCL log reader, while the lines that
+may belong to nccl-tests output are set aside (bounded) and parsed at the end.
+A file of any size is read with bounded memory; gzip, xz and bzip2 are
+decompressed as they stream (up to the stream budget) by
+:mod:`gputriage.logscan.stream`, as ``gputriage logs`` decompresses them, and a
+truncated stream keeps what came out of it. A large plain file is read by worker
+processes instead (:mod:`gputriage.nccl.scan`, to the same effect), while another
+process looks for host outputs in its first MiB. Inputs are opened by
+:func:`gputriage.io.inputs.open_input`: devices are refused, stdin, pipes and FIFOs are
+read once under its budgets.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, BinaryIO
+
+from gputriage.errors import InputError
+from gputriage.io.inputs import DIR, STREAM, human, is_binary, limit, open_input
+from gputriage.logscan.stream import compression, decompressed
+from gputriage.nccl.tap import MARKERS as _MARKERS
+from gputriage.nccl.tap import ROWISH as _ROWISH
+from gputriage.nccl.tap import TYPES as _TYPES
+from gputriage.nccl.tap import lines_with as _lines_with
+from gputriage.parsers.nccl_log import LONG_LINE
+from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
+from gputriage.text.fields import split_lines
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gputriage.snapshot.bundle import Snapshot
+
+BLOCK = 1 << 20  # bytes per read, and per decompression step
+SNIFF = 1 << 20  # how much of an input decides what it is
+TESTS_CAP = 8 << 20  # most bytes of candidate nccl-tests lines kept per input
+JOB_SOURCES = ("nccl_log", "nccl_tests")
+NOT_NCCL = ("no NCCL record, nccl-tests output or host output in it; expected an "
+            "NCCL_DEBUG=INFO log (one per rank or all ranks in one), nccl-tests output "
+            "(all_reduce_perf...), or what analyze reads (snapshot, bug report, pasted outputs)")
+
+@dataclass
+class JobInputs:
+    """What the inputs gave: the job's NCCL log and nccl-tests runs, the host's
+    snapshot (None when no host output was given), and reading problems."""
+
+    log: NcclLog = field(default_factory=NcclLog)
+    runs: list[NcclTestRun] = field(default_factory=list)
+    snapshot: Snapshot | None = None
+    job_origins: dict[str, list[str]] = field(default_factory=dict)  # origin -> sources
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def has_log(self) -> bool:
+        return bool(self.log.processes or self.log.framework_errors)
+
+
+class _Reader:
+    """Blocks of an open input; a read error (EIO on a bad disk, a vanished mount) ends
+    the input with a problem noted instead of an exception."""
+
+    def __init__(self, fh: BinaryIO, name: str, problems: list[str]) -> None:
+        self.fh, self.name, self.problems = fh, name, problems
+
+    def read(self, size: int) -> bytes:
+        try:
+            return self.fh.read(size)
+        except OSError as exc:
+            self.problems.append(f"{self.name}: cannot read ({exc.strerror or exc})")
+            return b""
+
+
+def _blocks(fh: BinaryIO, name: str, problems: list[str],
+            progress: Callable[[str, int, int | None], None] | None = None) -> Iterator[bytes]:
+    """An open input as decompressed blocks (``progress`` told the bytes read of it)."""
+    reader = _Reader(fh, name, problems)
+    if progress is not None:
+        reader = _Counted(reader, name, progress)
+    first = reader.read(BLOCK)
+    kind = compression(first)
+    if kind is not None:
+        yield from limit(decompressed(kind, first, reader.read, name, problems, BLOCK), name,
+                         problems)
+        return
+    while first:
+        yield first
+        first = reader.read(BLOCK)
+
+
+class _Counted(_Reader):
+    """A reader that tells ``progress`` the bytes read so far (of the file's size when it
+    is a regular file)."""
+
+    def __init__(self, reader: _Reader, name: str,
+                 progress: Callable[[str, int, int | None], None]) -> None:
+        super().__init__(reader.fh, reader.name, reader.problems)
+        import stat
+
+        try:
+            st = os.fstat(self.fh.fileno())
+            self.total: int | None = st.st_size if stat.S_ISREG(st.st_mode) else None
+        except (OSError, AttributeError, ValueError):
+            self.total = None
+        self.done = 0
+        self.progress = progress
+
+    def read(self, size: int) -> bytes:
+        data = super().read(size)
+        self.done += len(data)
+        self.progress(self.name, self.done, self.total)
+        return data
+
+
+def _sniff(blocks: Iterator[bytes]) -> tuple[bytes, Iterator[bytes]]:
+    """The first SNIFF bytes, and all the blocks again (those read first included)."""
+    head: list[bytes] = []
+    size = 0
+    for block in blocks:
+        head.append(block)
+        size += len(block)
+        if size >= SNIFF:
+            break
+    joined = b"".join(head)
+
+    def again() -> Iterator[bytes]:
+        yield from head
+        yield from blocks
+    return joined[:SNIFF], again()
+
+
+class _TestsTap:
+    """Passes blocks on to the NCCL log reader and keeps the candidate nccl-tests lines."""
+
+    def __init__(self, name: str, problems: list[str]) -> None:
+        self.name, self.problems = name, problems
+        self.kept: list[str] = []
+        self.size = 0
+        self.full = False
+        self.shipped = False  # nccl-tests lines seen behind a launcher's or shipper's prefix
+
+    def tap(self, blocks: Iterable[bytes]) -> Iterator[bytes]:
+        carry = b""
+        for block in blocks:
+            first = block.find(b"\n")
+            if first < 0:
+                carry = carry + block if len(carry) < BLOCK else b""  # over-long: no table
+            else:
+                last = block.rfind(b"\n")
+                self._scan(b"\n" + carry + block[:first], 0, len(carry) + first + 1)
+                self._scan(block, first, last)  # in place: no copy of the block
+                carry = block[last + 1:]
+            yield block
+        self._scan(b"\n" + carry, 0, len(carry) + 1)
+
+    def _scan(self, buf: bytes, lo: int, hi: int) -> None:
+        """Keep the nccl-tests lines of ``buf[lo + 1:hi]`` (``buf[lo]`` is a newline)."""
+        from gputriage.parsers.detect_jobs import tests_line
+
+        if self.full or hi <= lo + 1:
+            return
+        found = {m.start() + 1: m.group()[1:] for m in _ROWISH.finditer(buf, lo, hi)}
+        _lines_with(buf, lo, hi, _MARKERS, found)
+        lines = {}
+        for start, raw in found.items():
+            if b"NCCL INFO" not in raw and b"NCCL WARN" not in raw:
+                line = raw.decode("utf-8", errors="replace").rstrip("\r")
+                if tests_line(line):
+                    lines[start] = line
+        if not self.shipped and any(not _ROWISH.match(b"\n" + found[k]) for k in lines):
+            self.shipped = True  # a table behind a prefix: its rows are found by data type
+        if self.shipped:
+            rows: dict[int, bytes] = {}
+            _lines_with(buf, lo, hi, _TYPES, rows)
+            for start, raw in rows.items():
+                line = raw.decode("utf-8", errors="replace").rstrip("\r")
+                if start not in lines and tests_line(line):
+                    lines[start] = line
+        for start in sorted(lines):
+            self.size += len(lines[start]) + 1
+            if self.size > TESTS_CAP:
+                self.full = True
+                self.problems.append(f"{self.name}: more than {human(TESTS_CAP)} of "
+                                     "nccl-tests lines; the rest were not read")
+                return
+            self.kept.append(lines[start])
+
+    def take(self, lines: list[str], full: bool) -> None:
+        """Keep ``lines``, found elsewhere under the same rules (``full``: the cap cut
+        them)."""
+        self.kept = lines
+        if full:
+            self.full = True
+            self.problems.append(f"{self.name}: more than {human(TESTS_CAP)} of "
+                                 "nccl-tests lines; the rest were not read")
+
+    def runs(self) -> list[NcclTestRun]:
+        from gputriage.parsers.nccl_tests import parse_nccl_tests
+
+        return parse_nccl_tests("\n".join(self.kept) + "\n") if self.kept else []
+
+
+def _large_plain(fh: BinaryIO) -> int | None:
+    """The size of an open plain (uncompressed) regular file that worker processes may
+    read (:mod:`gputriage.nccl.scan`); None for any other input."""
+    import stat
+
+    from gputriage.nccl.scan import usable
+
+    try:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or not usable(st.st_size):
+            return None
+        return None if compression(os.pread(fh.fileno(), 16, 0)) else st.st_size
+    except (OSError, AttributeError, ValueError):
+        return None
+
+
+def _read_large(fd: int, size: int, name: str, log: NcclLog, tap: _TestsTap,
+                problems: list[str],
+                progress: Callable[[str, int, int | None], None] | None) -> None:
+    from gputriage.nccl.scan import LargeTap, read_large
+
+    big = LargeTap(fd, TESTS_CAP)
+    end = read_large(fd, size, name, log, big, problems, progress)
+    tap.take(*big.kept(end))
+
+
+def _host_pieces(text: str) -> bool:
+    """Whether a text holds host outputs (a kernel log only if it has kernel records:
+    another program's syslog is not a fact about the GPUs)."""
+    from gputriage.ingest.bugreport import is_bug_report
+    from gputriage.ingest.detect import detect, is_kernel_line
+
+    if is_bug_report(text):
+        return True
+    cut = text.rfind("\n")
+    for name, body in detect(text[:cut] if cut > 0 else text):
+        if name in JOB_SOURCES:
+            continue
+        if name != "kernel_log" or any(is_kernel_line(x) for x in split_lines(body)):
+            return True
+    return False
+
+
+def _add_host(found: JobInputs, snap: Snapshot, streamed: bool = False) -> None:
+    """Merge a host snapshot. Its job sources go to the job's log and runs instead
+    (dropped when ``streamed``: the whole input is streamed through them anyway)."""
+    from gputriage.parsers.nccl_log import read_nccl_log
+    from gputriage.parsers.nccl_tests import parse_nccl_tests
+
+    for name in JOB_SOURCES:
+        cap = snap.captures.pop(name, None)
+        if streamed or cap is None or cap.text is None:
+            continue
+        if name == "nccl_log":
+            read_nccl_log([cap.text.encode()], cap.origin or snap.origin, found.log)
+        else:
+            found.runs.extend(parse_nccl_tests(cap.text))
+        found.job_origins.setdefault(snap.origin, []).append(name)
+    if found.snapshot is None:
+        found.snapshot = snap
+    else:
+        found.snapshot.merge(snap)
+
+
+def _read_one(path: str, found: JobInputs,
+              progress: Callable[[str, int, int | None], None] | None = None) -> None:
+    """One input into ``found``; InputError when nothing at all could be used."""
+    from gputriage.ingest import load_input
+    from gputriage.parsers.nccl_log import read_nccl_log
+    from gputriage.snapshot.bundle import decode
+
+    reading: list[str] = []  # what reading the bytes met (a truncated stream, a budget, EIO)
+    problems: list[str] = []
+    inp = open_input(path, reading)
+    name = inp.name
+    if inp.kind == DIR:
+        _add_host(found, load_input(path))
+        return
+    once = inp.kind == STREAM  # stdin, a pipe or a FIFO: read once, never opened again
+    try:
+        head, blocks = _sniff(_blocks(inp.fh, name, reading, progress))
+        if not head.strip():
+            raise InputError(f"{name}: empty file" if not reading else reading[-1])
+        if head[257:262] == b"ustar":
+            if once:
+                raise InputError(f"{name}: a tarball on a pipe; give a snapshot tarball as "
+                                 "a file path")
+            _add_host(found, load_input(path))
+            return
+        if is_binary(head, stream=once):
+            raise InputError(f"{name}: binary data, not an NCCL log or a text output")
+        before = (found.log.nccl_lines, len(found.log.framework_errors), len(found.runs),
+                  found.log.skipped)
+        tap = _TestsTap(name, problems)
+        size = None if once else _large_plain(inp.fh)
+        if size is not None:  # read by worker processes, to the same effect
+            from gputriage.nccl.scan import in_child
+
+            text = decode(head)
+            has_host = in_child(lambda: _host_pieces(text))  # meanwhile, in its own process
+            _read_large(inp.fh.fileno(), size, name, found.log, tap, reading, progress)
+            host = has_host()
+            tail = None
+        else:
+            host = _host_pieces(decode(head))
+            tail = _Tail() if host and once else None  # what the host loader reads afterwards
+            read_nccl_log(tap.tap(tail.keep(blocks) if tail else blocks), name, found.log)
+        found.runs.extend(tap.runs())
+        if host:
+            try:
+                _add_host(found, tail.load(name) if tail else load_input(path), streamed=True)
+                if tail is None:
+                    reading = []  # the host loader read the same bytes and said so
+            except InputError as exc:
+                host = False
+                problems.append(str(exc))
+    finally:
+        inp.close()
+    problems = reading + problems
+    found.problems.extend(problems)
+    gave = [src for src, changed in (
+        ("nccl_log", (found.log.nccl_lines, len(found.log.framework_errors)) != before[:2]),
+        ("nccl_tests", len(found.runs) != before[2])) if changed]
+    if gave:
+        found.job_origins[name] = gave
+    elif not host:
+        skipped = found.log.skipped - before[3]
+        why = [f"{skipped} NCCL line(s) over {LONG_LINE // 1024} KiB skipped"] if skipped else []
+        why += problems[-1:]
+        raise InputError(f"{name}: {NOT_NCCL}" + (f" ({'; '.join(why)})" if why else ""))
+
+
+class _Tail:
+    """Passes blocks on and keeps the last ``CAP_BYTES`` of them: the host outputs of an
+    input that can be read only once (as ``analyze`` keeps the tail of a large input)."""
+
+    def __init__(self) -> None:
+        from gputriage.ingest import CAP_BYTES
+
+        self.cap = CAP_BYTES
+        self.kept: deque[bytes] = deque()
+        self.size = 0
+        self.cut = False
+
+    def keep(self, blocks: Iterable[bytes]) -> Iterator[bytes]:
+        for block in blocks:
+            self.kept.append(block)
+            self.size += len(block)
+            while self.size - len(self.kept[0]) >= self.cap:
+                self.size -= len(self.kept.popleft())
+                self.cut = True
+            yield block
+
+    def load(self, name: str) -> Snapshot:
+        """The kept text as a snapshot (InputError when it holds no host output)."""
+        from gputriage.ingest import load_text
+        from gputriage.snapshot.bundle import decode
+
+        data = b"".join(self.kept)
+        self.kept.clear()
+        cut = self.cut or len(data) > self.cap
+        text = decode(data[-self.cap:].replace(b"\0", b""))
+        if cut and "\n" in text:
+            text = text[text.index("\n") + 1:]  # the first line was cut in the middle
+        return load_text(text, name, truncated=cut)
+
+
+def read_inputs(paths: Iterable[str],
+                progress: Callable[[str, int, int | None], None] | None = None) -> JobInputs:
+    """Every input of ``gputriage nccl`` read into one :class:`JobInputs`; inputs that
+    fail are listed in ``problems`` as long as one gave something, else InputError.
+    An input named twice (``-`` included) is read once: its lines would count twice."""
+    found = JobInputs()
+    failed: list[str] = []
+    seen: set[str] = set()
+    for path in paths:
+        key = path if path == "-" else os.path.realpath(path)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            _read_one(path, found, progress)
+        except InputError as exc:
+            failed.append(str(exc))
+    if not (found.has_log or found.runs or found.snapshot is not None):
+        if len(failed) == 1:
+            raise InputError(failed[0])
+        raise InputError("no input could be used: " + "; ".join(failed))
+    found.problems.extend(failed)
+    return found

@@ -1,0 +1,541 @@
+"""Large plain NCCL job logs read by worker processes, a few lines in a hundred parsed.
+
+``gputriage nccl`` streams a job log through the NCCL log reader
+(:mod:`gputriage.parsers.nccl_log`) and the nccl-tests tap of
+:mod:`gputriage.nccl.inputs`; both look at a few lines in a hundred. For a
+large plain file, forked worker processes (one per CPU, Linux; else this process) read
+it in ``REGION``-sized pieces, count the newlines and find the candidate lines of each
+piece in one pass (Hyperscan, when its wheel is installed; else libc ``memmem`` and one
+regex for table rows), and send back only those lines with their offsets. The main
+process feeds them, in file order, to the same
+:class:`~gputriage.parsers.nccl_build.Builder` and tap rules, stitching the lines cut
+between pieces, and reads from the file the lines after a framework error (which the
+builder wants whatever they hold). So each parser sees what the line-by-line reading
+gives it: the lines holding a marker, those that follow a framework error, and the
+nccl-tests lines, chosen by the same tests, in the same 1 MiB blocks where the tap
+decides per block. One difference: a line over ``LONG_LINE`` is never an nccl-tests
+line here (the streamed tap may keep a piece of one; the nccl-tests parser skips such
+lines anyway).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import cast
+
+from gputriage.nccl.tap import MARKERS as TAP_MARKERS
+from gputriage.parsers.nccl_build import Builder
+from gputriage.parsers.nccl_log import LONG_LINE, MARKERS
+from gputriage.parsers.nccl_model import NcclLog
+
+__all__ = ["MIN_SIZE", "REGION", "Found", "LargeTap", "Region", "find_lines", "in_child",
+           "read_large", "usable"]
+
+REGION = 8 << 20  # bytes per worker task
+MIN_SIZE = 32 << 20  # plain files this big are read by workers
+TAP_BLOCK = 1 << 20  # the nccl-tests tap decides per block of this size (nccl_input.BLOCK)
+_ROWISH = re.compile(rb"\n[ \t]*(?:#|[0-9]+[ \t]+[0-9]+[ \t]+[A-Za-z])")  # nccl_input._ROWISH
+_ROW_DIGITS = rb"[ \t]*[0-9]+[ \t]+[0-9]+[ \t]+[A-Za-z]"  # its digit branch ('#' is a marker)
+_ROW_HEAD = re.compile(_ROW_DIGITS)  # a row at the start of a buffer
+_ROW_RE = re.compile(rb"\n" + _ROW_DIGITS)
+_TAIL_KEEP = max(len(m) for m in MARKERS) - 1  # bytes kept of a long line to find markers
+
+Progress = Callable[[str, int, int | None], None]
+
+
+@dataclass
+class Found:
+    """The candidate lines of a run of whole lines, by file offset."""
+
+    log: list[tuple[int, int, bytes | None]] = field(default_factory=list)
+    # (start, end, line or None when longer than LONG_LINE): lines holding a marker
+    tests: list[tuple[int, int, str, bool]] = field(default_factory=list)
+    # (start, end, line, found by the row pattern): nccl-tests lines (tests_line)
+
+
+@dataclass
+class Region:
+    """What a worker read of one region: its size, newline count, first and last
+    partial lines (the whole region in ``head`` when it holds no newline) and the
+    candidate lines between."""
+
+    size: int
+    newlines: int = 0
+    head: bytes = b""
+    tail: bytes = b""
+    found: Found | None = None
+
+
+# --- finding candidate lines ------------------------------------------------------------
+
+Finder = Callable[[bytearray | bytes, int, int], tuple[list[int], list[int]]]
+
+
+@functools.lru_cache(maxsize=1)
+def _hyperscan() -> Finder | None:
+    """One Hyperscan pass for every marker and the row pattern; None without the wheel."""
+    try:
+        import hyperscan
+    except ImportError:
+        return None
+    exprs = [*MARKERS, *TAP_MARKERS, _ROW_RE.pattern]  # "\n..." runs twice as fast as "^..."
+    ids = [0] * len(MARKERS) + [1] * (len(TAP_MARKERS) + 1)
+    flags = [0] * len(exprs)
+    try:
+        db = hyperscan.Database()
+        db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
+    except Exception:  # a wheel that cannot compile here: fall back
+        return None
+
+    def find(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:
+        ends: tuple[list[int], list[int]] = ([], [])
+
+        def hit(i: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
+            ends[i].append(end)
+
+        at = lo - 1 if lo and buf[lo - 1] == 10 else lo  # the newline a row pattern needs
+        db.scan(cast(bytes, memoryview(buf)[at:hi]), match_event_handler=hit)
+        rows = [at + e for e in ends[1]]
+        if at == lo and _ROW_HEAD.match(buf, lo, hi):
+            rows.append(lo + 1)
+        return _starts(buf, lo, hi, [at + e for e in ends[0]]), _starts(buf, lo, hi, rows)
+
+    return find
+
+
+def _starts(buf: bytearray | bytes, lo: int, hi: int, ends: list[int]) -> list[int]:
+    """The starts of the lines holding the matches that end at ``ends`` (no match holds
+    a newline), each once, in order."""
+    out: list[int] = []
+    line_end = -1
+    for pos in sorted(ends):
+        if pos <= line_end:
+            continue
+        out.append(buf.rfind(b"\n", lo, pos) + 1 or lo)
+        line_end = buf.find(b"\n", pos, hi)
+        if line_end < 0:
+            break
+    return out
+
+
+def _libc_memmem() -> Callable[..., int | None] | None:
+    try:
+        fn = ctypes.CDLL(None).memmem
+        fn.restype = ctypes.c_void_p
+        fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
+        return fn
+    except (OSError, AttributeError):  # pragma: no cover - no libc
+        return None
+
+
+_MEMMEM = _libc_memmem()
+
+
+def _marker_lines(buf: bytearray | bytes, lo: int, hi: int,
+                  needles: Iterable[bytes]) -> set[int]:
+    """Starts of the lines of ``buf[lo:hi]`` holding one of ``needles`` (libc ``memmem``
+    over a bytearray, ``bytes.find`` elsewhere)."""
+    out: set[int] = set()
+    keep = base = None
+    if _MEMMEM is not None and isinstance(buf, bytearray) and hi > lo:
+        keep = ctypes.c_char.from_buffer(buf)
+        base = ctypes.addressof(keep)
+    try:
+        for needle in needles:
+            pos = lo
+            while pos < hi:
+                if base is not None:
+                    assert _MEMMEM is not None
+                    r = _MEMMEM(base + pos, hi - pos, needle, len(needle))
+                    at = -1 if not r else r - base
+                else:
+                    at = buf.find(needle, pos, hi)
+                if at < 0:
+                    break
+                out.add(buf.rfind(b"\n", lo, at) + 1 or lo)
+                end = buf.find(b"\n", at, hi)
+                pos = hi if end < 0 else end + 1
+    finally:
+        del keep
+    return out
+
+
+def _plain_find(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:
+    """The pure-Python finder (libc where there is one): markers, then rows by regex."""
+    log = sorted(_marker_lines(buf, lo, hi, MARKERS))
+    tests = _marker_lines(buf, lo, hi, TAP_MARKERS)
+    at = lo - 1 if lo and buf[lo - 1] == 10 else lo
+    if at == lo and _ROW_HEAD.match(buf, lo, hi):
+        tests.add(lo)
+    tests.update(m.start() + 1 for m in _ROW_RE.finditer(buf, at, hi))
+    return log, sorted(tests)
+
+
+def _finder(engine: str | None = None) -> Finder:
+    """``engine``: "hyperscan", "plain" or None (the best there is)."""
+    if engine != "plain":
+        found = _hyperscan()
+        if found is not None:
+            return found
+        if engine == "hyperscan":
+            raise RuntimeError("hyperscan is not installed")
+    return _plain_find
+
+
+def find_lines(buf: bytearray | bytes, lo: int, hi: int, base: int = 0,
+               engine: str | None = None) -> Found:
+    """The candidate lines of ``buf[lo:hi]``, whole lines (``lo`` starts one, ``hi`` ends
+    one or the input), their offsets counted from ``base`` at ``buf[0]``."""
+    from gputriage.parsers.detect_jobs import tests_line
+
+    out = Found()
+    if hi <= lo:
+        return out
+    log, tests = _finder(engine)(buf, lo, hi)
+    for start in log:
+        end = buf.find(b"\n", start, hi)
+        end = hi if end < 0 else end
+        raw = bytes(buf[start:end]) if end - start <= LONG_LINE else None
+        out.log.append((base + start, base + end, raw))
+    for start in tests:
+        end = buf.find(b"\n", start, hi)
+        end = hi if end < 0 else end
+        if end - start > LONG_LINE:
+            continue
+        raw = bytes(buf[start:end])
+        if b"NCCL INFO" in raw or b"NCCL WARN" in raw:
+            continue
+        line = raw.decode("utf-8", errors="replace").rstrip("\r")
+        if tests_line(line):
+            out.tests.append((base + start, base + end, line,
+                              _ROWISH.match(b"\n" + raw) is not None))
+    return out
+
+
+# --- workers ------------------------------------------------------------------------------
+
+_BUF: list[bytearray] = []
+
+
+def _region(fd: int, index: int, size: int, engine: str | None) -> Region:
+    """Read region ``index`` of the open file ``fd`` and search it (in a worker)."""
+    if not _BUF or len(_BUF[0]) != size:
+        _BUF[:] = [bytearray(size)]
+    buf = _BUF[0]
+    n = os.preadv(fd, [buf], index * size)
+    first = buf.find(b"\n", 0, n)
+    if first < 0:
+        return Region(n, head=bytes(buf[:n]))
+    last = buf.rfind(b"\n", 0, n)
+    found = find_lines(buf, first + 1, last + 1, index * size, engine) if first < last else None
+    return Region(n, buf.count(b"\n", 0, n), bytes(buf[:first + 1]), bytes(buf[last + 1:n]),
+                  found)
+
+
+def usable(size: int) -> bool:
+    """Whether a plain file of ``size`` bytes is read here rather than streamed."""
+    return size >= MIN_SIZE and hasattr(os, "preadv")
+
+
+def _can_fork() -> bool:
+    """Whether worker processes may be forked (Linux, and no thread running: forking a
+    process that runs threads is not safe)."""
+    return (sys.platform.startswith("linux") and hasattr(os, "fork")
+            and threading.active_count() == 1)
+
+
+def in_child(fn: Callable[[], bool]) -> Callable[[], bool]:
+    """Start ``fn`` in a forked process, for the caller to go on meanwhile; the function
+    returned waits for its answer (and runs ``fn`` here when the process gave none or
+    forking is not safe)."""
+    if not _can_fork():
+        return fn
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+    except OSError:
+        return fn
+    if pid == 0:  # the child
+        code = 1
+        try:
+            os.close(r)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.write(w, b"1" if fn() else b"0")
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+
+    def answer() -> bool:
+        try:
+            got = os.read(r, 1)
+        finally:
+            os.close(r)
+            os.waitpid(pid, 0)
+        return got == b"1" if got else fn()
+
+    return answer
+
+
+def _regions(fd: int, size: int, region: int, workers: int,
+             engine: str | None) -> Generator[Region, None, None]:
+    """Every region of the file in order (the last one short), from ``workers`` forked
+    processes (1: read here)."""
+    task = functools.partial(_region, fd, size=region, engine=engine)
+    count = size // region + 1
+    if workers < 2:
+        for i in range(count):
+            r = task(i)
+            yield r
+            if r.size < region:
+                return
+        while True:  # the file grew while it was read
+            count += 1
+            r = task(count - 1)
+            yield r
+            if r.size < region:
+                return
+    from gputriage.logscan.forkpool import ForkWorkers
+
+    results = ForkWorkers(workers).run(task, count)
+    try:
+        for r in results:
+            yield r
+            if r.size < region:
+                return
+    finally:
+        results.close()
+    yield from _regions_after(fd, count * region, region, engine)
+
+
+def _regions_after(fd: int, start: int, region: int, engine: str | None) -> Iterator[Region]:
+    """The regions of a file that grew while it was read, from ``start`` (read here)."""
+    i = start // region
+    while True:
+        r = _region(fd, i, region, engine)
+        yield r
+        if r.size < region:
+            return
+        i += 1
+
+
+def _guarded(regions: Generator[Region, None, None], name: str,
+             problems: list[str]) -> Iterator[Region]:
+    """``regions`` until one cannot be read (a problem noted)."""
+    from gputriage.logscan.forkpool import WorkerDied
+
+    try:
+        yield from regions
+    except OSError as exc:
+        problems.append(f"{name}: cannot read ({exc.strerror or exc})")
+    except WorkerDied as exc:
+        problems.append(f"{name}: cannot read ({exc}); kept what was read")
+    finally:
+        regions.close()
+
+
+# --- the main process ---------------------------------------------------------------------
+
+class _Carry:
+    """The line cut between regions: where it starts, its length, its bytes up to a
+    bound and, past the bound, whether a marker was in what was let go."""
+
+    def __init__(self, start: int = 0) -> None:
+        self.start = start
+        self.length = 0
+        self.data = b""
+        self.long = False
+        self.hit = False
+
+    def add(self, piece: bytes) -> None:
+        self.length += len(piece)
+        data = self.data + piece
+        if not self.long and len(data) > LONG_LINE + 1:
+            self.long = True
+        if self.long:
+            self.hit = self.hit or any(m in data for m in MARKERS)
+            data = data[-_TAIL_KEEP:]
+        self.data = data
+
+    def line(self, head: bytes, engine: str | None) -> Found:
+        """The candidates of the finished line ``carry + head`` (``head`` ends with its
+        newline, or is the end of the input)."""
+        nl = 1 if head.endswith(b"\n") else 0
+        if not self.long:
+            data = self.data + head
+            return find_lines(data, 0, len(data) - nl, self.start, engine)
+        self.add(head[:len(head) - nl])
+        end = self.start + self.length
+        return Found(log=[(self.start, end, None)] if self.hit else [])
+
+
+class LargeTap:
+    """The nccl-tests tap of :class:`gputriage.nccl.inputs._TestsTap` over the
+    workers' candidates: the same lines kept, in the same order, up to the same cap."""
+
+    def __init__(self, fd: int, cap: int) -> None:
+        self.fd = fd
+        self.cap = cap
+        self.lines: list[tuple[int, str]] = []
+        self.size = 0
+        self.flip_block: int | None = None  # the tap block where rows by type begin
+        self.flip_start = 0  # ... the start of the last line, when that is where
+
+    def add(self, found: Found, final: bool = False) -> None:
+        for start, end, line, rowish in found.tests:
+            if self.flip_block is None and not rowish:
+                self.flip_block = -1 if final else end // TAP_BLOCK
+                self.flip_start = start
+            if self.size <= self.cap:
+                self.lines.append((start, line))
+                self.size += len(line) + 1
+
+    def kept(self, eof: int) -> tuple[list[str], bool]:
+        """The kept lines and whether the cap cut them."""
+        lines = dict(self.lines)
+        if self.flip_block is not None:
+            for start, line in self._type_rows(eof):
+                lines.setdefault(start, line)
+        out: list[str] = []
+        size = 0
+        for start in sorted(lines):
+            size += len(lines[start]) + 1
+            if size > self.cap:
+                return out, True
+            out.append(lines[start])
+        return out, False
+
+    def _type_rows(self, eof: int) -> Iterator[tuple[int, str]]:
+        """Table rows found by their data type, from the first line of the block where a
+        prefixed nccl-tests line was first seen (the tap's ``shipped``) to the end."""
+        from gputriage.nccl.tap import TYPES as _TYPES
+        from gputriage.nccl.tap import lines_with as _lines_with
+        from gputriage.parsers.detect_jobs import tests_line
+
+        pos = self.flip_start if self.flip_block == -1 else _line_start(
+            self.fd, (self.flip_block or 0) * TAP_BLOCK)
+        while pos < eof:
+            data = os.pread(self.fd, TAP_BLOCK, pos)
+            if not data:
+                return
+            last = len(data) if len(data) < TAP_BLOCK else data.rfind(b"\n") + 1
+            if not last:  # a line over a block long: never a tap line here
+                pos = _line_end(self.fd, pos) + 1
+                continue
+            rows: dict[int, bytes] = {}
+            _lines_with(b"\n" + data[:last], 0, last + 1, _TYPES, rows)
+            for start, raw in sorted(rows.items()):
+                line = raw.decode("utf-8", errors="replace").rstrip("\r")
+                if len(raw) <= LONG_LINE and tests_line(line):
+                    yield pos + start - 1, line
+            pos += last
+
+
+def _line_start(fd: int, pos: int) -> int:
+    """The start of the first line whose newline is at or after ``pos``."""
+    while pos > 0:
+        lo = max(0, pos - (64 << 10))
+        cut = os.pread(fd, pos - lo, lo).rfind(b"\n")
+        if cut >= 0:
+            return lo + cut + 1
+        pos = lo
+    return 0
+
+
+def _line_end(fd: int, pos: int) -> int:
+    """The offset of the first newline at or after ``pos`` (the end of the file if none)."""
+    while True:
+        data = os.pread(fd, 64 << 10, pos)
+        if not data:
+            return pos
+        i = data.find(b"\n")
+        if i >= 0:
+            return pos + i
+        pos += len(data)
+
+
+class _Feeder:
+    """Feeds candidate lines to a builder in file order; while the builder gathers a
+    framework error, the next lines are read from the file, whatever they hold."""
+
+    def __init__(self, fd: int, b: Builder) -> None:
+        self.fd = fd
+        self.b = b
+        self.done = 0  # offset up to which lines were fed
+
+    def feed(self, items: Iterable[tuple[int, int, bytes | None]]) -> None:
+        for start, end, raw in items:
+            if start < self.done:
+                continue  # fed already, after a framework error
+            self._one(raw)
+            self.done = end + 1
+            while self.b.want and self._next():
+                pass
+
+    def _one(self, raw: bytes | None) -> None:
+        if raw is None:
+            self.b.log.skipped += 1
+            return
+        if b"\x00" in raw:  # as nccl_log._line
+            raw = raw.replace(b"\x00", b"")
+        self.b.feed(raw.decode("utf-8", "replace").rstrip("\r"))
+
+    def _next(self) -> bool:
+        """Feed the line at ``done``; False at the end of the file."""
+        pos = self.done
+        end = _line_end(self.fd, pos)
+        if end == pos and not os.pread(self.fd, 1, pos):
+            return False
+        self._one(os.pread(self.fd, end - pos, pos) if end - pos <= LONG_LINE else None)
+        self.done = end + 1
+        return True
+
+
+def read_large(fd: int, size: int, name: str, log: NcclLog, tap: LargeTap,
+               problems: list[str], progress: Progress | None = None,
+               workers: int | None = None, region: int = REGION,
+               engine: str | None = None) -> int:
+    """Read the plain file open at ``fd`` (``size`` bytes when opened) into ``log`` and
+    ``tap`` as :func:`gputriage.parsers.nccl_log.read_nccl_log` and the tests tap read
+    its blocks; returns the bytes read. A read error (or a worker that died) ends the
+    reading with a problem noted: what was read is kept."""
+    from gputriage.nccl.tap import TYPES  # noqa: F401 - imported before forking
+    from gputriage.parsers.detect_jobs import tests_line  # noqa: F401
+
+    _finder(engine)  # compiled before forking
+    log.origins.append(name)
+    b = Builder(log)
+    feeder = _Feeder(fd, b)
+    carry = _Carry()
+    if workers is None:
+        workers = min(8, os.cpu_count() or 1) if _can_fork() else 1
+    done = 0
+    for r in _guarded(_regions(fd, size, region, workers, engine), name, problems):
+        done += r.size
+        if progress is not None:
+            progress(name, done, size)
+        if not r.newlines:  # the cut line goes on
+            carry.add(r.head)
+            continue
+        log.lines_read += r.newlines
+        for found in (carry.line(r.head, engine), r.found):
+            if found is not None:
+                feeder.feed(found.log)
+                tap.add(found)
+        carry = _Carry(done - len(r.tail))
+        carry.add(r.tail)
+    if carry.length:
+        log.lines_read += 1
+        found = carry.line(b"", engine)
+        feeder.feed(found.log)
+        tap.add(found, final=True)
+    b.finish()
+    return done
