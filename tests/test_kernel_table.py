@@ -8,9 +8,10 @@ import pytest
 from gputriage.logscan import scan_text
 from gputriage.logscan.lines import BOOT_ANCHORS
 from gputriage.logscan.search import ANCHORS
-from gputriage.parsers.kernel_model import EventKind, LogLine
+from gputriage.parsers.kernel_model import LogLine
 from gputriage.parsers.kernel_patterns import split_prefix
 from gputriage.parsers.kernel_table import CONTEXT_ANCHORS, EVENTS, EventPattern, match_line
+from gputriage.vocabulary import EventKind
 
 
 def _first_line(sample: str) -> LogLine:

@@ -27,12 +27,12 @@ from gputriage.model import (
     Scope,
     Severity,
     Status,
+    index_ranges,
 )
 from gputriage.scenarios import build_scenario
 from gputriage.snapshot.bundle import Snapshot
 from gputriage.views.oneline import verdict_line
 from gputriage.views.opening import CAPPED, worst_current
-from gputriage.views.scopes import index_ranges
 from gputriage.views.terminal import render_terminal
 
 IB_DISABLED = "nccltests188-ib-disable-env-socket-over-ipoib"

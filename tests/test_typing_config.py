@@ -1,5 +1,6 @@
-"""The result model, the rules and the parsers stay under mypy's strict checks: the plain
-``mypy`` of .ci/run reads them from pyproject.toml, per module (docs/contributing.md)."""
+"""The result model, the rules, the parsers and the text they read stay under mypy's
+strict checks: the plain ``mypy`` of .ci/run reads them from pyproject.toml, per module
+(docs/contributing.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ else:  # Python 3.10: the backport the project depends on there
     tomllib = pytest.importorskip("tomli")
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
-STRICT_MODULES = ("gputriage.model", "gputriage.rules.*", "gputriage.parsers.*")
+STRICT_MODULES = ("gputriage.model", "gputriage.rules.*", "gputriage.parsers.*", "gputriage.text.*",
+                  "gputriage.vocabulary")
 # what `mypy --strict` turns on, as config keys: set per module, or for the whole run
 STRICT_PER_MODULE = {
     "disallow_any_generics": True, "disallow_subclassing_any": True,

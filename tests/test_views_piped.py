@@ -18,7 +18,7 @@ from rich.cells import cell_len
 from gputriage.cli import Environment, main
 from gputriage.knowledge.xid import xid_info
 from gputriage.scenarios import build_scenario, get_scenario, list_scenarios
-from gputriage.state.history import format_rows, render_rows
+from gputriage.views.historyview import format_rows, render_rows
 
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[=>]")
 LONG_XID = ("2024-05-14T08:18:27+0000 gpu-node-017 kernel: NVRM: Xid (PCI:0000:9a:00): 79, "

@@ -27,8 +27,8 @@ from gputriage.vocabulary import (
 __all__ = [
     "DRAINING_ACTIONS", "NODE", "UNKNOWN_STATE", "Action", "Blame", "DriverVersions",
     "Evidence", "Finding", "GpuRow", "HealthyChange", "HostIdentity", "HostSummary",
-    "Occurrences", "Result", "Scope", "Severity", "Skipped", "Status", "finding_order",
-    "inconsistency",
+    "Occurrences", "Result", "Scope", "Severity", "Skipped", "Status", "evidence",
+    "finding_order", "gpu_scope", "inconsistency", "index_ranges",
 ]
 
 
@@ -310,3 +310,30 @@ def _time_key(when: str | None) -> tuple[int, float, str]:
 
 def _worst(findings: Iterable[Finding]) -> Severity:
     return max((f.severity for f in findings), key=lambda s: s.rank, default=Severity.OK)
+
+
+# -- building blocks of findings ------------------------------------------------------
+
+def evidence(source: str, lines: Iterable[str], note: str | None = None,
+             limit: int = 40) -> Evidence:
+    """Evidence from one source; long runs of lines are cut to ``limit``."""
+    kept = [ln.rstrip("\n") for ln in lines if ln is not None]
+    if len(kept) > limit:
+        extra = len(kept) - limit
+        kept = kept[:limit] + [f"... ({extra} more lines)"]
+    return Evidence(source, tuple(kept), note)
+
+
+def gpu_scope(bus_id: str | None, index: int | None = None, uuid: str | None = None) -> Scope:
+    return Scope(kind="gpu", gpu_index=index, uuid=uuid, pci_bus_id=bus_id)
+
+
+def index_ranges(indices: Iterable[int]) -> str:
+    """``0-3, 5, 7-8`` from GPU indices."""
+    spans: list[list[int]] = []
+    for i in sorted(set(indices)):
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)

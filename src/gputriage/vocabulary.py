@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import Enum
 
 __all__ = ["ACTION_WORDS", "AT_FAULT", "DRAINING_ACTIONS", "JOB_VERDICTS", "RESULT_SCHEMA",
-           "VERDICTS", "Action", "Blame", "Severity", "Status", "inconsistency"]
+           "VERDICTS", "Action", "Blame", "EventKind", "Severity", "Status", "inconsistency"]
 
 # The schema of the published result (check --json, a watch's /result): written by
 # gputriage.results.document, read back by gputriage.results.reader.
@@ -110,3 +110,43 @@ ACTION_WORDS: dict[str, str] = {
     "fix-config": "fix the configuration",
     "plan-repair": "stays in service: repair at the next maintenance window",
 }
+
+
+class EventKind(str, Enum):
+    """The kind of a kernel-log event. A ``str``: ``ev.kind == "xid"`` holds, and the
+    JSON form is the plain name."""
+
+    API_MISMATCH = "api-mismatch"
+    FALLEN_OFF_BUS = "fallen-off-bus"
+    RM_INIT_ADAPTER_FAILED = "rm-init-adapter-failed"
+    NO_ADAPTER_PROBED = "no-adapter-probed"
+    BAR_INVALID = "bar-invalid"  # a PCI memory region the driver cannot use: GPU refused
+    GPU_UNSUPPORTED = "gpu-unsupported"  # the loaded module does not drive this GPU
+    PROBE_FAILED = "probe-failed"  # the driver's probe of a GPU failed (or its summary)
+    GSP_FIRMWARE_MISSING = "gsp-firmware-missing"
+    MODULE_LOAD_FAILED = "module-load-failed"
+    XID = "xid"
+    SXID = "sxid"
+    GSP_RPC_TIMEOUT = "gsp-rpc-timeout"
+    GSP_ERROR = "gsp-error"
+    GPU_RESET_REQUIRED = "gpu-reset-required"
+    PEERMEM_INVALID_CONTEXT = "peermem-invalid-context"
+    PEERMEM_LOAD_FAILED = "peermem-load-failed"
+    NVLINK_ERROR = "nvlink-error"
+    PCIE_AER = "pcie-aer"
+    PCIE_BANDWIDTH_LIMITED = "pcie-bandwidth-limited"
+    MLX5_LINK = "mlx5-link"
+    HCA_FIRMWARE_OLD = "hca-firmware-old"  # an mlx4/mlx5 driver asks for newer HCA firmware
+    LINK_STATE = "link-state"
+    HW_ERROR = "hw-error"
+    STORAGE_ERROR = "storage-error"  # block-device, NVMe, md or filesystem I/O failures
+    SEGFAULT = "segfault"
+    HUNG_TASK = "hung-task"
+    SOFT_LOCKUP = "soft-lockup"
+    DRIVER_LOAD = "driver-load"  # the nvidia module (re)loaded: every GPU re-initialised
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)

@@ -45,9 +45,9 @@ def history(state_dir: str | None, as_json: bool, count: int) -> None:
         default_state_dir,
         history_rows,
         list_entries,
-        render_rows,
     )
     from gputriage.views.console import make_console
+    from gputriage.views.historyview import render_rows
 
     env = current_env()
     where = state_dir or str(default_state_dir())

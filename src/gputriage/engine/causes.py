@@ -24,6 +24,7 @@ from gputriage.model import (
     Severity,
     finding_order,
     inconsistency,
+    index_ranges,
 )
 from gputriage.text.fields import strict_int
 
@@ -450,24 +451,11 @@ def _gpu_list(scopes: Sequence[Scope]) -> str:
     """Indexes as ranges when every GPU has its own, else bus ids (or labels)."""
     indexes = {s.gpu_index for s in scopes if s.gpu_index is not None}
     if len(indexes) == len(scopes):
-        return _ranges(sorted(indexes))
+        return index_ranges(indexes)
     names = [s.pci_bus_id or s.label() for s in scopes]
     if len(names) > _MAX_NAMED:
         return ", ".join(names[:_MAX_NAMED]) + f" and {len(names) - _MAX_NAMED} more"
     return ", ".join(names)
-
-
-def _ranges(numbers: list[int]) -> str:
-    parts: list[str] = []
-    start = prev = numbers[0]
-    for n in [*numbers[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
-    return ", ".join(parts)
 
 
 def _mention(scope: Scope) -> re.Pattern[str]:

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gputriage.errors import ParseError
-from gputriage.facts.table import FactTable, Missing
+from gputriage.facts.table import FactReader, FactTable, Missing
 from gputriage.knowledge import csv_rows
 from gputriage.knowledge.cuda_compat import arch_of, capability_of, version_key
 from gputriage.parsers.dcgmi import parse_version
 from gputriage.text.fields import parse_bool, split_lines
-
-if TYPE_CHECKING:
-    from gputriage.facts.store import Facts
 
 __all__ = ["DCGM_QUERIES", "FACTS", "DcgmSupport", "DcgmVersion", "dcgm_support"]
 
@@ -61,7 +58,7 @@ def dcgm_support(gpu_name: str | None) -> DcgmSupport | None:
 
 
 @FACTS.fact("dcgm_version", sources=("dcgmi_version", "nv_hostengine_log"))
-def dcgm_version(facts: Facts) -> DcgmVersion:
+def dcgm_version(facts: FactReader) -> DcgmVersion:
     """The DCGM release: ``dcgmi --version``, else the version nv-hostengine printed."""
     text = facts.text("dcgmi_version")
     if text:
@@ -79,7 +76,7 @@ def dcgm_version(facts: Facts) -> DcgmVersion:
 
 
 @FACTS.fact("dcgm_unanswered", sources=DCGM_QUERIES)
-def dcgm_unanswered(facts: Facts) -> dict[str, dict[str, Any]]:
+def dcgm_unanswered(facts: FactReader) -> dict[str, dict[str, Any]]:
     """dcgmi queries killed at their timeout (nv-hostengine hung, or dcgmi waiting for a
     host engine that is not there): source -> its manifest record; Missing when none."""
     records = {s: facts.record(s) or {} for s in DCGM_QUERIES}

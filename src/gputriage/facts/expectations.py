@@ -15,12 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gputriage.facts.table import FactTable, Missing
+from gputriage.facts.table import FactReader, FactTable, Missing
 from gputriage.model import Evidence
 from gputriage.text.fields import split_lines
 
 if TYPE_CHECKING:
-    from gputriage.facts.store import Facts
     from gputriage.parsers.expect import Expectations
 
 __all__ = ["FACTS", "GpuTraces"]
@@ -51,7 +50,7 @@ class GpuTraces:
 
 
 @FACTS.fact("expectations")
-def expectations(facts: Facts) -> Expectations:
+def expectations(facts: FactReader) -> Expectations:
     """What the node should have (``gputriage.parsers.expect``): the check's expectations file."""
     found = facts.context.expectations
     if found is None or not found.stated():
@@ -61,7 +60,7 @@ def expectations(facts: Facts) -> Expectations:
 
 
 @FACTS.fact("gpu_traces")
-def gpu_traces(facts: Facts) -> GpuTraces:
+def gpu_traces(facts: FactReader) -> GpuTraces:
     """What besides the PCI bus shows this host has (had) NVIDIA GPUs: GPU events and
     enumeration lines in the kernel log (every boot), /dev/nvidiaN nodes, the loaded
     nvidia module, the driver's GPU list; and hints: the driver libraries installed,
@@ -81,7 +80,7 @@ def gpu_traces(facts: Facts) -> GpuTraces:
     return GpuTraces(tuple(evidence), tuple(hints), buses)
 
 
-def _kernel_traces(facts: Facts, events: list) -> tuple[list[Evidence], tuple[str, ...]]:
+def _kernel_traces(facts: FactReader, events: list) -> tuple[list[Evidence], tuple[str, ...]]:
     """The kernel log's GPU events and GPU lines, and the GPUs (bus ids) they name."""
     evidence: list[Evidence] = []
     gpu_events = [e for e in events if e.kind in GPU_EVENT_KINDS]
@@ -98,7 +97,7 @@ def _kernel_traces(facts: Facts, events: list) -> tuple[list[Evidence], tuple[st
     return evidence, tuple(sorted(buses))
 
 
-def _driver_traces(facts: Facts) -> list[Evidence]:
+def _driver_traces(facts: FactReader) -> list[Evidence]:
     """GPU device nodes, the loaded nvidia module, the driver's GPU list."""
     evidence: list[Evidence] = []
     nodes = [n.path for n in facts.maybe("devnodes", []) or [] if _GPU_NODE.match(n.path or "")]

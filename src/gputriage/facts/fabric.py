@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gputriage.facts.stack import SMI_SOURCES, GpuSighting
-from gputriage.facts.table import FactTable, Missing
+from gputriage.facts.table import FactReader, FactTable, Missing
 from gputriage.knowledge import GpuProfile, gpu_profile
 from gputriage.model import Evidence
 from gputriage.parsers import fabricmanager, nvlink
 from gputriage.parsers.pci import PciFunction
 from gputriage.text.fields import split_lines
-
-if TYPE_CHECKING:
-    from gputriage.facts.store import Facts
 
 FACTS = FactTable()
 
@@ -90,19 +86,19 @@ class FabricNeed:
 
 
 @FACTS.fact("nvlink", sources=("nvidia_smi_nvlink_status",))
-def _nvlink(facts: Facts) -> nvlink.NvlinkStatus:
+def _nvlink(facts: FactReader) -> nvlink.NvlinkStatus:
     """NVLink state per GPU (``nvidia-smi nvlink -s``)."""
     return facts.parse("nvidia_smi_nvlink_status", nvlink.parse_nvlink_status)
 
 
 @FACTS.fact("nvlink_errors", sources=("nvidia_smi_nvlink_errors",))
-def _nvlink_errors(facts: Facts) -> nvlink.NvlinkErrors:
+def _nvlink_errors(facts: FactReader) -> nvlink.NvlinkErrors:
     """NVLink error counters per GPU and link (``nvidia-smi nvlink -e``)."""
     return facts.parse("nvidia_smi_nvlink_errors", nvlink.parse_nvlink_errors)
 
 
 @FACTS.fact("fm_log", sources=(FM_SOURCE,))
-def _fm_log(facts: Facts) -> fabricmanager.FmLog:
+def _fm_log(facts: FactReader) -> fabricmanager.FmLog:
     """The fabric manager's journal or log file."""
     return facts.parse(FM_SOURCE, fabricmanager.parse_fabricmanager_log)
 
@@ -117,7 +113,7 @@ def _pci_line(fn: PciFunction) -> str:
 
 
 @FACTS.fact("nvswitches")
-def _nvswitches(facts: Facts) -> list[NvSwitchSighting]:
+def _nvswitches(facts: FactReader) -> list[NvSwitchSighting]:
     """NVSwitches seen on PCI, as /dev/nvidia-nvswitchN nodes or by the fabric
     manager; [] when the host's PCI listing shows none (or the fabric manager
     found none); Missing when nothing can tell."""
@@ -161,7 +157,7 @@ def _fabric_blocks(text: str) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
 
 
 @FACTS.fact("fabric_states", sources=SMI_SOURCES)
-def _fabric_states(facts: Facts) -> list[FabricState]:
+def _fabric_states(facts: FactReader) -> list[FabricState]:
     """Per-GPU Fabric State / Status from the best nvidia-smi output that has them
     ([] when no GPU reports one: pre-Hopper and PCIe parts print N/A)."""
     for source, report in facts.get("smi"):
@@ -185,7 +181,7 @@ def _fabric_states(facts: Facts) -> list[FabricState]:
     return []
 
 
-def gpu_profile_for(facts: Facts, name: str | None = None,
+def gpu_profile_for(facts: FactReader, name: str | None = None,
                     bus_id: str | None = None) -> GpuProfile | None:
     """:func:`gpu_profile_of` with the host's GPUs read from the fact store."""
     return gpu_profile_of(name, bus_id, facts.maybe("pci_gpus"), facts.maybe("visible_gpus"))
@@ -215,7 +211,7 @@ def _pci_profile(fn: PciFunction) -> GpuProfile | None:
     return gpu_profile(fn.raw.get("description"), fn.device)
 
 
-def _gpu_names(facts: Facts) -> list[tuple[str | None, GpuProfile | None]]:
+def _gpu_names(facts: FactReader) -> list[tuple[str | None, GpuProfile | None]]:
     """(name, profile) of every GPU the driver or the PCI bus lists."""
     visible = facts.maybe("visible_gpus")
     if visible and visible[1] and any(g.name for g in visible[1]):
@@ -241,7 +237,7 @@ def _switch_reason(switches: list[NvSwitchSighting]) -> str:
 
 
 @FACTS.fact("needs_fabric_manager")
-def _needs_fabric_manager(facts: Facts) -> FabricNeed:
+def _needs_fabric_manager(facts: FactReader) -> FabricNeed:
     """Whether nvidia-fabricmanager must run, here or outside this (virtual) machine."""
     switches = facts.maybe("nvswitches")
     states = facts.maybe("fabric_states", []) or []

@@ -10,13 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from gputriage.facts.table import FactTable, Missing
+from gputriage.facts.table import FactReader, FactTable, Missing
 from gputriage.parsers import hostcfg, memory
-
-if TYPE_CHECKING:
-    from gputriage.facts.store import Facts
 
 FACTS = FactTable()
 
@@ -35,7 +31,7 @@ class CgroupHierarchy:
 
 
 @FACTS.fact("host_meminfo")
-def host_meminfo(facts: Facts) -> memory.MemInfo:
+def host_meminfo(facts: FactReader) -> memory.MemInfo:
     """``/proc/meminfo``."""
     info = facts.parse("proc_meminfo", memory.parse_meminfo)
     if not info.values:
@@ -44,7 +40,7 @@ def host_meminfo(facts: Facts) -> memory.MemInfo:
 
 
 @FACTS.fact("host_hugepages")
-def host_hugepages(facts: Facts) -> list[memory.HugePagePool]:
+def host_hugepages(facts: FactReader) -> list[memory.HugePagePool]:
     """Host-wide hugepage pools by size (sysfs)."""
     pools = facts.parse("hugepages", memory.parse_hugepages, as_json=True)
     if not pools:
@@ -53,7 +49,7 @@ def host_hugepages(facts: Facts) -> list[memory.HugePagePool]:
 
 
 @FACTS.fact("host_hugepage_nodes")
-def host_hugepage_nodes(facts: Facts) -> list[memory.NodeHugePages]:
+def host_hugepage_nodes(facts: FactReader) -> list[memory.NodeHugePages]:
     """Hugepage pools and CPUs per NUMA node (sysfs)."""
     nodes = facts.parse("hugepages_per_node", memory.parse_hugepages_per_node, as_json=True)
     if not nodes:
@@ -62,7 +58,7 @@ def host_hugepage_nodes(facts: Facts) -> list[memory.NodeHugePages]:
 
 
 @FACTS.fact("host_cmdline")
-def host_cmdline(facts: Facts) -> hostcfg.KernelCmdline:
+def host_cmdline(facts: FactReader) -> hostcfg.KernelCmdline:
     """The kernel command line."""
     cmd = facts.parse("proc_cmdline", hostcfg.parse_cmdline)
     if not cmd.params:
@@ -70,7 +66,7 @@ def host_cmdline(facts: Facts) -> hostcfg.KernelCmdline:
     return cmd
 
 
-def _thp_mode(facts: Facts, source: str) -> str:
+def _thp_mode(facts: FactReader, source: str) -> str:
     """The bracketed choice of a transparent-hugepage sysfs file."""
     mode = facts.parse(source, hostcfg.parse_thp)
     if mode is None:
@@ -79,26 +75,26 @@ def _thp_mode(facts: Facts, source: str) -> str:
 
 
 @FACTS.fact("host_thp")
-def host_thp(facts: Facts) -> str:
+def host_thp(facts: FactReader) -> str:
     """The transparent hugepage mode (always / madvise / never)."""
     return _thp_mode(facts, "thp_enabled")
 
 
 @FACTS.fact("host_thp_defrag")
-def host_thp_defrag(facts: Facts) -> str:
+def host_thp_defrag(facts: FactReader) -> str:
     """The transparent hugepage defrag mode."""
     return _thp_mode(facts, "thp_defrag")
 
 
 @FACTS.fact("host_thp_text", sources=("thp_enabled", "thp_defrag"))
-def host_thp_text(facts: Facts) -> dict[str, str]:
+def host_thp_text(facts: FactReader) -> dict[str, str]:
     """The transparent-hugepage sysfs files as read (source -> text), for evidence."""
     texts = {source: facts.text(source) for source in ("thp_enabled", "thp_defrag")}
     return {source: text for source, text in texts.items() if text}
 
 
 @FACTS.fact("host_cgroup")
-def host_cgroup(facts: Facts) -> CgroupHierarchy:
+def host_cgroup(facts: FactReader) -> CgroupHierarchy:
     """cgroup v2 when ``cgroup.controllers`` exists at the root; v1 (legacy or
     hybrid) when ``/proc/self/cgroup`` lists controller hierarchies."""
     controllers = None

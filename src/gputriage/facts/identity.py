@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gputriage.facts.table import FactTable
+from gputriage.facts.table import FactReader, FactTable
 from gputriage.model import DriverVersions, HostIdentity
 from gputriage.text.fields import split_lines, strict_float
-
-if TYPE_CHECKING:
-    from gputriage.facts.store import Facts
 
 __all__ = ["FACTS", "TOOLKIT_VERSION", "toolkit_version"]
 
@@ -62,7 +59,7 @@ def _boot_time(created: Any, uptime: str | None) -> str | None:
 
 
 @FACTS.fact("driver_versions")
-def driver_versions(facts: Facts) -> DriverVersions:
+def driver_versions(facts: FactReader) -> DriverVersions:
     """The driver's versions: the kernel module's, the userspace library's (nvidia-smi,
     then NVML, then the one libnvidia-ml file) and the CUDA version it supports."""
     km = facts.maybe("kernel_module")
@@ -83,7 +80,7 @@ def driver_versions(facts: Facts) -> DriverVersions:
     return DriverVersions(km.version if km else None, userspace, cuda)
 
 
-def _named_elsewhere(facts: Facts) -> str | None:
+def _named_elsewhere(facts: FactReader) -> str | None:
     """The one host the other inputs name, when they agree: every framed line of a
     kernel log (``gpu-b12 kernel:``), the one node a Kubernetes input describes, the
     one host an NCCL log's records come from."""
@@ -103,7 +100,7 @@ def _named_elsewhere(facts: Facts) -> str | None:
 
 
 @FACTS.fact("named_host", sources=("hostname",))
-def named_host(facts: Facts) -> str | None:
+def named_host(facts: FactReader) -> str | None:
     """The host's name as the inputs give it: the snapshot manifest's or the hostname
     source, else the one host the other inputs agree on (a pasted journal names its
     machine: steps and the report say that name, not the machine gputriage runs on);
@@ -115,7 +112,7 @@ def named_host(facts: Facts) -> str | None:
 
 @FACTS.fact("host_identity", sources=("hostname", "uname", "os_release", "boot_id", "uptime",
                                       "nvidia_ctk_version"))
-def host_identity(facts: Facts) -> HostIdentity:
+def host_identity(facts: FactReader) -> HostIdentity:
     """Name, kernel, OS, boot and driver stack of the host; each part None when the
     inputs do not tell (the manifest's host name and boot id first; a name the inputs
     agree on otherwise)."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gputriage.facts.table import FactTable, Missing
+from gputriage.facts.table import FactReader, FactTable, Missing
 from gputriage.parsers.ib_tools import IbToolProblem
 from gputriage.parsers.infiniband import (
     IbPort,
@@ -24,9 +24,6 @@ from gputriage.parsers.infiniband import (
     parse_ibstat,
 )
 from gputriage.parsers.pci import PciFunction
-
-if TYPE_CHECKING:
-    from gputriage.facts.store import Facts
 
 FACTS = FactTable()
 
@@ -74,7 +71,7 @@ class HcaAffinity:
 
 
 @FACTS.fact("ib_ports", sources=("infiniband", "ibstat"))
-def ib_ports(facts: Facts) -> list[IbPort]:
+def ib_ports(facts: FactReader) -> list[IbPort]:
     """HCA ports: sysfs first (enriched by pasted tool outputs), else ``ibstat``."""
     reasons = []
     try:
@@ -97,7 +94,7 @@ def ib_ports(facts: Facts) -> list[IbPort]:
 
 
 @FACTS.fact("ib_tool_problems", sources=("ibstat",))
-def ib_tool_problems(facts: Facts) -> list[IbToolProblem]:
+def ib_tool_problems(facts: FactReader) -> list[IbToolProblem]:
     """The RDMA tools' complaints that they found no device (``No IB devices found``,
     libibverbs' missing providers, ``sys files not found``)."""
     problems = facts.parse("ibstat", parse_ib_problems)
@@ -139,7 +136,7 @@ def _rank(link: str) -> int:
 
 
 @FACTS.fact("ib_gpu_affinity")
-def ib_gpu_affinity(facts: Facts) -> dict[str, HcaAffinity]:
+def ib_gpu_affinity(facts: FactReader) -> dict[str, HcaAffinity]:
     """For every HCA: is it a GPU rail (same PCIe switch or NUMA node as a GPU)?
 
     Taken from ``nvidia-smi topo -m`` (fact ``topology``) when it names the HCA,

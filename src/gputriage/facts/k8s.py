@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from gputriage.facts.table import FactTable, Missing
+from gputriage.facts.table import FactReader, FactTable, Missing
 from gputriage.parsers.k8s_model import Cluster
-
-if TYPE_CHECKING:
-    from gputriage.facts.store import Facts
 
 FACTS = FactTable()
 
@@ -17,7 +12,7 @@ CLUSTER_SOURCES = ("k8s_objects", "k8s_describe", "k8s_table")
 
 
 @FACTS.fact("cluster", sources=CLUSTER_SOURCES)
-def cluster(facts: Facts) -> Cluster:
+def cluster(facts: FactReader) -> Cluster:
     """Nodes, pods, events, DaemonSets and other objects of every Kubernetes source
     (API objects first: a node described too keeps the fields each form shows)."""
     found: Cluster | None = None

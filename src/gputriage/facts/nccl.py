@@ -14,9 +14,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from gputriage.facts.table import FactTable, Missing
+from gputriage.facts.table import FactReader, FactTable, Missing
 from gputriage.parsers.nccl_model import (
     NET_IB,
     NET_PLUGIN,
@@ -29,9 +28,6 @@ from gputriage.parsers.nccl_model import (
 )
 from gputriage.text.fields import strict_hex
 
-if TYPE_CHECKING:
-    from gputriage.facts.store import Facts
-
 FACTS = FactTable()
 
 __all__ = ["NcclJob", "NcclLogText", "env_value", "nccl_bus_id", "nccl_job", "nccl_log",
@@ -39,7 +35,7 @@ __all__ = ["NcclJob", "NcclLogText", "env_value", "nccl_bus_id", "nccl_job", "nc
 
 
 @FACTS.fact("nccl_log")
-def nccl_log(facts: Facts) -> NcclLog:
+def nccl_log(facts: FactReader) -> NcclLog:
     from gputriage.parsers.nccl_log import parse_nccl_log
 
     log = facts.parse("nccl_log", parse_nccl_log)
@@ -49,7 +45,7 @@ def nccl_log(facts: Facts) -> NcclLog:
 
 
 @FACTS.fact("nccl_tests")
-def nccl_tests(facts: Facts) -> list[NcclTestRun]:
+def nccl_tests(facts: FactReader) -> list[NcclTestRun]:
     from gputriage.parsers.nccl_tests import parse_nccl_tests
 
     runs = facts.parse("nccl_tests", parse_nccl_tests)
@@ -147,7 +143,7 @@ class NcclLogText:
 
 
 @FACTS.fact("nccl_log_text", sources=("nccl_log",))
-def nccl_log_text(facts: Facts) -> NcclLogText:
+def nccl_log_text(facts: FactReader) -> NcclLogText:
     """The NCCL log's raw text (empty when it was streamed in), with the parsed log for
     the lines its records kept."""
     log = facts.maybe("nccl_log")
@@ -191,7 +187,7 @@ class NcclJob:
 
 
 @FACTS.fact("nccl_job")
-def nccl_job(facts: Facts) -> NcclJob:
+def nccl_job(facts: FactReader) -> NcclJob:
     """A summary of the NCCL log: hosts, node count, networks and net channels."""
     log: NcclLog = facts.get("nccl_log")
     if not log.processes:

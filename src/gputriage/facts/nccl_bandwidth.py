@@ -16,16 +16,12 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gputriage.facts.fabric import gpu_profile_for
-from gputriage.facts.table import FactTable
+from gputriage.facts.table import FactReader, FactTable
 from gputriage.knowledge import GpuProfile, csv_rows, gpu_profile
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
-
-if TYPE_CHECKING:
-    from gputriage.facts.store import Facts
 
 FACTS = FactTable()
 
@@ -116,7 +112,7 @@ def _layout(run: NcclTestRun, log: NcclLog | None) -> tuple[int | None, int | No
     return None, None, ""
 
 
-def _profile(run: NcclTestRun, facts: Facts | None) -> tuple[GpuProfile | None, str, str]:
+def _profile(run: NcclTestRun, facts: FactReader | None) -> tuple[GpuProfile | None, str, str]:
     """(profile, how the GPUs are named, where that came from)."""
     names = {d.name for d in run.devices if d.name}
     profiles = {gpu_profile(n) for n in names}
@@ -133,7 +129,7 @@ def _profile(run: NcclTestRun, facts: Facts | None) -> tuple[GpuProfile | None, 
     return None, "", ""
 
 
-def _switched(profile: GpuProfile, per_node: int, facts: Facts | None) -> bool:
+def _switched(profile: GpuProfile, per_node: int, facts: FactReader | None) -> bool:
     """Whether the SXM GPUs sit on an NVSwitch baseboard (full NVLink between any pair)."""
     if 4 not in profile.baseboard_gpus or per_node > 4:
         return True
@@ -144,7 +140,7 @@ def _switched(profile: GpuProfile, per_node: int, facts: Facts | None) -> bool:
 
 
 def _intra(profile: GpuProfile | None, per_node: int, op: str,
-           facts: Facts | None) -> tuple[float, str, str, bool] | str:
+           facts: FactReader | None) -> tuple[float, str, str, bool] | str:
     """(busbw, label, basis, verified) inside one node, or why there is no figure."""
     if profile is None:
         return "the GPU model is unknown"
@@ -209,7 +205,7 @@ def _rate_name(port: IbPort, rate: float) -> str:
     return f"{rate:g}G {speed}".strip()
 
 
-def _network(facts: Facts | None, per_node: int | None,
+def _network(facts: FactReader | None, per_node: int | None,
              log: NcclLog | None) -> tuple[float, str, str, tuple[str, ...],
                                            tuple[str, ...]] | str:
     """(per-node busbw, label, basis, rail ports, down rail ports) over the network, or
@@ -240,7 +236,7 @@ def _network(facts: Facts | None, per_node: int | None,
     return round(nics * per_nic, 1), label, basis, tuple(p.key for p in used), down
 
 
-def expect_busbw_why(run: NcclTestRun, facts: Facts | None) -> tuple[Expectation | None, str]:
+def expect_busbw_why(run: NcclTestRun, facts: FactReader | None) -> tuple[Expectation | None, str]:
     """The expectation for ``run``, or None with the reason no figure can be formed."""
     op = operation(run)
     if op not in RING_OPS:
@@ -274,12 +270,12 @@ def expect_busbw_why(run: NcclTestRun, facts: Facts | None) -> tuple[Expectation
                        rails, down), ""
 
 
-def expect_busbw(run: NcclTestRun, facts: Facts | None) -> Expectation | None:
+def expect_busbw(run: NcclTestRun, facts: FactReader | None) -> Expectation | None:
     """The busbw ``run`` should reach here, or None when it cannot be told."""
     return expect_busbw_why(run, facts)[0]
 
 
 @FACTS.fact("nccl_expectations")
-def nccl_expectations(facts: Facts) -> list[tuple[NcclTestRun, Expectation | None]]:
+def nccl_expectations(facts: FactReader) -> list[tuple[NcclTestRun, Expectation | None]]:
     """Every nccl-tests run with the busbw it should reach (None: cannot tell)."""
     return [(run, expect_busbw(run, facts)) for run in facts.get("nccl_tests")]

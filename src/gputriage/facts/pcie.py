@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gputriage import knowledge
-from gputriage.facts.table import FactTable, Missing
+from gputriage.facts.table import FactReader, FactTable, Missing
 from gputriage.parsers import lspci
 from gputriage.parsers.nvsmi import SmiGpu
 from gputriage.parsers.pci import PciFunction
 from gputriage.text.fields import normalize_bus_id, split_lines
-
-if TYPE_CHECKING:
-    from gputriage.facts.store import Facts
 
 FACTS = FactTable()
 
@@ -162,7 +159,7 @@ def _from_pci(f: PciFunction, kind: str, source: str, text: list[str]) -> PcieLi
     return link
 
 
-def _headerless(facts: Facts) -> list[tuple[str, PciFunction]]:
+def _headerless(facts: FactReader) -> list[tuple[str, PciFunction]]:
     """lspci excerpts cut from inside a block (only LnkCap/LnkSta and such)."""
     out: list[tuple[str, PciFunction]] = []
     for source in _LSPCI_SOURCES:
@@ -243,7 +240,7 @@ def _merge_smi(link: PcieLink, g: SmiGpu, source: str) -> None:
     link.add_evidence(source, [_smi_line(g)])
 
 
-def _smi_gpus(facts: Facts) -> dict[str, tuple[str, SmiGpu]]:
+def _smi_gpus(facts: FactReader) -> dict[str, tuple[str, SmiGpu]]:
     found: dict[str, tuple[str, SmiGpu]] = {}
     for source, report in facts.maybe("smi", []):
         for g in report.gpus:
@@ -253,7 +250,7 @@ def _smi_gpus(facts: Facts) -> dict[str, tuple[str, SmiGpu]]:
     return found
 
 
-def _busless_smi_gpus(facts: Facts) -> list[tuple[str, SmiGpu]]:
+def _busless_smi_gpus(facts: FactReader) -> list[tuple[str, SmiGpu]]:
     """nvidia-smi GPUs known without a bus id (a CSV query of index and link fields, a
     ``-q`` section) that say something about their PCIe link."""
     out: list[tuple[str, SmiGpu]] = []
@@ -272,11 +269,11 @@ def _skip_sibling(f: PciFunction, kinds: dict[str, str]) -> bool:
     return not f.address.endswith(".0") and kinds.get(base) == "nic"
 
 
-def _text(facts: Facts, source: str) -> list[str]:
+def _text(facts: FactReader, source: str) -> list[str]:
     return [] if source == "pci_devices" else split_lines(facts.text(source) or "")
 
 
-def _evidence_source(facts: Facts, f: PciFunction, kind: str, source: str) -> str:
+def _evidence_source(facts: FactReader, f: PciFunction, kind: str, source: str) -> str:
     """The source a function's lines came from (lspci input may be split in two)."""
     if source == "pci_devices":
         return source
@@ -286,7 +283,7 @@ def _evidence_source(facts: Facts, f: PciFunction, kind: str, source: str) -> st
 
 
 @FACTS.fact("pcie_links", sources=_LSPCI_SOURCES)
-def pcie_links(facts: Facts) -> list[PcieLink]:
+def pcie_links(facts: FactReader) -> list[PcieLink]:
     """Every GPU and NIC PCIe link the inputs describe (sysfs, lspci, nvidia-smi)."""
     functions: list[PciFunction] = facts.maybe("pci", [])
     source = facts.maybe("pci_source", "pci_devices")
@@ -324,7 +321,7 @@ def aer_total(link: PcieLink, which: str) -> int:
 
 
 @FACTS.fact("pcie_acs", sources=_LSPCI_SOURCES)
-def pcie_acs(facts: Facts) -> list[tuple[str, lspci.AcsControl]]:
+def pcie_acs(facts: FactReader) -> list[tuple[str, lspci.AcsControl]]:
     """(source, control) for every ACSCtl line of the lspci inputs, bridges included."""
     found: list[tuple[str, lspci.AcsControl]] = []
     for source in _LSPCI_SOURCES:

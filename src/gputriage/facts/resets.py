@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gputriage.facts.table import FactTable, Missing
+from gputriage.facts.table import FactReader, FactTable, Missing
 from gputriage.parsers.kernel_fold import recovery_cleared
 from gputriage.text.fields import normalize_bus_id, split_lines
 
 if TYPE_CHECKING:
-    from gputriage.facts.store import Facts
     from gputriage.logscan.events import DriverEvent
 
 __all__ = ["FACTS", "Reset", "Resets", "pending_resets", "resets_in_log",
@@ -139,7 +138,7 @@ def pending_resets(reports: list[tuple[str, Any]], nvml: Any = None) -> dict[str
 
 
 @FACTS.fact("resets_seen", sources=("gpu_reset",))
-def resets_seen(facts: Facts) -> Resets:
+def resets_seen(facts: FactReader) -> Resets:
     """GPU resets, driver loads and reboots seen in the kernel log and in pasted
     ``nvidia-smi -r`` output, and the GPUs nvidia-smi says still need a reset."""
     out = Resets()

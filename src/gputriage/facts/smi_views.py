@@ -8,17 +8,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gputriage.facts.stack import SMI_SOURCES
-from gputriage.facts.table import FactTable
-from gputriage.model import Evidence, Scope
+from gputriage.facts.table import FactReader, FactTable
+from gputriage.model import Evidence, Scope, evidence, gpu_scope
 from gputriage.parsers.nvsmi import SmiGpu, norm_key, parse_str
-from gputriage.rules.base import evidence, gpu_scope
 from gputriage.text.fields import normalize_bus_id, split_lines
-
-if TYPE_CHECKING:
-    from gputriage.facts.store import Facts
 
 __all__ = ["FACTS", "SmiPart", "SmiView"]
 
@@ -126,7 +122,7 @@ class SmiView:
 
 
 @FACTS.fact("smi_views", sources=SMI_SOURCES)
-def smi_views(facts: Facts) -> list[SmiView]:
+def smi_views(facts: FactReader) -> list[SmiView]:
     """Every GPU nvidia-smi reports, merged across its outputs (best first): the
     per-GPU views several rules share (Missing without any nvidia-smi output)."""
     nvml_index = {}

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from gputriage.facts.table import FactTable, Missing
+from gputriage.facts.table import FactReader, FactTable, Missing
 from gputriage.text.fields import normalize_bus_id, split_lines
 
 if TYPE_CHECKING:  # parsers are imported when a fact first needs them
-    from gputriage.facts.store import Facts
-    from gputriage.parsers import devices, driver, kernel_events, modules, pci, systemd
+    from gputriage.logscan import events as kernel_events
+    from gputriage.parsers import devices, driver, modules, pci, systemd
     from gputriage.parsers.nvsmi import SmiReport
 
 __all__ = ["CONTAINER_CGROUP", "DRIVER_QUERIES", "FACTS", "SMI_SOURCES", "GpuSighting"]
@@ -48,20 +48,20 @@ class GpuSighting:
 
 # -- inputs of the run itself ------------------------------------------------------------
 @FACTS.fact("window")
-def window(facts: Facts) -> Any:
+def window(facts: FactReader) -> Any:
     """The kernel-log window findings are judged in (a ``LogWindow``)."""
     return facts.window
 
 
 @FACTS.fact("source_records")
-def source_records(facts: Facts) -> dict[str, dict]:
+def source_records(facts: FactReader) -> dict[str, dict]:
     """Each source's manifest record (rc, error kind, timing) by name; empty for pastes."""
     manifest = facts.snapshot.manifest or {}
     return dict(manifest.get("sources") or {})
 
 
 @FACTS.fact("host_name", sources=("hostname",))
-def host_name(facts: Facts) -> str:
+def host_name(facts: FactReader) -> str:
     """The host's name: the snapshot manifest's, else the hostname source."""
     name = (facts.snapshot.manifest or {}).get("host") or (facts.text("hostname") or "").strip()
     if not name:
@@ -71,7 +71,7 @@ def host_name(facts: Facts) -> str:
 
 # -- driver stack ----------------------------------------------------------------------
 @FACTS.fact("kernel_module", sources=("proc_driver_nvidia_version",))
-def kernel_module(facts: Facts) -> driver.KernelModuleVersion:
+def kernel_module(facts: FactReader) -> driver.KernelModuleVersion:
     """The loaded NVIDIA kernel module's version line."""
     value = facts.get("proc_driver_nvidia_version")
     if value is None or not value.version:
@@ -80,13 +80,13 @@ def kernel_module(facts: Facts) -> driver.KernelModuleVersion:
 
 
 @FACTS.fact("module_versions", sources=("sys_module_nvidia",))
-def module_versions(facts: Facts) -> driver.ModuleVersions:
+def module_versions(facts: FactReader) -> driver.ModuleVersions:
     """Version and init state of each loaded nvidia* module (/sys/module)."""
     return facts.get("sys_module_nvidia")
 
 
 @FACTS.fact("modules", sources=("proc_modules",))
-def loaded_modules(facts: Facts) -> dict[str, modules.Module]:
+def loaded_modules(facts: FactReader) -> dict[str, modules.Module]:
     """Loaded kernel modules by name."""
     parsed = facts.get("proc_modules")
     if not parsed:
@@ -95,13 +95,13 @@ def loaded_modules(facts: Facts) -> dict[str, modules.Module]:
 
 
 @FACTS.fact("libs", sources=("nvidia_libs",))
-def libs(facts: Facts) -> list[driver.LibFile]:
+def libs(facts: FactReader) -> list[driver.LibFile]:
     """Userspace driver libraries and the versions their file names carry."""
     return facts.get("nvidia_libs")
 
 
 @FACTS.fact("libnvidia_ml_targets", sources=("nvidia_libs",))
-def libnvidia_ml_targets(facts: Facts) -> set[str]:
+def libnvidia_ml_targets(facts: FactReader) -> set[str]:
     """File names the ``libnvidia-ml.so.1`` links point to: the library the loader
     picks when several versions are installed."""
     return facts.parse("nvidia_libs", _nvml_link_targets, as_json=True)
@@ -117,7 +117,7 @@ def _nvml_link_targets(doc: Any) -> set[str]:
 
 
 @FACTS.fact("hung_driver_queries", sources=DRIVER_QUERIES)
-def hung_driver_queries(facts: Facts) -> dict[str, dict[str, Any]]:
+def hung_driver_queries(facts: FactReader) -> dict[str, dict[str, Any]]:
     """Driver queries (nvidia-smi, NVML) killed at their timeout: source -> its
     record, in :data:`DRIVER_QUERIES` order; empty when none hung."""
     records = {source: facts.record(source) or {} for source in DRIVER_QUERIES}
@@ -125,7 +125,7 @@ def hung_driver_queries(facts: Facts) -> dict[str, dict[str, Any]]:
 
 
 @FACTS.fact("smi", sources=SMI_SOURCES)
-def smi(facts: Facts) -> list[tuple[str, SmiReport]]:
+def smi(facts: FactReader) -> list[tuple[str, SmiReport]]:
     """Every nvidia-smi output we have, best first."""
     reports = []
     reasons = []
@@ -140,7 +140,7 @@ def smi(facts: Facts) -> list[tuple[str, SmiReport]]:
 
 
 @FACTS.fact("gpu_resets", sources=("gpu_reset",))
-def gpu_resets(facts: Facts) -> Any:
+def gpu_resets(facts: FactReader) -> Any:
     """GPU reset attempts pasted (a ``gputriage.parsers.gpu_reset.ResetLog``)."""
     log = facts.get("gpu_reset")
     if not log.attempts:
@@ -149,7 +149,7 @@ def gpu_resets(facts: Facts) -> Any:
 
 
 @FACTS.fact("device_query", sources=("device_query",))
-def device_query(facts: Facts) -> Any:
+def device_query(facts: FactReader) -> Any:
     """A deviceQuery run (``gputriage.parsers.device_query.DeviceQuery``)."""
     from gputriage.parsers.device_query import parse_device_query
 
@@ -160,7 +160,7 @@ def device_query(facts: Facts) -> Any:
 
 
 @FACTS.fact("log_scan", sources=("kernel_log",))
-def log_scan(facts: Facts) -> Any:
+def log_scan(facts: FactReader) -> Any:
     """The kernel log scanned once (a ``gputriage.logscan.LogScan``); callers that
     scanned files themselves (``gputriage logs``) pre-fill this fact."""
     from gputriage.logscan import scan_text
@@ -174,7 +174,7 @@ def log_scan(facts: Facts) -> Any:
     return scan_text(cap.text or "", cap.origin or "kernel_log", now=_collected(facts))
 
 
-def _collected(facts: Facts) -> datetime | None:
+def _collected(facts: FactReader) -> datetime | None:
     """When a snapshot was collected (its manifest's ``created``): the reference of its
     kernel log's year-less stamps. None for pastes, which carry no such time."""
     created = (facts.snapshot.manifest or {}).get("created")
@@ -199,7 +199,7 @@ LOG_HOST_BYTES = 64 << 10  # of the kernel log read for the host its lines name
 
 
 @FACTS.fact("log_host", sources=("kernel_log",))
-def log_host(facts: Facts) -> str:
+def log_host(facts: FactReader) -> str:
     """The host every syslog- or journal-framed line of the kernel log names (a paste
     of another machine's journal names that machine)."""
     text = (facts.text("kernel_log") or "")[:LOG_HOST_BYTES]
@@ -210,7 +210,7 @@ def log_host(facts: Facts) -> str:
 
 
 @FACTS.fact("log_events")
-def log_events(facts: Facts) -> list[kernel_events.DriverEvent]:
+def log_events(facts: FactReader) -> list[kernel_events.DriverEvent]:
     """Kernel-log events inside the log window, in log order; a ``--boot`` the log does
     not hold is a usage error (``NoSuchBoot``), never an empty, healthy window."""
     scan = facts.get("log_scan")
@@ -224,7 +224,7 @@ _NOT_READ_MARKS = ("only the last", "not read", "not a kernel log", "unrecognise
 
 
 @FACTS.fact("not_read")
-def not_read(facts: Facts) -> list[str]:
+def not_read(facts: FactReader) -> list[str]:
     """What the judgement leaves out, and why, one line each: inputs or parts of them
     not read (caps, budgets, refused inputs), kernel-log lines that could not be
     decoded, and the events the log window (``--since``, ``--boot``) excludes."""
@@ -245,20 +245,20 @@ def not_read(facts: Facts) -> list[str]:
 
 
 @FACTS.fact("driver_events")
-def driver_events(facts: Facts) -> list[kernel_events.DriverEvent]:
+def driver_events(facts: FactReader) -> list[kernel_events.DriverEvent]:
     """Driver events of the current boot inside the log window (earlier boots are
     history: they never make a GPU lost or the driver broken now)."""
     return [ev for ev in facts.get("log_events") if ev.boot == 0]
 
 
 @FACTS.fact("proc_gpus", sources=("proc_driver_nvidia_gpus",))
-def proc_gpus(facts: Facts) -> list[driver.ProcGpu]:
+def proc_gpus(facts: FactReader) -> list[driver.ProcGpu]:
     """Each GPU as /proc/driver/nvidia/gpus describes it."""
     return facts.get("proc_driver_nvidia_gpus")
 
 
 @FACTS.fact("driver_loaded", sources=("proc_driver_nvidia_version",))
-def driver_loaded(facts: Facts) -> bool:
+def driver_loaded(facts: FactReader) -> bool:
     """Whether the nvidia kernel module is loaded, from any source that can tell."""
     mods = facts.maybe("modules")
     if mods is not None:
@@ -276,7 +276,7 @@ def driver_loaded(facts: Facts) -> bool:
 
 # -- hardware --------------------------------------------------------------------------
 @FACTS.fact("pci_listing", sources=("pci_devices", "lspci_nvidia", "lspci_mellanox"))
-def pci_listing(facts: Facts) -> tuple[str, list[pci.PciFunction]]:
+def pci_listing(facts: FactReader) -> tuple[str, list[pci.PciFunction]]:
     """(source, PCI functions): sysfs, or lspci output (bug reports, pastes) otherwise."""
     try:
         return "pci_devices", facts.get("pci_devices")
@@ -294,25 +294,25 @@ def pci_listing(facts: Facts) -> tuple[str, list[pci.PciFunction]]:
 
 
 @FACTS.fact("pci")
-def pci_functions(facts: Facts) -> list[pci.PciFunction]:
+def pci_functions(facts: FactReader) -> list[pci.PciFunction]:
     """PCI functions of GPUs and NICs."""
     return facts.get("pci_listing")[1]
 
 
 @FACTS.fact("pci_source")
-def pci_source(facts: Facts) -> str:
+def pci_source(facts: FactReader) -> str:
     """Which source the PCI functions came from (for evidence labels)."""
     return facts.get("pci_listing")[0]
 
 
 @FACTS.fact("pci_gpus")
-def pci_gpus(facts: Facts) -> list[pci.PciFunction]:
+def pci_gpus(facts: FactReader) -> list[pci.PciFunction]:
     """The GPUs on the PCI bus."""
     return [f for f in facts.get("pci") if f.is_gpu]
 
 
 @FACTS.fact("has_infiniband")
-def has_infiniband(facts: Facts) -> bool:
+def has_infiniband(facts: FactReader) -> bool:
     """InfiniBand/RoCE HCAs on the host: HCA ports (sysfs or any ib* tool) or an
     InfiniBand-class PCI function."""
     if facts.maybe("ib_ports"):
@@ -325,19 +325,19 @@ def has_infiniband(facts: Facts) -> bool:
 
 
 @FACTS.fact("devnodes", sources=("dev_nvidia",))
-def devnodes(facts: Facts) -> list[devices.DevNode]:
+def devnodes(facts: FactReader) -> list[devices.DevNode]:
     """/dev/nvidia* character devices."""
     return facts.get("dev_nvidia")
 
 
 @FACTS.fact("char_majors", sources=("proc_devices",))
-def char_majors(facts: Facts) -> dict[str, int]:
+def char_majors(facts: FactReader) -> dict[str, int]:
     """Character device majors by driver name (/proc/devices)."""
     return facts.get("proc_devices")
 
 
 @FACTS.fact("units", sources=("systemctl_persistenced", "systemctl_fabricmanager"))
-def units(facts: Facts) -> dict[str, systemd.UnitState]:
+def units(facts: FactReader) -> dict[str, systemd.UnitState]:
     """nvidia-persistenced and nvidia-fabricmanager unit states."""
     found = {}
     for source, unit in (("systemctl_persistenced", "nvidia-persistenced"),
@@ -354,7 +354,7 @@ def units(facts: Facts) -> dict[str, systemd.UnitState]:
 
 
 @FACTS.fact("container_cgroup_lines", sources=("proc_self_cgroup",))
-def container_cgroup_lines(facts: Facts) -> list[str]:
+def container_cgroup_lines(facts: FactReader) -> list[str]:
     """The lines of /proc/self/cgroup that name a container runtime (empty: none)."""
     text = facts.text("proc_self_cgroup")
     if text is None:
@@ -363,14 +363,14 @@ def container_cgroup_lines(facts: Facts) -> list[str]:
 
 
 @FACTS.fact("in_container")
-def in_container(facts: Facts) -> bool:
+def in_container(facts: FactReader) -> bool:
     """Whether gputriage ran inside a container."""
     return bool(facts.get("container_cgroup_lines"))
 
 
 # -- the GPUs as each layer sees them -------------------------------------------------
 @FACTS.fact("visible_gpus")
-def visible_gpus(facts: Facts) -> tuple[str, list[GpuSighting]]:
+def visible_gpus(facts: FactReader) -> tuple[str, list[GpuSighting]]:
     """GPUs the driver can use, from the most direct source available."""
     reading = facts.maybe("nvml")
     if reading is not None and reading.available and reading.device_count is not None:
@@ -395,7 +395,7 @@ def visible_gpus(facts: Facts) -> tuple[str, list[GpuSighting]]:
 
 
 @FACTS.fact("lost_gpus")
-def lost_gpus(facts: Facts) -> dict[str, list[tuple[str, str]]]:
+def lost_gpus(facts: FactReader) -> dict[str, list[tuple[str, str]]]:
     """Bus id -> [(source, line)] for GPUs some layer reports as lost."""
     from gputriage.knowledge.xid import xid_for_event
 

@@ -1,5 +1,6 @@
 """What a fact is: a name, the snapshot sources it reads, and the function that builds
-it from a :class:`~gputriage.facts.store.Facts` reader.
+it from what it may read (:class:`FactReader`, which :class:`~gputriage.facts.store.Facts`
+is).
 
 Each area module keeps its facts in one :class:`FactTable`; :mod:`gputriage.facts.registry`
 lists the tables, and :class:`~gputriage.facts.store.Facts` looks names up there. Nothing is
@@ -10,13 +11,37 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from gputriage.facts.context import CheckContext
+    from gputriage.facts.window import LogWindow
+    from gputriage.snapshot.bundle import Snapshot
 
 Builder = Callable[[Any], Any]
 
 
 class Missing(Exception):
     """A fact cannot be established from the inputs."""
+
+
+class FactReader(Protocol):
+    """What a fact's builder may ask while it builds: other facts by name, and the
+    snapshot's sources (each read is remembered). :class:`~gputriage.facts.store.Facts`
+    is one; builders name this protocol so that no area module imports the store that
+    lists them."""
+
+    snapshot: Snapshot
+    window: LogWindow
+    context: CheckContext
+
+    def get(self, name: str) -> Any: ...
+    def has(self, name: str) -> bool: ...
+    def maybe(self, name: str, default: Any = None) -> Any: ...
+    def parse(self, source: str, parser: Callable[[Any], Any], *,
+              as_json: bool = False) -> Any: ...
+    def text(self, source: str) -> str | None: ...
+    def record(self, source: str) -> dict[str, Any] | None: ...
 
 
 @dataclass(frozen=True)

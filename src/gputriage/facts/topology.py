@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gputriage.errors import ParseError
-from gputriage.facts.table import FactTable, Missing
+from gputriage.facts.table import FactReader, FactTable, Missing
 from gputriage.parsers.numactl import NumaHardware, parse_numactl, parse_sysfs_nodes
 from gputriage.parsers.topo import TopoMatrix, distance, parse_topo
 from gputriage.text.fields import strict_int
-
-if TYPE_CHECKING:
-    from gputriage.facts.store import Facts
 
 FACTS = FactTable()
 
@@ -59,7 +55,7 @@ def parse_balancing_value(text: str) -> str:
 
 
 @FACTS.fact("topology", sources=("nvidia_smi_topo",))
-def topology(facts: Facts) -> TopoMatrix:
+def topology(facts: FactReader) -> TopoMatrix:
     """The ``nvidia-smi topo -m`` matrix (or a pasted ``topo -p2p`` one)."""
     matrix = facts.parse("nvidia_smi_topo", parse_topo)
     if matrix.is_empty():
@@ -68,7 +64,7 @@ def topology(facts: Facts) -> TopoMatrix:
 
 
 @FACTS.fact("numa", sources=("numactl", "hugepages_per_node"))
-def numa(facts: Facts) -> NumaHardware:
+def numa(facts: FactReader) -> NumaHardware:
     """NUMA nodes from numactl (or lscpu pasted as such), else sysfs cpulists."""
     try:
         hw = facts.parse("numactl", parse_numactl)
@@ -87,7 +83,7 @@ def numa(facts: Facts) -> NumaHardware:
 
 
 @FACTS.fact("numa_balancing", sources=("numa_balancing",))
-def numa_balancing(facts: Facts) -> str:
+def numa_balancing(facts: FactReader) -> str:
     """kernel.numa_balancing as printed ("0" off, "1" on, "2"/"3" tiering modes)."""
     value = facts.parse("numa_balancing", parse_balancing_value)
     if not value:
@@ -95,7 +91,7 @@ def numa_balancing(facts: Facts) -> str:
     return value
 
 
-def _bus_ids(facts: Facts, gpus: list[str]) -> dict[str, tuple[str | None, str | None]]:
+def _bus_ids(facts: FactReader, gpus: list[str]) -> dict[str, tuple[str | None, str | None]]:
     """Matrix GPU -> (bus id, name): by index from the driver's GPU list, else by
     PCI address order (nvidia-smi numbers GPUs in bus order) when counts agree."""
     out: dict[str, tuple[str | None, str | None]] = {}
@@ -139,7 +135,7 @@ def _rails(matrix: TopoMatrix, gpus: list[str],
 
 
 @FACTS.fact("gpu_nic_map")
-def gpu_nic_map(facts: Facts) -> list[GpuPlacement]:
+def gpu_nic_map(facts: FactReader) -> list[GpuPlacement]:
     """For each GPU of the topology matrix: its NUMA node, nearest NIC(s) and
     link, and on rail-per-GPU hosts its rail NIC and that link."""
     matrix: TopoMatrix = facts.get("topology")

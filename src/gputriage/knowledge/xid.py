@@ -18,9 +18,8 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from gputriage.parsers.kernel_model import EventKind
 from gputriage.text.fields import strict_hex, strict_int
-from gputriage.vocabulary import Action, Blame, Severity, inconsistency
+from gputriage.vocabulary import Action, Blame, EventKind, Severity, inconsistency
 
 ORIGINS = frozenset({"hardware", "driver", "application", "memory", "system", "thermal",
                      "nvlink", "firmware", "fabric"})

@@ -33,10 +33,10 @@ from gputriage.parsers.kernel_extractor import (
     iter_driver_events,
     split_escaped,
 )
-from gputriage.parsers.kernel_model import DriverEvent, EventKind, LogLine
+from gputriage.parsers.kernel_model import DriverEvent, LogLine
 from gputriage.parsers.kernel_patterns import split_prefix
 
-__all__ = ["MAX_LINE", "DriverEvent", "EventExtractor", "EventKind", "LogLine",
+__all__ = ["MAX_LINE", "DriverEvent", "EventExtractor", "LogLine",
            "iter_driver_events", "scan_driver_events", "split_escaped", "split_prefix"]
 
 

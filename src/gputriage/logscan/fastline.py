@@ -31,10 +31,11 @@ from pathlib import Path
 
 from gputriage.logscan.stamps import SYSLOG_NAMES, format_of, stamp_time, usec
 from gputriage.parsers.kernel_extractor import MAX_LINE
-from gputriage.parsers.kernel_model import DriverEvent, EventKind, LogLine
+from gputriage.parsers.kernel_model import DriverEvent, LogLine
 from gputriage.parsers.kernel_patterns import XID, xid_details
 from gputriage.parsers.kernel_table import EVENTS, EventPattern, match_line, xid_event
 from gputriage.text.fields import normalize_bus_id
+from gputriage.vocabulary import EventKind
 
 __all__ = ["FastLine", "FastXid"]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from gputriage.parsers.kernel_host import AER_KEY, aer_detail, hw_detail
-from gputriage.parsers.kernel_model import DriverEvent, EventKind, LogLine, make_event
+from gputriage.parsers.kernel_model import DriverEvent, LogLine, make_event
 from gputriage.parsers.kernel_patterns import (
     FALLEN_HEAD,
     NV_FRAME,
@@ -36,6 +36,7 @@ from gputriage.parsers.kernel_probe import (
     legacy_message,
 )
 from gputriage.text.fields import normalize_bus_id
+from gputriage.vocabulary import EventKind
 
 __all__ = ["AER_REPORT", "API_MISMATCH", "BAR_INVALID", "CALL_TRACE", "CORE_DUMP",
            "FALLEN_OFF_BUS", "HW_RECORD", "LEGACY_GPU", "SXID_LINES", "Follow", "Message",

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.kernel_model import DriverEvent, EventKind, LogLine, make_event
+from gputriage.parsers.kernel_model import DriverEvent, LogLine, make_event
 from gputriage.text.fields import normalize_bus_id
+from gputriage.vocabulary import EventKind
 
 Match = re.Match[str]
 

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.kernel_model import DriverEvent, EventKind, LogLine, make_event
+from gputriage.parsers.kernel_model import DriverEvent, LogLine, make_event
 from gputriage.parsers.kernel_patterns import PCI_ID, nvrm_text
 from gputriage.text.fields import normalize_bus_id
+from gputriage.vocabulary import EventKind
 
 __all__ = ["BAR_HEAD", "BAR_REGION", "LEGACY_HEAD", "PROBE_FAILED", "PROBE_SUMMARY",
            "bar_continues", "bar_message", "gpu_notice", "legacy_complete", "legacy_message",

@@ -33,7 +33,7 @@ from gputriage.parsers.kernel_follow import (
     Follow,
     Message,
 )
-from gputriage.parsers.kernel_model import DriverEvent, EventKind, LogLine, make_event
+from gputriage.parsers.kernel_model import DriverEvent, LogLine, make_event
 from gputriage.parsers.kernel_patterns import (
     AER_BUS_ERROR,
     AER_RECEIVED,
@@ -64,6 +64,7 @@ from gputriage.parsers.kernel_patterns import (
     xid_details,
 )
 from gputriage.text.fields import normalize_bus_id
+from gputriage.vocabulary import EventKind
 
 __all__ = ["ANCHORS", "CONTEXT_ANCHORS", "EVENTS", "EventPattern", "match_line"]
 

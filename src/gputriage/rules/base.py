@@ -74,16 +74,6 @@ def rule(rule_id: str, *, any_of: Sequence[str] = (),
     return register
 
 
-def evidence(source: str, lines: Iterable[str], note: str | None = None,
-             limit: int = 40) -> Evidence:
-    """Evidence from one source; long runs of lines are cut to ``limit``."""
-    kept = [ln.rstrip("\n") for ln in lines if ln is not None]
-    if len(kept) > limit:
-        extra = len(kept) - limit
-        kept = kept[:limit] + [f"... ({extra} more lines)"]
-    return Evidence(source, tuple(kept), note)
-
-
 def finding(fid: str, severity: Severity, title: str, explanation: str, action: Action,
             blame: Blame, scope: Scope = NODE, evidence: Iterable[Evidence] = (),
             references: Iterable[str] = (), occurrences: Occurrences | None = None) -> Finding:
@@ -113,10 +103,6 @@ def merge_evidence(items: Iterable[Evidence]) -> tuple[Evidence, ...]:
             notes.append(e.note)
     return tuple(Evidence(src, tuple(lines), "; ".join(notes) or None)
                  for src, (lines, notes) in merged.items())
-
-
-def gpu_scope(bus_id: str | None, index: int | None = None, uuid: str | None = None) -> Scope:
-    return Scope(kind="gpu", gpu_index=index, uuid=uuid, pci_bus_id=bus_id)
 
 
 def versions_agree(a: str, b: str) -> bool:

@@ -19,13 +19,13 @@ from dataclasses import dataclass, replace
 
 from gputriage.knowledge import cuda_compat as cc
 from gputriage.knowledge.job_messages import Hit, one_per_line, scan_line
-from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity
+from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity, evidence
 from gputriage.parsers.job_context import JobContext
 from gputriage.parsers.job_log import JobLog
 from gputriage.parsers.k8s_model import Cluster
 from gputriage.parsers.nvsmi import SmiReport
 from gputriage.parsers.pci import PciFunction
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 
 FAMILIES = ("container", "nvml")
 CHECK_NODE = ("Run `gputriage check` on the node (or paste its nvidia-smi) to confirm "

@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity
+from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity, evidence
 from gputriage.parsers.container_cfg import PASTED
-from gputriage.rules.base import evidence, finding, rule, versions_agree
+from gputriage.rules.base import finding, rule, versions_agree
 
 if TYPE_CHECKING:
     from gputriage.parsers.container_cfg import CdiSpecs, CliInfo, CtkCdiList, ToolkitConfig

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from gputriage.model import Action, Blame, Evidence, Finding, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Severity, evidence
 from gputriage.parsers.crictl_info import TOOLKIT_DIR
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 
 if TYPE_CHECKING:
     from gputriage.parsers.container_engines import ContainerdConfig, CriRuntime

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.model import Action, Blame, Finding, Severity, evidence
 from gputriage.parsers.ctk_log import CtkLog
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 
 SOURCE = "nvidia_ctk_log"
 

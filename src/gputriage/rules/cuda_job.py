@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from gputriage.facts.stack import GpuSighting
 from gputriage.knowledge import cuda_compat as cc
 from gputriage.knowledge.job_messages import Hit
-from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity
+from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity, evidence
 from gputriage.parsers.job_log import JobLog, JobVersions
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 
 DOC_COMPAT = "https://docs.nvidia.com/deploy/cuda-compatibility/"
 DOC_NOTES = "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/"

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from gputriage.facts.fabric import FabricNeed
 from gputriage.knowledge.job_messages import CUDA_FAMILY, Hit, catalog
 from gputriage.logscan.events import DriverEvent
-from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity
+from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity, evidence
 from gputriage.parsers.job_log import JobLog
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 from gputriage.rules.cuda_job import (
     ASK_HOST,
     DOC_COMPAT,

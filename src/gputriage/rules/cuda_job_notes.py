@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gputriage.knowledge.job_messages import catalog
-from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.model import Action, Blame, Finding, Severity, evidence
 from gputriage.parsers.job_log import JobLog
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 
 FAMILY = "platform"
 NOTE_IDS = tuple(m.id for m in catalog() if m.family == FAMILY)

@@ -16,12 +16,22 @@ import re
 from collections.abc import Iterable, Iterator
 
 from gputriage.facts.pcie import PcieLink
-from gputriage.model import NODE, Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.model import (
+    NODE,
+    Action,
+    Blame,
+    Evidence,
+    Finding,
+    Scope,
+    Severity,
+    evidence,
+    gpu_scope,
+    index_ranges,
+)
 from gputriage.parsers.dcgmi_diag import MIG_REFUSAL
 from gputriage.parsers.dcgmi_diag_model import DiagMessage, DiagReport, DiagTest
 from gputriage.parsers.nvvs_log import NvvsLog
-from gputriage.rules.base import evidence, finding, gpu_scope, rule
-from gputriage.views.scopes import index_ranges
+from gputriage.rules.base import finding, rule
 
 __all__ = ["DOC", "HW_DEPLOYMENT", "MIG_BLOCKED", "NO_RESULT", "NO_VERDICT", "cascade",
            "diag_evidence", "diag_kind", "gpu_list", "is_deployment", "message_kind"]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.model import Action, Blame, Finding, Severity, evidence
 from gputriage.parsers.dcgmi_diag_model import DiagMessage, DiagReport, DiagTest
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 from gputriage.rules.dcgm_diag import (
     DOC,
     HW_DEPLOYMENT,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 from gputriage.facts.dcgm import DcgmSupport, dcgm_support
 from gputriage.knowledge.xid import all_xids, xid_info
-from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.dcgm_exporter import (
     ExporterEntry,
     ExporterLog,
@@ -23,7 +23,7 @@ from gputriage.parsers.dcgm_exporter import (
     GpuMetrics,
 )
 from gputriage.parsers.kernel_model import DriverEvent
-from gputriage.rules.base import action_for, evidence, finding, gpu_scope, rule
+from gputriage.rules.base import action_for, finding, rule
 from gputriage.rules.dcgm_host import NOT_THE_GPU, Visible
 from gputriage.rules.fabric import counter_severe
 from gputriage.rules.kernel_common import split_boots, xid_events

@@ -16,11 +16,21 @@ from gputriage import knowledge
 from gputriage.facts.dcgm import DcgmVersion, dcgm_support
 from gputriage.facts.fabric import FabricNeed
 from gputriage.knowledge.cuda_compat import version_key
-from gputriage.model import NODE, Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.model import (
+    NODE,
+    Action,
+    Blame,
+    Evidence,
+    Finding,
+    Scope,
+    Severity,
+    evidence,
+    gpu_scope,
+)
 from gputriage.parsers.dcgm_exporter import ExporterLog
 from gputriage.parsers.dcgmi import Discovery, HealthIncident, HealthReport, NvlinkReport
 from gputriage.parsers.nv_hostengine import HostengineLog
-from gputriage.rules.base import action_for, evidence, finding, gpu_scope, rule
+from gputriage.rules.base import action_for, finding, rule
 from gputriage.rules.fabric import Visible, counter_severe, locate
 
 __all__ = ["NOT_THE_GPU", "Visible", "dcgm_gpu"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gputriage.facts.stack import GpuSighting
-from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Finding, Scope, Severity, evidence
 from gputriage.parsers.devices import DevNode
 from gputriage.parsers.driver import ProcGpu
 from gputriage.parsers.modules import Module
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 
 NVIDIA_MAJOR = 195
 CTL_MINOR = 255

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage.facts.expectations import GpuTraces
 from gputriage.logscan.events import DriverEvent
-from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.driver import KernelModuleVersion, LibFile, ModuleVersions
 from gputriage.parsers.kernel_fold import weight
 from gputriage.parsers.modules import Module
 from gputriage.parsers.nvml import NvmlReading
 from gputriage.parsers.nvsmi import SmiError, SmiReport
 from gputriage.parsers.pci import PciFunction
-from gputriage.rules.base import evidence, finding, gpu_scope, rule, versions_agree
+from gputriage.rules.base import finding, rule, versions_agree
 from gputriage.text.fields import split_lines
 
 if TYPE_CHECKING:

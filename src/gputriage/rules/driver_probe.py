@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from gputriage.logscan.events import DriverEvent
-from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.kernel_fold import weight
-from gputriage.rules.base import evidence, finding, gpu_scope, rule
+from gputriage.rules.base import finding, rule
 from gputriage.text.fields import split_lines
 
 DOC_README = "https://download.nvidia.com/XFree86/Linux-x86_64/latest/README/index.html"

@@ -16,14 +16,25 @@ from gputriage.facts.fabric import NvSwitchSighting
 from gputriage.facts.host import DEFAULT_HUGEPAGE_KB
 from gputriage.facts.pcie import GEN_GTS, IDLE_GTS, PcieLink
 from gputriage.facts.stack import GpuSighting
-from gputriage.model import NODE, Action, Blame, DriverVersions, Evidence, Finding, Scope, Severity
+from gputriage.model import (
+    NODE,
+    Action,
+    Blame,
+    DriverVersions,
+    Evidence,
+    Finding,
+    Scope,
+    Severity,
+    evidence,
+    gpu_scope,
+)
 from gputriage.parsers.driver import KernelModuleVersion
 from gputriage.parsers.expect import Expectations
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.memory import HugePagePool
 from gputriage.parsers.nvsmi import SmiReport
 from gputriage.parsers.pci import PciFunction
-from gputriage.rules.base import evidence, finding, gpu_scope, rule, versions_agree
+from gputriage.rules.base import finding, rule, versions_agree
 from gputriage.text.fields import strict_int
 
 __all__ = ["PCI_SOURCES", "UNKNOWN_COUNT", "active_ports", "gen_of", "mig_modes",

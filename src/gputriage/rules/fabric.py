@@ -19,7 +19,7 @@ from gputriage.facts.fabric import (
 from gputriage.facts.stack import GpuSighting
 from gputriage.knowledge import GpuProfile
 from gputriage.knowledge import xid as catalog
-from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.fabricmanager import FmEntry, FmLog
 from gputriage.parsers.nvlink import (
     NvlinkErrorGpu,
@@ -30,7 +30,7 @@ from gputriage.parsers.nvlink import (
 )
 from gputriage.parsers.pci import PciFunction
 from gputriage.parsers.systemd import UnitState
-from gputriage.rules.base import evidence, finding, gpu_scope, rule
+from gputriage.rules.base import finding, rule
 from gputriage.text.fields import split_lines, strict_int
 
 FM_UNIT = "nvidia-fabricmanager"

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gputriage.facts.fabric import FM_SOURCE
-from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Finding, Scope, Severity, evidence
 from gputriage.parsers.fabricmanager import FmEntry, FmLog
 from gputriage.parsers.imex import ImexLog
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 from gputriage.text.fields import split_lines
 
 FM_UNIT = "nvidia-fabricmanager"

@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from gputriage.model import Action, Blame, DriverVersions, Finding, Scope, Severity
+from gputriage.model import Action, Blame, DriverVersions, Finding, Scope, Severity, evidence
 from gputriage.parsers.gdrcopy import GdrcopyRun
 from gputriage.parsers.modules import Module
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 from gputriage.rules.modules import loaded_names
 
 # the first driver branch whose nvidia_p2p_get_pages wants 64 KB aligned lengths, and the

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 
 from gputriage.facts.host import DEFAULT_HUGEPAGE_KB, CgroupHierarchy, hugepage_pool_sizes
 from gputriage.facts.stack import GpuSighting
-from gputriage.model import Action, Blame, Evidence, Finding, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Severity, evidence
 from gputriage.parsers.devices import DevNode
 from gputriage.parsers.hostcfg import KernelCmdline, parse_size_kb
 from gputriage.parsers.memory import HugePagePool, MemInfo, NodeHugePages
 from gputriage.parsers.pci import PciFunction
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 
 MIN_POOL_PER_NODE = 2  # pools smaller than this many pages per node are not judged
 STARVED_SHARE = 0.5  # a node holding under half of an even share is starved

@@ -10,11 +10,11 @@ from collections.abc import Iterator, Sequence
 
 from gputriage.knowledge.ib_counters import ib_counter
 from gputriage.logscan.events import DriverEvent
-from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Finding, Scope, Severity, evidence
 from gputriage.parsers.ib_tools import IbToolProblem
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.modules import Module
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 from gputriage.rules.infiniband import counter_lines, link_errors_judged
 
 

@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Iterator
 
 from gputriage.facts.infiniband import HcaAffinity
-from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence
 from gputriage.parsers.infiniband import IbPort
-from gputriage.rules.base import action_for, evidence, finding, rule
+from gputriage.rules.base import action_for, finding, rule
 
 SYMBOL_ERROR_WARN = 10  # symbol errors since the counters were cleared (boot)
 LINK_ERROR_RECOVERY_WARN = 1  # link retrains

@@ -7,11 +7,11 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from gputriage import knowledge
 from gputriage.facts.stack import GpuSighting
-from gputriage.model import Action, Blame, Evidence, Finding, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Severity, evidence, gpu_scope
 from gputriage.parsers.nvsmi import SmiReport
 from gputriage.parsers.pci import PciFunction
 from gputriage.parsers.topo import TopoMatrix, nvlink_count
-from gputriage.rules.base import evidence, finding, gpu_scope, rule
+from gputriage.rules.base import finding, rule
 
 PASSTHROUGH_DRIVERS = {"vfio-pci", "pci-stub"}
 Visible = tuple[str, list[GpuSighting]]  # the visible_gpus fact: (source, GPUs)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from gputriage.model import NODE, Action, Blame, Finding, Severity
+from gputriage.model import NODE, Action, Blame, Finding, Severity, evidence
 from gputriage.parsers.k8s_model import Cluster, KEvent
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 from gputriage.rules.k8s_common import object_scope
 from gputriage.rules.k8s_sched import (
     QueueQuota,

@@ -23,9 +23,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.k8s_model import Cluster, KEvent
-from gputriage.rules.base import evidence, finding, gpu_scope, rule
+from gputriage.rules.base import finding, rule
 from gputriage.rules.k8s_common import object_scope
 
 SOURCE = "cluster"

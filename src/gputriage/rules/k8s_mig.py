@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gputriage.knowledge import gpu_profile
-from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity, evidence
 from gputriage.parsers.gpu_operator_log import GpuOperatorLog, OpEntry
 from gputriage.parsers.k8s_model import Cluster, KNode
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 from gputriage.rules.k8s_common import object_scope
 from gputriage.text.fields import strict_hex
 

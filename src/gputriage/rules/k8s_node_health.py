@@ -9,9 +9,9 @@ import re
 from collections.abc import Iterator
 
 from gputriage.knowledge.xid import xid_info
-from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.model import Action, Blame, Finding, Severity, evidence
 from gputriage.parsers.k8s_model import GPU, Cluster, KNode
-from gputriage.rules.base import action_for, evidence, finding, rule
+from gputriage.rules.base import action_for, finding, rule
 from gputriage.rules.k8s_nodes import SOURCE, lines_of, named, scope_of
 from gputriage.text.fields import strict_int
 

@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
 
-from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence
 from gputriage.parsers.k8s_model import GPU, Cluster, KDaemonSet, KNode, quantity
-from gputriage.rules.base import action_for, evidence, finding, rule
+from gputriage.rules.base import action_for, finding, rule
 from gputriage.rules.k8s_common import object_scope
 
 if TYPE_CHECKING:

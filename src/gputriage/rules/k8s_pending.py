@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence
 from gputriage.parsers.k8s_model import GPU, Cluster, KEvent, KNode, KPod
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 from gputriage.rules.k8s_common import group_pods, object_scope
 from gputriage.rules.k8s_nodes import meant_for_gpus, node_gpus_free
 from gputriage.rules.k8s_sched import (

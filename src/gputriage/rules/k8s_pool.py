@@ -16,9 +16,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.model import Action, Blame, Finding, Severity, evidence
 from gputriage.parsers.k8s_model import Cluster, KObject
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 from gputriage.rules.k8s_common import object_scope
 from gputriage.rules.k8s_workloads import SOURCE, Template, Workload, autoscalers, show, workloads
 from gputriage.text.fields import as_int

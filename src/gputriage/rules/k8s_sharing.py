@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Finding, Scope, Severity, evidence
 from gputriage.parsers.k8s_model import Cluster, KObject, KPod, quantity
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 from gputriage.rules.k8s_common import group_pods, object_scope
 from gputriage.rules.k8s_workloads import SOURCE, Workload, workloads
 

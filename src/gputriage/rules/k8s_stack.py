@@ -15,10 +15,10 @@ import re
 from collections.abc import Iterator
 
 from gputriage.knowledge.xid import xid_info
-from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.device_plugin_log import DevicePluginLog, DpEntry
 from gputriage.parsers.k8s_model import GPU, Cluster, KPod
-from gputriage.rules.base import action_for, evidence, finding, gpu_scope, rule
+from gputriage.rules.base import action_for, finding, rule
 from gputriage.rules.k8s_common import object_scope
 
 SOURCE = "device_plugin_log"

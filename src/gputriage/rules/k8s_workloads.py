@@ -17,9 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputriage.model import Evidence
+from gputriage.model import Evidence, evidence
 from gputriage.parsers.k8s_model import Cluster, KObject, KPod, gpu_resources, quantity
-from gputriage.rules.base import evidence
 from gputriage.text.fields import strict_float, strict_int
 
 __all__ = ["Container", "Template", "Workload", "model_size_gb", "say_gb", "show",

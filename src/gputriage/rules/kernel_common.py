@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from gputriage.knowledge import xid as catalog
-from gputriage.logscan.events import DriverEvent, EventKind
+from gputriage.logscan.events import DriverEvent
 from gputriage.model import (
     NODE,
     Action,
@@ -27,10 +27,12 @@ from gputriage.model import (
     Scope,
     Severity,
     Status,
+    gpu_scope,
 )
 from gputriage.parsers.kernel_fold import seconds, weight
-from gputriage.rules.base import action_for, finding, gpu_scope
+from gputriage.rules.base import action_for, finding
 from gputriage.text.fields import split_lines, strict_int
+from gputriage.vocabulary import EventKind
 
 if TYPE_CHECKING:
     from gputriage.facts.resets import Reset, Resets

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 from gputriage import knowledge
 from gputriage.facts.smi_views import SmiView
-from gputriage.model import Action, Blame, Finding, Severity
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.model import Action, Blame, Finding, Severity, evidence
+from gputriage.rules.base import finding, rule
 from gputriage.text.fields import strict_int
 
 #: aggregate (lifetime) corrected ECC errors from which we mention them

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
-from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity, evidence, gpu_scope
 from gputriage.parsers.nvsmi import MigDevice, SmiReport
-from gputriage.rules.base import evidence, finding, gpu_scope, rule
+from gputriage.rules.base import finding, rule
 
 Reports = Sequence[tuple[str, SmiReport]]
 _EMPTY_NOTES = ("No GPU instances found", "No compute instances found", "No MIG devices found")

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from gputriage.logscan.events import DriverEvent
-from gputriage.model import Action, Blame, Finding, HostIdentity, Scope, Severity
+from gputriage.model import Action, Blame, Finding, HostIdentity, Scope, Severity, evidence
 from gputriage.parsers.module_build import ModuleBuild, is_driver_module
 from gputriage.parsers.nvsmi import SmiReport
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 
 # what each kind of failure means and what fixes it ({kernel}: the kernel it names)
 _CAUSES = {

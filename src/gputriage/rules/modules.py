@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Finding, Scope, Severity, evidence
 from gputriage.parsers.driver import ModuleVersions
 from gputriage.parsers.modules import Module
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 

@@ -13,12 +13,12 @@ from gputriage.facts.fabric import FabricNeed
 from gputriage.facts.nccl import NcclLogText, on_sockets
 from gputriage.facts.nccl_bandwidth import Expectation
 from gputriage.facts.pcie import PcieLink
-from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity
+from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity, evidence
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.modules import Module
 from gputriage.parsers.nccl_model import NET_IB, NcclLog, NcclProcess, NcclTestRow, NcclTestRun
 from gputriage.parsers.systemd import UnitState
-from gputriage.rules.base import action_for, evidence, finding, rule
+from gputriage.rules.base import action_for, finding, rule
 from gputriage.rules.modules import PEERMEM_MODULES, loaded_line
 from gputriage.rules.nccl_transport_causes import socket_causes
 

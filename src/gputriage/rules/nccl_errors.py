@@ -14,12 +14,12 @@ from typing import NamedTuple
 from gputriage.facts.nccl import on_sockets
 from gputriage.knowledge import nccl_warnings
 from gputriage.knowledge.ib_status import ib_wc_status
-from gputriage.model import NODE, Action, Blame, Finding, Occurrences, Scope, Severity
+from gputriage.model import NODE, Action, Blame, Finding, Occurrences, Scope, Severity, evidence
 from gputriage.parsers.hostcfg import KernelCmdline
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.modules import Module
 from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclWarn
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 from gputriage.rules.nccl_completions import FLUSH, Completion, completions
 from gputriage.rules.nccl_ib_advice import HostRdma, advice, cloud_vm, roce_path
 from gputriage.text.fields import split_lines

@@ -10,11 +10,10 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gputriage.model import Action, Blame, Evidence
+from gputriage.model import Action, Blame, Evidence, evidence
 from gputriage.parsers.hostcfg import KernelCmdline
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.modules import Module
-from gputriage.rules.base import evidence
 from gputriage.rules.modules import PEERMEM_MODULES, loaded_line
 
 if TYPE_CHECKING:

@@ -11,9 +11,20 @@ from collections import Counter
 from collections.abc import Iterator
 
 from gputriage.logscan.events import DriverEvent
-from gputriage.model import NODE, Action, Blame, Evidence, Finding, Occurrences, Scope, Severity
+from gputriage.model import (
+    NODE,
+    Action,
+    Blame,
+    Evidence,
+    Finding,
+    Occurrences,
+    Scope,
+    Severity,
+    evidence,
+    gpu_scope,
+)
 from gputriage.parsers.nccl_model import NcclComm, NcclLog, NcclProcess, NcclWarn
-from gputriage.rules.base import evidence, finding, gpu_scope, rule
+from gputriage.rules.base import finding, rule
 from gputriage.rules.nccl_errors import plural
 from gputriage.text.fields import split_lines, strict_int
 

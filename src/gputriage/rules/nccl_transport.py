@@ -23,7 +23,7 @@ from gputriage.facts.nccl import (
 )
 from gputriage.facts.stack import GpuSighting
 from gputriage.facts.topology import GpuPlacement
-from gputriage.model import Action, Blame, Evidence, Finding, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Severity, evidence
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.kernel_host import is_virtual_interface
 from gputriage.parsers.modules import Module
@@ -31,7 +31,7 @@ from gputriage.parsers.nccl_model import NET_IB, NET_SOCKET, SHM, NcclChannel, N
 from gputriage.parsers.pci import PciFunction
 from gputriage.parsers.topo import TopoMatrix
 from gputriage.rules import nccl_transport_paths as paths
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 from gputriage.rules.nccl_errors import plural as _plural
 from gputriage.rules.nccl_transport_causes import Cause, socket_causes
 

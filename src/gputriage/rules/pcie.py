@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gputriage.facts.pcie import IDLE_GTS, PcieLink, aer_total
-from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.dmidecode import Slot
 from gputriage.parsers.lspci import ACS_REDIRECT, AcsControl
-from gputriage.rules.base import action_for, evidence, finding, gpu_scope, rule
+from gputriage.rules.base import action_for, finding, rule
 
 REPLAYS_WARN = 1000  # replays since reset: a link that keeps retrying packets
 AER_CORRECTABLE_WARN = 100  # corrected errors since boot before it is worth a look

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 from gputriage import knowledge
 from gputriage.facts.stack import GpuSighting
-from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Finding, Scope, Severity, evidence
 from gputriage.parsers.persistenced import PdEntry, PersistencedLog
 from gputriage.parsers.systemd import UnitState
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 
 
 @rule("persistence.mode", produces=("persistence.off",))

@@ -10,11 +10,11 @@ from collections.abc import Iterator, Sequence
 from gputriage.facts.stack import GpuSighting
 from gputriage.facts.topology import GpuPlacement, multi_node_evidence
 from gputriage.logscan.events import DriverEvent
-from gputriage.model import Action, Blame, Finding, Scope, Severity
+from gputriage.model import Action, Blame, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.numactl import NumaHardware
 from gputriage.parsers.pci import PciFunction
 from gputriage.parsers.topo import TopoMatrix, distance, nvlink_count
-from gputriage.rules.base import evidence, finding, gpu_scope, rule
+from gputriage.rules.base import finding, rule
 
 TOPO = "nvidia_smi_topo"
 

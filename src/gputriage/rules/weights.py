@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.model import Action, Blame, Finding, Severity, evidence
 from gputriage.parsers.weights_host import WeightsHost
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 from gputriage.text.units import format_bytes
 
 _REMOTE = {"nfs": "NFS", "network": "a network file system", "object_store":

@@ -12,9 +12,9 @@ import statistics
 from collections.abc import Iterator
 
 from gputriage.knowledge.xid import xid_info
-from gputriage.model import Action, Blame, Finding, Severity
+from gputriage.model import Action, Blame, Finding, Severity, evidence
 from gputriage.parsers.xid_counts import XidCounts, XidCountTable
-from gputriage.rules.base import evidence, finding, rule
+from gputriage.rules.base import finding, rule
 
 OUTLIER_TIMES = 3  # a node with this many times the median count (and 10 more) stands out
 OUTLIER_MIN = 10

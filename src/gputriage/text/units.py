@@ -95,7 +95,7 @@ def _quantity(text: str, *, rate: bool) -> float:
     mantissa = strict_float(number)
     if mantissa is None:
         raise ValueError(f"{text[:40]!r} is not a number")
-    value = mantissa * (1024 if binary else 1000) ** _PREFIX[prefix.lower()]
+    value: float = mantissa * float(1024 if binary else 1000) ** _PREFIX[prefix.lower()]
     if unit and (unit == "b" or unit.lower() == "bit"):  # a lower-case b: bits
         value /= 8
     if not math.isfinite(value) or value <= 0:

@@ -133,7 +133,8 @@ def render_k8s(result: Result, summary: Summary, console: Console, *,
     """The terminal report: the verdict and next step, the summary, the causes, the
     minor findings, then skipped rules and inputs."""
     from gputriage.views.opening import print_opening
-    from gputriage.views.terminal import Out, print_causes, print_minor, print_tail
+    from gputriage.views.out import Out
+    from gputriage.views.terminal import print_causes, print_minor, print_tail
 
     out = Out(console, verbose)
     print_opening(out, result)

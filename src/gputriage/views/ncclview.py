@@ -21,7 +21,7 @@ from gputriage.status import verdict
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
-    from gputriage.views.terminal import Out
+    from gputriage.views.out import Out
 
 ROWS_SHOWN = 6  # largest sizes shown per run outside verbose mode
 HOSTS_SHOWN = 16  # host groups shown outside verbose mode
@@ -262,9 +262,10 @@ def render_nccl(result: Result, summary: NcclSummary, host_given: bool,
     from rich.console import Console as RichConsole
 
     from gputriage.views import terminal
+    from gputriage.views.out import Out
 
     console = console or RichConsole(highlight=False)
-    out = terminal.Out(console, verbose)
+    out = Out(console, verbose)
     log = summary.log
     _job_line(out, result, summary, host_given)
     _hosts(out, summary, verbose)

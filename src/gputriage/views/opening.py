@@ -25,7 +25,7 @@ from gputriage.status import (
 from gputriage.views.scopes import compact_scopes
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gputriage.views.terminal import Out, Segment
+    from gputriage.views.out import Out, Segment
 
 # Who is at fault, in the words of the opening line.
 SIDE_WORDS = {

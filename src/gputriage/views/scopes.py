@@ -3,24 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from gputriage.model import Finding, Scope, index_ranges
 
-from gputriage.model import Finding, Scope
-
-__all__ = ["COMPACT_FROM", "also_text", "compact_scopes", "index_ranges"]
+__all__ = ["COMPACT_FROM", "also_text", "compact_scopes"]
 
 COMPACT_FROM = 4  # scopes from which a per-GPU repeat is written "on 8 GPUs: 0-7"
-
-
-def index_ranges(indices: Iterable[int]) -> str:
-    """``0-3, 5, 7-8`` from GPU indices."""
-    spans: list[list[int]] = []
-    for i in sorted(set(indices)):
-        if spans and i == spans[-1][1] + 1:
-            spans[-1][1] = i
-        else:
-            spans.append([i, i])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def compact_scopes(scopes: tuple[Scope, ...]) -> str | None:

@@ -361,10 +361,11 @@ def render_logs(scan: Any, lanes: list[Lane], result: Result, console: Console |
     from rich.console import Console as RichConsole
 
     from gputriage.views import terminal
+    from gputriage.views.out import Out
     from gputriage.views.styles import STYLES
 
     console = console or RichConsole(highlight=False)
-    out = terminal.Out(console, verbose)
+    out = Out(console, verbose)
     out.evidence_lines = EVIDENCE_LINES
     word = verdict(result)
     out.line((f"{word.upper():<8}", STYLES.get(word, "")), ("  ", ""),
