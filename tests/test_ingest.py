@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
+import lzma
 import os
 import sys
 import tracemalloc
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -415,3 +418,16 @@ def test_paste_lines_with_finds_the_lines_a_scan_would(text: str, words: list[st
     assert doc.lines_with(words) == [i for i, ln in enumerate(doc.lines)
                                      if any(w in ln for w in words)]
     assert doc.text.split("\n") == (doc.lines or [""])
+
+
+@pytest.mark.parametrize("suffix, compress", [(".xz", lzma.compress), (".bz2", bz2.compress)])
+def test_a_pasted_output_compressed_with_xz_or_bzip2_is_read_as_gzip_is(
+        tmp_path: Path, suffix: str, compress: Any) -> None:
+    body = "".join(f"[{i:6d}.000000] NVRM: line {i}\n" for i in range(2000)).encode()
+    path = tmp_path / f"dmesg{suffix}"
+    path.write_bytes(compress(body))
+    assert "NVRM: line 1999\n" in load_input(str(path)).text("kernel_log")
+    stub = tmp_path / f"stub{suffix}"
+    stub.write_bytes(compress(body)[:20])
+    with pytest.raises(InputError, match="truncated or corrupt"):
+        load_input(str(stub))

@@ -8,6 +8,7 @@ import tarfile
 import pytest
 
 from gputriage.errors import InputError
+from gputriage.ingest import load_input
 from gputriage.snapshot.bundle import Snapshot
 from gputriage.snapshot.writer import new_manifest, source_record, write_snapshot
 
@@ -34,6 +35,17 @@ def test_directory_round_trip(tmp_path):
 def test_tarball_round_trip_and_any_top_folder(tmp_path):
     path = _write(tmp_path, "x.tar.gz")
     assert Snapshot.load(path).text("proc_modules").startswith("nvidia")
+
+
+@pytest.mark.parametrize("mode, suffix", [("w:xz", ".tar.xz"), ("w:bz2", ".tar.bz2"),
+                                           ("w:gz", ".tgz"), ("w", ".tar")])
+def test_a_tarball_is_read_whatever_its_compression(tmp_path, mode, suffix):
+    folder = _write(tmp_path)
+    path = tmp_path / f"x{suffix}"
+    with tarfile.open(path, mode) as tar:
+        tar.add(folder, arcname="snap")
+    assert Snapshot.load(path).text("proc_modules").startswith("nvidia")
+    assert load_input(str(path)).text("uname").startswith("Linux")
 
 
 def test_missing_manifest(tmp_path):

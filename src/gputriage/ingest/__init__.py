@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import errno
 import os
-import tarfile
-import zlib
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from gputriage.errors import InputError, unreadable
 from gputriage.ingest.bugreport import is_bug_report, split_with_headers
 from gputriage.ingest.detect import EXPECTED, detect
+from gputriage.io.decompress import compression, data_of, peek
 from gputriage.io.inputs import DIR, STREAM, Input, human, is_binary, limit, open_input
 from gputriage.io.sniff import looks_binary
 from gputriage.parsers.detect_jobs import nccl_lines
@@ -37,7 +36,6 @@ CAP_BYTES = READ_CAP_BYTES  # most bytes kept per input (the tail)
 DETECT_BYTES = 1 << 20  # detection looks at this much text of a large input
 _SNIFF = 64 * 1024
 _CHUNK = 1 << 20
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass
@@ -51,19 +49,6 @@ class _Raw:
 
 
 human_size = human  # a byte count for messages ("1.5 MiB")
-
-
-def _blocks(fh: BinaryIO) -> Iterator[bytes]:
-    return iter(lambda: fh.read(_CHUNK), b"")
-
-
-def _gunzip(fh: BinaryIO, origin: str, problems: list[str], first: bytes = b"") -> Iterator[bytes]:
-    """The gzip stream of ``fh`` (``first``: its bytes already read) decompressed by the
-    one stream layer gputriage has (:mod:`gputriage.logscan.stream`); a truncated or
-    corrupt stream ends with what came out of it and a problem noted."""
-    from gputriage.logscan.stream import decompressed
-
-    return decompressed("gzip", first or fh.read(_CHUNK), fh.read, origin, problems, _CHUNK)
 
 
 def _read_stream(stream: Iterable[bytes], origin: str, cap: int, nuls: bool = True) -> _Raw:
@@ -147,12 +132,12 @@ def _read_path(path: str) -> _Raw | Snapshot:
             return Snapshot.load(path)
         try:
             fh.seek(0)
-            if fh.read(2) == _GZIP_MAGIC:
-                fh.seek(0)
-                gz: list[str] = []
-                raw = _read_stream(limit(_gunzip(fh, path, gz), path, inp.problems), path,
-                                   CAP_BYTES, nuls=False)
-                raw = _gzip_problems(raw, gz, path)
+            first = fh.read(_CHUNK)
+            if compression(first) is not None:
+                broken: list[str] = []
+                data = data_of(first, fh.read, path, broken, _CHUNK)
+                raw = _read_stream(limit(data, path, inp.problems), path, CAP_BYTES, nuls=False)
+                raw = _decompress_problems(raw, broken, path)
                 raw.problems[:0] = inp.problems
                 return raw
             return _read_file(path, fh, os.fstat(fh.fileno()).st_size, CAP_BYTES)
@@ -161,44 +146,36 @@ def _read_path(path: str) -> _Raw | Snapshot:
 
 
 def _read_opened(inp: Input, head: bytes = b"") -> _Raw:
-    """A stream read once (``head``: its bytes already read); gzip is decompressed."""
-    blocks = _blocks(inp.fh)
-    first = head + inp.fh.read(_CHUNK) if len(head) < 2 else head
-    gz: list[str] = []
-    if first.startswith(_GZIP_MAGIC):
-        data = limit(_gunzip(inp.fh, inp.name, gz, first), inp.name, inp.problems)
-    else:
-        data = _chained(first, blocks)
-    raw = _gzip_problems(_read_stream(data, inp.name, CAP_BYTES), gz, inp.name)
+    """A stream read once (``head``: its bytes already read); gzip, xz and bzip2 are
+    decompressed."""
+    first = head + inp.fh.read(_CHUNK) if len(head) < 6 else head
+    broken: list[str] = []
+    data = data_of(first, inp.fh.read, inp.name, broken, _CHUNK)
+    if compression(first) is not None:
+        data = limit(data, inp.name, inp.problems)
+    raw = _decompress_problems(_read_stream(data, inp.name, CAP_BYTES), broken, inp.name)
     raw.problems[:0] = inp.problems
     return raw
 
 
-def _gzip_problems(raw: _Raw, problems: list[str], origin: str) -> _Raw:
-    """A gzip input that gave nothing is an input error; otherwise what went wrong
-    decompressing it is noted with the partial analysis."""
+def _decompress_problems(raw: _Raw, problems: list[str], origin: str) -> _Raw:
+    """A compressed input that gave nothing is an input error; otherwise what went
+    wrong decompressing it is noted with the partial analysis."""
     if problems and not raw.data.strip():
-        raise InputError(f"{origin}: truncated or corrupt gzip")
+        kind = next(k for k in ("gzip", "xz", "bzip2") if k in problems[0])
+        raise InputError(f"{origin}: truncated or corrupt {kind}: nothing could be decompressed")
     raw.problems.extend(problems)
     return raw
-
-
-def _chained(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
-    if first:
-        yield first
-    yield from rest
 
 
 def _is_tar(fh: BinaryIO) -> bool:
     """A tarball (plain, gzip, bzip2 or xz), recognised from its first bytes only."""
     try:
-        head = os.pread(fh.fileno(), 1024, 0)
-        if head.startswith(_GZIP_MAGIC):
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 512)
-        elif head.startswith((b"BZh", b"\xfd7zXZ")):
-            fh.seek(0)
-            return tarfile.is_tarfile(fh)
-    except (OSError, EOFError, zlib.error, tarfile.TarError, ValueError):
+        first = os.pread(fh.fileno(), 4096, 0)
+        if compression(first) == "bzip2":  # nothing comes out before a whole block
+            first = os.pread(fh.fileno(), 1 << 20, 0)
+        head = peek(first, 512)
+    except OSError:
         return False
     return head[257:262] == b"ustar"
 

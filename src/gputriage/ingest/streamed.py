@@ -42,7 +42,7 @@ def _head(path: str) -> bytes | None:
     """The first :data:`_HEAD` bytes of text of a regular file (decompressed) when it
     holds at least :data:`STREAM_MIN_BYTES` of text and its head is a kernel log; else
     None. A compressed file is decompressed only as far as it keeps looking like one."""
-    from gputriage.logscan.stream import compression, decompressed
+    from gputriage.io.decompress import compression, decompressed
 
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):

@@ -72,6 +72,7 @@ from datetime import datetime, timezone
 from typing import BinaryIO, Literal
 
 from gputriage.errors import InputError
+from gputriage.io.decompress import compression
 from gputriage.io.inputs import DIR, FILE, Input, is_binary, open_input
 from gputriage.logscan.blocks import process_pool, run_blocks
 from gputriage.logscan.config import DEFAULT, ScanConfig
@@ -80,7 +81,6 @@ from gputriage.logscan.lines import LineSource
 from gputriage.logscan.reader import InputSpans, file_chunks
 from gputriage.logscan.search import ANCHORS, LIBC, anchors_for, run_input
 from gputriage.logscan.stamps import REFERENCE_BYTES, year_reference
-from gputriage.logscan.stream import compression
 from gputriage.logscan.timeline import BootInfo, InputResult, LogScan, merge
 from gputriage.text.fields import split_lines
 

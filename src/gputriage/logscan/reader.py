@@ -1,7 +1,7 @@
 """Reading :mod:`gputriage.logscan` inputs: plain files and streams (stdin, pipes, FIFOs,
 opened by :func:`gputriage.io.inputs.open_input`) read into reused buffers, gzip / xz /
-bzip2 decompressed (:mod:`.stream`) up to the stream budget, all cut into line-aligned
-spans."""
+bzip2 decompressed (:mod:`gputriage.io.decompress`) up to the stream budget, all cut into
+line-aligned spans."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
+from gputriage.io.decompress import compression, decompressed
 from gputriage.io.inputs import limit
 from gputriage.logscan.config import ScanConfig
-from gputriage.logscan.stream import compression, decompressed
 
 __all__ = ["InputSpans", "ReadBuffers", "file_chunks"]
 

@@ -7,7 +7,7 @@ streamed, 1 MiB at a time, through the NCCL log reader, while the lines that
 may belong to nccl-tests output are set aside (bounded) and parsed at the end.
 A file of any size is read with bounded memory; gzip, xz and bzip2 are
 decompressed as they stream (up to the stream budget) by
-:mod:`gputriage.logscan.stream`, as ``gputriage logs`` decompresses them, and a
+:mod:`gputriage.io.decompress`, as ``gputriage logs`` decompresses them, and a
 truncated stream keeps what came out of it. A large plain file is read by worker
 processes instead (:mod:`gputriage.nccl.scan`, to the same effect), while another
 process looks for host outputs in its first MiB. Inputs are opened by
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
 from gputriage.errors import InputError
+from gputriage.io.decompress import compression, data_of
 from gputriage.io.inputs import DIR, STREAM, human, is_binary, limit, open_input
-from gputriage.logscan.stream import compression, decompressed
 from gputriage.nccl.tap import MARKERS as _MARKERS
 from gputriage.nccl.tap import ROWISH as _ROWISH
 from gputriage.nccl.tap import TYPES as _TYPES
@@ -83,14 +83,8 @@ def _blocks(fh: BinaryIO, name: str, problems: list[str],
     if progress is not None:
         reader = _Counted(reader, name, progress)
     first = reader.read(BLOCK)
-    kind = compression(first)
-    if kind is not None:
-        yield from limit(decompressed(kind, first, reader.read, name, problems, BLOCK), name,
-                         problems)
-        return
-    while first:
-        yield first
-        first = reader.read(BLOCK)
+    data = data_of(first, reader.read, name, problems, BLOCK)
+    yield from limit(data, name, problems) if compression(first) else data
 
 
 class _Counted(_Reader):

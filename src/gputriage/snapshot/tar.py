@@ -11,24 +11,19 @@ forward, and every byte it decompresses is charged to ``READ_TOTAL_BYTES``.
 
 from __future__ import annotations
 
-import bz2
-import gzip
-import lzma
 import os
 import posixpath
 import stat
 import tarfile
-import zlib
-from typing import IO, Any
+from typing import IO
 
 from gputriage.errors import InputError, unreadable
+from gputriage.io.decompress import BROKEN, compression, seekable
 from gputriage.io.inputs import file_kind, human
 from gputriage.snapshot.budget import MANIFEST, SPENT, Budget, Got
 
 _PIECE = 1 << 20  # bytes per read while walking
-_OPENERS: tuple[tuple[bytes, Any], ...] = (
-    (b"\x1f\x8b", gzip.GzipFile), (b"BZh", bz2.BZ2File), (b"\xfd7zXZ\x00", lzma.LZMAFile))
-_BROKEN = (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError, ValueError)
+_BROKEN = (tarfile.TarError, OSError, *BROKEN)
 
 
 def _open_regular(path: str) -> int:
@@ -54,7 +49,7 @@ def looks_like_tar(path: str) -> bool:
         raise unreadable(path, exc) from None
     finally:
         os.close(fd)
-    return head.startswith(tuple(m for m, _ in _OPENERS)) or head[257:262] == b"ustar"
+    return compression(head) is not None or head[257:262] == b"ustar"
 
 
 def member_name(name: str) -> str | None:
@@ -136,11 +131,8 @@ class TarReader:
         self.manifests: dict[str, Got] = {}
         self.prefix = ""
         self.raw = os.fdopen(_open_regular(path), "rb")
-        head = self.raw.read(8)
-        self.raw.seek(0)
-        opener = next((o for magic, o in _OPENERS if head.startswith(magic)), None)
-        self.stream: IO[bytes] = opener(fileobj=self.raw) if opener else self.raw
-        self.fh = _Walker(self.stream, opener is not None, budget)
+        self.stream, compressed = seekable(self.raw)
+        self.fh = _Walker(self.stream, compressed, budget)
         self.tar: tarfile.TarFile | None = None
         try:
             self.tar = tarfile.TarFile(fileobj=self.fh, mode="r")  # type: ignore[arg-type]

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
+from typing import Any
 
 import pytest
 
+from gputriage.io.decompress import compression, data_of, decompressed, peek, seekable
 from gputriage.logscan import scan_paths
-from gputriage.logscan.stream import compression, decompressed
 from gputriage.nccl.inputs import read_inputs
 
 LINE = "dgx-b01:{pid}:{pid} [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
@@ -67,3 +69,26 @@ def test_a_member_boundary_at_a_read_boundary_is_no_trailing_data():
 def test_magic_bytes():
     assert [compression(PACK[k](b"x")) for k in PACK] == list(PACK)
     assert compression(b"BZhx") is None and compression(b"plain text") is None
+
+
+@pytest.mark.parametrize("compress", [gzip.compress, lzma.compress, bz2.compress])
+def test_one_function_reads_plain_and_every_compression_alike(compress: Any) -> None:
+    body = b"".join(b"line %d\n" % i for i in range(5000))
+    for data in (body, compress(body)):
+        rest = io.BytesIO(data)
+        first = rest.read(100)
+        got = b"".join(data_of(first, rest.read, "x", problems := [], 4096))
+        assert got == body and not problems
+
+
+def test_peek_and_seekable_see_through_compression(tmp_path: Any) -> None:
+    body = b"0123456789" * 1000
+    for compress in (gzip.compress, lzma.compress, bz2.compress):
+        assert peek(compress(body), 16) == body[:16]
+        path = tmp_path / "f"
+        path.write_bytes(compress(body))
+        with path.open("rb") as raw:
+            fh, compressed = seekable(raw)
+            fh.seek(5000)
+            assert compressed and fh.read(10) == body[5000:5010]
+    assert peek(b"plain text", 5) == b"plain"

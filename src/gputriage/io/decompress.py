@@ -1,25 +1,32 @@
-"""Compressed input streams, decompressed the same way wherever gputriage streams a
-file (``gputriage logs``, ``gputriage nccl``): gzip, xz and bzip2 are recognised by
-their magic bytes and decompressed piece by piece; concatenated members are read on
-and NUL padding between them skipped; data after the last member that does not start
-another member is ignored with a problem noted; a truncated or corrupt stream ends
-with what came out of it and a problem noted. The caller supplies the read function
-(and with it what a read error means)."""
+"""Compressed inputs, the one place they are recognised and decompressed: every reader
+of gputriage (``analyze``, ``logs``, ``nccl``, snapshot tarballs) goes through here.
+
+gzip, xz and bzip2 are recognised by their magic bytes (:func:`compression`). A stream
+(:func:`data_of`, :func:`decompressed`) is decompressed piece by piece; concatenated
+members are read on and NUL padding between them skipped; data after the last member
+that does not start another member is ignored with a problem noted; a truncated or
+corrupt stream ends with what came out of it and a problem noted. The caller supplies
+the read function (and with it what a read error means). A seekable file that a reader
+walks back and forth (a tarball) is opened by :func:`seekable`; the first bytes of a
+compressed head are had from :func:`peek`."""
 
 from __future__ import annotations
 
 import bz2
+import gzip
 import lzma
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import IO, Any
 
 from gputriage.io.inputs import human
 
-__all__ = ["compression", "decompressed"]
+__all__ = ["BROKEN", "compression", "data_of", "decompressed", "peek", "seekable"]
 
 READ = 1 << 20  # compressed bytes read at a time
 _MAGIC_LEN = 6  # bytes that tell whether another member starts
+# what a broken compressed stream raises, whichever its kind
+BROKEN = (zlib.error, lzma.LZMAError, EOFError, ValueError)
 
 
 def compression(head: bytes | bytearray) -> str | None:
@@ -83,6 +90,50 @@ def decompressed(kind: str, first: bytes, read: Callable[[int], bytes], name: st
             if out:
                 total += len(out)
                 yield out
-    except (zlib.error, lzma.LZMAError, EOFError, ValueError) as exc:
+    except BROKEN as exc:
         problems.append(f"{name}: corrupt {kind} data ({exc}); read the {human(total)} "
                         "that could be decompressed")
+
+
+def data_of(first: bytes, read: Callable[[int], bytes], name: str, problems: list[str],
+            step: int) -> Iterator[bytes]:
+    """The data of an input whose first bytes are ``first`` and whose rest ``read(n)``
+    returns: decompressed (pieces of at most ``step`` bytes) when ``first`` starts a
+    gzip, xz or bzip2 stream, else as read (``step`` bytes a read)."""
+    kind = compression(first)
+    if kind is not None:
+        yield from decompressed(kind, first, read, name, problems, step)
+        return
+    while first:
+        yield first
+        first = read(step)
+
+
+def peek(head: bytes, size: int) -> bytes:
+    """The first ``size`` bytes of data that ``head`` (an input's first bytes) holds:
+    decompressed as far as ``head`` goes when compressed; never raises."""
+    pieces: list[bytes] = []
+    got = 0
+    for piece in data_of(head, lambda _n: b"", "<head>", [], size):
+        pieces.append(piece)
+        got += len(piece)
+        if got >= size:
+            break
+    return b"".join(pieces)[:size]
+
+
+_SEEKABLE: dict[str, Callable[[IO[bytes]], Any]] = {
+    "gzip": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
+    "bzip2": bz2.BZ2File, "xz": lzma.LZMAFile}
+
+
+def seekable(raw: IO[bytes]) -> tuple[IO[bytes], bool]:
+    """A file that reads ``raw`` (a regular file at offset 0) decompressed when it is
+    compressed, seekable (a backward seek restarts the decompression), and whether it
+    is."""
+    kind = compression(raw.read(8))
+    raw.seek(0)
+    if kind is None:
+        return raw, False
+    opened: IO[bytes] = _SEEKABLE[kind](raw)
+    return opened, True
