@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from gputriage.knowledge.job_messages import message
 from gputriage.model import Finding
 from gputriage.next_steps.host import Host, Repair
 
@@ -129,5 +130,23 @@ def _filled(text: str) -> Repair:
     return repair
 
 
+_CUDA_CODE = re.compile(r"CUDA error (?P<code>[0-9]{1,4})\b")
+
+
+def _validator_cuda(f: Finding, host: Host) -> str:
+    """The cuda validator's CUDA error: the catalog's step for that error, on the node,
+    then the validator's pod recreated so that it validates again."""
+    m = _CUDA_CODE.search(f.title)
+    msg = message(f"cuda.{m.group('code')}") if m else None
+    step = msg.next.rstrip(".") if msg else "fix what the CUDA error names on the node"
+    node = _node(f, host)
+    where = f" on {node}" if node else ""
+    return (f"{step[:1].lower()}{step[1:]}; then delete the cuda validator's pod{where} "
+            "(kubectl delete pod -n <namespace> -l app=nvidia-cuda-validator) so that it "
+            "runs again, and read its log (kubectl logs -n <namespace> <nvidia-cuda-validator "
+            "pod> -c cuda-validation)")
+
+
 REPAIRS: dict[str, Repair] = {fid: _filled(text) for table in (_K8S_STACK, _K8S_NODES, _K8S_LINT)
                               for fid, text in table.items()}
+REPAIRS["k8s.validator-cuda-error"] = _validator_cuda
