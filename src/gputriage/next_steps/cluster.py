@@ -15,7 +15,8 @@ __all__ = ["REPAIRS"]
 
 _K8S_STACK = {  # the GPU stack in the cluster (rules/k8s_stack.py, rules/k8s_operator.py)
     "k8s.plugin-nvml-missing": "give the plugin's pod the NVIDIA runtime as the finding says "
-    "for the node's engine, then kubectl delete pod -n <namespace> <device plugin pod>; "
+    "for the node's engine (or, for a driver installed outside the standard paths, set the "
+    "plugin's nvidiaDriverRoot to the root that holds it), then kubectl delete pod -n <namespace> <device plugin pod>; "
     "kubectl describe node must then list nvidia.com/gpu under Allocatable",
     "k8s.plugin-no-nvml-platform": "deploy a device plugin release that detects Tegra on "
     "the Jetson nodes (and keep the NVML-only DaemonSet off them with a nodeSelector)",
@@ -102,6 +103,12 @@ _K8S_LINT = {  # workloads and the pool's policy (rules/k8s_lint.py, k8s_pool.py
     "IfNotPresent and pre-pull it on the GPU nodes",
     "k8s.sharing-time-sliced": "keep training and latency-bound pods off the shared GPUs "
     "(a nodeSelector on nvidia.com/gpu.sharing-strategy=none, or MIG)",
+    "k8s.sharing-not-applied": "hand the ConfigMap to the plugin (helm upgrade <release> "
+    "nvdp/nvidia-device-plugin --set config.name=<configmap> --set config.default=<key>, or "
+    "the ClusterPolicy's devicePlugin.config name and default), label the node with its key "
+    "(kubectl label node <node> nvidia.com/device-plugin.config=<key> --overwrite) and "
+    "restart the plugin's pod; its log must print the sharing block under 'Running with "
+    "config:' and kubectl describe node <node> must show GPUs x replicas under Capacity",
     "k8s.sharing-multi-replica": "ask for 1 of the shared resource, or for GPUs of a pool "
     "or config key that does not share them",
     "k8s.sharing-renamed": "ask for the name the finding gives in resources.limits (kubectl "
