@@ -16,7 +16,8 @@ __all__ = ["REPAIRS"]
 _K8S_STACK = {  # the GPU stack in the cluster (rules/k8s_stack.py, rules/k8s_operator.py)
     "k8s.plugin-nvml-missing": "give the plugin's pod the NVIDIA runtime as the finding says "
     "for the node's engine (or, for a driver installed outside the standard paths, set the "
-    "plugin's nvidiaDriverRoot to the root that holds it), then kubectl delete pod -n <namespace> <device plugin pod>; "
+    "plugin's nvidiaDriverRoot to the root that holds it), then kubectl delete pod -n "
+    "<namespace> <device plugin pod>; "
     "kubectl describe node must then list nvidia.com/gpu under Allocatable",
     "k8s.plugin-no-nvml-platform": "deploy a device plugin release that detects Tegra on "
     "the Jetson nodes (and keep the NVML-only DaemonSet off them with a nodeSelector)",

@@ -131,8 +131,9 @@ EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
 # the events that say a step failed, in the order they explain one another
 FAILURES = ("kernel-unresolved", "modules-missing", "packages-failed", "build-failed",
             "key-rejected", "module-in-use", "modprobe-failed", "fatal", "smi-not-found",
-            "cuda-error", "cuda-alloc-failed", "cuda-failed", "validation-failed", "resources-undiscovered",
-            "toolkit-failed", "policy-not-ready", "mig-unknown-device", "mig-failed")
+            "cuda-error", "cuda-alloc-failed", "cuda-failed", "validation-failed",
+            "resources-undiscovered", "toolkit-failed", "policy-not-ready",
+            "mig-unknown-device", "mig-failed")
 # a line that starts a block of the operator's output (the lifecycle lines that are not
 # the installer's own words are not enough alone)
 _ANCHORS = frozenset(FAILURES) | {"install-start", "done", "headers", "compiling",
