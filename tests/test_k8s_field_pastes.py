@@ -183,3 +183,13 @@ def test_nccl_shm_exhaustion_is_the_jobs_container_never_a_drain():
 def test_nccl_shm_wordings_of_other_releases(warn):
     f = _findings(warn + "\n")["nccl.shm-too-small"]
     assert f.blame is Blame.JOB_CONFIG
+
+
+def test_nccl_shm_exhaustion_in_a_frameworks_last_error():
+    text = ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system error, "
+            "NCCL version 2.18.1\nncclSystemError: System call (e.g. socket, malloc) or "
+            "external library call failed or device error.\nLast error:\nError while creating "
+            "shared memory segment /dev/shm/nccl-a1B2c3 (size 5967872)\n")
+    f = _findings(text)["nccl.shm-too-small"]
+    assert f.blame is Blame.JOB_CONFIG
+    _never_drains(f)
