@@ -152,7 +152,8 @@ def test_nfd_gives_the_kernel_when_the_installer_does_not(corpus) -> None:
 
 def test_validator_records_and_upgrade_states(corpus) -> None:
     log = parse_gpu_operator_log((FIXTURES / "B-operator-cuda-validation.log").read_text())
-    assert {e.event for e in log.failures} == {"cuda-alloc-failed", "cuda-failed"}
+    assert {e.event for e in log.failures} == {"cuda-error", "cuda-failed"}
+    assert log.having("cuda-error")[0].detail == "no CUDA-capable device is detected"
     assert {e.component for e in log.failures} == {"validator"}
     up = parse_gpu_operator_log(_detected(
         corpus.sample("gpu-operator-driver-upgrade-node-events").text(), "gpu_operator_log"))

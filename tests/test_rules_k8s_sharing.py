@@ -113,11 +113,15 @@ RENAMED = _ts(rename=True) + PENDING_POD
 MIG_MISMATCH = MIG_CONFIG + NODE.format(name="gpu-a100-01", strategy="single", gpus=7) \
     + NODE.format(name="gpu-a100-02", strategy="single", gpus=7)
 
+# a node that still advertises its 8 GPUs once under a 4-replica config
+NOT_APPLIED = _ts() + NODE.format(name="gpu-a100-03", strategy="none", gpus=6)
+
 RULE_CASES = {
     "k8s.sharing-time-sliced": [({"k8s_objects": _ts()}, "k8s.sharing-time-sliced")],
     "k8s.sharing-requests": [({"k8s_objects": MULTI}, "k8s.sharing-multi-replica"),
                              ({"k8s_objects": RENAMED}, "k8s.sharing-renamed")],
     "k8s.mig-strategy-config": [({"k8s_objects": MIG_MISMATCH}, "k8s.mig-strategy-config")],
+    "k8s.sharing-not-applied": [({"k8s_objects": NOT_APPLIED}, "k8s.sharing-not-applied")],
 }
 
 

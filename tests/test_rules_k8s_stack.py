@@ -216,8 +216,15 @@ def test_validation_step_from_the_init_count(status, step) -> None:
     assert f.blame is (Blame.UNKNOWN if step == "cuda" else Blame.CONFIG)
 
 
-def test_validator_log_names_the_cuda_step() -> None:
+def test_validator_log_names_its_cuda_error() -> None:
     log = parse_gpu_operator_log((FIXTURES / "B-operator-cuda-validation.log").read_text())
+    [f] = list(operator_validation(log, None))
+    assert f.id == "k8s.validator-cuda-error" and "CUDA error 100" in f.title
+    assert f.blame is Blame.CONFIG and f.action is Action.FIX_CONFIG
+
+
+def test_validator_without_a_known_cuda_error_is_stuck_at_the_cuda_step() -> None:
+    log = parse_gpu_operator_log("cuda workload validation failed\n")
     [f] = list(operator_validation(log, None))
     assert "cuda step" in f.title and "cuda-validation" in f.explanation
 

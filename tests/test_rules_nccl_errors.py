@@ -292,9 +292,10 @@ def test_other_warns_by_kind_and_host() -> None:
     found = {(f.title.split(":")[0], f.severity) for f in warns}
     titles = {f.title for f in warns}
     assert found == {("worker-1", Severity.WARNING)}
-    [shm] = [f for f in warns if "system errors" in f.title]
-    assert (shm.action, shm.blame) == (Action.FIX_CONFIG, Blame.CONFIG)  # /dev/shm size
-    assert any(t.startswith("worker-1: NCCL system errors (2 WARNs)") for t in titles)
+    # the /dev/shm WARNs are the catalog's: the job's container, not the node
+    [shm] = _ours(result, "nccl.shm-too-small")
+    assert (shm.action, shm.blame) == (Action.FIX_CONFIG, Blame.JOB_CONFIG)
+    assert shm.title.startswith("worker-1: /dev/shm too small") and shm.occurrences.count == 2
     assert any(t.startswith("worker-1: NCCL CUDA failures (1 WARN): Cuda failure 'out of "
                             "memory'") for t in titles)
     # worker-2's only failed connection goes to one peer: that peer's node, not worker-2

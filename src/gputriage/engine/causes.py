@@ -196,6 +196,12 @@ RELATIONS: tuple[Relation, ...] = (
     Relation("k8s.operator-driver-failed", "k8s.operator-validation-stuck", ANYWHERE,
              "the validator's first step checks the driver the driver container failed to "
              "install"),
+    # issue 31 part D: the validator's CUDA error and a sharing config not in effect
+    *(Relation("k8s.validator-cuda-error", c, ANYWHERE,
+               "the operands and the GPUs wait for the validation the CUDA error stops")
+      for c in ("k8s.operator-operand-failing", "k8s.gpus-not-advertised")),
+    Relation("k8s.sharing-not-applied", "k8s.sharing-time-sliced", ANYWHERE,
+             "the config would share the GPUs, but the plugin does not run with it"),
     Relation("k8s.plugin-nvml-missing", "container.nvml-library-not-found", ANYWHERE,
              "the plugin's container is the one that cannot load libnvidia-ml"),
     *(Relation(c, consequence, ANYWHERE,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from gputriage.knowledge.job_messages import message
 from gputriage.model import Finding
 from gputriage.next_steps.host import Host, Repair
 
@@ -14,7 +15,9 @@ __all__ = ["REPAIRS"]
 
 _K8S_STACK = {  # the GPU stack in the cluster (rules/k8s_stack.py, rules/k8s_operator.py)
     "k8s.plugin-nvml-missing": "give the plugin's pod the NVIDIA runtime as the finding says "
-    "for the node's engine, then kubectl delete pod -n <namespace> <device plugin pod>; "
+    "for the node's engine (or, for a driver installed outside the standard paths, set the "
+    "plugin's nvidiaDriverRoot to the root that holds it), then kubectl delete pod -n "
+    "<namespace> <device plugin pod>; "
     "kubectl describe node must then list nvidia.com/gpu under Allocatable",
     "k8s.plugin-no-nvml-platform": "deploy a device plugin release that detects Tegra on "
     "the Jetson nodes (and keep the NVML-only DaemonSet off them with a nodeSelector)",
@@ -101,6 +104,12 @@ _K8S_LINT = {  # workloads and the pool's policy (rules/k8s_lint.py, k8s_pool.py
     "IfNotPresent and pre-pull it on the GPU nodes",
     "k8s.sharing-time-sliced": "keep training and latency-bound pods off the shared GPUs "
     "(a nodeSelector on nvidia.com/gpu.sharing-strategy=none, or MIG)",
+    "k8s.sharing-not-applied": "hand the ConfigMap to the plugin (helm upgrade <release> "
+    "nvdp/nvidia-device-plugin --set config.name=<configmap> --set config.default=<key>, or "
+    "the ClusterPolicy's devicePlugin.config name and default), label the node with its key "
+    "(kubectl label node <node> nvidia.com/device-plugin.config=<key> --overwrite) and "
+    "restart the plugin's pod; its log must print the sharing block under 'Running with "
+    "config:' and kubectl describe node <node> must show GPUs x replicas under Capacity",
     "k8s.sharing-multi-replica": "ask for 1 of the shared resource, or for GPUs of a pool "
     "or config key that does not share them",
     "k8s.sharing-renamed": "ask for the name the finding gives in resources.limits (kubectl "
@@ -129,5 +138,23 @@ def _filled(text: str) -> Repair:
     return repair
 
 
+_CUDA_CODE = re.compile(r"CUDA error (?P<code>[0-9]{1,4})\b")
+
+
+def _validator_cuda(f: Finding, host: Host) -> str:
+    """The cuda validator's CUDA error: the catalog's step for that error, on the node,
+    then the validator's pod recreated so that it validates again."""
+    m = _CUDA_CODE.search(f.title)
+    msg = message(f"cuda.{m.group('code')}") if m else None
+    step = msg.next.rstrip(".") if msg else "fix what the CUDA error names on the node"
+    node = _node(f, host)
+    where = f" on {node}" if node else ""
+    return (f"{step[:1].lower()}{step[1:]}; then delete the cuda validator's pod{where} "
+            "(kubectl delete pod -n <namespace> -l app=nvidia-cuda-validator) so that it "
+            "runs again, and read its log (kubectl logs -n <namespace> <nvidia-cuda-validator "
+            "pod> -c cuda-validation)")
+
+
 REPAIRS: dict[str, Repair] = {fid: _filled(text) for table in (_K8S_STACK, _K8S_NODES, _K8S_LINT)
                               for fid, text in table.items()}
+REPAIRS["k8s.validator-cuda-error"] = _validator_cuda

@@ -102,7 +102,9 @@ EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("hint-docker-runtime", _re(r"did you set the docker default runtime to")),
     ("hint-toolkit", _re(r"did you configure the NVIDIA Container Toolkit")),
     ("hint-not-gpu-node", _re(r"If this is not a GPU node")),
-    ("platform-non-nvml", _re(r"Detected non-NVML platform:?\s*(?P<detail>.{0,300})")),
+    # "NVML not detected": the resource manager of the 0.17 releases
+    ("platform-non-nvml", _re(r"(?:Detected non-NVML platform|NVML not detected):?\s*"
+                              r"(?P<detail>.{0,300})")),
     ("platform-nvml", _re(r"Detected NVML platform")),
     ("platform-non-tegra", _re(r"Detected non-Tegra platform")),
     ("platform-tegra", _re(r"Detected Tegra platform")),
@@ -190,6 +192,14 @@ class DevicePluginLog:
         return str(value) if value else None
 
     @property
+    def driver_root(self) -> str | None:
+        """Where the plugin looks for the driver's files (``nvidiaDriverRoot`` of its
+        configuration dump); None when it printed none."""
+        flags = (self.config or {}).get("flags")
+        value = flags.get("nvidiaDriverRoot") if isinstance(flags, dict) else None
+        return str(value)[:200] if isinstance(value, str) and value else None
+
+    @property
     def configured_strategy(self) -> str | None:
         """The MIG strategy the flags asked for (before a fallback)."""
         flags = (self.config or {}).get("flags")
@@ -206,7 +216,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "device-unhealthy": ("marked unhealthy", "as unhealthy"),
     "nvml-init-failed": ("nvml",), "hint-docker-runtime": ("docker default runtime",),
     "hint-toolkit": ("container toolkit",), "hint-not-gpu-node": ("not a gpu node",),
-    "platform-non-nvml": ("non-nvml",), "platform-nvml": ("nvml platform",),
+    "platform-non-nvml": ("non-nvml", "nvml not detected"), "platform-nvml": ("nvml platform",),
     "platform-non-tegra": ("non-tegra",), "platform-tegra": ("tegra platform",),
     "incompatible-strategy": ("incompatible strategy",),
     "incompatible-platform": ("incompatible platform",),

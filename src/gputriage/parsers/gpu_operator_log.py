@@ -8,7 +8,8 @@
   errors, a module in use or refused by Secure Boot), ``Done, now waiting for signal``;
 * the toolkit container, the operator-validator's and cuda-validator's init containers
   (``nvidia-smi: executable file not found in $PATH``, ``Failed to allocate device
-  vector``, ``cuda workload validation failed``), the operator's controller
+  vector A (error code system not yet initialized)``: the CUDA error is kept, ``cuda
+  workload validation failed``), the operator's controller
   (ClusterPolicy not ready), NFD's kernel version, and the upgrade state of a node
   (``upgrade-done``, ``Successfully updated node state label to cordon-required``);
 * the plugin validator waiting for the node to advertise GPUs (``GPU resources are not
@@ -89,6 +90,9 @@ EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                                      r"NVIDIA persistence daemon|Loading ipmi and i2c_core)")),
     ("smi-not-found", "validator", _re(r"\"?nvidia-smi\"?: executable file not found in "
                                        r"\$?\S{0,1000}")),
+    # the vectorAdd sample of the cuda validator names the CUDA error it got
+    ("cuda-error", "validator", _re(r"Failed to (?:allocate|copy|launch|free) .{0,80}?"
+                                    r"\(error code (?P<detail>[^()]{1,200})\)")),
     ("cuda-alloc-failed", "validator", _re(r"Failed to allocate device vector")),
     ("cuda-failed", "validator", _re(r"cuda workload validation failed|"
                                      r"Failed to (?:launch|run) (?:the )?(?:vectorAdd|CUDA)")),
@@ -127,8 +131,9 @@ EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
 # the events that say a step failed, in the order they explain one another
 FAILURES = ("kernel-unresolved", "modules-missing", "packages-failed", "build-failed",
             "key-rejected", "module-in-use", "modprobe-failed", "fatal", "smi-not-found",
-            "cuda-alloc-failed", "cuda-failed", "validation-failed", "resources-undiscovered",
-            "toolkit-failed", "policy-not-ready", "mig-unknown-device", "mig-failed")
+            "cuda-error", "cuda-alloc-failed", "cuda-failed", "validation-failed",
+            "resources-undiscovered", "toolkit-failed", "policy-not-ready",
+            "mig-unknown-device", "mig-failed")
 # a line that starts a block of the operator's output (the lifecycle lines that are not
 # the installer's own words are not enough alone)
 _ANCHORS = frozenset(FAILURES) | {"install-start", "done", "headers", "compiling",
@@ -221,7 +226,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "compiling": ("compiling nvidia",), "loading": ("loading nvidia",),
     "done": ("done, now waiting",), "teardown": ("nvidia persistence", "nvidia driver"),
     "installer-step": ("nvidia", "linux kernel", "ipmi"), "smi-not-found": ("nvidia-smi",),
-    "cuda-alloc-failed": ("device vector",), "cuda-failed": ("validation failed", "failed to"),
+    "cuda-error": ("error code",), "cuda-alloc-failed": ("device vector",),
+    "cuda-failed": ("validation failed", "failed to"),
     "validation-failed": ("validation failed", "failed to validate"),
     "resources-undiscovered": ("not yet discovered", "not discovered"),
     "validation-ok": ("successful",), "toolkit-failed": ("runtime", "toolkit"),

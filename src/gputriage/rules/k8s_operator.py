@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from gputriage.model import Action, Blame, Evidence, Finding, Severity, evidence
+from gputriage.knowledge.job_messages import Message, scan_line
+from gputriage.model import DRAINING_ACTIONS, Action, Blame, Evidence, Finding, Severity, evidence
 from gputriage.parsers.gpu_operator_log import GpuOperatorLog, OpEntry
 from gputriage.parsers.k8s_model import Cluster, KDaemonSet, KPod
 from gputriage.rules.base import finding, rule
@@ -226,7 +227,7 @@ def _log_step(log: GpuOperatorLog | None) -> tuple[str | None, list[OpEntry]]:
         return None, []
     found = [e for e in log.failures if e.component == "validator"]
     for e in found:
-        if e.event in ("cuda-alloc-failed", "cuda-failed"):
+        if e.event in ("cuda-error", "cuda-alloc-failed", "cuda-failed"):
             return "cuda", found
         if e.event == "validation-failed" and e.detail:
             return e.detail.lower(), found
@@ -265,6 +266,36 @@ def _cuda_stuck(title: str, ev: list[Evidence]) -> Finding:
         "-c cuda-validation): a CUDA error names a driver, runtime or GPU problem, and "
         "only a GPU error reported on the node (Xid, nvidia-smi) blames the hardware.",
         Action.FIX_CONFIG, Blame.UNKNOWN, evidence=ev)
+
+
+def validator_cuda_error(log: GpuOperatorLog | None) -> tuple[Message, OpEntry] | None:
+    """The CUDA error the cuda validator's sample printed ("(error code system not yet
+    initialized)"), as the CUDA error catalog knows it; None when it names none."""
+    for e in (log.having("cuda-error") if log else []):
+        hits = scan_line(f"CUDA error: {e.detail}") if e.detail else []
+        if hits:
+            return hits[0].message, e
+    return None
+
+
+def _cuda_error(msg: Message, entry: OpEntry, title: str, ev: list[Evidence]) -> Finding:
+    """The cuda validator's CUDA error, judged as the catalog judges it for a job, except
+    that the validator's sample is the operator's own: a fault the catalog puts on a
+    job or on software of the node is the node's configuration here."""
+    hardware = msg.action in DRAINING_ACTIONS
+    blame = msg.blame if hardware or msg.blame is Blame.UNKNOWN else Blame.CONFIG
+    action = Action.FIX_CONFIG if msg.action is Action.RESTART_JOB else msg.action
+    severity = max(msg.severity, Severity.WARNING, key=lambda s: s.rank)
+    protect = ("" if hardware or severity is not Severity.CRITICAL else
+               " No GPU job can run on the node until then: keep jobs off it (cordon) to "
+               "protect them, but nothing needs a hardware repair.")
+    return finding(
+        "k8s.validator-cuda-error", severity,
+        f"CUDA validation fails on the node with CUDA error {msg.code} ({msg.text})"
+        f"{title[title.find(' ('):] if title.endswith(')') else ''}",
+        f"The operator's cuda validator runs NVIDIA's vectorAdd sample on the node and it "
+        f"failed with {msg.name} ('{entry.detail}'). {msg.meaning} {msg.cause} "
+        f"To tell: {msg.decide}.{protect}", action, blame, evidence=ev)
 
 
 _NO_GPU = ("the plugin step waits for the node to advertise nvidia.com/gpu (or "
@@ -313,7 +344,7 @@ def _step_stuck(step: str | None, no_driver: bool, title: str, ev: list[Evidence
 
 
 @rule("k8s.operator-validation", any_of=("gpu_operator_log", "cluster"),
-      produces=("k8s.operator-validation-stuck",))
+      produces=("k8s.operator-validation-stuck", "k8s.validator-cuda-error"))
 def operator_validation(gpu_operator_log: GpuOperatorLog | None = None,
                         cluster: Cluster | None = None) -> Iterator[Finding]:
     """The operator's validator stuck at a step (driver, toolkit, cuda, plugin): from its
@@ -334,6 +365,10 @@ def operator_validation(gpu_operator_log: GpuOperatorLog | None = None,
     if validators or others:
         ev.append(evidence("cluster", _pod_lines(validators + others)))
     title = _validation_title(step, validators + others)
+    known = validator_cuda_error(gpu_operator_log) if step == "cuda" else None
+    if known is not None:
+        yield _cuda_error(*known, title, ev)
+        return
     if step == "cuda":
         yield _cuda_stuck(title, ev)
         return

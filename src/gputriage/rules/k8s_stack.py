@@ -154,6 +154,14 @@ def _nvml_missing(log: DevicePluginLog, cluster: Cluster | None, ev: list[Eviden
         image = (" A node whose image lacks the driver's user-space libraries (libnvidia-ml: "
                  "an EKS GPU AMI release once shipped without them) fails the same way: check "
                  "ls /usr/lib*/libnvidia-ml.so* on the node and move to a fixed image.")
+    root = log.driver_root
+    said = f"nvidiaDriverRoot is {root}" if root else "the plugin printed no driver root"
+    where = (f" The plugin finds the driver's files under its driver root ({said}): a driver "
+             "installed elsewhere (under /opt, a host directory of its own, or the GPU "
+             "operator's /run/nvidia/driver) needs the plugin's nvidiaDriverRoot (Helm value, "
+             "or the operator's driver root) set to the root that holds it, with the library "
+             "known to that root's dynamic loader (ldconfig), or a CDI spec that names its "
+             "real paths.")
     elsewhere = ""
     if log.having("hint-not-gpu-node"):
         elsewhere = (" If this node has no GPU, keep the DaemonSet off it (a nodeSelector on "
@@ -164,7 +172,8 @@ def _nvml_missing(log: DevicePluginLog, cluster: Cluster | None, ev: list[Eviden
         f"device plugin cannot load NVML ({reason.rstrip('.')})",
         "The plugin's container cannot load or start NVML, so the node advertises no "
         "nvidia.com/gpu. The node's configuration is at fault, not the GPUs: the container "
-        f"engine does not start the plugin with the NVIDIA runtime. {_fix(log, cluster)}"
+        f"engine does not start the plugin with the NVIDIA runtime, or the driver's "
+        f"library is not where the plugin looks. {_fix(log, cluster)}{where}"
         f"{image}{elsewhere}{crash}", Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
 
 

@@ -466,6 +466,12 @@ def other_warns(nccl_log: NcclLog) -> Iterator[Finding]:
             if cls.name == "setup" and on_sockets(p):
                 continue  # the reason nccl.socket-transport gives for the fallback
             groups.setdefault((cls.name, _host(p)), (cls, []))[1].append(w)
+    # a framework's NCCL error carries NCCL's last error ("Last error: Error while creating
+    # shared memory segment ..."): a catalog message there, when no WARN line said it
+    for w in nccl_log.framework_errors:
+        row = nccl_warnings.match(w.message)
+        if row is not None and not any(fid == row.id for fid, _ in known):
+            known.setdefault((row.id, None), []).append(w)
     rows = {w.id: w for w in nccl_warnings.warnings()}
     for (fid, host), warns in known.items():
         yield _known(host, rows[fid], warns, envs.get(host, {}))
