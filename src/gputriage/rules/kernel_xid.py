@@ -20,7 +20,7 @@ from gputriage.facts.resets import Resets
 from gputriage.facts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
 from gputriage.logscan.events import DriverEvent
-from gputriage.model import DRAINING_ACTIONS, Action, Blame, Finding, Severity
+from gputriage.model import Action, Blame, Finding, Severity
 from gputriage.parsers.kernel_fold import (
     FOLLOW_ON_S,
     LOOKBACK,
@@ -364,15 +364,18 @@ def _judge_app_fault(j: Judged, app: _AppFaults) -> None:
         who = f"{app.count()} different processes"
         if len(app.programs) >= 2 and not app.unnamed:
             who += f" of {n} programs ({', '.join(sorted(app.programs))})"
-        j.severity = Severity.CRITICAL if n >= 3 else worse(j.severity, Severity.WARNING)
-        j.action = action_for(j.severity, Action.DRAIN_AND_REPAIR)
+        # NVIDIA's immediate action for these codes is RESTART_APP (43: IGNORE); several
+        # programs faulting on one GPU is its investigatory workflow (a diagnostic of the
+        # GPU), never a drain on the Xids alone.
+        j.severity = worse(j.severity, Severity.WARNING)
+        j.action = Action.PLAN_REPAIR
         j.blame = Blame.NODE
         j.notes.append(f"Application faults (Xid 13/31/43) on this GPU come from {who}: "
-                       "suspect the GPU, not the jobs; " + (
-                           "drain it and run DCGM diagnostics." if j.action in DRAINING_ACTIONS
-                           else "reset it and run DCGM diagnostics (dcgmi diag -r 3) when "
-                           "it is idle or at the next maintenance window; drain it if a "
-                           "third program faults."))
+                       "suspect the GPU, not the jobs. NVIDIA's catalog answers each with a "
+                       "restart of the application, so the node is not drained on these "
+                       "Xids alone: run DCGM diagnostics (dcgmi diag -r 3) on this GPU when "
+                       "it is idle or at the next maintenance window, and drain it if the "
+                       "diagnostic fails.")
         return
     j.severity = cap_severity(j.severity, Severity.WARNING)  # the catalog's job verdict
     j.action = action_for(j.severity, j.action)
