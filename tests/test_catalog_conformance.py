@@ -183,3 +183,82 @@ def test_xid45_storm_is_one_finding_per_gpu_counted() -> None:
     assert len(found) == 1
     assert "672" in found[0].title
     assert found[0].action not in DRAINING_ACTIONS
+
+
+# --- across a fleet: one job's crash is no node's fault ----------------------------------
+
+_MMU31 = ("Ch 00000010, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ "
+          "0x7f12_3c000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ")
+_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
+
+
+def _job_crash_dmesg(node: int) -> str:
+    """A multi-node job's crash as one of its nodes logs it: every rank (one per GPU)
+    takes an Xid 31, then the driver tears its channels down (Xid 43, 45)."""
+    lines = []
+    for rank, bus in enumerate(_BUSES):
+        t = 5000.0 + node * 0.01 + rank * 0.002
+        pid = 30000 + node * 100 + rank
+        head = f"[{t:.6f}] NVRM: Xid (PCI:0000:{bus}:00): "
+        lines.append(f"{head}31, pid={pid}, name=python3, {_MMU31}")
+        lines.append(f"{head}43, pid={pid}, name=python3, Ch 00000010")
+        lines += [f"[{t + 0.5 + k / 100:.6f}] NVRM: Xid (PCI:0000:{bus}:00): 45, pid={pid}, "
+                  f"name=python3, Ch {16 + k:08x}" for k in range(3)]
+    return "\n".join(lines) + "\n"
+
+
+def _storm_dmesg(n: int) -> str:
+    """``n`` Xid 45 teardowns on one GPU over three hours, from jobs that come and go."""
+    return "\n".join(
+        f"[{1000 + i * (10800 / n):.6f}] NVRM: Xid (PCI:0000:9a:00): 45, pid={8000 + i // 8}, "
+        f"name=python3, Ch {i % 64:08x}" for i in range(n)) + "\n"
+
+
+def _node_results(tmp_path, texts: dict[str, str]) -> list:
+    from gputriage.engine.analysis import analyze
+    from gputriage.fleet.report import record_from_result
+    from gputriage.ingest import load_input
+    from gputriage.results.document import to_json
+    from gputriage.status import ExitStatus, exit_status
+
+    records = []
+    for name, text in texts.items():
+        path = tmp_path / f"{name}.dmesg"
+        path.write_text(text)
+        result = analyze(load_input(str(path)))
+        assert exit_status(result) is not ExitStatus.CRITICAL, (name, [
+            (f.id, f.severity.value, f.action.value) for f in result.findings if f.current])
+        assert not any(f.action in DRAINING_ACTIONS for f in result.findings), name
+        records.append((result, record_from_result(to_json(result), name)))
+    return records
+
+
+def test_one_jobs_crash_on_many_nodes_drains_none_of_them(tmp_path) -> None:
+    """One job's crash seen on 10 nodes (Xid 31 / 43 / 45 on all 8 GPUs of each):
+    no node is drained, and the fleet shows the Xid 31 once, across the 10 nodes."""
+    from gputriage.fleet.report import aggregate
+
+    records = _node_results(tmp_path, {f"gpu-node{i:03d}": _job_crash_dmesg(i)
+                                       for i in range(10)})
+    for result, _ in records:
+        xid31 = [f for f in result.findings if f.id == "xid.31" and f.current]
+        assert xid31 and all(f.blame.side == "job" for f in xid31)
+    report = aggregate([rec for _, rec in records])
+    rows = {s.id: s for s in report.findings}
+    assert rows["xid.31"].count == 10 and rows["xid.31"].severity == "warning"
+    assert all(s.severity != "critical" for s in report.findings)
+
+
+def test_xid45_storm_on_three_nodes_is_one_finding_per_node(tmp_path) -> None:
+    """672 Xid 45 events on 3 nodes in 3 hours (224 each): one counted finding per node,
+    never a drain, and one fleet row for the 3 nodes."""
+    from gputriage.fleet.report import aggregate
+
+    records = _node_results(tmp_path, {f"gb200-{i}": _storm_dmesg(224) for i in range(3)})
+    for result, _ in records:
+        found = [f for f in result.findings if f.id == "xid.45"]
+        assert len(found) == 1 and "224" in found[0].title
+        assert found[0].severity.rank <= Severity.WARNING.rank
+    report = aggregate([rec for _, rec in records], min_severity="info")
+    rows = [s for s in report.findings if s.id == "xid.45"]
+    assert len(rows) == 1 and rows[0].count == 3
