@@ -262,3 +262,14 @@ def test_xid45_storm_on_three_nodes_is_one_finding_per_node(tmp_path) -> None:
     report = aggregate([rec for _, rec in records], min_severity="info")
     rows = [s for s in report.findings if s.id == "xid.45"]
     assert len(rows) == 1 and rows[0].count == 3
+
+
+def test_xid109_alone_resets_the_gpu_after_the_jobs_fault_restarts_the_job() -> None:
+    """NVIDIA's catalog: Xid 109 is RESET_GPU; after the job's own Xid 13 on the GPU it
+    is that job's hang (restart it), never a drain."""
+    alone = [f for f in judge([xid(109, A, message="CTX SWITCH TIMEOUT")]) if f.id == "xid.109"]
+    assert alone[0].action is Action.RESET_GPU and alone[0].blame is Blame.NODE
+    after = judge([xid(13, A, pid="4242", name="pt_main_thread"),
+                   xid(109, A, t=30, message="CTX SWITCH TIMEOUT")])
+    f = next(f for f in after if f.id == "xid.109")
+    assert f.action is Action.RESTART_JOB and f.blame is Blame.JOB

@@ -284,6 +284,18 @@ def _judge_119(j: Judged, g: _Group) -> None:
                    "so drain the node and repair the GPU if a reset does not hold.")
 
 
+def _judge_109(j: Judged, g: _Group) -> None:
+    """A context-switch timeout after the job's own fault on the GPU is that job's hang:
+    restart it; only a timeout without one calls for the GPU reset the catalog names."""
+    faults = sorted(set(APP_FAULTS) & g.ctx.codes)
+    if not faults:
+        return
+    j.severity, j.action, j.blame = Severity.WARNING, Action.RESTART_JOB, Blame.JOB
+    j.notes.append(f"It follows the job's own fault on this GPU (Xid {', '.join(map(str, faults))})"
+                   ": the faulting job hung the channel. Restart the job; if Xid 109 comes "
+                   "back without an application fault before it, drain and reset the GPU.")
+
+
 def _judge_154(j: Judged, g: _Group) -> None:
     """The recovery action the driver asks for is the action."""
     target, action = recovery_target(latest_of(g.events))
@@ -339,7 +351,8 @@ def _judge_app_fault_group(j: Judged, g: _Group) -> None:
 # the codes whose verdict the GPU's other events refine (every other code: the catalog's)
 _CONTEXT: dict[int, Callable[[Judged, _Group], None]] = {
     45: _judge_45_group, **dict.fromkeys(APP_FAULTS, _judge_app_fault_group),
-    48: _judge_48, REMAP_PENDING: _judge_63, 119: _judge_119, 154: _judge_154}
+    48: _judge_48, REMAP_PENDING: _judge_63, 109: _judge_109, 119: _judge_119,
+    154: _judge_154}
 
 
 def judge_xid_group(code: int, events: list[DriverEvent], ctx: _GpuContext,
