@@ -61,7 +61,7 @@ def test_driver_mismatch_changes_the_module_and_adds_a_finding(views):
     assert [(c.key, c.before, c.after) for c in d.changes] == [
         ("driver.module", "550.54.15", "535.161.07")]
     assert [f.id for f in d.new] == ["driver.version-mismatch"]
-    assert d.new[0].severity == "critical" and d.new[0].action == "reboot-node"
+    assert d.new[0].severity == "critical" and d.new[0].action == "fix-software"
     assert d.exit_status == 1
     assert changed_line(d) == "changed: driver module 550.54.15 -> 535.161.07"
     # and back again: the finding is resolved, the module changes the other way

@@ -147,7 +147,7 @@ def test_cli_analyze_json_and_exit_status(built):
     doc = json.loads(out)
     assert doc["schema"] == "gputriage/result/v1"
     assert doc["findings"][0]["id"] == "driver.version-mismatch"
-    assert doc["findings"][0]["action"] == "reboot-node"
+    assert doc["findings"][0]["action"] == "fix-software"
     assert doc["host"]["verdict"] == "critical"
 
 

@@ -70,7 +70,9 @@ def test_judgement_without_host_facts():
     blame = {code: cuda_error(code).blame for code in (700, 719, 701, 716, 214, 802, 803, 35,
                                                        209, 222, 221, 804, 100, 999)}
     assert {blame[c] for c in (700, 719, 701, 716)} == {Blame.JOB}
-    assert {blame[c] for c in (214, 802, 803, 804)} == {Blame.NODE}  # 803/804: its driver
+    assert {blame[c] for c in (214, 804)} == {Blame.NODE}
+    # 802: its fabric manager, 803: its driver packages: the node's software
+    assert {blame[c] for c in (802, 803)} == {Blame.CONFIG}
     assert {blame[c] for c in (35, 209, 222, 221)} == {Blame.JOB_CONFIG}
     assert blame[100] is Blame.CONFIG
     assert cuda_error(803).action is Action.FIX_SOFTWARE  # issue 31: no hardware drain

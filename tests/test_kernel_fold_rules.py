@@ -110,7 +110,7 @@ def find(findings: list[Finding], fid: str, status: Status = Status.CURRENT) -> 
 
 @pytest.mark.parametrize(("pids", "severity", "blame"), [
     (1, Severity.WARNING, Blame.JOB), (2, Severity.WARNING, Blame.NODE),
-    (3, Severity.CRITICAL, Blame.NODE)])
+    (3, Severity.WARNING, Blame.NODE)])  # RESTART_APP: never a drain
 def test_xid13_storm_from_one_or_more_processes(monkeypatch, pids, severity, blame):
     names = ("python3", "trainer", "vllm")
     text = log((i * 0.5, xid(13, FAULT13.format(n=i % 7), pid=1000 + i % pids,
@@ -129,7 +129,7 @@ def test_processes_beyond_the_storm_bound_still_suspect_the_gpu(monkeypatch):
     got, whole = results(text, monkeypatch)
     f, w = find(got, "xid.13"), find(whole, "xid.13")
     assert (f.severity, f.action, f.blame, f.title) == (w.severity, w.action, w.blame, w.title)
-    assert f.severity is Severity.CRITICAL
+    assert f.severity is Severity.WARNING and f.blame is Blame.NODE
     assert "at least 128 different processes of 3 programs" in f.explanation
     assert "300 different processes of 3 programs" in w.explanation
 

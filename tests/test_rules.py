@@ -145,7 +145,7 @@ def test_mismatch_names_both_versions_and_says_reboot():
     result = run(**host(proc_driver_nvidia_version=VERSION_FILE.format(v="535.161.07")))
     f = next(f for f in result.findings if f.id == "driver.version-mismatch")
     assert "535.161.07" in f.title and "550.54.15" in f.title
-    assert f.action is Action.REBOOT_NODE and f.blame is Blame.NODE
+    assert f.action is Action.FIX_SOFTWARE and f.blame is Blame.CONFIG
     sources = {e.source for e in f.evidence}
     assert {"proc_driver_nvidia_version", "nvidia_libs"} <= sources
 
@@ -318,5 +318,5 @@ def test_a_critical_whose_fault_is_unknown_is_no_drain():
                                .replace("NVIDIA-SMI has failed", "\nNVIDIA-SMI has failed"),
                                "paste"))
     node = [f for f in beside.findings if f.severity is Severity.CRITICAL
-            and f.blame is Blame.NODE]
+            and f.blame in (Blame.NODE, Blame.CONFIG)]
     assert node and exit_status(beside) is ExitStatus.CRITICAL

@@ -150,7 +150,8 @@ def test_804_on_a_geforce_card_with_a_compat_library_on_the_path():
 
 def test_802_is_the_nodes_fabric_and_folds_under_the_fabric_manager(tmp_path):
     f = one(run(job_log=ERR_802), "cuda.fabric-not-ready")
-    assert (f.severity, f.blame) == (Severity.CRITICAL, Blame.NODE)
+    # the node's software: critical (no CUDA job runs), never a hardware repair
+    assert (f.severity, f.blame) == (Severity.CRITICAL, Blame.CONFIG)
     assert "move the job" in f.explanation and "gputriage check" in f.explanation
     host = _fabric_manager_down()
     host.command_overrides["job_log"] = Outcome(ERR_802, 0)
@@ -166,7 +167,7 @@ def test_803_is_the_nodes_driver_software_unless_a_compat_library_is_at_fault():
     installing one driver, not by a hardware drain; a reboot alone may not do it."""
     f = one(run(job_log=ERR_803), "cuda.driver-mismatch")
     assert (f.severity, f.action, f.blame) == (Severity.CRITICAL, Action.FIX_SOFTWARE,
-                                               Blame.NODE)
+                                               Blame.CONFIG)
     assert "/proc/driver/nvidia/version" in (f.step or "")
     g = one(run(job_log=LDCONFIG + ERR_803), "cuda.driver-mismatch")
     assert (g.action, g.blame) == (Action.FIX_CONFIG, Blame.CONFIG)
@@ -209,8 +210,8 @@ def test_out_of_memory_is_the_job_and_never_fails_the_node():
 # --- the corpus and the scenario --------------------------------------------------------
 
 @pytest.mark.parametrize(("part", "fid", "blame"), [
-    ("cuda-802-azure-nd96asr-v4", "cuda.fabric-not-ready", Blame.NODE),
-    ("cuda-802-h200-hf-jobs", "cuda.fabric-not-ready", Blame.NODE),
+    ("cuda-802-azure-nd96asr-v4", "cuda.fabric-not-ready", Blame.CONFIG),
+    ("cuda-802-h200-hf-jobs", "cuda.fabric-not-ready", Blame.CONFIG),
     ("cupy-804-quadro-rtx6000", "cuda.forward-compat-unsupported", Blame.NODE),
     ("tf-cublas-not-initialized", "cuda.out-of-memory", Blame.JOB),
     ("torch-driver-too-old-11040", "cuda.driver-too-old", Blame.JOB_CONFIG),

@@ -192,7 +192,7 @@ def test_803_never_asks_for_a_hardware_drain() -> None:
                          "cudaGetDeviceCount(). Error 803: system has unsupported display "
                          "driver / cuda driver combination\n")
     (f,) = result.findings
-    assert (f.action, f.blame) == (Action.FIX_SOFTWARE, Blame.NODE)
+    assert (f.action, f.blame) == (Action.FIX_SOFTWARE, Blame.CONFIG)
     assert "not at fault" in f.explanation
 
 

@@ -210,7 +210,7 @@ def test_zero_counters_are_silent():
 def test_manager_inactive_on_nvswitch_host():
     f = one(run(**HGX, systemctl_fabricmanager=unit("inactive", "dead")),
             "fabric.manager-inactive")
-    assert f.severity is Severity.CRITICAL and f.blame is Blame.NODE
+    assert f.severity is Severity.CRITICAL and f.blame is Blame.CONFIG
     assert "802" in f.explanation and "4 NVSwitches on PCI" in f.title
     assert {e.source for e in f.evidence} == {"systemctl_fabricmanager", "pci_devices"}
 

@@ -202,7 +202,7 @@ def test_device_query_35_is_the_driver_too_old():
 
 def test_device_query_802_is_critical_on_the_node():
     f = _one(run(device_query=DQ_802), "cuda.device-query-failed")
-    assert f.severity is Severity.CRITICAL and f.blame is Blame.NODE
+    assert f.severity is Severity.CRITICAL and f.blame is Blame.CONFIG
 
 
 @pytest.mark.parametrize("code, text, blame, action", [
@@ -210,7 +210,7 @@ def test_device_query_802_is_critical_on_the_node():
      Action.FIX_SOFTWARE),
     (209, "no kernel image is available for execution on the device", Blame.CONFIG,
      Action.FIX_SOFTWARE),
-    (803, "system has unsupported display driver / cuda driver combination", Blame.NODE,
+    (803, "system has unsupported display driver / cuda driver combination", Blame.CONFIG,
      Action.FIX_SOFTWARE),  # issue 31: the driver reinstalled whole, no hardware drain
     (999, "unknown error", Blame.UNKNOWN, Action.NONE),
 ])

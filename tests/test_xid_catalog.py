@@ -149,7 +149,7 @@ def test_sxid_catalog_covers_reference(reference: Path) -> None:
     (92, Action.NONE, Severity.WARNING, Blame.NODE),
     (94, Action.RESTART_JOB, Severity.WARNING, Blame.NODE),
     (95, Action.RESET_GPU, Severity.CRITICAL, Blame.NODE),
-    (109, Action.RESTART_JOB, Severity.WARNING, Blame.JOB),
+    (109, Action.RESET_GPU, Severity.CRITICAL, Blame.NODE),  # catalog: RESET_GPU
     (119, Action.RESET_GPU, Severity.CRITICAL, Blame.NODE),
     (120, Action.RESET_GPU, Severity.CRITICAL, Blame.NODE),
     (140, Action.RESET_GPU, Severity.CRITICAL, Blame.NODE),

@@ -41,6 +41,8 @@ class XidInfo:
     explanation: str
     legacy: bool
     kernel_event: str | None = None  # the message kind that reports it without the number
+    nvidia_followup: str | None = None  # the catalog's investigatory action ("IGNORE (follow
+    # other Xid)": a code that only accompanies another)
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ def _xids() -> dict[int, XidInfo]:
             explanation=row["explanation"],
             legacy=row["legacy"] == "yes",
             kernel_event=_event_kind(row["kernel_event"]),
+            nvidia_followup=_opt(row["nvidia_followup"]),
         )
         _verdict("xid.csv", info.code, info.severity, info.action, info.blame)
         table[info.code] = info

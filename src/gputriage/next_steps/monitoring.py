@@ -4,7 +4,7 @@ and health watches (each watched system's own repair), its host engine and dcgm-
 
 from __future__ import annotations
 
-from gputriage.model import Action, Blame, Finding
+from gputriage.model import Action, Blame, Finding, Severity
 from gputriage.next_steps.hardware import (
     cooling,
     hardware_case,
@@ -122,6 +122,21 @@ def _health_unknown(f: Finding, host: Host) -> str:
             f"nvidia-smi -q{dash_i(f)}")
 
 
+def _nvlink_unverified(f: Finding, host: Host) -> str:
+    """DCGM's PCIe test failed only on NVLink links reported down: does the GPU have any?"""
+    if f.severity is Severity.INFO:  # nvidia-smi showed the GPU has no NVLink link
+        return ("nothing to repair on the GPU: run a DCGM release that skips NVLink on GPUs "
+                "without it, or run the diagnostic without its NVLink check, and rerun "
+                f"dcgmi diag -r 2{_diag_i(f)}")
+    return (f"run nvidia-smi nvlink -s{dash_i(f)} on {host.called}: no link listed (a PCIe "
+            "card without a bridge) means DCGM's report is a false alarm; links listed as "
+            "inactive mean they are really down: then drain and run the NVLink checks")
+
+
+def _diag_i(f: Finding) -> str:
+    return f" -i {f.scope.gpu_index}" if f.scope.gpu_index is not None else ""
+
+
 def _clocks(f: Finding, host: Host) -> str:
     return thermal(f, host) if f.action is Action.DRAIN_AND_REPAIR else cooling(f, host)
 
@@ -137,6 +152,6 @@ REPAIRS: dict[str, Repair] = {
     "dcgm.health-inforom": _health_inforom, "dcgm.health-thermal": thermal,
     "dcgm.health-power": _health_power, "dcgm.health-driver": _health_driver,
     "dcgm.health-nvswitch": _health_nvswitch, "dcgm.health-unknown": _health_unknown,
-    "dcgm.clock-events": _clocks,
+    "dcgm.clock-events": _clocks, "dcgm.nvlink-down-without-nvlink": _nvlink_unverified,
     **dict.fromkeys(("dcgm.nvlink-counters", "dcgm.nvlink-errors"), nvlink),
 }

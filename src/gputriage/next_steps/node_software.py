@@ -130,7 +130,8 @@ def _ib_unstable(f: Finding, host: Host) -> str:
 
 # "driver version mismatch: kernel module 510.73.05, userspace 515.48.07" (the rule's title)
 _VERSION = r"[0-9]{2,3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?"
-_MISMATCH = re.compile(rf"kernel module (?P<module>{_VERSION}), userspace (?P<user>{_VERSION})")
+_MISMATCH = re.compile(rf"kernel module (?P<module>{_VERSION}), userspace "
+                       rf"(?P<user>{_VERSION}(?: / {_VERSION})*)")
 
 
 def fabric_manager(f: Finding, host: Host) -> str | None:
@@ -189,11 +190,18 @@ def version_mismatch(f: Finding, host: Host) -> str | None:
         m = _MISMATCH.search(f.title)
         module, user = (m.group("module"), m.group("user")) if m else (None, None)
     if not (module and user and module != user):
-        return ("reboot it so that the loaded kernel module is the installed userspace driver's "
-                "release (or, with no GPU client left, reload the nvidia modules); cat "
+        return ("compare the running module (cat /proc/driver/nvidia/version) with the "
+                "installed packages (dpkg -l | grep -i nvidia, or rpm -qa | grep -i nvidia): "
+                "if they are of two releases, complete or roll back the upgrade; then reboot "
+                "(or, with no GPU client left, reload the nvidia modules); cat "
                 "/proc/driver/nvidia/version and nvidia-smi must then print one version")
-    return (f"reboot it to load the {user} kernel module the installed userspace expects (or "
-            f"reinstall the {module} userspace to match the running module)")
+    if " / " in user:
+        return (f"make the NVIDIA packages one release (they are {user}): finish the upgrade "
+                f"(apt-get -f install, or dnf distro-sync) or roll it back, then reboot so the "
+                "running module is that release; nvidia-smi must then print one version")
+    return (f"check that the installed module is {user} (modinfo -F version nvidia), then "
+            f"reboot to load it (or reinstall the {module} userspace to match the running "
+            "module); nvidia-smi must then print one version")
 
 
 def not_loaded(f: Finding, host: Host) -> str:
@@ -229,9 +237,10 @@ def _peermem_build(f: Finding, host: Host) -> str:
 def _gsp_firmware(f: Finding, host: Host) -> str:
     version = f"the {host.version} driver" if host.version else "the loaded module's driver"
     path = f"/lib/firmware/nvidia/{host.version or 'VERSION'}/"
-    return (f"reinstall {version} completely on {host.called}: its kernel module and its "
-            f"firmware package together (ls {path} must list gsp_*.bin), then reboot; "
-            f"nvidia-smi should then list {gpus(f, host)}")
+    return (f"install the firmware of {version} on {host.called} (ls {path} must list "
+            "gsp_*.bin; a driver or vGPU manager container must mount its firmware directory "
+            "there or name it in /sys/module/firmware_class/parameters/path), then reload "
+            f"the nvidia module or reboot; nvidia-smi should then list {gpus(f, host)}")
 
 
 def _module_load(f: Finding, host: Host) -> str:

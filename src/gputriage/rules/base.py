@@ -28,6 +28,11 @@ from gputriage.model import (
 
 RuleFunc = Callable[..., Iterable[Finding]]
 
+# What a critical finding of the node's software or configuration says about draining:
+# the node cannot run GPU jobs, but nothing in it needs a hardware repair.
+SOFTWARE_DRAIN = ("Drain the node (if at all) only to keep jobs off it until the software "
+                  "is fixed: no hardware needs repair.")
+
 
 @dataclass(frozen=True)
 class Rule:

@@ -14,7 +14,7 @@ from gputriage.knowledge.job_messages import CUDA_FAMILY, Hit, catalog
 from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity, evidence
 from gputriage.parsers.job_log import JobLog
-from gputriage.rules.base import finding, rule
+from gputriage.rules.base import SOFTWARE_DRAIN, finding, rule
 from gputriage.rules.cuda_job import (
     ASK_HOST,
     DOC_COMPAT,
@@ -56,10 +56,10 @@ def _fabric(hits: list[Hit], need: FabricNeed | None) -> Finding:
         "CUDA error 802: the system is not initialised (NVLink fabric not ready)",
         "CUDA refuses to start until the NVSwitch fabric is configured: the node's fabric "
         "manager is not running, failed, or does not match the driver. This is the node's "
-        "fault, whatever the job: move the job to another node, then start and enable "
+        "software, whatever the job: move the job to another node, then start and enable "
         f"nvidia-fabricmanager (same version as the driver) and wait for the GPUs' fabric "
-        f"state to read Completed. {where}",
-        Action.FIX_CONFIG, Blame.NODE, evidence=ev, references=(DOC_FM,))
+        f"state to read Completed. {SOFTWARE_DRAIN} {where}",
+        Action.FIX_CONFIG, Blame.CONFIG, evidence=ev, references=(DOC_FM,))
 
 
 def _mismatch(log: JobLog, hits: list[Hit], drv: DriverVersions | None) -> Finding:
@@ -93,7 +93,7 @@ def _mismatch(log: JobLog, hits: list[Hit], drv: DriverVersions | None) -> Findi
         "program's CUDA) and reboot, or reload the nvidia modules once no process holds "
         "them; a reboot alone does not help when the installed packages disagree. Drain "
         f"only to protect jobs: the GPUs are not at fault.{known}",
-        Action.FIX_SOFTWARE, Blame.NODE, evidence=ev, references=(DOC_COMPAT,))
+        Action.FIX_SOFTWARE, Blame.CONFIG, evidence=ev, references=(DOC_COMPAT,))
 
 
 def _no_device(log: JobLog, hits: list[Hit], drv: DriverVersions | None) -> Finding:

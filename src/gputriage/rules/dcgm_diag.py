@@ -30,6 +30,7 @@ from gputriage.model import (
 )
 from gputriage.parsers.dcgmi_diag import MIG_REFUSAL
 from gputriage.parsers.dcgmi_diag_model import DiagMessage, DiagReport, DiagTest
+from gputriage.parsers.nvlink import NvlinkStatus
 from gputriage.parsers.nvvs_log import NvvsLog
 from gputriage.rules.base import finding, rule
 
@@ -158,9 +159,11 @@ def cascade(tests: list[DiagTest]) -> list[DiagTest]:
 # --- hardware ---------------------------------------------------------------------------
 
 @rule("dcgm.diag-hardware",
-      produces=("dcgm.test-failed", "dcgm.pcie-failed", "dcgm.power-marginal"))
+      produces=("dcgm.test-failed", "dcgm.pcie-failed", "dcgm.power-marginal",
+                "dcgm.nvlink-down-without-nvlink"))
 def diag_hardware(dcgmi_diag: DiagReport,
-                  pcie_links: list[PcieLink] | None = None) -> Iterator[Finding]:
+                  pcie_links: list[PcieLink] | None = None,
+                  nvlink: NvlinkStatus | None = None) -> Iterator[Finding]:
     """A hardware test DCGM failed on a GPU (memory, PCIe, stress, power, diagnostic,
     EUD, NVLink, row remap): one finding per GPU with the tests and their warnings; a
     PCIe failure names the GPU's degraded link; a targeted power miss of a few percent
@@ -175,7 +178,9 @@ def diag_hardware(dcgmi_diag: DiagReport,
             continue
         if rest:
             yield _hardware(gpu, rest, dcgmi_diag)
-        if pcie:
+        if pcie and (phantom := _nvlink_down_only(gpu, pcie[0][0], pcie[0][1], nvlink)):
+            yield phantom
+        elif pcie:
             yield _pcie(gpu, pcie[0][0], pcie[0][1], pcie_links)
         if power and not rest:
             yield _power(gpu, power[0][0], power[0][1])
@@ -290,6 +295,53 @@ def _link_of(gpu: int | None, links: list[PcieLink] | None) -> PcieLink | None:
                                     and link.cur_width < link.max_width)):
             return link
     return None
+
+
+_NVLINK_DOWN = re.compile(r"NvLink link [0-9]+ is currently down", re.IGNORECASE)
+# nvidia-smi nvlink -s on a GPU that has no NVLink at all
+_NO_NVLINK = re.compile(r"does not (?:have|support)|not supported", re.IGNORECASE)
+# what DCGM prints around each such message: "GPU 0GPU 0's ... Run a field diagnostic ..."
+_BOILERPLATE = re.compile(r"GPU [0-9]+|'s\b|Run a field diagnostic on the GPU\.?|[\s,.;]",
+                          re.IGNORECASE)
+
+
+def _nvlink_down_only(gpu: int | None, t: DiagTest, msgs: list[DiagMessage],
+                      nvlink: NvlinkStatus | None) -> Finding | None:
+    """A PCIe test failed only on "NvLink link N is currently down": on a GPU without
+    NVLink, some DCGM versions report every link down (NVIDIA/DCGM#49), which is no
+    fault; None when other messages say more, or nvidia-smi shows the links exist."""
+    text = " ".join(" ".join(m.text.split()) for m in msgs)
+    rest = _BOILERPLATE.sub("", _NVLINK_DOWN.sub("", text))
+    if not _NVLINK_DOWN.search(text) or rest:
+        return None  # the test said more than that links are down
+    who = f"GPU {gpu}" if gpu is not None else "the GPUs"
+    listed = nvlink.gpus if nvlink else []
+    seen = [g for g in listed if gpu is None or g.index == gpu]  # "All": every GPU
+    if any(g.links for g in seen):
+        return None  # nvidia-smi lists the GPU's links: they exist, so down is a fault
+    ev = diag_evidence([t])
+    if seen and all(any(_NO_NVLINK.search(m) for m in g.messages) for g in seen):
+        ev.append(evidence("nvidia_smi_nvlink_status",
+                           [ln for g in seen[:2] for ln in (g.header, *g.messages[:1])]))
+        return finding(
+            "dcgm.nvlink-down-without-nvlink", Severity.INFO,
+            f"DCGM diag: PCIe test failed on {who} only for NVLink links it does not have",
+            f"DCGM's PCIe test failed on {who} only because it found its NVLink links down, "
+            "and nvidia-smi lists no NVLink link on it: the test checked NVLink on a GPU "
+            "without it, a known false alarm of DCGM (NVIDIA/DCGM#49), not a GPU fault. "
+            "Run a DCGM release that skips NVLink on such GPUs, or leave the NVLink check "
+            "out of this node's diagnostic.", Action.FIX_CONFIG, Blame.CONFIG, _scope(gpu), ev,
+            references=(DOC,))
+    return finding(
+        "dcgm.nvlink-down-without-nvlink", Severity.WARNING,
+        f"DCGM diag: PCIe test failed on {who} only for NVLink links reported down",
+        f"Every message of the failed PCIe test on {who} is an NVLink link reported down. "
+        "On a GPU without NVLink (a PCIe card without a bridge) some DCGM versions report "
+        "this for every link although nothing is wrong (NVIDIA/DCGM#49); on a GPU with "
+        "NVLink (SXM, or a bridge fitted) the links are really down. The diagnostic alone "
+        "cannot tell which: nvidia-smi nvlink -s says whether the GPU has links; drain only "
+        "if it does and they are inactive.", Action.NONE, Blame.UNKNOWN, _scope(gpu), ev,
+        references=(DOC,))
 
 
 def _pcie(gpu: int | None, t: DiagTest, msgs: list[DiagMessage],

@@ -16,7 +16,7 @@ from gputriage.parsers.modules import Module
 from gputriage.parsers.nvml import NvmlReading
 from gputriage.parsers.nvsmi import SmiError, SmiReport
 from gputriage.parsers.pci import PciFunction
-from gputriage.rules.base import finding, rule, versions_agree
+from gputriage.rules.base import SOFTWARE_DRAIN, finding, rule, versions_agree
 from gputriage.text.fields import split_lines
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def driver_presence(pci: list[PciFunction], pci_gpus: list[PciFunction], pci_sou
             "Without the nvidia module no CUDA job can run here. Usual causes: a kernel "
             "update without a rebuilt DKMS module, Secure Boot refusing an unsigned module, "
             "nouveau claiming the GPUs, or a failed driver install. The kernel log says "
-            "which.", Action.FIX_SOFTWARE, Blame.NODE, evidence=ev)
+            f"which. {SOFTWARE_DRAIN}", Action.FIX_SOFTWARE, Blame.CONFIG, evidence=ev)
 
 
 def _gpus_gone(pci: list[PciFunction], pci_source: str, traces: GpuTraces) -> Finding:
@@ -193,11 +193,10 @@ def version_mismatch(kernel_module: KernelModuleVersion | None = None,
         yield finding(
             "driver.version-mismatch", Severity.CRITICAL,
             f"driver version mismatch: kernel module {k_txt}, userspace {u_txt}",
-            "The loaded nvidia kernel module is not the release of the installed userspace "
-            "driver (libnvidia-ml, libcuda): the driver was upgraded under a running system. "
-            "nvidia-smi, NVML and CUDA fail until they agree. Drain the node, then reboot it "
-            "(or stop every GPU user and reload the nvidia modules).",
-            Action.REBOOT_NODE, Blame.NODE, evidence=ev)
+            "The loaded nvidia kernel module is not the release of the userspace driver "
+            "(libnvidia-ml, libcuda): nvidia-smi, NVML and CUDA fail until they agree. "
+            + _mismatch_fix(_most_specific(kernel), _most_specific(user)) + " "
+            + SOFTWARE_DRAIN, Action.FIX_SOFTWARE, Blame.CONFIG, evidence=ev)
         return
     if kernel and user:
         version = sorted(kernel)[0]
@@ -208,6 +207,32 @@ def version_mismatch(kernel_module: KernelModuleVersion | None = None,
             Action.NONE, Blame.UNKNOWN,
             evidence=[e for v in kernel.values() for e in v][:1]
             + [e for v in user.values() for e in v][:1])
+
+
+def _mismatch_fix(kernel: list[str], user: list[str]) -> str:
+    """Whether the packages disagree (complete or roll back the upgrade) or agree with
+    each other but not with the loaded module (reboot into the new module), from the
+    versions the input shows; what to compare when it shows too few."""
+    if any(not versions_agree(a, b) for a in user for b in user):
+        return (f"The userspace libraries are themselves of different releases "
+                f"({', '.join(user)}): a package upgrade stopped half-way (unattended "
+                "upgrades often take some of the driver's packages and not the others). "
+                "Complete the upgrade or roll it back so that every NVIDIA package is one "
+                "release, then reboot (or reload the nvidia modules with no GPU user left); "
+                "a reboot alone does not help while the packages disagree.")
+    if kernel and user:
+        return (f"The installed userspace is {user[0]} and the running module "
+                f"{', '.join(kernel)}: the driver was upgraded under the running system. If "
+                f"the installed kernel module is {user[0]} too (modinfo -F version nvidia), "
+                "reboot into it (or stop every GPU user and reload the nvidia modules); if it "
+                "is not (a DKMS build that failed, a held package), complete or roll back "
+                "the packages first: a reboot alone does not help.")
+    return ("The input does not show both versions: compare the running module (cat "
+            "/proc/driver/nvidia/version) with the installed packages (dpkg -l | grep -i "
+            "nvidia, or rpm -qa | grep -i nvidia). When the packages are all one release, "
+            "reboot into its module (or reload the nvidia modules with no GPU user left); "
+            "when they are of two releases (a partial upgrade), complete or roll back the "
+            "upgrade first: a reboot alone does not help.")
 
 
 def _most_specific(versions: Versions) -> list[str]:
@@ -243,7 +268,7 @@ _SMI_ERRORS = {
         "nvidia-smi.cannot-communicate", "nvidia-smi cannot communicate with the NVIDIA driver",
         "The nvidia kernel module is not loaded or not working. Look at the kernel log for "
         "why it failed to load (kernel updated without a DKMS rebuild, Secure Boot, nouveau) "
-        "and reinstall or rebuild the driver.", Action.FIX_SOFTWARE, Blame.NODE),
+        "and reinstall or rebuild the driver.", Action.FIX_SOFTWARE, Blame.CONFIG),
     "no-devices": (
         "nvidia-smi.no-devices", "nvidia-smi found no devices",
         "The driver is loaded but initialised no GPU. The kernel log's RmInitAdapter lines "
@@ -409,9 +434,9 @@ _INIT_EVENTS = {
                           Action.FIX_CONFIG, Blame.CONFIG),
     "gsp-firmware-missing": ("driver.gsp-firmware-missing",
                              "GSP firmware for the loaded module is missing",
-                             Action.FIX_SOFTWARE, Blame.NODE),
+                             Action.FIX_SOFTWARE, Blame.CONFIG),
     "module-load-failed": ("driver.module-load-failed", "an NVIDIA kernel module failed to load",
-                           Action.FIX_SOFTWARE, Blame.NODE),
+                           Action.FIX_SOFTWARE, Blame.CONFIG),
 }
 _INIT_WHY = {
     "driver.gpu-init-failed": "RmInitAdapter failed: the GPU did not come up (firmware that "
@@ -422,13 +447,17 @@ _INIT_WHY = {
     "successor nova_core, which the driver names NovaCore; vfio-pci for passthrough), or the "
     "GPUs are not visible. The GPU is not at fault: blacklist the driver that holds it "
     "(nouveau, or nova_core, nova_drm and nova), rebuild the initramfs and reboot.",
-    "driver.gsp-firmware-missing": "The kernel module's GSP firmware file is not installed: a "
-    "half-applied driver update. Reinstall the matching driver packages (module and "
-    "firmware) and reboot.",
+    "driver.gsp-firmware-missing": "The kernel asked for the module's GSP firmware file and "
+    "did not find it (error -2): a half-applied driver update, or a driver / vGPU manager "
+    "container whose firmware directory is not where the kernel looks (the host's "
+    "/lib/firmware/nvidia/<version>, or the path in /sys/module/firmware_class/parameters/"
+    "path). Install the firmware of the loaded module's exact version, or mount or point "
+    "the firmware search path at the container's copy, then reload the module. "
+    + SOFTWARE_DRAIN,
     "driver.module-load-failed": "modprobe could not insert an NVIDIA module: nvidia.ko is "
     "missing for this kernel (no DKMS rebuild after a kernel update), unsigned under Secure "
     "Boot, or built for another release. Everything above it (uvm, drm, persistenced) fails "
-    "in turn. Rebuild or reinstall the driver for the running kernel.",
+    "in turn. Rebuild or reinstall the driver for the running kernel. " + SOFTWARE_DRAIN,
 }
 
 

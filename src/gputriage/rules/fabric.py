@@ -30,7 +30,7 @@ from gputriage.parsers.nvlink import (
 )
 from gputriage.parsers.pci import PciFunction
 from gputriage.parsers.systemd import UnitState
-from gputriage.rules.base import finding, rule
+from gputriage.rules.base import SOFTWARE_DRAIN, finding, rule
 from gputriage.text.fields import split_lines, strict_int
 
 FM_UNIT = "nvidia-fabricmanager"
@@ -323,8 +323,8 @@ def fabric_manager(units: Units | None = None, fm_log: FmLog | None = None,
             f"{why} on an NVSwitch system ({need.reason})",
             "Until the fabric manager has configured the NVSwitches, CUDA cannot start on "
             "these GPUs (error 802, 'system not yet initialized') and NVLink peer traffic "
-            f"stays off. {todo}{blind}",
-            action, Blame.NODE, Scope("unit", name=FM_UNIT),
+            f"stays off. {todo}{blind} {SOFTWARE_DRAIN}",
+            action, Blame.CONFIG, Scope("unit", name=FM_UNIT),
             [*ev, evidence(FM_SOURCE, _fm_lines(mismatch)), *need.evidence])
         return
     failed_unit = unit is not None and unit.active_state == "failed"
@@ -403,13 +403,15 @@ def _state_finding(state: FabricState, profile: GpuProfile | None, need: FabricN
             action = Action.RESET_GPU
         else:
             why = ("Start and enable nvidia-fabricmanager (the NVSwitch fabric must be "
-                   "configured first); registration completes about a minute later.")
+                   "configured first; its version must be the driver's, and its journal "
+                   "says why it does not start); registration completes about a minute "
+                   f"later. {SOFTWARE_DRAIN}")
             action = Action.FIX_CONFIG
         return finding(
             "fabric.state-not-completed", Severity.CRITICAL, title,
             "CUDA cannot initialise on a GPU whose NVLink fabric registration has not "
             f"completed (error 802, 'system not yet initialized'). {why}",
-            action, Blame.NODE, scope, ev)
+            action, Blame.NODE if running else Blame.CONFIG, scope, ev)
     return _registration_failed(state, title, scope, ev)
 
 
@@ -471,10 +473,11 @@ def fabric_manager_log(fm_log: FmLog, needs_fabric_manager: FabricNeed | None = 
     critical = worst is not None or any(e.level == "fatal" and not _never_fatal(e)
                                         for e in errors)
     why, action = _log_advice(worst, critical)
+    software = action is Action.FIX_SOFTWARE  # a version mismatch: the packages, not the switches
     yield finding("fabric.manager-errors",
                   Severity.CRITICAL if critical else Severity.WARNING,
                   _log_title(errors, counts), why, action,
-                  Blame.NODE, Scope("unit", name=FM_UNIT),
+                  Blame.CONFIG if software else Blame.NODE, Scope("unit", name=FM_UNIT),
                   [evidence(FM_SOURCE, _fm_lines(errors, 20),
                             f"{len(errors)} error record(s)" if len(errors) > 1 else None)])
 
@@ -524,8 +527,9 @@ def _log_advice(worst: str | None, critical: bool) -> tuple[str, Action]:
     """What the worst logged event means, and what to do."""
     if worst == "version-mismatch":
         return ("The fabric manager and the driver are different releases: it refuses "
-                "to configure the fabric. Install the fabric manager package matching "
-                "the driver version exactly."), Action.FIX_SOFTWARE
+                "to configure the fabric, and CUDA fails with error 802 until it does. "
+                "Install the fabric manager package of exactly the driver's version (or "
+                f"the driver of the fabric manager's). {SOFTWARE_DRAIN}"), Action.FIX_SOFTWARE
     if critical:
         return ("A fatal or uncorrectable fabric error stops NVLink traffic through "
                 "the switch or GPU involved: jobs using it fail or hang. Drain the "

@@ -20,7 +20,7 @@ from gputriage.facts.resets import Resets
 from gputriage.facts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
 from gputriage.logscan.events import DriverEvent
-from gputriage.model import DRAINING_ACTIONS, Action, Blame, Finding, Severity
+from gputriage.model import Action, Blame, Finding, Severity
 from gputriage.parsers.kernel_fold import (
     FOLLOW_ON_S,
     LOOKBACK,
@@ -284,6 +284,18 @@ def _judge_119(j: Judged, g: _Group) -> None:
                    "so drain the node and repair the GPU if a reset does not hold.")
 
 
+def _judge_109(j: Judged, g: _Group) -> None:
+    """A context-switch timeout after the job's own fault on the GPU is that job's hang:
+    restart it; only a timeout without one calls for the GPU reset the catalog names."""
+    faults = sorted(set(APP_FAULTS) & g.ctx.codes)
+    if not faults:
+        return
+    j.severity, j.action, j.blame = Severity.WARNING, Action.RESTART_JOB, Blame.JOB
+    j.notes.append(f"It follows the job's own fault on this GPU (Xid {', '.join(map(str, faults))})"
+                   ": the faulting job hung the channel. Restart the job; if Xid 109 comes "
+                   "back without an application fault before it, drain and reset the GPU.")
+
+
 def _judge_154(j: Judged, g: _Group) -> None:
     """The recovery action the driver asks for is the action."""
     target, action = recovery_target(latest_of(g.events))
@@ -339,7 +351,8 @@ def _judge_app_fault_group(j: Judged, g: _Group) -> None:
 # the codes whose verdict the GPU's other events refine (every other code: the catalog's)
 _CONTEXT: dict[int, Callable[[Judged, _Group], None]] = {
     45: _judge_45_group, **dict.fromkeys(APP_FAULTS, _judge_app_fault_group),
-    48: _judge_48, REMAP_PENDING: _judge_63, 119: _judge_119, 154: _judge_154}
+    48: _judge_48, REMAP_PENDING: _judge_63, 109: _judge_109, 119: _judge_119,
+    154: _judge_154}
 
 
 def judge_xid_group(code: int, events: list[DriverEvent], ctx: _GpuContext,
@@ -364,15 +377,18 @@ def _judge_app_fault(j: Judged, app: _AppFaults) -> None:
         who = f"{app.count()} different processes"
         if len(app.programs) >= 2 and not app.unnamed:
             who += f" of {n} programs ({', '.join(sorted(app.programs))})"
-        j.severity = Severity.CRITICAL if n >= 3 else worse(j.severity, Severity.WARNING)
-        j.action = action_for(j.severity, Action.DRAIN_AND_REPAIR)
+        # NVIDIA's immediate action for these codes is RESTART_APP (43: IGNORE); several
+        # programs faulting on one GPU is its investigatory workflow (a diagnostic of the
+        # GPU), never a drain on the Xids alone.
+        j.severity = worse(j.severity, Severity.WARNING)
+        j.action = Action.PLAN_REPAIR
         j.blame = Blame.NODE
         j.notes.append(f"Application faults (Xid 13/31/43) on this GPU come from {who}: "
-                       "suspect the GPU, not the jobs; " + (
-                           "drain it and run DCGM diagnostics." if j.action in DRAINING_ACTIONS
-                           else "reset it and run DCGM diagnostics (dcgmi diag -r 3) when "
-                           "it is idle or at the next maintenance window; drain it if a "
-                           "third program faults."))
+                       "suspect the GPU, not the jobs. NVIDIA's catalog answers each with a "
+                       "restart of the application, so the node is not drained on these "
+                       "Xids alone: run DCGM diagnostics (dcgmi diag -r 3) on this GPU when "
+                       "it is idle or at the next maintenance window, and drain it if the "
+                       "diagnostic fails.")
         return
     j.severity = cap_severity(j.severity, Severity.WARNING)  # the catalog's job verdict
     j.action = action_for(j.severity, j.action)
