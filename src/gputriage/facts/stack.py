@@ -218,9 +218,16 @@ def log_events(facts: FactReader) -> list[kernel_events.DriverEvent]:
     return [ev for ev in scan.events if facts.window.admits(ev)]
 
 
+UNTOLD = "could not be told"  # a parsed output's own note of what it could not tell
 # problem lines of the readers that say part of an input was left out
 _NOT_READ_MARKS = ("only the last", "not read", "not a kernel log", "unrecognised content",
-                   "binary data")
+                   "binary data", UNTOLD)
+
+
+def untold(problems: list[str]) -> list[str]:
+    """The problems of parsed values that say what an output could not tell (which GPU
+    a headerless section describes...): they belong with what was not read."""
+    return [p for p in problems if UNTOLD in p]
 
 
 @FACTS.fact("not_read")

@@ -168,6 +168,16 @@ class SmiReport:
     mig_listing: str | None = None  # "table", "list", "gpu-instances", "compute-instances"
     mig_enabled: bool | None = None  # False: "No MIG-enabled devices found"
     mig_notes: list[str] = field(default_factory=list)  # MIG messages as printed
+    #: sections of ``-q`` text pasted without their ``GPU <bus id>`` header: what they
+    #: say is read, but not which GPU they describe
+    headerless: bool = False
+
+    def unreadable_fields(self) -> list[str]:
+        """What this output could not tell (listed by the fact store)."""
+        if self.headerless:
+            return ["a section pasted without its 'GPU <bus id>' header: which GPU it "
+                    "describes could not be told"]
+        return []
 
 
 # --- value helpers -------------------------------------------------------------------------
