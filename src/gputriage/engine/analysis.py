@@ -102,14 +102,17 @@ def as_pasted(found: Finding, snapshot: Snapshot) -> Finding:
     """The finding with its evidence lines as pasted: a line read without its framing
     (a quote, a container's log prefix, a JSON record: ``Captured.framed``) is quoted
     whole, so that it can be found in the input."""
-    if not any(cap.framed for cap in snapshot.captures.values()):
+    framed: dict[str, dict[str, str]] = {
+        name: cap.framed for name, cap in snapshot.captures.items()
+        if getattr(cap, "framed", None)}  # (a large log's scan has no pasted lines)
+    if not framed:
         return found
 
     def restore(ev: Evidence) -> Evidence:
-        cap = snapshot.captures.get(ev.source)
-        if cap is None or not cap.framed:
+        pasted = framed.get(ev.source)
+        if not pasted:
             return ev
-        return replace(ev, lines=tuple(cap.framed.get(ln, ln) for ln in ev.lines))
+        return replace(ev, lines=tuple(pasted.get(ln, ln) for ln in ev.lines))
 
     return replace(found, evidence=tuple(restore(ev) for ev in found.evidence),
                    consequences=tuple(as_pasted(c, snapshot) for c in found.consequences))

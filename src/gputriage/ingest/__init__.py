@@ -239,7 +239,7 @@ def load_text(text: str, origin: str, problems: Sequence[str] = (),
     if not pieces:
         raise InputError(f"{origin}: unrecognised content; {EXPECTED}")
     caps = {name: Captured(name, body, _record(origin, body, "pasted", truncated), origin,
-                           framed.get(name, {}))
+                           framed=framed.get(name, {}))
             for name, body in pieces}
     return Snapshot(caps, None, origin, probs)
 

@@ -82,7 +82,7 @@ class Captured:
     origin: str = ""
     #: payload -> the line as pasted, for lines whose framing (a quote, a container's
     #: log prefix, a JSON record...) was taken off before parsing: evidence quotes these
-    framed: dict[str, str] = field(default_factory=dict)
+    framed: dict[str, str] = field(default_factory=dict, kw_only=True)
 
     def json(self) -> Any:
         """The JSON document of a tree/devnodes/nvml source (InputError if broken or

@@ -37,15 +37,17 @@ _KUBECTL = re.compile(r"^\[(?:pod|node|job|deployment|statefulset|daemonset)/[\w
 _LOGCLI = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{8,18}(?:Z|[+-][0-9]{2}:[0-9]{2})"
                      r" \{[^{}]{0,2000}\} ")
 # --- framings stripped only over a run that agrees -------------------------------------
+# "  12 | x" (an editor), "    12\tx" (cat -n), "12:x" (grep -n; not "15:36:15", a time)
 _NUMBERED = re.compile(r"^(?:[ \t]{0,7}(?P<a>[0-9]{1,7})(?:[ \t]{0,2}\|[ \t]?|\t)"
-                       r"|(?P<b>[0-9]{1,7}):)")  # "  12 | x", "    12\tx" (cat -n), "12:x" (grep -n)
+                       r"|(?P<b>[0-9]{1,7}):(?![0-9]{2}[:.]))")
 _FILE = re.compile(r"^(?P<key>(?:/[\w.@+-]{1,80}){1,12}|[\w.-]{0,60}(?:\.log|syslog|messages|"
                    r"kern\.log|\.txt)(?:[.-][0-9]{1,8})?(?:\.gz)?):(?:[0-9]{1,9}[:-])?")
 _HOST = re.compile(r"^(?P<key>[A-Za-z][\w.-]{0,62}): ")
 # tags that lead kernel and driver messages: never a host's name
-_NOT_HOST = re.compile(r"^(?:NVRM|kernel|nvidia|nv|mlx[0-9]|mlx5|ib_|pci|usb|ata|nvme|xhci|"
-                       r"ACPI|EDAC|mce|audit|systemd|GPU|NCCL|Warning|Error|WARNING|ERROR|"
-                       r"INFO|Note)", re.IGNORECASE)
+_NOT_HOST = re.compile(r"^(?:NVRM|kernel|nvidia|nv_|mlx[0-9]|mlx5|ib_|pci|usb|ata[0-9]|nvme|"
+                       r"xhci|ACPI|EDAC|mce|audit|systemd|GPU[0-9]|gpu[0-9]|NCCL|Warning|Error|"
+                       r"WARNING|ERROR|INFO|Note|ib[0-9ps]|eth[0-9]|en[ops][0-9]|eno|bond|veth|"
+                       r"docker|br-|virbr|cni|cali|flannel|lo$|sd[a-z]|md[0-9]|dm-|loop)")
 
 # what the quick test looks for before any line is looked at
 _ANY = re.compile(r"(?m)^(?:[ \t]{0,3}>|[0-9]{4}-[0-9]{2}-[0-9]{2}T\S{8,40} (?:stdout|stderr|\{)"
