@@ -8,7 +8,6 @@ from dataclasses import replace
 from typing import Any
 
 from gputriage.facts.context import CheckContext
-from gputriage.facts.stack import untold
 from gputriage.facts.store import Facts, Missing
 from gputriage.facts.window import LogWindow
 from gputriage.model import (
@@ -91,7 +90,6 @@ def analyze_facts(facts: Facts, rules: Sequence[Rule] | None = None) -> Result:
     result.job_faults_fail = facts.context.job_faults_fail
     result.unreadable = list(snapshot.problems) + facts.problems
     result.not_read = facts.maybe("not_read", [])
-    result.not_read += [p for p in untold(facts.problems) if p not in result.not_read]
     result.inputs = _inputs(snapshot)
     result.gpus = _gpus(facts, result.findings)
     result.host = _host(facts, result, ran)

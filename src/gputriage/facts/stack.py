@@ -218,17 +218,9 @@ def log_events(facts: FactReader) -> list[kernel_events.DriverEvent]:
     return [ev for ev in scan.events if facts.window.admits(ev)]
 
 
-UNTOLD = "could not be told"  # a parsed output's own note of what it could not tell
 # problem lines of the readers that say part of an input was left out
 _NOT_READ_MARKS = ("only the last", "not read", "not a kernel log", "unrecognised content",
-                   "binary data", UNTOLD)
-
-
-def untold(problems: list[str]) -> list[str]:
-    """The problems of parsed values that say what an output could not tell (which GPU
-    a headerless section describes...): they belong with what was not read."""
-    return [p for p in problems if UNTOLD in p]
-
+                   "binary data")
 
 @FACTS.fact("not_read")
 def not_read(facts: FactReader) -> list[str]:
@@ -240,6 +232,10 @@ def not_read(facts: FactReader) -> list[str]:
         rec = cap.record or {}
         if rec.get("truncated") and "origin" not in rec:  # cut by the collector
             out.append(f"{name}: longer than the collection cap; only its tail was read")
+    for source, report in facts.maybe("smi", []):
+        if report.headerless:  # a section pasted alone: read, but on which GPU?
+            out.append(f"{source}: a section pasted without its 'GPU <bus id>' header: "
+                       "which GPU it describes could not be told")
     scan = facts.maybe("log_scan")
     if scan is not None:
         facts.window.check_boot(scan.boots)

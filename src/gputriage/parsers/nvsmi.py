@@ -172,13 +172,6 @@ class SmiReport:
     #: say is read, but not which GPU they describe
     headerless: bool = False
 
-    def unreadable_fields(self) -> list[str]:
-        """What this output could not tell (listed by the fact store)."""
-        if self.headerless:
-            return ["a section pasted without its 'GPU <bus id>' header: which GPU it "
-                    "describes could not be told"]
-        return []
-
 
 # --- value helpers -------------------------------------------------------------------------
 
