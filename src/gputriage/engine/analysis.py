@@ -13,6 +13,7 @@ from gputriage.facts.window import LogWindow
 from gputriage.model import (
     UNKNOWN_STATE,
     Blame,
+    Evidence,
     Finding,
     GpuRow,
     HostSummary,
@@ -85,7 +86,7 @@ def analyze_facts(facts: Facts, rules: Sequence[Rule] | None = None) -> Result:
             continue
         if rule.requires or rule.any_of:  # a rule that needs no input tells nothing
             ran += 1
-    result.findings = settle(result.findings, facts)
+    result.findings = [as_pasted(f, snapshot) for f in settle(result.findings, facts)]
     result.job_faults_fail = facts.context.job_faults_fail
     result.unreadable = list(snapshot.problems) + facts.problems
     result.not_read = facts.maybe("not_read", [])
@@ -93,6 +94,26 @@ def analyze_facts(facts: Facts, rules: Sequence[Rule] | None = None) -> Result:
     result.gpus = _gpus(facts, result.findings)
     result.host = _host(facts, result, ran)
     return result
+
+
+def as_pasted(found: Finding, snapshot: Snapshot) -> Finding:
+    """The finding with its evidence lines as pasted: a line read without its framing
+    (a quote, a container's log prefix, a JSON record: ``Captured.framed``) is quoted
+    whole, so that it can be found in the input."""
+    framed: dict[str, dict[str, str]] = {
+        name: cap.framed for name, cap in snapshot.captures.items()
+        if getattr(cap, "framed", None)}  # (a large log's scan has no pasted lines)
+    if not framed:
+        return found
+
+    def restore(ev: Evidence) -> Evidence:
+        pasted = framed.get(ev.source)
+        if not pasted:
+            return ev
+        return replace(ev, lines=tuple(pasted.get(ln, ln) for ln in ev.lines))
+
+    return replace(found, evidence=tuple(restore(ev) for ev in found.evidence),
+                   consequences=tuple(as_pasted(c, snapshot) for c in found.consequences))
 
 
 def settle(findings: list[Finding], facts: Facts) -> list[Finding]:

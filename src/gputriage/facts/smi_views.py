@@ -77,6 +77,8 @@ class SmiView:
     @property
     def label(self) -> str:
         """``GPU 1 0000:55:00.0 (NVIDIA H100 80GB HBM3)`` with what is known."""
+        if self.index is None and not self.bus_id and not self.value("uuid"):
+            return "a GPU the paste does not name" + (f" ({self.name})" if self.name else "")
         text = f"GPU {self.index}" if self.index is not None else "GPU"
         if self.bus_id:
             text += f" {self.bus_id}"

@@ -222,7 +222,6 @@ def log_events(facts: FactReader) -> list[kernel_events.DriverEvent]:
 _NOT_READ_MARKS = ("only the last", "not read", "not a kernel log", "unrecognised content",
                    "binary data")
 
-
 @FACTS.fact("not_read")
 def not_read(facts: FactReader) -> list[str]:
     """What the judgement leaves out, and why, one line each: inputs or parts of them
@@ -233,6 +232,10 @@ def not_read(facts: FactReader) -> list[str]:
         rec = cap.record or {}
         if rec.get("truncated") and "origin" not in rec:  # cut by the collector
             out.append(f"{name}: longer than the collection cap; only its tail was read")
+    for source, report in facts.maybe("smi", []):
+        if report.headerless:  # a section pasted alone: read, but on which GPU?
+            out.append(f"{source}: a section pasted without its 'GPU <bus id>' header: "
+                       "which GPU it describes could not be told")
     scan = facts.maybe("log_scan")
     if scan is not None:
         facts.window.check_boot(scan.boots)

@@ -20,7 +20,7 @@ from typing import BinaryIO
 
 from gputriage.errors import InputError, unreadable
 from gputriage.ingest.bugreport import is_bug_report, split_with_headers
-from gputriage.ingest.detect import EXPECTED, detect
+from gputriage.ingest.detect import EXPECTED, detect_framed
 from gputriage.io.decompress import compression, data_of, peek
 from gputriage.io.inputs import DIR, STREAM, Input, human, is_binary, limit, open_input
 from gputriage.io.sniff import looks_binary
@@ -28,6 +28,7 @@ from gputriage.parsers.detect_jobs import nccl_lines
 from gputriage.parsers.detect_kernel import kernel_lines
 from gputriage.parsers.kernel_patterns import strip_ansi
 from gputriage.snapshot.bundle import READ_CAP_BYTES, Captured, Snapshot, decode
+from gputriage.text.framing import unframe
 
 __all__ = ["CAP_BYTES", "EXPECTED", "human_size", "load_input", "load_inputs", "load_opened",
            "load_text", "looks_binary"]
@@ -189,23 +190,29 @@ def _record(origin: str, text: str, kind: str, truncated: bool) -> dict:
 _ALL_LINES = ("kernel_log", "nccl_log")  # gathered over the whole of a large input
 
 
-def _pieces(text: str) -> list[tuple[str, str]]:
-    """Detected pieces; a large input is classified on its head and its tail (where a
-    job prints its nccl-tests table), its kernel and NCCL log lines on all of it."""
+def _pieces(text: str) -> tuple[list[tuple[str, str]], dict[str, dict[str, str]]]:
+    """Detected pieces (and the lines as pasted of framed ones: see
+    :func:`gputriage.ingest.detect.detect_framed`); a large input is classified on its
+    head and its tail (where a job prints its nccl-tests table), its kernel and NCCL log
+    lines on all of it."""
     if len(text) <= DETECT_BYTES:
-        return detect(text)
+        return detect_framed(text)
     cut = text.rfind("\n", 0, DETECT_BYTES)
     head = text[: cut if cut > 0 else DETECT_BYTES]
     start = max(len(head), text.find("\n", len(text) - DETECT_BYTES) + 1)
     found: dict[str, str] = {}
+    framed = False
     for part in (head, text[start:]):
-        for name, body in detect(part):
+        pieces, originals = detect_framed(part)
+        framed = framed or bool(originals)
+        for name, body in pieces:
             if name not in _ALL_LINES:
                 found[name] = found.get(name, "") + body
-    for name, body in (("kernel_log", kernel_lines(text)), ("nccl_log", nccl_lines(text))):
+    whole = unframe(text) if framed else text  # (a framed log: every line unwrapped)
+    for name, body in (("kernel_log", kernel_lines(whole)), ("nccl_log", nccl_lines(whole))):
         if body:
             found[name] = body
-    return list(found.items())
+    return list(found.items()), {}
 
 
 def _from_bug_report(text: str, origin: str, problems: list[str], truncated: bool) -> Snapshot:
@@ -228,10 +235,11 @@ def load_text(text: str, origin: str, problems: Sequence[str] = (),
         return _from_bug_report(text, origin, probs, truncated)
     if "\x1b" in text:  # a paste from a colour terminal: the escapes carry no content
         text = strip_ansi(text)
-    pieces = _pieces(text)
+    pieces, framed = _pieces(text)
     if not pieces:
         raise InputError(f"{origin}: unrecognised content; {EXPECTED}")
-    caps = {name: Captured(name, body, _record(origin, body, "pasted", truncated), origin)
+    caps = {name: Captured(name, body, _record(origin, body, "pasted", truncated), origin,
+                           framed=framed.get(name, {}))
             for name, body in pieces}
     return Snapshot(caps, None, origin, probs)
 

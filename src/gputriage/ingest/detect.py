@@ -20,10 +20,11 @@ from gputriage import sources
 from gputriage.parsers.detect_jobs import is_tests_prompt
 from gputriage.parsers.detect_kernel import is_kernel_line, kernel_lines
 from gputriage.parsers.ib_tools import PERFQUERY_HEAD
+from gputriage.text.framing import originals, unframe_lines
 from gputriage.text.paste import BARRIER, PasteDoc
 from gputriage.text.prompts import programs, source_for_command, subcommands
 
-__all__ = ["EXPECTED", "detect", "expected", "is_kernel_line", "kernel_lines",
+__all__ = ["EXPECTED", "detect", "detect_framed", "expected", "is_kernel_line", "kernel_lines",
            "source_for_command"]
 
 
@@ -135,17 +136,36 @@ def _apply_command(doc: PasteDoc, seg: _Segment, end: int) -> None:
 def detect(text: str) -> list[tuple[str, str]]:
     """The ``(source_name, text)`` pieces found in a pasted text; ``[]`` when unrecognised.
 
-    Pieces are in the order they appear; several blocks of one source are joined.
+    Pieces are in the order they appear; several blocks of one source are joined. Lines
+    that arrived framed (a quote, a container's log prefix, a JSON record, line numbers:
+    :mod:`gputriage.text.framing`) are read, and given, as their payload.
     """
+    return detect_framed(text)[0]
+
+
+def detect_framed(text: str) -> tuple[list[tuple[str, str]], dict[str, dict[str, str]]]:
+    """:func:`detect`'s pieces, and for each source the original line of every payload
+    whose framing was taken off (so that evidence can quote the line as pasted)."""
     doc = PasteDoc(text)
+    raw = doc.lines
+    payloads, taken = unframe_lines(raw)
+    framed = any(taken)
+    if framed:
+        doc.lines = payloads
     segments = _segments(doc)
     for claim in _detectors():
         claim(doc)
     ends = [s.prompt for s in segments[1:]] + [len(doc.lines)]
     for seg, end in zip(segments, ends, strict=True):
         _apply_command(doc, seg, end)
-    found: dict[str, list[str]] = {}
-    for ln, owner in zip(doc.lines, doc.owner, strict=True):
+    found: dict[str, list[int]] = {}
+    for i, owner in enumerate(doc.owner):
         if owner and owner != BARRIER:
-            found.setdefault(owner, []).append(ln)
-    return [(name, "\n".join(lns).strip("\n") + "\n") for name, lns in found.items()]
+            found.setdefault(owner, []).append(i)
+    pieces = [(name, "\n".join(doc.lines[i] for i in idx).strip("\n") + "\n")
+              for name, idx in found.items()]
+    if not framed:
+        return pieces, {}
+    origin = {name: originals([payloads[i] for i in idx], [raw[i] for i in idx],
+                              [taken[i] for i in idx]) for name, idx in found.items()}
+    return pieces, {name: m for name, m in origin.items() if m}

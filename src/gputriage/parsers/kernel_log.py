@@ -34,6 +34,11 @@ _KERNEL_START = re.compile("|".join(f"(?:{p})" for p in (
     r"\s*(?:nvidia(?:-(?:modeset|nvlink|uvm|drm|peermem|nvswitch[0-9]*))?|nvidia_uvm|nvidia_drm)"
     r"(?::|\s+[0-9a-f]{4}:[0-9a-f]{2}:)",
     r"\s*[a-z]{2,8}\s*:[a-z]{2,7}\s*:\s*\[",  # dmesg -x: "kern  :warn  : [ 12.3]"
+    # dmesg -x --time-format iso: "kern  :err   : 2025-01-17T15:36:15,345059+00:00 "
+    r"\s*[a-z]{2,8}\s*:[a-z]{2,7}\s*:\s*[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}",
+    # busybox / OpenWrt logread: "Wed Mar 13 05:43:31 2024 kern.err kernel: "
+    r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} "
+    r"[0-9]{4} [a-z]{2,8}\.[a-z]{2,8} kernel(?:\[[0-9]+\])?:\s",
     r"[0-9]{9,11}\.[0-9]{1,9}\s+\S+\s+kernel:\s",  # journalctl -o short-unix
 )))
 # NVRM: first on the line, or after a prefix that ends in "]" or ":" and holds none of

@@ -19,6 +19,8 @@ _SYSLOG = re.compile(
     r"^(?P<ts>(?:[A-Z][a-z]{2} [ 0-9]?[0-9]|"
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ])\s?[0-9]{2}:[0-9]{2}:[0-9]{2}"
     r"(?:[.,][0-9]{1,9})?(?:Z|[+-][0-9]{2}:?[0-9]{2})?)\s{1,4}")
+_LOGREAD = re.compile(r"^(?P<ts>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ 0-9]?[0-9] "
+                      r"[0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}) [a-z]{2,8}\.[a-z]{2,8} ")  # logread
 _HOST_KERNEL = re.compile(r"^\S{1,255} kernel: ?")
 _KERNEL_TAG = re.compile(r"^kernel: ?")
 _BRACKET = re.compile(r"^\[(?P<ts>\s{0,12}\+?[0-9]{1,12}\.[0-9]{1,9}|[A-Z][a-z]{2} [A-Z][a-z]{2}"
@@ -32,6 +34,7 @@ PREFIXES: tuple[tuple[str, re.Pattern[str], Callable[[str], bool]], ...] = (
     ("level", _LEVEL, lambda t: t[:1] == "<"),
     ("talos", _TALOS, lambda t: "kern:" in t),
     ("facility", _FACILITY, lambda t: t[:1].islower() and ":" in t[2:12]),
+    ("logread", _LOGREAD, lambda t: t[:1].isupper() and t[19:24].strip().isdigit()),
     ("syslog", _SYSLOG, lambda t: t[:1].isupper() or t[:1].isdigit()),
     ("host", _HOST_KERNEL, lambda t: "kernel:" in t),
     ("kernel", _KERNEL_TAG, lambda t: t[:7] == "kernel:"),

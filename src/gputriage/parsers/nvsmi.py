@@ -168,6 +168,9 @@ class SmiReport:
     mig_listing: str | None = None  # "table", "list", "gpu-instances", "compute-instances"
     mig_enabled: bool | None = None  # False: "No MIG-enabled devices found"
     mig_notes: list[str] = field(default_factory=list)  # MIG messages as printed
+    #: sections of ``-q`` text pasted without their ``GPU <bus id>`` header: what they
+    #: say is read, but not which GPU they describe
+    headerless: bool = False
 
 
 # --- value helpers -------------------------------------------------------------------------

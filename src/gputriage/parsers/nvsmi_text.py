@@ -194,6 +194,8 @@ def parse_nvsmi_text(text: str) -> SmiReport:
         if hits or not builder.implicit:
             recognised = recognised or hits > 0
             report.gpus.append(builder.gpu)
+            if builder.implicit and not (builder.gpu.pci_bus_id or builder.gpu.uuid):
+                report.headerless = True
     for position, gpu in enumerate(report.gpus):
         gpu.index = position
         for proc in gpu.processes:
@@ -225,11 +227,19 @@ def _top_level(report: SmiReport, content: str) -> bool:
 _Q_START = re.compile(r"^=+\s*NVSMI LOG\s*=+\s*$|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
                       r"[0-9A-Fa-f]{2}\.[0-7]\s*$")
 _Q_CONT = re.compile(r"^\s*$|^\s|^[A-Z][\w ()/.,-]{0,80}\s:(?:\s|$)")
-# a section of nvidia-smi -q pasted without its GPU header (-q -d ROW_REMAPPER, a grep)
-_Q_SECTION = re.compile(r"^(?:Remapped Rows|Retired Pages|Page Retirement|ECC Errors|ECC Mode"
-                        r"|Temperature|GPU Power Readings|Power Readings|Clocks Event Reasons"
-                        r"|Clocks Throttle Reasons|PCI|Fabric|FB Memory Usage|Utilization"
-                        r"|Row Remapper)\s*$")
+# a section of nvidia-smi -q pasted without its GPU header (-q -d ROW_REMAPPER, a grep,
+# the section cut out of a GPU's block): its heading at any indentation
+_Q_SECTION = re.compile(r"^[ \t]{0,12}(?:Remapped Rows|Retired Pages|Page Retirement|ECC Errors"
+                        r"|ECC Mode|Temperature|GPU Power Readings|Power Readings"
+                        r"|Module Power Readings|Clocks Event Reasons(?: Counters)?"
+                        r"|Clocks Throttle Reasons|PCI|GPU Link Info|Fabric|FB Memory Usage"
+                        r"|BAR1 Memory Usage|Utilization|Row Remapper|Clocks|Max Clocks"
+                        r"|Applications Clocks|GPU Reset Status|GPU Recovery Action"
+                        r"|Processes|GPU Operation Mode|MIG Mode)\s*$")
+# one GPU's block pasted without its header: its first lines, at any indentation
+_Q_GPU_KEY = re.compile(r"^[ \t]{0,12}(?:Product Name|Product Brand|Product Architecture"
+                        r"|GPU UUID|Serial Number|VBIOS Version|Minor Number|Persistence Mode)"
+                        r"\s+:\s*\S")
 _Q_VALUE = re.compile(r"^\s+[A-Z][\w ()/.,-]{0,80}\s:\s*\S")
 
 
@@ -238,8 +248,20 @@ def _q_confirm(doc: PasteDoc, i: int) -> bool:
     return "NVSMI" in doc.lines[i] or (doc.free(j) and bool(re.match(r"^\s+\S", doc.lines[j])))
 
 
+def _indent(line: str) -> int:
+    return len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip())
+
+
 def _q_section_confirm(doc: PasteDoc, i: int) -> bool:
-    return any(_Q_VALUE.match(x) for x in doc.lines[i + 1:i + 4])
+    """The heading is followed by ``Key : value`` lines indented deeper than it."""
+    depth = _indent(doc.lines[i])
+    return any(_Q_VALUE.match(x) and _indent(x) > depth for x in doc.lines[i + 1:i + 4])
+
+
+def _q_gpu_block_confirm(doc: PasteDoc, i: int) -> bool:
+    """Two known keys of a GPU's block (or one and a section heading) in its first lines."""
+    near = doc.lines[i + 1:i + 6]
+    return any(_Q_GPU_KEY.match(x) or _Q_SECTION.match(x) for x in near)
 
 
 def _q_line(line: str) -> bool:
@@ -251,3 +273,4 @@ def claim_nvsmi_text(doc: PasteDoc) -> None:
     sections of it pasted alone."""
     claim_blocks(doc, "nvidia_smi_q", _Q_START, _q_line, _q_confirm)
     claim_blocks(doc, "nvidia_smi_q", _Q_SECTION, _q_line, _q_section_confirm)
+    claim_blocks(doc, "nvidia_smi_q", _Q_GPU_KEY, _q_line, _q_gpu_block_confirm)

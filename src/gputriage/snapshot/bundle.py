@@ -80,6 +80,9 @@ class Captured:
     text: str | None
     record: dict = field(default_factory=dict)
     origin: str = ""
+    #: payload -> the line as pasted, for lines whose framing (a quote, a container's
+    #: log prefix, a JSON record...) was taken off before parsing: evidence quotes these
+    framed: dict[str, str] = field(default_factory=dict, kw_only=True)
 
     def json(self) -> Any:
         """The JSON document of a tree/devnodes/nvml source (InputError if broken or
@@ -148,6 +151,8 @@ class Snapshot:
                 # two inputs of one kind (e.g. two kernel logs): keep both, in order
                 mine.text = mine.text.rstrip("\n") + "\n" + cap.text
                 mine.origin = f"{mine.origin}, {cap.origin}"
+                for payload, line in cap.framed.items():
+                    mine.framed.setdefault(payload, line)
         if self.manifest is None:
             self.manifest = other.manifest
         self.problems.extend(other.problems)
