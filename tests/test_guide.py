@@ -126,6 +126,9 @@ def installed(text: str) -> Iterator[Example]:
     saved_rules, saved_steps = list(base.REGISTRY), dict(repairs.BY_ID)
     try:
         (new,) = _run(blocks["source"], dict(vars(sources)))["SOURCES"]
+        if new.name in sources.BY_NAME:
+            pytest.fail(f"the guide's example source {new.name} is in the code now: give "
+                        "docs/contributing.md an example the code does not have")
         sources.SOURCES = (*sources.SOURCES, new)
         sources.BY_NAME = {s.name: s for s in sources.SOURCES}
         sources.PARSED = tuple(s.name for s in sources.SOURCES if s.parser)
