@@ -3,7 +3,8 @@
 - ``RULE_CASES`` of tests/test_rules.py and tests/test_rules_*.py: ``{rule id: [(sources,
   finding id)]}``, the hosts that make each rule fire (tests/test_conformance.py runs them);
 - ``SOURCE_SAMPLES`` of any tests/test_*.py: ``{source: (sample ref, ...)}``, the real
-  samples of each source (tests/test_sources.py reads them);
+  samples of each source (tests/test_sources.py reads them), and ``NO_SAMPLE_YET``:
+  ``{source: what a real sample would be}`` for a parsed source that has none yet;
 - ``GOLDEN`` of tests/test_corpus_golden_*.py: one verdict row per corpus sample.
 
 This is the one module that imports test modules, and it reads only those tables: a test
@@ -52,6 +53,15 @@ def source_samples() -> dict[str, tuple[str, ...]]:
     for module in modules:
         for name, refs in getattr(module, "SOURCE_SAMPLES", {}).items():
             found[name] = found.get(name, ()) + tuple(refs)
+    return found
+
+
+@cache
+def no_sample_yet() -> dict[str, str]:
+    """Every module's NO_SAMPLE_YET, joined: the parsed sources without a real sample."""
+    found: dict[str, str] = {}
+    for module in _declaring("test_*.py", "NO_SAMPLE_YET"):
+        found.update(getattr(module, "NO_SAMPLE_YET", {}))
     return found
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+from conformance_kit import finding_problems, rule_problems, rules_problems
 from declared import rule_case_list, rule_cases
 from hostkit import run
 
@@ -18,25 +19,18 @@ CASES = rule_case_list()
 @pytest.mark.parametrize(("rule_id", "sources", "expected"), CASES,
                          ids=[f"{r}->{e}" for r, _, e in CASES])
 def test_rule_fires(rule_id, sources, expected):
-    """Every case of every tests/test_rules*.py: the host makes the rule fire."""
+    """Every case of every tests/test_rules*.py: the host makes the rule fire, with a
+    severity, action and blame that agree and its next step."""
     result = run(**sources)
     assert expected in {f.id for f in result.findings}, [f.id for f in result.findings]
+    assert not finding_problems(f for f in result.findings if f.id == expected)
 
 
 def test_every_rule_is_unique_documented_and_exercised():
     rules = all_rules()
-    ids = [r.id for r in rules]
-    assert len(ids) == len(set(ids))
-    produced = [p for r in rules for p in r.produces]
-    assert len(produced) == len(set(produced)), "two rules claim one finding id"
-    for r in rules:
-        assert r.doc, f"rule {r.id} has no docstring"
-        assert r.produces, f"rule {r.id} declares no finding ids"
-        assert RULE_CASES.get(r.id), f"rule {r.id} has no case in tests/test_rules.py"
-        for _, expected in RULE_CASES[r.id]:
-            assert expected in r.produces, f"{r.id} does not declare {expected}"
-        for name in r.requires + r.any_of:
-            assert is_fact(name), f"rule {r.id} needs an unknown fact {name}"
+    problems = rules_problems(rules)
+    problems += [p for r in rules for p in rule_problems(r, RULE_CASES.get(r.id, ()))]
+    assert not problems, "\n".join(problems)
 
 
 def test_rules_read_facts_only_through_their_parameters():

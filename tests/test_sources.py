@@ -7,18 +7,23 @@ from documentation; only real ones (and corpus samples) count as real samples.""
 from __future__ import annotations
 
 import csv
-import inspect
-import json
 from pathlib import Path
 
 import pytest
-from declared import source_samples
+from conformance_kit import (
+    alias_problems,
+    declaration_problems,
+    detector_problems,
+    registry_problems,
+    sample_problems,
+)
+from declared import no_sample_yet, source_samples
 
 from gputriage import sources
 from gputriage.ingest.bugreport import split_bug_report
-from gputriage.ingest.detect import EXPECTED, detect
-from gputriage.sources import PARSED, parser_of
-from gputriage.text.prompts import command_aliases, source_for_command, source_for_section
+from gputriage.ingest.detect import EXPECTED
+from gputriage.sources import PARSED
+from gputriage.text.prompts import source_for_command, source_for_section
 
 TESTS = Path(__file__).parent
 FIXTURES = TESTS / "fixtures"
@@ -26,7 +31,6 @@ BUG_REPORT = FIXTURES / "ingest" / "nvidia-bug-report.log"
 PROVENANCE = FIXTURES / "PROVENANCE.tsv"
 KINDS_OF_FIXTURE = {"real", "written", "recorded"}
 ALL_TEST_TEXT = "\n".join(p.read_text() for p in TESTS.glob("test_*.py"))
-KINDS = {"file", "command", "tree", "devnodes", "nvml", "input"}
 
 # Samples of each parsed source: "corpus:<part of a corpus file name>", "fixture:<path
 # under tests/fixtures>", or "bugreport" (its section of the bug-report fixture). A source
@@ -84,7 +88,8 @@ SOURCE_SAMPLES: dict[str, tuple[str, ...]] = {
 }
 # Parsed sources with no real capture yet (none exists in the corpus, and the machines
 # the real fixtures came from have no such hardware; written fixtures of some are samples
-# above). Adding a real sample means removing it here.
+# above). Adding a real sample means removing it here. A test module of a newer source
+# declares its own in a NO_SAMPLE_YET dict of the same shape (tests/declared.py).
 NO_SAMPLE_YET = {
     "sys_module_nvidia": "a /sys/module tree of a host with the NVIDIA driver loaded",
     "dev_nvidia": "the /dev/nvidia* nodes of a GPU host",
@@ -106,6 +111,7 @@ NO_SAMPLE_YET = {
 
 
 SAMPLES = source_samples()  # these and the SOURCE_SAMPLES of every other test module
+MISSING = no_sample_yet()  # these and the NO_SAMPLE_YET of every other test module
 
 
 def _provenance() -> dict[str, tuple[str, str]]:
@@ -144,83 +150,34 @@ def _sample_text(ref: str, name: str, request: pytest.FixtureRequest) -> str:
     return split_bug_report(BUG_REPORT.read_text(encoding="utf-8"))[name]
 
 
-# --- declarations ------------------------------------------------------------------------
+# --- declarations (the checks of tests/conformance_kit.py, on every source) ------------
 def test_sources_are_unique_and_described() -> None:
-    names = [s.name for s in sources.SOURCES]
-    assert len(names) == len(set(names))
-    files = [s.filename for s in sources.SOURCES]
-    assert len(files) == len(set(files))
-    for s in sources.SOURCES:
-        assert s.kind in KINDS, s.name
-        assert s.description and "\n" not in s.description, s.name
-        assert s.timeout_s > 0 and s.cap_bytes > 0
-        if s.kind in ("command", "input"):
-            assert s.argv and all(isinstance(a, str) for a in s.argv), s.name
-        if s.kind in ("file", "tree", "devnodes"):
-            assert s.path and s.path.startswith("/"), s.name
-        assert s.collect == (s.kind != "input" and s.opt_in is None), s.name
-        if s.opt_in:  # an option's value goes in its argv
-            assert s.kind == "command" and "{}" in s.argv, s.name
+    problems = registry_problems(sources.SOURCES)
+    problems += [p for s in sources.SOURCES for p in declaration_problems(s)]
+    assert not problems, "\n".join(problems)
 
 
-def test_every_source_has_a_parser_or_says_why_it_is_kept_raw() -> None:
-    for s in sources.SOURCES:
-        assert bool(s.parser) != bool(s.raw), f"{s.name}: a parser or a raw reason, not both"
-
-
-def test_every_parser_names_a_source_has_a_docstring_and_a_test() -> None:
+def test_every_parser_is_called_by_a_test() -> None:
     for source in PARSED:
-        module, _, func = (sources.BY_NAME[source].parser or "").partition(":")
-        fn, _ = parser_of(source)
-        assert inspect.getdoc(fn), f"{module}.{func} has no docstring"
-        assert func in ALL_TEST_TEXT, f"no test calls {module}.{func}"
+        func = (sources.BY_NAME[source].parser or "").partition(":")[2]
+        assert func in ALL_TEST_TEXT, f"no test calls {sources.BY_NAME[source].parser}"
 
 
-def test_every_source_a_command_prints_has_a_detector() -> None:
-    """Command and job outputs are what people paste: each parsed one is recognised."""
-    for s in sources.SOURCES:
-        if s.kind in ("command", "input") and s.parser:
-            assert s.detector, f"{s.name} can be pasted but has no detector"
-
-
-def test_detectors_resolve_are_documented_and_ordered() -> None:
-    order: dict[str, int] = {}
-    for s in sources.SOURCES:
-        if s.prompt_step:
-            assert callable(sources.load(s.prompt_step)), s.name
-        if not s.detector:
-            assert not (s.keeps_prompt or s.prompt_step or s.detect_order), s.name
-            continue
-        assert s.detect_order > 0, s.name
-        assert s.keeps_prompt in (None, "alone", "named"), s.name
-        assert inspect.getdoc(sources.load(s.detector)), f"{s.detector} has no docstring"
-        # a detector several sources name runs at one place
-        assert order.setdefault(s.detector, s.detect_order) == s.detect_order, s.name
-    assert len(set(order.values())) == len(order), "two detectors share a detect_order"
-    assert len(sources.detectors()) == len(order)
+def test_detectors_are_documented_ordered_and_expected() -> None:
+    problems = [p for s in sources.SOURCES for p in detector_problems(s)]
+    assert not problems, "\n".join(problems)
+    assert "\n" not in EXPECTED
 
 
 def test_each_alias_stands_for_its_source() -> None:
-    for alias in command_aliases():
-        assert source_for_command(alias.example()) == alias.source, alias
-    for s in sources.SOURCES:
-        for a in s.aliases:
-            if a.startswith("*** "):
-                assert source_for_section(a[4:]) == s.name, a
-            elif a.startswith("/"):
-                assert source_for_command(f"cat {a}") == s.name, a
-
-
-def test_the_unrecognised_message_names_every_pasted_source() -> None:
-    for s in sources.SOURCES:
-        assert (s.description in EXPECTED) == bool(s.detector), s.name
-    assert "\n" not in EXPECTED
+    problems = [p for s in sources.SOURCES for p in alias_problems(s)]
+    assert not problems, "\n".join(problems)
 
 
 def test_every_parsed_source_has_a_real_sample_or_says_what_is_missing() -> None:
     assert set(SAMPLES) <= set(sources.BY_NAME)
     missing = {name for name in PARSED if not any(map(is_real, SAMPLES.get(name, ())))}
-    assert missing == set(NO_SAMPLE_YET), missing ^ set(NO_SAMPLE_YET)
+    assert missing == set(MISSING), missing ^ set(MISSING)
 
 
 def test_every_fixture_says_whether_it_is_real_or_written() -> None:
@@ -248,15 +205,8 @@ def test_sample_references_name_existing_fixtures() -> None:
 @pytest.mark.parametrize(("name", "ref"), _cases(), ids=[f"{n}<-{r}" for n, r in _cases()])
 def test_sample_is_recognised_and_parsed(name: str, ref: str,
                                          request: pytest.FixtureRequest) -> None:
-    src = sources.get(name)
-    text = _sample_text(ref, name, request)
-    if src.detector:
-        found = dict(detect(text))
-        assert name in found, f"{ref} detected as {sorted(found)}"
-        text = found[name]
-    if src.parser:
-        parse, as_json = parser_of(name)
-        assert parse(json.loads(text) if as_json else text) is not None
+    problems = sample_problems(name, _sample_text(ref, name, request))
+    assert not problems, (ref, problems)
 
 
 @pytest.mark.parametrize(("cmd", "source"), [
