@@ -1,5 +1,6 @@
-"""``gputriage explain TEXT...``: a job's error message, offline, from the catalog of
-CUDA, NVML, container-runtime and framework messages."""
+"""``gputriage explain TEXT...``: an error message, offline, from the catalogs of CUDA,
+NVML, container-runtime and framework messages, NCCL WARNs and the node's own tools'
+messages (the rows ``analyze`` judges the same messages by)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def explain(texts: tuple[str, ...], as_json: bool) -> None:
     CUDA_ERROR_ILLEGAL_ADDRESS), or - to read stdin; several TEXTs are explained one by
     one (words that mean nothing apart are read as one text). Offline: nothing on this
     host is read. Exit status 0 when a message is recognised, 3 when none is."""
-    from gputriage.knowledge.job_messages import find_hits
+    from gputriage.knowledge.lookup import find_hits
     from gputriage.status import ExitStatus
 
     env = current_env()

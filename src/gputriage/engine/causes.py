@@ -57,8 +57,9 @@ RELATIONS: tuple[Relation, ...] = (
              "a GPU that fell off the bus stays on the PCI bus, but the driver has dropped it"),
     Relation("xid.79", "nvidia-smi.gpu-lost", SAME_GPU,
              "nvidia-smi cannot open a GPU that fell off the bus"),
-    Relation("driver.gsp-firmware-missing", "driver.gpu-init-failed", SAME_GPU,
-             "a GPU whose GSP firmware cannot be loaded cannot be initialised"),
+    Relation("driver.gsp-firmware-missing", "driver.gpu-init-failed", ANYWHERE,
+             "a GPU whose GSP firmware cannot be loaded cannot be initialised; the firmware "
+             "file is the module's, missing for every GPU of the node"),
     Relation("driver.gpu-init-failed", "gpu.missing", SAME_GPU,
              "a GPU the driver failed to initialise stays on the PCI bus, unusable"),
     Relation("driver.gpu-init-failed", "nvidia-smi.gpu-lost", SAME_GPU,

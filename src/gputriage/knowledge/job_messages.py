@@ -85,6 +85,8 @@ class Message:
     also: tuple[str, ...] = ()  # other texts printed for the same error
     generic: bool = False  # its texts count only on a line that names CUDA
     decide: str = ""  # the host facts that settle whose fault it is
+    title: str = ""  # the finding's title (the NCCL and node catalogs' rows)
+    source: str = ""  # where the facts come from (the NCCL and node catalogs' rows)
 
 
 @dataclass(frozen=True)

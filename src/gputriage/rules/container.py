@@ -104,6 +104,7 @@ PRODUCES = (
     "container.no-compute-capability", "container.mount-proc-driver",
     "container.selinux-denied", "container.group-name-missing",
     "container.nvml-symbol-missing",
+    "container.driver-rpc-timeout",
 )
 
 

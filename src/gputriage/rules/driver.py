@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gputriage.facts.expectations import GpuTraces
+from gputriage.knowledge import node_messages
 from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.driver import KernelModuleVersion, LibFile, ModuleVersions
@@ -285,19 +286,26 @@ _SMI_ERRORS = {
         "nvidia-smi.gpu-lost", "nvidia-smi reports a GPU as lost",
         "The GPU stopped responding to the driver. Drain the node, power-cycle it, and "
         "reseat or RMA the GPU if it recurs.", Action.DRAIN_AND_REPAIR, Blame.NODE),
-    "inforom-corrupted": (
-        "nvidia-smi.inforom-corrupted", "nvidia-smi: the GPU's infoROM is corrupted",
-        "The GPU's infoROM (the on-board store of its configuration and of its ECC and page "
-        "retirement records) cannot be read back intact, and nvidia-smi exits with status 14 "
-        "for it, so every check that runs nvidia-smi fails on this node (the GPU operator's "
-        "driver validation, health probes). NVIDIA's remedy is to replace the GPU: drain the "
-        "node and open a hardware case (an infoROM reflash by the vendor is the only "
-        "alternative); a reboot does not repair it.", Action.DRAIN_AND_REPAIR, Blame.NODE),
     "insufficient-permissions": (
         "nvidia-smi.no-permission", "nvidia-smi lacks permission to open the GPU devices",
         "The user or container cannot open /dev/nvidia*: check the device node modes and "
         "the container's device access.", Action.FIX_CONFIG, Blame.CONFIG),
 }
+
+
+# nvidia-smi's errors judged by a row of knowledge/node_messages.csv (explain reads it too)
+_SMI_CATALOG = {"inforom-corrupted": "nvidia-smi.inforom-corrupted"}
+
+
+def _smi_error(kind: str) -> tuple[str, str, str, Action, Blame, Severity]:
+    """Id, title, explanation, action, blame and severity of an nvidia-smi error."""
+    if kind in _SMI_CATALOG:
+        msg = node_messages.row(_SMI_CATALOG[kind])
+        return (msg.id, msg.title, f"{msg.meaning} {msg.cause}", msg.action, msg.blame,
+                msg.severity)
+    fid, title, why, action, blame = _SMI_ERRORS[kind]
+    return (fid, title, why, action, blame,
+            Severity.WARNING if fid == "nvidia-smi.no-permission" else Severity.CRITICAL)
 
 
 @rule("nvidia-smi.errors",
@@ -325,13 +333,12 @@ def smi_errors(smi: Sequence[tuple[str, SmiReport]],
                 continue
             seen.add((err.kind, err.bus_id))
             ev = [evidence(source, split_lines(err.line))]
-            if err.kind in _SMI_ERRORS:
-                fid, title, why, action, blame = _SMI_ERRORS[err.kind]
+            if err.kind in _SMI_ERRORS or err.kind in _SMI_CATALOG:
+                fid, title, why, action, blame, severity = _smi_error(err.kind)
                 scope = gpu_scope(err.bus_id) if err.bus_id else Scope()
                 if err.bus_id:
                     title = f"{title} ({err.bus_id})"
-                yield finding(fid, Severity.CRITICAL if fid != "nvidia-smi.no-permission"
-                              else Severity.WARNING, title, why, action, blame, scope, ev)
+                yield finding(fid, severity, title, why, action, blame, scope, ev)
             elif err.kind == "nvml-init":
                 host_ran = job_log is not None and job_log.context.ran_on_host("nvidia-smi")
                 yield _nvml_init_failed(err, ev, _container_side(in_container, job_log),
@@ -432,9 +439,6 @@ _INIT_EVENTS = {
     "no-adapter-probed": ("driver.no-adapter-probed",
                           "the nvidia module probed no GPU (another driver holds them?)",
                           Action.FIX_CONFIG, Blame.CONFIG),
-    "gsp-firmware-missing": ("driver.gsp-firmware-missing",
-                             "GSP firmware for the loaded module is missing",
-                             Action.FIX_SOFTWARE, Blame.CONFIG),
     "module-load-failed": ("driver.module-load-failed", "an NVIDIA kernel module failed to load",
                            Action.FIX_SOFTWARE, Blame.CONFIG),
 }
@@ -447,13 +451,6 @@ _INIT_WHY = {
     "successor nova_core, which the driver names NovaCore; vfio-pci for passthrough), or the "
     "GPUs are not visible. The GPU is not at fault: blacklist the driver that holds it "
     "(nouveau, or nova_core, nova_drm and nova), rebuild the initramfs and reboot.",
-    "driver.gsp-firmware-missing": "The kernel asked for the module's GSP firmware file and "
-    "did not find it (error -2): a half-applied driver update, or a driver / vGPU manager "
-    "container whose firmware directory is not where the kernel looks (the host's "
-    "/lib/firmware/nvidia/<version>, or the path in /sys/module/firmware_class/parameters/"
-    "path). Install the firmware of the loaded module's exact version, or mount or point "
-    "the firmware search path at the container's copy, then reload the module. "
-    + SOFTWARE_DRAIN,
     "driver.module-load-failed": "modprobe could not insert an NVIDIA module: nvidia.ko is "
     "missing for this kernel (no DKMS rebuild after a kernel update), unsigned under Secure "
     "Boot, or built for another release. Everything above it (uvm, drm, persistenced) fails "
@@ -461,17 +458,34 @@ _INIT_WHY = {
 }
 
 
-@rule("driver.init-events", produces=tuple(v[0] for v in _INIT_EVENTS.values()))
+# init events judged by a row of knowledge/node_messages.csv (explain reads it too)
+_INIT_CATALOG = {"gsp-firmware-missing": "driver.gsp-firmware-missing"}
+
+
+def _init_verdict(kind: str) -> tuple[str, str, str, Action, Blame, Severity]:
+    """Id, title, explanation, action, blame and severity of a driver init event."""
+    if kind in _INIT_CATALOG:
+        msg = node_messages.row(_INIT_CATALOG[kind])
+        why = f"{msg.meaning} {msg.cause}"
+        if msg.blame is Blame.CONFIG and msg.severity is Severity.CRITICAL:
+            why += " " + SOFTWARE_DRAIN
+        return msg.id, msg.title, why, msg.action, msg.blame, msg.severity
+    fid, title, action, blame = _INIT_EVENTS[kind]
+    return fid, title, _INIT_WHY[fid], action, blame, Severity.CRITICAL
+
+
+@rule("driver.init-events", produces=(*(v[0] for v in _INIT_EVENTS.values()),
+                                      *_INIT_CATALOG.values()))
 def init_events(driver_events: Sequence[DriverEvent]) -> Iterator[Finding]:
     """Kernel log lines showing that the driver could not bring a GPU up."""
     groups: dict[tuple[str, str | None], list[DriverEvent]] = {}
     for ev in driver_events:
-        if ev.kind in _INIT_EVENTS:
+        if ev.kind in _INIT_EVENTS or ev.kind in _INIT_CATALOG:
             # a probe that bound nothing is one cause, whichever GPUs its lines name
             bus = None if ev.kind == "no-adapter-probed" else ev.bus_id
             groups.setdefault((ev.kind, bus), []).append(ev)
     for (kind, bus_id), events in groups.items():
-        fid, title, action, blame = _INIT_EVENTS[kind]
+        fid, title, why, action, blame, severity = _init_verdict(kind)
         codes = sorted({e.details.get("code") or e.details.get("module") or ""
                         for e in events} - {""})
         if codes:
@@ -484,7 +498,7 @@ def init_events(driver_events: Sequence[DriverEvent]) -> Iterator[Finding]:
             title += f" at {bus_id}"
         buses = {e.bus_id for e in events if e.bus_id}
         where = bus_id or (buses.pop() if len(buses) == 1 else None)
-        yield finding(fid, Severity.CRITICAL, title, _INIT_WHY[fid], action, blame,
+        yield finding(fid, severity, title, why, action, blame,
                       gpu_scope(where) if where else Scope(),
                       [evidence("kernel_log", [ln for e in events for ln in split_lines(e.line)],
                                 f"{weight(events)} occurrence(s)" if weight(events) > 1

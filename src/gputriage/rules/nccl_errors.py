@@ -434,6 +434,17 @@ def _known(host: str | None, row: nccl_warnings.NcclWarning, warns: list[NcclWar
                    occurrences=Occurrences(len(warns)))
 
 
+def _framework_known(log: NcclLog, known: dict[tuple[str, str | None], list[NcclWarn]]) -> None:
+    """A framework's NCCL error that carries NCCL's last WARN of the catalog (PyTorch's
+    "Last error: Bootstrap : no socket interface found", XLA's "Last NCCL warning(error):
+    ..."): judged as that WARN's row, unless a WARN line of the log already was."""
+    rows_seen = {fid for fid, _ in known}
+    for w in log.framework_errors:
+        row = nccl_warnings.match(w.message)
+        if row is not None and row.id not in rows_seen:
+            known.setdefault((row.id, None), []).append(w)
+
+
 @rule("nccl.warn", produces=("nccl.warn", "nccl.peer-connect-failed",
                              *(w.id for w in nccl_warnings.warnings())))
 def other_warns(nccl_log: NcclLog) -> Iterator[Finding]:
@@ -466,12 +477,7 @@ def other_warns(nccl_log: NcclLog) -> Iterator[Finding]:
             if cls.name == "setup" and on_sockets(p):
                 continue  # the reason nccl.socket-transport gives for the fallback
             groups.setdefault((cls.name, _host(p)), (cls, []))[1].append(w)
-    # a framework's NCCL error carries NCCL's last error ("Last error: Error while creating
-    # shared memory segment ..."): a catalog message there, when no WARN line said it
-    for w in nccl_log.framework_errors:
-        row = nccl_warnings.match(w.message)
-        if row is not None and not any(fid == row.id for fid, _ in known):
-            known.setdefault((row.id, None), []).append(w)
+    _framework_known(nccl_log, known)
     rows = {w.id: w for w in nccl_warnings.warnings()}
     for (fid, host), warns in known.items():
         yield _known(host, rows[fid], warns, envs.get(host, {}))

@@ -27,12 +27,14 @@ BLAME_WORDS = {
 }
 ACTION_WORDS = {**VOCABULARY_ACTIONS, "none": "nothing to do from the message alone"}
 FAMILY_WORDS = {"cuda": "CUDA error", "nvml": "NVML error",
-                "container": "error of the container stack", "framework": "framework error"}
+                "container": "error of the container stack", "framework": "framework error",
+                "nccl": "NCCL warning", "node": "message of the node's tools"}
 KNOWS = ("CUDA runtime and driver API errors (by number next to the word CUDA, cudaError "
          "name, CUDA_ERROR name or message text), NVML errors, the container runtime's "
          "errors (nvidia-container-cli, the NVIDIA runtime and hook, Docker, containerd, "
-         "CRI-O, Podman, CDI) and the frameworks' GPU errors (PyTorch, TensorFlow, cuBLAS, "
-         "cuDNN)")
+         "CRI-O, Podman, CDI), the frameworks' GPU errors (PyTorch, TensorFlow, cuBLAS, "
+         "cuDNN), NCCL's WARNs whose cause is known and the node's own messages (nvidia-smi's "
+         "infoROM warning, the kernel module's missing GSP firmware)")
 CONFIRM = ("run `gputriage check` on the node, or `gputriage analyze` the job's log "
            "together with the node's outputs (nvidia-smi -q, the kernel log)")
 _LABEL = 14
@@ -72,6 +74,8 @@ def _rows(msg: Message, hit: Hit | None) -> list[tuple[str, str]]:
              ("next step", msg.next)]
     if msg.decide:
         rows.append(("decided by", msg.decide))
+    if msg.source:
+        rows.append(("source", msg.source))
     if msg.decide or msg.blame.value == "unknown":
         rows.append(("to confirm", CONFIRM))
     if hit is not None:
@@ -111,7 +115,8 @@ def render_explained(found: list[tuple[str, list[Hit]]], out: IO[str], *,
             if i:
                 out.write("\n")
             msg = hit.message
-            title = msg.text or FAMILY_WORDS.get(msg.family, f"{msg.family} message")
+            title = msg.text or msg.title or FAMILY_WORDS.get(msg.family,
+                                                              f"{msg.family} message")
             out.write(f"{msg.id}  {msg.severity.value.upper()}  {title}\n")
             _write_rows(out, _rows(msg, hit if hit.line != text.strip() else
                                    Hit(msg, "", 0, hit.fields)), width)
@@ -136,7 +141,8 @@ def _entry(hit: Hit) -> dict[str, Any]:
     return {"id": msg.id, "family": msg.family, "cuda": cuda, "meaning": msg.meaning,
             "cause": msg.cause, "blame": msg.blame.value, "action": msg.action.value,
             "severity": msg.severity.value, "next": msg.next,
-            "needs": msg.decide or None, "fields": dict(hit.fields),
+            "needs": msg.decide or None, "source": msg.source or None,
+            "fields": dict(hit.fields),
             "notes": _field_notes(hit.fields), "line": hit.line, "lineno": hit.lineno}
 
 
