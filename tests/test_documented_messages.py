@@ -44,6 +44,8 @@ SAMPLES = {
                                 "memory (type = 2) for device 0. RC: -22, Error: Invalid argument",
     "nccl.ib-memlock": "node1:2:2 [1] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_mr failed "
                        "with error Cannot allocate memory",
+    "nccl.shm-too-small": "node1:7:7 [0] include/shm.h:28 NCCL WARN Error while creating shared "
+                          "memory segment /dev/shm/nccl-x (size 9637888)",
     "nvidia-smi.inforom-corrupted": "WARNING: infoROM is corrupted at gpu 0000:3B:00.0",
     "driver.gsp-firmware-missing": "NVRM: RmFetchGspRmImages: No firmware image found",
 }
