@@ -43,7 +43,7 @@ COMMANDS: dict[str, str] = {
     "k8s": "k8s:k8s", "logs": "logs:logs", "nccl": "nccl:nccl", "scenario": "scenario:scenario",
     "schema": "schema:schema", "triage": "compare:triage", "xid": "logs:xid",
     "weights": "weights:weights",
-    "npd": "npd:npd", "watch": "watch:watch",
+    "npd": "npd:npd", "watch": "watch:watch", "drain-guard": "drain_guard:drain_guard",
 }
 
 
