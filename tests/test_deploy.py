@@ -509,6 +509,33 @@ def test_the_budget_refuses_beyond_the_fleet_fraction(fakes: Fakes) -> None:
 
 
 @needs_bash
+@pytest.mark.parametrize("reason, check_rc, resumed", [
+    ("Kill task failed", "0", True),
+    ("Prolog error", "1", True),
+    ("Kill task failed", "2", False),  # the node is not clean: left drained
+    ("gputriage CRITICAL: xid.79", "0", False),  # ours: repair, ack, resume.sh --reason
+    ("replacing PSU", "0", False),  # a person's: never touched
+])
+def test_resume_a_node_a_job_drained(fakes: Fakes, reason: str, check_rc: str,
+                                     resumed: bool) -> None:
+    out = f"gpu042|2026-12-06T10:00:00|{reason}\\n"
+    proc = fakes.run("resume.sh", "--job-fault", FAKE_RC=check_rc, FAKE_SINFO_R=out)
+    assert proc.returncode == (0 if resumed else 1), proc.stderr
+    assert fakes.calls("gputriage")[0].startswith("check --json")
+    assert fakes.calls("scontrol") == (["update nodename=gpu042 state=resume"]
+                                       if resumed else [])
+    (logged,) = fakes.calls("logger")
+    assert ("resumed gpu042" if resumed else "not resumed gpu042") in logged
+    assert reason in logged
+    # observe-only: says what it would do
+    env = fakes.env(FAKE_RC="0", FAKE_SINFO_R=out)
+    del env["GPUTRIAGE_DRAIN"]
+    proc = subprocess.run(["bash", str(SLURM / "resume.sh"), "--job-fault"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and len(fakes.calls("scontrol")) == int(resumed)
+
+
+@needs_bash
 def test_usage_error(fakes: Fakes) -> None:
     proc = fakes.run("healthcheck.sh", "bogus")
     assert proc.returncode == 64

@@ -20,6 +20,7 @@ from gputriage.drain.policy import (
     allowed,
     confirm,
     decide,
+    decide_undrain,
     is_ours,
     settings_from,
 )
@@ -226,3 +227,24 @@ def test_observe_only_never_asks_the_scheduler(tmp_path: Path) -> None:
     d = guard(Untouchable(), "n1", "gputriage x", ON, now=lambda: NOW, findings=HW,
               kill_switch_on=True)
     assert d.breaker == "kill-switch"
+
+
+@pytest.mark.parametrize("reason, check_exit, settings, breaker", [
+    ("Kill task failed", 0, ON, None),
+    ("Kill task failed", 1, ON, None),          # a warning is no reason to keep it out
+    ("Prolog error", 0, ON, None),
+    ("Epilog error", 0, ON, None),
+    ("Kill task failed", 2, ON, "check"),      # the node is not clean after all
+    ("Kill task failed", 3, ON, "check"),      # could not tell
+    ("gputriage CRITICAL: xid.79", 0, ON, "ours"),
+    ("Not responding", 0, ON, "not-a-job"),
+    ("replacing PSU, INC-77", 0, ON, "not-a-job"),
+    ("Kill task failed", 0, DEFAULTS, "observe-only"),
+])
+def test_decide_undrain(reason: str, check_exit: int, settings: Settings,
+                        breaker: str | None) -> None:
+    fleet = Fleet(8, (OutNode("n1", NOW, is_ours(reason), reason),))
+    d = decide_undrain("n1", fleet, check_exit, settings)
+    assert d.breaker == breaker and d.drain is (breaker is None), d
+    assert decide_undrain("n2", fleet, 0, ON).breaker == "not-out"
+    assert decide_undrain("n1", fleet, 0, ON, kill_switch_on=True).breaker == "kill-switch"

@@ -10,7 +10,12 @@ from typing import Any
 
 import click
 
-from gputriage.commands.common import CommandExit, StrictFloatRange, current_env
+from gputriage.commands.common import (
+    CommandExit,
+    StrictFloatRange,
+    StrictIntRange,
+    current_env,
+)
 from gputriage.text.safe import printable
 
 EXIT_REFUSED = 1
@@ -84,6 +89,11 @@ def _fresh_criticals(results: Path, max_age_s: float, now_s: float) -> list[str]
               "kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
 @click.option("--settle", type=StrictFloatRange(min=0, max=60), default=None,
               help="Seconds between a drain and its confirmation (default 2).")
+@click.option("--undrain", is_flag=True, help="Instead: return NODE to service when it "
+              "was drained for a job's reason (Kill task failed, Prolog error) and "
+              "--check-exit says its own check is clean (0 or 1).")
+@click.option("--check-exit", type=StrictIntRange(min=0, max=255), default=None,
+              help="With --undrain: the exit status of the node's check just run.")
 @click.option("--dry-run", is_flag=True, help="Decide, drain nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per node.")
 def drain_guard(node: str | None, reason: str | None, result_file: str | None,
@@ -91,7 +101,8 @@ def drain_guard(node: str | None, reason: str | None, result_file: str | None,
                 enforce: bool | None, per_hour: str | None, max_out: str | None,
                 floor: str | None, allow: str | None, kill_switch: str | None,
                 partition: str | None, kubeconfig: str | None, settle: float | None,
-                dry_run: bool, as_json: bool) -> None:
+                undrain: bool, check_exit: int | None, dry_run: bool,
+                as_json: bool) -> None:
     """Drain NODE (Slurm) or cordon it (Kubernetes) only within the envelope: exit 0
     drained (or already out of service), 1 not drained (the line names the breaker:
     kill-switch, observe-only, allow-list, fleet-fraction, rate), 69 the scheduler
@@ -137,6 +148,11 @@ def drain_guard(node: str | None, reason: str | None, result_file: str | None,
         def now() -> datetime:
             return datetime.now(timezone.utc)
 
+    if undrain:
+        if not node or backend != "slurm" or check_exit is None:
+            raise click.UsageError("--undrain takes a NODE, --check-exit and the slurm "
+                                   "backend")
+        return _undrain(fleet, node, check_exit, settings, kill_on, dry_run, as_json)
     if results_dir:
         todo = [(n, str(Path(results_dir) / f"{n}.json"))
                 for n in _fresh_criticals(Path(results_dir), max_age * 60, time.time())]
@@ -179,6 +195,33 @@ def drain_guard(node: str | None, reason: str | None, result_file: str | None,
                              f"{printable(decision.why)}\n")
     if code:
         raise CommandExit(code)
+
+
+def _undrain(fleet: Any, node: str, check_exit: int, settings: Any, kill_on: bool,
+             dry_run: bool, as_json: bool) -> None:
+    """Return ``node`` to service when a job drained it and its check is clean."""
+    from gputriage.drain.policy import Decision, decide_undrain
+
+    env = current_env()
+    try:
+        decision = decide_undrain(node, fleet.read(), check_exit, settings,
+                                  kill_switch_on=kill_on)
+        if decision.drain and not dry_run:
+            fleet.give_back(node)
+    except Exception as exc:  # SlurmError: one line
+        decision = Decision(False, "fleet-unknown", f"cannot ask the scheduler: {exc}")
+    if as_json:
+        env.write_json({"node": node, "resume": decision.drain and not dry_run,
+                        "breaker": decision.breaker, "why": decision.why})
+    elif decision.drain:
+        verb = "would resume" if dry_run else "resumed"
+        env.stdout.write(f"{verb} {printable(node)}: {printable(decision.why)}\n")
+    else:
+        env.stdout.write(f"not resumed {printable(node)}: {decision.breaker}: "
+                         f"{printable(decision.why)}\n")
+    if not decision.drain:
+        raise CommandExit(EXIT_UNAVAILABLE if decision.breaker in UNAVAILABLE
+                          else EXIT_REFUSED)
 
 
 def _k8s(kubeconfig: str | None) -> Any:

@@ -25,8 +25,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULTS", "Decision", "Fleet", "Limit", "OutNode", "Settings", "allowed",
-           "confirm", "decide", "is_ours", "settings_from"]
+__all__ = ["DEFAULTS", "JOB_REASONS", "Decision", "Fleet", "Limit", "OutNode", "Settings",
+           "allowed", "confirm", "decide", "decide_undrain", "is_ours", "job_reason",
+           "settings_from"]
 
 KILL_SWITCH = Path("/etc/gputriage/observe-only")
 RATE_WINDOW = timedelta(hours=1)
@@ -265,3 +266,49 @@ def settings_from(env: Mapping[str, str], **given: Any) -> Settings:
                     out_at_once=Limit.parse(max_out, floor),
                     allow=tuple(allow.replace(",", " ").split()) if allow is not None
                     else DEFAULTS.allow)
+
+
+# Slurm drain reasons that are a job's doing, not the node's (the Slurm documentation:
+# slurmd sets "Kill task failed" when a job's processes outlive UnkillableStepTimeout;
+# slurmctld sets "Prolog error" / "Epilog error" when the node's prolog or epilog
+# failed, which a job can cause too). Resumed only after a clean check of the node.
+JOB_REASONS = (
+    (re.compile(r"^\s*Kill task failed", re.IGNORECASE),
+     "a job's processes could not be killed (UnkillableStepTimeout)"),
+    (re.compile(r"^\s*(?:Prolog|Epilog) (?:error|failed)", re.IGNORECASE),
+     "the prolog or epilog failed for a job"),
+)
+
+
+def job_reason(reason: str) -> str | None:
+    """What a drain reason says the job did, when it is one of :data:`JOB_REASONS`."""
+    for pattern, said in JOB_REASONS:
+        if pattern.search(reason or ""):
+            return said
+    return None
+
+
+def decide_undrain(node: str, fleet: Fleet, check_exit: int, settings: Settings, *,
+                   kill_switch_on: bool = False) -> Decision:
+    """Whether ``node``, drained for a job's reason, may return to service now that its
+    own check exited ``check_exit``."""
+    if kill_switch_on:
+        return Decision(False, "kill-switch", f"{settings.kill_switch} exists: observe-only")
+    mine = fleet.find(node)
+    if mine is None:
+        return Decision(False, "not-out", "not drained")
+    if mine.ours:
+        return Decision(False, "ours", f"drained by gputriage ({mine.reason}): repair, "
+                        "acknowledge and resume with resume.sh --reason")
+    said = job_reason(mine.reason)
+    if said is None:
+        return Decision(False, "not-a-job", f"drained for {mine.reason!r}, not a job's "
+                        "reason gputriage knows")
+    if check_exit not in (0, 1):
+        return Decision(False, "check", f"drained for {mine.reason!r} ({said}), but the "
+                        f"node's check exited {check_exit}")
+    if not settings.enforce:
+        return Decision(False, "observe-only", f"would resume: drained for {mine.reason!r} "
+                        f"({said}), check exit {check_exit}")
+    return Decision(True, None, f"drained for {mine.reason!r} ({said}); the node's check "
+                    f"exited {check_exit}")
