@@ -287,3 +287,22 @@ def test_kill_switch_and_observe_only_drain_none(fleet: Fleet, gpu_fault: dict,
             kill.unlink()
     assert fleet.drained() == {}
     assert all(f"breaker {how}" in r.stderr for r in runs.values())
+
+
+def test_a_node_a_job_drained_is_checked_and_resumed(fleet: Fleet) -> None:
+    fleet.reset()
+    for node, reason in (("gpu7", "Kill task failed"), ("gpu8", "replacing a PSU")):
+        fleet.run("scontrol", "update", f"nodename={node}", "state=drain",
+                  f"reason={reason}")
+    env = {**fleet.env, "GPUTRIAGE": str(fleet.root / "gputriage"),
+           "GPUTRIAGE_HEALTHCHECK_CONF": str(fleet.root / "absent.conf"),
+           "GPUTRIAGE_RESULT_DIR": str(fleet.root / "results"), "GPUTRIAGE_DRAIN": "enforce",
+           "GPUTRIAGE_KILL_SWITCH": str(fleet.root / "observe-only")}
+    runs = {n: subprocess.run(["bash", str(HEALTHCHECK.parent / "resume.sh"), "--job-fault"],
+                              env={**env, "SLURMD_NODENAME": n}, capture_output=True,
+                              text=True, timeout=120, check=False) for n in ("gpu7", "gpu8")}
+    assert runs["gpu7"].returncode == 0, runs["gpu7"].stderr
+    assert "resumed gpu7: drained for 'Kill task failed'" in runs["gpu7"].stderr
+    assert runs["gpu8"].returncode == 1 and "not-a-job" in runs["gpu8"].stderr
+    fleet._wait(lambda: fleet.states().get("gpu7") == "idle", UP_TIMEOUT, "not resumed")
+    assert fleet.drained() == {"gpu8": "replacing a PSU"}
