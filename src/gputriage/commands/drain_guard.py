@@ -153,6 +153,7 @@ def drain_guard(node: str | None, reason: str | None, result_file: str | None,
             raise click.UsageError("--undrain takes a NODE, --check-exit and the slurm "
                                    "backend")
         return _undrain(fleet, node, check_exit, settings, kill_on, dry_run, as_json)
+    todo: list[tuple[str, str | None]]
     if results_dir:
         todo = [(n, str(Path(results_dir) / f"{n}.json"))
                 for n in _fresh_criticals(Path(results_dir), max_age * 60, time.time())]
