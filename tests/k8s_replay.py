@@ -7,7 +7,10 @@ lists of every kind it holds, cluster-wide (``/api/v1/pods``) and per namespace
 (``metadata.continue`` and ``remainingItemCount`` as the apiserver sets them) and items
 without ``kind`` / ``apiVersion`` (the apiserver leaves them out of lists). Paths named
 in ``forbidden`` answer 403 with the apiserver's Status object; unknown paths 404.
-Anything else (a write) answers 405: the clients under test must never write.
+Anything else (a write) answers 405: the clients under test must never write -- except,
+with ``writable=True``, a PATCH of a Node (``/api/v1/nodes/NAME``, a merge patch as
+the apiserver applies ``kubectl cordon``'s: null deletes), which later reads see; and
+``GET /api/v1/nodes/NAME`` answers the one Node.
 
 The server runs in a daemon thread on a random port of 127.0.0.1 and stops when the
 ``with`` block ends, or by itself after ``lifetime_s``; ``delay_s`` slows every answer.
@@ -117,8 +120,22 @@ class _Kind:
         self.kind, self.group, self.version, self.plural = kind, group, version, plural
         self.namespaced = namespaced
         bare = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
+        self.items = bare
         self.namespaces = [(o.get("metadata") or {}).get("namespace") for o in bare]
         self.encoded = [json.dumps(o, separators=(",", ":")).encode() for o in bare]
+
+    def index(self, name: str) -> int | None:
+        return next((i for i, o in enumerate(self.items)
+                     if (o.get("metadata") or {}).get("name") == name), None)
+
+    def patch(self, name: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Merge ``body`` into the named item (null deletes); the item, or None."""
+        i = self.index(name)
+        if i is None:
+            return None
+        _merge(self.items[i], body)
+        self.encoded[i] = json.dumps(self.items[i], separators=(",", ":")).encode()
+        return self.items[i]
 
     def page(self, namespace: str | None, limit: int, token: str | None) -> bytes:
         rows = self.encoded if namespace is None else \
@@ -133,6 +150,16 @@ class _Kind:
                 "metadata": meta}
         return (json.dumps(head, separators=(",", ":"))[:-1].encode() + b',"items":['
                 + b",".join(rows[start:end]) + b"]}")
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = value
 
 
 def _encode_token(offset: int) -> str:
@@ -152,8 +179,11 @@ class ReplayServer:
 
     def __init__(self, objects: dict[str, list[dict[str, Any]]],
                  forbidden: Iterable[str] = (), groups: Iterable[str] = (),
-                 lifetime_s: float = 300.0, port: int = 0, delay_s: float = 0.0) -> None:
+                 lifetime_s: float = 300.0, port: int = 0, delay_s: float = 0.0,
+                 writable: bool = False) -> None:
         self.kinds = {k: _Kind(k, v) for k, v in objects.items() if k in KINDS}
+        self.writable = writable
+        self.lock = threading.Lock()
         self.forbidden = set(forbidden)
         served = _BUILTIN_GROUPS | {k.group for k in self.kinds.values()} | set(groups)
         self.groups = {g: v for g, v, _, _ in KINDS.values() if g in served}
@@ -213,6 +243,11 @@ class ReplayServer:
         if path == "/api/v1":
             return 200, _json(self._resource_list("", "v1"))
         parts = path.strip("/").split("/")
+        if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4 and "Node" in self.kinds:
+            nodes = self.kinds["Node"]
+            with self.lock:
+                i = nodes.index(parts[3])
+                return (404, _json(_NOT_FOUND)) if i is None else (200, nodes.encoded[i])
         if parts[0] == "apis" and len(parts) == 3 and self.groups.get(parts[1]) == parts[2]:
             return 200, _json(self._resource_list(parts[1], parts[2]))
         return self._list(path, parts, query)
@@ -293,7 +328,26 @@ class ReplayServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            do_POST = do_PUT = do_PATCH = do_DELETE = _refuse
+            do_POST = do_PUT = do_DELETE = _refuse
+
+            def do_PATCH(self) -> None:  # http.server's name
+                parts = urlsplit(self.path).path.strip("/").split("/")
+                if not (server.writable and parts[:3] == ["api", "v1", "nodes"]
+                        and len(parts) == 4 and "Node" in server.kinds):
+                    return self._refuse()
+                server.requests.append(f"PATCH {self.path}")
+                size = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(size) or b"{}")
+                with server.lock:
+                    node = server.kinds["Node"].patch(parts[3], body)
+                status, answer = (200, _json(node)) if node is not None \
+                    else (404, _json(_NOT_FOUND))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+                return None
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

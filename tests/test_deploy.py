@@ -14,7 +14,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -83,7 +82,8 @@ def test_api_versions_match_kinds() -> None:
     expected = {"DaemonSet": "apps/v1", "Job": "batch/v1", "CronJob": "batch/v1",
                 "PersistentVolumeClaim": "v1", "Namespace": "v1", "ServiceAccount": "v1",
                 "ClusterRole": "rbac.authorization.k8s.io/v1",
-                "ClusterRoleBinding": "rbac.authorization.k8s.io/v1", "Service": "v1"}
+                "ClusterRoleBinding": "rbac.authorization.k8s.io/v1", "Service": "v1",
+                "ConfigMap": "v1"}
     for doc in _all_docs():
         assert doc["apiVersion"] == expected[doc["kind"]], doc["kind"]
 
@@ -273,7 +273,10 @@ class Fakes:
         (root / "result.json").write_text(json.dumps(RESULT, indent=2), encoding="utf-8")
         record = ('args="$*"; echo "${args//$\'\\n\'/ }" '
                   '>>"$FAKE_ROOT/$(basename "$0").calls"\n')
+        # drain-guard is the real one (the envelope), asking the fake sinfo and scontrol
         _write_tool(self.bin / "gputriage", record + (
+            f'if [ "${{1:-}}" = drain-guard ]; then exec {sys.executable} -m gputriage '
+            '"$@"; fi\n'
             'if [ "${1:-}" = ack ]; then exit "${FAKE_ACK_RC:-0}"; fi\n'
             'if [ -n "${FAKE_SLEEP:-}" ]; then sleep "$FAKE_SLEEP"; fi\n'
             'cat "$FAKE_ROOT/result.json"\n'
@@ -281,6 +284,11 @@ class Fakes:
             'rc_var="FAKE_RC_${SLURMD_NODENAME:-none}"\n'
             'exit "${!rc_var:-${FAKE_RC:-0}}"\n'))
         _write_tool(self.bin / "scontrol", record + 'exit "${FAKE_SCONTROL_RC:-0}"\n')
+        # sinfo: the fleet's GPU nodes (-N) and those out of service with a reason (-R)
+        _write_tool(self.bin / "sinfo", (
+            'case " $* " in *" -R "*) printf "%b" "${FAKE_SINFO_R:-}" ;;\n'
+            '*) printf "%b" "${FAKE_SINFO_N:-$FAKE_FLEET}" ;; esac\n'
+            'exit "${FAKE_SINFO_RC:-0}"\n'))
         _write_tool(self.bin / "logger", record)
         _write_tool(self.bin / "kubectl", record + (
             'if [ "$1" = get ]; then echo "${FAKE_UNSCHEDULABLE:-}"; fi\n'))
@@ -299,6 +307,10 @@ class Fakes:
             "GPUTRIAGE_HEALTHCHECK_CONF": str(self.root / "absent.conf"),
             "GPUTRIAGE_RESULT_DIR": str(self.results),
             "SLURMD_NODENAME": "gpu042",
+            # the envelope enforced, confirmation at once, in a fleet of 8 idle GPU nodes
+            "GPUTRIAGE_DRAIN": "enforce", "GPUTRIAGE_DRAIN_SETTLE": "0",
+            "GPUTRIAGE_KILL_SWITCH": str(self.root / "observe-only"),
+            "FAKE_FLEET": "".join(f"gpu{n:03d}|gpu:h100:8|idle\\n" for n in range(40, 48)),
         })
         env.update(extra)
         return env
@@ -365,17 +377,20 @@ def test_critical_drains_with_a_reason(fakes: Fakes) -> None:
     # the node's findings first; the job's marked (with --job-faults-fail)
     ([_finding("nccl.ib-disabled", blame="job-config"), _finding("gpu.missing")],
      "gpu.missing, nccl.ib-disabled (job)"),
-    # nothing current: a pointer to the result
-    ([_finding("xid.79", status="acknowledged")], "see "),
+    # nothing current: no drain (the envelope's allow-list sees no current critical)
+    ([_finding("xid.79", status="acknowledged")], None),
     # many: cut at a finding, with the count left out
     ([_finding(f"rule.number-{n:02d}", scope=_gpu(f"0000:{n:02x}:00.0")) for n in range(9)],
      "0000:03:00.0, +5 more"),
 ])
 def test_drain_reason_names_current_criticals(fakes: Fakes, findings: list,
-                                               reason: str) -> None:
+                                               reason: str | None) -> None:
     (fakes.root / "result.json").write_text(json.dumps({"findings": findings}),
                                             encoding="utf-8")
-    fakes.run("healthcheck.sh", FAKE_RC="2")
+    proc = fakes.run("healthcheck.sh", FAKE_RC="2", GPUTRIAGE_DRAIN_ALLOW="*")
+    if reason is None:
+        assert fakes.calls("scontrol") == [] and "breaker allow-list" in proc.stderr
+        return
     (call,) = fakes.calls("scontrol")
     said = call.split("reason=gputriage CRITICAL: ", 1)[1]
     assert said.startswith(reason) or said.endswith(reason), said
@@ -457,6 +472,67 @@ def test_scontrol_failure_and_dry_run(fakes: Fakes) -> None:
     proc = fakes.run("healthcheck.sh", FAKE_RC="2", GPUTRIAGE_DRY_RUN="1")
     assert "dry run: scontrol update nodename=gpu042 state=drain" in proc.stdout
     assert len(fakes.calls("scontrol")) == 1  # only the first, failing call
+
+
+@needs_bash
+def test_first_install_is_observe_only_and_the_kill_switch_wins(fakes: Fakes) -> None:
+    env = fakes.env(FAKE_RC="2")
+    del env["GPUTRIAGE_DRAIN"]  # nothing set: observe-only
+    proc = subprocess.run(["bash", str(SLURM / "healthcheck.sh"), "prolog"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0  # the job runs: a failed prolog would drain anyway
+    assert fakes.calls("scontrol") == []
+    assert "breaker observe-only" in proc.stderr and "CRITICAL" in proc.stderr
+    (fakes.root / "observe-only").write_text("", encoding="utf-8")
+    proc = fakes.run("healthcheck.sh", FAKE_RC="2")  # enforced, but the switch is on
+    assert fakes.calls("scontrol") == [] and "breaker kill-switch" in proc.stderr
+    assert json.loads((fakes.results / "gpu042.json").read_text())["verdict"] == "critical"
+
+
+@needs_bash
+def test_the_budget_refuses_beyond_the_fleet_fraction(fakes: Fakes) -> None:
+    out = "".join(f"gpu04{n}|2026-12-06T10:00:00|gputriage CRITICAL: xid.79\\n"
+                  for n in (0, 1))
+    proc = fakes.run("healthcheck.sh", FAKE_RC="2", FAKE_SINFO_R=out)
+    assert fakes.calls("scontrol") == []
+    assert "breaker fleet-fraction: 2 of 8 GPU nodes already out" in proc.stderr
+    # drained by someone else (maintenance): not ours, not counted
+    other = out.replace("gputriage CRITICAL: xid.79", "maintenance")
+    fakes.run("healthcheck.sh", FAKE_RC="2", FAKE_SINFO_R=other)
+    assert len(fakes.calls("scontrol")) == 1
+    # nhc mode asks too, and stays quiet when refused
+    proc = fakes.run("healthcheck.sh", "nhc", FAKE_RC="2", FAKE_SINFO_R=out)
+    assert proc.returncode == 0 and proc.stdout == ""
+    # the controller cannot be asked: nothing drained
+    proc = fakes.run("healthcheck.sh", FAKE_RC="2", FAKE_SINFO_RC="1")
+    assert "could not drain" in proc.stderr and len(fakes.calls("scontrol")) == 1
+
+
+@needs_bash
+@pytest.mark.parametrize("reason, check_rc, resumed", [
+    ("Kill task failed", "0", True),
+    ("Prolog error", "1", True),
+    ("Kill task failed", "2", False),  # the node is not clean: left drained
+    ("gputriage CRITICAL: xid.79", "0", False),  # ours: repair, ack, resume.sh --reason
+    ("replacing PSU", "0", False),  # a person's: never touched
+])
+def test_resume_a_node_a_job_drained(fakes: Fakes, reason: str, check_rc: str,
+                                     resumed: bool) -> None:
+    out = f"gpu042|2026-12-06T10:00:00|{reason}\\n"
+    proc = fakes.run("resume.sh", "--job-fault", FAKE_RC=check_rc, FAKE_SINFO_R=out)
+    assert proc.returncode == (0 if resumed else 1), proc.stderr
+    assert fakes.calls("gputriage")[0].startswith("check --json")
+    assert fakes.calls("scontrol") == (["update nodename=gpu042 state=resume"]
+                                       if resumed else [])
+    (logged,) = fakes.calls("logger")
+    assert ("resumed gpu042" if resumed else "not resumed gpu042") in logged
+    assert reason in logged
+    # observe-only: says what it would do
+    env = fakes.env(FAKE_RC="0", FAKE_SINFO_R=out)
+    del env["GPUTRIAGE_DRAIN"]
+    proc = subprocess.run(["bash", str(SLURM / "resume.sh"), "--job-fault"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and len(fakes.calls("scontrol")) == int(resumed)
 
 
 @needs_bash
@@ -689,16 +765,13 @@ def test_daemonset_writes_results_and_leaves_a_check_once(fakes: Fakes,
     assert fakes.calls("gputriage") == ["check --json --deadline 120"] * 5
 
 
-def _cordon_script() -> str:
-    (container,) = _pod_spec("cordon.yaml")["containers"]
-    assert container["command"][:2] == ["/bin/sh", "-c"]
-    return container["command"][2]
-
-
-def test_cordon_rbac_is_get_and_patch_nodes_only() -> None:
+def test_cordon_rbac_is_list_get_and_patch_nodes_only() -> None:
     docs = {d["kind"]: d for d in _docs("cordon.yaml")}
     (rule,) = docs["ClusterRole"]["rules"]
-    assert rule == {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}
+    assert rule == {"apiGroups": [""], "resources": ["nodes"],
+                    "verbs": ["get", "list", "patch"]}
+    # observe-only on first install; one line to enforce (docs/unattended.md)
+    assert docs["ConfigMap"]["data"]["GPUTRIAGE_DRAIN"] == "observe"
     (subject,) = docs["ClusterRoleBinding"]["subjects"]
     assert subject["name"] == docs["ServiceAccount"]["metadata"]["name"]
     spec = _pod_spec("cordon.yaml")
@@ -715,32 +788,9 @@ def test_cordon_rbac_is_get_and_patch_nodes_only() -> None:
 
 
 @needs_bash
-def test_cordon_cordons_fresh_criticals_once(fakes: Fakes, tmp_path: Path) -> None:
-    out = tmp_path / "results"
-    out.mkdir()
-    for node, rc in (("gpu1", "2"), ("gpu2", "0"), ("gpu3", "1"), ("gpu4", "2")):
-        (out / f"{node}.rc").write_text(rc + "\n", encoding="utf-8")
-    old = time.time() - 3600
-    os.utime(out / "gpu4.rc", (old, old))  # a stale result: left alone
-    script = _cordon_script().replace("out=/results", f"out={out}")
-    env = fakes.env(MAX_AGE_MINUTES="30")
-    proc = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    calls = fakes.calls("kubectl")
-    assert calls[:2] == ["get node gpu1 -o jsonpath={.spec.unschedulable}", "cordon gpu1"]
-    assert calls[2].startswith("annotate --overwrite node gpu1 gputriage/cordoned=")
-    assert calls[2].endswith("check exit 2, see gpu1.json") and len(calls) == 3
-    # already cordoned (by us or by someone): not touched again
-    subprocess.run(["sh", "-c", script], env={**env, "FAKE_UNSCHEDULABLE": "true"},
-                   capture_output=True, text=True, timeout=60)
-    assert fakes.calls("kubectl")[3:] == ["get node gpu1 -o jsonpath={.spec.unschedulable}"]
-
-
-@needs_bash
-@pytest.mark.parametrize("name", ("daemonset.yaml", "cordon.yaml"))
+@pytest.mark.parametrize("name", ("daemonset.yaml",))
 def test_more_embedded_scripts_parse(name: str) -> None:
-    script = _cordon_script() if name == "cordon.yaml" else _script(name)
+    script = _script(name)
     for shell in ["bash"] + (["/bin/sh"] if Path("/bin/sh").exists() else []):
         proc = subprocess.run([shell, "-n", "-c", script], capture_output=True, text=True,
                               timeout=30)

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("facts",),
     ("rules", "next_steps"),
     ("engine",),
-    ("results", "state", "nccl", "weights"),
+    ("results", "state", "drain", "nccl", "weights"),
     ("fleet",),
     ("views",),
     ("watch",),

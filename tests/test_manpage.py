@@ -40,7 +40,7 @@ def test_man_page_has_every_command_and_option():
     for name in cli.list_commands(ctx):
         command = cli.get_command(ctx, name)
         assert command is not None, name
-        assert f'.SS "gputriage {name} ' in page, name
+        assert f'.SS "gputriage {name.replace("-", chr(92) + "-")} ' in page, name
         for param in command.params:
             for opt in getattr(param, "opts", ()):
                 if opt.startswith("-"):

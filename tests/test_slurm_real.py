@@ -104,8 +104,14 @@ class Cluster:
             # wrapper names the settings file (a real node uses
             # /etc/default/gputriage-healthcheck) and runs deploy/slurm's script.
             wrapper = root / f"{name}.sh"
+            # SLURM_CONF: drain-guard's sinfo must find this test's slurm.conf (a real
+            # node's is at the default path).
             wrapper.write_text(f"#!/bin/sh\nGPUTRIAGE_HEALTHCHECK_CONF={self.conf}\n"
-                               f"export GPUTRIAGE_HEALTHCHECK_CONF\nexec {SLURM / mode}\n",
+                               f"SLURM_CONF={root / 'slurm.conf'}\n"
+                               # the gputriage under test, when not the venv's install
+                               f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}\n"
+                               "export GPUTRIAGE_HEALTHCHECK_CONF SLURM_CONF PYTHONPATH\n"
+                               f"exec {SLURM / mode}\n",
                                encoding="utf-8")
             wrapper.chmod(0o755)
         (root / "slurm.conf").write_text(self._slurm_conf(sock), encoding="utf-8")
@@ -224,7 +230,10 @@ class Cluster:
         args = " ".join([f"--snapshot {snapshot} --state-dir {state}",
                          *(str(p) for p in job_outputs)])
         self.conf.write_text(f"GPUTRIAGE={BIN / 'gputriage'}\nGPUTRIAGE_ARGS=\"{args}\"\n"
-                             f"GPUTRIAGE_TIMEOUT=60\nGPUTRIAGE_RESULT_DIR={self.results}\n",
+                             f"GPUTRIAGE_TIMEOUT=60\nGPUTRIAGE_RESULT_DIR={self.results}\n"
+                             # the drain envelope enforced (observe-only by default)
+                             f"GPUTRIAGE_DRAIN=enforce\n"
+                             f"GPUTRIAGE_KILL_SWITCH={self.root / 'observe-only'}\n",
                              encoding="utf-8")
 
     def result(self) -> dict:

@@ -9,10 +9,14 @@
 # convention) to an action:
 #   0 OK        nothing
 #   1 WARNING   log (syslog via logger, and stderr); a job's fault is at most this
-#   2 CRITICAL  drain this node: scontrol update nodename=... state=drain
+#   2 CRITICAL  drain this node, through `gputriage drain-guard` (the envelope of
+#               docs/unattended.md: kill switch, observe-only until
+#               GPUTRIAGE_DRAIN=enforce, allow-list, a budget per hour and at once):
+#               scontrol update nodename=... state=drain
 #               reason="gputriage CRITICAL: xid.79 GPU 0000:9a:00.0, ..." (the
 #               current critical findings and their GPUs; acknowledged or past
-#               ones are never named)
+#               ones are never named). A refused drain is logged with its breaker
+#               and leaves the node in service (exit 0, also in prolog/epilog).
 #   3 UNKNOWN   GPUTRIAGE_ON_UNKNOWN: log (default), drain, or ignore
 #   timeout     GPUTRIAGE_ON_TIMEOUT: log (default), drain, or ignore
 #   other       (usage error, gputriage missing or broken) log only: a broken
@@ -48,6 +52,12 @@
 #   GPUTRIAGE_ON_TIMEOUT log | drain | ignore                      (default: log)
 #   GPUTRIAGE_FAIL_EXIT  exit after a drain: prolog, epilog, nhc    (default: 1)
 #   GPUTRIAGE_DRY_RUN    1: print the scontrol command instead of running it
+#   GPUTRIAGE_DRAIN      observe (default: log what would be drained) | enforce
+#   GPUTRIAGE_KILL_SWITCH  the file that turns every recipe observe-only
+#                        (default: /etc/gputriage/observe-only)
+#   GPUTRIAGE_DRAIN_PER_HOUR, GPUTRIAGE_DRAIN_MAX_OUT  N or P% (default 2%, 10%)
+#   GPUTRIAGE_DRAIN_MIN  the floor of a percentage limit               (default: 2)
+#   GPUTRIAGE_DRAIN_ALLOW  what may drain (default: blame:node, the hardware)
 
 set -u
 
@@ -82,6 +92,11 @@ GPUTRIAGE_ON_UNKNOWN="${GPUTRIAGE_ON_UNKNOWN:-log}"
 GPUTRIAGE_ON_TIMEOUT="${GPUTRIAGE_ON_TIMEOUT:-log}"
 GPUTRIAGE_FAIL_EXIT="${GPUTRIAGE_FAIL_EXIT:-1}"
 GPUTRIAGE_DRY_RUN="${GPUTRIAGE_DRY_RUN:-0}"
+# sinfo twice, scontrol once, sinfo twice again to confirm: bounded as a whole
+GUARD_TIMEOUT=$((SCONTROL_TIMEOUT * 5 + 10))
+# The envelope's settings, read by gputriage drain-guard (docs/unattended.md):
+export GPUTRIAGE_DRAIN GPUTRIAGE_KILL_SWITCH GPUTRIAGE_DRAIN_PER_HOUR \
+    GPUTRIAGE_DRAIN_MAX_OUT GPUTRIAGE_DRAIN_MIN GPUTRIAGE_DRAIN_ALLOW GPUTRIAGE_DRAIN_SETTLE
 
 # Slurm's name for this node (NodeName may differ from the host name).
 node="${SLURMD_NODENAME:-$(hostname -s 2>/dev/null || uname -n)}"
@@ -162,20 +177,42 @@ PY
 }
 
 drain() {
+    # Every drain goes through gputriage's envelope (docs/unattended.md): the kill
+    # switch, observe-only (the default until GPUTRIAGE_DRAIN=enforce), the allow-list
+    # (judged on the result's findings when $2 is "findings") and the fleet's budget,
+    # counted on the controller. A refusal leaves the node in service, says which
+    # breaker refused, and the result still says critical.
     local reason="gputriage $1"
     reason="${reason//[$'\n\r\t']/ }"
     reason="${reason:0:200}"
-    local cmd=(scontrol update "nodename=$node" state=drain "reason=$reason")
+    local guard=("$GPUTRIAGE" drain-guard "$node" --reason "$reason")
+    [ "${2:-}" = findings ] && [ -s "$result" ] && guard+=(--result "$result")
+    if [ "$mode" = nhc ] || [ "$GPUTRIAGE_DRY_RUN" = 1 ]; then
+        guard+=(--dry-run)  # decide only: NHC (or nobody) drains
+    fi
+    local said grc
+    said="$(timeout -k 5 "$GUARD_TIMEOUT" "${guard[@]}" 2>&1)"
+    grc=$?
+    said="${said//[$'\n\r']/ }"
+    case "$grc" in
+        0) ;;
+        1)
+            log "CRITICAL, $said"
+            exit 0
+            ;;
+        *)
+            log "could not drain ($reason): drain-guard exit $grc: ${said:-no answer}"
+            exit 0
+            ;;
+    esac
     if [ "$mode" = nhc ]; then
         echo "$reason"
         log "unhealthy: $reason"
         exit "$GPUTRIAGE_FAIL_EXIT"
     elif [ "$GPUTRIAGE_DRY_RUN" = 1 ]; then
-        echo "dry run: ${cmd[*]}"
-    elif timeout -k 5 "$SCONTROL_TIMEOUT" "${cmd[@]}"; then
-        log "drained: $reason"
+        echo "dry run: scontrol update nodename=$node state=drain reason=$reason ($said)"
     else
-        log "could not drain ($reason): scontrol failed or timed out"
+        log "$said"
     fi
     if [ "$mode" != healthcheck ]; then
         exit "$GPUTRIAGE_FAIL_EXIT"
@@ -197,7 +234,7 @@ apply() {
 case "$rc" in
     0) exit 0 ;;
     1) log "WARNING: $(summary critical,warning)"; exit 0 ;;
-    2) drain "CRITICAL: $(summary critical)" ;;
+    2) drain "CRITICAL: $(summary critical)" findings ;;
     3) apply "$GPUTRIAGE_ON_UNKNOWN" "UNKNOWN: could not tell ($result)" ;;
     124 | 137) apply "$GPUTRIAGE_ON_TIMEOUT" "timed out after ${GPUTRIAGE_TIMEOUT}s" ;;
     *) log "gputriage failed to run (exit $rc), node left as is"; exit 0 ;;

@@ -19,6 +19,17 @@
 #    check that could not tell or timed out: the acknowledgements stay recorded,
 #    the node stays drained.
 #
+# A node drained by anyone for a job's reason (Slurm's "Kill task failed" after a
+# job's unkillable processes, "Prolog error" / "Epilog error"):
+#
+#   resume.sh --job-fault [--dry-run]
+#
+# checks the node (as healthcheck.sh does) and returns it to service when the
+# check exits 0 or 1, through `gputriage drain-guard --undrain` (the envelope of
+# docs/unattended.md: the kill switch and observe-only apply; a gputriage drain or
+# any other reason is left alone). Run it from a cron job or the epilog of the
+# next job; the reason is logged.
+#
 # Exit status: 0 resumed; 1 refused (the check's findings on stderr); 64 usage;
 # 70 an acknowledgement failed; 69 scontrol failed. --dry-run prints the
 # gputriage ack and scontrol commands and runs neither (nor the check).
@@ -40,7 +51,7 @@ if [ -r "$conf" ]; then
     . "$conf"
 fi
 
-reason="" gpu="" until_="" by="" dry_run="${GPUTRIAGE_DRY_RUN:-0}"
+reason="" gpu="" until_="" by="" dry_run="${GPUTRIAGE_DRY_RUN:-0}" job_fault=0
 ids=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -53,13 +64,14 @@ while [ $# -gt 0 ]; do
         --by) [ $# -ge 2 ] || usage; by="$2"; shift 2 ;;
         --by=*) by="${1#*=}"; shift ;;
         --dry-run) dry_run=1; shift ;;
+        --job-fault) job_fault=1; shift ;;
         -h | --help) usage ;;
         --) shift; ids+=("$@"); break ;;
         -*) echo "$0: unknown option $1" >&2; usage ;;
         *) ids+=("$1"); shift ;;
     esac
 done
-if [ -z "${reason//[[:space:]]/}" ]; then
+if [ "$job_fault" = 0 ] && [ -z "${reason//[[:space:]]/}" ]; then
     echo "$0: --reason is required: say what was repaired" >&2
     usage
 fi
@@ -71,6 +83,32 @@ SCONTROL_TIMEOUT="${SCONTROL_TIMEOUT:-20}"
 GPUTRIAGE_RESULT_DIR="${GPUTRIAGE_RESULT_DIR:-/var/log/gputriage}"
 node="${SLURMD_NODENAME:-$(hostname -s 2>/dev/null || uname -n)}"
 result="$GPUTRIAGE_RESULT_DIR/$node.json"
+
+log() {
+    echo "resume $node: $*" >&2
+    if command -v logger >/dev/null 2>&1; then
+        timeout 5 logger -t gputriage-resume -- "$node: $*" 2>/dev/null || true
+    fi
+}
+
+if [ "$job_fault" = 1 ]; then
+    # The node's own check first; drain-guard resumes only a job's drain, and only
+    # when that check is clean.
+    export GPUTRIAGE_DRAIN GPUTRIAGE_KILL_SWITCH
+    mkdir -p "$GPUTRIAGE_RESULT_DIR" 2>/dev/null
+    # shellcheck disable=SC2086
+    timeout -k 10 "$GPUTRIAGE_TIMEOUT" "$GPUTRIAGE" check --json $GPUTRIAGE_ARGS \
+        >"$result.tmp.$$" 2>"${result%.json}.stderr"
+    rc=$?
+    mv -f "$result.tmp.$$" "$result" 2>/dev/null || true
+    guard=("$GPUTRIAGE" drain-guard "$node" --undrain --check-exit "$rc")
+    [ "$dry_run" = 1 ] && guard+=(--dry-run)
+    said="$(timeout -k 5 $((SCONTROL_TIMEOUT * 2 + 10)) "${guard[@]}" 2>&1)"
+    grc=$?
+    log "${said//[$'\n\r']/ }"
+    [ "$grc" = 0 ] && exit 0
+    exit 1
+fi
 
 # The check's history directory, where the acknowledgements must go.
 state_args=()

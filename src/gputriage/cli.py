@@ -43,7 +43,7 @@ COMMANDS: dict[str, str] = {
     "k8s": "k8s:k8s", "logs": "logs:logs", "nccl": "nccl:nccl", "scenario": "scenario:scenario",
     "schema": "schema:schema", "triage": "compare:triage", "xid": "logs:xid",
     "weights": "weights:weights",
-    "npd": "npd:npd", "watch": "watch:watch",
+    "npd": "npd:npd", "watch": "watch:watch", "drain-guard": "drain_guard:drain_guard",
 }
 
 
@@ -82,6 +82,7 @@ def cli() -> None:
     gputriage k8s status|lint       a cluster's GPU nodes, plugin, pods and policies
     gputriage history               the checks recorded on this host
     gputriage ack ID|--gpu BUS      acknowledge a finding after a repair
+    gputriage drain-guard NODE      drain only within the fleet's budget (recipes call it)
     gputriage expect --from SNAP    what a known-good node has, as an expectations file
     gputriage scenario list         simulated hosts to try it on
     gputriage schema NAME           the JSON Schema of a --json document

@@ -149,6 +149,7 @@ def check(job_outputs: tuple[str, ...], as_json: bool, verbose: bool, timeout: f
     result = judge_host(env, window, context, opts, from_snapshot=from_snapshot, keep=keep,
                         extra=extra, quiet=quiet, facts_out=facts)
     if extra is None and not redact:  # tokens would read as changes against the history
+        _amend_from_history(result, hist["state_dir"], hist["no_history"], context)
         _record_history(result, **hist)
     report_result(result, as_json, verbose, quiet=quiet, no_pager=no_pager, html=html,
                   facts=facts[0] if facts else None)
@@ -219,6 +220,21 @@ def host_acks(state_dir: str | None, warn: Callable[[str], None] | None = None) 
             current_env().stderr.write(
                 f"gputriage: acknowledgements not read: {printable(str(exc))}\n")
         return []
+
+
+def _amend_from_history(result: Any, state_dir: str | None, no_history: bool,
+                        context: Any) -> None:
+    """Flapping signals latched and failures-again escalated, from the host's history
+    (docs/unattended.md); a problem is one stderr line, never a failed check."""
+    if no_history:
+        return
+    from gputriage.state.history import default_state_dir
+    from gputriage.state.recurrence import apply_history
+
+    env = current_env()
+    for problem in apply_history(result, state_dir or default_state_dir(),
+                                 env.live_host().now(), acks=context.acks):
+        env.stderr.write(f"gputriage: history not read: {printable(problem)}\n")
 
 
 def _record_history(result: Any, state_dir: str | None, no_history: bool,

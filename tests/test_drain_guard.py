@@ -1,0 +1,250 @@
+"""The drain budget (gputriage.drain): the pure decision table-tested, sinfo's answers
+read, and the guard against a fleet where every node's check fails at once."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gputriage.drain.guard import guard
+from gputriage.drain.k8s import fleet_of
+from gputriage.drain.policy import (
+    DEFAULTS,
+    Fleet,
+    Limit,
+    OutNode,
+    Settings,
+    allowed,
+    confirm,
+    decide,
+    decide_undrain,
+    is_ours,
+    settings_from,
+)
+from gputriage.drain.slurm import SlurmFleet
+
+NOW = datetime(2026, 12, 6, 16, 0, 0)
+ON = Settings(enforce=True)
+HW = [{"id": "xid.79", "severity": "critical", "status": "current", "blame": "node"}]
+
+
+def _out(name: str, minutes_ago: float | None, ours: bool = True) -> OutNode:
+    since = None if minutes_ago is None else NOW - timedelta(minutes=minutes_ago)
+    return OutNode(name, since, ours, "gputriage CRITICAL: xid.79" if ours else "maint")
+
+
+@pytest.mark.parametrize("size, per_hour, at_once", [
+    (8, 2, 2), (64, 2, 6), (100, 2, 10), (1000, 20, 100), (10_000, 200, 1000),
+])
+def test_default_limits_scale_with_the_fleet(size: int, per_hour: int, at_once: int) -> None:
+    assert DEFAULTS.per_hour.of(size) == per_hour
+    assert DEFAULTS.out_at_once.of(size) == at_once
+
+
+@pytest.mark.parametrize("fleet, settings, kill, findings, breaker", [
+    (Fleet(8), ON, True, HW, "kill-switch"),
+    (Fleet(8), DEFAULTS, False, HW, "observe-only"),  # the first-install default
+    (Fleet(8), ON, False, [dict(HW[0], blame="job")], "allow-list"),
+    (Fleet(8), ON, False, [dict(HW[0], blame="unknown")], "allow-list"),
+    (Fleet(8), ON, False, [dict(HW[0], blame="config")], "allow-list"),
+    (Fleet(8), ON, False, [dict(HW[0], status="acknowledged")], "allow-list"),
+    (Fleet(8), ON, False, [dict(HW[0], severity="warning")], "allow-list"),
+    (Fleet(0), ON, False, HW, "fleet-unknown"),
+    (Fleet(8, (_out("n1", 5),)), ON, False, HW, "already-out"),
+    (Fleet(8, (_out("a", 300), _out("b", 300))), ON, False, HW, "fleet-fraction"),
+    (Fleet(100, (_out("a", 10), _out("b", 50))), ON, False, HW, "rate"),
+    # not ours (maintenance) counts for neither limit; an old drain only for the fraction
+    (Fleet(8, (_out("a", 5, ours=False), _out("b", 5, ours=False))), ON, False, HW, None),
+    (Fleet(100, (_out("a", 61), _out("b", 300), _out("c", None))), ON, False, HW, None),
+    (Fleet(8), ON, False, None, None),  # the caller's own policy: the budget only
+])
+def test_decide(fleet: Fleet, settings: Settings, kill: bool, findings: list | None,
+                breaker: str | None) -> None:
+    d = decide("n1", fleet, NOW, settings, findings=findings, kill_switch_on=kill)
+    assert d.breaker == breaker, d
+    assert d.drain is (breaker is None)
+    if breaker:
+        assert breaker in d.line("n1")
+
+
+def test_allow_list_entries() -> None:
+    f = [dict(HW[0], id="nvlink.down"), dict(HW[0], id="xid.79", blame="config"),
+         dict(HW[0], id="ib.port-flap", blame="job")]
+    assert allowed(f, ["blame:node"]) == ["nvlink.down"]
+    assert allowed(f, ["xid"]) == ["xid.79"]  # a family: xid.*
+    assert allowed(f, ["nv*", "xid.79"]) == ["nvlink.down", "xid.79"]
+    assert allowed(f, ["ib"]) == []  # a job's blame never drains
+
+
+def test_confirm_keeps_exactly_the_budget_of_simultaneous_drains() -> None:
+    # 8 nodes all drained in the same second: each ranks them the same way
+    fleet = Fleet(8, tuple(_out(f"n{i}", 0) for i in range(8)))
+    kept = [n for n in (f"n{i}" for i in range(8)) if confirm(n, fleet, NOW, ON).drain]
+    assert kept == ["n0", "n1"]
+    refused = confirm("n5", fleet, NOW, ON)
+    assert refused.breaker == "fleet-fraction" and "number 6 of 8" in refused.why
+
+
+def test_settings_from_the_environment() -> None:
+    s = settings_from({"GPUTRIAGE_DRAIN": "enforce", "GPUTRIAGE_DRAIN_PER_HOUR": "5",
+                       "GPUTRIAGE_DRAIN_MAX_OUT": "20%", "GPUTRIAGE_DRAIN_MIN": "1",
+                       "GPUTRIAGE_DRAIN_ALLOW": "xid,nvlink"})
+    assert s.enforce and s.per_hour == Limit(absolute=5)
+    assert s.out_at_once == Limit(percent=20, floor=1) and s.allow == ("xid", "nvlink")
+    assert not settings_from({}).enforce
+    assert settings_from({"GPUTRIAGE_DRAIN": "enforce"}, enforce=False).enforce is False
+    for bad in ({"GPUTRIAGE_DRAIN": "maybe"}, {"GPUTRIAGE_DRAIN_PER_HOUR": "x%"},
+                {"GPUTRIAGE_DRAIN_MAX_OUT": "120%"}, {"GPUTRIAGE_DRAIN_MIN": "two"}):
+        with pytest.raises(ValueError):
+            settings_from(bad)
+
+
+def test_reasons_of_ours() -> None:
+    assert is_ours("gputriage CRITICAL: xid.79 GPU 0000:9a:00.0")
+    assert is_ours("NHC: check_cmd_status: gputriage CRITICAL: xid.79")
+    assert not is_ours("Kill task failed") and not is_ours("not-gputriage-x")
+
+
+# --- sinfo's answers ---------------------------------------------------------------
+
+def _runner(answers: dict[str, str], calls: list[tuple[str, ...]]):
+    def run(argv, timeout_s):
+        calls.append(tuple(argv))
+        if argv[0] == "sinfo":
+            key = "R" if "-R" in argv else "N"
+            return 0, answers.get(key, ""), ""
+        return 0, "", ""
+    return run
+
+
+def test_slurm_fleet_reads_gpu_nodes_and_reasons() -> None:
+    calls: list[tuple[str, ...]] = []
+    answers = {
+        "N": "gpu1|gpu:h100:8|drain\ngpu2|gpu:h100:8(S:0-1)|idle\ngpu3|gpu:8|down*\n"
+             "cpu1|(null)|drain\ngpu4|gpu:8|drng\n",
+        "R": "gpu1|2026-12-06T15:30:00|gputriage CRITICAL: xid.79 | odd|text\n"
+             "cpu1|2026-12-06T15:00:00|gputriage CRITICAL: x\n"
+             "gpu3|Unknown|Not responding\n",
+    }
+    fleet = SlurmFleet(_runner(answers, calls)).read()
+    assert fleet.size == 4  # cpu1 has no GPU
+    by = {n.name: n for n in fleet.out}
+    assert by["gpu1"].ours and by["gpu1"].since == datetime(2026, 12, 6, 15, 30)
+    assert not by["gpu3"].ours and by["gpu3"].since is None
+    assert not by["gpu4"].ours  # draining without a listed reason
+    assert "gpu2" not in by
+    assert calls[0][:3] == ("sinfo", "-h", "-N")
+
+
+def test_slurm_fleet_without_gres_counts_every_node_and_errors_say_why() -> None:
+    fleet = SlurmFleet(_runner({"N": "a|(null)|idle\nb|(null)|idle\n"}, [])).read()
+    assert fleet.size == 2 and fleet.out == ()
+
+    def failing(argv, timeout_s):
+        return 1, "", "slurm_load_partitions: Unable to contact slurm controller\n"
+    d = guard(SlurmFleet(failing), "a", "gputriage CRITICAL: x", ON, now=lambda: NOW,
+              findings=HW, settle_s=0)
+    assert d.breaker == "fleet-unknown" and "Unable to contact" in d.why
+
+
+def test_kubernetes_fleet_counts_gpu_nodes_and_our_annotation() -> None:
+    def node(name: str, gpu: bool, cordoned: bool = False, note: str | None = None) -> dict:
+        return {"metadata": {"name": name, "annotations": {"gputriage/cordoned": note}
+                             if note else {}},
+                "spec": {"unschedulable": cordoned},
+                "status": {"capacity": {"nvidia.com/gpu": "8" if gpu else "0"}}}
+    fleet = fleet_of([node("g1", True, True, "2026-12-06T15:00:00Z gputriage CRITICAL"),
+                      node("g2", True, True), node("g3", True), node("c1", False, True)])
+    assert fleet.size == 3
+    assert [(n.name, n.ours) for n in fleet.out] == [("g1", True), ("g2", False)]
+    assert fleet.out[0].since is not None and fleet.out[0].since.hour == 15
+
+
+# --- every node at once -------------------------------------------------------------
+
+class SharedScheduler:
+    """An in-memory controller: drains stamped with its clock's second, as slurmctld."""
+
+    def __init__(self, size: int, barrier: threading.Barrier | None = None) -> None:
+        self.size = size
+        self.barrier = barrier  # every node has read the fleet before any drains
+        self.out: dict[str, OutNode] = {}
+        self.lock = threading.Lock()
+        self.gave_back: list[str] = []
+
+    def read(self) -> Fleet:
+        with self.lock:
+            return Fleet(self.size, tuple(self.out.values()))
+
+    def drain(self, node: str, reason: str) -> None:
+        if self.barrier:
+            self.barrier.wait()
+        with self.lock:
+            self.out[node] = OutNode(node, NOW, is_ours(reason), reason)
+
+    def give_back(self, node: str) -> None:
+        with self.lock:
+            self.out.pop(node, None)
+            self.gave_back.append(node)
+
+
+@pytest.mark.parametrize("size, budget", [(8, 2), (64, 2)])
+def test_every_node_failing_at_once_drains_exactly_the_budget(size: int,
+                                                             budget: int) -> None:
+    sched = SharedScheduler(size, threading.Barrier(size))
+    barrier = threading.Barrier(size)
+    decisions = {}
+
+    def one(name: str) -> None:
+        # all read the fleet before anyone drains: each alone would be allowed
+        decisions[name] = guard(sched, name, "gputriage CRITICAL: rule.bad", ON,
+                                now=lambda: NOW, findings=HW, settle_s=0.05,
+                                sleep=lambda s: barrier.wait())
+    threads = [threading.Thread(target=one, args=(f"n{i:02d}",)) for i in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    drained = sorted(sched.out)
+    assert len(drained) == budget, drained
+    assert len(sched.gave_back) == size - budget
+    refused = [d for d in decisions.values() if not d.drain]
+    assert len(refused) == size - budget
+    assert {d.breaker for d in refused} <= {"fleet-fraction", "rate"}
+    assert all("given back" in d.why for d in refused)
+
+
+def test_observe_only_never_asks_the_scheduler(tmp_path: Path) -> None:
+    class Untouchable:
+        def read(self) -> Fleet:
+            raise AssertionError("read")
+        drain = give_back = read  # type: ignore[assignment]
+    d = guard(Untouchable(), "n1", "gputriage x", DEFAULTS, now=lambda: NOW, findings=HW)
+    assert d.breaker == "observe-only"
+    d = guard(Untouchable(), "n1", "gputriage x", ON, now=lambda: NOW, findings=HW,
+              kill_switch_on=True)
+    assert d.breaker == "kill-switch"
+
+
+@pytest.mark.parametrize("reason, check_exit, settings, breaker", [
+    ("Kill task failed", 0, ON, None),
+    ("Kill task failed", 1, ON, None),          # a warning is no reason to keep it out
+    ("Prolog error", 0, ON, None),
+    ("Epilog error", 0, ON, None),
+    ("Kill task failed", 2, ON, "check"),      # the node is not clean after all
+    ("Kill task failed", 3, ON, "check"),      # could not tell
+    ("gputriage CRITICAL: xid.79", 0, ON, "ours"),
+    ("Not responding", 0, ON, "not-a-job"),
+    ("replacing PSU, INC-77", 0, ON, "not-a-job"),
+    ("Kill task failed", 0, DEFAULTS, "observe-only"),
+])
+def test_decide_undrain(reason: str, check_exit: int, settings: Settings,
+                        breaker: str | None) -> None:
+    fleet = Fleet(8, (OutNode("n1", NOW, is_ours(reason), reason),))
+    d = decide_undrain("n1", fleet, check_exit, settings)
+    assert d.breaker == breaker and d.drain is (breaker is None), d
+    assert decide_undrain("n2", fleet, 0, ON).breaker == "not-out"
+    assert decide_undrain("n1", fleet, 0, ON, kill_switch_on=True).breaker == "kill-switch"
