@@ -152,3 +152,37 @@ def test_text_without_a_code_is_refused() -> None:
     with pytest.raises(ParseError):
         parse_health_marks("GpuNvlinkWatch True\nall links up\n")
     assert "health_checker_marks" not in dict(detect("the GPU is healthy\n"))
+
+
+# --- dcgmi health -c -j, and IMEX in dcgmi health -------------------------------------
+
+def test_health_json_is_read_like_the_tree() -> None:
+    f = _only(_fixture("../dcgm/health-c-j-memory-failure-written.json"))
+    assert (f.id, f.severity, f.blame, f.scope.gpu_index) == (
+        "dcgm.health-memory", Severity.CRITICAL, Blame.NODE, 1)
+
+
+def test_imex_in_dcgmi_health_is_not_an_nvlink_fault() -> None:
+    f = _only(_fixture("../dcgm/health-c-j-imex-warning-written.json"))
+    assert (f.id, f.severity, f.blame) == ("dcgm.health-imex", Severity.INFO, Blame.CONFIG)
+    tree = ("+---------------------------+------------------------------------------------+\n"
+            "| Health Monitor Report                                                      |\n"
+            "+===========================+================================================+\n"
+            "| Overall Health            | Warning                                        |\n"
+            "| GPU                       |                                                |\n"
+            "| -> 3                      | Warning                                        |\n"
+            "|    -> Errors              |                                                |\n"
+            "|       -> NVLINK system    | Warning                                        |\n"
+            "|                           | IMEX daemon status is -3 (not READY)           |\n"
+            "+---------------------------+------------------------------------------------+\n")
+    f = _only(tree)
+    assert (f.id, f.severity, f.blame) == ("dcgm.health-imex", Severity.INFO, Blame.CONFIG)
+
+
+def test_profiling_refused_by_the_exporter_is_configuration() -> None:
+    log = ('time="2020-10-27T00:53:32Z" level=info msg="DCGM successfully initialized!"\n'
+           'time="2020-10-27T00:53:32Z" level=fatal msg="Error watching fields: Profiling is '
+           'not supported for this group of GPUs or GPU"\n')
+    f = _only(log)
+    assert (f.id, f.severity, f.blame) == ("dcgm.exporter-profiling-unsupported",
+                                           Severity.WARNING, Blame.CONFIG)

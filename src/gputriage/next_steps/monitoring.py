@@ -168,7 +168,7 @@ def _checker_mark(f: Finding, host: Host) -> str:
 
 
 REPAIRS: dict[str, Repair] = {
-    "dcgm.checker-mark": _checker_mark,
+    "dcgm.checker-mark": _checker_mark, "dcgm.health-imex": _checker_mark,
     **{fid: fixed(text) for fid, text in _FIXED.items()},
     "dcgm.power-marginal": _dcgm_rerun, "dcgm.test-failed": _dcgm_rerun,
     "dcgm.internal-error": _dcgm_rerun, "dcgm.deployment-failed": _dcgm_rerun,
