@@ -528,6 +528,12 @@ SOURCES: tuple[Source, ...] = (
            parser="parsers.dcgm_exporter:parse_exporter_log",
            detector="parsers.dcgm_exporter:claim_exporter_log", detect_order=198,
            aliases=(*_kubectl("logs ~dcgm-exporter"), "docker logs ~dcgm")),
+    # --- issue 31 part E: what a GPU health checker left on a node (NVSentinel, EKS agent)
+    _input("health_checker_marks", ("kubectl", "get", "node", "-o", "yaml"),
+           "a GPU health checker's mark pasted alone (NVSentinel's condition message or "
+           "event with its DCGM_FR_* code, the EKS agent's DCGMHealthCode / DCGMError)",
+           parser="parsers.health_marks:parse_health_marks",
+           detector="parsers.health_marks:claim_health_marks", detect_order=195),
     _input("nv_hostengine_log", ("journalctl", "-u", "nvidia-dcgm", "--no-pager"),
            "nv-hostengine's log, debug log or journal (and dcgmi's 'Unable to connect to "
            "host engine')",

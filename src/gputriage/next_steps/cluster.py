@@ -51,8 +51,8 @@ _K8S_NODES = {  # nodes and scheduling (rules/k8s_nodes.py, rules/k8s_pending.py
     "gputriage check on the node, then delete the plugin's pod there so that it re-counts",
     "k8s.driver-drift": "finish the driver upgrade on the odd nodes (drain, upgrade, reboot) "
     "so that nvidia.com/cuda.driver-version.full is one value across the pool",
-    "k8s.node-condition": "act on the Xid as the finding says; the condition stays True "
-    "until the plugin's pod (or the node's GPU agent) is restarted",
+    "k8s.node-condition": "act on the Xid or the DCGM error code as the finding says; the "
+    "condition stays set until the plugin's pod (or the node's GPU health agent) clears it",
     "k8s.pending-insufficient-gpu": "compare Allocatable with Allocated resources in "
     "kubectl describe node <gpu node>: GPUs in use, or not offered",
     "k8s.pending-fragmented": "ask for GPUs per pod that one node can hold, or free a "

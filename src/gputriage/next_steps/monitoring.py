@@ -141,7 +141,34 @@ def _clocks(f: Finding, host: Host) -> str:
     return thermal(f, host) if f.action is Action.DRAIN_AND_REPAIR else cooling(f, host)
 
 
+def _checker_mark(f: Finding, host: Host) -> str:
+    """A health checker's mark: the step follows what its DCGM code means."""
+    if "IMEX" in f.title:
+        if f.action is Action.NONE:
+            return ("nothing to repair: mute DCGM_FR_IMEX_UNHEALTHY (DCGM health code 122) in "
+                    f"the checker for nodes such as {host.called} that have no multi-node "
+                    "NVLink domain, and clear the condition it set")
+        return ("check IMEX where it belongs: systemctl status nvidia-imex (or the "
+                "ComputeDomain's IMEX pods), /etc/nvidia-imex/nodes_config.cfg and "
+                "nvidia-imex-ctl -N; at idle with no ComputeDomain the mark is expected")
+    if f.blame is Blame.JOB:
+        return ("find the job that raised the Xid (the kernel log's pid and the time) and fix "
+                "it; then clear the checker's condition on the node, which stays set")
+    if f.blame is Blame.CONFIG:
+        return (f"check DCGM on {host.called}: systemctl status nvidia-dcgm (or the host "
+                "engine pod), dcgmi discovery -l must list the GPUs; then restart the "
+                "checker's pod so that its condition is set again from a working DCGM")
+    if "NVLink" in f.title:
+        return (f"read the links now: nvidia-smi nvlink -s{dash_i(f)} on {host.called}; a "
+                "mark raised at boot while links trained clears itself, links still down "
+                "need a GPU reset or a reboot, and a repair if they stay down")
+    return (f"run gputriage check on {host.called} and read the checker's event for the "
+            "node (kubectl get events --field-selector involvedObject.name=NODE): act on "
+            "what the GPU shows now")
+
+
 REPAIRS: dict[str, Repair] = {
+    "dcgm.checker-mark": _checker_mark, "dcgm.health-imex": _checker_mark,
     **{fid: fixed(text) for fid, text in _FIXED.items()},
     "dcgm.power-marginal": _dcgm_rerun, "dcgm.test-failed": _dcgm_rerun,
     "dcgm.internal-error": _dcgm_rerun, "dcgm.deployment-failed": _dcgm_rerun,

@@ -225,7 +225,7 @@ EXPORTER_EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("profiling-busy", PROFILING_BUSY),
     ("dcp-unavailable", _re(r"Not collecting DCP metrics|module of DCGM that is not currently "
                             r"loaded|Unable to Get supported metric groups|DCP metrics not "
-                            r"enabled")),
+                            r"enabled|Profiling is not supported for this group of GPUs")),
     ("metrics-file-invalid", _re(r"Could not read metrics file|wrong number of fields|"
                                  r"bare \" in non-quoted field|extraneous or missing \" in quoted|"
                                  r"record on line [0-9]+")),

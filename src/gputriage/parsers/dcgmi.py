@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
+from gputriage.io import safejson
 from gputriage.text.fields import ParseError, normalize_bus_id, split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -169,6 +171,8 @@ def parse_health(text: str) -> HealthReport:
     """Parse ``dcgmi health -c`` in the layouts DCGM prints (the tree of DCGM 2.x and
     later, ``-> 0`` / ``-> Errors`` / ``-> PCIe system``, and the older ``GPU ID: 0`` /
     ``PCIe system: Warning - ...`` rows); ParseError when it is neither."""
+    if text.lstrip().startswith("{"):
+        return _health_json(text)
     out = HealthReport(hostengine_error=hostengine_error(text))
     group, entity_id = "GPU", None
     incident: HealthIncident | None = None
@@ -209,6 +213,51 @@ def parse_health(text: str) -> HealthReport:
             out.hostengine_error or seen_header):
         raise ParseError("not dcgmi health -c output: no 'Overall Health' row")
     return out
+
+
+def _health_json(text: str) -> HealthReport:
+    """``dcgmi health -c -j``: dcgmi's output tree as JSON (``{"header": ["Health Monitor
+    Report"], "body": {"Overall Health": {"value": ...}, "GPU": {"children": {"0":
+    {"value": ..., "children": {"Errors": {"children": {"Memory system": {"value":
+    "Failure", "overflow": [message lines]}}}}}}}}}``)."""
+    try:
+        doc = safejson.loads(text.strip())
+    except ValueError as exc:
+        raise ParseError(f"dcgmi health -j: not JSON ({exc})") from None
+    body = doc.get("body") if isinstance(doc, dict) else None
+    if not isinstance(body, dict) or "Overall Health" not in body:
+        raise ParseError("not dcgmi health -c -j output: no body with 'Overall Health'")
+    out = HealthReport()
+    overall = _value(body.get("Overall Health"))
+    if overall and (word := _health_word(overall)):
+        out.overall, out.overall_line = word, f'"Overall Health": "{overall}"'
+    for group, node in body.items():
+        if group == "Overall Health" or not isinstance(node, dict):
+            continue
+        for eid, entity in _children(node).items():
+            errors = _children(entity).get("Errors", {})
+            for system, cell in _children(errors).items():
+                word = _health_word(_value(cell) or "")
+                m = _SYSTEM.match(system)
+                if word is None or m is None:
+                    continue
+                lines = [ln for ln in cell.get("overflow", []) if isinstance(ln, str)]
+                out.incidents.append(HealthIncident(
+                    _entity(group), strict_int(eid, signed=False), m.group("system"), word,
+                    " ".join(lines).strip(), [f'{group} {eid}: "{system}": "{_value(cell)}"',
+                                              *lines]))
+    return out
+
+
+def _value(node: Any) -> str | None:
+    value = node.get("value") if isinstance(node, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _children(node: Any) -> dict[str, Any]:
+    kids = node.get("children") if isinstance(node, dict) else None
+    return {k: v for k, v in kids.items() if isinstance(v, dict)} if isinstance(kids, dict) \
+        else {}
 
 
 def _system_incident(left: str, right: str, group: str, entity_id: int | None,
@@ -300,10 +349,30 @@ _HEALTH_START = re.compile(r"Health Monitor Report|^\s*Error: Health watches not
 _NVLINK_START = re.compile(r"^\|\s+NvLink Link Status\s+\|$|^\|\s+NVLINK Error Counts\s+\|?")
 
 
+def _json_block(doc: PasteDoc, i: int) -> tuple[int, int] | None:
+    """The free lines of the JSON object around line ``i`` (its braces balanced)."""
+    start = i  # the top-level object opens with an unindented "{" (jsoncpp puts "body",
+    while doc.free(start - 1) and i - start < 4000 and doc.lines[start].rstrip() != "{":
+        start -= 1  # the tree, before "header")
+    if doc.lines[start].rstrip() != "{":
+        return None
+    depth, end = 0, start
+    while doc.free(end) and end - start < 4000:
+        depth += doc.lines[end].count("{") - doc.lines[end].count("}")
+        end += 1
+        if depth <= 0:
+            return start, end
+    return None
+
+
 def claim_dcgmi(doc: PasteDoc) -> None:
-    """Blocks of dcgmi discovery, health and nvlink, each to its source."""
+    """Blocks of dcgmi discovery, health (its tree or -j JSON) and nvlink, each to its
+    source."""
     for i, ln in enumerate(doc.lines):
         if not doc.free(i):
+            continue
+        if '"Health Monitor Report"' in ln and (block := _json_block(doc, i)):
+            doc.claim("dcgmi_health", *block)
             continue
         if _COUNT.match(ln) and (ln.strip().endswith("GPUs found.") or
                                    ln.strip().endswith("GPU found.")):

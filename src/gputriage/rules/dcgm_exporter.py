@@ -339,7 +339,10 @@ def _dcp(dcp: list[ExporterEntry], support: DcgmSupport | None) -> Finding:
     ev = [evidence("dcgm_exporter_log", [e.line for e in dcp][:4])]
     why = ("DCGM's profiling module is not loaded: profiling fields (DCGM_FI_PROF_*) exist on "
            "Volta and newer datacenter GPUs only, so on older ones (Kepler, Maxwell, Pascal) "
-           "it never loads. The DCGM_FI_DEV_* fields still work")
+           "it never loads, nor on GeForce cards before Blackwell (DCGM before 2.1.7 also "
+           "refused GPUs whose name NVML reports as 'NVIDIA ...' instead of 'Tesla ...', "
+           "with 'Profiling is not supported for this group of GPUs'; DCGM 2.1.7 release "
+           "notes). The DCGM_FI_DEV_* fields still work")
     if any(e.level in _FAILED or e.message.startswith("Error") for e in dcp):
         return finding(
             "dcgm.exporter-profiling-unsupported", Severity.WARNING,

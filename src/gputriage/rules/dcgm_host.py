@@ -31,6 +31,7 @@ from gputriage.parsers.dcgm_exporter import ExporterLog
 from gputriage.parsers.dcgmi import Discovery, HealthIncident, HealthReport, NvlinkReport
 from gputriage.parsers.nv_hostengine import HostengineLog
 from gputriage.rules.base import action_for, finding, rule
+from gputriage.rules.dcgm_marks import judge_mark
 from gputriage.rules.fabric import Visible, counter_severe, locate
 
 __all__ = ["NOT_THE_GPU", "Visible", "dcgm_gpu"]
@@ -173,7 +174,8 @@ _WHAT = {
                                "dcgm.health-nvlink", "dcgm.health-memory", "dcgm.health-sm",
                                "dcgm.health-inforom", "dcgm.health-thermal",
                                "dcgm.health-power", "dcgm.health-driver",
-                               "dcgm.health-nvswitch", "dcgm.health-unknown"))
+                               "dcgm.health-nvswitch", "dcgm.health-unknown",
+                               "dcgm.health-imex"))
 def health(dcgmi_health: HealthReport, dcgmi_discovery: Discovery | None = None,
            visible_gpus: Visible | None = None) -> Iterator[Finding]:
     """``dcgmi health -c``: each GPU's failed or warned system as the matching cause
@@ -190,14 +192,26 @@ def health(dcgmi_health: HealthReport, dcgmi_discovery: Discovery | None = None,
             "until it restarts).", Action.NONE, Blame.CONFIG,
             evidence=[evidence("dcgmi_health", [h.error])])
         return
+    names = [g.name for g in (dcgmi_discovery.gpus if dcgmi_discovery else ()) if g.name]
+    names += [g.name for g in (visible_gpus[1] if visible_gpus else ()) if g.name]
     for inc in h.incidents:
         scope = (dcgm_gpu(inc.entity_id, dcgmi_discovery, visible_gpus)
                  if inc.entity == "GPU" else NODE)
-        yield _incident(inc, scope)
+        yield _imex(inc, scope, names) if "IMEX" in inc.message else _incident(inc, scope)
     if not h.incidents and h.overall == "healthy":
         yield finding("dcgm.health-ok", Severity.OK, "DCGM's health watches: healthy",
                       "dcgmi health -c reports no incident.", Action.NONE, Blame.UNKNOWN,
                       evidence=[evidence("dcgmi_health", [h.overall_line])])
+
+
+def _imex(inc: HealthIncident, scope: Scope, names: list[str]) -> Finding:
+    """DCGM's IMEX check, reported under the NVLink watch: IMEX is for multi-node NVLink
+    domains, so outside one it is a false alarm, and never the GPU's fault."""
+    v = judge_mark("DCGM_FR_IMEX_UNHEALTHY", None, [], None, names)
+    who = f"{inc.entity} {inc.entity_id}" if inc.entity_id is not None else inc.entity
+    return finding("dcgm.health-imex", v.severity,
+                   f"DCGM health: {v.what} ({inc.system} {inc.health} on {who})"[:200],
+                   v.why, v.action, v.blame, scope, [evidence("dcgmi_health", inc.lines)])
 
 
 def _incident(inc: HealthIncident, scope: Scope) -> Finding:

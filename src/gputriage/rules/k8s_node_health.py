@@ -10,8 +10,10 @@ from collections.abc import Iterator
 
 from gputriage.knowledge.xid import xid_info
 from gputriage.model import Action, Blame, Finding, Severity, evidence
+from gputriage.parsers.health_marks import HealthMark, marks_in
 from gputriage.parsers.k8s_model import GPU, Cluster, KNode
 from gputriage.rules.base import action_for, finding, rule
+from gputriage.rules.dcgm_marks import judge_mark
 from gputriage.rules.k8s_nodes import SOURCE, lines_of, named, scope_of
 from gputriage.text.fields import strict_int
 
@@ -53,16 +55,48 @@ def _xids(reason: str, message: str) -> list[int]:
     return sorted(c for c in codes if c is not None)
 
 
+# conditions whose True is the healthy state (the EKS agent's AcceleratedHardwareReady)
+_READY_KIND = re.compile(r"Ready$")
+
+
 @rule("k8s.node-condition", produces=("k8s.node-condition",))
-def node_condition(cluster: Cluster) -> Iterator[Finding]:
+def node_condition(cluster: Cluster, health_checker_marks: list[HealthMark] | None = None
+                   ) -> Iterator[Finding]:
     """A GPU problem condition on a node (the device plugin's XidCriticalError, a node
-    problem detector's GPU condition) blamed by the Xid it names: 31 is the application's,
-    79 or 48 the GPU's."""
+    problem detector's or NVSentinel's GPU condition, the EKS agent's
+    AcceleratedHardwareReady=False) blamed by what it names: the DCGM error code of its
+    message (knowledge/dcgm_errors.csv), else the Xid (31 is the application's, 79 or 48
+    the GPU's). A condition whose message was pasted apart from it (a wrapped line read
+    as a checker's mark) is judged there, once."""
     for node in cluster.nodes.values():
         for ctype, (status, reason, message) in node.conditions.items():
-            if status != "True" or not re.search(r"xid|gpu|nvidia|accelerat", ctype, re.I):
+            if not re.search(r"xid|gpu|nvidia|accelerat", ctype, re.I):
                 continue
-            yield _condition(node, ctype, reason, message)
+            if status != ("False" if _READY_KIND.search(ctype) else "True"):
+                continue
+            marks = marks_in([f"{ctype} {reason} {message}"])
+            if marks:
+                yield _marked(node, ctype, reason, marks[0], cluster)
+            elif health_checker_marks and not _xids(reason, message):
+                continue  # its message is the pasted mark: dcgm.checker-mark judges it
+            else:
+                yield _condition(node, ctype, reason, message)
+
+
+def _marked(node: KNode, ctype: str, reason: str, mark: HealthMark,
+            cluster: Cluster) -> Finding:
+    names = [n.labels.get("nvidia.com/gpu.product", "") for n in cluster.nodes.values()]
+    v = judge_mark(mark.code, mark.number, mark.xids, mark.recommended,
+                   [n for n in names if n])
+    lines = [ln for ln in lines_of(node) if ctype in ln] or \
+        [f"{ctype} {reason} {mark.text}".strip()]
+    gpu = f" on GPU {mark.gpu}" if mark.gpu is not None else ""
+    return finding(
+        "k8s.node-condition", v.severity,
+        f"{named(node)} reports {ctype} ({reason or mark.code}): {v.what}{gpu}"[:200],
+        f"{v.why} The condition was set by the node's GPU health checker; it stays until the "
+        "checker clears it.", v.action, v.blame, scope_of(node),
+        [evidence(SOURCE, lines, limit=6)])
 
 
 def _condition(node: KNode, ctype: str, reason: str, message: str) -> Finding:

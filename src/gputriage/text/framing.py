@@ -112,6 +112,10 @@ def _json_payload(line: str) -> str | None:
     found = _message_of(doc)
     if found is None or "\n" in found.rstrip("\n"):
         return None  # several lines in one record: not one log line
+    # structured loggers (zap, logrus) put the cause beside the message: keep it with it
+    error = doc.get("error", doc.get("err")) if isinstance(doc, dict) else None
+    if isinstance(error, str) and error.strip() and "\n" not in error and error not in found:
+        return f"{found.rstrip()}: {error.strip()}"
     return found
 
 
