@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from analysed import Analysed
 from hypothesis import HealthCheck, settings
 from suite import PROFILE, find_corpus
 
@@ -105,6 +106,13 @@ def corpus() -> Corpus:
         pytest.skip("real-capture corpus not found: expected ../shared/corpus/MANIFEST.tsv "
                     "beside the checkout (or set GPUTRIAGE_CORPUS)")
     return Corpus(root)
+
+
+@pytest.fixture(scope="session")
+def analysed(tmp_path_factory) -> Analysed:
+    """Scenarios, corpus samples and CLI runs analysed once per test process
+    (tests/analysed.py): for the modules that each sweep all of them."""
+    return Analysed(tmp_path_factory.mktemp("analysed"))
 
 
 @pytest.fixture(autouse=True)

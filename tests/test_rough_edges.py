@@ -93,17 +93,16 @@ def repeated_evidence(result: Result) -> list[tuple[str, str, str]]:
     return found
 
 
-def test_no_scenario_quotes_an_evidence_line_twice(tmp_path):
-    repeats = {sc.name: repeated_evidence(analyze(load_input(str(
-        build_scenario(sc.name, tmp_path / sc.name))))) for sc in list_scenarios()}
+def test_no_scenario_quotes_an_evidence_line_twice(analysed):
+    repeats = {sc.name: repeated_evidence(analysed.result(sc.name)) for sc in list_scenarios()}
     assert not {k: v for k, v in repeats.items() if v}
 
 
-def test_no_corpus_sample_quotes_an_evidence_line_twice(corpus):
+def test_no_corpus_sample_quotes_an_evidence_line_twice(corpus, analysed):
     repeats = {}
     for sample in corpus.samples:
         try:
-            result = analyze(load_input(str(sample.path)))
+            _, result = analysed.sample(sample.path)
         except (InputError, ParseError):
             continue
         if found := repeated_evidence(result):
