@@ -82,6 +82,7 @@ class Analysed:
         directory: ``analyze --json healthy-8xh100``), stdout and stderr pipes, none of
         the terminal's variables: its exit status, stdout and stderr."""
         if argv not in self._outputs:
+            self.all_built()
             with pytest.MonkeyPatch.context() as mp:
                 for var in TERMINAL_VARIABLES:
                     mp.delenv(var, raising=False)

@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from analysed import Analysed
 
 from gputriage import schemas
 from gputriage.cli import EXIT_USAGE, Environment, main
@@ -64,17 +65,13 @@ def built(tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def analyzed(built) -> Callable[[str], dict]:
-    """``analyze SCENARIO --json``, run once a scenario for the module (a fresh copy each
-    call: a test may change it)."""
-    done: dict[str, str] = {}
-
+def analyzed(analysed: Analysed) -> Callable[[str], dict]:
+    """``analyze --json SCENARIO``, run once a scenario for all tests (tests/analysed.py;
+    a fresh copy each call: a test may change it)."""
     def of(name: str) -> dict:
-        if name not in done:
-            code, out, err = _run(["analyze", built[name], "--json"])
-            assert code in (0, 1, 2, 3), (code, err)
-            done[name] = out
-        return json.loads(done[name])
+        code, _, err = analysed.cli("analyze", "--json", name)
+        assert code in (0, 1, 2, 3), (code, err)
+        return analysed.json("analyze", "--json", name)
     return of
 
 
