@@ -19,6 +19,7 @@ import pytest
 
 from gputriage.cli import Environment, main
 from gputriage.engine import analyze
+from gputriage.fleet_scenario import write_demo
 from gputriage.ingest import load_input
 from gputriage.model import Result
 from gputriage.scenarios import build_scenario, list_scenarios
@@ -51,6 +52,14 @@ class Analysed:
         for name in SCENARIOS:
             self.scenario_dir(name)
         return self.root
+
+    def fleet_demo(self) -> Path:
+        """``root/fleet-demo``: the demo fleet's node results (``fleet --demo``), written
+        once (never written to by a test)."""
+        path = self.root / "fleet-demo"
+        if not path.exists():
+            write_demo(path)
+        return path
 
     def scenario(self, name: str) -> tuple[Snapshot, Result]:
         """The snapshot of scenario ``name`` and, a fresh copy, the engine's Result."""

@@ -167,11 +167,16 @@ def test_nccl_of_the_scenario_and_a_corpus_log_validate(built, corpus):
     assert errors("result", doc), "a result document has no nccl key"
 
 
-def test_fleet_of_the_fleet_scenario_validates(tmp_path):
-    from gputriage.fleet_scenario import write_demo
+def _fleet(analysed: Analysed) -> dict:
+    """``fleet --json`` of the demo fleet, run once for the module's tests."""
+    analysed.fleet_demo()
+    code, _, err = analysed.cli("fleet", "fleet-demo", "--json", "-j", "1")
+    assert code in (0, 1, 2, 3), (code, err)
+    return analysed.json("fleet", "fleet-demo", "--json", "-j", "1")
 
-    write_demo(str(tmp_path / "fleet"))
-    doc = _json(["fleet", str(tmp_path / "fleet"), "--json", "-j", "1"])
+
+def test_fleet_of_the_fleet_scenario_validates(analysed):
+    doc = _fleet(analysed)
     assert doc["findings"][0]["blast_radius"]
     assert_valid("fleet", doc)
 
@@ -219,12 +224,8 @@ CLOSED = ("result", "nccl", "logs", "diff", "triage", "fleet", "history", "xid")
 
 
 @pytest.fixture(scope="module")
-def documents(built, analyzed, tmp_path_factory) -> dict[str, dict]:
+def documents(built, analyzed, analysed) -> dict[str, dict]:
     bad, good = built["gpu-fallen-off-bus"], built["healthy-8xh100"]
-    fleet_dir = tmp_path_factory.mktemp("schema-fleet") / "fleet"
-    from gputriage.fleet_scenario import write_demo
-
-    write_demo(str(fleet_dir))
     docs = {
         "result": analyzed("gpu-fallen-off-bus"),
         "nccl": _json(["nccl", built["nccl-socket-fallback"], "--json"]),
@@ -235,7 +236,7 @@ def documents(built, analyzed, tmp_path_factory) -> dict[str, dict]:
                  "window": {"boot": None, "since": None}, "timeline": [], "findings": []},
         "diff": _json(["diff", good, bad, "--json"]),
         "triage": _json(["triage", bad, "--json"]),
-        "fleet": _json(["fleet", str(fleet_dir), "--json", "-j", "1"]),
+        "fleet": _fleet(analysed),
         "history": {"schema": "gputriage/history/v1", "state_dir": "s", "entries": []},
         "xid": _json(["xid", "79", "--json"]),
     }
