@@ -26,6 +26,15 @@ from gputriage.scenarios import build_scenario, list_scenarios
 from gputriage.snapshot import Snapshot
 
 SCENARIOS = [s.name for s in list_scenarios()]
+# the test modules that read the ``analysed`` fixture: one worker runs them all
+# (tests/conftest.py), so that what they share is analysed once per run;
+# tests/test_suite_layout.py checks the list
+SHARING_MODULES = frozenset({
+    "test_consistency.py", "test_end_to_end.py", "test_golden_reports.py",
+    "test_html_report.py", "test_json_schemas.py", "test_next_steps.py",
+    "test_next_steps_by_id.py", "test_redact.py", "test_resultdoc.py", "test_rough_edges.py",
+    "test_scenarios_hw.py", "test_views_agree.py",
+})
 # what would make the CLI's output depend on the terminal of whoever runs the tests
 TERMINAL_VARIABLES = ("COLUMNS", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from analysed import Analysed
+from analysed import SHARING_MODULES, Analysed
 from hypothesis import HealthCheck, settings
 from suite import PROFILE, find_corpus
 
@@ -108,6 +108,23 @@ def corpus() -> Corpus:
         pytest.skip("real-capture corpus not found: expected ../shared/corpus/MANIFEST.tsv "
                     "beside the checkout (or set GPUTRIAGE_CORPUS)")
     return Corpus(root)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadfile``, the modules that read the ``analysed`` fixture
+    (SHARING_MODULES) are one work unit, run by one worker: each scenario and corpus
+    sample is then analysed once per run, not once per worker. Other files as usual."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedAnalysesScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "tests/analysed.py" if Path(path).name in SHARING_MODULES else path
+
+    return SharedAnalysesScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
