@@ -30,7 +30,8 @@ SCENARIOS = [s.name for s in list_scenarios()]
 # (tests/conftest.py), so that what they share is analysed once per run;
 # tests/test_suite_layout.py checks the list
 SHARING_MODULES = frozenset({
-    "test_consistency.py", "test_end_to_end.py", "test_golden_reports.py",
+    "test_consistency.py", "test_corpus_golden_hw.py", "test_corpus_golden_kernel.py",
+    "test_end_to_end.py", "test_golden_reports.py",
     "test_html_report.py", "test_json_schemas.py", "test_next_steps.py",
     "test_next_steps_by_id.py", "test_redact.py", "test_resultdoc.py", "test_rough_edges.py",
     "test_scenarios_hw.py", "test_views_agree.py",

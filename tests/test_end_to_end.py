@@ -84,9 +84,9 @@ NOT_YET_READ: tuple[str, ...] = ()
 
 
 @pytest.mark.parametrize("part", sorted(EXPECTED))
-def test_corpus_sample_gets_its_diagnosis(corpus, part):
+def test_corpus_sample_gets_its_diagnosis(corpus, analysed, part):
     fid, bus = EXPECTED[part]
-    result = analyze(load_input(str(corpus.sample(part).path)))
+    _, result = analysed.sample(corpus.sample(part).path)
     hits = [f for f in flat(result.findings) if f.id == fid]
     assert hits, [f.id for f in result.findings]
     if bus:
@@ -94,23 +94,22 @@ def test_corpus_sample_gets_its_diagnosis(corpus, part):
 
 
 @pytest.mark.parametrize("part", HEALTHY)
-def test_healthy_corpus_sample_raises_no_alarm(corpus, part):
-    result = analyze(load_input(str(corpus.sample(part).path)))
+def test_healthy_corpus_sample_raises_no_alarm(corpus, analysed, part):
+    _, result = analysed.sample(corpus.sample(part).path)
     serious = [f.id for f in result.findings if f.severity.rank >= Severity.WARNING.rank]
     assert not serious
 
 
-def test_every_sample_of_categories_1_2_8_reads_and_analyses(corpus):
+def test_every_sample_of_categories_1_2_8_reads_and_analyses(corpus, analysed):
     samples = corpus.category("1") + corpus.category("2") + corpus.category("8")
     assert len(samples) >= 35
     for sample in samples:
         try:
-            snap = load_input(str(sample.path))
+            _, result = analysed.sample(sample.path)
         except InputError as exc:
             assert any(p in sample.name for p in NOT_YET_READ), f"{sample.name}: {exc}"
             assert "expected" in str(exc)
             continue
-        result = analyze(snap)
         assert not result.unreadable, (sample.name, result.unreadable)
         assert result.host.rules_run + len(result.skipped) > 0
 
