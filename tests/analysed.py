@@ -93,7 +93,7 @@ class Analysed:
                 self._samples[path] = exc
         done = self._samples[path]
         if isinstance(done, Exception):
-            raise done
+            raise done.with_traceback(None)  # not each caller's frames added to the last
         return done[0], copy.deepcopy(done[1])
 
     def cli(self, *argv: str) -> tuple[int, str, str]:
