@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from analysed import SHARING_MODULES, Analysed
 from hypothesis import HealthCheck, settings
 from suite import PROFILE, find_corpus
 
@@ -107,17 +110,59 @@ def corpus() -> Corpus:
     return Corpus(root)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadfile``, the modules that read the ``analysed`` fixture
+    (SHARING_MODULES) are one work unit, run by one worker: each scenario and corpus
+    sample is then analysed once per run, not once per worker. Other files as usual."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedAnalysesScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "tests/analysed.py" if Path(path).name in SHARING_MODULES else path
+
+    return SharedAnalysesScheduling(config, log)
+
+
+@pytest.fixture(scope="session")
+def analysed(tmp_path_factory) -> Analysed:
+    """Scenarios, corpus samples and CLI runs analysed once per test process
+    (tests/analysed.py): for the modules that each sweep all of them."""
+    return Analysed(tmp_path_factory.mktemp("analysed"))
+
+
+@pytest.fixture(scope="session")
+def _unused_dirs(tmp_path_factory) -> Iterator[Path]:
+    """Paths under one temporary folder, each given to one test, none created."""
+    base = tmp_path_factory.mktemp("own")
+    return (base / str(n) for n in itertools.count())
+
+
+@pytest.fixture
+def _own_dir(request, _unused_dirs) -> Path:
+    """The test's own folder for what gputriage writes by default: its ``tmp_path``
+    when it asks for one (a test of history finds it in ``tmp_path / "state"``), else a
+    path no other test is given, not created (making a ``tmp_path`` for each of the
+    thousands of tests that need none took seconds of every run)."""
+    if {"tmp_path", "tmpdir"} & set(request.fixturenames):
+        return request.getfixturevalue("tmp_path")
+    return next(_unused_dirs)
+
+
 @pytest.fixture(autouse=True)
-def _history_in_tmp(monkeypatch, tmp_path):
+def _history_in_tmp(monkeypatch, _own_dir):
     """``check`` records history; tests keep it out of the machine's state folder."""
-    monkeypatch.setenv("GPUTRIAGE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("GPUTRIAGE_STATE_DIR", str(_own_dir / "state"))
 
 
 @pytest.fixture(autouse=True)
-def _strict_rules(monkeypatch, tmp_path):
+def _strict_rules(monkeypatch, _own_dir):
     """A rule that raises fails the test (in production it is reported as skipped and
     the other rules still run); no test reads the machine's expectations file."""
     from gputriage.parsers import expect
     monkeypatch.setenv("GPUTRIAGE_STRICT", "1")
     monkeypatch.delenv("GPUTRIAGE_EXPECT", raising=False)
-    monkeypatch.setattr(expect, "DEFAULT_PATH", tmp_path / "no-expect.toml")
+    monkeypatch.setattr(expect, "DEFAULT_PATH", _own_dir / "no-expect.toml")

@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from analysed import Analysed
 
 from gputriage.cli import EXIT_INPUT, Environment, main
-from gputriage.engine.analysis import analyze
-from gputriage.ingest import load_input
 from gputriage.model import Finding, Result, Severity
 
 CALM = "calm"
@@ -136,8 +135,10 @@ def said_json(findings: Iterable[dict]) -> list[tuple[str, str]]:
             for pair in ((f["id"], f["severity"]), *said_json(f.get("consequences", ())))]
 
 
-def check_verdict(corpus, part: str, must: Sequence[str], must_not: Sequence[str]) -> None:
-    result = analyze(load_input(str(corpus.sample(part).path)))
+def check_verdict(analysed: Analysed, corpus, part: str, must: Sequence[str],
+                  must_not: Sequence[str]) -> None:
+    """The sample's analysis (shared: tests/analysed.py) says ``must`` and not ``must_not``."""
+    _, result = analysed.sample(corpus.sample(part).path)
     check_found(said(result.findings), must, must_not)
 
 

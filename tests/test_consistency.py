@@ -164,17 +164,17 @@ def test_every_rule_case_is_consistent(rule_id, sources, expected) -> None:
 
 
 @pytest.mark.parametrize("name", [s.name for s in list_scenarios()])
-def test_every_scenario_is_consistent(name: str, tmp_path: Path) -> None:
-    result = analyze(Snapshot.load(build_scenario(name, tmp_path / name)))
+def test_every_scenario_is_consistent(name: str, analysed) -> None:
+    result = analysed.result(name)
     assert not problems(result.findings)
 
 
 @pytest.mark.parametrize("category", [str(n) for n in range(1, 12)])
-def test_every_corpus_sample_is_consistent(corpus, category: str) -> None:
+def test_every_corpus_sample_is_consistent(corpus, analysed, category: str) -> None:
     bad = {}
     for sample in corpus.category(category):
         try:
-            result = analyze(load_input(str(sample.path)))
+            _, result = analysed.sample(sample.path)
         except (InputError, ParseError):
             continue  # refused input: no findings to judge
         if found := problems(result.findings):

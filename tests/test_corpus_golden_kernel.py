@@ -122,8 +122,8 @@ GOLDEN: dict[str, tuple] = {
 
 
 @pytest.mark.parametrize(("part", "must", "must_not"), list(cases(GOLDEN)))
-def test_golden_verdict(corpus, part, must, must_not):
-    check_verdict(corpus, part, must, must_not)
+def test_golden_verdict(corpus, analysed, part, must, must_not):
+    check_verdict(analysed, corpus, part, must, must_not)
 
 
 def test_every_category_4_and_5_sample_has_a_golden_row(corpus):

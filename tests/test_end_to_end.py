@@ -27,9 +27,9 @@ def built(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_scenario_yields_its_diagnosis(name, built):
+def test_scenario_yields_its_diagnosis(name, analysed):
     scenario = next(s for s in list_scenarios() if s.name == name)
-    result = analyze(Snapshot.load(built[name]))
+    result = analysed.result(name)
     found = {f.id for f in flat(result.findings)}  # a folded consequence is still found
     assert set(scenario.expected) <= found, found
     serious = {f.id for f in flat(result.findings) if f.severity.rank >= Severity.WARNING.rank}
@@ -39,16 +39,16 @@ def test_scenario_yields_its_diagnosis(name, built):
     assert not result.unreadable, result.unreadable
 
 
-def test_driver_mismatch_scenario_shows_both_versions(built):
-    result = analyze(Snapshot.load(built["driver-mismatch"]))
+def test_driver_mismatch_scenario_shows_both_versions(analysed):
+    result = analysed.result("driver-mismatch")
     f = next(f for f in result.findings if f.id == "driver.version-mismatch")
     assert "535.161.07" in f.title and "550.54.15" in f.title
     assert {"proc_driver_nvidia_version", "nvidia_libs", "kernel_log", "nvml"} <= {
         e.source for e in f.evidence}
 
 
-def test_fallen_off_bus_scenario_names_the_gpu(built):
-    result = analyze(Snapshot.load(built["gpu-fallen-off-bus"]))
+def test_fallen_off_bus_scenario_names_the_gpu(analysed):
+    result = analysed.result("gpu-fallen-off-bus")
     missing = [f for f in flat(result.findings) if f.id == "gpu.missing"]
     assert [f.scope.pci_bus_id for f in missing] == ["0000:9a:00.0"]
     assert result.host.gpus_on_pci == 8 and result.host.gpus_visible == 7
@@ -84,9 +84,9 @@ NOT_YET_READ: tuple[str, ...] = ()
 
 
 @pytest.mark.parametrize("part", sorted(EXPECTED))
-def test_corpus_sample_gets_its_diagnosis(corpus, part):
+def test_corpus_sample_gets_its_diagnosis(corpus, analysed, part):
     fid, bus = EXPECTED[part]
-    result = analyze(load_input(str(corpus.sample(part).path)))
+    _, result = analysed.sample(corpus.sample(part).path)
     hits = [f for f in flat(result.findings) if f.id == fid]
     assert hits, [f.id for f in result.findings]
     if bus:
@@ -94,23 +94,22 @@ def test_corpus_sample_gets_its_diagnosis(corpus, part):
 
 
 @pytest.mark.parametrize("part", HEALTHY)
-def test_healthy_corpus_sample_raises_no_alarm(corpus, part):
-    result = analyze(load_input(str(corpus.sample(part).path)))
+def test_healthy_corpus_sample_raises_no_alarm(corpus, analysed, part):
+    _, result = analysed.sample(corpus.sample(part).path)
     serious = [f.id for f in result.findings if f.severity.rank >= Severity.WARNING.rank]
     assert not serious
 
 
-def test_every_sample_of_categories_1_2_8_reads_and_analyses(corpus):
+def test_every_sample_of_categories_1_2_8_reads_and_analyses(corpus, analysed):
     samples = corpus.category("1") + corpus.category("2") + corpus.category("8")
     assert len(samples) >= 35
     for sample in samples:
         try:
-            snap = load_input(str(sample.path))
+            _, result = analysed.sample(sample.path)
         except InputError as exc:
             assert any(p in sample.name for p in NOT_YET_READ), f"{sample.name}: {exc}"
             assert "expected" in str(exc)
             continue
-        result = analyze(snap)
         assert not result.unreadable, (sample.name, result.unreadable)
         assert result.host.rules_run + len(result.skipped) > 0
 

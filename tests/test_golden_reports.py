@@ -29,13 +29,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from analysed import TERMINAL_VARIABLES, Analysed
 from rich.console import Console
 
 from gputriage.cli import Environment, main
-from gputriage.engine.analysis import analyze
 from gputriage.model import Finding
 from gputriage.rules.base import REGISTRY, rule
-from gputriage.scenarios import build_scenario, list_scenarios
+from gputriage.scenarios import list_scenarios
 from gputriage.snapshot.bundle import Snapshot
 from gputriage.text.safe import printable
 from gputriage.views.terminal import EVIDENCE_CAP, render_terminal
@@ -48,17 +48,16 @@ WIDTH = 80
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("golden")
-    for name in NAMES:
-        build_scenario(name, root / name)
-    return root
+def built(analysed: Analysed) -> Path:
+    """The root holding every scenario's directory (shared: never written to)."""
+    return analysed.all_built()
 
 
 def _cli(root: Path, monkeypatch, *argv: str) -> tuple[int, str]:
     """``gputriage ARGV`` run in ``root`` (so the input line names the scenario, not a
-    temporary path), its stdout a pipe."""
-    for var in ("COLUMNS", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE"):
+    temporary path), its stdout a pipe: as ``analysed.cli`` runs it, but now (under the
+    rules registered now)."""
+    for var in TERMINAL_VARIABLES:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(root)
     out, err = io.StringIO(), io.StringIO()
@@ -76,8 +75,8 @@ def _recorded(text: str) -> str:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_piped_report_matches_its_golden_file(built, monkeypatch, name) -> None:
-    _, text = _cli(built, monkeypatch, "analyze", name)
+def test_piped_report_matches_its_golden_file(analysed, name) -> None:
+    _, text, _ = analysed.cli("analyze", name)
     text = _recorded(text)
     path = GOLDEN / f"{name}.txt"
     if UPDATE:
@@ -93,7 +92,7 @@ def test_every_scenario_has_a_golden_file_and_no_other() -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_golden_report_is_whole_lines_quoting_the_json(built, monkeypatch, name) -> None:
+def test_golden_report_is_whole_lines_quoting_the_json(analysed, name) -> None:
     """Piped: no trailing blanks, no escapes, the verdict first; each current finding's
     header one line and its evidence lines those of the JSON, verbatim and indented (tabs
     expanded)."""
@@ -102,8 +101,7 @@ def test_golden_report_is_whole_lines_quoting_the_json(built, monkeypatch, name)
     assert text.endswith("\n") and "\x1b" not in text
     assert all(line == line.rstrip() for line in lines)
     assert re.match(r"^(OK|WARNING|CRITICAL|UNKNOWN) gpu-node-\d+: ", lines[0])
-    _, doc_text = _cli(built, monkeypatch, "analyze", "--json", name)
-    doc = json.loads(doc_text)
+    doc = analysed.json("analyze", "--json", name)
     assert lines[0].split()[0] == doc["verdict"].upper()
     for f in doc["findings"]:
         if f.get("status", "current") != "current":
@@ -122,11 +120,11 @@ def test_golden_report_is_whole_lines_quoting_the_json(built, monkeypatch, name)
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_no_word_is_broken_on_an_80_column_terminal(built, name) -> None:
+def test_no_word_is_broken_on_an_80_column_terminal(analysed, built, name) -> None:
     """Rendered on a pretend 80-column terminal, lines wrap between words: every word of
     the piped report that fits a line is found whole (the GPU table may drop the UUID)."""
     buf = io.StringIO()
-    render_terminal(analyze(Snapshot.load(built / name)),
+    render_terminal(analysed.result(name),
                     Console(file=buf, width=WIDTH, force_terminal=True, color_system=None))
     wrapped = buf.getvalue()
     assert all(len(line) <= WIDTH for line in wrapped.splitlines())

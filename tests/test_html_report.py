@@ -225,17 +225,13 @@ def test_colours_used_are_the_tested_ones() -> None:
         assert m.group(1) in tested, m.group(0)
 
 
-def test_triage_nccl_fleet_write_html(scenario_dir: Path, tmp_path: Path) -> None:
+def test_triage_nccl_fleet_write_html(scenario_dir: Path, analysed, tmp_path: Path) -> None:
     page = tmp_path / "t.html"
     code, _, _ = run("triage", str(scenario_dir / "xid48-row-remap"), "--baseline",
                      str(scenario_dir / "healthy-8xh100"), "-q", "--html", str(page))
     words = outline(page.read_text()).words()
     assert code == 2 and "What changed" in words and "Next actions" in words
-    fleet_dir = tmp_path / "fleet"
-    from gputriage.fleet.scenario import write_demo
-
-    write_demo(str(fleet_dir))
-    code, _, _ = run("fleet", str(fleet_dir), "--html", str(tmp_path / "f.html"))
+    code, _, _ = run("fleet", str(analysed.fleet_demo()), "--html", str(tmp_path / "f.html"))
     words = outline((tmp_path / "f.html").read_text()).words()
     assert code == 2 and "Blast radius" in words and "xid.79" in words
     logs = [str(scenario_dir / "nccl-socket-fallback" / "sources" / f)
@@ -322,7 +318,7 @@ def test_html_path_that_cannot_be_looked_up_is_a_clear_error(
     assert f"--html {target}: cannot look up the path (permission denied)" in err
 
 
-def test_banners_share_one_helper(scenario_dir: Path, tmp_path: Path) -> None:
+def test_banners_share_one_helper(scenario_dir: Path, analysed, tmp_path: Path) -> None:
     from gputriage.views.html.markup import banner_box
 
     box = banner_box("warning", "a &amp; b", "<p>more</p>")
@@ -332,10 +328,7 @@ def test_banners_share_one_helper(scenario_dir: Path, tmp_path: Path) -> None:
     _, _, text = report(scenario_dir, "xid48-row-remap", tmp_path)
     assert '<section class="banner sev-critical" aria-label="verdict"><p class="verdict">' \
         '<span class="badge sev-critical">CRITICAL</span>' in text
-    from gputriage.fleet.scenario import write_demo
-
-    write_demo(str(tmp_path / "fleet"))
-    run("fleet", str(tmp_path / "fleet"), "--html", str(tmp_path / "f.html"))
+    run("fleet", str(analysed.fleet_demo()), "--html", str(tmp_path / "f.html"))
     fleet = (tmp_path / "f.html").read_text()
     assert re.search(r'<section class="banner sev-\w+" aria-label="verdict">'
                      r'<p class="verdict"><span class="badge [^>]*>\w+</span> fleet: ', fleet)

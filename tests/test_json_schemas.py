@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from analysed import Analysed
 
 from gputriage import schemas
 from gputriage.cli import EXIT_USAGE, Environment, main
@@ -64,17 +65,13 @@ def built(tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def analyzed(built) -> Callable[[str], dict]:
-    """``analyze SCENARIO --json``, run once a scenario for the module (a fresh copy each
-    call: a test may change it)."""
-    done: dict[str, str] = {}
-
+def analyzed(analysed: Analysed) -> Callable[[str], dict]:
+    """``analyze --json SCENARIO``, run once a scenario for all tests (tests/analysed.py;
+    a fresh copy each call: a test may change it)."""
     def of(name: str) -> dict:
-        if name not in done:
-            code, out, err = _run(["analyze", built[name], "--json"])
-            assert code in (0, 1, 2, 3), (code, err)
-            done[name] = out
-        return json.loads(done[name])
+        code, _, err = analysed.cli("analyze", "--json", name)
+        assert code in (0, 1, 2, 3), (code, err)
+        return analysed.json("analyze", "--json", name)
     return of
 
 
@@ -170,11 +167,16 @@ def test_nccl_of_the_scenario_and_a_corpus_log_validate(built, corpus):
     assert errors("result", doc), "a result document has no nccl key"
 
 
-def test_fleet_of_the_fleet_scenario_validates(tmp_path):
-    from gputriage.fleet.scenario import write_demo
+def _fleet(analysed: Analysed) -> dict:
+    """``fleet --json`` of the demo fleet, run once for the module's tests."""
+    analysed.fleet_demo()
+    code, _, err = analysed.cli("fleet", "fleet-demo", "--json", "-j", "1")
+    assert code in (0, 1, 2, 3), (code, err)
+    return analysed.json("fleet", "fleet-demo", "--json", "-j", "1")
 
-    write_demo(str(tmp_path / "fleet"))
-    doc = _json(["fleet", str(tmp_path / "fleet"), "--json", "-j", "1"])
+
+def test_fleet_of_the_fleet_scenario_validates(analysed):
+    doc = _fleet(analysed)
     assert doc["findings"][0]["blast_radius"]
     assert_valid("fleet", doc)
 
@@ -222,12 +224,8 @@ CLOSED = ("result", "nccl", "logs", "diff", "triage", "fleet", "history", "xid")
 
 
 @pytest.fixture(scope="module")
-def documents(built, analyzed, tmp_path_factory) -> dict[str, dict]:
+def documents(built, analyzed, analysed) -> dict[str, dict]:
     bad, good = built["gpu-fallen-off-bus"], built["healthy-8xh100"]
-    fleet_dir = tmp_path_factory.mktemp("schema-fleet") / "fleet"
-    from gputriage.fleet.scenario import write_demo
-
-    write_demo(str(fleet_dir))
     docs = {
         "result": analyzed("gpu-fallen-off-bus"),
         "nccl": _json(["nccl", built["nccl-socket-fallback"], "--json"]),
@@ -238,7 +236,7 @@ def documents(built, analyzed, tmp_path_factory) -> dict[str, dict]:
                  "window": {"boot": None, "since": None}, "timeline": [], "findings": []},
         "diff": _json(["diff", good, bad, "--json"]),
         "triage": _json(["triage", bad, "--json"]),
-        "fleet": _json(["fleet", str(fleet_dir), "--json", "-j", "1"]),
+        "fleet": _fleet(analysed),
         "history": {"schema": "gputriage/history/v1", "state_dir": "s", "entries": []},
         "xid": _json(["xid", "79", "--json"]),
     }

@@ -9,12 +9,11 @@ import re
 from dataclasses import replace
 
 import pytest
+from analysed import Analysed
 
 from gputriage import next_steps
 from gputriage.cli import Environment, main
-from gputriage.engine.analysis import analyze
 from gputriage.facts.store import Facts
-from gputriage.ingest import load_inputs
 from gputriage.knowledge import nccl_warnings
 from gputriage.knowledge.xid import all_sxids, all_xids
 from gputriage.model import (
@@ -31,7 +30,7 @@ from gputriage.model import (
     Status,
 )
 from gputriage.rules import all_rules
-from gputriage.scenarios import build_scenario, list_scenarios
+from gputriage.scenarios import list_scenarios
 
 SCENARIOS = [s.name for s in list_scenarios() if not s.name.startswith("fleet-")]
 GPU4 = Scope("gpu", None, None, "0000:9a:00.0")
@@ -39,14 +38,8 @@ COMMANDS = {"systemctl", "nvidia-smi", "modprobe", "echo", "apt-get", "dnf", "sy
             "kubectl", "scontrol", "gputriage", "lspci", "ibstat"}
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("next-steps")
-    return {n: str(build_scenario(n, root / f"{n}.tar.gz")) for n in SCENARIOS}
-
-
-def _result(built: dict[str, str], name: str) -> Result:
-    return analyze(load_inputs([built[name]]))
+def _result(analysed: Analysed, name: str) -> Result:
+    return analysed.result(name)
 
 
 def _one(result: Result, fid: str) -> Finding:
@@ -60,8 +53,8 @@ def _acting(result: Result) -> list[Finding]:
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_every_current_finding_that_acts_has_its_step(built, name):
-    result = _result(built, name)
+def test_every_current_finding_that_acts_has_its_step(analysed, name):
+    result = _result(analysed, name)
     for f in result.findings:
         if f.current and f.severity.rank >= Severity.WARNING.rank:
             assert f.action is not Action.NONE or f.severity is Severity.WARNING, f.id
@@ -74,19 +67,18 @@ def test_every_current_finding_that_acts_has_its_step(built, name):
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_scenario_findings_have_a_repair_of_their_own(built, name):
+def test_scenario_findings_have_a_repair_of_their_own(analysed, name):
     """Not only the action's frame: every finding id the scenarios show has its own
     repair, a job's restart included."""
-    snapshot = load_inputs([built[name]])
-    result = analyze(snapshot)
+    snapshot, result = analysed.scenario(name)
     host = next_steps.Host.of(Facts(snapshot))
     for f in _acting(result):
         assert next_steps.repair(f, host), f"{name}: {f.id} ({f.action.value})"
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_draining_steps_drain_ack_and_resume(built, name):
-    result = _result(built, name)
+def test_draining_steps_drain_ack_and_resume(analysed, name):
+    result = _result(analysed, name)
     host = result.host.hostname
     for f in _acting(result):
         if f.action in (Action.DRAIN_AND_REPAIR, Action.RESET_GPU):
@@ -96,8 +88,8 @@ def test_draining_steps_drain_ack_and_resume(built, name):
             assert f"kubectl uncordon {host}" in f.step
 
 
-def test_fabric_manager_down_installs_the_drivers_version(built):
-    result = _result(built, "fabric-manager-down")
+def test_fabric_manager_down_installs_the_drivers_version(analysed):
+    result = _result(analysed, "fabric-manager-down")
     version = result.host.driver.kernel_module
     assert version and re.fullmatch(r"\d+\.\d+\.\d+", version)
     f = _one(result, "fabric.manager-inactive")
@@ -119,8 +111,8 @@ def test_fabric_manager_step_follows_the_facts_not_a_literal():
     assert "550" not in step
 
 
-def test_gpu_fallen_off_bus_names_the_gpu_and_the_ack(built):
-    result = _result(built, "gpu-fallen-off-bus")
+def test_gpu_fallen_off_bus_names_the_gpu_and_the_ack(analysed):
+    result = _result(analysed, "gpu-fallen-off-bus")
     steps = [f.step for f in _acting(result)]
     assert steps and all(s for s in steps)
     for step in steps:
@@ -130,8 +122,8 @@ def test_gpu_fallen_off_bus_names_the_gpu_and_the_ack(built):
         assert "power-cycle" in step and "RMA" in step
 
 
-def test_driver_mismatch_names_both_versions(built):
-    result = _result(built, "driver-mismatch")
+def test_driver_mismatch_names_both_versions(analysed):
+    result = _result(analysed, "driver-mismatch")
     driver = result.host.driver
     assert driver.kernel_module and driver.userspace and driver.kernel_module != driver.userspace
     step = _one(result, "driver.version-mismatch").step
@@ -140,17 +132,17 @@ def test_driver_mismatch_names_both_versions(built):
     assert "reboot" in step
 
 
-def test_other_scenarios_carry_their_evidence(built):
-    hp = _one(_result(built, "hugepages-not-reserved"), "hugepages.not-reserved").step
+def test_other_scenarios_carry_their_evidence(analysed):
+    hp = _one(_result(analysed, "hugepages-not-reserved"), "hugepages.not-reserved").step
     assert "echo 32768 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages" in hp
-    uvm = _one(_result(built, "uvm-not-loaded"), "module.nvidia-uvm-missing").step
+    uvm = _one(_result(analysed, "uvm-not-loaded"), "module.nvidia-uvm-missing").step
     assert "modprobe nvidia-uvm" in uvm and "/etc/modules-load.d/" in uvm
-    ib = _one(_result(built, "ib-port-polling"), "ib.port-not-active").step
+    ib = _one(_result(analysed, "ib-port-polling"), "ib.port-not-active").step
     assert "mlx5_3 port 1" in ib and "ibstat mlx5_3 1" in ib
-    nccl = _result(built, "nccl-socket-fallback")
+    nccl = _result(analysed, "nccl-socket-fallback")
     socket = _one(nccl, "nccl.socket-transport")
     assert "NCCL_IB_DISABLE=1" in socket.step and "scontrol" not in socket.step
-    remap = _result(built, "remap-failure")
+    remap = _result(analysed, "remap-failure")
     for f in _acting(remap):  # the Xid 64 and the failed remap: one cause, one step
         assert "RMA" in f.step and "0000:ba:00.0" in f.step and "serial" in f.step
 
@@ -234,13 +226,14 @@ def test_per_gpu_repeat_names_every_gpu():
     assert "--gpu" not in step  # one ack of the finding covers both GPUs
 
 
-def test_triage_prints_steps_not_vocabulary_labels(built):
+def test_triage_prints_steps_not_vocabulary_labels(analysed):
     out, err = io.StringIO(), io.StringIO()
-    code = main(["triage", built["fabric-manager-down"]], Environment(stdout=out, stderr=err))
+    code = main(["triage", str(analysed.scenario_dir("fabric-manager-down"))],
+                Environment(stdout=out, stderr=err))
     text = out.getvalue()
     assert code == 2, err.getvalue()
     actions = " ".join(text[text.index("3. Next actions"):].split())
-    result = _result(built, "fabric-manager-down")
+    result = _result(analysed, "fabric-manager-down")
     version = result.host.driver.kernel_module
     assert f"Install nvidia-fabricmanager {version}" in actions
     assert "systemctl enable --now nvidia-fabricmanager" in actions

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from analysed import Analysed
 
 from gputriage import next_steps
 from gputriage.engine.analysis import analyze
@@ -27,13 +28,15 @@ from gputriage.model import (
     Blame,
     DriverVersions,
     Finding,
+    Result,
     Scope,
     Severity,
 )
 from gputriage.next_steps.catalogs import message_id
 from gputriage.next_steps.repairs import BY_ID
 from gputriage.rules import all_rules
-from gputriage.scenarios import build_scenario, list_scenarios
+from gputriage.scenarios import list_scenarios
+from gputriage.snapshot.bundle import Snapshot
 
 PRODUCIBLE = frozenset(fid for r in all_rules() for fid in r.produces)
 SCENARIOS = [s.name for s in list_scenarios() if not s.name.startswith("fleet-")]
@@ -128,30 +131,27 @@ def test_a_new_rule_id_without_a_step_is_named_with_where_to_add_it(monkeypatch)
     assert missing == ["toy.new-finding"]
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("steps-by-id")
-    return {n: build_scenario(n, root / f"{n}.tar.gz") for n in SCENARIOS}
-
-
-def _check_input(path: Path, where: str) -> list[str]:
-    try:
-        snapshot = load_input(str(path))
-        result = analyze(snapshot)
-    except (InputError, ParseError):
-        return []
+def _check_input(snapshot: Snapshot, result: Result, where: str) -> list[str]:
     host = next_steps.Host.of(Facts(snapshot))
     return _problems(result.findings, host, result.host.hostname is not None, where)
 
 
+def _check_sample(analysed: Analysed, path: Path) -> list[str]:
+    try:
+        snapshot, result = analysed.sample(path)
+    except (InputError, ParseError):
+        return []
+    return _check_input(snapshot, result, path.name)
+
+
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_every_scenario_step_is_its_findings_own(built, name):
-    assert not _check_input(built[name], name)
+def test_every_scenario_step_is_its_findings_own(analysed, name):
+    assert not _check_input(*analysed.scenario(name), name)
 
 
 @pytest.mark.parametrize("category", CATEGORIES)
-def test_every_corpus_step_is_its_findings_own(corpus, category):
-    problems = [p for s in corpus.category(category) for p in _check_input(s.path, s.name)]
+def test_every_corpus_step_is_its_findings_own(corpus, analysed, category):
+    problems = [p for s in corpus.category(category) for p in _check_sample(analysed, s.path)]
     assert not problems, "\n".join(problems)
 
 

@@ -19,7 +19,8 @@ from gputriage.cli import Environment, main
 from gputriage.engine.analysis import analyze
 from gputriage.errors import InputError
 from gputriage.ingest import load_inputs
-from gputriage.scenarios import build_scenario, get_scenario, list_scenarios
+from gputriage.model import Result
+from gputriage.scenarios import get_scenario, list_scenarios
 from gputriage.snapshot.bundle import Snapshot
 from gputriage.snapshot.redact import KINDS, Redactor
 from gputriage.snapshot.writer import write_snapshot
@@ -201,7 +202,10 @@ def _redacted_copy(src: Path, out: Path) -> Path:
 
 
 def _verdict(path: Path) -> tuple[list[tuple[str, str]], int]:
-    result = analyze(Snapshot.load(path))
+    return _summary(analyze(Snapshot.load(path)))
+
+
+def _summary(result: Result) -> tuple[list[tuple[str, str]], int]:
     return sorted((f.id, str(f.severity)) for f in result.findings), len(result.gpus)
 
 
@@ -233,10 +237,10 @@ def _originals(name: str, plain: bytes) -> set[bytes]:
 
 
 @pytest.mark.parametrize("name", [s.name for s in list_scenarios()])
-def test_a_redacted_scenario_analyses_the_same_and_holds_no_original(tmp_path, name):
-    plain = build_scenario(name, tmp_path / "plain")
+def test_a_redacted_scenario_analyses_the_same_and_holds_no_original(tmp_path, analysed, name):
+    plain = analysed.scenario_dir(name)
     redacted = _redacted_copy(plain, tmp_path / "redacted.tar.gz")
-    assert _verdict(redacted) == _verdict(plain)
+    assert _verdict(redacted) == _summary(analysed.result(name))
     data = _all_bytes(redacted)
     originals = _originals(name, _all_bytes(plain))
     assert len(originals) >= 2 + 16  # host, 8 GPUs with uuid and serial at least

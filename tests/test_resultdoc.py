@@ -58,9 +58,8 @@ def _expected_host(result: Result) -> ResultHost:
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_every_scenario_reads_back_as_its_result(name: str, tmp_path) -> None:
-    path = build_scenario(name, tmp_path / name)
-    result = analyze(Snapshot.load(path))
+def test_every_scenario_reads_back_as_its_result(name: str, analysed) -> None:
+    result = analysed.result(name)
     doc = loads_result(dumps(result, generated=GENERATED), name)
     assert (doc.verdict, doc.exit_status) == (verdict(result), int(exit_status(result)))
     assert doc.verdicts == Verdicts(side_verdict(result, "node"), side_verdict(result, "job"),

@@ -93,17 +93,16 @@ def repeated_evidence(result: Result) -> list[tuple[str, str, str]]:
     return found
 
 
-def test_no_scenario_quotes_an_evidence_line_twice(tmp_path):
-    repeats = {sc.name: repeated_evidence(analyze(load_input(str(
-        build_scenario(sc.name, tmp_path / sc.name))))) for sc in list_scenarios()}
+def test_no_scenario_quotes_an_evidence_line_twice(analysed):
+    repeats = {sc.name: repeated_evidence(analysed.result(sc.name)) for sc in list_scenarios()}
     assert not {k: v for k, v in repeats.items() if v}
 
 
-def test_no_corpus_sample_quotes_an_evidence_line_twice(corpus):
+def test_no_corpus_sample_quotes_an_evidence_line_twice(corpus, analysed):
     repeats = {}
     for sample in corpus.samples:
         try:
-            result = analyze(load_input(str(sample.path)))
+            _, result = analysed.sample(sample.path)
         except (InputError, ParseError):
             continue
         if found := repeated_evidence(result):
@@ -271,14 +270,21 @@ def test_every_command_is_in_the_top_level_help():
     assert all(cli.get_command(ctx, name) is not None for name in listed)
 
 
-@pytest.mark.parametrize("columns", [100, 130])
-def test_fleet_honours_columns(tmp_path, monkeypatch, columns):
-    code, _, _ = run("scenario", "build", "fleet-64-xid79-driver", "-o", str(tmp_path / "f"))
+@pytest.fixture(scope="module")
+def fleet_built(tmp_path_factory) -> Path:
+    """The fleet scenario, built once through the command for both widths."""
+    out = tmp_path_factory.mktemp("fleet") / "f"
+    code, _, _ = run("scenario", "build", "fleet-64-xid79-driver", "-o", str(out))
     assert code == 0
+    return out
+
+
+@pytest.mark.parametrize("columns", [100, 130])
+def test_fleet_honours_columns(fleet_built, monkeypatch, columns):
     monkeypatch.setenv("FORCE_COLOR", "1")  # render as for a terminal, without colour
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", str(columns))
-    _, out, _ = run("fleet", str(tmp_path / "f"))
+    _, out, _ = run("fleet", str(fleet_built))
     assert "xid.79" in out
     assert max(len(line) for line in out.splitlines()) <= columns
 

@@ -9,7 +9,6 @@ import re
 import pytest
 from golden import flat
 
-from gputriage.engine.analysis import analyze
 from gputriage.model import Severity
 from gputriage.parsers.nvsmi_table import parse_nvsmi_table
 from gputriage.parsers.nvsmi_xml import parse_nvsmi_xml
@@ -238,19 +237,18 @@ def _producers() -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def analysed(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("hw-scenarios")
-    return {name: analyze(Snapshot.load(build_scenario(name, root / f"{name}.tar.gz")))
-            for name in ["healthy-8xh100", *NAMES]}
+def results(analysed) -> dict:
+    """Each scenario's Result, from the analyses the modules share (tests/analysed.py)."""
+    return {name: analysed.result(name) for name in ["healthy-8xh100", *NAMES]}
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_analysis_finds_the_expected_ids(name: str, analysed) -> None:
+def test_analysis_finds_the_expected_ids(name: str, results) -> None:
     pending = [fid for fid in EXPECTED[name] if fid not in _producers()]
     if pending:
         pytest.skip(f"no registered rule produces {', '.join(pending)} yet "
                     "(its rule module is still a placeholder)")
-    result = analysed[name]
+    result = results[name]
     found = {f.id for f in flat(result.findings)}  # a folded consequence is still found
     assert set(EXPECTED[name]) <= found, sorted(found)
     serious = {f.id for f in flat(result.findings) if f.severity.rank >= Severity.WARNING.rank}
@@ -258,8 +256,8 @@ def test_analysis_finds_the_expected_ids(name: str, analysed) -> None:
     assert not result.unreadable, result.unreadable
 
 
-def test_healthy_host_has_no_hardware_warnings(analysed) -> None:
-    result = analysed["healthy-8xh100"]
+def test_healthy_host_has_no_hardware_warnings(results) -> None:
+    result = results["healthy-8xh100"]
     loud = [(f.id, f.title) for f in result.findings
             if f.id.startswith(HW_FAMILIES) and f.severity.rank >= Severity.WARNING.rank]
     assert loud == []

@@ -13,6 +13,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from analysed import SHARING_MODULES
 
 try:
     import tomllib
@@ -96,3 +97,17 @@ def test_slow_is_the_registered_marker_the_quick_loop_leaves_out() -> None:
     assert "-m 'not slow'" in ini["addopts"] and "--strict-markers" in ini["addopts"]
     ci = (TESTS.parent / ".ci" / "run").read_text()
     assert "python -m pytest -m slow" in ci
+
+
+def _reads_the_analysed_fixture(source: str) -> bool:
+    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and any(a.arg == "analysed" for a in node.args.args)
+               for node in ast.walk(ast.parse(source)))
+
+
+def test_the_modules_sharing_analyses_are_the_ones_listed() -> None:
+    """One worker runs the modules that read the ``analysed`` fixture (tests/conftest.py),
+    so that each analysis they share is made once: a module added to them is listed."""
+    reading = {p.name for p in _python_files() if p.name.startswith("test_")
+               and _reads_the_analysed_fixture(p.read_text(encoding="utf-8"))}
+    assert reading == SHARING_MODULES

@@ -11,19 +11,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from analysed import Analysed
 
 from gputriage.cli import Environment, main
-from gputriage.scenarios import build_scenario, list_scenarios
+from gputriage.scenarios import list_scenarios
 
 NAMES = [s.name for s in list_scenarios()]
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("agree")
-    for name in NAMES:
-        build_scenario(name, root / name)
-    return root
+def built(analysed: Analysed) -> Path:
+    return analysed.all_built()
 
 
 def _run(*argv: str) -> tuple[int, str]:
@@ -33,14 +31,12 @@ def _run(*argv: str) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def report(built: Path) -> Callable[[str], tuple[int, str]]:
-    """``analyze SCENARIO``'s exit status and report: run once a scenario, for both tests."""
-    done: dict[str, tuple[int, str]] = {}
-
+def report(analysed: Analysed) -> Callable[[str], tuple[int, str]]:
+    """``analyze SCENARIO``'s exit status and report: run once a scenario, for all tests
+    (tests/analysed.py)."""
     def of(name: str) -> tuple[int, str]:
-        if name not in done:
-            done[name] = _run("analyze", str(built / name))
-        return done[name]
+        code, out, _ = analysed.cli("analyze", name)
+        return code, out
     return of
 
 
@@ -54,10 +50,11 @@ def _row_word(gpu: dict) -> str:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_the_report_says_what_the_json_says(built: Path, report: Callable[[str], tuple[int, str]],
+def test_the_report_says_what_the_json_says(analysed: Analysed,
+                                            report: Callable[[str], tuple[int, str]],
                                             name: str) -> None:
     code, text = report(name)
-    json_code, doc_text = _run("analyze", "--json", str(built / name))
+    json_code, doc_text, _ = analysed.cli("analyze", "--json", name)
     doc = json.loads(doc_text)
     lines = text.splitlines()
     assert code == json_code == doc["exit_status"]

@@ -11,6 +11,7 @@ hostile numbers in every key. Example counts come from the hypothesis profile
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import json
 import math
@@ -65,11 +66,17 @@ def _cut(text: str) -> str:
     return text if len(text) <= SEED_BYTES else text[:text.rfind("\n", 0, SEED_BYTES) + 1]
 
 
+@cache
+def _corpus_files() -> tuple[Path, ...]:
+    """The corpus's files, listed once (not once a sample)."""
+    root = find_corpus()
+    return tuple(p for p in root.rglob("*") if p.is_file()) if root else ()
+
+
 def _sample(ref: str, name: str) -> str | None:
     kind, _, what = ref.partition(":")
     if kind == "corpus":
-        root = find_corpus()
-        hits = [p for p in root.rglob(f"*{what}*") if p.is_file()] if root else []
+        hits = [p for p in _corpus_files() if fnmatch.fnmatchcase(p.name, f"*{what}*")]
         if len(hits) != 1:
             return None
         text = hits[0].read_bytes().decode("utf-8", errors="replace")
