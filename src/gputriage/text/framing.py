@@ -59,7 +59,8 @@ _NOT_HOST = re.compile(r"^(?:NVRM|kernel|nvidia|nv_|mlx[0-9]|mlx5|ib_|pci|usb|at
                        r"docker|br-|virbr|cni|cali|flannel|lo$|sd[a-z]|md[0-9]|dm-|loop)")
 
 # what the quick test looks for before any line is looked at
-_ANY = re.compile(r"(?m)^(?:[ \t]{0,3}>|\[[\w.-]{1,64}[,|\]]|[ \t]{0,5}[0-9]{1,6}: |[0-9]{4}-[0-9]{2}-[0-9]{2}T\S{8,40} (?:stdout|stderr|\{)"
+_ANY = re.compile(r"(?m)^(?:[ \t]{0,3}>|\[[\w.-]{1,64}[,|\]]|[ \t]{0,5}[0-9]{1,6}: "
+                  r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T\S{8,40} (?:stdout|stderr|\{)"
                   r"|\[[a-z]{2,12}/|\{|[ \t]{0,7}[0-9]{1,7}(?:[ \t]{0,2}\||\t|:)|/[\w.@+-]|"
                   r"[\w.-]{0,60}(?:\.log|syslog|messages|\.txt)|[A-Za-z][\w.-]{0,62}(?:: | \| ))")
 
@@ -176,7 +177,8 @@ def _of_kind(cands: list[_Cand], kind: str) -> _Cand | None:
     return next((c for c in cands if c[0] == kind), None)
 
 
-def _run_from(lines: list[str], cands: list[list[_Cand]], i: int, kind: str) -> tuple[list[int], int]:
+def _run_from(lines: list[str], cands: list[list[_Cand]], i: int,
+              kind: str) -> tuple[list[int], int]:
     """The lines from ``i`` on that carry framing ``kind`` and agree (blank lines
     between them are skipped), and where the run stopped."""
     run = [i]
