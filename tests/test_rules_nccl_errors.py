@@ -109,11 +109,11 @@ ONE_HOST_MANY_PEERS = "".join(
 
 
 def test_retry_exceeded_toward_one_peer(corpus) -> None:
-    """A dead peer and a broken path look the same from one side: no node is blamed, and
-    an unknown blame never exits 2 (issue 32): a warning."""
+    """A dead peer and a broken path look the same from one side: the node's network
+    (the path or the peer) is blamed, as a warning: never a drain of this node."""
     [f] = _ours(run(nccl_log=corpus.sample("nccl1405").text()), "nccl.ib-completion-error")
     assert f.severity is Severity.WARNING
-    assert f.blame is Blame.UNKNOWN and f.action is Action.RESTART_JOB
+    assert f.blame is Blame.NODE and f.action is Action.RESTART_JOB
     assert f.title == ("3 IB completion errors: status 12 (IBV_WC_RETRY_EXC_ERR, vendor err 129) "
                        "on kp-ddp-worker-0 toward peer 10.216.210.236")
     assert "RoCE path" in f.explanation  # fd00:... GIDs are IPv6 addresses, not IB GIDs
@@ -164,7 +164,7 @@ def test_first_error_is_the_cause_and_flushes_are_secondary(corpus) -> None:
     assert "status 12" in f.title and "then 2x status 5 (flushed, secondary)" in f.title
     assert "toward peer 172.36.143.59" in f.title
     assert "RoCE path" in f.explanation and "PFC/ECN" in f.explanation  # ::ffff: GIDs
-    assert f.blame is Blame.UNKNOWN  # one host, one peer: the peer may simply have died
+    assert (f.blame, f.severity) == (Blame.NODE, Severity.WARNING)  # the path or the peer
     assert "consequences of this first error" in f.explanation
     assert f.occurrences.count == 3
 

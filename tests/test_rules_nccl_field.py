@@ -180,7 +180,7 @@ def test_retry_exceeded_between_azure_vms_is_their_provisioning():
 
 def test_retry_exceeded_toward_one_peer_on_bare_metal_does_not_drain():
     (f,) = _ours(run(nccl_log=BARE_METAL_IB), "nccl.ib-completion-error")
-    assert (f.severity, f.blame) == (Severity.WARNING, Blame.UNKNOWN)
+    assert (f.severity, f.blame) == (Severity.WARNING, Blame.NODE)
     step = f.step or ""
     assert "10.2.0.5" in step and "port counters" in step and "application's" not in step
 

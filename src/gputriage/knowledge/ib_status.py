@@ -12,7 +12,7 @@ import functools
 
 from gputriage.knowledge import csv_rows
 
-__all__ = ["ib_wc_status", "ib_wc_statuses"]
+__all__ = ["ib_wc_points_at", "ib_wc_status", "ib_wc_statuses"]
 
 
 @functools.cache
@@ -26,3 +26,14 @@ def ib_wc_status(code: int) -> tuple[str, str] | None:
     """(enum name, meaning and usual cause) of an ``ibv_wc_status`` code; None if unknown."""
     row = ib_wc_statuses().get(code)
     return (row[0], row[2]) if row else None
+
+
+@functools.cache
+def _points_at() -> dict[int, str]:
+    return {int(row["code"]): row.get("points_at") or "" for row in csv_rows("ib_wc_status.csv")}
+
+
+def ib_wc_points_at(code: int) -> str | None:
+    """Where a status points from the side that logged it (``path``, ``peer``,
+    ``local-memory``, ``local-hca``, ``software``, ``secondary``, ``none``); None if unknown."""
+    return _points_at().get(code) or None

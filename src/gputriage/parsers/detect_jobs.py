@@ -49,7 +49,9 @@ _FOREIGN = re.compile(r"^\s*(?:[|+]|\[\s*[0-9]+\.[0-9]+\]|[0-9]{4}-[0-9]{2}-[0-9
 def nccl_record(line: str) -> bool:
     """One line of an NCCL debug log or an NCCL error line of the framework."""
     if "NCCL" not in line and "nccl" not in line and "DistBackendError" not in line:
-        return "WARN" in line and is_nccl_line(line)  # an old NCCL's "file.h:311 WARN"
+        # an old NCCL's "file.h:311 WARN" or "host:pid:tid [0] INFO", a bare NET/IB error
+        return ("WARN" in line or "INFO" in line or "Got completion" in line) and \
+            is_nccl_line(line)
     return bool(_NCCL_RECORD.search(line) or _FRAMEWORK.search(line)) or is_nccl_line(line)
 
 
@@ -57,7 +59,8 @@ def nccl_lines(text: str) -> str:
     """The NCCL records of a large text, in order (without the wrapped lines of framework
     errors: for inputs too large for the full detector)."""
     kept = [ln for ln in split_lines(text)
-            if ("NCCL" in ln or "nccl" in ln or "DistBackendError" in ln or "WARN" in ln)
+            if ("NCCL" in ln or "nccl" in ln or "DistBackendError" in ln or "WARN" in ln
+                or "INFO" in ln or "Got completion" in ln)
             and nccl_record(ln)]
     return "\n".join(kept) + "\n" if kept else ""
 

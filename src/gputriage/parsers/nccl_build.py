@@ -46,7 +46,11 @@ _PLUGIN = re.compile(r"Loaded (?:net|collnet|coll) plugin (.{1,120}?)(?:\s\(v[0-
 _OFI = re.compile(r"Selected [Pp]rovider is (\S{1,40})|"
                   r"(?:Using|Initializing) (aws-ofi-nccl \S{1,40})")
 _BOOTSTRAP = re.compile(r"Using\s{1,4}(?:\[[0-9]{1,4}\])?([^\s:<]{1,64})")
-_USING_NETWORK = re.compile(r"Using network (.{1,80}?)\.?$")
+_USING_NETWORK = re.compile(r"Using (?:network|internal Network) (.{1,80}?)\.?$")
+# NCCL 2.0-2.3: "NET : Using interface eth0:10.0.0.1<0>", "NET/IB : Using interface eth0
+# for sideband communication"
+_OLD_IFACE = re.compile(r"NET\s{1,4}:\s{0,4}Using interface\s{1,4}([^\s:<]{1,64})")
+_SIDEBAND = re.compile(r"Using interface\s{1,4}([^\s:<]{1,64}) for sideband")
 _NEGATED = re.compile(r"\bnot\b|unavailable|disabled")
 _NEGATED_ANY_CASE = re.compile(_NEGATED.pattern, re.IGNORECASE)
 
@@ -142,7 +146,9 @@ class Builder:
             self._gdr(p, msg, line)
         elif head.startswith("NET/"):
             self._net(p, msg, line)
-        elif head.startswith("Using ne"):
+        elif head.startswith("NET "):
+            self._old_interface(p, msg, line)
+        elif head.startswith(("Using ne", "Using in")):
             _network(p, msg, line)
         elif " set by environment to" in msg:
             _env(p, msg, line)
@@ -200,6 +206,19 @@ class Builder:
             p.collnet = True
         p.last_step = msg.split(",")[0][:60]
 
+    def _old_interface(self, p: NcclProcess, msg: str, line: str) -> None:
+        """NCCL 2.0-2.3's ``NET : Using interface eth0:10.0.0.1<0>``: one line per socket
+        interface NCCL found; the first one is also the bootstrap's."""
+        m = _OLD_IFACE.match(msg)
+        if not m:
+            return
+        iface = m.group(1)
+        if p.bootstrap_iface is None:
+            p.bootstrap_iface = iface
+            _note(p, "bootstrap", line)
+        self.add_new(p, "socket_ifaces", iface)
+        p.last_step = "NET : Using interface"
+
     def _net(self, p: NcclProcess, msg: str, line: str) -> None:
         m = re.match(r"NET/(?P<name>[^\s:/]{1,64})\s{0,4}:?\s{0,4}(?P<rest>.{0,4000})$", msg)
         if not m:
@@ -218,6 +237,9 @@ class Builder:
             elif om:
                 p.net_plugin = om.group(2)
             p.last_step = "NET/OFI"
+        elif (sb := _SIDEBAND.match(rest)) is not None:  # NCCL 2.0-2.3's out-of-band
+            p.oob_iface = sb.group(1)
+            p.last_step = f"NET/{name} : sideband"
         elif rest.startswith("Using"):
             items, oob = g.parse_using(rest[5:])
             if not items and oob is None:

@@ -60,6 +60,14 @@ _OLD_WARN = re.compile(
     r"[\w./+-]{1,150}|(?:init|bootstrap|proxy|enqueue|group|transport|channel|net|debug|"
     r"socket|net_ib|net_socket|ibvwrap|shmutils|nvmlwrap|cudawrap|p2p|shm|nvls|coll_net)"
     r"\.(?:cc|cu|h|cpp)):[0-9]{1,7})\s{1,8}WARN\s{1,4}(?P<msg>\S.{0,4000})$")
+# NCCL 2.0-2.3 printed INFO the same way ("host:pid:tid [dev] INFO NET : Using interface
+# ..."): taken only with the whole host:pid:tid [dev] prefix
+_OLD_INFO = re.compile(
+    r"^(?P<host>[^\s:|\[\]()/]{1,255}):(?P<pid>[0-9]{1,10}):[0-9]{1,10}\s{1,8}"
+    r"\[(?P<dev>-?[0-9]{1,5})\]\s{1,8}INFO\s{1,4}(?P<msg>\S.{0,4000})$")
+# the NET/IB completion error on its own, as titles and chat messages quote it
+_BARE_COMPLETION = re.compile(r"^\W{0,8}(?P<msg>NET/IB\w{0,8}\s{0,4}:\s{0,4}Got completion\b"
+                              r".{0,4000})$")
 _HEAD_MAX = 700  # how far before a marker a host prefix may start
 
 _SHIPPERS = re.compile("|".join(f"(?:{p})" for p in (
@@ -109,7 +117,7 @@ def split_records(line: str, known_hosts: Collection[str] = ()) -> list[Record]:
         return [plain]
     first = _MARKER.search(line) if "NCCL " in line else None
     if first is None:
-        old = _old_warn(line) if "WARN" in line else None
+        old = _old_record(line)
         return [old] if old is not None else []
     # one record is the usual case
     marks = [first] if line.find("NCCL ", first.end()) < 0 else list(_MARKER.finditer(line))
@@ -133,6 +141,21 @@ def _plain_record(line: str) -> Record | None:
     return Record(pm.group("host"), int(pm.group("pid")), int(pm.group("dev")),
                   pm.group("level"), pm.group("loc"), line[pm.end():].strip(),
                   line.strip()[:MAX_KEEP])
+
+
+def _old_record(line: str) -> Record | None:
+    """An old NCCL's WARN or INFO record, or a bare NET/IB completion error."""
+    if "WARN" in line:
+        return _old_warn(line)
+    text = strip_shippers(line).strip()
+    if "INFO" in line and (m := _OLD_INFO.match(text)) is not None and \
+            not _NOT_HOST.fullmatch(m.group("host")):
+        return Record(m.group("host"), int(m.group("pid")), int(m.group("dev")), "INFO", None,
+                      m.group("msg").strip(), line.strip()[:MAX_KEEP])
+    if "Got completion" in line and (b := _BARE_COMPLETION.match(text)) is not None:
+        return Record(None, None, None, "WARN", None, b.group("msg").strip(),
+                      line.strip()[:MAX_KEEP])
+    return None
 
 
 def _old_warn(line: str) -> Record | None:
@@ -431,7 +454,7 @@ def is_nccl_line(line: str) -> bool:
     if len(line) > 65536:
         return False
     if "NCCL" not in line and "Error: nccl" not in line:
-        return "WARN" in line and _old_warn(line) is not None
+        return _old_record(line) is not None
     if _IS_RECORD.search(line):
         return True
     if bare_version(line):

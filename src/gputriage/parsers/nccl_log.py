@@ -25,8 +25,9 @@ __all__ = ["is_nccl_line", "parse_nccl_log", "read_nccl_log"]
 
 # scan caps (what is kept per process is capped in nccl_build: CAPS, MAX_STORED, ...)
 LONG_LINE = 64 * 1024  # longer lines are skipped and counted in ``NcclLog.skipped``
-# the third: "DistBackendError: ncclSystemError"; the last: an old NCCL's "file.h:311 WARN"
-MARKERS = (b"NCCL", b"CUDA error", b"Error: nccl", b" WARN ")
+# the third: "DistBackendError: ncclSystemError"; then an old NCCL's "file.h:311 WARN" and
+# "host:pid:tid [0] INFO", and a NET/IB completion error quoted on its own
+MARKERS = (b"NCCL", b"CUDA error", b"Error: nccl", b" WARN ", b"] INFO ", b"Got completion")
 
 
 def parse_nccl_log(text: str) -> NcclLog:

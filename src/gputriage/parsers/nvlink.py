@@ -328,7 +328,10 @@ def parse_nvlink_errors(text: str) -> NvlinkErrors:
 
 # --- recognising it in a paste -------------------------------------------------------
 _GPU_UUID = re.compile(r"^GPU [0-9]+: .*\(UUID: ")
-_LINK_ROW = re.compile(r"^\s+Link [0-9]+: |^NVML: Unable to retrieve NVLink")
+# a link's row of -s / -e / -c ("Link 0, P2P is supported: true"), or NVML's message for a GPU
+# whose links are all down, at any indentation
+_LINK_ROW = re.compile(r"^\s{0,16}Link [0-9]+[:,] |^\s{0,16}(?:NVML: )?Unable to retrieve NVLink|"
+                       r"^\s{0,16}all links are inactive", re.IGNORECASE)
 _ERROR_LINK = re.compile(r"Link [0-9]+: .*(?:Errors?|Replay|Recovery|CRC)")
 
 

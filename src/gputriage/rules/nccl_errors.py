@@ -14,7 +14,17 @@ from typing import NamedTuple
 from gputriage.facts.nccl import on_sockets
 from gputriage.knowledge import nccl_warnings
 from gputriage.knowledge.ib_status import ib_wc_status
-from gputriage.model import NODE, Action, Blame, Finding, Occurrences, Scope, Severity, evidence
+from gputriage.model import (
+    DRAINING_ACTIONS,
+    NODE,
+    Action,
+    Blame,
+    Finding,
+    Occurrences,
+    Scope,
+    Severity,
+    evidence,
+)
 from gputriage.parsers.hostcfg import KernelCmdline
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.modules import Module
@@ -112,10 +122,13 @@ def _root_error(status: int, group: list[Completion], echo: list[Completion],
                 "this first error on the queue pair, not separate faults.")
     lines = [c.warn.line for c in group[:SHOWN]] + [c.warn.line for c in echo[:1]]
     note = f"{len(group)} with status {status}" + (f", {len(echo)} flushed" if echo else "")
-    # a dead peer or a path nobody can name yet, or cloud VMs not provisioned together:
-    # not a reason to drain this node (an unknown blame never exits 2)
-    severity = (Severity.WARNING if blame is Blame.UNKNOWN or cloud_vm(group)
-                else Severity.CRITICAL)
+    # critical only where this node itself must come out (its own HCA port is down, it
+    # lost several peers at once) or its configuration breaks every job; a dead peer, the
+    # path towards one peer, or cloud VMs not provisioned together: a warning for the
+    # node's network, never a drain of this node on a peer's fault
+    drains = action in DRAINING_ACTIONS
+    severity = (Severity.CRITICAL if drains or (blame is Blame.CONFIG and not cloud_vm(group))
+                else Severity.WARNING)
     return finding("nccl.ib-completion-error", severity, title, why, action, blame,
                    scope, [evidence(LOG, lines, note), *extra],
                    occurrences=Occurrences(len(group) + len(echo)))

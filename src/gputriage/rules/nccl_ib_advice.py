@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gputriage.knowledge.ib_status import ib_wc_points_at
 from gputriage.model import Action, Blame, Evidence, evidence
 from gputriage.parsers.hostcfg import KernelCmdline
 from gputriage.parsers.infiniband import IbPort
@@ -139,7 +140,7 @@ def _retry_advice(roce: bool | None, host: HostRdma,
                 "check that both VMs belong to one scale set (and share the partition key: "
                 "cat /sys/class/infiniband/*/ports/1/pkeys/0) and recreate them together if "
                 "not. Not a GPU or HCA fault.", [])
-    return Action.RESTART_JOB, Blame.UNKNOWN, context, todo, []
+    return Action.RESTART_JOB, Blame.NODE, context, todo, []
 
 
 def advice(status: int, roce: bool | None, host: HostRdma,
@@ -159,9 +160,30 @@ def advice(status: int, roce: bool | None, host: HostRdma,
                 f"The HCA was refused access to {side} memory: with GPUDirect RDMA, GPU memory "
                 "the NIC cannot reach (PCIe ACS or the IOMMU blocking peer-to-peer, or a "
                 "broken nvidia-peermem / DMA-BUF registration).", todo, ev)
-    if status == 13:
-        return (Action.RESTART_JOB, Blame.UNKNOWN,
-                "The peer stopped posting receives (receiver-not-ready retries ran out).",
-                "The peer process is stuck or gone: look at that rank's log first.", [])
+    points = ib_wc_points_at(status)
+    peer = _peer_named(comps)
+    if status == 13 or points == "peer":
+        return (Action.RESTART_JOB, Blame.NODE,
+                "The peer could not complete the operation (its process or its HCA).",
+                f"Look at {peer}'s own log and kernel log first (a rank that crashed or "
+                "stalled, an HCA error there); this host is not the suspect on its own. "
+                "Resubmit the job, without that node if it fails again.", [])
+    if points == "path":
+        return (Action.RESTART_JOB, Blame.NODE, "The request got no valid answer over the fabric.",
+                f"Check the link and the switch ports between this HCA and {peer}, and "
+                "whether the peer was alive; resubmit the job, without that node if it "
+                "fails again.", [])
+    if points == "local-hca":
+        return (Action.RESTART_JOB, Blame.NODE, "This side's adapter reported the error.",
+                "Look at this host's kernel log (mlx5 errors) and the HCA port state; if "
+                "the adapter keeps failing, drain the node and repair it.", [])
     return (Action.RESTART_JOB, Blame.UNKNOWN, "The communicator failed on this error.",
             "The remaining ranks abort or hang; look at the HCA ports and the peer's log.", [])
+
+
+def _peer_named(comps: list[Completion]) -> str:
+    """The peer the errors name, in words (``peer 10.0.0.7``, ``the peer``)."""
+    peers = sorted({c.peer for c in comps if c.peer})
+    if len(peers) == 1:
+        return f"peer {peers[0]}"
+    return f"the peers ({', '.join(peers[:3])})" if peers else "the peer"

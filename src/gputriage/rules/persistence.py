@@ -16,22 +16,32 @@ from gputriage.rules.base import finding, rule
 def persistence_mode(visible_gpus: tuple[str, list[GpuSighting]],
                      units: dict[str, UnitState] | None = None) -> Iterator[Finding]:
     """Persistence mode off on datacenter GPUs: every job pays the driver's
-    initialisation, and GPU state (ECC, clocks) resets when the last client exits."""
+    initialisation, and GPU state (ECC, clocks) resets when the last client exits.
+
+    NVIDIA's driver persistence guide (docs.nvidia.com/deploy/driver-persistence) makes
+    it a recommendation for headless Linux data-center GPUs, kept by nvidia-persistenced:
+    not a fault. A warning only where this node's services are known and the daemon is
+    not running (a cluster node left without it); from a pasted table alone, which cannot
+    tell a shared cluster node from a workstation running one job, it is information."""
     source, gpus = visible_gpus
     off = [g for g in gpus if g.persistence_mode is False and knowledge.is_datacenter(g.name)]
     if not off:
         return
     unit = (units or {}).get("nvidia-persistenced")
+    daemon_down = units is not None and (unit is None or not unit.active)
     hint = ("nvidia-persistenced is not running" if unit is not None and not unit.active
             else "enable nvidia-persistenced")
+    why = ("Without persistence the driver tears the GPUs down when the last process exits: "
+           "every job start pays seconds of initialisation and settings reset. "
+           f"{hint[0].upper() + hint[1:]} (or nvidia-smi -pm 1).")
+    if not daemon_down:
+        why += (" NVIDIA recommends it for data-center GPUs shared by many jobs; on a "
+                "workstation or a GPU that runs one long job it changes nothing that matters.")
     yield finding(
-        "persistence.off", Severity.WARNING,
-        f"persistence mode off on {len(off)} of {len(gpus)} datacenter GPU(s)",
-        "Without persistence the driver tears the GPUs down when the last process exits: "
-        "every job start pays seconds of initialisation and settings reset. "
-        f"{hint[0].upper() + hint[1:]} (or nvidia-smi -pm 1).", Action.FIX_CONFIG,
-        Blame.CONFIG, evidence=[evidence(source, [f"{g.line}: persistence mode off"
-                                                  for g in off])])
+        "persistence.off", Severity.WARNING if daemon_down else Severity.INFO,
+        f"persistence mode off on {len(off)} of {len(gpus)} datacenter GPU(s)", why,
+        Action.FIX_CONFIG, Blame.CONFIG,
+        evidence=[evidence(source, [f"{g.line}: persistence mode off" for g in off])])
 
 
 @rule("persistence.daemon", produces=("persistence.daemon-inactive",))

@@ -34,6 +34,12 @@ _CRI = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[
                   r"(?:Z|[+-][0-9]{2}:?[0-9]{2}) (?:stdout|stderr) [FP] ?")
 _KUBECTL = re.compile(r"^\[(?:pod|node|job|deployment|statefulset|daemonset)/[\w.-]{1,253}"
                       r"(?:/[\w.-]{1,63})?\] ")
+# a launcher's per-rank tag: Open MPI --tag-output "[1,0]<stderr>:", TorchX "[trainer0|0]:",
+# torchrun --tee "[default0]:" (PyTorch's own "[rank0]:" stays: the NCCL readers take the
+# rank from it)
+_RANK_TAG = re.compile(r"^(?:\[[0-9]{1,7},[0-9]{1,7}\]<(?:stdout|stderr|stddiag)>:"
+                       r"|\[[A-Za-z][\w.-]{0,62}\|[0-9]{1,7}\]:|\[default[0-9]{1,7}\]:)"
+                       r"[ \t]?")
 _LOGCLI = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{8,18}(?:Z|[+-][0-9]{2}:[0-9]{2})"
                      r" \{[^{}]{0,2000}\} ")
 # --- framings stripped only over a run that agrees -------------------------------------
@@ -43,6 +49,9 @@ _NUMBERED = re.compile(r"^(?:[ \t]{0,7}(?P<a>[0-9]{1,7})(?:[ \t]{0,2}\|[ \t]?|\t
 _FILE = re.compile(r"^(?P<key>(?:/[\w.@+-]{1,80}){1,12}|[\w.-]{0,60}(?:\.log|syslog|messages|"
                    r"kern\.log|\.txt)(?:[.-][0-9]{1,8})?(?:\.gz)?):(?:[0-9]{1,9}[:-])?")
 _HOST = re.compile(r"^(?P<key>[A-Za-z][\w.-]{0,62}): ")
+_HOST_BAR = re.compile(r"^(?P<key>[A-Za-z][\w.-]{0,62}) \| ")  # "host | line" (clush, pssh)
+# srun --label: "0: line" (not a table keyed by number: /proc/interrupts' "24:    0    0")
+_SRUN_LABEL = re.compile(r"^[ \t]{0,5}(?P<key>[0-9]{1,6}): (?![ \t]*[0-9]+[ \t]{2})")
 # tags that lead kernel and driver messages: never a host's name
 _NOT_HOST = re.compile(r"^(?:NVRM|kernel|nvidia|nv_|mlx[0-9]|mlx5|ib_|pci|usb|ata[0-9]|nvme|"
                        r"xhci|ACPI|EDAC|mce|audit|systemd|GPU[0-9]|gpu[0-9]|NCCL|Warning|Error|"
@@ -50,12 +59,14 @@ _NOT_HOST = re.compile(r"^(?:NVRM|kernel|nvidia|nv_|mlx[0-9]|mlx5|ib_|pci|usb|at
                        r"docker|br-|virbr|cni|cali|flannel|lo$|sd[a-z]|md[0-9]|dm-|loop)")
 
 # what the quick test looks for before any line is looked at
-_ANY = re.compile(r"(?m)^(?:[ \t]{0,3}>|[0-9]{4}-[0-9]{2}-[0-9]{2}T\S{8,40} (?:stdout|stderr|\{)"
+_ANY = re.compile(r"(?m)^(?:[ \t]{0,3}>|\[[\w.-]{1,64}[,|\]]|[ \t]{0,5}[0-9]{1,6}: "
+                  r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T\S{8,40} (?:stdout|stderr|\{)"
                   r"|\[[a-z]{2,12}/|\{|[ \t]{0,7}[0-9]{1,7}(?:[ \t]{0,2}\||\t|:)|/[\w.@+-]|"
-                  r"[\w.-]{0,60}(?:\.log|syslog|messages|\.txt)|[A-Za-z][\w.-]{0,62}: )")
+                  r"[\w.-]{0,60}(?:\.log|syslog|messages|\.txt)|[A-Za-z][\w.-]{0,62}(?:: | \| ))")
 
 FRAMINGS = ("markdown quote", "container runtime log", "kubectl logs --prefix", "logcli",
-            "JSON log record", "line numbers", "file name (grep)", "host tag (pdsh)")
+            "JSON log record", "rank tag (launcher)", "line numbers", "file name (grep)",
+            "host tag (pdsh)", "rank label (srun)")
 
 _JSON_MAX = 64 << 10  # longest JSON line decoded
 _MESSAGE_KEYS = ("log", "line", "message", "msg", "MESSAGE", "@message", "textPayload", "body",
@@ -131,60 +142,84 @@ def _strip_one(line: str) -> tuple[str, str] | None:
             return "logcli", line[m.end():]
     elif head == "[" and (m := _KUBECTL.match(line)):
         return "kubectl logs --prefix", line[m.end():]
+    elif head == "[" and (m := _RANK_TAG.match(line)):
+        return "rank tag (launcher)", line[m.end():]
     elif head == "{" and (payload := _json_payload(line)) is not None:
         return "JSON log record", payload
     return None
 
 
-def _run_candidate(line: str) -> tuple[str, str, str] | None:
-    """(framing, key, payload) of a framing that counts only over an agreeing run;
-    the key is the line number, the file or the host."""
+_Cand = tuple[str, str, str]  # (framing, key, payload)
+
+
+def _run_candidates(line: str) -> list[_Cand]:
+    """The framings a line may carry that count only over an agreeing run, most
+    specific first; the key is the line number, the file, the host or the rank."""
+    out: list[_Cand] = []
     if m := _NUMBERED.match(line):
-        return "line numbers", m.group("a") or m.group("b"), line[m.end():]
+        out.append(("line numbers", m.group("a") or m.group("b"), line[m.end():]))
+    if m := _SRUN_LABEL.match(line):
+        out.append(("rank label (srun)", m.group("key"), line[m.end():]))
     if m := _FILE.match(line):
-        return "file name (grep)", m.group("key"), line[m.end():]
-    if (m := _HOST.match(line)) and any(c.isdigit() for c in m.group("key")) and \
-            not _NOT_HOST.match(m.group("key")):
-        return "host tag (pdsh)", m.group("key"), line[m.end():]
-    return None
+        out.append(("file name (grep)", m.group("key"), line[m.end():]))
+    for pattern in (_HOST, _HOST_BAR):
+        if (m := pattern.match(line)) and any(c.isdigit() for c in m.group("key")) and \
+                not _NOT_HOST.match(m.group("key")):
+            out.append(("host tag (pdsh)", m.group("key"), line[m.end():]))
+    return out
 
 
 def _agrees(kind: str, prev_key: str, key: str) -> bool:
     if kind == "line numbers":
         return int(key) > int(prev_key)
+    if kind == "rank label (srun)":
+        return True  # the ranks' lines interleave
     return key == prev_key
+
+
+def _of_kind(cands: list[_Cand], kind: str) -> _Cand | None:
+    return next((c for c in cands if c[0] == kind), None)
+
+
+def _run_from(lines: list[str], cands: list[list[_Cand]], i: int,
+              kind: str) -> tuple[list[int], int]:
+    """The lines from ``i`` on that carry framing ``kind`` and agree (blank lines
+    between them are skipped), and where the run stopped."""
+    run = [i]
+    j = i + 1
+    while j < len(lines):
+        if not lines[j].strip():
+            j += 1
+            continue
+        nxt, last = _of_kind(cands[j], kind), _of_kind(cands[run[-1]], kind)
+        if nxt is None or last is None or not _agrees(kind, last[1], nxt[1]):
+            break
+        run.append(j)
+        j += 1
+    return run, j
 
 
 def _strip_runs(lines: list[str], names: list[set[str]]) -> bool:
     """Strip the run-confirmed framings in place; True when a line changed."""
-    cands = [_run_candidate(ln) if ln.strip() else None for ln in lines]
+    cands = [_run_candidates(ln) if ln.strip() else [] for ln in lines]
     changed = False
     i = 0
     while i < len(lines):
-        first = cands[i]
-        if first is None:
-            i += 1
-            continue
-        run = [i]
-        j = i + 1
-        while j < len(lines):
-            if not lines[j].strip():
-                j += 1
+        taken = False
+        for kind, _, _ in cands[i]:
+            run, j = _run_from(lines, cands, i, kind)
+            if len(run) < 2:
                 continue
-            nxt, last = cands[j], cands[run[-1]]
-            if nxt is None or last is None or nxt[0] != first[0] or \
-                    not _agrees(first[0], last[1], nxt[1]):
-                break
-            run.append(j)
-            j += 1
-        if len(run) >= 2:
             for k in run:
-                cand = cands[k]
+                cand = _of_kind(cands[k], kind)
                 assert cand is not None
                 lines[k] = cand[2]
-                names[k].add(cand[0])
-            changed = True
-        i = max(j, i + 1) if len(run) >= 2 else i + 1
+                names[k].add(kind)
+            changed = taken = True
+            i = j
+            break
+        if not taken:
+            i += 1
     return changed
 
 
