@@ -9,7 +9,8 @@ from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input, load_text
 from gputriage.model import Action, Blame, Finding, Severity, finding_order
 from gputriage.results.triage import build_triage
-from gputriage.vocabulary import ACTION_ORDER, Action as VocabularyAction
+from gputriage.vocabulary import ACTION_ORDER
+from gputriage.vocabulary import Action as VocabularyAction
 
 
 def _finding(id_: str, action: Action, blame: Blame = Blame.NODE,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["ACTION_ORDER", "ACTION_WORDS", "AT_FAULT", "DRAINING_ACTIONS", "JOB_VERDICTS", "RESULT_SCHEMA",
-           "VERDICTS", "Action", "Blame", "EventKind", "Severity", "Status", "action_rank",
-           "inconsistency"]
+__all__ = ["ACTION_ORDER", "ACTION_WORDS", "AT_FAULT", "DRAINING_ACTIONS", "JOB_VERDICTS",
+           "RESULT_SCHEMA", "VERDICTS", "Action", "Blame", "EventKind", "Severity", "Status",
+           "action_rank", "inconsistency"]
 
 # The schema of the published result (check --json, a watch's /result): written by
 # gputriage.results.document, read back by gputriage.results.reader.
