@@ -86,5 +86,5 @@ def test_gpus_gone_after_xid_79_is_one_drain_step(tmp_path):
     node_actions = [a for a in triage.actions if a.action in (
         Action.DRAIN_AND_REPAIR, Action.REBOOT_NODE, Action.RESET_GPU, Action.FIX_SOFTWARE)]
     assert len(node_actions) == 1
-    assert {"xid.79", "host.gpus-gone", "nvidia-smi.cannot-communicate"} <= set(
-        node_actions[0].closes)
+    assert node_actions[0].findings == ("host.gpus-gone",)
+    assert {"xid.79", "nvidia-smi.cannot-communicate"} <= set(node_actions[0].closes)

@@ -119,11 +119,12 @@ RELATIONS: tuple[Relation, ...] = (
                "Xid 154 reports the recovery action the driver now asks for after an "
                "earlier Xid on the same GPU: that Xid is the cause, 154 its consequence")
       for x in all_xids() if x.code != 154 and x.blame is Blame.NODE),
-    # every GPU gone from the bus: the Xid 79s are how they left, and a module that finds
-    # no GPU to bind leaves nvidia-smi no driver to talk to
-    Relation("xid.79", "host.gpus-gone", ANYWHERE,
-             "GPUs that fell off the bus (Xid 79) and did not come back are the GPUs gone "
-             "from the PCI bus: one fault, one power-cycle"),
+    # every GPU gone from the bus: one fault, one power-cycle. The Xid 79s are how they
+    # left (the finding of the whole node carries them), and a module that finds no GPU
+    # to bind leaves nvidia-smi no driver to talk to
+    Relation("host.gpus-gone", "xid.79", ANYWHERE,
+             "the GPUs gone from the PCI bus are the ones that fell off it (Xid 79) and did "
+             "not come back: one fault, one power-cycle of the node"),
     *(Relation("host.gpus-gone", c, ANYWHERE,
                "with no NVIDIA GPU on the PCI bus the kernel module has nothing to bind, so "
                "no driver answers nvidia-smi")
