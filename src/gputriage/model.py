@@ -94,8 +94,9 @@ class Finding:
     consequences: tuple[Finding, ...] = ()  # what this cause explains, folded in
     step: str | None = None  # the concrete next step, with versions, GPUs and commands
     # how soon to act on it among findings of the same severity and action, higher first
-    # (an eviction of production now before a drain blocked later); not in the JSON form
-    urgency: int = 0
+    # (an eviction of production now before a drain blocked later); an ordering hint set
+    # by the engine, not in the JSON form nor in equality
+    urgency: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         why = inconsistency(self.severity, self.action, self.blame)
