@@ -144,9 +144,15 @@ def test_scenario_analyze_and_check_snapshot_validate(name, built, analyzed):
 def test_scenarios_cover_the_finding_shapes(analyzed):
     """The scenarios exercise the optional parts the schema describes."""
     seen: set[str] = set()
+
+    def walk(f: dict) -> None:  # a consequence has a finding's shape too
+        seen.update(f)
+        for c in f.get("consequences", ()):
+            walk(c)
+
     for name in SCENARIOS:
         for f in analyzed(name)["findings"]:
-            seen |= set(f)
+            walk(f)
     assert {"occurrences", "consequences", "also", "step", "status_note"} <= seen
 
 

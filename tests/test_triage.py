@@ -65,7 +65,7 @@ def test_actions_are_deduplicated_worst_and_most_drastic_first():
                                            Action.RESET_GPU, Action.FIX_CONFIG,
                                            Action.PLAN_REPAIR, Action.FIX_SOFTWARE,
                                            Action.RESTART_JOB]
-    assert set(ACTION_ORDER) == set(Action) - {Action.NONE}
+    assert set(ACTION_ORDER) == set(Action)
     drain = actions[0]  # findings without a step: one entry per action
     assert drain.targets == ("GPU 4 0000:9a:00.0", "GPU 3 0000:5d:00.0")
     assert drain.findings == ("xid.79", "gpu.missing", "pcie")

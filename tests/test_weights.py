@@ -239,7 +239,7 @@ def test_measure_reads_at_most_the_bytes_it_is_told(tmp_path: Path) -> None:
 def test_the_classic_herd_on_the_command_line() -> None:
     code, out, err = _run(["weights", "--params", "70B", "--dtype", "fp16", "--replicas", "50",
                            "--link", "100Gb/s", "--gpu", "H100 SXM"])
-    assert code == 0, err
+    assert code == 1, err  # a 9-minute herd is a warning (issue 32)
     assert "weights 140.0 GB (fp16)" in out and "7.00 TB in all" in out
     assert "every replica pulls at once" in out and "9 min 20 s" in out
     assert "pre-pull DaemonSet" in out and "node-local cache" in out

@@ -97,7 +97,7 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
     """Run the CLI and return its exit status (never raises)."""
-    from gputriage.errors import InputError
+    from gputriage.errors import InputError, InputsConflict
 
     env = env or Environment()
     if not isinstance(env.stderr, QuietStderr):  # notes never decide the verdict
@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
         return 130
     except click.ClickException as exc:
         _error(env, f"error: {exc.format_message()}")
+        return EXIT_USAGE
+    except InputsConflict as exc:
+        _error(env, f"usage error: {exc}")
         return EXIT_USAGE
     except InputError as exc:
         _error(env, f"input error: {exc}")

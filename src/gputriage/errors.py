@@ -7,6 +7,11 @@ class InputError(Exception):
     """An input the user named cannot be read or understood."""
 
 
+class InputsConflict(InputError):
+    """Inputs that each read fine but cannot go together (two hosts given as one):
+    a usage error (exit 64), not an unreadable input."""
+
+
 class ParseError(ValueError):
     """A source's text is malformed (as opposed to empty)."""
 

@@ -19,6 +19,7 @@ from gputriage.vocabulary import (
     Blame,
     Severity,
     Status,
+    action_rank,
     inconsistency,
 )
 
@@ -92,6 +93,10 @@ class Finding:
     also: tuple[Scope, ...] = ()  # the same finding on these other scopes (GPUs)
     consequences: tuple[Finding, ...] = ()  # what this cause explains, folded in
     step: str | None = None  # the concrete next step, with versions, GPUs and commands
+    # how soon to act on it among findings of the same severity and action, higher first
+    # (an eviction of production now before a drain blocked later); an ordering hint set
+    # by the engine, not in the JSON form nor in equality
+    urgency: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         why = inconsistency(self.severity, self.action, self.blame)
@@ -281,13 +286,16 @@ class Result:
         return sorted(self.findings, key=finding_order)
 
 
-def finding_order(f: Finding) -> tuple[bool, int, bool, tuple[int, float, str], str, str]:
-    """The report order: current before history and acknowledged; worst first; then
-    the causal order (earliest first event; findings with no time after those with
-    one) and the id."""
+def finding_order(f: Finding) -> tuple[bool, int, int, bool, int, bool, tuple[int, float, str],
+                                       str, str]:
+    """The order an on-call acts in: current before history and acknowledged; worst
+    first; then the most drastic action (a drain before a reset, before a fix, before a
+    restart), the most certain blame (an unknown one last), the most urgent; then the
+    causal order (earliest first event; findings with no time after those with one) and
+    the id."""
     first = f.occurrences.first if f.occurrences and f.occurrences.first else None
-    return (not f.current, -f.severity.rank, first is None, _time_key(first), f.id,
-            f.scope.label())
+    return (not f.current, -f.severity.rank, action_rank(f.action), f.blame is Blame.UNKNOWN,
+            -f.urgency, first is None, _time_key(first), f.id, f.scope.label())
 
 
 def _time_key(when: str | None) -> tuple[int, float, str]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["ACTION_WORDS", "AT_FAULT", "DRAINING_ACTIONS", "JOB_VERDICTS", "RESULT_SCHEMA",
-           "VERDICTS", "Action", "Blame", "EventKind", "Severity", "Status", "inconsistency"]
+__all__ = ["ACTION_ORDER", "ACTION_WORDS", "AT_FAULT", "DRAINING_ACTIONS", "JOB_VERDICTS",
+           "RESULT_SCHEMA", "VERDICTS", "Action", "Blame", "EventKind", "Severity", "Status",
+           "action_rank", "inconsistency"]
 
 # The schema of the published result (check --json, a watch's /result): written by
 # gputriage.results.document, read back by gputriage.results.reader.
@@ -77,6 +78,19 @@ class Status(str, Enum):
     CURRENT = "current"
     PAST = "past"  # ended by a GPU reset, a driver reload or a reboot: history
     ACKNOWLEDGED = "acknowledged"  # an operator acknowledged it (``gputriage ack``)
+
+
+# Most drastic first: the order an on-call acts in among findings of one severity (a
+# node out of service before a GPU reset, before a repair planned, a fix, a restart).
+ACTION_ORDER = (Action.DRAIN_AND_REPAIR, Action.REBOOT_NODE, Action.RESET_GPU,
+                Action.PLAN_REPAIR, Action.FIX_SOFTWARE, Action.FIX_CONFIG, Action.RESTART_JOB,
+                Action.NONE)
+_ACTION_RANK = {a: i for i, a in enumerate(ACTION_ORDER)}
+
+
+def action_rank(action: Action) -> int:
+    """0 for the most drastic action, up to ``len(ACTION_ORDER) - 1`` for none."""
+    return _ACTION_RANK[action]
 
 
 # Actions that take a node or a GPU out of service: only a critical finding that

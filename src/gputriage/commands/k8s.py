@@ -175,8 +175,9 @@ def _merge_new(cluster: Any, other: Any) -> None:
     cluster.merge(new)
 
 
-def _judge(snapshot: Any, cluster: Any, who: str) -> Any:
-    """The engine's result over ``snapshot`` with ``cluster`` as the parsed objects."""
+def _judge(snapshot: Any, cluster: Any, who: str, link_gbits: float | None = None) -> Any:
+    """The engine's result over ``snapshot`` with ``cluster`` as the parsed objects (and
+    the shared link's rate, when given, for the herd estimates)."""
     import gc
     from dataclasses import replace
 
@@ -187,7 +188,7 @@ def _judge(snapshot: Any, cluster: Any, who: str) -> Any:
     # the cluster's objects live until the command ends: keep the collector from walking
     # them again and again while the rules run (a 50,000-pod cluster: ~2 s a collection)
     gc.freeze()
-    facts = Facts(snapshot, context=CheckContext())
+    facts = Facts(snapshot, context=CheckContext(link_gbits=link_gbits))
     facts.prefill("k8s_objects", cluster)
     facts.problems += [f"{who}: {p}" for p in cluster.unreadable_fields()]
     result = analyze_facts(facts)
@@ -219,8 +220,13 @@ def _save(read: Any, out: str, force: bool) -> None:
 @verbose_option
 @quiet_option
 @no_pager_option
+@click.option("--link", "link_gbits", type=StrictFloatRange(min=0.001, max=100_000),
+              default=None, metavar="RATE",
+              help="Gb/s of the link the replicas share to fetch weights and images "
+                   "(storage or registry egress) for the herd estimates; without it an "
+                   "assumed 25 Gb/s, which the findings say.")
 def lint(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool,
-         no_pager: bool) -> None:
+         no_pager: bool, link_gbits: float | None) -> None:
     """Lint GPU workload manifests: YAML or JSON, multi-document, kubectl get -o yaml
     Lists, helm template or kustomize build output (- reads stdin); a directory is read
     recursively (*.yaml, *.yml, *.json). Each finding names the object and where it was
@@ -242,7 +248,7 @@ def lint(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool,
     origin = names[0] if len(names) == 1 else f"{len(names)} manifests"
     snapshot = Snapshot({"k8s_objects": Captured("k8s_objects", "", {"error": None}, origin)},
                         None, origin)
-    result = _judge(snapshot, cluster, origin)
+    result = _judge(snapshot, cluster, origin, link_gbits)
     from gputriage.views.k8sview import summarize
 
     summary = summarize(cluster, "lint")

@@ -227,7 +227,8 @@ def weights(model: tuple[str, ...], params: str | None, dtype: str | None,
     how staging to local NVMe, a node-local cache or a pre-pull DaemonSet changes it.
     MODEL: a model directory or files; --model-dir also checks where this host keeps it.
 
-    Exit status 0; with --model-dir, 1 when the host check warns."""
+    Exit status 0; 1 when the herd keeps the last replica waiting over 5 minutes, or
+    with --model-dir when the host check warns."""
     from gputriage.weights.report import Inputs, build
 
     env = current_env()
@@ -259,6 +260,8 @@ def weights(model: tuple[str, ...], params: str | None, dtype: str | None,
             raise CommandExit(0)
         severities = {f["severity"] for f in doc["host"]["findings"]}
         status = 2 if "critical" in severities else 1 if "warning" in severities else 0
+    if doc["herd"] is not None and doc["herd"]["severity"] == "warning":
+        status = max(status, 1)  # a herd past the threshold is a warning, never a green OK
     if html is not None:
         from gputriage.commands.common import save_html
         from gputriage.views.html.weights import weights_html

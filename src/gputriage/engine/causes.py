@@ -17,6 +17,7 @@ from datetime import datetime
 
 from gputriage.knowledge.xid import all_xids
 from gputriage.model import (
+    Blame,
     Evidence,
     Finding,
     Occurrences,
@@ -28,7 +29,7 @@ from gputriage.model import (
 )
 from gputriage.text.fields import strict_int
 
-__all__ = ["RELATIONS", "Relation", "fold", "merge_repeats"]
+__all__ = ["RELATIONS", "URGENCY", "Relation", "fold", "merge_repeats"]
 
 SAME_GPU = "gpu"  # the consequence is on a GPU (bus id) the cause is on
 ANYWHERE = "node"  # a node-level cause: it explains the consequence wherever it is
@@ -112,6 +113,23 @@ RELATIONS: tuple[Relation, ...] = (
     Relation("container.hook-nvml-error", "container.nvml-init-failed", ANYWHERE,
              "NVML fails inside the container for the reason it fails in the hook on the "
              "host"),
+    # Xid 154 is the driver's summary of the recovery action an earlier error on the GPU
+    # needs ("Node Reboot Required" after an Xid 79): a consequence, its action the cause's
+    *(Relation(f"xid.{x.code}", "xid.154", SAME_GPU,
+               "Xid 154 reports the recovery action the driver now asks for after an "
+               "earlier Xid on the same GPU: that Xid is the cause, 154 its consequence")
+      for x in all_xids() if x.code != 154 and x.blame is Blame.NODE),
+    # every GPU gone from the bus: one fault, one power-cycle. The Xid 79s are how they
+    # left (the finding of the whole node carries them), and a module that finds no GPU
+    # to bind leaves nvidia-smi no driver to talk to
+    Relation("host.gpus-gone", "xid.79", ANYWHERE,
+             "the GPUs gone from the PCI bus are the ones that fell off it (Xid 79) and did "
+             "not come back: one fault, one power-cycle of the node"),
+    *(Relation("host.gpus-gone", c, ANYWHERE,
+               "with no NVIDIA GPU on the PCI bus the kernel module has nothing to bind, so "
+               "no driver answers nvidia-smi")
+      for c in ("nvidia-smi.cannot-communicate", "driver.not-loaded",
+                "nvidia-smi.no-devices", "devnode.missing")),
     Relation("xid.48", "xid.63", SAME_GPU,
              "a double-bit error makes the driver remap the row (or retire the page), "
              "which Xid 63 records"),
@@ -280,11 +298,33 @@ for _rel in RELATIONS:
     _BY_CONSEQUENCE[_rel.consequence] = (*_BY_CONSEQUENCE.get(_rel.consequence, ()), _rel)
 
 
+# How soon an on-call acts on a finding among those of the same severity and action
+# (model.finding_order), higher first; every other finding 0. Cluster settings that all
+# read "warning, fix the configuration" differ in what they cost while unfixed.
+URGENCY: dict[str, int] = {
+    # research pods evict production's GPU pods whenever the shared pool fills
+    "k8s.lint-preempts-production": 50,
+    # every start (rollout, drain, scale-up) takes minutes and saturates the shared link
+    "k8s.lint-weights-herd": 40,
+    # the kubelet kills the server before it has loaded: it never serves
+    "k8s.lint-probe-vs-load": 40,
+    # one namespace can take the whole pool: production's next pod stays Pending
+    "k8s.lint-pool-no-quota": 30, "k8s.lint-pool-no-priority": 30,
+    # a budget that allows no eviction blocks every drain and driver upgrade
+    "k8s.lint-pdb-blocks-drain": 25,
+    # a re-pull of a moving tag at every start
+    "k8s.lint-pull-always": 20,
+    # a risk at the next disruption, or a slower scale-up
+    "k8s.lint-no-pdb": 10, "k8s.lint-hpa-cpu": 10,
+}
+
+
 def fold(findings: Sequence[Finding]) -> list[Finding]:
     """The findings with each consequence folded into its cause, then each finding
     repeated on several GPUs merged into one (at the top level and among a cause's
-    consequences)."""
-    return merge_repeats(attach(findings))
+    consequences), each with its urgency."""
+    return [replace(f, urgency=URGENCY[f.id]) if f.id in URGENCY else f
+            for f in merge_repeats(attach(findings))]
 
 
 # --- consequences ------------------------------------------------------------------------

@@ -24,3 +24,4 @@ class CheckContext:
     acks: tuple[Any, ...] = ()
     now: datetime | None = None
     job_faults_fail: bool = False
+    link_gbits: float | None = None  # the shared link's rate (k8s lint --link), Gb/s

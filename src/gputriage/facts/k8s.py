@@ -26,3 +26,13 @@ def cluster(facts: FactReader) -> Cluster:
     if found is None:
         raise Missing("no Kubernetes objects (kubectl get, kubectl describe, the API)")
     return found
+
+
+@FACTS.fact("shared_link_gbits")
+def shared_link_gbits(facts: FactReader) -> float:
+    """The rate of the link the replicas of a workload share to fetch weights and images
+    (storage or registry egress), Gb/s, as the operator states it (k8s lint --link)."""
+    rate = facts.context.link_gbits
+    if rate is None:
+        raise Missing("no link rate given (k8s lint --link RATE)")
+    return float(rate)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from gputriage.errors import InputError, unreadable
+from gputriage.errors import InputError, InputsConflict, unreadable
 from gputriage.ingest.bugreport import is_bug_report, split_with_headers
 from gputriage.ingest.detect import EXPECTED, detect_framed
 from gputriage.io.decompress import compression, data_of, peek
@@ -272,6 +272,22 @@ def _snapshot_of(raw: _Raw, origin: str) -> Snapshot:
     return load_text(text, origin, raw.problems, raw.truncated)
 
 
+def _one_host(snapshots: Sequence[Snapshot]) -> None:
+    """InputsConflict when the inputs name more than one host: one view of two hosts
+    would mix their GPUs and logs (``fleet`` compares hosts)."""
+    hosts: dict[str, str] = {}
+    for snap in snapshots:
+        name = snap.host_name()
+        if name:
+            hosts.setdefault(name.lower(), f"{name} ({snap.origin})")
+    if len(hosts) > 1:
+        named = list(hosts.values())
+        shown = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+        raise InputsConflict(f"the inputs are of {len(hosts)} hosts: {shown}; several "
+                             "paths combine into one host's view: give one host's inputs, "
+                             "or compare hosts with gputriage fleet PATH...")
+
+
 def load_inputs(paths: Sequence[str], progress: Callable[..., None] | None = None
                 ) -> Snapshot:
     """All inputs combined into one host view.
@@ -298,6 +314,7 @@ def load_inputs(paths: Sequence[str], progress: Callable[..., None] | None = Non
         if len(failed) == 1:
             raise InputError(failed[0])
         raise InputError("no input could be read: " + "; ".join(failed))
+    _one_host(good)
     snap = good[0] if good else None
     for other in good[1:]:
         assert snap is not None

@@ -57,8 +57,6 @@ _K8S_NODES = {  # nodes and scheduling (rules/k8s_nodes.py, rules/k8s_pending.py
     "kubectl describe node <gpu node>: GPUs in use, or not offered",
     "k8s.pending-fragmented": "ask for GPUs per pod that one node can hold, or free a "
     "whole node (bin-packing, a descheduler)",
-    "k8s.pending-untolerated-taint": "add the toleration {key, operator: Exists, effect: "
-    "NoSchedule} for the GPU pool's taint to the pod template",
     "k8s.pending-selector-mismatch": "select on a label the GPU nodes carry (kubectl get "
     "nodes -L nvidia.com/gpu.product)",
     "k8s.pending-affinity": "pin the pod it must follow to the GPU nodes, or relax the "
@@ -84,6 +82,10 @@ _K8S_LINT = {  # workloads and the pool's policy (rules/k8s_lint.py, k8s_pool.py
     "/dev/shm in the pod must then show it",
     "k8s.lint-no-gang": "label the job kueue.x-k8s.io/queue-name: <LocalQueue>, or run it "
     "with Volcano / coscheduling and a PodGroup whose minMember is every pod",
+    "k8s.lint-pdb-blocks-drain": "let the budget allow one eviction: kubectl patch pdb "
+    "<name> -n <namespace> --type merge -p '{\"spec\":{\"maxUnavailable\":1,"
+    "\"minAvailable\":null}}' (with two replicas or more); kubectl get pdb -n <namespace> "
+    "must then show ALLOWED DISRUPTIONS 1",
     "k8s.lint-no-pdb": "add a budget: kubectl create poddisruptionbudget <name> -n "
     "<namespace> --selector=<the pods' labels> --max-unavailable=1",
     "k8s.lint-probe-vs-load": "give the container a startupProbe whose failureThreshold x "
@@ -158,3 +160,22 @@ def _validator_cuda(f: Finding, host: Host) -> str:
 REPAIRS: dict[str, Repair] = {fid: _filled(text) for table in (_K8S_STACK, _K8S_NODES, _K8S_LINT)
                               for fid, text in table.items()}
 REPAIRS["k8s.validator-cuda-error"] = _validator_cuda
+
+
+_TAINT_IN_TITLE = re.compile(r"the taint \{(?P<taint>[^{}]{1,200})\}")
+
+
+def _toleration(f: Finding, host: Host) -> str:
+    """The toleration for the taint the finding names, in the pod template."""
+    from gputriage.rules.k8s_pending import toleration_for
+
+    m = _TAINT_IN_TITLE.search(f.title)
+    taint = m.group("taint") if m and m.group("taint") != "?" else None
+    named = f"the nodes' taint {{{taint}}}" if taint else "the GPU pool's taint"
+    return (f"add tolerations: [{toleration_for(taint)}] for {named} to the pod template "
+            "(spec.template.spec.tolerations): a node selector does not get past a taint; "
+            "kubectl describe node <gpu node> | grep Taints shows the "
+            "taint with its effect")
+
+
+REPAIRS["k8s.pending-untolerated-taint"] = _toleration

@@ -18,13 +18,11 @@ from typing import Any
 from gputriage.model import Action, Finding, Result, Severity
 from gputriage.results.diff import Diff
 from gputriage.status import exit_status, verdict
+from gputriage.vocabulary import ACTION_ORDER
 
 __all__ = ["ACTION_ORDER", "NextAction", "Triage", "build_triage", "next_actions",
            "triage_snapshot"]
 
-# Most drastic first: the order the next actions of one severity are listed in.
-ACTION_ORDER = (Action.DRAIN_AND_REPAIR, Action.REBOOT_NODE, Action.RESET_GPU,
-                Action.PLAN_REPAIR, Action.FIX_SOFTWARE, Action.FIX_CONFIG, Action.RESTART_JOB)
 _ACTION_TEXT = {
     Action.DRAIN_AND_REPAIR: "cordon, drain and send for hardware repair",
     Action.REBOOT_NODE: "reboot the node",

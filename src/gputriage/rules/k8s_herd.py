@@ -4,8 +4,9 @@ weights, or pulling the same multi-GB image, over one shared link.
 Figures are estimates and say so: a model's size from its name (``Llama-3-70B`` in
 FP16 is ~140 GB) or the ``gputriage.io/model-size`` annotation; an image's size from
 well-known names (NGC PyTorch, Triton, NeMo, vLLM, TGI, SGLang, NIM) or the
-``gputriage.io/image-size`` annotation; the shared link is taken as 25 Gb/s of storage
-or registry egress.
+``gputriage.io/image-size`` annotation; the shared link is the rate given with
+``k8s lint --link`` (storage or registry egress), else an assumed 25 Gb/s, which the
+finding says.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from gputriage.rules.k8s_workloads import (
 )
 
 LINK_GBITS = 25.0  # assumed storage / registry egress shared by the replicas, Gb/s
-LINK_GBS = LINK_GBITS / 8
 HERD_SECONDS = 300  # a start of every replica longer than this is a herd worth fixing
 _DOWNLOAD = re.compile(r"(?i)huggingface-cli\s+download|\bhf\s+download|snapshot_download|"
                        r"hf_hub_download|\bs3\s+(?:cp|sync)|s5cmd|gsutil\b.*\b(?:cp|rsync)|"
@@ -83,13 +83,26 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
+def link_words(given: float | None) -> tuple[float, str]:
+    """The shared link's rate in Gb/s and how the findings name it: as given, or the
+    assumed default, saying so."""
+    if given is not None and given > 0:
+        return given, f"the given {given:g} Gb/s link"
+    return LINK_GBITS, (f"an assumed {LINK_GBITS:g} Gb/s link (state the real rate with "
+                        "gputriage k8s lint --link RATE)")
+
+
 @rule("k8s.herd-weights", produces=("k8s.lint-weights-herd",))
-def lint_weights_herd(cluster: Cluster) -> Iterator[Finding]:
+def lint_weights_herd(cluster: Cluster,
+                      shared_link_gbits: float | None = None) -> Iterator[Finding]:
     """Replicas of a GPU workload that each download the same large weights at start
     (init containers or commands running huggingface-cli download, snapshot_download,
     s3 cp, gsutil, wget, curl; a server given a Hub model id) with no node-local or
-    shared cache: size x replicas over a shared 25 Gb/s link, and the time to start
-    them all. Information when the size cannot be told."""
+    shared cache: size x replicas over the shared link (``--link``, else an assumed
+    25 Gb/s), and the time to start them all. Information when the size cannot be
+    told."""
+    gbits, link = link_words(shared_link_gbits)
+    link_gbs = gbits / 8
     for w in workloads(cluster):
         if w.gpus() <= 0 or w.partial:
             continue
@@ -117,18 +130,18 @@ def lint_weights_herd(cluster: Cluster) -> Iterator[Finding]:
             continue
         gb, told = size
         total = gb * pods
-        seconds = total / LINK_GBS
+        seconds = total / link_gbs
         if seconds < HERD_SECONDS:
             continue
         yield finding(
             "k8s.lint-weights-herd", Severity.WARNING,
             f"{w.ref}: {pods} replicas each download ~{say_gb(gb)} of weights at start: "
-            f"~{say_gb(total)}, {_minutes(seconds)} over a {LINK_GBITS:g} Gb/s link",
+            f"~{say_gb(total)}, {_minutes(seconds)} over a {gbits:g} Gb/s link",
             f"The weights are ~{say_gb(gb)} ({told}); {c.name} ({c.path}) fetches them at "
             f"every start ({how}), and up to {pods} pods start together ({why}): "
-            f"{pods} x {say_gb(gb)} = {say_gb(total)} through a shared link of an assumed "
-            f"{LINK_GBITS:g} Gb/s ({LINK_GBS:.1f} GB/s) is {_minutes(seconds)} before the "
-            f"last replica serves, each getting ~{LINK_GBS / pods * 8:.1f} Gb/s; a rollout, "
+            f"{pods} x {say_gb(gb)} = {say_gb(total)} through {link} ({link_gbs:.1f} GB/s) "
+            f"is {_minutes(seconds)} before the last replica serves, each getting "
+            f"~{gbits / pods:.1f} Gb/s; a rollout, "
             "a node drain or a scale-up repeats it"
             + ("." if c.init else ", and probes may kill the servers mid-download.")
             + f" {fix}",
@@ -163,11 +176,13 @@ def _policy(c: Container) -> tuple[str, bool]:
 
 
 @rule("k8s.herd-pull", produces=("k8s.lint-pull-always",))
-def lint_pull_always(cluster: Cluster) -> Iterator[Finding]:
+def lint_pull_always(cluster: Cluster,
+                     shared_link_gbits: float | None = None) -> Iterator[Finding]:
     """``imagePullPolicy: Always`` (or a :latest or untagged image, which defaults to it)
     on a multi-GB GPU image with several replicas: a warning when the tag can move (each
     start after a push pulls gigabytes on every node at once, and replicas run different
     builds), information for a pinned tag (a registry round trip at every start)."""
+    gbits, link = link_words(shared_link_gbits)
     for w in workloads(cluster):
         pods, why = most_pods(cluster, w)
         if pods < 2 or w.gpus() <= 0:
@@ -187,9 +202,8 @@ def lint_pull_always(cluster: Cluster) -> Iterator[Finding]:
                 f"container start; "
                 + (f"with the tag {_tag(c.image) or '(none: latest)'} able to move, every "
                    f"start after a push pulls it again: up to {pods} x ~{gb:g} GB = "
-                   f"~{total:g} GB ({_minutes(total / LINK_GBS)} at an assumed "
-                   f"{LINK_GBITS:g} Gb/s), and replicas started before and after run "
-                   "different builds. " if mutable else
+                   f"~{total:g} GB ({_minutes(total / (gbits / 8))} over {link}), and "
+                   "replicas started before and after run different builds. " if mutable else
                    "a pinned tag is not pulled again, but each start waits on the registry "
                    "and fails while it is unreachable. ")
                 + "Pin the image (a version tag or @sha256 digest) with imagePullPolicy: "

@@ -30,6 +30,7 @@ from gputriage.rules.k8s_sched import (
 SOURCE = "cluster"
 _AUTOSCALER = ("TriggeredScaleUp", "NotTriggerScaleUp", "ScaleUp", "FailedScaleUp")
 _NODE_STATE_TAINTS = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+_CONTROL_PLANE = ("node-role.kubernetes.io/",)
 
 
 @dataclass
@@ -249,12 +250,19 @@ def _why(pool: _Pool, sub: _Subject, msg: SchedMessage, asks: dict[str, float],
     # the nodes a selector, an affinity or a taint leaves out are the GPU nodes when a
     # GPU node offers GPUs, or (nodes not shown) when no node is counted twice
     known = any(n.allocatable is not None for n in gpu_nodes)
+    excluded = offering if known else (msg.disjoint() or not short)
+    # a taint the pod does not tolerate first: a selector that leaves out the CPU nodes
+    # is right, the taint keeps it off the GPU nodes (a control plane's taint is the
+    # exception: it keeps pods off nodes they were never meant for)
+    pool_taints = [r for r in taints if not (r.detail or "").startswith(_CONTROL_PLANE)]
+    if pool_taints and excluded:
+        return _taint(sub, pool_taints[0].detail, pool_taints[0].count, head, ev)
     for kind, fid in ((SELECTOR, "k8s.pending-selector-mismatch"),
                       (AFFINITY, "k8s.pending-affinity")):
         n = msg.count(kind)
-        if n and (offering if known else (msg.disjoint() or not short)):
+        if n and excluded:
             return _excluded(sub, fid, kind, n, msg, head, offering, ev)
-    if taints and (offering if known else (msg.disjoint() or not short)):
+    if taints and excluded:
         return _taint(sub, taints[0].detail, taints[0].count, head, ev)
     mismatch = _name_mismatch(pool.offering_names, msg)
     if mismatch is not None:
@@ -312,16 +320,35 @@ def _excluded(sub: _Subject, fid: str, kind: str, n: int, msg: SchedMessage, hea
         Action.FIX_CONFIG, Blame.JOB_CONFIG, _scope(sub), ev)
 
 
+def toleration_for(taint: str | None) -> str:
+    """The toleration that lets a pod onto nodes of ``taint`` as the scheduler prints it
+    (``nvidia.com/gpu: present``, ``key=value:NoSchedule``, a bare key), in YAML flow form;
+    Exists (any value) when the value is not known."""
+    text = (taint or "").strip()
+    effect = None
+    if ":" in text and text.rsplit(":", 1)[1].strip() in _EFFECTS:
+        text, effect = (part.strip() for part in text.rsplit(":", 1))
+    key, sep, value = (text.partition("=") if "=" in text else text.partition(":"))
+    key, value = key.strip() or "nvidia.com/gpu", value.strip()
+    parts = [f"key: {key}"]
+    parts += [f"operator: Equal, value: {value}"] if sep and value else ["operator: Exists"]
+    parts.append(f"effect: {effect or 'NoSchedule'}")
+    return "{" + ", ".join(parts) + "}"
+
+
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
 def _taint(sub: _Subject, taint: str | None, n: int, head: str,
            ev: list[Evidence]) -> Finding:
-    key = (taint or "").split(":")[0].strip() or "the taint"
     return finding(
         "k8s.pending-untolerated-taint", Severity.WARNING,
         f"{_who(sub)} is Pending: {n} node(s) have the taint {{{taint or '?'}}} it does "
         "not tolerate",
         f"{head}. GPU pools are tainted so that only GPU pods land there; the pod needs "
-        f"the toleration (key {key}, operator Exists, effect NoSchedule), or the "
-        "ExtendedResourceToleration admission plugin to add it.",
+        f"the toleration {toleration_for(taint)} in its template, or the "
+        "ExtendedResourceToleration admission plugin to add it (it tolerates the taints "
+        "named after the extended resources a pod asks for, such as nvidia.com/gpu).",
         Action.FIX_CONFIG, Blame.JOB_CONFIG, _scope(sub), ev)
 
 

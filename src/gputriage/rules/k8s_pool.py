@@ -164,21 +164,34 @@ def pool_no_quota(cluster: Cluster) -> Iterator[Finding]:
         if _gpu_quota(cluster, ns or None) or _kueue(cluster, mine):
             continue
         asked = sum(t.pods * t.gpus() for r in mine for t in r.templates)
-        others = [q.name for q in cluster.of_kind("ResourceQuota") if q.namespace == ns]
+        others = [_why_not_gpus(q) for q in cluster.of_kind("ResourceQuota")
+                  if q.namespace == ns]
         yield finding(
             "k8s.lint-pool-no-quota", Severity.WARNING,
             f"namespace {ns} (research) shares the GPU pool with production and has no "
             "ResourceQuota on requests.nvidia.com/gpu",
             f"Research workloads of {ns} ask {asked:g} GPUs from the nodes production "
             f"({', '.join(p.ref for p in prod[:3])}) runs on, and nothing caps them"
-            + (f" (its ResourceQuota {', '.join(others)} does not count GPUs)" if others
-               else "") + ": a burst of research jobs takes the free GPUs and production's "
-            "next replica, rollout or rescheduled pod stays Pending (Insufficient "
+            + (f" ({'; '.join(others)})" if others else "")
+            + ": a burst of research jobs takes the free GPUs and production's next replica, "
+            "rollout or rescheduled pod stays Pending (Insufficient "
             f"nvidia.com/gpu). Cap it: a ResourceQuota in {ns} with hard "
             "requests.nvidia.com/gpu: <research share>, or admit research through a Kueue "
             "ClusterQueue with a GPU quota (borrowing allowed, production first).",
             Action.FIX_CONFIG, Blame.CONFIG, object_scope("Namespace", ns),
             [evidence(SOURCE, [_line(w) for w in mine + prod[:3]])])
+
+
+def _why_not_gpus(quota: KObject) -> str:
+    """Why a ResourceQuota of the namespace does not cap its GPUs, in words."""
+    hard = [str(k) for k in _d(_d(quota.raw.get("spec")).get("hard"))]
+    misnamed = [k for k in hard if "nvidia.com/" in k and not k.startswith("requests.")]
+    if misnamed:
+        return (f"its ResourceQuota {quota.name} does not count GPUs: it names "
+                f"{', '.join(misnamed)}, and Kubernetes quotas an extended resource only "
+                "under its requests. name, so the key must be requests.nvidia.com/gpu")
+    caps = f"it caps only {', '.join(hard)}" if hard else "it caps nothing"
+    return f"its ResourceQuota {quota.name} does not count GPUs: {caps}"
 
 
 Ranked = tuple[Workload, int | None, str]  # (workload, its priority, its class)
@@ -297,6 +310,57 @@ def lint_no_pdb(cluster: Cluster) -> Iterator[Finding]:
                          f"PodDisruptionBudgets in {w.namespace}: "
                          + (", ".join(p.name for p in pdbs if p.namespace == w.namespace)
                             or "none")])])
+
+
+def _no_eviction(pdb: KObject, replicas: int | None) -> str | None:
+    """Why a budget allows no voluntary eviction (maxUnavailable 0 or 0%, minAvailable
+    100% or at least the replicas it guards); None when it allows one."""
+    spec = _d(pdb.raw.get("spec"))
+    most, least = spec.get("maxUnavailable"), spec.get("minAvailable")
+    if most is not None and str(most).strip() in ("0", "0%"):
+        return f"maxUnavailable: {most}"
+    if least is not None and str(least).strip() == "100%":
+        return f"minAvailable: {least}"
+    floor = as_int(least) if least is not None and "%" not in str(least) else None
+    if floor is not None and replicas is not None and floor >= replicas > 0:
+        return f"minAvailable: {floor} of {replicas} replica(s)"
+    return None
+
+
+@rule("k8s.pool-pdb-blocks", produces=("k8s.lint-pdb-blocks-drain",))
+def lint_pdb_blocks_drain(cluster: Cluster) -> Iterator[Finding]:
+    """A PodDisruptionBudget that allows no eviction (maxUnavailable 0, or minAvailable
+    equal to the replicas it selects): kubectl drain, the GPU operator's driver upgrade
+    and the autoscaler's scale-down wait on it forever, so the node is never emptied for a
+    repair or an upgrade."""
+    serving = [w for w in workloads(cluster) if not w.partial]
+    for pdb in cluster.of_kind("PodDisruptionBudget"):
+        selector = _d(_d(pdb.raw.get("spec")).get("selector"))
+        guarded = [w for w in serving if w.namespace == pdb.namespace and selector
+                   and w.templates and _selects(selector, w.templates[0].labels)]
+        replicas = sum(w.replicas for w in guarded) if guarded else None
+        gpu = [w for w in guarded if w.gpus() > 0]
+        why = _no_eviction(pdb, replicas)
+        if why is None or (guarded and not gpu):  # a budget of CPU pods: not ours to say
+            continue
+        what = ", ".join(w.ref for w in (gpu or guarded)[:3]) or "its pods"
+        yield finding(
+            "k8s.lint-pdb-blocks-drain", Severity.WARNING,
+            f"PodDisruptionBudget {pdb.namespace}/{pdb.name} ({why}) allows no eviction: "
+            "it blocks every drain and driver upgrade of the nodes its pods run on",
+            f"The budget guards {what} and lets no pod of it be evicted, so kubectl drain "
+            "retries forever (\"Cannot evict pod as it would violate the pod's disruption "
+            "budget\"), the GPU operator's driver upgrade waits at its drain step and the "
+            "cluster autoscaler never scales the node down: a GPU node that needs a repair "
+            "or a new driver cannot be emptied. Allow one eviction: maxUnavailable: 1 (or "
+            "minAvailable below the replicas), with two replicas or more so that one keeps "
+            "serving.",
+            Action.FIX_CONFIG, Blame.JOB_CONFIG,
+            object_scope("PodDisruptionBudget", pdb.name, pdb.namespace),
+            [evidence(SOURCE, [f"{pdb.ref} ({pdb.origin or 'input'}) spec: "
+                               f"{show(_d(pdb.raw.get('spec')))}",
+                               *(f"{w.ref} ({w.where}) replicas: {w.replicas}"
+                                 for w in guarded[:3])])])
 
 
 def _metrics(hpa: KObject) -> tuple[list[str], str]:

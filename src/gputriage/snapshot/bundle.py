@@ -96,6 +96,51 @@ class Captured:
                              f"({str(exc)[:120]})") from None
 
 
+# Event logs captured from the host: two inputs of one host hold overlapping stretches
+# of them (the same boot read twice), so they add up line by line. Every source read
+# from pastes only (kind "input": a job's output, an NCCL log) is a log as well.
+_EVENT_LOGS = frozenset({"kernel_log", "fabricmanager_journal", "persistenced_journal"})
+
+
+def _is_log(name: str, mine: Captured, theirs: Captured) -> bool:
+    """Whether two captures of source ``name`` add up rather than replace."""
+    from gputriage import sources
+
+    if name in _EVENT_LOGS:
+        return True
+    try:
+        src = sources.get(name)
+    except KeyError:
+        return False
+    return src.kind == "input" and src.suffix != ".json"
+
+
+def _append_log(mine: Captured, theirs: Captured) -> None:
+    """``mine`` followed by the lines of ``theirs`` it does not hold yet."""
+    held = set(mine.text.splitlines()) if mine.text is not None else set()
+    new = [ln for ln in (theirs.text or "").splitlines() if ln not in held]
+    if not new:
+        return
+    mine.text = (mine.text or "").rstrip("\n") + "\n" + "\n".join(new) + "\n"
+    mine.origin = f"{mine.origin}, {theirs.origin}"
+    for payload, line in theirs.framed.items():
+        mine.framed.setdefault(payload, line)
+
+
+def _is_newer(theirs: dict | None, mine: dict | None) -> bool:
+    """Whether the input of manifest ``theirs`` was taken after (or with) ``mine``'s;
+    True when either time is unknown (the later given is taken as the newer)."""
+    a, b = (theirs or {}).get("created"), (mine or {}).get("created")
+    if not isinstance(a, str) or not isinstance(b, str):
+        return True
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(a) >= datetime.fromisoformat(b)
+    except (TypeError, ValueError):
+        return True
+
+
 def decode(data: bytes | bytearray) -> str:
     """Bytes from a host are not always UTF-8: never fail on them."""
     return data.decode("utf-8", errors="replace")
@@ -142,21 +187,37 @@ class Snapshot:
         return sorted(self.captures)
 
     def merge(self, other: Snapshot) -> None:
-        """Combine another input of the same host; text beats a failed record."""
+        """Combine another input of the same host, source by source: a source only one
+        input has is taken; text beats a failed record; an event log (the kernel log, a
+        unit's journal, a pasted job output) adds the other's lines it does not hold
+        yet, in input order; any other source is a state read at one time (an NVML or
+        tree JSON document, nvidia-smi, /proc), and the newer input's reading wins
+        (the later manifest ``created``; among inputs without one, the later given):
+        two documents are never concatenated."""
+        newer = _is_newer(other.manifest, self.manifest)
         for name, cap in other.captures.items():
             mine = self.captures.get(name)
             if mine is None or (mine.text is None and cap.text is not None):
                 self.captures[name] = cap
-            elif cap.text is not None and mine.text is not None and cap.text != mine.text:
-                # two inputs of one kind (e.g. two kernel logs): keep both, in order
-                mine.text = mine.text.rstrip("\n") + "\n" + cap.text
-                mine.origin = f"{mine.origin}, {cap.origin}"
-                for payload, line in cap.framed.items():
-                    mine.framed.setdefault(payload, line)
-        if self.manifest is None:
+            elif cap.text is None or mine.text is None or cap.text == mine.text:
+                continue
+            elif _is_log(name, mine, cap):
+                _append_log(mine, cap)
+            elif newer:
+                self.captures[name] = cap
+        if self.manifest is None or (newer and other.manifest is not None):
             self.manifest = other.manifest
         self.problems.extend(other.problems)
         self.origin = f"{self.origin}, {other.origin}" if self.origin else other.origin
+
+    def host_name(self) -> str | None:
+        """The host an input names: its manifest's, else its hostname source's first
+        line; None when it names none (a paste of one command's output)."""
+        named = (self.manifest or {}).get("host")
+        if not named:
+            text = self.text("hostname") or ""
+            named = text.strip().splitlines()[0].strip() if text.strip() else None
+        return str(named) if named else None
 
     # -- loading ---------------------------------------------------------------
     @classmethod

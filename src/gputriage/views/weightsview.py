@@ -66,6 +66,18 @@ def _herd_rows(h: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             for r in h["rows"]]
 
 
+def herd_line(h: dict[str, Any]) -> str:
+    """The herd's verdict: a warning past the threshold, with the plans that cut it."""
+    now = h["rows"][0]["ready_s"] if h["rows"] else 0.0
+    limit = format_duration(h["warn_after_s"])
+    if h["severity"] == "warning":
+        return (f"WARNING herd: the last replica waits {format_duration(now)} for its weights, "
+                f"over {limit} (a scale-up, drain or rollout leaves the service short that "
+                "long and saturates the shared link): pull once into the cluster and fan out, "
+                "serve a shared read-only volume or node cache, or roll out in stages")
+    return f"OK herd: the last replica has its weights in {format_duration(now)}, within {limit}"
+
+
 def _host_lines(host: dict[str, Any]) -> list[str]:
     out = [f"Host: {host['model_dir']} on {host['fs_type'] or '?'} "
            f"({host['tier'] or 'unknown'})"]
@@ -115,6 +127,7 @@ def print_weights(console: Console, doc: dict[str, Any]) -> None:
               f"{plan.TIER_LABEL[h['source']]} over a shared {rate(h['link_bytes_per_s'])} "
               f"link: {format_bytes(h['total_bytes'])} in all",
               ("strategy", "ready in", "link", "how"), _herd_rows(h))
+        say(console, Text(herd_line(h)))
     if doc["host"]:
         for line in _host_lines(doc["host"]):
             say(console, Text(line))

@@ -8,8 +8,16 @@ import functools
 import math
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_BANDWIDTH", "GpuSku", "Fit", "HerdRow", "Need", "TIERS", "TP_DEGREES",
-           "degrees", "fits", "gpu_skus", "herd", "load_times", "per_gpu"]
+__all__ = ["DEFAULT_BANDWIDTH", "HERD_WARN_S", "GpuSku", "Fit", "HerdRow", "Need", "TIERS",
+           "TP_DEGREES", "degrees", "fits", "gpu_skus", "herd", "herd_verdict", "load_times",
+           "per_gpu", "staged_batch"]
+
+# A start of every replica that keeps the last one without its weights longer than this
+# is a herd worth fixing (a warning, as ``k8s lint`` says of the same herd): five minutes
+# outlasts what a scale-up can make queued requests wait and what a drain or a rollout
+# should leave the service short, and the shared link is saturated all that time for
+# everything else that uses it.
+HERD_WARN_S = 300.0
 
 # Bandwidths assumed for one reader when neither --measure nor --bandwidth says
 # (bytes/s); rough, stated in the report as assumptions.
@@ -117,15 +125,23 @@ class HerdRow:
     note: str = ""
 
 
+def staged_batch(model_bytes: float, link: float, replicas: int) -> int:
+    """Replicas a staged rollout starts at a time so that each batch's pull stays within
+    :data:`HERD_WARN_S` over the link (at least 1, at most all of them)."""
+    return max(1, min(replicas, int(HERD_WARN_S * link // max(model_bytes, 1.0))))
+
+
 def herd(model_bytes: float, replicas: int, link: float, bandwidth: dict[str, float],
          source: str = "object_store", per_node: int = 1) -> list[HerdRow]:
     """N replicas of ``model_bytes`` starting together behind one shared link of ``link``
-    bytes/s, reading from ``source``; ``per_node`` replicas share a node."""
+    bytes/s, reading from ``source``; ``per_node`` replicas share a node. The first row
+    is the herd as it stands; the others are the plans that cut it."""
     nodes = math.ceil(replicas / per_node)
     one_reader = model_bytes / bandwidth[source]
     local = model_bytes / bandwidth["local_nvme"]
     direct_bytes = replicas * model_bytes
     node_bytes = nodes * model_bytes
+    once = max(model_bytes / link, one_reader)  # one pull of the model into the cluster
     rows = [HerdRow("every replica pulls at once", direct_bytes,
                     max(direct_bytes / link, one_reader),
                     note=f"{replicas} × the model through the link; the last replica "
@@ -140,4 +156,32 @@ def herd(model_bytes: float, replicas: int, link: float, bandwidth: dict[str, fl
     rows.append(HerdRow("page cache warm (a restart, RAM holds the model)", 0.0,
                         model_bytes / bandwidth["page_cache"],
                         note="only while MemAvailable holds the whole model"))
+    rounds = math.ceil(math.log2(nodes)) if nodes > 1 else 0
+    rows.append(HerdRow("one pull into the cluster, then peer-to-peer fan-out", model_bytes,
+                        once + rounds * local,
+                        note=f"the link carries the model once; nodes that have it copy it "
+                             f"to those that do not, doubling each round ({rounds} round(s) "
+                             "at the local NVMe rate, the east-west network taken as no "
+                             "slower)"))
+    shared = max(model_bytes / bandwidth["nfs"], direct_bytes / link)
+    rows.append(HerdRow("shared read-only volume filled once (ReadOnlyMany PVC, node cache)",
+                        model_bytes, shared, ahead_s=once,
+                        note=f"one pull into the volume ahead; at the start its server serves "
+                             f"{replicas} × the model (taken at the link's rate: a faster "
+                             "server, or a node cache filled from it, starts sooner)"))
+    batch = staged_batch(model_bytes, link, replicas)
+    if batch < replicas:
+        batches = math.ceil(replicas / batch)
+        each = max(batch * model_bytes / link, one_reader)
+        rows.append(HerdRow(f"staged rollout, {batch} at a time (maxSurge {batch})",
+                            direct_bytes, batches * each,
+                            note=f"the first {batch} serve after {each:.0f} s, the rest in "
+                                 f"{batches - 1} more batch(es); the link is never held "
+                                 f"longer than {HERD_WARN_S:.0f} s at a time"))
     return rows
+
+
+def herd_verdict(rows: list[HerdRow]) -> str:
+    """"warning" when the herd as it stands (the first row) keeps the last replica
+    waiting longer than :data:`HERD_WARN_S`, else "ok"."""
+    return "warning" if rows and rows[0].ready_s > HERD_WARN_S else "ok"

@@ -123,6 +123,7 @@ def build(inp: Inputs) -> dict[str, Any]:
         doc["herd"] = {"replicas": inp.replicas, "per_node": inp.per_node,
                        "link_bytes_per_s": inp.link, "source": inp.source,
                        "total_bytes": inp.replicas * disk,
+                       "severity": plan.herd_verdict(rows), "warn_after_s": plan.HERD_WARN_S,
                        "rows": [{"strategy": r.strategy, "link_bytes": r.link_bytes,
                                  "ready_s": r.ready_s, "ahead_s": r.ahead_s, "note": r.note}
                                 for r in rows]}
