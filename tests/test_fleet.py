@@ -262,6 +262,7 @@ def test_process_pool_gives_the_same_report(tmp_path):
 def test_snapshots_dirs_and_tarballs_bring_toolkit_and_boot_time(tmp_path):
     from gputriage.scenarios import build_scenario
 
+    (tmp_path / "fleet").mkdir()
     build_scenario("healthy-8xh100", tmp_path / "fleet" / "a")
     build_scenario("xid79-gpu-lost", tmp_path / "b.tar.gz")
     (tmp_path / "fleet" / "c").mkdir()
