@@ -5,12 +5,14 @@ input gputriage does not recognise gets one short line pointing at the formats."
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
+import click
 import pytest
 from fakehost import FakeHost
 
-from gputriage.cli import EXIT_USAGE, Environment, main
+from gputriage.cli import COMMANDS, EXIT_INPUT, EXIT_USAGE, Environment, cli, main
 from gputriage.scenarios import build_scenario
 
 
@@ -69,3 +71,96 @@ def test_an_output_in_a_folder_that_is_a_file_is_refused(tmp_path):
     out = tmp_path / "file" / "x.tar.gz"
     code, _, err = run("scenario", "build", "healthy-8xh100", "-o", str(out))
     assert code == EXIT_USAGE and "not a directory" in err and err.count("\n") == 1
+
+
+# -- -q and --json wherever the output is a report or a list ----------------------------
+# Commands whose output is neither: a file written, a plugin's line, a daemon.
+NOT_A_REPORT = {
+    "collect": "writes a snapshot; its one stderr line says where",
+    "expect": "writes an expectations file (TOML), or prints it",
+    "npd": "prints node-problem-detector's one line already",
+    "watch": "a daemon: its output is metrics and log lines",
+}
+
+
+def _commands() -> list[tuple[str, click.Command]]:
+    ctx = click.Context(cli)
+    found = []
+    for name in COMMANDS:
+        command = cli.get_command(ctx, name)
+        assert command is not None, name
+        if isinstance(command, click.Group):
+            found += [(f"{name} {sub}", command.commands[sub]) for sub in command.commands]
+        else:
+            found.append((name, command))
+    return found
+
+
+def test_every_report_or_list_takes_q_and_json():
+    missing = []
+    for name, command in _commands():
+        if name in NOT_A_REPORT or name == "scenario build":
+            continue
+        options = {opt for p in command.params for opt in getattr(p, "opts", ())}
+        missing += [f"{name} {opt}" for opt in ("-q", "--json") if opt not in options]
+    assert not missing
+
+
+def test_fleet_quiet_is_one_line_with_the_exit_status(tmp_path):
+    run("fleet", "--demo", str(tmp_path / "f"))
+    code, out, _ = run("fleet", "-q", str(tmp_path / "f"))
+    assert code == 2 and out.count("\n") == 1
+    assert out.startswith("CRITICAL fleet of 64 nodes: xid.79 on 6 nodes")
+    assert "1 distinct finding\n" in out or "1 distinct finding;" in out
+
+
+def test_scenario_list_quiet_and_json(healthy):
+    from gputriage import schemas
+
+    code, out, _ = run("scenario", "list", "-q")
+    names = out.split()
+    assert code == 0 and "healthy-8xh100" in names and "fleet-64-xid79-driver" in names
+    code, out, _ = run("scenario", "list", "--json")
+    doc = json.loads(out)
+    assert [s["name"] for s in doc["scenarios"]] == names
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(doc, schemas.bundled("scenarios"))
+    code, out, _ = run("schema", "--list", "--json")
+    jsonschema.validate(json.loads(out), schemas.bundled("schemas"))
+    assert run("schema", "--list", "-q")[1].split() == schemas.names()
+
+
+def test_quiet_lines_of_xid_explain_diff_and_weights(healthy):
+    code, out, _ = run("xid", "-q", "79", "999")
+    assert code == 0 and out.splitlines() == [
+        "Xid 79 CRITICAL [node]: GPU has fallen off the bus — cordon, drain and open a "
+        "hardware repair",
+        "Xid 999 UNKNOWN: not in the catalog"]
+    code, out, _ = run("explain", "-q", "CUDA error: an illegal memory access was encountered")
+    assert code == 0 and out.count("\n") == 1 and "[job]" in out
+    code, out, _ = run("diff", "-q", str(healthy), str(healthy))
+    assert code == 0 and out.startswith("SAME: 0 facts changed, 0 new findings")
+    code, out, _ = run("weights", "-q", "--params", "8B")
+    assert code == 0 and out.count("\n") == 1 and out.startswith("OK weights: 8")
+
+
+def test_history_and_ack_quiet(tmp_path):
+    state = str(tmp_path / "state")
+    code, out, _ = run("ack", "xid.79", "--reason", "reseated", "-q", "--state-dir", state)
+    assert code == 0 and out == "1\n"
+    assert run("ack", "--list", "-q", "--state-dir", state)[1] == "1\n"
+    code, out, _ = run("history", "-q", "--state-dir", state)
+    assert code == 0 and out.count("\n") == 1
+
+
+# -- weights refuses a file that is not a model -----------------------------------------
+def test_weights_of_a_file_that_is_not_a_model_is_an_input_error(tmp_path):
+    report = tmp_path / "report.pdf"
+    report.write_bytes(b"%PDF-1.7\n" + bytes(4096))
+    code, out, err = run("weights", str(report))
+    assert code == EXIT_INPUT and out == "" and err.count("\n") == 1
+    assert "not a model's weights" in err
+    gguf = tmp_path / "model"  # no suffix: told by its magic
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    assert run("weights", str(gguf))[0] != 0  # a GGUF reader's error, not "not a model"
+    assert "not a model's weights" not in run("weights", str(gguf))[2]

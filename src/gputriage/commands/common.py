@@ -244,6 +244,21 @@ quiet_option = click.option(
     "-q", "--quiet", is_flag=True,
     help="Print only the one-line verdict (no progress); the exit status is the same. "
          "--json wins over it.")
+
+
+def list_quiet_option(what: str) -> Callable[[Any], Any]:
+    """``-q`` of a command whose output is a list: ``what`` (the names, the ids) only,
+    one a line, for a script to read."""
+    return click.option("-q", "--quiet", is_flag=True,
+                        help=f"Print only {what}, one a line. --json wins over it.")
+
+
+def json_doc_option(what: str, schema: str) -> Callable[[Any], Any]:
+    """``--json`` of a command that prints ``what`` as the document ``schema``."""
+    return click.option("--json", "as_json", is_flag=True,
+                        help=f"Print {what} as JSON (schema {schema}).")
+
+
 no_pager_option = click.option(
     "--no-pager", is_flag=True,
     help="Never page the report (by default a report longer than the terminal goes "
