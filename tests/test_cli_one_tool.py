@@ -164,3 +164,58 @@ def test_weights_of_a_file_that_is_not_a_model_is_an_input_error(tmp_path):
     gguf.write_bytes(b"GGUF" + bytes(60))
     assert run("weights", str(gguf))[0] != 0  # a GGUF reader's error, not "not a model"
     assert "not a model's weights" not in run("weights", str(gguf))[2]
+
+
+# -- the small wording bugs -------------------------------------------------------------
+def test_counts_and_numbers_read_as_a_person_writes_them():
+    from gputriage.text.words import counted, human_number
+
+    assert counted(1, "distinct finding") == "1 distinct finding"
+    assert counted(2, "distinct finding") == "2 distinct findings"
+    assert counted(3, "fact family") == "3 fact families"
+    assert counted(0, "GPU") == "0 GPUs" and counted(2, "bus") == "2 buses"
+    assert [human_number(v) for v in (59.4126, 156.742, 0.04567, 12.0, 483.0)] == [
+        "59.4", "157", "0.0457", "12", "483"]
+
+
+def test_a_title_that_names_its_gpu_is_not_prefixed_again():
+    from gputriage.model import Scope
+    from gputriage.views.scopes import names_scope
+
+    unnamed = Scope(kind="gpu")
+    assert names_scope("GPU: row remapper near its limit", unnamed)
+    assert names_scope("a GPU the paste does not name: row remap pending", unnamed)
+    indexed = Scope(kind="gpu", gpu_index=4, pci_bus_id="0000:9a:00.0")
+    assert names_scope("GPU 4 0000:9a:00.0 (H100): row remap pending", indexed)
+    assert not names_scope("row remap pending", indexed)
+
+
+def test_nccl_quiet_line_does_not_say_job_twice(corpus):
+    log = corpus.sample("ib-disable-env-socket-over-ipoib")
+    code, out, _ = run("nccl", "-q", str(log.path))
+    assert "job: job:" not in out and out.count("\n") == 1
+
+
+def test_nccl_view_rounds_busbw(corpus):
+    log = corpus.sample("allreduce-mpi-prefixed-483GBps")
+    code, out, _ = run("nccl", "--no-pager", str(log.path))
+    assert "avg busbw 157 GB/s" in out and "156.742" not in out.replace(
+        "Avg bus bandwidth    : 156.742", "")
+
+
+def test_research_namespace_is_not_named_twice(tmp_path):
+    snap = build_scenario("k8s-shared-pool", tmp_path / "pool")
+    code, out, _ = run("analyze", "--json", str(snap))
+    titles = [f["title"] for f in json.loads(out)["findings"]]
+    pool = [t for t in titles if "shares the GPU pool" in t]
+    assert pool and not any("research (research)" in t for t in pool)
+
+
+def test_cdi_spec_is_judged_against_the_loaded_kernel_module(tmp_path):
+    snap = build_scenario("driver-mismatch", tmp_path / "dm")
+    code, out, _ = run("analyze", "--json", str(snap))
+    cdi = {f["id"]: f["title"] for f in json.loads(out)["findings"]
+           if f["id"].startswith("container.cdi")}
+    assert "container.cdi-spec-current" not in cdi
+    assert "535.161.07" in cdi["container.cdi-spec-version"]
+    assert "mismatch" in cdi["container.cdi-spec-version"]

@@ -235,7 +235,7 @@ def test_cli_reports_bad_inputs_in_json_and_terminal(tmp_path):
     code, out, _ = cli("fleet", str(tmp_path))
     assert code == 2
     assert "xid.79" in out and "driver.userspace = 560.1" in out
-    assert "skipped 1 unusable inputs" in out and "corrupt.json" in out
+    assert "skipped 1 unusable input:" in out and "corrupt.json" in out
 
 
 def test_cli_without_usable_input_or_paths(tmp_path):

@@ -172,14 +172,15 @@ def run_pager(text: str) -> None:
     stdout.write(text)
 
 
-def quiet_line(result: Any, who: str | None = None) -> None:
+def quiet_line(result: Any, who: str | None = None, *, who_is_job: bool = False) -> None:
     """The one-line verdict (``-q``) on stdout; ``who``: what was judged (default: the
-    host's name)."""
+    host's name); ``who_is_job`` when ``who`` names the job."""
     from gputriage.views.oneline import verdict_line
 
     env = current_env()
     encoding = (getattr(env.stdout, "encoding", None) or "utf-8").lower().replace("-", "")
-    env.stdout.write(verdict_line(result, who=who, unicode=encoding.startswith("utf")) + "\n")
+    env.stdout.write(verdict_line(result, who=who, unicode=encoding.startswith("utf"),
+                                  who_is_job=who_is_job) + "\n")
 
 
 def save_html(path: str | None, render: Callable[[], str], *, quiet: bool = False) -> None:

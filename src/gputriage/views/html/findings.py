@@ -32,13 +32,13 @@ PAST_SECTIONS = ((Status.ACKNOWLEDGED, "Acknowledged findings", "acknowledged"),
                  (Status.PAST, "History: ended by a reset or a reboot", "history"))
 
 
-def banner(result: Result, who: str | None = None) -> str:
+def banner(result: Result, who: str | None = None, *, who_is_job: bool = False) -> str:
     """The verdict in words and colour, the one-line verdict, the next step, who is at
     fault (node or job), and what was not read."""
     from gputriage.views.oneline import verdict_line
 
     word = verdict(result)
-    line = verdict_line(result, who=who).removeprefix(f"{word.upper()} ")
+    line = verdict_line(result, who=who, who_is_job=who_is_job).removeprefix(f"{word.upper()} ")
     lines: list[str] = []
     lead = leading_side(result)
     worst = worst_current(result, lead)
