@@ -16,19 +16,9 @@ from gputriage.cli import COMMANDS, EXIT_INPUT, EXIT_USAGE, Environment, cli, ma
 from gputriage.scenarios import build_scenario
 
 
-def run(*argv: str, host: FakeHost | None = None, stdin: str | None = None
-        ) -> tuple[int, str, str]:
+def run(*argv: str, host: FakeHost | None = None) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    if stdin is not None:
-        import sys
-
-        saved = sys.stdin
-        sys.stdin = io.StringIO(stdin)
-    try:
-        code = main(list(argv), Environment(stdout=out, stderr=err, host=host))
-    finally:
-        if stdin is not None:
-            sys.stdin = saved
+    code = main(list(argv), Environment(stdout=out, stderr=err, host=host))
     return code, out.getvalue(), err.getvalue()
 
 
@@ -219,3 +209,30 @@ def test_cdi_spec_is_judged_against_the_loaded_kernel_module(tmp_path):
     assert "container.cdi-spec-current" not in cdi
     assert "535.161.07" in cdi["container.cdi-spec-version"]
     assert "mismatch" in cdi["container.cdi-spec-version"]
+
+
+# -- did you mean; the unrecognised-input line -----------------------------------------
+@pytest.mark.parametrize(("argv", "said"), [
+    (["analyse", "x"], "No such command 'analyse'. Did you mean 'analyze'?"),
+    (["chek"], "No such command 'chek'. Did you mean 'check'?"),
+    (["k8s", "stauts"], "No such command 'stauts'. Did you mean 'status'?"),
+    (["analyze", "--jsn", "x"], "No such option '--jsn'. Did you mean '--json'?"),
+])
+def test_a_mistyped_command_or_option_gets_one_suggestion(argv, said):
+    code, out, err = run(*argv)
+    assert code == EXIT_USAGE and out == "" and err.count("\n") == 1 and said in err
+
+
+def test_a_word_like_no_command_gets_no_suggestion():
+    code, _, err = run("zzz")
+    assert code == EXIT_USAGE and "Did you mean" not in err and "--help" in err
+
+
+def test_unrecognised_input_is_one_short_line_pointing_at_the_formats(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("just some notes\nnothing of a GPU\n")
+    code, out, err = run("analyze", str(notes))
+    assert code == EXIT_INPUT and out == "" and err.count("\n") == 1
+    assert len(err.replace(str(notes), "notes.txt")) < 200 and "analyze --formats" in err
+    code, out, _ = run("analyze", "--formats")
+    assert code == 0 and "pasted: nvidia-smi -q -x XML (full GPU state)" in out.splitlines()
