@@ -7,7 +7,7 @@ import re
 
 from gputriage.model import Finding, Scope, index_ranges
 
-__all__ = ["COMPACT_FROM", "also_text", "compact_scopes", "names_scope"]
+__all__ = ["COMPACT_FROM", "also_text", "compact_scopes", "names_scope", "scope_word"]
 
 COMPACT_FROM = 4  # scopes from which a per-GPU repeat is written "on 8 GPUs: 0-7"
 
@@ -50,3 +50,12 @@ def names_scope(title: str, scope: Scope) -> bool:
         return True
     return (scope.kind == "gpu" and scope.gpu_index is not None
             and re.search(rf"\bgpu {scope.gpu_index}\b", text) is not None)
+
+
+def scope_word(f: Finding) -> str:
+    """What a finding is about, in its brackets: its GPU, unit or port; ``job`` for a
+    fault of the job or its settings about no part of the node (not ``node``, which
+    would read as the node's fault)."""
+    if f.scope.kind == "node" and f.blame.side == "job":
+        return "job"
+    return f.scope.label()
