@@ -61,7 +61,7 @@ def declaration_problems(s: Source) -> list[str]:
 
 def detector_problems(s: Source) -> list[str]:
     """A detector documented, run at an order of its own; prompt options only with one;
-    the "expected ..." message naming every source that has one."""
+    the list of ``analyze --formats`` naming every source that has one."""
     found = []
     if s.prompt_step and not callable(sources.load(s.prompt_step)):
         found.append(f"{s.name}: prompt_step {s.prompt_step} is not a function")
@@ -76,9 +76,9 @@ def detector_problems(s: Source) -> list[str]:
             found.append(f"{s.name}: keeps_prompt is 'alone' or 'named'")
         if not inspect.getdoc(sources.load(s.detector)):
             found.append(f"{s.detector} has no docstring")
-    if (s.description in detection.EXPECTED) != bool(s.detector):
-        found.append(f"{s.name}: the 'expected ...' message names exactly the sources "
-                     "with a detector")
+    if (f"pasted: {s.description}" in detection.formats()) != bool(s.detector):
+        found.append(f"{s.name}: analyze --formats names exactly the sources with a "
+                     "detector")
     return found
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from gputriage.errors import InputError
 from gputriage.ingest import load_input, load_text
-from gputriage.ingest.detect import EXPECTED, detect
+from gputriage.ingest.detect import detect, formats
 from gputriage.parsers.detect_jobs import is_tests_prompt, source_for_command
 from gputriage.parsers.nccl_log import parse_nccl_log
 from gputriage.parsers.nccl_tests import parse_nccl_tests
@@ -181,7 +181,8 @@ def test_source_for_command(cmd: str, source: str | None) -> None:
 
 
 def test_expected_names_the_job_outputs() -> None:
-    assert "NCCL_DEBUG=INFO log" in EXPECTED and "nccl-tests" in EXPECTED
+    listed = "\n".join(formats())
+    assert "NCCL_DEBUG=INFO log" in listed and "nccl-tests" in listed
     with pytest.raises(InputError, match="^paste: unrecognised content; "):
         load_text("just some words\n", "paste")
 

@@ -235,7 +235,7 @@ def test_cli_reports_bad_inputs_in_json_and_terminal(tmp_path):
     code, out, _ = cli("fleet", str(tmp_path))
     assert code == 2
     assert "xid.79" in out and "driver.userspace = 560.1" in out
-    assert "skipped 1 unusable inputs" in out and "corrupt.json" in out
+    assert "skipped 1 unusable input:" in out and "corrupt.json" in out
 
 
 def test_cli_without_usable_input_or_paths(tmp_path):
@@ -262,6 +262,7 @@ def test_process_pool_gives_the_same_report(tmp_path):
 def test_snapshots_dirs_and_tarballs_bring_toolkit_and_boot_time(tmp_path):
     from gputriage.scenarios import build_scenario
 
+    (tmp_path / "fleet").mkdir()
     build_scenario("healthy-8xh100", tmp_path / "fleet" / "a")
     build_scenario("xid79-gpu-lost", tmp_path / "b.tar.gz")
     (tmp_path / "fleet" / "c").mkdir()

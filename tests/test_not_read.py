@@ -137,14 +137,15 @@ def test_a_boot_that_does_not_exist_is_a_usage_error(tmp_path, command):
 def test_fleet_terminal_lists_duplicates_and_skipped_inputs(tmp_path):
     from gputriage.scenarios import build_scenario
 
+    (tmp_path / "fleet").mkdir()
     build_scenario("healthy-8xh100", tmp_path / "fleet" / "a")
     build_scenario("xid79-gpu-lost", tmp_path / "b.tar.gz")
     (tmp_path / "fleet" / "c").mkdir()
     (tmp_path / "fleet" / "c" / "manifest.json").write_text("{not json")
     code, out, _ = cli("fleet", str(tmp_path / "fleet"), str(tmp_path / "b.tar.gz"))
-    assert "1 inputs skipped, 1 duplicate inputs" in out
+    assert "1 input skipped, 1 duplicate input" in out
     assert "skipped 1 unusable inputs" in out and "/c" in out
-    assert "inputs repeated a host already seen" in out
+    assert "1 input repeated a host already seen" in out
     assert "kept" in out and "left out" in out and "b.tar.gz" in out
 
 

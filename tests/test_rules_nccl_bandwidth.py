@@ -323,7 +323,7 @@ def test_wrong_values_are_corruption() -> None:
 def test_two_node_text_at_half_and_at_95_percent() -> None:
     [f] = _ids(run(nccl_tests=allreduce_text(TWO, 8, 48.1), infiniband=ndr_tree(2)),
                "nccl.busbw-low")
-    assert f.title == ("all_reduce_perf: busbw 48.08 GB/s = 52 % of the ~92 GB/s expected for "
+    assert f.title == ("all_reduce_perf: busbw 48.1 GB/s = 52 % of the ~92 GB/s expected for "
                        "2x400G NDR per node (inter-node)")
     assert f.evidence[0].lines[1].split()[0] == str(8 * GIB)
     assert f.evidence[0].lines[-1].startswith("# Avg bus bandwidth")

@@ -61,6 +61,25 @@ class _LazyGroup(click.Group):
         command = getattr(importlib.import_module(f"gputriage.commands.{module}"), name)
         return command if isinstance(command, click.Command) else None
 
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        """click's, with a "did you mean" for a mistyped command, worded as click words it
+        for the subcommands of a group (``k8s stauts``)."""
+        name = args[0] if args else ""
+        if args and name not in COMMANDS and not name.startswith("-"):
+            best = closest(name, self.list_commands(ctx))
+            if best is not None:
+                ctx.fail(f"No such command {name!r}. Did you mean {best!r}?")
+        return super().resolve_command(ctx, args)
+
+
+def closest(word: str, choices: list[str]) -> str | None:
+    """The choice ``word`` most likely mistypes (``analyse`` → ``analyze``), or None."""
+    import difflib
+
+    found = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return found[0] if found else None
+
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gputriage")
@@ -112,7 +131,7 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
             env.stdout.write(exc.ctx.get_help() + "\n")
             return 0
         hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
-        _error(env, f"usage error: {exc.format_message().rstrip()}{hint}")
+        _error(env, f"usage error: {_usage_message(exc)}{hint}")
         return EXIT_USAGE
     except click.Abort:
         _error(env, "aborted")
@@ -142,6 +161,15 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
                     "(set GPUTRIAGE_DEBUG=1 for the traceback)")
         return EXIT_INTERNAL
     return 0
+
+
+def _usage_message(exc: click.UsageError) -> str:
+    """click's message, with one "did you mean" for a mistyped option as for a command
+    (click offers "one of" several when more than one is close)."""
+    if isinstance(exc, click.NoSuchOption) and exc.possibilities:
+        best = closest(exc.option_name, list(exc.possibilities)) or sorted(exc.possibilities)[0]
+        return f"No such option {exc.option_name!r}. Did you mean {best!r}?"
+    return exc.format_message().rstrip()
 
 
 def _error(env: Environment, message: str) -> None:

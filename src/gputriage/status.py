@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gputriage.vocabulary import Severity
 
 if TYPE_CHECKING:
-    from gputriage.model import Result
+    from gputriage.model import Finding, Result
 
 
 class ExitStatus(IntEnum):
@@ -35,6 +35,29 @@ _BY_SEVERITY = {
     Severity.WARNING: ExitStatus.WARNING,
     Severity.CRITICAL: ExitStatus.CRITICAL,
 }
+
+
+def counted_severity(result: Result, finding: Finding) -> Severity:
+    """The severity ``finding`` counts with, the one every view shows on its line, in
+    the host line's counts and in the headline: its own, except that a finding blamed
+    on the job or its settings counts as a WARNING at most (unless
+    ``result.job_faults_fail``), as it does for the exit status: a job's fault never
+    reads CRITICAL where it cannot drain the node."""
+    if (finding.blame.side == "job" and not result.job_faults_fail
+            and finding.severity.rank > Severity.WARNING.rank):
+        return Severity.WARNING
+    return finding.severity
+
+
+def severity_counts(result: Result) -> dict[Severity, int]:
+    """How many current findings count at each severity (:func:`counted_severity`),
+    worst first; severities without a finding left out."""
+    counts: dict[Severity, int] = {}
+    for sev in (Severity.CRITICAL, Severity.WARNING, Severity.INFO, Severity.OK):
+        n = sum(1 for f in result.findings if f.current and counted_severity(result, f) is sev)
+        if n:
+            counts[sev] = n
+    return counts
 
 
 def exit_status(result: Result) -> ExitStatus:

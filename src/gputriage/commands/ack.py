@@ -36,11 +36,15 @@ def _who() -> str:
 @click.option("--list", "show", is_flag=True, help="List the acknowledgements.")
 @click.option("--clear", "clear_id", type=StrictInt(), metavar="ID",
               help="Withdraw acknowledgement ID.")
-@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print as JSON (schema gputriage/ack/v1; with --list, ack-list).")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Print only the acknowledgement's id (with --list: the ids in force, one "
+                   "a line). --json wins over it.")
 @click.option("--state-dir", type=click.Path(), default=None, help=STATE_DIR_HELP)
 def ack(finding: str | None, gpu: str | None, reason: str | None, until: str | None,
         who: str | None, host: str | None, show: bool, clear_id: int | None, as_json: bool,
-        state_dir: str | None) -> None:
+        quiet: bool, state_dir: str | None) -> None:
     """Acknowledge FINDING-ID and/or --gpu BUS after a repair: the next check reports
     what it covers as acknowledged (not current), until it expires or a new event
     comes. Recorded in the history store with who, when and why.
@@ -62,11 +66,12 @@ def ack(finding: str | None, gpu: str | None, reason: str | None, until: str | N
     now = datetime.now(timezone.utc).replace(microsecond=0)
     try:
         if show:
-            return _list(ackstore.load(where), as_json, now)
+            return _list(ackstore.load(where), as_json, now, quiet=quiet)
         if clear_id is not None:
             if not ackstore.clear(where, clear_id, now):
                 raise click.UsageError(f"no open acknowledgement {clear_id}")
-            env.stdout.write(f"acknowledgement {clear_id} withdrawn\n")
+            env.stdout.write(f"{clear_id}\n" if quiet and not as_json
+                             else f"acknowledgement {clear_id} withdrawn\n")
             return None
         if not finding and not gpu:
             raise click.UsageError("name a FINDING-ID, a --gpu BUS, or both")
@@ -85,6 +90,8 @@ def ack(finding: str | None, gpu: str | None, reason: str | None, until: str | N
         raise click.ClickException(f"history: {exc}") from None
     if as_json:
         env.write_json(done.to_json())
+    elif quiet:
+        env.stdout.write(f"{done.id}\n")
     else:
         env.stdout.write(f"acknowledgement {done.id}: {printable(_what(done))} "
                          f"{printable(done.describe())}\n")
@@ -97,10 +104,13 @@ def _what(a: object) -> str:
     return " on ".join(x for x in (finding or "every finding", gpu and f"GPU {gpu}") if x)
 
 
-def _list(items: list, as_json: bool, now: object) -> None:
+def _list(items: list, as_json: bool, now: object, *, quiet: bool = False) -> None:
     env = current_env()
     if as_json:
         env.write_json([dict(a.to_json(), in_force=a.in_force(now)) for a in items])
+        return
+    if quiet:
+        env.stdout.write("".join(f"{a.id}\n" for a in items if a.in_force(now)))
         return
     if not items:
         env.stdout.write("no acknowledgements\n")

@@ -172,14 +172,15 @@ def run_pager(text: str) -> None:
     stdout.write(text)
 
 
-def quiet_line(result: Any, who: str | None = None) -> None:
+def quiet_line(result: Any, who: str | None = None, *, who_is_job: bool = False) -> None:
     """The one-line verdict (``-q``) on stdout; ``who``: what was judged (default: the
-    host's name)."""
+    host's name); ``who_is_job`` when ``who`` names the job."""
     from gputriage.views.oneline import verdict_line
 
     env = current_env()
     encoding = (getattr(env.stdout, "encoding", None) or "utf-8").lower().replace("-", "")
-    env.stdout.write(verdict_line(result, who=who, unicode=encoding.startswith("utf")) + "\n")
+    env.stdout.write(verdict_line(result, who=who, unicode=encoding.startswith("utf"),
+                                  who_is_job=who_is_job) + "\n")
 
 
 def save_html(path: str | None, render: Callable[[], str], *, quiet: bool = False) -> None:
@@ -244,6 +245,21 @@ quiet_option = click.option(
     "-q", "--quiet", is_flag=True,
     help="Print only the one-line verdict (no progress); the exit status is the same. "
          "--json wins over it.")
+
+
+def list_quiet_option(what: str) -> Callable[[Any], Any]:
+    """``-q`` of a command whose output is a list: ``what`` (the names, the ids) only,
+    one a line, for a script to read."""
+    return click.option("-q", "--quiet", is_flag=True,
+                        help=f"Print only {what}, one a line. --json wins over it.")
+
+
+def json_doc_option(what: str, schema: str) -> Callable[[Any], Any]:
+    """``--json`` of a command that prints ``what`` as the document ``schema``."""
+    return click.option("--json", "as_json", is_flag=True,
+                        help=f"Print {what} as JSON (schema {schema}).")
+
+
 no_pager_option = click.option(
     "--no-pager", is_flag=True,
     help="Never page the report (by default a report longer than the terminal goes "

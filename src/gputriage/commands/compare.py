@@ -34,7 +34,10 @@ from gputriage.text.safe import printable
               help="Print the entries as JSON (schema gputriage/history/v1).")
 @click.option("-n", "count", type=StrictIntRange(min=1), default=20, show_default=True,
               help="Show the last N entries.")
-def history(state_dir: str | None, as_json: bool, count: int) -> None:
+@click.option("-q", "--quiet", is_flag=True,
+              help="Print only one line per check: time, host, verdict, critical and "
+                   "warning counts. --json wins over it.")
+def history(state_dir: str | None, as_json: bool, count: int, quiet: bool) -> None:
     """List the recorded checks, oldest first: time, host, boot id, verdict,
     critical / warning counts, digest; "changed" marks a digest that differs from
     the entry before."""
@@ -67,6 +70,11 @@ def history(state_dir: str | None, as_json: bool, count: int) -> None:
         env.write_json(doc)
     elif not rows:
         env.stdout.write(f"no checks recorded in {printable(where)}\n")
+    elif quiet:
+        env.stdout.write("".join(
+            printable(f"{row['time']} {row['host'] or '-'} {row['verdict'].upper()} "
+                      f"{row['critical']} critical, {row['warning']} warning"
+                      + (" (changed)" if row["changed"] else "")) + "\n" for row in rows))
     else:
         render_rows(rows, make_console(env.stdout))
     raise CommandExit(0)
@@ -80,9 +88,12 @@ def history(state_dir: str | None, as_json: bool, count: int) -> None:
 @click.option("--all", "include_noise", is_flag=True,
               help="Also compare noise: temperatures, power, clocks, counters, idle link speed.")
 @verbose_option
+@click.option("-q", "--quiet", is_flag=True,
+              help="Print only one line: CHANGED or SAME, the counts and the changed facts; "
+                   "the exit status is the same. --json wins over it.")
 @since_option
 @boot_option
-def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool,
+def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool, quiet: bool,
          since: str | None, boot: str | None) -> None:
     """What changed from A to B: each anything analyze accepts, or a JSON result of
     check/analyze --json. Facts that changed (kernel, driver, CUDA, GPUs, VBIOS, links,
@@ -101,6 +112,12 @@ def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool,
 
         doc = {**diff_to_json(result), "warnings": list(result.warnings)}
         env.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    elif quiet:
+        from gputriage.views.diffview import diff_line
+
+        for warning in result.warnings:
+            env.stderr.write(f"gputriage: warning: {printable(warning)}\n")
+        env.stdout.write(diff_line(result) + "\n")
     else:
         from rich.text import Text
 
@@ -187,6 +204,7 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool, html: st
 @click.option("--csv", "as_csv", is_flag=True, help="Print one CSV row per finding and "
               "separating attribute.")
 @html_option
+@quiet_option
 @click.option("--top", type=StrictIntRange(min=1), default=5, show_default=True,
               help="Separating attributes shown per finding.")
 @click.option("--min-severity", type=click.Choice(["info", "warning", "critical"]),
@@ -199,8 +217,8 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool, html: st
               help="Write the 64-node demo fleet (6 nodes with Xid 79, all on one new "
                    "driver) to DIR as result JSON files, then stop.")
 @click.option("--force", is_flag=True, help="With --demo: replace an existing DIR.")
-def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, html: str | None, top: int,
-          min_severity: str, boot_window: float, jobs: int, demo: str | None,
+def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, html: str | None, quiet: bool,
+          top: int, min_severity: str, boot_window: float, jobs: int, demo: str | None,
           force: bool) -> None:
     """Aggregate many nodes' results (check --json files) or snapshots (dirs,
     .tar.gz; directories are walked): each finding with its nodes, and its blast
@@ -219,7 +237,13 @@ def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, html: str | None,
         raise click.UsageError("give PATH... (or --demo DIR)")
     from gputriage.errors import InputError
     from gputriage.fleet.report import load_fleet
-    from gputriage.views.fleetview import fleet_csv, fleet_json, render_fleet
+    from gputriage.views.fleetview import (
+        fleet_csv,
+        fleet_json,
+        fleet_line,
+        fleet_verdict,
+        render_fleet,
+    )
 
     if jobs == 0:
         cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
@@ -233,14 +257,15 @@ def fleet(paths: tuple[str, ...], as_json: bool, as_csv: bool, html: str | None,
     from gputriage.commands.common import save_html
     from gputriage.views.html import fleet_html
 
-    save_html(html, lambda: fleet_html(report, ", ".join(paths)))
+    save_html(html, lambda: fleet_html(report, ", ".join(paths)), quiet=quiet)
     if as_json:
         env.write_json(fleet_json(report))
     elif as_csv:
         env.stdout.write(fleet_csv(report))
+    elif quiet:
+        env.stdout.write(fleet_line(report) + "\n")
     else:
         from gputriage.views.console import make_console
 
         render_fleet(report, make_console(env.stdout))
-    worst = {f.severity for f in report.findings}
-    raise CommandExit(2 if "critical" in worst else 1 if "warning" in worst else 0)
+    raise CommandExit({"critical": 2, "warning": 1}.get(fleet_verdict(report), 0))

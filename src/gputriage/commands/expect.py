@@ -65,11 +65,12 @@ def expect(source: str, output: str | None, force: bool) -> None:
 def _check_output(output: str, force: bool) -> None:
     """A usage error for a name that says archive (the file is TOML) and for an
     existing file, unless ``force``."""
-    from gputriage.snapshot.writer import ARCHIVE_SUFFIXES, OutputError, occupied
+    from gputriage.snapshot.writer import ARCHIVE_SUFFIXES, OutputError, check_folder, occupied
 
     if output.lower().endswith(ARCHIVE_SUFFIXES):
         raise click.UsageError(f"{output}: expectations are a TOML file, not an archive "
                                "(name it e.g. expect.toml)")
+    check_folder(output)
     if not force and occupied(output):
         raise OutputError(f"{output} already exists (use --force to replace it)")
 

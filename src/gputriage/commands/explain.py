@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from gputriage.commands.common import CommandExit, current_env
+from gputriage.commands.common import CommandExit, current_env, list_quiet_option
 
 # a paste, not a log: what stdin holds beyond this is left unread
 STDIN_LIMIT = 1 << 20
@@ -28,7 +28,8 @@ def _texts(args: tuple[str, ...]) -> list[str]:
 @click.argument("texts", nargs=-1, required=True, metavar="TEXT...")
 @click.option("--json", "as_json", is_flag=True,
               help="Print what was found as JSON (schema gputriage/explain/v1).")
-def explain(texts: tuple[str, ...], as_json: bool) -> None:
+@list_quiet_option("one line per message found: severity, id, whose fault, what, action")
+def explain(texts: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     """Explain a job's error message: its meaning, likely cause, whose fault it is (the
     node, the node's configuration, the job or the job's settings), the action and the
     next step, and which host facts would settle it. TEXT is a pasted line or lines, a
@@ -51,6 +52,10 @@ def explain(texts: tuple[str, ...], as_json: bool) -> None:
 
         env.write_json({"schema": "gputriage/explain/v1", "tool_version": __version__,
                         "inputs": explain_json(found)})
+    elif quiet:
+        from gputriage.views.explainview import explained_lines
+
+        env.stdout.write("".join(line + "\n" for line in explained_lines(found)))
     else:
         from gputriage.views.console import is_terminal
         from gputriage.views.explainview import render_explained

@@ -10,6 +10,7 @@ import click
 
 from gputriage.commands.common import (
     STATE_DIR_HELP,
+    CommandExit,
     StrictFloatRange,
     StrictIntRange,
     boot_option,
@@ -195,6 +196,14 @@ def judge_host(env: Any, window: Any, context: Any, opts: Any, *,
 LIVE_INPUT = "this host, collected now, not kept"  # check --keep PATH keeps it
 
 
+def _print_formats() -> None:
+    """``analyze --formats``: every input it reads, one a line; exit 0."""
+    from gputriage.ingest.detect import formats
+
+    current_env().stdout.write("".join(f"{line}\n" for line in formats()))
+    raise CommandExit(0)
+
+
 def _name_live_input(result: Any, tmp: str) -> None:
     """Name the collection by what it was, not by its temporary directory, which is
     gone once the report is printed."""
@@ -265,6 +274,10 @@ def _record_history(result: Any, state_dir: str | None, no_history: bool,
 @boot_option
 @expect_option
 @job_faults_option
+@click.option("--formats", is_flag=True, is_eager=True, expose_value=False,
+              callback=lambda ctx, _, value: _print_formats() if value else None,
+              help="List every input analyze reads (snapshots, bug reports, each pasted "
+                   "command's output) and stop.")
 def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool, no_pager: bool,
             since: str | None, boot: str | None, expect_file: str | None,
             job_faults_fail: bool, html: str | None) -> None:

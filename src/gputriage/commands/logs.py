@@ -11,6 +11,7 @@ from gputriage.commands.common import (
     CommandExit,
     boot_option,
     current_env,
+    list_quiet_option,
     log_window,
     no_pager_option,
     quiet_line,
@@ -88,7 +89,8 @@ def logs(paths: tuple[str, ...], as_json: bool, full: bool, verbose: bool, quiet
 @click.option("--sxid", is_flag=True, help="Explain NVSwitch SXid codes instead of Xid codes.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the catalog entries as JSON (schema gputriage/xid/v1).")
-def xid(codes: tuple[str, ...], sxid: bool, as_json: bool) -> None:
+@list_quiet_option("one line per code: severity, whose fault, meaning, action")
+def xid(codes: tuple[str, ...], sxid: bool, as_json: bool, quiet: bool) -> None:
     """Explain Xid (or --sxid SXid) CODEs: meaning, likely origin, node or job, what
     to do, NVIDIA's resolution bucket. A code not in the catalog gets a "not in the
     catalog" line (JSON: "known": false) and the exit status stays 0."""
@@ -109,6 +111,10 @@ def xid(codes: tuple[str, ...], sxid: bool, as_json: bool) -> None:
         doc = {"schema": "gputriage/xid/v1", "catalog": "sxid" if sxid else "xid",
                "entries": xids_json(numbers, sxid=sxid)}
         env.write_json(doc)
+    elif quiet:
+        from gputriage.views.xidview import xid_lines
+
+        env.stdout.write("".join(line + "\n" for line in xid_lines(numbers, sxid=sxid)))
     else:
         from gputriage.views.console import make_console
         from gputriage.views.xidview import render_xids

@@ -58,7 +58,8 @@ def nccl(paths: tuple[str, ...], as_json: bool, html: str | None, verbose: bool,
         doc["nccl"] = nccl_document(summary)
         env.write_json(doc, ensure_ascii=False, allow_nan=False)
     elif quiet:
-        quiet_line(result, who=result.host.hostname or "the job")
+        quiet_line(result, who=result.host.hostname or "the job",
+                   who_is_job=not result.host.hostname)
     else:
         from gputriage.views.ncclview import render_nccl
 

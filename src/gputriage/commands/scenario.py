@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gputriage.commands.common import current_env
+from gputriage.commands.common import current_env, json_doc_option, list_quiet_option
 from gputriage.text.safe import printable
 
 FLEET_SCENARIO = "fleet-64-xid79-driver"
@@ -16,22 +16,32 @@ def scenario() -> None:
 
 
 @scenario.command("list")
-def scenario_list() -> None:
-    """List the scenarios."""
+@json_doc_option("the scenarios", "gputriage/scenarios/v1")
+@list_quiet_option("the scenarios' names")
+def scenario_list(as_json: bool, quiet: bool) -> None:
+    """List the scenarios: each name, then what it simulates."""
     from rich.text import Text
 
     from gputriage.scenarios import list_scenarios
     from gputriage.views.console import make_console
     from gputriage.views.tables import new_table, print_table
 
-    console = make_console(current_env().stdout)
+    env = current_env()
+    rows = [(sc.name, sc.title, "host") for sc in list_scenarios()]
+    rows.append((FLEET_SCENARIO, "a fleet of 64 nodes: 6 on one new driver show Xid 79 "
+                 "(a directory of results for gputriage fleet)", "fleet"))
+    if as_json:
+        env.write_json({"schema": "gputriage/scenarios/v1", "scenarios": [
+            {"name": name, "title": title, "kind": kind} for name, title, kind in rows]})
+        return
+    if quiet:
+        env.stdout.write("".join(f"{printable(name)}\n" for name, _, _ in rows))
+        return
+    console = make_console(env.stdout)
     table = new_table(console, header=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
-    rows = [(sc.name, sc.title) for sc in list_scenarios()]
-    rows.append((FLEET_SCENARIO, "a fleet of 64 nodes: 6 on one new driver show Xid 79 "
-                 "(a directory of results for gputriage fleet)"))
-    for name, title in rows:
+    for name, title, _ in rows:
         table.add_row(Text(printable(name)), Text(printable(title)))
     print_table(console, table)
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import click
 
-from gputriage.commands.common import CommandExit, current_env
+from gputriage.commands.common import (
+    CommandExit,
+    current_env,
+    json_doc_option,
+    list_quiet_option,
+)
 from gputriage.schemas import COMMANDS
 
 
@@ -12,7 +17,9 @@ from gputriage.schemas import COMMANDS
 @click.argument("name", required=False, type=click.Choice(list(COMMANDS)), metavar="NAME")
 @click.option("--list", "show", is_flag=True, help="List the schemas and the commands "
               "whose --json prints each.")
-def schema(name: str | None, show: bool) -> None:
+@json_doc_option("the list (with --list)", "gputriage/schemas/v1")
+@list_quiet_option("the schemas' names (with --list)")
+def schema(name: str | None, show: bool, as_json: bool, quiet: bool) -> None:
     """Print the JSON Schema (draft 2020-12) of a --json document, self-contained:
     result (check, analyze), nccl, logs, diff, triage, fleet, history, ack, ack-list,
     xid, explain, k8s. --list says which command prints which."""
@@ -21,6 +28,13 @@ def schema(name: str | None, show: bool) -> None:
     from gputriage import schemas
 
     env = current_env()
+    if show and as_json:
+        env.write_json({"schema": "gputriage/schemas/v1", "schemas": [
+            {"name": each, "commands": schemas.COMMANDS[each]} for each in schemas.names()]})
+        raise CommandExit(0)
+    if show and quiet:
+        env.stdout.write("".join(f"{each}\n" for each in schemas.names()))
+        raise CommandExit(0)
     if show:
         width = max(map(len, schemas.names()))
         for each in schemas.names():

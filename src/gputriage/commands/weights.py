@@ -14,6 +14,7 @@ from gputriage.commands.common import (
     StrictIntRange,
     current_env,
     html_option,
+    quiet_option,
 )
 
 _TIER_NAMES = {"local_nvme": "local_nvme", "nvme": "local_nvme", "local": "local_nvme",
@@ -213,13 +214,14 @@ def _numbers(inp: Any, params: str | None, dtype: str | None, kv_dtype: str,
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON (schema gputriage/weights/v1).")
 @html_option
+@quiet_option
 def weights(model: tuple[str, ...], params: str | None, dtype: str | None,
             config_path: str | None, context: int, batch: int, kv_dtype: str,
             overhead: float, gpu_names: tuple[str, ...], bandwidth: tuple[str, ...],
             measure_path: str | None, measure_bytes: str, measure_tier: str | None,
             replicas: int | None, per_node: int, link: str | None, source: str,
             model_dir: str | None, stage_dir: str | None, host_report: bool,
-            as_json: bool, html: str | None) -> None:
+            as_json: bool, html: str | None, quiet: bool) -> None:
     """Size a model from its files (safetensors, sharded index, GGUF, .bin/.pt,
     config.json) or from --params; its GPU memory with the KV cache, the smallest
     tensor-parallel degree per GPU model, the load time per storage tier, and with
@@ -266,9 +268,13 @@ def weights(model: tuple[str, ...], params: str | None, dtype: str | None,
         from gputriage.commands.common import save_html
         from gputriage.views.html.weights import weights_html
 
-        save_html(html, lambda: weights_html(doc))
+        save_html(html, lambda: weights_html(doc), quiet=quiet)
     if as_json:
         env.write_json(doc)
+    elif quiet:
+        from gputriage.views.weightsview import weights_line
+
+        env.stdout.write(weights_line(doc, status) + "\n")
     else:
         from gputriage.views.console import make_console
         from gputriage.views.weightsview import print_weights

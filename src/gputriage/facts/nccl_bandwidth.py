@@ -22,6 +22,7 @@ from gputriage.facts.table import FactReader, FactTable
 from gputriage.knowledge import GpuProfile, csv_rows, gpu_profile
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
+from gputriage.text.words import human_number
 
 FACTS = FactTable()
 
@@ -88,7 +89,7 @@ class Expectation:
 
     def line(self, busbw: float) -> str:
         """``busbw 48.1 GB/s = 52 % of the ~92 GB/s expected for 2x400G NDR (inter-node)``."""
-        return (f"busbw {round(busbw, 2):g} GB/s = {self.percent(busbw)} % of the "
+        return (f"busbw {human_number(busbw)} GB/s = {self.percent(busbw)} % of the "
                 f"~{self.busbw_gbs:g} GB/s "
                 f"expected for {self.label} ({self.scope})")
 

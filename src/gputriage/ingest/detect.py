@@ -24,16 +24,24 @@ from gputriage.text.framing import originals, unframe_lines
 from gputriage.text.paste import BARRIER, PasteDoc
 from gputriage.text.prompts import programs, source_for_command, subcommands
 
-__all__ = ["EXPECTED", "detect", "detect_framed", "expected", "is_kernel_line", "kernel_lines",
-           "source_for_command"]
+__all__ = ["EXPECTED", "detect", "detect_framed", "expected", "formats", "is_kernel_line",
+           "kernel_lines", "source_for_command"]
+
+
+def formats() -> list[str]:
+    """Every input gputriage reads, one a line (``gputriage analyze --formats``): a
+    snapshot, a bug report, and the description of each source it recognises in a
+    paste."""
+    return ["a gputriage snapshot (a directory or .tar.gz: gputriage collect)",
+            "an nvidia-bug-report.log or .log.gz",
+            *(f"pasted: {s.description}" for s in sources.SOURCES if s.detector)]
 
 
 def expected() -> str:
-    """What gputriage reads, for the message about an input it does not recognise: the
-    descriptions of the sources it recognises in a paste."""
-    pasted = "; ".join(s.description for s in sources.SOURCES if s.detector)
-    return ("expected a gputriage snapshot (dir or .tar.gz), an nvidia-bug-report.log(.gz), "
-            f"or a pasted output: {pasted}")
+    """What gputriage reads, for the message about an input it does not recognise: one
+    short line that points at the whole list (``analyze --formats``)."""
+    return ("expected a snapshot, an nvidia-bug-report.log or a command's output "
+            "(gputriage analyze --formats lists them)")
 
 
 EXPECTED = expected()

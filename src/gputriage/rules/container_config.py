@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity, evidence
 from gputriage.parsers.container_cfg import PASTED
 from gputriage.rules.base import finding, rule, versions_agree
+from gputriage.text.words import counted
 
 if TYPE_CHECKING:
     from gputriage.parsers.container_cfg import CdiSpecs, CliInfo, CtkCdiList, ToolkitConfig
@@ -72,6 +73,7 @@ def cdi_spec(cdi_specs: CdiSpecs, driver_versions: DriverVersions | None = None,
     for another driver than the loaded one, every container that asks for a GPU through
     it fails to mount a file that is gone (pods have no GPUs after a driver update)."""
     loaded, where = _loaded(driver_versions)
+    module = driver_versions.kernel_module if driver_versions is not None else None
     missing = _job_missing_libs(job_log)
     for spec in cdi_specs.of_kind():
         if not spec.driver_versions:
@@ -94,12 +96,28 @@ def cdi_spec(cdi_specs: CdiSpecs, driver_versions: DriverVersions | None = None,
                 "so container creation fails with a missing-file mount error and pods get no "
                 f"GPU. {REPAIR_ORDER}",
                 Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
+        elif loaded and module and not any(versions_agree(v, module)
+                                           for v in spec.driver_versions):
+            ev.append(evidence("driver", [f"the loaded kernel module: {module}",
+                                          f"{where}: {loaded}"]))
+            yield finding(
+                "container.cdi-spec-version", Severity.INFO,
+                f"CDI spec {spec.path} mounts the libraries of driver {named}; the loaded "
+                f"kernel module is {module} (mismatch)",
+                f"The spec matches the driver libraries installed on disk ({loaded}), so "
+                "containers start, but the running kernel module is another version: NVML "
+                "and CUDA inside them fail (driver/library version mismatch) until the node "
+                "reboots or the driver is reloaded. After that the spec is current: nothing "
+                "to regenerate.", Action.NONE, Blame.CONFIG, evidence=ev)
         elif loaded:
+            what = (f"the loaded driver {loaded}" if module else
+                    f"the installed driver libraries {loaded}")
             yield finding(
                 "container.cdi-spec-current", Severity.OK,
-                f"CDI spec {spec.path} matches the loaded driver {loaded}",
-                f"The spec mounts driver {named}'s libraries and lists {len(spec.devices)} "
-                f"device(s) of {spec.kind}.", Action.NONE, Blame.CONFIG, evidence=ev)
+                f"CDI spec {spec.path} matches {what}",
+                f"The spec mounts driver {named}'s libraries and lists "
+                f"{counted(len(spec.devices), 'device')} of {spec.kind}.", Action.NONE,
+                Blame.CONFIG, evidence=ev)
         else:
             sev = Severity.WARNING if job_hits else Severity.INFO
             yield finding(

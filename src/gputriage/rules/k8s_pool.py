@@ -168,7 +168,8 @@ def pool_no_quota(cluster: Cluster) -> Iterator[Finding]:
                   if q.namespace == ns]
         yield finding(
             "k8s.lint-pool-no-quota", Severity.WARNING,
-            f"namespace {ns} (research) shares the GPU pool with production and has no "
+            f"namespace {ns}{'' if 'research' in ns.lower() else ' (research workloads)'} "
+            "shares the GPU pool with production and has no "
             "ResourceQuota on requests.nvidia.com/gpu",
             f"Research workloads of {ns} ask {asked:g} GPUs from the nodes production "
             f"({', '.join(p.ref for p in prod[:3])}) runs on, and nothing caps them"

@@ -21,6 +21,7 @@ from gputriage.parsers.systemd import UnitState
 from gputriage.rules.base import action_for, finding, rule
 from gputriage.rules.modules import PEERMEM_MODULES, loaded_line
 from gputriage.rules.nccl_transport_causes import socket_causes
+from gputriage.text.words import human_number
 
 TESTS = "nccl_tests"
 LOW = 0.80  # peak busbw below this share of the expectation: a warning
@@ -265,7 +266,8 @@ def busbw_low(nccl_expectations: list[tuple[NcclTestRun, Expectation | None]],
         why = (f"Expectation: {exp.basis} ({'; '.join(exp.inputs)}). The peak is taken at "
                f"{_size(row.size)}, best of out-of-place and in-place")
         if run.avg_busbw is not None:
-            why += f"; the average ({run.avg_busbw:g} GB/s) includes small sizes and is not judged"
+            why += (f"; the average ({human_number(run.avg_busbw)} GB/s) includes small sizes "
+                    "and is not judged")
         why += "."
         if not plateau:
             why += (f" The largest size was only {_size(largest)}: run up to 8G (-e 8G) "

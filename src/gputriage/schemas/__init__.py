@@ -29,6 +29,8 @@ COMMANDS: dict[str, str] = {
     "explain": "explain --json (gputriage/explain/v1)",
     "k8s": "k8s status --json, k8s lint --json (gputriage/k8s/v1)",
     "weights": "weights --json (gputriage/weights/v1)",
+    "scenarios": "scenario list --json (gputriage/scenarios/v1)",
+    "schemas": "schema --list --json (gputriage/schemas/v1)",
 }
 
 _PREFIX = "urn:gputriage:schema:"

@@ -99,14 +99,30 @@ def output_kind(out: str | os.PathLike) -> str:
     return "dir"
 
 
-def check_output(out: str | os.PathLike, force: bool = False) -> str:
+def check_output(out: str | os.PathLike, force: bool = False, option: str = "") -> str:
     """Validate an output path before any work is done: its kind (see
-    :func:`output_kind`), and OutputError when something is already there
-    (unless ``force``). Returns the kind."""
+    :func:`output_kind`), OutputError when its folder does not exist (an output never
+    creates folders: a typo in a path run as root must not leave a tree behind), and
+    when something is already there (unless ``force``). Returns the kind."""
     kind = output_kind(out)
+    check_folder(out, option)
     if not force and occupied(Path(out)):
         raise OutputError(f"{out} already exists (use --force to replace it)")
     return kind
+
+
+def check_folder(out: str | os.PathLike, option: str = "") -> Path:
+    """The folder ``out`` goes in; OutputError (one line) when it is not an existing
+    directory. ``option`` (``--html``) prefixes the message."""
+    folder = Path(out).parent
+    name = f"{option} {out}" if option else str(out)
+    try:
+        if folder.is_dir():
+            return folder
+    except OSError as exc:  # a folder without search permission, a name too long
+        raise OutputError(f"{name}: cannot look up {folder} ({exc.strerror or exc})") from None
+    what = "not a directory" if os.path.lexists(folder) else "no such directory"
+    raise OutputError(f"{name}: {what} {folder} (gputriage creates no folders)")
 
 
 def occupied(path: str | os.PathLike) -> bool:
@@ -137,7 +153,6 @@ def staged_directory(out: str | os.PathLike, force: bool = False) -> Iterator[Pa
     ends, removed when it raises (anything, KeyboardInterrupt included)."""
     out = Path(out)
     check_output(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent))
     try:
         yield tmp
@@ -153,7 +168,6 @@ def staged_file(out: str | os.PathLike, force: bool = False) -> Iterator[io.Buff
     place when the block ends, removed when it raises."""
     out = Path(out)
     check_output(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
     with _staged(out, force, FILE_MODE) as f:
         yield f
 
@@ -188,6 +202,7 @@ def write_file(out: str | os.PathLike, data: bytes, *, force: bool = False,
         raise OutputError(f"{name} already exists (use --force to replace it)")
     if os.path.isdir(out) and not os.path.islink(out):
         raise OutputError(f"{name}: is a directory (name a file)")
+    check_folder(out, option)
     try:
         with _staged(out, force, mode) as f:
             f.write(data)

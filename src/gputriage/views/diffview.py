@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from gputriage import __version__
 from gputriage.results.diff import DIFF_SCHEMA, Diff, FactChange, FindingRef, GpuChange
 from gputriage.text.safe import printable
+from gputriage.text.words import counted
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -60,6 +61,17 @@ def finding_text(f: FindingRef) -> str:
     return f"[{f.severity}] {f.id}{scope}: {f.title}"
 
 
+def diff_line(d: Diff) -> str:
+    """The diff in one line (``-q``): ``CHANGED`` (exit 1) or ``SAME`` (exit 0), the
+    counts, then the changed facts."""
+    word = "CHANGED" if d.exit_status else "SAME"
+    counts = ", ".join((counted(len(d.changes) + len(d.gpus), "fact") + " changed",
+                        counted(len(d.new), "new finding"),
+                        f"{len(d.resolved)} resolved", f"{len(d.still)} still there"))
+    facts = changed_line(d).removeprefix("changed: ")
+    return printable(f"{word}: {counts}" + ("" if facts == "nothing" else f"; {facts}"))
+
+
 def render_diff(d: Diff, console: Console, verbose: bool = False) -> None:
     """Print the diff for a terminal; every line goes through :func:`printable`."""
     from rich.text import Text
@@ -85,8 +97,8 @@ def render_diff(d: Diff, console: Console, verbose: bool = False) -> None:
     if d.not_compared and verbose:
         say("not compared (only one side shows them): " + ", ".join(d.not_compared), "dim")
     elif d.not_compared:
-        say(f"{len(d.not_compared)} fact families shown by one side only (-v lists them)",
-            "dim")
+        say(f"{counted(len(d.not_compared), 'fact family')} shown by one side only "
+            "(-v lists them)", "dim")
 
 
 def diff_to_json(d: Diff) -> dict:

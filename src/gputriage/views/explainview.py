@@ -14,6 +14,7 @@ import re
 from typing import IO, Any
 
 from gputriage.knowledge.job_messages import Hit, Message
+from gputriage.text.safe import printable
 from gputriage.vocabulary import ACTION_WORDS as VOCABULARY_ACTIONS
 
 __all__ = ["KNOWS", "explain_json", "render_explained"]
@@ -120,6 +121,25 @@ def render_explained(found: list[tuple[str, list[Hit]]], out: IO[str], *,
             out.write(f"{msg.id}  {msg.severity.value.upper()}  {title}\n")
             _write_rows(out, _rows(msg, hit if hit.line != text.strip() else
                                    Hit(msg, "", 0, hit.fields)), width)
+
+
+def explained_lines(found: list[tuple[str, list[Hit]]]) -> list[str]:
+    """One line per message found (``-q``): severity, id, whose fault, what it is and
+    the action; one line per text that holds none."""
+    lines: list[str] = []
+    for text, hits in found:
+        if not hits:
+            shown = " ".join(text.split())
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            lines.append(printable(f"UNKNOWN not a message gputriage knows: {shown!r}"))
+        for hit in hits:
+            msg = hit.message
+            title = msg.text or msg.title or FAMILY_WORDS.get(msg.family,
+                                                              f"{msg.family} message")
+            action = ACTION_WORDS.get(msg.action.value, msg.action.value)
+            lines.append(printable(f"{msg.severity.value.upper()} {msg.id} "
+                                   f"[{msg.blame.value}]: {title} — {action}"))
+    return lines
 
 
 def _unknown(text: str, out: IO[str], width: int | None) -> None:

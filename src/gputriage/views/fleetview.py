@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from gputriage.fleet.report import FLEET_SCHEMA, FleetReport
 from gputriage.text.safe import csv_cell, printable
+from gputriage.text.words import counted
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -64,6 +65,42 @@ def fleet_csv(report: FleetReport) -> str:
     return buf.getvalue()
 
 
+def fleet_verdict(report: FleetReport) -> str:
+    """The fleet's verdict word, the one its exit status says: its worst finding."""
+    worst = {f.severity for f in report.findings}
+    return "critical" if "critical" in worst else "warning" if "warning" in worst else "ok"
+
+
+def fleet_counts(report: FleetReport) -> str:
+    """``64 nodes, 58 without findings, 2 distinct findings, 0 inputs skipped``."""
+    dups = f", {counted(report.duplicates, 'duplicate input')}" if report.duplicates else ""
+    return (f"{counted(report.nodes, 'node')}, {report.healthy} without findings, "
+            f"{counted(len(report.findings), 'distinct finding')}, "
+            f"{counted(report.bad_count, 'input')} skipped{dups}")
+
+
+def fleet_line(report: FleetReport) -> str:
+    """The fleet in one line (``-q``): its verdict, the worst finding and how many
+    nodes have it, and the counts.
+
+    ``CRITICAL fleet of 64 nodes: xid.79 on 6 nodes (driver = 560.35.03) — 58 without
+    findings; 2 distinct findings``"""
+    word = fleet_verdict(report)
+    head = f"{word.upper()} fleet of {counted(report.nodes, 'node')}: "
+    counts = (f"{report.healthy} without findings; "
+              f"{counted(len(report.findings), 'distinct finding')}")
+    if report.bad_count:
+        counts += f"; {counted(report.bad_count, 'input')} skipped"
+    rank = {"critical": 2, "warning": 1}
+    worst = max(report.findings, key=lambda f: (rank.get(f.severity, 0), f.count),
+                default=None)
+    if worst is None or word == "ok":
+        return printable(f"{head}no finding at warning or worse — {counts}")
+    where = (f" ({worst.blast_radius[0].attribute} = {worst.blast_radius[0].value})"
+             if worst.blast_radius else "")
+    return printable(f"{head}{worst.id} on {counted(worst.count, 'node')}{where} — {counts}")
+
+
 def _node_list(nodes: tuple[str, ...], limit: int) -> str:
     shown = ", ".join(nodes[:limit])
     return shown + (f" (+{len(nodes) - limit} more)" if len(nodes) > limit else "")
@@ -80,10 +117,7 @@ def render_fleet(report: FleetReport, console: Console, *, max_nodes: int = 6,
     def text(value: str, style: str = "") -> Text:
         return Text(printable(value, multiline=True), style=style)
 
-    dups = f", {report.duplicates} duplicate inputs" if report.duplicates else ""
-    say(console, text(f"{report.nodes} nodes, {report.healthy} without findings, "
-                      f"{len(report.findings)} distinct findings, "
-                      f"{report.bad_count} inputs skipped{dups}", "bold"))
+    say(console, text(fleet_counts(report), "bold"))
     if report.findings:
         table = new_table(console, boxed=True)
         table.add_column("finding", overflow="fold")
@@ -105,7 +139,7 @@ def render_fleet(report: FleetReport, console: Console, *, max_nodes: int = 6,
                           Text(printable(_node_list(f.nodes, max_nodes))), text(radius))
         print_table(console, table)
     if report.bad_count:
-        say(console, text(f"skipped {report.bad_count} unusable inputs:", "yellow"))
+        say(console, text(f"skipped {counted(report.bad_count, 'unusable input')}:", "yellow"))
         for bad in report.bad_inputs[:max_bad]:
             say(console, Text(printable(f"  {bad.path}: {bad.reason}")))
         if report.bad_count > max_bad:
@@ -122,8 +156,8 @@ def _render_duplicates(report: FleetReport, console: Console, limit: int) -> Non
 
     if not report.duplicates:
         return
-    say(console, Text(printable(f"{report.duplicates} inputs repeated a host already "
-                                "seen (the newest result kept):"), style="yellow"))
+    say(console, Text(printable(f"{counted(report.duplicates, 'input')} repeated a host "
+                                "already seen (the newest result kept):"), style="yellow"))
     shown = report.duplicate_hosts[:limit]
     for d in shown:
         say(console, Text(printable(f"  {d.node}: kept {d.kept}, left out {d.dropped}")))

@@ -17,6 +17,7 @@ from gputriage.model import Result
 from gputriage.nccl.summary import JudgedRun, NcclSummary
 from gputriage.parsers.nccl_model import NcclTestRow
 from gputriage.status import verdict
+from gputriage.text.words import counted, human_number
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -159,8 +160,8 @@ def _run_head(judged: JudgedRun) -> Segments:
     head = [(run.test or run.operation or "nccl-tests run", "bold")]
     if run.nranks:
         hosts = run.hosts
-        head.append((f"  {run.nranks} ranks on {len(hosts)} host"
-                     f"{'s' if len(hosts) != 1 else ''} ({', '.join(hosts)})", ""))
+        head.append((f"  {counted(run.nranks, 'rank')} on {counted(len(hosts), 'host')} "
+                     f"({', '.join(hosts)})", ""))
     return head
 
 
@@ -169,10 +170,10 @@ def _run_figures(judged: JudgedRun) -> Segments:
     run, peak = judged.run, judged.peak
     figures: Segments = []
     if peak:
-        figures += [("peak busbw ", "dim"), (f"{peak.busbw:g} GB/s", "bold"),
+        figures += [("peak busbw ", "dim"), (f"{human_number(peak.busbw)} GB/s", "bold"),
                     (f" at {size_text(peak.row.size)} ({peak.placement})", "")]
     if run.avg_busbw is not None:
-        figures += [("  avg busbw ", "dim"), (f"{run.avg_busbw:g} GB/s", "")]
+        figures += [("  avg busbw ", "dim"), (f"{human_number(run.avg_busbw)} GB/s", "")]
     if run.rows:
         figures += [("  #wrong ", "dim"), (str(run.wrong), "bold red" if run.wrong else "")]
     if run.out_of_bounds:

@@ -10,12 +10,11 @@ Plain text, one line, whatever the host text holds (:func:`gputriage.text.safe.p
 
 from __future__ import annotations
 
-import re
-
-from gputriage.model import Action, Finding, Result, Scope, Severity
+from gputriage.model import Action, Finding, Result, Severity
 from gputriage.status import leading_side, verdict
 from gputriage.text.safe import printable
-from gputriage.views.scopes import also_text
+from gputriage.text.words import counted
+from gputriage.views.scopes import also_text, names_scope
 
 __all__ = ["ACTION_WORDS", "cause_counts", "verdict_line"]
 
@@ -32,10 +31,6 @@ ACTION_WORDS = {
 }
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def _causes(result: Result) -> list[Finding]:
     """The current findings of warning or worse, in report order."""
     return [f for f in result.sorted_findings()
@@ -48,26 +43,17 @@ def cause_counts(result: Result) -> tuple[int, int]:
     return len(causes), sum(len(f.consequences) for f in causes)
 
 
-def _names(title: str, scope: Scope) -> bool:
-    """Whether ``title`` already says which scope it is about."""
-    text = title.lower()
-    bus = (scope.pci_bus_id or "").lower()
-    return (scope.kind == "node"
-            or bool(bus and (bus in text or bus.split(":", 1)[-1] in text))
-            or bool(scope.name and scope.name.lower().removesuffix(".service") in text)
-            or (scope.kind == "gpu" and scope.gpu_index is not None
-                and re.search(rf"\bgpu {scope.gpu_index}\b", text) is not None))
-
-
-def verdict_line(result: Result, *, who: str | None = None, unicode: bool = True) -> str:
+def verdict_line(result: Result, *, who: str | None = None, unicode: bool = True,
+                 who_is_job: bool = False) -> str:
     """The verdict line of ``result``; ``who`` names what was judged (default: the host
-    name); ``unicode`` False writes the dash as ``-``."""
+    name), ``who_is_job`` when it names the job (then its causes are not marked ``job:``
+    again); ``unicode`` False writes the dash as ``-``."""
     dash = " — " if unicode else " - "
     word = verdict(result)
     name = who or result.host.hostname or "unknown host"
     head = f"{word.upper()} {name}: "
     causes, folded = cause_counts(result)
-    counts = f"{_plural(causes, 'cause')}, {_plural(folded, 'consequence')}"
+    counts = f"{counted(causes, 'cause')}, {counted(folded, 'consequence')}"
     if word == "unknown":
         why = next((f.title for f in result.findings if f.current), None)
         return printable(head + (f"could not tell: {why}" if why else
@@ -83,9 +69,9 @@ def verdict_line(result: Result, *, who: str | None = None, unicode: bool = True
     if where is not None and where.startswith("on "):
         cause = f"{worst.title} ({where})"
     else:
-        cause = worst.title if _names(worst.title, worst.scope) else (
+        cause = worst.title if names_scope(worst.title, worst.scope) else (
             f"{worst.scope.label()}: {worst.title}")
         cause += f" ({where})" if where else ""
-    if worst.blame.side == "job":
+    if worst.blame.side == "job" and not who_is_job:
         cause = f"job: {cause}"
     return printable(f"{head}{cause}{dash}{ACTION_WORDS[worst.action]}; {counts}")

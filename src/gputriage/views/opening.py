@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from gputriage.model import Blame, Finding, Result, Scope, Severity
+from gputriage.model import Blame, Finding, Result, Severity
 from gputriage.status import (
     job_faults_capped,
     judged_job,
@@ -22,7 +22,8 @@ from gputriage.status import (
     side_verdict,
     verdict,
 )
-from gputriage.views.scopes import compact_scopes
+from gputriage.text.words import counted
+from gputriage.views.scopes import compact_scopes, names_scope
 
 if TYPE_CHECKING:  # pragma: no cover
     from gputriage.views.out import Out, Segment
@@ -51,26 +52,12 @@ def worst_current(result: Result, side: str | None = None) -> Finding | None:
     return None
 
 
-def _named_in(title: str, scope: Scope) -> bool:
-    """Whether the title already says which scope it is about."""
-    text = title.lower()
-    if scope.kind == "node":
-        return True
-    bus = (scope.pci_bus_id or "").lower()
-    if bus and (bus in text or bus.split(":", 1)[-1] in text):
-        return True
-    if scope.name and scope.name.lower().removesuffix(".service") in text:
-        return True
-    return (scope.kind == "gpu" and scope.gpu_index is not None
-            and re.search(rf"\bgpu {scope.gpu_index}\b", text) is not None)
-
-
 def fault_segments(f: Finding) -> list[Segment]:
     """``GPU 4 0000:9a:00.0: <title> (on 8 GPUs: 0-7) -> <action>`` (the step, often a
     few sentences, goes on a line of its own)."""
     segs: list[Segment] = []
     where = compact_scopes(f.scopes) if f.also else None
-    if where is None and not _named_in(f.title, f.scope):
+    if where is None and not names_scope(f.title, f.scope):
         segs.append((f"{f.scope.label()}: ", "cyan"))
     segs.append((f.title, "bold"))
     if where:
@@ -78,8 +65,7 @@ def fault_segments(f: Finding) -> list[Segment]:
     elif f.also:
         segs.append((f" (also on {', '.join(s.label() for s in f.also)})", "cyan"))
     if f.consequences:
-        n = len(f.consequences)
-        segs.append((f" (explains {n} other finding{'s' if n != 1 else ''})", "dim"))
+        segs.append((f" (explains {counted(len(f.consequences), 'other finding')})", "dim"))
     segs += [(" -> ", "dim"), (f.action.value, "bold")]
     return segs
 

@@ -28,11 +28,11 @@ from gputriage.model import (
     Severity,
     Status,
 )
-from gputriage.status import verdict
+from gputriage.status import counted_severity, severity_counts, verdict
 from gputriage.text.fields import normalize_bus_id
 from gputriage.views.opening import print_opening
 from gputriage.views.out import Out, Segment
-from gputriage.views.scopes import also_text
+from gputriage.views.scopes import also_text, scope_word
 from gputriage.views.styles import STYLES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,9 +105,7 @@ def _join(out: Out, segs: list[Segment]) -> list[Segment]:
 
 def _counts(result: Result) -> list[tuple[str, int]]:
     """Current findings per severity, worst first (those that are not: elsewhere)."""
-    order = [Severity.CRITICAL, Severity.WARNING, Severity.INFO, Severity.OK]
-    return [(sev.value, n) for sev in order
-            if (n := sum(1 for f in result.findings if f.current and f.severity is sev))]
+    return [(sev.value, n) for sev, n in severity_counts(result).items()]
 
 
 def _counts_not_current(result: Result) -> list[tuple[str, int]]:
@@ -145,7 +143,7 @@ def _gpu_findings(result: Result, gpu: GpuRow) -> list[Finding]:
 def _gpu_status(result: Result, gpu: GpuRow) -> str:
     if not gpu.visible:
         return "missing"
-    ranks = [f.severity.rank for f in _gpu_findings(result, gpu)]
+    ranks = [counted_severity(result, f).rank for f in _gpu_findings(result, gpu)]
     worst = max([*ranks, gpu.severity.rank])
     if gpu.unknown and worst < 2:  # the driver could not be asked: not "ok"
         return "unknown"
@@ -202,12 +200,14 @@ def _gpus(out: Out, result: Result) -> None:
     print_table(out.console, table)
 
 
-def _finding_head(out: Out, f: Finding) -> tuple[Segment, list[Segment]]:
-    """The severity label, and the title, scope and id."""
-    sev = f.severity.value
+def _finding_head(out: Out, f: Finding, result: Result) -> tuple[Segment, list[Segment]]:
+    """The severity label (the one it counts with: a job's fault is a WARNING at most
+    unless --job-faults-fail), and the title, scope and id."""
+    sev = counted_severity(result, f).value
     return ((_word(sev), STYLES[sev]),
-            [(f.title, "bold"), ("  [", "dim"), (f.scope.label(), "cyan"), ("]  ", "dim"),
+            [(f.title, "bold"), ("  [", "dim"), (scope_word(f), "cyan"), ("]  ", "dim"),
              (f.id, "dim")])
+
 
 
 def _status_words(f: Finding) -> str:
@@ -251,9 +251,9 @@ def _consequences(out: Out, f: Finding) -> None:
             _evidence(out, c, 12)
 
 
-def _finding_full(out: Out, f: Finding) -> None:
+def _finding_full(out: Out, f: Finding, result: Result) -> None:
     out.console.print()
-    label, head = _finding_head(out, f)
+    label, head = _finding_head(out, f, result)
     out.labelled(label, *head)
     if f.status_note or not f.current:
         out.line((f"{_status_words(f)}: ", "bold magenta"),
@@ -303,7 +303,7 @@ def print_causes(out: Out, result: Result) -> None:
         word = "No current findings." if result.findings else "No findings."
         out.line((word, STYLES["ok"] if verdict(result) == "ok" else ""))
     for f in serious:
-        _finding_full(out, f)
+        _finding_full(out, f, result)
 
 
 def print_minor(out: Out, result: Result) -> None:
@@ -312,15 +312,15 @@ def print_minor(out: Out, result: Result) -> None:
     _, minor = _current(result)
     if minor and out.verbose:
         for f in minor:
-            _finding_full(out, f)
+            _finding_full(out, f, result)
     elif minor:
         out.console.print()
         for f in minor:
-            label, head = _finding_head(out, f)
+            label, head = _finding_head(out, f, result)
             out.labelled(label, *head)
     ordered = result.sorted_findings()
     for status, heading in SECTIONS:
-        _print_section(out, [f for f in ordered if f.status is status], heading)
+        _print_section(out, [f for f in ordered if f.status is status], heading, result)
 
 
 def print_findings(out: Out, result: Result) -> None:
@@ -330,7 +330,7 @@ def print_findings(out: Out, result: Result) -> None:
     print_minor(out, result)
 
 
-def _print_section(out: Out, findings: list[Finding], heading: str) -> None:
+def _print_section(out: Out, findings: list[Finding], heading: str, result: Result) -> None:
     """Findings that no longer count: one line each with why (in full when verbose)."""
     if not findings:
         return
@@ -338,9 +338,9 @@ def _print_section(out: Out, findings: list[Finding], heading: str) -> None:
     out.line((f"{heading} ({len(findings)})", "bold magenta"))
     for f in findings:
         if out.verbose:
-            _finding_full(out, f)
+            _finding_full(out, f, result)
             continue
-        label, segs = _finding_head(out, f)
+        label, segs = _finding_head(out, f, result)
         if f.status_note:
             segs += [(out.dot, "dim"), (f.status_note, "magenta")]
         out.labelled(label, *segs)

@@ -14,7 +14,37 @@ from gputriage.weights.text import fit_verdict, measured, rate
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
-__all__ = ["print_weights"]
+__all__ = ["print_weights", "weights_line"]
+
+
+def weights_line(doc: dict[str, Any], status: int = 0) -> str:
+    """The weights report in one line (``-q``): the model, its GPU memory, the fit on
+    one node of the first GPU model that holds it on one node, the load time from the
+    replicas' source, and the herd's slowest and best ready times; the host check's
+    verdict heads it with ``--model-dir``."""
+    from gputriage.text.safe import printable
+
+    model, mem = doc["model"], doc["memory"]
+    params = model["parameters"]
+    what = f"{format_params(params)} parameters" if params else "parameters unknown"
+    parts = [f"{what}, {format_bytes(mem['total_bytes'])} in GPU memory ({mem['dtype']})"]
+    one_node = [f for f in doc["fit"] if f["tp"] is not None and f["nodes"] == 1]
+    if one_node:
+        parts.append(f"fits {one_node[0]['sku']} at TP {one_node[0]['tp']}")
+    else:
+        parts.append("fits no listed GPU model on one node")
+    herd = doc["herd"]
+    source = herd["source"] if herd else "local_nvme"
+    tier = doc["load"]["tiers"].get(source)
+    if tier is not None:
+        parts.append(f"one reader loads it in {format_duration(tier['seconds'])} from "
+                     f"{plan.TIER_LABEL[source]}")
+    if herd and herd["rows"]:
+        ready = [r["ready_s"] for r in herd["rows"]]
+        parts.append(f"{herd['replicas']} replicas ready in {format_duration(max(ready))} "
+                     f"(best plan: {format_duration(min(ready))})")
+    word = {0: "OK", 1: "WARNING", 2: "CRITICAL"}.get(status, "UNKNOWN")
+    return printable(f"{word} weights: " + "; ".join(parts))
 
 
 def _model_lines(doc: dict[str, Any]) -> list[str]:

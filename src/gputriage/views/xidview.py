@@ -91,6 +91,21 @@ def render_xids(codes: list[int], console: Console, *, sxid: bool = False) -> in
     return unknown
 
 
+def xid_lines(codes: list[int], *, sxid: bool = False) -> list[str]:
+    """One line per code (``-q``): the code, its severity, whose fault, its meaning
+    and the action."""
+    kind = "SXid" if sxid else "Xid"
+    lines = []
+    for code in codes:
+        info = _lookup(code, sxid)
+        if info is None:
+            lines.append(f"{kind} {code} UNKNOWN: not in the catalog")
+            continue
+        lines.append(f"{kind} {code} {info.severity.value.upper()} [{info.blame.value}]: "
+                     f"{info.meaning} — {ACTION_WORDS.get(info.action.value, info.action.value)}")
+    return lines
+
+
 def xids_json(codes: list[int], sxid: bool = False) -> list[dict]:
     """The catalog entries of ``codes`` as plain JSON data (``known`` false when unknown)."""
     out: list[dict] = []

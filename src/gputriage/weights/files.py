@@ -114,11 +114,39 @@ def _read_file(path: str) -> TensorFile:
         size = os.stat(path).st_size
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if path.endswith(".safetensors"):
+    kind = _format(path)
+    if kind == "safetensors":
         return _safetensors(path, size)
-    if path.endswith(".gguf"):
+    if kind == "gguf":
         return _gguf(path, size)
     return TensorFile(path, "pytorch", size)
+
+
+def _format(path: str) -> str:
+    """The weights format of ``path``: by its name (``*.safetensors``, ``*.gguf``,
+    ``*.bin``/``*.pt``/``*.pth``), else by its first bytes: GGUF's magic, a safetensors
+    header (a little-endian length, then ``{``), a PyTorch checkpoint (a zip archive
+    since PyTorch 1.6, a pickle before). Any other file is not a model's weights
+    (InputError, exit 66): ``weights report.pdf`` must not size a PDF as a model."""
+    if path.endswith(".safetensors"):
+        return "safetensors"
+    if path.endswith(".gguf"):
+        return "gguf"
+    if path.endswith((".bin", ".pt", ".pth")):
+        return "pytorch"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(9)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if head.startswith(b"GGUF"):
+        return "gguf"
+    if len(head) == 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") > 1:
+        return "safetensors"
+    if head.startswith((b"PK\x03\x04", b"\x80\x02")):
+        return "pytorch"
+    raise InputError(f"{path}: not a model's weights (expected *.safetensors, *.gguf, a "
+                     "PyTorch .bin/.pt/.pth, a *.index.json or a config.json)")
 
 
 def _json_file(path: Path) -> Any:

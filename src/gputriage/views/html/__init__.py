@@ -84,7 +84,8 @@ def nccl_html(result: Result, summary: Any) -> str:
 
     who = result.host.hostname or "the job"
     title, _ = _title(result, who)
-    sections = [banner(result, who=who), nccl_section(summary), *findings_sections(result)]
+    sections = [banner(result, who=who, who_is_job=not result.host.hostname),
+                nccl_section(summary), *findings_sections(result)]
     if result.gpus:
         sections.append(gpu_section(result))
     sections.append(tail_section(result))

@@ -5,7 +5,14 @@ the minor findings as a table, then acknowledged and past findings set apart."""
 from __future__ import annotations
 
 from gputriage.model import Finding, Result, Severity, Status
-from gputriage.status import job_faults_capped, leading_side, side_verdict, verdict
+from gputriage.status import (
+    counted_severity,
+    job_faults_capped,
+    leading_side,
+    side_verdict,
+    verdict,
+)
+from gputriage.text.words import counted
 from gputriage.views.html.markup import (
     badge,
     banner_box,
@@ -18,7 +25,7 @@ from gputriage.views.html.markup import (
     tag,
 )
 from gputriage.views.opening import CAPPED, SIDE_WORDS, worst_current
-from gputriage.views.scopes import also_text
+from gputriage.views.scopes import also_text, scope_word
 from gputriage.vocabulary import ACTION_WORDS
 
 BLAME_WORDS = {
@@ -32,13 +39,13 @@ PAST_SECTIONS = ((Status.ACKNOWLEDGED, "Acknowledged findings", "acknowledged"),
                  (Status.PAST, "History: ended by a reset or a reboot", "history"))
 
 
-def banner(result: Result, who: str | None = None) -> str:
+def banner(result: Result, who: str | None = None, *, who_is_job: bool = False) -> str:
     """The verdict in words and colour, the one-line verdict, the next step, who is at
     fault (node or job), and what was not read."""
     from gputriage.views.oneline import verdict_line
 
     word = verdict(result)
-    line = verdict_line(result, who=who).removeprefix(f"{word.upper()} ")
+    line = verdict_line(result, who=who, who_is_job=who_is_job).removeprefix(f"{word.upper()} ")
     lines: list[str] = []
     lead = leading_side(result)
     worst = worst_current(result, lead)
@@ -61,7 +68,7 @@ def banner(result: Result, who: str | None = None) -> str:
 
 def _where(f: Finding) -> str:
     where = also_text(f)
-    label = f.scope.label()
+    label = scope_word(f)
     if where and where.startswith("on "):
         return where
     return label + (f"; {where}" if where else "")
@@ -108,17 +115,17 @@ def _facts(f: Finding) -> list[tuple[str, str]]:
     return pairs
 
 
-def finding_article(f: Finding) -> str:
-    """One finding in full; its consequences listed under it, each with its evidence."""
-    sev = f.severity.value
+def finding_article(f: Finding, result: Result | None = None) -> str:
+    """One finding in full, at the severity it counts with in ``result``; its
+    consequences listed under it, each with its evidence."""
+    sev = (counted_severity(result, f) if result is not None else f.severity).value
     head = tag("h3", badge(sev) + " " + esc(f.title) + " " + tag("span", esc(f.id), class_="fid"))
     body = definitions(_facts(f)) + para(f.explanation) + _evidence(f) + _references(f)
     if f.consequences:
         items = "".join(tag("li", badge(c.severity.value) + " " + esc(c.title) + " "
                             + tag("span", esc(c.id), class_="fid") + _evidence(c))
                         for c in f.consequences)
-        n = len(f.consequences)
-        body += tag("div", tag("p", esc(f"Explains {n} other finding{'s' if n != 1 else ''} "
+        body += tag("div", tag("p", esc(f"Explains {counted(len(f.consequences), 'other finding')} "
                                         "(closed with it):")) + tag("ul", items),
                     class_="consequences")
     return tag("article", head + body, class_=f"finding sev-{sev}")
@@ -130,11 +137,11 @@ def findings_sections(result: Result) -> list[str]:
     ordered = result.sorted_findings()
     causes = [f for f in ordered if f.current and f.severity.rank >= Severity.WARNING.rank]
     minor = [f for f in ordered if f.current and f.severity.rank < Severity.WARNING.rank]
-    out = [section("Findings", "".join(finding_article(f) for f in causes)
+    out = [section("Findings", "".join(finding_article(f, result) for f in causes)
                    or para("No current finding of warning or worse."), ident="findings")]
     if minor:
-        rows = [(badge(f.severity.value), esc(f.title) + _evidence(f), esc(_where(f)),
-                 tag("code", esc(f.id))) for f in minor]
+        rows = [(badge(counted_severity(result, f).value), esc(f.title) + _evidence(f),
+                 esc(_where(f)), tag("code", esc(f.id))) for f in minor]
         out.append(section("Minor findings and checks passed", table(
             ("severity", "finding", "scope", "id"), rows, caption="Information and passed "
             "checks (current, below warning)"), ident="minor"))
@@ -143,7 +150,7 @@ def findings_sections(result: Result) -> list[str]:
         if found:
             out.append(section(heading, para(
                 "These no longer count in the verdict.", "muted")
-                + "".join(finding_article(f) for f in found), ident=ident))
+                + "".join(finding_article(f, result) for f in found), ident=ident))
     return out
 
 

@@ -5,6 +5,8 @@ ranked by F1), then the skipped and duplicate inputs."""
 from __future__ import annotations
 
 from gputriage.fleet.report import FleetReport
+from gputriage.text.words import counted
+from gputriage.views.fleetview import fleet_counts, fleet_verdict
 from gputriage.views.html.markup import (
     badge,
     banner_box,
@@ -41,12 +43,8 @@ def _radius(f: object, total: int) -> str:
 
 def fleet_html(report: FleetReport, origin: str) -> str:
     """The whole document of a fleet report."""
-    worst = {f.severity for f in report.findings}
-    word = "critical" if "critical" in worst else "warning" if "warning" in worst else "ok"
-    counts = (f"{report.nodes} nodes, {report.healthy} without findings, "
-              f"{len(report.findings)} distinct findings, {report.bad_count} inputs skipped"
-              + (f", {report.duplicates} duplicate inputs" if report.duplicates else ""))
-    banner = banner_box(word, esc(f"fleet: {counts}"))
+    word = fleet_verdict(report)
+    banner = banner_box(word, esc(f"fleet: {fleet_counts(report)}"))
     rows = [(esc(f.id) + " " + badge(f.severity), esc(f.count), _nodes(f.nodes),
              _radius(f, report.nodes)) for f in report.findings]
     findings = section("Blast radius", table(
@@ -57,13 +55,13 @@ def fleet_html(report: FleetReport, origin: str) -> str:
     if report.bad_count:
         listed = [f"{b.path}: {b.reason}" for b in report.bad_inputs[:BAD_SHOWN]]
         parts.append(section("Skipped inputs", para(
-            f"{report.bad_count} unusable input(s); the first {len(listed)}:")
+            f"{counted(report.bad_count, 'unusable input')}; the first {len(listed)}:")
             + lines_block(listed), ident="skipped"))
     if report.duplicates:
         listed = [f"{d.node}: kept {d.kept}, left out {d.dropped}"
                   for d in report.duplicate_hosts[:BAD_SHOWN]]
         parts.append(section("Duplicate inputs", para(
-            f"{report.duplicates} input(s) repeated a host (the newest result kept):")
+            f"{counted(report.duplicates, 'input')} repeated a host (the newest result kept):")
             + lines_block(listed), ident="duplicates"))
-    return document(f"gputriage fleet: {word.upper()} \u2014 {report.nodes} nodes",
-                    f"Fleet report: {report.nodes} nodes", [f"Inputs: {origin}"], parts)
+    return document(f"gputriage fleet: {word.upper()} \u2014 {counted(report.nodes, 'node')}",
+                    f"Fleet report: {counted(report.nodes, 'node')}", [f"Inputs: {origin}"], parts)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gputriage.text.words import human_number
 from gputriage.views.html.markup import definitions, esc, para, section, table, tag
 from gputriage.views.ncclview import ROWS_SHOWN, gdr_text, ranges, size_text
 
@@ -50,7 +51,7 @@ def _bar(peak: float | None, expected: float | None, pct: int | None) -> str:
     pw, ew = round(peak / top * w, 1), round(expected / top * w, 1)
     sev = "critical" if pct is not None and pct < 50 else (
         "warning" if pct is not None and pct < 80 else "info")
-    label = f"peak {peak:g} GB/s of {expected:g} GB/s expected ({pct}%)"
+    label = f"peak {human_number(peak)} GB/s of {human_number(expected)} GB/s expected ({pct}%)"
     return (f'<svg class="bar" viewBox="0 0 {w + 10} 34" role="img" '
             f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">'
             f'<rect x="0" y="6" width="{pw}" height="16" class="m-{sev}"/>'
@@ -66,15 +67,15 @@ def run_block(run: dict) -> str:
     pairs = []
     peak = run["peak"]
     if peak:
-        pairs.append(("Peak busbw", esc(f"{peak['busbw_gbs']:g} GB/s at "
+        pairs.append(("Peak busbw", esc(f"{human_number(peak['busbw_gbs'])} GB/s at "
                                         f"{size_text(peak['size'])} ({peak['placement']})")))
     if run["avg_busbw_gbs"] is not None:
-        pairs.append(("Average busbw", esc(f"{run['avg_busbw_gbs']:g} GB/s")))
+        pairs.append(("Average busbw", esc(f"{human_number(run['avg_busbw_gbs'])} GB/s")))
     pairs.append(("#wrong", esc(run["wrong"])))
     exp = run["expectation"]
     bar = ""
     if exp is not None:
-        pairs.append(("Expected", esc(f"{exp['busbw_gbs']:g} GB/s ({exp['label']}, "
+        pairs.append(("Expected", esc(f"{human_number(exp['busbw_gbs'])} GB/s ({exp['label']}, "
                                       f"{exp['scope']})")))
         if exp["line"]:
             pairs.append(("Verdict", tag("strong", esc(exp["line"]))))
