@@ -67,6 +67,7 @@ def test_an_output_in_a_folder_that_is_a_file_is_refused(tmp_path):
 # Commands whose output is neither: a file written, a plugin's line, a daemon.
 NOT_A_REPORT = {
     "collect": "writes a snapshot; its one stderr line says where",
+    "drain-guard": "a recipe's gate: its output is the decision's log line and exit status",
     "expect": "writes an expectations file (TOML), or prints it",
     "npd": "prints node-problem-detector's one line already",
     "watch": "a daemon: its output is metrics and log lines",

@@ -144,7 +144,7 @@ def test_fleet_terminal_lists_duplicates_and_skipped_inputs(tmp_path):
     (tmp_path / "fleet" / "c" / "manifest.json").write_text("{not json")
     code, out, _ = cli("fleet", str(tmp_path / "fleet"), str(tmp_path / "b.tar.gz"))
     assert "1 input skipped, 1 duplicate input" in out
-    assert "skipped 1 unusable inputs" in out and "/c" in out
+    assert "skipped 1 unusable input:" in out and "/c" in out
     assert "1 input repeated a host already seen" in out
     assert "kept" in out and "left out" in out and "b.tar.gz" in out
 
