@@ -34,7 +34,7 @@ SHARING_MODULES = frozenset({
     "test_end_to_end.py", "test_golden_reports.py",
     "test_html_report.py", "test_json_schemas.py", "test_next_steps.py",
     "test_next_steps_by_id.py", "test_redact.py", "test_resultdoc.py", "test_rough_edges.py",
-    "test_scenarios_hw.py", "test_views_agree.py",
+    "test_scenarios_hw.py", "test_severity_words_agree.py", "test_views_agree.py",
 })
 # what would make the CLI's output depend on the terminal of whoever runs the tests
 TERMINAL_VARIABLES = ("COLUMNS", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE")

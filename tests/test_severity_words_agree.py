@@ -6,16 +6,14 @@ finding's severity word is the one it counts with, and the host line counts thos
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from analysed import Analysed
 from suite import find_corpus
 
-from gputriage.engine.analysis import analyze
 from gputriage.errors import InputError
-from gputriage.ingest import load_inputs
 from gputriage.model import Result
-from gputriage.scenarios import build_scenario, list_scenarios
+from gputriage.scenarios import list_scenarios
 from gputriage.status import counted_severity, exit_status, severity_counts
 from gputriage.views.console import make_console
 from gputriage.views.terminal import render_terminal
@@ -56,23 +54,17 @@ def _check(result: Result) -> None:
     assert counts == {s.value: n for s, n in severity_counts(result).items()}
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("words")
-
-
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_scenario_words_agree(built: Path, name: str) -> None:
-    path = build_scenario(name, built / name)
-    _check(analyze(load_inputs([str(path)])))
+def test_scenario_words_agree(analysed: Analysed, name: str) -> None:
+    _check(analysed.result(name))
 
 
 @pytest.mark.skipif(_CORPUS is None, reason="real-capture corpus not found")
 @pytest.mark.parametrize("sample", SAMPLES)
-def test_corpus_words_agree(sample: str) -> None:
+def test_corpus_words_agree(analysed: Analysed, sample: str) -> None:
     assert _CORPUS is not None
     try:
-        snapshot = load_inputs([str(_CORPUS / sample)])
+        _, result = analysed.sample(_CORPUS / sample)
     except InputError:
         pytest.skip("not an input analyze reads")
-    _check(analyze(snapshot))
+    _check(result)

@@ -189,6 +189,7 @@ def test_every_parsed_source_has_seeds() -> None:
     assert not [n for n in NAMES if not seeds(n)]
 
 
+@pytest.mark.slow  # a fuzz run over every parser (about 7 s): the second stage of .ci/run
 @pytest.mark.parametrize("name", NAMES)
 @FUZZ
 @given(data=st.data())

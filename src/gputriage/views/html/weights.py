@@ -19,6 +19,7 @@ from gputriage.views.html.markup import (
     tag,
 )
 from gputriage.views.html.page import document
+from gputriage.views.weightsview import herd_line
 from gputriage.weights import plan
 from gputriage.weights.text import fit_verdict, measured, rate
 
@@ -93,6 +94,8 @@ def _herd(h: dict[str, Any]) -> str:
                  f"pull from {plan.TIER_LABEL[h['source']]} over a shared "
                  f"{rate(h['link_bytes_per_s'])} link: {format_bytes(h['total_bytes'])} "
                  "in all.")
+    word, _, line = herd_line(h).partition(" ")  # the badge says the word
+    intro += tag("p", badge(h.get("severity", "ok")) + " " + esc(line or word))
     return section("The herd", intro + table(
         ("strategy", "last replica ready", "done ahead", "over the link", "how"), rows,
         caption="Time until the last replica is ready, by strategy"), ident="herd")
@@ -112,6 +115,8 @@ def _host(host: dict[str, Any]) -> str:
 def weights_html(doc: dict[str, Any]) -> str:
     """The whole document of a weights report."""
     worst = {f["severity"] for f in (doc["host"] or {}).get("findings", [])}
+    if doc["herd"]:
+        worst.add(doc["herd"].get("severity", "ok"))  # the herd's verdict, as the terminal's
     word = next((w for w in ("critical", "warning") if w in worst), "ok")
     total = format_bytes(doc["memory"]["total_bytes"])
     summary = f"weights: {total} in GPU memory"
