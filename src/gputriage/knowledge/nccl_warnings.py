@@ -5,39 +5,19 @@ meaning, cause, blame, action, severity, next step and source. Loaded once."""
 from __future__ import annotations
 
 import functools
-import re
-from dataclasses import dataclass
 
-from gputriage.knowledge import csv_rows
-from gputriage.vocabulary import Action, Blame, Severity
+from gputriage.knowledge.message_rows import MessageRow, read_catalog
 
 __all__ = ["NcclWarning", "match", "row", "warnings"]
 
 
-@dataclass(frozen=True)
-class NcclWarning:
-    """One row: a WARN message family and this project's judgement of it."""
-
-    id: str
-    title: str
-    pattern: re.Pattern[str]
-    meaning: str
-    cause: str
-    blame: Blame
-    action: Action
-    severity: Severity
-    next: str
-    source: str
+NcclWarning = MessageRow  # a row of nccl_warnings.csv
 
 
 @functools.cache
-def warnings() -> tuple[NcclWarning, ...]:
+def warnings() -> tuple[MessageRow, ...]:
     """Every row, in file order."""
-    return tuple(NcclWarning(r["id"], r["title"], re.compile(r["pattern"], re.IGNORECASE),
-                             r["meaning"],
-                             r["cause"], Blame(r["blame"]), Action(r["action"]),
-                             Severity(r["severity"]), r["next"], r["source"])
-                 for r in csv_rows("nccl_warnings.csv"))
+    return read_catalog("nccl_warnings.csv")
 
 
 def row(fid: str) -> NcclWarning | None:

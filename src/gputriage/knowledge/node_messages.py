@@ -8,38 +8,19 @@ are judged alike. Loaded once."""
 from __future__ import annotations
 
 import functools
-import re
-from dataclasses import dataclass
 
-from gputriage.knowledge import csv_rows
-from gputriage.vocabulary import Action, Blame, Severity
+from gputriage.knowledge.message_rows import MessageRow, read_catalog
 
 __all__ = ["NodeMessage", "match", "messages", "row"]
 
 
-@dataclass(frozen=True)
-class NodeMessage:
-    """One row: a message of the node's tools and this project's judgement of it."""
-
-    id: str
-    title: str
-    pattern: re.Pattern[str]
-    meaning: str
-    cause: str
-    blame: Blame
-    action: Action
-    severity: Severity
-    next: str
-    source: str
+NodeMessage = MessageRow  # a row of node_messages.csv
 
 
 @functools.cache
-def messages() -> tuple[NodeMessage, ...]:
+def messages() -> tuple[MessageRow, ...]:
     """Every row, in file order."""
-    return tuple(NodeMessage(r["id"], r["title"], re.compile(r["pattern"], re.IGNORECASE),
-                             r["meaning"], r["cause"], Blame(r["blame"]), Action(r["action"]),
-                             Severity(r["severity"]), r["next"], r["source"])
-                 for r in csv_rows("node_messages.csv"))
+    return read_catalog("node_messages.csv")
 
 
 def row(fid: str) -> NodeMessage:
