@@ -9,190 +9,66 @@ with the reason (and the daemons' log tail when the cluster does not come up).""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+import slurm_kit
 
 REPO = Path(__file__).resolve().parent.parent
 SLURM = REPO / "deploy" / "slurm"
 BIN = Path(sys.executable).parent  # the venv's gputriage sits next to its python
-DAEMONS = ("munged", "slurmctld", "slurmd")
-CLIENTS = ("sinfo", "scontrol", "srun", "scancel")
 UP_TIMEOUT = 30.0
 BUS = "0000:9a:00.0"  # GPU 4 of gpu-fallen-off-bus
 
 pytestmark = pytest.mark.slow  # three daemons and real jobs: the second stage of .ci/run
 
 
-def _missing() -> str | None:
-    gone = [t for t in (*DAEMONS, *CLIENTS) if not shutil.which(t, path=_path())]
-    if gone:
-        return f"not installed: {', '.join(gone)} (apt-get install slurm-wlm munge)"
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return "a one-node Slurm with SlurmUser=root needs root"
-    if not (BIN / "gputriage").exists():
-        return f"no gputriage next to {sys.executable}"
-    return None
-
-
-def _path() -> str:
-    return os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _tail(path: Path, lines: int = 4) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return f"{path.name}: (none)"
-    return f"{path.name}: " + " | ".join(text[-lines:])
-
-
-class Cluster:
-    """A one-node Slurm in ``root``; the node is this host's short name."""
+class Cluster(slurm_kit.LocalSlurm):
+    """A one-node Slurm in ``root``; the node is this host's short name, and its Prolog
+    and Epilog are deploy/slurm's."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.node = socket.gethostname().split(".")[0]
-        self.log = root / "log"
+        self.node = slurm_kit.short_hostname()
+        super().__init__(root, [self.node], "gputriage-test", UP_TIMEOUT, extra_conf=[
+            # Alloc: the prolog runs when the job is allocated, before its first step.
+            f"Prolog={root / 'prolog.sh'}", f"Epilog={root / 'epilog.sh'}",
+            "PrologFlags=Alloc", "PrologEpilogTimeout=60"])
         self.conf = root / "healthcheck.conf"  # the health check's settings
-        self.results = root / "results"
-        self.procs: list[subprocess.Popen] = []
-        self.up = False
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("SLURM", "GPUTRIAGE"))}
-        self.env.update(PATH=_path(), SLURM_CONF=str(root / "slurm.conf"),
-                        GPUTRIAGE_HEALTHCHECK_CONF=str(self.conf))
+        self.env.update(GPUTRIAGE_HEALTHCHECK_CONF=str(self.conf))
 
-    # --- setup and teardown ---------------------------------------------
+    # --- setup ------------------------------------------------------------------
 
     def start(self) -> None:
-        root = self.root
-        for sub in ("munge", "state", "spool", "log", "results"):
-            (root / sub).mkdir()
-        # munged wants every directory above its socket searchable by all.
-        for d in (root, root / "munge"):
-            d.chmod(0o755)
-        key = root / "munge" / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o600)
-        sock = root / "munge" / "munge.sock"
-        self._spawn("munged", "-F", "--force", f"--key-file={key}", f"--socket={sock}",
-                    f"--pid-file={root / 'munge' / 'munged.pid'}",
-                    f"--seed-file={root / 'munge' / 'seed'}",
-                    f"--log-file={self.log / 'munged.log'}")
-        self._wait(sock.exists, 10, "munged did not create its socket")
         for name, mode in (("prolog", "prolog.sh"), ("epilog", "epilog.sh")):
             # Prolog= takes no arguments and slurmd gives it a bare environment: a
             # wrapper names the settings file (a real node uses
             # /etc/default/gputriage-healthcheck) and runs deploy/slurm's script.
-            wrapper = root / f"{name}.sh"
+            wrapper = self.root / f"{name}.sh"
             # SLURM_CONF: drain-guard's sinfo must find this test's slurm.conf (a real
             # node's is at the default path).
             wrapper.write_text(f"#!/bin/sh\nGPUTRIAGE_HEALTHCHECK_CONF={self.conf}\n"
-                               f"SLURM_CONF={root / 'slurm.conf'}\n"
+                               f"SLURM_CONF={self.slurm_conf}\n"
                                # the gputriage under test, when not the venv's install
                                f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}\n"
                                "export GPUTRIAGE_HEALTHCHECK_CONF SLURM_CONF PYTHONPATH\n"
                                f"exec {SLURM / mode}\n",
                                encoding="utf-8")
             wrapper.chmod(0o755)
-        (root / "slurm.conf").write_text(self._slurm_conf(sock), encoding="utf-8")
-        self._spawn("slurmctld", "-D", "-i")
-        self._spawn("slurmd", "-D", "-N", self.node)
-        try:
-            self._wait(lambda: self.state() == "idle", UP_TIMEOUT, "the node never came idle")
-        except TimeoutError as exc:
-            self.stop()
-            pytest.skip(f"one-node Slurm did not come up: {exc}")
-        self.up = True
+        super().start()
 
-    def _slurm_conf(self, sock: Path) -> str:
-        r = self.root
-        return "\n".join([
-            "ClusterName=gputriage-test",
-            f"SlurmctldHost={self.node}(127.0.0.1)",
-            f"SlurmctldPort={_free_port()}",
-            f"SlurmdPort={_free_port()}",
-            "SlurmUser=root", "SlurmdUser=root",
-            "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={sock}",
-            f"StateSaveLocation={r / 'state'}", f"SlurmdSpoolDir={r / 'spool'}",
-            f"SlurmctldPidFile={r / 'slurmctld.pid'}", f"SlurmdPidFile={r / 'slurmd.pid'}",
-            f"SlurmctldLogFile={self.log / 'slurmctld.log'}",
-            f"SlurmdLogFile={self.log / 'slurmd.log'}",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-            "SelectType=select/linear", "MpiDefault=none", "ReturnToService=2",
-            "JobCompType=jobcomp/none", "AccountingStorageType=accounting_storage/none",
-            # Alloc: the prolog runs when the job is allocated, before its first step.
-            f"Prolog={r / 'prolog.sh'}", f"Epilog={r / 'epilog.sh'}", "PrologFlags=Alloc",
-            "PrologEpilogTimeout=60", "SlurmctldTimeout=10", "SlurmdTimeout=30",
-            f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN",
-            f"PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",
-            ""])
-
-    def _spawn(self, tool: str, *args: str) -> None:
-        out = (self.log / f"{tool}.out").open("wb")
-        self.procs.append(subprocess.Popen([shutil.which(tool, path=_path()) or tool, *args],
-                                           env=self.env, stdout=out, stderr=out,
-                                           stdin=subprocess.DEVNULL,
-                                           start_new_session=True))
-        out.close()
-
-    def _wait(self, done, timeout: float, what: str) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if done():
-                return
-            dead = [p for p in self.procs if p.poll() is not None]
-            if dead:
-                break
-            time.sleep(0.2)
-        raise TimeoutError(f"{what}; " + "; ".join(
-            _tail(self.log / f"{tool}.log" if (self.log / f"{tool}.log").exists()
-                  else self.log / f"{tool}.out") for tool in DAEMONS))
-
-    def stop(self) -> None:
-        if self.up:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.run("scancel", "--full", "--user=root", timeout=5)
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in reversed(self.procs):
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-        self.procs.clear()
-
-    # --- driving it -------------------------------------------------------
-
-    def run(self, *argv: str, timeout: float = 60,
-            **env: str) -> subprocess.CompletedProcess:
-        return subprocess.run(list(argv), env={**self.env, **env}, capture_output=True,
-                              text=True, timeout=timeout, check=False)
+    # --- driving it -------------------------------------------------------------
 
     def state(self) -> str:
         """sinfo's compact state of the node: idle, drain, alloc, idle*..."""
-        return self.run("sinfo", "-h", "-n", self.node, "-o", "%t", timeout=10).stdout.strip()
+        return self.states().get(self.node, "")
 
     def show(self) -> dict[str, str]:
         """``scontrol show node`` as key=value pairs (Reason keeps its spaces)."""
@@ -218,7 +94,7 @@ class Cluster:
                 return state
             time.sleep(0.2)
         raise AssertionError(f"node never settled: {self.state()}; "
-                             f"{_tail(self.log / 'slurmd.log')}")
+                             f"{slurm_kit.tail(self.slurmd_log(self.node))}")
 
     def srun_true(self) -> subprocess.CompletedProcess:
         proc = self.run("srun", "-N1", "-t", "1", "true")
@@ -245,25 +121,15 @@ class Cluster:
     def reset(self) -> None:
         """Back to an idle node before a test: resume it when drained."""
         if self.settle() != "idle":
-            self.run("scontrol", "update", f"nodename={self.node}", "state=resume")
-            self._wait(lambda: self.state() == "idle", UP_TIMEOUT, "resume did not take")
+            self.update(self.node, "resume")
+            self.wait(lambda: self.state() == "idle", "resume did not take")
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    why = _missing()
-    if why:
-        pytest.skip(f"real Slurm test skipped: {why}")
-    # Not under pytest's tmp dir: munged refuses a socket below a private directory,
-    # and a Unix socket path must stay short.
-    root = Path(tempfile.mkdtemp(prefix="gt-slurm-"))
-    c = Cluster(root)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    if not (BIN / "gputriage").exists():
+        pytest.skip(f"real Slurm test skipped: no gputriage next to {sys.executable}")
+    yield from slurm_kit.started(Cluster, "gt-slurm-", "srun", "squeue")
 
 
 def _scenario(name: str, where: Path) -> Path:
@@ -326,7 +192,7 @@ def test_gpu_fault_drains_then_ack_resume_then_new_event_drains(cluster: Cluster
     proc = cluster.resume_sh("--reason", "reseated GPU 4, INC-4821")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "resumed" in proc.stdout
-    cluster._wait(lambda: cluster.state() == "idle", UP_TIMEOUT, "resume did not take")
+    cluster.wait(lambda: cluster.state() == "idle", "resume did not take")
     proc = cluster.srun_true()
     assert proc.returncode == 0, proc.stderr
     assert cluster.settle() == "idle"
