@@ -74,7 +74,7 @@ def test_a_condition_and_its_quarantine_are_one_finding() -> None:
   - type: SysLogsXIDError
     status: "True"
     reason: SysLogsXIDErrorIsNotHealthy
-    message: "ErrorCode:79 PCI:0000:1b:00.0 GPU has fallen off the bus (XID 79) Recommended Action=RESTART_VM;"
+    message: "ErrorCode:79 PCI:0000:1b:00.0 GPU has fallen off the bus (XID 79)"
 spec:
 """, 1)
     found = _judged(text)
