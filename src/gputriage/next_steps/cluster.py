@@ -53,6 +53,12 @@ _K8S_NODES = {  # nodes and scheduling (rules/k8s_nodes.py, rules/k8s_pending.py
     "so that nvidia.com/cuda.driver-version.full is one value across the pool",
     "k8s.node-condition": "act on the Xid or the DCGM error code as the finding says; the "
     "condition stays set until the plugin's pod (or the node's GPU health agent) clears it",
+    # issue 31 part G: a node a health checker cordoned or tainted (rules/k8s_node_marks.py)
+    "k8s.node-health-mark": "read the checker's event for the node (kubectl get node <node> "
+    "-o jsonpath='{.metadata.annotations.quarantineHealthEvent}', kubectl describe node "
+    "<node> for its GPU conditions), act on the DCGM code or Xid it names, then let the "
+    "checker clear the quarantine (or kubectl uncordon <node> and remove its taint once "
+    "gputriage check on the node is clean)",
     "k8s.pending-insufficient-gpu": "compare Allocatable with Allocated resources in "
     "kubectl describe node <gpu node>: GPUs in use, or not offered",
     "k8s.pending-fragmented": "ask for GPUs per pod that one node can hold, or free a "

@@ -5,6 +5,7 @@ detector's) blamed by the Xid they name, and MIG resource names against the stra
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 
@@ -12,8 +13,9 @@ from gputriage.knowledge.xid import xid_info
 from gputriage.model import Action, Blame, Finding, Severity, evidence
 from gputriage.parsers.health_marks import HealthMark, marks_in
 from gputriage.parsers.k8s_model import GPU, Cluster, KNode
-from gputriage.rules.base import action_for, finding, rule
+from gputriage.rules.base import action_for, finding, merge_evidence, rule
 from gputriage.rules.dcgm_marks import judge_mark
+from gputriage.rules.k8s_node_marks import quarantine_of
 from gputriage.rules.k8s_nodes import SOURCE, lines_of, named, scope_of
 from gputriage.text.fields import strict_int
 
@@ -76,11 +78,22 @@ def node_condition(cluster: Cluster, health_checker_marks: list[HealthMark] | No
                 continue
             marks = marks_in([f"{ctype} {reason} {message}"])
             if marks:
-                yield _marked(node, ctype, reason, marks[0], cluster)
+                found = _marked(node, ctype, reason, marks[0], cluster)
             elif health_checker_marks and not _xids(reason, message):
                 continue  # its message is the pasted mark: dcgm.checker-mark judges it
             else:
-                yield _condition(node, ctype, reason, message)
+                found = _condition(node, ctype, reason, message)
+            yield _with_quarantine(found, node)
+
+
+def _with_quarantine(found: Finding, node: KNode) -> Finding:
+    """The condition's finding with the checker's cordon and taints as its evidence: one
+    cause, one finding (rules/k8s_node_marks.py stays silent on such a node)."""
+    q = quarantine_of(node)
+    if q is None or not q.lines:
+        return found
+    return dataclasses.replace(found, evidence=merge_evidence(
+        (*found.evidence, evidence(SOURCE, q.lines, limit=6))))
 
 
 def _marked(node: KNode, ctype: str, reason: str, mark: HealthMark,
