@@ -68,7 +68,7 @@ def fleet_of(nodes: list[dict[str, Any]]) -> Fleet:
     """The fleet of Node objects (as dicts)."""
     gpu = [n for n in nodes if _has_gpu(n)] or nodes
     out = []
-    ledger = []
+    ledger: list[OutNode] = []
     for n in gpu:
         name = str(_get(n, "metadata", "name"))
         annotations = _get(n, "metadata", "annotations") or {}
