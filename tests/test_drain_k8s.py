@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -93,7 +95,7 @@ def test_a_bad_rule_on_every_node_cordons_only_the_budget(server: ReplayServer,
     assert code == 0
     cordoned = _cordoned(server)
     assert sorted(cordoned) == ["gpu-000", "gpu-001"]  # max(2, 2 % of 64) per hour
-    assert all(note.split(" ", 1)[1] == "gputriage CRITICAL: rule.bad"
+    assert all(note.split(" ", 1)[1] == "gputriage CRITICAL: rule.bad (blame node)"
                for note in cordoned.values())
     refused = [line for line in lines if line.startswith("not drained")]
     assert len(refused) == SIZE - 2
@@ -128,9 +130,12 @@ def test_the_budget_counts_what_is_already_cordoned(server: ReplayServer, tmp_pa
                                    "metadata": {"annotations": {
                                        "gputriage/cordoned": f"{old} gputriage CRITICAL"}}})
     results = _results(tmp_path, {"gpu-020": XID79})
+    for i in range(6):  # not checked since: they stay cordoned
+        os.unlink(results / f"gpu-{i:03d}.rc")
     code, lines = _round(server, tmp_path, results, monkeypatch, GPUTRIAGE_DRAIN="enforce")
     assert "gpu-020" not in _cordoned(server)
-    (line,) = lines
+    *kept, line = lines  # no check since their cordon: they stay
+    assert len(kept) == 6 and all("breaker no-check" in k for k in kept)
     assert "breaker fleet-fraction: 6 of 64 GPU nodes already out" in line
 
 
@@ -145,5 +150,89 @@ def test_kill_switch_and_observe_only_cordon_none(server: ReplayServer, tmp_path
         env = {"GPUTRIAGE_DRAIN": "observe"}  # cordon.yaml's first-install setting
     code, lines = _round(server, tmp_path, results, monkeypatch, **env)
     assert code == 0 and _cordoned(server) == {}
-    assert len(lines) == 2 and all(f"breaker {how}" in line for line in lines)
+    assert len(lines) == 3 and all(f"breaker {how}" in line for line in lines)
     assert not [r for r in server.requests if r.startswith("PATCH")]
+
+
+def _rc(results: Path, node: str, rc: int, when: datetime) -> None:
+    (results / f"{node}.rc").write_text(f"{rc}\n", encoding="utf-8")
+    os.utime(results / f"{node}.rc", (when.timestamp(), when.timestamp()))
+
+
+def _cordon(server: ReplayServer, node: str, when: datetime, note: str) -> None:
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    server.kinds["Node"].patch(node, {"spec": {"unschedulable": True}, "metadata": {
+        "annotations": {"gputriage/cordoned": f"{stamp} {note}",
+                        "gputriage/drained-at": stamp}}})
+
+
+@pytest.mark.parametrize("how", ["enforce", "observe", "kill-switch"])
+def test_the_cordon_job_uncordons_what_a_clean_check_or_the_job_explains(
+        server: ReplayServer, tmp_path: Path, monkeypatch, how: str) -> None:
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    cordoned = now - timedelta(minutes=20)
+    for node in ("gpu-001", "gpu-002", "gpu-003", "gpu-004"):
+        _cordon(server, node, cordoned, "gputriage CRITICAL: xid.79 (blame node)")
+    _cordon(server, "gpu-005", cordoned, "gputriage CRITICAL: nccl.ib-disabled "
+            "(blame job-config)")
+    server.kinds["Node"].patch("gpu-006", {"spec": {"unschedulable": True}})  # a person's
+    results = _results(tmp_path, {})
+    _rc(results, "gpu-001", 0, now - timedelta(minutes=5))  # acknowledged and clean since
+    _rc(results, "gpu-002", 1, now - timedelta(minutes=5))  # a warning left: clean enough
+    _rc(results, "gpu-003", 0, cordoned - timedelta(minutes=1))  # clean before the cordon
+    _rc(results, "gpu-004", 2, now - timedelta(minutes=5))  # still broken
+    os.unlink(results / "gpu-005.rc")  # the job's: no check needed
+    env = {"GPUTRIAGE_DRAIN": "observe" if how == "observe" else "enforce"}
+    if how == "kill-switch":
+        (tmp_path / "observe-only").write_text("INC-1234\n", encoding="utf-8")
+    code, lines = _round(server, tmp_path, results, monkeypatch, **env)
+    assert code == 0
+    left = sorted(_cordoned(server))
+    if how != "enforce":
+        assert left == ["gpu-001", "gpu-002", "gpu-003", "gpu-004", "gpu-005", "gpu-006"]
+        breaker = "observe-only" if how == "observe" else how
+        assert lines[0] == f"not uncordoning: breaker {breaker}: " + (
+            f"{tmp_path / 'observe-only'} exists: observe-only" if how == "kill-switch"
+            else "drains are not enforced")
+        assert "gpu-004" in lines[1] and len(lines) == 2  # still failing, not cordoned again
+        assert not [r for r in server.requests if r.startswith("PATCH")]
+        return
+    assert left == ["gpu-003", "gpu-004", "gpu-006"]
+    said = {line.split(":", 1)[0]: line for line in lines}
+    assert "exited 0" in said["uncordoned gpu-001"]
+    assert "job's fault" in said["uncordoned gpu-005"]
+    assert "before the cordon" in said["not uncordoned gpu-003"]
+    assert "breaker check: its latest check exited 2" in said["not uncordoned gpu-004"]
+    assert not any("gpu-006" in line for line in lines)  # a person's cordon: untouched
+    nodes = {n["metadata"]["name"]: n for n in server.kinds["Node"].items}
+    assert nodes["gpu-006"]["spec"]["unschedulable"]
+    # the ledger stays: the uncordoned node's cordon still counts for the rate
+    assert nodes["gpu-001"]["metadata"]["annotations"]["gputriage/drained-at"] == \
+        cordoned.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_flapping_fleet_cannot_cordon_and_uncordon_past_the_rate(
+        server: ReplayServer, tmp_path: Path, monkeypatch) -> None:
+    """Every node's check fails, then is clean, then fails again: the rate (2 per hour)
+    counts the cordons since uncordoned, so the second wave cordons none."""
+    bad = dict(XID79, id="rule.flaky")
+    failing = _results(tmp_path, {f"gpu-{i:03d}": bad for i in range(SIZE)})
+    enforce = {"GPUTRIAGE_DRAIN": "enforce"}
+    _round(server, tmp_path, failing, monkeypatch, **enforce)
+    first = sorted(_cordoned(server))
+    assert first == ["gpu-000", "gpu-001"]
+    for i in range(SIZE):  # clean again
+        (failing / f"gpu-{i:03d}.rc").write_text("0\n", encoding="utf-8")
+        os.utime(failing / f"gpu-{i:03d}.rc", (time.time() + 5, time.time() + 5))
+    code, lines = _round(server, tmp_path, failing, monkeypatch, **enforce)
+    assert _cordoned(server) == {} and len([x for x in lines if x.startswith("uncordoned")]) == 2
+    for i in range(SIZE):  # and failing again
+        (failing / f"gpu-{i:03d}.rc").write_text("2\n", encoding="utf-8")
+    code, lines = _round(server, tmp_path, failing, monkeypatch, **enforce)
+    assert _cordoned(server) == {}
+    assert all("breaker rate: 2 GPU nodes taken out for gputriage in the last hour"
+               in line for line in lines)
+    # an overflowing cordon given back leaves no mark in the ledger
+    nodes = {n["metadata"]["name"]: n for n in server.kinds["Node"].items}
+    assert [n for n, node in nodes.items()
+            if "gputriage/drained-at" in node["metadata"]["annotations"]] == first

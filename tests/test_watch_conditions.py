@@ -317,3 +317,65 @@ def test_watch_sets_the_condition(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         cond = _sent(server)
         assert (cond["status"], cond["reason"]) == ("False", "Xid79")
         assert len(server.patches) == 1  # the second cycle changed nothing
+
+
+@pytest.mark.parametrize("seeded, latches", [(True, True), (False, False)])
+def test_watch_latches_a_flapping_port_in_its_cycle(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    seeded: bool, latches: bool) -> None:
+    """The watch's cycle amends its result from the history as ``check`` does: a port
+    that came back twice before and flaps a third time latches, and stays in /metrics
+    and the Node condition once the port is up again; a one-off does not."""
+    from prometheus_client import generate_latest
+    from resultkit import finding, host
+
+    from gputriage.commands.watch import _check
+    from gputriage.model import Result
+    from gputriage.state.history import record
+    from gputriage.watch.logs import WatchLog
+    from gputriage.watch.loop import Watch, WatchState
+    from gputriage.watch.metrics import make_registry
+
+    flap = build_scenario("ib-port-polling", tmp_path / "flap")
+    healthy = build_scenario("healthy-8xh100", tmp_path / "healthy")
+    state_dir = tmp_path / "state"
+    if seeded:  # x . x . in the last 40 minutes: two strikes already
+        now = datetime.now(timezone.utc)
+        for i, flapping in enumerate([True, False, True, False]):
+            found = [finding("ib.port-not-active")] if flapping else []
+            record(state_dir, Result(findings=found, host=host(NODE)),
+                   now - timedelta(minutes=40 - 10 * i))
+    snap = tmp_path / "snap"
+    order = iter([flap, healthy])
+
+    log = io.StringIO()
+    check = _check(Environment(), WatchLog(log), from_snapshot=str(snap), expectations=None,
+                   timeout=None, deadline=90, opt_in={}, state_dir=str(state_dir),
+                   no_history=False, history_every_s=3600)
+
+    def cycle() -> Any:  # the port down in the first cycle, up again in the second
+        snap.unlink(missing_ok=True)
+        snap.symlink_to(next(order))
+        return check()
+
+    statuses: list[int] = []
+    with NodeStatusServer(_node()) as server:
+        monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig(tmp_path / "kubeconfig")))
+        conditions = node_condition_sink(NODE)
+        state = WatchState(0, 60)
+        loop = Watch(cycle, state, WatchLog(log), max_cycles=2,
+                     sinks=[conditions, lambda o: statuses.append(o.exit_status)])
+        loop.run()
+        cond = _sent(server)
+    metrics = generate_latest(make_registry(state)).decode()
+    assert statuses[0] == 2, log.getvalue()
+    if latches:
+        assert statuses == [2, 2]
+        assert (cond["status"], cond["reason"]) == ("False", "FlappingIbPort")
+        assert "3 times" in cond["message"]
+        assert 'id="flapping.ib-port"' in metrics
+    else:
+        assert statuses == [2, 0]
+        assert (cond["status"], cond["reason"]) == ("True", "GPUsHealthy")
+        assert "flapping" not in metrics
+    assert " warning " not in log.getvalue()

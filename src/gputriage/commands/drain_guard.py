@@ -46,6 +46,28 @@ def _reason(findings: list[dict[str, Any]] | None, allowed: list[str]) -> str:
     return "gputriage CRITICAL: " + (", ".join(named) or "check exit 2")
 
 
+def _blame(findings: list[dict[str, Any]] | None, named: list[str]) -> str:
+    """`` (blame node)``: the blames of the findings a cordon names, for its annotation
+    (what the uncordon reads back)."""
+    blames = sorted({str(f.get("blame")) for f in findings or []
+                     if f.get("blame") and str(f.get("id")) in named})
+    return f" (blame {', '.join(blames)})" if blames else ""
+
+
+def _last_check(results: Path, node: str, max_age_s: float,
+                now_s: float) -> tuple[int | None, float | None]:
+    """The exit status in ``<node>.rc`` and its time (Unix), when fresh and readable."""
+    rc_file = results / f"{node}.rc"
+    try:
+        mtime = rc_file.stat().st_mtime
+        text = rc_file.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None, None
+    if now_s - mtime > max_age_s or not text.isdigit():
+        return None, None
+    return int(text), mtime
+
+
 def _fresh_criticals(results: Path, max_age_s: float, now_s: float) -> list[str]:
     """The nodes whose ``<node>.rc`` in ``results`` says 2 and is fresh."""
     nodes = []
@@ -94,6 +116,9 @@ def _fresh_criticals(results: Path, max_age_s: float, now_s: float) -> list[str]
               "--check-exit says its own check is clean (0 or 1).")
 @click.option("--check-exit", type=StrictIntRange(min=0, max=255), default=None,
               help="With --undrain: the exit status of the node's check just run.")
+@click.option("--resume-clean", is_flag=True, help="With --results and the k8s backend: "
+              "first uncordon the Nodes cordoned by gputriage whose fresh check, run after "
+              "the cordon, exited 0 or 1, or whose cordon blamed the job.")
 @click.option("--dry-run", is_flag=True, help="Decide, drain nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per node.")
 def drain_guard(node: str | None, reason: str | None, result_file: str | None,
@@ -101,8 +126,8 @@ def drain_guard(node: str | None, reason: str | None, result_file: str | None,
                 enforce: bool | None, per_hour: str | None, max_out: str | None,
                 floor: str | None, allow: str | None, kill_switch: str | None,
                 partition: str | None, kubeconfig: str | None, settle: float | None,
-                undrain: bool, check_exit: int | None, dry_run: bool,
-                as_json: bool) -> None:
+                undrain: bool, check_exit: int | None, resume_clean: bool,
+                dry_run: bool, as_json: bool) -> None:
     """Drain NODE (Slurm) or cordon it (Kubernetes) only within the envelope: exit 0
     drained (or already out of service), 1 not drained (the line names the breaker:
     kill-switch, observe-only, allow-list, fleet-fraction, rate), 69 the scheduler
@@ -153,6 +178,11 @@ def drain_guard(node: str | None, reason: str | None, result_file: str | None,
             raise click.UsageError("--undrain takes a NODE, --check-exit and the slurm "
                                    "backend")
         return _undrain(fleet, node, check_exit, settings, kill_on, dry_run, as_json)
+    if resume_clean and (backend != "k8s" or not results_dir):
+        raise click.UsageError("--resume-clean takes --results and the k8s backend")
+    if resume_clean and results_dir:
+        _uncordon_clean(fleet, Path(results_dir), max_age * 60, settings, kill_on,
+                        dry_run, as_json)
     todo: list[tuple[str, str | None]]
     if results_dir:
         todo = [(n, str(Path(results_dir) / f"{n}.json"))
@@ -164,7 +194,10 @@ def drain_guard(node: str | None, reason: str | None, result_file: str | None,
     for name, result in todo:
         findings = _findings(result) if result and (results_dir is None
                                                    or Path(result).exists()) else None
-        why = reason or _reason(findings, allowed(findings or [], settings.allow))
+        may = allowed(findings or [], settings.allow)
+        why = reason or _reason(findings, may)
+        if reason is None and backend == "k8s":  # the annotation names the blame too
+            why += _blame(findings, may)
         why = " ".join(why.split())[:REASON_MAX]
         if spent is not None and findings is not None \
                 and not allowed(findings, settings.allow):
@@ -223,6 +256,48 @@ def _undrain(fleet: Any, node: str, check_exit: int, settings: Any, kill_on: boo
     if not decision.drain:
         raise CommandExit(EXIT_UNAVAILABLE if decision.breaker in UNAVAILABLE
                           else EXIT_REFUSED)
+
+
+def _uncordon_clean(fleet: Any, results: Path, max_age_s: float, settings: Any,
+                    kill_on: bool, dry_run: bool, as_json: bool) -> None:
+    """The cordon job's first pass: uncordon gputriage's cordons that a clean check
+    since, or the job's blame, says were not the node (the ledger keeps them in the
+    rate). One line per cordon of ours; an API that cannot be read is one line too."""
+    import time
+    from datetime import datetime, timezone
+
+    from gputriage.drain.policy import Decision, decide_uncordon
+
+    env = current_env()
+    if fleet is None:  # kill switch or observe-only: the API is not asked
+        why = (f"{settings.kill_switch} exists: observe-only" if kill_on
+               else "drains are not enforced")
+        env.stdout.write(f"not uncordoning: breaker {'kill-switch' if kill_on else 'observe-only'}"
+                         f": {why}\n")
+        return
+    try:
+        ours = fleet.read().ours()
+    except Exception as exc:  # K8sError: one line, the cordon pass says it again
+        env.stdout.write(f"not uncordoning: breaker fleet-unknown: {printable(str(exc))}\n")
+        return
+    for out in ours:
+        rc, mtime = _last_check(results, out.name, max_age_s, time.time())
+        checked = datetime.fromtimestamp(mtime, timezone.utc) if mtime is not None else None
+        decision = decide_uncordon(out, rc, checked, settings, kill_switch_on=kill_on)
+        if decision.drain and not dry_run:
+            try:
+                fleet.resume(out.name)
+            except Exception as exc:
+                decision = Decision(False, "backend", f"uncordon failed: {exc}")
+        if as_json:
+            env.write_json({"node": out.name, "uncordon": decision.drain and not dry_run,
+                            "breaker": decision.breaker, "why": decision.why})
+        elif decision.drain:
+            verb = "would uncordon" if dry_run else "uncordoned"
+            env.stdout.write(f"{verb} {printable(out.name)}: {printable(decision.why)}\n")
+        else:
+            env.stdout.write(f"not uncordoned {printable(out.name)}: breaker "
+                             f"{decision.breaker}: {printable(decision.why)}\n")
 
 
 def _k8s(kubeconfig: str | None) -> Any:

@@ -166,8 +166,10 @@ def _check(env: Any, log: Any, *, from_snapshot: str | None, expectations: Any,
            timeout: float | None, deadline: float, opt_in: dict[str, str],
            state_dir: str | None, no_history: bool,
            history_every_s: float) -> Callable[[], Any]:
-    """One cycle's check: what ``check`` does (acknowledgements read again each time),
-    then the history when due."""
+    """One cycle's check: what ``check`` does (acknowledgements read again each time;
+    flapping signals latched and failures-again escalated from the history, once, so the
+    metrics and the Node condition say what ``check`` would), then the history when
+    due."""
     from gputriage.collect import CollectOptions
     from gputriage.commands.host import host_acks, judge_host
     from gputriage.facts.context import CheckContext
@@ -178,6 +180,18 @@ def _check(env: Any, log: Any, *, from_snapshot: str | None, expectations: Any,
         state_dir, log, every_s=history_every_s, now=lambda: env.live_host().now())
     window = LogWindow()
 
+    def _amend(result: Any, context: Any) -> None:
+        from gputriage.state.history import default_state_dir
+        from gputriage.state.recurrence import apply_history
+
+        try:
+            problems = apply_history(result, state_dir or default_state_dir(),
+                                     context.now, acks=context.acks)
+        except Exception as exc:  # the history never fails a check
+            problems = [f"{type(exc).__name__}: {exc}"]
+        for problem in problems:
+            log.warning("history not read", problem=problem)
+
     def check() -> Any:
         opts = CollectOptions(timeout_s=timeout, deadline_s=deadline, opt_in=opt_in)
         context = CheckContext(expectations=expectations,
@@ -185,6 +199,7 @@ def _check(env: Any, log: Any, *, from_snapshot: str | None, expectations: Any,
                                now=env.live_host().now())
         result = judge_host(env, window, context, opts, from_snapshot=from_snapshot)
         if recorder is not None:
+            _amend(result, context)
             try:
                 recorder(result)
             except Exception as exc:  # the history never fails a check

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["DEFAULTS", "JOB_REASONS", "Decision", "Fleet", "Limit", "OutNode", "Settings",
-           "allowed", "confirm", "decide", "decide_undrain", "is_ours", "job_reason",
+           "allowed", "confirm", "decide", "decide_uncordon", "decide_undrain", "is_ours",
+           "job_reason",
            "settings_from"]
 
 KILL_SWITCH = Path("/etc/gputriage/observe-only")
@@ -102,6 +103,19 @@ class Fleet:
 
     size: int
     out: tuple[OutNode, ...] = ()
+    # gputriage's drains remembered after the node returned to service (Kubernetes: the
+    # ``gputriage/drained-at`` annotation; Slurm: the ledger file), for the rate
+    ledger: tuple[OutNode, ...] = ()
+
+    def drains(self, now: datetime, *, without: str | None = None) -> list[OutNode]:
+        """gputriage's drains of the last hour: those in place and those remembered
+        (a node drained, resumed and drained again counts twice)."""
+        seen: dict[tuple[str, datetime], OutNode] = {}
+        for n in (*self.out, *self.ledger):
+            if n.ours and n.name != without and n.since is not None \
+                    and timedelta(0) <= now - n.since < RATE_WINDOW:
+                seen.setdefault((n.name, n.since), n)
+        return list(seen.values())
 
     def ours(self, *, without: str | None = None) -> list[OutNode]:
         return [n for n in self.out if n.ours and n.name != without]
@@ -156,10 +170,6 @@ def allowed(findings: Iterable[Mapping[str, Any]], allow: Iterable[str]) -> list
     return out
 
 
-def _recent(nodes: Iterable[OutNode], now: datetime) -> list[OutNode]:
-    return [n for n in nodes if n.since is not None and now - n.since < RATE_WINDOW]
-
-
 def decide(node: str, fleet: Fleet, now: datetime, settings: Settings, *,
            findings: Iterable[Mapping[str, Any]] | None = None,
            kill_switch_on: bool = False) -> Decision:
@@ -190,7 +200,7 @@ def decide(node: str, fleet: Fleet, now: datetime, settings: Settings, *,
                         f"{len(ours)} of {fleet.size} GPU nodes already out for gputriage "
                         f"(limit {settings.out_at_once.describe(fleet.size)})",
                         {"out": len(ours), "limit": at_once})
-    recent = _recent(ours, now)
+    recent = fleet.drains(now)
     per_hour = settings.per_hour.of(fleet.size)
     if len(recent) >= per_hour:
         return Decision(False, "rate", f"{len(recent)} GPU nodes taken out for gputriage "
@@ -222,7 +232,7 @@ def confirm(node: str, fleet: Fleet, now: datetime, settings: Settings) -> Decis
         return Decision(False, "fleet-fraction", f"drained together with others: number "
                         f"{rank + 1} of {len(ranked)} out for gputriage (limit "
                         f"{settings.out_at_once.describe(fleet.size)})")
-    recent = sorted(_recent(ranked, now) or [], key=order)
+    recent = sorted(Fleet(fleet.size, tuple(ranked), fleet.ledger).drains(now), key=order)
     names = [n.name for n in recent]
     per_hour = settings.per_hour.of(fleet.size)
     if node in names and names.index(node) >= per_hour:
@@ -312,3 +322,33 @@ def decide_undrain(node: str, fleet: Fleet, check_exit: int, settings: Settings,
                         f"({said}), check exit {check_exit}")
     return Decision(True, None, f"drained for {mine.reason!r} ({said}); the node's check "
                     f"exited {check_exit}")
+
+
+BLAMES = re.compile(r"\(blame ([a-z, -]+)\)")
+JOB_BLAMES = frozenset({"job", "job-config"})
+
+
+def decide_uncordon(out: OutNode, check_exit: int | None, checked: datetime | None,
+                    settings: Settings, *, kill_switch_on: bool = False) -> Decision:
+    """Whether a Node cordoned by gputriage may be uncordoned: its annotation blames
+    the job (a cordon no current gputriage makes, but an older one or a caller's own
+    policy could), or its check, run after the cordon, exited 0 or 1."""
+    if kill_switch_on:
+        return Decision(False, "kill-switch", f"{settings.kill_switch} exists: observe-only")
+    if not out.ours:
+        return Decision(False, "not-ours", f"cordoned by someone else ({out.reason})")
+    blames = {b.strip() for m in BLAMES.findall(out.reason) for b in m.split(",")}
+    if blames and blames <= JOB_BLAMES:
+        why = f"cordoned for the job's fault ({out.reason})"
+    elif check_exit in (0, 1) and checked is not None and out.since is not None \
+            and checked > out.since:
+        why = f"its check after the cordon exited {check_exit} ({out.reason})"
+    elif check_exit is None or checked is None:
+        return Decision(False, "no-check", "no fresh check of the node")
+    else:
+        return Decision(False, "check", f"its latest check exited {check_exit}"
+                        + ("" if out.since is None or checked is None or checked > out.since
+                           else ", before the cordon"))
+    if not settings.enforce:
+        return Decision(False, "observe-only", f"would uncordon: {why}")
+    return Decision(True, None, why)
