@@ -27,6 +27,12 @@ def _xid79() -> str:
     return (_DIR / "nvsentinel-quarantine-xid79-node.yaml").read_text()
 
 
+RULE_CASES = {
+    "k8s.node-health-mark": [({"k8s_objects": (_DIR / "nvsentinel-quarantine-xid79-node.yaml")
+                               .read_text()}, "k8s.node-health-mark")],
+}
+
+
 def test_a_quarantine_for_xid_79_is_the_nodes_and_names_the_checker() -> None:
     (f,) = _judged(_xid79())
     assert (f.id, f.severity, f.blame) == ("k8s.node-health-mark", Severity.CRITICAL,
