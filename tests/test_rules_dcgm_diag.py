@@ -91,7 +91,9 @@ RULE_CASES = {
     "dcgm.diag-hardware": [({"dcgmi_diag": MEMORY_THERMAL}, "dcgm.test-failed"),
                            ({"dcgmi_diag": JSON_4X}, "dcgm.test-failed"),
                            ({"dcgmi_diag": TEXT_4X}, "dcgm.pcie-failed"),
-                           ({"dcgmi_diag": POWER_MARGINAL}, "dcgm.power-marginal")],
+                           ({"dcgmi_diag": POWER_MARGINAL}, "dcgm.power-marginal"),
+                           ({"dcgmi_diag": MEMORY_THERMAL, "dcgmi_version":
+                             "dcgmi  version: 3.3.9\n"}, "dcgm.known-false-alarm")],
     "dcgm.diag-setup": [({"dcgmi_diag": PERSISTENCE}, "dcgm.persistence-off"),
                         ({"dcgmi_diag": DEPLOYMENT}, "dcgm.deployment-failed"),
                         ({"dcgmi_diag": NOT_READY}, "dcgm.cuda-not-ready"),

@@ -73,6 +73,16 @@ def _dcgm_rerun(f: Finding, host: Host) -> str:
     return f"rerun dcgmi diag -r 3{gpu} {where}: every test must pass"
 
 
+def _dcgm_upgrade(f: Finding, host: Host) -> str:
+    """A DCGM bug fixed in a later release: the release is in the finding's title."""
+    fixed_in = f.title.rsplit("fixed in DCGM ", 1)[-1] if "fixed in DCGM " in f.title else ""
+    target = f"DCGM {fixed_in} or later" if fixed_in else "the DCGM release that fixed it"
+    return (f"upgrade DCGM on {host.called} to {target} (the datacenter-gpu-manager "
+            "packages, or the DCGM/exporter image of the GPU operator), restart nvidia-dcgm; "
+            "dcgmi --version must show it, and dcgmi diag at the same level must then pass; "
+            "a failure that stays is the GPU's")
+
+
 def _dcgm_service(f: Finding, host: Host) -> str:
     return ("start or restart DCGM's host engine (systemctl restart nvidia-dcgm; in Kubernetes "
             "the GPU operator's nvidia-dcgm pod), upgrading DCGM first if it is older than the "
@@ -173,7 +183,7 @@ REPAIRS: dict[str, Repair] = {
     "dcgm.power-marginal": _dcgm_rerun, "dcgm.test-failed": _dcgm_rerun,
     "dcgm.internal-error": _dcgm_rerun, "dcgm.deployment-failed": _dcgm_rerun,
     "dcgm.hostengine-unreachable": _dcgm_service, "dcgm.gpus-unseen": _dcgm_service,
-    "dcgm.too-old": _dcgm_service,
+    "dcgm.too-old": _dcgm_service, "dcgm.known-false-alarm": _dcgm_upgrade,
     "dcgm.health-pcie": pcie, "dcgm.health-nvlink": nvlink,
     "dcgm.health-memory": _health_memory, "dcgm.health-sm": _health_sm,
     "dcgm.health-inforom": _health_inforom, "dcgm.health-thermal": thermal,

@@ -13,9 +13,11 @@ the NVLink fabric, not eight broken GPUs, and DCGM's own errors are never a GPU 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 
+from gputriage.facts.dcgm import DcgmVersion
 from gputriage.facts.pcie import PcieLink
+from gputriage.knowledge.dcgm_false_alarms import FalseAlarm
 from gputriage.model import (
     NODE,
     Action,
@@ -33,6 +35,13 @@ from gputriage.parsers.dcgmi_diag_model import DiagMessage, DiagReport, DiagTest
 from gputriage.parsers.nvlink import NvlinkStatus
 from gputriage.parsers.nvvs_log import NvvsLog
 from gputriage.rules.base import finding, rule
+from gputriage.rules.dcgm_diag_bugs import (
+    KNOWN_FALSE_ALARM,
+    dcgm_release,
+    false_alarm_finding,
+    split_false_alarms,
+    with_notes,
+)
 
 __all__ = ["DOC", "HW_DEPLOYMENT", "MIG_BLOCKED", "NO_RESULT", "NO_VERDICT", "cascade",
            "diag_evidence", "diag_kind", "gpu_list", "is_deployment", "message_kind"]
@@ -160,22 +169,39 @@ def cascade(tests: list[DiagTest]) -> list[DiagTest]:
 
 @rule("dcgm.diag-hardware",
       produces=("dcgm.test-failed", "dcgm.pcie-failed", "dcgm.power-marginal",
-                "dcgm.nvlink-down-without-nvlink"))
+                "dcgm.nvlink-down-without-nvlink", KNOWN_FALSE_ALARM))
 def diag_hardware(dcgmi_diag: DiagReport,
                   pcie_links: list[PcieLink] | None = None,
-                  nvlink: NvlinkStatus | None = None) -> Iterator[Finding]:
+                  nvlink: NvlinkStatus | None = None,
+                  dcgm_version: DcgmVersion | None = None) -> Iterator[Finding]:
     """A hardware test DCGM failed on a GPU (memory, PCIe, stress, power, diagnostic,
     EUD, NVLink, row remap): one finding per GPU with the tests and their warnings; a
     PCIe failure names the GPU's degraded link; a targeted power miss of a few percent
-    is marginal, not a fault."""
-    per_gpu = _failed_per_target(dcgmi_diag)
-    for gpu, failed in per_gpu.items():
+    is marginal, not a fault. A failure of the shape of a DCGM bug fixed later is
+    DCGM's on a release that has it (one finding per bug), and noted where the release
+    is not shown."""
+    release = dcgm_release(dcgmi_diag, dcgm_version)
+    bugs: dict[FalseAlarm, list[tuple[Hashable, DiagTest]]] = {}
+    for gpu, all_failed in _failed_per_target(dcgmi_diag).items():
+        failed, notes = split_false_alarms(all_failed, dcgmi_diag,
+                                           release.version if release else None, bugs, gpu)
+        for f in _judged(gpu, failed, dcgmi_diag, pcie_links, nvlink):
+            yield with_notes(f, notes)
+    for alarm, hits in bugs.items() if release is not None else ():
+        yield false_alarm_finding(alarm, hits, release)
+
+
+def _judged(gpu: Target, failed: list[tuple[DiagTest, list[DiagMessage]]],
+            dcgmi_diag: DiagReport, pcie_links: list[PcieLink] | None,
+            nvlink: NvlinkStatus | None) -> Iterator[Finding]:
+    """The findings of one GPU's (or other entity's) failed hardware tests."""
+    if failed:
         pcie = [(t, m) for t, m in failed if t.key == "pcie"]
         power = [(t, m) for t, m in failed if t.key == "targeted power" and _marginal(m)]
         rest = [x for x in failed if x not in pcie and x not in power]
         if isinstance(gpu, str):
             yield _other_entities(gpu, failed, dcgmi_diag)
-            continue
+            return
         if rest:
             yield _hardware(gpu, rest, dcgmi_diag)
         if pcie and (phantom := _nvlink_down_only(gpu, pcie[0][0], pcie[0][1], nvlink)):
