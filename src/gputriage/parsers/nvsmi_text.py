@@ -183,6 +183,11 @@ def parse_nvsmi_text(text: str) -> SmiReport:
                 if current not in builders:
                     builders.append(current)
                 current.add(0, content, None)
+            elif (current is not None and current.implicit and current.stack
+                  and current.stack[0][0] == 0 and ":" in content):
+                # a section pasted alone that lost its indentation (Fabric / State : ...)
+                key, _, value = content.partition(":")
+                current.add(1, key.strip(), value.strip())
             continue
         key, sep, value = content.partition(":")
         if current is None:
@@ -252,10 +257,20 @@ def _indent(line: str) -> int:
     return len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip())
 
 
+# the fabric section's first line as nvidia-smi -q prints it (State: Not Started, In
+# Progress, Completed, N/A, Not Supported): a paste that lost its indentation still says it
+_FABRIC_STATE = re.compile(r"^\s*State\s*:\s*(?:Not Started|In Progress|Completed|N/A"
+                           r"|Not Supported)\s*$", re.IGNORECASE)
+
+
 def _q_section_confirm(doc: PasteDoc, i: int) -> bool:
-    """The heading is followed by ``Key : value`` lines indented deeper than it."""
+    """The heading is followed by ``Key : value`` lines indented deeper than it (the
+    Fabric heading: by its State line, at any indentation)."""
     depth = _indent(doc.lines[i])
-    return any(_Q_VALUE.match(x) and _indent(x) > depth for x in doc.lines[i + 1:i + 4])
+    near = doc.lines[i + 1:i + 4]
+    if doc.lines[i].strip() == "Fabric" and near and _FABRIC_STATE.match(near[0]):
+        return True
+    return any(_Q_VALUE.match(x) and _indent(x) > depth for x in near)
 
 
 def _q_gpu_block_confirm(doc: PasteDoc, i: int) -> bool:
