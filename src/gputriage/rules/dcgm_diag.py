@@ -187,8 +187,9 @@ def diag_hardware(dcgmi_diag: DiagReport,
                                            release.version if release else None, bugs, gpu)
         for f in _judged(gpu, failed, dcgmi_diag, pcie_links, nvlink):
             yield with_notes(f, notes)
-    for alarm, hits in bugs.items() if release is not None else ():
-        yield false_alarm_finding(alarm, hits, release)
+    if release is not None:  # a failure is DCGM's only where its release is shown
+        for alarm, hits in bugs.items():
+            yield false_alarm_finding(alarm, hits, release)
 
 
 def _judged(gpu: Target, failed: list[tuple[DiagTest, list[DiagMessage]]],
