@@ -100,7 +100,7 @@ def test_verdict_line_names_the_scope_and_stays_one_line():
     assert line == ("WARNING n1: GPU 3 0000:5d:00.0: link trained at x8\\x0aof x16 - plan a "
                     "repair at the next window; 1 cause, 0 consequences")
     assert verdict_line(Result(host=HostSummary(verdict="unknown"))).startswith(
-        "UNKNOWN unknown host: could not tell")
+        "UNKNOWN the node these outputs came from: could not tell")
 
 
 # the pager

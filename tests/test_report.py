@@ -200,7 +200,8 @@ def test_job_blamed_without_settings_says_the_job_is() -> None:
     crash = _f("xid.13", Severity.WARNING, "Xid 13 from one job restarted 7 times",
                action=Action.RESTART_JOB, blame=Blame.JOB, scope=_gpu(2))
     lines = _lines(_render(Result(findings=[crash])))
-    assert lines[0] == ("WARNING unknown host: job: GPU 2 0000:3a:00.0: Xid 13 from one job "
+    assert lines[0] == ("WARNING the node these outputs came from: "
+                        "job: GPU 2 0000:3a:00.0: Xid 13 from one job "
                         "restarted 7 times — restart the job; 1 cause, 0 consequences")
     assert lines[1] == "          the node is not at fault: the job is"
 
@@ -212,7 +213,9 @@ def test_not_read_lines_follow_the_opening_line() -> None:
                  not_read=["kernel log: read only the last 256 MiB of 286 MiB",
                            "--since 1h: 41 events before it not judged"])
     lines = _lines(_render(res))
-    assert lines[0].startswith("CRITICAL unknown host: GPU 4 0000:9a:00.0: GPU fell off")
+    assert lines[0].startswith("CRITICAL the node these outputs came from: "
+                                   ""
+                        "GPU 4 0000:9a:00.0: GPU fell off")
     assert lines[1] == "          not read: kernel log: read only the last 256 MiB of 286 MiB"
     assert lines[2] == "          not read: --since 1h: 41 events before it not judged"
     assert lines[3] == ""
@@ -242,7 +245,8 @@ def _folded() -> Result:
 def test_consequences_and_step_are_rendered_under_their_cause() -> None:
     text = _render(_folded())
     lines = _lines(text)
-    assert lines[0] == ("CRITICAL unknown host: Xid 79 on GPU 4: fallen off the bus — drain and "
+    assert lines[0] == ("CRITICAL the node these outputs came from: "
+                        "Xid 79 on GPU 4: fallen off the bus — drain and "
                         "repair; 3 causes, 2 consequences")
     assert lines[1] == ("          next: drain the node, power-cycle it; reseat or RMA GPU 4 "
                         "(0000:9a:00.0)")
@@ -272,7 +276,8 @@ def test_per_gpu_repeat_is_compact_or_listed() -> None:
 def test_repeat_in_the_opening_line_is_compact() -> None:
     res = Result(findings=[f for f in _folded().findings if f.id != "xid.79"])
     lines = _lines(_render(res))
-    assert lines[0] == ("CRITICAL unknown host: NVLink fabric state In Progress (on 8 GPUs: "
+    assert lines[0] == ("CRITICAL the node these outputs came from: "
+                        "NVLink fabric state In Progress (on 8 GPUs: "
                         "0-7) — fix the software; 2 causes, 0 consequences")
     assert lines[1] == ("          next: install nvidia-fabricmanager 550.54.15 to match the "
                         "driver, then start it")

@@ -205,7 +205,7 @@ def test_skipped_and_unreadable() -> None:
 
 def test_sparse_result_renders() -> None:
     out = _render(Result())
-    assert "unknown host" in out and "OK" in out and "No findings." in out
+    assert "the node these outputs came from" in out and "OK" in out and "No findings." in out
     odd = Result(host=HostSummary(hostname="[b]x[/b]", driver=DriverVersions("550", "550"),
                                   verdict="unknown"),
                  gpus=[GpuRow(None, None), GpuRow(None, None, visible=False, listed=False)])

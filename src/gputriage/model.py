@@ -29,7 +29,7 @@ __all__ = [
     "DRAINING_ACTIONS", "NODE", "UNKNOWN_STATE", "Action", "Blame", "DriverVersions",
     "Evidence", "Finding", "GpuRow", "HealthyChange", "HostIdentity", "HostSummary",
     "Occurrences", "Result", "Scope", "Severity", "Skipped", "Status", "evidence",
-    "finding_order", "gpu_scope", "inconsistency", "index_ranges",
+    "UNNAMED_HOST", "finding_order", "gpu_scope", "inconsistency", "index_ranges",
 ]
 
 
@@ -162,6 +162,9 @@ class DriverVersions:
                 "cuda": self.cuda}
 
 
+UNNAMED_HOST = "the node these outputs came from"  # a host no input names
+
+
 @dataclass(frozen=True)
 class HostIdentity:
     """Who a host is: its name, boot, kernel, OS and driver stack versions."""
@@ -173,6 +176,12 @@ class HostIdentity:
     boot_time: str | None = None  # ISO 8601: the snapshot's time less the uptime
     driver: DriverVersions = DriverVersions()
     container_toolkit: str | None = None  # nvidia-ctk --version
+
+    @property
+    def called(self) -> str:
+        """The host in a sentence: its name, else the node the outputs came from (never
+        "this host": read from pasted files, that is the machine gputriage runs on)."""
+        return self.hostname or UNNAMED_HOST
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputriage.model import DriverVersions, Finding, Scope
+from gputriage.model import UNNAMED_HOST, DriverVersions, Finding, Scope
 
 __all__ = ["UNNAMED", "Host", "Repair", "bus_ids", "dash_i", "fixed", "gpu_scopes", "gpus",
            "serials", "what"]
@@ -60,7 +60,7 @@ class Host:
     def called(self) -> str:
         """The host in a sentence: its name, else the node the outputs came from (the
         placeholder ``<node>`` stays in commands, where the on-call types the name)."""
-        return self.name if self.named else "the node these outputs came from"
+        return self.name if self.named else UNNAMED_HOST
 
     @property
     def version(self) -> str | None:

@@ -50,7 +50,7 @@ def verdict_line(result: Result, *, who: str | None = None, unicode: bool = True
     again); ``unicode`` False writes the dash as ``-``."""
     dash = " — " if unicode else " - "
     word = verdict(result)
-    name = who or result.host.hostname or "unknown host"
+    name = who or result.host.called
     head = f"{word.upper()} {name}: "
     causes, folded = cause_counts(result)
     counts = f"{counted(causes, 'cause')}, {counted(folded, 'consequence')}"

@@ -67,7 +67,7 @@ def print_header(out: Out, result: Result, *, label: str | None = None) -> None:
     word = verdict(result)
     first: Segment = ((label, "dim") if label is not None
                       else (_word(word), STYLES.get(word, "")))
-    segs: list[Segment] = [(str(host.hostname or "unknown host"), "bold")]
+    segs: list[Segment] = [(host.called, "bold")]
     if host.kernel:
         segs += [(out.dot, ""), (f"kernel {host.kernel}", "")]
     segs += [(out.dot, ""), _driver_segment(host.driver)]

@@ -29,7 +29,7 @@ _STYLE = {"critical": "bold red", "warning": "bold yellow", "ok": "bold green",
 def _host_line(t: Triage) -> str:
     host = t.result.host
     driver = host.driver
-    parts = [f"TRIAGE {host.hostname or 'this host'}: {t.verdict.upper()}"]
+    parts = [f"TRIAGE {host.called}: {t.verdict.upper()}"]
     if host.kernel:
         parts.append(f"kernel {host.kernel}")
     if driver.kernel_module or driver.userspace:

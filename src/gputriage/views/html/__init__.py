@@ -34,7 +34,7 @@ def _meta(result: Result, what: str) -> list[str]:
 
 
 def _title(result: Result, who: str | None) -> tuple[str, str]:
-    name = who or result.host.hostname or "unknown host"
+    name = who or result.host.called
     created = when_text((result.manifest or {}).get("created"))
     return (f"gputriage: {verdict(result).upper()} {name}" + (f" \u2014 {created}"
                                                                if created else ""),
