@@ -24,9 +24,6 @@ _K8S_STACK = {  # the GPU stack in the cluster (rules/k8s_stack.py, rules/k8s_op
     "k8s.plugin-incompatible-strategy": "make nvidia the default runtime of the node's "
     "containerd (nvidia-ctk runtime configure --runtime=containerd --set-as-default) or set "
     "runtimeClassName: nvidia on the plugin's DaemonSet, then delete the plugin's pod",
-    "k8s.plugin-stale-nvml": "delete the device plugin, GFD and dcgm-exporter pods of the "
-    "node (kubectl delete pod -n <namespace> --field-selector spec.nodeName=<node>); "
-    "nvidia.com/gpu allocatable must then come back to the GPU count",
     "k8s.plugin-unregistered": "delete the device plugin's pod on the node so that it "
     "registers with the kubelet again; kubectl describe node must then list nvidia.com/gpu "
     "under Allocatable",
@@ -92,20 +89,12 @@ _K8S_LINT = {  # workloads and the pool's policy (rules/k8s_lint.py, k8s_pool.py
     "<name> -n <namespace> --type merge -p '{\"spec\":{\"maxUnavailable\":1,"
     "\"minAvailable\":null}}' (with two replicas or more); kubectl get pdb -n <namespace> "
     "must then show ALLOWED DISRUPTIONS 1",
-    "k8s.lint-no-pdb": "add a budget: kubectl create poddisruptionbudget <name> -n "
-    "<namespace> --selector=<the pods' labels> --max-unavailable=1",
     "k8s.lint-probe-vs-load": "give the container a startupProbe whose failureThreshold x "
     "periodSeconds outlasts the load time the finding states",
     "k8s.lint-hpa-cpu": "scale on DCGM_FI_DEV_GPU_UTIL or the server's queue length (Pods "
     "or External metrics through the Prometheus adapter) instead of cpu",
-    "k8s.lint-pool-no-quota": "cap the namespace: kubectl create quota gpu -n <namespace> "
-    "--hard=requests.nvidia.com/gpu=<share>, or admit the namespace through a Kueue "
-    "ClusterQueue with a GPU quota",
     "k8s.lint-pool-no-priority": "give production's GPU pods a PriorityClass above "
     "research's, and research's class preemptionPolicy: Never",
-    "k8s.lint-preempts-production": "lower the research PriorityClass below production's "
-    "and set its preemptionPolicy: Never (kubectl edit priorityclass <name> cannot change "
-    "value: recreate it)",
     "k8s.lint-weights-herd": "cache the weights once per node (a pre-pull DaemonSet into a "
     "hostPath or local PV, or a ReadOnlyMany PVC) and mount it in place of the download",
     "k8s.lint-pull-always": "pin the image by version or digest with imagePullPolicy: "
@@ -185,3 +174,85 @@ def _toleration(f: Finding, host: Host) -> str:
 
 
 REPAIRS["k8s.pending-untolerated-taint"] = _toleration
+
+
+_GPU_STACK_POD = re.compile(r"device-plugin|feature-discovery|dcgm-exporter")
+
+
+def _stale_nvml(f: Finding, host: Host) -> str:
+    """The pods that hold the old driver's NVML handles, by name where the cluster shows
+    them (a field selector alone would delete every pod of the namespace on the node)."""
+    node = _node(f, host)
+    cluster = host.fact("cluster")
+    pods = [p for p in (cluster.pods if cluster else []) if _GPU_STACK_POD.search(p.name)
+            and p.namespace and (node is None or p.node in (None, node))]
+    by_ns: dict[str, list[str]] = {}
+    for pod in pods:
+        by_ns.setdefault(pod.namespace or "", []).append(pod.name)
+    where = node or host.called
+    if by_ns:
+        delete = "; ".join(f"kubectl delete pod -n {ns} {' '.join(names)}"
+                           for ns, names in by_ns.items())
+        how = f"({delete}; their DaemonSets recreate them)"
+    else:
+        select = f"spec.nodeName={node}" if node else "spec.nodeName=NODE"
+        how = (f"(kubectl get pods -A -o wide --field-selector {select} | grep -E "
+               "'device-plugin|feature-discovery|dcgm-exporter', then kubectl delete pod -n "
+               "NAMESPACE NAME for each)")
+    return (f"delete the device plugin, GFD and dcgm-exporter pods of {where} {how}; "
+            "nvidia.com/gpu allocatable must then come back to the GPU count")
+
+
+_PRIORITY = re.compile(r"PriorityClass (?P<name>\S+) \((?P<value>-?[0-9]{1,10})\)")
+
+
+def _preempts(f: Finding, host: Host) -> str:
+    """Production above research, research unable to preempt: recreated, since neither a
+    PriorityClass's value nor its preemptionPolicy can be edited."""
+    m = _PRIORITY.search(f.title)
+    name = m.group("name") if m else (f.scope.name or "the research PriorityClass")
+    above = f" --value={int(m.group('value')) + 1000}" if m else ""
+    return (f"give production's GPU workloads a class above {name} (kubectl create "
+            f"priorityclass gpu-production{above}, then priorityClassName: gpu-production in "
+            f"their pod templates) and recreate {name} with preemptionPolicy: Never (its "
+            "value and policy cannot be edited: kubectl get priorityclass "
+            f"{name} -o yaml, set preemptionPolicy: Never, kubectl replace --force -f)")
+
+
+def _no_quota(f: Finding, host: Host) -> str:
+    ns = f.scope.name if f.scope.kind == "namespace" and f.scope.name else None
+    where = f"-n {ns} " if ns else ""
+    return (f"cap the namespace{' ' + ns if ns else ''}: kubectl create quota gpu {where}"
+            "--hard=requests.nvidia.com/gpu=N, N the GPUs it may hold while production "
+            "runs (the pool's GPUs less production's replicas at their peak), or admit it "
+            "through a Kueue ClusterQueue with a GPU quota")
+
+
+def _labels(cluster: object, kind: str, ns: str, name: str) -> str | None:
+    """The selector of a workload as kubectl's --selector takes it."""
+    for obj in getattr(cluster, "of_kind", lambda *k: [])(kind):
+        if obj.name == name and obj.namespace == ns:
+            spec = obj.raw.get("spec") or {}
+            labels = (spec.get("selector") or {}).get("matchLabels") or (
+                ((spec.get("template") or {}).get("metadata") or {}).get("labels"))
+            if isinstance(labels, dict) and labels:
+                return ",".join(f"{k}={v}" for k, v in labels.items())
+    return None
+
+
+def _no_pdb(f: Finding, host: Host) -> str:
+    ns, _, name = (f.scope.name or "").partition("/")
+    if not (ns and name):
+        return ("add a PodDisruptionBudget with maxUnavailable: 1 selecting the "
+                "workload's pods (kubectl create poddisruptionbudget)")
+    selector = _labels(host.fact("cluster"), f.scope.kind.capitalize(), ns, name)
+    pick = f"--selector={selector}" if selector else (
+        f"--selector=LABELS (the pods' labels: kubectl get {f.scope.kind} -n {ns} {name} "
+        "-o jsonpath='{.spec.selector.matchLabels}')")
+    return (f"add a budget: kubectl create poddisruptionbudget {name} -n {ns} {pick} "
+            f"--max-unavailable=1; kubectl get pdb -n {ns} must then show ALLOWED "
+            "DISRUPTIONS 1")
+
+
+REPAIRS.update({"k8s.plugin-stale-nvml": _stale_nvml, "k8s.lint-preempts-production": _preempts,
+                "k8s.lint-pool-no-quota": _no_quota, "k8s.lint-no-pdb": _no_pdb})

@@ -185,9 +185,22 @@ def _devnodes(f: Finding, host: Host) -> str:
 
 
 def _stale_cdi(f: Finding, host: Host) -> str:
-    return ("if the kernel module and the libraries differ, reboot first; then nvidia-ctk cdi "
-            "generate --output=/etc/cdi/nvidia.yaml, restart containerd (or docker), restart "
-            "the NVIDIA device plugin's pods, and nvidia-ctk cdi list should list the GPUs")
+    """Regenerate the spec; a reboot first only where the loaded module and the libraries
+    differ (decided from the facts when both are known)."""
+    module, libs = host.driver.kernel_module, host.driver.userspace
+    if module and libs and module != libs:
+        first = (f"reboot first (the loaded module is {module}, the libraries {libs}); then "
+                 "run ")
+    elif module and libs:
+        first = f"the loaded module and the libraries agree ({module}), so no reboot: run "
+    else:
+        first = ("if the loaded module (cat /proc/driver/nvidia/version) and the libraries "
+                 "(nvidia-smi) differ, reboot first; then run ")
+    # with the plugin's log read, its own step restarts its pods (after this one)
+    plugin = ("" if host.fact("device_plugin_log") is not None
+              else ", restart the NVIDIA device plugin's pods")
+    return (f"{first}nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml, restart "
+            f"containerd (or docker){plugin}, and nvidia-ctk cdi list should list the GPUs")
 
 
 def _engine_runtime(f: Finding, host: Host) -> str:
