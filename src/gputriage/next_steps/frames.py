@@ -32,7 +32,7 @@ def _drain(f: Finding, host: Host, fix: str | None) -> str:
     fix = fix or (f"repair {what(f, host)}: capture nvidia-bug-report.sh and open a "
                   "hardware case with the system vendor")
     return (f"Drain {host.called} ({_drain_cmd(f, host)}), then {fix}; then "
-            f"{_ack_cmd(f, 'repaired: TICKET')} and resume it ({_resume_cmd(host)}).")
+            f"{_ack_cmd(f, 'repaired')} and resume it ({_resume_cmd(host)}).")
 
 
 def _reboot(f: Finding, host: Host, fix: str | None) -> str:
@@ -61,7 +61,7 @@ def _reset(f: Finding, host: Host, fix: str | None) -> str:
 def _plan(f: Finding, host: Host, fix: str | None) -> str:
     fix = fix or f"repair {what(f, host)}"
     return (f"Keep {host.called} in service and, at the next maintenance window, {fix}; "
-            f"until then {_ack_cmd(f, 'repair planned: TICKET')} --until 14d records the "
+            f"until then {_ack_cmd(f, 'repair planned')} --until 14d records the "
             "plan.")
 
 
@@ -75,7 +75,7 @@ def confirm_first(f: Finding, host: Host, fix: str | None) -> str:
     fix = fix or "read the node's kernel log for Xids (journalctl -k | grep -i xid)"
     return (f"Tell first whether {host.called} is at fault: {fix}; only if it is, drain it "
             f"({_drain_cmd(f, host)}) and {_VERBS.get(f.action, 'repair it')}, then "
-            f"{_ack_cmd(f, 'repaired: TICKET')} and resume it ({_resume_cmd(host)}).")
+            f"{_ack_cmd(f, 'repaired')} and resume it ({_resume_cmd(host)}).")
 
 
 def _plain(default: Callable[[Finding, Host], str]) -> Callable[[Finding, Host, str | None],

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from gputriage.model import Severity
 from gputriage.results.document import plain
 from gputriage.results.triage import Triage
+from gputriage.status import counted_severity
 from gputriage.text.safe import printable
 from gputriage.views.diffview import changed_line, diff_to_json
 
@@ -58,7 +59,8 @@ def render_triage(t: Triage, console: Console) -> None:
             say("   new findings: " + ", ".join(f.id for f in t.diff.new))
         if t.diff.resolved:
             say("   resolved: " + ", ".join(f.id for f in t.diff.resolved))
-    crit = sum(1 for f in t.findings if f.severity == Severity.CRITICAL)
+    crit = sum(1 for f in t.findings
+               if counted_severity(t.result, f) is Severity.CRITICAL)
     say(f"2. Findings ({crit} critical, {len(t.findings) - crit} warning)", "bold")
     if not t.findings:
         say("   none")
@@ -91,8 +93,8 @@ def _findings(t: Triage, console: Console) -> None:
     for f in t.findings:
         scope = "" if f.scope.kind == "node" else f" ({', '.join(s.label() for s in f.scopes)})"
         status = "" if f.current else f" [{f.status.value}]"
-        table.add_row(Text(" "), Text(f.severity.value.upper(),
-                                      style=_STYLE.get(f.severity.value, "")),
+        word = counted_severity(t.result, f).value  # the one the headline counts with
+        table.add_row(Text(" "), Text(word.upper(), style=_STYLE.get(word, "")),
                       Text(f.blame.value.upper()),
                       Text(printable(f"{f.id}{scope}: {f.title}{status}")))
     print_table(console, table)
