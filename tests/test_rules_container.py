@@ -142,8 +142,11 @@ def test_nvidia_smi_nvml_error_under_a_container_prompt_is_not_the_nodes(tmp_pat
     assert (inside.severity, inside.blame) == (Severity.WARNING, Blame.CONFIG)
     assert "1 GPU(s)" in inside.explanation
     assert "job_log" in {e.source for e in inside.evidence}
-    host = _paste(tmp_path, "$ nvidia-smi\n" + UNKNOWN)["nvidia-smi.nvml-init-failed"]
+    host = _paste(tmp_path, "(host) # nvidia-smi\n" + UNKNOWN)["nvidia-smi.nvml-init-failed"]
     assert host.severity is Severity.CRITICAL
+    # a bare prompt does not tell where it ran: the NVML catalog's row, as explain says
+    bare = _paste(tmp_path, "$ nvidia-smi\n" + UNKNOWN)["nvidia-smi.nvml-init-failed"]
+    assert (bare.severity, bare.blame) == (Severity.WARNING, Blame.UNKNOWN)
 
 
 def test_no_nvidia_gpu_on_the_machine(tmp_path):

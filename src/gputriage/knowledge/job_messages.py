@@ -13,7 +13,9 @@ Knowledge as data, two kinds of table in this package:
   "out of memory", "unknown error") counts only on a line that names CUDA.
 - ``messages/<family>.csv``: one row per other message, ``id`` and ``pattern`` (a
   regular expression, matched case-insensitively; its named groups are the message's
-  fields: ``version``, ``cause``, ``want``...). The file's name is the family.
+  fields: ``version``, ``cause``, ``want``...) and ``sample`` (one line as the tool
+  prints it, which ``explain`` and ``analyze`` must judge alike). The file's name is
+  the family.
 
 Both carry this project's judgement in the closed vocabularies of
 :mod:`gputriage.model`: ``meaning`` (what the message says), ``cause`` (its likely
@@ -87,6 +89,7 @@ class Message:
     decide: str = ""  # the host facts that settle whose fault it is
     title: str = ""  # the finding's title (the NCCL and node catalogs' rows)
     source: str = ""  # where the facts come from (the NCCL and node catalogs' rows)
+    sample: str = ""  # a line as the tool prints it (the family rows' ``sample``)
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ def _family_rows() -> Iterator[Message]:
             except re.error as exc:
                 raise ValueError(f"{where}: {exc}") from exc
             yield Message(row["id"].strip(), family, patterns=(pattern,),
-                          **_judgement(row, where))
+                          sample=(row.get("sample") or "").strip(), **_judgement(row, where))
 
 
 @functools.cache

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage.facts.expectations import GpuTraces
 from gputriage.knowledge import node_messages
+from gputriage.knowledge.job_messages import Message, message, scan_line
 from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.driver import KernelModuleVersion, LibFile, ModuleVersions
@@ -342,7 +343,8 @@ def smi_errors(smi: Sequence[tuple[str, SmiReport]],
             elif err.kind == "nvml-init":
                 host_ran = job_log is not None and job_log.context.ran_on_host("nvidia-smi")
                 yield _nvml_init_failed(err, ev, _container_side(in_container, job_log),
-                                        sum(len(r.gpus) for _, r in smi) if host_ran else 0)
+                                        sum(len(r.gpus) for _, r in smi) if host_ran else 0,
+                                        host_shown=host_ran)
             else:
                 yield finding("nvidia-smi.error", Severity.WARNING,
                               f"nvidia-smi failed: {err.reason or err.line.strip()[:80]}",
@@ -391,10 +393,12 @@ def _container_side(in_container: bool | None, job_log: JobLog | None) -> list[s
 
 
 def _nvml_init_failed(err: SmiError, ev: list[Evidence], container: list[str] | None,
-                      gpus_listed: int) -> Finding:
+                      gpus_listed: int, host_shown: bool = False) -> Finding:
     """NVML's init error: the container's (warning, its configuration) when it was
-    printed inside one, else the node's; ``gpus_listed``: GPUs the host's own
-    nvidia-smi lists beside it in the paste."""
+    printed inside one; the node's (critical, blame unknown) when the paste shows the
+    host's own prompt running nvidia-smi; else the NVML catalog's row, the verdict
+    ``explain`` gives the same line. ``gpus_listed``: GPUs the host's own nvidia-smi
+    lists beside it in the paste."""
     reason = err.reason or "unknown error"
     if _OS_BLOCKED.search(reason):
         return finding(
@@ -424,13 +428,30 @@ def _nvml_init_failed(err: SmiError, ev: list[Evidence], container: list[str] | 
             "device access survive reloads: nvidia-ctk system create-dev-char-symlinks "
             "--create-all, CDI devices, or the cgroupfs driver." + beside,
             Action.FIX_CONFIG, Blame.CONFIG, evidence=ev)
-    return finding(
-        "nvidia-smi.nvml-init-failed", Severity.CRITICAL,
-        f"NVML cannot initialise: {reason}",
-        "The management library cannot talk to the driver, so monitoring and most CUDA "
-        "jobs fail. On a host this follows a GPU or driver fault; in a container, lost "
-        "device access. Check the kernel log; drain and reboot if the host is affected.",
-        Action.REBOOT_NODE, Blame.UNKNOWN, evidence=ev)
+    if host_shown:
+        return finding(
+            "nvidia-smi.nvml-init-failed", Severity.CRITICAL,
+            f"NVML cannot initialise: {reason}",
+            "The host's own nvidia-smi: the management library cannot talk to the driver, "
+            "so monitoring and most CUDA jobs fail. This follows a GPU or driver fault; "
+            "check the kernel log, drain and reboot if the GPUs are affected.",
+            Action.REBOOT_NODE, Blame.UNKNOWN, evidence=ev)
+    # where nothing shows where it ran: the NVML catalog's row, as `explain` says it
+    msg = _nvml_row(err.line)
+    return finding("nvidia-smi.nvml-init-failed", msg.severity,
+                   f"NVML cannot initialise: {reason}", f"{msg.meaning} {msg.cause}",
+                   msg.action, msg.blame, evidence=ev)
+
+
+def _nvml_row(line: str) -> Message:
+    """The NVML catalog's row of an init error's line (``nvml.init-failed`` when the
+    line names no more specific one)."""
+    for hit in scan_line(line):
+        if hit.message.family == "nvml":
+            return hit.message
+    row = message("nvml.init-failed")
+    assert row is not None  # a row of the shipped catalog
+    return row
 
 
 _INIT_EVENTS = {
