@@ -29,8 +29,6 @@ DISAGREE = {
     "jax.backend-failed": "analyze has no rule that reads JAX's backend error",
     "cuda.35": "explain: the job's settings; analyze: unknown until the driver is read",
     "cuda.100": "explain: the node's configuration; analyze: unknown until the host is read",
-    "cuda.218": "analyze reads 'a PTX JIT compilation failed' as the GPU operator's driver "
-                "failing (k8s.operator-driver-failed, critical)",
     "cuda.221": "explain fix-config, analyze's cuda.driver-too-old fix-software",
     "cuda.999": "explain action none, analyze's cuda.unknown-error fix-config",
 }
@@ -69,3 +67,14 @@ def test_every_catalog_row_has_a_sample_line():
     if rid in DISAGREE else (rid, line) for rid, line in ROWS], ids=[rid for rid, _ in ROWS])
 def test_explain_and_analyze_give_one_verdict(row_id, line, tmp_path):
     assert _analysed(line, row_id, tmp_path) == _explained(line, row_id)
+
+
+def test_a_ptx_jit_compilation_failure_is_not_the_operators_driver_build() -> None:
+    """CUDA's "a PTX JIT compilation failed" is the job's binary, not the GPU operator's
+    driver container failing to compile the kernel modules (its "Compilation failed")."""
+    from gputriage.engine.analysis import analyze
+    from gputriage.ingest import load_text
+
+    result = analyze(load_text("RuntimeError: CUDA error: a PTX JIT compilation failed\n",
+                               "paste"))
+    assert "k8s.operator-driver-failed" not in {f.id for f in result.findings}

@@ -63,7 +63,7 @@ EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                                    r"make(?:\[[0-9]+\])?: \*\*\* .{0,200}Error [0-9]+|"
                                    r"Unable to build the NVIDIA kernel module|"
                                    r"An error occurred while performing the step|"
-                                   r"nvidia-installer .{0,40}ERROR|Compilation failed")),
+                                   r"nvidia-installer .{0,40}ERROR|(?<!JIT )Compilation failed")),
     ("module-in-use", "driver", _re(r"Could not unload NVIDIA driver kernel modules|"
                                     r"driver is in use|already running, aborting")),
     ("key-rejected", "driver", _re(r"Key was rejected by service")),
