@@ -130,11 +130,11 @@ class SlurmFleet:
         ledger = []
         for name in sorted(counted):
             now_out = out.get(name)
-            for when in split_comment(comments.get(name, ""))[1]:
+            for drained_at in split_comment(comments.get(name, ""))[1]:
                 if now_out is not None and now_out.ours and now_out.since is not None \
-                        and abs(when - now_out.since) <= SAME_DRAIN:
+                        and abs(drained_at - now_out.since) <= SAME_DRAIN:
                     continue  # the drain in place, counted once
-                ledger.append(OutNode(name, when, True, "drained before"))
+                ledger.append(OutNode(name, drained_at, True, "drained before"))
         return Fleet(len(counted), tuple(sorted(out.values(), key=lambda n: n.name)),
                      tuple(ledger))
 
