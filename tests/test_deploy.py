@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -364,7 +365,10 @@ def test_critical_drains_with_a_reason(fakes: Fakes) -> None:
     proc = fakes.run("healthcheck.sh", FAKE_RC="2")
     assert proc.returncode == 0, proc.stderr  # HealthCheckProgram: exit status ignored
     (call,) = fakes.calls("scontrol")
-    assert call == f"update nodename=gpu042 state=drain reason=gputriage CRITICAL: {REASON}"
+    drain, _, comment = call.partition(" comment=")
+    assert drain == f"update nodename=gpu042 state=drain reason=gputriage CRITICAL: {REASON}"
+    # the drain's time, for the rate, in the node's Comment (docs/unattended.md)
+    assert re.fullmatch(r"gputriage-drains=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", comment)
     saved = json.loads((fakes.results / "gpu042.json").read_text(encoding="utf-8"))
     assert saved == RESULT  # the whole result is kept
 
@@ -392,7 +396,7 @@ def test_drain_reason_names_current_criticals(fakes: Fakes, findings: list,
         assert fakes.calls("scontrol") == [] and "breaker allow-list" in proc.stderr
         return
     (call,) = fakes.calls("scontrol")
-    said = call.split("reason=gputriage CRITICAL: ", 1)[1]
+    said = call.split("reason=gputriage CRITICAL: ", 1)[1].split(" comment=")[0]
     assert said.startswith(reason) or said.endswith(reason), said
     assert len(said) < 200
 
@@ -407,6 +411,20 @@ def test_critical_drains_using_the_host_name_outside_slurm(fakes: Fakes) -> None
     short = subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
     (call,) = fakes.calls("scontrol")
     assert f"nodename={short} state=drain" in call
+
+
+@needs_bash
+def test_drains_resumed_within_the_hour_still_count_for_the_rate(fakes: Fakes) -> None:
+    """Two nodes drained by gputriage and resumed 10 minutes ago: their Comments keep
+    the drains, so a third within the hour is refused (breaker rate), none drained."""
+    from datetime import datetime, timedelta
+    ago = (datetime.now() - timedelta(minutes=10)).isoformat(timespec="seconds")
+    fleet = (f"gpu040|gpu:8|idle|gputriage-drains={ago}\\n"
+             f"gpu041|gpu:8|idle|PSU swapped gputriage-drains={ago}\\n"
+             + "".join(f"gpu{n:03d}|gpu:8|idle|(null)\\n" for n in range(42, 48)))
+    proc = fakes.run("healthcheck.sh", FAKE_RC="2", FAKE_SINFO_N=fleet)
+    assert proc.returncode == 0, proc.stderr
+    assert fakes.calls("scontrol") == [] and "breaker rate" in proc.stderr, proc.stderr
 
 
 @needs_bash

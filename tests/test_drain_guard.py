@@ -24,7 +24,7 @@ from gputriage.drain.policy import (
     is_ours,
     settings_from,
 )
-from gputriage.drain.slurm import SlurmFleet
+from gputriage.drain.slurm import SlurmFleet, comment_after, split_comment
 
 NOW = datetime(2026, 12, 6, 16, 0, 0)
 ON = Settings(enforce=True)
@@ -161,6 +161,64 @@ def test_kubernetes_fleet_counts_gpu_nodes_and_our_annotation() -> None:
     assert fleet.size == 3
     assert [(n.name, n.ours) for n in fleet.out] == [("g1", True), ("g2", False)]
     assert fleet.out[0].since is not None and fleet.out[0].since.hour == 15
+
+
+# --- the rate's memory on Slurm: the node's Comment ---------------------------------
+
+def test_the_comment_keeps_a_persons_text_and_the_last_hour() -> None:
+    old = NOW - timedelta(hours=2)
+    comment = comment_after(f"PSU swap, INC-7 gputriage-drains={old.isoformat()},"
+                            "2026-12-06T15:30:00", NOW)
+    assert comment == "PSU swap, INC-7 gputriage-drains=2026-12-06T15:30:00," \
+                      "2026-12-06T16:00:00"
+    assert split_comment(comment) == ("PSU swap, INC-7", [datetime(2026, 12, 6, 15, 30),
+                                                         NOW])
+    assert comment_after("(null)", NOW) == "gputriage-drains=2026-12-06T16:00:00"
+    assert split_comment("gputriage-drains=garbage,") == ("", [])
+
+
+def test_drained_resumed_and_failing_again_within_the_hour_meets_the_rate() -> None:
+    """gpu1 and gpu2 were drained by gputriage and resumed: nothing is out, but their
+    Comments remember the two drains, so the third node in the hour is refused."""
+    calls: list[tuple[str, ...]] = []
+    answers = {"N": "gpu1|gpu:8|idle|gputriage-drains=2026-12-06T15:20:00\n"
+                    "gpu2|gpu:8|idle|swapped riser gputriage-drains=2026-12-06T15:21:00\n"
+                    "gpu3|gpu:8|idle|(null)\n"
+                    "gpu4|gpu:8|idle|gputriage-drains=2026-12-06T14:00:00\n"}
+    fleet = SlurmFleet(_runner(answers, calls)).read()
+    assert fleet.out == () and len(fleet.drains(NOW)) == 2  # gpu4's is past the hour
+    d = guard(SlurmFleet(_runner(answers, calls)), "gpu3", "gputriage CRITICAL: xid.79",
+              ON, now=lambda: NOW, findings=HW, settle_s=0)
+    assert not d.drain and d.breaker == "rate", d
+    assert not [c for c in calls if c[0] == "scontrol"]
+    # an hour later the same memory no longer refuses
+    later = decide("gpu3", fleet, NOW + timedelta(minutes=45), ON, findings=HW)
+    assert later.drain, later
+
+
+def test_a_drain_in_place_and_its_comment_count_once() -> None:
+    answers = {"N": "gpu1|gpu:8|drain|gputriage-drains=2026-12-06T15:50:01\n"
+                    "gpu2|gpu:8|idle|(null)\ngpu3|gpu:8|idle|(null)\n",
+               "R": "gpu1|2026-12-06T15:50:02|gputriage CRITICAL: xid.79\n"}
+    fleet = SlurmFleet(_runner(answers, [])).read()
+    assert len(fleet.drains(NOW)) == 1
+    assert decide("gpu2", fleet, NOW, ON, findings=HW).drain
+
+
+def test_drain_records_its_time_and_a_given_back_drain_leaves_the_comment() -> None:
+    calls: list[tuple[str, ...]] = []
+    answers = {"N": "gpu1|gpu:8|idle|ticket 42 | rack B\n"}
+    slurm = SlurmFleet(_runner(answers, calls))
+    slurm.read()
+    slurm.drain("gpu1", "gputriage CRITICAL: xid.79", now=NOW)
+    assert calls[-1] == ("scontrol", "update", "nodename=gpu1", "state=drain",
+                         "reason=gputriage CRITICAL: xid.79",
+                         "comment=ticket 42 | rack B gputriage-drains=2026-12-06T16:00:00")
+    slurm.give_back("gpu1")
+    assert calls[-1] == ("scontrol", "update", "nodename=gpu1", "state=resume",
+                         "comment=ticket 42 | rack B")
+    slurm.give_back("gpu1")  # a drain not ours (--undrain): the Comment untouched
+    assert calls[-1] == ("scontrol", "update", "nodename=gpu1", "state=resume")
 
 
 # --- every node at once -------------------------------------------------------------

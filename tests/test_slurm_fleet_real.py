@@ -6,7 +6,10 @@ runs for every node at once, as HealthCheckProgram does, and drains through the 
 
 * a bad rule firing on every node drains exactly the budget, the others name the breaker;
 * a real GPU fault (the result of a real check of a scenario host) on 2 nodes drains both;
-* the kill switch, and observe-only (the first-install default), drain none.
+* the kill switch, and observe-only (the first-install default), drain none;
+* two drains resumed within the hour still count: a third node is refused (``rate``);
+* every check released at once by a barrier: the nodes past the budget give their
+  drain back, and say so.
 
 Needs root and Debian's slurm-wlm and munge (.ci/run installs them); skipped otherwise."""
 
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -46,6 +51,10 @@ class Fleet(slurm_kit.LocalSlurm):
         check.write_text(
             "#!/bin/sh\n"
             f'if [ "$1" = drain-guard ]; then exec {sys.executable} -m gputriage "$@"; fi\n'
+            # the barrier: every node's check waits until all have started (at most 30 s)
+            'if [ -n "${GT_BARRIER:-}" ]; then : > "$GT_BARRIER/$SLURMD_NODENAME"; i=0\n'
+            '  while [ "$(ls "$GT_BARRIER" | wc -l)" -lt "$GT_BARRIER_N" ] '
+            '&& [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; fi\n'
             f'f="{self.inputs}/$SLURMD_NODENAME.json"\n'
             'if [ -s "$f" ]; then cat "$f"; exit 2; fi\n'
             'echo \'{"findings": []}\'; exit 0\n', encoding="utf-8")
@@ -57,8 +66,13 @@ class Fleet(slurm_kit.LocalSlurm):
         """Every node back in service, no input left."""
         for node in NODES:
             self.update(node, "resume")
+            self.run("scontrol", "update", f"nodename={node}", "comment=")
             (self.inputs / f"{node}.json").unlink(missing_ok=True)
         self.wait(lambda: set(self.states().values()) == {"idle"}, "resume did not take")
+
+    def comments(self) -> dict[str, str]:
+        out = self.run("sinfo", "-h", "-N", "-O", "NodeList:|,Comment:", timeout=10).stdout
+        return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
 
     def healthcheck_env(self, **settings: str) -> dict[str, str]:
         """The environment of deploy/slurm's scripts on a node, run with this node's
@@ -173,3 +187,59 @@ def test_a_node_a_job_drained_is_checked_and_resumed(fleet: Fleet) -> None:
     assert runs["gpu8"].returncode == 1 and "not-a-job" in runs["gpu8"].stderr
     fleet.wait(lambda: fleet.states().get("gpu7") == "idle", "not resumed")
     assert fleet.drained() == {"gpu8": "replacing a PSU"}
+
+
+def test_drains_resumed_within_the_hour_still_count(fleet: Fleet, gpu_fault: dict) -> None:
+    fleet.reset()
+    fleet.run("scontrol", "update", "nodename=gpu3", "comment=PSU swapped, INC-7")
+    _inputs(fleet, ["gpu3", "gpu6"], gpu_fault)
+    fleet.check_all(GPUTRIAGE_DRAIN="enforce")
+    assert sorted(fleet.drained()) == ["gpu3", "gpu6"]
+    for node in ("gpu3", "gpu6"):  # repaired and resumed; still failing later on
+        fleet.update(node, "resume")
+    fleet.wait(lambda: set(fleet.states().values()) == {"idle"}, "resume did not take")
+    comments = fleet.comments()
+    assert comments["gpu3"].startswith("PSU swapped, INC-7 gputriage-drains=")
+    assert comments["gpu6"].startswith("gputriage-drains=")
+    _inputs(fleet, ["gpu1"], gpu_fault)
+    runs = fleet.check_all(GPUTRIAGE_DRAIN="enforce")
+    assert fleet.drained() == {}
+    assert "breaker rate" in runs["gpu1"].stderr, runs["gpu1"].stderr
+
+
+def test_every_check_at_once_gives_back_past_the_budget(fleet: Fleet) -> None:
+    fleet.reset()
+    ctld_log = fleet.log / "slurmctld.log"
+    start = ctld_log.stat().st_size
+    barrier = fleet.root / "barrier"
+    shutil.rmtree(barrier, ignore_errors=True)
+    barrier.mkdir()
+    # and every drain held up to 3 s for the others, as when the controller is busy:
+    # the nodes that read the fleet meanwhile all saw it empty and drain together
+    shim = fleet.root / "shim"
+    shim.mkdir(exist_ok=True)
+    held = fleet.root / "held"
+    shutil.rmtree(held, ignore_errors=True)
+    held.mkdir()
+    real = shutil.which("scontrol", path=slurm_kit.search_path())
+    (shim / "scontrol").write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *state=drain*) : > "$GT_HELD/$$"; i=0\n'
+        '  while [ "$(ls "$GT_HELD" | wc -l)" -lt 8 ] && [ $i -lt 60 ]; do sleep 0.05; '
+        "i=$((i+1)); done ;; esac\n"
+        f'exec {real} "$@"\n', encoding="utf-8")
+    (shim / "scontrol").chmod(0o755)
+    _inputs(fleet, NODES, BAD_RULE)
+    runs = fleet.check_all(GPUTRIAGE_DRAIN="enforce", GT_BARRIER=str(barrier),
+                           GT_BARRIER_N=str(len(NODES)), GT_HELD=str(held),
+                           PATH=f"{shim}:{fleet.env['PATH']}")
+    drained = fleet.drained()
+    assert len(drained) <= 2, drained
+    # every node the controller drained and that is back in service said it gave it back
+    log = ctld_log.read_text(encoding="utf-8", errors="replace")[start:]
+    were = set(re.findall(r"node (gpu\d+) reason set to: gputriage", log))
+    givers = were - set(drained)
+    assert givers, f"no race: only {sorted(were)} drained ({log[-400:]})"
+    for node in givers:
+        assert "drain given back" in runs[node].stderr, (node, runs[node].stderr)
+    assert fleet.comments()[sorted(givers)[0]] in ("", "(null)")

@@ -1,19 +1,34 @@
 """The fleet as Slurm sees it, and draining through it: ``sinfo`` for the GPU nodes and
 those out of service (with the reason and its time, set by slurmctld), ``scontrol`` to
-drain and to give a drain back. Every command runs without a shell, under a timeout."""
+drain and to give a drain back. Every command runs without a shell, under a timeout.
+
+The rate's memory is the node's ``Comment`` (kept by slurmctld in its state, no slurmdbd,
+read by every node's ``sinfo``): each drain of ours appends its time to a word
+``gputriage-drains=<time>,<time>`` (the last hour's, sinfo's ``%H`` format), after
+whatever a person wrote there, which is kept. A resume leaves the word, so a node
+drained, resumed and drained again within the hour counts twice."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from gputriage.drain.policy import Fleet, OutNode, is_ours
+from gputriage.drain.policy import RATE_WINDOW, Fleet, OutNode, is_ours
 
-__all__ = ["Runner", "SlurmError", "SlurmFleet"]
+__all__ = ["LEDGER_WORD", "Runner", "SlurmError", "SlurmFleet", "comment_after",
+           "split_comment"]
 
 Runner = Callable[[Sequence[str], float], tuple[int, str, str]]
 OUT_STATES = ("drain", "drng", "drained", "draining", "down", "fail", "failing", "maint")
+
+
+LEDGER_WORD = "gputriage-drains="
+_LEDGER = re.compile(r"(?:^|\s)gputriage-drains=(\S*)")
+# a drain in place and its own ledger time: a second or two apart (two clocks' seconds)
+SAME_DRAIN = timedelta(seconds=10)
+NULL = "(null)"  # sinfo's empty field
 
 
 class SlurmError(Exception):
@@ -45,6 +60,24 @@ def parse_time(text: str) -> datetime | None:
         return None
 
 
+def split_comment(comment: str) -> tuple[str, list[datetime]]:
+    """A node's Comment: (what a person wrote, our drain times)."""
+    comment = "" if comment.strip() == NULL else comment.strip()
+    stamps = [when for m in _LEDGER.finditer(comment) for word in m.group(1).split(",")
+              if (when := parse_time(word)) is not None]
+    return " ".join(_LEDGER.sub(" ", comment).split()), stamps
+
+
+def comment_after(comment: str, now: datetime) -> str:
+    """The Comment with a drain at ``now`` added to our word, the times past the rate's
+    window dropped, and a person's text kept in front."""
+    theirs, stamps = split_comment(comment)
+    kept = {w for w in stamps if timedelta(0) <= now - w < RATE_WINDOW}
+    kept.add(now.replace(microsecond=0))
+    ours = LEDGER_WORD + ",".join(w.isoformat(timespec="seconds") for w in sorted(kept))
+    return f"{theirs} {ours}" if theirs else ours
+
+
 class SlurmFleet:
     """The GPU nodes of a Slurm cluster (or of ``partition``)."""
 
@@ -53,6 +86,8 @@ class SlurmFleet:
         self.runner = runner
         self.timeout_s = timeout_s
         self.partition = partition
+        self._comments: dict[str, str] = {}  # each node's Comment as last read
+        self._before: dict[str, str] = {}  # as it was before our drain
 
     def _run(self, *argv: str) -> str:
         rc, out, err = self.runner(argv, self.timeout_s)
@@ -66,14 +101,19 @@ class SlurmFleet:
 
     def read(self) -> Fleet:
         """The GPU nodes (those with a ``gpu`` GRES; every node when none has one) and,
-        of them, those out of service, with their reason and its time."""
+        of them, those out of service, with their reason and its time, and the drains
+        of ours of the last hour that their Comment remembers."""
         nodes: dict[str, tuple[str, str]] = {}  # name -> (gres, state)
-        for line in self._run("sinfo", "-h", "-N", *self._where(),
-                              "-o", "%N|%G|%t").splitlines():
+        comments: dict[str, str] = {}
+        for line in self._run("sinfo", "-h", "-N", *self._where(), "-O",
+                              "NodeList:|,Gres:|,StateCompact:|,Comment:").splitlines():
             name, _, rest = line.strip().partition("|")
-            gres, _, state = rest.partition("|")
+            gres, _, rest = rest.partition("|")
+            state, _, comment = rest.partition("|")
             if name:
                 nodes[name] = (gres, state.strip().lower())
+                comments[name] = comment.strip()
+        self._comments = comments
         gpu = {n for n, (gres, _) in nodes.items() if "gpu" in gres.lower()}
         counted = gpu or set(nodes)
         out: dict[str, OutNode] = {}
@@ -87,12 +127,34 @@ class SlurmFleet:
             state = nodes[name][1].rstrip("*~#!%$@^-")
             if state in OUT_STATES:
                 out[name] = OutNode(name, None, False, state)
-        return Fleet(len(counted), tuple(sorted(out.values(), key=lambda n: n.name)))
+        ledger = []
+        for name in sorted(counted):
+            now_out = out.get(name)
+            for drained_at in split_comment(comments.get(name, ""))[1]:
+                if now_out is not None and now_out.ours and now_out.since is not None \
+                        and abs(drained_at - now_out.since) <= SAME_DRAIN:
+                    continue  # the drain in place, counted once
+                ledger.append(OutNode(name, drained_at, True, "drained before"))
+        return Fleet(len(counted), tuple(sorted(out.values(), key=lambda n: n.name)),
+                     tuple(ledger))
 
-    def drain(self, node: str, reason: str) -> None:
+    def drain(self, node: str, reason: str, now: datetime | None = None) -> None:
+        """Drain with ``reason``, and its time added to the node's Comment, in one
+        update."""
+        self._before[node] = before = self._comments.get(node, "")
+        comment = comment_after(before, now or datetime.now())
         self._run("scontrol", "update", f"nodename={node}", "state=drain",
-                  f"reason={reason}")
+                  f"reason={reason}", f"comment={comment}")
 
     def give_back(self, node: str) -> None:
-        """Undo a drain of ours (the node returns to service as it was)."""
-        self._run("scontrol", "update", f"nodename={node}", "state=resume")
+        """Undo a drain (the node returns to service as it was): one of ours that
+        overflowed the budget also leaves the Comment as it was, so it never counted;
+        another (a job's, ``--undrain``) keeps it."""
+        if node in self._before:
+            before = self._before.pop(node)
+            kept = "" if before.strip() == NULL else before.strip()
+            self._run("scontrol", "update", f"nodename={node}", "state=resume",
+                      f"comment={kept}")
+        else:
+            self._run("scontrol", "update", f"nodename={node}", "state=resume")
+
