@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from golden import by_id
+from message_samples import SAMPLES
 
 from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_input
@@ -37,18 +38,6 @@ REAL = {
 }
 
 # one message line of each row of the NCCL and node catalogs, as the tools print it
-SAMPLES = {
-    "nccl.no-socket-interface": "host:1:1 [0] bootstrap.cc:42 NCCL WARN Bootstrap : no "
-                                "socket interface found",
-    "nccl.ofi-register-failed": "ip-10-0-0-1:7:7 [0] NCCL WARN NET/OFI Unable to register "
-                                "memory (type = 2) for device 0. RC: -22, Error: Invalid argument",
-    "nccl.ib-memlock": "node1:2:2 [1] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_mr failed "
-                       "with error Cannot allocate memory",
-    "nccl.shm-too-small": "node1:7:7 [0] include/shm.h:28 NCCL WARN Error while creating shared "
-                          "memory segment /dev/shm/nccl-x (size 9637888)",
-    "nvidia-smi.inforom-corrupted": "WARNING: infoROM is corrupted at gpu 0000:3B:00.0",
-    "driver.gsp-firmware-missing": "NVRM: RmFetchGspRmImages: No firmware image found",
-}
 
 
 def _result(tmp_path: Path, text: str) -> Result:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_documented_messages import SAMPLES
+from message_samples import SAMPLES
 
 from gputriage.cli import Environment, main
 from gputriage.knowledge.job_messages import CUDA_FAMILY, catalog
