@@ -50,8 +50,8 @@ def test_a_remapped_rows_section_alone_is_judged_on_a_gpu_it_cannot_name() -> No
     assert any("which GPU it describes could not be told" in n for n in result.not_read)
 
 
-def test_a_quoted_dmesg_ctime_paste_is_the_job_s_fault_not_a_drain() -> None:
-    result = judge((FRAGMENTS / "quoted-dmesg-T-xid13-109.txt").read_text())
+def test_a_quoted_dmesg_ctime_paste_is_the_job_s_fault_not_a_drain(corpus) -> None:
+    result = judge(corpus.sample("gpud-pr46-xid13").text())
     assert {"xid.13", "xid.109"} <= ids(result)
     assert all(f.severity is not Severity.CRITICAL for f in result.findings)
     quoted = evidence_lines(result, "xid.13")
