@@ -39,12 +39,17 @@ def warned(result: Result) -> list[Finding]:
 # --- IB completion errors: the status's documented meaning gives blame and severity -----
 
 @pytest.mark.parametrize(("name", "peer"), [
-    ("nccl1405-ib-status12.log", "10.216.210.236"),
-    ("nccl1814-ib-status12-then-flush.log", "172.36.143.59"),
+    ("corpus:nccl1405-ib-plugin-warn-status12", "10.216.210.236"),
+    ("corpus:nccl1814-roce-warn-status12", "172.36.143.59"),
     ("nccl1664-bare-completion-line.txt", "7.6.13.83"),
 ])
-def test_retry_exceeded_is_a_network_warning_naming_the_peer(name: str, peer: str) -> None:
-    result = judge((FIELD / name).read_text())
+def test_retry_exceeded_is_a_network_warning_naming_the_peer(name: str, peer: str,
+                                                              request: pytest.FixtureRequest
+                                                              ) -> None:
+    kind, _, part = name.partition(":")
+    text = (request.getfixturevalue("corpus").sample(part).text() if kind == "corpus" and part
+            else (FIELD / name).read_text())
+    result = judge(text)
     f = the(result, "nccl.ib-completion-error")
     assert (f.severity, f.blame) == (Severity.WARNING, Blame.NODE)
     assert peer in f.title and "IBV_WC_RETRY_EXC_ERR" in f.title
