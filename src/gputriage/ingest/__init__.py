@@ -163,7 +163,7 @@ def _decompress_problems(raw: _Raw, problems: list[str], origin: str) -> _Raw:
     """A compressed input that gave nothing is an input error; otherwise what went
     wrong decompressing it is noted with the partial analysis."""
     if problems and not raw.data.strip():
-        kind = next(k for k in ("gzip", "xz", "bzip2") if k in problems[0])
+        kind = next((k for k in ("gzip", "xz", "bzip2") if k in problems[0]), "compressed")
         raise InputError(f"{origin}: truncated or corrupt {kind}: nothing could be decompressed")
     raw.problems.extend(problems)
     return raw
