@@ -12,7 +12,9 @@ import pytest
 
 from gputriage import schemas
 from gputriage.cli import Environment, main
-from gputriage.knowledge.job_messages import CUDA_FAMILY, catalog, cuda_error, find_hits
+from gputriage.engine.judged import verdicts
+from gputriage.knowledge.job_messages import CUDA_FAMILY, catalog, cuda_error
+from gputriage.knowledge.lookup import find_hits
 from gputriage.views.explainview import cuda_version, render_explained
 
 CUDA = [m for m in catalog() if m.family == CUDA_FAMILY]
@@ -34,10 +36,16 @@ def test_every_cuda_error_of_the_table_is_explained(msg):
         code, out, err = _run([key])
         assert code == 0 and not err
         head = out.splitlines()[0]
-        assert head.startswith(f"{msg.id}  {msg.severity.value.upper()}  ")
-        assert msg.meaning in out and msg.cause in out and msg.next in out
+        [verdict] = verdicts(key, find_hits(key))  # the row's, or analyze's of the same text
+        assert head.startswith(f"{msg.id}  {verdict.severity.value.upper()}  ")
+        assert msg.meaning in out and msg.cause in out
+        assert f"  next step      {verdict.step or msg.next}\n" in out
         assert f"{msg.code} {msg.name}" in out
-        assert f"{msg.action.value}: " in out
+        assert f"{verdict.action.value}: " in out
+    # the number alone is the row's verdict, with the step its id takes in a report
+    [verdict] = verdicts(str(msg.code), find_hits(str(msg.code)))
+    assert (verdict.finding, verdict.severity, verdict.blame, verdict.action) == (
+        None, msg.severity, msg.blame, msg.action)
 
 
 def test_a_pasted_line_with_host_facts_to_decide_says_which():
@@ -94,7 +102,8 @@ def test_piped_output_is_never_wrapped():
 
 
 def test_a_terminal_width_wraps_between_words():
-    found = [("700", find_hits("700")), ("torch", find_hits(TORCH_OLD))]
+    found = [(text, list(zip(hits, verdicts(text, hits), strict=True)))
+             for text, hits in (("700", find_hits("700")), (TORCH_OLD, find_hits(TORCH_OLD)))]
     narrow, piped = io.StringIO(), io.StringIO()
     render_explained(found, narrow, width=60)
     render_explained(found, piped)

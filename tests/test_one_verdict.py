@@ -25,13 +25,7 @@ ROWS = sorted([*((m.id, m.sample) for m in catalog() if m.family != CUDA_FAMILY)
                *((m.id, f"RuntimeError: CUDA error: {m.text}") for m in catalog()
                  if m.family == CUDA_FAMILY and m.text)])
 # rows whose two verdicts still differ, each with why (to be fixed at the source)
-DISAGREE = {
-    "jax.backend-failed": "analyze has no rule that reads JAX's backend error",
-    "cuda.35": "explain: the job's settings; analyze: unknown until the driver is read",
-    "cuda.100": "explain: the node's configuration; analyze: unknown until the host is read",
-    "cuda.221": "explain fix-config, analyze's cuda.driver-too-old fix-software",
-    "cuda.999": "explain action none, analyze's cuda.unknown-error fix-config",
-}
+DISAGREE: dict[str, str] = {}
 
 
 def _run(argv: list[str]) -> tuple[int, dict[str, Any]]:
@@ -40,21 +34,24 @@ def _run(argv: list[str]) -> tuple[int, dict[str, Any]]:
     return code, json.loads(out.getvalue())
 
 
-def _explained(line: str, row_id: str) -> tuple[str, str, str]:
+def _explained(line: str, row_id: str) -> tuple[str, str, str, str | None]:
     _, doc = _run(["explain", "--json", line])
     [found] = [m for i in doc["inputs"] for m in i["messages"] if m["id"] == row_id]
-    return found["severity"], found["blame"], found["action"]
+    return found["severity"], found["blame"], found["action"], found["step"]
 
 
-def _analysed(line: str, row_id: str, tmp_path: Path) -> tuple[str, str, str] | None:
+def _analysed(line: str, row_id: str, tmp_path: Path
+              ) -> tuple[str, str, str, str | None] | None:
     paste = tmp_path / "paste.txt"
     paste.write_text(line + "\n")
     _, doc = _run(["analyze", "--json", str(paste)])
     findings = [g for f in doc["findings"] for g in (f, *f.get("consequences", []))]
     quoting = [f for f in findings if f["id"] == row_id] or [
         f for f in findings if any(line.strip() in ln for e in f["evidence"] for ln in e["lines"])]
-    return (quoting[0]["severity"], quoting[0]["blame"], quoting[0]["action"]) if quoting \
-        else None
+    if not quoting:
+        return None
+    f = quoting[0]
+    return f["severity"], f["blame"], f["action"], f.get("step")
 
 
 def test_every_catalog_row_has_a_sample_line():
@@ -78,3 +75,60 @@ def test_a_ptx_jit_compilation_failure_is_not_the_operators_driver_build() -> No
     result = analyze(load_text("RuntimeError: CUDA error: a PTX JIT compilation failed\n",
                                "paste"))
     assert "k8s.operator-driver-failed" not in {f.id for f in result.findings}
+
+
+NO_DEVICE = "RuntimeError: CUDA error: no CUDA-capable device is detected"
+NVML = "Failed to initialize NVML: Unknown Error"
+NO_DRIVER = ("RuntimeError: Found no NVIDIA driver on your system. Please check that you have "
+             "an NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx")
+
+
+# (what the text carries besides the message, the row, whose fault it then is): a
+# container's prompt, a `docker run` that asked for no GPU, `kubectl exec` into a pod
+@pytest.mark.parametrize(("context", "line", "row_id", "blame"), [
+    ("", NO_DEVICE, "cuda.100", "unknown"),
+    ("root@7f3a2b1c9d0e:/workspace# python train.py", NO_DEVICE, "cuda.100", "job-config"),
+    ('$ docker run --rm nvcr.io/nvidia/pytorch:24.05-py3 python -c "import torch; '
+     'torch.zeros(1).cuda()"', NO_DRIVER, "torch.no-driver", "job-config"),
+    ("", NVML, "nvml.unknown-error", "unknown"),
+    ("$ kubectl exec -it trainer-0 -- nvidia-smi", NVML, "nvml.unknown-error", "config"),
+], ids=["no-device-alone", "no-device-in-container", "docker-run-without-gpus",
+        "nvml-alone", "nvml-in-pod"])
+def test_context_changes_both_verdicts_alike(context, line, row_id, blame, tmp_path):
+    text = f"{context}\n{line}" if context else line
+    explained = _explained(text, row_id)
+    assert explained[1] == blame
+    paste = tmp_path / "paste.txt"
+    paste.write_text(text + "\n")
+    _, doc = _run(["analyze", "--json", str(paste)])
+    quoting = [f for f in doc["findings"]
+               if any(line in ln for e in f["evidence"] for ln in e["lines"])]
+    assert quoting, doc["findings"]
+    f = quoting[0]
+    assert (f["severity"], f["blame"], f["action"], f.get("step")) == explained
+
+
+@pytest.mark.parametrize(("text", "severity", "blame", "exit_status"), [
+    # alone: on the host the driver initialised no GPU, in a container it was given none
+    ("No devices were found", "warning", "unknown", 1),
+    ("root@3f2a1b9c8d7e:/# nvidia-smi\nNo devices were found", "warning", "job-config", 1),
+])
+def test_no_devices_found_drains_only_where_it_is_the_nodes(text, severity, blame,
+                                                             exit_status, tmp_path):
+    paste = tmp_path / "paste.txt"
+    paste.write_text(text + "\n")
+    code, doc = _run(["analyze", "--json", str(paste)])
+    [f] = [f for f in doc["findings"] if f["id"] == "nvidia-smi.no-devices"]
+    assert (f["severity"], f["blame"], code) == (severity, blame, exit_status)
+    assert not f["step"].startswith("Drain")
+
+
+def test_no_devices_found_on_the_host_is_the_nodes():
+    """Collected on the host itself (gputriage ran outside any container): the driver is
+    loaded and initialised no GPU: drain and reboot."""
+    from hostkit import run
+
+    result = run(nvidia_smi="No devices were found\n", proc_self_cgroup="0::/init.scope\n")
+    [f] = [f for f in result.findings if f.id == "nvidia-smi.no-devices"]
+    assert (f.severity.value, f.blame.value, f.action.value) == ("critical", "node",
+                                                                 "reboot-node")

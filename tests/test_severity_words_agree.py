@@ -52,6 +52,15 @@ def _check(result: Result) -> None:
     counts = dict((w, int(n)) for n, w in re.findall(r"(\d+) (critical|warning|info|ok)\b",
                                                     lines[host + 1]))
     assert counts == {s.value: n for s, n in severity_counts(result).items()}
+    # the JSON says the same word beside the finding's own severity
+    from gputriage.results.document import to_json
+
+    doc = to_json(result)
+    worst = max((f["counted_severity"] for f in doc["findings"] if f["status"] == "current"),
+                key=["ok", "info", "warning", "critical"].index, default="ok")
+    assert (worst == "critical") == (status == 2), (worst, status)
+    for f, g in zip(result.sorted_findings(), doc["findings"], strict=True):
+        assert g["counted_severity"] == counted_severity(result, f).value
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

@@ -93,6 +93,10 @@ class Finding:
     also: tuple[Scope, ...] = ()  # the same finding on these other scopes (GPUs)
     consequences: tuple[Finding, ...] = ()  # what this cause explains, folded in
     step: str | None = None  # the concrete next step, with versions, GPUs and commands
+    # the repair the rule's own facts decided (the build to install, the driver to reach),
+    # placed by next_steps in the frame of the action; None: the id's repair. Not in the
+    # JSON form (the step is) nor in equality
+    fix: str | None = field(default=None, compare=False)
     # how soon to act on it among findings of the same severity and action, higher first
     # (an eviction of production now before a drain blocked later); an ordering hint set
     # by the engine, not in the JSON form nor in equality

@@ -37,6 +37,7 @@ def explain(texts: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     CUDA_ERROR_ILLEGAL_ADDRESS), or - to read stdin; several TEXTs are explained one by
     one (words that mean nothing apart are read as one text). Offline: nothing on this
     host is read. Exit status 0 when a message is recognised, 3 when none is."""
+    from gputriage.engine.judged import verdicts
     from gputriage.knowledge.lookup import find_hits
     from gputriage.status import ExitStatus
 
@@ -46,16 +47,18 @@ def explain(texts: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     if len(items) > 1 and not any(hits for _, hits in found):  # an unquoted paste
         joined = " ".join(items)
         found = [(joined, find_hits(joined))]
+    judged = [(text, list(zip(hits, verdicts(text, hits), strict=True)))
+              for text, hits in found]
     if as_json:
         from gputriage import __version__
         from gputriage.views.explainview import explain_json
 
         env.write_json({"schema": "gputriage/explain/v1", "tool_version": __version__,
-                        "inputs": explain_json(found)})
+                        "inputs": explain_json(judged)})
     elif quiet:
         from gputriage.views.explainview import explained_lines
 
-        env.stdout.write("".join(line + "\n" for line in explained_lines(found)))
+        env.stdout.write("".join(line + "\n" for line in explained_lines(judged)))
     else:
         from gputriage.views.console import is_terminal
         from gputriage.views.explainview import render_explained
@@ -65,6 +68,6 @@ def explain(texts: tuple[str, ...], as_json: bool, quiet: bool) -> None:
             import shutil
 
             width = shutil.get_terminal_size().columns
-        render_explained(found, env.stdout, width=width)
+        render_explained(judged, env.stdout, width=width)
     known = any(hits for _, hits in found)
     raise CommandExit(int(ExitStatus.OK if known else ExitStatus.UNKNOWN))

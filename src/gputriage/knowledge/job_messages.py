@@ -37,10 +37,11 @@ from pathlib import Path
 
 from gputriage.vocabulary import Action, Blame, Severity
 
-__all__ = ["CUDA_FAMILY", "WRAPPERS", "Hit", "Message", "catalog", "cuda_error", "find",
-           "find_hits", "message", "one_per_line", "scan", "scan_line"]
+__all__ = ["CUDA_FAMILY", "FRAMEWORK_FAMILY", "WRAPPERS", "Hit", "Message", "catalog",
+           "cuda_error", "find", "find_hits", "message", "one_per_line", "scan", "scan_line"]
 
 CUDA_FAMILY = "cuda"
+FRAMEWORK_FAMILY = "framework"  # messages/framework.csv: PyTorch, JAX, cuBLAS, cuDNN, NGC
 _HERE = Path(__file__).parent  # the tables beside this module (importlib.resources is slow
 # to import, and start-up is what `gputriage explain` is measured on)
 # words that must be on a line for any message to be looked for (a cheap first filter)

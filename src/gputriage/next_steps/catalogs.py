@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from gputriage.knowledge import nccl_warnings
-from gputriage.knowledge.job_messages import CUDA_FAMILY, message
+from gputriage.knowledge.job_messages import CUDA_FAMILY, FRAMEWORK_FAMILY, message
 from gputriage.knowledge.xid import XidInfo, sxid_info, xid_info
 from gputriage.model import DRAINING_ACTIONS, Action, Finding
 from gputriage.next_steps.container_stack import catalog_next
@@ -272,6 +272,8 @@ def catalog_repair(fid: str) -> Repair | None:
         return sxid_step if code is not None and sxid_info(code) is not None else None
     if family == "nccl":
         return _known_warning if nccl_warnings.row(fid) is not None else None
-    if family in (CUDA_FAMILY, "container") and rest:
-        return catalog_next if message(message_id(fid)) is not None else None
+    row = message(message_id(fid)) if rest else None
+    if row is not None and (family in (CUDA_FAMILY, "container")
+                            or row.family == FRAMEWORK_FAMILY):
+        return catalog_next  # a CUDA error, the container stack's or a framework's message
     return None

@@ -18,6 +18,7 @@ from gputriage.next_steps.node_software import (
     not_loaded,
     version_mismatch,
 )
+from gputriage.rules.cuda_job import CUDA_BUILD_CHECK
 
 __all__ = ["REPAIRS"]
 
@@ -130,11 +131,12 @@ def _unreachable(f: Finding, host: Host) -> str:
 
 
 def _cuda_build(f: Finding, host: Host) -> str:
-    """A program built for a CUDA, or GPUs, the node's driver does not serve."""
-    return ("install the build the explanation names (a wheel or image for the node's CUDA: "
-            "nvidia-smi prints it as CUDA Version) or upgrade the driver to the minimum it "
-            "names; then torch.cuda.is_available() (or deviceQuery) in the job's environment "
-            "should pass before the job is resubmitted")
+    """A program built for a CUDA, or GPUs, the node's driver does not serve, where the
+    rule could not name the build (its facts lacked the versions)."""
+    return ("compare the program's CUDA (torch.version.cuda, nvcc --version, the image tag) "
+            "with the CUDA Version nvidia-smi prints on the node, and install a wheel or "
+            "image made for the node's CUDA or upgrade the driver to one that supports the "
+            f"program's; {CUDA_BUILD_CHECK}")
 
 
 def _compat_libs(f: Finding, host: Host) -> str:

@@ -270,6 +270,9 @@ def repair_of(fid: str) -> Repair | None:
 
 
 def repair(f: Finding, host: Host) -> str | None:
-    """The repair of this finding, by its id; None: the action's frame alone applies."""
+    """The repair of this finding: the one its rule's facts decided, else its id's; None:
+    the action's frame alone applies."""
+    if f.fix:
+        return f.fix
     fn = repair_of(f.id)
     return fn(f, host) if fn is not None else None

@@ -15,8 +15,8 @@ from enum import Enum
 from typing import Any
 
 from gputriage import __version__
-from gputriage.model import Result
-from gputriage.status import at_fault, exit_status, side_verdict, verdict
+from gputriage.model import Finding, Result
+from gputriage.status import at_fault, counted_severity, exit_status, side_verdict, verdict
 from gputriage.vocabulary import RESULT_SCHEMA as SCHEMA  # read back by gputriage.results.reader
 
 TOP_LEVEL_KEYS = (
@@ -47,6 +47,17 @@ def plain(value: Any) -> Any:
     return str(value)  # paths and anything else
 
 
+def _finding_json(result: Result, f: Finding) -> dict:
+    """A finding's JSON with ``counted_severity`` beside its ``severity``: the one its
+    line, the host line, the headline and the exit status count it with (a job's fault
+    counts as a warning at most where it cannot fail the check), at every depth."""
+    data = plain(f.to_json())
+    data["counted_severity"] = counted_severity(result, f).value
+    if f.consequences:
+        data["consequences"] = [_finding_json(result, c) for c in f.consequences]
+    return data
+
+
 def to_json(result: Result, *, generated: datetime | None = None) -> dict:
     """The ``gputriage/result/v1`` document of ``result`` (findings worst
     first). ``generated`` defaults to now, in UTC."""
@@ -64,7 +75,7 @@ def to_json(result: Result, *, generated: datetime | None = None) -> dict:
                      "job_faults_fail": result.job_faults_fail},
         "host": plain(result.host.to_json()),
         "gpus": [plain(g.to_json()) for g in result.gpus],
-        "findings": [plain(f.to_json()) for f in result.sorted_findings()],
+        "findings": [_finding_json(result, f) for f in result.sorted_findings()],
         "skipped": [{"rule": s.rule, "reason": s.reason} for s in result.skipped],
         "inputs": plain(list(result.inputs or [])),
         "manifest": plain(result.manifest),

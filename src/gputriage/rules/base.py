@@ -81,9 +81,10 @@ def rule(rule_id: str, *, any_of: Sequence[str] = (),
 
 def finding(fid: str, severity: Severity, title: str, explanation: str, action: Action,
             blame: Blame, scope: Scope = NODE, evidence: Iterable[Evidence] = (),
-            references: Iterable[str] = (), occurrences: Occurrences | None = None) -> Finding:
+            references: Iterable[str] = (), occurrences: Occurrences | None = None,
+            fix: str | None = None) -> Finding:
     return Finding(fid, severity, title, explanation, action, blame, scope,
-                   merge_evidence(evidence), tuple(references), occurrences)
+                   merge_evidence(evidence), tuple(references), occurrences, fix=fix)
 
 
 def action_for(severity: Severity, action: Action,

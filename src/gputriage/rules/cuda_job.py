@@ -25,8 +25,13 @@ DOC_NOTES = "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/"
 ASK_HOST = ("run `gputriage check` on the node (or paste its nvidia-smi) to confirm the "
             "driver version")
 
-# catalog ids of each kind of failure
-TOO_OLD = frozenset({"cuda.35", "cuda.36", "cuda.221", "cuda.222", "torch.driver-too-old",
+# how a rebuilt or re-pinned job shows it runs, before it is resubmitted (each fix ends so)
+CUDA_BUILD_CHECK = ("then torch.cuda.is_available() (or deviceQuery) in the job's environment "
+                    "should pass before the job is resubmitted")
+
+# catalog ids of each kind of failure (221, the PTX JIT compiler library missing, is
+# not: the driver's library was not given to the process, said as its row says)
+TOO_OLD = frozenset({"cuda.35", "cuda.36", "cuda.222", "torch.driver-too-old",
                      "ngc.driver-too-old"})
 NO_IMAGE = frozenset({"cuda.209", "torch.arch-unsupported"})
 NO_DEVICE = frozenset({"cuda.100", "cuda.101", "torch.no-cuda-gpus", "torch.no-driver",
@@ -123,13 +128,15 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _upgrade(app: str | None) -> str:
+def _upgrade(app: str | None, *, floor_starts: bool = True) -> str:
+    """The driver upgrade a CUDA ``app`` program needs; ``floor_starts``: also the family's
+    floor, which starts the program (not where minor-version compatibility falls short)."""
     if app is None:
         return "upgrade the driver to one that supports the program's CUDA"
     need, floor = cc.min_driver(app), cc.family_floor(app)
     text = f"upgrade the driver to >= {need} (CUDA {app}'s toolkit driver)" if need else (
         f"upgrade the driver to one that supports CUDA {app}")
-    if floor and floor != need:
+    if floor_starts and floor and floor != need:
         text += f"; any driver >= {floor} starts CUDA {_ver(app)[0]}.x programs"
     return text
 
@@ -141,7 +148,7 @@ def _too_old(log: JobLog, hits: list[Hit], stack: Stack) -> Finding:
     ev = _ev(log, hits, stack, *fields)
     fit = _fit(stack)
     v = log.versions
-    if ids & {"cuda.221", "cuda.222", "cuda.36"} and fit is not cc.Fit.NO:
+    if ids & {"cuda.222", "cuda.36"} and fit is not cc.Fit.NO:
         return _minor_limit(ids, stack, ev)
     if "ngc.driver-too-old" in ids and v.driver_required:
         have = stack.driver or v.driver_version or "?"
@@ -154,7 +161,10 @@ def _too_old(log: JobLog, hits: list[Hit], stack: Stack) -> Finding:
             f"{v.image_cuda or '?'}), the node runs {have}{mode}. Run an image release built "
             f"for the node's driver ({_builds_for(stack, minor_ok=False)}) or upgrade the "
             f"driver to >= {v.driver_required}.", Action.FIX_SOFTWARE, Blame.JOB_CONFIG,
-            evidence=ev, references=(DOC_COMPAT,))
+            evidence=ev, references=(DOC_COMPAT,),
+            fix=f"run an image release built for driver {have} "
+                f"({_builds_for(stack, minor_ok=False)}), or upgrade the driver to >= "
+                f"{v.driver_required}; {CUDA_BUILD_CHECK}")
     if fit in (cc.Fit.YES, cc.Fit.MINOR) or (
             stack.app_cuda is None and stack.driver_cuda and cc.family_floor(stack.driver_cuda)
             and "torch.driver-too-old" not in ids and "cuda.35" in ids):
@@ -191,15 +201,16 @@ def _gap(ids: set[str], stack: Stack, ev: list[Evidence]) -> Finding:
         f"The driver's CUDA is the wrong fact here: {drv} supports CUDA {top}{ask} and the "
         f"program was built for {app_text}. Either {upgrade}, or install "
         f"{_builds_for(stack, minor_ok=True)}.", Action.FIX_SOFTWARE, Blame.JOB_CONFIG,
-        evidence=ev, references=(DOC_NOTES, DOC_COMPAT))
+        evidence=ev, references=(DOC_NOTES, DOC_COMPAT),
+        fix=f"install {_builds_for(stack, minor_ok=True)}, or {upgrade}; {CUDA_BUILD_CHECK}")
 
 
 def _minor_limit(ids: set[str], stack: Stack, ev: list[Evidence]) -> Finding:
-    if stack.app_cuda is None and ids & {"cuda.221", "cuda.222"}:
+    if stack.app_cuda is None and "cuda.222" in ids:
         return _ptx_too_new(stack, ev)
     app = stack.app_cuda or "?"
     floor = cc.family_floor(stack.app_cuda) if stack.app_cuda else None
-    what = ("JIT-compile the program's PTX" if ids & {"cuda.221", "cuda.222"}
+    what = ("JIT-compile the program's PTX" if "cuda.222" in ids
             else "serve an API call the program makes")
     drv = stack.driver or "the node's driver"
     return finding(
@@ -210,7 +221,11 @@ def _minor_limit(ids: set[str], stack: Stack, ev: list[Evidence]) -> Finding:
         f"driver older than the toolkit is the wrong fact. {_cap(_upgrade(stack.app_cuda))}, ship "
         "native code (SASS) for the GPU (-gencode arch=compute_XX,code=sm_XX) so nothing is "
         f"JIT-compiled, or install {_builds_for(stack, minor_ok=False)}.",
-        Action.FIX_SOFTWARE, Blame.JOB_CONFIG, evidence=ev, references=(DOC_COMPAT,))
+        Action.FIX_SOFTWARE, Blame.JOB_CONFIG, evidence=ev, references=(DOC_COMPAT,),
+        fix=f"{_upgrade(stack.app_cuda, floor_starts=False)}, or install "
+            f"{_builds_for(stack, minor_ok=False)}, or "
+            "rebuild with native code for the GPU (-gencode arch=compute_XX,code=sm_XX) so "
+            f"nothing is JIT-compiled; {CUDA_BUILD_CHECK}")
 
 
 def _ptx_too_new(stack: Stack, ev: list[Evidence]) -> Finding:

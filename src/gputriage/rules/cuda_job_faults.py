@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 
 from gputriage.facts.fabric import FabricNeed
-from gputriage.knowledge.job_messages import CUDA_FAMILY, Hit, catalog
+from gputriage.knowledge.job_messages import CUDA_FAMILY, FRAMEWORK_FAMILY, Hit, catalog
 from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, DriverVersions, Evidence, Finding, Severity, evidence
 from gputriage.parsers.job_log import JobLog
@@ -373,25 +373,30 @@ def job_fault(job_log: JobLog, driver_events: list[DriverEvent] | None = None
 # the CUDA errors the rules above and rules/cuda_job.py judge with the host's facts
 JUDGED = (TOO_OLD | NO_IMAGE | NO_DEVICE | OOM | KERNEL_FAULT
           | {"cuda.802", "cuda.803", "cuda.804", "cuda.999", *_HARDWARE})
-AS_CATALOGUED = tuple(m.id for m in catalog() if m.family == CUDA_FAMILY and m.id not in JUDGED)
+# the families whose rows no other rule reads are said here as their rows say
+_CATALOGUED_FAMILIES = (CUDA_FAMILY, FRAMEWORK_FAMILY)
+AS_CATALOGUED = tuple(m.id for m in catalog()
+                      if m.family in _CATALOGUED_FAMILIES and m.id not in JUDGED)
 
 
 @rule("cuda.job-error", produces=AS_CATALOGUED)
 def job_error(job_log: JobLog) -> Iterator[Finding]:
-    """A CUDA error of the catalog that no rule judges with the host's facts (invalid
-    argument, a busy device, peer access, an illegal state...): said as its row says, as
-    ``gputriage explain`` says it, rather than left out of the verdict. On a line of the
-    container stack (``nvidia-container-cli: ... cuda error: ...``) it is the cause that
+    """A CUDA or framework error of the catalog that no rule judges with the host's facts
+    (invalid argument, a busy device, peer access, an illegal state, JAX's backend that
+    would not start...): said as its row says, as ``gputriage explain`` says it, rather
+    than left out of the verdict. On a line of the container stack
+    (``nvidia-container-cli: ... cuda error: ...``) it is the cause that
     rules/container.py judges there."""
     stack = {h.lineno for h in job_log.hits if h.message.family == "container"}
     found: dict[str, list[Hit]] = {}
     for h in job_log.hits:
-        if h.message.family == CUDA_FAMILY and h.message.id not in JUDGED \
+        if h.message.family in _CATALOGUED_FAMILIES and h.message.id not in JUDGED \
                 and h.lineno not in stack:
             found.setdefault(h.message.id, []).append(h)
     for hits in found.values():
         msg = hits[0].message
+        title = (f"CUDA error {msg.code}: {msg.text or msg.name}" if msg.code is not None
+                 else msg.meaning.rstrip("."))
         yield finding(
-            msg.id, msg.severity, f"CUDA error {msg.code}: {msg.text or msg.name}",
-            f"{msg.meaning} {msg.cause} {msg.next}", msg.action, msg.blame,
-            evidence=[_job_ev(hits)])
+            msg.id, msg.severity, title, f"{msg.meaning} {msg.cause} {msg.next}", msg.action,
+            msg.blame, evidence=[_job_ev(hits)])

@@ -334,7 +334,11 @@ def smi_errors(smi: Sequence[tuple[str, SmiReport]],
                 continue
             seen.add((err.kind, err.bus_id))
             ev = [evidence(source, split_lines(err.line))]
-            if err.kind in _SMI_ERRORS or err.kind in _SMI_CATALOG:
+            if err.kind == "no-devices" and (f := _no_devices_unplaced(
+                    ev, _container_side(in_container, job_log), in_container is False or (
+                        job_log is not None and job_log.context.ran_on_host("nvidia-smi")))):
+                yield f
+            elif err.kind in _SMI_ERRORS or err.kind in _SMI_CATALOG:
                 fid, title, why, action, blame, severity = _smi_error(err.kind)
                 scope = gpu_scope(err.bus_id) if err.bus_id else Scope()
                 if err.bus_id:
@@ -350,6 +354,39 @@ def smi_errors(smi: Sequence[tuple[str, SmiReport]],
                               f"nvidia-smi failed: {err.reason or err.line.strip()[:80]}",
                               "nvidia-smi printed an error instead of its output.",
                               Action.NONE, Blame.UNKNOWN, evidence=ev)
+
+
+def _no_devices_unplaced(ev: list[Evidence], container: list[str] | None,
+                         on_host: bool) -> Finding | None:
+    """nvidia-smi's "No devices were found" where it is not the node's for sure: printed
+    inside a container (the container was given no GPU: the configuration's), or with
+    nothing to say where it ran (blame unknown, never a drain on this line alone). None
+    when it ran on the host itself: the node's driver initialised no GPU."""
+    if on_host:
+        return None
+    if container is not None:
+        return finding(
+            "nvidia-smi.no-devices", Severity.WARNING,
+            "nvidia-smi found no devices inside this container: it was given no GPU",
+            "Inside a container, nvidia-smi finding no device means the container was given "
+            "none: the NVIDIA runtime mounts nvidia-smi whenever NVIDIA_DRIVER_CAPABILITIES "
+            "has utility, but the GPUs only as NVIDIA_VISIBLE_DEVICES, --gpus, a CDI device "
+            "or a nvidia.com/gpu request name them (void, none or an index the node does "
+            "not have gives none). Recreate the container with its GPUs; run `gputriage "
+            "check` on the host only if it lists none either.", Action.FIX_CONFIG,
+            Blame.JOB_CONFIG,
+            evidence=[*ev, evidence("job_log", container, "the container's prompt")]
+            if container else ev)
+    return finding(
+        "nvidia-smi.no-devices", Severity.WARNING,
+        "nvidia-smi found no devices (where it ran is not in this output)",
+        "On the host, the driver is loaded but initialised no GPU (the kernel log's "
+        "RmInitAdapter lines say why: a BIOS setting such as Resizable BAR or Above 4G "
+        "decoding, GPU firmware that did not boot, failing hardware): drain and reboot. In "
+        "a container, it was given no GPU (NVIDIA_VISIBLE_DEVICES, --gpus, CDI, a "
+        "nvidia.com/gpu request): recreate it with its GPUs. This line alone does not tell "
+        "which: run `gputriage check` on the host (or paste its nvidia-smi, dmesg and "
+        "lspci -d 10de:) before draining.", Action.FIX_CONFIG, Blame.UNKNOWN, evidence=ev)
 
 
 def _all_unreachable(source: str, report: SmiReport) -> Finding | None:

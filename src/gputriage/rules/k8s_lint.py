@@ -374,6 +374,8 @@ def lint_probe_vs_load(cluster: Cluster) -> Iterator[Finding]:
             fast, slow = gb / READ_FAST_GBS, gb / READ_SLOW_GBS
             if budget >= fast:
                 continue
+            need, failures = int(slow * 2), max(int(slow * 2 / 10) + 1, 3)
+            container = c.raw.get("name") or "the GPU container"
             yield finding(
                 "k8s.lint-probe-vs-load", Severity.WARNING,
                 f"{w.ref}: {kind} gives up after {budget} s, loading ~{say_gb(gb)} of "
@@ -385,8 +387,12 @@ def lint_probe_vs_load(cluster: Cluster) -> Iterator[Finding]:
                 f"(CUDA graphs): tens of seconds more. The {kind} allows {budget} s ({terms}), "
                 "so the kubelet kills the container before it is up, and it loads again "
                 f"from the start. Give a startupProbe failureThreshold x periodSeconds of "
-                f"at least {int(slow * 2)} s (e.g. periodSeconds 10, failureThreshold "
-                f"{max(int(slow * 2 / 10) + 1, 3)}) and keep the liveness probe short.",
+                f"at least {need} s (e.g. periodSeconds 10, failureThreshold "
+                f"{failures}) and keep the liveness probe short.",
                 Action.FIX_CONFIG, Blame.JOB_CONFIG, _scope(w),
                 [w.evidence([w.say(f"{c.path}.{kind}", c.raw[kind]),
-                             w.say(f"{c.path}.image", c.image)])])
+                             w.say(f"{c.path}.image", c.image)])],
+                fix=f"give container {container} of {w.ref} a startupProbe with periodSeconds "
+                    f"10 and failureThreshold {failures} ({failures * 10} s, twice the slowest "
+                    f"load of ~{say_gb(gb)}), keeping its livenessProbe short; kubectl get pod "
+                    "-w must then show it Ready without restarts")

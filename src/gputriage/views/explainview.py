@@ -13,11 +13,15 @@ from __future__ import annotations
 import re
 from typing import IO, Any
 
+from gputriage.engine.judged import Verdict
 from gputriage.knowledge.job_messages import Hit, Message
 from gputriage.text.safe import printable
 from gputriage.vocabulary import ACTION_WORDS as VOCABULARY_ACTIONS
 
-__all__ = ["KNOWS", "explain_json", "render_explained"]
+__all__ = ["KNOWS", "Judged", "explain_json", "render_explained"]
+
+# one input text and each message found in it with its verdict
+Judged = tuple[str, list[tuple[Hit, Verdict]]]
 
 BLAME_WORDS = {
     "node": "the node (its hardware or driver), not the job",
@@ -64,20 +68,23 @@ def _field_notes(fields: dict[str, str]) -> list[str]:
     return notes
 
 
-def _rows(msg: Message, hit: Hit | None) -> list[tuple[str, str]]:
+def _rows(msg: Message, hit: Hit | None, verdict: Verdict) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     if msg.code is not None:
         names = " / ".join(n for n in (msg.name, msg.cu_name) if n)
         rows.append(("CUDA error", f"{msg.code} {names}".strip()))
-    rows += [("meaning", msg.meaning), ("likely cause", msg.cause),
-             ("whose fault", BLAME_WORDS.get(msg.blame.value, msg.blame.value)),
-             ("action", f"{msg.action.value}: {ACTION_WORDS.get(msg.action.value, '-')}"),
-             ("next step", msg.next)]
+    rows += [("meaning", msg.meaning), ("likely cause", msg.cause)]
+    if verdict.finding and verdict.title:
+        rows.append(("here", f"{verdict.title} ({verdict.finding})"))
+    blame, action = verdict.blame.value, verdict.action.value
+    rows += [("whose fault", BLAME_WORDS.get(blame, blame)),
+             ("action", f"{action}: {ACTION_WORDS.get(action, '-')}"),
+             ("next step", verdict.step or msg.next)]
     if msg.decide:
         rows.append(("decided by", msg.decide))
     if msg.source:
         rows.append(("source", msg.source))
-    if msg.decide or msg.blame.value == "unknown":
+    if msg.decide or blame == "unknown":
         rows.append(("to confirm", CONFIRM))
     if hit is not None:
         rows += [("captured", note) for note in _field_notes(hit.fields)]
@@ -100,7 +107,7 @@ def _write_rows(out: IO[str], rows: list[tuple[str, str]], width: int | None) ->
             out.write(" " * len(head) + more + "\n")
 
 
-def render_explained(found: list[tuple[str, list[Hit]]], out: IO[str], *,
+def render_explained(found: list[Judged], out: IO[str], *,
                      width: int | None = None) -> None:
     """Each input text and the messages found in it; ``width`` wraps values between
     words (a terminal's), None prints each value on one line (piped)."""
@@ -112,18 +119,20 @@ def render_explained(found: list[tuple[str, list[Hit]]], out: IO[str], *,
         if not hits:
             _unknown(text, out, width)
             continue
-        for i, hit in enumerate(hits):
+        for i, (hit, verdict) in enumerate(hits):
             if i:
                 out.write("\n")
             msg = hit.message
-            title = msg.text or msg.title or FAMILY_WORDS.get(msg.family,
-                                                              f"{msg.family} message")
-            out.write(f"{msg.id}  {msg.severity.value.upper()}  {title}\n")
+            out.write(f"{msg.id}  {verdict.severity.value.upper()}  {_title(msg)}\n")
             _write_rows(out, _rows(msg, hit if hit.line != text.strip() else
-                                   Hit(msg, "", 0, hit.fields)), width)
+                                   Hit(msg, "", 0, hit.fields), verdict), width)
 
 
-def explained_lines(found: list[tuple[str, list[Hit]]]) -> list[str]:
+def _title(msg: Message) -> str:
+    return msg.text or msg.title or FAMILY_WORDS.get(msg.family, f"{msg.family} message")
+
+
+def explained_lines(found: list[Judged]) -> list[str]:
     """One line per message found (``-q``): severity, id, whose fault, what it is and
     the action; one line per text that holds none."""
     lines: list[str] = []
@@ -132,13 +141,11 @@ def explained_lines(found: list[tuple[str, list[Hit]]]) -> list[str]:
             shown = " ".join(text.split())
             shown = shown if len(shown) <= 80 else shown[:77] + "..."
             lines.append(printable(f"UNKNOWN not a message gputriage knows: {shown!r}"))
-        for hit in hits:
-            msg = hit.message
-            title = msg.text or msg.title or FAMILY_WORDS.get(msg.family,
-                                                              f"{msg.family} message")
-            action = ACTION_WORDS.get(msg.action.value, msg.action.value)
-            lines.append(printable(f"{msg.severity.value.upper()} {msg.id} "
-                                   f"[{msg.blame.value}]: {title} — {action}"))
+        for hit, verdict in hits:
+            action = ACTION_WORDS.get(verdict.action.value, verdict.action.value)
+            lines.append(printable(f"{verdict.severity.value.upper()} {hit.message.id} "
+                                   f"[{verdict.blame.value}]: {_title(hit.message)} — "
+                                   f"{action}"))
     return lines
 
 
@@ -154,19 +161,20 @@ def _unknown(text: str, out: IO[str], width: int | None) -> None:
     _write_rows(out, rows, width)
 
 
-def _entry(hit: Hit) -> dict[str, Any]:
+def _entry(hit: Hit, verdict: Verdict) -> dict[str, Any]:
     msg = hit.message
     cuda = ({"code": msg.code, "enum": msg.name, "cu_name": msg.cu_name, "text": msg.text}
             if msg.code is not None else None)
     return {"id": msg.id, "family": msg.family, "cuda": cuda, "meaning": msg.meaning,
-            "cause": msg.cause, "blame": msg.blame.value, "action": msg.action.value,
-            "severity": msg.severity.value, "next": msg.next,
+            "cause": msg.cause, "blame": verdict.blame.value, "action": verdict.action.value,
+            "severity": verdict.severity.value, "next": msg.next, "step": verdict.step,
+            "finding": verdict.finding,
             "needs": msg.decide or None, "source": msg.source or None,
             "fields": dict(hit.fields),
             "notes": _field_notes(hit.fields), "line": hit.line, "lineno": hit.lineno}
 
 
-def explain_json(found: list[tuple[str, list[Hit]]]) -> list[dict[str, Any]]:
+def explain_json(found: list[Judged]) -> list[dict[str, Any]]:
     """The inputs and what was found in each, as plain JSON data."""
-    return [{"text": text, "known": bool(hits), "messages": [_entry(h) for h in hits]}
+    return [{"text": text, "known": bool(hits), "messages": [_entry(*h) for h in hits]}
             for text, hits in found]
