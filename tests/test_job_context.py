@@ -87,3 +87,26 @@ def test_the_corpus_container_prompts_reach_the_job_log(corpus):
     log = parse_job_log(dict(detect(text))["job_log"])
     assert log.context.in_container and log.context.gpus == "all"
     assert log.context.ran_in_container("nvidia-smi")
+
+
+@pytest.mark.parametrize(("line", "command"), [
+    ("$ docker run --rm ubuntu nvidia-smi", "nvidia-smi"),
+    ("docker run --rm -e NVIDIA_VISIBLE_DEVICES=none --runtime=nvidia "
+     "nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi -L", "nvidia-smi -L"),
+    ("sudo podman run -it --device nvidia.com/gpu=all -v /data:/data img python train.py",
+     "python train.py"),
+])
+def test_a_run_line_names_the_command_it_runs_in_the_container(line, command):
+    ctx = read_context([line])
+    assert ctx.container_commands == [command]
+    assert ctx.ran_in_container(command.split()[0])
+
+
+def test_a_launch_named_in_a_sentence_is_not_a_job_log():
+    """A document that mentions `docker run` or `kubectl exec` in prose holds no job's
+    output: nothing claims it (a typed command, or one beside a job's error, does)."""
+    prose = ("What the text carries counts: a container's prompt, a `docker run` without\n"
+             "`--gpus` or a `kubectl exec` before the error makes it the container's.\n")
+    assert "job_log" not in dict(detect(prose))
+    typed = "$ docker run --rm ubuntu nvidia-smi\nNo devices were found\n"
+    assert "job_log" in dict(detect(typed))

@@ -110,6 +110,35 @@ def is_context_line(line: str) -> bool:
                 or _LAUNCH.search(line) or _PODMAN_SHIM.search(line))
 
 
+# a launch typed as a command: at the line's start, after a prompt's $ or #, or sudo
+_TYPED_LAUNCH = re.compile(r"^\s*(?:\S*[$#]\s*)?(?:sudo\s+)?(?:docker|podman|nerdctl|ctr|"
+                           r"kubectl)\s")
+
+
+def _in_prose(line: str) -> bool:
+    """A launch named inside a sentence rather than typed (no prompt, not at the start)."""
+    return bool(_LAUNCH.search(line)) and not (
+        _CONTAINER_PROMPT.match(line) or _HOST_PROMPT.match(line)
+        or _TYPED_LAUNCH.match(line) or _PODMAN_SHIM.search(line))
+
+
+# options of docker/podman/nerdctl run that take a value as the next word
+_VALUED = frozenset({"-e", "--env", "-v", "--volume", "--mount", "--name", "--gpus", "--runtime",
+                     "--device", "-w", "--workdir", "--entrypoint", "--network", "--net",
+                     "--shm-size", "--ipc", "-p", "--publish", "-u", "--user", "-h",
+                     "--hostname", "--platform", "--env-file", "-l", "--label", "--pid",
+                     "--cpus", "-m", "--memory", "--ulimit", "--cap-add", "--security-opt"})
+
+
+def _run_command(rest: str) -> str | None:
+    """The command a ``run`` starts in the container: the words after its image."""
+    words = rest.split()
+    i = 0
+    while i < len(words) and words[i].startswith("-"):
+        i += 1 if "=" in words[i] or words[i] not in _VALUED else 2
+    return " ".join(words[i + 1:]) or None
+
+
 def _apply(ctx: JobContext, line: str) -> bool:
     """Read one line into ``ctx``; False when it says nothing of the context."""
     found = False
@@ -140,6 +169,8 @@ def _apply(ctx: JobContext, line: str) -> bool:
             ctx.in_container = True
             if cmd := _exec_command(rest):
                 ctx.container_commands.append(cmd)
+        elif m.group("verb") == "run" and (cmd := _run_command(rest)):
+            ctx.container_commands.append(cmd)
         found = True
     for m in _ENV.finditer(line):
         name = ("visible_devices" if m.group("key") == "NVIDIA_VISIBLE_DEVICES"
@@ -171,6 +202,9 @@ def claim_context(doc: PasteDoc, name: str = "job_log") -> None:
     holds a job's output, the ``NVIDIA_*`` variables and a non-NVIDIA adapter's name."""
     taken = [i for i, ln in enumerate(doc.lines)
              if doc.owner[i] in (None, BARRIER) and is_context_line(ln)]
+    if name not in doc.owner:  # no job output: only a command as typed says where it ran,
+        # not one named in a sentence ("a `docker run` without --gpus" in a document)
+        taken = [i for i in taken if not _in_prose(doc.lines[i])]
     for i in taken:
         doc.owner[i] = name
     if not (taken or name in doc.owner):

@@ -505,6 +505,8 @@ class _Reader:
         if not fid:
             self.fail(_path(at, "id"), "empty")
         severity = _SEVERITY_OF[self.word(f, "severity", at, _SEVERITIES)]
+        # derived (the result's caps recompute it): checked, not kept; older documents lack it
+        self.word(f, "counted_severity", at, _SEVERITIES, severity.value)
         action = _ACTION_OF[self.word(f, "action", at, _ACTIONS)]
         blame = _BLAME_OF[self.word(f, "blame", at, _BLAMES)]
         evidence = self.array(f, "evidence", at)

@@ -334,8 +334,11 @@ def smi_errors(smi: Sequence[tuple[str, SmiReport]],
                 continue
             seen.add((err.kind, err.bus_id))
             ev = [evidence(source, split_lines(err.line))]
+            # GPUs the driver enumerated and lost beside it: the node's, wherever it ran
+            lost_beside = any(e.kind in ("device-handle", "gpu-lost") for e in report.errors)
             if err.kind == "no-devices" and (f := _no_devices_unplaced(
-                    ev, _container_side(in_container, job_log), in_container is False or (
+                    ev, _container_side(in_container, job_log), lost_beside
+                    or in_container is False or (
                         job_log is not None and job_log.context.ran_on_host("nvidia-smi")))):
                 yield f
             elif err.kind in _SMI_ERRORS or err.kind in _SMI_CATALOG:
