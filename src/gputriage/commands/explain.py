@@ -37,7 +37,8 @@ def explain(texts: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     TEXT is a pasted line or lines, a CUDA error's number, cudaError name or CUDA_ERROR
     name (700, cudaErrorNoDevice, CUDA_ERROR_ILLEGAL_ADDRESS), or - to read stdin;
     several TEXTs are explained one by one (words that mean nothing apart are read as
-    one text). Offline: nothing on this host is read. Exit status 0 when a message is recognised, 3 when none is."""
+    one text). Offline: nothing on this host is read. Exit status 0 when a message is
+    recognised, 3 when none is."""
     from gputriage.engine.judged import verdicts
     from gputriage.knowledge.lookup import find_hits
     from gputriage.status import ExitStatus
