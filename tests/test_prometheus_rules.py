@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 from datetime import datetime, timezone
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -58,33 +57,26 @@ def _rules(kind: str) -> list[dict[str, Any]]:
     return [r for g in _groups() for r in g["rules"] if kind in r]
 
 
-@cache
-def _served() -> dict[str, set[str]]:
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
     """Each series name the watch's collector serves, with its label names, after a
     check of gpu-fallen-off-bus with 8 GPUs expected (a finding, failed and read
     sources, both GPU counts)."""
-    snapshot = build_scenario("gpu-fallen-off-bus", _scratch() / "fallen.tar.gz")
-    exp_file = _scratch() / "expect.toml"
-    exp_file.write_text("[gpu]\ncount = 8\n", encoding="utf-8")
+    root = tmp_path_factory.mktemp("rules-scrape")
+    snapshot = build_scenario("gpu-fallen-off-bus", root / "fallen.tar.gz")
+    (root / "expect.toml").write_text("[gpu]\ncount = 8\n", encoding="utf-8")
     result = analyze(load_inputs([str(snapshot)]),
-                     context=CheckContext(expectations=expect.load(str(exp_file))))
+                     context=CheckContext(expectations=expect.load(str(root / "expect.toml"))))
     state = WatchState(60, 120, expected_gpus=8)
-    run = Running(1, state.clock())
     state.publish(CycleOutcome(1, datetime.now(timezone.utc), 0.5, result,
-                               int(exit_status(result)), sources=sources_of(result)), run)
+                               int(exit_status(result)), sources=sources_of(result)),
+                  Running(1, state.clock()))
     text = generate_latest(make_registry(state)).decode()
-    served: dict[str, set[str]] = {}
+    names: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            served.setdefault(sample.name, set()).update(sample.labels)
-    return served
-
-
-@cache
-def _scratch() -> Path:
-    import tempfile
-
-    return Path(tempfile.mkdtemp(prefix="gputriage-rules-"))
+            names.setdefault(sample.name, set()).update(sample.labels)
+    return names
 
 
 def _unescape(value: str) -> str:
@@ -159,8 +151,7 @@ def test_promtool_fails_a_unit_test_whose_alert_does_not_fire(tmp_path: Path) ->
 
 # --- no drift from the exporter ---------------------------------------------------------
 
-def test_every_metric_the_rules_use_is_served_by_the_watch() -> None:
-    served = _served()
+def test_every_metric_the_rules_use_is_served_by_the_watch(served: dict[str, set[str]]) -> None:
     recorded = {r["record"] for r in _rules("record")}
     for rule in _rules("expr"):
         for name in METRIC.findall(rule["expr"]):
@@ -170,8 +161,8 @@ def test_every_metric_the_rules_use_is_served_by_the_watch() -> None:
             assert name in recorded, f"{name} is recorded by no rule"
 
 
-def test_every_label_and_value_the_rules_select_is_one_the_watch_serves() -> None:
-    served = _served()
+def test_every_label_and_value_the_rules_select_is_one_the_watch_serves(
+        served: dict[str, set[str]]) -> None:
     ids = _produced_ids()
     for rule in _rules("expr"):
         name = rule.get("alert") or rule.get("record")
@@ -194,10 +185,9 @@ def test_every_label_and_value_the_rules_select_is_one_the_watch_serves() -> Non
                     assert alt in known, f"{name}: {metric}{{{label}}} is never {alt!r}"
 
 
-def test_the_labels_in_annotations_are_the_alerts_own() -> None:
+def test_the_labels_in_annotations_are_the_alerts_own(served: dict[str, set[str]]) -> None:
     """An annotation's $labels.X is a label of the series the alert selects (or one its
     expression adds), so a summary never renders an empty host or id."""
-    served = _served()
     for rule in _rules("alert"):
         metrics = set(METRIC.findall(rule["expr"]))
         recorded = re.findall(r"\b([a-z_]+:gputriage_[a-z_]+:[a-z_0-9]+)\b", rule["expr"])
