@@ -3,10 +3,14 @@
 without it), and they cannot drift from the exporter: every metric, label and label
 value they select is one ``gputriage watch`` really serves (its collector, on a scenario
 host), every finding id they name is one a rule produces, and every alert has a runbook
-section in docs/alerts.md and a unit test in which it fires."""
+section in docs/alerts.md and a unit test in which it fires. Last, the watch's own scrape
+of scenario hosts goes through the rules (promtool, an hour of samples): the alerts that
+fire are those an on-call expects, and none for a healthy node, the job's faults beyond
+info, or an acknowledged GPU."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -19,6 +23,7 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gputriage.engine.acks import Ack
 from gputriage.engine.analysis import analyze
 from gputriage.facts.context import CheckContext
 from gputriage.ingest import load_inputs
@@ -249,3 +254,79 @@ def test_every_alert_fires_in_a_unit_test_and_is_asserted_quiet_in_one() -> None
     names = {r["alert"] for r in _rules("alert")}
     assert names - fired == set(), "alerts no unit test fires"
     assert names - quiet == set(), "alerts no unit test asserts quiet"
+
+
+# --- the rules on real scrapes -------------------------------------------------------------
+
+def _series_of(text: str, instance: str) -> list[dict[str, str]]:
+    """promtool input series for an exposition: every sample held for an hour, the last
+    success moving with promtool's clock (a watch checking every minute)."""
+    out = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = {"job": "gputriage", "instance": instance,
+                      **{k: v for k, v in sample.labels.items() if v != ""}}
+            selector = ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()))
+            values = ("0+60x60" if sample.name == "gputriage_last_success_timestamp_seconds"
+                      else f"{sample.value!r}x60")
+            out.append({"series": f"{sample.name}{{{selector}}}", "values": values})
+    return out
+
+
+def _scrape(scenario: str, root: Path, *, expected_gpus: int | None = None,
+            acks: tuple[Ack, ...] = ()) -> str:
+    """The /metrics text of a watch whose last check judged ``scenario``."""
+    snapshot = build_scenario(scenario, root / f"{scenario}.tar.gz")
+    expectations = None
+    if expected_gpus is not None:
+        (root / "expect.toml").write_text(f"[gpu]\ncount = {expected_gpus}\n",
+                                          encoding="utf-8")
+        expectations = expect.load(str(root / "expect.toml"))
+    result = analyze(load_inputs([str(snapshot)]), context=CheckContext(
+        expectations=expectations, acks=acks, now=datetime.now(timezone.utc)))
+    state = WatchState(60, 120, expected_gpus=expected_gpus)
+    state.publish(CycleOutcome(1, datetime.now(timezone.utc), 0.5, result,
+                               int(exit_status(result)), sources=sources_of(result)),
+                  Running(1, state.clock()))
+    return generate_latest(make_registry(state)).decode()
+
+
+def _ack_gpu(bus: str) -> Ack:
+    return Ack(1, datetime.now(timezone.utc), "oncall", "sent for repair, INC-1", gpu=bus)
+
+
+# scenario, its expectations (GPUs), acknowledged GPU: the alerts firing after an hour
+REAL_SCRAPES = [
+    ("healthy-8xh100", 8, None, {}),
+    ("gpu-fallen-off-bus", 8, None, {"GPUTriageNodeCritical": "critical",
+                                     "GPUTriageGPULost": "critical",
+                                     "GPUTriageSourceFailing": "info"}),
+    ("gpu-fallen-off-bus", 8, "0000:9a:00.0", {"GPUTriageSourceFailing": "info"}),
+    ("xid31-one-job", None, None, {"GPUTriageJobFault": "info"}),
+    ("nccl-socket-fallback", None, None, {"GPUTriageJobFault": "info"}),
+    ("pcie-x8-gpu3", 8, None, {"GPUTriageNodeWarning": "warning"}),
+]
+
+
+@needs_promtool
+@pytest.mark.parametrize(("scenario", "gpus", "acked", "firing"), REAL_SCRAPES,
+                         ids=[f"{s}{'-acked' if a else ''}" for s, _, a, _ in REAL_SCRAPES])
+def test_the_rules_on_a_real_scrape_fire_what_an_oncall_expects(
+        scenario: str, gpus: int | None, acked: str | None, firing: dict[str, str],
+        tmp_path: Path) -> None:
+    """The watch's own series for a scenario, through the rules for an hour: the alerts
+    firing, by name and severity (a job's critical is info, an acknowledged GPU pages
+    nobody, a healthy node raises nothing)."""
+    text = _scrape(scenario, tmp_path, expected_gpus=gpus,
+                   acks=(_ack_gpu(acked),) if acked else ())
+    expected = [{"labels": f'{{alertname="{name}", severity="{severity}"}}', "value": 1}
+                for name, severity in sorted(firing.items())]
+    test = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [{
+        "name": scenario, "interval": "1m", "input_series": _series_of(text, scenario),
+        "promql_expr_test": [{
+            "expr": 'group by (alertname, severity) (ALERTS{alertstate="firing"})',
+            "eval_time": "60m", "exp_samples": expected}]}]}
+    (tmp_path / "real.yaml").write_text(yaml.safe_dump(test), encoding="utf-8")
+    proc = subprocess.run(["promtool", "test", "rules", "real.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
