@@ -190,6 +190,19 @@ def test_every_label_and_value_the_rules_select_is_one_the_watch_serves(
                     assert alt in known, f"{name}: {metric}{{{label}}} is never {alt!r}"
 
 
+def test_every_series_the_watch_serves_is_in_the_metrics_table(
+        served: dict[str, set[str]]) -> None:
+    """docs/watch.md's table, which the rules and the runbooks refer to, lists them all
+    with their labels."""
+    doc = (REPO / "docs" / "watch.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip(" `"): line for line in doc.splitlines()
+            if line.startswith("| `gputriage_")}
+    for name, labels in served.items():
+        assert name in rows, f"docs/watch.md's metrics table lacks {name}"
+        for label in labels:
+            assert f"`{label}`" in rows[name], f"docs/watch.md: {name}'s label {label}"
+
+
 def test_the_labels_in_annotations_are_the_alerts_own(served: dict[str, set[str]]) -> None:
     """An annotation's $labels.X is a label of the series the alert selects (or one its
     expression adds), so a summary never renders an empty host or id."""
