@@ -14,7 +14,8 @@ import json
 import re
 import shutil
 import subprocess
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,8 @@ from gputriage.ingest import load_inputs
 from gputriage.parsers import expect
 from gputriage.rules import all_rules
 from gputriage.scenarios import build_scenario
-from gputriage.state.recurrence import families
+from gputriage.state.history import record
+from gputriage.state.recurrence import apply_history, families
 from gputriage.status import exit_status
 from gputriage.vocabulary import VERDICTS, Action, Blame
 from gputriage.watch.cycle import CycleOutcome
@@ -287,7 +289,7 @@ def _series_of(text: str, instance: str) -> list[dict[str, str]]:
 
 
 def _scrape(scenario: str, root: Path, *, expected_gpus: int | None = None,
-            acks: tuple[Ack, ...] = ()) -> str:
+            acks: tuple[Ack, ...] = (), amend: Callable[[Any], None] | None = None) -> str:
     """The /metrics text of a watch whose last check judged ``scenario``."""
     snapshot = build_scenario(scenario, root / f"{scenario}.tar.gz")
     expectations = None
@@ -297,6 +299,8 @@ def _scrape(scenario: str, root: Path, *, expected_gpus: int | None = None,
         expectations = expect.load(str(root / "expect.toml"))
     result = analyze(load_inputs([str(snapshot)]), context=CheckContext(
         expectations=expectations, acks=acks, now=datetime.now(timezone.utc)))
+    if amend is not None:
+        amend(result)
     state = WatchState(60, 120, expected_gpus=expected_gpus)
     state.publish(CycleOutcome(1, datetime.now(timezone.utc), 0.5, result,
                                int(exit_status(result)), sources=sources_of(result)),
@@ -332,14 +336,43 @@ def test_the_rules_on_a_real_scrape_fire_what_an_oncall_expects(
     nobody, a healthy node raises nothing)."""
     text = _scrape(scenario, tmp_path, expected_gpus=gpus,
                    acks=(_ack_gpu(acked),) if acked else ())
+    _assert_firing(text, scenario, firing, tmp_path)
+
+
+def _assert_firing(text: str, instance: str, firing: dict[str, str], root: Path) -> None:
+    """promtool: ``text``'s series held for an hour fire exactly ``firing`` (name:
+    severity)."""
     expected = [{"labels": f'{{alertname="{name}", severity="{severity}"}}', "value": 1}
                 for name, severity in sorted(firing.items())]
     test = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [{
-        "name": scenario, "interval": "1m", "input_series": _series_of(text, scenario),
+        "name": instance, "interval": "1m", "input_series": _series_of(text, instance),
         "promql_expr_test": [{
             "expr": 'group by (alertname, severity) (ALERTS{alertstate="firing"})',
             "eval_time": "60m", "exp_samples": expected}]}]}
-    (tmp_path / "real.yaml").write_text(yaml.safe_dump(test), encoding="utf-8")
-    proc = subprocess.run(["promtool", "test", "rules", "real.yaml"], cwd=tmp_path,
+    (root / "real.yaml").write_text(yaml.safe_dump(test), encoding="utf-8")
+    proc = subprocess.run(["promtool", "test", "rules", "real.yaml"], cwd=root,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@needs_promtool
+def test_a_latched_port_on_a_real_scrape_fires_the_latch_alone(tmp_path: Path) -> None:
+    """ib-port-polling's port down in three checks of the last hour, up in between and
+    now: the history latches flapping.ib-port (issue 34), and its alert is the one that
+    fires, though the port is up in this check."""
+    down = analyze(load_inputs([str(build_scenario("ib-port-polling",
+                                                   tmp_path / "down.tar.gz"))]))
+    up = analyze(load_inputs([str(build_scenario("healthy-8xh100",
+                                                 tmp_path / "up.tar.gz"))]))
+    assert {f.id for f in down.findings if f.current} >= {"ib.port-not-active"}
+    now = datetime.now(timezone.utc)
+    state_dir = tmp_path / "state"
+    for minutes_ago, result in ((50, down), (40, up), (30, down), (20, up), (10, down)):
+        record(state_dir, result, now - timedelta(minutes=minutes_ago))
+
+    def latch(result: Any) -> None:
+        assert apply_history(result, state_dir, now) == []
+        assert "flapping.ib-port" in {f.id for f in result.findings}
+
+    text = _scrape("healthy-8xh100", tmp_path, amend=latch)
+    _assert_firing(text, "gpu-node-017", {"GPUTriageFlappingLatched": "critical"}, tmp_path)
