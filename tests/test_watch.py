@@ -150,6 +150,26 @@ def test_a_jobs_fault_leaves_its_gpu_healthy(results):
                 if s.value == 1]  # no GPU in warning
 
 
+def test_gpu_counts_say_how_many_the_driver_can_use_against_the_expected(results):
+    """gpu-fallen-off-bus: 7 of 8 usable, the expectations' 8; the interval and the limit
+    a staleness or overrun alert compares against."""
+    state = WatchState(60, 120, expected_gpus=8)
+    metrics = _metrics(make_registry(state))
+    assert _samples(metrics, "gputriage_gpus") == []  # no check yet: no count
+    assert _samples(metrics, "gputriage_gpus_expected")[0].value == 8
+    _publish(state, results["gpu-fallen-off-bus"])
+    metrics = _metrics(make_registry(state))
+    assert _samples(metrics, "gputriage_gpus")[0].value == 7
+    assert _samples(metrics, "gputriage_check_interval_seconds")[0].value == 60
+    assert _samples(metrics, "gputriage_check_limit_seconds")[0].value == 120
+    healthy = WatchState(0, 90)  # no expectations: no expected series
+    _publish(healthy, results["healthy-8xh100"])
+    metrics = _metrics(make_registry(healthy))
+    assert _samples(metrics, "gputriage_gpus")[0].value == 8
+    assert _samples(metrics, "gputriage_gpus_expected") == []
+    assert _samples(metrics, "gputriage_check_interval_seconds")[0].value == 0
+
+
 def test_absent_sources_have_no_status_series(results):
     result = results["healthy-8xh100"]
     statuses = sources_of(result)

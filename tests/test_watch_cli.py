@@ -67,6 +67,21 @@ def test_max_cycles_runs_that_many_checks_and_writes_the_textfile(fallen, tmp_pa
     assert [p.name for p in textfiles.iterdir()] == ["gputriage.prom"]  # no temp file left
 
 
+def test_the_expected_gpu_count_of_expect_is_served_beside_the_usable_count(fallen,
+                                                                            tmp_path):
+    expect = tmp_path / "expect.toml"
+    expect.write_text("[gpu]\ncount = 8\n", encoding="utf-8")
+    code, _, err = _run(["watch", "--snapshot", str(fallen), "--interval", "0",
+                         "--max-cycles", "1", "--textfile", str(tmp_path), "--no-history",
+                         "--expect", str(expect)])
+    assert code == 0, err
+    text = (tmp_path / "gputriage.prom").read_text()
+    assert _series(text, "gputriage_gpus_expected")[0].value == 8
+    assert _series(text, "gputriage_gpus")[0].value == 7
+    [short] = _series(text, "gputriage_finding", id="expect.gpu-count")
+    assert short.labels["bus_id"] == FALLEN_BUS
+
+
 def _hung_host(root: Path) -> FakeHost:
     """A host with an NVIDIA GPU on PCI whose ``nvidia-smi -q -x`` hangs."""
     return gpu_host(root, commands={("nvidia-smi", "-q", "-x"): (0, "")},

@@ -2,7 +2,9 @@
 package) scrapes a real ``gputriage watch --listen`` on a scenario host (GPU 4 fell off
 the bus) and a real node_exporter (``prometheus-node-exporter``) that reads the watch's
 ``--textfile``; the finding series and their labels are asserted through Prometheus's
-HTTP API, and the textfile through ``promtool check metrics``.
+HTTP API, and the textfile through ``promtool check metrics``. Prometheus loads the
+shipped rules (deploy/prometheus/gputriage-rules.yaml): the node's critical alert goes
+pending on both ways in, and nothing is said about the job.
 
 Every process listens on 127.0.0.1 on a free port and is killed when the module ends;
 every wait is bounded. Skipped, saying which, when a program is not installed (.ci/run
@@ -32,6 +34,7 @@ from gputriage.scenarios import build_scenario
 PROGRAMS = ("prometheus", "promtool", "prometheus-node-exporter")
 WAIT_S = 30.0  # the longest any wait here may take
 LOST_BUS = "0000:9a:00.0"  # GPU 4 of gpu-fallen-off-bus
+RULES = Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "gputriage-rules.yaml"
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     any(shutil.which(p) is None for p in PROGRAMS),
@@ -119,6 +122,7 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 def _prometheus_config(watch_port: int, exporter_port: int) -> str:
     return (
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files:\n  - {json.dumps(str(RULES))}\n"
         "scrape_configs:\n"
         "  - job_name: gputriage\n"
         f"    static_configs:\n      - targets: ['127.0.0.1:{watch_port}']\n"
@@ -230,3 +234,22 @@ def test_npd_plugin_reads_the_running_watch(stack: Stack) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (line,) = proc.stdout.splitlines()
     assert line.startswith("CRITICAL xid.79") and LOST_BUS in line and len(line) <= 80
+
+
+def test_the_shipped_rules_raise_the_nodes_critical_and_nothing_else(stack: Stack) -> None:
+    """The alert waits out its 2 minutes as pending, with the finding and the host."""
+    pending = stack.wait_query('ALERTS{alertname="GPUTriageNodeCritical"}')
+    assert {_labels(a)["job"] for a in pending} == {"gputriage", "node"}
+    for alert in pending:
+        labels = _labels(alert)
+        assert (labels["alertstate"], labels["severity"], labels["id"], labels["bus_id"]) \
+            == ("pending", "critical", "xid.79", LOST_BUS)
+    (recorded,) = stack.wait_query(
+        'instance_severity:gputriage_node_findings:sum{job="gputriage"}')
+    assert (_labels(recorded)["severity"], float(recorded["value"][1])) == ("critical", 1.0)
+    for quiet in ("GPUTriageJobFault", "GPUTriageGPULost", "GPUTriageCheckStale",
+                  "GPUTriageMetricsAbsent", "GPUTriageMetricsGone", "GPUTriageCheckUnknown"):
+        assert stack.query(f'ALERTS{{alertname="{quiet}"}}') == [], quiet
+    status, body = _get(f"{stack.prometheus}/api/v1/rules?type=alert")
+    loaded = {r["name"] for g in json.loads(body)["data"]["groups"] for r in g["rules"]}
+    assert status == 200 and "GPUTriageFlappingLatched" in loaded

@@ -86,7 +86,8 @@ def watch(interval: float, listen: str | None, textfile_dir: str | None,
     expectations = load_expectations(expect_file, default=True)
     if from_snapshot is not None:
         _readable(from_snapshot)
-    state = WatchState(interval, deadline + OVERRUN_MARGIN_S)
+    state = WatchState(interval, deadline + OVERRUN_MARGIN_S,
+                       expected_gpus=expectations.gpu.count if expectations else None)
     registry = make_registry(state)
     sinks: list[Any] = []
     listeners: list[Callable[[], None]] = []

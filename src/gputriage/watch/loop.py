@@ -51,9 +51,11 @@ class WatchState:
     metrics collector, the HTTP server and the textfile writer."""
 
     def __init__(self, interval_s: float, limit_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *,
+                 expected_gpus: int | None = None) -> None:
         self.interval_s = interval_s
         self.limit_s = limit_s
+        self.expected_gpus = expected_gpus  # the expectations' gpu.count (None: unstated)
         self.clock = clock
         self.started = clock()
         self.lock = threading.Lock()

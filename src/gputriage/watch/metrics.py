@@ -112,6 +112,7 @@ class WatchCollector:
             findings.add_metric([severity], n)
         yield findings
         yield self._gpus(result)
+        yield from self._gpu_counts(result, state.expected_gpus)
 
         from gputriage.status import ExitStatus
 
@@ -144,6 +145,12 @@ class WatchCollector:
         if last is not None:
             duration.add_metric([], last.duration_s)
         yield duration
+        yield GaugeMetricFamily("gputriage_check_interval_seconds",
+                                "Seconds between the starts of two checks (--interval; 0: "
+                                "back to back)", value=state.interval_s)
+        yield GaugeMetricFamily("gputriage_check_limit_seconds",
+                                "How long a check may run before it counts as overran (the "
+                                "collection deadline + 30 s)", value=state.limit_s)
         checks = CounterMetricFamily(
             "gputriage_checks", "Checks by outcome: ok, failed (raised), overran (ran "
             "past the limit), skipped_overlap (a tick found the previous still running)",
@@ -178,6 +185,25 @@ class WatchCollector:
             for word in GPU_STATES:
                 family.add_metric([*key, word], 1 if word == state else 0)
         return family
+
+    @staticmethod
+    def _gpu_counts(result: Any, expected: int | None) -> Iterator[Any]:
+        """How many GPUs the driver can use (none before a successful check) and how
+        many the expectations state (none when they do not)."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        usable = GaugeMetricFamily(
+            "gputriage_gpus", "GPUs the driver lists and no layer reports lost, in the "
+            "last successful check")
+        if result is not None:
+            usable.add_metric([], sum(1 for row in result.gpus if row.visible))
+        yield usable
+        expected_family = GaugeMetricFamily(
+            "gputriage_gpus_expected", "GPUs the node should have (the expectations' "
+            "gpu.count; no series when not stated)")
+        if expected is not None:
+            expected_family.add_metric([], expected)
+        yield expected_family
 
     @staticmethod
     def _sources(last: Any) -> Iterator[Any]:
