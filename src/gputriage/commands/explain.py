@@ -24,6 +24,27 @@ def _texts(args: tuple[str, ...]) -> list[str]:
     return [stdin_text if arg == "-" else arg for arg in args]
 
 
+def explained(items: list[str]) -> list[tuple[str, list]]:
+    """Each text with the catalog rows it matches; several texts that match nothing
+    apart are one unquoted paste, explained joined."""
+    from gputriage.knowledge.lookup import find_hits
+
+    found = [(text, find_hits(text)) for text in items]
+    if len(items) > 1 and not any(hits for _, hits in found):  # an unquoted paste
+        joined = " ".join(items)
+        found = [(joined, find_hits(joined))]
+    return found
+
+
+def explain_document(found: list[tuple[str, list]]) -> dict:
+    """The ``gputriage/explain/v1`` document of :func:`explained`'s answer."""
+    from gputriage import __version__
+    from gputriage.views.explainview import explain_json
+
+    return {"schema": "gputriage/explain/v1", "tool_version": __version__,
+            "inputs": explain_json(found)}
+
+
 @click.command("explain")
 @click.argument("texts", nargs=-1, required=True, metavar="TEXT...")
 @click.option("--json", "as_json", is_flag=True,
@@ -37,21 +58,12 @@ def explain(texts: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     CUDA_ERROR_ILLEGAL_ADDRESS), or - to read stdin; several TEXTs are explained one by
     one (words that mean nothing apart are read as one text). Offline: nothing on this
     host is read. Exit status 0 when a message is recognised, 3 when none is."""
-    from gputriage.knowledge.lookup import find_hits
     from gputriage.status import ExitStatus
 
     env = current_env()
-    items = _texts(texts)
-    found = [(text, find_hits(text)) for text in items]
-    if len(items) > 1 and not any(hits for _, hits in found):  # an unquoted paste
-        joined = " ".join(items)
-        found = [(joined, find_hits(joined))]
+    found = explained(_texts(texts))
     if as_json:
-        from gputriage import __version__
-        from gputriage.views.explainview import explain_json
-
-        env.write_json({"schema": "gputriage/explain/v1", "tool_version": __version__,
-                        "inputs": explain_json(found)})
+        env.write_json(explain_document(found))
     elif quiet:
         from gputriage.views.explainview import explained_lines
 
