@@ -43,16 +43,17 @@ Paths = Annotated[list[str], Field(
 
 
 def _sdk() -> tuple[Any, Any, Any]:
-    """The server class, its ToolError and ToolAnnotations, from mcp 2 or mcp 1."""
-    from mcp.types import ToolAnnotations
+    """The server class, its ToolError and ToolAnnotations, from mcp 2 (``MCPServer``)
+    or mcp 1 (``FastMCP``); looked up by name, so that either typechecks."""
+    import importlib
 
     try:
-        from mcp.server.mcpserver import MCPServer as server_class
-        from mcp.server.mcpserver.exceptions import ToolError
+        server_class = importlib.import_module("mcp.server.mcpserver").MCPServer
+        errors = importlib.import_module("mcp.server.mcpserver.exceptions")
     except ImportError:  # mcp 1.x
-        from mcp.server.fastmcp import FastMCP as server_class  # type: ignore[no-redef]
-        from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]
-    return server_class, ToolError, ToolAnnotations
+        server_class = importlib.import_module("mcp.server.fastmcp").FastMCP
+        errors = importlib.import_module("mcp.server.fastmcp.exceptions")
+    return server_class, errors.ToolError, importlib.import_module("mcp.types").ToolAnnotations
 
 
 def build_server(policy: Policy, runner: Runner) -> Any:
