@@ -175,6 +175,20 @@ def test_a_call_past_its_time_bound_is_killed_and_the_next_one_answers():
     assert not ok and "not an Xid code" in why
 
 
+def test_without_the_sdk_the_command_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mcp.server", None)  # import mcp.server fails
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["mcp"], Environment(stdout=out, stderr=err))
+    assert code == 66 and out.getvalue() == ""
+    assert err.getvalue().count("\n") == 1 and "pip install 'gputriage[mcp]'" in err.getvalue()
+
+
+def test_an_allowed_path_must_exist_when_the_server_starts(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["mcp", "--allow", str(tmp_path / "missing")], Environment(stdout=out, stderr=err))
+    assert code == 64 and "does not exist" in err.getvalue()
+
+
 # -- the SDK's client against the server ---------------------------------------------
 mcp = pytest.importorskip("mcp")
 
