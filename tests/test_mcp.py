@@ -105,6 +105,8 @@ def test_pasted_text_over_the_cap_binary_or_empty_is_refused():
     policy = Policy(max_text_bytes=4096)
     with pytest.raises(Refused, match="over this server's 4.0 KiB limit"):
         run_tool("analyze_text", policy, {"text": "NVRM: Xid 79\n" * 400})
+    with pytest.raises(Refused, match="explain_error takes at most 1.0 MiB"):
+        run_tool("explain_error", Policy(), {"text": "CUDA error: out of memory\n" * 50000})
     for tool in ("analyze_text", "explain_error"):
         with pytest.raises(Refused, match="binary data"):
             run_tool(tool, policy, {"text": "\x7fELF\x02\x01\x01" + "\x00\x01\x02\x03" * 200})

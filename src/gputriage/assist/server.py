@@ -71,12 +71,11 @@ def build_server(policy: Policy, runner: Runner) -> Any:
          "openWorldHint": False})
 
     async def call(name: str, **arguments: Any) -> dict[str, Any]:
-        try:
-            for key in ("text",):  # refused here, before a child gets a copy
-                if isinstance(arguments.get(key), str):
-                    text_bytes(arguments[key], policy)
-        except Refused as exc:
-            raise tool_error(str(exc)) from None
+        if isinstance(arguments.get("text"), str):  # refused before a child gets a copy
+            try:
+                text_bytes(arguments["text"], policy)
+            except Refused as exc:
+                raise tool_error(str(exc)) from None
         given = {key: value for key, value in arguments.items() if value is not None}
         ok, text = await anyio.to_thread.run_sync(runner.call, name, given, limiter=limiter)
         if not ok:

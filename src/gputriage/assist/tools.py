@@ -131,10 +131,15 @@ def analyze_paths(policy: Policy, paths: list[str], since: str | None = None,
 
 
 def explain_error(policy: Policy, text: str) -> dict:
-    from gputriage.commands.explain import explain_document, explained
+    from gputriage.commands.explain import STDIN_LIMIT, explain_document, explained
+    from gputriage.io.inputs import human
     from gputriage.io.sniff import looks_binary
 
     data = text_bytes(text, policy)
+    if len(data) > STDIN_LIMIT:  # what explain reads of stdin
+        raise Refused(f"the message is {human(len(data))}: explain_error takes at most "
+                      f"{human(STDIN_LIMIT)} (the lines around the error; a whole log goes "
+                      "to analyze_text)")
     if looks_binary(data[:64 * 1024]):
         raise Refused("binary data, not an error message")
     return explain_document(explained([data.decode("utf-8", errors="replace")]))
