@@ -192,9 +192,6 @@ def test_an_allowed_path_must_exist_when_the_server_starts(tmp_path):
 
 
 # -- the SDK's client against the server ---------------------------------------------
-mcp = pytest.importorskip("mcp")
-
-
 def _wire(model: Any) -> dict:
     """A result as it goes over the wire (camelCase in mcp 1 and 2 alike)."""
     dumped: dict = model.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -203,6 +200,7 @@ def _wire(model: Any) -> dict:
 
 @pytest.mark.slow
 def test_the_sdk_client_lists_the_read_only_tools_and_calls_each(corpus, snapshots, tmp_path):
+    pytest.importorskip("mcp", reason="the mcp package (the test extra) is not installed")
     import anyio
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
