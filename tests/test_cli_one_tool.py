@@ -69,6 +69,7 @@ NOT_A_REPORT = {
     "collect": "writes a snapshot; its one stderr line says where",
     "drain-guard": "a recipe's gate: its output is the decision's log line and exit status",
     "expect": "writes an expectations file (TOML), or prints it",
+    "mcp": "a Model Context Protocol server on stdio: its output is the protocol",
     "npd": "prints node-problem-detector's one line already",
     "watch": "a daemon: its output is metrics and log lines",
 }

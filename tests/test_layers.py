@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("fleet",),
     ("views",),
     ("watch",),
-    ("commands",),
+    ("commands", "assist"),
     ("cli", "__main__"),
 )
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}

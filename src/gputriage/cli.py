@@ -42,7 +42,7 @@ COMMANDS: dict[str, str] = {
     "explain": "explain:explain", "fleet": "compare:fleet", "history": "compare:history",
     "k8s": "k8s:k8s", "logs": "logs:logs", "nccl": "nccl:nccl", "scenario": "scenario:scenario",
     "schema": "schema:schema", "triage": "compare:triage", "xid": "logs:xid",
-    "weights": "weights:weights",
+    "weights": "weights:weights", "mcp": "mcp:mcp",
     "npd": "npd:npd", "watch": "watch:watch", "drain-guard": "drain_guard:drain_guard",
 }
 
@@ -108,6 +108,7 @@ def cli() -> None:
     gputriage weights MODEL|--params 70B  model size, GPU fit, load time, the herd
     gputriage watch --listen :9400  check every minute; Prometheus metrics, /healthz
     gputriage npd [--from URL]      node-problem-detector plugin (0 OK, 1 problem, 2 unknown)
+    gputriage mcp [--allow DIR]     read-only answers for an LLM assistant (MCP, stdio)
 
     Exit status: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; 64 usage, 66 unreadable input.
     """

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import click
 
@@ -108,10 +109,8 @@ def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool, quie
     if as_json:
         import json
 
-        from gputriage.views.diffview import diff_to_json
-
-        doc = {**diff_to_json(result), "warnings": list(result.warnings)}
-        env.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        env.stdout.write(json.dumps(diff_document(result), indent=2, ensure_ascii=False)
+                         + "\n")
     elif quiet:
         from gputriage.views.diffview import diff_line
 
@@ -129,6 +128,13 @@ def diff(a: str, b: str, as_json: bool, include_noise: bool, verbose: bool, quie
             console.print(Text(f"warning: {printable(warning)}", style="bold yellow"))
         render_diff(result, console, verbose=verbose)
     raise CommandExit(result.exit_status)
+
+
+def diff_document(result: Any) -> dict:
+    """The ``gputriage/diff/v1`` document of a diff (its warnings included)."""
+    from gputriage.views.diffview import diff_to_json
+
+    return {**diff_to_json(result), "warnings": list(result.warnings)}
 
 
 @click.command("triage")

@@ -4,9 +4,14 @@ messages (the rows ``analyze`` judges the same messages by)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from gputriage.commands.common import CommandExit, current_env, list_quiet_option
+
+if TYPE_CHECKING:
+    from gputriage.views.explainview import Judged
 
 # a paste, not a log: what stdin holds beyond this is left unread
 STDIN_LIMIT = 1 << 20
@@ -24,6 +29,29 @@ def _texts(args: tuple[str, ...]) -> list[str]:
     return [stdin_text if arg == "-" else arg for arg in args]
 
 
+def explained(items: list[str]) -> list[Judged]:
+    """Each text with the catalog rows it matches, each with its verdict (the one
+    ``analyze`` gives the same text); several texts that match nothing apart are one
+    unquoted paste, explained joined."""
+    from gputriage.engine.judged import verdicts
+    from gputriage.knowledge.lookup import find_hits
+
+    found = [(text, find_hits(text)) for text in items]
+    if len(items) > 1 and not any(hits for _, hits in found):  # an unquoted paste
+        joined = " ".join(items)
+        found = [(joined, find_hits(joined))]
+    return [(text, list(zip(hits, verdicts(text, hits), strict=True))) for text, hits in found]
+
+
+def explain_document(found: list[Judged]) -> dict:
+    """The ``gputriage/explain/v1`` document of :func:`explained`'s answer."""
+    from gputriage import __version__
+    from gputriage.views.explainview import explain_json
+
+    return {"schema": "gputriage/explain/v1", "tool_version": __version__,
+            "inputs": explain_json(found)}
+
+
 @click.command("explain")
 @click.argument("texts", nargs=-1, required=True, metavar="TEXT...")
 @click.option("--json", "as_json", is_flag=True,
@@ -39,28 +67,16 @@ def explain(texts: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     several TEXTs are explained one by one (words that mean nothing apart are read as
     one text). Offline: nothing on this host is read. Exit status 0 when a message is
     recognised, 3 when none is."""
-    from gputriage.engine.judged import verdicts
-    from gputriage.knowledge.lookup import find_hits
     from gputriage.status import ExitStatus
 
     env = current_env()
-    items = _texts(texts)
-    found = [(text, find_hits(text)) for text in items]
-    if len(items) > 1 and not any(hits for _, hits in found):  # an unquoted paste
-        joined = " ".join(items)
-        found = [(joined, find_hits(joined))]
-    judged = [(text, list(zip(hits, verdicts(text, hits), strict=True)))
-              for text, hits in found]
+    found = explained(_texts(texts))
     if as_json:
-        from gputriage import __version__
-        from gputriage.views.explainview import explain_json
-
-        env.write_json({"schema": "gputriage/explain/v1", "tool_version": __version__,
-                        "inputs": explain_json(judged)})
+        env.write_json(explain_document(found))
     elif quiet:
         from gputriage.views.explainview import explained_lines
 
-        env.stdout.write("".join(line + "\n" for line in explained_lines(judged)))
+        env.stdout.write("".join(line + "\n" for line in explained_lines(found)))
     else:
         from gputriage.views.console import is_terminal
         from gputriage.views.explainview import render_explained
@@ -70,6 +86,6 @@ def explain(texts: tuple[str, ...], as_json: bool, quiet: bool) -> None:
             import shutil
 
             width = shutil.get_terminal_size().columns
-        render_explained(judged, env.stdout, width=width)
+        render_explained(found, env.stdout, width=width)
     known = any(hits for _, hits in found)
     raise CommandExit(int(ExitStatus.OK if known else ExitStatus.UNKNOWN))

@@ -84,6 +84,22 @@ def logs(paths: tuple[str, ...], as_json: bool, full: bool, verbose: bool, quiet
     raise CommandExit(int(exit_status(result)))
 
 
+def xid_code(raw: str) -> int | None:
+    """The code ``raw`` names (``79``, ``Xid 79``, ``SXid: 12028``), or None."""
+    from gputriage.text.fields import strict_int
+
+    text = raw.strip().lower().removeprefix("sxid").removeprefix("xid").strip(" :,")
+    return strict_int(text, signed=False)
+
+
+def xid_document(numbers: list[int], sxid: bool) -> dict:
+    """The ``gputriage/xid/v1`` document of the catalog entries of ``numbers``."""
+    from gputriage.views.xidview import xids_json
+
+    return {"schema": "gputriage/xid/v1", "catalog": "sxid" if sxid else "xid",
+            "entries": xids_json(numbers, sxid=sxid)}
+
+
 @click.command("xid")
 @click.argument("codes", nargs=-1, required=True)
 @click.option("--sxid", is_flag=True, help="Explain NVSwitch SXid codes instead of Xid codes.")
@@ -94,23 +110,16 @@ def xid(codes: tuple[str, ...], sxid: bool, as_json: bool, quiet: bool) -> None:
     """Explain Xid (or --sxid SXid) CODEs: meaning, likely origin, node or job, what
     to do, NVIDIA's resolution bucket. A code not in the catalog gets a "not in the
     catalog" line (JSON: "known": false) and the exit status stays 0."""
-    from gputriage.text.fields import strict_int
-
     numbers = []
     for raw in codes:
-        text = raw.strip().lower().removeprefix("sxid").removeprefix("xid").strip(" :,")
-        code = strict_int(text, signed=False)
+        code = xid_code(raw)
         if code is None:
             raise click.BadParameter(f"{raw!r} is not an Xid code (a number such as 79)",
                                      param_hint="CODE")
         numbers.append(code)
     env = current_env()
     if as_json:
-        from gputriage.views.xidview import xids_json
-
-        doc = {"schema": "gputriage/xid/v1", "catalog": "sxid" if sxid else "xid",
-               "entries": xids_json(numbers, sxid=sxid)}
-        env.write_json(doc)
+        env.write_json(xid_document(numbers, sxid))
     elif quiet:
         from gputriage.views.xidview import xid_lines
 
