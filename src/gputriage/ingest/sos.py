@@ -1,0 +1,328 @@
+"""A sosreport (its tarball, ``.tar.xz``/``.gz``/``.bz2``/plain, or its unpacked folder)
+read as one host's snapshot: each part gputriage knows becomes the source it is, and
+the parts it did not find are named in the snapshot's problems.
+
+Where each part comes from (the files read through :class:`gputriage.snapshot.sos.SosFiles`,
+within the load budgets; nothing is extracted):
+
+* a command's output, ``sos_commands/<plugin>/<file>``: sos names the file after the
+  command line (each run of characters other than letters, digits, ``_``, ``-``,
+  ``.`` and ``/`` becomes ``_``, each ``/`` a ``.``), so the file name is read back
+  as a command line and matched like a pasted prompt line or a bug-report command
+  section (:func:`gputriage.text.prompts.source_for_command`, or the source's own
+  argv): ``nvidia/nvidia-smi_-q`` is ``nvidia_smi_q``, ``kernel/uname_-a`` is
+  ``uname``, ``nvidia/journalctl_--no-pager_--unit_nvidia-persistenced`` is
+  ``persistenced_journal``. When several files give one source, the one whose command
+  is the source's own (``nvidia-smi -q`` before ``nvidia-smi -q -d ECC``), then the
+  shortest, is read: two readings of one state are never joined.
+* a copied file at its own path (``proc/modules``, ``etc/os-release``,
+  ``proc/driver/nvidia/version``...), links inside the report followed;
+* a tree source from the copied ``/proc`` and ``/sys`` files its globs match
+  (``proc/driver/nvidia/gpus/*/information``, ``sys/module/nvidia*/version``...);
+* outputs holding several sources (the full ``lspci -nnvv``, ``dmidecode``) read as
+  a paste of them would be (the detectors of :mod:`gputriage.ingest.detect`);
+* the kernel log: ONE of the logs that hold it, the first found of
+  :data:`KERNEL_LOGS` that has kernel lines (the same boot read twice, as dmesg and
+  as syslog, would count every event twice), read as a paste of it; the other sources
+  the detectors find in it fill what no file gave;
+* the host name: the report's ``hostname`` (``sos_commands/host/hostname``), else
+  ``/etc/hostname``, ``/proc/sys/kernel/hostname``, else ``uname -a``'s second word.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from fnmatch import fnmatchcase
+
+from gputriage import sources
+from gputriage.io import safejson
+from gputriage.io.inputs import human
+from gputriage.snapshot.bundle import Captured, Snapshot, decode
+from gputriage.snapshot.budget import Budget, Got
+from gputriage.snapshot.sos import MAX_GLOB, SosFiles
+from gputriage.text.prompts import source_for_command
+
+__all__ = ["KERNEL_LOGS", "PARTS", "command_line", "read_sosreport"]
+
+COMMANDS = "sos_commands"
+Detect = Callable[[str], tuple[list[tuple[str, str]], dict[str, dict[str, str]]]]
+
+# the logs that hold the kernel's lines, the fullest first: several boots with their
+# host and time (syslog), then the journal, then the current boot's ring buffer
+KERNEL_LOGS = ("var/log/kern.log", "var/log/messages", "var/log/syslog",
+               "sos_commands/logs/journalctl_--no-pager",
+               "sos_commands/logs/journalctl_--no-pager_--catalog_--boot",
+               "sos_commands/logs/journalctl_--no-pager_--boot",
+               "sos_commands/kernel/dmesg", "sos_commands/kernel/dmesg_-T", "var/log/dmesg")
+_HOSTNAMES = ("hostname", "sos_commands/host/hostname", "sos_commands/general/hostname",
+              "etc/hostname", "proc/sys/kernel/hostname")
+# outputs that hold several sources: read as a paste of them (command-line globs)
+_AS_PASTE = ("lspci *-*v*", "dmidecode")
+# what a report of a GPU host should hold: (sources, where sos puts it); the missing
+# ones are named in the snapshot's problems
+PARTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("nvidia_smi_q", "nvidia_smi_q_xml"), "nvidia-smi -q (sos's nvidia plugin)"),
+    (("nvidia_smi",), "nvidia-smi --list-gpus (nvidia plugin)"),
+    (("kernel_log",), "a kernel log (dmesg, the journal, /var/log/messages, syslog or "
+                      "kern.log: kernel and logs plugins)"),
+    (("lspci_nvidia",), "lspci -nnvv with NVIDIA functions (pci plugin)"),
+    (("proc_driver_nvidia_version",), "/proc/driver/nvidia/version (kernel plugin)"),
+    (("proc_modules",), "lsmod or /proc/modules (kernel plugin)"),
+    (("numactl",), "numactl --hardware or lscpu (numa, processor plugins)"),
+    (("uname",), "uname -a (kernel plugin)"),
+    (("os_release",), "/etc/os-release (release plugin)"),
+    (("proc_cmdline",), "/proc/cmdline (kernel plugin)"),
+    (("proc_meminfo",), "/proc/meminfo (memory plugin)"),
+)
+_IB_PART = (("ibstat",), "ibstat (infiniband plugin)")
+_NIC_VENDORS = ("0x10de", "0x15b3")  # NVIDIA, Mellanox / NVIDIA networking
+_LONG_OPTION = re.compile(r"(?<![^_])(--[A-Za-z0-9][A-Za-z0-9-]*)_(?=[^-_])")
+
+
+def command_line(file_name: str) -> list[str]:
+    """The command lines a ``sos_commands`` file name may stand for: its words, then the
+    same with ``--option=value`` put back (sos wrote ``=`` as ``_`` too)."""
+    plain = " ".join(w for w in file_name.split("_") if w)
+    valued = " ".join(w for w in _LONG_OPTION.sub(r"\1=", file_name).split("_") if w)
+    return [plain] if valued == plain else [plain, valued]
+
+
+def _command_source(line: str) -> str | None:
+    """The source a command line gives: its own argv, else the aliases' match."""
+    words = tuple(line.split())
+    for src in sources.SOURCES:
+        if src.kind in ("command", "input") and src.argv == words:
+            return src.name
+    return source_for_command(line)
+
+
+class _Plan:
+    """Which file gives each source, and the rank that chose it (lower wins)."""
+
+    def __init__(self) -> None:
+        self.chosen: dict[str, tuple[tuple[int, int, str], str, str]] = {}
+        self.pastes: list[tuple[str, str]] = []  # (path, command) read as a paste
+
+    def offer(self, name: str, rank: tuple[int, int, str], path: str, target: str) -> None:
+        held = self.chosen.get(name)
+        if held is None or rank < held[0]:
+            self.chosen[name] = (rank, path, target)
+
+
+def _commands(files: SosFiles, plan: _Plan) -> None:
+    """Every ``sos_commands/<plugin>/<file>`` whose command gives a known source."""
+    for plugin in files.children(COMMANDS):
+        folder = f"{COMMANDS}/{plugin}"
+        for name in files.children(folder):
+            path = f"{folder}/{name}"
+            for line in command_line(name):
+                if any(fnmatchcase(line, pat) for pat in _AS_PASTE) and " -t" not in line:
+                    plan.pastes.append((path, line))
+                    break
+                source = _command_source(line)
+                if source is None or source == "kernel_log":
+                    continue
+                own = sources.get(source).argv == tuple(line.split())
+                plan.offer(source, (0 if own else 1, len(line.split()), name), path, line)
+                break
+
+
+def _copied(files: SosFiles, plan: _Plan) -> None:
+    """Files sos copied at their own paths, and the trees their globs make."""
+    for src in sources.SOURCES:
+        if src.kind == "file" and src.path and src.name != "hostname":
+            rel = src.path.lstrip("/")
+            if files.is_file(rel):
+                plan.offer(src.name, (0, 0, rel), rel, src.path)
+        for alias in src.aliases:
+            if alias.startswith("/") and src.kind != "tree" and src.name != "kernel_log":
+                for rel in files.glob(alias.lstrip("/"))[:1]:
+                    if files.is_file(rel):
+                        plan.offer(src.name, (1, 0, rel), rel, "/" + rel)
+
+
+def _tree(files: SosFiles, src: sources.Source) -> tuple[str | None, list[str]]:
+    """A tree source's JSON document from the copied files its globs match (None: none
+    matched), and the problems met; links are kept as links, as collection keeps them."""
+    base = (src.path or "/").strip("/")
+    matched: list[str] = []
+    for pattern in src.globs:
+        matched += files.glob(f"{base}/{pattern}" if base else pattern)
+    if not matched:
+        return None, []
+    docs: dict[str, dict[str, str]] = {"files": {}, "links": {}, "errors": {}}
+    wanted: list[str] = []
+    for path in sorted(set(matched))[:MAX_GLOB]:
+        rel = path[len(base) + 1:] if base else path
+        folder, _, leaf = path.rpartition("/")
+        real, _ = files.resolve(folder)
+        kind, target = files.entry(f"{real}/{leaf}" if real else leaf)
+        if kind == "link":
+            docs["links"][rel] = target
+        elif kind == "file":
+            wanted.append(path)
+    got = files.read(wanted)
+    problems: list[str] = []
+    for path in wanted:
+        rel = path[len(base) + 1:] if base else path
+        item = got[path]
+        if item.data is None:
+            docs["errors"][rel] = item.reason or "absent"
+        else:
+            docs["files"][rel] = decode(item.data)
+    if src.select == "gpu_and_nic_functions":
+        _keep_gpus_and_nics(docs)
+    if not docs["files"] and not docs["links"]:
+        return None, problems
+    return json.dumps(docs, indent=1, sort_keys=True), problems
+
+
+def _keep_gpus_and_nics(docs: dict[str, dict[str, str]]) -> None:
+    """The PCI functions collection keeps: NVIDIA, Mellanox and network-class ones."""
+    keep: set[str] = set()
+    for rel, text in docs["files"].items():
+        top, _, leaf = rel.partition("/")
+        value = text.strip().lower()
+        if (leaf == "vendor" and value in _NIC_VENDORS) or (leaf == "class"
+                                                             and value.startswith("0x02")):
+            keep.add(top)
+    for table in docs.values():
+        for rel in [r for r in table if r.partition("/")[0] not in keep]:
+            del table[rel]
+
+
+def _record(path: str, target: str, text: str, truncated: bool) -> dict:
+    return {"kind": "sosreport", "origin": path, "target": target, "rc": None,
+            "duration_s": None, "bytes": len(text.encode("utf-8", errors="replace")),
+            "truncated": truncated, "error": None, "error_detail": None, "file": None}
+
+
+class _Builder:
+    """The captures of one report as they are read."""
+
+    def __init__(self, files: SosFiles, detect: Detect) -> None:
+        self.files = files
+        self.detect = detect
+        self.origin = files.origin
+        self.captures: dict[str, Captured] = {}
+        self.problems: list[str] = []
+
+    def text_of(self, path: str, got: Got) -> str | None:
+        if got.data is None:
+            if got.reason:
+                self.problems.append(f"{self.origin}: {path}: {got.reason}: not read")
+            return None
+        if got.size > len(got.data):
+            self.problems.append(f"{self.origin}: {path}: {human(got.size)}, only the last "
+                                 f"{human(len(got.data))} read")
+        return decode(got.data)
+
+    def add(self, name: str, text: str, path: str, target: str, truncated: bool = False,
+            framed: dict[str, str] | None = None) -> None:
+        self.captures[name] = Captured(name, text, _record(path, target, text, truncated),
+                                       f"{self.origin}:{path}", framed=framed or {})
+
+    def add_pasted(self, text: str, path: str, target: str, truncated: bool,
+                   only: set[str] | None = None) -> set[str]:
+        """The sources the detectors find in a text, where no file gave them yet."""
+        pieces, framed = self.detect(text)
+        found = set()
+        for name, body in pieces:
+            if name in self.captures or (only is not None and name not in only):
+                continue
+            self.add(name, body, path, target, truncated, framed.get(name))
+            found.add(name)
+        return found
+
+
+def read_sosreport(reader: object, budget: Budget, detect: Detect) -> Snapshot:
+    """A sosreport's parts as one host's snapshot (see the module's docstring); the
+    reader is the one :meth:`gputriage.snapshot.bundle.Snapshot.load` opened, and
+    ``detect`` cuts a text into the sources in it, as a paste is cut."""
+    files = SosFiles(reader, budget)
+    plan = _Plan()
+    _commands(files, plan)
+    _copied(files, plan)
+    build = _Builder(files, detect)
+    chosen = {name: (path, target) for name, (_, path, target) in plan.chosen.items()}
+    extra = [p for p, _ in plan.pastes] + [p for p in (*_HOSTNAMES, "sos_reports/manifest.json")
+                                           if files.is_file(p)]
+    got = files.read(sorted({p for p, _ in chosen.values()} | set(extra)))
+    for name, (path, target) in sorted(chosen.items()):
+        text = build.text_of(path, got[path])
+        if text is not None:
+            build.add(name, text, path, target, got[path].size > len(got[path].data or b""))
+    for src in sources.SOURCES:
+        if src.kind == "tree" and src.name not in build.captures and src.select in (
+                None, "gpu_and_nic_functions"):
+            doc, problems = _tree(files, src)
+            build.problems += problems
+            if doc is not None:
+                build.add(src.name, doc, (src.path or "/").lstrip("/"), src.path or "/")
+    for path, line in plan.pastes:
+        text = build.text_of(path, got[path])
+        if text:
+            build.add_pasted(text, path, line, False)
+    _kernel_log(files, build)
+    host = _host_name(build, got)
+    missing = _missing(files, build)
+    if missing:
+        build.problems.insert(0, f"{files.origin}: not in this sosreport: "
+                              + "; ".join(missing))
+    manifest = {"schema": "sosreport", "host": host, "created": _created(got),
+                "sources": {n: c.record for n, c in build.captures.items()}}
+    return Snapshot(build.captures, manifest, files.origin, build.problems)
+
+
+def _kernel_log(files: SosFiles, build: _Builder) -> None:
+    """The first log of :data:`KERNEL_LOGS` with kernel lines, read as a paste."""
+    for path in KERNEL_LOGS:
+        if not files.is_file(path):
+            continue
+        item = files.read([path])[path]
+        text = build.text_of(path, item)
+        if not text:
+            continue
+        truncated = item.size > len(item.data or b"")
+        if "kernel_log" in build.add_pasted(text, path, "/" + path, truncated):
+            return
+
+
+def _host_name(build: _Builder, got: dict[str, Got]) -> str | None:
+    """The host's name (see the module's docstring); kept as the hostname source."""
+    for path in _HOSTNAMES:
+        item = got.get(path)
+        text = decode(item.data).strip() if item is not None and item.data else ""
+        if text:
+            name = text.splitlines()[0].strip()
+            build.add("hostname", name + "\n", path, "hostname")
+            return name
+    uname = build.captures.get("uname")
+    words = (uname.text or "").split() if uname is not None else []
+    return words[1] if len(words) > 1 else None
+
+
+def _created(got: dict[str, Got]) -> str | None:
+    """When sos started (``sos_reports/manifest.json``'s ``start_time``, the host's
+    clock), as ISO 8601; None when the report does not say."""
+    item = got.get("sos_reports/manifest.json")
+    if item is None or item.data is None:
+        return None
+    try:
+        doc = safejson.loads(decode(item.data))
+    except ValueError:
+        return None
+    start = doc.get("start_time") if isinstance(doc, dict) else None
+    if not isinstance(start, str) or not re.match(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d", start):
+        return None
+    return start[:19].replace(" ", "T")
+
+
+def _missing(files: SosFiles, build: _Builder) -> list[str]:
+    """What a GPU host's report should hold and this one does not."""
+    parts = list(PARTS)
+    if files.entry(f"{COMMANDS}/infiniband")[0] is not None:
+        parts.append(_IB_PART)
+    return [what for names, what in parts if not any(n in build.captures for n in names)]
