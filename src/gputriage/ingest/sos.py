@@ -39,8 +39,8 @@ from fnmatch import fnmatchcase
 from gputriage import sources
 from gputriage.io import safejson
 from gputriage.io.inputs import human
-from gputriage.snapshot.bundle import Captured, Snapshot, decode
 from gputriage.snapshot.budget import Budget, Got
+from gputriage.snapshot.bundle import Captured, Snapshot, decode
 from gputriage.snapshot.sos import MAX_GLOB, SosFiles
 from gputriage.text.prompts import source_for_command
 
