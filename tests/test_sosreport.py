@@ -173,7 +173,8 @@ def test_copied_proc_and_sys_trees_follow_links_inside_the_report(tmp_path):
         "proc/driver/nvidia/gpus/0000:07:00.0/information": "Model: \t\t NVIDIA H100\n",
         "sys/module/nvidia/version": "570.133.20\n",
         f"{dev}/vendor": "0x10de\n", f"{dev}/class": "0x030200\n",
-        f"{dev}/current_link_speed": "32.0 GT/s PCIe\n", f"{dev}/max_link_speed": "32.0 GT/s PCIe\n",
+        f"{dev}/current_link_speed": "32.0 GT/s PCIe\n",
+        f"{dev}/max_link_speed": "32.0 GT/s PCIe\n",
         "sys/devices/pci0000:00/0000:00:02.0/vendor": "0x8086\n",
         "sys/devices/pci0000:00/0000:00:02.0/class": "0x010802\n",
     }
