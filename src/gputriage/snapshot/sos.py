@@ -36,6 +36,8 @@ _MAX_HOPS = 16  # links followed for one path
 MAX_GLOB = 4096  # paths one pattern may match
 FILE, DIR, LINK, OTHER = "file", "dir", "link", "other"
 OUTSIDE = "a link pointing outside the sosreport"
+NEITHER = ("{}: no manifest.json: not a gputriage snapshot (a half-written one, or another "
+           "archive), nor a sosreport (no sos_commands/)")
 
 
 def is_sos_folder(path: str) -> bool:
@@ -55,14 +57,12 @@ class SosFiles:
         self.scanned = 0  # folder entries listed (an unpacked report)
         if isinstance(reader, TarReader):
             if not reader.sos:
-                raise InputError(f"{self.origin}: no manifest.json and no sos_commands/: "
-                                 "neither a gputriage snapshot nor a sosreport")
+                raise InputError(NEITHER.format(self.origin))
             self._index_tar(reader)
         else:
             self.root = str(reader.root)
             if not is_sos_folder(self.root):
-                raise InputError(f"{self.origin}: no manifest.json and no sos_commands/: "
-                                 "neither a gputriage snapshot nor a sosreport")
+                raise InputError(NEITHER.format(self.origin))
 
     # -- the tarball's index ------------------------------------------------------------
     def _index_tar(self, reader: TarReader) -> None:
