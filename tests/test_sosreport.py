@@ -150,6 +150,31 @@ def test_sources_by_file_name_and_the_sources_own_command_first(corpus, tmp_path
     assert snap.text("nvidia_smi_q") == full
 
 
+def test_a_failed_nvidia_smi_is_its_error_message_not_a_query(corpus, tmp_path):
+    sample = corpus.sample("mbab101-nvidia-smi-couldnt-communicate")
+    message = sample.text().splitlines()[0] + "\n"
+    files = {"sos_commands/nvidia/nvidia-smi_-q": message,
+             "sos_commands/nvidia/nvidia-smi_nvlink_-s": message}
+    snap = load_inputs([str(write_sos(tmp_path / "f.tar.xz", files))])
+    assert snap.get("nvidia_smi_q") is None
+    assert "couldn't communicate" in (snap.text("nvidia_smi") or "")
+    assert ("nvidia-smi.cannot-communicate", "critical") in {f[:2] for f in findings(snap)}
+
+
+def test_the_sections_of_an_older_sos_make_one_query(corpus, tmp_path):
+    """sos before 4.5 ran only nvidia-smi -q -d PERFORMANCE, SUPPORTED_CLOCKS and
+    PAGE_RETIREMENT: each GPU once, with every section of it."""
+    retired = corpus.sample("azurehpc-nvsmi-q-page-retirement-8gpu").text()
+    remap = corpus.sample(NVSMI).text()
+    files = {"sos_commands/nvidia/nvidia-smi_-q_-d_PAGE_RETIREMENT": retired,
+             "sos_commands/nvidia/nvidia-smi_-q_-d_ROW_REMAPPER": remap}
+    snap = load_inputs([str(write_sos(tmp_path / "o.tar.xz", files))])
+    text = snap.text("nvidia_smi_q") or ""
+    assert text.count("GPU 00000001:00:00.0\n") == 1 and "Retired Pages" in text
+    assert "Remapped Rows" in text and "Driver Version" in text
+    assert "memory.remap-pending" in {f[0] for f in findings(snap)}
+
+
 def test_the_kernel_log_is_read_once_from_the_fullest_log(corpus, tmp_path):
     syslog = corpus.sample(XID).text()
     dmesg = "".join(line.split(" kernel: ", 1)[-1] + "\n" for line in syslog.splitlines())

@@ -44,7 +44,7 @@ from gputriage.snapshot.bundle import Captured, Snapshot, decode
 from gputriage.snapshot.sos import MAX_GLOB, SosFiles
 from gputriage.text.prompts import source_for_command
 
-__all__ = ["KERNEL_LOGS", "PARTS", "command_line", "read_sosreport"]
+__all__ = ["KERNEL_LOGS", "PARTS", "command_line", "join_smi_sections", "read_sosreport"]
 
 COMMANDS = "sos_commands"
 Detect = Callable[[str], tuple[list[tuple[str, str]], dict[str, dict[str, str]]]]
@@ -78,6 +78,8 @@ PARTS: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 _IB_PART = (("ibstat",), "ibstat (infiniband plugin)")
 _NIC_VENDORS = ("0x10de", "0x15b3")  # NVIDIA, Mellanox / NVIDIA networking
+_SMI_SECTION = re.compile(r"nvidia-smi -q -d [A-Z][A-Z ]*")
+_SMI_GPU = re.compile(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$")
 _LONG_OPTION = re.compile(r"(?<![^_])(--[A-Za-z0-9][A-Za-z0-9-]*)_(?=[^-_])")
 
 
@@ -104,11 +106,20 @@ class _Plan:
     def __init__(self) -> None:
         self.chosen: dict[str, tuple[tuple[int, int, str], str, str]] = {}
         self.pastes: list[tuple[str, str]] = []  # (path, command) read as a paste
+        self.sections: list[str] = []  # nvidia-smi -q -d SECTION outputs
 
     def offer(self, name: str, rank: tuple[int, int, str], path: str, target: str) -> None:
         held = self.chosen.get(name)
         if held is None or rank < held[0]:
             self.chosen[name] = (rank, path, target)
+
+    def parts_of_smi_q(self) -> list[str]:
+        """The ``nvidia-smi -q -d SECTION`` files to join when no whole ``nvidia-smi -q``
+        is there (sos before 4.5 ran only some sections)."""
+        held = self.chosen.get("nvidia_smi_q")
+        if held is None or held[0][0] == 0 or len(self.sections) < 2:
+            return []
+        return sorted(self.sections)
 
 
 def _commands(files: SosFiles, plan: _Plan) -> None:
@@ -126,6 +137,8 @@ def _commands(files: SosFiles, plan: _Plan) -> None:
                     continue
                 own = sources.get(source).argv == tuple(line.split())
                 plan.offer(source, (0 if own else 1, len(line.split()), name), path, line)
+                if _SMI_SECTION.fullmatch(line):
+                    plan.sections.append(path)
                 break
 
 
@@ -247,13 +260,24 @@ def read_sosreport(reader: object, budget: Budget, detect: Detect) -> Snapshot:
     _copied(files, plan)
     build = _Builder(files, detect)
     chosen = {name: (path, target) for name, (_, path, target) in plan.chosen.items()}
+    kernel_logs = [p for p in KERNEL_LOGS if files.is_file(p)]
     extra = [p for p, _ in plan.pastes] + [p for p in (*_HOSTNAMES, "sos_reports/manifest.json")
                                            if files.is_file(p)]
-    got = files.read(sorted({p for p, _ in chosen.values()} | set(extra)))
+    got = files.read(sorted({p for p, _ in chosen.values()} | set(extra)
+                            | set(plan.parts_of_smi_q()) | set(kernel_logs[:1])))
+    found: list[tuple[str, str, str, str]] = []  # other sources the detectors saw
     for name, (path, target) in sorted(chosen.items()):
         text = build.text_of(path, got[path])
-        if text is not None:
-            build.add(name, text, path, target, got[path].size > len(got[path].data or b""))
+        if text is None:
+            continue
+        truncated = got[path].size > len(got[path].data or b"")
+        if name == "nvidia_smi_q" and plan.parts_of_smi_q():
+            parts = [build.text_of(p, got[p]) or "" for p in plan.parts_of_smi_q()]
+            text, path = join_smi_sections(parts), ", ".join(plan.parts_of_smi_q())
+        found += _add_own(build, name, text, path, target, truncated)
+    for name, body, path, target in found:  # only where no file of their own gave them
+        if name not in build.captures and name != "kernel_log":
+            build.add(name, body, path, target)
     for src in sources.SOURCES:
         if src.kind == "tree" and src.name not in build.captures and src.select in (
                 None, "gpu_and_nic_functions"):
@@ -265,7 +289,7 @@ def read_sosreport(reader: object, budget: Budget, detect: Detect) -> Snapshot:
         text = build.text_of(path, got[path])
         if text:
             build.add_pasted(text, path, line, False)
-    _kernel_log(files, build)
+    _kernel_log(files, build, kernel_logs, got)
     host = _host_name(build, got)
     missing = _missing(files, build)
     if missing:
@@ -276,12 +300,50 @@ def read_sosreport(reader: object, budget: Budget, detect: Detect) -> Snapshot:
     return Snapshot(build.captures, manifest, files.origin, build.problems)
 
 
-def _kernel_log(files: SosFiles, build: _Builder) -> None:
-    """The first log of :data:`KERNEL_LOGS` with kernel lines, read as a paste."""
-    for path in KERNEL_LOGS:
-        if not files.is_file(path):
-            continue
-        item = files.read([path])[path]
+def _add_own(build: _Builder, name: str, text: str, path: str, target: str,
+             truncated: bool) -> list[tuple[str, str, str, str]]:
+    """A file's own source, read as a paste of it would be when the source has a
+    detector (an ``nvidia-smi -q`` file holding only nvidia-smi's error message gives
+    that message, not a ``-q`` document); the other sources seen in it, returned."""
+    if not sources.get(name).detector or not text.strip():
+        build.add(name, text, path, target, truncated)
+        return []
+    pieces, framed = build.detect(text)
+    own = dict(pieces).get(name)
+    if own is not None or not pieces:
+        build.add(name, own if own is not None else text, path, target, truncated,
+                  framed.get(name))
+    return [(other, body, path, target) for other, body in pieces if other != name]
+
+
+def join_smi_sections(texts: list[str]) -> str:
+    """Several ``nvidia-smi -q -d SECTION`` outputs as one ``nvidia-smi -q`` document:
+    the first one's header, then each GPU once with every output's sections of it."""
+    header: list[str] = []
+    gpus: dict[str, list[str]] = {}
+    for number, text in enumerate(texts):
+        gpu = None
+        for line in text.splitlines():
+            if _SMI_GPU.match(line):
+                gpu = line.strip()
+                gpus.setdefault(gpu, [])
+            elif gpu is not None:
+                gpus[gpu].append(line)
+            elif number == 0:
+                header.append(line)
+    out = [*header]
+    for gpu, lines in gpus.items():
+        body = [ln for ln in lines if ln.strip()]
+        out += [gpu, *body, ""]
+    return "\n".join(out) + "\n"
+
+
+def _kernel_log(files: SosFiles, build: _Builder, found: list[str],
+                got: dict[str, Got]) -> None:
+    """The first log of :data:`KERNEL_LOGS` with kernel lines, read as a paste (the
+    first one present was read with the other files; the next ones only when needed)."""
+    for path in found:
+        item = got[path] if path in got else files.read([path])[path]
         text = build.text_of(path, item)
         if not text:
             continue
