@@ -97,6 +97,8 @@ def test_every_part_is_read_into_one_host(corpus, tmp_path):
     assert snap.captures["kernel_log"].origin.endswith(":var/log/messages")
     ids = {f[0] for f in findings(snap)}
     assert {"memory.remap-pending", "xid.48", "xid.64", "driver.gpu-init-failed"} <= ids
+    inputs = to_json(analyze(snap))["inputs"]
+    assert [i["origin"] for i in inputs] == [str(path)]  # one host view, one input
     missing = next(p for p in snap.problems if "not in this sosreport" in p)
     assert "nvidia-smi --list-gpus" in missing and "nvidia-smi -q" not in missing
 
@@ -357,3 +359,22 @@ def test_a_real_sosreport_with_a_gpu_hosts_outputs(corpus, tmp_path):
     assert snap.captures["kernel_log"].origin.endswith(":var/log/messages")
     ids = {f[0] for f in findings(snap)}
     assert {"memory.remap-pending", "xid.48", "xid.64"} <= ids
+
+
+def test_a_folder_with_links_out_loops_and_a_fifo_is_read_safely(tmp_path):
+    top = tmp_path / TOP
+    (top / "sos_commands" / "nvidia").mkdir(parents=True)
+    (top / "sos_commands" / "host").mkdir()
+    (top / "sos_commands" / "host" / "hostname").write_text("gpu07\n")
+    os.mkfifo(top / "sos_commands" / "nvidia" / "nvidia-smi_-q")
+    os.symlink("nvidia-smi_nvlink_-e", top / "sos_commands" / "nvidia" / "nvidia-smi_nvlink_-s")
+    os.symlink("nvidia-smi_nvlink_-s", top / "sos_commands" / "nvidia" / "nvidia-smi_nvlink_-e")
+    os.symlink("/", top / "sos_commands" / "kernel")
+    os.symlink("../../../../../../etc", top / "etc")
+    snap = load_inputs([str(top)])
+    assert snap.host_name() == "gpu07"
+    assert not {"nvidia_smi_q", "nvidia_smi_nvlink_status", "uname", "os_release"} & set(
+        snap.captures)
+    problems = "\n".join(snap.problems)
+    assert "nvidia-smi_-q: not a regular file" in problems
+    assert "more than 16 links" in problems

@@ -114,7 +114,12 @@ class SosFiles:
         return (FILE if stat.S_ISREG(st.st_mode) else OTHER), ""
 
     def children(self, rel: str) -> list[str]:
-        """The names in a folder (resolved), in name order."""
+        """The names in a folder, in name order (none when it is a link out)."""
+        if rel:
+            real, _ = self.resolve(rel)
+            if real is None:
+                return []
+            rel = real
         if isinstance(self.reader, TarReader):
             return sorted(self.kids.get(rel, ()))
         names: list[str] = []
@@ -196,7 +201,7 @@ class SosFiles:
                 continue
             kind = self.entry(real)[0]
             if kind != FILE:
-                out[name] = Got(None, reason=f"a {kind or 'missing'} entry, not a file")
+                out[name] = Got(None, reason="not a regular file" if kind else "")
                 continue
             real_of[name] = real
         got = self.reader.read(sorted(set(real_of.values())))
