@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -16,12 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from gputriage import sources
 from gputriage.cli import main
 from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_inputs
 from gputriage.ingest.sos import command_line
 from gputriage.results.document import to_json
+from gputriage.scenarios import get_scenario, list_scenarios
 from gputriage.snapshot import bundle
+from gputriage.snapshot.bundle import Captured, Snapshot
 
 TOP = "sosreport-gpu07-2026-12-06-abcdefg"
 NVSMI = "rtxpro6000-blackwell-q-d-row-remapper-uncorrectable-1-pending-yes"
@@ -152,14 +156,15 @@ def test_sources_by_file_name_and_the_sources_own_command_first(corpus, tmp_path
     assert snap.text("nvidia_smi_q") == full
 
 
-def test_a_failed_nvidia_smi_is_its_error_message_not_a_query(corpus, tmp_path):
+def test_a_failed_nvidia_smi_is_the_drivers_failure(corpus, tmp_path):
+    """sos keeps what a failing command printed: nvidia-smi's error message in
+    nvidia-smi_-q is read as a collected snapshot's failed nvidia-smi is."""
     sample = corpus.sample("mbab101-nvidia-smi-couldnt-communicate")
     message = sample.text().splitlines()[0] + "\n"
     files = {"sos_commands/nvidia/nvidia-smi_-q": message,
              "sos_commands/nvidia/nvidia-smi_nvlink_-s": message}
     snap = load_inputs([str(write_sos(tmp_path / "f.tar.xz", files))])
-    assert snap.get("nvidia_smi_q") is None
-    assert "couldn't communicate" in (snap.text("nvidia_smi") or "")
+    assert snap.text("nvidia_smi_q") == message
     assert ("nvidia-smi.cannot-communicate", "critical") in {f[:2] for f in findings(snap)}
 
 
@@ -252,6 +257,59 @@ def test_an_equal_paste_gives_the_same_findings(corpus, tmp_path):
     from_sos = findings(load_inputs([str(archive)]))
     assert from_sos == findings(load_inputs([str(p) for p in pasted]))
     assert {"memory.remap-pending", "xid.48"} <= {f[0] for f in from_sos}
+
+
+# -- every scenario's host, written where sos puts each source, finds the same ---------
+_PLUGIN = {"nvidia-smi": "nvidia", "lspci": "pci", "numactl": "numa", "uname": "kernel",
+           "ibstat": "infiniband", "dmidecode": "hardware", "systemctl": "systemd"}
+# what a sosreport never holds: the userspace libraries' names, the collector's environment
+_NOT_IN_SOS = ("nvidia_libs", "container_env")
+
+
+def _sos_name(argv: tuple[str, ...]) -> str:
+    """The file name sos gives a command's output (its plugin's _mangle_command)."""
+    name = re.sub(r"[^\w\-./]+", "_", " ".join(argv))
+    return name.replace("/", ".").strip(" ._-")
+
+
+def _as_sosreport(payloads: dict[str, bytes]) -> tuple[dict[str, bytes], dict[str, str]]:
+    files: dict[str, bytes] = {}
+    links: dict[str, str] = {}
+    for name, data in payloads.items():
+        src = sources.get(name)
+        if name == "kernel_log":
+            files["sos_commands/kernel/dmesg"] = data
+        elif src.kind == "command":
+            files[f"sos_commands/{_PLUGIN.get(src.argv[0], 'nvidia')}/{_sos_name(src.argv)}"] = data
+        elif src.kind == "file":
+            files[(src.path or "").lstrip("/")] = data
+        else:
+            doc = json.loads(data)
+            base = (src.path or "").strip("/")
+            files.update({f"{base}/{rel}".lstrip("/"): text.encode()
+                          for rel, text in doc["files"].items()})
+            links.update({f"{base}/{rel}".lstrip("/"): target
+                          for rel, target in doc["links"].items()})
+    return files, links
+
+
+_QUICK = ("gpu-fallen-off-bus", "xid48-row-remap", "ib-port-polling", "pcie-x8-gpu3")
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(s.name, marks=() if s.name in _QUICK else pytest.mark.slow)
+    for s in list_scenarios()])
+def test_a_scenarios_host_as_a_sosreport_finds_the_same(name, tmp_path):
+    """Each source a scenario renders, written where sos puts it (a command's output
+    under the file name sos gives it, copied files and /proc, /sys trees at their
+    paths, the kernel log as dmesg), is read back into the same findings."""
+    payloads = {n: d for n, d in get_scenario(name).build().items()
+                if (sources.get(n).kind in ("command", "file", "tree") or n == "kernel_log")
+                and n not in _NOT_IN_SOS}
+    files, links = _as_sosreport(payloads)
+    snap = load_inputs([str(write_sos(tmp_path / "s.tar.xz", files, links))])
+    direct = Snapshot({n: Captured(n, d.decode(), {}, n) for n, d in payloads.items()})
+    assert findings(snap) == findings(direct)
 
 
 # -- (d) bad archives: one line and an exit status ----------------------------------------

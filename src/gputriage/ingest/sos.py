@@ -14,13 +14,20 @@ within the load budgets; nothing is extracted):
   ``uname``, ``nvidia/journalctl_--no-pager_--unit_nvidia-persistenced`` is
   ``persistenced_journal``. When several files give one source, the one whose command
   is the source's own (``nvidia-smi -q`` before ``nvidia-smi -q -d ECC``), then the
-  shortest, is read: two readings of one state are never joined.
+  shortest, is read: two readings of one state are never joined (but the
+  ``nvidia-smi -q -d SECTION`` outputs of an older sos, without a whole ``-q``, make
+  one document, each GPU once with all its sections). What a failing command printed
+  is its output, as in a collected snapshot (nvidia-smi's error message in
+  ``nvidia-smi_-q`` is the driver's failure).
 * a copied file at its own path (``proc/modules``, ``etc/os-release``,
   ``proc/driver/nvidia/version``...), links inside the report followed;
 * a tree source from the copied ``/proc`` and ``/sys`` files its globs match
-  (``proc/driver/nvidia/gpus/*/information``, ``sys/module/nvidia*/version``...);
+  (``proc/driver/nvidia/gpus/*/information``, ``sys/module/nvidia*/version``...),
+  links kept as links; a folder sos copied where nothing matches gives an empty tree
+  (no ``sys/module/nvidia*`` beside the other modules: none is loaded);
 * outputs holding several sources (the full ``lspci -nnvv``, ``dmidecode``) read as
-  a paste of them would be (the detectors of :mod:`gputriage.ingest.detect`);
+  a paste of them would be (the detectors of :mod:`gputriage.ingest.detect`); a full
+  ``lspci`` without NVIDIA (Mellanox) functions says there is none;
 * the kernel log: ONE of the logs that hold it, the first found of
   :data:`KERNEL_LOGS` that has kernel lines (the same boot read twice, as dmesg and
   as syslog, would count every event twice), read as a paste of it; the other sources
@@ -100,6 +107,15 @@ def _command_source(line: str) -> str | None:
     return source_for_command(line)
 
 
+def _lspci_of(line: str) -> str | None:
+    """``lspci -d VENDOR:`` of NVIDIA or Mellanox functions (sos writes ``-d_10de``)."""
+    words = line.split()
+    if words[:1] != ["lspci"] or "-d" not in words:
+        return None
+    vendor = words[words.index("-d") + 1] if words[-1] != "-d" else ""
+    return {"10de": "lspci_nvidia", "15b3": "lspci_mellanox"}.get(vendor.split(":")[0])
+
+
 class _Plan:
     """Which file gives each source, and the rank that chose it (lower wins)."""
 
@@ -129,10 +145,11 @@ def _commands(files: SosFiles, plan: _Plan) -> None:
         for name in files.children(folder):
             path = f"{folder}/{name}"
             for line in command_line(name):
-                if any(fnmatchcase(line, pat) for pat in _AS_PASTE) and " -t" not in line:
+                if any(fnmatchcase(line, pat) for pat in _AS_PASTE) and not (
+                        {"-t", "-d"} & set(line.split())):
                     plan.pastes.append((path, line))
                     break
-                source = _command_source(line)
+                source = _command_source(line) or _lspci_of(line)
                 if source is None or source == "kernel_log":
                     continue
                 own = sources.get(source).argv == tuple(line.split())
@@ -163,9 +180,11 @@ def _tree(files: SosFiles, src: sources.Source) -> tuple[str | None, list[str]]:
     matched: list[str] = []
     for pattern in src.globs:
         matched += files.glob(f"{base}/{pattern}" if base else pattern)
-    if not matched:
-        return None, []
     docs: dict[str, dict[str, str]] = {"files": {}, "links": {}, "errors": {}}
+    if not matched:  # sos copied the folder and none of it matched: none is a fact
+        real = files.resolve(base)[0] if base else None
+        held = real is not None and files.entry(real)[0] == "dir"
+        return (json.dumps(docs, indent=1, sort_keys=True) if held else None), []
     wanted: list[str] = []
     for path in sorted(set(matched))[:MAX_GLOB]:
         rel = path[len(base) + 1:] if base else path
@@ -187,8 +206,6 @@ def _tree(files: SosFiles, src: sources.Source) -> tuple[str | None, list[str]]:
             docs["files"][rel] = decode(item.data)
     if src.select == "gpu_and_nic_functions":
         _keep_gpus_and_nics(docs)
-    if not docs["files"] and not docs["links"]:
-        return None, problems
     return json.dumps(docs, indent=1, sort_keys=True), problems
 
 
@@ -265,7 +282,6 @@ def read_sosreport(reader: object, budget: Budget, detect: Detect) -> Snapshot:
                                            if files.is_file(p)]
     got = files.read(sorted({p for p, _ in chosen.values()} | set(extra)
                             | set(plan.parts_of_smi_q()) | set(kernel_logs[:1])))
-    found: list[tuple[str, str, str, str]] = []  # other sources the detectors saw
     for name, (path, target) in sorted(chosen.items()):
         text = build.text_of(path, got[path])
         if text is None:
@@ -274,10 +290,7 @@ def read_sosreport(reader: object, budget: Budget, detect: Detect) -> Snapshot:
         if name == "nvidia_smi_q" and plan.parts_of_smi_q():
             parts = [build.text_of(p, got[p]) or "" for p in plan.parts_of_smi_q()]
             text, path = join_smi_sections(parts), ", ".join(plan.parts_of_smi_q())
-        found += _add_own(build, name, text, path, target, truncated)
-    for name, body, path, target in found:  # only where no file of their own gave them
-        if name not in build.captures and name != "kernel_log":
-            build.add(name, body, path, target)
+        build.add(name, text, path, target, truncated)
     for src in sources.SOURCES:
         if src.kind == "tree" and src.name not in build.captures and src.select in (
                 None, "gpu_and_nic_functions"):
@@ -287,8 +300,13 @@ def read_sosreport(reader: object, budget: Budget, detect: Detect) -> Snapshot:
                 build.add(src.name, doc, (src.path or "/").lstrip("/"), src.path or "/")
     for path, line in plan.pastes:
         text = build.text_of(path, got[path])
-        if text:
-            build.add_pasted(text, path, line, False)
+        if text is None:
+            continue
+        build.add_pasted(text, path, line, False)
+        if line.startswith("lspci"):  # every function listed: none of a vendor is a fact
+            for name in ("lspci_nvidia", "lspci_mellanox"):
+                if name not in build.captures:
+                    build.add(name, "", path, line)
     _kernel_log(files, build, kernel_logs, got)
     host = _host_name(build, got)
     missing = _missing(files, build)
@@ -298,22 +316,6 @@ def read_sosreport(reader: object, budget: Budget, detect: Detect) -> Snapshot:
     manifest = {"schema": "sosreport", "host": host, "created": _created(got),
                 "sources": {n: c.record for n, c in build.captures.items()}}
     return Snapshot(build.captures, manifest, files.origin, build.problems)
-
-
-def _add_own(build: _Builder, name: str, text: str, path: str, target: str,
-             truncated: bool) -> list[tuple[str, str, str, str]]:
-    """A file's own source, read as a paste of it would be when the source has a
-    detector (an ``nvidia-smi -q`` file holding only nvidia-smi's error message gives
-    that message, not a ``-q`` document); the other sources seen in it, returned."""
-    if not sources.get(name).detector or not text.strip():
-        build.add(name, text, path, target, truncated)
-        return []
-    pieces, framed = build.detect(text)
-    own = dict(pieces).get(name)
-    if own is not None or not pieces:
-        build.add(name, own if own is not None else text, path, target, truncated,
-                  framed.get(name))
-    return [(other, body, path, target) for other, body in pieces if other != name]
 
 
 def join_smi_sections(texts: list[str]) -> str:
