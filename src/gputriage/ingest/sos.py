@@ -173,40 +173,48 @@ def _copied(files: SosFiles, plan: _Plan) -> None:
                         plan.offer(src.name, (1, 0, rel), rel, "/" + rel)
 
 
-def _tree(files: SosFiles, src: sources.Source) -> tuple[str | None, list[str]]:
-    """A tree source's JSON document from the copied files its globs match (None: none
-    matched), and the problems met; links are kept as links, as collection keeps them."""
-    base = (src.path or "/").strip("/")
-    matched: list[str] = []
-    for pattern in src.globs:
-        matched += files.glob(f"{base}/{pattern}" if base else pattern)
-    docs: dict[str, dict[str, str]] = {"files": {}, "links": {}, "errors": {}}
-    if not matched:  # sos copied the folder and none of it matched: none is a fact
-        real = files.resolve(base)[0] if base else None
-        held = real is not None and files.entry(real)[0] == "dir"
-        return (json.dumps(docs, indent=1, sort_keys=True) if held else None), []
-    wanted: list[str] = []
-    for path in sorted(set(matched))[:MAX_GLOB]:
-        rel = path[len(base) + 1:] if base else path
-        folder, _, leaf = path.rpartition("/")
-        real, _ = files.resolve(folder)
-        kind, target = files.entry(f"{real}/{leaf}" if real else leaf)
-        if kind == "link":
-            docs["links"][rel] = target
-        elif kind == "file":
-            wanted.append(path)
-    got = files.read(wanted)
-    problems: list[str] = []
-    for path in wanted:
-        rel = path[len(base) + 1:] if base else path
-        item = got[path]
-        if item.data is None:
-            docs["errors"][rel] = item.reason or "absent"
-        else:
-            docs["files"][rel] = decode(item.data)
-    if src.select == "gpu_and_nic_functions":
-        _keep_gpus_and_nics(docs)
-    return json.dumps(docs, indent=1, sort_keys=True), problems
+class _Tree:
+    """A tree source's files as planned: its links, the files to read, and whether sos
+    copied its folder at all."""
+
+    def __init__(self, files: SosFiles, src: sources.Source) -> None:
+        self.src = src
+        self.base = (src.path or "/").strip("/")
+        self.links: dict[str, str] = {}
+        self.wanted: list[str] = []
+        matched: list[str] = []
+        for pattern in src.globs:
+            matched += files.glob(f"{self.base}/{pattern}" if self.base else pattern)
+        for path in sorted(set(matched))[:MAX_GLOB]:
+            folder, _, leaf = path.rpartition("/")
+            real, _ = files.resolve(folder)
+            kind, target = files.entry(f"{real}/{leaf}" if real else leaf)
+            if kind == "link":
+                self.links[self.rel(path)] = target
+            elif kind == "file":
+                self.wanted.append(path)
+        real = files.resolve(self.base)[0] if self.base else None
+        self.held = bool(matched) or (real is not None and files.entry(real)[0] == "dir")
+
+    def rel(self, path: str) -> str:
+        return path[len(self.base) + 1:] if self.base else path
+
+    def doc(self, got: dict[str, Got]) -> str | None:
+        """The JSON document collection writes (None: sos copied none of it); a folder
+        sos copied where nothing matched is an empty tree (none is there)."""
+        if not self.held:
+            return None
+        docs: dict[str, dict[str, str]] = {"files": {}, "links": dict(self.links),
+                                           "errors": {}}
+        for path in self.wanted:
+            item = got[path]
+            if item.data is None:
+                docs["errors"][self.rel(path)] = item.reason or "absent"
+            else:
+                docs["files"][self.rel(path)] = decode(item.data)
+        if self.src.select == "gpu_and_nic_functions":
+            _keep_gpus_and_nics(docs)
+        return json.dumps(docs, indent=1, sort_keys=True)
 
 
 def _keep_gpus_and_nics(docs: dict[str, dict[str, str]]) -> None:
@@ -254,13 +262,12 @@ class _Builder:
         self.captures[name] = Captured(name, text, _record(path, target, text, truncated),
                                        f"{self.origin}:{path}", framed=framed or {})
 
-    def add_pasted(self, text: str, path: str, target: str, truncated: bool,
-                   only: set[str] | None = None) -> set[str]:
+    def add_pasted(self, text: str, path: str, target: str, truncated: bool) -> set[str]:
         """The sources the detectors find in a text, where no file gave them yet."""
         pieces, framed = self.detect(text)
         found = set()
         for name, body in pieces:
-            if name in self.captures or (only is not None and name not in only):
+            if name in self.captures:
                 continue
             self.add(name, body, path, target, truncated, framed.get(name))
             found.add(name)
@@ -280,8 +287,12 @@ def read_sosreport(reader: object, budget: Budget, detect: Detect) -> Snapshot:
     kernel_logs = [p for p in KERNEL_LOGS if files.is_file(p)]
     extra = [p for p, _ in plan.pastes] + [p for p in (*_HOSTNAMES, "sos_reports/manifest.json")
                                            if files.is_file(p)]
+    trees = [_Tree(files, src) for src in sources.SOURCES
+             if src.kind == "tree" and src.select in (None, "gpu_and_nic_functions")]
+    # one pass: a compressed tarball is decompressed once for all the files read
     got = files.read(sorted({p for p, _ in chosen.values()} | set(extra)
-                            | set(plan.parts_of_smi_q()) | set(kernel_logs[:1])))
+                            | set(plan.parts_of_smi_q()) | set(kernel_logs[:1])
+                            | {p for tree in trees for p in tree.wanted}))
     for name, (path, target) in sorted(chosen.items()):
         text = build.text_of(path, got[path])
         if text is None:
@@ -291,13 +302,10 @@ def read_sosreport(reader: object, budget: Budget, detect: Detect) -> Snapshot:
             parts = [build.text_of(p, got[p]) or "" for p in plan.parts_of_smi_q()]
             text, path = join_smi_sections(parts), ", ".join(plan.parts_of_smi_q())
         build.add(name, text, path, target, truncated)
-    for src in sources.SOURCES:
-        if src.kind == "tree" and src.name not in build.captures and src.select in (
-                None, "gpu_and_nic_functions"):
-            doc, problems = _tree(files, src)
-            build.problems += problems
-            if doc is not None:
-                build.add(src.name, doc, (src.path or "/").lstrip("/"), src.path or "/")
+    for tree in trees:
+        doc = tree.doc(got)
+        if doc is not None and tree.src.name not in build.captures:
+            build.add(tree.src.name, doc, tree.base or "/", tree.src.path or "/")
     for path, line in plan.pastes:
         text = build.text_of(path, got[path])
         if text is None:
