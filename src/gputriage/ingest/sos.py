@@ -87,6 +87,7 @@ _IB_PART = (("ibstat",), "ibstat (infiniband plugin)")
 _NIC_VENDORS = ("0x10de", "0x15b3")  # NVIDIA, Mellanox / NVIDIA networking
 _SMI_SECTION = re.compile(r"nvidia-smi -q -d [A-Z][A-Z ]*")
 _SMI_GPU = re.compile(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$")
+_STAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}")
 _LONG_OPTION = re.compile(r"(?<![^_])(--[A-Za-z0-9][A-Za-z0-9-]*)_(?=[^-_])")
 
 
@@ -387,7 +388,7 @@ def _created(got: dict[str, Got]) -> str | None:
     except ValueError:
         return None
     start = doc.get("start_time") if isinstance(doc, dict) else None
-    if not isinstance(start, str) or not re.match(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d", start):
+    if not isinstance(start, str) or not _STAMP.match(start):
         return None
     return start[:19].replace(" ", "T")
 
