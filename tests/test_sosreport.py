@@ -409,6 +409,7 @@ def test_a_real_sosreport_with_a_gpu_hosts_outputs(corpus, tmp_path):
         hostname = src.extractfile(f"{top}/sos_commands/host/hostname").read().decode().strip()
     own = load_inputs([str(real)])
     assert own.host_name() == hostname
+    assert str((own.manifest or {}).get("created")).startswith("20")  # sos's start time
     for name in ("uname", "os_release", "proc_meminfo", "proc_cmdline", "numactl"):
         assert own.get(name) is not None, (name, own.problems)
     assert any("not in this sosreport" in p and "nvidia-smi -q" in p for p in own.problems)
