@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gputriage import sources
+from gputriage import schemas, sources
 from gputriage.cli import main
 from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_inputs
@@ -101,8 +101,10 @@ def test_every_part_is_read_into_one_host(corpus, tmp_path):
     assert snap.captures["kernel_log"].origin.endswith(":var/log/messages")
     ids = {f[0] for f in findings(snap)}
     assert {"memory.remap-pending", "xid.48", "xid.64", "driver.gpu-init-failed"} <= ids
-    inputs = to_json(analyze(snap))["inputs"]
-    assert [i["origin"] for i in inputs] == [str(path)]  # one host view, one input
+    doc = json.loads(json.dumps(to_json(analyze(snap))))
+    assert [i["origin"] for i in doc["inputs"]] == [str(path)]  # one host view, one input
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator(schemas.bundled("result")).validate(doc)
     missing = next(p for p in snap.problems if "not in this sosreport" in p)
     assert "nvidia-smi --list-gpus" in missing and "nvidia-smi -q" not in missing
 
