@@ -439,3 +439,18 @@ def test_a_folder_with_links_out_loops_and_a_fifo_is_read_safely(tmp_path):
     problems = "\n".join(snap.problems)
     assert "nvidia-smi_-q: not a regular file" in problems
     assert "more than 16 links" in problems
+
+
+def test_what_sos_cut_to_its_tail_is_read_through_its_link_and_said(corpus, tmp_path):
+    """Over its size limit sos stores a file's tail as sos_strings/<plugin>/<name>.tailed
+    and links the file's own path to it."""
+    files = {"sos_commands/host/hostname": "gpu07\n",
+             "sos_strings/logs/var.log.messages.tailed": corpus.sample(XID).text(),
+             "sos_strings/nvidia/nvidia-smi_-q.tailed": corpus.sample(NVSMI).text()}
+    links = {"var/log/messages": "../../sos_strings/logs/var.log.messages.tailed",
+             "sos_commands/nvidia/nvidia-smi_-q": "../../sos_strings/nvidia/nvidia-smi_-q.tailed"}
+    snap = load_inputs([str(write_sos(tmp_path / "t.tar.xz", files, links))])
+    assert snap.captures["kernel_log"].record["truncated"] is True
+    assert snap.get("nvidia_smi_q") is not None
+    assert any("var/log/messages: sos kept only its tail" in p for p in snap.problems)
+    assert {"xid.48", "memory.remap-pending"} <= {f[0] for f in findings(snap)}

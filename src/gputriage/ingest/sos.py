@@ -32,6 +32,9 @@ within the load budgets; nothing is extracted):
   :data:`KERNEL_LOGS` that has kernel lines (the same boot read twice, as dmesg and
   as syslog, would count every event twice), read as a paste of it; the other sources
   the detectors find in it fill what no file gave;
+* a file sos cut to its size limit (stored as ``sos_strings/<plugin>/<name>.tailed``,
+  its own path a link to it) is read through the link, marked truncated and named in
+  the problems;
 * the host name: the report's ``hostname`` (``sos_commands/host/hostname``), else
   ``/etc/hostname``, ``/proc/sys/kernel/hostname``, else ``uname -a``'s second word.
 """
@@ -247,6 +250,7 @@ class _Builder:
         self.origin = files.origin
         self.captures: dict[str, Captured] = {}
         self.problems: list[str] = []
+        self.tailed: set[str] = set()  # files sos cut to their tail
 
     def text_of(self, path: str, got: Got) -> str | None:
         if got.data is None:
@@ -256,6 +260,11 @@ class _Builder:
         if got.size > len(got.data):
             self.problems.append(f"{self.origin}: {path}: {human(got.size)}, only the last "
                                  f"{human(len(got.data))} read")
+        real = self.files.resolve(path)[0] or ""
+        if real.endswith(".tailed") and path not in self.tailed:
+            self.tailed.add(path)  # sos_strings/<plugin>/<name>.tailed: sos cut it
+            self.problems.append(f"{self.origin}: {path}: sos kept only its tail (its size "
+                                 "limit; sos report --all-logs keeps logs whole)")
         return decode(got.data)
 
     def add(self, name: str, text: str, path: str, target: str, truncated: bool = False,
@@ -298,7 +307,7 @@ def read_sosreport(reader: object, budget: Budget, detect: Detect) -> Snapshot:
         text = build.text_of(path, got[path])
         if text is None:
             continue
-        truncated = got[path].size > len(got[path].data or b"")
+        truncated = got[path].size > len(got[path].data or b"") or path in build.tailed
         if name == "nvidia_smi_q" and plan.parts_of_smi_q():
             parts = [build.text_of(p, got[p]) or "" for p in plan.parts_of_smi_q()]
             text, path = join_smi_sections(parts), ", ".join(plan.parts_of_smi_q())
@@ -358,7 +367,7 @@ def _kernel_log(files: SosFiles, build: _Builder, found: list[str],
         text = build.text_of(path, item)
         if not text:
             continue
-        truncated = item.size > len(item.data or b"")
+        truncated = item.size > len(item.data or b"") or path in build.tailed
         if "kernel_log" in build.add_pasted(text, path, "/" + path, truncated):
             return
 
