@@ -374,6 +374,12 @@ def test_an_archive_of_another_kind_is_one_line(tmp_path, capsys):
     (tmp_path / "folder" / "notes.txt").write_text("hello\n")
     rc, _, err = run(["analyze", str(tmp_path / "folder")], capsys)
     assert rc == 66 and "not a gputriage snapshot" in _one_line(err)
+    collected = write_sos(tmp_path / "sos-collector-c1.tar.xz",
+                          {"sosreport-gpu07-2026-12-06-abc.tar.xz": b"\xfd7zXZ",
+                           "sosreport-gpu08-2026-12-06-def.tar.xz": b"\xfd7zXZ",
+                           "sos_logs/sos.log": "collect\n"}, top="sos-collector-c1")
+    rc, _, err = run(["analyze", str(collected)], capsys)
+    assert rc == 66 and "a sos collect archive of 2 hosts' sosreports" in _one_line(err)
     shutil.make_archive(str(tmp_path / "sosreport-gpu07"), "zip", tmp_path / "folder")
     rc, _, err = run(["analyze", str(tmp_path / "sosreport-gpu07.zip")], capsys)
     assert rc == 66 and _one_line(err)

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from fnmatch import fnmatchcase
 
 from gputriage import sources
+from gputriage.errors import InputError
 from gputriage.io import safejson
 from gputriage.io.inputs import human
 from gputriage.snapshot.budget import Budget, Got
@@ -289,6 +290,7 @@ def read_sosreport(reader: object, budget: Budget, detect: Detect) -> Snapshot:
     reader is the one :meth:`gputriage.snapshot.bundle.Snapshot.load` opened, and
     ``detect`` cuts a text into the sources in it, as a paste is cut."""
     files = SosFiles(reader, budget)
+    _not_a_collection(files)
     plan = _Plan()
     _commands(files, plan)
     _copied(files, plan)
@@ -356,6 +358,18 @@ def join_smi_sections(texts: list[str]) -> str:
         body = [ln for ln in lines if ln.strip()]
         out += [gpu, *body, ""]
     return "\n".join(out) + "\n"
+
+
+def _not_a_collection(files: SosFiles) -> None:
+    """InputError for what ``sos collect`` writes: several hosts' sosreports in one
+    archive, each a tarball of its own, and no ``sos_commands/`` of its own."""
+    if files.entry(COMMANDS)[0] is not None:
+        return
+    nested = [n for n in files.children("") if fnmatchcase(n, "sosreport-*.tar*")]
+    if nested:
+        raise InputError(f"{files.origin}: a sos collect archive of {len(nested)} hosts' "
+                         "sosreports: unpack it and give them to gputriage fleet (one host "
+                         "each to analyze)")
 
 
 def _kernel_log(files: SosFiles, build: _Builder, found: list[str],
