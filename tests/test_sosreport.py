@@ -233,9 +233,12 @@ def test_fleet_and_diff_take_sosreports(corpus, tmp_path, capsys):
     healthy = dict(gpu_host(corpus))
     del healthy["var/log/messages"]
     healthy["sos_commands/host/hostname"] = "gpu08\n"
-    well = write_sos(tmp_path / "well" / "sosreport-gpu08-2026-12-06-hijklmn.tar.xz",
+    well = write_sos(tmp_path / "sosreport-gpu08-2026-12-06-hijklmn.tar.xz",
                      healthy, HOST_LINKS, top="sosreport-gpu08-2026-12-06-hijklmn")
-    rc, out, err = run(["fleet", str(tmp_path), "--json"], capsys)
+    with tarfile.open(well) as tar:  # the other one unpacked: fleet walks into neither
+        tar.extractall(tmp_path / "well", filter="tar")
+    rc, out, err = run(["fleet", str(tmp_path / "sick"), str(tmp_path / "well"), "--json"],
+                       capsys)
     assert err == "" and rc == 2, err
     doc = json.loads(out)
     assert doc["nodes"] == 2 and doc["bad_inputs"]["count"] == 0
