@@ -89,7 +89,7 @@ def cli() -> None:
 
     \b
     gputriage check                 collect this host and analyse it
-    gputriage analyze PATH...       analyse a snapshot, a bug report, or pasted outputs
+    gputriage analyze PATH...       analyse a snapshot, a sosreport, a bug report, or pastes
     gputriage diff A B              what changed between two snapshots or results
     gputriage triage [PATH...]      incident screen: changes, findings, next actions
     gputriage fleet PATH...         many nodes' results: each finding, its blast radius

@@ -135,6 +135,8 @@ def _inputs(snapshot: Snapshot) -> list[dict]:
             continue
         origin = (cap.origin.split(":sources/")[0] if snapshot.manifest
                   else cap.origin.split("#")[0])
+        if cap.record.get("kind") == "sosreport":  # "ARCHIVE:sos_commands/...": the archive
+            origin = cap.origin.removesuffix(f":{cap.record.get('origin')}")
         by_origin.setdefault(origin or snapshot.origin, []).append(name)
     return [{"origin": o, "sources": names} for o, names in by_origin.items()]
 

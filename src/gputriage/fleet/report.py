@@ -480,15 +480,15 @@ def snapshot_extras(facts: Facts) -> dict[str, str]:
 
 
 def load_snapshot(path: str, boot_hours: float = 1.0) -> NodeRecord:
-    """Analyse a snapshot (directory or tarball) and keep its record."""
+    """Analyse a snapshot or a sosreport (directory or tarball) and keep its record."""
     from gputriage.engine.analysis import analyze_facts
     from gputriage.errors import InputError
     from gputriage.facts.store import Facts
+    from gputriage.ingest import load_snapshot
     from gputriage.results.document import to_json
-    from gputriage.snapshot.bundle import Snapshot
 
     try:
-        snap = Snapshot.load(path)
+        snap = load_snapshot(path)
         if snap.manifest is None:
             raise FleetInputError("no manifest.json: not a gputriage snapshot")
         facts = Facts(snap)

@@ -24,10 +24,11 @@ import stat
 from collections.abc import Iterable, Iterator
 
 from gputriage.io.inputs import file_kind
+from gputriage.snapshot.sos import is_sos_folder
 
 MAX_ENTRIES = 1_000_000
 RESULT, SNAPSHOT, SKIP = "result", "snapshot", "skip"
-TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.xz", ".txz", ".tar.bz2", ".tbz2")
 _MANIFEST = "manifest.json"
 
 
@@ -59,7 +60,8 @@ def _reason(exc: OSError) -> str:
 
 
 def _is_snapshot(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, _MANIFEST))
+    """A snapshot folder, or an unpacked sosreport (read as one)."""
+    return os.path.isfile(os.path.join(path, _MANIFEST)) or is_sos_folder(path)
 
 
 def _inside(path: str, root: str) -> bool:

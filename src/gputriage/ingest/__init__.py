@@ -21,17 +21,19 @@ from typing import BinaryIO
 from gputriage.errors import InputError, InputsConflict, unreadable
 from gputriage.ingest.bugreport import is_bug_report, split_with_headers
 from gputriage.ingest.detect import EXPECTED, detect_framed
+from gputriage.ingest.sos import read_sosreport
 from gputriage.io.decompress import compression, data_of, peek
 from gputriage.io.inputs import DIR, STREAM, Input, human, is_binary, limit, open_input
 from gputriage.io.sniff import looks_binary
 from gputriage.parsers.detect_jobs import nccl_lines
 from gputriage.parsers.detect_kernel import kernel_lines
 from gputriage.parsers.kernel_patterns import strip_ansi
+from gputriage.snapshot.budget import Budget
 from gputriage.snapshot.bundle import READ_CAP_BYTES, Captured, Snapshot, decode
 from gputriage.text.framing import unframe
 
 __all__ = ["CAP_BYTES", "EXPECTED", "human_size", "load_input", "load_inputs", "load_opened",
-           "load_text", "looks_binary"]
+           "load_snapshot", "load_text", "looks_binary"]
 
 CAP_BYTES = READ_CAP_BYTES  # most bytes kept per input (the tail)
 DETECT_BYTES = 1 << 20  # detection looks at this much text of a large input
@@ -119,18 +121,28 @@ def _next_data(fh: BinaryIO, pos: int) -> int | None:
         return pos
 
 
+def load_snapshot(path: str) -> Snapshot:
+    """A snapshot directory or tarball, or a sosreport (its tarball or unpacked folder:
+    :mod:`gputriage.ingest.sos`), under the snapshot load budgets."""
+    return Snapshot.load(path, other=_sosreport)
+
+
+def _sosreport(reader: object, budget: Budget) -> Snapshot:
+    return read_sosreport(reader, budget, _pieces)
+
+
 def _read_path(path: str) -> _Raw | Snapshot:
-    """Read one named input (``-``: stdin); a snapshot directory or tarball loads
-    directly."""
+    """Read one named input (``-``: stdin); a snapshot directory or tarball, or a
+    sosreport, loads directly."""
     inp = open_input(path)
     if inp.kind == DIR:
-        return Snapshot.load(path)
+        return load_snapshot(path)
     with inp:
         if inp.kind == STREAM:
             return _read_opened(inp)
         fh = inp.fh
         if _is_tar(fh):
-            return Snapshot.load(path)
+            return load_snapshot(path)
         try:
             fh.seek(0)
             first = fh.read(_CHUNK)

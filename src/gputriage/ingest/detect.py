@@ -33,6 +33,7 @@ def formats() -> list[str]:
     snapshot, a bug report, and the description of each source it recognises in a
     paste."""
     return ["a gputriage snapshot (a directory or .tar.gz: gputriage collect)",
+            "a sosreport (sos report's .tar.xz, .tar.gz, .tar.bz2 or its unpacked folder)",
             "an nvidia-bug-report.log or .log.gz",
             *(f"pasted: {s.description}" for s in sources.SOURCES if s.detector)]
 
@@ -40,7 +41,7 @@ def formats() -> list[str]:
 def expected() -> str:
     """What gputriage reads, for the message about an input it does not recognise: one
     short line that points at the whole list (``analyze --formats``)."""
-    return ("expected a snapshot, an nvidia-bug-report.log or a command's output "
+    return ("expected a snapshot, a sosreport, a bug report or a command's output "
             "(gputriage analyze --formats lists them)")
 
 

@@ -18,6 +18,9 @@ MAX_SOURCES = 4096
 READ_CAP_BYTES = 256 << 20  # a single source is never read past this (the tail is kept)
 READ_TOTAL_BYTES = 1 << 30
 TAR_MAX_MEMBERS = 4096
+# a sosreport copies whole /proc and /sys folders: a full one holds tens of thousands of
+# members (the tarball's layout says it is one before the snapshot limit is passed)
+SOS_MAX_MEMBERS = 100_000
 TAR_TOTAL_BYTES = 2 << 30
 TAR_HEADER_BYTES = 1 << 20
 TAR_SKIP_BYTES = 256 << 20
@@ -33,6 +36,7 @@ class LoadBudgets:
     read_cap: int = READ_CAP_BYTES
     read_total: int = READ_TOTAL_BYTES
     tar_members: int = TAR_MAX_MEMBERS
+    sos_members: int = SOS_MAX_MEMBERS
     tar_total: int = TAR_TOTAL_BYTES
     tar_header: int = TAR_HEADER_BYTES
     tar_skip: int = TAR_SKIP_BYTES

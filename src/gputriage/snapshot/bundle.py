@@ -47,7 +47,7 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,8 +221,11 @@ class Snapshot:
 
     # -- loading ---------------------------------------------------------------
     @classmethod
-    def load(cls, path: str | os.PathLike) -> Snapshot:
-        """A snapshot directory or tarball, under :data:`BUDGETS`; InputError if not one."""
+    def load(cls, path: str | os.PathLike,
+             other: Callable[[Any, Budget], Snapshot] | None = None) -> Snapshot:
+        """A snapshot directory or tarball, under :data:`BUDGETS`; InputError if not one.
+        ``other`` reads a directory or tarball without a manifest (a sosreport: see
+        :mod:`gputriage.ingest.sos`) from the opened reader, under the same budget."""
         from gputriage.snapshot.tar import TarReader, looks_like_tar
 
         origin = str(path)
@@ -232,17 +235,20 @@ class Snapshot:
             raise unreadable(origin, exc) from None
         budget = Budget(origin, BUDGETS)
         if stat.S_ISDIR(mode):
-            return cls._from_files(_DirReader(Path(path), budget), budget)
+            return cls._from_files(_DirReader(Path(path), budget), budget, other)
         if not stat.S_ISREG(mode) or not looks_like_tar(origin):
             what = "" if stat.S_ISREG(mode) else f"{file_kind(mode)}, "
             raise InputError(f"{origin}: {what}not a snapshot directory or tarball")
         with TarReader(origin, budget) as reader:
-            return cls._from_files(reader, budget)
+            return cls._from_files(reader, budget, other)
 
     @classmethod
-    def _from_files(cls, reader: Any, budget: Budget) -> Snapshot:
+    def _from_files(cls, reader: Any, budget: Budget,
+                    other: Callable[[Any, Budget], Snapshot] | None = None) -> Snapshot:
         origin = budget.origin
         raw = reader.manifest()
+        if raw is None and other is not None:
+            return other(reader, budget)
         if raw is None:
             raise InputError(f"{origin}: no {MANIFEST}: not a gputriage snapshot "
                              "(a half-written one, or another archive)")

@@ -61,6 +61,19 @@ def member_name(name: str) -> str | None:
     return norm
 
 
+SOS_FOLDERS = ("sos_commands", "sos_reports", "sos_logs")
+
+
+def sos_mark(name: str, link: str = "") -> bool:
+    """Whether a member says its archive is a sosreport: sos's own folders at the top or
+    under the single top folder, or a top-level link into ``sos_commands/`` (``hostname``,
+    ``uname``, ``date``: sos writes these first)."""
+    parts = name.split("/")
+    if any(p in SOS_FOLDERS for p in parts[:2]):
+        return True
+    return len(parts) <= 2 and link.startswith("sos_commands/")
+
+
 class _Walker:
     """The decompressed stream as the seekable file tarfile wants: it counts what it
     decompresses, checks the deadline every MiB, and refuses a header record over
@@ -130,6 +143,7 @@ class TarReader:
         self.first_folder = ""
         self.manifests: dict[str, Got] = {}
         self.prefix = ""
+        self.sos = False  # a sosreport's layout was seen (see :func:`sos_mark`)
         self.raw = os.fdopen(_open_regular(path), "rb")
         self.stream, compressed = seekable(self.raw)
         self.fh = _Walker(self.stream, compressed, budget)
@@ -170,9 +184,10 @@ class TarReader:
             if member is None:
                 return
             count += 1
-            if count > limits.tar_members:
-                raise InputError(f"{self.path}: more than {limits.tar_members} members: "
-                                 "not a gputriage snapshot")
+            if count > limits.tar_members and not (self.sos and count <= limits.sos_members):
+                most = limits.sos_members if self.sos else limits.tar_members
+                what = "a sosreport" if self.sos else "a gputriage snapshot"
+                raise InputError(f"{self.path}: more than {most} members: not {what}")
             if member.isreg():
                 declared += member.size
                 if declared > limits.tar_total:
@@ -183,6 +198,7 @@ class TarReader:
                 self._note(name, member)
 
     def _note(self, name: str, member: tarfile.TarInfo) -> None:
+        self.sos = self.sos or sos_mark(name, member.linkname if member.issym() else "")
         if "/" in name or member.isdir():
             folder = name.split("/", 1)[0]
             self.folders.add(folder)
