@@ -45,25 +45,29 @@ def _quotes(f: Finding, line: str) -> bool:
     return bool(line) and any(line in ln for e in f.evidence for ln in e.lines)
 
 
-def _flat(findings: list[Finding]) -> list[Finding]:
-    out: list[Finding] = []
+def _flat(findings: list[Finding], cause: Finding | None = None
+          ) -> list[tuple[Finding, Finding | None]]:
+    """Every finding with the cause it is folded under (None: a cause itself)."""
+    out: list[tuple[Finding, Finding | None]] = []
     for f in findings:
-        out += [f, *_flat(list(f.consequences))]
+        out += [(f, cause), *_flat(list(f.consequences), cause or f)]
     return out
 
 
-def _judging(findings: list[Finding], hit: Hit) -> Finding | None:
-    """The finding that judges ``hit``: the row's own id first, else the first (in the
-    report's order: the cause an on-call acts on first) that quotes its line."""
+def _judging(findings: list[tuple[Finding, Finding | None]], hit: Hit
+             ) -> tuple[Finding, Finding | None] | None:
+    """The finding that judges ``hit`` and its cause: the row's own id first, else the
+    first (in the report's order: the cause an on-call acts on first) that quotes its
+    line."""
     line = hit.line.strip()
-    own = [f for f in findings if _same_message(f.id, hit.message.id)]
-    quoting = [f for f in findings if _quotes(f, line)]
-    for f in [*[f for f in own if _quotes(f, line)], *own, *quoting]:
-        return f
+    own = [p for p in findings if _same_message(p[0].id, hit.message.id)]
+    quoting = [p for p in findings if _quotes(p[0], line)]
+    for pair in [*[p for p in own if _quotes(p[0], line)], *own, *quoting]:
+        return pair
     return None
 
 
-def _analysed(text: str) -> list[Finding]:
+def _analysed(text: str) -> list[tuple[Finding, Finding | None]]:
     """The findings of ``text`` analysed as a pasted file; none when it is not a paste
     gputriage reads (a bare number or name)."""
     from gputriage.engine.analysis import analyze
@@ -89,7 +93,14 @@ def verdicts(text: str, hits: list[Hit]) -> list[Verdict]:
     findings = _analysed(text)
     out = []
     for hit in hits:
-        f = _judging(findings, hit)
-        out.append(_of_row(hit) if f is None else Verdict(
-            f.severity, f.blame, f.action, f.step, f.id, f.title))
+        judged = _judging(findings, hit)
+        if judged is None:
+            out.append(_of_row(hit))
+            continue
+        f, cause = judged
+        if cause is None:
+            out.append(Verdict(f.severity, f.blame, f.action, f.step, f.id, f.title))
+        else:  # folded: the cause's step closes it, as the report says
+            out.append(Verdict(f.severity, f.blame, f.action, cause.step, f.id,
+                               f"{f.title}; a consequence of {cause.id}: {cause.title}"))
     return out
