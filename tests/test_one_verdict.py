@@ -132,3 +132,18 @@ def test_no_devices_found_on_the_host_is_the_nodes():
     [f] = [f for f in result.findings if f.id == "nvidia-smi.no-devices"]
     assert (f.severity.value, f.blame.value, f.action.value) == ("critical", "node",
                                                                  "reboot-node")
+
+
+def test_a_message_folded_under_a_cause_takes_the_causes_step(tmp_path):
+    """A CUDA launch failure after Xid 79 is its consequence: explain names the cause
+    and gives the step that closes both, the one analyze gives the Xid."""
+    text = ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the "
+            "bus.\nRuntimeError: CUDA error: unspecified launch failure")
+    _, doc = _run(["explain", "--json", text])
+    [msg] = [m for i in doc["inputs"] for m in i["messages"] if m["id"] == "cuda.719"]
+    paste = tmp_path / "paste.txt"
+    paste.write_text(text + "\n")
+    _, result = _run(["analyze", "--json", str(paste)])
+    [xid] = [f for f in result["findings"] if f["id"] == "xid.79"]
+    assert msg["blame"] == "node" and msg["step"] == xid["step"]
+    assert any(c["id"] == msg["finding"] for c in xid["consequences"])
