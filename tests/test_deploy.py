@@ -208,9 +208,11 @@ def test_dockerfile_builds_on_python_slim_with_nvidia_runtime() -> None:
 
 def test_docs_cover_every_recipe() -> None:
     text = "\n".join((REPO / "docs" / name).read_text(encoding="utf-8")
-                     for name in ("fleet.md", "slurm.md", "kubernetes.md", "watch.md"))
+                     for name in ("fleet.md", "slurm.md", "kubernetes.md", "watch.md",
+                                  "alerts.md"))
     for path in [*SHELL_SCRIPTS, *K8S.glob("*.yaml"), DEPLOY / "Dockerfile",
-                 *(DEPLOY / "node-problem-detector").iterdir()]:
+                 *(DEPLOY / "node-problem-detector").iterdir(),
+                 *(DEPLOY / "prometheus").glob("*.yaml")]:
         assert path.name in text, path.name
     assert "gputriage fleet" in text
     for step in ("gputriage ack", "resume.sh", "state=resume", "kubectl uncordon",
