@@ -113,7 +113,9 @@ def test_pcie_x8_gpu3() -> None:
     p = payloads("pcie-x8-gpu3")
     assert changed(p) == {"pci_devices", "lspci_nvidia", "nvidia_smi_q_xml", "nvidia_smi",
                           "kernel_log"}
-    assert tree_diff("pci_devices", p) == {"0000:5d:00.0/current_link_width": ("16\n", "8\n")}
+    # both ends of the link report it: the GPU and its switch downstream port above it
+    assert tree_diff("pci_devices", p) == {"0000:5d:00.0/current_link_width": ("16\n", "8\n"),
+                                           "0000:5a:01.0/current_link_width": ("16\n", "8\n")}
     assert json.loads(p["pci_devices"])["files"]["0000:5d:00.0/max_link_width"] == "16\n"
     assert "LnkSta:\tSpeed 32GT/s (ok), Width x8 (downgraded)" in p["lspci_nvidia"]
     assert p["lspci_nvidia"].count("(downgraded)") == 1
