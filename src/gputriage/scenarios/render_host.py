@@ -217,9 +217,12 @@ def pci_devices(host: Host) -> str:
                 continue
             if dsp != path[-1]:
                 add(dsp, 0x1000, 0xC030, 0x060400, g.numa, "pcieport", sub=(0x1000, 0x0000))
-            chain = [*path[:-1], dsp, dev]
-            for i, node in enumerate(chain):
-                links[node] = "../../../devices/pci" + node[:7] + "/" + "/".join(chain[:i + 1])
+            _place(links, [*path[:-1], dsp, dev])
+    for n in host.nics:
+        if n.switch is None:  # an HCA in a slot of its own, below a root port
+            port = nic_root_port(n.bus)
+            add(port, 0x8086, 0x352A, 0x060400, n.numa, "pcieport", sub=(0x8086, 0x0000))
+            _place(links, [port, n.bus])
     for s in host.switches:
         add(s.bus, 0x10DE, 0x22A3, 0x068000, s.numa, "nvidia-nvswitch", gen=4, gen_max=4,
             width=2, width_max=2, sub=(0x10DE, 0x1796))
@@ -237,6 +240,17 @@ def switch_path(gpu_bus: str) -> list[str]:
     port, the GPU's downstream port (the HCA beside it hangs off another one)."""
     return [_bus(gpu_bus, -5) + ":01.0", _bus(gpu_bus, -4) + ":00.0",
             _bus(gpu_bus, -3) + ":01.0"]
+
+
+def nic_root_port(nic_bus: str) -> str:
+    """The root port of an HCA that shares no GPU's switch."""
+    return _bus(nic_bus, -1) + ":01.0"
+
+
+def _place(links: dict[str, str], chain: list[str]) -> None:
+    """Each function's own sysfs link: its real path below its root bus."""
+    for i, node in enumerate(chain):
+        links[node] = "../../../devices/pci" + node[:7] + "/" + "/".join(chain[:i + 1])
 
 
 def _nic_port(gpu_bus: str) -> str:
