@@ -15,6 +15,8 @@ from gputriage import sources
 from gputriage.collect import readers
 from gputriage.errors import ParseError
 from gputriage.ingest.detect import detect
+from gputriage.knowledge import csv_rows
+from gputriage.knowledge.pcie_hops import hop_case
 from gputriage.model import Action, Blame, Severity
 from gputriage.parsers.lspci import parse_lspci
 from gputriage.parsers.lspci_tree import parse_lspci_tree
@@ -315,3 +317,12 @@ def test_corpus_lspci_captures_keep_their_verdicts(corpus) -> None:
             continue
         result = run(**found)
         assert not [f for f in result.findings if f.id == "pcie.hop-degraded"], sample.name
+
+
+def test_every_hop_case_is_consistent_and_names_its_source() -> None:
+    from gputriage.vocabulary import inconsistency
+    for row in csv_rows("pcie_hops.csv"):
+        case = hop_case(row["case"])
+        assert not inconsistency(case.severity, case.action, case.blame), case.case
+        assert len(case.source.split()) >= 3 and case.meaning, case.case
+    assert hop_case("starved").share_at_most == 0.125

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from gputriage.facts.pcie import IDLE_GTS, PcieLink, aer_total
 from gputriage.facts.pcie_path import Hop, PciePaths
+from gputriage.knowledge.pcie_hops import hop_case
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.dmidecode import Slot
 from gputriage.parsers.lspci import ACS_REDIRECT, AcsControl
@@ -98,15 +99,16 @@ def link_width(pcie_links: list[PcieLink], dmidecode_slots: list[Slot] | None = 
         ev = _evidence(link) + _port_evidence(hop)
         port_width = hop.upper.max_width if hop is not None else None
         if port_width is not None and port_width <= cur and not link.is_virtualized:
+            placed = hop_case("port-limited-width")
             yield finding(
-                "pcie.width-degraded", Severity.INFO,
+                "pcie.width-degraded", placed.severity,
                 f"{title}: the {hop.upper.label} above it has only x{port_width}"
                 if hop is not None else title,
                 f"The port above the device supports {port_width} lanes, so the link runs at "
                 "the width both ends can do: a placement (or the port's bifurcation), not a "
                 "failing link. If the device needs its full bandwidth, move it to a "
                 "full-width port or slot.",
-                Action.FIX_CONFIG, Blame.CONFIG, _scope(link), ev)
+                placed.action, placed.blame, _scope(link), ev, (placed.source,))
             continue
         if link.is_virtualized:
             yield finding(

@@ -17,19 +17,9 @@ from dataclasses import replace
 
 from gputriage.facts.pcie import IDLE_GTS, PcieLink
 from gputriage.facts.pcie_path import Hop, PciePaths
-from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
-from gputriage.rules.base import action_for, finding, rule
-
-#: the hop carries this share of what both ends support, or less: the devices below are
-#: starved (a Gen5 x16 uplink at Gen1, or at x2), not merely slowed
-SEVERE_SHARE = 1 / 8
-SEVERE_WIDTH_SHARE = 1 / 4  # the width rule's own threshold (x4 of x16)
-REFERENCES = (
-    "Linux PCI core, 'PCI: Check for PCIe Link downtraining' (commit 2d1ce5ec2117): a link "
-    "is downtrained when both its ends can do more than it runs at",
-    "NVIDIA DCGM, NVSwitch and ConnectX module: whether an adapter operates at its "
-    "expected PCIe width and speed",
-)
+from gputriage.knowledge.pcie_hops import HopCase, hop_case
+from gputriage.model import Evidence, Finding, Scope, evidence, gpu_scope
+from gputriage.rules.base import finding, rule
 
 
 def _gts(v: float | None) -> str:
@@ -74,6 +64,22 @@ def _may_idle(hop: Hop) -> bool:
             and all(x.kind == "gpu" and x.load != "busy" for x in hop.below))
 
 
+def _starved(hop: Hop, case: HopCase) -> bool:
+    """At most the table's share of the bandwidth, or of the lanes, both ends support."""
+    narrow = (hop.narrow and case.width_share_at_most is not None
+              and (hop.cur_width or 0) <= (hop.cap_width or 0) * case.width_share_at_most)
+    return narrow or (case.share_at_most is not None and _share(hop) <= case.share_at_most)
+
+
+def _judged(hop: Hop, virtual: bool) -> HopCase:
+    if virtual:
+        return hop_case("virtual")
+    if _may_idle(hop):
+        return hop_case("idle-gen1")
+    starved = hop_case("starved")
+    return starved if _starved(hop, starved) else hop_case("downtrained")
+
+
 @rule("pcie.path", produces=("pcie.hop-degraded",))
 def hop_degraded(pcie_paths: PciePaths) -> Iterator[Finding]:
     """A link between two PCIe ports on a GPU's or NIC's path (a root port to a switch,
@@ -87,46 +93,30 @@ def hop_degraded(pcie_paths: PciePaths) -> Iterator[Finding]:
         names = ", ".join(x.label for x in below)
         title = (f"PCIe hop {hop.label}: {_state(hop.cur_gts, hop.cur_width)} where both ends "
                  f"support {_state(hop.cap_gts, hop.cap_width)} (below it: {names})")
-        scope = Scope(kind="device", pci_bus_id=hop.lower.address, name=hop.label)
-        also = tuple(device_scope(x) for x in below)
-        ev = _evidence(hop)
-        if pcie_paths.virtual:
-            yield _with_also(finding(
-                "pcie.hop-degraded", Severity.INFO, f"{title}, inside a VM",
-                "These ports are the hypervisor's emulation: the speed and width they show "
-                "need not be what the physical link does. Only worth knowing; check the "
-                "host's own lspci if transfers are slow.",
-                Action.NONE, Blame.UNKNOWN, scope, ev, REFERENCES), also)
-            continue
-        if _may_idle(hop):
-            yield _with_also(finding(
-                "pcie.hop-degraded", Severity.INFO, f"{title}: the GPUs below may be idle",
-                "Idle NVIDIA GPUs lower their link speed to 2.5 GT/s and some platforms "
-                "let the ports above follow; none of the GPUs below is known to be working. "
-                "Re-check while a job runs: a hop that stays at Gen1 under load is a riser, "
-                "cable or switch fault.", Action.NONE, Blame.UNKNOWN, scope, ev, REFERENCES),
-                also)
-            continue
-        severe = _share(hop) <= SEVERE_SHARE or (
-            hop.narrow and (hop.cur_width or 0) <= (hop.cap_width or 0) * SEVERE_WIDTH_SHARE)
-        severity = Severity.CRITICAL if severe else Severity.WARNING
-        when = ("They are starved of host bandwidth: drain the node, then reseat or replace "
-                "the riser, cable or board on this hop." if severe else
-                "It still works correctly, only slower: reseat or replace the riser, cable or "
-                "retimer of this hop at the next maintenance window.")
-        yield _with_also(finding(
-            "pcie.hop-degraded", severity, title,
+        case = _judged(hop, pcie_paths.virtual)
+        explanation = {
+            "virtual": "These ports are the hypervisor's emulation: the speed and width they "
+                       "show need not be what the physical link does. Only worth knowing; "
+                       "check the host's own lspci if transfers are slow.",
+            "idle-gen1": "Idle NVIDIA GPUs lower their link speed to 2.5 GT/s and some "
+                         "platforms let the ports above follow; none of the GPUs below is "
+                         "known to be working. Re-check while a job runs: a hop that stays at "
+                         "Gen1 under load is a riser, cable or switch fault.",
+        }.get(case.case) or (
             f"The link between {hop.upper.label} and {hop.lower.label} trained below what "
             f"both its ends support, so every transfer of the {len(below)} device(s) below "
             f"it (host copies, GPUDirect RDMA, peer traffic across the root complex) shares "
             f"{_share(hop):.0%} of the bandwidth it should have. Both ends could do more, so "
             "neither the slot's generation nor the devices decide it: the physical path "
-            f"does (riser, cable, retimer, connector). {when}",
-            action_for(severity, Action.DRAIN_AND_REPAIR), Blame.NODE, scope, ev, REFERENCES),
-            also)
-
-
-def _with_also(f: Finding, also: tuple[Scope, ...]) -> Finding:
-    """The hop's finding with the devices below it (its blast radius) as its other
-    scopes: their own link findings fold under it."""
-    return replace(f, also=also)
+            "does (riser, cable, retimer, connector). " + (
+                "The devices below are starved of host bandwidth: drain the node, then reseat "
+                "or replace the riser, cable or board on this hop." if case.case == "starved"
+                else "It still works correctly, only slower: reseat or replace the riser, "
+                     "cable or retimer of this hop at the next maintenance window."))
+        suffix = {"virtual": ", inside a VM", "idle-gen1": ": the GPUs below may be idle"}
+        yield replace(finding(
+            "pcie.hop-degraded", case.severity, title + suffix.get(case.case, ""), explanation,
+            case.action, case.blame,
+            Scope(kind="device", pci_bus_id=hop.lower.address, name=hop.label),
+            _evidence(hop), (case.source,)),
+            also=tuple(device_scope(x) for x in below))

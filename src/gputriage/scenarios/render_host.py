@@ -206,8 +206,8 @@ def pci_devices(host: Host) -> str:
             g.pcie_width, g.pcie_width_max)
         nic = nic_of.get(g.index)
         path = switch_path(g.bus)
-        for port, (vendor, device) in zip(path[:-1], ((0x8086, 0x352A), (0x1000, 0xC030),
-                                                     (0x1000, 0xC030))):
+        for port, (vendor, device) in zip(path[:-1], ((0x8086, 0x352A), (0x1000, 0xC030)),
+                                          strict=True):  # the root port, the switch's uplink
             add(port, vendor, device, 0x060400, g.numa, "pcieport", g.uplink_gen, 5,
                 g.uplink_width, 16, sub=(vendor, 0x0000))
         add(path[-1], 0x1000, 0xC030, 0x060400, g.numa, "pcieport", g.pcie_gen, 5,
