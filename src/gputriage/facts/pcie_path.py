@@ -222,13 +222,17 @@ def _virtual(functions: dict[str, PciFunction], tree: list[TreeNode],
 def pcie_paths(facts: FactReader) -> PciePaths:
     """The hops on each GPU's and NIC's PCIe path, each with both ends' capabilities
     and the link's state (no hop when the inputs give no parentage)."""
-    links: list[PcieLink] = [x for x in facts.maybe("pcie_links", []) if x.bus_id]
+    all_links: list[PcieLink] | None = facts.maybe("pcie_links")
+    links = [x for x in all_links or [] if x.bus_id]
     functions: list[PciFunction] = facts.maybe("pci", []) or []
     source: str = facts.maybe("pci_source", "pci_devices")
     try:
         tree: list[TreeNode] = facts.get("lspci_tree") or []
     except Missing:
         tree = []
+    if all_links is None and not tree:
+        raise Missing("no GPU or NIC PCIe link to walk a path from (sysfs pci_devices, "
+                      "lspci or nvidia-smi)")
     by_address = {f.address: f for f in functions if f.address}
     parents, topology = _parentage(functions, tree)
     tree_by_address = {n.address: n for n in tree}
