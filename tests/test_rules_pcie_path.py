@@ -150,6 +150,10 @@ def test_the_detector_splits_the_tree_from_lspci_vvv() -> None:
     assert set(parts) == {"lspci_tree", "lspci_nvidia", "lspci_mellanox"}
     assert parts["lspci_tree"].count("\n") >= 6 and "LnkSta" not in parts["lspci_tree"]
     assert "0000:16:00.0 PCI bridge" in parts["lspci_nvidia"]  # the switch port is kept
+    tree = GEN3[:GEN3.index("$ sudo lspci -vvv")]
+    for command in ("lspci -nntv", "lspci -t -v", "sudo lspci -tv"):
+        assert set(_parts(tree.replace("sudo lspci -tvnn", command))) == {"lspci_tree"}
+    assert set(_parts(tree.replace("$ sudo lspci -tvnn\n", ""))) == {"lspci_tree"}
 
 
 def test_collect_gathers_the_tree() -> None:

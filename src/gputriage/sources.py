@@ -251,7 +251,7 @@ SOURCES: tuple[Source, ...] = (
          "lspci -tv (the PCI tree: which root port and switch ports each device hangs below)",
          parser="parsers.lspci_tree:parse_lspci_tree",
          detector="parsers.lspci_tree:claim_lspci_tree", detect_order=165,
-         aliases=("lspci -t|-tv|-vt|-tvnn|-nnvt|-tvv|-vtnn",)),
+         aliases=("lspci -t|-tv|-vt|-tvv|-tvnn|-nntv|-nnvt|-vtnn|-tnnv|-nnt",)),
     _cmd("dmidecode_slots", ("dmidecode", "-t", "slot"),
          "dmidecode -t slot (physical PCIe slots: type, electrical width, what sits in them)",
          parser="parsers.dmidecode:parse_dmidecode_slots",
