@@ -233,6 +233,15 @@ def test_a_x8_hop_is_a_finding() -> None:
     assert f.severity is Severity.WARNING and "50%" in f.explanation
 
 
+def test_a_link_that_is_down_is_not_a_slow_hop() -> None:
+    """A port whose link is down (x0) says nothing of the speed it would train at."""
+    down = sysfs_switch(uplink=(1, 16))
+    down["files"]["0000:00:01.0/current_link_width"] = "0\n"
+    for key in [k for k in down["files"] if k.startswith("0000:01:00.0/current")]:
+        del down["files"][key]
+    assert not [f for f in run(pci_devices=down).findings if f.id == "pcie.hop-degraded"]
+
+
 def test_a_healthy_switch_path_raises_nothing() -> None:
     result = run(**_parts(HEALTHY))
     assert not _loud(result) and exit_status(result) is ExitStatus.OK

@@ -101,9 +101,9 @@ class Hop:
 
     @property
     def slow(self) -> bool:
-        """Trained below the speed both ends support."""
+        """Trained below the speed both ends support (a link at x0 is down, not slow)."""
         cur, cap = self.cur_gts, self.cap_gts
-        return cur is not None and cap is not None and cur < cap
+        return cur is not None and cap is not None and cur < cap and self.cur_width != 0
 
     @property
     def narrow(self) -> bool:
