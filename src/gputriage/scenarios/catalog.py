@@ -357,7 +357,7 @@ CATALOG: tuple[Entry, ...] = (
           "copy and every GPUDirect RDMA transfer of both devices shares a quarter of the "
           "bandwidth; the kernel noted it at boot. One finding for the hop, both devices as "
           "its blast radius: reseat or replace the switch's riser or cable at the next window.",
-          ("pcie.hop-degraded",), _pcie_switch_uplink_gen3),
+          ("pcie.hop-degraded", "kernel.pcie-bandwidth-limited"), _pcie_switch_uplink_gen3),
     Entry("nic-far-socket", "HCA mlx5_0 for GPU 0's rail sits on the far socket (SYS)",
           "The ConnectX-7 serving rail 0 (mlx5_0) is installed behind socket 1 (NUMA 1) while "
           "GPU 0 is on socket 0, so topo -m shows SYS from GPU0 to NIC0 and GPUDirect RDMA "
