@@ -98,10 +98,11 @@ def hop_degraded(pcie_paths: PciePaths) -> Iterator[Finding]:
             "virtual": "These ports are the hypervisor's emulation: the speed and width they "
                        "show need not be what the physical link does. Only worth knowing; "
                        "check the host's own lspci if transfers are slow.",
-            "idle-gen1": "Idle NVIDIA GPUs lower their link speed to 2.5 GT/s and some "
-                         "platforms let the ports above follow; none of the GPUs below is "
-                         "known to be working. Re-check while a job runs: a hop that stays at "
-                         "Gen1 under load is a riser, cable or switch fault.",
+            "idle-gen1": "None of the GPUs below is known to be working, and 2.5 GT/s at "
+                         "full width is the speed idle NVIDIA GPUs give their own links, so "
+                         "this input cannot tell a fault from power saving. Re-check while a "
+                         "job runs: a hop that stays at Gen1 under load is a riser, cable or "
+                         "switch fault.",
         }.get(case.case) or (
             f"The link between {hop.upper.label} and {hop.lower.label} trained below what "
             f"both its ends support, so every transfer of the {len(below)} device(s) below "
