@@ -4,6 +4,7 @@ against the port above them."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -93,7 +94,8 @@ RULE_CASES = {
         ({"pci_devices": sysfs_switch(uplink=(3, 16))}, "pcie.hop-degraded"),
     ],
 }
-SOURCE_SAMPLES = {"lspci_tree": ("fixture:pci/switch-uplink-gen3-tree-and-vvv.txt",)}
+SOURCE_SAMPLES = {"lspci_tree": ("fixture:pci/switch-uplink-gen3-tree-and-vvv.txt",),
+                  "pci_devices": ("fixture:pci/sysfs-switch-uplink-gen3.json",)}
 # no real lspci -tv capture in ../shared/corpus yet: say what would be one
 NO_SAMPLE_YET = {"lspci_tree": "lspci -tv of a GPU server with its PCIe switches"}
 
@@ -200,7 +202,7 @@ def test_collect_keeps_the_ports_above_gpus_and_nics(tmp_path) -> None:
         os.symlink(os.path.relpath(path, bus), bus / path.name)
     data, record = readers.read_tree(tmp_path, sources.BY_NAME["pci_devices"])
     assert data is not None and not record["truncated"]
-    fns = {f.address: f for f in parse_pci_tree(__import__("json").loads(data))}
+    fns = {f.address: f for f in parse_pci_tree(json.loads(data))}
     assert set(fns) == {"0000:00:01.0", "0000:01:00.0"}
     assert sysfs_parent(fns["0000:01:00.0"].raw["sysfs_path"]) == "0000:00:01.0"
     assert fns["0000:00:01.0"].link_speed_gts() == 32.0
@@ -220,6 +222,17 @@ def test_a_switch_uplink_at_gen3_is_one_finding_naming_the_hop() -> None:
     assert any("LnkSta:\tSpeed 8GT/s (downgraded)" in ln for ln in lines)
     assert any(ln.startswith("|") and "01.0-[16-1a]" in ln for ln in lines)
     assert f.step and "lspci -vv -s 0000:16:00.0" in f.step
+
+
+def test_a_collected_sysfs_tree_names_the_hop_and_folds_the_kernel_note() -> None:
+    tree = json.loads(fixture("sysfs-switch-uplink-gen3.json"))
+    note = ("[    2.104512] pci 0000:03:00.0: 126.016 Gb/s available PCIe bandwidth, limited "
+            "by 8.0 GT/s PCIe x16 link at 0000:01:00.0 (capable of 504.112 Gb/s with 32.0 "
+            "GT/s PCIe x16 link)\n")
+    f = _hop(run(pci_devices=tree, kernel_log=note))
+    assert "root port 0000:00:01.0 -> switch upstream port 0000:01:00.0" in f.title
+    assert {s.pci_bus_id for s in f.also} == {"0000:03:00.0", "0000:04:00.0"}
+    assert [c.id for c in f.consequences] == ["kernel.pcie-bandwidth-limited"]
 
 
 def test_the_same_paste_without_the_tree_rebuilds_the_path_from_bus_numbers() -> None:

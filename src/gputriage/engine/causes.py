@@ -385,8 +385,10 @@ def _root(i: int, parent: dict[int, int]) -> int:
 
 
 def _buses(f: Finding) -> set[str]:
-    """The bus ids of the GPUs (and NICs: a PCIe path's devices) a finding covers."""
-    return {s.pci_bus_id.lower() for s in f.scopes if s.kind in ("gpu", "nic") and s.pci_bus_id}
+    """The bus ids of the GPUs, NICs and other PCI devices a finding covers (a device
+    the input does not class, as a kernel line names it, is matched by its bus id)."""
+    return {s.pci_bus_id.lower() for s in f.scopes
+            if s.kind in ("gpu", "nic", "device") and s.pci_bus_id}
 
 
 def _when(f: Finding) -> datetime | None:
