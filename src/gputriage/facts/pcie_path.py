@@ -148,14 +148,17 @@ def _parents_from_buses(functions: list[PciFunction]) -> dict[str, str]:
 
 def _parentage(functions: list[PciFunction], tree: list[TreeNode]) -> tuple[dict[str, str],
                                                                              str]:
-    """(address -> bridge above it, where that came from)."""
-    if tree:
-        return {n.address: n.parent for n in tree if n.parent}, "lspci_tree"
-    from_sysfs = {f.address: p for f in functions
-                  if (p := sysfs_parent(f.raw.get("sysfs_path")))}
-    if from_sysfs:
-        return from_sysfs, "pci_devices"
-    return _parents_from_buses(functions), "lspci"
+    """(address -> bridge above it, where that came from): the tree first, then sysfs
+    paths, then the bus numbers of a pasted lspci -vvv, each filling what the one before
+    did not place."""
+    found = [("lspci_tree", {n.address: n.parent for n in tree if n.parent}),
+             ("pci_devices", {f.address: p for f in functions
+                              if (p := sysfs_parent(f.raw.get("sysfs_path")))}),
+             ("lspci", _parents_from_buses(functions))]
+    parents: dict[str, str] = {}
+    for _, placed in reversed(found):
+        parents.update(placed)
+    return parents, next((name for name, placed in found if placed), "")
 
 
 def _downstream_facing(address: str, functions: dict[str, PciFunction],
