@@ -113,7 +113,9 @@ def test_pcie_x8_gpu3() -> None:
     p = payloads("pcie-x8-gpu3")
     assert changed(p) == {"pci_devices", "lspci_nvidia", "nvidia_smi_q_xml", "nvidia_smi",
                           "kernel_log"}
-    assert tree_diff("pci_devices", p) == {"0000:5d:00.0/current_link_width": ("16\n", "8\n")}
+    # both ends of the link report it: the GPU and its switch downstream port above it
+    assert tree_diff("pci_devices", p) == {"0000:5d:00.0/current_link_width": ("16\n", "8\n"),
+                                           "0000:5a:01.0/current_link_width": ("16\n", "8\n")}
     assert json.loads(p["pci_devices"])["files"]["0000:5d:00.0/max_link_width"] == "16\n"
     assert "LnkSta:\tSpeed 32GT/s (ok), Width x8 (downgraded)" in p["lspci_nvidia"]
     assert p["lspci_nvidia"].count("(downgraded)") == 1
@@ -132,11 +134,27 @@ def test_pcie_x8_gpu3() -> None:
         "x8 link at 0000:5d:00.0 (capable of 504.112 Gb/s with 32.0 GT/s PCIe x16 link)"]
 
 
+def test_pcie_switch_uplink_gen3() -> None:
+    """Only the uplink's two ends change (the GPU's own link stays Gen5 x16), and the
+    kernel's boot note names the switch port that limits the GPU."""
+    p = payloads("pcie-switch-uplink-gen3")
+    assert changed(p) == {"pci_devices", "kernel_log", "nvidia_smi_q_xml", "nvidia_smi"}
+    assert tree_diff("pci_devices", p) == {
+        "0000:35:01.0/current_link_speed": ("32.0 GT/s PCIe\n", "8.0 GT/s PCIe\n"),
+        "0000:36:00.0/current_link_speed": ("32.0 GT/s PCIe\n", "8.0 GT/s PCIe\n")}
+    links = json.loads(p["pci_devices"])["links"]
+    assert links["0000:3a:00.0"].endswith("/0000:35:01.0/0000:36:00.0/0000:37:01.0/0000:3a:00.0")
+    (line,) = new_lines("kernel_log", p)
+    assert "limited by 8.0 GT/s PCIe x16 link at 0000:36:00.0" in line
+    assert "-[0000:35]---01.0-[36-3a]----00.0-[37-3a]--+-00.0-[39]" in p["lspci_tree"]
+
+
 def test_nic_far_socket() -> None:
     p = payloads("nic-far-socket")
     assert changed(p) == {"pci_devices", "lspci_mellanox", "nvidia_smi_topo", "kernel_log",
-                          "dmidecode_slots"}
+                          "dmidecode_slots", "lspci_tree"}
     assert "Bus Address: 0000:ca:00.0" in p["dmidecode_slots"]  # the HCA moved slot
+    assert "-[0000:c9]---01.0-[ca]----00.0  Mellanox" in p["lspci_tree"]  # its own root port
     files = json.loads(p["pci_devices"])["files"]
     assert files["0000:ca:00.0/numa_node"] == "1\n" and "0000:17:00.0/vendor" not in files
     assert files["0000:18:00.0/numa_node"] == "0\n"

@@ -236,9 +236,10 @@ SOURCES: tuple[Source, ...] = (
            parser="parsers.driver:parse_nvidia_libs"),
     # --- PCI
     Source(name="pci_devices", kind="tree", path="/sys/bus/pci/devices",
-           globs=tuple(f"*/{a}" for a in _PCI_ATTRS), select="gpu_and_nic_functions",
+           globs=("*",) + tuple(f"*/{a}" for a in _PCI_ATTRS), select="gpu_and_nic_paths",
            suffix=".json",
-           description="NVIDIA and network PCI functions: ids, class, NUMA, link speed/width",
+           description="NVIDIA and network PCI functions and the PCIe ports above them: ids, "
+                       "class, NUMA, link speed/width, place in the tree",
            parser="parsers.pci:parse_pci_tree"),
     _cmd("lspci_nvidia", ("lspci", "-vvv", "-nn", "-D", "-d", "10de:"),
          "lspci -vvv of NVIDIA functions and the bridges above them (or its LnkCap/LnkSta/"
@@ -246,6 +247,11 @@ SOURCES: tuple[Source, ...] = (
          parser="parsers.lspci:parse_lspci",
          detector="parsers.lspci:claim_lspci", detect_order=170,
          aliases=("lspci ~10de|~nvidia",)),
+    _cmd("lspci_tree", ("lspci", "-tv", "-nn"),
+         "lspci -tv (the PCI tree: which root port and switch ports each device hangs below)",
+         parser="parsers.lspci_tree:parse_lspci_tree",
+         detector="parsers.lspci_tree:claim_lspci_tree", detect_order=165,
+         aliases=("lspci -t|-tv|-vt|-tvv|-tvnn|-nntv|-nnvt|-vtnn|-tnnv|-nnt",)),
     _cmd("dmidecode_slots", ("dmidecode", "-t", "slot"),
          "dmidecode -t slot (physical PCIe slots: type, electrical width, what sits in them)",
          parser="parsers.dmidecode:parse_dmidecode_slots",

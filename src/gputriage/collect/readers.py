@@ -11,6 +11,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from gputriage.io.inputs import file_kind
@@ -82,7 +83,31 @@ def _gpu_and_nic_functions(base: Path, device_dir: str) -> bool:
     return vendor == "0x10de" or vendor in _NIC_VENDORS or klass.startswith("0x02")
 
 
-_SELECTORS = {"gpu_and_nic_functions": _gpu_and_nic_functions}
+_PCI_ADDRESS = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+_MAX_PCI_ENTRIES = 4096  # far more functions than a host has: a bound on the listing
+
+
+def _gpu_and_nic_paths(base: Path) -> Callable[[str], bool]:
+    """Keep the GPU and NIC functions and every bridge on their way up to the root
+    complex (the addresses in their real sysfs path), so that each hop of the path can
+    be judged."""
+    try:
+        names = sorted(os.listdir(base))[:_MAX_PCI_ENTRIES]
+    except OSError:
+        names = []
+    wanted = {name for name in names if _gpu_and_nic_functions(base, name)}
+    above: set[str] = set()
+    for name in wanted:
+        parts = os.path.realpath(base / name).split(os.sep)
+        above.update(p for p in parts[:-1] if _PCI_ADDRESS.match(p))
+    keep = wanted | above
+    return lambda top: top in keep
+
+
+# a tree's selector, by the source's ``select``: made once per read from the tree's base,
+# then asked for each top-level entry
+_SELECTORS: dict[str, Callable[[Path], Callable[[str], bool]]] = {
+    "gpu_and_nic_paths": _gpu_and_nic_paths}
 
 
 _ENV_KEPT = re.compile(r"^(?:NVIDIA|CUDA)_[A-Z0-9_]+=")
@@ -105,7 +130,8 @@ def read_tree(root: Path, spec: Source) -> tuple[bytes | None, dict]:
     base = under_root(root, spec.path or "/")
     if not base.is_dir():
         return None, {"error": "absent", "error_detail": f"{spec.path} does not exist"}
-    select = _SELECTORS.get(spec.select or "")
+    make_selector = _SELECTORS.get(spec.select or "")
+    select = make_selector(base) if make_selector is not None else None
     names_only = spec.select == "names_only"
     files: dict[str, str] = {}
     links: dict[str, str] = {}
@@ -119,7 +145,7 @@ def read_tree(root: Path, spec: Source) -> tuple[bytes | None, dict]:
             if select is not None:
                 top = rel.split("/", 1)[0]
                 if top not in keep:
-                    keep[top] = select(base, top)
+                    keep[top] = select(top)
                 if not keep[top]:
                     continue
             if path.is_symlink():

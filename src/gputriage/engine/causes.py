@@ -54,6 +54,15 @@ RELATIONS: tuple[Relation, ...] = (
              "an uncorrected error on the GPU's own PCIe link (a surprise link down) is how "
              "a GPU falls off the bus; a critical kernel.pcie-aer is one on a GPU's link",
              Severity.CRITICAL),
+    Relation("pcie.hop-degraded", "pcie.speed-degraded", SAME_GPU,
+             "a GPU's or NIC's own link that trained down below a downtrained switch uplink "
+             "is one fault of the path (the switch, its riser or cable): the hop names it"),
+    Relation("pcie.hop-degraded", "pcie.width-degraded", SAME_GPU,
+             "a GPU's or NIC's own narrow link below a downtrained switch uplink is one fault "
+             "of the path: the hop names it"),
+    Relation("pcie.hop-degraded", "kernel.pcie-bandwidth-limited", SAME_GPU,
+             "the kernel's boot note that a device's bandwidth is limited by a link above "
+             "it is that downtrained hop, seen from the device"),
     Relation("xid.79", "gpu.missing", SAME_GPU,
              "a GPU that fell off the bus stays on the PCI bus, but the driver has dropped it"),
     Relation("xid.79", "nvidia-smi.gpu-lost", SAME_GPU,
@@ -376,7 +385,10 @@ def _root(i: int, parent: dict[int, int]) -> int:
 
 
 def _buses(f: Finding) -> set[str]:
-    return {s.pci_bus_id.lower() for s in f.scopes if s.kind == "gpu" and s.pci_bus_id}
+    """The bus ids of the GPUs, NICs and other PCI devices a finding covers (a device
+    the input does not class, as a kernel line names it, is matched by its bus id)."""
+    return {s.pci_bus_id.lower() for s in f.scopes
+            if s.kind in ("gpu", "nic", "device") and s.pci_bus_id}
 
 
 def _when(f: Finding) -> datetime | None:

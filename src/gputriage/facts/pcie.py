@@ -20,7 +20,8 @@ from gputriage.text.fields import normalize_bus_id, split_lines
 
 FACTS = FactTable()
 
-__all__ = ["GEN_GTS", "PcieLink", "aer_total", "gen_to_gts", "pcie_acs", "pcie_links"]
+__all__ = ["GEN_GTS", "PcieLink", "aer_total", "gen_to_gts", "link_lines", "pcie_acs",
+           "pcie_links"]
 
 # PCIe generation -> transfer rate per lane in GT/s.
 GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
@@ -118,7 +119,9 @@ def _printed(text: list[str], label: str, value: str) -> str:
     return best or f"{label}: {value}"
 
 
-def _pci_lines(f: PciFunction, source: str, text: list[str]) -> list[str]:
+def link_lines(f: PciFunction, source: str, text: list[str]) -> list[str]:
+    """The lines that show a function's link: its sysfs attributes, or its lspci header
+    with LnkCap and LnkSta as printed (``text``: the lspci input's lines)."""
     if source == "pci_devices":
         attrs = ("current_link_speed", "max_link_speed", "current_link_width", "max_link_width")
         return [f"{f.address}/{a}: {f.raw[a]}" for a in attrs if f.raw.get(a)]
@@ -152,7 +155,7 @@ def _from_pci(f: PciFunction, kind: str, source: str, text: list[str]) -> PcieLi
     link.aer = {k: dict(v) for k, v in f.aer.items()}
     link.uesta = tuple(x for x in f.raw.get("uesta_set", "").split(",") if x)
     link.cesta = tuple(x for x in f.raw.get("cesta_set", "").split(",") if x)
-    link.add_evidence(source, _pci_lines(f, source, text))
+    link.add_evidence(source, link_lines(f, source, text))
     link.add_evidence(source, _aer_lines(f, source, text), aer=True)
     if kind == "gpu":
         link.profile = knowledge.gpu_profile(None, f.device)

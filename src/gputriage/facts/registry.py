@@ -15,6 +15,7 @@ from gputriage.facts import (
     nccl,
     nccl_bandwidth,
     pcie,
+    pcie_path,
     resets,
     smi_views,
     stack,
@@ -25,7 +26,7 @@ from gputriage.facts.table import Fact, merge
 __all__ = ["REGISTRY"]
 
 REGISTRY: dict[str, Fact] = merge(stack.FACTS, host.FACTS, fabric.FACTS, infiniband.FACTS,
-                                  nccl.FACTS, nccl_bandwidth.FACTS, pcie.FACTS,
+                                  nccl.FACTS, nccl_bandwidth.FACTS, pcie.FACTS, pcie_path.FACTS,
                                   topology.FACTS, smi_views.FACTS, identity.FACTS,
                                   expectations.FACTS, resets.FACTS, k8s.FACTS,
                                   dcgm.FACTS)

@@ -22,7 +22,7 @@ from gputriage.next_steps.host import (
 )
 
 __all__ = ["REPAIRS", "bus_arg", "cooling", "fabric_errors", "gsp", "hardware_case", "ib_port",
-           "link", "lost_gpu", "missing_boards", "nvlink", "pcie", "remap_check", "rma",
+           "link", "lost_gpu", "missing_boards", "nvlink", "pcie", "pcie_hop", "remap_check", "rma",
            "thermal"]
 
 
@@ -111,6 +111,19 @@ def pcie(f: Finding, host: Host) -> str:
     if "aer" in f.id or "replay" in f.id:
         text += ", and if errors go on, replace the riser or the card"
     return text
+
+
+def pcie_hop(f: Finding, host: Host) -> str:
+    """A downtrained link between two PCIe ports: the hop's riser, cable or board."""
+    hop = f.scope.name or "the PCIe hop"
+    lower = f.scope.pci_bus_id or "<port>"
+    if f.action is Action.NONE:
+        return (f"re-check {hop} while a job runs on the devices below it: lspci -vv -s "
+                f"{lower} | grep LnkSta should show the speed and width both ends support")
+    return (f"reseat or replace the riser, cable or retimer between {hop.replace(' -> ', ' and ')}"
+            f" (the switch tray or baseboard if the hop is on it); lspci -vv -s {lower} | grep "
+            "LnkSta should then show the speed and width both ends support, and every device "
+            "below it its full bandwidth")
 
 
 def ib_port(f: Finding, host: Host) -> str:
@@ -335,6 +348,7 @@ REPAIRS: dict[str, Repair] = {
                      "pcie.width-degraded", "expect.pcie", "dcgm.pcie-failed",
                      "dcgm.pcie-replays", "kernel.pcie-aer", "kernel.pcie-bandwidth-limited"),
                     pcie),
+    "pcie.hop-degraded": pcie_hop,
     **dict.fromkeys(("nvlink.errors", "dcgm.nvlink-down", "kernel.nvlink-error"), nvlink),
     "nvlink.links-down": _links_down,
     **dict.fromkeys(("ib.port-not-active", "ib.port-errors", "ib.symbol-errors",

@@ -74,6 +74,13 @@ _WIDTH = re.compile(r"Width x(?P<v>[0-9]{1,2})(?:\s*\((?P<tag>[a-z]+)\))?")
 _NUMA_FLAG = re.compile(r"NUMA node (?P<n>-?[0-9]{1,4})")
 _IOMMU_FLAG = re.compile(r"IOMMU group (?P<n>[0-9]{1,6})")
 _INT = re.compile(r"^\s*(-?[0-9]{1,6})\b")
+_BUSES = re.compile(r"primary=(?P<pri>[0-9a-fA-F]{2}),\s*secondary=(?P<sec>[0-9a-fA-F]{2}),"
+                    r"\s*subordinate=(?P<sub>[0-9a-fA-F]{2})")
+#: the PCI Express capability's device/port type, as lspci names it
+_EXPRESS = re.compile(r"Express \(v[0-9]\) (?P<type>Root Port|Upstream Port|Downstream Port|"
+                      r"Endpoint|Legacy Endpoint|Root Complex Integrated Endpoint|"
+                      r"PCI-Express to PCI/PCI-X Bridge|PCI/PCI-X to PCI-Express Bridge|"
+                      r"Root Complex Event Collector)")
 
 # Keys that only lspci prints: enough to recognise a block without its header.
 _STRONG = frozenset({"LnkCap", "LnkSta", "LnkCtl", "LnkCap2", "LnkSta2", "LnkCtl2", "DevCap",
@@ -274,6 +281,21 @@ def _link_fields(fn: PciFunction, values: dict[str, str]) -> None:
             fn.raw["lnksta_downgraded"] = ",".join(down)
 
 
+def _bridge_fields(fn: PciFunction, values: dict[str, str], capabilities: list[str]) -> None:
+    """A bridge's bus numbers (``Bus: primary=00, secondary=01, subordinate=04``) and the
+    PCI Express port type (``Express (v2) Root Port``): what rebuilds the tree."""
+    buses = _BUSES.search(values.get("Bus", ""))
+    if buses:
+        fn.raw["primary_bus"] = buses.group("pri").lower()
+        fn.raw["secondary_bus"] = buses.group("sec").lower()
+        fn.raw["subordinate_bus"] = buses.group("sub").lower()
+    for cap in capabilities:
+        m = _EXPRESS.search(cap)
+        if m:
+            fn.raw["express_type"] = m.group("type")
+            break
+
+
 def _build(block: _Block) -> PciFunction:
     v = block.values
     if block.header is None:
@@ -304,6 +326,7 @@ def _build(block: _Block) -> PciFunction:
             fn.raw[key.lower() + "_set"] = _set_flags(v[key])
     if any("<access denied>" in c for c in block.capabilities):
         fn.raw["capabilities"] = "access denied"
+    _bridge_fields(fn, v, block.capabilities)
     if block.config:
         _config_fields(fn, block.config)
     return fn
@@ -330,7 +353,9 @@ def parse_lspci(text: str) -> list[PciFunction]:
     ``lnkcap``, ``lnksta``, ``lnksta_downgraded`` (``speed``/``width``/
     ``speed,width``), ``uesta``/``cesta`` and their ``+`` flags
     (``uesta_set``/``cesta_set``), ``kernel_modules``, ``physical_slot``,
-    ``iommu_group``, ``capabilities`` (``access denied`` for non-root output).
+    ``iommu_group``, ``capabilities`` (``access denied`` for non-root output), and for
+    bridges ``primary_bus``/``secondary_bus``/``subordinate_bus`` (two hex digits) and
+    ``express_type`` (``Root Port``, ``Upstream Port``, ``Downstream Port``, ``Endpoint``...).
 
     Empty or whitespace text gives []; text holding no lspci block raises
     ParseError.
@@ -405,6 +430,9 @@ _NVIDIA = re.compile(r"NVIDIA|\[10de:")
 _MELLANOX = re.compile(r"Mellanox|\[15b3:")
 _LINK_LINE = re.compile(r"^\s*(?:LnkCap|LnkSta|LnkCtl|DevSta|UESta|CESta|ACSCtl)2?:\s")
 _ACS_LINE = re.compile(r"^\s*ACSCtl:\s")
+_BRIDGE_HEAD = re.compile(r"\sPCI bridge(?: \[0604\])?:")
+_PORT_LINE = re.compile(r"^\s*(?:LnkSta:|Capabilities: \[[0-9a-fA-F]+\] Express \(v[0-9]\) "
+                        r"(?:Root|Upstream|Downstream) Port)")
 
 
 def _body_line(line: str) -> bool:
@@ -422,6 +450,8 @@ def _claim_functions(doc: PasteDoc) -> None:
             doc.claim("lspci_mellanox", i, e)
         elif any(_ACS_LINE.match(x) for x in doc.lines[i + 1:e]):
             doc.claim("lspci_nvidia", i, e)  # a bridge on the GPUs' paths: its ACS controls
+        elif _BRIDGE_HEAD.search(ln) and any(_PORT_LINE.match(x) for x in doc.lines[i + 1:e]):
+            doc.claim("lspci_nvidia", i, e)  # a PCIe port: a hop of the path to a device
 
 
 def _claim_excerpt(doc: PasteDoc) -> None:
@@ -441,6 +471,7 @@ def _claim_excerpt(doc: PasteDoc) -> None:
 
 def claim_lspci(doc: PasteDoc) -> None:
     """``lspci -vvv`` blocks of NVIDIA and Mellanox functions and of bridges that show
-    their ACS controls, else an excerpt of link or ACSCtl lines."""
+    their ACS controls or their PCIe port's link, else an excerpt of link or ACSCtl
+    lines."""
     _claim_functions(doc)
     _claim_excerpt(doc)

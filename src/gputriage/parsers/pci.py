@@ -1,8 +1,10 @@
 """PCI functions from the ``pci_devices`` sysfs tree (``/sys/bus/pci/devices``).
 
 The tree holds ``<address>/<attribute>`` files (``vendor``, ``class``,
-``numa_node``, link speed and width, AER counters) and ``<address>/driver``
-links whose target's basename is the bound driver.
+``numa_node``, link speed and width, AER counters), ``<address>/driver``
+links whose target's basename is the bound driver, and ``<address>`` links
+themselves: ``../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0``, the
+device's place in the tree (its parents are the addresses before it).
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from gputriage.text.fields import (
     strict_int,
 )
 
-__all__ = ["PciFunction", "parse_aer", "parse_link_speed", "parse_pci_tree"]
+__all__ = ["PciFunction", "parse_aer", "parse_link_speed", "parse_pci_tree", "sysfs_parent"]
 
 NVIDIA_VENDOR = 0x10DE
 MELLANOX_VENDOR = 0x15B3
 _GPU_CLASSES = (0x0300, 0x0302)  # VGA compatible, 3D controller
 _BRIDGE_OTHER = 0x0680  # NVSwitch
+_PCI_BRIDGE = 0x0604  # PCI-to-PCI bridge: a root port or a switch port
 _INFINIBAND = 0x0207
 _NETWORK_BASE = 0x02
 
@@ -38,6 +41,14 @@ def parse_link_speed(text: str | None) -> float | None:
         return None
     m = _SPEED.match(text)
     return strict_float(m.group(1)) if m else None
+
+
+def sysfs_parent(path: str | None) -> str | None:
+    """The address of the bridge above a device, from its sysfs path
+    (``.../pci0000:00/0000:00:01.0/0000:01:00.0`` -> ``0000:00:01.0``); None for a
+    device on a root bus or an unknown path."""
+    parts = [p for p in (path or "").strip().rstrip("/").split("/") if _ADDRESS.match(p)]
+    return normalize_bus_id(parts[-2]) if len(parts) >= 2 else None
 
 
 def parse_aer(text: str) -> dict[str, int]:
@@ -87,6 +98,11 @@ class PciFunction:
         """An NVIDIA 'other bridge' function: an NVSwitch."""
         return self.is_nvidia and self.class_code is not None and (
             self.class_code >> 8) == _BRIDGE_OTHER
+
+    @property
+    def is_bridge(self) -> bool:
+        """A PCI-to-PCI bridge (a PCIe root port or switch port)."""
+        return self.class_code is not None and (self.class_code >> 8) == _PCI_BRIDGE
 
     @property
     def is_network(self) -> bool:
@@ -156,7 +172,8 @@ def parse_pci_tree(tree: object) -> list[PciFunction]:
     """Parse the ``pci_devices`` tree into functions sorted by address.
 
     Entries whose first path component is not a full sysfs PCI address
-    (``dddd:bb:dd.f``) are ignored;
+    (``dddd:bb:dd.f``) are ignored; a device's own link is kept as
+    ``raw["sysfs_path"]``;
     raises ParseError only when the document is not a tree.
     """
     files, links, _errors = split_tree(tree)
@@ -165,6 +182,8 @@ def parse_pci_tree(tree: object) -> list[PciFunction]:
     for source, dest in ((files, attrs), (links, link_attrs)):
         for rel, value in source.items():
             head, sep, attr = rel.strip("/").partition("/")
+            if not sep and source is links and _ADDRESS.match(head):
+                sep, attr = "/", "sysfs_path"  # the device's own link: its place in the tree
             address = normalize_bus_id(head) if sep and attr and _ADDRESS.match(head) else None
             if address is None:
                 continue

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gputriage.facts.pcie import IDLE_GTS, PcieLink, aer_total
+from gputriage.facts.pcie_path import Hop, PciePaths
+from gputriage.knowledge.pcie_hops import hop_case
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.dmidecode import Slot
 from gputriage.parsers.lspci import ACS_REDIRECT, AcsControl
@@ -67,12 +69,23 @@ def _half_width_card(link: PcieLink, cur: int, mx: int | None) -> bool:
             and cur * 2 >= mx)
 
 
+def _port(paths: PciePaths | None, link: PcieLink) -> Hop | None:
+    """The hop from the port above to the device, when the path is known."""
+    return paths.port_above(link.bus_id) if paths is not None and link.bus_id else None
+
+
+def _port_evidence(hop: Hop | None) -> list[Evidence]:
+    up = hop.upper if hop is not None else None
+    return [evidence(up.source, list(up.lines))] if up and up.source and up.lines else []
+
+
 @rule("pcie.width", produces=("pcie.width-degraded",))
-def link_width(pcie_links: list[PcieLink],
-               dmidecode_slots: list[Slot] | None = None) -> Iterator[Finding]:
+def link_width(pcie_links: list[PcieLink], dmidecode_slots: list[Slot] | None = None,
+               pcie_paths: PciePaths | None = None) -> Iterator[Finding]:
     """A PCIe link trained with fewer lanes than the device and slot support cuts
     host<->device bandwidth in proportion: a riser, slot or seating fault on a
-    server, the instance's wiring inside a VM."""
+    server, the instance's wiring inside a VM. A port above that has no more lanes
+    decides the width: a placement, not a fault."""
     for link in pcie_links:
         cur, mx = link.cur_width, link.max_width
         if cur is None or cur <= 0:  # unknown, or x0: a suspended link, not a narrow one
@@ -82,7 +95,21 @@ def link_width(pcie_links: list[PcieLink],
             continue
         of = f"x{mx}" if mx else "its maximum (not in the input)"
         title = f"{link.label}: PCIe link width x{cur} of {of}"
-        ev = _evidence(link)
+        hop = _port(pcie_paths, link)
+        ev = _evidence(link) + _port_evidence(hop)
+        port_width = hop.upper.max_width if hop is not None else None
+        if port_width is not None and port_width <= cur and not link.is_virtualized:
+            placed = hop_case("port-limited-width")
+            yield finding(
+                "pcie.width-degraded", placed.severity,
+                f"{title}: the {hop.upper.label} above it has only x{port_width}"
+                if hop is not None else title,
+                f"The port above the device supports {port_width} lanes, so the link runs at "
+                "the width both ends can do: a placement (or the port's bifurcation), not a "
+                "failing link. If the device needs its full bandwidth, move it to a "
+                "full-width port or slot.",
+                placed.action, placed.blame, _scope(link), ev, (placed.source,))
+            continue
         if link.is_virtualized:
             yield finding(
                 "pcie.width-degraded", Severity.INFO,
@@ -136,19 +163,23 @@ def _narrow(link: PcieLink) -> bool:
 
 
 @rule("pcie.speed", produces=("pcie.speed-degraded",))
-def link_speed(pcie_links: list[PcieLink]) -> Iterator[Finding]:
+def link_speed(pcie_links: list[PcieLink],
+               pcie_paths: PciePaths | None = None) -> Iterator[Finding]:
     """A PCIe link slower than it can run. GPUs slow their link to Gen1 when idle,
     so for a GPU this counts only while it works; when the load is unknown it is
-    reported with that caveat."""
+    reported with that caveat. A port above of an older generation decides the speed:
+    the link is where both its ends can be (a Gen5 NIC behind a Gen4 root port)."""
     for link in pcie_links:
         cur, mx = link.cur_gts, link.max_gts
         slow = (cur is not None and mx is not None and cur < mx) or (
             cur is not None and mx is None and "speed" in link.downgraded)
-        if not slow:
+        hop = _port(pcie_paths, link)
+        port_gts = hop.upper.max_gts if hop is not None else None
+        if not slow or (cur is not None and port_gts is not None and cur >= port_gts):
             continue
         title = f"{link.label}: PCIe link at {_gts(cur)} of " + (
             _gts(mx) if mx is not None else "its maximum (not in the input)")
-        ev = _evidence(link)
+        ev = _evidence(link) + _port_evidence(hop)
         if link.kind == "nic":
             yield finding(
                 "pcie.speed-degraded", Severity.WARNING, title,

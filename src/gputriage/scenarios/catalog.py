@@ -197,6 +197,14 @@ def _pcie_x8_gpu3() -> Host:
     return host
 
 
+def _pcie_switch_uplink_gen3() -> Host:
+    host = healthy_hgx_h100()
+    g = host.gpus[2]
+    g.uplink_gen = 3  # the root port -> PCIe switch link trained at Gen3 (x16 kept)
+    _busy(g, 93, 65_880, 598.12, 60, 48_311)
+    return host
+
+
 def _nic_far_socket() -> Host:
     host = healthy_hgx_h100()
     nic = host.nics[0]
@@ -341,6 +349,15 @@ CATALOG: tuple[Entry, ...] = (
           "noted it at boot and sysfs, lspci and nvidia-smi agree. Drain the node and reseat or "
           "repair the GPU's riser, cable or slot; it will not retrain by itself.",
           ("pcie.width-degraded", "kernel.pcie-bandwidth-limited"), _pcie_x8_gpu3),
+    Entry("pcie-switch-uplink-gen3",
+          "The PCIe switch above GPU 2 and mlx5_2 trained its uplink at Gen3 of Gen5",
+          "The link from root port 0000:35:01.0 to the PCIe switch (upstream port "
+          "0000:36:00.0) that serves GPU 2 and the HCA mlx5_2 came up at 8 GT/s although both "
+          "ends support 32 GT/s x16. The GPU's own link is Gen5 and it is busy, yet every host "
+          "copy and every GPUDirect RDMA transfer of both devices shares a quarter of the "
+          "bandwidth; the kernel noted it at boot. One finding for the hop, both devices as "
+          "its blast radius: reseat or replace the switch's riser or cable at the next window.",
+          ("pcie.hop-degraded", "kernel.pcie-bandwidth-limited"), _pcie_switch_uplink_gen3),
     Entry("nic-far-socket", "HCA mlx5_0 for GPU 0's rail sits on the far socket (SYS)",
           "The ConnectX-7 serving rail 0 (mlx5_0) is installed behind socket 1 (NUMA 1) while "
           "GPU 0 is on socket 0, so topo -m shows SYS from GPU0 to NIC0 and GPUDirect RDMA "

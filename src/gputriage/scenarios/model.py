@@ -48,6 +48,10 @@ class Gpu:
     pcie_gen_max: int = 5
     pcie_width: int = 16
     pcie_width_max: int = 16
+    # the PCIe switch uplink (root port -> switch upstream port) above this GPU and the
+    # HCA beside it, as trained (both ends support Gen5 x16)
+    uplink_gen: int = 5
+    uplink_width: int = 16
     replays: int = 0
     temp_c: int = 30
     power_w: float = 70.0

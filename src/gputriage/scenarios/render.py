@@ -17,6 +17,7 @@ from gputriage.scenarios import container_cdi as ctr
 from gputriage.scenarios import render_host as h
 from gputriage.scenarios import render_logs as lg
 from gputriage.scenarios import render_nvsmi as smi
+from gputriage.scenarios import render_pci as pci
 from gputriage.scenarios.model import Host
 
 
@@ -51,6 +52,7 @@ RENDERERS: dict[str, Callable[[Host], str]] = {
     "nvidia_libs": h.nvidia_libs,
     "pci_devices": h.pci_devices,
     "lspci_nvidia": lg.lspci_nvidia,
+    "lspci_tree": pci.lspci_tree,
     "lspci_mellanox": lg.lspci_mellanox,
     "dmidecode_slots": lg.dmidecode_slots,
     "proc_meminfo": h.proc_meminfo,

@@ -200,15 +200,62 @@ def pci_devices(host: Host) -> str:
         links[f"{bus}/driver"] = f"../../../../bus/pci/drivers/{driver}"
         links[f"{bus}/iommu_group"] = f"../../../../kernel/iommu_groups/{int(bus[5:7], 16)}"
 
+    nic_of = {n.switch: n for n in host.nics if n.switch is not None}
     for g in host.gpus:
         add(g.bus, 0x10DE, 0x2330, 0x030200, g.numa, "nvidia", g.pcie_gen, g.pcie_gen_max,
             g.pcie_width, g.pcie_width_max)
+        nic = nic_of.get(g.index)
+        path = switch_path(g.bus)
+        for port, (vendor, device) in zip(path[:-1], ((0x8086, 0x352A), (0x1000, 0xC030)),
+                                          strict=True):  # the root port, the switch's uplink
+            add(port, vendor, device, 0x060400, g.numa, "pcieport", g.uplink_gen, 5,
+                g.uplink_width, 16, sub=(vendor, 0x0000))
+        add(path[-1], 0x1000, 0xC030, 0x060400, g.numa, "pcieport", g.pcie_gen, 5,
+            g.pcie_width, 16, sub=(0x1000, 0x0000))  # the GPU's downstream port
+        for dev, dsp in ((g.bus, path[-1]), (nic.bus if nic else None, _nic_port(g.bus))):
+            if dev is None:
+                continue
+            if dsp != path[-1]:
+                add(dsp, 0x1000, 0xC030, 0x060400, g.numa, "pcieport", sub=(0x1000, 0x0000))
+            _place(links, [*path[:-1], dsp, dev])
+    for n in host.nics:
+        if n.switch is None:  # an HCA in a slot of its own, below a root port
+            port = nic_root_port(n.bus)
+            add(port, 0x8086, 0x352A, 0x060400, n.numa, "pcieport", sub=(0x8086, 0x0000))
+            _place(links, [port, n.bus])
     for s in host.switches:
         add(s.bus, 0x10DE, 0x22A3, 0x068000, s.numa, "nvidia-nvswitch", gen=4, gen_max=4,
             width=2, width_max=2, sub=(0x10DE, 0x1796))
     for n in host.nics:
         add(n.bus, 0x15B3, 0x1021, 0x020700, n.numa, "mlx5_core", sub=(0x15B3, 0x0041))
     return tree(files, links)
+
+
+def _bus(address: str, delta: int) -> str:
+    return f"{address[:5]}{int(address[5:7], 16) + delta:02x}"
+
+
+def switch_path(gpu_bus: str) -> list[str]:
+    """The ports above an HGX GPU, top first: the root port, the PCIe switch's upstream
+    port, the GPU's downstream port (the HCA beside it hangs off another one)."""
+    return [_bus(gpu_bus, -5) + ":01.0", _bus(gpu_bus, -4) + ":00.0",
+            _bus(gpu_bus, -3) + ":01.0"]
+
+
+def nic_root_port(nic_bus: str) -> str:
+    """The root port of an HCA that shares no GPU's switch."""
+    return _bus(nic_bus, -1) + ":01.0"
+
+
+def _place(links: dict[str, str], chain: list[str]) -> None:
+    """Each function's own sysfs link: its real path below its root bus."""
+    for i, node in enumerate(chain):
+        links[node] = "../../../devices/pci" + node[:7] + "/" + "/".join(chain[:i + 1])
+
+
+def _nic_port(gpu_bus: str) -> str:
+    """The switch downstream port of the HCA that shares the GPU's switch."""
+    return _bus(gpu_bus, -3) + ":00.0"
 
 
 def _aer(names: tuple[str, ...], total: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from gputriage.scenarios.model import Host
-from gputriage.scenarios.render_host import KERNEL_BUILD, nvrm_banner, tree
+from gputriage.scenarios.render_host import KERNEL_BUILD, nvrm_banner, switch_path, tree
 
 IB_FW = "28.39.1002"
 
@@ -59,6 +59,10 @@ def _boot_messages(host: Host) -> list[tuple[float, str]]:
         if (g.pcie_gen, g.pcie_width) != (g.pcie_gen_max, g.pcie_width_max):
             ev.append((t + 0.0001, _downtrained(g.bus, g.pcie_gen, g.pcie_width,
                                                 g.pcie_gen_max, g.pcie_width_max)))
+        elif (g.uplink_gen, g.uplink_width) != (5, 16):  # the switch uplink above it limits it
+            ev.append((t + 0.0001, _downtrained(g.bus, g.uplink_gen, g.uplink_width,
+                                                g.pcie_gen_max, g.pcie_width_max,
+                                                at=switch_path(g.bus)[1])))
         t += 0.0003
     ev += _hugetlb_messages(host)
     ev.append((6.913, "EXT4-fs (md0): mounted filesystem with ordered data mode. Opts: (null). "
@@ -106,11 +110,13 @@ _LANE_MBS = {1: 2000, 2: 4000, 3: 7876, 4: 15753, 5: 31507}
 _GTS = {1: "2.5", 2: "5.0", 3: "8.0", 4: "16.0", 5: "32.0"}
 
 
-def _downtrained(bus: str, gen: int, width: int, gen_max: int, width_max: int) -> str:
-    """The kernel's boot-time note about a PCIe link trained below its capability."""
+def _downtrained(bus: str, gen: int, width: int, gen_max: int, width_max: int,
+                 at: str | None = None) -> str:
+    """The kernel's boot-time note about a PCIe link trained below its capability (``at``:
+    the device whose upstream link limits it, when not the device itself)."""
     have, could = _LANE_MBS[gen] * width, _LANE_MBS[gen_max] * width_max
     return (f"pci {bus}: {have // 1000}.{have % 1000:03d} Gb/s available PCIe bandwidth, "
-            f"limited by {_GTS[gen]} GT/s PCIe x{width} link at {bus} (capable of "
+            f"limited by {_GTS[gen]} GT/s PCIe x{width} link at {at or bus} (capable of "
             f"{could // 1000}.{could % 1000:03d} Gb/s with {_GTS[gen_max]} GT/s PCIe "
             f"x{width_max} link)")
 
