@@ -23,7 +23,7 @@ from gputriage.status import (
     verdict,
 )
 from gputriage.text.words import counted
-from gputriage.views.scopes import compact_scopes, names_scope
+from gputriage.views.scopes import also_text, compact_scopes, names_scope
 
 if TYPE_CHECKING:  # pragma: no cover
     from gputriage.views.out import Out, Segment
@@ -62,8 +62,8 @@ def fault_segments(f: Finding) -> list[Segment]:
     segs.append((f.title, "bold"))
     if where:
         segs.append((f" ({where})", "cyan"))
-    elif f.also:
-        segs.append((f" (also on {', '.join(s.label() for s in f.also)})", "cyan"))
+    elif (also := also_text(f, full=True)) is not None:
+        segs.append((f" ({also})", "cyan"))
     if f.consequences:
         segs.append((f" (explains {counted(len(f.consequences), 'other finding')})", "dim"))
     segs += [(" -> ", "dim"), (f.action.value, "bold")]

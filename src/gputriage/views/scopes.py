@@ -23,7 +23,7 @@ def compact_scopes(scopes: tuple[Scope, ...]) -> str | None:
 def also_text(f: Finding, *, full: bool = False) -> str | None:
     """Where else a per-GPU repeat happened: ``also on GPU 1 0000:2a:00.0, ...``, or
     compact ``on 8 GPUs: 0-7`` (unless ``full``); None without repeats."""
-    if not f.also:
+    if not f.also or all(names_scope(f.title, s) for s in f.also):  # said in the title
         return None
     compact = None if full else compact_scopes(f.scopes)
     return compact or "also on " + ", ".join(s.label() for s in f.also)
