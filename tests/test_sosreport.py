@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import posixpath
 import re
 import shutil
 import subprocess
@@ -291,10 +292,14 @@ def _as_sosreport(payloads: dict[str, bytes]) -> tuple[dict[str, bytes], dict[st
         else:
             doc = json.loads(data)
             base = (src.path or "").strip("/")
-            files.update({f"{base}/{rel}".lstrip("/"): text.encode()
-                          for rel, text in doc["files"].items()})
             links.update({f"{base}/{rel}".lstrip("/"): target
                           for rel, target in doc["links"].items()})
+            for rel, text in doc["files"].items():  # below a linked entry: at its target
+                top, _, leaf = rel.partition("/")
+                target = doc["links"].get(top) if leaf else None
+                where = (posixpath.normpath(f"{base}/{target}/{leaf}") if target
+                         else f"{base}/{rel}")
+                files[where.lstrip("/")] = text.encode()
     return files, links
 
 

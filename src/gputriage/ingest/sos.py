@@ -217,13 +217,19 @@ class _Tree:
                 docs["errors"][self.rel(path)] = item.reason or "absent"
             else:
                 docs["files"][self.rel(path)] = decode(item.data)
-        if self.src.select == "gpu_and_nic_functions":
-            _keep_gpus_and_nics(docs)
+        if self.src.select in _SELECTED:
+            _keep_gpus_and_nics(docs, paths=self.src.select == "gpu_and_nic_paths")
         return json.dumps(docs, indent=1, sort_keys=True)
 
 
-def _keep_gpus_and_nics(docs: dict[str, dict[str, str]]) -> None:
-    """The PCI functions collection keeps: NVIDIA, Mellanox and network-class ones."""
+# the tree selections collection makes (collect/readers.py), done again on sos's copy
+_SELECTED = ("gpu_and_nic_functions", "gpu_and_nic_paths")
+_PCI_ADDRESS = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+def _keep_gpus_and_nics(docs: dict[str, dict[str, str]], *, paths: bool) -> None:
+    """The PCI functions collection keeps: NVIDIA, Mellanox and network-class ones, and
+    with ``paths`` the bridges on their way up (the addresses in each one's link)."""
     keep: set[str] = set()
     for rel, text in docs["files"].items():
         top, _, leaf = rel.partition("/")
@@ -231,6 +237,10 @@ def _keep_gpus_and_nics(docs: dict[str, dict[str, str]]) -> None:
         if (leaf == "vendor" and value in _NIC_VENDORS) or (leaf == "class"
                                                              and value.startswith("0x02")):
             keep.add(top)
+    if paths:
+        for top in list(keep):
+            parts = docs["links"].get(top, "").split("/")[:-1]
+            keep.update(part for part in parts if _PCI_ADDRESS.match(part))
     for table in docs.values():
         for rel in [r for r in table if r.partition("/")[0] not in keep]:
             del table[rel]
@@ -300,7 +310,7 @@ def read_sosreport(reader: object, budget: Budget, detect: Detect) -> Snapshot:
     extra = [p for p, _ in plan.pastes] + [p for p in (*_HOSTNAMES, "sos_reports/manifest.json")
                                            if files.is_file(p)]
     trees = [_Tree(files, src) for src in sources.SOURCES
-             if src.kind == "tree" and src.select in (None, "gpu_and_nic_functions")]
+             if src.kind == "tree" and (src.select is None or src.select in _SELECTED)]
     # one pass: a compressed tarball is decompressed once for all the files read
     got = files.read(sorted({p for p, _ in chosen.values()} | set(extra)
                             | set(plan.parts_of_smi_q()) | set(kernel_logs[:1])
