@@ -11,8 +11,12 @@ on stdin) read it block by block, once, in memory bounded by what is distinct in
   (:func:`gputriage.logscan.scan_paths`, through a pipe: see :class:`Feeder`); a text
   whose head is a kernel log and nothing else passes every line, as ``gputriage logs``
   reads it;
-* all of it streams through the NCCL log reader
-  (:func:`gputriage.parsers.nccl_log.read_nccl_log`), as ``gputriage nccl`` reads it.
+* its NCCL records (:func:`gputriage.parsers.detect_jobs.nccl_lines`: the lines a
+  paste's NCCL log is made of; a framework's error around them stays the job log's)
+  stream through the NCCL log reader (:func:`gputriage.parsers.nccl_log.read_nccl_log`).
+
+So a large text gives what it gave when its last 256 MiB were held (the same head and
+tail, the same kernel and NCCL lines), of all of it.
 
 Feeders run on threads, one input after the other (the scanner reads its inputs in
 order, and they share one NCCL log); the scanner runs in the calling thread.
@@ -30,6 +34,7 @@ from typing import Any
 
 from gputriage.errors import InputError
 from gputriage.ingest.detect import detect_framed
+from gputriage.parsers.detect_jobs import nccl_lines
 from gputriage.parsers.kernel_log import is_log_record
 from gputriage.parsers.kernel_patterns import strip_ansi
 from gputriage.snapshot.bundle import Captured, decode
@@ -224,7 +229,9 @@ class Feeder:
             kept += len(text)
             while kept - len(tail[0]) >= DETECT_BYTES:
                 kept -= len(tail.popleft())
-            yield text.encode("utf-8", "surrogatepass")
+            records = nccl_lines(text)  # as a paste's: no framework error the job log holds
+            if records:
+                yield records.encode("utf-8", "surrogatepass")
         self._write(logs.finish().encode("utf-8", "surrogatepass"))
         self.kernel_lines = logs.is_log
         whole_tail = "".join(tail)
