@@ -4,9 +4,11 @@ An input is a snapshot directory or tarball, an nvidia-bug-report.log (plain
 or gzip), or a pasted output recognised by its content, or ``-`` for stdin.
 Inputs are opened under :mod:`gputriage.io.inputs` (devices refused, pipes and
 FIFOs read once under its byte and time budgets, binary data stopped at its
-first block). At most :data:`CAP_BYTES` of each input is kept (the tail, where
-the current boot is), NUL padding is skipped, and a truncated gzip gives a
-partial analysis when anything came out of it.
+first block). A large log or pasted text (a file, or a stream, of 16 MiB or more)
+is streamed, never held (:mod:`gputriage.ingest.streamed`); of any other input at
+most :data:`CAP_BYTES` is kept (the tail, where the current boot is), NUL padding
+is skipped, and a truncated gzip gives a partial analysis when anything came out
+of it.
 """
 
 from __future__ import annotations
