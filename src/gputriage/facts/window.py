@@ -67,10 +67,10 @@ class LogWindow:
         inside = [ev for ev in events if self.admits(ev)]
         early = [ev for ev in events if (self.boot is None or ev.boot == self.boot)
                  and self.since is not None and _before(ev.latest, self.since)]
-        last = max((_aware(ev.latest.time) for ev in early
-                    if getattr(ev.latest, "time", None) is not None), default=None)
-        reach = max((t for t in (_aware(log_ends), _aware(collected)) if t is not None),
-                    default=None)
+        times = [t for ev in early if (t := _aware(getattr(ev.latest, "time", None)))]
+        last = max(times, default=None)
+        known = [t for t in (_aware(log_ends), _aware(collected)) if t is not None]
+        reach = max(known, default=None)
         return WindowReport(self.since, self.since_text, self.boot,
                             sum(ev.count for ev in inside), sum(ev.count for ev in early),
                             last, _aware(log_ends),

@@ -183,8 +183,9 @@ class Feeder:
             if self.after is not None:
                 self.after.done.wait()
             os.set_blocking(self._write_end, False)
-            if self.mode == KERNEL:
+            if self.mode == KERNEL:  # a kernel log and nothing else: every line passed
                 for block in _whole_lines(self.blocks()):
+                    self.kernel_lines = True
                     self._write(block)
             else:
                 from gputriage.parsers.nccl_log import read_nccl_log
@@ -193,7 +194,7 @@ class Feeder:
                 read_nccl_log(self._mixed(), self.origin, self.nccl)
                 self.nccl_lines = before != (len(self.nccl.processes),
                                              len(self.nccl.framework_errors))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+        except BaseException as exc:  # handed to the caller's thread
             self.error = exc
         finally:
             os.close(self._write_end)
@@ -224,7 +225,9 @@ class Feeder:
                 text = strip_ansi(text)
             if framed:
                 text = unframe(text)
-            self._write(logs.take(text).encode("utf-8", "surrogatepass"))
+            # a block without log records still writes a blank line: the scanner's idle
+            # budget counts from the last byte it got
+            self._write(logs.take(text).encode("utf-8", "surrogatepass") or b"\n")
             tail.append(text)
             kept += len(text)
             while kept - len(tail[0]) >= DETECT_BYTES:

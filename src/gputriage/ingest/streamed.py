@@ -213,18 +213,18 @@ class LargeLogs:
         snap = other
         for feeder in self.feeders:
             snap = _with_pieces(snap, feeder)
-        if scan is not None and self._has_kernel_log(scan, texts):
+        if scan is not None and self._has_kernel_log(texts):
             snap = _with_scan(snap, scan, self.paths, names, texts, cap)
         elif failed is not None and snap is None:
             raise failed
         return self._with_nccl(snap)
 
-    def _has_kernel_log(self, scan: Any, texts: list[tuple[str, str]]) -> bool:
+    def _has_kernel_log(self, texts: list[tuple[str, str]]) -> bool:
         """Whether the scan read a kernel log: a kernel log file, another input's kernel
         log text, or a feeder's log records."""
         fed = {f.path for f in self.feeders}
         return (bool(texts) or any(p not in fed for p in self.paths)
-                or any(f.kernel_lines for f in self.feeders) or scan.lines > 0)
+                or any(f.kernel_lines for f in self.feeders))
 
     def _with_nccl(self, snap: Snapshot | None) -> Snapshot | None:
         """``snap`` with the feeders' NCCL log (the other inputs' NCCL text read into it)."""
