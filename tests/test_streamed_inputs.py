@@ -19,6 +19,7 @@ from nccl_kit import job_log
 
 from gputriage.cli import Environment, main
 from gputriage.engine.analysis import analyze
+from gputriage.errors import InputError
 from gputriage.ingest import bigtext, load_inputs, streamed
 
 REPO = Path(__file__).resolve().parent.parent
@@ -200,6 +201,20 @@ def test_a_job_log_without_kernel_lines_has_no_kernel_log(tmp_path, small_thresh
     path.write_text(job_text(600).replace(KERNEL_PASTE, ""))
     snap = load_inputs([str(path)])
     assert "kernel_log" not in snap.names() and "nccl_log" in snap.names()
+
+
+def test_a_large_text_with_nothing_known_in_it_is_refused_as_a_small_one(
+        tmp_path, monkeypatch, small_threshold):
+    prose = "".join(f"Line {i} of a design document about nothing in particular.\n"
+                    for i in range(3000))
+    path = tmp_path / "notes.txt"
+    path.write_text(prose)
+    assert streamed.large_kind(str(path)) == bigtext.MIXED
+    with pytest.raises(InputError, match="unrecognised content"):
+        load_inputs([str(path)])
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(prose.encode())))
+    with pytest.raises(InputError, match="<stdin>: unrecognised content"):
+        load_inputs(["-"])
 
 
 def test_a_bug_report_is_not_streamed(tmp_path, small_threshold):

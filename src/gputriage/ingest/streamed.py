@@ -193,6 +193,7 @@ class LargeLogs:
         if not self.paths:
             return other
         from gputriage.ingest.bigtext import check_feeders
+        from gputriage.ingest.detect import EXPECTED
         from gputriage.logscan import scan_paths
 
         cap = other.get("kernel_log") if other is not None else None
@@ -211,12 +212,20 @@ class LargeLogs:
                 feeder.finish()
         check_feeders(self.feeders)
         snap = other
+        unread: list[str] = []  # a large text with nothing known in it, as a small one
         for feeder in self.feeders:
-            snap = _with_pieces(snap, feeder)
+            if feeder.pieces or feeder.kernel_lines or feeder.nccl_lines:
+                snap = _with_pieces(snap, feeder)
+            else:
+                unread.append(feeder.problems[-1] if feeder.problems else
+                              f"{feeder.origin}: unrecognised content; {EXPECTED}")
         if scan is not None and self._has_kernel_log(texts):
             snap = _with_scan(snap, scan, self.paths, names, texts, cap)
-        elif failed is not None and snap is None:
-            raise failed
+        elif snap is None:
+            reasons = unread + ([str(failed)] if failed is not None else [])
+            raise InputError(reasons[0] if len(reasons) == 1 else
+                             "no input could be read: " + "; ".join(reasons))
+        snap.problems.extend(unread)
         return self._with_nccl(snap)
 
     def _has_kernel_log(self, texts: list[tuple[str, str]]) -> bool:
