@@ -94,7 +94,7 @@ def small_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("how", ["plain", "gzip", "stdin", "stdin-gzip"])
 def test_logs_analyze_and_triage_count_the_same(tmp_path, monkeypatch, small_threshold, how):
-    text = storm(1200)
+    text = storm(800)
     data = text.encode()
     assert len(data) > SMALL
     path = tmp_path / "kern.log"
@@ -194,6 +194,19 @@ def test_a_job_log_on_stdin_is_streamed(monkeypatch, small_threshold):
     assert isinstance(snap.get("nccl_log"), bigtext.ParsedNccl)
     assert snap.get("nccl_log").origin == "<stdin>"
     assert "job_log" in snap.names()
+
+
+def test_a_kernel_log_and_a_job_log_on_stdin_make_one_timeline(tmp_path, monkeypatch,
+                                                                small_threshold):
+    kern = tmp_path / "kern.log"
+    kern.write_text(storm(800, boots=1))
+    data = job_text(600).encode()
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(data)))
+    snap = load_inputs([str(kern), "-"])
+    cap = snap.get("kernel_log")
+    assert isinstance(cap, streamed.ScannedLog) and cap.origin == f"{kern}, <stdin>"
+    found = {f.id for f in analyze(snap).findings}
+    assert {"xid.13", "xid.31", "xid.79", "nccl.socket-transport"} <= found
 
 
 def test_a_job_log_without_kernel_lines_has_no_kernel_log(tmp_path, small_threshold):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gputriage.errors import InputError
@@ -195,6 +195,7 @@ class LargeLogs:
         from gputriage.ingest.bigtext import check_feeders
         from gputriage.ingest.detect import EXPECTED
         from gputriage.logscan import scan_paths
+        from gputriage.logscan.config import DEFAULT
 
         cap = other.get("kernel_log") if other is not None else None
         texts = [(cap.origin or "kernel_log", cap.text or "")] if cap is not None else []
@@ -202,8 +203,11 @@ class LargeLogs:
         for feeder in self.feeders:
             feeder.start()
         scan = failed = None
+        config = DEFAULT
+        if self.feeders:  # no worker process is forked while feeders' threads run
+            config = replace(DEFAULT, process_min=1 << 62)
         try:
-            scan = scan_paths(self.paths, shape=True, texts=texts,
+            scan = scan_paths(self.paths, shape=True, texts=texts, config=config,
                               progress=_renamed(progress, names))
         except InputError as exc:
             failed = exc
