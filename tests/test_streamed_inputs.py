@@ -187,6 +187,27 @@ def test_a_job_log_gives_the_same_findings_streamed(tmp_path, monkeypatch):
     assert {"nccl.socket-transport", "xid.79"} <= {fid for fid, *_ in found}
 
 
+@pytest.mark.parametrize("dress", ["colour", "prefixed"])
+def test_a_coloured_or_prefixed_job_log_gives_the_same_findings_streamed(
+        tmp_path, monkeypatch, dress):
+    """A paste from a colour terminal, or a container runtime's log with its prefix on
+    every line: judged on the same lines streamed or held."""
+    text = job_text(1500)
+    if dress == "colour":
+        text = text.replace("RuntimeError", "\x1b[31mRuntimeError\x1b[0m")
+    else:
+        text = "".join(f"2025-03-02T10:00:00.000000000Z stderr F {line}\n"
+                       for line in text.splitlines())
+    path = tmp_path / "job.log"
+    path.write_text(text)
+    held = load_inputs([str(path)])
+    monkeypatch.setattr(streamed, "STREAM_MIN_BYTES", SMALL)
+    snap = load_inputs([str(path)])
+    assert isinstance(snap.get("nccl_log"), bigtext.ParsedNccl)
+    assert snap.text("job_log") == held.text("job_log")
+    assert verdicts(analyze(snap)) == verdicts(analyze(held))
+
+
 def test_a_job_log_on_stdin_is_streamed(monkeypatch, small_threshold):
     data = job_text(600).encode()
     monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(data)))

@@ -211,7 +211,7 @@ class Feeder:
             got += len(block)
             if got >= DETECT_BYTES:
                 break
-        found, framed = head_tail_pieces(_cut_head(decode(b"".join(head))), "")
+        found, framed = head_tail_pieces(_cut_head(_plain(decode(b"".join(head)))), "")
         logs = _LogLines()
         tail: deque[str] = deque()
         kept = 0
@@ -220,18 +220,15 @@ class Feeder:
             yield from head
             yield from chunks
         for block in again():
-            text = decode(block)
-            if "\x1b" in text:
-                text = strip_ansi(text)
-            if framed:
-                text = unframe(text)
+            pasted = _plain(decode(block))  # what the detector judges the tail on
+            tail.append(pasted)
+            kept += len(pasted)
+            while kept - len(tail[0]) >= DETECT_BYTES:
+                kept -= len(tail.popleft())
+            text = unframe(pasted) if framed else pasted  # each line's payload
             # a block without log records still writes a blank line: the scanner's idle
             # budget counts from the last byte it got
             self._write(logs.take(text).encode("utf-8", "surrogatepass") or b"\n")
-            tail.append(text)
-            kept += len(text)
-            while kept - len(tail[0]) >= DETECT_BYTES:
-                kept -= len(tail.popleft())
             records = nccl_lines(text)  # as a paste's: no framework error the job log holds
             if records:
                 yield records.encode("utf-8", "surrogatepass")
@@ -261,6 +258,11 @@ class Feeder:
                 continue
             except BrokenPipeError:
                 self._broken = True
+
+
+def _plain(text: str) -> str:
+    """``text`` without colour escapes (a paste from a colour terminal)."""
+    return strip_ansi(text) if "\x1b" in text else text
 
 
 def _cut_head(text: str) -> str:
