@@ -110,7 +110,22 @@ def test_a_collection_after_the_window_started_covers_it():
     window = LogWindow(since=parse_since("2024-05-15T00:00"), since_text="2024-05-15T00:00")
     later = datetime(2024, 5, 15, 6, 0, tzinfo=timezone.utc)
     assert window.report(scan.events, ends, later).read
-    report = window.report(scan.events, ends, None)
+    earlier = datetime(2024, 5, 14, 20, 0, tzinfo=timezone.utc)
+    report = window.report(scan.events, ends, earlier)
     assert report is not None and not report.read and report.emptied
     assert "nothing in the window was read" in (report.line() or "")
+    # read from a pipe: the last NVIDIA record does not say where the log ends
+    quiet = window.report(scan.events, ends, None)
+    assert quiet is not None and quiet.read and quiet.emptied
+    assert "nothing in the window" not in (quiet.line() or "")
     assert LogWindow().report(scan.events, ends) is None
+
+
+def test_a_log_on_stdin_that_is_quiet_in_the_window_is_ok(monkeypatch):
+    import sys
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(LOG.encode())))
+    code, out = cli("analyze", "-", "--since", "2024-05-14T12:00", "--json")
+    window = json.loads(out)["host"]["log_window"]
+    assert code == 0 and window["window_read"] is True and window["events_before"] == 3

@@ -258,8 +258,8 @@ def log_window(facts: FactReader) -> WindowReport:
     """What ``--since`` / ``--boot`` let in and left out of the kernel log, and whether
     the log reaches into the window: its last NVIDIA-relevant record, its collection
     (a snapshot's time) or the last write of its files (``log_modified``) at or after
-    ``--since``; none of them known counts as reached (Missing without a window
-    option)."""
+    ``--since``; without a collection or write time (a pipe) it counts as reached
+    (Missing without a window option)."""
     scan = facts.get("log_scan")
     ends = max((b.last for b in scan.boots if b.last is not None), default=None,
                key=_utc)

@@ -61,7 +61,8 @@ class LogWindow:
                collected: datetime | None = None) -> WindowReport | None:
         """What the window let in and left out of ``events`` (None without a window
         option). ``log_ends``: the latest time of its records; ``collected``: when the
-        log was collected or last written (it then covers the window up to it)."""
+        log was collected or last written (it then covers the window up to it; without
+        it, the window counts as read)."""
         if self.boot is None and self.since is None:
             return None
         inside = [ev for ev in events if self.admits(ev)]
@@ -69,12 +70,13 @@ class LogWindow:
                  and self.since is not None and _before(ev.latest, self.since)]
         times = [t for ev in early if (t := _aware(getattr(ev.latest, "time", None)))]
         last = max(times, default=None)
+        # the log's last NVIDIA record only bounds its end from below: without a
+        # collection or write time, a log read from a pipe may go on quietly past --since
         known = [t for t in (_aware(log_ends), _aware(collected)) if t is not None]
-        reach = max(known, default=None)
+        read = self.since is None or collected is None or max(known) >= self.since
         return WindowReport(self.since, self.since_text, self.boot,
                             sum(ev.count for ev in inside), sum(ev.count for ev in early),
-                            last, _aware(log_ends),
-                            self.since is None or reach is None or reach >= self.since)
+                            last, _aware(log_ends), read)
 
     def excluded(self, events: Sequence[DriverEvent]) -> list[str]:
         """One line per window option that left kernel-log events out, with how many
