@@ -208,6 +208,8 @@ class HostSummary(HostIdentity):
     rules_run: int = 0  # rules that need inputs and could run
     verdict: str | None = None  # ok | warning | critical | unknown
     changed_since_healthy: HealthyChange | None = None
+    # what a --since / --boot window judged of the kernel log (WindowReport.to_json)
+    log_window: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, identity: HostIdentity, **summary: Any) -> HostSummary:
@@ -224,6 +226,8 @@ class HostSummary(HostIdentity):
                 "container_toolkit": self.container_toolkit, "verdict": self.verdict}
         if self.changed_since_healthy is not None:
             data["changed_since_healthy"] = self.changed_since_healthy.to_json()
+        if self.log_window is not None:
+            data["log_window"] = self.log_window
         return data
 
 

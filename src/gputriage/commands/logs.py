@@ -22,9 +22,10 @@ from gputriage.commands.common import (
 )
 
 
-def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
+def _judge_scan(scan: Any, window: Any, paths: tuple[str, ...] = ()) -> tuple[Any, list]:
     """The engine over an already scanned log (no second decoding): the facts'
-    ``log_scan`` is pre-filled; every rule the kernel log alone can feed runs."""
+    ``log_scan`` (and ``log_modified``: the last write of the files among ``paths``)
+    are pre-filled; every rule the kernel log alone can feed runs."""
     from dataclasses import replace
 
     from gputriage.engine.analysis import analyze_facts
@@ -34,10 +35,28 @@ def _judge_scan(scan: Any, window: Any) -> tuple[Any, list]:
 
     facts = Facts(Snapshot({}, None, "logs"), window=window)
     facts.prefill("log_scan", scan)
+    written = _modified(paths)
+    if written is not None:
+        facts.prefill("log_modified", written)
     result = analyze_facts(facts, rules_of(LOG_AREAS))
     if scan.lines == 0:
         result.host = replace(result.host, verdict="unknown")
     return result, facts.get("log_events")
+
+
+def _modified(paths: tuple[str, ...]) -> Any:
+    """When the regular files among ``paths`` were last written (the latest), or None."""
+    import os
+    from datetime import datetime, timezone
+
+    times = []
+    for path in paths:
+        try:
+            if path != "-" and os.path.isfile(path):
+                times.append(os.stat(path).st_mtime)
+        except (OSError, ValueError):
+            continue
+    return datetime.fromtimestamp(max(times), timezone.utc) if times else None
 
 
 @click.command()
@@ -69,12 +88,12 @@ def logs(paths: tuple[str, ...], as_json: bool, full: bool, verbose: bool, quiet
     window = log_window(since, boot)
     with progress_for(env, quiet) as progress:  # opens, sniffs and reads each input once
         scan = scan_paths(list(paths), shape=True, progress=progress.update)
-    result, events = _judge_scan(scan, window)
+    result, events = _judge_scan(scan, window, paths)
     lanes = build_timeline(events, full=full)
     if as_json:
         doc = logs_document(scan, lanes, result, {
-            "boot": window.boot, "since": window.since.isoformat() if window.since else None},
-            full=full)
+            "boot": window.boot, "since": window.since.isoformat() if window.since else None,
+            **(result.host.log_window or {})}, full=full)
         env.write_json(doc)
     elif quiet:
         quiet_line(result, who=result.host.hostname or ", ".join(paths))

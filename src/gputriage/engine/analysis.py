@@ -233,10 +233,11 @@ def _add_board(boards: dict[str, dict[str, str]], bus_id: str | None, vbios: str
         board.setdefault("firmware", firmware)
 
 
-def _verdict(result: Result, ran: int) -> str:
+def _verdict(result: Result, ran: int, window_unread: bool = False) -> str:
     """The engine's verdict; "unknown" when no rule could run and nothing was found, or
     when the check doubts itself (GPUs expected, none countable) and found nothing
-    critical."""
+    critical, or when it found nothing because the log window (``--since``) lies after
+    the end of the log (``window_unread``: nothing in it was read)."""
     if not result.findings and ran == 0:
         return "unknown"  # nothing could be checked: say so, never "OK"
     worst = result.worst_of("node")
@@ -250,13 +251,18 @@ def _verdict(result: Result, ran: int) -> str:
     if worst.rank < Severity.WARNING.rank and any(f.id in DIAG_NO_VERDICT and f.current
                                                   for f in result.findings):
         return "unknown"  # DCGM's diagnostic skipped every test or did not run: nothing told
+    if worst.rank < Severity.WARNING.rank and window_unread:
+        return "unknown"  # "no finding" of a window the log does not reach is not "OK"
     return worst.value if worst.rank >= Severity.WARNING.rank else "ok"
 
 
 def _host(facts: Facts, result: Result, ran: int) -> HostSummary:
     visible = facts.maybe("visible_gpus")
     pci_gpus = facts.maybe("pci_gpus")
+    window = facts.maybe("log_window")
     return HostSummary.of(facts.get("host_identity"),
                           gpus_on_pci=len(pci_gpus) if pci_gpus is not None else None,
                           gpus_visible=len(visible[1]) if visible else None,
-                          rules_run=ran, verdict=_verdict(result, ran))
+                          rules_run=ran,
+                          verdict=_verdict(result, ran, window is not None and not window.read),
+                          log_window=window.to_json() if window is not None else None)

@@ -38,7 +38,9 @@ __all__ = ["NcclJob", "NcclLogText", "env_value", "nccl_bus_id", "nccl_job", "nc
 def nccl_log(facts: FactReader) -> NcclLog:
     from gputriage.parsers.nccl_log import parse_nccl_log
 
-    log = facts.parse("nccl_log", parse_nccl_log)
+    cap = facts.snapshot.get("nccl_log")
+    streamed = getattr(cap, "log", None)  # a large text streamed whole (ingest.bigtext)
+    log = streamed if streamed is not None else facts.parse("nccl_log", parse_nccl_log)
     if not log.processes and not log.framework_errors:
         raise Missing("nccl_log: no NCCL record in it")
     return log

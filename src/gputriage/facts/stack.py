@@ -14,6 +14,7 @@ from gputriage.facts.table import FactReader, FactTable, Missing
 from gputriage.text.fields import normalize_bus_id, split_lines
 
 if TYPE_CHECKING:  # parsers are imported when a fact first needs them
+    from gputriage.facts.window import WindowReport
     from gputriage.logscan import events as kernel_events
     from gputriage.parsers import devices, driver, modules, pci, systemd
     from gputriage.parsers.nvsmi import SmiReport
@@ -243,8 +244,55 @@ def not_read(facts: FactReader) -> list[str]:
         if scan.skipped:
             out.append(f"kernel log: {scan.skipped:,} candidate line"
                        f"{'s' if scan.skipped != 1 else ''} cut or not decodable, not judged")
-        out.extend(facts.window.excluded(scan.events))
+        excluded = facts.window.excluded(scan.events)
+        report = facts.maybe("log_window")
+        said = report.line() if report is not None else None
+        if said:  # the window holds nothing the log has, or could not be read: say how
+            excluded = [ln for ln in excluded if not ln.startswith("--since")] + [said]
+        out.extend(excluded)
     return out
+
+
+@FACTS.fact("log_window")
+def log_window(facts: FactReader) -> WindowReport:
+    """What ``--since`` / ``--boot`` let in and left out of the kernel log, and whether
+    the log reaches into the window: its last NVIDIA-relevant record, its collection
+    (a snapshot's time) or the last write of its files (``log_modified``) at or after
+    ``--since``; without a collection or write time (a pipe) it counts as reached
+    (Missing without a window option)."""
+    scan = facts.get("log_scan")
+    ends = max((b.last for b in scan.boots if b.last is not None), default=None,
+               key=_utc)
+    written = facts.maybe("log_modified")
+    known = [t for t in (_collected(facts), written) if t is not None]
+    report = facts.window.report(scan.events, ends, max(known, default=None, key=_utc))
+    if report is None:
+        raise Missing("no --since or --boot window")
+    return report
+
+
+@FACTS.fact("log_modified", sources=("kernel_log",))
+def log_modified(facts: FactReader) -> datetime:
+    """When the files the kernel log was read from were last written (the latest);
+    callers that read files themselves (``gputriage logs``) pre-fill it."""
+    import os
+
+    cap = facts.snapshot.get("kernel_log")
+    origins = (cap.origin or "").split(", ") if cap is not None else []
+    times = []
+    for origin in origins:
+        try:
+            if os.path.isfile(origin):
+                times.append(os.stat(origin).st_mtime)
+        except (OSError, ValueError):
+            continue
+    if not times:
+        raise Missing("kernel_log: not read from a file")
+    return datetime.fromtimestamp(max(times), timezone.utc)
+
+
+def _utc(when: datetime) -> datetime:
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 @FACTS.fact("driver_events")

@@ -15,7 +15,7 @@ from gputriage.text.fields import strict_float, strict_int
 if TYPE_CHECKING:
     from gputriage.logscan.events import DriverEvent
 
-__all__ = ["LogWindow", "NoSuchBoot", "parse_boot", "parse_since"]
+__all__ = ["LogWindow", "NoSuchBoot", "WindowReport", "parse_boot", "parse_since"]
 
 
 class NoSuchBoot(click.UsageError):
@@ -57,6 +57,27 @@ class LogWindow:
         raise NoSuchBoot(f"--boot {self.boot}: no such boot; the log has {max(n, 1)} "
                          f"boot{'s' if n > 1 else ''} ({listed})")
 
+    def report(self, events: Sequence[DriverEvent], log_ends: datetime | None,
+               collected: datetime | None = None) -> WindowReport | None:
+        """What the window let in and left out of ``events`` (None without a window
+        option). ``log_ends``: the latest time of its records; ``collected``: when the
+        log was collected or last written (it then covers the window up to it; without
+        it, the window counts as read)."""
+        if self.boot is None and self.since is None:
+            return None
+        inside = [ev for ev in events if self.admits(ev)]
+        early = [ev for ev in events if (self.boot is None or ev.boot == self.boot)
+                 and self.since is not None and _before(ev.latest, self.since)]
+        times = [t for ev in early if (t := _aware(getattr(ev.latest, "time", None)))]
+        last = max(times, default=None)
+        # the log's last NVIDIA record only bounds its end from below: without a
+        # collection or write time, a log read from a pipe may go on quietly past --since
+        known = [t for t in (_aware(log_ends), _aware(collected)) if t is not None]
+        read = self.since is None or collected is None or max(known) >= self.since
+        return WindowReport(self.since, self.since_text, self.boot,
+                            sum(ev.count for ev in inside), sum(ev.count for ev in early),
+                            last, _aware(log_ends), read)
+
     def excluded(self, events: Sequence[DriverEvent]) -> list[str]:
         """One line per window option that left kernel-log events out, with how many
         (occurrences: a folded storm counts each)."""
@@ -75,6 +96,60 @@ class LogWindow:
                            f"event{'s' if early != 1 else ''} before {_stamp(self.since)} "
                            "not judged")
         return out
+
+
+@dataclass(frozen=True)
+class WindowReport:
+    """What a log window judged: the occurrences inside it, those before ``since``
+    (history: the last of them at ``last_before``), when the log ends, and whether the
+    log reaches into the window at all (``read``: False when its last record, and its
+    collection, are older than ``since``: nothing in the window could be read)."""
+
+    since: datetime | None
+    since_text: str | None
+    boot: int | None
+    in_window: int
+    before: int
+    last_before: datetime | None
+    log_ends: datetime | None
+    read: bool
+
+    @property
+    def emptied(self) -> bool:
+        """Whether ``--since`` left out every event (there were some before it)."""
+        return self.since is not None and self.before > 0 and self.in_window == 0
+
+    def line(self) -> str | None:
+        """One line for the top of a report when the window holds no event the log
+        has, or could not be read; None otherwise."""
+        if self.since is None or (self.read and not self.emptied):
+            return None
+        said = [f"--since {self.since_text or self.since.isoformat()}:"]
+        if self.before:
+            last = f" (the last at {_stamp(self.last_before)})" if self.last_before else ""
+            said.append(f" {self.before:,} kernel-log event{'s' if self.before != 1 else ''}"
+                        f" before {_stamp(self.since)}{last}, "
+                        f"{'none' if not self.in_window else f'{self.in_window:,}'} after it")
+        if not self.read:
+            last = f" (its last NVIDIA record at {_stamp(self.log_ends)})" \
+                if self.log_ends is not None and not self.before else ""
+            said.append(f"{';' if self.before else ''} the log ends before the window{last}:"
+                        " nothing in the window was read")
+        return "".join(said)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``log_window`` object of the JSON documents."""
+        return {"since": self.since.isoformat() if self.since else None, "boot": self.boot,
+                "events_in_window": self.in_window, "events_before": self.before,
+                "last_before": self.last_before.isoformat() if self.last_before else None,
+                "log_ends": self.log_ends.isoformat() if self.log_ends else None,
+                "window_read": self.read}
+
+
+def _aware(when: datetime | None) -> datetime | None:
+    if when is not None and when.tzinfo is None:
+        return when.replace(tzinfo=timezone.utc)
+    return when
 
 
 def _before(ev: DriverEvent, since: datetime) -> bool:

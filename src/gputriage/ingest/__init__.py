@@ -4,9 +4,11 @@ An input is a snapshot directory or tarball, an nvidia-bug-report.log (plain
 or gzip), or a pasted output recognised by its content, or ``-`` for stdin.
 Inputs are opened under :mod:`gputriage.io.inputs` (devices refused, pipes and
 FIFOs read once under its byte and time budgets, binary data stopped at its
-first block). At most :data:`CAP_BYTES` of each input is kept (the tail, where
-the current boot is), NUL padding is skipped, and a truncated gzip gives a
-partial analysis when anything came out of it.
+first block). A large log or pasted text (a file, or a stream, of 16 MiB or more)
+is streamed, never held (:mod:`gputriage.ingest.streamed`); of any other input at
+most :data:`CAP_BYTES` is kept (the tail, where the current boot is), NUL padding
+is skipped, and a truncated gzip gives a partial analysis when anything came out
+of it.
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ from __future__ import annotations
 import errno
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from gputriage.errors import InputError, InputsConflict, unreadable
+from gputriage.ingest.bigtext import DETECT_BYTES, head_tail_pieces
 from gputriage.ingest.bugreport import is_bug_report, split_with_headers
 from gputriage.ingest.detect import EXPECTED, detect_framed
 from gputriage.ingest.sos import read_sosreport
+from gputriage.ingest.streamed import LargeLogs
 from gputriage.io.decompress import compression, data_of, peek
 from gputriage.io.inputs import DIR, STREAM, Input, human, is_binary, limit, open_input
 from gputriage.io.sniff import looks_binary
@@ -36,7 +40,6 @@ __all__ = ["CAP_BYTES", "EXPECTED", "human_size", "load_input", "load_inputs", "
            "load_snapshot", "load_text", "looks_binary"]
 
 CAP_BYTES = READ_CAP_BYTES  # most bytes kept per input (the tail)
-DETECT_BYTES = 1 << 20  # detection looks at this much text of a large input
 _SNIFF = 64 * 1024
 _CHUNK = 1 << 20
 
@@ -199,9 +202,6 @@ def _record(origin: str, text: str, kind: str, truncated: bool) -> dict:
             "error": None, "error_detail": None, "file": None}
 
 
-_ALL_LINES = ("kernel_log", "nccl_log")  # gathered over the whole of a large input
-
-
 def _pieces(text: str) -> tuple[list[tuple[str, str]], dict[str, dict[str, str]]]:
     """Detected pieces (and the lines as pasted of framed ones: see
     :func:`gputriage.ingest.detect.detect_framed`); a large input is classified on its
@@ -212,14 +212,7 @@ def _pieces(text: str) -> tuple[list[tuple[str, str]], dict[str, dict[str, str]]
     cut = text.rfind("\n", 0, DETECT_BYTES)
     head = text[: cut if cut > 0 else DETECT_BYTES]
     start = max(len(head), text.find("\n", len(text) - DETECT_BYTES) + 1)
-    found: dict[str, str] = {}
-    framed = False
-    for part in (head, text[start:]):
-        pieces, originals = detect_framed(part)
-        framed = framed or bool(originals)
-        for name, body in pieces:
-            if name not in _ALL_LINES:
-                found[name] = found.get(name, "") + body
+    found, framed = head_tail_pieces(head, text[start:])
     whole = unframe(text) if framed else text  # (a framed log: every line unwrapped)
     for name, body in (("kernel_log", kernel_lines(whole)), ("nccl_log", nccl_lines(whole))):
         if body:
@@ -284,6 +277,59 @@ def _snapshot_of(raw: _Raw, origin: str) -> Snapshot:
     return load_text(text, origin, raw.problems, raw.truncated)
 
 
+def _load_or_stream(path: str, large: LargeLogs) -> Snapshot | None:
+    """One input, loaded; or, when it is a stream (stdin, a pipe, a FIFO) with at least
+    :data:`gputriage.ingest.streamed.STREAM_MIN_BYTES` of text that is not a bug report,
+    handed to ``large`` to be streamed (None)."""
+    from gputriage.ingest.streamed import STREAM_MIN_BYTES, kind_of
+
+    inp = open_input(path)
+    if inp.kind != STREAM:
+        inp.close()
+        return load_input(path)
+    name = "<stdin>" if path == "-" else inp.name
+    streaming = False
+    try:
+        first = inp.fh.read(_CHUNK)
+        broken: list[str] = []
+        data = data_of(first, inp.fh.read, name, broken, _CHUNK)
+        if compression(first) is not None:
+            data = limit(data, name, inp.problems)
+        head: list[bytes] = []
+        got = 0
+        for piece in data:
+            head.append(piece)
+            got += len(piece)
+            if got >= STREAM_MIN_BYTES:
+                break
+        kind = kind_of(name, b"".join(head)[:_SNIFF * 2]) if got >= STREAM_MIN_BYTES else None
+        if kind is None:
+            raw = _decompress_problems(_read_stream(_chained(head, data), name, CAP_BYTES),
+                                       broken, name)
+            raw.problems[:0] = inp.problems
+            return _snapshot_of(raw, name)
+        problems = inp.problems
+
+        def blocks() -> Iterator[bytes]:
+            try:
+                yield from _chained(head, data)
+            finally:
+                inp.close()
+                problems.extend(broken)
+        large.feed(name, kind, blocks, problems)
+        streaming = True
+        return None
+    finally:
+        if not streaming:
+            inp.close()
+
+
+def _chained(first: list[bytes], rest: Iterator[bytes]) -> Iterator[bytes]:
+    yield from first
+    first.clear()
+    yield from rest
+
+
 def _one_host(snapshots: Sequence[Snapshot]) -> None:
     """InputsConflict when the inputs name more than one host: one view of two hosts
     would mix their GPUs and logs (``fleet`` compares hosts)."""
@@ -309,8 +355,6 @@ def load_inputs(paths: Sequence[str], progress: Callable[..., None] | None = Non
     """
     if not paths:
         raise InputError(f"no input given; {EXPECTED}")
-    from gputriage.ingest.streamed import LargeLogs
-
     large = LargeLogs()  # large kernel logs: scanned whole, never held (ingest.streamed)
     good: list[Snapshot] = []
     failed: list[str] = []
@@ -319,7 +363,9 @@ def load_inputs(paths: Sequence[str], progress: Callable[..., None] | None = Non
             progress("inputs read", done, len(paths), "inputs")
         try:
             if not large.take(path):
-                good.append(load_input(path))
+                snap = _load_or_stream(path, large)
+                if snap is not None:
+                    good.append(snap)
         except InputError as exc:
             failed.append(str(exc))
     if not good and not large.paths:

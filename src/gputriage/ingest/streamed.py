@@ -1,21 +1,25 @@
-"""Large kernel logs named to ``analyze`` / ``triage`` / ``check``: scanned whole.
+"""Large logs named to ``analyze`` / ``triage`` / ``check``: scanned whole, never held.
 
 A regular file (plain, gzip, xz or bzip2) of at least :data:`STREAM_MIN_BYTES` of text
 whose head is a kernel log (the paste detector finds nothing else in it, and its first
-lines are log records) is never held in memory: it is read through the streaming
-scanner ``gputriage logs`` uses (:func:`gputriage.logscan.scan_paths`), all of it, in
-memory bounded by the events it holds. The scan is handed to the ``log_scan`` fact on
-the snapshot's ``kernel_log`` capture (a :class:`ScannedLog`); kernel-log text of the
-other inputs joins the same timeline. Smaller inputs, streams and anything that is not
-a plain kernel log are read as before (:mod:`gputriage.ingest`).
+lines are log records) is read through the streaming scanner ``gputriage logs`` uses
+(:func:`gputriage.logscan.scan_paths`), all of it, in memory bounded by the events it
+holds. Any other large text (a job's log with NCCL lines and a traceback, a kernel log
+or a job's log on stdin or a pipe) is read once by a :class:`gputriage.ingest.bigtext.
+Feeder`: its log records go to the same scan, its NCCL records to the NCCL log reader,
+its head and tail to the paste detector. The scan is handed to the ``log_scan`` fact
+on the snapshot's ``kernel_log`` capture (a :class:`ScannedLog`), the NCCL log to the
+``nccl_log`` fact (a :class:`gputriage.ingest.bigtext.ParsedNccl`); kernel-log and NCCL
+text of the other inputs joins them. Smaller inputs, bug reports, tarballs and binary
+data are read as before (:mod:`gputriage.ingest`).
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gputriage.errors import InputError
@@ -23,10 +27,12 @@ from gputriage.io.inputs import FILE, open_input
 from gputriage.snapshot.bundle import Captured, Snapshot, decode
 from gputriage.text.fields import split_lines
 
-__all__ = ["STREAM_MIN_BYTES", "LargeLogs", "ScannedLog"]
+__all__ = ["STREAM_MIN_BYTES", "LargeLogs", "ScannedLog", "file_blocks", "is_large_kernel_log",
+           "kind_of", "large_kind"]
 
 STREAM_MIN_BYTES = 16 << 20  # a kernel log with this much text is scanned, not held
 _HEAD = 128 << 10  # the text the detector judges the file on
+_BLOCK = 1 << 20  # bytes per read of a streamed input
 
 
 @dataclass
@@ -40,8 +46,8 @@ class ScannedLog(Captured):
 
 def _head(path: str) -> bytes | None:
     """The first :data:`_HEAD` bytes of text of a regular file (decompressed) when it
-    holds at least :data:`STREAM_MIN_BYTES` of text and its head is a kernel log; else
-    None. A compressed file is decompressed only as far as it keeps looking like one."""
+    holds at least :data:`STREAM_MIN_BYTES` of text; else None. A compressed file is
+    decompressed only as far as it keeps looking like text that may be streamed."""
     from gputriage.io.decompress import compression, decompressed
 
     try:
@@ -60,7 +66,7 @@ def _head(path: str) -> bytes | None:
             if os.fstat(fd).st_size < STREAM_MIN_BYTES:
                 return None
             head = first[:_HEAD]
-            return head if _is_kernel_log(path, head) else None
+            return head if kind_of(path, head) is not None else None
         pos = len(first)
 
         def more(n: int) -> bytes:
@@ -75,7 +81,7 @@ def _head(path: str) -> bytes | None:
                 parts.append(piece)
                 if sum(map(len, parts)) >= _HEAD or piece[257:262] == b"ustar":
                     head = b"".join(parts)[:_HEAD]
-                    if not _is_kernel_log(path, head):
+                    if kind_of(path, head) is None:
                         return None
             got += len(piece)
             if got >= STREAM_MIN_BYTES:
@@ -83,72 +89,218 @@ def _head(path: str) -> bytes | None:
         return None
 
 
-def _is_kernel_log(path: str, head: bytes) -> bool:
-    """Whether the first bytes of a file are a kernel log and nothing else (no tarball,
-    no bug report, no other output the detector recognises)."""
+def kind_of(name: str, head: bytes) -> str | None:
+    """How a large input whose text starts with ``head`` is streamed: ``KERNEL`` (a
+    kernel log and nothing else: no tarball, no bug report, no other output the detector
+    recognises, log records first), ``MIXED`` (any other text), or None: binary data,
+    a tarball or a bug report, which the ordinary reader takes."""
+    from gputriage.ingest.bigtext import KERNEL, MIXED
     from gputriage.ingest.bugreport import is_bug_report
     from gputriage.ingest.detect import detect
     from gputriage.io.sniff import looks_binary
     from gputriage.parsers.kernel_log import shape_refusal
 
     if looks_binary(head[:64 << 10]) or head[257:262] == b"ustar":
-        return False
-    text = decode(head)
+        return None
+    text = decode(head[:_HEAD])
     text = text[:text.rfind("\n") + 1] or text
-    if is_bug_report(text) or shape_refusal(path, split_lines(text)):
-        return False
-    return [name for name, _ in detect(text)] == ["kernel_log"]
+    if is_bug_report(text):
+        return None
+    if (not shape_refusal(name, split_lines(text))
+            and [name for name, _ in detect(text)] == ["kernel_log"]):
+        return KERNEL
+    return MIXED
+
+
+def large_kind(path: str) -> str | None:
+    """How ``path`` is streamed when it is a large regular file (see :func:`kind_of`);
+    None for anything else, and never raises for an input the ordinary reader can
+    report on."""
+    if path == "-":
+        return None
+    try:
+        head = _head(path)
+    except (InputError, OSError):
+        return None
+    return kind_of(path, head) if head is not None else None
 
 
 def is_large_kernel_log(path: str) -> bool:
-    """Whether ``path`` is a large kernel log (see the module docstring); never raises
-    for an input the ordinary reader can report on."""
-    if path == "-":
-        return False
-    try:
-        return _head(path) is not None
-    except (InputError, OSError):
-        return False
+    """Whether ``path`` is a large regular file holding a kernel log only."""
+    from gputriage.ingest.bigtext import KERNEL
+
+    return large_kind(path) == KERNEL
+
+
+def file_blocks(path: str, problems: list[str]) -> Callable[[], Iterator[bytes]]:
+    """The data of a regular file (decompressed up to the stream budget), a block at a
+    time, opened when called."""
+    from gputriage.io.decompress import compression, data_of
+    from gputriage.io.inputs import limit
+
+    def blocks() -> Iterator[bytes]:
+        with open_input(path, problems) as inp:
+            first = inp.fh.read(_BLOCK)
+            data = data_of(first, inp.fh.read, path, problems, _BLOCK)
+            yield from limit(data, path, problems) if compression(first) else data
+    return blocks
 
 
 class LargeLogs:
-    """The large kernel logs among one command's inputs, scanned together at the end."""
+    """The large logs among one command's inputs, scanned together at the end: kernel
+    log files by path, other large texts through a feeder each (see the module
+    docstring)."""
 
     def __init__(self) -> None:
-        self.paths: list[str] = []
+        from gputriage.parsers.nccl_model import NcclLog
+
+        self.paths: list[str] = []  # what the scanner reads: files and feeders' pipes
+        self.feeders: list[Any] = []
+        self.nccl = NcclLog()
 
     def take(self, path: str) -> bool:
-        """Keep ``path`` for the scan when it is a large kernel log."""
-        if is_large_kernel_log(path):
+        """Keep ``path`` for the scan when it is a large regular file of text other
+        than a bug report."""
+        from gputriage.ingest.bigtext import KERNEL
+
+        kind = large_kind(path)
+        if kind is None:
+            return False
+        if kind == KERNEL:
             self.paths.append(path)
-            return True
-        return False
+        else:
+            problems: list[str] = []
+            self.feed(path, kind, file_blocks(path, problems), problems)
+        return True
+
+    def feed(self, origin: str, kind: str, blocks: Callable[[], Iterable[bytes]],
+             problems: list[str]) -> None:
+        """Stream ``blocks`` (``kind``: see :func:`kind_of`) when the logs are scanned;
+        what reading them meets is added to ``problems``."""
+        from gputriage.ingest.bigtext import Feeder
+
+        feeder = Feeder(origin, kind, blocks, self.nccl,
+                        self.feeders[-1] if self.feeders else None, problems)
+        self.feeders.append(feeder)
+        self.paths.append(feeder.path)
 
     def snapshot(self, other: Snapshot | None,
                  progress: Callable[..., None] | None = None) -> Snapshot | None:
         """``other`` (the rest of the inputs, or None) with the logs scanned into its
-        ``kernel_log``; None when no path was kept. InputError when no log could be
-        read and there is nothing else. ``progress`` is told the bytes read of each."""
+        ``kernel_log`` (and the feeders' NCCL log and detected pieces); None when no
+        path was kept. InputError when nothing could be read and there is nothing else.
+        ``progress`` is told the bytes read of each."""
         if not self.paths:
             return other
+        from gputriage.ingest.bigtext import check_feeders
+        from gputriage.ingest.detect import EXPECTED
         from gputriage.logscan import scan_paths
+        from gputriage.logscan.config import DEFAULT
 
         cap = other.get("kernel_log") if other is not None else None
         texts = [(cap.origin or "kernel_log", cap.text or "")] if cap is not None else []
+        names = {f.path: f.origin for f in self.feeders}
+        for feeder in self.feeders:
+            feeder.start()
+        scan = failed = None
+        config = DEFAULT
+        if self.feeders:  # no worker process is forked while feeders' threads run
+            config = replace(DEFAULT, process_min=1 << 62)
         try:
-            scan = scan_paths(self.paths, shape=True, texts=texts, progress=progress)
-        except InputError:
-            if other is None:
-                raise
-            return other
-        origin = ", ".join([*self.paths, *(t[0] for t in texts)])
-        record = {"kind": "streamed", "origin": origin, "target": None, "rc": None,
-                  "duration_s": None, "bytes": scan.bytes, "truncated": False,
-                  "error": None, "error_detail": None, "file": None}
-        snap = other if other is not None else Snapshot({}, None, ", ".join(self.paths))
-        if other is not None:
-            snap.origin = f"{snap.origin}, {', '.join(self.paths)}"
-        snap.captures["kernel_log"] = ScannedLog("kernel_log", cap.text if cap else "", record,
-                                                 origin, scan)
-        snap.problems.extend(p for p in scan.problems if p not in snap.problems)
+            scan = scan_paths(self.paths, shape=True, texts=texts, config=config,
+                              progress=_renamed(progress, names))
+        except InputError as exc:
+            failed = exc
+        finally:
+            for feeder in self.feeders:
+                feeder.finish()
+        check_feeders(self.feeders)
+        snap = other
+        unread: list[str] = []  # a large text with nothing known in it, as a small one
+        for feeder in self.feeders:
+            if feeder.pieces or feeder.kernel_lines or feeder.nccl_lines:
+                snap = _with_pieces(snap, feeder)
+            else:
+                unread.append(feeder.problems[-1] if feeder.problems else
+                              f"{feeder.origin}: unrecognised content; {EXPECTED}")
+        if scan is not None and self._has_kernel_log(texts):
+            snap = _with_scan(snap, scan, self.paths, names, texts, cap)
+        elif snap is None:
+            reasons = unread + ([str(failed)] if failed is not None else [])
+            raise InputError(reasons[0] if len(reasons) == 1 else
+                             "no input could be read: " + "; ".join(reasons))
+        snap.problems.extend(unread)
+        return self._with_nccl(snap)
+
+    def _has_kernel_log(self, texts: list[tuple[str, str]]) -> bool:
+        """Whether the scan read a kernel log: a kernel log file, another input's kernel
+        log text, or a feeder's log records."""
+        fed = {f.path for f in self.feeders}
+        return (bool(texts) or any(p not in fed for p in self.paths)
+                or any(f.kernel_lines for f in self.feeders))
+
+    def _with_nccl(self, snap: Snapshot | None) -> Snapshot | None:
+        """``snap`` with the feeders' NCCL log (the other inputs' NCCL text read into it)."""
+        from gputriage.ingest.bigtext import ParsedNccl
+        from gputriage.parsers.nccl_log import read_nccl_log
+
+        fed = [f.origin for f in self.feeders if f.nccl_lines]
+        if not fed:
+            return snap
+        assert snap is not None
+        cap = snap.captures.get("nccl_log")
+        if cap is not None and cap.text:
+            read_nccl_log([cap.text.encode("utf-8", "surrogatepass")],
+                          cap.origin or "nccl_log", self.nccl)
+            fed.append(cap.origin or "nccl_log")
+        origin = ", ".join(fed)
+        snap.captures["nccl_log"] = ParsedNccl("nccl_log", "", _record(origin, 0), origin,
+                                               log=self.nccl)
         return snap
+
+
+def _renamed(progress: Callable[..., None] | None, names: dict[str, str]
+             ) -> Callable[..., None] | None:
+    """``progress`` told a feeder's input name instead of its pipe's."""
+    if progress is None:
+        return None
+
+    def told(name: str, done: int, total: int | None) -> None:
+        progress(names.get(name, name), done, total)
+    return told
+
+
+def _record(origin: str, size: int) -> dict:
+    return {"kind": "streamed", "origin": origin, "target": None, "rc": None,
+            "duration_s": None, "bytes": size, "truncated": False,
+            "error": None, "error_detail": None, "file": None}
+
+
+def _with_pieces(snap: Snapshot | None, feeder: Any) -> Snapshot:
+    """``snap`` (a new one when None) with what the detector found in the feeder's head
+    and tail, and its reading problems."""
+    captures = {name: Captured(name, body, _record(feeder.origin, len(body)), feeder.origin)
+                for name, body in feeder.pieces.items()}
+    mine = Snapshot(captures, None, feeder.origin, list(feeder.problems))
+    if snap is None:
+        return mine
+    snap.merge(mine)
+    return snap
+
+
+def _with_scan(snap: Snapshot | None, scan: Any, paths: list[str], names: dict[str, str],
+               texts: list[tuple[str, str]], cap: Captured | None) -> Snapshot:
+    """``snap`` (a new one when None) with the scan of ``paths`` (feeders' pipes named
+    by ``names``) as its ``kernel_log``."""
+    for pipe, origin in names.items():
+        scan.problems = [p.replace(pipe, origin) for p in scan.problems]
+    files = [p for p in paths if p not in names]
+    origin = ", ".join([*(names.get(p, p) for p in paths), *(t[0] for t in texts)])
+    if snap is None:
+        snap = Snapshot({}, None, origin)
+    elif files:
+        snap.origin = f"{snap.origin}, {', '.join(files)}" if snap.origin else ", ".join(files)
+    snap.captures["kernel_log"] = ScannedLog("kernel_log", cap.text if cap else "",
+                                             _record(origin, scan.bytes), origin, scan)
+    snap.problems.extend(p for p in scan.problems if p not in snap.problems)
+    return snap

@@ -37,8 +37,10 @@ name                  value     when it is spent
                                 once with "binary data" instead of draining it
 ====================  ========  ====================================================
 
-Memory is each reader's own bound: ``analyze`` keeps the last 256 MiB of text
-(:data:`gputriage.ingest.CAP_BYTES`); ``logs`` and ``nccl`` stream blocks.
+Memory is each reader's own bound: ``logs`` and ``nccl`` stream blocks, and so does
+``analyze`` for a log or pasted text of 16 MiB or more
+(:mod:`gputriage.ingest.streamed`); it keeps the last 256 MiB of a bug report
+(:data:`gputriage.ingest.CAP_BYTES`).
 """
 
 from __future__ import annotations

@@ -43,6 +43,15 @@ def cause_counts(result: Result) -> tuple[int, int]:
     return len(causes), sum(len(f.consequences) for f in causes)
 
 
+def window_unread(result: Result) -> str | None:
+    """Why nothing was judged when the kernel log ends before the ``--since`` window;
+    None otherwise."""
+    window = result.host.log_window or {}
+    if window.get("window_read", True):
+        return None
+    return "the kernel log ends before the --since window; nothing in it was read"
+
+
 def verdict_line(result: Result, *, who: str | None = None, unicode: bool = True,
                  who_is_job: bool = False) -> str:
     """The verdict line of ``result``; ``who`` names what was judged (default: the host
@@ -55,7 +64,8 @@ def verdict_line(result: Result, *, who: str | None = None, unicode: bool = True
     causes, folded = cause_counts(result)
     counts = f"{counted(causes, 'cause')}, {counted(folded, 'consequence')}"
     if word == "unknown":
-        why = next((f.title for f in result.findings if f.current), None)
+        why = next((f.title for f in result.findings if f.current), None) or \
+            window_unread(result)
         return printable(head + (f"could not tell: {why}" if why else
                                  "could not tell (no rule could decide)"))
     found = _causes(result)

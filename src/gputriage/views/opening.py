@@ -115,7 +115,7 @@ def _side_line(result: Result, lead: str, lead_fault: bool) -> list[Segment] | N
 def print_opening(out: Out, result: Result) -> None:
     """The verdict line, the next step, the other side's line, the capped-job note and
     what was not read (each line only when it has something to say)."""
-    from gputriage.views.oneline import verdict_line
+    from gputriage.views.oneline import verdict_line, window_unread
     from gputriage.views.styles import LABEL_WIDTH, STYLES
 
     word = verdict(result)
@@ -125,7 +125,7 @@ def print_opening(out: Out, result: Result) -> None:
     lead = leading_side(result)
     f = worst_current(result, lead)
     fault = f is not None and f.severity.rank >= Severity.WARNING.rank
-    if word == "unknown":
+    if word == "unknown" and window_unread(result) is None:
         out.labelled(("", ""), ("see skipped rules and unreadable inputs below",
                                 STYLES["unknown"]))
     elif f is not None and fault and f.step:

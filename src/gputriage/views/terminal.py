@@ -85,7 +85,9 @@ def print_header(out: Out, result: Result, *, label: str | None = None) -> None:
     second += counts or [("no current findings" if result.findings else "no findings", "")]
     second += [(f"{n} {what}", "dim") for what, n in _counts_not_current(result)]
     out.labelled(("", ""), *_join(out, second))
-    if word == "unknown" and label is None:
+    from gputriage.views.oneline import window_unread
+
+    if word == "unknown" and label is None and window_unread(result) is None:
         out.line(("could not tell: no rule could decide; see skipped rules and "
                   "unreadable inputs below", STYLES["unknown"]), indent=10)
 

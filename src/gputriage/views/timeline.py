@@ -370,8 +370,13 @@ def render_logs(scan: Any, lanes: list[Lane], result: Result, console: Console |
     word = verdict(result)
     out.line((f"{word.upper():<8}", STYLES.get(word, "")), ("  ", ""),
              ("kernel log timeline", "bold"), (out.dot, ""), (_headline(scan, lanes), ""))
+    for item in result.not_read:  # the window's exclusions first: they change the answer
+        out.line(("not read: ", "bold yellow"), (str(item), "yellow"), indent=10)
+    window = result.host.log_window or {}
     if not lanes:
-        out.line(("No NVIDIA-relevant events in the log.", "dim"), indent=10)
+        where = "the window" if window.get("since") or window.get("boot") is not None else \
+            "the log"
+        out.line((f"No NVIDIA-relevant events in {where}.", "dim"), indent=10)
     for lane in lanes:
         console.print()
         out.line((lane.label, "bold cyan"))

@@ -50,6 +50,8 @@ def render_triage(t: Triage, console: Console) -> None:
         tables.say(console, Text(printable(text), style=style))
 
     say(_host_line(t), _STYLE.get(t.verdict, "bold"))
+    for item in t.result.not_read:  # what was not judged is said first, never last
+        say(f"   not read: {item}", "yellow")
     say("1. What changed", "bold")
     if t.diff is None:
         say("   no baseline (give one with --baseline PATH)", "dim")
