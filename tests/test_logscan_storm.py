@@ -151,8 +151,9 @@ def test_the_storm_path_folds_as_the_per_line_parse(monkeypatch, fmt):
         return ok
 
     monkeypatch.setattr(StormLines, "take", counted)
-    for block in (1500, 1 << 20):  # many block edges, and one block
-        config = ScanConfig(block=block, workers=1)
+    # many block edges, and one block; lines screened by Hyperscan or here
+    for block, engine in ((1500, "libc"), (1 << 20, "hyperscan"), (1 << 20, "python")):
+        config = ScanConfig(block=block, workers=1, engine=engine)
         fast, slow = _scan_both(monkeypatch, lambda c=config: scan_text(text, "kern.log",
                                                                         now=NOW, config=c))
         assert fast == slow
@@ -173,7 +174,25 @@ def test_the_storm_path_in_worker_blocks(monkeypatch, tmp_path, fmt):
     path = tmp_path / "kern.log"
     path.write_text(storm_log(fmt, seed=2, n=1200))
     monkeypatch.setattr(threading, "active_count", lambda: 1)
-    config = replace(ScanConfig(), workers=2, process_min=0, block=8192)
+    config = replace(ScanConfig(), workers=2, process_min=0, block=8192, engine="hyperscan")
     fast, slow = _scan_both(monkeypatch, lambda: scan_paths([str(path)], now=NOW,
                                                             config=config))
     assert fast == slow and len(fast) > 100
+
+
+def test_hyperscan_screens_the_lines_the_storm_path_leaves():
+    """The search's screen expression finds the same lines as the storm path's own
+    test (case-blind where that is)."""
+    pytest.importorskip("hyperscan")
+    from gputriage.logscan.search import ANCHORS, anchor_hits
+
+    lines_ = [b"NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=a, " + tail for tail in (
+        b"Graphics Exception", b"FATAL error", b"NvLink down", b"caused by previous Xid 13",
+        b"GPU has fallen off the bus.", b"SXid", b"\xc3\xa9", b"#012 x")]
+    buf = bytearray(b"\n".join(lines_) + b"\n")
+    screened: set[int] = set()
+    anchor_hits(buf, 0, len(buf), ANCHORS, ScanConfig(engine="hyperscan"), screened)
+    starts = [0]
+    for line in lines_[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    assert sorted(screened) == starts[1:]

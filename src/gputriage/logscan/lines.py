@@ -67,6 +67,9 @@ class LineSource:
         self.fast = FastXid(name, now)  # the Xid line a storm repeats, in microseconds
         # ... and once its key is folded, counted in without being parsed
         self.storm = StormLines(self.fast) if USABLE else None
+        # the lines the search found the storm path must leave to the per-line parse
+        # (None: not screened by the search, see ``StormLines.take``)
+        self.screen: set[int] | None = None
 
     # -- boots --------------------------------------------------------------------------
     def _new_boot(self, boot_id: str | None = None) -> None:

@@ -45,6 +45,11 @@ _STORM = re.compile(rb"NVRM: Xid \(PCI:([^)\n]{0,40})\): ?([0-9]{1,5}), "
 _SCREEN = (b"ink", b"recovery action", b"caused by", b"fallen off the bus", b"#012", b"\x1b",
            *(n.encode() for n in _EARLIER))
 _SCREEN_LOWER = (b"fatal", *(n.lower().encode() for n in _EARLIER_LOWER))
+# the same test as a Hyperscan expression: the search notes the lines it finds
+SCREEN_EXPRESSION = (rb"NVRM: Xid \(PCI:[^\n]*(?:" + b"|".join(
+    [b"".join(b"\\x%02x" % c for c in lit) for lit in _SCREEN]
+    + [b"(?i:" + b"".join(b"\\x%02x" % c for c in lit) + b")" for lit in _SCREEN_LOWER]
+    + [rb"[\x80-\xff]"]) + b")")
 USABLE = _DIRECT and _PASSES  # the Xid row as this module knows it (else: never taken)
 _DMESG = re.compile(rb"\[ {0,12}([0-9]{1,12}\.[0-9]{1,9})\] *")  # dmesg raw: one per line
 _CACHE = 4096  # prefixes and keys kept (then the cache starts again)
@@ -87,13 +92,17 @@ class StormLines:
         m = _STORM.match(raw, at)
         if m is None or not raw.isascii():
             return False
-        for literal in _SCREEN:
-            if literal in raw:
-                return False
-        low = raw.lower()
-        for literal in _SCREEN_LOWER:
-            if literal in low:
-                return False
+        screen = src.screen
+        if screen is None:  # not screened by the search: test the message here
+            for literal in _SCREEN:
+                if raw.find(literal, at) >= 0:
+                    return False
+            low = raw[at:].lower()
+            for literal in _SCREEN_LOWER:
+                if literal in low:
+                    return False
+        elif lineno in screen:
+            return False
         head_bytes = bytes(raw[:at])
         head = self.heads.get(head_bytes, False)
         if head is False:
