@@ -19,6 +19,7 @@ cannot see the Xid before its GPU's first 45s: it keeps them as ``leads``, and
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -104,6 +105,12 @@ def recovery_cleared(ev: DriverEvent) -> bool:
     to = strict_hex(d.get("recovery_action_code", ""))
     return to == 0 and (d.get("recovery_action_from") or "").strip().lower() not in (
         "", "none", "no", "n/a", "0x0")
+
+
+@functools.lru_cache(maxsize=1024)
+def _code_number(code: str) -> int | None:
+    """An Xid code's number (None when it is not one): the lines of a storm repeat it."""
+    return strict_int(code, signed=False)
 
 
 def _xid_code(ev: DriverEvent) -> int | None:
@@ -314,7 +321,7 @@ class Folder:
         if code != "45":
             if code == "79":
                 self._lost79.add(key)
-            number = strict_int(code, signed=False)
+            number = _code_number(code)
             if number is None:
                 return
             if st is None:
