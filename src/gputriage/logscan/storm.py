@@ -79,7 +79,7 @@ class StormLines:
 
     def __init__(self, fast: FastXid) -> None:
         self.fast = fast
-        self.heads: dict[bytes, Head | None] = {}
+        self.heads: dict[bytes, Head] = {}
         self.buses: dict[bytes, str | None] = {}
         self.procs: dict[tuple[bytes, bytes], tuple[str, str]] = {}
 
@@ -104,9 +104,7 @@ class StormLines:
         elif lineno in screen:
             return False
         head_bytes = bytes(raw[:at])
-        head = self.heads.get(head_bytes, False)
-        if head is False:
-            head = self._head(head_bytes, raw)
+        head = self.heads.get(head_bytes) or self._head(head_bytes, raw)  # (None: not kept)
         if head is None:
             return False
         fmt, _stamps, time, up, seconds = head
@@ -116,9 +114,7 @@ class StormLines:
         bus_raw, code_raw, pid_raw, name_raw = m.groups()
         if code_raw == b"154":
             return False
-        bus = self.buses.get(bus_raw, False)
-        if bus is False:
-            bus = self._bus(bus_raw)
+        bus = self.buses[bus_raw] if bus_raw in self.buses else self._bus(bus_raw)
         proc = self.procs.get((pid_raw, name_raw))
         if proc is None:
             proc = self._proc(pid_raw, name_raw)
