@@ -24,17 +24,16 @@ takes the full path, so the events are those of the per-line parse by constructi
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import Any, Protocol
 
 from gputriage.logscan.fastline import _DIRECT, _EARLIER, _EARLIER_LOWER, _PASSES, FastLine, FastXid
 from gputriage.parsers.kernel_extractor import MAX_LINE
+from gputriage.parsers.kernel_fold import Folder
 from gputriage.parsers.kernel_model import DriverEvent
 from gputriage.text.fields import normalize_bus_id
 
-if TYPE_CHECKING:
-    from gputriage.logscan.lines import LineSource
-
-__all__ = ["LazyXid", "StormLines"]
+__all__ = ["SCREEN_EXPRESSION", "USABLE", "LazyXid", "Source", "StormLines"]
 
 _LEAD = b"NVRM: Xid (PCI:"
 _STORM = re.compile(rb"NVRM: Xid \(PCI:([^)\n]{0,40})\): ?([0-9]{1,5}), "
@@ -55,7 +54,7 @@ _DMESG = re.compile(rb"\[ {0,12}([0-9]{1,12}\.[0-9]{1,9})\] *")  # dmesg raw: on
 _CACHE = 4096  # prefixes and keys kept (then the cache starts again)
 
 # what a prefix tells: (format, stamps, time, uptime, seconds); None: not a fast one
-Head = tuple[str, tuple[str, ...], object, float | None, float | None]
+Head = tuple[str, tuple[str, ...], datetime | None, float | None, float | None]
 
 
 class LazyXid:
@@ -74,6 +73,16 @@ class LazyXid:
         return line.events(lineno, origin, boot)
 
 
+class Source(Protocol):
+    """What the storm path updates of a :class:`gputriage.logscan.lines.LineSource`."""
+
+    segs: list[Any]  # its BootSegments
+    fold: Folder
+    formats: dict[str, None]
+    ex: Any  # its EventExtractor (``note_line``)
+    screen: set[int] | None
+
+
 class StormLines:
     """Folds the repeated plain Xid lines of one input (see the module docstring)."""
 
@@ -83,7 +92,7 @@ class StormLines:
         self.buses: dict[bytes, str | None] = {}
         self.procs: dict[tuple[bytes, bytes], tuple[str, str]] = {}
 
-    def take(self, src: LineSource, lineno: int, raw: bytes | bytearray) -> bool:
+    def take(self, src: Source, lineno: int, raw: bytes | bytearray) -> bool:
         """Fold ``raw`` (a candidate line of ``src``, nothing under way there) into its
         folded event; False when the line is not one to fold this way."""
         at = raw.find(_LEAD)
@@ -129,8 +138,8 @@ class StormLines:
             src.formats[fmt] = None
         cur.seen = True
         if time is not None:
-            cur.first = cur.first or time  # type: ignore[assignment]
-            cur.last = time  # type: ignore[assignment]
+            cur.first = cur.first or time
+            cur.last = time
         if up is not None:
             if cur.first_up is None:
                 cur.first_up = up
