@@ -35,9 +35,13 @@ memory of its process tree (proportional set sizes, so that pages forked
 workers share count once; sampled from /proc every 50 ms: large plain files
 are searched by worker processes, which one process's figure leaves out).
 
+and, last, a table of the ratios to grep against issue 33's goal for the profile
+(met or not; with ``--baseline SRC``, gputriage imported from another source tree is
+timed in the same run, before and after side by side).
+
 Usage: python benchmarks/log_scan.py [--profile quiet|storm|busy-hca|all]
        [--format short-iso|dmesg] [--size 1GB] [--keep DIR] [--file LOG] [--repeat N]
-       [--analyze] [--no-engines]
+       [--analyze] [--no-engines] [--baseline SRC]
 ``--size 5GB`` is the memory check (peak RSS must stay under 200 MB).
 """
 
@@ -134,6 +138,10 @@ _XID_TEXT = {
          "(GSP_RM_CONTROL) (0x20801813 0x4c).",
 }
 PROFILES = ("quiet", "storm", "busy-hca")
+# issue 33's goals: `logs --json` time over `grep -iE 'nvidia|xid|nvrm' > file` time (1 GB,
+# an idle 2-core machine), and the peak memory of a storm (5 GB) in MB
+GOALS = {"quiet": 1.0, "busy-hca": 1.0, "storm": 2.0}
+MEMORY_GOAL_MB = 200
 FORMATS = ("short-iso", "dmesg")
 
 
@@ -274,8 +282,8 @@ with open(sys.argv[1], "wb") as out:
     rc = proc.wait()
 wall = time.perf_counter() - start
 t.join()
-peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(f"{wall} {peak} {rc} {peak_tree[0]}")
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(f"{wall} {usage.ru_maxrss} {rc} {peak_tree[0]} {usage.ru_utime + usage.ru_stime}")
 """
 
 
@@ -286,19 +294,33 @@ _SCAN_SNIPPET = (
 )
 
 
-def _timed(argv: list[str], out: Path, repeat: int = 1) -> tuple[float, int, int, int]:
+def _timed(argv: list[str], out: Path, repeat: int = 1, src: Path | None = None
+           ) -> tuple[float, int, int, int]:
     """Best wall seconds of ``repeat`` runs of one command (run in a wrapper child), the
     largest peak RSS of one process (KiB), the largest summed memory (PSS) of its
-    process tree (KiB, sampled every 50 ms; worker processes count here) and the last rc."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "LC_ALL": "C"}
+    process tree (KiB, sampled every 50 ms; worker processes count here) and the last rc.
+    ``src``: the source tree gputriage is imported from (default: this checkout's)."""
+    env = {**os.environ, "PYTHONPATH": str(src or REPO / "src"), "LC_ALL": "C"}
     best, peak, tree, rc = float("inf"), 0, 0, 0
+    cpu = float("inf")
     for _ in range(max(1, repeat)):
         proc = subprocess.run([sys.executable, "-c", _WRAPPER, str(out), *argv], env=env,
                               capture_output=True, text=True, check=True)
-        wall, one, code, summed = proc.stdout.split()
+        wall, one, code, summed, used = proc.stdout.split()
         best, peak = min(best, float(wall)), max(peak, int(one))
         tree, rc = max(tree, int(summed)), int(code)
+        cpu = min(cpu, float(used))
+    CPU[tuple(argv), str(src)] = cpu
     return best, peak, tree, rc
+
+
+# CPU seconds (user + system, the process and its workers) of the last timing of each
+# command: what a shared machine's load disturbs least
+CPU: dict[tuple[tuple[str, ...], str], float] = {}
+
+
+def _cpu(argv: list[str], src: Path | None = None) -> float:
+    return CPU.get((tuple(argv), str(src)), float("nan"))
 
 
 # --- the anchor search alone, per engine -------------------------------------------------
@@ -456,6 +478,15 @@ def _run_profile(args: argparse.Namespace, profile: str, quiet_rate: float | Non
                            ("grep -ciE 'nvidia|xid|nvrm'", count_wall)):
             print(f"{name}: {wall:.2f} s, {size_mb / wall:.0f} MB/s; ratio gputriage/grep "
                   f"time {gt_wall / wall:.2f}")
+        grep_argv = ["grep", "-i", "-E", "nvidia|xid|nvrm", str(log)]
+        rows = [("this checkout", gt_wall, _cpu(gt_argv), gt_tree,
+                 (work / "out").stat().st_size)]
+        if args.baseline:
+            base = Path(args.baseline)
+            b_wall, _, b_tree, _ = _timed(gt_argv, work / "out-base", rep, base)
+            rows.append((f"--baseline {args.baseline}", b_wall, _cpu(gt_argv, base), b_tree,
+                         (work / "out-base").stat().st_size))
+        _goal_table(profile, size_mb, (grep_wall, _cpu(grep_argv)), rows, label)
         _per_event(log, special, gt_wall, size, quiet_rate, rep, work)
         if shutil.which("rg"):
             rg_wall, _, _, _ = _timed(["rg", "-i", "nvidia|xid|nvrm", str(log)], work / "out3",
@@ -468,6 +499,30 @@ def _run_profile(args: argparse.Namespace, profile: str, quiet_rate: float | Non
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _goal_table(profile: str, size_mb: float, grep: tuple[float, float],
+                rows: list[tuple[str, float, float, int, int]], label: str) -> None:
+    """Print the ratios to grep side by side (the same run), with peak memory and output
+    size, against issue 33's goal for the profile (met or not, by wall time; the CPU
+    seconds are what a loaded machine disturbs least)."""
+    goal = GOALS[profile]
+    grep_wall, grep_cpu = grep
+    print(f"-- goal ({profile}, measured at 1 GB on an idle 2-core machine): {label} "
+          f"<= {goal:.1f}x grep -iE 'nvidia|xid|nvrm' > file; peak memory < "
+          f"{MEMORY_GOAL_MB} MB (storm, 5 GB)")
+    print(f"   {'gputriage':<34} {'wall s':>7} {'x grep':>7} {'goal':>5} {'met':>4} "
+          f"{'cpu s':>6} {'x grep':>7} {'peak MB':>8} {'output B':>9}")
+    for name, wall, cpu, tree_kib, out_bytes in rows:
+        ratio = wall / grep_wall
+        met = "yes" if ratio <= goal else "no"
+        print(f"   {name:<34} {wall:7.2f} {ratio:7.2f} {goal:5.1f} {met:>4} {cpu:6.2f} "
+              f"{cpu / grep_cpu:7.2f} {tree_kib / 1024:8.0f} {out_bytes:9d}")
+    print(f"   {'grep (same run)':<34} {grep_wall:7.2f} {1.0:7.2f} {'':>10} {grep_cpu:6.2f} "
+          f"{1.0:7.2f}   ({size_mb:.0f} MB input; "
+          f"{'the goal is set for 1 GB' if size_mb < 900 else 'the size of the goal'})")
+    if rows[0][3] / 1024 >= MEMORY_GOAL_MB:
+        print(f"   peak memory goal (< {MEMORY_GOAL_MB} MB): NOT met")
 
 
 def _per_event(log: Path, special: int, wall: float, size: int, quiet_rate: float | None,
@@ -508,6 +563,9 @@ def main() -> int:
                         help="runs of each command; the best time counts (default 3)")
     parser.add_argument("--analyze", action="store_true",
                         help="also time `gputriage analyze --json` of the log")
+    parser.add_argument("--baseline", metavar="SRC",
+                        help="also time gputriage imported from this source tree (another "
+                        "checkout's src/) in the same run: before and after side by side")
     parser.add_argument("--no-engines", action="store_true",
                         help="skip timing the anchor search alone per engine")
     args = parser.parse_args()

@@ -18,7 +18,9 @@ releases the GIL) from reused read buffers and parsed in this process, on
 one thread. Candidate lines (plus the continuation lines after them, and 30
 lines after a hung task or soft lockup for its call trace) are decoded and
 parsed by :class:`gputriage.parsers.kernel_extractor.EventExtractor` (a single-line
-Xid, the line a storm repeats, by the fast path of :mod:`.fastline`), and the events
+Xid, the line a storm repeats, by the fast path of :mod:`.fastline`; once its key is
+folded, counted into the folded event without being parsed, :mod:`.storm`, the lines
+that path must leave to the parser screened by Hyperscan as it searches), and the events
 folded as they come (:mod:`gputriage.parsers.kernel_fold`: per boot, kind, device and
 code the first 64 are kept, the rest counted into one event with its last occurrence,
 its processes and its Xid 45 causes), so that what a scan holds is bounded by what is
@@ -58,7 +60,8 @@ streamed, a bounded number in flight; only folded events are kept.
 
 Layout: ``reader`` and ``stream`` (reading and decompressing inputs), ``search``
 (anchor search, threads), ``blocks`` (large files read and parsed by worker processes),
-``lines`` (formats, times, boots), ``timeline`` (inputs joined), ``config``.
+``lines`` (formats, times, boots), ``fastline`` and ``storm`` (the Xid line a storm
+repeats), ``timeline`` (inputs joined), ``config``.
 """
 
 from __future__ import annotations

@@ -55,10 +55,10 @@ def overlaps(anchor: bytes, literal: bytes) -> bool:
 
 class Matcher:
     """A compiled database: each pattern's id -> (context mode, literals to check on the
-    line here, or ())."""
+    line here, or ()); mode -1: the ``screen`` expression, whose lines are noted apart."""
 
     def __init__(self, anchors: Sequence[bytes], modes: Sequence[int],
-                 routine: dict[bytes, tuple[bytes, ...]]) -> None:
+                 routine: dict[bytes, tuple[bytes, ...]], screen: bytes | None = None) -> None:
         hs = _hyperscan()
         exprs: list[bytes] = []
         self.checks: list[tuple[int, tuple[bytes, ...]]] = []
@@ -71,6 +71,9 @@ class Matcher:
             else:
                 exprs.append(_lit(a))
                 self.checks.append((mode, need))
+        if screen is not None:
+            exprs.append(screen)
+            self.checks.append((-1, ()))
         self.db = hs.Database(mode=hs.HS_MODE_BLOCK)
         self.db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
                         flags=0)
@@ -79,16 +82,19 @@ class Matcher:
 
 @functools.lru_cache(maxsize=8)
 def matcher(anchors: tuple[bytes, ...], modes: tuple[int, ...],
-            routine: tuple[tuple[bytes, tuple[bytes, ...]], ...]) -> Matcher:
-    """The database of ``anchors`` (compiled once per process; about 60 ms with routine
-    anchors, which is why small spans are searched otherwise)."""
-    return Matcher(anchors, modes, dict(routine))
+            routine: tuple[tuple[bytes, tuple[bytes, ...]], ...],
+            screen: bytes | None = None) -> Matcher:
+    """The database of ``anchors`` (and ``screen``, a Hyperscan expression) compiled
+    once per process (about 60 ms with routine anchors, which is why small spans are
+    searched otherwise)."""
+    return Matcher(anchors, modes, dict(routine), screen)
 
 
 def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,
-                   starts: dict[int, int]) -> None:
+                   starts: dict[int, int], screened: set[int] | None = None) -> None:
     """Add the start of each line of ``buf[lo:hi]`` that ``m`` finds -> its context mode
-    (the higher of its anchors')."""
+    (the higher of its anchors'); the starts of the lines its screen expression finds
+    to ``screened``."""
     rfind, find = buf.rfind, buf.find
     checks = m.checks
     line = [hi, hi]  # the start and end of the last line recorded
@@ -96,6 +102,10 @@ def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,
     def on_match(i: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
         pos = lo + to - 1  # the match's last byte
         mode, need = checks[i]
+        if mode < 0:
+            if screened is not None:
+                screened.add(rfind(b"\n", lo, pos) + 1 or lo)
+            return None
         if line[0] <= pos < line[1]:
             s = line[0]
         else:

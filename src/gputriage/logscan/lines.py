@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gputriage.logscan.fastline import FastLine, FastXid
 from gputriage.logscan.stamps import SYSLOG_NAMES, format_of, stamp_time
+from gputriage.logscan.storm import USABLE, StormLines
 from gputriage.parsers.kernel_extractor import MAX_LINE, EventExtractor, split_escaped
 from gputriage.parsers.kernel_fold import Folder
 from gputriage.parsers.kernel_model import DriverEvent, LogLine
@@ -64,6 +65,11 @@ class LineSource:
         self.bounds: tuple[int, int] | None = None
         self.outside = False
         self.fast = FastXid(name, now)  # the Xid line a storm repeats, in microseconds
+        # ... and once its key is folded, counted in without being parsed
+        self.storm = StormLines(self.fast) if USABLE else None
+        # the lines the search found the storm path must leave to the per-line parse
+        # (None: not screened by the search, see ``StormLines.take``)
+        self.screen: set[int] | None = None
 
     # -- boots --------------------------------------------------------------------------
     def _new_boot(self, boot_id: str | None = None) -> None:
@@ -109,6 +115,10 @@ class LineSource:
         bounds = self.bounds
         self.outside = bounds is not None and not bounds[0] <= lineno <= bounds[1]
         if self.held is None and self.ex.idle:
+            storm = self.storm
+            if storm is not None and not cut and not self.outside and storm.take(self, lineno,
+                                                                                 raw):
+                return
             fast = self.fast.parse(raw, cut)
             if fast is not None:
                 self._fast(fast, lineno)

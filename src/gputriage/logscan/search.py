@@ -23,6 +23,7 @@ from gputriage.logscan import hsearch
 from gputriage.logscan.config import ScanConfig
 from gputriage.logscan.lines import BOOT_ANCHORS, LineSource
 from gputriage.logscan.reader import InputSpans
+from gputriage.logscan.storm import SCREEN_EXPRESSION as STORM_SCREEN
 from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_follow import TRACE_WINDOW
 from gputriage.parsers.kernel_table import ANCHORS as EVENT_ANCHORS
@@ -190,7 +191,8 @@ def _matcher(anchors: Sequence[bytes], config: ScanConfig) -> hsearch.Matcher:
     routine = ROUTINE if config.reject else {}
     modes = tuple(Probe(a, ()).mode for a in anchors)
     return hsearch.matcher(tuple(anchors), modes,
-                           tuple((a, routine[a]) for a in anchors if a in routine))
+                           tuple((a, routine[a]) for a in anchors if a in routine),
+                           STORM_SCREEN)
 
 
 def prepare(anchors: Sequence[bytes], config: ScanConfig) -> None:
@@ -201,17 +203,19 @@ def prepare(anchors: Sequence[bytes], config: ScanConfig) -> None:
 
 
 def anchor_hits(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[bytes],
-                config: ScanConfig) -> dict[int, int]:
+                config: ScanConfig, screened: set[int] | None = None) -> dict[int, int]:
     """Start offsets of the lines in ``buf[lo:hi]`` holding an anchor -> context mode
     (0: continuation lines, 1: a call trace follows); with ``config.reject``, less the
-    routine lines (see :data:`ROUTINE`). Every engine finds the same lines."""
+    routine lines (see :data:`ROUTINE`). Every engine finds the same lines. Hyperscan
+    also adds to ``screened`` the starts of the Xid lines that the storm path must leave
+    to the per-line parse (:data:`gputriage.logscan.storm.SCREEN_EXPRESSION`)."""
     starts: dict[int, int] = {}
     if hi <= lo or not anchors:
         return starts
     routine = ROUTINE if config.reject else {}
     engine = engine_for(config, hi - lo)
     if engine == "hyperscan":
-        hsearch.hyperscan_hits(buf, lo, hi, _matcher(anchors, config), starts)
+        hsearch.hyperscan_hits(buf, lo, hi, _matcher(anchors, config), starts, screened)
         return starts
     found = probes(anchors, routine)
     libc = _libc(config) if engine == "libc" else Libc(None, None, None)
@@ -328,6 +332,13 @@ class Span:
     carry: tuple[int, int] = (0, 0)  # (lines wanted from the next block, mode)
     head: list[Line] = field(default_factory=list)
     head_all: bool = True  # ``head`` holds every line of the block
+    # the lines (numbered as ``lines``) the storm path must leave to the per-line parse;
+    # None: not screened by the search (the storm path screens each line itself)
+    screened: set[int] | None = None
+
+    def screen_of(self, base: int) -> set[int] | None:
+        """``screened`` as line numbers, the span's first line being ``base``."""
+        return None if self.screened is None else {base + n for n in self.screened}
 
     def carried(self, carry: tuple[int, int]) -> tuple[list[Line], tuple[int, int]]:
         """The block's first lines that a previous block's context ``carry`` takes, and
@@ -372,7 +383,8 @@ def search_span(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[byte
                 exact: bool = True) -> Span:
     """Candidate lines of ``buf[lo:hi]``, their context lines, and line positions
     (line numbers when ``exact``, see ``ScanConfig.gap_exact`` otherwise)."""
-    starts = anchor_hits(buf, lo, hi, anchors, config)
+    screened: set[int] | None = set() if engine_for(config, hi - lo) == "hyperscan" else None
+    starts = anchor_hits(buf, lo, hi, anchors, config, screened)
     want: dict[int, int] = dict.fromkeys(starts, 0)
     need = (0, 0)
     if carry[0]:
@@ -382,25 +394,34 @@ def search_span(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[byte
         left = _context(buf, s, hi, mode, TRACE_WINDOW if mode else MAX_CONT, want)
         if left:
             need = max(need, (left, mode))
-    out, n, approx = _wanted_lines(buf, lo, hi, sorted(want), exact, config.gap_exact)
+    out, n, approx = _wanted_lines(buf, lo, hi, sorted(want), exact, config.gap_exact,
+                                   screened)
     head, pos = _head(buf, lo, hi)
-    return Span(out, n, not approx, need, head, pos >= hi)
+    return Span(out, n, not approx, need, head, pos >= hi, screened)
 
 
 def _wanted_lines(buf: bytes | bytearray, lo: int, hi: int, wanted: list[int], exact: bool,
-                  gap_exact: int) -> tuple[list[Line], int, bool]:
+                  gap_exact: int, screened: set[int] | None = None
+                  ) -> tuple[list[Line], int, bool]:
     """The lines starting at ``wanted`` with their positions, the span's newlines, and
-    whether a position is only an upper bound."""
+    whether a position is only an upper bound; ``screened`` (line starts) is turned, in
+    place, into the positions of those lines."""
     out: list[Line] = []
     n = 0
     prev = lo
     approx = False
+    marks = []
     for s in wanted:
         approx = approx or (not exact and s - prev > gap_exact)
         n += _gap(buf, prev, s, exact, gap_exact)
         prev = s
         e = _line_end(buf, s, hi)
         out.append((n, buf[s:min(e, s + MAX_LINE)], e - s > MAX_LINE))
+        if screened and s in screened:
+            marks.append(n)
+    if screened:
+        screened.clear()
+        screened.update(marks)
     approx = approx or (not exact and hi - prev > gap_exact)
     n += _gap(buf, prev, hi, exact, gap_exact)
     return out, n, approx
@@ -455,6 +476,7 @@ class LineFeeder:
             if more[0]:
                 span.carry = max(span.carry, more)
         line = self.src.line
+        self.src.screen = span.screen_of(self.base + 1)
         for n, raw, cut in span.lines:
             line(self.base + n + 1, raw, cut)
         self.base += span.newlines

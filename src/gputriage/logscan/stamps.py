@@ -77,8 +77,8 @@ _REF_JSON = re.compile(rb'"__REALTIME_TIMESTAMP"\s{0,4}:\s{0,4}"?([0-9]{16})')
 REFERENCE_BYTES = 256 << 10  # of an input's head and of its tail searched for its dates
 
 
-def _dated(m: re.Match[bytes]) -> datetime | None:
-    g = [x.decode() for x in m.groups() if x is not None]
+def _dated(groups: tuple[bytes | None, ...]) -> datetime | None:
+    g = [x.decode() for x in groups if x is not None]
     try:
         if g[0].isdigit():
             y, mo, d, h, mi, s = (int(x) for x in g)
@@ -99,7 +99,9 @@ def year_reference(*parts: bytes | bytearray) -> datetime | None:
     for part in parts:
         data = bytes(part[:REFERENCE_BYTES]) if len(part) <= 2 * REFERENCE_BYTES else (
             bytes(part[:REFERENCE_BYTES]) + b"\n" + bytes(part[-REFERENCE_BYTES:]))
-        found += [t for m in _REF_ISO.finditer(data) if (t := _dated(m)) is not None]
+        # each distinct stamp once: a log prints the same second on many lines
+        stamps = dict.fromkeys(m.groups() for m in _REF_ISO.finditer(data))
+        found += [t for g in stamps if (t := _dated(g)) is not None]
         for m in _REF_JSON.finditer(data):
             try:
                 found.append(datetime.fromtimestamp(int(m.group(1)) / 1e6, timezone.utc))

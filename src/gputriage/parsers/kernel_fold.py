@@ -19,6 +19,7 @@ cannot see the Xid before its GPU's first 45s: it keeps them as ``leads``, and
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -104,6 +105,12 @@ def recovery_cleared(ev: DriverEvent) -> bool:
     to = strict_hex(d.get("recovery_action_code", ""))
     return to == 0 and (d.get("recovery_action_from") or "").strip().lower() not in (
         "", "none", "no", "n/a", "0x0")
+
+
+@functools.lru_cache(maxsize=1024)
+def _code_number(code: str) -> int | None:
+    """An Xid code's number (None when it is not one): the lines of a storm repeat it."""
+    return strict_int(code, signed=False)
 
 
 def _xid_code(ev: DriverEvent) -> int | None:
@@ -258,44 +265,63 @@ class Folder:
         code = d["code"]
         if code == "154" or len(d) > 6 or not d.keys() <= _XID_COMMON:
             return False
-        bus = line.bus_id
-        hot = self._hot.get((boot, bus, code, line.fallen))
+        found = self.hot(boot, line.bus_id, code, line.fallen)
+        if found is None:
+            return False
+        at = line.time.timestamp() if line.time is not None else line.uptime_s
+        self.fold_line(found, line.bus_id, code, d, at, line, lineno, boot)
+        return True
+
+    def hot(self, boot: int, bus: str | None, code: str, fallen: bool = False
+            ) -> tuple[DriverEvent, DriverEvent | None] | None:
+        """The folded event (and, for a line that also fell off the bus, the folded
+        fallen-off-bus event) that a plain Xid line of ``bus`` and ``code`` (not 154) in
+        ``boot`` joins now; None when its key has none yet."""
+        hot = self._hot.get((boot, bus, code, fallen))
         if hot is not None and hot[0] == self._epochs:
-            folded, lost = hot[1], hot[2]
-        else:
-            epoch = (boot, self._loads.get(boot, 0), self._resets.get((boot, bus), 0))
-            found = self._folded.get((*epoch, ("xid", bus, code)))
-            if found is None:
-                return False
-            folded, lost = found, None
-            if line.fallen:
-                lost = self._folded.get((*epoch, ("fallen-off-bus", bus, ())))
-                if lost is None:
-                    return False
-            self._hot[(boot, bus, code, line.fallen)] = (self._epochs, folded, lost)
+            return hot[1], hot[2]
+        epoch = (boot, self._loads.get(boot, 0), self._resets.get((boot, bus), 0))
+        found = self._folded.get((*epoch, ("xid", bus, code)))
+        if found is None:
+            return None
+        lost = None
+        if fallen:
+            lost = self._folded.get((*epoch, ("fallen-off-bus", bus, ())))
+            if lost is None:
+                return None
+        self._hot[(boot, bus, code, fallen)] = (self._epochs, found, lost)
+        return found, lost
+
+    def fold_line(self, hot: tuple[DriverEvent, DriverEvent | None], bus: str | None,
+                  code: str, details: dict[str, str], at: float | None, pending: Any,
+                  lineno: int, boot: int) -> None:
+        """Fold one plain Xid line into the events :meth:`hot` gave for it: ``details``
+        its code, pid, process and message (and caused_by), ``at`` its time in seconds,
+        ``pending`` what builds its events when it stays the last (``events(lineno,
+        origin, boot)``, see :meth:`finish`)."""
+        folded, lost = hot
         self.last_boot = boot
         reps = folded.repeats
         assert reps is not None
         if self.attribute:
-            self._attribute_line(reps, folded, line, code, boot)
+            self._attribute_line(reps, folded, bus, at, details.get("caused_by"), code, boot)
         folded.count += 1
-        reps.pending = (line, lineno, boot, 0)
-        _count_process(reps, d, code, line)
+        reps.pending = (pending, lineno, boot, 0)
+        _count_process(reps, details, code)
         if lost is not None and lost.repeats is not None:
             lost.count += 1
-            lost.repeats.pending = (line, lineno, boot, 1)
-        return True
+            lost.repeats.pending = (pending, lineno, boot, 1)
 
-    def _attribute_line(self, reps: Repeats, folded: DriverEvent, line: Any, code: str,
+    def _attribute_line(self, reps: Repeats, folded: DriverEvent, bus: str | None,
+                        at: float | None, caused_by: str | None, code: str,
                         boot: int) -> None:
-        """:meth:`_attribute` for a line folded by :meth:`repeat`."""
-        key = (boot, line.bus_id)
-        at = line.time.timestamp() if line.time is not None else line.uptime_s
+        """:meth:`_attribute` for a line folded by :meth:`fold_line`."""
+        key = (boot, bus)
         st = self.states.get(key)
         if code != "45":
             if code == "79":
                 self._lost79.add(key)
-            number = strict_int(code, signed=False)
+            number = _code_number(code)
             if number is None:
                 return
             if st is None:
@@ -303,7 +329,7 @@ class Folder:
             else:
                 st.code, st.at, st.since = number, at, 0
             return
-        named = strict_int(line.details.get("caused_by"), signed=False)
+        named = strict_int(caused_by, signed=False)
         found = _follows(st, at)
         causes = {c for c in (named, found) if c is not None}
         for c in causes:
@@ -313,7 +339,7 @@ class Folder:
         if st is None:
             st = self.states[key] = _State()
         if st.code is None and boot == self.first_boot and st.since < LOOKBACK:
-            self.leads.setdefault(line.bus_id, []).append(Lead(folded, at, named, st.since))
+            self.leads.setdefault(bus, []).append(Lead(folded, at, named, st.since))
         st.since += 1
 
     def finish(self) -> None:
@@ -371,8 +397,8 @@ def _count_into(reps: Repeats, ev: DriverEvent) -> None:
             reps.uncaused += 1
 
 
-def _count_process(reps: Repeats, d: dict[str, str], code: str, line: Any) -> None:
-    """``_count_into`` for a line folded by :meth:`Folder.repeat` (its details only)."""
+def _count_process(reps: Repeats, d: dict[str, str], code: str) -> None:
+    """``_count_into`` for a line folded by :meth:`Folder.fold_line` (its details only)."""
     pid = d.get("pid") or ""
     if pid[:1] == "'":
         pid = pid.strip("'")

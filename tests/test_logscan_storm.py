@@ -1,0 +1,198 @@
+"""The storm path (gputriage.logscan.storm) against the per-line parse: generated Xid
+storms in each log format, across boots, resets and driver loads, in small blocks read
+here and in worker processes, must fold into the very same events."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from gputriage.logscan import ScanConfig, blocks, lines, scan_paths, scan_text
+from gputriage.logscan.storm import StormLines
+from gputriage.parsers import kernel_fold
+from gputriage.parsers.kernel_model import DriverEvent
+
+NOW = datetime(2024, 9, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 8, 30, 3, 0, 0, tzinfo=timezone.utc)
+BUSES = ("0000:18:00", "0000:2A:00", "0000:9a:00")
+FORMATS = ("dmesg", "dmesg-T", "short-iso", "syslog", "json")
+_MESSAGES = {
+    13: "Graphics SM Warp Exception on (GPC {g}, TPC {t}, SM 0): Out Of Range Address",
+    31: "Ch 0000003b, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_{g} faulted @ "
+        "0x7f1c_{a:08x}. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+    43: "Ch 000000{t:02x}",
+    45: "Ch 000000{t:02x}",
+    119: "Timeout after 6s of waiting for RPC response from GPU{g} GSP! Expected function 76",
+}
+# lines the storm path must leave to the per-line parse (each still an Xid)
+_ODD = (
+    "NVRM: Xid (PCI:{bus}): 45, pid={pid}, name=linker, Ch 00000010",
+    "NVRM: Xid (PCI:{bus}): 45, pid={pid}, name=python3, Ch 00000010, caused by previous "
+    "Xid 13",
+    "NVRM: Xid (PCI:{bus}): 74, pid={pid}, name=python3, NVLink: fatal error detected on "
+    "link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
+    "NVRM: Xid (PCI:{bus}): 31, pid={pid}, name=pythön, Ch 0000003b, intr 00000000",
+    "NVRM: Xid (PCI:{bus}): 13, pid='{pid}', name=<unknown>, Graphics Exception",
+    "NVRM: Xid (PCI:{bus}): 13, pid={pid},  name=python3, Graphics Exception",
+)
+_EVENTS = (  # other events among them: resets, driver loads, a call trace
+    "NVRM: Xid (PCI:{bus}): 154, GPU recovery action changed from 0x1 (GPU Reset Required) "
+    "to 0x0 (None)",
+    "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 18:56:32 UTC 2023",
+    "INFO: task python3:{pid} blocked for more than 120 seconds.",
+    "nvidia-nvswitch0: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+    "mlx5_core 0000:5d:00.0 ibp93s0: Link down",
+)
+
+
+def _message(rng: random.Random, code: int) -> str:
+    return _MESSAGES[code].format(g=rng.randint(0, 7), t=rng.randint(0, 255),
+                                  a=rng.getrandbits(32))
+
+
+def _body(rng: random.Random, procs: list[tuple[int, str]]) -> str:
+    r = rng.random()
+    bus = rng.choice(BUSES)
+    pid, name = rng.choice(procs)
+    if r < 0.02:
+        return rng.choice(_ODD).format(bus=bus, pid=pid)
+    if r < 0.03:
+        return rng.choice(_EVENTS).format(bus=bus, pid=pid)
+    if r < 0.2:
+        return f"usb 1-{rng.randint(1, 4)}: new high-speed USB device number 3 using xhci_hcd"
+    code = rng.choice((13, 31, 43, 45, 45, 119))
+    return f"NVRM: Xid (PCI:{bus}): {code}, pid={pid}, name={name}, {_message(rng, code)}"
+
+
+def _line(fmt: str, t: datetime, up: float, msg: str, boot: str) -> str:
+    if fmt == "dmesg":
+        return f"[{up:12.6f}] {msg}"
+    if fmt == "dmesg-T":
+        return f"[{t:%a %b %d %H:%M:%S %Y}] {msg}"
+    if fmt == "short-iso":
+        return f"{t:%Y-%m-%dT%H:%M:%S}+0000 gpu-node-3 kernel: {msg}"
+    if fmt == "syslog":
+        return f"{t:%b %d %H:%M:%S} gpu-node-3 kernel: [{up:12.6f}] {msg}"
+    return json.dumps({"__REALTIME_TIMESTAMP": str(int(t.timestamp() * 1e6)),
+                       "__MONOTONIC_TIMESTAMP": str(int(up * 1e6)), "_BOOT_ID": boot,
+                       "MESSAGE": msg})
+
+
+def storm_log(fmt: str, seed: int = 1, n: int = 2000) -> str:
+    """A storm of ``n`` lines over three boots (a banner, a journal marker or boot id;
+    in dmesg the last one only told by an uptime that goes back), with time gaps longer than
+    an Xid 45's follow-on window, call traces and continuation lines."""
+    rng = random.Random(seed)
+    procs = [(rng.randint(100, 99999), rng.choice(("python3", "torchrun", "nvidia-smi")))
+             for _ in range(80)]  # more than a folded event names
+    t, up, boot = T0, 5.0, "b0"
+    out = []
+    for i in range(n):
+        if i in (n // 3, 2 * n // 3):  # a reboot
+            boot = f"b{i}"
+            up = 3.0
+            if fmt == "short-iso" and i > n // 3:
+                out.append(f"-- Boot {rng.getrandbits(128):032x} --")
+            elif fmt != "json" and (i == n // 3 or fmt != "dmesg"):
+                out.append(_line(fmt, t, up, "Linux version 6.5.0-44-generic (buildd@lcy02)",
+                                 boot))
+        step = rng.choice((0.0, 0.0, 0.001, 0.4, 45.0)) if i % 97 else 31.0
+        t += timedelta(seconds=step)
+        up += step
+        msg = _body(rng, procs)
+        out.append(_line(fmt, t, up, msg, boot))
+        if "blocked for more than" in msg:
+            out += [_line(fmt, t, up, "Call Trace:", boot),
+                    _line(fmt, t, up, _body(rng, procs), boot)]
+        elif i % 211 == 0 and fmt in ("dmesg", "dmesg-T"):
+            out.append("    continued text of the line before")
+    return "\n".join(out) + "\n"
+
+
+def dump(ev: DriverEvent) -> tuple:
+    """Everything an event says, its folded occurrences included."""
+    reps = ev.repeats
+    folded = None if reps is None else (
+        "itself" if reps.last is ev else dump(reps.last), list(reps.processes.items()),
+        reps.other_processes,
+        sorted((k, sorted(v)) for k, v in reps.patterns.items()), sorted(reps.tries.items()),
+        sorted(reps.causes.items()), reps.uncaused)
+    return (ev.kind, ev.line, ev.bus_id, ev.timestamp, sorted(ev.details.items()), ev.time,
+            ev.uptime_s, ev.boot, ev.lineno, ev.origin, ev.count, ev.follows, folded)
+
+
+@pytest.fixture(autouse=True)
+def _keep_few(monkeypatch):
+    """Keys folded after a few occurrences (not 64): short logs storm."""
+    monkeypatch.setattr(kernel_fold, "KEEP", 3)
+    monkeypatch.setattr(blocks, "BLOCK_KEEP", 2)
+
+
+def _scan_both(monkeypatch, run) -> tuple[list, list]:
+    with monkeypatch.context() as m:
+        m.setattr(lines, "USABLE", False)
+        slow = run()
+    return [dump(e) for e in run().events], [dump(e) for e in slow.events]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_storm_path_folds_as_the_per_line_parse(monkeypatch, fmt):
+    text = storm_log(fmt)
+    taken = []
+    real = StormLines.take
+
+    def counted(self, src, lineno, raw):  # type: ignore[no-untyped-def]
+        ok = real(self, src, lineno, raw)
+        taken.append(ok)
+        return ok
+
+    monkeypatch.setattr(StormLines, "take", counted)
+    # many block edges, and one block; lines screened by Hyperscan or here
+    for block, engine in ((1500, "libc"), (1 << 20, "hyperscan"), (1 << 20, "python")):
+        config = ScanConfig(block=block, workers=1, engine=engine)
+        fast, slow = _scan_both(monkeypatch, lambda c=config: scan_text(text, "kern.log",
+                                                                        now=NOW, config=c))
+        assert fast == slow
+        boots = {d[7] for d in fast}
+        assert len(boots) == 3
+    if fmt == "json":
+        assert not any(taken)  # journal records are read by the per-line parse
+    else:  # most storm lines were folded without being parsed, not all
+        assert taken.count(True) > len(taken) // 2 and not all(taken)
+
+
+@pytest.mark.parametrize("fmt", ("dmesg", "short-iso"))
+def test_the_storm_path_in_worker_blocks(monkeypatch, tmp_path, fmt):
+    """Blocks of a file read by forked workers (lines that cross block edges, events
+    joined across them): the same events as the per-line parse in the same blocks."""
+    import threading
+
+    path = tmp_path / "kern.log"
+    path.write_text(storm_log(fmt, seed=2, n=1200))
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    config = replace(ScanConfig(), workers=2, process_min=0, block=8192, engine="hyperscan")
+    fast, slow = _scan_both(monkeypatch, lambda: scan_paths([str(path)], now=NOW,
+                                                            config=config))
+    assert fast == slow and len(fast) > 100
+
+
+def test_hyperscan_screens_the_lines_the_storm_path_leaves():
+    """The search's screen expression finds the same lines as the storm path's own
+    test (case-blind where that is)."""
+    pytest.importorskip("hyperscan")
+    from gputriage.logscan.search import ANCHORS, anchor_hits
+
+    lines_ = [b"NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=a, " + tail for tail in (
+        b"Graphics Exception", b"FATAL error", b"NvLink down", b"caused by previous Xid 13",
+        b"GPU has fallen off the bus.", b"SXid", b"\xc3\xa9", b"#012 x")]
+    buf = bytearray(b"\n".join(lines_) + b"\n")
+    screened: set[int] = set()
+    anchor_hits(buf, 0, len(buf), ANCHORS, ScanConfig(engine="hyperscan"), screened)
+    starts = [0]
+    for line in lines_[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    assert sorted(screened) == starts[1:]
