@@ -48,6 +48,23 @@ _ROW_HEAD = re.compile(_ROW_DIGITS)  # a row at the start of a buffer
 _ROW_RE = re.compile(rb"\n" + _ROW_DIGITS)
 _TAIL_KEEP = max(len(m) for m in MARKERS) - 1  # bytes kept of a long line to find markers
 
+# The NCCL log reader's markers in two kinds. A line holding a strong one is always a
+# candidate. The weak ones are words of every program's log ("[rank3] INFO train.py",
+# "... WARN ..."): a line whose only markers are weak ones is a candidate only when it has
+# a shape the builder can use without the word NCCL (an old NCCL's INFO or WARN record:
+# "host:pid:tid [0] INFO ...", "misc/ibvwrap.cc:252 WARN ...", a watchdog timeout); the
+# builder lets every other such line go. The shapes are bytes-level supersets: ``_WS``
+# holds every byte of the whitespace a decoded line may have there (a NUL is dropped
+# before decoding, so a region with a NUL is searched for every marker instead).
+WEAK = (b" WARN ", b"] INFO ")
+STRONG = tuple(m for m in MARKERS if m not in WEAK)  # a marker added later is a strong one
+_WS = rb"[\t\x0b\x0c\r\x1c-\x20\x80-\xff]"
+WEAK_SHAPES = (rb"\[-?[0-9]{1,5}\]" + _WS + rb"+INFO",  # nccl_lines._OLD_INFO
+               rb":[0-9]{1,7}" + _WS + rb"+WARN",  # nccl_lines._OLD_WARN
+               rb"Watchdog caught collective operation timeout")  # nccl_framework._FW_TIMEOUT
+_SHAPES_RE = re.compile(b"|".join(WEAK_SHAPES))
+LONG_WINDOW = 32 << 10  # a line over LONG_LINE holds a whole aligned window without newline
+
 Progress = Callable[[str, int, int | None], None]
 
 
@@ -86,8 +103,9 @@ def _hyperscan() -> Finder | None:
         import hyperscan
     except ImportError:
         return None
-    exprs = [*MARKERS, *TAP_MARKERS, _ROW_RE.pattern]  # "\n..." runs twice as fast as "^..."
-    ids = [0] * len(MARKERS) + [1] * (len(TAP_MARKERS) + 1)
+    exprs = [*(re.escape(m) for m in STRONG), *TAP_MARKERS, _ROW_RE.pattern, *WEAK_SHAPES]
+    # ("\n..." runs twice as fast as "^...")
+    ids = [0] * len(STRONG) + [1] * (len(TAP_MARKERS) + 1) + [2] * len(WEAK_SHAPES)
     flags = [0] * len(exprs)
     try:
         db = hyperscan.Database()
@@ -96,7 +114,7 @@ def _hyperscan() -> Finder | None:
         return None
 
     def find(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:
-        ends: tuple[list[int], list[int]] = ([], [])
+        ends: tuple[list[int], list[int], list[int]] = ([], [], [])
 
         def hit(i: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
             ends[i].append(end)
@@ -106,9 +124,43 @@ def _hyperscan() -> Finder | None:
         rows = [at + e for e in ends[1]]
         if at == lo and _ROW_HEAD.match(buf, lo, hi):
             rows.append(lo + 1)
-        return _starts(buf, lo, hi, [at + e for e in ends[0]]), _starts(buf, lo, hi, rows)
+        log = _starts(buf, lo, hi, [at + e for e in ends[0]])
+        if ends[2]:
+            log = _with_weak(buf, lo, hi, log, _starts(buf, lo, hi, [at + e for e in ends[2]]))
+        return log, _starts(buf, lo, hi, rows)
 
     return find
+
+
+def _with_weak(buf: bytearray | bytes, lo: int, hi: int, log: list[int],
+               shaped: Iterable[int]) -> list[int]:
+    """``log`` and the lines starting at ``shaped`` that hold a weak marker, in order."""
+    out = set(log)
+    for start in shaped:
+        if start not in out:
+            end = buf.find(b"\n", start, hi)
+            line = buf[start:hi if end < 0 else end]
+            if any(m in line for m in WEAK):
+                out.add(start)
+    return sorted(out)
+
+
+def _long_lines(buf: bytearray | bytes, lo: int, hi: int) -> list[int]:
+    """The starts of the lines of ``buf[lo:hi]`` over LONG_LINE that hold a marker: the
+    reader counts them as skipped, whatever marker it is (one find per window)."""
+    out: list[int] = []
+    pos = lo
+    while pos + LONG_WINDOW <= hi:
+        if buf.find(b"\n", pos, pos + LONG_WINDOW) >= 0:
+            pos += LONG_WINDOW
+            continue
+        start = buf.rfind(b"\n", lo, pos) + 1 or lo
+        end = buf.find(b"\n", pos, hi)
+        end = hi if end < 0 else end
+        if end - start > LONG_LINE and any(buf.find(m, start, end) >= 0 for m in MARKERS):
+            out.append(start)
+        pos = end + 1
+    return out
 
 
 def _starts(buf: bytearray | bytes, lo: int, hi: int, ends: list[int]) -> list[int]:
@@ -169,14 +221,27 @@ def _marker_lines(buf: bytearray | bytes, lo: int, hi: int,
 
 
 def _plain_find(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:
-    """The pure-Python finder (libc where there is one): markers, then rows by regex."""
-    log = sorted(_marker_lines(buf, lo, hi, MARKERS))
+    """The pure-Python finder (libc where there is one): markers, the weak markers' shapes
+    by regex, then rows by regex."""
+    log = sorted(_marker_lines(buf, lo, hi, STRONG))
+    shaped = (buf.rfind(b"\n", lo, m.start()) + 1 or lo for m in _SHAPES_RE.finditer(buf, lo, hi))
+    log = _with_weak(buf, lo, hi, log, shaped)
+    return log, _tests_find(buf, lo, hi)
+
+
+def _every_marker(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:
+    """Every line holding a marker, weak ones included (a region with a NUL in it)."""
+    return sorted(_marker_lines(buf, lo, hi, MARKERS)), _tests_find(buf, lo, hi)
+
+
+def _tests_find(buf: bytearray | bytes, lo: int, hi: int) -> list[int]:
+    """The candidate nccl-tests lines: tap markers, then rows by regex."""
     tests = _marker_lines(buf, lo, hi, TAP_MARKERS)
     at = lo - 1 if lo and buf[lo - 1] == 10 else lo
     if at == lo and _ROW_HEAD.match(buf, lo, hi):
         tests.add(lo)
     tests.update(m.start() + 1 for m in _ROW_RE.finditer(buf, at, hi))
-    return log, sorted(tests)
+    return sorted(tests)
 
 
 def _finder(engine: str | None = None) -> Finder:
@@ -199,7 +264,14 @@ def find_lines(buf: bytearray | bytes, lo: int, hi: int, base: int = 0,
     out = Found()
     if hi <= lo:
         return out
-    log, tests = _finder(engine)(buf, lo, hi)
+    if buf.find(b"\0", lo, hi) >= 0:
+        log, tests = _every_marker(buf, lo, hi)
+    else:
+        log, tests = _finder(engine)(buf, lo, hi)
+        if hi - lo > LONG_LINE:
+            longs = _long_lines(buf, lo, hi)
+            if longs:
+                log = sorted({*log, *longs})
     for start in log:
         end = buf.find(b"\n", start, hi)
         end = hi if end < 0 else end
