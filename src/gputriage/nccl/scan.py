@@ -59,8 +59,9 @@ _TAIL_KEEP = max(len(m) for m in MARKERS) - 1  # bytes kept of a long line to fi
 WEAK = (b" WARN ", b"] INFO ")
 STRONG = tuple(m for m in MARKERS if m not in WEAK)  # a marker added later is a strong one
 _WS = rb"[\t\x0b\x0c\r\x1c-\x20\x80-\xff]"
-WEAK_SHAPES = (rb"\[-?[0-9]{1,5}\]" + _WS + rb"+INFO",  # nccl_lines._OLD_INFO
-               rb":[0-9]{1,7}" + _WS + rb"+WARN",  # nccl_lines._OLD_WARN
+WEAK_SHAPES = (rb":[0-9]{1,10}" + _WS + rb"+\[-?[0-9]{1,5}\]" + _WS + rb"+INFO",  # _OLD_INFO
+               # _OLD_WARN: a source file's "dir/" or ".ext" then word characters
+               rb"[./][\w./+\x80-\xff-]*:[0-9]{1,7}" + _WS + rb"+WARN",
                rb"Watchdog caught collective operation timeout")  # nccl_framework._FW_TIMEOUT
 _SHAPES_RE = re.compile(b"|".join(WEAK_SHAPES))
 LONG_WINDOW = 32 << 10  # a line over LONG_LINE holds a whole aligned window without newline
