@@ -12,9 +12,12 @@ as when a job re-creates communicators), then times:
   * ``grep -E 'NCCL (INFO|WARN)|Using network|via NET' FILE > out3``, the lines an
     on-call would pull out to read transports by eye;
 
-and prints wall times (best of ``--repeat``), throughputs, the ratios and the peak
-RSS of the gputriage run: its largest process and its process tree (workers
-included; the target: memory bounded however large the log).
+and prints wall times (best of ``--repeat``), throughputs, the ratios, the peak
+RSS of the gputriage run (its largest process and its process tree, workers
+included; the target: memory bounded however large the log) and the size of each
+output. gputriage runs with its bytecode cached (in a temporary folder, as an
+installed package has it, even where PYTHONDONTWRITEBYTECODE is set): compiling its
+modules on every start would be timed otherwise.
 
 Usage: python benchmarks/nccl_scan.py [--size 1GB] [--nccl-percent 1] [--file LOG]
 """
@@ -22,7 +25,9 @@ Usage: python benchmarks/nccl_scan.py [--size 1GB] [--nccl-percent 1] [--file LO
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,6 +74,11 @@ def generate(path: Path, size: int, percent: float, seed: int = 11) -> int:
     return written
 
 
+def _size(path: Path) -> str:
+    size = path.stat().st_size
+    return f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} KB"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="1GB")
@@ -83,10 +93,16 @@ def main() -> int:
         generate(log, _parse_size(args.size), args.nccl_percent)
         print(f"generated {log.stat().st_size / 1e6:.0f} MB "
               f"({args.nccl_percent:g} % NCCL lines) in {time.perf_counter() - start:.1f} s")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
     try:
         size_mb = log.stat().st_size / 1e6
         subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=False)
         rep = args.repeat
+        warm = folder / "warm.log"
+        generate(warm, 1 << 16, 5.0)
+        _timed([sys.executable, "-m", "gputriage", "nccl", str(warm), "--json"],
+               folder / "out", 1)  # bytecode written
         gt = [sys.executable, "-m", "gputriage", "nccl", str(log), "--json"]
         gt_wall, gt_rss, gt_tree, gt_rc = _timed(gt, folder / "out", rep)
         greps = [("grep -F NCCL", ["grep", "-F", "NCCL", str(log)]),
@@ -95,15 +111,14 @@ def main() -> int:
         print(f"input: {log} ({size_mb:.0f} MB); best of {rep} runs")
         print(f"gputriage nccl --json: {gt_wall:.2f} s, {size_mb / gt_wall:.0f} MB/s, "
               f"peak RSS {gt_rss / 1024:.0f} MB (process tree {gt_tree / 1024:.0f} MB), "
-              f"rc {gt_rc}")
+              f"rc {gt_rc}, output {_size(folder / 'out')}")
         for i, (label, argv) in enumerate(greps):
             wall = _timed(argv, folder / f"out{i + 2}", rep)[0]
-            print(f"{label}: {wall:.2f} s, {size_mb / wall:.0f} MB/s; gputriage's "
-                  f"throughput {wall / gt_wall:.2f}x of it (time ratio {gt_wall / wall:.2f})")
+            print(f"{label}: {wall:.2f} s, {size_mb / wall:.0f} MB/s, output "
+                  f"{_size(folder / f'out{i + 2}')}; gputriage's throughput "
+                  f"{wall / gt_wall:.2f}x of it (time ratio {gt_wall / wall:.2f})")
     finally:
-        for p in folder.iterdir():
-            p.unlink()
-        folder.rmdir()
+        shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 
