@@ -19,7 +19,12 @@ output. gputriage runs with its bytecode cached (in a temporary folder, as an
 installed package has it, even where PYTHONDONTWRITEBYTECODE is set): compiling its
 modules on every start would be timed otherwise.
 
-Usage: python benchmarks/nccl_scan.py [--size 1GB] [--nccl-percent 1] [--file LOG]
+With ``--parts``, also where the CPU time of one run goes, each part alone in one
+process: starting (imports), the look for host outputs in the first MiB (ingest's
+detectors; in its own process during a run), and the scan with the NCCL builder
+(worker processes share it during a run).
+
+Usage: python benchmarks/nccl_scan.py [--size 1GB] [--nccl-percent 1] [--file LOG] [--parts]
 """
 
 from __future__ import annotations
@@ -74,6 +79,26 @@ def generate(path: Path, size: int, percent: float, seed: int = 11) -> int:
     return written
 
 
+_PARTS = """
+import os, sys, time
+t = time.process_time()
+import gputriage.cli, gputriage.commands.nccl
+from gputriage.nccl.inputs import SNIFF, _host_pieces
+from gputriage.nccl.scan import LargeTap, read_large
+from gputriage.parsers.nccl_model import NcclLog
+from gputriage.snapshot.bundle import decode
+out = [f"imports {time.process_time() - t:.2f}"]
+t = time.process_time()
+fd = os.open(sys.argv[1], os.O_RDONLY)
+_host_pieces(decode(os.pread(fd, SNIFF, 0)))
+out.append(f"host outputs in the first MiB {time.process_time() - t:.2f}")
+t = time.process_time()
+read_large(fd, os.fstat(fd).st_size, "log", NcclLog(), LargeTap(fd, 8 << 20), [], workers=1)
+out.append(f"scan and NCCL builder {time.process_time() - t:.2f}")
+print(", ".join(out))
+"""
+
+
 def _size(path: Path) -> str:
     size = path.stat().st_size
     return f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} KB"
@@ -85,6 +110,8 @@ def main() -> int:
     parser.add_argument("--nccl-percent", type=float, default=1.0)
     parser.add_argument("--file", help="time this existing log instead of generating one")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--parts", action="store_true",
+                        help="also the CPU seconds of each part of a run, one by one")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="gt-nccl-"))
     log = Path(args.file) if args.file else folder / "job.log"
@@ -117,6 +144,11 @@ def main() -> int:
             print(f"{label}: {wall:.2f} s, {size_mb / wall:.0f} MB/s, output "
                   f"{_size(folder / f'out{i + 2}')}; gputriage's throughput "
                   f"{wall / gt_wall:.2f}x of it (time ratio {gt_wall / wall:.2f})")
+        if args.parts:
+            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+            parts = subprocess.run([sys.executable, "-c", _PARTS, str(log)], env=env, check=True,
+                                   capture_output=True, text=True).stdout
+            print("CPU seconds by part: " + parts.strip())
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return 0

@@ -184,7 +184,7 @@ def test_every_builder_shape_without_the_word_nccl_is_a_candidate():
         "h:1:2 [0] init.cc:90 WARN invalid usage",
         "x [rank0] WARN Watchdog caught collective operation timeout: Work ran for 9",
         "h:1:2\u3000[3]\u00a0INFO NET : Using interface ib1 ] INFO ")]
-    unused = ["[rank3] INFO train.py:412 step 9\n", "10:00:01 WARN kafka retrying\n",
+    unused = ["[rank3] INFO train.py:412 step 9\n", "10:00:01,123 WARN kafka retrying\n",
               "[2] INFO worker started\n"]
     buf = bytearray("".join(used + unused).encode())
     want = [0]

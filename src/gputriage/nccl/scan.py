@@ -58,12 +58,15 @@ _TAIL_KEEP = max(len(m) for m in MARKERS) - 1  # bytes kept of a long line to fi
 # before decoding, so a region with a NUL is searched for every marker instead).
 WEAK = (b" WARN ", b"] INFO ")
 STRONG = tuple(m for m in MARKERS if m not in WEAK)  # a marker added later is a strong one
-_WS = rb"[\t\x0b\x0c\r\x1c-\x20\x80-\xff]"
-WEAK_SHAPES = (rb":[0-9]{1,10}" + _WS + rb"+\[-?[0-9]{1,5}\]" + _WS + rb"+INFO",  # _OLD_INFO
-               # _OLD_WARN: a source file's "dir/" or ".ext" then word characters
-               rb"[./][\w./+\x80-\xff-]*:[0-9]{1,7}" + _WS + rb"+WARN",
+_WS = rb"[\t\x0b\x0c\r\x1c-\x20\x80-\xff]{1,24}"  # 1 to 8 spaces (\s), of 3 bytes at most
+WEAK_SHAPES = (rb":[0-9]{1,10}" + _WS + rb"\[-?[0-9]{1,5}\]" + _WS + rb"INFO",  # _OLD_INFO
+               # _OLD_WARN: a source file's "dir/" or ".ext", then its line number
+               rb"[./][\w./+\x80-\xff-]*:[0-9]{1,7}" + _WS + rb"WARN",
                rb"Watchdog caught collective operation timeout")  # nccl_framework._FW_TIMEOUT
-_SHAPES_RE = re.compile(b"|".join(WEAK_SHAPES))
+# the same for Python's regex engine, each alternative bounded and led by a literal or a
+# rare byte: the old WARN's shape from the colon of its line number on
+_SHAPES_RE = re.compile(b"|".join((WEAK_SHAPES[0], rb":[0-9]{1,7}" + _WS + rb"WARN",
+                                   WEAK_SHAPES[2])))
 LONG_WINDOW = 32 << 10  # a line over LONG_LINE holds a whole aligned window without newline
 
 Progress = Callable[[str, int, int | None], None]
