@@ -1,10 +1,11 @@
-"""The large-file NCCL scan (gputriage.nccl.scan) against the NCCL log reader on the
-lines it now leaves out: a line whose only markers are weak ones ("] INFO ", " WARN ",
-words of every program's log) is handed to the builder only in a shape the builder can
-use. Generated logs of the class (several hosts and processes, INFO and WARN storms, old
-NCCL records, IB completion errors, the fallback to sockets, nccl-tests tables, CRLF,
-non-UTF-8 bytes, NULs, long lines, lines cut at region edges) must read the same both
-ways, to the last counter."""
+"""The NCCL log readers (the large-file scan of gputriage.nccl.scan and the streamed
+reader of gputriage.parsers.nccl_log) on the lines they leave out: a line whose only
+markers are weak ones ("] INFO ", " WARN ", words of every program's log) is handed to
+the builder only in a shape the builder can use. Generated logs of the class (several
+hosts and processes, INFO and WARN storms, old NCCL records, IB completion errors, the
+fallback to sockets, nccl-tests tables, CRLF, non-UTF-8 bytes, NULs, long lines, lines
+cut at region and block edges) must read as when every line holding a marker is parsed,
+to the last counter."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import pytest
 
 from gputriage.nccl import scan as nccl_scan
 from gputriage.nccl.inputs import BLOCK, TESTS_CAP, _TestsTap
-from gputriage.parsers.nccl_log import LONG_LINE, read_nccl_log
+from gputriage.parsers.nccl_build import Builder
+from gputriage.parsers.nccl_log import LONG_LINE, MARKERS, read_nccl_log
 from gputriage.parsers.nccl_model import NcclLog
 
 ENGINES = ["plain"] + (["hyperscan"] if nccl_scan._hyperscan() is not None else [])
@@ -131,8 +133,28 @@ def _generated(size: int, seed: int) -> bytes:
     return b"".join(out)
 
 
-def _reference(data: bytes, name: str) -> tuple[NcclLog, list[str]]:
-    """The NCCL log reader and the nccl-tests tap over 1 MiB blocks."""
+def _every_marker_line(data: bytes, name: str) -> NcclLog:
+    """The reference: every line holding a marker (and every line of a framework error
+    being gathered) parsed, each repeat too."""
+    log = NcclLog(origins=[name])
+    b = Builder(log, replay=False)
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    log.lines_read = len(lines)
+    for raw in lines:
+        if not b.want and not any(m in raw for m in MARKERS):
+            continue
+        if len(raw) > LONG_LINE:
+            log.skipped += 1
+            continue
+        b.feed(raw.replace(b"\0", b"").decode("utf-8", "replace").rstrip("\r"))
+    b.finish()
+    return log
+
+
+def _streamed(data: bytes, name: str) -> tuple[NcclLog, list[str]]:
+    """The streamed NCCL log reader and the nccl-tests tap over 1 MiB blocks."""
     tap = _TestsTap(name, [])
     log = read_nccl_log(tap.tap([data[i:i + BLOCK] for i in range(0, len(data), BLOCK)]), name)
     return log, tap.kept
@@ -156,7 +178,15 @@ def shaped(tmp_path_factory) -> tuple[Path, NcclLog, list[str]]:
     path = tmp_path_factory.mktemp("nccl-shapes") / "job.log"
     data = _generated(600_000, 7)
     path.write_bytes(data)
-    return path, *_reference(data, path.name)
+    return path, _every_marker_line(data, path.name), _streamed(data, path.name)[1]
+
+
+@pytest.mark.parametrize("block", [BLOCK, 4093])
+def test_streamed_reader_reads_as_every_marker_line_parsed(shaped, block):
+    path, ref, _ = shaped
+    data = path.read_bytes()
+    log = read_nccl_log([data[i:i + block] for i in range(0, len(data), block)], path.name)
+    assert dataclasses.asdict(log) == dataclasses.asdict(ref)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

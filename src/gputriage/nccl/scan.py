@@ -33,7 +33,8 @@ from typing import cast
 
 from gputriage.nccl.tap import MARKERS as TAP_MARKERS
 from gputriage.parsers.nccl_build import Builder
-from gputriage.parsers.nccl_log import LONG_LINE, MARKERS
+from gputriage.parsers.nccl_log import LONG_LINE, MARKERS, STRONG, WEAK, WEAK_SHAPES
+from gputriage.parsers.nccl_log import SHAPES_RE as _SHAPES_RE
 from gputriage.parsers.nccl_model import NcclLog
 
 __all__ = ["MIN_SIZE", "REGION", "Found", "LargeTap", "Region", "find_lines", "in_child",
@@ -48,25 +49,8 @@ _ROW_HEAD = re.compile(_ROW_DIGITS)  # a row at the start of a buffer
 _ROW_RE = re.compile(rb"\n" + _ROW_DIGITS)
 _TAIL_KEEP = max(len(m) for m in MARKERS) - 1  # bytes kept of a long line to find markers
 
-# The NCCL log reader's markers in two kinds. A line holding a strong one is always a
-# candidate. The weak ones are words of every program's log ("[rank3] INFO train.py",
-# "... WARN ..."): a line whose only markers are weak ones is a candidate only when it has
-# a shape the builder can use without the word NCCL (an old NCCL's INFO or WARN record:
-# "host:pid:tid [0] INFO ...", "misc/ibvwrap.cc:252 WARN ...", a watchdog timeout); the
-# builder lets every other such line go. The shapes are bytes-level supersets: ``_WS``
-# holds every byte of the whitespace a decoded line may have there (a NUL is dropped
-# before decoding, so a region with a NUL is searched for every marker instead).
-WEAK = (b" WARN ", b"] INFO ")
-STRONG = tuple(m for m in MARKERS if m not in WEAK)  # a marker added later is a strong one
-_WS = rb"[\t\x0b\x0c\r\x1c-\x20\x80-\xff]{1,24}"  # 1 to 8 spaces (\s), of 3 bytes at most
-WEAK_SHAPES = (rb":[0-9]{1,10}" + _WS + rb"\[-?[0-9]{1,5}\]" + _WS + rb"INFO",  # _OLD_INFO
-               # _OLD_WARN: a source file's "dir/" or ".ext", then its line number
-               rb"[./][\w./+\x80-\xff-]*:[0-9]{1,7}" + _WS + rb"WARN",
-               rb"Watchdog caught collective operation timeout")  # nccl_framework._FW_TIMEOUT
-# the same for Python's regex engine, each alternative bounded and led by a literal or a
-# rare byte: the old WARN's shape from the colon of its line number on
-_SHAPES_RE = re.compile(b"|".join((WEAK_SHAPES[0], rb":[0-9]{1,7}" + _WS + rb"WARN",
-                                   WEAK_SHAPES[2])))
+# a line whose only markers are weak ones is a candidate only in one of WEAK_SHAPES
+# (nccl_log says why); a region with a NUL is searched for every marker instead
 LONG_WINDOW = 32 << 10  # a line over LONG_LINE holds a whole aligned window without newline
 
 Progress = Callable[[str, int, int | None], None]

@@ -2,8 +2,10 @@
 
 :func:`parse_nccl_log` reads a text, :func:`read_nccl_log` streams the byte
 blocks of a big file. Both only look at lines that carry ``NCCL``, ``CUDA error``,
-``Error: nccl`` or `` WARN `` (found with ``bytes.find``), so a 1 GB training log with a
-few NCCL lines costs about as much as reading it. This module holds that
+``Error: nccl`` or another marker (found with ``bytes.find``), and of the lines whose only
+markers are words of every program's log (`` WARN ``, ``] INFO ``), only at those in a
+shape the builder reads, so a 1 GB training log with a few NCCL lines costs about as much
+as reading it. This module holds that
 byte-level scan; each line it picks goes to the
 :class:`~gputriage.parsers.nccl_build.Builder`, which applies it to the data
 model of :mod:`gputriage.parsers.nccl_model` (the line grammar lives in
@@ -15,19 +17,41 @@ empty log, never an error.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from gputriage.parsers.nccl_build import Builder
 from gputriage.parsers.nccl_lines import is_nccl_line
 from gputriage.parsers.nccl_model import NcclLog
 
-__all__ = ["is_nccl_line", "parse_nccl_log", "read_nccl_log"]
+__all__ = ["LONG_LINE", "MARKERS", "SHAPES_RE", "STRONG", "WEAK", "WEAK_SHAPES", "is_nccl_line",
+           "parse_nccl_log", "read_nccl_log"]
 
 # scan caps (what is kept per process is capped in nccl_build: CAPS, MAX_STORED, ...)
 LONG_LINE = 64 * 1024  # longer lines are skipped and counted in ``NcclLog.skipped``
 # the third: "DistBackendError: ncclSystemError"; then an old NCCL's "file.h:311 WARN" and
 # "host:pid:tid [0] INFO", and a NET/IB completion error quoted on its own
 MARKERS = (b"NCCL", b"CUDA error", b"Error: nccl", b" WARN ", b"] INFO ", b"Got completion")
+
+# The markers in two kinds. A line holding a strong one is always read. The weak ones are
+# words of every program's log ("[rank3] INFO train.py", "... WARN ..."): a line whose
+# only markers are weak ones is read only when it has a shape the builder can use without
+# the word NCCL (an old NCCL's INFO or WARN record: "host:pid:tid [0] INFO ...",
+# "misc/ibvwrap.cc:252 WARN ...", a watchdog timeout), or a NUL (dropped before decoding,
+# it may hide a shape); the builder lets every other such line go. The shapes are
+# bytes-level supersets: ``_WS`` holds every byte of the whitespace a decoded line may
+# have there.
+WEAK = (b" WARN ", b"] INFO ")
+STRONG = tuple(m for m in MARKERS if m not in WEAK)  # a marker added later is a strong one
+_WS = rb"[\t\x0b\x0c\r\x1c-\x20\x80-\xff]{1,24}"  # 1 to 8 spaces (\s), of 3 bytes at most
+WEAK_SHAPES = (rb":[0-9]{1,10}" + _WS + rb"\[-?[0-9]{1,5}\]" + _WS + rb"INFO",  # _OLD_INFO
+               # _OLD_WARN: a source file's "dir/" or ".ext", then its line number
+               rb"[./][\w./+\x80-\xff-]*:[0-9]{1,7}" + _WS + rb"WARN",
+               rb"Watchdog caught collective operation timeout")  # nccl_framework._FW_TIMEOUT
+# the same for Python's regex engine, each alternative bounded and led by a literal or a
+# rare byte: the old WARN's shape from the colon of its line number on
+SHAPES_RE = re.compile(b"|".join((WEAK_SHAPES[0], rb":[0-9]{1,7}" + _WS + rb"WARN",
+                                   WEAK_SHAPES[2])))
 
 
 def parse_nccl_log(text: str) -> NcclLog:
@@ -112,11 +136,19 @@ def _block(b: Builder, buf: bytes, lo: int, hi: int) -> None:
         if not hits:
             return
         at = min(hits)
-        start = buf.rfind(b"\n", lo, at) + 1 or lo
+        start = max(buf.rfind(b"\n", lo, at) + 1 or lo, lo)
         end = buf.find(b"\n", at, hi)
         end = hi if end < 0 else end
-        _line(b, buf, max(start, lo), end)
+        if _may_use(buf, start, end):
+            _line(b, buf, start, end)
         pos = end + 1
+
+
+def _may_use(buf: bytes, lo: int, hi: int) -> bool:
+    """Whether the builder may use the line ``buf[lo:hi]``, which holds a marker: a strong
+    one, a weak one's shape or a NUL in it, or a length over LONG_LINE (counted)."""
+    return (hi - lo > LONG_LINE or any(buf.find(m, lo, hi) >= 0 for m in STRONG)
+            or SHAPES_RE.search(buf, lo, hi) is not None or buf.find(b"\0", lo, hi) >= 0)
 
 
 def _line(b: Builder, buf: bytes, lo: int, hi: int) -> None:
