@@ -73,6 +73,7 @@ def _old(rng: random.Random) -> list[str]:
         f"{host}:77:88\u3000[{dev}]\u00a0INFO NET : Using interface ib1:10.1.0.1<0> "
         "[x] INFO trailing",
         f"{host}:77:88 [{dev}] init.cc:90\u2003 WARN\tinvalid usage of something",
+        f"{host}:77:88 [{dev}] misc/ibvwrap.cc:25\0\0\x002 WARN Call to ibv_reg_mr failed",
         "2025-03-02 10:00:01 [rank3] WARN Watchdog caught collective operation timeout: "
         f"Work(SeqNum={rng.randint(1, 999)}, OpType=ALLREDUCE) ran for 1800100 milliseconds "
         "before timing out.",
@@ -204,6 +205,7 @@ def test_weak_marker_lines_read_as_the_reader_reads_them(shaped, engine, region)
     assert any(w.source_loc == "include/socket.h:311" for w in warns)  # an old WARN, no host
     assert any(w.kind == "timeout" for w in ref.framework_errors)
     assert any("ib1" in p.socket_ifaces for p in ref.processes)  # unicode whitespace
+    assert any("ibv_reg_mr" in w.message for w in warns)  # a shape behind a NUL
 
 
 def test_every_builder_shape_without_the_word_nccl_is_a_candidate():

@@ -33,8 +33,14 @@ from typing import cast
 
 from gputriage.nccl.tap import MARKERS as TAP_MARKERS
 from gputriage.parsers.nccl_build import Builder
-from gputriage.parsers.nccl_log import LONG_LINE, MARKERS, STRONG, WEAK, WEAK_SHAPES
-from gputriage.parsers.nccl_log import SHAPES_RE as _SHAPES_RE
+from gputriage.parsers.nccl_log import (
+    LONG_LINE,
+    MARKERS,
+    STRONG,
+    WEAK,
+    WEAK_SHAPES,
+    candidate_starts,
+)
 from gputriage.parsers.nccl_model import NcclLog
 
 __all__ = ["MIN_SIZE", "REGION", "Found", "LargeTap", "Region", "find_lines", "in_child",
@@ -209,12 +215,9 @@ def _marker_lines(buf: bytearray | bytes, lo: int, hi: int,
 
 
 def _plain_find(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:
-    """The pure-Python finder (libc where there is one): markers, the weak markers' shapes
-    by regex, then rows by regex."""
-    log = sorted(_marker_lines(buf, lo, hi, STRONG))
-    shaped = (buf.rfind(b"\n", lo, m.start()) + 1 or lo for m in _SHAPES_RE.finditer(buf, lo, hi))
-    log = _with_weak(buf, lo, hi, log, shaped)
-    return log, _tests_find(buf, lo, hi)
+    """The pure-Python finder: the streamed reader's candidate lines, then the nccl-tests
+    lines (libc ``memmem`` where there is one, rows by regex)."""
+    return candidate_starts(buf, lo, hi), _tests_find(buf, lo, hi)
 
 
 def _every_marker(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:

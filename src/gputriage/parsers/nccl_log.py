@@ -24,8 +24,8 @@ from gputriage.parsers.nccl_build import Builder
 from gputriage.parsers.nccl_lines import is_nccl_line
 from gputriage.parsers.nccl_model import NcclLog
 
-__all__ = ["LONG_LINE", "MARKERS", "SHAPES_RE", "STRONG", "WEAK", "WEAK_SHAPES", "is_nccl_line",
-           "parse_nccl_log", "read_nccl_log"]
+__all__ = ["LONG_LINE", "MARKERS", "SHAPES_RE", "STRONG", "WEAK", "WEAK_SHAPES",
+           "candidate_starts", "is_nccl_line", "parse_nccl_log", "read_nccl_log"]
 
 # scan caps (what is kept per process is capped in nccl_build: CAPS, MAX_STORED, ...)
 LONG_LINE = 64 * 1024  # longer lines are skipped and counted in ``NcclLog.skipped``
@@ -120,35 +120,73 @@ def _has_marker(data: bytes) -> bool:
 def _block(b: Builder, buf: bytes, lo: int, hi: int) -> None:
     """Feed the lines of ``buf[lo:hi]`` that matter (``hi`` is after a newline or the end)."""
     b.log.lines_read += buf.count(b"\n", lo, hi)
-    nexts = [buf.find(m, lo, hi) for m in MARKERS]
+    starts = candidate_starts(buf, lo, hi)
+    i = 0
     pos = lo
     while pos < hi:
         if b.want:  # a framework error is being gathered: every line counts
-            end = buf.find(b"\n", pos, hi)
-            end = hi if end < 0 else end
-            _line(b, buf, pos, end)
-            pos = end + 1
-            continue
-        for i, m in enumerate(MARKERS):
-            if 0 <= nexts[i] < pos:
-                nexts[i] = buf.find(m, pos, hi)
-        hits = [x for x in nexts if x >= 0]
-        if not hits:
-            return
-        at = min(hits)
-        start = max(buf.rfind(b"\n", lo, at) + 1 or lo, lo)
-        end = buf.find(b"\n", at, hi)
+            start = pos
+        else:
+            while i < len(starts) and starts[i] < pos:
+                i += 1
+            if i == len(starts):
+                return
+            start = starts[i]
+        end = buf.find(b"\n", start, hi)
         end = hi if end < 0 else end
-        if _may_use(buf, start, end):
-            _line(b, buf, start, end)
+        _line(b, buf, start, end)
         pos = end + 1
 
 
-def _may_use(buf: bytes, lo: int, hi: int) -> bool:
-    """Whether the builder may use the line ``buf[lo:hi]``, which holds a marker: a strong
-    one, a weak one's shape or a NUL in it, or a length over LONG_LINE (counted)."""
-    return (hi - lo > LONG_LINE or any(buf.find(m, lo, hi) >= 0 for m in STRONG)
-            or SHAPES_RE.search(buf, lo, hi) is not None or buf.find(b"\0", lo, hi) >= 0)
+LONG_WINDOW = 32 << 10  # a line over LONG_LINE holds a whole window of this size
+
+
+def candidate_starts(buf: bytes | bytearray, lo: int, hi: int) -> list[int]:
+    """The starts, in order, of the lines of ``buf[lo:hi]`` (whole lines) that the builder
+    may use outside a framework error: those holding a strong marker, those holding a
+    weak one in one of its shapes or with a NUL (which may hide a shape), and those over
+    LONG_LINE holding a marker (counted as skipped). Searched block-wide: a line of
+    another program's log costs no Python."""
+    found: set[int] = set()
+    _lines_holding(buf, lo, hi, STRONG, found)
+    for m in SHAPES_RE.finditer(buf, lo, hi):
+        _add_if_marked(buf, lo, hi, m.start(), WEAK, found)
+    pos = buf.find(b"\0", lo, hi)
+    while pos >= 0:
+        pos = _add_if_marked(buf, lo, hi, pos, MARKERS, found)
+        pos = buf.find(b"\0", pos, hi) if pos < hi else -1
+    if hi - lo > LONG_LINE:
+        pos = lo
+        while pos + LONG_WINDOW <= hi:
+            if buf.find(b"\n", pos, pos + LONG_WINDOW) >= 0:
+                pos += LONG_WINDOW
+            else:
+                pos = _add_if_marked(buf, lo, hi, pos, MARKERS, found, LONG_LINE) + 1
+    return sorted(found)
+
+
+def _lines_holding(buf: bytes | bytearray, lo: int, hi: int, needles: Iterable[bytes],
+                   found: set[int]) -> None:
+    """Add the starts of the lines of ``buf[lo:hi]`` holding one of ``needles``."""
+    for needle in needles:
+        pos = buf.find(needle, lo, hi)
+        while pos >= 0:
+            found.add(buf.rfind(b"\n", lo, pos) + 1 or lo)
+            end = buf.find(b"\n", pos, hi)
+            pos = buf.find(needle, end, hi) if end >= 0 else -1
+
+
+def _add_if_marked(buf: bytes | bytearray, lo: int, hi: int, at: int,
+                   markers: Iterable[bytes], found: set[int], longer_than: int = -1) -> int:
+    """Add the start of the line holding ``at`` when it holds one of ``markers`` (and is
+    over ``longer_than`` bytes); the end of that line."""
+    start = buf.rfind(b"\n", lo, at) + 1 or lo
+    end = buf.find(b"\n", at, hi)
+    end = hi if end < 0 else end
+    if start not in found and end - start > longer_than and any(
+            buf.find(m, start, end) >= 0 for m in markers):
+        found.add(start)
+    return end
 
 
 def _line(b: Builder, buf: bytes, lo: int, hi: int) -> None:
