@@ -36,6 +36,7 @@ MAX_SET = 65_536  # ranks / devices of one process, distinct versions
 MAX_FRAMEWORK = 512
 _NOTES_MAX = 48
 MAX_REPLAYS = 4096  # distinct lines whose repeats are applied without parsing them again
+_REPLAY_LINE = 1000  # ... each this long at most (a record line is a few hundred)
 _SHARED_MEM = re.compile(r"ncclMaxSharedMem ([0-9]{1,12}) exceeds device/fn maxSharedMem "
                          r"([0-9]{1,12})")
 _ENV_MAX = 256
@@ -103,7 +104,8 @@ class Builder:
             for r in records:
                 self.record(r)
             if self.replays is not None and len(self.replays) < MAX_REPLAYS and \
-                    len(records) == 1 and (again := self._replay_of(text, records[0])):
+                    len(records) == 1 and len(text) <= _REPLAY_LINE and \
+                    (again := self._replay_of(text, records[0])):
                 self.replays[text] = again
             return
         version = g.bare_version(text)
