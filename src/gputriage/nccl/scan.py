@@ -5,8 +5,10 @@
 :mod:`gputriage.nccl.inputs`; both look at a few lines in a hundred. For a
 large plain file, forked worker processes (one per CPU, Linux; else this process) read
 it in ``REGION``-sized pieces, count the newlines and find the candidate lines of each
-piece in one pass (Hyperscan, when its wheel is installed; else libc ``memmem`` and one
-regex for table rows), and send back only those lines with their offsets. The main
+piece in one pass (Hyperscan, when its wheel is installed; else ``bytes.find``, libc
+``memmem`` and regexes), and send back only those lines with their offsets. A line whose
+only markers are words of every program's log (`` WARN ``, ``] INFO ``) is one only in a
+shape the builder reads (:mod:`gputriage.parsers.nccl_log`). The main
 process feeds them, in file order, to the same
 :class:`~gputriage.parsers.nccl_build.Builder` and tap rules, stitching the lines cut
 between pieces, and reads from the file the lines after a framework error (which the
@@ -40,6 +42,7 @@ from gputriage.parsers.nccl_log import (
     WEAK,
     WEAK_SHAPES,
     candidate_starts,
+    long_lines,
 )
 from gputriage.parsers.nccl_model import NcclLog
 
@@ -54,10 +57,6 @@ _ROW_DIGITS = rb"[ \t]*[0-9]+[ \t]+[0-9]+[ \t]+[A-Za-z]"  # its digit branch ('#
 _ROW_HEAD = re.compile(_ROW_DIGITS)  # a row at the start of a buffer
 _ROW_RE = re.compile(rb"\n" + _ROW_DIGITS)
 _TAIL_KEEP = max(len(m) for m in MARKERS) - 1  # bytes kept of a long line to find markers
-
-# a line whose only markers are weak ones is a candidate only in one of WEAK_SHAPES
-# (nccl_log says why); a region with a NUL is searched for every marker instead
-LONG_WINDOW = 32 << 10  # a line over LONG_LINE holds a whole aligned window without newline
 
 Progress = Callable[[str, int, int | None], None]
 
@@ -137,24 +136,6 @@ def _with_weak(buf: bytearray | bytes, lo: int, hi: int, log: list[int],
             if any(m in line for m in WEAK):
                 out.add(start)
     return sorted(out)
-
-
-def _long_lines(buf: bytearray | bytes, lo: int, hi: int) -> list[int]:
-    """The starts of the lines of ``buf[lo:hi]`` over LONG_LINE that hold a marker: the
-    reader counts them as skipped, whatever marker it is (one find per window)."""
-    out: list[int] = []
-    pos = lo
-    while pos + LONG_WINDOW <= hi:
-        if buf.find(b"\n", pos, pos + LONG_WINDOW) >= 0:
-            pos += LONG_WINDOW
-            continue
-        start = buf.rfind(b"\n", lo, pos) + 1 or lo
-        end = buf.find(b"\n", pos, hi)
-        end = hi if end < 0 else end
-        if end - start > LONG_LINE and any(buf.find(m, start, end) >= 0 for m in MARKERS):
-            out.append(start)
-        pos = end + 1
-    return out
 
 
 def _starts(buf: bytearray | bytes, lo: int, hi: int, ends: list[int]) -> list[int]:
@@ -249,7 +230,10 @@ def _finder(engine: str | None = None) -> Finder:
 def find_lines(buf: bytearray | bytes, lo: int, hi: int, base: int = 0,
                engine: str | None = None) -> Found:
     """The candidate lines of ``buf[lo:hi]``, whole lines (``lo`` starts one, ``hi`` ends
-    one or the input), their offsets counted from ``base`` at ``buf[0]``."""
+    one or the input), their offsets counted from ``base`` at ``buf[0]``: those the
+    streamed reader hands to the builder (a line whose only markers are weak ones only in
+    one of their shapes, see :mod:`gputriage.parsers.nccl_log`; a region with a NUL,
+    which may hide a shape, is searched for every marker) and the nccl-tests lines."""
     from gputriage.parsers.detect_jobs import tests_line
 
     out = Found()
@@ -260,7 +244,7 @@ def find_lines(buf: bytearray | bytes, lo: int, hi: int, base: int = 0,
     else:
         log, tests = _finder(engine)(buf, lo, hi)
         if hi - lo > LONG_LINE:
-            longs = _long_lines(buf, lo, hi)
+            longs = long_lines(buf, lo, hi)
             if longs:
                 log = sorted({*log, *longs})
     for start in log:

@@ -25,7 +25,7 @@ from gputriage.parsers.nccl_lines import is_nccl_line
 from gputriage.parsers.nccl_model import NcclLog
 
 __all__ = ["LONG_LINE", "MARKERS", "SHAPES_RE", "STRONG", "WEAK", "WEAK_SHAPES",
-           "candidate_starts", "is_nccl_line", "parse_nccl_log", "read_nccl_log"]
+           "candidate_starts", "is_nccl_line", "long_lines", "parse_nccl_log", "read_nccl_log"]
 
 # scan caps (what is kept per process is capped in nccl_build: CAPS, MAX_STORED, ...)
 LONG_LINE = 64 * 1024  # longer lines are skipped and counted in ``NcclLog.skipped``
@@ -155,14 +155,22 @@ def candidate_starts(buf: bytes | bytearray, lo: int, hi: int) -> list[int]:
     while pos >= 0:
         pos = _add_if_marked(buf, lo, hi, pos, MARKERS, found)
         pos = buf.find(b"\0", pos, hi) if pos < hi else -1
-    if hi - lo > LONG_LINE:
-        pos = lo
-        while pos + LONG_WINDOW <= hi:
-            if buf.find(b"\n", pos, pos + LONG_WINDOW) >= 0:
-                pos += LONG_WINDOW
-            else:
-                pos = _add_if_marked(buf, lo, hi, pos, MARKERS, found, LONG_LINE) + 1
+    found.update(long_lines(buf, lo, hi))
     return sorted(found)
+
+
+def long_lines(buf: bytes | bytearray, lo: int, hi: int) -> set[int]:
+    """The starts of the lines of ``buf[lo:hi]`` (whole lines) over LONG_LINE that hold a
+    marker, whatever marker it is (the reader counts them as skipped): a line that long
+    holds a whole window without a newline, so it costs one find per window."""
+    found: set[int] = set()
+    pos = lo
+    while pos + LONG_WINDOW <= hi:
+        if buf.find(b"\n", pos, pos + LONG_WINDOW) >= 0:
+            pos += LONG_WINDOW
+        else:
+            pos = _add_if_marked(buf, lo, hi, pos, MARKERS, found, LONG_LINE) + 1
+    return found
 
 
 def _lines_holding(buf: bytes | bytearray, lo: int, hi: int, needles: Iterable[bytes],
