@@ -48,10 +48,10 @@ WEAK_SHAPES = (rb":[0-9]{1,10}" + _WS + rb"\[-?[0-9]{1,5}\]" + _WS + rb"INFO",  
                # _OLD_WARN: a source file's "dir/" or ".ext", then its line number
                rb"[./][\w./+\x80-\xff-]*:[0-9]{1,7}" + _WS + rb"WARN",
                rb"Watchdog caught collective operation timeout")  # nccl_framework._FW_TIMEOUT
-# the same for Python's regex engine, each alternative bounded and led by a literal or a
-# rare byte: the old WARN's shape from the colon of its line number on
-SHAPES_RE = re.compile(b"|".join((WEAK_SHAPES[0], rb":[0-9]{1,7}" + _WS + rb"WARN",
-                                   WEAK_SHAPES[2])))
+# the same for Python's regex engine, led by a literal: the old records' shapes from the
+# colon before the tid or the line number on (one regex), the timeout by bytes.find
+SHAPES_RE = re.compile(rb":[0-9]{1,10}" + _WS + rb"(?:\[-?[0-9]{1,5}\]" + _WS + rb"INFO|WARN)")
+WATCHDOG = WEAK_SHAPES[2]
 
 
 def parse_nccl_log(text: str) -> NcclLog:
@@ -151,6 +151,9 @@ def candidate_starts(buf: bytes | bytearray, lo: int, hi: int) -> list[int]:
     _lines_holding(buf, lo, hi, STRONG, found)
     for m in SHAPES_RE.finditer(buf, lo, hi):
         _add_if_marked(buf, lo, hi, m.start(), WEAK, found)
+    pos = buf.find(WATCHDOG, lo, hi)
+    while pos >= 0:
+        pos = buf.find(WATCHDOG, _add_if_marked(buf, lo, hi, pos, WEAK, found), hi)
     pos = buf.find(b"\0", lo, hi)
     while pos >= 0:
         pos = _add_if_marked(buf, lo, hi, pos, MARKERS, found)
