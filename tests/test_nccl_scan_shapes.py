@@ -224,3 +224,22 @@ def test_every_builder_shape_without_the_word_nccl_is_a_candidate():
         want.append(want[-1] + len(line.encode()))
     for engine in ENGINES:
         assert nccl_scan._finder(engine)(buf, 0, len(buf))[0] == want, engine
+
+
+def test_a_line_full_of_shapes_is_looked_at_once(monkeypatch):
+    """A hostile line holding a shape again and again costs one look, not one per shape
+    (each look reads the whole line: that would be quadratic)."""
+    from gputriage.parsers import nccl_log
+
+    looks: list[int] = []
+    real = nccl_log._add_if_marked
+
+    def spy(buf, lo, hi, at, markers, *rest):
+        if markers is nccl_log.WEAK:  # a look for the shapes' sake
+            looks.append(at)
+        return real(buf, lo, hi, at, markers, *rest)
+
+    monkeypatch.setattr(nccl_log, "_add_if_marked", spy)
+    buf = b":1 WARN " * 8_000 + b"\nx NCCL y\n"  # under LONG_LINE
+    assert nccl_log.candidate_starts(buf, 0, len(buf)) == [0, buf.index(b"x NCCL")]
+    assert len(looks) == 1

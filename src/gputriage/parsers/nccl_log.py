@@ -149,8 +149,10 @@ def candidate_starts(buf: bytes | bytearray, lo: int, hi: int) -> list[int]:
     another program's log costs no Python."""
     found: set[int] = set()
     _lines_holding(buf, lo, hi, STRONG, found)
+    line_end = -1
     for m in SHAPES_RE.finditer(buf, lo, hi):
-        _add_if_marked(buf, lo, hi, m.start(), WEAK, found)
+        if m.start() > line_end:  # a line is looked at once, however many shapes it holds
+            line_end = _add_if_marked(buf, lo, hi, m.start(), WEAK, found)
     pos = buf.find(WATCHDOG, lo, hi)
     while pos >= 0:
         pos = buf.find(WATCHDOG, _add_if_marked(buf, lo, hi, pos, WEAK, found), hi)
