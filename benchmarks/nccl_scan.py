@@ -12,17 +12,27 @@ as when a job re-creates communicators), then times:
   * ``grep -E 'NCCL (INFO|WARN)|Using network|via NET' FILE > out3``, the lines an
     on-call would pull out to read transports by eye;
 
-and prints wall times (best of ``--repeat``), throughputs, the ratios and the peak
-RSS of the gputriage run: its largest process and its process tree (workers
-included; the target: memory bounded however large the log).
+and prints wall times (best of ``--repeat``), throughputs, the ratios, the peak
+RSS of the gputriage run (its largest process and its process tree, workers
+included; the target: memory bounded however large the log) and the size of each
+output. gputriage runs with its bytecode cached (in a temporary folder, as an
+installed package has it, even where PYTHONDONTWRITEBYTECODE is set): compiling its
+modules on every start would be timed otherwise.
 
-Usage: python benchmarks/nccl_scan.py [--size 1GB] [--nccl-percent 1] [--file LOG]
+With ``--parts``, also where the CPU time of one run goes, each part alone in one
+process: starting (imports), the look for host outputs in the first MiB (ingest's
+detectors; in its own process during a run), and the scan with the NCCL builder
+(worker processes share it during a run).
+
+Usage: python benchmarks/nccl_scan.py [--size 1GB] [--nccl-percent 1] [--file LOG] [--parts]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,12 +79,39 @@ def generate(path: Path, size: int, percent: float, seed: int = 11) -> int:
     return written
 
 
+_PARTS = """
+import os, sys, time
+t = time.process_time()
+import gputriage.cli, gputriage.commands.nccl
+from gputriage.nccl.inputs import SNIFF, _host_pieces
+from gputriage.nccl.scan import LargeTap, read_large
+from gputriage.parsers.nccl_model import NcclLog
+from gputriage.snapshot.bundle import decode
+out = [f"imports {time.process_time() - t:.2f}"]
+t = time.process_time()
+fd = os.open(sys.argv[1], os.O_RDONLY)
+_host_pieces(decode(os.pread(fd, SNIFF, 0)))
+out.append(f"host outputs in the first MiB {time.process_time() - t:.2f}")
+t = time.process_time()
+read_large(fd, os.fstat(fd).st_size, "log", NcclLog(), LargeTap(fd, 8 << 20), [], workers=1)
+out.append(f"scan and NCCL builder {time.process_time() - t:.2f}")
+print(", ".join(out))
+"""
+
+
+def _size(path: Path) -> str:
+    size = path.stat().st_size
+    return f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} KB"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="1GB")
     parser.add_argument("--nccl-percent", type=float, default=1.0)
     parser.add_argument("--file", help="time this existing log instead of generating one")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--parts", action="store_true",
+                        help="also the CPU seconds of each part of a run, one by one")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="gt-nccl-"))
     log = Path(args.file) if args.file else folder / "job.log"
@@ -83,10 +120,16 @@ def main() -> int:
         generate(log, _parse_size(args.size), args.nccl_percent)
         print(f"generated {log.stat().st_size / 1e6:.0f} MB "
               f"({args.nccl_percent:g} % NCCL lines) in {time.perf_counter() - start:.1f} s")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
     try:
         size_mb = log.stat().st_size / 1e6
         subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=False)
         rep = args.repeat
+        warm = folder / "warm.log"
+        generate(warm, 1 << 16, 5.0)
+        _timed([sys.executable, "-m", "gputriage", "nccl", str(warm), "--json"],
+               folder / "out", 1)  # bytecode written
         gt = [sys.executable, "-m", "gputriage", "nccl", str(log), "--json"]
         gt_wall, gt_rss, gt_tree, gt_rc = _timed(gt, folder / "out", rep)
         greps = [("grep -F NCCL", ["grep", "-F", "NCCL", str(log)]),
@@ -95,15 +138,19 @@ def main() -> int:
         print(f"input: {log} ({size_mb:.0f} MB); best of {rep} runs")
         print(f"gputriage nccl --json: {gt_wall:.2f} s, {size_mb / gt_wall:.0f} MB/s, "
               f"peak RSS {gt_rss / 1024:.0f} MB (process tree {gt_tree / 1024:.0f} MB), "
-              f"rc {gt_rc}")
+              f"rc {gt_rc}, output {_size(folder / 'out')}")
         for i, (label, argv) in enumerate(greps):
             wall = _timed(argv, folder / f"out{i + 2}", rep)[0]
-            print(f"{label}: {wall:.2f} s, {size_mb / wall:.0f} MB/s; gputriage's "
-                  f"throughput {wall / gt_wall:.2f}x of it (time ratio {gt_wall / wall:.2f})")
+            print(f"{label}: {wall:.2f} s, {size_mb / wall:.0f} MB/s, output "
+                  f"{_size(folder / f'out{i + 2}')}; gputriage's throughput "
+                  f"{wall / gt_wall:.2f}x of it (time ratio {gt_wall / wall:.2f})")
+        if args.parts:
+            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+            parts = subprocess.run([sys.executable, "-c", _PARTS, str(log)], env=env, check=True,
+                                   capture_output=True, text=True).stdout
+            print("CPU seconds by part: " + parts.strip())
     finally:
-        for p in folder.iterdir():
-            p.unlink()
-        folder.rmdir()
+        shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 

@@ -5,8 +5,10 @@
 :mod:`gputriage.nccl.inputs`; both look at a few lines in a hundred. For a
 large plain file, forked worker processes (one per CPU, Linux; else this process) read
 it in ``REGION``-sized pieces, count the newlines and find the candidate lines of each
-piece in one pass (Hyperscan, when its wheel is installed; else libc ``memmem`` and one
-regex for table rows), and send back only those lines with their offsets. The main
+piece in one pass (Hyperscan, when its wheel is installed; else ``bytes.find``, libc
+``memmem`` and regexes), and send back only those lines with their offsets. A line whose
+only markers are words of every program's log (`` WARN ``, ``] INFO ``) is one only in a
+shape the builder reads (:mod:`gputriage.parsers.nccl_log`). The main
 process feeds them, in file order, to the same
 :class:`~gputriage.parsers.nccl_build.Builder` and tap rules, stitching the lines cut
 between pieces, and reads from the file the lines after a framework error (which the
@@ -33,7 +35,15 @@ from typing import cast
 
 from gputriage.nccl.tap import MARKERS as TAP_MARKERS
 from gputriage.parsers.nccl_build import Builder
-from gputriage.parsers.nccl_log import LONG_LINE, MARKERS
+from gputriage.parsers.nccl_log import (
+    LONG_LINE,
+    MARKERS,
+    STRONG,
+    WEAK,
+    WEAK_SHAPES,
+    candidate_starts,
+    long_lines,
+)
 from gputriage.parsers.nccl_model import NcclLog
 
 __all__ = ["MIN_SIZE", "REGION", "Found", "LargeTap", "Region", "find_lines", "in_child",
@@ -86,8 +96,9 @@ def _hyperscan() -> Finder | None:
         import hyperscan
     except ImportError:
         return None
-    exprs = [*MARKERS, *TAP_MARKERS, _ROW_RE.pattern]  # "\n..." runs twice as fast as "^..."
-    ids = [0] * len(MARKERS) + [1] * (len(TAP_MARKERS) + 1)
+    exprs = [*(re.escape(m) for m in STRONG), *TAP_MARKERS, _ROW_RE.pattern, *WEAK_SHAPES]
+    # ("\n..." runs twice as fast as "^...")
+    ids = [0] * len(STRONG) + [1] * (len(TAP_MARKERS) + 1) + [2] * len(WEAK_SHAPES)
     flags = [0] * len(exprs)
     try:
         db = hyperscan.Database()
@@ -96,7 +107,7 @@ def _hyperscan() -> Finder | None:
         return None
 
     def find(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:
-        ends: tuple[list[int], list[int]] = ([], [])
+        ends: tuple[list[int], list[int], list[int]] = ([], [], [])
 
         def hit(i: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
             ends[i].append(end)
@@ -106,9 +117,25 @@ def _hyperscan() -> Finder | None:
         rows = [at + e for e in ends[1]]
         if at == lo and _ROW_HEAD.match(buf, lo, hi):
             rows.append(lo + 1)
-        return _starts(buf, lo, hi, [at + e for e in ends[0]]), _starts(buf, lo, hi, rows)
+        log = _starts(buf, lo, hi, [at + e for e in ends[0]])
+        if ends[2]:
+            log = _with_weak(buf, lo, hi, log, _starts(buf, lo, hi, [at + e for e in ends[2]]))
+        return log, _starts(buf, lo, hi, rows)
 
     return find
+
+
+def _with_weak(buf: bytearray | bytes, lo: int, hi: int, log: list[int],
+               shaped: Iterable[int]) -> list[int]:
+    """``log`` and the lines starting at ``shaped`` that hold a weak marker, in order."""
+    out = set(log)
+    for start in shaped:
+        if start not in out:
+            end = buf.find(b"\n", start, hi)
+            line = buf[start:hi if end < 0 else end]
+            if any(m in line for m in WEAK):
+                out.add(start)
+    return sorted(out)
 
 
 def _starts(buf: bytearray | bytes, lo: int, hi: int, ends: list[int]) -> list[int]:
@@ -169,14 +196,24 @@ def _marker_lines(buf: bytearray | bytes, lo: int, hi: int,
 
 
 def _plain_find(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:
-    """The pure-Python finder (libc where there is one): markers, then rows by regex."""
-    log = sorted(_marker_lines(buf, lo, hi, MARKERS))
+    """The pure-Python finder: the streamed reader's candidate lines, then the nccl-tests
+    lines (libc ``memmem`` where there is one, rows by regex)."""
+    return candidate_starts(buf, lo, hi), _tests_find(buf, lo, hi)
+
+
+def _every_marker(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:
+    """Every line holding a marker, weak ones included (a region with a NUL in it)."""
+    return sorted(_marker_lines(buf, lo, hi, MARKERS)), _tests_find(buf, lo, hi)
+
+
+def _tests_find(buf: bytearray | bytes, lo: int, hi: int) -> list[int]:
+    """The candidate nccl-tests lines: tap markers, then rows by regex."""
     tests = _marker_lines(buf, lo, hi, TAP_MARKERS)
     at = lo - 1 if lo and buf[lo - 1] == 10 else lo
     if at == lo and _ROW_HEAD.match(buf, lo, hi):
         tests.add(lo)
     tests.update(m.start() + 1 for m in _ROW_RE.finditer(buf, at, hi))
-    return log, sorted(tests)
+    return sorted(tests)
 
 
 def _finder(engine: str | None = None) -> Finder:
@@ -193,13 +230,23 @@ def _finder(engine: str | None = None) -> Finder:
 def find_lines(buf: bytearray | bytes, lo: int, hi: int, base: int = 0,
                engine: str | None = None) -> Found:
     """The candidate lines of ``buf[lo:hi]``, whole lines (``lo`` starts one, ``hi`` ends
-    one or the input), their offsets counted from ``base`` at ``buf[0]``."""
+    one or the input), their offsets counted from ``base`` at ``buf[0]``: those the
+    streamed reader hands to the builder (a line whose only markers are weak ones only in
+    one of their shapes, see :mod:`gputriage.parsers.nccl_log`; a region with a NUL,
+    which may hide a shape, is searched for every marker) and the nccl-tests lines."""
     from gputriage.parsers.detect_jobs import tests_line
 
     out = Found()
     if hi <= lo:
         return out
-    log, tests = _finder(engine)(buf, lo, hi)
+    if buf.find(b"\0", lo, hi) >= 0:
+        log, tests = _every_marker(buf, lo, hi)
+    else:
+        log, tests = _finder(engine)(buf, lo, hi)
+        if hi - lo > LONG_LINE:
+            longs = long_lines(buf, lo, hi)
+            if longs:
+                log = sorted({*log, *longs})
     for start in log:
         end = buf.find(b"\n", start, hi)
         end = hi if end < 0 else end

@@ -36,6 +36,7 @@ from gputriage.text.fields import strict_float
 
 __all__ = ["Record", "bare_version", "classify_warn", "is_nccl_line", "parse_channel",
            "parse_comm", "parse_gdr", "parse_timings", "parse_using", "parse_version",
+           "plain_record",
            "split_records", "strip_shippers"]
 
 _MARKER = re.compile(r"NCCL (INFO|WARN|TRACE)\b ?")
@@ -141,6 +142,13 @@ def _plain_record(line: str) -> Record | None:
     return Record(pm.group("host"), int(pm.group("pid")), int(pm.group("dev")),
                   pm.group("level"), pm.group("loc"), line[pm.end():].strip(),
                   line.strip()[:MAX_KEEP])
+
+
+def plain_record(line: str) -> Record | None:
+    """The line's one record when nothing comes before its host prefix (the record
+    :func:`split_records` gives such a line, the same object again for the same line
+    while it is remembered); None for any other line."""
+    return _plain_record(line)
 
 
 def _old_record(line: str) -> Record | None:

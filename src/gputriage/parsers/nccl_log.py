@@ -2,8 +2,10 @@
 
 :func:`parse_nccl_log` reads a text, :func:`read_nccl_log` streams the byte
 blocks of a big file. Both only look at lines that carry ``NCCL``, ``CUDA error``,
-``Error: nccl`` or `` WARN `` (found with ``bytes.find``), so a 1 GB training log with a
-few NCCL lines costs about as much as reading it. This module holds that
+``Error: nccl`` or another marker (found with ``bytes.find``), and of the lines whose only
+markers are words of every program's log (`` WARN ``, ``] INFO ``), only at those in a
+shape the builder reads, so a 1 GB training log with a few NCCL lines costs about as much
+as reading it. This module holds that
 byte-level scan; each line it picks goes to the
 :class:`~gputriage.parsers.nccl_build.Builder`, which applies it to the data
 model of :mod:`gputriage.parsers.nccl_model` (the line grammar lives in
@@ -15,19 +17,41 @@ empty log, never an error.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from gputriage.parsers.nccl_build import Builder
 from gputriage.parsers.nccl_lines import is_nccl_line
 from gputriage.parsers.nccl_model import NcclLog
 
-__all__ = ["is_nccl_line", "parse_nccl_log", "read_nccl_log"]
+__all__ = ["LONG_LINE", "MARKERS", "SHAPES_RE", "STRONG", "WEAK", "WEAK_SHAPES",
+           "candidate_starts", "is_nccl_line", "long_lines", "parse_nccl_log", "read_nccl_log"]
 
 # scan caps (what is kept per process is capped in nccl_build: CAPS, MAX_STORED, ...)
 LONG_LINE = 64 * 1024  # longer lines are skipped and counted in ``NcclLog.skipped``
 # the third: "DistBackendError: ncclSystemError"; then an old NCCL's "file.h:311 WARN" and
 # "host:pid:tid [0] INFO", and a NET/IB completion error quoted on its own
 MARKERS = (b"NCCL", b"CUDA error", b"Error: nccl", b" WARN ", b"] INFO ", b"Got completion")
+
+# The markers in two kinds. A line holding a strong one is always read. The weak ones are
+# words of every program's log ("[rank3] INFO train.py", "... WARN ..."): a line whose
+# only markers are weak ones is read only when it has a shape the builder can use without
+# the word NCCL (an old NCCL's INFO or WARN record: "host:pid:tid [0] INFO ...",
+# "misc/ibvwrap.cc:252 WARN ...", a watchdog timeout), or a NUL (dropped before decoding,
+# it may hide a shape); the builder lets every other such line go. The shapes are
+# bytes-level supersets: ``_WS`` holds every byte of the whitespace a decoded line may
+# have there.
+WEAK = (b" WARN ", b"] INFO ")
+STRONG = tuple(m for m in MARKERS if m not in WEAK)  # a marker added later is a strong one
+_WS = rb"[\t\x0b\x0c\r\x1c-\x20\x80-\xff]{1,24}"  # 1 to 8 spaces (\s), of 3 bytes at most
+WEAK_SHAPES = (rb":[0-9]{1,10}" + _WS + rb"\[-?[0-9]{1,5}\]" + _WS + rb"INFO",  # _OLD_INFO
+               # _OLD_WARN: a source file's "dir/" or ".ext", then its line number
+               rb"[./][\w./+\x80-\xff-]*:[0-9]{1,7}" + _WS + rb"WARN",
+               rb"Watchdog caught collective operation timeout")  # nccl_framework._FW_TIMEOUT
+# the same for Python's regex engine, led by a literal: the old records' shapes from the
+# colon before the tid or the line number on (one regex), the timeout by bytes.find
+SHAPES_RE = re.compile(rb":[0-9]{1,10}" + _WS + rb"(?:\[-?[0-9]{1,5}\]" + _WS + rb"INFO|WARN)")
+WATCHDOG = WEAK_SHAPES[2]
 
 
 def parse_nccl_log(text: str) -> NcclLog:
@@ -96,27 +120,86 @@ def _has_marker(data: bytes) -> bool:
 def _block(b: Builder, buf: bytes, lo: int, hi: int) -> None:
     """Feed the lines of ``buf[lo:hi]`` that matter (``hi`` is after a newline or the end)."""
     b.log.lines_read += buf.count(b"\n", lo, hi)
-    nexts = [buf.find(m, lo, hi) for m in MARKERS]
+    starts = candidate_starts(buf, lo, hi)
+    i = 0
     pos = lo
     while pos < hi:
         if b.want:  # a framework error is being gathered: every line counts
-            end = buf.find(b"\n", pos, hi)
-            end = hi if end < 0 else end
-            _line(b, buf, pos, end)
-            pos = end + 1
-            continue
-        for i, m in enumerate(MARKERS):
-            if 0 <= nexts[i] < pos:
-                nexts[i] = buf.find(m, pos, hi)
-        hits = [x for x in nexts if x >= 0]
-        if not hits:
-            return
-        at = min(hits)
-        start = buf.rfind(b"\n", lo, at) + 1 or lo
-        end = buf.find(b"\n", at, hi)
+            start = pos
+        else:
+            while i < len(starts) and starts[i] < pos:
+                i += 1
+            if i == len(starts):
+                return
+            start = starts[i]
+        end = buf.find(b"\n", start, hi)
         end = hi if end < 0 else end
-        _line(b, buf, max(start, lo), end)
+        _line(b, buf, start, end)
         pos = end + 1
+
+
+LONG_WINDOW = 32 << 10  # a line over LONG_LINE holds a whole window of this size
+
+
+def candidate_starts(buf: bytes | bytearray, lo: int, hi: int) -> list[int]:
+    """The starts, in order, of the lines of ``buf[lo:hi]`` (whole lines) that the builder
+    may use outside a framework error: those holding a strong marker, those holding a
+    weak one in one of its shapes or with a NUL (which may hide a shape), and those over
+    LONG_LINE holding a marker (counted as skipped). Searched block-wide: a line of
+    another program's log costs no Python."""
+    found: set[int] = set()
+    _lines_holding(buf, lo, hi, STRONG, found)
+    line_end = -1
+    for m in SHAPES_RE.finditer(buf, lo, hi):
+        if m.start() > line_end:  # a line is looked at once, however many shapes it holds
+            line_end = _add_if_marked(buf, lo, hi, m.start(), WEAK, found)
+    pos = buf.find(WATCHDOG, lo, hi)
+    while pos >= 0:
+        pos = buf.find(WATCHDOG, _add_if_marked(buf, lo, hi, pos, WEAK, found), hi)
+    pos = buf.find(b"\0", lo, hi)
+    while pos >= 0:
+        pos = _add_if_marked(buf, lo, hi, pos, MARKERS, found)
+        pos = buf.find(b"\0", pos, hi) if pos < hi else -1
+    found.update(long_lines(buf, lo, hi))
+    return sorted(found)
+
+
+def long_lines(buf: bytes | bytearray, lo: int, hi: int) -> set[int]:
+    """The starts of the lines of ``buf[lo:hi]`` (whole lines) over LONG_LINE that hold a
+    marker, whatever marker it is (the reader counts them as skipped): a line that long
+    holds a whole window without a newline, so it costs one find per window."""
+    found: set[int] = set()
+    pos = lo
+    while pos + LONG_WINDOW <= hi:
+        if buf.find(b"\n", pos, pos + LONG_WINDOW) >= 0:
+            pos += LONG_WINDOW
+        else:
+            pos = _add_if_marked(buf, lo, hi, pos, MARKERS, found, LONG_LINE) + 1
+    return found
+
+
+def _lines_holding(buf: bytes | bytearray, lo: int, hi: int, needles: Iterable[bytes],
+                   found: set[int]) -> None:
+    """Add the starts of the lines of ``buf[lo:hi]`` holding one of ``needles``."""
+    for needle in needles:
+        pos = buf.find(needle, lo, hi)
+        while pos >= 0:
+            found.add(buf.rfind(b"\n", lo, pos) + 1 or lo)
+            end = buf.find(b"\n", pos, hi)
+            pos = buf.find(needle, end, hi) if end >= 0 else -1
+
+
+def _add_if_marked(buf: bytes | bytearray, lo: int, hi: int, at: int,
+                   markers: Iterable[bytes], found: set[int], longer_than: int = -1) -> int:
+    """Add the start of the line holding ``at`` when it holds one of ``markers`` (and is
+    over ``longer_than`` bytes); the end of that line."""
+    start = buf.rfind(b"\n", lo, at) + 1 or lo
+    end = buf.find(b"\n", at, hi)
+    end = hi if end < 0 else end
+    if start not in found and end - start > longer_than and any(
+            buf.find(m, start, end) >= 0 for m in markers):
+        found.add(start)
+    return end
 
 
 def _line(b: Builder, buf: bytes, lo: int, hi: int) -> None:
