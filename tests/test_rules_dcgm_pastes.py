@@ -58,6 +58,11 @@ def _deployment(failed_from: str | None) -> list[str]:
 
 CASCADE = _old_table(*_deployment("Persistence Mode"), HW)
 PASS_OLD = _old_table(*_deployment(None))
+# a level-2 run whose memory test could not create a CUDA context on GPU 2 (error 46)
+BUSY = _old_table(*_deployment(None), HW, _row("Memory", "Fail - GPU: 2"),
+                  _row("Warning", "GPU 2 Unable to create a CUDA context: 'all"),
+                  _row("", "CUDA-capable devices are busy or unavailable'"),
+                  _row("", "Check DCGM and system logs for errors."))
 MIG = "GPU 1's MIG configuration is incompatible with the diagnostic because it prevents " \
       "access to the entire GPU.\n"
 MISSING_TEST = 'Error: requested test "memory bandwidth" was not found among possible test ' \
@@ -99,7 +104,8 @@ SOURCE_SAMPLES = {
 RULE_CASES = {
     "dcgm.diag-setup": [({"dcgmi_diag": CASCADE}, "dcgm.deployment-cascade"),
                         ({"dcgmi_diag": MIG}, "dcgm.diag-mig-blocked"),
-                        ({"dcgmi_diag": PASS_OLD}, "dcgm.diag-passed")],
+                        ({"dcgmi_diag": PASS_OLD}, "dcgm.diag-passed"),
+                        ({"dcgmi_diag": BUSY}, "dcgm.gpu-busy")],
     "dcgm.diag-tool": [({"dcgmi_diag": MISSING_TEST}, "dcgm.install-problem")],
     "dcgm.profiling": [({"nv_hostengine_log": HOSTENGINE_PROFILING}, "dcgm.profiling-busy")],
     "dcgm.nvswitch-libraries": [({"nv_hostengine_log": NSCQ}, "dcgm.nvswitch-libs-missing")],
@@ -333,3 +339,15 @@ def test_analyze_exit_status_of_the_new_samples(corpus) -> None:
         status, _, err = run_analyze(corpus.sample(part).path)
         assert (status, err) == (code, ""), part
 
+
+
+def test_a_test_that_found_the_gpu_busy_judges_no_hardware():
+    """CUDA error 46 ('busy or unavailable': a compute mode that admits no more
+    processes) kept the memory test from starting on GPU 2: not a memory fault, no
+    drain."""
+    result = analyze(load_text(BUSY, "paste"))
+    [busy] = [f for f in result.findings if f.id == "dcgm.gpu-busy"]
+    assert (busy.severity, busy.blame, busy.scope.gpu_index) == (Severity.WARNING,
+                                                                Blame.CONFIG, 2)
+    assert not [f for f in result.findings if f.id == "dcgm.test-failed"]
+    assert all(f.severity is not Severity.CRITICAL for f in result.findings)

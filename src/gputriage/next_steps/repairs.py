@@ -63,6 +63,15 @@ def _weights(f: Finding, host: Host) -> str:
             "--link RATE shows what it saves")
 
 
+def _gpu_busy(f: Finding, host: Host) -> str:
+    on = what(f, host)
+    return (f"find what holds {on} (nvidia-smi --query-compute-apps=pid,process_name "
+            "--format=csv) and its compute mode (nvidia-smi -q -d COMPUTE); stop the "
+            "leftover process or set the mode to Default for the run (nvidia-smi -c 0), then "
+            "rerun dcgmi diag on the idle GPU: only that run's result says anything of the "
+            "hardware")
+
+
 def _persistence(f: Finding, host: Host) -> str:
     if f.id == "persistence.daemon-inactive" or f.title.endswith("not started again"):
         return ("start the persistence daemon: systemctl enable --now nvidia-persistenced; "
@@ -237,7 +246,7 @@ _OWN: dict[str, Repair] = {
     "topology.nic-far": _nic_far, "topology.numa-balancing": _numa_balancing,
     "nccl.shared-mem-exceeded": _shm, "nccl.version-mismatch": _nccl_version,
     "devnode.wrong-number": _devnodes, "devnode.missing": _devnodes,
-    "dcgm.persistence-off": _persistence,
+    "dcgm.persistence-off": _persistence, "dcgm.gpu-busy": _gpu_busy,
     **dict.fromkeys(("persistence.off", "persistence.daemon-inactive",
                      "persistence.daemon-stopped"), _persistence),
 }

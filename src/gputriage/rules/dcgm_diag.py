@@ -61,6 +61,9 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (k, re.compile(p, re.IGNORECASE)) for k, p in (
     ("cuda-not-ready", r"system not yet initiali[sz]ed|cudaErrorSystemNotReady|"
                        r"SYSTEM_NOT_READY"),
+    # CUDA error 46 (cudaErrorDevicesUnavailable): a compute mode that admits no more
+    # processes while one holds the GPU; the test could not start, the GPU is not judged
+    ("busy", r"busy or unavailable|DEVICES?_UNAVAILABLE|cudaErrorDevicesUnavailable"),
     ("mig", MIG_REFUSAL.pattern),
     ("missing-test", r"requested test .{1,80} was not found among possible test choices"),
     ("affinity", r"numa_sched_setaffinity|sched_setaffinity\S* failed"),
@@ -86,7 +89,7 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 ))
 INSTALL = frozenset({"plugins", "missing-test", "config", "unsupported", "mismatch"})
 RUN = frozenset({"affinity", "unparsable", "internal"})
-NOT_HARDWARE = INSTALL | RUN | {"cuda-not-ready", "persistence", "mig"}
+NOT_HARDWARE = INSTALL | RUN | {"cuda-not-ready", "persistence", "mig", "busy"}
 HW_DEPLOYMENT = frozenset({"page retirement/row remap", "page retirement", "inforom"})
 _POWER = re.compile(r"Max power of (?P<got>[0-9]{1,6}(?:\.[0-9]{1,6})?) did not reach desired "
                     r"power minimum (?:\S{1,60} )?of (?P<want>[0-9]{1,6}(?:\s?\.\s?[0-9]{1,6})?)")

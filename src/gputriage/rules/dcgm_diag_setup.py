@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gputriage.model import Action, Blame, Finding, Severity, evidence
+from gputriage.model import NODE, Action, Blame, Finding, Severity, evidence, gpu_scope
 from gputriage.parsers.dcgmi_diag_model import DiagMessage, DiagReport, DiagTest
 from gputriage.rules.base import finding, rule
 from gputriage.rules.dcgm_diag import (
@@ -29,7 +29,8 @@ DOC_MIG = "https://github.com/NVIDIA/DCGM/issues/70"
 
 @rule("dcgm.diag-setup",
       produces=("dcgm.persistence-off", "dcgm.deployment-failed", "dcgm.deployment-cascade",
-                "dcgm.cuda-not-ready", MIG_BLOCKED, NO_RESULT, "dcgm.diag-passed"))
+                "dcgm.cuda-not-ready", "dcgm.gpu-busy", MIG_BLOCKED, NO_RESULT,
+                "dcgm.diag-passed"))
 def diag_setup(dcgmi_diag: DiagReport) -> Iterator[Finding]:
     """What kept the diagnostic from judging the GPUs: persistence mode off (DCGM then
     skips its tests), another deployment check failed (or a run of them, each echoing
@@ -51,6 +52,8 @@ def diag_setup(dcgmi_diag: DiagReport) -> Iterator[Finding]:
     not_ready = [(t, m) for t in tests for m in t.messages if diag_kind(m) == "cuda-not-ready"]
     if not_ready:
         yield _not_ready(not_ready, report)
+    if busy := [(t, m) for t in tests for m in t.messages if diag_kind(m) == "busy"]:
+        yield _busy(busy)
     judged = [t for t in tests if not is_deployment(t)]
     stopped = any(t.status == "fail" and is_deployment(t) for t in tests)  # DCGM then skips
     if judged and not persistence and not stopped and all(t.status == "skip" for t in judged):
@@ -190,6 +193,25 @@ def _not_ready(hits: list[tuple[DiagTest, DiagMessage]], report: DiagReport) -> 
         "GPUs' fabric state to read Completed, and rerun the diagnostic.",
         Action.FIX_CONFIG, Blame.NODE, evidence=[evidence("dcgmi_diag", lines)],
         references=(DOC,))
+
+
+def _busy(hits: list[tuple[DiagTest, DiagMessage]]) -> Finding:
+    gpus = sorted({g for _, m in hits for g in m.gpus})
+    on = gpu_list(gpus) if gpus else "the GPUs"
+    tests = ", ".join(dict.fromkeys(t.name for t, _ in hits))
+    return finding(
+        "dcgm.gpu-busy", Severity.WARNING,
+        f"DCGM diag could not start its tests on {on}: the GPU was busy or unavailable",
+        f"{tests} could not create a CUDA context on {on} (CUDA error 46, 'busy or "
+        "unavailable'): the GPU's compute mode admits no more processes (Exclusive_Process "
+        "while another process holds it, or Prohibited), or a leftover process fills it. "
+        "The test did not run, so its Fail says nothing of the hardware. Find what holds "
+        "it (nvidia-smi --query-compute-apps=pid,process_name --format=csv) and its "
+        "compute mode (nvidia-smi -q -d COMPUTE), run the diagnostic on an idle GPU (or "
+        "with the compute mode set to Default, nvidia-smi -c 0, for the run), and judge "
+        "the hardware by that run.", Action.FIX_CONFIG, Blame.CONFIG,
+        gpu_scope(None, gpus[0]) if len(gpus) == 1 else NODE,
+        evidence=diag_evidence(dict.fromkeys(t for t, _ in hits)), references=(DOC,))
 
 
 def _no_result(judged: list[DiagTest], report: DiagReport) -> Finding:
