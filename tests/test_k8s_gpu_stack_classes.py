@@ -51,6 +51,22 @@ def test_a_gpu_too_old_for_xid_events_is_the_plugins_not_the_gpus(text):
     assert f.scope.uuid == UUID
 
 
+def test_a_1x_plugin_that_exits_on_not_supported_is_the_same_class(tmp_path):
+    """The 1.x plugins exited where later ones say 'too old to support healthchecking':
+    'Fatal: nvml: Not Supported' and a panic, pasted on its own (no 'device-plugin' in
+    the paste), is the plugin's health check, not a healthy node nor a GPU fault."""
+    paste = tmp_path / "dp.log"
+    paste.write_text("2019/03/04 11:02:07 Loading NVML\n"
+                     "2019/03/04 11:02:07 Starting to serve on /var/lib/kubelet/"
+                     "device-plugins/nvidia.sock\n"
+                     "2019/03/04 11:02:08 Fatal: nvml: Not Supported\n"
+                     "panic: Fatal: nvml: Not Supported\n")
+    f = by_id(analyze(load_input(str(paste))))["k8s.plugin-healthcheck-unsupported"]
+    assert (f.severity, f.blame, f.action) == (Severity.WARNING, Blame.CONFIG,
+                                               Action.FIX_SOFTWARE)
+    assert f.title.endswith("the plugin exits")
+
+
 def test_logrus_lines_are_split_like_the_others():
     parts = split_log_line('time="2023-02-08T14:19:01Z" level=info msg="GPU resources are not '
                            'yet discovered by the node, retry: 24"')

@@ -92,8 +92,10 @@ EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # NVML cannot register the GPU for Xid events (older consumer GPUs): the 2018 plugin
     # said "GPU with UUID X is too old to support healtchecking [sic] ... Marking it
     # unhealthy", later ones "Device X is too old to support healthchecking."
+    # the 1.x plugins instead exited on it: "Fatal: nvml: Not Supported", then a panic
     ("healthcheck-unsupported", _re(r"(?:GPU with UUID|Device) (?P<device>\S{1,128}) is too "
-                                    r"old to support heal\w{0,4}checking")),
+                                    r"old to support heal\w{0,4}checking|"
+                                    r"Fatal: nvml: Not Supported")),
     ("device-unhealthy", _re(r"'(?P<resource>[^']{1,100})' device marked unhealthy: "
                              r"(?P<device>\S{1,128})|Marking device (?P<device2>\S{1,128}) as "
                              r"unhealthy")),
@@ -212,7 +214,7 @@ class DevicePluginLog:
 NEEDS: dict[str, tuple[str, ...]] = {
     "xid-unhealthy": ("xidcriticalerror",), "event-error": ("error waiting for event",),
     "all-unhealthy": ("all devices as unhealthy",),
-    "healthcheck-unsupported": ("too old to support",),
+    "healthcheck-unsupported": ("too old to support", "nvml: not supported"),
     "device-unhealthy": ("marked unhealthy", "as unhealthy"),
     "nvml-init-failed": ("nvml",), "hint-docker-runtime": ("docker default runtime",),
     "hint-toolkit": ("container toolkit",), "hint-not-gpu-node": ("not a gpu node",),

@@ -311,7 +311,11 @@ def _healthcheck_unsupported(entries: list[DpEntry], log: DevicePluginLog) -> Fi
     scope: Scope = gpu_scope(None, uuid=devices[0]) if devices and devices[0].startswith(
         "GPU-") else Scope()
     names = ", ".join(devices[:4]) or "a GPU"
-    fate = ("The plugin then marked it unhealthy, so the node offers one GPU fewer "
+    crashed = any("fatal: nvml" in e.message.lower() for e in entries)
+    fate = ("The plugin (a 1.x release) exits on it ('Fatal: nvml: Not Supported', then a "
+            "panic), so its pod restarts in a loop and the node offers no nvidia.com/gpu."
+            if crashed else
+            "The plugin then marked it unhealthy, so the node offers one GPU fewer "
             "(allocatable nvidia.com/gpu 0 on a one-GPU node) and GPU pods stay Pending with "
             "'Insufficient nvidia.com/gpu'." if removed else
             "Plugins before the fix of December 2025 (k8s-device-plugin PR #1562) then mark "
@@ -319,7 +323,8 @@ def _healthcheck_unsupported(entries: list[DpEntry], log: DevicePluginLog) -> Fi
     return finding(
         "k8s.plugin-healthcheck-unsupported", Severity.WARNING,
         f"device plugin cannot watch {names} for Xid events (GPU too old for its health "
-        "check)" + (": marked unhealthy" if removed else ""),
+        "check)" + (": the plugin exits" if crashed else ": marked unhealthy" if removed
+                    else ""),
         "NVML cannot register this GPU for its critical-error events (NOT_SUPPORTED): older "
         f"and consumer GPUs (Kepler GeForce cards among them) lack it. {fate} The GPU is "
         "not faulty and the node needs no repair: upgrade the device plugin to a release "
