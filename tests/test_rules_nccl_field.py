@@ -142,6 +142,32 @@ def test_connections_that_one_peer_refused_blame_that_peer(text, peer, word):
     assert not _ours(result, "nccl.warn")
 
 
+TORCH_LAST_ERROR = (
+    "[rank3]: Traceback (most recent call last):\n"
+    "[rank3]:   File \"/opt/app/pretrain.py\", line 88, in <module>\n"
+    "[rank3]:     torch.distributed.barrier()\n"
+    "[rank3]: torch.distributed.DistBackendError: NCCL error in: "
+    "/opt/pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:317, unhandled system error "
+    "(run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+    "[rank3]: ncclSystemError: System call (e.g. socket, malloc) or external library call "
+    "failed or device error.\n"
+    "[rank3]: Last error:\n"
+    "[rank3]: socketStartConnect: Connect to 172.31.9.40<41875> failed : {why}\n")
+
+
+@pytest.mark.parametrize("why, word", [("Software caused connection abort", "dropped"),
+                                       ("Connection refused", "refused"),
+                                       ("Connection reset by peer", "dropped")])
+def test_pytorchs_last_error_names_the_peer_it_could_not_reach(why, word):
+    """No NCCL WARN line in the log, only PyTorch's DistBackendError carrying NCCL's last
+    error: the peer it names is judged as a WARN naming it would be."""
+    result = run(nccl_log=TORCH_LAST_ERROR.format(why=why))
+    (f,) = _ours(result, "nccl.peer-connect-failed")
+    assert (f.severity, f.blame, f.action) == (Severity.WARNING, Blame.NODE, Action.RESTART_JOB)
+    assert f.scope.name == "172.31.9.40" and word in f.title
+    assert not f.title.startswith("this node")
+
+
 def test_several_peers_refused_stay_connection_warnings():
     result = run(nccl_log=TWO_PEERS)
     assert not _ours(result, "nccl.peer-connect-failed")

@@ -46,7 +46,9 @@ def framework_kind(text: str) -> str | None:
     return None
 
 
-_NCCL_DETAIL = re.compile(r"^\s{0,8}(?:nccl[A-Z]\w{2,40}: |Last error:)")
+# PyTorch 2.4+ puts "[rankN]: " before each line of the exception
+_NCCL_DETAIL = re.compile(r"^\s{0,8}(?:\[rank[0-9]{1,7}\]:\s{0,4})?(?:nccl[A-Z]\w{2,40}: |"
+                          r"Last error:)")
 
 
 def nccl_detail(line: str, previous: str) -> bool:

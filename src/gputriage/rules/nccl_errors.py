@@ -17,6 +17,7 @@ from gputriage.knowledge.ib_status import ib_wc_status
 from gputriage.model import (
     DRAINING_ACTIONS,
     NODE,
+    UNNAMED_HOST,
     Action,
     Blame,
     Finding,
@@ -399,7 +400,9 @@ def _warn_class(w: NcclWarn) -> _WarnClass:
 
 _CONNECT = re.compile(r"Connect to (?P<peer>[\w.:\[\]%-]{1,64}?)(?:<[0-9]{1,6}>)? failed"
                       r"\s{0,2}:\s{0,2}(?P<why>Connection refused|Connection timed out|"
-                      r"No route to host|Network is unreachable|Host is down)", re.IGNORECASE)
+                      r"No route to host|Network is unreachable|Host is down|"
+                      r"Software caused connection abort|Connection reset by peer)",
+                      re.IGNORECASE)
 
 
 def _peer_failure(host: str | None, warns: list[NcclWarn]) -> Finding:
@@ -408,9 +411,15 @@ def _peer_failure(host: str | None, warns: list[NcclWarn]) -> Finding:
     assert m is not None
     peer, why = m.group("peer"), m.group("why")
     refused = "refused" in why.lower()
-    here = host or "this node"
-    what = ("refused NCCL's connection" if refused else "did not answer NCCL's connection")
-    if refused:
+    dropped = any(w in why.lower() for w in ("abort", "reset"))
+    here = host or UNNAMED_HOST
+    what = ("refused NCCL's connection" if refused else "dropped NCCL's connection"
+            if dropped else "did not answer NCCL's connection")
+    if dropped:
+        detail = ("The connection was cut while it was being made (ECONNABORTED or "
+                  "ECONNRESET): the rank there died or restarted at that moment, or something "
+                  "on the path (a firewall, a load balancer, an MTU that differs) cut it.")
+    elif refused:
         detail = ("It answered with a reset: the machine is reachable but nothing listens on "
                   "the port NCCL expects there, because its rank died or never started, or "
                   "its network setup is broken (a firewall, interfaces that differ).")
@@ -419,7 +428,8 @@ def _peer_failure(host: str | None, warns: list[NcclWarn]) -> Finding:
                   "a firewall, an interface this node cannot reach).")
     return finding(
         "nccl.peer-connect-failed", Severity.WARNING,
-        f"{here}: the peer at {peer} {what} ({why}): that node is at fault",
+        f"{host + ': ' if host else ''}the peer at {peer} {what} ({why}): that node is at "
+        "fault",
         f"Every failed connection of {here} goes to one peer, {peer}. {detail} Neither "
         f"{here} nor the job's code is the cause. Find the node behind {peer} (the job's "
         "host list, getent hosts), read its rank's log and check its network; resubmit "
@@ -491,6 +501,9 @@ def other_warns(nccl_log: NcclLog) -> Iterator[Finding]:
                 continue  # the reason nccl.socket-transport gives for the fallback
             groups.setdefault((cls.name, _host(p)), (cls, []))[1].append(w)
     _framework_known(nccl_log, known)
+    for w in nccl_log.framework_errors:  # PyTorch's "Last error: ... Connect to X failed"
+        if nccl_warnings.match(w.message) is None and _CONNECT.search(w.message):
+            peers.setdefault(None, []).append(w)
     rows = {w.id: w for w in nccl_warnings.warnings()}
     for (fid, host), warns in known.items():
         yield _known(host, rows[fid], warns, envs.get(host, {}))
