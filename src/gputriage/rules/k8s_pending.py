@@ -86,7 +86,9 @@ def _subjects(cluster: Cluster) -> list[_Subject]:
 def _scope(sub: _Subject) -> Scope:
     if sub.pod is not None:
         return object_scope("Pod", sub.pod.name, sub.pod.namespace)
-    ns, _, name = (sub.name or "/pending pod").rpartition("/")
+    if not sub.name:  # events alone: a pod they do not name
+        return Scope("pod")
+    ns, _, name = sub.name.rpartition("/")
     return object_scope("Pod", name, ns or None)
 
 
@@ -153,8 +155,7 @@ def pending(cluster: Cluster) -> Iterator[Finding]:
 
 def _title_who(f: Finding) -> str:
     """How a finding's title names its pod (see :func:`_who`)."""
-    return f"pod {f.scope.name}" if f.scope.name and f.scope.name != "pending pod" else \
-        "the pod"
+    return f"pod {f.scope.name}" if f.scope.name else "the pod"
 
 
 def _each_pending(cluster: Cluster) -> Iterator[Finding]:

@@ -39,7 +39,8 @@ def names_scope(title: str, scope: Scope) -> bool:
     if scope.kind == "node":
         return True
     label = scope.label().lower()
-    if text.startswith((label, "a " + label)):
+    if text.startswith((label, "a " + label)) or (
+            not scope.name and text.startswith(f"the {scope.kind} ")):  # a pod not named
         return True
     bus = (scope.pci_bus_id or "").lower()
     if bus and (bus in text or bus.split(":", 1)[-1] in text):
