@@ -147,3 +147,11 @@ def test_a_message_folded_under_a_cause_takes_the_causes_step(tmp_path):
     [xid] = [f for f in result["findings"] if f["id"] == "xid.79"]
     assert msg["blame"] == "node" and msg["step"] == xid["step"]
     assert any(c["id"] == msg["finding"] for c in xid["consequences"])
+
+
+def test_a_version_mismatch_without_versions_says_so(tmp_path):
+    paste = tmp_path / "paste.txt"
+    paste.write_text("Failed to initialize NVML: Driver/library version mismatch\n")
+    _, doc = _run(["analyze", "--json", str(paste)])
+    [f] = [f for f in doc["findings"] if f["id"] == "driver.version-mismatch"]
+    assert "unknown" not in f["title"] and "not in this output" in f["title"]

@@ -254,3 +254,8 @@ def test_healthy_runs_over_efa_and_roce_are_not_slow():
                    f"[0x{r:02x}] Tesla V100-SXM2-32GB\n" for r in range(16))
     result = run(nccl_tests="# Using devices\n" + head + ROCE_2X100G, infiniband=ports_tree(roce))
     assert not _loud(result), _loud(result)
+
+
+def test_a_warn_without_a_host_prefix_names_no_host():
+    (f,) = _ours(run(nccl_log="NCCL WARN Cuda failure 'out of memory'\n"), "nccl.warn")
+    assert f.title.startswith("NCCL CUDA failures (1 WARN)"), f.title

@@ -188,13 +188,17 @@ def version_mismatch(kernel_module: KernelModuleVersion | None = None,
     _userspace_versions(_active_libs(libs, libnvidia_ml_targets), nvml, smi, user, flags)
     disagree = [(k, u) for k in kernel for u in user if not versions_agree(k, u)]
     if disagree or flags:
-        k_txt = " / ".join(_most_specific(kernel)) or "unknown"
-        u_txt = " / ".join(_most_specific(user)) or "unknown"
+        k_txt = " / ".join(_most_specific(kernel))
+        u_txt = " / ".join(_most_specific(user))
+        title = (f"driver version mismatch: kernel module {k_txt or 'unknown'}, userspace "
+                 f"{u_txt or 'unknown'}" if k_txt or u_txt else
+                 "driver version mismatch: the loaded kernel module and the userspace "
+                 "driver differ (their versions are not in this output)")
         ev = [e for v in kernel.values() for e in v] + [e for v in user.values() for e in v]
         ev += flags
         yield finding(
             "driver.version-mismatch", Severity.CRITICAL,
-            f"driver version mismatch: kernel module {k_txt}, userspace {u_txt}",
+            title,
             "The loaded nvidia kernel module is not the release of the userspace driver "
             "(libnvidia-ml, libcuda): nvidia-smi, NVML and CUDA fail until they agree. "
             + _mismatch_fix(_most_specific(kernel), _most_specific(user)) + " "

@@ -48,8 +48,11 @@ _HANG_NOTE = re.compile(r"no peer here|may hang", re.IGNORECASE)
 _RANK_ON = re.compile(r"Rank ([0-9]+) on (\S+)")
 
 
+_NO_HOST = ""  # lines without a host prefix: grouped together, their title names none
+
+
 def _host(p: NcclProcess) -> str:
-    return p.host or "(no host prefix)"
+    return p.host or _NO_HOST
 
 
 def plural(count: int, word: str) -> str:
@@ -513,12 +516,12 @@ def other_warns(nccl_log: NcclLog) -> Iterator[Finding]:
             yield _peer_failure(host, warns)
         else:
             cls = _warn_class(warns[0])
-            groups.setdefault((cls.name, host or "(no host prefix)"), (cls, []))[1].extend(warns)
+            groups.setdefault((cls.name, host or _NO_HOST), (cls, []))[1].extend(warns)
     for (_, host), (cls, warns) in groups.items():
         _, _, sev, what, why, action, blame = cls
         first = warns[0].message.strip()
         yield finding(
-            "nccl.warn", sev, f"{host}: NCCL {what} ({plural(len(warns), 'WARN')}): "
-            f"{first[:140]}", why, action, blame, NODE,
+            "nccl.warn", sev, f"{host + ': ' if host else ''}NCCL {what} "
+            f"({plural(len(warns), 'WARN')}): {first[:140]}", why, action, blame, NODE,
             [evidence(LOG, [w.line for w in warns[:SHOWN]])],
             occurrences=Occurrences(len(warns)))
