@@ -95,6 +95,17 @@ def test_validator_cuda_errors_behind_any_prefix(line, code):
     _never_drains(f)
 
 
+def test_an_insufficient_driver_in_the_validator_checks_what_the_container_got():
+    """The vectorAdd sample is the operator's own: error 35 there is a driver the
+    validation container did not get (or one older than the release supports), not a
+    build for the user to change."""
+    f = _findings("[Vector addition of 50000 elements]\nFailed to allocate device vector A "
+                  "(error code CUDA driver version is insufficient for CUDA runtime "
+                  "version)!\n")["k8s.validator-cuda-error"]
+    assert "validation container gets the node's driver" in (f.step or "")
+    assert "use a build" not in (f.step or "")
+
+
 def test_a_hardware_cuda_error_in_the_validator_stays_the_gpus():
     f = _findings("[Vector addition of 50000 elements]\nFailed to allocate device vector A "
                   "(error code uncorrectable ECC error encountered)!\n")

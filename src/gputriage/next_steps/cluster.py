@@ -144,6 +144,15 @@ def _validator_cuda(f: Finding, host: Host) -> str:
     m = _CUDA_CODE.search(f.title)
     msg = message(f"cuda.{m.group('code')}") if m else None
     step = msg.next.rstrip(".") if msg else "fix what the CUDA error names on the node"
+    if msg is not None and msg.code in (35, 36):
+        # the sample is the operator's own, built for a CUDA every driver of the release's
+        # support runs: a driver the validation container did not get, or one too old
+        step = ("check that the validation container gets the node's driver: the driver "
+                "pod (nvidia-driver-daemonset) Running and its driver validation passed, or "
+                "with a driver installed on the host driver.enabled=false and the toolkit's "
+                "driver root pointing at it; nvidia-smi in the toolkit container must list "
+                "the GPUs and print a driver the operator release supports (R525 or later "
+                "for the CUDA 12 samples of recent releases: upgrade an older one)")
     node = _node(f, host)
     where = f" on {node}" if node else ""
     return (f"{step[:1].lower()}{step[1:]}; then delete the cuda validator's pod{where} "
