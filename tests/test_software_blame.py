@@ -95,6 +95,7 @@ def test_dcgm_nvlink_down_on_a_gpu_without_nvlink_is_no_drain() -> None:
     f = _one(result, "dcgm.nvlink-down-without-nvlink")
     assert f.severity is Severity.WARNING and f.blame is Blame.UNKNOWN
     assert f.action not in DRAINING_ACTIONS
+    assert f.step and "nvidia-smi nvlink -s" in f.step  # what tells: shown, not hidden
     assert not any(x.id == "dcgm.pcie-failed" for x in result.findings)
     assert exit_status(result) is ExitStatus.WARNING
 

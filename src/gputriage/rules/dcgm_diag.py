@@ -370,7 +370,7 @@ def _nvlink_down_only(gpu: int | None, t: DiagTest, msgs: list[DiagMessage],
         "this for every link although nothing is wrong (NVIDIA/DCGM#49); on a GPU with "
         "NVLink (SXM, or a bridge fitted) the links are really down. The diagnostic alone "
         "cannot tell which: nvidia-smi nvlink -s says whether the GPU has links; drain only "
-        "if it does and they are inactive.", Action.NONE, Blame.UNKNOWN, _scope(gpu), ev,
+        "if it does and they are inactive.", Action.FIX_CONFIG, Blame.UNKNOWN, _scope(gpu), ev,
         references=(DOC,))
 
 
