@@ -68,7 +68,14 @@ INTERNAL_ALL = TESTS_HEAD.replace("ws-b", "ws-a") + (
     "ws-a: Test NCCL failure common.cu:959 'internal error - please report this issue to the "
     "NCCL developers / '\n")
 
+# PyTorch's NCCL errors alone, no WARN line of NCCL's own (older and newer spellings)
+FRAMEWORK_ONLY = "RuntimeError: NCCL Error 2: unhandled system error\n"
+INVALID_USAGE = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"
+                 "c10d/NCCLUtils.hpp:317, invalid usage (run with NCCL_DEBUG=WARN for "
+                 "details), NCCL version 2.20.5\n")
+
 RULE_CASES = {
+    "nccl.framework-error": [({"nccl_log": FRAMEWORK_ONLY}, "nccl.framework-error")],
     "nccl.warn": [({"nccl_log": NO_IP_BARE}, "nccl.no-socket-interface"),
                   ({"nccl_log": OFI_EINVAL}, "nccl.ofi-register-failed"),
                   ({"nccl_log": REFUSED}, "nccl.peer-connect-failed")],
@@ -259,3 +266,22 @@ def test_healthy_runs_over_efa_and_roce_are_not_slow():
 def test_a_warn_without_a_host_prefix_names_no_host():
     (f,) = _ours(run(nccl_log="NCCL WARN Cuda failure 'out of memory'\n"), "nccl.warn")
     assert f.title.startswith("NCCL CUDA failures (1 WARN)"), f.title
+
+
+@pytest.mark.parametrize("text, name, blame", [
+    (FRAMEWORK_ONLY, "ncclSystemError", Blame.CONFIG),
+    (INVALID_USAGE, "ncclInvalidUsage", Blame.JOB_CONFIG),
+    ("RuntimeError: NCCL Error 1: unhandled cuda error\n", "ncclUnhandledCudaError",
+     Blame.UNKNOWN),
+])
+def test_a_framework_nccl_error_alone_names_the_result_and_asks_for_nccl_debug(text, name,
+                                                                              blame):
+    (f,) = _ours(run(nccl_log=text), "nccl.framework-error")
+    assert name in f.title and f.blame is blame and f.severity is Severity.WARNING
+    assert "NCCL_DEBUG=WARN" in (f.step or "")
+
+
+def test_a_framework_error_with_nccls_own_warn_is_left_to_the_warn():
+    text = ("gpu-a1:77:91 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+            "10.0.0.9<4444> failed : Connection refused\n" + FRAMEWORK_ONLY)
+    assert not _ours(run(nccl_log=text), "nccl.framework-error")

@@ -266,8 +266,17 @@ def _warn(f: Finding, host: Host) -> str:
             "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET to see the step it fails at")
 
 
+def _framework_error(f: Finding, host: Host) -> str:
+    """A framework's failed NCCL call with no WARN of NCCL's own in the log."""
+    return ("rerun the job with NCCL_DEBUG=WARN (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "
+            "for the transport it picks) so that NCCL prints the cause before the "
+            "framework's error, and give that log to gputriage analyze; until then the "
+            f"failed call ({f.title.split(': ', 1)[-1]}) names only its kind")
+
+
 REPAIRS: dict[str, Repair] = {
-    "nccl.nvls-failed": _nvls, "nccl.peer-connect-failed": _peer,
+    "nccl.framework-error": _framework_error, "nccl.nvls-failed": _nvls,
+    "nccl.peer-connect-failed": _peer,
     "nccl.ib-completion-error": _ib_completion, "nccl.tests-failed": _tests_failed,
     "nccl.socket-transport": _socket_transport, "nccl.gdr-disabled": _gdr_disabled,
     "nccl.shm-transport": _shm_transport, "nccl.p2p-disabled": _p2p_disabled,

@@ -22,6 +22,7 @@ FW_HEAD = re.compile(r"\[(?P<lvl>[EFWI])(?P<md>[0-9]{3,4})?\s{0,4}"
 _FW_RANK = re.compile(r"\[rank([0-9]{1,7})\]|\bRank\s{1,4}([0-9]{1,7})\]")
 _FW_CUDA = re.compile(r"CUDA error:\s{0,4}([^\n.]{1,300})")
 _FW_NCCL = re.compile(r"NCCL error(?: in:)?\s{0,4}.{0,400}|DistBackendError: NCCL.{0,400}"
+                      r"|NCCL Error [0-9]{1,2}: .{0,400}"  # PyTorch before 1.10
                       r"|NCCL communicator was aborted.{0,300}|Error: nccl\w{2,30}Error\b.{0,300}"
                       r"|Last NCCL warning\(error\).{0,400}")
 _FW_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|Timeout at NCCL work"
@@ -94,6 +95,7 @@ def framework_key(w: NcclWarn) -> tuple[str, int | None, int | None, str]:
 _IS_FRAMEWORK = re.compile(r"ProcessGroupNCCL\.cpp:[0-9]{1,6}\]|"
                            r"Watchdog caught collective operation"
                            r" timeout|NCCL error in:|DistBackendError: NCCL|WorkNCCL\(SeqNum="
+                           r"|NCCL Error [0-9]{1,2}: "
                            r"|NCCL communicator was aborted|Error: nccl\w{2,30}Error\b"
                            r"|Last NCCL warning\(error\)")  # XLA's: NCCL's last WARN
 

@@ -13,6 +13,7 @@ from gputriage.facts.fabric import FabricNeed
 from gputriage.facts.nccl import NcclLogText, on_sockets
 from gputriage.facts.nccl_bandwidth import Expectation
 from gputriage.facts.pcie import PcieLink
+from gputriage.knowledge.nccl_results import result_of
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity, evidence
 from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.modules import Module
@@ -34,22 +35,6 @@ _FAILED_ON = re.compile(r"^\s*(?:\.\.\s+)?(?P<host>[^\s:]{1,255})(?: pid [0-9]{1
                         r"(?:NCCL |CUDA )?failure")
 _NCCL_FAIL = re.compile(r"Test NCCL failure \S+ '([^']+)'", re.IGNORECASE)
 _CUDA_FAIL = re.compile(r"Test CUDA failure \S+ '([^']+)'", re.IGNORECASE)
-
-# NCCL result strings -> (blame, action, what to look at)
-_NCCL_RESULTS = (
-    ("unhandled system error", Blame.CONFIG, Action.FIX_CONFIG,
-     "NCCL got an error from the operating system or the network stack: /dev/shm size in "
-     "containers, memlock limits, or the IB/RoCE setup (run with NCCL_DEBUG=INFO)."),
-    ("remote process exited", Blame.UNKNOWN, Action.RESTART_JOB,
-     "A peer process died or the network between the ranks failed; look at the other "
-     "ranks' output and the HCA ports."),
-    ("invalid usage", Blame.JOB_CONFIG, Action.FIX_CONFIG,
-     "NCCL rejected how it was called or configured (environment variables, device "
-     "selection, ranks per GPU)."),
-    ("unhandled cuda error", Blame.UNKNOWN, Action.RESTART_JOB,
-     "A CUDA call inside NCCL failed: look for Xids on the GPUs."),
-)
-
 
 def _label(run: NcclTestRun) -> str:
     return run.test or run.operation or "nccl-tests"
@@ -78,9 +63,8 @@ def tests_failed(nccl_tests: list[NcclTestRun], needs_fabric_manager: FabricNeed
         what = m.group(1) if m else run.errors[0].strip()[:120]
         blame, action, why = Blame.UNKNOWN, Action.RESTART_JOB, (
             "The test aborted before measuring anything; the error names the failing call.")
-        for key, b, a, w in _NCCL_RESULTS:
-            if key in what.lower():
-                blame, action, why = b, a, w
+        if (result := result_of(what)) is not None and result.code in (1, 2, 5, 6):
+            blame, action, why = result.blame, result.action, result.why
         if "internal error" in what.lower():
             blame, action, why = _internal_error(run)
         kind = "NCCL" if _NCCL_FAIL.search(text) else "CUDA" if _CUDA_FAIL.search(text) else ""

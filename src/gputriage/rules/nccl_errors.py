@@ -14,6 +14,7 @@ from typing import NamedTuple
 from gputriage.facts.nccl import on_sockets
 from gputriage.knowledge import nccl_warnings
 from gputriage.knowledge.ib_status import ib_wc_status
+from gputriage.knowledge.nccl_results import result_of
 from gputriage.model import (
     DRAINING_ACTIONS,
     NODE,
@@ -469,6 +470,40 @@ def _framework_known(log: NcclLog, known: dict[tuple[str, str | None], list[Nccl
         row = nccl_warnings.match(w.message)
         if row is not None and row.id not in rows_seen:
             known.setdefault((row.id, None), []).append(w)
+
+
+def _unexplained(log: NcclLog) -> list[NcclWarn]:
+    """The framework's NCCL errors whose cause nothing else in the log gives: no WARN line
+    of NCCL's own, no known last error, no peer it could not reach, no NVLS failure."""
+    if any(p.warns for p in log.processes):
+        return []
+    fabric = {id(w) for w in _framework_fabric(log)}
+    return [w for w in log.framework_errors if w.kind == "nccl" and id(w) not in fabric
+            and nccl_warnings.match(w.message) is None and not _CONNECT.search(w.message)]
+
+
+def _framework_failed(warns: list[NcclWarn]) -> Finding:
+    result = next((r for w in warns if (r := result_of(w.message)) is not None), None)
+    what = f"{result.text} ({result.name})" if result else "an error it does not name"
+    why = result.why if result else "The framework's message does not say which NCCL call failed."
+    severity = Severity.WARNING
+    return finding(
+        "nccl.framework-error", severity, f"NCCL call failed: {what}",
+        f"The framework reported a failed NCCL call, and the log holds none of NCCL's own "
+        f"WARN lines that name the cause. {why} NCCL prints the cause with NCCL_DEBUG=WARN "
+        "(INFO for the transport it chose): rerun the job with it and read the WARN before "
+        "the error.", result.action if result else Action.RESTART_JOB,
+        result.blame if result else Blame.UNKNOWN, NODE,
+        [evidence(LOG, [ln for w in warns[:SHOWN] for ln in split_lines(w.line)[:4]])],
+        occurrences=Occurrences(len(warns)))
+
+
+@rule("nccl.framework-error", produces=("nccl.framework-error",))
+def framework_error(nccl_log: NcclLog) -> Iterator[Finding]:
+    """PyTorch's (or another framework's) NCCL error where the log says nothing more: the
+    NCCL result it names, and how to make NCCL say the cause."""
+    if warns := _unexplained(nccl_log):
+        yield _framework_failed(warns)
 
 
 @rule("nccl.warn", produces=("nccl.warn", "nccl.peer-connect-failed",
