@@ -430,6 +430,15 @@ SOURCES: tuple[Source, ...] = (
            "runtime sees, or the cudaError it stopped on)",
            parser="parsers.device_query:parse_device_query",
            detector="parsers.device_query:claim_device_query", detect_order=120),
+    _input("slurm_log", ("sinfo", "-R"),
+           "Slurm's word on a GPU node: slurmctld or slurmd log lines, sinfo -R or scontrol "
+           "show node reasons (a gres/gpu count lower than configured, GPU autodetection "
+           "through NVML failing) and slurmstepd's OOM kills",
+           parser="parsers.slurm_log:parse_slurm_log",
+           detector="parsers.slurm_log:claim_slurm_log", detect_order=204,
+           aliases=("sinfo -R|--list-reasons", "scontrol show node|nodes",
+                    "/var/log/slurm*/slurmctld.log*", "/var/log/slurm*/slurmd.log*",
+                    "journalctl ~slurmctld|~slurmd")),
     _input("job_log", ("python", "train.py"),
            "a job's output with a CUDA, NVML, container-runtime or framework error (a "
            "traceback, a container log, docker/podman/nvidia-container-cli messages) or the "

@@ -257,7 +257,39 @@ def _fm_logged(f: Finding, host: Host) -> str | None:
     return fabric_manager(f, host) if f.action is Action.FIX_SOFTWARE else fabric_errors(f, host)
 
 
+def _slurm_node(f: Finding, host: Host) -> str:
+    return f.scope.name if f.scope.kind == "slurm-node" and f.scope.name else host.called
+
+
+def _slurm_gpus_low(f: Finding, host: Host) -> str:
+    node = _slurm_node(f, host)
+    resume = (f"scontrol update nodename={node} state=resume" if f.scope.name else
+              "scontrol update nodename=<node> state=resume")
+    return (f"run nvidia-smi -L on {node}: if it lists fewer GPUs than slurm.conf gives it, "
+            "a GPU is lost: run gputriage check there (an Xid 79 or a GPU fallen off the bus "
+            "means drain and repair it); if it lists them all, make slurmd see them (start it "
+            "after the driver and nvidia-persistenced; gres.conf AutoDetect=nvml with a Slurm "
+            "built with NVML, or File=/dev/nvidia[0-N]; the MIG layout slurm.conf counts) and "
+            f"restart slurmd; once scontrol show node {node} shows its gres/gpu, {resume}")
+
+
+def _slurm_nvml(f: Finding, host: Host) -> str:
+    return ("install a Slurm build with NVML support (its gpu_nvml plugin), or replace "
+            "AutoDetect=nvml in gres.conf by the GPUs' device files (Name=gpu "
+            "File=/dev/nvidia[0-N]), then restart slurmd; scontrol show node must then list "
+            "gres/gpu")
+
+
+def _slurm_oom(f: Finding, host: Host) -> str:
+    return ("raise the job's host-memory request (sbatch --mem, --mem-per-cpu or "
+            "--mem-per-gpu; sacct -j JOBID -o JobID,MaxRSS,ReqMem shows what each step used "
+            "and asked for) or lower its use (fewer data-loader workers, smaller pinned "
+            "buffers), and resubmit it")
+
+
 REPAIRS: dict[str, Repair] = {
+    "slurm.gpu-count-low": _slurm_gpus_low, "slurm.nvml-autodetect-unavailable": _slurm_nvml,
+    "slurm.step-oom-killed": _slurm_oom,
     "driver.module-build-failed": _module_build, "driver.install-failed": _install_failed,
     "driver.no-adapter-probed": _no_adapter,
     "fabric.manager-prerequisite": _umad, "fabric.multicast-state": _multicast,
