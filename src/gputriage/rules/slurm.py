@@ -50,7 +50,7 @@ def gres_count(slurm_log: SlurmLog) -> Iterator[Finding]:
                "a GPU is missing: the driver lost one (Xid 79, fallen off the bus) or did "
                "not bring it up, or the MIG layout changed and slurm.conf still counts the "
                "old one")
-        ev = [evidence(SOURCE, _lines(events + [r for r in rejected if r.node == node]))]
+        shown = [evidence(SOURCE, _lines(events + [r for r in rejected if r.node == node]))]
         yield finding(
             "slurm.gpu-count-low", Severity.WARNING,
             f"Slurm: {where} registered {count} configured GPUs (gres/gpu), so it is out "
@@ -59,7 +59,7 @@ def gres_count(slurm_log: SlurmLog) -> Iterator[Finding]:
             f"{where} and found {count}: it set the node DRAIN or INVAL, so no job lands "
             f"there until it is fixed and resumed. Here {why}. What the node itself shows "
             "decides: nvidia-smi -L on it lists the GPUs the driver sees.",
-            Action.FIX_CONFIG, Blame.UNKNOWN, _scope(node), ev, references=(DOC,))
+            Action.FIX_CONFIG, Blame.UNKNOWN, _scope(node), shown, references=(DOC,))
 
 
 @rule("slurm.gpu-autodetect", produces=("slurm.nvml-autodetect-unavailable",))
