@@ -141,3 +141,21 @@ def test_nvidia_smi_list_behind_kubectl_prefix_counts_one_gpu_per_uuid():
     assert report.format == "list" and len(report.gpus) == 2
     assert not [f for f in run(nvidia_smi=text).findings
                 if f.severity.rank >= Severity.WARNING.rank]
+
+
+@pytest.mark.parametrize(("text", "container"), [
+    ("modprobe: ERROR: could not insert 'nvidia': Required key not available\n", False),
+    ("========== NVIDIA Software Installer ==========\nStarting installation of NVIDIA driver "
+     "version 550.90.07 for Linux kernel version 5.15.0-105-generic\nLoading NVIDIA driver "
+     "kernel modules...\nmodprobe: ERROR: could not insert 'nvidia': Key was rejected by "
+     "service\n", True),
+])
+def test_secure_boot_refusing_the_module_is_said_and_fixed_as_such(text, container,
+                                                                    tmp_path):
+    """ENOKEY ('Required key not available') and EKEYREJECTED are Secure Boot's; a bare
+    modprobe line is the host's own load, not the operator's driver container."""
+    paste = tmp_path / "paste.txt"
+    paste.write_text(text)
+    f = by_id(analyze(load_input(str(paste))))["k8s.operator-driver-failed"]
+    assert "Secure Boot" in f.explanation and "mokutil" in (f.step or "")
+    assert ("driver container" in f.title) is container

@@ -59,11 +59,24 @@ def _validation(f: Finding, host: Host) -> str:
             f"{step}-validation; its pod turns Running once the step passes")
 
 
+_SECURE_BOOT = ("sign the nvidia modules with a key enrolled in the machine's MOK list "
+                "(mokutil --import, a reboot to enroll it; DKMS then signs with it), or use "
+                "signed precompiled driver packages, or disable Secure Boot; mokutil "
+                "--sb-state shows whether it is on")
+
+
 def _driver_pod(f: Finding, host: Host) -> str:
+    secure_boot = "key" in f.title.lower() and "Secure Boot" in f.explanation
+    if "could not be installed or loaded" in f.title:  # the host's own install
+        fix = _SECURE_BOOT if secure_boot else ("fix what the message names (the kernel's "
+                                                "headers for the build, nouveau, the module's "
+                                                "dependencies)")
+        return f"{fix}; modprobe nvidia must then succeed and nvidia-smi list the GPUs"
     if "not ready" not in f.title:
-        return ("fix the node's kernel packages (or the driver's build), then kubectl logs -n "
-                "<namespace> <driver pod> -c nvidia-driver-ctr must end with 'Done, now "
-                "waiting for signal'")
+        fix = _SECURE_BOOT if secure_boot else ("fix the node's kernel packages (or the "
+                                                "driver's build)")
+        return (f"{fix}, then kubectl logs -n <namespace> <driver pod> -c nvidia-driver-ctr "
+                "must end with 'Done, now waiting for signal'")
     namespace, _, pod = (f.scope.name or "<driver pod>").rpartition("/")
     return (f"read why it does not start: kubectl logs -n {namespace or '<namespace>'} {pod} -c "
             "nvidia-driver-ctr (and -c k8s-driver-manager), and dmesg | grep -i -e nvrm -e "

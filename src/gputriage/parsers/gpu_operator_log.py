@@ -66,7 +66,8 @@ EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                                    r"nvidia-installer .{0,40}ERROR|(?<!JIT )Compilation failed")),
     ("module-in-use", "driver", _re(r"Could not unload NVIDIA driver kernel modules|"
                                     r"driver is in use|already running, aborting")),
-    ("key-rejected", "driver", _re(r"Key was rejected by service")),
+    # Secure Boot: a signed module whose key is not enrolled, or an unsigned one (ENOKEY)
+    ("key-rejected", "driver", _re(r"Key was rejected by service|Required key not available")),
     # the driver's own modules: nvidia_peermem / nv_peer_mem failing is the RDMA stack's
     # (kernel.peermem-load-failed), not the driver container's
     ("modprobe-failed", "driver", _re(r"modprobe: ERROR: could not insert '?(?P<detail>"
@@ -220,7 +221,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "build-failed": ("error:", "*** ", "unable to build", "an error occurred",
                      "compilation failed", "nvidia-installer"),
     "module-in-use": ("could not unload", "in use", "already running"),
-    "key-rejected": ("key was rejected",), "modprobe-failed": ("modprobe",),
+    "key-rejected": ("key was rejected", "required key not available"),
+    "modprobe-failed": ("modprobe",),
     "fatal": ("fatal",), "resolving-kernel": ("resolving linux",),
     "kernel-resolved": ("proceeding with linux",), "headers": ("kernel headers",),
     "compiling": ("compiling nvidia",), "loading": ("loading nvidia",),

@@ -46,13 +46,15 @@ _WHY = {
     "modules-missing": "the running kernel's /lib/modules tree is not there to build against",
     "packages-failed": "the package repositories could not be reached or lack the packages",
     "build-failed": "the kernel module did not compile against the running kernel",
-    "key-rejected": "Secure Boot refused the unsigned module",
+    "key-rejected": "Secure Boot refused the module: it is unsigned, or signed with a key the "
+                    "firmware does not trust",
     "modprobe-failed": "the kernel refused to load the module",
     "fatal": "the installer stopped",
 }
 _FIX = {
-    "key-rejected": "sign the modules or use the operator's precompiled/signed driver images, "
-                    "or disable Secure Boot",
+    "key-rejected": "sign the modules with a key enrolled in the machine's MOK list "
+                    "(mokutil --import, then a reboot to enroll it; DKMS signs with it), use "
+                    "the operator's precompiled signed driver images, or disable Secure Boot",
 }
 
 
@@ -200,6 +202,15 @@ def _driver_failed(log: GpuOperatorLog | None, failures: list[OpEntry],
         "container, or use precompiled driver images, or install the driver on the host "
         "and set driver.enabled=false")
     on = f" for kernel {kernel}" if kernel else ""
+    if not _in_container(log, failures):  # a host's own install or modprobe, pasted alone
+        return finding(
+            "k8s.operator-driver-failed", Severity.CRITICAL,
+            f"the NVIDIA kernel module could not be installed or loaded{on}: "
+            f"{first.message[:120]}",
+            f"Installing or loading driver {driver or '(version not shown)'}{on} failed: "
+            f"{why}. Without the module no GPU of the node works. The node's OS is at "
+            f"fault, not the GPUs: {_FIX.get(first.event or '') or 'fix what the message names'}"
+            ".", Action.FIX_SOFTWARE, Blame.CONFIG, evidence=ev)
     return finding(
         "k8s.operator-driver-failed", Severity.CRITICAL,
         f"the GPU operator's driver container failed{on}: {first.message[:120]}",
@@ -207,6 +218,15 @@ def _driver_failed(log: GpuOperatorLog | None, failures: list[OpEntry],
         f"{on}: {why}. Without it no GPU of the node works, and the device plugin, GFD and "
         f"dcgm-exporter wait or crash-loop behind it. The node's OS is at fault, not the "
         f"GPUs: {fix}.", Action.FIX_SOFTWARE, Blame.CONFIG, evidence=ev)
+
+
+def _in_container(log: GpuOperatorLog | None, failures: list[OpEntry]) -> bool:
+    """Whether the failure is the operator's driver container's: its log says more than
+    the failing lines (the installer's steps, a pod prefix), not a bare modprobe error."""
+    if log is None:
+        return True
+    failing = {id(e) for e in failures}
+    return any(e.pod or (id(e) not in failing and e.event) for e in log.entries)
 
 
 def _stuck_step(pod: KPod) -> str | None:
