@@ -159,3 +159,13 @@ def test_secure_boot_refusing_the_module_is_said_and_fixed_as_such(text, contain
     f = by_id(analyze(load_input(str(paste))))["k8s.operator-driver-failed"]
     assert "Secure Boot" in f.explanation and "mokutil" in (f.step or "")
     assert ("driver container" in f.title) is container
+
+
+def test_nouveau_holding_the_gpus_is_blacklisted_not_repaired(tmp_path):
+    paste = tmp_path / "paste.txt"
+    paste.write_text("ERROR: The Nouveau kernel driver is currently in use by your system.  "
+                     "This driver is incompatible with the NVIDIA driver, and must be disabled "
+                     "before proceeding.\n")
+    f = by_id(analyze(load_input(str(paste))))["k8s.operator-driver-failed"]
+    assert f.blame is Blame.CONFIG and "nouveau" in f.explanation
+    assert "blacklist nouveau" in (f.step or "") and "initramfs" in (f.step or "")

@@ -67,6 +67,11 @@ _SECURE_BOOT = ("sign the nvidia modules with a key enrolled in the machine's MO
 
 def _driver_pod(f: Finding, host: Host) -> str:
     secure_boot = "key" in f.title.lower() and "Secure Boot" in f.explanation
+    if "nouveau" in f.title.lower():
+        return ("blacklist nouveau (blacklist nouveau and options nouveau modeset=0 in "
+                "/etc/modprobe.d), rebuild the initramfs (update-initramfs -u, or dracut -f) "
+                "and reboot the node; lsmod | grep nouveau must then print nothing and the "
+                "driver install succeed")
     if "could not be installed or loaded" in f.title:  # the host's own install
         fix = _SECURE_BOOT if secure_boot else ("fix what the message names (the kernel's "
                                                 "headers for the build, nouveau, the module's "

@@ -64,6 +64,7 @@ EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                                    r"Unable to build the NVIDIA kernel module|"
                                    r"An error occurred while performing the step|"
                                    r"nvidia-installer .{0,40}ERROR|(?<!JIT )Compilation failed")),
+    ("nouveau", "driver", _re(r"The Nouveau kernel driver is currently in use")),
     ("module-in-use", "driver", _re(r"Could not unload NVIDIA driver kernel modules|"
                                     r"driver is in use|already running, aborting")),
     # Secure Boot: a signed module whose key is not enrolled, or an unsigned one (ENOKEY)
@@ -131,7 +132,7 @@ EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
 )
 # the events that say a step failed, in the order they explain one another
 FAILURES = ("kernel-unresolved", "modules-missing", "packages-failed", "build-failed",
-            "key-rejected", "module-in-use", "modprobe-failed", "fatal", "smi-not-found",
+            "nouveau", "key-rejected", "module-in-use", "modprobe-failed", "fatal", "smi-not-found",
             "cuda-error", "cuda-alloc-failed", "cuda-failed", "validation-failed",
             "resources-undiscovered", "toolkit-failed", "policy-not-ready",
             "mig-unknown-device", "mig-failed")
@@ -220,6 +221,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
                         "unable to find a match", "failed to install"),
     "build-failed": ("error:", "*** ", "unable to build", "an error occurred",
                      "compilation failed", "nvidia-installer"),
+    "nouveau": ("nouveau kernel driver",),
     "module-in-use": ("could not unload", "in use", "already running"),
     "key-rejected": ("key was rejected", "required key not available"),
     "modprobe-failed": ("modprobe",),

@@ -46,12 +46,17 @@ _WHY = {
     "modules-missing": "the running kernel's /lib/modules tree is not there to build against",
     "packages-failed": "the package repositories could not be reached or lack the packages",
     "build-failed": "the kernel module did not compile against the running kernel",
+    "nouveau": "the open-source nouveau driver holds the GPUs, and the NVIDIA driver cannot "
+               "load beside it",
     "key-rejected": "Secure Boot refused the module: it is unsigned, or signed with a key the "
                     "firmware does not trust",
     "modprobe-failed": "the kernel refused to load the module",
     "fatal": "the installer stopped",
 }
 _FIX = {
+    "nouveau": "blacklist nouveau (blacklist nouveau and options nouveau modeset=0 in a file "
+               "of /etc/modprobe.d), rebuild the initramfs (update-initramfs -u, or dracut "
+               "-f) and reboot; lsmod | grep nouveau must then print nothing",
     "key-rejected": "sign the modules with a key enrolled in the machine's MOK list "
                     "(mokutil --import, then a reboot to enroll it; DKMS signs with it), use "
                     "the operator's precompiled signed driver images, or disable Secure Boot",
