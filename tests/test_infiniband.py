@@ -25,7 +25,7 @@ from gputriage.parsers.infiniband import (
 
 @pytest.mark.parametrize(("raw", "state"), [
     ("4: ACTIVE", "Active"), ("Active", "Active"), ("PORT_ACTIVE (4)", "Active"),
-    ("1: DOWN", "Down"), ("PORT_DOWN (1)", "Down"), ("Initializing", "Initializing"),
+    ("1: DOWN", "Down"), ("PORT_DOWN (1)", "Down"), ("Initializing", "Init"),  # ibstat
     ("2: INIT", "Init"), ("PORT_ARMED (3)", "Armed"), ("9: WHATEVER", "9: WHATEVER"),
     ("", None), (None, None)])
 def test_normalize_state(raw, state) -> None:

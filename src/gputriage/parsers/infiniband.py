@@ -47,6 +47,7 @@ _STATES = {1: "Down", 2: "Init", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
 _PHYS_STATES = {1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining",
                 5: "LinkUp", 6: "LinkErrorRecovery", 7: "PhyTest"}
 _STATE_WORDS = {v.lower(): v for v in _STATES.values()}
+_STATE_WORDS["initializing"] = "Init"  # ibstat's word for INIT
 _PHYS_WORDS = {v.lower(): v for v in _PHYS_STATES.values()}
 _PHYS_WORDS.update({"configtraining": "PortConfigurationTraining",
                     "portconfigtraining": "PortConfigurationTraining"})
