@@ -197,3 +197,21 @@ def test_catalog_patterns_name_ascii_digits():
     for m in catalog():
         for pattern in m.patterns:
             assert not re.search(r"(?<!\\)(?:\\\\)*\\[dD]", pattern.pattern), m.id
+
+
+def test_the_cheap_line_gates_accept_what_their_case_blind_forms_accept():
+    """The first filters run on the lowered line with a case-sensitive pattern (ten times
+    faster on every line of a paste): the same lines pass as under IGNORECASE."""
+    import re
+
+    from gputriage.knowledge import job_messages
+    from gputriage.parsers import job_log
+
+    lines = [m.sample for m in catalog() if m.sample] + [
+        "RuntimeError: CUDA Error: Out Of Memory", "NVIDIA-SMI has failed", "Torch 2.3.0+CU121",
+        "TF version 2.15", "tf.config", "nothing here at all", "SM_90 kernel IMAGE missing"]
+    lines += [ln.upper() for ln in lines] + [ln.title() for ln in lines]
+    for gate in (job_messages._WORDS, job_log._WORD):
+        blind = re.compile(gate.pattern, re.IGNORECASE)
+        assert [bool(gate.search(ln.lower())) for ln in lines] == [
+            bool(blind.search(ln)) for ln in lines]
