@@ -26,7 +26,7 @@ from gputriage.ingest.bugreport import is_bug_report, split_with_headers
 from gputriage.ingest.detect import EXPECTED, detect_framed
 from gputriage.ingest.sos import read_sosreport
 from gputriage.ingest.streamed import LargeLogs
-from gputriage.io.decompress import compression, data_of, peek
+from gputriage.io.decompress import compression, data_of, first_pieces, peek
 from gputriage.io.inputs import DIR, STREAM, Input, human, is_binary, limit, open_input
 from gputriage.io.sniff import looks_binary
 from gputriage.parsers.detect_jobs import nccl_lines
@@ -295,13 +295,7 @@ def _load_or_stream(path: str, large: LargeLogs) -> Snapshot | None:
         data = data_of(first, inp.fh.read, name, broken, _CHUNK)
         if compression(first) is not None:
             data = limit(data, name, inp.problems)
-        head: list[bytes] = []
-        got = 0
-        for piece in data:
-            head.append(piece)
-            got += len(piece)
-            if got >= STREAM_MIN_BYTES:
-                break
+        head, got = first_pieces(data, STREAM_MIN_BYTES)
         kind = kind_of(name, b"".join(head)[:_SNIFF * 2]) if got >= STREAM_MIN_BYTES else None
         if kind is None:
             raw = _decompress_problems(_read_stream(_chained(head, data), name, CAP_BYTES),

@@ -16,7 +16,7 @@ import bz2
 import gzip
 import lzma
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 from gputriage.io.inputs import human
@@ -109,16 +109,23 @@ def data_of(first: bytes, read: Callable[[int], bytes], name: str, problems: lis
         first = read(step)
 
 
-def peek(head: bytes, size: int) -> bytes:
-    """The first ``size`` bytes of data that ``head`` (an input's first bytes) holds:
-    decompressed as far as ``head`` goes when compressed; never raises."""
+def first_pieces(blocks: Iterable[bytes], size: int) -> tuple[list[bytes], int]:
+    """The pieces of ``blocks`` read until they hold ``size`` bytes (all of them when they
+    hold fewer), and how many bytes they hold; an iterator goes on after them."""
     pieces: list[bytes] = []
     got = 0
-    for piece in data_of(head, lambda _n: b"", "<head>", [], size):
+    for piece in blocks:
         pieces.append(piece)
         got += len(piece)
         if got >= size:
             break
+    return pieces, got
+
+
+def peek(head: bytes, size: int) -> bytes:
+    """The first ``size`` bytes of data that ``head`` (an input's first bytes) holds:
+    decompressed as far as ``head`` goes when compressed; never raises."""
+    pieces, _ = first_pieces(data_of(head, lambda _n: b"", "<head>", [], size), size)
     return b"".join(pieces)[:size]
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
 from gputriage.errors import InputError
-from gputriage.io.decompress import compression, data_of
+from gputriage.io.decompress import compression, data_of, first_pieces
 from gputriage.io.inputs import DIR, STREAM, human, is_binary, limit, open_input
 from gputriage.nccl.tap import MARKERS as _MARKERS
 from gputriage.nccl.tap import ROWISH as _ROWISH
@@ -113,13 +113,7 @@ class _Counted(_Reader):
 
 def _sniff(blocks: Iterator[bytes]) -> tuple[bytes, Iterator[bytes]]:
     """The first SNIFF bytes, and all the blocks again (those read first included)."""
-    head: list[bytes] = []
-    size = 0
-    for block in blocks:
-        head.append(block)
-        size += len(block)
-        if size >= SNIFF:
-            break
+    head, _ = first_pieces(blocks, SNIFF)
     joined = b"".join(head)
 
     def again() -> Iterator[bytes]:
