@@ -488,3 +488,16 @@ def test_json_schema_documents_the_new_keys_and_values() -> None:
         assert f"`{key}`" in doc, key
     for value in (*(a.value for a in Action), *(b.value for b in Blame)):
         assert f"`{value}`" in doc, value
+
+
+def test_a_warning_to_watch_says_so_not_nothing_to_do():
+    """A warning that asks for no action now (an NVSwitch non-fatal error to watch, a
+    link speed that cannot be judged idle) heads the report as one to watch."""
+    from gputriage.model import Action, Blame, Finding, HostSummary, Result, Severity
+    from gputriage.views.oneline import verdict_line
+
+    f = Finding("fabric.manager-errors", Severity.WARNING, "1 NVSwitch non-fatal error",
+                "Watch for them.", Action.NONE, Blame.NODE)
+    line = verdict_line(Result(findings=[f], host=HostSummary(hostname="gpu-n1")))
+    assert line.endswith("1 NVSwitch non-fatal error — no action now: watch it; 1 cause, "
+                         "0 consequences"), line

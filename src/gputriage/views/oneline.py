@@ -84,4 +84,7 @@ def verdict_line(result: Result, *, who: str | None = None, unicode: bool = True
         cause += f" ({where})" if where else ""
     if worst.blame.side == "job" and not who_is_job:
         cause = f"job: {cause}"
-    return printable(f"{head}{cause}{dash}{ACTION_WORDS[worst.action]}; {counts}")
+    action = ACTION_WORDS[worst.action]
+    if worst.action is Action.NONE:  # a warning to keep an eye on, not "nothing to do"
+        action = "no action now: watch it"
+    return printable(f"{head}{cause}{dash}{action}; {counts}")
