@@ -475,10 +475,7 @@ class LineFeeder:
                                 key=lambda x: x[0])
             if more[0]:
                 span.carry = max(span.carry, more)
-        line = self.src.line
-        self.src.screen = span.screen_of(self.base + 1)
-        for n, raw, cut in span.lines:
-            line(self.base + n + 1, raw, cut)
+        self.src.feed(span.lines, self.base + 1, span.screen_of(self.base + 1))
         self.base += span.newlines
         self.exact = self.exact and span.exact
         self.carry = span.carry
