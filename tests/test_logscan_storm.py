@@ -12,7 +12,6 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gputriage.logscan import ScanConfig, blocks, lines, scan_paths, scan_text
-from gputriage.logscan.storm import StormLines
 from gputriage.parsers import kernel_fold
 from gputriage.parsers.kernel_model import DriverEvent
 
@@ -37,6 +36,7 @@ _ODD = (
     "link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
     "NVRM: Xid (PCI:{bus}): 31, pid={pid}, name=pythön, Ch 0000003b, intr 00000000",
     "NVRM: Xid (PCI:{bus}): 13, pid='{pid}', name=<unknown>, Graphics Exception",
+    "NVRM: Xid (PCI:{bus}): 13, pid={pid}, name=python3, FATAL Graphics Exception",
     "NVRM: Xid (PCI:{bus}): 13, pid={pid},  name=python3, Graphics Exception",
 )
 _EVENTS = (  # other events among them: resets, driver loads, a call trace
@@ -133,36 +133,48 @@ def _keep_few(monkeypatch):
 
 
 def _scan_both(monkeypatch, run) -> tuple[list, list]:
+    """What a scan finds with the storm path and without: its events, then its boots,
+    lines and formats."""
     with monkeypatch.context() as m:
         m.setattr(lines, "USABLE", False)
         slow = run()
-    return [dump(e) for e in run().events], [dump(e) for e in slow.events]
+    fast = run()
+    assert (fast.boots, fast.lines, fast.skipped, fast.formats) == (
+        slow.boots, slow.lines, slow.skipped, slow.formats)
+    return [dump(e) for e in fast.events], [dump(e) for e in slow.events]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_the_storm_path_folds_as_the_per_line_parse(monkeypatch, fmt):
+def test_the_storm_path_folds_as_the_per_line_parse(monkeypatch, tmp_path, fmt):
     text = storm_log(fmt)
-    taken = []
-    real = StormLines.take
+    path = tmp_path / "kern.log"
+    path.write_text(text)
+    xids = text.count("NVRM: Xid (PCI:")
+    folded: list[int] = []  # lines folded without being parsed
+    real_fold = kernel_fold.Folder.fold_plain
 
-    def counted(self, src, lineno, raw):  # type: ignore[no-untyped-def]
-        ok = real(self, src, lineno, raw)
-        taken.append(ok)
-        return ok
+    def fold_plain(self, *args):  # type: ignore[no-untyped-def]
+        folded.append(1)
+        return real_fold(self, *args)
 
-    monkeypatch.setattr(StormLines, "take", counted)
+    monkeypatch.setattr(kernel_fold.Folder, "fold_plain", fold_plain)
     # many block edges, and one block; lines screened by Hyperscan or here
     for block, engine in ((1500, "libc"), (1 << 20, "hyperscan"), (1 << 20, "python")):
         config = ScanConfig(block=block, workers=1, engine=engine)
+        folded.clear()
         fast, slow = _scan_both(monkeypatch, lambda c=config: scan_text(text, "kern.log",
                                                                         now=NOW, config=c))
         assert fast == slow
         boots = {d[7] for d in fast}
         assert len(boots) == 3
-    if fmt == "json":
-        assert not any(taken)  # journal records are read by the per-line parse
-    else:  # most storm lines were folded without being parsed, not all
-        assert taken.count(True) > len(taken) // 2 and not all(taken)
+        # a file read here: its lines come from reused read buffers (bytearrays)
+        read, slow = _scan_both(monkeypatch, lambda c=config: scan_paths([str(path)], now=NOW,
+                                                                         config=c))
+        assert read == slow and len(read) == len(fast)
+        if fmt == "json":
+            assert not folded  # journal records are read by the per-line parse
+        else:  # most storm lines were folded without being parsed, not all
+            assert xids < len(folded) < 2 * xids  # (two scans: the file and the text)
 
 
 @pytest.mark.parametrize("fmt", ("dmesg", "short-iso"))
@@ -196,3 +208,4 @@ def test_hyperscan_screens_the_lines_the_storm_path_leaves():
     for line in lines_[:-1]:
         starts.append(starts[-1] + len(line) + 1)
     assert sorted(screened) == starts[1:]
+

@@ -23,8 +23,6 @@ from gputriage.model import (
 )
 from gputriage.rules import all_rules
 from gputriage.rules.base import Rule
-from gputriage.rules.dcgm_diag import NO_VERDICT as DIAG_NO_VERDICT
-from gputriage.rules.expectations import UNKNOWN_COUNT
 from gputriage.snapshot.bundle import Snapshot
 
 # A rule that raises is reported as skipped with this reason, and the others still run;
@@ -240,6 +238,8 @@ def _verdict(result: Result, ran: int, window_unread: bool = False) -> str:
     the end of the log (``window_unread``: nothing in it was read)."""
     if not result.findings and ran == 0:
         return "unknown"  # nothing could be checked: say so, never "OK"
+    from gputriage.rules.doubts import DIAG_NO_VERDICT, UNKNOWN_COUNT
+
     worst = result.worst_of("node")
     if worst is Severity.CRITICAL and not any(
             f.current and f.severity is Severity.CRITICAL and f.blame.side == "node"

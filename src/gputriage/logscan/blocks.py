@@ -137,10 +137,7 @@ def _line_aligned(buf: mmap.mmap | bytearray, lo: int, end: int) -> int:
 
 
 def _feed(src: LineSource, span: Span, base: int) -> None:
-    line = src.line
-    src.screen = span.screen_of(base)
-    for n, raw, cut in span.lines:
-        line(base + n, raw, cut)
+    src.feed(span.lines, base, span.screen_of(base))
 
 
 def process_pool(workers: int) -> ForkWorkers | None:

@@ -68,7 +68,7 @@ class LineSource:
         # ... and once its key is folded, counted in without being parsed
         self.storm = StormLines(self.fast) if USABLE else None
         # the lines the search found the storm path must leave to the per-line parse
-        # (None: not screened by the search, see ``StormLines.take``)
+        # (None: not screened by the search, see ``StormLines.feed``)
         self.screen: set[int] | None = None
 
     # -- boots --------------------------------------------------------------------------
@@ -110,15 +110,23 @@ class LineSource:
         line.boot = len(self.segs) - 1
 
     # -- lines --------------------------------------------------------------------------
+    def feed(self, lines: list[tuple[int, bytes | bytearray, bool]], base: int,
+             screen: set[int] | None) -> None:
+        """Process a span's candidate and context lines (numbered from ``base``; the
+        lines the search screened: ``screen``, see :meth:`StormLines.feed`)."""
+        self.screen = screen
+        if self.storm is not None:
+            self.storm.feed(self, lines, base)
+            return
+        line = self.line
+        for n, raw, cut in lines:
+            line(base + n, raw, cut)
+
     def line(self, lineno: int, raw: bytes | bytearray, cut: bool) -> None:
-        """Process one candidate or context line."""
+        """Process one candidate or context line (the per-line parse)."""
         bounds = self.bounds
         self.outside = bounds is not None and not bounds[0] <= lineno <= bounds[1]
         if self.held is None and self.ex.idle:
-            storm = self.storm
-            if storm is not None and not cut and not self.outside and storm.take(self, lineno,
-                                                                                 raw):
-                return
             fast = self.fast.parse(raw, cut)
             if fast is not None:
                 self._fast(fast, lineno)

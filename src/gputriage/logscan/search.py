@@ -390,7 +390,12 @@ def search_span(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[byte
     if carry[0]:
         left = _context(buf, lo, hi, carry[1], carry[0], want, include_first=True)
         need = (left, carry[1]) if left else need
+    find = buf.find
     for s, mode in starts.items():
+        if not mode:  # the usual case: the next line, in the span, is no continuation
+            e = find(b"\n", s, hi)
+            if 0 <= e < hi - 1 and buf[e + 1] not in (32, 9):
+                continue  # (what _context would find: nothing to add, nothing owed)
         left = _context(buf, s, hi, mode, TRACE_WINDOW if mode else MAX_CONT, want)
         if left:
             need = max(need, (left, mode))
@@ -411,11 +416,18 @@ def _wanted_lines(buf: bytes | bytearray, lo: int, hi: int, wanted: list[int], e
     prev = lo
     approx = False
     marks = []
-    for s in wanted:
-        approx = approx or (not exact and s - prev > gap_exact)
-        n += _gap(buf, prev, s, exact, gap_exact)
+    count = buf.count if isinstance(buf, (bytes, bytearray)) else None  # (a mapping: none)
+    find = buf.find
+    for s in wanted:  # (_gap and _line_end, inline: this runs once per candidate line)
+        if exact or s - prev <= gap_exact:
+            n += count(b"\n", prev, s) if count is not None else buf[prev:s].count(b"\n")
+        else:
+            approx = True
+            n += s - prev
         prev = s
-        e = _line_end(buf, s, hi)
+        e = find(b"\n", s, hi)
+        if e < 0:
+            e = hi
         out.append((n, buf[s:min(e, s + MAX_LINE)], e - s > MAX_LINE))
         if screened and s in screened:
             marks.append(n)
@@ -475,10 +487,7 @@ class LineFeeder:
                                 key=lambda x: x[0])
             if more[0]:
                 span.carry = max(span.carry, more)
-        line = self.src.line
-        self.src.screen = span.screen_of(self.base + 1)
-        for n, raw, cut in span.lines:
-            line(self.base + n + 1, raw, cut)
+        self.src.feed(span.lines, self.base + 1, span.screen_of(self.base + 1))
         self.base += span.newlines
         self.exact = self.exact and span.exact
         self.carry = span.carry

@@ -4,20 +4,22 @@ Once a plain Xid's key (boot, reset epoch, bus, code) has a folded event
 (:mod:`gputriage.parsers.kernel_fold`: its first ``KEEP`` occurrences were kept one by
 one), every further occurrence only adds to that event: its count, its process (and
 fault pattern while those are still being worked out), its Xid 45 cause and its last
-occurrence. :class:`StormLines` does exactly that for a line of the usual shape
+occurrence. :meth:`StormLines.feed` does exactly that for a line of the usual shape
 ``NVRM: Xid (PCI:BUS): CODE, pid=PID, name=NAME, MESSAGE`` with one literal-led match,
-the line's prefix (its stamps, time and format) looked up per distinct prefix, and the
-key's bus and process per distinct key: no decoding of the prefix, no table lookup,
-no event built. The last occurrence is parsed by the Xid fast path
+in one loop over a span's candidate lines: the line's prefix (its stamps, time and
+format) is looked up per distinct prefix, its key's bus, code and folded events and its
+process per distinct value: no decoding of the prefix, no table lookup, no event built,
+no call per line but the fold's. The last occurrence is parsed by the Xid fast path
 (:class:`gputriage.logscan.fastline.FastXid`) only if it stays the last one.
 
 A line is taken only where the fast path would read it the same way and fold it: it
 holds none of the literals that give an Xid message more details than code, pid,
 process, message and channel (a link, a recovery action, an NVLink5 unit, a named
 cause), nor those of a table row that decides before the Xid row, nor escapes, control
-or non-ASCII bytes; its prefix is one the fast path reads; it starts no new boot. Any
-other line (and any line whose key has no folded event yet) returns False: the caller
-takes the full path, so the events are those of the per-line parse by construction
+or non-ASCII bytes; its prefix is one the fast path reads; it starts no new boot; it
+comes with nothing under way in the extractor. Any other line (and any line whose key
+has no folded event yet) takes the full path, ``LineSource.line``, in its turn, so the
+events are those of the per-line parse by construction
 (``tests/test_logscan_storm.py`` compares both on storms of every format).
 """
 
@@ -29,7 +31,7 @@ from typing import Any, Protocol
 
 from gputriage.logscan.fastline import _DIRECT, _EARLIER, _EARLIER_LOWER, _PASSES, FastLine, FastXid
 from gputriage.parsers.kernel_extractor import MAX_LINE
-from gputriage.parsers.kernel_fold import Folder
+from gputriage.parsers.kernel_fold import Folder, line_process
 from gputriage.parsers.kernel_model import DriverEvent
 from gputriage.text.fields import normalize_bus_id
 
@@ -78,9 +80,13 @@ class Source(Protocol):
 
     segs: list[Any]  # its BootSegments
     fold: Folder
+    held: Any  # a /dev/kmsg record waiting for its dictionary lines
+    bounds: tuple[int, int] | None  # a worker's own lines
     formats: dict[str, None]
     ex: Any  # its EventExtractor (``note_line``)
     screen: set[int] | None
+
+    def line(self, lineno: int, raw: bytes | bytearray, cut: bool) -> None: ...
 
 
 class StormLines:
@@ -89,67 +95,79 @@ class StormLines:
     def __init__(self, fast: FastXid) -> None:
         self.fast = fast
         self.heads: dict[bytes, Head] = {}
-        self.buses: dict[bytes, str | None] = {}
+        self.plain: dict[tuple[bytes, bytes], tuple[str | None, str]] = {}
         self.procs: dict[tuple[bytes, bytes], tuple[str, str]] = {}
 
-    def take(self, src: Source, lineno: int, raw: bytes | bytearray) -> bool:
-        """Fold ``raw`` (a candidate line of ``src``, nothing under way there) into its
-        folded event; False when the line is not one to fold this way."""
-        at = raw.find(_LEAD)
-        if at < 0 or len(raw) > MAX_LINE:
-            return False
-        m = _STORM.match(raw, at)
-        if m is None or not raw.isascii():
-            return False
-        screen = src.screen
-        if screen is None:  # not screened by the search: test the message here
-            for literal in _SCREEN:
-                if raw.find(literal, at) >= 0:
-                    return False
-            low = raw[at:].lower()
-            for literal in _SCREEN_LOWER:
-                if literal in low:
-                    return False
-        elif lineno in screen:
-            return False
-        head_bytes = bytes(raw[:at])
-        head = self.heads.get(head_bytes) or self._head(head_bytes, raw)  # (None: not kept)
-        if head is None:
-            return False
-        fmt, _stamps, time, up, seconds = head
-        cur = src.segs[-1]
-        if up is not None and cur.last_up is not None and up < cur.last_up - 1.0:
-            return False  # a new boot: the full bookkeeping
-        bus_raw, code_raw, pid_raw, name_raw = m.groups()
-        if code_raw == b"154":
-            return False
-        bus = self.buses[bus_raw] if bus_raw in self.buses else self._bus(bus_raw)
-        proc = self.procs.get((pid_raw, name_raw))
-        if proc is None:
-            proc = self._proc(pid_raw, name_raw)
-        pid, name = proc
-        code = code_raw.decode()
-        boot = len(src.segs) - 1
+    def feed(self, src: Source, lines: list[tuple[int, bytes | bytearray, bool]],
+             base: int) -> None:
+        """Process a span's candidate lines in order (numbered from ``base``): each one
+        of the usual shape whose key has a folded event (see the module docstring) is
+        folded into it here, in one loop that looks up each distinct prefix, key and
+        process once; any other line goes through ``src.line`` (the per-line parse)."""
+        line = src.line
+        ex = src.ex
         fold = src.fold
-        hot = fold.hot(boot, bus, code)
-        if hot is None:
-            return False
-        if fmt not in src.formats:
-            src.formats[fmt] = None
-        cur.seen = True
-        if time is not None:
-            cur.first = cur.first or time
-            cur.last = time
-        if up is not None:
-            if cur.first_up is None:
-                cur.first_up = up
-            cur.last_up = up
-        src.ex.note_line()
-        msg = raw[m.end():].decode("ascii").strip()
-        fold.fold_line(hot, bus, code, {"code": code, "pid": pid, "process": name,
-                                        "message": msg}, seconds, LazyXid(raw, self.fast),
+        heads, plain, procs = self.heads, self.plain, self.procs
+        formats = src.formats
+        lazy, fast = LazyXid, self.fast
+        fold_plain = fold.fold_plain
+        match = _STORM.match
+        screen = src.screen
+        bounds = src.bounds
+        low, high = bounds if bounds is not None else (-1, 1 << 62)
+        # (bus, code) as printed -> (folded events, bus, code) in ``boot`` and ``epochs``
+        hots: dict[tuple[bytes, bytes], tuple[Any, str | None, str]] = {}
+        boot = epochs = -1
+        for n, raw, cut in lines:
+            lineno = base + n
+            if cut or src.held is not None or not ex.idle or not low <= lineno <= high:
+                line(lineno, raw, cut)
+                continue
+            at = raw.find(_LEAD)
+            m = match(raw, at) if at >= 0 and len(raw) <= MAX_LINE else None
+            if (m is None or not raw.isascii() or (lineno in screen if screen is not None
+                                                   else _screened(None, lineno, raw, at))):
+                line(lineno, raw, cut)
+                continue
+            head_bytes = bytes(raw[:at])  # (a read buffer's lines are bytearrays)
+            head = heads.get(head_bytes) or self._head(head_bytes, raw)
+            if head is None:
+                line(lineno, raw, cut)
+                continue
+            segs = src.segs
+            cur = segs[-1]
+            up = head[3]
+            if up is not None and cur.last_up is not None and up < cur.last_up - 1.0:
+                line(lineno, raw, cut)  # a new boot: the full bookkeeping
+                continue
+            if len(segs) - 1 != boot or fold.epochs != epochs:
+                hots.clear()
+                boot, epochs = len(segs) - 1, fold.epochs
+            bus_raw, code_raw, pid_raw, name_raw = m.groups()
+            key = (bus_raw, code_raw)
+            h = hots.get(key)
+            if h is None:
+                bus, code = plain.get(key) or self._plain(bus_raw, code_raw)
+                hot = None if code == "154" else fold.hot(boot, bus, code)
+                if hot is None:
+                    line(lineno, raw, cut)
+                    continue
+                h = hots[key] = (hot, bus, code)
+            proc = procs.get((pid_raw, name_raw)) or self._proc(pid_raw, name_raw)
+            fmt, _stamps, time, _up, seconds = head
+            if fmt not in formats:
+                formats[fmt] = None
+            cur.seen = True
+            if time is not None:
+                cur.first = cur.first or time
+                cur.last = time
+            if up is not None:
+                if cur.first_up is None:
+                    cur.first_up = up
+                cur.last_up = up
+            ex.note_line()
+            fold_plain(h[0], h[1], h[2], proc, raw[m.end():], seconds, lazy(raw, fast),
                        lineno, boot)
-        return True
 
     def _head(self, head: bytes, raw: bytes | bytearray) -> Head | None:
         """What the fast path reads in a line's prefix (cached per prefix)."""
@@ -171,14 +189,30 @@ class StormLines:
             self.heads[head] = out
         return out
 
-    def _bus(self, raw: bytes) -> str | None:
-        if len(self.buses) >= _CACHE:
-            self.buses.clear()
-        bus = self.buses[raw] = normalize_bus_id(raw.decode("ascii"))
-        return bus
+    def _plain(self, bus: bytes, code: bytes) -> tuple[str | None, str]:
+        """A line's bus id and code (cached per distinct pair)."""
+        if len(self.plain) >= _CACHE:
+            self.plain.clear()
+        found = self.plain[bus, code] = (normalize_bus_id(bus.decode("ascii")), code.decode())
+        return found
 
     def _proc(self, pid: bytes, name: bytes) -> tuple[str, str]:
+        """A line's process key and name (:func:`line_process`; cached per pair)."""
         if len(self.procs) >= _CACHE:
             self.procs.clear()
-        proc = self.procs[pid, name] = (pid.decode("ascii").strip("'"), name.decode("ascii"))
+        proc = self.procs[pid, name] = line_process(pid.decode("ascii").strip("'"),
+                                                    name.decode("ascii"))
         return proc
+
+
+
+def _screened(screen: set[int] | None, lineno: int, raw: bytes | bytearray, at: int) -> bool:
+    """Whether the line ``lineno`` (its Xid at ``at``) holds what sends it to the full
+    path: in ``screen``, the lines the search found to (None: tested here)."""
+    if screen is not None:
+        return lineno in screen
+    for literal in _SCREEN:
+        if raw.find(literal, at) >= 0:
+            return True
+    low = raw[at:].lower()
+    return any(literal in low for literal in _SCREEN_LOWER)

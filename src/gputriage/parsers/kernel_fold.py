@@ -29,7 +29,8 @@ from gputriage.parsers.kernel_model import DriverEvent, Repeats
 from gputriage.text.fields import strict_hex, strict_int
 
 __all__ = ["FOLLOW_ON_S", "KEEP", "LOOKBACK", "FoldKey", "FollowChain", "Folder",
-           "fault_pattern", "fold_key", "process_key", "recovery_cleared", "seconds", "weight"]
+           "fault_pattern", "fold_key", "line_process", "process_key", "recovery_cleared",
+           "seconds", "weight"]
 
 KEEP = 64  # events of one key kept one by one before the rest are folded
 PROCESSES = 64  # processes named per folded event (then only counted)
@@ -272,6 +273,12 @@ class Folder:
         self.fold_line(found, line.bus_id, code, d, at, line, lineno, boot)
         return True
 
+    @property
+    def epochs(self) -> int:
+        """Resets and driver loads seen so far: what :meth:`hot` gave stays true while
+        this and the boot stay the same."""
+        return self._epochs
+
     def hot(self, boot: int, bus: str | None, code: str, fallen: bool = False
             ) -> tuple[DriverEvent, DriverEvent | None] | None:
         """The folded event (and, for a line that also fell off the bus, the folded
@@ -311,6 +318,23 @@ class Folder:
         if lost is not None and lost.repeats is not None:
             lost.count += 1
             lost.repeats.pending = (pending, lineno, boot, 1)
+
+    def fold_plain(self, hot: tuple[DriverEvent, DriverEvent | None], bus: str | None,
+                   code: str, proc: tuple[str, str], rest: bytes | bytearray,
+                   at: float | None, pending: Any, lineno: int, boot: int) -> None:
+        """:meth:`fold_line` for a plain Xid line that did not fall off the bus, its
+        process as :func:`line_process` reads it and its message as the raw rest of an
+        ASCII line (decoded only when needed)."""
+        folded = hot[0]
+        self.last_boot = boot
+        reps = folded.repeats
+        assert reps is not None and hot[1] is None
+        if self.attribute:
+            self._attribute_line(reps, folded, bus, at, None, code, boot)
+        folded.count += 1
+        reps.pending = (pending, lineno, boot, 0)
+        if proc[0]:
+            _count_key(reps, proc[0], proc[1], code, rest)
 
     def _attribute_line(self, reps: Repeats, folded: DriverEvent, bus: str | None,
                         at: float | None, caused_by: str | None, code: str,
@@ -399,15 +423,26 @@ def _count_into(reps: Repeats, ev: DriverEvent) -> None:
 
 def _count_process(reps: Repeats, d: dict[str, str], code: str) -> None:
     """``_count_into`` for a line folded by :meth:`Folder.fold_line` (its details only)."""
-    pid = d.get("pid") or ""
+    key, name = line_process(d.get("pid") or "", d.get("process") or "")
+    if key:
+        _count_key(reps, key, name, code, d.get("message") or "")
+
+
+def line_process(pid: str, process: str) -> tuple[str, str]:
+    """(process key, name) of a plain Xid line's pid and process, as
+    :func:`process_key` reads them ("" when neither)."""
     if pid[:1] == "'":
         pid = pid.strip("'")
-    name = (d.get("process") or "").strip()
+    name = process.strip()
     if name[:1] == "<":
         name = ""
-    key = pid if pid.isdigit() else name
-    if not key:
-        return
+    return (pid if pid.isdigit() else name), name
+
+
+def _count_key(reps: Repeats, key: str, name: str, code: str,
+               message: str | bytes | bytearray) -> None:
+    """One occurrence of process ``key`` (``name``) and its message (bytes: the raw
+    rest of an ASCII line, decoded only when its fault pattern is worked out)."""
     procs = reps.processes
     if key in procs:
         if name and not procs[key]:
@@ -419,10 +454,12 @@ def _count_process(reps: Repeats, d: dict[str, str], code: str) -> None:
         return
     if code in APP_FAULTS:
         tries = reps.tries.get(key, 0)
-        pats = reps.patterns.setdefault(key, set())
+        pats = reps.patterns.get(key)
+        if pats is None:
+            pats = reps.patterns[key] = set()
         if len(pats) < PATTERNS and tries < PATTERN_TRIES:
             reps.tries[key] = tries + 1
-            msg = d.get("message") or ""
+            msg = message if isinstance(message, str) else message.decode("ascii").strip()
             pats.add(f"{code}:{_VARIABLE.sub('#', msg)}")
 
 

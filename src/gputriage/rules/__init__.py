@@ -17,8 +17,8 @@ from gputriage.rules.base import REGISTRY, Rule
 __all__ = ["AREAS", "LOG_AREAS", "REGISTRY", "Rule", "all_rules", "rules_of"]
 
 # modules of this package that are helpers, not areas
-_HELPERS = frozenset({"base", "dcgm_diag_bugs", "k8s_common", "k8s_sched", "k8s_workloads",
-                      "kernel_common",
+_HELPERS = frozenset({"base", "dcgm_diag_bugs", "doubts", "k8s_common", "k8s_sched",
+                      "k8s_workloads", "kernel_common",
                       "kernel_host", "nccl_completions", "nccl_ib_advice", "nccl_transport_causes",
                       "nccl_transport_paths"})
 AREAS: tuple[str, ...] = tuple(sorted(

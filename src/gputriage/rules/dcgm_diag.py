@@ -42,13 +42,14 @@ from gputriage.rules.dcgm_diag_bugs import (
     split_false_alarms,
     with_notes,
 )
+from gputriage.rules.doubts import DIAG_NO_VERDICT, MIG_BLOCKED, NO_RESULT
 
 __all__ = ["DOC", "HW_DEPLOYMENT", "MIG_BLOCKED", "NO_RESULT", "NO_VERDICT", "cascade",
            "diag_evidence", "diag_kind", "gpu_list", "is_deployment", "message_kind"]
 
-NO_RESULT = "dcgm.no-result"  # every test skipped, or the output cut short: verdict unknown
-MIG_BLOCKED = "dcgm.diag-mig-blocked"  # NVVS refused to run on MIG-enabled GPUs
-NO_VERDICT = frozenset({NO_RESULT, MIG_BLOCKED})  # the diagnostic said nothing of the GPUs
+# NO_RESULT: every test skipped, or the output cut short: verdict unknown; MIG_BLOCKED:
+# NVVS refused to run on MIG-enabled GPUs; NO_VERDICT: either (nothing said of the GPUs)
+NO_VERDICT = DIAG_NO_VERDICT
 POWER_MARGIN = 0.05  # a targeted power miss within 5 % of the target: marginal
 DOC = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html"
 

@@ -35,13 +35,14 @@ from gputriage.parsers.memory import HugePagePool
 from gputriage.parsers.nvsmi import SmiReport
 from gputriage.parsers.pci import PciFunction
 from gputriage.rules.base import finding, rule, versions_agree
+from gputriage.rules.doubts import UNKNOWN_COUNT
 from gputriage.text.fields import strict_int
 
 __all__ = ["PCI_SOURCES", "UNKNOWN_COUNT", "active_ports", "gen_of", "mig_modes",
            "model_matches", "nvswitch_count", "pcie_gaps", "usable_gpus"]
 
 Visible = tuple[str, list[GpuSighting]]
-UNKNOWN_COUNT = "expect.gpu-count-unknown"  # the check's doubt: the verdict is "unknown"
+# UNKNOWN_COUNT (rules.doubts): the check's doubt, the verdict is "unknown"
 PCI_SOURCES = ("pci_devices", "lspci_nvidia", "lspci_mellanox")
 DEFAULT_IB_STATE = "Active"
 
