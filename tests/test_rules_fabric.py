@@ -393,3 +393,15 @@ def test_completed_with_error_read_from_the_xml_too():
     f = one(run(nvidia_smi_q_xml=xml), "fabric.state-not-completed")
     assert "CliqueId 0" in f.title and f.action is Action.DRAIN_AND_REPAIR
     assert "<cliqueId>0</cliqueId>" in f.evidence[0].lines
+
+
+def test_nothing_to_do_logged_as_an_error_is_one_finding_not_a_logged_error_too():
+    """NV_WARN_NOTHING_TO_DO in an [ERROR] record is fabric.manager's (no NVSwitch to
+    manage), not also a fabric.manager-errors warning to watch."""
+    from gputriage.engine.analysis import analyze
+    from gputriage.ingest import load_text
+
+    result = analyze(load_text(
+        "[Jun 03 2024 10:00:00] [ERROR] [tid 2345] request to query NVSwitch device "
+        "information from NVSwitch driver failed with error:WARNING Nothing to do\n", "paste"))
+    assert [f.id for f in result.findings if f.current] == ["fabric.manager-not-needed"]

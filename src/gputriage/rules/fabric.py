@@ -496,9 +496,10 @@ def _event_of(entry: FmEntry) -> str:
     return entry.event or "error"
 
 
-# records other rules report: a failed start (fabric.manager), a lost NVLS multicast team
-# and a missing ib_umad (fabric_services)
-_OWN_RULES = frozenset({"start-failed", "multicast-team", "umad-missing"})
+# records other rules report: a failed start and NV_WARN_NOTHING_TO_DO (fabric.manager:
+# no NVSwitch to manage), a lost NVLS multicast team and a missing ib_umad
+# (fabric_services)
+_OWN_RULES = frozenset({"start-failed", "nothing-to-do", "multicast-team", "umad-missing"})
 
 
 def _logged_errors(log: FmLog, need: FabricNeed | None, units: Units | None) -> list[FmEntry]:
