@@ -217,3 +217,20 @@ def test_different_programs_on_one_gpu_still_point_at_it(tmp_path):
               .replace("train.py", name)) for i, name in enumerate(("a.out", "bench", "dcgmi"))]
     (f,) = of(run(tmp_path, log(*lines)), "xid.13")
     assert f.blame is Blame.NODE and "crash-looping" not in f.title
+
+
+@pytest.mark.parametrize(("line", "outcome"), [
+    ("Unable to enable MIG Mode for GPU 00000000:07:00.0: In use by another client",
+     "mig-refused"),
+    ("Warning: MIG mode is in pending enable state for GPU 00000000:07:00.0:In use by "
+     "another client", "mig-pending"),
+])
+def test_a_mig_mode_change_a_client_blocks_is_the_clients(line, outcome, tmp_path):
+    """nvidia-smi -mig 1 refused (or left pending) because a client holds the GPU: the
+    clients are to stop, not the GPU to repair."""
+    assert parse_gpu_reset(line + "\n").attempts[0].outcome == outcome
+    paste = tmp_path / "mig.txt"
+    paste.write_text(line + "\n")
+    (f,) = [f for f in analyze(load_input(str(paste))).findings if f.current]
+    assert f.id == "gpu.reset-blocked" and f.action is Action.FIX_CONFIG
+    assert ("refused" in f.title) is (outcome == "mig-refused")

@@ -4,7 +4,8 @@ them (the commands of a shell session, ``fuser -v /dev/nvidia*`` listings of
 the processes holding a device, persistence mode switched off).
 
 Each attempt becomes a :class:`ResetAttempt`: ``reset`` (done), ``in-use``
-(refused: another client holds the GPU), ``mig-pending`` (a MIG mode change
+(refused: another client holds the GPU), ``mig-refused`` (nvidia-smi -mig refused for
+the same reason), ``mig-pending`` (a MIG mode change
 waits for the GPU to be free) or ``failed`` (refused for another reason).
 The processes named as holders and the steps taken between attempts
 (persistence mode off, a daemon stopped or killed) are kept in order, so a
@@ -34,6 +35,9 @@ _UNABLE = re.compile(rf"^\s*Unable to reset (?:this )?GPU(?: {_BUS})?(?:\s*(?:be
                      r"(?P<why>.*))?$", re.IGNORECASE)
 _MIG = re.compile(rf"MIG mode is in pending (?P<to>enable|disable) state for GPU {_BUS}:?\s*"
                   r"(?P<why>.*)$", re.IGNORECASE)
+# nvidia-smi -mig 0|1 refused outright: the mode did not change, a client holds the GPU
+_MIG_REFUSED = re.compile(rf"Unable to (?P<to>enable|disable) MIG Mode for GPU {_BUS}:?\s*"
+                          r"(?P<why>.*)$", re.IGNORECASE)
 _N_DEVICES = re.compile(r"^\s*[0-9]+ devices? (?:is|are) currently being used by one or more other "
                         r"processes", re.IGNORECASE)
 _PM_OFF = re.compile(rf"^\s*Disabled persistence mode for GPU {_BUS}", re.IGNORECASE)
@@ -67,7 +71,7 @@ class ResetAttempt:
     """One reset (or MIG mode change) and how it ended."""
 
     bus_id: str | None
-    outcome: str  # reset | in-use | mig-pending | failed
+    outcome: str  # reset | in-use | mig-pending | mig-refused | failed
     line: str
     reason: str | None = None
     steps_before: list[str] = field(default_factory=list)  # what was done since the last one
@@ -94,7 +98,8 @@ class ResetLog:
 def is_reset_line(line: str) -> bool:
     """A line only a GPU reset or a MIG mode change prints."""
     return bool(_DONE.match(line) or _LIST_HEAD.match(line) or _IN_USE.match(line)
-                or _UNABLE.match(line) or _MIG.search(line) or _N_DEVICES.match(line)
+                or _UNABLE.match(line) or _MIG.search(line) or _MIG_REFUSED.search(line)
+                or _N_DEVICES.match(line)
                 or _OTHER_FAIL.search(line))
 
 
@@ -126,7 +131,8 @@ class _Reader:
     def attempt(self, bus: str | None, outcome: str, line: str, reason: str | None) -> None:
         last = self.log.attempts[-1] if self.log.attempts else None
         if (outcome == "in-use" and last is not None and last.bus_id == bus
-                and last.outcome in ("in-use", "mig-pending") and not self.steps
+                and last.outcome in ("in-use", "mig-pending", "mig-refused")
+                and not self.steps
                 and not self.since_command):
             return  # the same refusal, explained on the next line
         self.since_command = False
@@ -171,6 +177,13 @@ class _Reader:
         m = _MIG.search(line)
         if m:
             self.attempt(_bus(m), "mig-pending", line, m.group("why").strip() or None)
+            return True
+        m = _MIG_REFUSED.search(line)
+        if m:
+            why = m.group("why").strip() or None
+            used = why is not None and re.search(r"in use|being used|another client", why,
+                                                 re.IGNORECASE)
+            self.attempt(_bus(m), "mig-refused" if used else "failed", line, why)
             return True
         m = _UNABLE.match(line)
         if m:

@@ -94,7 +94,8 @@ def _is_service(name: str) -> bool:
 
 def _blocked(log: ResetLog, last: ResetAttempt, ev: list[Evidence]) -> Finding:
     named = _holders(log)
-    what = "MIG mode change pending" if last.outcome == "mig-pending" else "reset refused"
+    what = {"mig-pending": "MIG mode change pending",
+            "mig-refused": "MIG mode change refused"}.get(last.outcome, "reset refused")
     title = f"{_label(last.bus_id)}: {what}, in use by another client" + (
         f": {named}" if named else "")
     services = all(_is_service(h.name) for h in log.holders)
@@ -137,7 +138,7 @@ def gpu_reset(gpu_resets: ResetLog) -> Iterator[Finding]:
         refused = sum(1 for a in log.attempts if a.bus_id == bus and a.outcome != "reset")
         if last.outcome == "reset":
             yield _done(log, last, refused, ev)
-        elif last.outcome in ("in-use", "mig-pending"):
+        elif last.outcome in ("in-use", "mig-pending", "mig-refused"):
             yield _blocked(log, last, ev)
         else:
             yield finding(
