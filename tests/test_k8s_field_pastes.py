@@ -204,3 +204,16 @@ def test_nccl_shm_exhaustion_in_a_frameworks_last_error():
     f = _findings(text)["nccl.shm-too-small"]
     assert f.blame is Blame.JOB_CONFIG
     _never_drains(f)
+
+
+def test_a_runtime_handler_not_supported_and_an_unhealthy_device_at_admission():
+    """CRI-O's 'RuntimeHandler "nvidia" not supported' is the engine without the nvidia
+    runtime; the kubelet refusing a device the plugin calls unhealthy is that, not NVML."""
+    f = _findings('  Warning  FailedCreatePodSandBox  2m  kubelet  Failed to create pod '
+                  'sandbox: rpc error: code = Unknown desc = RuntimeHandler "nvidia" not '
+                  'supported\n')
+    assert "container.unknown-runtime" in f
+    g = _findings("  Warning  UnexpectedAdmissionError  12s  kubelet  Allocate failed due to "
+                  "rpc error: code = Unknown desc = failed to get allocate response: unable "
+                  "to allocate devices: GPU-0a1b2c3d is unhealthy, which is unexpected\n")
+    assert "k8s.allocate-unhealthy-devices" in g and "k8s.allocate-nvml-failed" not in g

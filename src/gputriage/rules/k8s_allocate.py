@@ -34,7 +34,8 @@ _UNAVAILABLE = re.compile(r"requested number of devices unavailable for (?P<res>
                           r"Requested: (?P<req>[0-9]+), Available: (?P<avail>[0-9]+)",
                           re.IGNORECASE)
 _UNHEALTHY = re.compile(r"no healthy devices present|cannot allocate unhealthy devices "
-                        r"(?P<res>\S+?)(?:,|$)", re.IGNORECASE)
+                        r"(?P<res>\S+?)(?:,|$)|unable to allocate devices: \S{1,128} is "
+                        r"unhealthy", re.IGNORECASE)
 _SHARED = re.compile(r"maximum request size for shared resources is (?P<max>[0-9]+)", re.I)
 _PLUGIN_RPC = re.compile(r"device plugin (?P<call>\w+) rpc failed|rpc error", re.IGNORECASE)
 # NVML's own words at the end of the plugin's error chain
