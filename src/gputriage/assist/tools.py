@@ -96,12 +96,10 @@ def _paths(paths: list[str], policy: Policy) -> list[str]:
 
 def _window(since: str | None, boot: str | None) -> Any:
     """The kernel-log window, as ``--since`` / ``--boot`` give it."""
-    from gputriage.facts.window import LogWindow, parse_boot, parse_since
+    from gputriage.facts.window import LogWindow
 
     try:
-        return LogWindow(boot=parse_boot(boot) if boot is not None else None,
-                         since=parse_since(since) if since is not None else None,
-                         since_text=since)
+        return LogWindow.of(since, boot)
     except ValueError as exc:
         raise Refused(f"since/boot: {exc}") from None
 

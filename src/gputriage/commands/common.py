@@ -102,12 +102,10 @@ def current_env() -> Environment:
 
 def log_window(since: str | None, boot: str | None) -> Any:
     """The kernel-log window of ``--since`` / ``--boot`` (usage error when malformed)."""
-    from gputriage.facts.window import LogWindow, parse_boot, parse_since
+    from gputriage.facts.window import LogWindow
 
     try:
-        return LogWindow(boot=parse_boot(boot) if boot is not None else None,
-                         since=parse_since(since) if since is not None else None,
-                         since_text=since)
+        return LogWindow.of(since, boot)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since/--boot") from None
 

@@ -35,6 +35,13 @@ class LogWindow:
     since: datetime | None = None
     since_text: str | None = field(default=None, compare=False)  # as the user wrote it
 
+    @classmethod
+    def of(cls, since: str | None, boot: str | None) -> LogWindow:
+        """The window ``--since`` / ``--boot`` (or a tool's arguments) give; ValueError
+        when either is malformed."""
+        return cls(boot=parse_boot(boot) if boot is not None else None,
+                   since=parse_since(since) if since is not None else None, since_text=since)
+
     def admits(self, ev: DriverEvent) -> bool:
         """Whether ``ev`` falls inside the window."""
         if self.boot is not None and ev.boot != self.boot:
