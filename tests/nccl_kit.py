@@ -1,12 +1,16 @@
 """Synthetic NCCL logs and host inputs shared by the NCCL rule tests
 (tests/test_rules_nccl_*.py): jobs' NCCL_DEBUG=INFO logs, and the InfiniBand ports the
 bandwidth expectation reads (bare NDR ports, without the LIDs and firmware of
-hostkit's ``ib_tree``)."""
+hostkit's ``ib_tree``); and a large file read as ``gputriage nccl`` reads one."""
 # ruff: noqa: E501  (fixtures keep real line lengths)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hostkit import MODULES_FULL
+
+from gputriage.parsers.nccl_model import NcclLog
 
 MINE = ("nccl.socket-transport", "nccl.gdr-disabled", "nccl.shm-transport",
         "nccl.socket-iface-virtual", "nccl.node-split", "nccl.p2p-disabled")
@@ -169,3 +173,25 @@ def ports_tree(ports: dict[str, dict[str, str]]) -> dict:
 def ndr_tree(n: int, **changes: dict[str, str]) -> dict:
     """The ``infiniband`` tree of :func:`ndr_ports`."""
     return ports_tree(ndr_ports(n, **changes))
+
+
+def scan_large(path: Path, region: int, workers: int, engine: str,
+               cap: int | None = None) -> tuple[NcclLog, list[str], bool, int]:
+    """A file read as ``gputriage nccl`` reads a large one (nccl/scan.py's regions and
+    workers): the log, the nccl-tests lines kept and whether all were, and where the read
+    ended; no problem may be reported."""
+    import os
+
+    from gputriage.nccl import scan as nccl_scan
+    from gputriage.nccl.inputs import TESTS_CAP
+
+    log = NcclLog()
+    problems: list[str] = []
+    with path.open("rb") as fh:
+        fd = fh.fileno()
+        tap = nccl_scan.LargeTap(fd, TESTS_CAP if cap is None else cap)
+        end = nccl_scan.read_large(fd, os.fstat(fd).st_size, path.name, log, tap, problems,
+                                   workers=workers, region=region, engine=engine)
+        kept, full = tap.kept(end)
+    assert not problems, problems
+    return log, kept, full, end

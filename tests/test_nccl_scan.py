@@ -6,11 +6,11 @@ with NUL bytes, long lines, framework errors over several lines and nccl-tests t
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 from pathlib import Path
 
 import pytest
+from nccl_kit import scan_large
 
 from gputriage.nccl import inputs as nccl_input
 from gputriage.nccl import scan as nccl_scan
@@ -105,16 +105,7 @@ def _streamed(path: Path) -> tuple[NcclLog, list[str], bool]:
 
 def _fast(path: Path, region: int, workers: int, engine: str,
           cap: int = TESTS_CAP) -> tuple[NcclLog, list[str], bool, int]:
-    log = NcclLog()
-    problems: list[str] = []
-    with path.open("rb") as fh:
-        fd = fh.fileno()
-        tap = nccl_scan.LargeTap(fd, cap)
-        end = nccl_scan.read_large(fd, os.fstat(fd).st_size, path.name, log, tap, problems,
-                                   workers=workers, region=region, engine=engine)
-        kept, full = tap.kept(end)
-    assert not problems
-    return log, kept, full, end
+    return scan_large(path, region, workers, engine, cap)
 
 
 @pytest.fixture(scope="module")

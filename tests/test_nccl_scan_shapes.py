@@ -10,14 +10,14 @@ to the last counter."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 from pathlib import Path
 
 import pytest
+from nccl_kit import scan_large
 
 from gputriage.nccl import scan as nccl_scan
-from gputriage.nccl.inputs import BLOCK, TESTS_CAP, _TestsTap
+from gputriage.nccl.inputs import BLOCK, _TestsTap
 from gputriage.parsers.nccl_build import Builder
 from gputriage.parsers.nccl_log import LONG_LINE, MARKERS, read_nccl_log
 from gputriage.parsers.nccl_model import NcclLog
@@ -162,15 +162,8 @@ def _streamed(data: bytes, name: str) -> tuple[NcclLog, list[str]]:
 
 
 def _scanned(path: Path, region: int, engine: str) -> tuple[NcclLog, list[str]]:
-    log = NcclLog()
-    problems: list[str] = []
-    with path.open("rb") as fh:
-        fd = fh.fileno()
-        tap = nccl_scan.LargeTap(fd, TESTS_CAP)
-        end = nccl_scan.read_large(fd, os.fstat(fd).st_size, path.name, log, tap, problems,
-                                   workers=1, region=region, engine=engine)
-        kept, _ = tap.kept(end)
-    assert not problems and end == path.stat().st_size
+    log, kept, _, end = scan_large(path, region, 1, engine)
+    assert end == path.stat().st_size
     return log, kept
 
 
