@@ -29,7 +29,7 @@ from gputriage.logscan.config import ScanConfig
 from gputriage.logscan.forkpool import ForkWorkers
 from gputriage.logscan.lines import BootSegment, LineSource
 from gputriage.logscan.reader import InputSpans
-from gputriage.logscan.search import Span, prepare, search_span
+from gputriage.logscan.search import prepare, search_span
 from gputriage.logscan.timeline import fold_in, join_boots
 from gputriage.parsers.kernel_fold import Folder, FollowChain
 from gputriage.parsers.kernel_model import DriverEvent
@@ -114,16 +114,19 @@ def _block(buf: mmap.mmap | bytearray, off: int, n: int, before: int, block: int
     warm_lo = min(warm_lo, first)
     src = LineSource(name, now)
     src.fold.keep = src.fold.keep if keep is None else keep
-    warm = search_span(buf, warm_lo, first, anchors, config)  # type: ignore[arg-type]
+    warm = search_span(buf, warm_lo, first, anchors, config,  # type: ignore[arg-type]
+                       storm=False)
     own = search_span(buf, first, last, anchors, config, carry=warm.carry,  # type: ignore[arg-type]
                       exact=False)
-    after = search_span(buf, last, _line_aligned(buf, last, end), anchors,  # type: ignore[arg-type]
-                        config, carry=own.carry)
     open_end = last == end and last > first and buf[last - 1:last] != b"\n"
+    src.bounds = (1, 1 << 62)  # (the block's own lines: all of ``own``)
+    src.feed_span(warm, 1 - warm.newlines)
+    # the storm path numbers the lines of ``own`` and may raise what it carries
+    src.feed_span(own, 1)
     src.bounds = (1, own.newlines + open_end)
-    _feed(src, warm, 1 - warm.newlines)
-    _feed(src, own, 1)
-    _feed(src, after, own.newlines + 1)
+    after = search_span(buf, last, _line_aligned(buf, last, end), anchors,  # type: ignore[arg-type]
+                        config, carry=own.carry, storm=False)
+    src.feed_span(after, own.newlines + 1)
     src.finish()
     tail = buf[stop - 1:stop] if own_bytes else b""
     return BlockResult(own_bytes, bytes(tail), own.newlines, own.exact, src.fold, src.segs,
@@ -134,10 +137,6 @@ def _line_aligned(buf: mmap.mmap | bytearray, lo: int, end: int) -> int:
     """The end of the last whole line in ``buf[lo:end]`` (``end`` when none ends there)."""
     nl = buf.rfind(b"\n", lo, end)
     return end if nl < 0 else nl + 1
-
-
-def _feed(src: LineSource, span: Span, base: int) -> None:
-    src.feed(span.lines, base, span.screen_of(base))
 
 
 def process_pool(workers: int) -> ForkWorkers | None:
@@ -167,7 +166,7 @@ def run_blocks(src: LineSource, inp: InputSpans, path: str, size: int, procs: Fo
     block = config.block
     task = functools.partial(block_task, path, anchors=anchors, config=config,
                              name=src.name, now=src.now)
-    prepare(anchors, config)
+    prepare(anchors, config, storm=True)
     src.fold = Folder(attribute=False)
     chain = src.fold.chain = FollowChain()
     segs: list[BootSegment] = []

@@ -9,15 +9,20 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gputriage.logscan.fastline import FastLine, FastXid
 from gputriage.logscan.stamps import SYSLOG_NAMES, format_of, stamp_time
 from gputriage.logscan.storm import USABLE, StormLines
+from gputriage.logscan.stormspan import SpanPass
 from gputriage.parsers.kernel_extractor import MAX_LINE, EventExtractor, split_escaped
 from gputriage.parsers.kernel_fold import Folder
 from gputriage.parsers.kernel_model import DriverEvent, LogLine
 from gputriage.parsers.kernel_patterns import split_prefix, strip_ansi
 from gputriage.text.fields import as_int, normalize_bus_id, split_lines
+
+if TYPE_CHECKING:
+    from gputriage.logscan.span import Span
 
 __all__ = ["BOOT_ANCHORS", "BootSegment", "LineSource"]
 
@@ -121,6 +126,17 @@ class LineSource:
         line = self.line
         for n, raw, cut in lines:
             line(base + n, raw, cut)
+
+    def feed_span(self, span: Span, base: int) -> None:
+        """:meth:`feed` for the lines of a searched span (the storm path's lines too, where
+        the search left them to it: ``Span.storm``), numbered from ``base``."""
+        if span.storm is not None and self.storm is not None:
+            try:
+                SpanPass(self.storm, self, span, base, *span.numbering).run()
+            finally:
+                span.storm = None  # let go of the buffer
+            return
+        self.feed(span.lines, base, span.screen_of(base))
 
     def line(self, lineno: int, raw: bytes | bytearray, cut: bool) -> None:
         """Process one candidate or context line (the per-line parse)."""

@@ -16,13 +16,16 @@ import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from gputriage.logscan import hsearch
+from gputriage.logscan import lines as line_sources
 from gputriage.logscan.config import ScanConfig
 from gputriage.logscan.lines import BOOT_ANCHORS, LineSource
 from gputriage.logscan.reader import InputSpans
+from gputriage.logscan.span import Line, Span
+from gputriage.logscan.storm import LEAD as STORM_LEAD
 from gputriage.logscan.storm import SCREEN_EXPRESSION as STORM_SCREEN
 from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_follow import TRACE_WINDOW
@@ -187,35 +190,43 @@ def _libc(config: ScanConfig) -> Libc:
 _MAX_SEGMENTS = 64  # NUL-separated pieces searched with strstr before memmem takes over
 
 
-def _matcher(anchors: Sequence[bytes], config: ScanConfig) -> hsearch.Matcher:
+def _matcher(anchors: Sequence[bytes], config: ScanConfig, storm: bool = False
+             ) -> hsearch.Matcher:
     routine = ROUTINE if config.reject else {}
     modes = tuple(Probe(a, ()).mode for a in anchors)
     return hsearch.matcher(tuple(anchors), modes,
                            tuple((a, routine[a]) for a in anchors if a in routine),
-                           STORM_SCREEN)
+                           STORM_SCREEN, STORM_LEAD if storm else None)
 
 
-def prepare(anchors: Sequence[bytes], config: ScanConfig) -> None:
+def prepare(anchors: Sequence[bytes], config: ScanConfig, storm: bool = False) -> None:
     """Compile now what the search of large spans will need (before worker processes
-    are forked: each would compile it again)."""
+    are forked: each would compile it again); ``storm``: the database that leaves the
+    storm path's lines out (see :func:`search_span`) as well."""
     if engine_for(config) == "hyperscan":
         _matcher(anchors, config)
+        if storm:
+            _matcher(anchors, config, storm=True)
 
 
 def anchor_hits(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[bytes],
-                config: ScanConfig, screened: set[int] | None = None) -> dict[int, int]:
+                config: ScanConfig, screened: set[int] | None = None,
+                storm: bool = False) -> dict[int, int]:
     """Start offsets of the lines in ``buf[lo:hi]`` holding an anchor -> context mode
     (0: continuation lines, 1: a call trace follows); with ``config.reject``, less the
     routine lines (see :data:`ROUTINE`). Every engine finds the same lines. Hyperscan
     also adds to ``screened`` the starts of the Xid lines that the storm path must leave
-    to the per-line parse (:data:`gputriage.logscan.storm.SCREEN_EXPRESSION`)."""
+    to the per-line parse (:data:`gputriage.logscan.storm.SCREEN_EXPRESSION`), and, with
+    ``storm``, leaves out the lines whose only anchor is the ``NVRM:`` of the storm
+    path's lead (:data:`gputriage.logscan.storm.LEAD`): the storm path finds those."""
     starts: dict[int, int] = {}
     if hi <= lo or not anchors:
         return starts
     routine = ROUTINE if config.reject else {}
     engine = engine_for(config, hi - lo)
     if engine == "hyperscan":
-        hsearch.hyperscan_hits(buf, lo, hi, _matcher(anchors, config), starts, screened)
+        hsearch.hyperscan_hits(buf, lo, hi, _matcher(anchors, config, storm), starts,
+                               screened)
         return starts
     found = probes(anchors, routine)
     libc = _libc(config) if engine == "libc" else Libc(None, None, None)
@@ -319,42 +330,6 @@ def _memmem_hits(libc: Libc, buf: bytes | bytearray, lo: int, hi: int, p: Probe,
             del keep
 
 
-Line = tuple[int, bytes | bytearray, bool]  # (newlines before it, its text, cut)
-
-
-@dataclass
-class Span:
-    """Candidate lines of one block: (newlines before the line, text bytes, cut)."""
-
-    lines: list[Line]
-    newlines: int  # exact count, or (``exact`` False) an upper bound from long gaps' sizes
-    exact: bool = True
-    carry: tuple[int, int] = (0, 0)  # (lines wanted from the next block, mode)
-    head: list[Line] = field(default_factory=list)
-    head_all: bool = True  # ``head`` holds every line of the block
-    # the lines (numbered as ``lines``) the storm path must leave to the per-line parse;
-    # None: not screened by the search (the storm path screens each line itself)
-    screened: set[int] | None = None
-
-    def screen_of(self, base: int) -> set[int] | None:
-        """``screened`` as line numbers, the span's first line being ``base``."""
-        return None if self.screened is None else {base + n for n in self.screened}
-
-    def carried(self, carry: tuple[int, int]) -> tuple[list[Line], tuple[int, int]]:
-        """The block's first lines that a previous block's context ``carry`` takes, and
-        what is still wanted after this block (as :func:`_context` would find them)."""
-        limit, mode = carry
-        out: list[Line] = []
-        for line in self.head:
-            if len(out) >= limit:
-                return out, (0, 0)
-            if mode == 0 and line[1][:1] not in (b" ", b"\t"):
-                return out, (0, 0)
-            out.append(line)
-        left = limit - len(out)
-        return out, ((left, mode) if left and self.head_all else (0, 0))
-
-
 HEAD_LINES = max(TRACE_WINDOW, MAX_CONT)  # a block's lines kept for a previous block's context
 
 
@@ -380,11 +355,17 @@ def _gap(buf: bytes | bytearray, a: int, b: int, exact: bool, gap_exact: int) ->
 
 def search_span(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[bytes],
                 config: ScanConfig, carry: tuple[int, int] = (0, 0),
-                exact: bool = True) -> Span:
+                exact: bool = True, storm: bool = True) -> Span:
     """Candidate lines of ``buf[lo:hi]``, their context lines, and line positions
-    (line numbers when ``exact``, see ``ScanConfig.gap_exact`` otherwise)."""
-    screened: set[int] | None = set() if engine_for(config, hi - lo) == "hyperscan" else None
-    starts = anchor_hits(buf, lo, hi, anchors, config, screened)
+    (line numbers when ``exact``, see ``ScanConfig.gap_exact`` otherwise). With
+    ``storm`` where Hyperscan searches, the lines whose only anchor is the storm path's
+    lead are left to the storm path (:meth:`gputriage.logscan.storm.StormLines.run`),
+    which reads them from the buffer the span keeps (``Span.storm``)."""
+    hyper = engine_for(config, hi - lo) == "hyperscan"
+    # (where a LineSource has the path, and where it pays: a span its lines crowd)
+    storm = storm and hyper and line_sources.USABLE and _crowded(buf, lo, hi)
+    screened: set[int] | None = set() if hyper else None
+    starts = anchor_hits(buf, lo, hi, anchors, config, screened, storm)
     want: dict[int, int] = dict.fromkeys(starts, 0)
     need = (0, 0)
     if carry[0]:
@@ -399,10 +380,32 @@ def search_span(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[byte
         left = _context(buf, s, hi, mode, TRACE_WINDOW if mode else MAX_CONT, want)
         if left:
             need = max(need, (left, mode))
+    head, pos, head_starts = _head(buf, lo, hi)
+    if storm:
+        return Span([], 0, True, need, head, pos >= hi, None, (buf, lo, hi),
+                    (exact, config.gap_exact), sorted(want), head_starts,
+                    frozenset(screened or ()))
     out, n, approx = _wanted_lines(buf, lo, hi, sorted(want), exact, config.gap_exact,
                                    screened)
-    head, pos = _head(buf, lo, hi)
     return Span(out, n, not approx, need, head, pos >= hi, screened)
+
+
+_SAMPLES = 4  # pieces of a span in which the storm path's lines are counted
+_SAMPLE = 64 << 10  # bytes of each
+_CROWDED = 8  # lines of the storm path in the samples from which it pays
+
+
+def _crowded(buf: bytes | bytearray, lo: int, hi: int) -> bool:
+    """Whether the storm path's lines crowd ``buf[lo:hi]`` (counted in a few samples
+    spread over it): where they are few, listing them with the other candidate lines
+    costs less than the storm path's own pass over the span."""
+    step = max(_SAMPLE, (hi - lo) // _SAMPLES)
+    found = 0
+    for at in range(lo, hi, step):
+        found += buf[at:min(at + _SAMPLE, hi)].count(STORM_LEAD)
+        if found >= _CROWDED:
+            return True
+    return False
 
 
 def _wanted_lines(buf: bytes | bytearray, lo: int, hi: int, wanted: list[int], exact: bool,
@@ -419,15 +422,15 @@ def _wanted_lines(buf: bytes | bytearray, lo: int, hi: int, wanted: list[int], e
     count = buf.count if isinstance(buf, (bytes, bytearray)) else None  # (a mapping: none)
     find = buf.find
     for s in wanted:  # (_gap and _line_end, inline: this runs once per candidate line)
+        e = find(b"\n", s, hi)
+        if e < 0:
+            e = hi
         if exact or s - prev <= gap_exact:
             n += count(b"\n", prev, s) if count is not None else buf[prev:s].count(b"\n")
         else:
             approx = True
             n += s - prev
         prev = s
-        e = find(b"\n", s, hi)
-        if e < 0:
-            e = hi
         out.append((n, buf[s:min(e, s + MAX_LINE)], e - s > MAX_LINE))
         if screened and s in screened:
             marks.append(n)
@@ -439,15 +442,18 @@ def _wanted_lines(buf: bytes | bytearray, lo: int, hi: int, wanted: list[int], e
     return out, n, approx
 
 
-def _head(buf: bytes | bytearray, lo: int, hi: int) -> tuple[list[Line], int]:
-    """The span's first lines (for a previous span's context) and where they end."""
+def _head(buf: bytes | bytearray, lo: int, hi: int) -> tuple[list[Line], int, list[int]]:
+    """The span's first lines (for a previous span's context), where they end, and
+    where each starts."""
     head: list[Line] = []
+    starts: list[int] = []
     pos = lo
     while pos < hi and len(head) < HEAD_LINES:
         e = _line_end(buf, pos, hi)
         head.append((len(head), buf[pos:min(e, pos + MAX_LINE)], e - pos > MAX_LINE))
+        starts.append(pos)
         pos = e + 1
-    return head, pos
+    return head, pos, starts
 
 
 def _context(buf: bytes | bytearray, s: int, hi: int, mode: int, limit: int,
@@ -481,13 +487,8 @@ class LineFeeder:
 
     def feed(self, span: Span) -> None:
         if self.carry[0]:
-            extra, more = span.carried(self.carry)
-            seen = {n for n, _, _ in span.lines}
-            span.lines = sorted(span.lines + [x for x in extra if x[0] not in seen],
-                                key=lambda x: x[0])
-            if more[0]:
-                span.carry = max(span.carry, more)
-        self.src.feed(span.lines, self.base + 1, span.screen_of(self.base + 1))
+            span.take_carried(self.carry)
+        self.src.feed_span(span, self.base + 1)
         self.base += span.newlines
         self.exact = self.exact and span.exact
         self.carry = span.carry

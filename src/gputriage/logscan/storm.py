@@ -35,11 +35,12 @@ from gputriage.parsers.kernel_fold import Folder, line_process
 from gputriage.parsers.kernel_model import DriverEvent
 from gputriage.text.fields import normalize_bus_id
 
-__all__ = ["SCREEN_EXPRESSION", "USABLE", "LazyXid", "Source", "StormLines"]
+__all__ = ["LEAD", "SCREEN_EXPRESSION", "USABLE", "LazyXid", "Source", "StormLines"]
 
-_LEAD = b"NVRM: Xid (PCI:"
+_LEAD = LEAD = b"NVRM: Xid (PCI:"
 _STORM = re.compile(rb"NVRM: Xid \(PCI:([^)\n]{0,40})\): ?([0-9]{1,5}), "
                     rb"pid=('?[^,'\n]{0,32}'?), ?name=([^,\n]{0,64}), ?")
+
 # what sends a line to the full path: literals that add details or let another row
 # decide (those tested case-blind, on the lower-cased line), escapes; non-ASCII bytes too
 # (lower-casing could make a literal of them)
@@ -53,7 +54,7 @@ SCREEN_EXPRESSION = (rb"NVRM: Xid \(PCI:[^\n]*(?:" + b"|".join(
     + [rb"[\x80-\xff]"]) + b")")
 USABLE = _DIRECT and _PASSES  # the Xid row as this module knows it (else: never taken)
 _DMESG = re.compile(rb"\[ {0,12}([0-9]{1,12}\.[0-9]{1,9})\] *")  # dmesg raw: one per line
-_CACHE = 4096  # prefixes and keys kept (then the cache starts again)
+CACHE = 4096  # prefixes and keys kept (then the cache starts again)
 
 # what a prefix tells: (format, stamps, time, uptime, seconds); None: not a fast one
 Head = tuple[str, tuple[str, ...], datetime | None, float | None, float | None]
@@ -96,7 +97,9 @@ class StormLines:
         self.fast = fast
         self.heads: dict[bytes, Head] = {}
         self.plain: dict[tuple[bytes, bytes], tuple[str | None, str]] = {}
-        self.procs: dict[tuple[bytes, bytes], tuple[str, str]] = {}
+        self.procs: dict[tuple[Any, ...], tuple[str, str]] = {}
+        # (code, message) as printed -> its fault pattern (messages repeat in a storm)
+        self.patterns: dict[tuple[Any, ...], str] = {}
 
     def feed(self, src: Source, lines: list[tuple[int, bytes | bytearray, bool]],
              base: int) -> None:
@@ -184,21 +187,21 @@ class StormLines:
         seconds = t.timestamp() if t is not None else line.uptime_s
         out: Head = (line.format, line.stamps, t, line.uptime_s, seconds)
         if line.uptime_s is None:  # a prefix with an uptime is seldom seen twice
-            if len(self.heads) >= _CACHE:
+            if len(self.heads) >= CACHE:
                 self.heads.clear()
             self.heads[head] = out
         return out
 
     def _plain(self, bus: bytes, code: bytes) -> tuple[str | None, str]:
         """A line's bus id and code (cached per distinct pair)."""
-        if len(self.plain) >= _CACHE:
+        if len(self.plain) >= CACHE:
             self.plain.clear()
         found = self.plain[bus, code] = (normalize_bus_id(bus.decode("ascii")), code.decode())
         return found
 
     def _proc(self, pid: bytes, name: bytes) -> tuple[str, str]:
         """A line's process key and name (:func:`line_process`; cached per pair)."""
-        if len(self.procs) >= _CACHE:
+        if len(self.procs) >= CACHE:
             self.procs.clear()
         proc = self.procs[pid, name] = line_process(pid.decode("ascii").strip("'"),
                                                     name.decode("ascii"))

@@ -118,9 +118,10 @@ class EventExtractor:
         a whole event of its own can bypass the extractor without changing anything."""
         return self._pending is None and not self._open and not self._queue
 
-    def note_line(self) -> None:
-        """A line handled outside the extractor (see ``idle``) still counts."""
-        self._seq += 1
+    def note_line(self, lines: int = 1) -> None:
+        """A line (``lines`` lines) handled outside the extractor (see ``idle``) still
+        counts."""
+        self._seq += lines
 
     def finish(self) -> list[DriverEvent]:
         """Flush the multi-line message and the open events at the end of input."""

@@ -109,7 +109,7 @@ def recovery_cleared(ev: DriverEvent) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def _code_number(code: str) -> int | None:
+def code_number(code: str) -> int | None:
     """An Xid code's number (None when it is not one): the lines of a storm repeat it."""
     return strict_int(code, signed=False)
 
@@ -121,7 +121,7 @@ def _xid_code(ev: DriverEvent) -> int | None:
 
 
 @dataclass
-class _State:
+class XidState:
     """A GPU's latest Xid other than 45 (code None: none yet) and the 45s since."""
 
     code: int | None = None
@@ -151,7 +151,7 @@ def _add_cause(ev: DriverEvent, code: int, named: int | None) -> None:
         ev.follows = tuple(sorted({*(ev.follows or ()), code}))
 
 
-def _follows(st: _State | None, at: float | None, index_base: int = 0) -> int | None:
+def _follows(st: XidState | None, at: float | None, index_base: int = 0) -> int | None:
     """The code an Xid 45 at ``at`` follows given its GPU's state, or None."""
     if st is None or st.code is None or st.since + index_base >= LOOKBACK:
         return None
@@ -173,7 +173,7 @@ class Folder:
         self._folded: dict[_EpochKey, DriverEvent] = {}
         self._loads: dict[int, int] = {}  # boot -> driver loads so far
         self._resets: dict[tuple[int, str | None], int] = {}  # (boot, bus) -> resets
-        self.states: dict[tuple[int, str | None], _State] = {}  # (boot, bus) -> Xid state
+        self.states: dict[tuple[int, str | None], XidState] = {}  # (boot, bus) -> Xid state
         self.first_boot: int | None = None
         self.last_boot: int | None = None
         self.leads: dict[str | None, list[Lead]] = {}
@@ -200,7 +200,7 @@ class Folder:
             self._lost79.add(key)
         st = self.states.get(key)
         if code != 45:
-            self.states[key] = _State(code, seconds(ev), 0)
+            self.states[key] = XidState(code, seconds(ev), 0)
             return None
         named = strict_int(ev.details.get("caused_by"), signed=False)
         at = seconds(ev)
@@ -208,7 +208,7 @@ class Folder:
         if ev.follows is None:
             ev.follows = tuple(sorted({c for c in (named, found) if c is not None}))
         if st is None:
-            st = self.states[key] = _State()
+            st = self.states[key] = XidState()
         lead = None
         if st.code is None and ev.boot == self.first_boot and st.since < LOOKBACK:
             lead = Lead(ev, at, named, st.since)
@@ -345,11 +345,11 @@ class Folder:
         if code != "45":
             if code == "79":
                 self._lost79.add(key)
-            number = _code_number(code)
+            number = code_number(code)
             if number is None:
                 return
             if st is None:
-                self.states[key] = _State(number, at, 0)
+                self.states[key] = XidState(number, at, 0)
             else:
                 st.code, st.at, st.since = number, at, 0
             return
@@ -361,7 +361,7 @@ class Folder:
         if not causes:
             reps.uncaused += 1
         if st is None:
-            st = self.states[key] = _State()
+            st = self.states[key] = XidState()
         if st.code is None and boot == self.first_boot and st.since < LOOKBACK:
             self.leads.setdefault(bus, []).append(Lead(folded, at, named, st.since))
         st.since += 1
@@ -376,11 +376,11 @@ class Folder:
                 built = line.events(lineno, ev.origin, boot)
                 reps.last = built[min(which, len(built) - 1)]
 
-    def tails(self) -> dict[str | None, _State]:
+    def tails(self) -> dict[str | None, XidState]:
         """The Xid state of each GPU in the last boot seen."""
         return {bus: st for (boot, bus), st in self.states.items() if boot == self.last_boot}
 
-    def summary(self) -> tuple[dict[str | None, list[Lead]], dict[str | None, _State]]:
+    def summary(self) -> tuple[dict[str | None, list[Lead]], dict[str | None, XidState]]:
         """(leads, tails): the Xid 45s that open what this folder holds, and its GPUs'
         Xid states at its end (from ``chain`` when it joined parts)."""
         if self.chain is not None:
@@ -453,14 +453,27 @@ def _count_key(reps: Repeats, key: str, name: str, code: str,
         reps.other_processes += 1
         return
     if code in APP_FAULTS:
-        tries = reps.tries.get(key, 0)
-        pats = reps.patterns.get(key)
-        if pats is None:
-            pats = reps.patterns[key] = set()
-        if len(pats) < PATTERNS and tries < PATTERN_TRIES:
-            reps.tries[key] = tries + 1
-            msg = message if isinstance(message, str) else message.decode("ascii").strip()
-            pats.add(f"{code}:{_VARIABLE.sub('#', msg)}")
+        count_pattern(reps, key, code, message)
+
+
+def count_pattern(reps: Repeats, key: str, code: str, message: str | bytes | bytearray
+                  ) -> None:
+    """The fault pattern of one occurrence of an application fault ``code`` by process
+    ``key`` (named already), while that process's patterns are still worked out."""
+    tries = reps.tries.get(key, 0)
+    pats = reps.patterns.get(key)
+    if pats is None:
+        pats = reps.patterns[key] = set()
+    if len(pats) < PATTERNS and tries < PATTERN_TRIES:
+        reps.tries[key] = tries + 1
+        pats.add(message_pattern(code, message))
+
+
+def message_pattern(code: str, message: str | bytes | bytearray) -> str:
+    """An Xid's fault pattern from its code and message (bytes: the raw rest of an ASCII
+    line), as :func:`fault_pattern` makes it of an event."""
+    msg = message if isinstance(message, str) else message.decode("ascii").strip()
+    return f"{code}:{_VARIABLE.sub('#', msg)}"
 
 
 def _merge(into: DriverEvent, ev: DriverEvent) -> None:
@@ -494,10 +507,10 @@ class FollowChain:
     """Xid 45 attribution across folders that follow one another in one log (a file's
     blocks, rotated files): each settles the next one's leads from the GPUs' states."""
 
-    states: dict[str | None, _State] = field(default_factory=dict)
+    states: dict[str | None, XidState] = field(default_factory=dict)
     leads: dict[str | None, list[Lead]] = field(default_factory=dict)  # still open
 
-    def join(self, leads: dict[str | None, list[Lead]], tails: dict[str | None, _State],
+    def join(self, leads: dict[str | None, list[Lead]], tails: dict[str | None, XidState],
              continues: bool, one_boot: bool) -> None:
         """The next folder: its first-boot ``leads``, its last boot's ``tails``;
         ``continues``: its first boot continues the last one here; ``one_boot``: it saw
@@ -521,11 +534,11 @@ class FollowChain:
             for bus, st in tails.items():
                 old = self.states.get(bus)
                 if st.code is None and old is not None:
-                    self.states[bus] = _State(old.code, old.at, old.since + st.since)
+                    self.states[bus] = XidState(old.code, old.at, old.since + st.since)
                 else:
-                    self.states[bus] = _State(st.code, st.at, st.since)
+                    self.states[bus] = XidState(st.code, st.at, st.since)
         else:
-            self.states = {bus: _State(st.code, st.at, st.since) for bus, st in tails.items()}
+            self.states = {bus: XidState(st.code, st.at, st.since) for bus, st in tails.items()}
 
 
 def weight(events: Iterable[DriverEvent]) -> int:

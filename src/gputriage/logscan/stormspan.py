@@ -1,0 +1,352 @@
+"""The storm path's pass over one span: every line that holds an Xid lead, read where it
+lies in the buffer, merged in order with the span's candidate lines.
+
+Where Hyperscan searches a span that storm lines crowd
+(:func:`gputriage.logscan.search.search_span` with ``storm``), the lines whose only anchor
+is the ``NVRM:`` of ``NVRM: Xid (PCI:`` are left out of the candidates, and
+:class:`SpanPass` finds them with one ``finditer`` over the span that also reads the usual
+shape (bus, code, pid, process, message). A line of that shape whose key has a folded
+event is folded right there, by a loop that does per line only what differs from line to
+line: its prefix, key and process are looked up per distinct value, and it adds its
+count, its process, its fault pattern while those are worked out and its GPU's Xid
+state. Its line number and text are worked out only for the last line of each key, when
+the pass hands over to the per-line parse.
+
+Every other line goes to :meth:`gputriage.logscan.storm.StormLines.feed` in its turn,
+numbered as :func:`gputriage.logscan.search._wanted_lines` would have numbered it:
+
+- the candidate lines;
+- lines of another shape, or screened by the search;
+- lines followed by continuation lines (taken with them);
+- the first occurrences of a key, kept one by one;
+- lines that start a boot;
+- lines that come while the extractor is busy.
+
+So the events are those of the per-line parse by construction
+(``tests/test_logscan_storm.py`` compares them on storms of every format, in blocks read
+here and in worker processes).
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left, bisect_right
+from typing import TYPE_CHECKING, Any
+
+from gputriage.logscan.storm import CACHE, LazyXid, Source, StormLines
+from gputriage.parsers.kernel_extractor import MAX_LINE
+from gputriage.parsers.kernel_fold import (
+    APP_FAULTS,
+    PATTERN_TRIES,
+    PATTERNS,
+    PROCESSES,
+    XidState,
+    code_number,
+    message_pattern,
+)
+
+if TYPE_CHECKING:
+    from gputriage.logscan.span import Span
+
+__all__ = ["SpanPass"]
+
+# every lead of a span, with (where the line has the usual shape) what the storm path
+# reads of it: bus, code, pid, process, and the rest of the line
+_FIND = re.compile(rb"NVRM: Xid \(PCI:(?:([^)\n]{0,40})\): ?([0-9]{1,5}), "
+                   rb"pid=('?[^,'\n]{0,32}'?), ?name=([^,\n]{0,64}), ?([^\n]*))?")
+_MAX_CONT = 8  # continuation lines taken after a line (``search.MAX_CONT``)
+_BLANK = (32, 9)  # the first byte of a continuation line
+Line = tuple[int, bytes | bytearray, bool]
+
+
+def _start_of(pair: tuple[int, Any]) -> int:
+    return pair[0]
+
+
+class SpanPass:
+    """One span's lines, candidates and storm lines, in order (see the module
+    docstring): numbered from ``base``, exactly when ``exact``, else counting the bytes of
+    gaps over ``gap_exact`` (the span's ``newlines`` and ``exact`` are set here)."""
+
+    def __init__(self, storm: StormLines, src: Source, span: Span, base: int, exact: bool,
+                 gap_exact: int) -> None:
+        assert span.storm is not None
+        self.storm, self.src, self.span, self.base = storm, src, span, base
+        self.exact, self.gap_exact = exact, gap_exact
+        self.buf, self.lo, self.hi = buf, lo, hi = span.storm
+        self.count = buf.count if isinstance(buf, (bytes, bytearray)) else None
+        self.starts, self.screened_at = span.starts, span.screened_at
+        # (bus, code) as printed -> (folded event, its repeats, bus, code, an application
+        # fault, the code's number, a code whose Xid state is set inline)
+        self.hots: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        # key -> its latest line's start and the repeats it joined (their last occurrence)
+        self.lastpos: dict[tuple[Any, ...], tuple[int, Any]] = {}
+        self.i = 0  # the next candidate line
+        self.next_at = self.starts[0] if self.starts else hi + 1
+        # numbering: line starts (ascending) with the newlines before each, from which
+        # the newlines before a later line up to the next one are counted
+        self.marks, self.marked = [lo], [0]
+        self.prev = lo  # the last line listed
+        self.approx = False
+        self.boot = self.epochs = -1
+        self.cur: Any = None  # the boot segment
+        self.busy = True  # the extractor is not idle: lines go to the per-line parse
+        self.folded = 0  # lines folded since the last hand-over
+
+    # -- numbering ----------------------------------------------------------------------
+    def number(self, at: int) -> int:
+        """The newlines before the line that starts at ``at``."""
+        marks, marked = self.marks, self.marked
+        k = bisect_right(marks, at) - 1
+        pos, n = marks[k], marked[k]
+        if at != pos:
+            buf = self.buf
+            n += (self.count(b"\n", pos, at) if self.count is not None
+                  else buf[pos:at].count(b"\n"))
+            if k == len(marks) - 1:
+                marks.append(at)
+                marked.append(n)
+        return n
+
+    def jump(self, at: int) -> None:
+        """A line at ``at`` after a gap that is not counted: the last line's number plus
+        the gap's bytes."""
+        n = self.number(self.prev) + at - self.prev
+        self.marks.append(at)
+        self.marked.append(n)
+        self.approx = True
+
+    def listed(self, at: int) -> int:
+        """The number of the next line listed, at ``at``."""
+        if not self.exact and at - self.prev > self.gap_exact:
+            self.jump(at)
+        self.prev = at
+        return self.number(at)
+
+    def line_at(self, at: int, n: int) -> Line:
+        """The line at ``at`` as the search lists it (numbered ``n``)."""
+        buf, hi = self.buf, self.hi
+        e = buf.find(b"\n", at, hi)
+        e = hi if e < 0 else e
+        return (n, buf[at:min(e, at + MAX_LINE)], e - at > MAX_LINE)
+
+    # -- hand-overs to the per-line parse ---------------------------------------------
+    def hand_over(self, items: list[Line], screened: set[int] | None = None) -> None:
+        """Settle what the pass deferred, then let the per-line parse take ``items``."""
+        if self.lastpos:
+            buf, hi, find = self.buf, self.hi, self.buf.find
+            for at, reps in sorted(self.lastpos.values(), key=_start_of):  # (counted onwards)
+                e = find(b"\n", at, hi)
+                raw = bytes(buf[at:hi if e < 0 else e])
+                reps.pending = (LazyXid(raw, self.storm.fast), self.base + self.number(at),
+                                self.boot, 0)
+            self.lastpos.clear()
+        if self.folded:
+            self.src.fold.last_boot = self.boot
+            self.src.ex.note_line(self.folded)
+            self.folded = 0
+        if items:
+            self.src.screen = screened
+            self.storm.feed(self.src, items, self.base)
+
+    def settle(self) -> None:
+        """Take in what the per-line parse may have changed: boot, epochs, extractor."""
+        src = self.src
+        segs = src.segs
+        if len(segs) - 1 != self.boot or src.fold.epochs != self.epochs:
+            self.hots.clear()
+            self.boot, self.epochs = len(segs) - 1, src.fold.epochs
+        self.cur = segs[-1]
+        self.busy = src.held is not None or not src.ex.idle
+
+    def candidates(self, upto: int) -> None:
+        """Hand over the candidate lines that start before ``upto``."""
+        starts, i = self.starts, self.i
+        j = bisect_left(starts, upto, i)
+        if j > i:
+            self.hand_over([])
+            items, screened = [], set()
+            for at in starts[i:j]:
+                item = self.line_at(at, self.listed(at))
+                items.append(item)
+                if at in self.screened_at:
+                    screened.add(self.base + item[0])
+            self.hand_over(items, screened)
+            self.i = i = j
+            self.settle()
+        self.next_at = starts[i] if i < len(starts) else self.hi + 1
+
+    def meet(self, at: int, plain: bool) -> bool | None:
+        """A storm line at ``at`` at or after the next candidate: the candidates before it
+        handed over; True when it is a candidate too (found by another anchor or inside
+        a context window) that the pass may still fold (``plain``: of the usual shape),
+        None when it was handed over as one."""
+        self.candidates(at)
+        if at != self.next_at:
+            return False
+        self.i += 1
+        self.next_at = self.starts[self.i] if self.i < len(self.starts) else self.hi + 1
+        if plain and not self.busy and at not in self.screened_at:
+            return True
+        self.hand_over([])
+        n = self.listed(at)
+        self.hand_over([self.line_at(at, n)],
+                       {self.base + n} if at in self.screened_at else set())
+        self.settle()
+        return None
+
+    def alone(self, at: int, settled: bool = True) -> None:
+        """Hand over the storm line at ``at`` and the continuation lines after it (up to
+        the next candidate). ``settled`` False: what the pass deferred stays deferred (the
+        line's key has no folded event yet: its parse changes none, nor boot or epoch)."""
+        if settled:
+            self.hand_over([])
+        buf, hi = self.buf, self.hi
+        items = [self.line_at(at, self.number(at))]
+        pos = at
+        while True:
+            e = buf.find(b"\n", pos, hi)
+            pos = hi + 1 if e < 0 else e + 1
+            if pos >= hi:
+                left = _MAX_CONT + 1 - len(items)
+                if left:  # wanted from the next span
+                    self.span.carry = max(self.span.carry, (left, 0))
+                break
+            if len(items) > _MAX_CONT or pos >= self.next_at or buf[pos] not in _BLANK:
+                break
+            items.append(self.line_at(pos, self.listed(pos)))
+        self.src.screen = set()
+        self.storm.feed(self.src, items, self.base)
+        self.settle()
+
+    # -- the pass -----------------------------------------------------------------------
+    def run(self) -> None:
+        buf, lo, hi = self.buf, self.lo, self.hi
+        rfind = buf.rfind
+        exact, gap_exact = self.exact, self.gap_exact
+        heads, head_of = self.storm.heads, self.storm._head
+        formats = self.src.formats
+        fold = self.fold_line
+        self.settle()
+        last_line = -1
+        for m in _FIND.finditer(buf, lo, hi):
+            s = m.start()
+            ls = rfind(b"\n", lo, s) + 1 or lo
+            if ls == last_line:  # another lead on a line already taken
+                continue
+            last_line = ls
+            listed: bool | None = False
+            if ls >= self.next_at:
+                listed = self.meet(ls, m.group(1) is not None)
+                if listed is None:
+                    continue
+            if not exact and ls - self.prev > gap_exact:
+                self.jump(ls)
+            self.prev = ls
+            e = m.end()
+            if (self.busy or m.group(1) is None or e - ls > MAX_LINE
+                    or (not listed and e + 1 < hi and buf[e + 1] in _BLANK)):
+                self.alone(ls)
+                continue
+            hb = buf[ls:s]
+            if type(hb) is not bytes:
+                hb = bytes(hb)
+            head = heads.get(hb)
+            if head is None:
+                head = head_of(hb, buf[ls:e]) if hb.isascii() else None
+                if head is None:
+                    self.alone(ls)
+                    continue
+            if head[0] not in formats:
+                formats[head[0]] = None
+            up = head[3]
+            if up is not None and self.cur.last_up is not None and up < self.cur.last_up - 1.0:
+                self.alone(ls)  # a new boot: the full bookkeeping
+                continue
+            fold(m, ls, head)
+        self.candidates(hi + 1)
+        self.hand_over([])
+        if not exact and hi - self.prev > gap_exact:
+            self.jump(hi)
+        self.span.newlines = self.number(hi)
+        self.span.exact = not self.approx
+
+    def fold_line(self, m: re.Match[bytes], ls: int, head: tuple[Any, ...]) -> None:
+        """Fold the storm line at ``ls`` into its key's folded event (or hand it over while
+        its key has none): ``Folder.fold_plain``, inline and deferring its last line."""
+        key = m.group(1, 2)
+        h = self.hots.get(key)
+        if h is None:
+            h = self._hot(key)
+            if h is None:  # its first occurrences: parsed, kept one by one
+                self.alone(ls, key[1] == b"154")
+                return
+        _fmt, _stamps, time, up, seconds = head
+        cur = self.cur
+        cur.seen = True
+        if time is not None:
+            cur.first = cur.first or time
+            cur.last = time
+        if up is not None:
+            if cur.first_up is None:
+                cur.first_up = up
+            cur.last_up = up
+        ev, reps, bus, code, app, number, plainly = h
+        fold = self.src.fold
+        if fold.attribute:
+            if plainly:  # (``Folder._attribute_line`` for the usual codes, inline)
+                st = fold.states.get((self.boot, bus))
+                if st is None:
+                    fold.states[self.boot, bus] = XidState(number, seconds, 0)
+                else:
+                    st.code, st.at, st.since = number, seconds, 0
+            else:
+                fold._attribute_line(reps, ev, bus, seconds, None, code, self.boot)
+        ev.count += 1
+        self.lastpos[key] = (ls, reps)
+        self.folded += 1
+        pid_name = m.group(3, 4)
+        storm = self.storm
+        pk, pname = storm.procs.get(pid_name) or storm._proc(*pid_name)
+        if not pk:
+            return
+        procs = reps.processes  # (``kernel_fold._count_key``, inline)
+        if pk in procs:
+            if pname and not procs[pk]:
+                procs[pk] = pname
+        elif len(procs) < PROCESSES:
+            procs[pk] = pname
+        else:
+            reps.other_processes += 1
+            return
+        if app and reps.tries.get(pk, 0) < PATTERN_TRIES:
+            self._pattern(reps, pk, code, m.group(2, 5))
+
+    def _hot(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """What the pass keeps of a key whose folded event exists (None: none yet)."""
+        storm = self.storm
+        bus, code = storm.plain.get(key) or storm._plain(*key)
+        hot = None if code == "154" else self.src.fold.hot(self.boot, bus, code)
+        if hot is None:
+            return None
+        number = code_number(code)
+        plainly = number is not None and code not in ("45", "79")
+        h = self.hots[key] = (hot[0], hot[0].repeats, bus, code, code in APP_FAULTS, number,
+                              plainly)
+        return h
+
+    def _pattern(self, reps: Any, pk: str, code: str, said: tuple[Any, ...]) -> None:
+        """``kernel_fold.count_pattern``, the pattern of each distinct (code, message)
+        worked out once."""
+        pats = reps.patterns.get(pk)
+        if pats is None:
+            pats = reps.patterns[pk] = set()
+        if len(pats) < PATTERNS:
+            reps.tries[pk] = reps.tries.get(pk, 0) + 1
+            patterns = self.storm.patterns
+            pat = patterns.get(said)
+            if pat is None:
+                if len(patterns) >= CACHE:
+                    patterns.clear()
+                pat = patterns[said] = message_pattern(code, said[1])
+            pats.add(pat)
