@@ -757,3 +757,23 @@ def test_a_fork_that_fails_is_a_dead_worker_not_a_read_error(monkeypatch, tmp_pa
     monkeypatch.setattr(os, "fork", no_fork)
     scan = scan_paths([str(path)], now=NOW, config=SMALL_FORKED)
     assert _events(scan) == expected and not any("read error" in p for p in scan.problems)
+
+
+def test_meanwhile_runs_once_while_workers_search(monkeypatch, tmp_path):
+    """``scan_paths(meanwhile=...)`` lets the caller work while forked workers search a
+    large file (called once, after the first block came back); a file read in this
+    process never calls it."""
+    import threading
+    from dataclasses import replace
+
+    log = tmp_path / "kern.log"
+    line = "[ 12.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+    log.write_text("[ 1.0] usb 1-4: new high-speed USB device\n" * 2000 + line)
+    calls: list[int] = []
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    workers = replace(ScanConfig(), workers=2, process_min=0, block=8192)
+    scan = scan_paths([str(log)], config=workers, meanwhile=lambda: calls.append(1))
+    assert calls == [1] and [e.kind for e in scan.events][:1] == ["xid"]
+    calls.clear()
+    scan_paths([str(log)], meanwhile=lambda: calls.append(1))
+    assert calls == []

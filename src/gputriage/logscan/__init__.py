@@ -142,7 +142,8 @@ def _plain_size(fh: BinaryIO) -> int:
 
 def _scan_blocks(name: str, fh: BinaryIO, size: int, order: int, now: datetime | None,
                  procs: ForkWorkers, problems: list[str], config: ScanConfig,
-                 progress: ScanProgress | None = None) -> InputResult:
+                 progress: ScanProgress | None = None,
+                 meanwhile: Callable[[], None] | None = None) -> InputResult:
     """:func:`_scan_one` for a large plain file, its blocks searched by ``procs``."""
     head = os.pread(fh.fileno(), REFERENCE_BYTES, 0)
     tail = os.pread(fh.fileno(), REFERENCE_BYTES, max(0, size - REFERENCE_BYTES))
@@ -155,7 +156,7 @@ def _scan_blocks(name: str, fh: BinaryIO, size: int, order: int, now: datetime |
     # or removed since
     opened = f"/proc/{os.getpid()}/fd/{fh.fileno()}"
     lines = run_blocks(src, inp, opened if os.path.exists(opened) else name, size, procs,
-                       anchors)
+                       anchors, meanwhile)
     src.finish()
     return InputResult(name, order, src, lines, inp.nbytes, problems)
 
@@ -242,9 +243,11 @@ class _Scanner:
 
     def __init__(self, now: datetime | None, config: ScanConfig,
                  pool: ThreadPoolExecutor | None, shape: bool = False,
-                 progress: ScanProgress | None = None) -> None:
+                 progress: ScanProgress | None = None,
+                 meanwhile: Callable[[], None] | None = None) -> None:
         self.now = now
         self.progress = progress
+        self.meanwhile = meanwhile
         self.shape = shape
         self.config = config
         self.pool = pool
@@ -266,8 +269,9 @@ class _Scanner:
                 self.procs = process_pool(_workers(self.config)) or False
             if self.procs:
                 try:
+                    meanwhile, self.meanwhile = self.meanwhile, None
                     return _scan_blocks(name, fh, size, order, now, self.procs,
-                                        self.problems, self.config, self.progress)
+                                        self.problems, self.config, self.progress, meanwhile)
                 except WorkerDied:  # a worker died: read this one here
                     self.procs = False
         workers = _workers(self.config)
@@ -281,21 +285,24 @@ class _Scanner:
 def scan_paths(paths: Sequence[str], *, now: datetime | None = None,
                config: ScanConfig = DEFAULT, shape: bool = False,
                texts: Sequence[tuple[str, str]] = (),
-               progress: ScanProgress | None = None) -> LogScan:
+               progress: ScanProgress | None = None,
+               meanwhile: Callable[[], None] | None = None) -> LogScan:
     """Scan kernel-log files (plain, .gz, .xz, .bz2; ``-`` = stdin, pipes, FIFOs) as one
     timeline. Inputs are opened by :func:`gputriage.io.inputs.open_input` (devices refused,
     streams read under its budgets); one whose first block is binary is not read on,
     nor (with ``shape``) one whose first lines are not log records
     (:func:`gputriage.parsers.kernel_log.shape_refusal`). ``texts``: ``(origin, text)``
     kernel logs already in memory, joined to the same timeline. ``progress`` is told
-    what was read of each input as the scan goes.
+    what was read of each input as the scan goes. ``meanwhile`` is called once while
+    worker processes search a large file (what the caller can do in the meantime: its
+    own imports), else not at all.
 
     Raises :class:`InputError` only when no input could be read at all."""
     results: list[InputResult] = []
     failures: list[str] = []
     workers = _workers(config)
     pool = ThreadPoolExecutor(workers) if workers > 1 else None
-    scanner = _Scanner(now, config, pool, shape, progress)
+    scanner = _Scanner(now, config, pool, shape, progress, meanwhile)
     try:
         for order, path in enumerate(paths):
             name = "<stdin>" if path == "-" else str(path)

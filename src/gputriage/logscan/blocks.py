@@ -21,6 +21,7 @@ import mmap
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import BinaryIO
@@ -158,10 +159,13 @@ def _shift(ev: DriverEvent, by: int) -> None:
 
 
 def run_blocks(src: LineSource, inp: InputSpans, path: str, size: int, procs: ForkWorkers,
-               anchors: tuple[bytes, ...]) -> int | None:
+               anchors: tuple[bytes, ...], meanwhile: Callable[[], None] | None = None
+               ) -> int | None:
     """Like :func:`gputriage.logscan.search.run_input` for a plain file whose blocks the
     workers read: ``src`` receives the joined events, boots, formats and counts. The
-    line count is None when long gaps were not counted."""
+    line count is None when long gaps were not counted. ``meanwhile`` is called once the
+    workers run (after the first block came back): what this process can do while they
+    search (its own imports, say)."""
     config = inp.config
     block = config.block
     task = functools.partial(block_task, path, anchors=anchors, config=config,
@@ -182,6 +186,9 @@ def run_blocks(src: LineSource, inp: InputSpans, path: str, size: int, procs: Fo
                 break
             if r is None:
                 break
+            if meanwhile is not None:
+                meanwhile()
+                meanwhile = None
             for ev in r.fold.events:
                 _shift(ev, base)
             mapping, continued = join_boots(r.segs, segs)
