@@ -764,7 +764,6 @@ def test_meanwhile_runs_once_while_workers_search(monkeypatch, tmp_path):
     large file (called once, after the first block came back); a file read in this
     process never calls it."""
     import threading
-    from dataclasses import replace
 
     log = tmp_path / "kern.log"
     line = "[ 12.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
