@@ -2,11 +2,11 @@
 database of every anchor, scanned over a span outside the GIL.
 
 Each match's end is turned into its line start (one candidate per line). A routine
-anchor (see :data:`gputriage.logscan.search.ROUTINE`) is compiled as two patterns,
-the anchor and one of its required literals on the same line in either order, so
-routine lines never reach Python at all; where a required literal could overlap the
-anchor itself the anchor is compiled alone and the line checked here instead. The
-lines found are exactly those of the libc and ``bytes.find`` searches.
+anchor (see :data:`gputriage.logscan.search.ROUTINE`) is found through its required
+literals (case ignored) where they are rare, its line checked here for the anchor,
+else through the anchor, its line checked here for a required literal (see
+:class:`Matcher`): every pattern is a literal, and routine lines seldom reach Python.
+The lines found are exactly those of the libc and ``bytes.find`` searches.
 
 Where ``hyperscan`` cannot be imported, :func:`available` is False and the scan uses
 the other searches."""
@@ -63,36 +63,54 @@ def not_followed(text: bytes, lead: bytes) -> bytes:
     return _lit(text) + tail
 
 
+# a routine anchor whose required literals are all this long is searched through them
+# (case ignored: shorter ones, such as "error", are words most logs hold)
+RARE_LITERAL = 7
+
+
 class Matcher:
-    """A compiled database: each pattern's id -> (context mode, literals to check on the
-    line here, or ()); mode -1: the ``screen`` expression, whose lines are noted apart
-    (and are candidates). With ``lead`` (a literal that starts with an anchor), that
-    anchor is found only where the rest of ``lead`` does not follow it."""
+    """A compiled database: each pattern's id -> (context mode, literals one of which the
+    line must hold, case ignored, or (), and a literal the line must hold as it is, or
+    b""); mode -1: the ``screen`` expression, whose lines are noted apart (and are
+    candidates). With ``lead`` (a literal that starts with an anchor), that anchor is
+    found only where the rest of ``lead`` does not follow it.
+
+    A routine anchor (see :data:`gputriage.logscan.search.ROUTINE`) is found through its
+    required literals where they are rare enough (:data:`RARE_LITERAL`), each a caseless
+    literal whose line must hold the anchor too; else through the anchor, whose line must
+    hold one of them: routine lines seldom call back either way, and every pattern stays
+    a literal (a pattern of the anchor, then a required literal on its line, costs a
+    third of the scan's speed)."""
 
     def __init__(self, anchors: Sequence[bytes], modes: Sequence[int],
                  routine: dict[bytes, tuple[bytes, ...]], screen: bytes | None = None,
                  lead: bytes | None = None) -> None:
         hs = _hyperscan()
         exprs: list[bytes] = []
-        self.checks: list[tuple[int, tuple[bytes, ...]]] = []
+        flags: list[int] = []
+        self.checks: list[tuple[int, tuple[bytes, ...], bytes]] = []
         for a, mode in zip(anchors, modes, strict=True):
             need = routine.get(a, ())
             if lead is not None and lead.startswith(a) and not need:
                 exprs.append(not_followed(a, lead[len(a):]))
-                self.checks.append((mode, ()))
-            elif need and not any(overlaps(a, r) for r in need):
-                alt = b"(?i:" + b"|".join(_lit(r) for r in need) + b")"
-                exprs += [_lit(a) + b"[^\\n]*" + alt, alt + b"[^\\n]*" + _lit(a)]
-                self.checks += [(mode, ()), (mode, ())]
+                flags.append(0)
+                self.checks.append((mode, (), b""))
+            elif need and all(len(r) >= RARE_LITERAL for r in need):
+                for r in need:
+                    exprs.append(_lit(r))
+                    flags.append(hs.HS_FLAG_CASELESS)
+                    self.checks.append((mode, (), a))
             else:
                 exprs.append(_lit(a))
-                self.checks.append((mode, need))
+                flags.append(0)
+                self.checks.append((mode, need, b""))
         if screen is not None:
             exprs.append(screen)
-            self.checks.append((-1, ()))
+            flags.append(0)
+            self.checks.append((-1, (), b""))
         self.db = hs.Database(mode=hs.HS_MODE_BLOCK)
         self.db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
-                        flags=0)
+                        flags=flags)
         self.scratch: Callable[[], Any] = functools.partial(hs.Scratch, self.db)
 
 
@@ -117,7 +135,7 @@ def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,
 
     def on_match(i: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
         pos = lo + to - 1  # the match's last byte
-        mode, need = checks[i]
+        mode, need, held = checks[i]
         if mode < 0:
             if screened is not None:
                 s = rfind(b"\n", lo, pos) + 1 or lo
@@ -135,6 +153,8 @@ def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,
                 low = buf[s:e].lower()
                 if not any(r in low for r in need):
                     return None
+            if held and find(held, s, e) < 0:
+                return None
             line[0], line[1] = s, e
         if starts.get(s, -1) < mode:
             starts[s] = mode
