@@ -1,6 +1,6 @@
 """Facts: typed views of a snapshot, parsed once and shared by all rules.
 
-A fact is looked up by name in :data:`gputriage.facts.registry.REGISTRY` (the explicit
+A fact is looked up by name in :mod:`gputriage.facts.registry` (the explicit
 facts of every area) or, for a source that declares its parser in
 :mod:`gputriage.sources`, is that source parsed. Each is computed on first use; a
 fact whose sources are absent raises :class:`Missing` with the reason, which the
@@ -27,10 +27,11 @@ from gputriage.snapshot.bundle import Snapshot
 __all__ = ["Facts", "Missing", "fact_named", "is_fact"]
 
 
-def _registry() -> dict[str, Fact]:
-    from gputriage.facts.registry import REGISTRY
+def _explicit_fact(name: str) -> Fact | None:
+    """An area's fact ``name`` (the registry imports that area only)."""
+    from gputriage.facts.registry import fact
 
-    return REGISTRY
+    return fact(name)
 
 
 def _source_fact(name: str) -> Fact | None:
@@ -51,7 +52,7 @@ def _source_fact(name: str) -> Fact | None:
 
 def fact_named(name: str) -> Fact | None:
     """The fact called ``name``: an area's explicit fact first, else a parsed source."""
-    return _registry().get(name) or _source_fact(name)
+    return _explicit_fact(name) or _source_fact(name)
 
 
 def is_fact(name: str) -> bool:
