@@ -36,14 +36,20 @@ __all__ = ["NcclJob", "NcclLogText", "env_value", "nccl_bus_id", "nccl_job", "nc
 
 @FACTS.fact("nccl_log")
 def nccl_log(facts: FactReader) -> NcclLog:
-    from gputriage.parsers.nccl_log import parse_nccl_log
-
     cap = facts.snapshot.get("nccl_log")
     streamed = getattr(cap, "log", None)  # a large text streamed whole (ingest.bigtext)
-    log = streamed if streamed is not None else facts.parse("nccl_log", parse_nccl_log)
+    log = streamed if streamed is not None else facts.parse("nccl_log", _parse_nccl_log)
     if not log.processes and not log.framework_errors:
         raise Missing("nccl_log: no NCCL record in it")
     return log
+
+
+def _parse_nccl_log(text: str) -> NcclLog:
+    """The NCCL log parser, imported only when there is a log to parse (the kernel-log
+    path asks for this fact of every host and has none)."""
+    from gputriage.parsers.nccl_log import parse_nccl_log
+
+    return parse_nccl_log(text)
 
 
 @FACTS.fact("nccl_tests")

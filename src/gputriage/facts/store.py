@@ -43,11 +43,18 @@ def _source_fact(name: str) -> Fact | None:
         return None
 
     def build(facts: Facts) -> Any:
+        if facts.snapshot.get(name) is None:  # Missing, without importing the parser
+            return facts.parse(name, _unparsed)
         parse, as_json = sources.parser_of(name)
         return facts.parse(name, parse, as_json=as_json)
 
     build.__doc__ = f"{src.description} (parsed by {src.parser})"
     return Fact(name, build, (name,))
+
+
+def _unparsed(value: Any) -> Any:
+    """The parser of an absent source: :meth:`Facts.parse` never calls it."""
+    raise AssertionError("an absent source was parsed")
 
 
 def fact_named(name: str) -> Fact | None:
