@@ -14,19 +14,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gputriage.facts.table import FactReader, FactTable, Missing
-from gputriage.parsers.nccl_model import (
-    NET_IB,
-    NET_PLUGIN,
-    NET_SOCKET,
-    NcclChannel,
-    NcclComm,
-    NcclLog,
-    NcclProcess,
-    NcclTestRun,
-)
 from gputriage.text.fields import strict_hex
+
+if TYPE_CHECKING:  # the model is imported where a log is read: most hosts have none
+    from gputriage.parsers.nccl_model import (
+        NcclChannel,
+        NcclComm,
+        NcclLog,
+        NcclProcess,
+        NcclTestRun,
+    )
 
 FACTS = FactTable()
 
@@ -73,6 +73,8 @@ def process_network(proc: NcclProcess) -> str | None:
     channels or its ``NET/...: Using`` lines show (NCCL tries the plugin, then
     IB, then sockets, and only enumerates socket interfaces when the ones before
     found nothing)."""
+    from gputriage.parsers.nccl_model import NET_IB, NET_PLUGIN, NET_SOCKET
+
     if proc.network:
         return proc.network
     families = {c.family for c in proc.channels}
@@ -93,6 +95,8 @@ def process_network(proc: NcclProcess) -> str | None:
 def on_sockets(proc: NcclProcess) -> bool:
     """Whether a process ended up on NCCL's TCP socket transport (its network, or any
     NET/Socket channel of it)."""
+    from gputriage.parsers.nccl_model import NET_SOCKET
+
     return process_network(proc) == "Socket" or any(c.family == NET_SOCKET
                                                     for c in proc.channels)
 
@@ -197,6 +201,8 @@ class NcclJob:
 @FACTS.fact("nccl_job")
 def nccl_job(facts: FactReader) -> NcclJob:
     """A summary of the NCCL log: hosts, node count, networks and net channels."""
+    from gputriage.parsers.nccl_model import NET_IB, NET_PLUGIN, NET_SOCKET
+
     log: NcclLog = facts.get("nccl_log")
     if not log.processes:
         raise Missing("nccl_log: no NCCL process records (framework errors only)")
