@@ -119,6 +119,8 @@ def settle(findings: list[Finding], facts: Facts) -> list[Finding]:
     """The rules' findings as the report gives them: consequences folded into their
     cause and per-GPU repeats into one finding, the operator's acknowledgements
     applied, each with its concrete next step."""
+    if not findings:  # (a healthy host: nothing to fold, acknowledge or advise)
+        return []
     from gputriage.engine import acks, causes
 
     folded = causes.fold(findings)
