@@ -3,7 +3,6 @@ imports that area only."""
 
 from __future__ import annotations
 
-import importlib
 import pkgutil
 from pathlib import Path
 
@@ -18,7 +17,7 @@ def _area_modules() -> list[str]:
     """The modules of gputriage.facts that keep a table of facts (imported)."""
     package = Path(registry.__file__).parent
     names = [m.name for m in pkgutil.iter_modules([str(package)])]
-    return [n for n in names if isinstance(getattr(importlib.import_module(
+    return [n for n in names if isinstance(getattr(pkgutil.resolve_name(
         f"gputriage.facts.{n}"), "FACTS", None), FactTable)]
 
 
