@@ -81,13 +81,16 @@ def logs(paths: tuple[str, ...], as_json: bool, full: bool, verbose: bool, quiet
     as for analyze."""
     from gputriage.commands.progress import progress_for
     from gputriage.logscan import scan_paths
-    from gputriage.status import exit_status
-    from gputriage.views.timeline import build_timeline, logs_document, render_logs
 
     env = current_env()
     window = log_window(since, boot)
     with progress_for(env, quiet) as progress:  # opens, sniffs and reads each input once
         scan = scan_paths(list(paths), shape=True, progress=progress.update)
+    # what judges and shows the scan is imported after it: the scan's worker processes
+    # start without it
+    from gputriage.status import exit_status
+    from gputriage.views.timeline import build_timeline, logs_document, render_logs
+
     result, events = _judge_scan(scan, window, paths)
     lanes = build_timeline(events, full=full)
     if as_json:

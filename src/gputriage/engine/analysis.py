@@ -12,6 +12,7 @@ from gputriage.facts.store import Facts, Missing
 from gputriage.facts.window import LogWindow
 from gputriage.model import (
     UNKNOWN_STATE,
+    Action,
     Blame,
     Evidence,
     Finding,
@@ -118,12 +119,23 @@ def settle(findings: list[Finding], facts: Facts) -> list[Finding]:
     """The rules' findings as the report gives them: consequences folded into their
     cause and per-GPU repeats into one finding, the operator's acknowledgements
     applied, each with its concrete next step."""
-    from gputriage import next_steps
+    if not findings:  # (a healthy host: nothing to fold, acknowledge or advise)
+        return []
     from gputriage.engine import acks, causes
 
     folded = causes.fold(findings)
     acked = acks.apply(folded, facts.context.acks, facts.context.now)
+    if not any(_needs_step(f) for f in acked):  # the next steps of every area stay unimported
+        return acked
+    from gputriage import next_steps
+
     return next_steps.fill(acked, facts)
+
+
+def _needs_step(found: Finding) -> bool:
+    """Whether a settled finding gets a next step (as :func:`next_steps.fill` decides): a
+    current one that asks for an action."""
+    return found.current and found.action is not Action.NONE
 
 
 def _inputs(snapshot: Snapshot) -> list[dict]:

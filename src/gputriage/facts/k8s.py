@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gputriage.facts.table import FactReader, FactTable, Missing
-from gputriage.parsers.k8s_model import Cluster
+
+if TYPE_CHECKING:  # imported where a cluster is built: most hosts have no Kubernetes input
+    from gputriage.parsers.k8s_model import Cluster
 
 FACTS = FactTable()
 
@@ -21,6 +25,8 @@ def cluster(facts: FactReader) -> Cluster:
         if part is None:
             continue
         if found is None:
+            from gputriage.parsers.k8s_model import Cluster
+
             found = Cluster(origin=part.origin)
         found.merge(part)
     if found is None:

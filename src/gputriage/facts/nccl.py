@@ -14,19 +14,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gputriage.facts.table import FactReader, FactTable, Missing
-from gputriage.parsers.nccl_model import (
-    NET_IB,
-    NET_PLUGIN,
-    NET_SOCKET,
-    NcclChannel,
-    NcclComm,
-    NcclLog,
-    NcclProcess,
-    NcclTestRun,
-)
 from gputriage.text.fields import strict_hex
+
+if TYPE_CHECKING:  # the model is imported where a log is read: most hosts have none
+    from gputriage.parsers.nccl_model import (
+        NcclChannel,
+        NcclComm,
+        NcclLog,
+        NcclProcess,
+        NcclTestRun,
+    )
 
 FACTS = FactTable()
 
@@ -36,14 +36,20 @@ __all__ = ["NcclJob", "NcclLogText", "env_value", "nccl_bus_id", "nccl_job", "nc
 
 @FACTS.fact("nccl_log")
 def nccl_log(facts: FactReader) -> NcclLog:
-    from gputriage.parsers.nccl_log import parse_nccl_log
-
     cap = facts.snapshot.get("nccl_log")
     streamed = getattr(cap, "log", None)  # a large text streamed whole (ingest.bigtext)
-    log = streamed if streamed is not None else facts.parse("nccl_log", parse_nccl_log)
+    log = streamed if streamed is not None else facts.parse("nccl_log", _parse_nccl_log)
     if not log.processes and not log.framework_errors:
         raise Missing("nccl_log: no NCCL record in it")
     return log
+
+
+def _parse_nccl_log(text: str) -> NcclLog:
+    """The NCCL log parser, imported only when there is a log to parse (the kernel-log
+    path asks for this fact of every host and has none)."""
+    from gputriage.parsers.nccl_log import parse_nccl_log
+
+    return parse_nccl_log(text)
 
 
 @FACTS.fact("nccl_tests")
@@ -67,6 +73,8 @@ def process_network(proc: NcclProcess) -> str | None:
     channels or its ``NET/...: Using`` lines show (NCCL tries the plugin, then
     IB, then sockets, and only enumerates socket interfaces when the ones before
     found nothing)."""
+    from gputriage.parsers.nccl_model import NET_IB, NET_PLUGIN, NET_SOCKET
+
     if proc.network:
         return proc.network
     families = {c.family for c in proc.channels}
@@ -87,6 +95,8 @@ def process_network(proc: NcclProcess) -> str | None:
 def on_sockets(proc: NcclProcess) -> bool:
     """Whether a process ended up on NCCL's TCP socket transport (its network, or any
     NET/Socket channel of it)."""
+    from gputriage.parsers.nccl_model import NET_SOCKET
+
     return process_network(proc) == "Socket" or any(c.family == NET_SOCKET
                                                     for c in proc.channels)
 
@@ -191,6 +201,8 @@ class NcclJob:
 @FACTS.fact("nccl_job")
 def nccl_job(facts: FactReader) -> NcclJob:
     """A summary of the NCCL log: hosts, node count, networks and net channels."""
+    from gputriage.parsers.nccl_model import NET_IB, NET_PLUGIN, NET_SOCKET
+
     log: NcclLog = facts.get("nccl_log")
     if not log.processes:
         raise Missing("nccl_log: no NCCL process records (framework errors only)")

@@ -1,6 +1,6 @@
 """Facts: typed views of a snapshot, parsed once and shared by all rules.
 
-A fact is looked up by name in :data:`gputriage.facts.registry.REGISTRY` (the explicit
+A fact is looked up by name in :mod:`gputriage.facts.registry` (the explicit
 facts of every area) or, for a source that declares its parser in
 :mod:`gputriage.sources`, is that source parsed. Each is computed on first use; a
 fact whose sources are absent raises :class:`Missing` with the reason, which the
@@ -27,10 +27,11 @@ from gputriage.snapshot.bundle import Snapshot
 __all__ = ["Facts", "Missing", "fact_named", "is_fact"]
 
 
-def _registry() -> dict[str, Fact]:
-    from gputriage.facts.registry import REGISTRY
+def _explicit_fact(name: str) -> Fact | None:
+    """An area's fact ``name`` (the registry imports that area only)."""
+    from gputriage.facts.registry import fact
 
-    return REGISTRY
+    return fact(name)
 
 
 def _source_fact(name: str) -> Fact | None:
@@ -42,6 +43,8 @@ def _source_fact(name: str) -> Fact | None:
         return None
 
     def build(facts: Facts) -> Any:
+        if facts.snapshot.get(name) is None:  # Missing, without importing the parser
+            return facts.parse(name, _unparsed)
         parse, as_json = sources.parser_of(name)
         return facts.parse(name, parse, as_json=as_json)
 
@@ -49,9 +52,14 @@ def _source_fact(name: str) -> Fact | None:
     return Fact(name, build, (name,))
 
 
+def _unparsed(value: Any) -> Any:
+    """The parser of an absent source: :meth:`Facts.parse` never calls it."""
+    raise AssertionError("an absent source was parsed")
+
+
 def fact_named(name: str) -> Fact | None:
     """The fact called ``name``: an area's explicit fact first, else a parsed source."""
-    return _registry().get(name) or _source_fact(name)
+    return _explicit_fact(name) or _source_fact(name)
 
 
 def is_fact(name: str) -> bool:

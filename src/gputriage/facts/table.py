@@ -3,7 +3,8 @@ it from what it may read (:class:`FactReader`, which :class:`~gputriage.facts.st
 is).
 
 Each area module keeps its facts in one :class:`FactTable`; :mod:`gputriage.facts.registry`
-lists the tables, and :class:`~gputriage.facts.store.Facts` looks names up there. Nothing is
+lists the names each area defines (and imports an area when one of its facts is first
+asked for), and :class:`~gputriage.facts.store.Facts` looks names up there. Nothing is
 registered by importing a module.
 """
 
@@ -79,6 +80,10 @@ class FactTable:
 
     def __iter__(self) -> Iterator[Fact]:
         return iter(self._facts.values())
+
+    def get(self, name: str) -> Fact | None:
+        """The fact ``name`` of this table, None when it defines none."""
+        return self._facts.get(name)
 
 
 def merge(*tables: FactTable) -> dict[str, Fact]:

@@ -18,7 +18,6 @@ from gputriage.next_steps.node_software import (
     not_loaded,
     version_mismatch,
 )
-from gputriage.rules.cuda_job import CUDA_BUILD_CHECK
 
 __all__ = ["REPAIRS"]
 
@@ -133,6 +132,8 @@ def _unreachable(f: Finding, host: Host) -> str:
 def _cuda_build(f: Finding, host: Host) -> str:
     """A program built for a CUDA, or GPUs, the node's driver does not serve, where the
     rule could not name the build (its facts lacked the versions)."""
+    from gputriage.rules.cuda_job import CUDA_BUILD_CHECK  # (its module loads the job-log parser)
+
     return ("compare the program's CUDA (torch.version.cuda, nvcc --version, the image tag) "
             "with the CUDA Version nvidia-smi prints on the node, and install a wheel or "
             "image made for the node's CUDA or upgrade the driver to one that supports the "
