@@ -44,6 +44,19 @@ def _judge_scan(scan: Any, window: Any, paths: tuple[str, ...] = ()) -> tuple[An
     return result, facts.get("log_events")
 
 
+def _import_judging() -> None:
+    """Import what judges and shows a scan (called while the scan's worker processes
+    search a large file, whose time it then takes nothing from)."""
+    import gputriage.engine.analysis
+    import gputriage.facts.store
+    import gputriage.snapshot.bundle
+    import gputriage.status
+    import gputriage.views.timeline  # noqa: F401
+    from gputriage.rules import LOG_AREAS, rules_of
+
+    rules_of(LOG_AREAS)
+
+
 def _modified(paths: tuple[str, ...]) -> Any:
     """When the regular files among ``paths`` were last written (the latest), or None."""
     import os
@@ -85,9 +98,10 @@ def logs(paths: tuple[str, ...], as_json: bool, full: bool, verbose: bool, quiet
     env = current_env()
     window = log_window(since, boot)
     with progress_for(env, quiet) as progress:  # opens, sniffs and reads each input once
-        scan = scan_paths(list(paths), shape=True, progress=progress.update)
-    # what judges and shows the scan is imported after it: the scan's worker processes
-    # start without it
+        scan = scan_paths(list(paths), shape=True, progress=progress.update,
+                          meanwhile=_import_judging)
+    # what judges and shows the scan is imported after it (or while worker processes
+    # search a large file): they start without it
     from gputriage.status import exit_status
     from gputriage.views.timeline import build_timeline, logs_document, render_logs
 
