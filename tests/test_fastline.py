@@ -287,7 +287,7 @@ def test_generated_lines(name):
 def test_generated_lines_through_the_row_builder(monkeypatch):
     """The Xid row's own builder (what the fast path uses when the row is not as it knows
     it) gives the same."""
-    monkeypatch.setattr(fastline, "_DIRECT", False)
+    monkeypatch.setattr(fastline, "DIRECT", False)
     r = random.Random("fastline-builder")
     fast = _fast()
     assert sum(_check(fast, _line(r).encode(), "dmesg.txt") is not None

@@ -43,11 +43,11 @@ _XID_AT = next(i for i, p in enumerate(EVENTS) if p.kind is EventKind.XID)
 _XID_ROW: EventPattern = EVENTS[_XID_AT]
 # the literals of the rows before it: a message holding none of them is the Xid row's
 # to decide (match_line tries only the rows whose literal test a message passes)
-_EARLIER = tuple(n for p in EVENTS[:_XID_AT] for n in p.needles)
-_EARLIER_LOWER = tuple(n for p in EVENTS[:_XID_AT] for n in p.lower)
-_DIRECT = _XID_ROW.build is xid_event and _XID_ROW.regex is XID  # the row as _xid_body knows it
-_PASSES = any(n in "NVRM: Xid" for n in _XID_ROW.needles)  # its literal test: always passed
-_LOWER = bool(_EARLIER_LOWER or (_XID_ROW.lower and not _PASSES))  # a test of msg.lower()
+EARLIER = tuple(n for p in EVENTS[:_XID_AT] for n in p.needles)
+EARLIER_LOWER = tuple(n for p in EVENTS[:_XID_AT] for n in p.lower)
+DIRECT = _XID_ROW.build is xid_event and _XID_ROW.regex is XID  # the row as _xid_body knows it
+PASSES = any(n in "NVRM: Xid" for n in _XID_ROW.needles)  # its literal test: always passed
+_LOWER = bool(EARLIER_LOWER or (_XID_ROW.lower and not PASSES))  # a test of msg.lower()
 
 # Each alternative is a shape split_prefix reads as these tags, with these stamps (digits
 # are ASCII, spacing as its patterns allow); the message must follow at once.
@@ -75,16 +75,16 @@ def _xid_body(msg: str) -> Body:
     """What the table makes of a message when its Xid row decides it: the bus id, the
     details, and whether it also fell off the bus; _MISS when another row decides."""
     low = msg.lower() if _LOWER else ""
-    if _holds(msg, _EARLIER) or _holds(low, _EARLIER_LOWER):
+    if _holds(msg, EARLIER) or _holds(low, EARLIER_LOWER):
         decided = match_line(LogLine(msg, msg))  # an earlier row may decide: ask the table
         return _body_of(decided[1] if decided is not None and decided[0] is _XID_ROW else [])
     row = _XID_ROW
-    if not (_PASSES or _holds(msg, row.needles) or _holds(low, row.lower)):
+    if not (PASSES or _holds(msg, row.needles) or _holds(low, row.lower)):
         return _MISS
     m = row.regex.search(msg) if row.regex is not None else None
     if row.regex is not None and m is None:
         return _MISS
-    if _DIRECT and m is not None:  # what xid_event builds, without the events around it
+    if DIRECT and m is not None:  # what xid_event builds, without the events around it
         return (normalize_bus_id(m.group("bus")), xid_details(m.group("code"), m.group("rest")),
                 "fallen off the bus" in msg)
     found = row.build(LogLine(msg, msg), msg, m) if row.build is not None else None

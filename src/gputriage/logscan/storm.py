@@ -29,7 +29,7 @@ import re
 from datetime import datetime
 from typing import Any, Protocol
 
-from gputriage.logscan.fastline import _DIRECT, _EARLIER, _EARLIER_LOWER, _PASSES, FastLine, FastXid
+from gputriage.logscan.fastline import DIRECT, EARLIER, EARLIER_LOWER, PASSES, FastLine, FastXid
 from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_fold import Folder, line_process
 from gputriage.parsers.kernel_model import DriverEvent
@@ -45,14 +45,14 @@ _STORM = re.compile(rb"NVRM: Xid \(PCI:([^)\n]{0,40})\): ?([0-9]{1,5}), "
 # decide (those tested case-blind, on the lower-cased line), escapes; non-ASCII bytes too
 # (lower-casing could make a literal of them)
 _SCREEN = (b"ink", b"recovery action", b"caused by", b"fallen off the bus", b"#012", b"\x1b",
-           *(n.encode() for n in _EARLIER))
-_SCREEN_LOWER = (b"fatal", *(n.lower().encode() for n in _EARLIER_LOWER))
+           *(n.encode() for n in EARLIER))
+_SCREEN_LOWER = (b"fatal", *(n.lower().encode() for n in EARLIER_LOWER))
 # the same test as a Hyperscan expression: the search notes the lines it finds
 SCREEN_EXPRESSION = (rb"NVRM: Xid \(PCI:[^\n]*(?:" + b"|".join(
     [b"".join(b"\\x%02x" % c for c in lit) for lit in _SCREEN]
     + [b"(?i:" + b"".join(b"\\x%02x" % c for c in lit) + b")" for lit in _SCREEN_LOWER]
     + [rb"[\x80-\xff]"]) + b")")
-USABLE = _DIRECT and _PASSES  # the Xid row as this module knows it (else: never taken)
+USABLE = DIRECT and PASSES  # the Xid row as this module knows it (else: never taken)
 _DMESG = re.compile(rb"\[ {0,12}([0-9]{1,12}\.[0-9]{1,9})\] *")  # dmesg raw: one per line
 CACHE = 4096  # prefixes and keys kept (then the cache starts again)
 
@@ -133,7 +133,7 @@ class StormLines:
                 line(lineno, raw, cut)
                 continue
             head_bytes = bytes(raw[:at])  # (a read buffer's lines are bytearrays)
-            head = heads.get(head_bytes) or self._head(head_bytes, raw)
+            head = heads.get(head_bytes) or self.head_of(head_bytes, raw)
             if head is None:
                 line(lineno, raw, cut)
                 continue
@@ -150,13 +150,13 @@ class StormLines:
             key = (bus_raw, code_raw)
             h = hots.get(key)
             if h is None:
-                bus, code = plain.get(key) or self._plain(bus_raw, code_raw)
+                bus, code = plain.get(key) or self.plain_of(bus_raw, code_raw)
                 hot = None if code == "154" else fold.hot(boot, bus, code)
                 if hot is None:
                     line(lineno, raw, cut)
                     continue
                 h = hots[key] = (hot, bus, code)
-            proc = procs.get((pid_raw, name_raw)) or self._proc(pid_raw, name_raw)
+            proc = procs.get((pid_raw, name_raw)) or self.process_of(pid_raw, name_raw)
             fmt, _stamps, time, _up, seconds = head
             if fmt not in formats:
                 formats[fmt] = None
@@ -172,7 +172,7 @@ class StormLines:
             fold_plain(h[0], h[1], h[2], proc, raw[m.end():], seconds, lazy(raw, fast),
                        lineno, boot)
 
-    def _head(self, head: bytes, raw: bytes | bytearray) -> Head | None:
+    def head_of(self, head: bytes, raw: bytes | bytearray) -> Head | None:
         """What the fast path reads in a line's prefix (cached per prefix)."""
         d = _DMESG.fullmatch(head)
         if d is not None:  # the fast path's first shape; the uptime differs on every line
@@ -192,14 +192,14 @@ class StormLines:
             self.heads[head] = out
         return out
 
-    def _plain(self, bus: bytes, code: bytes) -> tuple[str | None, str]:
+    def plain_of(self, bus: bytes, code: bytes) -> tuple[str | None, str]:
         """A line's bus id and code (cached per distinct pair)."""
         if len(self.plain) >= CACHE:
             self.plain.clear()
         found = self.plain[bus, code] = (normalize_bus_id(bus.decode("ascii")), code.decode())
         return found
 
-    def _proc(self, pid: bytes, name: bytes) -> tuple[str, str]:
+    def process_of(self, pid: bytes, name: bytes) -> tuple[str, str]:
         """A line's process key and name (:func:`line_process`; cached per pair)."""
         if len(self.procs) >= CACHE:
             self.procs.clear()

@@ -224,7 +224,7 @@ class SpanPass:
         buf, lo, hi = self.buf, self.lo, self.hi
         rfind = buf.rfind
         exact, gap_exact = self.exact, self.gap_exact
-        heads, head_of = self.storm.heads, self.storm._head
+        heads, head_of = self.storm.heads, self.storm.head_of
         formats = self.src.formats
         fold = self.fold_line
         self.settle()
@@ -294,20 +294,20 @@ class SpanPass:
         ev, reps, bus, code, app, number, plainly = h
         fold = self.src.fold
         if fold.attribute:
-            if plainly:  # (``Folder._attribute_line`` for the usual codes, inline)
+            if plainly:  # (``Folder.attribute_line`` for the usual codes, inline)
                 st = fold.states.get((self.boot, bus))
                 if st is None:
                     fold.states[self.boot, bus] = XidState(number, seconds, 0)
                 else:
                     st.code, st.at, st.since = number, seconds, 0
             else:
-                fold._attribute_line(reps, ev, bus, seconds, None, code, self.boot)
+                fold.attribute_line(reps, ev, bus, seconds, None, code, self.boot)
         ev.count += 1
         self.lastpos[key] = (ls, reps)
         self.folded += 1
         pid_name = m.group(3, 4)
         storm = self.storm
-        pk, pname = storm.procs.get(pid_name) or storm._proc(*pid_name)
+        pk, pname = storm.procs.get(pid_name) or storm.process_of(*pid_name)
         if not pk:
             return
         procs = reps.processes  # (``kernel_fold._count_key``, inline)
@@ -325,7 +325,7 @@ class SpanPass:
     def _hot(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """What the pass keeps of a key whose folded event exists (None: none yet)."""
         storm = self.storm
-        bus, code = storm.plain.get(key) or storm._plain(*key)
+        bus, code = storm.plain.get(key) or storm.plain_of(*key)
         hot = None if code == "154" else self.src.fold.hot(self.boot, bus, code)
         if hot is None:
             return None

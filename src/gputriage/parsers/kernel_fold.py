@@ -311,7 +311,7 @@ class Folder:
         reps = folded.repeats
         assert reps is not None
         if self.attribute:
-            self._attribute_line(reps, folded, bus, at, details.get("caused_by"), code, boot)
+            self.attribute_line(reps, folded, bus, at, details.get("caused_by"), code, boot)
         folded.count += 1
         reps.pending = (pending, lineno, boot, 0)
         _count_process(reps, details, code)
@@ -330,13 +330,13 @@ class Folder:
         reps = folded.repeats
         assert reps is not None and hot[1] is None
         if self.attribute:
-            self._attribute_line(reps, folded, bus, at, None, code, boot)
+            self.attribute_line(reps, folded, bus, at, None, code, boot)
         folded.count += 1
         reps.pending = (pending, lineno, boot, 0)
         if proc[0]:
             _count_key(reps, proc[0], proc[1], code, rest)
 
-    def _attribute_line(self, reps: Repeats, folded: DriverEvent, bus: str | None,
+    def attribute_line(self, reps: Repeats, folded: DriverEvent, bus: str | None,
                         at: float | None, caused_by: str | None, code: str,
                         boot: int) -> None:
         """:meth:`_attribute` for a line folded by :meth:`fold_line`."""
