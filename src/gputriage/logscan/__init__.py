@@ -6,7 +6,7 @@ anchor literals (``NVRM:``, ``nvidia``, ``mlx5_core``, ``PCIe Bus Error``,
 ``segfault at`` ...: those of the rows of
 :data:`gputriage.parsers.kernel_table.EVENTS` and the boot markers; see
 ``ANCHORS``). Anchors are found with Hyperscan where its wheel is installed (one
-compiled database of every anchor; routine lines of a noisy anchor such as
+compiled database of literals; routine lines of a noisy anchor such as
 ``mlx5_core`` are rejected there, before any decoding), else through libc
 ``strstr`` via ctypes (each block's last newline turned into the NUL it needs
 while searching; ``memmem`` where a block has no such newline or many NULs)
@@ -20,7 +20,9 @@ lines after a hung task or soft lockup for its call trace) are decoded and
 parsed by :class:`gputriage.parsers.kernel_extractor.EventExtractor` (a single-line
 Xid, the line a storm repeats, by the fast path of :mod:`.fastline`; once its key is
 folded, counted into the folded event without being parsed, :mod:`.storm`, the lines
-that path must leave to the parser screened by Hyperscan as it searches), and the events
+that path must leave to the parser screened by Hyperscan as it searches; in a span
+that Xid lines crowd, Hyperscan leaves them out and one pass reads them where they
+lie, :mod:`.stormspan`), and the events
 folded as they come (:mod:`gputriage.parsers.kernel_fold`: per boot, kind, device and
 code the first 64 are kept, the rest counted into one event with its last occurrence,
 its processes and its Xid 45 causes), so that what a scan holds is bounded by what is
@@ -59,9 +61,10 @@ all is :class:`gputriage.errors.InputError` raised. Memory: blocks are
 streamed, a bounded number in flight; only folded events are kept.
 
 Layout: ``reader`` and ``stream`` (reading and decompressing inputs), ``search``
-(anchor search, threads), ``blocks`` (large files read and parsed by worker processes),
-``lines`` (formats, times, boots), ``fastline`` and ``storm`` (the Xid line a storm
-repeats), ``timeline`` (inputs joined), ``config``.
+(anchor search, threads) and ``span`` (what it finds), ``blocks`` (large files read
+and parsed by worker processes), ``lines`` (formats, times, boots), ``fastline``,
+``storm`` and ``stormspan`` (the Xid line a storm repeats), ``timeline`` (inputs
+joined), ``config``.
 """
 
 from __future__ import annotations
