@@ -1,0 +1,173 @@
+"""Literal gates for the paste detectors: a cheap "no line can match" before a per-line loop.
+
+A detector that claims only lines one of its regular expressions matches runs a Python
+step per line of the paste, over a whole MiB of a training log that holds nothing of
+it. :class:`Gate` takes those expressions and, from their parse trees, the literal
+strings that every match must contain (one of them at least, compared lowercased). When
+none of them occurs in the paste (one ``str`` search in C per literal, each searched
+once per paste whichever detectors share it), no line can match and the detector returns
+at once. The gate is a necessary condition by construction: an expression with no
+required literal (a class or an optional part only) makes its gate always open, and so
+does a paste with a non-ASCII character (whose case folding ``str.lower`` may not mirror).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+import weakref
+from typing import Any
+
+try:  # Python 3.11+
+    from re import _constants as sre  # type: ignore[attr-defined]
+    from re import _parser as sre_parse  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as sre  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
+
+from gputriage.text.paste import PasteDoc
+
+__all__ = ["Gate", "required_literals"]
+
+_TRANSPARENT = {sre.AT, sre.ASSERT, sre.ASSERT_NOT}  # zero-width: a literal run goes on
+_REPEATS = {sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", sre.MAX_REPEAT)}
+
+
+def _best(options: list[frozenset[str]]) -> frozenset[str] | None:
+    """The option whose shortest literal is longest (the most selective), if any."""
+    return max(options, key=lambda s: min(map(len, s)), default=None)
+
+
+def _required(items: Any) -> frozenset[str] | None:
+    """Literals one of which every match of the sequence ``items`` contains."""
+    options: list[frozenset[str]] = []
+    run: list[str] = []
+
+    def end_run() -> None:
+        if run:
+            options.append(frozenset(["".join(run)]))
+            run.clear()
+
+    for op, arg in items:
+        if op is sre.LITERAL and arg < 128 and arg != 10:
+            run.append(chr(arg).lower())
+            continue
+        if op in _TRANSPARENT:
+            continue
+        end_run()
+        found: frozenset[str] | None = None
+        if op is sre.SUBPATTERN:
+            found = _required(arg[-1])
+        elif getattr(sre, "ATOMIC_GROUP", None) is op:
+            found = _required(arg)
+        elif op in _REPEATS and arg[0] >= 1:
+            found = _required(arg[2])
+        elif op is sre.BRANCH:
+            branches = [_required(b) for b in arg[1]]
+            if all(b is not None for b in branches):
+                found = frozenset().union(*(b for b in branches if b is not None))
+        if found:
+            options.append(found)
+    end_run()
+    return _best([o for o in options if all(o)])
+
+
+def required_literals(pattern: re.Pattern[str]) -> frozenset[str] | None:
+    """Lowercased literals one of which every match of ``pattern`` contains (None when
+    the pattern has none: its gate is always open)."""
+    if pattern.flags & re.VERBOSE:
+        return None  # parsed here without the whitespace rules it was compiled with
+    try:
+        return _required(sre_parse.parse(pattern.pattern, pattern.flags))
+    except Exception:  # a parse tree of another Python version: no gate
+        return None
+
+
+_LETTERS = bytes(c | 32 if 65 <= c <= 90 or 97 <= c <= 122 else 32 for c in range(256))
+
+
+def _runs(literal: str) -> list[str]:
+    """The runs of letters of a lowercased literal."""
+    return literal.encode("ascii", "replace").translate(_LETTERS).decode().split()
+
+
+class _Seen:
+    """One paste: its words (runs of letters, lowercased), its text lowercased, where its
+    lines start, and the literals found on no free line so far (a claimed line stays
+    claimed while the detectors run)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        words = set(text.encode("ascii").translate(_LETTERS).split())
+        self.words = " " + b" ".join(words).decode() + " "
+        self._lowered: str | None = None
+        self.starts: list[int] = []
+        self.absent: set[str] = set()
+
+    def may_hold(self, literal: str) -> bool:
+        """False when the words of the paste rule ``literal`` out: each run of letters
+        of it is a word of the paste, the first one may end one, the last start one."""
+        runs = _runs(literal)
+        if not runs:
+            return True
+        letter = literal[0].isalpha(), literal[-1].isalpha()
+        if len(runs) == 1:
+            word = runs[0]
+            return (word if letter[0] and letter[1] else f" {word}" if letter[1]
+                    else f"{word} " if letter[0] else f" {word} ") in self.words
+        first = f"{runs[0]} " if letter[0] else f" {runs[0]} "
+        last = f" {runs[-1]}" if letter[1] else f" {runs[-1]} "
+        return (first in self.words and last in self.words
+                and all(f" {w} " in self.words for w in runs[1:-1]))
+
+    def on_free_line(self, doc: PasteDoc, literal: str) -> bool:
+        """Whether ``literal`` is on a line of ``doc`` nobody claimed."""
+        if literal in self.absent:
+            return False
+        if not self.may_hold(literal):
+            self.absent.add(literal)
+            return False
+        if self._lowered is None:
+            self._lowered = self.text.lower()
+            self.starts = list(itertools.accumulate(
+                map((1).__add__, map(len, self.text.split("\n"))), initial=0))
+        at = self._lowered.find(literal)
+        while at >= 0:
+            i = bisect.bisect_right(self.starts, at) - 1
+            if doc.owner[i] is None:
+                return True
+            at = self._lowered.find(literal, self.starts[i + 1])
+        self.absent.add(literal)
+        return False
+
+
+_SEEN: weakref.WeakKeyDictionary[PasteDoc, _Seen] = weakref.WeakKeyDictionary()
+
+
+class Gate:
+    """Whether a free line of a paste may hold a match of any of ``patterns`` (or one of
+    ``literals``, words compared lowercased that a detector looks for without a regex)."""
+
+    def __init__(self, *patterns: re.Pattern[str], literals: tuple[str, ...] = ()) -> None:
+        found: set[str] | None = {w.lower() for w in literals}
+        for pat in patterns:
+            lits = required_literals(pat)
+            if lits is None or found is None:
+                found = None
+                break
+            found |= lits
+        self.literals = None if found is None else tuple(sorted(found, key=len, reverse=True))
+
+    def open(self, doc: PasteDoc) -> bool:
+        """False only when no free line of ``doc`` can match: a detector that starts its
+        claims on such lines only may return."""
+        if self.literals is None:
+            return True
+        text = doc.text
+        if not text.isascii() or len(doc.lines) != text.count("\n") + 1:
+            return True
+        seen = _SEEN.get(doc)
+        if seen is None or seen.text is not text:
+            seen = _SEEN[doc] = _Seen(text)
+        return any(seen.on_free_line(doc, lit) for lit in self.literals)
