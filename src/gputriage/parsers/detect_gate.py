@@ -17,6 +17,7 @@ import bisect
 import itertools
 import re
 import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 try:  # Python 3.11+
@@ -121,25 +122,40 @@ class _Seen:
         return (first in self.words and last in self.words
                 and all(f" {w} " in self.words for w in runs[1:-1]))
 
-    def on_free_line(self, doc: PasteDoc, literal: str) -> bool:
-        """Whether ``literal`` is on a line of ``doc`` nobody claimed."""
-        if literal in self.absent:
-            return False
-        if not self.may_hold(literal):
-            self.absent.add(literal)
-            return False
+    @property
+    def lowered(self) -> str:
         if self._lowered is None:
             self._lowered = self.text.lower()
             self.starts = list(itertools.accumulate(
                 map((1).__add__, map(len, self.text.split("\n"))), initial=0))
-        at = self._lowered.find(literal)
+        return self._lowered
+
+    def matched_lines(self, doc: PasteDoc, pattern: re.Pattern[str]) -> Iterator[int]:
+        """The lines of ``doc`` nobody claimed where ``pattern`` (which matches no line
+        break) finds something, in order."""
+        _ = self.lowered
+        for m in pattern.finditer(self.text):
+            i = bisect.bisect_right(self.starts, m.start()) - 1
+            if doc.owner[i] is None:
+                yield i
+
+    def free_lines(self, doc: PasteDoc, literal: str) -> Iterator[int]:
+        """The lines of ``doc`` nobody claimed that hold ``literal``, in order."""
+        if literal in self.absent:
+            return
+        if not self.may_hold(literal):
+            self.absent.add(literal)
+            return
+        at = self.lowered.find(literal)
+        free = False
         while at >= 0:
             i = bisect.bisect_right(self.starts, at) - 1
             if doc.owner[i] is None:
-                return True
-            at = self._lowered.find(literal, self.starts[i + 1])
-        self.absent.add(literal)
-        return False
+                free = True
+                yield i
+            at = self.lowered.find(literal, self.starts[i + 1])
+        if not free:
+            self.absent.add(literal)
 
 
 _SEEN: weakref.WeakKeyDictionary[PasteDoc, _Seen] = weakref.WeakKeyDictionary()
@@ -147,9 +163,15 @@ _SEEN: weakref.WeakKeyDictionary[PasteDoc, _Seen] = weakref.WeakKeyDictionary()
 
 class Gate:
     """Whether a free line of a paste may hold a match of any of ``patterns`` (or one of
-    ``literals``, words compared lowercased that a detector looks for without a regex)."""
+    ``literals``, words compared lowercased that a detector looks for without a regex);
+    with ``test``, whether such a line passes it (a detector's exact test of the line
+    its claims start at, run only on the lines that hold a literal)."""
 
-    def __init__(self, *patterns: re.Pattern[str], literals: tuple[str, ...] = ()) -> None:
+    def __init__(self, *patterns: re.Pattern[str], literals: tuple[str, ...] = (),
+                 searches: tuple[re.Pattern[str], ...] = (),
+                 test: Callable[[str], object] | None = None) -> None:
+        self.test = test
+        self.searches = searches  # regexes that match no line break, searched whole
         found: set[str] | None = {w.lower() for w in literals}
         for pat in patterns:
             lits = required_literals(pat)
@@ -165,9 +187,20 @@ class Gate:
         if self.literals is None:
             return True
         text = doc.text
-        if not text.isascii() or len(doc.lines) != text.count("\n") + 1:
+        if not text.isascii():
             return True
         seen = _SEEN.get(doc)
         if seen is None or seen.text is not text:
             seen = _SEEN[doc] = _Seen(text)
-        return any(seen.on_free_line(doc, lit) for lit in self.literals)
+        tested: set[int] = set()
+        found = itertools.chain.from_iterable(
+            [*(seen.free_lines(doc, lit) for lit in self.literals),
+             *(seen.matched_lines(doc, pat) for pat in self.searches)])
+        for i in found:
+            if self.test is None:
+                return True
+            if i not in tested:
+                tested.add(i)
+                if self.test(doc.lines[i]):
+                    return True
+        return False
