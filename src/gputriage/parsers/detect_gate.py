@@ -165,12 +165,16 @@ class Gate:
     """Whether a free line of a paste may hold a match of any of ``patterns`` (or one of
     ``literals``, words compared lowercased that a detector looks for without a regex);
     with ``test``, whether such a line passes it (a detector's exact test of the line
-    its claims start at, run only on the lines that hold a literal)."""
+    its claims start at, run only on the lines that hold a literal; ``test_at`` is given
+    the paste and the line's index instead)."""
 
     def __init__(self, *patterns: re.Pattern[str], literals: tuple[str, ...] = (),
                  searches: tuple[re.Pattern[str], ...] = (),
-                 test: Callable[[str], object] | None = None) -> None:
-        self.test = test
+                 test: Callable[[str], object] | None = None,
+                 test_at: Callable[[PasteDoc, int], object] | None = None) -> None:
+        self.test: Callable[[PasteDoc, int], object] | None = test_at
+        if test is not None:
+            self.test = lambda doc, i: test(doc.lines[i])
         self.searches = searches  # regexes that match no line break, searched whole
         found: set[str] | None = {w.lower() for w in literals}
         for pat in patterns:
@@ -201,6 +205,6 @@ class Gate:
                 return True
             if i not in tested:
                 tested.add(i)
-                if self.test(doc.lines[i]):
+                if self.test(doc, i):
                     return True
         return False
