@@ -283,22 +283,32 @@ def claim_k8s_describe(doc: PasteDoc) -> None:
 
 
 # --- tables -------------------------------------------------------------------------------
+def _table_head(ln: str) -> bool:
+    """A header of a table claim_k8s_table reads."""
+    names = re.findall(r"\S+(?: \S+)*", ln.strip())
+    return ((ln == ln.upper() or "GPU" in ln.upper()) and len(names) > 1
+            and table_kind(names) is not None and not POD_ROW.match(ln))
+
+
+# every kind of table_kind's has a NAME, REASON or NODE column; a pod row has its READY n/m
+_HEAD_GATE = Gate(literals=("name", "reason", "node"), test=_table_head)
+_POD_GATE = Gate(searches=(re.compile(r"[0-9]/[0-9]"),), test=POD_ROW.match)
+
+
 def claim_k8s_table(doc: PasteDoc) -> None:
     """``kubectl get`` tables of pods, nodes, DaemonSets and events, custom-columns
     tables of GPUs per node, and runs of pod rows without their header."""
-    i = 0
+    i = 0 if _HEAD_GATE.open(doc) else len(doc.lines)
     while i < len(doc.lines):
         ln = doc.lines[i]
-        names = re.findall(r"\S+(?: \S+)*", ln.strip())
-        if doc.free(i) and (ln == ln.upper() or "GPU" in ln.upper()) and len(names) > 1 \
-                and table_kind(names) is not None and not POD_ROW.match(ln):
+        if doc.free(i) and _table_head(ln):
             end = doc.extend(i + 1, lambda s: bool(s.strip()) and s.strip() != "```")
             if end > i + 1:
                 doc.claim("k8s_table", i, end)
             i = max(end, i + 1)
             continue
         i += 1
-    i = 0
+    i = 0 if _POD_GATE.open(doc) else len(doc.lines)
     while i < len(doc.lines):
         end = doc.extend(i, lambda s: bool(POD_ROW.match(s)))
         if end - i >= 2:
