@@ -258,8 +258,10 @@ def _add_host(found: JobInputs, snap: Snapshot, streamed: bool = False) -> None:
 
 
 def _read_one(path: str, found: JobInputs,
-              progress: Callable[[str, int, int | None], None] | None = None) -> None:
-    """One input into ``found``; InputError when nothing at all could be used."""
+              progress: Callable[[str, int, int | None], None] | None = None,
+              meanwhile: Callable[[], object] | None = None) -> None:
+    """One input into ``found``; InputError when nothing at all could be used.
+    ``meanwhile`` runs while another process still looks for host outputs."""
     from gputriage.ingest import load_input
     from gputriage.parsers.nccl_log import read_nccl_log
     from gputriage.snapshot.bundle import decode
@@ -294,6 +296,8 @@ def _read_one(path: str, found: JobInputs,
             text = decode(head)
             has_host = in_child(lambda: _host_pieces(text))  # meanwhile, in its own process
             _read_large(inp.fh.fileno(), size, name, found.log, tap, reading, progress)
+            if meanwhile is not None:
+                meanwhile()
             host = has_host()
             tail = None
         else:
@@ -361,10 +365,13 @@ class _Tail:
 
 
 def read_inputs(paths: Iterable[str],
-                progress: Callable[[str, int, int | None], None] | None = None) -> JobInputs:
+                progress: Callable[[str, int, int | None], None] | None = None,
+                meanwhile: Callable[[], object] | None = None) -> JobInputs:
     """Every input of ``gputriage nccl`` read into one :class:`JobInputs`; inputs that
     fail are listed in ``problems`` as long as one gave something, else InputError.
-    An input named twice (``-`` included) is read once: its lines would count twice."""
+    An input named twice (``-`` included) is read once: its lines would count twice.
+    ``meanwhile`` (what the caller does next, started early) runs at most once, while a
+    large input's host outputs are looked for in another process."""
     found = JobInputs()
     failed: list[str] = []
     seen: set[str] = set()
@@ -374,7 +381,8 @@ def read_inputs(paths: Iterable[str],
             continue
         seen.add(key)
         try:
-            _read_one(path, found, progress)
+            _read_one(path, found, progress, meanwhile)
+            meanwhile = None
         except InputError as exc:
             failed.append(str(exc))
     if not (found.has_log or found.runs or found.snapshot is not None):
