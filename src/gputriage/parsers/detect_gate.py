@@ -14,6 +14,7 @@ does a paste with a non-ASCII character (whose case folding ``str.lower`` may no
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import re
 import weakref
@@ -27,9 +28,9 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as sre  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
 
-from gputriage.text.paste import PasteDoc
+from gputriage.text.paste import PasteDoc, claim_blocks, claim_lines
 
-__all__ = ["Gate", "required_literals"]
+__all__ = ["Gate", "gated_blocks", "gated_lines", "required_literals"]
 
 _TRANSPARENT = {sre.AT, sre.ASSERT, sre.ASSERT_NOT}  # zero-width: a literal run goes on
 _REPEATS = {sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", sre.MAX_REPEAT)}
@@ -208,3 +209,22 @@ class Gate:
                 if self.test(doc, i):
                     return True
         return False
+
+
+@functools.cache
+def _gate_of(pattern: re.Pattern[str]) -> Gate:
+    return Gate(pattern)
+
+
+def gated_blocks(doc: PasteDoc, name: str, start: re.Pattern[str], cont: Callable[[str], bool],
+                 confirm: Callable[[PasteDoc, int], bool] | None = None,
+                 before: Callable[[str], bool] | None = None) -> None:
+    """:func:`~gputriage.text.paste.claim_blocks`, when a free line may hold ``start``."""
+    if _gate_of(start).open(doc):
+        claim_blocks(doc, name, start, cont, confirm, before)
+
+
+def gated_lines(doc: PasteDoc, name: str, pat: re.Pattern[str]) -> None:
+    """:func:`~gputriage.text.paste.claim_lines`, when a free line may hold ``pat``."""
+    if _gate_of(pat).open(doc):
+        claim_lines(doc, name, pat)
