@@ -15,20 +15,21 @@ from __future__ import annotations
 
 import bisect
 import functools
+import importlib
 import itertools
 import re
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-try:  # Python 3.11+
-    from re import _constants as sre  # type: ignore[attr-defined]
-    from re import _parser as sre_parse  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as sre  # type: ignore[no-redef]
-    import sre_parse  # type: ignore[no-redef]
-
 from gputriage.text.paste import PasteDoc, claim_blocks, claim_lines
+
+sre: Any
+sre_parse: Any
+try:  # the regex parser of Python 3.11+ (of 3.10 below)
+    sre, sre_parse = importlib.import_module("re._constants"), importlib.import_module("re._parser")
+except ImportError:  # pragma: no cover - Python 3.10
+    sre, sre_parse = importlib.import_module("sre_constants"), importlib.import_module("sre_parse")
 
 __all__ = ["Gate", "gated_blocks", "gated_lines", "required_literals"]
 
