@@ -245,5 +245,9 @@ def test_meanwhile_runs_once_while_host_outputs_are_looked_for(corpus, monkeypat
     assert ran == []
     monkeypatch.setattr(nccl_scan, "usable", lambda size: True)
     by_workers = read_inputs(paths, meanwhile=lambda: ran.append(1))
-    assert ran == [1]
+    assert ran == [1]  # two inputs read by workers: once
+    sizes = iter([False, True])  # the first input streamed, the second by workers
+    monkeypatch.setattr(nccl_scan, "usable", lambda size: next(sizes))
+    read_inputs(paths, meanwhile=lambda: ran.append(2))
+    assert ran == [1, 2]
     assert dataclasses.asdict(by_workers.log) == dataclasses.asdict(streamed.log)

@@ -375,14 +375,19 @@ def read_inputs(paths: Iterable[str],
     found = JobInputs()
     failed: list[str] = []
     seen: set[str] = set()
+    ran: list[bool] = []
+
+    def once() -> None:
+        if meanwhile is not None and not ran:
+            ran.append(True)
+            meanwhile()
     for path in paths:
         key = path if path == "-" else os.path.realpath(path)
         if key in seen:
             continue
         seen.add(key)
         try:
-            _read_one(path, found, progress, meanwhile)
-            meanwhile = None
+            _read_one(path, found, progress, once)
         except InputError as exc:
             failed.append(str(exc))
     if not (found.has_log or found.runs or found.snapshot is not None):
