@@ -39,7 +39,13 @@ def test_required_literals(pattern: str, expected: set[str] | None) -> None:
     assert got == (None if expected is None else frozenset(expected))
 
 
-def test_a_gate_closes_only_when_no_free_line_can_hold_its_words() -> None:
+@pytest.mark.parametrize(("chunk", "lowered_max"), [(1 << 20, 16 << 20), (7, 0)])
+def test_a_gate_closes_only_when_no_free_line_can_hold_its_words(
+        monkeypatch, chunk: int, lowered_max: int) -> None:
+    """Also with the words read a few characters at a time (no word cut between two
+    pieces) and a paste searched without its lowercased copy (as a large one is)."""
+    monkeypatch.setattr(detect_gate, "_CHUNK", chunk)
+    monkeypatch.setattr(detect_gate, "_LOWERED_MAX", lowered_max)
     gate = Gate(re.compile(r"\bfailed to reset GPU\b", re.IGNORECASE), literals=("NVML",))
     doc = PasteDoc(_training(50) + "Failed to reset GPU 0000:3b:00.0\n")
     assert gate.open(doc)
@@ -48,6 +54,8 @@ def test_a_gate_closes_only_when_no_free_line_can_hold_its_words() -> None:
     assert gate.open(PasteDoc(_training(5) + "libnvml.so.1 not found\n"))  # inside a word
     assert not gate.open(PasteDoc(_training(50)))
     assert gate.open(PasteDoc(_training(5) + "caf\u00e9\n"))  # non-ASCII: always open
+    if chunk < 10:  # a run of letters longer than a piece: its words are not ruled out
+        assert Gate(literals=("axyz",)).open(PasteDoc("a" * 3 * chunk + "xyz\n"))
 
 
 def _both(text: str, monkeypatch: pytest.MonkeyPatch) -> tuple[object, object]:

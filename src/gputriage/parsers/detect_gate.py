@@ -95,24 +95,44 @@ def _runs(literal: str) -> list[str]:
     return literal.encode("ascii", "replace").translate(_LETTERS).decode().split()
 
 
+_CHUNK = 1 << 20  # characters of a paste turned into words at a time
+_LOWERED_MAX = 16 << 20  # a paste this long is searched in a lowercased copy
+
+
+def _words(text: str) -> str | None:
+    """The paste's words (runs of letters, lowercased), each once, between spaces; None
+    for a run of letters over a chunk long (then no literal is ruled out)."""
+    words: set[bytes] = set()
+    pos = 0
+    while pos < len(text):
+        data = text[pos:pos + _CHUNK].encode("ascii").translate(_LETTERS)
+        if pos + len(data) < len(text):  # cut after the last non-letter: no word split
+            cut = data.rfind(b" ") + 1
+            if not cut:
+                return None
+            data = data[:cut]
+        words.update(data.split())
+        pos += len(data)
+    return " " + b" ".join(words).decode() + " "
+
+
 class _Seen:
-    """One paste: its words (runs of letters, lowercased), its text lowercased, where its
-    lines start, and the literals found on no free line so far (a claimed line stays
-    claimed while the detectors run)."""
+    """One paste: its words, where its lines start, its text lowercased (when short), and
+    the literals found on no free line so far (a claimed line stays claimed while the
+    detectors run)."""
 
     def __init__(self, text: str) -> None:
         self.text = text
-        words = set(text.encode("ascii").translate(_LETTERS).split())
-        self.words = " " + b" ".join(words).decode() + " "
-        self._lowered: str | None = None
-        self.starts: list[int] = []
+        self.words = _words(text)
+        self.starts: list[int] | None = None
+        self.lowered: str | None = None
         self.absent: set[str] = set()
 
     def may_hold(self, literal: str) -> bool:
         """False when the words of the paste rule ``literal`` out: each run of letters
         of it is a word of the paste, the first one may end one, the last start one."""
         runs = _runs(literal)
-        if not runs:
+        if not runs or self.words is None:
             return True
         letter = literal[0].isalpha(), literal[-1].isalpha()
         if len(runs) == 1:
@@ -124,20 +144,22 @@ class _Seen:
         return (first in self.words and last in self.words
                 and all(f" {w} " in self.words for w in runs[1:-1]))
 
-    @property
-    def lowered(self) -> str:
-        if self._lowered is None:
-            self._lowered = self.text.lower()
-            self.starts = list(itertools.accumulate(
-                map((1).__add__, map(len, self.text.split("\n"))), initial=0))
-        return self._lowered
+    def line_starts(self, doc: PasteDoc) -> list[int]:
+        """Where each line of ``doc`` starts in its text (and where the text ends)."""
+        if self.starts is None:
+            self.starts = list(itertools.accumulate(map((1).__add__, map(len, doc.lines)),
+                                                    initial=0))
+        return self.starts
+
+    def line_of(self, doc: PasteDoc, at: int) -> int:
+        """The index of the line of ``doc`` that holds offset ``at`` of its text."""
+        return bisect.bisect_right(self.line_starts(doc), at) - 1
 
     def matched_lines(self, doc: PasteDoc, pattern: re.Pattern[str]) -> Iterator[int]:
         """The lines of ``doc`` nobody claimed where ``pattern`` (which matches no line
         break) finds something, in order."""
-        _ = self.lowered
         for m in pattern.finditer(self.text):
-            i = bisect.bisect_right(self.starts, m.start()) - 1
+            i = self.line_of(doc, m.start())
             if doc.owner[i] is None:
                 yield i
 
@@ -148,16 +170,31 @@ class _Seen:
         if not self.may_hold(literal):
             self.absent.add(literal)
             return
-        at = self.lowered.find(literal)
         free = False
+        at = self.find(literal, 0)
         while at >= 0:
-            i = bisect.bisect_right(self.starts, at) - 1
+            i = self.line_of(doc, at)
             if doc.owner[i] is None:
                 free = True
                 yield i
-            at = self.lowered.find(literal, self.starts[i + 1])
+            at = self.find(literal, self.line_starts(doc)[i + 1])
         if not free:
             self.absent.add(literal)
+
+    def find(self, literal: str, pos: int) -> int:
+        """Where ``literal`` (lowercased) is next in the paste, in any case, from ``pos``."""
+        if len(self.text) <= _LOWERED_MAX:
+            if self.lowered is None:
+                self.lowered = self.text.lower()
+            return self.lowered.find(literal, pos)
+        m = _literal_re(literal).search(self.text, pos)  # no lowercased copy of a large paste
+        return -1 if m is None else m.start()
+
+
+@functools.lru_cache(maxsize=1024)
+def _literal_re(literal: str) -> re.Pattern[str]:
+    """A lowercased literal found in any case (of an ASCII paste)."""
+    return re.compile(re.escape(literal), re.IGNORECASE)
 
 
 _SEEN: weakref.WeakKeyDictionary[PasteDoc, _Seen] = weakref.WeakKeyDictionary()
