@@ -257,12 +257,19 @@ def _add_host(found: JobInputs, snap: Snapshot, streamed: bool = False) -> None:
         found.snapshot.merge(snap)
 
 
+def _load_host(path: str) -> Snapshot:
+    """A host input loaded as ``analyze`` loads it (the loader imported only then: a job's
+    log alone never needs it)."""
+    from gputriage.ingest import load_input as load
+
+    return load(path)
+
+
 def _read_one(path: str, found: JobInputs,
               progress: Callable[[str, int, int | None], None] | None = None,
               meanwhile: Callable[[], object] | None = None) -> None:
     """One input into ``found``; InputError when nothing at all could be used.
     ``meanwhile`` runs while another process still looks for host outputs."""
-    from gputriage.ingest import load_input
     from gputriage.parsers.nccl_log import read_nccl_log
     from gputriage.snapshot.bundle import decode
 
@@ -271,7 +278,7 @@ def _read_one(path: str, found: JobInputs,
     inp = open_input(path, reading)
     name = inp.name
     if inp.kind == DIR:
-        _add_host(found, load_input(path))
+        _add_host(found, _load_host(path))
         return
     once = inp.kind == STREAM  # stdin, a pipe or a FIFO: read once, never opened again
     try:
@@ -282,7 +289,7 @@ def _read_one(path: str, found: JobInputs,
             if once:
                 raise InputError(f"{name}: a tarball on a pipe; give a snapshot tarball as "
                                  "a file path")
-            _add_host(found, load_input(path))
+            _add_host(found, _load_host(path))
             return
         if is_binary(head, stream=once):
             raise InputError(f"{name}: binary data, not an NCCL log or a text output")
@@ -307,7 +314,7 @@ def _read_one(path: str, found: JobInputs,
         found.runs.extend(tap.runs())
         if host:
             try:
-                _add_host(found, tail.load(name) if tail else load_input(path), streamed=True)
+                _add_host(found, tail.load(name) if tail else _load_host(path), streamed=True)
                 if tail is None:
                     reading = []  # the host loader read the same bytes and said so
             except InputError as exc:
