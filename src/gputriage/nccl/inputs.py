@@ -302,9 +302,9 @@ def _read_one(path: str, found: JobInputs,
 
             text = decode(head)
             has_host = in_child(lambda: _host_pieces(text))  # meanwhile, in its own process
-            _read_large(inp.fh.fileno(), size, name, found.log, tap, reading, progress)
             if meanwhile is not None:
                 meanwhile()
+            _read_large(inp.fh.fileno(), size, name, found.log, tap, reading, progress)
             host = has_host()
             tail = None
         else:
