@@ -233,3 +233,21 @@ def test_finders_agree_on_edges():
         inner = buf.index(b"x NCCL")  # a run of lines after a newline
         log, tests = nccl_scan._finder(engine)(buf, inner, len(buf))
         assert log == want_log and tests == want_tests[1:], engine
+
+
+def test_meanwhile_runs_once_while_host_outputs_are_looked_for(corpus, monkeypatch):
+    """What the caller does next runs once, while a large input's host outputs are looked
+    for in another process; and not at all when no input is read that way."""
+    paths = [str(s.path) for s in corpus.category("5")[:2]]
+    ran: list[int] = []
+    monkeypatch.setattr(nccl_scan, "usable", lambda size: False)
+    streamed = read_inputs(paths, meanwhile=lambda: ran.append(1))
+    assert ran == []
+    monkeypatch.setattr(nccl_scan, "usable", lambda size: True)
+    by_workers = read_inputs(paths, meanwhile=lambda: ran.append(1))
+    assert ran == [1]  # two inputs read by workers: once
+    sizes = iter([False, True])  # the first input streamed, the second by workers
+    monkeypatch.setattr(nccl_scan, "usable", lambda size: next(sizes))
+    read_inputs(paths, meanwhile=lambda: ran.append(2))
+    assert ran == [1, 2]
+    assert dataclasses.asdict(by_workers.log) == dataclasses.asdict(streamed.log)

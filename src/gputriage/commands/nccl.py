@@ -68,18 +68,28 @@ def nccl(paths: tuple[str, ...], as_json: bool, html: str | None, verbose: bool,
     raise CommandExit(int(exit_status(result)))
 
 
+def _load_engine() -> None:
+    """Import the engine and every rule now (what judging needs next): done while a
+    process of its own looks for host outputs in a large log, it costs no wall time."""
+    import gputriage.engine.acks
+    import gputriage.engine.causes
+    import gputriage.next_steps  # noqa: F401
+    from gputriage.rules import all_rules
+
+    all_rules()
+
+
 def judge(paths: list[str], progress: Any = None) -> tuple[Result, NcclSummary, bool]:
     """Read the inputs (``progress`` told the bytes read of each), run the engine over the
     combined facts, judge each nccl-tests run against its expectation, and summarise the
     job; also whether host outputs were among the inputs."""
-    from gputriage.engine.analysis import analyze_facts
     from gputriage.facts.nccl_bandwidth import expect_busbw_why
     from gputriage.facts.store import Facts, Missing
     from gputriage.nccl.inputs import read_inputs
     from gputriage.nccl.summary import summarize
     from gputriage.snapshot.bundle import Snapshot
 
-    found = read_inputs(paths, progress)
+    found = read_inputs(paths, progress, meanwhile=_load_engine)
     host_given = found.snapshot is not None and bool(found.snapshot.captures)
     snap = found.snapshot or Snapshot({}, None, ", ".join(found.job_origins))
     snap.problems.extend(found.problems)
@@ -88,6 +98,8 @@ def judge(paths: list[str], progress: Any = None) -> tuple[Result, NcclSummary, 
                   else Missing("nccl_log: no NCCL record in the inputs"))
     facts.prefill("nccl_tests", found.runs if found.runs
                   else Missing("nccl_tests: no nccl-tests run in the inputs"))
+    from gputriage.engine.analysis import analyze_facts
+
     result = analyze_facts(facts)
     known = {item.get("origin"): item for item in result.inputs}
     for origin, names in found.job_origins.items():

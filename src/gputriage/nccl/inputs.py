@@ -257,10 +257,19 @@ def _add_host(found: JobInputs, snap: Snapshot, streamed: bool = False) -> None:
         found.snapshot.merge(snap)
 
 
+def _load_host(path: str) -> Snapshot:
+    """A host input loaded as ``analyze`` loads it (the loader imported only then: a job's
+    log alone never needs it)."""
+    from gputriage.ingest import load_input as load
+
+    return load(path)
+
+
 def _read_one(path: str, found: JobInputs,
-              progress: Callable[[str, int, int | None], None] | None = None) -> None:
-    """One input into ``found``; InputError when nothing at all could be used."""
-    from gputriage.ingest import load_input
+              progress: Callable[[str, int, int | None], None] | None = None,
+              meanwhile: Callable[[], object] | None = None) -> None:
+    """One input into ``found``; InputError when nothing at all could be used.
+    ``meanwhile`` runs while another process still looks for host outputs."""
     from gputriage.parsers.nccl_log import read_nccl_log
     from gputriage.snapshot.bundle import decode
 
@@ -269,7 +278,7 @@ def _read_one(path: str, found: JobInputs,
     inp = open_input(path, reading)
     name = inp.name
     if inp.kind == DIR:
-        _add_host(found, load_input(path))
+        _add_host(found, _load_host(path))
         return
     once = inp.kind == STREAM  # stdin, a pipe or a FIFO: read once, never opened again
     try:
@@ -280,7 +289,7 @@ def _read_one(path: str, found: JobInputs,
             if once:
                 raise InputError(f"{name}: a tarball on a pipe; give a snapshot tarball as "
                                  "a file path")
-            _add_host(found, load_input(path))
+            _add_host(found, _load_host(path))
             return
         if is_binary(head, stream=once):
             raise InputError(f"{name}: binary data, not an NCCL log or a text output")
@@ -293,6 +302,8 @@ def _read_one(path: str, found: JobInputs,
 
             text = decode(head)
             has_host = in_child(lambda: _host_pieces(text))  # meanwhile, in its own process
+            if meanwhile is not None:
+                meanwhile()
             _read_large(inp.fh.fileno(), size, name, found.log, tap, reading, progress)
             host = has_host()
             tail = None
@@ -303,7 +314,7 @@ def _read_one(path: str, found: JobInputs,
         found.runs.extend(tap.runs())
         if host:
             try:
-                _add_host(found, tail.load(name) if tail else load_input(path), streamed=True)
+                _add_host(found, tail.load(name) if tail else _load_host(path), streamed=True)
                 if tail is None:
                     reading = []  # the host loader read the same bytes and said so
             except InputError as exc:
@@ -361,20 +372,29 @@ class _Tail:
 
 
 def read_inputs(paths: Iterable[str],
-                progress: Callable[[str, int, int | None], None] | None = None) -> JobInputs:
+                progress: Callable[[str, int, int | None], None] | None = None,
+                meanwhile: Callable[[], object] | None = None) -> JobInputs:
     """Every input of ``gputriage nccl`` read into one :class:`JobInputs`; inputs that
     fail are listed in ``problems`` as long as one gave something, else InputError.
-    An input named twice (``-`` included) is read once: its lines would count twice."""
+    An input named twice (``-`` included) is read once: its lines would count twice.
+    ``meanwhile`` (what the caller does next, started early) runs at most once, while a
+    large input's host outputs are looked for in another process."""
     found = JobInputs()
     failed: list[str] = []
     seen: set[str] = set()
+    ran: list[bool] = []
+
+    def once() -> None:
+        if meanwhile is not None and not ran:
+            ran.append(True)
+            meanwhile()
     for path in paths:
         key = path if path == "-" else os.path.realpath(path)
         if key in seen:
             continue
         seen.add(key)
         try:
-            _read_one(path, found, progress)
+            _read_one(path, found, progress, once)
         except InputError as exc:
             failed.append(str(exc))
     if not (found.has_log or found.runs or found.snapshot is not None):

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.device_plugin_log import split_log_line
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
@@ -131,10 +132,15 @@ def _is_ctk(line: str) -> bool:
     return _ctk_line(line) is not None
 
 
+_GATE = Gate(_CTK_ANCHOR)  # no run is claimed without an anchor on a free line
+
+
 def claim_ctk_log(doc: PasteDoc) -> None:
     """Runs of logrus short lines (``INFO[0000] ...``) of which one says what only
     nvidia-ctk says (a config written, a CRI plugin, a CDI spec, devices selected); and
     docker info's Runtimes / Default Runtime lines when some run was found."""
+    if not _GATE.open(doc):
+        return
     i, found = 0, False
     while i < len(doc.lines):
         end = doc.extend(i, _is_ctk)

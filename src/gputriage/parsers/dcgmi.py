@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputriage.io import safejson
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import ParseError, normalize_bus_id, split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -365,9 +366,15 @@ def _json_block(doc: PasteDoc, i: int) -> tuple[int, int] | None:
     return None
 
 
+# each block starts at a line naming the health report, "N GPU(s) found." or a start line
+_GATE = Gate(_HEALTH_START, _NVLINK_START, literals=('"Health Monitor Report"', " found."))
+
+
 def claim_dcgmi(doc: PasteDoc) -> None:
     """Blocks of dcgmi discovery, health (its tree or -j JSON) and nvlink, each to its
     source."""
+    if not _GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):
         if not doc.free(i):
             continue

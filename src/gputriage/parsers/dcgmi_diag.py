@@ -28,6 +28,7 @@ from gputriage.parsers.dcgmi_diag_model import (
     status_word,
     worst,
 )
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -247,9 +248,23 @@ def _starts_table(line: str) -> bool:
         _RESULT.match(value) or _ENTITY.match(value))
 
 
+def _starts_claim(doc: PasteDoc, i: int) -> bool:
+    """Whether a claim of claim_dcgmi_diag starts at free line ``i``."""
+    ln = doc.lines[i]
+    return bool(_starts_table(ln) or (ln.lstrip("\ufeff \t").startswith("{")
+                                       and _json_starts(doc, i))
+                or _DCGMI_ERRORS.match(ln) or _REFUSAL.search(ln))
+
+
+# a table's rows and header hold "|", a section line "---", the JSON "{"
+_GATE = Gate(_DCGMI_ERRORS, _REFUSAL, literals=("|", "---", "{"), test_at=_starts_claim)
+
+
 def claim_dcgmi_diag(doc: PasteDoc) -> None:
     """The diag table (from its header, a section line or a test row, with the
     "Successfully ran" line above it), its -j JSON, and dcgmi diag's error lines."""
+    if not _GATE.open(doc):
+        return
     i = 0
     while i < len(doc.lines):
         ln = doc.lines[i]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-from gputriage.text.paste import PasteDoc, claim_blocks, claim_lines
+from gputriage.parsers.detect_gate import gated_blocks, gated_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["claim_container_cli_info", "claim_container_config", "claim_container_env"]
 
@@ -26,7 +27,7 @@ def claim_container_cli_info(doc: PasteDoc) -> None:
     text = doc.free_text()
     if not (_NVRM.search(text) and _DEVICE_INDEX.search(text)):
         return
-    claim_blocks(doc, "nvidia_container_cli_info", _START, lambda s: bool(_FIELD.match(s)))
+    gated_blocks(doc, "nvidia_container_cli_info", _START, lambda s: bool(_FIELD.match(s)))
 
 
 # --- configuration ----------------------------------------------------------------------
@@ -63,14 +64,14 @@ def claim_container_config(doc: PasteDoc) -> None:
             ("container_toolkit_config", _TOOLKIT_ANCHOR, _is_toml_line),
             ("containerd_config", _CONTAINERD_ANCHOR, _is_containerd_line),
             ("cdi_specs", _CDI_ANCHOR, _is_yaml_line)):
-        claim_blocks(doc, name, anchor, line_ok, before=line_ok)
+        gated_blocks(doc, name, anchor, line_ok, before=line_ok)
     _claim_json(doc, "cdi_specs", _CDI_JSON)
     _claim_json(doc, "docker_daemon_json", _DAEMON_KEY)
     if any(doc.free(i) and "NVIDIA Container Toolkit CLI version" in ln
            for i, ln in enumerate(doc.lines)):
-        claim_lines(doc, "nvidia_ctk_version", _CTK_VERSION)
+        gated_lines(doc, "nvidia_ctk_version", _CTK_VERSION)
     if any(doc.free(i) and "CDI device" in ln for i, ln in enumerate(doc.lines)):
-        claim_lines(doc, "nvidia_ctk_cdi_list", _CTK_LIST)
+        gated_lines(doc, "nvidia_ctk_cdi_list", _CTK_LIST)
 
 
 def _claim_json(doc: PasteDoc, name: str, key: re.Pattern[str]) -> None:
@@ -99,4 +100,4 @@ _ENV = re.compile(r"^\s*(?:export\s+|declare -x\s+)?(?:NVIDIA|CUDA)_[A-Z0-9_]+=\
 def claim_container_env(doc: PasteDoc) -> None:
     """``env`` lines that set NVIDIA_* or CUDA_* variables (what a container was given),
     when the job's own output did not take them."""
-    claim_lines(doc, "container_env", _ENV)
+    gated_lines(doc, "container_env", _ENV)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.detect_kernel import is_kernel_line
 from gputriage.parsers.nccl_lines import is_nccl_line, strip_shippers
 from gputriage.parsers.nccl_tests import is_nccl_tests_line
@@ -123,9 +124,17 @@ def is_tests_prompt(lines: list[str], i: int) -> bool:
                for x in near)
 
 
+# a run is claimed only with a free line _TESTS_STRONG finds something in: its "#"
+# branch or its "Test ... failure" one
+_STRONG_GATE = Gate(literals=("#", "failure"),
+                    test=lambda line: _TESTS_STRONG.search(strip_shippers(line)))
+
+
 def claim_nccl_tests(doc: PasteDoc) -> None:
     """Claim each run of nccl-tests lines (NCCL records and blank lines may sit in
     between) that holds at least one line only nccl-tests prints."""
+    if not _STRONG_GATE.open(doc):
+        return
     lines, owner = doc.lines, doc.owner
     i = 0
     while i < len(lines):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 
+from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.k8s_describe import (
     EVENT_ROW,
     GET_EVENT_ROW,
@@ -232,10 +233,20 @@ def _claim_grep_runs(doc: PasteDoc) -> None:
 _EVENTS_HEADER = re.compile(r"\bTYPE\s+REASON\s+OBJECT\b")
 
 
+# what each pass of claim_k8s_describe starts its claims at, on a free line: a field, a
+# row (a condition's status, an event's type, a scheduler's or kubelet's message), a run
+# of grep-ed lines with a label, "k describe"
+_FIELD_GATE = Gate(_DESCRIBE_FIELD, test=_DESCRIBE_FIELD.match)
+_ROW_GATE = Gate(GET_EVENT_ROW, EVENT_ROW, SCHEDULER_MESSAGE, KUBELET_MESSAGE, QUOTA_MESSAGE,
+                 literals=("True", "False", "Unknown"))  # condition_row's statuses
+_LABEL_GATE = Gate(_LABEL_LINE)
+_K_GATE = Gate(_K_DESCRIBE)
+
+
 def claim_k8s_describe(doc: PasteDoc) -> None:
     """``kubectl describe`` output (nodes, pods, other objects) whole or grep-ed: its
     fields and sections, event rows, condition rows, scheduler messages, GFD labels."""
-    i = 0
+    i = 0 if _FIELD_GATE.open(doc) else len(doc.lines)
     while i < len(doc.lines):
         if doc.free(i) and _DESCRIBE_FIELD.match(doc.lines[i]):
             end = _describe_end(doc, i)
@@ -245,7 +256,7 @@ def claim_k8s_describe(doc: PasteDoc) -> None:
                 continue
         i += 1
     headed = in_run = False  # the run of ``kubectl get events`` rows has the table's header
-    for i, ln in enumerate(doc.lines):
+    for i, ln in enumerate(doc.lines if _ROW_GATE.open(doc) else ()):
         get_event = bool(GET_EVENT_ROW.match(ln))
         if get_event and not in_run:
             headed = i > 0 and bool(_EVENTS_HEADER.search(doc.lines[i - 1]))
@@ -260,7 +271,10 @@ def claim_k8s_describe(doc: PasteDoc) -> None:
             while end > i + 1 and not all(doc.free(j) for j in range(i, end)):
                 end -= 1
             doc.claim("k8s_describe", i, end)
-    _claim_grep_runs(doc)
+    if _LABEL_GATE.open(doc):
+        _claim_grep_runs(doc)
+    if not _K_GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):  # ``k``, kubectl's usual alias, names the node
         nxt = doc.next_nonblank(i + 1)
         if doc.free(i) and _K_DESCRIBE.match(ln) and 0 <= nxt < len(doc.lines) \
@@ -269,22 +283,32 @@ def claim_k8s_describe(doc: PasteDoc) -> None:
 
 
 # --- tables -------------------------------------------------------------------------------
+def _table_head(ln: str) -> bool:
+    """A header of a table claim_k8s_table reads."""
+    names = re.findall(r"\S+(?: \S+)*", ln.strip())
+    return ((ln == ln.upper() or "GPU" in ln.upper()) and len(names) > 1
+            and table_kind(names) is not None and not POD_ROW.match(ln))
+
+
+# every kind of table_kind's has a NAME, REASON or NODE column; a pod row has its READY n/m
+_HEAD_GATE = Gate(literals=("name", "reason", "node"), test=_table_head)
+_POD_GATE = Gate(searches=(re.compile(r"[0-9]/[0-9]"),), test=POD_ROW.match)
+
+
 def claim_k8s_table(doc: PasteDoc) -> None:
     """``kubectl get`` tables of pods, nodes, DaemonSets and events, custom-columns
     tables of GPUs per node, and runs of pod rows without their header."""
-    i = 0
+    i = 0 if _HEAD_GATE.open(doc) else len(doc.lines)
     while i < len(doc.lines):
         ln = doc.lines[i]
-        names = re.findall(r"\S+(?: \S+)*", ln.strip())
-        if doc.free(i) and (ln == ln.upper() or "GPU" in ln.upper()) and len(names) > 1 \
-                and table_kind(names) is not None and not POD_ROW.match(ln):
+        if doc.free(i) and _table_head(ln):
             end = doc.extend(i + 1, lambda s: bool(s.strip()) and s.strip() != "```")
             if end > i + 1:
                 doc.claim("k8s_table", i, end)
             i = max(end, i + 1)
             continue
         i += 1
-    i = 0
+    i = 0 if _POD_GATE.open(doc) else len(doc.lines)
     while i < len(doc.lines):
         end = doc.extend(i, lambda s: bool(POD_ROW.match(s)))
         if end - i >= 2:

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import ParseError, split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -318,10 +319,16 @@ def _own(line: str) -> bool:
     return entry.event in _OWN and (parts.prefixed or entry.at == 0)
 
 
+# an event of its own is set only on a message holding one of its words
+_GATE = Gate(literals=tuple(w for name in sorted(_OWN) for w in NEEDS[name]))
+
+
 def claim_device_plugin_log(doc: PasteDoc) -> None:
     """Each run of log lines (and the configuration dump) around a record only the
     plugin prints, with the ``kubectl logs`` command line just above it when a
     markdown paste left it unmarked."""
+    if not _GATE.open(doc):
+        return
     i = 0
     while i < len(doc.lines):
         if not (doc.free(i) and _own(doc.lines[i])):

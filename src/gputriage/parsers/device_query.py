@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -119,8 +120,13 @@ _DQ_CONT = re.compile(r"^\s*$|^\s|^(?:cuda\w+ returned|->|Result = |Detected [0-
                       r"\"|There (?:is|are) no|deviceQuery, CUDA Driver|> )")
 
 
+_GATE = Gate(_BANNER, _SUMMARY, _DETECTED, literals=("cudaGetDevice",))  # is_device_query_line
+
+
 def claim_device_query(doc: PasteDoc) -> None:
     """deviceQuery output: from its banner (or its error) to its Result line."""
+    if not _GATE.open(doc):
+        return
     i = 0
     while i < len(doc.lines):
         if not (doc.free(i) and is_device_query_line(doc.lines[i])):

@@ -6,8 +6,9 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import gated_blocks
 from gputriage.text.fields import normalize_bus_id, split_lines, strict_int
-from gputriage.text.paste import PasteDoc, claim_blocks
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["Slot", "claim_dmidecode_slots", "parse_dmidecode_slots"]
 
@@ -71,5 +72,5 @@ _SLOTS_START = re.compile(r"^(?:Handle 0x[0-9A-Fa-f]+, DMI type 9\b|System Slot 
 
 def claim_dmidecode_slots(doc: PasteDoc) -> None:
     """``dmidecode -t slot`` records (other DMI types stop a block)."""
-    claim_blocks(doc, "dmidecode_slots", _SLOTS_START,
+    gated_blocks(doc, "dmidecode_slots", _SLOTS_START,
                  lambda s: not s.startswith("Handle ") or "DMI type 9" in s)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.parsers.detect_gate import gated_blocks
 from gputriage.text.fields import ParseError, normalize_bus_id, parse_int, split_lines
-from gputriage.text.paste import PasteDoc, claim_blocks
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["KernelModuleVersion", "LibFile", "ModuleVersions", "ProcGpu", "claim_driver_version",
            "parse_gpu_information", "parse_gpus_information", "parse_nvidia_libs",
@@ -225,5 +226,5 @@ _NVRM_VERSION = re.compile(r"^NVRM version: NVIDIA ")
 
 def claim_driver_version(doc: PasteDoc) -> None:
     """/proc/driver/nvidia/version: its NVRM line and the GCC line under it."""
-    claim_blocks(doc, "proc_driver_nvidia_version", _NVRM_VERSION,
+    gated_blocks(doc, "proc_driver_nvidia_version", _NVRM_VERSION,
                  lambda s: s.startswith("GCC version:"))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.device_plugin_log import split_log_line
 from gputriage.text.fields import ParseError, split_lines
 from gputriage.text.paste import PasteDoc
@@ -294,8 +295,14 @@ def _anchor(line: str) -> bool:
     return entry.at == 0 or split_log_line(line).prefixed or entry.event in FAILURES
 
 
+# an anchor's event is set only on a message holding one of its words
+_GATE = Gate(literals=tuple(w for name in sorted(_ANCHORS) for w in NEEDS[name]))
+
+
 def claim_gpu_operator_log(doc: PasteDoc) -> None:
     """Each block of non-blank lines around a record of the operator's containers."""
+    if not _GATE.open(doc):
+        return
     i = 0
     while i < len(doc.lines):
         if not (doc.free(i) and _anchor(doc.lines[i])):

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import normalize_bus_id, split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -101,6 +102,10 @@ def is_reset_line(line: str) -> bool:
                 or _UNABLE.match(line) or _MIG.search(line) or _MIG_REFUSED.search(line)
                 or _N_DEVICES.match(line)
                 or _OTHER_FAIL.search(line))
+
+
+_GATE = Gate(_DONE, _LIST_HEAD, _IN_USE, _UNABLE, _MIG, _MIG_REFUSED, _N_DEVICES,
+             _OTHER_FAIL)  # is_reset_line's
 
 
 def is_reset_context(line: str) -> bool:
@@ -257,7 +262,8 @@ def _reset_related(line: str) -> bool:
 
 def claim_gpu_reset(doc: PasteDoc) -> None:
     """GPU reset / MIG mode change messages, and what goes with them in a paste."""
-    if not any(doc.free(i) and is_reset_line(ln) for i, ln in enumerate(doc.lines)):
+    if not _GATE.open(doc) or not any(doc.free(i) and is_reset_line(ln)
+                                      for i, ln in enumerate(doc.lines)):
         return
     for i, ln in enumerate(doc.lines):
         if not (doc.free(i) and _reset_related(ln)):

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -130,8 +131,13 @@ def parse_health_marks(text: str) -> list[HealthMark]:
     return marks
 
 
+_GATE = Gate(_CODE, _EKS_CODE, _EKS_DCGM_DOWN)  # what _code_of finds
+
+
 def claim_health_marks(doc: PasteDoc) -> None:
     """Each free line naming a DCGM error code, with its record's lines around it."""
+    if not _GATE.open(doc):
+        return
     i = 0
     while i < len(doc.lines):
         if not doc.free(i) or _code_of(doc.lines[i])[0] is None:

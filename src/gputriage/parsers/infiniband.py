@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import gated_blocks, gated_lines
 from gputriage.parsers.driver import split_tree
 from gputriage.parsers.ib_tools import (
     PERFQUERY_HEAD,
@@ -38,7 +39,7 @@ from gputriage.text.fields import (
     strict_hex,
     strict_int,
 )
-from gputriage.text.paste import PasteDoc, claim_blocks, claim_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["IbGid", "IbPort", "claim_ib_tools", "normalize_phys_state", "normalize_state",
            "parse_ib_problems", "parse_ib_tree", "parse_ibstat", "parse_rate"]
@@ -666,12 +667,12 @@ def _indented(line: str) -> bool:
 def claim_ib_tools(doc: PasteDoc) -> None:
     """ibstat, ibstatus, ibv_devinfo, ibdev2netdev, show_gids, rdma link and perfquery
     outputs, and the tools' "no device" complaints: the ``ibstat`` source."""
-    claim_blocks(doc, "ibstat", _CA_START, _indented)
-    claim_blocks(doc, "ibstat", _IBSTATUS_START, _indented)
-    claim_blocks(doc, "ibstat", _HCA_START, _indented)
-    claim_lines(doc, "ibstat", _IBDEV2NETDEV)
-    claim_blocks(doc, "ibstat", _GIDS_HEAD, lambda s: bool(_GIDS_ROW.match(s)))
-    claim_blocks(doc, "ibstat", PERFQUERY_HEAD, lambda s: bool(PERFQUERY_ROW.match(s)))
+    gated_blocks(doc, "ibstat", _CA_START, _indented)
+    gated_blocks(doc, "ibstat", _IBSTATUS_START, _indented)
+    gated_blocks(doc, "ibstat", _HCA_START, _indented)
+    gated_lines(doc, "ibstat", _IBDEV2NETDEV)
+    gated_blocks(doc, "ibstat", _GIDS_HEAD, lambda s: bool(_GIDS_ROW.match(s)))
+    gated_blocks(doc, "ibstat", PERFQUERY_HEAD, lambda s: bool(PERFQUERY_ROW.match(s)))
     for i in doc.lines_with(("state ",)):
         if doc.free(i) and "/" in doc.lines[i] and RDMA_LINK.match(doc.lines[i]):
             doc.claim("ibstat", i, i + 1)

@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.paste import BARRIER, PasteDoc
 
 __all__ = ["JobContext", "claim_context", "is_context_line", "read_context"]
@@ -195,13 +196,19 @@ def read_context(lines: Sequence[str]) -> JobContext:
     return ctx
 
 
+# is_context_line's: a labelled prompt, "user@<12 hex>" of a container's, a launch
+_CONTEXT_GATE = Gate(_HOST_PROMPT, _LAUNCH, _PODMAN_SHIM, literals=("container", "pod"),
+                     searches=(re.compile(r"@[0-9a-f]{12}"),), test=is_context_line)
+
+
 def claim_context(doc: PasteDoc, name: str = "job_log") -> None:
     """Claim for ``name`` the lines of a paste that show where a job's output was
     printed: container and host prompts (barriers: see the module's docstring), the
     commands that start or enter a container, podman's docker shim; and, when the paste
     holds a job's output, the ``NVIDIA_*`` variables and a non-NVIDIA adapter's name."""
     taken = [i for i, ln in enumerate(doc.lines)
-             if doc.owner[i] in (None, BARRIER) and is_context_line(ln)]
+             if doc.owner[i] in (None, BARRIER) and is_context_line(ln)
+             ] if BARRIER in doc.owner or _CONTEXT_GATE.open(doc) else []
     if name not in doc.owner:  # no job output: only a command as typed says where it ran,
         # not one named in a sentence ("a `docker run` without --gpus" in a document)
         taken = [i for i in taken if not _in_prose(doc.lines[i])]

@@ -14,7 +14,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.knowledge.job_messages import _WORDS as _CATALOG_WORDS  # scan_line's prefilter
 from gputriage.knowledge.job_messages import Hit, scan_line
+from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.job_context import JobContext, claim_context, read_context
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.text.paste import PasteDoc
@@ -409,11 +411,26 @@ def parse_job_log(text: str) -> JobLog:
     return log
 
 
+def _wraps_on(doc: PasteDoc, i: int) -> bool:
+    """Whether free line ``i`` may be the first piece of a hard-wrapped message."""
+    line = doc.lines[i]
+    return (len(line) >= _WRAP_MIN and not line[-1:].isspace() and doc.free(i + 1)
+            and _goes_on(line, doc.lines[i + 1]))
+
+
+# _walk takes a free line only with a word of the catalog's or the version readers' gate,
+# an interactive expression, a TensorFlow device block, or as a piece of a wrapped message
+_LINE_GATE = Gate(_CATALOG_WORDS, _WORD, _REPL, _TF_HEAD)
+_WRAP_GATE = Gate(searches=(re.compile(r"\n(?=" + _WRAP_NEXT.pattern.removeprefix("^") + ")"),),
+                  test_at=_wraps_on)
+
+
 def claim_job_log(doc: PasteDoc) -> None:
     """The lines of a job's output that carry a message of the catalog or a version
     (with the value line of an interactive expression and a TensorFlow device block)."""
-    taken = list(_walk(doc.lines, JobVersions(), lambda i: doc.owner[i] is None))
-    if any(strong for _, _, strong in taken):
-        for i, _, _ in taken:
-            doc.owner[i] = "job_log"
+    if _LINE_GATE.open(doc) or _WRAP_GATE.open(doc):
+        taken = list(_walk(doc.lines, JobVersions(), lambda i: doc.owner[i] is None))
+        if any(strong for _, _, strong in taken):
+            for i, _, _ in taken:
+                doc.owner[i] = "job_log"
     claim_context(doc)  # where it ran: prompts, docker run, NVIDIA_* (see job_context)

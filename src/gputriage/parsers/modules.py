@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gputriage.parsers.detect_gate import gated_blocks, gated_lines
 from gputriage.text.fields import ParseError, split_lines, strict_int
-from gputriage.text.paste import PasteDoc, claim_blocks, claim_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["Module", "claim_modules", "parse_modules"]
 
@@ -94,5 +95,5 @@ _PROC_ROW = re.compile(
 
 def claim_modules(doc: PasteDoc) -> None:
     """``lsmod`` (header and rows) and /proc/modules rows (or nvidia* rows of lsmod)."""
-    claim_blocks(doc, "proc_modules", _LSMOD_HEAD, lambda s: bool(_LSMOD_ROW.match(s)))
-    claim_lines(doc, "proc_modules", _PROC_ROW)
+    gated_blocks(doc, "proc_modules", _LSMOD_HEAD, lambda s: bool(_LSMOD_ROW.match(s)))
+    gated_lines(doc, "proc_modules", _PROC_ROW)

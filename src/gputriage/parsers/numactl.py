@@ -14,9 +14,10 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import gated_blocks
 from gputriage.parsers.driver import split_tree
 from gputriage.text.fields import split_lines
-from gputriage.text.paste import PasteDoc, claim_blocks
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["NumaHardware", "NumaNode", "claim_numactl", "format_cpulist", "parse_cpulist",
            "parse_lscpu", "parse_numactl", "parse_sysfs_nodes"]
@@ -228,5 +229,5 @@ def _claim_lscpu(doc: PasteDoc) -> None:
 
 def claim_numactl(doc: PasteDoc) -> None:
     """``numactl -H`` output, then ``lscpu`` output: the ``numactl`` source."""
-    claim_blocks(doc, "numactl", _NUMACTL_START, lambda s: bool(_NUMACTL_LINE.match(s)))
+    gated_blocks(doc, "numactl", _NUMACTL_START, lambda s: bool(_NUMACTL_LINE.match(s)))
     _claim_lscpu(doc)

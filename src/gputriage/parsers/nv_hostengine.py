@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.parsers.dcgmi import HOSTENGINE_ERROR
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import ParseError, split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -106,10 +107,16 @@ def parse_hostengine_log(text: str) -> HostengineLog:
     return out
 
 
+# a debug-log record holds its "[pid:tid]", a journal record "nv-hostengine[pid]:"
+_GATE = Gate(_JOURNAL, _WATCH, _PLAIN, searches=(re.compile(r"\[[0-9]{1,10}:[0-9]{1,10}\]"),))
+
+
 def claim_hostengine_log(doc: PasteDoc) -> None:
     """nv-hostengine's debug-log and journal records, and dcgmi's "cannot connect" lines
     (a bare ``Error: Failed to initialize NVML`` stays the job log's: any NVML user
     prints it)."""
+    if not _GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):
         if not doc.free(i):
             continue

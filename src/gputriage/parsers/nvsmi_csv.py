@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.detect_kernel import is_kernel_line
 from gputriage.parsers.nvsmi import (
     SmiGpu,
@@ -412,9 +413,17 @@ def _csv_block_end(doc: PasteDoc, i: int) -> int | None:
     return None
 
 
+# a block starts at a header (known field names) or at a row with a bus id or a UUID
+_GATE = Gate(literals=(*_KNOWN_PREFIXES, "gpu-", "mig-"),
+             searches=(re.compile(r":[0-9A-Fa-f]{2}\.[0-7]"),),
+             test=lambda line: is_csv_header(line) or is_csv_row(line))
+
+
 def claim_nvsmi_csv(doc: PasteDoc) -> None:
     """nvidia-smi --query-* CSV: a header and its rows, or rows that carry a bus id or
     a GPU UUID (noheader); rows after a query's prompt line come by its command."""
+    if not _GATE.open(doc):
+        return
     i = 0
     while i < len(doc.lines):
         end = _csv_block_end(doc, i)

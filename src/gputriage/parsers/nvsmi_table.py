@@ -16,6 +16,7 @@ import re
 
 from gputriage.errors import ParseError
 from gputriage.parsers import nvsmi_mig
+from gputriage.parsers.detect_gate import gated_lines
 from gputriage.parsers.nvsmi import (
     MigDevice,
     SmiError,
@@ -28,7 +29,7 @@ from gputriage.parsers.nvsmi import (
     scan_smi_errors,
 )
 from gputriage.text.fields import normalize_bus_id, split_lines
-from gputriage.text.paste import PasteDoc, claim_lines
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["claim_nvsmi_table", "parse_nvsmi_table"]
 
@@ -378,6 +379,6 @@ def claim_nvsmi_table(doc: PasteDoc) -> None:
     _claim_tables(doc)
     _claim_excerpts(doc)
     _claim_mig_boxes(doc)
-    claim_lines(doc, "nvidia_smi", _SMI_ERR)
-    claim_lines(doc, "nvidia_smi", _SMI_L)
-    claim_lines(doc, "nvidia_smi", _MIG_MESSAGE)
+    gated_lines(doc, "nvidia_smi", _SMI_ERR)
+    gated_lines(doc, "nvidia_smi", _SMI_L)
+    gated_lines(doc, "nvidia_smi", _MIG_MESSAGE)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import gated_blocks
 from gputriage.parsers.nvsmi import (
     FieldSpec,
     SmiGpu,
@@ -27,7 +28,7 @@ from gputriage.parsers.nvsmi import (
     scan_smi_errors,
 )
 from gputriage.text.fields import normalize_bus_id, parse_bool, split_lines
-from gputriage.text.paste import PasteDoc, claim_blocks
+from gputriage.text.paste import PasteDoc
 
 __all__ = ["claim_nvsmi_text", "parse_nvsmi_text"]
 
@@ -286,6 +287,6 @@ def _q_line(line: str) -> bool:
 def claim_nvsmi_text(doc: PasteDoc) -> None:
     """Whole ``nvidia-smi -q`` outputs (from the NVSMI LOG banner or a GPU header), then
     sections of it pasted alone."""
-    claim_blocks(doc, "nvidia_smi_q", _Q_START, _q_line, _q_confirm)
-    claim_blocks(doc, "nvidia_smi_q", _Q_SECTION, _q_line, _q_section_confirm)
-    claim_blocks(doc, "nvidia_smi_q", _Q_GPU_KEY, _q_line, _q_gpu_block_confirm)
+    gated_blocks(doc, "nvidia_smi_q", _Q_START, _q_line, _q_confirm)
+    gated_blocks(doc, "nvidia_smi_q", _Q_SECTION, _q_line, _q_section_confirm)
+    gated_blocks(doc, "nvidia_smi_q", _Q_GPU_KEY, _q_line, _q_gpu_block_confirm)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
 from gputriage.text.fields import ParseError, normalize_bus_id, split_lines, strict_int
 from gputriage.text.paste import PasteDoc
@@ -159,8 +160,13 @@ _CLAIM = re.compile(r"(?:^|\s)nvidia-persistenced(?:\[[0-9]+\])?:"
                     rf"|(?:^|\s)systemd(?:\[1\])?: .*{_UNIT_WORDS}")
 
 
+_GATE = Gate(_CLAIM)
+
+
 def claim_persistenced_journal(doc: PasteDoc) -> None:
     """The daemon's records and systemd's records about its unit, line by line."""
+    if not _GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):
         if doc.owner[i] is None and _CLAIM.search(ln):
             doc.owner[i] = "persistenced_journal"

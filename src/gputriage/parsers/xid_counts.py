@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -116,9 +117,14 @@ def _naming_line(doc: PasteDoc, start: int) -> int | None:
     return None
 
 
+_GATE = Gate(_XID)  # a block is claimed only under a line naming an Xid
+
+
 def claim_xid_counts(doc: PasteDoc) -> None:
     """Each block of four or more nodes' counts with its Xid named just above (or in
     its markdown header): the block and that line."""
+    if not _GATE.open(doc):
+        return
     i = 0
     while i < len(doc.lines):
         if not (doc.free(i) and _is_row(doc.lines[i])):

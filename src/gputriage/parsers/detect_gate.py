@@ -1,0 +1,268 @@
+"""Literal gates for the paste detectors: a cheap "no line can match" before a per-line loop.
+
+A detector that claims only lines one of its regular expressions matches runs a Python
+step per line of the paste, over a whole MiB of a training log that holds nothing of
+it. :class:`Gate` takes those expressions and, from their parse trees, the literal
+strings that every match must contain (one of them at least, compared lowercased). When
+none of them occurs in the paste (one ``str`` search in C per literal, each searched
+once per paste whichever detectors share it), no line can match and the detector returns
+at once. The gate is a necessary condition by construction: an expression with no
+required literal (a class or an optional part only) makes its gate always open, and so
+does a paste with a non-ASCII character (whose case folding ``str.lower`` may not mirror).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import importlib
+import itertools
+import re
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from gputriage.text.paste import PasteDoc, claim_blocks, claim_lines
+
+sre: Any
+sre_parse: Any
+try:  # the regex parser of Python 3.11+ (of 3.10 below)
+    sre, sre_parse = importlib.import_module("re._constants"), importlib.import_module("re._parser")
+except ImportError:  # pragma: no cover - Python 3.10
+    sre, sre_parse = importlib.import_module("sre_constants"), importlib.import_module("sre_parse")
+
+__all__ = ["Gate", "gated_blocks", "gated_lines", "required_literals"]
+
+_TRANSPARENT = {sre.AT, sre.ASSERT, sre.ASSERT_NOT}  # zero-width: a literal run goes on
+_REPEATS = {sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", sre.MAX_REPEAT)}
+
+
+def _best(options: list[frozenset[str]]) -> frozenset[str] | None:
+    """The option whose shortest literal is longest (the most selective), if any."""
+    return max(options, key=lambda s: min(map(len, s)), default=None)
+
+
+def _required(items: Any) -> frozenset[str] | None:
+    """Literals one of which every match of the sequence ``items`` contains."""
+    options: list[frozenset[str]] = []
+    run: list[str] = []
+
+    def end_run() -> None:
+        if run:
+            options.append(frozenset(["".join(run)]))
+            run.clear()
+
+    for op, arg in items:
+        if op is sre.LITERAL and arg < 128 and arg != 10:
+            run.append(chr(arg).lower())
+            continue
+        if op in _TRANSPARENT:
+            continue
+        end_run()
+        found: frozenset[str] | None = None
+        if op is sre.SUBPATTERN:
+            found = _required(arg[-1])
+        elif getattr(sre, "ATOMIC_GROUP", None) is op:
+            found = _required(arg)
+        elif op in _REPEATS and arg[0] >= 1:
+            found = _required(arg[2])
+        elif op is sre.BRANCH:
+            branches = [_required(b) for b in arg[1]]
+            if all(b is not None for b in branches):
+                found = frozenset().union(*(b for b in branches if b is not None))
+        if found:
+            options.append(found)
+    end_run()
+    return _best([o for o in options if all(o)])
+
+
+def required_literals(pattern: re.Pattern[str]) -> frozenset[str] | None:
+    """Lowercased literals one of which every match of ``pattern`` contains (None when
+    the pattern has none: its gate is always open)."""
+    if pattern.flags & re.VERBOSE:
+        return None  # parsed here without the whitespace rules it was compiled with
+    try:
+        return _required(sre_parse.parse(pattern.pattern, pattern.flags))
+    except Exception:  # a parse tree of another Python version: no gate
+        return None
+
+
+_LETTERS = bytes(c | 32 if 65 <= c <= 90 or 97 <= c <= 122 else 32 for c in range(256))
+
+
+def _runs(literal: str) -> list[str]:
+    """The runs of letters of a lowercased literal."""
+    return literal.encode("ascii", "replace").translate(_LETTERS).decode().split()
+
+
+_CHUNK = 1 << 20  # characters of a paste turned into words at a time
+_LOWERED_MAX = 16 << 20  # a paste this long is searched in a lowercased copy
+
+
+def _words(text: str) -> str | None:
+    """The paste's words (runs of letters, lowercased), each once, between spaces; None
+    for a run of letters over a chunk long (then no literal is ruled out)."""
+    words: set[bytes] = set()
+    pos = 0
+    while pos < len(text):
+        data = text[pos:pos + _CHUNK].encode("ascii").translate(_LETTERS)
+        if pos + len(data) < len(text):  # cut after the last non-letter: no word split
+            cut = data.rfind(b" ") + 1
+            if not cut:
+                return None
+            data = data[:cut]
+        words.update(data.split())
+        pos += len(data)
+    return " " + b" ".join(words).decode() + " "
+
+
+class _Seen:
+    """One paste: its words, where its lines start, its text lowercased (when short), and
+    the literals found on no free line so far (a claimed line stays claimed while the
+    detectors run)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.words = _words(text)
+        self.starts: list[int] | None = None
+        self.lowered: str | None = None
+        self.absent: set[str] = set()
+
+    def may_hold(self, literal: str) -> bool:
+        """False when the words of the paste rule ``literal`` out: each run of letters
+        of it is a word of the paste, the first one may end one, the last start one."""
+        runs = _runs(literal)
+        if not runs or self.words is None:
+            return True
+        letter = literal[0].isalpha(), literal[-1].isalpha()
+        if len(runs) == 1:
+            word = runs[0]
+            return (word if letter[0] and letter[1] else f" {word}" if letter[1]
+                    else f"{word} " if letter[0] else f" {word} ") in self.words
+        first = f"{runs[0]} " if letter[0] else f" {runs[0]} "
+        last = f" {runs[-1]}" if letter[1] else f" {runs[-1]} "
+        return (first in self.words and last in self.words
+                and all(f" {w} " in self.words for w in runs[1:-1]))
+
+    def line_starts(self, doc: PasteDoc) -> list[int]:
+        """Where each line of ``doc`` starts in its text (and where the text ends)."""
+        if self.starts is None:
+            self.starts = list(itertools.accumulate(map((1).__add__, map(len, doc.lines)),
+                                                    initial=0))
+        return self.starts
+
+    def line_of(self, doc: PasteDoc, at: int) -> int:
+        """The index of the line of ``doc`` that holds offset ``at`` of its text."""
+        return bisect.bisect_right(self.line_starts(doc), at) - 1
+
+    def matched_lines(self, doc: PasteDoc, pattern: re.Pattern[str]) -> Iterator[int]:
+        """The lines of ``doc`` nobody claimed where ``pattern`` (which matches no line
+        break) finds something, in order."""
+        for m in pattern.finditer(self.text):
+            i = self.line_of(doc, m.start())
+            if doc.owner[i] is None:
+                yield i
+
+    def free_lines(self, doc: PasteDoc, literal: str) -> Iterator[int]:
+        """The lines of ``doc`` nobody claimed that hold ``literal``, in order."""
+        if literal in self.absent:
+            return
+        if not self.may_hold(literal):
+            self.absent.add(literal)
+            return
+        free = False
+        at = self.find(literal, 0)
+        while at >= 0:
+            i = self.line_of(doc, at)
+            if doc.owner[i] is None:
+                free = True
+                yield i
+            at = self.find(literal, self.line_starts(doc)[i + 1])
+        if not free:
+            self.absent.add(literal)
+
+    def find(self, literal: str, pos: int) -> int:
+        """Where ``literal`` (lowercased) is next in the paste, in any case, from ``pos``."""
+        if len(self.text) <= _LOWERED_MAX:
+            if self.lowered is None:
+                self.lowered = self.text.lower()
+            return self.lowered.find(literal, pos)
+        m = _literal_re(literal).search(self.text, pos)  # no lowercased copy of a large paste
+        return -1 if m is None else m.start()
+
+
+@functools.lru_cache(maxsize=1024)
+def _literal_re(literal: str) -> re.Pattern[str]:
+    """A lowercased literal found in any case (of an ASCII paste)."""
+    return re.compile(re.escape(literal), re.IGNORECASE)
+
+
+_SEEN: weakref.WeakKeyDictionary[PasteDoc, _Seen] = weakref.WeakKeyDictionary()
+
+
+class Gate:
+    """Whether a free line of a paste may hold a match of any of ``patterns`` (or one of
+    ``literals``, words compared lowercased that a detector looks for without a regex);
+    with ``test``, whether such a line passes it (a detector's exact test of the line
+    its claims start at, run only on the lines that hold a literal; ``test_at`` is given
+    the paste and the line's index instead)."""
+
+    def __init__(self, *patterns: re.Pattern[str], literals: tuple[str, ...] = (),
+                 searches: tuple[re.Pattern[str], ...] = (),
+                 test: Callable[[str], object] | None = None,
+                 test_at: Callable[[PasteDoc, int], object] | None = None) -> None:
+        self.test: Callable[[PasteDoc, int], object] | None = test_at
+        if test is not None:
+            self.test = lambda doc, i: test(doc.lines[i])
+        self.searches = searches  # regexes that match no line break, searched whole
+        found: set[str] | None = {w.lower() for w in literals}
+        for pat in patterns:
+            lits = required_literals(pat)
+            if lits is None or found is None:
+                found = None
+                break
+            found |= lits
+        self.literals = None if found is None else tuple(sorted(found, key=len, reverse=True))
+
+    def open(self, doc: PasteDoc) -> bool:
+        """False only when no free line of ``doc`` can match: a detector that starts its
+        claims on such lines only may return."""
+        if self.literals is None:
+            return True
+        text = doc.text
+        if not text.isascii():
+            return True
+        seen = _SEEN.get(doc)
+        if seen is None or seen.text is not text:
+            seen = _SEEN[doc] = _Seen(text)
+        tested: set[int] = set()
+        found = itertools.chain.from_iterable(
+            [*(seen.free_lines(doc, lit) for lit in self.literals),
+             *(seen.matched_lines(doc, pat) for pat in self.searches)])
+        for i in found:
+            if self.test is None:
+                return True
+            if i not in tested:
+                tested.add(i)
+                if self.test(doc, i):
+                    return True
+        return False
+
+
+@functools.cache
+def _gate_of(pattern: re.Pattern[str]) -> Gate:
+    return Gate(pattern)
+
+
+def gated_blocks(doc: PasteDoc, name: str, start: re.Pattern[str], cont: Callable[[str], bool],
+                 confirm: Callable[[PasteDoc, int], bool] | None = None,
+                 before: Callable[[str], bool] | None = None) -> None:
+    """:func:`~gputriage.text.paste.claim_blocks`, when a free line may hold ``start``."""
+    if _gate_of(start).open(doc):
+        claim_blocks(doc, name, start, cont, confirm, before)
+
+
+def gated_lines(doc: PasteDoc, name: str, pat: re.Pattern[str]) -> None:
+    """:func:`~gputriage.text.paste.claim_lines`, when a free line may hold ``pat``."""
+    if _gate_of(pat).open(doc):
+        claim_lines(doc, name, pat)

@@ -1,0 +1,89 @@
+"""The detectors' literal gates (parsers/detect_gate.py): the literals a regex needs, and
+detection with the gates the same as without them, on every corpus sample alone and
+inside a training job's log (where the gates close for the other detectors)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gputriage.ingest.detect import detect
+from gputriage.parsers import detect_gate
+from gputriage.parsers.detect_gate import Gate, required_literals
+from gputriage.snapshot.bundle import decode
+from gputriage.text.paste import PasteDoc
+
+_STEP = ("2025-03-02 10:{m:02d}:{s:02d},{ms:03d} [rank{r}] INFO train.py:412 step {n} loss "
+         "0.{n:04d} lr 3.0e-04 tokens/s 61234.{r} mem 71.{r}G grad_norm 0.{m}\n")
+
+
+def _training(lines: int, seed: int = 0) -> str:
+    return "".join(_STEP.format(m=(i * 7 + seed) % 60, s=i % 60, ms=i % 1000, r=i % 16,
+                                n=i + seed) for i in range(lines))
+
+
+@pytest.mark.parametrize(("pattern", "expected"), [
+    (r"^\s*GPU [0-9a-f:.]+ was successfully reset\b", {" was successfully reset"}),
+    (r"\bXID[ _-]?([0-9]{1,3})\b", {"xid"}),
+    (r"failed to (?:initialize|reconcile) DCGM", {"failed to "}),
+    (r"(?:nv-hostengine|Host engine)\b", {"nv-hostengine", "host engine"}),
+    (r"(?:abc)+def?", {"abc"}),
+    (r"Reason:|(?:xy)?z", {"reason:", "z"}),
+    (r"Reason:|[0-9]+", None),  # a branch with no literal: no gate
+    (r"[0-9]+:[0-9]+", {":"}),
+    (r"(?x) a b c", None),
+])
+def test_required_literals(pattern: str, expected: set[str] | None) -> None:
+    got = required_literals(re.compile(pattern, re.IGNORECASE))
+    assert got == (None if expected is None else frozenset(expected))
+
+
+@pytest.mark.parametrize(("chunk", "lowered_max"), [(1 << 20, 16 << 20), (7, 0)])
+def test_a_gate_closes_only_when_no_free_line_can_hold_its_words(
+        monkeypatch, chunk: int, lowered_max: int) -> None:
+    """Also with the words read a few characters at a time (no word cut between two
+    pieces) and a paste searched without its lowercased copy (as a large one is)."""
+    monkeypatch.setattr(detect_gate, "_CHUNK", chunk)
+    monkeypatch.setattr(detect_gate, "_LOWERED_MAX", lowered_max)
+    gate = Gate(re.compile(r"\bfailed to reset GPU\b", re.IGNORECASE), literals=("NVML",))
+    doc = PasteDoc(_training(50) + "Failed to reset GPU 0000:3b:00.0\n")
+    assert gate.open(doc)
+    doc.owner[50] = "other"  # claimed by an earlier detector
+    assert not gate.open(doc)
+    assert gate.open(PasteDoc(_training(5) + "libnvml.so.1 not found\n"))  # inside a word
+    assert not gate.open(PasteDoc(_training(50)))
+    assert gate.open(PasteDoc(_training(5) + "caf\u00e9\n"))  # non-ASCII: always open
+    if chunk < 10:  # a run of letters longer than a piece: its words are not ruled out
+        assert Gate(literals=("axyz",)).open(PasteDoc("a" * 3 * chunk + "xyz\n"))
+
+
+def _both(text: str, monkeypatch: pytest.MonkeyPatch) -> tuple[object, object]:
+    gated = detect(text)
+    with monkeypatch.context() as m:
+        m.setattr(detect_gate.Gate, "open", lambda self, doc: True)
+        return gated, detect(text)
+
+
+def _same_detection(samples, monkeypatch, cap: int, around: int, alone: bool) -> None:
+    job = _training(around, seed=3)
+    for sample in samples:
+        raw = sample.path.read_bytes()[:cap]
+        if b"\0" in raw[:4096] or raw[:2] == b"\x1f\x8b":
+            continue
+        text = decode(raw)
+        for paste in (text, job + text + job) if alone else (job + text + job,):
+            gated, open_ = _both(paste, monkeypatch)
+            assert gated == open_, sample.path.name
+
+
+@pytest.mark.parametrize("category", [str(n) for n in range(1, 12)])
+def test_gates_change_no_detection_on_the_corpus(corpus, monkeypatch, category) -> None:
+    """Every sample's first 12 KiB in the middle of a training log (gates closed around
+    it): what is detected with the gates is what is detected without them."""
+    _same_detection(corpus.category(category), monkeypatch, 12 << 10, 20, alone=False)
+
+
+@pytest.mark.slow  # every sample whole, alone and inside a training log: ~30 s
+def test_gates_change_no_detection_on_whole_corpus_samples(corpus, monkeypatch) -> None:
+    _same_detection(corpus.samples, monkeypatch, 1 << 20, 200, alone=True)
