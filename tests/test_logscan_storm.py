@@ -240,9 +240,14 @@ def test_hyperscan_screens_the_lines_the_storm_path_leaves():
         b"GPU has fallen off the bus.", b"SXid", b"\xc3\xa9", b"#012 x")]
     buf = bytearray(b"\n".join(lines_) + b"\n")
     screened: set[int] = set()
-    anchor_hits(buf, 0, len(buf), ANCHORS, ScanConfig(engine="hyperscan"), screened)
+    hits = anchor_hits(buf, 0, len(buf), ANCHORS, ScanConfig(engine="hyperscan"), screened,
+                       storm=True)
     starts = [0]
     for line in lines_[:-1]:
         starts.append(starts[-1] + len(line) + 1)
     assert sorted(screened) == starts[1:]
+    # the storm path's own lines are left to it, the screened ones are candidates
+    assert sorted(hits) == starts[1:]
+    assert sorted(anchor_hits(buf, 0, len(buf), ANCHORS, ScanConfig(engine="hyperscan"))) \
+        == starts
 

@@ -170,7 +170,7 @@ def run_blocks(src: LineSource, inp: InputSpans, path: str, size: int, procs: Fo
     block = config.block
     task = functools.partial(block_task, path, anchors=anchors, config=config,
                              name=src.name, now=src.now)
-    prepare(anchors, config, storm=True)
+    prepare(anchors, config)
     src.fold = Folder(attribute=False)
     chain = src.fold.chain = FollowChain()
     segs: list[BootSegment] = []

@@ -192,21 +192,22 @@ _MAX_SEGMENTS = 64  # NUL-separated pieces searched with strstr before memmem ta
 
 def _matcher(anchors: Sequence[bytes], config: ScanConfig, storm: bool = False
              ) -> hsearch.Matcher:
+    """The database of ``anchors`` (literals only: compiled in about 2 ms); ``storm``:
+    the one that leaves the storm path's lines out and screens them (its screen
+    expression takes about 20 ms to compile: only spans that Xid lines crowd use it)."""
     routine = ROUTINE if config.reject else {}
     modes = tuple(Probe(a, ()).mode for a in anchors)
     return hsearch.matcher(tuple(anchors), modes,
                            tuple((a, routine[a]) for a in anchors if a in routine),
-                           STORM_SCREEN, STORM_LEAD if storm else None)
+                           STORM_SCREEN if storm else None, STORM_LEAD if storm else None)
 
 
-def prepare(anchors: Sequence[bytes], config: ScanConfig, storm: bool = False) -> None:
+def prepare(anchors: Sequence[bytes], config: ScanConfig) -> None:
     """Compile now what the search of large spans will need (before worker processes
-    are forked: each would compile it again); ``storm``: the database that leaves the
-    storm path's lines out (see :func:`search_span`) as well."""
+    are forked: each would compile it again). The storm path's database is compiled
+    where a span first needs it: most logs never do."""
     if engine_for(config) == "hyperscan":
         _matcher(anchors, config)
-        if storm:
-            _matcher(anchors, config, storm=True)
 
 
 def anchor_hits(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[bytes],
@@ -214,11 +215,12 @@ def anchor_hits(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[byte
                 storm: bool = False) -> dict[int, int]:
     """Start offsets of the lines in ``buf[lo:hi]`` holding an anchor -> context mode
     (0: continuation lines, 1: a call trace follows); with ``config.reject``, less the
-    routine lines (see :data:`ROUTINE`). Every engine finds the same lines. Hyperscan
-    also adds to ``screened`` the starts of the Xid lines that the storm path must leave
-    to the per-line parse (:data:`gputriage.logscan.storm.SCREEN_EXPRESSION`), and, with
-    ``storm``, leaves out the lines whose only anchor is the ``NVRM:`` of the storm
-    path's lead (:data:`gputriage.logscan.storm.LEAD`): the storm path finds those."""
+    routine lines (see :data:`ROUTINE`). Every engine finds the same lines. With
+    ``storm``, Hyperscan also adds to ``screened`` the starts of the Xid lines the storm
+    path must leave to the per-line parse
+    (:data:`gputriage.logscan.storm.SCREEN_EXPRESSION`), and leaves out the lines whose
+    only anchor is the ``NVRM:`` of the storm path's lead
+    (:data:`gputriage.logscan.storm.LEAD`): the storm path finds those."""
     starts: dict[int, int] = {}
     if hi <= lo or not anchors:
         return starts
@@ -364,7 +366,7 @@ def search_span(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[byte
     hyper = engine_for(config, hi - lo) == "hyperscan"
     # (where a LineSource has the path, and where it pays: a span its lines crowd)
     storm = storm and hyper and line_sources.USABLE and _crowded(buf, lo, hi)
-    screened: set[int] | None = set() if hyper else None
+    screened: set[int] | None = set() if storm else None
     starts = anchor_hits(buf, lo, hi, anchors, config, screened, storm)
     want: dict[int, int] = dict.fromkeys(starts, 0)
     need = (0, 0)
