@@ -10,6 +10,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gputriage.logscan import ScanConfig, blocks, lines, scan_paths, scan_text
 from gputriage.parsers import kernel_fold
@@ -251,3 +253,13 @@ def test_hyperscan_screens_the_lines_the_storm_path_leaves():
     assert sorted(anchor_hits(buf, 0, len(buf), ANCHORS, ScanConfig(engine="hyperscan"))) \
         == starts
 
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=120))
+def test_a_fault_pattern_from_raw_bytes_is_the_one_from_text(message):
+    """The storm path blanks a message's raw bytes: the pattern is the one the parsed
+    message gives (its text stripped, as the parse strips it)."""
+    raw = message.encode("ascii")
+    assert kernel_fold.message_pattern("31", raw) == kernel_fold.message_pattern(
+        "31", message.strip())
