@@ -119,8 +119,9 @@ def matcher(anchors: tuple[bytes, ...], modes: tuple[int, ...],
             routine: tuple[tuple[bytes, tuple[bytes, ...]], ...],
             screen: bytes | None = None, lead: bytes | None = None) -> Matcher:
     """The database of ``anchors`` (and ``screen``, a Hyperscan expression; ``lead``, see
-    :class:`Matcher`) compiled once per process (about 60 ms with routine anchors, which
-    is why small spans are searched otherwise)."""
+    :class:`Matcher`) compiled once per process: about 2 ms for the anchors alone, 20 ms
+    with the screen expression. Hyperscan searches a MiB in about 0.65 ms, libc in 0.9:
+    small spans are searched by libc, which needs no database."""
     return Matcher(anchors, modes, dict(routine), screen, lead)
 
 
