@@ -231,6 +231,22 @@ def test_the_storm_pass_numbers_lines_as_the_search(monkeypatch, tmp_path, fmt):
     assert fast == slow
 
 
+@pytest.mark.parametrize("fmt", ("dmesg", "syslog"))
+def test_the_storm_pass_on_compressed_input_searched_by_threads(monkeypatch, tmp_path, fmt):
+    """A compressed log is read in blocks searched by threads, from reused buffers, and
+    fed here: the storm pass reads each crowded block from its buffer before that buffer
+    is read into again (CRLF line ends too)."""
+    import gzip
+
+    text = storm_log(fmt, seed=3, n=1500).replace("\n", "\r\n")
+    path = tmp_path / "kern.log.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    config = ScanConfig(block=8192, workers=2, engine="hyperscan")
+    fast, slow = _scan_both(monkeypatch, lambda: scan_paths([str(path)], now=NOW,
+                                                            config=config))
+    assert fast == slow and len(fast) > 100
+
+
 def test_hyperscan_screens_the_lines_the_storm_path_leaves():
     """The search's screen expression finds the same lines as the storm path's own
     test (case-blind where that is)."""
