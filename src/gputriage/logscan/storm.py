@@ -55,6 +55,8 @@ SCREEN_EXPRESSION = (rb"NVRM: Xid \(PCI:[^\n]*(?:" + b"|".join(
 USABLE = DIRECT and PASSES  # the Xid row as this module knows it (else: never taken)
 _DMESG = re.compile(rb"\[ {0,12}([0-9]{1,12}\.[0-9]{1,9})\] *")  # dmesg raw: one per line
 CACHE = 4096  # prefixes and keys kept (then the cache starts again)
+_PLAIN: dict[tuple[Any, ...], tuple[str | None, str]] = {}  # (bus, code) -> as read
+_PROCS: dict[tuple[Any, ...], tuple[str, str]] = {}  # (pid, name) -> line_process
 
 # what a prefix tells: (format, stamps, time, uptime, seconds); None: not a fast one
 Head = tuple[str, tuple[str, ...], datetime | None, float | None, float | None]
@@ -95,11 +97,11 @@ class StormLines:
 
     def __init__(self, fast: FastXid) -> None:
         self.fast = fast
-        self.heads: dict[bytes, Head] = {}
-        self.plain: dict[tuple[bytes, bytes], tuple[str | None, str]] = {}
-        self.procs: dict[tuple[Any, ...], tuple[str, str]] = {}
-        # (code, message) as printed -> its fault pattern (messages repeat in a storm)
-        self.patterns: dict[tuple[Any, ...], str] = {}
+        self.heads: dict[bytes, Head] = {}  # (what a prefix tells depends on the input)
+        # what a bus and code, a pid and name as printed are: the same in every input,
+        # kept across the inputs and blocks a process reads
+        self.plain = _PLAIN
+        self.procs = _PROCS
 
     def feed(self, src: Source, lines: list[tuple[int, bytes | bytearray, bool]],
              base: int) -> None:

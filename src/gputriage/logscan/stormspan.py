@@ -33,7 +33,7 @@ import re
 from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING, Any
 
-from gputriage.logscan.storm import CACHE, LazyXid, Source, StormLines
+from gputriage.logscan.storm import LazyXid, Source, StormLines
 from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_fold import (
     APP_FAULTS,
@@ -56,6 +56,10 @@ _FIND = re.compile(rb"NVRM: Xid \(PCI:(?:([^)\n]{0,40})\): ?([0-9]{1,5}), "
                    rb"pid=('?[^,'\n]{0,32}'?), ?name=([^,\n]{0,64}), ?([^\n]*))?")
 _MAX_CONT = 8  # continuation lines taken after a line (``search.MAX_CONT``)
 _BLANK = (32, 9)  # the first byte of a continuation line
+# (code, message) as printed -> its fault pattern: kept across the spans and blocks a
+# process reads (a storm's messages repeat across its blocks)
+_PATTERNS: dict[tuple[Any, ...], str] = {}
+_PATTERNS_KEPT = 1 << 14
 Line = tuple[int, bytes | bytearray, bool]
 
 
@@ -343,10 +347,9 @@ class SpanPass:
             pats = reps.patterns[pk] = set()
         if len(pats) < PATTERNS:
             reps.tries[pk] = reps.tries.get(pk, 0) + 1
-            patterns = self.storm.patterns
-            pat = patterns.get(said)
+            pat = _PATTERNS.get(said)
             if pat is None:
-                if len(patterns) >= CACHE:
-                    patterns.clear()
-                pat = patterns[said] = message_pattern(code, said[1])
+                if len(_PATTERNS) >= _PATTERNS_KEPT:
+                    _PATTERNS.clear()
+                pat = _PATTERNS[said] = message_pattern(code, said[1])
             pats.add(pat)
