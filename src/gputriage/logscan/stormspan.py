@@ -57,7 +57,8 @@ _FIND = re.compile(rb"NVRM: Xid \(PCI:(?:([^)\n]{0,40})\): ?([0-9]{1,5}), "
 _MAX_CONT = 8  # continuation lines taken after a line (``search.MAX_CONT``)
 _BLANK = (32, 9)  # the first byte of a continuation line
 # (code, message) as printed -> its fault pattern: kept across the spans and blocks a
-# process reads (a storm's messages repeat across its blocks)
+# process reads (a storm's messages repeat across its blocks; messages that never repeat,
+# an address in each, fill it too: once full, it keeps what it has)
 _PATTERNS: dict[tuple[Any, ...], str] = {}
 _PATTERNS_KEPT = 1 << 14
 Line = tuple[int, bytes | bytearray, bool]
@@ -349,7 +350,7 @@ class SpanPass:
             reps.tries[pk] = reps.tries.get(pk, 0) + 1
             pat = _PATTERNS.get(said)
             if pat is None:
-                if len(_PATTERNS) >= _PATTERNS_KEPT:
-                    _PATTERNS.clear()
-                pat = _PATTERNS[said] = message_pattern(code, said[1])
+                pat = message_pattern(code, said[1])
+                if len(_PATTERNS) < _PATTERNS_KEPT:  # (full: those that came first stay)
+                    _PATTERNS[said] = pat
             pats.add(pat)
