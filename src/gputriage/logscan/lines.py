@@ -50,6 +50,18 @@ class BootSegment:
     last_seq: int | None = None
     seen: bool = False
 
+    def saw(self, time: datetime | None, up: float | None) -> None:
+        """A line of this boot at ``time`` (and uptime ``up``): its first and last."""
+        self.seen = True
+        if time is not None:
+            if self.first is None:
+                self.first = time
+            self.last = time
+        if up is not None:
+            if self.first_up is None:
+                self.first_up = up
+            self.last_up = up
+
 
 class LineSource:
     """Turns one input's candidate lines into events, boots and formats."""
@@ -210,14 +222,7 @@ class LineSource:
                          origin=self.name)
             self._note(ll, None, None)  # a new boot: the full bookkeeping
         elif not self.outside:
-            cur.seen = True
-            if fast.time is not None:
-                cur.first = cur.first or fast.time
-                cur.last = fast.time
-            if up is not None:
-                if cur.first_up is None:
-                    cur.first_up = up
-                cur.last_up = up
+            cur.saw(fast.time, up)
         self.ex.note_line()
         boot = len(self.segs) - 1
         bounds = self.bounds

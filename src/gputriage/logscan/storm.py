@@ -162,14 +162,7 @@ class StormLines:
             fmt, _stamps, time, _up, seconds = head
             if fmt not in formats:
                 formats[fmt] = None
-            cur.seen = True
-            if time is not None:
-                cur.first = cur.first or time
-                cur.last = time
-            if up is not None:
-                if cur.first_up is None:
-                    cur.first_up = up
-                cur.last_up = up
+            cur.saw(time, up)
             ex.note_line()
             fold_plain(h[0], h[1], h[2], proc, raw[m.end():], seconds, lazy(raw, fast),
                        lineno, boot)

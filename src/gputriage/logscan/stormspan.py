@@ -39,9 +39,9 @@ from gputriage.parsers.kernel_fold import (
     APP_FAULTS,
     PATTERN_TRIES,
     PATTERNS,
-    PROCESSES,
     XidState,
     code_number,
+    count_process,
     message_pattern,
 )
 
@@ -287,15 +287,7 @@ class SpanPass:
                 self.alone(ls, key[1] == b"154")
                 return
         _fmt, _stamps, time, up, seconds = head
-        cur = self.cur
-        cur.seen = True
-        if time is not None:
-            cur.first = cur.first or time
-            cur.last = time
-        if up is not None:
-            if cur.first_up is None:
-                cur.first_up = up
-            cur.last_up = up
+        self.cur.saw(time, up)
         ev, reps, bus, code, app, number, plainly = h
         fold = self.src.fold
         if fold.attribute:
@@ -315,14 +307,7 @@ class SpanPass:
         pk, pname = storm.procs.get(pid_name) or storm.process_of(*pid_name)
         if not pk:
             return
-        procs = reps.processes  # (``kernel_fold._count_key``, inline)
-        if pk in procs:
-            if pname and not procs[pk]:
-                procs[pk] = pname
-        elif len(procs) < PROCESSES:
-            procs[pk] = pname
-        else:
-            reps.other_processes += 1
+        if not count_process(reps, pk, pname):
             return
         if app and reps.tries.get(pk, 0) < PATTERN_TRIES:
             self._pattern(reps, pk, code, m.group(2, 5))

@@ -445,6 +445,13 @@ def _count_key(reps: Repeats, key: str, name: str, code: str,
                message: str | bytes | bytearray) -> None:
     """One occurrence of process ``key`` (``name``) and its message (bytes: the raw
     rest of an ASCII line, decoded only when its fault pattern is worked out)."""
+    if count_process(reps, key, name) and code in APP_FAULTS:
+        count_pattern(reps, key, code, message)
+
+
+def count_process(reps: Repeats, key: str, name: str) -> bool:
+    """One occurrence of process ``key`` (``name``): named while fewer than
+    ``PROCESSES`` are, else counted among the others (False)."""
     procs = reps.processes
     if key in procs:
         if name and not procs[key]:
@@ -453,9 +460,8 @@ def _count_key(reps: Repeats, key: str, name: str, code: str,
         procs[key] = name
     else:
         reps.other_processes += 1
-        return
-    if code in APP_FAULTS:
-        count_pattern(reps, key, code, message)
+        return False
+    return True
 
 
 def count_pattern(reps: Repeats, key: str, code: str, message: str | bytes | bytearray
