@@ -211,7 +211,7 @@ def test_the_cheap_line_gates_accept_what_their_case_blind_forms_accept():
         "RuntimeError: CUDA Error: Out Of Memory", "NVIDIA-SMI has failed", "Torch 2.3.0+CU121",
         "TF version 2.15", "tf.config", "nothing here at all", "SM_90 kernel IMAGE missing"]
     lines += [ln.upper() for ln in lines] + [ln.title() for ln in lines]
-    for gate in (job_messages._WORDS, job_log._WORD):
+    for gate in (job_messages.CATALOG_WORDS, job_log._WORD):
         blind = re.compile(gate.pattern, re.IGNORECASE)
         assert [bool(gate.search(ln.lower())) for ln in lines] == [
             bool(blind.search(ln)) for ln in lines]

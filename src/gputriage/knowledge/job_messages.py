@@ -47,10 +47,11 @@ _HERE = Path(__file__).parent  # the tables beside this module (importlib.resour
 # words that must be on a line for any message to be looked for (a cheap first filter),
 # searched in the lowered line: a case-sensitive alternation runs ten times faster than
 # the same under IGNORECASE, and it runs on every line of a paste
-_WORDS = re.compile(r"cuda|curesult|nvml|nvidia|cublas|cudnn|gpu|driver|runtime|cdi|hook|device|"
-                    r"oci|nccl|ptx|sm_[0-9]|kernel image|out of memory|launch|ecc|nvlink|"
-                    r"illegal|os call|not yet initiali[sz]ed|forward compat|tegra|selinux|"
-                    r"name for group")
+CATALOG_WORDS = re.compile(
+    r"cuda|curesult|nvml|nvidia|cublas|cudnn|gpu|driver|runtime|cdi|hook|device|"
+    r"oci|nccl|ptx|sm_[0-9]|kernel image|out of memory|launch|ecc|nvlink|"
+    r"illegal|os call|not yet initiali[sz]ed|forward compat|tegra|selinux|"
+    r"name for group")
 # a line that names CUDA itself (not libcuda.so): where a generic text counts
 _CUDA_CONTEXT = re.compile(
     r"(?<![a-z])cuda(?:(?![a-z])|error|get|set|malloc|memcpy|launch|stream|device|runtime)"
@@ -223,7 +224,7 @@ def _cuda_hits(line: str, lineno: int) -> dict[Message, Hit]:
 
 def scan_line(line: str, lineno: int = 0) -> list[Hit]:
     """The messages on one line, each once, in catalog order."""
-    if not _WORDS.search(line.lower()):
+    if not CATALOG_WORDS.search(line.lower()):
         return []
     cuda = _cuda_hits(line, lineno)
     hits: list[Hit] = []

@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.knowledge.job_messages import _WORDS as _CATALOG_WORDS  # scan_line's prefilter
-from gputriage.knowledge.job_messages import Hit, scan_line
+from gputriage.knowledge.job_messages import CATALOG_WORDS, Hit, scan_line
 from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.job_context import JobContext, claim_context, read_context
 from gputriage.text.fields import split_lines, strict_int
@@ -420,7 +419,7 @@ def _wraps_on(doc: PasteDoc, i: int) -> bool:
 
 # _walk takes a free line only with a word of the catalog's or the version readers' gate,
 # an interactive expression, a TensorFlow device block, or as a piece of a wrapped message
-_LINE_GATE = Gate(_CATALOG_WORDS, _WORD, _REPL, _TF_HEAD)
+_LINE_GATE = Gate(CATALOG_WORDS, _WORD, _REPL, _TF_HEAD)
 _WRAP_GATE = Gate(searches=(re.compile(r"\n(?=" + _WRAP_NEXT.pattern.removeprefix("^") + ")"),),
                   test_at=_wraps_on)
 
