@@ -38,11 +38,10 @@ from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_fold import (
     APP_FAULTS,
     PATTERN_TRIES,
-    PATTERNS,
     XidState,
     code_number,
+    count_pattern,
     count_process,
-    message_pattern,
 )
 
 if TYPE_CHECKING:
@@ -56,11 +55,6 @@ _FIND = re.compile(rb"NVRM: Xid \(PCI:(?:([^)\n]{0,40})\): ?([0-9]{1,5}), "
                    rb"pid=('?[^,'\n]{0,32}'?), ?name=([^,\n]{0,64}), ?([^\n]*))?")
 _MAX_CONT = 8  # continuation lines taken after a line (``search.MAX_CONT``)
 _BLANK = (32, 9)  # the first byte of a continuation line
-# (code, message) as printed -> its fault pattern: kept across the spans and blocks a
-# process reads (a storm's messages repeat across its blocks; messages that never repeat,
-# an address in each, fill it too: once full, it keeps what it has)
-_PATTERNS: dict[tuple[Any, ...], str] = {}
-_PATTERNS_KEPT = 1 << 14
 Line = tuple[int, bytes | bytearray, bool]
 
 
@@ -310,7 +304,7 @@ class SpanPass:
         if not count_process(reps, pk, pname):
             return
         if app and reps.tries.get(pk, 0) < PATTERN_TRIES:
-            self._pattern(reps, pk, code, m.group(2, 5))
+            count_pattern(reps, pk, code, m.group(5))
 
     def _hot(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """What the pass keeps of a key whose folded event exists (None: none yet)."""
@@ -324,18 +318,3 @@ class SpanPass:
         h = self.hots[key] = (hot[0], hot[0].repeats, bus, code, code in APP_FAULTS, number,
                               plainly)
         return h
-
-    def _pattern(self, reps: Any, pk: str, code: str, said: tuple[Any, ...]) -> None:
-        """``kernel_fold.count_pattern``, the pattern of each distinct (code, message)
-        worked out once."""
-        pats = reps.patterns.get(pk)
-        if pats is None:
-            pats = reps.patterns[pk] = set()
-        if len(pats) < PATTERNS:
-            reps.tries[pk] = reps.tries.get(pk, 0) + 1
-            pat = _PATTERNS.get(said)
-            if pat is None:
-                pat = message_pattern(code, said[1])
-                if len(_PATTERNS) < _PATTERNS_KEPT:  # (full: those that came first stay)
-                    _PATTERNS[said] = pat
-            pats.add(pat)

@@ -76,6 +76,9 @@ def process_key(ev: DriverEvent) -> tuple[str, str]:
 _VARIABLE = re.compile(r"0x[0-9a-fA-F_]+|\b[0-9a-fA-F]{8}\b|[0-9]+")
 _VARIABLE_BYTES = re.compile(_VARIABLE.pattern.encode())  # (for ASCII, the same matches)
 _ASCII_SPACE = bytes(c for c in range(128) if chr(c).isspace())  # what str.strip() strips
+# (code, raw message) -> its fault pattern, kept across the blocks a process folds
+_RAW_PATTERNS: dict[tuple[str, bytes], str] = {}
+_RAW_PATTERNS_KEPT = 1 << 14
 
 
 def fault_pattern(code: str | int, ev: DriverEvent) -> str:
@@ -479,11 +482,18 @@ def count_pattern(reps: Repeats, key: str, code: str, message: str | bytes | byt
 
 def message_pattern(code: str, message: str | bytes | bytearray) -> str:
     """An Xid's fault pattern from its code and message (bytes: the raw rest of an ASCII
-    line, blanked as bytes: the same pattern, a fifth sooner), as :func:`fault_pattern`
-    makes it of an event."""
+    line, blanked as bytes: the same pattern, a fifth sooner, and kept per distinct
+    message, as a storm repeats its messages), as :func:`fault_pattern` makes it of an
+    event."""
     if isinstance(message, str):
         return f"{code}:{_VARIABLE.sub('#', message)}"
-    return f"{code}:{_VARIABLE_BYTES.sub(b'#', message.strip(_ASCII_SPACE)).decode('ascii')}"
+    said = (code, bytes(message))
+    pat = _RAW_PATTERNS.get(said)
+    if pat is None:
+        pat = f"{code}:{_VARIABLE_BYTES.sub(b'#', message.strip(_ASCII_SPACE)).decode('ascii')}"
+        if len(_RAW_PATTERNS) < _RAW_PATTERNS_KEPT:  # (full: those that came first stay:
+            _RAW_PATTERNS[said] = pat  # messages with an address each fill it too)
+    return pat
 
 
 def _merge(into: DriverEvent, ev: DriverEvent) -> None:
