@@ -214,8 +214,12 @@ class SpanPass:
             if len(items) > _MAX_CONT or pos >= self.next_at or buf[pos] not in _BLANK:
                 break
             items.append(self.line_at(pos, self.listed(pos)))
-        self.src.screen = set()
-        self.storm.feed(self.src, items, self.base)
+        if settled or len(items) > 1:
+            self.src.screen = set()
+            self.storm.feed(self.src, items, self.base)
+        else:  # a line whose key has no folded event: what the storm path does with it
+            n, raw, cut = items[0]
+            self.src.line(self.base + n, raw, cut)
         self.settle()
 
     # -- the pass -----------------------------------------------------------------------
