@@ -238,16 +238,17 @@ class SpanPass:
             if ls == last_line:  # another lead on a line already taken
                 continue
             last_line = ls
+            bus_raw, code_raw, pid_raw, name_raw, rest = m.groups()
             listed: bool | None = False
             if ls >= self.next_at:
-                listed = self.meet(ls, m.group(1) is not None)
+                listed = self.meet(ls, bus_raw is not None)
                 if listed is None:
                     continue
             if not exact and ls - self.prev > gap_exact:
                 self.jump(ls)
             self.prev = ls
             e = m.end()
-            if (self.busy or m.group(1) is None or e - ls > MAX_LINE
+            if (self.busy or bus_raw is None or e - ls > MAX_LINE
                     or (not listed and e + 1 < hi and buf[e + 1] in _BLANK)):
                 self.alone(ls)
                 continue
@@ -266,7 +267,7 @@ class SpanPass:
             if up is not None and self.cur.last_up is not None and up < self.cur.last_up - 1.0:
                 self.alone(ls)  # a new boot: the full bookkeeping
                 continue
-            fold(m, ls, head)
+            fold(ls, head, (bus_raw, code_raw), pid_raw, name_raw, rest)
         self.candidates(hi + 1)
         self.hand_over([])
         if not exact and hi - self.prev > gap_exact:
@@ -274,10 +275,11 @@ class SpanPass:
         self.span.newlines = self.number(hi)
         self.span.exact = not self.approx
 
-    def fold_line(self, m: re.Match[bytes], ls: int, head: tuple[Any, ...]) -> None:
-        """Fold the storm line at ``ls`` into its key's folded event (or hand it over while
-        its key has none): ``Folder.fold_plain``, inline and deferring its last line."""
-        key = m.group(1, 2)
+    def fold_line(self, ls: int, head: tuple[Any, ...], key: tuple[bytes, bytes],
+                  pid: bytes, name: bytes, rest: bytes) -> None:
+        """Fold the storm line at ``ls`` (its key, pid, process and the rest of its line
+        as printed) into its key's folded event (or hand it over while its key has none):
+        ``Folder.fold_plain``, inline and deferring its last line."""
         h = self.hots.get(key)
         if h is None:
             h = self._hot(key)
@@ -300,15 +302,18 @@ class SpanPass:
         ev.count += 1
         self.lastpos[key] = (ls, reps)
         self.folded += 1
-        pid_name = m.group(3, 4)
         storm = self.storm
-        pk, pname = storm.procs.get(pid_name) or storm.process_of(*pid_name)
+        pk, pname = storm.procs.get((pid, name)) or storm.process_of(pid, name)
         if not pk:
             return
-        if not count_process(reps, pk, pname):
+        procs = reps.processes
+        if pk in procs:  # (``count_process``, inline where it is named already)
+            if pname and not procs[pk]:
+                procs[pk] = pname
+        elif not count_process(reps, pk, pname):
             return
         if app and reps.tries.get(pk, 0) < PATTERN_TRIES:
-            count_pattern(reps, pk, code, m.group(5))
+            count_pattern(reps, pk, code, rest)
 
     def _hot(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """What the pass keeps of a key whose folded event exists (None: none yet)."""
