@@ -55,6 +55,7 @@ _USING_NETWORK = re.compile(r"Using (?:network|internal Network) (.{1,80}?)\.?$"
 # for sideband communication"
 _OLD_IFACE = re.compile(r"NET\s{1,4}:\s{0,4}Using interface\s{1,4}([^\s:<]{1,64})")
 _SIDEBAND = re.compile(r"Using interface\s{1,4}([^\s:<]{1,64}) for sideband")
+_NET = re.compile(r"NET/(?P<name>[^\s:/]{1,64})\s{0,4}:?\s{0,4}(?P<rest>.{0,4000})$")
 _NEGATED = re.compile(r"\bnot\b|unavailable|disabled")
 _NEGATED_ANY_CASE = re.compile(_NEGATED.pattern, re.IGNORECASE)
 
@@ -288,7 +289,7 @@ class Builder:
         p.last_step = "NET : Using interface"
 
     def _net(self, p: NcclProcess, msg: str, line: str) -> None:
-        m = re.match(r"NET/(?P<name>[^\s:/]{1,64})\s{0,4}:?\s{0,4}(?P<rest>.{0,4000})$", msg)
+        m = _NET.match(msg)
         if not m:
             return
         name, rest = m.group("name"), m.group("rest")
