@@ -127,3 +127,70 @@ def test_a_repeat_is_not_parsed_again(monkeypatch):
     assert len(calls) == 1
     p = b.log.processes[0]
     assert (b.log.nccl_lines, p.lines, len(p.channels)) == (5, 5, 5)
+
+
+def _every_kind(rng: random.Random, rank: int) -> str:
+    """A line of each kind of INFO record, communicators re-created (a rank on a new
+    pointer, lines with and without nNodes, START then COMPLETE) and settings that
+    change back and forth."""
+    host = HOSTS[rank // 4]
+    dev = rank % 4
+    pre = f"{host}:{5000 + rank}:{5100 + rank} [{dev}] NCCL INFO "
+    ptr = rng.choice(("0x55aa", "0x66bb", "0x77cc"))
+    return pre + rng.choice([
+        f"comm {ptr} rank {rank} nranks 8 cudaDev {dev} nvmlDev {dev} busId 18000 commId "
+        f"0x{rng.choice('12')}f - Init START",
+        f"comm {ptr} rank {rank} nranks 8 cudaDev {dev} busId 18000 - Init COMPLETE",
+        f"ncclCommInitRank comm {ptr} rank {rank} nRanks 8 nNodes 2 localRanks 4 localRank "
+        f"{dev} MNNVL 0",
+        f"comm {ptr} rank {rank} nRanks 8 nNodes {rng.choice('12')} localRanks 4 localRank "
+        f"{dev} MNNVL 0",  # and its twin with MNNVL 1 (not read): the same fields, another line
+        f"ncclCommInitRank comm 0x… rank {rank} nranks 8 - Init COMPLETE",
+        f"Init timings - ncclCommInitRank: rank {rank} nranks 8 total {rng.choice('12')}.20 "
+        "(kernels 0.10, alloc 0.20)",
+        f"Bootstrap : Using ib{rng.choice('01')}:10.0.0.{rank}<0>",
+        f"cudaDriverVersion 1204{rng.choice('05')}",
+        f"NCCL version 2.{rng.choice(('21.5', '19.3'))}+cuda12.4",
+        f"NCCL_SOCKET_IFNAME set by environment to ib{rng.choice('01')}",
+        "NET/Socket : Using [0]ib0:10.0.0.1<0> [1]ib1:10.0.1.1<0>",
+        "NET/IB : No device found.",
+        "NET/Plugin : Loaded net plugin NCCL RDMA Plugin (v6)",
+        f"Using network {rng.choice(('IB', 'Socket'))}",
+        "Trees [0] 1/-1/-1->0->-1 [1] 1/-1/-1->0->-1",
+        "Connected all trees",
+        f"GPU Direct RDMA {rng.choice(('Enabled', 'Disabled'))} for HCA 0 'mlx5_0'",
+        "ncclMaxSharedMem 20000 exceeds device/fn maxSharedMem 10000",
+        "DMA-BUF is not available on GPU device 0",
+        "Setting affinity for GPU 0 to ffff",
+    ])
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_every_kind_of_info_repeat_read_as_every_line_parsed(seed):
+    """Every INFO record kind is replayed when it repeats (the handler run again on the
+    state of then, a communicator's fields memoised): the same log as every line parsed,
+    with communicators re-created and settings changed between repeats."""
+    rng = random.Random(seed)
+    pool = [_every_kind(rng, rng.randrange(8)) for _ in range(120)]
+    pool += [x.replace("MNNVL 0", "MNNVL 1") for x in pool if "MNNVL 0" in x]
+    out: list[str] = []
+    while len(out) < 6000:
+        out.extend([rng.choice(pool)] * (rng.randint(2, 40) if rng.random() < 0.05 else 1))
+    text = "\n".join(out) + "\n"
+    ref = _read(text, replay=False)
+    assert dataclasses.asdict(_read(text, replay=True)) == dataclasses.asdict(ref)
+    assert sum(len(p.comms) for p in ref.processes) > 16  # communicators re-created
+    assert any(p.env for p in ref.processes) and any(p.bootstrap_iface for p in ref.processes)
+
+
+def test_a_communicator_line_with_the_same_fields_is_the_line_kept():
+    """A communicator line is not copied when a repeat changes nothing; one with the same
+    fields in another text (MNNVL is not read) is the line its communicator keeps."""
+    pre = "gpu-a01:5000:5100 [0] NCCL INFO comm 0x55aa rank 0 nRanks 8 nNodes 2 localRanks 4 "
+    lines = [pre + "localRank 0 MNNVL 0", pre + "localRank 0 MNNVL 0", pre + "localRank 0 MNNVL 1"]
+    for replay in (False, True):
+        b = Builder(NcclLog(), replay=replay)
+        for line in lines:
+            b.feed(line)
+        (comm,) = b.log.processes[0].comms
+        assert (comm.line, comm.nnodes, comm.rank) == (lines[2], 2, 0)

@@ -55,6 +55,7 @@ _USING_NETWORK = re.compile(r"Using (?:network|internal Network) (.{1,80}?)\.?$"
 # for sideband communication"
 _OLD_IFACE = re.compile(r"NET\s{1,4}:\s{0,4}Using interface\s{1,4}([^\s:<]{1,64})")
 _SIDEBAND = re.compile(r"Using interface\s{1,4}([^\s:<]{1,64}) for sideband")
+_NET = re.compile(r"NET/(?P<name>[^\s:/]{1,64})\s{0,4}:?\s{0,4}(?P<rest>.{0,4000})$")
 _NEGATED = re.compile(r"\bnot\b|unavailable|disabled")
 _NEGATED_ANY_CASE = re.compile(_NEGATED.pattern, re.IGNORECASE)
 
@@ -167,7 +168,17 @@ class Builder:
         if route == "other" and _sets_nothing(r.msg):
             return functools.partial(self._again, p, r.line[:500], None,
                                      _TRACE.match(r.msg) is not None, None)
-        return None
+        return functools.partial(self._again_info, p, r, route)
+
+    def _again_info(self, p: NcclProcess, r: g.Record, route: str) -> None:
+        """A repeat of any other INFO record: what :meth:`record` does for a process that
+        exists (its host known, its device kept or its set full the first time), then the
+        handler of ``route`` on the state of now, as :meth:`info` runs it."""
+        self.log.nccl_lines += 1
+        p.lines += 1
+        p.last_line = r.line[:500]
+        self.last_prefixed = p
+        self.dispatch(p, route, r.msg, r.line)
 
     def _again(self, p: NcclProcess, last_line: str, name: str | None, item: object,
                step: str | None) -> None:
@@ -186,7 +197,10 @@ class Builder:
 
     def info(self, p: NcclProcess, msg: str, line: str) -> None:
         """An INFO message: dispatched on how it starts (one handler per record kind)."""
-        route = _route(msg)
+        self.dispatch(p, _route(msg), msg, line)
+
+    def dispatch(self, p: NcclProcess, route: str, msg: str, line: str) -> None:
+        """The handler of an INFO message's ``route`` (:func:`_route`)."""
         if route == "channel":
             self._channel(p, msg, line, msg[:8])
         elif route == "version":
@@ -275,7 +289,7 @@ class Builder:
         p.last_step = "NET : Using interface"
 
     def _net(self, p: NcclProcess, msg: str, line: str) -> None:
-        m = re.match(r"NET/(?P<name>[^\s:/]{1,64})\s{0,4}:?\s{0,4}(?P<rest>.{0,4000})$", msg)
+        m = _NET.match(msg)
         if not m:
             return
         name, rest = m.group("name"), m.group("rest")
@@ -316,31 +330,25 @@ class Builder:
             _note(p, f"no-device:{name}", line)
 
     def _comm(self, p: NcclProcess, msg: str, line: str) -> None:
-        kv = g.parse_comm(msg)
-        rank, nranks, ptr = _int(kv.get("rank")), _int(kv.get("nranks")), kv.get("comm")
-        if ptr is not None and not _POINTER.fullmatch(ptr):
-            ptr = None  # "0x…": elided by the author, not an identity
-        if rank is None and ptr is None:
+        parsed = _comm_fields(msg)
+        if parsed is None:
             return
-        new: dict[str, Any] = {
-            "nnodes": _int(kv.get("nnodes")), "local_ranks": _int(kv.get("localranks")),
-            "local_rank": _int(kv.get("localrank")), "cuda_dev": _int(kv.get("cudadev")),
-            "nvml_dev": _int(kv.get("nvmldev")), "bus_id": kv.get("busid"),
-            "comm_id": kv.get("commid"), "nranks": nranks, "rank": rank, "comm": ptr}
-        new = {k: v for k, v in new.items() if v is not None}
-        complete = " - Init COMPLETE" in msg
+        new, rank, nranks, ptr, comm_id, complete = parsed
         if rank is not None:
             _put(p.ranks, rank)
-        i = self._find_comm(p, ptr, rank, nranks, kv.get("commid"))
+        i = self._find_comm(p, ptr, rank, nranks, comm_id)
         if i is None:
             self._put_comm(p, None, NcclComm(line=line, init_complete=complete, **{
                 "comm": None, "rank": None, "nranks": None, **new}))
         else:
             old = p.comms[i]
             keep_line = old.nnodes is not None and "nNodes" not in msg
-            self._put_comm(p, i, dataclasses.replace(
-                old, **new, line=old.line if keep_line else line,
-                init_complete=old.init_complete or complete))
+            line = old.line if keep_line else line
+            complete = old.init_complete or complete
+            if line != old.line or complete != old.init_complete or any(
+                    getattr(old, k) != v for k, v in new.items()):
+                old = dataclasses.replace(old, **new, line=line, init_complete=complete)
+            self._put_comm(p, i, old)  # the same again (a repeat) is kept as it is
         if complete:
             p.last_step = "Init COMPLETE"
         elif " - Init START" in msg:
@@ -493,6 +501,27 @@ def _route(msg: str) -> str:
     if "comm " in msg and (head.startswith(("ncclComm", "comm ")) or " - Init " in msg):
         return "comm"
     return "other"
+
+
+@functools.lru_cache(maxsize=4096)
+def _comm_fields(msg: str) -> tuple[dict[str, Any], int | None, int | None, str | None,
+                                    str | None, bool] | None:
+    """A communicator line's fields (those it gives), rank, nranks, pointer, commId and
+    whether it says Init COMPLETE; None when it names neither a rank nor a pointer.
+    Memoised (a job repeats its communicator lines): the dict is never changed."""
+    kv = g.parse_comm(msg)
+    rank, nranks, ptr = _int(kv.get("rank")), _int(kv.get("nranks")), kv.get("comm")
+    if ptr is not None and not _POINTER.fullmatch(ptr):
+        ptr = None  # "0x…": elided by the author, not an identity
+    if rank is None and ptr is None:
+        return None
+    new: dict[str, Any] = {
+        "nnodes": _int(kv.get("nnodes")), "local_ranks": _int(kv.get("localranks")),
+        "local_rank": _int(kv.get("localrank")), "cuda_dev": _int(kv.get("cudadev")),
+        "nvml_dev": _int(kv.get("nvmldev")), "bus_id": kv.get("busid"),
+        "comm_id": kv.get("commid"), "nranks": nranks, "rank": rank, "comm": ptr}
+    new = {k: v for k, v in new.items() if v is not None}
+    return new, rank, nranks, ptr, kv.get("commid"), " - Init COMPLETE" in msg
 
 
 def _sets_nothing(msg: str) -> bool:
