@@ -211,11 +211,12 @@ def _large_plain(fh: BinaryIO) -> int | None:
 
 def _read_large(fd: int, size: int, name: str, log: NcclLog, tap: _TestsTap,
                 problems: list[str],
-                progress: Callable[[str, int, int | None], None] | None) -> None:
+                progress: Callable[[str, int, int | None], None] | None,
+                meanwhile: Callable[[], object] | None = None) -> None:
     from gputriage.nccl.scan import LargeTap, read_large
 
     big = LargeTap(fd, TESTS_CAP)
-    end = read_large(fd, size, name, log, big, problems, progress)
+    end = read_large(fd, size, name, log, big, problems, progress, meanwhile=meanwhile)
     tap.take(*big.kept(end))
 
 
@@ -269,7 +270,8 @@ def _read_one(path: str, found: JobInputs,
               progress: Callable[[str, int, int | None], None] | None = None,
               meanwhile: Callable[[], object] | None = None) -> None:
     """One input into ``found``; InputError when nothing at all could be used.
-    ``meanwhile`` runs while another process still looks for host outputs."""
+    ``meanwhile`` runs while other processes still look for host outputs and read a
+    large file."""
     from gputriage.parsers.nccl_log import read_nccl_log
     from gputriage.snapshot.bundle import decode
 
@@ -302,9 +304,8 @@ def _read_one(path: str, found: JobInputs,
 
             text = decode(head)
             has_host = in_child(lambda: _host_pieces(text))  # meanwhile, in its own process
-            if meanwhile is not None:
-                meanwhile()
-            _read_large(inp.fh.fileno(), size, name, found.log, tap, reading, progress)
+            _read_large(inp.fh.fileno(), size, name, found.log, tap, reading, progress,
+                        meanwhile)  # (run once the worker processes read the file)
             host = has_host()
             tail = None
         else:

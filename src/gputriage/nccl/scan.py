@@ -549,11 +549,14 @@ class _Feeder:
 def read_large(fd: int, size: int, name: str, log: NcclLog, tap: LargeTap,
                problems: list[str], progress: Progress | None = None,
                workers: int | None = None, region: int = REGION,
-               engine: str | None = None) -> int:
+               engine: str | None = None,
+               meanwhile: Callable[[], object] | None = None) -> int:
     """Read the plain file open at ``fd`` (``size`` bytes when opened) into ``log`` and
     ``tap`` as :func:`gputriage.parsers.nccl_log.read_nccl_log` and the tests tap read
     its blocks; returns the bytes read. A read error (or a worker that died) ends the
-    reading with a problem noted: what was read is kept."""
+    reading with a problem noted: what was read is kept. ``meanwhile`` is called once,
+    when the first region is back (the workers go on reading): what this process can
+    do in the meantime (its own imports, say)."""
     from gputriage.nccl.tap import TYPES  # noqa: F401 - imported before forking
     from gputriage.parsers.detect_jobs import tests_line  # noqa: F401
 
@@ -566,6 +569,9 @@ def read_large(fd: int, size: int, name: str, log: NcclLog, tap: LargeTap,
         workers = min(8, os.cpu_count() or 1) if _can_fork() else 1
     done = 0
     for r in _guarded(_regions(fd, size, region, workers, engine), name, problems):
+        if meanwhile is not None:
+            meanwhile()
+            meanwhile = None
         done += r.size
         if progress is not None:
             progress(name, done, size)
