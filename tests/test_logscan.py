@@ -10,6 +10,7 @@ import lzma
 import os
 import random
 import sys
+import time
 from collections import Counter
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -716,6 +717,27 @@ def test_a_worker_that_dies_is_reported_not_waited_for():
         for r in ForkWorkers(2).run(task, 6):
             got.append(r)
     assert got == [0, 1, 2]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are Linux's")
+def test_fork_workers_go_on_while_the_caller_is_busy(tmp_path):
+    """Results bigger than a default pipe (64 KiB) do not hold a worker back while the
+    caller does something else (imports, after the first result): it computes its
+    tasks ahead, up to its pipe's size."""
+    done = tmp_path / "done"
+
+    def task(i: int) -> bytes:
+        with done.open("a") as fh:
+            fh.write(f"{i}\n")
+        return b"x" * (200 << 10)
+
+    results = ForkWorkers(1).run(task, 4)
+    assert len(next(results)) == 200 << 10
+    deadline = time.monotonic() + 10
+    while len(done.read_text().split()) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert done.read_text().split() == ["0", "1", "2", "3"]  # none waits for a read
+    assert [len(r) for r in results] == [200 << 10] * 3
 
 
 SMALL_FORKED = ScanConfig(workers=2, process_min=0, block=4096)  # 4 KiB blocks, 2 workers

@@ -21,6 +21,7 @@ from typing import Any
 __all__ = ["ForkWorkers", "WorkerDied"]
 
 _HEADER = struct.Struct("<Q")
+PIPE_SIZE = 1 << 20  # a worker's pipe (Linux; 64 KiB by default): results it may send ahead
 
 
 class WorkerDied(Exception):
@@ -65,6 +66,16 @@ def _serve(task: Callable[[int], Any], first: int, count: int, step: int, fd: in
         _write_all(fd, _HEADER.pack(len(payload)) + payload)
 
 
+def _widen(fd: int) -> None:
+    """Let the pipe at ``fd`` hold ``PIPE_SIZE`` bytes where the system allows it, so that
+    a worker goes on while the caller is busy with something else (its imports, say)
+    instead of waiting for it to read one result."""
+    with contextlib.suppress(ImportError, OSError, AttributeError):  # not Linux; too big
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+
+
 class ForkWorkers:
     """``n`` forked workers for one run of tasks (Linux / POSIX ``fork`` only)."""
 
@@ -81,6 +92,7 @@ class ForkWorkers:
             for k in range(n):
                 try:
                     r, w = os.pipe()
+                    _widen(w)
                     pid = os.fork()
                 except OSError as exc:  # no processes or descriptors left: not a read error
                     raise WorkerDied(f"cannot start a worker process ({exc})") from None
