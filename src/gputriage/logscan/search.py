@@ -15,9 +15,8 @@ import ctypes
 import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from gputriage.logscan import hsearch
 from gputriage.logscan import lines as line_sources
@@ -31,6 +30,9 @@ from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_follow import TRACE_WINDOW
 from gputriage.parsers.kernel_table import ANCHORS as EVENT_ANCHORS
 from gputriage.parsers.kernel_table import CONTEXT_ANCHORS, EVENTS
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = ["ANCHORS", "ENGINES", "HEAD_LINES", "LIBC", "ROUTINE", "LineFeeder", "Probe", "Span",
            "anchor_hits", "anchors_for", "engine_for", "prepare", "probes", "run_input",
