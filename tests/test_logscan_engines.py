@@ -325,3 +325,23 @@ def test_hyperscan_probes_find_exactly_the_lines_of_their_literals(reject):
         want = _expected(data, lo, hi, anchors, reject)
         assert anchor_hits(bytearray(data), lo, hi, anchors, config) == want, (lo, hi)
     assert len(_expected(data, 0, len(data), anchors, reject)) > len(hsearch.PROBES)
+
+
+@pytest.mark.skipif(not HAVE_HS, reason="hyperscan is not installed")
+def test_once_prepared_small_spans_are_searched_by_hyperscan(monkeypatch):
+    """A worker's 64 KiB margins: once :func:`prepare` compiled the database, "auto"
+    searches spans of any size with it (else libc, which needs none), and finds the
+    same lines."""
+    from gputriage.logscan import search
+
+    config = ScanConfig(block=1 << 20)
+    anchors = anchors_for(b"")
+    data = bytearray(_mixed_log()[:60_000])
+    want = _expected(bytes(data), 0, len(data), anchors, True)
+    calls: list[int] = []
+    real = hsearch.hyperscan_hits
+    monkeypatch.setattr(hsearch, "hyperscan_hits",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert anchor_hits(data, 0, len(data), anchors, config) == want and not calls
+    search.prepare(anchors, config)
+    assert anchor_hits(data, 0, len(data), anchors, config) == want and calls
