@@ -294,3 +294,54 @@ def test_property_engines_agree_and_rejection_keeps_events(parts, reject):
     on = scan_text(text, now=NOW)
     assert _signature(on) == _signature(scan_text(text, now=NOW,
                                                   config=ScanConfig(reject=False)))
+
+
+@pytest.mark.skipif(not HAVE_HS, reason="hyperscan is not installed")
+@pytest.mark.parametrize("reject", [True, False])
+def test_hyperscan_probes_find_exactly_the_lines_of_their_literals(reject):
+    """A literal Hyperscan searches through a prefix of it (``hsearch.PROBES``): lines
+    holding the prefix alone, the prefix and part of the rest, the literal in another
+    case, the prefix and later the whole literal, or the literal cut by the span's end
+    are found exactly where a line-by-line test finds them."""
+    anchors = anchors_for(b"")
+    rng = random.Random(7)
+    lines = []
+    for literal, probe in hsearch.PROBES.items():
+        assert literal.startswith(probe) and probe != literal, literal
+        rest = literal[len(probe):]
+        holder = b"mlx5_core 0000:3b:00.0: " if literal not in anchors else b""
+        for text in (probe, probe + rest[:-1], probe + b"x" + rest, literal.upper(),
+                     literal.title(), probe + b" and " + literal, literal + literal[:-1],
+                     probe + probe + rest):
+            lines.append(b"[ 1.0] " + holder + text + b" tail")
+            lines.append(b"[ 1.0] " + holder + text)
+    rng.shuffle(lines)
+    data = b"\n".join(lines) + b"\n" + b"[ 2.0] nvidia" + b"\n[ 3.0] NVRM"
+    config = ScanConfig(engine="hyperscan", reject=reject)
+    cuts = [(0, len(data))] + [tuple(sorted(rng.sample(range(len(data)), 2)))
+                               for _ in range(40)]
+    cuts += [(0, len(data) - k) for k in range(1, 14)]
+    for lo, hi in cuts:
+        want = _expected(data, lo, hi, anchors, reject)
+        assert anchor_hits(bytearray(data), lo, hi, anchors, config) == want, (lo, hi)
+    assert len(_expected(data, 0, len(data), anchors, reject)) > len(hsearch.PROBES)
+
+
+@pytest.mark.skipif(not HAVE_HS, reason="hyperscan is not installed")
+def test_once_prepared_small_spans_are_searched_by_hyperscan(monkeypatch):
+    """A worker's 64 KiB margins: once :func:`prepare` compiled the database, "auto"
+    searches spans of any size with it (else libc, which needs none), and finds the
+    same lines."""
+    from gputriage.logscan import search
+
+    config = ScanConfig(block=1 << 20)
+    anchors = anchors_for(b"")
+    data = bytearray(_mixed_log()[:60_000])
+    want = _expected(bytes(data), 0, len(data), anchors, True)
+    calls: list[int] = []
+    real = hsearch.hyperscan_hits
+    monkeypatch.setattr(hsearch, "hyperscan_hits",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert anchor_hits(data, 0, len(data), anchors, config) == want and not calls
+    search.prepare(anchors, config)
+    assert anchor_hits(data, 0, len(data), anchors, config) == want and calls

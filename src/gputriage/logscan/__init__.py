@@ -73,9 +73,8 @@ import io
 import os
 import stat
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import BinaryIO, Literal
+from typing import TYPE_CHECKING, BinaryIO, Literal
 
 from gputriage.errors import InputError
 from gputriage.io.decompress import compression
@@ -90,6 +89,9 @@ from gputriage.logscan.stamps import REFERENCE_BYTES, year_reference
 from gputriage.logscan.timeline import BootInfo, InputResult, LogScan, merge
 from gputriage.text.fields import split_lines
 
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
 __all__ = ["ANCHORS", "BootInfo", "LogScan", "ScanConfig", "ScanProgress", "scan_paths",
            "scan_text"]
 
@@ -102,6 +104,14 @@ _SHAPE_BYTES = 256 << 10  # the head whose first lines must be log records (``sh
 
 def _workers(config: ScanConfig) -> int:
     return config.parallel(LIBC.memmem is not None)
+
+
+def _thread_pool(workers: int) -> ThreadPoolExecutor:
+    """Threads that search spans (imported here: a large plain file, searched by worker
+    processes, needs none, and its scan starts sooner without the import)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(workers)
 
 
 def _scan_one(name: str, chunks: Iterator[bytes | bytearray], order: int,
@@ -176,7 +186,7 @@ def scan_text(text: str, origin: str = "<text>", *, now: datetime | None = None,
     data = text.encode("utf-8", errors="surrogatepass")
     problems: list[str] = []
     workers = _workers(config)
-    pool = ThreadPoolExecutor(workers) if len(data) > 2 * config.block and workers > 1 else None
+    pool = _thread_pool(workers) if len(data) > 2 * config.block and workers > 1 else None
     try:
         result = _scan_one(origin, _text_chunks(data), 0, now, pool, problems, config)
     finally:
@@ -244,8 +254,7 @@ class _Scanner:
     """Scans the inputs of one :func:`scan_paths` call, each into an
     :class:`InputResult`; worker processes are started when a large plain file comes."""
 
-    def __init__(self, now: datetime | None, config: ScanConfig,
-                 pool: ThreadPoolExecutor | None, shape: bool = False,
+    def __init__(self, now: datetime | None, config: ScanConfig, shape: bool = False,
                  progress: ScanProgress | None = None,
                  meanwhile: Callable[[], None] | None = None) -> None:
         self.now = now
@@ -253,9 +262,21 @@ class _Scanner:
         self.meanwhile = meanwhile
         self.shape = shape
         self.config = config
-        self.pool = pool
+        self.workers = _workers(config)
+        self._pool: ThreadPoolExecutor | None = None
         self.procs: ForkWorkers | Literal[False] | None = None
         self.problems: list[str] = []
+
+    @property
+    def pool(self) -> ThreadPoolExecutor | None:
+        """The search threads, started when an input first needs them."""
+        if self._pool is None and self.workers > 1:
+            self._pool = _thread_pool(self.workers)
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
 
     def scan(self, inp: Input, name: str, order: int) -> InputResult:
         if inp.kind == DIR:
@@ -303,9 +324,7 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None,
     Raises :class:`InputError` only when no input could be read at all."""
     results: list[InputResult] = []
     failures: list[str] = []
-    workers = _workers(config)
-    pool = ThreadPoolExecutor(workers) if workers > 1 else None
-    scanner = _Scanner(now, config, pool, shape, progress, meanwhile)
+    scanner = _Scanner(now, config, shape, progress, meanwhile)
     try:
         for order, path in enumerate(paths):
             name = "<stdin>" if path == "-" else str(path)
@@ -324,11 +343,10 @@ def scan_paths(paths: Sequence[str], *, now: datetime | None = None,
                 inp.close()
         for order, (origin, text) in enumerate(texts, len(paths)):
             data = text.encode("utf-8", errors="surrogatepass")
-            results.append(_scan_one(origin, _text_chunks(data), order, scanner.now, pool,
-                                     scanner.problems, config))
+            results.append(_scan_one(origin, _text_chunks(data), order, scanner.now,
+                                     scanner.pool, scanner.problems, config))
     finally:
-        if pool is not None:
-            pool.shutdown()
+        scanner.close()
     if not results:
         raise InputError("; ".join(failures) or "no input to scan")
     scan = merge(results)

@@ -67,13 +67,48 @@ def not_followed(text: bytes, lead: bytes) -> bytes:
 # (case ignored: shorter ones, such as "error", are words most logs hold)
 RARE_LITERAL = 7
 
+# Hyperscan's literal matcher (FDR) filters on the last bytes of each literal: one that
+# ends in a pair common in logs (a space, "er", "ia", "ed") lets many positions through
+# to be confirmed, and with about 30 literals their filters add up. Such a literal is
+# searched through a prefix of it that ends in a rarer pair, and a match counts only
+# where the whole literal follows (checked in the callback: exactly the same lines are
+# found). Measured on 8 MiB of quiet and busy-HCA logs and of the corpus's kernel logs
+# (benchmarks/log_scan.py), the scan takes about 13 % less time; the prefixes are long
+# enough that their extra matches are rare (a few per MiB of real kernel logs).
+PROBES: dict[bytes, bytes] = {
+    b"NVRM:": b"NVRM", b"nvidia": b"nvidi", b"EDAC ": b"EDAC",
+    b"nv_peer_mem": b"nv_peer_", b"error received": b"error receiv",
+    b"PCIe Bus Error": b"PCIe B", b"PCIe bandwidth": b"PCIe bandw", b"FW version": b"FW vers",
+    b"command interface revision": b"command interface rev", b"NETDEV WATCHDOG": b"NETDEV WA",
+    b"Lost carrier": b"Lost c", b"Gained carrier": b"Gained c", b"Memory failure": b"Memory fai",
+    b"hardware memory error": b"hardware memory", b"Hardware Error": b"Hardware E",
+    b"EXT4-fs error": b"EXT4-fs err", b"Aborting journal": b"Aborting j",
+    b"error, dev ": b"error,", b"Buffer I/O error": b"Buffer I/O", b"nvme nvme": b"nvme nv",
+    b"Disk failure on": b"Disk fai", b"segfault at ": b"segfaul",
+    b"blocked for more than": b"blocked for more th", b"soft lockup": b"soft locku",
+    b"-- Boot ": b"-- Boot", b"-- Reboot --": b"-- Reb", b"Linux version ": b"Linux v",
+    # required literals of routine anchors (searched with case ignored)
+    b"can't recover": b"can't recov", b"has no aer-aware": b"has no aer-aw",
+    b"driver reported": b"driver rep", b"recovery failed": b"recovery",
+    b"link down": b"link dow", b"link active": b"link activ",
+}
+
+
+def _probe(literal: bytes, caseless: bool = False) -> bytes:
+    """What Hyperscan searches for ``literal`` (see :data:`PROBES`): a prefix of it."""
+    probe = PROBES.get(literal.lower() if caseless else literal, literal)
+    ok = literal.lower().startswith(probe.lower()) if caseless else literal.startswith(probe)
+    return probe if ok and probe else literal
+
 
 class Matcher:
     """A compiled database: each pattern's id -> (context mode, literals one of which the
     line must hold, case ignored, or (), and a literal the line must hold as it is, or
     b""); mode -1: the ``screen`` expression, whose lines are noted apart (and are
     candidates). With ``lead`` (a literal that starts with an anchor), that anchor is
-    found only where the rest of ``lead`` does not follow it.
+    found only where the rest of ``lead`` does not follow it. A literal searched through
+    a shorter probe (:data:`PROBES`) has its id in ``whole``: -> (the probe's length, the
+    literal, lower-cased when its case is ignored, and whether it is).
 
     A routine anchor (see :data:`gputriage.logscan.search.ROUTINE`) is found through its
     required literals where they are rare enough (:data:`RARE_LITERAL`), each a caseless
@@ -89,6 +124,16 @@ class Matcher:
         exprs: list[bytes] = []
         flags: list[int] = []
         self.checks: list[tuple[int, tuple[bytes, ...], bytes]] = []
+        self.whole: dict[int, tuple[int, bytes, bool]] = {}
+
+        def literal(text: bytes, caseless: bool) -> None:
+            probe = _probe(text, caseless)
+            if probe != text:
+                self.whole[len(exprs)] = (len(probe), text.lower() if caseless else text,
+                                          caseless)
+            exprs.append(_lit(probe))
+            flags.append(hs.HS_FLAG_CASELESS if caseless else 0)
+
         for a, mode in zip(anchors, modes, strict=True):
             need = routine.get(a, ())
             if lead is not None and lead.startswith(a) and not need:
@@ -97,12 +142,10 @@ class Matcher:
                 self.checks.append((mode, (), b""))
             elif need and all(len(r) >= RARE_LITERAL for r in need):
                 for r in need:
-                    exprs.append(_lit(r))
-                    flags.append(hs.HS_FLAG_CASELESS)
+                    literal(r, True)
                     self.checks.append((mode, (), a))
             else:
-                exprs.append(_lit(a))
-                flags.append(0)
+                literal(a, False)
                 self.checks.append((mode, need, b""))
         if screen is not None:
             exprs.append(screen)
@@ -132,10 +175,19 @@ def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,
     to ``screened``."""
     rfind, find = buf.rfind, buf.find
     checks = m.checks
+    whole = m.whole
     line = [hi, hi]  # the start and end of the last line recorded
 
     def on_match(i: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
         pos = lo + to - 1  # the match's last byte
+        if i in whole:  # a probe: the whole literal must follow it
+            n, text, caseless = whole[i]
+            at = pos + 1 - n
+            if at + len(text) > hi:
+                return None
+            seen = buf[at:at + len(text)]
+            if (seen.lower() if caseless else seen) != text:
+                return None
         mode, need, held = checks[i]
         if mode < 0:
             if screened is not None:

@@ -15,9 +15,8 @@ import ctypes
 import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from gputriage.logscan import hsearch
 from gputriage.logscan import lines as line_sources
@@ -31,6 +30,9 @@ from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_follow import TRACE_WINDOW
 from gputriage.parsers.kernel_table import ANCHORS as EVENT_ANCHORS
 from gputriage.parsers.kernel_table import CONTEXT_ANCHORS, EVENTS
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = ["ANCHORS", "ENGINES", "HEAD_LINES", "LIBC", "ROUTINE", "LineFeeder", "Probe", "Span",
            "anchor_hits", "anchors_for", "engine_for", "prepare", "probes", "run_input",
@@ -114,6 +116,14 @@ def probes(anchors: Sequence[bytes], routine: dict[bytes, tuple[bytes, ...]] | N
     """The probes that find every line holding one of ``anchors`` (with ``routine``:
     except the routine lines of :data:`ROUTINE`'s anchors)."""
     routine = routine or {}
+    return _probes(tuple(anchors), tuple(routine.items()))
+
+
+@functools.lru_cache(maxsize=8)
+def _probes(anchors: tuple[bytes, ...], routine_items: tuple[tuple[bytes, tuple[bytes, ...]], ...]
+            ) -> tuple[Probe, ...]:
+    """:func:`probes`, made once per set of anchors (a block's margins ask each time)."""
+    routine = dict(routine_items)
     groups: dict[bytes, list[bytes]] = {}
     for a in anchors:
         groups.setdefault(_PROBE_OF.get(a, a), []).append(a)
@@ -195,11 +205,22 @@ def _matcher(anchors: Sequence[bytes], config: ScanConfig, storm: bool = False
     """The database of ``anchors`` (literals only: compiled in about 2 ms); ``storm``:
     the one that leaves the storm path's lines out and screens them (its screen
     expression takes about 20 ms to compile: only spans that Xid lines crowd use it)."""
-    routine = ROUTINE if config.reject else {}
+    return _matcher_of(tuple(anchors), config.reject, storm)
+
+
+@functools.lru_cache(maxsize=8)
+def _matcher_of(anchors: tuple[bytes, ...], reject: bool, storm: bool) -> hsearch.Matcher:
+    routine = ROUTINE if reject else {}
     modes = tuple(Probe(a, ()).mode for a in anchors)
-    return hsearch.matcher(tuple(anchors), modes,
+    return hsearch.matcher(anchors, modes,
                            tuple((a, routine[a]) for a in anchors if a in routine),
                            STORM_SCREEN if storm else None, STORM_LEAD if storm else None)
+
+
+# (anchors, config) whose database :func:`prepare` compiled: spans of any size are then
+# searched by Hyperscan where "auto" picks the engine (a worker's margins, 64 KiB each,
+# cost a sixth of what libc's probes do)
+_PREPARED: set[tuple[tuple[bytes, ...], ScanConfig]] = set()
 
 
 def prepare(anchors: Sequence[bytes], config: ScanConfig) -> None:
@@ -208,6 +229,7 @@ def prepare(anchors: Sequence[bytes], config: ScanConfig) -> None:
     where a span first needs it: most logs never do."""
     if engine_for(config) == "hyperscan":
         _matcher(anchors, config)
+        _PREPARED.add((tuple(anchors), config))
 
 
 def anchor_hits(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[bytes],
@@ -225,7 +247,8 @@ def anchor_hits(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[byte
     if hi <= lo or not anchors:
         return starts
     routine = ROUTINE if config.reject else {}
-    engine = engine_for(config, hi - lo)
+    prepared = (tuple(anchors), config) in _PREPARED
+    engine = engine_for(config, max(hi - lo, HS_MIN) if prepared else hi - lo)
     if engine == "hyperscan":
         hsearch.hyperscan_hits(buf, lo, hi, _matcher(anchors, config, storm), starts,
                                screened)
