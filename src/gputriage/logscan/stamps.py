@@ -66,19 +66,20 @@ def stamp_time(stamp: str, now: datetime | None) -> tuple[datetime | None, float
 # precision format), dmesg -T's "[Sat Mar  1 10:00:01 2026]", journalctl's "-- Logs begin at
 # Mon 2023-12-04 09:00:01 UTC" and a JSON journal's __REALTIME_TIMESTAMP. Dates inside
 # messages (a certificate's expiry, a build date) are not stamps and are not taken.
-_REF_ISO = re.compile(rb"(?m)^(?:<[0-9]{1,3}>|\[)?[ \t]{0,4}((?:19|20)[0-9][0-9])-([0-9][0-9])-([0-"
-                      rb"9][0-9])[T ]([0-9][0-9]):"
-                      rb"([0-9][0-9]):([0-9][0-9])|(?:Logs begin|, end) at \w{3} ((?:19|20)[0-9][0-"
-                      rb"9])-([0-9][0-9])-([0-9][0-9]) "
-                      rb"([0-9][0-9]):([0-9][0-9]):([0-9][0-9])|^\[\w{3} (\w{3}) +([0-9]{1,2}) ([0-"
-                      rb"9][0-9]):([0-9][0-9]):([0-9][0-9]) "
-                      rb"((?:19|20)[0-9][0-9])\]")
+_REF_LINE = re.compile(rb"(?m)^(?:<[0-9]{1,3}>|\[)?[ \t]{0,4}((?:19|20)[0-9][0-9])-([0-9][0-9])-"
+                       rb"([0-9][0-9])[T ]([0-9][0-9]):([0-9][0-9]):([0-9][0-9])|"
+                       rb"^\[\w{3} (\w{3}) +([0-9]{1,2}) ([0-9][0-9]):([0-9][0-9]):([0-9][0-9]) "
+                       rb"((?:19|20)[0-9][0-9])\]")
+# (journalctl's header and footer: literal-led, so searched apart from the line stamps)
+_REF_JOURNAL = tuple(re.compile(lead + rb" at \w{3} ((?:19|20)[0-9][0-9])-([0-9][0-9])-"
+                                rb"([0-9][0-9]) ([0-9][0-9]):([0-9][0-9]):([0-9][0-9])")
+                     for lead in (rb"Logs begin", rb", end"))
 _REF_JSON = re.compile(rb'"__REALTIME_TIMESTAMP"\s{0,4}:\s{0,4}"?([0-9]{16})')
 REFERENCE_BYTES = 256 << 10  # of an input's head and of its tail searched for its dates
 
 
-def _dated(groups: tuple[bytes | None, ...]) -> datetime | None:
-    g = [x.decode() for x in groups if x is not None]
+def _dated(groups: tuple[bytes, ...]) -> datetime | None:
+    g = [x.decode() for x in groups if x]  # (the groups of the branch that matched)
     try:
         if g[0].isdigit():
             y, mo, d, h, mi, s = (int(x) for x in g)
@@ -100,7 +101,9 @@ def year_reference(*parts: bytes | bytearray) -> datetime | None:
         data = bytes(part[:REFERENCE_BYTES]) if len(part) <= 2 * REFERENCE_BYTES else (
             bytes(part[:REFERENCE_BYTES]) + b"\n" + bytes(part[-REFERENCE_BYTES:]))
         # each distinct stamp once: a log prints the same second on many lines
-        stamps = dict.fromkeys(m.groups() for m in _REF_ISO.finditer(data))
+        stamps = dict.fromkeys(_REF_LINE.findall(data))
+        for journal in _REF_JOURNAL:
+            stamps.update(dict.fromkeys(journal.findall(data)))
         found += [t for g in stamps if (t := _dated(g)) is not None]
         for m in _REF_JSON.finditer(data):
             try:
