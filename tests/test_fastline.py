@@ -280,7 +280,10 @@ def test_generated_lines(name):
         fast = _fast(name, now)
         taken = 0
         for _ in range(2000):
-            taken += _check(fast, _line(r).encode(), name, now) is not None
+            raw = _line(r).encode()
+            got = _check(fast, raw, name, now)
+            taken += got is not None
+            assert _check(fast, raw, name, now) == got  # again: its prefix from the cache
         assert taken > 400, taken
 
 
@@ -300,7 +303,13 @@ def test_the_caches_stay_bounded():
         got = fast.parse(f"[{i}.000001] NVRM: Xid (PCI:0000:3b:00): 13, pid={i}, name=a, x"
                          .encode())
         assert got is not None and got.details["pid"] == str(i)
+    for i in range(10_000):  # a prefix per second
+        got = fast.parse(f"Jan  1 {i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d} h kernel: "
+                         f"NVRM: Xid (PCI:0000:3b:00): 13, pid={i}, name=a, x".encode())
+        assert got is not None and got.stamps == (f"Jan  1 {i // 3600:02d}:{i // 60 % 60:02d}:"
+                                                  f"{i % 60:02d}",)
     assert len(fast._bodies) <= 4096 and len(fast._stamps) <= 4096
+    assert 0 < len(fast._heads) <= 4096
 
 
 @settings(max_examples=200)

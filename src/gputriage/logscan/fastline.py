@@ -67,6 +67,7 @@ _CACHE = 4096  # stamps and messages kept (then the cache starts again)
 _CACHED_MSG = 1024  # longer messages are not kept
 Body = tuple[str | None, dict[str, str], bool]
 Stamp = tuple[datetime | None, float | None]
+Head = tuple[tuple[str, ...], str, datetime | None, float | None]  # stamps, format, time, up
 
 _MISS: Body = (None, {}, False)  # a message the fast path leaves to the slow one
 
@@ -143,6 +144,7 @@ class FastXid:
         self._limit = now + timedelta(days=2) if now is not None else None
         self._stamps: dict[str, Stamp] = {}
         self._bodies: dict[str, Body] = {}
+        self._heads: dict[str, Head] = {}  # a line's prefix -> what it tells
         # the format of a syslog-led line: (host, uptime, ISO stamp, "." in it) -> name
         self._formats = {(host, up, iso, dot): format_of(
             ("syslog",) + ("host",) * host + ("bracket",) * up,
@@ -157,32 +159,49 @@ class FastXid:
             text = raw.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError:
             return None
-        m = _FAST.match(text)
-        if m is None:
-            return None
-        msg = text[m.end():].rstrip()
+        at = text.find("NVRM: Xid")
+        head = self._heads.get(text[:at])  # a prefix read before (a log repeats its second)
+        if head is None:
+            m = _FAST.match(text)
+            if m is None:
+                return None
+            head = self._head(m, text[:at] if m.end() == at else None)
+            at = m.end()
+        msg = text[at:].rstrip()
         bus, details, fallen = self._bodies.get(msg) or self._body(msg)
         if not details:
             return None
+        stamps, fmt, t, up = head
+        return FastLine(text, msg, stamps, fmt, t, up, bus, details.copy(), fallen)
+
+    def _head(self, m: re.Match[str], prefix: str | None) -> Head:
+        """What the prefix ``_FAST`` matched tells: stamps, format, time, uptime; kept per
+        ``prefix`` (None: not kept) when it holds neither an uptime nor a fraction of a
+        second (those differ on every line)."""
         up, ct, ts, head, sep, frac, zone, host, up2 = m.groups()
         if up is not None:
-            return FastLine(text, msg, (up,), "dmesg-raw", None, float(up), bus,
-                            details.copy(), fallen)
+            return (up,), "dmesg-raw", None, float(up)
         if ct is not None:
-            known = self._stamps.get(ct) or self._stamp(ct)
-            return FastLine(text, msg, (ct,), "dmesg-ctime", known[0], None, bus,
-                            details.copy(), fallen)
-        if ts is None:
-            return FastLine(text, msg, (), "plain", None, None, bus, details.copy(), fallen)
-        if frac is None:
-            t = (self._stamps.get(ts) or self._stamp(ts))[0]
+            out: Head = (ct,), "dmesg-ctime", (self._stamps.get(ct) or self._stamp(ct))[0], None
+        elif ts is None:
+            out = (), "plain", None, None
         else:
-            t = self._fraction(ts, head, sep, frac, zone)
-        fmt = self._formats[host is not None, up2 is not None, head[0] in "0123456789",
-                            sep == "."]
-        if up2 is None:
-            return FastLine(text, msg, (ts,), fmt, t, None, bus, details.copy(), fallen)
-        return FastLine(text, msg, (ts, up2), fmt, t, float(up2), bus, details.copy(), fallen)
+            if frac is None:
+                t = (self._stamps.get(ts) or self._stamp(ts))[0]
+            else:
+                t = self._fraction(ts, head, sep, frac, zone)
+            fmt = self._formats[host is not None, up2 is not None, head[0] in "0123456789",
+                                sep == "."]
+            if up2 is not None:
+                return (ts, up2), fmt, t, float(up2)
+            out = (ts,), fmt, t, None
+            if frac is not None:
+                return out
+        if prefix is not None:
+            if len(self._heads) >= _CACHE:
+                self._heads.clear()
+            self._heads[prefix] = out
+        return out
 
     # -- internals ----------------------------------------------------------------------
     def _body(self, msg: str) -> Body:
