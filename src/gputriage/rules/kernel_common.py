@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, TypeVar
 
 from gputriage.knowledge import xid as catalog
@@ -76,9 +77,20 @@ def when(ev: DriverEvent) -> str | None:
     return t.isoformat() if t is not None else ev.timestamp
 
 
+@lru_cache(maxsize=1024)
+def _code_of(raw: str) -> int | None:
+    return strict_int(raw, signed=False)
+
+
+def code_of(raw: str | None) -> int | None:
+    """The code ``raw`` spells (an Xid / SXid event's ``code`` detail), or None. A few
+    codes recur in thousands of events: each distinct text is checked once."""
+    return _code_of(raw) if isinstance(raw, str) else None
+
+
 def xid_code(ev: DriverEvent) -> int | None:
     """The numeric code of an Xid / SXid event."""
-    return strict_int(ev.details.get("code"), signed=False)
+    return code_of(ev.details.get("code"))
 
 
 def scope_of(bus: str | None, gpus: GpuMap, *, device: bool = False,
