@@ -46,15 +46,18 @@ def _judge_scan(scan: Any, window: Any, paths: tuple[str, ...] = ()) -> tuple[An
 
 def _import_judging() -> None:
     """Import what judges and shows a scan (called while the scan's worker processes
-    search a large file, whose time it then takes nothing from)."""
-    import gputriage.engine.analysis
-    import gputriage.facts.store
-    import gputriage.snapshot.bundle
+    search a large file, whose time it then takes nothing from): the rules, the engine
+    and the next steps of findings, the fact areas the rules look up (by judging an
+    empty scan), the timeline."""
+    import gputriage.engine.acks
+    import gputriage.engine.causes
+    import gputriage.next_steps
     import gputriage.status
     import gputriage.views.timeline  # noqa: F401
-    from gputriage.rules import LOG_AREAS, rules_of
+    from gputriage.facts.window import LogWindow
+    from gputriage.logscan import LogScan
 
-    rules_of(LOG_AREAS)
+    _judge_scan(LogScan(), LogWindow())
 
 
 def _modified(paths: tuple[str, ...]) -> Any:

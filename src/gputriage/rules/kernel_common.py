@@ -10,9 +10,11 @@ folded event when its latest occurrence was before it."""
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, TypeVar
 
 from gputriage.knowledge import xid as catalog
@@ -29,7 +31,7 @@ from gputriage.model import (
     Status,
     gpu_scope,
 )
-from gputriage.parsers.kernel_fold import seconds, weight
+from gputriage.parsers.kernel_fold import weight
 from gputriage.rules.base import action_for, finding
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.vocabulary import EventKind
@@ -76,9 +78,20 @@ def when(ev: DriverEvent) -> str | None:
     return t.isoformat() if t is not None else ev.timestamp
 
 
+@lru_cache(maxsize=1024)
+def _code_of(raw: str) -> int | None:
+    return strict_int(raw, signed=False)
+
+
+def code_of(raw: str | None) -> int | None:
+    """The code ``raw`` spells (an Xid / SXid event's ``code`` detail), or None. A few
+    codes recur in thousands of events: each distinct text is checked once."""
+    return _code_of(raw) if isinstance(raw, str) else None
+
+
 def xid_code(ev: DriverEvent) -> int | None:
     """The numeric code of an Xid / SXid event."""
-    return strict_int(ev.details.get("code"), signed=False)
+    return code_of(ev.details.get("code"))
 
 
 def scope_of(bus: str | None, gpus: GpuMap, *, device: bool = False,
@@ -111,13 +124,15 @@ def log_order(events: Sequence[DriverEvent]
               ) -> Callable[[DriverEvent], tuple[int, int, int, float]]:
     """A sort key placing occurrences of ``events`` (first ones and ``latest`` ones) in
     log order: boot, input (in the order the group first shows it), line, time."""
-    origins: dict[str | None, int] = {}
-    for ev in (*events, *(e.latest for e in events)):
-        origins.setdefault(ev.origin, len(origins))
+    origins = {origin: i for i, origin in enumerate(dict.fromkeys(
+        [*(ev.origin for ev in events), *(ev.latest.origin for ev in events)]))}
+    unknown = len(origins)
 
     def key(ev: DriverEvent) -> tuple[int, int, int, float]:
-        return (ev.boot, origins.get(ev.origin, len(origins)),
-                ev.lineno if ev.lineno is not None else -1, seconds(ev) or 0.0)
+        t = ev.time  # (seconds(ev), inline: called for every occurrence of a group)
+        at = t.timestamp() if t is not None else ev.uptime_s
+        return (ev.boot, origins.get(ev.origin, unknown),
+                ev.lineno if ev.lineno is not None else -1, at or 0.0)
 
     return key
 
@@ -143,9 +158,11 @@ def _tail(events: Sequence[DriverEvent], head: list[DriverEvent]) -> list[Driver
     key = log_order(events)
     spans = [(key(ev), key(ev.latest)) for ev in events if ev.count > 2]
     seen = {id(ev) for ev in head}
-    known = sorted([*events, *(ev.latest for ev in events if ev.latest is not ev)], key=key)
+    known = [*events, *(ev.latest for ev in events if ev.latest is not ev)]
+    # the walk looks at no more than EVIDENCE_TAIL + 1 occurrences, latest first (those
+    # of one key in reverse list order, as a stable sort's reversal gives them)
     out: list[DriverEvent] = []
-    for ev in reversed(known):
+    for ev in heapq.nlargest(EVIDENCE_TAIL + 1, reversed(known), key=key):
         if len(out) == EVIDENCE_TAIL or id(ev) in seen:
             break
         if out and any(a <= key(ev) < b for a, b in spans):
@@ -337,16 +354,23 @@ def lost_gpu_xid() -> int | None:
 def xid_events(events: Iterable[DriverEvent]) -> list[tuple[int, DriverEvent]]:
     """(code, event) for Xid lines in log order, plus "fallen off the bus" messages
     as their Xid (79) on GPUs (of the same boot) whose Xid line is not in the log."""
-    events = list(events)
     lost = lost_gpu_xid()
-    has_lost = {(ev.bus_id, ev.boot) for ev in events
-                if ev.kind == EventKind.XID and xid_code(ev) == lost}
+    xid, fallen = EventKind.XID, EventKind.FALLEN_OFF_BUS
     out: list[tuple[int, DriverEvent]] = []
+    has_lost: set[tuple[str | None, int]] = set()
+    fell = False  # a fallen-off-bus message is listed (kept unless its GPU has the Xid)
     for ev in events:
-        code = xid_code(ev) if ev.kind == EventKind.XID else None
-        if code is not None:
-            out.append((code, ev))
-        elif (lost is not None and ev.kind == EventKind.FALLEN_OFF_BUS
-              and (ev.bus_id, ev.boot) not in has_lost):
+        kind = ev.kind
+        if kind == xid:
+            code = code_of(ev.details.get("code"))
+            if code is not None:
+                out.append((code, ev))
+                if code == lost:
+                    has_lost.add((ev.bus_id, ev.boot))
+        elif kind == fallen and lost is not None:
             out.append((lost, ev))
+            fell = True
+    if fell and has_lost:
+        out = [(code, ev) for code, ev in out
+               if ev.kind != fallen or (ev.bus_id, ev.boot) not in has_lost]
     return out

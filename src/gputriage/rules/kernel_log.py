@@ -343,8 +343,8 @@ class _Seen:
             if code == lost_code:
                 lost.setdefault(ev.boot == 0, ev.lineno or 0)
         kinds: dict[Where, set[str]] = {}
-        for ev in events:
-            kinds.setdefault((ev.bus_id, ev.boot == 0), set()).add(ev.kind)
+        for bus, current, kind in {(ev.bus_id, ev.boot == 0, ev.kind) for ev in events}:
+            kinds.setdefault((bus, current), set()).add(kind)
         return cls(xids, kinds, lost)
 
     def echo(self, ev: DriverEvent) -> bool:

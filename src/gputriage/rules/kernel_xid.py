@@ -105,8 +105,8 @@ class _AppFaults:
     processes: set[str] = field(default_factory=set)  # pid when printed, else name
     programs: dict[str, set[str]] = field(default_factory=dict)  # name -> its pids
     unnamed: bool = False  # a faulting pid printed no usable name
-    shared_pattern: bool = False  # every process raised one common fault pattern
     more: bool = False  # a folded storm had processes beyond those it names
+    items: list[tuple[int, DriverEvent]] = field(default_factory=list, repr=False)
 
     def count(self) -> str:
         """How many processes: ``3``, or ``at least 128`` when a storm named only some."""
@@ -127,19 +127,38 @@ class _AppFaults:
             return len(self.programs) if len(self.programs) >= 2 else len(self.processes)
         return len(self.processes)
 
+    def shared_pattern(self) -> bool:
+        """Whether every process raised one common fault pattern (its code and message,
+        numbers blanked), the ones a folded storm kept included. Worked out only when a
+        crash loop is described: each message costs a substitution."""
+        patterns: dict[str, set[str]] = {}
+        # a pattern is of the code and message: a program's repeated fault is worked out once
+        known: dict[tuple[int, str | None], str] = {}
+        for code, ev in self.items:
+            key, _ = process_key(ev)
+            if key:
+                said = (code, ev.details.get("message"))
+                pattern = known.get(said)
+                if pattern is None:
+                    pattern = known[said] = fault_pattern(code, ev)
+                patterns.setdefault(key, set()).add(pattern)
+            reps = ev.repeats
+            if reps is not None:
+                for key in reps.processes:
+                    patterns.setdefault(key, set()).update(reps.patterns.get(key, ()))
+        return bool(patterns) and bool(set.intersection(*patterns.values()))
+
 
 def _app_faults(items: Iterable[tuple[int, DriverEvent]]) -> _AppFaults:
-    """Processes, program names and fault patterns of Xid 13 / 31 / 43 lines; a folded
-    storm adds the processes and patterns it kept (up to its bound: the processes
-    beyond it, only counted, are taken as more of the programs named)."""
-    out = _AppFaults()
+    """Processes and program names of Xid 13 / 31 / 43 lines; a folded storm adds the
+    processes it kept (up to its bound: the processes beyond it, only counted, are taken
+    as more of the programs named)."""
+    out = _AppFaults(items=list(items))
     names: dict[str, str] = {}
-    patterns: dict[str, set[str]] = {}
-    for code, ev in items:
+    for _, ev in out.items:
         key, name = process_key(ev)
         if key:
             out.processes.add(key)
-            patterns.setdefault(key, set()).add(fault_pattern(code, ev))
             if name:
                 names[key] = name
         reps = ev.repeats
@@ -148,7 +167,6 @@ def _app_faults(items: Iterable[tuple[int, DriverEvent]]) -> _AppFaults:
         out.more = out.more or reps.other_processes > 0
         for key, name in reps.processes.items():
             out.processes.add(key)
-            patterns.setdefault(key, set()).update(reps.patterns.get(key, ()))
             if name:
                 names[key] = name
     for key in out.processes:
@@ -158,15 +176,13 @@ def _app_faults(items: Iterable[tuple[int, DriverEvent]]) -> _AppFaults:
         pids = out.programs.setdefault(names[key], set())
         if strict_int(key, signed=False) is not None:
             pids.add(key)
-    if patterns:
-        out.shared_pattern = bool(set.intersection(*patterns.values()))
     return out
 
 
 def _crash_loop_note(app: _AppFaults, name: str) -> str:
     pids = sorted(app.programs[name], key=int)
     shown = ", ".join(pids[:PIDS_SHOWN]) + (", ..." if len(pids) > PIDS_SHOWN else "")
-    how = "the same way" if app.shared_pattern else "again"
+    how = "the same way" if app.shared_pattern() else "again"
     return (f"{app.count()} restarts of one program '{name}' (pids {shown}) fault "
             f"{how} on this GPU: one job ({name}) crash-looping, not several programs "
             "hitting a bad GPU. No node action; restarting it unchanged will fault again, so "

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from gputriage import __version__
 from gputriage.logscan.events import DriverEvent
 from gputriage.model import Result
 from gputriage.parsers.kernel_fold import seconds, weight
+from gputriage.rules.kernel_common import code_of
 from gputriage.status import exit_status, verdict
 from gputriage.text.fields import strict_int
 
@@ -63,17 +65,33 @@ KIND_MEANING = {
 class Row:
     """A burst: a run of one event (kind and code) on a lane, consecutive there and in
     one boot; or, under ``--full``, one event as the scan kept it (a folded storm is one
-    event standing for ``count`` occurrences)."""
+    event standing for ``count`` occurrences). Its times and example line are read off
+    its first and last event when shown: a long lane shows few of its rows."""
 
     kind: str
     code: int | None
     meaning: str
     boot: int
-    first: str | None
-    last: str | None
+    first_event: DriverEvent = field(repr=False)
+    last_event: DriverEvent = field(repr=False)  # the run's latest occurrence
     count: int  # occurrences, by weight: a folded event counts all it stands for
-    line: str  # an example: the first line of the run's first event
     last_at: float | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def first(self) -> str | None:
+        """When the run began (ISO 8601 when known, else as printed)."""
+        return _when(self.first_event)
+
+    @property
+    def last(self) -> str | None:
+        """When its latest occurrence was logged."""
+        return _when(self.last_event)
+
+    @property
+    def line(self) -> str:
+        """An example: the first line of the run's first event."""
+        text = self.first_event.line
+        return text.splitlines()[0] if text else ""
 
     def to_json(self) -> dict:
         """The row as plain JSON data."""
@@ -85,9 +103,10 @@ class Row:
         """Extend the burst with the next event of its run: the count by weight, the
         last time that of the latest occurrence (a folded event's ``latest``)."""
         self.count += ev.count
-        at = seconds(ev.latest)
+        latest = ev.latest
+        at = seconds(latest)
         if at is None or self.last_at is None or at >= self.last_at:
-            self.last, self.last_at = _when(ev.latest), at
+            self.last_event, self.last_at = latest, at
 
 
 @dataclass
@@ -126,20 +145,24 @@ class Lane:
                            "events_left_out": sum(r.count for r in cut)}}
 
 
-def _meaning(ev: DriverEvent, code: int | None) -> str:
+@lru_cache(maxsize=1024)
+def _meaning(kind: str, code: int | None) -> str:
+    """What an event of ``kind`` (an Xid / SXid of ``code``) means, as the catalog says."""
     from gputriage.knowledge import xid as catalog
 
-    if code is not None and ev.kind in ("xid", "sxid"):
-        info = catalog.xid_info(code) if ev.kind == "xid" else catalog.sxid_info(code)
+    if code is not None and kind in _CODED:
+        info = catalog.xid_info(code) if kind == "xid" else catalog.sxid_info(code)
         if info is not None:
             return info.meaning
         return "not in the catalog"
-    return KIND_MEANING.get(ev.kind, ev.kind)
+    return KIND_MEANING.get(kind, kind)
+
+
+_CODED = ("xid", "sxid")  # the kinds whose events carry a code
 
 
 def _code(ev: DriverEvent) -> int | None:
-    raw = ev.details.get("code", "") if ev.kind in ("xid", "sxid") else ""
-    return strict_int(raw, signed=False)
+    return code_of(ev.details.get("code", "")) if ev.kind in _CODED else None
 
 
 def _when(ev: DriverEvent) -> str | None:
@@ -149,10 +172,9 @@ def _when(ev: DriverEvent) -> str | None:
 
 def _row(ev: DriverEvent, code: int | None) -> Row:
     """A row of one event (a folded one: its first and latest occurrence, its count)."""
-    first_line = ev.line.splitlines()[0] if ev.line else ""
     latest = ev.latest
-    return Row(ev.kind, code, _meaning(ev, code), ev.boot, _when(ev), _when(latest),
-               ev.count, first_line, seconds(latest))
+    return Row(ev.kind, code, _meaning(ev.kind, code), ev.boot, ev, latest, ev.count,
+               seconds(latest))
 
 
 def build_timeline(events: Iterable[DriverEvent],
@@ -174,12 +196,13 @@ def build_timeline(events: Iterable[DriverEvent],
         if not full and prev is not None and _same_line(prev, ev):
             continue  # an Xid 79 line is also a fallen-off-bus event: one burst, not two
         code = _code(ev)
-        last = lane.rows[-1] if lane.rows else None
-        if (not full and last is not None
-                and (last.kind, last.code, last.boot) == (ev.kind, code, ev.boot)):
-            last.take(ev)
-            continue
-        lane.rows.append(_row(ev, code))
+        rows = lane.rows
+        if not full and rows:
+            last = rows[-1]
+            if last.kind == ev.kind and last.code == code and last.boot == ev.boot:
+                last.take(ev)
+                continue
+        rows.append(_row(ev, code))
 
     def order(lane: Lane) -> tuple:
         known_gpu = lane.pci_bus_id in gpus or any(r.kind == "xid" for r in lane.rows)
