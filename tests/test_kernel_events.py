@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gputriage.logscan.events import iter_driver_events, scan_driver_events
@@ -327,6 +327,32 @@ def test_split_prefix_pretests_never_change_the_split(corpus):
 @given(st.text(alphabet=st.sampled_from(list("<>[]:. 0123456789Tkernl-aZJM\t")), max_size=60))
 @settings(max_examples=400, deadline=None)
 def test_split_prefix_pretests_on_generated_lines(line):
+    from gputriage.parsers.kernel_patterns import split_prefix
+
+    assert split_prefix(line) == _split_prefix_unguarded(line)
+
+
+# pieces of syslog / journalctl lines, near misses included: split_prefix reads a stamp and
+# a host with one pattern where no earlier row can apply (``_syslog_host``)
+_LEADS = st.sampled_from(["2024-08-30T03:53:20", "2024-08-30 03:53:20", "Dec  6 19:25:33",
+                          "Dec 16 19:25:33", "2024-08-30T3:53:20", "Dec 6 19:25:33", "Mon Dec  6 "
+                          "19:25:33 2024", "Mar  1", "<4>", "kern  :warn  : ", "node1: kern:  warn: "
+                          "[12.5]: ", "2024-08-30T03:53:20.1234567890"])
+_ZONES = st.sampled_from(["", ".123456", "+0000", ",5", "-05:30", "Z", "+05", "x"])
+_GAPS = st.sampled_from([" ", "  ", "\t", "     ", ""])
+_HOSTS = st.sampled_from(["gpu-node-17", "kernel:", "h:kern:", "node-1 other", ""])
+_TAGS = st.sampled_from([" kernel: ", " kernel:", " kernel:  ", "kernel: ", " kern: "])
+_MESSAGES = st.sampled_from(["kernel: ", "[ 12.5] ", "node kernel: ", "[Sat Mar  1 10:00:01 "
+                             "2026] ", "NVRM: Xid", "x ", "\u0663", " "])
+_SYSLOG_LINES = st.builds(lambda *parts: "".join(parts[:5]) + "".join(parts[5]), _LEADS,
+                          _ZONES, _GAPS, _HOSTS, _TAGS, st.lists(_MESSAGES, max_size=3))
+
+
+@given(_SYSLOG_LINES)
+@example("2024-08-30T03:53:20+0000 gpu-node-17 kernel: kernel: [ 5.1] n kernel: x")
+@example("Dec  6 19:25:33 node kernel: [Sat Mar  1 10:00:01 2026] NVRM: x")
+@settings(max_examples=800, deadline=None)
+def test_split_prefix_syslog_host_pattern_on_generated_lines(line):
     from gputriage.parsers.kernel_patterns import split_prefix
 
     assert split_prefix(line) == _split_prefix_unguarded(line)

@@ -47,6 +47,28 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
 
 
+# (pattern, whether it has a ``ts`` group) per row of PREFIXES
+_TRIES = tuple((name, pattern, may, "ts" in pattern.groupindex) for name, pattern, may in PREFIXES)
+_AFTER_HOST = _TRIES[[name for name, _, _ in PREFIXES].index("host") + 1:]
+# The usual journalctl / syslog line: PREFIXES' syslog row, then its host row, as one
+# pattern (the same spans: a stamp that ``\s{1,4}`` and a host's ``\S`` follow ends in one
+# place only). Rows before them never match a line it applies to (see _syslog_host).
+_SYSLOG_HOST = re.compile(_SYSLOG.pattern + _HOST_KERNEL.pattern.removeprefix("^"))
+_WEEKDAYS = frozenset(("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"))
+
+
+def _syslog_host(text: str) -> re.Match[str] | None:
+    """The syslog and host rows' match of ``text`` when no row before them applies (the
+    level, talos, facility and logread rows need a "<", "kern:", a lower-case first
+    letter and a weekday first) and both match; None: try every row."""
+    first = text[:1]
+    if not (first.isdigit() or (first.isupper() and text[:3] not in _WEEKDAYS)):
+        return None
+    if "kern:" in text:
+        return None
+    return _SYSLOG_HOST.match(text)
+
+
 def split_prefix(raw: str) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
     """A line's printed timestamps (outermost first), its message text, and the
     names of the prefixes found (``talos``, ``syslog``, ``host``, ``bracket`` ...)."""
@@ -56,16 +78,25 @@ def split_prefix(raw: str) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
     m = QUOTE.match(text) if text[:1] == ">" else None  # stripped: only ">" can lead
     if m:
         text = text[m.end():].lstrip()
-    stamps: list[str] = []
-    tags: list[str] = []
-    for name, pattern, may in PREFIXES:
+    m = _syslog_host(text)
+    if m is not None:
+        stamps = [m.group("ts").strip()]
+        tags = ["syslog", "host"]
+        text = text[m.end():]
+        tries = _AFTER_HOST
+    else:
+        stamps = []
+        tags = []
+        tries = _TRIES
+    for name, pattern, may, stamped in tries:
         if not may(text):
             continue
         m = pattern.match(text)
         if m:
-            ts = m.groupdict().get("ts")
-            if ts:
-                stamps.append(ts.strip())
+            if stamped:
+                ts = m.group("ts")
+                if ts:
+                    stamps.append(ts.strip())
             tags.append(name)
             text = text[m.end():]
     return tuple(stamps), text.strip(), tuple(tags)
