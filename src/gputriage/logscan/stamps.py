@@ -25,6 +25,18 @@ def usec(frac: str | None) -> int:
     return int((frac or "0")[:6].ljust(6, "0"))
 
 
+_ZONES: dict[str | None, timezone] = {None: timezone.utc, "Z": timezone.utc}  # offset -> zone
+
+
+def _zone(off: str) -> timezone:
+    """The zone of an ISO stamp's offset ("+0530", "-05:00"), kept for the next stamp."""
+    sign = -1 if off[0] == "-" else 1
+    zone = timezone(sign * timedelta(hours=int(off[1:3]), minutes=int(off[-2:])))
+    if len(_ZONES) < 256:
+        _ZONES[off] = zone
+    return zone
+
+
 def stamp_time(stamp: str, now: datetime | None) -> tuple[datetime | None, float | None]:
     """(absolute time, uptime seconds) of one printed timestamp. A syslog stamp has no
     year: it takes ``now``'s (the input's own reference time), the previous one when that
@@ -35,14 +47,10 @@ def stamp_time(stamp: str, now: datetime | None) -> tuple[datetime | None, float
             return None, float(m.group(1))
         m = _ISO.match(stamp)
         if m:
-            tz = timezone.utc
-            off = m.group(8)
-            if off and off != "Z":
-                sign = -1 if off[0] == "-" else 1
-                hh, mm = int(off[1:3]), int(off[-2:])
-                tz = timezone(sign * timedelta(hours=hh, minutes=mm))
-            y, mo, d, h, mi, s = (int(m.group(i)) for i in range(1, 7))
-            return datetime(y, mo, d, h, mi, s, usec(m.group(7)), tzinfo=tz), None
+            y, mo, d, h, mi, s, frac, off = m.groups()
+            tz = _ZONES.get(off) or _zone(off)
+            return datetime(int(y), int(mo), int(d), int(h), int(mi), int(s),
+                            usec(frac), tzinfo=tz), None
         m = _CTIME.match(stamp)
         if m and m.group(1) in _MONTHS:
             return datetime(int(m.group(6)), _MONTHS[m.group(1)], int(m.group(2)),
