@@ -179,11 +179,11 @@ class LineSource:
         stripped = text.lstrip()
         if stripped.startswith("{") and self._json_line(lineno, stripped):
             return
-        m = _KMSG.match(text)
+        m = _KMSG.match(text) if "," in text[1:5] else None  # ("PRI," leads a record)
         if m:
             self._kmsg_line(lineno, text, m)
             return
-        mark = _BOOT_MARK.match(stripped)
+        mark = _BOOT_MARK.match(stripped) if stripped[:3] == "-- " else None
         if mark:
             self._new_boot(mark.group("id"))
             return

@@ -135,6 +135,12 @@ class EventExtractor:
             self._queue.append(ev)
 
     def _release(self) -> list[DriverEvent]:
+        if not self._queue:
+            return []
+        if not self._open:  # (nothing holds an event back)
+            out = list(self._queue)
+            self._queue.clear()
+            return out
         held = {id(o.event) for o in self._open}
         out = []
         while self._queue and id(self._queue[0]) not in held:
@@ -144,6 +150,8 @@ class EventExtractor:
     def _continue_open(self, line: LogLine) -> bool:
         """Offer a line to the open events; True when one took it (a passive one,
         a call trace, sees the line even then)."""
+        if not self._open:
+            return False
         lineno = line.lineno or 0
         self._open = [o for o in self._open if lineno <= o.until]
         taken = False
