@@ -4,10 +4,13 @@ scanned into its kind; the scanner's anchors are the rows' literals."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gputriage.logscan import scan_text
 from gputriage.logscan.lines import BOOT_ANCHORS
 from gputriage.logscan.search import ANCHORS
+from gputriage.parsers import kernel_table
 from gputriage.parsers.kernel_model import LogLine
 from gputriage.parsers.kernel_patterns import split_prefix
 from gputriage.parsers.kernel_table import CONTEXT_ANCHORS, EVENTS, EventPattern, match_line
@@ -63,3 +66,49 @@ def test_a_driver_load_banner_gives_the_version(line: str, version: str, is_open
     (ev,) = scan_text(line + "\n").events
     assert ev.kind == EventKind.DRIVER_LOAD and ev.bus_id is None
     assert ev.details == {"driver_version": version, "open": is_open}
+
+
+def _candidates_reference(msg: str) -> list[int]:
+    """The rows whose literal test ``msg`` passes: every literal looked for, no cache."""
+    kt = kernel_table
+    low = msg.lower()
+    return sorted({i for n, rows in kt._BY_NEEDLE if n in msg for i in rows}
+                  | {i for n, rows in kt._BY_LOWER if n in low for i in rows})
+
+
+def _candidate_messages(corpus) -> list[str]:
+    samples = corpus.category("2") + corpus.category("4")
+    lines = [ln for s in samples for ln in s.text().splitlines()]
+    lines += [ln for p in EVENTS for ln in p.sample.splitlines()]
+    return [split_prefix(ln)[1] for ln in lines]
+
+
+def test_candidate_rows_are_the_literals_found_also_from_the_kept_ones(corpus):
+    """The rows a message's literals pick, kept per message with its digits read as 0,
+    are those every literal looked for finds: the first time and from what was kept."""
+    kt = kernel_table
+    msgs = _candidate_messages(corpus)
+    assert len(msgs) > 500
+    kt._FOUND.clear()
+    for _ in range(2):  # (the second pass reads what the first one kept)
+        for msg in msgs:
+            assert list(kt._candidates(msg)) == _candidates_reference(msg), msg
+    # the same messages with other numbers: kept under one key, each read right
+    for msg in ["mlx5_core 0000:53:00.0: Link down", "mlx4_core 0000:53:00.0: Link down",
+                "NVRM: _kgspLogXid119: x", "NVRM: _kgspLogXid118: x", "EXT4-fs error",
+                "EXT5-fs error", "Kflcncoredump \u212a", "GSP rpc 1"]:
+        assert list(kt._candidates(msg)) == _candidates_reference(msg), msg
+
+
+_LITERAL_PIECES = st.sampled_from(
+    [n for n, _ in kernel_table._BY_NEEDLE]
+    + ["mlx4_core", "mlx0_core", "EXT0-fs", "Xid118", "RPC", "GSP", "NVLink", "0", "5", "9",
+       " ", ":", "\u212a", "\u0130", "x"])
+
+
+@given(st.lists(_LITERAL_PIECES, max_size=6).map("".join))
+@settings(deadline=None)
+def test_candidate_rows_on_generated_messages(msg):
+    kt = kernel_table
+    assert list(kt._candidates(msg)) == _candidates_reference(msg)
+    assert list(kt._candidates(msg)) == _candidates_reference(msg)  # (now kept)

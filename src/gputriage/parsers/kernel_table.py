@@ -535,15 +535,52 @@ _BY_NEEDLE = _index("needles")
 _BY_LOWER = _index("lower")
 
 
-def _candidates(msg: str) -> Sequence[int]:
-    """The rows whose literal test ``msg`` passes, in table order (each distinct literal
-    is looked for once)."""
-    hits = [rows for n, rows in _BY_NEEDLE if n in msg]
-    low = msg.lower()
-    hits += [rows for n, rows in _BY_LOWER if n in low]
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")  # every digit read as 0
+# The literals without a digit: one of them is in an ASCII message exactly when it is in
+# the message with its digits read as 0 (nor does lower-casing make or unmake a digit), so
+# what they find is kept per such message: a log repeats its messages but for their numbers
+_PLAIN = tuple(x for x in _BY_NEEDLE if not any(c.isdigit() for c in x[0]))
+_PLAIN_LOWER = tuple(x for x in _BY_LOWER if not any(c.isdigit() for c in x[0]))
+_NUMBERED = tuple(x for x in _BY_NEEDLE if x not in _PLAIN)  # looked for in every message
+_NUMBERED_LOWER = tuple(x for x in _BY_LOWER if x not in _PLAIN_LOWER)
+_FOUND: dict[bytes, Sequence[int]] = {}  # message, digits as 0 -> the rows its literals hold
+_FOUND_KEPT = 4096
+_FOUND_LONGEST = 512  # longer messages are not kept
+
+
+def _rows(msg: str, needles: tuple[tuple[str, tuple[int, ...]], ...],
+          lower: tuple[tuple[str, tuple[int, ...]], ...]) -> list[tuple[int, ...]]:
+    """The rows of each literal of ``needles`` in ``msg``, of ``lower`` in it lower-cased."""
+    hits = [rows for n, rows in needles if n in msg]
+    if lower:
+        low = msg.lower()
+        hits += [rows for n, rows in lower if n in low]
+    return hits
+
+
+def _union(hits: list[tuple[int, ...]]) -> Sequence[int]:
     if len(hits) < 2:
         return hits[0] if hits else ()
     return sorted(set().union(*hits))
+
+
+def _candidates(msg: str) -> Sequence[int]:
+    """The rows whose literal test ``msg`` passes, in table order (each distinct literal
+    is looked for once)."""
+    if not msg.isascii():
+        return _union(_rows(msg, _BY_NEEDLE, _BY_LOWER))
+    key = msg.encode("ascii").translate(_DIGITS)
+    plain = _FOUND.get(key)
+    if plain is None:
+        plain = _union(_rows(key.decode("ascii"), _PLAIN, _PLAIN_LOWER))
+        if len(key) <= _FOUND_LONGEST:
+            if len(_FOUND) >= _FOUND_KEPT:
+                _FOUND.clear()
+            _FOUND[key] = plain
+    numbered = _rows(msg, _NUMBERED, _NUMBERED_LOWER)
+    if not numbered:
+        return plain
+    return _union([tuple(plain), *numbered])
 
 
 def match_line(line: LogLine) -> tuple[EventPattern, list[DriverEvent]] | None:
