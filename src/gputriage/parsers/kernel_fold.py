@@ -43,6 +43,8 @@ APP_FAULTS = frozenset({"13", "31", "43"})
 _VOLATILE = frozenset({"pid", "process", "message", "channel", "caused_by", "intrinfo",
                        "address", "ip", "sp", "error_code"})
 _NEVER = frozenset({"driver-load"})
+_XID_KINDS = frozenset({"xid", "fallen-off-bus"})  # what _attribute looks at
+_RESET_KINDS = frozenset({"xid", "driver-load"})  # what _note_reset looks at
 _WHO = frozenset({"xid", "segfault"})  # kinds whose processes a folded event names
 _XID_COMMON = frozenset({"code", "pid", "process", "message", "channel", "caused_by"})
 
@@ -237,9 +239,14 @@ class Folder:
         if self.first_boot is None:
             self.first_boot = ev.boot
         self.last_boot = ev.boot
-        lead = self._attribute(ev) if self.attribute and ev.repeats is None else None
+        kind = ev.kind
+        # (only an Xid or a fallen-off-bus event is attributed, only a driver load or an Xid
+        # is a reset)
+        lead = (self._attribute(ev) if kind in _XID_KINDS and self.attribute
+                and ev.repeats is None else None)
         base = fold_key(ev)
-        self._note_reset(ev)
+        if kind in _RESET_KINDS:
+            self._note_reset(ev)
         if base is None:
             self.events.append(ev)
             return
