@@ -6,10 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gputriage.logscan.fastline import FastLine, FastXid
 from gputriage.logscan.stamps import SYSLOG_NAMES, format_of, stamp_time
@@ -28,12 +29,37 @@ __all__ = ["BOOT_ANCHORS", "BootSegment", "LineSource"]
 
 # literals of the lines that start a boot (journalctl markers, the kernel's banner)
 BOOT_ANCHORS = ("-- Boot ", "-- Reboot --", "Linux version ")
+_T = TypeVar("_T")
 
 # --- lines: formats, times -----------------------------------------------------------------
 
 _KMSG = re.compile(r"^(?P<pri>[0-9]{1,4}),(?P<seq>[0-9]{1,20}),(?P<usec>[0-9]{1,20}),[^;]{0,32};")
 _KMSG_DICT = re.compile(r"^ [A-Z_]{1,32}=")
 _BOOT_MARK = re.compile(r"^-- (?:Boot (?P<id>[0-9a-fA-F\-]{8,40}) --|Reboot --)\s*$")
+
+
+# What a printed stamp, and an Xid line's prefix and message, read as depends only on the
+# input's year reference ``now`` (its zone too) and whether its name is a syslog file's
+# (FastXid's only use of it): those caches are kept across the LineSources of one process
+# (a worker reads many blocks of one input) instead of starting empty for each
+_Reference = tuple[datetime | None, Any]
+_STAMPS: dict[_Reference, dict[str, tuple[datetime | None, float | None]]] = {}
+_FAST_XIDS: dict[tuple[bool, datetime | None, Any], FastXid] = {}
+_KEPT_REFERENCES = 8
+
+
+def _zone_of(now: datetime | None) -> Any:
+    """(Equal aware times in unequal zones have unequal years and wall clocks.)"""
+    return None if now is None else now.tzinfo
+
+
+def _kept(cache: dict[Any, _T], key: Any, make: Callable[[], _T]) -> _T:
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= _KEPT_REFERENCES:
+            cache.clear()
+        found = cache[key] = make()
+    return found
 
 
 @dataclass
@@ -76,12 +102,14 @@ class LineSource:
         self.formats: dict[str, None] = {}
         self.skipped = 0
         self.held: LogLine | None = None
-        self.stamps: dict[str, tuple[datetime | None, float | None]] = {}  # parsed stamps
+        self.stamps = _kept(_STAMPS, (now, _zone_of(now)), dict)  # parsed stamps
         # a worker's block: only lines numbered inside these bounds are its own (the
         # others, read before and after it, only complete the extractor's state)
         self.bounds: tuple[int, int] | None = None
         self.outside = False
-        self.fast = FastXid(name, now)  # the Xid line a storm repeats, in microseconds
+        # the Xid line a storm repeats, in microseconds
+        self.fast = _kept(_FAST_XIDS, (self.syslog_name, now, _zone_of(now)),
+                          lambda: FastXid(name, now))
         # ... and once its key is folded, counted in without being parsed
         self.storm = StormLines(self.fast) if USABLE else None
         # the lines the search found the storm path must leave to the per-line parse
