@@ -383,12 +383,11 @@ def _engines(log: Path, repeat: int) -> None:
 
 # --- one profile -------------------------------------------------------------------------
 
-def _anchor_lines(log: Path, limit: int = 100_000) -> Path:
-    """A file of the first ``limit`` lines of ``log`` holding an anchor (to time the
-    parse of event lines directly)."""
+def _anchor_lines(log: Path, out: Path, limit: int = 100_000) -> Path:
+    """``out``: a file of the first ``limit`` lines of ``log`` holding an anchor (to time
+    the parse of event lines directly)."""
     from gputriage.logscan.search import ANCHORS
 
-    out = log.with_suffix(".events")
     n = 0
     with log.open("rb") as src, out.open("wb") as dst:
         for line in src:
@@ -534,7 +533,7 @@ def _per_event(log: Path, special: int, wall: float, size: int, quiet_rate: floa
         extra = wall - quiet_rate * size
         print(f"  µs per line of the profile's kind (time beyond the quiet profile's per "
               f"byte, over {special} lines): {extra / special * 1e6:.1f}")
-    events = _anchor_lines(log)
+    events = _anchor_lines(log, work / "anchor-lines.log")  # (not beside the log)
     with events.open("rb") as fh:
         n = sum(1 for _ in fh)
     if n:
