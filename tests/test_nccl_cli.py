@@ -175,6 +175,44 @@ def test_every_nccl_sample_goes_through_analyze_and_nccl(corpus) -> None:
         assert nccl["processes"] or nccl["tests"] or nccl["log"]["framework_errors"], s.name
 
 
+def test_nccl_areas_hold_every_rule_a_job_alone_can_feed(corpus, monkeypatch, tmp_path):
+    """With no host output among its inputs, ``nccl`` runs only the NCCL_AREAS rules:
+    every other rule must then be skipped (else ``nccl`` would miss its findings), on
+    the corpus's job logs and nccl-tests outputs and on generated ones; and no rule
+    outside them runs without any input, or reads an NCCL fact."""
+    import gputriage.rules as rules
+    from gputriage.commands.nccl import judge
+    from gputriage.errors import InputError
+    from nccl_kit import job_log
+
+    areas = {f"gputriage.rules.{a}" for a in rules.NCCL_AREAS}
+    every = rules.all_rules()
+    assert not [r.id for r in every if r.func.__module__ not in areas
+                and (not (r.requires or r.any_of)
+                     or any(f.startswith("nccl") for f in (*r.reads, *r.any_of)))]
+    monkeypatch.setattr(rules, "rules_of", lambda _areas: every)  # judged by every rule
+    generated = [job_log(), job_log(("a", "b", "c"), 4, net="IB", gdr=False),
+                 job_log(no_device=True, env=("NCCL_IB_DISABLE=1",)), TABLE,
+                 "".join(APP.format(s=i % 60, ms=i, i=i) for i in range(50)) + TABLE]
+    paths = [s.path for s in corpus.category("5")]
+    for i, text in enumerate(generated):
+        paths.append(tmp_path / f"job{i}.log")
+        paths[-1].write_text(text)
+    fed, judged = set(), 0
+    for path in paths:
+        try:
+            result, _summary, host_given = judge([str(path)])
+        except InputError:
+            continue
+        if host_given:
+            continue
+        judged += 1
+        skipped = {s.rule for s in result.skipped}
+        fed |= {r.func.__module__ for r in every if r.id not in skipped}
+    assert judged > 20 and fed <= areas, fed - areas
+    assert fed == areas  # each area has a rule a job's inputs feed
+
+
 def test_corpus_nccl_summaries(corpus) -> None:
     code, out, _ = cli("nccl", "--json", str(corpus.sample("nccltests188").path))
     hosts = json.loads(out)["nccl"]["hosts"]

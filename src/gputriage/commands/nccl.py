@@ -4,7 +4,8 @@ together with the host's own facts when host outputs are among the inputs.
 Job logs of any size stream through the NCCL log reader (1 MiB at a time,
 plain or compressed); host inputs load as ``analyze`` loads them. The facts
 of the one combined host get the job's log and runs pre-filled, every rule
-whose inputs are there runs, and the report shows what NCCL said per host,
+whose inputs are there runs (with no host output, those of the areas a job's inputs
+can feed: ``rules.NCCL_AREAS``), and the report shows what NCCL said per host,
 each nccl-tests run against the bandwidth the hardware should give, then the
 findings. Exit status as for ``analyze``; 66 when no input holds anything.
 """
@@ -69,14 +70,14 @@ def nccl(paths: tuple[str, ...], as_json: bool, html: str | None, verbose: bool,
 
 
 def _load_engine() -> None:
-    """Import the engine and every rule now (what judging needs next): done while a
-    process of its own looks for host outputs in a large log, it costs no wall time."""
+    """Import the engine and the rules a job's inputs can feed now (what judging needs
+    next): done while worker processes read a large log, it costs them little."""
     import gputriage.engine.acks
     import gputriage.engine.causes
     import gputriage.next_steps  # noqa: F401
-    from gputriage.rules import all_rules
+    from gputriage.rules import NCCL_AREAS, rules_of
 
-    all_rules()
+    rules_of(NCCL_AREAS)
 
 
 def judge(paths: list[str], progress: Any = None) -> tuple[Result, NcclSummary, bool]:
@@ -99,8 +100,10 @@ def judge(paths: list[str], progress: Any = None) -> tuple[Result, NcclSummary, 
     facts.prefill("nccl_tests", found.runs if found.runs
                   else Missing("nccl_tests: no nccl-tests run in the inputs"))
     from gputriage.engine.analysis import analyze_facts
+    from gputriage.rules import NCCL_AREAS, rules_of
 
-    result = analyze_facts(facts)
+    # with no host output, only the job's areas have rules its facts can feed
+    result = analyze_facts(facts, None if host_given else rules_of(NCCL_AREAS))
     known = {item.get("origin"): item for item in result.inputs}
     for origin, names in found.job_origins.items():
         if origin in known:  # an input that held host outputs and the job's lines

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gputriage.rules.base import REGISTRY, Rule
 
-__all__ = ["AREAS", "LOG_AREAS", "REGISTRY", "Rule", "all_rules", "rules_of"]
+__all__ = ["AREAS", "LOG_AREAS", "NCCL_AREAS", "REGISTRY", "Rule", "all_rules", "rules_of"]
 
 # modules of this package that are helpers, not areas
 _HELPERS = frozenset({"base", "dcgm_diag_bugs", "doubts", "k8s_common", "k8s_sched",
@@ -26,6 +26,10 @@ AREAS: tuple[str, ...] = tuple(sorted(
     if m.name not in _HELPERS))
 # the areas whose rules a kernel log alone can feed (tests/test_logs_cli.py checks this)
 LOG_AREAS: tuple[str, ...] = ("driver", "driver_probe", "kernel_log", "kernel_xid")
+# the areas whose rules a job's NCCL logs and nccl-tests outputs alone can feed, with no
+# host output among the inputs (tests/test_nccl_cli.py checks this)
+NCCL_AREAS: tuple[str, ...] = ("driver", "nccl_bandwidth", "nccl_errors", "nccl_job",
+                               "nccl_transport")
 
 
 def rules_of(areas: tuple[str, ...]) -> list[Rule]:
