@@ -180,10 +180,11 @@ def test_nccl_areas_hold_every_rule_a_job_alone_can_feed(corpus, monkeypatch, tm
     every other rule must then be skipped (else ``nccl`` would miss its findings), on
     the corpus's job logs and nccl-tests outputs and on generated ones; and no rule
     outside them runs without any input, or reads an NCCL fact."""
+    from nccl_kit import job_log
+
     import gputriage.rules as rules
     from gputriage.commands.nccl import judge
     from gputriage.errors import InputError
-    from nccl_kit import job_log
 
     areas = {f"gputriage.rules.{a}" for a in rules.NCCL_AREAS}
     every = rules.all_rules()
