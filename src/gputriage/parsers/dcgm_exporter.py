@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.nv_hostengine import PROFILING_BUSY
 from gputriage.text.fields import ParseError, as_float, normalize_bus_id, split_lines, strict_int
 from gputriage.text.paste import PasteDoc
@@ -183,9 +184,18 @@ def _add(out: ExporterMetrics, name: str, labels: dict[str, str], value: float |
         gpu.labels[name] = extra
 
 
+def _is_metric_line(line: str) -> bool:
+    return bool(_SAMPLE.match(line) or _META.match(line) or _SERIES.match(line))
+
+
+_METRICS_GATE = Gate(_SAMPLE, _META, _SERIES, test=_is_metric_line)  # each names DCGM_
+
+
 def claim_metrics(doc: PasteDoc) -> None:
     """Lines of DCGM samples (or series without a value) and their ``# HELP`` / ``# TYPE``
     lines."""
+    if not _METRICS_GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):
         if doc.free(i) and (_SAMPLE.match(ln) or _META.match(ln) or _SERIES.match(ln)):
             doc.claim("dcgm_exporter_metrics", i, i + 1)
@@ -318,8 +328,18 @@ def _is_exporter_line(line: str) -> bool:
         _event(parts[2])[0] is not None)
 
 
+# a run is claimed only around a free line of the exporter's own, which holds a literal
+# of the way _split read it: logrus' "level=", a terminal's "INFO[", "Error: ", a bare or
+# legacy message
+_LOG_GATE = Gate(_LOGRUS, _BARE, _SHARED, _LEGACY,
+                 literals=(*(f"{level}[" for level in _LEVELS), "Error: "),
+                 test=_is_exporter_line)
+
+
 def claim_exporter_log(doc: PasteDoc) -> None:
     """Runs of logrus / exporter lines of which one at least is dcgm-exporter's own."""
+    if not _LOG_GATE.open(doc):
+        return
     i = 0
     while i < len(doc.lines):
         if not (doc.free(i) and _split(doc.lines[i]) is not None):
