@@ -73,7 +73,15 @@ _LABEL_KEY = re.compile(r'"(?:[\w-]+\.)*(?:nvidia\.com|kubernetes\.io)/[\w./-]+"
                         r'"(?:cpu|pods)"\s*:')
 
 
+# a JSON value is tried only from a line that opens one (the first line, or one after a
+# line break: a search led by a literal, in C)
+_JSON_FIRST = re.compile(r"[^\S\n]*[{\[]")
+_JSON_NEXT = re.compile(r"\n[^\S\n]*[{\[]")
+
+
 def _claim_json(doc: PasteDoc) -> None:
+    if not (_JSON_FIRST.match(doc.text) or _JSON_NEXT.search(doc.text)):
+        return
     tries = 0
     for i, line in enumerate(doc.lines):
         if not (doc.free(i) and line.lstrip().startswith(("{", "["))):
@@ -102,7 +110,12 @@ def _has_kind(lines: list[str]) -> bool:
     return "kind" in keys and ("apiVersion" in keys or "metadata" in keys or "items" in keys)
 
 
+_YAML_GATE = Gate(_YAML_START, test=_YAML_START.match)
+
+
 def _claim_yaml(doc: PasteDoc) -> None:
+    if not _YAML_GATE.open(doc):
+        return
     i = 0
     while i < len(doc.lines):
         if doc.free(i) and _YAML_START.match(doc.lines[i]):
@@ -122,7 +135,13 @@ def _fragment_ok(lines: list[str]) -> bool:
                                               and "status" in keys)
 
 
+# a fragment is claimed only with a line (free, as its block's are) of a Kubernetes key
+_FRAGMENT_GATE = Gate(literals=tuple(f"{key}:" for key in sorted(FRAGMENT_KEYS | {"conditions"})))
+
+
 def _claim_fragments(doc: PasteDoc) -> None:
+    if not _FRAGMENT_GATE.open(doc):
+        return
     i = 0
     while i < len(doc.lines):
         m = _FRAGMENT_START.match(doc.lines[i]) if doc.free(i) else None
@@ -292,7 +311,8 @@ def _table_head(ln: str) -> bool:
 
 # every kind of table_kind's has a NAME, REASON or NODE column; a pod row has its READY n/m
 _HEAD_GATE = Gate(literals=("name", "reason", "node"), test=_table_head)
-_POD_GATE = Gate(searches=(re.compile(r"[0-9]/[0-9]"),), test=POD_ROW.match)
+# (the lines of "[0-9]/[0-9]", searched from each "/": a literal the engine skips to)
+_POD_GATE = Gate(searches=(re.compile(r"/(?<=[0-9]/)[0-9]"),), test=POD_ROW.match)
 
 
 def claim_k8s_table(doc: PasteDoc) -> None:
