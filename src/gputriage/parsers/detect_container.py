@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.detect_gate import gated_blocks, gated_lines
+from gputriage.parsers.detect_gate import Gate, gated_blocks, gated_lines
 from gputriage.text.paste import PasteDoc
 
 __all__ = ["claim_container_cli_info", "claim_container_config", "claim_container_env"]
@@ -19,11 +19,14 @@ _START = re.compile(r"^[IWEF][0-9]{4} |^NVRM version:")
 _FIELD = re.compile(r"^(?:NVRM|CUDA) version:|^(?:Device (?:Index|Minor)|Model|Brand|GPU UUID|"
                     r"Bus Location|Architecture):|^\s*$|"
                     r"^[IWEF][0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]+\s+[0-9]+ ")
+_CLI_GATE = Gate(_NVRM)  # no claim without a free "NVRM version:" line
 
 
 def claim_container_cli_info(doc: PasteDoc) -> None:
     """``nvidia-container-cli info``: its version and device fields, and its debug lines;
     only when both a version and a device are among the lines left."""
+    if not _CLI_GATE.open(doc):
+        return
     text = doc.free_text()
     if not (_NVRM.search(text) and _DEVICE_INDEX.search(text)):
         return
@@ -44,6 +47,12 @@ _DAEMON_KEY = re.compile(r'"(?:runtimes|default-runtime)"\s*:')
 _CTK_VERSION = re.compile(r"NVIDIA Container Toolkit CLI version|^commit: [0-9a-f]{7,40}\s*$")
 _CTK_LIST = re.compile(r"Found [0-9]+ CDI devices?|^\s*[a-z0-9][\w.-]*\.[a-z]{2,}/[\w.-]+="
                        r"[\w.:-]+\s*$")
+_CTK_VERSION_HEAD = "NVIDIA Container Toolkit CLI version"
+# the words the outputs of nvidia-ctk are claimed under (before their exact test), and
+# the keys a JSON object is claimed around
+_CTK_VERSION_GATE = Gate(literals=(_CTK_VERSION_HEAD,))
+_CTK_LIST_GATE = Gate(literals=("CDI device",))
+_JSON_GATES = {key: Gate(key) for key in (_CDI_JSON, _DAEMON_KEY)}
 
 
 def _is_toml_line(line: str) -> bool:
@@ -67,16 +76,19 @@ def claim_container_config(doc: PasteDoc) -> None:
         gated_blocks(doc, name, anchor, line_ok, before=line_ok)
     _claim_json(doc, "cdi_specs", _CDI_JSON)
     _claim_json(doc, "docker_daemon_json", _DAEMON_KEY)
-    if any(doc.free(i) and "NVIDIA Container Toolkit CLI version" in ln
-           for i, ln in enumerate(doc.lines)):
+    if _CTK_VERSION_GATE.open(doc) and any(
+            doc.free(i) and _CTK_VERSION_HEAD in ln for i, ln in enumerate(doc.lines)):
         gated_lines(doc, "nvidia_ctk_version", _CTK_VERSION)
-    if any(doc.free(i) and "CDI device" in ln for i, ln in enumerate(doc.lines)):
+    if _CTK_LIST_GATE.open(doc) and any(
+            doc.free(i) and "CDI device" in ln for i, ln in enumerate(doc.lines)):
         gated_lines(doc, "nvidia_ctk_cdi_list", _CTK_LIST)
 
 
 def _claim_json(doc: PasteDoc, name: str, key: re.Pattern[str]) -> None:
     """Claim the JSON object (from its ``{`` line to the brace that closes it) around a
     free line with ``key``."""
+    if not _JSON_GATES[key].open(doc):
+        return
     for i, line in enumerate(doc.lines):
         if not (doc.free(i) and key.search(line)):
             continue
