@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
 from gputriage.text.fields import ParseError, normalize_bus_id, split_lines
 from gputriage.text.paste import PasteDoc
@@ -273,12 +274,14 @@ _FM_JOURNAL = re.compile(r"(?:^|\s)(?:nv-fabricmanager|nvidia-fabricmanager-star
                          r"|systemd\[1\]: .*(?:nvidia-fabricmanager|NVIDIA fabric manager)"
                          r"|^Job for nvidia-fabricmanager\S* failed")
 _WRAPPED = re.compile(r"^\s+\S")
+_FM_LOG_GATE = Gate(_FM_LOG)  # "] [tid " on a free line
 
 
 def claim_fabricmanager_log(doc: PasteDoc) -> None:
     """The fabric manager's own log (from its first to its last record), then its
     journal lines and fabric-manager messages with their wrapped lines."""
-    hits = [i for i, ln in enumerate(doc.lines) if doc.free(i) and _FM_LOG.match(ln)]
+    hits = [i for i, ln in enumerate(doc.lines if _FM_LOG_GATE.open(doc) else ())
+            if doc.free(i) and _FM_LOG.match(ln)]
     if hits:
         end = doc.extend(hits[-1] + 1, lambda s: bool(s.strip()) and not s.startswith("["))
         doc.claim("fabricmanager_journal", hits[0], end)

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -87,13 +88,20 @@ def parse_nvvs_log(text: str) -> NvvsLog:
     return out
 
 
+def _is_record(line: str) -> bool:
+    """A DCGM log line that is NVVS's: where a claim starts."""
+    return bool(_LINE.match(line) and _NVVS.search(line))
+
+
+_GATE = Gate(_NVVS, test=_is_record)
+
+
 def claim_nvvs_log(doc: PasteDoc) -> None:
     """Each NVVS record (a DCGM log line that is NVVS's) with the unprefixed lines after
     it, up to the next record or a blank line."""
-    i = 0
+    i = 0 if _GATE.open(doc) else len(doc.lines)
     while i < len(doc.lines):
-        ln = doc.lines[i]
-        if not (doc.free(i) and _LINE.match(ln) and _NVVS.search(ln)):
+        if not (doc.free(i) and _is_record(doc.lines[i])):
             i += 1
             continue
         end = doc.extend(i + 1, lambda s: bool(s.strip()) and not _LINE.match(s))

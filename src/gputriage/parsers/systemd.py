@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import ParseError, parse_int, split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -202,8 +203,15 @@ def _claim_show(doc: PasteDoc, i: int) -> None:
         doc.claim(name, i, e)
 
 
+# every claim holds the unit's name on a free line: a status header, "Unit ... could not
+# be found", a show block's Id=/Names=/Description=
+_GATE = Gate(literals=("persistenced", "fabricmanager"))
+
+
 def claim_units(doc: PasteDoc) -> None:
     """``systemctl status`` / ``show`` of nvidia-persistenced and nvidia-fabricmanager."""
+    if not _GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):
         if not doc.free(i):
             continue
