@@ -275,6 +275,9 @@ _FM_JOURNAL = re.compile(r"(?:^|\s)(?:nv-fabricmanager|nvidia-fabricmanager-star
                          r"|^Job for nvidia-fabricmanager\S* failed")
 _WRAPPED = re.compile(r"^\s+\S")
 _FM_LOG_GATE = Gate(_FM_LOG)  # "] [tid " on a free line
+# a journal line or message is claimed only on a free line with one of these words
+_CLAIM_WORDS = ("fabric", "nvlsm", *_FM_WORDS)
+_CLAIM_WORDS_GATE = Gate(literals=_CLAIM_WORDS)
 
 
 def claim_fabricmanager_log(doc: PasteDoc) -> None:
@@ -285,7 +288,7 @@ def claim_fabricmanager_log(doc: PasteDoc) -> None:
     if hits:
         end = doc.extend(hits[-1] + 1, lambda s: bool(s.strip()) and not s.startswith("["))
         doc.claim("fabricmanager_journal", hits[0], end)
-    for i in doc.lines_with(("fabric", "nvlsm", *_FM_WORDS)):
+    for i in doc.lines_with(_CLAIM_WORDS) if _CLAIM_WORDS_GATE.open(doc) else ():
         ln = doc.lines[i]
         if doc.owner[i] is not None:
             continue
