@@ -11,6 +11,9 @@ quotes ``NVRM: Xid ...`` is not a log line.
 
 from __future__ import annotations
 
+import re
+
+from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.kernel_log import is_kernel_line, is_log_record, is_system_log_line
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
@@ -37,8 +40,38 @@ def kernel_lines(text: str) -> str:
     return "\n".join(kept) + "\n" if kept else ""
 
 
+def _record(line: str) -> bool:
+    return is_kernel_line(line) or is_system_log_line(line)
+
+
+_SPACE = r"[^\S\n]"  # a space of a line (the paste's lines are searched joined by "\n")
+# The lines left are a log only with a kernel or system-log record among them: each
+# prefix of kernel_log's has a word or a shape below somewhere in the line (a coloured
+# line is tested whatever it holds: its escapes may cut a shape). Each shape starts with
+# one character (the rest looked behind) so that the search skips to it in C.
+_RECORD_GATE = Gate(
+    literals=("kern", "nvrm:", "nvidia"),
+    searches=tuple(re.compile(p) for p in (
+        r"\x1b",
+        rf"\[{_SPACE}*\+?[0-9]+\.[0-9]+\]",  # dmesg stamp
+        r"\](?<=[0-9]{2}:[0-9]{2}\])",  # dmesg -H minute
+        r"\](?<=[0-9] [0-9]{4}\])",  # dmesg -T stamp
+        r",(?<=[0-9],)[0-9]{1,20},[0-9]{1,20},[^;\n]{0,32};",  # /dev/kmsg
+        r"T(?<=[0-9]{2}T)[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]+[+-]",  # --time-format iso
+        rf":[a-z]{{2,7}}{_SPACE}*:{_SPACE}*(?:\[|[0-9]{{4}}-)",  # dmesg -x
+        # the end of a syslog record's prefix ("prog[123]: "; its time is left to the
+        # test, which a search from the time on costs four times as much to rule out), of
+        # dmesg -t's device and module messages ("mlx5_core 0000:3b:00.0: ",
+        # "nv_peer_mem: ", "modprobe: FATAL: ") and of "kernel: "
+        rf":{_SPACE}(?<=[^\s:\[]:{_SPACE})",
+    )),
+    test=_record)
+
+
 def claim_kernel_log(doc: PasteDoc) -> None:
     """Claim the log records among the lines left, when those lines are a log."""
+    if not _RECORD_GATE.open(doc):
+        return
     free = [ln for i, ln in enumerate(doc.lines) if doc.owner[i] is None]
     if not is_log(free):
         return

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import ParseError, split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -136,8 +137,13 @@ def parse_gdrcopy(text: str) -> GdrcopyRun:
 _MARK_WORDS = ("gdr", "sanity.cpp", "GPU id:", "info.", "map_d_ptr", " BW: ")
 
 
+_MARK_GATE = Gate(literals=_MARK_WORDS)  # a claim starts at a free line holding one
+
+
 def claim_gdrcopy(doc: PasteDoc) -> None:
     """Each run of GDRCopy output lines around a line only GDRCopy prints."""
+    if not _MARK_GATE.open(doc):
+        return
     for i in doc.lines_with(_MARK_WORDS):
         if not (doc.free(i) and _ours(doc.lines[i]) and _MARK.search(doc.lines[i])):
             continue

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.pci import PciFunction
 from gputriage.text.fields import normalize_bus_id, split_lines
 from gputriage.text.paste import PasteDoc
@@ -435,11 +436,19 @@ _PORT_LINE = re.compile(r"^\s*(?:LnkSta:|Capabilities: \[[0-9a-fA-F]+\] Express 
                         r"(?:Root|Upstream|Downstream) Port)")
 
 
+# a block starts at a free line with a function's header; an excerpt at a link line
+_HEAD_GATE = Gate(searches=(re.compile(r":(?<=[0-9a-fA-F]{2}:)[0-9a-fA-F]{2}\.[0-7] [^:\n]+:"),),
+                  test=_HEAD.match)
+_LINK_GATE = Gate(_LINK_LINE)
+
+
 def _body_line(line: str) -> bool:
     return bool(_BODY.match(line)) and not _HEAD.match(line)
 
 
 def _claim_functions(doc: PasteDoc) -> None:
+    if not _HEAD_GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):
         if not (doc.free(i) and _HEAD.match(ln)):
             continue
@@ -457,6 +466,8 @@ def _claim_functions(doc: PasteDoc) -> None:
 def _claim_excerpt(doc: PasteDoc) -> None:
     """An lspci excerpt without its device header (the LnkCap/LnkSta lines people
     paste): the indented run around those lines, as ``lspci_nvidia``."""
+    if not _LINK_GATE.open(doc):
+        return
     if any(o in ("lspci_nvidia", "lspci_mellanox") for o in doc.owner):
         return
     for i, ln in enumerate(doc.lines):

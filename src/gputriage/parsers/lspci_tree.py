@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -138,9 +139,15 @@ def parse_lspci_tree(text: str) -> list[TreeNode]:
     return list(seen.values())
 
 
+# a tree starts at a free line that draws a root bus (its "]-" left of any quoting)
+_FIRST_GATE = Gate(_FIRST)
+
+
 def claim_lspci_tree(doc: PasteDoc) -> None:
     """An ``lspci -t``/``-tv`` tree: from a line that draws a root bus, every line that
     goes on drawing it."""
+    if not _FIRST_GATE.open(doc):
+        return
     i = 0
     while i < len(doc.lines):
         line = _QUOTE.sub("", doc.lines[i])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import ParseError, split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -180,10 +181,15 @@ def parse_module_build(text: str) -> ModuleBuild:
     return build
 
 
+_MARK_GATE = Gate(literals=_MARK_WORDS)  # a claim starts at a free line holding one
+
+
 def claim_module_build(doc: PasteDoc) -> None:
     """Each run of non-blank lines holding a build or install marker (and the runs
     beside it, one blank line apart, that hold a failure), kernel log lines left out;
     the GPU operator's driver container keeps its own log, DKMS's excepted."""
+    if not _MARK_GATE.open(doc):
+        return
     marked = [i for i in doc.lines_with(_MARK_WORDS) if _MARK.search(doc.lines[i])]
     if not marked:
         return

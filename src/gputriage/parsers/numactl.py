@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import gated_blocks
+from gputriage.parsers.detect_gate import Gate, gated_blocks
 from gputriage.parsers.driver import split_tree
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
@@ -211,10 +211,13 @@ _LSCPU_START = re.compile(r"^\s*(?:Architecture:\s+\S|NUMA:\s*$|NUMA node\(s\):\
 _LSCPU_LINE = re.compile(r"^\s*[A-Za-z][\w()/.,+ -]*[\w)]:(?:\s|$)")
 _LSCPU_KEY = re.compile(r"^\s*(?:NUMA node[0-9]*(?:\(s\))? ?(?:CPU\(s\))?|Socket\(s\)|CPU\(s\)"
                         r"|Model name):")
+_LSCPU_GATE = Gate(_LSCPU_START)  # a block starts at a free line it matches
 
 
 def _claim_lscpu(doc: PasteDoc) -> None:
     """``lscpu`` output (NUMA nodes and their CPUs)."""
+    if not _LSCPU_GATE.open(doc):
+        return
     i = 0
     while i < len(doc.lines):
         if not (doc.free(i) and _LSCPU_START.match(doc.lines[i])):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import ParseError, split_lines, strict_float, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -332,6 +333,7 @@ _GPU_UUID = re.compile(r"^GPU [0-9]+: .*\(UUID: ")
 # whose links are all down, at any indentation
 _LINK_ROW = re.compile(r"^\s{0,16}Link [0-9]+[:,] |^\s{0,16}(?:NVML: )?Unable to retrieve NVLink|"
                        r"^\s{0,16}all links are inactive", re.IGNORECASE)
+_GPU_GATE = Gate(_GPU_UUID)  # a block starts at a free GPU line
 _ERROR_LINK = re.compile(r"Link [0-9]+: .*(?:Errors?|Replay|Recovery|CRC)")
 
 
@@ -342,6 +344,8 @@ def _link_line(line: str) -> bool:
 def claim_nvlink(doc: PasteDoc) -> None:
     """``nvidia-smi nvlink -s`` / ``-e`` blocks: a GPU line and its links (error
     counters make it ``nvidia_smi_nvlink_errors``)."""
+    if not _GPU_GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):
         if doc.free(i) and _GPU_UUID.match(ln) and doc.free(i + 1) and _LINK_ROW.match(
                 doc.lines[i + 1]):

@@ -16,7 +16,7 @@ import re
 
 from gputriage.errors import ParseError
 from gputriage.parsers import nvsmi_mig
-from gputriage.parsers.detect_gate import gated_lines
+from gputriage.parsers.detect_gate import Gate, gated_lines
 from gputriage.parsers.nvsmi import (
     MigDevice,
     SmiError,
@@ -319,6 +319,8 @@ _MIG_MESSAGE = re.compile(r"^\s*(?:No MIG-enabled devices found|No GPU instances
                           r"|No compute instances found)\b")
 _SMI_L = re.compile(_PREFIXED + r"(?:GPU [0-9]+: .+\(UUID: GPU-[^)]*\)\s*$|MIG .+Device\s+[0-9]+: "
                     r"\(UUID: MIG-)")
+# each claim below starts at a free line its head (or row) matches
+_TABLE_GATE, _ROW_GATE, _MIG_BOX_GATE = Gate(_TABLE_HEAD), Gate(_GPU_ROW), Gate(_MIG_BOX_HEAD)
 
 
 def _table_line(line: str) -> bool:
@@ -339,6 +341,8 @@ def _table_end(doc: PasteDoc, e: int) -> int:
 
 
 def _claim_tables(doc: PasteDoc) -> None:
+    if not _TABLE_GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):
         if not (doc.free(i) and _TABLE_HEAD.match(ln)):
             continue
@@ -352,6 +356,8 @@ def _claim_tables(doc: PasteDoc) -> None:
 
 def _claim_excerpts(doc: PasteDoc) -> None:
     """Rows of the table without its header (people paste the GPUs that matter)."""
+    if not _ROW_GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):
         if not (doc.free(i) and _GPU_ROW.match(ln)):
             continue
@@ -363,6 +369,8 @@ def _claim_excerpts(doc: PasteDoc) -> None:
 
 def _claim_mig_boxes(doc: PasteDoc) -> None:
     """The boxes of ``nvidia-smi mig -lgi`` / ``-lci`` (and their profile lists)."""
+    if not _MIG_BOX_GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):
         if not (doc.free(i) and _MIG_BOX_HEAD.match(ln)):
             continue

@@ -14,6 +14,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.nvsmi import (
     FieldSpec,
     SmiGpu,
@@ -177,8 +178,13 @@ def _flatten(elem: ET.Element) -> list[tuple[str, str]]:
 _XML_END = re.compile(r"</nvidia_smi_log>")
 
 
+_START_GATE = Gate(literals=("<nvidia_smi_log", "<?xml"))  # what the start line holds
+
+
 def claim_nvsmi_xml(doc: PasteDoc) -> None:
     """The first ``nvidia_smi_log`` document (from its ``<?xml`` line when there is one)."""
+    if not _START_GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):
         if doc.free(i) and ("<nvidia_smi_log" in ln or (
                 "<?xml" in ln and any("nvidia_smi_log" in x for x in doc.lines[i + 1:i + 4]))):

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -224,6 +225,7 @@ _TOPO_HEAD = re.compile(r"^\s*GPU0(?:\s+(?:GPU[0-9]+|NIC[0-9]+|mlx\S+|CPU|NUMA|A
 _TOPO_ROW = re.compile(r"^\s*(?:GPU[0-9]+|NIC[0-9]+|mlx\S+)\s")
 _TOPO_FIRST = re.compile(r"^\s*GPU0\s+X\b")
 _LEGEND_HEAD = re.compile(r"^\s*(?:NIC )?Legend:\s*$")
+_HEAD_GATE = Gate(_TOPO_HEAD)  # a matrix starts at a free header line
 
 
 def _legend_line(line: str) -> bool:
@@ -232,6 +234,8 @@ def _legend_line(line: str) -> bool:
 
 def claim_topo(doc: PasteDoc) -> None:
     """The matrix of ``nvidia-smi topo -m`` (header, rows) and its legends."""
+    if not _HEAD_GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):
         if not (doc.free(i) and _TOPO_HEAD.match(ln)):
             continue

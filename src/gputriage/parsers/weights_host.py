@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import Gate
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -161,8 +162,13 @@ def parse_weights_host(text: str) -> WeightsHost:
     return out
 
 
+_HEADER_GATE = Gate(literals=(HEADER,))  # a report starts at a free header line
+
+
 def claim_weights_host(doc: PasteDoc) -> None:
     """The report's header line and the ``key: value`` lines under it."""
+    if not _HEADER_GATE.open(doc):
+        return
     for i, ln in enumerate(doc.lines):
         if doc.free(i) and ln.strip() == HEADER:
             doc.claim("weights_host", i, doc.extend(i + 1, lambda s: bool(_KEY.match(s))))

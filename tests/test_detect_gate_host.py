@@ -1,0 +1,123 @@
+"""The literal gates of the host-output detectors (kernel log, nvidia-smi, lspci, NUMA,
+NVLink, topology, weights, module build, GDRCopy): closed on a training job's log, open
+as soon as one line that starts a claim is in it, whatever the line's format."""
+
+from __future__ import annotations
+
+import pytest
+
+from gputriage.ingest.detect import detect
+from gputriage.parsers import (
+    detect_gate,
+    detect_kernel,
+    gdrcopy,
+    lspci,
+    lspci_tree,
+    module_build,
+    numactl,
+    nvlink,
+    nvsmi_table,
+    nvsmi_xml,
+    topo,
+    weights_host,
+)
+from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.kernel_log import is_kernel_line, is_system_log_line
+from gputriage.text.paste import PasteDoc
+
+_STEP = ("2025-03-02 10:{m:02d}:{s:02d},{ms:03d} [rank{r}] INFO train.py:412 step {n} loss "
+         "0.{n:04d} lr 3.0e-04 tokens/s 61234.{r} mem 71.{r}G grad_norm 0.{m}\n")
+_NCCL = "gpu-node-018:43782:43782 [6] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
+
+
+def _training(lines: int) -> str:
+    return "".join(_NCCL if i % 97 == 5 else
+                   _STEP.format(m=i * 7 % 60, s=i % 60, ms=i % 1000, r=i % 16, n=i)
+                   for i in range(lines))
+
+
+# one record of each prefix kernel_log knows (a kernel line, or any program's syslog line)
+_RECORDS = [
+    "[   12.345678] hello world",
+    "<4>[   12.345678] hello world",
+    "> [+0.000123] hello world",
+    "[Mar 2 10:11] hello world",
+    "[Sun Mar  2 10:11:12 2025] hello world",
+    "6,1234,5678901,-;hello world",
+    "mlx5_core 0000:3b:00.0: hello world",
+    "nv_peer_mem: hello world",
+    "modprobe: FATAL: could not insert 'foo'",
+    "2025-03-02T10:11:12,345678+00:00 hello world",
+    "  kernel: hello world",
+    '{"_TRANSPORT":"kernel","MESSAGE":"hello world"}',
+    "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
+    "NVRM:GPU at PCI 0000:3b:00 lost",
+    "nvidia-uvm: hello world",
+    "nvidia_drm 0000:3b:00.0 hello world",
+    "kern  :warn  : [   12.345678] hello world",
+    "kern:warn:[   12.345678] hello world",
+    "kern  :err   : 2025-01-17T15:36:15,345059+00:00 hello world",
+    "kern:err:2025-01-17T15:36:15 hello world",
+    "user:notice:2025-01-17T15:36:15 hello world",
+    "Wed Mar 13 05:43:31 2024 kern.err kernel: hello world",
+    "1709876543.123456 gpu-node-018 kernel: hello world",
+    "Mar  2 10:11:12 gpu-node-018 kernel[0]: hello world",
+    "172.20.0.2: kern: warning: [2024-03-02T10:11:12.123Z]: hello world",
+    "Mar  2 10:11:12 gpu-node-018 systemd[1]: hello world",
+    "2025-03-02T10:11:12.123456+00:00 gpu-node-018 nv-fabricmanager[812]:\thello world",
+    "2025-03-02 10:11:12 gpu-node-018 foo: hello world",
+    "\x1b[32m[   12.345678]\x1b[0m hello world",
+    "\x1b[1mMar  2 10:11:12\x1b[0m gpu-node-018 systemd[1]:\x1b[0m hello world",
+]
+
+
+@pytest.mark.parametrize("record", _RECORDS)
+def test_the_kernel_gate_opens_on_every_record_prefix(record: str) -> None:
+    assert is_kernel_line(record) or is_system_log_line(record)
+    gate = detect_kernel._RECORD_GATE
+    assert gate.open(PasteDoc(_training(60) + record + "\n" + _training(60)))
+    assert gate.open(PasteDoc(record + "\n"))
+
+
+# a line each detector starts a claim at
+_STARTS: list[tuple[Gate, str]] = [
+    (nvsmi_table._TABLE_GATE,
+     "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2     |"),
+    (nvsmi_table._ROW_GATE,
+     "|   0  NVIDIA A100-SXM4-80GB  On   | 00000000:07:00.0 Off |                    0 |"),
+    (nvsmi_table._MIG_BOX_GATE, "| GPU instances:                                              |"),
+    (nvsmi_xml._START_GATE, '<?xml version="1.0" ?>'),
+    (nvsmi_xml._START_GATE, "<nvidia_smi_log>"),
+    (lspci._HEAD_GATE, "3b:00.0 3D controller: NVIDIA Corporation GA100 [A100 SXM4] (rev a1)"),
+    (lspci._HEAD_GATE, "0000:3b:00.0 Infiniband controller: Mellanox ConnectX-6 [15b3:101b]"),
+    (lspci._LINK_GATE, "\t\tLnkSta:\tSpeed 16GT/s (ok), Width x16 (ok)"),
+    (lspci_tree._FIRST_GATE, "-[0000:00]-+-00.0  Intel Corporation Device 09a2"),
+    (lspci_tree._FIRST_GATE, "> \\-[0000:b0]-+-00.0  Intel Corporation Device 09a2"),
+    (numactl._LSCPU_GATE, "NUMA node(s):                    2"),
+    (numactl._LSCPU_GATE, "Architecture:                    x86_64"),
+    (nvlink._GPU_GATE, "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1b2c3d4e-0000-1111)"),
+    (topo._HEAD_GATE, "\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"),
+    (weights_host._HEADER_GATE, weights_host.HEADER),
+    (module_build._MARK_GATE, "DKMS make.log for nvidia-535.104.05 for kernel 5.15.0-91-generic"),
+    (module_build._MARK_GATE, "  MODPOST /var/lib/dkms/nvidia/535.104.05/build/Module.symvers"),
+    (gdrcopy._MARK_GATE, "GPU id:0; name: NVIDIA A100-SXM4-80GB; Bus id: 0000:07:00"),
+]
+
+
+@pytest.mark.parametrize(("gate", "line"), _STARTS)
+def test_each_host_gate_is_closed_on_a_training_log_and_opens_on_its_start(
+        gate: Gate, line: str) -> None:
+    job = _training(300)
+    assert not gate.open(PasteDoc(job))
+    doc = PasteDoc(job + line + "\n" + job)
+    assert gate.open(doc)
+    doc.owner[300] = "other"  # the line claimed by an earlier detector: nothing to start at
+    assert not gate.open(doc)
+
+
+def test_a_host_output_in_a_training_log_is_detected_the_same_with_the_gates(monkeypatch) -> None:
+    host = "".join(line + "\n" for _, line in _STARTS) + "".join(r + "\n" for r in _RECORDS[:8])
+    paste = _training(200) + host + _training(200)
+    gated = detect(paste)
+    monkeypatch.setattr(detect_gate.Gate, "open", lambda self, doc: True)
+    assert gated == detect(paste)
