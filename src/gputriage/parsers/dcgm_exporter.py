@@ -197,7 +197,7 @@ def claim_metrics(doc: PasteDoc) -> None:
     if not _METRICS_GATE.open(doc):
         return
     for i, ln in enumerate(doc.lines):
-        if doc.free(i) and (_SAMPLE.match(ln) or _META.match(ln) or _SERIES.match(ln)):
+        if doc.free(i) and _is_metric_line(ln):
             doc.claim("dcgm_exporter_metrics", i, i + 1)
 
 

@@ -283,12 +283,14 @@ _CLAIM_WORDS_GATE = Gate(literals=_CLAIM_WORDS)
 def claim_fabricmanager_log(doc: PasteDoc) -> None:
     """The fabric manager's own log (from its first to its last record), then its
     journal lines and fabric-manager messages with their wrapped lines."""
-    hits = [i for i, ln in enumerate(doc.lines if _FM_LOG_GATE.open(doc) else ())
-            if doc.free(i) and _FM_LOG.match(ln)]
+    hits = ([i for i, ln in enumerate(doc.lines) if doc.free(i) and _FM_LOG.match(ln)]
+            if _FM_LOG_GATE.open(doc) else [])
     if hits:
         end = doc.extend(hits[-1] + 1, lambda s: bool(s.strip()) and not s.startswith("["))
         doc.claim("fabricmanager_journal", hits[0], end)
-    for i in doc.lines_with(_CLAIM_WORDS) if _CLAIM_WORDS_GATE.open(doc) else ():
+    if not _CLAIM_WORDS_GATE.open(doc):
+        return
+    for i in doc.lines_with(_CLAIM_WORDS):
         ln = doc.lines[i]
         if doc.owner[i] is not None:
             continue

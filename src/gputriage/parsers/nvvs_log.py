@@ -99,7 +99,9 @@ _GATE = Gate(_NVVS, test=_is_record)
 def claim_nvvs_log(doc: PasteDoc) -> None:
     """Each NVVS record (a DCGM log line that is NVVS's) with the unprefixed lines after
     it, up to the next record or a blank line."""
-    i = 0 if _GATE.open(doc) else len(doc.lines)
+    if not _GATE.open(doc):
+        return
+    i = 0
     while i < len(doc.lines):
         if not (doc.free(i) and _is_record(doc.lines[i])):
             i += 1

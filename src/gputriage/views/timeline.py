@@ -145,6 +145,9 @@ class Lane:
                            "events_left_out": sum(r.count for r in cut)}}
 
 
+_CODED = ("xid", "sxid")  # the kinds whose events carry a code
+
+
 @lru_cache(maxsize=1024)
 def _meaning(kind: str, code: int | None) -> str:
     """What an event of ``kind`` (an Xid / SXid of ``code``) means, as the catalog says."""
@@ -157,8 +160,6 @@ def _meaning(kind: str, code: int | None) -> str:
         return "not in the catalog"
     return KIND_MEANING.get(kind, kind)
 
-
-_CODED = ("xid", "sxid")  # the kinds whose events carry a code
 
 
 def _code(ev: DriverEvent) -> int | None:
