@@ -116,11 +116,24 @@ def fold_in(fold: Folder, chain: FollowChain, part: Folder, mapping: list[int],
         fold.add(ev)
 
 
+def _as_is(part: Folder, mapping: list[int]) -> bool:
+    """Whether folding ``part``'s events into an empty folder would give them back
+    unchanged: each boot keeps its number (so no two keys become one), and a folder
+    folds again what it folded already in the same way."""
+    n = len(mapping)
+    return mapping == list(range(n)) and all(0 <= ev.boot < n for ev in part.events)
+
+
 def _add(scan: LogScan, r: InputResult, boots: list[BootSegment], fold: Folder,
-         chain: FollowChain) -> None:
-    """One input's events (numbered by the joined boots), counts and formats."""
+         chain: FollowChain, alone: bool = False) -> None:
+    """One input's events (numbered by the joined boots), counts and formats;
+    ``alone``: the only input, whose events ``fold`` takes as they are when their boots
+    keep their numbers (see :func:`_as_is`)."""
     mapping, continued = join_boots(r.src.segs, boots)
-    fold_in(fold, chain, r.src.fold, mapping, continued, len(boots))
+    if alone and not fold.events and _as_is(r.src.fold, mapping):
+        fold.events = r.src.fold.events
+    else:
+        fold_in(fold, chain, r.src.fold, mapping, continued, len(boots))
     scan.lines = None if scan.lines is None or r.lines is None else scan.lines + r.lines
     scan.bytes += r.nbytes
     scan.skipped += r.src.skipped
@@ -139,7 +152,7 @@ def merge(results: list[InputResult]) -> LogScan:
     boots: list[BootSegment] = []
     fold, chain = Folder(attribute=False), FollowChain()
     for r in results:
-        _add(scan, r, boots, fold, chain)
+        _add(scan, r, boots, fold, chain, alone=len(results) == 1)
     scan.events = fold.events
     if len(scan.formats) > 1 and "plain" in scan.formats:  # unprefixed continuation text
         scan.formats.remove("plain")
