@@ -236,22 +236,25 @@ class Folder:
     # -- folding -----------------------------------------------------------------------
     def add(self, ev: DriverEvent) -> None:
         """Take the next event in log order (one occurrence, or an already folded one)."""
+        boot = ev.boot
         if self.first_boot is None:
-            self.first_boot = ev.boot
-        self.last_boot = ev.boot
+            self.first_boot = boot
+        self.last_boot = boot
         kind = ev.kind
         # (only an Xid or a fallen-off-bus event is attributed, only a driver load or an Xid
-        # is a reset)
-        lead = (self._attribute(ev) if kind in _XID_KINDS and self.attribute
+        # 154 is a reset)
+        lead = (self._attribute(ev) if self.attribute and kind in _XID_KINDS
                 and ev.repeats is None else None)
         base = fold_key(ev)
-        if kind in _RESET_KINDS:
+        if kind in _RESET_KINDS and (kind == "driver-load"
+                                     or ev.details.get("code") == "154"):
             self._note_reset(ev)
         if base is None:
             self.events.append(ev)
             return
-        key = (ev.boot, self._loads.get(ev.boot, 0),
-               self._resets.get((ev.boot, ev.bus_id), 0), base)
+        loads, resets = self._loads, self._resets
+        key = (boot, loads.get(boot, 0) if loads else 0,
+               resets.get((boot, ev.bus_id), 0) if resets else 0, base)
         folded = self._folded.get(key)
         if folded is not None:
             _merge(folded, ev)
@@ -411,21 +414,28 @@ def _count_into(reps: Repeats, ev: DriverEvent) -> None:
     """Add one occurrence's process, pattern and Xid 45 cause to ``reps``."""
     if ev.kind not in _WHO:
         return
+    d = ev.details
     key, name = process_key(ev)
+    code = d.get("code")
     if key:
-        if key in reps.processes or len(reps.processes) < PROCESSES:
-            if name or key not in reps.processes:
-                reps.processes[key] = name
-            code = ev.details.get("code", "")
-            if code in APP_FAULTS:
-                pats = reps.patterns.setdefault(key, set())
-                tries = reps.tries.get(key, 0)
-                if len(pats) < PATTERNS and tries < PATTERN_TRIES:
-                    reps.tries[key] = tries + 1
-                    pats.add(fault_pattern(code, ev))
+        procs = reps.processes
+        if key in procs:
+            if name:
+                procs[key] = name
+        elif len(procs) < PROCESSES:
+            procs[key] = name
         else:
             reps.other_processes += 1
-    if ev.details.get("code") == "45":
+            key = ""
+        if key and code in APP_FAULTS:
+            pats = reps.patterns.get(key)
+            if pats is None:
+                pats = reps.patterns[key] = set()
+            tries = reps.tries.get(key, 0)
+            if len(pats) < PATTERNS and tries < PATTERN_TRIES:
+                reps.tries[key] = tries + 1
+                pats.add(fault_pattern(code, ev))
+    if code == "45":
         if ev.follows:
             for c in ev.follows:
                 reps.causes[c] = reps.causes.get(c, 0) + 1
@@ -514,18 +524,33 @@ def _merge(into: DriverEvent, ev: DriverEvent) -> None:
     if other is None:
         _count_into(reps, ev)
         return
-    for key, name in other.processes.items():
-        if key in reps.processes or len(reps.processes) < PROCESSES:
-            reps.processes[key] = name or reps.processes.get(key, "")
-            pats = reps.patterns.setdefault(key, set())
-            for p in other.patterns.get(key, ()):
-                if len(pats) < PATTERNS:
-                    pats.add(p)
+    procs, theirs = reps.processes, other.processes
+    if len(procs) >= PROCESSES:  # (a storm's usual case: only those named already join)
+        named = [key for key in theirs if key in procs]
+        reps.other_processes += len(theirs) - len(named)
+    else:
+        named = list(theirs)
+    patterns, their_patterns = reps.patterns, other.patterns
+    for key in named:
+        name = theirs[key]
+        if key in procs:
+            if name:
+                procs[key] = name
+        elif len(procs) < PROCESSES:
+            procs[key] = name
         else:
             reps.other_processes += 1
+            continue
+        pats = patterns.get(key)
+        if pats is None:
+            pats = patterns[key] = set()
+        for p in their_patterns.get(key, ()):
+            if len(pats) < PATTERNS:
+                pats.add(p)
     reps.other_processes += other.other_processes
+    causes = reps.causes
     for c, n in other.causes.items():
-        reps.causes[c] = reps.causes.get(c, 0) + n
+        causes[c] = causes.get(c, 0) + n
     reps.uncaused += other.uncaused
 
 
