@@ -81,6 +81,9 @@ _ASCII_SPACE = bytes(c for c in range(128) if chr(c).isspace())  # what str.stri
 # (code, raw message) -> its fault pattern, kept across the blocks a process folds
 _RAW_PATTERNS: dict[tuple[str, bytes], str] = {}
 _RAW_PATTERNS_KEPT = 1 << 14
+_ADDRESS = b" 0x"  # an address in a message (most fault messages print one each)
+_ADDRESS_DIGITS = b"0123456789abcdefABCDEF_"
+_BLANKED: dict[bytes, str] = {}  # a piece of a message between addresses -> blanked
 
 
 def fault_pattern(code: str | int, ev: DriverEvent) -> str:
@@ -497,10 +500,39 @@ def message_pattern(code: str, message: str | bytes | bytearray) -> str:
     said = (code, bytes(message))
     pat = _RAW_PATTERNS.get(said)
     if pat is None:
-        pat = f"{code}:{_VARIABLE_BYTES.sub(b'#', message.strip(_ASCII_SPACE)).decode('ascii')}"
-        if len(_RAW_PATTERNS) < _RAW_PATTERNS_KEPT:  # (full: those that came first stay:
-            _RAW_PATTERNS[said] = pat  # messages with an address each fill it too)
+        text = said[1].strip(_ASCII_SPACE)
+        if _ADDRESS in text:  # (an address each: blanked piece by piece, not kept whole)
+            return f"{code}:{blank_bytes(text)}"
+        pat = f"{code}:{_VARIABLE_BYTES.sub(b'#', text).decode('ascii')}"
+        if len(_RAW_PATTERNS) < _RAW_PATTERNS_KEPT:  # (full: those that came first stay)
+            _RAW_PATTERNS[said] = pat
     return pat
+
+
+def blank_bytes(text: bytes) -> str:
+    """``_VARIABLE_BYTES.sub(b"#", text)`` of an ASCII ``text``, worked out between its
+    addresses: each `` 0x...`` is blanked whole (the space before it ends any number,
+    and the address runs to the first byte that is no hex digit or ``_``, where no
+    blanked number can start), and each piece around them is blanked once and kept. A
+    fault message that differs only in its address is then a few lookups, not a scan."""
+    pieces = text.split(_ADDRESS)
+    out = [_blank_piece(pieces[0])]
+    for piece in pieces[1:]:
+        rest = piece.lstrip(_ADDRESS_DIGITS)
+        if len(rest) == len(piece):  # ("0x" and no digit: not an address)
+            return _VARIABLE_BYTES.sub(b"#", text).decode("ascii")
+        out.append(" #")
+        out.append(_blank_piece(rest))
+    return "".join(out)
+
+
+def _blank_piece(piece: bytes) -> str:
+    found = _BLANKED.get(piece)
+    if found is None:
+        found = _VARIABLE_BYTES.sub(b"#", piece).decode("ascii")
+        if len(_BLANKED) < _RAW_PATTERNS_KEPT:
+            _BLANKED[piece] = found
+    return found
 
 
 def _merge(into: DriverEvent, ev: DriverEvent) -> None:
