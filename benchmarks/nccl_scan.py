@@ -24,7 +24,13 @@ process: starting (imports), the look for host outputs in the first MiB (ingest'
 detectors; in its own process during a run), and the scan with the NCCL builder
 (worker processes share it during a run).
 
+With ``--baseline SRC``, gputriage imported from another source tree (a main checkout's
+``src``) is timed too, its runs alternating with this tree's, and its parts as well: a
+before and after of the same run. CPU seconds (the process tree's user + system, of the
+best run) are printed beside wall times: what a shared machine's load disturbs least.
+
 Usage: python benchmarks/nccl_scan.py [--size 1GB] [--nccl-percent 1] [--file LOG] [--parts]
+       [--baseline SRC]
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from log_scan import _parse_size, _timed
+from log_scan import _cpu, _parse_size, _timed
 
 _STEP = ("2025-03-02 10:{m:02d}:{s:02d},{ms:03d} [rank{r}] INFO train.py:412 step {n} "
          "loss {loss:.4f} lr 3.0e-04 tokens/s {tok:.1f} mem {mem:.1f}G grad_norm {g:.3f}\n")
@@ -112,6 +118,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--parts", action="store_true",
                         help="also the CPU seconds of each part of a run, one by one")
+    parser.add_argument("--baseline", metavar="SRC",
+                        help="also time gputriage imported from this source tree")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="gt-nccl-"))
     log = Path(args.file) if args.file else folder / "job.log"
@@ -128,27 +136,46 @@ def main() -> int:
         rep = args.repeat
         warm = folder / "warm.log"
         generate(warm, 1 << 16, 5.0)
-        _timed([sys.executable, "-m", "gputriage", "nccl", str(warm), "--json"],
-               folder / "out", 1)  # bytecode written
+        base = Path(args.baseline).resolve() if args.baseline else None
+        trees = [None, base] if base else [None]
+        for src in trees:  # bytecode written
+            _timed([sys.executable, "-m", "gputriage", "nccl", str(warm), "--json"],
+                   folder / "out", 1, src)
         gt = [sys.executable, "-m", "gputriage", "nccl", str(log), "--json"]
-        gt_wall, gt_rss, gt_tree, gt_rc = _timed(gt, folder / "out", rep)
+        timed: dict[Path | None, tuple[float, int, int, int, float]] = {}
+        for _ in range(rep):  # the trees' runs alternate
+            for src in trees:
+                wall, rss, tree, rc = _timed(gt, folder / f"out{'b' if src else ''}", 1, src)
+                old = timed.get(src)
+                if old is None or wall < old[0]:
+                    timed[src] = (wall, max(rss, old[1] if old else 0),
+                                  max(tree, old[2] if old else 0), rc, _cpu(gt, src))
+        gt_wall, gt_rss, gt_tree, gt_rc, gt_cpu = timed[None]
         greps = [("grep -F NCCL", ["grep", "-F", "NCCL", str(log)]),
                  ("grep -E 'NCCL (INFO|WARN)|...'",
                   ["grep", "-E", "NCCL (INFO|WARN)|Using network|via NET", str(log)])]
         print(f"input: {log} ({size_mb:.0f} MB); best of {rep} runs")
-        print(f"gputriage nccl --json: {gt_wall:.2f} s, {size_mb / gt_wall:.0f} MB/s, "
-              f"peak RSS {gt_rss / 1024:.0f} MB (process tree {gt_tree / 1024:.0f} MB), "
-              f"rc {gt_rc}, output {_size(folder / 'out')}")
+        print(f"gputriage nccl --json: {gt_wall:.2f} s ({gt_cpu:.2f} CPU-s), "
+              f"{size_mb / gt_wall:.0f} MB/s, peak RSS {gt_rss / 1024:.0f} MB (process tree "
+              f"{gt_tree / 1024:.0f} MB), rc {gt_rc}, output {_size(folder / 'out')}")
+        if base is not None:
+            b_wall, b_rss, b_tree, b_rc, b_cpu = timed[base]
+            print(f"  --baseline {args.baseline}: {b_wall:.2f} s ({b_cpu:.2f} CPU-s), peak RSS "
+                  f"{b_rss / 1024:.0f} MB (process tree {b_tree / 1024:.0f} MB), rc {b_rc}, "
+                  f"output {_size(folder / 'outb')}; this tree {b_wall / gt_wall:.2f}x as fast")
         for i, (label, argv) in enumerate(greps):
             wall = _timed(argv, folder / f"out{i + 2}", rep)[0]
             print(f"{label}: {wall:.2f} s, {size_mb / wall:.0f} MB/s, output "
                   f"{_size(folder / f'out{i + 2}')}; gputriage's throughput "
                   f"{wall / gt_wall:.2f}x of it (time ratio {gt_wall / wall:.2f})")
         if args.parts:
-            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
-            parts = subprocess.run([sys.executable, "-c", _PARTS, str(log)], env=env, check=True,
-                                   capture_output=True, text=True).stdout
-            print("CPU seconds by part: " + parts.strip())
+            for src in trees:
+                path = src or Path(__file__).resolve().parent.parent / "src"
+                parts = subprocess.run([sys.executable, "-c", _PARTS, str(log)], check=True,
+                                       env={**os.environ, "PYTHONPATH": str(path)},
+                                       capture_output=True, text=True).stdout
+                who = f" (--baseline {args.baseline})" if src else ""
+                print(f"CPU seconds by part{who}: " + parts.strip())
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return 0

@@ -228,10 +228,10 @@ def test_finders_agree_on_edges():
     want_tests = [0, buf.index(b"\t16"), buf.index(b"# c"), buf.index(b"a_perf"),
                   buf.index(b"Test f"), buf.rindex(b"8 2 half")]
     for engine in ENGINES:
-        log, tests = nccl_scan._finder(engine)(buf, 0, len(buf))
+        log, tests = nccl_scan._finder(engine)(buf, 0, len(buf), True)
         assert (log, tests) == (want_log, want_tests), engine
         inner = buf.index(b"x NCCL")  # a run of lines after a newline
-        log, tests = nccl_scan._finder(engine)(buf, inner, len(buf))
+        log, tests = nccl_scan._finder(engine)(buf, inner, len(buf), True)
         assert log == want_log and tests == want_tests[1:], engine
 
 
@@ -251,3 +251,58 @@ def test_meanwhile_runs_once_while_host_outputs_are_looked_for(corpus, monkeypat
     read_inputs(paths, meanwhile=lambda: ran.append(2))
     assert ran == [1, 2]
     assert dataclasses.asdict(by_workers.log) == dataclasses.asdict(streamed.log)
+
+
+_ROW = ("           8             2     float     sum      -1    35.12    0.00    0.00      0"
+        "    34.56    0.00    0.00      0")
+
+
+def test_rows_searched_only_where_a_table_may_be():
+    """Table rows are searched in a piece that holds an nccl-tests marker, or when asked
+    (a marker just before the piece, the line cut between regions); elsewhere a piece
+    costs no row search, whatever its lines start with."""
+    quiet = b"2025-03-02 10:00:00 [rank1] INFO step 1\n" * 50
+    buf = bytearray(quiet + _ROW.encode() + b"\n" + quiet)
+    row = len(quiet)
+    for engine in ENGINES:
+        find = nccl_scan._finder(engine)
+        assert find(buf, 0, len(buf), True)[1] == [row], engine
+        assert find(buf, 0, len(buf), False)[1] == [], engine
+        marked = bytearray(b"# a comment\n" + buf)
+        assert find(marked, 0, len(marked), False)[1] == [0, row + 12], engine
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("gap", [0, 1000, 60_000])
+def test_table_cut_by_a_region_edge_same_as_streamed(tmp_path, engine, gap):
+    """A table whose header is in one region and rows in the next (``gap`` bytes of
+    other lines between): the rows are found as the streamed tap finds them."""
+    quiet = [f"2025-03-02 10:00:{i % 60:02d} [rank{i % 8}] INFO train.py:1 step {i}"
+             for i in range(20_000)]
+    head = "\n".join(quiet[:2000]) + "\n"
+    filler = "".join(ln + "\n" for ln in quiet[2000:]) [:gap]
+    filler = filler[:filler.rfind("\n") + 1]
+    table = "\n".join(_TABLE[:3]) + "\n" + filler + "\n".join([_ROW] * 3 + _TABLE[3:5]) + "\n"
+    rest = "\n".join(quiet[2000:]) + "\n"
+    path = tmp_path / "job.log"
+    path.write_text(head + table + rest)
+    region = len(head) + len("\n".join(_TABLE[:3])) + 1 + len(filler) + 7  # in the rows
+    ref_log, ref_kept, ref_full = _streamed(path)
+    log, kept, full, _ = _fast(path, region, 2, engine)
+    assert (kept, full) == (ref_kept, ref_full)
+    assert sum(k == _ROW for k in kept) == 4
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_newlines_counted_exactly_however_dense(seed):
+    """The newline count of a region is exact, whether it deletes or counts them: lines
+    of every length around ``SPARSE``, runs of empty lines, a buffer read short."""
+    rng = random.Random(seed)
+    for _ in range(40):
+        size = rng.choice([0, 1, 31, 32, 33, 1000, 4096])
+        buf = bytearray(rng.choice(b"ab\n" if rng.random() < 0.5 else b"abcdefghijklmnop\n")
+                        for _ in range(size))
+        if rng.random() < 0.3 and size:  # exactly at the bound
+            buf = bytearray((b"x" * (nccl_scan.SPARSE - 1) + b"\n") * (size // nccl_scan.SPARSE))
+        n = rng.randint(0, len(buf))
+        assert nccl_scan.newlines(buf, n) == buf.count(b"\n", 0, n)

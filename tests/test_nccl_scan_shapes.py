@@ -216,7 +216,7 @@ def test_every_builder_shape_without_the_word_nccl_is_a_candidate():
     for line in used[:-1]:
         want.append(want[-1] + len(line.encode()))
     for engine in ENGINES:
-        assert nccl_scan._finder(engine)(buf, 0, len(buf))[0] == want, engine
+        assert nccl_scan._finder(engine)(buf, 0, len(buf), True)[0] == want, engine
 
 
 def test_a_line_full_of_shapes_is_looked_at_once(monkeypatch):

@@ -15,9 +15,11 @@ between pieces, and reads from the file the lines after a framework error (which
 builder wants whatever they hold). So each parser sees what the line-by-line reading
 gives it: the lines holding a marker, those that follow a framework error, and the
 nccl-tests lines, chosen by the same tests, in the same 1 MiB blocks where the tap
-decides per block. One difference: a line over ``LONG_LINE`` is never an nccl-tests
+decides per block. Two differences: a line over ``LONG_LINE`` is never an nccl-tests
 line here (the streamed tap may keep a piece of one; the nccl-tests parser skips such
-lines anyway).
+lines anyway); and table rows are searched only where a table may be (``ROWS_BACK``): a
+size row with no nccl-tests header, footer, command or failure line in its region or
+the 64 KiB before it is not read (a table cut from all of these).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from gputriage.parsers.nccl_log import (
 from gputriage.parsers.nccl_model import NcclLog
 
 __all__ = ["MIN_SIZE", "REGION", "Found", "LargeTap", "Region", "find_lines", "in_child",
-           "read_large", "usable"]
+           "newlines", "read_large", "usable"]
 
 REGION = 8 << 20  # bytes per worker task
 MIN_SIZE = 32 << 20  # plain files this big are read by workers
@@ -86,41 +88,55 @@ class Region:
 
 # --- finding candidate lines ------------------------------------------------------------
 
-Finder = Callable[[bytearray | bytes, int, int], tuple[list[int], list[int]]]
+Finder = Callable[[bytearray | bytes, int, int, bool], tuple[list[int], list[int]]]
+# (buf, lo, hi, rows): the candidate lines of buf[lo:hi], table rows searched in it
+# whatever it holds when ``rows`` (else only if it holds an nccl-tests marker)
+
+# The row pattern would be tried at every line that starts with a digit (a timestamp):
+# it runs only over a piece that may hold a table, one with an nccl-tests marker in it
+# or in the ROWS_BACK bytes before it (a table's header, footer or command line is
+# never far from its rows), and over the line cut between two regions.
+ROWS_BACK = 64 << 10
 
 
 @functools.lru_cache(maxsize=1)
 def _hyperscan() -> Finder | None:
-    """One Hyperscan pass for every marker and the row pattern; None without the wheel."""
+    """One Hyperscan pass for every marker, and one for the row pattern where a table may
+    be; None without the wheel."""
     try:
         import hyperscan
     except ImportError:
         return None
-    exprs = [*(re.escape(m) for m in STRONG), *TAP_MARKERS, _ROW_RE.pattern, *WEAK_SHAPES]
-    # ("\n..." runs twice as fast as "^...")
-    ids = [0] * len(STRONG) + [1] * (len(TAP_MARKERS) + 1) + [2] * len(WEAK_SHAPES)
-    flags = [0] * len(exprs)
+    exprs = [*(re.escape(m) for m in STRONG), *TAP_MARKERS, *WEAK_SHAPES]
+    ids = [0] * len(STRONG) + [1] * len(TAP_MARKERS) + [2] * len(WEAK_SHAPES)
     try:
         db = hyperscan.Database()
-        db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
+        db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=[0] * len(exprs))
+        rows_db = hyperscan.Database()  # ("\n..." runs twice as fast as "^...")
+        rows_db.compile(expressions=[_ROW_RE.pattern], ids=[1], elements=1, flags=[0])
     except Exception:  # a wheel that cannot compile here: fall back
         return None
 
-    def find(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:
+    def find(buf: bytearray | bytes, lo: int, hi: int,
+             rows: bool) -> tuple[list[int], list[int]]:
         ends: tuple[list[int], list[int], list[int]] = ([], [], [])
 
         def hit(i: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
             ends[i].append(end)
 
-        at = lo - 1 if lo and buf[lo - 1] == 10 else lo  # the newline a row pattern needs
-        db.scan(cast(bytes, memoryview(buf)[at:hi]), match_event_handler=hit)
-        rows = [at + e for e in ends[1]]
-        if at == lo and _ROW_HEAD.match(buf, lo, hi):
-            rows.append(lo + 1)
-        log = _starts(buf, lo, hi, [at + e for e in ends[0]])
+        db.scan(cast(bytes, memoryview(buf)[lo:hi]), match_event_handler=hit)
+        tests = [lo + e for e in ends[1]]
+        if tests or rows:
+            at = lo - 1 if lo and buf[lo - 1] == 10 else lo  # the newline a row needs
+            ends[1].clear()
+            rows_db.scan(cast(bytes, memoryview(buf)[at:hi]), match_event_handler=hit)
+            tests += (at + e for e in ends[1])
+            if at == lo and _ROW_HEAD.match(buf, lo, hi):
+                tests.append(lo + 1)
+        log = _starts(buf, lo, hi, [lo + e for e in ends[0]])
         if ends[2]:
-            log = _with_weak(buf, lo, hi, log, _starts(buf, lo, hi, [at + e for e in ends[2]]))
-        return log, _starts(buf, lo, hi, rows)
+            log = _with_weak(buf, lo, hi, log, _starts(buf, lo, hi, [lo + e for e in ends[2]]))
+        return log, _starts(buf, lo, hi, tests)
 
     return find
 
@@ -195,20 +211,25 @@ def _marker_lines(buf: bytearray | bytes, lo: int, hi: int,
     return out
 
 
-def _plain_find(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:
+def _plain_find(buf: bytearray | bytes, lo: int, hi: int,
+                rows: bool) -> tuple[list[int], list[int]]:
     """The pure-Python finder: the streamed reader's candidate lines, then the nccl-tests
     lines (libc ``memmem`` where there is one, rows by regex)."""
-    return candidate_starts(buf, lo, hi), _tests_find(buf, lo, hi)
+    return candidate_starts(buf, lo, hi), _tests_find(buf, lo, hi, rows)
 
 
-def _every_marker(buf: bytearray | bytes, lo: int, hi: int) -> tuple[list[int], list[int]]:
+def _every_marker(buf: bytearray | bytes, lo: int, hi: int,
+                  rows: bool) -> tuple[list[int], list[int]]:
     """Every line holding a marker, weak ones included (a region with a NUL in it)."""
-    return sorted(_marker_lines(buf, lo, hi, MARKERS)), _tests_find(buf, lo, hi)
+    return sorted(_marker_lines(buf, lo, hi, MARKERS)), _tests_find(buf, lo, hi, rows)
 
 
-def _tests_find(buf: bytearray | bytes, lo: int, hi: int) -> list[int]:
-    """The candidate nccl-tests lines: tap markers, then rows by regex."""
+def _tests_find(buf: bytearray | bytes, lo: int, hi: int, rows: bool) -> list[int]:
+    """The candidate nccl-tests lines: tap markers, then rows by regex where a table may
+    be (``ROWS_BACK``)."""
     tests = _marker_lines(buf, lo, hi, TAP_MARKERS)
+    if not (tests or rows):
+        return []
     at = lo - 1 if lo and buf[lo - 1] == 10 else lo
     if at == lo and _ROW_HEAD.match(buf, lo, hi):
         tests.add(lo)
@@ -228,21 +249,22 @@ def _finder(engine: str | None = None) -> Finder:
 
 
 def find_lines(buf: bytearray | bytes, lo: int, hi: int, base: int = 0,
-               engine: str | None = None) -> Found:
+               engine: str | None = None, rows: bool = True) -> Found:
     """The candidate lines of ``buf[lo:hi]``, whole lines (``lo`` starts one, ``hi`` ends
     one or the input), their offsets counted from ``base`` at ``buf[0]``: those the
     streamed reader hands to the builder (a line whose only markers are weak ones only in
     one of their shapes, see :mod:`gputriage.parsers.nccl_log`; a region with a NUL,
-    which may hide a shape, is searched for every marker) and the nccl-tests lines."""
+    which may hide a shape, is searched for every marker) and the nccl-tests lines
+    (table rows only when ``rows`` or where it holds an nccl-tests marker)."""
     from gputriage.parsers.detect_jobs import tests_line
 
     out = Found()
     if hi <= lo:
         return out
     if buf.find(b"\0", lo, hi) >= 0:
-        log, tests = _every_marker(buf, lo, hi)
+        log, tests = _every_marker(buf, lo, hi, rows)
     else:
-        log, tests = _finder(engine)(buf, lo, hi)
+        log, tests = _finder(engine)(buf, lo, hi, rows)
         if hi - lo > LONG_LINE:
             longs = long_lines(buf, lo, hi)
             if longs:
@@ -282,9 +304,31 @@ def _region(fd: int, index: int, size: int, engine: str | None) -> Region:
     if first < 0:
         return Region(n, head=bytes(buf[:n]))
     last = buf.rfind(b"\n", 0, n)
-    found = find_lines(buf, first + 1, last + 1, index * size, engine) if first < last else None
-    return Region(n, buf.count(b"\n", 0, n), bytes(buf[:first + 1]), bytes(buf[last + 1:n]),
-                  found)
+    found = None
+    if first < last:
+        found = find_lines(buf, first + 1, last + 1, index * size, engine,
+                           _marked_before(fd, index * size + first + 1))
+    return Region(n, newlines(buf, n), bytes(buf[:first + 1]), bytes(buf[last + 1:n]), found)
+
+
+SPARSE = 32  # bytes per line above which deleting the newlines counts them faster
+
+
+def newlines(buf: bytearray, n: int) -> int:
+    """The newlines of ``buf[:n]``, exactly. ``count`` compares every byte; deleting
+    them (``replace``) jumps from one to the next with ``memchr``, three times as fast on
+    a log of lines of a hundred bytes, slower on lines under ``SPARSE`` bytes: it is
+    bounded to ``n / SPARSE`` of them, and past that ``count`` counts."""
+    data = buf if n == len(buf) else buf[:n]
+    limit = n // SPARSE + 1
+    deleted = n - len(data.replace(b"\n", b"", limit))
+    return deleted if deleted < limit else data.count(b"\n")
+
+
+def _marked_before(fd: int, pos: int) -> bool:
+    """Whether the ROWS_BACK bytes before ``pos`` hold an nccl-tests marker."""
+    back = os.pread(fd, min(pos, ROWS_BACK), max(0, pos - ROWS_BACK)) if pos else b""
+    return any(m in back for m in TAP_MARKERS)
 
 
 def usable(size: int) -> bool:
