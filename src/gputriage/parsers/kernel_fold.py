@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,8 +89,9 @@ _BLANKED: dict[bytes, str] = {}  # a piece of a message between addresses -> bla
 
 def fault_pattern(code: str | int, ev: DriverEvent) -> str:
     """An Xid's code and message with addresses, channels and numbers blanked: what
-    stays the same when one program hits one bug again."""
-    return f"{code}:{_VARIABLE.sub('#', ev.details.get('message') or '')}"
+    stays the same when one program hits one bug again (interned: equal patterns are one
+    object, which a pickle of folded events holds once)."""
+    return sys.intern(f"{code}:{_VARIABLE.sub('#', ev.details.get('message') or '')}")
 
 
 def fold_key(ev: DriverEvent) -> FoldKey | None:
@@ -496,14 +498,16 @@ def message_pattern(code: str, message: str | bytes | bytearray) -> str:
     message, as a storm repeats its messages), as :func:`fault_pattern` makes it of an
     event."""
     if isinstance(message, str):
-        return f"{code}:{_VARIABLE.sub('#', message)}"
+        return sys.intern(f"{code}:{_VARIABLE.sub('#', message)}")
     said = (code, bytes(message))
     pat = _RAW_PATTERNS.get(said)
     if pat is None:
         text = said[1].strip(_ASCII_SPACE)
-        if _ADDRESS in text:  # (an address each: blanked piece by piece, not kept whole)
-            return f"{code}:{blank_bytes(text)}"
-        pat = f"{code}:{_VARIABLE_BYTES.sub(b'#', text).decode('ascii')}"
+        # (interned: the messages of one pattern give one object, which a pickle of the
+        # folded events then holds once, not once per process)
+        if _ADDRESS in text:  # an address each: blanked piece by piece, not kept whole
+            return sys.intern(f"{code}:{blank_bytes(text)}")
+        pat = sys.intern(f"{code}:{_VARIABLE_BYTES.sub(b'#', text).decode('ascii')}")
         if len(_RAW_PATTERNS) < _RAW_PATTERNS_KEPT:  # (full: those that came first stay)
             _RAW_PATTERNS[said] = pat
     return pat
