@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gputriage.logscan import ScanConfig, blocks, lines, scan_paths, scan_text
@@ -279,3 +279,17 @@ def test_a_fault_pattern_from_raw_bytes_is_the_one_from_text(message):
     raw = message.encode("ascii")
     assert kernel_fold.message_pattern("31", raw) == kernel_fold.message_pattern(
         "31", message.strip())
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from([" 0x", "0x", " ", "_", "7", "a", "g", ".", "1f2e3d4c"]),
+                max_size=24))
+@example([" 0x", "7", "_", "a"])  # an address with an underscore: blanked to its end
+@example(["7", " 0x", "g"])  # "0x" with no digit after it: no address
+@example(["1f2e3d4c", " 0x", "7", " ", "1f2e3d4c"])  # eight hex digits around it
+def test_a_message_blanked_between_its_addresses_is_blanked_whole(pieces):
+    """Blanking a message piece by piece between its addresses (what a storm of
+    faults at a new address each costs) gives the very pattern of one pass over it."""
+    text = "".join(pieces).encode("ascii")
+    assert "31:" + kernel_fold.blank_bytes(text) == kernel_fold.message_pattern(
+        "31", text.decode("ascii"))

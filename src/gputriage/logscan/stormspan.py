@@ -29,8 +29,12 @@ here and in worker processes).
 
 from __future__ import annotations
 
+import mmap
 import re
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
+from itertools import repeat
+from operator import add
 from typing import TYPE_CHECKING, Any
 
 from gputriage.logscan.storm import LazyXid, Source, StormLines
@@ -56,6 +60,7 @@ _FIND = re.compile(rb"NVRM: Xid \(PCI:(?:([^)\n]{0,40})\): ?([0-9]{1,5}), "
 _MAX_CONT = 8  # continuation lines taken after a line (``search.MAX_CONT``)
 _BLANK = (32, 9)  # the first byte of a continuation line
 Line = tuple[int, bytes | bytearray, bool]
+_START, _END, _GROUPS = re.Match.start, re.Match.end, re.Match.groups
 
 
 def _start_of(pair: tuple[int, Any]) -> int:
@@ -224,96 +229,113 @@ class SpanPass:
 
     # -- the pass -----------------------------------------------------------------------
     def run(self) -> None:
+        """Fold the span's storm lines, handing every other line over in its turn. Each
+        lead's match, line start and prefix are worked out for all of them at once (by
+        ``map``, in C); the loop then does per line only what differs from line to line
+        (``Folder.fold_plain``'s work, inline, its last line deferred)."""
         buf, lo, hi = self.buf, self.lo, self.hi
-        rfind = buf.rfind
-        exact, gap_exact = self.exact, self.gap_exact
-        heads, head_of = self.storm.heads, self.storm.head_of
-        formats = self.src.formats
-        fold = self.fold_line
+        found = list(_FIND.finditer(buf, lo, hi))
+        leads = list(map(_START, found))
+        # each lead's line start: after the newline before it, or the span's start
+        line_starts = list(map(max, map(add, map(buf.rfind, repeat(b"\n"), repeat(lo), leads),
+                                        repeat(1)), repeat(lo)))
+        heads: Any = map(buf.__getitem__, map(slice, line_starts, leads))
+        if not isinstance(buf, (bytes, mmap.mmap)):  # (a read buffer's slices: bytearrays)
+            heads = map(bytes, heads)
         self.settle()
+        self._fold_all(zip(line_starts, map(_END, found), map(_GROUPS, found), heads,
+                           strict=True))
+        self.candidates(hi + 1)
+        self.hand_over([])
+        if not self.exact and hi - self.prev > self.gap_exact:
+            self.jump(hi)
+        self.span.newlines = self.number(hi)
+        self.span.exact = not self.approx
+
+    def _fold_all(self, rows: Iterable[tuple[int, int, tuple[Any, ...], bytes]]) -> None:
+        """The loop of :meth:`run` over (line start, match end, match groups, line prefix)
+        of each lead in order."""
+        buf, hi = self.buf, self.hi
+        exact, gap_exact = self.exact, self.gap_exact
+        storm = self.storm
+        known, head_of = storm.heads, storm.head_of
+        procs, process_of = storm.procs, storm.process_of
+        src = self.src
+        formats, fold, lastpos = src.formats, src.fold, self.lastpos
+        states = fold.states
+        hots = self.hots
+        busy, cur, boot = self.busy, self.cur, self.boot
+        shown: Any = None  # the prefix whose time ``cur`` saw last
         last_line = -1
-        for m in _FIND.finditer(buf, lo, hi):
-            s = m.start()
-            ls = rfind(b"\n", lo, s) + 1 or lo
+        for ls, e, groups, hb in rows:
             if ls == last_line:  # another lead on a line already taken
                 continue
             last_line = ls
-            bus_raw, code_raw, pid_raw, name_raw, rest = m.groups()
+            bus_raw, code_raw, pid, name, rest = groups
             listed: bool | None = False
             if ls >= self.next_at:
                 listed = self.meet(ls, bus_raw is not None)
+                hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
                 if listed is None:
                     continue
             if not exact and ls - self.prev > gap_exact:
                 self.jump(ls)
             self.prev = ls
-            e = m.end()
-            if (self.busy or bus_raw is None or e - ls > MAX_LINE
+            if (busy or bus_raw is None or e - ls > MAX_LINE
                     or (not listed and e + 1 < hi and buf[e + 1] in _BLANK)):
                 self.alone(ls)
+                hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
                 continue
-            hb = buf[ls:s]
-            if type(hb) is not bytes:
-                hb = bytes(hb)
-            head = heads.get(hb)
+            head = known.get(hb)
             if head is None:
                 head = head_of(hb, buf[ls:e]) if hb.isascii() else None
                 if head is None:
                     self.alone(ls)
+                    hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
                     continue
-            if head[0] not in formats:
-                formats[head[0]] = None
-            up = head[3]
-            if up is not None and self.cur.last_up is not None and up < self.cur.last_up - 1.0:
-                self.alone(ls)  # a new boot: the full bookkeeping
-                continue
-            fold(ls, head, (bus_raw, code_raw), pid_raw, name_raw, rest)
-        self.candidates(hi + 1)
-        self.hand_over([])
-        if not exact and hi - self.prev > gap_exact:
-            self.jump(hi)
-        self.span.newlines = self.number(hi)
-        self.span.exact = not self.approx
-
-    def fold_line(self, ls: int, head: tuple[Any, ...], key: tuple[bytes, bytes],
-                  pid: bytes, name: bytes, rest: bytes) -> None:
-        """Fold the storm line at ``ls`` (its key, pid, process and the rest of its line
-        as printed) into its key's folded event (or hand it over while its key has none):
-        ``Folder.fold_plain``, inline and deferring its last line."""
-        h = self.hots.get(key)
-        if h is None:
-            h = self._hot(key)
-            if h is None:  # its first occurrences: parsed, kept one by one
-                self.alone(ls, key[1] == b"154")
-                return
-        _fmt, _stamps, time, up, seconds = head
-        self.cur.saw(time, up)
-        ev, reps, bus, code, app, number, plainly = h
-        fold = self.src.fold
-        if fold.attribute:
-            if plainly:  # (``Folder.attribute_line`` for the usual codes, inline)
-                st = fold.states.get((self.boot, bus))
-                if st is None:
-                    fold.states[self.boot, bus] = XidState(number, seconds, 0)
+            if head is not shown:
+                fmt, _stamps, time, up, _seconds = head
+                if fmt not in formats:
+                    formats[fmt] = None
+                if up is not None and cur.last_up is not None and up < cur.last_up - 1.0:
+                    self.alone(ls)  # a new boot: the full bookkeeping
+                    hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
+                    continue
+            key = (bus_raw, code_raw)
+            h = hots.get(key)
+            if h is None:
+                h = self._hot(key)
+                if h is None:  # its first occurrences: parsed, kept one by one
+                    self.alone(ls, code_raw == b"154")
+                    hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
+                    continue
+            if head is not shown:  # (``BootSegment.saw``: a prefix seen again changes none)
+                shown = head
+                cur.saw(head[2], head[3])
+            ev, reps, bus, code, app, number, plainly = h
+            if fold.attribute:
+                if plainly:  # (``Folder.attribute_line`` for the usual codes, inline)
+                    st = states.get((boot, bus))
+                    if st is None:
+                        states[boot, bus] = XidState(number, head[4], 0)
+                    else:
+                        st.code, st.at, st.since = number, head[4], 0
                 else:
-                    st.code, st.at, st.since = number, seconds, 0
-            else:
-                fold.attribute_line(reps, ev, bus, seconds, None, code, self.boot)
-        ev.count += 1
-        self.lastpos[key] = (ls, reps)
-        self.folded += 1
-        storm = self.storm
-        pk, pname = storm.procs.get((pid, name)) or storm.process_of(pid, name)
-        if not pk:
-            return
-        procs = reps.processes
-        if pk in procs:  # (``count_process``, inline where it is named already)
-            if pname and not procs[pk]:
-                procs[pk] = pname
-        elif not count_process(reps, pk, pname):
-            return
-        if app and reps.tries.get(pk, 0) < PATTERN_TRIES:
-            count_pattern(reps, pk, code, rest)
+                    fold.attribute_line(reps, ev, bus, head[4], None, code, boot)
+            ev.count += 1
+            lastpos[key] = (ls, reps)
+            self.folded += 1
+            pk, pname = procs.get((pid, name)) or process_of(pid, name)
+            if not pk:
+                continue
+            named = reps.processes
+            if pk in named:  # (``count_process``, inline where it is named already)
+                if pname and not named[pk]:
+                    named[pk] = pname
+            elif not count_process(reps, pk, pname):
+                continue
+            if app and reps.tries.get(pk, 0) < PATTERN_TRIES:
+                count_pattern(reps, pk, code, rest)
 
     def _hot(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """What the pass keeps of a key whose folded event exists (None: none yet)."""

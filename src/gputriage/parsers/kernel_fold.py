@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,12 +82,16 @@ _ASCII_SPACE = bytes(c for c in range(128) if chr(c).isspace())  # what str.stri
 # (code, raw message) -> its fault pattern, kept across the blocks a process folds
 _RAW_PATTERNS: dict[tuple[str, bytes], str] = {}
 _RAW_PATTERNS_KEPT = 1 << 14
+_ADDRESS = b" 0x"  # an address in a message (most fault messages print one each)
+_ADDRESS_DIGITS = b"0123456789abcdefABCDEF_"
+_BLANKED: dict[bytes, str] = {}  # a piece of a message between addresses -> blanked
 
 
 def fault_pattern(code: str | int, ev: DriverEvent) -> str:
     """An Xid's code and message with addresses, channels and numbers blanked: what
-    stays the same when one program hits one bug again."""
-    return f"{code}:{_VARIABLE.sub('#', ev.details.get('message') or '')}"
+    stays the same when one program hits one bug again (interned: equal patterns are one
+    object, which a pickle of folded events holds once)."""
+    return sys.intern(f"{code}:{_VARIABLE.sub('#', ev.details.get('message') or '')}")
 
 
 def fold_key(ev: DriverEvent) -> FoldKey | None:
@@ -503,14 +508,45 @@ def message_pattern(code: str, message: str | bytes | bytearray) -> str:
     message, as a storm repeats its messages), as :func:`fault_pattern` makes it of an
     event."""
     if isinstance(message, str):
-        return f"{code}:{_VARIABLE.sub('#', message)}"
+        return sys.intern(f"{code}:{_VARIABLE.sub('#', message)}")
     said = (code, bytes(message))
     pat = _RAW_PATTERNS.get(said)
     if pat is None:
-        pat = f"{code}:{_VARIABLE_BYTES.sub(b'#', message.strip(_ASCII_SPACE)).decode('ascii')}"
-        if len(_RAW_PATTERNS) < _RAW_PATTERNS_KEPT:  # (full: those that came first stay:
-            _RAW_PATTERNS[said] = pat  # messages with an address each fill it too)
+        text = said[1].strip(_ASCII_SPACE)
+        # (interned: the messages of one pattern give one object, which a pickle of the
+        # folded events then holds once, not once per process)
+        if _ADDRESS in text:  # an address each: blanked piece by piece, not kept whole
+            return sys.intern(f"{code}:{blank_bytes(text)}")
+        pat = sys.intern(f"{code}:{_VARIABLE_BYTES.sub(b'#', text).decode('ascii')}")
+        if len(_RAW_PATTERNS) < _RAW_PATTERNS_KEPT:  # (full: those that came first stay)
+            _RAW_PATTERNS[said] = pat
     return pat
+
+
+def blank_bytes(text: bytes) -> str:
+    """``_VARIABLE_BYTES.sub(b"#", text)`` of an ASCII ``text``, worked out between its
+    addresses: each `` 0x...`` is blanked whole (the space before it ends any number,
+    and the address runs to the first byte that is no hex digit or ``_``, where no
+    blanked number can start), and each piece around them is blanked once and kept. A
+    fault message that differs only in its address is then a few lookups, not a scan."""
+    pieces = text.split(_ADDRESS)
+    out = [_blank_piece(pieces[0])]
+    for piece in pieces[1:]:
+        rest = piece.lstrip(_ADDRESS_DIGITS)
+        if len(rest) == len(piece):  # ("0x" and no digit: not an address)
+            return _VARIABLE_BYTES.sub(b"#", text).decode("ascii")
+        out.append(" #")
+        out.append(_blank_piece(rest))
+    return "".join(out)
+
+
+def _blank_piece(piece: bytes) -> str:
+    found = _BLANKED.get(piece)
+    if found is None:
+        found = _VARIABLE_BYTES.sub(b"#", piece).decode("ascii")
+        if len(_BLANKED) < _RAW_PATTERNS_KEPT:
+            _BLANKED[piece] = found
+    return found
 
 
 def _merge(into: DriverEvent, ev: DriverEvent) -> None:
