@@ -291,18 +291,3 @@ def test_table_cut_by_a_region_edge_same_as_streamed(tmp_path, engine, gap):
     log, kept, full, _ = _fast(path, region, 2, engine)
     assert (kept, full) == (ref_kept, ref_full)
     assert sum(k == _ROW for k in kept) == 4
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_newlines_counted_exactly_however_dense(seed):
-    """The newline count of a region is exact, whether it deletes or counts them: lines
-    of every length around ``SPARSE``, runs of empty lines, a buffer read short."""
-    rng = random.Random(seed)
-    for _ in range(40):
-        size = rng.choice([0, 1, 31, 32, 33, 1000, 4096])
-        buf = bytearray(rng.choice(b"ab\n" if rng.random() < 0.5 else b"abcdefghijklmnop\n")
-                        for _ in range(size))
-        if rng.random() < 0.3 and size:  # exactly at the bound
-            buf = bytearray((b"x" * (nccl_scan.SPARSE - 1) + b"\n") * (size // nccl_scan.SPARSE))
-        n = rng.randint(0, len(buf))
-        assert nccl_scan.newlines(buf, n) == buf.count(b"\n", 0, n)

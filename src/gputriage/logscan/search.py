@@ -30,6 +30,7 @@ from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_follow import TRACE_WINDOW
 from gputriage.parsers.kernel_table import ANCHORS as EVENT_ANCHORS
 from gputriage.parsers.kernel_table import CONTEXT_ANCHORS, EVENTS
+from gputriage.text.newlines import newlines
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -372,9 +373,7 @@ def _line_end(buf: bytes | bytearray, s: int, hi: int) -> int:
 
 def _gap(buf: bytes | bytearray, a: int, b: int, exact: bool, gap_exact: int) -> int:
     if exact or b - a <= gap_exact:
-        if isinstance(buf, (bytes, bytearray)):
-            return buf.count(b"\n", a, b)
-        return buf[a:b].count(b"\n")  # a mapping: no count() of its own
+        return newlines(buf, a, b)
     return b - a
 
 
@@ -444,14 +443,13 @@ def _wanted_lines(buf: bytes | bytearray, lo: int, hi: int, wanted: list[int], e
     prev = lo
     approx = False
     marks = []
-    count = buf.count if isinstance(buf, (bytes, bytearray)) else None  # (a mapping: none)
     find = buf.find
     for s in wanted:  # (_gap and _line_end, inline: this runs once per candidate line)
         e = find(b"\n", s, hi)
         if e < 0:
             e = hi
         if exact or s - prev <= gap_exact:
-            n += count(b"\n", prev, s) if count is not None else buf[prev:s].count(b"\n")
+            n += newlines(buf, prev, s)
         else:
             approx = True
             n += s - prev

@@ -47,6 +47,7 @@ from gputriage.parsers.kernel_fold import (
     count_pattern,
     count_process,
 )
+from gputriage.text.newlines import newlines
 
 if TYPE_CHECKING:
     from gputriage.logscan.span import Span
@@ -78,7 +79,6 @@ class SpanPass:
         self.storm, self.src, self.span, self.base = storm, src, span, base
         self.exact, self.gap_exact = exact, gap_exact
         self.buf, self.lo, self.hi = buf, lo, hi = span.storm
-        self.count = buf.count if isinstance(buf, (bytes, bytearray)) else None
         self.starts, self.screened_at = span.starts, span.screened_at
         # (bus, code) as printed -> (folded event, its repeats, bus, code, an application
         # fault, the code's number, a code whose Xid state is set inline)
@@ -104,9 +104,7 @@ class SpanPass:
         k = bisect_right(marks, at) - 1
         pos, n = marks[k], marked[k]
         if at != pos:
-            buf = self.buf
-            n += (self.count(b"\n", pos, at) if self.count is not None
-                  else buf[pos:at].count(b"\n"))
+            n += newlines(self.buf, pos, at)
             if k == len(marks) - 1:
                 marks.append(at)
                 marked.append(n)

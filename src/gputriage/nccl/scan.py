@@ -47,9 +47,10 @@ from gputriage.parsers.nccl_log import (
     long_lines,
 )
 from gputriage.parsers.nccl_model import NcclLog
+from gputriage.text.newlines import newlines
 
 __all__ = ["MIN_SIZE", "REGION", "Found", "LargeTap", "Region", "find_lines", "in_child",
-           "newlines", "read_large", "usable"]
+           "read_large", "usable"]
 
 REGION = 8 << 20  # bytes per worker task
 MIN_SIZE = 32 << 20  # plain files this big are read by workers
@@ -308,21 +309,7 @@ def _region(fd: int, index: int, size: int, engine: str | None) -> Region:
     if first < last:
         found = find_lines(buf, first + 1, last + 1, index * size, engine,
                            _marked_before(fd, index * size + first + 1))
-    return Region(n, newlines(buf, n), bytes(buf[:first + 1]), bytes(buf[last + 1:n]), found)
-
-
-SPARSE = 32  # bytes per line above which deleting the newlines counts them faster
-
-
-def newlines(buf: bytearray, n: int) -> int:
-    """The newlines of ``buf[:n]``, exactly. ``count`` compares every byte; deleting
-    them (``replace``) jumps from one to the next with ``memchr``, three times as fast on
-    a log of lines of a hundred bytes, slower on lines under ``SPARSE`` bytes: it is
-    bounded to ``n / SPARSE`` of them, and past that ``count`` counts."""
-    data = buf if n == len(buf) else buf[:n]
-    limit = n // SPARSE + 1
-    deleted = n - len(data.replace(b"\n", b"", limit))
-    return deleted if deleted < limit else data.count(b"\n")
+    return Region(n, newlines(buf, 0, n), bytes(buf[:first + 1]), bytes(buf[last + 1:n]), found)
 
 
 def _marked_before(fd: int, pos: int) -> bool:
