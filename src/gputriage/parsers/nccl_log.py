@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from gputriage.parsers.nccl_build import Builder
 from gputriage.parsers.nccl_lines import is_nccl_line
 from gputriage.parsers.nccl_model import NcclLog
+from gputriage.text.newlines import newlines
 
 __all__ = ["LONG_LINE", "MARKERS", "SHAPES_RE", "STRONG", "WEAK", "WEAK_SHAPES",
            "candidate_starts", "is_nccl_line", "long_lines", "parse_nccl_log", "read_nccl_log"]
@@ -119,7 +120,7 @@ def _has_marker(data: bytes) -> bool:
 
 def _block(b: Builder, buf: bytes, lo: int, hi: int) -> None:
     """Feed the lines of ``buf[lo:hi]`` that matter (``hi`` is after a newline or the end)."""
-    b.log.lines_read += buf.count(b"\n", lo, hi)
+    b.log.lines_read += newlines(buf, lo, hi)
     starts = candidate_starts(buf, lo, hi)
     i = 0
     pos = lo
