@@ -39,9 +39,13 @@ and, last, a table of the ratios to grep against issue 33's goal for the profile
 (met or not; with ``--baseline SRC``, gputriage imported from another source tree is
 timed in the same run, before and after side by side).
 
+With ``--parts``, where a worker's CPU time goes, block by block (the anchor search, the
+storm pass, the per-line parse, numbering, the result's pickle:
+``benchmarks/scan_parts.py``), for this tree and the baseline.
+
 Usage: python benchmarks/log_scan.py [--profile quiet|storm|busy-hca|all]
        [--format short-iso|dmesg] [--size 1GB] [--keep DIR] [--file LOG] [--repeat N]
-       [--analyze] [--no-engines] [--baseline SRC]
+       [--analyze] [--no-engines] [--parts] [--baseline SRC]
 ``--size 5GB`` is the memory check (peak RSS must stay under 200 MB).
 """
 
@@ -491,6 +495,15 @@ def _run_profile(args: argparse.Namespace, profile: str, quiet_rate: float | Non
             rg_wall, _, _, _ = _timed(["rg", "-i", "nvidia|xid|nvrm", str(log)], work / "out3",
                                       rep)
             print(f"rg -i: {rg_wall:.2f} s, {size_mb / rg_wall:.0f} MB/s")
+        if args.parts:
+            for who, src in (("", None), (f" (--baseline {args.baseline})", args.baseline)):
+                if who and not src:
+                    continue
+                env = {**os.environ, "PYTHONPATH": str(src or REPO / "src")}
+                parts = subprocess.run([sys.executable, str(REPO / "benchmarks" / "scan_parts.py"),
+                                        str(log)], env=env, capture_output=True, text=True,
+                                       check=True).stdout
+                print(f"  worker{who}: {parts.strip()}")
         if not args.no_engines:
             _engines(log, rep)
         shutil.rmtree(work, ignore_errors=True)
@@ -567,6 +580,9 @@ def main() -> int:
                         "checkout's src/) in the same run: before and after side by side")
     parser.add_argument("--no-engines", action="store_true",
                         help="skip timing the anchor search alone per engine")
+    parser.add_argument("--parts", action="store_true",
+                        help="also where a worker's CPU time goes, block by block "
+                        "(benchmarks/scan_parts.py), for this tree and --baseline")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
 

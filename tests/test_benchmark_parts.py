@@ -1,0 +1,36 @@
+"""benchmarks/scan_parts.py times each part of a worker's block through the functions
+that do it: renaming one of them must show here, not as a silently empty part."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from gputriage.logscan import ScanConfig, hsearch
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load(name: str):  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(not hsearch.available(), reason="the storm pass needs Hyperscan")
+def test_every_part_of_a_storm_block_is_found_and_timed(tmp_path):
+    log = tmp_path / "storm.log"
+    _load("log_scan").generate(log, 1 << 20, profile="storm")
+    # (Hyperscan for spans of any size: a small log's block gets the storm pass)
+    line = _load("scan_parts").measure(str(log), 2, ScanConfig(engine="hyperscan"))
+    assert "not found" not in line, line
+    parts = dict(part.rsplit(" ", 1) for part in
+                 line.split(" = ", 1)[1].split(";")[0].split(", "))
+    assert set(parts) == {"search", "storm pass", "per-line parse", "numbering", "other"}
+    assert float(parts["storm pass"]) > 0 and float(parts["search"]) > 0
