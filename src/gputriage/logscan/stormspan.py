@@ -264,11 +264,15 @@ class SpanPass:
         hots = self.hots
         busy, cur, boot = self.busy, self.cur, self.boot
         shown: Any = None  # the prefix whose time ``cur`` saw last
+        stale = False  # a line was handed over: boot, epochs, extractor, segment may differ
         last_line = -1
         for ls, e, groups, hb in rows:
             if ls == last_line:  # another lead on a line already taken
                 continue
             last_line = ls
+            if stale:
+                hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
+                stale = False
             bus_raw, code_raw, pid, name, rest = groups
             listed: bool | None = False
             if ls >= self.next_at:
@@ -282,14 +286,14 @@ class SpanPass:
             if (busy or bus_raw is None or e - ls > MAX_LINE
                     or (not listed and e + 1 < hi and buf[e + 1] in _BLANK)):
                 self.alone(ls)
-                hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
+                stale = True
                 continue
             head = known.get(hb)
             if head is None:
                 head = head_of(hb, buf[ls:e]) if hb.isascii() else None
                 if head is None:
                     self.alone(ls)
-                    hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
+                    stale = True
                     continue
             if head is not shown:
                 fmt, _stamps, time, up, _seconds = head
@@ -297,7 +301,7 @@ class SpanPass:
                     formats[fmt] = None
                 if up is not None and cur.last_up is not None and up < cur.last_up - 1.0:
                     self.alone(ls)  # a new boot: the full bookkeeping
-                    hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
+                    stale = True
                     continue
             key = (bus_raw, code_raw)
             h = hots.get(key)
@@ -305,7 +309,7 @@ class SpanPass:
                 h = self._hot(key)
                 if h is None:  # its first occurrences: parsed, kept one by one
                     self.alone(ls, code_raw == b"154")
-                    hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
+                    stale = True
                     continue
             if head is not shown:  # (``BootSegment.saw``: a prefix seen again changes none)
                 shown = head
