@@ -297,34 +297,26 @@ def test_property_engines_agree_and_rejection_keeps_events(parts, reject):
 
 
 @pytest.mark.skipif(not HAVE_HS, reason="hyperscan is not installed")
-@pytest.mark.parametrize("reject", [True, False])
-def test_hyperscan_probes_find_exactly_the_lines_of_their_literals(reject):
-    """A literal Hyperscan searches through a prefix of it (``hsearch.PROBES``): lines
-    holding the prefix alone, the prefix and part of the rest, the literal in another
-    case, the prefix and later the whole literal, or the literal cut by the span's end
-    are found exactly where a line-by-line test finds them."""
+@pytest.mark.parametrize("storm", [False, True])
+def test_hyperscan_databases_are_filled_with_literals_that_find_nothing(storm):
+    """Every database holds ``FILL_TO`` patterns or more (Hyperscan's faster literal
+    matcher for the anchors' count, see ``hsearch.FILL_TO``); the fillers are distinct,
+    and binary junk that holds them (NULs, a DEL) adds no candidate line: the lines
+    found are exactly those a line-by-line test finds."""
+    from gputriage.logscan import search
+
+    fill = hsearch.fillers(hsearch.FILL_TO)
+    assert len(set(fill)) == len(fill)
     anchors = anchors_for(b"")
-    rng = random.Random(7)
-    lines = []
-    for literal, probe in hsearch.PROBES.items():
-        assert literal.startswith(probe) and probe != literal, literal
-        rest = literal[len(probe):]
-        holder = b"mlx5_core 0000:3b:00.0: " if literal not in anchors else b""
-        for text in (probe, probe + rest[:-1], probe + b"x" + rest, literal.upper(),
-                     literal.title(), probe + b" and " + literal, literal + literal[:-1],
-                     probe + probe + rest):
-            lines.append(b"[ 1.0] " + holder + text + b" tail")
-            lines.append(b"[ 1.0] " + holder + text)
-    rng.shuffle(lines)
-    data = b"\n".join(lines) + b"\n" + b"[ 2.0] nvidia" + b"\n[ 3.0] NVRM"
-    config = ScanConfig(engine="hyperscan", reject=reject)
-    cuts = [(0, len(data))] + [tuple(sorted(rng.sample(range(len(data)), 2)))
-                               for _ in range(40)]
-    cuts += [(0, len(data) - k) for k in range(1, 14)]
-    for lo, hi in cuts:
-        want = _expected(data, lo, hi, anchors, reject)
-        assert anchor_hits(bytearray(data), lo, hi, anchors, config) == want, (lo, hi)
-    assert len(_expected(data, 0, len(data), anchors, reject)) > len(hsearch.PROBES)
+    m = search._matcher_of(anchors, True, storm)
+    assert len(m.checks) < hsearch.FILL_TO  # (else the fillers are not needed)
+    junk = b"\n".join(b"[ 1.0] bin " + f + b" tail " + f for f in fill)
+    data = _mixed_log()[:40_000] + junk + b"\n[ 2.0] nvidia" + junk + b"\n"
+    want = _expected(data, 0, len(data), anchors, True)
+    starts: dict[int, int] = {}
+    hsearch.hyperscan_hits(data, 0, len(data), m, starts, set() if storm else None)
+    assert {s for s in starts if s >= 40_000} == {s for s in want if s >= 40_000}
+    assert len(starts) >= len([s for s in want if s >= 40_000]) > 0
 
 
 @pytest.mark.skipif(not HAVE_HS, reason="hyperscan is not installed")

@@ -67,38 +67,26 @@ def not_followed(text: bytes, lead: bytes) -> bytes:
 # (case ignored: shorter ones, such as "error", are words most logs hold)
 RARE_LITERAL = 7
 
-# Hyperscan's literal matcher (FDR) filters on the last bytes of each literal: one that
-# ends in a pair common in logs (a space, "er", "ia", "ed") lets many positions through
-# to be confirmed, and with about 30 literals their filters add up. Such a literal is
-# searched through a prefix of it that ends in a rarer pair, and a match counts only
-# where the whole literal follows (checked in the callback: exactly the same lines are
-# found). Measured on 8 MiB of quiet and busy-HCA logs and of the corpus's kernel logs
-# (benchmarks/log_scan.py), the scan takes about 13 % less time; the prefixes are long
-# enough that their extra matches are rare (a few per MiB of real kernel logs).
-PROBES: dict[bytes, bytes] = {
-    b"NVRM:": b"NVRM", b"nvidia": b"nvidi", b"EDAC ": b"EDAC",
-    b"nv_peer_mem": b"nv_peer_", b"error received": b"error receiv",
-    b"PCIe Bus Error": b"PCIe B", b"PCIe bandwidth": b"PCIe bandw", b"FW version": b"FW vers",
-    b"command interface revision": b"command interface rev", b"NETDEV WATCHDOG": b"NETDEV WA",
-    b"Lost carrier": b"Lost c", b"Gained carrier": b"Gained c", b"Memory failure": b"Memory fai",
-    b"hardware memory error": b"hardware memory", b"Hardware Error": b"Hardware E",
-    b"EXT4-fs error": b"EXT4-fs err", b"Aborting journal": b"Aborting j",
-    b"error, dev ": b"error,", b"Buffer I/O error": b"Buffer I/O", b"nvme nvme": b"nvme nv",
-    b"Disk failure on": b"Disk fai", b"segfault at ": b"segfaul",
-    b"blocked for more than": b"blocked for more th", b"soft lockup": b"soft locku",
-    b"-- Boot ": b"-- Boot", b"-- Reboot --": b"-- Reb", b"Linux version ": b"Linux v",
-    # required literals of routine anchors (searched with case ignored)
-    b"can't recover": b"can't recov", b"has no aer-aware": b"has no aer-aw",
-    b"driver reported": b"driver rep", b"recovery failed": b"recovery",
-    b"link down": b"link dow", b"link active": b"link activ",
-}
+# Hyperscan picks its literal matcher by how many literals a database holds: below 50,
+# "Teddy", whose cost per byte grows with each literal on builds without AVX2 (the
+# hyperscan wheel's: its databases report no CPU features), from there on "FDR", whose
+# cost hardly does. Measured on 8 MiB of the generated quiet, busy-HCA and storm logs and
+# of the corpus's kernel logs (benchmarks/log_scan.py, scan_parts.py), the anchors' 36
+# literals take 4.6-7.5 ms under Teddy (searched through shorter probes that end in rarer
+# byte pairs, as they were) and 2.4-3.9 ms under FDR (whole). So every database is filled
+# up to FILL_TO literals with fillers that no text holds (a NUL, a DEL, then letters: a
+# match of one in binary junk is ignored).
+FILL_TO = 64
 
 
-def _probe(literal: bytes, caseless: bool = False) -> bytes:
-    """What Hyperscan searches for ``literal`` (see :data:`PROBES`): a prefix of it."""
-    probe = PROBES.get(literal.lower() if caseless else literal, literal)
-    ok = literal.lower().startswith(probe.lower()) if caseless else literal.startswith(probe)
-    return probe if ok and probe else literal
+def fillers(count: int) -> list[bytes]:
+    """``count`` distinct literals that no text holds (see :data:`FILL_TO`)."""
+    letters = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    out = []
+    for k in range(count):
+        mixed = (k + 1) * 2654435761 % (1 << 32)  # (letters that differ all along)
+        out.append(b"\x00\x7f" + bytes(letters[(mixed >> 5 * i) % 52] for i in range(6)))
+    return out
 
 
 class Matcher:
@@ -106,9 +94,8 @@ class Matcher:
     line must hold, case ignored, or (), and a literal the line must hold as it is, or
     b""); mode -1: the ``screen`` expression, whose lines are noted apart (and are
     candidates). With ``lead`` (a literal that starts with an anchor), that anchor is
-    found only where the rest of ``lead`` does not follow it. A literal searched through
-    a shorter probe (:data:`PROBES`) has its id in ``whole``: -> (the probe's length, the
-    literal, lower-cased when its case is ignored, and whether it is).
+    found only where the rest of ``lead`` does not follow it. Ids past ``checks`` are
+    the fillers of :data:`FILL_TO`.
 
     A routine anchor (see :data:`gputriage.logscan.search.ROUTINE`) is found through its
     required literals where they are rare enough (:data:`RARE_LITERAL`), each a caseless
@@ -124,14 +111,9 @@ class Matcher:
         exprs: list[bytes] = []
         flags: list[int] = []
         self.checks: list[tuple[int, tuple[bytes, ...], bytes]] = []
-        self.whole: dict[int, tuple[int, bytes, bool]] = {}
 
         def literal(text: bytes, caseless: bool) -> None:
-            probe = _probe(text, caseless)
-            if probe != text:
-                self.whole[len(exprs)] = (len(probe), text.lower() if caseless else text,
-                                          caseless)
-            exprs.append(_lit(probe))
+            exprs.append(_lit(text))
             flags.append(hs.HS_FLAG_CASELESS if caseless else 0)
 
         for a, mode in zip(anchors, modes, strict=True):
@@ -151,6 +133,9 @@ class Matcher:
             exprs.append(screen)
             flags.append(0)
             self.checks.append((-1, (), b""))
+        fill = fillers(max(0, FILL_TO - len(exprs)))
+        exprs += map(_lit, fill)
+        flags += [0] * len(fill)
         self.db = hs.Database(mode=hs.HS_MODE_BLOCK)
         self.db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
                         flags=flags)
@@ -162,8 +147,8 @@ def matcher(anchors: tuple[bytes, ...], modes: tuple[int, ...],
             routine: tuple[tuple[bytes, tuple[bytes, ...]], ...],
             screen: bytes | None = None, lead: bytes | None = None) -> Matcher:
     """The database of ``anchors`` (and ``screen``, a Hyperscan expression; ``lead``, see
-    :class:`Matcher`) compiled once per process: about 2 ms for the anchors alone, 20 ms
-    with the screen expression. Hyperscan searches a MiB in about 0.65 ms, libc in 0.9:
+    :class:`Matcher`) compiled once per process: about 4 ms for the anchors alone, 30 ms
+    with the screen expression. Hyperscan searches a MiB in about 0.35 ms, libc in 0.9:
     small spans are searched by libc, which needs no database."""
     return Matcher(anchors, modes, dict(routine), screen, lead)
 
@@ -175,19 +160,13 @@ def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,
     to ``screened``."""
     rfind, find = buf.rfind, buf.find
     checks = m.checks
-    whole = m.whole
+    real = len(checks)
     line = [hi, hi]  # the start and end of the last line recorded
 
     def on_match(i: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+        if i >= real:  # a filler
+            return None
         pos = lo + to - 1  # the match's last byte
-        if i in whole:  # a probe: the whole literal must follow it
-            n, text, caseless = whole[i]
-            at = pos + 1 - n
-            if at + len(text) > hi:
-                return None
-            seen = buf[at:at + len(text)]
-            if (seen.lower() if caseless else seen) != text:
-                return None
         mode, need, held = checks[i]
         if mode < 0:
             if screened is not None:
