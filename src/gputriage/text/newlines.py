@@ -33,6 +33,8 @@ def newlines(data: bytes | bytearray | mmap.mmap, lo: int = 0, hi: int | None = 
             return data.count(b"\n", lo, end)
         if lo == 0 and end == len(data):  # (no copy to make)
             return _deleted(data)
+    if end - lo <= _PIECE:  # (one piece: the usual gap between two wanted lines)
+        return _deleted(data[lo:end])
     return sum(_deleted(data[at:min(at + _PIECE, end)]) for at in range(lo, end, _PIECE))
 
 
