@@ -83,6 +83,7 @@ _ASCII_SPACE = bytes(c for c in range(128) if chr(c).isspace())  # what str.stri
 _RAW_PATTERNS: dict[tuple[str, bytes], str] = {}
 _RAW_PATTERNS_KEPT = 1 << 14
 _ADDRESS = b" 0x"  # an address in a message (most fault messages print one each)
+_ONES = bytes.maketrans(b"23456789", b"11111111")  # (see message_pattern)
 _ADDRESS_DIGITS = b"0123456789abcdefABCDEF_"
 _BLANKED: dict[bytes, str] = {}  # a piece of a message between addresses -> blanked
 
@@ -91,7 +92,7 @@ def fault_pattern(code: str | int, ev: DriverEvent) -> str:
     """An Xid's code and message with addresses, channels and numbers blanked: what
     stays the same when one program hits one bug again (interned: equal patterns are one
     object, which a pickle of folded events holds once)."""
-    return sys.intern(f"{code}:{_VARIABLE.sub('#', ev.details.get('message') or '')}")
+    return message_pattern(str(code), ev.details.get("message") or "")
 
 
 def fold_key(ev: DriverEvent) -> FoldKey | None:
@@ -505,11 +506,17 @@ def count_pattern(reps: Repeats, key: str, code: str, message: str | bytes | byt
 def message_pattern(code: str, message: str | bytes | bytearray) -> str:
     """An Xid's fault pattern from its code and message (bytes: the raw rest of an ASCII
     line, blanked as bytes: the same pattern, a fifth sooner, and kept per distinct
-    message, as a storm repeats its messages), as :func:`fault_pattern` makes it of an
-    event."""
+    message shape, as a storm repeats its messages), as :func:`fault_pattern` makes it of
+    an event."""
     if isinstance(message, str):
-        return sys.intern(f"{code}:{_VARIABLE.sub('#', message)}")
-    said = (code, bytes(message))
+        if not message.isascii() or message.strip() != message:  # (blanked as it is)
+            return sys.intern(f"{code}:{_VARIABLE.sub('#', message)}")
+        message = message.encode("ascii")  # (the same pattern, see the tests)
+    # digits 2-9 read as 1: every number, hex word and address is blanked as it was (a
+    # digit stays a digit, a hex digit and a word character; a "0x" stays one and no
+    # other becomes one), and the digits left are none, so the pattern is the same and
+    # messages that differ only in their numbers are one key
+    said = (code, bytes(message).translate(_ONES))
     pat = _RAW_PATTERNS.get(said)
     if pat is None:
         text = said[1].strip(_ASCII_SPACE)
