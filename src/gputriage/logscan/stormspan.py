@@ -37,7 +37,7 @@ from itertools import repeat
 from operator import add
 from typing import TYPE_CHECKING, Any
 
-from gputriage.logscan.storm import LazyXid, Source, StormLines
+from gputriage.logscan.storm import CACHE, LazyXid, Source, StormLines
 from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_fold import (
     APP_FAULTS,
@@ -55,9 +55,17 @@ if TYPE_CHECKING:
 __all__ = ["SpanPass"]
 
 # every lead of a span, with (where the line has the usual shape) what the storm path
-# reads of it: bus, code, pid, process, and the rest of the line
-_FIND = re.compile(rb"NVRM: Xid \(PCI:(?:([^)\n]{0,40})\): ?([0-9]{1,5}), "
-                   rb"pid=('?[^,'\n]{0,32}'?), ?name=([^,\n]{0,64}), ?([^\n]*))?")
+# reads of it: its key (bus and code as printed), its pid and process as printed, and the
+# rest of the line (each looked up as it is, worked out once per distinct value)
+_FIND = re.compile(rb"NVRM: Xid \(PCI:(?:([^)\n]{0,40}\): ?[0-9]{1,5}), "
+                   rb"(pid='?[^,'\n]{0,32}'?, ?name=[^,\n]{0,64}), ?([^\n]*))?")
+_KEY = re.compile(rb"(.*)\): ?([0-9]+)", re.S)  # a key: (bus, code)
+_WHO = re.compile(rb"pid=('?[^,']*'?), ?name=(.*)", re.S)  # a pid and process: (pid, name)
+_RESET = (b" 154", b":154")  # how a key of an Xid 154 ends
+# (bus and code, pid and name as printed -> what the storm path reads of them: the same in
+# every input, kept across the spans and blocks a process reads)
+_KEYS: dict[bytes, tuple[bytes, bytes]] = {}
+_WHOS: dict[bytes, tuple[str, str]] = {}
 _MAX_CONT = 8  # continuation lines taken after a line (``search.MAX_CONT``)
 _BLANK = (32, 9)  # the first byte of a continuation line
 Line = tuple[int, bytes | bytearray, bool]
@@ -80,11 +88,11 @@ class SpanPass:
         self.exact, self.gap_exact = exact, gap_exact
         self.buf, self.lo, self.hi = buf, lo, hi = span.storm
         self.starts, self.screened_at = span.starts, span.screened_at
-        # (bus, code) as printed -> (folded event, its repeats, bus, code, an application
+        # bus and code as printed -> (folded event, its repeats, bus, code, an application
         # fault, the code's number, a code whose Xid state is set inline)
-        self.hots: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.hots: dict[bytes, tuple[Any, ...]] = {}
         # key -> its latest line's start and the repeats it joined (their last occurrence)
-        self.lastpos: dict[tuple[Any, ...], tuple[int, Any]] = {}
+        self.lastpos: dict[bytes, tuple[int, Any]] = {}
         self.i = 0  # the next candidate line
         self.next_at = self.starts[0] if self.starts else hi + 1
         # numbering: line starts (ascending) with the newlines before each, from which
@@ -257,7 +265,7 @@ class SpanPass:
         exact, gap_exact = self.exact, self.gap_exact
         storm = self.storm
         known, head_of = storm.heads, storm.head_of
-        procs, process_of = storm.procs, storm.process_of
+        whos = _WHOS
         src = self.src
         formats, fold, lastpos = src.formats, src.fold, self.lastpos
         states = fold.states
@@ -273,17 +281,17 @@ class SpanPass:
             if stale:
                 hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
                 stale = False
-            bus_raw, code_raw, pid, name, rest = groups
+            key, who, rest = groups
             listed: bool | None = False
             if ls >= self.next_at:
-                listed = self.meet(ls, bus_raw is not None)
+                listed = self.meet(ls, key is not None)
                 hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
                 if listed is None:
                     continue
             if not exact and ls - self.prev > gap_exact:
                 self.jump(ls)
             self.prev = ls
-            if (busy or bus_raw is None or e - ls > MAX_LINE
+            if (busy or key is None or e - ls > MAX_LINE
                     or (not listed and e + 1 < hi and buf[e + 1] in _BLANK)):
                 self.alone(ls)
                 stale = True
@@ -303,12 +311,11 @@ class SpanPass:
                     self.alone(ls)  # a new boot: the full bookkeeping
                     stale = True
                     continue
-            key = (bus_raw, code_raw)
             h = hots.get(key)
             if h is None:
                 h = self._hot(key)
                 if h is None:  # its first occurrences: parsed, kept one by one
-                    self.alone(ls, code_raw == b"154")
+                    self.alone(ls, key.endswith(_RESET))
                     stale = True
                     continue
             if head is not shown:  # (``BootSegment.saw``: a prefix seen again changes none)
@@ -327,7 +334,7 @@ class SpanPass:
             ev.count += 1
             lastpos[key] = (ls, reps)
             self.folded += 1
-            pk, pname = procs.get((pid, name)) or process_of(pid, name)
+            pk, pname = whos.get(who) or _who(storm, who)
             if not pk:
                 continue
             named = reps.processes
@@ -339,10 +346,17 @@ class SpanPass:
             if app and reps.tries.get(pk, 0) < PATTERN_TRIES:
                 count_pattern(reps, pk, code, rest)
 
-    def _hot(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    def _hot(self, key: bytes) -> tuple[Any, ...] | None:
         """What the pass keeps of a key whose folded event exists (None: none yet)."""
         storm = self.storm
-        bus, code = storm.plain.get(key) or storm.plain_of(*key)
+        raw = _KEYS.get(key)
+        if raw is None:
+            if len(_KEYS) >= CACHE:
+                _KEYS.clear()
+            m = _KEY.fullmatch(key)
+            assert m is not None  # (what _FIND read)
+            raw = _KEYS[key] = (m[1], m[2])
+        bus, code = storm.plain.get(raw) or storm.plain_of(*raw)
         hot = None if code == "154" else self.src.fold.hot(self.boot, bus, code)
         if hot is None:
             return None
@@ -351,3 +365,13 @@ class SpanPass:
         h = self.hots[key] = (hot[0], hot[0].repeats, bus, code, code in APP_FAULTS, number,
                               plainly)
         return h
+
+
+def _who(storm: StormLines, who: bytes) -> tuple[str, str]:
+    """A line's process key and name from its ``pid=..., name=...`` as printed."""
+    if len(_WHOS) >= CACHE:
+        _WHOS.clear()
+    m = _WHO.fullmatch(who)
+    assert m is not None  # (what _FIND read)
+    found = _WHOS[who] = storm.procs.get((m[1], m[2])) or storm.process_of(m[1], m[2])
+    return found
