@@ -25,7 +25,6 @@ from gputriage.parsers.detect_gate import GateEntry, may_open
 from gputriage.parsers.detect_jobs import is_tests_prompt
 from gputriage.parsers.detect_kernel import is_kernel_line, kernel_lines
 from gputriage.parsers.detect_table import GATES
-from gputriage.parsers.ib_tools import PERFQUERY_HEAD
 from gputriage.text.framing import originals, unframe_lines
 from gputriage.text.paste import BARRIER, PasteDoc
 from gputriage.text.prompts import programs, source_for_command, subcommands
@@ -105,6 +104,14 @@ class _Segment:
     command: str | None
 
 
+def _perfquery_head(line: str) -> bool:
+    """Whether a line that looks like a root prompt is perfquery's header (ib_tools is
+    imported only when a paste has such a line)."""
+    from gputriage.parsers.ib_tools import PERFQUERY_HEAD
+
+    return PERFQUERY_HEAD.match(line) is not None
+
+
 def _segments(doc: PasteDoc) -> list[_Segment]:
     """Mark prompt lines and fences as barriers; the segments they open."""
     segments = [_Segment(0, 0, None)]
@@ -112,7 +119,7 @@ def _segments(doc: PasteDoc) -> list[_Segment]:
     while i < len(doc.lines):
         ln = doc.lines[i]
         m = _PROMPT.match(ln) or _BARE_CMD.match(ln)
-        if m and (is_tests_prompt(doc.lines, i) or PERFQUERY_HEAD.match(ln)):
+        if m and (is_tests_prompt(doc.lines, i) or _perfquery_head(ln)):
             m = None  # "# nThread 1 nGpus 8 ...", "# Port counters: Lid 2 port 1": output
         elif m or _FENCE.match(ln):
             cmd = m.group("cmd").strip() if m else None
