@@ -289,7 +289,7 @@ def gated_lines(doc: PasteDoc, name: str, pat: re.Pattern[str]) -> None:
 # a detector's gates as data: their literals, and their searches as (pattern, flags)
 GateEntry = tuple[tuple[str, ...], tuple[tuple[str, int], ...]]
 _Detector = Callable[[PasteDoc], None]
-_DECLARED: dict[_Detector, tuple[Gate, ...]] = {}
+_DECLARED: dict[Callable[..., object], tuple[Gate, ...]] = {}
 
 # the characters that are not ASCII but that case folding (``str.lower``, ``upper``,
 # ``casefold``, a regex's IGNORECASE) turns into ASCII letters or matches with one:
@@ -316,7 +316,7 @@ def gated_by(*gates: Gate | re.Pattern[str]) -> Callable[[_Detector], _Detector]
 
 def declared_gates(detector: Callable[..., object]) -> tuple[Gate, ...] | None:
     """The gates a detector declared with :func:`gated_by` (None: it declared none)."""
-    return _DECLARED.get(detector)  # type: ignore[arg-type]
+    return _DECLARED.get(detector)
 
 
 def gate_entry(gates: tuple[Gate, ...] | None) -> GateEntry | None:
