@@ -15,6 +15,8 @@ from pathlib import Path
 import detect_both
 import pytest
 from detect_both import claim_every_detector, lazy_and_eager_agree  # noqa: F401  (the fixture)
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from gputriage import sources
 from gputriage.ingest import detect as ingest_detect
@@ -98,6 +100,23 @@ def test_may_open_is_a_necessary_condition_of_a_gate() -> None:
     assert not may_open(PasteDoc(job), *entry)
     assert not gate.open(PasteDoc(job))
     assert may_open(PasteDoc(job + "a | b\n"), ("|",)) and not may_open(PasteDoc(job), ("|",))
+
+
+_LITERALS = sorted({lit for entry in GATES.values() if entry for lit in entry[0]})
+_FILLER = st.text(st.characters(blacklist_characters=FOLDS_INTO_ASCII,
+                                blacklist_categories=("Cs",)), max_size=40)
+
+
+@given(before=_FILLER, after=_FILLER, literal=st.sampled_from(_LITERALS),
+       upper=st.lists(st.booleans(), min_size=60, max_size=60))
+def test_a_paste_that_holds_a_literal_in_any_case_may_open_it(
+        before: str, after: str, literal: str, upper: list[bool]) -> None:
+    """Whatever surrounds it (any character, ASCII or not, but those that fold into ASCII
+    letters), a literal of the table in the paste in any case is never ruled out."""
+    cased = "".join(c.upper() if up else c for c, up in zip(literal, upper, strict=False))
+    doc = PasteDoc(before + cased + after)
+    assume(literal in doc.text.lower())  # not cut by a line break, nor a trailing space dropped
+    assert may_open(doc, (literal,))
 
 
 def test_a_detector_without_a_gate_always_runs() -> None:
