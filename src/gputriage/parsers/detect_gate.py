@@ -174,7 +174,7 @@ class _Seen:
 
     def free_lines(self, doc: PasteDoc, literal: str) -> Iterator[int]:
         """The lines of ``doc`` nobody claimed that hold ``literal``, in order."""
-        if literal in self.absent:
+        if literal in self.absent or literal in self.absent_anywhere:
             return
         if not self.may_hold(literal):
             self.absent.add(literal)
