@@ -7,12 +7,17 @@ from __future__ import annotations
 import re
 
 import pytest
+from detect_both import lazy_and_eager_agree  # noqa: F401  (the fixture)
 
 from gputriage.ingest.detect import detect
 from gputriage.parsers import detect_gate
 from gputriage.parsers.detect_gate import Gate, required_literals
 from gputriage.snapshot.bundle import decode
 from gputriage.text.paste import PasteDoc
+
+# every detection of these tests is also made with every detector run (tests/detect_both.py)
+pytestmark = pytest.mark.usefixtures("lazy_and_eager_agree")
+
 
 _STEP = ("2025-03-02 10:{m:02d}:{s:02d},{ms:03d} [rank{r}] INFO train.py:412 step {n} loss "
          "0.{n:04d} lr 3.0e-04 tokens/s 61234.{r} mem 71.{r}G grad_norm 0.{m}\n")

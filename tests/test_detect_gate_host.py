@@ -5,6 +5,7 @@ as soon as one line that starts a claim is in it, whatever the line's format."""
 from __future__ import annotations
 
 import pytest
+from detect_both import lazy_and_eager_agree  # noqa: F401  (the fixture)
 
 from gputriage.ingest.detect import detect
 from gputriage.parsers import (
@@ -24,6 +25,10 @@ from gputriage.parsers import (
 from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.kernel_log import is_kernel_line, is_system_log_line
 from gputriage.text.paste import PasteDoc
+
+# every detection of these tests is also made with every detector run (tests/detect_both.py)
+pytestmark = pytest.mark.usefixtures("lazy_and_eager_agree")
+
 
 _STEP = ("2025-03-02 10:{m:02d}:{s:02d},{ms:03d} [rank{r}] INFO train.py:412 step {n} loss "
          "0.{n:04d} lr 3.0e-04 tokens/s 61234.{r} mem 71.{r}G grad_norm 0.{m}\n")

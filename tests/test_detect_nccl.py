@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from detect_both import lazy_and_eager_agree  # noqa: F401  (the fixture)
 
 from gputriage.errors import InputError
 from gputriage.ingest import load_input, load_text
@@ -10,6 +11,10 @@ from gputriage.ingest.detect import detect, formats
 from gputriage.parsers.detect_jobs import is_tests_prompt, source_for_command
 from gputriage.parsers.nccl_log import parse_nccl_log
 from gputriage.parsers.nccl_tests import parse_nccl_tests
+
+# every detection of these tests is also made with every detector run (tests/detect_both.py)
+pytestmark = pytest.mark.usefixtures("lazy_and_eager_agree")
+
 
 TESTS_HEAD = """\
 # nThread 1 nGpus 8 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from detect_both import lazy_and_eager_agree  # noqa: F401  (the fixture)
 
 from gputriage.engine.analysis import analyze
 from gputriage.errors import InputError
@@ -18,6 +19,10 @@ from gputriage.ingest import load_text
 from gputriage.ingest.detect import detect
 from gputriage.model import Result, Severity
 from gputriage.text.framing import unframe_lines
+
+# every detection of these tests is also made with every detector run (tests/detect_both.py)
+pytestmark = pytest.mark.usefixtures("lazy_and_eager_agree")
+
 
 FRAGMENTS = Path(__file__).resolve().parent / "fixtures" / "fragments"
 

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from detect_both import lazy_and_eager_agree  # noqa: F401  (the fixture)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,10 @@ from gputriage.ingest import load_input, load_inputs, load_text
 from gputriage.ingest.detect import EXPECTED, detect, formats, kernel_lines, source_for_command
 from gputriage.snapshot.writer import new_manifest, source_record, write_snapshot
 from gputriage.text.paste import PasteDoc
+
+# every detection of these tests is also made with every detector run (tests/detect_both.py)
+pytestmark = pytest.mark.usefixtures("lazy_and_eager_agree")
+
 
 TABLE = """\
 Tue Mar  4 09:12:44 2025

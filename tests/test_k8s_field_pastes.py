@@ -9,11 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from detect_both import lazy_and_eager_agree  # noqa: F401  (the fixture)
 from golden import flat
 
 from gputriage.engine.analysis import analyze
 from gputriage.ingest import load_text
 from gputriage.model import DRAINING_ACTIONS, Action, Blame, Severity
+
+# every detection of these tests is also made with every detector run (tests/detect_both.py)
+pytestmark = pytest.mark.usefixtures("lazy_and_eager_agree")
+
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONFIGMAP = """\

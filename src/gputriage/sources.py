@@ -590,12 +590,22 @@ def load(ref: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(f"gputriage.{module}"), func)
 
 
-def detectors() -> list[Callable[[Any], None]]:
-    """The paste detectors in the order they run (a detector several sources name,
-    once, at its first place)."""
-    out: list[Callable[[Any], None]] = []
+def detector_refs() -> list[str]:
+    """The ``"module:function"`` of each paste detector in the order they run (a detector
+    several sources name, once, at its first place), none of them imported."""
+    out: list[str] = []
     for src in sorted((s for s in SOURCES if s.detector), key=lambda s: s.detect_order):
-        fn = load(src.detector or "")
+        if src.detector not in out:
+            out.append(src.detector or "")
+    return out
+
+
+def detectors() -> list[Callable[[Any], None]]:
+    """The paste detectors in the order they run (see :func:`detector_refs`), imported
+    (two references to one function give it once)."""
+    out: list[Callable[[Any], None]] = []
+    for ref in detector_refs():
+        fn = load(ref)
         if fn not in out:
             out.append(fn)
     return out

@@ -7,6 +7,10 @@ order and the commands that name a source all come from
 :mod:`gputriage.sources`. Lines nobody claims are ignored. A segment whose
 content is not recognised falls back on the command in its prompt line
 (``$ nvidia-smi -q | grep Fabric``).
+
+A detector whose gates' literals the paste cannot hold (what
+:mod:`gputriage.parsers.detect_table` says of them, before the detector's module is
+imported) is not run, nor imported: it would claim nothing.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gputriage import sources
+from gputriage.parsers.detect_gate import GateEntry, may_open
 from gputriage.parsers.detect_jobs import is_tests_prompt
 from gputriage.parsers.detect_kernel import is_kernel_line, kernel_lines
-from gputriage.parsers.ib_tools import PERFQUERY_HEAD
+from gputriage.parsers.detect_table import GATES
 from gputriage.text.framing import originals, unframe_lines
 from gputriage.text.paste import BARRIER, PasteDoc
 from gputriage.text.prompts import programs, source_for_command, subcommands
@@ -66,8 +71,19 @@ _FENCE = re.compile(r"^\s*```")
 
 
 @functools.cache
-def _detectors() -> tuple[Callable[[PasteDoc], None], ...]:
-    return tuple(sources.detectors())
+def _detectors() -> tuple[tuple[str, GateEntry | None], ...]:
+    """Each detector's reference, in the order they run, with what its gates look for."""
+    return tuple((ref, GATES.get(ref)) for ref in sources.detector_refs())
+
+
+def _claim(doc: PasteDoc) -> None:
+    """Run the detectors over ``doc`` in order, but those whose gates cannot open."""
+    for ref, gate in _detectors():
+        if gate is None or may_open(doc, *gate):
+            _load(ref)(doc)
+
+
+_load = functools.cache(sources.load)  # a detector imported once, when a paste needs it
 
 
 @functools.cache
@@ -88,6 +104,14 @@ class _Segment:
     command: str | None
 
 
+def _perfquery_head(line: str) -> bool:
+    """Whether a line that looks like a root prompt is perfquery's header (ib_tools is
+    imported only when a paste has such a line)."""
+    from gputriage.parsers.ib_tools import PERFQUERY_HEAD
+
+    return PERFQUERY_HEAD.match(line) is not None
+
+
 def _segments(doc: PasteDoc) -> list[_Segment]:
     """Mark prompt lines and fences as barriers; the segments they open."""
     segments = [_Segment(0, 0, None)]
@@ -95,7 +119,7 @@ def _segments(doc: PasteDoc) -> list[_Segment]:
     while i < len(doc.lines):
         ln = doc.lines[i]
         m = _PROMPT.match(ln) or _BARE_CMD.match(ln)
-        if m and (is_tests_prompt(doc.lines, i) or PERFQUERY_HEAD.match(ln)):
+        if m and (is_tests_prompt(doc.lines, i) or _perfquery_head(ln)):
             m = None  # "# nThread 1 nGpus 8 ...", "# Port counters: Lid 2 port 1": output
         elif m or _FENCE.match(ln):
             cmd = m.group("cmd").strip() if m else None
@@ -162,8 +186,7 @@ def detect_framed(text: str) -> tuple[list[tuple[str, str]], dict[str, dict[str,
     if framed:
         doc.lines = payloads
     segments = _segments(doc)
-    for claim in _detectors():
-        claim(doc)
+    _claim(doc)
     ends = [s.prompt for s in segments[1:]] + [len(doc.lines)]
     for seg, end in zip(segments, ends, strict=True):
         _apply_command(doc, seg, end)

@@ -19,7 +19,7 @@ from typing import Any
 from gputriage.errors import ParseError
 from gputriage.io import safejson
 from gputriage.parsers.container_engines import nvidia_runtime
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -165,6 +165,7 @@ def _jsonish(line: str) -> bool:
 _GATE = Gate(_MARKER)  # no claim without a free line with a key of the CRI plugin
 
 
+@gated_by(_GATE)
 def claim_crictl_info(doc: PasteDoc) -> None:
     """The JSON of ``crictl info`` (or the part of it pasted) around a line with a key
     of the CRI plugin's runtimes: every JSON-looking line next to it."""

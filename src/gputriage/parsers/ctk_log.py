@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.device_plugin_log import split_log_line
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
@@ -135,6 +135,7 @@ def _is_ctk(line: str) -> bool:
 _GATE = Gate(_CTK_ANCHOR)  # no run is claimed without an anchor on a free line
 
 
+@gated_by(_GATE)
 def claim_ctk_log(doc: PasteDoc) -> None:
     """Runs of logrus short lines (``INFO[0000] ...``) of which one says what only
     nvidia-ctk says (a config written, a CRI plugin, a CDI spec, devices selected); and

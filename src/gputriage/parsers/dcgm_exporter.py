@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.nv_hostengine import PROFILING_BUSY
 from gputriage.text.fields import ParseError, as_float, normalize_bus_id, split_lines, strict_int
 from gputriage.text.paste import PasteDoc
@@ -191,6 +191,7 @@ def _is_metric_line(line: str) -> bool:
 _METRICS_GATE = Gate(_SAMPLE, _META, _SERIES, test=_is_metric_line)  # each names DCGM_
 
 
+@gated_by(_METRICS_GATE)
 def claim_metrics(doc: PasteDoc) -> None:
     """Lines of DCGM samples (or series without a value) and their ``# HELP`` / ``# TYPE``
     lines."""
@@ -336,6 +337,7 @@ _LOG_GATE = Gate(_LOGRUS, _BARE, _SHARED, _LEGACY,
                  test=_is_exporter_line)
 
 
+@gated_by(_LOG_GATE)
 def claim_exporter_log(doc: PasteDoc) -> None:
     """Runs of logrus / exporter lines of which one at least is dcgm-exporter's own."""
     if not _LOG_GATE.open(doc):

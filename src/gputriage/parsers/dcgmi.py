@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputriage.io import safejson
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import ParseError, normalize_bus_id, split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -370,6 +370,7 @@ def _json_block(doc: PasteDoc, i: int) -> tuple[int, int] | None:
 _GATE = Gate(_HEALTH_START, _NVLINK_START, literals=('"Health Monitor Report"', " found."))
 
 
+@gated_by(_GATE)
 def claim_dcgmi(doc: PasteDoc) -> None:
     """Blocks of dcgmi discovery, health (its tree or -j JSON) and nvlink, each to its
     source."""

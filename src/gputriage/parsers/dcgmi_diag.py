@@ -28,7 +28,7 @@ from gputriage.parsers.dcgmi_diag_model import (
     status_word,
     worst,
 )
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -260,6 +260,7 @@ def _starts_claim(doc: PasteDoc, i: int) -> bool:
 _GATE = Gate(_DCGMI_ERRORS, _REFUSAL, literals=("|", "---", "{"), test_at=_starts_claim)
 
 
+@gated_by(_GATE)
 def claim_dcgmi_diag(doc: PasteDoc) -> None:
     """The diag table (from its header, a section line or a test row, with the
     "Successfully ran" line above it), its -j JSON, and dcgmi diag's error lines."""

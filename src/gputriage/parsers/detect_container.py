@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.detect_gate import Gate, gated_blocks, gated_lines
+from gputriage.parsers.detect_gate import Gate, gated_blocks, gated_by, gated_lines
 from gputriage.text.paste import PasteDoc
 
 __all__ = ["claim_container_cli_info", "claim_container_config", "claim_container_env"]
@@ -22,6 +22,7 @@ _FIELD = re.compile(r"^(?:NVRM|CUDA) version:|^(?:Device (?:Index|Minor)|Model|B
 _CLI_GATE = Gate(_NVRM)  # no claim without a free "NVRM version:" line
 
 
+@gated_by(_CLI_GATE)
 def claim_container_cli_info(doc: PasteDoc) -> None:
     """``nvidia-container-cli info``: its version and device fields, and its debug lines;
     only when both a version and a device are among the lines left."""
@@ -67,6 +68,8 @@ def _is_yaml_line(line: str) -> bool:
     return bool(_YAML_LINE.match(line))
 
 
+@gated_by(_TOOLKIT_ANCHOR, _CONTAINERD_ANCHOR, _CDI_ANCHOR, *_JSON_GATES.values(),
+          _CTK_VERSION_GATE, _CTK_LIST_GATE)
 def claim_container_config(doc: PasteDoc) -> None:
     """The container stack's configuration files and ``nvidia-ctk`` outputs."""
     for name, anchor, line_ok in (
@@ -109,6 +112,7 @@ def _claim_json(doc: PasteDoc, name: str, key: re.Pattern[str]) -> None:
 _ENV = re.compile(r"^\s*(?:export\s+|declare -x\s+)?(?:NVIDIA|CUDA)_[A-Z0-9_]+=\S*\s*$")
 
 
+@gated_by(_ENV)
 def claim_container_env(doc: PasteDoc) -> None:
     """``env`` lines that set NVIDIA_* or CUDA_* variables (what a container was given),
     when the job's own output did not take them."""

@@ -9,6 +9,12 @@ once per paste whichever detectors share it), no line can match and the detector
 at once. The gate is a necessary condition by construction: an expression with no
 required literal (a class or an optional part only) makes its gate always open, and so
 does a paste with a non-ASCII character (whose case folding ``str.lower`` may not mirror).
+
+A detector declares the gates it claims through (:func:`gated_by`): it claims nothing
+when none of them is open. Their literals and searches, per detector, are stored in
+:mod:`gputriage.parsers.detect_table` (written by ``tools/gate_table.py`` from these
+declarations), so that :func:`may_open` can tell whether a paste may hold anything of a
+detector without importing the detector's module.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ try:  # the regex parser of Python 3.11+ (of 3.10 below)
 except ImportError:  # pragma: no cover - Python 3.10
     sre, sre_parse = importlib.import_module("sre_constants"), importlib.import_module("sre_parse")
 
-__all__ = ["Gate", "gated_blocks", "gated_lines", "required_literals"]
+__all__ = ["Gate", "declared_gates", "gate_entry", "gated_blocks", "gated_by", "gated_lines",
+           "may_open", "required_literals"]
 
 _TRANSPARENT = {sre.AT, sre.ASSERT, sre.ASSERT_NOT}  # zero-width: a literal run goes on
 _REPEATS = {sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", sre.MAX_REPEAT)}
@@ -100,12 +107,13 @@ _LOWERED_MAX = 16 << 20  # a paste this long is searched in a lowercased copy
 
 
 def _words(text: str) -> str | None:
-    """The paste's words (runs of letters, lowercased), each once, between spaces; None
-    for a run of letters over a chunk long (then no literal is ruled out)."""
+    """The paste's words (runs of ASCII letters, lowercased; any other character parts
+    them), each once, between spaces; None for a run of letters over a chunk long (then
+    no literal is ruled out)."""
     words: set[bytes] = set()
     pos = 0
     while pos < len(text):
-        data = text[pos:pos + _CHUNK].encode("ascii").translate(_LETTERS)
+        data = text[pos:pos + _CHUNK].encode("ascii", "replace").translate(_LETTERS)
         if pos + len(data) < len(text):  # cut after the last non-letter: no word split
             cut = data.rfind(b" ") + 1
             if not cut:
@@ -127,6 +135,7 @@ class _Seen:
         self.starts: list[int] | None = None
         self.lowered: str | None = None
         self.absent: set[str] = set()
+        self.absent_anywhere: set[str] = set()  # literals on no line, claimed or not
 
     def may_hold(self, literal: str) -> bool:
         """False when the words of the paste rule ``literal`` out: each run of letters
@@ -165,7 +174,7 @@ class _Seen:
 
     def free_lines(self, doc: PasteDoc, literal: str) -> Iterator[int]:
         """The lines of ``doc`` nobody claimed that hold ``literal``, in order."""
-        if literal in self.absent:
+        if literal in self.absent or literal in self.absent_anywhere:
             return
         if not self.may_hold(literal):
             self.absent.add(literal)
@@ -200,6 +209,15 @@ def _literal_re(literal: str) -> re.Pattern[str]:
 _SEEN: weakref.WeakKeyDictionary[PasteDoc, _Seen] = weakref.WeakKeyDictionary()
 
 
+def _seen(doc: PasteDoc) -> _Seen:
+    """What is known of ``doc``'s text so far (the gates of every detector share it)."""
+    text = doc.text
+    seen = _SEEN.get(doc)
+    if seen is None or seen.text is not text:
+        seen = _SEEN[doc] = _Seen(text)
+    return seen
+
+
 class Gate:
     """Whether a free line of a paste may hold a match of any of ``patterns`` (or one of
     ``literals``, words compared lowercased that a detector looks for without a regex);
@@ -232,9 +250,7 @@ class Gate:
         text = doc.text
         if not text.isascii():
             return True
-        seen = _SEEN.get(doc)
-        if seen is None or seen.text is not text:
-            seen = _SEEN[doc] = _Seen(text)
+        seen = _seen(doc)
         tested: set[int] = set()
         found = itertools.chain.from_iterable(
             [*(seen.free_lines(doc, lit) for lit in self.literals),
@@ -266,3 +282,72 @@ def gated_lines(doc: PasteDoc, name: str, pat: re.Pattern[str]) -> None:
     """:func:`~gputriage.text.paste.claim_lines`, when a free line may hold ``pat``."""
     if _gate_of(pat).open(doc):
         claim_lines(doc, name, pat)
+
+
+# --- the look before a detector's module is imported ----------------------------------
+
+# a detector's gates as data: their literals, and their searches as (pattern, flags)
+GateEntry = tuple[tuple[str, ...], tuple[tuple[str, int], ...]]
+_Detector = Callable[[PasteDoc], None]
+_DECLARED: dict[Callable[..., object], tuple[Gate, ...]] = {}
+
+# the characters that are not ASCII but that case folding (``str.lower``, ``upper``,
+# ``casefold``, a regex's IGNORECASE) turns into ASCII letters or matches with one:
+# where one is in a paste, its ASCII words do not rule a literal out
+# (tests/test_detect_lazy.py computes the set again from the Unicode tables)
+FOLDS_INTO_ASCII = ("\u00df\u0130\u0131\u0149\u017f\u01f0\u1e96\u1e97\u1e98\u1e99\u1e9a"
+                    "\u1e9e\u212a\ufb00\ufb01\ufb02\ufb03\ufb04\ufb05\ufb06")
+_FOLDING = re.compile(f"[{FOLDS_INTO_ASCII}]")
+
+
+def gated_by(*gates: Gate | re.Pattern[str]) -> Callable[[_Detector], _Detector]:
+    """Declare that the detector below claims nothing when none of ``gates`` is open (a
+    pattern stands for the gate :func:`gated_blocks` / :func:`gated_lines` give it). The
+    detector is returned as it is: the declaration is what ``tools/gate_table.py`` reads
+    to write :mod:`gputriage.parsers.detect_table`."""
+    declared = tuple(g if isinstance(g, Gate) else _gate_of(g) for g in gates)
+
+    def declare(detector: _Detector) -> _Detector:
+        _DECLARED[detector] = declared
+        return detector
+
+    return declare
+
+
+def declared_gates(detector: Callable[..., object]) -> tuple[Gate, ...] | None:
+    """The gates a detector declared with :func:`gated_by` (None: it declared none)."""
+    return _DECLARED.get(detector)
+
+
+def gate_entry(gates: tuple[Gate, ...] | None) -> GateEntry | None:
+    """The literals and searches of ``gates`` together, as the table stores them; None
+    when a detector declared no gate or one of its gates is always open."""
+    if not gates or any(g.literals is None for g in gates):
+        return None
+    literals = sorted({lit for g in gates for lit in g.literals or ()})
+    searches = sorted({(s.pattern, s.flags) for g in gates for s in g.searches})
+    return tuple(literals), tuple(searches)
+
+
+@functools.lru_cache(maxsize=256)
+def _search_re(pattern: str, flags: int) -> re.Pattern[str]:
+    return re.compile(pattern, flags)
+
+
+def may_open(doc: PasteDoc, literals: tuple[str, ...],
+             searches: tuple[tuple[str, int], ...] = ()) -> bool:
+    """False only when no line of ``doc``, claimed or not, can hold one of ``literals``
+    (in any case) or a match of ``searches``: then no gate made of them is open. A
+    paste that is not ASCII is read by its ASCII words, unless a character of it folds
+    into an ASCII letter (:data:`FOLDS_INTO_ASCII`)."""
+    text = doc.text
+    if not text.isascii() and _FOLDING.search(text):
+        return True
+    seen = _seen(doc)
+    for literal in literals:
+        if literal in seen.absent_anywhere:
+            continue
+        if seen.may_hold(literal) and seen.find(literal, 0) >= 0:
+            return True
+        seen.absent_anywhere.add(literal)
+    return any(_search_re(pattern, flags).search(text) for pattern, flags in searches)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.detect_kernel import is_kernel_line
 from gputriage.parsers.nccl_lines import is_nccl_line, strip_shippers
 from gputriage.parsers.nccl_tests import is_nccl_tests_line
@@ -130,6 +130,7 @@ _STRONG_GATE = Gate(literals=("#", "failure"),
                     test=lambda line: _TESTS_STRONG.search(strip_shippers(line)))
 
 
+@gated_by(_STRONG_GATE)
 def claim_nccl_tests(doc: PasteDoc) -> None:
     """Claim each run of nccl-tests lines (NCCL records and blank lines may sit in
     between) that holds at least one line only nccl-tests prints."""

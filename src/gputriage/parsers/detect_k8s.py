@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.k8s_describe import (
     EVENT_ROW,
     GET_EVENT_ROW,
@@ -171,6 +171,11 @@ def _fragment_end(doc: PasteDoc, start: int, base: int) -> int:
     return end
 
 
+# what _claim_json looks for first: a line that starts with { or [
+_JSON_GATE = Gate(searches=(re.compile(r"\A" + _JSON_FIRST.pattern), _JSON_NEXT))
+
+
+@gated_by(_JSON_GATE, _YAML_GATE, _FRAGMENT_GATE)
 def claim_k8s_objects(doc: PasteDoc) -> None:
     """Kubernetes API objects as JSON or YAML (``kubectl get -o json|yaml``, manifests)
     and the YAML fragments of them people paste (conditions, status, spec, labels)."""
@@ -262,6 +267,7 @@ _LABEL_GATE = Gate(_LABEL_LINE)
 _K_GATE = Gate(_K_DESCRIBE)
 
 
+@gated_by(_FIELD_GATE, _ROW_GATE, _LABEL_GATE, _K_GATE)
 def claim_k8s_describe(doc: PasteDoc) -> None:
     """``kubectl describe`` output (nodes, pods, other objects) whole or grep-ed: its
     fields and sections, event rows, condition rows, scheduler messages, GFD labels."""
@@ -315,6 +321,7 @@ _HEAD_GATE = Gate(literals=("name", "reason", "node"), test=_table_head)
 _POD_GATE = Gate(searches=(re.compile(r"/(?<=[0-9]/)[0-9]"),), test=POD_ROW.match)
 
 
+@gated_by(_HEAD_GATE, _POD_GATE)
 def claim_k8s_table(doc: PasteDoc) -> None:
     """``kubectl get`` tables of pods, nodes, DaemonSets and events, custom-columns
     tables of GPUs per node, and runs of pod rows without their header."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.kernel_log import is_kernel_line, is_log_record, is_system_log_line
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
@@ -68,6 +68,7 @@ _RECORD_GATE = Gate(
     test=_record)
 
 
+@gated_by(_RECORD_GATE)
 def claim_kernel_log(doc: PasteDoc) -> None:
     """Claim the log records among the lines left, when those lines are a log."""
     if not _RECORD_GATE.open(doc):

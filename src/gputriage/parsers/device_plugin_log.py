@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import ParseError, split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -323,6 +323,7 @@ def _own(line: str) -> bool:
 _GATE = Gate(literals=tuple(w for name in sorted(_OWN) for w in NEEDS[name]))
 
 
+@gated_by(_GATE)
 def claim_device_plugin_log(doc: PasteDoc) -> None:
     """Each run of log lines (and the configuration dump) around a record only the
     plugin prints, with the ``kubectl logs`` command line just above it when a

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -123,6 +123,7 @@ _DQ_CONT = re.compile(r"^\s*$|^\s|^(?:cuda\w+ returned|->|Result = |Detected [0-
 _GATE = Gate(_BANNER, _SUMMARY, _DETECTED, literals=("cudaGetDevice",))  # is_device_query_line
 
 
+@gated_by(_GATE)
 def claim_device_query(doc: PasteDoc) -> None:
     """deviceQuery output: from its banner (or its error) to its Result line."""
     if not _GATE.open(doc):

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import gated_blocks
+from gputriage.parsers.detect_gate import gated_blocks, gated_by
 from gputriage.text.fields import normalize_bus_id, split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -70,6 +70,7 @@ def parse_dmidecode_slots(text: str) -> list[Slot]:
 _SLOTS_START = re.compile(r"^(?:Handle 0x[0-9A-Fa-f]+, DMI type 9\b|System Slot Information\s*$)")
 
 
+@gated_by(_SLOTS_START)
 def claim_dmidecode_slots(doc: PasteDoc) -> None:
     """``dmidecode -t slot`` records (other DMI types stop a block)."""
     gated_blocks(doc, "dmidecode_slots", _SLOTS_START,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.parsers.detect_gate import gated_blocks
+from gputriage.parsers.detect_gate import gated_blocks, gated_by
 from gputriage.text.fields import ParseError, normalize_bus_id, parse_int, split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -224,6 +224,7 @@ def parse_nvidia_libs(tree: object) -> list[LibFile]:
 _NVRM_VERSION = re.compile(r"^NVRM version: NVIDIA ")
 
 
+@gated_by(_NVRM_VERSION)
 def claim_driver_version(doc: PasteDoc) -> None:
     """/proc/driver/nvidia/version: its NVRM line and the GCC line under it."""
     gated_blocks(doc, "proc_driver_nvidia_version", _NVRM_VERSION,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
 from gputriage.text.fields import ParseError, normalize_bus_id, split_lines
 from gputriage.text.paste import PasteDoc
@@ -280,6 +280,7 @@ _CLAIM_WORDS = ("fabric", "nvlsm", *_FM_WORDS)
 _CLAIM_WORDS_GATE = Gate(literals=_CLAIM_WORDS)
 
 
+@gated_by(_FM_LOG_GATE, _CLAIM_WORDS_GATE)
 def claim_fabricmanager_log(doc: PasteDoc) -> None:
     """The fabric manager's own log (from its first to its last record), then its
     journal lines and fabric-manager messages with their wrapped lines."""

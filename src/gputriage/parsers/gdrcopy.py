@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import ParseError, split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -140,6 +140,7 @@ _MARK_WORDS = ("gdr", "sanity.cpp", "GPU id:", "info.", "map_d_ptr", " BW: ")
 _MARK_GATE = Gate(literals=_MARK_WORDS)  # a claim starts at a free line holding one
 
 
+@gated_by(_MARK_GATE)
 def claim_gdrcopy(doc: PasteDoc) -> None:
     """Each run of GDRCopy output lines around a line only GDRCopy prints."""
     if not _MARK_GATE.open(doc):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.device_plugin_log import split_log_line
 from gputriage.text.fields import ParseError, split_lines
 from gputriage.text.paste import PasteDoc
@@ -299,6 +299,7 @@ def _anchor(line: str) -> bool:
 _GATE = Gate(literals=tuple(w for name in sorted(_ANCHORS) for w in NEEDS[name]))
 
 
+@gated_by(_GATE)
 def claim_gpu_operator_log(doc: PasteDoc) -> None:
     """Each block of non-blank lines around a record of the operator's containers."""
     if not _GATE.open(doc):

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import normalize_bus_id, split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -260,6 +260,7 @@ def _reset_related(line: str) -> bool:
     return is_reset_line(line) or is_reset_context(line)
 
 
+@gated_by(_GATE)
 def claim_gpu_reset(doc: PasteDoc) -> None:
     """GPU reset / MIG mode change messages, and what goes with them in a paste."""
     if not _GATE.open(doc) or not any(doc.free(i) and is_reset_line(ln)

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -134,6 +134,7 @@ def parse_health_marks(text: str) -> list[HealthMark]:
 _GATE = Gate(_CODE, _EKS_CODE, _EKS_DCGM_DOWN)  # what _code_of finds
 
 
+@gated_by(_GATE)
 def claim_health_marks(doc: PasteDoc) -> None:
     """Each free line naming a DCGM error code, with its record's lines around it."""
     if not _GATE.open(doc):

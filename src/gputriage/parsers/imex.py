@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.fabricmanager import LOG_LINE
 from gputriage.parsers.systemd import JOURNAL_LINE
 from gputriage.text.fields import ParseError, split_lines
@@ -120,6 +121,10 @@ def _imex_only(line: str) -> bool:
         and _IMEX_ONLY.search(line) is not None
 
 
+_IMEX_GATE = Gate(literals=_IMEX_WORDS)  # what a claim starts at (doc.lines_with)
+
+
+@gated_by(_IMEX_GATE)
 def claim_imex_log(doc: PasteDoc) -> None:
     """From an IMEX header, banner or IMEX-only message to the end of the run of log
     records around it."""

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import gated_blocks, gated_lines
+from gputriage.parsers.detect_gate import Gate, gated_blocks, gated_by, gated_lines
 from gputriage.parsers.driver import split_tree
 from gputriage.parsers.ib_tools import (
     PERFQUERY_HEAD,
@@ -664,6 +664,12 @@ def _indented(line: str) -> bool:
     return bool(_INDENTED.match(line))
 
 
+# what the rdma link and problem lines are looked for by (doc.lines_with)
+_RDMA_LINK_GATE, _PROBLEM_GATE = Gate(literals=("state ",)), Gate(literals=_PROBLEM_WORDS)
+
+
+@gated_by(_CA_START, _IBSTATUS_START, _HCA_START, _IBDEV2NETDEV, _GIDS_HEAD, PERFQUERY_HEAD,
+          _RDMA_LINK_GATE, _PROBLEM_GATE)
 def claim_ib_tools(doc: PasteDoc) -> None:
     """ibstat, ibstatus, ibv_devinfo, ibdev2netdev, show_gids, rdma link and perfquery
     outputs, and the tools' "no device" complaints: the ``ibstat`` source."""

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.pci import PciFunction
 from gputriage.text.fields import normalize_bus_id, split_lines
 from gputriage.text.paste import PasteDoc
@@ -480,6 +480,7 @@ def _claim_excerpt(doc: PasteDoc) -> None:
         doc.claim("lspci_nvidia", start, end)
 
 
+@gated_by(_HEAD_GATE, _LINK_GATE)
 def claim_lspci(doc: PasteDoc) -> None:
     """``lspci -vvv`` blocks of NVIDIA and Mellanox functions and of bridges that show
     their ACS controls or their PCIe port's link, else an excerpt of link or ACSCtl

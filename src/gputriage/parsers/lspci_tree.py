@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -143,6 +143,7 @@ def parse_lspci_tree(text: str) -> list[TreeNode]:
 _FIRST_GATE = Gate(_FIRST)
 
 
+@gated_by(_FIRST_GATE)
 def claim_lspci_tree(doc: PasteDoc) -> None:
     """An ``lspci -t``/``-tv`` tree: from a line that draws a root bus, every line that
     goes on drawing it."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import ParseError, split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -184,6 +184,7 @@ def parse_module_build(text: str) -> ModuleBuild:
 _MARK_GATE = Gate(literals=_MARK_WORDS)  # a claim starts at a free line holding one
 
 
+@gated_by(_MARK_GATE)
 def claim_module_build(doc: PasteDoc) -> None:
     """Each run of non-blank lines holding a build or install marker (and the runs
     beside it, one blank line apart, that hold a failure), kernel log lines left out;

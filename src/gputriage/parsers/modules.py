@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gputriage.parsers.detect_gate import gated_blocks, gated_lines
+from gputriage.parsers.detect_gate import gated_blocks, gated_by, gated_lines
 from gputriage.text.fields import ParseError, split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -93,6 +93,7 @@ _PROC_ROW = re.compile(
     r"(?:\s+\S+)?\s*$")
 
 
+@gated_by(_LSMOD_HEAD, _PROC_ROW)
 def claim_modules(doc: PasteDoc) -> None:
     """``lsmod`` (header and rows) and /proc/modules rows (or nvidia* rows of lsmod)."""
     gated_blocks(doc, "proc_modules", _LSMOD_HEAD, lambda s: bool(_LSMOD_ROW.match(s)))

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import Gate, gated_blocks
+from gputriage.parsers.detect_gate import Gate, gated_blocks, gated_by
 from gputriage.parsers.driver import split_tree
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
@@ -230,6 +230,7 @@ def _claim_lscpu(doc: PasteDoc) -> None:
         i = max(end, i + 1)
 
 
+@gated_by(_NUMACTL_START, _LSCPU_GATE)
 def claim_numactl(doc: PasteDoc) -> None:
     """``numactl -H`` output, then ``lscpu`` output: the ``numactl`` source."""
     gated_blocks(doc, "numactl", _NUMACTL_START, lambda s: bool(_NUMACTL_LINE.match(s)))

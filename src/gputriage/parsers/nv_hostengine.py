@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.parsers.dcgmi import HOSTENGINE_ERROR
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import ParseError, split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -111,6 +111,7 @@ def parse_hostengine_log(text: str) -> HostengineLog:
 _GATE = Gate(_JOURNAL, _WATCH, _PLAIN, searches=(re.compile(r"\[[0-9]{1,10}:[0-9]{1,10}\]"),))
 
 
+@gated_by(_GATE)
 def claim_hostengine_log(doc: PasteDoc) -> None:
     """nv-hostengine's debug-log and journal records, and dcgmi's "cannot connect" lines
     (a bare ``Error: Failed to initialize NVML`` stays the job log's: any NVML user

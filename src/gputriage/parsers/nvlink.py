@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import ParseError, split_lines, strict_float, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -341,6 +341,7 @@ def _link_line(line: str) -> bool:
     return bool(_LINK_ROW.match(line) or line.strip() in ("", "...") or set(line.strip()) == {"."})
 
 
+@gated_by(_GPU_GATE)
 def claim_nvlink(doc: PasteDoc) -> None:
     """``nvidia-smi nvlink -s`` / ``-e`` blocks: a GPU line and its links (error
     counters make it ``nvidia_smi_nvlink_errors``)."""

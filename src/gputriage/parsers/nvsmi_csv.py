@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.detect_kernel import is_kernel_line
 from gputriage.parsers.nvsmi import (
     SmiGpu,
@@ -419,6 +419,7 @@ _GATE = Gate(literals=(*_KNOWN_PREFIXES, "gpu-", "mig-"),
              test=lambda line: is_csv_header(line) or is_csv_row(line))
 
 
+@gated_by(_GATE)
 def claim_nvsmi_csv(doc: PasteDoc) -> None:
     """nvidia-smi --query-* CSV: a header and its rows, or rows that carry a bus id or
     a GPU UUID (noheader); rows after a query's prompt line come by its command."""

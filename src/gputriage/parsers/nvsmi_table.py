@@ -16,7 +16,7 @@ import re
 
 from gputriage.errors import ParseError
 from gputriage.parsers import nvsmi_mig
-from gputriage.parsers.detect_gate import Gate, gated_lines
+from gputriage.parsers.detect_gate import Gate, gated_by, gated_lines
 from gputriage.parsers.nvsmi import (
     MigDevice,
     SmiError,
@@ -380,6 +380,7 @@ def _claim_mig_boxes(doc: PasteDoc) -> None:
         doc.claim("nvidia_smi", s, _table_end(doc, i + 1))
 
 
+@gated_by(_TABLE_GATE, _ROW_GATE, _MIG_BOX_GATE, _SMI_ERR, _SMI_L, _MIG_MESSAGE)
 def claim_nvsmi_table(doc: PasteDoc) -> None:
     """The nvidia-smi table (with the clock line above it), excerpts of its GPU rows,
     nvidia-smi's error messages, ``nvidia-smi -L`` lines and the MIG listings

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import gated_blocks
+from gputriage.parsers.detect_gate import gated_blocks, gated_by
 from gputriage.parsers.nvsmi import (
     FieldSpec,
     SmiGpu,
@@ -284,6 +284,7 @@ def _q_line(line: str) -> bool:
     return bool(_Q_CONT.match(line))
 
 
+@gated_by(_Q_START, _Q_SECTION, _Q_GPU_KEY)
 def claim_nvsmi_text(doc: PasteDoc) -> None:
     """Whole ``nvidia-smi -q`` outputs (from the NVSMI LOG banner or a GPU header), then
     sections of it pasted alone."""

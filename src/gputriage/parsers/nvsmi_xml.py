@@ -14,7 +14,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.nvsmi import (
     FieldSpec,
     SmiGpu,
@@ -181,6 +181,7 @@ _XML_END = re.compile(r"</nvidia_smi_log>")
 _START_GATE = Gate(literals=("<nvidia_smi_log", "<?xml"))  # what the start line holds
 
 
+@gated_by(_START_GATE)
 def claim_nvsmi_xml(doc: PasteDoc) -> None:
     """The first ``nvidia_smi_log`` document (from its ``<?xml`` line when there is one)."""
     if not _START_GATE.open(doc):

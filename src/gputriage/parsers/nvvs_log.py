@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -96,6 +96,7 @@ def _is_record(line: str) -> bool:
 _GATE = Gate(_NVVS, test=_is_record)
 
 
+@gated_by(_GATE)
 def claim_nvvs_log(doc: PasteDoc) -> None:
     """Each NVVS record (a DCGM log line that is NVVS's) with the unprefixed lines after
     it, up to the next record or a blank line."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.systemd import JOURNAL_LINE, UNIT_LIFECYCLE
 from gputriage.text.fields import ParseError, normalize_bus_id, split_lines, strict_int
 from gputriage.text.paste import PasteDoc
@@ -163,6 +163,7 @@ _CLAIM = re.compile(r"(?:^|\s)nvidia-persistenced(?:\[[0-9]+\])?:"
 _GATE = Gate(_CLAIM)
 
 
+@gated_by(_GATE)
 def claim_persistenced_journal(doc: PasteDoc) -> None:
     """The daemon's records and systemd's records about its unit, line by line."""
     if not _GATE.open(doc):

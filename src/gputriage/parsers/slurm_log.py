@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -105,6 +106,10 @@ def parse_slurm_log(text: str) -> SlurmLog:
     return log
 
 
+_WORDS_GATE = Gate(literals=WORDS)  # one of them is in every paste it claims in
+
+
+@gated_by(_WORDS_GATE)
 def claim_slurm_log(doc: PasteDoc) -> None:
     """Each line of Slurm's that tells of a node's GPUs or a step's OOM kill, and the
     NodeName line of the `scontrol show node` block it sits in."""

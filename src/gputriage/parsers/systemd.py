@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import ParseError, parse_int, split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -208,6 +208,7 @@ def _claim_show(doc: PasteDoc, i: int) -> None:
 _GATE = Gate(literals=("persistenced", "fabricmanager"))
 
 
+@gated_by(_GATE)
 def claim_units(doc: PasteDoc) -> None:
     """``systemctl status`` / ``show`` of nvidia-persistenced and nvidia-fabricmanager."""
     if not _GATE.open(doc):

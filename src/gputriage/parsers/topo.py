@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
 
@@ -232,6 +232,7 @@ def _legend_line(line: str) -> bool:
     return not line.strip() or line[0].isspace()
 
 
+@gated_by(_HEAD_GATE)
 def claim_topo(doc: PasteDoc) -> None:
     """The matrix of ``nvidia-smi topo -m`` (header, rows) and its legends."""
     if not _HEAD_GATE.open(doc):

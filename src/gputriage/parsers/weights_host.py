@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -165,6 +165,7 @@ def parse_weights_host(text: str) -> WeightsHost:
 _HEADER_GATE = Gate(literals=(HEADER,))  # a report starts at a free header line
 
 
+@gated_by(_HEADER_GATE)
 def claim_weights_host(doc: PasteDoc) -> None:
     """The report's header line and the ``key: value`` lines under it."""
     if not _HEADER_GATE.open(doc):

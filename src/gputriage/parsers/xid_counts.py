@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from gputriage.errors import ParseError
-from gputriage.parsers.detect_gate import Gate
+from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.text.paste import PasteDoc
 
@@ -120,6 +120,7 @@ def _naming_line(doc: PasteDoc, start: int) -> int | None:
 _GATE = Gate(_XID)  # a block is claimed only under a line naming an Xid
 
 
+@gated_by(_GATE)
 def claim_xid_counts(doc: PasteDoc) -> None:
     """Each block of four or more nodes' counts with its Xid named just above (or in
     its markdown header): the block and that line."""

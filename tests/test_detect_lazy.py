@@ -1,0 +1,195 @@
+"""Detection leaves a detector out, unimported, when a paste cannot hold what its gates
+look for (src/gputriage/parsers/detect_table.py, written by tools/gate_table.py from the
+detectors' ``gated_by`` declarations): the table is what the tool writes, each declared
+set holds every gate a detector consults, and detection is the same with every detector
+run, on every corpus sample alone and inside a training job's log."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import detect_both
+import pytest
+from detect_both import claim_every_detector, lazy_and_eager_agree  # noqa: F401  (the fixture)
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from gputriage import sources
+from gputriage.ingest import detect as ingest_detect
+from gputriage.ingest.detect import detect, detect_framed
+from gputriage.parsers.detect_gate import (
+    FOLDS_INTO_ASCII,
+    Gate,
+    declared_gates,
+    gate_entry,
+    may_open,
+)
+from gputriage.parsers.detect_table import GATES
+from gputriage.snapshot.bundle import decode
+from gputriage.text.paste import PasteDoc
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = ROOT / "tools" / "gate_table.py"
+
+_STEP = ("2025-03-02 10:{m:02d}:{s:02d},{ms:03d} [rank{r}] INFO train.py:412 step {n} loss "
+         "0.{n:04d} lr 3.0e-04 tokens/s 61234.{r} mem 71.{r}G grad_norm 0.{m}\n")
+_NCCL = "gpu-node-018:43782:43782 [{r}] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
+
+
+def _training(lines: int) -> str:
+    return "".join((_NCCL if i % 97 == 5 else _STEP).format(
+        m=i * 7 % 60, s=i % 60, ms=i % 1000, r=i % 16, n=i) for i in range(lines))
+
+
+def test_the_table_is_what_the_tool_writes() -> None:
+    spec = importlib.util.spec_from_file_location("gate_table_tool", TOOL)
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.TABLE.read_text(encoding="utf-8") == tool.render(), (
+        "src/gputriage/parsers/detect_table.py is out of date: run python tools/gate_table.py")
+    assert list(GATES) == sources.detector_refs()
+
+
+def test_detection_imports_no_detector_a_training_log_cannot_hold() -> None:
+    """In a fresh process: of the 45 detectors, those whose gates a training log opens
+    are imported, the host outputs' are not."""
+    code = ("import sys\nfrom gputriage.ingest.detect import detect\n"
+            f"assert detect({_training(400)!r}) == [('nccl_log', {''.join(_NCCL.format(r=(i % 16)) for i in range(5, 400, 97))!r})]\n"  # noqa: E501
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('gputriage.parsers.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    for skipped in ("nvsmi_xml", "infiniband", "lspci", "dcgmi_diag", "topo", "fabricmanager",
+                    "gpu_reset", "module_build", "xid_counts"):
+        assert f"gputriage.parsers.{skipped}" not in out
+
+
+def test_the_characters_that_fold_into_ascii_letters() -> None:
+    """Every character but ASCII that a case mapping (lower, upper, casefold) turns into
+    an ASCII letter, or that a regex with IGNORECASE matches with one, is listed."""
+    letter = re.compile("[a-z]", re.IGNORECASE)
+    found = []
+    for code in range(0x80, sys.maxunicode + 1):
+        ch = chr(code)
+        forms = ch.lower() + ch.upper() + ch.casefold()
+        if letter.fullmatch(ch) or any("a" <= c.lower() <= "z" for c in forms if c.isascii()):
+            found.append(ch)
+    assert "".join(found) == FOLDS_INTO_ASCII
+
+
+def test_may_open_is_a_necessary_condition_of_a_gate() -> None:
+    gate = Gate(re.compile(r"\bfailed to reset GPU\b", re.IGNORECASE), literals=("NVML",),
+                searches=(re.compile(r"\[[0-9]{1,4}:[0-9]{1,4}\]"),))
+    entry = gate_entry((gate,))
+    assert entry is not None
+    job = _training(40)
+    for line, opens in (("Failed to reset GPU 0000:3b:00.0", True),
+                        ("libnvml.so.1 not found", True),  # inside a word
+                        ("[12:34] fault", True),  # a search
+                        ("cafe\u00e9: failed to reset GPU", True),  # not ASCII: its ASCII words
+                        ("caf\u00e9 GPU reset", False),
+                        ("\u212aelvin", True)):  # a letter that folds into k: may match
+        doc = PasteDoc(job + line + "\n")
+        assert may_open(doc, *entry) is opens, line
+        if not opens:
+            assert not gate.open(PasteDoc(job + line.encode("ascii", "replace").decode()))
+    assert not may_open(PasteDoc(job), *entry)
+    assert not gate.open(PasteDoc(job))
+    assert may_open(PasteDoc(job + "a | b\n"), ("|",)) and not may_open(PasteDoc(job), ("|",))
+
+
+_LITERALS = sorted({lit for entry in GATES.values() if entry for lit in entry[0]})
+_FILLER = st.text(st.characters(blacklist_characters=FOLDS_INTO_ASCII,
+                                blacklist_categories=("Cs",)), max_size=40)
+
+
+@given(before=_FILLER, after=_FILLER, literal=st.sampled_from(_LITERALS),
+       upper=st.lists(st.booleans(), min_size=60, max_size=60))
+def test_a_paste_that_holds_a_literal_in_any_case_may_open_it(
+        before: str, after: str, literal: str, upper: list[bool]) -> None:
+    """Whatever surrounds it (any character, ASCII or not, but those that fold into ASCII
+    letters), a literal of the table in the paste in any case is never ruled out."""
+    cased = "".join(c.upper() if up else c for c, up in zip(literal, upper, strict=False))
+    doc = PasteDoc(before + cased + after)
+    assume(literal in doc.text.lower())  # not cut by a line break, nor a trailing space dropped
+    assert may_open(doc, (literal,))
+
+
+def test_a_detector_without_a_gate_always_runs() -> None:
+    assert GATES["parsers.detect_jobs:claim_nccl_log"] is None
+    assert gate_entry(None) is None and gate_entry(()) is None
+    assert gate_entry((Gate(re.compile("[0-9]+")), Gate(literals=("x",)))) is None
+
+
+def _samples(corpus, category: str, cap: int = 1 << 20) -> list[tuple[str, str]]:
+    out = []
+    for sample in corpus.category(category):
+        raw = sample.path.read_bytes()[:cap]
+        if b"\0" in raw[:4096] or raw[:2] == b"\x1f\x8b":
+            continue
+        out.append((sample.path.name, decode(raw)))
+    return out
+
+
+def _claims_with_every_detector(text: str) -> list[tuple[str, str]]:
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(ingest_detect, "_claim", claim_every_detector)
+        return detect(text)
+
+
+@pytest.mark.parametrize("category", [str(n) for n in range(1, 12)])
+def test_detection_is_the_same_with_every_detector_on_the_corpus(corpus, category) -> None:
+    """Every sample (its first MiB) alone, and inside a training log where most detectors
+    are left out: the pieces found (names and bodies) and the framing's originals are
+    those found with every detector run."""
+    job = _training(60)
+    for name, text in _samples(corpus, category):
+        for paste in (text, job + text + job):
+            lazy = detect_framed(paste)
+            with pytest.MonkeyPatch.context() as m:
+                m.setattr(ingest_detect, "_claim", claim_every_detector)
+                eager = detect_framed(paste)
+            assert lazy == eager, name
+
+
+@pytest.mark.parametrize("category", [str(n) for n in range(1, 12)])
+def test_a_detector_consults_first_the_gates_it_declares(corpus, category, monkeypatch) -> None:
+    """Run over each corpus sample, a detector that declared its gates consults no other
+    gate before one of those opened (a gate inside a declared one may follow), and claims
+    a line only where the table says the paste may open one."""
+    consulted: list[tuple[Gate, bool]] = []
+    real_open = Gate.open
+
+    def open_(gate: Gate, doc: PasteDoc) -> bool:
+        consulted.append((gate, real_open(gate, doc)))
+        return consulted[-1][1]
+
+    monkeypatch.setattr(Gate, "open", open_)
+    for name, text in _samples(corpus, category, 256 << 10):
+        doc = PasteDoc(text)
+        for ref in sources.detector_refs():
+            detector = sources.load(ref)
+            consulted.clear()
+            before = list(doc.owner)
+            detector(doc)
+            declared = {id(g) for g in declared_gates(detector) or ()}
+            if not declared:
+                continue
+            for gate, opened in consulted:
+                assert id(gate) in declared, f"{ref} consults an undeclared gate on {name}"
+                if opened:
+                    break
+            entry = GATES[ref]
+            if doc.owner != before and entry is not None:
+                assert may_open(doc, *entry), f"{ref} claimed in {name}"
+
+
+@pytest.mark.usefixtures("lazy_and_eager_agree")
+def test_the_detection_tests_compare_both_ways() -> None:
+    paste = "$ nvidia-smi -L\nGPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-8d7f)\n" + _training(30)
+    assert [name for name, _ in detect(paste)] == ["nvidia_smi", "nccl_log"]
+    assert detect_both.COMPARED == [32]
