@@ -30,10 +30,11 @@ from itertools import product
 from pathlib import Path
 
 from gputriage.logscan.stamps import SYSLOG_NAMES, format_of, stamp_time, usec
+from gputriage.parsers.kernel_builders import xid_event
 from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_model import DriverEvent, LogLine
 from gputriage.parsers.kernel_patterns import XID, xid_details
-from gputriage.parsers.kernel_table import EVENTS, EventPattern, match_line, xid_event
+from gputriage.parsers.kernel_table import EVENTS, EventPattern, match_line
 from gputriage.text.fields import normalize_bus_id
 from gputriage.vocabulary import EventKind
 

@@ -1,7 +1,8 @@
 """What the kernel-log extractor works on and produces: the kinds of event, one
 event with the raw line(s) that prove it, and one log line as the reader hands it
-over. Shared by :mod:`.kernel_table`, :mod:`.kernel_extractor`, :mod:`.kernel_host`
-and :mod:`gputriage.logscan`; re-exported by :mod:`.kernel_events`."""
+over. Shared by :mod:`.kernel_table`, :mod:`.kernel_builders`, :mod:`.kernel_extractor`,
+:mod:`.kernel_host` and :mod:`gputriage.logscan`; re-exported by
+:mod:`gputriage.logscan.events`."""
 
 from __future__ import annotations
 

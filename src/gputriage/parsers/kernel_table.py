@@ -1,7 +1,8 @@
-"""The kernel-log events as one table: each row is a pattern with its kind, the
-literal(s) that make a line a candidate for the scanner, the cheap literal test a
-message must pass, its regular expression, the builder of its event, what later
-lines add to it, and a real sample line.
+"""The kernel-log events as one table, and the matching of a line against it: each row
+is a pattern with its kind, the literal(s) that make a line a candidate for the
+scanner, the cheap literal test a message must pass, its regular expression, the
+builder of its event (from :mod:`.kernel_builders`, :mod:`.kernel_host` or
+:mod:`.kernel_probe`), what later lines add to it, and a real sample line.
 
 A message is tried against the rows in order; the first row whose literal test
 holds (one of its ``needles`` in the message, or of its ``lower`` in the lower-cased
@@ -9,17 +10,50 @@ message) and whose regular expression matches (when it has one) decides: its bui
 event(s), an empty list (the line is this row's but proves nothing), or None (try
 the next row). A row that ``joins`` starts a message printed over several lines.
 :data:`ANCHORS` (the scanner's literals) and :data:`CONTEXT_ANCHORS` (those after
-which the scanner hands over the following lines too) are derived from the rows.
+which the scanner hands over the following lines too) are derived from the rows;
+:func:`match_line` tries only the rows whose literal test a message passes (an index of
+each literal to the rows that test it: each literal looked for once).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gputriage.parsers import kernel_host as host
 from gputriage.parsers import kernel_probe as probe
+from gputriage.parsers.kernel_builders import (
+    BOUND_ELSEWHERE,
+    DRIVER_LOAD,
+    HCA_FIRMWARE,
+    Builder,
+    aer_bus_error,
+    aer_received,
+    bandwidth,
+    bound_elsewhere,
+    core_dump,
+    driver_load,
+    firmware_load,
+    gsp_dump,
+    gsp_error,
+    gsp_timeout,
+    hca_firmware,
+    hung,
+    lockup,
+    mlx5_link,
+    module_load,
+    no_adapter,
+    no_firmware,
+    nothing,
+    nvlink,
+    on_gpu,
+    rm_init,
+    segfault,
+    sxid,
+    wrap,
+    xid_event,
+)
 from gputriage.parsers.kernel_follow import (
     AER_REPORT,
     API_MISMATCH,
@@ -33,44 +67,30 @@ from gputriage.parsers.kernel_follow import (
     Follow,
     Message,
 )
-from gputriage.parsers.kernel_model import DriverEvent, LogLine, make_event
+from gputriage.parsers.kernel_model import DriverEvent, LogLine
 from gputriage.parsers.kernel_patterns import (
     AER_BUS_ERROR,
     AER_RECEIVED,
     BANDWIDTH,
-    DEV_BUS,
     FALLEN_HEAD,
     FW_LOAD,
-    GPU_LIB,
     GSP_FAILURE,
     HUNG,
-    LINK,
     LOCKUP,
     MLX5_LINK,
     MODPROBE,
     NVLINK_FAILURE,
     RMINIT,
-    RPC_FUNCTION,
-    RPC_TIMEOUT,
     SEGFAULT,
     SXID,
-    SXID_CONT,
     SYMBOL,
     UDEV_MODPROBE,
     XID,
-    bus_near,
-    gpu_details,
-    sxid_details,
-    xid_details,
 )
-from gputriage.text.fields import normalize_bus_id
 from gputriage.vocabulary import EventKind
 
 __all__ = ["ANCHORS", "CONTEXT_ANCHORS", "EVENTS", "EventPattern", "match_line"]
 
-Match = re.Match[str]
-Found = DriverEvent | list[DriverEvent] | None
-Builder = Callable[[LogLine, str, Match | None], Found]
 K = EventKind
 
 
@@ -92,233 +112,9 @@ class EventPattern:
     requires: tuple[str, ...] = ()
 
 
-# --- builders of the NVIDIA driver's events ----------------------------------------------
-
-def _sxid(line: LogLine, msg: str, m: Match | None) -> Found:
-    assert m is not None
-    rest = m.group("rest").strip()
-    if rest.startswith("Data"):  # a lone data dump proves nothing new
-        return []
-    details = sxid_details(msg, m)
-    cont = SXID_CONT.match(rest)
-    if cont and cont.group("lvl"):
-        details.update(severity_level=cont.group("lvl"), engine_instance=cont.group("eng"))
-    return make_event(K.SXID, line, normalize_bus_id(m.group("bus")), details)
-
-
-def xid_event(line: LogLine, msg: str, m: Match | None) -> Found:
-    """An Xid; an Xid 79 line is also a fallen-off-bus event."""
-    assert m is not None
-    ev = make_event(K.XID, line, normalize_bus_id(m.group("bus")),
-                    xid_details(m.group("code"), m.group("rest")))
-    if "fallen off the bus" in msg:
-        return [ev, make_event(K.FALLEN_OFF_BUS, line, ev.bus_id)]
-    return ev
-
-
-def _on_gpu(kind: EventKind, with_gpu: bool = False) -> Builder:
-    """A builder of ``kind`` on the GPU the message (or the line's hint) names; with
-    ``with_gpu`` the driver function and GPU index too."""
-
-    def build(line: LogLine, msg: str, m: Match | None) -> Found:
-        return make_event(kind, line, bus_near(msg, line.bus_hint),
-                          gpu_details(msg) if with_gpu else None)
-
-    return build
-
-
-def _rm_init(line: LogLine, msg: str, m: Match | None) -> Found:
-    return make_event(K.RM_INIT_ADAPTER_FAILED, line, bus_near(msg, line.bus_hint),
-                      {"code": m.group("code")} if m else {})
-
-
-def _no_adapter(line: LogLine, msg: str, m: Match | None) -> Found:
-    return make_event(K.NO_ADAPTER_PROBED, line, None)
-
-
-# "NVRM: GPU 0000:01:00.0 is already bound to NovaCore." (nouveau, nova_core, vfio-pci...)
-_BOUND_ELSEWHERE = re.compile(r"GPU (?P<bus>[0-9a-fA-F:.]{7,16}) is already bound to "
-                              r"(?P<holder>[\w.-]{1,40})")
-
-
-def _bound_elsewhere(line: LogLine, msg: str, m: Match | None) -> Found:
-    """The driver found a GPU another kernel driver had taken: why it probed none."""
-    assert m is not None
-    return make_event(K.NO_ADAPTER_PROBED, line, normalize_bus_id(m.group("bus")),
-                      {"holder": m.group("holder").rstrip(".")})
-
-
-def _firmware_load(line: LogLine, msg: str, m: Match | None) -> Found:
-    assert m is not None
-    details = {"file": m.group("file"), "error": m.group("err")}
-    if m.group("ver"):
-        details["driver_version"] = m.group("ver")
-    return make_event(K.GSP_FIRMWARE_MISSING, line, bus_near(msg, line.bus_hint), details)
-
-
-def _no_firmware(line: LogLine, msg: str, m: Match | None) -> Found:
-    fn = msg.removeprefix("NVRM:").strip().partition(":")[0]
-    return make_event(K.GSP_FIRMWARE_MISSING, line, bus_near(msg, line.bus_hint),
-                      {"function": fn} if fn and " " not in fn else {})
-
-
-def _module_load(line: LogLine, msg: str, m: Match | None) -> Found:
-    assert m is not None
-    return make_event(K.MODULE_LOAD_FAILED, line, None,
-                      {k: v.strip() for k, v in m.groupdict().items() if v})
-
-
-def _gsp_dump(line: LogLine, msg: str, m: Match | None) -> Found:
-    """The header line of the driver's GSP timeout banner or RPC history dump: one GSP
-    RPC timeout on the GPU named, even without the Xid 119 line."""
-    return make_event(K.GSP_RPC_TIMEOUT, line, bus_near(msg, line.bus_hint),
-                      {**gpu_details(msg), "dump": "yes"})
-
-
-def _driver_load(line: LogLine, msg: str, m: Match | None) -> Found:
-    """The module's banner, printed once its probe is done: the driver was (re)loaded."""
-    assert m is not None
-    details = {"driver_version": m.group("ver"),
-               "open": "yes" if "Open" in m.group("flavour") else "no"}
-    return make_event(K.DRIVER_LOAD, line, None, details)
-
-
-def _nothing(line: LogLine, msg: str, m: Match | None) -> Found:
-    """The line belongs to the row above but proves nothing (no later row applies)."""
-    return []
-
-
-def _gsp_timeout(line: LogLine, msg: str, m: Match | None) -> Found:
-    details = gpu_details(msg)
-    t = RPC_TIMEOUT.search(msg)
-    if t:
-        details["timeout_s"] = t.group("secs")
-    f = RPC_FUNCTION.search(msg)
-    if f:
-        details["rpc_function"] = f.group("name")
-    if "rate limiting" in msg.lower():
-        details["rate_limited"] = "yes"
-    return make_event(K.GSP_RPC_TIMEOUT, line, bus_near(msg, line.bus_hint), details)
-
-
-def _core_dump(line: LogLine, msg: str, m: Match | None) -> Found:
-    """A GSP falcon core dump, one event per dump."""
-    return make_event(K.GSP_ERROR, line, bus_near(msg, line.bus_hint),
-                      {**gpu_details(msg), "lines": "1"})
-
-
-_GSP_CHATTER = ("rpc history", "rpc event history", "rpc buffer contains")
-
-
-def _gsp_error(line: LogLine, msg: str, m: Match | None) -> Found:
-    if any(c in msg.lower() for c in _GSP_CHATTER):
-        return None
-    return make_event(K.GSP_ERROR, line, bus_near(msg, line.bus_hint), gpu_details(msg))
-
-
-def _nvlink(line: LogLine, msg: str, m: Match | None) -> Found:
-    details = gpu_details(msg)
-    lk = LINK.search(msg)
-    if lk:
-        details["link"] = str(int(lk.group("link")))
-    return make_event(K.NVLINK_ERROR, line, bus_near(msg, line.bus_hint), details)
-
-
-def _aer_received(line: LogLine, msg: str, m: Match | None) -> Found:
-    """An AER "error received" line: the erring device by address or requester id."""
-    assert m is not None
-    bus = normalize_bus_id(m.group("bus")) if m.group("bus") else None
-    if bus is None and m.group("id"):
-        rid = int(m.group("id"), 16)
-        bus = f"0000:{rid >> 8:02x}:{(rid >> 3) & 0x1F:02x}.{rid & 7}"
-    details = {"severity": m.group("sev")}
-    reporter = DEV_BUS.match(msg)
-    if reporter:
-        details["reported_by"] = normalize_bus_id(reporter.group("bus")) or ""
-    return make_event(K.PCIE_AER, line, bus or bus_near(msg, line.bus_hint), details)
-
-
-def _aer_bus_error(line: LogLine, msg: str, m: Match | None) -> Found:
-    assert m is not None
-    details = {"severity": m.group("sev").strip(), "type": m.group("type").strip()}
-    if m.group("agent"):
-        details["agent"] = m.group("agent").strip()
-    return make_event(K.PCIE_AER, line, bus_near(msg, line.bus_hint), details)
-
-
-def _bandwidth(line: LogLine, msg: str, m: Match | None) -> Found:
-    details = {k: v for k, v in (m.groupdict() if m else {}).items() if v}
-    if "at" in details:
-        details["limiting_link"] = normalize_bus_id(details.pop("at")) or ""
-    return make_event(K.PCIE_BANDWIDTH_LIMITED, line, bus_near(msg, line.bus_hint), details)
-
-
-# an mlx4/mlx5 driver saying the HCA's firmware is too old for it: "mlx4_en 0000:0d:00.0:
-# LSO not supported, please upgrade to later FW version", "mlx4_core 0000:0d:00.0: Installed
-# FW has unsupported command interface revision 2"
-_HCA_FIRMWARE = re.compile(
-    r"(?P<driver>mlx[45]_\w{1,8})\s+(?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9])"
-    r"?:?.{0,160}?(?P<what>upgrade to (?:a )?(?:later|newer) FW version|unsupported command "
-    r"interface revision|FW version .{0,40}(?:too old|is not supported|unsupported))",
-    re.IGNORECASE)
-
-
-def _hca_firmware(line: LogLine, msg: str, m: Match | None) -> Found:
-    assert m is not None
-    return make_event(K.HCA_FIRMWARE_OLD, line, normalize_bus_id(m.group("bus") or ""),
-                      {"driver": m.group("driver"), "what": m.group("what")})
-
-
-def _mlx5_link(line: LogLine, msg: str, m: Match | None) -> Found:
-    assert m is not None
-    details = {"state": m.group("state").lower()}
-    if m.group("ifname"):
-        details["interface"] = m.group("ifname")
-    return make_event(K.MLX5_LINK, line, normalize_bus_id(m.group("bus")), details)
-
-
-def _segfault(line: LogLine, msg: str, m: Match | None) -> Found:
-    """A segfault in a GPU library (or of a GPU program); None for any other."""
-    assert m is not None
-    if not (GPU_LIB.search(m.group("lib") or "") or GPU_LIB.search(m.group("proc"))):
-        return None
-    details = {"process": m.group("proc"), "pid": m.group("pid"), "address": m.group("addr")}
-    if m.group("lib"):
-        details["library"] = m.group("lib")
-    return make_event(K.SEGFAULT, line, None, details)
-
-
-def _hung(line: LogLine, msg: str, m: Match | None) -> Found:
-    assert m is not None
-    return make_event(K.HUNG_TASK, line, None, {
-        "process": m.group("proc"), "pid": m.group("pid"), "seconds": m.group("secs"),
-        "in_nvidia": "no"})
-
-
-def _lockup(line: LogLine, msg: str, m: Match | None) -> Found:
-    assert m is not None
-    return make_event(K.SOFT_LOCKUP, line, None, {
-        "process": m.group("proc"), "pid": m.group("pid"), "cpu": m.group("cpu"),
-        "seconds": m.group("secs"), "in_nvidia": "no"})
-
-
-def _wrap(build: Callable[[LogLine, str, Match], DriverEvent | list[DriverEvent]]) -> Builder:
-    """A builder that needs its match (its row has a regular expression)."""
-
-    def wrapped(line: LogLine, msg: str, m: Match | None) -> Found:
-        assert m is not None
-        return build(line, msg, m)
-
-    wrapped.__doc__ = build.__doc__
-    return wrapped
-
-
 _GSP_TIMEOUT = re.compile(r"Timeout after [0-9]{1,6}s of waiting for RPC response|(?i:gsp rpc "
                           r"timeout|_kgsprpcrecvpoll|timeout waiting for rpc from gsp|rate "
                           r"limiting gsp rpc)")
-_DRIVER_LOAD = re.compile(r"NVRM: loading NVIDIA UNIX (?P<flavour>[\w ]{0,40}?Kernel Module)"
-                          r"(?: for [\w-]{1,16})?\s+(?P<ver>[0-9]{2,4}\.[0-9]{1,4}"
-                          r"(?:\.[0-9]{1,4})?)\b")
 _RESET_REQUIRED = re.compile(r"NV_ERR_RESET_REQUIRED|(?i:gpu reset required)")
 _GSP_DUMP = ("_kgspLogXid119", "RPC history (CPU -> GSP)")
 _AER_LINE = ("error received", "PCIe Bus Error")
@@ -349,161 +145,161 @@ EVENTS: tuple[EventPattern, ...] = (
       "[   11.737440] NVRM:  this GPU.  Continuing probe...",
       regex=probe.LEGACY_HEAD, joins=LEGACY_GPU),
     # Xid and SXid
-    P(K.SXID, ("nvidia",), ("SXid",), _sxid,
+    P(K.SXID, ("nvidia",), ("SXid",), sxid,
       "[ 1843.220691] nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 30 "
       "LTSSM Fault Up", regex=SXID, follow=SXID_LINES),
     P(K.XID, ("NVRM:",), ("Xid",), xid_event,
       "[74889.644138] NVRM: Xid (PCI:0000:02:00): 79, pid='<unknown>', name=<unknown>, "
       "GPU has fallen off the bus.", regex=XID),
     # the driver stack
-    P(K.FALLEN_OFF_BUS, ("NVRM:",), ("fallen off the bus",), _on_gpu(K.FALLEN_OFF_BUS),
+    P(K.FALLEN_OFF_BUS, ("NVRM:",), ("fallen off the bus",), on_gpu(K.FALLEN_OFF_BUS),
       "[ 4254.197871] NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus."),
-    P(K.RM_INIT_ADAPTER_FAILED, ("NVRM:",), ("RmInitAdapter failed!",), _rm_init,
+    P(K.RM_INIT_ADAPTER_FAILED, ("NVRM:",), ("RmInitAdapter failed!",), rm_init,
       "[   23.991672] NVRM: GPU 0000:07:00.0: RmInitAdapter failed! (0x61:0x56:1770)",
       regex=RMINIT),
-    P(K.RM_INIT_ADAPTER_FAILED, ("NVRM:",), ("RmInitAdapter failed!",), _rm_init,
+    P(K.RM_INIT_ADAPTER_FAILED, ("NVRM:",), ("RmInitAdapter failed!",), rm_init,
       "[    9.804214] NVRM: GPU 0000:41:00.0: RmInitAdapter failed!"),
-    P(K.NO_ADAPTER_PROBED, ("NVRM:",), ("No NVIDIA graphics adapter probed",), _no_adapter,
+    P(K.NO_ADAPTER_PROBED, ("NVRM:",), ("No NVIDIA graphics adapter probed",), no_adapter,
       "[188497.595099] NVRM: No NVIDIA graphics adapter probed!"),
-    P(K.NO_ADAPTER_PROBED, ("NVRM:",), ("No NVIDIA devices probed",), _no_adapter,
+    P(K.NO_ADAPTER_PROBED, ("NVRM:",), ("No NVIDIA devices probed",), no_adapter,
       "[  201.913648] NVRM: No NVIDIA devices probed."),
-    P(K.NO_ADAPTER_PROBED, ("NVRM:",), ("is already bound to",), _bound_elsewhere,
+    P(K.NO_ADAPTER_PROBED, ("NVRM:",), ("is already bound to",), bound_elsewhere,
       "[  201.910514] NVRM: GPU 0000:01:00.0 is already bound to NovaCore.",
-      regex=_BOUND_ELSEWHERE),
+      regex=BOUND_ELSEWHERE),
     P(K.GSP_FIRMWARE_MISSING, ("nvidia",), ("Direct firmware load for nvidia/",),
-      _firmware_load, "[   23.991660] nvidia 0000:07:00.0: Direct firmware load for "
+      firmware_load, "[   23.991660] nvidia 0000:07:00.0: Direct firmware load for "
       "nvidia/570.144/gsp_ga10x.bin failed with error -2", regex=FW_LOAD),
-    P(K.GSP_FIRMWARE_MISSING, ("NVRM:",), ("No firmware image found",), _no_firmware,
+    P(K.GSP_FIRMWARE_MISSING, ("NVRM:",), ("No firmware image found",), no_firmware,
       "[   23.991667] NVRM: RmFetchGspRmImages: No firmware image found"),
-    P(K.PROBE_FAILED, ("nvidia",), ("failed with error",), _wrap(probe.probe_failed),
+    P(K.PROBE_FAILED, ("nvidia",), ("failed with error",), wrap(probe.probe_failed),
       "[83260.063557] nvidia: probe of 0000:14:00.0 failed with error -1",
       regex=probe.PROBE_FAILED),
     P(K.PROBE_FAILED, ("NVRM:",), ("probe routine failed", "were initiali"),
-      _wrap(probe.probe_summary),
+      wrap(probe.probe_summary),
       "[83260.106438] NVRM: The NVIDIA probe routine failed for 2 device(s).",
       regex=probe.PROBE_SUMMARY),
-    P(K.PEERMEM_LOAD_FAILED, _PEER, ("peer",), _wrap(host.peermem_failed),
+    P(K.PEERMEM_LOAD_FAILED, _PEER, ("peer",), wrap(host.peermem_failed),
       "[Tue Sep  8 17:16:02 2026] nvidia_peermem: Unknown symbol "
       "ib_register_peer_memory_client (err -22)", regex=host.PEERMEM_SYMBOL),
-    P(K.PEERMEM_LOAD_FAILED, _PEER, ("peer",), _wrap(host.peermem_failed),
+    P(K.PEERMEM_LOAD_FAILED, _PEER, ("peer",), wrap(host.peermem_failed),
       "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument",
       regex=host.PEERMEM_INSERT),
-    P(K.PEERMEM_LOAD_FAILED, _PEER, ("peer",), _wrap(host.peermem_failed),
+    P(K.PEERMEM_LOAD_FAILED, _PEER, ("peer",), wrap(host.peermem_failed),
       "[   31.402118] nv_peer_mem: ib_register_peer_memory_client registration failed: -22",
       regex=host.PEERMEM_REGISTER),
-    P(K.MODULE_LOAD_FAILED, ("nvidia",), ("nvidia",), _module_load,
+    P(K.MODULE_LOAD_FAILED, ("nvidia",), ("nvidia",), module_load,
       "modprobe: ERROR: could not insert 'nvidia': No such device", regex=MODPROBE),
-    P(K.MODULE_LOAD_FAILED, ("nvidia",), ("nvidia",), _module_load,
+    P(K.MODULE_LOAD_FAILED, ("nvidia",), ("nvidia",), module_load,
       "2025-08-16T00:03:04.070671-04:00 localhost (udev-worker)[106246]: nvidia: Process "
       "'/sbin/modprobe nvidia-drm' failed with exit code 1.", regex=UDEV_MODPROBE),
-    P(K.MODULE_LOAD_FAILED, ("nvidia",), ("nvidia",), _module_load,
+    P(K.MODULE_LOAD_FAILED, ("nvidia",), ("nvidia",), module_load,
       "[    5.120311] nvidia: Unknown symbol drm_gem_object_free (err -2)", regex=SYMBOL),
-    P(K.DRIVER_LOAD, ("NVRM:",), ("NVRM: loading NVIDIA UNIX",), _driver_load,
+    P(K.DRIVER_LOAD, ("NVRM:",), ("NVRM: loading NVIDIA UNIX",), driver_load,
       "[    6.060263] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 "
-      "18:56:32 UTC 2023", regex=_DRIVER_LOAD),
+      "18:56:32 UTC 2023", regex=DRIVER_LOAD),
     # GSP firmware
-    P(K.GSP_RPC_TIMEOUT, ("NVRM:",), _GSP_DUMP, _gsp_dump,
+    P(K.GSP_RPC_TIMEOUT, ("NVRM:",), _GSP_DUMP, gsp_dump,
       "[349507.527722] NVRM: GPU0 RPC history (CPU -> GSP):",
       regex=re.compile("GSP Timeout|RPC history")),
-    P(K.GSP_RPC_TIMEOUT, ("NVRM:",), _GSP_DUMP, _nothing,
+    P(K.GSP_RPC_TIMEOUT, ("NVRM:",), _GSP_DUMP, nothing,
       "[Sun Apr 26 23:12:26 2026] NVRM: _kgspLogXid119: Note: Please also check logs above."),
-    P(K.GSP_RPC_TIMEOUT, ("NVRM:",), (), _gsp_timeout,
+    P(K.GSP_RPC_TIMEOUT, ("NVRM:",), (), gsp_timeout,
       "[349525.895155] NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:07:00 "
       "(printing 1 of every 30).  The GPU likely needs to be reset.",
       regex=_GSP_TIMEOUT, lower=("rpc",)),
-    P(K.GSP_ERROR, ("NVRM:",), (), _core_dump,
+    P(K.GSP_ERROR, ("NVRM:",), (), core_dump,
       "[ 2211.480193] NVRM: kflcnCoreDumpNondestructive_IMPL: TRACE: 08 = 0x0000000004d4b1a0",
       lower=("kflcncoredump",), follow=CORE_DUMP),
-    P(K.GSP_ERROR, ("NVRM:",), (), _gsp_error,
+    P(K.GSP_ERROR, ("NVRM:",), (), gsp_error,
       "[  903.609564] NVRM: RmInitAdapter: Cannot initialize GSP firmware RM",
       regex=GSP_FAILURE, lower=("gsp",)),
     P(K.GPU_RESET_REQUIRED, ("NVRM:",), ("NV_ERR_RESET_REQUIRED",),
-      _on_gpu(K.GPU_RESET_REQUIRED, True),
+      on_gpu(K.GPU_RESET_REQUIRED, True),
       "[ 3312.004417] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required "
       "[NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874",
       regex=_RESET_REQUIRED, lower=("gpu reset required",)),
     P(K.PEERMEM_INVALID_CONTEXT, ("nvidia",), ("peermem",),
-      _on_gpu(K.PEERMEM_INVALID_CONTEXT, True),
+      on_gpu(K.PEERMEM_INVALID_CONTEXT, True),
       "[Fri Aug 30 11:11:22 2024] nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected "
       "invalid context, skipping further processing", regex=re.compile("invalid context")),
-    P(K.NVLINK_ERROR, ("NVRM:",), (), _nvlink,
+    P(K.NVLINK_ERROR, ("NVRM:",), (), nvlink,
       "[ 5120.338201] NVRM: GPU 0000:3b:00.0: NVLink: link 5 is down",
       regex=NVLINK_FAILURE, lower=("nvlink",)),
     # PCIe
-    P(K.PCIE_AER, ("error received",), ("error received",), _aer_received,
+    P(K.PCIE_AER, ("error received",), ("error received",), aer_received,
       "[74785.660366] pcieport 0000:00:02.0: AER: Corrected error received: id=0010",
       regex=AER_RECEIVED, follow=AER_REPORT),
-    P(K.PCIE_AER, ("PCIe Bus Error",), _AER_LINE, _aer_bus_error,
+    P(K.PCIE_AER, ("PCIe Bus Error",), _AER_LINE, aer_bus_error,
       "[74785.660380] pcieport 0000:00:02.0: PCIe Bus Error: severity=Corrected, type=Data "
       "Link Layer, (Transmitter ID)", regex=AER_BUS_ERROR, follow=AER_REPORT),
-    P(K.PCIE_AER, (), _AER_LINE, _nothing,  # cut short, as consoles and pastes cut lines
+    P(K.PCIE_AER, (), _AER_LINE, nothing,  # cut short, as consoles and pastes cut lines
       "[74785.660380] pcieport 0000:00:02.0: PCIe Bus Error: severity=Uncorrected (Fatal)"),
-    P(K.PCIE_AER, ("nvidia", "mlx5_core "), ("AER",), _wrap(host.aer_driver),
+    P(K.PCIE_AER, ("nvidia", "mlx5_core "), ("AER",), wrap(host.aer_driver),
       "[74889.644201] nvidia 0000:02:00.0: AER: can't recover (no error_detected callback)",
       regex=host.AER_DRIVER, requires=_AER_DRIVER),
-    P(K.PCIE_BANDWIDTH_LIMITED, ("PCIe bandwidth",), ("PCIe bandwidth",), _bandwidth,
+    P(K.PCIE_BANDWIDTH_LIMITED, ("PCIe bandwidth",), ("PCIe bandwidth",), bandwidth,
       "[    1.445026] mlx5_core 0000:01:00.0: 126.016 Gb/s available PCIe bandwidth, limited "
       "by 8.0 GT/s PCIe x16 link at 0000:00:01.0 (capable of 252.048 Gb/s with 16.0 GT/s "
       "PCIe x16 link)", regex=BANDWIDTH),
-    P(K.PCIE_BANDWIDTH_LIMITED, ("PCIe bandwidth",), ("PCIe bandwidth limited",), _bandwidth,
+    P(K.PCIE_BANDWIDTH_LIMITED, ("PCIe bandwidth",), ("PCIe bandwidth limited",), bandwidth,
       "[    2.113040] nvidia 0000:3b:00.0: PCIe bandwidth limited by the slot"),
     # network links
     P(K.HCA_FIRMWARE_OLD, ("FW version", "command interface revision"),
-      ("FW version", "command interface revision"), _hca_firmware,
+      ("FW version", "command interface revision"), hca_firmware,
       "[  939.318810] mlx4_en 0000:0d:00.0: LSO not supported, please upgrade to later FW "
-      "version to enable LSO", regex=_HCA_FIRMWARE),
-    P(K.MLX5_LINK, ("mlx5_core ",), ("mlx5_core",), _mlx5_link,
+      "version to enable LSO", regex=HCA_FIRMWARE),
+    P(K.MLX5_LINK, ("mlx5_core ",), ("mlx5_core",), mlx5_link,
       "[ 4435.115811] mlx5_core 0000:53:00.0 enp83s0f0np0: Link down", regex=MLX5_LINK,
       requires=("Link up", "Link down")),
-    P(K.LINK_STATE, ("NETDEV WATCHDOG",), ("NETDEV WATCHDOG",), _wrap(host.tx_timeout),
+    P(K.LINK_STATE, ("NETDEV WATCHDOG",), ("NETDEV WATCHDOG",), wrap(host.tx_timeout),
       "[ 8812.301004] NETDEV WATCHDOG: enp83s0f0np0 (mlx5_core): transmit queue 7 timed out",
       regex=host.WATCHDOG),
-    P(K.MLX5_LINK, ("mlx5_core ",), ("mlx5_core",), _wrap(host.ib_port_state),
+    P(K.MLX5_LINK, ("mlx5_core ",), ("mlx5_core",), wrap(host.ib_port_state),
       "[ 4441.769587] mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link ACTIVE",
       regex=host.MLX5_PORT, requires=("Link ACTIVE", "Link DOWN")),
     P(K.LINK_STATE, ("Lost carrier", "Gained carrier"), ("carrier",),
-      _wrap(host.carrier_change),
+      wrap(host.carrier_change),
       "Dec  6 19:25:33 at7tj000004 systemd-networkd[2385]: ib1: Lost carrier",
       regex=host.CARRIER),
     # host hardware errors
-    P(K.HW_ERROR, ("EDAC ",), ("EDAC",), _wrap(host.edac_error),
+    P(K.HW_ERROR, ("EDAC ",), ("EDAC",), wrap(host.edac_error),
       "[ 9021.551230] EDAC MC1: 1 CE memory read error on CPU_SrcID#1_Ha#0_Chan#2_DIMM#0 "
       "(channel:2 slot:0 page:0x5d7e4a offset:0x0 grain:32 syndrome:0x0)",
       regex=host.EDAC),
     P(K.HW_ERROR, ("Memory failure", "hardware memory error"),
-      ("Memory failure", "hardware memory error"), _wrap(host.memory_failure),
+      ("Memory failure", "hardware memory error"), wrap(host.memory_failure),
       "[ 9102.004410] Memory failure: 0x5d7e4a: recovery action for dirty LRU page: Recovered",
       regex=host.MEMORY_FAILURE),
-    P(K.HW_ERROR, ("Hardware Error",), ("Hardware Error",), _wrap(host.hw_record),
+    P(K.HW_ERROR, ("Hardware Error",), ("Hardware Error",), wrap(host.hw_record),
       "[ 9300.120045] {1}[Hardware Error]: Hardware error from APEI Generic Hardware Error "
       "Source: 0", regex=host.HW_RECORD, follow=HW_RECORD),
     # storage
     P(K.STORAGE_ERROR, ("XFS (", "EXT4-fs error", "Remounting filesystem read-only",
                         "Aborting journal"),
-      ("XFS (", "EXT4-fs", "Aborting journal"), _wrap(host.fs_error),
+      ("XFS (", "EXT4-fs", "Aborting journal"), wrap(host.fs_error),
       "[470911.895805] XFS (md127): log I/O error -5", regex=host.FS_ERROR,
       requires=("error", "shut", "corrupt", "read-only", "journal")),
-    P(K.STORAGE_ERROR, ("error, dev ",), ("error, dev ",), _wrap(host.block_error),
+    P(K.STORAGE_ERROR, ("error, dev ",), ("error, dev ",), wrap(host.block_error),
       "[470907.282230] blk_update_request: I/O error, dev nvme2n1, sector 6442712256 op "
       "0x1:(WRITE) flags 0x1000 phys_seg 8 prio class 0", regex=host.BLOCK_ERROR),
-    P(K.STORAGE_ERROR, ("Buffer I/O error",), ("Buffer I/O error",), _wrap(host.buffer_error),
+    P(K.STORAGE_ERROR, ("Buffer I/O error",), ("Buffer I/O error",), wrap(host.buffer_error),
       "[ 8113.901245] Buffer I/O error on dev nvme0n1p1, logical block 0, async page read",
       regex=host.BUFFER_ERROR),
-    P(K.STORAGE_ERROR, ("nvme nvme",), ("nvme nvme",), _wrap(host.nvme_error),
+    P(K.STORAGE_ERROR, ("nvme nvme",), ("nvme nvme",), wrap(host.nvme_error),
       "[91222.015566] nvme nvme0: controller is down; will reset: CSTS=0xffffffff, "
       "PCI_STATUS=0xffff", regex=host.NVME_ERROR),
-    P(K.STORAGE_ERROR, ("Disk failure on",), ("Disk failure on",), _wrap(host.md_failure),
+    P(K.STORAGE_ERROR, ("Disk failure on",), ("Disk failure on",), wrap(host.md_failure),
       "[470912.100431] md/raid1:md127: Disk failure on nvme2n1p1, disabling device.",
       regex=host.MD_FAILURE),
     # crashes and hangs
-    P(K.SEGFAULT, ("segfault at ",), ("segfault at",), _segfault,
+    P(K.SEGFAULT, ("segfault at ",), ("segfault at",), segfault,
       "[ 5022.930157] llama-server[16980]: segfault at 20d803fdc ip 00007dbe270a3e47 sp "
       "00007ffff184bf00 error 4 in libcuda.so.570.133.20[7dbe26d79000+d1c000]",
       regex=SEGFAULT),
-    P(K.HUNG_TASK, ("blocked for more than",), ("blocked for more than",), _hung,
+    P(K.HUNG_TASK, ("blocked for more than",), ("blocked for more than",), hung,
       "[ 7382.118250] INFO: task python3:48211 blocked for more than 122 seconds.",
       regex=HUNG, follow=CALL_TRACE),
-    P(K.SOFT_LOCKUP, ("soft lockup",), ("soft lockup",), _lockup,
+    P(K.SOFT_LOCKUP, ("soft lockup",), ("soft lockup",), lockup,
       "[ 6120.447912] watchdog: BUG: soft lockup - CPU#17 stuck for 23s! [nvidia-smi:9321]",
       regex=LOCKUP, follow=CALL_TRACE),
 )
