@@ -72,8 +72,8 @@ Line = tuple[int, bytes | bytearray, bool]
 _START, _END, _GROUPS = re.Match.start, re.Match.end, re.Match.groups
 
 
-def _start_of(pair: tuple[int, Any]) -> int:
-    return pair[0]
+def _start_of(pair: tuple[bytes, int]) -> int:
+    return pair[1]
 
 
 class SpanPass:
@@ -89,10 +89,12 @@ class SpanPass:
         self.buf, self.lo, self.hi = buf, lo, hi = span.storm
         self.starts, self.screened_at = span.starts, span.screened_at
         # bus and code as printed -> (folded event, its repeats, bus, code, an application
-        # fault, the code's number, a code whose Xid state is set inline)
+        # fault, the code's number, a code whose Xid state is set inline, the key of its
+        # GPU's Xid state)
         self.hots: dict[bytes, tuple[Any, ...]] = {}
-        # key -> its latest line's start and the repeats it joined (their last occurrence)
-        self.lastpos: dict[bytes, tuple[int, Any]] = {}
+        # key -> its latest line's start (the last occurrence of the repeats ``hots`` keeps
+        # for it: read when the pass hands over, before ``hots`` can change)
+        self.lastpos: dict[bytes, int] = {}
         self.i = 0  # the next candidate line
         self.next_at = self.starts[0] if self.starts else hi + 1
         # numbering: line starts (ascending) with the newlines before each, from which
@@ -144,13 +146,7 @@ class SpanPass:
     def hand_over(self, items: list[Line], screened: set[int] | None = None) -> None:
         """Settle what the pass deferred, then let the per-line parse take ``items``."""
         if self.lastpos:
-            buf, hi, find = self.buf, self.hi, self.buf.find
-            for at, reps in sorted(self.lastpos.values(), key=_start_of):  # (counted onwards)
-                e = find(b"\n", at, hi)
-                raw = bytes(buf[at:hi if e < 0 else e])
-                reps.pending = (LazyXid(raw, self.storm.fast), self.base + self.number(at),
-                                self.boot, 0)
-            self.lastpos.clear()
+            self._last_occurrences()
         if self.folded:
             self.src.fold.last_boot = self.boot
             self.src.ex.note_line(self.folded)
@@ -159,11 +155,25 @@ class SpanPass:
             self.src.screen = screened
             self.storm.feed(self.src, items, self.base)
 
+    def _last_occurrences(self) -> None:
+        """Make each key's latest line its folded event's last occurrence (read from the
+        buffer, parsed only if it stays the last)."""
+        buf, hi, find, hots = self.buf, self.hi, self.buf.find, self.hots
+        for key, at in sorted(self.lastpos.items(), key=_start_of):  # (counted onwards)
+            reps = hots[key][1]
+            e = find(b"\n", at, hi)
+            raw = bytes(buf[at:hi if e < 0 else e])
+            reps.pending = (LazyXid(raw, self.storm.fast), self.base + self.number(at),
+                            self.boot, 0)
+        self.lastpos.clear()
+
     def settle(self) -> None:
         """Take in what the per-line parse may have changed: boot, epochs, extractor."""
         src = self.src
         segs = src.segs
         if len(segs) - 1 != self.boot or src.fold.epochs != self.epochs:
+            if self.lastpos:  # (what ``hots`` kept of them is void from here)
+                self._last_occurrences()
             self.hots.clear()
             self.boot, self.epochs = len(segs) - 1, src.fold.epochs
         self.cur = segs[-1]
@@ -268,6 +278,7 @@ class SpanPass:
         whos = _WHOS
         src = self.src
         formats, fold, lastpos = src.formats, src.fold, self.lastpos
+        attribute = fold.attribute
         states = fold.states
         hots = self.hots
         busy, cur, boot = self.busy, self.cur, self.boot
@@ -321,18 +332,18 @@ class SpanPass:
             if head is not shown:  # (``BootSegment.saw``: a prefix seen again changes none)
                 shown = head
                 cur.saw(head[2], head[3])
-            ev, reps, bus, code, app, number, plainly = h
-            if fold.attribute:
+            ev, reps, bus, code, app, number, plainly, gpu = h
+            if attribute:
                 if plainly:  # (``Folder.attribute_line`` for the usual codes, inline)
-                    st = states.get((boot, bus))
+                    st = states.get(gpu)
                     if st is None:
-                        states[boot, bus] = XidState(number, head[4], 0)
+                        states[gpu] = XidState(number, head[4], 0)
                     else:
                         st.code, st.at, st.since = number, head[4], 0
                 else:
                     fold.attribute_line(reps, ev, bus, head[4], None, code, boot)
             ev.count += 1
-            lastpos[key] = (ls, reps)
+            lastpos[key] = ls
             self.folded += 1
             pk, pname = whos.get(who) or _who(storm, who)
             if not pk:
@@ -363,7 +374,7 @@ class SpanPass:
         number = code_number(code)
         plainly = number is not None and code not in ("45", "79")
         h = self.hots[key] = (hot[0], hot[0].repeats, bus, code, code in APP_FAULTS, number,
-                              plainly)
+                              plainly, (self.boot, bus))
         return h
 
 
