@@ -97,7 +97,7 @@ def measure(log: str, blocks: int, config: Any = None) -> str:
     fd = os.open(log, os.O_RDONLY)
     try:
         anchors = tuple(search.anchors_for(os.pread(fd, 4096, 0)))
-        count = os.fstat(fd).st_size // config.block + 1
+        count = os.fstat(fd).st_size // config.task_bytes + 1
     finally:
         os.close(fd)
     search.prepare(anchors, config)  # (as before the workers fork)
@@ -111,7 +111,7 @@ def measure(log: str, blocks: int, config: Any = None) -> str:
     fd = os.open(log, os.O_RDONLY)
     try:  # the blocks in the page cache, as a run that follows the benchmark's warm-up finds them
         for i in picks:
-            os.pread(fd, config.block, i * config.block)
+            os.pread(fd, config.task_bytes, i * config.task_bytes)
     finally:
         os.close(fd)
     task(picks[0])  # (caches warm, as in a worker past its first block)
@@ -134,7 +134,7 @@ def measure(log: str, blocks: int, config: Any = None) -> str:
     parts = [(part, clock.own.get(part, 0.0)) for part in PARTS]
     other = total - sum(t for _, t in parts)
     line = ", ".join(f"{part} {t / n * 1e3:.1f}" for part, t in [*parts, ("other", other)])
-    out = (f"CPU ms per {config.block >> 20} MiB block ({n} blocks): {total / n * 1e3:.1f} = "
+    out = (f"CPU ms per {config.task_bytes >> 20} MiB block ({n} blocks): {total / n * 1e3:.1f} = "
            f"{line}; its result pickled {dumps / n * 1e3:.1f} + unpickled "
            f"{loads / n * 1e3:.1f} ({sent / n / 1024:.0f} KiB)")
     if missing:

@@ -178,7 +178,8 @@ def test_workers_fold_as_one_sequential_pass(monkeypatch, tmp_path, block):
     one = ScanConfig(block=block, workers=1)
     expected = scan_paths([str(path)], now=NOW, config=one)
     monkeypatch.setattr(threading, "active_count", lambda: 1)
-    forked = scan_paths([str(path)], now=NOW, config=replace(one, workers=2, process_min=0))
+    forked = scan_paths([str(path)], now=NOW,
+                        config=replace(one, workers=2, process_min=0, task=block))
     if block >= path.stat().st_size:  # one block: the very same events
         assert _summary(forked.events) == _summary(expected.events)
     # blocks after the first keep fewer events one by one (blocks.BLOCK_KEEP): per key,

@@ -367,6 +367,14 @@ def _awkward_log(tmp_path: Path) -> Path:
     return p
 
 
+def test_a_worker_task_is_two_reads_unless_told():
+    """Large plain files are read by workers in tasks of twice a read (``task``), fewer
+    tasks each keeping and sending less of a storm."""
+    assert ScanConfig().task_bytes == 16 << 20
+    assert ScanConfig(block=4096).task_bytes == 8192
+    assert ScanConfig(block=4096, task=1000).task_bytes == 1000
+
+
 # the smallest block: the most region edges, and seconds of worker processes
 @pytest.mark.parametrize("block", [pytest.param(257, marks=pytest.mark.slow), 4096, 1 << 20])
 def test_worker_processes_agree_with_the_sequential_reader(monkeypatch, tmp_path, block):
@@ -378,7 +386,7 @@ def test_worker_processes_agree_with_the_sequential_reader(monkeypatch, tmp_path
     one = ScanConfig(block=block, workers=1)
     expected = [_full(scan_paths([str(f)], now=NOW, config=one)) for f in files]
     _allow_fork(monkeypatch)
-    forked = replace(one, workers=2, process_min=0)
+    forked = replace(one, workers=2, process_min=0, task=block)
     for f, exp in zip(files, expected, strict=True):
         assert _full(scan_paths([str(f)], now=NOW, config=forked)) == exp, f.name
     both = [str(files[1]), str(files[0])]
@@ -405,7 +413,7 @@ def test_workers_skip_counting_long_gaps_without_changing_events(monkeypatch, tm
     exact = scan_paths([str(path)], now=NOW, config=one)
     code_exact, out_exact, _ = _logs_cli(monkeypatch, one, str(path))
     _allow_fork(monkeypatch)
-    forked = ScanConfig(gap_exact=gap, workers=2, process_min=0, block=1 << 16)
+    forked = ScanConfig(gap_exact=gap, workers=2, process_min=0, block=1 << 16, task=1 << 16)
     assert isinstance(process_pool(2), ForkWorkers)
     fast = scan_paths([str(path)], now=NOW, config=forked)
     assert _events(fast) == _events(exact) and len(exact.events) >= 10
@@ -740,7 +748,7 @@ def test_fork_workers_go_on_while_the_caller_is_busy(tmp_path):
     assert [len(r) for r in results] == [200 << 10] * 3
 
 
-SMALL_FORKED = ScanConfig(workers=2, process_min=0, block=4096)  # 4 KiB blocks, 2 workers
+SMALL_FORKED = ScanConfig(workers=2, process_min=0, block=4096, task=4096)  # 4 KiB blocks
 
 
 def _small_blocks_in_workers(monkeypatch, tmp_path) -> tuple[Path, list[tuple]]:
@@ -792,7 +800,7 @@ def test_meanwhile_runs_once_while_workers_search(monkeypatch, tmp_path):
     log.write_text("[ 1.0] usb 1-4: new high-speed USB device\n" * 2000 + line)
     calls: list[int] = []
     monkeypatch.setattr(threading, "active_count", lambda: 1)
-    workers = replace(ScanConfig(), workers=2, process_min=0, block=8192)
+    workers = replace(ScanConfig(), workers=2, process_min=0, block=8192, task=8192)
     scan = scan_paths([str(log)], config=workers, meanwhile=lambda: calls.append(1))
     assert calls == [1] and [e.kind for e in scan.events][:1] == ["xid"]
     calls.clear()

@@ -169,7 +169,8 @@ def test_engines_agree_on_whole_scans_threads_and_workers(monkeypatch, tmp_path,
     _engines_agree(path, one, ("python", "libc", "hyperscan"))
     _engines_agree(path, replace(one, workers=2), ("libc", "hyperscan"))
     monkeypatch.setattr(threading, "active_count", lambda: 1)  # forking allowed
-    _engines_agree(path, replace(one, workers=2, process_min=0), ("libc", "hyperscan"))
+    _engines_agree(path, replace(one, workers=2, process_min=0, task=block),
+                   ("libc", "hyperscan"))
 
 
 def test_without_hyperscan_the_scan_falls_back_silently(monkeypatch):

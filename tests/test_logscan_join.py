@@ -164,7 +164,7 @@ def test_blocks_joined_after_their_pickles_as_without(monkeypatch, tmp_path, see
     and from forked workers (results through their pipes)."""
     path = tmp_path / "kern.log"
     path.write_text(_storm(seed))
-    config = replace(ScanConfig(), workers=2, process_min=0, block=BLOCK)
+    config = replace(ScanConfig(), workers=2, process_min=0, block=BLOCK, task=BLOCK)
     monkeypatch.setattr(threading, "active_count", lambda: 1)
     got = []
     for pool in (_InProcess(False), _InProcess(True), ForkWorkers(2)):
@@ -188,7 +188,7 @@ def test_one_input_taken_as_folded_as_folded_again(monkeypatch, tmp_path, block)
     they are (a file in worker blocks, a file read here; storms, resets, reboots)."""
     path = tmp_path / "kern.log"
     path.write_text(_storm(3))
-    config = replace(ScanConfig(), workers=2, process_min=0, block=block)
+    config = replace(ScanConfig(), workers=2, process_min=0, block=block, task=block)
     monkeypatch.setattr(threading, "active_count", lambda: 1)
     fast, slow = _both_ways(monkeypatch, lambda: scan_paths([str(path)], now=NOW,
                                                             config=config))

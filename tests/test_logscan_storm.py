@@ -191,7 +191,8 @@ def test_the_storm_path_in_worker_blocks(monkeypatch, tmp_path, fmt):
     path = tmp_path / "kern.log"
     path.write_text(storm_log(fmt, seed=2, n=1200))
     monkeypatch.setattr(threading, "active_count", lambda: 1)
-    config = replace(ScanConfig(), workers=2, process_min=0, block=8192, engine="hyperscan")
+    config = replace(ScanConfig(), workers=2, process_min=0, block=8192, task=8192,
+                     engine="hyperscan")
     fast, slow = _scan_both(monkeypatch, lambda: scan_paths([str(path)], now=NOW,
                                                             config=config))
     assert fast == slow and len(fast) > 100
@@ -221,7 +222,7 @@ def test_the_storm_pass_numbers_lines_as_the_search(monkeypatch, tmp_path, fmt):
     path.write_text(_bursty(fmt))
     monkeypatch.setattr(threading, "active_count", lambda: 1)
     for gap in (512, 64 << 10):
-        config = replace(ScanConfig(), workers=2, process_min=0, block=16384,
+        config = replace(ScanConfig(), workers=2, process_min=0, block=16384, task=16384,
                          engine="hyperscan", gap_exact=gap)
         fast, slow = _scan_both(monkeypatch, lambda c=config: scan_paths([str(path)],
                                                                          now=NOW, config=c))

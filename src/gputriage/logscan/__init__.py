@@ -27,9 +27,9 @@ folded as they come (:mod:`gputriage.parsers.kernel_fold`: per boot, kind, devic
 code the first 64 are kept, the rest counted into one event with its last occurrence,
 its processes and its Xid 45 causes), so that what a scan holds is bounded by what is
 distinct in the log, not by its lines. Large plain files are read, searched, parsed and
-folded block by block in forked worker processes (:mod:`.blocks`), which send back only
-folded events. How blocks are read and searched (block size, workers, libc) is a
-:class:`ScanConfig`.
+folded block by block (16 MiB: ``ScanConfig.task_bytes``) in forked worker processes
+(:mod:`.blocks`), which send back only folded events. How blocks are read and searched
+(block size, workers, libc) is a :class:`ScanConfig`.
 
 Formats are recognised line by line: dmesg (raw, ``-T``, ``--time-format
 iso``), journalctl ``-k`` (short, short-iso, short-precise, ``-o json``),

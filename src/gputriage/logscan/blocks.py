@@ -88,7 +88,7 @@ def _owned_start(buf: mmap.mmap | bytearray, at: int, lo: int) -> int:
 def block_task(path: str, index: int, *, anchors: tuple[bytes, ...], config: ScanConfig,
                name: str, now: datetime | None) -> BlockResult:
     """Read, search, parse and fold block ``index`` of ``path`` (in a worker process)."""
-    block = config.block
+    block = config.task_bytes
     start = index * block
     before = min(MARGIN, start)
     with open(path, "rb", buffering=0) as fh:
@@ -167,7 +167,7 @@ def run_blocks(src: LineSource, inp: InputSpans, path: str, size: int, procs: Fo
     workers run (after the first block came back): what this process can do while they
     search (its own imports, say)."""
     config = inp.config
-    block = config.block
+    block = config.task_bytes
     task = functools.partial(block_task, path, anchors=anchors, config=config,
                              name=src.name, now=src.now)
     prepare(anchors, config)
