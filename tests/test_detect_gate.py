@@ -8,6 +8,7 @@ import re
 
 import pytest
 from detect_both import lazy_and_eager_agree  # noqa: F401  (the fixture)
+from training_kit import training_log
 
 from gputriage.ingest.detect import detect
 from gputriage.parsers import detect_gate
@@ -19,13 +20,8 @@ from gputriage.text.paste import PasteDoc
 pytestmark = pytest.mark.usefixtures("lazy_and_eager_agree")
 
 
-_STEP = ("2025-03-02 10:{m:02d}:{s:02d},{ms:03d} [rank{r}] INFO train.py:412 step {n} loss "
-         "0.{n:04d} lr 3.0e-04 tokens/s 61234.{r} mem 71.{r}G grad_norm 0.{m}\n")
-
-
 def _training(lines: int, seed: int = 0) -> str:
-    return "".join(_STEP.format(m=(i * 7 + seed) % 60, s=i % 60, ms=i % 1000, r=i % 16,
-                                n=i + seed) for i in range(lines))
+    return training_log(lines, seed=seed)
 
 
 @pytest.mark.parametrize(("pattern", "expected"), [

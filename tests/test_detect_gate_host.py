@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from detect_both import lazy_and_eager_agree  # noqa: F401  (the fixture)
+from training_kit import training_log
 
 from gputriage.ingest.detect import detect
 from gputriage.parsers import (
@@ -30,15 +31,11 @@ from gputriage.text.paste import PasteDoc
 pytestmark = pytest.mark.usefixtures("lazy_and_eager_agree")
 
 
-_STEP = ("2025-03-02 10:{m:02d}:{s:02d},{ms:03d} [rank{r}] INFO train.py:412 step {n} loss "
-         "0.{n:04d} lr 3.0e-04 tokens/s 61234.{r} mem 71.{r}G grad_norm 0.{m}\n")
 _NCCL = "gpu-node-018:43782:43782 [6] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
 
 
 def _training(lines: int) -> str:
-    return "".join(_NCCL if i % 97 == 5 else
-                   _STEP.format(m=i * 7 % 60, s=i % 60, ms=i % 1000, r=i % 16, n=i)
-                   for i in range(lines))
+    return training_log(lines, _NCCL)
 
 
 # one record of each prefix kernel_log knows (a kernel line, or any program's syslog line)

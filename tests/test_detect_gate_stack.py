@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from training_kit import training_log
 
 from gputriage.parsers.crictl_info import claim_crictl_info
 from gputriage.parsers.dcgm_exporter import claim_exporter_log, claim_metrics
@@ -19,14 +20,11 @@ from gputriage.parsers.nvvs_log import claim_nvvs_log
 from gputriage.parsers.systemd import claim_units
 from gputriage.text.paste import PasteDoc
 
-_STEP = ("2025-03-02 10:{m:02d}:{s:02d},{ms:03d} [rank{r}] INFO train.py:412 step {n} loss "
-         "0.{n:04d} lr 3.0e-04 tokens/s 61234.{r} mem 71.{r}G grad_norm 0.{m}\n")
 _NCCL = "gpu-node-018:43782:43782 [{r}] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ib\n"
 
 
 def _training(lines: int) -> str:
-    return "".join((_NCCL if i % 100 == 99 else _STEP).format(
-        m=i * 7 % 60, s=i % 60, ms=i % 1000, r=i % 16, n=i) for i in range(lines))
+    return training_log(lines, _NCCL, every=100, at=99)
 
 
 class _Watched(PasteDoc):

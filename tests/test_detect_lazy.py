@@ -17,6 +17,7 @@ import pytest
 from detect_both import claim_every_detector, lazy_and_eager_agree  # noqa: F401  (the fixture)
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from training_kit import NCCL_CHANNEL, training_log
 
 from gputriage import sources
 from gputriage.ingest import detect as ingest_detect
@@ -35,14 +36,11 @@ from gputriage.text.paste import PasteDoc
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "gate_table.py"
 
-_STEP = ("2025-03-02 10:{m:02d}:{s:02d},{ms:03d} [rank{r}] INFO train.py:412 step {n} loss "
-         "0.{n:04d} lr 3.0e-04 tokens/s 61234.{r} mem 71.{r}G grad_norm 0.{m}\n")
-_NCCL = "gpu-node-018:43782:43782 [{r}] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
+_NCCL = NCCL_CHANNEL
 
 
 def _training(lines: int) -> str:
-    return "".join((_NCCL if i % 97 == 5 else _STEP).format(
-        m=i * 7 % 60, s=i % 60, ms=i % 1000, r=i % 16, n=i) for i in range(lines))
+    return training_log(lines, _NCCL)
 
 
 def test_the_table_is_what_the_tool_writes() -> None:

@@ -1,4 +1,5 @@
-"""Write src/gputriage/parsers/detect_table.py: for each paste detector, the literals
+"""Write the table of src/gputriage/parsers/detect_table.py (its docstring and imports
+stay as written there): for each paste detector, the literals
 and searches of the gates it declared (``gated_by`` in :mod:`gputriage.parsers.detect_gate`),
 computed from its module's own regular expressions, so that detection can leave a
 detector's module unimported when a paste cannot hold any of them.
@@ -21,22 +22,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "src" / "gputriage" / "parsers" / "detect_table.py"
 
-HEAD = '''"""What each paste detector's gates look for: written by tools/gate_table.py, not by hand.
+START = "GATES: dict[str, GateEntry | None] = {\n"  # the table: what this tool rewrites
 
-For a detector (``"module:function"`` under ``gputriage``, as :mod:`gputriage.sources`
-names it): the lowercased literals and the searches (pattern, flags) of the gates it
-declared, one of which a paste holds whenever the detector claims a line of it
-(:func:`gputriage.parsers.detect_gate.may_open`); None when it declared none or one of
-them is always open (then it always runs). tests/test_detect_lazy.py compares it with
-what the tool writes.
-"""
 
-from __future__ import annotations
-
-from gputriage.parsers.detect_gate import GateEntry
-
-GATES: dict[str, GateEntry | None] = {
-'''
+def head() -> str:
+    """The table module as it stands, up to the table (its docstring and imports, kept
+    as they are written there)."""
+    text = TABLE.read_text(encoding="utf-8")
+    if START not in text:
+        raise SystemExit(f"{TABLE.relative_to(ROOT)}: no line {START.strip()!r} to write after")
+    return text[:text.index(START) + len(START)]
 
 
 def _quoted(text: str) -> str:
@@ -45,12 +40,13 @@ def _quoted(text: str) -> str:
 
 
 def render() -> str:
-    """The table's module, from the declarations of every detector (all imported)."""
+    """The table's module, its table from the declarations of every detector (all
+    imported)."""
     sys.path.insert(0, str(ROOT / "src"))
     from gputriage import sources
     from gputriage.parsers.detect_gate import declared_gates, gate_entry
 
-    lines = [HEAD]
+    lines = [head()]
     for ref in sources.detector_refs():
         entry = gate_entry(declared_gates(sources.load(ref)))
         if entry is None:
