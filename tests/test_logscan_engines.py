@@ -310,7 +310,7 @@ def test_hyperscan_databases_are_filled_with_literals_that_find_nothing(storm):
     assert len(set(fill)) == len(fill)
     anchors = anchors_for(b"")
     m = search._matcher_of(anchors, True, storm)
-    assert len(m.checks) < hsearch.FILL_TO  # (else the fillers are not needed)
+    assert len(m.checks) < hsearch.FILL_TO == m.patterns  # (filled up to it)
     junk = b"\n".join(b"[ 1.0] bin " + f + b" tail " + f for f in fill)
     data = _mixed_log()[:40_000] + junk + b"\n[ 2.0] nvidia" + junk + b"\n"
     want = _expected(data, 0, len(data), anchors, True)

@@ -136,6 +136,7 @@ class Matcher:
         fill = fillers(max(0, FILL_TO - len(exprs)))
         exprs += map(_lit, fill)
         flags += [0] * len(fill)
+        self.patterns = len(exprs)  # (fillers included)
         self.db = hs.Database(mode=hs.HS_MODE_BLOCK)
         self.db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
                         flags=flags)
