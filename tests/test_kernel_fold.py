@@ -12,8 +12,9 @@ import pytest
 
 from gputriage.logscan import ScanConfig, scan_paths, scan_text
 from gputriage.parsers import kernel_fold
-from gputriage.parsers.kernel_fold import KEEP, LOOKBACK, PROCESSES, Folder
+from gputriage.parsers.kernel_fold import KEEP, LOOKBACK, Folder
 from gputriage.parsers.kernel_model import DriverEvent
+from gputriage.parsers.kernel_repeats import PROCESSES
 
 NOW = datetime(2024, 6, 1, tzinfo=timezone.utc)
 BUSES = ("0000:1b:00.0", "0000:3b:00.0", "0000:9a:00.0", "0000:db:00.0")

@@ -12,8 +12,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gputriage.logscan.events import DriverEvent
-from gputriage.parsers.kernel_fold import fault_pattern, process_key, seconds
+from gputriage.parsers.kernel_fold import seconds
 from gputriage.parsers.kernel_model import Repeats
+from gputriage.parsers.kernel_repeats import fault_pattern, process_key
 from gputriage.rules import kernel_common
 from gputriage.rules.kernel_common import EVIDENCE_TAIL, _tail, log_order, xid_events
 from gputriage.rules.kernel_xid import _app_faults

@@ -24,17 +24,17 @@ from gputriage.logscan.blocks import block_task
 from gputriage.logscan.forkpool import ForkWorkers
 from gputriage.logscan.search import anchors_for
 from gputriage.parsers import kernel_fold
-from gputriage.parsers.kernel_fold import (
+from gputriage.parsers.kernel_model import DriverEvent, Repeats
+from gputriage.parsers.kernel_repeats import (
     APP_FAULTS,
     PATTERN_TRIES,
     PATTERNS,
     PROCESSES,
-    _count_into,
-    _merge,
+    count_into,
     fault_pattern,
+    merge_folded,
     process_key,
 )
-from gputriage.parsers.kernel_model import DriverEvent, Repeats
 
 NOW = datetime(2024, 9, 1, tzinfo=timezone.utc)
 BLOCK = 8192
@@ -226,7 +226,7 @@ def test_one_input_whose_boots_are_renumbered_is_folded_again(monkeypatch):
 
 
 def _reference_merge(into: DriverEvent, ev: DriverEvent) -> None:
-    """``_merge`` of two folded events written the plain way (one process at a time)."""
+    """``merge_folded`` of two folded events written the plain way (one process at a time)."""
     reps, other = into.repeats, ev.repeats
     assert reps is not None and other is not None
     into.count += ev.count
@@ -278,14 +278,14 @@ def test_merging_a_folded_event_as_one_process_at_a_time(a, b):
     processes, those counted beyond the bound, patterns and causes as the plain way,
     whether the processes it joins are all named already or not."""
     fast, slow = _folded(a), _folded(a)
-    _merge(fast, _folded(b))
+    merge_folded(fast, _folded(b))
     _reference_merge(slow, _folded(b))
     assert dump(fast)[10:] == dump(slow)[10:]
     assert list(fast.repeats.patterns) == list(slow.repeats.patterns)  # type: ignore[union-attr]
 
 
 def _reference_count_into(reps: Repeats, ev: DriverEvent) -> None:
-    """``_count_into`` written the plain way."""
+    """``count_into`` written the plain way."""
     if ev.kind not in ("xid", "segfault"):
         return
     key, name = process_key(ev)
@@ -331,7 +331,7 @@ def test_counting_one_occurrence_into_a_folded_event_as_the_plain_way(a, occurre
     blocks' before): processes, bound, fault patterns and tries, Xid 45 causes."""
     fast, slow = _folded(a), _folded(a)
     for spec in occurrences:
-        _count_into(fast.repeats, _occurrence(spec))  # type: ignore[arg-type]
+        count_into(fast.repeats, _occurrence(spec))  # type: ignore[arg-type]
         _reference_count_into(slow.repeats, _occurrence(spec))  # type: ignore[arg-type]
     assert dump(fast) == dump(slow)
     assert list(fast.repeats.patterns) == list(slow.repeats.patterns)  # type: ignore[union-attr]

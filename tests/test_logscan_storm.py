@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gputriage.logscan import ScanConfig, blocks, lines, scan_paths, scan_text
-from gputriage.parsers import kernel_fold
+from gputriage.parsers import kernel_fold, kernel_repeats
 from gputriage.parsers.kernel_model import DriverEvent
 
 NOW = datetime(2024, 9, 1, tzinfo=timezone.utc)
@@ -289,10 +289,10 @@ def test_a_fault_pattern_from_raw_bytes_is_the_one_from_text(message):
     (its text stripped, as the parse strips it), the message's text blanked in one pass
     of the pattern's definition; so is the pattern of the message as text."""
     want = "31:" + _BLANKS.sub("#", message.strip())
-    assert kernel_fold.message_pattern("31", message.encode("ascii")) == want
-    assert kernel_fold.message_pattern("31", message.strip()) == want
+    assert kernel_repeats.message_pattern("31", message.encode("ascii")) == want
+    assert kernel_repeats.message_pattern("31", message.strip()) == want
     unstripped = "31:" + _BLANKS.sub("#", message)
-    assert kernel_fold.message_pattern("31", message) == unstripped
+    assert kernel_repeats.message_pattern("31", message) == unstripped
 
 
 @settings(max_examples=500, deadline=None)
@@ -306,4 +306,4 @@ def test_a_message_blanked_between_its_addresses_is_blanked_whole(pieces):
     faults at a new address each costs) gives the very pattern of one pass over it."""
     text = "".join(pieces)
     want = _BLANKS.sub("#", text)
-    assert kernel_fold.blank_bytes(text.encode("ascii")) == want
+    assert kernel_repeats.blank_bytes(text.encode("ascii")) == want

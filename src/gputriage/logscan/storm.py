@@ -31,8 +31,9 @@ from typing import Any, Protocol
 
 from gputriage.logscan.fastline import DIRECT, EARLIER, EARLIER_LOWER, PASSES, FastLine, FastXid
 from gputriage.parsers.kernel_extractor import MAX_LINE
-from gputriage.parsers.kernel_fold import Folder, line_process
+from gputriage.parsers.kernel_fold import Folder
 from gputriage.parsers.kernel_model import DriverEvent
+from gputriage.parsers.kernel_repeats import line_process
 from gputriage.text.fields import normalize_bus_id
 
 __all__ = ["LEAD", "SCREEN_EXPRESSION", "USABLE", "LazyXid", "Source", "StormLines"]

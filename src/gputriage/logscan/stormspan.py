@@ -39,11 +39,10 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage.logscan.storm import CACHE, LazyXid, Source, StormLines
 from gputriage.parsers.kernel_extractor import MAX_LINE
-from gputriage.parsers.kernel_fold import (
+from gputriage.parsers.kernel_fold import XidState, code_number
+from gputriage.parsers.kernel_repeats import (
     APP_FAULTS,
     PATTERN_TRIES,
-    XidState,
-    code_number,
     count_pattern,
     count_process,
 )

@@ -5,9 +5,10 @@ kind apart, see :func:`fold_key`), and reset epoch (the driver loads of the boot
 resets of the GPU so far, so that no folded event straddles a reset). The first
 :data:`KEEP` events of a key are kept one by one, in log order; every later one is folded
 into one event standing for them all (``count`` and ``repeats``: the last occurrence, the
-processes that logged them, up to :data:`PROCESSES` and then counted, their fault patterns,
-and for Xid 45 what each follows). A driver load and an Xid 154 are never folded: each may
-be a reset the rules must see.
+processes that logged them, their fault patterns, and for Xid 45 what each follows, as
+:mod:`gputriage.parsers.kernel_repeats` records them). A driver load and an Xid 154 are
+never folded: each may be a reset the rules must see. :meth:`Folder.repeat` and its
+helpers fold a storm's plain Xid lines without building their events.
 
 Xid 45 attribution is made here, in log order, for every Xid 45: it follows the GPU's latest
 other Xid when that is among the GPU's last :data:`LOOKBACK` Xids and at most
@@ -20,33 +21,31 @@ cannot see the Xid before its GPU's first 45s: it keeps them as ``leads``, and
 from __future__ import annotations
 
 import functools
-import re
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gputriage.parsers.kernel_model import DriverEvent, Repeats
+from gputriage.parsers.kernel_repeats import (
+    count_details,
+    count_key,
+    merge_folded,
+    start_folded,
+)
 from gputriage.text.fields import strict_hex, strict_int
 
-__all__ = ["FOLLOW_ON_S", "KEEP", "LOOKBACK", "FoldKey", "FollowChain", "Folder",
-           "fault_pattern", "fold_key", "line_process", "process_key", "recovery_cleared",
-           "seconds", "weight"]
+__all__ = ["FOLLOW_ON_S", "KEEP", "LOOKBACK", "FoldKey", "FollowChain", "Folder", "fold_key",
+           "recovery_cleared", "seconds", "weight"]
 
 KEEP = 64  # events of one key kept one by one before the rest are folded
-PROCESSES = 64  # processes named per folded event (then only counted)
-PATTERNS = 4  # fault patterns kept per process
-PATTERN_TRIES = 8  # occurrences of a process whose fault pattern is worked out
 FOLLOW_ON_S = 30.0  # an Xid 45 this soon after another Xid on its GPU is its consequence
 LOOKBACK = 64  # an Xid 45 follows an Xid only among the GPU's last this many Xids
-APP_FAULTS = frozenset({"13", "31", "43"})
 # details that differ from one occurrence to the next (left out of the key)
 _VOLATILE = frozenset({"pid", "process", "message", "channel", "caused_by", "intrinfo",
                        "address", "ip", "sp", "error_code"})
 _NEVER = frozenset({"driver-load"})
 _XID_KINDS = frozenset({"xid", "fallen-off-bus"})  # what _attribute looks at
 _RESET_KINDS = frozenset({"xid", "driver-load"})  # what _note_reset looks at
-_WHO = frozenset({"xid", "segfault"})  # kinds whose processes a folded event names
 _XID_COMMON = frozenset({"code", "pid", "process", "message", "channel", "caused_by"})
 
 # What events folded together share (:func:`fold_key`): the kind, the bus, and the usual
@@ -62,37 +61,6 @@ def seconds(ev: DriverEvent) -> float | None:
         return ev.time.timestamp()
     return ev.uptime_s
 
-
-def _named(name: str) -> bool:
-    return bool(name) and not name.startswith("<")
-
-
-def process_key(ev: DriverEvent) -> tuple[str, str]:
-    """(process key, name) of an Xid: its pid when printed, else its name ("" when
-    neither); the name is "" when not printed or a placeholder such as ``<unknown>``."""
-    pid = (ev.details.get("pid") or "").strip("'")
-    name = (ev.details.get("process") or "").strip()
-    name = name if _named(name) else ""
-    return (pid if pid.isdigit() else name), name
-
-
-_VARIABLE = re.compile(r"0x[0-9a-fA-F_]+|\b[0-9a-fA-F]{8}\b|[0-9]+")
-_VARIABLE_BYTES = re.compile(_VARIABLE.pattern.encode())  # (for ASCII, the same matches)
-_ASCII_SPACE = bytes(c for c in range(128) if chr(c).isspace())  # what str.strip() strips
-# (code, raw message) -> its fault pattern, kept across the blocks a process folds
-_RAW_PATTERNS: dict[tuple[str, bytes], str] = {}
-_RAW_PATTERNS_KEPT = 1 << 14
-_ADDRESS = b" 0x"  # an address in a message (most fault messages print one each)
-_ONES = bytes.maketrans(b"23456789", b"11111111")  # (see message_pattern)
-_ADDRESS_DIGITS = b"0123456789abcdefABCDEF_"
-_BLANKED: dict[bytes, str] = {}  # a piece of a message between addresses -> blanked
-
-
-def fault_pattern(code: str | int, ev: DriverEvent) -> str:
-    """An Xid's code and message with addresses, channels and numbers blanked: what
-    stays the same when one program hits one bug again (interned: equal patterns are one
-    object, which a pickle of folded events holds once)."""
-    return message_pattern(str(code), ev.details.get("message") or "")
 
 
 def fold_key(ev: DriverEvent) -> FoldKey | None:
@@ -263,7 +231,7 @@ class Folder:
                resets.get((boot, ev.bus_id), 0) if resets else 0, base)
         folded = self._folded.get(key)
         if folded is not None:
-            _merge(folded, ev)
+            merge_folded(folded, ev)
             if lead is not None:
                 lead.event = folded  # its cause is settled in the folded event
             return
@@ -274,7 +242,7 @@ class Folder:
                 self._folded[key] = ev
             self.events.append(ev)
             return
-        _start(ev)
+        start_folded(ev)
         self._folded[key] = ev
         self.events.append(ev)
 
@@ -335,7 +303,7 @@ class Folder:
             self.attribute_line(reps, folded, bus, at, details.get("caused_by"), code, boot)
         folded.count += 1
         reps.pending = (pending, lineno, boot, 0)
-        _count_process(reps, details, code)
+        count_details(reps, details, code)
         if lost is not None and lost.repeats is not None:
             lost.count += 1
             lost.repeats.pending = (pending, lineno, boot, 1)
@@ -355,7 +323,7 @@ class Folder:
         folded.count += 1
         reps.pending = (pending, lineno, boot, 0)
         if proc[0]:
-            _count_key(reps, proc[0], proc[1], code, rest)
+            count_key(reps, proc[0], proc[1], code, rest)
 
     def attribute_line(self, reps: Repeats, folded: DriverEvent, bus: str | None,
                         at: float | None, caused_by: str | None, code: str,
@@ -407,194 +375,6 @@ class Folder:
         if self.chain is not None:
             return self.chain.leads, self.chain.states
         return self.leads, self.tails()
-
-
-def _start(ev: DriverEvent) -> None:
-    """Make ``ev`` a folded event standing for itself so far."""
-    reps = Repeats(last=ev)
-    _count_into(reps, ev)
-    ev.repeats = reps
-
-
-def _count_into(reps: Repeats, ev: DriverEvent) -> None:
-    """Add one occurrence's process, pattern and Xid 45 cause to ``reps``."""
-    if ev.kind not in _WHO:
-        return
-    d = ev.details
-    key, name = process_key(ev)
-    code = d.get("code")
-    if key:
-        procs = reps.processes
-        if key in procs:
-            if name:
-                procs[key] = name
-        elif len(procs) < PROCESSES:
-            procs[key] = name
-        else:
-            reps.other_processes += 1
-            key = ""
-        if key and code in APP_FAULTS:
-            pats = reps.patterns.get(key)
-            if pats is None:
-                pats = reps.patterns[key] = set()
-            tries = reps.tries.get(key, 0)
-            if len(pats) < PATTERNS and tries < PATTERN_TRIES:
-                reps.tries[key] = tries + 1
-                pats.add(fault_pattern(code, ev))
-    if code == "45":
-        if ev.follows:
-            for c in ev.follows:
-                reps.causes[c] = reps.causes.get(c, 0) + 1
-        else:
-            reps.uncaused += 1
-
-
-def _count_process(reps: Repeats, d: dict[str, str], code: str) -> None:
-    """``_count_into`` for a line folded by :meth:`Folder.fold_line` (its details only)."""
-    key, name = line_process(d.get("pid") or "", d.get("process") or "")
-    if key:
-        _count_key(reps, key, name, code, d.get("message") or "")
-
-
-def line_process(pid: str, process: str) -> tuple[str, str]:
-    """(process key, name) of a plain Xid line's pid and process, as
-    :func:`process_key` reads them ("" when neither)."""
-    if pid[:1] == "'":
-        pid = pid.strip("'")
-    name = process.strip()
-    if name[:1] == "<":
-        name = ""
-    return (pid if pid.isdigit() else name), name
-
-
-def _count_key(reps: Repeats, key: str, name: str, code: str,
-               message: str | bytes | bytearray) -> None:
-    """One occurrence of process ``key`` (``name``) and its message (bytes: the raw
-    rest of an ASCII line, decoded only when its fault pattern is worked out)."""
-    if count_process(reps, key, name) and code in APP_FAULTS:
-        count_pattern(reps, key, code, message)
-
-
-def count_process(reps: Repeats, key: str, name: str) -> bool:
-    """One occurrence of process ``key`` (``name``): named while fewer than
-    ``PROCESSES`` are, else counted among the others (False)."""
-    procs = reps.processes
-    if key in procs:
-        if name and not procs[key]:
-            procs[key] = name
-    elif len(procs) < PROCESSES:
-        procs[key] = name
-    else:
-        reps.other_processes += 1
-        return False
-    return True
-
-
-def count_pattern(reps: Repeats, key: str, code: str, message: str | bytes | bytearray
-                  ) -> None:
-    """The fault pattern of one occurrence of an application fault ``code`` by process
-    ``key`` (named already), while that process's patterns are still worked out."""
-    tries = reps.tries.get(key, 0)
-    pats = reps.patterns.get(key)
-    if pats is None:
-        pats = reps.patterns[key] = set()
-    if len(pats) < PATTERNS and tries < PATTERN_TRIES:
-        reps.tries[key] = tries + 1
-        pats.add(message_pattern(code, message))
-
-
-def message_pattern(code: str, message: str | bytes | bytearray) -> str:
-    """An Xid's fault pattern from its code and message (bytes: the raw rest of an ASCII
-    line, blanked as bytes: the same pattern, a fifth sooner, and kept per distinct
-    message shape, as a storm repeats its messages), as :func:`fault_pattern` makes it of
-    an event."""
-    if isinstance(message, str):
-        if not message.isascii() or message.strip() != message:  # (blanked as it is)
-            return sys.intern(f"{code}:{_VARIABLE.sub('#', message)}")
-        message = message.encode("ascii")  # (the same pattern, see the tests)
-    # digits 2-9 read as 1: every number, hex word and address is blanked as it was (a
-    # digit stays a digit, a hex digit and a word character; a "0x" stays one and no
-    # other becomes one), and the digits left are none, so the pattern is the same and
-    # messages that differ only in their numbers are one key
-    said = (code, bytes(message).translate(_ONES))
-    pat = _RAW_PATTERNS.get(said)
-    if pat is None:
-        text = said[1].strip(_ASCII_SPACE)
-        # (interned: the messages of one pattern give one object, which a pickle of the
-        # folded events then holds once, not once per process)
-        if _ADDRESS in text:  # an address each: blanked piece by piece, not kept whole
-            return sys.intern(f"{code}:{blank_bytes(text)}")
-        pat = sys.intern(f"{code}:{_VARIABLE_BYTES.sub(b'#', text).decode('ascii')}")
-        if len(_RAW_PATTERNS) < _RAW_PATTERNS_KEPT:  # (full: those that came first stay)
-            _RAW_PATTERNS[said] = pat
-    return pat
-
-
-def blank_bytes(text: bytes) -> str:
-    """``_VARIABLE_BYTES.sub(b"#", text)`` of an ASCII ``text``, worked out between its
-    addresses: each `` 0x...`` is blanked whole (the space before it ends any number,
-    and the address runs to the first byte that is no hex digit or ``_``, where no
-    blanked number can start), and each piece around them is blanked once and kept. A
-    fault message that differs only in its address is then a few lookups, not a scan."""
-    pieces = text.split(_ADDRESS)
-    out = [_blank_piece(pieces[0])]
-    for piece in pieces[1:]:
-        rest = piece.lstrip(_ADDRESS_DIGITS)
-        if len(rest) == len(piece):  # ("0x" and no digit: not an address)
-            return _VARIABLE_BYTES.sub(b"#", text).decode("ascii")
-        out.append(" #")
-        out.append(_blank_piece(rest))
-    return "".join(out)
-
-
-def _blank_piece(piece: bytes) -> str:
-    found = _BLANKED.get(piece)
-    if found is None:
-        found = _VARIABLE_BYTES.sub(b"#", piece).decode("ascii")
-        if len(_BLANKED) < _RAW_PATTERNS_KEPT:
-            _BLANKED[piece] = found
-    return found
-
-
-def _merge(into: DriverEvent, ev: DriverEvent) -> None:
-    """Fold ``ev`` (one occurrence or a folded event) into ``into``."""
-    reps = into.repeats
-    assert reps is not None
-    into.count += ev.count
-    other = ev.repeats
-    reps.last = ev.latest if other is not None else ev
-    reps.pending = None
-    if other is None:
-        _count_into(reps, ev)
-        return
-    procs, theirs = reps.processes, other.processes
-    if len(procs) >= PROCESSES:  # (a storm's usual case: only those named already join)
-        named = [key for key in theirs if key in procs]
-        reps.other_processes += len(theirs) - len(named)
-    else:
-        named = list(theirs)
-    patterns, their_patterns = reps.patterns, other.patterns
-    for key in named:
-        name = theirs[key]
-        if key in procs:
-            if name:
-                procs[key] = name
-        elif len(procs) < PROCESSES:
-            procs[key] = name
-        else:
-            reps.other_processes += 1
-            continue
-        pats = patterns.get(key)
-        if pats is None:
-            pats = patterns[key] = set()
-        for p in their_patterns.get(key, ()):
-            if len(pats) < PATTERNS:
-                pats.add(p)
-    reps.other_processes += other.other_processes
-    causes = reps.causes
-    for c, n in other.causes.items():
-        causes[c] = causes.get(c, 0) + n
-    reps.uncaused += other.uncaused
 
 
 @dataclass

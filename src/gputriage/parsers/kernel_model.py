@@ -42,8 +42,8 @@ class DriverEvent:
 @dataclass
 class Repeats:
     """What a folded event stands for beyond its first occurrence (see
-    :mod:`gputriage.parsers.kernel_fold`): the last occurrence, who logged them (bounded)
-    and, for Xid 45, what they follow."""
+    :mod:`gputriage.parsers.kernel_fold`; :mod:`gputriage.parsers.kernel_repeats` fills it
+    in): the last occurrence, who logged them (bounded) and, for Xid 45, what they follow."""
 
     last: DriverEvent
     processes: dict[str, str] = field(default_factory=dict)  # pid (or name) -> name

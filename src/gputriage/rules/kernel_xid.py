@@ -21,14 +21,8 @@ from gputriage.facts.stack import GpuSighting
 from gputriage.knowledge import xid as catalog
 from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, Finding, Severity
-from gputriage.parsers.kernel_fold import (
-    FOLLOW_ON_S,
-    LOOKBACK,
-    fault_pattern,
-    process_key,
-    seconds,
-    weight,
-)
+from gputriage.parsers.kernel_fold import FOLLOW_ON_S, LOOKBACK, seconds, weight
+from gputriage.parsers.kernel_repeats import fault_pattern, process_key
 from gputriage.rules.base import action_for, rule
 from gputriage.rules.kernel_common import (
     DOC_XID,
