@@ -76,14 +76,7 @@ def count_into(reps: Repeats, ev: DriverEvent) -> None:
     key, name = process_key(ev)
     code = d.get("code")
     if key:
-        procs = reps.processes
-        if key in procs:
-            if name:
-                procs[key] = name
-        elif len(procs) < PROCESSES:
-            procs[key] = name
-        else:
-            reps.other_processes += 1
+        if not count_process(reps, key, name, latest=True):
             key = ""
         if key and code in APP_FAULTS:
             pats = reps.patterns.get(key)
@@ -128,12 +121,13 @@ def count_key(reps: Repeats, key: str, name: str, code: str,
         count_pattern(reps, key, code, message)
 
 
-def count_process(reps: Repeats, key: str, name: str) -> bool:
+def count_process(reps: Repeats, key: str, name: str, latest: bool = False) -> bool:
     """One occurrence of process ``key`` (``name``): named while fewer than
-    ``PROCESSES`` are, else counted among the others (False)."""
+    ``PROCESSES`` are, else counted among the others (False). A name fills an empty
+    one; with ``latest`` (an event's process, a folded event's), it replaces it."""
     procs = reps.processes
     if key in procs:
-        if name and not procs[key]:
+        if name and (latest or not procs[key]):
             procs[key] = name
     elif len(procs) < PROCESSES:
         procs[key] = name
@@ -228,14 +222,7 @@ def merge_folded(into: DriverEvent, ev: DriverEvent) -> None:
         named = list(theirs)
     patterns, their_patterns = reps.patterns, other.patterns
     for key in named:
-        name = theirs[key]
-        if key in procs:
-            if name:
-                procs[key] = name
-        elif len(procs) < PROCESSES:
-            procs[key] = name
-        else:
-            reps.other_processes += 1
+        if not count_process(reps, key, theirs[key], latest=True):
             continue
         pats = patterns.get(key)
         if pats is None:
