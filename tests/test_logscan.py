@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 import gputriage.logscan as logscan
 from gputriage.errors import InputError
+from gputriage.io.forkpool import ForkWorkers, WorkerDied
 from gputriage.logscan import LogScan, ScanConfig, blocks, scan_paths, scan_text
 from gputriage.logscan.blocks import process_pool
 from gputriage.logscan.events import scan_driver_events
-from gputriage.logscan.forkpool import ForkWorkers, WorkerDied
 from gputriage.logscan.search import ANCHORS, anchor_hits, anchors_for, probes
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "logs"

@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gputriage.logscan as logscan
+from gputriage.io.forkpool import ForkWorkers
 from gputriage.logscan import ScanConfig, blocks, scan_paths, timeline
 from gputriage.logscan.blocks import block_task
-from gputriage.logscan.forkpool import ForkWorkers
 from gputriage.logscan.search import anchors_for
 from gputriage.parsers import kernel_fold
 from gputriage.parsers.kernel_model import DriverEvent, Repeats

@@ -74,6 +74,8 @@ def _load_engine() -> None:
     next): done while worker processes read a large log, it costs them little."""
     import gputriage.engine.acks
     import gputriage.engine.causes
+    import gputriage.facts.nccl_bandwidth
+    import gputriage.nccl.summary
     import gputriage.next_steps  # noqa: F401
     from gputriage.rules import NCCL_AREAS, rules_of
 
@@ -84,13 +86,15 @@ def judge(paths: list[str], progress: Any = None) -> tuple[Result, NcclSummary, 
     """Read the inputs (``progress`` told the bytes read of each), run the engine over the
     combined facts, judge each nccl-tests run against its expectation, and summarise the
     job; also whether host outputs were among the inputs."""
+    from gputriage.nccl.inputs import read_inputs
+
+    # (what judging needs is imported once the reading started: _load_engine)
+    found = read_inputs(paths, progress, meanwhile=_load_engine)
     from gputriage.facts.nccl_bandwidth import expect_busbw_why
     from gputriage.facts.store import Facts, Missing
-    from gputriage.nccl.inputs import read_inputs
     from gputriage.nccl.summary import summarize
     from gputriage.snapshot.bundle import Snapshot
 
-    found = read_inputs(paths, progress, meanwhile=_load_engine)
     host_given = found.snapshot is not None and bool(found.snapshot.captures)
     snap = found.snapshot or Snapshot({}, None, ", ".join(found.job_origins))
     snap.problems.extend(found.problems)

@@ -44,10 +44,11 @@ class ScannedLog(Captured):
     scan: Any = None
 
 
-def _head(path: str) -> bytes | None:
-    """The first :data:`_HEAD` bytes of text of a regular file (decompressed) when it
-    holds at least :data:`STREAM_MIN_BYTES` of text; else None. A compressed file is
-    decompressed only as far as it keeps looking like text that may be streamed."""
+def _kind(path: str) -> str | None:
+    """:func:`kind_of` the first :data:`_HEAD` bytes of text of a regular file
+    (decompressed) when it holds at least :data:`STREAM_MIN_BYTES` of text; else None. A
+    compressed file is decompressed only as far as it keeps looking like text that may
+    be streamed. The head is judged once: the detector is the costly part."""
     from gputriage.io.decompress import compression, decompressed
 
     try:
@@ -61,12 +62,11 @@ def _head(path: str) -> bytes | None:
             return None
         fd = inp.fh.fileno()
         first = os.pread(fd, 1 << 20, 0)
-        kind = compression(first)
-        if kind is None:
+        compressed = compression(first)
+        if compressed is None:
             if os.fstat(fd).st_size < STREAM_MIN_BYTES:
                 return None
-            head = first[:_HEAD]
-            return head if kind_of(path, head) is not None else None
+            return kind_of(path, first[:_HEAD])
         pos = len(first)
 
         def more(n: int) -> bytes:
@@ -75,17 +75,17 @@ def _head(path: str) -> bytes | None:
             pos += len(data)
             return data
 
-        got, parts, head = 0, [], b""
-        for piece in decompressed(kind, first, more, path, [], 1 << 20):
-            if not head:
+        got, parts, kind = 0, [], None
+        for piece in decompressed(compressed, first, more, path, [], 1 << 20):
+            if kind is None:
                 parts.append(piece)
                 if sum(map(len, parts)) >= _HEAD or piece[257:262] == b"ustar":
-                    head = b"".join(parts)[:_HEAD]
-                    if kind_of(path, head) is None:
+                    kind = kind_of(path, b"".join(parts)[:_HEAD])
+                    if kind is None:
                         return None
             got += len(piece)
             if got >= STREAM_MIN_BYTES:
-                return head
+                return kind
         return None
 
 
@@ -119,10 +119,9 @@ def large_kind(path: str) -> str | None:
     if path == "-":
         return None
     try:
-        head = _head(path)
+        return _kind(path)
     except (InputError, OSError):
         return None
-    return kind_of(path, head) if head is not None else None
 
 
 def is_large_kernel_log(path: str) -> bool:

@@ -78,10 +78,10 @@ from typing import TYPE_CHECKING, BinaryIO, Literal
 
 from gputriage.errors import InputError
 from gputriage.io.decompress import compression
+from gputriage.io.forkpool import ForkWorkers, WorkerDied
 from gputriage.io.inputs import DIR, FILE, Input, is_binary, open_input
 from gputriage.logscan.blocks import process_pool, run_blocks
 from gputriage.logscan.config import DEFAULT, ScanConfig
-from gputriage.logscan.forkpool import ForkWorkers, WorkerDied
 from gputriage.logscan.lines import LineSource
 from gputriage.logscan.reader import InputSpans, file_chunks
 from gputriage.logscan.search import ANCHORS, LIBC, anchors_for, run_input

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import BinaryIO
 
+from gputriage.io.forkpool import ForkWorkers
 from gputriage.logscan.config import ScanConfig
-from gputriage.logscan.forkpool import ForkWorkers
 from gputriage.logscan.lines import BootSegment, LineSource
 from gputriage.logscan.reader import InputSpans
 from gputriage.logscan.search import prepare, search_span

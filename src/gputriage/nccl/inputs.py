@@ -148,7 +148,7 @@ class _TestsTap:
 
     def _scan(self, buf: bytes, lo: int, hi: int) -> None:
         """Keep the nccl-tests lines of ``buf[lo + 1:hi]`` (``buf[lo]`` is a newline)."""
-        from gputriage.parsers.detect_jobs import tests_line
+        from gputriage.parsers.nccl_tests import tests_line
 
         if self.full or hi <= lo + 1:
             return

@@ -257,7 +257,7 @@ def find_lines(buf: bytearray | bytes, lo: int, hi: int, base: int = 0,
     one of their shapes, see :mod:`gputriage.parsers.nccl_log`; a region with a NUL,
     which may hide a shape, is searched for every marker) and the nccl-tests lines
     (table rows only when ``rows`` or where it holds an nccl-tests marker)."""
-    from gputriage.parsers.detect_jobs import tests_line
+    from gputriage.parsers.nccl_tests import tests_line
 
     out = Found()
     if hi <= lo:
@@ -381,7 +381,7 @@ def _regions(fd: int, size: int, region: int, workers: int,
             yield r
             if r.size < region:
                 return
-    from gputriage.logscan.forkpool import ForkWorkers
+    from gputriage.io.forkpool import ForkWorkers
 
     results = ForkWorkers(workers).run(task, count)
     try:
@@ -408,7 +408,7 @@ def _regions_after(fd: int, start: int, region: int, engine: str | None) -> Iter
 def _guarded(regions: Generator[Region, None, None], name: str,
              problems: list[str]) -> Iterator[Region]:
     """``regions`` until one cannot be read (a problem noted)."""
-    from gputriage.logscan.forkpool import WorkerDied
+    from gputriage.io.forkpool import WorkerDied
 
     try:
         yield from regions
@@ -496,7 +496,7 @@ class LargeTap:
         prefixed nccl-tests line was first seen (the tap's ``shipped``) to the end."""
         from gputriage.nccl.tap import TYPES as _TYPES
         from gputriage.nccl.tap import lines_with as _lines_with
-        from gputriage.parsers.detect_jobs import tests_line
+        from gputriage.parsers.nccl_tests import tests_line
 
         pos = self.flip_start if self.flip_block == -1 else _line_start(
             self.fd, (self.flip_block or 0) * TAP_BLOCK)
@@ -589,7 +589,7 @@ def read_large(fd: int, size: int, name: str, log: NcclLog, tap: LargeTap,
     when the first region is back (the workers go on reading): what this process can
     do in the meantime (its own imports, say)."""
     from gputriage.nccl.tap import TYPES  # noqa: F401 - imported before forking
-    from gputriage.parsers.detect_jobs import tests_line  # noqa: F401
+    from gputriage.parsers.nccl_tests import tests_line  # noqa: F401
 
     _finder(engine)  # compiled before forking
     log.origins.append(name)

@@ -22,13 +22,13 @@ import re
 from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.detect_kernel import is_kernel_line
 from gputriage.parsers.nccl_lines import is_nccl_line, strip_shippers
-from gputriage.parsers.nccl_tests import is_nccl_tests_line
+from gputriage.parsers.nccl_tests import is_nccl_tests_line, tests_line
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
 from gputriage.text.prompts import source_for_command
 
 __all__ = ["claim_nccl_log", "claim_nccl_tests", "is_tests_prompt", "nccl_lines", "nccl_record",
-           "source_for_command", "tests_line"]
+           "source_for_command"]
 
 
 # --- NCCL log ---------------------------------------------------------------------
@@ -94,21 +94,11 @@ def claim_nccl_log(doc: PasteDoc) -> None:
 
 
 # --- nccl-tests -------------------------------------------------------------------
-_PERF_BIN = re.compile(r"(?:^|[\s/])[a-z_]+_perf(?:_mpi)?(?:\s|$)")
-_TESTS_EXTRA = re.compile(
-    r"^\s*(?:\S+:\s+)?Test (?:CUDA |NCCL )?failure\b|^\s*\.\. \S+ pid [0-9]+: Test failure"
-    r"|^\s*#\s*$")
 # lines that make a run of candidate lines an nccl-tests output for sure
 _TESTS_STRONG = re.compile(
     r"^\s*#\s*(?:nThread\s+[0-9]|Using devices|Rank\s+[0-9]+\s+Group|size\s+count|Avg bus bandwidth"
     r"|Out of bounds values|Collective test|nccl-tests version)"
     r"|Test (?:CUDA |NCCL )?failure")
-
-
-def tests_line(line: str) -> bool:
-    """A line of nccl-tests output (header, table row, footer, failure, command)."""
-    return (is_nccl_tests_line(line) or _TESTS_EXTRA.match(strip_shippers(line)) is not None
-            or (_PERF_BIN.search(line) is not None and "NCCL" not in line))
 
 
 def is_tests_prompt(lines: list[str], i: int) -> bool:

@@ -19,7 +19,7 @@ from gputriage.parsers.nccl_lines import parse_version, split_records, strip_shi
 from gputriage.parsers.nccl_model import NcclTestDevice, NcclTestRow, NcclTestRun
 from gputriage.text.fields import split_lines, strict_float, strict_int
 
-__all__ = ["is_nccl_tests_line", "operation_of", "parse_nccl_tests"]
+__all__ = ["is_nccl_tests_line", "operation_of", "parse_nccl_tests", "tests_line"]
 
 _COMMAND = re.compile(r"(?:^|[\s/=])(?P<name>[a-z][a-z_]{1,40}_perf)(?:_mpi)?(?:\s|$)")
 _STARTING = re.compile(r"#\s{0,8}Collective test (?P<what>starting|concluded):\s{0,8}"
@@ -235,3 +235,16 @@ def is_nccl_tests_line(line: str) -> bool:
     if _ROW_START.match(s):
         return _row(s) is not None or _wide_row(s)
     return _FAILURE.search(s) is not None
+
+
+# (beside is_nccl_tests_line: a failure, a bare "#" line, the test binary's command line)
+_PERF_BIN = re.compile(r"(?:^|[\s/])[a-z_]+_perf(?:_mpi)?(?:\s|$)")
+_TESTS_EXTRA = re.compile(
+    r"^\s*(?:\S+:\s+)?Test (?:CUDA |NCCL )?failure\b|^\s*\.\. \S+ pid [0-9]+: Test failure"
+    r"|^\s*#\s*$")
+
+
+def tests_line(line: str) -> bool:
+    """A line of nccl-tests output (header, table row, footer, failure, command)."""
+    return (is_nccl_tests_line(line) or _TESTS_EXTRA.match(strip_shippers(line)) is not None
+            or (_PERF_BIN.search(line) is not None and "NCCL" not in line))

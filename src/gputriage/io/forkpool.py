@@ -1,4 +1,7 @@
-"""Forked worker processes for the block search, without an executor.
+"""Forked worker processes for the scans of large files, without an executor: the
+kernel logs' (:mod:`gputriage.logscan.blocks`) and the NCCL job logs'
+(:mod:`gputriage.nccl.scan`). It imports neither, so the NCCL scan forks its workers
+without importing the kernel-log scanner.
 
 Worker ``k`` of ``n`` computes the tasks ``k, k + n, k + 2n ...`` in turn and writes
 each pickled result to its own pipe; the caller reads the pipes round robin, so the
