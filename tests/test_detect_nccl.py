@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from detect_both import lazy_and_eager_agree  # noqa: F401  (the fixture)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gputriage.errors import InputError
 from gputriage.ingest import load_input, load_text
@@ -209,3 +211,43 @@ def test_a_large_job_log_keeps_nccl_lines_from_all_of_it_and_the_table_at_its_en
     (run,) = parse_nccl_tests(snap.text("nccl_tests"))
     assert run.avg_busbw == 323.12 and len(run.rows) == 2
     assert "step 1234" not in snap.text("nccl_log") + snap.text("nccl_tests")
+
+
+# -- nccl_lines: the record grammar tried only on lines that may hold a record -----------
+def _nccl_lines_every_line(text: str) -> str:
+    """The reference: nccl_lines as it was, the record test on every line with a word."""
+    from gputriage.parsers.detect_jobs import nccl_record
+    from gputriage.text.fields import split_lines
+
+    kept = [ln for ln in split_lines(text)
+            if ("NCCL" in ln or "nccl" in ln or "DistBackendError" in ln or "WARN" in ln
+                or "INFO" in ln or "Got completion" in ln)
+            and nccl_record(ln)]
+    return "\n".join(kept) + "\n" if kept else ""
+
+
+_PIECES = (
+    "dgx-b01:30001:30001 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>",
+    "dgx-b01:30001:30001 [0] INFO NET : Using interface eth0:10.0.0.1<0>",  # NCCL 2.0-2.3
+    "dgx-b01:30001:30001\t[-1]  INFO Ring 00 : 0 1",
+    "misc/ibvwrap.cc:252 WARN Call to ibv_open_device failed",
+    "dgx-b01:30001:30001 [0] transport/net_ib.cc:1295 WARN NET/IB : Got completion from peer",
+    "NET/IB : Got completion from peer 10.1.1.2<4711> with status=12 opcode=0",
+    "2025-03-02 10:00:00,000 [rank3] INFO train.py:412 step 7 loss 1.2",
+    "2025-03-02 10:00:00,000 [rank3] WARN train.py:412 slow step",
+    "ncclSystemError: System call (e.g. socket, malloc) or external library call failed",
+    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970",
+    "[1,0]<stdout>:dgx-b01:30001:30001 [0] INFO NET : Using interface ib0",
+    "  | 2025-03-02T10:15:01.204Z | dgx-b01:3:3 [0] INFO Channel 00 : 0 1",
+    "x:12 \u2003[3]\u2003INFO unicode spaces", "a:1\u00a0WARN nbsp", "", "   ",
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=60)), max_size=20),
+       st.sampled_from(["\n", "\r\n", "\r"]))
+def test_nccl_lines_takes_what_the_record_test_on_every_line_took(pieces, newline) -> None:
+    from gputriage.parsers.detect_jobs import nccl_lines
+
+    text = newline.join(pieces) + newline
+    assert nccl_lines(text) == _nccl_lines_every_line(text)

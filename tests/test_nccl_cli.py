@@ -518,3 +518,25 @@ def test_shipped_nccl_tests_output_is_read_by_nccl_and_analyze(built, tmp_path, 
     assert {"origin": str(path), "sources": ["nccl_tests"]} in doc["inputs"]
     low, = (f for f in doc["findings"] if f["id"] == "nccl.busbw-low")
     assert "= 50 % of the ~368 GB/s expected" in low["title"]
+
+
+def test_a_large_kernel_log_given_to_nccl_is_scanned_whole_not_held(tmp_path, monkeypatch):
+    """Host outputs in a large input are loaded as analyze loads them: a kernel log
+    scanned whole in bounded memory, its host named (its tail was held before)."""
+    from gputriage.ingest import streamed
+
+    stamp = "2024-05-14T06:{m:02d}:{s:02d}+0000 gpu-b12 kernel: "
+    lines = [stamp.format(m=i // 60 % 60, s=i % 60)
+             + (f"NVRM: Xid (PCI:0000:18:00): 13, pid={1000 + i % 7}, name=python3, Graphics "
+                "SM Warp Exception on (GPC 1, TPC 2, SM 0): Out Of Range Address"
+                if i % 10 == 3 else f"usb 1-{i % 7}: new high-speed USB device number 3")
+             for i in range(3000)]
+    path = tmp_path / "kern.log"
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(streamed, "STREAM_MIN_BYTES", 64 << 10)
+    found = read_inputs([str(path)])
+    assert found.snapshot is not None
+    assert isinstance(found.snapshot.get("kernel_log"), streamed.ScannedLog)
+    result = analyze(found.snapshot)
+    assert result.host.hostname == "gpu-b12"
+    assert "xid.13" in {f.id for f in result.findings}

@@ -294,3 +294,44 @@ def test_memory_of_a_large_log_is_bounded(tmp_path):
     finally:  # pytest keeps its last temporary folders: not 600 MB of them
         kern.unlink()
         job.unlink()
+
+
+# -- the host a large log names ---------------------------------------------------------
+def _host(snap) -> str | None:
+    return analyze(snap).host.hostname
+
+
+@pytest.mark.parametrize("how", ["plain", "gzip", "stdin"])
+def test_a_streamed_kernel_log_names_its_host_as_a_held_one(tmp_path, monkeypatch, how):
+    """Its syslog-framed lines name the host whether it is held or scanned whole: the
+    next steps say "drain gpu-b12", not "the node these outputs came from"."""
+    data = storm(2000).replace(" node kernel:", " gpu-b12 kernel:").encode()
+    path = tmp_path / "kern.log"
+    path.write_bytes(gzip.compress(data) if how == "gzip" else data)
+    assert _host(load_inputs([str(path)])) == "gpu-b12"
+    monkeypatch.setattr(streamed, "STREAM_MIN_BYTES", SMALL)
+    if how == "stdin":
+        monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(data)))
+        snap = load_inputs(["-"])
+    else:
+        snap = load_inputs([str(path)])
+    assert isinstance(snap.get("kernel_log"), streamed.ScannedLog)
+    assert _host(snap) == "gpu-b12"
+
+
+def test_a_streamed_job_log_names_the_host_of_its_kernel_lines(tmp_path, monkeypatch):
+    framed = ("2024-05-14T09:00:00+0000 gpu-b12 kernel: NVRM: Xid (PCI:0000:18:00): 79, "
+              "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n")
+    path = tmp_path / "job.log"
+    path.write_text(job_text(1500).replace(KERNEL_PASTE, framed))
+    assert _host(load_inputs([str(path)])) == "gpu-b12"
+    monkeypatch.setattr(streamed, "STREAM_MIN_BYTES", SMALL)
+    snap = load_inputs([str(path)])
+    assert isinstance(snap.get("kernel_log"), streamed.ScannedLog)
+    assert _host(snap) == "gpu-b12"
+
+
+def test_the_head_a_host_is_read_from_is_as_long_either_way():
+    from gputriage.facts.stack import LOG_HOST_BYTES
+
+    assert bigtext.HOST_TEXT == LOG_HOST_BYTES

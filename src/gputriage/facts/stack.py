@@ -203,7 +203,9 @@ LOG_HOST_BYTES = 64 << 10  # of the kernel log read for the host its lines name
 def log_host(facts: FactReader) -> str:
     """The host every syslog- or journal-framed line of the kernel log names (a paste
     of another machine's journal names that machine)."""
-    text = (facts.text("kernel_log") or "")[:LOG_HOST_BYTES]
+    cap = facts.snapshot.get("kernel_log")
+    head = getattr(cap, "head", "")  # a large log scanned whole: its head (ingest.streamed)
+    text = (head + (facts.text("kernel_log") or ""))[:LOG_HOST_BYTES]
     hosts = {m.group("host") or m.group("bare") for m in _LOG_HOST.finditer(text)}
     if len(hosts) != 1:
         raise Missing("kernel_log: no single host named by its lines")

@@ -41,14 +41,18 @@ from gputriage.snapshot.bundle import Captured, decode
 from gputriage.text.fields import split_lines
 from gputriage.text.framing import unframe
 
-__all__ = ["ALL_LINES", "DETECT_BYTES", "KERNEL", "MIXED", "Feeder", "ParsedNccl",
-           "check_feeders", "head_tail_pieces"]
+__all__ = ["ALL_LINES", "DETECT_BYTES", "HOST_TEXT", "KERNEL", "MIXED", "Feeder", "ParsedNccl",
+           "check_feeders", "head_tail_pieces", "host_text"]
 
 DETECT_BYTES = 1 << 20  # the detector judges this much of the head and of the tail
 ALL_LINES = ("kernel_log", "nccl_log")  # gathered over the whole of a large input
 KERNEL, MIXED = "kernel", "mixed"  # a kernel log and nothing else / any other text
 _HOLD_BYTES = 16 << 20  # system-log records held until the text is known to be a log
 _WAIT_S = 0.1  # a feeder blocked on a full pipe looks this often whether the scan ended
+LINE_CAP = 1 << 20  # a longer line is read up to this (the NCCL reader skips it, counted)
+# the head of a streamed kernel log's text that the host its lines name is read from (as
+# facts.stack.log_host reads a held log's: LOG_HOST_BYTES, which a test holds equal)
+HOST_TEXT = 64 << 10
 
 
 @dataclass
@@ -74,20 +78,34 @@ def head_tail_pieces(head: str, tail: str) -> tuple[dict[str, str], bool]:
     return found, framed
 
 
-def _whole_lines(blocks: Iterable[bytes]) -> Iterator[bytes]:
+def _whole_lines(blocks: Iterable[bytes], cut: list[int] | None = None) -> Iterator[bytes]:
     """``blocks`` re-cut after their last newline (a line is never split between two),
-    NUL padding dropped."""
-    carry = b""
+    NUL padding dropped. A line longer than :data:`LINE_CAP` is read up to it, the rest
+    dropped (each one counted in ``cut[0]``): memory stays bounded whatever the input."""
+    carry: list[bytes] = []  # the pieces of the line that goes on
+    held = 0
+    skipping = False  # the rest of a line cut at LINE_CAP
     for block in blocks:
         block = block.replace(b"\0", b"")
-        cut = block.rfind(b"\n")
-        if cut < 0:
-            carry += block
+        if skipping:
+            first = block.find(b"\n")
+            if first < 0:
+                continue
+            block, skipping = block[first + 1:], False
+        last = block.rfind(b"\n")
+        if last < 0:
+            carry.append(block)
+            held += len(block)
+            if held > LINE_CAP:
+                yield b"".join(carry)[:LINE_CAP] + b"\n"
+                carry, held, skipping = [], 0, True
+                if cut is not None:
+                    cut[0] += 1
             continue
-        yield carry + block[:cut + 1]
-        carry = block[cut + 1:]
-    if carry:
-        yield carry
+        yield b"".join([*carry, block[:last + 1]])
+        carry, held = [block[last + 1:]], len(block) - last - 1
+    if carry and held:
+        yield b"".join(carry)
 
 
 class _LogLines:
@@ -105,17 +123,21 @@ class _LogLines:
     def take(self, text: str) -> str:
         """The records of ``text`` (whole lines) to pass on now."""
         from gputriage.parsers.detect_kernel import is_kernel_line
+        from gputriage.parsers.kernel_log import is_other_record
 
         out: list[str] = []
-        for line in split_lines(text):
-            if not self.is_log:
-                if line.strip():
-                    self.content += 1
-                if is_kernel_line(line):
+        for line in filter(str.strip, split_lines(text)):  # (a blank line is no record)
+            if self.is_log:
+                record = is_log_record(line)
+            else:
+                self.content += 1
+                kernel = is_kernel_line(line)  # (is_log_record's first test, made once)
+                if kernel:
                     self.is_log = True
                     out.extend(self.held)
                     self.held.clear()
-            if is_log_record(line):
+                record = kernel or is_other_record(line)
+            if record:
                 if self.is_log:
                     out.append(line)
                 else:
@@ -156,6 +178,7 @@ class Feeder:
     problems: list[str] = field(default_factory=list)
     pieces: dict[str, str] = field(default_factory=dict)
     kernel_lines: bool = False  # whether any kernel-log record was passed on
+    head: str = ""  # the first HOST_TEXT of the kernel-log text passed on (whole lines)
     nccl_lines: bool = False  # whether it held NCCL records
     error: BaseException | None = None
 
@@ -165,11 +188,20 @@ class Feeder:
         self.done = threading.Event()
         self.scan_over = threading.Event()  # set by the caller once the scanner returned
         self._broken = False
+        self._head = b""
+        self._cut = [0]  # lines over LINE_CAP (see cut_note)
         self._thread = threading.Thread(target=self._run, name=f"feed {self.origin}",
                                         daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    def cut_note(self) -> str | None:
+        """What was left out of lines too long to hold (None: nothing)."""
+        if not self._cut[0]:
+            return None
+        return (f"{self.origin}: {self._cut[0]} line(s) longer than {LINE_CAP >> 20} MiB; "
+                "the rest of each was not read")
 
     def finish(self) -> None:
         """Once the scanner returned: stop writing, wait for the end of the input."""
@@ -184,9 +216,9 @@ class Feeder:
                 self.after.done.wait()
             os.set_blocking(self._write_end, False)
             if self.mode == KERNEL:  # a kernel log and nothing else: every line passed
-                for block in _whole_lines(self.blocks()):
+                for block in _whole_lines(self.blocks(), self._cut):
                     self.kernel_lines = True
-                    self._write(block)
+                    self._pass(block)
             else:
                 from gputriage.parsers.nccl_log import read_nccl_log
 
@@ -197,6 +229,7 @@ class Feeder:
         except BaseException as exc:  # handed to the caller's thread
             self.error = exc
         finally:
+            self.head = host_text(self._head)
             os.close(self._write_end)
             self.done.set()
 
@@ -205,7 +238,7 @@ class Feeder:
         escapes), its log records passed to the scanner, its head and tail judged."""
         head: list[bytes] = []
         got = 0
-        chunks = _whole_lines(self.blocks())
+        chunks = _whole_lines(self.blocks(), self._cut)
         for block in chunks:  # the head first: it says whether lines are framed
             head.append(block)
             got += len(block)
@@ -228,11 +261,11 @@ class Feeder:
             text = unframe(pasted) if framed else pasted  # each line's payload
             # a block without log records still writes a blank line: the scanner's idle
             # budget counts from the last byte it got
-            self._write(logs.take(text).encode("utf-8", "surrogatepass") or b"\n")
+            self._pass(logs.take(text).encode("utf-8", "surrogatepass") or b"\n")
             records = nccl_lines(text)  # as a paste's: no framework error the job log holds
             if records:
                 yield records.encode("utf-8", "surrogatepass")
-        self._write(logs.finish().encode("utf-8", "surrogatepass"))
+        self._pass(logs.finish().encode("utf-8", "surrogatepass"))
         self.kernel_lines = logs.is_log
         whole_tail = "".join(tail)
         start = whole_tail.find("\n", max(0, len(whole_tail) - DETECT_BYTES)) + 1
@@ -240,6 +273,12 @@ class Feeder:
         for name, body in at_end.items():
             found[name] = found.get(name, "") + body
         self.pieces = found
+
+    def _pass(self, data: bytes) -> None:
+        """Pass kernel-log text on to the scanner, its head kept (``head``)."""
+        if len(self._head) < HOST_TEXT and data.strip():
+            self._head += data[:HOST_TEXT - len(self._head)]
+        self._write(data)
 
     def _write(self, data: bytes) -> None:
         """Write to the scanner's pipe; once the scanner has returned (it stopped
@@ -283,3 +322,10 @@ def check_feeders(feeders: Iterable[Feeder]) -> None:
                 feeder.problems.append(str(feeder.error))
                 continue
             raise feeder.error
+
+
+def host_text(data: bytes) -> str:
+    """The first :data:`HOST_TEXT` of ``data`` as text, in whole lines."""
+    text = decode(data[:HOST_TEXT])
+    cut = text.rfind("\n") + 1
+    return text[:cut] if cut else text

@@ -39,34 +39,38 @@ _BLOCK = 1 << 20  # bytes per read of a streamed input
 class ScannedLog(Captured):
     """The ``kernel_log`` capture of logs scanned whole: ``scan`` is their
     :class:`gputriage.logscan.LogScan`; ``text`` holds only the kernel-log text of other
-    inputs (already part of ``scan``)."""
+    inputs (already part of ``scan``); ``head`` the first ``bigtext.HOST_TEXT`` bytes of
+    the scanned logs' own kernel-log text, in input order (the host their lines name is
+    read from it, as from a held log's text)."""
 
     scan: Any = None
+    head: str = ""
 
 
-def _kind(path: str) -> str | None:
+def _kind(path: str) -> tuple[str | None, bytes]:
     """:func:`kind_of` the first :data:`_HEAD` bytes of text of a regular file
-    (decompressed) when it holds at least :data:`STREAM_MIN_BYTES` of text; else None. A
-    compressed file is decompressed only as far as it keeps looking like text that may
-    be streamed. The head is judged once: the detector is the costly part."""
+    (decompressed) when it holds at least :data:`STREAM_MIN_BYTES` of text, else None;
+    and those bytes. A compressed file is decompressed only as far as it keeps looking
+    like text that may be streamed. The head is judged once: the detector is the costly
+    part."""
     from gputriage.io.decompress import compression, decompressed
 
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
-            return None  # never open a FIFO or a device here: its data is read once
+            return None, b""  # never open a FIFO or a device here: its data is read once
     except OSError:
-        return None  # stdin ("-"), or unreadable: the ordinary reader says why
+        return None, b""  # stdin ("-"), or unreadable: the ordinary reader says why
     inp = open_input(path)
     with inp:
         if inp.kind != FILE:
-            return None
+            return None, b""
         fd = inp.fh.fileno()
         first = os.pread(fd, 1 << 20, 0)
         compressed = compression(first)
         if compressed is None:
             if os.fstat(fd).st_size < STREAM_MIN_BYTES:
-                return None
-            return kind_of(path, first[:_HEAD])
+                return None, b""
+            return kind_of(path, first[:_HEAD]), first[:_HEAD]
         pos = len(first)
 
         def more(n: int) -> bytes:
@@ -75,18 +79,19 @@ def _kind(path: str) -> str | None:
             pos += len(data)
             return data
 
-        got, parts, kind = 0, [], None
+        got, parts, kind, head = 0, [], None, b""
         for piece in decompressed(compressed, first, more, path, [], 1 << 20):
             if kind is None:
                 parts.append(piece)
                 if sum(map(len, parts)) >= _HEAD or piece[257:262] == b"ustar":
-                    kind = kind_of(path, b"".join(parts)[:_HEAD])
+                    head = b"".join(parts)[:_HEAD]
+                    kind = kind_of(path, head)
                     if kind is None:
-                        return None
+                        return None, b""
             got += len(piece)
             if got >= STREAM_MIN_BYTES:
-                return kind
-        return None
+                return kind, head
+        return None, b""
 
 
 def kind_of(name: str, head: bytes) -> str | None:
@@ -116,12 +121,17 @@ def large_kind(path: str) -> str | None:
     """How ``path`` is streamed when it is a large regular file (see :func:`kind_of`);
     None for anything else, and never raises for an input the ordinary reader can
     report on."""
+    return _sniffed(path)[0]
+
+
+def _sniffed(path: str) -> tuple[str | None, bytes]:
+    """:func:`large_kind` and the head it was judged on."""
     if path == "-":
-        return None
+        return None, b""
     try:
         return _kind(path)
     except (InputError, OSError):
-        return None
+        return None, b""
 
 
 def is_large_kernel_log(path: str) -> bool:
@@ -155,18 +165,20 @@ class LargeLogs:
 
         self.paths: list[str] = []  # what the scanner reads: files and feeders' pipes
         self.feeders: list[Any] = []
+        self.heads: dict[str, str] = {}  # a kernel log file's head text (HOST_TEXT)
         self.nccl = NcclLog()
 
     def take(self, path: str) -> bool:
         """Keep ``path`` for the scan when it is a large regular file of text other
         than a bug report."""
-        from gputriage.ingest.bigtext import KERNEL
+        from gputriage.ingest.bigtext import KERNEL, host_text
 
-        kind = large_kind(path)
+        kind, head = _sniffed(path)
         if kind is None:
             return False
         if kind == KERNEL:
             self.paths.append(path)
+            self.heads[path] = host_text(head)
         else:
             problems: list[str] = []
             self.feed(path, kind, file_blocks(path, problems), problems)
@@ -191,7 +203,7 @@ class LargeLogs:
         ``progress`` is told the bytes read of each."""
         if not self.paths:
             return other
-        from gputriage.ingest.bigtext import check_feeders
+        from gputriage.ingest.bigtext import HOST_TEXT, check_feeders
         from gputriage.ingest.detect import EXPECTED
         from gputriage.logscan import scan_paths
         from gputriage.logscan.config import DEFAULT
@@ -218,12 +230,16 @@ class LargeLogs:
         unread: list[str] = []  # a large text with nothing known in it, as a small one
         for feeder in self.feeders:
             if feeder.pieces or feeder.kernel_lines or feeder.nccl_lines:
+                if (note := feeder.cut_note()) is not None:
+                    feeder.problems.append(note)
                 snap = _with_pieces(snap, feeder)
             else:
                 unread.append(feeder.problems[-1] if feeder.problems else
                               f"{feeder.origin}: unrecognised content; {EXPECTED}")
         if scan is not None and self._has_kernel_log(texts):
-            snap = _with_scan(snap, scan, self.paths, names, texts, cap)
+            heads = {f.path: f.head for f in self.feeders} | self.heads
+            head = "".join(heads.get(p, "") for p in self.paths)[:HOST_TEXT]
+            snap = _with_scan(snap, scan, self.paths, names, texts, cap, head)
         elif snap is None:
             reasons = unread + ([str(failed)] if failed is not None else [])
             raise InputError(reasons[0] if len(reasons) == 1 else
@@ -288,9 +304,9 @@ def _with_pieces(snap: Snapshot | None, feeder: Any) -> Snapshot:
 
 
 def _with_scan(snap: Snapshot | None, scan: Any, paths: list[str], names: dict[str, str],
-               texts: list[tuple[str, str]], cap: Captured | None) -> Snapshot:
+               texts: list[tuple[str, str]], cap: Captured | None, head: str) -> Snapshot:
     """``snap`` (a new one when None) with the scan of ``paths`` (feeders' pipes named
-    by ``names``) as its ``kernel_log``."""
+    by ``names``; ``head``: their kernel-log text's first bytes) as its ``kernel_log``."""
     for pipe, origin in names.items():
         scan.problems = [p.replace(pipe, origin) for p in scan.problems]
     files = [p for p in paths if p not in names]
@@ -300,6 +316,7 @@ def _with_scan(snap: Snapshot | None, scan: Any, paths: list[str], names: dict[s
     elif files:
         snap.origin = f"{snap.origin}, {', '.join(files)}" if snap.origin else ", ".join(files)
     snap.captures["kernel_log"] = ScannedLog("kernel_log", cap.text if cap else "",
-                                             _record(origin, scan.bytes), origin, scan)
+                                             _record(origin, scan.bytes), origin, scan, head)
     snap.problems.extend(p for p in scan.problems if p not in snap.problems)
     return snap
+

@@ -259,11 +259,12 @@ def _add_host(found: JobInputs, snap: Snapshot, streamed: bool = False) -> None:
 
 
 def _load_host(path: str) -> Snapshot:
-    """A host input loaded as ``analyze`` loads it (the loader imported only then: a job's
+    """A host input loaded as ``analyze`` loads it: a large log scanned whole, in memory
+    bounded by what it holds, not its tail held (the loader imported only then: a job's
     log alone never needs it)."""
-    from gputriage.ingest import load_input as load
+    from gputriage.ingest import load_inputs
 
-    return load(path)
+    return load_inputs([path])
 
 
 def _read_one(path: str, found: JobInputs,

@@ -56,13 +56,18 @@ def nccl_record(line: str) -> bool:
     return bool(_NCCL_RECORD.search(line) or _FRAMEWORK.search(line)) or is_nccl_line(line)
 
 
+# What every line ``nccl_record`` takes holds: a word of an NCCL record or error, or an
+# old NCCL's record shape ("host:pid:tid [0] INFO", "file.cc:311 WARN"; the bare
+# completion error holds its words). A training log's "[rank3] INFO ..." lines have
+# neither, so ``nccl_lines`` tries the record grammar on a few lines in a hundred.
+_MAYBE_RECORD = re.compile(r"NCCL|nccl|DistBackendError|Got completion"
+                           r"|:[0-9]{1,10}\s{1,8}(?:\[-?[0-9]{1,5}\]\s{1,8}INFO|WARN)")
+
+
 def nccl_lines(text: str) -> str:
     """The NCCL records of a large text, in order (without the wrapped lines of framework
     errors: for inputs too large for the full detector)."""
-    kept = [ln for ln in split_lines(text)
-            if ("NCCL" in ln or "nccl" in ln or "DistBackendError" in ln or "WARN" in ln
-                or "INFO" in ln or "Got completion" in ln)
-            and nccl_record(ln)]
+    kept = [ln for ln in filter(_MAYBE_RECORD.search, split_lines(text)) if nccl_record(ln)]
     return "\n".join(kept) + "\n" if kept else ""
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-__all__ = ["HEAD_LINES", "BOOT_MARK", "is_kernel_line", "is_log_record", "is_system_log_line",
-           "shape_refusal"]
+__all__ = ["HEAD_LINES", "BOOT_MARK", "is_kernel_line", "is_log_record", "is_other_record",
+           "is_system_log_line", "shape_refusal"]
 
 HEAD_LINES = 1000  # the lines of an input's head that the shape check reads
 
@@ -82,7 +82,13 @@ def is_system_log_line(line: str) -> bool:
 
 def is_log_record(line: str) -> bool:
     """A kernel or system log record, or a journal boot marker."""
-    return is_kernel_line(line) or is_system_log_line(line) or BOOT_MARK.match(line) is not None
+    return is_kernel_line(line) or is_other_record(line)
+
+
+def is_other_record(line: str) -> bool:
+    """A log record other than the kernel's: a system log record or a journal boot
+    marker (``is_log_record`` of a line already known not to be a kernel record)."""
+    return is_system_log_line(line) or BOOT_MARK.match(line) is not None
 
 
 def shape_refusal(name: str, lines: Iterable[str], limit: int = HEAD_LINES) -> str | None:
