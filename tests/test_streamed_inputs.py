@@ -335,3 +335,21 @@ def test_the_head_a_host_is_read_from_is_as_long_either_way():
     from gputriage.facts.stack import LOG_HOST_BYTES
 
     assert bigtext.HOST_TEXT == LOG_HOST_BYTES
+
+
+def test_a_line_too_long_to_hold_is_cut_and_said(tmp_path, monkeypatch):
+    """A line longer than LINE_CAP is read up to it, the rest dropped and said; the
+    lines after it are read as ever (a 200 MB line once cost 14 s and 855 MB)."""
+    text = job_text(1500)
+    cut = text.index("\n", len(text) // 3) + 1
+    long_line = "x" * (3 << 20) + " NCCL INFO never read\n"  # (over a read block too)
+    path = tmp_path / "job.log"
+    path.write_text(text[:cut] + long_line + text[cut:])
+    monkeypatch.setattr(streamed, "STREAM_MIN_BYTES", SMALL)
+    monkeypatch.setattr(bigtext, "LINE_CAP", 64 << 10)
+    snap = load_inputs([str(path)])
+    assert f"{path}: 1 line(s) longer than 64.0 KiB; the rest of each was not read" \
+        in snap.problems
+    plain = tmp_path / "plain.log"
+    plain.write_text(text)
+    assert verdicts(analyze(snap)) == verdicts(analyze(load_inputs([str(plain)])))

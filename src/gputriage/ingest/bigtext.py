@@ -200,7 +200,9 @@ class Feeder:
         """What was left out of lines too long to hold (None: nothing)."""
         if not self._cut[0]:
             return None
-        return (f"{self.origin}: {self._cut[0]} line(s) longer than {LINE_CAP >> 20} MiB; "
+        from gputriage.io.inputs import human
+
+        return (f"{self.origin}: {self._cut[0]} line(s) longer than {human(LINE_CAP)}; "
                 "the rest of each was not read")
 
     def finish(self) -> None:
