@@ -180,6 +180,7 @@ class Feeder:
     kernel_lines: bool = False  # whether any kernel-log record was passed on
     head: str = ""  # the first HOST_TEXT of the kernel-log text passed on (whole lines)
     nccl_lines: bool = False  # whether it held NCCL records
+    empty: bool = True  # whether it held blank lines only (MIXED)
     error: BaseException | None = None
 
     def __post_init__(self) -> None:
@@ -240,7 +241,8 @@ class Feeder:
         escapes), its log records passed to the scanner, its head and tail judged."""
         head: list[bytes] = []
         got = 0
-        chunks = _whole_lines(self.blocks(), self._cut)
+        # (a block of blank lines, b"" here, holds no record and nothing to judge)
+        chunks = map(self._unless_blank, _whole_lines(self.blocks(), self._cut))
         for block in chunks:  # the head first: it says whether lines are framed
             head.append(block)
             got += len(block)
@@ -255,6 +257,9 @@ class Feeder:
             yield from head
             yield from chunks
         for block in again():
+            if not block:  # blank lines: no record, nothing to judge
+                self._write(b"\n")
+                continue
             pasted = _plain(decode(block))  # what the detector judges the tail on
             tail.append(pasted)
             kept += len(pasted)
@@ -275,6 +280,13 @@ class Feeder:
         for name, body in at_end.items():
             found[name] = found.get(name, "") + body
         self.pieces = found
+
+    def _unless_blank(self, block: bytes) -> bytes:
+        """``block``, or b"" when it holds blank lines only."""
+        if block.strip():
+            self.empty = False
+            return block
+        return b""
 
     def _pass(self, data: bytes) -> None:
         """Pass kernel-log text on to the scanner, its head kept (``head``)."""

@@ -233,8 +233,9 @@ class LargeLogs:
                 if (note := feeder.cut_note()) is not None:
                     feeder.problems.append(note)
                 snap = _with_pieces(snap, feeder)
-            else:
+            else:  # (as a small input is refused)
                 unread.append(feeder.problems[-1] if feeder.problems else
+                              f"{feeder.origin}: empty file" if feeder.empty else
                               f"{feeder.origin}: unrecognised content; {EXPECTED}")
         if scan is not None and self._has_kernel_log(texts):
             heads = {f.path: f.head for f in self.feeders} | self.heads
