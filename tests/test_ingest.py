@@ -273,6 +273,29 @@ def test_bad_contents(tmp_path: Path, data: bytes, message: str) -> None:
     assert str(path) in str(err.value)
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_large_binary_file_is_refused_by_its_sample_not_read(tmp_path: Path, padded) -> None:
+    """The sample the refusal is judged on is read first: 300 MB of random bytes once
+    cost 545 MB of memory to be called binary. A file that starts with NUL padding (a
+    log written at a crash) is judged after it, as before."""
+    import random
+
+    path = tmp_path / "blob.bin"
+    pad = b"\0" * (200 << 10) if padded else b""
+    path.write_bytes(pad + random.Random(3).randbytes(24 << 20))
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match=f"{path}: binary data, not a text output$"):
+            load_input(str(path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak
+    log = tmp_path / "padded.log"
+    log.write_bytes(b"\0" * (200 << 10) + (XID + "\n").encode() * 10)
+    assert XID in load_input(str(log)).text("kernel_log")
+
+
 def test_unreadable_inputs(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         load_input(str(tmp_path / "nope"))

@@ -90,8 +90,12 @@ def _trim(raw: _Raw, cap: int, origin: str) -> _Raw:
 
 
 def _read_file(path: str, fh: BinaryIO, size: int, cap: int) -> _Raw:
-    """A regular file: seek to its last ``cap`` bytes instead of reading it all."""
+    """A regular file: seek to its last ``cap`` bytes instead of reading it all. Binary
+    data is refused by the sample :func:`_snapshot_of` judges, before the rest is read."""
     start = max(0, size - cap)
+    sample = os.pread(fh.fileno(), _CHUNK, start).replace(b"\0", b"")[:_SNIFF]
+    if (len(sample) == _SNIFF or size - start <= _CHUNK) and looks_binary(sample):
+        raise InputError(f"{path}: binary data, not a text output")
     parts: list[bytes] = []
     left = cap
     here = start
