@@ -12,6 +12,10 @@ as when a job re-creates communicators), then times:
   * ``grep -E 'NCCL (INFO|WARN)|Using network|via NET' FILE > out3``, the lines an
     on-call would pull out to read transports by eye;
 
+and, with ``--analyze``, ``python -m gputriage analyze FILE --json > out`` once (the same
+log as a job's log pasted to ``analyze``: streamed through its large-text reader,
+``gputriage.ingest.bigtext``);
+
 and prints wall times (best of ``--repeat``), throughputs, the ratios, the peak
 RSS of the gputriage run (its largest process and its process tree, workers
 included; the target: memory bounded however large the log) and the size of each
@@ -30,7 +34,7 @@ before and after of the same run. CPU seconds (the process tree's user + system,
 best run) are printed beside wall times: what a shared machine's load disturbs least.
 
 Usage: python benchmarks/nccl_scan.py [--size 1GB] [--nccl-percent 1] [--file LOG] [--parts]
-       [--baseline SRC]
+       [--analyze] [--baseline SRC]
 """
 
 from __future__ import annotations
@@ -118,6 +122,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--parts", action="store_true",
                         help="also the CPU seconds of each part of a run, one by one")
+    parser.add_argument("--analyze", action="store_true",
+                        help="also time analyze of the log, once per tree")
     parser.add_argument("--baseline", metavar="SRC",
                         help="also time gputriage imported from this source tree")
     args = parser.parse_args()
@@ -168,6 +174,14 @@ def main() -> int:
             print(f"{label}: {wall:.2f} s, {size_mb / wall:.0f} MB/s, output "
                   f"{_size(folder / f'out{i + 2}')}; gputriage's throughput "
                   f"{wall / gt_wall:.2f}x of it (time ratio {gt_wall / wall:.2f})")
+        if args.analyze:
+            for src in trees:
+                argv = [sys.executable, "-m", "gputriage", "analyze", str(log), "--json"]
+                wall, rss, tree, rc = _timed(argv, folder / "outa", 1, src)
+                who = f" (--baseline {args.baseline})" if src else ""
+                print(f"gputriage analyze --json{who}: {wall:.2f} s, {size_mb / wall:.0f} MB/s, "
+                      f"peak RSS {rss / 1024:.0f} MB (process tree {tree / 1024:.0f} MB), rc "
+                      f"{rc}, output {_size(folder / 'outa')}; {wall / gt_wall:.1f}x nccl's time")
         if args.parts:
             for src in trees:
                 path = src or Path(__file__).resolve().parent.parent / "src"
