@@ -10,6 +10,8 @@ import re
 from importlib import resources
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gputriage.knowledge.job_messages import (
     CUDA_FAMILY,
@@ -215,3 +217,49 @@ def test_the_cheap_line_gates_accept_what_their_case_blind_forms_accept():
         blind = re.compile(gate.pattern, re.IGNORECASE)
         assert [bool(gate.search(ln.lower())) for ln in lines] == [
             bool(blind.search(ln)) for ln in lines]
+
+
+def _every_pattern(line: str) -> list[tuple[str, dict[str, str]]]:
+    """The reference: the family rows' hits of scan_line with every pattern searched on
+    every line the catalog's words let past."""
+    from gputriage.knowledge.job_messages import CATALOG_WORDS
+
+    if not CATALOG_WORDS.search(line.lower()):
+        return []
+    hits = []
+    for msg in catalog():
+        for pat in msg.patterns if msg.code is None else ():
+            if m := pat.search(line):
+                hits.append((msg.id, {k: v for k, v in m.groupdict().items() if v is not None}))
+                break
+    return hits
+
+
+_FAMILY_SAMPLES = [m.sample for m in catalog() if m.sample and m.code is None]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(_FAMILY_SAMPLES), st.sampled_from(["", "upper", "swap", "title"]),
+       st.text(max_size=20), st.text(max_size=20), st.integers(0, 200))
+def test_patterns_searched_only_after_their_leading_texts_find_the_same(
+        sample, case, before, after, cut):
+    """A pattern is searched on an ASCII line only when it holds one of the texts its
+    matches start with (in lower case): the hits are those of searching every pattern,
+    in any case, with any text around it, cut anywhere, on a GPU node's host line."""
+    line = {"": sample, "upper": sample.upper(), "swap": sample.swapcase(),
+            "title": sample.title()}[case]
+    for text in (before + line + after, line[:cut], f"gpu-b12 kernel: {line}"):
+        assert [(h.message.id, h.fields) for h in scan_line(text)
+                if h.message.code is None] == _every_pattern(text)
+
+
+def test_every_family_pattern_of_a_plain_lead_is_gated():
+    """Most patterns start with plain text (else they are always searched): the gate
+    holds for all but a few."""
+    from gputriage.knowledge.job_messages import leading_texts
+
+    leads = [leading_texts(p) for m in catalog() for p in m.patterns if m.code is None]
+    assert sum(lead is None for lead in leads) <= len(leads) // 8
+    assert leading_texts(re.compile("abc?d|x[|]y", re.IGNORECASE)) == ("ab", "x")
+    assert leading_texts(re.compile(r"(?:a|b)c|d", re.IGNORECASE)) is None
+    assert leading_texts(re.compile(r"a\.b|c", re.IGNORECASE)) == ("a", "c")

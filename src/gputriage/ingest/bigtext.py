@@ -35,7 +35,7 @@ from typing import Any
 from gputriage.errors import InputError
 from gputriage.ingest.detect import detect_framed
 from gputriage.parsers.detect_jobs import nccl_lines
-from gputriage.parsers.kernel_log import is_log_record
+from gputriage.parsers.kernel_log import is_log_record, is_other_record
 from gputriage.parsers.kernel_patterns import strip_ansi
 from gputriage.snapshot.bundle import Captured, decode
 from gputriage.text.fields import split_lines
@@ -123,7 +123,6 @@ class _LogLines:
     def take(self, text: str) -> str:
         """The records of ``text`` (whole lines) to pass on now."""
         from gputriage.parsers.detect_kernel import is_kernel_line
-        from gputriage.parsers.kernel_log import is_other_record
 
         out: list[str] = []
         for line in filter(str.strip, split_lines(text)):  # (a blank line is no record)

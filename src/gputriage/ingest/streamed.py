@@ -320,4 +320,3 @@ def _with_scan(snap: Snapshot | None, scan: Any, paths: list[str], names: dict[s
                                              _record(origin, scan.bytes), origin, scan, head)
     snap.problems.extend(p for p in scan.problems if p not in snap.problems)
     return snap
-

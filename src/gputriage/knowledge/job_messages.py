@@ -38,7 +38,8 @@ from pathlib import Path
 from gputriage.vocabulary import Action, Blame, Severity
 
 __all__ = ["CUDA_FAMILY", "FRAMEWORK_FAMILY", "WRAPPERS", "Hit", "Message", "catalog",
-           "cuda_error", "find", "find_hits", "message", "one_per_line", "scan", "scan_line"]
+           "cuda_error", "find", "find_hits", "leading_texts", "message", "one_per_line", "scan",
+           "scan_line"]
 
 CUDA_FAMILY = "cuda"
 FRAMEWORK_FAMILY = "framework"  # messages/framework.csv: PyTorch, JAX, cuBLAS, cuDNN, NGC
@@ -214,7 +215,7 @@ def _cuda_hits(line: str, lineno: int) -> dict[Message, Hit]:
             found.setdefault(msg, Hit(msg, line, lineno))
     lower = line.lower()
     for text, msg in _cuda_texts():
-        if msg in found or (at := lower.find(text)) < 0:
+        if (at := lower.find(text)) < 0 or msg in found:  # (a message hashes slowly)
             continue
         if msg.generic and not _CUDA_CONTEXT.search(line, max(0, at - _GENERIC_REACH), at):
             continue  # "out of memory" that CUDA did not say
@@ -222,18 +223,96 @@ def _cuda_hits(line: str, lineno: int) -> dict[Message, Hit]:
     return found
 
 
+# A pattern matched ignoring case is slow to search (no literal lead helps it), and a
+# GPU node's host name ("gpu-b12") lets every line of its logs past CATALOG_WORDS. So
+# each pattern is searched only on a line that holds, in lower case, one of the texts
+# its matches start with (one per alternative at its top level); on an ASCII line that
+# is exact: there, ignoring case is comparing in lower case.
+_OPERATORS = frozenset("\\.^$*+?{}[]()|")
+
+
+def _top_alternatives(pattern: str) -> list[str] | None:
+    """``pattern`` cut at the ``|`` of its top level; None when a piece does not stand
+    as a regular expression of its own (the cut was not at the top level)."""
+    pieces: list[str] = []
+    depth, start, i, in_class = 0, 0, 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            i += 2 if pattern[i + 1:i + 2] == "^" else 1
+            i += 1 if pattern[i:i + 1] == "]" else 0  # ("[]" or "[^]": a literal "]")
+            continue
+        elif c in "()":
+            depth += 1 if c == "(" else -1
+        elif c == "|" and depth == 0:
+            pieces.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    pieces.append(pattern[start:])
+    try:
+        for piece in pieces:
+            re.compile(piece)
+    except re.error:
+        return None
+    return pieces
+
+
+def leading_texts(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """What every match of ``pattern`` (matched ignoring case) starts with, in lower
+    case, one text per top-level alternative: its characters before the first operator
+    (the last one left out when ``?``, ``*`` or ``{`` follows it). None when that is
+    nothing for some alternative, or not ASCII: the pattern is then always searched."""
+    if pattern.flags & re.VERBOSE:
+        return None
+    pieces = _top_alternatives(pattern.pattern)
+    if pieces is None:
+        return None
+    out: list[str] = []
+    for piece in pieces:
+        run = ""
+        for c in piece:
+            if c in _OPERATORS:
+                if c in "?*{":
+                    run = run[:-1]
+                break
+            run += c
+        if not run or not run.isascii():
+            return None
+        out.append(run.lower())
+    return tuple(out)
+
+
+@functools.cache
+def _family_patterns() -> tuple[tuple[Message, tuple[tuple[re.Pattern[str],
+                                                             tuple[str, ...] | None], ...]], ...]:
+    """Each message of the catalog with its patterns and their leading texts."""
+    return tuple((msg, tuple((p, leading_texts(p)) for p in msg.patterns))
+                 for msg in catalog())
+
+
 def scan_line(line: str, lineno: int = 0) -> list[Hit]:
     """The messages on one line, each once, in catalog order."""
-    if not CATALOG_WORDS.search(line.lower()):
+    lower = line.lower()
+    if not CATALOG_WORDS.search(lower):
         return []
     cuda = _cuda_hits(line, lineno)
+    ascii_line = line.isascii()
     hits: list[Hit] = []
-    for msg in catalog():
+    for msg, patterns in _family_patterns():
         if msg.code is not None:
-            if msg in cuda:
+            if cuda and msg in cuda:
                 hits.append(cuda[msg])
             continue
-        for pat in msg.patterns:
+        for pat, leads in patterns:
+            if ascii_line and leads is not None and not (
+                    leads[0] in lower if len(leads) == 1 else any(t in lower for t in leads)):
+                continue
             if m := pat.search(line):
                 fields = {k: v for k, v in m.groupdict().items() if v is not None}
                 hits.append(Hit(msg, line, lineno, fields))
