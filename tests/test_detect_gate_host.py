@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 from detect_both import lazy_and_eager_agree  # noqa: F401  (the fixture)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from training_kit import training_log
 
 from gputriage.ingest.detect import detect
@@ -123,3 +125,17 @@ def test_a_host_output_in_a_training_log_is_detected_the_same_with_the_gates(mon
     gated = detect(paste)
     monkeypatch.setattr(detect_gate.Gate, "open", lambda self, doc: True)
     assert gated == detect(paste)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(_RECORDS), st.text(max_size=30), st.text(max_size=30),
+       st.integers(0, 80))
+def test_a_system_log_record_is_told_as_by_its_whole_pattern(record, before, after, cut):
+    """The ": " looked for first is in every record the pattern matches: the same lines
+    are system-log records with or without it."""
+    from gputriage.parsers import kernel_log
+    from gputriage.parsers.kernel_patterns import strip_ansi
+
+    for line in (record, before + record + after, record[:cut], record.replace(": ", ":")):
+        bare = strip_ansi(line) if "\x1b" in line else line
+        assert is_system_log_line(line) == (kernel_log._SYSTEM_LOG.match(bare) is not None)

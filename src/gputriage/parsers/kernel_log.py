@@ -73,11 +73,16 @@ def is_kernel_line(line: str) -> bool:
     return "kern:" in line and _TALOS_KERNEL.search(line) is not None
 
 
+# what every _SYSTEM_LOG record holds (the ": " after its program), found faster than a
+# training log's "2025-03-02 10:00:00,123 [rank3] INFO ..." lines fail the whole pattern
+_PROGRAM_END = re.compile(r":\s")
+
+
 def is_system_log_line(line: str) -> bool:
     """A syslog/journal record of any program (kept with the kernel's: the system log)."""
     if "\x1b" in line:
         line = _ANSI.sub("", line)
-    return _SYSTEM_LOG.match(line) is not None
+    return _PROGRAM_END.search(line) is not None and _SYSTEM_LOG.match(line) is not None
 
 
 def is_log_record(line: str) -> bool:
