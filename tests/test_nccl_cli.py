@@ -540,3 +540,28 @@ def test_a_large_kernel_log_given_to_nccl_is_scanned_whole_not_held(tmp_path, mo
     result = analyze(found.snapshot)
     assert result.host.hostname == "gpu-b12"
     assert "xid.13" in {f.id for f in result.findings}
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_a_stream_with_host_output_at_its_head_keeps_it_whatever_its_size(
+        built, monkeypatch, size) -> None:
+    """Host outputs in a stream read once (``kubectl logs ... | gputriage nccl -``, a job
+    that prints nvidia-smi as it starts): a large one is handed, as it comes, to the
+    large-text reader of analyze, so the table at its head is found and memory stays
+    bounded (its last 256 MiB were held, and the head was lost past them)."""
+    import gputriage.ingest as ingest
+    from gputriage.ingest import streamed
+
+    job = built["payloads"]["nccl_log"] * (1 if size == "small" else 40)
+    data = (SMI + job).encode()
+    monkeypatch.setattr(streamed, "STREAM_MIN_BYTES", 256 << 10)
+    monkeypatch.setattr(ingest, "CAP_BYTES", 128 << 10)  # (256 MiB in use)
+    assert (len(data) > 256 << 10) == (size == "large")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    code, out, err = cli("nccl", "--json", "-")
+    doc = json.loads(out)
+    assert code in EXIT_STATUSES, err
+    assert doc["host"]["driver"]["cuda"] == "12.4"
+    assert doc["nccl"]["log"]["nccl_lines"] == 585 * (1 if size == "small" else 40)
+    (given,) = [i for i in doc["inputs"] if i["origin"] == "<stdin>"]
+    assert "nvidia_smi" in given["sources"] and "nccl_log" in given["sources"]

@@ -18,7 +18,6 @@ read once under its budgets.
 from __future__ import annotations
 
 import os
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from gputriage.errors import InputError
 from gputriage.io.decompress import compression, data_of, first_pieces
 from gputriage.io.inputs import DIR, STREAM, human, is_binary, limit, open_input
+from gputriage.nccl.hoststream import HostStream
 from gputriage.nccl.tap import MARKERS as _MARKERS
 from gputriage.nccl.tap import ROWISH as _ROWISH
 from gputriage.nccl.tap import TYPES as _TYPES
@@ -311,12 +311,12 @@ def _read_one(path: str, found: JobInputs,
             tail = None
         else:
             host = _host_pieces(decode(head))
-            tail = _Tail() if host and once else None  # what the host loader reads afterwards
+            tail = HostStream(name) if host and once else None  # what the host loader gets
             read_nccl_log(tap.tap(tail.keep(blocks) if tail else blocks), name, found.log)
         found.runs.extend(tap.runs())
         if host:
             try:
-                _add_host(found, tail.load(name) if tail else _load_host(path), streamed=True)
+                _add_host(found, tail.load() if tail else _load_host(path), streamed=True)
                 if tail is None:
                     reading = []  # the host loader read the same bytes and said so
             except InputError as exc:
@@ -336,41 +336,6 @@ def _read_one(path: str, found: JobInputs,
         why = [f"{skipped} NCCL line(s) over {LONG_LINE // 1024} KiB skipped"] if skipped else []
         why += problems[-1:]
         raise InputError(f"{name}: {NOT_NCCL}" + (f" ({'; '.join(why)})" if why else ""))
-
-
-class _Tail:
-    """Passes blocks on and keeps the last ``CAP_BYTES`` of them: the host outputs of an
-    input that can be read only once (as ``analyze`` keeps the tail of a large input)."""
-
-    def __init__(self) -> None:
-        from gputriage.ingest import CAP_BYTES
-
-        self.cap = CAP_BYTES
-        self.kept: deque[bytes] = deque()
-        self.size = 0
-        self.cut = False
-
-    def keep(self, blocks: Iterable[bytes]) -> Iterator[bytes]:
-        for block in blocks:
-            self.kept.append(block)
-            self.size += len(block)
-            while self.size - len(self.kept[0]) >= self.cap:
-                self.size -= len(self.kept.popleft())
-                self.cut = True
-            yield block
-
-    def load(self, name: str) -> Snapshot:
-        """The kept text as a snapshot (InputError when it holds no host output)."""
-        from gputriage.ingest import load_text
-        from gputriage.snapshot.bundle import decode
-
-        data = b"".join(self.kept)
-        self.kept.clear()
-        cut = self.cut or len(data) > self.cap
-        text = decode(data[-self.cap:].replace(b"\0", b""))
-        if cut and "\n" in text:
-            text = text[text.index("\n") + 1:]  # the first line was cut in the middle
-        return load_text(text, name, truncated=cut)
 
 
 def read_inputs(paths: Iterable[str],
