@@ -243,6 +243,16 @@ _PIECES = (
 )
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_nccl_lines_takes_what_the_record_test_on_every_line_took_of_every_pair(newline):
+    from gputriage.parsers.detect_jobs import nccl_lines
+
+    for a in _PIECES:
+        for b in _PIECES:
+            for text in (a + newline + b + newline, a + " " + b, a + newline + b):
+                assert nccl_lines(text) == _nccl_lines_every_line(text), repr(text)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=60)), max_size=20),
        st.sampled_from(["\n", "\r\n", "\r"]))

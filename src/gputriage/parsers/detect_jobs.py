@@ -18,6 +18,7 @@ barrier. (``source_for_command`` is re-exported from
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.detect_kernel import is_kernel_line
@@ -59,16 +60,46 @@ def nccl_record(line: str) -> bool:
 # What every line ``nccl_record`` takes holds: a word of an NCCL record or error, or an
 # old NCCL's record shape ("host:pid:tid [0] INFO", "file.cc:311 WARN"; the bare
 # completion error holds its words). A training log's "[rank3] INFO ..." lines have
-# neither, so ``nccl_lines`` tries the record grammar on a few lines in a hundred.
-_MAYBE_RECORD = re.compile(r"NCCL|nccl|DistBackendError|Got completion"
-                           r"|:[0-9]{1,10}\s{1,8}(?:\[-?[0-9]{1,5}\]\s{1,8}INFO|WARN)")
+# neither, so ``nccl_lines`` tries the record grammar on a few lines in a hundred, found
+# in the whole text at once (the words by ``str.find``, the shape by one regex, which
+# never crosses a newline) when its lines end at newlines only.
+_RECORD_WORDS = ("NCCL", "nccl", "DistBackendError", "Got completion")
+_OLD_SHAPE = r":[0-9]{1,10}S{1,8}(?:\[-?[0-9]{1,5}\]S{1,8}INFO|WARN)"
+_MAYBE_RECORD = re.compile("|".join(_RECORD_WORDS) + "|" + _OLD_SHAPE.replace("S", r"\s"))
+_OLD_SHAPE_IN_TEXT = re.compile(_OLD_SHAPE.replace("S", r"[^\S\n]"))
 
 
 def nccl_lines(text: str) -> str:
     """The NCCL records of a large text, in order (without the wrapped lines of framework
     errors: for inputs too large for the full detector)."""
-    kept = [ln for ln in filter(_MAYBE_RECORD.search, split_lines(text)) if nccl_record(ln)]
+    if "\r" in text:  # (a line may end at a CR too: looked for line by line)
+        maybe: Iterable[str] = filter(_MAYBE_RECORD.search, split_lines(text))
+    else:
+        maybe = _lines_at(text, [m.start() for m in _OLD_SHAPE_IN_TEXT.finditer(text)])
+    kept = [ln for ln in maybe if nccl_record(ln)]
     return "\n".join(kept) + "\n" if kept else ""
+
+
+def _lines_at(text: str, found: list[int]) -> list[str]:
+    """The lines of ``text`` (cut at newlines) that hold a record word or a position of
+    ``found``, each once, in order."""
+    for word in _RECORD_WORDS:
+        at = text.find(word)
+        while at >= 0:
+            found.append(at)
+            end = text.find("\n", at)
+            at = -1 if end < 0 else text.find(word, end)
+    out: list[str] = []
+    line_end = -1
+    for at in sorted(found):
+        if at <= line_end:
+            continue  # (another find on a line taken)
+        start = text.rfind("\n", 0, at) + 1
+        line_end = text.find("\n", at)
+        if line_end < 0:
+            line_end = len(text)
+        out.append(text[start:line_end])
+    return out
 
 
 def _wrapped(lines: list[str], owner: list[str | None], j: int) -> bool:
