@@ -127,6 +127,18 @@ def test_a_host_output_in_a_training_log_is_detected_the_same_with_the_gates(mon
     assert gated == detect(paste)
 
 
+def test_every_record_prefix_is_a_system_log_record_as_by_its_whole_pattern():
+    from gputriage.parsers import kernel_log
+    from gputriage.parsers.kernel_patterns import strip_ansi
+
+    for record in _RECORDS:
+        for line in (record, record.replace(": ", ":"), record.replace(": ", ":\t"),
+                     record.replace(": ", ":\u2003"), "  " + record, record[:20]):
+            bare = strip_ansi(line) if "\x1b" in line else line
+            assert is_system_log_line(line) == (
+                kernel_log._SYSTEM_LOG.match(bare) is not None), line
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(_RECORDS), st.text(max_size=30), st.text(max_size=30),
        st.integers(0, 80))
