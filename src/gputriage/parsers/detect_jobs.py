@@ -64,9 +64,10 @@ def nccl_record(line: str) -> bool:
 # in the whole text at once (the words by ``str.find``, the shape by one regex, which
 # never crosses a newline) when its lines end at newlines only.
 _RECORD_WORDS = ("NCCL", "nccl", "DistBackendError", "Got completion")
-_OLD_SHAPE = r":[0-9]{1,10}S{1,8}(?:\[-?[0-9]{1,5}\]S{1,8}INFO|WARN)"
-_MAYBE_RECORD = re.compile("|".join(_RECORD_WORDS) + "|" + _OLD_SHAPE.replace("S", r"\s"))
-_OLD_SHAPE_IN_TEXT = re.compile(_OLD_SHAPE.replace("S", r"[^\S\n]"))
+# the old record's shape around its two runs of blanks (joined by what a blank is)
+_OLD_SHAPE = (r":[0-9]{1,10}", r"{1,8}(?:\[-?[0-9]{1,5}\]", r"{1,8}INFO|WARN)")
+_MAYBE_RECORD = re.compile("|".join(_RECORD_WORDS) + "|" + r"\s".join(_OLD_SHAPE))
+_OLD_SHAPE_IN_TEXT = re.compile(r"[^\S\n]".join(_OLD_SHAPE))  # (a blank, never a newline)
 
 
 def nccl_lines(text: str) -> str:
