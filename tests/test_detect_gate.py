@@ -12,8 +12,9 @@ from training_kit import training_log
 
 from gputriage.ingest.detect import detect
 from gputriage.parsers import detect_gate
-from gputriage.parsers.detect_gate import Gate, required_literals
+from gputriage.parsers.detect_gate import Gate
 from gputriage.snapshot.bundle import decode
+from gputriage.text.literals import required_literals
 from gputriage.text.paste import PasteDoc
 
 # every detection of these tests is also made with every detector run (tests/detect_both.py)

@@ -252,10 +252,10 @@ def test_every_sample_finds_the_same_with_its_patterns_gated():
 @settings(max_examples=400, deadline=None)
 @given(st.sampled_from(_FAMILY_SAMPLES), st.sampled_from(["", "upper", "swap", "title"]),
        st.text(max_size=20), st.text(max_size=20), st.integers(0, 200))
-def test_patterns_searched_only_after_their_leading_texts_find_the_same(
+def test_patterns_searched_only_on_lines_with_their_literals_find_the_same(
         sample, case, before, after, cut):
-    """A pattern is searched on an ASCII line only when it holds one of the texts its
-    matches start with (in lower case): the hits are those of searching every pattern,
+    """A pattern is searched on an ASCII line only when it holds one of the literals its
+    matches need (in lower case): the hits are those of searching every pattern,
     in any case, with any text around it, cut anywhere, on a GPU node's host line."""
     line = {"": sample, "upper": sample.upper(), "swap": sample.swapcase(),
             "title": sample.title()}[case]
@@ -264,13 +264,10 @@ def test_patterns_searched_only_after_their_leading_texts_find_the_same(
                 if h.message.code is None] == _every_pattern(text)
 
 
-def test_every_family_pattern_of_a_plain_lead_is_gated():
-    """Most patterns start with plain text (else they are always searched): the gate
-    holds for all but a few."""
-    from gputriage.knowledge.job_messages import leading_texts
+def test_every_family_pattern_but_a_few_is_gated():
+    """Most patterns need a literal (else they are always searched): the gate holds for
+    all but a few."""
+    from gputriage.text.literals import required_literals
 
-    leads = [leading_texts(p) for m in catalog() for p in m.patterns if m.code is None]
-    assert sum(lead is None for lead in leads) <= len(leads) // 8
-    assert leading_texts(re.compile("abc?d|x[|]y", re.IGNORECASE)) == ("ab", "x")
-    assert leading_texts(re.compile(r"(?:a|b)c|d", re.IGNORECASE)) is None
-    assert leading_texts(re.compile(r"a\.b|c", re.IGNORECASE)) == ("a", "c")
+    needs = [required_literals(p) for m in catalog() for p in m.patterns if m.code is None]
+    assert sum(n is None for n in needs) <= len(needs) // 8

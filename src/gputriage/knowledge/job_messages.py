@@ -35,11 +35,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gputriage.text.literals import required_literals
 from gputriage.vocabulary import Action, Blame, Severity
 
 __all__ = ["CUDA_FAMILY", "FRAMEWORK_FAMILY", "WRAPPERS", "Hit", "Message", "catalog",
-           "cuda_error", "find", "find_hits", "leading_texts", "message", "one_per_line", "scan",
-           "scan_line"]
+           "cuda_error", "find", "find_hits", "message", "one_per_line", "scan", "scan_line"]
 
 CUDA_FAMILY = "cuda"
 FRAMEWORK_FAMILY = "framework"  # messages/framework.csv: PyTorch, JAX, cuBLAS, cuDNN, NGC
@@ -225,75 +225,17 @@ def _cuda_hits(line: str, lineno: int) -> dict[Message, Hit]:
 
 # A pattern matched ignoring case is slow to search (no literal lead helps it), and a
 # GPU node's host name ("gpu-b12") lets every line of its logs past CATALOG_WORDS. So
-# each pattern is searched only on a line that holds, in lower case, one of the texts
-# its matches start with (one per alternative at its top level); on an ASCII line that
-# is exact: there, ignoring case is comparing in lower case.
-_OPERATORS = frozenset("\\.^$*+?{}[]()|")
-
-
-def _top_alternatives(pattern: str) -> list[str] | None:
-    """``pattern`` cut at the ``|`` of its top level; None when a piece does not stand
-    as a regular expression of its own (the cut was not at the top level)."""
-    pieces: list[str] = []
-    depth, start, i, in_class = 0, 0, 0, False
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-            i += 2 if pattern[i + 1:i + 2] == "^" else 1
-            i += 1 if pattern[i:i + 1] == "]" else 0  # ("[]" or "[^]": a literal "]")
-            continue
-        elif c in "()":
-            depth += 1 if c == "(" else -1
-        elif c == "|" and depth == 0:
-            pieces.append(pattern[start:i])
-            start = i + 1
-        i += 1
-    pieces.append(pattern[start:])
-    try:
-        for piece in pieces:
-            re.compile(piece)
-    except re.error:
-        return None
-    return pieces
-
-
-def leading_texts(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
-    """What every match of ``pattern`` (matched ignoring case) starts with, in lower
-    case, one text per top-level alternative: its characters before the first operator
-    (the last one left out when ``?``, ``*`` or ``{`` follows it). None when that is
-    nothing for some alternative, or not ASCII: the pattern is then always searched."""
-    if pattern.flags & re.VERBOSE:
-        return None
-    pieces = _top_alternatives(pattern.pattern)
-    if pieces is None:
-        return None
-    out: list[str] = []
-    for piece in pieces:
-        run = ""
-        for c in piece:
-            if c in _OPERATORS:
-                if c in "?*{":
-                    run = run[:-1]
-                break
-            run += c
-        if not run or not run.isascii():
-            return None
-        out.append(run.lower())
-    return tuple(out)
-
-
+# each pattern is searched only on a line that holds, in lower case, one of the literals
+# every match of it holds (text.literals); on an ASCII line that is exact: there,
+# ignoring case is comparing in lower case.
 @functools.cache
 def _family_patterns() -> tuple[tuple[Message, tuple[tuple[re.Pattern[str],
                                                              tuple[str, ...] | None], ...]], ...]:
-    """Each message of the catalog with its patterns and their leading texts."""
-    return tuple((msg, tuple((p, leading_texts(p)) for p in msg.patterns))
-                 for msg in catalog())
+    """Each message of the catalog with its patterns and the literals they need."""
+    def needs(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+        found = required_literals(pattern)
+        return None if found is None else tuple(found)
+    return tuple((msg, tuple((p, needs(p)) for p in msg.patterns)) for msg in catalog())
 
 
 def scan_line(line: str, lineno: int = 0) -> list[Hit]:
@@ -309,9 +251,9 @@ def scan_line(line: str, lineno: int = 0) -> list[Hit]:
             if cuda and msg in cuda:
                 hits.append(cuda[msg])
             continue
-        for pat, leads in patterns:
-            if ascii_line and leads is not None and not (
-                    leads[0] in lower if len(leads) == 1 else any(t in lower for t in leads)):
+        for pat, needs in patterns:
+            if ascii_line and needs is not None and not (
+                    needs[0] in lower if len(needs) == 1 else any(t in lower for t in needs)):
                 continue
             if m := pat.search(line):
                 fields = {k: v for k, v in m.groupdict().items() if v is not None}

@@ -1,0 +1,76 @@
+"""The literals a regular expression needs: one of them, at least, is in every match.
+
+From the expression's parse tree (Python's own regex parser), the runs of ASCII literal
+characters that every match holds, lowercased, so that a text with none of them (looked
+for with one ``str`` search each, in C) is known to hold no match before the expression
+runs. Used by the paste detectors' gates (:mod:`gputriage.parsers.detect_gate`) and the
+job messages' catalog (:mod:`gputriage.knowledge.job_messages`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any
+
+__all__ = ["required_literals"]
+
+sre: Any
+sre_parse: Any
+try:  # the regex parser of Python 3.11+ (of 3.10 below)
+    sre, sre_parse = importlib.import_module("re._constants"), importlib.import_module("re._parser")
+except ImportError:  # pragma: no cover - Python 3.10
+    sre, sre_parse = importlib.import_module("sre_constants"), importlib.import_module("sre_parse")
+
+_TRANSPARENT = {sre.AT, sre.ASSERT, sre.ASSERT_NOT}  # zero-width: a literal run goes on
+_REPEATS = {sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", sre.MAX_REPEAT)}
+
+
+def _best(options: list[frozenset[str]]) -> frozenset[str] | None:
+    """The option whose shortest literal is longest (the most selective), if any."""
+    return max(options, key=lambda s: min(map(len, s)), default=None)
+
+
+def _required(items: Any) -> frozenset[str] | None:
+    """Literals one of which every match of the sequence ``items`` contains."""
+    options: list[frozenset[str]] = []
+    run: list[str] = []
+
+    def end_run() -> None:
+        if run:
+            options.append(frozenset(["".join(run)]))
+            run.clear()
+
+    for op, arg in items:
+        if op is sre.LITERAL and arg < 128 and arg != 10:
+            run.append(chr(arg).lower())
+            continue
+        if op in _TRANSPARENT:
+            continue
+        end_run()
+        found: frozenset[str] | None = None
+        if op is sre.SUBPATTERN:
+            found = _required(arg[-1])
+        elif getattr(sre, "ATOMIC_GROUP", None) is op:
+            found = _required(arg)
+        elif op in _REPEATS and arg[0] >= 1:
+            found = _required(arg[2])
+        elif op is sre.BRANCH:
+            branches = [_required(b) for b in arg[1]]
+            if all(b is not None for b in branches):
+                found = frozenset().union(*(b for b in branches if b is not None))
+        if found:
+            options.append(found)
+    end_run()
+    return _best([o for o in options if all(o)])
+
+
+def required_literals(pattern: re.Pattern[str]) -> frozenset[str] | None:
+    """Lowercased literals one of which every match of ``pattern`` contains (None when
+    the pattern has none: its gate is always open)."""
+    if pattern.flags & re.VERBOSE:
+        return None  # parsed here without the whitespace rules it was compiled with
+    try:
+        return _required(sre_parse.parse(pattern.pattern, pattern.flags))
+    except Exception:  # a parse tree of another Python version: no gate
+        return None
