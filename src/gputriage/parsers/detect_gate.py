@@ -180,6 +180,15 @@ class Gate:
             found |= lits
         self.literals = None if found is None else tuple(sorted(found, key=len, reverse=True))
 
+    def anywhere(self, text: str) -> bool:
+        """False only when no line of ``text`` can match: none holds a literal (case
+        ignored) or a search's match. Without literals (a pattern gives none), True."""
+        if self.literals is None:
+            return True
+        if any(p.search(text) for p in self.searches):
+            return True
+        return any(_literal_re(lit).search(text) for lit in self.literals)
+
     def open(self, doc: PasteDoc) -> bool:
         """False only when no free line of ``doc`` can match: a detector that starts its
         claims on such lines only may return."""

@@ -32,7 +32,10 @@ def is_log(lines: list[str]) -> bool:
 
 def kernel_lines(text: str) -> str:
     """The system log records (kernel first of all, and journal boot markers) of a
-    text, in order."""
+    text, in order (none without a kernel or system-log record: ruled out at once
+    where no line holds a word or shape of one, see ``_RECORD_GATE``)."""
+    if not _RECORD_GATE.anywhere(text):
+        return ""
     lines = split_lines(text)
     if not is_log(lines):
         return ""

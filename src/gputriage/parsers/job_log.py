@@ -420,7 +420,11 @@ def _wraps_on(doc: PasteDoc, i: int) -> bool:
 # _walk takes a free line only with a word of the catalog's or the version readers' gate,
 # an interactive expression, a TensorFlow device block, or as a piece of a wrapped message
 _LINE_GATE = Gate(CATALOG_WORDS, _WORD, _REPL, _TF_HEAD)
-_WRAP_GATE = Gate(searches=(re.compile(r"\n(?=" + _WRAP_NEXT.pattern.removeprefix("^") + ")"),),
+# (the newline after a line of _WRAP_MIN characters or more, as _wraps_on wants it, and
+# before a piece that goes on: the lookahead first, as most lines fail it; a paste of
+# short lines that start in lower case then costs one search, not a test per line)
+_WRAP_GATE = Gate(searches=(re.compile(r"\n(?=" + _WRAP_NEXT.pattern.removeprefix("^")
+                                       + r")(?<=[^\n]{" + str(_WRAP_MIN) + r"}\n)"),),
                   test_at=_wraps_on)
 
 
