@@ -182,8 +182,9 @@ class Gate:
 
     def anywhere(self, text: str) -> bool:
         """False only when no line of ``text`` can match: none holds a literal (case
-        ignored) or a search's match. Without literals (a pattern gives none), True."""
-        if self.literals is None:
+        ignored) or a search's match. Without literals (a pattern gives none), or for a
+        text that is not ASCII (as :meth:`open`), True."""
+        if self.literals is None or not text.isascii():
             return True
         if any(p.search(text) for p in self.searches):
             return True
