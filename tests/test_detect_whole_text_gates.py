@@ -12,7 +12,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_detect_gate_host import _RECORDS  # one record of each prefix the kernel gate knows
+from record_prefixes import RECORDS as _RECORDS
 from training_kit import training_log
 
 from gputriage.ingest.detect import detect
