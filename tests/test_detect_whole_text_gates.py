@@ -1,6 +1,7 @@
 """Gates that rule a paste out at once (one search of its text) instead of a test per
-line: the kernel-record gate before ``kernel_lines`` and the hard-wrap gate of the job-log
-detector. Each must give what the per-line tests give, on real captures, on the record
+line: the kernel-record gate before ``kernel_lines`` and for the records of a large text
+streamed (``record_starts``: only the lines it finds are tested), and the hard-wrap gate
+of the job-log detector. Each must give what the per-line tests give, on real captures, on the record
 prefixes the kernel gate knows, and on pastes built to be on either side of them; and a
 paste of many short lines must cost a search, not a test per line."""
 
@@ -104,3 +105,61 @@ def test_a_paste_of_short_lines_costs_a_search_not_a_test_per_line(monkeypatch) 
     assert time.process_time() - start < 2.0  # (a search each: tens of milliseconds)
     # a text that is not ASCII is left to the per-line tests, as Gate.open leaves it
     assert detect_kernel._RECORD_GATE.anywhere(paste + "d\u00e9j\u00e0\n")
+
+
+# --- the system-log records of a large text, streamed (ingest.bigtext._LogLines) --------
+
+def _log_lines(text: str, pieces: int, gated: bool = True) -> tuple:
+    """What ``_LogLines`` passes on of ``text`` fed in ``pieces`` runs of whole lines
+    (``gated`` False: every line tested), and what it counted."""
+    from gputriage.ingest import bigtext
+
+    lines = text.splitlines(keepends=True)
+    step = max(1, len(lines) // pieces)
+    with pytest.MonkeyPatch.context() as m:
+        if not gated:
+            m.setattr(detect_kernel, "record_starts", lambda text: None)
+        logs = bigtext._LogLines()
+        out = [logs.take("".join(lines[k:k + step])) for k in range(0, len(lines), step)]
+        out.append(logs.finish())
+    return out, logs.is_log, logs.records, logs.content
+
+
+def _mixed_texts() -> list[str]:
+    job = training_log(40, _NCCL)
+    boot = "-- Boot 0123456789abcdef --\n"
+    return [job, job + "".join(r + "\n" for r in _RECORDS) + job,
+            "".join(r + "\n\n  \n" for r in _RECORDS[20:]) + job,  # other programs first
+            boot + job + boot + _RECORDS[0] + "\n" + job,
+            job + "-- not a marker\n -- nor this\n" + job, "x\n" * 500, "\n\n"]
+
+
+@pytest.mark.parametrize("pieces", [1, 3, 17])
+@pytest.mark.parametrize("text", _mixed_texts())
+def test_streamed_records_gated_are_those_of_every_line(text: str, pieces: int) -> None:
+    assert _log_lines(text, pieces) == _log_lines(text, pieces, gated=False)
+
+
+def test_streamed_records_of_every_corpus_sample(corpus) -> None:
+    differing = [s.name for s in corpus.samples
+                 if _log_lines(s.text(), 5) != _log_lines(s.text(), 5, gated=False)]
+    assert not differing
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_RECORDS + ["x", "", "  ", "hello: world", "-- Reboot --",
+                                            "--  Reboot", "[rank3] INFO step 1", "\u00e9t\u00e9"]),
+                max_size=16), st.integers(1, 5))
+def test_property_streamed_records_gated_and_not_agree(lines, pieces) -> None:
+    text = "".join(line + "\n" for line in lines)
+    assert _log_lines(text, pieces) == _log_lines(text, pieces, gated=False)
+
+
+def test_a_streamed_block_of_short_lines_tests_no_line(monkeypatch) -> None:
+    from gputriage.ingest import bigtext
+
+    tested: list[int] = []
+    monkeypatch.setattr(bigtext, "is_other_record", lambda line: tested.append(1) or False)
+    logs = bigtext._LogLines()
+    assert logs.take("x\n" * (256 << 10)) == ""
+    assert not tested and logs.content == 256 << 10 and not logs.is_log

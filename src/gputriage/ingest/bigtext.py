@@ -108,6 +108,11 @@ def _whole_lines(blocks: Iterable[bytes], cut: list[int] | None = None) -> Itera
         yield b"".join(carry)
 
 
+def _content(text: str, start: int, end: int) -> int:
+    """The lines of ``text[start:end]`` that are not blank (cut at newlines)."""
+    return len(list(filter(str.strip, text[start:end].split("\n"))))
+
+
 class _LogLines:
     """The system-log records of a text (as :func:`gputriage.parsers.detect_kernel.
     kernel_lines` takes them), bounded: until a kernel record shows that the text is a
@@ -121,28 +126,30 @@ class _LogLines:
         self.records = self.content = 0
 
     def take(self, text: str) -> str:
-        """The records of ``text`` (whole lines) to pass on now."""
-        from gputriage.parsers.detect_kernel import is_kernel_line
+        """The records of ``text`` (whole lines) to pass on now: only the lines that may
+        be records are tested (``record_starts``), the others counted (while it is not
+        known whether the text is a log)."""
+        from gputriage.parsers.detect_kernel import record_starts
 
         out: list[str] = []
-        for line in filter(str.strip, split_lines(text)):  # (a blank line is no record)
-            if self.is_log:
-                record = is_log_record(line)
-            else:
-                self.content += 1
-                kernel = is_kernel_line(line)  # (is_log_record's first test, made once)
-                if kernel:
-                    self.is_log = True
-                    out.extend(self.held)
-                    self.held.clear()
-                record = kernel or is_other_record(line)
-            if record:
-                if self.is_log:
-                    out.append(line)
-                else:
-                    self.records += 1
-                    self.held.append(line)
-                    self.held_bytes += len(line) + 1
+        starts = record_starts(text)
+        if starts is None:
+            for line in filter(str.strip, split_lines(text)):  # (a blank line is no record)
+                self._line(line, out)
+        else:
+            counted = 0  # the text up to here is counted in ``content``
+            for start in starts:
+                end = text.find("\n", start)
+                end = len(text) if end < 0 else end
+                line = text[start:end]
+                if not line.strip():
+                    continue
+                if not self.is_log:
+                    self.content += _content(text, counted, start)
+                    counted = end
+                self._line(line, out)
+            if not self.is_log:
+                self.content += _content(text, counted, len(text))
         if not self.is_log and self.held_bytes > _HOLD_BYTES:
             if self.records * 2 >= self.content:
                 self.is_log = True
@@ -150,6 +157,28 @@ class _LogLines:
             self.held.clear()
             self.held_bytes = 0
         return "\n".join(out) + "\n" if out else ""
+
+    def _line(self, line: str, out: list[str]) -> None:
+        """One line that is not blank: passed on or held when it is a record."""
+        from gputriage.parsers.detect_kernel import is_kernel_line
+
+        if self.is_log:
+            record = is_log_record(line)
+        else:
+            self.content += 1
+            kernel = is_kernel_line(line)  # (is_log_record's first test, made once)
+            if kernel:
+                self.is_log = True
+                out.extend(self.held)
+                self.held.clear()
+            record = kernel or is_other_record(line)
+        if record:
+            if self.is_log:
+                out.append(line)
+            else:
+                self.records += 1
+                self.held.append(line)
+                self.held_bytes += len(line) + 1
 
     def finish(self) -> str:
         """What is still held, when the text as a whole reads as a log."""

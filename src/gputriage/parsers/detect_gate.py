@@ -188,6 +188,9 @@ class Gate:
             return True
         if any(p.search(text) for p in self.searches):
             return True
+        if len(text) <= _LOWERED_MAX:  # (as ``_Seen.find``: a copy only of a smaller paste)
+            low = text.lower()
+            return any(lit in low for lit in self.literals)
         return any(_literal_re(lit).search(text) for lit in self.literals)
 
     def open(self, doc: PasteDoc) -> bool:

@@ -11,14 +11,17 @@ quotes ``NVRM: Xid ...`` is not a log line.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 
 from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.kernel_log import is_kernel_line, is_log_record, is_system_log_line
 from gputriage.text.fields import split_lines
 from gputriage.text.paste import PasteDoc
 
-__all__ = ["claim_kernel_log", "is_kernel_line", "is_log", "is_system_log_line", "kernel_lines"]
+__all__ = ["claim_kernel_log", "is_kernel_line", "is_log", "is_system_log_line", "kernel_lines",
+           "record_starts"]
 
 
 def is_log(lines: list[str]) -> bool:
@@ -34,7 +37,7 @@ def kernel_lines(text: str) -> str:
     """The system log records (kernel first of all, and journal boot markers) of a
     text, in order (none without a kernel or system-log record: ruled out at once
     where no line holds a word or shape of one, see ``_RECORD_GATE``)."""
-    if not _RECORD_GATE.anywhere(text):
+    if not _RECORD_GATE.anywhere(text):  # (boot markers alone make no log)
         return ""
     lines = split_lines(text)
     if not is_log(lines):
@@ -69,6 +72,49 @@ _RECORD_GATE = Gate(
         rf":{_SPACE}(?<=[^\s:\[]:{_SPACE})",
     )),
     test=_record)
+
+
+def _search_at(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    m = pattern.search(text, pos)
+    return -1 if m is None else m.start()
+
+
+def _boot_mark_at(text: str, pos: int) -> int:
+    """Where the next line at or after ``pos`` that starts as a boot marker starts."""
+    at = text.find("\n-- ", max(0, pos - 1))
+    return -1 if at < 0 else at + 1
+
+
+def record_starts(text: str) -> list[int] | None:
+    """Where the lines of ``text`` (cut at newlines) that may be log records
+    (``is_log_record``) start, in order: those holding a word or shape of a kernel or
+    system-log record (``_RECORD_GATE``: one search each, to the first in a line) or
+    starting a journal boot marker. None where the gate does not stand for the tests (a
+    text that is not ASCII, or holds a carriage return: every line is tested)."""
+    if "\r" in text or not text.isascii():
+        return None
+    found: set[int] = set()
+    find, rfind = text.find, text.rfind
+
+    def lines_with(search: Callable[[int], int]) -> None:
+        at = search(0)
+        while at >= 0:
+            start = rfind("\n", 0, at) + 1
+            found.add(start)
+            after = find("\n", at)
+            if after < 0:
+                return
+            at = search(after + 1)
+
+    for pattern in _RECORD_GATE.searches:
+        lines_with(functools.partial(_search_at, pattern, text))
+    low = text.lower()  # (ASCII: the same offsets)
+    for literal in _RECORD_GATE.literals or ():
+        lines_with(functools.partial(low.find, literal))
+    if text.startswith("-- "):
+        found.add(0)
+    lines_with(functools.partial(_boot_mark_at, text))
+    return sorted(found)
 
 
 @gated_by(_RECORD_GATE)
