@@ -1,9 +1,9 @@
 """Gates that rule a paste out at once (one search of its text) instead of a test per
 line: the kernel-record gate before ``kernel_lines`` and for the records of a large text
 streamed (``record_starts``: only the lines it finds are tested), and the hard-wrap gate
-of the job-log detector. Each must give what the per-line tests give, on real captures, on the record
-prefixes the kernel gate knows, and on pastes built to be on either side of them; and a
-paste of many short lines must cost a search, not a test per line."""
+of the job-log detector. Each must give what the per-line tests give, on real captures,
+on the record prefixes the kernel gate knows, and on pastes built to be on either side
+of them; and a paste of many short lines must cost a search, not a test per line."""
 
 from __future__ import annotations
 
