@@ -291,3 +291,24 @@ def test_table_cut_by_a_region_edge_same_as_streamed(tmp_path, engine, gap):
     log, kept, full, _ = _fast(path, region, 2, engine)
     assert (kept, full) == (ref_kept, ref_full)
     assert sum(k == _ROW for k in kept) == 4
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_regions_mapped_or_read_give_the_same_log(generated, engine, monkeypatch):
+    """Regions on a mapping boundary are mapped, not copied; where mapping is refused they
+    are read into a buffer: the same log and nccl-tests lines either way."""
+    mapped: list[int] = []
+    real = nccl_scan._mapped
+
+    def spy(fd: int, start: int, size: int):  # type: ignore[no-untyped-def]
+        found = real(fd, start, size)
+        mapped.append(found is not None)
+        return found
+
+    monkeypatch.setattr(nccl_scan, "_mapped", spy)
+    log, kept, full, end = _fast(generated, 1 << 16, 1, engine)
+    assert mapped and all(mapped)
+    monkeypatch.setattr(nccl_scan, "_mapped", lambda fd, start, size: None)
+    read = _fast(generated, 1 << 16, 1, engine)
+    assert (dataclasses.asdict(log), kept, full, end) == (
+        dataclasses.asdict(read[0]), *read[1:])

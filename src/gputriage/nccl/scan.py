@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import mmap
 import os
 import re
 import signal
@@ -296,19 +297,45 @@ _BUF: list[bytearray] = []
 
 
 def _region(fd: int, index: int, size: int, engine: str | None) -> Region:
-    """Read region ``index`` of the open file ``fd`` and search it (in a worker)."""
-    if not _BUF or len(_BUF[0]) != size:
-        _BUF[:] = [bytearray(size)]
-    buf = _BUF[0]
-    n = os.preadv(fd, [buf], index * size)
+    """Read region ``index`` of the open file ``fd`` and search it (in a worker): mapped
+    where the file allows it (no copy: its pages are read where they lie), else read
+    into a buffer kept from region to region."""
+    start = index * size
+    mapped = _mapped(fd, start, size)
+    if mapped is None:
+        if not _BUF or len(_BUF[0]) != size:
+            _BUF[:] = [bytearray(size)]
+        return _search_region(_BUF[0], os.preadv(fd, [_BUF[0]], start), fd, start, engine)
+    try:
+        return _search_region(mapped, len(mapped), fd, start, engine)
+    finally:
+        mapped.close()
+
+
+def _mapped(fd: int, start: int, size: int) -> mmap.mmap | None:
+    """``size`` bytes of the file at ``start`` (fewer at its end) mapped; None where
+    there are none, ``start`` is not on a mapping boundary (a test's odd region size) or
+    the file cannot be mapped."""
+    if start % mmap.ALLOCATIONGRANULARITY:
+        return None
+    try:
+        length = min(size, os.fstat(fd).st_size - start)
+        return mmap.mmap(fd, length, prot=mmap.PROT_READ, offset=start) if length > 0 else None
+    except (OSError, ValueError, AttributeError):  # a file system without mmap, say
+        return None
+
+
+def _search_region(buf: bytearray | mmap.mmap, n: int, fd: int, start: int,
+                   engine: str | None) -> Region:
+    """What a worker sends back of the ``n`` bytes of ``buf`` read at ``start``."""
     first = buf.find(b"\n", 0, n)
     if first < 0:
         return Region(n, head=bytes(buf[:n]))
     last = buf.rfind(b"\n", 0, n)
     found = None
     if first < last:
-        found = find_lines(buf, first + 1, last + 1, index * size, engine,
-                           _marked_before(fd, index * size + first + 1))
+        found = find_lines(buf, first + 1, last + 1, start, engine,  # type: ignore[arg-type]
+                           _marked_before(fd, start + first + 1))
     return Region(n, newlines(buf, 0, n), bytes(buf[:first + 1]), bytes(buf[last + 1:n]), found)
 
 
