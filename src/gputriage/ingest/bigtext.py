@@ -35,7 +35,7 @@ from typing import Any
 from gputriage.errors import InputError
 from gputriage.ingest.detect import detect_framed
 from gputriage.parsers.detect_jobs import nccl_lines
-from gputriage.parsers.kernel_log import is_log_record, is_other_record
+from gputriage.parsers.kernel_log import is_kernel_line, is_log_record, is_other_record
 from gputriage.parsers.kernel_patterns import strip_ansi
 from gputriage.snapshot.bundle import Captured, decode
 from gputriage.text.fields import split_lines
@@ -160,8 +160,6 @@ class _LogLines:
 
     def _line(self, line: str, out: list[str]) -> None:
         """One line that is not blank: passed on or held when it is a record."""
-        from gputriage.parsers.detect_kernel import is_kernel_line
-
         if self.is_log:
             record = is_log_record(line)
         else:
