@@ -138,6 +138,24 @@ class _Seen:
         return -1 if m is None else m.start()
 
 
+def _search_at(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    m = pattern.search(text, pos)
+    return -1 if m is None else m.start()
+
+
+def _lines_with(text: str, search: Callable[[int], int], found: set[int]) -> None:
+    """Add to ``found`` the start of each line of ``text`` where ``search(pos)`` (the
+    next offset at or after ``pos`` where it finds something, or -1) finds something."""
+    find, rfind = text.find, text.rfind
+    at = search(0)
+    while at >= 0:
+        found.add(rfind("\n", 0, at) + 1)
+        after = find("\n", at)
+        if after < 0:
+            return
+        at = search(after + 1)
+
+
 @functools.lru_cache(maxsize=1024)
 def _literal_re(literal: str) -> re.Pattern[str]:
     """A lowercased literal found in any case (of an ASCII paste)."""
@@ -192,6 +210,25 @@ class Gate:
             low = text.lower()
             return any(lit in low for lit in self.literals)
         return any(_literal_re(lit).search(text) for lit in self.literals)
+
+    def lines_holding(self, text: str) -> set[int] | None:
+        """Where the lines of ``text`` (cut at newlines) that may match start: those
+        holding a literal (case ignored) or a search's match, each search made once a
+        line, up to its first. None where the gate stands for no test (as
+        :meth:`anywhere` says True)."""
+        if self.literals is None or not text.isascii():
+            return None
+        found: set[int] = set()
+        for pattern in self.searches:
+            _lines_with(text, functools.partial(_search_at, pattern, text), found)
+        if len(text) <= _LOWERED_MAX:
+            low = text.lower()  # (ASCII: the same offsets)
+            for lit in self.literals:
+                _lines_with(text, functools.partial(low.find, lit), found)
+        else:
+            for lit in self.literals:
+                _lines_with(text, functools.partial(_search_at, _literal_re(lit), text), found)
+        return found
 
     def open(self, doc: PasteDoc) -> bool:
         """False only when no free line of ``doc`` can match: a detector that starts its

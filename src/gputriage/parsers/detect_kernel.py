@@ -11,9 +11,7 @@ quotes ``NVRM: Xid ...`` is not a log line.
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Callable
 
 from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.kernel_log import is_kernel_line, is_log_record, is_system_log_line
@@ -74,46 +72,21 @@ _RECORD_GATE = Gate(
     test=_record)
 
 
-def _search_at(pattern: re.Pattern[str], text: str, pos: int) -> int:
-    m = pattern.search(text, pos)
-    return -1 if m is None else m.start()
-
-
-def _boot_mark_at(text: str, pos: int) -> int:
-    """Where the next line at or after ``pos`` that starts as a boot marker starts."""
-    at = text.find("\n-- ", max(0, pos - 1))
-    return -1 if at < 0 else at + 1
-
-
 def record_starts(text: str) -> list[int] | None:
     """Where the lines of ``text`` (cut at newlines) that may be log records
     (``is_log_record``) start, in order: those holding a word or shape of a kernel or
-    system-log record (``_RECORD_GATE``: one search each, to the first in a line) or
-    starting a journal boot marker. None where the gate does not stand for the tests (a
-    text that is not ASCII, or holds a carriage return: every line is tested)."""
-    if "\r" in text or not text.isascii():
+    system-log record (``_RECORD_GATE``) or starting a journal boot marker. None where
+    the gate does not stand for the tests (a text that is not ASCII, or holds a carriage
+    return: every line is tested)."""
+    found = None if "\r" in text else _RECORD_GATE.lines_holding(text)
+    if found is None:
         return None
-    found: set[int] = set()
-    find, rfind = text.find, text.rfind
-
-    def lines_with(search: Callable[[int], int]) -> None:
-        at = search(0)
-        while at >= 0:
-            start = rfind("\n", 0, at) + 1
-            found.add(start)
-            after = find("\n", at)
-            if after < 0:
-                return
-            at = search(after + 1)
-
-    for pattern in _RECORD_GATE.searches:
-        lines_with(functools.partial(_search_at, pattern, text))
-    low = text.lower()  # (ASCII: the same offsets)
-    for literal in _RECORD_GATE.literals or ():
-        lines_with(functools.partial(low.find, literal))
     if text.startswith("-- "):
         found.add(0)
-    lines_with(functools.partial(_boot_mark_at, text))
+    at = text.find("\n-- ")
+    while at >= 0:
+        found.add(at + 1)
+        at = text.find("\n-- ", at + 1)
     return sorted(found)
 
 
