@@ -230,6 +230,27 @@ def test_shell_scripts_parse(script: Path) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+# the fake sinfo's body (python -c): the fleet from the environment, as sinfo prints it
+FAKE_SINFO = r"""
+import os, sys
+def rows(text):
+    return [r.split("|") for r in text.encode().decode("unicode_escape").splitlines() if r]
+out = {r[0]: r[1:] for r in rows(os.environ.get("FAKE_SINFO_R", ""))}
+argv = sys.argv[1:]
+if "-R" in argv:
+    sys.stdout.write("".join(f"{n}|{w}|{'|'.join(why)}\n" for n, (w, *why) in out.items()))
+    sys.exit(0)
+fields = [f.split(":", 1) for f in argv[argv.index("-O") + 1].split(",")]
+fleet = os.environ.get("FAKE_SINFO_N") or os.environ["FAKE_FLEET"]
+for name, gres, state, *comment in rows(fleet):
+    when, why = (out[name][0], "|".join(out[name][1:])) if name in out else ("Unknown", "")
+    value = {"NodeList": name, "Gres": gres, "TimeStamp": when, "Reason": why or "none",
+             "StateCompact": "drain" if why and state == "idle" else state,
+             "Comment": "|".join(comment) or "(null)"}
+    sys.stdout.write("".join(value[f] + end for f, end in fields) + "\n")
+"""
+
+
 def _write_tool(path: Path, body: str) -> None:
     path.write_text("#!/usr/bin/env bash\n" + body, encoding="utf-8")
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -287,11 +308,12 @@ class Fakes:
             'rc_var="FAKE_RC_${SLURMD_NODENAME:-none}"\n'
             'exit "${!rc_var:-${FAKE_RC:-0}}"\n'))
         _write_tool(self.bin / "scontrol", record + 'exit "${FAKE_SCONTROL_RC:-0}"\n')
-        # sinfo: the fleet's GPU nodes (-N) and those out of service with a reason (-R)
+        # sinfo: the fleet's nodes (FAKE_SINFO_N or FAKE_FLEET, "name|gres|state|comment"
+        # rows) and those out of service with a reason (FAKE_SINFO_R, "name|time|reason"),
+        # printed as -R's "%N|%H|%E" or as the -O fields asked for
         _write_tool(self.bin / "sinfo", (
-            'case " $* " in *" -R "*) printf "%b" "${FAKE_SINFO_R:-}" ;;\n'
-            '*) printf "%b" "${FAKE_SINFO_N:-$FAKE_FLEET}" ;; esac\n'
-            'exit "${FAKE_SINFO_RC:-0}"\n'))
+            '[ "${FAKE_SINFO_RC:-0}" = 0 ] || exit "$FAKE_SINFO_RC"\n'
+            f'exec {sys.executable} -c "$FAKE_SINFO" "$@"\n'))
         _write_tool(self.bin / "logger", record)
         _write_tool(self.bin / "kubectl", record + (
             'if [ "$1" = get ]; then echo "${FAKE_UNSCHEDULABLE:-}"; fi\n'))
@@ -314,6 +336,7 @@ class Fakes:
             "GPUTRIAGE_DRAIN": "enforce", "GPUTRIAGE_DRAIN_SETTLE": "0",
             "GPUTRIAGE_KILL_SWITCH": str(self.root / "observe-only"),
             "FAKE_FLEET": "".join(f"gpu{n:03d}|gpu:h100:8|idle\\n" for n in range(40, 48)),
+            "FAKE_SINFO": FAKE_SINFO,
         })
         env.update(extra)
         return env

@@ -110,37 +110,50 @@ def test_reasons_of_ours() -> None:
 
 # --- sinfo's answers ---------------------------------------------------------------
 
-def _runner(answers: dict[str, str], calls: list[tuple[str, ...]]):
+def _sinfo(*rows: str) -> str:
+    """sinfo's answer to the fleet's ``-O`` read: each row "name;gres;state;time;reason;
+    comment" (this test's shorthand) as sinfo prints it: a field whose size is left out
+    (``Reason:<end>``) unpadded, each ended by the separator the read asks for."""
+    return "".join("".join(f"{field}\x1f" for field in row.split(";", 5)) + "\n"
+                   for row in rows)
+
+
+def _runner(answers: str, calls: list[tuple[str, ...]]):
     def run(argv, timeout_s):
         calls.append(tuple(argv))
-        if argv[0] == "sinfo":
-            key = "R" if "-R" in argv else "N"
-            return 0, answers.get(key, ""), ""
-        return 0, "", ""
+        return 0, answers if argv[0] == "sinfo" else "", ""
     return run
 
 
 def test_slurm_fleet_reads_gpu_nodes_and_reasons() -> None:
     calls: list[tuple[str, ...]] = []
-    answers = {
-        "N": "gpu1|gpu:h100:8|drain\ngpu2|gpu:h100:8(S:0-1)|idle\ngpu3|gpu:8|down*\n"
-             "cpu1|(null)|drain\ngpu4|gpu:8|drng\n",
-        "R": "gpu1|2026-12-06T15:30:00|gputriage CRITICAL: xid.79 | odd|text\n"
-             "cpu1|2026-12-06T15:00:00|gputriage CRITICAL: x\n"
-             "gpu3|Unknown|Not responding\n",
-    }
+    answers = _sinfo(
+        "gpu1;gpu:h100:8;drain;2026-12-06T15:30:00;gputriage CRITICAL: xid.79 | odd|text;",
+        "gpu2;gpu:h100:8(S:0-1);idle;Unknown;none;(null)",
+        "gpu3;gpu:8;down*;Unknown;Not responding;rack B | row 2",
+        "cpu1;(null);drain;2026-12-06T15:00:00;gputriage CRITICAL: x;(null)",
+        "gpu4;gpu:8;drng;Unknown;none;(null)")
     fleet = SlurmFleet(_runner(answers, calls)).read()
     assert fleet.size == 4  # cpu1 has no GPU
     by = {n.name: n for n in fleet.out}
     assert by["gpu1"].ours and by["gpu1"].since == datetime(2026, 12, 6, 15, 30)
     assert not by["gpu3"].ours and by["gpu3"].since is None
     assert not by["gpu4"].ours  # draining without a listed reason
+    assert by["gpu1"].reason == "gputriage CRITICAL: xid.79 | odd|text"
     assert "gpu2" not in by
-    assert calls[0][:3] == ("sinfo", "-h", "-N")
+    assert [c[:3] for c in calls] == [("sinfo", "-h", "-N")]  # one answer of the controller
+
+
+def test_a_sinfo_line_that_does_not_read_as_its_fields_counts_nothing() -> None:
+    torn = _sinfo("gpu1;gpu:8;idle;Unknown;none;(null)") + "gpu2\x1fgpu:8\x1fidle\n"
+    d = guard(SlurmFleet(_runner(torn, [])), "gpu1", "gputriage CRITICAL: x", ON,
+              now=lambda: NOW, findings=HW, settle_s=0)
+    assert not d.drain and d.breaker == "fleet-unknown" and "gpu2" in d.why
 
 
 def test_slurm_fleet_without_gres_counts_every_node_and_errors_say_why() -> None:
-    fleet = SlurmFleet(_runner({"N": "a|(null)|idle\nb|(null)|idle\n"}, [])).read()
+    idle = _sinfo("a;(null);idle;Unknown;none;(null)", "b;(null);idle;Unknown;none;(null)")
+    fleet = SlurmFleet(_runner(idle, [])).read()
     assert fleet.size == 2 and fleet.out == ()
 
     def failing(argv, timeout_s):
@@ -181,10 +194,11 @@ def test_drained_resumed_and_failing_again_within_the_hour_meets_the_rate() -> N
     """gpu1 and gpu2 were drained by gputriage and resumed: nothing is out, but their
     Comments remember the two drains, so the third node in the hour is refused."""
     calls: list[tuple[str, ...]] = []
-    answers = {"N": "gpu1|gpu:8|idle|gputriage-drains=2026-12-06T15:20:00\n"
-                    "gpu2|gpu:8|idle|swapped riser gputriage-drains=2026-12-06T15:21:00\n"
-                    "gpu3|gpu:8|idle|(null)\n"
-                    "gpu4|gpu:8|idle|gputriage-drains=2026-12-06T14:00:00\n"}
+    answers = _sinfo("gpu1;gpu:8;idle;Unknown;none;gputriage-drains=2026-12-06T15:20:00",
+                     "gpu2;gpu:8;idle;Unknown;none;swapped riser "
+                     "gputriage-drains=2026-12-06T15:21:00",
+                     "gpu3;gpu:8;idle;Unknown;none;(null)",
+                     "gpu4;gpu:8;idle;Unknown;none;gputriage-drains=2026-12-06T14:00:00")
     fleet = SlurmFleet(_runner(answers, calls)).read()
     assert fleet.out == () and len(fleet.drains(NOW)) == 2  # gpu4's is past the hour
     d = guard(SlurmFleet(_runner(answers, calls)), "gpu3", "gputriage CRITICAL: xid.79",
@@ -197,17 +211,86 @@ def test_drained_resumed_and_failing_again_within_the_hour_meets_the_rate() -> N
 
 
 def test_a_drain_in_place_and_its_comment_count_once() -> None:
-    answers = {"N": "gpu1|gpu:8|drain|gputriage-drains=2026-12-06T15:50:01\n"
-                    "gpu2|gpu:8|idle|(null)\ngpu3|gpu:8|idle|(null)\n",
-               "R": "gpu1|2026-12-06T15:50:02|gputriage CRITICAL: xid.79\n"}
+    answers = _sinfo("gpu1;gpu:8;drain;2026-12-06T15:50:02;gputriage CRITICAL: xid.79;"
+                     "gputriage-drains=2026-12-06T15:50:01",
+                     "gpu2;gpu:8;idle;Unknown;none;(null)",
+                     "gpu3;gpu:8;idle;Unknown;none;(null)")
     fleet = SlurmFleet(_runner(answers, [])).read()
     assert len(fleet.drains(NOW)) == 1
     assert decide("gpu2", fleet, NOW, ON, findings=HW).drain
 
 
+class Slurmctld:
+    """An in-memory controller behind ``sinfo`` and ``scontrol update``: it answers each
+    sinfo from its state at that moment (the ``-O`` fields asked for, or ``-R``'s
+    ``%N|%H|%E``), and applies ``between`` (another node's update) once, right after
+    its ``after``-th answer."""
+
+    def __init__(self, nodes: dict[str, tuple[str, str, str, str]]) -> None:
+        self.nodes = {n: dict(zip(("state", "time", "reason", "comment"), v, strict=True))
+                      for n, v in nodes.items()}
+        self.answers = 0
+        self.after = -1
+        self.between: tuple[str, ...] = ()
+
+    def _field(self, name: str, node: str) -> str:
+        row = self.nodes[node]
+        return {"NodeList": node, "Gres": "gpu:8", "StateCompact": row["state"],
+                "TimeStamp": row["time"] or "Unknown", "Reason": row["reason"] or "none",
+                "Comment": row["comment"] or "(null)"}[name]
+
+    def run(self, argv, timeout_s):
+        if argv[0] == "scontrol":
+            self.update(*argv)
+            return 0, "", ""
+        if "-R" in argv:
+            out = "".join(f"{n}|{r['time']}|{r['reason']}\n" for n, r in self.nodes.items()
+                          if r["reason"])
+        else:
+            fields = [f.split(":", 1) for f in argv[argv.index("-O") + 1].split(",")]
+            out = "".join("".join(f"{self._field(name, node)}{end}"
+                                  for name, end in fields) + "\n" for node in self.nodes)
+        self.answers += 1
+        if self.answers == self.after:
+            self.update(*self.between)
+        return 0, out, ""
+
+    def update(self, *argv: str) -> None:
+        words = dict(a.split("=", 1) for a in argv[2:])
+        row = self.nodes[words["nodename"]]
+        if words.get("state") == "resume":
+            row.update(state="idle", time="", reason="")
+        if "comment" in words:
+            row["comment"] = words["comment"]
+
+
+@pytest.mark.parametrize("after", [0, 1, 2])
+def test_a_drain_given_back_while_another_confirms_is_not_a_past_drain(after: int) -> None:
+    """As on a real fleet: gpu2 and gpu5 drained in the controller's second 16:00:00 and
+    keep the budget; gpu1, drained a second later (its node's clock still said 16:00:00
+    when it wrote the Comment), gives its drain back while gpu5 reads the fleet to
+    confirm. However the give-back falls among the reads, gpu5 keeps its drain: the
+    Comment's time of a drain in place is never counted as a past drain."""
+    drained = "gputriage CRITICAL: rule.misfiring"
+    ledger = "gputriage-drains=2026-12-06T16:00:00"
+    nodes = {f"gpu{i}": ("idle", "", "", "") for i in range(1, 9)}
+    nodes.update({"gpu1": ("drain", "2026-12-06T16:00:01", drained, ledger),
+                  "gpu2": ("drain", "2026-12-06T16:00:00", drained, ledger),
+                  "gpu5": ("drain", "2026-12-06T16:00:00", drained, ledger)})
+    ctld = Slurmctld(dict(sorted(nodes.items())))
+    ctld.after = after
+    ctld.between = ("scontrol", "update", "nodename=gpu1", "state=resume", "comment=")
+    if after == 0:  # given back before the read
+        ctld.update(*ctld.between)
+    fleet = SlurmFleet(ctld.run).read()
+    kept = confirm("gpu5", fleet, NOW + timedelta(seconds=2), ON)
+    assert kept.drain, kept
+    assert len(fleet.drains(NOW + timedelta(seconds=2))) in (2, 3)
+
+
 def test_drain_records_its_time_and_a_given_back_drain_leaves_the_comment() -> None:
     calls: list[tuple[str, ...]] = []
-    answers = {"N": "gpu1|gpu:8|idle|ticket 42 | rack B\n"}
+    answers = _sinfo("gpu1;gpu:8;idle;Unknown;none;ticket 42 | rack B")
     slurm = SlurmFleet(_runner(answers, calls))
     slurm.read()
     slurm.drain("gpu1", "gputriage CRITICAL: xid.79", now=NOW)

@@ -21,7 +21,13 @@ __all__ = ["LEDGER_WORD", "Runner", "SlurmError", "SlurmFleet", "comment_after",
            "split_comment"]
 
 Runner = Callable[[Sequence[str], float], tuple[int, str, str]]
-OUT_STATES = ("drain", "drng", "drained", "draining", "down", "fail", "failing", "maint")
+# sinfo's compact states of a node out of service (those ``sinfo -R`` lists, and maint)
+OUT_STATES = ("drain", "drng", "drained", "draining", "down", "fail", "failg", "failing",
+              "maint")
+# the fields of the one sinfo read, each ended by the ASCII unit separator: a reason and
+# a Comment are a person's free text, where "|" occurs and this control character not
+SINFO_FIELDS = ("NodeList", "Gres", "StateCompact", "TimeStamp", "Reason", "Comment")
+FIELD_END = "\x1f"
 
 
 LEDGER_WORD = "gputriage-drains="
@@ -102,30 +108,38 @@ class SlurmFleet:
     def read(self) -> Fleet:
         """The GPU nodes (those with a ``gpu`` GRES; every node when none has one) and,
         of them, those out of service, with their reason and its time, and the drains
-        of ours of the last hour that their Comment remembers."""
-        nodes: dict[str, tuple[str, str]] = {}  # name -> (gres, state)
+        of ours of the last hour that their Comment remembers.
+
+        One ``sinfo``, so one answer of the controller: a node's state, reason and
+        Comment are as one update left them. Read in two calls, a drain given back
+        between them would leave its Comment's time without the drain in place, a past
+        drain that never was, and ranked ahead of the drains kept it gave one back."""
+        fields = ",".join(f"{name}:{FIELD_END}" for name in SINFO_FIELDS)
+        nodes: dict[str, tuple[str, str, str, str]] = {}  # name -> (gres, state, when, why)
         comments: dict[str, str] = {}
         for line in self._run("sinfo", "-h", "-N", *self._where(), "-O",
-                              "NodeList:|,Gres:|,StateCompact:|,Comment:").splitlines():
-            name, _, rest = line.strip().partition("|")
-            gres, _, rest = rest.partition("|")
-            state, _, comment = rest.partition("|")
+                              fields).splitlines():
+            if not line.strip():
+                continue
+            parts = [part.strip() for part in line.split(FIELD_END)]
+            if len(parts) != len(SINFO_FIELDS) + 1 or parts[-1]:
+                raise SlurmError(f"sinfo: a line that does not read as its fields: "
+                                 f"{line.strip()[:80]!r}")
+            name, gres, state, when, reason, comment = parts[:-1]
             if name:
-                nodes[name] = (gres, state.strip().lower())
-                comments[name] = comment.strip()
+                nodes[name] = (gres, state.lower(), when, reason)
+                comments[name] = comment
         self._comments = comments
-        gpu = {n for n, (gres, _) in nodes.items() if "gpu" in gres.lower()}
+        gpu = {n for n, (gres, *_) in nodes.items() if "gpu" in gres.lower()}
         counted = gpu or set(nodes)
         out: dict[str, OutNode] = {}
-        for line in self._run("sinfo", "-h", "-R", "-N", *self._where(),
-                              "-o", "%N|%H|%E").splitlines():
-            name, _, rest = line.strip().partition("|")
-            when, _, reason = rest.partition("|")
-            if name in counted and name not in out:
-                out[name] = OutNode(name, parse_time(when), is_ours(reason), reason.strip())
-        for name in sorted(counted - set(out)):
-            state = nodes[name][1].rstrip("*~#!%$@^-")
-            if state in OUT_STATES:
+        for name in sorted(counted):
+            _, state, when, reason = nodes[name]
+            if state.rstrip("*~#!%$@^-") not in OUT_STATES:
+                continue
+            if reason and reason.lower() != "none" and reason != NULL:
+                out[name] = OutNode(name, parse_time(when), is_ours(reason), reason)
+            else:
                 out[name] = OutNode(name, None, False, state)
         ledger = []
         for name in sorted(counted):
@@ -135,8 +149,7 @@ class SlurmFleet:
                         and abs(drained_at - now_out.since) <= SAME_DRAIN:
                     continue  # the drain in place, counted once
                 ledger.append(OutNode(name, drained_at, True, "drained before"))
-        return Fleet(len(counted), tuple(sorted(out.values(), key=lambda n: n.name)),
-                     tuple(ledger))
+        return Fleet(len(counted), tuple(out[n] for n in sorted(out)), tuple(ledger))
 
     def drain(self, node: str, reason: str, now: datetime | None = None) -> None:
         """Drain with ``reason``, and its time added to the node's Comment, in one
