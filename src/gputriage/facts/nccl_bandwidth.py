@@ -16,13 +16,15 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gputriage.facts.fabric import gpu_profile_for
 from gputriage.facts.table import FactReader, FactTable
 from gputriage.knowledge import GpuProfile, csv_rows, gpu_profile
-from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
 from gputriage.text.words import human_number
+
+if TYPE_CHECKING:  # (the host's parsers imported where a host's facts are read)
+    from gputriage.parsers.infiniband import IbPort
 
 FACTS = FactTable()
 
@@ -122,6 +124,8 @@ def _profile(run: NcclTestRun, facts: FactReader | None) -> tuple[GpuProfile | N
     if names and len(profiles - {None}) > 1:
         return None, "mixed GPU models", ""
     if facts is not None:
+        from gputriage.facts.fabric import gpu_profile_for
+
         visible = facts.maybe("visible_gpus")
         host_names = {g.name for g in visible[1] if g.name} if visible else set()
         found = gpu_profile_for(facts, sorted(host_names)[0] if len(host_names) == 1 else None)

@@ -164,14 +164,14 @@ def device_query(facts: FactReader) -> Any:
 def log_scan(facts: FactReader) -> Any:
     """The kernel log scanned once (a ``gputriage.logscan.LogScan``); callers that
     scanned files themselves (``gputriage logs``) pre-fill this fact."""
-    from gputriage.logscan import scan_text
-
     cap = facts.snapshot.get("kernel_log")
-    if cap is None:
+    if cap is None:  # (the scanner not even imported: a job's inputs never need it)
         raise Missing(facts.snapshot.missing_reason("kernel_log"))
     scanned = getattr(cap, "scan", None)  # a large log scanned whole (ingest.streamed)
     if scanned is not None:
         return scanned
+    from gputriage.logscan import scan_text
+
     return scan_text(cap.text or "", cap.origin or "kernel_log", now=_collected(facts))
 
 

@@ -10,6 +10,11 @@ import csv
 import functools
 import re
 from dataclasses import dataclass
+from pathlib import Path
+
+# the tables beside this module, read as files (importlib.resources is slow to import:
+# start-up is what a command's latency is mostly made of)
+_HERE = Path(__file__).parent
 
 
 @dataclass(frozen=True)
@@ -41,9 +46,7 @@ class GpuProfile:
 
 def csv_rows(name: str) -> list[dict[str, str]]:
     """The data rows of one CSV table of this package (``#`` lines are comments)."""
-    from importlib import resources  # lazily: slow to import, needed by few commands
-
-    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    text = (_HERE / name).read_text(encoding="utf-8")
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     return list(csv.DictReader(lines))
 

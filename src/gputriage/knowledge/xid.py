@@ -16,11 +16,12 @@ import csv
 import functools
 import re
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 
 from gputriage.text.fields import strict_hex, strict_int
 from gputriage.vocabulary import Action, Blame, EventKind, Severity, inconsistency
 
+_HERE = Path(__file__).parent  # the catalogs beside this module (see knowledge._HERE)
 ORIGINS = frozenset({"hardware", "driver", "application", "memory", "system", "thermal",
                      "nvlink", "firmware", "fabric"})
 SXID_CATEGORIES = frozenset({"non-fatal", "fatal", "always-fatal", "other-notable"})
@@ -67,7 +68,7 @@ class SxidInfo:
 
 
 def _rows(name: str) -> list[dict[str, str]]:
-    text = resources.files("gputriage.knowledge").joinpath(name).read_text(encoding="utf-8")
+    text = (_HERE / name).read_text(encoding="utf-8")
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     return list(csv.DictReader(lines))
 

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from gputriage.facts.expectations import GpuTraces
 from gputriage.knowledge import node_messages
 from gputriage.knowledge.job_messages import Message, message, scan_line
-from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.driver import KernelModuleVersion, LibFile, ModuleVersions
 from gputriage.parsers.kernel_fold import weight
+from gputriage.parsers.kernel_model import DriverEvent
 from gputriage.parsers.modules import Module
 from gputriage.parsers.nvml import NvmlReading
 from gputriage.parsers.nvsmi import SmiError, SmiReport

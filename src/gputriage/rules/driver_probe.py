@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
 from gputriage.parsers.kernel_fold import weight
+from gputriage.parsers.kernel_model import DriverEvent
 from gputriage.rules.base import finding, rule
 from gputriage.text.fields import split_lines
 

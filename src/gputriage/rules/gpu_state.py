@@ -9,10 +9,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from gputriage.facts.fabric import FabricNeed
 from gputriage.facts.smi_views import SmiView
 from gputriage.knowledge.job_messages import Message, cuda_error
-from gputriage.logscan.events import DriverEvent
 from gputriage.model import Action, Blame, Evidence, Finding, Severity, evidence, gpu_scope
 from gputriage.parsers.device_query import DeviceQuery
 from gputriage.parsers.gpu_reset import ResetAttempt, ResetLog
+from gputriage.parsers.kernel_model import DriverEvent
 from gputriage.rules.base import finding, rule
 
 WHOLE_GPU_FIELDS = 3  # this many unreadable fields (or the name): the GPU, not a sensor

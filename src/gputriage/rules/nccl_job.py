@@ -10,7 +10,6 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
-from gputriage.logscan.events import DriverEvent
 from gputriage.model import (
     NODE,
     Action,
@@ -23,6 +22,7 @@ from gputriage.model import (
     evidence,
     gpu_scope,
 )
+from gputriage.parsers.kernel_model import DriverEvent
 from gputriage.parsers.nccl_model import NcclComm, NcclLog, NcclProcess, NcclWarn
 from gputriage.rules.base import finding, rule
 from gputriage.rules.nccl_errors import plural

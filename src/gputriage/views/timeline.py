@@ -16,9 +16,9 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from gputriage import __version__
-from gputriage.logscan.events import DriverEvent
 from gputriage.model import Result
 from gputriage.parsers.kernel_fold import seconds, weight
+from gputriage.parsers.kernel_model import DriverEvent
 from gputriage.rules.kernel_common import code_of
 from gputriage.status import exit_status, verdict
 from gputriage.text.fields import strict_int
