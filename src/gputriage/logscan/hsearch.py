@@ -14,9 +14,10 @@ the other searches."""
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from gputriage.text.hslines import import_hyperscan, literal_pattern
 
 __all__ = ["Matcher", "available", "hyperscan_hits", "matcher"]
 
@@ -25,22 +26,13 @@ _MODULE: list[Any] = []  # [the hyperscan module or None], once looked for
 
 def _hyperscan() -> Any:
     if not _MODULE:
-        try:
-            module: Any = importlib.import_module("hyperscan")
-        except Exception:  # a missing or broken binding: search without it
-            module = None
-        _MODULE.append(module)
+        _MODULE.append(import_hyperscan())
     return _MODULE[0]
 
 
 def available() -> bool:
     """Whether the Hyperscan binding can be imported."""
     return _hyperscan() is not None
-
-
-def _lit(text: bytes) -> bytes:
-    """``text`` as a pattern matching it literally."""
-    return b"".join(bytes([c]) if c < 128 and chr(c).isalnum() else b"\\x%02x" % c for c in text)
 
 
 def overlaps(anchor: bytes, literal: bytes) -> bool:
@@ -58,9 +50,9 @@ def not_followed(text: bytes, lead: bytes) -> bytes:
     negative look-ahead: at each byte of ``lead``, another byte or the end of the data)."""
     tail = b""
     for i in range(len(lead), 0, -1):
-        byte = _lit(lead[i - 1:i])
+        byte = literal_pattern(lead[i - 1:i])
         tail = b"(?:[^" + byte + b"]|\\z" + (b"|" + byte + tail if tail else b"") + b")"
-    return _lit(text) + tail
+    return literal_pattern(text) + tail
 
 
 # a routine anchor whose required literals are all this long is searched through them
@@ -113,7 +105,7 @@ class Matcher:
         self.checks: list[tuple[int, tuple[bytes, ...], bytes]] = []
 
         def literal(text: bytes, caseless: bool) -> None:
-            exprs.append(_lit(text))
+            exprs.append(literal_pattern(text))
             flags.append(hs.HS_FLAG_CASELESS if caseless else 0)
 
         for a, mode in zip(anchors, modes, strict=True):
@@ -134,7 +126,7 @@ class Matcher:
             flags.append(0)
             self.checks.append((-1, (), b""))
         fill = fillers(max(0, FILL_TO - len(exprs)))
-        exprs += map(_lit, fill)
+        exprs += map(literal_pattern, fill)
         flags += [0] * len(fill)
         self.patterns = len(exprs)  # (fillers included)
         self.db = hs.Database(mode=hs.HS_MODE_BLOCK)

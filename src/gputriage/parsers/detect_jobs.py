@@ -25,6 +25,7 @@ from gputriage.parsers.detect_kernel import is_kernel_line
 from gputriage.parsers.nccl_lines import is_nccl_line, strip_shippers
 from gputriage.parsers.nccl_tests import is_nccl_tests_line, tests_line
 from gputriage.text.fields import split_lines
+from gputriage.text.hslines import LineFinder, literal_pattern
 from gputriage.text.paste import PasteDoc
 from gputriage.text.prompts import source_for_command
 
@@ -68,6 +69,10 @@ _RECORD_WORDS = ("NCCL", "nccl", "DistBackendError", "Got completion")
 _OLD_SHAPE = (r":[0-9]{1,10}", r"{1,8}(?:\[-?[0-9]{1,5}\]", r"{1,8}INFO|WARN)")
 _MAYBE_RECORD = re.compile("|".join(_RECORD_WORDS) + "|" + r"\s".join(_OLD_SHAPE))
 _OLD_SHAPE_IN_TEXT = re.compile(r"[^\S\n]".join(_OLD_SHAPE))  # (a blank, never a newline)
+# the words and the shape found in one Hyperscan pass, where it is installed (over ASCII
+# bytes: a blank of a line is what Python's [^\S\n] matches there)
+_MAYBE_LINES = LineFinder([*(literal_pattern(w.encode()) for w in _RECORD_WORDS),
+                           rb"[\t\x0b\x0c\r\x1c-\x20]".join(x.encode() for x in _OLD_SHAPE)])
 
 
 def nccl_lines(text: str) -> str:
@@ -75,10 +80,22 @@ def nccl_lines(text: str) -> str:
     errors: for inputs too large for the full detector)."""
     if "\r" in text:  # (a line may end at a CR too: looked for line by line)
         maybe: Iterable[str] = filter(_MAYBE_RECORD.search, split_lines(text))
+    elif (starts := _MAYBE_LINES.starts(text.encode("ascii"))
+          if text.isascii() else None) is not None:
+        maybe = _lines_from(text, sorted(starts))
     else:
         maybe = _lines_at(text, [m.start() for m in _OLD_SHAPE_IN_TEXT.finditer(text)])
     kept = [ln for ln in maybe if nccl_record(ln)]
     return "\n".join(kept) + "\n" if kept else ""
+
+
+def _lines_from(text: str, starts: list[int]) -> list[str]:
+    """The lines of ``text`` (cut at newlines) that start at ``starts``."""
+    out = []
+    for start in starts:
+        end = text.find("\n", start)
+        out.append(text[start:end if end >= 0 else len(text)])
+    return out
 
 
 def _lines_at(text: str, found: list[int]) -> list[str]:

@@ -16,6 +16,7 @@ import re
 from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.kernel_log import is_kernel_line, is_log_record, is_system_log_line
 from gputriage.text.fields import split_lines
+from gputriage.text.hslines import LineFinder
 from gputriage.text.paste import PasteDoc
 
 __all__ = ["claim_kernel_log", "is_kernel_line", "is_log", "is_system_log_line", "kernel_lines",
@@ -49,38 +50,53 @@ def _record(line: str) -> bool:
 
 
 _SPACE = r"[^\S\n]"  # a space of a line (the paste's lines are searched joined by "\n")
+# the same in Hyperscan's syntax, over ASCII bytes: Python's \s also holds \x1c-\x1f
+_HS_SPACE = rb"[\t\x0b\x0c\r\x1c-\x20]"
 # The lines left are a log only with a kernel or system-log record among them: each
 # prefix of kernel_log's has a word or a shape below somewhere in the line (a coloured
-# line is tested whatever it holds: its escapes may cut a shape). Each shape starts with
-# one character (the rest looked behind) so that the search skips to it in C.
-_RECORD_GATE = Gate(
-    literals=("kern", "nvrm:", "nvidia"),
-    searches=tuple(re.compile(p) for p in (
-        r"\x1b",
-        rf"\[{_SPACE}*\+?[0-9]+\.[0-9]+\]",  # dmesg stamp
-        r"\](?<=[0-9]{2}:[0-9]{2}\])",  # dmesg -H minute
-        r"\](?<=[0-9] [0-9]{4}\])",  # dmesg -T stamp
-        r",(?<=[0-9],)[0-9]{1,20},[0-9]{1,20},[^;\n]{0,32};",  # /dev/kmsg
-        r"T(?<=[0-9]{2}T)[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]+[+-]",  # --time-format iso
-        rf":[a-z]{{2,7}}{_SPACE}*:{_SPACE}*(?:\[|[0-9]{{4}}-)",  # dmesg -x
-        # the end of a syslog record's prefix ("prog[123]: "; its time is left to the
-        # test, which a search from the time on costs four times as much to rule out), of
-        # dmesg -t's device and module messages ("mlx5_core 0000:3b:00.0: ",
-        # "nv_peer_mem: ", "modprobe: FATAL: ") and of "kernel: "
-        rf":{_SPACE}(?<=[^\s:\[]:{_SPACE})",
-    )),
-    test=_record)
+# line is tested whatever it holds: its escapes may cut a shape). Each shape, for
+# Python's engine, starts with one character (the rest looked behind) so that the search
+# skips to it in C; Hyperscan, which has no look-behind and finds them all in one pass,
+# gets each as the same run of characters read forward (tests/test_detect_whole_text_
+# gates.py holds that both find the same lines).
+_RECORD_SHAPES: tuple[tuple[str, bytes], ...] = (
+    (r"\x1b", rb"\x1b"),
+    (rf"\[{_SPACE}*\+?[0-9]+\.[0-9]+\]", rb"\[" + _HS_SPACE + rb"*\+?[0-9]+\.[0-9]+\]"),  # dmesg
+    (r"\](?<=[0-9]{2}:[0-9]{2}\])", rb"[0-9]{2}:[0-9]{2}\]"),  # dmesg -H minute
+    (r"\](?<=[0-9] [0-9]{4}\])", rb"[0-9] [0-9]{4}\]"),  # dmesg -T stamp
+    (r",(?<=[0-9],)[0-9]{1,20},[0-9]{1,20},[^;\n]{0,32};",  # /dev/kmsg
+     rb"[0-9],[0-9]{1,20},[0-9]{1,20},[^;\n]{0,32};"),
+    (r"T(?<=[0-9]{2}T)[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]+[+-]",  # --time-format iso
+     rb"[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]+[+-]"),
+    (rf":[a-z]{{2,7}}{_SPACE}*:{_SPACE}*(?:\[|[0-9]{{4}}-)",  # dmesg -x
+     rb":[a-z]{2,7}" + _HS_SPACE + rb"*:" + _HS_SPACE + rb"*(?:\[|[0-9]{4}-)"),
+    # the end of a syslog record's prefix ("prog[123]: "; its time is left to the
+    # test, which a search from the time on costs four times as much to rule out), of
+    # dmesg -t's device and module messages ("mlx5_core 0000:3b:00.0: ",
+    # "nv_peer_mem: ", "modprobe: FATAL: ") and of "kernel: "
+    (rf":{_SPACE}(?<=[^\s:\[]:{_SPACE})",
+     rb"[^\t\n\x0b\x0c\r\x1c-\x20:\[]:" + _HS_SPACE),
+)
+_RECORD_GATE = Gate(literals=("kern", "nvrm:", "nvidia"),
+                    searches=tuple(re.compile(py) for py, _ in _RECORD_SHAPES), test=_record)
+# the gate's lines found in one Hyperscan pass (a large text's blocks: record_starts)
+_RECORD_LINES = LineFinder([hs for _, hs in _RECORD_SHAPES],
+                           [w.encode() for w in _RECORD_GATE.literals or ()])
 
 
 def record_starts(text: str) -> list[int] | None:
     """Where the lines of ``text`` (cut at newlines) that may be log records
     (``is_log_record``) start, in order: those holding a word or shape of a kernel or
-    system-log record (``_RECORD_GATE``) or starting a journal boot marker. None where
-    the gate does not stand for the tests (a text that is not ASCII, or holds a carriage
-    return: every line is tested)."""
-    found = None if "\r" in text else _RECORD_GATE.lines_holding(text)
-    if found is None:
+    system-log record (``_RECORD_GATE``: in one Hyperscan pass where it is installed) or
+    starting a journal boot marker. None where the gate does not stand for the tests (a
+    text that is not ASCII, or holds a carriage return: every line is tested)."""
+    if "\r" in text or not text.isascii():
         return None
+    found = _RECORD_LINES.starts(text.encode("ascii"))
+    if found is None:
+        found = _RECORD_GATE.lines_holding(text)
+        if found is None:
+            return None
     if text.startswith("-- "):
         found.add(0)
     at = text.find("\n-- ")

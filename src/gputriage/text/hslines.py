@@ -1,0 +1,94 @@
+"""The lines of a large text that hold a match of any of a few patterns, found in one
+Hyperscan pass (the optional ``hyperscan`` package) instead of one regex search per
+pattern: a search that starts at a common character (a colon, a bracket) is tried at
+each of them by Python's engine, where Hyperscan scans the text once for all of them.
+
+Where ``hyperscan`` cannot be imported (or compile the patterns), :meth:`LineFinder.
+starts` returns None and the caller searches as it did without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["LineFinder", "hyperscan_module", "import_hyperscan", "literal_pattern"]
+
+_MODULE: list[Any] = []  # [the hyperscan module or None], once looked for
+
+
+def import_hyperscan() -> Any:
+    """The hyperscan module imported now, or None where it cannot be."""
+    try:
+        return importlib.import_module("hyperscan")
+    except Exception:  # a missing or broken binding: search without it
+        return None
+
+
+def hyperscan_module() -> Any:
+    """The hyperscan module (looked for once), or None where it cannot be imported."""
+    if not _MODULE:
+        _MODULE.append(import_hyperscan())
+    return _MODULE[0]
+
+
+class LineFinder:
+    """Finds where the lines (cut at newlines) of a text holding a match of any of
+    ``patterns`` (Hyperscan's syntax, case kept; none may match a newline) or of
+    ``caseless`` (literal words, case ignored) start. The database is compiled on first
+    use."""
+
+    def __init__(self, patterns: Sequence[bytes], caseless: Sequence[bytes] = ()) -> None:
+        self.patterns = tuple(patterns)
+        self.caseless = tuple(caseless)
+        self._db: list[Any] = []  # [the compiled database or None], once compiled
+
+    def _database(self) -> Any:
+        if not self._db:
+            hs = hyperscan_module()
+            db = None
+            if hs is not None:
+                exprs = [*self.patterns, *(literal_pattern(w) for w in self.caseless)]
+                flags = [0] * len(self.patterns) + [hs.HS_FLAG_CASELESS] * len(self.caseless)
+                try:
+                    db = hs.Database()
+                    db.compile(expressions=exprs, ids=list(range(len(exprs))),
+                               elements=len(exprs), flags=flags)
+                except Exception:  # a wheel that cannot compile here: search without it
+                    db = None
+            self._db.append(db)
+        return self._db[0]
+
+    def available(self) -> bool:
+        """Whether :meth:`starts` finds lines here (Hyperscan imported and compiled)."""
+        return self._database() is not None
+
+    def starts(self, data: bytes | bytearray) -> set[int] | None:
+        """The offsets in ``data`` where its lines that hold a match start; None without
+        Hyperscan."""
+        db = self._database()
+        if db is None:
+            return None
+        ends: list[int] = []
+
+        def hit(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
+            ends.append(end)
+
+        db.scan(bytes(data), match_event_handler=hit)
+        found: set[int] = set()
+        line_end = -1
+        for end in sorted(ends):  # (a match ends at or before its line's newline)
+            if end <= line_end:
+                continue
+            found.add(data.rfind(b"\n", 0, end) + 1)
+            line_end = data.find(b"\n", end)
+            if line_end < 0:
+                break
+        return found
+
+
+def literal_pattern(word: bytes) -> bytes:
+    """``word`` as a pattern matching it literally."""
+    return b"".join(bytes([c]) if c < 128 and chr(c).isalnum() else b"\\x%02x" % c
+                    for c in word)

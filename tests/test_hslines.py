@@ -1,0 +1,116 @@
+"""Lines of a large text found in one Hyperscan pass (``gputriage.text.hslines``): the
+kernel-record gate of a streamed text (``record_starts``) and the NCCL record words and
+shape (``nccl_lines``) must find, through Hyperscan, exactly the lines that Python's
+searches find, on real captures, on every record prefix the gate knows, and on lines
+built of the characters the shapes turn on; without Hyperscan the searches run as
+before."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from record_prefixes import RECORDS
+from training_kit import training_log
+
+from gputriage.parsers import detect_jobs, detect_kernel
+from gputriage.text import hslines
+from gputriage.text.hslines import LineFinder
+
+HAVE_HS = hslines.hyperscan_module() is not None
+needs_hs = pytest.mark.skipif(not HAVE_HS, reason="hyperscan is not installed here")
+
+_NCCL = "gpu-node-018:43782:43782 [6] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
+# what the shapes turn on: digits, colons, brackets, commas, a T, every blank a line may
+# hold (Python's \s has \x1c-\x1f too), the words
+_PIECES = ["0", "12", "1234", ":", "[", "]", "[-3]", ",", ";", "T", ".", "+", "-", " ", "\t",
+           "\x0b", "\x0c", "\x1c", "\x1f", "a", "kern", "NVRM:", "nvidia", "INFO", "WARN",
+           "NCCL", "nccl", "Got completion", "DistBackendError", "x.cc", "/", "\x1b"]
+
+
+def _record_lines_by_python(text: str) -> set[int] | None:
+    return detect_kernel._RECORD_GATE.lines_holding(text)
+
+
+def _nccl_lines_by_python(text: str) -> list[str]:
+    return detect_jobs._lines_at(text, [m.start() for m in
+                                        detect_jobs._OLD_SHAPE_IN_TEXT.finditer(text)])
+
+
+def _agree(text: str) -> None:
+    data = text.encode("ascii")
+    assert detect_kernel._RECORD_LINES.starts(data) == _record_lines_by_python(text), text
+    found = detect_jobs._MAYBE_LINES.starts(data)
+    assert found is not None
+    assert detect_jobs._lines_from(text, sorted(found)) == _nccl_lines_by_python(text), text
+
+
+@needs_hs
+def test_line_finder_gives_each_line_once_wherever_its_matches_are() -> None:
+    finder = LineFinder([rb"[0-9]{2}:[0-9]{2}\]"], [b"kern"])
+    text = b"a 10:11] b 12:13]\nnothing\nKERN x\nlast 00:00]"
+    assert finder.starts(text) == {0, 26, 33}  # (not "nothing", at 18)
+    assert finder.starts(b"") == set()
+    assert finder.starts(bytearray(b"x\nkErN")) == {2}
+
+
+@needs_hs
+@pytest.mark.parametrize("record", RECORDS)
+def test_every_record_prefix_is_found_as_python_finds_it(record: str) -> None:
+    job = training_log(30, _NCCL)
+    for text in (record + "\n", job + record + "\n" + job, record):
+        if text.isascii():
+            _agree(text)
+
+
+@needs_hs
+def test_every_corpus_sample_gives_the_same_lines(corpus) -> None:
+    checked = 0
+    for sample in corpus.samples:
+        text = sample.text()
+        if "\r" not in text and text.isascii():
+            _agree(text)
+            checked += 1
+    assert checked > 100
+
+
+# lines built to sit on either side of the shapes: a character short, a blank of each
+# kind, the words in other cases
+_BUILT = [
+    "Mar  2 10:11:12 host kernel: x", "[  12.5] x", "[+1.5]", "[1.]", "10:11]", "1:11]",
+    "Fri Aug 30 11:11:22 2024] x", "0 2024]", "6,1234,5678,-;msg", "6,1,2,;", "1,2,3",
+    "2024-08-30T03:53:20,123456+00:00 h", "30T03:53:20,1+", "0T03:53:20,1+",
+    "kern  :warn  : [1.0] x", ":kern:2024-", ":k:[", "prog[12]: x", "a:\x1cb", "a:\x1fb",
+    "a:\x0bb", " : x", "[: x", ":: x", "h:1:2 [0] INFO x", "h:1:2 [-1]\x1cINFO", "x.cc:31 WARN",
+    "h:12345678901 [0] INFO", "h:1 [123456] INFO", "nccl", "NcCl", "Got  completion",
+    "\x1b[0m", "KERN", "NVRM:", "nvrm :",
+]
+
+
+@needs_hs
+@pytest.mark.parametrize("line", _BUILT)
+def test_lines_built_on_either_side_of_the_shapes(line: str) -> None:
+    for text in (line, line + "\n", "x\n" + line + "\nlast", line + "\n" + line):
+        _agree(text)
+
+
+@needs_hs
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_PIECES), max_size=10).map("".join), max_size=8))
+def test_property_built_lines_agree(lines: list[str]) -> None:
+    _agree("\n".join(lines))
+
+
+def test_without_hyperscan_the_python_searches_run(monkeypatch) -> None:
+    """The finders give None, and the callers find the same lines by their searches."""
+    text = training_log(40, _NCCL) + "Mar  2 10:11:12 host kernel: NVRM: Xid 79\n-- Boot x --\n"
+    with_hs = detect_kernel.record_starts(text), detect_jobs.nccl_lines(text)
+    monkeypatch.setattr(hslines, "_MODULE", [None])
+    monkeypatch.setattr(detect_kernel, "_RECORD_LINES", LineFinder([b"x"]))
+    monkeypatch.setattr(detect_jobs, "_MAYBE_LINES", LineFinder([b"x"]))
+    assert detect_kernel._RECORD_LINES.starts(b"x") is None
+    assert not detect_jobs._MAYBE_LINES.available()
+    assert (detect_kernel.record_starts(text), detect_jobs.nccl_lines(text)) == with_hs
+    by_python = _record_lines_by_python(text)
+    assert by_python is not None
+    assert detect_kernel.record_starts(text) == sorted({*by_python, text.index("-- Boot")})
