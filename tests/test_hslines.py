@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from record_prefixes import RECORDS
 from training_kit import training_log
 
+from gputriage.ingest import bigtext
 from gputriage.parsers import detect_jobs, detect_kernel
 from gputriage.text import hslines
 from gputriage.text.hslines import LineFinder
@@ -25,11 +26,15 @@ _NCCL = "gpu-node-018:43782:43782 [6] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via 
 # hold (Python's \s has \x1c-\x1f too), the words
 _PIECES = ["0", "12", "1234", ":", "[", "]", "[-3]", ",", ";", "T", ".", "+", "-", " ", "\t",
            "\x0b", "\x0c", "\x1c", "\x1f", "a", "kern", "NVRM:", "nvidia", "INFO", "WARN",
-           "NCCL", "nccl", "Got completion", "DistBackendError", "x.cc", "/", "\x1b"]
+           "NCCL", "nccl", "Got completion", "DistBackendError", "x.cc", "/", "\x1b", "-- "]
 
 
 def _record_lines_by_python(text: str) -> set[int] | None:
-    return detect_kernel._RECORD_GATE.lines_holding(text)
+    """The gate's lines, and those after a newline that start a journal's boot marker."""
+    found = detect_kernel._RECORD_GATE.lines_holding(text)
+    if found is not None:
+        found.update(i + 1 for i in range(len(text)) if text.startswith("\n-- ", i))
+    return found
 
 
 def _nccl_lines_by_python(text: str) -> list[str]:
@@ -83,7 +88,7 @@ _BUILT = [
     "kern  :warn  : [1.0] x", ":kern:2024-", ":k:[", "prog[12]: x", "a:\x1cb", "a:\x1fb",
     "a:\x0bb", " : x", "[: x", ":: x", "h:1:2 [0] INFO x", "h:1:2 [-1]\x1cINFO", "x.cc:31 WARN",
     "h:12345678901 [0] INFO", "h:1 [123456] INFO", "nccl", "NcCl", "Got  completion",
-    "\x1b[0m", "KERN", "NVRM:", "nvrm :",
+    "\x1b[0m", "KERN", "NVRM:", "nvrm :", "-- Boot 1a2b --", "-- No entries --", "--x", " -- ",
 ]
 
 
@@ -113,4 +118,29 @@ def test_without_hyperscan_the_python_searches_run(monkeypatch) -> None:
     assert (detect_kernel.record_starts(text), detect_jobs.nccl_lines(text)) == with_hs
     by_python = _record_lines_by_python(text)
     assert by_python is not None
-    assert detect_kernel.record_starts(text) == sorted({*by_python, text.index("-- Boot")})
+    assert detect_kernel.record_starts(text) == sorted(by_python)
+    assert text.index("-- Boot") in by_python
+
+
+@needs_hs
+@pytest.mark.parametrize("text", ["", "x", " ", "\n", "x\n", "\nx", "\n\n\n", " \n\t\n\x1c\nx\n",
+                                  "a\n \n\n\x0bb\n\x1f", "a\r\n\r\n", "  x  \n\n  ",
+                                  # (past 16 bytes: where "\n[ \t]*\n" was seen missed)
+                                  "x" * 100 + "\n\ny", " " * 11 + ": No\n\n", "x\n  \n" * 40])
+def test_the_lines_of_a_block_less_its_blank_ones_counted_at_once(text: str) -> None:
+    assert bigtext._content_of(text) == bigtext._content(text, 0, len(text))
+
+
+def test_without_hyperscan_a_streamed_text_counts_its_lines_piece_by_piece(monkeypatch) -> None:
+    text = training_log(40, _NCCL) + "\n  \nprog[1]: x\n\n" + training_log(10, _NCCL)
+
+    def streamed() -> tuple:
+        logs = bigtext._LogLines()
+        out = [logs.take(text), logs.take(text), logs.finish()]
+        return out, logs.records, logs.content, logs.is_log
+    with_hs = streamed()
+    monkeypatch.setattr(bigtext, "_BLANK_STARTS", bigtext.Patterns([b"x"]))
+    monkeypatch.setattr(hslines, "_MODULE", [None])
+    assert bigtext._content_of(text) is None
+    assert streamed() == with_hs
+    assert with_hs[2] == 2 * bigtext._content(text, 0, len(text))

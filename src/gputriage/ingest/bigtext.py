@@ -40,6 +40,8 @@ from gputriage.parsers.kernel_patterns import strip_ansi
 from gputriage.snapshot.bundle import Captured, decode
 from gputriage.text.fields import split_lines
 from gputriage.text.framing import unframe
+from gputriage.text.hslines import Patterns, literal_pattern
+from gputriage.text.newlines import newlines
 
 __all__ = ["ALL_LINES", "DETECT_BYTES", "HOST_TEXT", "KERNEL", "MIXED", "Feeder", "ParsedNccl",
            "check_feeders", "head_tail_pieces", "host_text"]
@@ -113,6 +115,34 @@ def _content(text: str, start: int, end: int) -> int:
     return len(list(filter(str.strip, text[start:end].split("\n"))))
 
 
+# a newline, then a newline or a blank: where a blank line may start (each match is
+# one line: a line starts with one character). Literals only: this Hyperscan build was
+# seen to miss matches of "\n[ \t]*\n" past the first 16 bytes of a text.
+_BLANK_STARTS = Patterns([literal_pattern(b"\n" + bytes([c]))
+                          for c in b"\n\t\x0b\x0c\r\x1c\x1d\x1e\x1f "])
+
+
+def _content_of(text: str) -> int | None:
+    """``_content`` of the whole of an ASCII ``text`` (its lines less the blank ones, as
+    ``str.strip`` has them), its blank lines found in one Hyperscan pass (None without
+    it)."""
+    data = text.encode("ascii")
+    ends = _BLANK_STARTS.ends(data)
+    if ends is None:
+        return None
+    first, last = text.find("\n"), text.rfind("\n")
+    if first < 0:
+        return 1 if text.strip() else 0
+    blank = (not text[:first].strip()) + (last == len(text) - 1)  # the first, an empty last
+    for end in ends:  # the line at end - 1: empty (a second newline) or starting blank
+        if data[end - 1] != 10:
+            stop = text.find("\n", end)
+            if text[end - 1:stop if stop >= 0 else len(text)].strip():
+                continue
+        blank += 1
+    return newlines(data) + 1 - blank
+
+
 class _LogLines:
     """The system-log records of a text (as :func:`gputriage.parsers.detect_kernel.
     kernel_lines` takes them), bounded: until a kernel record shows that the text is a
@@ -137,6 +167,9 @@ class _LogLines:
             for line in filter(str.strip, split_lines(text)):  # (a blank line is no record)
                 self._line(line, out)
         else:
+            # (``content`` matters only while the text is not known to be a log: counted
+            # at once where Hyperscan can, else piece by piece between the lines tested)
+            whole = None if self.is_log else _content_of(text)
             counted = 0  # the text up to here is counted in ``content``
             for start in starts:
                 end = text.find("\n", start)
@@ -144,12 +177,17 @@ class _LogLines:
                 line = text[start:end]
                 if not line.strip():
                     continue
-                if not self.is_log:
+                if self.is_log:
+                    self._line(line, out)
+                    continue
+                if whole is None:
                     self.content += _content(text, counted, start)
                     counted = end
-                self._line(line, out)
+                self._line(line, out, whole is None)
+                if self.is_log and whole is not None:  # known a log at this line, once:
+                    self.content += _content(text, 0, end)  # what the pieces counted
             if not self.is_log:
-                self.content += _content(text, counted, len(text))
+                self.content += _content(text, counted, len(text)) if whole is None else whole
         if not self.is_log and self.held_bytes > _HOLD_BYTES:
             if self.records * 2 >= self.content:
                 self.is_log = True
@@ -158,12 +196,13 @@ class _LogLines:
             self.held_bytes = 0
         return "\n".join(out) + "\n" if out else ""
 
-    def _line(self, line: str, out: list[str]) -> None:
-        """One line that is not blank: passed on or held when it is a record."""
+    def _line(self, line: str, out: list[str], count: bool = True) -> None:
+        """One line that is not blank: passed on or held when it is a record (counted in
+        ``content`` unless the caller counts it)."""
         if self.is_log:
             record = is_log_record(line)
         else:
-            self.content += 1
+            self.content += count
             kernel = is_kernel_line(line)  # (is_log_record's first test, made once)
             if kernel:
                 self.is_log = True

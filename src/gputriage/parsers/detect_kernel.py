@@ -16,7 +16,7 @@ import re
 from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.kernel_log import is_kernel_line, is_log_record, is_system_log_line
 from gputriage.text.fields import split_lines
-from gputriage.text.hslines import LineFinder
+from gputriage.text.hslines import LineFinder, literal_pattern
 from gputriage.text.paste import PasteDoc
 
 __all__ = ["claim_kernel_log", "is_kernel_line", "is_log", "is_system_log_line", "kernel_lines",
@@ -79,9 +79,12 @@ _RECORD_SHAPES: tuple[tuple[str, bytes], ...] = (
 )
 _RECORD_GATE = Gate(literals=("kern", "nvrm:", "nvidia"),
                     searches=tuple(re.compile(py) for py, _ in _RECORD_SHAPES), test=_record)
-# the gate's lines found in one Hyperscan pass (a large text's blocks: record_starts)
-_RECORD_LINES = LineFinder([hs for _, hs in _RECORD_SHAPES],
-                           [w.encode() for w in _RECORD_GATE.literals or ()])
+_BOOT_MARKER = "\n-- "  # a journal's boot marker ("-- Boot 1a2b... --") after a line
+# the gate's lines and the boot markers found in one Hyperscan pass (a large text's
+# blocks: record_starts)
+_RECORD_LINES = LineFinder(
+    [*(hs for _, hs in _RECORD_SHAPES), literal_pattern(_BOOT_MARKER.encode())],
+    [w.encode() for w in _RECORD_GATE.literals or ()])
 
 
 def record_starts(text: str) -> list[int] | None:
@@ -97,12 +100,12 @@ def record_starts(text: str) -> list[int] | None:
         found = _RECORD_GATE.lines_holding(text)
         if found is None:
             return None
+        at = text.find(_BOOT_MARKER)
+        while at >= 0:
+            found.add(at + 1)
+            at = text.find(_BOOT_MARKER, at + 1)
     if text.startswith("-- "):
         found.add(0)
-    at = text.find("\n-- ")
-    while at >= 0:
-        found.add(at + 1)
-        at = text.find("\n-- ", at + 1)
     return sorted(found)
 
 

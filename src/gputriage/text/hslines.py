@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["LineFinder", "hyperscan_module", "import_hyperscan", "literal_pattern"]
+__all__ = ["LineFinder", "Patterns", "hyperscan_module", "import_hyperscan", "literal_pattern"]
 
 _MODULE: list[Any] = []  # [the hyperscan module or None], once looked for
 
@@ -33,11 +33,9 @@ def hyperscan_module() -> Any:
     return _MODULE[0]
 
 
-class LineFinder:
-    """Finds where the lines (cut at newlines) of a text holding a match of any of
-    ``patterns`` (Hyperscan's syntax, case kept; none may match a newline) or of
-    ``caseless`` (literal words, case ignored) start. The database is compiled on first
-    use."""
+class Patterns:
+    """Patterns (Hyperscan's syntax, case kept) and literal words (case ignored)
+    compiled into one database on first use, scanned over a text at once."""
 
     def __init__(self, patterns: Sequence[bytes], caseless: Sequence[bytes] = ()) -> None:
         self.patterns = tuple(patterns)
@@ -61,12 +59,12 @@ class LineFinder:
         return self._db[0]
 
     def available(self) -> bool:
-        """Whether :meth:`starts` finds lines here (Hyperscan imported and compiled)."""
+        """Whether the patterns are searched here (Hyperscan imported and compiled)."""
         return self._database() is not None
 
-    def starts(self, data: bytes | bytearray) -> set[int] | None:
-        """The offsets in ``data`` where its lines that hold a match start; None without
-        Hyperscan."""
+    def ends(self, data: bytes | bytearray) -> list[int] | None:
+        """Where matches in ``data`` end, each end once for each pattern whose match ends
+        there (overlapping matches included), in no set order; None without Hyperscan."""
         db = self._database()
         if db is None:
             return None
@@ -76,6 +74,19 @@ class LineFinder:
             ends.append(end)
 
         db.scan(bytes(data), match_event_handler=hit)
+        return ends
+
+
+class LineFinder(Patterns):
+    """Finds where the lines (cut at newlines) of a text holding a match of any of the
+    patterns (none may match a newline) or of the words start."""
+
+    def starts(self, data: bytes | bytearray) -> set[int] | None:
+        """The offsets in ``data`` where its lines that hold a match start; None without
+        Hyperscan."""
+        ends = self.ends(data)
+        if ends is None:
+            return None
         found: set[int] = set()
         line_end = -1
         for end in sorted(ends):  # (a match ends at or before its line's newline)
