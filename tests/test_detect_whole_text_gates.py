@@ -118,7 +118,7 @@ def _log_lines(text: str, pieces: int, gated: bool = True) -> tuple:
     step = max(1, len(lines) // pieces)
     with pytest.MonkeyPatch.context() as m:
         if not gated:
-            m.setattr(detect_kernel, "record_starts", lambda text: None)
+            m.setattr(detect_kernel, "record_starts", lambda text, data=None: None)
         logs = bigtext._LogLines()
         out = [logs.take("".join(lines[k:k + step])) for k in range(0, len(lines), step)]
         out.append(logs.finish())

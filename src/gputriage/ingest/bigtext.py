@@ -122,11 +122,11 @@ _BLANK_STARTS = Patterns([literal_pattern(b"\n" + bytes([c]))
                           for c in b"\n\t\x0b\x0c\r\x1c\x1d\x1e\x1f "])
 
 
-def _content_of(text: str) -> int | None:
+def _content_of(text: str, data: bytes | None = None) -> int | None:
     """``_content`` of the whole of an ASCII ``text`` (its lines less the blank ones, as
     ``str.strip`` has them), its blank lines found in one Hyperscan pass (None without
     it)."""
-    data = text.encode("ascii")
+    data = text.encode("ascii") if data is None else data
     ends = _BLANK_STARTS.ends(data)
     if ends is None:
         return None
@@ -155,21 +155,21 @@ class _LogLines:
         self.held_bytes = 0
         self.records = self.content = 0
 
-    def take(self, text: str) -> str:
+    def take(self, text: str, data: bytes | None = None) -> str:
         """The records of ``text`` (whole lines) to pass on now: only the lines that may
         be records are tested (``record_starts``), the others counted (while it is not
         known whether the text is a log)."""
         from gputriage.parsers.detect_kernel import record_starts
 
         out: list[str] = []
-        starts = record_starts(text)
+        starts = record_starts(text, data)
         if starts is None:
             for line in filter(str.strip, split_lines(text)):  # (a blank line is no record)
                 self._line(line, out)
         else:
             # (``content`` matters only while the text is not known to be a log: counted
             # at once where Hyperscan can, else piece by piece between the lines tested)
-            whole = None if self.is_log else _content_of(text)
+            whole = None if self.is_log else _content_of(text, data)
             counted = 0  # the text up to here is counted in ``content``
             for start in starts:
                 end = text.find("\n", start)
@@ -333,8 +333,9 @@ class Feeder:
             text = unframe(pasted) if framed else pasted  # each line's payload
             # a block without log records still writes a blank line: the scanner's idle
             # budget counts from the last byte it got
-            self._pass(logs.take(text).encode("utf-8", "surrogatepass") or b"\n")
-            records = nccl_lines(text)  # as a paste's: no framework error the job log holds
+            data = text.encode("ascii") if text.isascii() else None  # (once for each search)
+            self._pass(logs.take(text, data).encode("utf-8", "surrogatepass") or b"\n")
+            records = nccl_lines(text, data)  # as a paste's: no framework error the job log holds
             if records:
                 yield records.encode("utf-8", "surrogatepass")
         self._pass(logs.finish().encode("utf-8", "surrogatepass"))
@@ -348,7 +349,7 @@ class Feeder:
 
     def _unless_blank(self, block: bytes) -> bytes:
         """``block``, or b"" when it holds blank lines only."""
-        if block.strip():
+        if block and not block.isspace():  # (as block.strip(), without its copy)
             self.empty = False
             return block
         return b""

@@ -75,13 +75,14 @@ _MAYBE_LINES = LineFinder([*(literal_pattern(w.encode()) for w in _RECORD_WORDS)
                            rb"[\t\x0b\x0c\r\x1c-\x20]".join(x.encode() for x in _OLD_SHAPE)])
 
 
-def nccl_lines(text: str) -> str:
+def nccl_lines(text: str, data: bytes | None = None) -> str:
     """The NCCL records of a large text, in order (without the wrapped lines of framework
-    errors: for inputs too large for the full detector)."""
+    errors: for inputs too large for the full detector). ``data``: an ASCII text encoded,
+    where the caller has it."""
     if "\r" in text:  # (a line may end at a CR too: looked for line by line)
         maybe: Iterable[str] = filter(_MAYBE_RECORD.search, split_lines(text))
-    elif (starts := _MAYBE_LINES.starts(text.encode("ascii"))
-          if text.isascii() else None) is not None:
+    elif text.isascii() and (starts := _MAYBE_LINES.starts(
+            text.encode("ascii") if data is None else data)) is not None:
         maybe = _lines_from(text, sorted(starts))
     else:
         maybe = _lines_at(text, [m.start() for m in _OLD_SHAPE_IN_TEXT.finditer(text)])

@@ -87,15 +87,16 @@ _RECORD_LINES = LineFinder(
     [w.encode() for w in _RECORD_GATE.literals or ()])
 
 
-def record_starts(text: str) -> list[int] | None:
+def record_starts(text: str, data: bytes | None = None) -> list[int] | None:
     """Where the lines of ``text`` (cut at newlines) that may be log records
     (``is_log_record``) start, in order: those holding a word or shape of a kernel or
     system-log record (``_RECORD_GATE``: in one Hyperscan pass where it is installed) or
     starting a journal boot marker. None where the gate does not stand for the tests (a
-    text that is not ASCII, or holds a carriage return: every line is tested)."""
+    text that is not ASCII, or holds a carriage return: every line is tested). ``data``:
+    the text encoded, where the caller has it."""
     if "\r" in text or not text.isascii():
         return None
-    found = _RECORD_LINES.starts(text.encode("ascii"))
+    found = _RECORD_LINES.starts(text.encode("ascii") if data is None else data)
     if found is None:
         found = _RECORD_GATE.lines_holding(text)
         if found is None:
