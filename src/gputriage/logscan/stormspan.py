@@ -43,6 +43,7 @@ from gputriage.parsers.kernel_fold import XidState, code_number
 from gputriage.parsers.kernel_repeats import (
     APP_FAULTS,
     PATTERN_TRIES,
+    PROCESSES,
     count_pattern,
     count_process,
 )
@@ -348,9 +349,12 @@ class SpanPass:
             if not pk:
                 continue
             named = reps.processes
-            if pk in named:  # (``count_process``, inline where it is named already)
-                if pname and not named[pk]:
-                    named[pk] = pname
+            if pk in named:  # (``count_process``, inline where it is named already
+                if pname and not named[pk]:  # or where no other is named: a storm of
+                    named[pk] = pname  # many processes names its first ones only)
+            elif len(named) >= PROCESSES:
+                reps.other_processes += 1
+                continue
             elif not count_process(reps, pk, pname):
                 continue
             if app and reps.tries.get(pk, 0) < PATTERN_TRIES:
