@@ -158,7 +158,8 @@ class _LogLines:
     def take(self, text: str, data: bytes | None = None) -> str:
         """The records of ``text`` (whole lines) to pass on now: only the lines that may
         be records are tested (``record_starts``), the others counted (while it is not
-        known whether the text is a log)."""
+        known whether the text is a log). ``data``: an ASCII ``text`` encoded, where the
+        caller has it."""
         from gputriage.parsers.detect_kernel import record_starts
 
         out: list[str] = []
