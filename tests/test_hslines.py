@@ -16,7 +16,7 @@ from training_kit import training_log
 from gputriage.ingest import bigtext
 from gputriage.parsers import detect_jobs, detect_kernel
 from gputriage.text import hslines
-from gputriage.text.hslines import LineFinder
+from gputriage.text.hslines import LineFinder, text_offsets
 
 HAVE_HS = hslines.hyperscan_module() is not None
 needs_hs = pytest.mark.skipif(not HAVE_HS, reason="hyperscan is not installed here")
@@ -126,9 +126,12 @@ def test_without_hyperscan_the_python_searches_run(monkeypatch) -> None:
 @pytest.mark.parametrize("text", ["", "x", " ", "\n", "x\n", "\nx", "\n\n\n", " \n\t\n\x1c\nx\n",
                                   "a\n \n\n\x0bb\n\x1f", "a\r\n\r\n", "  x  \n\n  ",
                                   # (past 16 bytes: where "\n[ \t]*\n" was seen missed)
-                                  "x" * 100 + "\n\ny", " " * 11 + ": No\n\n", "x\n  \n" * 40])
+                                  "x" * 100 + "\n\ny", " " * 11 + ": No\n\n", "x\n  \n" * 40,
+                                  # (not ASCII: Unicode blanks, a line that starts with é)
+                                  "a\n\u00a0\n\u2003 \n\u00e9t\u00e9\n", "\u00a0", "x\n\u3000"])
 def test_the_lines_of_a_block_less_its_blank_ones_counted_at_once(text: str) -> None:
     assert bigtext._content_of(text) == bigtext._content(text, 0, len(text))
+    assert bigtext._content_of(text, text.encode()) == bigtext._content(text, 0, len(text))
 
 
 def test_without_hyperscan_a_streamed_text_counts_its_lines_piece_by_piece(monkeypatch) -> None:
@@ -144,3 +147,47 @@ def test_without_hyperscan_a_streamed_text_counts_its_lines_piece_by_piece(monke
     assert bigtext._content_of(text) is None
     assert streamed() == with_hs
     assert with_hs[2] == 2 * bigtext._content(text, 0, len(text))
+
+
+def test_offsets_in_the_encoded_text_are_offsets_in_the_text() -> None:
+    text = "a\u00e9\nb\u20ac\u00a0\nc\n\U0001f600\nd"
+    data = text.encode()
+    starts = [0, data.index(b"b"), data.index(b"c"), data.index(b"\xf0"), data.index(b"d")]
+    assert text_offsets(text, data, reversed(starts)) == [0, 3, 7, 9, 11]
+    assert text_offsets("abc", b"abc", [2, 0]) == [0, 2]
+
+
+# lines that are not ASCII: a Unicode blank where the shapes have one, other scripts, an
+# NCCL record with a name in them, a kernel record after a line that is not ASCII
+_NOT_ASCII = [
+    "h:1:2\u00a0[0]\u00a0INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
+    "gpu-n\u00f6de:43782:43782 [6] NCCL INFO Using network IB",
+    "\u8bad\u7ec3 step 3 \u2713", "prog[1]:\u00a0started", "\u212aernel: x",
+    "Mar  2 10:11:12 h\u00f6st kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=p",
+    "x.cc:31\u2003WARN NET/IB : Got completion with error 12", "-- Boot \u00e9 --",
+]
+
+
+@needs_hs
+@pytest.mark.parametrize("line", _NOT_ASCII)
+def test_a_text_that_is_not_ascii_gives_what_the_per_line_reading_gives(monkeypatch,
+                                                                         line: str) -> None:
+    """Its lines that hold a character that is not ASCII are all taken (then tested),
+    so the records kept, the counts and the NCCL lines are those of the searches without
+    Hyperscan (every line tested, the NCCL shape searched by Python's engine)."""
+    job = training_log(20, _NCCL)
+    text = job + line + "\n" + job + "\u00e9\n" + line + "\n"
+
+    def streamed() -> tuple:
+        logs = bigtext._LogLines()
+        out = [logs.take(text), logs.take(job), logs.finish()]
+        return out, logs.records, logs.content, logs.is_log, detect_jobs.nccl_lines(text)
+    starts = detect_kernel.record_starts(text)
+    assert starts is not None and text.index(line) in starts
+    with_hs = streamed()
+    monkeypatch.setattr(hslines, "_MODULE", [None])
+    for module, name in ((detect_kernel, "_RECORD_LINES"), (detect_jobs, "_MAYBE_LINES"),
+                         (bigtext, "_BLANK_STARTS")):
+        monkeypatch.setattr(module, name, LineFinder([b"x"]))
+    assert detect_kernel.record_starts(text) is None  # (every line tested)
+    assert streamed() == with_hs

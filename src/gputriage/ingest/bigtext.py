@@ -40,7 +40,7 @@ from gputriage.parsers.kernel_patterns import strip_ansi
 from gputriage.snapshot.bundle import Captured, decode
 from gputriage.text.fields import split_lines
 from gputriage.text.framing import unframe
-from gputriage.text.hslines import Patterns, literal_pattern
+from gputriage.text.hslines import NON_ASCII, Patterns, literal_pattern
 from gputriage.text.newlines import newlines
 
 __all__ = ["ALL_LINES", "DETECT_BYTES", "HOST_TEXT", "KERNEL", "MIXED", "Feeder", "ParsedNccl",
@@ -115,18 +115,20 @@ def _content(text: str, start: int, end: int) -> int:
     return len(list(filter(str.strip, text[start:end].split("\n"))))
 
 
-# a newline, then a newline or a blank: where a blank line may start (each match is
-# one line: a line starts with one character). Literals only: this Hyperscan build was
-# seen to miss matches of "\n[ \t]*\n" past the first 16 bytes of a text.
-_BLANK_STARTS = Patterns([literal_pattern(b"\n" + bytes([c]))
-                          for c in b"\n\t\x0b\x0c\r\x1c\x1d\x1e\x1f "])
+# a newline, then a newline, a blank or a character that is not ASCII: where a blank
+# line may start (each match is one line: a line starts with one character). Literals
+# but one: this Hyperscan build was seen to miss matches of "\n[ \t]*\n" past the first
+# 16 bytes of a text.
+_BLANK_STARTS = Patterns([*(literal_pattern(b"\n" + bytes([c]))
+                            for c in b"\n\t\x0b\x0c\r\x1c\x1d\x1e\x1f "), rb"\n" + NON_ASCII])
 
 
 def _content_of(text: str, data: bytes | None = None) -> int | None:
-    """``_content`` of the whole of an ASCII ``text`` (its lines less the blank ones, as
+    """``_content`` of the whole of ``text`` (its lines less the blank ones, as
     ``str.strip`` has them), its blank lines found in one Hyperscan pass (None without
-    it)."""
-    data = text.encode("ascii") if data is None else data
+    it). ``data``: the text encoded as UTF-8, where the caller has it."""
+    if data is None:
+        data = text.encode("utf-8", "surrogatepass")
     ends = _BLANK_STARTS.ends(data)
     if ends is None:
         return None
@@ -136,8 +138,9 @@ def _content_of(text: str, data: bytes | None = None) -> int | None:
     blank = (not text[:first].strip()) + (last == len(text) - 1)  # the first, an empty last
     for end in ends:  # the line at end - 1: empty (a second newline) or starting blank
         if data[end - 1] != 10:
-            stop = text.find("\n", end)
-            if text[end - 1:stop if stop >= 0 else len(text)].strip():
+            stop = data.find(b"\n", end)
+            line = data[end - 1:stop if stop >= 0 else len(data)]
+            if line.decode("utf-8", "surrogatepass").strip():
                 continue
         blank += 1
     return newlines(data) + 1 - blank
@@ -158,7 +161,7 @@ class _LogLines:
     def take(self, text: str, data: bytes | None = None) -> str:
         """The records of ``text`` (whole lines) to pass on now: only the lines that may
         be records are tested (``record_starts``), the others counted (while it is not
-        known whether the text is a log). ``data``: an ASCII ``text`` encoded, where the
+        known whether the text is a log). ``data``: the text encoded as UTF-8, where the
         caller has it."""
         from gputriage.parsers.detect_kernel import record_starts
 
@@ -334,7 +337,7 @@ class Feeder:
             text = unframe(pasted) if framed else pasted  # each line's payload
             # a block without log records still writes a blank line: the scanner's idle
             # budget counts from the last byte it got
-            data = text.encode("ascii") if text.isascii() else None  # (once for each search)
+            data = text.encode("utf-8", "surrogatepass")  # (once for each search)
             self._pass(logs.take(text, data).encode("utf-8", "surrogatepass") or b"\n")
             records = nccl_lines(text, data)  # as a paste's: no framework error the job log holds
             if records:

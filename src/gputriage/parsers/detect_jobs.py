@@ -25,7 +25,7 @@ from gputriage.parsers.detect_kernel import is_kernel_line
 from gputriage.parsers.nccl_lines import is_nccl_line, strip_shippers
 from gputriage.parsers.nccl_tests import is_nccl_tests_line, tests_line
 from gputriage.text.fields import split_lines
-from gputriage.text.hslines import LineFinder, literal_pattern
+from gputriage.text.hslines import NON_ASCII, LineFinder, literal_pattern, text_offsets
 from gputriage.text.paste import PasteDoc
 from gputriage.text.prompts import source_for_command
 
@@ -69,21 +69,23 @@ _RECORD_WORDS = ("NCCL", "nccl", "DistBackendError", "Got completion")
 _OLD_SHAPE = (r":[0-9]{1,10}", r"{1,8}(?:\[-?[0-9]{1,5}\]", r"{1,8}INFO|WARN)")
 _MAYBE_RECORD = re.compile("|".join(_RECORD_WORDS) + "|" + r"\s".join(_OLD_SHAPE))
 _OLD_SHAPE_IN_TEXT = re.compile(r"[^\S\n]".join(_OLD_SHAPE))  # (a blank, never a newline)
-# the words and the shape found in one Hyperscan pass, where it is installed (over ASCII
-# bytes: a blank of a line is what Python's [^\S\n] matches there)
+# the words and the shape found in one Hyperscan pass, where it is installed (a blank of
+# an ASCII line is what Python's [^\S\n] matches there; a line that holds a character
+# that is not ASCII is taken too)
 _MAYBE_LINES = LineFinder([*(literal_pattern(w.encode()) for w in _RECORD_WORDS),
-                           rb"[\t\x0b\x0c\r\x1c-\x20]".join(x.encode() for x in _OLD_SHAPE)])
+                           rb"[\t\x0b\x0c\r\x1c-\x20]".join(x.encode() for x in _OLD_SHAPE),
+                           NON_ASCII])
 
 
 def nccl_lines(text: str, data: bytes | None = None) -> str:
     """The NCCL records of a large text, in order (without the wrapped lines of framework
-    errors: for inputs too large for the full detector). ``data``: an ASCII text encoded,
-    where the caller has it."""
+    errors: for inputs too large for the full detector). ``data``: the text encoded as
+    UTF-8, where the caller has it."""
     if "\r" in text:  # (a line may end at a CR too: looked for line by line)
         maybe: Iterable[str] = filter(_MAYBE_RECORD.search, split_lines(text))
-    elif text.isascii() and (starts := _MAYBE_LINES.starts(
-            text.encode("ascii") if data is None else data)) is not None:
-        maybe = _lines_from(text, sorted(starts))
+    elif (starts := _MAYBE_LINES.starts(data := text.encode("utf-8", "surrogatepass")
+                                        if data is None else data)) is not None:
+        maybe = _lines_from(text, text_offsets(text, data, starts))
     else:
         maybe = _lines_at(text, [m.start() for m in _OLD_SHAPE_IN_TEXT.finditer(text)])
     kept = [ln for ln in maybe if nccl_record(ln)]

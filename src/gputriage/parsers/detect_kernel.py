@@ -16,7 +16,7 @@ import re
 from gputriage.parsers.detect_gate import Gate, gated_by
 from gputriage.parsers.kernel_log import is_kernel_line, is_log_record, is_system_log_line
 from gputriage.text.fields import split_lines
-from gputriage.text.hslines import LineFinder, literal_pattern
+from gputriage.text.hslines import NON_ASCII, LineFinder, literal_pattern, text_offsets
 from gputriage.text.paste import PasteDoc
 
 __all__ = ["claim_kernel_log", "is_kernel_line", "is_log", "is_system_log_line", "kernel_lines",
@@ -81,24 +81,30 @@ _RECORD_GATE = Gate(literals=("kern", "nvrm:", "nvidia"),
                     searches=tuple(re.compile(py) for py, _ in _RECORD_SHAPES), test=_record)
 _BOOT_MARKER = "\n-- "  # a journal's boot marker ("-- Boot 1a2b... --") after a line
 # the gate's lines and the boot markers found in one Hyperscan pass (a large text's
-# blocks: record_starts)
+# blocks: record_starts), and in a text that is not ASCII every line that is not either
 _RECORD_LINES = LineFinder(
-    [*(hs for _, hs in _RECORD_SHAPES), literal_pattern(_BOOT_MARKER.encode())],
+    [*(hs for _, hs in _RECORD_SHAPES), literal_pattern(_BOOT_MARKER.encode()), NON_ASCII],
     [w.encode() for w in _RECORD_GATE.literals or ()])
 
 
 def record_starts(text: str, data: bytes | None = None) -> list[int] | None:
     """Where the lines of ``text`` (cut at newlines) that may be log records
     (``is_log_record``) start, in order: those holding a word or shape of a kernel or
-    system-log record (``_RECORD_GATE``: in one Hyperscan pass where it is installed) or
-    starting a journal boot marker. None where the gate does not stand for the tests (a
-    text that is not ASCII, or holds a carriage return: every line is tested). ``data``:
-    the text encoded, where the caller has it."""
-    if "\r" in text or not text.isascii():
+    system-log record (``_RECORD_GATE``: in one Hyperscan pass where it is installed, and
+    then also each line of a text that is not ASCII that holds a character that is not)
+    or starting a journal boot marker. None where the gate does not stand for the tests
+    (a text that holds a carriage return, or, without Hyperscan, that is not ASCII:
+    every line is tested). ``data``: the text encoded as UTF-8, where the caller has
+    it."""
+    if "\r" in text:
         return None
-    found = _RECORD_LINES.starts(text.encode("ascii") if data is None else data)
-    if found is None:
-        found = _RECORD_GATE.lines_holding(text)
+    if data is None:
+        data = text.encode("utf-8", "surrogatepass")
+    found = _RECORD_LINES.starts(data)
+    if found is not None:
+        found = set(text_offsets(text, data, found))
+    else:
+        found = _RECORD_GATE.lines_holding(text)  # (None where the text is not ASCII)
         if found is None:
             return None
         at = text.find(_BOOT_MARKER)

@@ -10,12 +10,17 @@ starts` returns None and the caller searches as it did without it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["LineFinder", "Patterns", "hyperscan_module", "import_hyperscan", "literal_pattern"]
+__all__ = ["NON_ASCII", "LineFinder", "Patterns", "hyperscan_module", "import_hyperscan",
+           "literal_pattern", "text_offsets"]
 
 _MODULE: list[Any] = []  # [the hyperscan module or None], once looked for
+# a byte of a character that is not ASCII (UTF-8): a finder given it also finds every
+# line that holds one, where a search of the text would know more than its bytes tell
+# (a space or a letter of another script, a case folded to an ASCII one)
+NON_ASCII = rb"[\x80-\xff]"
 
 
 def import_hyperscan() -> Any:
@@ -97,6 +102,21 @@ class LineFinder(Patterns):
             if line_end < 0:
                 break
         return found
+
+
+def text_offsets(text: str, data: bytes, offsets: Iterable[int]) -> list[int]:
+    """``offsets`` into ``data`` (``text`` encoded as UTF-8, each at the start of a
+    character) as offsets into ``text``, in order."""
+    ordered = sorted(offsets)
+    if len(data) == len(text):  # (ASCII: the same)
+        return ordered
+    out: list[int] = []
+    prev = at = 0
+    for offset in ordered:
+        at += len(data[prev:offset].decode("utf-8", "surrogatepass"))
+        out.append(at)
+        prev = offset
+    return out
 
 
 def literal_pattern(word: bytes) -> bytes:
