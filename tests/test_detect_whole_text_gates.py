@@ -131,7 +131,10 @@ def _mixed_texts() -> list[str]:
     return [job, job + "".join(r + "\n" for r in _RECORDS) + job,
             "".join(r + "\n\n  \n" for r in _RECORDS[20:]) + job,  # other programs first
             boot + job + boot + _RECORDS[0] + "\n" + job,
-            job + "-- not a marker\n -- nor this\n" + job, "x\n" * 500, "\n\n"]
+            job + "-- not a marker\n -- nor this\n" + job, "x\n" * 500, "\n\n",
+            # carriage returns: CRLF lines, a progress bar's redraws, a record after one
+            job.replace("\n", "\r\n") + boot.replace("\n", "\r") + _RECORDS[0] + "\r\n",
+            "10%|#\r20%|##\r" + _RECORDS[1] + "\r\r\n \r" + job]
 
 
 @pytest.mark.parametrize("pieces", [1, 3, 17])
@@ -148,10 +151,11 @@ def test_streamed_records_of_every_corpus_sample(corpus) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(_RECORDS + ["x", "", "  ", "hello: world", "-- Reboot --",
-                                            "--  Reboot", "[rank3] INFO step 1", "\u00e9t\u00e9"]),
-                max_size=16), st.integers(1, 5))
-def test_property_streamed_records_gated_and_not_agree(lines, pieces) -> None:
-    text = "".join(line + "\n" for line in lines)
+                                            "--  Reboot", "[rank3] INFO step 1", "\u00e9t\u00e9",
+                                            "10%|#\r20%"]),
+                max_size=16), st.integers(1, 5), st.sampled_from(["\n", "\r\n", "\r"]))
+def test_property_streamed_records_gated_and_not_agree(lines, pieces, end) -> None:
+    text = "".join(line + end for line in lines)
     assert _log_lines(text, pieces) == _log_lines(text, pieces, gated=False)
 
 

@@ -16,7 +16,7 @@ from training_kit import training_log
 from gputriage.ingest import bigtext
 from gputriage.parsers import detect_jobs, detect_kernel
 from gputriage.text import hslines
-from gputriage.text.hslines import LineFinder, text_offsets
+from gputriage.text.hslines import LineFinder, line_break, text_offsets
 
 HAVE_HS = hslines.hyperscan_module() is not None
 needs_hs = pytest.mark.skipif(not HAVE_HS, reason="hyperscan is not installed here")
@@ -190,4 +190,43 @@ def test_a_text_that_is_not_ascii_gives_what_the_per_line_reading_gives(monkeypa
                          (bigtext, "_BLANK_STARTS")):
         monkeypatch.setattr(module, name, LineFinder([b"x"]))
     assert detect_kernel.record_starts(text) is None  # (every line tested)
+    assert streamed() == with_hs
+
+
+def test_a_line_ends_at_its_first_newline_or_carriage_return() -> None:
+    for text in ("ab\r\ncd", b"ab\r\ncd"):
+        assert line_break(text, 0) == 2 and line_break(text, 3) == 3 and line_break(text, 4) == -1
+    assert line_break("a\nb\rc", 0) == 1 and line_break("a\nb\rc", 2) == 3
+
+
+# texts with carriage returns: a progress bar's redraws, CRLF lines, a record after a CR
+_WITH_CR = [
+    "epoch 1:  10%|#   | 1/10\r epoch 1:  20%|##  | 2/10\r" + _NCCL,
+    _NCCL.replace("\n", "\r\n") * 3 + "Mar  2 10:11:12 host kernel: NVRM: Xid 79\r\n",
+    "step\rMar  2 10:11:12 host kernel: NVRM: Xid 79\rprog[1]: x\r\r\n \r\n-- Boot x --\r",
+    "h:1:2 [0] INFO x\rx.cc:31 WARN NET/IB : Got completion\r\u00e9\r\nkern\r\x1c\n",
+    "a\r\r\n\n-- No entries --\r\n[ 12.5] x\r" + "\u2588" * 5 + "\r",
+]
+
+
+@needs_hs
+@pytest.mark.parametrize("tail", _WITH_CR)
+def test_a_text_with_carriage_returns_gives_what_the_per_line_reading_gives(
+        monkeypatch, tail: str) -> None:
+    """Cut at carriage returns too, as split_lines cuts it: the records kept, the counts
+    and the NCCL lines are those of the reading without Hyperscan (every line tested)."""
+    job = training_log(20, _NCCL)
+    text = job + tail + "\n" + job
+
+    def streamed() -> tuple:
+        logs = bigtext._LogLines()
+        out = [logs.take(text), logs.take(tail + "\n"), logs.finish()]
+        return out, logs.records, logs.content, logs.is_log, detect_jobs.nccl_lines(text)
+    assert detect_kernel.record_starts(text) is not None
+    with_hs = streamed()
+    monkeypatch.setattr(hslines, "_MODULE", [None])
+    for module, name in ((detect_kernel, "_RECORD_LINES"), (detect_jobs, "_MAYBE_LINES"),
+                         (bigtext, "_BLANK_STARTS")):
+        monkeypatch.setattr(module, name, LineFinder([b"x"]))
+    assert detect_kernel.record_starts(text) is None
     assert streamed() == with_hs

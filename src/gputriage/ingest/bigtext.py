@@ -40,7 +40,7 @@ from gputriage.parsers.kernel_patterns import strip_ansi
 from gputriage.snapshot.bundle import Captured, decode
 from gputriage.text.fields import split_lines
 from gputriage.text.framing import unframe
-from gputriage.text.hslines import NON_ASCII, Patterns, literal_pattern
+from gputriage.text.hslines import NON_ASCII, Patterns, line_break, literal_pattern
 from gputriage.text.newlines import newlines
 
 __all__ = ["ALL_LINES", "DETECT_BYTES", "HOST_TEXT", "KERNEL", "MIXED", "Feeder", "ParsedNccl",
@@ -115,6 +115,11 @@ def _content(text: str, start: int, end: int) -> int:
     return len(list(filter(str.strip, text[start:end].split("\n"))))
 
 
+def _content_lines(text: str) -> int:
+    """The lines of ``text`` that are not blank, cut as ``split_lines`` cuts them."""
+    return len(list(filter(str.strip, split_lines(text))))
+
+
 # a newline, then a newline, a blank or a character that is not ASCII: where a blank
 # line may start (each match is one line: a line starts with one character). Literals
 # but one: this Hyperscan build was seen to miss matches of "\n[ \t]*\n" past the first
@@ -172,11 +177,15 @@ class _LogLines:
                 self._line(line, out)
         else:
             # (``content`` matters only while the text is not known to be a log: counted
-            # at once where Hyperscan can, else piece by piece between the lines tested)
-            whole = None if self.is_log else _content_of(text, data)
+            # at once where Hyperscan can, else piece by piece between the lines tested;
+            # a text with a carriage return, found by Hyperscan only, line by line)
+            cr = "\r" in text
+            whole = None
+            if not self.is_log:
+                whole = _content_lines(text) if cr else _content_of(text, data)
             counted = 0  # the text up to here is counted in ``content``
             for start in starts:
-                end = text.find("\n", start)
+                end = line_break(text, start) if cr else text.find("\n", start)
                 end = len(text) if end < 0 else end
                 line = text[start:end]
                 if not line.strip():
@@ -189,7 +198,8 @@ class _LogLines:
                     counted = end
                 self._line(line, out, whole is None)
                 if self.is_log and whole is not None:  # known a log at this line, once:
-                    self.content += _content(text, 0, end)  # what the pieces counted
+                    self.content += (_content_lines(text[:end]) if cr  # what the pieces
+                                     else _content(text, 0, end))  # counted
             if not self.is_log:
                 self.content += _content(text, counted, len(text)) if whole is None else whole
         if not self.is_log and self.held_bytes > _HOLD_BYTES:

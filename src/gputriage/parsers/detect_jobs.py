@@ -25,7 +25,13 @@ from gputriage.parsers.detect_kernel import is_kernel_line
 from gputriage.parsers.nccl_lines import is_nccl_line, strip_shippers
 from gputriage.parsers.nccl_tests import is_nccl_tests_line, tests_line
 from gputriage.text.fields import split_lines
-from gputriage.text.hslines import NON_ASCII, LineFinder, literal_pattern, text_offsets
+from gputriage.text.hslines import (
+    NON_ASCII,
+    LineFinder,
+    line_break,
+    literal_pattern,
+    text_offsets,
+)
 from gputriage.text.paste import PasteDoc
 from gputriage.text.prompts import source_for_command
 
@@ -70,10 +76,11 @@ _OLD_SHAPE = (r":[0-9]{1,10}", r"{1,8}(?:\[-?[0-9]{1,5}\]", r"{1,8}INFO|WARN)")
 _MAYBE_RECORD = re.compile("|".join(_RECORD_WORDS) + "|" + r"\s".join(_OLD_SHAPE))
 _OLD_SHAPE_IN_TEXT = re.compile(r"[^\S\n]".join(_OLD_SHAPE))  # (a blank, never a newline)
 # the words and the shape found in one Hyperscan pass, where it is installed (a blank of
-# an ASCII line is what Python's [^\S\n] matches there; a line that holds a character
-# that is not ASCII is taken too)
+# an ASCII line is what Python's [^\S\n] matches there, a carriage return apart: a text
+# that holds one is read in lines cut at it; a line that holds a character that is not
+# ASCII is taken too)
 _MAYBE_LINES = LineFinder([*(literal_pattern(w.encode()) for w in _RECORD_WORDS),
-                           rb"[\t\x0b\x0c\r\x1c-\x20]".join(x.encode() for x in _OLD_SHAPE),
+                           rb"[\t\x0b\x0c\x1c-\x20]".join(x.encode() for x in _OLD_SHAPE),
                            NON_ASCII])
 
 
@@ -81,22 +88,26 @@ def nccl_lines(text: str, data: bytes | None = None) -> str:
     """The NCCL records of a large text, in order (without the wrapped lines of framework
     errors: for inputs too large for the full detector). ``data``: the text encoded as
     UTF-8, where the caller has it."""
-    if "\r" in text:  # (a line may end at a CR too: looked for line by line)
-        maybe: Iterable[str] = filter(_MAYBE_RECORD.search, split_lines(text))
-    elif (starts := _MAYBE_LINES.starts(data := text.encode("utf-8", "surrogatepass")
-                                        if data is None else data)) is not None:
-        maybe = _lines_from(text, text_offsets(text, data, starts))
+    cr = "\r" in text  # (a line may end at a CR too)
+    if data is None:
+        data = text.encode("utf-8", "surrogatepass")
+    maybe: Iterable[str]
+    if (starts := _MAYBE_LINES.starts(data, cr)) is not None:
+        maybe = _lines_from(text, text_offsets(text, data, starts), cr)
+    elif cr:  # (looked for line by line)
+        maybe = filter(_MAYBE_RECORD.search, split_lines(text))
     else:
         maybe = _lines_at(text, [m.start() for m in _OLD_SHAPE_IN_TEXT.finditer(text)])
     kept = [ln for ln in maybe if nccl_record(ln)]
     return "\n".join(kept) + "\n" if kept else ""
 
 
-def _lines_from(text: str, starts: list[int]) -> list[str]:
-    """The lines of ``text`` (cut at newlines) that start at ``starts``."""
+def _lines_from(text: str, starts: list[int], cr: bool = False) -> list[str]:
+    """The lines of ``text`` (cut at newlines, and with ``cr`` at carriage returns) that
+    start at ``starts``."""
     out = []
     for start in starts:
-        end = text.find("\n", start)
+        end = line_break(text, start) if cr else text.find("\n", start)
         out.append(text[start:end if end >= 0 else len(text)])
     return out
 

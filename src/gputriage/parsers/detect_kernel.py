@@ -50,8 +50,10 @@ def _record(line: str) -> bool:
 
 
 _SPACE = r"[^\S\n]"  # a space of a line (the paste's lines are searched joined by "\n")
-# the same in Hyperscan's syntax, over ASCII bytes: Python's \s also holds \x1c-\x1f
-_HS_SPACE = rb"[\t\x0b\x0c\r\x1c-\x20]"
+# the same in Hyperscan's syntax, over ASCII bytes (Python's \s also holds \x1c-\x1f),
+# but a carriage return: a text that holds one is read in lines cut at it too, and one
+# that does not holds none to match
+_HS_SPACE = rb"[\t\x0b\x0c\x1c-\x20]"
 # The lines left are a log only with a kernel or system-log record among them: each
 # prefix of kernel_log's has a word or a shape below somewhere in the line (a coloured
 # line is tested whatever it holds: its escapes may cut a shape). Each shape, for
@@ -65,7 +67,7 @@ _RECORD_SHAPES: tuple[tuple[str, bytes], ...] = (
     (r"\](?<=[0-9]{2}:[0-9]{2}\])", rb"[0-9]{2}:[0-9]{2}\]"),  # dmesg -H minute
     (r"\](?<=[0-9] [0-9]{4}\])", rb"[0-9] [0-9]{4}\]"),  # dmesg -T stamp
     (r",(?<=[0-9],)[0-9]{1,20},[0-9]{1,20},[^;\n]{0,32};",  # /dev/kmsg
-     rb"[0-9],[0-9]{1,20},[0-9]{1,20},[^;\n]{0,32};"),
+     rb"[0-9],[0-9]{1,20},[0-9]{1,20},[^;\n\r]{0,32};"),
     (r"T(?<=[0-9]{2}T)[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]+[+-]",  # --time-format iso
      rb"[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]+[+-]"),
     (rf":[a-z]{{2,7}}{_SPACE}*:{_SPACE}*(?:\[|[0-9]{{4}}-)",  # dmesg -x
@@ -80,31 +82,33 @@ _RECORD_SHAPES: tuple[tuple[str, bytes], ...] = (
 _RECORD_GATE = Gate(literals=("kern", "nvrm:", "nvidia"),
                     searches=tuple(re.compile(py) for py, _ in _RECORD_SHAPES), test=_record)
 _BOOT_MARKER = "\n-- "  # a journal's boot marker ("-- Boot 1a2b... --") after a line
+_BOOT_MARKER_CR = "\r-- "  # ... after a line that ends at a carriage return
 # the gate's lines and the boot markers found in one Hyperscan pass (a large text's
 # blocks: record_starts), and in a text that is not ASCII every line that is not either
 _RECORD_LINES = LineFinder(
-    [*(hs for _, hs in _RECORD_SHAPES), literal_pattern(_BOOT_MARKER.encode()), NON_ASCII],
+    [*(hs for _, hs in _RECORD_SHAPES), literal_pattern(_BOOT_MARKER.encode()),
+     literal_pattern(_BOOT_MARKER_CR.encode()), NON_ASCII],
     [w.encode() for w in _RECORD_GATE.literals or ()])
 
 
 def record_starts(text: str, data: bytes | None = None) -> list[int] | None:
-    """Where the lines of ``text`` (cut at newlines) that may be log records
-    (``is_log_record``) start, in order: those holding a word or shape of a kernel or
-    system-log record (``_RECORD_GATE``: in one Hyperscan pass where it is installed, and
-    then also each line of a text that is not ASCII that holds a character that is not)
-    or starting a journal boot marker. None where the gate does not stand for the tests
-    (a text that holds a carriage return, or, without Hyperscan, that is not ASCII:
-    every line is tested). ``data``: the text encoded as UTF-8, where the caller has
-    it."""
-    if "\r" in text:
-        return None
+    """Where the lines of ``text`` (cut at newlines, and at carriage returns where it
+    holds one, as ``split_lines`` cuts them) that may be log records (``is_log_record``)
+    start, in order: those holding a word or shape of a kernel or system-log record
+    (``_RECORD_GATE``: in one Hyperscan pass where it is installed, and then also each
+    line of a text that is not ASCII that holds a character that is not) or starting a
+    journal boot marker. None where the gate does not stand for the tests (without
+    Hyperscan, a text that is not ASCII or holds a carriage return: every line is
+    tested). ``data``: the text encoded as UTF-8, where the caller has it."""
+    cr = "\r" in text
     if data is None:
         data = text.encode("utf-8", "surrogatepass")
-    found = _RECORD_LINES.starts(data)
+    found = _RECORD_LINES.starts(data, cr)
     if found is not None:
         found = set(text_offsets(text, data, found))
     else:
-        found = _RECORD_GATE.lines_holding(text)  # (None where the text is not ASCII)
+        # (None where the text is not ASCII)
+        found = None if cr else _RECORD_GATE.lines_holding(text)
         if found is None:
             return None
         at = text.find(_BOOT_MARKER)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = ["NON_ASCII", "LineFinder", "Patterns", "hyperscan_module", "import_hyperscan",
-           "literal_pattern", "text_offsets"]
+           "line_break", "literal_pattern", "text_offsets"]
 
 _MODULE: list[Any] = []  # [the hyperscan module or None], once looked for
 # a byte of a character that is not ASCII (UTF-8): a finder given it also finds every
@@ -84,24 +84,39 @@ class Patterns:
 
 class LineFinder(Patterns):
     """Finds where the lines (cut at newlines) of a text holding a match of any of the
-    patterns (none may match a newline) or of the words start."""
+    patterns (none may match a newline or a carriage return) or of the words start."""
 
-    def starts(self, data: bytes | bytearray) -> set[int] | None:
-        """The offsets in ``data`` where its lines that hold a match start; None without
-        Hyperscan."""
+    def starts(self, data: bytes | bytearray, cr: bool = False) -> set[int] | None:
+        """The offsets in ``data`` where its lines that hold a match start (with ``cr``,
+        lines cut at a carriage return too, as ``text.fields.split_lines`` cuts them);
+        None without Hyperscan."""
         ends = self.ends(data)
         if ends is None:
             return None
         found: set[int] = set()
         line_end = -1
-        for end in sorted(ends):  # (a match ends at or before its line's newline)
+        for end in sorted(ends):  # (a match ends at or before its line's break)
             if end <= line_end:
                 continue
-            found.add(data.rfind(b"\n", 0, end) + 1)
+            start = data.rfind(b"\n", 0, end) + 1
             line_end = data.find(b"\n", end)
+            if cr:
+                start = max(start, data.rfind(b"\r", 0, end) + 1)
+                line_end = line_break(data, end)
+            found.add(start)
             if line_end < 0:
                 break
         return found
+
+
+def line_break(text: bytes | bytearray | str, start: int) -> int:
+    """Where the line of ``text`` at ``start`` ends: its first newline or carriage return
+    (-1: none)."""
+    if isinstance(text, str):
+        nl, cr = text.find("\n", start), text.find("\r", start)
+    else:
+        nl, cr = text.find(b"\n", start), text.find(b"\r", start)
+    return cr if nl < 0 or 0 <= cr < nl else nl
 
 
 def text_offsets(text: str, data: bytes, offsets: Iterable[int]) -> list[int]:
