@@ -84,7 +84,7 @@ _RECORD_GATE = Gate(literals=("kern", "nvrm:", "nvidia"),
 _BOOT_MARKER = "\n-- "  # a journal's boot marker ("-- Boot 1a2b... --") after a line
 _BOOT_MARKER_CR = "\r-- "  # ... after a line that ends at a carriage return
 # the gate's lines and the boot markers found in one Hyperscan pass (a large text's
-# blocks: record_starts), and in a text that is not ASCII every line that is not either
+# blocks: record_starts), and every line that holds a character that is not ASCII
 _RECORD_LINES = LineFinder(
     [*(hs for _, hs in _RECORD_SHAPES), literal_pattern(_BOOT_MARKER.encode()),
      literal_pattern(_BOOT_MARKER_CR.encode()), NON_ASCII],
@@ -106,8 +106,7 @@ def record_starts(text: str, data: bytes | None = None) -> list[int] | None:
     found = _RECORD_LINES.starts(data, cr)
     if found is not None:
         found = set(text_offsets(text, data, found))
-    else:
-        # (None where the text is not ASCII)
+    else:  # (the gate gives None for a text that is not ASCII)
         found = None if cr else _RECORD_GATE.lines_holding(text)
         if found is None:
             return None
