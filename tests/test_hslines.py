@@ -230,3 +230,21 @@ def test_a_text_with_carriage_returns_gives_what_the_per_line_reading_gives(
         monkeypatch.setattr(module, name, LineFinder([b"x"]))
     assert detect_kernel.record_starts(text) is None
     assert streamed() == with_hs
+
+
+@needs_hs
+def test_a_scan_that_fails_leaves_the_search_to_python(monkeypatch) -> None:
+    """Hyperscan refusing a scan (its scratch space in use on another thread, say): the
+    finder gives None and the callers search as they do without it."""
+    text = training_log(30, _NCCL) + "Mar  2 10:11:12 host kernel: NVRM: Xid 79\n"
+    want = detect_kernel.record_starts(text), detect_jobs.nccl_lines(text)
+    finder = LineFinder([b"x"])
+
+    class Refusing:
+        def scan(self, *args: object, **kwargs: object) -> None:
+            raise RuntimeError("scratch in use")
+    finder._db.append(Refusing())
+    assert finder.starts(b"x\n") is None
+    monkeypatch.setattr(detect_kernel, "_RECORD_LINES", finder)
+    monkeypatch.setattr(detect_jobs, "_MAYBE_LINES", finder)
+    assert (detect_kernel.record_starts(text), detect_jobs.nccl_lines(text)) == want

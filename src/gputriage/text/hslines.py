@@ -78,7 +78,10 @@ class Patterns:
         def hit(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
             ends.append(end)
 
-        db.scan(bytes(data), match_event_handler=hit)
+        try:
+            db.scan(bytes(data), match_event_handler=hit)
+        except Exception:  # (its scratch in use on another thread, say): search without it
+            return None
         return ends
 
 
