@@ -243,7 +243,7 @@ def test_a_scan_that_fails_leaves_the_search_to_python(monkeypatch) -> None:
     class Refusing:
         def scan(self, *args: object, **kwargs: object) -> None:
             raise RuntimeError("scratch in use")
-    finder._db.append(Refusing())
+    finder._db[True] = Refusing()
     assert finder.starts(b"x\n") is None
     monkeypatch.setattr(detect_kernel, "_RECORD_LINES", finder)
     monkeypatch.setattr(detect_jobs, "_MAYBE_LINES", finder)

@@ -124,8 +124,8 @@ def _content_lines(text: str) -> int:
 # line may start (each match is one line: a line starts with one character). Literals
 # but one: this Hyperscan build was seen to miss matches of "\n[ \t]*\n" past the first
 # 16 bytes of a text.
-_BLANK_STARTS = Patterns([*(literal_pattern(b"\n" + bytes([c]))
-                            for c in b"\n\t\x0b\x0c\r\x1c\x1d\x1e\x1f "), rb"\n" + NON_ASCII])
+_BLANK_STARTS = Patterns([literal_pattern(b"\n" + bytes([c]))
+                          for c in b"\n\t\x0b\x0c\r\x1c\x1d\x1e\x1f "], wide=[rb"\n" + NON_ASCII])
 
 
 def _content_of(text: str, data: bytes | None = None) -> int | None:
@@ -134,7 +134,7 @@ def _content_of(text: str, data: bytes | None = None) -> int | None:
     it). ``data``: the text encoded as UTF-8, where the caller has it."""
     if data is None:
         data = text.encode("utf-8", "surrogatepass")
-    ends = _BLANK_STARTS.ends(data)
+    ends = _BLANK_STARTS.ends(data, text.isascii())
     if ends is None:
         return None
     first, last = text.find("\n"), text.rfind("\n")

@@ -80,8 +80,8 @@ _OLD_SHAPE_IN_TEXT = re.compile(r"[^\S\n]".join(_OLD_SHAPE))  # (a blank, never 
 # that holds one is read in lines cut at it; a line that holds a character that is not
 # ASCII is taken too)
 _MAYBE_LINES = LineFinder([*(literal_pattern(w.encode()) for w in _RECORD_WORDS),
-                           rb"[\t\x0b\x0c\x1c-\x20]".join(x.encode() for x in _OLD_SHAPE),
-                           NON_ASCII])
+                           rb"[\t\x0b\x0c\x1c-\x20]".join(x.encode() for x in _OLD_SHAPE)],
+                          wide=[NON_ASCII])
 
 
 def nccl_lines(text: str, data: bytes | None = None) -> str:
@@ -92,7 +92,7 @@ def nccl_lines(text: str, data: bytes | None = None) -> str:
     if data is None:
         data = text.encode("utf-8", "surrogatepass")
     maybe: Iterable[str]
-    if (starts := _MAYBE_LINES.starts(data, cr)) is not None:
+    if (starts := _MAYBE_LINES.starts(data, cr, text.isascii())) is not None:
         maybe = _lines_from(text, text_offsets(text, data, starts), cr)
     elif cr:  # (looked for line by line)
         maybe = filter(_MAYBE_RECORD.search, split_lines(text))

@@ -87,8 +87,8 @@ _BOOT_MARKER_CR = "\r-- "  # ... after a line that ends at a carriage return
 # blocks: record_starts), and every line that holds a character that is not ASCII
 _RECORD_LINES = LineFinder(
     [*(hs for _, hs in _RECORD_SHAPES), literal_pattern(_BOOT_MARKER.encode()),
-     literal_pattern(_BOOT_MARKER_CR.encode()), NON_ASCII],
-    [w.encode() for w in _RECORD_GATE.literals or ()])
+     literal_pattern(_BOOT_MARKER_CR.encode())],
+    [w.encode() for w in _RECORD_GATE.literals or ()], wide=[NON_ASCII])
 
 
 def record_starts(text: str, data: bytes | None = None) -> list[int] | None:
@@ -103,7 +103,7 @@ def record_starts(text: str, data: bytes | None = None) -> list[int] | None:
     cr = "\r" in text
     if data is None:
         data = text.encode("utf-8", "surrogatepass")
-    found = _RECORD_LINES.starts(data, cr)
+    found = _RECORD_LINES.starts(data, cr, text.isascii())
     if found is not None:
         found = set(text_offsets(text, data, found))
     else:  # (the gate gives None for a text that is not ASCII)

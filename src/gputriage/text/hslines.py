@@ -40,37 +40,44 @@ def hyperscan_module() -> Any:
 
 class Patterns:
     """Patterns (Hyperscan's syntax, case kept) and literal words (case ignored)
-    compiled into one database on first use, scanned over a text at once."""
+    compiled into one database on first use, scanned over a text at once; ``wide``:
+    patterns searched too in data that is not ASCII (in a second database: each pattern
+    costs its time on every byte, and ASCII data never matches :data:`NON_ASCII`)."""
 
-    def __init__(self, patterns: Sequence[bytes], caseless: Sequence[bytes] = ()) -> None:
+    def __init__(self, patterns: Sequence[bytes], caseless: Sequence[bytes] = (),
+                 wide: Sequence[bytes] = ()) -> None:
         self.patterns = tuple(patterns)
         self.caseless = tuple(caseless)
-        self._db: list[Any] = []  # [the compiled database or None], once compiled
+        self.wide = tuple(wide)
+        self._db: dict[bool, Any] = {}  # ASCII or not -> the database (None: none here)
 
-    def _database(self) -> Any:
-        if not self._db:
+    def _database(self, ascii: bool = True) -> Any:
+        narrow = ascii or not self.wide
+        if narrow not in self._db:
             hs = hyperscan_module()
             db = None
             if hs is not None:
-                exprs = [*self.patterns, *(literal_pattern(w) for w in self.caseless)]
-                flags = [0] * len(self.patterns) + [hs.HS_FLAG_CASELESS] * len(self.caseless)
+                plain = [*self.patterns, *(() if narrow else self.wide)]
+                exprs = [*plain, *(literal_pattern(w) for w in self.caseless)]
+                flags = [0] * len(plain) + [hs.HS_FLAG_CASELESS] * len(self.caseless)
                 try:
                     db = hs.Database()
                     db.compile(expressions=exprs, ids=list(range(len(exprs))),
                                elements=len(exprs), flags=flags)
                 except Exception:  # a wheel that cannot compile here: search without it
                     db = None
-            self._db.append(db)
-        return self._db[0]
+            self._db[narrow] = db
+        return self._db[narrow]
 
     def available(self) -> bool:
         """Whether the patterns are searched here (Hyperscan imported and compiled)."""
         return self._database() is not None
 
-    def ends(self, data: bytes | bytearray) -> list[int] | None:
-        """Where matches in ``data`` end, each end once for each pattern whose match ends
+    def ends(self, data: bytes | bytearray, ascii: bool = True) -> list[int] | None:
+        """Where matches in ``data`` (with ``ascii`` False, data that may not be ASCII:
+        the ``wide`` patterns too) end, each end once for each pattern whose match ends
         there (overlapping matches included), in no set order; None without Hyperscan."""
-        db = self._database()
+        db = self._database(ascii)
         if db is None:
             return None
         ends: list[int] = []
@@ -89,11 +96,12 @@ class LineFinder(Patterns):
     """Finds where the lines (cut at newlines) of a text holding a match of any of the
     patterns (none may match a newline or a carriage return) or of the words start."""
 
-    def starts(self, data: bytes | bytearray, cr: bool = False) -> set[int] | None:
+    def starts(self, data: bytes | bytearray, cr: bool = False,
+               ascii: bool = True) -> set[int] | None:
         """The offsets in ``data`` where its lines that hold a match start (with ``cr``,
-        lines cut at a carriage return too, as ``text.fields.split_lines`` cuts them);
-        None without Hyperscan."""
-        ends = self.ends(data)
+        lines cut at a carriage return too, as ``text.fields.split_lines`` cuts them;
+        ``ascii``: as :meth:`Patterns.ends`); None without Hyperscan."""
+        ends = self.ends(data, ascii)
         if ends is None:
             return None
         found: set[int] = set()
