@@ -155,3 +155,18 @@ def test_a_version_mismatch_without_versions_says_so(tmp_path):
     _, doc = _run(["analyze", "--json", str(paste)])
     [f] = [f for f in doc["findings"] if f["id"] == "driver.version-mismatch"]
     assert "unknown" not in f["title"] and "not in this output" in f["title"]
+
+
+def test_a_cuda_errors_number_alone_is_no_paste_and_its_row_judges_it(monkeypatch) -> None:
+    """explain of a bare number skips the analysis (the readers and the engine are not
+    even imported): analysing each CUDA error's number as a paste finds nothing, so the
+    row's verdict is the one analyze would leave."""
+    from gputriage.engine import judged
+
+    codes = sorted({str(m.code) for m in catalog() if m.family == CUDA_FAMILY and m.code})
+    assert len(codes) >= 20
+    texts = [*codes, " 700 ", "+1", "-1", "0999"]
+    assert all(judged._analysed(text) == [] for text in texts)
+    monkeypatch.setattr(judged, "_BARE_NUMBER", judged.re.compile("(?!)"))  # read them
+    assert all(judged._analysed(text) == [] for text in texts)
+    assert judged._BARE_NUMBER.fullmatch("700") is None

@@ -12,6 +12,7 @@ step the row's id takes in a report of a node these outputs came from.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gputriage.errors import InputError, ParseError
@@ -20,6 +21,9 @@ from gputriage.model import NODE, Action, Blame, Finding, Severity
 from gputriage.next_steps import Host, step_for
 
 __all__ = ["Verdict", "verdicts"]
+
+# a CUDA error's number alone: no reader takes it (tests/test_one_verdict.py holds it)
+_BARE_NUMBER = re.compile(r"\s*[-+]?[0-9]+\s*")
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,10 @@ def _judging(findings: list[tuple[Finding, Finding | None]], hit: Hit
 
 def _analysed(text: str) -> list[tuple[Finding, Finding | None]]:
     """The findings of ``text`` analysed as a pasted file; none when it is not a paste
-    gputriage reads (a bare number or name)."""
+    gputriage reads (a bare number or name: a number is not even read, so that
+    ``explain 700`` does not import the readers and the engine to learn it)."""
+    if _BARE_NUMBER.fullmatch(text):
+        return []
     from gputriage.engine.analysis import analyze
     from gputriage.ingest import load_text
 
