@@ -170,3 +170,18 @@ def test_a_cuda_errors_number_alone_is_no_paste_and_its_row_judges_it(monkeypatc
     monkeypatch.setattr(judged, "_BARE_NUMBER", judged.re.compile("(?!)"))  # read them
     assert all(judged._analysed(text) == [] for text in texts)
     assert judged._BARE_NUMBER.fullmatch("700") is None
+
+
+def test_explain_of_a_number_imports_no_reader_nor_engine() -> None:
+    """Its start-up is what ``explain 700`` costs (benchmarks/check_latency.py)."""
+    import os
+    import subprocess
+    import sys
+
+    child = ("import sys\nfrom gputriage.cli import main\ncode = main(['explain', '700'])\n"
+             "print(sorted(m for m in sys.modules if m.startswith(('gputriage.ingest', "
+             "'gputriage.engine.analysis'))), code)")
+    src = Path(__file__).resolve().parent.parent / "src"
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                         timeout=60, check=True, env={**os.environ, "PYTHONPATH": str(src)})
+    assert out.stdout.strip().endswith("[] 0"), out.stdout[-300:]
