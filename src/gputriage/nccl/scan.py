@@ -48,6 +48,7 @@ from gputriage.parsers.nccl_log import (
     long_lines,
 )
 from gputriage.parsers.nccl_model import NcclLog
+from gputriage.text.hslines import import_hyperscan
 from gputriage.text.newlines import newlines
 
 __all__ = ["MIN_SIZE", "REGION", "Found", "LargeTap", "Region", "find_lines", "in_child",
@@ -105,9 +106,8 @@ ROWS_BACK = 64 << 10
 def _hyperscan() -> Finder | None:
     """One Hyperscan pass for every marker, and one for the row pattern where a table may
     be; None without the wheel."""
-    try:
-        import hyperscan
-    except ImportError:
+    hyperscan = import_hyperscan()
+    if hyperscan is None:
         return None
     exprs = [*(re.escape(m) for m in STRONG), *TAP_MARKERS, *WEAK_SHAPES]
     ids = [0] * len(STRONG) + [1] * len(TAP_MARKERS) + [2] * len(WEAK_SHAPES)
