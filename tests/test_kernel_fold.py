@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from gputriage.logscan import ScanConfig, scan_paths, scan_text
+from gputriage.logscan import ScanConfig, blocks, scan_paths, scan_text
 from gputriage.parsers import kernel_fold
 from gputriage.parsers.kernel_fold import KEEP, LOOKBACK, Folder
 from gputriage.parsers.kernel_model import DriverEvent
@@ -181,10 +181,13 @@ def test_workers_fold_as_one_sequential_pass(monkeypatch, tmp_path, block):
     monkeypatch.setattr(threading, "active_count", lambda: 1)
     forked = scan_paths([str(path)], now=NOW,
                         config=replace(one, workers=2, process_min=0, task=block))
-    if block >= path.stat().st_size:  # one block: the very same events
-        assert _summary(forked.events) == _summary(expected.events)
-    # blocks after the first keep fewer events one by one (blocks.BLOCK_KEEP): per key,
-    # the same occurrences, first and latest, and Xid 45 causes
+    # every block keeps the first KEEP of a key one by one: the very same events
+    assert _summary(forked.events) == _summary(expected.events)
+    # blocks after the first told to keep fewer (blocks.BLOCK_KEEP): per key, the same
+    # occurrences, first and latest, and Xid 45 causes
+    monkeypatch.setattr(blocks, "BLOCK_KEEP", 8)
+    forked = scan_paths([str(path)], now=NOW,
+                        config=replace(one, workers=2, process_min=0, task=block))
     assert _by_key(forked.events) == _by_key(expected.events)
     assert [(b.index, b.first, b.last) for b in forked.boots] == [
         (b.index, b.first, b.last) for b in expected.boots]

@@ -367,12 +367,25 @@ def _awkward_log(tmp_path: Path) -> Path:
     return p
 
 
-def test_a_worker_task_is_two_reads_unless_told():
-    """Large plain files are read by workers in tasks of twice a read (``task``), fewer
-    tasks each keeping and sending less of a storm."""
-    assert ScanConfig().task_bytes == 16 << 20
-    assert ScanConfig(block=4096).task_bytes == 8192
-    assert ScanConfig(block=4096, task=1000).task_bytes == 1000
+def test_a_worker_task_is_an_eighth_of_the_file_unless_told():
+    """Large plain files are read by workers in tasks of an eighth of the file (whole
+    MiB), from two reads up to 128 MiB: fewer, larger tasks each keep and send less of a
+    storm. The size follows the file alone (not the workers), so a file keeps the same
+    events one by one on every machine. A task is searched a piece (two reads) at a
+    time."""
+    config = ScanConfig()
+    assert config.task_for(1 << 30) == 128 << 20
+    assert config.task_for(5 << 30) == 128 << 20
+    assert config.task_for(256 << 20) == 32 << 20
+    assert config.task_for((200 << 20) + 12345) == 25 << 20
+    assert config.task_for(100 << 20) == 16 << 20 == config.task_bytes
+    assert config.task_for(0) == 16 << 20
+    assert ScanConfig(block=4096).task_for(1 << 30) == 128 << 20
+    assert ScanConfig(block=4096).task_for(1 << 20) == 8192
+    assert ScanConfig(block=4096, task=1000).task_for(1 << 30) == 1000
+    assert config.piece_bytes == 16 << 20
+    assert ScanConfig(block=4096).piece_bytes == 8192
+    assert ScanConfig(block=4096, piece=1000).piece_bytes == 1000
 
 
 # the smallest block: the most region edges, and seconds of worker processes
@@ -392,6 +405,77 @@ def test_worker_processes_agree_with_the_sequential_reader(monkeypatch, tmp_path
     both = [str(files[1]), str(files[0])]
     exp_both = _full(scan_paths(both, now=NOW, config=replace(forked, process_min=1 << 40)))
     assert _full(scan_paths(both, now=NOW, config=forked)) == exp_both
+
+
+@pytest.mark.parametrize("block", [4096, 1 << 16])
+def test_a_task_searched_piece_by_piece_agrees_with_the_sequential_reader(
+        monkeypatch, tmp_path, block):
+    """A worker task larger than a piece is searched and parsed a piece at a time (its
+    pages given back after each): the same events, line numbers, boots and counts as one
+    sequential pass, wherever pieces and tasks end."""
+    files = [_awkward_log(tmp_path), FIX / "all-kinds-short-iso.log",
+             FIX / "journal-two-boots.json"]
+    one = ScanConfig(block=block, workers=1)
+    _allow_fork(monkeypatch)
+    for task, piece in ((4 * block, block), (3 * block, 2 * block), (8 * block, 1000)):
+        forked = replace(one, workers=2, process_min=0, task=task, piece=piece)
+        for f in files:
+            exp = _full(scan_paths([str(f)], now=NOW, config=one))
+            assert _full(scan_paths([str(f)], now=NOW, config=forked)) == exp, (f.name, task)
+
+
+@pytest.mark.parametrize("faults", [60, 100])
+def test_a_key_spread_over_tasks_keeps_what_a_sequential_read_keeps(
+        monkeypatch, tmp_path, faults):
+    """One program restarted ``faults`` times, each faulting once (a pid each), a dozen to
+    a task: whatever the tasks, the same events are kept one by one and the same
+    processes named in what folds as in one sequential read (not "at least" some of
+    them because a task folded what the file as a whole keeps)."""
+    lines = []
+    for i in range(faults):
+        lines.append(f"[{100 + i}.000000] NVRM: Xid (PCI:0000:18:00): 31, pid={2000 + i}, "
+                     "name=python3, Ch 0000003b, intr 00000000. MMU Fault: ENGINE GRAPHICS "
+                     "GPCCLIENT_T1_0 faulted @ 0x7f1c_00000000. Fault is of type FAULT_PDE "
+                     "ACCESS_TYPE_VIRT_READ\n")
+        lines.extend(f"[{100 + i}.5] mlx5_core 0000:{i % 9}a:00.0: routine {j}\n"
+                     for j in range(20))
+    path = tmp_path / "kern.log"
+    path.write_text("".join(lines))
+    one = ScanConfig(block=4096, workers=1)
+    _allow_fork(monkeypatch)
+
+    def kept(scan: LogScan) -> tuple:
+        folded = [(e.count, sorted(e.repeats.processes), e.repeats.other_processes)
+                  for e in scan.events if e.repeats is not None]
+        return _full(scan)[0], folded
+
+    exp = kept(scan_paths([str(path)], now=NOW, config=one))
+    assert len(exp[0]) == min(faults, 64) + (faults > 64)  # (64 kept, then one folded)
+    assert [(n, len(named), other) for n, named, other in exp[1]] == (
+        [(36, 36, 0)] if faults > 64 else [])
+    forked = replace(one, workers=2, process_min=0, task=3 * 4096, piece=5000)
+    assert path.stat().st_size > 4 * forked.task_bytes  # (some 11 faults a task)
+    assert kept(scan_paths([str(path)], now=NOW, config=forked)) == exp
+
+
+def test_a_task_given_back_piece_by_piece_reads_the_file_again(tmp_path):
+    """The pages of a piece already parsed are given back (a private mapping's, whose
+    bytes the search may have changed: read from the file again if touched)."""
+    import mmap
+
+    path = tmp_path / "f.log"
+    path.write_bytes(b"x" * (3 * mmap.PAGESIZE))
+    with path.open("rb") as fh:
+        buf = mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_PRIVATE,
+                        prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    try:
+        buf[0:1] = buf[mmap.PAGESIZE:mmap.PAGESIZE + 1] = b"\x00"
+        blocks._give_back(buf, mmap.PAGESIZE + 10)  # (the first page only: whole pages)
+        assert buf[0:1] == b"x" and buf[mmap.PAGESIZE:mmap.PAGESIZE + 1] == b"\x00"
+        blocks._give_back(buf, -5)
+        blocks._give_back(bytearray(10), 5)  # (a read buffer: nothing to give back)
+    finally:
+        buf.close()
 
 
 def _events(scan: LogScan) -> list[tuple]:

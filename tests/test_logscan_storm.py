@@ -191,11 +191,12 @@ def test_the_storm_path_in_worker_blocks(monkeypatch, tmp_path, fmt):
     path = tmp_path / "kern.log"
     path.write_text(storm_log(fmt, seed=2, n=1200))
     monkeypatch.setattr(threading, "active_count", lambda: 1)
-    config = replace(ScanConfig(), workers=2, process_min=0, block=8192, task=8192,
-                     engine="hyperscan")
-    fast, slow = _scan_both(monkeypatch, lambda: scan_paths([str(path)], now=NOW,
-                                                            config=config))
-    assert fast == slow and len(fast) > 100
+    for task, piece in ((8192, None), (32768, 8192)):  # (tasks searched piece by piece)
+        config = replace(ScanConfig(), workers=2, process_min=0, block=8192, task=task,
+                         piece=piece, engine="hyperscan")
+        fast, slow = _scan_both(monkeypatch, lambda c=config: scan_paths([str(path)], now=NOW,
+                                                                         config=c))
+        assert fast == slow and len(fast) > 100
 
 
 def _bursty(fmt: str) -> str:

@@ -8,7 +8,10 @@ events its own last lines open. Each worker parses its own candidate lines into 
 folds them (:mod:`gputriage.parsers.kernel_fold`) and sends back only the folded events,
 its boot segments and counts: what crosses the pipe is bounded by what is distinct in the
 block, not by its lines. The main process joins the blocks in file order: line numbers,
-boots, folds and the Xid 45s that open a block.
+boots, folds and the Xid 45s that open a block. A block (a worker task:
+``ScanConfig.task_for`` the file's size) is searched and parsed a piece at a time
+(``ScanConfig.piece_bytes``), each piece's pages given back once parsed, so that a
+worker's memory follows the piece, not the task.
 
 Line numbers count only the short gaps between wanted lines exactly
 (``ScanConfig.gap_exact``); a longer gap counts its bytes, an upper bound of its lines.
@@ -16,13 +19,14 @@ Line numbers count only the short gaps between wanted lines exactly
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import mmap
 import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import BinaryIO
 
@@ -38,9 +42,14 @@ from gputriage.parsers.kernel_model import DriverEvent
 __all__ = ["MARGIN", "BlockResult", "block_task", "process_pool", "run_blocks"]
 
 MARGIN = 64 << 10  # bytes read before and after a block for the messages that cross it
-# events of one key a block after the first keeps one by one (the first block keeps
-# ``kernel_fold.KEEP``): what the main process merges and the pipe carries stays small
-BLOCK_KEEP = 8
+# events of one key a block after the first keeps one by one (None: as the first,
+# ``kernel_fold.KEEP``). Fewer would cost less in a storm (measured on the 1 GB storm of
+# benchmarks/log_scan.py, 8 against 64: 7 % less CPU), but a key of fewer than KEEP
+# occurrences in the file that has more than this in one block would then fold in the
+# main process where a sequential read keeps it whole: its processes past
+# ``kernel_repeats.PROCESSES`` only counted ("at least 81 restarts", not 104). With
+# KEEP, the events are a sequential read's whatever the blocks.
+BLOCK_KEEP: int | None = None
 
 
 @dataclass
@@ -117,21 +126,43 @@ def _block(buf: mmap.mmap | bytearray, off: int, n: int, before: int, block: int
     src.fold.keep = src.fold.keep if keep is None else keep
     warm = search_span(buf, warm_lo, first, anchors, config,  # type: ignore[arg-type]
                        storm=False)
-    own = search_span(buf, first, last, anchors, config, carry=warm.carry,  # type: ignore[arg-type]
-                      exact=False)
     open_end = last == end and last > first and buf[last - 1:last] != b"\n"
-    src.bounds = (1, 1 << 62)  # (the block's own lines: all of ``own``)
+    src.bounds = (1, 1 << 62)  # (the block's own lines: all of them, piece by piece)
     src.feed_span(warm, 1 - warm.newlines)
-    # the storm path numbers the lines of ``own`` and may raise what it carries
-    src.feed_span(own, 1)
-    src.bounds = (1, own.newlines + open_end)
+    lines, exact, carry = 0, True, warm.carry
+    pos, piece = first, config.piece_bytes
+    while True:  # the block's own lines, a piece at a time (then its pages given back)
+        cut = last if last - pos <= piece + piece // 2 else min(
+            _owned_start(buf, pos + piece, lo), last)
+        own = search_span(buf, pos, cut, anchors, config, carry=carry,  # type: ignore[arg-type]
+                          exact=False)
+        # the storm path numbers the lines of ``own`` and may raise what it carries
+        src.feed_span(own, lines + 1)
+        lines, exact, carry = lines + own.newlines, exact and own.exact, own.carry
+        if cut >= last:
+            break
+        _give_back(buf, cut - MARGIN)
+        pos = cut
+    src.bounds = (1, lines + open_end)
     after = search_span(buf, last, _line_aligned(buf, last, end), anchors,  # type: ignore[arg-type]
-                        config, carry=own.carry, storm=False)
-    src.feed_span(after, own.newlines + 1)
+                        config, carry=carry, storm=False)
+    src.feed_span(after, lines + 1)
     src.finish()
     tail = buf[stop - 1:stop] if own_bytes else b""
-    return BlockResult(own_bytes, bytes(tail), own.newlines, own.exact, src.fold, src.segs,
+    return BlockResult(own_bytes, bytes(tail), lines, exact, src.fold, src.segs,
                        src.formats, src.skipped)
+
+
+def _give_back(buf: mmap.mmap | bytearray, upto: int) -> None:
+    """Let go of the pages of ``buf`` before ``upto`` (a mapping's: read again from the
+    file where touched again), so that a task's memory follows
+    ``ScanConfig.piece_bytes``, not its size."""
+    if not isinstance(buf, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    upto -= upto % mmap.PAGESIZE
+    if upto > 0:
+        with contextlib.suppress(OSError, ValueError):  # (then they stay: only memory)
+            buf.madvise(mmap.MADV_DONTNEED, 0, upto)
 
 
 def _line_aligned(buf: mmap.mmap | bytearray, lo: int, end: int) -> int:
@@ -166,8 +197,8 @@ def run_blocks(src: LineSource, inp: InputSpans, path: str, size: int, procs: Fo
     line count is None when long gaps were not counted. ``meanwhile`` is called once the
     workers run (after the first block came back): what this process can do while they
     search (its own imports, say)."""
-    config = inp.config
-    block = config.task_bytes
+    block = inp.config.task_for(size)
+    config = replace(inp.config, task=block)
     task = functools.partial(block_task, path, anchors=anchors, config=config,
                              name=src.name, now=src.now)
     prepare(anchors, config)

@@ -9,7 +9,10 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["DEFAULT", "ScanConfig"]
+__all__ = ["DEFAULT", "TASKS", "TASK_MAX", "ScanConfig"]
+
+TASKS = 8  # tasks a large plain file is cut into (see ``ScanConfig.task_for``)
+TASK_MAX = 128 << 20  # bytes of a task at most
 
 
 @dataclass(frozen=True)
@@ -17,12 +20,12 @@ class ScanConfig:
     """Tunables of one scan."""
 
     block: int = 8 << 20  # bytes per read (and per decompression step)
-    # bytes of a large plain file per worker task (None: twice ``block``): what a task
-    # keeps one by one of a key that storms (``blocks.BLOCK_KEEP``), sends back and the
-    # main process merges is per task, so fewer, larger tasks cost less; measured on the
-    # 1 GB logs of benchmarks/log_scan.py, 16 MiB against 8: storm 3.45 -> 2.86 s, quiet
-    # and busy-HCA a few per cent, their outputs the same
+    # bytes of a large plain file per worker task (None: :meth:`task_for` the file's
+    # size). What a task keeps one by one of a key that storms (``blocks.BLOCK_KEEP``),
+    # parses before the key folds, sends back and the main process merges is per task, so
+    # fewer, larger tasks cost less; what a task maps at a time is ``piece_bytes``
     task: int | None = None
+    piece: int | None = None  # bytes of a task searched and parsed at a time (None: 2 blocks)
     long_line: int = 4 << 20  # a line without a newline for this long is cut into pieces
     process_min: int = 64 << 20  # plain files this big are searched by worker processes
     workers: int | None = None  # threads or processes; None: one per CPU, at most 8
@@ -37,8 +40,26 @@ class ScanConfig:
 
     @property
     def task_bytes(self) -> int:
-        """Bytes of a plain file per worker task (see ``task``)."""
+        """Bytes of a plain file per worker task where ``task`` sets them (else the
+        least :meth:`task_for` gives: two blocks)."""
         return self.task or 2 * self.block
+
+    @property
+    def piece_bytes(self) -> int:
+        """Bytes of a task searched and parsed at a time (see ``piece``)."""
+        return self.piece or 2 * self.block
+
+    def task_for(self, size: int) -> int:
+        """Bytes per worker task for a plain file of ``size`` bytes: ``task`` where set,
+        else an eighth of the file (:data:`TASKS`; in whole MiB), from two blocks up to
+        :data:`TASK_MAX`. It follows the file alone, not the machine, so that a file keeps
+        the same events one by one everywhere. Measured on the 1 GB logs of
+        benchmarks/log_scan.py (2 workers), 128 MiB tasks against 16 MiB ones: storm
+        5.56 -> 4.76 CPU seconds, quiet 1.19 -> 1.07, busy HCA 1.12 -> 0.97; the same
+        output."""
+        if self.task:
+            return self.task
+        return max(2 * self.block, min(TASK_MAX, size // TASKS >> 20 << 20))
 
     def parallel(self, libc_usable: bool) -> int:
         """How many threads or processes to use: one when the search cannot run outside
