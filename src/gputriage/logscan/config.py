@@ -23,7 +23,7 @@ class ScanConfig:
     # bytes of a large plain file per worker task (None: :meth:`task_for` the file's
     # size). What a task keeps one by one of a key that storms (``blocks.BLOCK_KEEP``),
     # parses before the key folds, sends back and the main process merges is per task, so
-    # fewer, larger tasks cost less; what a task maps at a time is ``piece_bytes``
+    # fewer, larger tasks cost less; what a task holds in memory is ``piece_bytes``
     task: int | None = None
     piece: int | None = None  # bytes of a task searched and parsed at a time (None: 2 blocks)
     long_line: int = 4 << 20  # a line without a newline for this long is cut into pieces
