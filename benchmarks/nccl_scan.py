@@ -26,7 +26,10 @@ modules on every start would be timed otherwise.
 With ``--parts``, also where the CPU time of one run goes, each part alone in one
 process: starting (imports), the look for host outputs in the first MiB (ingest's
 detectors; in its own process during a run), and the scan with the NCCL builder
-(worker processes share it during a run).
+(worker processes share it during a run); then, of the scan, what the workers do (their
+regions read, searched, newlines counted, candidate lines cut out), and under it the
+floor of any design that looks for the same markers: the file read and the finder's
+pass alone (Hyperscan where it is installed), no line cut out nor counted.
 
 With ``--baseline SRC``, gputriage imported from another source tree (a main checkout's
 ``src``) is timed too, its runs alternating with this tree's, and its parts as well: a
@@ -105,6 +108,26 @@ out.append(f"host outputs in the first MiB {time.process_time() - t:.2f}")
 t = time.process_time()
 read_large(fd, os.fstat(fd).st_size, "log", NcclLog(), LargeTap(fd, 8 << 20), [], workers=1)
 out.append(f"scan and NCCL builder {time.process_time() - t:.2f}")
+try:  # the workers' share, and the floor under it (a tree without these names skips them)
+    from gputriage.nccl.scan import REGION, _finder, _region
+except ImportError:
+    print(", ".join(out))
+    raise SystemExit(0)
+size = os.fstat(fd).st_size
+t = time.process_time()
+for i in range(size // REGION + 1):
+    _region(fd, i, REGION, None)
+out.append(f"of which the workers' regions {time.process_time() - t:.2f}")
+find, buf = _finder(), bytearray(REGION)
+t = time.process_time()
+for at in range(0, size, REGION):
+    n = os.preadv(fd, [buf], at)
+    find(buf if n == REGION else buf[:n], 0, n, False)
+out.append(f"of which reading and finding the marked lines {time.process_time() - t:.2f}")
+t = time.process_time()
+for at in range(0, size, REGION):
+    os.preadv(fd, [buf], at)
+out.append(f"of which reading {time.process_time() - t:.2f}")
 print(", ".join(out))
 """
 

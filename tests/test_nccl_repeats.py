@@ -110,6 +110,31 @@ def test_repeats_past_the_whole_log_budget_and_the_replay_bound(monkeypatch):
     assert dataclasses.asdict(_read(text, replay=True)) == dataclasses.asdict(ref)
 
 
+def test_a_repeat_read_as_bytes_is_not_decoded_again(monkeypatch):
+    """The large-file reader's lines come as bytes: a repeat of the same bytes replays
+    without reaching :meth:`Builder.feed` (no decoding, no lookup by text), and bytes
+    that decode to the same text (a NUL run, a carriage return) give what that text
+    gives."""
+    line = b"gpu-a01:5000:5100 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"
+    fed: list[str] = []
+    real = Builder.feed
+
+    def spy(self, text):
+        fed.append(text)
+        real(self, text)
+
+    monkeypatch.setattr(Builder, "feed", spy)
+    b = Builder(NcclLog())
+    for raw in (line, line, line + b"\r", b"\0\0" + line, line, line + b"\r"):
+        b.feed_raw(raw)
+    assert fed == [line.decode()] * 3  # (each distinct run of bytes decoded once)
+    monkeypatch.setattr(Builder, "feed", real)
+    ref = Builder(NcclLog(), replay=False)
+    for _ in range(6):
+        ref.feed(line.decode())
+    assert dataclasses.asdict(b.log) == dataclasses.asdict(ref.log)
+
+
 def test_a_repeat_is_not_parsed_again(monkeypatch):
     """The point of it: the second time, the line is not split into records."""
     line = "gpu-a01:5000:5100 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"

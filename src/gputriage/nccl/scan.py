@@ -589,9 +589,7 @@ class _Feeder:
         if raw is None:
             self.b.log.skipped += 1
             return
-        if b"\x00" in raw:  # as nccl_log._line
-            raw = raw.replace(b"\x00", b"")
-        self.b.feed(raw.decode("utf-8", "replace").rstrip("\r"))
+        self.b.feed_raw(raw)  # (as nccl_log._line)
 
     def _next(self) -> bool:
         """Feed the line at ``done``; False at the end of the file."""

@@ -76,6 +76,7 @@ class Builder:
     def __init__(self, log: NcclLog, replay: bool = True) -> None:
         self.log = log
         self.replays: dict[str, Callable[[], None]] | None = {} if replay else None
+        self.raw_replays: dict[bytes, Callable[[], None]] = {}  # the same, by the bytes read
         self.index = {(p.host, p.pid): p for p in log.processes}
         self.hosts = {p.host for p in log.processes if p.host}
         self.stored = sum(len(getattr(p, k)) for p in log.processes for k in CAPS)
@@ -118,6 +119,20 @@ class Builder:
                 p.nccl_version, p.cuda_build = version
             return
         self._framework(text)
+
+    def feed_raw(self, raw: bytes) -> None:
+        """One line as read (NULs dropped, decoded with replacement, its carriage return
+        stripped): :meth:`feed`, a repeat of a line replayed without decoding it again
+        (the text is a function of the bytes, so its replay is theirs)."""
+        if not self.want and (again := self.raw_replays.get(raw)) is not None:
+            again()
+            return
+        text = (raw.replace(b"\x00", b"") if b"\x00" in raw else raw).decode(
+            "utf-8", "replace").rstrip("\r")
+        self.feed(text)
+        if self.replays is not None and len(self.raw_replays) < MAX_REPLAYS and \
+                len(raw) <= 4 * _REPLAY_LINE and (again := self.replays.get(text)) is not None:
+            self.raw_replays[raw] = again
 
     def finish(self) -> None:
         """End of the file: close a framework error still being gathered."""

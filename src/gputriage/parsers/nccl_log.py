@@ -207,7 +207,4 @@ def _line(b: Builder, buf: bytes, lo: int, hi: int) -> None:
     if hi - lo > LONG_LINE:
         b.log.skipped += 1
         return
-    raw = buf[lo:hi]
-    if b"\x00" in raw:  # NUL runs: what a crash leaves in a log file, glued to a line
-        raw = raw.replace(b"\x00", b"")
-    b.feed(raw.decode("utf-8", "replace").rstrip("\r"))
+    b.feed_raw(bytes(buf[lo:hi]))  # (NUL runs: what a crash leaves in a log file, dropped)
