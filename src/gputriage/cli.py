@@ -294,6 +294,9 @@ def _hold_standard_descriptors() -> None:
 
 def run() -> None:
     """Console-script entry point."""
+    from gputriage.io.collector import collect_less
+
+    collect_less()
     _hold_standard_descriptors()
     if sys.stdout is None:  # descriptor 1 was closed: the verdict is the exit status
         sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115

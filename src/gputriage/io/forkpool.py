@@ -21,6 +21,8 @@ import struct
 from collections.abc import Callable, Generator
 from typing import Any
 
+from gputriage.io.collector import settle_worker
+
 __all__ = ["ForkWorkers", "WorkerDied"]
 
 _HEADER = struct.Struct("<Q")
@@ -104,6 +106,7 @@ class ForkWorkers:
                     try:
                         os.close(r)
                         signal.signal(signal.SIGINT, signal.SIG_DFL)
+                        settle_worker()  # (fewer collections)
                         _serve(task, k, count, n, w)
                         code = 0
                     finally:
