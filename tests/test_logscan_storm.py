@@ -182,6 +182,30 @@ def test_the_storm_path_folds_as_the_per_line_parse(monkeypatch, tmp_path, fmt):
             assert 0 < storm_parsed < xids / 2
 
 
+def test_xid45_runs_past_the_lookback_and_the_window_fold_as_the_per_line_parse(monkeypatch):
+    """The storm pass attributes an Xid 45 that follows another Xid of its GPU inline: a
+    cause while within the GPU's last LOOKBACK Xids and FOLLOW_ON_S seconds, else none;
+    and a GPU whose 45s come first (leads) goes on as the per-line parse has it."""
+    out, up = [], 10.0
+    for i in range(3 * kernel_fold.LOOKBACK):
+        if i in (0, 2 * kernel_fold.LOOKBACK):  # a cause, then its 45s past the lookback
+            out.append(f"[{up:12.6f}] NVRM: Xid (PCI:{BUSES[0]}): 13, pid=7, name=python3, "
+                       f"{_MESSAGES[13].format(g=1, t=2)}")
+        if i == kernel_fold.LOOKBACK // 2:  # out of the follow-on window
+            up += kernel_fold.FOLLOW_ON_S + 5
+        for bus in BUSES[:2]:  # (the second GPU's 45s come first: leads)
+            out.append(f"[{up:12.6f}] NVRM: Xid (PCI:{bus}): 45, pid={100 + i % 5}, "
+                       f"name=python3, Ch 0000003b")
+        up += 0.1
+    text = "\n".join(out) + "\n"
+    for config in (ScanConfig(block=1 << 20, workers=1, engine="hyperscan"), ScanConfig()):
+        fast, slow = _scan_both(monkeypatch, lambda c=config: scan_text(text, "kern.log",
+                                                                        now=NOW, config=c))
+        assert fast == slow
+        folded = [d[-1] for d in fast if d[-1] is not None and d[2] == "0000:18:00.0"]
+        assert folded and folded[0][-2] and folded[0][-1]  # (caused and uncaused both met)
+
+
 @pytest.mark.parametrize("fmt", ("dmesg", "short-iso"))
 def test_the_storm_path_in_worker_blocks(monkeypatch, tmp_path, fmt):
     """Blocks of a file read by forked workers (lines that cross block edges, events

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage.logscan.storm import CACHE, LazyXid, Source, StormLines
 from gputriage.parsers.kernel_extractor import MAX_LINE
-from gputriage.parsers.kernel_fold import XidState, code_number
+from gputriage.parsers.kernel_fold import FOLLOW_ON_S, LOOKBACK, XidState, code_number
 from gputriage.parsers.kernel_repeats import (
     APP_FAULTS,
     PATTERN_TRIES,
@@ -90,7 +90,7 @@ class SpanPass:
         self.starts, self.screened_at = span.starts, span.screened_at
         # bus and code as printed -> (folded event, its repeats, bus, code, an application
         # fault, the code's number, a code whose Xid state is set inline, the key of its
-        # GPU's Xid state)
+        # GPU's Xid state, an Xid 45)
         self.hots: dict[bytes, tuple[Any, ...]] = {}
         # key -> its latest line's start (the last occurrence of the repeats ``hots`` keeps
         # for it: read when the pass hands over, before ``hots`` can change)
@@ -332,7 +332,7 @@ class SpanPass:
             if head is not shown:  # (``BootSegment.saw``: a prefix seen again changes none)
                 shown = head
                 cur.saw(head[2], head[3])
-            ev, reps, bus, code, app, number, plainly, gpu = h
+            ev, reps, bus, code, app, number, plainly, gpu, caused = h
             if attribute:
                 if plainly:  # (``Folder.attribute_line`` for the usual codes, inline)
                     st = states.get(gpu)
@@ -340,8 +340,9 @@ class SpanPass:
                         states[gpu] = XidState(number, head[4], 0)
                     else:
                         st.code, st.at, st.since = number, head[4], 0
-                else:
-                    fold.attribute_line(reps, ev, bus, head[4], None, code, boot)
+                else:  # (an Xid 45 after another Xid of its GPU inline, see _attribute)
+                    _attribute(fold, reps, ev, bus, head[4], code, boot,
+                               states.get(gpu) if caused else None)
             ev.count += 1
             lastpos[key] = ls
             self.folded += 1
@@ -377,8 +378,25 @@ class SpanPass:
         number = code_number(code)
         plainly = number is not None and code not in ("45", "79")
         h = self.hots[key] = (hot[0], hot[0].repeats, bus, code, code in APP_FAULTS, number,
-                              plainly, (self.boot, bus))
+                              plainly, (self.boot, bus), code == "45")
         return h
+
+
+def _attribute(fold: Any, reps: Any, ev: Any, bus: str | None, at: float | None, code: str,
+               boot: int, st: XidState | None) -> None:
+    """``Folder.attribute_line`` for a line of a code other than the usual ones (those
+    are done inline), no cause named (none is, on this path). For an Xid 45 whose GPU
+    had another Xid before it (``st``, its state: no lead to note), what it does is done
+    here: its cause counted while within the GPU's last ``LOOKBACK`` Xids and
+    ``FOLLOW_ON_S`` seconds, else none."""
+    if st is None or st.code is None:
+        fold.attribute_line(reps, ev, bus, at, None, code, boot)
+        return
+    if st.since < LOOKBACK and (at is None or st.at is None or 0 <= at - st.at <= FOLLOW_ON_S):
+        reps.causes[st.code] = reps.causes.get(st.code, 0) + 1
+    else:
+        reps.uncaused += 1
+    st.since += 1
 
 
 def _who(storm: StormLines, who: bytes) -> tuple[str, str]:
