@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage.logscan.storm import CACHE, LazyXid, Source, StormLines
 from gputriage.parsers.kernel_extractor import MAX_LINE
-from gputriage.parsers.kernel_fold import FOLLOW_ON_S, LOOKBACK, XidState, code_number
+from gputriage.parsers.kernel_fold import XidState, code_number, follows_code
 from gputriage.parsers.kernel_repeats import (
     APP_FAULTS,
     PATTERN_TRIES,
@@ -387,15 +387,15 @@ def _attribute(fold: Any, reps: Any, ev: Any, bus: str | None, at: float | None,
     """``Folder.attribute_line`` for a line of a code other than the usual ones (those
     are done inline), no cause named (none is, on this path). For an Xid 45 whose GPU
     had another Xid before it (``st``, its state: no lead to note), what it does is done
-    here: its cause counted while within the GPU's last ``LOOKBACK`` Xids and
-    ``FOLLOW_ON_S`` seconds, else none."""
+    here, without the method's other cases: the cause it follows counted, or none."""
     if st is None or st.code is None:
         fold.attribute_line(reps, ev, bus, at, None, code, boot)
         return
-    if st.since < LOOKBACK and (at is None or st.at is None or 0 <= at - st.at <= FOLLOW_ON_S):
-        reps.causes[st.code] = reps.causes.get(st.code, 0) + 1
-    else:
+    found = follows_code(st, at)
+    if found is None:
         reps.uncaused += 1
+    else:
+        reps.causes[found] = reps.causes.get(found, 0) + 1
     st.since += 1
 
 

@@ -35,7 +35,7 @@ from gputriage.parsers.kernel_repeats import (
 from gputriage.text.fields import strict_hex, strict_int
 
 __all__ = ["FOLLOW_ON_S", "KEEP", "LOOKBACK", "FoldKey", "FollowChain", "Folder", "fold_key",
-           "recovery_cleared", "seconds", "weight"]
+           "follows_code", "recovery_cleared", "seconds", "weight"]
 
 KEEP = 64  # events of one key kept one by one before the rest are folded
 FOLLOW_ON_S = 30.0  # an Xid 45 this soon after another Xid on its GPU is its consequence
@@ -132,7 +132,7 @@ def _add_cause(ev: DriverEvent, code: int, named: int | None) -> None:
         ev.follows = tuple(sorted({*(ev.follows or ()), code}))
 
 
-def _follows(st: XidState | None, at: float | None, index_base: int = 0) -> int | None:
+def follows_code(st: XidState | None, at: float | None, index_base: int = 0) -> int | None:
     """The code an Xid 45 at ``at`` follows given its GPU's state, or None."""
     if st is None or st.code is None or st.since + index_base >= LOOKBACK:
         return None
@@ -185,7 +185,7 @@ class Folder:
             return None
         named = strict_int(ev.details.get("caused_by"), signed=False)
         at = seconds(ev)
-        found = _follows(st, at)
+        found = follows_code(st, at)
         if ev.follows is None:
             ev.follows = tuple(sorted({c for c in (named, found) if c is not None}))
         if st is None:
@@ -343,7 +343,7 @@ class Folder:
                 st.code, st.at, st.since = number, at, 0
             return
         named = strict_int(caused_by, signed=False)
-        found = _follows(st, at)
+        found = follows_code(st, at)
         causes = {c for c in (named, found) if c is not None}
         for c in causes:
             reps.causes[c] = reps.causes.get(c, 0) + 1
@@ -397,7 +397,7 @@ class FollowChain:
                 st = self.states.get(bus)
                 if st is not None and st.code is not None:
                     for lead in ls:
-                        cause = _follows(st, lead.at, lead.index)
+                        cause = follows_code(st, lead.at, lead.index)
                         if cause is not None:
                             _add_cause(lead.event, cause, lead.named)
                 else:
