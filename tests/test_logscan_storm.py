@@ -298,6 +298,31 @@ def test_hyperscan_screens_the_lines_the_storm_path_leaves():
 
 
 
+def test_hyperscan_leaves_the_lead_lines_other_anchors_find_to_the_storm_path():
+    """A storm line that another anchor of context mode 0 finds (``nvidia`` in a process
+    name) is left to the storm path, which folds it or hands it over as it would a
+    candidate; it stays a candidate where a continuation line follows it, where a
+    call-trace anchor finds it too, and at the span's end (what follows is unknown)."""
+    pytest.importorskip("hyperscan")
+    from gputriage.logscan.search import ANCHORS, anchor_hits
+
+    xid = b"NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=nvidia-smi, "
+    lines_ = [xid + b"Graphics Exception",  # left to the storm path
+              xid + b"Graphics Exception", b"    continued",  # a continuation follows
+              xid + b"blocked for more than 120 seconds",  # a call-trace anchor finds it
+              b"nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver",  # no lead
+              xid + b"Ch 0000003b"]  # the span's last line
+    buf = bytearray(b"\n".join(lines_) + b"\n")
+    starts = [0]
+    for line in lines_[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    config = ScanConfig(engine="hyperscan")
+    hits = anchor_hits(buf, 0, len(buf), ANCHORS, config, set(), storm=True)
+    assert hits == {starts[1]: 0, starts[3]: 1, starts[4]: 0, starts[5]: 0}
+    plain = anchor_hits(buf, 0, len(buf), ANCHORS, config)
+    assert sorted(plain) == [starts[k] for k in (0, 1, 3, 4, 5)]
+
+
 # what a fault pattern blanks, written out (the oracle of the two tests below): addresses,
 # words of eight hex digits and numbers
 _BLANKS = re.compile(r"0x[0-9a-fA-F_]+|\b[0-9a-fA-F]{8}\b|[0-9]+")

@@ -22,6 +22,7 @@ from gputriage.text.hslines import import_hyperscan, literal_pattern
 __all__ = ["Matcher", "available", "hyperscan_hits", "matcher"]
 
 _MODULE: list[Any] = []  # [the hyperscan module or None], once looked for
+_BLANK = (32, 9)  # the first byte of a continuation line
 
 
 def _hyperscan() -> Any:
@@ -85,9 +86,11 @@ class Matcher:
     """A compiled database: each pattern's id -> (context mode, literals one of which the
     line must hold, case ignored, or (), and a literal the line must hold as it is, or
     b""); mode -1: the ``screen`` expression, whose lines are noted apart (and are
-    candidates). With ``lead`` (a literal that starts with an anchor), that anchor is
-    found only where the rest of ``lead`` does not follow it. Ids past ``checks`` are
-    the fillers of :data:`FILL_TO`.
+    candidates). With ``lead`` (a literal that starts with an anchor: the storm pass's),
+    that anchor is found only where the rest of ``lead`` does not follow it, and a line
+    that holds ``lead`` and is followed by no continuation line is left to the storm
+    pass unless an anchor of context mode 1 finds it. Ids past ``checks`` are the
+    fillers of :data:`FILL_TO`.
 
     A routine anchor (see :data:`gputriage.logscan.search.ROUTINE`) is found through its
     required literals where they are rare enough (:data:`RARE_LITERAL`), each a caseless
@@ -129,6 +132,7 @@ class Matcher:
         exprs += map(literal_pattern, fill)
         flags += [0] * len(fill)
         self.patterns = len(exprs)  # (fillers included)
+        self.lead = lead
         self.db = hs.Database(mode=hs.HS_MODE_BLOCK)
         self.db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
                         flags=flags)
@@ -154,7 +158,12 @@ def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,
     rfind, find = buf.rfind, buf.find
     checks = m.checks
     real = len(checks)
-    line = [hi, hi]  # the start and end of the last line recorded
+    lead = m.lead
+    # the start and end of the last line recorded, and whether it is left to the storm
+    # pass: it holds the lead and no continuation line follows it (the pass folds it as
+    # it would fold it listed, or hands it over alone: a line its anchors of context mode
+    # 0 find costs the pass more as a candidate and gives the same)
+    line: list[Any] = [hi, hi, False]
 
     def on_match(i: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
         if i >= real:  # a filler
@@ -170,6 +179,8 @@ def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,
             return None
         if line[0] <= pos < line[1]:
             s = line[0]
+            if line[2] and not mode:
+                return None
         else:
             s = rfind(b"\n", lo, pos) + 1 or lo
             e = find(b"\n", pos, hi)
@@ -180,7 +191,11 @@ def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,
                     return None
             if held and find(held, s, e) < 0:
                 return None
-            line[0], line[1] = s, e
+            left = (lead is not None and e + 1 < hi and buf[e + 1] not in _BLANK
+                    and find(lead, s, e) >= 0)
+            line[0], line[1], line[2] = s, e, left
+            if left and not mode:
+                return None
         if starts.get(s, -1) < mode:
             starts[s] = mode
         return None

@@ -241,9 +241,11 @@ def anchor_hits(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[byte
     routine lines (see :data:`ROUTINE`). Every engine finds the same lines. With
     ``storm``, Hyperscan also adds to ``screened`` the starts of the Xid lines the storm
     path must leave to the per-line parse
-    (:data:`gputriage.logscan.storm.SCREEN_EXPRESSION`), and leaves out the lines whose
-    only anchor is the ``NVRM:`` of the storm path's lead
-    (:data:`gputriage.logscan.storm.LEAD`): the storm path finds those."""
+    (:data:`gputriage.logscan.storm.SCREEN_EXPRESSION`), and leaves out the lines that
+    hold the storm path's lead (:data:`gputriage.logscan.storm.LEAD`) unless the screen,
+    an anchor of context mode 1 or a continuation line after them makes them candidates:
+    the storm path finds those, and folds them or hands them over as it would as
+    candidates (``nvidia-smi``, say, is a process name Xid storms repeat)."""
     starts: dict[int, int] = {}
     if hi <= lo or not anchors:
         return starts
@@ -382,9 +384,10 @@ def search_span(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[byte
                 exact: bool = True, storm: bool = True) -> Span:
     """Candidate lines of ``buf[lo:hi]``, their context lines, and line positions
     (line numbers when ``exact``, see ``ScanConfig.gap_exact`` otherwise). With
-    ``storm`` where Hyperscan searches, the lines whose only anchor is the storm path's
-    lead are left to the storm path (:meth:`gputriage.logscan.storm.StormLines.run`),
-    which reads them from the buffer the span keeps (``Span.storm``)."""
+    ``storm`` where Hyperscan searches, the lines that hold the storm path's lead are
+    left to the storm path as :func:`anchor_hits` says
+    (:class:`gputriage.logscan.stormspan.SpanPass`), which reads them from the buffer
+    the span keeps (``Span.storm``)."""
     hyper = engine_for(config, hi - lo) == "hyperscan"
     # (where a LineSource has the path, and where it pays: a span its lines crowd)
     storm = storm and hyper and line_sources.USABLE and _crowded(buf, lo, hi)

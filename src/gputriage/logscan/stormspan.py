@@ -2,9 +2,10 @@
 lies in the buffer, merged in order with the span's candidate lines.
 
 Where Hyperscan searches a span that storm lines crowd
-(:func:`gputriage.logscan.search.search_span` with ``storm``), the lines whose only anchor
-is the ``NVRM:`` of ``NVRM: Xid (PCI:`` are left out of the candidates, and
-:class:`SpanPass` finds them with one ``finditer`` over the span that also reads the usual
+(:func:`gputriage.logscan.search.search_span` with ``storm``), the lines that hold
+``NVRM: Xid (PCI:`` are left out of the candidates (but those a screen, a call-trace
+anchor or a continuation line after them makes candidates), and :class:`SpanPass` finds
+them with one ``finditer`` over the span that also reads the usual
 shape (bus, code, pid, process, message). A line of that shape whose key has a folded
 event is folded right there, by a loop that does per line only what differs from line to
 line: its prefix, key and process are looked up per distinct value, and it adds its
@@ -253,8 +254,12 @@ class SpanPass:
         found = list(_FIND.finditer(buf, lo, hi))
         leads = list(map(_START, found))
         # each lead's line start: after the newline before it, or the span's start
-        line_starts = list(map(max, map(add, map(buf.rfind, repeat(b"\n"), repeat(lo), leads),
-                                        repeat(1)), repeat(lo)))
+        if lo and buf[lo - 1] == 10:  # (a span that starts a line: from the newline before)
+            line_starts = list(map(add, map(buf.rfind, repeat(b"\n"), repeat(lo - 1), leads),
+                                   repeat(1)))
+        else:
+            line_starts = list(map(max, map(add, map(buf.rfind, repeat(b"\n"), repeat(lo), leads),
+                                            repeat(1)), repeat(lo)))
         heads: Any = map(buf.__getitem__, map(slice, line_starts, leads))
         if not isinstance(buf, (bytes, mmap.mmap)):  # (a read buffer's slices: bytearrays)
             heads = map(bytes, heads)
@@ -285,25 +290,32 @@ class SpanPass:
         shown: Any = None  # the prefix whose time ``cur`` saw last
         stale = False  # a line was handed over: boot, epochs, extractor, segment may differ
         last_line = -1
+        # ``self.prev`` and lines folded since ``self.folded`` was last added to, kept
+        # here between the calls that read them (``meet``, ``jump``, ``alone``)
+        prev, folded = self.prev, 0
         for ls, e, groups, hb in rows:
             if ls == last_line:  # another lead on a line already taken
                 continue
             last_line = ls
             if stale:
                 hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
-                stale = False
+                prev, stale = self.prev, False
             key, who, rest = groups
             listed: bool | None = False
             if ls >= self.next_at:
+                self.prev, self.folded, folded = prev, self.folded + folded, 0
                 listed = self.meet(ls, key is not None)
                 hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
+                prev = self.prev
                 if listed is None:
                     continue
-            if not exact and ls - self.prev > gap_exact:
+            if not exact and ls - prev > gap_exact:
+                self.prev = prev
                 self.jump(ls)
-            self.prev = ls
+            prev = ls
             if (busy or key is None or e - ls > MAX_LINE
                     or (not listed and e + 1 < hi and buf[e + 1] in _BLANK)):
+                self.prev, self.folded, folded = prev, self.folded + folded, 0
                 self.alone(ls)
                 stale = True
                 continue
@@ -311,6 +323,7 @@ class SpanPass:
             if head is None:
                 head = head_of(hb, buf[ls:e]) if hb.isascii() else None
                 if head is None:
+                    self.prev, self.folded, folded = prev, self.folded + folded, 0
                     self.alone(ls)
                     stale = True
                     continue
@@ -319,6 +332,7 @@ class SpanPass:
                 if fmt not in formats:
                     formats[fmt] = None
                 if up is not None and cur.last_up is not None and up < cur.last_up - 1.0:
+                    self.prev, self.folded, folded = prev, self.folded + folded, 0
                     self.alone(ls)  # a new boot: the full bookkeeping
                     stale = True
                     continue
@@ -326,6 +340,7 @@ class SpanPass:
             if h is None:
                 h = self._hot(key)
                 if h is None:  # its first occurrences: parsed, kept one by one
+                    self.prev, self.folded, folded = prev, self.folded + folded, 0
                     self.alone(ls, key.endswith(_RESET))
                     stale = True
                     continue
@@ -345,7 +360,7 @@ class SpanPass:
                                states.get(gpu) if caused else None)
             ev.count += 1
             lastpos[key] = ls
-            self.folded += 1
+            folded += 1
             pk, pname = whos.get(who) or _who(storm, who)
             if not pk:
                 continue
@@ -360,6 +375,7 @@ class SpanPass:
                 continue
             if app and reps.tries.get(pk, 0) < PATTERN_TRIES:
                 count_pattern(reps, pk, code, rest)
+        self.prev, self.folded = prev, self.folded + folded
 
     def _hot(self, key: bytes) -> tuple[Any, ...] | None:
         """What the pass keeps of a key whose folded event exists (None: none yet)."""
