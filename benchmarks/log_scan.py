@@ -28,12 +28,14 @@ then times:
     thread with and without routine-line rejection, and two threads.
 
 and prints wall times (best of ``--repeat`` runs: the figure least disturbed
-by other load), throughputs (MB/s), the ratios and the peak RSS of the gputriage
-run: the largest single process (``getrusage(RUSAGE_CHILDREN)``, measured in a
-wrapper child so that grep's figure does not mix in) and the largest summed
-memory of its process tree (proportional set sizes, so that pages forked
-workers share count once; sampled from /proc every 50 ms: large plain files
-are searched by worker processes, which one process's figure leaves out).
+by other load; gputriage's runs, the baseline's and grep's taking turns, so that a
+drift in the machine's load hits them alike), throughputs (MB/s), the ratios and
+the peak RSS of the gputriage run: the largest single process
+(``getrusage(RUSAGE_CHILDREN)``, measured in a wrapper child so that grep's figure
+does not mix in) and the largest summed memory of its process tree (proportional set
+sizes, so that pages forked workers share count once; sampled from /proc every 50 ms:
+large plain files are searched by worker processes, which one process's figure leaves
+out).
 
 and, last, a table of the ratios to grep against issue 33's goal for the profile
 (met or not; with ``--baseline SRC``, gputriage imported from another source tree is
@@ -446,20 +448,22 @@ def _run_profile(args: argparse.Namespace, profile: str, quiet_rate: float | Non
         print(f"== profile {profile}: {log.name} ({size_mb:.0f} MB, "
               f"{special if special >= 0 else '?'} lines of the profile's kind); "
               f"{os.cpu_count()} CPUs; best of {rep} runs")
-        if args.baseline:  # (its runs alternate with this checkout's: the same load)
-            base = Path(args.baseline)
-            gt_wall, gt_rss, gt_tree, gt_rc = _timed(gt_argv, work / "out", 1)
+        # each run of this checkout, the baseline's and grep's in turn: the ratios are
+        # those of the same load (a shared machine's drifts hit them alike)
+        grep_argv = ["grep", "-i", "-E", "nvidia|xid|nvrm", str(log)]
+        base = Path(args.baseline) if args.baseline else None
+        gt_wall, gt_rss, gt_tree, gt_rc = _timed(gt_argv, work / "out", 1)
+        if base is not None:
             b_wall, _, b_tree, _ = _timed(gt_argv, work / "out-base", 1, base)
-            for _ in range(rep - 1):
-                gt_timing = _timed(gt_argv, work / "out", 1, best=gt_wall)
-                gt_wall, gt_rss = gt_timing[0], max(gt_rss, gt_timing[1])
-                gt_tree, gt_rc = max(gt_tree, gt_timing[2]), gt_timing[3]
+        grep_wall = _timed(grep_argv, work / "out2", 1)[0]
+        for _ in range(rep - 1):
+            gt_timing = _timed(gt_argv, work / "out", 1, best=gt_wall)
+            gt_wall, gt_rss = gt_timing[0], max(gt_rss, gt_timing[1])
+            gt_tree, gt_rc = max(gt_tree, gt_timing[2]), gt_timing[3]
+            if base is not None:
                 b_timing = _timed(gt_argv, work / "out-base", 1, base, best=b_wall)
                 b_wall, b_tree = b_timing[0], max(b_tree, b_timing[2])
-        else:
-            gt_wall, gt_rss, gt_tree, gt_rc = _timed(gt_argv, work / "out", rep)
-        grep_wall, _, _, _ = _timed(["grep", "-i", "-E", "nvidia|xid|nvrm", str(log)],
-                                    work / "out2", rep)
+            grep_wall = _timed(grep_argv, work / "out2", 1, best=grep_wall)[0]
         count_wall, _, _, _ = _timed(["grep", "-ciE", "nvidia|xid|nvrm", str(log)],
                                      work / "out-count", rep)
         print(f"gputriage: {label}: {gt_wall:.2f} s, {size_mb / gt_wall:.0f} MB/s, "
@@ -493,10 +497,9 @@ def _run_profile(args: argparse.Namespace, profile: str, quiet_rate: float | Non
                            ("grep -ciE 'nvidia|xid|nvrm'", count_wall)):
             print(f"{name}: {wall:.2f} s, {size_mb / wall:.0f} MB/s; ratio gputriage/grep "
                   f"time {gt_wall / wall:.2f}")
-        grep_argv = ["grep", "-i", "-E", "nvidia|xid|nvrm", str(log)]
         rows = [("this checkout", gt_wall, _cpu(gt_argv), gt_tree,
                  (work / "out").stat().st_size)]
-        if args.baseline:
+        if base is not None:
             rows.append((f"--baseline {args.baseline}", b_wall, _cpu(gt_argv, base), b_tree,
                          (work / "out-base").stat().st_size))
         _goal_table(profile, size_mb, (grep_wall, _cpu(grep_argv)), rows, label)
