@@ -369,13 +369,18 @@ def _awkward_log(tmp_path: Path) -> Path:
 
 def test_a_worker_task_is_an_eighth_of_the_file_unless_told():
     """Large plain files are read by workers in tasks of an eighth of the file (whole
-    MiB), from two reads up to 128 MiB: fewer, larger tasks each keep and send less of a
-    storm. The size follows the file alone (not the workers), so a file is read the same
+    MiB), from two reads up to 256 MiB, past that a multiple of eight tasks: fewer,
+    larger tasks each keep and send less of a storm. The size follows the file alone (not the workers), so a file is read the same
     on every machine (line numbers past a long gap depend on where tasks start). A task is searched a piece (two reads) at a
     time."""
     config = ScanConfig()
     assert config.task_for(1 << 30) == 128 << 20
-    assert config.task_for(5 << 30) == 128 << 20
+    # past 2 GiB, a multiple of eight tasks of 256 MiB at most (1, 2, 4 or 8 workers
+    # share them evenly)
+    assert config.task_for(2 << 30) == 256 << 20
+    assert config.task_for(3 << 30) == 192 << 20
+    assert config.task_for(5 << 30) == 213 << 20 and (5 << 30) // (213 << 20) == 24
+    assert config.task_for((2 << 30) + 1) == 128 << 20
     assert config.task_for(256 << 20) == 32 << 20
     assert config.task_for((200 << 20) + 12345) == 25 << 20
     assert config.task_for(100 << 20) == 16 << 20 == config.task_bytes

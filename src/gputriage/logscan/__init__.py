@@ -27,7 +27,7 @@ folded as they come (:mod:`gputriage.parsers.kernel_fold`: per boot, kind, devic
 code the first 64 are kept, the rest counted into one event with its last occurrence,
 its processes and its Xid 45 causes), so that what a scan holds is bounded by what is
 distinct in the log, not by its lines. Large plain files are read, searched, parsed and
-folded task by task (an eighth of the file, 16 to 128 MiB: ``ScanConfig.task_for``;
+folded task by task (an eighth of the file, 16 to 256 MiB: ``ScanConfig.task_for``;
 each searched 16 MiB at a time) in forked worker processes (:mod:`.blocks`), which send
 back only folded events. How blocks are read and searched
 (block size, workers, libc) is a :class:`ScanConfig`.
