@@ -452,11 +452,9 @@ def _run_profile(args: argparse.Namespace, profile: str, quiet_rate: float | Non
         # those of the same load (a shared machine's drifts hit them alike)
         grep_argv = ["grep", "-i", "-E", "nvidia|xid|nvrm", str(log)]
         base = Path(args.baseline) if args.baseline else None
-        gt_wall, gt_rss, gt_tree, gt_rc = _timed(gt_argv, work / "out", 1)
-        if base is not None:
-            b_wall, _, b_tree, _ = _timed(gt_argv, work / "out-base", 1, base)
-        grep_wall = _timed(grep_argv, work / "out2", 1)[0]
-        for _ in range(rep - 1):
+        gt_wall = b_wall = grep_wall = float("inf")
+        gt_rss = gt_tree = gt_rc = b_tree = 0
+        for _ in range(max(1, rep)):
             gt_timing = _timed(gt_argv, work / "out", 1, best=gt_wall)
             gt_wall, gt_rss = gt_timing[0], max(gt_rss, gt_timing[1])
             gt_tree, gt_rc = max(gt_tree, gt_timing[2]), gt_timing[3]

@@ -370,8 +370,9 @@ def _awkward_log(tmp_path: Path) -> Path:
 def test_a_worker_task_is_an_eighth_of_the_file_unless_told():
     """Large plain files are read by workers in tasks of an eighth of the file (whole
     MiB), from two reads up to 256 MiB, past that a multiple of eight tasks: fewer,
-    larger tasks each keep and send less of a storm. The size follows the file alone (not the workers), so a file is read the same
-    on every machine (line numbers past a long gap depend on where tasks start). A task is searched a piece (two reads) at a
+    larger tasks each keep and send less of a storm. The size follows the file alone
+    (not the workers), so a file is read the same on every machine (line numbers past a
+    long gap depend on where tasks start). A task is searched a piece (two reads) at a
     time."""
     config = ScanConfig()
     assert config.task_for(1 << 30) == 128 << 20
