@@ -838,6 +838,54 @@ def test_fork_workers_go_on_while_the_caller_is_busy(tmp_path):
     assert [len(r) for r in results] == [200 << 10] * 3
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers: Linux")
+def test_fork_workers_hand_a_task_to_whichever_worker_is_free(tmp_path):
+    """A worker held up by a costly task does no other while its peer is free: task 0
+    waits for tasks 1-5 to be done, which it would wait for in vain (until its deadline)
+    if they were dealt out in turn (2 and 4 behind it)."""
+    done = tmp_path / "done"
+    done.touch()
+
+    def task(i: int) -> int:
+        if i == 0:
+            deadline = time.monotonic() + 20
+            while len(done.read_text().split()) < 5 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        with done.open("a") as fh:
+            fh.write(f"{i}\n")
+        return os.getpid()
+
+    started = time.monotonic()
+    pids = list(ForkWorkers(2).run(task, 6))
+    assert time.monotonic() - started < 15
+    assert done.read_text().split()[-1] == "0"
+    assert len(set(pids[1:])) == 1 and pids[0] not in pids[1:]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers: Linux")
+def test_fork_workers_run_a_bounded_number_of_tasks_ahead_of_the_caller(tmp_path):
+    """A caller that stops reading holds the workers back once ``AHEAD`` tasks per
+    worker are done past the result it took: what is read ahead stays bounded."""
+    from gputriage.io import forkpool
+
+    done = tmp_path / "done"
+    done.touch()
+
+    def task(i: int) -> int:
+        with done.open("a") as fh:
+            fh.write(f"{i}\n")
+        return i
+
+    results = ForkWorkers(2).run(task, 500)
+    assert next(results) == 0
+    deadline = time.monotonic() + 10
+    while len(done.read_text().split()) < 2 * forkpool.AHEAD and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    assert sorted(map(int, done.read_text().split())) == list(range(2 * forkpool.AHEAD))
+    assert list(results) == list(range(1, 500))
+
+
 SMALL_FORKED = ScanConfig(workers=2, process_min=0, block=4096, task=4096)  # 4 KiB blocks
 
 
