@@ -223,6 +223,69 @@ def test_the_storm_path_in_worker_blocks(monkeypatch, tmp_path, fmt):
         assert fast == slow and len(fast) > 100
 
 
+class _InProcess:
+    """Worker "processes" that run each task here, its result pickled (what crosses a
+    pipe), noting what each block kept as bytes."""
+
+    def __init__(self) -> None:
+        self.deferred = 0
+
+    def run(self, task, count):  # type: ignore[no-untyped-def]
+        import pickle
+
+        for i in range(count):
+            r = pickle.loads(pickle.dumps(task(i), pickle.HIGHEST_PROTOCOL))
+            self.deferred += len(r.fold.deferred)
+            yield r
+
+
+@pytest.mark.parametrize("fmt", ("dmesg", "dmesg-T", "short-iso", "syslog"))
+@pytest.mark.parametrize("keep", (3, 64))
+def test_first_occurrences_kept_as_bytes_in_later_blocks(monkeypatch, tmp_path, fmt, keep):
+    """A block after the first keeps the first occurrences of a plain Xid's key as their
+    bytes (``Folder.defer``); the process that joins the blocks builds their events
+    where the whole file keeps them one by one, else counts them into the key's folded
+    event: the same scan as blocks that parse them, whether the key was folded in an
+    earlier block or not (reboots, resets, driver loads, more processes than are named,
+    in workers and here)."""
+    import threading
+
+    import gputriage.logscan as logscan
+    from gputriage.logscan import stormspan
+
+    path = tmp_path / "kern.log"
+    path.write_text(storm_log(fmt, seed=7, n=4000))
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    monkeypatch.setattr(kernel_fold, "KEEP", keep)
+    monkeypatch.setattr(blocks, "BLOCK_KEEP", None)
+    config = replace(ScanConfig(), workers=2, process_min=0, block=8192, task=16384,
+                     engine="hyperscan")
+    joined = {"built": 0, "counted": 0}
+    real = kernel_fold.Folder.add_deferred
+
+    def add_deferred(self, item):  # type: ignore[no-untyped-def]
+        folded = any(k[3] == ("xid", item.bus, item.code) for k in self._folded)
+        joined["counted" if folded else "built"] += 1
+        real(self, item)
+
+    def scan() -> list:
+        return _scan_both(monkeypatch, lambda: scan_paths([str(path)], now=NOW,
+                                                          config=config))[0]
+
+    here = _InProcess()
+    with monkeypatch.context() as m:
+        m.setattr(kernel_fold.Folder, "add_deferred", add_deferred)
+        m.setattr(logscan, "process_pool", lambda n: here)
+        kept = scan()
+    forked = scan()
+    with monkeypatch.context() as m:
+        m.setattr(stormspan.SpanPass, "_defer", lambda self, *args: False)
+        parsed = scan()
+    assert kept == forked == parsed and len(parsed) > 100
+    assert here.deferred > 100 and joined["counted"] > 0
+    assert joined["built"] > 0 if keep == 64 else True
+
+
 def _bursty(fmt: str) -> str:
     """Storm bursts between long stretches no anchor holds: spans the storm path takes
     and spans it leaves to the search, gaps longer than a worker counts line by line."""

@@ -35,6 +35,7 @@ from gputriage.logscan.config import ScanConfig
 from gputriage.logscan.lines import BootSegment, LineSource
 from gputriage.logscan.reader import InputSpans
 from gputriage.logscan.search import prepare, search_span
+from gputriage.logscan.storm import LazyXid
 from gputriage.logscan.timeline import fold_in, join_boots
 from gputriage.parsers.kernel_fold import Folder, FollowChain
 from gputriage.parsers.kernel_model import DriverEvent
@@ -49,7 +50,9 @@ MARGIN = 64 << 10  # bytes read before and after a block for the messages that c
 # occurrences in the file that has more than this in one block would then fold in the
 # main process where a sequential read keeps it whole: its processes past
 # ``kernel_repeats.PROCESSES`` only counted ("at least 81 restarts", not 104). With
-# KEEP, the events are a sequential read's whatever the blocks.
+# KEEP, the events are a sequential read's whatever the blocks; what that cost is mostly
+# gone since such a block keeps a plain code's first occurrences as their bytes
+# (``Folder.defer``): their events are built here only where the file keeps them.
 BLOCK_KEEP: int | None = None
 
 
@@ -105,7 +108,7 @@ def block_task(path: str, index: int, *, anchors: tuple[bytes, ...], config: Sca
         buf, off, n = _map(fh, start - before, before + block + MARGIN)
     try:
         return _block(buf, off, n, before, block, anchors, config, name, now,
-                      None if index == 0 else BLOCK_KEEP)
+                      None if index == 0 else BLOCK_KEEP, defer=index > 0)
     finally:
         if isinstance(buf, mmap.mmap):
             buf.close()
@@ -113,7 +116,7 @@ def block_task(path: str, index: int, *, anchors: tuple[bytes, ...], config: Sca
 
 def _block(buf: mmap.mmap | bytearray, off: int, n: int, before: int, block: int,
            anchors: tuple[bytes, ...], config: ScanConfig, name: str, now: datetime | None,
-           keep: int | None) -> BlockResult:
+           keep: int | None, defer: bool = False) -> BlockResult:
     lo, end = off, off + n
     start = off + before
     own_bytes = max(0, min(block, end - start))
@@ -125,6 +128,7 @@ def _block(buf: mmap.mmap | bytearray, off: int, n: int, before: int, block: int
     warm_lo = min(warm_lo, first)
     src = LineSource(name, now)
     src.fold.keep = src.fold.keep if keep is None else keep
+    src.defer = defer
     warm = search_span(buf, warm_lo, first, anchors, config,  # type: ignore[arg-type]
                        storm=False)
     open_end = last == end and last > first and buf[last - 1:last] != b"\n"
@@ -204,6 +208,7 @@ def run_blocks(src: LineSource, inp: InputSpans, path: str, size: int, procs: Fo
                              name=src.name, now=src.now)
     prepare(anchors, config)
     src.fold = Folder(attribute=False)
+    src.fold.rebuild = functools.partial(LazyXid, fast=src.fast)  # (blocks' kept bytes)
     chain = src.fold.chain = FollowChain()
     segs: list[BootSegment] = []
     base, exact = 0, True
@@ -223,6 +228,8 @@ def run_blocks(src: LineSource, inp: InputSpans, path: str, size: int, procs: Fo
                 meanwhile = None
             for ev in r.fold.events:
                 _shift(ev, base)
+            for item in r.fold.deferred:
+                item.lineno += base
             mapping, continued = join_boots(r.segs, segs)
             fold_in(src.fold, chain, r.fold, mapping, continued, len(segs))
             base += r.lines

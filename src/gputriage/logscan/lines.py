@@ -115,6 +115,10 @@ class LineSource:
         # the lines the search found the storm path must leave to the per-line parse
         # (None: not screened by the search, see ``StormLines.feed``)
         self.screen: set[int] | None = None
+        # a worker's block after the first: the storm pass keeps the first occurrences of
+        # a plain Xid's key as their bytes (``Folder.defer``), their events built only
+        # where the whole file keeps them one by one
+        self.defer = False
 
     # -- boots --------------------------------------------------------------------------
     def _new_boot(self, boot_id: str | None = None) -> None:

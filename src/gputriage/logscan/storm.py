@@ -89,6 +89,8 @@ class Source(Protocol):
     formats: dict[str, None]
     ex: Any  # its EventExtractor (``note_line``)
     screen: set[int] | None
+    name: str  # the input's
+    defer: bool  # first occurrences kept as their bytes (see ``Folder.defer``)
 
     def line(self, lineno: int, raw: bytes | bytearray, cut: bool) -> None: ...
 

@@ -19,7 +19,10 @@ numbered as :func:`gputriage.logscan.search._wanted_lines` would have numbered i
 - the candidate lines;
 - lines of another shape, or screened by the search;
 - lines followed by continuation lines (taken with them);
-- the first occurrences of a key, kept one by one;
+- the first occurrences of a key, kept one by one (but in a worker's block after the
+  first, where a plain code's are kept as their bytes, the folder and boot updated here:
+  the process that joins the blocks builds their events only where the whole file keeps
+  them one by one, see ``Folder.defer``);
 - lines that start a boot;
 - lines that come while the extractor is busy.
 
@@ -40,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from gputriage.logscan.storm import CACHE, LazyXid, Source, StormLines
 from gputriage.parsers.kernel_extractor import MAX_LINE
-from gputriage.parsers.kernel_fold import XidState, code_number, follows_code
+from gputriage.parsers.kernel_fold import Deferred, XidState, code_number, follows_code
 from gputriage.parsers.kernel_repeats import (
     APP_FAULTS,
     PATTERN_TRIES,
@@ -319,14 +322,12 @@ class SpanPass:
                 self.alone(ls)
                 stale = True
                 continue
-            head = known.get(hb)
+            head = known.get(hb) or (head_of(hb, buf[ls:e]) if hb.isascii() else None)
             if head is None:
-                head = head_of(hb, buf[ls:e]) if hb.isascii() else None
-                if head is None:
-                    self.prev, self.folded, folded = prev, self.folded + folded, 0
-                    self.alone(ls)
-                    stale = True
-                    continue
+                self.prev, self.folded, folded = prev, self.folded + folded, 0
+                self.alone(ls)
+                stale = True
+                continue
             if head is not shown:
                 fmt, _stamps, time, up, _seconds = head
                 if fmt not in formats:
@@ -339,9 +340,13 @@ class SpanPass:
             h = hots.get(key)
             if h is None:
                 h = self._hot(key)
-                if h is None:  # its first occurrences: parsed, kept one by one
+                if h is None:  # its first occurrences: kept one by one
+                    if self._defer(ls, e, key, who, rest, head, cur):
+                        shown = head  # (what ``_defer`` let the boot see)
+                        folded += 1
+                        continue
                     self.prev, self.folded, folded = prev, self.folded + folded, 0
-                    self.alone(ls, key.endswith(_RESET))
+                    self.alone(ls, key.endswith(_RESET))  # (parsed, its event built)
                     stale = True
                     continue
             if head is not shown:  # (``BootSegment.saw``: a prefix seen again changes none)
@@ -376,6 +381,30 @@ class SpanPass:
             if app and reps.tries.get(pk, 0) < PATTERN_TRIES:
                 count_pattern(reps, pk, code, rest)
         self.prev, self.folded = prev, self.folded + folded
+
+    def _defer(self, ls: int, e: int, key: bytes, who: bytes, rest: bytes,
+               head: tuple[Any, ...], cur: Any) -> bool:
+        """In a block that defers (``LineSource.defer``), keep the line at ``ls`` (its
+        match ending at ``e``, its line's end) as its bytes, where its key has no folded
+        event yet and its code is a plain one (not 45, 79 or 154): what the per-line
+        parse does to the folder and the boot segment ``cur`` (its prefix seen) is done
+        here, but its event (see ``Folder.defer``). False: the caller parses it."""
+        raw_key = _KEYS.get(key) if self.src.defer else None
+        if raw_key is None:
+            return False  # (_hot read every key first)
+        storm = self.storm
+        bus, code = storm.plain.get(raw_key) or storm.plain_of(*raw_key)
+        number = code_number(code)
+        if number is None or code in ("45", "79", "154"):
+            return False
+        raw = bytes(self.buf[ls:e])
+        item = Deferred(raw, self.base + self.number(ls), self.boot, bus, code,
+                        _WHOS.get(who) or _who(storm, who), len(raw) - len(rest),
+                        self.src.name, 0)
+        if not self.src.fold.defer(item, number, head[4]):
+            return False
+        cur.saw(head[2], head[3])
+        return True
 
     def _hot(self, key: bytes) -> tuple[Any, ...] | None:
         """What the pass keeps of a key whose folded event exists (None: none yet)."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gputriage.logscan.lines import BootSegment, LineSource
-from gputriage.parsers.kernel_fold import Folder, FollowChain
+from gputriage.parsers.kernel_fold import Deferred, Folder, FollowChain
 from gputriage.parsers.kernel_model import DriverEvent
 
 __all__ = ["BootInfo", "InputResult", "LogScan", "merge"]
@@ -111,9 +111,21 @@ def fold_in(fold: Folder, chain: FollowChain, part: Folder, mapping: list[int],
     renumbered by ``mapping``; ``chain`` settles the Xid 45s that open the part."""
     leads, tails = part.summary()
     chain.join(leads, tails, continued, len(set(mapping)) == 1)
-    for ev in part.events:
+    kept = part.deferred  # (occurrences kept as their bytes, each in its place)
+    k = 0
+    for i, ev in enumerate(part.events):
+        while k < len(kept) and kept[k].at <= i:
+            _add_deferred(fold, kept[k], mapping, boots)
+            k += 1
         ev.boot = mapping[ev.boot] if 0 <= ev.boot < len(mapping) else boots - 1
         fold.add(ev)
+    for item in kept[k:]:
+        _add_deferred(fold, item, mapping, boots)
+
+
+def _add_deferred(fold: Folder, item: Deferred, mapping: list[int], boots: int) -> None:
+    item.boot = mapping[item.boot] if 0 <= item.boot < len(mapping) else boots - 1
+    fold.add_deferred(item)
 
 
 def _as_is(part: Folder, mapping: list[int]) -> bool:

@@ -8,7 +8,11 @@ into one event standing for them all (``count`` and ``repeats``: the last occurr
 processes that logged them, their fault patterns, and for Xid 45 what each follows, as
 :mod:`gputriage.parsers.kernel_repeats` records them). A driver load and an Xid 154 are
 never folded: each may be a reset the rules must see. :meth:`Folder.repeat` and its
-helpers fold a storm's plain Xid lines without building their events.
+helpers fold a storm's plain Xid lines without building their events, and
+:meth:`Folder.defer` keeps a worker block's first occurrences of a plain Xid as their bytes
+(:class:`Deferred`), whose events :meth:`Folder.add_deferred` builds where the blocks are
+joined only if the whole file keeps them one by one: a storm's every block parsed its
+keys' first occurrences again, which the joined file folds.
 
 Xid 45 attribution is made here, in log order, for every Xid 45: it follows the GPU's latest
 other Xid when that is among the GPU's last :data:`LOOKBACK` Xids and at most
@@ -21,7 +25,7 @@ cannot see the Xid before its GPU's first 45s: it keeps them as ``leads``, and
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,13 +33,14 @@ from gputriage.parsers.kernel_model import DriverEvent, Repeats
 from gputriage.parsers.kernel_repeats import (
     count_details,
     count_key,
+    count_line_into,
     merge_folded,
     start_folded,
 )
 from gputriage.text.fields import strict_hex, strict_int
 
-__all__ = ["FOLLOW_ON_S", "KEEP", "LOOKBACK", "FoldKey", "FollowChain", "Folder", "fold_key",
-           "follows_code", "recovery_cleared", "seconds", "weight"]
+__all__ = ["FOLLOW_ON_S", "KEEP", "LOOKBACK", "Deferred", "FoldKey", "FollowChain", "Folder",
+           "fold_key", "follows_code", "recovery_cleared", "seconds", "weight"]
 
 KEEP = 64  # events of one key kept one by one before the rest are folded
 FOLLOW_ON_S = 30.0  # an Xid 45 this soon after another Xid on its GPU is its consequence
@@ -141,6 +146,27 @@ def follows_code(st: XidState | None, at: float | None, index_base: int = 0) -> 
     return None
 
 
+@dataclass(slots=True)
+class Deferred:
+    """One occurrence of a plain Xid line (a code other than 45, 79 and 154) that a
+    worker's block keeps one by one, kept as its bytes (see :meth:`Folder.defer`): the
+    process that joins the blocks builds its event only where the whole file keeps it one
+    by one too, else counts it into the key's folded event as it would count the event
+    (:meth:`Folder.add_deferred`)."""
+
+    raw: bytes  # the line
+    lineno: int
+    boot: int
+    bus: str | None
+    code: str
+    process: tuple[str, str]  # (key, name) as ``kernel_repeats.line_process`` reads them
+    message_at: int  # where the raw message starts in ``raw``
+    origin: str | None
+    at: int  # the events of its folder before it (its place among them)
+
+    repeats = None  # (read where events are renumbered)
+
+
 class Folder:
     """Folds events in log order (see the module docstring). ``events`` is the result,
     ordered by first occurrence. With ``attribute`` False, Xid 45s keep what they were
@@ -165,6 +191,12 @@ class Folder:
         # epochs seen, its folded event, its folded fallen-off-bus event)
         self._hot: dict[tuple[int, str | None, str, bool],
                         tuple[int, DriverEvent, DriverEvent | None]] = {}
+        # occurrences kept as their bytes, each with its place among ``events`` (a
+        # worker's block, see :meth:`defer`), and what builds their events where they
+        # are joined (raw line -> an object whose ``events(lineno, origin, boot)`` builds
+        # them: the joining process sets it)
+        self.deferred: list[Deferred] = []
+        self.rebuild: Callable[[bytes], Any] | None = None
 
     # -- attribution -------------------------------------------------------------------
     def _attribute(self, ev: DriverEvent) -> Lead | None:
@@ -245,6 +277,51 @@ class Folder:
         start_folded(ev)
         self._folded[key] = ev
         self.events.append(ev)
+
+    def defer(self, item: Deferred, number: int, at: float | None) -> bool:
+        """Keep ``item`` one by one as its bytes, as :meth:`add` would keep its event
+        (``number``: its code's, ``at``: its time in seconds): False when its key has a
+        folded event or keeps no more one by one (the caller builds its event)."""
+        boot, bus = item.boot, item.bus
+        loads, resets = self._loads, self._resets
+        key = (boot, loads.get(boot, 0) if loads else 0,
+               resets.get((boot, bus), 0) if resets else 0, ("xid", bus, item.code))
+        kept = self._kept.get(key, 0)
+        if kept >= self.keep or key in self._folded:
+            return False
+        self._kept[key] = kept + 1
+        if self.first_boot is None:
+            self.first_boot = boot
+        self.last_boot = boot
+        if self.attribute:  # (_attribute of a code other than 45 and 79)
+            self.states[(boot, bus)] = XidState(number, at, 0)
+        item.at = len(self.events)
+        self.deferred.append(item)
+        return True
+
+    def add_deferred(self, item: Deferred) -> None:
+        """Take a kept occurrence of another folder (:meth:`defer`) in its turn: its
+        event built and added where its key keeps it one by one here, else counted into
+        the key's folded event as :meth:`add` counts the event, which is built only if
+        it stays the last occurrence (:meth:`finish`)."""
+        boot = item.boot
+        loads, resets = self._loads, self._resets
+        key = (boot, loads.get(boot, 0) if loads else 0,
+               resets.get((boot, item.bus), 0) if resets else 0, ("xid", item.bus, item.code))
+        folded = self._folded.get(key)
+        assert self.rebuild is not None  # (set by the process that joins folders)
+        if folded is None or self.attribute:
+            for ev in self.rebuild(item.raw).events(item.lineno, item.origin, boot):
+                self.add(ev)
+            return
+        if self.first_boot is None:
+            self.first_boot = boot
+        self.last_boot = boot
+        reps = folded.repeats
+        assert reps is not None
+        folded.count += 1
+        reps.pending = (self.rebuild(item.raw), item.lineno, boot, 0)
+        count_line_into(reps, *item.process, item.code, item.raw[item.message_at:])
 
     def repeat(self, line: Any, lineno: int, boot: int) -> bool:
         """Fold one fast-parsed Xid line (a ``gputriage.logscan.fastline.FastLine``)

@@ -18,9 +18,9 @@ import sys
 from gputriage.parsers.kernel_model import DriverEvent, Repeats
 
 __all__ = ["APP_FAULTS", "PATTERNS", "PATTERN_TRIES", "PROCESSES", "blank_bytes",
-           "count_details", "count_into", "count_key", "count_pattern", "count_process",
-           "fault_pattern", "line_process", "merge_folded", "message_pattern",
-           "process_key", "start_folded"]
+           "count_details", "count_into", "count_key", "count_line_into", "count_pattern",
+           "count_process", "fault_pattern", "line_process", "merge_folded",
+           "message_pattern", "process_key", "start_folded"]
 
 PROCESSES = 64  # processes named per folded event (then only counted)
 PATTERNS = 4  # fault patterns kept per process
@@ -73,25 +73,31 @@ def count_into(reps: Repeats, ev: DriverEvent) -> None:
     if ev.kind not in _WHO:
         return
     d = ev.details
-    key, name = process_key(ev)
     code = d.get("code")
-    if key:
-        if not count_process(reps, key, name, latest=True):
-            key = ""
-        if key and code in APP_FAULTS:
-            pats = reps.patterns.get(key)
-            if pats is None:
-                pats = reps.patterns[key] = set()
-            tries = reps.tries.get(key, 0)
-            if len(pats) < PATTERNS and tries < PATTERN_TRIES:
-                reps.tries[key] = tries + 1
-                pats.add(fault_pattern(code, ev))
+    count_line_into(reps, *process_key(ev), code or "", d.get("message") or "")
     if code == "45":
         if ev.follows:
             for c in ev.follows:
                 reps.causes[c] = reps.causes.get(c, 0) + 1
         else:
             reps.uncaused += 1
+
+
+def count_line_into(reps: Repeats, key: str, name: str, code: str,
+                    message: str | bytes | bytearray) -> None:
+    """One occurrence's process ``key`` and ``name`` (as :func:`process_key` reads
+    them; "": none) and, for an application fault ``code``, its message's fault pattern
+    while its process's are worked out (bytes: the raw rest of an ASCII line): what
+    :func:`count_into` adds but a cause, without an event."""
+    if not key or not count_process(reps, key, name, latest=True) or code not in APP_FAULTS:
+        return
+    pats = reps.patterns.get(key)
+    if pats is None:
+        pats = reps.patterns[key] = set()
+    tries = reps.tries.get(key, 0)
+    if len(pats) < PATTERNS and tries < PATTERN_TRIES:
+        reps.tries[key] = tries + 1
+        pats.add(message_pattern(code, message))
 
 
 def count_details(reps: Repeats, d: dict[str, str], code: str) -> None:
