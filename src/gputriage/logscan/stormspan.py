@@ -386,7 +386,7 @@ class SpanPass:
                head: tuple[Any, ...], cur: Any) -> bool:
         """In a block that defers (``LineSource.defer``), keep the line at ``ls`` (its
         match ending at ``e``, its line's end) as its bytes, where its key has no folded
-        event yet and its code is a plain one (not 45, 79 or 154): what the per-line
+        event yet and its code is a plain one (not 79 or 154): what the per-line
         parse does to the folder and the boot segment ``cur`` (its prefix seen) is done
         here, but its event (see ``Folder.defer``). False: the caller parses it."""
         raw_key = _KEYS.get(key) if self.src.defer else None
@@ -395,7 +395,7 @@ class SpanPass:
         storm = self.storm
         bus, code = storm.plain.get(raw_key) or storm.plain_of(*raw_key)
         number = code_number(code)
-        if number is None or code in ("45", "79", "154"):
+        if number is None or code in ("79", "154"):
             return False
         raw = bytes(self.buf[ls:e])
         item = Deferred(raw, self.base + self.number(ls), self.boot, bus, code,

@@ -31,6 +31,7 @@ from typing import Any
 
 from gputriage.parsers.kernel_model import DriverEvent, Repeats
 from gputriage.parsers.kernel_repeats import (
+    count_causes,
     count_details,
     count_key,
     count_line_into,
@@ -119,13 +120,13 @@ class XidState:
 class Lead:
     """An Xid 45 logged before any other Xid of its GPU in a folder's first boot."""
 
-    event: DriverEvent  # the event itself, or the folded event it went into
+    event: DriverEvent | Deferred  # the event itself (or its bytes), or the folded event
     at: float | None
     named: int | None  # the cause its message names
     index: int  # 45s of its GPU before it in this folder's first boot
 
 
-def _add_cause(ev: DriverEvent, code: int, named: int | None) -> None:
+def _add_cause(ev: DriverEvent | Deferred, code: int, named: int | None) -> None:
     """Record that one occurrence folded into (or being) ``ev`` also follows ``code``."""
     if ev.repeats is not None:
         if code == named:
@@ -148,10 +149,10 @@ def follows_code(st: XidState | None, at: float | None, index_base: int = 0) -> 
 
 @dataclass(slots=True)
 class Deferred:
-    """One occurrence of a plain Xid line (a code other than 45, 79 and 154) that a
-    worker's block keeps one by one, kept as its bytes (see :meth:`Folder.defer`): the
-    process that joins the blocks builds its event only where the whole file keeps it one
-    by one too, else counts it into the key's folded event as it would count the event
+    """One occurrence of a plain Xid line (a code other than 79 and 154) that a worker's
+    block keeps one by one, kept as its bytes (see :meth:`Folder.defer`): the process
+    that joins the blocks builds its event only where the whole file keeps it one by one
+    too, else counts it into the key's folded event as it would count the event
     (:meth:`Folder.add_deferred`)."""
 
     raw: bytes  # the line
@@ -163,8 +164,26 @@ class Deferred:
     message_at: int  # where the raw message starts in ``raw``
     origin: str | None
     at: int  # the events of its folder before it (its place among them)
+    follows: tuple[int, ...] | None = None  # an Xid 45's, as its event's (Lead may add)
 
-    repeats = None  # (read where events are renumbered)
+    repeats = None  # (read where events are renumbered and causes added)
+
+
+class _Attributed:
+    """What builds a kept Xid 45's events (``built``, see :attr:`Folder.rebuild`), their
+    ``follows`` as its attribution had them."""
+
+    __slots__ = ("built", "follows")
+
+    def __init__(self, built: Any, follows: tuple[int, ...]) -> None:
+        self.built, self.follows = built, follows
+
+    def events(self, lineno: int | None = None, origin: str | None = None,
+               boot: int = 0) -> list[DriverEvent]:
+        out: list[DriverEvent] = self.built.events(lineno, origin, boot)
+        for ev in out:
+            ev.follows = self.follows
+        return out
 
 
 class Folder:
@@ -293,11 +312,26 @@ class Folder:
         if self.first_boot is None:
             self.first_boot = boot
         self.last_boot = boot
-        if self.attribute:  # (_attribute of a code other than 45 and 79)
-            self.states[(boot, bus)] = XidState(number, at, 0)
+        if self.attribute:  # (_attribute of a plain line of a code other than 79)
+            if number != 45:
+                self.states[(boot, bus)] = XidState(number, at, 0)
+            else:
+                self._attribute_45(item, at)
         item.at = len(self.events)
         self.deferred.append(item)
         return True
+
+    def _attribute_45(self, item: Deferred, at: float | None) -> None:
+        """:meth:`_attribute` of a plain Xid 45 line (no cause named) kept as bytes."""
+        key = (item.boot, item.bus)
+        st = self.states.get(key)
+        found = follows_code(st, at)
+        item.follows = () if found is None else (found,)
+        if st is None:
+            st = self.states[key] = XidState()
+        if st.code is None and item.boot == self.first_boot and st.since < LOOKBACK:
+            self.leads.setdefault(item.bus, []).append(Lead(item, at, None, st.since))
+        st.since += 1
 
     def add_deferred(self, item: Deferred) -> None:
         """Take a kept occurrence of another folder (:meth:`defer`) in its turn: its
@@ -312,6 +346,7 @@ class Folder:
         assert self.rebuild is not None  # (set by the process that joins folders)
         if folded is None or self.attribute:
             for ev in self.rebuild(item.raw).events(item.lineno, item.origin, boot):
+                ev.follows = item.follows
                 self.add(ev)
             return
         if self.first_boot is None:
@@ -320,8 +355,13 @@ class Folder:
         reps = folded.repeats
         assert reps is not None
         folded.count += 1
-        reps.pending = (self.rebuild(item.raw), item.lineno, boot, 0)
+        built = self.rebuild(item.raw)
+        if item.follows is not None:  # (an Xid 45: its event as attributed)
+            built = _Attributed(built, item.follows)
+        reps.pending = (built, item.lineno, boot, 0)
         count_line_into(reps, *item.process, item.code, item.raw[item.message_at:])
+        if item.code == "45":
+            count_causes(reps, item.follows)
 
     def repeat(self, line: Any, lineno: int, boot: int) -> bool:
         """Fold one fast-parsed Xid line (a ``gputriage.logscan.fastline.FastLine``)

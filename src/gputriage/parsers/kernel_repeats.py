@@ -18,9 +18,9 @@ import sys
 from gputriage.parsers.kernel_model import DriverEvent, Repeats
 
 __all__ = ["APP_FAULTS", "PATTERNS", "PATTERN_TRIES", "PROCESSES", "blank_bytes",
-           "count_details", "count_into", "count_key", "count_line_into", "count_pattern",
-           "count_process", "fault_pattern", "line_process", "merge_folded",
-           "message_pattern", "process_key", "start_folded"]
+           "count_causes", "count_details", "count_into", "count_key", "count_line_into",
+           "count_pattern", "count_process", "fault_pattern", "line_process",
+           "merge_folded", "message_pattern", "process_key", "start_folded"]
 
 PROCESSES = 64  # processes named per folded event (then only counted)
 PATTERNS = 4  # fault patterns kept per process
@@ -76,11 +76,16 @@ def count_into(reps: Repeats, ev: DriverEvent) -> None:
     code = d.get("code")
     count_line_into(reps, *process_key(ev), code or "", d.get("message") or "")
     if code == "45":
-        if ev.follows:
-            for c in ev.follows:
-                reps.causes[c] = reps.causes.get(c, 0) + 1
-        else:
-            reps.uncaused += 1
+        count_causes(reps, ev.follows)
+
+
+def count_causes(reps: Repeats, follows: tuple[int, ...] | None) -> None:
+    """One Xid 45's causes (``follows``: what it follows; none: uncaused)."""
+    if follows:
+        for c in follows:
+            reps.causes[c] = reps.causes.get(c, 0) + 1
+    else:
+        reps.uncaused += 1
 
 
 def count_line_into(reps: Repeats, key: str, name: str, code: str,
