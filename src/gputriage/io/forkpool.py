@@ -186,7 +186,7 @@ def _in_order(fds: list[int], handout: _Handout, workers: int) -> Generator[Any,
     for fd in fds:
         poller.register(fd, select.POLLIN)
     open_fds = set(fds)
-    held: dict[int, tuple[int, bytes]] = {}  # task number -> (its pickled size, pickle)
+    held: dict[int, bytes] = {}  # task number -> its result's pickle
     held_bytes = 0
     ahead, bound = AHEAD * workers, PIPE_SIZE * workers
     for i in range(handout.count):
@@ -202,10 +202,10 @@ def _in_order(fds: list[int], handout: _Handout, workers: int) -> Generator[Any,
                     open_fds.discard(fd)
                     handout.stop()  # (the others end once they took what was handed out)
                     continue
-                held[got[0]] = (len(got[1]), got[1])
+                held[got[0]] = got[1]
                 held_bytes += len(got[1])
-        size, payload = held.pop(i)
-        held_bytes -= size
+        payload = held.pop(i)
+        held_bytes -= len(payload)
         result = pickle.loads(payload)
         if isinstance(result, _Failed):
             raise WorkerDied(result.text)

@@ -304,14 +304,18 @@ class Folder:
         self._folded[key] = ev
         self.events.append(ev)
 
+    def _plain_key(self, item: Deferred) -> _EpochKey:
+        """The key a kept occurrence's event folds under now (see :meth:`add`)."""
+        boot, loads, resets = item.boot, self._loads, self._resets
+        return (boot, loads.get(boot, 0) if loads else 0,
+                resets.get((boot, item.bus), 0) if resets else 0, ("xid", item.bus, item.code))
+
     def defer(self, item: Deferred, number: int, at: float | None) -> bool:
         """Keep ``item`` one by one as its bytes, as :meth:`add` would keep its event
         (``number``: its code's, ``at``: its time in seconds): False when its key has a
         folded event or keeps no more one by one (the caller builds its event)."""
         boot, bus = item.boot, item.bus
-        loads, resets = self._loads, self._resets
-        key = (boot, loads.get(boot, 0) if loads else 0,
-               resets.get((boot, bus), 0) if resets else 0, ("xid", bus, item.code))
+        key = self._plain_key(item)
         kept = self._kept.get(key, 0)
         if kept >= self.keep or key in self._folded:
             return False
@@ -346,10 +350,7 @@ class Folder:
         the key's folded event as :meth:`add` counts the event, which is built only if
         it stays the last occurrence (:meth:`finish`)."""
         boot = item.boot
-        loads, resets = self._loads, self._resets
-        key = (boot, loads.get(boot, 0) if loads else 0,
-               resets.get((boot, item.bus), 0) if resets else 0, ("xid", item.bus, item.code))
-        folded = self._folded.get(key)
+        folded = self._folded.get(self._plain_key(item))
         assert self.rebuild is not None  # (set by the process that joins folders)
         if folded is None or self.attribute:
             for ev in self.rebuild(item.raw).events(item.lineno, item.origin, boot):
