@@ -283,7 +283,8 @@ def test_first_occurrences_kept_as_bytes_in_later_blocks(monkeypatch, tmp_path, 
         parsed = scan()
     assert kept == forked == parsed and len(parsed) > 100
     assert here.deferred > 100 and joined["counted"] > 0
-    assert joined["built"] > 0 if keep == 64 else True
+    if keep == 64:  # (keys not folded yet when a later block joins: their events built)
+        assert joined["built"] > 0
 
 
 def _bursty(fmt: str) -> str:
