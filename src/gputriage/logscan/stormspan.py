@@ -49,7 +49,6 @@ from gputriage.parsers.kernel_repeats import (
     PATTERN_TRIES,
     PROCESSES,
     count_pattern,
-    count_process,
 )
 from gputriage.text.newlines import newlines
 
@@ -58,11 +57,12 @@ if TYPE_CHECKING:
 
 __all__ = ["SpanPass"]
 
-# every lead of a span, with (where the line has the usual shape) what the storm path
-# reads of it: its key (bus and code as printed), its pid and process as printed, and the
-# rest of the line (each looked up as it is, worked out once per distinct value)
+# the first lead of each line of a span (a match runs to the line's end), with (where the
+# line has the usual shape) what the storm path reads of it: its key (bus and code as
+# printed) and its pid and process as printed (each looked up as it is, worked out once
+# per distinct value); and the rest of the line
 _FIND = re.compile(rb"NVRM: Xid \(PCI:(?:([^)\n]{0,40}\): ?[0-9]{1,5}), "
-                   rb"(pid='?[^,'\n]{0,32}'?, ?name=[^,\n]{0,64}), ?([^\n]*))?")
+                   rb"(pid='?[^,'\n]{0,32}'?, ?name=[^,\n]{0,64}), ?)?([^\n]*)")
 _KEY = re.compile(rb"(.*)\): ?([0-9]+)", re.S)  # a key: (bus, code)
 _WHO = re.compile(rb"pid=('?[^,']*'?), ?name=(.*)", re.S)  # a pid and process: (pid, name)
 _RESET = (b" 154", b":154")  # how a key of an Xid 154 ends
@@ -292,24 +292,21 @@ class SpanPass:
         busy, cur, boot = self.busy, self.cur, self.boot
         shown: Any = None  # the prefix whose time ``cur`` saw last
         stale = False  # a line was handed over: boot, epochs, extractor, segment may differ
-        last_line = -1
         # ``self.prev`` and lines folded since ``self.folded`` was last added to, kept
-        # here between the calls that read them (``meet``, ``jump``, ``alone``)
-        prev, folded = self.prev, 0
+        # here between the calls that read them (``meet``, ``jump``, ``alone``); the
+        # next candidate's start, as ``meet`` leaves it
+        prev, folded, next_at = self.prev, 0, self.next_at
         for ls, e, groups, hb in rows:
-            if ls == last_line:  # another lead on a line already taken
-                continue
-            last_line = ls
             if stale:
                 hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
                 prev, stale = self.prev, False
             key, who, rest = groups
             listed: bool | None = False
-            if ls >= self.next_at:
+            if ls >= next_at:
                 self.prev, self.folded, folded = prev, self.folded + folded, 0
                 listed = self.meet(ls, key is not None)
                 hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
-                prev = self.prev
+                prev, next_at = self.prev, self.next_at
                 if listed is None:
                     continue
             if not exact and ls - prev > gap_exact:
@@ -337,21 +334,21 @@ class SpanPass:
                     self.alone(ls)  # a new boot: the full bookkeeping
                     stale = True
                     continue
+                # (``BootSegment.saw``, now: the prefix seen again, by a parse or
+                # ``_defer`` that may take the line, changes none)
+                shown = head
+                cur.saw(time, up)
             h = hots.get(key)
             if h is None:
                 h = self._hot(key)
                 if h is None:  # its first occurrences: kept one by one
-                    if self._defer(ls, e, key, who, rest, head, cur):
-                        shown = head  # (what ``_defer`` let the boot see)
+                    if self._defer(ls, e, key, who, rest, head):
                         folded += 1
                         continue
                     self.prev, self.folded, folded = prev, self.folded + folded, 0
                     self.alone(ls, key.endswith(_RESET))  # (parsed, its event built)
                     stale = True
                     continue
-            if head is not shown:  # (``BootSegment.saw``: a prefix seen again changes none)
-                shown = head
-                cur.saw(head[2], head[3])
             ev, reps, bus, code, app, number, plainly, gpu, caused = h
             if attribute:
                 if plainly:  # (``Folder.attribute_line`` for the usual codes, inline)
@@ -369,26 +366,27 @@ class SpanPass:
             pk, pname = whos.get(who) or _who(storm, who)
             if not pk:
                 continue
-            named = reps.processes
-            if pk in named:  # (``count_process``, inline where it is named already
-                if pname and not named[pk]:  # or where no other is named: a storm of
-                    named[pk] = pname  # many processes names its first ones only)
-            elif len(named) >= PROCESSES:
-                reps.other_processes += 1
-                continue
-            elif not count_process(reps, pk, pname):
-                continue
+            named = reps.processes  # (``count_process``, inline: a storm of many
+            have = named.get(pk)  # processes names its first ones only)
+            if not have:
+                if have is None:
+                    if len(named) >= PROCESSES:
+                        reps.other_processes += 1
+                        continue
+                    named[pk] = pname
+                elif pname:
+                    named[pk] = pname
             if app and reps.tries.get(pk, 0) < PATTERN_TRIES:
                 count_pattern(reps, pk, code, rest)
         self.prev, self.folded = prev, self.folded + folded
 
     def _defer(self, ls: int, e: int, key: bytes, who: bytes, rest: bytes,
-               head: tuple[Any, ...], cur: Any) -> bool:
+               head: tuple[Any, ...]) -> bool:
         """In a block that defers (``LineSource.defer``), keep the line at ``ls`` (its
         match ending at ``e``, its line's end) as its bytes, where its key has no folded
         event yet and its code is a plain one (not 79 or 154): what the per-line
-        parse does to the folder and the boot segment ``cur`` (its prefix seen) is done
-        here, but its event (see ``Folder.defer``). False: the caller parses it."""
+        parse does to the folder is done here, but its event (see ``Folder.defer``; the
+        boot segment saw its prefix already). False: the caller parses it."""
         raw_key = _KEYS.get(key) if self.src.defer else None
         if raw_key is None:
             return False  # (_hot read every key first)
@@ -401,10 +399,7 @@ class SpanPass:
         item = Deferred(raw, self.base + self.number(ls), self.boot, bus, code,
                         _WHOS.get(who) or _who(storm, who), len(raw) - len(rest),
                         self.src.name, 0)
-        if not self.src.fold.defer(item, number, head[4]):
-            return False
-        cur.saw(head[2], head[3])
-        return True
+        return self.src.fold.defer(item, number, head[4])
 
     def _hot(self, key: bytes) -> tuple[Any, ...] | None:
         """What the pass keeps of a key whose folded event exists (None: none yet)."""
