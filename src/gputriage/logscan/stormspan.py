@@ -334,8 +334,8 @@ class SpanPass:
                     self.alone(ls)  # a new boot: the full bookkeeping
                     stale = True
                     continue
-                # (``BootSegment.saw``, now: the prefix seen again, by a parse or
-                # ``_defer`` that may take the line, changes none)
+                # (``BootSegment.saw`` here for every way the line may go: the per-line
+                # parse of one handed over sees the same prefix again, which changes none)
                 shown = head
                 cur.saw(time, up)
             h = hots.get(key)
