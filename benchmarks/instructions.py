@@ -137,6 +137,17 @@ def report(counts: dict[str, dict[str, int]], top: int) -> list[str]:
     return lines
 
 
+def _tasks(log: str) -> int:
+    """How many worker tasks the scan cuts ``log`` into (this checkout's layout)."""
+    if str(REPO / "src") not in sys.path:
+        sys.path.insert(0, str(REPO / "src"))
+    from gputriage.logscan import ScanConfig
+
+    size = os.path.getsize(log)
+    task = ScanConfig().task_for(size)
+    return max(1, -(-size // task))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log")
@@ -151,6 +162,10 @@ def main() -> int:
         return 2
     if not os.path.isfile(args.log):
         print(f"instructions: no such file: {args.log}", file=sys.stderr)
+        return 2
+    tasks = _tasks(args.log)
+    if not 0 <= args.task < tasks:
+        print(f"instructions: {args.log} has tasks 0 to {tasks - 1}", file=sys.stderr)
         return 2
     trees = {"this": str(REPO / "src")}
     if args.baseline:
