@@ -94,15 +94,8 @@ def count_line_into(reps: Repeats, key: str, name: str, code: str,
     them; "": none) and, for an application fault ``code``, its message's fault pattern
     while its process's are worked out (bytes: the raw rest of an ASCII line): what
     :func:`count_into` adds but a cause, without an event."""
-    if not key or not count_process(reps, key, name, latest=True) or code not in APP_FAULTS:
-        return
-    pats = reps.patterns.get(key)
-    if pats is None:
-        pats = reps.patterns[key] = set()
-    tries = reps.tries.get(key, 0)
-    if len(pats) < PATTERNS and tries < PATTERN_TRIES:
-        reps.tries[key] = tries + 1
-        pats.add(message_pattern(code, message))
+    if key and count_process(reps, key, name, latest=True) and code in APP_FAULTS:
+        count_pattern(reps, key, code, message)
 
 
 def count_details(reps: Repeats, d: dict[str, str], code: str) -> None:
