@@ -158,6 +158,18 @@ def _history_in_tmp(monkeypatch, _own_dir):
     monkeypatch.setenv("GPUTRIAGE_STATE_DIR", str(_own_dir / "state"))
 
 
+@pytest.fixture(scope="session")
+def _hs_cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("hscache")
+
+
+@pytest.fixture(autouse=True)
+def _hs_cache_in_tmp(monkeypatch, _hs_cache_dir):
+    """Compiled search databases are kept in the session's folder (shared by its tests),
+    never in the machine's cache."""
+    monkeypatch.setenv("GPUTRIAGE_CACHE_DIR", str(_hs_cache_dir))
+
+
 @pytest.fixture(autouse=True)
 def _strict_rules(monkeypatch, _own_dir):
     """A rule that raises fails the test (in production it is reported as skipped and

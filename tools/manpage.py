@@ -26,6 +26,8 @@ SUMMARY = "triage a GPU node: what is wrong, node or job, what to do next"
 ENVIRONMENT = (
     ("GPUTRIAGE_STATE_DIR", "History and acknowledgements directory (default: "
      "$XDG_STATE_HOME/gputriage, /var/lib/gputriage as root)."),
+    ("GPUTRIAGE_CACHE_DIR", "Where compiled search databases are kept between runs "
+     "(default: $XDG_CACHE_HOME/gputriage, /var/cache/gputriage as root; empty: none)."),
     ("GPUTRIAGE_EXPECT", "The expectations file check reads without --expect "
      "(default: /etc/gputriage/expect.toml when present)."),
     ("GPUTRIAGE_PAGER, PAGER", "The pager of a long report on a terminal (default: less -FRX)."),

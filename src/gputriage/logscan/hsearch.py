@@ -17,6 +17,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gputriage.text.hscache import compiled
 from gputriage.text.hslines import import_hyperscan, literal_pattern
 
 __all__ = ["Matcher", "available", "hyperscan_hits", "matcher"]
@@ -133,9 +134,7 @@ class Matcher:
         flags += [0] * len(fill)
         self.patterns = len(exprs)  # (fillers included)
         self.lead = lead
-        self.db = hs.Database(mode=hs.HS_MODE_BLOCK)
-        self.db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
-                        flags=flags)
+        self.db = compiled(hs, exprs, range(len(exprs)), flags)
         self.scratch: Callable[[], Any] = functools.partial(hs.Scratch, self.db)
 
 
@@ -144,9 +143,10 @@ def matcher(anchors: tuple[bytes, ...], modes: tuple[int, ...],
             routine: tuple[tuple[bytes, tuple[bytes, ...]], ...],
             screen: bytes | None = None, lead: bytes | None = None) -> Matcher:
     """The database of ``anchors`` (and ``screen``, a Hyperscan expression; ``lead``, see
-    :class:`Matcher`) compiled once per process: about 4 ms for the anchors alone, 30 ms
-    with the screen expression. Hyperscan searches a MiB in about 0.35 ms, libc in 0.9:
-    small spans are searched by libc, which needs no database."""
+    :class:`Matcher`), once per process: compiled in about 4 ms for the anchors alone,
+    30 ms with the screen expression, or loaded from the cache where a run compiled it
+    before (:mod:`gputriage.text.hscache`). Hyperscan searches a MiB in about 0.35 ms,
+    libc in 0.9: small spans are searched by libc, which needs no database."""
     return Matcher(anchors, modes, dict(routine), screen, lead)
 
 

@@ -205,7 +205,8 @@ def _matcher(anchors: Sequence[bytes], config: ScanConfig, storm: bool = False
              ) -> hsearch.Matcher:
     """The database of ``anchors`` (literals only: compiled in about 4 ms); ``storm``:
     the one that leaves the storm path's lines out and screens them (its screen
-    expression takes about 30 ms to compile: only spans that Xid lines crowd use it)."""
+    expression takes about 30 ms to compile, where the cache does not hold it: only
+    spans that Xid lines crowd use it)."""
     return _matcher_of(tuple(anchors), config.reject, storm)
 
 

@@ -48,6 +48,7 @@ from gputriage.parsers.nccl_log import (
     long_lines,
 )
 from gputriage.parsers.nccl_model import NcclLog
+from gputriage.text.hscache import compiled
 from gputriage.text.hslines import import_hyperscan
 from gputriage.text.newlines import newlines
 
@@ -112,10 +113,9 @@ def _hyperscan() -> Finder | None:
     exprs = [*(re.escape(m) for m in STRONG), *TAP_MARKERS, *WEAK_SHAPES]
     ids = [0] * len(STRONG) + [1] * len(TAP_MARKERS) + [2] * len(WEAK_SHAPES)
     try:
-        db = hyperscan.Database()
-        db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=[0] * len(exprs))
-        rows_db = hyperscan.Database()  # ("\n..." runs twice as fast as "^...")
-        rows_db.compile(expressions=[_ROW_RE.pattern], ids=[1], elements=1, flags=[0])
+        db = compiled(hyperscan, exprs, ids, [0] * len(exprs))
+        # ("\n..." runs twice as fast as "^...")
+        rows_db = compiled(hyperscan, [_ROW_RE.pattern], [1], [0])
     except Exception:  # a wheel that cannot compile here: fall back
         return None
 

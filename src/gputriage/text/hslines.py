@@ -13,6 +13,8 @@ import importlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from gputriage.text.hscache import compiled
+
 __all__ = ["NON_ASCII", "LineFinder", "Patterns", "hyperscan_module", "import_hyperscan",
            "line_break", "literal_pattern", "text_offsets"]
 
@@ -61,9 +63,7 @@ class Patterns:
                 exprs = [*plain, *(literal_pattern(w) for w in self.caseless)]
                 flags = [0] * len(plain) + [hs.HS_FLAG_CASELESS] * len(self.caseless)
                 try:
-                    db = hs.Database()
-                    db.compile(expressions=exprs, ids=list(range(len(exprs))),
-                               elements=len(exprs), flags=flags)
+                    db = compiled(hs, exprs, range(len(exprs)), flags)
                 except Exception:  # a wheel that cannot compile here: search without it
                     db = None
             self._db[narrow] = db
