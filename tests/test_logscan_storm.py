@@ -111,8 +111,8 @@ def storm_log(fmt: str, seed: int = 1, n: int = 2000) -> str:
         if "blocked for more than" in msg:
             out += [_line(fmt, t, up, "Call Trace:", boot),
                     _line(fmt, t, up, _body(rng, procs), boot)]
-        elif i % 211 == 0 and fmt in ("dmesg", "dmesg-T"):
-            out.append("    continued text of the line before")
+        elif i % 53 == 0 and fmt != "json":  # (spaces, or a tab, lead it)
+            out.append(("    " if i % 2 else "\t") + "continued text of the line before")
     return "\n".join(out) + "\n"
 
 
@@ -385,6 +385,28 @@ def test_hyperscan_leaves_the_lead_lines_other_anchors_find_to_the_storm_path():
     assert hits == {starts[1]: 0, starts[3]: 1, starts[4]: 0, starts[5]: 0}
     plain = anchor_hits(buf, 0, len(buf), ANCHORS, config)
     assert sorted(plain) == [starts[k] for k in (0, 1, 3, 4, 5)]
+
+
+@pytest.mark.parametrize("byte", range(256))
+def test_the_storm_pass_sees_a_continuation_line_as_the_search_does(byte):
+    """The storm pass's lead match runs on over its line's newline and the next byte
+    exactly where the next line is one the search takes as a continuation (its first
+    byte a blank, in the span): then the pass hands the line over with it."""
+    from gputriage.logscan import search, stormspan
+
+    line = b"x NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=python3, Graphics Exception"
+    buf = line + b"\n" + bytes([byte]) + b"next"
+    m = stormspan._FIND.search(buf)
+    assert m is not None and m.start() == 2
+    follows = byte in (32, 9)
+    assert bool(m[4]) == follows == (byte in stormspan._BLANK)
+    assert m.end() == len(line) + 2 * follows
+    # (what the search takes: a line whose first byte is a blank goes with the one before)
+    want: dict[int, int] = {}
+    search._context(buf, 0, len(buf), 0, search.MAX_CONT, want)
+    assert (len(line) + 1 in want) == follows
+    # the span's end: nothing after the newline is seen
+    assert stormspan._FIND.search(buf, 0, len(line) + 1)[4] == b""
 
 
 # what a fault pattern blanks, written out (the oracle of the two tests below): addresses,

@@ -57,12 +57,14 @@ if TYPE_CHECKING:
 
 __all__ = ["SpanPass"]
 
-# the first lead of each line of a span (a match runs to the line's end), with (where the
+# the first lead of each line of a span (a match runs to the line's end, and on over the
+# newline and blank that start a continuation line where one follows), with (where the
 # line has the usual shape) what the storm path reads of it: its key (bus and code as
 # printed) and its pid and process as printed (each looked up as it is, worked out once
-# per distinct value); and the rest of the line
+# per distinct value); the rest of the line; and that newline and blank, or b"" (in the
+# span: what ``buf[e + 1] in _BLANK`` tests, ``e`` the line's end)
 _FIND = re.compile(rb"NVRM: Xid \(PCI:(?:([^)\n]{0,40}\): ?[0-9]{1,5}), "
-                   rb"(pid='?[^,'\n]{0,32}'?, ?name=[^,\n]{0,64}), ?)?([^\n]*)")
+                   rb"(pid='?[^,'\n]{0,32}'?, ?name=[^,\n]{0,64}), ?)?([^\n]*)(\n[ \t]|)")
 _KEY = re.compile(rb"(.*)\): ?([0-9]+)", re.S)  # a key: (bus, code)
 _WHO = re.compile(rb"pid=('?[^,']*'?), ?name=(.*)", re.S)  # a pid and process: (pid, name)
 _RESET = (b" 154", b":154")  # how a key of an Xid 154 ends
@@ -279,7 +281,7 @@ class SpanPass:
     def _fold_all(self, rows: Iterable[tuple[int, int, tuple[Any, ...], bytes]]) -> None:
         """The loop of :meth:`run` over (line start, match end, match groups, line prefix)
         of each lead in order."""
-        buf, hi = self.buf, self.hi
+        buf = self.buf
         exact, gap_exact = self.exact, self.gap_exact
         storm = self.storm
         known, head_of = storm.heads, storm.head_of
@@ -300,7 +302,7 @@ class SpanPass:
             if stale:
                 hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
                 prev, stale = self.prev, False
-            key, who, rest = groups
+            key, who, rest, cont = groups
             listed: bool | None = False
             if ls >= next_at:
                 self.prev, self.folded, folded = prev, self.folded + folded, 0
@@ -309,12 +311,14 @@ class SpanPass:
                 prev, next_at = self.prev, self.next_at
                 if listed is None:
                     continue
+                if cont:  # (a candidate followed by continuation lines)
+                    e -= 2
+                    cont = b""
             if not exact and ls - prev > gap_exact:
                 self.prev = prev
                 self.jump(ls)
             prev = ls
-            if (busy or key is None or e - ls > MAX_LINE
-                    or (not listed and e + 1 < hi and buf[e + 1] in _BLANK)):
+            if busy or key is None or e - ls > MAX_LINE or cont:
                 self.prev, self.folded, folded = prev, self.folded + folded, 0
                 self.alone(ls)
                 stale = True
