@@ -598,11 +598,20 @@ def main() -> int:
     sys.path.insert(0, str(REPO / "src"))
 
     profiles = PROFILES if args.profile == "all" else (args.profile,)
+    # compiled Hyperscan databases kept for this run alone: each tree's first run compiles
+    # them, its next runs load them, as a node's runs after its first do
+    cache = Path(tempfile.mkdtemp(prefix="gt-logscan-hs-"))
+    os.environ["GPUTRIAGE_CACHE_DIR"] = str(cache)
+    print(f"compiled Hyperscan databases: kept in {cache} (the first run of each tree "
+          "compiles them, its next runs load them)")
     quiet_rate = None
-    for profile in profiles:
-        rate = _run_profile(args, profile, quiet_rate)
-        if profile == "quiet":
-            quiet_rate = rate
+    try:
+        for profile in profiles:
+            rate = _run_profile(args, profile, quiet_rate)
+            if profile == "quiet":
+                quiet_rate = rate
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     return 0
 
 

@@ -159,6 +159,8 @@ def main() -> int:
               f"({args.nccl_percent:g} % NCCL lines) in {time.perf_counter() - start:.1f} s")
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
+    # (compiled Hyperscan databases kept for this run alone: the warm-up run compiles them)
+    os.environ["GPUTRIAGE_CACHE_DIR"] = str(folder / "hyperscan")
     try:
         size_mb = log.stat().st_size / 1e6
         subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=False)
