@@ -96,3 +96,13 @@ def test_the_reading_budgets_are_the_input_policys() -> None:
                  f"a file over {_size(k8s.MAX_KUBECONFIG_BYTES)}, is exit 66",
                  f"nested past {expect.MAX_DEPTH} levels is refused"):
         assert said in prose, said
+
+
+def test_the_compiled_database_cache_is_as_documented() -> None:
+    from gputriage.text import hscache
+
+    prose = " ".join(DOC.split())
+    for said in (f"is at most {_size(hscache._MAX_FILE)}",
+                 f"The {hscache.KEEP} most recently written are kept",
+                 f"`${hscache.CACHE_DIR_ENV}`", f"`{hscache.ROOT_CACHE_DIR}` as root"):
+        assert said in prose, said
