@@ -7,22 +7,22 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gputriage.facts.expectations import GpuTraces
 from gputriage.knowledge import node_messages
 from gputriage.knowledge.job_messages import Message, message, scan_line
 from gputriage.model import Action, Blame, Evidence, Finding, Scope, Severity, evidence, gpu_scope
-from gputriage.parsers.driver import KernelModuleVersion, LibFile, ModuleVersions
 from gputriage.parsers.kernel_fold import weight
-from gputriage.parsers.kernel_model import DriverEvent
-from gputriage.parsers.modules import Module
-from gputriage.parsers.nvml import NvmlReading
-from gputriage.parsers.nvsmi import SmiError, SmiReport
-from gputriage.parsers.pci import PciFunction
 from gputriage.rules.base import SOFTWARE_DRAIN, finding, rule, versions_agree
 from gputriage.text.fields import split_lines
 
 if TYPE_CHECKING:
+    from gputriage.facts.expectations import GpuTraces
+    from gputriage.parsers.driver import KernelModuleVersion, LibFile, ModuleVersions
     from gputriage.parsers.job_log import JobLog
+    from gputriage.parsers.kernel_model import DriverEvent
+    from gputriage.parsers.modules import Module
+    from gputriage.parsers.nvml import NvmlReading
+    from gputriage.parsers.nvsmi import SmiError, SmiReport
+    from gputriage.parsers.pci import PciFunction
 
 DOC_XID = "https://docs.nvidia.com/deploy/xid-errors/index.html"
 Versions = dict[str, list[Evidence]]  # version -> the evidence that shows it

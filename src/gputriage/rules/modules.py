@@ -4,11 +4,14 @@ RDMA needs, and all of them at one version."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from gputriage.model import Action, Blame, Finding, Scope, Severity, evidence
-from gputriage.parsers.driver import ModuleVersions
-from gputriage.parsers.modules import Module
 from gputriage.rules.base import finding, rule
+
+if TYPE_CHECKING:
+    from gputriage.parsers.driver import ModuleVersions
+    from gputriage.parsers.modules import Module
 
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 

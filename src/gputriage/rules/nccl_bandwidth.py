@@ -8,21 +8,24 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gputriage.facts.fabric import FabricNeed
 from gputriage.facts.nccl import NcclLogText, on_sockets
-from gputriage.facts.nccl_bandwidth import Expectation
-from gputriage.facts.pcie import PcieLink
 from gputriage.knowledge.nccl_results import result_of
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity, evidence
-from gputriage.parsers.infiniband import IbPort
-from gputriage.parsers.modules import Module
 from gputriage.parsers.nccl_model import NET_IB, NcclLog, NcclProcess, NcclTestRow, NcclTestRun
-from gputriage.parsers.systemd import UnitState
 from gputriage.rules.base import action_for, finding, rule
 from gputriage.rules.modules import PEERMEM_MODULES, loaded_line
 from gputriage.rules.nccl_transport_causes import socket_causes
 from gputriage.text.words import human_number
+
+if TYPE_CHECKING:
+    from gputriage.facts.fabric import FabricNeed
+    from gputriage.facts.nccl_bandwidth import Expectation
+    from gputriage.facts.pcie import PcieLink
+    from gputriage.parsers.infiniband import IbPort
+    from gputriage.parsers.modules import Module
+    from gputriage.parsers.systemd import UnitState
 
 TESTS = "nccl_tests"
 LOW = 0.80  # peak busbw below this share of the expectation: a warning

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclWarn
+if TYPE_CHECKING:
+    from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclWarn
 
 FLUSH = 5  # IBV_WC_WR_FLUSH_ERR: the queue pair already failed
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from gputriage.facts.nccl import on_sockets
 from gputriage.knowledge import nccl_warnings
@@ -27,14 +27,16 @@ from gputriage.model import (
     Severity,
     evidence,
 )
-from gputriage.parsers.hostcfg import KernelCmdline
-from gputriage.parsers.infiniband import IbPort
-from gputriage.parsers.modules import Module
-from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclWarn
 from gputriage.rules.base import finding, rule
 from gputriage.rules.nccl_completions import FLUSH, Completion, completions
 from gputriage.rules.nccl_ib_advice import HostRdma, advice, cloud_vm, roce_path
 from gputriage.text.fields import split_lines
+
+if TYPE_CHECKING:
+    from gputriage.parsers.hostcfg import KernelCmdline
+    from gputriage.parsers.infiniband import IbPort
+    from gputriage.parsers.modules import Module
+    from gputriage.parsers.nccl_model import NcclLog, NcclProcess, NcclWarn
 
 LOG = "nccl_log"
 SHOWN = 6  # WARN lines kept as evidence per finding

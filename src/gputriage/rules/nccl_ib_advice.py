@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from gputriage.knowledge.ib_status import ib_wc_points_at
 from gputriage.model import Action, Blame, Evidence, evidence
-from gputriage.parsers.hostcfg import KernelCmdline
-from gputriage.parsers.infiniband import IbPort
-from gputriage.parsers.modules import Module
 from gputriage.rules.modules import PEERMEM_MODULES, loaded_line
 
 if TYPE_CHECKING:
+    from gputriage.parsers.hostcfg import KernelCmdline
+    from gputriage.parsers.infiniband import IbPort
+    from gputriage.parsers.modules import Module
     from gputriage.rules.nccl_completions import Completion
 
 __all__ = ["HostRdma", "advice", "cloud_vm", "roce_path"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from gputriage.model import (
     NODE,
@@ -22,11 +23,13 @@ from gputriage.model import (
     evidence,
     gpu_scope,
 )
-from gputriage.parsers.kernel_model import DriverEvent
 from gputriage.parsers.nccl_model import NcclComm, NcclLog, NcclProcess, NcclWarn
 from gputriage.rules.base import finding, rule
 from gputriage.rules.nccl_errors import plural
 from gputriage.text.fields import split_lines, strict_int
+
+if TYPE_CHECKING:
+    from gputriage.parsers.kernel_model import DriverEvent
 
 LOG = "nccl_log"
 SHOWN = 6

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from gputriage.facts.nccl import (
     NcclJob,
@@ -21,19 +22,21 @@ from gputriage.facts.nccl import (
     on_sockets,
     process_network,
 )
-from gputriage.facts.stack import GpuSighting
-from gputriage.facts.topology import GpuPlacement
 from gputriage.model import Action, Blame, Evidence, Finding, Severity, evidence
-from gputriage.parsers.infiniband import IbPort
 from gputriage.parsers.kernel_host import is_virtual_interface
-from gputriage.parsers.modules import Module
 from gputriage.parsers.nccl_model import NET_IB, NET_SOCKET, SHM, NcclChannel, NcclComm, NcclProcess
-from gputriage.parsers.pci import PciFunction
-from gputriage.parsers.topo import TopoMatrix
 from gputriage.rules import nccl_transport_paths as paths
 from gputriage.rules.base import finding, rule
 from gputriage.rules.nccl_errors import plural as _plural
 from gputriage.rules.nccl_transport_causes import Cause, socket_causes
+
+if TYPE_CHECKING:
+    from gputriage.facts.stack import GpuSighting
+    from gputriage.facts.topology import GpuPlacement
+    from gputriage.parsers.infiniband import IbPort
+    from gputriage.parsers.modules import Module
+    from gputriage.parsers.pci import PciFunction
+    from gputriage.parsers.topo import TopoMatrix
 
 SRC = "nccl_log"
 IPOIB_IFACE = re.compile(r"^ib[a-z]?[0-9]", re.IGNORECASE)  # ib0, ibs85f0, ibp12s0

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gputriage.facts.nccl import NcclLogText, env_value
 from gputriage.model import Action, Blame
-from gputriage.parsers.nccl_model import NcclProcess
+
+if TYPE_CHECKING:
+    from gputriage.parsers.nccl_model import NcclProcess
 
 __all__ = ["Cause", "socket_causes"]
 

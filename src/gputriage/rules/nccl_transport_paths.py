@@ -10,20 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gputriage.facts.nccl import NcclJob, NcclLogText, env_value, nccl_bus_id
-from gputriage.facts.topology import GpuPlacement
 from gputriage.model import NODE, Action, Blame, Evidence, Finding, Severity, evidence, gpu_scope
-from gputriage.parsers.infiniband import IbPort
-from gputriage.parsers.modules import Module
 from gputriage.parsers.nccl_model import NET_IB, NET_PLUGIN, P2P, SHM, NcclChannel, NcclGdr
 from gputriage.parsers.nccl_model import NcclProcess as Proc
-from gputriage.parsers.pci import PciFunction
 from gputriage.parsers.topo import TopoMatrix, distance, nvlink_count
 from gputriage.rules.base import finding
 from gputriage.rules.modules import PEERMEM_MODULES as PEERMEM
 from gputriage.rules.modules import loaded_line
 from gputriage.text.fields import strict_int
+
+if TYPE_CHECKING:
+    from gputriage.facts.topology import GpuPlacement
+    from gputriage.parsers.infiniband import IbPort
+    from gputriage.parsers.modules import Module
+    from gputriage.parsers.pci import PciFunction
 
 __all__ = ["LOW_P2P_LEVELS", "HostLayout", "gdr_findings", "shm_findings"]
 
