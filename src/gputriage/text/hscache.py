@@ -162,12 +162,13 @@ def _euid() -> int:
 def _prune(folder: Path) -> None:
     """Remove the databases past the :data:`KEEP` most recently written."""
     kept = []
-    for entry in os.scandir(folder):
-        if entry.name.endswith(_SUFFIX):
-            try:
-                kept.append((entry.stat().st_mtime_ns, entry.path))
-            except OSError:
-                continue
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.endswith(_SUFFIX):
+                try:
+                    kept.append((entry.stat().st_mtime_ns, entry.path))
+                except OSError:
+                    continue
     for _mtime, old in sorted(kept, reverse=True)[KEEP:]:
         try:
             os.unlink(old)
