@@ -74,7 +74,7 @@ def test_other_patterns_flags_or_ids_are_compiled_not_loaded(folder):
     assert len(files(folder)) == 3
 
 
-def test_a_file_kept_for_other_patterns_is_not_loaded(folder, monkeypatch):
+def test_a_file_kept_for_other_patterns_is_not_loaded(folder):
     compiled([b"NCCL"])
     (kept,) = files(folder)
     name = hscache._name(hscache._source(HS, EXPRS, range(3), [0] * 3, HS.HS_MODE_BLOCK))
@@ -121,9 +121,11 @@ def test_a_folder_that_cannot_be_written_only_costs_the_compile(tmp_path, monkey
 def test_the_folder_keeps_the_latest_databases(folder, monkeypatch):
     monkeypatch.setattr(hscache, "KEEP", 3)
     for k in range(5):
-        compiled([b"literal %d" % k])
-        for i, path in enumerate(reversed(files(folder))):  # (mtimes apart)
-            os.utime(path, ns=(0, (10 + k - i) * 10**9))
+        exprs = [b"literal %d" % k]
+        compiled(exprs)
+        source = hscache._source(HS, exprs, range(1), [0], HS.HS_MODE_BLOCK)
+        written = folder / "hyperscan" / hscache._name(source)
+        os.utime(written, ns=(0, (k + 1) * 10**9))  # (written k seconds apart)
     assert len(files(folder)) == 3
     monkeypatch.setattr(HS, "Database", NoCompile)
     compiled([b"literal 4"])  # (the latest kept)
