@@ -387,6 +387,55 @@ def test_hyperscan_leaves_the_lead_lines_other_anchors_find_to_the_storm_path():
     assert sorted(plain) == [starts[k] for k in (0, 1, 3, 4, 5)]
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_storm_pass_folds_piece_by_piece_as_the_per_line_parse(monkeypatch, fmt):
+    """A span folded a piece at a time (down to a line a piece, never between a line and
+    its continuation lines): the same events as the per-line parse, and as the span
+    folded whole."""
+    from gputriage.logscan import stormspan
+
+    text = storm_log(fmt, seed=4)
+    config = ScanConfig(block=1 << 20, workers=1, engine="hyperscan")
+    cut: list[list[tuple[int, int]]] = []
+    real_pieces = stormspan.SpanPass._pieces
+
+    def pieces(self):  # type: ignore[no-untyped-def]
+        cut.append(real_pieces(self))
+        return cut[-1]
+
+    monkeypatch.setattr(stormspan.SpanPass, "_pieces", pieces)
+    whole = None
+    for size in (1 << 20, 700, 1):
+        monkeypatch.setattr(stormspan, "PIECE", size)
+        cut.clear()
+        fast, slow = _scan_both(monkeypatch, lambda: scan_text(text, "kern.log", now=NOW,
+                                                               config=config))
+        assert fast == slow
+        whole = whole or fast
+        assert fast == whole
+        if fmt != "json":  # (journal records are read by the per-line parse)
+            assert cut and (max(map(len, cut)) > 1) == (size < len(text))
+        data = text.encode()
+        for runs in cut:
+            starts = [a for a, _ in runs]
+            assert [b for _, b in runs[:-1]] == starts[1:]  # (end to end)
+            assert all(data[a - 1] == 10 and data[a] not in (32, 9) for a in starts[1:])
+
+
+def test_the_storm_pass_cuts_a_span_only_before_a_line_that_is_no_continuation(monkeypatch):
+    """Pieces end before a line whose first byte is not a blank: a line and the
+    continuation lines after it stay in one piece, whatever the size asked."""
+    from gputriage.logscan import stormspan
+
+    buf = b"a\n b\n\tc\nd\ne\n f\n"
+    sp = stormspan.SpanPass.__new__(stormspan.SpanPass)  # (only the span's bytes read)
+    sp.buf, sp.lo, sp.hi = buf, 0, len(buf)
+    for size, cuts in ((1, [0, 8, 10, 15]), (5, [0, 8, 15]), (10, [0, 15]), (100, [0, 15])):
+        monkeypatch.setattr(stormspan, "PIECE", size)
+        runs = sp._pieces()
+        assert [a for a, _ in runs] + [runs[-1][1]] == cuts, size
+
+
 @pytest.mark.parametrize("byte", range(256))
 def test_the_storm_pass_sees_a_continuation_line_as_the_search_does(byte):
     """The storm pass's lead match runs on over its line's newline and the next byte
