@@ -153,6 +153,22 @@ def test_host_paths_are_read_only_but_the_state(name: str) -> None:
             assert host_path["type"] in {"Directory", "File"}
 
 
+@pytest.mark.parametrize("name", (*WORKLOADS, "watch.yaml"))
+def test_search_databases_are_kept_in_a_writable_folder(name: str) -> None:
+    """The root file system is read-only: the compiled log-search databases go to the
+    pod's own /tmp (an emptyDir), else every run would compile them again."""
+    from gputriage.text.hscache import CACHE_DIR_ENV
+
+    container = _container(name)
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    folder = Path(env[CACHE_DIR_ENV])
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in _pod_spec(name)["volumes"]}
+    (mount,) = [p for p in mounts if folder.is_relative_to(p)]
+    assert "emptyDir" in volumes[mounts[mount]] and folder != Path(mount)
+
+
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_least_privilege(name: str) -> None:
     spec = _pod_spec(name)
