@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gputriage.errors import ParseError
 from gputriage.parsers.job_log import parse_job_log
@@ -151,3 +153,39 @@ def test_a_long_line_of_spaces_after_name_does_not_hang() -> None:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+_VERSION_LINES = [*COLLECT_ENV.splitlines(), "torch: 2.4.1+cu118", "torch.version.cuda -> 12.1",
+                  "Cuda compilation tools, release 12.4, V12.4.131",
+                  "gpu-a:1:1 [0] NCCL INFO cudaDriverVersion 12020",
+                  "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with "
+                  "the current PyTorch installation.",
+                  "The current PyTorch install supports CUDA capabilities sm_50 sm_60 sm_90.",
+                  "tensorflow version: 2.15.0", "jax: 0.4.30", "pip install torch==2.3.1",
+                  "name: Tesla V100-SXM2-16GB major: 7 minor: 0 memoryClockRate(GHz): 1.53",
+                  "torch.cuda.get_device_name(0) 'NVIDIA A100-SXM4-80GB'",
+                  "found version 11040", "libcuda.so.535.104.05"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(_VERSION_LINES), st.sampled_from(["", "upper", "swap", "title"]),
+       st.text(max_size=12), st.text(max_size=12))
+def test_version_readers_searched_only_on_lines_with_their_literals_read_the_same(
+        line, case, before, after):
+    """A version reader is searched on an ASCII line only when it holds one of the
+    literals its matches need (in lower case): what a line gives is what searching every
+    reader gives, in any case, with any text around it, on a GPU node's host line."""
+    from dataclasses import asdict
+    from unittest import mock
+
+    from gputriage.parsers import job_log
+
+    line = {"": line, "upper": line.upper(), "swap": line.swapcase(),
+            "title": line.title()}[case]
+    ungated = tuple(None for _ in job_log._READERS)
+    for text in (before + line + after, f"gpu-b12 kernel: {line}"):
+        gated, every = job_log.JobVersions(), job_log.JobVersions()
+        said = job_log._read(gated, text)
+        with mock.patch.object(job_log, "_reader_needs", lambda: ungated):
+            assert job_log._read(every, text) == said
+        assert asdict(gated) == asdict(every)

@@ -238,22 +238,37 @@ def _family_patterns() -> tuple[tuple[Message, tuple[tuple[re.Pattern[str],
     return tuple((msg, tuple((p, needs(p)) for p in msg.patterns)) for msg in catalog())
 
 
+@functools.cache
+def _literals() -> tuple[tuple[str, ...], bool]:
+    """Every literal the catalog's patterns need (:func:`_family_patterns`), and whether
+    a pattern needs none."""
+    found: set[str] = set()
+    unguarded = False
+    for msg, patterns in _family_patterns():
+        for _, needs in patterns if msg.code is None else ():
+            unguarded = unguarded or needs is None
+            found.update(needs or ())
+    return tuple(sorted(found)), unguarded
+
+
 def scan_line(line: str, lineno: int = 0) -> list[Hit]:
     """The messages on one line, each once, in catalog order."""
     lower = line.lower()
     if not CATALOG_WORDS.search(lower):
         return []
     cuda = _cuda_hits(line, lineno)
-    ascii_line = line.isascii()
     hits: list[Hit] = []
-    for msg, patterns in _family_patterns():
+    literals, unguarded = _literals()
+    # the literals the line holds (each looked for once, not once per pattern); None on
+    # a line that is not ASCII, where every pattern is searched
+    held = frozenset(t for t in literals if t in lower) if line.isascii() else None
+    for msg, patterns in _family_patterns() if cuda or held != frozenset() or unguarded else ():
         if msg.code is not None:
             if cuda and msg in cuda:
                 hits.append(cuda[msg])
             continue
         for pat, needs in patterns:
-            if ascii_line and needs is not None and not (
-                    needs[0] in lower if len(needs) == 1 else any(t in lower for t in needs)):
+            if held is not None and needs is not None and held.isdisjoint(needs):
                 continue
             if m := pat.search(line):
                 fields = {k: v for k, v in m.groupdict().items() if v is not None}

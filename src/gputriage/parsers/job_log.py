@@ -9,6 +9,7 @@ Everything else in a job log is ignored: a paste needs one recognised line.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from gputriage.knowledge.job_messages import CATALOG_WORDS, Hit, scan_line
 from gputriage.parsers.detect_gate import Gate
 from gputriage.parsers.job_context import JobContext, claim_context, read_context
 from gputriage.text.fields import split_lines, strict_int
+from gputriage.text.literals import required_literals
 from gputriage.text.paste import PasteDoc
 
 __all__ = ["JobLog", "JobVersions", "claim_job_log", "is_job_line", "parse_job_log"]
@@ -274,13 +276,33 @@ def _read_versions(v: JobVersions, line: str) -> bool:
     return _read(v, line) is not None
 
 
+@functools.cache
+def _reader_needs() -> tuple[tuple[str, ...] | None, ...]:
+    """The literals, lower-cased, one of which each reader's every match holds (None:
+    none): the word that let a line in (``gpu``, which a GPU node's host name holds)
+    seldom lets any reader's literal in with it."""
+    return tuple(None if (found := required_literals(pat)) is None else tuple(found)
+                 for pat, _ in _READERS)
+
+
+@functools.cache
+def _reader_literals() -> tuple[str, ...]:
+    return tuple(sorted({t for needs in _reader_needs() for t in needs or ()}))
+
+
 def _read(v: JobVersions, line: str) -> bool | None:
     """Apply one line to ``v``: None when it prints no version, False when only a
     weak one (an image name), True otherwise."""
-    if not _WORD.search(line.lower()):
+    lower = line.lower()
+    if not _WORD.search(lower):
         return None
     found: bool | None = None
-    for pat, apply in _READERS:
+    # the readers' literals the line holds, each looked for once (on an ASCII line,
+    # ignoring case is comparing in lower case); None: every reader is searched
+    held = frozenset(t for t in _reader_literals() if t in lower) if line.isascii() else None
+    for (pat, apply), needs in zip(_READERS, _reader_needs(), strict=True):
+        if held is not None and needs is not None and held.isdisjoint(needs):
+            continue
         if m := pat.search(line):
             apply(v, m)
             found = found or apply not in _WEAK
