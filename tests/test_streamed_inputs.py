@@ -380,3 +380,38 @@ def test_blank_stretches_in_a_streamed_job_log_change_nothing(tmp_path, monkeypa
     snap = load_inputs([str(path)])
     assert isinstance(snap.get("nccl_log"), bigtext.ParsedNccl)
     assert verdicts(analyze(snap)) == verdicts(analyze(load_inputs([str(plain)])))
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_analyze_judges_meanwhile_while_workers_scan_a_large_log(tmp_path, monkeypatch,
+                                                                 small_threshold, as_json):
+    """Where worker processes scan a large kernel log, what judges it is imported in the
+    meantime (once, and not for a log read here); the report is the same either way."""
+    import threading
+    from dataclasses import replace
+
+    from gputriage.commands import host
+    from gputriage.logscan import config
+
+    path = tmp_path / "kern.log"
+    path.write_text(storm(800))
+    _, alone = cli("analyze", str(path))
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    monkeypatch.setattr(config, "DEFAULT", replace(config.DEFAULT, workers=2, process_min=0,
+                                                   block=8192, task=8192))
+    calls: list[bool] = []
+    real = host.import_judging
+
+    def judging(as_json: bool = True) -> None:
+        calls.append(as_json)
+        real(as_json)
+    monkeypatch.setattr(host, "import_judging", judging)
+    argv = ["analyze", str(path)] + ([] if as_json else ["--html", str(tmp_path / "r.html")])
+    _, forked = cli(*argv)
+    assert calls == [as_json] and counts(forked) == counts(alone)
+    calls.clear()
+    load_inputs([str(path)], meanwhile=lambda: calls.append(True))
+    assert calls == [True]
+    monkeypatch.setattr(streamed, "STREAM_MIN_BYTES", 1 << 40)  # (read here: none)
+    load_inputs([str(path)], meanwhile=lambda: calls.append(True))
+    assert calls == [True]

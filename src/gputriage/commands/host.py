@@ -196,6 +196,21 @@ def judge_host(env: Any, window: Any, context: Any, opts: Any, *,
 LIVE_INPUT = "this host, collected now, not kept"  # check --keep PATH keeps it
 
 
+def import_judging(as_json: bool = True) -> None:
+    """Import what judges and reports a host (called while worker processes scan a large
+    log, whose time it then takes little from): the engine, its rules and the fact areas
+    they look up (by judging an empty snapshot), and what writes the result."""
+    from gputriage.engine.analysis import analyze_facts
+    from gputriage.facts.store import Facts
+    from gputriage.snapshot.bundle import Snapshot
+
+    analyze_facts(Facts(Snapshot({}, None, "")))
+    if as_json:
+        import gputriage.results.document
+    else:
+        import gputriage.views.terminal  # noqa: F401
+
+
 def _print_formats() -> None:
     """``analyze --formats``: every input it reads, one a line; exit 0."""
     from gputriage.ingest.detect import formats
@@ -294,7 +309,8 @@ def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool, n
     expectations = load_expectations(expect_file, default=False)
     context = CheckContext(expectations=expectations, job_faults_fail=job_faults_fail)
     with progress_for(current_env(), quiet) as progress:  # a large log takes a while
-        snapshot = load_inputs(list(paths), progress=progress.update)
+        snapshot = load_inputs(list(paths), progress=progress.update,
+                               meanwhile=lambda: import_judging(as_json and not html))
     facts = Facts(snapshot, window, context)  # kept for the HTML report's topology
     result = analyze_facts(facts)
     report_result(result, as_json, verbose, quiet=quiet, no_pager=no_pager, html=html,

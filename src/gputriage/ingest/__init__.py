@@ -344,12 +344,13 @@ def _one_host(snapshots: Sequence[Snapshot]) -> None:
                              "or compare hosts with gputriage fleet PATH...")
 
 
-def load_inputs(paths: Sequence[str], progress: Callable[..., None] | None = None
-                ) -> Snapshot:
+def load_inputs(paths: Sequence[str], progress: Callable[..., None] | None = None,
+                meanwhile: Callable[[], None] | None = None) -> Snapshot:
     """All inputs combined into one host view.
 
     Inputs that fail are reported in ``problems`` as long as one succeeds; when
-    none can be read, one InputError says why.
+    none can be read, one InputError says why. ``meanwhile`` is called once while worker
+    processes scan a large log, if they do (what the caller needs next, started early).
     """
     if not paths:
         raise InputError(f"no input given; {EXPECTED}")
@@ -377,7 +378,7 @@ def load_inputs(paths: Sequence[str], progress: Callable[..., None] | None = Non
         snap.merge(other)
     if progress is not None:
         progress("inputs read", len(paths), len(paths), "inputs")
-    snap = large.snapshot(snap, progress)
+    snap = large.snapshot(snap, progress, meanwhile)
     assert snap is not None
     snap.problems.extend(failed)
     return snap

@@ -196,11 +196,13 @@ class LargeLogs:
         self.paths.append(feeder.path)
 
     def snapshot(self, other: Snapshot | None,
-                 progress: Callable[..., None] | None = None) -> Snapshot | None:
+                 progress: Callable[..., None] | None = None,
+                 meanwhile: Callable[[], None] | None = None) -> Snapshot | None:
         """``other`` (the rest of the inputs, or None) with the logs scanned into its
         ``kernel_log`` (and the feeders' NCCL log and detected pieces); None when no
         path was kept. InputError when nothing could be read and there is nothing else.
-        ``progress`` is told the bytes read of each."""
+        ``progress`` is told the bytes read of each; ``meanwhile`` is called while worker
+        processes scan a large file, if they do."""
         if not self.paths:
             return other
         from gputriage.ingest.bigtext import HOST_TEXT, check_feeders
@@ -219,7 +221,7 @@ class LargeLogs:
             config = replace(DEFAULT, process_min=1 << 62)
         try:
             scan = scan_paths(self.paths, shape=True, texts=texts, config=config,
-                              progress=_renamed(progress, names))
+                              progress=_renamed(progress, names), meanwhile=meanwhile)
         except InputError as exc:
             failed = exc
         finally:
