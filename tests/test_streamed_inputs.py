@@ -382,9 +382,9 @@ def test_blank_stretches_in_a_streamed_job_log_change_nothing(tmp_path, monkeypa
     assert verdicts(analyze(snap)) == verdicts(analyze(load_inputs([str(plain)])))
 
 
-@pytest.mark.parametrize("as_json", [True, False])
+@pytest.mark.parametrize("html", [False, True])
 def test_analyze_judges_meanwhile_while_workers_scan_a_large_log(tmp_path, monkeypatch,
-                                                                 small_threshold, as_json):
+                                                                 small_threshold, html):
     """Where worker processes scan a large kernel log, what judges it is imported in the
     meantime (once, and not for a log read here); the report is the same either way."""
     import threading
@@ -399,16 +399,16 @@ def test_analyze_judges_meanwhile_while_workers_scan_a_large_log(tmp_path, monke
     monkeypatch.setattr(threading, "active_count", lambda: 1)
     monkeypatch.setattr(config, "DEFAULT", replace(config.DEFAULT, workers=2, process_min=0,
                                                    block=8192, task=8192))
-    calls: list[bool] = []
+    calls: list[object] = []
     real = host.import_judging
 
-    def judging(as_json: bool = True) -> None:
-        calls.append(as_json)
-        real(as_json)
+    def judging(*how: bool) -> None:
+        calls.append(how)
+        real(*how)
     monkeypatch.setattr(host, "import_judging", judging)
-    argv = ["analyze", str(path)] + ([] if as_json else ["--html", str(tmp_path / "r.html")])
-    _, forked = cli(*argv)
-    assert calls == [as_json] and counts(forked) == counts(alone)
+    argv = ["analyze", str(path)] + (["--html", str(tmp_path / "r.html")] if html else [])
+    _, forked = cli(*argv)  # (JSON, not quiet)
+    assert calls == [(True, False, html)] and counts(forked) == counts(alone)
     calls.clear()
     load_inputs([str(path)], meanwhile=lambda: calls.append(True))
     assert calls == [True]

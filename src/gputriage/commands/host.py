@@ -196,18 +196,21 @@ def judge_host(env: Any, window: Any, context: Any, opts: Any, *,
 LIVE_INPUT = "this host, collected now, not kept"  # check --keep PATH keeps it
 
 
-def import_judging(as_json: bool = True) -> None:
+def import_judging(as_json: bool = True, quiet: bool = False, html: bool = False) -> None:
     """Import what judges and reports a host (called while worker processes scan a large
     log, whose time it then takes little from): the engine, its rules and the fact areas
-    they look up (by judging an empty snapshot), and what writes the result."""
+    they look up (by judging an empty snapshot), and what writes the result as
+    :func:`report_result` will (JSON, the terminal report, HTML)."""
     from gputriage.engine.analysis import analyze_facts
     from gputriage.facts.store import Facts
     from gputriage.snapshot.bundle import Snapshot
 
     analyze_facts(Facts(Snapshot({}, None, "")))
+    if html:
+        import gputriage.views.html
     if as_json:
         import gputriage.results.document
-    else:
+    elif not quiet:
         import gputriage.views.terminal  # noqa: F401
 
 
@@ -310,7 +313,7 @@ def analyze(paths: tuple[str, ...], as_json: bool, verbose: bool, quiet: bool, n
     context = CheckContext(expectations=expectations, job_faults_fail=job_faults_fail)
     with progress_for(current_env(), quiet) as progress:  # a large log takes a while
         snapshot = load_inputs(list(paths), progress=progress.update,
-                               meanwhile=lambda: import_judging(as_json and not html))
+                               meanwhile=lambda: import_judging(as_json, quiet, bool(html)))
     facts = Facts(snapshot, window, context)  # kept for the HTML report's topology
     result = analyze_facts(facts)
     report_result(result, as_json, verbose, quiet=quiet, no_pager=no_pager, html=html,
