@@ -385,8 +385,9 @@ def test_blank_stretches_in_a_streamed_job_log_change_nothing(tmp_path, monkeypa
 @pytest.mark.parametrize("html", [False, True])
 def test_analyze_judges_meanwhile_while_workers_scan_a_large_log(tmp_path, monkeypatch,
                                                                  small_threshold, html):
-    """Where worker processes scan a large kernel log, what judges it is imported in the
-    meantime (once, and not for a log read here); the report is the same either way."""
+    """Where worker processes scan a large kernel log for analyze or triage, what judges
+    it is imported in the meantime (once, and not for a log read here); the report is the
+    same either way."""
     import threading
     from dataclasses import replace
 
@@ -409,6 +410,11 @@ def test_analyze_judges_meanwhile_while_workers_scan_a_large_log(tmp_path, monke
     argv = ["analyze", str(path)] + (["--html", str(tmp_path / "r.html")] if html else [])
     _, forked = cli(*argv)  # (JSON, not quiet)
     assert calls == [(True, False, html)] and counts(forked) == counts(alone)
+    calls.clear()
+    engine = host.import_engine
+    monkeypatch.setattr(host, "import_engine", lambda: calls.append("engine") or engine())
+    _, triaged = cli("triage", str(path))
+    assert calls == ["engine"] and triaged["verdict"]
     calls.clear()
     load_inputs([str(path)], meanwhile=lambda: calls.append(True))
     assert calls == [True]

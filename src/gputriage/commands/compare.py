@@ -163,9 +163,11 @@ def triage(paths: tuple[str, ...], baseline: str | None, as_json: bool, html: st
     env = current_env()
     window = log_window(since, boot)
     if paths:
+        from gputriage.commands.host import import_engine
         from gputriage.ingest import load_inputs
 
-        t = triage_snapshot(load_inputs(list(paths)), window, baseline, ", ".join(paths))
+        snapshot = load_inputs(list(paths), meanwhile=import_engine)
+        t = triage_snapshot(snapshot, window, baseline, ", ".join(paths))
     else:
         import tempfile
 

@@ -196,16 +196,21 @@ def judge_host(env: Any, window: Any, context: Any, opts: Any, *,
 LIVE_INPUT = "this host, collected now, not kept"  # check --keep PATH keeps it
 
 
-def import_judging(as_json: bool = True, quiet: bool = False, html: bool = False) -> None:
-    """Import what judges and reports a host (called while worker processes scan a large
-    log, whose time it then takes little from): the engine, its rules and the fact areas
-    they look up (by judging an empty snapshot), and what writes the result as
-    :func:`report_result` will (JSON, the terminal report, HTML)."""
+def import_engine() -> None:
+    """Import what judges a host (called while worker processes scan a large log, whose
+    time it then takes little from): the engine, its rules and the fact areas they look
+    up, by judging an empty snapshot."""
     from gputriage.engine.analysis import analyze_facts
     from gputriage.facts.store import Facts
     from gputriage.snapshot.bundle import Snapshot
 
     analyze_facts(Facts(Snapshot({}, None, "")))
+
+
+def import_judging(as_json: bool = True, quiet: bool = False, html: bool = False) -> None:
+    """:func:`import_engine`, and what writes the result as :func:`report_result` will
+    (JSON, the terminal report, HTML)."""
+    import_engine()
     if html:
         import gputriage.views.html
     if as_json:
