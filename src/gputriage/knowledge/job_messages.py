@@ -262,7 +262,8 @@ def scan_line(line: str, lineno: int = 0) -> list[Hit]:
     # the literals the line holds (each looked for once, not once per pattern); None on
     # a line that is not ASCII, where every pattern is searched
     held = frozenset(t for t in literals if t in lower) if line.isascii() else None
-    for msg, patterns in _family_patterns() if cuda or held != frozenset() or unguarded else ():
+    searched = _family_patterns() if cuda or unguarded or held is None or held else ()
+    for msg, patterns in searched:
         if msg.code is not None:
             if cuda and msg in cuda:
                 hits.append(cuda[msg])

@@ -287,6 +287,7 @@ def _reader_needs() -> tuple[tuple[str, ...] | None, ...]:
 
 @functools.cache
 def _reader_literals() -> tuple[str, ...]:
+    """Every literal of :func:`_reader_needs`, each once."""
     return tuple(sorted({t for needs in _reader_needs() for t in needs or ()}))
 
 
