@@ -180,7 +180,7 @@ class LineSource:
             finally:
                 span.storm = None  # let go of the buffer
             return
-        self.feed(span.lines, base, span.screen_of(base))
+        self.feed(span.lines, base, None)  # (the storm path screens each line itself)
 
     def line(self, lineno: int, raw: bytes | bytearray, cut: bool) -> None:
         """Process one candidate or context line (the per-line parse)."""

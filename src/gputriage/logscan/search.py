@@ -410,12 +410,11 @@ def search_span(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[byte
             need = max(need, (left, mode))
     head, pos, head_starts = _head(buf, lo, hi)
     if storm:
-        return Span([], 0, True, need, head, pos >= hi, None, (buf, lo, hi),
+        return Span([], 0, True, need, head, pos >= hi, (buf, lo, hi),
                     (exact, config.gap_exact), sorted(want), head_starts,
                     frozenset(screened or ()))
-    out, n, approx = _wanted_lines(buf, lo, hi, sorted(want), exact, config.gap_exact,
-                                   screened)
-    return Span(out, n, not approx, need, head, pos >= hi, screened)
+    out, n, approx = _wanted_lines(buf, lo, hi, sorted(want), exact, config.gap_exact)
+    return Span(out, n, not approx, need, head, pos >= hi)
 
 
 _SAMPLES = 4  # pieces of a span in which the storm path's lines are counted
@@ -437,16 +436,13 @@ def _crowded(buf: bytes | bytearray, lo: int, hi: int) -> bool:
 
 
 def _wanted_lines(buf: bytes | bytearray, lo: int, hi: int, wanted: list[int], exact: bool,
-                  gap_exact: int, screened: set[int] | None = None
-                  ) -> tuple[list[Line], int, bool]:
+                  gap_exact: int) -> tuple[list[Line], int, bool]:
     """The lines starting at ``wanted`` with their positions, the span's newlines, and
-    whether a position is only an upper bound; ``screened`` (line starts) is turned, in
-    place, into the positions of those lines."""
+    whether a position is only an upper bound."""
     out: list[Line] = []
     n = 0
     prev = lo
     approx = False
-    marks = []
     find = buf.find
     for s in wanted:  # (_gap and _line_end, inline: this runs once per candidate line)
         e = find(b"\n", s, hi)
@@ -459,11 +455,6 @@ def _wanted_lines(buf: bytes | bytearray, lo: int, hi: int, wanted: list[int], e
             n += s - prev
         prev = s
         out.append((n, buf[s:min(e, s + MAX_LINE)], e - s > MAX_LINE))
-        if screened and s in screened:
-            marks.append(n)
-    if screened:
-        screened.clear()
-        screened.update(marks)
     approx = approx or (not exact and hi - prev > gap_exact)
     n += _gap(buf, prev, hi, exact, gap_exact)
     return out, n, approx

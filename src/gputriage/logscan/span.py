@@ -21,9 +21,6 @@ class Span:
     carry: tuple[int, int] = (0, 0)  # (lines wanted from the next block, mode)
     head: list[Line] = field(default_factory=list)
     head_all: bool = True  # ``head`` holds every line of the block
-    # the lines (numbered as ``lines``) the storm path must leave to the per-line parse;
-    # None: not screened by the search (the storm path screens each line itself)
-    screened: set[int] | None = None
     # with the storm path's lines left out (``search_span(storm=True)``), the storm path
     # lists and numbers every line (``StormLines.run``): the buffer and bounds it reads,
     # how it numbers lines (exact, gap_exact), where the wanted lines and ``head``'s
@@ -34,10 +31,6 @@ class Span:
     starts: list[int] = field(default_factory=list)
     head_starts: list[int] = field(default_factory=list)
     screened_at: frozenset[int] = frozenset()
-
-    def screen_of(self, base: int) -> set[int] | None:
-        """``screened`` as line numbers, the span's first line being ``base``."""
-        return None if self.screened is None else {base + n for n in self.screened}
 
     def carried(self, carry: tuple[int, int]) -> tuple[list[Line], tuple[int, int]]:
         """The block's first lines that a previous block's context ``carry`` takes, and
