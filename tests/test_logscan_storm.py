@@ -41,6 +41,10 @@ _ODD = (
     "NVRM: Xid (PCI:{bus}): 13, pid='{pid}', name=<unknown>, Graphics Exception",
     "NVRM: Xid (PCI:{bus}): 13, pid={pid}, name=python3, FATAL Graphics Exception",
     "NVRM: Xid (PCI:{bus}): 13, pid={pid},  name=python3, Graphics Exception",
+    "NVRM: Xid (PCI:{bus}): 43, pid={pid}, name=python3, Ch 0000003b on link 2",
+    "NVRM: Xid (PCI:{bus}): 13, pid={pid}, name=python3, Graphics Exception é",
+    "NVRM: Xid (PCI:{bus}-link): 13, pid={pid}, name=python3, Graphics Exception",
+    "NVRM: Xid (PCI:{bus}é): 13, pid={pid}, name=python3, Graphics Exception",
 )
 _EVENTS = (  # other events among them: resets, driver loads, a call trace
     "NVRM: Xid (PCI:{bus}): 154, GPU recovery action changed from 0x1 (GPU Reset Required) "
@@ -339,14 +343,18 @@ def test_the_storm_pass_on_compressed_input_searched_by_threads(monkeypatch, tmp
 
 
 def test_hyperscan_screens_the_lines_the_storm_path_leaves():
-    """The search's screen expression finds the same lines as the storm path's own
-    test (case-blind where that is)."""
+    """The search's screen (literals, and an expression for "ink" and non-ASCII bytes)
+    finds the same lines as the storm path's own test (case-blind where that is): only
+    where what it finds follows the lead."""
     pytest.importorskip("hyperscan")
     from gputriage.logscan.search import ANCHORS, anchor_hits
 
-    lines_ = [b"NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=a, " + tail for tail in (
+    lead = b"NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=a, "
+    lines_ = [lead + tail for tail in (
         b"Graphics Exception", b"FATAL error", b"NvLink down", b"caused by previous Xid 13",
         b"GPU has fallen off the bus.", b"SXid", b"\xc3\xa9", b"#012 x")]
+    lines_ += [b"caused by: " + lead + b"Graphics Exception",  # (before the lead)
+               b"SXid \xc3\xa9 " + lead + b"Graphics Exception"]
     buf = bytearray(b"\n".join(lines_) + b"\n")
     screened: set[int] = set()
     hits = anchor_hits(buf, 0, len(buf), ANCHORS, ScanConfig(engine="hyperscan"), screened,
@@ -354,12 +362,11 @@ def test_hyperscan_screens_the_lines_the_storm_path_leaves():
     starts = [0]
     for line in lines_[:-1]:
         starts.append(starts[-1] + len(line) + 1)
-    assert sorted(screened) == starts[1:]
+    assert sorted(screened) == starts[1:8]
     # the storm path's own lines are left to it, the screened ones are candidates
-    assert sorted(hits) == starts[1:]
+    assert sorted(hits) == starts[1:8]
     assert sorted(anchor_hits(buf, 0, len(buf), ANCHORS, ScanConfig(engine="hyperscan"))) \
         == starts
-
 
 
 def test_hyperscan_leaves_the_lead_lines_other_anchors_find_to_the_storm_path():

@@ -86,12 +86,14 @@ def fillers(count: int) -> list[bytes]:
 class Matcher:
     """A compiled database: each pattern's id -> (context mode, literals one of which the
     line must hold, case ignored, or (), and a literal the line must hold as it is, or
-    b""); mode -1: the ``screen`` expression, whose lines are noted apart (and are
-    candidates). With ``lead`` (a literal that starts with an anchor: the storm pass's),
-    that anchor is found only where the rest of ``lead`` does not follow it, and a line
-    that holds ``lead`` and is followed by no continuation line is left to the storm
-    pass unless an anchor of context mode 1 finds it. Ids past ``checks`` are the
-    fillers of :data:`FILL_TO`.
+    b""); mode -1: the ``screen`` expression, or one of ``screened_after`` (literals,
+    case ignored where True: the last item is the literal), whose line is noted apart
+    (and is a candidate), a literal's only where ``lead`` comes before it on its line.
+    With ``lead`` (a literal that starts with an anchor: the storm pass's), that anchor
+    is found only where the rest of ``lead`` does not follow it, and a line that holds
+    ``lead`` and is followed by no continuation line is left to the storm pass unless an
+    anchor of context mode 1 finds it. Ids past ``checks`` are the fillers of
+    :data:`FILL_TO`.
 
     A routine anchor (see :data:`gputriage.logscan.search.ROUTINE`) is found through its
     required literals where they are rare enough (:data:`RARE_LITERAL`), each a caseless
@@ -102,7 +104,8 @@ class Matcher:
 
     def __init__(self, anchors: Sequence[bytes], modes: Sequence[int],
                  routine: dict[bytes, tuple[bytes, ...]], screen: bytes | None = None,
-                 lead: bytes | None = None) -> None:
+                 lead: bytes | None = None,
+                 screened_after: Sequence[tuple[bytes, bool]] = ()) -> None:
         hs = _hyperscan()
         exprs: list[bytes] = []
         flags: list[int] = []
@@ -129,6 +132,9 @@ class Matcher:
             exprs.append(screen)
             flags.append(0)
             self.checks.append((-1, (), b""))
+        for text, caseless in screened_after if lead is not None else ():
+            literal(text, caseless)
+            self.checks.append((-1, (), text))
         fill = fillers(max(0, FILL_TO - len(exprs)))
         exprs += map(literal_pattern, fill)
         flags += [0] * len(fill)
@@ -141,13 +147,14 @@ class Matcher:
 @functools.lru_cache(maxsize=8)
 def matcher(anchors: tuple[bytes, ...], modes: tuple[int, ...],
             routine: tuple[tuple[bytes, tuple[bytes, ...]], ...],
-            screen: bytes | None = None, lead: bytes | None = None) -> Matcher:
-    """The database of ``anchors`` (and ``screen``, a Hyperscan expression; ``lead``, see
-    :class:`Matcher`), once per process: compiled in about 4 ms for the anchors alone,
-    30 ms with the screen expression, or loaded from the cache where a run compiled it
-    before (:mod:`gputriage.text.hscache`). Hyperscan searches a MiB in about 0.35 ms,
-    libc in 0.9: small spans are searched by libc, which needs no database."""
-    return Matcher(anchors, modes, dict(routine), screen, lead)
+            screen: bytes | None = None, lead: bytes | None = None,
+            screened_after: tuple[tuple[bytes, bool], ...] = ()) -> Matcher:
+    """The database of ``anchors`` (and ``screen``, a Hyperscan expression; ``lead`` and
+    ``screened_after``, see :class:`Matcher`), once per process: compiled in about 4 ms
+    for the anchors alone, 30 ms with the screen, or loaded from the cache where a run
+    compiled it before (:mod:`gputriage.text.hscache`). Hyperscan searches a MiB in about
+    0.35 ms, libc in 0.9: small spans are searched by libc, which needs no database."""
+    return Matcher(anchors, modes, dict(routine), screen, lead, screened_after)
 
 
 def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,
@@ -159,6 +166,7 @@ def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,
     checks = m.checks
     real = len(checks)
     lead = m.lead
+    after = lead or b"\n"  # what a screen literal follows (there is one only with a lead)
     # the start and end of the last line recorded, and whether it is left to the storm
     # pass: it holds the lead and no continuation line follows it (the pass folds it as
     # it would fold it listed, or hands it over alone: a line its anchors of context mode
@@ -170,9 +178,11 @@ def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,
             return None
         pos = lo + to - 1  # the match's last byte
         mode, need, held = checks[i]
-        if mode < 0:
-            if screened is not None:
-                s = rfind(b"\n", lo, pos) + 1 or lo
+        if mode < 0:  # the screen (``held``: a literal that must follow the lead)
+            if screened is None:
+                return None
+            s = rfind(b"\n", lo, pos) + 1 or lo
+            if not held or find(after, s, pos + 1 - len(held)) >= 0:
                 screened.add(s)
                 if s not in starts:  # (found by its NVRM: too, unless that was left out)
                     starts[s] = 0

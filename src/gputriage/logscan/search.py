@@ -26,6 +26,7 @@ from gputriage.logscan.reader import InputSpans
 from gputriage.logscan.span import Line, Span
 from gputriage.logscan.storm import LEAD as STORM_LEAD
 from gputriage.logscan.storm import SCREEN_EXPRESSION as STORM_SCREEN
+from gputriage.logscan.storm import SCREEN_LITERALS as STORM_SCREENED_AFTER
 from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_follow import TRACE_WINDOW
 from gputriage.parsers.kernel_table import ANCHORS as EVENT_ANCHORS
@@ -203,10 +204,9 @@ _MAX_SEGMENTS = 64  # NUL-separated pieces searched with strstr before memmem ta
 
 def _matcher(anchors: Sequence[bytes], config: ScanConfig, storm: bool = False
              ) -> hsearch.Matcher:
-    """The database of ``anchors`` (literals only: compiled in about 4 ms); ``storm``:
-    the one that leaves the storm path's lines out and screens them (its screen
-    expression takes about 30 ms to compile, where the cache does not hold it: only
-    spans that Xid lines crowd use it)."""
+    """The database of ``anchors`` (compiled in about 4 ms); ``storm``: the one that
+    leaves the storm path's lines out and screens them (only spans that Xid lines crowd
+    use it)."""
     return _matcher_of(tuple(anchors), config.reject, storm)
 
 
@@ -216,7 +216,8 @@ def _matcher_of(anchors: tuple[bytes, ...], reject: bool, storm: bool) -> hsearc
     modes = tuple(Probe(a, ()).mode for a in anchors)
     return hsearch.matcher(anchors, modes,
                            tuple((a, routine[a]) for a in anchors if a in routine),
-                           STORM_SCREEN if storm else None, STORM_LEAD if storm else None)
+                           STORM_SCREEN if storm else None, STORM_LEAD if storm else None,
+                           STORM_SCREENED_AFTER if storm else ())
 
 
 # (anchors, config) whose database :func:`prepare` compiled: spans of any size are then
@@ -241,8 +242,8 @@ def anchor_hits(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[byte
     (0: continuation lines, 1: a call trace follows); with ``config.reject``, less the
     routine lines (see :data:`ROUTINE`). Every engine finds the same lines. With
     ``storm``, Hyperscan also adds to ``screened`` the starts of the Xid lines the storm
-    path must leave to the per-line parse
-    (:data:`gputriage.logscan.storm.SCREEN_EXPRESSION`), and leaves out the lines that
+    path must leave to the per-line parse (:data:`gputriage.logscan.storm.SCREEN_LITERALS`
+    and ``SCREEN_EXPRESSION``), and leaves out the lines that
     hold the storm path's lead (:data:`gputriage.logscan.storm.LEAD`) unless the screen,
     an anchor of context mode 1 or a continuation line after them makes them candidates:
     the storm path finds those, and folds them or hands them over as it would as

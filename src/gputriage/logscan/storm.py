@@ -36,7 +36,8 @@ from gputriage.parsers.kernel_model import DriverEvent
 from gputriage.parsers.kernel_repeats import line_process
 from gputriage.text.fields import normalize_bus_id
 
-__all__ = ["LEAD", "SCREEN_EXPRESSION", "USABLE", "LazyXid", "Source", "StormLines"]
+__all__ = ["LEAD", "SCREEN_EXPRESSION", "SCREEN_LITERALS", "USABLE", "LazyXid", "Source",
+           "StormLines"]
 
 _LEAD = LEAD = b"NVRM: Xid (PCI:"
 _STORM = re.compile(rb"NVRM: Xid \(PCI:([^)\n]{0,40})\): ?([0-9]{1,5}), "
@@ -45,14 +46,19 @@ _STORM = re.compile(rb"NVRM: Xid \(PCI:([^)\n]{0,40})\): ?([0-9]{1,5}), "
 # what sends a line to the full path: literals that add details or let another row
 # decide (those tested case-blind, on the lower-cased line), escapes; non-ASCII bytes too
 # (lower-casing could make a literal of them)
-_SCREEN = (b"ink", b"recovery action", b"caused by", b"fallen off the bus", b"#012", b"\x1b",
+INLINE = b"ink"  # ("NVLink", "link")
+_SCREEN = (INLINE, b"recovery action", b"caused by", b"fallen off the bus", b"#012", b"\x1b",
            *(n.encode() for n in EARLIER))
 _SCREEN_LOWER = (b"fatal", *(n.lower().encode() for n in EARLIER_LOWER))
-# the same test as a Hyperscan expression: the search notes the lines it finds
-SCREEN_EXPRESSION = (rb"NVRM: Xid \(PCI:[^\n]*(?:" + b"|".join(
-    [b"".join(b"\\x%02x" % c for c in lit) for lit in _SCREEN]
-    + [b"(?i:" + b"".join(b"\\x%02x" % c for c in lit) + b")" for lit in _SCREEN_LOWER]
-    + [rb"[\x80-\xff]"]) + b")")
+# the same test where Hyperscan searches a span the storm crowds: these literals (case
+# ignored where True), where the lead comes before them on their line
+# (:class:`gputriage.logscan.hsearch.Matcher`), and an expression of the lead, then
+# ``INLINE`` or a non-ASCII byte ("link" is a word of many other kernel lines: searched
+# alone, it would call back on every "Link is Up"). One expression of the lead, then any
+# of them, costs the search about a third more.
+SCREEN_LITERALS = (*((lit, False) for lit in _SCREEN if lit != INLINE),
+                   *((lit, True) for lit in _SCREEN_LOWER))
+SCREEN_EXPRESSION = rb"NVRM: Xid \(PCI:[^\n]*(?:" + re.escape(INLINE) + rb"|[\x80-\xff])"
 USABLE = DIRECT and PASSES  # the Xid row as this module knows it (else: never taken)
 _DMESG = re.compile(rb"\[ {0,12}([0-9]{1,12}\.[0-9]{1,9})\] *")  # dmesg raw: one per line
 CACHE = 4096  # prefixes and keys kept (then the cache starts again)
