@@ -34,3 +34,20 @@ def test_every_part_of_a_storm_block_is_found_and_timed(tmp_path):
                  line.split(" = ", 1)[1].split(";")[0].split(", "))
     assert set(parts) == {"search", "storm pass", "per-line parse", "numbering", "other"}
     assert float(parts["storm pass"]) > 0 and float(parts["search"]) > 0
+
+
+def test_task_cpu_times_each_tree_in_turn(tmp_path):
+    """benchmarks/task_cpu.py runs the worker task of each tree (here the same tree under
+    two names), each with its own modules, and reports each task's least time."""
+    logscan_before = sys.modules["gputriage.logscan"]
+    bench = _load("task_cpu")
+    log = tmp_path / "storm.log"
+    _load("log_scan").generate(log, 1 << 20, profile="storm")
+    src = str(Path(bench.REPO) / "src")
+    best = bench.measure({"this": src, "baseline": src}, str(log), None, 2)
+    assert list(best) == ["this", "baseline"] and list(best["this"]) == [0]
+    assert all(t > 0 for per in best.values() for t in per.values())
+    lines = bench.report(best)
+    assert lines[0].lstrip().startswith("this: 0:") and "sum" in lines[0]
+    assert lines[-1].startswith("this checkout against the baseline:")
+    assert sys.modules["gputriage.logscan"] is logscan_before  # (put back as it was)
