@@ -28,7 +28,13 @@ def _training(lines: int, seed: int = 0) -> str:
 @pytest.mark.parametrize(("pattern", "expected"), [
     (r"^\s*GPU [0-9a-f:.]+ was successfully reset\b", {" was successfully reset"}),
     (r"\bXID[ _-]?([0-9]{1,3})\b", {"xid"}),
-    (r"failed to (?:initialize|reconcile) DCGM", {"failed to "}),
+    (r"failed to (?:initialize|reconcile) DCGM",
+     {"failed to initialize dcgm", "failed to reconcile dcgm"}),  # (the run branches)
+    (r"^(?:export\s+)?(?:NVIDIA|CUDA)_[A-Z]+=", {"nvidia_", "cuda_"}),
+    (r"a(?:b|)c\b", {"abc", "ac"}),
+    (r"(?:x|)[0-9]", None),  # (an empty spelling is no literal)
+    # (6 x 6 spellings are too many: the run ends before the second branch)
+    (r"(?:ab|cd|ef|gh|ij|kl)(?:mn|op|qr|st|uv|wx)yz", {"ab", "cd", "ef", "gh", "ij", "kl"}),
     (r"(?:nv-hostengine|Host engine)\b", {"nv-hostengine", "host engine"}),
     (r"(?:abc)+def?", {"abc"}),
     (r"Reason:|(?:xy)?z", {"reason:", "z"}),

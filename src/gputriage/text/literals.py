@@ -31,23 +31,50 @@ def _best(options: list[frozenset[str]]) -> frozenset[str] | None:
     return max(options, key=lambda s: min(map(len, s)), default=None)
 
 
+# strings a run of literal characters may branch into (``(?:NVIDIA|CUDA)_``: "nvidia_" or
+# "cuda_", not "nvidia" or "cuda" and then "_" alone); past it, the run ends there
+_SPELLINGS = 32
+
+
+def _spellings(items: Any) -> frozenset[str] | None:
+    """Every string a sequence of ASCII literals, branches of them and groups of them
+    matches, lowercased (None: the sequence holds anything else)."""
+    out = frozenset([""])
+    for op, arg in items:
+        if op is sre.LITERAL and arg < 128 and arg != 10:
+            found: frozenset[str] | None = frozenset([chr(arg).lower()])
+        elif op is sre.SUBPATTERN:
+            found = _spellings(arg[-1])
+        elif op is sre.BRANCH:
+            alternatives = [_spellings(b) for b in arg[1]]
+            found = None if any(a is None for a in alternatives) else frozenset().union(
+                *(a for a in alternatives if a is not None))
+        else:
+            return None
+        if found is None or len(out) * len(found) > _SPELLINGS:
+            return None
+        out = frozenset(a + b for a in out for b in found)
+    return out
+
+
 def _required(items: Any) -> frozenset[str] | None:
     """Literals one of which every match of the sequence ``items`` contains."""
     options: list[frozenset[str]] = []
-    run: list[str] = []
+    run = frozenset([""])  # the ways the run of literal characters so far is spelt
 
-    def end_run() -> None:
-        if run:
-            options.append(frozenset(["".join(run)]))
-            run.clear()
+    def end_run() -> frozenset[str]:
+        if all(run):
+            options.append(run)
+        return frozenset([""])
 
     for op, arg in items:
-        if op is sre.LITERAL and arg < 128 and arg != 10:
-            run.append(chr(arg).lower())
-            continue
         if op in _TRANSPARENT:
             continue
-        end_run()
+        spelt = _spellings([(op, arg)])
+        if spelt is not None and len(run) * len(spelt) <= _SPELLINGS:
+            run = frozenset(a + b for a in run for b in spelt)
+            continue
+        run = end_run()
         found: frozenset[str] | None = None
         if op is sre.SUBPATTERN:
             found = _required(arg[-1])
