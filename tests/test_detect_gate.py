@@ -8,6 +8,8 @@ import re
 
 import pytest
 from detect_both import lazy_and_eager_agree  # noqa: F401  (the fixture)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from training_kit import training_log
 
 from gputriage.ingest.detect import detect
@@ -95,3 +97,41 @@ def test_gates_change_no_detection_on_the_corpus(corpus, monkeypatch, category) 
 @pytest.mark.slow  # every sample whole, alone and inside a training log: ~30 s
 def test_gates_change_no_detection_on_whole_corpus_samples(corpus, monkeypatch) -> None:
     _same_detection(corpus.samples, monkeypatch, 1 << 20, 200, alone=True)
+
+
+def _module_patterns() -> list[re.Pattern[str]]:
+    """The text patterns the parsers and the knowledge tables compile at module level,
+    each with required literals (those that gates are made of)."""
+    import importlib
+    import pkgutil
+
+    import gputriage.knowledge
+    import gputriage.parsers
+
+    found: dict[tuple[str, int], re.Pattern[str]] = {}
+    for package in (gputriage.parsers, gputriage.knowledge):
+        for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            for value in vars(module).values():
+                if (isinstance(value, re.Pattern) and isinstance(value.pattern, str)
+                        and not value.flags & re.VERBOSE and required_literals(value)):
+                    found[value.pattern, value.flags] = value
+    return sorted(found.values(), key=lambda p: (p.pattern, p.flags))
+
+
+_PATTERNS = _module_patterns()
+
+
+@settings(max_examples=400)
+@given(st.data())
+def test_every_match_of_a_real_pattern_holds_one_of_its_literals(data) -> None:
+    """The literals the gates take from an expression (spelt on through branches of
+    literals) are in every string it matches: strings drawn to match each of the
+    parsers' and knowledge tables' own expressions."""
+    assert len(_PATTERNS) > 100
+    pattern = data.draw(st.sampled_from(_PATTERNS))
+    text = data.draw(st.from_regex(pattern))
+    literals = required_literals(pattern)
+    assert literals is not None
+    low = text.lower()
+    assert any(lit in low for lit in literals), (pattern.pattern, text, sorted(literals))
