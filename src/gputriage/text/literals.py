@@ -32,8 +32,9 @@ def _best(options: list[frozenset[str]]) -> frozenset[str] | None:
 
 
 # strings a run of literal characters may branch into (``(?:NVIDIA|CUDA)_``: "nvidia_" or
-# "cuda_", not "nvidia" or "cuda" and then "_" alone); past it, the run ends there
-_SPELLINGS = 32
+# "cuda_", not "nvidia" or "cuda" and then "_" alone; the 40 field names of ``kubectl
+# describe`` each with its colon); past it, the run ends there
+_SPELLINGS = 64
 
 
 def _spellings(items: Any) -> frozenset[str] | None:
