@@ -4,7 +4,9 @@ inside a training job's log (where the gates close for the other detectors)."""
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
 
 import pytest
 from detect_both import lazy_and_eager_agree  # noqa: F401  (the fixture)
@@ -100,12 +102,11 @@ def test_gates_change_no_detection_on_whole_corpus_samples(corpus, monkeypatch) 
     _same_detection(corpus.samples, monkeypatch, 1 << 20, 200, alone=True)
 
 
+@functools.cache
 def _module_patterns() -> list[re.Pattern[str]]:
     """The text patterns that the paste detectors' modules, the job-message catalog and
     the job-log readers (and what they import of the parsers and knowledge tables)
     compile at module level, each with required literals (those gates are made of)."""
-    import sys
-
     import gputriage.knowledge.job_messages
     import gputriage.parsers.job_log  # noqa: F401
     from gputriage import sources
@@ -123,17 +124,15 @@ def _module_patterns() -> list[re.Pattern[str]]:
     return sorted(found.values(), key=lambda p: (p.pattern, p.flags))
 
 
-_PATTERNS = _module_patterns()
-
-
 @settings(max_examples=400)
 @given(st.data())
 def test_every_match_of_a_real_pattern_holds_one_of_its_literals(data) -> None:
     """The literals the gates take from an expression (spelt on through branches of
     literals) are in every string it matches: strings drawn to match each of the
     parsers' and knowledge tables' own expressions."""
-    assert len(_PATTERNS) > 100
-    pattern = data.draw(st.sampled_from(_PATTERNS))
+    patterns = _module_patterns()
+    assert len(patterns) > 100
+    pattern = data.draw(st.sampled_from(patterns))
     text = data.draw(st.from_regex(pattern))
     literals = required_literals(pattern)
     assert literals is not None

@@ -1,10 +1,12 @@
 """The literals a regular expression needs: one of them, at least, is in every match.
 
 From the expression's parse tree (Python's own regex parser), the runs of ASCII literal
-characters that every match holds, lowercased, so that a text with none of them (looked
-for with one ``str`` search each, in C) is known to hold no match before the expression
-runs. Used by the paste detectors' gates (:mod:`gputriage.parsers.detect_gate`) and the
-job messages' catalog (:mod:`gputriage.knowledge.job_messages`).
+characters that every match holds, lowercased (a run goes on through a branch of
+literals, each way it may be spelt), so that a text with none of them (looked for with
+one ``str`` search each, in C) is known to hold no match before the expression runs.
+Used by the paste detectors' gates (:mod:`gputriage.parsers.detect_gate`), the job
+messages' catalog (:mod:`gputriage.knowledge.job_messages`) and the job log's version
+readers (:mod:`gputriage.parsers.job_log`).
 """
 
 from __future__ import annotations
