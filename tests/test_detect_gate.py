@@ -36,6 +36,8 @@ def _training(lines: int, seed: int = 0) -> str:
      {"failed to initialize dcgm", "failed to reconcile dcgm"}),  # (the run branches)
     (r"^(?:export\s+)?(?:NVIDIA|CUDA)_[A-Z]+=", {"nvidia_", "cuda_"}),
     (r"a(?:b|)c\b", {"abc", "ac"}),
+    (r"metrics[:;] ", {"metrics: ", "metrics; "}),  # (a class of a few characters)
+    (r"xx[a-z]y", {"xx"}),  # (a range: the run ends there)
     (r"(?:x|)[0-9]", None),  # (an empty spelling is no literal)
     # (9 x 9 spellings are too many: the run ends before the second branch)
     (r"(?:ab|cd|ef|gh|ij|kl|mn|op|qr)(?:st|uv|wx|yz|ba|dc|fe|hg|ji)zz",

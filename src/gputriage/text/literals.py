@@ -37,15 +37,19 @@ def _best(options: list[frozenset[str]]) -> frozenset[str] | None:
 # "cuda_", not "nvidia" or "cuda" and then "_" alone; the 40 field names of ``kubectl
 # describe`` each with its colon); past it, the run ends there
 _SPELLINGS = 64
+_CLASS = 4  # characters of a class that a run goes on through
 
 
 def _spellings(items: Any) -> frozenset[str] | None:
-    """Every string a sequence of ASCII literals, branches of them and groups of them
-    matches, lowercased (None: the sequence holds anything else)."""
+    """Every string a sequence of ASCII literals, classes of a few of them, branches and
+    groups of these matches, lowercased (None: the sequence holds anything else)."""
     out = frozenset([""])
     for op, arg in items:
         if op is sre.LITERAL and arg < 128 and arg != 10:
             found: frozenset[str] | None = frozenset([chr(arg).lower()])
+        elif op is sre.IN and len(arg) <= _CLASS and all(
+                o is sre.LITERAL and a < 128 and a != 10 for o, a in arg):
+            found = frozenset(chr(a).lower() for _, a in arg)  # ([:=], [ _-]: a few bytes)
         elif op is sre.SUBPATTERN:
             found = _spellings(arg[-1])
         elif op is sre.BRANCH:
