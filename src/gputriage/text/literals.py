@@ -40,46 +40,64 @@ _SPELLINGS = 64
 _CLASS = 4  # characters of a class that a run goes on through
 
 
-def _spellings(items: Any) -> frozenset[str] | None:
-    """Every string a sequence of ASCII literals, classes of a few of them, branches and
-    groups of these matches, lowercased (None: the sequence holds anything else)."""
-    out = frozenset([""])
-    for op, arg in items:
-        if op is sre.LITERAL and arg < 128 and arg != 10:
-            found: frozenset[str] | None = frozenset([chr(arg).lower()])
-        elif op is sre.IN and len(arg) <= _CLASS and all(
-                o is sre.LITERAL and a < 128 and a != 10 for o, a in arg):
-            found = frozenset(chr(a).lower() for _, a in arg)  # ([:=], [ _-]: a few bytes)
-        elif op is sre.SUBPATTERN:
-            found = _spellings(arg[-1])
-        elif op is sre.BRANCH:
-            alternatives = [_spellings(b) for b in arg[1]]
-            found = None if any(a is None for a in alternatives) else frozenset().union(
-                *(a for a in alternatives if a is not None))
-        else:
+def _spelt(op: Any, arg: Any) -> list[str] | None:
+    """The strings one item of a parse tree matches, lowercased, where it is an ASCII
+    literal, a class of a few of them, or a branch or group of sequences of these (None
+    for any other item, or past :data:`_SPELLINGS` strings)."""
+    if op is sre.LITERAL:
+        return [chr(arg).lower()] if arg < 128 and arg != 10 else None
+    if op is sre.IN:
+        if len(arg) > _CLASS or not all(o is sre.LITERAL and a < 128 and a != 10
+                                        for o, a in arg):
             return None
+        return list({chr(a).lower() for _, a in arg})  # ([:=], [ _-]: a few bytes)
+    if op is sre.SUBPATTERN:
+        return _spellings(arg[-1])
+    if op is sre.BRANCH:
+        out: set[str] = set()
+        for alternative in arg[1]:
+            found = _spellings(alternative)
+            if found is None:
+                return None
+            out.update(found)
+            if len(out) > _SPELLINGS:
+                return None
+        return list(out)
+    return None
+
+
+def _spellings(items: Any) -> list[str] | None:
+    """Every string a sequence of items :func:`_spelt` spells matches (None: it holds
+    another item, or past :data:`_SPELLINGS` strings)."""
+    out = [""]
+    for op, arg in getattr(items, "data", items):  # (a SubPattern's list: no __getitem__)
+        found = _spelt(op, arg)
         if found is None or len(out) * len(found) > _SPELLINGS:
             return None
-        out = frozenset(a + b for a in out for b in found)
+        out = [a + b for a in out for b in found]
     return out
 
 
 def _required(items: Any) -> frozenset[str] | None:
     """Literals one of which every match of the sequence ``items`` contains."""
     options: list[frozenset[str]] = []
-    run = frozenset([""])  # the ways the run of literal characters so far is spelt
+    run = [""]  # the ways the run of literal characters so far is spelt
 
-    def end_run() -> frozenset[str]:
+    def end_run() -> list[str]:
         if all(run):
-            options.append(run)
-        return frozenset([""])
+            options.append(frozenset(run))
+        return [""]
 
-    for op, arg in items:
+    for op, arg in getattr(items, "data", items):
+        if op is sre.LITERAL and arg < 128 and arg != 10:  # (the usual item: no call)
+            c = chr(arg).lower()
+            run = [a + c for a in run]
+            continue
         if op in _TRANSPARENT:
             continue
-        spelt = _spellings([(op, arg)])
+        spelt = _spelt(op, arg) if op is not sre.LITERAL else None
         if spelt is not None and len(run) * len(spelt) <= _SPELLINGS:
-            run = frozenset(a + b for a in run for b in spelt)
+            run = [a + b for a in run for b in spelt]
             continue
         run = end_run()
         found: frozenset[str] | None = None
