@@ -68,7 +68,11 @@ def load(tree: Tree, log: str) -> tuple[Callable[[int], object], int]:
     with tree:
         from dataclasses import replace
 
+        import gputriage
         from gputriage.logscan import ScanConfig, blocks
+
+        if not Path(gputriage.__file__).resolve().is_relative_to(Path(tree.path).resolve()):
+            raise ValueError(f"no gputriage package in {tree.path}")  # (else: the installed one)
         from gputriage.logscan.search import anchors_for
 
         size = os.path.getsize(log)
@@ -145,7 +149,7 @@ def main() -> int:
     try:
         best = measure(trees, os.path.abspath(args.log), tasks or _default(args.log),
                        max(1, args.rounds))
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"task_cpu: {exc}", file=sys.stderr)
         return 2
     print("\n".join(report(best)))

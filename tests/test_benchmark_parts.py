@@ -51,3 +51,14 @@ def test_task_cpu_times_each_tree_in_turn(tmp_path):
     assert lines[0].lstrip().startswith("this: 0:") and "sum" in lines[0]
     assert lines[-1].startswith("this checkout against the baseline:")
     assert sys.modules["gputriage.logscan"] is logscan_before  # (put back as it was)
+
+
+def test_task_cpu_refuses_a_baseline_without_the_package(tmp_path):
+    """A baseline folder with no gputriage in it is refused, not timed as the installed
+    package (which would compare this tree with itself)."""
+    bench = _load("task_cpu")
+    log = tmp_path / "storm.log"
+    _load("log_scan").generate(log, 1 << 20, profile="storm")
+    with pytest.raises(ValueError, match="no gputriage package"):
+        bench.measure({"baseline": str(tmp_path)}, str(log), None, 1)
+    assert sys.modules["gputriage.logscan"].__name__ == "gputriage.logscan"
