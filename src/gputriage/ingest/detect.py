@@ -8,9 +8,9 @@ order and the commands that name a source all come from
 content is not recognised falls back on the command in its prompt line
 (``$ nvidia-smi -q | grep Fabric``).
 
-A detector whose gates' literals the paste cannot hold (what
-:mod:`gputriage.parsers.detect_table` says of them, before the detector's module is
-imported) is not run, nor imported: it would claim nothing.
+A detector whose gates' literals no line of the paste that the detectors before it
+left unclaimed can hold (what :mod:`gputriage.parsers.detect_table` says of them, before
+the detector's module is imported) is not run, nor imported: it would claim nothing.
 """
 
 from __future__ import annotations

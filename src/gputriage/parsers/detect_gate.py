@@ -324,18 +324,28 @@ def _search_re(pattern: str, flags: int) -> re.Pattern[str]:
 
 def may_open(doc: PasteDoc, literals: tuple[str, ...],
              searches: tuple[tuple[str, int], ...] = ()) -> bool:
-    """False only when no line of ``doc``, claimed or not, can hold one of ``literals``
-    (in any case) or a match of ``searches``: then no gate made of them is open. A
-    paste that is not ASCII is read by its ASCII words, unless a character of it folds
-    into an ASCII letter (:data:`FOLDS_INTO_ASCII`)."""
+    """False only when no free line of ``doc`` (one no detector claimed so far) can hold
+    one of ``literals`` (in any case) or a match of ``searches``: then no gate made of
+    them is open (:meth:`Gate.open` looks at the free lines, and detection asks before
+    the detector runs, its claims and those after it still to come). So the words of a
+    job's NCCL records (a host named ``gpu-node-3``, ``NCCL_SOCKET_IFNAME``, ``nvmlDev``),
+    claimed by the NCCL detector first, open no later detector. A paste that is not
+    ASCII (where a lowercased copy's offsets may differ) is read by its ASCII words,
+    claimed lines or not, unless a character of it folds into an ASCII letter
+    (:data:`FOLDS_INTO_ASCII`): then it may open anything."""
     text = doc.text
-    if not text.isascii() and _FOLDING.search(text):
-        return True
     seen = _seen(doc)
-    for literal in literals:
-        if literal in seen.absent_anywhere:
-            continue
-        if seen.may_hold(literal) and seen.find(literal, 0) >= 0:
+    if not text.isascii():
+        if _FOLDING.search(text):
             return True
-        seen.absent_anywhere.add(literal)
-    return any(_search_re(pattern, flags).search(text) for pattern, flags in searches)
+        for literal in literals:
+            if literal in seen.absent_anywhere:
+                continue
+            if seen.may_hold(literal) and seen.find(literal, 0) >= 0:
+                return True
+            seen.absent_anywhere.add(literal)
+        return any(_search_re(pattern, flags).search(text) for pattern, flags in searches)
+    if any(next(seen.free_lines(doc, literal), None) is not None for literal in literals):
+        return True
+    return any(next(seen.matched_lines(doc, _search_re(pattern, flags)), None) is not None
+               for pattern, flags in searches)
