@@ -8,16 +8,20 @@ like a framing but are content and must stay as they are."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from detect_both import lazy_and_eager_agree  # noqa: F401  (the fixture)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gputriage.engine.analysis import analyze
 from gputriage.errors import InputError
 from gputriage.ingest import load_text
 from gputriage.ingest.detect import detect
 from gputriage.model import Result, Severity
+from gputriage.text import framing
 from gputriage.text.framing import unframe_lines
 
 # every detection of these tests is also made with every detector run (tests/detect_both.py)
@@ -218,3 +222,18 @@ def test_content_that_looks_framed_is_left_alone(lines: list[str]) -> None:
 def test_text_with_nothing_recognisable_is_still_unrecognised() -> None:
     with pytest.raises(InputError, match="unrecognised content"):
         load_text("> we rebooted the node and it works now\n> thanks!\n", "paste")
+
+
+_FRAMED_LINES = [line for text in FRAMED_XID.values() for line in text.splitlines()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_FRAMED_LINES), st.sampled_from([DMESG79, XID79]),
+                          st.text(max_size=30)), max_size=12))
+def test_the_quick_look_for_a_framing_finds_what_a_line_start_search_finds(
+        lines: list[str]) -> None:
+    """The look before any line is read (each line's start after its newline) finds a
+    framing's start where the multiline search it replaced ("^" at every line) does."""
+    multiline = re.compile("(?m)^" + framing._STARTS)
+    joined = "\n".join(lines)
+    assert bool(framing._ANY.search("\n" + joined)) == bool(multiline.search(joined))
