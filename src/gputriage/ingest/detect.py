@@ -58,16 +58,24 @@ _PROMPT = re.compile(
     r"\s+(?P<cmd>\S.*)$")
 
 
+def _programs() -> str:
+    """The programs an alias runs, as alternatives of a regex (the longest first)."""
+    return "|".join(re.escape(p) for p in sorted(programs(), key=len, reverse=True))
+
+
 def _bare_command() -> re.Pattern[str]:
     """A command line without a prompt: a program an alias runs, alone or followed by
     an option, a pipe or a subcommand an alias names."""
-    progs = "|".join(re.escape(p) for p in sorted(programs(), key=len, reverse=True))
     subs = "|".join(rf"{re.escape(w)}\b" for w in subcommands())
-    return re.compile(rf"^\s*(?P<cmd>(?:sudo\s+)?(?:{progs})(?:\s+(?:[-|]|{subs}).*)?)\s*$")
+    return re.compile(rf"^\s*(?P<cmd>(?:sudo\s+)?(?:{_programs()})(?:\s+(?:[-|]|{subs}).*)?)\s*$")
 
 
 _BARE_CMD = _bare_command()
 _FENCE = re.compile(r"^\s*```")
+# a line the three may match holds a prompt's "$" or "#" or a fence's "```", or starts with
+# a program an alias runs (led by the newline before it: see PasteDoc.lines_starting)
+_MAYBE_BARRIER = ("$", "#", "```")
+_MAYBE_BARE = re.compile(rf"\n[^\S\n]*(?:sudo[^\S\n]+)?(?:{_programs()})")
 
 
 @functools.cache
@@ -115,8 +123,10 @@ def _perfquery_head(line: str) -> bool:
 def _segments(doc: PasteDoc) -> list[_Segment]:
     """Mark prompt lines and fences as barriers; the segments they open."""
     segments = [_Segment(0, 0, None)]
-    i = 0
-    while i < len(doc.lines):
+    taken = -1  # the last line a command went on to
+    for i in sorted({*doc.lines_with(_MAYBE_BARRIER), *doc.lines_starting(_MAYBE_BARE)}):
+        if i <= taken:
+            continue
         ln = doc.lines[i]
         m = _PROMPT.match(ln) or _BARE_CMD.match(ln)
         if m and (is_tests_prompt(doc.lines, i) or _perfquery_head(ln)):
@@ -129,8 +139,8 @@ def _segments(doc: PasteDoc) -> list[_Segment]:
                 i += 1
                 doc.owner[i] = BARRIER
                 cmd = cmd[:-1] + " " + doc.lines[i].strip()
+            taken = i
             segments.append(_Segment(first, i + 1, cmd))
-        i += 1
     return segments
 
 

@@ -55,6 +55,21 @@ class PasteDoc:
                 at = text.find(word, starts[i + 1])
         return sorted(found)
 
+    def lines_starting(self, pattern: re.Pattern[str]) -> list[int]:
+        """The indices, in order, of the lines (claimed or not) whose start ``pattern``
+        matches, ``pattern`` led by the newline before the line (the paste is searched
+        once, from one newline to the next in C; "(?m)^" would be tried at every
+        character)."""
+        text = "\n" + self.text  # (the newline before a line is where the line starts here)
+        starts = self._starts
+        found: list[int] = []
+        m = pattern.search(text)
+        while m is not None:
+            i = bisect.bisect_right(starts, m.start()) - 1
+            found.append(i)
+            m = pattern.search(text, starts[i + 1])
+        return found
+
     def free(self, i: int) -> bool:
         """Whether line ``i`` exists and nobody claimed it."""
         return 0 <= i < len(self.lines) and self.owner[i] is None
