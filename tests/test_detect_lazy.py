@@ -15,13 +15,14 @@ from pathlib import Path
 import detect_both
 import pytest
 from detect_both import claim_every_detector, lazy_and_eager_agree  # noqa: F401  (the fixture)
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from training_kit import NCCL_CHANNEL, training_log
 
 from gputriage import sources
 from gputriage.ingest import detect as ingest_detect
 from gputriage.ingest.detect import detect, detect_framed
+from gputriage.parsers import detect_k8s, nvsmi_csv
 from gputriage.parsers.detect_gate import (
     FOLDS_INTO_ASCII,
     Gate,
@@ -189,6 +190,103 @@ def test_detection_is_the_same_with_every_detector_on_the_corpus(corpus, categor
                 m.setattr(ingest_detect, "_claim", claim_every_detector)
                 eager = detect_framed(paste)
             assert lazy == eager, name
+
+
+# a GPU node's kernel log as syslog writes it: its host name, the process fields of an Xid
+# and systemd's words are words of many detectors' gates ("gpu-", "node", "name", "pid",
+# "nvidia", "starting")
+_KERNEL_LINES = (
+    "2024-08-30T03:53:20+0000 gpu-node-17 kernel: NVRM: Xid (PCI:0000:ab:00): 13, pid=861879, "
+    "name=nvidia-smi, Graphics SM Warp Exception on (GPC 4, TPC 1, SM 0): Out Of Range Address",
+    "2024-08-30T03:53:21+0000 gpu-node-17 kernel: audit: type=1400 audit(1724990001.009:71239): "
+    'apparmor="STATUS" operation="profile_load" name="nvidia_modprobe" pid=2207',
+    "2024-08-30T03:53:22+0000 gpu-node-17 systemd[1]: Starting logrotate.service - Rotate log "
+    "files...",
+    "2024-08-30T03:53:23+0000 gpu-node-17 kernel: br-120eb: port 3(vethab5) entered disabled state",
+)
+
+
+def _kernel(lines: int) -> str:
+    return "".join(_KERNEL_LINES[i % len(_KERNEL_LINES)] + "\n" for i in range(lines))
+
+
+def _every_line_tried(m: pytest.MonkeyPatch) -> None:
+    """Detection as before the looks that let a detector skip lines: each tries every
+    line (no candidate lines of a gate, no quick look before a header's or row's test)."""
+    anything = re.compile("")
+    m.setattr(Gate, "candidates", lambda self, doc: None)
+    m.setattr(detect_k8s, "_HEAD_WORD", anything)
+    m.setattr(nvsmi_csv, "_HEAD_START", anything)
+    m.setattr(nvsmi_csv, "_BUS_END", anything)
+
+
+@pytest.mark.parametrize("category", [str(n) for n in range(1, 12)])
+def test_detection_is_the_same_when_every_line_is_tried(corpus, category) -> None:
+    """Every sample (its first MiB) alone, inside a training log and inside a GPU node's
+    kernel log: the pieces found (names and bodies) are those found with every line
+    tried by every detector."""
+    job, kernel = _training(60), _kernel(60)
+    for name, text in _samples(corpus, category):
+        for paste in (text, job + text + job, kernel + text + kernel):
+            fast = detect_framed(paste)
+            with pytest.MonkeyPatch.context() as m:
+                _every_line_tried(m)
+                slow = detect_framed(paste)
+            assert fast == slow, name
+
+
+_TABLE_PIECES = (
+    "NAME", "READY", "STATUS", "RESTARTS", "AGE", "NODE", "NODE NAME", "NodeName", "REASON",
+    "MESSAGE", "TYPE", "GPU", "nvidia.com/gpu", "name", "pci.bus_id", "memory.total [MiB]",
+    "index", "GPU-8d7f0c3e-22b4-4e0b-8d5c-0e9f1a2b3c4d", "00000000:3B:00.0", "3b:00.1",
+    "MIG-GPU-8d7f0c3e", "MIG-8d7f0c3e-22b4", "pid", "used_gpu_memory [MiB]", "gpu-node-17",
+    "name=nvidia-smi", "Rea\u017fon", "  ", "   ", ", ", ",", "\t", " # a comment", "1", "0/1",
+    "Running")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_TABLE_PIECES), st.text(max_size=12)), max_size=8),
+       st.sampled_from(["", " ", "  ", ", "]))
+def test_the_quick_looks_refuse_no_header_or_row_their_tests_take(pieces, sep) -> None:
+    """A kubectl table header, an nvidia-smi CSV header or row that the full tests take
+    passes the quick look that comes before them."""
+    line = sep.join(pieces)
+    fast = (detect_k8s._table_head(line), nvsmi_csv.is_csv_header(line),
+            nvsmi_csv.is_csv_row(line))
+    with pytest.MonkeyPatch.context() as m:
+        _every_line_tried(m)
+        slow = (detect_k8s._table_head(line), nvsmi_csv.is_csv_header(line),
+                nvsmi_csv.is_csv_row(line))
+    assert fast == slow
+
+
+@pytest.mark.parametrize(("line", "head", "csv_head", "csv_row"), [
+    ("NAME   READY   STATUS    RESTARTS   AGE", True, False, False),
+    ("NODENAME   GPU", True, False, False),
+    ("NodeName\tnvidia.com/gpu", True, False, False),
+    ("NODE NAME   GPUS", True, False, False),
+    ("LAST SEEN   TYPE      REASON    OBJECT   MESSAGE", True, False, False),
+    ("name, pci.bus_id, memory.total [MiB]", False, True, False),
+    ("  memory.used [MiB]", False, True, False),
+    ("00000000:3B:00.0, 81559 MiB", False, False, True),
+    ("GPU-8d7f0c3e-22b4-4e0b-8d5c-0e9f1a2b3c4d, 0", False, False, True),
+    ("MIG-8d7f0c3e-22b4-4e0b-8d5c-0e9f1a2b3c4d, 1", False, False, True),
+    ("1, 3b:00.1 # the second", False, False, True),
+    (_KERNEL_LINES[0], False, False, False),
+])
+def test_the_quick_looks_pass_the_headers_and_rows(line, head, csv_head, csv_row) -> None:
+    assert (detect_k8s._table_head(line), nvsmi_csv.is_csv_header(line),
+            nvsmi_csv.is_csv_row(line)) == (head, csv_head, csv_row)
+
+
+def test_a_gate_s_candidates_are_the_free_lines_that_hold_its_words() -> None:
+    gate = Gate(literals=("Loading NVML",), searches=(re.compile(r"GPU-[0-9a-f]{8}"),))
+    doc = PasteDoc(_kernel(8) + "I0530 loading nvml\nrow GPU-8d7f0c3e\nx\n" + _kernel(4))
+    assert gate.candidates(doc) == [8, 9]
+    doc.owner[8] = "device_plugin_log"
+    assert gate.candidates(doc) == [9]
+    assert gate.candidates(PasteDoc("caf\u00e9 loading nvml\n")) is None  # (every line)
+    assert Gate(re.compile("[0-9]+")).candidates(doc) is None
 
 
 @pytest.mark.parametrize("category", [str(n) for n in range(1, 12)])

@@ -230,6 +230,22 @@ class Gate:
                 _lines_with(text, functools.partial(_search_at, _literal_re(lit), text), found)
         return found
 
+    def candidates(self, doc: PasteDoc) -> list[int] | None:
+        """The indices, in order, of the free lines of ``doc`` that hold one of the
+        literals (case ignored) or a search's match: all a detector need try whose every
+        claim starts at such a line (its test is not applied; a line it claims on the
+        way stays to be skipped). None where every line may (no literals, a paste that
+        is not ASCII), as :meth:`open` reads them."""
+        if self.literals is None or not doc.text.isascii():
+            return None
+        seen = _seen(doc)
+        found: set[int] = set()
+        for literal in self.literals:
+            found.update(seen.free_lines(doc, literal))
+        for pattern in self.searches:
+            found.update(seen.matched_lines(doc, pattern))
+        return sorted(found)
+
     def open(self, doc: PasteDoc) -> bool:
         """False only when no free line of ``doc`` can match: a detector that starts its
         claims on such lines only may return."""

@@ -310,12 +310,17 @@ def claim_k8s_describe(doc: PasteDoc) -> None:
 # --- tables -------------------------------------------------------------------------------
 def _table_head(ln: str) -> bool:
     """A header of a table claim_k8s_table reads."""
+    if not _HEAD_WORD.search(ln):  # (a GPU node's log: its host name, "name=" of a process)
+        return False
     names = re.findall(r"\S+(?: \S+)*", ln.strip())
     return ((ln == ln.upper() or "GPU" in ln.upper()) and len(names) > 1
             and table_kind(names) is not None and not POD_ROW.match(ln))
 
 
-# every kind of table_kind's has a NAME, REASON or NODE column; a pod row has its READY n/m
+# every kind of table_kind's has a NAME, NODE, NODENAME or REASON column (a cell of its
+# own: the word between blanks or the line's ends, in any case; NODE starts "NODE NAME");
+# a pod row has its READY n/m
+_HEAD_WORD = re.compile(r"(?<!\S)(?:name|reason|node|nodename)(?!\S)", re.IGNORECASE)
 _HEAD_GATE = Gate(literals=("name", "reason", "node"), test=_table_head)
 # (the lines of "[0-9]/[0-9]", searched from each "/": a literal the engine skips to)
 _POD_GATE = Gate(searches=(re.compile(r"/(?<=[0-9]/)[0-9]"),), test=POD_ROW.match)

@@ -330,10 +330,10 @@ def claim_device_plugin_log(doc: PasteDoc) -> None:
     markdown paste left it unmarked."""
     if not _GATE.open(doc):
         return
-    i = 0
-    while i < len(doc.lines):
-        if not (doc.free(i) and _own(doc.lines[i])):
-            i += 1
+    after = 0  # the line after the last run
+    candidates = _GATE.candidates(doc)  # (a record of its own holds one of the gate's words)
+    for i in range(len(doc.lines)) if candidates is None else candidates:
+        if i < after or not (doc.free(i) and _own(doc.lines[i])):
             continue
         first = i
         while doc.free(first - 1) and split_log_line(doc.lines[first - 1]).prefixed:
@@ -350,7 +350,7 @@ def claim_device_plugin_log(doc: PasteDoc) -> None:
             else:
                 break
         doc.claim("device_plugin_log", first, end)
-        i = max(end, i + 1)
+        after = max(end, i + 1)
 
 
 _LOGS_CMD = re.compile(r"^\s*`?.{0,200}\blogs\b.{0,200}device-plugin.{0,200}$")

@@ -304,10 +304,10 @@ def claim_gpu_operator_log(doc: PasteDoc) -> None:
     """Each block of non-blank lines around a record of the operator's containers."""
     if not _GATE.open(doc):
         return
-    i = 0
-    while i < len(doc.lines):
-        if not (doc.free(i) and _anchor(doc.lines[i])):
-            i += 1
+    after = 0  # the line after the last block
+    candidates = _GATE.candidates(doc)  # (an anchor holds one of the gate's words)
+    for i in range(len(doc.lines)) if candidates is None else candidates:
+        if i < after or not (doc.free(i) and _anchor(doc.lines[i])):
             continue
         first = i
         while doc.free(first - 1) and doc.lines[first - 1].strip() and \
@@ -315,7 +315,7 @@ def claim_gpu_operator_log(doc: PasteDoc) -> None:
             first -= 1
         end = doc.extend(i + 1, lambda s: bool(s.strip()) and not _prose(s))
         doc.claim("gpu_operator_log", first, end)
-        i = max(end, i + 1)
+        after = max(end, i + 1)
 
 
 _PROSE = re.compile(r"^\s*(?:#{1,6}\s|\*\*|[-*]\s)|[.?!:]\s+[A-Z][a-z]+ [a-z]+ [a-z]+ ")

@@ -135,15 +135,26 @@ def csv_cells(line: str) -> list[str]:
     return _cells(line)
 
 
+# what a line needs before its cells are worth cutting (a GPU node's log holds the words
+# of the gate on every line: its host name, a process's "pid=" and "name="): a header
+# starts with a known field, a row holds a bus id's end or a UUID's start somewhere
+_HEAD_START = re.compile(r"\s*(?:" + "|".join(map(re.escape, _KNOWN_PREFIXES)) + ")")
+_BUS_END = re.compile(r":[0-9A-Fa-f]{2}\.[0-7]")  # (led by its colon, which the engine skips to)
+
+
 def is_csv_row(line: str) -> bool:
     """A headerless row that is surely nvidia-smi's: two cells or more, one of them a
     whole PCI bus id or GPU UUID."""
+    if "GPU-" not in line and "MIG-" not in line and not _BUS_END.search(line):
+        return False
     cells = _cells(line)
     return len(cells) >= 2 and any(_BUS.match(c) or _UUID.match(c) for c in cells)
 
 
 def is_csv_header(line: str) -> bool:
     """A CSV header nvidia-smi prints: known field names, with their units in brackets."""
+    if not _HEAD_START.match(line):
+        return False
     cells = _cells(line)
     if len(cells) < 1 or not all(_FIELD.match(c) for c in cells):
         return False
@@ -414,8 +425,8 @@ def _csv_block_end(doc: PasteDoc, i: int) -> int | None:
 
 
 # a block starts at a header (known field names) or at a row with a bus id or a UUID
-_GATE = Gate(literals=(*_KNOWN_PREFIXES, "gpu-", "mig-"),
-             searches=(re.compile(r":[0-9A-Fa-f]{2}\.[0-7]"),),
+_GATE = Gate(literals=_KNOWN_PREFIXES,
+             searches=(_BUS_END, re.compile(r"(?:GPU|MIG)-[0-9A-Fa-f-]{8}")),  # (_UUID's case)
              test=lambda line: is_csv_header(line) or is_csv_row(line))
 
 
