@@ -22,12 +22,13 @@ from training_kit import NCCL_CHANNEL, training_log
 from gputriage import sources
 from gputriage.ingest import detect as ingest_detect
 from gputriage.ingest.detect import detect, detect_framed
-from gputriage.parsers import detect_k8s, nvsmi_csv
+from gputriage.parsers import detect_k8s, job_log, nvsmi_csv
 from gputriage.parsers.detect_gate import (
     FOLDS_INTO_ASCII,
     Gate,
     declared_gates,
     gate_entry,
+    held_by_line,
     may_open,
 )
 from gputriage.parsers.detect_table import GATES
@@ -212,12 +213,14 @@ def _kernel(lines: int) -> str:
 
 def _every_line_tried(m: pytest.MonkeyPatch) -> None:
     """Detection as before the looks that let a detector skip lines: each tries every
-    line (no candidate lines of a gate, no quick look before a header's or row's test)."""
+    line (no candidate lines of a gate, no quick look before a header's or row's test,
+    the job log's literals looked for on each line)."""
     anything = re.compile("")
     m.setattr(Gate, "candidates", lambda self, doc: None)
     m.setattr(detect_k8s, "_HEAD_WORD", anything)
     m.setattr(nvsmi_csv, "_HEAD_START", anything)
     m.setattr(nvsmi_csv, "_BUS_END", anything)
+    m.setattr(job_log, "_held", lambda doc: None)
 
 
 @pytest.mark.parametrize("category", [str(n) for n in range(1, 12)])
@@ -277,6 +280,29 @@ def test_the_quick_looks_refuse_no_header_or_row_their_tests_take(pieces, sep) -
 def test_the_quick_looks_pass_the_headers_and_rows(line, head, csv_head, csv_row) -> None:
     assert (detect_k8s._table_head(line), nvsmi_csv.is_csv_header(line),
             nvsmi_csv.is_csv_row(line)) == (head, csv_head, csv_row)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(["gpu", "CUDA error: out of memory", "Driver Version:",
+                                           "gpu-node-7", "torch", "libcuda.so", "\n", " "]),
+                          st.text(st.characters(max_codepoint=127), max_size=12)), max_size=16))
+def test_the_literals_held_by_line_are_those_of_each_line(pieces: list[str]) -> None:
+    literals = ("gpu", "cuda", "cuda error: out of memory", "driver version:", "libcuda.so",
+                " error", "torch")
+    doc = PasteDoc("".join(pieces))
+    want = {i: held for i, line in enumerate(doc.lines)
+            if (held := frozenset(t for t in literals if t in line.lower()))}
+    assert held_by_line(doc, literals) == want
+    assert held_by_line(PasteDoc("caf\u00e9 gpu\n"), literals) is None  # (each line alone)
+
+
+@pytest.mark.parametrize("held", [None, frozenset(), frozenset({"gpu"}),
+                                  frozenset({"torch", "cuda version"}),
+                                  frozenset({"driver version:"}), frozenset({"not a literal"})])
+def test_the_version_readers_tried_are_those_whose_literals_a_line_holds(held) -> None:
+    every = [r for r, needs in zip(job_log._READERS, job_log._reader_needs(), strict=True)
+             if held is None or needs is None or not held.isdisjoint(needs)]
+    assert list(job_log._readers_for(held)) == every
 
 
 def test_a_gate_s_candidates_are_the_free_lines_that_hold_its_words() -> None:

@@ -39,7 +39,8 @@ from gputriage.text.literals import required_literals
 from gputriage.vocabulary import Action, Blame, Severity
 
 __all__ = ["CUDA_FAMILY", "FRAMEWORK_FAMILY", "WRAPPERS", "Hit", "Message", "catalog",
-           "cuda_error", "find", "find_hits", "message", "one_per_line", "scan", "scan_line"]
+           "cuda_error", "find", "find_hits", "message", "one_per_line", "scan", "scan_line",
+           "scan_literals"]
 
 CUDA_FAMILY = "cuda"
 FRAMEWORK_FAMILY = "framework"  # messages/framework.csv: PyTorch, JAX, cuBLAS, cuDNN, NGC
@@ -251,8 +252,10 @@ def _literals() -> tuple[tuple[str, ...], bool]:
     return tuple(sorted(found)), unguarded
 
 
-def scan_line(line: str, lineno: int = 0) -> list[Hit]:
-    """The messages on one line, each once, in catalog order."""
+def scan_line(line: str, lineno: int = 0, held: frozenset[str] | None = None) -> list[Hit]:
+    """The messages on one line, each once, in catalog order. ``held``: the literals of
+    :func:`scan_literals` an ASCII line holds (in lower case), where the caller found
+    them for all its lines at once (None: looked for here)."""
     lower = line.lower()
     if not CATALOG_WORDS.search(lower):
         return []
@@ -260,8 +263,10 @@ def scan_line(line: str, lineno: int = 0) -> list[Hit]:
     hits: list[Hit] = []
     literals, unguarded = _literals()
     # the literals the line holds (each looked for once, not once per pattern); None on
-    # a line that is not ASCII, where every pattern is searched
-    held = frozenset(t for t in literals if t in lower) if line.isascii() else None
+    # a line that is not ASCII, where every pattern is searched (the literals of
+    # scan_literals that no pattern needs are disjoint from every pattern's needs)
+    if held is None:
+        held = frozenset(t for t in literals if t in lower) if line.isascii() else None
     searched = _family_patterns() if cuda or unguarded or held is None or held else ()
     for msg, patterns in searched:
         if msg.code is not None:
@@ -281,6 +286,19 @@ def scan_line(line: str, lineno: int = 0) -> list[Hit]:
                 hits.append(hit)
                 break
     return hits
+
+
+@functools.cache
+def scan_literals() -> tuple[str, ...] | None:
+    """Literals in lower case, one of which an ASCII line holds whenever
+    :func:`scan_line` finds something on it: those the catalog's patterns need, CUDA's
+    texts, and "cuda" and "curesult" (which a CUDA name and the words before a CUDA
+    number hold). None while a pattern of the catalog needs none."""
+    literals, unguarded = _literals()
+    if unguarded:
+        return None
+    return tuple(dict.fromkeys((*literals, *(text for text, _ in _cuda_texts()), "cuda",
+                                "curesult")))
 
 
 def _numbered(pattern: re.Pattern[str], line: str, lineno: int) -> Hit | None:

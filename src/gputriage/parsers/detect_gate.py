@@ -24,13 +24,13 @@ import functools
 import itertools
 import re
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from gputriage.text.literals import required_literals
 from gputriage.text.paste import PasteDoc, claim_blocks, claim_lines
 
 __all__ = ["Gate", "declared_gates", "gate_entry", "gated_blocks", "gated_by", "gated_lines",
-           "may_open"]
+           "held_by_line", "may_open"]
 
 _LETTERS = bytes(c | 32 if 65 <= c <= 90 or 97 <= c <= 122 else 32 for c in range(256))
 
@@ -110,21 +110,27 @@ class _Seen:
             if doc.owner[i] is None:
                 yield i
 
-    def free_lines(self, doc: PasteDoc, literal: str) -> Iterator[int]:
-        """The lines of ``doc`` nobody claimed that hold ``literal``, in order."""
-        if literal in self.absent or literal in self.absent_anywhere:
+    def lines_holding(self, doc: PasteDoc, literal: str) -> Iterator[int]:
+        """The lines of ``doc`` (claimed or not) that hold ``literal``, in order."""
+        if literal in self.absent_anywhere:
             return
-        if not self.may_hold(literal):
-            self.absent.add(literal)
-            return
-        free = False
-        at = self.find(literal, 0)
+        at = self.find(literal, 0) if self.may_hold(literal) else -1
+        if at < 0:
+            self.absent_anywhere.add(literal)
         while at >= 0:
             i = self.line_of(doc, at)
+            yield i
+            at = self.find(literal, self.line_starts(doc)[i + 1])
+
+    def free_lines(self, doc: PasteDoc, literal: str) -> Iterator[int]:
+        """The lines of ``doc`` nobody claimed that hold ``literal``, in order."""
+        if literal in self.absent:
+            return
+        free = False
+        for i in self.lines_holding(doc, literal):
             if doc.owner[i] is None:
                 free = True
                 yield i
-            at = self.find(literal, self.line_starts(doc)[i + 1])
         if not free:
             self.absent.add(literal)
 
@@ -286,6 +292,22 @@ def gated_lines(doc: PasteDoc, name: str, pat: re.Pattern[str]) -> None:
     """:func:`~gputriage.text.paste.claim_lines`, when a free line may hold ``pat``."""
     if _gate_of(pat).open(doc):
         claim_lines(doc, name, pat)
+
+
+def held_by_line(doc: PasteDoc, literals: Iterable[str]) -> dict[int, frozenset[str]] | None:
+    """For each line of ``doc`` (claimed or not) that holds some of ``literals`` (lower
+    case, none holding a line break), those it holds, case ignored: what
+    ``frozenset(t for t in literals if t in line.lower())`` gives a line, for every line at
+    once (a search in C per literal over the whole paste, none for a literal its words
+    rule out). None for a paste that is not ASCII (lower case may move its offsets)."""
+    if not doc.text.isascii():
+        return None
+    seen = _seen(doc)
+    found: dict[int, set[str]] = {}
+    for literal in literals:
+        for i in seen.lines_holding(doc, literal):
+            found.setdefault(i, set()).add(literal)
+    return {i: frozenset(held) for i, held in found.items()}
 
 
 # --- the look before a detector's module is imported ----------------------------------

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from gputriage.errors import ParseError
-from gputriage.knowledge.job_messages import CATALOG_WORDS, Hit, scan_line
-from gputriage.parsers.detect_gate import Gate
+from gputriage.knowledge.job_messages import CATALOG_WORDS, Hit, scan_line, scan_literals
+from gputriage.parsers.detect_gate import Gate, held_by_line
 from gputriage.parsers.job_context import JobContext, claim_context, read_context
 from gputriage.text.fields import split_lines, strict_int
 from gputriage.text.literals import required_literals
@@ -291,23 +291,42 @@ def _reader_literals() -> tuple[str, ...]:
     return tuple(sorted({t for needs in _reader_needs() for t in needs or ()}))
 
 
-def _read(v: JobVersions, line: str) -> bool | None:
+def _read(v: JobVersions, line: str, held: frozenset[str] | None = None) -> bool | None:
     """Apply one line to ``v``: None when it prints no version, False when only a
-    weak one (an image name), True otherwise."""
+    weak one (an image name), True otherwise. ``held``: the readers' literals an ASCII
+    line holds, where the caller found them for all its lines at once (None: here)."""
     lower = line.lower()
     if not _WORD.search(lower):
         return None
     found: bool | None = None
     # the readers' literals the line holds, each looked for once (on an ASCII line,
     # ignoring case is comparing in lower case); None: every reader is searched
-    held = frozenset(t for t in _reader_literals() if t in lower) if line.isascii() else None
-    for (pat, apply), needs in zip(_READERS, _reader_needs(), strict=True):
-        if held is not None and needs is not None and held.isdisjoint(needs):
-            continue
+    if held is None:
+        held = frozenset(t for t in _reader_literals() if t in lower) if line.isascii() else None
+    for pat, apply in _readers_for(held):
         if m := pat.search(line):
             apply(v, m)
             found = found or apply not in _WEAK
     return found
+
+
+def _readers_for(held: frozenset[str] | None) -> Iterable[tuple[re.Pattern[str], Setter]]:
+    """The readers, in order, that may match a line holding the literals ``held`` (None:
+    all of them)."""
+    if held is None:
+        return _READERS
+    if len(held) == 1:  # (the usual line: one word, "gpu" or "version")
+        (literal,) = held
+        return _readers_of(literal)
+    return [r for r, needs in zip(_READERS, _reader_needs(), strict=True)
+            if needs is None or not held.isdisjoint(needs)]
+
+
+@functools.cache
+def _readers_of(literal: str) -> tuple[tuple[re.Pattern[str], Setter], ...]:
+    """The readers, in order, that may match a line holding ``literal`` alone."""
+    return tuple(r for r, needs in zip(_READERS, _reader_needs(), strict=True)
+                 if needs is None or literal in needs)
 
 
 def _read_value(v: JobVersions, expr: str, value_line: str) -> bool:
@@ -366,12 +385,16 @@ def _unwrapped(lines: Sequence[str], i: int, usable: Callable[[int], bool],
     return end, text, found
 
 
-def _walk(lines: Sequence[str], v: JobVersions, usable: Callable[[int], bool] = lambda i: True
+def _walk(lines: Sequence[str], v: JobVersions, usable: Callable[[int], bool] = lambda i: True,
+          held: tuple[dict[int, frozenset[str]], dict[int, frozenset[str]]] | None = None
           ) -> Iterator[tuple[int, list[Hit], bool]]:
     """``(index, hits, strong)`` of each line the job log takes: one with a message of
     the catalog or a version, the value line of an interactive expression, the lines
     of a TensorFlow device block; ``strong``: enough alone to call the text a job's. A
-    message hard-wrapped over several lines is read joined, its lines taken with it."""
+    message hard-wrapped over several lines is read joined, its lines taken with it.
+    ``held``: for every line that holds some, the literals of ``scan_literals`` and of
+    the version readers it holds (:func:`_held`): a line with none of the first has no
+    message, one with none of the second no version."""
     pending: str | None = None  # an interactive expression waiting for its value
     tf_block = 0  # lines left in a TensorFlow device block
     skip_to = 0  # the pieces of a wrapped message already read
@@ -392,13 +415,21 @@ def _walk(lines: Sequence[str], v: JobVersions, usable: Callable[[int], bool] = 
             yield i, [], True
             continue
         tf_block = 0
-        hits = scan_line(line, i)
+        if held is None:
+            hits = scan_line(line, i)
+        else:
+            words = held[0].get(i)
+            hits = [] if words is None else scan_line(line, i, words)
         if (wrapped := _unwrapped(lines, i, usable, hits)) is not None:
             skip_to, joined, hits = wrapped
             _read(v, joined)
             yield i, hits, True
             continue
-        versions = _read(v, line)
+        if held is None:
+            versions = _read(v, line)
+        else:
+            words = held[1].get(i)
+            versions = None if words is None else _read(v, line, words)
         if m := _REPL.match(line):
             pending, versions = m.group("expr"), True
         if _TF_HEAD.search(line):
@@ -451,11 +482,24 @@ _WRAP_GATE = Gate(searches=(re.compile(r"\n(?=" + _WRAP_NEXT.pattern.removeprefi
                   test_at=_wraps_on)
 
 
+def _held(doc: PasteDoc) -> tuple[dict[int, frozenset[str]], dict[int, frozenset[str]]] | None:
+    """The literals of ``scan_literals`` and of the version readers that each line of
+    ``doc`` holds, found for all its lines at once (on a GPU node's log every line holds
+    a word of the catalog, its host name's "gpu", and few hold a literal); None where a
+    pattern needs none or the paste is not ASCII (then each line is searched alone)."""
+    scan = scan_literals()
+    if scan is None or any(needs is None for needs in _reader_needs()):
+        return None
+    messages, versions = held_by_line(doc, scan), held_by_line(doc, _reader_literals())
+    return None if messages is None or versions is None else (messages, versions)
+
+
 def claim_job_log(doc: PasteDoc) -> None:
     """The lines of a job's output that carry a message of the catalog or a version
     (with the value line of an interactive expression and a TensorFlow device block)."""
     if _LINE_GATE.open(doc) or _WRAP_GATE.open(doc):
-        taken = list(_walk(doc.lines, JobVersions(), lambda i: doc.owner[i] is None))
+        taken = list(_walk(doc.lines, JobVersions(), lambda i: doc.owner[i] is None,
+                           _held(doc)))
         if any(strong for _, _, strong in taken):
             for i, _, _ in taken:
                 doc.owner[i] = "job_log"
