@@ -296,13 +296,22 @@ def test_the_literals_held_by_line_are_those_of_each_line(pieces: list[str]) -> 
     assert held_by_line(PasteDoc("caf\u00e9 gpu\n"), literals) is None  # (each line alone)
 
 
-@pytest.mark.parametrize("held", [None, frozenset(), frozenset({"gpu"}),
-                                  frozenset({"torch", "cuda version"}),
-                                  frozenset({"driver version:"}), frozenset({"not a literal"})])
-def test_the_version_readers_tried_are_those_whose_literals_a_line_holds(held) -> None:
-    every = [r for r, needs in zip(job_log._READERS, job_log._reader_needs(), strict=True)
-             if held is None or needs is None or not held.isdisjoint(needs)]
-    assert list(job_log._readers_for(held)) == every
+@pytest.mark.parametrize(("line", "readers"), [
+    ("gpu-node-17 kernel: NVRM: Xid (PCI:0000:ab:00): 13, pid=1, name=gpu_burn", 0),
+    ("GPU 0: Tesla V100-SXM2-16GB", 1),
+    ("Driver Version: 550.54.15    CUDA Version: 12.4", 2),
+])
+def test_a_version_reader_is_tried_only_where_a_line_holds_its_literals(line, readers) -> None:
+    """A line holding "gpu" alone (a GPU node's host name) meets no reader: the GPU's
+    wants a model too; the readers tried on a line are those of all the literals it
+    holds, in order."""
+    held = frozenset(t for t in job_log._reader_literals() if t in line.lower())
+    tried = list(job_log._readers_for(held))
+    assert len(tried) >= readers and tried == [
+        r for r in job_log._READERS if r in tried]  # (in the readers' order)
+    assert (readers == 0) is (tried == [])
+    every = job_log._READERS
+    assert list(job_log._readers_for(None)) == list(every)
 
 
 def test_a_gate_s_candidates_are_the_free_lines_that_hold_its_words() -> None:

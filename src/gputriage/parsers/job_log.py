@@ -19,7 +19,7 @@ from gputriage.knowledge.job_messages import CATALOG_WORDS, Hit, scan_line, scan
 from gputriage.parsers.detect_gate import Gate, held_by_line
 from gputriage.parsers.job_context import JobContext, claim_context, read_context
 from gputriage.text.fields import split_lines, strict_int
-from gputriage.text.literals import required_literals
+from gputriage.text.literals import required_literal_sets, required_literals
 from gputriage.text.paste import PasteDoc
 
 __all__ = ["JobLog", "JobVersions", "claim_job_log", "is_job_line", "parse_job_log"]
@@ -277,18 +277,32 @@ def _read_versions(v: JobVersions, line: str) -> bool:
 
 
 @functools.cache
-def _reader_needs() -> tuple[tuple[str, ...] | None, ...]:
-    """The literals, lower-cased, one of which each reader's every match holds (None:
-    none): the word that let a line in (``gpu``, which a GPU node's host name holds)
-    seldom lets any reader's literal in with it."""
-    return tuple(None if (found := required_literals(pat)) is None else tuple(found)
-                 for pat, _ in _READERS)
+def _reader_needs() -> tuple[tuple[frozenset[str], ...] | None, ...]:
+    """For each reader, sets of literals (lower-cased) every match holds one of each of
+    (None: none): the most selective set, and any other whose literals are all three
+    characters or more (a GPU's "gpu", and "tesla", "rtx"... after it: a GPU node's host
+    name lets "gpu" into every line of its logs)."""
+    out: list[tuple[frozenset[str], ...] | None] = []
+    for pat, _ in _READERS:
+        best = required_literals(pat)
+        out.append(None if best is None else (best, *(
+            s for s in required_literal_sets(pat)
+            if s != best and min(map(len, s)) >= _SELECTIVE)))
+    return tuple(out)
+
+
+_SELECTIVE = 3  # characters of the shortest literal of a reader's further set
 
 
 @functools.cache
 def _reader_literals() -> tuple[str, ...]:
     """Every literal of :func:`_reader_needs`, each once."""
-    return tuple(sorted({t for needs in _reader_needs() for t in needs or ()}))
+    return tuple(sorted({t for needs in _reader_needs() for s in needs or () for t in s}))
+
+
+def _meets(held: frozenset[str], needs: tuple[frozenset[str], ...] | None) -> bool:
+    """Whether a line holding the literals ``held`` may match a reader of ``needs``."""
+    return needs is None or all(not held.isdisjoint(s) for s in needs)
 
 
 def _read(v: JobVersions, line: str, held: frozenset[str] | None = None) -> bool | None:
@@ -313,20 +327,15 @@ def _read(v: JobVersions, line: str, held: frozenset[str] | None = None) -> bool
 def _readers_for(held: frozenset[str] | None) -> Iterable[tuple[re.Pattern[str], Setter]]:
     """The readers, in order, that may match a line holding the literals ``held`` (None:
     all of them)."""
-    if held is None:
-        return _READERS
-    if len(held) == 1:  # (the usual line: one word, "gpu" or "version")
-        (literal,) = held
-        return _readers_of(literal)
-    return [r for r, needs in zip(_READERS, _reader_needs(), strict=True)
-            if needs is None or not held.isdisjoint(needs)]
+    return _READERS if held is None else _readers_of(held)
 
 
 @functools.cache
-def _readers_of(literal: str) -> tuple[tuple[re.Pattern[str], Setter], ...]:
-    """The readers, in order, that may match a line holding ``literal`` alone."""
+def _readers_of(held: frozenset[str]) -> tuple[tuple[re.Pattern[str], Setter], ...]:
+    """The readers, in order, that may match a line holding the literals ``held`` (a
+    log's lines hold few different sets of them: each is worked out once)."""
     return tuple(r for r, needs in zip(_READERS, _reader_needs(), strict=True)
-                 if needs is None or literal in needs)
+                 if _meets(held, needs))
 
 
 def _read_value(v: JobVersions, expr: str, value_line: str) -> bool:
@@ -394,7 +403,7 @@ def _walk(lines: Sequence[str], v: JobVersions, usable: Callable[[int], bool] = 
     message hard-wrapped over several lines is read joined, its lines taken with it.
     ``held``: for every line that holds some, the literals of ``scan_literals`` and of
     the version readers it holds (:func:`_held`): a line with none of the first has no
-    message, one with none of the second no version."""
+    message, one without the second no version."""
     pending: str | None = None  # an interactive expression waiting for its value
     tf_block = 0  # lines left in a TensorFlow device block
     skip_to = 0  # the pieces of a wrapped message already read
@@ -485,13 +494,16 @@ _WRAP_GATE = Gate(searches=(re.compile(r"\n(?=" + _WRAP_NEXT.pattern.removeprefi
 def _held(doc: PasteDoc) -> tuple[dict[int, frozenset[str]], dict[int, frozenset[str]]] | None:
     """The literals of ``scan_literals`` and of the version readers that each line of
     ``doc`` holds, found for all its lines at once (on a GPU node's log every line holds
-    a word of the catalog, its host name's "gpu", and few hold a literal); None where a
-    pattern needs none or the paste is not ASCII (then each line is searched alone)."""
+    a word of the catalog, its host name's "gpu", and few hold a literal), the second
+    kept only where they meet a reader's needs; None where a pattern needs none or the
+    paste is not ASCII (then each line is searched alone)."""
     scan = scan_literals()
     if scan is None or any(needs is None for needs in _reader_needs()):
         return None
     messages, versions = held_by_line(doc, scan), held_by_line(doc, _reader_literals())
-    return None if messages is None or versions is None else (messages, versions)
+    if messages is None or versions is None:
+        return None
+    return messages, {i: held for i, held in versions.items() if _readers_of(held)}
 
 
 def claim_job_log(doc: PasteDoc) -> None:

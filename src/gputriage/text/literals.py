@@ -15,7 +15,7 @@ import importlib
 import re
 from typing import Any
 
-__all__ = ["required_literals"]
+__all__ = ["required_literal_sets", "required_literals"]
 
 sre: Any
 sre_parse: Any
@@ -80,6 +80,11 @@ def _spellings(items: Any) -> list[str] | None:
 
 def _required(items: Any) -> frozenset[str] | None:
     """Literals one of which every match of the sequence ``items`` contains."""
+    return _best(_options(items))
+
+
+def _options(items: Any) -> list[frozenset[str]]:
+    """Sets of literals, every match of the sequence ``items`` containing one of each."""
     options: list[frozenset[str]] = []
     run = [""]  # the ways the run of literal characters so far is spelt
 
@@ -114,15 +119,22 @@ def _required(items: Any) -> frozenset[str] | None:
         if found:
             options.append(found)
     end_run()
-    return _best([o for o in options if all(o)])
+    return [o for o in options if all(o)]
 
 
 def required_literals(pattern: re.Pattern[str]) -> frozenset[str] | None:
     """Lowercased literals one of which every match of ``pattern`` contains (None when
     the pattern has none: its gate is always open)."""
+    return _best(list(required_literal_sets(pattern)))
+
+
+def required_literal_sets(pattern: re.Pattern[str]) -> tuple[frozenset[str], ...]:
+    """Every set of lowercased literals that :func:`required_literals` chooses from: each
+    match of ``pattern`` contains one literal of each set (``GPU\\s*:\\s*(?:Tesla|RTX)``:
+    "gpu", and "tesla" or "rtx"). Empty when the pattern has none."""
     if pattern.flags & re.VERBOSE:
-        return None  # parsed here without the whitespace rules it was compiled with
+        return ()  # parsed here without the whitespace rules it was compiled with
     try:
-        return _required(sre_parse.parse(pattern.pattern, pattern.flags))
+        return tuple(_options(sre_parse.parse(pattern.pattern, pattern.flags)))
     except Exception:  # a parse tree of another Python version: no gate
-        return None
+        return ()
