@@ -330,7 +330,7 @@ def _readers_for(held: frozenset[str] | None) -> Iterable[tuple[re.Pattern[str],
     return _READERS if held is None else _readers_of(held)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)
 def _readers_of(held: frozenset[str]) -> tuple[tuple[re.Pattern[str], Setter], ...]:
     """The readers, in order, that may match a line holding the literals ``held`` (a
     log's lines hold few different sets of them: each is worked out once)."""
