@@ -66,6 +66,8 @@ class PasteDoc:
         m = pattern.search(text)
         while m is not None:
             i = bisect.bisect_right(starts, m.start()) - 1
+            if i >= len(self.lines):  # (the newline before a paste of no line)
+                break
             found.append(i)
             m = pattern.search(text, starts[i + 1])
         return found
