@@ -62,3 +62,28 @@ def test_task_cpu_refuses_a_baseline_without_the_package(tmp_path):
     with pytest.raises(ValueError, match="no gputriage package"):
         bench.measure({"baseline": str(tmp_path)}, str(log), None, 1)
     assert sys.modules["gputriage.logscan"].__name__ == "gputriage.logscan"
+
+
+def test_detect_paste_times_the_detector_on_each_text(tmp_path):
+    """benchmarks/detect_paste.py makes its three texts (a storm kernel log, a training
+    log, NCCL lines alone) and times the detector on each in a fresh process: each is
+    what the detector takes it for."""
+    bench = _load("detect_paste")
+    inputs = bench.texts(tmp_path, 64 << 10)
+    assert list(inputs) == ["Xid storm kernel log", "training log, 1 % NCCL",
+                            "NCCL lines alone"]
+    src = str(Path(bench.REPO) / "src")
+    found = []
+    for path in inputs.values():
+        assert 60 << 10 <= path.stat().st_size <= 64 << 10
+        got = bench.once(src, path)
+        assert got["cold"] > 0 and got["warm"] > 0
+        found.append(got["found"])
+    assert found == [["kernel_log"], ["nccl_log"], ["nccl_log"]]
+
+
+def test_detect_paste_refuses_a_baseline_without_the_package(tmp_path, monkeypatch, capsys):
+    bench = _load("detect_paste")
+    monkeypatch.setattr(sys, "argv", ["detect_paste.py", "--baseline", str(tmp_path)])
+    assert bench.main() == 2
+    assert "no gputriage package" in capsys.readouterr().err
