@@ -110,7 +110,7 @@ class _Seen:
             if doc.owner[i] is None:
                 yield i
 
-    def lines_holding(self, doc: PasteDoc, literal: str) -> Iterator[int]:
+    def holding(self, doc: PasteDoc, literal: str) -> Iterator[int]:
         """The lines of ``doc`` (claimed or not) that hold ``literal``, in order."""
         if literal in self.absent_anywhere:
             return
@@ -127,7 +127,7 @@ class _Seen:
         if literal in self.absent:
             return
         free = False
-        for i in self.lines_holding(doc, literal):
+        for i in self.holding(doc, literal):
             if doc.owner[i] is None:
                 free = True
                 yield i
@@ -305,7 +305,7 @@ def held_by_line(doc: PasteDoc, literals: Iterable[str]) -> dict[int, frozenset[
     seen = _seen(doc)
     found: dict[int, set[str]] = {}
     for literal in literals:
-        for i in seen.lines_holding(doc, literal):
+        for i in seen.holding(doc, literal):
             found.setdefault(i, set()).add(literal)
     return {i: frozenset(held) for i, held in found.items()}
 

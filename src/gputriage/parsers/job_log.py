@@ -276,6 +276,9 @@ def _read_versions(v: JobVersions, line: str) -> bool:
     return _read(v, line) is not None
 
 
+_SELECTIVE = 3  # characters of the shortest literal of a reader's further literal set
+
+
 @functools.cache
 def _reader_needs() -> tuple[tuple[frozenset[str], ...] | None, ...]:
     """For each reader, sets of literals (lower-cased) every match holds one of each of
@@ -289,9 +292,6 @@ def _reader_needs() -> tuple[tuple[frozenset[str], ...] | None, ...]:
             s for s in required_literal_sets(pat)
             if s != best and min(map(len, s)) >= _SELECTIVE)))
     return tuple(out)
-
-
-_SELECTIVE = 3  # characters of the shortest literal of a reader's further set
 
 
 @functools.cache
