@@ -35,7 +35,11 @@ the peak RSS of the gputriage run: the largest single process
 does not mix in) and the largest summed memory of its process tree (proportional set
 sizes, so that pages forked workers share count once; sampled from /proc every 50 ms:
 large plain files are searched by worker processes, which one process's figure leaves
-out).
+out). The tree is sampled in one more run of each command, not in the timed ones: a read
+of ``/proc/PID/smaps_rollup`` walks the page tables of the process's mappings (1-5 ms for
+a worker that maps its part of the log), and sampling three processes every 50 ms on a
+2-core machine made the 1 GB storm's run about a sixth slower (grep's, one process that
+maps nothing, 2-5 %).
 
 and, last, a table of the ratios to grep against issue 33's goal for the profile
 (met or not; with ``--baseline SRC``, gputriage imported from another source tree is
@@ -276,18 +280,21 @@ def tree_rss(root):
 
 start = time.perf_counter()
 peak_tree = [0]
+sample = sys.argv[2] == "1"
 with open(sys.argv[1], "wb") as out:
-    proc = subprocess.Popen(sys.argv[2:], stdout=out)
+    proc = subprocess.Popen(sys.argv[3:], stdout=out)
     def watch():
         while proc.poll() is None:
             if os.path.isdir("/proc"):
                 peak_tree[0] = max(peak_tree[0], tree_rss(proc.pid))
             time.sleep(0.05)
     t = threading.Thread(target=watch, daemon=True)
-    t.start()
+    if sample:
+        t.start()
     rc = proc.wait()
 wall = time.perf_counter() - start
-t.join()
+if sample:
+    t.join()
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(f"{wall} {usage.ru_maxrss} {rc} {peak_tree[0]} {usage.ru_utime + usage.ru_stime}")
 """
@@ -301,18 +308,20 @@ _SCAN_SNIPPET = (
 
 
 def _timed(argv: list[str], out: Path, repeat: int = 1, src: Path | None = None,
-           best: float = float("inf")) -> tuple[float, int, int, int]:
+           best: float = float("inf"), sample: bool = False) -> tuple[float, int, int, int]:
     """Best wall seconds of ``repeat`` runs of one command (run in a wrapper child), the
     largest peak RSS of one process (KiB), the largest summed memory (PSS) of its
-    process tree (KiB, sampled every 50 ms; worker processes count here) and the last rc.
-    ``src``: the source tree gputriage is imported from (default: this checkout's);
-    ``best``: the best wall seconds of its earlier runs (their CPU seconds kept)."""
+    process tree (KiB, with ``sample`` only: sampled every 50 ms, worker processes
+    included; else 0) and the last rc. ``src``: the source tree gputriage is imported
+    from (default: this checkout's); ``best``: the best wall seconds of its earlier runs
+    (their CPU seconds kept). A sampled run's time is not one to compare (see the module
+    docstring): :func:`_tree_peak` samples in a run of its own."""
     env = {**os.environ, "PYTHONPATH": str(src or REPO / "src"), "LC_ALL": "C"}
     peak, tree, rc = 0, 0, 0
     cpu = CPU.get((tuple(argv), str(src)), best) if best < float("inf") else best
     for _ in range(max(1, repeat)):
-        proc = subprocess.run([sys.executable, "-c", _WRAPPER, str(out), *argv], env=env,
-                              capture_output=True, text=True, check=True)
+        proc = subprocess.run([sys.executable, "-c", _WRAPPER, str(out), "1" if sample else "0",
+                               *argv], env=env, capture_output=True, text=True, check=True)
         wall, one, code, summed, used = proc.stdout.split()
         best, peak = min(best, float(wall)), max(peak, int(one))
         tree, rc = max(tree, int(summed)), int(code)
@@ -324,6 +333,19 @@ def _timed(argv: list[str], out: Path, repeat: int = 1, src: Path | None = None,
 # CPU seconds (user + system, the process and its workers) of the last timing of each
 # command: what a shared machine's load disturbs least
 CPU: dict[tuple[tuple[str, ...], str], float] = {}
+
+
+def _tree_peak(argv: list[str], out: Path, src: Path | None = None) -> int:
+    """The largest summed memory (PSS, KiB) of one run's process tree, sampled every 50
+    ms in a run of its own (its time and CPU are not kept)."""
+    key = (tuple(argv), str(src))
+    cpu = CPU.get(key)
+    tree = _timed(argv, out, 1, src, sample=True)[2]
+    if cpu is None:
+        CPU.pop(key, None)
+    else:
+        CPU[key] = cpu
+    return tree
 
 
 def _cpu(argv: list[str], src: Path | None = None) -> float:
@@ -452,16 +474,22 @@ def _run_profile(args: argparse.Namespace, profile: str, quiet_rate: float | Non
         # those of the same load (a shared machine's drifts hit them alike)
         grep_argv = ["grep", "-i", "-E", "nvidia|xid|nvrm", str(log)]
         base = Path(args.baseline) if args.baseline else None
+        warm = work / "warm.log"  # (bytecode and databases written: not timed)
+        generate(warm, 1 << 20, profile=profile)
+        for src in (None, base) if base is not None else (None,):
+            _timed([str(warm) if a == str(log) else a for a in gt_argv], work / "out-warm", 1,
+                   src)
         gt_wall = b_wall = grep_wall = float("inf")
-        gt_rss = gt_tree = gt_rc = b_tree = 0
+        gt_rss = gt_rc = b_tree = 0
         for _ in range(max(1, rep)):
             gt_timing = _timed(gt_argv, work / "out", 1, best=gt_wall)
-            gt_wall, gt_rss = gt_timing[0], max(gt_rss, gt_timing[1])
-            gt_tree, gt_rc = max(gt_tree, gt_timing[2]), gt_timing[3]
+            gt_wall, gt_rss, gt_rc = gt_timing[0], max(gt_rss, gt_timing[1]), gt_timing[3]
             if base is not None:
-                b_timing = _timed(gt_argv, work / "out-base", 1, base, best=b_wall)
-                b_wall, b_tree = b_timing[0], max(b_tree, b_timing[2])
+                b_wall = _timed(gt_argv, work / "out-base", 1, base, best=b_wall)[0]
             grep_wall = _timed(grep_argv, work / "out2", 1, best=grep_wall)[0]
+        gt_tree = _tree_peak(gt_argv, work / "out")
+        if base is not None:
+            b_tree = _tree_peak(gt_argv, work / "out-base", base)
         count_wall, _, _, _ = _timed(["grep", "-ciE", "nvidia|xid|nvrm", str(log)],
                                      work / "out-count", rep)
         print(f"gputriage: {label}: {gt_wall:.2f} s, {size_mb / gt_wall:.0f} MB/s, "
@@ -475,7 +503,8 @@ def _run_profile(args: argparse.Namespace, profile: str, quiet_rate: float | Non
                 term_lines = sum(1 for _ in fh)
             print(f"  terminal report (logs --no-pager, piped): {term_lines} lines, "
                   f"{term.stat().st_size} bytes ({t_wall:.2f} s, one run)")
-            sc_wall, sc_rss, sc_tree, _ = _timed(scan_argv, work / "out-scan", rep)
+            sc_wall, sc_rss, _, _ = _timed(scan_argv, work / "out-scan", rep)
+            sc_tree = _tree_peak(scan_argv, work / "out-scan")
             print(f"  of which the scan alone (gputriage.logscan.scan_paths): {sc_wall:.2f} s, "
                   f"{size_mb / sc_wall:.0f} MB/s, peak RSS {sc_rss / 1024:.0f} MB "
                   f"(process tree {sc_tree / 1024:.0f} MB)")
@@ -485,9 +514,9 @@ def _run_profile(args: argparse.Namespace, profile: str, quiet_rate: float | Non
                                        "--json"], work / "out-start", rep)
             print(f"  start-up alone (gputriage logs EMPTY --json): {st_wall:.2f} s")
             if args.analyze:
-                an_wall, an_rss, an_tree, an_rc = _timed(
-                    [sys.executable, "-m", "gputriage", "analyze", str(log), "--json"],
-                    work / "out-analyze", rep)
+                an_argv = [sys.executable, "-m", "gputriage", "analyze", str(log), "--json"]
+                an_wall, an_rss, _, an_rc = _timed(an_argv, work / "out-analyze", rep)
+                an_tree = _tree_peak(an_argv, work / "out-analyze")
                 print(f"gputriage analyze --json: {an_wall:.2f} s, {size_mb / an_wall:.0f} "
                       f"MB/s, peak RSS {an_rss / 1024:.0f} MB (process tree "
                       f"{an_tree / 1024:.0f} MB), rc {an_rc}")
@@ -604,6 +633,11 @@ def main() -> int:
     os.environ["GPUTRIAGE_CACHE_DIR"] = str(cache)
     print(f"compiled Hyperscan databases: kept in {cache} (the first run of each tree "
           "compiles them, its next runs load them)")
+    # and the bytecode, as an installed package has it (where PYTHONDONTWRITEBYTECODE is
+    # set, every run would compile the modules changed since their last bytecode, or all
+    # of them in a fresh checkout): written by each profile's warm-up run of each tree
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(cache / "pycache")
     quiet_rate = None
     try:
         for profile in profiles:

@@ -87,3 +87,19 @@ def test_detect_paste_refuses_a_baseline_without_the_package(tmp_path, monkeypat
     monkeypatch.setattr(sys, "argv", ["detect_paste.py", "--baseline", str(tmp_path)])
     assert bench.main() == 2
     assert "no gputriage package" in capsys.readouterr().err
+
+
+def test_log_scan_times_a_run_unsampled_and_samples_the_memory_in_a_run_of_its_own(tmp_path):
+    # the process tree's memory is read from /proc every 50 ms, which slows the run it
+    # samples (a worker's smaps_rollup walks its mappings): timed runs are not sampled
+    log_scan = _load("log_scan")
+    argv = [sys.executable, "-c", "import time; b = bytearray(40 << 20); time.sleep(0.3)"]
+    wall, peak, tree, rc = log_scan._timed(argv, tmp_path / "out", 1)
+    assert rc == 0 and wall > 0.3 and peak > 40 << 10
+    assert tree == 0  # (not sampled)
+    timed_cpu = log_scan._cpu(argv)
+    assert timed_cpu > 0
+    sampled = log_scan._tree_peak(argv, tmp_path / "out")
+    if Path("/proc/self/status").exists():
+        assert sampled > 40 << 10
+    assert log_scan._cpu(argv) == timed_cpu  # (the sampled run's CPU is not kept)
