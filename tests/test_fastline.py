@@ -66,6 +66,11 @@ def _check(fast: FastXid, raw: bytes, name: str, now: datetime = NOW) -> FastLin
     got = fast.parse(raw)
     if got is None:
         return None
+    # what the storm path reads of a line's prefix alone (``FastXid.prefix``) is what
+    # ``parse`` read of it, its message starting where ``parse``'s does
+    head, text, at = fast.prefix(raw) or ((), "", 0)
+    assert head == (got.stamps, got.format, got.time, got.uptime_s), raw
+    assert text[at:].rstrip() == got.msg, raw
     rec, formats = _slow(raw, name, now)
     (line,) = rec.lines
     assert (got.text, got.msg, got.stamps, got.time, got.uptime_s) == (

@@ -154,7 +154,24 @@ class FastXid:
 
     def parse(self, raw: bytes | bytearray, cut: bool = False) -> FastLine | None:
         """One candidate line (without its newline); None: take the slow path."""
-        if cut or len(raw) > MAX_LINE or b"NVRM: Xid" not in raw:
+        if cut:
+            return None
+        found = self.prefix(raw)
+        if found is None:
+            return None
+        head, text, at = found
+        msg = text[at:].rstrip()
+        bus, details, fallen = self._bodies.get(msg) or self._body(msg)
+        if not details:
+            return None
+        stamps, fmt, t, up = head
+        return FastLine(text, msg, stamps, fmt, t, up, bus, details.copy(), fallen)
+
+    def prefix(self, raw: bytes | bytearray) -> tuple[Head, str, int] | None:
+        """What :meth:`parse` reads in a line's prefix, the line as text and where its
+        message starts; None where it takes the slow path for the line's length, bytes or
+        prefix (its message is not read)."""
+        if len(raw) > MAX_LINE or b"NVRM: Xid" not in raw:
             return None
         try:
             text = raw.decode("utf-8").rstrip("\r\n")
@@ -168,12 +185,7 @@ class FastXid:
                 return None
             head = self._head(m, text[:at] if m.end() == at else None)
             at = m.end()
-        msg = text[at:].rstrip()
-        bus, details, fallen = self._bodies.get(msg) or self._body(msg)
-        if not details:
-            return None
-        stamps, fmt, t, up = head
-        return FastLine(text, msg, stamps, fmt, t, up, bus, details.copy(), fallen)
+        return head, text, at
 
     def _head(self, m: re.Match[str], prefix: str | None) -> Head:
         """What the prefix ``_FAST`` matched tells: stamps, format, time, uptime; kept per

@@ -29,7 +29,7 @@ import re
 from datetime import datetime
 from typing import Any, Protocol
 
-from gputriage.logscan.fastline import DIRECT, EARLIER, EARLIER_LOWER, PASSES, FastLine, FastXid
+from gputriage.logscan.fastline import DIRECT, EARLIER, EARLIER_LOWER, PASSES, FastXid
 from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_fold import Folder
 from gputriage.parsers.kernel_model import DriverEvent
@@ -183,14 +183,12 @@ class StormLines:
             stamp = d.group(1).decode()
             up = float(stamp)
             return "dmesg-raw", (stamp,), None, up, up
-        line: FastLine | None = self.fast.parse(raw)
-        if line is None or line.text[:len(head)] != head.decode("ascii") or \
-                line.msg != line.text[len(head):].rstrip():
-            return None  # (not cached: the message may be what the fast path refused)
-        t = line.time
-        seconds = t.timestamp() if t is not None else line.uptime_s
-        out: Head = (line.format, line.stamps, t, line.uptime_s, seconds)
-        if line.uptime_s is None:  # a prefix with an uptime is seldom seen twice
+        found = self.fast.prefix(raw)
+        if found is None or found[2] != len(head):
+            return None  # (not one the fast path reads, or its message starts elsewhere)
+        stamps, fmt, t, uptime = found[0]
+        out: Head = (fmt, stamps, t, uptime, t.timestamp() if t is not None else uptime)
+        if uptime is None:  # a prefix with an uptime is seldom seen twice
             if len(self.heads) >= CACHE:
                 self.heads.clear()
             self.heads[head] = out
