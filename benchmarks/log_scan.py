@@ -24,8 +24,8 @@ then times:
   * µs per line of the profile's kind: the time beyond the quiet profile's time
     per byte (when quiet ran first), and directly (the scan of a file of the log's
     first 100,000 anchor lines, less start-up, per line);
-  * the anchor search alone per engine (Hyperscan, libc, ``bytes.find``), one
-    thread with and without routine-line rejection, and two threads.
+  * the anchor search alone per engine (Hyperscan, ``bytes.find``), one thread with
+    and without routine-line rejection, and two threads (Hyperscan).
 
 and prints wall times (best of ``--repeat`` runs: the figure least disturbed
 by other load; gputriage's runs, the baseline's and grep's taking turns, so that a
@@ -397,7 +397,7 @@ def _engines(log: Path, repeat: int) -> None:
     from gputriage.logscan.search import engine_for
 
     size_mb = log.stat().st_size / 1e6
-    for engine in ("hyperscan", "libc", "python"):
+    for engine in ("hyperscan", "python"):
         if engine_for(ScanConfig(engine=engine)) != engine:
             print(f"  anchor search, {engine}: not available here")
             continue

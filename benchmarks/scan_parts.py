@@ -4,7 +4,7 @@ Runs the worker task (``gputriage.logscan.blocks.block_task``) in this process o
 blocks spread over a log and splits each block's CPU time by part, each part's own time
 (what the parts it calls took is theirs):
 
-  * search: the anchor search (Hyperscan, or libc / ``bytes.find`` where it is absent);
+  * search: the anchor search (Hyperscan, or ``bytes.find`` where it is absent);
   * storm pass: the pass over the Xid lines of a span that storm lines crowd, folding
     them (``logscan.stormspan``), its per-line hand-overs apart;
   * per-line parse: the candidate lines (and the first occurrences of each Xid key)
@@ -36,8 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 # part -> (module, attribute path) of the function that does it
 PARTS = {
     "search": [("gputriage.logscan.hsearch", "hyperscan_hits"),
-               ("gputriage.logscan.search", "_strstr_hits"),
-               ("gputriage.logscan.search", "_memmem_hits")],
+               ("gputriage.logscan.search", "_find_hits")],
     "storm pass": [("gputriage.logscan.stormspan", "SpanPass.run")],
     "per-line parse": [("gputriage.logscan.lines", "LineSource.line")],
     "numbering": [("gputriage.logscan.search", "newlines"),

@@ -327,13 +327,13 @@ def _signature(scan: LogScan) -> list[tuple]:
     return [(e.kind, e.lineno, e.boot, e.line, sorted(e.details.items())) for e in scan.events]
 
 
-@pytest.mark.parametrize("memmem", [True, False])
+@pytest.mark.parametrize("engine", ["auto", "python"])
 @pytest.mark.parametrize("workers", [1, 3])
-def test_small_blocks_threads_and_fallback_agree(tmp_path, memmem, workers):
+def test_small_blocks_threads_and_fallback_agree(tmp_path, engine, workers):
     files = [FIX / "all-kinds-short-iso.log", FIX / "dmesg-two-boots.txt",
              FIX / "kmsg-records.txt"]
     expected = [_signature(scan_paths([str(f)])) for f in files]
-    config = ScanConfig(block=97, workers=workers, libc=memmem)
+    config = ScanConfig(block=97, workers=workers, engine=engine)
     for f, exp in zip(files, expected, strict=True):
         assert _signature(scan_paths([str(f)], config=config)) == exp, f.name
         assert _signature(scan_text(f.read_text(), config=config)) == exp, f.name
@@ -525,18 +525,6 @@ def _logs_cli(monkeypatch, config: ScanConfig, *argv: str) -> tuple[int, str, st
     out, err = io.StringIO(), io.StringIO()
     code = main(["logs", *argv], Environment(stdout=out, stderr=err))
     return code, out.getvalue(), err.getvalue()
-
-
-@pytest.mark.parametrize("strstr", [True, False])
-def test_strstr_and_memmem_find_the_same_lines(tmp_path, strstr):
-    """The strstr search (NUL-terminated pieces) finds what memmem finds, NULs or not."""
-    data = bytearray(_awkward_log(tmp_path).read_bytes().rstrip(b"x") + b"\n")
-    data += b"\x00nvidia\n" * 100  # more NUL pieces than strstr takes: memmem does it
-    anchors = anchors_for(b"")
-    expected = anchor_hits(bytes(data), 0, len(data), anchors, ScanConfig())
-    assert anchor_hits(data, 0, len(data), anchors, ScanConfig(strstr=strstr)) == expected
-    assert data == bytearray(_awkward_log(tmp_path).read_bytes().rstrip(b"x") + b"\n") + \
-        b"\x00nvidia\n" * 100  # the search left the buffer as it was
 
 
 def test_probes_stand_for_exactly_their_anchors():

@@ -1,4 +1,4 @@
-"""The anchor search engines (Hyperscan, libc, ``bytes.find``) find the same candidate
+"""The anchor search engines (Hyperscan, ``bytes.find``) find the same candidate
 lines wherever a span starts and ends; Hyperscan is optional; dropping routine lines
 (``ScanConfig.reject``) never drops an event or a finding."""
 
@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from gputriage.logscan import LogScan, ScanConfig, hsearch, scan_paths, scan_text
 from gputriage.logscan.search import (
-    HS_MIN,
     ROUTINE,
     Probe,
     anchor_hits,
@@ -31,7 +30,7 @@ FIX = Path(__file__).resolve().parent / "fixtures" / "logs"
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 HAVE_HS = hsearch.available()
 ENGINES = [pytest.param("hyperscan", marks=pytest.mark.skipif(
-    not HAVE_HS, reason="hyperscan is not installed")), "libc", "python"]
+    not HAVE_HS, reason="hyperscan is not installed")), "python"]
 
 # routine lines of a busy ConnectX adapter (no row makes an event of them) ...
 ROUTINE_LINES = (
@@ -158,24 +157,25 @@ def _engines_agree(path: Path, config: ScanConfig, engines: tuple[str, ...]) -> 
 @pytest.mark.skipif(not HAVE_HS, reason="hyperscan is not installed")
 @pytest.mark.parametrize("block", [1024, 1 << 20])
 def test_engines_agree_on_whole_scans_threads_and_workers(monkeypatch, tmp_path, block):
-    """The same events through every engine: sequential reads, threads, and blocks
-    searched in worker processes (``bytes.find`` never runs outside the GIL, so it
-    reads sequentially)."""
+    """The same events through every engine: sequential reads, threads (Hyperscan's:
+    ``bytes.find`` never runs outside the GIL, so it reads sequentially), and blocks
+    searched in worker processes (both)."""
     import threading
 
     path = tmp_path / "mixed.log"
     path.write_bytes(_mixed_log())
     one = ScanConfig(block=block, long_line=max(block // 2, 64), workers=1)
-    _engines_agree(path, one, ("python", "libc", "hyperscan"))
-    _engines_agree(path, replace(one, workers=2), ("libc", "hyperscan"))
+    _engines_agree(path, one, ("python", "hyperscan"))
+    _engines_agree(path, replace(one, workers=2), ("python", "hyperscan"))
     monkeypatch.setattr(threading, "active_count", lambda: 1)  # forking allowed
     _engines_agree(path, replace(one, workers=2, process_min=0, task=block),
-                   ("libc", "hyperscan"))
+                   ("python", "hyperscan"))
 
 
 def test_without_hyperscan_the_scan_falls_back_silently(monkeypatch):
-    """``import hyperscan`` failing: "auto" and "hyperscan" search with libc (or
-    ``bytes.find``), find the same lines, and still use threads where libc allows."""
+    """``import hyperscan`` failing: "auto" and "hyperscan" search with ``bytes.find``,
+    find the same lines, search on one thread (the GIL held) and fork worker processes
+    still."""
     data = _mixed_log()
     anchors = anchors_for(b"{")
     want = _expected(data, 0, len(data), anchors, True)
@@ -183,26 +183,23 @@ def test_without_hyperscan_the_scan_falls_back_silently(monkeypatch):
     monkeypatch.setattr(hsearch, "_MODULE", [])
     assert not hsearch.available()
     for engine in ("auto", "hyperscan"):
-        config = ScanConfig(engine=engine)
-        assert engine_for(config, HS_MIN) == "libc"
-        assert engine_for(replace(config, libc=False), HS_MIN) == "python"
+        config = ScanConfig(engine=engine, workers=4)
+        assert engine_for(config) == "python"
         assert anchor_hits(bytearray(data), 0, len(data), anchors, config) == want
-        assert config.parallel(True) == ScanConfig(engine="libc").parallel(True)
-        assert replace(config, workers=4).parallel(False) == 1  # neither libc nor Hyperscan
+        assert config.parallel() == 1 and config.parallel(processes=True) == 4
     text = data.decode("utf-8", errors="replace")
     assert _signature(scan_text(text, config=ScanConfig(engine="hyperscan"))) == \
         _signature(scan_text(text, config=ScanConfig(engine="python")))
 
 
 def test_engine_choice():
-    """"auto" leaves small spans to libc (no database compiled for a short log)."""
-    auto = ScanConfig()
-    assert engine_for(auto, 1000) == "libc"
-    assert engine_for(auto, HS_MIN) == ("hyperscan" if HAVE_HS else "libc")
-    assert engine_for(ScanConfig(libc=False), HS_MIN) == "python"
-    assert engine_for(ScanConfig(engine="python"), HS_MIN) == "python"
-    assert ScanConfig(engine="python", workers=4).parallel(True) == 1
-    assert ScanConfig(workers=4).parallel(True) == 4
+    """"auto": Hyperscan where installed, for spans of any size; threads only where it
+    searches (outside the GIL), worker processes with either engine."""
+    assert engine_for(ScanConfig()) == ("hyperscan" if HAVE_HS else "python")
+    assert engine_for(ScanConfig(engine="python")) == "python"
+    assert ScanConfig(engine="python", workers=4).parallel() == 1
+    assert ScanConfig(engine="python", workers=4).parallel(processes=True) == 4
+    assert ScanConfig(workers=4).parallel() == (4 if HAVE_HS else 1)
 
 
 # --- routine lines -----------------------------------------------------------------------
@@ -321,12 +318,9 @@ def test_hyperscan_databases_are_filled_with_literals_that_find_nothing(storm):
 
 
 @pytest.mark.skipif(not HAVE_HS, reason="hyperscan is not installed")
-def test_once_prepared_small_spans_are_searched_by_hyperscan(monkeypatch):
-    """A worker's 64 KiB margins: once :func:`prepare` compiled the database, "auto"
-    searches spans of any size with it (else libc, which needs none), and finds the
-    same lines."""
-    from gputriage.logscan import search
-
+def test_small_spans_are_searched_by_hyperscan(monkeypatch):
+    """A worker's 64 KiB margins, a short log: "auto" searches spans of any size with
+    Hyperscan and finds the lines ``bytes.find`` finds."""
     config = ScanConfig(block=1 << 20)
     anchors = anchors_for(b"")
     data = bytearray(_mixed_log()[:60_000])
@@ -335,6 +329,6 @@ def test_once_prepared_small_spans_are_searched_by_hyperscan(monkeypatch):
     real = hsearch.hyperscan_hits
     monkeypatch.setattr(hsearch, "hyperscan_hits",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
-    assert anchor_hits(data, 0, len(data), anchors, config) == want and not calls
-    search.prepare(anchors, config)
     assert anchor_hits(data, 0, len(data), anchors, config) == want and calls
+    assert anchor_hits(data, 0, len(data), anchors, ScanConfig(engine="python")) == want
+    assert len(calls) == 1

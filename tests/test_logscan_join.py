@@ -10,7 +10,7 @@ import os
 import pickle
 import random
 import threading
-from dataclasses import replace
+from dataclasses import astuple, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -120,8 +120,11 @@ def _state(r: blocks.BlockResult) -> dict[str, Any]:
     fold = dict(vars(r.fold))
     events = fold.pop("events")
     where = {id(e): i for i, e in enumerate(events)}
+    kept = {id(d): i for i, d in enumerate(fold["deferred"])}
 
-    def ref(ev: DriverEvent | None) -> Any:
+    def ref(ev: DriverEvent | kernel_fold.Deferred | None) -> Any:
+        if isinstance(ev, kernel_fold.Deferred):  # (a lead kept as its bytes)
+            return ("kept", kept.get(id(ev)), astuple(ev))
         return None if ev is None else (where.get(id(ev)), dump(ev))
 
     fold["_folded"] = {k: ref(v) for k, v in fold["_folded"].items()}

@@ -167,7 +167,8 @@ def test_the_storm_path_folds_as_the_per_line_parse(monkeypatch, tmp_path, fmt):
 
     monkeypatch.setattr(lines.LineSource, "line", line)
     # many block edges, and one block; lines screened by Hyperscan or here
-    for block, engine in ((1500, "libc"), (1 << 20, "hyperscan"), (1 << 20, "python")):
+    for block, engine in ((1500, "hyperscan"), (1 << 20, "hyperscan"), (1500, "python"),
+                          (1 << 20, "python")):
         config = ScanConfig(block=block, workers=1, engine=engine)
         fast, slow = _scan_both(monkeypatch, lambda c=config: scan_text(text, "kern.log",
                                                                         now=NOW, config=c))

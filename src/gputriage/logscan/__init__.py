@@ -7,16 +7,13 @@ anchor literals (``NVRM:``, ``nvidia``, ``mlx5_core``, ``PCIe Bus Error``,
 :data:`gputriage.parsers.kernel_table.EVENTS` and the boot markers; see
 ``ANCHORS``). Anchors are found with Hyperscan where its wheel is installed (one
 compiled database of literals; routine lines of a noisy anchor such as
-``mlx5_core`` are rejected there, before any decoding), else through libc
-``strstr`` via ctypes (each block's last newline turned into the NUL it needs
-while searching; ``memmem`` where a block has no such newline or many NULs)
-and through "probes" (a rare-led substring standing for one or more anchors,
-checked against them on the line), else ``bytes.find``
-(:mod:`.search`, :mod:`.hsearch`, ``ScanConfig.engine``).
-Other inputs than large plain files are searched on threads (the search
-releases the GIL) from reused read buffers and parsed in this process, on
-one thread. Candidate lines (plus the continuation lines after them, and 30
-lines after a hung task or soft lockup for its call trace) are decoded and
+``mlx5_core`` are rejected there, before any decoding), else through ``bytes.find``
+of "probes" (a substring standing for one or more anchors, checked against them on the
+line) (:mod:`.search`, :mod:`.hsearch`, ``ScanConfig.engine``). Other inputs than large
+plain files are searched on threads where Hyperscan searches (it releases the GIL) from
+reused read buffers and parsed in this process, on one thread. Candidate lines (plus
+the continuation lines after them, and 30 lines after a hung task or soft lockup for
+its call trace) are decoded and
 parsed by :class:`gputriage.parsers.kernel_extractor.EventExtractor` (a single-line
 Xid, the line a storm repeats, by the fast path of :mod:`.fastline`; once its key is
 folded, counted into the folded event without being parsed, :mod:`.storm`, the lines
@@ -30,7 +27,7 @@ distinct in the log, not by its lines. Large plain files are read, searched, par
 folded task by task (an eighth of the file, 16 to 256 MiB: ``ScanConfig.task_for``;
 each searched 16 MiB at a time) in forked worker processes (:mod:`.blocks`), which send
 back only folded events. How blocks are read and searched
-(block size, workers, libc) is a :class:`ScanConfig`.
+(block size, workers, engine) is a :class:`ScanConfig`.
 
 Formats are recognised line by line: dmesg (raw, ``-T``, ``--time-format
 iso``), journalctl ``-k`` (short, short-iso, short-precise, ``-o json``),
@@ -85,7 +82,7 @@ from gputriage.logscan.blocks import process_pool, run_blocks
 from gputriage.logscan.config import DEFAULT, ScanConfig
 from gputriage.logscan.lines import LineSource
 from gputriage.logscan.reader import InputSpans, file_chunks
-from gputriage.logscan.search import ANCHORS, LIBC, anchors_for, run_input
+from gputriage.logscan.search import ANCHORS, anchors_for, run_input
 from gputriage.logscan.stamps import REFERENCE_BYTES, year_reference
 from gputriage.logscan.timeline import BootInfo, InputResult, LogScan, merge
 from gputriage.text.fields import split_lines
@@ -101,10 +98,6 @@ ScanProgress = Callable[[str, int, int | None], None]
 
 _SNIFF = 64 << 10  # a large plain file's first bytes tested for binary data
 _SHAPE_BYTES = 256 << 10  # the head whose first lines must be log records (``shape``)
-
-
-def _workers(config: ScanConfig) -> int:
-    return config.parallel(LIBC.memmem is not None)
 
 
 def _thread_pool(workers: int) -> ThreadPoolExecutor:
@@ -129,7 +122,7 @@ def _scan_one(name: str, chunks: Iterator[bytes | bytearray], order: int,
         yield first
         yield from chunks
 
-    lines = run_input(src, inp, all_chunks(), pool, anchors, _workers(config))
+    lines = run_input(src, inp, all_chunks(), pool, anchors, config.parallel())
     src.finish()
     return InputResult(name, order, src, lines, inp.nbytes, problems)
 
@@ -186,7 +179,7 @@ def scan_text(text: str, origin: str = "<text>", *, now: datetime | None = None,
     snapshot's collection time); without one, its syslog stamps have no absolute time."""
     data = text.encode("utf-8", errors="surrogatepass")
     problems: list[str] = []
-    workers = _workers(config)
+    workers = config.parallel()
     pool = _thread_pool(workers) if len(data) > 2 * config.block and workers > 1 else None
     try:
         result = _scan_one(origin, _text_chunks(data), 0, now, pool, problems, config)
@@ -263,7 +256,7 @@ class _Scanner:
         self.meanwhile = meanwhile
         self.shape = shape
         self.config = config
-        self.workers = _workers(config)
+        self.workers = config.parallel()
         self._pool: ThreadPoolExecutor | None = None
         self.procs: ForkWorkers | Literal[False] | None = None
         self.problems: list[str] = []
@@ -291,7 +284,7 @@ class _Scanner:
             if self.shape:
                 _shape_check(name, os.pread(fh.fileno(), _SHAPE_BYTES + 1, 0))
             if self.procs is None:
-                self.procs = process_pool(_workers(self.config)) or False
+                self.procs = process_pool(self.config.parallel(processes=True)) or False
             if self.procs:
                 try:
                     meanwhile, self.meanwhile = self.meanwhile, None
@@ -299,7 +292,7 @@ class _Scanner:
                                         self.problems, self.config, self.progress, meanwhile)
                 except WorkerDied:  # a worker died: read this one here
                     self.procs = False
-        workers = _workers(self.config)
+        workers = self.config.parallel()
         read = file_chunks(fh, name, self.problems, self.config, workers)
         if self.progress is not None:
             read = _reported(read, fh, name, self.progress)

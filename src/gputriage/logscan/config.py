@@ -30,12 +30,9 @@ class ScanConfig:
     process_min: int = 64 << 20  # plain files this big are searched by worker processes
     workers: int | None = None  # threads or processes; None: one per CPU, at most 8
     gap_exact: int = 64 << 10  # longer gaps between wanted lines are not counted (workers)
-    # the anchor search: "auto" (Hyperscan where installed, for spans of 4 MiB and more;
-    # else libc), "hyperscan", "libc" or "python" (``bytes.find``); each falls back to the
-    # next where unusable
-    engine: Literal["auto", "hyperscan", "libc", "python"] = "auto"
-    libc: bool = True  # search with libc strstr / memmem where usable (else bytes.find)
-    strstr: bool = True  # strstr where a block allows it (else memmem only)
+    # the anchor search: "auto" or "hyperscan" (Hyperscan where its wheel is installed,
+    # else ``bytes.find``), or "python" (``bytes.find``)
+    engine: Literal["auto", "hyperscan", "python"] = "auto"
     reject: bool = True  # drop routine lines (``search.ROUTINE``) before decoding them
 
     @property
@@ -69,17 +66,19 @@ class ScanConfig:
         tasks = TASKS * max(1, -(-size // (TASKS * TASK_MAX)))
         return max(2 * self.block, size // tasks >> 20 << 20)
 
-    def parallel(self, libc_usable: bool) -> int:
-        """How many threads or processes to use: one when the search cannot run outside
-        the GIL (neither libc nor Hyperscan)."""
-        if self.engine == "python" or not (self.libc and libc_usable or self._hyperscan()):
+    def parallel(self, processes: bool = False) -> int:
+        """How many search threads to use (one where the search cannot run outside the
+        GIL: ``bytes.find``'s), or with ``processes``, forked worker processes (for
+        which the GIL does not matter)."""
+        if not processes and not self.hyperscan():
             return 1
         if self.workers is not None:
             return max(1, self.workers)
         return max(1, min(8, os.cpu_count() or 1))
 
-    def _hyperscan(self) -> bool:
-        if not (self.engine == "hyperscan" or self.engine == "auto" and self.libc):
+    def hyperscan(self) -> bool:
+        """Whether the anchor search is Hyperscan's (else ``bytes.find``)."""
+        if self.engine == "python":
             return False
         from gputriage.logscan.hsearch import available
 

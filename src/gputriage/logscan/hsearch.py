@@ -6,10 +6,10 @@ anchor (see :data:`gputriage.logscan.search.ROUTINE`) is found through its requi
 literals (case ignored) where they are rare, its line checked here for the anchor,
 else through the anchor, its line checked here for a required literal (see
 :class:`Matcher`): every pattern is a literal, and routine lines seldom reach Python.
-The lines found are exactly those of the libc and ``bytes.find`` searches.
+The lines found are exactly those of the ``bytes.find`` search.
 
 Where ``hyperscan`` cannot be imported, :func:`available` is False and the scan uses
-the other searches."""
+``bytes.find``."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def matcher(anchors: tuple[bytes, ...], modes: tuple[int, ...],
     ``screened_after``, see :class:`Matcher`), once per process: compiled in about 4 ms
     for the anchors alone, 30 ms with the screen, or loaded from the cache where a run
     compiled it before (:mod:`gputriage.text.hscache`). Hyperscan searches a MiB in about
-    0.35 ms, libc in 0.9: small spans are searched by libc, which needs no database."""
+    0.35 ms."""
     return Matcher(anchors, modes, dict(routine), screen, lead, screened_after)
 
 

@@ -1,7 +1,7 @@
 """Anchor search for :mod:`gputriage.logscan`: candidate lines found through Hyperscan
-(:mod:`~gputriage.logscan.hsearch`, where installed), libc ``strstr`` / ``memmem`` (via
-ctypes) or ``bytes.find`` (``ScanConfig.engine``), their context lines, and the threads
-that search the spans of one input in parallel.
+(:mod:`~gputriage.logscan.hsearch`, where its wheel is installed) or ``bytes.find``
+(``ScanConfig.engine``), their context lines, and the threads that search the spans of
+one input in parallel.
 
 The anchors are the literals of the rows of
 :data:`gputriage.parsers.kernel_table.EVENTS` and of the lines that start a boot: a
@@ -11,12 +11,11 @@ literals their rows require: it is dropped before it is decoded."""
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from gputriage.logscan import hsearch
 from gputriage.logscan import lines as line_sources
@@ -36,7 +35,7 @@ from gputriage.text.newlines import newlines
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
-__all__ = ["ANCHORS", "ENGINES", "HEAD_LINES", "LIBC", "ROUTINE", "LineFeeder", "Probe", "Span",
+__all__ = ["ANCHORS", "ENGINES", "HEAD_LINES", "ROUTINE", "LineFeeder", "Probe", "Span",
            "anchor_hits", "anchors_for", "engine_for", "prepare", "probes", "run_input",
            "search_span"]
 
@@ -71,11 +70,11 @@ ROUTINE: dict[bytes, tuple[bytes, ...]] = _routine()
 
 # --- finding candidate lines -------------------------------------------------------------
 
-# Each anchor is searched through a "probe": a substring of it whose first two bytes are
-# rare in kernel logs (glibc's strstr filters on the first two bytes 16 at a time, so a
-# rare pair is what makes a pass fast), and one probe may stand for several anchors; a
-# line a probe finds is a candidate only when it holds one of that probe's anchors, so
-# the candidate lines are exactly the lines holding an anchor.
+# Where Hyperscan is not installed, each anchor is searched through a "probe": a
+# substring of it, one probe standing for several anchors where they share one (one
+# pass of ``bytes.find`` for them all); a line a probe finds is a candidate only when it
+# holds one of that probe's anchors, so the candidate lines are exactly the lines
+# holding an anchor.
 _PROBE_OF: dict[bytes, bytes] = {
     b"error received": b"rror received", b"PCIe Bus Error": b"PCIe ",
     b"PCIe bandwidth": b"PCIe ", b"segfault at ": b"gfault at ", b"-- Boot ": b"-- ",
@@ -142,64 +141,13 @@ def _probes(anchors: tuple[bytes, ...], routine_items: tuple[tuple[bytes, tuple[
 
 # --- engines -------------------------------------------------------------------------------
 
-ENGINES = ("hyperscan", "libc", "python")
-HS_MIN = 4 << 20  # "auto": smaller spans are searched by libc (no database to compile)
+ENGINES = ("hyperscan", "python")
 
 
-def engine_for(config: ScanConfig, size: int = HS_MIN) -> str:
-    """The engine that searches a span of ``size`` bytes under ``config``: Hyperscan,
-    libc or ``bytes.find``, each falling back to the next where unusable."""
-    engine = config.engine
-    if engine == "auto":
-        engine = "hyperscan" if size >= HS_MIN and config.libc else "libc"
-    if engine == "hyperscan" and not hsearch.available():
-        engine = "libc"
-    if engine == "libc" and not (config.libc and LIBC.memmem is not None):
-        engine = "python"
-    return engine
-
-
-class Libc(NamedTuple):
-    """libc's search functions (each None when unusable)."""
-
-    memmem: Callable[..., int | None] | None
-    strstr: Callable[..., int | None] | None
-    strlen: Callable[..., int] | None
-
-
-def _load_libc() -> Libc:
-    """libc ``memmem``, ``strstr`` and ``strlen`` (each None when unusable)."""
-    try:
-        libc = ctypes.CDLL(None)
-        memmem, strstr, strlen = libc.memmem, libc.strstr, libc.strlen
-        memmem.restype = strstr.restype = ctypes.c_void_p
-        memmem.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
-        strstr.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
-        strlen.restype = ctypes.c_size_t
-        strlen.argtypes = (ctypes.c_void_p,)
-        probe = bytearray(b"abcNVRM: x\x00")
-        keep = ctypes.c_char.from_buffer(probe)
-        base = ctypes.addressof(keep)
-        ok_memmem = memmem(base, 10, b"NVRM: ", 6) == base + 3
-        ok_str = strstr(base, b"NVRM: ") == base + 3 and strlen(base) == 10
-        del keep
-        return Libc(memmem if ok_memmem else None, strstr if ok_str else None,
-                    strlen if ok_str else None)
-    except (OSError, AttributeError, TypeError, ValueError):  # pragma: no cover - no libc
-        return Libc(None, None, None)
-
-
-LIBC = _load_libc()
-
-
-def _libc(config: ScanConfig) -> Libc:
-    """The functions a scan under ``config`` may use."""
-    if not config.libc:
-        return Libc(None, None, None)
-    return LIBC if config.strstr else LIBC._replace(strstr=None)
-
-
-_MAX_SEGMENTS = 64  # NUL-separated pieces searched with strstr before memmem takes over
+def engine_for(config: ScanConfig) -> str:
+    """The engine that searches under ``config``: Hyperscan where its wheel is installed
+    (and ``config`` does not ask for ``bytes.find``), else ``bytes.find`` ("python")."""
+    return "hyperscan" if config.hyperscan() else "python"
 
 
 def _matcher(anchors: Sequence[bytes], config: ScanConfig, storm: bool = False
@@ -220,19 +168,12 @@ def _matcher_of(anchors: tuple[bytes, ...], reject: bool, storm: bool) -> hsearc
                            STORM_SCREENED_AFTER if storm else ())
 
 
-# (anchors, config) whose database :func:`prepare` compiled: spans of any size are then
-# searched by Hyperscan where "auto" picks the engine (a worker's margins, 64 KiB each,
-# cost a sixth of what libc's probes do)
-_PREPARED: set[tuple[tuple[bytes, ...], ScanConfig]] = set()
-
-
 def prepare(anchors: Sequence[bytes], config: ScanConfig) -> None:
-    """Compile now what the search of large spans will need (before worker processes
-    are forked: each would compile it again). The storm path's database is compiled
-    where a span first needs it: most logs never do."""
+    """Compile now what the search will need (before worker processes are forked: each
+    would compile it again). The storm path's database is compiled where a span first
+    needs it: most logs never do."""
     if engine_for(config) == "hyperscan":
         _matcher(anchors, config)
-        _PREPARED.add((tuple(anchors), config))
 
 
 def anchor_hits(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[bytes],
@@ -251,50 +192,13 @@ def anchor_hits(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[byte
     starts: dict[int, int] = {}
     if hi <= lo or not anchors:
         return starts
-    routine = ROUTINE if config.reject else {}
-    prepared = (tuple(anchors), config) in _PREPARED
-    engine = engine_for(config, max(hi - lo, HS_MIN) if prepared else hi - lo)
-    if engine == "hyperscan":
+    if engine_for(config) == "hyperscan":
         hsearch.hyperscan_hits(buf, lo, hi, _matcher(anchors, config, storm), starts,
                                screened)
         return starts
-    found = probes(anchors, routine)
-    libc = _libc(config) if engine == "libc" else Libc(None, None, None)
-    if (libc.strstr is not None and libc.memmem is not None
-            and not isinstance(buf, bytes) and buf[hi - 1] == 10):
-        # strstr needs a NUL-terminated haystack: the span's last newline becomes the
-        # NUL for the search (no anchor holds a newline) and is put back afterwards;
-        # NUL bytes inside the span split it into pieces searched one by one.
-        keep = ctypes.c_char.from_buffer(buf)
-        base = ctypes.addressof(keep)
-        buf[hi - 1] = 0
-        try:
-            pieces = _nul_pieces(libc, base, lo, hi - 1)
-            if pieces is not None:
-                for p in found:
-                    _strstr_hits(libc, buf, base, lo, pieces, hi, p, starts)
-                return starts
-        finally:
-            buf[hi - 1] = 10
-            del keep
-    for p in found:
-        _memmem_hits(libc, buf, lo, hi, p, starts)
+    for p in probes(anchors, ROUTINE if config.reject else {}):
+        _find_hits(buf, lo, hi, p, starts)
     return starts
-
-
-def _nul_pieces(libc: Libc, base: int, lo: int, end: int) -> list[tuple[int, int]] | None:
-    """NUL-free pieces of ``[lo, end)`` (a NUL at ``end``); None when there are many."""
-    strlen = libc.strlen
-    assert strlen is not None
-    pieces = []
-    pos = lo
-    while pos < end:
-        n = strlen(base + pos)
-        pieces.append((pos, pos + n))
-        if len(pieces) > _MAX_SEGMENTS:
-            return None
-        pos += n + 1
-    return pieces
 
 
 def _add_hit(buf: bytes | bytearray, lo: int, hi: int, pos: int, p: Probe,
@@ -314,50 +218,17 @@ def _add_hit(buf: bytes | bytearray, lo: int, hi: int, pos: int, p: Probe,
     return e + 1
 
 
-def _strstr_hits(libc: Libc, buf: bytearray, base: int, lo: int,
-                 pieces: list[tuple[int, int]], hi: int, p: Probe,
-                 starts: dict[int, int]) -> None:
-    strstr = libc.strstr
-    assert strstr is not None
+def _find_hits(buf: bytes | bytearray, lo: int, hi: int, p: Probe,
+               starts: dict[int, int]) -> None:
+    """The lines of ``buf[lo:hi]`` that probe ``p`` finds (``bytes.find``) into
+    ``starts``."""
+    find, needle = buf.find, p.needle
     off = lo
-    needle = p.needle
-    for start, end in pieces:
-        off = max(off, start)
-        while off < end:
-            r = strstr(base + off, needle)
-            if not r:
-                break
-            off = _add_hit(buf, lo, hi, r - base, p, starts)
-
-
-def _memmem_hits(libc: Libc, buf: bytes | bytearray, lo: int, hi: int, p: Probe,
-                 starts: dict[int, int]) -> None:
-    memmem = libc.memmem
-    find = buf.find
-    needle = p.needle
-    if memmem is not None:
-        if not isinstance(buf, bytes):  # a bytearray or a writable mapping
-            keep: object = ctypes.c_char.from_buffer(buf)
-            base = ctypes.addressof(keep)  # type: ignore[arg-type]
-        else:
-            keep = ctypes.c_char_p(buf)
-            base = ctypes.cast(keep, ctypes.c_void_p).value or 0
-    off = lo
-    try:
-        while off < hi:
-            if memmem is not None:
-                r = memmem(base + off, hi - off, needle, len(needle))
-                if not r:
-                    break
-                pos = r - base
-            else:
-                pos = find(needle, off, hi)
-                if pos < 0:
-                    break
-            off = _add_hit(buf, lo, hi, pos, p, starts)
-    finally:
-        if memmem is not None:
-            del keep
+    while off < hi:
+        pos = find(needle, off, hi)
+        if pos < 0:
+            break
+        off = _add_hit(buf, lo, hi, pos, p, starts)
 
 
 HEAD_LINES = max(TRACE_WINDOW, MAX_CONT)  # a block's lines kept for a previous block's context
@@ -390,7 +261,7 @@ def search_span(buf: bytes | bytearray, lo: int, hi: int, anchors: Sequence[byte
     left to the storm path as :func:`anchor_hits` says
     (:class:`gputriage.logscan.stormspan.SpanPass`), which reads them from the buffer
     the span keeps (``Span.storm``)."""
-    hyper = engine_for(config, hi - lo) == "hyperscan"
+    hyper = engine_for(config) == "hyperscan"
     # (where a LineSource has the path, and where it pays: a span its lines crowd)
     storm = storm and hyper and line_sources.USABLE and _crowded(buf, lo, hi)
     screened: set[int] | None = set() if storm else None

@@ -5,8 +5,8 @@
 :mod:`gputriage.nccl.inputs`; both look at a few lines in a hundred. For a
 large plain file, forked worker processes (one per CPU, Linux; else this process) read
 it in ``REGION``-sized pieces, count the newlines and find the candidate lines of each
-piece in one pass (Hyperscan, when its wheel is installed; else ``bytes.find``, libc
-``memmem`` and regexes), and send back only those lines with their offsets. A line whose
+piece in one pass (Hyperscan, when its wheel is installed; else ``bytes.find`` and
+regexes), and send back only those lines with their offsets. A line whose
 only markers are words of every program's log (`` WARN ``, ``] INFO ``) is one only in a
 shape the builder reads (:mod:`gputriage.parsers.nccl_log`). The main
 process feeds them, in file order, to the same
@@ -24,7 +24,6 @@ the 64 KiB before it is not read (a table cut from all of these).
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import mmap
 import os
@@ -171,52 +170,26 @@ def _starts(buf: bytearray | bytes, lo: int, hi: int, ends: list[int]) -> list[i
     return out
 
 
-def _libc_memmem() -> Callable[..., int | None] | None:
-    try:
-        fn = ctypes.CDLL(None).memmem
-        fn.restype = ctypes.c_void_p
-        fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
-        return fn
-    except (OSError, AttributeError):  # pragma: no cover - no libc
-        return None
-
-
-_MEMMEM = _libc_memmem()
-
-
 def _marker_lines(buf: bytearray | bytes, lo: int, hi: int,
                   needles: Iterable[bytes]) -> set[int]:
-    """Starts of the lines of ``buf[lo:hi]`` holding one of ``needles`` (libc ``memmem``
-    over a bytearray, ``bytes.find`` elsewhere)."""
+    """Starts of the lines of ``buf[lo:hi]`` holding one of ``needles``."""
     out: set[int] = set()
-    keep = base = None
-    if _MEMMEM is not None and isinstance(buf, bytearray) and hi > lo:
-        keep = ctypes.c_char.from_buffer(buf)
-        base = ctypes.addressof(keep)
-    try:
-        for needle in needles:
-            pos = lo
-            while pos < hi:
-                if base is not None:
-                    assert _MEMMEM is not None
-                    r = _MEMMEM(base + pos, hi - pos, needle, len(needle))
-                    at = -1 if not r else r - base
-                else:
-                    at = buf.find(needle, pos, hi)
-                if at < 0:
-                    break
-                out.add(buf.rfind(b"\n", lo, at) + 1 or lo)
-                end = buf.find(b"\n", at, hi)
-                pos = hi if end < 0 else end + 1
-    finally:
-        del keep
+    for needle in needles:
+        pos = lo
+        while pos < hi:
+            at = buf.find(needle, pos, hi)
+            if at < 0:
+                break
+            out.add(buf.rfind(b"\n", lo, at) + 1 or lo)
+            end = buf.find(b"\n", at, hi)
+            pos = hi if end < 0 else end + 1
     return out
 
 
 def _plain_find(buf: bytearray | bytes, lo: int, hi: int,
                 rows: bool) -> tuple[list[int], list[int]]:
     """The pure-Python finder: the streamed reader's candidate lines, then the nccl-tests
-    lines (libc ``memmem`` where there is one, rows by regex)."""
+    lines (rows by regex)."""
     return candidate_starts(buf, lo, hi), _tests_find(buf, lo, hi, rows)
 
 
