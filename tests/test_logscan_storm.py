@@ -371,28 +371,66 @@ def test_hyperscan_screens_the_lines_the_storm_path_leaves():
 
 
 def test_hyperscan_leaves_the_lead_lines_other_anchors_find_to_the_storm_path():
-    """A storm line that another anchor of context mode 0 finds (``nvidia`` in a process
-    name) is left to the storm path, which folds it or hands it over as it would a
-    candidate; it stays a candidate where a continuation line follows it, where a
-    call-trace anchor finds it too, and at the span's end (what follows is unknown)."""
+    """A storm line that another anchor of context mode 0 finds is left to the storm
+    path, which folds it or hands it over as it would a candidate; it stays a candidate
+    where a continuation line follows it, where a call-trace anchor finds it too, and at
+    the span's end (what follows is unknown). ``nvidia`` in its process's name (``,
+    name=nvidia-smi``) finds no line where Xid lines crowd a span: neither an Xid line
+    (the storm pass takes it, with the continuation lines after it) nor another line
+    whose only ``nvidia`` is there, unless it holds a needle of a row ``nvidia``
+    anchors (SXid)."""
     pytest.importorskip("hyperscan")
     from gputriage.logscan.search import ANCHORS, anchor_hits
 
-    xid = b"NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=nvidia-smi, "
-    lines_ = [xid + b"Graphics Exception",  # left to the storm path
-              xid + b"Graphics Exception", b"    continued",  # a continuation follows
-              xid + b"blocked for more than 120 seconds",  # a call-trace anchor finds it
+    xid = b"NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=python3, "
+    smi = xid.replace(b"python3", b"nvidia-smi")
+    lines_ = [xid + b"Graphics Exception nvidia",  # left to the storm path
+              xid + b"Graphics Exception nvidia", b"    continued",  # a continuation follows
+              smi + b"blocked for more than 120 seconds",  # a call-trace anchor finds it
               b"nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver",  # no lead
-              xid + b"Ch 0000003b"]  # the span's last line
+              smi + b"Graphics Exception",  # its nvidia in its process's name
+              smi + b"Graphics Exception", b"    continued",
+              b"audit: pid=7, name=nvidia-smi",  # no lead, its nvidia in a name field
+              b"x: pid=7, name=nvidia-smi SXid (PCI:0000:07:00.0): 20034, Fatal",
+              xid + b"Ch 0000003b nvidia"]  # the span's last line
     buf = bytearray(b"\n".join(lines_) + b"\n")
     starts = [0]
     for line in lines_[:-1]:
         starts.append(starts[-1] + len(line) + 1)
     config = ScanConfig(engine="hyperscan")
     hits = anchor_hits(buf, 0, len(buf), ANCHORS, config, set(), storm=True)
-    assert hits == {starts[1]: 0, starts[3]: 1, starts[4]: 0, starts[5]: 0}
+    assert hits == {starts[1]: 0, starts[3]: 1, starts[4]: 0, starts[9]: 0, starts[10]: 0}
     plain = anchor_hits(buf, 0, len(buf), ANCHORS, config)
-    assert sorted(plain) == [starts[k] for k in (0, 1, 3, 4, 5)]
+    assert sorted(plain) == [starts[k] for k in (0, 1, 3, 4, 5, 6, 8, 9, 10)]
+
+
+def test_a_row_that_nvidia_anchors_reads_no_line_whose_only_nvidia_is_a_process_name():
+    """Where Xid lines crowd a span, ``nvidia`` finds no line where it follows ``,
+    name=`` (:data:`gputriage.logscan.storm.NAMED`): every row ``nvidia`` anchors either
+    reads no such line (its samples with each ``nvidia`` after a process field) or holds
+    a needle the storm database finds the line through (``search.STORM_NAMED``)."""
+    from gputriage.logscan import search
+    from gputriage.logscan.storm import NAME_FIELD, NAMED
+    from gputriage.parsers.kernel_model import LogLine
+    from gputriage.parsers.kernel_patterns import split_prefix
+    from gputriage.parsers.kernel_table import EVENTS, match_line
+
+    keep = dict(search.STORM_NAMED)
+    assert set(keep) == set(NAMED)
+    tried = 0
+    for anchor in NAMED:
+        name = anchor.decode()
+        for row in (p for p in EVENTS if name in p.anchors):
+            for line in row.sample.splitlines():
+                _, msg, _ = split_prefix(line)
+                if name not in msg:
+                    continue
+                hidden = msg.replace(name, NAME_FIELD.decode() + name)
+                decided = match_line(LogLine(hidden, hidden))
+                tried += 1
+                if decided is not None and decided[1]:
+                    assert any(k.decode() in hidden for k in keep[anchor]), (row.kind, hidden)
+    assert tried >= 5
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

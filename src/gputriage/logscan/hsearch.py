@@ -47,6 +47,17 @@ def overlaps(anchor: bytes, literal: bytes) -> bool:
     return any(a.endswith(r[:k]) or r.endswith(a[:k]) for k in range(1, min(len(a), len(r))))
 
 
+def not_preceded(text: bytes, before: bytes) -> bytes:
+    """A pattern matching ``text`` wherever ``before`` does not come right before it (no
+    look-behind either: at each byte of ``before``, counted back from ``text``, another
+    byte or the start of the data)."""
+    alternatives = []
+    for k in range(1, len(before) + 1):
+        other, same = before[-k:len(before) - k + 1], before[len(before) - k + 1:]
+        alternatives.append(b"(?:^|[^" + literal_pattern(other) + b"])" + literal_pattern(same))
+    return b"(?:" + b"|".join(alternatives) + b")" + literal_pattern(text)
+
+
 def not_followed(text: bytes, lead: bytes) -> bytes:
     """A pattern matching ``text`` wherever ``lead`` does not follow it (Hyperscan has no
     negative look-ahead: at each byte of ``lead``, another byte or the end of the data)."""
@@ -92,8 +103,11 @@ class Matcher:
     With ``lead`` (a literal that starts with an anchor: the storm pass's), that anchor
     is found only where the rest of ``lead`` does not follow it, and a line that holds
     ``lead`` and is followed by no continuation line is left to the storm pass unless an
-    anchor of context mode 1 finds it. Ids past ``checks`` are the fillers of
-    :data:`FILL_TO`.
+    anchor of context mode 1 finds it. With ``lead``, an anchor of ``named`` is found
+    only where ``name_field`` does not come right before it (an Xid line's process name,
+    which the storm pass reads), and each of its literals (the needles of the rows that
+    anchor, where they do not hold it) finds the line instead where it holds the anchor
+    anywhere. Ids past ``checks`` are the fillers of :data:`FILL_TO`.
 
     A routine anchor (see :data:`gputriage.logscan.search.ROUTINE`) is found through its
     required literals where they are rare enough (:data:`RARE_LITERAL`), each a caseless
@@ -105,11 +119,14 @@ class Matcher:
     def __init__(self, anchors: Sequence[bytes], modes: Sequence[int],
                  routine: dict[bytes, tuple[bytes, ...]], screen: bytes | None = None,
                  lead: bytes | None = None,
-                 screened_after: Sequence[tuple[bytes, bool]] = ()) -> None:
+                 screened_after: Sequence[tuple[bytes, bool]] = (),
+                 named: dict[bytes, tuple[bytes, ...]] | None = None,
+                 name_field: bytes = b"") -> None:
         hs = _hyperscan()
         exprs: list[bytes] = []
         flags: list[int] = []
         self.checks: list[tuple[int, tuple[bytes, ...], bytes]] = []
+        named = named or {}
 
         def literal(text: bytes, caseless: bool) -> None:
             exprs.append(literal_pattern(text))
@@ -121,6 +138,13 @@ class Matcher:
                 exprs.append(not_followed(a, lead[len(a):]))
                 flags.append(0)
                 self.checks.append((mode, (), b""))
+            elif lead is not None and a in named and not need:
+                exprs.append(not_preceded(a, name_field))
+                flags.append(0)
+                self.checks.append((mode, (), b""))
+                for keep in named[a]:  # (the line found wherever it holds the anchor)
+                    literal(keep, False)
+                    self.checks.append((mode, (), a))
             elif need and all(len(r) >= RARE_LITERAL for r in need):
                 for r in need:
                     literal(r, True)
@@ -148,13 +172,16 @@ class Matcher:
 def matcher(anchors: tuple[bytes, ...], modes: tuple[int, ...],
             routine: tuple[tuple[bytes, tuple[bytes, ...]], ...],
             screen: bytes | None = None, lead: bytes | None = None,
-            screened_after: tuple[tuple[bytes, bool], ...] = ()) -> Matcher:
-    """The database of ``anchors`` (and ``screen``, a Hyperscan expression; ``lead`` and
-    ``screened_after``, see :class:`Matcher`), once per process: compiled in about 4 ms
-    for the anchors alone, 30 ms with the screen, or loaded from the cache where a run
-    compiled it before (:mod:`gputriage.text.hscache`). Hyperscan searches a MiB in about
-    0.35 ms."""
-    return Matcher(anchors, modes, dict(routine), screen, lead, screened_after)
+            screened_after: tuple[tuple[bytes, bool], ...] = (),
+            named: tuple[tuple[bytes, tuple[bytes, ...]], ...] = (),
+            name_field: bytes = b"") -> Matcher:
+    """The database of ``anchors`` (and ``screen``, a Hyperscan expression; ``lead``,
+    ``screened_after``, ``named`` and ``name_field``, see :class:`Matcher`), once per
+    process: compiled in about 4 ms for the anchors alone, 30 ms with the screen, or
+    loaded from the cache where a run compiled it before (:mod:`gputriage.text.hscache`).
+    Hyperscan searches a MiB in about 0.35 ms."""
+    return Matcher(anchors, modes, dict(routine), screen, lead, screened_after, dict(named),
+                   name_field)
 
 
 def hyperscan_hits(buf: bytes | bytearray, lo: int, hi: int, m: Matcher,

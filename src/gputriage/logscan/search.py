@@ -24,6 +24,7 @@ from gputriage.logscan.lines import BOOT_ANCHORS, LineSource
 from gputriage.logscan.reader import InputSpans
 from gputriage.logscan.span import Line, Span
 from gputriage.logscan.storm import LEAD as STORM_LEAD
+from gputriage.logscan.storm import NAME_FIELD, NAMED
 from gputriage.logscan.storm import SCREEN_EXPRESSION as STORM_SCREEN
 from gputriage.logscan.storm import SCREEN_LITERALS as STORM_SCREENED_AFTER
 from gputriage.parsers.kernel_extractor import MAX_LINE
@@ -158,6 +159,26 @@ def _matcher(anchors: Sequence[bytes], config: ScanConfig, storm: bool = False
     return _matcher_of(tuple(anchors), config.reject, storm)
 
 
+def _named() -> tuple[tuple[bytes, tuple[bytes, ...]], ...]:
+    """Each anchor a storm's process names hold (:data:`gputriage.logscan.storm.NAMED`)
+    -> the needles of its rows that do not hold it: where Xid lines crowd a span, the
+    anchor finds no line where it follows an Xid line's ``, name=`` (the storm pass reads
+    those lines), and these needles find the line instead wherever it holds the anchor
+    (a row reads no line without one of its needles). An anchor one of whose rows has
+    no needle is found as any other."""
+    out = []
+    for anchor in NAMED:
+        rows = [p for p in EVENTS if anchor.decode() in p.anchors]
+        if rows and all(p.needles and not p.lower for p in rows):
+            keep = {n.encode() for p in rows for n in p.needles if anchor.decode() not in n}
+            out.append((anchor, tuple(sorted(n for n in keep  # (those another one is in: not)
+                                             if not any(k != n and k in n for k in keep)))))
+    return tuple(out)
+
+
+STORM_NAMED = _named()
+
+
 @functools.lru_cache(maxsize=8)
 def _matcher_of(anchors: tuple[bytes, ...], reject: bool, storm: bool) -> hsearch.Matcher:
     routine = ROUTINE if reject else {}
@@ -165,7 +186,8 @@ def _matcher_of(anchors: tuple[bytes, ...], reject: bool, storm: bool) -> hsearc
     return hsearch.matcher(anchors, modes,
                            tuple((a, routine[a]) for a in anchors if a in routine),
                            STORM_SCREEN if storm else None, STORM_LEAD if storm else None,
-                           STORM_SCREENED_AFTER if storm else ())
+                           STORM_SCREENED_AFTER if storm else (),
+                           STORM_NAMED if storm else (), NAME_FIELD if storm else b"")
 
 
 def prepare(anchors: Sequence[bytes], config: ScanConfig) -> None:

@@ -36,8 +36,8 @@ from gputriage.parsers.kernel_model import DriverEvent
 from gputriage.parsers.kernel_repeats import line_process
 from gputriage.text.fields import normalize_bus_id
 
-__all__ = ["LEAD", "SCREEN_EXPRESSION", "SCREEN_LITERALS", "USABLE", "LazyXid", "Source",
-           "StormLines"]
+__all__ = ["LEAD", "NAMED", "NAME_FIELD", "SCREEN_EXPRESSION", "SCREEN_LITERALS", "USABLE",
+           "LazyXid", "Source", "StormLines"]
 
 _LEAD = LEAD = b"NVRM: Xid (PCI:"
 _STORM = re.compile(rb"NVRM: Xid \(PCI:([^)\n]{0,40})\): ?([0-9]{1,5}), "
@@ -60,6 +60,12 @@ SCREEN_LITERALS = (*((lit, False) for lit in _SCREEN if lit != INLINE),
                    *((lit, True) for lit in _SCREEN_LOWER))
 SCREEN_EXPRESSION = rb"NVRM: Xid \(PCI:[^\n]*(?:" + re.escape(INLINE) + rb"|[\x80-\xff])"
 USABLE = DIRECT and PASSES  # the Xid row as this module knows it (else: never taken)
+# where an Xid line names its process, and the anchors a storm's process names hold
+# (nvidia-smi, nvidia-persistenced: one Xid line in nine of the benchmarks' storm): where
+# Xid lines crowd a span, such an anchor finds no line where it follows the field (the
+# storm pass reads the Xid lines; see ``search.anchor_hits``)
+NAME_FIELD = b", name="
+NAMED = (b"nvidia",)
 _DMESG = re.compile(rb"\[ {0,12}([0-9]{1,12}\.[0-9]{1,9})\] *")  # dmesg raw: one per line
 CACHE = 4096  # prefixes and keys kept (then the cache starts again)
 _PLAIN: dict[tuple[Any, ...], tuple[str | None, str]] = {}  # (bus, code) -> as read
