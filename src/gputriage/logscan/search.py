@@ -36,9 +36,9 @@ from gputriage.text.newlines import newlines
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
-__all__ = ["ANCHORS", "ENGINES", "HEAD_LINES", "ROUTINE", "LineFeeder", "Probe", "Span",
-           "anchor_hits", "anchors_for", "engine_for", "prepare", "probes", "run_input",
-           "search_span"]
+__all__ = ["ANCHORS", "ENGINES", "HEAD_LINES", "ROUTINE", "STORM_NAMED", "LineFeeder", "Probe",
+           "Span", "anchor_hits", "anchors_for", "engine_for", "prepare", "probes",
+           "run_input", "search_span"]
 
 MAX_CONT = 8  # whitespace-led continuation lines taken after a candidate
 ANCHORS: tuple[bytes, ...] = tuple(a.encode() for a in (*EVENT_ANCHORS, *BOOT_ANCHORS))
