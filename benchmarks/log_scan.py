@@ -326,7 +326,8 @@ def _timed(argv: list[str], out: Path, repeat: int = 1, src: Path | None = None,
         best, peak = min(best, float(wall)), max(peak, int(one))
         tree, rc = max(tree, int(summed)), int(code)
         cpu = min(cpu, float(used))
-    CPU[tuple(argv), str(src)] = cpu
+    if not sample:  # (a sampled run's CPU seconds are not kept)
+        CPU[tuple(argv), str(src)] = cpu
     return best, peak, tree, rc
 
 
@@ -338,14 +339,7 @@ CPU: dict[tuple[tuple[str, ...], str], float] = {}
 def _tree_peak(argv: list[str], out: Path, src: Path | None = None) -> int:
     """The largest summed memory (PSS, KiB) of one run's process tree, sampled every 50
     ms in a run of its own (its time and CPU are not kept)."""
-    key = (tuple(argv), str(src))
-    cpu = CPU.get(key)
-    tree = _timed(argv, out, 1, src, sample=True)[2]
-    if cpu is None:
-        CPU.pop(key, None)
-    else:
-        CPU[key] = cpu
-    return tree
+    return _timed(argv, out, 1, src, sample=True)[2]
 
 
 def _cpu(argv: list[str], src: Path | None = None) -> float:
