@@ -504,6 +504,42 @@ def test_the_storm_pass_sees_a_continuation_line_as_the_search_does(byte):
     assert stormspan._FIND.search(buf, 0, len(line) + 1)[4] == b""
 
 
+# the storm pass's lead match as first written, every repeat free to give back what it
+# took (the oracle of the test below: ``_FIND`` is possessive, which is faster)
+_FIND_BACKTRACKING = re.compile(
+    rb"NVRM: Xid \(PCI:(?:([^)\n]{0,40}\): ?[0-9]{1,5}), "
+    rb"(pid='?[^,'\n]{0,32}'?, ?name=[^,\n]{0,64}), ?)?([^\n]*)(\n[ \t]|)")
+_XID_BITS = st.sampled_from([b"0000:18:00", b"0000:18:00.0", b"x" * 41, b")", b"\n", b" ", b"'",
+                             b",", b", ", b": ", b":", b"13", b"123456", b"pid=", b"pid='",
+                             b"name=", b"python3", b"p" * 33, b"n" * 65, b"\t", b"Ch 0000", b"7"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_XID_BITS, max_size=14).map(b"".join))
+@example(b"0000:18:00): 13, pid=7, name=python3, Graphics Exception\n next")
+@example(b"0000:18:00): 13, pid='7', name=python3, x")
+@example(b"0000:18:00):13,pid='', name=" + b"n" * 64 + b",")
+@example(b"0000:18:00):13,pid='', name=" + b"n" * 65 + b",")
+@example(b"0000:18:00): 123456, pid=7, name=x, y")
+@example(b"0000:18:00): 13, pid=" + b"p" * 32 + b"', name=x, y")
+@example(b"0000:18:00): 13, pid=" + b"p" * 33 + b", name=x, y")
+def test_the_storm_pass_lead_match_is_the_backtracking_one(tail):
+    """``_FIND``'s possessive repeats never give back what they took: the lead's match
+    (where it ends, what each group holds) is the one its backtracking form finds,
+    however the line goes on (shapes cut short, fields too long, quotes and commas
+    where they should not be)."""
+    from gputriage.logscan import stormspan
+
+    def read(rx: re.Pattern[bytes], end: int) -> tuple[object, ...] | None:
+        m = rx.search(buf, 0, end)
+        return None if m is None else (m.span(), m.groups())
+
+    buf = b"x NVRM: Xid (PCI:" + tail
+    assert read(stormspan._FIND, len(buf)) is not None
+    for end in (len(buf), len(buf) - 1):  # (the span's end also before the last byte)
+        assert read(stormspan._FIND, end) == read(_FIND_BACKTRACKING, end)
+
+
 # what a fault pattern blanks, written out (the oracle of the two tests below): addresses,
 # words of eight hex digits and numbers
 _BLANKS = re.compile(r"0x[0-9a-fA-F_]+|\b[0-9a-fA-F]{8}\b|[0-9]+")
