@@ -540,6 +540,36 @@ def test_the_storm_pass_lead_match_is_the_backtracking_one(tail):
         assert read(stormspan._FIND, end) == read(_FIND_BACKTRACKING, end)
 
 
+_DMESG_BITS = st.sampled_from([b"[", b"]", b" ", b"  ", b" " * 12, b" " * 13, b"1", b"0",
+                               b"123456789012", b"1234567890123", b".", b"000500",
+                               b"123456789", b"1234567890", b"x", b"\t", b"-", b"e5", b"_"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(_DMESG_BITS, max_size=8).map(b"".join), min_size=1, max_size=5))
+@example([b"[    1.001000] ", b"[    1.001000] ", b"[ 9999.5] "])
+@example([b"[123456789012.123456789]   ", b"[1.0]"])
+@example([b"[    1.001000] ", b"2024-08-30T04:12:56+0000 gpu-node-17 kernel: "])
+@example([b"[ 1_0.5] "])  # (float() would read it; the prefix is none of dmesg's)
+def test_dmesg_prefixes_read_at_once_are_read_as_one_by_one(prefixes):
+    """``storm.dmesg_heads`` gives each prefix of a run of Xid lines what
+    ``StormLines.head_of`` gives it, where every prefix is a raw dmesg one; None where
+    any is not."""
+    from gputriage.logscan import storm
+    from gputriage.logscan.fastline import FastXid
+
+    lines = storm.StormLines(FastXid("kern.log", None))
+    heads = [p.lstrip(b" ") if p[:1] == b" " else p for p in prefixes]  # (as a line starts)
+    one_by_one = [lines.head_of(h, h + b"NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=x, y")
+                  for h in heads]
+    got = storm.dmesg_heads(heads)
+    if heads[0][:1] != b"[" or any(h is None or h[0] != "dmesg-raw" for h in one_by_one):
+        assert got is None
+    else:
+        assert got is not None
+        assert [got[h] for h in heads] == one_by_one
+
+
 # what a fault pattern blanks, written out (the oracle of the two tests below): addresses,
 # words of eight hex digits and numbers
 _BLANKS = re.compile(r"0x[0-9a-fA-F_]+|\b[0-9a-fA-F]{8}\b|[0-9]+")

@@ -41,7 +41,7 @@ from itertools import pairwise, repeat
 from operator import add
 from typing import TYPE_CHECKING, Any
 
-from gputriage.logscan.storm import CACHE, LazyXid, Source, StormLines
+from gputriage.logscan.storm import CACHE, LazyXid, Source, StormLines, dmesg_heads
 from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_fold import Deferred, XidState, code_number, follows_code
 from gputriage.parsers.kernel_repeats import (
@@ -279,8 +279,9 @@ class SpanPass:
             heads: Any = map(buf.__getitem__, map(slice, line_starts, leads))
             if not isinstance(buf, (bytes, mmap.mmap)):  # (a read buffer's slices: bytearrays)
                 heads = map(bytes, heads)
+            heads = list(heads)
             self._fold_all(zip(line_starts, map(_END, found), map(_GROUPS, found), heads,
-                               strict=True))
+                               strict=True), dmesg_heads(heads))
         self.candidates(hi + 1)
         self.hand_over([])
         if not self.exact and hi - self.prev > self.gap_exact:
@@ -307,13 +308,15 @@ class SpanPass:
         cuts.append(hi)
         return list(pairwise(cuts))
 
-    def _fold_all(self, rows: Iterable[tuple[int, int, tuple[Any, ...], bytes]]) -> None:
+    def _fold_all(self, rows: Iterable[tuple[int, int, tuple[Any, ...], bytes]],
+                  read: dict[bytes, Any] | None = None) -> None:
         """The loop of :meth:`run` over (line start, match end, match groups, line prefix)
-        of each lead in order."""
+        of each lead in order; ``read``: what their prefixes tell, where all were read
+        at once (:func:`~gputriage.logscan.storm.dmesg_heads`)."""
         buf = self.buf
         exact, gap_exact = self.exact, self.gap_exact
         storm = self.storm
-        known, head_of = storm.heads, storm.head_of
+        known, head_of = storm.heads if read is None else read, storm.head_of
         whos = _WHOS
         src = self.src
         formats, fold, lastpos = src.formats, src.fold, self.lastpos
