@@ -542,7 +542,8 @@ def test_the_storm_pass_lead_match_is_the_backtracking_one(tail):
 
 _DMESG_BITS = st.sampled_from([b"[", b"]", b" ", b"  ", b" " * 12, b" " * 13, b"1", b"0",
                                b"123456789012", b"1234567890123", b".", b"000500",
-                               b"123456789", b"1234567890", b"x", b"\t", b"-", b"e5", b"_"])
+                               b"123456789", b"1234567890", b"x", b"\t", b"-", b"e5", b"_",
+                               b"\n"])
 
 
 @settings(max_examples=400, deadline=None)
@@ -551,6 +552,7 @@ _DMESG_BITS = st.sampled_from([b"[", b"]", b" ", b"  ", b" " * 12, b" " * 13, b"
 @example([b"[123456789012.123456789]   ", b"[1.0]"])
 @example([b"[    1.001000] ", b"2024-08-30T04:12:56+0000 gpu-node-17 kernel: "])
 @example([b"[ 1_0.5] "])  # (float() would read it; the prefix is none of dmesg's)
+@example([b"[    1.001000] \n[ 2.5] "])  # (two prefixes' shapes in one, read as one)
 def test_dmesg_prefixes_read_at_once_are_read_as_one_by_one(prefixes):
     """``storm.dmesg_heads`` gives each prefix of a run of Xid lines what
     ``StormLines.head_of`` gives it, where every prefix is a raw dmesg one; None where
