@@ -572,6 +572,63 @@ def test_dmesg_prefixes_read_at_once_are_read_as_one_by_one(prefixes):
         assert [got[h] for h in heads] == one_by_one
 
 
+_STEMS = st.tuples(
+    st.sampled_from([b"Aug 30 03:53:21", b"Aug  3 03:53:21", b"Dec 31 23:59:59",
+                     b"Aug 30 03:53:21.123456", b"2024-08-30T03:53:21+0000",
+                     b"2024-08-30T03:53:21.5+00:00", b"2024-08-30 03:53:21", b"[1.5]"]),
+    st.sampled_from([b" ", b"  ", b"     "]),
+    st.sampled_from([b"gpu-node-17 kernel: ", b"h kernel:", b"kernel: ", b"", b"h x: "]),
+).map(b"".join)
+_TAILS = st.sampled_from([b"[    1.000000] ", b"[1.5]", b"[ 123.25]  ", b"[123456789012.1] ",
+                          b"[1234567890123.1] ", b"[1.1234567890] ", b"[ x] ", b"[1.5]\t",
+                          b"[-1.5] ", b"", b" ", b"[ 1.5] [2.5] "])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_STEMS, _TAILS).map(b"".join), min_size=1, max_size=12),
+       st.sampled_from([None, datetime(2024, 9, 1, tzinfo=timezone.utc)]))
+@example([b"Aug 30 03:53:21 gpu-node-17 kernel: [    1.000000] ",
+          b"Aug 30 03:53:21 gpu-node-17 kernel: [    1.000500] ",
+          b"Aug 30 03:53:21 gpu-node-17 kernel: [ 1.5]x"], None)
+@example([b"Dec 31 23:59:59 h kernel: [1.5]", b"Dec 31 23:59:59 h kernel: [2.5]"],
+         datetime(2024, 1, 1, tzinfo=timezone.utc))  # (last year's stamp)
+def test_a_prefix_read_through_its_stem_is_the_one_the_fast_path_reads(prefixes, now):
+    """A prefix whose stem before the kernel's uptime was read already is read from that
+    stem and its own uptime (``StormLines.head_of``'s stem cache): as the fast path reads
+    the whole prefix, one by one, with no cache, whatever the stamp, host, uptime or the
+    reference time of the year."""
+    from gputriage.logscan import storm
+    from gputriage.logscan.fastline import FastXid
+
+    lines = storm.StormLines(FastXid("kern.log", now))
+    for prefix in prefixes:
+        raw = prefix + b"NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=x, y"
+        fresh = storm.StormLines(FastXid("kern.log", now))  # (no stem read before)
+        assert lines.head_of(prefix, raw) == fresh.head_of(prefix, raw), prefix
+
+
+def test_kern_log_prefixes_of_one_second_are_read_once(monkeypatch):
+    """kern.log's prefixes of one second differ in the kernel's uptime alone: the fast
+    path reads the first one, and the others are read from its stem."""
+    from gputriage.logscan import storm
+    from gputriage.logscan.fastline import FastXid
+
+    fast = FastXid("kern.log", datetime(2024, 9, 1, tzinfo=timezone.utc))
+    lines = storm.StormLines(fast)
+    calls = []
+    read = fast.prefix
+    monkeypatch.setattr(fast, "prefix", lambda raw: calls.append(raw) or read(raw))
+    heads = [b"Aug 30 03:53:21 gpu-node-17 kernel: [%12.6f] " % (1 + i / 2000) for i in range(5)]
+    got = [lines.head_of(h, h + b"NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=x, y")
+           for h in heads]
+    assert len(calls) == 1
+    assert [g[3] for g in got] == [1 + i / 2000 for i in range(5)]
+    assert {(g[0], g[1][0], g[2], g[4]) for g in got} == {
+        ("syslog", "Aug 30 03:53:21",
+         datetime(2024, 8, 30, 3, 53, 21, tzinfo=timezone.utc),
+         datetime(2024, 8, 30, 3, 53, 21, tzinfo=timezone.utc).timestamp())}
+
+
 # what a fault pattern blanks, written out (the oracle of the two tests below): addresses,
 # words of eight hex digits and numbers
 _BLANKS = re.compile(r"0x[0-9a-fA-F_]+|\b[0-9a-fA-F]{8}\b|[0-9]+")

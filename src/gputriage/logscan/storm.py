@@ -118,6 +118,9 @@ class StormLines:
     def __init__(self, fast: FastXid) -> None:
         self.fast = fast
         self.heads: dict[bytes, Head] = {}  # (what a prefix tells depends on the input)
+        # a prefix's stem before the kernel's uptime ("Aug 30 03:53:21 host kernel: ", in
+        # front of "[ 1234.567890] ") -> its format, stamp, time and seconds
+        self.stems: dict[bytes, tuple[str, str, datetime | None, float | None]] = {}
         # what a bus and code, a pid and name as printed are: the same in every input,
         # kept across the inputs and blocks a process reads
         self.plain = _PLAIN
@@ -188,12 +191,21 @@ class StormLines:
                        lineno, boot)
 
     def head_of(self, head: bytes, raw: bytes | bytearray) -> Head | None:
-        """What the fast path reads in a line's prefix (cached per prefix)."""
+        """What the fast path reads in a line's prefix (cached per prefix; where the
+        kernel's uptime ends it, per stem before the uptime: kern.log's lines differ in
+        it alone from second to second)."""
         d = _DMESG.fullmatch(head)
         if d is not None:  # the fast path's first shape; the uptime differs on every line
             stamp = d.group(1).decode()
             up = float(stamp)
             return _DMESG_RAW, (stamp,), None, up, up
+        cut = head.rfind(b"[")
+        d = _DMESG.fullmatch(head, cut) if cut > 0 else None
+        if d is not None and (stem := self.stems.get(head[:cut])) is not None:
+            # (the fast path reads the stem alike whatever uptime follows it)
+            stamp = d.group(1).decode()
+            up = float(stamp)
+            return stem[0], (stem[1], stamp), stem[2], up, up if stem[3] is None else stem[3]
         found = self.fast.prefix(raw)
         if found is None or found[2] != len(head):
             return None  # (not one the fast path reads, or its message starts elsewhere)
@@ -203,6 +215,10 @@ class StormLines:
             if len(self.heads) >= CACHE:
                 self.heads.clear()
             self.heads[head] = out
+        elif d is not None and len(stamps) == 2 and stamps[1] == d.group(1).decode():
+            if len(self.stems) >= CACHE:
+                self.stems.clear()
+            self.stems[head[:cut]] = (fmt, stamps[0], t, out[4] if t is not None else None)
         return out
 
     def plain_of(self, bus: bytes, code: bytes) -> tuple[str | None, str]:
