@@ -554,9 +554,9 @@ _DMESG_BITS = st.sampled_from([b"[", b"]", b" ", b"  ", b" " * 12, b" " * 13, b"
 @example([b"[ 1_0.5] "])  # (float() would read it; the prefix is none of dmesg's)
 @example([b"[    1.001000] \n[ 2.5] "])  # (two prefixes' shapes in one, read as one)
 def test_dmesg_prefixes_read_at_once_are_read_as_one_by_one(prefixes):
-    """``storm.dmesg_heads`` gives each prefix of a run of Xid lines what
+    """``StormLines.heads_of`` gives each prefix of a run of Xid lines what
     ``StormLines.head_of`` gives it, where every prefix is a raw dmesg one; None where
-    any is not."""
+    any is not (and the first is one)."""
     from gputriage.logscan import storm
     from gputriage.logscan.fastline import FastXid
 
@@ -564,7 +564,7 @@ def test_dmesg_prefixes_read_at_once_are_read_as_one_by_one(prefixes):
     heads = [p.lstrip(b" ") if p[:1] == b" " else p for p in prefixes]  # (as a line starts)
     one_by_one = [lines.head_of(h, h + b"NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=x, y")
                   for h in heads]
-    got = storm.dmesg_heads(heads)
+    got = lines.heads_of(heads) if heads[0][:1] == b"[" else None
     if heads[0][:1] != b"[" or any(h is None or h[0] != "dmesg-raw" for h in one_by_one):
         assert got is None
     else:
@@ -606,6 +606,50 @@ def test_a_prefix_read_through_its_stem_is_the_one_the_fast_path_reads(prefixes,
         fresh = storm.StormLines(FastXid("kern.log", now))  # (no stem read before)
         assert lines.head_of(prefix, raw) == fresh.head_of(prefix, raw), prefix
 
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_STEMS, _TAILS).map(b"".join), min_size=1, max_size=12),
+       st.sampled_from([None, datetime(2024, 9, 1, tzinfo=timezone.utc)]))
+@example([b"Aug 30 03:53:21 gpu-node-17 kernel: [    1.000000] ",
+          b"Aug 30 03:53:22 gpu-node-17 kernel: [    1.000500] ",
+          b"Aug 30 03:53:21 gpu-node-17 kernel: [    1.001000] "],
+         datetime(2024, 9, 1, tzinfo=timezone.utc))
+@example([b"Aug 30 03:53:21 h kernel: [1.5] ", b"Aug 30 03:53:21 h kernel: [2.5] "],
+         None)  # (no year to the stamps: no time, the uptime's seconds)
+@example([b"Aug 30 03:53:21 h kernel: [1.5] ", b"2024-08-30T03:53:21+0000 h kernel: [2.5] "],
+         None)  # (one with a time, one without)
+@example([b"Aug 30 03:53:21 h\xc3\xa9 kernel: [ 1.5] "], None)  # (a prefix that is no ASCII)
+def test_prefixes_read_at_once_through_their_stems_are_read_as_one_by_one(prefixes, now):
+    """``StormLines.heads_of`` gives each prefix of a run of Xid lines that ends with the
+    kernel's uptime what ``head_of`` gives it, one by one with no cache; None where it
+    cannot tell them all so (or the first is no such prefix)."""
+    from gputriage.logscan import storm
+    from gputriage.logscan.fastline import FastXid
+
+    lines = storm.StormLines(FastXid("kern.log", now))
+    got = lines.heads_of(prefixes)
+    if got is None:
+        return
+    assert list(got) == list(dict.fromkeys(prefixes))
+    for prefix in prefixes:
+        raw = prefix + b"NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=x, y"
+        fresh = storm.StormLines(FastXid("kern.log", now))
+        assert prefix.isascii()
+        assert got[prefix] == fresh.head_of(prefix, raw), prefix
+
+
+def test_kern_log_prefixes_are_read_at_once_where_their_stems_are_read():
+    """A kern.log storm's prefixes are read at once (not left to head_of line by line)."""
+    from gputriage.logscan import storm
+    from gputriage.logscan.fastline import FastXid
+
+    lines = storm.StormLines(FastXid("kern.log", datetime(2024, 9, 1, tzinfo=timezone.utc)))
+    heads = [b"Aug 30 03:53:%02d gpu-node-17 kernel: [%12.6f] " % (21 + i // 3, 1 + i / 2000)
+             for i in range(9)]
+    got = lines.heads_of(heads)
+    assert got is not None and [got[h][3] for h in heads] == [1 + i / 2000 for i in range(9)]
+    assert len(lines.stems) == 3
+    assert lines.heads_of([*heads, b"2024-08-30T03:53:21+0000 h kernel: "]) is None
 
 def test_kern_log_prefixes_of_one_second_are_read_once(monkeypatch):
     """kern.log's prefixes of one second differ in the kernel's uptime alone: the fast

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from itertools import repeat
+from operator import itemgetter
 from typing import Any, Protocol
 
 from gputriage.logscan.fastline import DIRECT, EARLIER, EARLIER_LOWER, PASSES, FastXid
@@ -38,7 +39,7 @@ from gputriage.parsers.kernel_repeats import line_process
 from gputriage.text.fields import normalize_bus_id
 
 __all__ = ["LEAD", "NAMED", "NAME_FIELD", "SCREEN_EXPRESSION", "SCREEN_LITERALS", "USABLE",
-           "LazyXid", "Source", "StormLines", "dmesg_heads"]
+           "LazyXid", "Source", "StormLines"]
 
 _LEAD = LEAD = b"NVRM: Xid (PCI:"
 _STORM = re.compile(rb"NVRM: Xid \(PCI:([^)\n]{0,40})\): ?([0-9]{1,5}), "
@@ -70,7 +71,10 @@ NAMED = (b"nvidia",)
 _UPTIME = rb"[0-9]{1,12}\.[0-9]{1,9}"
 _DMESG = re.compile(rb"\[ {0,12}(" + _UPTIME + rb")\] *")  # dmesg raw: one per line
 _DMESG_ALL = re.compile(rb"(?:\[ {0,12}" + _UPTIME + rb"\] *\n)*+")  # such prefixes, each
-# ended by a newline
+# ended by a newline; and what follows the last "[" of prefixes that end with one
+_UPTIMES = re.compile(rb"(?: {0,12}" + _UPTIME + rb"\] *\n)*+")
+_STEM, _SEP, _TAIL = itemgetter(0), itemgetter(1), itemgetter(2)
+_FMT, _STAMP, _TIME, _SECONDS = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 _DMESG_RAW = "dmesg-raw"  # their format
 CACHE = 4096  # prefixes and keys kept (then the cache starts again)
 _PLAIN: dict[tuple[Any, ...], tuple[str | None, str]] = {}  # (bus, code) -> as read
@@ -221,6 +225,41 @@ class StormLines:
             self.stems[head[:cut]] = (fmt, stamps[0], t, out[4] if t is not None else None)
         return out
 
+    def heads_of(self, heads: list[bytes]) -> dict[bytes, Head] | None:
+        """What :meth:`head_of` reads in each of ``heads``, the prefixes of a run of Xid
+        lines, all read at once, in C, where each ends with the kernel's uptime (which
+        differs on every line, so that no prefix is read from the cache): raw dmesg
+        prefixes, or prefixes whose stems before the uptime were read (each new one read
+        here, by head_of, once); None for any other run (read line by line)."""
+        if not heads:
+            return None
+        if heads[0][:1] == b"[":
+            return _dmesg_heads(heads)
+        if heads[0].rfind(b"[") <= 0:
+            return None
+        parts = list(map(bytes.rpartition, heads, repeat(b"[")))
+        stems, tails = list(map(_STEM, parts)), list(map(_TAIL, parts))
+        joined = b"\n".join(tails) + b"\n"
+        if b"" in stems or not all(map(_SEP, parts)) or joined.count(b"\n") != len(heads) \
+                or _UPTIMES.fullmatch(joined) is None:
+            return None
+        known = self.stems
+        for stem, head in dict(zip(stems, heads, strict=True)).items():
+            if stem not in known and (not stem.isascii() or  # (as the loop reads it)
+                                      self.head_of(head, head + LEAD) is None or
+                                      stem not in known):
+                return None
+        infos = list(map(known.__getitem__, stems))
+        seconds = list(map(_SECONDS, infos))
+        stamps = list(map(bytes.decode, map(bytes.strip, tails, repeat(b" ]"))))
+        ups = list(map(float, stamps))
+        if None in seconds:  # (no time: the seconds are the uptime's)
+            if seconds.count(None) != len(seconds):
+                return None
+            seconds = ups
+        return dict(zip(heads, zip(map(_FMT, infos), zip(map(_STAMP, infos), stamps, strict=True),
+                                   map(_TIME, infos), ups, seconds, strict=True), strict=True))
+
     def plain_of(self, bus: bytes, code: bytes) -> tuple[str | None, str]:
         """A line's bus id and code (cached per distinct pair)."""
         if len(self.plain) >= CACHE:
@@ -238,15 +277,10 @@ class StormLines:
 
 
 
-def dmesg_heads(heads: list[bytes]) -> dict[bytes, Head] | None:
-    """What :meth:`StormLines.head_of` reads in each of ``heads``, the prefixes of a run
-    of Xid lines, where every one is a raw dmesg prefix (whose uptime differs on every
-    line, so that no prefix is ever read from the cache): all read at once, in C (9 %
-    less CPU time in the tasks of the benchmarks' 1 GB dmesg storm than one call of
-    head_of per line); None where any other prefix is among them (or the first is no
-    dmesg one)."""
-    if not heads or heads[0][:1] != b"[":
-        return None
+def _dmesg_heads(heads: list[bytes]) -> dict[bytes, Head] | None:
+    """:meth:`StormLines.heads_of` where the first prefix is a raw dmesg one: each one's
+    uptime read, where all are (9 % less CPU time in the tasks of the benchmarks' 1 GB
+    dmesg storm than one call of head_of per line); else None."""
     joined = b"\n".join(heads) + b"\n"  # (one match of them all: no call per prefix)
     if joined.count(b"\n") != len(heads) or _DMESG_ALL.fullmatch(joined) is None:
         return None

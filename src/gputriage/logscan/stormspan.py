@@ -41,7 +41,7 @@ from itertools import pairwise, repeat
 from operator import add
 from typing import TYPE_CHECKING, Any
 
-from gputriage.logscan.storm import CACHE, LazyXid, Source, StormLines, dmesg_heads
+from gputriage.logscan.storm import CACHE, LazyXid, Source, StormLines
 from gputriage.parsers.kernel_extractor import MAX_LINE
 from gputriage.parsers.kernel_fold import Deferred, XidState, code_number, follows_code
 from gputriage.parsers.kernel_repeats import (
@@ -281,7 +281,7 @@ class SpanPass:
                 heads = map(bytes, heads)
             heads = list(heads)
             self._fold_all(zip(line_starts, map(_END, found), map(_GROUPS, found), heads,
-                               strict=True), dmesg_heads(heads))
+                               strict=True), self.storm.heads_of(heads))
         self.candidates(hi + 1)
         self.hand_over([])
         if not self.exact and hi - self.prev > self.gap_exact:
@@ -312,7 +312,7 @@ class SpanPass:
                   read: dict[bytes, Any] | None = None) -> None:
         """The loop of :meth:`run` over (line start, match end, match groups, line prefix)
         of each lead in order; ``read``: what their prefixes tell, where all were read
-        at once (:func:`~gputriage.logscan.storm.dmesg_heads`)."""
+        at once (:meth:`~gputriage.logscan.storm.StormLines.heads_of`)."""
         buf = self.buf
         exact, gap_exact = self.exact, self.gap_exact
         storm = self.storm
