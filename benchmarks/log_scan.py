@@ -1,8 +1,9 @@
 """Kernel-log scanning throughput, side by side with the on-call's grep.
 
-Generates a kernel log (default 1 GB, journalctl short-iso, or ``--format dmesg`` or
-``syslog``: kern.log's lines, the kernel's uptime in each) in a temporary folder, of one
-``--profile`` (or ``all`` in turn):
+Generates a kernel log (default 1 GB, journalctl short-iso, or ``--format dmesg``,
+``syslog``: kern.log's lines, the kernel's uptime in each, or ``rfc3339``: rsyslog's
+stamps to the microsecond) in a temporary folder, of one ``--profile`` (or ``all`` in
+turn):
 
   * quiet: about 0.1 % NVIDIA lines -- Xid, NVRM, nvidia-nvswitch SXid, mlx5 --
     among ordinary usb / ext4 / audit / systemd / TCP lines;
@@ -51,7 +52,7 @@ storm pass, the per-line parse, numbering, the result's pickle:
 ``benchmarks/scan_parts.py``), for this tree and the baseline.
 
 Usage: python benchmarks/log_scan.py [--profile quiet|storm|busy-hca|all]
-       [--format short-iso|dmesg|syslog] [--size 1GB] [--keep DIR] [--file LOG] [--repeat N]
+       [--format short-iso|dmesg|syslog|rfc3339] [--size 1GB] [--keep DIR] [--file LOG] [--repeat N]
        [--analyze] [--no-engines] [--parts] [--baseline SRC]
 ``--size 5GB`` is the memory check (peak RSS must stay under 200 MB).
 """
@@ -153,7 +154,9 @@ PROFILES = ("quiet", "storm", "busy-hca")
 # an idle 2-core machine), and the peak memory of a storm (5 GB) in MB
 GOALS = {"quiet": 1.0, "busy-hca": 1.0, "storm": 2.0}
 MEMORY_GOAL_MB = 200
-FORMATS = ("short-iso", "dmesg", "syslog")  # syslog: kern.log's, the kernel's uptime in it
+# syslog: kern.log's, the kernel's uptime in it; rfc3339: rsyslog's high-precision stamps
+# (Ubuntu's default since 23.10), microseconds in each
+FORMATS = ("short-iso", "dmesg", "syslog", "rfc3339")
 
 
 class _Storm:
@@ -187,6 +190,9 @@ def _prefix(fmt: str, t0: int, second: int, i: int) -> str:
     if fmt == "syslog":  # (rsyslog's traditional format, as Debian's kern.log has it)
         stamp = time.strftime("%b %e %H:%M:%S", time.gmtime(t0 + second))
         return f"{stamp} gpu-node-17 kernel: [{second + i / 2000:12.6f}] "
+    if fmt == "rfc3339":
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t0 + second))
+        return f"{stamp}.{i * 500:06d}+00:00 gpu-node-17 kernel: "
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(t0 + second))
     return f"{stamp} gpu-node-17 kernel: "
 
@@ -194,7 +200,7 @@ def _prefix(fmt: str, t0: int, second: int, i: int) -> str:
 def generate(path: Path, size: int, seed: int = 7, profile: str = "quiet",
              fmt: str = "short-iso") -> tuple[int, int]:
     """Write about ``size`` bytes of log to ``path`` (``profile``: quiet, storm,
-    busy-hca; ``fmt``: short-iso, dmesg, syslog); returns (bytes written, lines holding an
+    busy-hca; ``fmt``: one of FORMATS); returns (bytes written, lines holding an
     anchor that the profile put there)."""
     rng = random.Random(seed)
     storm = _Storm(random.Random(seed + 1))
@@ -207,7 +213,7 @@ def generate(path: Path, size: int, seed: int = 7, profile: str = "quiet",
             second += 1
             out = []
             for i in range(2000):
-                if fmt != "short-iso":  # (an uptime: each line its own)
+                if fmt != "short-iso":  # (an uptime or a fraction: each line its own)
                     head = _prefix(fmt, t0, second, i)
                 r = rng.random()
                 if profile == "storm" and r < 0.1:

@@ -21,7 +21,7 @@ from gputriage.parsers.kernel_model import DriverEvent
 NOW = datetime(2024, 9, 1, tzinfo=timezone.utc)
 T0 = datetime(2024, 8, 30, 3, 0, 0, tzinfo=timezone.utc)
 BUSES = ("0000:18:00", "0000:2A:00", "0000:9a:00")
-FORMATS = ("dmesg", "dmesg-T", "short-iso", "syslog", "json")
+FORMATS = ("dmesg", "dmesg-T", "short-iso", "syslog", "rfc3339", "json")
 _MESSAGES = {
     13: "Graphics SM Warp Exception on (GPC {g}, TPC {t}, SM 0): Out Of Range Address",
     31: "Ch 0000003b, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_{g} faulted @ "
@@ -84,6 +84,8 @@ def _line(fmt: str, t: datetime, up: float, msg: str, boot: str) -> str:
         return f"{t:%Y-%m-%dT%H:%M:%S}+0000 gpu-node-3 kernel: {msg}"
     if fmt == "syslog":
         return f"{t:%b %d %H:%M:%S} gpu-node-3 kernel: [{up:12.6f}] {msg}"
+    if fmt == "rfc3339":  # (rsyslog's high-precision stamps)
+        return f"{t:%Y-%m-%dT%H:%M:%S.%f}+00:00 gpu-node-3 kernel: {msg}"
     return json.dumps({"__REALTIME_TIMESTAMP": str(int(t.timestamp() * 1e6)),
                        "__MONOTONIC_TIMESTAMP": str(int(up * 1e6)), "_BOOT_ID": boot,
                        "MESSAGE": msg})
@@ -244,7 +246,7 @@ class _InProcess:
             yield r
 
 
-@pytest.mark.parametrize("fmt", ("dmesg", "dmesg-T", "short-iso", "syslog"))
+@pytest.mark.parametrize("fmt", ("dmesg", "dmesg-T", "short-iso", "syslog", "rfc3339"))
 @pytest.mark.parametrize("keep", (3, 64))
 def test_first_occurrences_kept_as_bytes_in_later_blocks(monkeypatch, tmp_path, fmt, keep):
     """A block after the first keeps the first occurrences of a plain Xid's key as their
@@ -650,6 +652,54 @@ def test_kern_log_prefixes_are_read_at_once_where_their_stems_are_read():
     assert got is not None and [got[h][3] for h in heads] == [1 + i / 2000 for i in range(9)]
     assert len(lines.stems) == 3
     assert lines.heads_of([*heads, b"2024-08-30T03:53:21+0000 h kernel: "]) is None
+
+_MICRO_STAMPS = st.tuples(
+    st.sampled_from([b"2024-08-30T03:53:21", b"2024-08-30 03:53:21", b"2024-12-31T23:59:59"]),
+    st.sampled_from([b".", b","]),
+    st.integers(0, 999999).map(lambda us: b"%06d" % us) | st.sampled_from([b"5", b"1234567"]),
+    st.sampled_from([b"+00:00", b"Z", b"-0700", b"", b"+00:00x"]),
+    st.sampled_from([b" gpu-node-17 kernel: ", b"  h kernel:", b" ", b" h kernel: [ 1.5] "]),
+).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MICRO_STAMPS, min_size=1, max_size=12),
+       st.sampled_from([None, datetime(2024, 9, 1, tzinfo=timezone.utc)]))
+@example([b"2024-08-30T03:53:21.000000+00:00 gpu-node-17 kernel: ",
+          b"2024-08-30T03:53:21.999999+00:00 gpu-node-17 kernel: ",
+          b"2024-08-30T03:53:21,000500+00:00 gpu-node-17 kernel: "], None)
+def test_a_prefix_read_less_its_microseconds_is_the_one_the_fast_path_reads(prefixes, now):
+    """A prefix whose ISO stamp has microseconds, read before with others, is read from
+    what the rest of it told (``StormLines.head_of``'s fractions): as the fast path reads
+    it, one by one, with no cache."""
+    from gputriage.logscan import storm
+    from gputriage.logscan.fastline import FastXid
+
+    lines = storm.StormLines(FastXid("kern.log", now))
+    for prefix in prefixes:
+        raw = prefix + b"NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=x, y"
+        fresh = storm.StormLines(FastXid("kern.log", now))
+        assert lines.head_of(prefix, raw) == fresh.head_of(prefix, raw), prefix
+
+
+def test_rsyslog_prefixes_of_one_second_are_read_once(monkeypatch):
+    """rsyslog's high-precision prefixes of one second differ in their microseconds
+    alone: the fast path reads the first one, the others are read from what it told."""
+    from gputriage.logscan import storm
+    from gputriage.logscan.fastline import FastXid
+
+    fast = FastXid("syslog", None)
+    lines = storm.StormLines(fast)
+    calls = []
+    read = fast.prefix
+    monkeypatch.setattr(fast, "prefix", lambda raw: calls.append(raw) or read(raw))
+    heads = [b"2024-08-30T03:53:21.%06d+00:00 gpu-node-17 kernel: " % (i * 500) for i in range(5)]
+    got = [lines.head_of(h, h + b"NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=x, y")
+           for h in heads]
+    assert len(calls) == 1
+    assert [g[2] for g in got] == [datetime(2024, 8, 30, 3, 53, 21, i * 500, tzinfo=timezone.utc)
+                                   for i in range(5)]
+    assert [g[1] for g in got] == [(f"2024-08-30T03:53:21.{i * 500:06d}+00:00",) for i in range(5)]
 
 def test_kern_log_prefixes_of_one_second_are_read_once(monkeypatch):
     """kern.log's prefixes of one second differ in the kernel's uptime alone: the fast

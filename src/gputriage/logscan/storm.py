@@ -26,7 +26,7 @@ events are those of the per-line parse by construction
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from itertools import repeat
 from operator import itemgetter
 from typing import Any, Protocol
@@ -76,6 +76,9 @@ _UPTIMES = re.compile(rb"(?: {0,12}" + _UPTIME + rb"\] *\n)*+")
 _STEM, _SEP, _TAIL = itemgetter(0), itemgetter(1), itemgetter(2)
 _FMT, _STAMP, _TIME, _SECONDS = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 _DMESG_RAW = "dmesg-raw"  # their format
+# an ISO stamp to the microsecond: (its text up to them, the microseconds)
+_MICROS = re.compile(rb"([0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}[.,])"
+                     rb"([0-9]{6})(?![0-9])")
 CACHE = 4096  # prefixes and keys kept (then the cache starts again)
 _PLAIN: dict[tuple[Any, ...], tuple[str | None, str]] = {}  # (bus, code) -> as read
 _PROCS: dict[tuple[Any, ...], tuple[str, str]] = {}  # (pid, name) -> line_process
@@ -125,6 +128,10 @@ class StormLines:
         # a prefix's stem before the kernel's uptime ("Aug 30 03:53:21 host kernel: ", in
         # front of "[ 1234.567890] ") -> its format, stamp, time and seconds
         self.stems: dict[bytes, tuple[str, str, datetime | None, float | None]] = {}
+        # a prefix whose ISO stamp has microseconds ("2024-08-30T03:53:21.123456+00:00
+        # host kernel: ", rsyslog's high-precision format), less its microseconds -> its
+        # format, its stamp's text before and after them, and the time of its second
+        self.fractions: dict[bytes, tuple[str, str, str, datetime]] = {}
         # what a bus and code, a pid and name as printed are: the same in every input,
         # kept across the inputs and blocks a process reads
         self.plain = _PLAIN
@@ -210,12 +217,19 @@ class StormLines:
             stamp = d.group(1).decode()
             up = float(stamp)
             return stem[0], (stem[1], stamp), stem[2], up, up if stem[3] is None else stem[3]
+        f = _MICROS.match(head) if d is None else None
+        if f is not None and (known := self.fractions.get(f[1] + head[f.end():])) is not None:
+            # (likewise whatever microseconds its stamp has)
+            at = known[3] + timedelta(0, 0, int(f[2]))
+            return known[0], (known[1] + f[2].decode() + known[2],), at, None, at.timestamp()
         found = self.fast.prefix(raw)
         if found is None or found[2] != len(head):
             return None  # (not one the fast path reads, or its message starts elsewhere)
         stamps, fmt, t, uptime = found[0]
         out: Head = (fmt, stamps, t, uptime, t.timestamp() if t is not None else uptime)
-        if uptime is None:  # a prefix with an uptime is seldom seen twice
+        if f is not None:
+            self._learn_fraction(head, f, out)
+        elif uptime is None:  # a prefix with an uptime is seldom seen twice
             if len(self.heads) >= CACHE:
                 self.heads.clear()
             self.heads[head] = out
@@ -224,6 +238,19 @@ class StormLines:
                 self.stems.clear()
             self.stems[head[:cut]] = (fmt, stamps[0], t, out[4] if t is not None else None)
         return out
+
+    def _learn_fraction(self, head: bytes, f: re.Match[bytes], out: Head) -> None:
+        """Keep what ``head``, whose stamp has microseconds (``f``), tells less them, where
+        the fast path read them as such (its stamp alone, a time, no uptime)."""
+        fmt, stamps, t, uptime, _ = out
+        before, micros = f[1].decode(), int(f[2])
+        if len(stamps) != 1 or t is None or uptime is not None or \
+                not stamps[0].startswith(before + f[2].decode()):
+            return
+        if len(self.fractions) >= CACHE:
+            self.fractions.clear()
+        self.fractions[f[1] + head[f.end():]] = (fmt, before, stamps[0][len(before) + 6:],
+                                                 t - timedelta(0, 0, micros))
 
     def heads_of(self, heads: list[bytes]) -> dict[bytes, Head] | None:
         """What :meth:`head_of` reads in each of ``heads``, the prefixes of a run of Xid
