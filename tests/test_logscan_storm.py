@@ -682,6 +682,31 @@ def test_a_prefix_read_less_its_microseconds_is_the_one_the_fast_path_reads(pref
         assert lines.head_of(prefix, raw) == fresh.head_of(prefix, raw), prefix
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MICRO_STAMPS, min_size=1, max_size=12),
+       st.sampled_from([None, datetime(2024, 9, 1, tzinfo=timezone.utc)]))
+@example([b"2024-08-30T03:53:21.000000+00:00 gpu-node-17 kernel: ",
+          b"2024-08-30T03:53:22.999999+00:00 gpu-node-17 kernel: ",
+          b"2024-08-30T03:53:21,000500-0700 gpu-node-17 kernel: "], None)
+@example([b"2024-08-30T03:53:21.000000+00:00 h\xc3\xa9 kernel: "], None)  # (no ASCII)
+def test_prefixes_read_at_once_less_their_microseconds_are_read_as_one_by_one(prefixes, now):
+    """``StormLines.heads_of`` gives each prefix of a run of Xid lines whose ISO stamps
+    have microseconds what ``head_of`` gives it, one by one with no cache; None where it
+    cannot tell them all so."""
+    from gputriage.logscan import storm
+    from gputriage.logscan.fastline import FastXid
+
+    got = storm.StormLines(FastXid("kern.log", now)).heads_of(prefixes)
+    if got is None:
+        return
+    assert list(got) == list(dict.fromkeys(prefixes))
+    for prefix in prefixes:
+        raw = prefix + b"NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=x, y"
+        fresh = storm.StormLines(FastXid("kern.log", now))
+        assert prefix.isascii()
+        assert got[prefix] == fresh.head_of(prefix, raw), prefix
+
+
 def test_rsyslog_prefixes_of_one_second_are_read_once(monkeypatch):
     """rsyslog's high-precision prefixes of one second differ in their microseconds
     alone: the fast path reads the first one, the others are read from what it told."""
@@ -700,6 +725,7 @@ def test_rsyslog_prefixes_of_one_second_are_read_once(monkeypatch):
     assert [g[2] for g in got] == [datetime(2024, 8, 30, 3, 53, 21, i * 500, tzinfo=timezone.utc)
                                    for i in range(5)]
     assert [g[1] for g in got] == [(f"2024-08-30T03:53:21.{i * 500:06d}+00:00",) for i in range(5)]
+    assert storm.StormLines(fast).heads_of(heads) == dict(zip(heads, got, strict=True))
 
 def test_kern_log_prefixes_of_one_second_are_read_once(monkeypatch):
     """kern.log's prefixes of one second differ in the kernel's uptime alone: the fast

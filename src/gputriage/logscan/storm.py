@@ -28,8 +28,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 from itertools import repeat
-from operator import itemgetter
-from typing import Any, Protocol
+from operator import add, getitem, itemgetter
+from typing import Any, Protocol, cast
 
 from gputriage.logscan.fastline import DIRECT, EARLIER, EARLIER_LOWER, PASSES, FastXid
 from gputriage.parsers.kernel_extractor import MAX_LINE
@@ -76,9 +76,14 @@ _UPTIMES = re.compile(rb"(?: {0,12}" + _UPTIME + rb"\] *\n)*+")
 _STEM, _SEP, _TAIL = itemgetter(0), itemgetter(1), itemgetter(2)
 _FMT, _STAMP, _TIME, _SECONDS = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 _DMESG_RAW = "dmesg-raw"  # their format
-# an ISO stamp to the microsecond: (its text up to them, the microseconds)
-_MICROS = re.compile(rb"([0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}[.,])"
-                     rb"([0-9]{6})(?![0-9])")
+# an ISO stamp to the microsecond: (its text up to them, the microseconds); prefixes led
+# by one, each ended by a newline; where its microseconds lie, and what comes before and
+# after them
+_ISO_SECOND = rb"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}"
+_MICROS = re.compile(rb"(" + _ISO_SECOND + rb"[.,])([0-9]{6})(?![0-9])")
+_MICRO_HEADS = re.compile(rb"(?:" + _ISO_SECOND + rb"[.,][0-9]{6}(?![0-9])[^\n]*\n)*+")
+_TO_MICROS, _MICROS_AT, _PAST_MICROS = slice(0, 20), slice(20, 26), slice(26, None)
+_TEXT_BEFORE, _TEXT_AFTER, _BASE = itemgetter(1), itemgetter(2), itemgetter(3)
 CACHE = 4096  # prefixes and keys kept (then the cache starts again)
 _PLAIN: dict[tuple[Any, ...], tuple[str | None, str]] = {}  # (bus, code) -> as read
 _PROCS: dict[tuple[Any, ...], tuple[str, str]] = {}  # (pid, name) -> line_process
@@ -262,6 +267,8 @@ class StormLines:
             return None
         if heads[0][:1] == b"[":
             return _dmesg_heads(heads)
+        if _MICROS.match(heads[0]) is not None:
+            return self._micro_heads(heads)
         if heads[0].rfind(b"[") <= 0:
             return None
         parts = list(map(bytes.rpartition, heads, repeat(b"[")))
@@ -271,11 +278,8 @@ class StormLines:
                 or _UPTIMES.fullmatch(joined) is None:
             return None
         known = self.stems
-        for stem, head in dict(zip(stems, heads, strict=True)).items():
-            if stem not in known and (not stem.isascii() or  # (as the loop reads it)
-                                      self.head_of(head, head + LEAD) is None or
-                                      stem not in known):
-                return None
+        if not self._learned(known, stems, heads):
+            return None
         infos = list(map(known.__getitem__, stems))
         seconds = list(map(_SECONDS, infos))
         stamps = list(map(bytes.decode, map(bytes.strip, tails, repeat(b" ]"))))
@@ -286,6 +290,38 @@ class StormLines:
             seconds = ups
         return dict(zip(heads, zip(map(_FMT, infos), zip(map(_STAMP, infos), stamps, strict=True),
                                    map(_TIME, infos), ups, seconds, strict=True), strict=True))
+
+    def _micro_heads(self, heads: list[bytes]) -> dict[bytes, Head] | None:
+        """:meth:`heads_of` where the first prefix's ISO stamp has microseconds: each
+        prefix read from what the rest of it told (:meth:`head_of`'s fractions) and its
+        own microseconds, where all have them; else None."""
+        joined = b"\n".join(heads) + b"\n"
+        if joined.count(b"\n") != len(heads) or _MICRO_HEADS.fullmatch(joined) is None:
+            return None
+        stems = list(map(add, map(getitem, heads, repeat(_TO_MICROS)),
+                         map(getitem, heads, repeat(_PAST_MICROS))))
+        known = self.fractions
+        if not self._learned(known, stems, heads):
+            return None
+        infos = list(map(known.__getitem__, stems))
+        digits = cast(list[bytes], list(map(getitem, heads, repeat(_MICROS_AT))))
+        times = list(map(add, map(_BASE, infos),
+                         map(timedelta, repeat(0), repeat(0), map(int, digits))))
+        stamps = map(add, map(add, map(_TEXT_BEFORE, infos), map(bytes.decode, digits)),
+                     map(_TEXT_AFTER, infos))
+        return dict(zip(heads, zip(map(_FMT, infos), zip(stamps), times, repeat(None),
+                                   map(datetime.timestamp, times)), strict=True))
+
+    def _learned(self, known: dict[bytes, Any], stems: list[bytes], heads: list[bytes]) -> bool:
+        """Whether each of ``stems`` is in ``known`` once :meth:`head_of` read the first
+        of ``heads`` with it that is not (an ASCII one only, as the storm pass reads
+        them)."""
+        for stem, head in dict(zip(stems, heads, strict=True)).items():
+            if stem not in known and (not stem.isascii() or
+                                      self.head_of(head, head + LEAD) is None or
+                                      stem not in known):
+                return False
+        return True
 
     def plain_of(self, bus: bytes, code: bytes) -> tuple[str | None, str]:
         """A line's bus id and code (cached per distinct pair)."""
