@@ -52,8 +52,8 @@ storm pass, the per-line parse, numbering, the result's pickle:
 ``benchmarks/scan_parts.py``), for this tree and the baseline.
 
 Usage: python benchmarks/log_scan.py [--profile quiet|storm|busy-hca|all]
-       [--format short-iso|dmesg|syslog|rfc3339] [--size 1GB] [--keep DIR] [--file LOG] [--repeat N]
-       [--analyze] [--no-engines] [--parts] [--baseline SRC]
+       [--format short-iso|dmesg|syslog|rfc3339|all] [--size 1GB] [--keep DIR] [--file LOG]
+       [--repeat N] [--analyze] [--no-engines] [--parts] [--baseline SRC]
 ``--size 5GB`` is the memory check (peak RSS must stay under 200 MB).
 """
 
@@ -609,8 +609,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="quiet", choices=(*PROFILES, "all"),
                         help="the log's mix (default quiet; all: each in turn)")
-    parser.add_argument("--format", default="short-iso", choices=FORMATS,
-                        help="the generated log's line format (default short-iso)")
+    parser.add_argument("--format", default="short-iso", choices=(*FORMATS, "all"),
+                        help="the generated log's line format (default short-iso; all: each "
+                        "in turn, the goals being the same in every one)")
     parser.add_argument("--size", default="1GB", help="log size to generate (e.g. 1GB, 5GB)")
     parser.add_argument("--file", help="time this existing log instead of generating one")
     parser.add_argument("--keep", help="generate into this folder and keep the logs (a log "
@@ -628,9 +629,12 @@ def main() -> int:
                         help="also where a worker's CPU time goes, block by block "
                         "(benchmarks/scan_parts.py), for this tree and --baseline")
     args = parser.parse_args()
+    if args.format == "all" and args.file:
+        parser.error("--format all generates a log of each format: not with --file")
     sys.path.insert(0, str(REPO / "src"))
 
     profiles = PROFILES if args.profile == "all" else (args.profile,)
+    formats = FORMATS if args.format == "all" else (args.format,)
     # compiled Hyperscan databases kept for this run alone: each tree's first run compiles
     # them, its next runs load them, as a node's runs after its first do
     cache = Path(tempfile.mkdtemp(prefix="gt-logscan-hs-"))
@@ -642,12 +646,14 @@ def main() -> int:
     # of them in a fresh checkout): written by each profile's warm-up run of each tree
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = str(cache / "pycache")
-    quiet_rate = None
     try:
-        for profile in profiles:
-            rate = _run_profile(args, profile, quiet_rate)
-            if profile == "quiet":
-                quiet_rate = rate
+        for fmt in formats:
+            args.format = fmt
+            quiet_rate = None
+            for profile in profiles:
+                rate = _run_profile(args, profile, quiet_rate)
+                if profile == "quiet":
+                    quiet_rate = rate
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return 0

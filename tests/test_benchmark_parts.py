@@ -36,6 +36,26 @@ def test_every_part_of_a_storm_block_is_found_and_timed(tmp_path):
     assert float(parts["storm pass"]) > 0 and float(parts["search"]) > 0
 
 
+@pytest.mark.parametrize(("fmt", "read_as"), [
+    ("short-iso", "journalctl-short-iso"), ("dmesg", "dmesg-raw"), ("syslog", "syslog"),
+    ("rfc3339", "journalctl-short-iso")])
+def test_each_generated_kernel_log_format_is_read_as_such_to_its_last_xid(tmp_path, fmt,
+                                                                          read_as):
+    """benchmarks/log_scan.py's storm in each ``--format`` is a log of that format to
+    gputriage, every Xid line of it read (folded or not)."""
+    from gputriage.logscan import scan_paths
+
+    log_scan = _load("log_scan")
+    assert fmt in log_scan.FORMATS
+    log = tmp_path / "kern.txt"
+    log_scan.generate(log, 256 << 10, profile="storm", fmt=fmt)
+    text = log.read_text()
+    scan = scan_paths([str(log)])
+    assert scan.formats == [read_as]
+    assert sum(ev.count for ev in scan.events if ev.kind.value == "xid") == \
+        text.count("NVRM: Xid (PCI:")
+
+
 def test_task_cpu_times_each_tree_in_turn(tmp_path):
     """benchmarks/task_cpu.py runs the worker task of each tree (here the same tree under
     two names), each with its own modules, and reports each task's least time."""
