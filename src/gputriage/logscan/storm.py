@@ -9,8 +9,12 @@ occurrence. :meth:`StormLines.feed` does exactly that for a line of the usual sh
 in one loop over a span's candidate lines: the line's prefix (its stamps, time and
 format) is looked up per distinct prefix, its key's bus, code and folded events and its
 process per distinct value: no decoding of the prefix, no table lookup, no event built,
-no call per line but the fold's. The last occurrence is parsed by the Xid fast path
-(:class:`gputriage.logscan.fastline.FastXid`) only if it stays the last one.
+no call per line but the fold's. A prefix that differs on every line in its kernel
+uptime (dmesg's, kern.log's) or its stamp's microseconds (rsyslog's high-precision
+stamps) is read from what the rest of it told, once (:meth:`StormLines.head_of`), and a
+run of them at once, in C (:meth:`StormLines.heads_of`). The last occurrence is parsed
+by the Xid fast path (:class:`gputriage.logscan.fastline.FastXid`) only if it stays the
+last one.
 
 A line is taken only where the fast path would read it the same way and fold it: it
 holds none of the literals that give an Xid message more details than code, pid,
@@ -259,9 +263,10 @@ class StormLines:
 
     def heads_of(self, heads: list[bytes]) -> dict[bytes, Head] | None:
         """What :meth:`head_of` reads in each of ``heads``, the prefixes of a run of Xid
-        lines, all read at once, in C, where each ends with the kernel's uptime (which
-        differs on every line, so that no prefix is read from the cache): raw dmesg
-        prefixes, or prefixes whose stems before the uptime were read (each new one read
+        lines, all read at once, in C, where each differs from the others in the kernel's
+        uptime or its stamp's microseconds alone (so that none is read from the cache):
+        raw dmesg prefixes, prefixes whose stems before the uptime were read, or prefixes
+        whose ISO stamps have microseconds and whose rest was read (each new stem read
         here, by head_of, once); None for any other run (read line by line)."""
         if not heads:
             return None

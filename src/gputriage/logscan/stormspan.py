@@ -8,10 +8,11 @@ anchor or a continuation line after them makes candidates), and :class:`SpanPass
 them with a ``finditer`` that also reads the usual shape (bus, code, pid, process,
 message), a piece of the span (``PIECE``) at a time. A line of that shape whose key has
 a folded event is folded right there, by a loop that does per line only what differs
-from line to line: its prefix, key and process are looked up per distinct value, and it
-adds its count, its process, its fault pattern while those are worked out and its GPU's
-Xid state. Its line number and text are worked out only for the last line of each key,
-when the pass hands over to the per-line parse.
+from line to line: its prefix (each piece's at once where they differ on every line,
+:meth:`gputriage.logscan.storm.StormLines.heads_of`), key and process are looked up per
+distinct value, and it adds its count, its process, its fault pattern while those are
+worked out and its GPU's Xid state. Its line number and text are worked out only for the
+last line of each key, when the pass hands over to the per-line parse.
 
 Every other line goes to :meth:`gputriage.logscan.storm.StormLines.feed` in its turn,
 numbered as :func:`gputriage.logscan.search._wanted_lines` would have numbered it:
