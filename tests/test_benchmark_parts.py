@@ -44,6 +44,7 @@ def test_each_generated_kernel_log_format_is_read_as_such_to_its_last_xid(tmp_pa
     """benchmarks/log_scan.py's storm in each ``--format`` is a log of that format to
     gputriage, every Xid line of it read (folded or not)."""
     from gputriage.logscan import scan_paths
+    from gputriage.parsers.kernel_model import EventKind
 
     log_scan = _load("log_scan")
     assert fmt in log_scan.FORMATS
@@ -52,7 +53,7 @@ def test_each_generated_kernel_log_format_is_read_as_such_to_its_last_xid(tmp_pa
     text = log.read_text()
     scan = scan_paths([str(log)])
     assert scan.formats == [read_as]
-    assert sum(ev.count for ev in scan.events if ev.kind.value == "xid") == \
+    assert sum(ev.count for ev in scan.events if ev.kind is EventKind.XID) == \
         text.count("NVRM: Xid (PCI:")
 
 

@@ -227,7 +227,7 @@ class StormLines:
             up = float(stamp)
             return stem[0], (stem[1], stamp), stem[2], up, up if stem[3] is None else stem[3]
         f = _MICROS.match(head) if d is None else None
-        if f is not None and (known := self.fractions.get(f[1] + head[f.end():])) is not None:
+        if f is not None and (known := self.fractions.get(_less_micros(head))) is not None:
             # (likewise whatever microseconds its stamp has)
             at = known[3] + timedelta(0, 0, int(f[2]))
             return known[0], (known[1] + f[2].decode() + known[2],), at, None, at.timestamp()
@@ -258,8 +258,8 @@ class StormLines:
             return
         if len(self.fractions) >= CACHE:
             self.fractions.clear()
-        self.fractions[f[1] + head[f.end():]] = (fmt, before, stamps[0][len(before) + 6:],
-                                                 t - timedelta(0, 0, micros))
+        self.fractions[_less_micros(head)] = (fmt, before, stamps[0][len(before) + 6:],
+                                              t - timedelta(0, 0, micros))
 
     def heads_of(self, heads: list[bytes]) -> dict[bytes, Head] | None:
         """What :meth:`head_of` reads in each of ``heads``, the prefixes of a run of Xid
@@ -274,8 +274,14 @@ class StormLines:
             return _dmesg_heads(heads)
         if _MICROS.match(heads[0]) is not None:
             return self._micro_heads(heads)
-        if heads[0].rfind(b"[") <= 0:
-            return None
+        if heads[0].rfind(b"[") > 0:
+            return self._uptime_heads(heads)
+        return None
+
+    def _uptime_heads(self, heads: list[bytes]) -> dict[bytes, Head] | None:
+        """:meth:`heads_of` where the first prefix has a "[" after its start: each prefix
+        read from its stem before the kernel's uptime (:meth:`head_of`'s stems) and its
+        own uptime, where all end with one; else None."""
         parts = list(map(bytes.rpartition, heads, repeat(b"[")))
         stems, tails = list(map(_STEM, parts)), list(map(_TAIL, parts))
         joined = b"\n".join(tails) + b"\n"
@@ -303,6 +309,7 @@ class StormLines:
         joined = b"\n".join(heads) + b"\n"
         if joined.count(b"\n") != len(heads) or _MICRO_HEADS.fullmatch(joined) is None:
             return None
+        # (_less_micros of each, in C)
         stems = list(map(add, map(getitem, heads, repeat(_TO_MICROS)),
                          map(getitem, heads, repeat(_PAST_MICROS))))
         known = self.fractions
@@ -343,6 +350,11 @@ class StormLines:
                                                     name.decode("ascii"))
         return proc
 
+
+
+def _less_micros(head: bytes) -> bytes:
+    """A prefix led by an ISO stamp with microseconds (``_MICROS``), less them."""
+    return head[_TO_MICROS] + head[_PAST_MICROS]
 
 
 def _dmesg_heads(heads: list[bytes]) -> dict[bytes, Head] | None:
