@@ -346,18 +346,18 @@ def test_the_storm_pass_on_compressed_input_searched_by_threads(monkeypatch, tmp
 
 
 def test_hyperscan_screens_the_lines_the_storm_path_leaves():
-    """The search's screen (literals, and an expression for "ink" and non-ASCII bytes)
-    finds the same lines as the storm path's own test (case-blind where that is): only
-    where what it finds follows the lead."""
+    """The search's screen (literals, and an expression for "ink", non-ASCII bytes and
+    the escape) finds the same lines as the storm path's own test (case-blind where that
+    is): only where what it finds follows the lead."""
     pytest.importorskip("hyperscan")
     from gputriage.logscan.search import ANCHORS, anchor_hits
 
     lead = b"NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=a, "
     lines_ = [lead + tail for tail in (
         b"Graphics Exception", b"FATAL error", b"NvLink down", b"caused by previous Xid 13",
-        b"GPU has fallen off the bus.", b"SXid", b"\xc3\xa9", b"#012 x")]
+        b"GPU has fallen off the bus.", b"SXid", b"\xc3\xa9", b"#012 x", b"\x1b[0m x")]
     lines_ += [b"caused by: " + lead + b"Graphics Exception",  # (before the lead)
-               b"SXid \xc3\xa9 " + lead + b"Graphics Exception"]
+               b"SXid \xc3\xa9 \x1b[1m" + lead + b"Graphics Exception"]
     buf = bytearray(b"\n".join(lines_) + b"\n")
     screened: set[int] = set()
     hits = anchor_hits(buf, 0, len(buf), ANCHORS, ScanConfig(engine="hyperscan"), screened,
@@ -365,9 +365,9 @@ def test_hyperscan_screens_the_lines_the_storm_path_leaves():
     starts = [0]
     for line in lines_[:-1]:
         starts.append(starts[-1] + len(line) + 1)
-    assert sorted(screened) == starts[1:8]
+    assert sorted(screened) == starts[1:9]
     # the storm path's own lines are left to it, the screened ones are candidates
-    assert sorted(hits) == starts[1:8]
+    assert sorted(hits) == starts[1:9]
     assert sorted(anchor_hits(buf, 0, len(buf), ANCHORS, ScanConfig(engine="hyperscan"))) \
         == starts
 

@@ -59,12 +59,16 @@ _SCREEN_LOWER = (b"fatal", *(n.lower().encode() for n in EARLIER_LOWER))
 # the same test where Hyperscan searches a span the storm crowds: these literals (case
 # ignored where True), where the lead comes before them on their line
 # (:class:`gputriage.logscan.hsearch.Matcher`), and an expression of the lead, then
-# ``INLINE`` or a non-ASCII byte ("link" is a word of many other kernel lines: searched
-# alone, it would call back on every "Link is Up"). One expression of the lead, then any
-# of them, costs the search about a third more.
-SCREEN_LITERALS = (*((lit, False) for lit in _SCREEN if lit != INLINE),
+# ``INLINE``, a non-ASCII byte or a literal of one byte ("link" is a word of many other
+# kernel lines: searched alone, it would call back on every "Link is Up"; a literal of
+# one byte, the escape, costs the search of a span a fifth more, found alone, and next
+# to nothing in the expression's class). One expression of the lead, then any of them,
+# costs the search about a third more.
+_BYTES = tuple(lit for lit in _SCREEN if len(lit) == 1)
+SCREEN_LITERALS = (*((lit, False) for lit in _SCREEN if lit != INLINE and lit not in _BYTES),
                    *((lit, True) for lit in _SCREEN_LOWER))
-SCREEN_EXPRESSION = rb"NVRM: Xid \(PCI:[^\n]*(?:" + re.escape(INLINE) + rb"|[\x80-\xff])"
+SCREEN_EXPRESSION = (rb"NVRM: Xid \(PCI:[^\n]*(?:" + re.escape(INLINE) + rb"|["
+                     + b"".join(rb"\x%02x" % lit[0] for lit in _BYTES) + rb"\x80-\xff])")
 USABLE = DIRECT and PASSES  # the Xid row as this module knows it (else: never taken)
 # where an Xid line names its process, and the anchors a storm's process names hold
 # (nvidia-smi, nvidia-persistenced: one Xid line in nine of the benchmarks' storm): where
