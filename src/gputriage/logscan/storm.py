@@ -6,8 +6,8 @@ one), every further occurrence only adds to that event: its count, its process (
 fault pattern while those are still being worked out), its Xid 45 cause and its last
 occurrence. :meth:`StormLines.feed` does exactly that for a line of the usual shape
 ``NVRM: Xid (PCI:BUS): CODE, pid=PID, name=NAME, MESSAGE`` with one literal-led match,
-in one loop over a span's candidate lines: the line's prefix (its stamps, time and
-format) is looked up per distinct prefix, its key's bus, code and folded events and its
+in one loop over a span's candidate lines: the line's prefix (its format, time and
+uptime) is looked up per distinct prefix, its key's bus, code and folded events and its
 process per distinct value: no decoding of the prefix, no table lookup, no event built,
 no call per line but the fold's. A prefix that differs on every line in its kernel
 uptime (dmesg's, kern.log's) or its stamp's microseconds (rsyslog's high-precision
@@ -30,9 +30,9 @@ events are those of the per-line parse by construction
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from itertools import repeat
-from operator import add, getitem, itemgetter
+from operator import add, getitem, itemgetter, truediv
 from typing import Any, Protocol, cast
 
 from gputriage.logscan.fastline import DIRECT, EARLIER, EARLIER_LOWER, PASSES, FastXid
@@ -82,7 +82,7 @@ _DMESG_ALL = re.compile(rb"(?:\[ {0,12}" + _UPTIME + rb"\] *\n)*+")  # such pref
 # ended by a newline; and what follows the last "[" of prefixes that end with one
 _UPTIMES = re.compile(rb"(?: {0,12}" + _UPTIME + rb"\] *\n)*+")
 _STEM, _SEP, _TAIL = itemgetter(0), itemgetter(1), itemgetter(2)
-_FMT, _STAMP, _TIME, _SECONDS = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
+_FMT, _TIME, _SECONDS = itemgetter(0), itemgetter(1), itemgetter(2)
 _DMESG_RAW = "dmesg-raw"  # their format
 # an ISO stamp to the microsecond: (its text up to them, the microseconds); prefixes led
 # by one, each ended by a newline; where its microseconds lie, and what comes before and
@@ -91,13 +91,15 @@ _ISO_SECOND = rb"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}"
 _MICROS = re.compile(rb"(" + _ISO_SECOND + rb"[.,])([0-9]{6})(?![0-9])")
 _MICRO_HEADS = re.compile(rb"(?:" + _ISO_SECOND + rb"[.,][0-9]{6}(?![0-9])[^\n]*\n)*+")
 _TO_MICROS, _MICROS_AT, _PAST_MICROS = slice(0, 20), slice(20, 26), slice(26, None)
-_TEXT_BEFORE, _TEXT_AFTER, _BASE = itemgetter(1), itemgetter(2), itemgetter(3)
+_BASE, _BASE_US = itemgetter(1), itemgetter(2)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
 CACHE = 4096  # prefixes and keys kept (then the cache starts again)
 _PLAIN: dict[tuple[Any, ...], tuple[str | None, str]] = {}  # (bus, code) -> as read
 _PROCS: dict[tuple[Any, ...], tuple[str, str]] = {}  # (pid, name) -> line_process
 
-# what a prefix tells: (format, stamps, time, uptime, seconds); None: not a fast one
-Head = tuple[str, tuple[str, ...], datetime | None, float | None, float | None]
+# what a prefix tells the storm path: (format, time, uptime, seconds); None: not a fast one
+Head = tuple[str, datetime | None, float | None, float | None]
 
 
 class LazyXid:
@@ -139,12 +141,13 @@ class StormLines:
         self.fast = fast
         self.heads: dict[bytes, Head] = {}  # (what a prefix tells depends on the input)
         # a prefix's stem before the kernel's uptime ("Aug 30 03:53:21 host kernel: ", in
-        # front of "[ 1234.567890] ") -> its format, stamp, time and seconds
-        self.stems: dict[bytes, tuple[str, str, datetime | None, float | None]] = {}
+        # front of "[ 1234.567890] ") -> its format, time and seconds
+        self.stems: dict[bytes, tuple[str, datetime | None, float | None]] = {}
         # a prefix whose ISO stamp has microseconds ("2024-08-30T03:53:21.123456+00:00
         # host kernel: ", rsyslog's high-precision format), less its microseconds -> its
-        # format, its stamp's text before and after them, and the time of its second
-        self.fractions: dict[bytes, tuple[str, str, str, datetime]] = {}
+        # format, the time of its second and that second's microseconds since the epoch
+        # (None where its time has no zone)
+        self.fractions: dict[bytes, tuple[str, datetime, int | None]] = {}
         # what a bus and code, a pid and name as printed are: the same in every input,
         # kept across the inputs and blocks a process reads
         self.plain = _PLAIN
@@ -188,7 +191,7 @@ class StormLines:
                 continue
             segs = src.segs
             cur = segs[-1]
-            up = head[3]
+            up = head[2]
             if up is not None and cur.last_up is not None and up < cur.last_up - 1.0:
                 line(lineno, raw, cut)  # a new boot: the full bookkeeping
                 continue
@@ -206,7 +209,7 @@ class StormLines:
                     continue
                 h = hots[key] = (hot, bus, code)
             proc = procs.get((pid_raw, name_raw)) or self.process_of(pid_raw, name_raw)
-            fmt, _stamps, time, _up, seconds = head
+            fmt, time, _up, seconds = head
             if fmt not in formats:
                 formats[fmt] = None
             cur.saw(time, up)
@@ -220,28 +223,28 @@ class StormLines:
         it alone from second to second)."""
         d = _DMESG.fullmatch(head)
         if d is not None:  # the fast path's first shape; the uptime differs on every line
-            stamp = d.group(1).decode()
-            up = float(stamp)
-            return _DMESG_RAW, (stamp,), None, up, up
+            up = float(d.group(1))
+            return _DMESG_RAW, None, up, up
         cut = head.rfind(b"[")
         d = _DMESG.fullmatch(head, cut) if cut > 0 else None
         if d is not None and (stem := self.stems.get(head[:cut])) is not None:
             # (the fast path reads the stem alike whatever uptime follows it)
-            stamp = d.group(1).decode()
-            up = float(stamp)
-            return stem[0], (stem[1], stamp), stem[2], up, up if stem[3] is None else stem[3]
+            up = float(d.group(1))
+            return stem[0], stem[1], up, up if stem[2] is None else stem[2]
         f = _MICROS.match(head) if d is None else None
         if f is not None and (known := self.fractions.get(_less_micros(head))) is not None:
             # (likewise whatever microseconds its stamp has)
-            at = known[3] + timedelta(0, 0, int(f[2]))
-            return known[0], (known[1] + f[2].decode() + known[2],), at, None, at.timestamp()
+            micros = int(f[2])
+            at = known[1] + timedelta(0, 0, micros)
+            return known[0], at, None, (at.timestamp() if known[2] is None
+                                        else (known[2] + micros) / 1_000_000)
         found = self.fast.prefix(raw)
         if found is None or found[2] != len(head):
             return None  # (not one the fast path reads, or its message starts elsewhere)
         stamps, fmt, t, uptime = found[0]
-        out: Head = (fmt, stamps, t, uptime, t.timestamp() if t is not None else uptime)
+        out: Head = (fmt, t, uptime, t.timestamp() if t is not None else uptime)
         if f is not None:
-            self._learn_fraction(head, f, out)
+            self._learn_fraction(head, f, out, stamps)
         elif uptime is None:  # a prefix with an uptime is seldom seen twice
             if len(self.heads) >= CACHE:
                 self.heads.clear()
@@ -249,21 +252,26 @@ class StormLines:
         elif d is not None and len(stamps) == 2 and stamps[1] == d.group(1).decode():
             if len(self.stems) >= CACHE:
                 self.stems.clear()
-            self.stems[head[:cut]] = (fmt, stamps[0], t, out[4] if t is not None else None)
+            self.stems[head[:cut]] = (fmt, t, out[3] if t is not None else None)
         return out
 
-    def _learn_fraction(self, head: bytes, f: re.Match[bytes], out: Head) -> None:
+    def _learn_fraction(self, head: bytes, f: re.Match[bytes], out: Head,
+                        stamps: tuple[str, ...]) -> None:
         """Keep what ``head``, whose stamp has microseconds (``f``), tells less them, where
-        the fast path read them as such (its stamp alone, a time, no uptime)."""
-        fmt, stamps, t, uptime, _ = out
+        the fast path read them as such (its stamp alone, a time, no uptime): its format,
+        its time less them and, where that time has a zone, its microseconds since the
+        epoch (its seconds, as ``datetime.timestamp`` gives them: the integer divided by
+        a million, correctly rounded)."""
+        fmt, t, uptime, _ = out
         before, micros = f[1].decode(), int(f[2])
         if len(stamps) != 1 or t is None or uptime is not None or \
                 not stamps[0].startswith(before + f[2].decode()):
             return
         if len(self.fractions) >= CACHE:
             self.fractions.clear()
-        self.fractions[_less_micros(head)] = (fmt, before, stamps[0][len(before) + 6:],
-                                              t - timedelta(0, 0, micros))
+        base = t - timedelta(0, 0, micros)
+        self.fractions[_less_micros(head)] = (
+            fmt, base, (base - _EPOCH) // _MICROSECOND if base.utcoffset() is not None else None)
 
     def heads_of(self, heads: list[bytes]) -> dict[bytes, Head] | None:
         """What :meth:`head_of` reads in each of ``heads``, the prefixes of a run of Xid
@@ -297,14 +305,13 @@ class StormLines:
             return None
         infos = list(map(known.__getitem__, stems))
         seconds = list(map(_SECONDS, infos))
-        stamps = list(map(bytes.decode, map(bytes.strip, tails, repeat(b" ]"))))
-        ups = list(map(float, stamps))
+        ups = list(map(float, map(bytes.strip, tails, repeat(b" ]"))))
         if None in seconds:  # (no time: the seconds are the uptime's)
             if seconds.count(None) != len(seconds):
                 return None
             seconds = ups
-        return dict(zip(heads, zip(map(_FMT, infos), zip(map(_STAMP, infos), stamps, strict=True),
-                                   map(_TIME, infos), ups, seconds, strict=True), strict=True))
+        return dict(zip(heads, zip(map(_FMT, infos), map(_TIME, infos), ups, seconds,
+                                   strict=True), strict=True))
 
     def _micro_heads(self, heads: list[bytes]) -> dict[bytes, Head] | None:
         """:meth:`heads_of` where the first prefix's ISO stamp has microseconds: each
@@ -320,13 +327,12 @@ class StormLines:
         if not self._learned(known, stems, heads):
             return None
         infos = list(map(known.__getitem__, stems))
-        digits = cast(list[bytes], list(map(getitem, heads, repeat(_MICROS_AT))))
-        times = list(map(add, map(_BASE, infos),
-                         map(timedelta, repeat(0), repeat(0), map(int, digits))))
-        stamps = map(add, map(add, map(_TEXT_BEFORE, infos), map(bytes.decode, digits)),
-                     map(_TEXT_AFTER, infos))
-        return dict(zip(heads, zip(map(_FMT, infos), zip(stamps), times, repeat(None),
-                                   map(datetime.timestamp, times)), strict=True))
+        micros = list(map(int, cast(list[bytes], map(getitem, heads, repeat(_MICROS_AT)))))
+        times = list(map(add, map(_BASE, infos), map(timedelta, repeat(0), repeat(0), micros)))
+        bases = list(map(_BASE_US, infos))
+        seconds: Any = (map(datetime.timestamp, times) if None in bases else
+                        map(truediv, map(add, bases, micros), repeat(1_000_000)))
+        return dict(zip(heads, zip(map(_FMT, infos), times, repeat(None), seconds), strict=True))
 
     def _learned(self, known: dict[bytes, Any], stems: list[bytes], heads: list[bytes]) -> bool:
         """Whether each of ``stems`` is in ``known`` once :meth:`head_of` read the first
@@ -369,10 +375,8 @@ def _dmesg_heads(heads: list[bytes]) -> dict[bytes, Head] | None:
     if joined.count(b"\n") != len(heads) or _DMESG_ALL.fullmatch(joined) is None:
         return None
     # (each one's uptime is what is left once its brackets and blanks are stripped)
-    stamps = list(map(bytes.decode, map(bytes.strip, heads, repeat(b"[] "))))
-    ups = list(map(float, stamps))
-    return dict(zip(heads, zip(repeat(_DMESG_RAW), zip(stamps), repeat(None), ups, ups),
-                    strict=True))
+    ups = list(map(float, map(bytes.strip, heads, repeat(b"[] "))))
+    return dict(zip(heads, zip(repeat(_DMESG_RAW), repeat(None), ups, ups), strict=True))
 
 
 def _screened(screen: set[int] | None, lineno: int, raw: bytes | bytearray, at: int) -> bool:

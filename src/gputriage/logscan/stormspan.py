@@ -363,7 +363,7 @@ class SpanPass:
                 stale = True
                 continue
             if head is not shown:
-                fmt, _stamps, time, up, _seconds = head
+                fmt, time, up, _seconds = head
                 if fmt not in formats:
                     formats[fmt] = None
                 if up is not None and cur.last_up is not None and up < cur.last_up - 1.0:
@@ -391,11 +391,11 @@ class SpanPass:
                 if plainly:  # (``Folder.attribute_line`` for the usual codes, inline)
                     st = states.get(gpu)
                     if st is None:
-                        states[gpu] = XidState(number, head[4], 0)
+                        states[gpu] = XidState(number, head[3], 0)
                     else:
-                        st.code, st.at, st.since = number, head[4], 0
+                        st.code, st.at, st.since = number, head[3], 0
                 else:  # (an Xid 45 after another Xid of its GPU inline, see _attribute)
-                    _attribute(fold, reps, ev, bus, head[4], code, boot,
+                    _attribute(fold, reps, ev, bus, head[3], code, boot,
                                states.get(gpu) if caused else None)
             ev.count += 1
             lastpos[key] = ls
@@ -436,7 +436,7 @@ class SpanPass:
         item = Deferred(raw, self.base + self.number(ls), self.boot, bus, code,
                         _WHOS.get(who) or _who(storm, who), len(raw) - len(rest),
                         self.src.name, 0)
-        return self.src.fold.defer(item, number, head[4])
+        return self.src.fold.defer(item, number, head[3])
 
     def _hot(self, key: bytes) -> tuple[Any, ...] | None:
         """What the pass keeps of a key whose folded event exists (None: none yet)."""
