@@ -273,7 +273,7 @@ class StormLines:
         self.fractions[_less_micros(head)] = (
             fmt, base, (base - _EPOCH) // _MICROSECOND if base.utcoffset() is not None else None)
 
-    def heads_of(self, heads: list[bytes]) -> dict[bytes, Head] | None:
+    def heads_of(self, heads: list[bytes]) -> list[Head] | None:
         """What :meth:`head_of` reads in each of ``heads``, the prefixes of a run of Xid
         lines, all read at once, in C, where each differs from the others in the kernel's
         uptime or its stamp's microseconds alone (so that none is read from the cache):
@@ -290,7 +290,7 @@ class StormLines:
             return self._uptime_heads(heads)
         return None
 
-    def _uptime_heads(self, heads: list[bytes]) -> dict[bytes, Head] | None:
+    def _uptime_heads(self, heads: list[bytes]) -> list[Head] | None:
         """:meth:`heads_of` where the first prefix has a "[" after its start: each prefix
         read from its stem before the kernel's uptime (:meth:`head_of`'s stems) and its
         own uptime, where all end with one; else None."""
@@ -310,10 +310,9 @@ class StormLines:
             if seconds.count(None) != len(seconds):
                 return None
             seconds = ups
-        return dict(zip(heads, zip(map(_FMT, infos), map(_TIME, infos), ups, seconds,
-                                   strict=True), strict=True))
+        return list(zip(map(_FMT, infos), map(_TIME, infos), ups, seconds, strict=True))
 
-    def _micro_heads(self, heads: list[bytes]) -> dict[bytes, Head] | None:
+    def _micro_heads(self, heads: list[bytes]) -> list[Head] | None:
         """:meth:`heads_of` where the first prefix's ISO stamp has microseconds: each
         prefix read from what the rest of it told (:meth:`head_of`'s fractions) and its
         own microseconds, where all have them; else None."""
@@ -332,7 +331,7 @@ class StormLines:
         bases = list(map(_BASE_US, infos))
         seconds: Any = (map(datetime.timestamp, times) if None in bases else
                         map(truediv, map(add, bases, micros), repeat(1_000_000)))
-        return dict(zip(heads, zip(map(_FMT, infos), times, repeat(None), seconds), strict=True))
+        return list(zip(map(_FMT, infos), times, repeat(None), seconds))
 
     def _learned(self, known: dict[bytes, Any], stems: list[bytes], heads: list[bytes]) -> bool:
         """Whether each of ``stems`` is in ``known`` once :meth:`head_of` read the first
@@ -367,7 +366,7 @@ def _less_micros(head: bytes) -> bytes:
     return head[_TO_MICROS] + head[_PAST_MICROS]
 
 
-def _dmesg_heads(heads: list[bytes]) -> dict[bytes, Head] | None:
+def _dmesg_heads(heads: list[bytes]) -> list[Head] | None:
     """:meth:`StormLines.heads_of` where the first prefix is a raw dmesg one: each one's
     uptime read, where all are (9 % less CPU time in the tasks of the benchmarks' 1 GB
     dmesg storm than one call of head_of per line); else None."""
@@ -376,7 +375,7 @@ def _dmesg_heads(heads: list[bytes]) -> dict[bytes, Head] | None:
         return None
     # (each one's uptime is what is left once its brackets and blanks are stripped)
     ups = list(map(float, map(bytes.strip, heads, repeat(b"[] "))))
-    return dict(zip(heads, zip(repeat(_DMESG_RAW), repeat(None), ups, ups), strict=True))
+    return list(zip(repeat(_DMESG_RAW), repeat(None), ups, ups))
 
 
 def _screened(screen: set[int] | None, lineno: int, raw: bytes | bytearray, at: int) -> bool:

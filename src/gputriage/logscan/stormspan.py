@@ -281,8 +281,9 @@ class SpanPass:
             if not isinstance(buf, (bytes, mmap.mmap)):  # (a read buffer's slices: bytearrays)
                 heads = map(bytes, heads)
             heads = list(heads)
+            read = self.storm.heads_of(heads)
             self._fold_all(zip(line_starts, map(_END, found), map(_GROUPS, found), heads,
-                               strict=True), self.storm.heads_of(heads))
+                               [None] * len(heads) if read is None else read, strict=True))
         self.candidates(hi + 1)
         self.hand_over([])
         if not self.exact and hi - self.prev > self.gap_exact:
@@ -309,15 +310,14 @@ class SpanPass:
         cuts.append(hi)
         return list(pairwise(cuts))
 
-    def _fold_all(self, rows: Iterable[tuple[int, int, tuple[Any, ...], bytes]],
-                  read: dict[bytes, Any] | None = None) -> None:
-        """The loop of :meth:`run` over (line start, match end, match groups, line prefix)
-        of each lead in order; ``read``: what their prefixes tell, where all were read
-        at once (:meth:`~gputriage.logscan.storm.StormLines.heads_of`)."""
+    def _fold_all(self, rows: Iterable[tuple[int, int, tuple[Any, ...], bytes, Any]]) -> None:
+        """The loop of :meth:`run` over (line start, match end, match groups, line prefix,
+        what the prefix tells where all of the piece's were read at once, else None:
+        :meth:`~gputriage.logscan.storm.StormLines.heads_of`) of each lead in order."""
         buf = self.buf
         exact, gap_exact = self.exact, self.gap_exact
         storm = self.storm
-        known, head_of = storm.heads if read is None else read, storm.head_of
+        known, head_of = storm.heads, storm.head_of
         whos = _WHOS
         src = self.src
         formats, fold, lastpos = src.formats, src.fold, self.lastpos
@@ -331,7 +331,7 @@ class SpanPass:
         # here between the calls that read them (``meet``, ``jump``, ``alone``); the
         # next candidate's start, as ``meet`` leaves it
         prev, folded, next_at = self.prev, 0, self.next_at
-        for ls, e, groups, hb in rows:
+        for ls, e, groups, hb, head in rows:
             if stale:
                 hots, busy, cur, boot, shown = self.hots, self.busy, self.cur, self.boot, None
                 prev, stale = self.prev, False
@@ -356,7 +356,7 @@ class SpanPass:
                 self.alone(ls)
                 stale = True
                 continue
-            head = known.get(hb) or (head_of(hb, buf[ls:e]) if hb.isascii() else None)
+            head = head or known.get(hb) or (head_of(hb, buf[ls:e]) if hb.isascii() else None)
             if head is None:
                 self.prev, self.folded, folded = prev, self.folded + folded, 0
                 self.alone(ls)
