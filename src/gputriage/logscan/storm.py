@@ -275,11 +275,12 @@ class StormLines:
 
     def heads_of(self, heads: list[bytes]) -> list[Head] | None:
         """What :meth:`head_of` reads in each of ``heads``, the prefixes of a run of Xid
-        lines, in their order, all read at once, in C, where each differs from the others in the kernel's
-        uptime or its stamp's microseconds alone (so that none is read from the cache):
-        raw dmesg prefixes, prefixes whose stems before the uptime were read, or prefixes
-        whose ISO stamps have microseconds and whose rest was read (each new stem read
-        here, by head_of, once); None for any other run (read line by line)."""
+        lines, in their order, all read at once, in C, where each differs from the others
+        in the kernel's uptime or its stamp's microseconds alone (so that none is read
+        from the cache): raw dmesg prefixes, prefixes whose stems before the uptime were
+        read, or prefixes whose ISO stamps have microseconds and whose rest was read (each
+        new stem read here, by head_of, once); None for any other run (read line by
+        line)."""
         if not heads:
             return None
         if heads[0][:1] == b"[":
