@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from gputriage.knowledge.ib_status import ib_wc_status, ib_wc_statuses
 from gputriage.parsers import nccl_model as m
@@ -673,3 +675,56 @@ def test_pytorch_nccl_error_names_without_nccl_error_words():
         assert [(w.kind, w.rank) for w in log.framework_errors] == [("nccl", 3), ("nccl", 5)]
         assert "ncclSystemError" in log.framework_errors[1].message
     assert is_nccl_line(text.splitlines()[1])
+
+
+# --- old records: the shape tested before the shippers' prefixes are stripped ---------
+
+_SHIPPER = st.sampled_from(["", "  | 2025-03-02T10:00:01Z | ", "2025-03-02 10:00:01,946 ",
+                            "[2025-03-02T10:00:01.5+00:00] ", "(worker pid=77, ip=10.0.0.1) ",
+                            "[1,3]<stdout>: ", "3: ", "Mar  2 10:00:01 node-a python[77]: ",
+                            "[rank3] ", "x: "])
+_SPACE = st.sampled_from([" ", "  ", "\t", "\u3000", "\u00a0", "", " \u2003"])
+_HEAD = st.tuples(st.sampled_from(["gpu-a01", "h", "a b", "(x)", ""]),
+                  st.sampled_from([":77:88", ":77", ":12345678901:1", ":x:1"]), _SPACE,
+                  st.sampled_from(["[0]", "[-1]", "[123456]", "[rank3]", ""]), _SPACE
+                  ).map("".join)
+_BODY = st.sampled_from(["INFO NET : Using interface eth0", "INFO", "INFO  x",
+                         "misc/ibvwrap.cc:252 WARN Call to ibv_create_qp failed",
+                         "include/socket.h:311 WARN Net : refused", "init.cc:90 WARN\tx",
+                         "train.py:412 INFO step 3", "WARN x", "socket.cc:1 WARN",
+                         "NET/IB : Got completion from peer 10.0.0.3<1> with error 12",
+                         "INFO Got completion"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.tuples(_SHIPPER, _HEAD, _BODY, st.sampled_from(["", " ", "\r", " tail"])
+                 ).map("".join))
+@example("2025-03-02 10:35:54,946 [rank14] INFO train.py:412 step 59223 loss 1.5235")
+@example("  | 2025-03-02T10:00:01Z | gpu-a01:77:88 [0] INFO NET : Using interface eth0")
+def test_an_old_record_is_read_as_when_its_prefixes_are_stripped_first(line):
+    """An old NCCL record (INFO or WARN with no "NCCL" before it, or a bare completion
+    error) is found by its shape before any shipper's prefix is stripped: the same record
+    as stripping every line first, and none where that finds none."""
+    from gputriage.parsers import nccl_lines as nl
+
+    def stripped_first(text: str) -> object:
+        bare = nl.strip_shippers(text).strip()
+        if "WARN" in text:
+            m = nl._OLD_WARN.match(bare)
+            return None if m is None or (m["host"] and nl._NOT_HOST.fullmatch(m["host"])) \
+                else (m["host"], m["pid"], m["dev"], m["loc"], m["msg"].strip())
+        if "INFO" in text and (m := nl._OLD_INFO.match(bare)) is not None and \
+                not nl._NOT_HOST.fullmatch(m["host"]):
+            return m["host"], m["pid"], m["dev"], None, m["msg"].strip()
+        if "Got completion" in text and (b := nl._BARE_COMPLETION.match(bare)) is not None:
+            return None, None, None, None, b["msg"].strip()
+        return None
+
+    got = nl._old_record(line)
+    want = stripped_first(line)
+    if want is None:
+        assert got is None
+    else:
+        assert got is not None
+        assert (got.host, None if got.pid is None else str(got.pid),
+                None if got.dev is None else str(got.dev), got.loc, got.msg) == want

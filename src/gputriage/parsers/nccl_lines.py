@@ -66,6 +66,10 @@ _OLD_WARN = re.compile(
 _OLD_INFO = re.compile(
     r"^(?P<host>[^\s:|\[\]()/]{1,255}):(?P<pid>[0-9]{1,10}):[0-9]{1,10}\s{1,8}"
     r"\[(?P<dev>-?[0-9]{1,5})\]\s{1,8}INFO\s{1,4}(?P<msg>\S.{0,4000})$")
+# what both hold from the colon before the tid or the line number on, wherever the
+# prefixes that shippers add end: tested first, so that the lines of a training log that
+# say INFO or WARN are let go without those prefixes stripped
+_OLD_SHAPE = re.compile(r":[0-9]{1,10}\s{1,8}(?:\[-?[0-9]{1,5}\]\s{1,8}INFO|WARN)\s")
 # the NET/IB completion error on its own, as titles and chat messages quote it
 _BARE_COMPLETION = re.compile(r"^\W{0,8}(?P<msg>NET/IB\w{0,8}\s{0,4}:\s{0,4}Got completion\b"
                               r".{0,4000})$")
@@ -155,8 +159,11 @@ def _old_record(line: str) -> Record | None:
     """An old NCCL's WARN or INFO record, or a bare NET/IB completion error."""
     if "WARN" in line:
         return _old_warn(line)
+    info = "INFO" in line and _OLD_SHAPE.search(line) is not None
+    if not info and "Got completion" not in line:
+        return None  # (a training log's "[rank3] INFO ..." line: its prefixes left on)
     text = strip_shippers(line).strip()
-    if "INFO" in line and (m := _OLD_INFO.match(text)) is not None and \
+    if info and (m := _OLD_INFO.match(text)) is not None and \
             not _NOT_HOST.fullmatch(m.group("host")):
         return Record(m.group("host"), int(m.group("pid")), int(m.group("dev")), "INFO", None,
                       m.group("msg").strip(), line.strip()[:MAX_KEEP])
@@ -168,6 +175,8 @@ def _old_record(line: str) -> Record | None:
 
 def _old_warn(line: str) -> Record | None:
     """A WARN record in NCCL's old form (no "NCCL" before WARN), prefixes stripped."""
+    if _OLD_SHAPE.search(line) is None:
+        return None
     m = _OLD_WARN.match(strip_shippers(line).strip())
     if m is None or (m.group("host") and _NOT_HOST.fullmatch(m.group("host"))):
         return None
