@@ -68,7 +68,9 @@ _OLD_INFO = re.compile(
     r"\[(?P<dev>-?[0-9]{1,5})\]\s{1,8}INFO\s{1,4}(?P<msg>\S.{0,4000})$")
 # what both hold from the colon before the tid or the line number on, wherever the
 # prefixes that shippers add end: tested first, so that the lines of a training log that
-# say INFO or WARN are let go without those prefixes stripped
+# say INFO or WARN are let go without those prefixes stripped (the same shape as
+# ``nccl_log.SHAPES_RE``, which reads it in bytes not yet decoded, any of whose
+# whitespace bytes may decode to one of these spaces)
 _OLD_SHAPE = re.compile(r":[0-9]{1,10}\s{1,8}(?:\[-?[0-9]{1,5}\]\s{1,8}INFO|WARN)\s")
 # the NET/IB completion error on its own, as titles and chat messages quote it
 _BARE_COMPLETION = re.compile(r"^\W{0,8}(?P<msg>NET/IB\w{0,8}\s{0,4}:\s{0,4}Got completion\b"
