@@ -12,6 +12,11 @@ as when a job re-creates communicators), then times:
   * ``grep -E 'NCCL (INFO|WARN)|Using network|via NET' FILE > out3``, the lines an
     on-call would pull out to read transports by eye;
 
+with ``--stdin``, the same log piped, as ``kubectl logs POD | gputriage nccl -`` reads a
+job's log (``cat FILE | python -m gputriage nccl - --json`` against
+``cat FILE | grep -F NCCL``: one process, the streamed reader of
+:mod:`gputriage.nccl.inputs`, instead of workers);
+
 and, with ``--analyze``, ``python -m gputriage analyze FILE --json > out`` once (the same
 log as a job's log pasted to ``analyze``: streamed through its large-text reader,
 ``gputriage.ingest.bigtext``);
@@ -38,7 +43,7 @@ before and after of the same run. CPU seconds (the process tree's user + system,
 best run) are printed beside wall times: what a shared machine's load disturbs least.
 
 Usage: python benchmarks/nccl_scan.py [--size 1GB] [--nccl-percent 1] [--file LOG] [--parts]
-       [--analyze] [--baseline SRC]
+       [--stdin] [--analyze] [--baseline SRC]
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -133,6 +139,33 @@ print(", ".join(out))
 """
 
 
+def _piped(log: Path, folder: Path, trees: list[Path | None], rep: int, size_mb: float,
+           baseline: str | None) -> None:
+    """The log piped to ``gputriage nccl -`` (each tree) and to ``grep -F NCCL``, their
+    runs alternating; best of ``rep``."""
+    def shell(tail: list[str]) -> list[str]:
+        return ["sh", "-c", f"cat {shlex.quote(str(log))} | {shlex.join(tail)}"]
+
+    gt = shell([sys.executable, "-m", "gputriage", "nccl", "-", "--json"])
+    grep = shell(["grep", "-F", "NCCL"])
+    walls: dict[Path | None, tuple[float, float, int]] = {}
+    grep_wall = float("inf")
+    for _ in range(rep):
+        for src in trees:
+            wall, rss, _tree, _rc = _timed(gt, folder / "outp", 1, src)
+            if src not in walls or wall < walls[src][0]:
+                walls[src] = (wall, _cpu(gt, src), rss)
+        grep_wall = min(grep_wall, _timed(grep, folder / "outpg", 1)[0])
+    for src in trees:
+        wall, cpu, rss = walls[src]
+        who = f" (--baseline {baseline})" if src else ""
+        print(f"piped: gputriage nccl - --json{who}: {wall:.2f} s ({cpu:.2f} CPU-s), "
+              f"{size_mb / wall:.0f} MB/s, peak RSS {rss / 1024:.0f} MB, output "
+              f"{_size(folder / 'outp')}; grep -F NCCL piped: {grep_wall:.2f} s, "
+              f"{size_mb / grep_wall:.0f} MB/s; gputriage's throughput "
+              f"{grep_wall / wall:.2f}x of it")
+
+
 def _size(path: Path) -> str:
     size = path.stat().st_size
     return f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} KB"
@@ -146,6 +179,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--parts", action="store_true",
                         help="also the CPU seconds of each part of a run, one by one")
+    parser.add_argument("--stdin", action="store_true",
+                        help="also time the log piped to gputriage and to grep")
     parser.add_argument("--analyze", action="store_true",
                         help="also time analyze of the log, once per tree")
     parser.add_argument("--baseline", metavar="SRC",
@@ -207,6 +242,8 @@ def main() -> int:
             print(f"{label}: {wall:.2f} s, {size_mb / wall:.0f} MB/s, output "
                   f"{_size(folder / f'out{i + 2}')}; gputriage's throughput "
                   f"{wall / gt_wall:.2f}x of it (time ratio {gt_wall / wall:.2f})")
+        if args.stdin:
+            _piped(log, folder, trees, rep, size_mb, args.baseline)
         if args.analyze:
             for src in trees:
                 argv = [sys.executable, "-m", "gputriage", "analyze", str(log), "--json"]

@@ -17,12 +17,17 @@ import pytest
 from nccl_kit import scan_large
 
 from gputriage.nccl import scan as nccl_scan
+from gputriage.nccl import tap as tests_tap
 from gputriage.nccl.inputs import BLOCK, _TestsTap
+from gputriage.parsers import nccl_log
 from gputriage.parsers.nccl_build import Builder
 from gputriage.parsers.nccl_log import LONG_LINE, MARKERS, read_nccl_log
 from gputriage.parsers.nccl_model import NcclLog
 
 ENGINES = ["plain"] + (["hyperscan"] if nccl_scan._hyperscan() is not None else [])
+# the streamed reader and its tap: bytes.find and regexes, or one Hyperscan pass a block
+STREAM_ENGINES = ["plain"] + (["hyperscan"] if nccl_log._finder() is not None
+                              and tests_tap._finder() is not None else [])
 HOSTS = ("gpu-a01", "gpu-a02", "gpu-b17", "gpu-b18")
 
 
@@ -154,11 +159,17 @@ def _every_marker_line(data: bytes, name: str) -> NcclLog:
     return log
 
 
-def _streamed(data: bytes, name: str) -> tuple[NcclLog, list[str]]:
-    """The streamed NCCL log reader and the nccl-tests tap over 1 MiB blocks."""
+def _streamed(data: bytes, name: str, block: int = BLOCK) -> tuple[NcclLog, list[str]]:
+    """The streamed NCCL log reader and the nccl-tests tap over ``block``-sized blocks."""
     tap = _TestsTap(name, [])
-    log = read_nccl_log(tap.tap([data[i:i + BLOCK] for i in range(0, len(data), BLOCK)]), name)
+    log = read_nccl_log(tap.tap([data[i:i + block] for i in range(0, len(data), block)]), name)
     return log, tap.kept
+
+
+def _plain_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The streamed reader and its tap without Hyperscan."""
+    monkeypatch.setattr(nccl_log, "_finder", lambda: None)
+    monkeypatch.setattr(tests_tap, "_finder", lambda: None)
 
 
 def _scanned(path: Path, region: int, engine: str) -> tuple[NcclLog, list[str]]:
@@ -172,15 +183,62 @@ def shaped(tmp_path_factory) -> tuple[Path, NcclLog, list[str]]:
     path = tmp_path_factory.mktemp("nccl-shapes") / "job.log"
     data = _generated(600_000, 7)
     path.write_bytes(data)
-    return path, _every_marker_line(data, path.name), _streamed(data, path.name)[1]
+    with pytest.MonkeyPatch.context() as plain:  # (the tap's reference: no Hyperscan)
+        _plain_stream(plain)
+        kept = _streamed(data, path.name)[1]
+    return path, _every_marker_line(data, path.name), kept
 
 
-@pytest.mark.parametrize("block", [BLOCK, 4093])
-def test_streamed_reader_reads_as_every_marker_line_parsed(shaped, block):
-    path, ref, _ = shaped
+@pytest.mark.parametrize("engine", STREAM_ENGINES)
+@pytest.mark.parametrize("block", [BLOCK, 96 << 10, 4093])
+def test_streamed_reader_reads_as_every_marker_line_parsed(shaped, block, engine, monkeypatch):
+    """Both ways, in blocks that Hyperscan searches (those without a NUL, at least
+    FINDER_MIN long) and blocks it does not."""
+    path, ref, ref_kept = shaped
     data = path.read_bytes()
-    log = read_nccl_log([data[i:i + block] for i in range(0, len(data), block)], path.name)
+    searched: list[int] = []
+    if engine == "plain":
+        _plain_stream(monkeypatch)
+    else:
+        real = nccl_log._finder()
+        assert real is not None
+
+        def spy(buf, lo, hi):
+            searched.append(hi - lo)
+            return real(buf, lo, hi)
+
+        monkeypatch.setattr(nccl_log, "_finder", lambda: spy)
+    log, kept = _streamed(data, path.name, block)
     assert dataclasses.asdict(log) == dataclasses.asdict(ref)
+    assert kept == ref_kept
+    if engine == "hyperscan":  # (the test is about those blocks: all but the short ones)
+        assert sum(searched) > (len(data) // 2 if block >= nccl_log.FINDER_MIN else 0)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_tap_candidates_same_either_way(seed, monkeypatch):
+    """The nccl-tests tap's candidate lines, by Hyperscan and by the regex and finds: the
+    same lines, rows at the piece's first line and cut at its end included."""
+    if "hyperscan" not in STREAM_ENGINES:
+        pytest.skip("hyperscan is not installed")
+    data = b"\n" + _generated(200_000, seed)
+    pieces = [(0, len(data))]
+    rng = random.Random(seed)
+    for _ in range(40):  # pieces that start on a newline, ending anywhere
+        lo = data.find(b"\n", rng.randrange(len(data) // 2))
+        pieces.append((lo, min(len(data), lo + tests_tap.FINDER_MIN + rng.randrange(9000))))
+    table = "\n".join(_TABLE).encode()  # a row as the first line, a row cut at the end
+    pieces.append((0, len(table) - 20))
+    with_hs = [tests_tap.candidates(data, lo, hi) for lo, hi in pieces[:-1]]
+    with_hs.append(tests_tap.candidates(b"\n" + table[1:], 0, len(table) - 20))
+    monkeypatch.setattr(tests_tap, "FINDER_MIN", 1)  # (the table piece too)
+    small = tests_tap.candidates(b"\n" + table[1:], 0, len(table) - 20)
+    monkeypatch.setattr(tests_tap, "_finder", lambda: None)
+    plain = [tests_tap.candidates(data, lo, hi) for lo, hi in pieces[:-1]]
+    plain.append(tests_tap.candidates(b"\n" + table[1:], 0, len(table) - 20))
+    assert with_hs == plain
+    assert small == plain[-1] and len(small) == 3
+    assert sum(len(found) for found in plain) > 50  # (tables and '#' lines in the pieces)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -26,9 +26,9 @@ from gputriage.errors import InputError
 from gputriage.io.decompress import compression, data_of, first_pieces
 from gputriage.io.inputs import DIR, STREAM, human, is_binary, limit, open_input
 from gputriage.nccl.hoststream import HostStream
-from gputriage.nccl.tap import MARKERS as _MARKERS
 from gputriage.nccl.tap import ROWISH as _ROWISH
 from gputriage.nccl.tap import TYPES as _TYPES
+from gputriage.nccl.tap import candidates as _candidates
 from gputriage.nccl.tap import lines_with as _lines_with
 from gputriage.parsers.nccl_log import LONG_LINE
 from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
@@ -152,8 +152,7 @@ class _TestsTap:
 
         if self.full or hi <= lo + 1:
             return
-        found = {m.start() + 1: m.group()[1:] for m in _ROWISH.finditer(buf, lo, hi)}
-        _lines_with(buf, lo, hi, _MARKERS, found)
+        found = _candidates(buf, lo, hi)
         lines = {}
         for start, raw in found.items():
             if b"NCCL INFO" not in raw and b"NCCL WARN" not in raw:

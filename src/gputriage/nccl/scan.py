@@ -36,15 +36,17 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from gputriage.nccl.tap import MARKERS as TAP_MARKERS
+from gputriage.nccl.tap import ROW_DIGITS as _ROW_DIGITS
 from gputriage.parsers.nccl_build import Builder
 from gputriage.parsers.nccl_log import (
     LONG_LINE,
     MARKERS,
     STRONG,
-    WEAK,
     WEAK_SHAPES,
     candidate_starts,
+    line_starts,
     long_lines,
+    with_weak_lines,
 )
 from gputriage.parsers.nccl_model import NcclLog
 from gputriage.text.hscache import compiled
@@ -58,7 +60,6 @@ REGION = 8 << 20  # bytes per worker task
 MIN_SIZE = 32 << 20  # plain files this big are read by workers
 TAP_BLOCK = 1 << 20  # the nccl-tests tap decides per block of this size (nccl_input.BLOCK)
 _ROWISH = re.compile(rb"\n[ \t]*(?:#|[0-9]+[ \t]+[0-9]+[ \t]+[A-Za-z])")  # nccl_input._ROWISH
-_ROW_DIGITS = rb"[ \t]*[0-9]+[ \t]+[0-9]+[ \t]+[A-Za-z]"  # its digit branch ('#' is a marker)
 _ROW_HEAD = re.compile(_ROW_DIGITS)  # a row at the start of a buffer
 _ROW_RE = re.compile(rb"\n" + _ROW_DIGITS)
 _TAIL_KEEP = max(len(m) for m in MARKERS) - 1  # bytes kept of a long line to find markers
@@ -134,40 +135,13 @@ def _hyperscan() -> Finder | None:
             tests += (at + e for e in ends[1])
             if at == lo and _ROW_HEAD.match(buf, lo, hi):
                 tests.append(lo + 1)
-        log = _starts(buf, lo, hi, [lo + e for e in ends[0]])
+        log = line_starts(buf, lo, hi, [lo + e for e in ends[0]])
         if ends[2]:
-            log = _with_weak(buf, lo, hi, log, _starts(buf, lo, hi, [lo + e for e in ends[2]]))
-        return log, _starts(buf, lo, hi, tests)
+            log = with_weak_lines(buf, hi, log,
+                                  line_starts(buf, lo, hi, [lo + e for e in ends[2]]))
+        return log, line_starts(buf, lo, hi, tests)
 
     return find
-
-
-def _with_weak(buf: bytearray | bytes, lo: int, hi: int, log: list[int],
-               shaped: Iterable[int]) -> list[int]:
-    """``log`` and the lines starting at ``shaped`` that hold a weak marker, in order."""
-    out = set(log)
-    for start in shaped:
-        if start not in out:
-            end = buf.find(b"\n", start, hi)
-            line = buf[start:hi if end < 0 else end]
-            if any(m in line for m in WEAK):
-                out.add(start)
-    return sorted(out)
-
-
-def _starts(buf: bytearray | bytes, lo: int, hi: int, ends: list[int]) -> list[int]:
-    """The starts of the lines holding the matches that end at ``ends`` (no match holds
-    a newline), each once, in order."""
-    out: list[int] = []
-    line_end = -1
-    for pos in sorted(ends):
-        if pos <= line_end:
-            continue
-        out.append(buf.rfind(b"\n", lo, pos) + 1 or lo)
-        line_end = buf.find(b"\n", pos, hi)
-        if line_end < 0:
-            break
-    return out
 
 
 def _marker_lines(buf: bytearray | bytes, lo: int, hi: int,

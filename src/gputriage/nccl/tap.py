@@ -4,18 +4,24 @@ the streamed reader (:mod:`gputriage.nccl.inputs`) and the large-file reader
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import cast
 
-__all__ = ["MARKERS", "ROWISH", "TYPES", "lines_with"]
+from gputriage.parsers.nccl_log import FINDER_MIN, line_starts
+
+__all__ = ["MARKERS", "ROWISH", "ROW_DIGITS", "TYPES", "candidates", "lines_with"]
 
 # Lines that may belong to nccl-tests output: comment / header lines and table rows at
-# the start of a line (one regex anchored on the newline, fast), and, found with
-# bytes.find, lines naming a *_perf binary or a test failure and comment lines behind a
-# launcher's or log shipper's prefix ("[1,0]<stdout>:", "0: ", "| <ts> |"). Once such a
-# prefixed comment line was an nccl-tests one, rows are also found by their data type.
-# The nccl-tests line test sorts them out.
+# the start of a line (one regex anchored on the newline), and lines naming a *_perf
+# binary or a test failure and comment lines behind a launcher's or log shipper's prefix
+# ("[1,0]<stdout>:", "0: ", "| <ts> |"), found with bytes.find; or all of them by one
+# Hyperscan pass (:func:`candidates`). Once such a prefixed comment line was an
+# nccl-tests one, rows are also found by their data type. The nccl-tests line test sorts
+# them out.
 ROWISH = re.compile(rb"\n[ \t]*(?:#|[0-9]+[ \t]+[0-9]+[ \t]+[A-Za-z])[^\n]*")
+ROW_DIGITS = rb"[ \t]*[0-9]+[ \t]+[0-9]+[ \t]+[A-Za-z]"  # ROWISH's row ('#' is a marker)
 MARKERS = (b"_perf", b"failure", b"#")
 TYPES = tuple(f" {t} ".encode() for t in (
     "float", "half", "double", "bfloat16", "int8", "uint8", "int32", "uint32", "int64", "uint64",
@@ -33,3 +39,47 @@ def lines_with(buf: bytes, lo: int, hi: int, markers: Iterable[bytes],
             end = hi if end < 0 else end
             found.setdefault(start, buf[start:end])
             pos = buf.find(marker, end, hi)
+
+
+def candidates(buf: bytes, lo: int, hi: int) -> dict[int, bytes]:
+    """The lines of ``buf[lo + 1:hi]`` (``buf[lo]`` is a newline) that ROWISH matches or
+    that hold a marker, by start: by one Hyperscan pass where its wheel is installed and
+    the piece is at least FINDER_MIN long, else by the regex and ``bytes.find``."""
+    find = _finder() if hi - lo >= FINDER_MIN else None
+    if find is None:
+        found = {m.start() + 1: m.group()[1:] for m in ROWISH.finditer(buf, lo, hi)}
+        lines_with(buf, lo, hi, MARKERS, found)
+        return found
+    out: dict[int, bytes] = {}
+    for start in find(buf, lo, hi):
+        end = buf.find(b"\n", start, hi)
+        out[start] = buf[start:hi if end < 0 else end]
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _finder() -> Callable[[bytes, int, int], list[int]] | None:
+    """The starts of the lines of ``buf[lo:hi]`` holding a marker or a row (its newline
+    in the piece), by one Hyperscan pass; None without the wheel."""
+    from gputriage.text.hscache import compiled
+    from gputriage.text.hslines import import_hyperscan
+
+    hyperscan = import_hyperscan()
+    if hyperscan is None:
+        return None
+    exprs = [*(re.escape(m) for m in MARKERS), rb"\n" + ROW_DIGITS]
+    try:
+        db = compiled(hyperscan, exprs, [0] * len(exprs), [0] * len(exprs))
+    except Exception:  # a wheel that cannot compile here: search without it
+        return None
+
+    def find(buf: bytes, lo: int, hi: int) -> list[int]:
+        ends: list[int] = []
+
+        def hit(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
+            ends.append(lo + end)
+
+        db.scan(cast(bytes, memoryview(buf)[lo:hi]), match_event_handler=hit)
+        return line_starts(buf, lo, hi, ends)
+
+    return find

@@ -6,7 +6,8 @@ blocks of a big file. Both only look at lines that carry ``NCCL``, ``CUDA error`
 markers are words of every program's log (`` WARN ``, ``] INFO ``), only at those in a
 shape the builder reads, so a 1 GB training log with a few NCCL lines costs about as much
 as reading it. This module holds that
-byte-level scan; each line it picks goes to the
+byte-level scan (one Hyperscan pass per block where its wheel is installed, to the same
+effect: :func:`block_candidates`); each line it picks goes to the
 :class:`~gputriage.parsers.nccl_build.Builder`, which applies it to the data
 model of :mod:`gputriage.parsers.nccl_model` (the line grammar lives in
 :mod:`gputriage.parsers.nccl_lines`). Framework errors (PyTorch's
@@ -17,16 +18,19 @@ empty log, never an error.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import cast
 
 from gputriage.parsers.nccl_build import Builder
 from gputriage.parsers.nccl_lines import is_nccl_line
 from gputriage.parsers.nccl_model import NcclLog
 from gputriage.text.newlines import newlines
 
-__all__ = ["LONG_LINE", "MARKERS", "SHAPES_RE", "STRONG", "WEAK", "WEAK_SHAPES",
-           "candidate_starts", "is_nccl_line", "long_lines", "parse_nccl_log", "read_nccl_log"]
+__all__ = ["FINDER_MIN", "LONG_LINE", "MARKERS", "SHAPES_RE", "STRONG", "WEAK", "WEAK_SHAPES",
+           "block_candidates", "candidate_starts", "is_nccl_line", "line_starts",
+           "long_lines", "parse_nccl_log", "read_nccl_log", "with_weak_lines"]
 
 # scan caps (what is kept per process is capped in nccl_build: CAPS, MAX_STORED, ...)
 LONG_LINE = 64 * 1024  # longer lines are skipped and counted in ``NcclLog.skipped``
@@ -121,7 +125,7 @@ def _has_marker(data: bytes) -> bool:
 def _block(b: Builder, buf: bytes, lo: int, hi: int) -> None:
     """Feed the lines of ``buf[lo:hi]`` that matter (``hi`` is after a newline or the end)."""
     b.log.lines_read += newlines(buf, lo, hi)
-    starts = candidate_starts(buf, lo, hi)
+    starts = block_candidates(buf, lo, hi)
     i = 0
     pos = lo
     while pos < hi:
@@ -140,6 +144,85 @@ def _block(b: Builder, buf: bytes, lo: int, hi: int) -> None:
 
 
 LONG_WINDOW = 32 << 10  # a line over LONG_LINE holds a whole window of this size
+FINDER_MIN = 64 << 10  # a shorter piece is searched by bytes.find (no database to load)
+
+
+def block_candidates(buf: bytes | bytearray, lo: int, hi: int) -> list[int]:
+    """:func:`candidate_starts`' lines, found by one Hyperscan pass where its wheel is
+    installed and the piece is at least :data:`FINDER_MIN` long. The shapes Hyperscan
+    looks for (:data:`WEAK_SHAPES`) are not those of :data:`SHAPES_RE`, but both hold
+    every line the builder reads without a strong marker."""
+    find = _finder() if hi - lo >= FINDER_MIN else None
+    if find is None:
+        return candidate_starts(buf, lo, hi)
+    starts = find(buf, lo, hi)
+    more: set[int] = set()
+    _lines_with_nul(buf, lo, hi, more)
+    if hi - lo > LONG_LINE:
+        more.update(long_lines(buf, lo, hi))
+    return sorted({*starts, *more}) if more else starts
+
+
+@functools.lru_cache(maxsize=1)
+def _finder() -> Callable[[bytes | bytearray, int, int], list[int]] | None:
+    """The starts of the lines of ``buf[lo:hi]`` holding a strong marker, or a weak one
+    in one of its shapes, by one Hyperscan pass; None without the wheel (or where it
+    cannot compile)."""
+    from gputriage.text.hscache import compiled
+    from gputriage.text.hslines import import_hyperscan
+
+    hyperscan = import_hyperscan()
+    if hyperscan is None:
+        return None
+    exprs = [*(re.escape(m) for m in STRONG), *WEAK_SHAPES]
+    try:
+        db = compiled(hyperscan, exprs, [0] * len(STRONG) + [1] * len(WEAK_SHAPES),
+                      [0] * len(exprs))
+    except Exception:  # a wheel that cannot compile here: search without it
+        return None
+
+    def find(buf: bytes | bytearray, lo: int, hi: int) -> list[int]:
+        ends: tuple[list[int], list[int]] = ([], [])
+
+        def hit(i: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
+            ends[i].append(lo + end)
+
+        db.scan(cast(bytes, memoryview(buf)[lo:hi]), match_event_handler=hit)
+        starts = line_starts(buf, lo, hi, ends[0])
+        if ends[1]:
+            starts = with_weak_lines(buf, hi, starts, line_starts(buf, lo, hi, ends[1]))
+        return starts
+
+    return find
+
+
+def line_starts(buf: bytes | bytearray, lo: int, hi: int, ends: list[int]) -> list[int]:
+    """The starts of the lines of ``buf[lo:hi]`` holding the matches that end at ``ends``
+    (no match holds a newline), each once, in order."""
+    out: list[int] = []
+    line_end = -1
+    for pos in sorted(ends):
+        if pos <= line_end:
+            continue
+        out.append(buf.rfind(b"\n", lo, pos) + 1 or lo)
+        line_end = buf.find(b"\n", pos, hi)
+        if line_end < 0:
+            break
+    return out
+
+
+def with_weak_lines(buf: bytes | bytearray, hi: int, starts: list[int],
+                    shaped: Iterable[int]) -> list[int]:
+    """``starts`` and those of the lines starting at ``shaped`` (in a weak marker's shape)
+    that hold a weak marker, in order."""
+    out = set(starts)
+    for start in shaped:
+        if start not in out:
+            end = buf.find(b"\n", start, hi)
+            line = buf[start:hi if end < 0 else end]
+            if any(line.find(m) >= 0 for m in WEAK):
+                out.add(start)
+    return sorted(out)
 
 
 def candidate_starts(buf: bytes | bytearray, lo: int, hi: int) -> list[int]:
@@ -157,12 +240,18 @@ def candidate_starts(buf: bytes | bytearray, lo: int, hi: int) -> list[int]:
     pos = buf.find(WATCHDOG, lo, hi)
     while pos >= 0:
         pos = buf.find(WATCHDOG, _add_if_marked(buf, lo, hi, pos, WEAK, found), hi)
+    _lines_with_nul(buf, lo, hi, found)
+    found.update(long_lines(buf, lo, hi))
+    return sorted(found)
+
+
+def _lines_with_nul(buf: bytes | bytearray, lo: int, hi: int, found: set[int]) -> None:
+    """Add the lines holding a NUL (dropped before decoding, it may hide a shape) and a
+    marker, whatever marker it is."""
     pos = buf.find(b"\0", lo, hi)
     while pos >= 0:
         pos = _add_if_marked(buf, lo, hi, pos, MARKERS, found)
         pos = buf.find(b"\0", pos, hi) if pos < hi else -1
-    found.update(long_lines(buf, lo, hi))
-    return sorted(found)
 
 
 def long_lines(buf: bytes | bytearray, lo: int, hi: int) -> set[int]:
