@@ -124,3 +124,18 @@ def test_log_scan_times_a_run_unsampled_and_samples_the_memory_in_a_run_of_its_o
     if Path("/proc/self/status").exists():
         assert sampled > 40 << 10
     assert log_scan._cpu(argv) == timed_cpu  # (the sampled run's CPU is not kept)
+
+
+def test_nccl_scan_times_the_log_piped_beside_a_piped_grep(tmp_path, capsys):
+    """benchmarks/nccl_scan.py --stdin: gputriage reads the whole log from the pipe."""
+    import json
+
+    nccl_scan = _load("nccl_scan")
+    log = tmp_path / "job.log"
+    nccl_scan.generate(log, 1 << 16, 5.0)
+    nccl_scan._piped(log, tmp_path, [None], 1, log.stat().st_size / 1e6, None)
+    out = capsys.readouterr().out
+    assert out.startswith("piped: gputriage nccl - --json: ") and "grep -F NCCL piped" in out
+    read = json.loads((tmp_path / "outp").read_text())["nccl"]["log"]
+    assert read["origins"] == ["<stdin>"]
+    assert read["lines_read"] == log.read_bytes().count(b"\n") and read["nccl_lines"] > 0
