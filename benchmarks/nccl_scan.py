@@ -12,6 +12,10 @@ as when a job re-creates communicators), then times:
   * ``grep -E 'NCCL (INFO|WARN)|Using network|via NET' FILE > out3``, the lines an
     on-call would pull out to read transports by eye;
 
+with ``--sizes``, ``gputriage nccl`` on the log's first 1, 4 and 16 MiB (files of their
+own, each cut after its last whole line): the start-up and reading of the logs a job
+usually leaves, beside ``grep -F NCCL`` on the same files;
+
 with ``--stdin``, the same log piped, as ``kubectl logs POD | gputriage nccl -`` reads a
 job's log (``cat FILE | python -m gputriage nccl - --json`` against
 ``cat FILE | grep -F NCCL``: one process, the streamed reader of
@@ -43,7 +47,7 @@ before and after of the same run. CPU seconds (the process tree's user + system,
 best run) are printed beside wall times: what a shared machine's load disturbs least.
 
 Usage: python benchmarks/nccl_scan.py [--size 1GB] [--nccl-percent 1] [--file LOG] [--parts]
-       [--stdin] [--analyze] [--baseline SRC]
+       [--sizes] [--stdin] [--analyze] [--baseline SRC]
 """
 
 from __future__ import annotations
@@ -139,6 +143,29 @@ print(", ".join(out))
 """
 
 
+def _small(log: Path, folder: Path, trees: list[Path | None], rep: int,
+           baseline: str | None) -> None:
+    """``gputriage nccl`` (each tree) and ``grep -F NCCL`` on the log's first 1, 4 and 16
+    MiB, their runs alternating; best of ``rep``."""
+    data = b""
+    with log.open("rb") as fh:
+        for mib in (1, 4, 16):
+            data += fh.read((mib << 20) - len(data))
+            part = folder / f"first-{mib}MiB.log"
+            part.write_bytes(data[:data.rfind(b"\n") + 1])
+            gt = [sys.executable, "-m", "gputriage", "nccl", str(part), "--json"]
+            walls: dict[Path | None, float] = {}
+            grep = float("inf")
+            for _ in range(rep):
+                for src in trees:
+                    walls[src] = min(walls.get(src, float("inf")),
+                                     _timed(gt, folder / "outs", 1, src)[0])
+                grep = min(grep, _timed(["grep", "-F", "NCCL", str(part)], folder / "outsg")[0])
+            than = f" (--baseline {baseline}: {walls[trees[-1]]:.2f} s)" if baseline else ""
+            print(f"first {mib} MiB: gputriage nccl --json {walls[None]:.2f} s{than}; "
+                  f"grep -F NCCL {grep:.3f} s")
+
+
 def _piped(log: Path, folder: Path, trees: list[Path | None], rep: int, size_mb: float,
            baseline: str | None) -> None:
     """The log piped to ``gputriage nccl -`` (each tree) and to ``grep -F NCCL``, their
@@ -179,6 +206,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--parts", action="store_true",
                         help="also the CPU seconds of each part of a run, one by one")
+    parser.add_argument("--sizes", action="store_true",
+                        help="also time the log's first 1, 4 and 16 MiB, each a file")
     parser.add_argument("--stdin", action="store_true",
                         help="also time the log piped to gputriage and to grep")
     parser.add_argument("--analyze", action="store_true",
@@ -242,6 +271,8 @@ def main() -> int:
             print(f"{label}: {wall:.2f} s, {size_mb / wall:.0f} MB/s, output "
                   f"{_size(folder / f'out{i + 2}')}; gputriage's throughput "
                   f"{wall / gt_wall:.2f}x of it (time ratio {gt_wall / wall:.2f})")
+        if args.sizes:
+            _small(log, folder, trees, rep, args.baseline)
         if args.stdin:
             _piped(log, folder, trees, rep, size_mb, args.baseline)
         if args.analyze:

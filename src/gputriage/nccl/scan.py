@@ -57,7 +57,10 @@ __all__ = ["MIN_SIZE", "REGION", "Found", "LargeTap", "Region", "find_lines", "i
            "read_large", "usable"]
 
 REGION = 8 << 20  # bytes per worker task
-MIN_SIZE = 32 << 20  # plain files this big are read by workers
+MIN_SIZE = 1 << 20  # plain files this big are read by workers
+# (from a MiB on, a job log is read sooner so: the look for host outputs in its first MiB,
+# tens of ms, runs in a process of its own, and the imports that judging needs run
+# while the workers read; measured in benchmarks/nccl_scan.py --sizes)
 TAP_BLOCK = 1 << 20  # the nccl-tests tap decides per block of this size (nccl_input.BLOCK)
 _ROWISH = re.compile(rb"\n[ \t]*(?:#|[0-9]+[ \t]+[0-9]+[ \t]+[A-Za-z])")  # nccl_input._ROWISH
 _ROW_HEAD = re.compile(_ROW_DIGITS)  # a row at the start of a buffer
