@@ -139,3 +139,16 @@ def test_nccl_scan_times_the_log_piped_beside_a_piped_grep(tmp_path, capsys):
     read = json.loads((tmp_path / "outp").read_text())["nccl"]["log"]
     assert read["origins"] == ["<stdin>"]
     assert read["lines_read"] == log.read_bytes().count(b"\n") and read["nccl_lines"] > 0
+
+
+def test_nccl_scan_times_the_first_mebibytes_each_a_file(tmp_path, capsys):
+    """benchmarks/nccl_scan.py --sizes: a file per size, cut after a whole line."""
+    nccl_scan = _load("nccl_scan")
+    log = tmp_path / "job.log"
+    nccl_scan.generate(log, (1 << 20) + 5000, 5.0)
+    nccl_scan._small(log, tmp_path, [None], 1, None)
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out] == [f"first {m} MiB" for m in (1, 4, 16)]
+    first = (tmp_path / "first-1MiB.log").read_bytes()
+    assert first.endswith(b"\n") and (1 << 20) - 1000 < len(first) <= 1 << 20
+    assert (tmp_path / "first-16MiB.log").read_bytes() == log.read_bytes()
