@@ -294,3 +294,38 @@ def test_a_line_full_of_shapes_is_looked_at_once(monkeypatch):
     buf = b":1 WARN " * 8_000 + b"\nx NCCL y\n"  # under LONG_LINE
     assert nccl_log.candidate_starts(buf, 0, len(buf)) == [0, buf.index(b"x NCCL")]
     assert len(looks) == 1
+
+
+def test_streamed_readers_on_two_threads_at_once():
+    """``nccl -`` with host outputs on a large stdin reads the NCCL lines twice at once:
+    on this thread, and on the host loader's (the large-text reader's feeder). Each
+    thread's Hyperscan searches have their own scratch space (one in use by another
+    scan makes Hyperscan refuse)."""
+    if "hyperscan" not in STREAM_ENGINES:
+        pytest.skip("hyperscan is not installed")
+    import threading
+
+    data = _generated(900_000, 11)
+
+    def both() -> tuple[dict, list[str]]:  # (the log reader's finder and the tap's)
+        log, kept = _streamed(data, "job.log", 256 << 10)
+        return dataclasses.asdict(log), kept
+
+    want = both()
+    start = threading.Barrier(4)
+    got: list[object] = []
+
+    def read() -> None:
+        start.wait()
+        for _ in range(6):
+            try:
+                got.append(both())
+            except Exception as exc:  # (handed to the test's thread)
+                got.append(exc)
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [want] * 24

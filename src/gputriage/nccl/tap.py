@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Callable, Iterable
 from typing import cast
 
@@ -73,13 +74,20 @@ def _finder() -> Callable[[bytes, int, int], list[int]] | None:
     except Exception:  # a wheel that cannot compile here: search without it
         return None
 
+    # a scratch space per thread: a scan refuses one another scan is using (the host
+    # loader's thread reads the NCCL lines of a large stdin while this one does)
+    local = threading.local()
+
     def find(buf: bytes, lo: int, hi: int) -> list[int]:
         ends: list[int] = []
 
         def hit(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
             ends.append(lo + end)
 
-        db.scan(cast(bytes, memoryview(buf)[lo:hi]), match_event_handler=hit)
+        scratch = getattr(local, "scratch", None)
+        if scratch is None:
+            scratch = local.scratch = hyperscan.Scratch(db)
+        db.scan(cast(bytes, memoryview(buf)[lo:hi]), match_event_handler=hit, scratch=scratch)
         return line_starts(buf, lo, hi, ends)
 
     return find

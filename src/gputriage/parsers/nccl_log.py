@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Callable, Iterable
 from typing import cast
 
@@ -181,13 +182,20 @@ def _finder() -> Callable[[bytes | bytearray, int, int], list[int]] | None:
     except Exception:  # a wheel that cannot compile here: search without it
         return None
 
+    # a scratch space per thread: a scan refuses one another scan is using (the host
+    # loader's thread reads the NCCL lines of a large stdin while this one does)
+    local = threading.local()
+
     def find(buf: bytes | bytearray, lo: int, hi: int) -> list[int]:
         ends: tuple[list[int], list[int]] = ([], [])
 
         def hit(i: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
             ends[i].append(lo + end)
 
-        db.scan(cast(bytes, memoryview(buf)[lo:hi]), match_event_handler=hit)
+        scratch = getattr(local, "scratch", None)
+        if scratch is None:
+            scratch = local.scratch = hyperscan.Scratch(db)
+        db.scan(cast(bytes, memoryview(buf)[lo:hi]), match_event_handler=hit, scratch=scratch)
         starts = line_starts(buf, lo, hi, ends[0])
         if ends[1]:
             starts = with_weak_lines(buf, hi, starts, line_starts(buf, lo, hi, ends[1]))
