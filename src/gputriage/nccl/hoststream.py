@@ -2,7 +2,9 @@
 loaded as ``analyze`` loads such a stream.
 
 The NCCL log reader consumes the stream's blocks; :class:`HostStream` passes them on and
-keeps what the host loader needs: while the stream is small (under
+keeps what the host loader needs (once it is known that the stream holds host outputs:
+that answer may still be worked out in another process while the first blocks pass,
+which are held meanwhile): while the stream is small (under
 :data:`gputriage.ingest.streamed.STREAM_MIN_BYTES`), its blocks, loaded as one text at the
 end; once it is large, nothing: its blocks are handed, as they come, to the large-text
 reader of ``analyze`` (:class:`gputriage.ingest.streamed.LargeLogs`: a feeder and the
@@ -21,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gputriage.nccl.scan import Answer
     from gputriage.snapshot.bundle import Snapshot
 
 __all__ = ["HostStream"]
@@ -32,13 +35,16 @@ _HEAD = 1 << 20  # of the held blocks, what the kind of the stream is judged on
 
 class HostStream:
     """Passes a stream's blocks on (:meth:`keep`) and loads its host outputs
-    (:meth:`load`): see the module docstring."""
+    (:meth:`load`): see the module docstring. ``host``: whether the stream holds host
+    outputs, where that is still being worked out (None: it does)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, host: Answer | None = None) -> None:
         from gputriage.ingest import CAP_BYTES
         from gputriage.ingest.streamed import STREAM_MIN_BYTES
 
         self.name = name
+        self.answer = host
+        self.wanted: bool | None = None if host is not None else True  # (None: not known)
         self.cap, self.large_at = CAP_BYTES, STREAM_MIN_BYTES
         self.kept: deque[bytes] = deque()  # while small, or when it cannot be streamed
         self.size = 0
@@ -57,16 +63,36 @@ class HostStream:
             for block in blocks:
                 if self.streamed:
                     self._hand(block)
-                else:
+                elif self.wanted is not False:
                     self._hold(block)
                 yield block
         finally:
             if self.streamed:
                 self._hand(None)
 
+    def has_host(self) -> bool:
+        """Whether the stream holds host outputs (waited for where still worked out)."""
+        if self.wanted is None:
+            self._decide(wait=True)
+        return bool(self.wanted)
+
+    def _decide(self, wait: bool) -> None:
+        """Take the answer when it is there (with ``wait``, wait for it): a stream without
+        host outputs is held no longer."""
+        assert self.answer is not None
+        if wait or self.answer.ready():
+            self.wanted = self.answer()
+            if not self.wanted:
+                self.kept.clear()
+                self.size = 0
+
     def _hold(self, block: bytes) -> None:
         self.kept.append(block)
         self.size += len(block)
+        if self.wanted is None:  # (held while not known; known once it would be streamed)
+            self._decide(wait=not self.unstreamable and self.size >= self.large_at)
+            if not self.wanted:
+                return
         if not self.unstreamable:  # (all of it held until it is known to be large)
             if self.size >= self.large_at:
                 self._start()

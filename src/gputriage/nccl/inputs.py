@@ -8,9 +8,10 @@ may belong to nccl-tests output are set aside (bounded) and parsed at the end.
 A file of any size is read with bounded memory; gzip, xz and bzip2 are
 decompressed as they stream (up to the stream budget) by
 :mod:`gputriage.io.decompress`, as ``gputriage logs`` decompresses them, and a
-truncated stream keeps what came out of it. A large plain file is read by worker
-processes instead (:mod:`gputriage.nccl.scan`, to the same effect), while another
-process looks for host outputs in its first MiB. Inputs are opened by
+truncated stream keeps what came out of it. A plain file of a MiB or more is read by
+worker processes instead (:mod:`gputriage.nccl.scan`, to the same effect). Another
+process looks for host outputs in the first MiB meanwhile (where that MiB is long enough
+for a fork to pay), while the input is read. Inputs are opened by
 :func:`gputriage.io.inputs.open_input`: devices are refused, stdin, pipes and FIFOs are
 read once under its budgets.
 """
@@ -35,6 +36,7 @@ from gputriage.parsers.nccl_model import NcclLog, NcclTestRun
 from gputriage.text.fields import split_lines
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gputriage.nccl.scan import Answer
     from gputriage.snapshot.bundle import Snapshot
 
 BLOCK = 1 << 20  # bytes per read, and per decompression step
@@ -236,6 +238,20 @@ def _host_pieces(text: str) -> bool:
     return False
 
 
+_FORK_FROM = 256 << 10  # a shorter head is looked at here: the look costs less than a fork
+
+
+def _looked_for(text: str) -> Answer:
+    """Whether ``text`` holds host outputs (:func:`_host_pieces`), worked out in a forked
+    process while the caller reads on, where the text is long enough for that to pay."""
+    from gputriage.nccl.scan import Answer, in_child
+
+    def look() -> bool:
+        return _host_pieces(text)
+
+    return in_child(look) if len(text) >= _FORK_FROM else Answer(look)
+
+
 def _add_host(found: JobInputs, snap: Snapshot, streamed: bool = False) -> None:
     """Merge a host snapshot. Its job sources go to the job's log and runs instead
     (dropped when ``streamed``: the whole input is streamed through them anyway)."""
@@ -308,10 +324,13 @@ def _read_one(path: str, found: JobInputs,
                         meanwhile)  # (run once the worker processes read the file)
             host = has_host()
             tail = None
-        else:
-            host = _host_pieces(decode(head))
-            tail = HostStream(name) if host and once else None  # what the host loader gets
+        else:  # (the host outputs looked for meanwhile, in a process of their own)
+            has_host = _looked_for(decode(head))
+            tail = HostStream(name, has_host) if once else None  # what the host loader gets
             read_nccl_log(tap.tap(tail.keep(blocks) if tail else blocks), name, found.log)
+            if meanwhile is not None and not has_host.ready():
+                meanwhile()  # (what this process can do while it waits)
+            host = tail.has_host() if tail else has_host()
         found.runs.extend(tap.runs())
         if host:
             try:
@@ -343,8 +362,8 @@ def read_inputs(paths: Iterable[str],
     """Every input of ``gputriage nccl`` read into one :class:`JobInputs`; inputs that
     fail are listed in ``problems`` as long as one gave something, else InputError.
     An input named twice (``-`` included) is read once: its lines would count twice.
-    ``meanwhile`` (what the caller does next, started early) runs at most once, while a
-    large input's host outputs are looked for in another process."""
+    ``meanwhile`` (what the caller does next, started early) runs at most once, while an
+    input's host outputs are looked for in another process."""
     found = JobInputs()
     failed: list[str] = []
     seen: set[str] = set()

@@ -28,6 +28,7 @@ import functools
 import mmap
 import os
 import re
+import select
 import signal
 import sys
 import threading
@@ -53,7 +54,7 @@ from gputriage.text.hscache import compiled
 from gputriage.text.hslines import import_hyperscan
 from gputriage.text.newlines import newlines
 
-__all__ = ["MIN_SIZE", "REGION", "Found", "LargeTap", "Region", "find_lines", "in_child",
+__all__ = ["MIN_SIZE", "REGION", "Answer", "Found", "LargeTap", "Region", "find_lines", "in_child",
            "read_large", "usable"]
 
 REGION = 8 << 20  # bytes per worker task
@@ -307,17 +308,47 @@ def _can_fork() -> bool:
             and threading.active_count() == 1)
 
 
-def in_child(fn: Callable[[], bool]) -> Callable[[], bool]:
-    """Start ``fn`` in a forked process, for the caller to go on meanwhile; the function
-    returned waits for its answer (and runs ``fn`` here when the process gave none or
-    forking is not safe)."""
+class Answer:
+    """A yes or no worked out in a forked process (:func:`in_child`), or here when none
+    was started."""
+
+    def __init__(self, fn: Callable[[], bool], pid: int | None = None,
+                 fd: int | None = None) -> None:
+        self.fn, self.pid, self.fd = fn, pid, fd
+        self.value: bool | None = None
+
+    def ready(self) -> bool:
+        """Whether the answer can be had now without waiting (one worked out here can)."""
+        if self.value is not None or self.fd is None:
+            return True
+        return bool(select.select([self.fd], [], [], 0)[0])
+
+    def __call__(self) -> bool:
+        """The answer, waited for (``fn`` run here when the process gave none)."""
+        if self.value is None:
+            got = b""
+            if self.fd is not None:
+                fd, self.fd = self.fd, None
+                try:
+                    got = os.read(fd, 1)
+                finally:
+                    os.close(fd)
+                    os.waitpid(cast(int, self.pid), 0)
+            self.value = got == b"1" if got else self.fn()
+        return self.value
+
+
+def in_child(fn: Callable[[], bool]) -> Answer:
+    """Start ``fn`` in a forked process, for the caller to go on meanwhile; the answer
+    returned waits for it when called (and runs ``fn`` here when the process gave none
+    or forking is not safe)."""
     if not _can_fork():
-        return fn
+        return Answer(fn)
     try:
         r, w = os.pipe()
         pid = os.fork()
     except OSError:
-        return fn
+        return Answer(fn)
     if pid == 0:  # the child
         code = 1
         try:
@@ -328,16 +359,7 @@ def in_child(fn: Callable[[], bool]) -> Callable[[], bool]:
         finally:
             os._exit(code)
     os.close(w)
-
-    def answer() -> bool:
-        try:
-            got = os.read(r, 1)
-        finally:
-            os.close(r)
-            os.waitpid(pid, 0)
-        return got == b"1" if got else fn()
-
-    return answer
+    return Answer(fn, pid, r)
 
 
 def _regions(fd: int, size: int, region: int, workers: int,
