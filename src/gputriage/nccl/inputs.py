@@ -324,7 +324,7 @@ def _read_one(path: str, found: JobInputs,
                         meanwhile)  # (run once the worker processes read the file)
             host = has_host()
             tail = None
-        else:  # (the host outputs looked for meanwhile, in a process of their own)
+        else:  # (host outputs looked for meanwhile where the head is long: _looked_for)
             has_host = _looked_for(decode(head))
             tail = HostStream(name, has_host) if once else None  # what the host loader gets
             read_nccl_log(tap.tap(tail.keep(blocks) if tail else blocks), name, found.log)
