@@ -35,16 +35,16 @@ _HEAD = 1 << 20  # of the held blocks, what the kind of the stream is judged on
 
 class HostStream:
     """Passes a stream's blocks on (:meth:`keep`) and loads its host outputs
-    (:meth:`load`): see the module docstring. ``host``: whether the stream holds host
+    (:meth:`load`): see the module docstring. ``answer``: whether the stream holds host
     outputs, where that is still being worked out (None: it does)."""
 
-    def __init__(self, name: str, host: Answer | None = None) -> None:
+    def __init__(self, name: str, answer: Answer | None = None) -> None:
         from gputriage.ingest import CAP_BYTES
         from gputriage.ingest.streamed import STREAM_MIN_BYTES
 
         self.name = name
-        self.answer = host
-        self.wanted: bool | None = None if host is not None else True  # (None: not known)
+        self.answer = answer
+        self.wanted: bool | None = None if answer is not None else True  # (None: not known)
         self.cap, self.large_at = CAP_BYTES, STREAM_MIN_BYTES
         self.kept: deque[bytes] = deque()  # while small, or when it cannot be streamed
         self.size = 0

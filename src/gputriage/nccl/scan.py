@@ -50,8 +50,7 @@ from gputriage.parsers.nccl_log import (
     with_weak_lines,
 )
 from gputriage.parsers.nccl_model import NcclLog
-from gputriage.text.hscache import compiled
-from gputriage.text.hslines import import_hyperscan
+from gputriage.text.hslines import group_ends
 from gputriage.text.newlines import newlines
 
 __all__ = ["MIN_SIZE", "REGION", "Answer", "Found", "LargeTap", "Region", "find_lines", "in_child",
@@ -111,38 +110,23 @@ ROWS_BACK = 64 << 10
 def _hyperscan() -> Finder | None:
     """One Hyperscan pass for every marker, and one for the row pattern where a table may
     be; None without the wheel."""
-    hyperscan = import_hyperscan()
-    if hyperscan is None:
-        return None
-    exprs = [*(re.escape(m) for m in STRONG), *TAP_MARKERS, *WEAK_SHAPES]
-    ids = [0] * len(STRONG) + [1] * len(TAP_MARKERS) + [2] * len(WEAK_SHAPES)
-    try:
-        db = compiled(hyperscan, exprs, ids, [0] * len(exprs))
-        # ("\n..." runs twice as fast as "^...")
-        rows_db = compiled(hyperscan, [_ROW_RE.pattern], [1], [0])
-    except Exception:  # a wheel that cannot compile here: fall back
+    ends_in = group_ends([*(re.escape(m) for m in STRONG), *TAP_MARKERS, *WEAK_SHAPES],
+                         [0] * len(STRONG) + [1] * len(TAP_MARKERS) + [2] * len(WEAK_SHAPES))
+    rows_in = group_ends([_ROW_RE.pattern], [0])  # ("\n..." runs twice as fast as "^...")
+    if ends_in is None or rows_in is None:
         return None
 
     def find(buf: bytearray | bytes, lo: int, hi: int,
              rows: bool) -> tuple[list[int], list[int]]:
-        ends: tuple[list[int], list[int], list[int]] = ([], [], [])
-
-        def hit(i: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
-            ends[i].append(end)
-
-        db.scan(cast(bytes, memoryview(buf)[lo:hi]), match_event_handler=hit)
-        tests = [lo + e for e in ends[1]]
+        strong, tests, shaped = ends_in(buf, lo, hi)
         if tests or rows:
             at = lo - 1 if lo and buf[lo - 1] == 10 else lo  # the newline a row needs
-            ends[1].clear()
-            rows_db.scan(cast(bytes, memoryview(buf)[at:hi]), match_event_handler=hit)
-            tests += (at + e for e in ends[1])
+            tests += rows_in(buf, at, hi)[0]
             if at == lo and _ROW_HEAD.match(buf, lo, hi):
                 tests.append(lo + 1)
-        log = line_starts(buf, lo, hi, [lo + e for e in ends[0]])
-        if ends[2]:
-            log = with_weak_lines(buf, hi, log,
-                                  line_starts(buf, lo, hi, [lo + e for e in ends[2]]))
+        log = line_starts(buf, lo, hi, strong)
+        if shaped:
+            log = with_weak_lines(buf, hi, log, line_starts(buf, lo, hi, shaped))
         return log, line_starts(buf, lo, hi, tests)
 
     return find

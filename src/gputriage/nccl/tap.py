@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
-import threading
 from collections.abc import Callable, Iterable
-from typing import cast
 
 from gputriage.parsers.nccl_log import FINDER_MIN, line_starts
 
@@ -62,32 +60,14 @@ def candidates(buf: bytes, lo: int, hi: int) -> dict[int, bytes]:
 def _finder() -> Callable[[bytes, int, int], list[int]] | None:
     """The starts of the lines of ``buf[lo:hi]`` holding a marker or a row (its newline
     in the piece), by one Hyperscan pass; None without the wheel."""
-    from gputriage.text.hscache import compiled
-    from gputriage.text.hslines import import_hyperscan
+    from gputriage.text.hslines import group_ends
 
-    hyperscan = import_hyperscan()
-    if hyperscan is None:
-        return None
     exprs = [*(re.escape(m) for m in MARKERS), rb"\n" + ROW_DIGITS]
-    try:
-        db = compiled(hyperscan, exprs, [0] * len(exprs), [0] * len(exprs))
-    except Exception:  # a wheel that cannot compile here: search without it
+    ends_in = group_ends(exprs, [0] * len(exprs))
+    if ends_in is None:
         return None
-
-    # a scratch space per thread: a scan refuses one another scan is using (the host
-    # loader's thread reads the NCCL lines of a large stdin while this one does)
-    local = threading.local()
 
     def find(buf: bytes, lo: int, hi: int) -> list[int]:
-        ends: list[int] = []
-
-        def hit(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
-            ends.append(lo + end)
-
-        scratch = getattr(local, "scratch", None)
-        if scratch is None:
-            scratch = local.scratch = hyperscan.Scratch(db)
-        db.scan(cast(bytes, memoryview(buf)[lo:hi]), match_event_handler=hit, scratch=scratch)
-        return line_starts(buf, lo, hi, ends)
+        return line_starts(buf, lo, hi, ends_in(buf, lo, hi)[0])
 
     return find

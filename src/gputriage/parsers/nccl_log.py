@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
-import threading
 from collections.abc import Callable, Iterable
-from typing import cast
 
 from gputriage.parsers.nccl_build import Builder
 from gputriage.parsers.nccl_lines import is_nccl_line
@@ -169,36 +167,18 @@ def _finder() -> Callable[[bytes | bytearray, int, int], list[int]] | None:
     """The starts of the lines of ``buf[lo:hi]`` holding a strong marker, or a weak one
     in one of its shapes, by one Hyperscan pass; None without the wheel (or where it
     cannot compile)."""
-    from gputriage.text.hscache import compiled
-    from gputriage.text.hslines import import_hyperscan
+    from gputriage.text.hslines import group_ends
 
-    hyperscan = import_hyperscan()
-    if hyperscan is None:
+    ends_in = group_ends([*(re.escape(m) for m in STRONG), *WEAK_SHAPES],
+                         [0] * len(STRONG) + [1] * len(WEAK_SHAPES))
+    if ends_in is None:
         return None
-    exprs = [*(re.escape(m) for m in STRONG), *WEAK_SHAPES]
-    try:
-        db = compiled(hyperscan, exprs, [0] * len(STRONG) + [1] * len(WEAK_SHAPES),
-                      [0] * len(exprs))
-    except Exception:  # a wheel that cannot compile here: search without it
-        return None
-
-    # a scratch space per thread: a scan refuses one another scan is using (the host
-    # loader's thread reads the NCCL lines of a large stdin while this one does)
-    local = threading.local()
 
     def find(buf: bytes | bytearray, lo: int, hi: int) -> list[int]:
-        ends: tuple[list[int], list[int]] = ([], [])
-
-        def hit(i: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
-            ends[i].append(lo + end)
-
-        scratch = getattr(local, "scratch", None)
-        if scratch is None:
-            scratch = local.scratch = hyperscan.Scratch(db)
-        db.scan(cast(bytes, memoryview(buf)[lo:hi]), match_event_handler=hit, scratch=scratch)
-        starts = line_starts(buf, lo, hi, ends[0])
-        if ends[1]:
-            starts = with_weak_lines(buf, hi, starts, line_starts(buf, lo, hi, ends[1]))
+        strong, shaped = ends_in(buf, lo, hi)
+        starts = line_starts(buf, lo, hi, strong)
+        if shaped:
+            starts = with_weak_lines(buf, hi, starts, line_starts(buf, lo, hi, shaped))
         return starts
 
     return find

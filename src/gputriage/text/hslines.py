@@ -10,13 +10,14 @@ starts` returns None and the caller searches as it did without it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, cast
 
 from gputriage.text.hscache import compiled
 
-__all__ = ["NON_ASCII", "LineFinder", "Patterns", "hyperscan_module", "import_hyperscan",
-           "line_break", "literal_pattern", "text_offsets"]
+__all__ = ["NON_ASCII", "GroupEnds", "LineFinder", "Patterns", "group_ends", "hyperscan_module",
+           "import_hyperscan", "line_break", "literal_pattern", "text_offsets"]
 
 _MODULE: list[Any] = []  # [the hyperscan module or None], once looked for
 # a byte of a character that is not ASCII (UTF-8): a finder given it also finds every
@@ -38,6 +39,43 @@ def hyperscan_module() -> Any:
     if not _MODULE:
         _MODULE.append(import_hyperscan())
     return _MODULE[0]
+
+
+# (buf, lo, hi) -> for each group, where in buf the matches of its expressions in
+# buf[lo:hi] end, as found
+GroupEnds = Callable[[Any, int, int], tuple[list[int], ...]]
+
+
+def group_ends(expressions: Sequence[bytes], groups: Sequence[int]) -> GroupEnds | None:
+    """One Hyperscan database of ``expressions`` (Hyperscan's syntax, each in its group of
+    ``groups``: 0, 1, ...), compiled now or loaded from the cache; the function returned
+    scans ``buf[lo:hi]`` (bytes, a bytearray or a mapping) with it and gives, for each
+    group, the offsets in ``buf`` where matches of its expressions end. Each thread scans
+    with a scratch space of its own (a scan refuses one that another scan is using).
+    None where Hyperscan cannot be imported or compile them."""
+    hyperscan = import_hyperscan()
+    if hyperscan is None:
+        return None
+    try:
+        db = compiled(hyperscan, list(expressions), list(groups), [0] * len(expressions))
+    except Exception:  # a wheel that cannot compile here: search without it
+        return None
+    count = max(groups) + 1
+    local = threading.local()
+
+    def ends(buf: Any, lo: int, hi: int) -> tuple[list[int], ...]:
+        found: tuple[list[int], ...] = tuple([] for _ in range(count))
+
+        def hit(group: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
+            found[group].append(lo + end)
+
+        scratch = getattr(local, "scratch", None)
+        if scratch is None:
+            scratch = local.scratch = hyperscan.Scratch(db)
+        db.scan(cast(bytes, memoryview(buf)[lo:hi]), match_event_handler=hit, scratch=scratch)
+        return found
+
+    return ends
 
 
 class Patterns:
